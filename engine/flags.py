@@ -1,0 +1,85 @@
+"""The one registry of VT_* environment flags; every env read in the engine goes through it.
+
+`docs/ENVIRONMENT.md` is rendered from `FLAGS`, and the env-doc check reads the
+`declare(...)` calls below as the engine's env reads, so a flag exists exactly
+when it is declared here.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+_TRUE = frozenset({"1", "true", "on", "yes"})
+_FALSE = frozenset({"0", "false", "off", "no", ""})
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    default: bool | str
+    gates: str  # the row or component whose behaviour the flag selects
+    doc: str  # one line, rendered into docs/ENVIRONMENT.md
+
+    @property
+    def is_bool(self) -> bool:
+        return isinstance(self.default, bool)
+
+
+FLAGS: dict[str, Flag] = {}
+
+
+def declare(name: str, default: bool | str, gates: str, doc: str) -> Flag:
+    if not name.startswith("VT_"):
+        raise ValueError(f"flag {name!r} must start with VT_")
+    if name in FLAGS:
+        raise ValueError(f"flag {name} declared twice")
+    FLAGS[name] = flag = Flag(name, default, gates, doc)
+    return flag
+
+
+def enabled(name: str) -> bool:
+    """The value of a boolean flag; an unparsable value is an error naming the flag."""
+    flag = FLAGS[name]
+    if not flag.is_bool:
+        raise TypeError(f"{name} is a string flag; use flags.value()")
+    raw = os.environ.get(name)
+    if raw is None:
+        return bool(flag.default)
+    low = raw.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"{name}={raw!r}: expected one of 1/0, true/false, on/off, yes/no")
+
+
+def value(name: str) -> str:
+    flag = FLAGS[name]
+    if flag.is_bool:
+        raise TypeError(f"{name} is a boolean flag; use flags.enabled()")
+    return os.environ.get(name, str(flag.default))
+
+
+# --- build (BACKEND-CUDA) ---------------------------------------------------
+declare("VT_CUDA_ARCHS", "", "BACKEND-CUDA",
+        "Comma-separated archs to compile (e.g. `9.0,9.0a`); empty: the feature table's union for a fat build, the local GPU's arch for a JIT build.")
+declare("VT_CUDA_CACHE", "", "BACKEND-CUDA",
+        "Directory of the content-hashed kernel build cache; empty: `~/.cache/rowgate/cuda`.")
+declare("VT_KERNELS", True, "BACKEND-CUDA",
+        "Use the compiled default-ON CUDA kernels when tensors are on a GPU; `0` runs the torch references everywhere.")
+
+# --- paged attention (KERNEL-ATTN-PAGED, KERNEL-ATTN-SPLITKV) ---------------
+declare("VT_ATTN_DECODE_OPT", False, "KERNEL-ATTN-PAGED",
+        "Warp-split-KV decode attention arm (EPL 8, head_dim 256), with and without a sliding window.")
+declare("VT_ATTN_DECODE_D128", False, "KERNEL-ATTN-PAGED",
+        "With VT_ATTN_DECODE_OPT: the EPL 4 instantiation for head_dim 128.")
+declare("VT_ATTN_DECODE_GQA", False, "KERNEL-ATTN-PAGED",
+        "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.")
+declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV",
+        "Split-KV decode attention with an fp32 log-sum-exp combine.")
+declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
+        "With VT_ATTN_SPLITKV: pack the query heads of a KV group as rows (GQA group swap).")
+
+# --- runner (ENGINE-GRAPH) --------------------------------------------------
+declare("VT_EAGER", False, "ENGINE-GRAPH",
+        "Run the decode step eagerly instead of replaying its captured CUDA graph.")
