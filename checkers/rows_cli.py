@@ -12,7 +12,7 @@ from pathlib import Path
 from checkers.config import STATES
 from checkers.records import ROW_ID, Claim, Loaded, Row
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
-from checkers.yamlio import RecordError, dump_yaml, read_yaml, validate
+from checkers.yamlio import RecordError, read_yaml, validate, yaml_rt
 
 ROW_TEMPLATE = """\
 # Roadmap row {id}. Edit with `rowgate row set`; counts are derived, never stored.
@@ -104,7 +104,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     doc["state"] = args.state
     for key, values in (("anchors", args.anchor), ("evidence", args.evidence)):
         for v in values:
-            if v not in doc[key]:
+            if v not in doc.setdefault(key, []):
                 doc[key].append(v)
     if args.closing_commit:
         doc["closing_commit"] = args.closing_commit
@@ -193,9 +193,18 @@ def _context(args: argparse.Namespace):
 
 
 def _loads(text: str):
-    from checkers.yamlio import yaml_rt
-
     return yaml_rt().load(text)
+
+
+def dump_yaml(doc) -> str:
+    """Round-trip dump that writes None as `null`, as the records are written by hand."""
+    from io import StringIO
+
+    y = yaml_rt()
+    y.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    buf = StringIO()
+    y.dump(doc, buf)
+    return buf.getvalue()
 
 
 def _refuse(message: str, code: int = EXIT_FAIL) -> int:
