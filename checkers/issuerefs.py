@@ -53,11 +53,19 @@ def check_refs(numbers: list[int], rows: tuple[str, ...], records: Records) -> l
             out.append(RefProblem(UNFILED, n, f"references #{n} but no intake record is filed under "
                                   f"{', '.join(rows)}", f"file {where} (number, row, filed)"))
             continue
-        row = records.rows.get(filed[0])
-        spec_path = row.model.spec if row else None
-        spec = records.specs.get(spec_path) if spec_path else None
-        if spec is None or n not in spec.issues:
+        listed = [r for r in filed if n in _spec_issues(records, r)]
+        if not listed:
+            spec_path = _spec_path(records, filed[0])
             out.append(RefProblem(NOT_IN_SPEC, n, f"references #{n}, filed under {filed[0]}, but "
-                                  f"{spec_path or 'its spec'} does not list #{n}",
-                                  f"list #{n} under '## Issues' in {spec_path or f'.agents/specs/{filed[0]}.md'}"))
+                                  f"{spec_path} does not list #{n}", f"list #{n} under '## Issues' in {spec_path}"))
     return out
+
+
+def _spec_path(records: Records, row_id: str) -> str:
+    row = records.rows.get(row_id)
+    return (row.model.spec if row else None) or f".agents/specs/{row_id}.md"
+
+
+def _spec_issues(records: Records, row_id: str) -> set[int]:
+    spec = records.specs.get(_spec_path(records, row_id))
+    return spec.issues if spec else set()

@@ -38,7 +38,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     areas = ctx.config.rows.areas
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, records, ctx.git)
     findings = check_records(records, areas) + check_rows(tree) + check_links(records)
-    examined, unit = records.examined + len(records.problems), "records"
+    n_records = records.examined + len(records.problems)
     pattern = ref_pattern(ctx.config.record.ref_keywords)
     message_file = getattr(args, "message_file", None)
     if message_file is not None:
@@ -48,13 +48,13 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
             raise CheckError(f"cannot read --message-file {message_file}: {exc.strerror}",
                              hint="pass the path of a file holding the message or PR body") from None
         findings += check_message(text, body_rows(text), records, pattern, str(message_file), None)
-        examined, unit = examined + 1, "records and 1 message"
+        examined, unit = n_records + 1, f"items ({n_records} records, 1 message)"
     else:
         rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None))
         commits = ctx.git.commits_with_trailers(rng) if rng else []
         for c in commits:
             findings += check_message(c.commit.message, c.rows, records, pattern, None, c.commit.short)
-        examined, unit = examined + len(commits), f"records and {len(commits)} commits"
+        examined, unit = n_records + len(commits), f"items ({n_records} records, {len(commits)} commits)"
     counts = area_counts(records, areas)
     ok = "OK: " + " ".join(f"{area}={n}" for area, n in counts.items())
     return Result.judge(ID, findings, examined, unit, ok)

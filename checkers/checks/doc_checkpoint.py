@@ -48,8 +48,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     changes = load_changes(ctx, rng) if rng else []
     findings += check_changes(changes, ctx.records, docs)
     ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked"
-    return Result.judge(ID, findings, len(views) + len(changes), f"rendered files and {len(changes)} commits",
-                        ok, details)
+    unit = f"items ({len(views)} rendered files, {len(changes)} commits)"
+    return Result.judge(ID, findings, len(views) + len(changes), unit, ok, details)
 
 
 def load_changes(ctx: Context, rng: str) -> list[CommitChange]:

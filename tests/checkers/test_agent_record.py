@@ -189,7 +189,7 @@ def test_issue_refs_in_range_clean_twin(ranged: GitRepo):
     ranged.commit("Fix the thing\n\nCloses #1.\n\nRow: GOV-CORE\n")
     result = _run(ranged)
     assert (result.status.value, result.summary, result.examined, result.unit) == (
-        "pass", "OK: GOV=1 ENGINE=0", 5, "records and 2 commits")
+        "pass", "OK: GOV=1 ENGINE=0", 5, "items (3 records, 2 commits)")
 
 
 @pytest.mark.parametrize("message, rule, text", [
@@ -216,7 +216,7 @@ def test_base_flag_limits_the_range(ranged: GitRepo):
     base = ranged.head()
     ranged.commit("New\n\nRefs #1\n\nRow: GOV-CORE\n")
     result = _run(ranged, base=base)
-    assert (result.status.value, result.unit) == ("pass", "records and 1 commits")
+    assert (result.status.value, result.unit) == ("pass", "items (3 records, 1 commits)")
 
 
 def test_message_file_checks_a_pr_body(ranged: GitRepo, tmp_path: Path):
@@ -226,7 +226,7 @@ def test_message_file_checks_a_pr_body(ranged: GitRepo, tmp_path: Path):
         "AR005", str(body), None, "message references #4 but no intake record is filed under GOV-CORE")
     body.write_text("Adds the thing.\n\nCloses #1\n\nRow: GOV-CORE\n")
     result = _run(ranged, message_file=body)
-    assert (result.status.value, result.unit) == ("pass", "records and 1 message")
+    assert (result.status.value, result.unit) == ("pass", "items (3 records, 1 message)")
 
 
 def test_missing_message_file_and_unresolvable_cutover_are_errors(ranged: GitRepo, tmp_path: Path):
@@ -250,3 +250,12 @@ def test_the_repository_own_records_pass():
     result = agent_record.run(Context(root=root, config=load_config(root)),
                               argparse.Namespace(base=None, head=None, message_file=None))
     assert result.status.value == "pass", result.findings
+
+
+def test_issue_reference_forms():
+    from checkers.issuerefs import body_rows, issue_refs, ref_pattern
+
+    pattern = ref_pattern(["Refs", "Closes", "Fixes"])
+    text = "Closes: #5, #7 and #9\nfixes #3. Refs #5\nSee #12 and PR#4; prefixes #8\n\nRow: GOV-A\nRow: GOV-B\n"
+    assert issue_refs(text, pattern) == [5, 7, 9, 3]
+    assert body_rows(text) == ("GOV-A", "GOV-B")
