@@ -75,7 +75,7 @@ def state_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
                 need("spec", "a spec with sections " + ", ".join(tree.rows.spec_sections),
                      f"{row.spec} lacks {', '.join(missing)}", f"add a '## {missing[0]}' section to {row.spec}")
     if rule.anchors:
-        paths = [a.rsplit(":", 1)[0] if _has_line(a) else a for a in row.anchors]
+        paths = [split_anchor(a)[0] for a in row.anchors]
         tests = [p for p in paths if _is_test(p)]
         if not tests or len(tests) == len(paths):
             kind = "test" if not tests else "code"
@@ -115,7 +115,7 @@ def reference_problems(row: Row, tree: Tree) -> list[Problem]:
             bad("claim", f"claim {row.claim} is for row {claim.model.row}, not {row.id}",
                 "point claim: at this row's own claim")
     for anchor in row.anchors:
-        path, line = (anchor.rsplit(":", 1)[0], int(anchor.rsplit(":", 1)[1])) if _has_line(anchor) else (anchor, None)
+        path, line = split_anchor(anchor)
         count = tree.line_count(path)
         if count is None and not (tree.root / path).is_dir():
             bad("anchors", f"anchor {anchor} does not exist in the tree", "fix the path or remove the anchor")
@@ -144,9 +144,10 @@ def reference_problems(row: Row, tree: Tree) -> list[Problem]:
     return out
 
 
-def _has_line(anchor: str) -> bool:
+def split_anchor(anchor: str) -> tuple[str, int | None]:
+    """`path:line` -> (path, line); a plain path -> (path, None)."""
     head, _, tail = anchor.rpartition(":")
-    return bool(head) and tail.isdigit()
+    return (head, int(tail)) if head and tail.isdigit() else (anchor, None)
 
 
 def _is_test(path: str) -> bool:

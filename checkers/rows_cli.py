@@ -139,6 +139,9 @@ def cmd_claim(args: argparse.Namespace) -> int:
     owner = args.owner or os.environ.get("ROWGATE_OWNER") or os.environ.get("USER")
     if not owner:
         return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
+    if args.state not in ctx.config.rows.active_states:
+        return _refuse(f"--state {args.state} is not an active state ({', '.join(ctx.config.rows.active_states)})",
+                       EXIT_USAGE)
     claim_id = args.claim_id or args.id
     claim_path = ctx.root / ".agents" / "claims" / f"{claim_id}.yaml"
     if doc.get("claim") or claim_path.exists():

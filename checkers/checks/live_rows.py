@@ -31,6 +31,7 @@ class Liveness:
     remote: bool | None  # None: the remote's refs are not there to look at
     last_activity: dt.datetime | None  # newest commit naming the row (any ref)
     since_claim: bool  # a commit named the row on or after the claim's date
+    looked: str = "locally"  # where the branch was looked for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +66,8 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
     remote = cfg.remote if cfg.remote and cfg.remote in ctx.git.remotes() else None
     refs = ctx.git.refs("refs/heads/", *([f"refs/remotes/{remote}/"] if remote else []))
     has_remote_refs = remote is not None and any(r.startswith(f"refs/remotes/{remote}/") for r in refs)
+    # remote: null in the config means local branches only, so "not local" is a verdict, not a doubt
+    unknown_remote = None if cfg.remote else False
     oldest = min(c.model.since for c in records.claims.values())
     commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(f"--since={oldest.isoformat()}",))
     out = {}
@@ -72,11 +75,13 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
         c = claim.model
         branches = {c.branch.removeprefix("refs/heads/"), f"{cfg.branch_prefix}{c.row}"}
         local = any(f"refs/heads/{b}" in refs for b in branches)
-        on_remote = any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs else None
+        on_remote = (any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs
+                     else unknown_remote)
         times = [x.time for x in commits if c.row in x.rows]
         start = dt.datetime.combine(c.since, dt.time(), dt.timezone.utc).timestamp()
         last = dt.datetime.fromtimestamp(max(times), dt.timezone.utc) if times else None
-        out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times))
+        looked = f"locally or on {remote}" if has_remote_refs else "locally"
+        out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times), looked)
     return out
 
 
@@ -105,8 +110,8 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
         if live.remote is None:
             unverified.append(cid)
             continue
-        findings.append(R_DEAD.finding(f"claim {cid} on {c.row}: branch {c.branch} exists neither locally nor "
-                                       f"on the remote, and no commit has named {c.row} since {c.since}",
+        findings.append(R_DEAD.finding(f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
+                                       f"and no commit has named {c.row} since {c.since}",
                                        claim.path, _key_line(claim.doc, "branch"),
                                        "push the branch, or release the claim (rowgate row set ID --state READY)"))
     return findings, unverified

@@ -60,7 +60,7 @@ def check_trailer_mode(commits: list[TrailedCommit], rows: set[str]) -> list[Fin
 
 def check_branch_mode(first_parent: list[TrailedCommit], rows: set[str], prefix: str) -> list[Finding]:
     findings = _unknown_rows(first_parent, rows)
-    pattern = re.compile(rf"(?<![\w/-]){re.escape(prefix)}([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\b")
+    pattern = re.compile(rf"(?<![\w-]){re.escape(prefix)}([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\b")
     for c in first_parent:
         if not c.commit.is_merge:
             findings.append(R_DIRECT.finding(f"commit {c.commit.short} landed on main directly, not through a "

@@ -75,8 +75,17 @@ def test_lr002_claim_not_live(cloned: GitRepo):
     cloned.write(_claim("GOV-X"))
     [f] = _run(cloned).findings
     assert (f.rule, f.path, f.line, f.message) == (
-        "LR002", ".agents/claims/c1.yaml", 3, "claim c1 on GOV-X: branch row/GOV-X exists neither locally nor on "
-                                              "the remote, and no commit has named GOV-X since 2026-11-29")
+        "LR002", ".agents/claims/c1.yaml", 3, "claim c1 on GOV-X: branch row/GOV-X is not found locally or on "
+                                              "origin, and no commit has named GOV-X since 2026-11-29")
+
+
+def test_lr002_local_only_mode_fails_without_a_remote(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/config.yaml": "version: 1\nrows:\n  areas: [GOV, ENGINE]\nlive_rows:\n  remote: null\n"})
+    _active(rowgate_repo)
+    rowgate_repo.write(_claim("GOV-X"))
+    [f] = _run(rowgate_repo).findings
+    assert (f.rule, f.message) == ("LR002", "claim c1 on GOV-X: branch row/GOV-X is not found locally, and no "
+                                            "commit has named GOV-X since 2026-11-29")
 
 
 @pytest.mark.parametrize("how", ["local", "remote", "commits"])

@@ -84,9 +84,10 @@ def test_branch_mode_clean_twin(branch: GitRepo):
     base = branch.head()
     _merge(branch, "row/GOV-CORE", "Merge branch 'row/GOV-CORE'\n", {"a.txt": "1\n"})
     _merge(branch, "contrib", "Merge branch 'contrib'\n\nRow: GOV-CORE\n", {"b.txt": "1\n"})
+    _merge(branch, "gh", "Merge pull request #7 from someone/row/GOV-CORE\n", {"c.txt": "1\n"})
     result = _run(branch, base=base)
     assert (result.status.value, result.summary) == (
-        "pass", "OK: 2 commits (2 merges) reach main through a row (branch mode)")
+        "pass", "OK: 3 commits (3 merges) reach main through a row (branch mode)")
 
 
 def test_rd003_direct_commit_and_rowless_merge_in_branch_mode(branch: GitRepo):

@@ -111,3 +111,9 @@ def test_unknown_row_is_refused(repo: GitRepo, capsys):
     assert rowgate(repo, "row", "set", "GOV-NONE", "--state", "READY") == 2
     assert capsys.readouterr().err == ("rowgate: no row GOV-NONE: .agents/rows/GOV-NONE.yaml does not exist "
                                        "(create it with `rowgate row new`)\n")
+
+
+def test_claim_refuses_a_non_active_target_state(repo: GitRepo, capsys):
+    assert rowgate(repo, "claim", "GOV-CORE", "--branch", "b", "--owner", "ada", "--state", "DONE") == 2
+    assert capsys.readouterr().err == "rowgate: --state DONE is not an active state (SPIKE, ACTIVE, GATING)\n"
+    assert not (repo.path / ".agents/claims").exists()
