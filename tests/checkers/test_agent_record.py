@@ -219,13 +219,20 @@ def test_base_flag_limits_the_range(ranged: GitRepo):
     assert (result.status.value, result.unit) == ("pass", "items (3 records, 1 commits)")
 
 
-def test_message_file_checks_a_pr_body(ranged: GitRepo, tmp_path: Path):
-    body = tmp_path / "pr.md"
-    body.write_text("Adds the thing.\n\nCloses #1, #4\n\nRow: GOV-CORE\n")
-    assert _one(ranged, message_file=body) == (
-        "AR005", str(body), None, "message references #4 but no intake record is filed under GOV-CORE")
-    body.write_text("Adds the thing.\n\nCloses #1\n\nRow: GOV-CORE\n")
-    result = _run(ranged, message_file=body)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "records"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("pr-body-unfiled-issue.md", ("AR005", "message references #4 but no intake record is filed under GOV-CORE")),
+    ("pr-body-without-row.md", ("AR007", "message references #1 but names no row (no Row: trailer)")),
+])
+def test_message_file_checks_a_pr_body(ranged: GitRepo, name, expected):
+    body = FIXTURES / name
+    assert _one(ranged, message_file=body) == (expected[0], str(body), None, expected[1])
+
+
+def test_message_file_clean_twin(ranged: GitRepo):
+    result = _run(ranged, message_file=FIXTURES / "pr-body-clean.md")
     assert (result.status.value, result.unit) == ("pass", "items (3 records, 1 message)")
 
 

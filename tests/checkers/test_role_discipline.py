@@ -118,3 +118,21 @@ def test_missing_base_is_an_error_with_the_fix(trailer: GitRepo):
 
     with pytest.raises(CheckError, match="base 'no-such-ref' does not resolve to a commit"):
         _run(trailer, base="no-such-ref")
+
+
+def test_shallow_clone_without_the_cutover_is_an_error_with_the_fix(trailer: GitRepo, tmp_path):
+    import subprocess
+
+    from checkers.preflight import run_check
+    from checkers.registry import get
+
+    trailer.commit("More\n\nRow: GOV-CORE\n")
+    dest = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{trailer.path}", str(dest)], check=True,
+                   env=trailer.env, capture_output=True, timeout=60)
+    ctx = Context(root=dest, config=load_config(dest), env={})
+    result = run_check(get("role-discipline"), ctx, argparse.Namespace(base=None, head=None))
+    cutover = load_config(dest).cutover
+    assert (result.status.value, result.summary, result.hint) == (
+        "error", f"range start (config cutover) {cutover!r} does not resolve to a commit",
+        "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)")
