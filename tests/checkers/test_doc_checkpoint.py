@@ -3,19 +3,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from checkers.checks import doc_checkpoint
 from checkers.config import load_config
 from checkers.context import Context
+from checkers.flagdecls import parse_flag_decls
 from checkers.records import load_records
 from checkers.render import load_views, render_environment
-from checkers.flagdecls import parse_flag_decls
-from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo, row_yaml
+from tests.conftest import MINIMAL_CONFIG, GitRepo, row_yaml
 
 FLAGS = 'declare("VT_FAST", False, "GOV-CORE", "A fast arm | with a pipe.")\ndeclare("VT_DIR", "", "GOV-CORE", "x")\n'
 
@@ -105,19 +102,15 @@ def test_engine_change_before_the_range_start_is_not_judged(repo: GitRepo):
     assert _run(repo, base=base).status.value == "pass"
 
 
-def _rowgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "checkers", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"}, timeout=120)
+def test_render_check_fails_with_a_diff_then_render_fixes_it(repo: GitRepo, capsys):
+    from checkers.cli import main
 
-
-def test_render_check_fails_with_a_diff_then_render_fixes_it(repo: GitRepo):
     repo.write({"engine/flags.py": FLAGS + 'declare("VT_NEW", True, "GOV-CORE", "new")\n'})
-    check = _rowgate("render", "--check", cwd=repo.path)
-    assert check.returncode == 1
-    assert "+| `VT_NEW` | ON | GOV-CORE | new |\n" in check.stdout
-    assert check.stderr == ("rowgate: 1 of 4 rendered files are out of date: docs/ENVIRONMENT.md; "
-                            "run `rowgate render`\n")
-    write = _rowgate("render", cwd=repo.path)
-    assert (write.returncode, write.stdout) == (0, "wrote docs/ENVIRONMENT.md\nOK: 4 rendered files, 1 updated\n")
-    again = _rowgate("render", "--check", cwd=repo.path)
-    assert (again.returncode, again.stdout) == (0, "OK: 4 rendered files are up to date\n")
+    assert main(["render", "--check", "--repo", str(repo.path)]) == 1
+    out, err = capsys.readouterr()
+    assert "+| `VT_NEW` | ON | GOV-CORE | new |\n" in out
+    assert err == "rowgate: 1 of 4 rendered files are out of date: docs/ENVIRONMENT.md; run `rowgate render`\n"
+    assert main(["render", "--repo", str(repo.path)]) == 0
+    assert capsys.readouterr().out == "wrote docs/ENVIRONMENT.md\nOK: 4 rendered files, 1 updated\n"
+    assert main(["render", "--check", "--repo", str(repo.path)]) == 0
+    assert capsys.readouterr().out == "OK: 4 rendered files are up to date\n"
