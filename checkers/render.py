@@ -53,10 +53,13 @@ def render_roadmap(records: Records, areas: list[str]) -> str:
 
 
 def render_environment(decls: list[FlagDecl], source: str = "engine/flags.py") -> str:
-    """One row per declared flag; the env-doc check reads the first column, so its format is fixed."""
-    lines = [BANNER.format(source=f"the declare() calls in `{source}`"), "", "# Environment variables", "",
-             "Every `VT_*` flag the engine reads. Fast arms are default OFF until they pass their gates.", "",
-             ENV_HEADER, "|---|---|---|---|"]
+    """One row per declared flag, in declaration order; the env-doc check reads the first column, so the
+    format is fixed (kept byte-identical to checkers.flagdecls.render_environment where that exists)."""
+    lines = ["# Environment variables", "",
+             f"<!-- Rendered from {source} by `rowgate render`; edit the declarations, not this file. -->", "",
+             "Every `VT_*` flag the engine reads, as declared in its flag registry. Boolean flags take",
+             "`1/0`, `true/false`, `on/off` or `yes/no`; a kernel flag stays OFF until it passes the flip gates.",
+             "", ENV_HEADER, "|---|---|---|---|"]
     for d in decls:
         lines.append(_cells(f"`{d.name}`", d.default, d.gates, d.doc))
     return "\n".join(lines) + "\n"
