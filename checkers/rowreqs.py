@@ -133,7 +133,9 @@ def reference_problems(row: Row, tree: Tree) -> list[Problem]:
     if row.closing_commit and row.closing_commit not in tree.known_commits:
         bad("closing_commit", f"closing commit {row.closing_commit[:12]} does not exist in this repository",
             "fetch it, or name the full sha of a commit that exists")
-    filed = {i.model.number for i in rec.issues if i.model.row == row.id}
+    # intake records filed where they belong (a misfiled one is reported on its own by agent-record)
+    filed = {i.model.number for i in rec.issues
+             if i.model.row == row.id and i.path == f".agents/issues/{row.id}/ISSUE-{i.model.number}.md"}
     spec = rec.specs.get(row.spec) if row.spec else None
     for number in row.issues:
         if number not in filed:
@@ -141,6 +143,9 @@ def reference_problems(row: Row, tree: Tree) -> list[Problem]:
                 "file the intake record under this row")
         if spec is not None and number not in spec.issues:
             bad("issues", f"issue #{number} is not listed in {row.spec}", f"list #{number} under '## Issues'")
+    for number in sorted(filed - set(row.issues)):  # an intake record filed under the row is the row's issue
+        bad("issues", f"issue #{number} is filed under .agents/issues/{row.id}/ but not in the row's issues: "
+            f"{row.issues}", f"add {number} to issues: (and list #{number} in the spec)")
     return out
 
 

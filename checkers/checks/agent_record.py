@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from checkers import rowreqs
@@ -113,7 +114,7 @@ def check_links(records: Records) -> list[Finding]:
     return findings
 
 
-def check_message(text: str, rows: tuple[str, ...], records: Records, pattern, path: str | None,
+def check_message(text: str, rows: tuple[str, ...], records: Records, pattern: re.Pattern[str], path: str | None,
                   short: str | None) -> list[Finding]:
     """The three places for one commit message (`short` set) or one PR body (`path` set)."""
     prefix = f"commit {short} " if short else "message "

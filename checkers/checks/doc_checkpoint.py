@@ -10,7 +10,8 @@ from checkers.gitio import TrailedCommit
 from checkers.ranges import commit_range
 from checkers.records import Records
 from checkers.render import load_views, stale_views
-from checkers.results import Finding, Result, Rule
+from checkers.flagdecls import FlagDeclError
+from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "doc-checkpoint"
 RULES = (
@@ -40,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     docs = ctx.config.docs
-    views = load_views(ctx.root, ctx.records, ctx.config)
+    try:
+        views = load_views(ctx.root, ctx.records, ctx.config)
+    except FlagDeclError as exc:
+        raise CheckError(f"cannot render {docs.environment}: {exc}",
+                         hint="declare flags with literal name, default, gates and doc") from None
     stale = stale_views(ctx.root, views)
     findings = check_rendered(stale)
     details = [line for diff in stale.values() for line in diff.splitlines()]

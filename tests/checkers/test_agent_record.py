@@ -113,6 +113,14 @@ def test_ar003_row_dangling_reference(rowgate_repo: GitRepo, extra, files, line,
     assert _one(rowgate_repo) == ("AR003", ".agents/rows/GOV-X.yaml", line, message)
 
 
+def test_ar003_filed_issue_missing_from_row(rowgate_repo: GitRepo):
+    _row(rowgate_repo, "GOV-X", spec_issues="- #3", issues="[3]")
+    rowgate_repo.write({".agents/issues/GOV-X/ISSUE-3.md": "---\nnumber: 3\nrow: GOV-X\nfiled: 2026-11-29\n---\n",
+                        ".agents/issues/GOV-X/ISSUE-6.md": "---\nnumber: 6\nrow: GOV-X\nfiled: 2026-11-29\n---\n"})
+    assert _one(rowgate_repo) == ("AR003", ".agents/rows/GOV-X.yaml", 6,
+                                  "issue #6 is filed under .agents/issues/GOV-X/ but not in the row's issues: [3]")
+
+
 def test_ar003_row_issue_missing_from_spec(rowgate_repo: GitRepo):
     _row(rowgate_repo, "GOV-X", spec_issues="- #3", issues="[3, 9]")
     rowgate_repo.write({".agents/issues/GOV-X/ISSUE-3.md": "---\nnumber: 3\nrow: GOV-X\nfiled: 2026-11-29\n---\n",
@@ -181,6 +189,7 @@ def ranged(rowgate_repo: GitRepo) -> GitRepo:
     cutover = rowgate_repo.head()
     rowgate_repo.commit("File issue 1\n\nRow: GOV-CORE\n", {
         ".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\n",
+        ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", issues="[1]"),
         ".agents/issues/GOV-CORE/ISSUE-1.md": "---\nnumber: 1\nrow: GOV-CORE\nfiled: 2026-11-29\n---\n# one\n"})
     return rowgate_repo
 
@@ -207,8 +216,10 @@ def test_issue_refs_in_range(ranged: GitRepo, message, rule, text):
 def test_ar006_issue_ref_not_in_spec(ranged: GitRepo):
     ranged.write({".agents/specs/GOV-CORE.md": "# GOV-CORE\n\n## Goal\nx\n\n## Acceptance\ny\n\n## Issues\n"})
     sha = ranged.commit("Work\n\nRefs #1\n\nRow: GOV-CORE\n")
-    assert _one(ranged) == ("AR006", None, None, f"commit {sha[:12]} references #1, filed under GOV-CORE, "
-                                                 "but .agents/specs/GOV-CORE.md does not list #1")
+    assert [(f.rule, f.message) for f in _run(ranged).findings] == [
+        ("AR003", "issue #1 is not listed in .agents/specs/GOV-CORE.md"),  # the row's own record disagrees too
+        ("AR006", f"commit {sha[:12]} references #1, filed under GOV-CORE, but .agents/specs/GOV-CORE.md "
+                  "does not list #1")]
 
 
 def test_base_flag_limits_the_range(ranged: GitRepo):

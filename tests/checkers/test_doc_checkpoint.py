@@ -114,3 +114,15 @@ def test_render_check_fails_with_a_diff_then_render_fixes_it(repo: GitRepo, caps
     assert capsys.readouterr().out == "wrote docs/ENVIRONMENT.md\nOK: 4 rendered files, 1 updated\n"
     assert main(["render", "--check", "--repo", str(repo.path)]) == 0
     assert capsys.readouterr().out == "OK: 4 rendered files are up to date\n"
+
+
+def test_unparsable_flag_registry_is_an_error(repo: GitRepo):
+    from checkers.preflight import run_check
+    from checkers.registry import get
+
+    repo.write({"engine/flags.py": "declare(NAME, False, 'GOV-CORE', 'x')\n"})
+    ctx = Context(root=repo.path, config=load_config(repo.path), env={})
+    result = run_check(get("doc-checkpoint"), ctx, argparse.Namespace(base=None, head=None))
+    assert (result.status.value, result.summary, result.hint) == (
+        "error", "cannot render docs/ENVIRONMENT.md: engine/flags.py:1: declare() takes literal name, default, "
+                 "gates, doc", "declare flags with literal name, default, gates and doc")
