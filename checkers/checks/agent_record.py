@@ -106,6 +106,12 @@ def check_links(records: Records) -> list[Finding]:
             findings.append(R_DANGLING.finding(
                 f"intake record of #{issue.model.number} for {issue.model.row} is filed as {folder}/{name}",
                 issue.path, line + 1 if line else None, f"move it to .agents/issues/{issue.model.row}/{want}"))
+    referenced = {r.model.spec for r in records.rows.values()}
+    broken = {p.path.rsplit("/", 1)[-1].removesuffix(".yaml") for p in records.problems}  # reported as AR001
+    for path in records.specs:
+        if path not in referenced and path.rsplit("/", 1)[-1].removesuffix(".md") not in broken:
+            findings.append(R_DANGLING.finding("spec belongs to no row (no row's spec: names it)", path, None,
+                                               "point a row's spec: at it, or remove it"))
     for entry in records.ledger.values():
         unknown = [r for r in entry.model.rows if r not in records.rows]
         if unknown:

@@ -138,7 +138,8 @@ def test_ar003_row_issue_missing_from_spec(rowgate_repo: GitRepo):
      "intake record names row GOV-NONE, which does not exist"),
     (".agents/ledger/2026-11-29-a.json", _ledger(["GOV-CORE", "GOV-NONE"]), 5,
      "ledger entry names unknown rows ['GOV-NONE']"),
-], ids=["claim", "issue-misfiled", "issue-row", "ledger"])
+    (".agents/specs/GOV-ORPHAN.md", "# x\n", None, "spec belongs to no row (no row's spec: names it)"),
+], ids=["claim", "issue-misfiled", "issue-row", "ledger", "orphan-spec"])
 def test_ar003_record_dangling_reference(rowgate_repo: GitRepo, rel, text, line, message):
     rowgate_repo.write({rel: text})
     assert _one(rowgate_repo) == ("AR003", rel, line, message)
