@@ -67,11 +67,15 @@ class GemvConfig(Strict):
 
 
 class LiveRowsConfig(Strict):
-    pass
+    remote: str | None = Field("origin", description="remote whose row branches count; null: local branches only")
+    branch_prefix: str = Field("row/", description="a row's branch is <prefix><ROW-ID>")
 
 
 class RoleConfig(Strict):
-    pass
+    mode: Literal["branch", "trailer"] = Field(
+        "trailer", description="branch: main's first-parent history is merges of <prefix><ROW-ID> branches; "
+                               "trailer: every commit names its row in a Row: trailer")
+    branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode")
 
 
 class GencodeConfig(Strict):
@@ -79,11 +83,21 @@ class GencodeConfig(Strict):
 
 
 class RecordConfig(Strict):
-    pass
+    ref_keywords: list[str] = Field(default_factory=lambda: ["Refs", "Closes", "Fixes"],
+                                    description="words before #N that make an issue reference")
 
 
 class DocsConfig(Strict):
-    pass
+    matrices_dir: str = Field("docs/matrices", description="one rendered matrix per area")
+    roadmap: str = Field("docs/ROADMAP.md", description="the rendered roadmap table")
+    environment: str = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")
+    flags_file: str = Field("engine/flags.py", description="the engine's flag registry, read as AST")
+    engine_paths: list[str] = Field(default_factory=lambda: ["engine/"],
+                                    description="path prefixes of engine code (a change owes a benchmark note)")
+    benchmarks: str = Field("docs/BENCHMARKS.md", description="the benchmark summary")
+    bench_trailer: str = Field("Bench-Impact", description="trailer that says why an engine change has no "
+                                                           "benchmark or ledger update")
+    since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
 class Config(Strict):

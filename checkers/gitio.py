@@ -76,6 +76,19 @@ class BaseRange:
         return f"{self.merge_base}..{self.head}"
 
 
+@dataclass(frozen=True)
+class TrailedCommit:
+    """A commit with the values of the trailers that were asked for (git's own trailer parse)."""
+
+    commit: Commit
+    trailers: dict[str, tuple[str, ...]]
+    time: int  # committer time, seconds since the epoch
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return self.trailers.get("Row", ())
+
+
 class Git:
     def __init__(self, root: Path, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.root = Path(root)
@@ -169,6 +182,77 @@ class Git:
     def ls_files(self) -> list[str]:
         out = self.run("ls-files", "-z").stdout.decode("utf-8", errors="replace")
         return [p for p in out.split("\0") if p]
+
+
+    # --- batched reads for the record checks (agent-record, doc-checkpoint, live-rows, role-discipline)
+    def commits_with_trailers(self, rev_range: str, keys: tuple[str, ...] = ("Row",), first_parent: bool = False,
+                              extra: tuple[str, ...] = ()) -> list[TrailedCommit]:
+        """Every commit in `rev_range`, oldest first, with git's own parse of the trailers `keys` (unfolded)
+        and the committer time, read by one `git log`."""
+        spec = ",".join(f"key={k}" for k in keys)
+        args = ["log", "-z", "--reverse",
+                f"--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%(trailers:{spec},unfold,separator=%x1e)%x1f%B"]
+        if first_parent:
+            args.append("--first-parent")
+        out = self.run(*args, *extra, rev_range, "--").stdout.decode("utf-8", errors="replace")
+        result = []
+        wanted = {k.lower(): k for k in keys}
+        for record in out.split("\0"):
+            if not record:
+                continue
+            sha, parents, name, email, ctime, block, message = record.split("\x1f", 6)
+            trailers: dict[str, tuple[str, ...]] = {k: () for k in keys}
+            for item in block.split("\x1e"):
+                key, sep, value = item.partition(":")
+                if sep and key.strip().lower() in wanted and value.strip():
+                    k = wanted[key.strip().lower()]
+                    trailers[k] = (*trailers[k], value.strip())
+            commit = Commit(sha.strip(), tuple(parents.split()), name, email, message)
+            result.append(TrailedCommit(commit, trailers, int(ctime)))
+        return result
+
+    def changed_paths(self, rev_range: str) -> dict[str, list[str]]:
+        """Paths each non-merge commit in `rev_range` changes (renames as delete plus add), one `git log`."""
+        out = self.run("log", "-z", "--no-renames", "--format=%x01%H", "--name-only", rev_range,
+                       "--").stdout.decode("utf-8", errors="replace")
+        changed: dict[str, list[str]] = {}
+        for chunk in out.split("\x01")[1:]:
+            sha, _, rest = chunk.partition("\0")
+            changed[sha.strip()] = [p.strip("\n") for p in rest.split("\0") if p.strip("\n")]
+        return changed
+
+    def key_changes(self, rev_range: str, directory: str, key: str) -> dict[str, dict[str, tuple[str | None, str | None]]]:
+        """Per commit, the YAML files under `directory` whose top-level `key` changed: path -> (old, new);
+        a created file has old None, a deleted one new None. One `git log -p -U0` for the range."""
+        out = self.text("log", "-p", "-U0", "--no-renames", "--no-ext-diff", "--format=%x01%H", rev_range,
+                        "--", directory)
+        pattern = f"{key}:"
+        result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        for chunk in out.split("\x01")[1:]:
+            lines = chunk.split("\n")
+            sha, changes, path = lines[0].strip(), {}, None
+            for line in lines[1:]:
+                if line.startswith("diff --git "):
+                    path = line.split(" b/", 1)[-1]
+                    changes[path] = [None, None]
+                elif path and line[:1] in "+-" and line[1:].startswith(pattern):
+                    value = line[1 + len(pattern):].split("#", 1)[0].strip().strip("\"'")
+                    changes[path][0 if line[0] == "-" else 1] = value
+            result[sha] = {p: (old, new) for p, (old, new) in changes.items() if old != new}
+        return result
+
+    def refs(self, *patterns: str) -> dict[str, str]:
+        """Ref name (refs/heads/..., refs/remotes/...) -> sha for the refs under `patterns`, one call."""
+        out = self.text("for-each-ref", "--format=%(refname)%09%(objectname)", *patterns)
+        return dict(tuple(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+
+    def existing_commits(self, shas: list[str]) -> set[str]:
+        """The subset of `shas` that name commits in this repository, one `git cat-file --batch-check`."""
+        if not shas:
+            return set()
+        out = self.text("cat-file", "--batch-check=%(objectname) %(objecttype)",
+                        input="".join(f"{s}\n" for s in shas).encode())
+        return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
 
 
 def resolve_base(git: Git, flag: str | None, env: dict[str, str], config_ref: str | None,

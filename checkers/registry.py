@@ -34,6 +34,13 @@ CHECKS: tuple[CheckSpec, ...] = (
     # records
     CheckSpec("agent-record", "agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
               "rows, specs, claims, issues and ledger entries are well-formed and agree"),
+    CheckSpec("live-rows", "live_rows", "records", "scripts/audit-live-rows.py", ("pre-push",),
+              "rows in an active state have a live claim and branch; claims point at active rows"),
+    CheckSpec("doc-checkpoint", "doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
+              "rendered documents match the records; a change that moves a row's state updates them"),
+    # commits
+    CheckSpec("role-discipline", "role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
+              "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
 )
 
 

@@ -1,30 +1,64 @@
-"""Every record under `.agents/` validates against its model, names a known area, and is counted per area."""
+"""Every record under `.agents/` validates, meets its state's requirements, points at records that exist, and every issue a commit or PR body references agrees with its intake record and its row's spec."""
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
-from checkers.context import Context
-from checkers.records import Records
-from checkers.results import Finding, Result, Rule
+from checkers import rowreqs
+from checkers.context import Context, add_range_arguments
+from checkers.issuerefs import NO_ROW, UNFILED, body_rows, check_refs, issue_refs, ref_pattern
+from checkers.ranges import commit_range
+from checkers.records import Records, _key_line
+from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "agent-record"
 RULES = (
     Rule("AR001", "record-invalid", "a row, claim, issue record or ledger entry does not validate"),
     Rule("AR002", "row-unknown-area", "a row's area is not one of the configured areas"),
+    Rule("AR003", "record-dangling-reference", "a record points at a spec, claim, row, anchor, ledger entry, "
+                                               "issue or commit that does not exist or does not point back"),
+    Rule("AR004", "row-state-unmet", "a row lacks what its state requires (rows.states in the config)"),
+    Rule("AR005", "issue-ref-unfiled", "a referenced issue has no intake record under the row the body names"),
+    Rule("AR006", "issue-ref-not-in-spec", "a referenced issue's row spec does not list it"),
+    Rule("AR007", "issue-ref-without-row", "a commit or PR body references an issue but names no row"),
 )
-R_INVALID, R_AREA = RULES
+R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW = RULES
+_REF_RULES = {UNFILED: R_UNFILED, NO_ROW: R_NOROW}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    add_range_arguments(parser)
+    parser.add_argument("--message-file", metavar="FILE", type=Path,
+                        help="check the issue references of one message (a PR body with Row: lines) "
+                             "instead of the commits in the range")
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     records = ctx.records
-    findings = check_records(records, ctx.config.rows.areas)
-    counts = area_counts(records, ctx.config.rows.areas)
+    areas = ctx.config.rows.areas
+    tree = rowreqs.load_tree(ctx.root, ctx.config.rows, records, ctx.git)
+    findings = check_records(records, areas) + check_rows(tree) + check_links(records)
+    n_records = records.examined + len(records.problems)
+    pattern = ref_pattern(ctx.config.record.ref_keywords)
+    message_file = getattr(args, "message_file", None)
+    if message_file is not None:
+        try:
+            text = message_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CheckError(f"cannot read --message-file {message_file}: {exc.strerror}",
+                             hint="pass the path of a file holding the message or PR body") from None
+        findings += check_message(text, body_rows(text), records, pattern, str(message_file), None)
+        examined, unit = n_records + 1, f"items ({n_records} records, 1 message)"
+    else:
+        rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None))
+        commits = ctx.git.commits_with_trailers(rng) if rng else []
+        for c in commits:
+            findings += check_message(c.commit.message, c.rows, records, pattern, None, c.commit.short)
+        examined, unit = n_records + len(commits), f"items ({n_records} records, {len(commits)} commits)"
+    counts = area_counts(records, areas)
     ok = "OK: " + " ".join(f"{area}={n}" for area, n in counts.items())
-    return Result.judge(ID, findings, records.examined + len(records.problems), "records", ok)
+    return Result.judge(ID, findings, examined, unit, ok)
 
 
 def check_records(records: Records, areas: list[str]) -> list[Finding]:
@@ -40,6 +74,58 @@ def check_records(records: Records, areas: list[str]) -> list[Finding]:
             findings.append(R_AREA.finding(f"area {row.model.area!r} is not one of {areas}", row.path, line,
                                            "use a configured area or add it to rows.areas in .agents/config.yaml"))
     return findings
+
+
+def check_rows(tree: rowreqs.Tree) -> list[Finding]:
+    """Each row against its own state's requirements and its references (rowreqs, shared with `rowgate row`)."""
+    findings = []
+    for row in tree.records.rows.values():
+        for p in rowreqs.row_problems(row.model, row.model.state, tree):
+            rule = R_STATE if p.kind == rowreqs.STATE else R_DANGLING
+            line = _key_line(row.doc, "state" if p.kind == rowreqs.STATE else p.field)
+            findings.append(rule.finding(p.message, row.path, line, p.hint))
+    return findings
+
+
+def check_links(records: Records) -> list[Finding]:
+    """Claims, intake records and ledger entries name rows that exist; intake records sit under their row."""
+    findings = []
+    for claim in records.claims.values():
+        if claim.model.row not in records.rows:
+            findings.append(R_DANGLING.finding(f"claim {claim.model.id} names row {claim.model.row}, which does "
+                                               "not exist", claim.path, _key_line(claim.doc, "row"),
+                                               "fix the row id or remove the claim"))
+    for issue in records.issues:
+        folder, name = issue.path.split("/")[-2:]
+        want = f"ISSUE-{issue.model.number}.md"
+        line = _key_line(issue.doc, "row")
+        if issue.model.row not in records.rows:
+            findings.append(R_DANGLING.finding(f"intake record names row {issue.model.row}, which does not exist",
+                                               issue.path, line + 1 if line else None, "file it under a row that exists"))
+        elif folder != issue.model.row or name != want:
+            findings.append(R_DANGLING.finding(
+                f"intake record of #{issue.model.number} for {issue.model.row} is filed as {folder}/{name}",
+                issue.path, line + 1 if line else None, f"move it to .agents/issues/{issue.model.row}/{want}"))
+    referenced = {r.model.spec for r in records.rows.values()}
+    broken = {p.path.rsplit("/", 1)[-1].removesuffix(".yaml") for p in records.problems}  # reported as AR001
+    for path in records.specs:
+        if path not in referenced and path.rsplit("/", 1)[-1].removesuffix(".md") not in broken:
+            findings.append(R_DANGLING.finding("spec belongs to no row (no row's spec: names it)", path, None,
+                                               "point a row's spec: at it, or remove it"))
+    for entry in records.ledger.values():
+        unknown = [r for r in entry.model.rows if r not in records.rows]
+        if unknown:
+            findings.append(R_DANGLING.finding(f"ledger entry names unknown rows {unknown}", entry.path,
+                                               _key_line(entry.doc, "rows"), "name rows that exist"))
+    return findings
+
+
+def check_message(text: str, rows: tuple[str, ...], records: Records, pattern: re.Pattern[str], path: str | None,
+                  short: str | None) -> list[Finding]:
+    """The three places for one commit message (`short` set) or one PR body (`path` set)."""
+    prefix = f"commit {short} " if short else "message "
+    return [_REF_RULES.get(p.kind, R_SPEC).finding(prefix + p.message, path, None, p.hint)
+            for p in check_refs(issue_refs(text, pattern), rows, records)]
 
 
 def area_counts(records: Records, areas: list[str]) -> dict[str, int]:

@@ -1,0 +1,131 @@
+"""Every row in an active state has a live claim (its branch exists, or commits have named the row since the claim), and every claim points at an active row that exists.
+
+What "examined" means here: the rows and claims read. A repository with rows but none active passes
+honestly (no row needs a claim and no claim is stale: `OK: 0 active rows, 0 claims (33 rows read)`);
+one with no rows and no claims at all has examined nothing and is an error.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from dataclasses import dataclass
+
+from checkers.context import Context
+from checkers.records import Records, _key_line
+from checkers.results import Finding, Result, Rule, Status
+
+ID = "live-rows"
+RULES = (
+    Rule("LR001", "active-row-unclaimed", "a row in an active state has no claim"),
+    Rule("LR002", "claim-not-live", "a claim's branch exists nowhere and no commit has named its row since"),
+    Rule("LR003", "claim-row-inactive", "a claim points at a row that does not exist or is not active"),
+)
+R_UNCLAIMED, R_DEAD, R_INACTIVE = RULES
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What git says about one claim: where its branch is, and the row's last named activity."""
+
+    local: bool
+    remote: bool | None  # None: the remote's refs are not there to look at
+    last_activity: dt.datetime | None  # newest commit naming the row (any ref)
+    since_claim: bool  # a commit named the row on or after the claim's date
+    looked: str = "locally"  # where the branch was looked for
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true", help="gate (the default of `rowgate check`; kept for "
+                                                             "`scripts/audit-live-rows.py --check`)")
+    parser.add_argument("--report", action="store_true", help="print the table of active rows, claims, "
+                                                              "branches and last activity; never fail")
+
+
+def run(ctx: Context, args: argparse.Namespace) -> Result:
+    records, cfg = ctx.records, ctx.config
+    active = cfg.rows.active_states
+    liveness = probe(ctx, records) if records.claims else {}
+    findings, unverified = check_live(records, active, liveness)
+    table = render_table(records, active, liveness)
+    n_active = sum(1 for r in records.rows.values() if r.model.state in active)
+    counts = f"{n_active} active rows, {len(records.claims)} claims ({len(records.rows)} rows read)"
+    if getattr(args, "report", False) and not getattr(args, "check", False):
+        note = f"report only, {len(findings)} findings would fail --check" if findings else counts
+        return Result(check=ID, status=Status.PASS, summary=f"OK: {note}", examined=len(records.rows),
+                      unit="rows", findings=findings, details=table)
+    if unverified and not findings:
+        return Result.skip(ID, f"cannot verify the branches of claims {', '.join(unverified)}: remote "
+                               f"{cfg.live_rows.remote!r} has no refs here; fetch it or set live_rows.remote")
+    return Result.judge(ID, findings, len(records.rows) + len(records.claims), "rows and claims", f"OK: {counts}")
+
+
+def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
+    """Two batched git reads: the refs under heads and the remote, and the Row trailers of every ref's
+    commits since the oldest claim."""
+    cfg = ctx.config.live_rows
+    remote = cfg.remote if cfg.remote and cfg.remote in ctx.git.remotes() else None
+    refs = ctx.git.refs("refs/heads/", *([f"refs/remotes/{remote}/"] if remote else []))
+    has_remote_refs = remote is not None and any(r.startswith(f"refs/remotes/{remote}/") for r in refs)
+    # remote: null in the config means local branches only, so "not local" is a verdict, not a doubt
+    unknown_remote = None if cfg.remote else False
+    oldest = min(c.model.since for c in records.claims.values())
+    commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(f"--since={oldest.isoformat()}",))
+    out = {}
+    for cid, claim in records.claims.items():
+        c = claim.model
+        branches = {c.branch.removeprefix("refs/heads/"), f"{cfg.branch_prefix}{c.row}"}
+        local = any(f"refs/heads/{b}" in refs for b in branches)
+        on_remote = (any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs
+                     else unknown_remote)
+        times = [x.time for x in commits if c.row in x.rows]
+        start = dt.datetime.combine(c.since, dt.time(), dt.timezone.utc).timestamp()
+        last = dt.datetime.fromtimestamp(max(times), dt.timezone.utc) if times else None
+        looked = f"locally or on {remote}" if has_remote_refs else "locally"
+        out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times), looked)
+    return out
+
+
+def check_live(records: Records, active: list[str], liveness: dict[str, Liveness]) -> tuple[list[Finding], list[str]]:
+    """Findings, and the claims whose liveness could not be verified (no remote refs to look at)."""
+    findings, unverified = [], []
+    claimed = {c.model.row for c in records.claims.values()}
+    for row in records.rows.values():
+        m = row.model
+        if m.state in active and not (m.claim and m.claim in records.claims) and m.id not in claimed:
+            findings.append(R_UNCLAIMED.finding(f"{m.id} is {m.state} but has no claim", row.path,
+                                                _key_line(row.doc, "state"),
+                                                f"claim it (rowgate claim {m.id} --branch row/{m.id}) or move it "
+                                                "out of the active states (rowgate row set)"))
+    for cid, claim in records.claims.items():
+        c, row = claim.model, records.rows.get(claim.model.row)
+        if row is None or row.model.state not in active:
+            what = "does not exist" if row is None else f"is {row.model.state} (active: {', '.join(active)})"
+            findings.append(R_INACTIVE.finding(f"claim {cid} points at row {c.row}, which {what}", claim.path,
+                                               _key_line(claim.doc, "row"), "remove the claim (rowgate row set "
+                                               "releases it) or move the row to an active state"))
+            continue
+        live = liveness.get(cid)
+        if live is None or live.local or live.remote or live.since_claim:
+            continue
+        if live.remote is None:
+            unverified.append(cid)
+            continue
+        findings.append(R_DEAD.finding(f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
+                                       f"and no commit has named {c.row} since {c.since}",
+                                       claim.path, _key_line(claim.doc, "branch"),
+                                       "push the branch, or release the claim (rowgate row set ID --state READY)"))
+    return findings, unverified
+
+
+def render_table(records: Records, active: list[str], liveness: dict[str, Liveness]) -> list[str]:
+    lines = ["| row | state | claim | owner | branch | where | last activity |", "|---|---|---|---|---|---|---|"]
+    for row in sorted((r for r in records.rows.values() if r.model.state in active), key=lambda r: r.model.id):
+        m = row.model
+        claim = records.claims.get(m.claim) if m.claim else None
+        live = liveness.get(m.claim or "")
+        where = "" if live is None else ", ".join(w for w, ok in (("local", live.local), ("remote", live.remote))
+                                                  if ok) or "missing"
+        last = live.last_activity.strftime("%Y-%m-%d %H:%M") if live and live.last_activity else ""
+        lines.append(f"| {m.id} | {m.state} | {m.claim or ''} | {claim.model.owner if claim else ''} | "
+                     f"{claim.model.branch if claim else ''} | {where} | {last} |")
+    return lines

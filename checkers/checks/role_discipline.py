@@ -1,0 +1,108 @@
+"""Changes reach main through a row: in `trailer` mode every commit since the cutover names an existing row in a `Row:` trailer; in `branch` mode main's first-parent history is merges of `row/<ID>` branches.
+
+An outside contribution without a row has one path in: a maintainer files its row and merges it with a
+merge commit that names the row (`Row: <ID>`); that merge covers every commit it brings in.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+from checkers.context import Context, add_range_arguments
+from checkers.gitio import TrailedCommit
+from checkers.ranges import commit_range
+from checkers.results import Finding, Result, Rule
+
+ID = "role-discipline"
+RULES = (
+    Rule("RD001", "commit-without-row", "a commit names no row (trailer mode)"),
+    Rule("RD002", "commit-unknown-row", "a commit or merge names a row that does not exist"),
+    Rule("RD003", "commit-outside-row-branch", "a first-parent commit on main is not a merge of a row branch "
+                                               "(branch mode)"),
+)
+R_NOROW, R_UNKNOWN, R_DIRECT = RULES
+_HINT_OUTSIDE = "or, for an outside contribution, file its row and merge it with a `Row: <ID>` merge commit"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_range_arguments(parser)
+
+
+def run(ctx: Context, args: argparse.Namespace) -> Result:
+    cfg = ctx.config.role
+    rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None))
+    if rng is None:
+        return Result.error(ID, "no range: the config has no cutover and no --base was given",
+                            hint="set cutover: in .agents/config.yaml or pass --base REF")
+    rows = set(ctx.records.rows)
+    if cfg.mode == "branch":
+        commits = ctx.git.commits_with_trailers(rng, first_parent=True)
+        findings = check_branch_mode(commits, rows, cfg.branch_prefix)
+    else:
+        commits = ctx.git.commits_with_trailers(rng)
+        findings = check_trailer_mode(commits, rows)
+    merges = sum(c.commit.is_merge for c in commits)
+    ok = f"OK: {len(commits)} commits ({merges} merges) reach main through a row ({cfg.mode} mode)"
+    return Result.judge(ID, findings, len(commits), "commits", ok)
+
+
+def check_trailer_mode(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]:
+    findings = _unknown_rows(commits, rows)
+    covered = _covered_by_row_merges(commits, rows)
+    for c in commits:
+        if c.commit.is_merge or c.rows or c.commit.sha in covered:
+            continue
+        findings.append(R_NOROW.finding(f"commit {c.commit.short} names no row (no Row: trailer)", None, None,
+                                        f"add a `Row: <ROW-ID>` trailer naming a row in .agents/rows/, "
+                                        f"{_HINT_OUTSIDE}"))
+    return findings
+
+
+def check_branch_mode(first_parent: list[TrailedCommit], rows: set[str], prefix: str) -> list[Finding]:
+    findings = _unknown_rows(first_parent, rows)
+    pattern = re.compile(rf"(?<![\w-]){re.escape(prefix)}([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\b")
+    for c in first_parent:
+        if not c.commit.is_merge:
+            findings.append(R_DIRECT.finding(f"commit {c.commit.short} landed on main directly, not through a "
+                                             f"merge of a {prefix}<ID> branch", None, None,
+                                             f"land work by merging a {prefix}<ID> branch, {_HINT_OUTSIDE}"))
+            continue
+        subject = c.commit.message.splitlines()[0] if c.commit.message else ""
+        named = pattern.findall(subject)
+        if named and all(n not in rows for n in named):
+            findings.append(R_UNKNOWN.finding(f"merge {c.commit.short} merges {prefix}{named[0]}, but row "
+                                              f"{named[0]} does not exist", None, None,
+                                              f"file .agents/rows/{named[0]}.yaml before merging"))
+        elif not named and not c.rows:
+            findings.append(R_DIRECT.finding(f"merge {c.commit.short} merges no {prefix}<ID> branch and names no "
+                                             "row", None, None, f"merge a {prefix}<ID> branch, {_HINT_OUTSIDE}"))
+    return findings
+
+
+def _unknown_rows(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]:
+    return [R_UNKNOWN.finding(f"commit {c.commit.short} names row {r}, which does not exist", None, None,
+                              f"file .agents/rows/{r}.yaml or fix the Row: trailer")
+            for c in commits for r in c.rows if r not in rows]
+
+
+def _covered_by_row_merges(commits: list[TrailedCommit], rows: set[str]) -> set[str]:
+    """Commits that a merge naming an existing row brings in: reachable from its second parent but not
+    from its first, within the range (the graph is walked in memory; git was read once)."""
+    parents = {c.commit.sha: c.commit.parents for c in commits}
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            sha = todo.pop()
+            if sha in parents and sha not in seen:
+                seen.add(sha)
+                todo.extend(parents[sha])
+        return seen
+
+    covered: set[str] = set()
+    for c in commits:
+        if c.commit.is_merge and c.rows and all(r in rows for r in c.rows):
+            mainline = reach(c.commit.parents[0])
+            for side in c.commit.parents[1:]:
+                covered |= reach(side) - mainline
+    return covered

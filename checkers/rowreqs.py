@@ -1,0 +1,160 @@
+"""What a row must have to be in a state, and what its references must point at: the one implementation
+that both the agent-record check and the `rowgate row`/`claim` commands use."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checkers.config import RowsConfig
+from checkers.gitio import Git
+from checkers.records import Records, Row
+
+STATE, REFERENCE = "state", "reference"
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # STATE: the state's requirement is unmet; REFERENCE: a reference points nowhere
+    field: str  # the row key the problem is about (for its line)
+    message: str
+    hint: str
+
+
+@dataclass
+class Tree:
+    """The inputs the requirements read: the work tree, the records, and the closing commits' status."""
+
+    root: Path
+    records: Records
+    rows: RowsConfig
+    known_commits: set[str] = field(default_factory=set)  # closing commits that exist
+    ancestors: set[str] = field(default_factory=set)  # ... and are ancestors of HEAD
+    _lines: dict[str, int | None] = field(default_factory=dict)
+
+    def line_count(self, rel: str) -> int | None:
+        """Lines in a tracked-tree file, None when it is not a file (cached: each file read once)."""
+        if rel not in self._lines:
+            p = self.root / rel
+            self._lines[rel] = len(p.read_bytes().splitlines()) if p.is_file() else None
+        return self._lines[rel]
+
+
+def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: list[Row] = ()) -> Tree:
+    """Resolve every closing commit once: one batch existence query, one ancestry test per DONE-style row."""
+    shas = sorted({r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
+                  | {r.closing_commit for r in extra if r.closing_commit})
+    known = git.existing_commits(shas)
+    head = git.resolve("HEAD")
+    ancestors = {s for s in known if head and git.is_ancestor(s, head)}
+    return Tree(root, records, rows, known, ancestors)
+
+
+def row_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
+    """Every unmet requirement of `state` for `row`, then every dangling reference the row holds."""
+    return state_problems(row, state, tree) + reference_problems(row, tree)
+
+
+def state_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
+    rule = tree.rows.states.get(state)
+    if rule is None:
+        return []
+    out: list[Problem] = []
+
+    def need(fld: str, what: str, message: str, hint: str) -> None:
+        out.append(Problem(STATE, fld, f"state {state} needs {what}: {message}", hint))
+
+    if rule.claim and not row.claim:
+        need("claim", "a live claim", "claim is null", f"claim it: rowgate claim {row.id} --branch row/{row.id}")
+    if rule.spec:
+        spec = tree.records.specs.get(row.spec) if row.spec else None
+        if not row.spec:
+            need("spec", "a spec", "spec is null", f"write .agents/specs/{row.id}.md and set spec: to its path")
+        elif spec is not None:
+            missing = [s for s in tree.rows.spec_sections if s not in spec.sections]
+            if missing:
+                need("spec", "a spec with sections " + ", ".join(tree.rows.spec_sections),
+                     f"{row.spec} lacks {', '.join(missing)}", f"add a '## {missing[0]}' section to {row.spec}")
+    if rule.anchors:
+        paths = [split_anchor(a)[0] for a in row.anchors]
+        tests = [p for p in paths if _is_test(p)]
+        if not tests or len(tests) == len(paths):
+            kind = "test" if not tests else "code"
+            need("anchors", "code and test anchors", f"no {kind} anchor among {row.anchors}",
+                 f"add a {kind} path (path or path:line) to anchors:")
+    if rule.evidence and not row.evidence:
+        need("evidence", "ledger evidence", "evidence is empty",
+             "add the ledger entries (.agents/ledger/<date>-<slug>.json) that prove it to evidence:")
+    if rule.closing_commit:
+        sha = row.closing_commit
+        if not sha:
+            need("closing_commit", "a closing commit", "closing_commit is null",
+                 "set closing_commit: to the full sha of the commit that finished the row")
+        elif sha in tree.known_commits and sha not in tree.ancestors:
+            need("closing_commit", "a closing commit that is an ancestor of HEAD",
+                 f"{sha[:12]} is not an ancestor of HEAD", "name a commit on this branch's history")
+    if rule.blocker and row.blocker is None:
+        need("blocker", "a blocker and an unblocking condition", "blocker is null",
+             "set blocker: {reason: ..., unblock_when: ...}")
+    return out
+
+
+def reference_problems(row: Row, tree: Tree) -> list[Problem]:
+    rec, out = tree.records, []
+
+    def bad(fld: str, message: str, hint: str) -> None:
+        out.append(Problem(REFERENCE, fld, message, hint))
+
+    if row.spec and row.spec not in rec.specs:
+        bad("spec", f"spec {row.spec} does not exist", f"write it, or set spec: .agents/specs/{row.id}.md")
+    if row.claim:
+        claim = rec.claims.get(row.claim)
+        if claim is None:
+            bad("claim", f"claim {row.claim} does not exist in .agents/claims/",
+                f"claim the row (rowgate claim {row.id} --branch row/{row.id}) or set claim: null")
+        elif claim.model.row != row.id:
+            bad("claim", f"claim {row.claim} is for row {claim.model.row}, not {row.id}",
+                "point claim: at this row's own claim")
+    for anchor in row.anchors:
+        path, line = split_anchor(anchor)
+        count = tree.line_count(path)
+        if count is None and not (tree.root / path).is_dir():
+            bad("anchors", f"anchor {anchor} does not exist in the tree", "fix the path or remove the anchor")
+        elif line is not None and (count is None or not 1 <= line <= count):
+            bad("anchors", f"anchor {anchor} is out of range ({path} has {count or 0} lines)",
+                "point the anchor at a line that exists")
+    for entry in row.evidence:
+        loaded = rec.ledger.get(entry)
+        if loaded is None:
+            bad("evidence", f"evidence {entry} is not a ledger entry under .agents/ledger/",
+                "name an existing .agents/ledger/<date>-<slug>.json")
+        elif row.id not in loaded.model.rows:
+            bad("evidence", f"ledger entry {entry} does not name {row.id} (rows: {loaded.model.rows})",
+                f"add {row.id} to the entry's rows or drop it from evidence:")
+    if row.closing_commit and row.closing_commit not in tree.known_commits:
+        bad("closing_commit", f"closing commit {row.closing_commit[:12]} does not exist in this repository",
+            "fetch it, or name the full sha of a commit that exists")
+    # intake records filed where they belong (a misfiled one is reported on its own by agent-record)
+    filed = {i.model.number for i in rec.issues
+             if i.model.row == row.id and i.path == f".agents/issues/{row.id}/ISSUE-{i.model.number}.md"}
+    spec = rec.specs.get(row.spec) if row.spec else None
+    for number in row.issues:
+        if number not in filed:
+            bad("issues", f"issue #{number} has no intake record .agents/issues/{row.id}/ISSUE-{number}.md",
+                "file the intake record under this row")
+        if spec is not None and number not in spec.issues:
+            bad("issues", f"issue #{number} is not listed in {row.spec}", f"list #{number} under '## Issues'")
+    for number in sorted(filed - set(row.issues)):  # an intake record filed under the row is the row's issue
+        bad("issues", f"issue #{number} is filed under .agents/issues/{row.id}/ but not in the row's issues: "
+            f"{row.issues}", f"add {number} to issues: (and list #{number} in the spec)")
+    return out
+
+
+def split_anchor(anchor: str) -> tuple[str, int | None]:
+    """`path:line` -> (path, line); a plain path -> (path, None)."""
+    head, _, tail = anchor.rpartition(":")
+    return (head, int(tail)) if head and tail.isdigit() else (anchor, None)
+
+
+def _is_test(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return path.startswith("tests/") or "/tests/" in path or name.startswith("test_") or name.endswith("_test.py")

@@ -1,0 +1,138 @@
+"""role-discipline: every rule has a seeded violation on a real repository, and a clean twin."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from checkers.checks import role_discipline
+from checkers.config import load_config
+from checkers.context import Context
+from tests.conftest import MINIMAL_CONFIG, GitRepo
+
+
+def _run(repo: GitRepo, base: str | None = None):
+    ctx = Context(root=repo.path, config=load_config(repo.path), env={})
+    return role_discipline.run(ctx, argparse.Namespace(base=base, head=None))
+
+
+def _findings(repo: GitRepo) -> list[tuple[str, str]]:
+    result = _run(repo)
+    assert result.status.value == "fail", result.summary
+    return [(f.rule, f.message) for f in result.findings]
+
+
+def _configure(repo: GitRepo, mode: str) -> None:
+    cutover = repo.head()
+    repo.commit("Configure\n\nRow: GOV-CORE\n", {
+        ".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: {mode}\n"})
+
+
+@pytest.fixture
+def trailer(rowgate_repo: GitRepo) -> GitRepo:
+    _configure(rowgate_repo, "trailer")
+    return rowgate_repo
+
+
+@pytest.fixture
+def branch(rowgate_repo: GitRepo) -> GitRepo:
+    _configure(rowgate_repo, "branch")
+    return rowgate_repo
+
+
+def _merge(repo: GitRepo, name: str, message: str, files: dict[str, str]) -> str:
+    repo.git("checkout", "-q", "-b", name)
+    for i, (rel, text) in enumerate(files.items()):
+        repo.commit(f"Contribution {i}\n", {rel: text})
+    repo.git("checkout", "-q", "main")
+    repo.git("merge", "-q", "--no-ff", "--no-edit", "-m", message, name)
+    return repo.head()
+
+
+def test_trailer_mode_clean_twin(trailer: GitRepo):
+    trailer.commit("Work\n\nRow: GOV-CORE\n")
+    result = _run(trailer)
+    assert (result.status.value, result.summary, result.examined) == (
+        "pass", "OK: 2 commits (0 merges) reach main through a row (trailer mode)", 2)
+
+
+def test_rd001_commit_without_row(trailer: GitRepo):
+    sha = trailer.commit("Work without a row\n")
+    assert _findings(trailer) == [("RD001", f"commit {sha[:12]} names no row (no Row: trailer)")]
+
+
+def test_rd002_commit_unknown_row(trailer: GitRepo):
+    sha = trailer.commit("Work\n\nRow: GOV-NOPE\n")
+    assert _findings(trailer) == [("RD002", f"commit {sha[:12]} names row GOV-NOPE, which does not exist")]
+
+
+def test_outside_contribution_is_accepted_through_a_merge_that_names_its_row(trailer: GitRepo):
+    _merge(trailer, "contrib", "Merge an outside contribution\n\nRow: GOV-CORE\n", {"a.txt": "1\n", "b.txt": "2\n"})
+    result = _run(trailer)
+    assert (result.status.value, result.summary) == (
+        "pass", "OK: 4 commits (1 merges) reach main through a row (trailer mode)")
+
+
+def test_outside_contribution_without_a_row_merge_fails(trailer: GitRepo):
+    _merge(trailer, "contrib", "Merge an outside contribution\n", {"a.txt": "1\n"})
+    sha = trailer.head("contrib")
+    assert _findings(trailer) == [("RD001", f"commit {sha[:12]} names no row (no Row: trailer)")]
+
+
+def test_branch_mode_clean_twin(branch: GitRepo):
+    # the configuring commit itself landed directly: start the range after it
+    base = branch.head()
+    _merge(branch, "row/GOV-CORE", "Merge branch 'row/GOV-CORE'\n", {"a.txt": "1\n"})
+    _merge(branch, "contrib", "Merge branch 'contrib'\n\nRow: GOV-CORE\n", {"b.txt": "1\n"})
+    _merge(branch, "gh", "Merge pull request #7 from someone/row/GOV-CORE\n", {"c.txt": "1\n"})
+    result = _run(branch, base=base)
+    assert (result.status.value, result.summary) == (
+        "pass", "OK: 3 commits (3 merges) reach main through a row (branch mode)")
+
+
+def test_rd003_direct_commit_and_rowless_merge_in_branch_mode(branch: GitRepo):
+    base = branch.head()
+    direct = branch.commit("Pushed straight to main\n\nRow: GOV-CORE\n")
+    merge = _merge(branch, "feature", "Merge branch 'feature'\n", {"a.txt": "1\n"})
+    assert [(f.rule, f.message) for f in _run(branch, base=base).findings] == [
+        ("RD003", f"commit {direct[:12]} landed on main directly, not through a merge of a row/<ID> branch"),
+        ("RD003", f"merge {merge[:12]} merges no row/<ID> branch and names no row")]
+
+
+def test_rd002_merge_of_unknown_row_branch(branch: GitRepo):
+    base = branch.head()
+    merge = _merge(branch, "row/GOV-NOPE", "Merge branch 'row/GOV-NOPE'\n", {"a.txt": "1\n"})
+    assert [(f.rule, f.message) for f in _run(branch, base=base).findings] == [
+        ("RD002", f"merge {merge[:12]} merges row/GOV-NOPE, but row GOV-NOPE does not exist")]
+
+
+def test_no_cutover_and_no_base_is_an_error(rowgate_repo: GitRepo):
+    result = _run(rowgate_repo)
+    assert (result.status.value, result.summary, result.hint) == (
+        "error", "no range: the config has no cutover and no --base was given",
+        "set cutover: in .agents/config.yaml or pass --base REF")
+
+
+def test_missing_base_is_an_error_with_the_fix(trailer: GitRepo):
+    from checkers.results import CheckError
+
+    with pytest.raises(CheckError, match="base 'no-such-ref' does not resolve to a commit"):
+        _run(trailer, base="no-such-ref")
+
+
+def test_shallow_clone_without_the_cutover_is_an_error_with_the_fix(trailer: GitRepo, tmp_path):
+    import subprocess
+
+    from checkers.preflight import run_check
+    from checkers.registry import get
+
+    trailer.commit("More\n\nRow: GOV-CORE\n")
+    dest = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{trailer.path}", str(dest)], check=True,
+                   env=trailer.env, capture_output=True, timeout=60)
+    ctx = Context(root=dest, config=load_config(dest), env={})
+    result = run_check(get("role-discipline"), ctx, argparse.Namespace(base=None, head=None))
+    cutover = load_config(dest).cutover
+    assert (result.status.value, result.summary, result.hint) == (
+        "error", f"range start (config cutover) {cutover!r} does not resolve to a commit",
+        "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)")
