@@ -20,6 +20,7 @@ from checkers.yamlio import RecordError
 
 # Subcommands that live in their own modules: name -> module exposing add_parser(subparsers) and run(args).
 EXTRA_COMMANDS: dict[str, str] = {
+    "trailers": "checkers.trailers_cli",
 }
 
 EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.

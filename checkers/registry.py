@@ -34,6 +34,9 @@ CHECKS: tuple[CheckSpec, ...] = (
     # records
     CheckSpec("agent-record", "agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
               "rows, specs, claims, issues and ledger entries are well-formed and agree"),
+    # commits
+    CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
+              "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
 )
 
 

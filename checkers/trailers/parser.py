@@ -1,0 +1,239 @@
+"""A pure-Python parser of commit-message trailers that agrees with git's trailer.c byte for byte.
+
+Two modes: `hook` is `git interpret-trailers --parse` (a `---` line followed by whitespace starts the
+patch part, which is ignored), `range` is `--parse --no-divider`, what `git log --format=%(trailers)` sees;
+`commit_trailers()` also skips a commit message's leading blank lines first, as git's pretty printer does.
+Git's own rules, in order:
+
+1. the end of the log message: the `---` divider (hook mode), then git's "ignored bytes" (a trailing
+   run of comment and empty lines, an old `Conflicts:` block, and everything from the scissors line);
+2. the title paragraph (up to the first blank line, comment lines skipped) is never a trailer block;
+3. scanning back from the end, the last paragraph is the block when it is all trailers, or when it has a
+   git-generated line (`Signed-off-by: `, `(cherry picked from commit `) and at least 25% trailers;
+   indented lines are continuations, comment lines are neither;
+4. continuation lines are folded into the trailer above; `--parse` unfolds them to one space.
+
+Only ASCII counts as letters, digits and space here, as in git's ctype table (no locale, no \\v, \\f).
+Git's default configuration is assumed (separator `:`, comment char `#`, no `trailer.*` keys): rowgate
+runs git without user or system config for the same reason.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Mode = Literal["hook", "range"]
+MODES: tuple[str, ...] = ("hook", "range")
+
+_SPACE = " \t\n\r"  # git's isspace(): no \v, no \f, nothing outside ASCII
+_BLANK = " \t\r"  # is_blank_line() skips spaces up to the newline
+_GIT_GENERATED = ("Signed-off-by: ", "(cherry picked from commit ")
+_CUT_LINE = "\n# ------------------------ >8 ------------------------\n"
+_DIVIDER = re.compile(r"^---[ \t\n\r]", re.M)
+# find_separator(): letters, digits and '-', then optional blanks, then the separator.
+_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
+_UNFOLD = re.compile(r"\n[ \t\n\r]*")
+
+
+@dataclass(frozen=True)
+class Trailer:
+    key: str
+    value: str  # unfolded and trimmed, as `--parse` prints it
+    raw: str  # the trailer's lines as written, continuation lines included
+
+    def render(self) -> str:
+        return f"{self.key}: {self.value}\n"
+
+
+@dataclass(frozen=True)
+class TrailerBlock:
+    """Where git finds the trailer block of a message, and what it holds."""
+
+    message: str  # the text the offsets refer to
+    start: int  # offset of the block's first line; == end when there is no block
+    end: int  # end of the log message: divider, trailing comments and scissors excluded
+    lines: tuple[str, ...]  # the block's logical lines (continuations folded, newlines kept)
+    trailers: tuple[Trailer, ...]
+
+    @property
+    def found(self) -> bool:
+        return self.start < self.end
+
+    def render(self) -> str:
+        """Exactly what `git interpret-trailers --parse` prints."""
+        return "".join(t.render() for t in self.trailers)
+
+
+def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
+    """Parse `message` (text; undecodable bytes as surrogate escapes) the way git does in `mode`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown trailer mode {mode!r}; known: {', '.join(MODES)}")
+    nul = message.find("\0")
+    if nul >= 0:  # git handles the message as a C string
+        message = message[:nul]
+    end = end_of_log_message(message, no_divider=(mode == "range"))
+    start = trailer_block_start(message, end)
+    lines = _logical_lines(message[start:end])
+    trailers = []
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        m = _SEPARATOR.match(line)
+        if m is None:
+            continue
+        sep = m.end() - 1
+        value = _UNFOLD.sub(" ", line[sep + 1:].strip(_SPACE)).strip(_SPACE)
+        trailers.append(Trailer(line[:sep].strip(_SPACE), value, line))
+    return TrailerBlock(message, start, end, tuple(lines), tuple(trailers))
+
+
+def commit_trailers(message: str) -> TrailerBlock:
+    """The trailers of a commit's raw message (`%B`), exactly as `git log --format=%(trailers)` sees them."""
+    return parse(skip_blank_lines(message), "range")
+
+
+def skip_blank_lines(message: str) -> str:
+    """Drop leading lines made only of whitespace (git's pretty.c skip_blank_lines)."""
+    pos = 0
+    while pos < len(message):
+        nl = message.find("\n", pos)
+        stop = len(message) if nl < 0 else nl + 1
+        if message[pos:stop].strip(_SPACE):
+            break
+        pos = stop
+    return message[pos:]
+
+
+def end_of_log_message(message: str, no_divider: bool = False) -> int:
+    """The offset where the log message ends (git's find_end_of_log_message)."""
+    end = len(message)
+    if not no_divider:
+        m = _DIVIDER.search(message)
+        if m is not None:
+            end = m.start()
+    return end - ignored_log_message_bytes(message, end)
+
+
+def ignored_log_message_bytes(buf: str, length: int) -> int:
+    """How many bytes at the end of buf[:length] git ignores: trailing comment and empty lines, an old
+    `Conflicts:` block, and everything from the scissors line on (git's commit.c)."""
+    cutoff = _scissors(buf, length)
+    boc = 0  # beginning of the trailing run; 0 doubles as "none", as in git
+    bol = 0
+    in_conflicts = False
+    while bol < cutoff:
+        nl = buf.find("\n", bol, length)
+        next_bol = length if nl < 0 else nl + 1
+        first = buf[bol]
+        if first == "#" or first == "\n":
+            if not boc:
+                boc = bol
+        elif buf.startswith("Conflicts:\n", bol):
+            in_conflicts = True
+            if not boc:
+                boc = bol
+        elif in_conflicts and first == "\t":
+            pass  # a pathname in the conflicts block
+        elif boc:
+            boc = 0
+            in_conflicts = False
+        bol = next_bol
+    return length - boc if boc else length - cutoff
+
+
+def _scissors(buf: str, length: int) -> int:
+    """wt_status_locate_end(): the scissors line cuts the message. A scissors line after `length` is
+    ignored, as newer git does (git 2.39 loops forever on a `---` line followed by one)."""
+    if buf.startswith(_CUT_LINE[1:]):
+        return 0
+    p = buf.find(_CUT_LINE)
+    if p >= 0 and p + 1 < length:
+        return p + 1
+    return length
+
+
+def _is_blank(line: str) -> bool:
+    rest = line.lstrip(_BLANK)
+    return not rest or rest[0] == "\n"
+
+
+def trailer_block_start(buf: str, length: int) -> int:
+    """The offset of the trailer block's first line, or `length` when there is none (git's
+    find_trailer_block_start)."""
+    text = buf[:length]
+    # Line starts in [0, length): git's next_line() walk.
+    starts = [0]
+    pos = text.find("\n")
+    while pos >= 0 and pos + 1 < length:
+        starts.append(pos + 1)
+        pos = text.find("\n", pos + 1)
+    if length == 0:
+        return 0
+    # The first paragraph is the title and cannot be trailers.
+    end_of_title = length
+    for i, s in enumerate(starts):
+        if text.startswith("#", s):
+            continue
+        if _is_blank(text[s:starts[i + 1] if i + 1 < len(starts) else length]):
+            end_of_title = s
+            break
+    only_spaces = True
+    recognized = False
+    trailer_lines = non_trailer_lines = possible_continuation = 0
+    for i in range(len(starts) - 1, -1, -1):
+        bol = starts[i]
+        if bol < end_of_title:
+            break
+        eol = starts[i + 1] if i + 1 < len(starts) else length
+        line = text[bol:eol]
+        if line.startswith("#"):
+            non_trailer_lines += possible_continuation
+            possible_continuation = 0
+            continue
+        if _is_blank(line):
+            if only_spaces:
+                continue
+            non_trailer_lines += possible_continuation
+            if recognized and trailer_lines * 3 >= non_trailer_lines:
+                return eol
+            if trailer_lines and not non_trailer_lines:
+                return eol
+            return length
+        only_spaces = False
+        if line.startswith(_GIT_GENERATED):
+            trailer_lines += 1
+            possible_continuation = 0
+            recognized = True
+            continue
+        if _SEPARATOR.match(line):
+            trailer_lines += 1
+            possible_continuation = 0
+        elif line[0] in _SPACE:
+            possible_continuation += 1
+        else:
+            non_trailer_lines += 1 + possible_continuation
+            possible_continuation = 0
+    return length
+
+
+def _logical_lines(block: str) -> list[str]:
+    """Split the block into lines, folding an indented line into the trailer above it."""
+    out: list[str] = []
+    can_continue = False
+    for piece in _split_nl(block):
+        if can_continue and piece[0] in _SPACE:
+            out[-1] += piece
+            continue
+        out.append(piece)
+        can_continue = _SEPARATOR.match(piece) is not None
+    return out
+
+
+def _split_nl(text: str) -> list[str]:
+    """Split on '\\n' only, keeping it (str.splitlines also splits on \\r, \\v, \\f and more)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
