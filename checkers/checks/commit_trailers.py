@@ -82,10 +82,11 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
         if c.is_merge and cfg.merges == "skip":
             merges_skipped += 1
             continue
-        problems = []
         if c.is_merge and cfg.merges == "forbid":
-            problems.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
+            findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
                                                f"(trailers.merges: forbid)", hint="rebase instead of merging"))
+            continue
+        problems = []
         rules = legacy if c.sha in legacy_shas else contract
         facts.author = f"{c.author_name} <{c.author_email}>"
         for p in judge(read_message(c.message, "range"), rules, facts) if not rules.empty else []:
