@@ -59,7 +59,7 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
         display = _display(ctx, path)
     author = args.author or _env_author(ctx)
     msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
-    facts = _facts(ctx, contract, [author] if author else [], msg.trailers, filled=args.filled)
+    facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
     facts.author = facts.mailmap(author) if author else None
     findings = [R[p.rule].finding(p.message, display, p.line, p.hint) for p in judge(msg, contract, facts)]
     ok = f"OK: {display} carries the trailer contract ({_names(contract)})"
@@ -68,17 +68,18 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
 
 def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled) -> Result:
     rng = _resolve_range(ctx, args, cfg)
-    commits = ctx.git.commits(rng.spec, mailmap=contract.needs_author)
+    commits = ctx.git.commits(rng.spec, mailmap=True)
     legacy_shas = _legacy(ctx, args, rng, commits)
     legacy = compile_contract(cfg.legacy)
-    signoffs = [t for c in commits for t in read_message(c.message, "range").trailers] \
-        if contract.needs_author or legacy.needs_author else []
-    facts = _facts(ctx, contract, [], tuple(signoffs), filled=True)
+    messages = [read_message(c.message, "range") for c in commits]
+    need_mailmap = contract.needs_author or legacy.needs_author
+    facts = _facts(ctx, need_mailmap, [], [t for m in messages for t in m.trailers] if need_mailmap else [],
+                   filled=True)
     debt = {(e.sha, e.error): e for e in cfg.exceptions}
     used: set[tuple[str, str]] = set()
     findings: list[Finding] = []
     merges_skipped = 0
-    for c in commits:
+    for c, msg in zip(commits, messages):
         if c.is_merge and cfg.merges == "skip":
             merges_skipped += 1
             continue
@@ -89,7 +90,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
         problems = []
         rules = legacy if c.sha in legacy_shas else contract
         facts.author = f"{c.author_name} <{c.author_email}>"
-        for p in judge(read_message(c.message, "range"), rules, facts) if not rules.empty else []:
+        for p in judge(msg, rules, facts) if not rules.empty else ():
             if (c.sha, p.message) in debt:
                 used.add((c.sha, p.message))
                 continue
@@ -151,9 +152,9 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: BaseRange, commits: lis
     return seen
 
 
-def _facts(ctx: Context, contract: Compiled, idents: list[str], trailers, filled: bool) -> Facts:
+def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers, filled: bool) -> Facts:
     mapped: dict[str, str] = {}
-    if contract.needs_author:
+    if need_mailmap:
         mapped = ctx.git.check_mailmap(idents + [t.value for t in trailers])
     cache: dict[str, bool] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from checkers.config import (TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule)
 from checkers.results import Rule
@@ -27,6 +27,7 @@ RULES = (
     Rule("TR012", "trailer-placeholder", "a trailer still holds the template placeholder (--filled)"),
 )
 R = {r.id: r for r in RULES}
+_ORDER = {r.id: i for i, r in enumerate(RULES)}
 GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
 SQUASH_SEPARATOR = re.compile(r"-{9,}[ \t\r]*")  # the line GitHub puts before a squash's co-authors
 DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
@@ -60,6 +61,7 @@ class Compiled:
     forbid: list[TrailerForbidRule] = field(default_factory=list)
     forbid_divider: bool = False
     placeholders: set[str] = field(default_factory=set)
+    ruled_keys: set[str] = field(default_factory=set)  # lower-cased keys that some key rule names
 
     @property
     def empty(self) -> bool:
@@ -84,6 +86,7 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
         out.forbid += part.forbid
         out.forbid_divider |= part.forbid_divider
         out.placeholders |= set(part.placeholders)
+    out.ruled_keys = {k.key.lower() for k in out.keys}
     for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
             [f.pattern for f in out.forbid if f.pattern] + [e.pattern for f in out.forbid for e in f.exempt]:
         _re(pattern)  # a bad pattern fails here, once, not per commit
@@ -98,8 +101,7 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
         raise ValueError(f"trailers: invalid regex {pattern!r}: {exc}") from None
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     """A message as the contract sees it: git's trailer block, plus a GitHub squash's earlier block."""
 
     text: str
@@ -115,6 +117,8 @@ def read_message(text: str, mode: Mode) -> Message:
     body_end = block.start
     # GitHub squash: "...\n\nRow: X\n\n---------\n\nCo-authored-by: ...". Git sees only the last block;
     # the contract also reads the block that ends right before the separator line.
+    if "\n---------" not in text:
+        return Message(text, block, trailers, body_end)
     head = text[:block.start].rstrip(" \t\r\n")
     cut = head.rfind("\n") + 1
     if block.found and cut > 0 and SQUASH_SEPARATOR.fullmatch(head[cut:]):
@@ -131,12 +135,13 @@ def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
     for t in msg.trailers:
         by_key.setdefault(t.key.lower(), []).append(t)
     problems += _key_problems(msg, contract, facts, by_key)
-    problems += _forbid_problems(contract, by_key)
-    problems += _paragraph_problems(msg, contract)
+    if contract.forbid:
+        problems += _forbid_problems(contract, by_key)
+    if contract.paragraphs:
+        problems += _paragraph_problems(msg, contract)
     if contract.forbid_divider:
         problems += _divider_problems(msg.text)
-    order = {r.id: i for i, r in enumerate(RULES)}
-    return sorted(problems, key=lambda p: order[p.rule])
+    return sorted(problems, key=lambda p: _ORDER[p.rule]) if len(problems) > 1 else problems
 
 
 def _is_placeholder(value: str, contract: Compiled) -> bool:
@@ -154,14 +159,14 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
                   by_key: dict[str, list[Trailer]]) -> list[Problem]:
     out: list[Problem] = []
     if facts.filled:
-        ruled = {rule.key.lower() for rule in contract.keys}
+        ruled = contract.ruled_keys
         out += [Problem("TR012", f"{t.key}: {t.value} is the template placeholder",
                         f"replace {t.value} with the real value")
                 for t in msg.trailers if t.key.lower() in ruled and _is_placeholder(t.value, contract)]
     for rule in contract.keys:
         if not _holds(by_key, rule):
             continue
-        found = by_key.get(rule.key.lower(), [])
+        found = by_key.get(rule.key.lower(), ())
         n = len(found)
         cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
         if n < rule.min:
@@ -171,6 +176,8 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
         if rule.max is not None and n > rule.max:
             out.append(Problem("TR002", f"{n} {rule.key} trailer{'s' if n != 1 else ''}{cond} "
                                         f"(at most {rule.max})", rule.fix or f"keep at most {rule.max}"))
+        if not n:
+            continue
         real = [t for t in found if not _is_placeholder(t.value, contract)]
         if rule.pattern:
             pat = _re(rule.pattern)

@@ -20,8 +20,7 @@ runs git without user or system config for the same reason.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Mode = Literal["hook", "range"]
 MODES: tuple[str, ...] = ("hook", "range")
@@ -36,8 +35,7 @@ _SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
 _UNFOLD = re.compile(r"\n[ \t\n\r]*")
 
 
-@dataclass(frozen=True)
-class Trailer:
+class Trailer(NamedTuple):
     key: str
     value: str  # unfolded and trimmed, as `--parse` prints it
     raw: str  # the trailer's lines as written, continuation lines included
@@ -46,8 +44,7 @@ class Trailer:
         return f"{self.key}: {self.value}\n"
 
 
-@dataclass(frozen=True)
-class TrailerBlock:
+class TrailerBlock(NamedTuple):
     """Where git finds the trailer block of a message, and what it holds."""
 
     message: str  # the text the offsets refer to
@@ -72,8 +69,17 @@ def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
     nul = message.find("\0")
     if nul >= 0:  # git handles the message as a C string
         message = message[:nul]
+    if not _needs_full_rules(message):
+        return _parse_plain(message, mode)
+    return parse_full(message, mode)
+
+
+def parse_full(message: str, mode: Mode) -> TrailerBlock:
+    """Git's algorithm step by step, for any message (parse() takes a shortcut for plain ones)."""
     end = end_of_log_message(message, no_divider=(mode == "range"))
     start = trailer_block_start(message, end)
+    if start >= end:
+        return TrailerBlock(message, start, end, (), ())
     lines = _logical_lines(message[start:end])
     trailers = []
     for line in lines:
@@ -88,6 +94,65 @@ def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
     return TrailerBlock(message, start, end, tuple(lines), tuple(trailers))
 
 
+# A plain message has no comment, indented or CR line, no Conflicts block and no NUL: then a blank line
+# is an empty line, nothing continues a trailer, and only empty lines trail. Most commits are plain.
+def _needs_full_rules(message: str) -> bool:
+    return ("\n#" in message or "\n " in message or "\n\t" in message or "\r" in message or "\0" in message
+            or "Conflicts:\n" in message or message.startswith(("#", " ", "\t")))
+
+
+def _parse_plain(message: str, mode: Mode) -> TrailerBlock:
+    """parse() for a plain message: the same rules, with the cases that cannot occur left out."""
+    end = len(message)
+    if mode == "hook":
+        m = _DIVIDER.search(message)
+        if m is not None:
+            end = m.start()
+    body = len(message.rstrip("\n")) if end == len(message) else len(message[:end].rstrip("\n"))
+    if body == 0:  # nothing but newlines: git's run of empty lines starts at the second one
+        end = 1 if end >= 2 else end
+        return TrailerBlock(message, end, end, (), ())
+    if end - body >= 2:
+        end = body + 1  # trailing empty lines are ignored; the last line keeps its newline
+    text = message[:body]  # without the final newline, which belongs to the last line
+    if text.startswith("\n"):
+        blank = 0  # an empty first line ends the title at once
+    else:
+        blank = text.find("\n\n") + 1  # the first blank line; 0 when there is none
+        if blank == 0:
+            return TrailerBlock(message, end, end, (), ())
+    last = text.rfind("\n\n")
+    start = last + 2 if last >= 0 else 1
+    if start - 1 < blank:
+        return TrailerBlock(message, end, end, (), ())
+    lines = text[start:].split("\n")
+    trailer_lines = non_trailer_lines = 0
+    recognized = False
+    for line in lines:
+        if line.startswith(_GIT_GENERATED):
+            trailer_lines += 1
+            recognized = True
+        elif _SEPARATOR.match(line):
+            trailer_lines += 1
+        else:
+            non_trailer_lines += 1
+    if not ((recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines)):
+        return TrailerBlock(message, end, end, (), ())
+    trailers = []
+    for line in lines:
+        m = _SEPARATOR.match(line)
+        if m is not None:
+            sep = m.end() - 1
+            trailers.append(Trailer(line[:sep].rstrip(" \t"), line[sep + 1:].strip(_SPACE), line + "\n"))
+    if end > body:
+        raw = tuple(line + "\n" for line in lines)
+    else:  # no final newline
+        raw = tuple(line + "\n" for line in lines[:-1]) + (lines[-1],)
+        if trailers and trailers[-1].raw == lines[-1] + "\n":
+            trailers[-1] = Trailer(trailers[-1].key, trailers[-1].value, lines[-1])
+    return TrailerBlock(message, start, end, raw, tuple(trailers))
+
+
 def commit_trailers(message: str) -> TrailerBlock:
     """The trailers of a commit's raw message (`%B`), exactly as `git log --format=%(trailers)` sees them."""
     return parse(skip_blank_lines(message), "range")
@@ -95,6 +160,8 @@ def commit_trailers(message: str) -> TrailerBlock:
 
 def skip_blank_lines(message: str) -> str:
     """Drop leading lines made only of whitespace (git's pretty.c skip_blank_lines)."""
+    if not message.startswith((" ", "\t", "\r", "\n")):
+        return message
     pos = 0
     while pos < len(message):
         nl = message.find("\n", pos)
@@ -119,6 +186,20 @@ def ignored_log_message_bytes(buf: str, length: int) -> int:
     """How many bytes at the end of buf[:length] git ignores: trailing comment and empty lines, an old
     `Conflicts:` block, and everything from the scissors line on (git's commit.c)."""
     cutoff = _scissors(buf, length)
+    region = buf[:cutoff]
+    if "\n#" in region or "Conflicts:\n" in region or region.startswith("#"):
+        return _ignored_slow(buf, length, cutoff)
+    # Only empty lines can form the trailing run. Git keeps its start in `boc`, where 0 also means "none":
+    # a run that starts at offset 0 begins at the second line instead.
+    body = len(region.rstrip("\n"))
+    if body == 0:
+        boc = 1 if cutoff >= 2 else 0
+    else:
+        boc = body + 1 if cutoff - body >= 2 else 0
+    return length - boc if boc else length - cutoff
+
+
+def _ignored_slow(buf: str, length: int, cutoff: int) -> int:
     boc = 0  # beginning of the trailing run; 0 doubles as "none", as in git
     bol = 0
     in_conflicts = False
@@ -153,60 +234,42 @@ def _scissors(buf: str, length: int) -> int:
     return length
 
 
-def _is_blank(line: str) -> bool:
-    rest = line.lstrip(_BLANK)
-    return not rest or rest[0] == "\n"
-
-
 def trailer_block_start(buf: str, length: int) -> int:
     """The offset of the trailer block's first line, or `length` when there is none (git's
     find_trailer_block_start)."""
-    text = buf[:length]
-    # Line starts in [0, length): git's next_line() walk.
-    starts = [0]
-    pos = text.find("\n")
-    while pos >= 0 and pos + 1 < length:
-        starts.append(pos + 1)
-        pos = text.find("\n", pos + 1)
     if length == 0:
         return 0
+    lines = buf[:length].split("\n")
+    if not lines[-1]:
+        lines.pop()  # a final newline belongs to the last line (git's last_line())
     # The first paragraph is the title and cannot be trailers.
-    end_of_title = length
-    for i, s in enumerate(starts):
-        if text.startswith("#", s):
-            continue
-        if _is_blank(text[s:starts[i + 1] if i + 1 < len(starts) else length]):
-            end_of_title = s
+    end_of_title = len(lines)
+    for i, line in enumerate(lines):
+        if not line.startswith("#") and not line.strip(_BLANK):
+            end_of_title = i
             break
     only_spaces = True
     recognized = False
     trailer_lines = non_trailer_lines = possible_continuation = 0
-    for i in range(len(starts) - 1, -1, -1):
-        bol = starts[i]
-        if bol < end_of_title:
-            break
-        eol = starts[i + 1] if i + 1 < len(starts) else length
-        line = text[bol:eol]
+    for i in range(len(lines) - 1, end_of_title - 1, -1):
+        line = lines[i]
         if line.startswith("#"):
             non_trailer_lines += possible_continuation
             possible_continuation = 0
             continue
-        if _is_blank(line):
+        if not line.strip(_BLANK):
             if only_spaces:
                 continue
             non_trailer_lines += possible_continuation
-            if recognized and trailer_lines * 3 >= non_trailer_lines:
-                return eol
-            if trailer_lines and not non_trailer_lines:
-                return eol
+            if (recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines):
+                return len("\n".join(lines[:i + 1])) + 1  # the line after the blank one
             return length
         only_spaces = False
         if line.startswith(_GIT_GENERATED):
             trailer_lines += 1
             possible_continuation = 0
             recognized = True
-            continue
-        if _SEPARATOR.match(line):
+        elif _SEPARATOR.match(line):
             trailer_lines += 1
             possible_continuation = 0
         elif line[0] in _SPACE:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from checkers.trailers.parser import commit_trailers, parse, skip_blank_lines
+from checkers.trailers.parser import commit_trailers, parse, parse_full, skip_blank_lines
 from tests.checkers.trailer_corpus import CORPUS, SCISSORS, git_interpret_trailers
 from tests.conftest import ROOT, GitRepo, init_repo
 
@@ -74,6 +74,18 @@ def test_generated_messages_agree_with_git(message: str, mode: str, no_divider: 
     expected = git_interpret_trailers(message, no_divider, timeout_s=2)
     assume(expected is not None)  # the git 2.39 divider-then-scissors hang
     assert parse(message, mode).render() == expected
+
+
+plain_lines = st.one_of(st.sampled_from([ln for ln in LINES if not ln.startswith(("#", " ", "\t"))
+                                         and "\r" not in ln]), st.text(alphabet=":-aZ9(", max_size=6))
+plain_messages = st.builds(lambda parts, final: "".join(p + "\n" for p in parts)[:None if final else -1],
+                           st.lists(plain_lines, max_size=12), st.booleans())
+
+
+@settings(max_examples=400, deadline=None)
+@given(message=st.one_of(plain_messages, messages), mode=st.sampled_from(["hook", "range"]))
+def test_the_shortcut_for_plain_messages_equals_the_full_rules(message: str, mode: str):
+    assert parse(message, mode) == parse_full(message, mode)
 
 
 # --- what git log sees ------------------------------------------------------------------------------
