@@ -9,7 +9,8 @@ from checkers.config import TrailersConfig
 from checkers.context import Context, add_range_arguments
 from checkers.gitio import BaseRange, Commit, resolve_base
 from checkers.results import CheckError, Finding, Result
-from checkers.trailers.contract import R, RULES, Compiled, Facts, compile_contract, judge, read_message
+from checkers.trailers.contract import R, RULES, Compiled, Facts, compile_contract, judge
+from checkers.trailers.message import read_message
 from checkers.trailers.presets import PRESETS
 
 ID = "commit-trailers"

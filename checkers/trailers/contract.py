@@ -4,12 +4,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from checkers.config import (TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule)
 from checkers.results import Rule
 from checkers.trailers import parser
-from checkers.trailers.parser import Mode, Trailer, TrailerBlock
+from checkers.trailers.message import Message, paragraphs
+from checkers.trailers.parser import Trailer
 from checkers.trailers.presets import PRESETS
 
 RULES = (
@@ -29,7 +30,6 @@ RULES = (
 R = {r.id: r for r in RULES}
 _ORDER = {r.id: i for i, r in enumerate(RULES)}
 GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
-SQUASH_SEPARATOR = re.compile(r"-{9,}[ \t\r]*")  # the line GitHub puts before a squash's co-authors
 DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
 
 
@@ -99,33 +99,6 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
         return re.compile(pattern, flags)
     except re.error as exc:
         raise ValueError(f"trailers: invalid regex {pattern!r}: {exc}") from None
-
-
-class Message(NamedTuple):
-    """A message as the contract sees it: git's trailer block, plus a GitHub squash's earlier block."""
-
-    text: str
-    block: TrailerBlock
-    trailers: tuple[Trailer, ...]
-    body_end: int  # where the paragraphs before the trailer block end
-
-
-def read_message(text: str, mode: Mode) -> Message:
-    block = parser.parse(text, mode) if mode == "hook" else parser.commit_trailers(text)
-    text = block.message
-    trailers = block.trailers
-    body_end = block.start
-    # GitHub squash: "...\n\nRow: X\n\n---------\n\nCo-authored-by: ...". Git sees only the last block;
-    # the contract also reads the block that ends right before the separator line.
-    if "\n---------" not in text:
-        return Message(text, block, trailers, body_end)
-    head = text[:block.start].rstrip(" \t\r\n")
-    cut = head.rfind("\n") + 1
-    if block.found and cut > 0 and SQUASH_SEPARATOR.fullmatch(head[cut:]):
-        before = parser.parse(text[:cut], mode)
-        trailers = before.trailers + trailers
-        body_end = before.start
-    return Message(text, block, trailers, body_end)
 
 
 def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
@@ -257,27 +230,11 @@ def _declared(trailers: list[Trailer]) -> list[str]:
     return out
 
 
-def _paragraphs(text: str) -> list[tuple[int, str]]:
-    """(first line number, first line) of each paragraph, comment lines dropped."""
-    out = []
-    start = True
-    for n, line in enumerate(text.split("\n"), 1):
-        if line.startswith("#"):
-            continue
-        if not line.strip(" \t\r"):
-            start = True
-            continue
-        if start:
-            out.append((n, line.rstrip(" \t\r")))
-        start = False
-    return out
-
-
 def _paragraph_problems(msg: Message, contract: Compiled) -> list[Problem]:
     out: list[Problem] = []
     if not contract.paragraphs:
         return out
-    paras = _paragraphs(msg.text[:msg.body_end])[1:]  # the title paragraph never counts
+    paras = paragraphs(msg.text[:msg.body_end])[1:]  # the title paragraph never counts
     block_lines = msg.text[msg.body_end:msg.block.end].split("\n")
     for rule in contract.paragraphs:
         pat = _re(rule.pattern)
