@@ -49,6 +49,7 @@ class Facts:
     mailmap: Callable[[str], str] = lambda ident: ident
     exists: Callable[[str], bool] = lambda path: False
     filled: bool = True  # reject template placeholders
+    memo: dict = field(default_factory=dict)  # (rule, key, value) -> problems, for one run
 
 
 @dataclass
@@ -118,7 +119,7 @@ def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
 
 
 def _is_placeholder(value: str, contract: Compiled) -> bool:
-    return value in contract.placeholders or GENERIC_PLACEHOLDER.fullmatch(value) is not None
+    return value in contract.placeholders or (value[:1] == "<" and GENERIC_PLACEHOLDER.fullmatch(value) is not None)
 
 
 def _holds(msg_keys: dict[str, list[Trailer]], rule: TrailerKeyRule) -> bool:
@@ -137,37 +138,54 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
                         f"replace {t.value} with the real value")
                 for t in msg.trailers if t.key.lower() in ruled and _is_placeholder(t.value, contract)]
     for rule in contract.keys:
-        if not _holds(by_key, rule):
+        if rule.when is not None and not _holds(by_key, rule):
             continue
         found = by_key.get(rule.key.lower(), ())
         n = len(found)
-        cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
-        if n < rule.min:
-            text = (f"no {rule.key} trailer{cond} (need at least {rule.min})" if n == 0
-                    else f"{n} {rule.key} trailer{'s' if n != 1 else ''}{cond} (need at least {rule.min})")
-            out.append(Problem("TR001", text, _missing_hint(msg, rule)))
-        if rule.max is not None and n > rule.max:
-            out.append(Problem("TR002", f"{n} {rule.key} trailer{'s' if n != 1 else ''}{cond} "
-                                        f"(at most {rule.max})", rule.fix or f"keep at most {rule.max}"))
+        if n < rule.min or (rule.max is not None and n > rule.max):
+            out += _count_problems(msg, rule, n)
         if not n:
             continue
-        real = [t for t in found if not _is_placeholder(t.value, contract)]
-        if rule.pattern:
-            pat = _re(rule.pattern)
-            for t in real:
-                if not pat.fullmatch(t.value):
-                    out.append(Problem("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
-                                       rule.fix or f"write a value that matches {rule.pattern}"))
-            real = [t for t in real if pat.fullmatch(t.value)]
-        if rule.exists:
-            for t in real:
-                path = rule.exists.format(t.value)
-                if "/" in t.value or ".." in t.value or not facts.exists(path):
-                    out.append(Problem("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
-                                       rule.fix or f"name an existing {rule.exists.format('*')}"))
-        if rule.author and real:
-            out += _author_problems(rule, real, facts)
+        if rule.pattern or rule.exists:
+            for t in found:
+                # Values repeat across a range (the same row, the same people): judge each one once.
+                key = (id(rule), t.key, t.value)
+                problems = facts.memo.get(key)
+                if problems is None:
+                    problems = facts.memo[key] = _value_problems(rule, t, contract, facts)
+                out += problems
+        if rule.author:
+            pat = _re(rule.pattern) if rule.pattern else None
+            real = [t for t in found if not _is_placeholder(t.value, contract)
+                    and (pat is None or pat.fullmatch(t.value))]
+            if real:
+                out += _author_problems(rule, real, facts)
     return out
+
+
+def _count_problems(msg: Message, rule: TrailerKeyRule, n: int) -> list[Problem]:
+    cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
+    plural = "s" if n != 1 else ""
+    if n < rule.min:
+        text = (f"no {rule.key} trailer{cond} (need at least {rule.min})" if n == 0
+                else f"{n} {rule.key} trailer{plural}{cond} (need at least {rule.min})")
+        return [Problem("TR001", text, _missing_hint(msg, rule))]
+    return [Problem("TR002", f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
+                    rule.fix or f"keep at most {rule.max}")]
+
+
+def _value_problems(rule: TrailerKeyRule, t: Trailer, contract: Compiled, facts: Facts) -> tuple[Problem, ...]:
+    if _is_placeholder(t.value, contract):
+        return ()  # reported once as TR012 under --filled; a template's placeholder is its shape
+    if rule.pattern and not _re(rule.pattern).fullmatch(t.value):
+        return (Problem("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
+                        rule.fix or f"write a value that matches {rule.pattern}"),)
+    if rule.exists:
+        path = rule.exists.format(t.value)
+        if "/" in t.value or ".." in t.value or not facts.exists(path):
+            return (Problem("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
+                            rule.fix or f"name an existing {rule.exists.format('*')}"),)
+    return ()
 
 
 def _missing_hint(msg: Message, rule: TrailerKeyRule) -> str:
