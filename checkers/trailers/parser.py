@@ -69,8 +69,13 @@ def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
     nul = message.find("\0")
     if nul >= 0:  # git handles the message as a C string
         message = message[:nul]
-    if not _needs_full_rules(message):
-        return _parse_plain(message, mode)
+    end = len(message)
+    if mode == "hook":
+        m = _DIVIDER.search(message)
+        if m is not None:
+            end = m.start()
+    if _is_plain(message, end):
+        return _parse_plain(message, end)
     return parse_full(message, mode)
 
 
@@ -94,20 +99,31 @@ def parse_full(message: str, mode: Mode) -> TrailerBlock:
     return TrailerBlock(message, start, end, tuple(lines), tuple(trailers))
 
 
-# A plain message has no comment, indented or CR line, no Conflicts block and no NUL: then a blank line
-# is an empty line, nothing continues a trailer, and only empty lines trail. Most commits are plain.
-def _needs_full_rules(message: str) -> bool:
-    return ("\n#" in message or "\n " in message or "\n\t" in message or "\r" in message or "\0" in message
-            or "Conflicts:\n" in message or message.startswith(("#", " ", "\t")))
+# A plain message has no comment or CR line, no Conflicts block, no NUL and no line of only blanks, and
+# its last paragraph has no indented line: then a blank line is an empty line, nothing continues a
+# trailer, and only empty lines trail. Most commits are plain.
+_BLANK_LINE = re.compile(r"^[ \t]+$", re.M)
 
 
-def _parse_plain(message: str, mode: Mode) -> TrailerBlock:
-    """parse() for a plain message: the same rules, with the cases that cannot occur left out."""
-    end = len(message)
-    if mode == "hook":
-        m = _DIVIDER.search(message)
-        if m is not None:
-            end = m.start()
+def _is_plain(message: str, end: int) -> bool:
+    if ("\n#" in message or "\r" in message or "\0" in message or "Conflicts:\n" in message
+            or message.startswith("#")):
+        return False
+    text = message[:end]
+    if "\n " not in text and "\n\t" not in text and not text.startswith((" ", "\t")):
+        return True
+    if _BLANK_LINE.search(text):
+        return False
+    last = text.rstrip("\n").rfind("\n\n")
+    if last < 0:
+        return False
+    tail = text[last + 2:]
+    return "\n " not in tail and "\n\t" not in tail and not tail.startswith((" ", "\t"))
+
+
+def _parse_plain(message: str, end: int) -> TrailerBlock:
+    """parse() for a plain message (ending at `end`): the same rules, with the cases that cannot occur
+    left out."""
     body = len(message.rstrip("\n")) if end == len(message) else len(message[:end].rstrip("\n"))
     if body == 0:  # nothing but newlines: git's run of empty lines starts at the second one
         end = 1 if end >= 2 else end

@@ -76,8 +76,8 @@ def test_generated_messages_agree_with_git(message: str, mode: str, no_divider: 
     assert parse(message, mode).render() == expected
 
 
-plain_lines = st.one_of(st.sampled_from([ln for ln in LINES if not ln.startswith(("#", " ", "\t"))
-                                         and "\r" not in ln]), st.text(alphabet=":-aZ9(", max_size=6))
+plain_lines = st.one_of(st.sampled_from([ln for ln in LINES if not ln.startswith("#") and "\r" not in ln]),
+                        st.text(alphabet=":-aZ9( \t", max_size=6))
 plain_messages = st.builds(lambda parts, final: "".join(p + "\n" for p in parts)[:None if final else -1],
                            st.lists(plain_lines, max_size=12), st.booleans())
 
