@@ -203,3 +203,37 @@ def test_bad_input_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_path: Pat
     rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  keys:\n    - key: A\n      pattern: '('\n"})
     result = check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
     assert result.status.value == "error" and result.summary.startswith("trailers: invalid regex '('")
+
+
+def test_a_verbose_commit_file_is_judged_above_the_scissors(rowgate_repo: GitRepo, tmp_path: Path):
+    """`git commit -v` hands the hook comments and a diff below the scissors line: neither counts."""
+    text = (FIXTURES / "good-agents-protocol.txt").read_text() + (
+        "# Please enter the commit message for your changes.\n"
+        "# ------------------------ >8 ------------------------\n"
+        "# Do not modify or remove the line above.\n"
+        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-Signed-off-by: Claude <c@x>\n")
+    path = tmp_path / "COMMIT_EDITMSG"
+    path.write_text(text)
+    result = check(rowgate_repo, "--filled", "--preset", "agents-protocol", "--message-file", str(path))
+    assert result.status.value == "pass", result.findings
+
+
+def test_message_from_stdin(rowgate_repo: GitRepo, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Add the widget\n\nRow: GOV-NOPE\n")))
+    [f] = check(rowgate_repo, "--preset", "row", "--message-file", "-").findings
+    assert (f.rule, f.path, f.message) == (
+        "TR008", "<stdin>", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")
+
+
+def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
+    from checkers.cli import main
+
+    assert main(["check", "commit-trailers", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--range BASE..HEAD" in out and "--message-file PATH|-" in out and "--filled" in out
+    assert main(["rules", "TR004"]) == 0
+    assert capsys.readouterr().out == ("TR004 trailer-forbidden-identity (commit-trailers): a Signed-off-by/"
+                                       "Co-authored-by names an AI or a declared assistant\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["trailers", "--help"])
+    assert exc.value.code == 0 and "--no-divider" in capsys.readouterr().out
