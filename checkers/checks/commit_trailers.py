@@ -37,6 +37,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.trailers
     try:
         contract = compile_contract(cfg, args.preset)
+        legacy = compile_contract(cfg.legacy)
     except ValueError as exc:
         raise CheckError(str(exc), hint="fix the pattern in the trailers section of .agents/config.yaml") from None
     if contract.empty:
@@ -44,7 +45,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
                          hint="set trailers.presets (row, dco, agents-protocol) or rules in .agents/config.yaml")
     if args.message_file:
         return _run_message(ctx, args, contract)
-    return _run_range(ctx, args, cfg, contract)
+    return _run_range(ctx, args, cfg, contract, legacy)
 
 
 def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> Result:
@@ -67,11 +68,11 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
     return Result.judge(ID, findings, 1, "message", ok)
 
 
-def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled) -> Result:
+def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled,
+               legacy: Compiled) -> Result:
     rng = _resolve_range(ctx, args, cfg)
     commits = ctx.git.commits(rng.spec, mailmap=True)
     legacy_shas = _legacy(ctx, args, rng, commits)
-    legacy = compile_contract(cfg.legacy)
     messages = [read_message(c.message, "range") for c in commits]
     need_mailmap = contract.needs_author or legacy.needs_author
     facts = _facts(ctx, need_mailmap, [], [t for m in messages for t in m.trailers] if need_mailmap else [],
@@ -88,15 +89,13 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
             findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
                                                f"(trailers.merges: forbid)", hint="rebase instead of merging"))
             continue
-        problems = []
         rules = legacy if c.sha in legacy_shas else contract
         facts.author = f"{c.author_name} <{c.author_email}>"
         for p in judge(msg, rules, facts) if not rules.empty else ():
             if (c.sha, p.message) in debt:
                 used.add((c.sha, p.message))
                 continue
-            problems.append(R[p.rule].finding(f"{c.short}: {p.message}", hint=p.hint))
-        findings += problems
+            findings.append(R[p.rule].finding(f"{c.short}: {p.message}", hint=p.hint))
     in_range = {c.sha for c in commits}
     for (sha, error), e in debt.items():
         if sha in in_range and (sha, error) not in used:

@@ -72,9 +72,6 @@ class Compiled:
     def needs_author(self) -> bool:
         return any(k.author for k in self.keys)
 
-    def exists_templates(self) -> list[str]:
-        return [k.exists for k in self.keys if k.exists]
-
 
 def compile_contract(contract: TrailerContract, presets: list[str] | None = None) -> Compiled:
     """Expand presets (`presets` replaces the contract's own list when given) and the general rules."""
@@ -89,8 +86,12 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
         out.placeholders |= set(part.placeholders)
     out.ruled_keys = {k.key.lower() for k in out.keys}
     for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
-            [f.pattern for f in out.forbid if f.pattern] + [e.pattern for f in out.forbid for e in f.exempt]:
+            [k.when.pattern for k in out.keys if k.when] + [f.pattern for f in out.forbid if f.pattern] + \
+            [e.pattern for f in out.forbid for e in f.exempt]:
         _re(pattern)  # a bad pattern fails here, once, not per commit
+    for k in out.keys:
+        if k.exists and (k.exists.count("{}") != 1 or "{" in k.exists.replace("{}", "")):
+            raise ValueError(f"trailers: exists template {k.exists!r} must hold `{{}}` exactly once")
     return out
 
 

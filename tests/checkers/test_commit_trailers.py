@@ -237,3 +237,41 @@ def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit) as exc:
         main(["trailers", "--help"])
     assert exc.value.code == 0 and "--no-divider" in capsys.readouterr().out
+
+
+# --- the pure functions, without a repository -------------------------------------------------------
+
+def test_judge_is_a_pure_function_of_message_contract_and_facts():
+    from checkers.config import TrailerContract
+    from checkers.trailers.contract import Facts, Problem, compile_contract, judge
+    from checkers.trailers.message import read_message
+
+    contract = compile_contract(TrailerContract(presets=["row", "dco"]))
+    msg = read_message("Add x\n\nRow: GOV-A\nRow: GOV-B\nSigned-off-by: B <b@x.org>\n", "range")
+    facts = Facts(author="A <a@x.org>", exists={".agents/rows/GOV-A.yaml"}.__contains__)
+    assert judge(msg, contract, facts) == [
+        Problem("TR008", "Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
+                "end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
+        Problem("TR009", "no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
+                "sign off as the author: git commit --amend -s (or fix the author, or add the identity to "
+                ".mailmap)")]
+    facts = Facts(author="B <b@x.org>", exists=lambda path: True)
+    assert judge(msg, contract, facts) == []
+
+
+def test_a_squash_message_reads_both_blocks():
+    from checkers.trailers.message import read_message
+
+    msg = read_message((FIXTURES / "github-squash.txt").read_text(), "range")
+    assert [(t.key, t.value) for t in msg.block.trailers] == [
+        ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+    assert [(t.key, t.value) for t in msg.trailers] == [
+        ("Row", "GOV-CORE"), ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+
+
+def test_bad_templates_in_the_config_are_refused():
+    from checkers.config import TrailerContract, TrailerKeyRule
+    from checkers.trailers.contract import compile_contract
+
+    with pytest.raises(ValueError, match="exists template 'rows/{id}.yaml' must hold `{}` exactly once"):
+        compile_contract(TrailerContract(keys=[TrailerKeyRule(key="Row", exists="rows/{id}.yaml")]))
