@@ -172,13 +172,17 @@ class Git:
         """The shas in `rev_range` (one `git rev-list`)."""
         return self.text("rev-list", rev_range, "--").split()
 
-    def check_mailmap(self, contacts: list[str]) -> dict[str, str]:
-        """Map `Name <email>` contacts through .mailmap, all in one `git check-mailmap`."""
+    def check_mailmap(self, contacts: list[str], batch: int = 500) -> dict[str, str]:
+        """Map `Name <email>` contacts through .mailmap: one `git check-mailmap` per `batch` distinct
+        contacts (one for any usual range)."""
         contacts = sorted(set(c for c in contacts if "<" in c and c.rstrip().endswith(">")))
-        if not contacts:
-            return {}
-        out = self.text("check-mailmap", "--", *contacts).splitlines()
-        return dict(zip(contacts, out)) if len(out) == len(contacts) else {}
+        mapped: dict[str, str] = {}
+        for i in range(0, len(contacts), batch):
+            chunk = contacts[i:i + batch]
+            out = self.text("check-mailmap", "--", *chunk).splitlines()
+            if len(out) == len(chunk):
+                mapped.update(zip(chunk, out))
+        return mapped
 
     def ls_files(self) -> list[str]:
         out = self.run("ls-files", "-z").stdout.decode("utf-8", errors="replace")

@@ -210,3 +210,14 @@ def test_the_repository_own_history_passes():
     result = run_check(SPEC, ctx, check_parser(SPEC).parse_args([]))
     assert result.status.value == "pass", result
     assert result.examined >= 6
+
+
+def test_check_mailmap_maps_contacts_in_batches(rowgate_repo: GitRepo):
+    from checkers.gitio import Git
+
+    rowgate_repo.write({".mailmap": "Ada Tester <ada@example.com> <ada@old.example.com>\n"})
+    contacts = [f"P{i} <p{i}@example.com>" for i in range(7)] + ["Ada <ada@old.example.com>", "no email"]
+    mapped = Git(rowgate_repo.path).check_mailmap(contacts, batch=3)
+    assert mapped["Ada <ada@old.example.com>"] == "Ada Tester <ada@example.com>"
+    assert mapped["P6 <p6@example.com>"] == "P6 <p6@example.com>" and "no email" not in mapped
+    assert len(mapped) == 8
