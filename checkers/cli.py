@@ -23,6 +23,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "render": "checkers.render_cli",
     "row": "checkers.rows_cli",
     "claim": "checkers.rows_cli",
+    "trailers": "checkers.trailers_cli",
 }
 
 EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.

@@ -50,8 +50,78 @@ class RowsConfig(Strict):
 
 # --- per-check sections (each check module reads only its own) -------------
 
-class TrailersConfig(Strict):
-    pass
+class TrailerCondition(Strict):
+    """Holds when some trailer `key` has a value that fully matches `pattern`."""
+
+    key: str
+    pattern: str
+
+
+class TrailerKeyRule(Strict):
+    """Counts and values of one trailer key (keys compare case-insensitively, as in git)."""
+
+    key: str
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=0)
+    pattern: str | None = Field(None, description="regex every value must fully match")
+    exists: str | None = Field(None, description="path template every value must name, e.g. .agents/rows/{}.yaml")
+    author: bool = Field(False, description="one value must be the commit author `Name <email>` (mailmap honoured)")
+    when: TrailerCondition | None = Field(None, description="the rule applies only when this holds")
+    fix: str | None = None
+
+
+class TrailerExemption(Strict):
+    key: str
+    pattern: str = Field(description="regex searched in the value")
+
+
+class TrailerForbidRule(Strict):
+    """Values of these keys that name a forbidden identity."""
+
+    keys: list[str] = Field(min_length=1)
+    what: str = Field("a forbidden identity", description="what a match names, for the message")
+    pattern: str | None = Field(None, description="regex searched (case-insensitively) in the value")
+    declared_by: str | None = Field(None, description="identities declared in this key's `AGENT:MODEL` values")
+    exempt: list[TrailerExemption] = Field(default_factory=list)
+    fix: str | None = None
+
+
+class TrailerParagraphRule(Strict):
+    """A paragraph whose first line fully matches `pattern`, `min`..`max` times, before the trailer block."""
+
+    pattern: str
+    min: int = Field(1, ge=0)
+    max: int | None = Field(1, ge=0)
+    fix: str | None = None
+
+
+class TrailerContract(Strict):
+    """What every judged message must satisfy: named presets plus general rules."""
+
+    presets: list[Literal["agents-protocol", "dco", "row"]] = Field(default_factory=list)
+    paragraphs: list[TrailerParagraphRule] = Field(default_factory=list)
+    keys: list[TrailerKeyRule] = Field(default_factory=list)
+    forbid: list[TrailerForbidRule] = Field(default_factory=list)
+    forbid_divider: bool = Field(False, description="a `---` line in the body is an error (git's patch divider)")
+    placeholders: list[str] = Field(default_factory=list, description="template values --filled rejects")
+
+
+class TrailerDebt(Strict):
+    """A landed message that breaks the contract: the full sha plus the exact error text."""
+
+    sha: str = Field(pattern=r"^[0-9a-f]{40}$")
+    error: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
+class TrailersConfig(TrailerContract):
+    default_range: Literal["base", "cutover"] = Field(
+        "base", description="range when none is given: from the shared base, or from the top-level cutover")
+    merges: Literal["contract", "skip", "forbid"] = Field(
+        "contract", description="merge commits (2+ parents): judged by the contract, skipped, or an error")
+    legacy: TrailerContract = Field(default_factory=TrailerContract,
+                                    description="the rule for the cutover commit and its ancestors")
+    exceptions: list[TrailerDebt] = Field(default_factory=list)
 
 
 class PrSizeConfig(Strict):

@@ -165,9 +165,11 @@ class Git:
         return None
 
     # --- batched reads -------------------------------------------------------
-    def commits(self, rev_range: str, first_parent: bool = False) -> list[Commit]:
-        """Every commit in `rev_range`, oldest first, read by one `git log`."""
-        args = ["log", "-z", "--reverse", "--format=%H%x1f%P%x1f%an%x1f%ae%x1f%B"]
+    def commits(self, rev_range: str, first_parent: bool = False, mailmap: bool = False) -> list[Commit]:
+        """Every commit in `rev_range`, oldest first, read by one `git log`. The message is the raw `%B`;
+        `mailmap` maps the author through .mailmap (`%aN`, `%aE`)."""
+        author = "%aN%x1f%aE" if mailmap else "%an%x1f%ae"
+        args = ["log", "-z", "--reverse", f"--format=%H%x1f%P%x1f{author}%x1f%B"]
         if first_parent:
             args.append("--first-parent")
         out = self.run(*args, rev_range, "--").stdout.decode("utf-8", errors="replace")
@@ -178,6 +180,22 @@ class Git:
             sha, parents, name, email, message = record.split("\x1f", 4)
             commits.append(Commit(sha.strip(), tuple(parents.split()), name, email, message))
         return commits
+
+    def rev_list(self, rev_range: str) -> list[str]:
+        """The shas in `rev_range` (one `git rev-list`)."""
+        return self.text("rev-list", rev_range, "--").split()
+
+    def check_mailmap(self, contacts: list[str], batch: int = 500) -> dict[str, str]:
+        """Map `Name <email>` contacts through .mailmap: one `git check-mailmap` per `batch` distinct
+        contacts (one for any usual range)."""
+        contacts = sorted(set(c for c in contacts if "<" in c and c.rstrip().endswith(">")))
+        mapped: dict[str, str] = {}
+        for i in range(0, len(contacts), batch):
+            chunk = contacts[i:i + batch]
+            out = self.text("check-mailmap", "--", *chunk).splitlines()
+            if len(out) == len(chunk):
+                mapped.update(zip(chunk, out))
+        return mapped
 
     def ls_files(self) -> list[str]:
         out = self.run("ls-files", "-z").stdout.decode("utf-8", errors="replace")

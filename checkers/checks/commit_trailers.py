@@ -1,0 +1,182 @@
+"""Every commit in the range, or the one message given, carries the configured trailer contract."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from checkers.config import TrailersConfig
+from checkers.context import Context, add_range_arguments
+from checkers.gitio import BaseRange, Commit, resolve_base
+from checkers.results import CheckError, Finding, Result
+from checkers.trailers.contract import R, RULES, Compiled, Facts, compile_contract, judge
+from checkers.trailers.message import read_message
+from checkers.trailers.presets import PRESETS
+
+ID = "commit-trailers"
+__all__ = ["ID", "RULES", "add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_range_arguments(parser)
+    parser.add_argument("--range", metavar="BASE..HEAD", help="the commits to judge (from the merge base); "
+                        "default: --base/--head, or the config's trailers.default_range")
+    parser.add_argument("--cutover", metavar="REV", help="the cutover commit: it and its ancestors get "
+                        "trailers.legacy (default: the config's top-level cutover)")
+    parser.add_argument("--message-file", metavar="PATH|-", help="judge one message (a commit-msg hook's "
+                        "file, a PR body) instead of a range; - reads stdin")
+    parser.add_argument("--preset", action="append", choices=sorted(PRESETS), metavar="NAME",
+                        help=f"use this preset instead of the configured ones (repeatable): {', '.join(PRESETS)}")
+    parser.add_argument("--filled", action="store_true",
+                        help="reject template placeholder values such as <ROW-ID> (always on for a range)")
+    parser.add_argument("--author", metavar="'NAME <EMAIL>'", help="the author for the dco preset in "
+                        "--message-file mode (default: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL)")
+
+
+def run(ctx: Context, args: argparse.Namespace) -> Result:
+    cfg = ctx.config.trailers
+    try:
+        contract = compile_contract(cfg, args.preset)
+        legacy = compile_contract(cfg.legacy)
+    except ValueError as exc:
+        raise CheckError(str(exc), hint="fix the pattern in the trailers section of .agents/config.yaml") from None
+    if contract.empty:
+        raise CheckError("the trailer contract is empty: nothing would be checked",
+                         hint="set trailers.presets (row, dco, agents-protocol) or rules in .agents/config.yaml")
+    if args.message_file:
+        return _run_message(ctx, args, contract)
+    return _run_range(ctx, args, cfg, contract, legacy)
+
+
+def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> Result:
+    if args.message_file == "-":
+        raw, display = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        path = Path(args.message_file)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise CheckError(f"--message-file {args.message_file}: {exc.strerror}",
+                             hint="pass the path of a commit message file, or - for stdin") from None
+        display = _display(ctx, path)
+    author = args.author or _env_author(ctx)
+    msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
+    facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
+    facts.author = facts.mailmap(author) if author else None
+    findings = [R[p.rule].finding(p.message, display, p.line, p.hint) for p in judge(msg, contract, facts)]
+    ok = f"OK: {display} carries the trailer contract ({_names(contract)})"
+    return Result.judge(ID, findings, 1, "message", ok)
+
+
+def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled,
+               legacy: Compiled) -> Result:
+    rng = _resolve_range(ctx, args, cfg)
+    commits = ctx.git.commits(rng.spec, mailmap=True)
+    legacy_shas = _legacy(ctx, args, rng, commits)
+    messages = [read_message(c.message, "range") for c in commits]
+    need_mailmap = contract.needs_author or legacy.needs_author
+    facts = _facts(ctx, need_mailmap, [], [t for m in messages for t in m.trailers] if need_mailmap else [],
+                   filled=True)
+    debt = {(e.sha, e.error): e for e in cfg.exceptions}
+    used: set[tuple[str, str]] = set()
+    findings: list[Finding] = []
+    merges_skipped = 0
+    for c, msg in zip(commits, messages):
+        if c.is_merge and cfg.merges == "skip":
+            merges_skipped += 1
+            continue
+        if c.is_merge and cfg.merges == "forbid":
+            findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
+                                               f"(trailers.merges: forbid)", hint="rebase instead of merging"))
+            continue
+        rules = legacy if c.sha in legacy_shas else contract
+        facts.author = f"{c.author_name} <{c.author_email}>"
+        for p in judge(msg, rules, facts) if not rules.empty else ():
+            if (c.sha, p.message) in debt:
+                used.add((c.sha, p.message))
+                continue
+            findings.append(R[p.rule].finding(f"{c.short}: {p.message}", hint=p.hint))
+    in_range = {c.sha for c in commits}
+    for (sha, error), e in debt.items():
+        if sha in in_range and (sha, error) not in used:
+            findings.append(R["TR011"].finding(f"{sha[:12]}: exception no longer matches an error: {error!r}",
+                                               hint="remove it from trailers.exceptions in .agents/config.yaml"))
+    details = [f"debt: {e.sha[:12]} {e.error} ({e.reason})" + (" [applied]" if k in used else "")
+               for k, e in debt.items()]
+    extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
+    extra += [f"{merges_skipped} merges skipped"] if merges_skipped else []
+    extra += [f"{len(debt)} exceptions are debt"] if debt else []
+    ok = (f"OK: {len(commits)} commits in {rng.merge_base[:12]}..{rng.head[:12]} carry the trailer contract "
+          f"({_names(contract)})" + (f"; {', '.join(extra)}" if extra else ""))
+    return Result.judge(ID, findings, len(commits), "commits", ok, details)
+
+
+def _resolve_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig) -> BaseRange:
+    if args.range:
+        base, sep, head = args.range.partition("..")
+        if not sep or head.startswith(".") or not base:
+            raise CheckError(f"--range {args.range!r} is not BASE..HEAD", hint="write --range origin/main..HEAD")
+        rng = resolve_base(ctx.git, base, {}, None, head=head or "HEAD")
+        print(f"rowgate: {rng.describe().replace('(--base)', '(--range)')}", file=ctx.notes)
+        return rng
+    given = args.base or ctx.env.get(ctx.config.base.env) or ctx.env.get("PRE_COMMIT_FROM_REF")
+    if given or cfg.default_range == "base":
+        return ctx.base_range(args.base, args.head)
+    cutover = args.cutover or ctx.config.cutover
+    if not cutover:
+        raise CheckError("trailers.default_range is cutover but no cutover is configured",
+                         hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD")
+    git = ctx.git
+    base, head = git.must_resolve(cutover, "cutover"), git.must_resolve(args.head or "HEAD", "head")
+    rng = BaseRange(cutover, "config cutover", base, head, git.merge_base(base, head))
+    print(f"rowgate: {rng.describe()}", file=ctx.notes)
+    return rng
+
+
+def _legacy(ctx: Context, args: argparse.Namespace, rng: BaseRange, commits: list[Commit]) -> set[str]:
+    """The commits in the range that are the cutover or its ancestors."""
+    cutover = args.cutover or ctx.config.cutover
+    if not cutover:
+        return set()
+    cut = ctx.git.must_resolve(cutover, "cutover")
+    parents = {c.sha: c.parents for c in commits}
+    if cut not in parents:  # the cutover is outside the range: ask git which of ours it reaches
+        return set(ctx.git.rev_list(f"{rng.merge_base}..{cut}")) & parents.keys()
+    seen, todo = set(), [cut]
+    while todo:
+        sha = todo.pop()
+        if sha in seen or sha not in parents:
+            continue
+        seen.add(sha)
+        todo += parents[sha]
+    return seen
+
+
+def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers, filled: bool) -> Facts:
+    mapped: dict[str, str] = {}
+    if need_mailmap:
+        mapped = ctx.git.check_mailmap(idents + [t.value for t in trailers])
+    cache: dict[str, bool] = {}
+
+    def exists(path: str) -> bool:
+        if path not in cache:
+            cache[path] = (ctx.root / path).is_file()
+        return cache[path]
+
+    return Facts(mailmap=lambda ident: mapped.get(ident, ident), exists=exists, filled=filled)
+
+
+def _env_author(ctx: Context) -> str | None:
+    name, email = ctx.env.get("GIT_AUTHOR_NAME"), ctx.env.get("GIT_AUTHOR_EMAIL")
+    return f"{name} <{email}>" if name and email else None
+
+
+def _display(ctx: Context, path: Path) -> str:
+    try:
+        return ctx.rel(path)
+    except ValueError:
+        return str(path)
+
+
+def _names(contract: Compiled) -> str:
+    return ", ".join(contract.names) or "configured rules"

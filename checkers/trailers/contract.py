@@ -1,0 +1,282 @@
+"""Judge one commit message against a trailer contract: presets plus general rules, all data."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+from checkers.config import (TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule)
+from checkers.results import Rule
+from checkers.trailers import parser
+from checkers.trailers.message import Message, paragraphs
+from checkers.trailers.parser import Trailer
+from checkers.trailers.presets import PRESETS
+
+RULES = (
+    Rule("TR001", "trailer-missing", "a required trailer key is missing or below its minimum count"),
+    Rule("TR002", "trailer-too-many", "a trailer key appears more often than its maximum"),
+    Rule("TR003", "trailer-bad-value", "a trailer value does not match the key's pattern"),
+    Rule("TR004", "trailer-forbidden-identity", "a Signed-off-by/Co-authored-by names an AI or a declared assistant"),
+    Rule("TR005", "paragraph-count", "a required paragraph is missing or repeated"),
+    Rule("TR006", "paragraph-in-trailers", "a required paragraph sits inside the trailer block"),
+    Rule("TR007", "patch-divider", "a `---` line in the body cuts the message for git am and interpret-trailers"),
+    Rule("TR008", "trailer-unknown-target", "a trailer value names a record that does not exist (Row: no such row)"),
+    Rule("TR009", "signoff-not-author", "no Signed-off-by matches the commit author"),
+    Rule("TR010", "merge-commit", "a merge commit where the configured merge policy forbids them"),
+    Rule("TR011", "exception-unused", "a landed-message exception no longer matches any error"),
+    Rule("TR012", "trailer-placeholder", "a trailer still holds the template placeholder (--filled)"),
+)
+R = {r.id: r for r in RULES}
+_ORDER = {r.id: i for i, r in enumerate(RULES)}
+GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
+DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
+
+
+@dataclass(frozen=True)
+class Problem:
+    rule: str
+    message: str
+    hint: str
+    line: int | None = None  # 1-based line in the message, where there is one
+
+
+@dataclass
+class Facts:
+    """What the contract needs beyond the message text."""
+
+    author: str | None = None  # `Name <email>`, mailmap applied
+    mailmap: Callable[[str], str] = lambda ident: ident
+    exists: Callable[[str], bool] = lambda path: False
+    filled: bool = True  # reject template placeholders
+    memo: dict = field(default_factory=dict)  # (rule, key, value) -> problems, for one run
+
+
+@dataclass
+class Compiled:
+    """A contract with its presets expanded and its regexes compiled once."""
+
+    names: list[str]
+    paragraphs: list[TrailerParagraphRule] = field(default_factory=list)
+    keys: list[TrailerKeyRule] = field(default_factory=list)
+    forbid: list[TrailerForbidRule] = field(default_factory=list)
+    forbid_divider: bool = False
+    placeholders: set[str] = field(default_factory=set)
+    ruled_keys: set[str] = field(default_factory=set)  # lower-cased keys that some key rule names
+
+    @property
+    def empty(self) -> bool:
+        return not (self.paragraphs or self.keys or self.forbid or self.forbid_divider)
+
+    @property
+    def needs_author(self) -> bool:
+        return any(k.author for k in self.keys)
+
+
+def compile_contract(contract: TrailerContract, presets: list[str] | None = None) -> Compiled:
+    """Expand presets (`presets` replaces the contract's own list when given) and the general rules."""
+    names = list(contract.presets if presets is None else presets)
+    parts = [PRESETS[n] for n in names] + [contract]
+    out = Compiled(names=names)
+    for part in parts:
+        out.paragraphs += part.paragraphs
+        out.keys += part.keys
+        out.forbid += part.forbid
+        out.forbid_divider |= part.forbid_divider
+        out.placeholders |= set(part.placeholders)
+    out.ruled_keys = {k.key.lower() for k in out.keys}
+    for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
+            [k.when.pattern for k in out.keys if k.when] + [f.pattern for f in out.forbid if f.pattern] + \
+            [e.pattern for f in out.forbid for e in f.exempt]:
+        _re(pattern)  # a bad pattern fails here, once, not per commit
+    for k in out.keys:
+        if k.exists and (k.exists.count("{}") != 1 or "{" in k.exists.replace("{}", "")):
+            raise ValueError(f"trailers: exists template {k.exists!r} must hold `{{}}` exactly once")
+    return out
+
+
+@lru_cache(maxsize=None)
+def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, flags)
+    except re.error as exc:
+        raise ValueError(f"trailers: invalid regex {pattern!r}: {exc}") from None
+
+
+def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
+    """Every way `msg` breaks `contract`, in rule order."""
+    problems: list[Problem] = []
+    by_key: dict[str, list[Trailer]] = {}
+    for t in msg.trailers:
+        by_key.setdefault(t.key.lower(), []).append(t)
+    problems += _key_problems(msg, contract, facts, by_key)
+    if contract.forbid:
+        problems += _forbid_problems(contract, by_key)
+    if contract.paragraphs:
+        problems += _paragraph_problems(msg, contract)
+    if contract.forbid_divider:
+        problems += _divider_problems(msg.text)
+    return sorted(problems, key=lambda p: _ORDER[p.rule]) if len(problems) > 1 else problems
+
+
+def _is_placeholder(value: str, contract: Compiled) -> bool:
+    return value in contract.placeholders or (value[:1] == "<" and GENERIC_PLACEHOLDER.fullmatch(value) is not None)
+
+
+def _holds(msg_keys: dict[str, list[Trailer]], rule: TrailerKeyRule) -> bool:
+    if rule.when is None:
+        return True
+    pat = _re(rule.when.pattern)
+    return any(pat.fullmatch(t.value) for t in msg_keys.get(rule.when.key.lower(), []))
+
+
+def _key_problems(msg: Message, contract: Compiled, facts: Facts,
+                  by_key: dict[str, list[Trailer]]) -> list[Problem]:
+    out: list[Problem] = []
+    if facts.filled:
+        ruled = contract.ruled_keys
+        out += [Problem("TR012", f"{t.key}: {t.value} is the template placeholder",
+                        f"replace {t.value} with the real value")
+                for t in msg.trailers if t.key.lower() in ruled and _is_placeholder(t.value, contract)]
+    for rule in contract.keys:
+        if rule.when is not None and not _holds(by_key, rule):
+            continue
+        found = by_key.get(rule.key.lower(), ())
+        n = len(found)
+        if n < rule.min or (rule.max is not None and n > rule.max):
+            out += _count_problems(msg, rule, n)
+        if not n:
+            continue
+        if rule.pattern or rule.exists:
+            for t in found:
+                # Values repeat across a range (the same row, the same people): judge each one once.
+                key = (id(rule), t.key, t.value)
+                problems = facts.memo.get(key)
+                if problems is None:
+                    problems = facts.memo[key] = _value_problems(rule, t, contract, facts)
+                out += problems
+        if rule.author:
+            pat = _re(rule.pattern) if rule.pattern else None
+            real = [t for t in found if not _is_placeholder(t.value, contract)
+                    and (pat is None or pat.fullmatch(t.value))]
+            if real:
+                out += _author_problems(rule, real, facts)
+    return out
+
+
+def _count_problems(msg: Message, rule: TrailerKeyRule, n: int) -> list[Problem]:
+    cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
+    plural = "s" if n != 1 else ""
+    if n < rule.min:
+        text = (f"no {rule.key} trailer{cond} (need at least {rule.min})" if n == 0
+                else f"{n} {rule.key} trailer{plural}{cond} (need at least {rule.min})")
+        return [Problem("TR001", text, _missing_hint(msg, rule))]
+    return [Problem("TR002", f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
+                    rule.fix or f"keep at most {rule.max}")]
+
+
+def _value_problems(rule: TrailerKeyRule, t: Trailer, contract: Compiled, facts: Facts) -> tuple[Problem, ...]:
+    if _is_placeholder(t.value, contract):
+        return ()  # reported once as TR012 under --filled; a template's placeholder is its shape
+    if rule.pattern and not _re(rule.pattern).fullmatch(t.value):
+        return (Problem("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
+                        rule.fix or f"write a value that matches {rule.pattern}"),)
+    if rule.exists:
+        path = rule.exists.format(t.value)
+        if "/" in t.value or ".." in t.value or not facts.exists(path):
+            return (Problem("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
+                            rule.fix or f"name an existing {rule.exists.format('*')}"),)
+    return ()
+
+
+def _missing_hint(msg: Message, rule: TrailerKeyRule) -> str:
+    hint = rule.fix or f"add a `{rule.key}:` trailer to the trailer block"
+    stray = re.search(rf"^{re.escape(rule.key)}[ \t]*:", msg.text[:msg.body_end], re.M | re.I)
+    if stray:
+        line = msg.text.count("\n", 0, stray.start()) + 1
+        hint = (f"line {line} `{rule.key}:` is not in the trailer block (git reads only the last paragraph, "
+                f"when it is all trailers): move it there; {hint}")
+    return hint
+
+
+def _author_problems(rule: TrailerKeyRule, found: list[Trailer], facts: Facts) -> list[Problem]:
+    if facts.author is None:
+        return [Problem("TR009", f"cannot tell who the author is, so no {rule.key} can be matched",
+                        "pass --author 'Name <email>' or set GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL")]
+    want = _norm_ident(facts.author)
+    if any(_norm_ident(facts.mailmap(t.value)) == want for t in found):
+        return []
+    names = ", ".join(t.value for t in found)
+    return [Problem("TR009", f"no {rule.key} matches the author {facts.author} (found: {names})",
+                    rule.fix or "sign off as the author")]
+
+
+def _norm_ident(ident: str) -> str:
+    ident = " ".join(ident.split())
+    name, sep, email = ident.partition("<")
+    return f"{name.strip()} <{email.strip().lower()}" if sep else ident
+
+
+def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> list[Problem]:
+    out: list[Problem] = []
+    for rule in contract.forbid:
+        declared = _declared(by_key.get(rule.declared_by.lower(), [])) if rule.declared_by else []
+        pat = _re(rule.pattern, re.I) if rule.pattern else None
+        for key in rule.keys:
+            for t in by_key.get(key.lower(), []):
+                if any(e.key.lower() == key.lower() and _re(e.pattern).search(t.value) for e in rule.exempt):
+                    continue
+                hit = pat.search(t.value) if pat else None
+                if hit:
+                    why = f"names {rule.what} ({hit.group(0)})"
+                else:
+                    who = next((d for d in declared if _re(rf"(?<![\w.-]){re.escape(d)}(?![\w.-])", re.I)
+                                .search(t.value)), None)
+                    if who is None:
+                        continue
+                    why = f"names {who}, declared in {rule.declared_by}"
+                out.append(Problem("TR004", f"{t.key}: {t.value} {why}",
+                                   rule.fix or f"remove the {t.key} trailer"))
+    return out
+
+
+def _declared(trailers: list[Trailer]) -> list[str]:
+    """The identities an `AGENT:MODEL [TOOL]` value declares: the agent and the model."""
+    out = []
+    for t in trailers:
+        ident = t.value.split(" [", 1)[0]
+        out += [p for p in ident.split(":", 1) if p.strip()]
+    return out
+
+
+def _paragraph_problems(msg: Message, contract: Compiled) -> list[Problem]:
+    out: list[Problem] = []
+    if not contract.paragraphs:
+        return out
+    paras = paragraphs(msg.text[:msg.body_end])[1:]  # the title paragraph never counts
+    block_lines = msg.text[msg.body_end:msg.block.end].split("\n")
+    for rule in contract.paragraphs:
+        pat = _re(rule.pattern)
+        n = sum(1 for _, first in paras if pat.fullmatch(first))
+        inside = [ln for ln in block_lines if pat.fullmatch(ln.rstrip(" \t\r"))]
+        if inside:
+            out.append(Problem("TR006", f"{rule.pattern} is inside the trailer block",
+                               rule.fix or f"make {rule.pattern} its own paragraph before the trailers"))
+        want = f"exactly {rule.min}" if rule.min == rule.max else (
+            f"at least {rule.min}" if rule.max is None else f"{rule.min} to {rule.max}")
+        if n < rule.min or (rule.max is not None and n > rule.max):
+            text = (f"no {rule.pattern} paragraph before the trailer block (need {want})" if n == 0
+                    else f"{n} {rule.pattern} paragraphs (need {want})")
+            out.append(Problem("TR005", text, rule.fix or f"write the {rule.pattern} paragraph {want} time(s)"))
+    return out
+
+
+def _divider_problems(text: str) -> list[Problem]:
+    cut = parser.end_of_log_message(text, no_divider=True)  # scissors and trailing comments excluded
+    out = []
+    for m in DIVIDER_LINE.finditer(text, 0, cut):
+        line = text.count("\n", 0, m.start()) + 1
+        out.append(Problem("TR007", f"line {line} starts with `---`, git's patch divider: git am and "
+                                    f"git interpret-trailers drop everything after it",
+                           "use `***` for a separator line (or indent it)", line))
+    return out

@@ -1,0 +1,318 @@
+"""A pure-Python parser of commit-message trailers that agrees with git's trailer.c byte for byte.
+
+Two modes: `hook` is `git interpret-trailers --parse` (a `---` line followed by whitespace starts the
+patch part, which is ignored), `range` is `--parse --no-divider`, what `git log --format=%(trailers)` sees;
+`commit_trailers()` also skips a commit message's leading blank lines first, as git's pretty printer does.
+Git's own rules, in order:
+
+1. the end of the log message: the `---` divider (hook mode), then git's "ignored bytes" (a trailing
+   run of comment and empty lines, an old `Conflicts:` block, and everything from the scissors line);
+2. the title paragraph (up to the first blank line, comment lines skipped) is never a trailer block;
+3. scanning back from the end, the last paragraph is the block when it is all trailers, or when it has a
+   git-generated line (`Signed-off-by: `, `(cherry picked from commit `) and at least 25% trailers;
+   indented lines are continuations, comment lines are neither;
+4. continuation lines are folded into the trailer above; `--parse` unfolds them to one space.
+
+Only ASCII counts as letters, digits and space here, as in git's ctype table (no locale, no \\v, \\f).
+Git's default configuration is assumed (separator `:`, comment char `#`, no `trailer.*` keys): rowgate
+runs git without user or system config for the same reason.
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+Mode = Literal["hook", "range"]
+MODES: tuple[str, ...] = ("hook", "range")
+
+_SPACE = " \t\n\r"  # git's isspace(): no \v, no \f, nothing outside ASCII
+_BLANK = " \t\r"  # is_blank_line() skips spaces up to the newline
+_GIT_GENERATED = ("Signed-off-by: ", "(cherry picked from commit ")
+_CUT_LINE = "\n# ------------------------ >8 ------------------------\n"
+_DIVIDER = re.compile(r"^---[ \t\n\r]", re.M)
+# find_separator(): letters, digits and '-', then optional blanks, then the separator.
+_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
+_UNFOLD = re.compile(r"\n[ \t\n\r]*")
+
+
+class Trailer(NamedTuple):
+    key: str
+    value: str  # unfolded and trimmed, as `--parse` prints it
+    raw: str  # the trailer's lines as written, continuation lines included
+
+    def render(self) -> str:
+        return f"{self.key}: {self.value}\n"
+
+
+class TrailerBlock(NamedTuple):
+    """Where git finds the trailer block of a message, and what it holds."""
+
+    message: str  # the text the offsets refer to
+    start: int  # offset of the block's first line; == end when there is no block
+    end: int  # end of the log message: divider, trailing comments and scissors excluded
+    lines: tuple[str, ...]  # the block's logical lines (continuations folded, newlines kept)
+    trailers: tuple[Trailer, ...]
+
+    @property
+    def found(self) -> bool:
+        return self.start < self.end
+
+    def render(self) -> str:
+        """Exactly what `git interpret-trailers --parse` prints."""
+        return "".join(t.render() for t in self.trailers)
+
+
+def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
+    """Parse `message` (text; undecodable bytes as surrogate escapes) the way git does in `mode`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown trailer mode {mode!r}; known: {', '.join(MODES)}")
+    nul = message.find("\0")
+    if nul >= 0:  # git handles the message as a C string
+        message = message[:nul]
+    end = len(message)
+    if mode == "hook":
+        m = _DIVIDER.search(message)
+        if m is not None:
+            end = m.start()
+    if _is_plain(message, end):
+        return _parse_plain(message, end)
+    return parse_full(message, mode)
+
+
+def parse_full(message: str, mode: Mode) -> TrailerBlock:
+    """Git's algorithm step by step, for any message (parse() takes a shortcut for plain ones)."""
+    end = end_of_log_message(message, no_divider=(mode == "range"))
+    start = trailer_block_start(message, end)
+    if start >= end:
+        return TrailerBlock(message, start, end, (), ())
+    lines = _logical_lines(message[start:end])
+    trailers = []
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        m = _SEPARATOR.match(line)
+        if m is None:
+            continue
+        sep = m.end() - 1
+        value = _UNFOLD.sub(" ", line[sep + 1:].strip(_SPACE)).strip(_SPACE)
+        trailers.append(Trailer(line[:sep].strip(_SPACE), value, line))
+    return TrailerBlock(message, start, end, tuple(lines), tuple(trailers))
+
+
+# A plain message has no comment or CR line, no Conflicts block, no NUL and no line of only blanks, and
+# its last paragraph has no indented line: then a blank line is an empty line, nothing continues a
+# trailer, and only empty lines trail. Most commits are plain.
+_BLANK_LINE = re.compile(r"^[ \t]+$", re.M)
+
+
+def _is_plain(message: str, end: int) -> bool:
+    if ("\n#" in message or "\r" in message or "\0" in message or "Conflicts:\n" in message
+            or message.startswith("#")):
+        return False
+    text = message[:end]
+    if "\n " not in text and "\n\t" not in text and not text.startswith((" ", "\t")):
+        return True
+    if _BLANK_LINE.search(text):
+        return False
+    last = text.rstrip("\n").rfind("\n\n")
+    if last < 0:
+        return False
+    tail = text[last + 2:]
+    return "\n " not in tail and "\n\t" not in tail and not tail.startswith((" ", "\t"))
+
+
+def _parse_plain(message: str, end: int) -> TrailerBlock:
+    """parse() for a plain message (ending at `end`): the same rules, with the cases that cannot occur
+    left out."""
+    body = len(message.rstrip("\n")) if end == len(message) else len(message[:end].rstrip("\n"))
+    if body == 0:  # nothing but newlines: git's run of empty lines starts at the second one
+        end = 1 if end >= 2 else end
+        return TrailerBlock(message, end, end, (), ())
+    if end - body >= 2:
+        end = body + 1  # trailing empty lines are ignored; the last line keeps its newline
+    text = message[:body]  # without the final newline, which belongs to the last line
+    if text.startswith("\n"):
+        blank = 0  # an empty first line ends the title at once
+    else:
+        blank = text.find("\n\n") + 1  # the first blank line; 0 when there is none
+        if blank == 0:
+            return TrailerBlock(message, end, end, (), ())
+    last = text.rfind("\n\n")
+    start = last + 2 if last >= 0 else 1
+    if start - 1 < blank:
+        return TrailerBlock(message, end, end, (), ())
+    lines = text[start:].split("\n")
+    trailer_lines = non_trailer_lines = 0
+    recognized = False
+    for line in lines:
+        if line.startswith(_GIT_GENERATED):
+            trailer_lines += 1
+            recognized = True
+        elif _SEPARATOR.match(line):
+            trailer_lines += 1
+        else:
+            non_trailer_lines += 1
+    if not ((recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines)):
+        return TrailerBlock(message, end, end, (), ())
+    trailers = []
+    for line in lines:
+        m = _SEPARATOR.match(line)
+        if m is not None:
+            sep = m.end() - 1
+            trailers.append(Trailer(line[:sep].rstrip(" \t"), line[sep + 1:].strip(_SPACE), line + "\n"))
+    if end > body:
+        raw = tuple(line + "\n" for line in lines)
+    else:  # no final newline
+        raw = tuple(line + "\n" for line in lines[:-1]) + (lines[-1],)
+        if trailers and trailers[-1].raw == lines[-1] + "\n":
+            trailers[-1] = Trailer(trailers[-1].key, trailers[-1].value, lines[-1])
+    return TrailerBlock(message, start, end, raw, tuple(trailers))
+
+
+def commit_trailers(message: str) -> TrailerBlock:
+    """The trailers of a commit's raw message (`%B`), exactly as `git log --format=%(trailers)` sees them."""
+    return parse(skip_blank_lines(message), "range")
+
+
+def skip_blank_lines(message: str) -> str:
+    """Drop leading lines made only of whitespace (git's pretty.c skip_blank_lines)."""
+    if not message.startswith((" ", "\t", "\r", "\n")):
+        return message
+    pos = 0
+    while pos < len(message):
+        nl = message.find("\n", pos)
+        stop = len(message) if nl < 0 else nl + 1
+        if message[pos:stop].strip(_SPACE):
+            break
+        pos = stop
+    return message[pos:]
+
+
+def end_of_log_message(message: str, no_divider: bool = False) -> int:
+    """The offset where the log message ends (git's find_end_of_log_message)."""
+    end = len(message)
+    if not no_divider:
+        m = _DIVIDER.search(message)
+        if m is not None:
+            end = m.start()
+    return end - ignored_log_message_bytes(message, end)
+
+
+def ignored_log_message_bytes(buf: str, length: int) -> int:
+    """How many bytes at the end of buf[:length] git ignores: trailing comment and empty lines, an old
+    `Conflicts:` block, and everything from the scissors line on (git's commit.c)."""
+    cutoff = _scissors(buf, length)
+    region = buf[:cutoff]
+    if "\n#" in region or "Conflicts:\n" in region or region.startswith("#"):
+        return _ignored_slow(buf, length, cutoff)
+    # Only empty lines can form the trailing run. Git keeps its start in `boc`, where 0 also means "none":
+    # a run that starts at offset 0 begins at the second line instead.
+    body = len(region.rstrip("\n"))
+    if body == 0:
+        boc = 1 if cutoff >= 2 else 0
+    else:
+        boc = body + 1 if cutoff - body >= 2 else 0
+    return length - boc if boc else length - cutoff
+
+
+def _ignored_slow(buf: str, length: int, cutoff: int) -> int:
+    boc = 0  # beginning of the trailing run; 0 doubles as "none", as in git
+    bol = 0
+    in_conflicts = False
+    while bol < cutoff:
+        nl = buf.find("\n", bol, length)
+        next_bol = length if nl < 0 else nl + 1
+        first = buf[bol]
+        if first == "#" or first == "\n":
+            if not boc:
+                boc = bol
+        elif buf.startswith("Conflicts:\n", bol):
+            in_conflicts = True
+            if not boc:
+                boc = bol
+        elif in_conflicts and first == "\t":
+            pass  # a pathname in the conflicts block
+        elif boc:
+            boc = 0
+            in_conflicts = False
+        bol = next_bol
+    return length - boc if boc else length - cutoff
+
+
+def _scissors(buf: str, length: int) -> int:
+    """wt_status_locate_end(): the scissors line cuts the message. A scissors line after `length` is
+    ignored, as newer git does (git 2.39 loops forever on a `---` line followed by one)."""
+    if buf.startswith(_CUT_LINE[1:]):
+        return 0
+    p = buf.find(_CUT_LINE)
+    if p >= 0 and p + 1 < length:
+        return p + 1
+    return length
+
+
+def trailer_block_start(buf: str, length: int) -> int:
+    """The offset of the trailer block's first line, or `length` when there is none (git's
+    find_trailer_block_start)."""
+    if length == 0:
+        return 0
+    lines = buf[:length].split("\n")
+    if not lines[-1]:
+        lines.pop()  # a final newline belongs to the last line (git's last_line())
+    # The first paragraph is the title and cannot be trailers.
+    end_of_title = len(lines)
+    for i, line in enumerate(lines):
+        if not line.startswith("#") and not line.strip(_BLANK):
+            end_of_title = i
+            break
+    only_spaces = True
+    recognized = False
+    trailer_lines = non_trailer_lines = possible_continuation = 0
+    for i in range(len(lines) - 1, end_of_title - 1, -1):
+        line = lines[i]
+        if line.startswith("#"):
+            non_trailer_lines += possible_continuation
+            possible_continuation = 0
+            continue
+        if not line.strip(_BLANK):
+            if only_spaces:
+                continue
+            non_trailer_lines += possible_continuation
+            if (recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines):
+                return len("\n".join(lines[:i + 1])) + 1  # the line after the blank one
+            return length
+        only_spaces = False
+        if line.startswith(_GIT_GENERATED):
+            trailer_lines += 1
+            possible_continuation = 0
+            recognized = True
+        elif _SEPARATOR.match(line):
+            trailer_lines += 1
+            possible_continuation = 0
+        elif line[0] in _SPACE:
+            possible_continuation += 1
+        else:
+            non_trailer_lines += 1 + possible_continuation
+            possible_continuation = 0
+    return length
+
+
+def _logical_lines(block: str) -> list[str]:
+    """Split the block into lines, folding an indented line into the trailer above it."""
+    out: list[str] = []
+    can_continue = False
+    for piece in _split_nl(block):
+        if can_continue and piece[0] in _SPACE:
+            out[-1] += piece
+            continue
+        out.append(piece)
+        can_continue = _SEPARATOR.match(piece) is not None
+    return out
+
+
+def _split_nl(text: str) -> list[str]:
+    """Split on '\\n' only, keeping it (str.splitlines also splits on \\r, \\v, \\f and more)."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out

@@ -1,0 +1,178 @@
+"""Trailers benchmark: `rowgate check commit-trailers --range` over 10,000 commits, against the git floor
+(one `git log --format=%H%x00%B%x00` of the same range) and gitlint's per-commit cost, in one run.
+
+Usage: scripts/bench-checkers.py trailers [--commits N] [--gitlint PATH] [--gitlint-commits N] [--reps N]
+gitlint is never a project dependency: give --gitlint PATH, or the benchmark installs it into a throwaway
+venv under /tmp/gl (`python3 -m venv /tmp/gl && /tmp/gl/bin/pip install gitlint`); without it the table
+says so and reports the other ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
+       "GIT_AUTHOR_NAME": "Ada Tester", "GIT_AUTHOR_EMAIL": "ada@example.com",
+       "GIT_COMMITTER_NAME": "Ada Tester", "GIT_COMMITTER_EMAIL": "ada@example.com"}
+CONFIG = "version: 1\nrows:\n  areas: [GOV]\ntrailers:\n  presets: [row]\n  merges: contract\n"
+ROW = 'id: GOV-CORE\narea: GOV\ntitle: "Core"\nstate: INVENTORIED\n'
+BODIES = ("Explain the change in a sentence or two.\n\nAnd why it matters.\n",
+          "One paragraph with a URL https://example.com/x:y and a colon: in prose.\n",
+          "Fixes the parser when a line is indented\n  like this continuation.\n")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="bench-checkers.py trailers", description=__doc__.splitlines()[0])
+    p.add_argument("--commits", type=int, default=10_000, help="commits in the range (default 10000)")
+    p.add_argument("--gitlint", metavar="PATH", help="a gitlint executable (default: /tmp/gl/bin/gitlint, "
+                   "installed there if absent)")
+    p.add_argument("--no-install", action="store_true", help="do not install gitlint when it is absent")
+    p.add_argument("--gitlint-commits", type=int, default=1_000, help="commits gitlint lints (default 1000)")
+    p.add_argument("--reps", type=int, default=5, help="repetitions of the rowgate and git runs (default 5)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="rowgate-bench-trailers-") as tmp:
+        repo = Path(tmp) / "repo"
+        start = time.perf_counter()
+        first = build_repo(repo, args.commits)
+        built = time.perf_counter() - start
+        rng = f"{first}..HEAD"
+        rowgate = [sys.executable, "-m", "checkers", "check", "commit-trailers", "--repo", str(repo),
+                   "--range", rng]
+        floor = ["git", "-C", str(repo), "log", "--format=%H%x00%B%x00", rng]
+        startup = rowgate[:-1] + ["HEAD~1..HEAD"]
+        out = run(rowgate)
+        if out.returncode != 0:
+            print(out.stdout + out.stderr, file=sys.stderr)
+            return 1
+        t_rowgate, t_floor, t_startup = interleaved([rowgate, floor, startup], args.reps)
+        t_inproc = in_process(rowgate[3:], args.reps)
+        gitlint = find_gitlint(args.gitlint, args.no_install)
+        t_gitlint = None
+        if gitlint:
+            n = min(args.gitlint_commits, args.commits)
+            end = subprocess.run(["git", "-C", str(repo), "rev-list", "--reverse", rng], capture_output=True,
+                                 text=True, env=ENV, check=True).stdout.split()[n - 1]
+            cmd = [gitlint, "--target", str(repo), "--contrib", "contrib-body-requires-signed-off-by",
+                   "--commits", f"{first}..{end}"]
+            start = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, env=ENV, timeout=1800)
+            t_gitlint = (time.perf_counter() - start) / n
+        print(report(args.commits, built, (t_rowgate, t_floor, t_startup, t_inproc), t_gitlint, gitlint,
+                     args.gitlint_commits, out.stdout.strip()))
+    return 0
+
+
+def build_repo(path: Path, n: int) -> str:
+    """A layout commit, then `n` commits carrying `Row:` (and a sign-off), all through one git fast-import."""
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=ENV)
+    chunks = [b"commit refs/heads/main\nmark :1\ncommitter Ada Tester <ada@example.com> 1700000000 +0000\n"]
+    chunks.append(_data("Add the layout\n"))
+    for name, text in ((".agents/config.yaml", CONFIG), (".agents/rows/GOV-CORE.yaml", ROW)):
+        chunks.append(f"M 100644 inline {name}\n".encode() + _data(text))
+    chunks.append(b"\n")
+    for i in range(n):
+        msg = (f"Change {i}: adjust the widget\n\n{BODIES[i % len(BODIES)]}\nRow: GOV-CORE\n"
+               f"Signed-off-by: Ada Tester <ada@example.com>\n")
+        chunks.append(f"commit refs/heads/main\nmark :{i + 2}\n"
+                      f"author Ada Tester <ada@example.com> {1700000001 + i} +0000\n"
+                      f"committer Ada Tester <ada@example.com> {1700000001 + i} +0000\n".encode())
+        chunks.append(_data(msg) + f"from :{i + 1}\n".encode())
+        chunks.append(f"M 100644 inline file{i % 50}.txt\n".encode() + _data(f"{i}\n") + b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=b"".join(chunks), check=True, env=ENV)
+    subprocess.run(["git", "-C", str(path), "checkout", "-q", "main"], check=True, env=ENV)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", ":/^Add the layout"], capture_output=True,
+                          text=True, check=True, env=ENV).stdout.strip()
+
+
+def _data(text: str) -> bytes:
+    raw = text.encode()
+    return f"data {len(raw)}\n".encode() + raw + b"\n"
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)},
+                          cwd=ROOT, timeout=600)
+
+
+def interleaved(cmds: list[list[str]], reps: int) -> list[float]:
+    """Median wall time of each command, runs interleaved, the first repetition dropped."""
+    times: list[list[float]] = [[] for _ in cmds]
+    for rep in range(reps + 1):
+        for i, cmd in enumerate(cmds):
+            start = time.perf_counter()
+            run(cmd)
+            if rep:
+                times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def in_process(argv: list[str], reps: int) -> float:
+    """Median time of the check called in this process: no interpreter start, imports already done."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(ROOT))
+    from checkers.cli import main as rowgate
+
+    times = []
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # the resolved range is printed once per run, to the real stderr
+    try:
+        for rep in range(reps + 1):
+            with contextlib.redirect_stdout(io.StringIO()):
+                start = time.perf_counter()
+                rowgate(argv)
+                if rep:
+                    times.append(time.perf_counter() - start)
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+    return statistics.median(times)
+
+
+def find_gitlint(path: str | None, no_install: bool) -> str | None:
+    if path:
+        return path if Path(path).exists() or shutil.which(path) else None
+    venv = Path("/tmp/gl")
+    exe = venv / "bin" / "gitlint"
+    if not exe.exists() and not no_install:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "gitlint"], capture_output=True, timeout=600)
+    return str(exe) if exe.exists() else None
+
+
+def report(n: int, built: float, times: tuple[float, float, float, float], t_gitlint: float | None,
+           gitlint: str | None, gitlint_n: int, ok: str) -> str:
+    t_rowgate, t_floor, t_startup, t_inproc = times
+    rows = [("rowgate check commit-trailers --range (whole CLI)", t_rowgate, t_rowgate / n, n),
+            ("the same check called in-process (imports done)", t_inproc, t_inproc / n, n),
+            ("rowgate CLI over 1 commit (start-up cost)", t_startup, t_startup, 1),
+            ("git log --format=%H%x00%B%x00 (the floor)", t_floor, t_floor / n, n)]
+    if t_gitlint is not None:
+        rows.append(("gitlint --commits + contrib signed-off-by", t_gitlint * gitlint_n, t_gitlint, gitlint_n))
+    lines = [f"trailers benchmark: {n:,} commits built by git fast-import in {built:.1f}s; medians, "
+             f"runs interleaved, first dropped", f"rowgate said: {ok}", "",
+             "| measurement | commits | time | per commit |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {count:,} | {total:.3f} s | {per * 1e6:,.1f} us |" for name, total, per, count in rows]
+    lines += ["", f"rowgate over {n:,} commits: {t_rowgate:.3f} s (goal < 2 s)",
+              f"rowgate / git floor: {t_rowgate / t_floor:.1f}x whole CLI (goal <= 5x); "
+              f"{t_inproc / t_floor:.1f}x in-process; start-up alone {t_startup / t_floor:.1f}x"]
+    if t_gitlint is not None:
+        lines.append(f"gitlint / rowgate per commit: {t_gitlint / (t_rowgate / n):,.0f}x (goal > 200x)")
+    else:
+        lines.append(f"gitlint: not available ({gitlint or 'not found, not installed'}); pass --gitlint PATH")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,277 @@
+"""commit-trailers over one message: every preset rule and general rule has a seeded violation that fails
+with exactly its id and message, and a clean twin that passes. Range mode is in test_commit_trailers_range.py."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from checkers import registry
+from checkers.config import load_config
+from checkers.context import Context
+from checkers.preflight import check_parser, run_check
+from checkers.results import Result
+from tests.conftest import ROOT, GitRepo
+
+SPEC = registry.get("commit-trailers")
+FIXTURES = ROOT / "tests" / "fixtures" / "trailers"
+AUTHOR = "Ada Tester <ada@example.com>"
+
+
+def check(repo: GitRepo, *argv: str, env: dict[str, str] | None = None) -> Result:
+    ctx = Context(root=repo.path, config=load_config(repo.path), env=env or {}, notes=io.StringIO())
+    return run_check(SPEC, ctx, check_parser(SPEC).parse_args(list(argv)))
+
+
+def check_file(repo: GitRepo, name: str, *argv: str) -> Result:
+    return check(repo, "--filled", "--author", AUTHOR, *argv, "--message-file", str(FIXTURES / name))
+
+
+def findings(result: Result) -> list[tuple[str, str]]:
+    assert result.status.value == "fail", result
+    return [(f.rule, f.message) for f in result.findings]
+
+
+# --- row --------------------------------------------------------------------------------------------
+
+def test_row_clean_message_passes(rowgate_repo: GitRepo):
+    result = check_file(rowgate_repo, "good-row.txt", "--preset", "row")
+    assert (result.status.value, result.examined, result.summary) == (
+        "pass", 1, f"OK: {FIXTURES / 'good-row.txt'} carries the trailer contract (row)")
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("missing-row.txt", [("TR001", "no Row trailer (need at least 1)")]),
+    ("row-outside-block.txt", [("TR001", "no Row trailer (need at least 1)")]),
+    ("bad-row-value.txt", [("TR003", "Row: 'gov-core' does not match '[A-Z][A-Z0-9]*(-[A-Z0-9]+)+'")]),
+    ("unknown-row.txt", [("TR008", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")]),
+    ("placeholder-row.txt", [("TR012", "Row: <ROW-ID> is the template placeholder")]),
+])
+def test_row_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
+    assert findings(check_file(rowgate_repo, name, "--preset", "row")) == expected
+
+
+def test_a_row_line_outside_the_block_gets_a_hint_with_its_line(rowgate_repo: GitRepo):
+    [f] = check_file(rowgate_repo, "row-outside-block.txt", "--preset", "row").findings
+    assert f.hint.startswith("line 3 `Row:` is not in the trailer block (git reads only the last paragraph")
+    assert f.path == str(FIXTURES / "row-outside-block.txt")
+
+
+def test_template_placeholder_passes_without_filled(rowgate_repo: GitRepo):
+    result = check(rowgate_repo, "--preset", "row", "--message-file", str(FIXTURES / "placeholder-row.txt"))
+    assert result.status.value == "pass"
+
+
+# --- dco --------------------------------------------------------------------------------------------
+
+def test_dco_clean_message_passes(rowgate_repo: GitRepo):
+    assert check_file(rowgate_repo, "good-signoff.txt", "--preset", "dco").status.value == "pass"
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("missing-signoff.txt", [("TR001", "no Signed-off-by trailer (need at least 1)")]),
+    ("signoff-not-author.txt", [("TR009", "no Signed-off-by matches the author Ada Tester <ada@example.com> "
+                                          "(found: Bob Other <bob@example.com>)")]),
+    ("signoff-old-email.txt", [("TR009", "no Signed-off-by matches the author Ada Tester <ada@example.com> "
+                                         "(found: Ada Tester <ada@old.example.com>)")]),
+])
+def test_dco_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
+    assert findings(check_file(rowgate_repo, name, "--preset", "dco")) == expected
+
+
+def test_dco_honours_the_mailmap(rowgate_repo: GitRepo):
+    rowgate_repo.write({".mailmap": "Ada Tester <ada@example.com> <ada@old.example.com>\n"})
+    assert check_file(rowgate_repo, "signoff-old-email.txt", "--preset", "dco").status.value == "pass"
+
+
+def test_dco_author_comes_from_the_hook_environment(rowgate_repo: GitRepo):
+    env = {"GIT_AUTHOR_NAME": "Bob Other", "GIT_AUTHOR_EMAIL": "bob@example.com"}
+    msg = str(FIXTURES / "signoff-not-author.txt")
+    assert check(rowgate_repo, "--preset", "dco", "--message-file", msg, env=env).status.value == "pass"
+    assert findings(check(rowgate_repo, "--preset", "dco", "--message-file", msg)) == [
+        ("TR009", "cannot tell who the author is, so no Signed-off-by can be matched")]
+
+
+# --- agents-protocol ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["good-agents-protocol.txt", "good-agents-protocol-unassisted.txt",
+                                  "agents-coauthor-noreply-exempt.txt"])
+def test_agents_protocol_clean_messages_pass(rowgate_repo: GitRepo, name: str):
+    assert check_file(rowgate_repo, name, "--preset", "agents-protocol").status.value == "pass"
+
+
+NO_PARAGRAPH = ("TR005", "no FOLLOWING_AGENTS_PROTOCOL paragraph before the trailer block (need exactly 1)")
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("agents-missing-paragraph.txt", [NO_PARAGRAPH]),
+    ("agents-paragraph-twice.txt", [("TR005", "2 FOLLOWING_AGENTS_PROTOCOL paragraphs (need exactly 1)")]),
+    ("agents-paragraph-in-block.txt", [NO_PARAGRAPH,
+                                       ("TR006", "FOLLOWING_AGENTS_PROTOCOL is inside the trailer block")]),
+    ("agents-protocol-twice.txt", [("TR002", "2 Following-Agents-Protocol trailers (at most 1)")]),
+    ("agents-protocol-false.txt", [("TR003", "Following-Agents-Protocol: 'false' does not match 'true'")]),
+    ("agents-ai-assisted-missing.txt", [("TR001", "no AI-Assisted trailer (need at least 1)")]),
+    ("agents-assisted-true-without-assisted-by.txt",
+     [("TR001", "no Assisted-by trailer with AI-Assisted: true (need at least 1)")]),
+    ("agents-assisted-false-with-assisted-by.txt",
+     [("TR002", "1 Assisted-by trailer with AI-Assisted: false (at most 0)")]),
+    ("agents-assisted-by-malformed.txt",
+     [("TR003", "Assisted-by: 'Helper' does not match '[^\\\\s:\\\\[\\\\]]+:[^\\\\s\\\\[\\\\]]+( \\\\[[^\\\\[\\\\]]+\\\\])+'")]),
+    ("agents-signoff-ai.txt", [("TR004", "Signed-off-by: Claude <noreply@anthropic.com> names an AI (Claude)")]),
+    ("agents-coauthor-declared.txt",
+     [("TR004", "Co-authored-by: Helper <helper@example.com> names Helper, declared in Assisted-by")]),
+    ("agents-signoff-noreply-not-exempt.txt",
+     [("TR004", "Signed-off-by: Copilot <175728472+Copilot@users.noreply.github.com> names an AI (Copilot)")]),
+    ("agents-placeholder.txt", [("TR012", "Assisted-by: AGENT:MODEL [TOOL] is the template placeholder")]),
+    # In a hook the divider cuts the message, trailers and all: every lost rule is reported with it.
+    ("agents-divider-in-body.txt", [
+        ("TR001", "no Following-Agents-Protocol trailer (need at least 1)"),
+        ("TR001", "no AI-Assisted trailer (need at least 1)"), NO_PARAGRAPH,
+        ("TR007", "line 4 starts with `---`, git's patch divider: git am and git interpret-trailers drop "
+                  "everything after it")]),
+])
+def test_agents_protocol_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
+    assert findings(check_file(rowgate_repo, name, "--preset", "agents-protocol")) == expected
+
+
+def test_divider_finding_names_its_line_and_the_fix(rowgate_repo: GitRepo):
+    f = check_file(rowgate_repo, "agents-divider-in-body.txt", "--preset", "agents-protocol").findings[-1]
+    assert (f.rule, f.line, f.hint) == ("TR007", 4, "use `***` for a separator line (or indent it)")
+
+
+# --- general rules from the config ------------------------------------------------------------------
+
+GENERAL = """\
+version: 1
+rows:
+  areas: [GOV]
+trailers:
+  paragraphs:
+    - pattern: "Why: .+"
+      min: 1
+      max: 1
+  keys:
+    - key: Reviewed-by
+      min: 1
+      max: 2
+      pattern: ".+ <[^@ ]+@[^@ ]+>"
+  forbid:
+    - keys: [Reviewed-by]
+      pattern: "@bots\\\\.example"
+      exempt:
+        - key: Reviewed-by
+          pattern: "^Trusted Bot "
+"""
+
+
+@pytest.mark.parametrize("message,expected", [
+    ("T\n\nWhy: it helps.\n\nReviewed-by: A <a@x.org>\n", []),
+    ("T\n\nWhy: it helps.\n\nReviewed-by: Trusted Bot <t@bots.example>\n", []),
+    ("T\n\nBecause.\n\nReviewed-by: A <a@x.org>\n",
+     [("TR005", "no Why: .+ paragraph before the trailer block (need exactly 1)")]),
+    ("T\n\nWhy: a\n\nWhy: b\n\nReviewed-by: A <a@x.org>\n", [("TR005", "2 Why: .+ paragraphs (need exactly 1)")]),
+    ("T\n\nWhy: it helps.\n\nAcked-by: A <a@x.org>\n", [("TR001", "no Reviewed-by trailer (need at least 1)")]),
+    ("T\n\nWhy: x\n\nReviewed-by: A <a@x.org>\nReviewed-by: B <b@x.org>\nreviewed-by: C <c@x.org>\n",
+     [("TR002", "3 Reviewed-by trailers (at most 2)")]),
+    ("T\n\nWhy: x\n\nReviewed-by: A\n", [("TR003", "Reviewed-by: 'A' does not match '.+ <[^@ ]+@[^@ ]+>'")]),
+    ("T\n\nWhy: x\n\nReviewed-by: R2 <r2@bots.example>\n",
+     [("TR004", "Reviewed-by: R2 <r2@bots.example> names a forbidden identity (@bots.example)")]),
+])
+def test_general_rules_from_the_config(rowgate_repo: GitRepo, tmp_path: Path, message: str,
+                                       expected: list[tuple[str, str]]):
+    rowgate_repo.write({".agents/config.yaml": GENERAL})
+    path = tmp_path / "MSG"
+    path.write_text(message)
+    result = check(rowgate_repo, "--message-file", str(path))
+    if expected:
+        assert findings(result) == expected
+    else:
+        assert (result.status.value, result.summary) == ("pass", f"OK: {path} carries the trailer contract "
+                                                                 "(configured rules)")
+
+
+def test_bad_input_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_path: Path):
+    result = check(rowgate_repo, "--preset", "row", "--message-file", str(tmp_path / "nope"))
+    assert (result.status.value, result.summary, result.hint) == (
+        "error", f"--message-file {tmp_path / 'nope'}: No such file or directory",
+        "pass the path of a commit message file, or - for stdin")
+    rowgate_repo.write({".agents/config.yaml": "version: 1\n"})
+    result = check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
+    assert (result.status.value, result.summary) == ("error", "the trailer contract is empty: nothing would "
+                                                              "be checked")
+    rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  keys:\n    - key: A\n      pattern: '('\n"})
+    result = check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
+    assert result.status.value == "error" and result.summary.startswith("trailers: invalid regex '('")
+
+
+def test_a_verbose_commit_file_is_judged_above_the_scissors(rowgate_repo: GitRepo, tmp_path: Path):
+    """`git commit -v` hands the hook comments and a diff below the scissors line: neither counts."""
+    text = (FIXTURES / "good-agents-protocol.txt").read_text() + (
+        "# Please enter the commit message for your changes.\n"
+        "# ------------------------ >8 ------------------------\n"
+        "# Do not modify or remove the line above.\n"
+        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-Signed-off-by: Claude <c@x>\n")
+    path = tmp_path / "COMMIT_EDITMSG"
+    path.write_text(text)
+    result = check(rowgate_repo, "--filled", "--preset", "agents-protocol", "--message-file", str(path))
+    assert result.status.value == "pass", result.findings
+
+
+def test_message_from_stdin(rowgate_repo: GitRepo, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Add the widget\n\nRow: GOV-NOPE\n")))
+    [f] = check(rowgate_repo, "--preset", "row", "--message-file", "-").findings
+    assert (f.rule, f.path, f.message) == (
+        "TR008", "<stdin>", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")
+
+
+def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
+    from checkers.cli import main
+
+    assert main(["check", "commit-trailers", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--range BASE..HEAD" in out and "--message-file PATH|-" in out and "--filled" in out
+    assert main(["rules", "TR004"]) == 0
+    assert capsys.readouterr().out == ("TR004 trailer-forbidden-identity (commit-trailers): a Signed-off-by/"
+                                       "Co-authored-by names an AI or a declared assistant\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["trailers", "--help"])
+    assert exc.value.code == 0 and "--no-divider" in capsys.readouterr().out
+
+
+# --- the pure functions, without a repository -------------------------------------------------------
+
+def test_judge_is_a_pure_function_of_message_contract_and_facts():
+    from checkers.config import TrailerContract
+    from checkers.trailers.contract import Facts, Problem, compile_contract, judge
+    from checkers.trailers.message import read_message
+
+    contract = compile_contract(TrailerContract(presets=["row", "dco"]))
+    msg = read_message("Add x\n\nRow: GOV-A\nRow: GOV-B\nSigned-off-by: B <b@x.org>\n", "range")
+    facts = Facts(author="A <a@x.org>", exists={".agents/rows/GOV-A.yaml"}.__contains__)
+    assert judge(msg, contract, facts) == [
+        Problem("TR008", "Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
+                "end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
+        Problem("TR009", "no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
+                "sign off as the author: git commit --amend -s (or fix the author, or add the identity to "
+                ".mailmap)")]
+    facts = Facts(author="B <b@x.org>", exists=lambda path: True)
+    assert judge(msg, contract, facts) == []
+
+
+def test_a_squash_message_reads_both_blocks():
+    from checkers.trailers.message import read_message
+
+    msg = read_message((FIXTURES / "github-squash.txt").read_text(), "range")
+    assert [(t.key, t.value) for t in msg.block.trailers] == [
+        ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+    assert [(t.key, t.value) for t in msg.trailers] == [
+        ("Row", "GOV-CORE"), ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+
+
+def test_bad_templates_in_the_config_are_refused():
+    from checkers.config import TrailerContract, TrailerKeyRule
+    from checkers.trailers.contract import compile_contract
+
+    with pytest.raises(ValueError, match="exists template 'rows/{id}.yaml' must hold `{}` exactly once"):
+        compile_contract(TrailerContract(keys=[TrailerKeyRule(key="Row", exists="rows/{id}.yaml")]))
