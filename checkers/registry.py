@@ -41,7 +41,6 @@ CHECKS: tuple[CheckSpec, ...] = (
     # commits
     CheckSpec("role-discipline", "role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
               "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
-    # commits
     CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
               "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
 )
