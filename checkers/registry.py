@@ -34,6 +34,12 @@ CHECKS: tuple[CheckSpec, ...] = (
     # records
     CheckSpec("agent-record", "agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
               "rows, specs, claims, issues and ledger entries are well-formed and agree"),
+    # tree
+    CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
+              "every env var the code reads is documented or classified, and every such name is still read"),
+    # commits
+    CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),
+              "every changed path fits a path class within its review budget; paired paths change together"),
 )
 
 
