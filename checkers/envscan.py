@@ -43,7 +43,7 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvR
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError:
-        return []
+        return _python_text_reads(source, path, prefixes)
     os_names, environ_names, getenv_names, consts = {"os"}, set(), set(), {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -52,7 +52,10 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvR
                     os_names.add(a.asname or "os")
         elif isinstance(node, ast.ImportFrom) and node.module == "os":
             for a in node.names:
-                {"environ": environ_names, "getenv": getenv_names}.get(a.name, set()).add(a.asname or a.name)
+                if a.name == "environ":
+                    environ_names.add(a.asname or a.name)
+                elif a.name == "getenv":
+                    getenv_names.add(a.asname or a.name)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 consts[node.targets[0].id] = node.value.value
@@ -86,6 +89,15 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvR
         if name and name.startswith(prefixes):
             reads.append(EnvRead(name, path, node.lineno))
     return sorted(reads, key=lambda r: r.line)
+
+
+_PY_TEXT_READ = re.compile(r"""(?:getenv|environ(?:\.get|\.setdefault|\.pop)?)\s*[(\[]\s*(['"])(\w+)\1""")
+
+
+def _python_text_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvRead]:
+    """A file that does not parse (a template, newer syntax) still has its literal reads found by text."""
+    return [EnvRead(m.group(2), path, source.count("\n", 0, m.start()) + 1)
+            for m in _PY_TEXT_READ.finditer(source) if m.group(2).startswith(prefixes)]
 
 
 def _is_environ(expr: ast.expr, os_names: set[str], environ_names: set[str]) -> bool:

@@ -76,6 +76,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     stats = git.numstat(rng.merge_base, rng.head, renames=cfg.renames == "edits")
     generated = git.attr_set([s.path for s in stats], GENERATED_ATTR)
     report = judge_range(stats, generated, classifier, cfg)
+    if report.files == 0:
+        return _tree_result(ctx, classifier, rng.head, f"every file the range changes is generated "
+                            f"({len(stats)} files), so the whole tree was classified")
     binaries = [s for s in stats if s.binary and s.path not in generated]
     sizes = git.blob_sizes([f"{rev}:{p}" for s in binaries
                             for rev, p in ((rng.merge_base, s.old_path or s.path), (rng.head, s.path))])

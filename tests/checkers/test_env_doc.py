@@ -186,3 +186,9 @@ def test_this_repository_passes():
     ctx = Context(root=ROOT, config=load_config(ROOT), env={}, notes=io.StringIO())
     result = run_check(SPEC, ctx, check_parser(SPEC).parse_args([]))
     assert result.status.value == "pass", result.findings
+
+
+def test_python_file_that_does_not_parse_is_scanned_as_text():
+    source = "import os\nx = os.environ.get('VT_OK')\nprint 'py2'\ny = os.environ['VT_SUB'] + getenv(\"VT_G\")\n"
+    assert [(r.name, r.line) for r in python_reads(source, "t.py", ("VT_",))] == [
+        ("VT_OK", 2), ("VT_SUB", 4), ("VT_G", 4)]

@@ -251,3 +251,14 @@ def test_numstat_z_parser_reads_renames_binaries_and_odd_names():
 def test_this_repository_tree_fits_its_path_classes():
     result = check(GitRepo(ROOT), "--all-files")
     assert result.status.value == "pass", result.findings
+
+
+def test_range_of_only_generated_files_classifies_the_whole_tree(repo: GitRepo):
+    repo.commit("Mark generated", {".gitattributes": "engine/gen/** linguist-generated\n"})
+    repo.git("checkout", "-q", "main")
+    repo.git("merge", "-q", "--ff-only", "feature")
+    repo.git("checkout", "-q", "feature")
+    repo.commit("Regenerate", {"engine/gen/tables.py": lines(50, "gen")})
+    result = check(repo, "--base", "main")
+    assert result.summary == ("OK: every file the range changes is generated (1 files), so the whole tree was "
+                              "classified: all 9 tracked files fit a path class")
