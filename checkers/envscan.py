@@ -28,7 +28,9 @@ def scan_source(data: bytes, path: str, prefixes: tuple[str, ...], flags_file: s
         return [EnvRead(d.name, path, d.line) for d in parse_flag_decls(text, path)
                 if d.name.startswith(prefixes)] + python_reads(text, path, prefixes)
     if path.endswith(PYTHON_SUFFIXES):
-        if b"environ" in data or b"getenv" in data:
+        # A Python read names its variable in full in the file (a literal or a module constant), so a file
+        # without a prefix in its bytes has none; most files are skipped without parsing.
+        if (b"environ" in data or b"getenv" in data) and any(p.encode() in data for p in prefixes):
             return python_reads(data.decode("utf-8", errors="replace"), path, prefixes)
     elif path.endswith(C_SUFFIXES) and b"getenv" in data:
         return c_reads(data.decode("utf-8", errors="replace"), path, prefixes)
@@ -121,7 +123,8 @@ _C_TOKEN = re.compile(r"""
   | (?P<string>(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*")
   | (?P<char>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*')
   | (?P<ident>[A-Za-z_]\w*)
-  | (?P<other>\S)
+  | (?P<punct>[(),])
+  | (?P<other>[^\s"'A-Za-z_(),/]+|/)
 """, re.S | re.X)
 _SPLICE = re.compile(r"\\\r?\n")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +38,12 @@ def main(argv: list[str]) -> int:
         root, git = gen.path, Git(gen.path)
 
         def floor() -> int:
-            return sum(len((root / p).read_bytes()) for p in git.ls_files() if p.endswith(PYTHON_SUFFIXES + C_SUFFIXES))
+            total = 0
+            for p in git.ls_files():
+                if p.endswith(PYTHON_SUFFIXES + C_SUFFIXES):
+                    with open(os.path.join(root, p), "rb") as f:
+                        total += len(f.read())
+            return total
 
         def in_process():
             ctx = Context(root=root, config=load_config(root), env={}, notes=io.StringIO())

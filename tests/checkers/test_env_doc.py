@@ -179,7 +179,8 @@ def test_python_read_forms_fixture():
 def test_c_comments_strings_splices_and_concatenation_fixture():
     source = (FIXTURES / "c-comments-and-continuations.cu").read_text()
     assert [(r.name, r.line) for r in c_reads(source, "f.cu", ("VT_",))] == [
-        ("VT_STD", 6), ("VT_PLAIN", 7), ("VT_CONCAT", 8), ("VT_SPLICED", 9), ("VT_NEXT_LINE", 11), ("VT_SECURE", 17)]
+        ("VT_STD", 6), ("VT_PLAIN", 7), ("VT_CONCAT", 8), ("VT_SPLICED", 9), ("VT_NEXT_LINE", 11), ("VT_SECURE", 17),
+        ("VT_AFTER_DIVISION", 19)]
 
 
 def test_this_repository_passes():
