@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,16 @@ def test_python_file_that_does_not_parse_is_scanned_as_text():
     source = "import os\nx = os.environ.get('VT_OK')\nprint 'py2'\ny = os.environ['VT_SUB'] + getenv(\"VT_G\")\n"
     assert [(r.name, r.line) for r in python_reads(source, "t.py", ("VT_",))] == [
         ("VT_OK", 2), ("VT_SUB", 4), ("VT_G", 4)]
+
+
+def test_command_line_exit_codes(repo: GitRepo):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    run = lambda: subprocess.run([sys.executable, "-m", "checkers", "check", "env-doc"], cwd=repo.path,
+                                 capture_output=True, text=True, env=env, timeout=120)
+    ok = run()
+    assert (ok.returncode, ok.stdout) == (0, "OK: all 4 production env vars documented or classified\n")
+    repo.commit("A new read", {"engine/r.py": "import os\nos.getenv('VT_R')\n"})
+    failed = run()
+    assert failed.returncode == 1 and failed.stdout.splitlines()[0] == (
+        "engine/r.py:2: ED001 env-undocumented: VT_R read at engine/r.py:2 is not documented in docs/ENVIRONMENT.md "
+        "nor classified in scripts/env-doc-allowlist.txt")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,16 @@ def test_range_of_only_generated_files_classifies_the_whole_tree(repo: GitRepo):
     result = check(repo, "--base", "main")
     assert result.summary == ("OK: every file the range changes is generated (1 files), so the whole tree was "
                               "classified: all 9 tracked files fit a path class")
+
+
+def test_command_line_exit_codes_and_the_printed_base(repo: GitRepo):
+    repo.commit("Grow the kernel", {"engine/cuda/big.cu": lines(41, "kernel") + lines(31, "more")})
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "checkers", "check", "pr-size", *a], cwd=repo.path,
+                                    capture_output=True, text=True, env=env, timeout=120)
+    failed, errored = run("--base", "main"), run("--base", "nope")
+    assert failed.returncode == 1 and failed.stdout.splitlines()[-1] == "FAIL: pr-size: 1 finding in 1 changed files"
+    assert failed.stderr.startswith("rowgate: base main (--base) = ")
+    assert (errored.returncode, errored.stdout.splitlines()[0]) == (
+        3, "ERROR: pr-size: base 'nope' does not resolve to a commit")
+    assert run("--all-files").returncode == 0
