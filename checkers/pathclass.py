@@ -49,7 +49,8 @@ class Classifier:
         alternatives = [f"(?P<c{k}>{'|'.join(glob_regex(p) for p in c.paths)})" for k, c in enumerate(classes)]
         # One alternation for all classes: the regex engine tries them in order, so one match per path.
         self._regex = re.compile("|".join(alternatives)) if classes else None
-        self._hints = [(c.name, _literal_segments(p), _extension(p)) for c in classes for p in c.paths]
+        self._hints = [(c.name, _literal_segments(p), _extension(p), _literal_dir(p))
+                       for c in classes for p in c.paths]
 
     def classify(self, path: str) -> str | None:
         m = self._regex.fullmatch(path) if self._regex else None
@@ -57,19 +58,21 @@ class Classifier:
 
     def closest(self, path: str) -> str:
         """The class whose patterns come closest to an unclassified path: most leading directories
-        shared with a pattern's literal part, then the same file extension, then the longest common prefix."""
+        shared with a pattern's literal part, then a pattern for files in the very same directory (a new
+        top-level file is closest to the top-level files), then the same file extension, then the longest
+        common prefix."""
         segments = path.split("/")[:-1]
         ext = _extension(path)
 
-        def score(hint: tuple[str, list[str], str | None]) -> tuple[int, int, int]:
-            _, literal, pext = hint
+        def score(hint: tuple[str, list[str], str | None, bool]) -> tuple[int, int, int, int]:
+            _, literal, pext, literal_dir = hint
             shared = 0
             for a, b in zip(segments, literal):
                 if a != b:
                     break
                 shared += 1
             prefix = len(os.path.commonprefix([path, "/".join(literal)]))
-            return shared, int(ext is not None and ext == pext), prefix
+            return shared, int(literal_dir and segments == literal), int(ext is not None and ext == pext), prefix
 
         return max(self._hints, key=score)[0]
 
@@ -82,6 +85,11 @@ def _literal_segments(pattern: str) -> list[str]:
             break
         literal.append(seg)
     return literal
+
+
+def _literal_dir(pattern: str) -> bool:
+    """Whether a pattern names one directory exactly (no wildcard before its file name)."""
+    return not any(ch in seg for seg in pattern.split("/")[:-1] for ch in "*?[")
 
 
 def _extension(path: str) -> str | None:

@@ -92,7 +92,7 @@ def test_ps001_every_unclassified_path_is_reported_with_its_closest_class(repo: 
     assert result.status.value == "fail" and result.examined == 3
     assert whole(result.findings) == [
         ("PS001", "engine/kern/y.cpp", "engine/kern/y.cpp fits no path class (closest: engine-cuda)"),
-        ("PS001", "notes.txt", "notes.txt fits no path class (closest: checkers)"),
+        ("PS001", "notes.txt", "notes.txt fits no path class (closest: records)"),
         ("PS001", "scripts/sub/tool.py", "scripts/sub/tool.py fits no path class (closest: scripts)"),
     ]
     assert result.details[-1] == "(unclassified)            3       -       -  no class"
@@ -189,7 +189,7 @@ def test_empty_range_classifies_the_whole_tree_and_says_so(repo: GitRepo):
     result = check(repo, "--base", "main")
     assert result.status.value == "fail"
     assert result.summary.endswith(f"is the merge base with main), so the whole tree was classified)")
-    assert whole(result.findings) == [("PS001", "LICENSE", "LICENSE fits no path class (closest: checkers)")]
+    assert whole(result.findings) == [("PS001", "LICENSE", "LICENSE fits no path class (closest: records)")]
 
 
 def test_pre_push_refs_come_from_pre_commit(repo: GitRepo):
