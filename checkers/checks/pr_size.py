@@ -1,4 +1,4 @@
-"""Every changed path falls in a configured path class, each class stays within its review budget, and paired paths change together."""
+"""Every changed path fits a path class within its review budget, and paired paths change together."""
 from __future__ import annotations
 
 import argparse
