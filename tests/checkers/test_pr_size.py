@@ -276,3 +276,22 @@ def test_command_line_exit_codes_and_the_printed_base(repo: GitRepo):
     assert (errored.returncode, errored.stdout.splitlines()[0]) == (
         3, "ERROR: pr-size: base 'nope' does not resolve to a commit")
     assert run("--all-files").returncode == 0
+
+
+def test_pairing_rule_with_an_uncaptured_placeholder_is_an_error(repo: GitRepo):
+    repo.commit("Bad pair", {".agents/config.yaml": CONFIG.replace('require: "tests/checkers/test_{name}.py"',
+                                                                   'require: "tests/{area}/test_{name}.py"')})
+    repo.commit("Change", {"scripts/run.sh": "echo\n"})
+    result = check(repo, "--base", "main")
+    assert (result.status.value, result.summary) == (
+        "error", "pairing rule 'checker-test': require uses {area}, which when does not capture")
+
+
+def test_a_class_defined_twice_is_a_config_error_naming_the_line(repo: GitRepo):
+    from checkers.yamlio import RecordError
+
+    repo.write({".agents/config.yaml": CONFIG.replace("name: scripts", "name: checkers")})
+    with pytest.raises(RecordError) as exc:
+        load_config(repo.path)
+    assert exc.value.lines() == [".agents/config.yaml:4: pr_size.classes: Value error, class 'checkers' is "
+                                 "defined twice"]
