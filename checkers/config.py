@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from checkers.yamlio import load_model
 
@@ -124,12 +124,49 @@ class TrailersConfig(TrailerContract):
     exceptions: list[TrailerDebt] = Field(default_factory=list)
 
 
+class PathClass(Strict):
+    """A path class: the first class (in list order) whose patterns match a path owns it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    paths: list[str] = Field(min_length=1, description="globs: `*` within a segment, `**` any segments")
+    budget: int | None = Field(None, ge=0, description="review budget in changed lines; null: unbudgeted")
+    deletion_weight: float | None = Field(None, ge=0, description="overrides pr_size.deletion_weight")
+
+
+class PairRule(Strict):
+    """When a path matching `when` changes, the path `require` (same `{placeholders}`) must change too."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    when: str = Field(description="glob with `{name}` placeholders, e.g. checkers/checks/{name}.py")
+    require: str = Field(description="path with the same placeholders, e.g. tests/checkers/test_{name}.py")
+    exclude: list[str] = Field(default_factory=list, description="globs that the rule does not apply to")
+
+
 class PrSizeConfig(Strict):
-    pass
+    renames: Literal["edits", "full"] = Field(
+        "edits", description="edits: a pure rename costs nothing, a rename with edits costs the edits; "
+                             "full: a rename costs its whole delete and add")
+    deletion_weight: float = Field(1.0, ge=0, description="weight of a deleted line against an added one")
+    classes: list[PathClass] = Field(default_factory=list)
+    pairs: list[PairRule] = Field(default_factory=list)
+
+    @field_validator("classes")
+    @classmethod
+    def _unique_names(cls, classes: list[PathClass]) -> list[PathClass]:
+        names = [c.name for c in classes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"class {dupes[0]!r} is defined twice")
+        return classes
 
 
 class EnvDocConfig(Strict):
-    pass
+    prefixes: list[str] = Field(default_factory=lambda: ["VT_"], description="env var name prefixes in scope")
+    doc: str = Field("docs/ENVIRONMENT.md", description="the rendered table of documented names")
+    allowlist: str = Field("scripts/env-doc-allowlist.txt", description="`NAME  CLASS  reason` lines")
+    classes: list[str] = Field(default_factory=lambda: ["kernel-switch", "debug", "test-only", "build"])
+    flags_file: str = Field("engine/flags.py", description="the flag registry; its declare() calls are reads")
+    exclude: list[str] = Field(default_factory=list, description="globs of tracked files not scanned")
 
 
 class GemvConfig(Strict):

@@ -201,6 +201,40 @@ class Git:
         out = self.run("ls-files", "-z").stdout.decode("utf-8", errors="replace")
         return [p for p in out.split("\0") if p]
 
+    # --- pr-size reads -------------------------------------------------------
+    def numstat(self, base: str, head: str, renames: bool = True) -> list[DiffStat]:
+        """Changed files between two commits, in one `git diff --numstat -z` (renames found at git's
+        default 50% similarity when `renames`; otherwise a rename is a delete plus an add)."""
+        args = ["diff", "--numstat", "-z", "--no-ext-diff", "--no-textconv", "--no-color",
+                "--find-renames" if renames else "--no-renames", base, head, "--"]
+        return parse_numstat_z(self.run(*args).stdout)
+
+    def attr_set(self, paths: list[str], attr: str) -> set[str]:
+        """The paths whose attribute `attr` is set or true, from one `git check-attr --stdin -z` call
+        (attributes as the work tree's .gitattributes declare them)."""
+        if not paths:
+            return set()
+        data = "\0".join(paths).encode("utf-8", errors="surrogateescape") + b"\0"
+        out = self.run("check-attr", "--stdin", "-z", attr, input=data).stdout
+        fields = out.decode("utf-8", errors="surrogateescape").split("\0")
+        return {fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] in ("set", "true")}
+
+    def blob_sizes(self, specs: list[str]) -> dict[str, int | None]:
+        """Byte sizes of `REV:PATH` blobs from one `git cat-file --batch-check` (None when missing)."""
+        usable = [s for s in specs if "\n" not in s]
+        if not usable:
+            return {s: None for s in specs}
+        out = self.run("cat-file", "--batch-check=%(objectsize)", input=("\n".join(usable) + "\n").encode()).stdout
+        sizes: dict[str, int | None] = {s: None for s in specs}
+        for spec, line in zip(usable, out.decode(errors="replace").splitlines()):
+            sizes[spec] = int(line) if line.isdigit() else None
+        return sizes
+
+    def tree_paths(self, rev: str) -> list[str]:
+        """Every file path in the tree of `rev`, from one `git ls-tree -r -z`."""
+        out = self.run("ls-tree", "-r", "-z", "--name-only", "--full-tree", rev).stdout
+        return [p for p in out.decode("utf-8", errors="surrogateescape").split("\0") if p]
+
 
     # --- batched reads for the record checks (agent-record, doc-checkpoint, live-rows, role-discipline)
     def commits_with_trailers(self, rev_range: str, keys: tuple[str, ...] = ("Row",), first_parent: bool = False,
@@ -289,3 +323,35 @@ def resolve_base(git: Git, flag: str | None, env: dict[str, str], config_ref: st
     base_sha = git.must_resolve(ref, "base")
     head_sha = git.must_resolve(head, "head")
     return BaseRange(ref, source, base_sha, head_sha, git.merge_base(base_sha, head_sha))
+
+
+@dataclass(frozen=True)
+class DiffStat:
+    """One changed file of `git diff --numstat`: lines added and deleted (None for a binary file)."""
+
+    path: str
+    added: int | None
+    deleted: int | None
+    old_path: str | None = None  # set for a rename
+
+    @property
+    def binary(self) -> bool:
+        return self.added is None
+
+
+def parse_numstat_z(out: bytes) -> list[DiffStat]:
+    """Parse `git diff --numstat -z`: `A\\tD\\tPATH\\0`, or `A\\tD\\t\\0OLD\\0NEW\\0` for a rename."""
+    fields = out.decode("utf-8", errors="surrogateescape").split("\0")
+    stats, i = [], 0
+    while i < len(fields) and fields[i]:
+        added, deleted, path = fields[i].split("\t", 2)
+        a = None if added == "-" else int(added)
+        d = None if deleted == "-" else int(deleted)
+        if path:
+            stats.append(DiffStat(path, a, d))
+            i += 1
+        else:
+            stats.append(DiffStat(fields[i + 2], a, d, old_path=fields[i + 1]))
+            i += 3
+    return stats
+

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkers.flagdecls import FlagDeclError, parse_flag_decls, read_flag_decls
+from checkers.flagdecls import FlagDeclError, parse_flag_decls, read_flag_decls, render_environment
 from tests.conftest import ROOT
 
 SOURCE = '''
@@ -30,3 +30,16 @@ def test_non_literal_declaration_is_an_error():
 def test_reads_the_engine_registry():
     names = {d.name for d in read_flag_decls(ROOT)}
     assert {"VT_KERNELS", "VT_ATTN_DECODE_OPT", "VT_EAGER"} <= names
+
+
+def test_render_environment_writes_one_row_per_flag_in_the_documented_format():
+    decls = parse_flag_decls(SOURCE + 'declare("VT_P", "a|b", "ROW-Y", "pipe | inside")\n')
+    text = render_environment(decls)
+    rows = text.splitlines()[text.splitlines().index("| flag | default | gates | description |"):]
+    assert rows == ["| flag | default | gates | description |", "|---|---|---|---|",
+                    "| `VT_A` | OFF | KERNEL-X | first |", "| `VT_B` | '' | BACKEND-CUDA | second |",
+                    "| `VT_P` | 'a\\|b' | ROW-Y | pipe \\| inside |"]
+
+
+def test_the_repository_environment_doc_is_rendered_from_the_registry():
+    assert (ROOT / "docs" / "ENVIRONMENT.md").read_text() == render_environment(read_flag_decls(ROOT))
