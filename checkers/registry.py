@@ -38,15 +38,14 @@ CHECKS: tuple[CheckSpec, ...] = (
               "rows in an active state have a live claim and branch; claims point at active rows"),
     CheckSpec("doc-checkpoint", "doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
               "rendered documents match the records; a change that moves a row's state updates them"),
+    # tree
+    CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
+              "every env var the code reads is documented or classified, and every such name is still read"),
     # commits
     CheckSpec("role-discipline", "role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
               "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
     CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
               "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
-    # tree
-    CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
-              "every env var the code reads is documented or classified, and every such name is still read"),
-    # commits
     CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),
               "every changed path fits a path class within its review budget; paired paths change together"),
 )
