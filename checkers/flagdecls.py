@@ -50,24 +50,3 @@ def _name(func: ast.expr) -> str | None:
         return func.attr
     return None
 
-
-ENVIRONMENT_HEADER = "| flag | default | gates | description |"
-
-
-def render_environment(decls: list[FlagDecl]) -> str:
-    """docs/ENVIRONMENT.md: one table row per declared flag, in declaration order."""
-    lines = [
-        "# Environment variables",
-        "",
-        f"<!-- Rendered from {FLAGS_FILE} by `rowgate render`; edit the declarations, not this file. -->",
-        "",
-        "Every `VT_*` flag the engine reads, as declared in its flag registry. Boolean flags take",
-        "`1/0`, `true/false`, `on/off` or `yes/no`; a kernel flag stays OFF until it passes the flip gates.",
-        "",
-        ENVIRONMENT_HEADER,
-        "|---|---|---|---|",
-    ]
-    for d in decls:
-        cells = (f"`{d.name}`", d.default, d.gates, d.doc)
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines) + "\n"

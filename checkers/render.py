@@ -54,7 +54,7 @@ def render_roadmap(records: Records, areas: list[str]) -> str:
 
 def render_environment(decls: list[FlagDecl], source: str = "engine/flags.py") -> str:
     """One row per declared flag, in declaration order; the env-doc check reads the first column, so the
-    format is fixed (kept byte-identical to checkers.flagdecls.render_environment where that exists)."""
+    format is fixed."""
     lines = ["# Environment variables", "",
              f"<!-- Rendered from {source} by `rowgate render`; edit the declarations, not this file. -->", "",
              "Every `VT_*` flag the engine reads, as declared in its flag registry. Boolean flags take",

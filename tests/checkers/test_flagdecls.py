@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from checkers.flagdecls import FlagDeclError, parse_flag_decls, read_flag_decls, render_environment
+from checkers.flagdecls import FlagDeclError, parse_flag_decls, read_flag_decls
+from checkers.render import render_environment
 from tests.conftest import ROOT
 
 SOURCE = '''
