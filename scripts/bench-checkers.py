@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import _rowgate  # noqa: E402,F401  (puts the checkout on sys.path; re-runs under .venv when deps are missing)
 
 
 def main(argv: list[str]) -> int:
