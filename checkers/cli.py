@@ -188,31 +188,46 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     problems = 0
     ver = subprocess.run(["git", "--version"], capture_output=True, text=True, env=git_env())
-    print(f"git:      {ver.stdout.strip() or 'not found'}")
+    print(f"git:        {ver.stdout.strip() or 'not found'}")
     try:
         root = discover(args.repo or Path.cwd())
     except GitError as exc:
-        print(f"repo:     {exc}")
+        print(f"repo:       {exc}")
         return EXIT_ERROR
     git = Git(root)
-    print(f"repo:     {root}")
+    print(f"repo:       {root}")
+    print(f"head:       {_describe_head(root)}")
     shallow = git.is_shallow()
     problems += shallow
-    print(f"history:  {'SHALLOW: range checks cannot verify; run git fetch --unshallow' if shallow else 'complete'}")
+    print(f"history:    {'SHALLOW: range checks cannot verify; run git fetch --unshallow' if shallow else 'complete'}")
     try:
         load_config(root)
-        print("config:   .agents/config.yaml is valid")
+        print(f"{'config:':<12}.agents/config.yaml is valid")
     except RecordError as exc:
         problems += 1
-        print("config:   " + "\n          ".join(exc.lines()))
+        print(f"{'config:':<12}" + ("\n" + " " * 12).join(exc.lines()))
     upstream = git.default_upstream()
-    print(f"upstream: {upstream or 'none detected (range checks need --base or $ROWGATE_BASE)'}")
+    print(f"upstream:   {upstream or 'none detected (range checks need --base or $ROWGATE_BASE)'}")
     for tool in ("nvcc", "cuobjdump", "pre-commit"):
-        print(f"{tool + ':':<10}{shutil.which(tool) or 'not found (optional)'}")
+        found = shutil.which(tool) or shutil.which(tool, path=str(Path(sys.executable).parent))
+        print(f"{tool + ':':<12}{found or 'not found (optional)'}")
     has_torch = importlib.util.find_spec("torch") is not None
-    print(f"torch:    {'importable' if has_torch else 'not installed (only the engine needs it)'}")
-    print(f"python:   {sys.version.split()[0]} ({sys.executable})")
+    print(f"torch:      {'importable' if has_torch else 'not installed (only the engine needs it)'}")
+    print(f"python:     {sys.version.split()[0]} ({sys.executable})")
     return EXIT_FAIL if problems else EXIT_PASS
+
+
+def _describe_head(root: Path) -> str:
+    """Branch, commit and dirtiness for a human report, through GitPython's repository model."""
+    import git as gitpython
+
+    repo = gitpython.Repo(root)
+    if not repo.head.is_valid():
+        return "no commits yet"
+    where = "detached HEAD" if repo.head.is_detached else f"branch {repo.active_branch.name}"
+    dirty = ", uncommitted changes" if repo.is_dirty(untracked_files=False) else ""
+    remotes = ", ".join(f"{r.name} ({len(r.refs)} refs)" for r in repo.remotes) or "no remotes"
+    return f"{repo.head.commit.hexsha[:12]} on {where}{dirty}; {remotes}"
 
 
 if __name__ == "__main__":

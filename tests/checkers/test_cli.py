@@ -66,4 +66,16 @@ def test_config_schema_and_doctor(rowgate_repo: GitRepo):
     schema = json.loads(rowgate("config", "schema", cwd=rowgate_repo.path).stdout)
     assert schema["title"] == "rowgate .agents/config.yaml"
     doctor = rowgate("doctor", cwd=rowgate_repo.path)
-    assert doctor.returncode == 0 and "config:   .agents/config.yaml is valid" in doctor.stdout.splitlines()
+    assert doctor.returncode == 0 and "config:     .agents/config.yaml is valid" in doctor.stdout.splitlines()
+
+
+def test_doctor_reports_head_and_a_shallow_history(rowgate_repo: GitRepo, tmp_path: Path):
+    rowgate_repo.commit("second")
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{rowgate_repo.path}", str(shallow)],
+                   check=True, env=rowgate_repo.env, capture_output=True)
+    doctor = rowgate("doctor", cwd=shallow)
+    lines = doctor.stdout.splitlines()
+    assert doctor.returncode == 1
+    assert "history:    SHALLOW: range checks cannot verify; run git fetch --unshallow" in lines
+    assert any(line.startswith("head:       ") and "on branch main; origin (" in line for line in lines)
