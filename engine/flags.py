@@ -83,3 +83,13 @@ declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
 # --- runner (ENGINE-GRAPH) --------------------------------------------------
 declare("VT_EAGER", False, "ENGINE-GRAPH",
         "Run the decode step eagerly instead of replaying its captured CUDA graph.")
+
+# --- MoE, gated delta net, quantised weights (KERNEL-MOE, KERNEL-GDN, QUANT-*) ---
+declare("VT_MOE_KERNELS", False, "KERNEL-MOE",
+        "Compiled MoE routing, token-to-expert alignment and grouped expert GEMMs (fp32 GEMM accumulation, so not byte-exact).")
+declare("VT_GDN_KERNEL", False, "KERNEL-GDN",
+        "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).")
+declare("VT_DEQUANT_KERNEL", False, "QUANT-AWQ",
+        "Compiled AWQ, GPTQ and NVFP4 dequant to the model dtype (bit-exact to the references).")
+declare("VT_DEQUANT_GEMV", False, "QUANT-AWQ",
+        "Fused dequant-GEMV for AWQ, GPTQ and NVFP4 weights at M=1 (fp32 accumulation, within bf16 tolerance).")
