@@ -1,0 +1,215 @@
+"""The `rowgate` command line: check, preflight, rules, doctor, config, and the record commands."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from checkers import __version__, registry
+from checkers.config import load_config
+from checkers.context import Context
+from checkers.gitio import GitError, discover
+from checkers.output import FORMATS, render
+from checkers.preflight import check_parser, run_check, run_preflight
+from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code
+from checkers.yamlio import RecordError
+
+# Subcommands that live in their own modules: name -> module exposing add_parser(subparsers) and run(args).
+EXTRA_COMMANDS: dict[str, str] = {
+}
+
+EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.
+Run `rowgate check --help` for the checks and `rowgate rules` for every rule id."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv[:1] == ["check"]:
+        return cmd_check(parser, argv[1:])
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    return args.func(args)
+
+
+def run_script(check_id: str) -> int:
+    """Entry point of the conventional `scripts/<name>.py` wrappers."""
+    return main(["check", check_id, *sys.argv[1:]])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rowgate", epilog=EPILOG,
+                                     description="Gates for a roadmap-row workflow: rows, trailers, budgets, "
+                                                 "records, and the engine's build and call sites.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"rowgate {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("check", help="run one check (rowgate check ID --help for its options)", add_help=False)
+    p.add_argument("id", nargs="?")
+
+    p = sub.add_parser("preflight", help="run every gate in order, one line each, and one verdict")
+    _common(p)
+    p.add_argument("--base", metavar="REF", help="base for the range checks (see `rowgate check ID --help`)")
+    p.add_argument("--only", metavar="ID", action="append", help="run only this check (repeatable)")
+    p.add_argument("--fail-on-skip", action="store_true", help="a skipped gate fails the run (for CI)")
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("rules", help="list every rule id and name, or explain one")
+    p.add_argument("rule", nargs="?", help="a rule id (TR001) or name (trailer-missing-row)")
+    p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("doctor", help="report git, history depth, config validity and optional tools")
+    p.add_argument("--repo", type=Path, help="repository to inspect (default: the one containing the cwd)")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("config", help="validate the config or print its JSON Schema")
+    p.add_argument("action", choices=("check", "schema"))
+    p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    p.set_defaults(func=cmd_config)
+
+    for name, module in EXTRA_COMMANDS.items():
+        importlib.import_module(module).add_parser(sub, name)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--repo", type=Path, help="repository to check (default: the one containing the cwd)")
+
+
+def load_context(repo: Path | None) -> Context:
+    """Discover the repository and load its config; raises GitError or RecordError."""
+    root = discover(repo or Path.cwd())
+    return Context(root=root, config=load_config(root))
+
+
+def _usage_error(message: str) -> int:
+    print(f"rowgate: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _setup_error(exc: Exception) -> int:
+    """A repository or config that cannot be read: exit 3 (could not verify), naming file and line."""
+    if isinstance(exc, RecordError):
+        for line in exc.lines():
+            print(f"rowgate: {line}", file=sys.stderr)
+    else:
+        print(f"rowgate: {exc}", file=sys.stderr)
+        if getattr(exc, "hint", None):
+            print(f"    fix: {exc.hint}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def cmd_check(parser: argparse.ArgumentParser, rest: list[str]) -> int:
+    known = ", ".join(c.id for c in registry.CHECKS)
+    if not rest or rest[0] in ("-h", "--help"):
+        print("usage: rowgate check ID [options]\n\nchecks, in preflight order:")
+        for c in registry.CHECKS:
+            print(f"  {c.id:<18} {c.summary}")
+        return EXIT_PASS if rest else EXIT_USAGE
+    spec = registry.get(rest[0])
+    if spec is None:
+        return _usage_error(f"unknown check {rest[0]!r}; known checks: {known}")
+    cparser = check_parser(spec)
+    _common(cparser)
+    try:
+        args = cparser.parse_args(rest[1:])
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_PASS
+    try:
+        ctx = load_context(args.repo)
+    except (GitError, RecordError) as exc:
+        return _setup_error(exc)
+    result = run_check(spec, ctx, args)
+    sys.stdout.write(render(args.format, [result], list(spec.load().RULES)))
+    return result.exit_code
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    unknown = [i for i in args.only or [] if registry.get(i) is None]
+    if unknown:
+        return _usage_error(f"unknown check {unknown[0]!r}; known checks: "
+                            f"{', '.join(c.id for c in registry.CHECKS)}")
+    try:
+        ctx = load_context(args.repo)
+    except (GitError, RecordError) as exc:
+        return _setup_error(exc)
+    results = run_preflight(ctx, args.only, args.base)
+    sys.stdout.write(render(args.format, results, registry.all_rules(), args.fail_on_skip, preflight=True))
+    if not results:
+        return EXIT_ERROR
+    return exit_code(results, args.fail_on_skip)
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    if args.rule:
+        found = registry.find_rule(args.rule)
+        if not found:
+            return _usage_error(f"unknown rule {args.rule!r}; `rowgate rules` lists them")
+        spec, rule = found
+        print(f"{rule.id} {rule.name} ({spec.id}): {rule.summary}")
+        return EXIT_PASS
+    for spec in registry.CHECKS:
+        for rule in spec.load().RULES:
+            print(f"{rule.id:<7} {rule.name:<32} {spec.id}: {rule.summary}")
+    return EXIT_PASS
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from checkers.config import json_schema
+
+    if args.action == "schema":
+        print(json.dumps(json_schema(), indent=2))
+        return EXIT_PASS
+    try:
+        load_context(args.repo)
+    except (GitError, RecordError) as exc:
+        return _setup_error(exc)
+    print("OK: .agents/config.yaml is valid")
+    return EXIT_PASS
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import importlib.util
+    import subprocess
+
+    from checkers.gitio import Git, git_env
+
+    problems = 0
+    ver = subprocess.run(["git", "--version"], capture_output=True, text=True, env=git_env())
+    print(f"git:      {ver.stdout.strip() or 'not found'}")
+    try:
+        root = discover(args.repo or Path.cwd())
+    except GitError as exc:
+        print(f"repo:     {exc}")
+        return EXIT_ERROR
+    git = Git(root)
+    print(f"repo:     {root}")
+    shallow = git.is_shallow()
+    problems += shallow
+    print(f"history:  {'SHALLOW: range checks cannot verify; run git fetch --unshallow' if shallow else 'complete'}")
+    try:
+        load_config(root)
+        print("config:   .agents/config.yaml is valid")
+    except RecordError as exc:
+        problems += 1
+        print("config:   " + "\n          ".join(exc.lines()))
+    upstream = git.default_upstream()
+    print(f"upstream: {upstream or 'none detected (range checks need --base or $ROWGATE_BASE)'}")
+    for tool in ("nvcc", "cuobjdump", "pre-commit"):
+        print(f"{tool + ':':<10}{shutil.which(tool) or 'not found (optional)'}")
+    has_torch = importlib.util.find_spec("torch") is not None
+    print(f"torch:    {'importable' if has_torch else 'not installed (only the engine needs it)'}")
+    print(f"python:   {sys.version.split()[0]} ({sys.executable})")
+    return EXIT_FAIL if problems else EXIT_PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

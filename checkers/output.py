@@ -1,0 +1,191 @@
+"""Renderers over one list of results: text, json, github, sarif, junit. Nothing else prints findings."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+from checkers import __version__
+from checkers.results import Result, Rule, Status, exit_code
+
+FORMATS = ("text", "json", "github", "sarif", "junit")
+JSON_SCHEMA_ID = "rowgate.results/1"
+_LABEL = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
+
+
+def render(fmt: str, results: list[Result], rules: list[Rule], fail_on_skip: bool = False,
+           preflight: bool = False) -> str:
+    if fmt == "text":
+        return render_text(results, preflight=preflight, fail_on_skip=fail_on_skip)
+    if fmt == "json":
+        return render_json(results, fail_on_skip)
+    if fmt == "github":
+        return render_github(results)
+    if fmt == "sarif":
+        return render_sarif(results, rules)
+    if fmt == "junit":
+        return render_junit(results)
+    raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+# --- text -------------------------------------------------------------------
+
+def finding_lines(result: Result) -> list[str]:
+    lines = []
+    for f in result.findings:
+        loc = f.location()
+        lines.append(f"{loc + ': ' if loc else ''}{f.rule} {f.name}: {f.message}")
+        if f.hint:
+            lines.append(f"    fix: {f.hint}")
+    return lines
+
+
+def render_text(results: list[Result], preflight: bool = False, fail_on_skip: bool = False) -> str:
+    out: list[str] = []
+    if preflight:
+        width = max((len(r.check) for r in results), default=0)
+        for r in results:
+            out.append(f"{_LABEL[r.status]:<5} {r.check:<{width}} {r.duration_s:6.2f}s  {r.summary}")
+        for r in results:
+            if r.status in (Status.FAIL, Status.ERROR) or r.details and r.status != Status.PASS:
+                out.append("")
+                out.append(f"--- {r.check} ---")
+                out.extend(r.details)
+                out.extend(finding_lines(r))
+                if r.hint:
+                    out.append(f"    fix: {r.hint}")
+        out.append("")
+        out.append(verdict(results, fail_on_skip))
+        return "\n".join(out) + "\n"
+    for r in results:
+        out.extend(r.details)
+        out.extend(finding_lines(r))
+        prefix = {Status.PASS: "OK", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}[r.status]
+        # A pass summary is written by the check as the full success line ("OK: ...").
+        out.append(f"{prefix}: {r.check}: {r.summary}" if r.status != Status.PASS else r.summary)
+        if r.hint and r.status != Status.PASS:
+            out.append(f"    fix: {r.hint}")
+    return "\n".join(out) + "\n"
+
+
+def verdict(results: list[Result], fail_on_skip: bool = False) -> str:
+    counts = {s: sum(r.status == s for r in results) for s in Status}
+    total = sum(r.duration_s for r in results)
+    if not results:
+        return "NOT green: no gates ran"
+    if counts[Status.FAIL] == counts[Status.ERROR] == counts[Status.SKIP] == 0:
+        return f"All gates green ({len(results)} gates, {total:.2f}s)"
+    parts = [f"{counts[s]} {name}" for s, name in ((Status.FAIL, "failed"), (Status.ERROR, "could not verify"),
+                                                   (Status.SKIP, "skipped")) if counts[s]]
+    tail = "" if exit_code(results, fail_on_skip) else " (skips do not fail this run; --fail-on-skip makes them)"
+    return f"NOT green: {', '.join(parts)} of {len(results)} gates ({total:.2f}s){tail}"
+
+
+# --- json -------------------------------------------------------------------
+
+def render_json(results: list[Result], fail_on_skip: bool = False) -> str:
+    doc = {
+        "schema": JSON_SCHEMA_ID,
+        "tool": {"name": "rowgate", "version": __version__},
+        "exit_code": exit_code(results, fail_on_skip),
+        "results": [r.model_dump(mode="json") for r in results],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+# --- github workflow commands --------------------------------------------------
+
+def _gh_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(s: str) -> str:
+    return _gh_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(results: list[Result]) -> str:
+    out = []
+    for r in results:
+        for f in r.findings:
+            props = []
+            if f.path:
+                props.append(f"file={_gh_prop(f.path)}")
+                if f.line:
+                    props.append(f"line={f.line}")
+            props.append(f"title={_gh_prop(f'{f.rule} {f.name}')}")
+            msg = f.message + (f"\n(fix: {f.hint})" if f.hint else "")
+            out.append(f"::error {','.join(props)}::{_gh_data(msg)}")
+        if r.status == Status.ERROR:
+            out.append(f"::error title={_gh_prop(r.check)}::{_gh_data(r.summary + (f' (fix: {r.hint})' if r.hint else ''))}")
+        elif r.status == Status.SKIP:
+            out.append(f"::warning title={_gh_prop(r.check)}::{_gh_data('skipped: ' + r.summary)}")
+        else:
+            out.append(f"::notice title={_gh_prop(r.check)}::{_gh_data(r.status.value + ': ' + r.summary)}")
+    return "\n".join(out) + "\n"
+
+
+# --- SARIF 2.1.0 ----------------------------------------------------------------
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def render_sarif(results: list[Result], rules: list[Rule]) -> str:
+    ordered = sorted({r.id: r for r in rules}.values(), key=lambda r: r.id)
+    index = {r.id: i for i, r in enumerate(ordered)}
+    sarif_results = []
+    for r in results:
+        for f in r.findings:
+            item: dict = {"ruleId": f.rule, "level": "error",
+                          "message": {"text": f.message + (f" (fix: {f.hint})" if f.hint else "")},
+                          "properties": {"check": r.check}}
+            if f.rule in index:
+                item["ruleIndex"] = index[f.rule]
+            if f.path:
+                region = {"startLine": f.line} if f.line else None
+                phys: dict = {"artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"}}
+                if region:
+                    phys["region"] = region
+                item["locations"] = [{"physicalLocation": phys}]
+            sarif_results.append(item)
+    notifications = [{"level": "error" if r.status == Status.ERROR else "warning",
+                      "message": {"text": f"{r.check}: {r.summary}"}}
+                     for r in results if r.status in (Status.ERROR, Status.SKIP)]
+    doc = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "rowgate", "version": __version__,
+                "rules": [{"id": r.id, "name": r.name, "shortDescription": {"text": r.summary}}
+                          for r in ordered],
+            }},
+            "invocations": [{"executionSuccessful": not any(r.status == Status.ERROR for r in results),
+                             "toolExecutionNotifications": notifications}],
+            "results": sarif_results,
+        }],
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+# --- JUnit XML ------------------------------------------------------------------
+
+def render_junit(results: list[Result]) -> str:
+    suite = ET.Element("testsuite", name="rowgate", tests=str(len(results)),
+                       failures=str(sum(r.status == Status.FAIL for r in results)),
+                       errors=str(sum(r.status == Status.ERROR for r in results)),
+                       skipped=str(sum(r.status == Status.SKIP for r in results)),
+                       time=f"{sum(r.duration_s for r in results):.3f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname="rowgate", name=r.check, time=f"{r.duration_s:.3f}")
+        body = "\n".join(r.details + finding_lines(r))
+        if r.status == Status.FAIL:
+            ET.SubElement(case, "failure", message=r.summary, type="fail").text = body
+        elif r.status == Status.ERROR:
+            ET.SubElement(case, "error", message=r.summary, type="error").text = r.hint or ""
+        elif r.status == Status.SKIP:
+            ET.SubElement(case, "skipped", message=r.summary)
+        else:
+            ET.SubElement(case, "system-out").text = r.summary
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,118 @@
+"""Load YAML with ruamel.yaml (round-trip, so edits keep comments) and validate it with pydantic,
+turning every problem into an error that names the file, the line and the field."""
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RecordError(Exception):
+    """A file that does not load or validate; `problems` holds (line, field, message) triples."""
+
+    def __init__(self, path: str, problems: list[tuple[int | None, str, str]]):
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        out = []
+        for line, field, message in self.problems:
+            where = f"{self.path}:{line}" if line else self.path
+            out.append(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+        return out
+
+
+def yaml_rt() -> YAML:
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096
+    return y
+
+
+def read_yaml(path: Path, display: str | None = None) -> Any:
+    display = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecordError(display, [(None, "", "file not found")]) from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(display, [(None, "", f"not UTF-8 text ({exc.reason})")]) from None
+    try:
+        return yaml_rt().load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecordError(display, [(line, "", f"invalid YAML: {problem}")]) from None
+
+
+def dump_yaml(data: Any) -> str:
+    buf = StringIO()
+    yaml_rt().dump(data, buf)
+    return buf.getvalue()
+
+
+def validate(model: type[M], data: Any, display: str) -> M:
+    """Validate `data` (as loaded by ruamel) against `model`; errors carry YAML line numbers."""
+    if data is None:
+        data = {}
+    try:
+        return model.model_validate(to_plain(data))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            field = ".".join(str(p) for p in loc) or "(top level)"
+            problems.append((line_of(data, loc), field, _message(err)))
+        raise RecordError(display, problems) from None
+
+
+def load_model(model: type[M], path: Path, display: str | None = None) -> tuple[M, Any]:
+    """Read and validate one YAML file; returns the model and the round-trip document."""
+    display = display or str(path)
+    doc = read_yaml(path, display)
+    return validate(model, doc, display), doc
+
+
+def to_plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): to_plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [to_plain(v) for v in node]
+    return node
+
+
+def line_of(doc: Any, loc: tuple) -> int | None:
+    """The 1-based line of the deepest node on `loc` that the document has."""
+    line = None
+    node = doc
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            line = node.lc.key(part)[0] + 1
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
+            line = node.lc.item(part)[0] + 1
+            node = node[part]
+        else:
+            if line is None and isinstance(node, (CommentedMap, CommentedSeq)):
+                line = node.lc.line + 1
+            break
+    if line is None and isinstance(doc, (CommentedMap, CommentedSeq)):
+        line = doc.lc.line + 1
+    return line
+
+
+def _message(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    if err["type"] == "missing":
+        return "required key is missing"
+    return err["msg"]

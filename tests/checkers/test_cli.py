@@ -1,0 +1,69 @@
+"""The rowgate command line: usage errors, exit codes, formats, on real temporary repositories."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, GitRepo, row_yaml
+
+
+def rowgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "checkers", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"}, timeout=120)
+
+
+def test_unknown_check_exits_2_and_names_the_known_ones(rowgate_repo: GitRepo):
+    proc = rowgate("check", "no-such-check", cwd=rowgate_repo.path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("rowgate: unknown check 'no-such-check'; known checks: agent-record")
+
+
+def test_check_passes_with_exit_0(rowgate_repo: GitRepo):
+    proc = rowgate("check", "agent-record", cwd=rowgate_repo.path)
+    assert (proc.returncode, proc.stdout) == (0, "OK: GOV=1 ENGINE=0\n")
+
+
+def test_check_fails_with_exit_1(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/rows/GOV-BAD.yaml": row_yaml("GOV-BAD", area="NOPE")})
+    proc = rowgate("check", "agent-record", cwd=rowgate_repo.path)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0] == ".agents/rows/GOV-BAD.yaml:2: AR002 row-unknown-area: area 'NOPE' is not one of ['GOV', 'ENGINE']"
+
+
+def test_bad_config_exits_3_naming_file_and_line(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/config.yaml": "version: 1\nrowz: {}\n"})
+    proc = rowgate("preflight", cwd=rowgate_repo.path)
+    assert (proc.returncode, proc.stderr) == (3, "rowgate: .agents/config.yaml:2: rowz: unknown key\n")
+
+
+def test_bad_option_exits_2(rowgate_repo: GitRepo):
+    assert rowgate("check", "agent-record", "--format", "yaml", cwd=rowgate_repo.path).returncode == 2
+    assert rowgate("preflight", "--only", "nope", cwd=rowgate_repo.path).returncode == 2
+
+
+def test_not_a_repository_exits_3(tmp_path: Path):
+    proc = rowgate("preflight", cwd=tmp_path)
+    assert proc.returncode == 3 and "is not inside a git repository" in proc.stderr
+
+
+def test_preflight_json_emits_the_documented_schema(rowgate_repo: GitRepo):
+    proc = rowgate("preflight", "--format", "json", "--only", "agent-record", cwd=rowgate_repo.path)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["schema"] == "rowgate.results/1" and doc["exit_code"] == 0
+    [result] = doc["results"]
+    assert (result["check"], result["status"], result["examined"]) == ("agent-record", "pass", 2)
+
+
+def test_rules_lists_ids_and_explains_by_name(rowgate_repo: GitRepo):
+    proc = rowgate("rules", "row-unknown-area", cwd=rowgate_repo.path)
+    assert proc.stdout.startswith("AR002 row-unknown-area (agent-record): ")
+    assert rowgate("rules", "ZZ999", cwd=rowgate_repo.path).returncode == 2
+
+
+def test_config_schema_and_doctor(rowgate_repo: GitRepo):
+    schema = json.loads(rowgate("config", "schema", cwd=rowgate_repo.path).stdout)
+    assert schema["title"] == "rowgate .agents/config.yaml"
+    doctor = rowgate("doctor", cwd=rowgate_repo.path)
+    assert doctor.returncode == 0 and "config:   .agents/config.yaml is valid" in doctor.stdout.splitlines()

@@ -1,0 +1,61 @@
+"""Config loading: errors name the file, the line and the field."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checkers.config import Config, json_schema, load_config
+from checkers.yamlio import RecordError
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / ".agents").mkdir(parents=True, exist_ok=True)
+    (tmp_path / ".agents" / "config.yaml").write_text(text)
+    return tmp_path
+
+
+def test_misspelled_key_names_file_line_and_field(tmp_path: Path):
+    root = _write(tmp_path, "version: 1\nrows:\n  areas: [GOV]\n  activ_states: [ACTIVE]\n")
+    with pytest.raises(RecordError) as exc:
+        load_config(root)
+    assert exc.value.lines() == [".agents/config.yaml:4: rows.activ_states: unknown key"]
+
+
+def test_wrong_type_names_the_field(tmp_path: Path):
+    root = _write(tmp_path, "version: 1\nrows:\n  states:\n    READY: {spec: maybe}\n")
+    with pytest.raises(RecordError) as exc:
+        load_config(root)
+    [line] = exc.value.lines()
+    assert line.startswith(".agents/config.yaml:4: rows.states.READY.spec: Input should be a valid boolean")
+
+
+def test_unknown_state_is_rejected(tmp_path: Path):
+    root = _write(tmp_path, "version: 1\nrows:\n  states:\n    DONEISH: {}\n")
+    with pytest.raises(RecordError) as exc:
+        load_config(root)
+    assert exc.value.lines()[0].startswith(".agents/config.yaml:4: rows.states.DONEISH")
+
+
+def test_missing_file(tmp_path: Path):
+    with pytest.raises(RecordError) as exc:
+        load_config(tmp_path)
+    assert exc.value.lines() == [".agents/config.yaml: file not found"]
+
+
+def test_broken_yaml_names_its_line(tmp_path: Path):
+    root = _write(tmp_path, "version: 1\nrows:\n  areas: [GOV\n")
+    with pytest.raises(RecordError) as exc:
+        load_config(root)
+    assert exc.value.lines()[0].startswith(".agents/config.yaml:4: invalid YAML")
+
+
+def test_repository_config_is_valid():
+    config = load_config(Path(__file__).resolve().parents[2])
+    assert config.cutover and len(config.cutover) == 40
+
+
+def test_schema_is_exported_and_forbids_unknown_keys():
+    schema = json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(Config.model_fields) <= set(schema["properties"])

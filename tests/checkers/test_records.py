@@ -1,0 +1,42 @@
+"""Record loading: a malformed record is a problem with its path and line, never a traceback."""
+from __future__ import annotations
+
+import json
+
+from checkers.records import load_records
+from tests.conftest import GitRepo, row_yaml
+
+
+def test_valid_records_load(rowgate_repo: GitRepo):
+    rec = load_records(rowgate_repo.path)
+    assert list(rec.rows) == ["GOV-CORE"] and rec.problems == []
+    assert rec.specs[".agents/specs/GOV-CORE.md"].issues == {1}
+    assert rec.specs[".agents/specs/GOV-CORE.md"].sections == {"Goal": 3, "Acceptance": 6, "Issues": 9}
+
+
+def test_malformed_row_is_reported_with_path_and_line(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/rows/GOV-BAD.yaml": row_yaml("GOV-BAD", state="FINISHED")})
+    rec = load_records(rowgate_repo.path)
+    assert "GOV-BAD" not in rec.rows and "GOV-CORE" in rec.rows
+    [problem] = rec.problems
+    assert problem.lines()[0].startswith(".agents/rows/GOV-BAD.yaml:4: state: Input should be 'INVENTORIED'")
+
+
+def test_row_id_must_match_file_name(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/rows/GOV-ONE.yaml": row_yaml("GOV-TWO")})
+    [problem] = load_records(rowgate_repo.path).problems
+    assert problem.lines() == [".agents/rows/GOV-ONE.yaml:1: id: 'GOV-TWO' does not match the file name 'GOV-ONE'"]
+
+
+def test_issue_front_matter_and_ledger_json_errors_carry_lines(rowgate_repo: GitRepo):
+    rowgate_repo.write({
+        ".agents/issues/GOV-CORE/ISSUE-1.md": "---\nnumber: one\nrow: GOV-CORE\nfiled: 2026-11-29\n---\n# x\n",
+        ".agents/ledger/2026-11-29-x.json": json.dumps({"schema": 1, "date": "2026-11-29", "kind": "gate",
+                                                        "rows": ["GOV-CORE"], "command": "x",
+                                                        "summary": "s", "surprise": 1}, indent=1),
+    })
+    lines = sorted(line for p in load_records(rowgate_repo.path).problems for line in p.lines())
+    assert lines == [
+        ".agents/issues/GOV-CORE/ISSUE-1.md:2: number: Input should be a valid integer, unable to parse string as an integer",
+        ".agents/ledger/2026-11-29-x.json:10: surprise: unknown key",
+    ]
