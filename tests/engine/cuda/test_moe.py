@@ -1,0 +1,135 @@
+"""Tests for the MoE kernels (engine/cuda/moe.cu) against engine.ops.moe on the GPU, and an nvcc compile check."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.cuda import build
+from engine.ops.moe import moe_experts, moe_route
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+gpu = pytest.mark.gpu
+# (atol, rtol) per dtype for the grouped GEMMs: fp32 accumulation in another order than the reference
+# moves a rounded intermediate by one ulp now and then.
+GEMM_TOL = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+@pytest.fixture
+def cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the MoE kernels run only on a GPU")
+    return torch.device("cuda")
+
+
+def reference_align(ids: torch.Tensor, experts: int, block: int) -> tuple[list[int], list[int]]:
+    """Python grouping: per expert its flat indices ascending, padded with numel to a block multiple."""
+    flat = ids.flatten().tolist()
+    rows: list[int] = []
+    offsets = [0]
+    for e in range(experts):
+        mine = [i for i, x in enumerate(flat) if x == e]
+        rows += mine + [len(flat)] * (-len(mine) % block)
+        offsets.append(len(rows))
+    return rows, offsets
+
+
+@needs_nvcc
+def test_moe_source_compiles_for_sm90(tmp_path):
+    result = build.compile_source(build.CUDA_DIR / "moe.cu", ("9.0",), tmp_path, werror=True)
+    assert result.obj.stat().st_size > 0
+
+
+def test_experts_names_the_tensor_with_a_wrong_dtype():
+    from engine.cuda import moe
+
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    gate_up = torch.randn(4, 6, 8, dtype=torch.float32)
+    with pytest.raises(TypeError, match="gate_up: expected dtype torch.bfloat16"):
+        moe.experts(x, gate_up, torch.randn(4, 8, 3, dtype=torch.bfloat16), x[:, :2], torch.zeros(3, 2, dtype=torch.int64))
+
+
+@gpu
+@pytest.mark.parametrize("tokens,experts,top_k", [(7, 60, 4), (83, 128, 8), (1, 19, 1)])
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_route_matches_reference(cuda, tokens, experts, top_k, renormalize, dtype):
+    from engine.cuda import moe
+
+    gen = torch.Generator(device=cuda).manual_seed(tokens * 1000 + experts)
+    logits = (3 * torch.randn(tokens, experts, generator=gen, device=cuda)).to(dtype)
+    weights, ids = moe.route(logits, top_k, renormalize, dtype)
+    ref_w, ref_ids = moe_route(logits, top_k, renormalize, dtype)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(weights.float(), ref_w.float(), atol=1e-6, rtol=1e-5 if dtype == torch.float32 else 8e-3)
+
+
+@gpu
+def test_route_breaks_ties_by_lower_expert_id(cuda):
+    from engine.cuda import moe
+
+    # Four equal logits per row: a stable descending sort keeps the lower ids first.
+    logits = torch.randn(5, 11, device=cuda)
+    logits[:, [2, 5, 7, 9]] = 10.0
+    weights, ids = moe.route(logits, 3, True, torch.float32)
+    expect = torch.sort(torch.softmax(logits, -1), dim=-1, descending=True, stable=True).indices[:, :3]
+    assert torch.equal(ids, expect)
+    assert ids[0].tolist() == [2, 5, 7]
+
+
+@gpu
+@pytest.mark.parametrize("tokens,experts,top_k,block", [(7, 5, 2, 16), (83, 128, 8, 16), (300, 19, 3, 4), (1, 3, 1, 16)])
+def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
+    from engine.cuda import moe
+
+    gen = torch.Generator(device=cuda).manual_seed(tokens + experts)
+    ids = torch.stack([torch.randperm(experts, generator=gen, device=cuda)[:top_k] for _ in range(tokens)])
+    al = moe.align(ids, experts, block)
+    rows, offsets = reference_align(ids.cpu(), experts, block)
+    assert al.offsets.tolist() == offsets
+    assert al.sorted_ids[: len(rows)].tolist() == rows
+    assert (al.sorted_ids[len(rows):] == tokens * top_k).all()
+    blocks = al.block_expert.tolist()
+    for b, e in enumerate(blocks):
+        start = b * block
+        expect = next((x for x in range(experts) if offsets[x] <= start < offsets[x + 1]), -1)
+        assert e == expect, f"block {b}"
+
+
+@gpu
+@pytest.mark.parametrize("tokens,hidden,inter,experts,top_k", [(7, 96, 40, 9, 3), (1, 256, 128, 16, 4), (33, 83, 19, 5, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_experts_match_reference(cuda, tokens, hidden, inter, experts, top_k, dtype):
+    from engine.cuda import moe
+
+    gen = torch.Generator(device=cuda).manual_seed(hidden * inter)
+    x = torch.randn(tokens, hidden, generator=gen, device=cuda).to(dtype)
+    gate_up = (torch.randn(experts, 2 * inter, hidden, generator=gen, device=cuda) / hidden**0.5).to(dtype)
+    down = (torch.randn(experts, hidden, inter, generator=gen, device=cuda) / inter**0.5).to(dtype)
+    weights, ids = moe_route(torch.randn(tokens, experts, generator=gen, device=cuda), top_k, True, dtype)
+    out = moe.experts(x, gate_up, down, weights, ids)
+    ref = moe_experts(x, gate_up, down, weights, ids)
+    assert out.dtype == dtype and out.shape == ref.shape
+    atol, rtol = GEMM_TOL[dtype]
+    torch.testing.assert_close(out.float(), ref.float(), atol=atol, rtol=rtol)
+    if dtype != torch.float32:  # the rounding points are the reference's, so most elements agree exactly
+        assert (out == ref).float().mean() > 0.5
+
+
+@gpu
+def test_experts_detect_a_wrong_expert(cuda):
+    """The comparison has teeth: routing one slot to another expert moves that token's row only."""
+    from engine.cuda import moe
+
+    gen = torch.Generator(device=cuda).manual_seed(7)
+    x = torch.randn(5, 64, generator=gen, device=cuda, dtype=torch.bfloat16)
+    gate_up = torch.randn(4, 64, 64, generator=gen, device=cuda, dtype=torch.bfloat16) / 8
+    down = torch.randn(4, 64, 32, generator=gen, device=cuda, dtype=torch.bfloat16) / 6
+    weights, ids = moe_route(torch.randn(5, 4, generator=gen, device=cuda), 2, True, torch.bfloat16)
+    bad = ids.clone()
+    bad[3, 0] = next(e for e in range(4) if e not in ids[3].tolist())
+    diff = (moe.experts(x, gate_up, down, weights, bad) - moe_experts(x, gate_up, down, weights, ids)).abs().amax(-1)
+    assert diff[3] > 0.05 and diff[[0, 1, 2, 4]].max() < 0.05
