@@ -31,11 +31,22 @@ def build(seed: int = SEED, **overrides: object) -> torch.nn.Module:
 
     config = Qwen3Config(**{**CONFIG, **overrides})
     model = Qwen3ForCausalLM(config).eval()
-    scale_weights(model, seed, moe=False)
+    scale_weights(model, seed)
     return model
 
 
-def scale_weights(model: torch.nn.Module, seed: int, moe: bool) -> None:
+def build_moe(seed: int = SEED, **overrides: object) -> torch.nn.Module:
+    """A transformers Qwen3MoeForCausalLM at the same scale (tests build it at test time, never shipped)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    moe = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
+    config = Qwen3MoeConfig(**{**CONFIG, **moe, **overrides})
+    model = Qwen3MoeForCausalLM(config).eval()
+    scale_weights(model, seed)
+    return model
+
+
+def scale_weights(model: torch.nn.Module, seed: int) -> None:
     """Overwrite every parameter with seeded random values scaled for O(1) activations and sharp logits."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
