@@ -76,7 +76,7 @@ VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzero
 }
 
 // packed: [N, K/2] uint8; scales: [N, K/16] fp8 e4m3 bytes; out: [N, K]
-VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scales, float global_scale, void* out, int n_dim,
+VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scales, const float* global_scale, void* out, int n_dim,
                            int k_dim, int out_dtype, void* stream) {
   if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4: N must be >= 1 (got %lld)", (long long)n_dim);
   if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);
@@ -143,7 +143,7 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
 }
 
 // x: [K]; NVFP4 weights as in vt_quant_nvfp4_dequant; out: [N]
-VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales, float global_scale, void* out,
+VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales, const float* global_scale, void* out,
                         int n_dim, int k_dim, int x_dtype, int out_dtype, void* stream) {
   if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4 gemv: N must be >= 1 (got %lld)", (long long)n_dim);
   if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4 gemv: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);

@@ -92,15 +92,16 @@ __global__ void gptq_dequant_kernel(const int32_t* __restrict__ qweight, const i
 // NVFP4: packed: [N, K/2] uint8, value 2i in the low nibble; scales: [N, K/16] fp8 e4m3; out: [N, K]
 template <typename TOut>
 __global__ void nvfp4_dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
-                                     float global_scale, TOut* __restrict__ out, int n_dim, int k_dim) {
+                                     const float* __restrict__ global_scale, TOut* __restrict__ out, int n_dim, int k_dim) {
   const int64_t i = (int64_t)blockIdx.x * kDequantThreads + threadIdx.x;  // one byte, two values
   if (i >= (int64_t)n_dim * (k_dim / 2)) return;
   const int64_t n = i / (k_dim / 2);
   const int k = (int)(i % (k_dim / 2)) * 2;
   const float bs = e4m3_to_f32(scales[n * (k_dim / kNvfp4Group) + k / kNvfp4Group]);
+  const float gs = *global_scale;
   const uint32_t b = packed[i];
-  out[n * k_dim + k] = from_f32<TOut>(nvfp4_value(b & 0xfu, bs, global_scale));
-  out[n * k_dim + k + 1] = from_f32<TOut>(nvfp4_value(b >> 4, bs, global_scale));
+  out[n * k_dim + k] = from_f32<TOut>(nvfp4_value(b & 0xfu, bs, gs));
+  out[n * k_dim + k + 1] = from_f32<TOut>(nvfp4_value(b >> 4, bs, gs));
 }
 
 // Sum the kGemvKSplit partial rows of red[kGemvKSplit][kGemvCols * cols] into row 0.
@@ -194,13 +195,14 @@ __global__ void gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __rest
 // x: [K]; packed: [N, K/2]; scales: [N, K/16]; out: [N]
 template <typename TX, typename TOut>
 __global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __restrict__ packed,
-                                  const uint8_t* __restrict__ scales, float global_scale, TOut* __restrict__ out,
+                                  const uint8_t* __restrict__ scales, const float* __restrict__ global_scale, TOut* __restrict__ out,
                                   int n_dim, int k_dim) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = (int64_t)blockIdx.x * kNvfp4RowsPerBlock + threadIdx.x / kWarp;
   if (n >= n_dim) return;
   const int groups = k_dim / kNvfp4Group;
   const uint8_t* row = packed + n * (k_dim / 2);
+  const float gs = *global_scale;
   float acc = 0.f;
   for (int g = lane; g < groups; g += kWarp) {
     const float bs = e4m3_to_f32(scales[n * groups + g]);
@@ -209,8 +211,8 @@ __global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __res
 #pragma unroll
     for (int b = 0; b < kNvfp4Group / 2; ++b) {
       const uint32_t byte = ((b < 4 ? bytes.x : bytes.y) >> (8 * (b % 4))) & 0xffu;
-      const float w0 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte & 0xfu, bs, global_scale)));
-      const float w1 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte >> 4, bs, global_scale)));
+      const float w0 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte & 0xfu, bs, gs)));
+      const float w1 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte >> 4, bs, gs)));
       acc = fmaf(to_f32<TX>(xg[2 * b]), w0, acc);
       acc = fmaf(to_f32<TX>(xg[2 * b + 1]), w1, acc);
     }
