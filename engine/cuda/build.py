@@ -229,10 +229,11 @@ def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | 
     requested = requested_archs(table, fat)
     jobs = []
     for name in names or list(table.sources):
+        archs = archs_for(table, name, requested)
         source = src_dir / name
         if not source.exists():
             raise BuildError(f"{table.path}: sources.{name}: {source} does not exist")
-        jobs.append((source, archs_for(table, name, requested)))
+        jobs.append((source, archs))
     # Sources compile concurrently: nvcc's per-arch stages leave cores idle within one invocation.
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         results = list(pool.map(lambda job: compile_source(*job, out_dir, werror=werror), jobs))
