@@ -49,6 +49,7 @@ def build_moe(seed: int = SEED, **overrides: object) -> torch.nn.Module:
 def scale_weights(model: torch.nn.Module, seed: int) -> None:
     """Overwrite every parameter with seeded random values scaled for O(1) activations and sharp logits."""
     gen = torch.Generator().manual_seed(seed)
+    tied = model.config.tie_word_embeddings
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if name.endswith("norm.weight"):
@@ -56,6 +57,11 @@ def scale_weights(model: torch.nn.Module, seed: int) -> None:
                     QK_NORM_SCALE if name.endswith(("q_norm.weight", "k_norm.weight")) else 1.0)
                 # random around the base so a dropped or misplaced norm weight changes the output
                 p.copy_(base * (1.0 + 0.2 * torch.randn(p.shape, generator=gen)))
+                if tied and name == "model.norm.weight":
+                    # the head is the std-1 embedding: scale down by sqrt(hidden), and random signs stop the
+                    # residual's copy of the current token's embedding from always predicting that token again
+                    signs = torch.randint(0, 2, p.shape, generator=gen) * 2 - 1
+                    p.mul_(signs / math.sqrt(p.shape[0]))
             elif name.endswith("embed_tokens.weight"):
                 p.copy_(torch.randn(p.shape, generator=gen))
             else:
