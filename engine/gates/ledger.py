@@ -38,10 +38,11 @@ def write_record(
     results: Any,
     sha: str | None,
     today: dt.date | None = None,
+    kind: str = "gate",
 ) -> Path:
     """One JSON file per record; an existing name for the same day gets a numeric suffix, never overwritten."""
     date = (today or dt.datetime.now(dt.timezone.utc).date()).isoformat()
-    record = {"schema": 1, "date": date, "kind": "gate", "rows": rows, "command": command, "sha": sha,
+    record = {"schema": 1, "date": date, "kind": kind, "rows": rows, "command": command, "sha": sha,
               "device": device, "summary": summary, "results": results}
     ledger_dir.mkdir(parents=True, exist_ok=True)
     path = ledger_dir / f"{date}-{slug}.json"
