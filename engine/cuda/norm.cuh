@@ -19,10 +19,10 @@ __device__ __forceinline__ float block_sum(float v) {
   return v;  // every thread holds the total
 }
 
-// The reference's scale: rsqrt(mean(x*x) + eps) in fp32, mean as sum * fl(1/hidden) like torch's mean.
-__device__ __forceinline__ float rms_scale(float sum_sq, int hidden, float eps) {
-  const float inv_hidden = 1.0f / static_cast<float>(hidden);
-  return rsqrtf(__fadd_rn(__fmul_rn(sum_sq, inv_hidden), eps));
+// The reference's scale: rsqrt(mean(x*x) + eps) in fp32. torch's CUDA mean multiplies the sum by a float
+// factor (rows / numel, both as float), which the binding computes the same way and passes as mean_scale.
+__device__ __forceinline__ float rms_scale(float sum_sq, float mean_scale, float eps) {
+  return rsqrtf(__fadd_rn(__fmul_rn(sum_sq, mean_scale), eps));
 }
 
 // out = weight * (x * scale).to(T): two roundings, matching `weight * normed.to(dtype)`.
@@ -35,14 +35,15 @@ __device__ __forceinline__ T scale_and_weight(float x, float scale, T w) {
 // x: [rows, hidden] (row stride x_stride), weight: [hidden], out: [rows, hidden] (row stride out_stride)
 template <typename T>
 __global__ void rms_norm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
-                                int hidden, long long x_stride, long long out_stride, float eps) {
+                                int hidden, long long x_stride, long long out_stride, float mean_scale,
+                                float eps) {
   const T* row = x + blockIdx.x * x_stride;
   float sum_sq = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += kThreadsPerBlock) {
     const float v = vt::to_f32(row[i]);
     sum_sq = __fadd_rn(sum_sq, __fmul_rn(v, v));
   }
-  const float scale = rms_scale(block_sum(sum_sq), hidden, eps);
+  const float scale = rms_scale(block_sum(sum_sq), mean_scale, eps);
   T* dst = out + blockIdx.x * out_stride;
   for (int i = threadIdx.x; i < hidden; i += kThreadsPerBlock)
     dst[i] = scale_and_weight(vt::to_f32(row[i]), scale, weight[i]);
@@ -59,7 +60,7 @@ struct RowStrides {
 template <typename T>
 __global__ void fused_add_rms_norm_kernel(T* __restrict__ out, T* residual_out, const T* residual_in,
                                           const T* __restrict__ x, const T* __restrict__ weight, int hidden,
-                                          RowStrides strides, float eps) {
+                                          RowStrides strides, float mean_scale, float eps) {
   const T* xrow = x + blockIdx.x * strides.x;
   const T* rin = residual_in + blockIdx.x * strides.res_in;
   T* rout = residual_out + blockIdx.x * strides.res_out;
@@ -70,7 +71,7 @@ __global__ void fused_add_rms_norm_kernel(T* __restrict__ out, T* residual_out, 
     const float v = vt::to_f32(summed);
     sum_sq = __fadd_rn(sum_sq, __fmul_rn(v, v));
   }
-  const float scale = rms_scale(block_sum(sum_sq), hidden, eps);
+  const float scale = rms_scale(block_sum(sum_sq), mean_scale, eps);
   T* dst = out + blockIdx.x * strides.out;
   for (int i = threadIdx.x; i < hidden; i += kThreadsPerBlock)
     dst[i] = scale_and_weight(vt::to_f32(rout[i]), scale, weight[i]);

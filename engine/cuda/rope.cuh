@@ -55,7 +55,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <typename T>
 __global__ void qk_norm_rope_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
                                     const T* __restrict__ cos, const T* __restrict__ sin, long long tokens, int heads,
-                                    int head_dim, long long x_tok, long long x_head, float eps) {
+                                    int head_dim, long long x_tok, long long x_head, float mean_scale,
+                                    float eps) {
   const long long row = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (row >= tokens * heads) return;  // whole warps exit together, so the shuffles below stay full-warp
   const int lane = threadIdx.x % kWarpSize;
@@ -72,8 +73,7 @@ __global__ void qk_norm_rope_kernel(T* __restrict__ out, const T* __restrict__ x
     x2[p] = i < half ? vt::to_f32(src[i + half]) : 0.0f;
     sum_sq = __fadd_rn(sum_sq, __fadd_rn(__fmul_rn(x1[p], x1[p]), __fmul_rn(x2[p], x2[p])));
   }
-  const float inv_dim = 1.0f / static_cast<float>(head_dim);
-  const float scale = rsqrtf(__fadd_rn(__fmul_rn(warp_sum(sum_sq), inv_dim), eps));
+  const float scale = rsqrtf(__fadd_rn(__fmul_rn(warp_sum(sum_sq), mean_scale), eps));
   const T* ct = cos + t * head_dim;
   const T* st = sin + t * head_dim;
   T* dst = out + row * head_dim;
