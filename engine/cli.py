@@ -10,7 +10,7 @@ from pathlib import Path
 from engine.runner import DTYPES
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
-BENCHES = ("ab", "bandwidth")
+BENCHES = ("ab", "bandwidth", "decode")
 
 
 def main(argv: list[str] | None = None) -> int:

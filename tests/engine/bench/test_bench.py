@@ -63,3 +63,12 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys, monkeyp
 def test_ab_rejects_unknown_flags(capsys):
     assert ab.main(["--flag", "VT_NOPE"]) == 2
     assert ab.main(["--flag", "VT_CUDA_ARCHS"]) == 2
+
+
+def test_decode_bench_runs_on_a_tiny_model(capsys):
+    from engine.bench import decode
+
+    assert decode.main(["--tiny", "--context", "9", "--steps", "2", "--device", "cpu", "--no-oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "decode step at batch 1, context 9 (cpu, float32, graph=False)" in out
+    assert "engine tok/s" in out and "transformers tok/s" not in out
