@@ -11,6 +11,7 @@ from engine.runner import DTYPES
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 BENCHES = ("ab", "bandwidth", "decode")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +107,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def load_tokenizer(model_dir: Path):  # -> a transformers tokenizer
+    # checked first: transformers 5 otherwise builds an empty tokenizer from the config's model_type
+    if not any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(f"--prompt needs a tokenizer in {model_dir} (one of {', '.join(TOKENIZER_FILES)}); "
+                         "pass --prompt-ids instead")
     try:
         from transformers import AutoTokenizer
     except ImportError:
@@ -113,8 +118,8 @@ def load_tokenizer(model_dir: Path):  # -> a transformers tokenizer
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as exc:  # transformers raises several types for a missing tokenizer
-        raise ValueError(f"--prompt needs a tokenizer in {model_dir} (tokenizer.json, tokenizer_config.json); "
-                         f"pass --prompt-ids instead ({exc.__class__.__name__})") from None
+        raise ValueError(f"--prompt: the tokenizer in {model_dir} does not load ({exc.__class__.__name__}: "
+                         f"{str(exc)[:200]}); pass --prompt-ids instead") from None
 
 
 def run_module(name: str, argv: list[str]) -> int:

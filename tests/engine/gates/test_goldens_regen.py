@@ -1,0 +1,77 @@
+"""Committed goldens (sha256-checked) and `gate regen`, which rewrites them only under the near-tie bar."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+import engine.model.qwen3 as qwen3
+from engine.gates import goldens as gold
+from engine.gates import harness
+from engine.gates.harness import Setup
+from engine.gates.ledger import write_record
+from engine.gates.result import FAIL, PASS
+
+COMMITTED = sorted(gold.GOLDENS_DIR.glob("*.json"))
+
+
+def test_goldens_are_committed() -> None:
+    assert [p.name for p in COMMITTED] == ["tiny-qwen3-float32-cpu.json"]
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_engine_reproduces_committed_goldens(path: Path) -> None:
+    result = harness.check_golden(path)
+    assert result.verdict == PASS, result.render()
+
+
+def test_a_hand_edited_golden_fails_its_sha256(tmp_path) -> None:
+    case = json.loads(COMMITTED[0].read_text())
+    case["tokens"][1][3] += 1
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(case))
+    with pytest.raises(ValueError, match=r"edited.json: sha256 .* does not match its contents"):
+        gold.read_golden(bad)
+
+
+def test_golden_gate_fails_on_different_ids(tmp_path) -> None:
+    case = json.loads(COMMITTED[0].read_text())
+    case["tokens"][2][5] = (case["tokens"][2][5] + 1) % 512
+    path = tmp_path / "other.json"
+    gold.write_golden(path, gold.make_golden(*(case[k] for k in ("model", "dtype", "device", "max_new_tokens",
+                                                                 "prompts", "tokens"))))
+    result = harness.check_golden(path)
+    assert result.verdict == FAIL
+    assert result.table[2]["first_divergence"] == 5
+
+
+def test_regen_writes_the_golden_and_a_ledger_record(tiny_model_dir, tmp_path) -> None:
+    setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
+    path = tmp_path / "goldens" / "t.json"
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", "python -m engine gate regen")
+    assert result.verdict == PASS and record is not None
+    case = gold.read_golden(path)
+    assert case["tokens"] == setup.ours() and case["prompts"] == setup.prompts
+    entry = json.loads(record.read_text())
+    assert set(entry) == {"schema", "date", "kind", "rows", "command", "sha", "device", "summary", "results"}
+    assert (entry["schema"], entry["kind"], entry["rows"], entry["device"]) == (1, "gate", ["ENGINE-GATES"], "cpu")
+    assert entry["results"]["sha256"] == case["sha256"]
+    assert record.name == f"{entry['date']}-regen-t.json"
+
+
+def test_regen_refuses_when_the_near_tie_gate_fails(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
+    path = tmp_path / "t.json"
+    monkeypatch.setattr(qwen3, "apply_rope_neox", lambda x, cos, sin: x)  # RoPE dropped
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", "regen")
+    assert result.verdict == FAIL and record is None
+    assert not path.exists() and not (tmp_path / "ledger").exists()
+
+
+def test_ledger_never_overwrites(tmp_path) -> None:
+    day = dt.date(2026, 1, 2)
+    a = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
+    b = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
+    assert (a.name, b.name) == ("2026-01-02-x.json", "2026-01-02-x-2.json")
