@@ -75,7 +75,14 @@ class RoleConfig(Strict):
 
 
 class GencodeConfig(Strict):
-    pass
+    """Where the arch feature table, the sources and the compiled objects are, and how PTX is held."""
+
+    table: str = Field("engine/cuda/arch_features.yaml", description="the feature table, repo-relative")
+    source_dir: str | None = Field(None, description="directory the table's source names are in; unset: the table's")
+    build_dir: str | None = Field(None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
+    archs: list[str] | None = Field(None, description="requested archs (e.g. ['9.0']); unset: the table's union")
+    ptx: Literal["all", "subset", "none"] = Field(
+        "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited")
 
 
 class RecordConfig(Strict):

@@ -60,6 +60,8 @@ def elf_sections(data: bytes) -> dict[str, bytes]:
     """Section name -> contents of a little-endian ELF64 file (NOBITS sections map to b"")."""
     if data[:4] != b"\x7fELF":
         raise FatbinError("not an ELF file (bad magic)")
+    if len(data) < 0x40:
+        raise FatbinError(f"truncated ELF header ({len(data)} bytes, want 64)")
     if data[4] != 2 or data[5] != 1:
         raise FatbinError(f"unsupported ELF class {data[4]} / data encoding {data[5]} (want ELF64 little-endian)")
     try:
