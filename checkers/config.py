@@ -63,7 +63,13 @@ class EnvDocConfig(Strict):
 
 
 class GemvConfig(Strict):
-    pass
+    """gemv-invocation: where the engine's matmul/GEMV call sites live, and how many must be found."""
+
+    python: list[str] = Field(default_factory=lambda: ["engine/**/*.py"], description="globs of Python sources")
+    cuda: list[str] = Field(default_factory=lambda: ["engine/**/*.cu", "engine/**/*.cuh"],
+                            description="globs of CUDA sources (launch sites and cuBLAS/heuristic calls)")
+    min_sites: int = Field(1, ge=0, description="fail below this many examined call sites: a moved or renamed "
+                           "tree must not pass vacuously")
 
 
 class LiveRowsConfig(Strict):

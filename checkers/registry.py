@@ -34,6 +34,9 @@ CHECKS: tuple[CheckSpec, ...] = (
     # records
     CheckSpec("agent-record", "agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
               "rows, specs, claims, issues and ledger entries are well-formed and agree"),
+    # tree
+    CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
+              ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
     # build
     CheckSpec("gencode", "gencode", "build", "scripts/check-gencode.py", ("manual",),
               "the arch list compiled into each CUDA object equals the feature table's"),
