@@ -33,8 +33,8 @@ def mean_scale(rows: int, hidden: int) -> float:
 def rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """`t` as [rows, last] with a contiguous last dim (a view where torch can make one) and its row stride."""
     t2 = t.reshape(-1, t.shape[-1])
-    if t2.stride(-1) != 1:
-        t2 = t2.contiguous()
+    if t2.stride(-1) != 1 or (t2.shape[0] > 1 and t2.stride(0) < t2.shape[1]):
+        t2 = t2.contiguous()  # the kernels walk rows by a stride of at least the row length
     return t2, (t2.stride(0) if t2.shape[0] > 1 else t2.shape[1])
 
 

@@ -112,7 +112,8 @@ struct CountWeight {
 struct MassWeight {
   float max_logit, inv_temperature;
   __device__ unsigned long long operator()(float v) const {
-    return static_cast<unsigned long long>(ldexpf(expf((v - max_logit) * inv_temperature), kMassFractionBits));
+    const float e = expf((v - max_logit) * inv_temperature);
+    return e > 0.0f ? static_cast<unsigned long long>(ldexpf(e, kMassFractionBits)) : 0ull;  // NaN weighs nothing
   }
 };
 
