@@ -30,13 +30,14 @@ __device__ __forceinline__ float column_sum(float (&part)[kKSplit][kVTile], floa
 //   S = S * exp(g);  kv = k^T S;  delta = (v - kv) * beta;  S = S + k delta^T;  o = (q * scale)^T S
 // with q and k optionally l2-normalised first (x * rsqrt(sum x^2 + eps)). Value head h reads key head
 // h / (heads / k_heads). Products and sums are separate fp32 roundings, as the reference's tensor ops.
-// q, k: [batch, k_heads, k_dim]; v: [batch, heads, v_dim]; g, beta: [batch, heads];
-// state: [batch, heads, k_dim, v_dim] fp32, updated in place; out: [batch, heads, v_dim]
-template <typename T, typename TG, typename TOut>
+// q, k: [batch, k_heads, k_dim]; v: [batch, heads, v_dim]; g, beta: [batch, heads] fp32;
+// state, new_state: [batch, heads, k_dim, v_dim] fp32 (the same buffer updates in place; each element is
+// read before it is written, by the same thread); out: [batch, heads, v_dim]
+template <typename T, typename TOut>
 __global__ void gdn_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                  const TG* __restrict__ g, const TG* __restrict__ beta, float* __restrict__ state,
-                                  TOut* __restrict__ out, int heads, int k_heads, int k_dim, int v_dim, float scale,
-                                  int l2norm, float eps) {
+                                  const float* __restrict__ g, const float* __restrict__ beta, const float* state,
+                                  float* new_state, TOut* __restrict__ out, int heads, int k_heads, int k_dim,
+                                  int v_dim, float scale, int l2norm, float eps) {
   __shared__ float sq[kMaxKDim], sk[kMaxKDim];
   __shared__ float part[kKSplit][kVTile];
   __shared__ float norms[2];
@@ -66,9 +67,10 @@ __global__ void gdn_decode_kernel(const T* __restrict__ q, const T* __restrict__
   }
   const int j = blockIdx.x * kVTile + threadIdx.x;
   const bool col = j < v_dim;
-  const float decay = expf(to_f32<TG>(g[bh]));
-  const float bt = to_f32<TG>(beta[bh]);
-  float* sp = state + (int64_t)bh * k_dim * v_dim;
+  const float decay = expf(g[bh]);
+  const float bt = beta[bh];
+  const float* sp = state + (int64_t)bh * k_dim * v_dim;
+  float* np = new_state + (int64_t)bh * k_dim * v_dim;
 
   float s[kRowsPerThread];
   float kv = 0.f;
@@ -89,7 +91,7 @@ __global__ void gdn_decode_kernel(const T* __restrict__ q, const T* __restrict__
     const int i = threadIdx.y + r * kKSplit;
     if (col && i < k_dim) {
       s[r] = __fadd_rn(s[r], __fmul_rn(sk[i], delta));
-      sp[(int64_t)i * v_dim + j] = s[r];
+      np[(int64_t)i * v_dim + j] = s[r];
       o = __fadd_rn(o, __fmul_rn(s[r], __fmul_rn(sq[i], scale)));
     }
   }
