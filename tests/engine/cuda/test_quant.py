@@ -1,0 +1,147 @@
+"""Tests for the AWQ, GPTQ and NVFP4 kernels (engine/cuda/quant.cu): bit-exact dequant, GEMV within bf16 tolerance."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.cuda import build
+from tests.engine.cuda import quant_pack
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+gpu = pytest.mark.gpu
+# (atol, rtol) of a fused dequant-GEMV against dequant-then-linear, per output dtype: the same products
+# summed in another order, rounded once.
+GEMV_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1.6e-2), torch.float16: (2e-3, 2e-3)}
+SHAPES = [(128, 72, 32), (256, 776, 128), (64, 8, 64)]  # (K, N, group)
+
+
+@pytest.fixture
+def cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the quant kernels run only on a GPU")
+    return torch.device("cuda")
+
+
+def test_awq_packing_puts_column_one_in_nibble_four():
+    """The test packer itself: columns 0..7 read back from nibbles 0,4,1,5,2,6,3,7."""
+    word = quant_pack.pack_nibbles(torch.arange(8).unsqueeze(0), quant_pack.AWQ_COLUMN_NIBBLE)
+    nibbles = [(int(word) >> (4 * i)) & 0xF for i in range(8)]
+    assert [nibbles[n] for n in (0, 4, 1, 5, 2, 6, 3, 7)] == list(range(8))
+
+
+@needs_nvcc
+def test_quant_source_compiles_for_sm90(tmp_path):
+    result = build.compile_source(build.CUDA_DIR / "quant.cu", ("9.0",), tmp_path, werror=True)
+    assert result.obj.stat().st_size > 0
+
+
+def test_awq_dequant_names_a_bad_qzeros_shape():
+    from engine.cuda import quant
+
+    ck = quant_pack.awq(64, 16, 32, torch.float16, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"qzeros: shape \(2, 1\) != \[groups=2, N/8=2\]"):
+        quant.awq_dequant(ck.qweight, ck.qzeros[:, :1].contiguous(), ck.scales)
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("scale_dtype", [torch.float16, torch.bfloat16])
+def test_awq_dequant_is_bit_exact(cuda, k, n, group, scale_dtype):
+    from engine.cuda import quant
+
+    ck = quant_pack.awq(k, n, group, scale_dtype, torch.Generator().manual_seed(k + n))
+    out = quant.awq_dequant(ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), torch.bfloat16)
+    assert torch.equal(out.cpu(), ck.dequant(torch.bfloat16))
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("zero_offset", [1, 0])
+def test_gptq_dequant_act_order_is_bit_exact(cuda, k, n, group, zero_offset):
+    from engine.cuda import quant
+
+    ck = quant_pack.gptq(k, n, k // group, zero_offset, torch.float16, torch.Generator().manual_seed(k * n))
+    out = quant.gptq_dequant(ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), ck.groups_of_rows.to(cuda),
+                             zero_offset, torch.bfloat16)
+    assert torch.equal(out.cpu(), ck.dequant(torch.bfloat16))
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 256)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_nvfp4_dequant_is_bit_exact(cuda, n, k, dtype):
+    from engine.cuda import quant
+
+    ck = quant_pack.nvfp4(n, k, torch.Generator().manual_seed(n + k))
+    out = quant.nvfp4_dequant(ck.packed.to(cuda), ck.scales.to(cuda), ck.global_scale.to(cuda), dtype)
+    assert torch.equal(out.cpu(), ck.dequant(dtype))
+
+
+def _gemv_close(out: torch.Tensor, x: torch.Tensor, w_kn: torch.Tensor, out_dtype: torch.dtype) -> None:
+    """out against dequant-then-linear (x @ W with W already in x's dtype), in float64 then rounded."""
+    ref = (x.double().reshape(1, -1) @ w_kn.double()).to(out_dtype).reshape(out.shape)
+    atol, rtol = GEMV_TOL[out_dtype]
+    torch.testing.assert_close(out.cpu().double(), ref.double(), atol=atol, rtol=rtol)
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_awq_gemv_matches_dequant_then_linear(cuda, k, n, group, out_dtype):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(k - n)
+    ck = quant_pack.awq(k, n, group, torch.float16, gen)
+    x = torch.randn(1, k, generator=gen).to(torch.bfloat16)
+    out = quant.awq_gemv(x.to(cuda), ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), out_dtype)
+    assert out.shape == (1, n) and out.dtype == out_dtype
+    _gemv_close(out, x, ck.dequant(torch.bfloat16), out_dtype)
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("zero_offset", [1, 0])
+def test_gptq_gemv_matches_dequant_then_linear(cuda, k, n, group, zero_offset):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(k + 3 * n)
+    ck = quant_pack.gptq(k, n, k // group, zero_offset, torch.bfloat16, gen)
+    x = torch.randn(k, generator=gen).to(torch.bfloat16)
+    out = quant.gptq_gemv(x.to(cuda), ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda),
+                          ck.groups_of_rows.to(cuda), zero_offset, torch.bfloat16)
+    assert out.shape == (n,)
+    _gemv_close(out, x, ck.dequant(torch.bfloat16), torch.bfloat16)
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 2048)])
+def test_nvfp4_gemv_matches_dequant_then_linear(cuda, n, k):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(n * k)
+    ck = quant_pack.nvfp4(n, k, gen)
+    x = torch.randn(1, k, generator=gen).to(torch.bfloat16)
+    out = quant.nvfp4_gemv(x.to(cuda), ck.packed.to(cuda), ck.scales.to(cuda), ck.global_scale.to(cuda))
+    _gemv_close(out, x, ck.dequant(torch.bfloat16).T, torch.bfloat16)
+
+
+@gpu
+def test_gemv_comparison_catches_a_flipped_nibble(cuda):
+    """The GEMV check has teeth: one int4 value changed by one step moves its column past the tolerance."""
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(5)
+    ck = quant_pack.awq(128, 64, 128, torch.float16, gen)
+    ck.scales[:, 9] = 1.0
+    x = torch.ones(1, 128, dtype=torch.bfloat16)
+    good = quant.awq_gemv(x.to(cuda), ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), torch.float32)
+    bad_q = ck.q.clone()
+    bad_q[17, 9] ^= 1
+    bad = quant_pack.pack_nibbles(bad_q, quant_pack.AWQ_COLUMN_NIBBLE)
+    worse = quant.awq_gemv(x.to(cuda), bad.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), torch.float32)
+    moved = (worse - good).abs().squeeze(0).cpu()
+    assert moved[9] == 1.0 and moved[torch.arange(64) != 9].max() == 0
