@@ -44,7 +44,7 @@ class Runner:
     ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("--device cuda: no CUDA device is available to torch")
+            raise ValueError(f"device {device!r}: no CUDA device is available to torch")
         self.config = load_config(model_dir)
         self.dtype = dtype
         self.model = load_model(model_dir, dtype, self.device)

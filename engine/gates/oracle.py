@@ -15,13 +15,16 @@ class Oracle:
 
     def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
         try:
-            from transformers import AutoModelForCausalLM
+            from transformers import AutoModelForCausalLM, GenerationConfig
         except ImportError as exc:  # the engine runs without it; only the gates need it
             raise RuntimeError("the oracle needs transformers: pip install 'rowgate[oracle]'") from exc
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=dtype, attn_implementation="eager", local_files_only=True,
         ).to(self.device).eval()
+        # plain greedy, whatever the checkpoint's generation_config says: the engine never stops at EOS
+        # and applies no repetition penalty, and generate fills unset values back in from that file
+        self.model.generation_config = GenerationConfig(do_sample=False, pad_token_id=0)
 
     @torch.inference_mode()
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
@@ -29,8 +32,7 @@ class Oracle:
         from transformers import GenerationConfig
 
         ids = torch.tensor([prompt], device=self.device)
-        config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=0,
-                                  pad_token_id=0, eos_token_id=None, bos_token_id=None)
+        config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
         return out[0, len(prompt):].tolist()
 

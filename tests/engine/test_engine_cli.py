@@ -108,3 +108,12 @@ def test_gate_distributional_refuses_on_cpu(capsys) -> None:
 def test_gate_goldens_checks_committed_files(capsys) -> None:
     assert main(["gate", "goldens"]) == 0
     assert "goldens: PASS: tiny-qwen3-float32-cpu.json" in capsys.readouterr().out
+
+
+def test_cuda_without_a_device_is_a_usage_error(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the error path needs a machine without one")
+    assert main(["generate", "--device", "cuda"]) == 2
+    assert "device 'cuda': no CUDA device is available to torch" in capsys.readouterr().err

@@ -75,3 +75,17 @@ def test_ledger_never_overwrites(tmp_path) -> None:
     a = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
     b = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
     assert (a.name, b.name) == ("2026-01-02-x.json", "2026-01-02-x-2.json")
+
+
+def test_oracle_decodes_plain_greedy_whatever_generation_config_says(tiny_model_dir, tmp_path) -> None:
+    import shutil
+
+    from engine.gates.oracle import Oracle
+
+    d = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    prompt = [1, 2, 3]
+    plain = Oracle(d).greedy(prompt, 12)
+    gen_config = json.loads((d / "generation_config.json").read_text())
+    gen_config.update(eos_token_id=plain[3], repetition_penalty=3.0, do_sample=True, top_k=3)
+    (d / "generation_config.json").write_text(json.dumps(gen_config))
+    assert Oracle(d).greedy(prompt, 12) == plain
