@@ -15,9 +15,9 @@ bool with_half(int code, F&& f) {
   return false;
 }
 
-// The same over every output dtype code (fp32 included).
+// The same over every float dtype code (fp32 included).
 template <typename F>
-bool with_out(int code, F&& f) {
+bool with_float(int code, F&& f) {
   if (code == kF32) { f(float{}); return true; }
   return with_half(code, f);
 }
@@ -42,15 +42,15 @@ VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)k_dim * (n_dim / vt_quant::kPack), vt_quant::kDequantThreads);
   bool ok = false;
-  with_half(scale_dtype, [&](auto ts) {
-    ok = with_out(out_dtype, [&](auto to) {
+  with_float(scale_dtype, [&](auto ts) {
+    ok = with_float(out_dtype, [&](auto to) {
       using TS = decltype(ts);
       using TO = decltype(to);
       vt_quant::awq_dequant_kernel<TS, TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
           qweight, qzeros, static_cast<const TS*>(scales), static_cast<TO*>(out), k_dim, n_dim, group);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "awq: scales must be bf16/fp16 and out fp32/bf16/fp16 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
+  if (!ok) return vt::fail(vt::kBadArgument, "awq: dtype codes must be 0, 1 or 2 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
@@ -63,15 +63,15 @@ VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzero
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)(k_dim / vt_quant::kPack) * n_dim, vt_quant::kDequantThreads);
   bool ok = false;
-  with_half(scale_dtype, [&](auto ts) {
-    ok = with_out(out_dtype, [&](auto to) {
+  with_float(scale_dtype, [&](auto ts) {
+    ok = with_float(out_dtype, [&](auto to) {
       using TS = decltype(ts);
       using TO = decltype(to);
       vt_quant::gptq_dequant_kernel<TS, TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
           qweight, qzeros, static_cast<const TS*>(scales), g_idx, static_cast<TO*>(out), k_dim, n_dim, zero_offset);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "gptq: scales must be bf16/fp16 and out fp32/bf16/fp16 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
+  if (!ok) return vt::fail(vt::kBadArgument, "gptq: dtype codes must be 0, 1 or 2 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
@@ -82,7 +82,7 @@ VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scale
   if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)n_dim * (k_dim / 2), vt_quant::kDequantThreads);
-  const bool ok = with_out(out_dtype, [&](auto to) {
+  const bool ok = with_float(out_dtype, [&](auto to) {
     using TO = decltype(to);
     vt_quant::nvfp4_dequant_kernel<TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
         packed, scales, global_scale, static_cast<TO*>(out), n_dim, k_dim);
@@ -91,8 +91,9 @@ VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scale
   return vt::launch_status("quant");
 }
 
-// x: [K]; AWQ weights as in vt_quant_awq_dequant; out: [N]
-VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales, void* out,
+// x: [K]; AWQ weights as in vt_quant_awq_dequant; bias: [N] (x dtype) or null; out: [N]
+VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
+                                const void* bias, void* out,
                       int k_dim, int n_dim, int group, int x_dtype, int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("awq gemv", k_dim, n_dim)) return rc;
   if (group < 1 || k_dim % group) return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %lld)", (long long)group);
@@ -100,25 +101,25 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
   const dim3 block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
   const int blocks = grid_1d(n_dim / vt_quant::kPack, vt_quant::kGemvCols);
   bool ok = false;
-  with_half(x_dtype, [&](auto tx) {
-    with_half(scale_dtype, [&](auto ts) {
-      ok = with_out(out_dtype, [&](auto to) {
+  with_float(x_dtype, [&](auto tx) {
+    with_float(scale_dtype, [&](auto ts) {
+      ok = with_float(out_dtype, [&](auto to) {
         using TX = decltype(tx);
         using TS = decltype(ts);
         using TO = decltype(to);
         vt_quant::awq_gemv_kernel<TX, TS, TO><<<blocks, block, 0, s>>>(
-            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), static_cast<TO*>(out), k_dim,
-            n_dim, group);
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), static_cast<const TX*>(bias),
+            static_cast<TO*>(out), k_dim, n_dim, group);
       });
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "awq gemv: x, scales bf16/fp16, out fp32/bf16/fp16 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
+  if (!ok) return vt::fail(vt::kBadArgument, "awq gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
-// x: [K]; GPTQ weights as in vt_quant_gptq_dequant; out: [N]
+// x: [K]; GPTQ weights as in vt_quant_gptq_dequant; bias: [N] (x dtype) or null; out: [N]
 VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
-                       const int32_t* g_idx, void* out, int k_dim, int n_dim, int zero_offset, int x_dtype,
+                       const int32_t* g_idx, const void* bias, void* out, int k_dim, int n_dim, int zero_offset, int x_dtype,
                        int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("gptq gemv", k_dim, n_dim)) return rc;
   if (zero_offset != 0 && zero_offset != 1) return vt::fail(vt::kBadArgument, "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %lld)", (long long)zero_offset);
@@ -126,24 +127,25 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
   const dim3 block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
   const int blocks = grid_1d(n_dim, vt_quant::kGemvCols);
   bool ok = false;
-  with_half(x_dtype, [&](auto tx) {
-    with_half(scale_dtype, [&](auto ts) {
-      ok = with_out(out_dtype, [&](auto to) {
+  with_float(x_dtype, [&](auto tx) {
+    with_float(scale_dtype, [&](auto ts) {
+      ok = with_float(out_dtype, [&](auto to) {
         using TX = decltype(tx);
         using TS = decltype(ts);
         using TO = decltype(to);
         vt_quant::gptq_gemv_kernel<TX, TS, TO><<<blocks, block, 0, s>>>(
-            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), g_idx, static_cast<TO*>(out),
-            k_dim, n_dim, zero_offset);
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), g_idx,
+            static_cast<const TX*>(bias), static_cast<TO*>(out), k_dim, n_dim, zero_offset);
       });
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "gptq gemv: x, scales bf16/fp16, out fp32/bf16/fp16 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
+  if (!ok) return vt::fail(vt::kBadArgument, "gptq gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
-// x: [K]; NVFP4 weights as in vt_quant_nvfp4_dequant; out: [N]
-VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales, const float* global_scale, void* out,
+// x: [K]; NVFP4 weights as in vt_quant_nvfp4_dequant; bias: [N] (x dtype) or null; out: [N]
+VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales, const float* global_scale,
+                                  const void* bias, void* out,
                         int n_dim, int k_dim, int x_dtype, int out_dtype, void* stream) {
   if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4 gemv: N must be >= 1 (got %lld)", (long long)n_dim);
   if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4 gemv: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);
@@ -151,14 +153,15 @@ VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const ui
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d(n_dim, vt_quant::kNvfp4RowsPerBlock);
   bool ok = false;
-  with_half(x_dtype, [&](auto tx) {
-    ok = with_out(out_dtype, [&](auto to) {
+  with_float(x_dtype, [&](auto tx) {
+    ok = with_float(out_dtype, [&](auto to) {
       using TX = decltype(tx);
       using TO = decltype(to);
       vt_quant::nvfp4_gemv_kernel<TX, TO><<<blocks, vt_quant::kNvfp4RowsPerBlock * vt_quant::kWarp, 0, s>>>(
-          static_cast<const TX*>(x), packed, scales, global_scale, static_cast<TO*>(out), n_dim, k_dim);
+          static_cast<const TX*>(x), packed, scales, global_scale, static_cast<const TX*>(bias), static_cast<TO*>(out),
+          n_dim, k_dim);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "nvfp4 gemv: x bf16/fp16, out fp32/bf16/fp16 (dtype codes x %d, out %d)", x_dtype, out_dtype);
+  if (!ok) return vt::fail(vt::kBadArgument, "nvfp4 gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, out %d)", x_dtype, out_dtype);
   return vt::launch_status("quant");
 }

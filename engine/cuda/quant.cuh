@@ -21,8 +21,8 @@ __device__ __forceinline__ int awq_shift(int j) { return 4 * ((j % 2) * 4 + j / 
 using vt::from_f32;
 using vt::to_f32;
 
-// Int4 value minus zero, times scale: exact in fp32 (a 5-bit integer times an 11-bit significand), so
-// the single rounding is to the output dtype, as the reference's fp32 product cast once.
+// Int4 value minus zero, times scale, in fp32 (exact for a 16-bit scale: a 5-bit integer times an 11-bit
+// significand), then one rounding to the output dtype: the reference's fp32 product cast once.
 template <typename TS, typename TOut>
 __device__ __forceinline__ TOut int4_value(int q, int z, TS s) {
   return from_f32<TOut>((float)(q - z) * to_f32<TS>(s));
@@ -104,6 +104,12 @@ __global__ void nvfp4_dequant_kernel(const uint8_t* __restrict__ packed, const u
   out[n * k_dim + k + 1] = from_f32<TOut>(nvfp4_value(b >> 4, bs, gs));
 }
 
+// The fp32 dot product plus the optional bias (null: none), before the one rounding to the output dtype.
+template <typename TX>
+__device__ __forceinline__ float with_bias(float acc, const TX* bias, int64_t n) {
+  return bias ? acc + to_f32<TX>(bias[n]) : acc;
+}
+
 // Sum the kGemvKSplit partial rows of red[kGemvKSplit][kGemvCols * cols] into row 0.
 template <int kColsPerLane>
 __device__ __forceinline__ void reduce_ksplit(float (&red)[kGemvKSplit][kGemvCols * kColsPerLane]) {
@@ -117,14 +123,14 @@ __device__ __forceinline__ void reduce_ksplit(float (&red)[kGemvKSplit][kGemvCol
   __syncthreads();
 }
 
-// AWQ GEMV at M=1: out[n] = sum_k x[k] * W[k, n], W dequantized to the activation dtype TX (as a
+// AWQ GEMV at M=1: out[n] = sum_k x[k] * W[k, n] (+ bias[n]), W dequantized to the activation dtype TX (as a
 // dequant-then-linear would), fp32 accumulation. Block (kGemvCols, kGemvKSplit); lane x owns one
 // packed word (8 columns); warp y owns the groups y, y + kGemvKSplit, ...
-// x: [K]; out: [N]
+// x: [K]; bias: [N] or null; out: [N]
 template <typename TX, typename TS, typename TOut>
 __global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
                                 const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                TOut* __restrict__ out, int k_dim, int n_dim, int group) {
+                                const TX* __restrict__ bias, TOut* __restrict__ out, int k_dim, int n_dim, int group) {
   __shared__ float red[kGemvKSplit][kGemvCols * kPack];
   const int words = n_dim / kPack;
   const int wc = blockIdx.x * kGemvCols + threadIdx.x;
@@ -157,17 +163,17 @@ __global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restr
   reduce_ksplit<kPack>(red);
   for (int c = threadIdx.y * kGemvCols + threadIdx.x; c < kGemvCols * kPack; c += kGemvCols * kGemvKSplit) {
     const int n = blockIdx.x * kGemvCols * kPack + c;
-    if (n < n_dim) out[n] = from_f32<TOut>(red[0][c]);
+    if (n < n_dim) out[n] = from_f32<TOut>(with_bias(red[0][c], bias, n));
   }
 }
 
 // GPTQ GEMV at M=1, act-order aware: each row k reads its own group g_idx[k]. Lane x owns column n;
-// warp y owns the packed rows y, y + kGemvKSplit, ... x: [K]; out: [N]
+// warp y owns the packed rows y, y + kGemvKSplit, ... x: [K]; bias: [N] or null; out: [N]
 template <typename TX, typename TS, typename TOut>
 __global__ void gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
                                  const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                 const int32_t* __restrict__ g_idx, TOut* __restrict__ out, int k_dim, int n_dim,
-                                 int zero_offset) {
+                                 const int32_t* __restrict__ g_idx, const TX* __restrict__ bias,
+                                 TOut* __restrict__ out, int k_dim, int n_dim, int zero_offset) {
   __shared__ float red[kGemvKSplit][kGemvCols];
   const int n = blockIdx.x * kGemvCols + threadIdx.x;
   const int words = n_dim / kPack;
@@ -188,15 +194,15 @@ __global__ void gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __rest
   }
   red[threadIdx.y][threadIdx.x] = acc;
   reduce_ksplit<1>(red);
-  if (threadIdx.y == 0 && n < n_dim) out[n] = from_f32<TOut>(red[0][threadIdx.x]);
+  if (threadIdx.y == 0 && n < n_dim) out[n] = from_f32<TOut>(with_bias(red[0][threadIdx.x], bias, n));
 }
 
 // NVFP4 GEMV at M=1: one warp per output row n; lane l takes the scale groups l, l + 32, ...
-// x: [K]; packed: [N, K/2]; scales: [N, K/16]; out: [N]
+// x: [K]; packed: [N, K/2]; scales: [N, K/16]; bias: [N] or null; out: [N]
 template <typename TX, typename TOut>
 __global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __restrict__ packed,
-                                  const uint8_t* __restrict__ scales, const float* __restrict__ global_scale, TOut* __restrict__ out,
-                                  int n_dim, int k_dim) {
+                                  const uint8_t* __restrict__ scales, const float* __restrict__ global_scale,
+                                  const TX* __restrict__ bias, TOut* __restrict__ out, int n_dim, int k_dim) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = (int64_t)blockIdx.x * kNvfp4RowsPerBlock + threadIdx.x / kWarp;
   if (n >= n_dim) return;
@@ -218,7 +224,7 @@ __global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __res
     }
   }
   for (int o = kWarp / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[n] = from_f32<TOut>(acc);
+  if (lane == 0) out[n] = from_f32<TOut>(with_bias(acc, bias, n));
 }
 
 }  // namespace vt_quant
