@@ -30,6 +30,9 @@ def store_kv(
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
         check_same_dtype(t, name, k, "k")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not t.is_contiguous():  # slots index the flat [num_blocks * block_size] view
+            raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
     check_dim(slot_mapping, "slot_mapping", 0, k.shape[0], "k's tokens")
     check_dim(k_cache, "k_cache", 2, k.shape[1], "k's num_kv_heads")
     check_dim(k_cache, "k_cache", 3, k.shape[2], "k's head_dim")

@@ -30,3 +30,9 @@ def test_silu_and_mul_equals_hugging_face_mlp_bitwise(dtype, gen):
 def test_silu_and_mul_rejects_odd_width():
     with pytest.raises(ValueError, match="x: last dim must be even"):
         silu_and_mul(torch.randn(3, 7))
+
+
+def test_silu_and_mul_accepts_strided_inputs(dtype, gen, close):
+    x = torch.randn(2 * 19, 7, generator=gen).to(dtype).T  # [7, 38], column-major
+    gate, up = x[:, :19].double(), x[:, 19:].double()
+    close(silu_and_mul(x), gate * torch.sigmoid(gate) * up, dtype)

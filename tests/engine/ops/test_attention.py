@@ -124,3 +124,12 @@ def test_attention_errors_name_the_tensor(gen):
         paged_decode_attention(qd, cache, cache, tables, torch.tensor([0, 1], dtype=torch.int32), 1.0)
     with pytest.raises(TypeError, match="k_cache: dtype bfloat16 differs from q's float32"):
         paged_decode_attention(qd, cache.bfloat16(), cache.bfloat16(), tables, torch.tensor([2, 1], dtype=torch.int32), 1.0)
+
+
+def test_prefill_accepts_views_of_fused_qkv(dtype, gen, close):
+    hq, hkv, d, lens = 4, 2, 19, [7, 11]
+    qkv = torch.randn(sum(lens), hq + 2 * hkv, d, generator=gen).to(dtype)
+    q, k, v = qkv[:, :hq], qkv[:, hq : hq + hkv], qkv[:, hq + hkv :]
+    out = prefill_attention(q, k, v, lens, d**-0.5)
+    close(out, prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), lens, d**-0.5), dtype)
+    close(out[7:], reference_attention(q[7:], k[7:], v[7:], range(11), None), dtype, "reduction")

@@ -55,3 +55,17 @@ def test_slot_mapping_for_one_and_many_sequences(gen):
     ]
     with pytest.raises(IndexError, match="positions: position 35 needs block 7, block_table has 7"):
         slot_mapping_for(table, torch.tensor([35]), block_size)
+
+
+def test_store_kv_accepts_strided_kv_and_rejects_a_strided_cache(dtype, gen):
+    kv = torch.randn(5, 2, 3, 19, generator=gen).to(dtype)  # [tokens, k|v, heads, D], one fused tensor
+    k, v = kv[:, 0], kv[:, 1]
+    k_cache = torch.zeros(3, 4, 3, 19, dtype=dtype)
+    v_cache = torch.zeros(3, 4, 3, 19, dtype=dtype)
+    slots = torch.tensor([11, 0, -1, 5, 6])
+    store_kv(k, v, k_cache, v_cache, slots)
+    for t, s in enumerate(slots.tolist()):
+        if s >= 0:
+            assert torch.equal(k_cache[s // 4, s % 4], k[t]) and torch.equal(v_cache[s // 4, s % 4], v[t])
+    with pytest.raises(ValueError, match="k_cache: must be contiguous"):
+        store_kv(k, v, k_cache.transpose(0, 1), v_cache.transpose(0, 1), slots)

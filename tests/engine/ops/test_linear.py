@@ -60,3 +60,9 @@ def test_embedding_rejects_out_of_range_ids(gen):
         embedding(torch.tensor([0, 7]), w)
     with pytest.raises(TypeError, match="ids: dtype float32"):
         embedding(torch.tensor([0.0]), w)
+
+
+def test_linear_accepts_strided_inputs(dtype, gen, close):
+    x = torch.randn(83, 7, generator=gen).to(dtype).T  # [7, 83], column-major
+    w = torch.randn(19, 2 * 83, generator=gen).to(dtype)[:, ::2]  # every other column
+    close(linear(x, w), reference_linear(x, w, None), dtype, "reduction")

@@ -74,3 +74,13 @@ def test_norm_errors_name_the_tensor(gen):
         fused_add_rms_norm(x, torch.randn(7, 18), torch.randn(19), EPS)
     with pytest.raises(ValueError, match="x: expected 3 dims"):
         qk_norm(x, torch.randn(19), EPS)
+
+
+def test_norms_accept_strided_inputs(dtype, gen, close):
+    fused = torch.randn(7, 3 * 83, generator=gen).to(dtype)
+    x = fused[:, 83 : 2 * 83]  # a column slice: row stride 249
+    w = (1 + torch.randn(83, generator=gen)).to(dtype)
+    close(rms_norm(x, w, EPS), reference_rms_norm(x, w, EPS), dtype)
+    heads = torch.randn(5, 7, 19, generator=gen).to(dtype).transpose(0, 1)  # [tokens, heads, D], not contiguous
+    wh = (1 + torch.randn(19, generator=gen)).to(dtype)
+    close(qk_norm(heads, wh, EPS), reference_rms_norm(heads, wh, EPS), dtype)

@@ -84,3 +84,12 @@ def test_rope_errors_name_the_tensor(gen):
         apply_rope_neox(torch.randn(4, 2, 8), cos, sin)
     with pytest.raises(TypeError, match="cos: dtype float32 differs from x's bfloat16"):
         apply_rope_neox(torch.randn(3, 2, 8).bfloat16(), cos, sin)
+
+
+def test_apply_rope_accepts_a_slice_of_fused_qkv(dtype, gen):
+    positions = torch.randint(0, 300, (7,), generator=gen)
+    cos, sin = rope_cos_sin(positions, 38, 1e4, dtype)
+    qkv = torch.randn(7, 3 * 5, 38, generator=gen).to(dtype)
+    q = qkv[:, 5:10]  # heads 5..9 of the fused projection
+    assert not q.is_contiguous()
+    assert torch.equal(apply_rope_neox(q, cos, sin), apply_rope_neox(q.contiguous(), cos, sin))
