@@ -1,1 +1,1 @@
-"""Gates that hold the engine to the Hugging Face transformers oracle: token-exact, near-tie, distributional, goldens."""
+"""Gates holding the engine to the transformers oracle: token-exact, near-tie, distributional and goldens."""

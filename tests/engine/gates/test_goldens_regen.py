@@ -50,7 +50,8 @@ def test_golden_gate_fails_on_different_ids(tmp_path) -> None:
 def test_regen_writes_the_golden_and_a_ledger_record(tiny_model_dir, tmp_path) -> None:
     setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
     path = tmp_path / "goldens" / "t.json"
-    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", "python -m engine gate regen")
+    command = "python -m engine gate regen"
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", command)
     assert result.verdict == PASS and record is not None
     case = gold.read_golden(path)
     assert case["tokens"] == setup.ours() and case["prompts"] == setup.prompts
