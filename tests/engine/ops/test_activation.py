@@ -36,3 +36,11 @@ def test_silu_and_mul_accepts_strided_inputs(dtype, gen, close):
     x = torch.randn(2 * 19, 7, generator=gen).to(dtype).T  # [7, 38], column-major
     gate, up = x[:, :19].double(), x[:, 19:].double()
     close(silu_and_mul(x), gate * torch.sigmoid(gate) * up, dtype)
+
+
+def test_bf16_rounds_silu_before_the_multiply(gen):
+    x = (3 * torch.randn(19, 2 * 83, generator=gen)).bfloat16()
+    gate, up = x[:, :83], x[:, 83:]
+    assert torch.equal(silu_and_mul(x), torch.nn.functional.silu(gate.contiguous()) * up)
+    once = (torch.nn.functional.silu(gate.float()) * up.float()).bfloat16()
+    assert not torch.equal(silu_and_mul(x), once)

@@ -133,3 +133,42 @@ def test_prefill_accepts_views_of_fused_qkv(dtype, gen, close):
     out = prefill_attention(q, k, v, lens, d**-0.5)
     close(out, prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), lens, d**-0.5), dtype)
     close(out[7:], reference_attention(q[7:], k[7:], v[7:], range(11), None), dtype, "reduction")
+
+
+def test_paged_decode_equals_hugging_face_eager_decode_bitwise(dtype, gen):
+    qwen3 = pytest.importorskip("transformers.models.qwen3.modeling_qwen3")
+    hq, hkv, d, block_size, c = 6, 2, 64, 16, 37
+    k = torch.randn(c, hkv, d, generator=gen).to(dtype)
+    v = torch.randn(c, hkv, d, generator=gen).to(dtype)
+    q = torch.randn(1, hq, d, generator=gen).to(dtype)
+    k_cache, v_cache, tables, lens = make_paged([k], [v], block_size, 5, gen)
+    module = types.SimpleNamespace(num_key_value_groups=hq // hkv, training=False)
+    for window in (None, 11):
+        ok = torch.ones(c, dtype=torch.bool) if window is None else torch.arange(c) > c - 1 - window
+        mask = torch.zeros(1, c, dtype=dtype).masked_fill(~ok[None], torch.finfo(dtype).min)
+        hf, _ = qwen3.eager_attention_forward(
+            module, q[:, :, None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask[None, None], d**-0.5
+        )
+        ours = paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, window)
+        assert torch.equal(ours, hf[:, 0])
+
+
+def test_paged_decode_at_block_boundaries(dtype, gen, close):
+    hq, hkv, d, block_size = 2, 1, 16, 32
+    ctx = [1, 31, 32, 33, 64, 100]
+    k_seqs = [torch.randn(c, hkv, d, generator=gen).to(dtype) for c in ctx]
+    v_seqs = [torch.randn(c, hkv, d, generator=gen).to(dtype) for c in ctx]
+    k_cache, v_cache, tables, lens = make_paged(k_seqs, v_seqs, block_size, 19, gen)
+    q = torch.randn(len(ctx), hq, d, generator=gen).to(dtype)
+    out = paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5)
+    for b, c in enumerate(ctx):
+        close(out[b : b + 1], reference_attention(q[b : b + 1], k_seqs[b], v_seqs[b], [c - 1], None), dtype, "reduction")
+
+
+def test_bf16_rounds_scores_and_probabilities(gen):
+    # the eager rounding points are real: an fp32 pipeline rounded once at the end differs somewhere
+    n, h, d = 33, 2, 64
+    q, k, v = (torch.randn(n, h, d, generator=gen).bfloat16() for _ in range(3))
+    ours = prefill_attention(q, k, v, [n], d**-0.5)
+    once = prefill_attention(q.float(), k.float(), v.float(), [n], d**-0.5).bfloat16()
+    assert not torch.equal(ours, once)

@@ -84,3 +84,13 @@ def test_norms_accept_strided_inputs(dtype, gen, close):
     heads = torch.randn(5, 7, 19, generator=gen).to(dtype).transpose(0, 1)  # [tokens, heads, D], not contiguous
     wh = (1 + torch.randn(19, generator=gen)).to(dtype)
     close(qk_norm(heads, wh, EPS), reference_rms_norm(heads, wh, EPS), dtype)
+
+
+def test_fused_add_normalises_the_rounded_sum(gen):
+    x = torch.randn(19, 83, generator=gen).bfloat16()
+    res = (8 * torch.randn(19, 83, generator=gen)).bfloat16()
+    w = (1 + torch.randn(83, generator=gen)).bfloat16()
+    normed, _ = fused_add_rms_norm(x, res, w, EPS)
+    exact_sum = x.float() + res.float()
+    unrounded = w * (exact_sum * torch.rsqrt(exact_sum.pow(2).mean(-1, keepdim=True) + EPS)).bfloat16()
+    assert not torch.equal(normed, unrounded)
