@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from engine.cuda import build
-from engine.ops.sampling import greedy_argmax
+from engine.gates.cases.sample import kept_set
+from engine.ops.sampling import greedy_argmax, sample_top_k_top_p
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
                                 reason="nvcc not found: the CUDA sources cannot be compiled here")
@@ -35,20 +36,6 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     return ctypes.CDLL(str(result.obj))
 
 
-def kept(logits: torch.Tensor, top_k: int, top_p: float, temperature: float) -> torch.Tensor:
-    """The tokens a top-k then top-p sampler may return, in float64: [vocab] bool (ties at either cut kept)."""
-    x = logits.double()
-    keep = torch.ones_like(x, dtype=torch.bool)
-    if 0 < top_k < x.numel():
-        keep &= x >= torch.topk(x, top_k).values[-1]
-    if top_p < 1.0:
-        probs = torch.softmax(torch.where(keep, x / temperature, float("-inf")), -1)
-        order = torch.argsort(probs, descending=True, stable=True)
-        cut = int((torch.cumsum(probs[order], 0) >= top_p).nonzero()[0])
-        keep &= x >= x[order[cut]]
-    return keep
-
-
 @needs_nvcc
 def test_launchers_reject_bad_arguments_before_any_launch(compiled):
     p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
@@ -71,10 +58,20 @@ def test_binding_rejects_a_cpu_tensor():
 
 
 def test_kept_set_follows_the_top_k_and_top_p_cuts():
-    logits = torch.tensor([3.0, 1.0, 2.0, 2.0, -1.0])
-    assert kept(logits, 2, 1.0, 1.0).tolist() == [True, False, True, True, False]  # tie at the k-th kept
-    assert kept(logits, 0, 0.5, 1.0).tolist() == [True, False, False, False, False]
-    assert kept(logits, 0, 0.7, 1.0).tolist() == [True, False, True, True, False]
+    logits = torch.tensor([[3.0, 1.0, 2.0, 2.0, -1.0]])
+    assert kept_set(logits, 2, 1.0, 1.0).tolist() == [[True, False, True, True, False]]  # tie at the k-th kept
+    assert kept_set(logits, 0, 0.5, 1.0).tolist() == [[True, False, False, False, False]]
+    assert kept_set(logits, 0, 0.7, 1.0).tolist() == [[True, False, True, True, False]]
+
+
+@pytest.mark.parametrize("top_k,top_p,temperature", [(5, 1.0, 1.0), (0, 0.6, 0.8), (9, 0.9, 1.5)])
+def test_kept_set_holds_every_reference_draw(top_k, top_p, temperature):
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(top_k)) * 2
+    gen = torch.Generator().manual_seed(1)
+    draws = torch.stack([sample_top_k_top_p(logits, top_k, top_p, temperature, gen) for _ in range(300)], dim=1)
+    keep = kept_set(logits, top_k, top_p, temperature)
+    assert bool(keep.gather(1, draws).all())
+    assert torch.equal(keep, torch.zeros_like(keep).scatter(1, draws, True))  # and the draws cover it
 
 
 @gpu
@@ -130,7 +127,7 @@ def test_samples_stay_in_the_kept_set_and_repeat_per_seed(cuda, dtype, top_k, to
     g = torch.Generator().manual_seed(top_k + vocab)
     logits = (torch.randn(rows, vocab, generator=g) * 3).to(dtype).to(cuda)
     loose = 1.0 if top_p == 1.0 else min(1.0, top_p + 1e-3)  # fixed-point mass may move the cut at a near-tie
-    allowed = torch.stack([kept(row.float().cpu(), top_k, loose, temperature) for row in logits])
+    allowed = kept_set(logits.float().cpu(), top_k, loose, temperature)
     draws = [sample.sample_top_k_top_p(logits, top_k, top_p, temperature, seed) for seed in range(6)]
     for d in draws:
         assert bool(allowed[torch.arange(rows), d.cpu()].all())
@@ -145,7 +142,7 @@ def test_sample_frequencies_follow_the_renormalized_softmax(cuda, top_k, top_p):
 
     logits = torch.tensor([1.0, 0.2, -0.5, 2.0, 0.0, 1.5, -2.0, 0.7])
     temperature, rows = 0.9, 40_000
-    keep = kept(logits, top_k, top_p, temperature)
+    keep = kept_set(logits[None], top_k, top_p, temperature)[0]
     want = torch.softmax(torch.where(keep, logits.double() / temperature, float("-inf")), -1)
     batch = logits.to(cuda).expand(rows, -1)  # every row is an independent draw (the row is in the counter)
     got = torch.bincount(sample.sample_top_k_top_p(batch, top_k, top_p, temperature, 1234).cpu(), minlength=8)
