@@ -33,12 +33,15 @@ def sample_top_k_top_p(
        smallest most-probable set whose mass reaches top_p, plus every token tied
        with its least probable member;
     3. draw from the softmax renormalised over what is left (torch.multinomial
-       with `generator`: the same generator state gives the same tokens).
+       with `generator`, a CPU generator: the same generator state gives the same
+       tokens, whatever device the logits are on).
     """
     check_tensor(logits, "logits", ndim=2, dtypes=FLOAT_DTYPES)
     batch, vocab = logits.shape
     if vocab == 0:
         raise ValueError("logits: vocab dim is empty")
+    if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+        raise TypeError("generator: expected a CPU torch.Generator (the draw runs on the CPU)")
     ks = _per_row(top_k, "top_k", batch).long()
     ps = _per_row(top_p, "top_p", batch).float()
     ts = _per_row(temperature, "temperature", batch).float()

@@ -125,5 +125,7 @@ def test_sampling_rejects_bad_parameters(gen):
         sample_top_k_top_p(logits, 3, 0.9, 0.0, g)
     with pytest.raises(ValueError, match=r"top_p: must be in \(0, 1\]"):
         sample_top_k_top_p(logits, 3, 1.5, 1.0, g)
+    with pytest.raises(TypeError, match="generator: expected a CPU torch.Generator"):
+        sample_top_k_top_p(logits, 3, 0.9, 1.0, 1234)
     with pytest.raises(ValueError, match=r"top_k: expected shape \(2,\)"):
         sample_top_k_top_p(logits, torch.tensor([1, 2, 3]), 0.9, 1.0, g)
