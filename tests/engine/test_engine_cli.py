@@ -117,3 +117,20 @@ def test_cuda_without_a_device_is_a_usage_error(capsys) -> None:
         pytest.skip("a CUDA device is present: the error path needs a machine without one")
     assert main(["generate", "--device", "cuda"]) == 2
     assert "device 'cuda': no CUDA device is available to torch" in capsys.readouterr().err
+
+
+def test_text_prompt_with_a_tokenizer_in_the_model_dir(tiny_model_dir, tmp_path, capsys) -> None:
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, **{f"w{i}": i for i in range(1, 512)}}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]").save_pretrained(d)
+    assert main(["generate", "--model", str(d), "--prompt", "w4 w2", "--max-new-tokens", "3"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert main(["generate", "--prompt-ids", "4,2", "--max-new-tokens", "3", "--json"]) == 0
+    ids = json.loads(capsys.readouterr().out)["tokens"][0]
+    assert first == f"[0] {','.join(map(str, ids))}  {' '.join(f'w{i}' for i in ids)!r}"
