@@ -123,7 +123,8 @@ def test_attention_errors_name_the_tensor(gen):
     with pytest.raises(ValueError, match="context_lens: every sequence needs"):
         paged_decode_attention(qd, cache, cache, tables, torch.tensor([0, 1], dtype=torch.int32), 1.0)
     with pytest.raises(TypeError, match="k_cache: dtype bfloat16 differs from q's float32"):
-        paged_decode_attention(qd, cache.bfloat16(), cache.bfloat16(), tables, torch.tensor([2, 1], dtype=torch.int32), 1.0)
+        lens = torch.tensor([2, 1], dtype=torch.int32)
+        paged_decode_attention(qd, cache.bfloat16(), cache.bfloat16(), tables, lens, 1.0)
 
 
 def test_prefill_accepts_views_of_fused_qkv(dtype, gen, close):
@@ -162,7 +163,8 @@ def test_paged_decode_at_block_boundaries(dtype, gen, close):
     q = torch.randn(len(ctx), hq, d, generator=gen).to(dtype)
     out = paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5)
     for b, c in enumerate(ctx):
-        close(out[b : b + 1], reference_attention(q[b : b + 1], k_seqs[b], v_seqs[b], [c - 1], None), dtype, "reduction")
+        expected = reference_attention(q[b : b + 1], k_seqs[b], v_seqs[b], [c - 1], None)
+        close(out[b : b + 1], expected, dtype, "reduction")
 
 
 def test_bf16_rounds_scores_and_probabilities(gen):

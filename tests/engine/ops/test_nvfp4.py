@@ -29,7 +29,8 @@ def test_hand_packed_bytes_and_scales():
 def random_nvfp4(gen, n=7, k=48):
     """Random codes packed by python ints, random e4m3 scales, and the exact float64 weight."""
     codes = torch.randint(0, 16, (n, k), generator=gen).tolist()
-    packed = torch.tensor([[row[2 * i] | row[2 * i + 1] << 4 for i in range(k // 2)] for row in codes], dtype=torch.uint8)
+    pairs = [[row[2 * i] | row[2 * i + 1] << 4 for i in range(k // 2)] for row in codes]  # low nibble first
+    packed = torch.tensor(pairs, dtype=torch.uint8)
     scales = (torch.rand(n, k // 16, generator=gen) * 30 + 0.01).to(torch.float8_e4m3fn)
     magnitude = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
     values = [[(-1.0 if c & 8 else 1.0) * magnitude[c & 7] for c in row] for row in codes]

@@ -114,7 +114,8 @@ def test_top_k_one_and_tiny_top_p_are_argmax(dtype, gen):
 def test_per_row_parameters(gen):
     logits = torch.randn(3, 19, generator=gen)
     g = torch.Generator().manual_seed(3)
-    out = sample_top_k_top_p(logits, torch.tensor([1, 0, 1]), torch.tensor([1.0, 1.0, 0.5]), torch.tensor([1.0, 0.5, 2.0]), g)
+    ks, ps, ts = torch.tensor([1, 0, 1]), torch.tensor([1.0, 1.0, 0.5]), torch.tensor([1.0, 0.5, 2.0])
+    out = sample_top_k_top_p(logits, ks, ps, ts, g)
     assert out[0] == torch.argmax(logits[0]) and out[2] == torch.argmax(logits[2])
 
 
