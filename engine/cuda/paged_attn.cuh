@@ -142,8 +142,9 @@ struct MergeSmem {
   float acc[kDecodeWarps][GROUP][kWarp * EPL];
 };
 
-// q_row: the first of GROUP consecutive query heads; kv_off: kv_head*head_dim.
-template <typename T, int EPL, int GROUP>
+// q_row: the first of GROUP consecutive query heads. kRound: round q.k and its scaling to T as the
+// eager reference does (the paged arms); off: fp32 scores (the split-KV reference).
+template <typename T, int EPL, int GROUP, bool kRound>
 __device__ __forceinline__ void warp_core(const PagedArgs& a, int b, const T* __restrict__ q_row, int kv_head,
                                           int begin, int end, MergeSmem<EPL, GROUP>& sm) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -179,7 +180,8 @@ __device__ __forceinline__ void warp_core(const PagedArgs& a, int b, const T* __
       for (int g = 0; g < GROUP; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
-      const float x = round_to<T>(round_to<T>(s[g]) * a.scale), m_new = fmaxf(m[g], x);
+      const float x = kRound ? round_to<T>(round_to<T>(s[g]) * a.scale) : s[g] * a.scale;
+      const float m_new = fmaxf(m[g], x);
       const float corr = expf(m[g] - m_new), p = expf(x - m_new);
       l[g] = l[g] * corr + p;
 #pragma unroll
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_warp_kernel(PagedArgs a
   const int kv_head = q_head / (a.num_q_heads / a.num_kv_heads);
   const int len = a.context_lens[b];
   const T* q = static_cast<const T*>(a.q) + ((int64_t)b * a.num_q_heads + q_head) * hd;
-  warp_core<T, EPL, GROUP>(a, b, q, kv_head, window_begin(len, a.window), len, sm);
+  warp_core<T, EPL, GROUP, true>(a, b, q, kv_head, window_begin(len, a.window), len, sm);
   T* o = out + ((int64_t)b * a.num_q_heads + q_head) * hd;
   for (int idx = threadIdx.x; idx < GROUP * hd; idx += kDecodeThreads) {
     float lse;
