@@ -2,6 +2,7 @@
 # GPU-machine check of the KV-store and attention kernels, in one call: build them for sm_90, run
 # their GPU tests, the numerics gate (ledger record to $OUT/kernels.json), compute-sanitizer memcheck
 # on a small case of every arm, and the cuobjdump cross-check of checkers/fatbin.py; a table last.
+# Steps run in priority order with their own time limits, so a slow one cannot hide the others.
 # Usage (repository root): OUT=DIR [GATE_SHA=SHA] bash engine/cuda/gpu_check.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -28,20 +29,12 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember rc and
   tail -n 4 "$OUT/$name.log"
 }
 
-step build 400 "$PY" -m engine.cuda.build --out "$VT_CUDA_CACHE" "${SOURCES[@]}"
+step build 200 "$PY" -m engine.cuda.build --out "$VT_CUDA_CACHE" "${SOURCES[@]}"
 
-if "$PY" -c "import pytest" 2> /dev/null; then
-  step pytest 400 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/engine/cuda/test_attention.py \
-    tests/engine/cuda/test_kv_store.py tests/checkers/test_fatbin.py
-else
-  RESULT[pytest]="skipped: pytest is not installed here (the gate below runs the same cases)"
-  ORDER+=(pytest)
-fi
-
-step gate 400 "$PY" -m engine.gates.kernels "${FILTERS[@]}" --ledger "$OUT/kernels.json" "${SHA_ARGS[@]}"
+step gate 150 "$PY" -m engine.gates.kernels "${FILTERS[@]}" --ledger "$OUT/kernels.json" "${SHA_ARGS[@]}"
 
 if command -v compute-sanitizer > /dev/null; then
-  step memcheck 400 compute-sanitizer --tool memcheck --print-limit 20 \
+  step memcheck 150 compute-sanitizer --tool memcheck --print-limit 20 \
     "$PY" -m engine.gates.kernels --tag small "${FILTERS[@]}"
   if grep -qi "not supported" "$OUT/memcheck.log"; then
     RESULT[memcheck]="unsupported: $(grep -i -m1 'not supported' "$OUT/memcheck.log")"
@@ -53,7 +46,7 @@ else
   ORDER+=(memcheck)
 fi
 
-step cuobjdump 200 "$PY" - "$VT_CUDA_CACHE" <<'EOF'
+step cuobjdump 60 "$PY" - "$VT_CUDA_CACHE" <<'EOF'
 """Our fatbin parser against cuobjdump --list-elf/--list-ptx on every object just built."""
 import json, re, subprocess, sys
 from pathlib import Path
@@ -72,6 +65,15 @@ for label, entry in json.loads((cache / "manifest.json").read_text()).items():
     print(f"{label}: parser {ours} cuobjdump {sorted(listed)} {'agree' if ok else 'DISAGREE'}")
 sys.exit(1 if bad else 0)
 EOF
+
+if "$PY" -c "import pytest" 2> /dev/null; then
+  step pytest 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/engine/cuda/test_attention.py \
+    tests/engine/cuda/test_kv_store.py tests/checkers/test_fatbin.py
+else
+  RESULT[pytest]="skipped: pytest is not installed here (the gate below runs the same cases)"
+  ORDER+=(pytest)
+fi
+
 
 echo
 echo "== summary (logs and kernels.json in $OUT)"
