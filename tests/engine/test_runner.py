@@ -23,6 +23,12 @@ def test_a_batch_equals_each_prompt_alone(runner: Runner) -> None:
     assert runner.blocks.num_free == runner.blocks.num_blocks  # every block handed back
 
 
+def test_block_size_does_not_change_the_tokens(runner: Runner, tiny_model_dir) -> None:
+    prompts = default_prompts(512, 16, LENS)
+    small_blocks = Runner(tiny_model_dir, max_batch=5, max_model_len=48, block_size=3)
+    assert small_blocks.generate(prompts, 9).tokens == runner.generate(prompts, 9).tokens
+
+
 def test_decode_step_is_separable_from_the_loop(runner: Runner) -> None:
     prompts = default_prompts(512, 12, (4, 7))
     expected = runner.generate(prompts, 3).tokens
