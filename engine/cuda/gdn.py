@@ -13,10 +13,15 @@ _I = ctypes.c_int
 _F = ctypes.c_float
 
 
+# The launcher's C signature (argument kinds in order), checked against gdn.cu by the tests.
+SIGNATURES: dict[str, list] = {"vt_gdn_decode": [_P] * 8 + [_I] * 5 + [_F, _I, _F, _I, _I, _P]}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("gdn.cu")
-    ffi.bind(lib, "vt_gdn_decode", [_P] * 8 + [_I] * 5 + [_F, _I, _F, _I, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 

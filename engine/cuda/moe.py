@@ -13,13 +13,20 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int
 
 
+# The launchers' C signatures (argument kinds in order), checked against moe.cu by the tests.
+SIGNATURES: dict[str, list] = {
+    "vt_moe_route": [_P] * 3 + [_I] * 6 + [_P],
+    "vt_moe_align": [_P] * 4 + [_I] * 4 + [_P],
+    "vt_moe_experts": [_P] * 10 + [_I] * 8 + [_P],
+    "vt_moe_block_m": [],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("moe.cu")
-    ffi.bind(lib, "vt_moe_route", [_P, _P, _P, _I, _I, _I, _I, _I, _I, _P])
-    ffi.bind(lib, "vt_moe_align", [_P, _P, _P, _P, _I, _I, _I, _I, _P])
-    ffi.bind(lib, "vt_moe_experts", [_P] * 10 + [_I] * 9 + [_P])
-    ffi.bind(lib, "vt_moe_block_m", [])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     lib.vt_moe_capacity.argtypes = [ctypes.c_longlong, _I, _I]
     lib.vt_moe_capacity.restype = ctypes.c_longlong
     return lib

@@ -15,11 +15,17 @@ EXPERT_SHAPES = ((1, 256, 96, 16, 4), (7, 96, 40, 9, 3), (33, 83, 19, 5, 2), (64
 ALIGN_BLOCK = 16
 
 
+def distinct_logits(tokens: int, experts: int, g: torch.Generator) -> torch.Tensor:
+    """[tokens, experts] fp32 logits, distinct within a row and exact in bf16 (multiples of 1/16, |x| <= 16 for
+    up to 512 experts): torch.topk leaves the order of equal probabilities unspecified, so ties are tested apart."""
+    rows = [torch.randperm(experts, generator=g) for _ in range(tokens)]
+    return (torch.stack(rows) - experts // 2).float() / 16
+
+
 def route_inputs(seed: int, device: torch.device, *, tokens: int, experts: int, top_k: int,
                  dtype: torch.dtype) -> Inputs:
     g = torch.Generator().manual_seed(seed)
-    return {"logits": (3 * torch.randn(tokens, experts, generator=g)).to(dtype).to(device), "top_k": top_k,
-            "dtype": dtype}
+    return {"logits": distinct_logits(tokens, experts, g).to(dtype).to(device), "top_k": top_k, "dtype": dtype}
 
 
 def dense_routing(weights: torch.Tensor, ids: torch.Tensor, experts: int) -> torch.Tensor:

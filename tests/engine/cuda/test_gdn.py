@@ -95,3 +95,11 @@ def test_decode_comparison_catches_a_wrong_beta(cuda):
     ref_out, _ = gated_delta_decode(q, k, v, g, beta, state)
     moved = (out - ref_out).abs().amax(-1) > OUT_TOL[torch.float32][0] * 10
     assert moved[1, 2] and moved.sum() == 1
+
+
+def test_binding_argtypes_match_the_launcher():
+    from engine.cuda import gdn
+    from tests.engine.cuda.signatures import exported
+
+    assert gdn.SIGNATURES == {k: v for k, v in exported(build.CUDA_DIR / "gdn.cu").items() if k in gdn.SIGNATURES}
+    assert "vt_gdn_decode" in gdn.SIGNATURES

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine.cuda import build
+from engine.gates.cases.moe import dense_routing, distinct_logits
 from engine.ops.moe import moe_experts, moe_route
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
@@ -59,12 +60,30 @@ def test_experts_names_the_tensor_with_a_wrong_dtype():
 def test_route_matches_reference(cuda, tokens, experts, top_k, renormalize, dtype):
     from engine.cuda import moe
 
-    gen = torch.Generator(device=cuda).manual_seed(tokens * 1000 + experts)
-    logits = (3 * torch.randn(tokens, experts, generator=gen, device=cuda)).to(dtype)
+    logits = distinct_logits(tokens, experts, torch.Generator().manual_seed(tokens + experts)).to(dtype).to(cuda)
     weights, ids = moe.route(logits, top_k, renormalize, dtype)
     ref_w, ref_ids = moe_route(logits, top_k, renormalize, dtype)
     assert torch.equal(ids, ref_ids)
     torch.testing.assert_close(weights.float(), ref_w.float(), atol=1e-6, rtol=1e-5 if dtype == torch.float32 else 8e-3)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_route_on_random_logits_selects_what_the_reference_selects(cuda, dtype):
+    """bf16 logits tie often; whatever order torch.topk gives equal weights, the chosen set and weights agree
+    (on rows where no tie straddles the k-th place, which the reference leaves unspecified)."""
+    from engine.cuda import moe
+
+    logits = (3 * torch.randn(83, 128, generator=torch.Generator().manual_seed(1))).to(dtype).to(cuda)
+    weights, ids = moe.route(logits, 8, True, dtype)
+    ref_w, ref_ids = moe_route(logits, 8, True, dtype)
+    probs, order = torch.sort(torch.softmax(logits.float(), -1), dim=-1, descending=True, stable=True)
+    clear = probs[:, 7] != probs[:, 8]
+    assert clear.sum() > 40
+    torch.testing.assert_close(dense_routing(weights, ids, 128)[clear].float(),
+                               dense_routing(ref_w, ref_ids, 128)[clear].float(),
+                               atol=1e-6, rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    assert torch.equal(ids, order[:, :8]), "equal probabilities must come in ascending expert id"
 
 
 @gpu
@@ -133,3 +152,12 @@ def test_experts_detect_a_wrong_expert(cuda):
     bad[3, 0] = next(e for e in range(4) if e not in ids[3].tolist())
     diff = (moe.experts(x, gate_up, down, weights, bad) - moe_experts(x, gate_up, down, weights, ids)).abs().amax(-1)
     assert diff[3] > 0.05 and diff[[0, 1, 2, 4]].max() < 0.05
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import moe
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "moe.cu")
+    for name, argtypes in moe.SIGNATURES.items():
+        assert argtypes == launchers[name], name
