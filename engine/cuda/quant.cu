@@ -1,4 +1,6 @@
 // Launchers for the AWQ, GPTQ and NVFP4 dequant and dequant-GEMV kernels: checks, dtype dispatch; torch-free.
+#include <algorithm>
+
 #include "quant.cuh"
 
 namespace {
@@ -23,6 +25,14 @@ bool with_float(int code, F&& f) {
 }
 
 int grid_1d(long long n, int threads) { return (int)((n + threads - 1) / threads); }
+
+// The K-split block count of an int4 GEMV: enough blocks to fill the GPU, but a K unit for every warp.
+int gemv_splits(int col_blocks, int k_units) {
+  int splits = vt::ceil_div(vt_quant::kGemvTargetBlocks, std::max(col_blocks, 1));
+  splits = std::min(splits, vt::ceil_div(k_units, vt_quant::kGemvKSplit));
+  splits = std::min(splits, vt_quant::kGemvMaxKBlocks);
+  return std::max(splits, 1);
+}
 
 int check_int4(const char* what, int k_dim, int n_dim) {
   if (k_dim < 1 || k_dim % vt_quant::kPack || n_dim < 1 || n_dim % vt_quant::kPack)
@@ -91,15 +101,20 @@ VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scale
   return vt::launch_status("quant");
 }
 
-// x: [K]; AWQ weights as in vt_quant_awq_dequant; bias: [N] (x dtype) or null; out: [N]
+// The rows of fp32 partial sums an int4 GEMV needs as workspace: [vt_quant_gemv_max_splits(), N].
+VT_EXPORT int vt_quant_gemv_max_splits() { return vt_quant::kGemvMaxKBlocks; }
+
+// x: [K]; AWQ weights as in vt_quant_awq_dequant; bias: [N] (x dtype) or null;
+// partial: [vt_quant_gemv_max_splits(), N] fp32 workspace; out: [N]
 VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
-                                const void* bias, void* out,
-                      int k_dim, int n_dim, int group, int x_dtype, int scale_dtype, int out_dtype, void* stream) {
+                                const void* bias, float* partial, void* out, int k_dim, int n_dim, int group,
+                                int x_dtype, int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("awq gemv", k_dim, n_dim)) return rc;
   if (group < 1 || k_dim % group) return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %lld)", (long long)group);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
-  const int blocks = grid_1d(n_dim / vt_quant::kPack, vt_quant::kGemvCols);
+  const int col_blocks = grid_1d(n_dim / vt_quant::kPack, vt_quant::kGemvCols);
+  const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim, vt_quant::kAwqRowsPerUnit));
+  const dim3 grid(col_blocks, splits), block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
   bool ok = false;
   with_float(x_dtype, [&](auto tx) {
     with_float(scale_dtype, [&](auto ts) {
@@ -107,9 +122,11 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
         using TX = decltype(tx);
         using TS = decltype(ts);
         using TO = decltype(to);
-        vt_quant::awq_gemv_kernel<TX, TS, TO><<<blocks, block, 0, s>>>(
-            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), static_cast<const TX*>(bias),
-            static_cast<TO*>(out), k_dim, n_dim, group);
+        vt_quant::awq_gemv_kernel<TX, TS><<<grid, block, 0, s>>>(
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), partial, k_dim, n_dim, group);
+        vt_quant::gemv_finalize_kernel<TX, TO><<<grid_1d(n_dim, vt_quant::kFinalizeThreads),
+                                                 vt_quant::kFinalizeThreads, 0, s>>>(
+            partial, static_cast<const TX*>(bias), static_cast<TO*>(out), n_dim, splits);
       });
     });
   });
@@ -117,15 +134,18 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
   return vt::launch_status("quant");
 }
 
-// x: [K]; GPTQ weights as in vt_quant_gptq_dequant; bias: [N] (x dtype) or null; out: [N]
+// x: [K]; GPTQ weights as in vt_quant_gptq_dequant; bias: [N] (x dtype) or null;
+// partial: [vt_quant_gemv_max_splits(), N] fp32 workspace; out: [N]
 VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
-                       const int32_t* g_idx, const void* bias, void* out, int k_dim, int n_dim, int zero_offset, int x_dtype,
-                       int scale_dtype, int out_dtype, void* stream) {
+                                 const int32_t* g_idx, const void* bias, float* partial, void* out, int k_dim,
+                                 int n_dim, int zero_offset, int x_dtype, int scale_dtype, int out_dtype,
+                                 void* stream) {
   if (int rc = check_int4("gptq gemv", k_dim, n_dim)) return rc;
   if (zero_offset != 0 && zero_offset != 1) return vt::fail(vt::kBadArgument, "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %lld)", (long long)zero_offset);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
-  const int blocks = grid_1d(n_dim, vt_quant::kGemvCols);
+  const int col_blocks = grid_1d(n_dim, vt_quant::kGemvCols);
+  const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim / vt_quant::kPack, vt_quant::kGptqWordsPerUnit));
+  const dim3 grid(col_blocks, splits), block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
   bool ok = false;
   with_float(x_dtype, [&](auto tx) {
     with_float(scale_dtype, [&](auto ts) {
@@ -133,9 +153,12 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
         using TX = decltype(tx);
         using TS = decltype(ts);
         using TO = decltype(to);
-        vt_quant::gptq_gemv_kernel<TX, TS, TO><<<blocks, block, 0, s>>>(
-            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), g_idx,
-            static_cast<const TX*>(bias), static_cast<TO*>(out), k_dim, n_dim, zero_offset);
+        vt_quant::gptq_gemv_kernel<TX, TS><<<grid, block, 0, s>>>(
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), g_idx, partial, k_dim, n_dim,
+            zero_offset);
+        vt_quant::gemv_finalize_kernel<TX, TO><<<grid_1d(n_dim, vt_quant::kFinalizeThreads),
+                                                 vt_quant::kFinalizeThreads, 0, s>>>(
+            partial, static_cast<const TX*>(bias), static_cast<TO*>(out), n_dim, splits);
       });
     });
   });

@@ -10,7 +10,13 @@ constexpr int kWarp = 32;
 constexpr int kDequantThreads = 256;
 constexpr int kGemvCols = 32;    // packed words (AWQ) or columns (GPTQ) per block, one per lane
 constexpr int kGemvKSplit = 8;   // warps splitting the reduction over K, summed in shared memory
+constexpr int kAwqRowsPerUnit = 16;   // K rows per unit of the AWQ GEMV's K split
+constexpr int kGptqWordsPerUnit = 2;  // packed rows (8 K rows each) per unit of the GPTQ GEMV's K split
+constexpr int kGemvTargetBlocks = 264;  // aim for two blocks per SM of a 132-SM H100/H200 ...
+constexpr int kGemvMaxKBlocks = 32;     // ... with at most this many K-split blocks (partial rows)
+constexpr int kFinalizeThreads = 256;
 constexpr int kNvfp4RowsPerBlock = 4;  // one warp per output row
+constexpr int kNvfp4Unroll = 4;        // scale groups in flight per lane
 constexpr int kPack = 8;         // int4 values per int32 word
 constexpr int kNvfp4Group = 16;  // values per fp8 scale
 
@@ -123,14 +129,20 @@ __device__ __forceinline__ void reduce_ksplit(float (&red)[kGemvKSplit][kGemvCol
   __syncthreads();
 }
 
-// AWQ GEMV at M=1: out[n] = sum_k x[k] * W[k, n] (+ bias[n]), W dequantized to the activation dtype TX (as a
-// dequant-then-linear would), fp32 accumulation. Block (kGemvCols, kGemvKSplit); lane x owns one
-// packed word (8 columns); warp y owns the groups y, y + kGemvKSplit, ...
-// x: [K]; bias: [N] or null; out: [N]
-template <typename TX, typename TS, typename TOut>
+// The int4 GEMVs split K over gridDim.y blocks (and kGemvKSplit warps in each): warp slot
+// blockIdx.y * kGemvKSplit + threadIdx.y takes the K units slot, slot + stride, ... Each block writes
+// its fp32 column sums to partial[blockIdx.y][n]; gemv_finalize_kernel adds them in block order.
+__device__ __forceinline__ int warp_slot() { return blockIdx.y * kGemvKSplit + threadIdx.y; }
+__device__ __forceinline__ int slot_stride() { return gridDim.y * kGemvKSplit; }
+
+// AWQ GEMV at M=1, partial sums: sum over this block's K units of x[k] * W[k, n], W dequantized to the
+// activation dtype TX (as a dequant-then-linear would), fp32 accumulation. Block (kGemvCols,
+// kGemvKSplit); lane x owns one packed word (8 columns); a K unit is kAwqRowsPerUnit rows.
+// x: [K]; partial: [gridDim.y, N] fp32
+template <typename TX, typename TS>
 __global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
                                 const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                const TX* __restrict__ bias, TOut* __restrict__ out, int k_dim, int n_dim, int group) {
+                                float* __restrict__ partial, int k_dim, int n_dim, int group) {
   __shared__ float red[kGemvKSplit][kGemvCols * kPack];
   const int words = n_dim / kPack;
   const int wc = blockIdx.x * kGemvCols + threadIdx.x;
@@ -138,16 +150,22 @@ __global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restr
 #pragma unroll
   for (int j = 0; j < kPack; ++j) acc[j] = 0.f;
   if (wc < words) {
-    for (int g = threadIdx.y; g < k_dim / group; g += kGemvKSplit) {
-      const uint32_t zw = (uint32_t)qzeros[(int64_t)g * words + wc];
-      float s[kPack];
-      int z[kPack];
+    const int units = (k_dim + kAwqRowsPerUnit - 1) / kAwqRowsPerUnit;
+    int cur = -1;  // the group whose zeros and scales are loaded
+    float s[kPack];
+    int z[kPack];
+    for (int u = warp_slot(); u < units; u += slot_stride()) {
+      const int k_end = min(k_dim, (u + 1) * kAwqRowsPerUnit);
+      for (int k = u * kAwqRowsPerUnit; k < k_end; ++k) {
+        if (k / group != cur) {
+          cur = k / group;
+          const uint32_t zw = (uint32_t)qzeros[(int64_t)cur * words + wc];
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        s[j] = to_f32<TS>(scales[(int64_t)g * n_dim + wc * kPack + j]);
-        z[j] = (zw >> awq_shift(j)) & 0xf;
-      }
-      for (int k = g * group; k < (g + 1) * group; ++k) {
+          for (int j = 0; j < kPack; ++j) {
+            s[j] = to_f32<TS>(scales[(int64_t)cur * n_dim + wc * kPack + j]);
+            z[j] = (zw >> awq_shift(j)) & 0xf;
+          }
+        }
         const uint32_t qw = (uint32_t)qweight[(int64_t)k * words + wc];
         const float xv = to_f32<TX>(x[k]);
 #pragma unroll
@@ -163,38 +181,55 @@ __global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restr
   reduce_ksplit<kPack>(red);
   for (int c = threadIdx.y * kGemvCols + threadIdx.x; c < kGemvCols * kPack; c += kGemvCols * kGemvKSplit) {
     const int n = blockIdx.x * kGemvCols * kPack + c;
-    if (n < n_dim) out[n] = from_f32<TOut>(with_bias(red[0][c], bias, n));
+    if (n < n_dim) partial[(int64_t)blockIdx.y * n_dim + n] = red[0][c];
   }
 }
 
-// GPTQ GEMV at M=1, act-order aware: each row k reads its own group g_idx[k]. Lane x owns column n;
-// warp y owns the packed rows y, y + kGemvKSplit, ... x: [K]; bias: [N] or null; out: [N]
-template <typename TX, typename TS, typename TOut>
+// GPTQ GEMV at M=1, partial sums, act-order aware: each row k reads its own group g_idx[k]. Lane x owns
+// column n; a K unit is kGptqWordsPerUnit packed rows. x: [K]; partial: [gridDim.y, N] fp32
+template <typename TX, typename TS>
 __global__ void gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
                                  const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                 const int32_t* __restrict__ g_idx, const TX* __restrict__ bias,
-                                 TOut* __restrict__ out, int k_dim, int n_dim, int zero_offset) {
+                                 const int32_t* __restrict__ g_idx, float* __restrict__ partial, int k_dim,
+                                 int n_dim, int zero_offset) {
   __shared__ float red[kGemvKSplit][kGemvCols];
   const int n = blockIdx.x * kGemvCols + threadIdx.x;
   const int words = n_dim / kPack;
   float acc = 0.f;
   if (n < n_dim) {
     const int zshift = 4 * (n % kPack);
-    for (int kp = threadIdx.y; kp < k_dim / kPack; kp += kGemvKSplit) {
-      const uint32_t qw = (uint32_t)qweight[(int64_t)kp * n_dim + n];
+    const int packed_rows = k_dim / kPack;
+    const int units = (packed_rows + kGptqWordsPerUnit - 1) / kGptqWordsPerUnit;
+    for (int u = warp_slot(); u < units; u += slot_stride()) {
+      const int kp_end = min(packed_rows, (u + 1) * kGptqWordsPerUnit);
+      for (int kp = u * kGptqWordsPerUnit; kp < kp_end; ++kp) {
+        const uint32_t qw = (uint32_t)qweight[(int64_t)kp * n_dim + n];
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const int k = kp * kPack + j, g = g_idx[k];
-        const int z = (int)(((uint32_t)qzeros[(int64_t)g * words + n / kPack] >> zshift) & 0xf) + zero_offset;
-        const float s = to_f32<TS>(scales[(int64_t)g * n_dim + n]);
-        const float w = to_f32<TX>(from_f32<TX>((float)((int)((qw >> (4 * j)) & 0xf) - z) * s));
-        acc = fmaf(to_f32<TX>(x[k]), w, acc);
+        for (int j = 0; j < kPack; ++j) {
+          const int k = kp * kPack + j, g = g_idx[k];
+          const int z = (int)(((uint32_t)qzeros[(int64_t)g * words + n / kPack] >> zshift) & 0xf) + zero_offset;
+          const float s = to_f32<TS>(scales[(int64_t)g * n_dim + n]);
+          const float w = to_f32<TX>(from_f32<TX>((float)((int)((qw >> (4 * j)) & 0xf) - z) * s));
+          acc = fmaf(to_f32<TX>(x[k]), w, acc);
+        }
       }
     }
   }
   red[threadIdx.y][threadIdx.x] = acc;
   reduce_ksplit<1>(red);
-  if (threadIdx.y == 0 && n < n_dim) out[n] = from_f32<TOut>(with_bias(red[0][threadIdx.x], bias, n));
+  if (threadIdx.y == 0 && n < n_dim) partial[(int64_t)blockIdx.y * n_dim + n] = red[0][threadIdx.x];
+}
+
+// out[n] = the K-split partial sums of column n added in block order, plus the bias, rounded once.
+// partial: [splits, N] fp32; bias: [N] or null; out: [N]
+template <typename TX, typename TOut>
+__global__ void gemv_finalize_kernel(const float* __restrict__ partial, const TX* __restrict__ bias,
+                                     TOut* __restrict__ out, int n_dim, int splits) {
+  const int n = blockIdx.x * kFinalizeThreads + threadIdx.x;
+  if (n >= n_dim) return;
+  float acc = 0.f;
+  for (int y = 0; y < splits; ++y) acc += partial[(int64_t)y * n_dim + n];
+  out[n] = from_f32<TOut>(with_bias(acc, bias, n));
 }
 
 // NVFP4 GEMV at M=1: one warp per output row n; lane l takes the scale groups l, l + 32, ...
@@ -210,6 +245,7 @@ __global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __res
   const uint8_t* row = packed + n * (k_dim / 2);
   const float gs = *global_scale;
   float acc = 0.f;
+#pragma unroll kNvfp4Unroll
   for (int g = lane; g < groups; g += kWarp) {
     const float bs = e4m3_to_f32(scales[n * groups + g]);
     const uint2 bytes = *reinterpret_cast<const uint2*>(row + g * (kNvfp4Group / 2));

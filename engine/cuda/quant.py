@@ -19,15 +19,23 @@ NVFP4_BLOCK = 16  # values per fp8 block scale
 GPTQ_ZERO_OFFSET = {1: 1, 2: 0}  # format version -> added to the stored zero
 
 
+# The launchers' C signatures (argument kinds in order), checked against quant.cu by the tests.
+SIGNATURES: dict[str, list] = {
+    "vt_quant_awq_dequant": [_P] * 4 + [_I] * 5 + [_P],
+    "vt_quant_gptq_dequant": [_P] * 5 + [_I] * 5 + [_P],
+    "vt_quant_nvfp4_dequant": [_P] * 4 + [_I] * 3 + [_P],
+    "vt_quant_awq_gemv": [_P] * 7 + [_I] * 6 + [_P],
+    "vt_quant_gptq_gemv": [_P] * 8 + [_I] * 6 + [_P],
+    "vt_quant_nvfp4_gemv": [_P] * 6 + [_I] * 4 + [_P],
+    "vt_quant_gemv_max_splits": [],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("quant.cu")
-    ffi.bind(lib, "vt_quant_awq_dequant", [_P] * 4 + [_I] * 5 + [_P])
-    ffi.bind(lib, "vt_quant_gptq_dequant", [_P] * 5 + [_I] * 5 + [_P])
-    ffi.bind(lib, "vt_quant_nvfp4_dequant", [_P] * 4 + [_I] * 3 + [_P])
-    ffi.bind(lib, "vt_quant_awq_gemv", [_P] * 6 + [_I] * 6 + [_P])
-    ffi.bind(lib, "vt_quant_gptq_gemv", [_P] * 7 + [_I] * 6 + [_P])
-    ffi.bind(lib, "vt_quant_nvfp4_gemv", [_P] * 6 + [_I] * 4 + [_P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 
@@ -97,8 +105,9 @@ def awq_linear(
     _group(k, group_size, scales)
     xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
     lib = _lib()
-    rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), b, ffi.ptr(out), k,
-                               n, group_size, ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"),
+    partial = _partial(lib, n, x.device)
+    rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), b, ffi.ptr(partial),
+                               ffi.ptr(out), k, n, group_size, ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"),
                                ffi.dtype_code(out, "out"), ffi.stream(x.device))
     ffi.check(rc, "vt_quant_awq_gemv", lib, "quant")
     return out
@@ -119,8 +128,9 @@ def gptq_linear(
     g32 = _g_idx(g_idx, k, bits, version, qweight.device)
     xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
     lib = _lib()
+    partial = _partial(lib, n, x.device)
     rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32), b,
-                                ffi.ptr(out), k, n, GPTQ_ZERO_OFFSET[version], ffi.dtype_code(x, "x"),
+                                ffi.ptr(partial), ffi.ptr(out), k, n, GPTQ_ZERO_OFFSET[version], ffi.dtype_code(x, "x"),
                                 ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
     ffi.check(rc, "vt_quant_gptq_gemv", lib, "quant")
     return out
@@ -141,6 +151,11 @@ def nvfp4_linear(
                                  n, k, ffi.dtype_code(x, "x"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
     ffi.check(rc, "vt_quant_nvfp4_gemv", lib, "quant")
     return out
+
+
+def _partial(lib: ctypes.CDLL, n: int, dev: torch.device) -> torch.Tensor:
+    """The fp32 workspace of an int4 GEMV's K-split partial sums: [max splits, N]."""
+    return torch.empty(lib.vt_quant_gemv_max_splits(), n, dtype=torch.float32, device=dev)
 
 
 def _int4(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, along_n: bool) -> tuple[int, int]:

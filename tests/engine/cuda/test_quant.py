@@ -158,3 +158,13 @@ def test_gemv_comparison_catches_a_flipped_nibble(cuda):
     worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest, out_dtype=torch.float32)
     moved = (worse - good).abs().squeeze(0).cpu()
     assert moved[9] == 1.0 and moved[torch.arange(64) != 9].max() == 0
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import quant
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "quant.cu")
+    assert set(quant.SIGNATURES) == set(launchers) - {"vt_quant_last_error"}
+    for name, argtypes in quant.SIGNATURES.items():
+        assert argtypes == launchers[name], name
