@@ -155,7 +155,7 @@ class Runner:
         if self.device.type != "cuda":
             return n
         # eager and graph runs pad alike on CUDA, so both see the same GEMM shapes and give the same tokens
-        return next(b for b in GRAPH_BATCH_SIZES if b >= n)
+        return next((b for b in GRAPH_BATCH_SIZES if b >= n), n)  # past the largest bucket: its own size
 
     def _static_buffers(self, padded: int) -> dict[str, torch.Tensor]:
         if padded not in self._static:

@@ -69,6 +69,12 @@ def test_cpu_runs_eagerly_without_padding(runner: Runner) -> None:
     assert runner._padded_batch(3) == 3
 
 
+def test_cuda_pads_decode_batches_to_graph_buckets(tiny_model_dir) -> None:
+    r = Runner(tiny_model_dir, max_batch=1, max_model_len=8)
+    r.device = torch.device("cuda")  # only the bucket arithmetic is exercised: nothing runs
+    assert [r._padded_batch(n) for n in (1, 3, 5, 8, 9, 256, 300)] == [1, 4, 8, 8, 16, 256, 300]
+
+
 def cuda_runners(model_dir, monkeypatch) -> tuple[Runner, Runner]:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the decode-step graph needs one")
