@@ -114,3 +114,19 @@ def test_reference_window_semantics_match_the_cases() -> None:
     none = ref.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
                                       x["scale"], None)
     assert torch.equal(full, none)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("env", [{}, {"VT_ATTN_DECODE_OPT": "1"}, {"VT_ATTN_DECODE_GQA": "1"},
+                                 {"VT_ATTN_SPLITKV": "1"}, {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"}])
+def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn as pa
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    x = cases.paged_inputs(11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16,
+                           window=None)
+    out = pa.dispatch(*cases._args(x), None)
+    got = numerics.compare(out, cases.ref_eager(x), numerics.TOLERANCES["bf16"])
+    assert got.passed, got
