@@ -98,7 +98,7 @@ def test_argmax_ties_nan_and_infinities_follow_torch(cuda, dtype):
     logits[2, 7] = float("inf")
     logits[3] = float("-inf")  # all equal: index 0
     logits[4, :] = 0.0
-    logits[4, [100, 2 * CHUNK]] = torch.tensor([-0.0, 0.0], dtype=dtype)  # -0 == +0: index 0 still wins
+    logits[4, [100, 2 * CHUNK]] = torch.tensor([-0.0, 0.0], dtype=dtype, device=cuda)  # -0 == +0: index 0 wins
     logits[5, vocab - 1] = float("inf")  # the last element of a partial chunk
     logits[6, CHUNK - 1] = float("nan")
     logits[6, CHUNK] = float("nan")
