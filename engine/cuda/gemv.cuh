@@ -7,7 +7,7 @@ namespace vt_gemv {
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = 8;      // one output row per warp, so a block writes 8 rows
 constexpr int kVectorBytes = 16;       // one 16-byte load per lane per step on the fast path
-constexpr int kUnroll = 2;             // independent loads in flight per lane
+constexpr int kUnroll = 4;             // independent 16-byte loads of W in flight per lane
 
 // VEC elements of T per load: kVectorBytes / sizeof(T) on the fast path, 1 on the unaligned path.
 template <typename T, int VEC>

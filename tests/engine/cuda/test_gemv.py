@@ -109,3 +109,23 @@ def test_gemv_refuses_more_rows_than_max_rows(cuda):
     x = torch.randn(gemv.MAX_ROWS + 1, 16, device=cuda)
     with pytest.raises(ValueError, match=f"x: {gemv.MAX_ROWS + 1} rows exceed the GEMV's MAX_ROWS={gemv.MAX_ROWS}"):
         gemv.linear(x, torch.randn(4, 16, device=cuda))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_rounds_once_from_an_fp32_sum(cuda, dtype):
+    """Against the float64 product: within half an output ulp plus the worst-case fp32 summation error, element by
+    element (a half-precision accumulator or partial sums rounded to the output dtype break this bound)."""
+    from engine.cuda import gemv
+
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 4, 769, 1024
+    x = torch.randn(m, k, generator=g).to(dtype).to(cuda)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(cuda)
+    b = torch.randn(n, generator=g).to(dtype).to(cuda)
+    exact = x.double() @ w.double().T + b.double()
+    terms = x.double().abs() @ w.double().abs().T + b.double().abs()
+    half_ulp = torch.finfo(dtype).eps / 2 * exact.abs()
+    bound = half_ulp + (k + 1) * 2.0**-24 * terms
+    err = (gemv.linear(x, w, b).double() - exact).abs()
+    assert bool((err <= bound).all()), f"worst excess {(err - bound).max().item():.3e}"
