@@ -1,4 +1,4 @@
-"""Every matmul/GEMV call site in the engine keeps the caller's output dtype and takes its tuning parameters from named constants declared once."""
+"""Engine matmul/GEMV call sites keep the caller's output dtype and take tuning from named constants declared once."""
 from __future__ import annotations
 
 import argparse
@@ -12,9 +12,9 @@ from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "gemv-invocation"
 RULES = (
-    Rule("GV001", "gemv-float32-output", "a matmul/GEMV call site hardcodes a float32 output instead of the caller's dtype"),
-    Rule("GV002", "gemv-literal-tuning", "a launch or heuristic site takes a tuning parameter as a bare integer literal"),
-    Rule("GV003", "gemv-constant-redeclared", "a tuning constant used at a launch or heuristic site is declared more than once"),
+    Rule("GV001", "gemv-float32-output", "a matmul/GEMV call site hardcodes a float32 output, not the caller's"),
+    Rule("GV002", "gemv-literal-tuning", "a launch or heuristic site takes a tuning parameter as a bare literal"),
+    Rule("GV003", "gemv-constant-redeclared", "a tuning constant used at a launch or heuristic site is declared twice"),
     Rule("GV004", "gemv-too-few-sites", "fewer matmul/GEMV call sites were found than the configured minimum"),
 )
 R_F32, R_LITERAL, R_TWICE, R_FEW = RULES
@@ -35,7 +35,8 @@ CUBLAS_TYPES = {"cublasGemmEx": (8, 15), "cublasGemmBatchedEx": (8, 15), "cublas
 STRUCTURAL = frozenset({"0", "1"})  # none and one are never tuning choices (empty shared memory, a single block)
 LAUNCH_SLOTS = ("grid", "block", "shared memory")  # the stream slot holds no tuning
 A1_HINT = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
-A2_HINT = "declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) and use the name"
+A2_HINT = ("declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) "
+           "and use the name")
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,10 @@ def _aliases(nodes: list[ast.AST]) -> dict[str, str]:
 def _module_assignments(tree: ast.Module) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else []
         for t in targets:
             if isinstance(t, ast.Name):
                 out.setdefault(t.id, []).append(node.lineno)

@@ -101,7 +101,8 @@ def test_a_second_declaration_of_a_launch_constant_fails(engine_copy: Path):
     line = mutate(engine_copy, "engine/cuda/act.cu", "constexpr int kMaxGridY = 65535;",
                   "constexpr int kMaxGridY = 65535;\nconstexpr int kThreadsPerBlock = 128;")
     launch = (engine_copy / "engine/cuda/act.cu").read_text().split("<<<")[0].count("\n") + 1
-    header = (engine_copy / "engine/cuda/act.cuh").read_text().split("constexpr int kThreadsPerBlock")[0].count("\n") + 1
+    header_text = (engine_copy / "engine/cuda/act.cuh").read_text()
+    header = header_text.split("constexpr int kThreadsPerBlock")[0].count("\n") + 1
     [f] = run_on(engine_copy).findings
     assert (f.rule, f.path, f.line, f.message) == (
         "GV003", "engine/cuda/act.cu", launch,
