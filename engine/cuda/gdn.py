@@ -11,6 +11,7 @@ from engine.cuda import build, ffi
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _F = ctypes.c_float
+MAX_HEAD_DIM_K = 256  # gdn.cuh kMaxKDim, checked against it by the tests
 
 
 # The launcher's C signature (argument kinds in order), checked against gdn.cu by the tests.
@@ -23,6 +24,11 @@ def _lib() -> ctypes.CDLL:
     for name, argtypes in SIGNATURES.items():
         ffi.bind(lib, name, argtypes)
     return lib
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether the kernel takes these operands (one dtype, key dim <= 256), else use the reference."""
+    return q.dtype == k.dtype == v.dtype and q.dim() == 3 and q.shape[-1] <= MAX_HEAD_DIM_K
 
 
 def decode(
@@ -41,6 +47,7 @@ def decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] out_dtype or q.dtype, new_state fp32)
     """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state."""
     dev = q.device
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     ffi.require(q, "q", dim=3)
     ffi.require(k, "k", dim=3, dtype=q.dtype, device=dev)
     ffi.require(v, "v", dim=3, dtype=q.dtype, device=dev)
@@ -53,7 +60,8 @@ def decode(
         raise ValueError(f"v: dim 0 is {v.shape[0]} but q's batch is {batch}")
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (batch, heads) or t.device != dev:
-            raise ValueError(f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, heads] {(batch, heads)} on {dev}")
+            raise ValueError(f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, heads] "
+                             f"{(batch, heads)} on {dev}")
     if state.shape != (batch, heads, dk, dv):
         raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
     g32 = g.to(torch.float32).contiguous()  # [batch, heads]: tiny, so the kernel reads one gate dtype

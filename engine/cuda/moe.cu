@@ -30,11 +30,12 @@ VT_EXPORT long long vt_moe_capacity(long long numel, int experts, int block_m) {
 
 // logits: [tokens, experts]; weights: [tokens, top_k] (out dtype); ids: [tokens, top_k] int64
 VT_EXPORT int vt_moe_route(const void* logits, void* weights, int64_t* ids, int tokens, int experts, int top_k,
-                 int renormalize, int in_dtype, int out_dtype, void* stream) {
-  if (tokens < 0) return vt::fail(vt::kBadArgument, "route: tokens must be >= 0 (got %lld)", (long long)tokens);
-  if (experts < 1 || experts > vt_moe::kMaxExperts) return vt::fail(vt::kBadArgument, "route: experts must be in [1, 512] (got %lld)", (long long)experts);
+                           int renormalize, int in_dtype, int out_dtype, void* stream) {
+  if (tokens < 0) return vt::fail(vt::kBadArgument, "route: tokens must be >= 0 (got %d)", tokens);
+  if (experts < 1 || experts > vt_moe::kMaxExperts)
+    return vt::fail(vt::kBadArgument, "route: experts must be in [1, 512] (got %d)", experts);
   if (top_k < 1 || top_k > experts || top_k > vt_moe::kMaxTopK)
-    return vt::fail(vt::kBadArgument, "route: top_k must be in [1, min(experts, 32)] (got %lld)", (long long)top_k);
+    return vt::fail(vt::kBadArgument, "route: top_k must be in [1, min(experts, 32)] (got %d)", top_k);
   if (tokens == 0) return 0;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = (tokens + vt_moe::kRouteWarpsPerBlock - 1) / vt_moe::kRouteWarpsPerBlock;
@@ -47,18 +48,23 @@ VT_EXPORT int vt_moe_route(const void* logits, void* weights, int64_t* ids, int 
           static_cast<const TI*>(logits), static_cast<TO*>(weights), ids, tokens, experts, top_k, renormalize);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "route: logits and weights dtype codes must be 0, 1 or 2 (got %d, %d)", in_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "route: logits and weights dtype codes must be 0, 1 or 2 (got %d, %d)", in_dtype, out_dtype);
   return vt::launch_status("moe");
 }
 
 // ids: [numel] int64; sorted_ids: [capacity]; block_expert: [capacity / block_m]; offsets: [experts + 1]
-VT_EXPORT int vt_moe_align(const int64_t* ids, int32_t* sorted_ids, int32_t* block_expert, int32_t* offsets, int numel,
-                 int experts, int block_m, int capacity, void* stream) {
-  if (numel < 0) return vt::fail(vt::kBadArgument, "align: numel must be >= 0 (got %lld)", (long long)numel);
-  if (experts < 1 || experts > vt_moe::kMaxAlignExperts) return vt::fail(vt::kBadArgument, "align: experts must be in [1, 1024] (got %lld)", (long long)experts);
-  if (block_m < 1) return vt::fail(vt::kBadArgument, "align: block_m must be >= 1 (got %lld)", (long long)block_m);
+VT_EXPORT int vt_moe_align(const int64_t* ids, int32_t* sorted_ids, int32_t* block_expert, int32_t* offsets,
+                           int numel, int experts, int block_m, int capacity, void* stream) {
+  if (numel < 0) return vt::fail(vt::kBadArgument, "align: numel must be >= 0 (got %d)", numel);
+  if (experts < 1 || experts > vt_moe::kMaxAlignExperts)
+    return vt::fail(vt::kBadArgument, "align: experts must be in [1, 1024] (got %d)", experts);
+  if (block_m < 1) return vt::fail(vt::kBadArgument, "align: block_m must be >= 1 (got %d)", block_m);
   if (capacity % block_m || capacity < vt_moe_capacity(numel, experts, block_m))
-    return vt::fail(vt::kBadArgument, "align: capacity must be a block_m multiple >= vt_moe_capacity(numel, experts, block_m) (got %lld)", (long long)capacity);
+    return vt::fail(vt::kBadArgument,
+                    "align: capacity must be a block_m multiple >= vt_moe_capacity(numel, experts, block_m) "
+                    "(got %d)", capacity);
   const size_t smem = sizeof(int32_t) * ((size_t)experts * (2 + vt_moe::kAlignWarps) + 1);
   vt_moe::align_kernel<<<1, vt_moe::kAlignThreads, smem, static_cast<cudaStream_t>(stream)>>>(
       ids, sorted_ids, block_expert, offsets, numel, experts, block_m, capacity);
@@ -69,14 +75,18 @@ VT_EXPORT int vt_moe_align(const int64_t* ids, int32_t* sorted_ids, int32_t* blo
 // weights: [tokens, top_k] (dtype); ids: [tokens, top_k] int64; sorted_ids, block_expert: from vt_moe_align
 // with block_m = vt_moe_block_m(); act: [tokens*top_k, inter], y: [tokens*top_k, hidden] (dtype, scratch);
 // out: [tokens, hidden] (out dtype)
-VT_EXPORT int vt_moe_experts(const void* x, const void* gate_up, const void* down, const void* weights, const int64_t* ids,
-                   const int32_t* sorted_ids, const int32_t* block_expert, void* act, void* y, void* out, int tokens,
-                   int hidden, int inter, int experts, int top_k, int capacity, int dtype, int out_dtype,
-                   void* stream) {
-  if (tokens < 0 || hidden < 1 || inter < 1) return vt::fail(vt::kBadArgument, "experts: need tokens >= 0, hidden >= 1, inter >= 1 (got %lld)", (long long)inter);
+VT_EXPORT int vt_moe_experts(const void* x, const void* gate_up, const void* down, const void* weights,
+                             const int64_t* ids, const int32_t* sorted_ids, const int32_t* block_expert, void* act,
+                             void* y, void* out, int tokens, int hidden, int inter, int experts, int top_k,
+                             int capacity, int dtype, int out_dtype, void* stream) {
+  if (tokens < 0 || hidden < 1 || inter < 1)
+    return vt::fail(vt::kBadArgument,
+                    "experts: need tokens >= 0, hidden >= 1, inter >= 1 (got %d)", inter);
   if (top_k < 1 || top_k > experts || top_k > vt_moe::kMaxTopK)
-    return vt::fail(vt::kBadArgument, "experts: top_k must be in [1, min(experts, 32)] (got %lld)", (long long)top_k);
-  if (capacity % vt_moe::kGemmBlockM) return vt::fail(vt::kBadArgument, "experts: capacity must be a multiple of vt_moe_block_m() (got %lld)", (long long)capacity);
+    return vt::fail(vt::kBadArgument, "experts: top_k must be in [1, min(experts, 32)] (got %d)", top_k);
+  if (capacity % vt_moe::kGemmBlockM)
+    return vt::fail(vt::kBadArgument,
+                    "experts: capacity must be a multiple of vt_moe_block_m() (got %d)", capacity);
   if (tokens == 0) return 0;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int numel = tokens * top_k;
@@ -99,6 +109,8 @@ VT_EXPORT int vt_moe_experts(const void* x, const void* gate_up, const void* dow
           experts);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "experts: x and out dtype codes must be 0, 1 or 2 (got %d, %d)", dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "experts: x and out dtype codes must be 0, 1 or 2 (got %d, %d)", dtype, out_dtype);
   return vt::launch_status("moe");
 }

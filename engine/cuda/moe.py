@@ -11,6 +11,10 @@ from engine.cuda import build, ffi
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
+# Limits of moe.cuh (kMaxExperts, kMaxTopK, kMaxAlignExperts), checked against it by the tests.
+MAX_ROUTE_EXPERTS = 512
+MAX_TOP_K = 32
+MAX_ALIGN_EXPERTS = 1024
 
 
 # The launchers' C signatures (argument kinds in order), checked against moe.cu by the tests.
@@ -40,6 +44,11 @@ class Alignment(NamedTuple):
     offsets: torch.Tensor  # [experts + 1] int32; expert e's rows are offsets[e] .. offsets[e + 1]
 
 
+def supports(num_experts: int, top_k: int) -> bool:
+    """Whether the routing and expert kernels take this many experts and slots (else use the reference)."""
+    return 1 <= top_k <= min(num_experts, MAX_TOP_K) and num_experts <= MAX_ROUTE_EXPERTS
+
+
 def block_m() -> int:
     """The row block of the grouped GEMM, which the alignment pads to."""
     return int(_lib().vt_moe_block_m())
@@ -52,6 +61,7 @@ def route(
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # weights [tokens, top_k] dtype, ids [tokens, top_k] int64
     """fp32 softmax, the top_k (ties: lower expert id first), optional renormalisation, weights cast once."""
+    router_logits = router_logits.contiguous()
     ffi.require(router_logits, "router_logits", dim=2)
     tokens, experts = router_logits.shape
     weights = torch.empty(tokens, top_k, dtype=dtype, device=router_logits.device)
@@ -95,6 +105,7 @@ def experts(
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [tokens, H], out_dtype (default x.dtype)
     """Grouped expert MLPs: gate_up GEMM, silu-and-mul, down GEMM, weighted sum in ascending expert id."""
+    x, weights = x.contiguous(), weights.contiguous()
     ffi.require(x, "x", dim=2)
     dev = x.device
     ffi.require(gate_up, "gate_up", dim=3, dtype=x.dtype, device=dev)
@@ -110,7 +121,8 @@ def experts(
     if down.shape != (num_experts, hidden, inter):
         raise ValueError(f"down: shape {tuple(down.shape)} != [E={num_experts}, H={hidden}, I={inter}]")
     if weights.shape != ids.shape or ids.shape[0] != tokens:
-        raise ValueError(f"weights {tuple(weights.shape)} and ids {tuple(ids.shape)} must both be [tokens={tokens}, top_k]")
+        raise ValueError(f"weights {tuple(weights.shape)} and ids {tuple(ids.shape)} must both be "
+                         f"[tokens={tokens}, top_k]")
     ids = ids.to(torch.int64).contiguous()
     al = align(ids, num_experts)
     act = torch.empty(tokens * top_k, inter, dtype=x.dtype, device=dev)

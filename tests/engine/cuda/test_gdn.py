@@ -103,3 +103,15 @@ def test_binding_argtypes_match_the_launcher():
 
     assert gdn.SIGNATURES == {k: v for k, v in exported(build.CUDA_DIR / "gdn.cu").items() if k in gdn.SIGNATURES}
     assert "vt_gdn_decode" in gdn.SIGNATURES
+
+
+def test_binding_limit_matches_the_kernel_header():
+    import re
+
+    from engine.cuda import gdn
+
+    header = (build.CUDA_DIR / "gdn.cuh").read_text()
+    assert gdn.MAX_HEAD_DIM_K == int(re.search(r"kMaxKDim = (\d+);", header).group(1))
+    q = torch.zeros(1, 1, 256)
+    assert gdn.supports(q, q, q) and not gdn.supports(q, q, q.double())
+    assert not gdn.supports(torch.zeros(1, 1, 257), torch.zeros(1, 1, 257), q)

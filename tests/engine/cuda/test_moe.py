@@ -50,7 +50,8 @@ def test_experts_names_the_tensor_with_a_wrong_dtype():
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     gate_up = torch.randn(4, 6, 8, dtype=torch.float32)
     with pytest.raises(TypeError, match="gate_up: expected dtype torch.bfloat16"):
-        moe.experts(x, gate_up, torch.randn(4, 8, 3, dtype=torch.bfloat16), x[:, :2], torch.zeros(3, 2, dtype=torch.int64))
+        moe.experts(x, gate_up, torch.randn(4, 8, 3, dtype=torch.bfloat16), x[:, :2],
+                    torch.zeros(3, 2, dtype=torch.int64))
 
 
 @gpu
@@ -100,7 +101,8 @@ def test_route_breaks_ties_by_lower_expert_id(cuda):
 
 
 @gpu
-@pytest.mark.parametrize("tokens,experts,top_k,block", [(7, 5, 2, 16), (83, 128, 8, 16), (300, 19, 3, 4), (1, 3, 1, 16)])
+@pytest.mark.parametrize("tokens,experts,top_k,block",
+                         [(7, 5, 2, 16), (83, 128, 8, 16), (300, 19, 3, 4), (1, 3, 1, 16)])
 def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
     from engine.cuda import moe
 
@@ -119,7 +121,8 @@ def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
 
 
 @gpu
-@pytest.mark.parametrize("tokens,hidden,inter,experts,top_k", [(7, 96, 40, 9, 3), (1, 256, 128, 16, 4), (33, 83, 19, 5, 2)])
+@pytest.mark.parametrize("tokens,hidden,inter,experts,top_k",
+                         [(7, 96, 40, 9, 3), (1, 256, 128, 16, 4), (33, 83, 19, 5, 2)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_experts_match_reference(cuda, tokens, hidden, inter, experts, top_k, dtype):
     from engine.cuda import moe
@@ -161,3 +164,16 @@ def test_binding_argtypes_match_the_launchers():
     launchers = exported(build.CUDA_DIR / "moe.cu")
     for name, argtypes in moe.SIGNATURES.items():
         assert argtypes == launchers[name], name
+
+
+def test_binding_limits_match_the_kernel_header():
+    import re
+
+    from engine.cuda import moe
+
+    header = (build.CUDA_DIR / "moe.cuh").read_text()
+    per_lane = int(re.search(r"kRouteMaxExpertsPerLane = (\d+);", header).group(1))
+    assert moe.MAX_ROUTE_EXPERTS == 32 * per_lane
+    assert moe.MAX_TOP_K == int(re.search(r"kMaxTopK = (\d+);", header).group(1))
+    assert moe.MAX_ALIGN_EXPERTS == int(re.search(r"kMaxAlignExperts = (\d+);", header).group(1))
+    assert moe.supports(128, 8) and not moe.supports(moe.MAX_ROUTE_EXPERTS + 1, 8) and not moe.supports(64, 33)
