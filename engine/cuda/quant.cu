@@ -36,7 +36,8 @@ int gemv_splits(int col_blocks, int k_units) {
 
 int check_int4(const char* what, int k_dim, int n_dim) {
   if (k_dim < 1 || k_dim % vt_quant::kPack || n_dim < 1 || n_dim % vt_quant::kPack)
-    return vt::fail(vt::kBadArgument, "%s: K and N must be positive multiples of 8 (got K=%d, N=%d)", what, k_dim, n_dim);
+    return vt::fail(vt::kBadArgument, "%s: K and N must be positive multiples of 8 (got K=%d, N=%d)",
+                    what, k_dim, n_dim);
   return vt::kOk;
 }
 
@@ -45,10 +46,11 @@ int check_int4(const char* what, int k_dim, int n_dim) {
 VT_DEFINE_LAST_ERROR(quant)
 
 // qweight, qzeros: [K, N/8], [K/group, N/8]; scales: [K/group, N]; out: [K, N]
-VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales, void* out, int k_dim,
-                         int n_dim, int group, int scale_dtype, int out_dtype, void* stream) {
+VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales, void* out,
+                                   int k_dim, int n_dim, int group, int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("awq", k_dim, n_dim)) return rc;
-  if (group < 1 || k_dim % group) return vt::fail(vt::kBadArgument, "awq: group_size must divide K (got %lld)", (long long)group);
+  if (group < 1 || k_dim % group)
+    return vt::fail(vt::kBadArgument, "awq: group_size must divide K (got %d)", group);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)k_dim * (n_dim / vt_quant::kPack), vt_quant::kDequantThreads);
   bool ok = false;
@@ -60,16 +62,18 @@ VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros
           qweight, qzeros, static_cast<const TS*>(scales), static_cast<TO*>(out), k_dim, n_dim, group);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "awq: dtype codes must be 0, 1 or 2 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported, "awq: dtype codes must be 0, 1 or 2 (scales %d, out %d)", scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
 // qweight: [K/8, N]; qzeros: [G, N/8]; scales: [G, N]; g_idx: [K] in [0, G); out: [K, N]
-VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales, const int32_t* g_idx,
-                          void* out, int k_dim, int n_dim, int zero_offset, int scale_dtype, int out_dtype,
-                          void* stream) {
+VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales,
+                                    const int32_t* g_idx, void* out, int k_dim, int n_dim, int zero_offset,
+                                    int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("gptq", k_dim, n_dim)) return rc;
-  if (zero_offset != 0 && zero_offset != 1) return vt::fail(vt::kBadArgument, "gptq: zero offset must be 1 (v1) or 0 (v2) (got %lld)", (long long)zero_offset);
+  if (zero_offset != 0 && zero_offset != 1)
+    return vt::fail(vt::kBadArgument, "gptq: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)(k_dim / vt_quant::kPack) * n_dim, vt_quant::kDequantThreads);
   bool ok = false;
@@ -81,15 +85,18 @@ VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzero
           qweight, qzeros, static_cast<const TS*>(scales), g_idx, static_cast<TO*>(out), k_dim, n_dim, zero_offset);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "gptq: dtype codes must be 0, 1 or 2 (dtype codes scales %d, out %d)", scale_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "gptq: dtype codes must be 0, 1 or 2 (scales %d, out %d)", scale_dtype, out_dtype);
   return vt::launch_status("quant");
 }
 
 // packed: [N, K/2] uint8; scales: [N, K/16] fp8 e4m3 bytes; out: [N, K]
-VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scales, const float* global_scale, void* out, int n_dim,
-                           int k_dim, int out_dtype, void* stream) {
-  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4: N must be >= 1 (got %lld)", (long long)n_dim);
-  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);
+VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scales, const float* global_scale,
+                                     void* out, int n_dim, int k_dim, int out_dtype, void* stream) {
+  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4: N must be >= 1 (got %d)", n_dim);
+  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group)
+    return vt::fail(vt::kBadArgument, "nvfp4: K must be a positive multiple of 16 (got %d)", k_dim);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d((long long)n_dim * (k_dim / 2), vt_quant::kDequantThreads);
   const bool ok = with_float(out_dtype, [&](auto to) {
@@ -97,7 +104,8 @@ VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scale
     vt_quant::nvfp4_dequant_kernel<TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
         packed, scales, global_scale, static_cast<TO*>(out), n_dim, k_dim);
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "nvfp4: out dtype code must be 0, 1 or 2 (got %lld)", (long long)out_dtype);
+  if (!ok)
+    return vt::fail(vt::kBadArgument, "nvfp4: out dtype code must be 0, 1 or 2 (got %d)", out_dtype);
   return vt::launch_status("quant");
 }
 
@@ -110,7 +118,8 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
                                 const void* bias, float* partial, void* out, int k_dim, int n_dim, int group,
                                 int x_dtype, int scale_dtype, int out_dtype, void* stream) {
   if (int rc = check_int4("awq gemv", k_dim, n_dim)) return rc;
-  if (group < 1 || k_dim % group) return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %lld)", (long long)group);
+  if (group < 1 || k_dim % group)
+    return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %d)", group);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int col_blocks = grid_1d(n_dim / vt_quant::kPack, vt_quant::kGemvCols);
   const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim, vt_quant::kAwqRowsPerUnit));
@@ -130,7 +139,10 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
       });
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "awq gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "awq gemv: dtype codes must be 0, 1 or 2 (x %d, scales %d, out %d)", x_dtype, scale_dtype,
+                    out_dtype);
   return vt::launch_status("quant");
 }
 
@@ -141,7 +153,9 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
                                  int n_dim, int zero_offset, int x_dtype, int scale_dtype, int out_dtype,
                                  void* stream) {
   if (int rc = check_int4("gptq gemv", k_dim, n_dim)) return rc;
-  if (zero_offset != 0 && zero_offset != 1) return vt::fail(vt::kBadArgument, "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %lld)", (long long)zero_offset);
+  if (zero_offset != 0 && zero_offset != 1)
+    return vt::fail(vt::kBadArgument,
+                    "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int col_blocks = grid_1d(n_dim, vt_quant::kGemvCols);
   const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim / vt_quant::kPack, vt_quant::kGptqWordsPerUnit));
@@ -162,17 +176,22 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
       });
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "gptq gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, scales %d, out %d)", x_dtype, scale_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "gptq gemv: dtype codes must be 0, 1 or 2 (x %d, scales %d, out %d)", x_dtype, scale_dtype,
+                    out_dtype);
   return vt::launch_status("quant");
 }
 
 // x: [K]; NVFP4 weights as in vt_quant_nvfp4_dequant; bias: [N] (x dtype) or null; out: [N]
-VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales, const float* global_scale,
-                                  const void* bias, void* out,
-                        int n_dim, int k_dim, int x_dtype, int out_dtype, void* stream) {
-  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4 gemv: N must be >= 1 (got %lld)", (long long)n_dim);
-  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group) return vt::fail(vt::kBadArgument, "nvfp4 gemv: K must be a positive multiple of 16 (got %lld)", (long long)k_dim);
-  if (reinterpret_cast<uintptr_t>(packed) % 8) return vt::fail(vt::kBadArgument, "nvfp4 gemv: packed must be 8-byte aligned");
+VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales,
+                                  const float* global_scale, const void* bias, void* out, int n_dim, int k_dim,
+                                  int x_dtype, int out_dtype, void* stream) {
+  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4 gemv: N must be >= 1 (got %d)", n_dim);
+  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group)
+    return vt::fail(vt::kBadArgument, "nvfp4 gemv: K must be a positive multiple of 16 (got %d)", k_dim);
+  if (reinterpret_cast<uintptr_t>(packed) % 8)
+    return vt::fail(vt::kBadArgument, "nvfp4 gemv: packed must be 8-byte aligned");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d(n_dim, vt_quant::kNvfp4RowsPerBlock);
   bool ok = false;
@@ -185,6 +204,7 @@ VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const ui
           n_dim, k_dim);
     });
   });
-  if (!ok) return vt::fail(vt::kBadArgument, "nvfp4 gemv: dtype codes must be 0, 1 or 2 (dtype codes x %d, out %d)", x_dtype, out_dtype);
+  if (!ok)
+    return vt::fail(vt::kUnsupported, "nvfp4 gemv: dtype codes must be 0, 1 or 2 (x %d, out %d)", x_dtype, out_dtype);
   return vt::launch_status("quant");
 }

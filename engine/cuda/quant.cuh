@@ -95,10 +95,12 @@ __global__ void gptq_dequant_kernel(const int32_t* __restrict__ qweight, const i
   }
 }
 
-// NVFP4: packed: [N, K/2] uint8, value 2i in the low nibble; scales: [N, K/16] fp8 e4m3; out: [N, K]
+// NVFP4: packed: [N, K/2] uint8, value 2i in the low nibble; scales: [N, K/16] fp8 e4m3; global_scale: [1]
+// fp32; out: [N, K]
 template <typename TOut>
 __global__ void nvfp4_dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
-                                     const float* __restrict__ global_scale, TOut* __restrict__ out, int n_dim, int k_dim) {
+                                     const float* __restrict__ global_scale, TOut* __restrict__ out, int n_dim,
+                                     int k_dim) {
   const int64_t i = (int64_t)blockIdx.x * kDequantThreads + threadIdx.x;  // one byte, two values
   if (i >= (int64_t)n_dim * (k_dim / 2)) return;
   const int64_t n = i / (k_dim / 2);

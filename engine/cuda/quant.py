@@ -106,9 +106,9 @@ def awq_linear(
     xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
     lib = _lib()
     partial = _partial(lib, n, x.device)
-    rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), b, ffi.ptr(partial),
-                               ffi.ptr(out), k, n, group_size, ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"),
-                               ffi.dtype_code(out, "out"), ffi.stream(x.device))
+    rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), _ptr_or_null(b),
+                               ffi.ptr(partial), ffi.ptr(out), k, n, group_size, ffi.dtype_code(x, "x"),
+                               ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
     ffi.check(rc, "vt_quant_awq_gemv", lib, "quant")
     return out
 
@@ -129,9 +129,10 @@ def gptq_linear(
     xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
     lib = _lib()
     partial = _partial(lib, n, x.device)
-    rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32), b,
-                                ffi.ptr(partial), ffi.ptr(out), k, n, GPTQ_ZERO_OFFSET[version], ffi.dtype_code(x, "x"),
-                                ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
+    rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32),
+                                _ptr_or_null(b), ffi.ptr(partial), ffi.ptr(out), k, n, GPTQ_ZERO_OFFSET[version],
+                                ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"),
+                                ffi.stream(x.device))
     ffi.check(rc, "vt_quant_gptq_gemv", lib, "quant")
     return out
 
@@ -147,8 +148,9 @@ def nvfp4_linear(
     n, k, gs = _nvfp4(packed, block_scales, global_scale)
     xv, out, b = _gemv_io(x, k, n, bias, out_dtype, packed.device)
     lib = _lib()
-    rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), ffi.ptr(gs), b, ffi.ptr(out),
-                                 n, k, ffi.dtype_code(x, "x"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
+    rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), ffi.ptr(gs), _ptr_or_null(b),
+                                 ffi.ptr(out), n, k, ffi.dtype_code(x, "x"), ffi.dtype_code(out, "out"),
+                                 ffi.stream(x.device))
     ffi.check(rc, "vt_quant_nvfp4_gemv", lib, "quant")
     return out
 
@@ -211,18 +213,22 @@ def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch
 
 
 def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
-             dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, ctypes.c_void_p]:
-    """x as a contiguous [K] row, the [..., N] output, and the bias pointer (null for none)."""
+             dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
+    until the launch, so the allocator cannot hand their memory to the workspace)."""
     if x.dim() < 1 or x.shape[-1] != k or x.numel() != k:
         raise ValueError(f"x: expected one row [..., K={k}] (M = 1), got shape {tuple(x.shape)}")
     if x.device != dev:
         raise ValueError(f"x: expected device {dev}, got {x.device}")
     ffi.dtype_code(x, "x")
-    b = ctypes.c_void_p(None)
     if bias is not None:
+        bias = bias.contiguous()
         ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=dev)
         if bias.shape[0] != n:
             raise ValueError(f"bias: shape {tuple(bias.shape)} != [N={n}]")
-        b = ffi.ptr(bias)
     out = torch.empty(*x.shape[:-1], n, dtype=out_dtype or x.dtype, device=dev)
-    return x.reshape(k).contiguous(), out, b
+    return x.reshape(k).contiguous(), out, bias
+
+
+def _ptr_or_null(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(None) if t is None else ffi.ptr(t)

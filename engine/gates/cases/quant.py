@@ -103,11 +103,13 @@ def _cases() -> list[KernelCase]:
         tags = ("small",) if i == 1 else ()
         cases.append(KernelCase(name=f"quant/nvfp4-dequant/bf16/n{n}-k{k}", arm="dequant", flag="VT_DEQUANT_KERNEL",
                                 dtype=torch.bfloat16, make=partial(nvfp4_inputs, n=n, k=k, dtype=torch.bfloat16),
-                                kernel=partial(dequant, "nvfp4", 0, True), reference=partial(dequant, "nvfp4", 0, False),
+                                kernel=partial(dequant, "nvfp4", 0, True),
+                                reference=partial(dequant, "nvfp4", 0, False),
                                 tolerance="exact", row="QUANT-NVFP4", tags=tags))
         for dname, dtype in X_DTYPES.items():
             cases.append(KernelCase(name=f"quant/nvfp4-gemv/{dname}/n{n}-k{k}", arm="dequant-gemv",
-                                    flag="VT_DEQUANT_GEMV", dtype=dtype, make=partial(nvfp4_inputs, n=n, k=k, dtype=dtype),
+                                    flag="VT_DEQUANT_GEMV", dtype=dtype,
+                                    make=partial(nvfp4_inputs, n=n, k=k, dtype=dtype),
                                     kernel=partial(gemv, "nvfp4", 0, True), reference=partial(gemv, "nvfp4", 0, False),
                                     tolerance=dname, row="QUANT-NVFP4", tags=tags if dname == "bf16" else ()))
     return cases
