@@ -34,10 +34,11 @@ int gemv_splits(int col_blocks, int k_units) {
   return std::max(splits, 1);
 }
 
-int check_int4(const char* what, int k_dim, int n_dim) {
-  if (k_dim < 1 || k_dim % vt_quant::kPack || n_dim < 1 || n_dim % vt_quant::kPack)
-    return vt::fail(vt::kBadArgument, "%s: K and N must be positive multiples of 8 (got K=%d, N=%d)",
-                    what, k_dim, n_dim);
+// N is packed eight to a word in both formats; K only in GPTQ's (k_multiple 8 there, 1 for AWQ).
+int check_int4(const char* what, int k_dim, int n_dim, int k_multiple) {
+  if (k_dim < 1 || k_dim % k_multiple || n_dim < 1 || n_dim % vt_quant::kPack)
+    return vt::fail(vt::kBadArgument, "%s: need K a positive multiple of %d and N of 8 (got K=%d, N=%d)",
+                    what, k_multiple, k_dim, n_dim);
   return vt::kOk;
 }
 
@@ -48,7 +49,7 @@ VT_DEFINE_LAST_ERROR(quant)
 // qweight, qzeros: [K, N/8], [K/group, N/8]; scales: [K/group, N]; out: [K, N]
 VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales, void* out,
                                    int k_dim, int n_dim, int group, int scale_dtype, int out_dtype, void* stream) {
-  if (int rc = check_int4("awq", k_dim, n_dim)) return rc;
+  if (int rc = check_int4("awq", k_dim, n_dim, 1)) return rc;
   if (group < 1 || k_dim % group)
     return vt::fail(vt::kBadArgument, "awq: group_size must divide K (got %d)", group);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -71,7 +72,7 @@ VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros
 VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales,
                                     const int32_t* g_idx, void* out, int k_dim, int n_dim, int zero_offset,
                                     int scale_dtype, int out_dtype, void* stream) {
-  if (int rc = check_int4("gptq", k_dim, n_dim)) return rc;
+  if (int rc = check_int4("gptq", k_dim, n_dim, vt_quant::kPack)) return rc;
   if (zero_offset != 0 && zero_offset != 1)
     return vt::fail(vt::kBadArgument, "gptq: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -117,7 +118,7 @@ VT_EXPORT int vt_quant_gemv_max_splits() { return vt_quant::kGemvMaxKBlocks; }
 VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
                                 const void* bias, float* partial, void* out, int k_dim, int n_dim, int group,
                                 int x_dtype, int scale_dtype, int out_dtype, void* stream) {
-  if (int rc = check_int4("awq gemv", k_dim, n_dim)) return rc;
+  if (int rc = check_int4("awq gemv", k_dim, n_dim, 1)) return rc;
   if (group < 1 || k_dim % group)
     return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %d)", group);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -152,7 +153,7 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
                                  const int32_t* g_idx, const void* bias, float* partial, void* out, int k_dim,
                                  int n_dim, int zero_offset, int x_dtype, int scale_dtype, int out_dtype,
                                  void* stream) {
-  if (int rc = check_int4("gptq gemv", k_dim, n_dim)) return rc;
+  if (int rc = check_int4("gptq gemv", k_dim, n_dim, vt_quant::kPack)) return rc;
   if (zero_offset != 0 && zero_offset != 1)
     return vt::fail(vt::kBadArgument,
                     "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
