@@ -115,3 +115,17 @@ def test_binding_limit_matches_the_kernel_header():
     q = torch.zeros(1, 1, 256)
     assert gdn.supports(q, q, q) and not gdn.supports(q, q, q.double())
     assert not gdn.supports(torch.zeros(1, 1, 257), torch.zeros(1, 1, 257), q)
+
+
+@gpu
+def test_public_op_dispatches_to_the_kernel_under_the_flag(cuda, monkeypatch):
+    from engine.cuda import gdn
+
+    q, k, v, g, beta, state = make(2, 2, 4, 32, 40, torch.bfloat16, cuda, 9)
+    monkeypatch.setenv("VT_GDN_KERNEL", "1")
+    out, new = gated_delta_decode(q, k, v, g, beta, state, use_qk_l2norm=True)
+    kout, knew = gdn.decode(q, k, v, g, beta, state, use_qk_l2norm=True)
+    assert torch.equal(out, kout) and torch.equal(new, knew)
+    monkeypatch.setenv("VT_GDN_KERNEL", "0")
+    ref_out, ref_new = gated_delta_decode(q, k, v, g, beta, state, use_qk_l2norm=True)
+    torch.testing.assert_close(new, ref_new, atol=STATE_TOL[0], rtol=STATE_TOL[1])

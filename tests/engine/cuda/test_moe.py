@@ -177,3 +177,34 @@ def test_binding_limits_match_the_kernel_header():
     assert moe.MAX_TOP_K == int(re.search(r"kMaxTopK = (\d+);", header).group(1))
     assert moe.MAX_ALIGN_EXPERTS == int(re.search(r"kMaxAlignExperts = (\d+);", header).group(1))
     assert moe.supports(128, 8) and not moe.supports(moe.MAX_ROUTE_EXPERTS + 1, 8) and not moe.supports(64, 33)
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_public_ops_on_cpu_tensors_run_the_reference_whatever_the_flag(monkeypatch, flag):
+    monkeypatch.setenv("VT_MOE_KERNELS", flag)
+    logits = distinct_logits(5, 9, torch.Generator().manual_seed(2))
+    weights, ids = moe_route(logits, 3, True, torch.float32)
+    probs = torch.softmax(logits, -1)
+    expect = torch.sort(probs, dim=-1, descending=True, stable=True)
+    assert torch.equal(ids, expect.indices[:, :3])
+    torch.testing.assert_close(weights, expect.values[:, :3] / expect.values[:, :3].sum(-1, keepdim=True))
+
+
+@gpu
+def test_public_ops_dispatch_to_the_kernels_under_the_flag(cuda, monkeypatch):
+    from engine.cuda import moe
+
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 64, generator=gen).to(torch.bfloat16).to(cuda)
+    gate_up = (torch.randn(6, 48, 64, generator=gen) / 8).to(torch.bfloat16).to(cuda)
+    down = (torch.randn(6, 64, 24, generator=gen) / 5).to(torch.bfloat16).to(cuda)
+    logits = distinct_logits(3, 6, gen).to(cuda)
+    monkeypatch.setenv("VT_MOE_KERNELS", "1")
+    weights, ids = moe_route(logits, 2, True, torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip((weights, ids), moe.route(logits, 2, True, torch.bfloat16)))
+    assert torch.equal(moe_experts(x, gate_up, down, weights, ids), moe.experts(x, gate_up, down, weights, ids))
+    monkeypatch.setenv("VT_KERNELS", "0")  # the master switch turns every compiled kernel off
+    ref = moe_experts(x, gate_up, down, weights, ids)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    monkeypatch.setenv("VT_MOE_KERNELS", "0")
+    assert torch.equal(moe_experts(x, gate_up, down, weights, ids), ref)

@@ -168,3 +168,22 @@ def test_binding_argtypes_match_the_launchers():
     assert set(quant.SIGNATURES) == set(launchers) - {"vt_quant_last_error"}
     for name, argtypes in quant.SIGNATURES.items():
         assert argtypes == launchers[name], name
+
+
+@gpu
+def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda, monkeypatch):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(8)
+    ck = quant_pack.awq(128, 64, 32, torch.float16, gen)
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), 32)
+    x = torch.randn(1, 128, generator=gen).to(torch.bfloat16).to(cuda)
+    monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
+    monkeypatch.setenv("VT_DEQUANT_GEMV", "1")
+    assert torch.equal(dequant_awq(*args), quant.dequant_awq(*args))
+    assert torch.equal(awq_linear(x, *args), quant.awq_linear(x, *args))
+    x2 = x.expand(3, 128)  # M = 3: not a GEMV, so dequant (kernel) then linear
+    torch.testing.assert_close(awq_linear(x2, *args), x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
+    nv = quant_pack.nvfp4(64, 128, gen)
+    nargs = (nv.packed.to(cuda), nv.scales.to(cuda), nv.global_scale.to(cuda))
+    assert torch.equal(nvfp4_linear(x, *nargs), quant.nvfp4_linear(x, *nargs))
