@@ -80,8 +80,8 @@ VT_EXPORT int vt_moe_experts(const void* x, const void* gate_up, const void* dow
                              void* y, void* out, int tokens, int hidden, int inter, int experts, int top_k,
                              int capacity, int dtype, int out_dtype, void* stream) {
   if (tokens < 0 || hidden < 1 || inter < 1)
-    return vt::fail(vt::kBadArgument,
-                    "experts: need tokens >= 0, hidden >= 1, inter >= 1 (got %d)", inter);
+    return vt::fail(vt::kBadArgument, "experts: need tokens >= 0, hidden >= 1, inter >= 1 (got %d, %d, %d)",
+                    tokens, hidden, inter);
   if (top_k < 1 || top_k > experts || top_k > vt_moe::kMaxTopK)
     return vt::fail(vt::kBadArgument, "experts: top_k must be in [1, min(experts, 32)] (got %d)", top_k);
   if (capacity % vt_moe::kGemmBlockM)
