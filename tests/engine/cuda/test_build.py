@@ -131,6 +131,7 @@ def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path, monkeypatch
 
 
 @needs_nvcc
+@pytest.mark.slow  # about 70 s of CPU for the 11 sources on one arch
 def test_every_table_source_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real sources, one arch (the fat build over every arch runs in ci/fat-build.sh)."""
     monkeypatch.setenv("VT_CUDA_ARCHS", "9.0")
