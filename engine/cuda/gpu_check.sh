@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU-machine check of the KV-store and attention kernels, in one call: build them for sm_90, run
 # their GPU tests, the numerics gate (ledger record to $OUT/kernels.json), compute-sanitizer memcheck
-# on a small case of every arm, and the cuobjdump cross-check of checkers/fatbin.py; a table last.
+# on a small case of every arm, the cuobjdump cross-check of checkers/fatbin.py, a timing of each
+# arm on decode shapes (K/V bytes per second), and the GPU tests; a table last.
 # Steps run in priority order with their own time limits, so a slow one cannot hide the others.
 # Usage (repository root): OUT=DIR [GATE_SHA=SHA] bash engine/cuda/gpu_check.sh
 set -u
@@ -65,6 +66,41 @@ for label, entry in json.loads((cache / "manifest.json").read_text()).items():
     print(f"{label}: parser {ours} cuobjdump {sorted(listed)} {'agree' if ok else 'DISAGREE'}")
 sys.exit(1 if bad else 0)
 EOF
+
+step bench 120 "$PY" - <<'EOF'
+"""Median time per arm on decode shapes and the K/V bytes per second it implies (one process, CUDA events)."""
+import torch
+from engine.cuda import paged_attn as pa, splitkv
+
+def inputs(batch, hkv, group, d, bs, ctx):
+    blocks = -(-ctx // bs)
+    table = torch.randperm(batch * blocks, device="cuda", dtype=torch.int32).view(batch, blocks)
+    cache = lambda: torch.randn(batch * blocks, bs, hkv, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(batch, hkv * group, d, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
+    return (q, cache(), cache(), table, lens, d ** -0.5), batch * ctx * hkv * d * 2 * 2
+
+arms = {"generic": lambda a: pa.paged_decode_attention(*a, arm=pa.GENERIC),
+        "warp": lambda a: pa.paged_decode_attention(*a, arm=pa.WARP),
+        "gqa": lambda a: pa.paged_decode_attention(*a, arm=pa.GQA),
+        "splitkv": lambda a: splitkv.decode(*a, max_context=int(a[4][0])),
+        "splitkv_swap": lambda a: splitkv.decode(*a, swap=True, max_context=int(a[4][0]))}
+print(f"{'shape':<34}{'arm':<14}{'median us':>10}{'GB/s':>9}")
+for shape in [(32, 8, 4, 128, 16, 2048), (1, 8, 4, 128, 16, 32768), (32, 4, 4, 256, 16, 2048)]:
+    args, nbytes = inputs(*shape)
+    for name, fn in arms.items():
+        for _ in range(3):
+            fn(args)
+        times = []
+        for _ in range(20):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); fn(args); b.record(); torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1e3)
+        med = sorted(times)[len(times) // 2]
+        label = "b{} hkv{} g{} d{} bs{} ctx{}".format(*shape)
+        print(f"{label:<34}{name:<14}{med:>10.1f}{nbytes / med / 1e3:>9.0f}")
+EOF
+cat "$OUT/bench.log"
 
 if "$PY" -c "import pytest" 2> /dev/null; then
   step pytest 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/engine/cuda/test_attention.py \
