@@ -42,29 +42,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "config gencode.build_dir, else $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
     parser.add_argument("--compile-commands", type=Path, metavar="FILE",
                         help="audit the arch flags of a CMake compile_commands.json instead of objects")
-    parser.add_argument("--archs", help="requested archs, comma-separated (default: config gencode.archs, "
-                        "else every arch in the table, as a fat build)")
+    parser.add_argument("--archs", help="requested archs, comma-separated (default: config gencode.archs, else "
+                        "what each object's build requested per the build dir's manifest.json, else every arch "
+                        "in the table, as a fat build)")
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.gencode
     table = load_table(ctx.root, cfg.table)
     source_dir = ctx.root / (cfg.source_dir or str(Path(cfg.table).parent))
+    explicit = getattr(args, "archs", None) or cfg.archs
     requested = _requested(getattr(args, "archs", None), cfg.archs, table)
     findings = table_findings(table, source_dir, ctx.rel(source_dir), requested)
+    built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
     if getattr(args, "compile_commands", None):
         compiled, examined = from_compile_commands(args.compile_commands, source_dir, findings)
         unit = "compile commands"
     else:
         build_dir = getattr(args, "build_dir", None) or _default_build_dir(ctx, cfg.build_dir)
-        compiled, examined = from_build_dir(build_dir, findings)
+        compiled, examined, built_for = from_build_dir(build_dir, findings)
         unit = "objects"
+    if explicit:
+        built_for = {}
     if examined == 0:
         raise CheckError(f"no CUDA {unit} found to audit", "build first: python -m engine.cuda.build --fat --out DIR, "
                          "then pass --build-dir DIR (or --compile-commands FILE)")
-    findings += audit(table, compiled, requested, source_dir, ctx.rel(source_dir), cfg.ptx)
+    findings += audit(table, compiled, requested, source_dir, ctx.rel(source_dir), cfg.ptx, built_for)
     findings = list({(f.rule, f.message): f for f in findings}.values())  # a source unlisted twice is one finding
-    ok = f"OK: {len(compiled)} sources match {table.path} for {_fmt([fatbin.table_arch(a) for a in requested])}"
+    shown = sorted(set().union(*built_for.values()), key=lambda a: fatbin.arch_key(fatbin.table_arch(a))) \
+        if built_for else requested
+    ok = f"OK: {len(compiled)} sources match {table.path} for {_fmt([fatbin.table_arch(a) for a in shown])}"
     return Result.judge(ID, findings, examined, unit, ok)
 
 
@@ -114,8 +121,9 @@ def expected(table: Table, name: str, requested: list[str]) -> list[str]:
 
 
 def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], requested: list[str], source_dir: Path,
-          src_rel: str, ptx_policy: str) -> list[Finding]:
-    """Compare what was compiled per source (SASS, PTX) with the table's expectation."""
+          src_rel: str, ptx_policy: str, built_for: dict[str, list[str]] | None = None) -> list[Finding]:
+    """Compare what was compiled per source (SASS, PTX) with the table's archs intersected with the requested
+    list: the one given, else the one the source's build recorded in the manifest (`built_for`)."""
     out = []
     for name in sorted(set(table.sources) | set(compiled)):
         label = f"{src_rel}/{name}"
@@ -123,7 +131,7 @@ def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], reques
             out.append(R_UNLISTED.finding(f"{label}: not in the feature table {table.path}", table.path, None,
                                           f"add `{name}: <feature>` under sources"))
             continue
-        want = expected(table, name, requested)
+        want = expected(table, name, (built_for or {}).get(name, requested))
         where = (table.path, table.lines[name])
         if not want or not (source_dir / name).is_file():
             continue  # reported as GC004 / GC005
@@ -139,16 +147,21 @@ def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], reques
     return out
 
 
-def from_build_dir(build_dir: Path, findings: list[Finding]) -> tuple[dict[str, tuple[list[str], list[str]]], int]:
-    """Source name -> (SASS, PTX) of its object: the manifest's object per source, else the newest by name."""
+def from_build_dir(build_dir: Path, findings: list[Finding]
+                   ) -> tuple[dict[str, tuple[list[str], list[str]]], int, dict[str, list[str]]]:
+    """Source name -> (SASS, PTX) of its object (the manifest's per source, else the newest by name), the
+    count of objects, and per source the arch list its build requested (manifest entries that record one)."""
     if not build_dir.is_dir():
         raise CheckError(f"build directory {build_dir} does not exist",
                          "build first: python -m engine.cuda.build --fat --out DIR")
     manifest = build_dir / "manifest.json"
     objects: dict[str, Path] = {}
+    built_for: dict[str, list[str]] = {}
     if manifest.is_file():
         for label, entry in json.loads(manifest.read_text()).items():
             objects[Path(label).name] = build_dir / entry["object"]
+            if isinstance(entry.get("requested"), list):
+                built_for[Path(label).name] = [str(a) for a in entry["requested"]]
     else:
         candidates = [p for ext in ("*.so", "*.o", "*.fatbin") for p in build_dir.rglob(ext)]
         for path in sorted(candidates, key=lambda p: p.stat().st_mtime):
@@ -160,7 +173,7 @@ def from_build_dir(build_dir: Path, findings: list[Finding]) -> tuple[dict[str, 
             compiled[name] = fatbin.arch_lists(fatbin.read_object(path))
         except (OSError, fatbin.FatbinError) as exc:
             findings.append(R_UNREADABLE.finding(f"{path}: {exc}", None, None, "rebuild the object"))
-    return compiled, len(objects)
+    return compiled, len(objects), built_for
 
 
 def from_compile_commands(path: Path, source_dir: Path,

@@ -212,11 +212,12 @@ def source_label(source: Path) -> str:
         return source.resolve().as_posix()
 
 
-def write_manifest(out_dir: Path, results: list[BuildResult]) -> None:
+def write_manifest(out_dir: Path, results: list[BuildResult], requested: list[str]) -> None:
+    """source -> its latest object, the archs compiled and the arch list requested (the audit's default)."""
     path = out_dir / MANIFEST
     data = json.loads(path.read_text()) if path.exists() else {}
     for r in results:
-        data[source_label(r.source)] = {"object": r.obj.name, "archs": list(r.archs)}
+        data[source_label(r.source)] = {"object": r.obj.name, "archs": list(r.archs), "requested": requested}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
@@ -237,7 +238,7 @@ def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | 
     # Sources compile concurrently: nvcc's per-arch stages leave cores idle within one invocation.
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         results = list(pool.map(lambda job: compile_source(*job, out_dir, werror=werror), jobs))
-    write_manifest(out_dir, results)
+    write_manifest(out_dir, results, requested)
     return results
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -117,6 +118,22 @@ def test_gc005_table_names_a_missing_source_and_gc006_a_missing_object(tmp_path:
         ("GC005", "engine/cuda/gone.cu: listed under sources but does not exist"),
         ("GC006", "engine/cuda/splitkv.cu: no compiled object found"),
     ]
+
+
+@needs_nvcc
+def test_manifest_supplies_what_each_build_requested(tmp_path: Path, objects: dict[str, Path]) -> None:
+    """A JIT build for 9.0 only passes against a 8.0+9.0 table; the same object recorded as a fat build fails."""
+    build = make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    shutil.copy(objects["90"], build / "paged_attn-0123456789abcdef.so")
+    entry = {"object": "paged_attn-0123456789abcdef.so", "archs": ["9.0"], "requested": ["9.0", "9.0a"]}
+    (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
+    result = run(tmp_path)
+    assert (result.status.value, result.summary) == (
+        "pass", "OK: 1 sources match engine/cuda/arch_features.yaml for ['90','90a']")
+    entry["requested"] = ["8.0", "9.0"]
+    (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
+    assert pairs(run(tmp_path))[0] == ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']")
+    assert pairs(run(tmp_path, archs="9.0")) == []  # an explicit list wins over the manifest
 
 
 def test_gc007_bad_spelling_and_unknown_feature(tmp_path: Path) -> None:
