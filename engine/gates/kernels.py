@@ -77,7 +77,7 @@ def run_case(case: KernelCase, device: torch.device, seed: int) -> dict:
     try:
         inputs = case.make(seed, device)
         out = case.kernel(inputs)
-        ref = case.reference(inputs)
+        ref = case.reference_output(inputs)
         torch.cuda.synchronize(device)
         cmp = numerics.compare(out, ref, numerics.TOLERANCES[case.tolerance])
         row.update(cmp.as_dict())

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,26 @@ class KernelCase:
     tolerance: str  # a key of engine.gates.numerics.TOLERANCES
     row: str  # the roadmap row the case is evidence for
     tags: tuple[str, ...] = ()  # "long" for the slow long-context cases, "small" for sanitizer runs
+
+    def reference_output(self, inputs: Inputs) -> torch.Tensor:
+        """The reference with the kernels switched off, so a public op that dispatches to a kernel on a GPU
+        is never judged against itself."""
+        with torch_reference():
+            return self.reference(inputs)
+
+
+@contextmanager
+def torch_reference() -> Iterator[None]:
+    """VT_KERNELS=0 for the duration (engine.flags reads the environment at each call), then restored."""
+    old = os.environ.get("VT_KERNELS")
+    os.environ["VT_KERNELS"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["VT_KERNELS"]
+        else:
+            os.environ["VT_KERNELS"] = old
 
 
 def discover() -> list[KernelCase]:

@@ -68,3 +68,19 @@ def test_mismatched_inputs_are_errors() -> None:
         compare(rand(3, 7, dtype=torch.bfloat16), rand(3, 7), TOLERANCES["exact"])
     with pytest.raises(TypeError, match="not a float dtype"):
         compare(torch.ones(3, dtype=torch.int32), torch.ones(3, dtype=torch.int32), TOLERANCES["exact"])
+
+
+def test_references_run_with_the_kernels_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import flags
+    from engine.gates.cases import KernelCase, torch_reference
+
+    seen = []
+    case = KernelCase("x", "generic", None, torch.float32, lambda s, d: {}, lambda i: torch.zeros(1),
+                      lambda i: seen.append(flags.enabled("VT_KERNELS")) or torch.zeros(1), "exact", "BACKEND-CUDA")
+    monkeypatch.setenv("VT_KERNELS", "1")
+    case.reference_output({})
+    assert seen == [False] and flags.enabled("VT_KERNELS")
+    monkeypatch.delenv("VT_KERNELS")
+    with torch_reference():
+        assert not flags.enabled("VT_KERNELS")
+    assert "VT_KERNELS" not in __import__("os").environ
