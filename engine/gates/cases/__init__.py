@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -37,15 +38,8 @@ class KernelCase:
 @contextmanager
 def torch_reference() -> Iterator[None]:
     """VT_KERNELS=0 for the duration (engine.flags reads the environment at each call), then restored."""
-    old = os.environ.get("VT_KERNELS")
-    os.environ["VT_KERNELS"] = "0"
-    try:
+    with mock.patch.dict(os.environ, {"VT_KERNELS": "0"}):
         yield
-    finally:
-        if old is None:
-            del os.environ["VT_KERNELS"]
-        else:
-            os.environ["VT_KERNELS"] = old
 
 
 def discover() -> list[KernelCase]:
