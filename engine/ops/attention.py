@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
+from engine import flags
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -70,6 +71,10 @@ def paged_decode_attention(
     `block_tables[b, p // block_size] * block_size + p % block_size`; the query
     sits at position context_lens[b]-1. Rounding: the module docstring's points.
     """
+    if q.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA arms; VT_ATTN_* pick among them
+        from engine.cuda import paged_attn
+
+        return paged_attn.dispatch(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
     _check_window(sliding_window)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -19,6 +20,10 @@ def store_kv(
     already be in the cache dtype. Two tokens with the same slot is an error
     (the winner would be unspecified on a GPU).
     """
+    if k.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA store; slot values are not range-checked there
+        from engine.cuda import kv_store
+
+        return kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping)
     check_tensor(k, "k", ndim=3, dtypes=FLOAT_DTYPES)
     check_tensor(v, "v", ndim=3)
     check_tensor(k_cache, "k_cache", ndim=4)
