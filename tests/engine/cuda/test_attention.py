@@ -133,3 +133,18 @@ def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest
         expected = cases.ref_eager(x)
     got = numerics.compare(out, expected, numerics.TOLERANCES["bf16"])
     assert got.passed, got
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_public_op_runs_the_generic_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn as pa
+
+    x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=32,
+                           window=None)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ref.paged_decode_attention(*cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
+    monkeypatch.setenv("VT_KERNELS", "0")
+    expected = ref.paged_decode_attention(*cases._args(x))
+    got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["bf16"])
+    assert got.passed, got

@@ -52,3 +52,14 @@ def test_strided_tokens_and_skipped_slots(pad: int) -> None:
     assert torch.equal(kc, rk) and torch.equal(vc, rv)
     untouched = x["slots"] < 0
     assert untouched.sum() == 5  # the padding tokens wrote nothing: the caches equal the reference's
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_public_op_runs_the_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = cases.kv_inputs(4, torch.device("cuda"), dtype=torch.float32, d=64, bs=16)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    through_op = cases.ref_kv_store(x)  # engine.ops.kv_cache.store_kv: the CUDA store here
+    with torch_reference():
+        expected = cases.ref_kv_store(x)  # the torch copy
+    assert torch.equal(through_op, expected) and torch.equal(cases.run_kv(x), expected)
