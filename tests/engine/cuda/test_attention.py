@@ -140,11 +140,11 @@ def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest
 def test_public_op_runs_the_generic_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.cuda import paged_attn as pa
 
-    x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=32,
-                           window=None)
+    x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=32,
+                           window=None)  # fp32: the kernel and the reference differ in the last bits
     monkeypatch.setenv("VT_KERNELS", "1")
     assert torch.equal(ref.paged_decode_attention(*cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
     monkeypatch.setenv("VT_KERNELS", "0")
     expected = ref.paged_decode_attention(*cases._args(x))
-    got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["bf16"])
-    assert got.passed, got
+    got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["fp32"])
+    assert got.passed and got.bitwise_equal_pct < 100.0, got  # the op ran the reference this time

@@ -57,9 +57,14 @@ def test_strided_tokens_and_skipped_slots(pad: int) -> None:
 @needs_gpu
 @pytest.mark.gpu
 def test_public_op_runs_the_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import kv_store
+
+    calls = []
+    real = kv_store.store_kv
+    monkeypatch.setattr(kv_store, "store_kv", lambda *a: calls.append(1) or real(*a))
     x = cases.kv_inputs(4, torch.device("cuda"), dtype=torch.float32, d=64, bs=16)
     monkeypatch.setenv("VT_KERNELS", "1")
     through_op = cases.ref_kv_store(x)  # engine.ops.kv_cache.store_kv: the CUDA store here
     with torch_reference():
         expected = cases.ref_kv_store(x)  # the torch copy
-    assert torch.equal(through_op, expected) and torch.equal(cases.run_kv(x), expected)
+    assert calls == [1] and torch.equal(through_op, expected)
