@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine import flags
+from engine.cuda import act as cuda_act
 from engine.ops._check import FLOAT_DTYPES, check_tensor
 
 
@@ -20,5 +22,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # x: [..., 2*I] -> [..., I],
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"x: last dim must be even (gate and up halves), got shape {tuple(x.shape)}")
+    if x.is_cuda and flags.enabled("VT_ACT_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_act.silu_and_mul(x)
     inter = x.shape[-1] // 2
     return F.silu(x[..., :inter].contiguous()) * x[..., inter:]

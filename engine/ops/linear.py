@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine import flags
+from engine.cuda import gemv
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -29,6 +31,9 @@ def linear(
         check_tensor(bias, "bias", ndim=1)
         check_same_dtype(bias, "bias", x, "x")
         check_dim(bias, "bias", 0, weight.shape[0], "weight's out_features")
+    if x.is_cuda and flags.enabled("VT_GEMV") and flags.enabled("VT_KERNELS") and \
+            x.numel() <= gemv.MAX_ROWS * x.shape[-1]:
+        return gemv.linear(x, weight, bias)  # decode rows: the GEMV; a prefill keeps the GEMM
     return F.linear(x, weight, bias)
 
 

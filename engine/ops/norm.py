@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import norm as cuda_norm
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -26,6 +28,8 @@ def rms_norm(
     check_tensor(weight, "weight", ndim=1)
     check_same_dtype(weight, "weight", x, "x")
     check_dim(weight, "weight", 0, x.shape[-1], "x's last dim (hidden)")
+    if x.is_cuda and flags.enabled("VT_NORM_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_norm.rms_norm(x, weight, eps)
     xf = x.to(torch.float32)
     variance = xf.pow(2).mean(-1, keepdim=True)
     normed = xf * torch.rsqrt(variance + eps)
@@ -49,6 +53,8 @@ def fused_add_rms_norm(
     check_same_dtype(residual, "residual", x, "x")
     if residual.shape != x.shape:
         raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
+    if x.is_cuda and flags.enabled("VT_NORM_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_norm.fused_add_rms_norm(x, residual, weight, eps)
     new_residual = x + residual
     return rms_norm(new_residual, weight, eps), new_residual
 

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import rope as cuda_rope
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops.norm import qk_norm
 
 
 def rope_cos_sin(
@@ -53,7 +56,26 @@ def apply_rope_neox(
         check_same_dtype(t, name, x, "x")
         check_dim(t, name, 0, x.shape[0], "x's tokens")
         check_dim(t, name, 1, x.shape[2], "x's head_dim")
+    if x.is_cuda and flags.enabled("VT_ROPE_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_rope.apply_rope_neox(x, cos, sin)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     c, s = cos[:, None, :], sin[:, None, :]
     return (x * c) + (rotated * s)
+
+
+def qk_norm_rope(
+    x: torch.Tensor,  # x: [tokens, heads, head_dim]
+    weight: torch.Tensor,  # weight: [head_dim], x.dtype
+    cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
+    sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
+    eps: float,
+) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
+    """Qwen3's q/k path, `apply_rope_neox(qk_norm(x, weight, eps), cos, sin)`, with both ops' rounding points.
+
+    On a GPU under VT_QK_NORM_ROPE_FUSED it is one fused launch, whose fp32 sum of squares runs in another
+    order than torch's (default OFF for that reason).
+    """
+    if x.is_cuda and flags.enabled("VT_QK_NORM_ROPE_FUSED") and flags.enabled("VT_KERNELS"):
+        return cuda_rope.qk_norm_rope(x, weight, cos, sin, eps)
+    return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import sample as cuda_sample
 from engine.ops._check import FLOAT_DTYPES, check_tensor
 
 
@@ -15,6 +17,8 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:  # logits: [batch, voca
     check_tensor(logits, "logits", ndim=2, dtypes=FLOAT_DTYPES)
     if logits.shape[1] == 0:
         raise ValueError("logits: vocab dim is empty")
+    if logits.is_cuda and flags.enabled("VT_ARGMAX_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_sample.greedy_argmax(logits)
     return torch.argmax(logits, dim=-1)
 
 
@@ -49,6 +53,10 @@ def sample_top_k_top_p(
         raise ValueError("temperature: must be > 0 (use greedy_argmax for temperature 0)")
     if bool(((ps <= 0) | (ps > 1)).any()):
         raise ValueError("top_p: must be in (0, 1]")
+    if logits.is_cuda and flags.enabled("VT_SAMPLE_KERNEL") and flags.enabled("VT_KERNELS"):
+        # the kernel's counter-based stream is seeded from the generator, which advances as a draw would
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
+        return cuda_sample.sample_top_k_top_p(logits, ks, ps, ts, seed)
     scaled = logits.float().cpu() / ts[:, None]
     keep = _top_k_set(scaled, ks)
     keep = _top_p_set(scaled, keep, ps)

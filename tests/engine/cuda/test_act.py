@@ -78,3 +78,21 @@ def test_silu_and_mul_reads_strided_rows_and_extremes(cuda):
     got, want = act.silu_and_mul(x), silu_and_mul(x)
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@gpu
+def test_ops_dispatch_to_the_kernel_only_under_both_flags(cuda, monkeypatch):
+    import engine.ops.activation as ops
+    from engine.cuda import act
+
+    calls: list[int] = []
+    real = act.silu_and_mul
+    monkeypatch.setattr(act, "silu_and_mul", lambda x: calls.append(1) or real(x))
+    x = torch.randn(5, 2 * 333, dtype=torch.bfloat16, device=cuda)
+    want = ops.silu_and_mul(x)
+    assert calls == []  # VT_KERNELS=0 (the fixture)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.silu_and_mul(x), want) and calls == [1]  # VT_ACT_KERNEL is on by default
+    monkeypatch.setenv("VT_ACT_KERNEL", "0")
+    ops.silu_and_mul(x)
+    assert calls == [1]

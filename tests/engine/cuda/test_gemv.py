@@ -130,3 +130,24 @@ def test_gemv_rounds_once_from_an_fp32_sum(cuda, dtype):
     bound = half_ulp + (k + 1) * 2.0**-24 * terms
     err = (gemv.linear(x, w, b).double() - exact).abs()
     assert bool((err <= bound).all()), f"worst excess {(err - bound).max().item():.3e}"
+
+
+@gpu
+def test_ops_linear_dispatches_decode_rows_to_the_gemv_under_both_flags(cuda, monkeypatch):
+    import engine.ops.linear as ops
+    from engine.cuda import gemv
+
+    calls: list[int] = []
+    real = gemv.linear
+    monkeypatch.setattr(gemv, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))
+    w = torch.randn(33, 256, device=cuda, dtype=torch.bfloat16) / 16
+    x = torch.randn(2, 256, device=cuda, dtype=torch.bfloat16)
+    monkeypatch.setenv("VT_GEMV", "1")
+    ops.linear(x, w)
+    assert calls == []  # VT_KERNELS=0 (the fixture)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.linear(x, w), gemv.linear(x, w)) and calls == [1, 1]
+    ops.linear(torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill: the GEMM
+    monkeypatch.setenv("VT_GEMV", "0")
+    ops.linear(x, w)
+    assert calls == [1, 1]

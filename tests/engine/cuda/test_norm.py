@@ -151,3 +151,29 @@ def test_weight_of_another_dtype_is_named(cuda):
     x = torch.randn(3, 16, dtype=torch.bfloat16, device=cuda)
     with pytest.raises(TypeError, match="weight: expected dtype torch.bfloat16, got torch.float32"):
         norm.rms_norm(x, torch.ones(16, device=cuda), EPS)
+
+
+@gpu
+def test_ops_dispatch_to_the_kernels_only_under_both_flags(cuda, monkeypatch):
+    import engine.ops.norm as ops
+    from engine.cuda import norm
+
+    calls: list[str] = []
+    for name in ("rms_norm", "fused_add_rms_norm"):
+        real = getattr(norm, name)
+        monkeypatch.setattr(norm, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    x = torch.randn(5, 333, dtype=torch.bfloat16, device=cuda)
+    r = torch.randn(5, 333, dtype=torch.bfloat16, device=cuda)
+    w = torch.rand(333, dtype=torch.bfloat16, device=cuda) + 0.5
+    monkeypatch.setenv("VT_NORM_KERNEL", "1")
+    ops.rms_norm(x, w, EPS), ops.fused_add_rms_norm(x, r, w, EPS), ops.qk_norm(x.view(5, 9, 37), w[:37], EPS)
+    assert calls == []  # VT_KERNELS=0 (the fixture): the torch reference everywhere
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.rms_norm(x, w, EPS), norm.rms_norm(x, w, EPS))
+    got, got_res = ops.fused_add_rms_norm(x, r, w, EPS)
+    assert calls == ["rms_norm", "rms_norm", "fused_add_rms_norm"] and torch.equal(got_res, x + r)
+    ops.qk_norm(x.view(5, 9, 37), w[:37], EPS)
+    assert calls[-1] == "rms_norm"
+    monkeypatch.setenv("VT_NORM_KERNEL", "0")
+    ops.rms_norm(x, w, EPS)
+    assert len(calls) == 4

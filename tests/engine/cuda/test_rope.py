@@ -111,3 +111,26 @@ def test_fused_qk_norm_rope_matches_the_two_references(cuda, shape, dtype):
     torch.testing.assert_close(got, want, rtol=tol, atol=tol * want.abs().max().item())
     if dtype != torch.float32:
         assert (got == want).float().mean().item() >= 0.99
+
+
+@gpu
+def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
+    import engine.ops.rope as ops
+    from engine.cuda import rope
+
+    calls: list[str] = []
+    for name in ("apply_rope_neox", "qk_norm_rope"):
+        real = getattr(rope, name)
+        monkeypatch.setattr(rope, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    x, cos, sin = inputs((7, 3, 128), torch.bfloat16, cuda, seed=2)
+    w = torch.rand(128, device=cuda).to(torch.bfloat16) + 0.5
+    want = ops.apply_rope_neox(x, cos, sin)
+    ops.qk_norm_rope(x, w, cos, sin, EPS)
+    assert calls == []  # VT_KERNELS=0 (the fixture)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.apply_rope_neox(x, cos, sin), want)  # VT_ROPE_KERNEL is on by default, and bitwise
+    monkeypatch.setenv("VT_NORM_KERNEL", "0")
+    ops.qk_norm_rope(x, w, cos, sin, EPS)  # VT_QK_NORM_ROPE_FUSED is off: qk_norm in torch, then the RoPE kernel
+    monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "1")
+    assert torch.equal(ops.qk_norm_rope(x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
+    assert calls == ["apply_rope_neox", "apply_rope_neox", "qk_norm_rope", "qk_norm_rope"]

@@ -150,3 +150,27 @@ def test_sample_frequencies_follow_the_renormalized_softmax(cuda, top_k, top_p):
     freq = got.double() / rows
     assert bool((freq[~keep] == 0).all())
     assert (freq - want).abs().max().item() < 0.012  # about 5 standard deviations at 40,000 draws
+
+
+@gpu
+def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
+    import engine.ops.sampling as ops
+    from engine.cuda import sample
+
+    calls: list[str] = []
+    for name in ("greedy_argmax", "sample_top_k_top_p"):
+        real = getattr(sample, name)
+        monkeypatch.setattr(sample, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    logits = torch.randn(4, 5000, device=cuda, dtype=torch.bfloat16)
+    want = ops.greedy_argmax(logits)
+    ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(0))
+    assert calls == []  # VT_KERNELS=0 (the fixture)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.greedy_argmax(logits), want) and calls == ["greedy_argmax"]
+    ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(0))  # VT_SAMPLE_KERNEL is off
+    monkeypatch.setenv("VT_SAMPLE_KERNEL", "1")
+    a = ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
+    b = ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
+    assert calls == ["greedy_argmax", "sample_top_k_top_p", "sample_top_k_top_p"]
+    assert torch.equal(a, b) and a.device == logits.device  # the generator's state seeds the kernel
+    assert bool(kept_set(logits.float(), 20, 0.9 + 1e-3, 1.0)[torch.arange(4, device=cuda), a].all())
