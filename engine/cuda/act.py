@@ -14,10 +14,16 @@ _I = ctypes.c_int
 _L = ctypes.c_longlong
 
 
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to act.cu)
+    "vt_act_silu_and_mul": [_P, _P, _I, _I, _L, _L, _I, _P],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("act.cu")
-    ffi.bind(lib, "vt_act_silu_and_mul", [_P, _P, _I, _I, _L, _L, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 

@@ -15,10 +15,16 @@ _L = ctypes.c_longlong
 MAX_ROWS = 8  # the GEMV reads W once per row of x: past a few rows a GEMM is the better kernel
 
 
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
+    "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("gemv.cu")
-    ffi.bind(lib, "vt_gemv_gemv", [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 

@@ -14,11 +14,17 @@ _L = ctypes.c_longlong
 _F = ctypes.c_float
 
 
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to norm.cu)
+    "vt_norm_rms_norm": [_P, _P, _P, _I, _I, _L, _L, _F, _F, _I, _P],
+    "vt_norm_fused_add_rms_norm": [_P, _P, _P, _P, _P, _I, _I, _L, _L, _L, _L, _F, _F, _I, _P],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("norm.cu")
-    ffi.bind(lib, "vt_norm_rms_norm", [_P, _P, _P, _I, _I, _L, _L, _F, _F, _I, _P])
-    ffi.bind(lib, "vt_norm_fused_add_rms_norm", [_P, _P, _P, _P, _P, _I, _I, _L, _L, _L, _L, _F, _F, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 

@@ -15,11 +15,17 @@ _L = ctypes.c_longlong
 _F = ctypes.c_float
 
 
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to rope.cu)
+    "vt_rope_neox": [_P, _P, _P, _P, _L, _I, _I, _L, _L, _I, _P],
+    "vt_rope_qk_norm_rope": [_P, _P, _P, _P, _P, _L, _I, _I, _L, _L, _F, _F, _I, _P],
+}
+
+
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("rope.cu")
-    ffi.bind(lib, "vt_rope_neox", [_P, _P, _P, _P, _L, _I, _I, _L, _L, _I, _P])
-    ffi.bind(lib, "vt_rope_qk_norm_rope", [_P, _P, _P, _P, _P, _L, _I, _I, _L, _L, _F, _F, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
 
 

@@ -55,20 +55,21 @@ VT_EXPORT int vt_sample_argmax(long long* out, float* part_val, int* part_idx, c
 }
 
 // out: [batch] int64; logits: [batch, vocab] (row stride ld); top_k: [batch] int32; top_p, temperature: [batch]
-// fp32 (device pointers; the values are checked by the binding)
+// fp32 (device pointers; the values are checked by the binding); seed: any 64 bits
 VT_EXPORT int vt_sample_top_k_top_p(long long* out, const void* logits, int batch, int vocab, long long ld,
                                     const int* top_k, const float* top_p, const float* temperature,
-                                    unsigned long long seed, int dtype, void* stream) {
+                                    long long seed, int dtype, void* stream) {
   if (int rc = check_logits(batch, vocab, ld)) return rc;
   if (batch == 0) return vt::kOk;
+  const auto bits = static_cast<unsigned long long>(seed);  // the seed's 64 bits, whatever their sign
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case vt::kF32: launch_top_k_top_p<float>(out, logits, batch, vocab, ld, top_k, top_p, temperature, seed, s); break;
+    case vt::kF32: launch_top_k_top_p<float>(out, logits, batch, vocab, ld, top_k, top_p, temperature, bits, s); break;
     case vt::kBF16:
-      launch_top_k_top_p<__nv_bfloat16>(out, logits, batch, vocab, ld, top_k, top_p, temperature, seed, s);
+      launch_top_k_top_p<__nv_bfloat16>(out, logits, batch, vocab, ld, top_k, top_p, temperature, bits, s);
       break;
     case vt::kF16:
-      launch_top_k_top_p<__half>(out, logits, batch, vocab, ld, top_k, top_p, temperature, seed, s);
+      launch_top_k_top_p<__half>(out, logits, batch, vocab, ld, top_k, top_p, temperature, bits, s);
       break;
     default: return vt::fail(vt::kUnsupported, "sample: dtype code %d is not 0 (fp32), 1 (bf16) or 2 (fp16)", dtype);
   }

@@ -11,17 +11,25 @@ from engine.cuda import build, ffi
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _L = ctypes.c_longlong
-_U64 = ctypes.c_ulonglong
-_SEED_MASK = (1 << 64) - 1
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to sample.cu)
+    "vt_sample_argmax": [_P, _P, _P, _P, _I, _I, _L, _I, _P],
+    "vt_sample_argmax_chunks": [_I],
+    "vt_sample_top_k_top_p": [_P, _P, _I, _I, _L, _P, _P, _P, _L, _I, _P],
+}
 
 
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("sample.cu")
-    ffi.bind(lib, "vt_sample_argmax", [_P, _P, _P, _P, _I, _I, _L, _I, _P])
-    ffi.bind(lib, "vt_sample_argmax_chunks", [_I])
-    ffi.bind(lib, "vt_sample_top_k_top_p", [_P, _P, _I, _I, _L, _P, _P, _P, _U64, _I, _P])
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
     return lib
+
+
+def _seed_bits(seed: int) -> int:
+    """The seed's low 64 bits as the signed value the launcher's `long long` takes."""
+    bits = seed % (1 << 64)
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
 def _logits(logits: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -87,6 +95,6 @@ def sample_top_k_top_p(
     out = torch.empty(batch, dtype=torch.int64, device=dev)
     lib = _lib()
     rc = lib.vt_sample_top_k_top_p(ffi.ptr(out), ffi.ptr(logits), batch, vocab, ld, ffi.ptr(k), ffi.ptr(p),
-                                   ffi.ptr(t), seed & _SEED_MASK, ffi.dtype_code(logits, "logits"), ffi.stream(dev))
+                                   ffi.ptr(t), _seed_bits(seed), ffi.dtype_code(logits, "logits"), ffi.stream(dev))
     ffi.check(rc, "vt_sample_top_k_top_p", lib, "sample")
     return out

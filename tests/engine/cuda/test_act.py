@@ -96,3 +96,13 @@ def test_ops_dispatch_to_the_kernel_only_under_both_flags(cuda, monkeypatch):
     monkeypatch.setenv("VT_ACT_KERNEL", "0")
     ops.silu_and_mul(x)
     assert calls == [1]
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import act
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "act.cu")
+    assert set(act.SIGNATURES) == set(launchers) - {"vt_act_last_error"}
+    for name, argtypes in act.SIGNATURES.items():
+        assert argtypes == launchers[name], name

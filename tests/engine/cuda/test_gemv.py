@@ -151,3 +151,13 @@ def test_ops_linear_dispatches_decode_rows_to_the_gemv_under_both_flags(cuda, mo
     monkeypatch.setenv("VT_GEMV", "0")
     ops.linear(x, w)
     assert calls == [1, 1]
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import gemv
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "gemv.cu")
+    assert set(gemv.SIGNATURES) == set(launchers) - {"vt_gemv_last_error"}
+    for name, argtypes in gemv.SIGNATURES.items():
+        assert argtypes == launchers[name], name

@@ -177,3 +177,13 @@ def test_ops_dispatch_to_the_kernels_only_under_both_flags(cuda, monkeypatch):
     monkeypatch.setenv("VT_NORM_KERNEL", "0")
     ops.rms_norm(x, w, EPS)
     assert len(calls) == 4
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import norm
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "norm.cu")
+    assert set(norm.SIGNATURES) == set(launchers) - {"vt_norm_last_error"}
+    for name, argtypes in norm.SIGNATURES.items():
+        assert argtypes == launchers[name], name

@@ -134,3 +134,13 @@ def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
     monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "1")
     assert torch.equal(ops.qk_norm_rope(x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
     assert calls == ["apply_rope_neox", "apply_rope_neox", "qk_norm_rope", "qk_norm_rope"]
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import rope
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "rope.cu")
+    assert set(rope.SIGNATURES) == set(launchers) - {"vt_rope_last_error"}
+    for name, argtypes in rope.SIGNATURES.items():
+        assert argtypes == launchers[name], name

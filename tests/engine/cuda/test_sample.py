@@ -174,3 +174,13 @@ def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
     assert calls == ["greedy_argmax", "sample_top_k_top_p", "sample_top_k_top_p"]
     assert torch.equal(a, b) and a.device == logits.device  # the generator's state seeds the kernel
     assert bool(kept_set(logits.float(), 20, 0.9 + 1e-3, 1.0)[torch.arange(4, device=cuda), a].all())
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import sample
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "sample.cu")
+    assert set(sample.SIGNATURES) == set(launchers) - {"vt_sample_last_error"}
+    for name, argtypes in sample.SIGNATURES.items():
+        assert argtypes == launchers[name], name
