@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
 from engine.ops._packing import unpack_int32
 from engine.ops.linear import linear
@@ -39,6 +41,8 @@ def dequant_awq(
     check_dim(scales, "scales", 1, n, "N (8 per qweight word)")
     check_dim(qzeros, "qzeros", 0, k // group_size, "K/group_size")
     check_dim(qzeros, "qzeros", 1, n // 8, "N/8")
+    if qweight.is_cuda and flags.enabled("VT_DEQUANT_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.dequant_awq(qweight, qzeros, scales, group_size, dtype)
     order = _column_order(n, qweight.device)
     q = unpack_int32(qweight, 4)[:, order]  # [K, N]
     z = unpack_int32(qzeros, 4)[:, order].repeat_interleave(group_size, dim=0)
@@ -55,6 +59,9 @@ def awq_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant straight to x.dtype (one rounding), then `linear`: the reference for a fused AWQ GEMV."""
+    one_row = x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
+    if x.is_cuda and one_row and flags.enabled("VT_DEQUANT_GEMV") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.awq_linear(x, qweight, qzeros, scales, group_size, bias)
     w = dequant_awq(qweight, qzeros, scales, group_size, dtype=x.dtype)
     return linear(x, w.T, bias)
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import gdn as cuda_gdn
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
 
 
@@ -38,6 +40,9 @@ def gated_delta_decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] q.dtype, new_state [batch, heads, dk, dv] fp32)
     """One token of the gated delta rule for every sequence; `state` is not modified."""
     _check(q, k, v, g, beta, state, seq_dim=False)
+    if q.is_cuda and flags.enabled("VT_GDN_KERNEL") and flags.enabled("VT_KERNELS"):
+        if cuda_gdn.supports(q, k, v) and state.is_contiguous():
+            return cuda_gdn.decode(q, k, v, g, beta, state, scale=scale, use_qk_l2norm=use_qk_l2norm, eps=eps)
     qf, kf = _prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm, eps)  # [batch, heads, dk]
     vf, bf = v.float(), beta.float()
     s = state * g.float().exp()[..., None, None]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_tensor
 from engine.ops._packing import unpack_int32
 from engine.ops.linear import linear
@@ -54,6 +56,8 @@ def dequant_gptq(
         raise ValueError(f"scales: N={n} is not a multiple of {per_word} (qzeros packing)")
     if k and (int(g_idx.min()) < 0 or int(g_idx.max()) >= groups):
         raise IndexError(f"g_idx: values outside [0, {groups})")
+    if qweight.is_cuda and bits == 4 and flags.enabled("VT_DEQUANT_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype)
     q = unpack_int32(qweight.T, bits).T  # [K, N]: unpack along K
     z = unpack_int32(qzeros, bits) + ZERO_OFFSET[version]  # [groups, N]
     rows = g_idx.long()
@@ -71,5 +75,8 @@ def gptq_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant straight to x.dtype (one rounding), then `linear`: the reference for a fused GPTQ GEMV."""
+    one_row = x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
+    if x.is_cuda and one_row and bits == 4 and flags.enabled("VT_DEQUANT_GEMV") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.gptq_linear(x, qweight, qzeros, scales, g_idx, bits, version, bias)
     w = dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype=x.dtype)
     return linear(x, w.T, bias)

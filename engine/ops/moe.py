@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine import flags
+from engine.cuda import moe as cuda_moe
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -25,6 +27,9 @@ def moe_route(
         raise ValueError(f"top_k: {top_k} not in [1, num_experts={router_logits.shape[1]}]")
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype: {dtype} is not a float model dtype")
+    if router_logits.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
+        if cuda_moe.supports(router_logits.shape[1], top_k):
+            return cuda_moe.route(router_logits, top_k, renormalize, dtype)
     probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
     weights, ids = torch.topk(probs, top_k, dim=-1)
     if renormalize:
@@ -65,6 +70,11 @@ def moe_experts(
     check_dim(weights, "weights", 0, x.shape[0], "x's tokens")
     if ids.shape != weights.shape:
         raise ValueError(f"ids: shape {tuple(ids.shape)} != weights' {tuple(weights.shape)}")
+    # Before the id checks below, which read ids on the host (a sync a captured CUDA graph cannot hold); the
+    # kernels skip ids outside [0, E) and expect distinct ids per token, as the checks demand.
+    if x.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
+        if cuda_moe.supports(num_experts, ids.shape[1]):
+            return cuda_moe.experts(x, gate_up, down, weights, ids)
     if ids.numel():
         if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
             raise IndexError(f"ids: values outside [0, {num_experts})")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from engine import flags
+from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
 from engine.ops.linear import linear
 
@@ -39,6 +41,8 @@ def dequant_nvfp4(
         raise ValueError(f"packed: K={k} is not a multiple of {NVFP4_BLOCK}")
     check_dim(block_scales, "block_scales", 0, n, "packed's N")
     check_dim(block_scales, "block_scales", 1, k // NVFP4_BLOCK, f"K/{NVFP4_BLOCK}")
+    if packed.is_cuda and flags.enabled("VT_DEQUANT_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
     codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, k).long()  # low nibble first
     magnitude = torch.tensor(E2M1_MAGNITUDE, dtype=torch.float32, device=packed.device)[codes & 7]
     values = torch.where((codes & 8) != 0, -magnitude, magnitude)
@@ -54,6 +58,9 @@ def nvfp4_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant to x.dtype, then `linear`: the reference for a fused NVFP4 GEMV."""
+    one_row = x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
+    if x.is_cuda and one_row and flags.enabled("VT_DEQUANT_GEMV") and flags.enabled("VT_KERNELS"):
+        return cuda_quant.nvfp4_linear(x, packed, block_scales, global_scale, bias)
     return linear(x, dequant_nvfp4(packed, block_scales, global_scale, x.dtype), bias)
 
 
