@@ -170,7 +170,13 @@ class EnvDocConfig(Strict):
 
 
 class GemvConfig(Strict):
-    pass
+    """gemv-invocation: where the engine's matmul/GEMV call sites live, and how many must be found."""
+
+    python: list[str] = Field(default_factory=lambda: ["engine/**/*.py"], description="globs of Python sources")
+    cuda: list[str] = Field(default_factory=lambda: ["engine/**/*.cu", "engine/**/*.cuh"],
+                            description="globs of CUDA sources (launch sites and cuBLAS/heuristic calls)")
+    min_sites: int = Field(1, ge=0, description="fail below this many examined call sites: a moved or renamed "
+                           "tree must not pass vacuously")
 
 
 class LiveRowsConfig(Strict):
@@ -186,7 +192,14 @@ class RoleConfig(Strict):
 
 
 class GencodeConfig(Strict):
-    pass
+    """Where the arch feature table, the sources and the compiled objects are, and how PTX is held."""
+
+    table: str = Field("engine/cuda/arch_features.yaml", description="the feature table, repo-relative")
+    source_dir: str | None = Field(None, description="directory the table's source names are in; unset: the table's")
+    build_dir: str | None = Field(None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
+    archs: list[str] | None = Field(None, description="requested archs (e.g. ['9.0']); unset: the table's union")
+    ptx: Literal["all", "subset", "none"] = Field(
+        "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited")
 
 
 class RecordConfig(Strict):

@@ -48,6 +48,12 @@ CHECKS: tuple[CheckSpec, ...] = (
               "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
     CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),
               "every changed path fits a path class within its review budget; paired paths change together"),
+    # tree
+    CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
+              ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
+    # build
+    CheckSpec("gencode", "gencode", "build", "scripts/check-gencode.py", ("manual",),
+              "the arch list compiled into each CUDA object equals the feature table's"),
 )
 
 

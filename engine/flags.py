@@ -83,3 +83,31 @@ declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
 # --- runner (ENGINE-GRAPH) --------------------------------------------------
 declare("VT_EAGER", False, "ENGINE-GRAPH",
         "Run the decode step eagerly instead of replaying its captured CUDA graph.")
+
+# --- MoE, gated delta net, quantised weights (KERNEL-MOE, KERNEL-GDN, QUANT-*) ---
+declare("VT_MOE_KERNELS", False, "KERNEL-MOE",
+        "Compiled MoE routing, token-to-expert alignment and grouped expert GEMMs (fp32 GEMM accumulation, so not byte-exact).")
+declare("VT_GDN_KERNEL", False, "KERNEL-GDN",
+        "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).")
+declare("VT_DEQUANT_KERNEL", False, "QUANT-AWQ",
+        "Compiled AWQ, GPTQ and NVFP4 dequant to the model dtype (bit-exact to the references).")
+declare("VT_DEQUANT_GEMV", False, "QUANT-AWQ",
+        "Fused dequant-GEMV for AWQ, GPTQ and NVFP4 weights at M=1 (fp32 accumulation, within bf16 tolerance).")
+
+# --- norm, RoPE, activation, sampling, GEMV (KERNEL-NORM/ROPE/ACT/SAMPLE/GEMV) --
+# The default-ON kernels are bitwise equal to their torch reference on the numerics gate; the others
+# (another fp32 summation order, another random stream) are fast arms behind a default-OFF flag.
+declare("VT_NORM_KERNEL", False, "KERNEL-NORM",
+        "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp).")
+declare("VT_ROPE_KERNEL", True, "KERNEL-ROPE",
+        "Neox RoPE CUDA kernel (products and sum rounded to the model dtype, as the reference).")
+declare("VT_QK_NORM_ROPE_FUSED", False, "KERNEL-ROPE",
+        "Fused Qwen3 q/k RMSNorm + neox RoPE kernel (one launch per q or k; its sum-of-squares order differs from torch's).")
+declare("VT_ACT_KERNEL", True, "KERNEL-ACT",
+        "SiLU-and-mul CUDA kernel (silu rounded to the model dtype, then the product).")
+declare("VT_ARGMAX_KERNEL", True, "KERNEL-SAMPLE",
+        "Two-pass greedy argmax CUDA kernel (torch.argmax's lowest-index tie and first-NaN rules).")
+declare("VT_SAMPLE_KERNEL", False, "KERNEL-SAMPLE",
+        "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).")
+declare("VT_GEMV", False, "KERNEL-GEMV",
+        "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype).")

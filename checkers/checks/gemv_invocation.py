@@ -1,0 +1,259 @@
+"""Engine matmul/GEMV call sites keep the caller's output dtype and take tuning from named constants declared once."""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from dataclasses import dataclass
+
+from checkers import cuda_sites as cu
+from checkers.context import Context
+from checkers.results import CheckError, Finding, Result, Rule
+
+ID = "gemv-invocation"
+RULES = (
+    Rule("GV001", "gemv-float32-output", "a matmul/GEMV call site hardcodes a float32 output, not the caller's"),
+    Rule("GV002", "gemv-literal-tuning", "a launch or heuristic site takes a tuning parameter as a bare literal"),
+    Rule("GV003", "gemv-constant-redeclared", "a tuning constant used at a launch or heuristic site is declared twice"),
+    Rule("GV004", "gemv-too-few-sites", "fewer matmul/GEMV call sites were found than the configured minimum"),
+)
+R_F32, R_LITERAL, R_TWICE, R_FEW = RULES
+
+# Python call sites: torch's matmul family, F.linear, `@`, and the engine's own linear/GEMV ops.
+TORCH_SITES = frozenset({"torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.nn.functional.linear"})
+TENSOR_METHODS = frozenset({"matmul", "mm", "bmm", "addmm"})
+ENGINE_OP = re.compile(r"engine(\.\w+)*\.(linear|gemv|\w+_gemv|gemv_\w+)")
+F32 = frozenset({"torch.float32", "torch.float"})
+DTYPE_KEYWORDS = frozenset({"dtype", "out_dtype"})
+TUNING_KEYWORD = re.compile(r"(num_)?splits?(_k)?|algos?|algo_count|num_algos|block_[a-z]+|threads|(num_)?warps|"
+                            r"tile_\w+|rows_per_\w+")
+# CUDA: GEMV/GEMM kernels (A1 at their launches), and cuBLAS or heuristic calls (A2 on every argument).
+GEMV_KERNEL = re.compile(r".*(gemv|gemm).*", re.I)
+LIBRARY_CALL = re.compile(r"cublas\w+|\w*[Hh]euristic\w*")
+# cuBLAS Ex calls: (A type, C type) argument positions; C = CUDA_R_32F over a narrower A is a float32 output.
+CUBLAS_TYPES = {"cublasGemmEx": (8, 15), "cublasGemmBatchedEx": (8, 15), "cublasGemmStridedBatchedEx": (8, 17)}
+STRUCTURAL = frozenset({"0", "1"})  # none and one are never tuning choices (empty shared memory, a single block)
+LAUNCH_SLOTS = ("grid", "block", "shared memory")  # the stream slot holds no tuning
+A1_HINT = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
+A2_HINT = ("declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) "
+           "and use the name")
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str  # relative to the repository root
+    text: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-sites", type=int, default=None, help="fail below this many call sites "
+                        "(default: gemv.min_sites in .agents/config.yaml)")
+
+
+def run(ctx: Context, args: argparse.Namespace) -> Result:
+    cfg = ctx.config.gemv
+    py = _read(ctx, cfg.python)
+    cuda = _read(ctx, cfg.cuda)
+    minimum = getattr(args, "min_sites", None)
+    findings, sites = check_sources(py, cuda, cfg.min_sites if minimum is None else minimum)
+    return Result.judge(ID, findings, sites, "call and launch sites",
+                        f"{sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning "
+                        "constants")
+
+
+def _read(ctx: Context, globs: list[str]) -> list[Source]:
+    paths = sorted({p for g in globs for p in ctx.root.glob(g) if p.is_file()})
+    try:
+        return [Source(ctx.rel(p), p.read_text(encoding="utf-8")) for p in paths]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckError(f"cannot read an engine source: {exc}") from None
+
+
+def check_sources(py: list[Source], cuda: list[Source], min_sites: int) -> tuple[list[Finding], int]:
+    """All findings over the Python and CUDA sources, and the number of call sites examined."""
+    findings: list[Finding] = []
+    sites = 0
+    for src in py:
+        f, n = check_python(src)
+        findings += f
+        sites += n
+    raw = {s.path: s.text for s in cuda}
+    blanked = {s.path: cu.blank_comments(s.text) for s in cuda}
+    for src in cuda:
+        f, n = check_cuda(src, raw, blanked)
+        findings += f
+        sites += n
+    if sites < min_sites:
+        findings.append(R_FEW.finding(f"examined {sites} call and launch sites, fewer than the configured minimum "
+                                      f"{min_sites}", hint="check gemv.python/gemv.cuda in .agents/config.yaml "
+                                      "point at the engine's sources"))
+    return findings, sites
+
+
+# --- Python -------------------------------------------------------------------------------------------
+
+def check_python(src: Source) -> tuple[list[Finding], int]:
+    try:
+        tree = ast.parse(src.text, filename=src.path)
+    except SyntaxError as exc:
+        raise CheckError(f"{src.path}:{exc.lineno}: cannot parse: {exc.msg}") from None
+    nodes = list(ast.walk(tree))
+    aliases = _aliases(nodes)
+    assigned = _module_assignments(tree)
+    findings: list[Finding] = []
+    sites = 0
+    for node in nodes:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            site, operands, keywords = "`@`", [node.left, node.right], []
+        elif isinstance(node, ast.Call) and (site := _site_name(node.func, aliases)):
+            operands, keywords = list(node.args), node.keywords
+        else:
+            continue
+        sites += 1
+        for i, op in enumerate(operands, 1):
+            if form := _upcast(op, aliases):
+                findings.append(R_F32.finding(f"{site} operand {i} is upcast with {form}: the output dtype must come "
+                                              f"from the caller's out dtype", src.path, node.lineno, A1_HINT))
+        for kw in keywords:
+            if kw.arg in DTYPE_KEYWORDS and _qualified(kw.value, aliases) in F32:
+                findings.append(R_F32.finding(f"{site} is called with {kw.arg}={ast.unparse(kw.value)}: the output "
+                                              f"dtype must come from the caller's out dtype", src.path, node.lineno,
+                                              A1_HINT))
+            elif kw.arg and TUNING_KEYWORD.fullmatch(kw.arg):
+                findings += _python_tuning(site, kw, assigned, src.path, node.lineno)
+    return findings, sites
+
+
+def _python_tuning(site: str, kw: ast.keyword, assigned: dict[str, list[int]], path: str,
+                   line: int) -> list[Finding]:
+    value = kw.value
+    if isinstance(value, ast.Constant) and type(value.value) is int and str(value.value) not in STRUCTURAL:
+        return [R_LITERAL.finding(f"{site} is called with {kw.arg}={value.value}: a tuning parameter must be a "
+                                  f"named constant", path, line, A2_HINT)]
+    if isinstance(value, ast.Name) and len(assigned.get(value.id, [])) > 1:
+        lines = ", ".join(f"{path}:{n}" for n in assigned[value.id])
+        return [R_TWICE.finding(f"tuning constant {value.id} passed as {kw.arg} to {site} is declared "
+                                f"{len(assigned[value.id])} times ({lines}): declare it once", path, line, A2_HINT)]
+    return []
+
+
+def _aliases(nodes: list[ast.AST]) -> dict[str, str]:
+    """Local name -> qualified name, from the module's imports."""
+    out: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def _module_assignments(tree: ast.Module) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name):
+                out.setdefault(t.id, []).append(node.lineno)
+    return out
+
+
+def _qualified(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([aliases.get(node.id, node.id), *reversed(parts)])
+
+
+def _site_name(func: ast.expr, aliases: dict[str, str]) -> str | None:
+    name = _qualified(func, aliases)
+    if name in TORCH_SITES or (name and ENGINE_OP.fullmatch(name)):
+        return name
+    if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS and not (name or "").startswith("torch."):
+        return f".{func.attr}()"
+    return None
+
+
+def _upcast(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    """`.float()`, `.to(torch.float32)` or `.type(torch.float32)` applied to an operand, as written."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    method = node.func.attr
+    if method == "float" and not node.args:
+        return ".float()"
+    targets = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "dtype")]
+    if method in ("to", "type") and any(_qualified(t, aliases) in F32 for t in targets):
+        return f".{method}({', '.join(ast.unparse(t) for t in targets)})"
+    return None
+
+
+# --- CUDA ---------------------------------------------------------------------------------------------
+
+def check_cuda(src: Source, raw: dict[str, str], blanked: dict[str, str] | None = None) -> tuple[list[Finding], int]:
+    """Findings and site count of one CUDA source; `raw` holds every source by path (for its includes)."""
+    blanked = blanked if blanked is not None else {p: cu.blank_comments(t) for p, t in raw.items()}
+    code = blanked[src.path] if src.path in blanked else cu.blank_comments(src.text)
+    unit = {p: blanked[p] for p in cu.translation_unit(src.path, raw)}
+    findings: list[Finding] = []
+    launches = cu.launches(code)
+    for site in launches:
+        if GEMV_KERNEL.fullmatch(site.kernel) and (pos := _output_position(site, unit)) is not None:
+            if site.template_args[pos] == "float":
+                findings.append(R_F32.finding(
+                    f"GEMV launch {site.kernel} takes float as its output template argument: the output type must "
+                    f"be a template parameter chosen from the caller's out dtype", src.path, site.line, A1_HINT))
+        for slot, expr in zip(LAUNCH_SLOTS, site.config):
+            findings += _cuda_tuning(f"launch of {site.kernel}", f"{slot} ({expr})", expr, unit, src.path, site.line)
+    calls = cu.library_calls(code, LIBRARY_CALL)
+    for call in calls:
+        if call.name in CUBLAS_TYPES:
+            a, c = CUBLAS_TYPES[call.name]
+            if len(call.args) > c and call.args[c] == "CUDA_R_32F" and call.args[a] != "CUDA_R_32F":
+                findings.append(R_F32.finding(
+                    f"{call.name} writes a CUDA_R_32F output from {call.args[a]} operands: the output type must come "
+                    f"from the caller's out dtype", src.path, call.line, A1_HINT))
+        for i, expr in enumerate(call.args, 1):
+            findings += _cuda_tuning(f"call of {call.name}", f"argument {i} ({expr})", expr, unit, src.path, call.line)
+    return findings, len(launches) + len(calls)
+
+
+def _cuda_tuning(where: str, what: str, expr: str, unit: dict[str, str], path: str, line: int) -> list[Finding]:
+    findings = [R_LITERAL.finding(f"{where} has the bare literal {lit} in its {what}: a tuning parameter must be "
+                                  f"a named constant", path, line, A2_HINT)
+                for lit in cu.int_literals(expr) if lit not in STRUCTURAL]
+    for name in dict.fromkeys(cu.names_in(expr)):
+        decls = [f"{p}:{n}" for p, text in unit.items() for n in cu.constant_declarations(text, name)]
+        if len(decls) > 1:
+            findings.append(R_TWICE.finding(f"tuning constant {name} used by the {where} is declared {len(decls)} "
+                                            f"times ({', '.join(decls)}): declare it once", path, line, A2_HINT))
+    return findings
+
+
+_TEMPLATE_DECL = r"template\s*<([^{};]*?)>\s*__global__\s+void\s+{name}\s*\(([^)]*)\)"
+
+
+def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:
+    """Index of the template argument that types the kernel's output: the element type of its first
+    non-const pointer parameter, read from the kernel's declaration in the translation unit."""
+    name = site.kernel.split("::")[-1]
+    for text in unit.values():
+        m = re.search(_TEMPLATE_DECL.replace("{name}", re.escape(name)), text, re.S)
+        if not m:
+            continue
+        params = [p.split()[-1] if p.split() else "" for p in cu.split_top_level(m.group(1))]
+        for arg in cu.split_top_level(m.group(2)):
+            ptr = re.match(r"(?!const\b)([A-Za-z_]\w*)\s*\*", arg.strip())
+            if ptr and ptr.group(1) in params:
+                pos = params.index(ptr.group(1))
+                return pos if pos < len(site.template_args) else None
+            if ptr:
+                return None
+    return None

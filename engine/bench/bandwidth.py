@@ -1,0 +1,154 @@
+"""Achieved bandwidth against the ceiling measured in the same run.
+
+First the device-to-device copy bandwidth (bytes read plus bytes written), then, for each arm of a
+workload and each of its peers, the bytes that must move over the median time, and that as a fraction
+of the copy ceiling. Prints one table, writes a PNG (fraction versus context length, one line per arm
+and peer) and a ledger record.
+
+    python -m engine bench bandwidth [--workload attn-decode] [--sweep ctx=1024,4096,32768] [--shape ...]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from engine.bench.ab import DTYPES, flag_env
+from engine.bench.stats import Band, drop_warmup
+from engine.bench.timing import clocks, device_name, sets_for, time_once
+from engine.bench.workloads import WORKLOADS, parse_shape
+from engine.gates.ledger import head_sha, repo_root, write_record
+
+COPY_BYTES = 1 << 30  # 1 GiB each way: far past the L2, long enough to time well
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine bench bandwidth", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="attn-decode")
+    p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
+    p.add_argument("--sweep", help="KEY=V1,V2,... one run per value (the plot's x axis)")
+    p.add_argument("--arms", help="comma-separated subset of the workload's arms and peers")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    p.add_argument("--reps", type=int, default=8, help="repetitions per arm, the first dropped")
+    p.add_argument("--inner", type=int, default=10, help="calls per timing sample")
+    p.add_argument("--plot", type=Path, help="write the PNG plot here")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: bandwidth is measured on a GPU only (no CUDA device here)", file=sys.stderr)
+        return 2
+    work = WORKLOADS[args.workload]
+    try:
+        shapes = sweep_shapes(work, args.shape, args.sweep)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    device, dtype = torch.device("cuda"), DTYPES[args.dtype]
+    wanted = set(args.arms.split(",")) if args.arms else None
+    before = clocks()
+    ceiling = copy_bandwidth(device, args.reps)
+    rows = []
+    for shape in shapes:
+        rows.extend(measure_shape(work, shape, device, dtype, args.reps, args.inner, ceiling, wanted))
+    record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device),
+              "copy_bytes_per_s": ceiling, "clocks_before": before, "clocks_after": clocks(), "rows": rows}
+    print_table(record)
+    if args.plot:
+        print(f"plot: {write_plot(record, args.plot, args.sweep)}")
+    if args.ledger:
+        cmd = "python -m engine bench bandwidth " + " ".join(argv if argv is not None else sys.argv[1:])
+        best = max((r for r in rows if "fraction" in r), key=lambda r: r["fraction"], default=None)
+        summary = (f"copy {ceiling / 1e12:.2f} TB/s; best {best['arm']} at {best['fraction']:.0%} of it"
+                   if best else f"copy {ceiling / 1e12:.2f} TB/s; no arm ran")
+        path = write_record(args.ledger, f"bandwidth-{work.name}", ["ENGINE-BENCH"], cmd, record["device"],
+                            summary, record, head_sha(repo_root()), kind="bench")
+        print(f"ledger: {path}")
+    return 0
+
+
+def sweep_shapes(work, shape_text: str | None, sweep: str | None) -> list[dict[str, int]]:
+    base = parse_shape(shape_text, work.defaults)
+    if not sweep:
+        return [base]
+    key, _, values = sweep.partition("=")
+    if key not in base or not values:
+        raise ValueError(f"--sweep {sweep!r}: expected KEY=V1,V2 with KEY in {sorted(base)}")
+    return [{**base, key: int(v)} for v in values.split(",")]
+
+
+def copy_bandwidth(device: torch.device, reps: int) -> float:
+    """Bytes read plus bytes written per second by a large device-to-device copy (median)."""
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    times = drop_warmup([time_once(dst.copy_, (src,), device, 5) for _ in range(reps)])
+    return 2 * COPY_BYTES / statistics.median(times)
+
+
+def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted) -> list[dict]:
+    moved = work.bytes_moved(shape, dtype)
+    sets = [work.make(shape, device, dtype, seed) for seed in range(sets_for(moved))]
+    candidates = [(name, "arm", work.run, env, None) for name, env in work.arms.items()]
+    candidates += [(name, "peer", run, {}, prep) for name, (prep, run) in work.peers.items()]
+    rows = []
+    for name, kind, run, env, prep in candidates:
+        if wanted and name not in wanted:
+            continue
+        row = {"arm": name, "kind": kind, "shape": shape, "bytes": moved}
+        try:
+            inputs = [prep(*s) for s in sets] if prep else sets
+            with flag_env(env):
+                run(*inputs[0])  # warm-up: compilation, autotuning, module load
+                times = drop_warmup([time_once(run, inputs[i % len(inputs)], device, inner) for i in range(reps)])
+        except Exception as exc:  # an unavailable backend is reported, not fatal
+            row["unavailable"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            rows.append(row)
+            continue
+        band = Band.of(times)
+        row.update(median_s=band.median, low_s=band.low, high_s=band.high,
+                   bytes_per_s=moved / band.median, fraction=moved / band.median / ceiling)
+        rows.append(row)
+    return rows
+
+
+def print_table(record: dict) -> None:
+    print(f"copy bandwidth (read+write): {record['copy_bytes_per_s'] / 1e12:.3f} TB/s on {record['device']}")
+    print(f"{'arm':<18} {'kind':<5} {'shape':<44} {'median ms':>10} {'TB/s':>7} {'of copy':>8}")
+    for r in record["rows"]:
+        shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
+        if "unavailable" in r:
+            print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} unavailable: {r['unavailable'][:60]}")
+            continue
+        print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} {r['median_s'] * 1e3:>10.4f} "
+              f"{r['bytes_per_s'] / 1e12:>7.3f} {r['fraction']:>7.1%}")
+
+
+def write_plot(record: dict, path: Path, sweep: str | None) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "not written: matplotlib is not installed"
+    key = (sweep or "ctx=").partition("=")[0]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in dict.fromkeys(r["arm"] for r in record["rows"]):
+        pts = [(r["shape"][key], r["fraction"]) for r in record["rows"] if r["arm"] == name and "fraction" in r]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(key)
+    ax.set_ylabel("fraction of copy bandwidth")
+    ax.set_title(f"{record['workload']} ({record['dtype']}, {record['device']})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return str(path)

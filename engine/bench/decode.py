@@ -1,0 +1,137 @@
+"""Whole decode step against the weight-streaming floor, and tokens per second against transformers.
+
+Builds a model of the given shape with random weights (default: Qwen3-0.6B's), prefills one prompt
+of --context tokens, then times --steps greedy decode steps (CUDA-graph replay unless VT_EAGER=1).
+The floor of one decode step at batch 1 is reading every weight once: weight bytes over the copy
+bandwidth measured in the same run. transformers' own `generate` on the same weights gives the peer.
+
+    python -m engine bench decode [--context 1024] [--steps 64] [--tiny]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from engine.bench.bandwidth import copy_bandwidth
+from engine.bench.timing import clocks, device_name
+from engine.gates.ledger import head_sha, repo_root, write_record
+
+QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0)
+TINY = dict(QWEN3_0_6B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=512)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine bench decode", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--context", type=int, default=1024, help="prompt length before decoding (default 1024)")
+    p.add_argument("--steps", type=int, default=64, help="decode steps timed (default 64)")
+    p.add_argument("--tiny", action="store_true", help="a tiny model of the same architecture (CPU smoke run)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
+    p.add_argument("--no-oracle", action="store_true", help="skip transformers' generate")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = save_random_model(Path(tmp), TINY if args.tiny else QWEN3_0_6B)
+        record = measure(model_dir, device, dtype, args.context, args.steps, not args.no_oracle)
+    print_report(record)
+    if args.ledger:
+        cmd = "python -m engine bench decode " + " ".join(argv if argv is not None else sys.argv[1:])
+        summary = (f"decode step {record['step_ms']:.3f} ms; floor fraction {record.get('floor_fraction', 0):.0%}; "
+                   f"tok/s vs transformers {record.get('ratio_vs_transformers', float('nan')):.2f}x")
+        path = write_record(args.ledger, "decode-step", ["ENGINE-BENCH", "ENGINE-GRAPH"], cmd, record["device"],
+                            summary, record, head_sha(repo_root()), kind="bench")
+        print(f"ledger: {path}")
+    return 0
+
+
+def save_random_model(tmp: Path, shape: dict) -> Path:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
+    model.save_pretrained(tmp)
+    return tmp
+
+
+def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, steps: int, oracle: bool) -> dict:
+    from engine.runner import Runner
+
+    runner = Runner(model_dir, dtype=dtype, device=device, max_batch=1, max_model_len=context + steps + 8,
+                    block_size=32)
+    prompt = torch.randint(0, runner.config.vocab_size, (context,), generator=torch.Generator().manual_seed(1)).tolist()
+    runner.generate([prompt], 4)  # warm-up: module load, kernel builds, graph capture
+    step_s = _time_decode(runner, prompt, steps, device)
+    weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())
+    # the embedding row lookup reads one row, but a tied lm_head reads the whole matrix once per step
+    record = {"device": device_name(torch.device(device)), "dtype": str(dtype).removeprefix("torch."),
+              "context": context, "steps": steps, "graph": runner.use_graph, "weight_bytes": weight_bytes,
+              "step_ms": step_s * 1e3, "engine_tok_per_s": 1 / step_s, "clocks": clocks()}
+    if device == "cuda":
+        ceiling = copy_bandwidth(torch.device(device), 6)
+        record.update(copy_bytes_per_s=ceiling, floor_ms=weight_bytes / ceiling * 1e3,
+                      floor_fraction=(weight_bytes / ceiling) / step_s)
+    if oracle:
+        hf_s = _time_transformers(model_dir, device, dtype, prompt, steps)
+        record.update(transformers_tok_per_s=steps / hf_s, ratio_vs_transformers=(1 / step_s) / (steps / hf_s))
+    return record
+
+
+def _time_decode(runner, prompt: list[int], steps: int, device: str) -> float:
+    """Seconds per decode step: generate(steps+1) minus generate(1) isolates the decode steps."""
+    def run(n: int) -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        runner.generate([prompt], n)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    one = min(run(1) for _ in range(3))
+    full = min(run(steps + 1) for _ in range(3))
+    return max(full - one, 1e-9) / steps
+
+
+def _time_transformers(model_dir: Path, device: str, dtype: torch.dtype, prompt: list[int], steps: int) -> float:
+    from engine.gates.oracle import Oracle
+
+    oracle = Oracle(model_dir, dtype=dtype, device=device)
+    oracle.greedy(prompt, 2)
+
+    def run(n: int) -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        oracle.greedy(prompt, n)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    return max(min(run(steps + 1) for _ in range(2)) - min(run(1) for _ in range(2)), 1e-9)
+
+
+def print_report(r: dict) -> None:
+    print(f"decode step at batch 1, context {r['context']} ({r['device']}, {r['dtype']}, graph={r['graph']})")
+    print(f"{'measure':<28} {'value':>14}")
+    print(f"{'weights read per step':<28} {r['weight_bytes'] / 1e6:>11.1f} MB")
+    print(f"{'engine step':<28} {r['step_ms']:>11.3f} ms")
+    if "floor_ms" in r:
+        print(f"{'copy bandwidth':<28} {r['copy_bytes_per_s'] / 1e12:>10.3f} TB/s")
+        print(f"{'weight-streaming floor':<28} {r['floor_ms']:>11.3f} ms")
+        print(f"{'fraction of floor':<28} {r['floor_fraction']:>13.1%}")
+    print(f"{'engine tok/s':<28} {r['engine_tok_per_s']:>14.1f}")
+    if "transformers_tok_per_s" in r:
+        print(f"{'transformers tok/s':<28} {r['transformers_tok_per_s']:>14.1f}")
+        print(f"{'engine / transformers':<28} {r['ratio_vs_transformers']:>13.2f}x")

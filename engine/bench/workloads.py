@@ -1,0 +1,161 @@
+"""Benchmark workloads: inputs on a device, the engine op that runs them, the bytes they must move,
+and the peers they are measured against.
+
+Bytes that must move count each input read once and each output written once, so achieved bytes per
+second over the measured copy bandwidth is the fraction of the ceiling a kernel reaches."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+Shape = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    flags: tuple[str, ...]  # the flags whose A/B this workload measures
+    defaults: Shape
+    make: Callable[[Shape, torch.device, torch.dtype, int], tuple]
+    run: Callable[..., Any]
+    bytes_moved: Callable[[Shape, torch.dtype], int]
+    peers: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)  # name -> (prepare(args), run)
+    arms: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> flag settings for that arm
+
+
+def parse_shape(text: str | None, defaults: Shape) -> Shape:
+    """`batch=64,ctx=4096` over the workload's defaults; unknown keys are errors naming the known ones."""
+    shape = dict(defaults)
+    for part in filter(None, (text or "").split(",")):
+        key, sep, val = part.partition("=")
+        if not sep or key not in defaults:
+            raise ValueError(f"--shape {part!r}: expected KEY=INT with KEY in {sorted(defaults)}")
+        shape[key] = int(val)
+    return shape
+
+
+def _elt(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+# --- paged decode attention --------------------------------------------------------------------------
+
+def _attn_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    blocks_per_seq = math.ceil(s["ctx"] / s["block"])
+    num_blocks = s["batch"] * blocks_per_seq
+    # Blocks are scattered across the cache, as after real allocation and free churn.
+    table = torch.randperm(num_blocks, generator=g).view(s["batch"], blocks_per_seq).to(torch.int32)
+    kv_shape = (num_blocks, s["block"], s["hkv"], s["d"])
+    k = torch.randn(kv_shape, generator=g).to(dtype)
+    v = torch.randn(kv_shape, generator=g).to(dtype)
+    q = torch.randn(s["batch"], s["hq"], s["d"], generator=g).to(dtype)
+    lens = torch.full((s["batch"],), s["ctx"], dtype=torch.int32)
+    return tuple(t.to(device) for t in (q, k, v, table, lens)) + (s["d"] ** -0.5,)
+
+
+def _attn_run(q, k, v, table, lens, scale):
+    from engine.ops.attention import paged_decode_attention
+
+    return paged_decode_attention(q, k, v, table, lens, scale)
+
+
+def _attn_bytes(s: Shape, dtype: torch.dtype) -> int:
+    kv = 2 * s["batch"] * s["ctx"] * s["hkv"] * s["d"]
+    q_out = 2 * s["batch"] * s["hq"] * s["d"]
+    return (kv + q_out) * _elt(dtype) + s["batch"] * (math.ceil(s["ctx"] / s["block"]) + 1) * 4
+
+
+def _contiguous(q, k, v, table, lens, scale):
+    """The same K/V laid out contiguously per sequence, [batch, Hkv, ctx, D], for the SDPA peers."""
+    b, n = table.shape
+    ctx = int(lens[0])
+    kc = k[table.long()].reshape(b, n * k.shape[1], *k.shape[2:])[:, :ctx].transpose(1, 2).contiguous()
+    vc = v[table.long()].reshape(b, n * v.shape[1], *v.shape[2:])[:, :ctx].transpose(1, 2).contiguous()
+    return q[:, :, None, :], kc, vc, scale
+
+
+def _sdpa(backend_name: str) -> Callable:
+    def run(q4, kc, vc, scale):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, backend_name)):
+            return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
+    return run
+
+
+_FLEX: dict = {}
+
+
+def _flex(q4, kc, vc, scale):
+    if "fn" not in _FLEX:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["fn"](q4, kc, vc, scale=scale, enable_gqa=True)
+
+
+def _gather_then_sdpa(q, k, v, table, lens, scale):
+    q4, kc, vc, scale = _contiguous(q, k, v, table, lens, scale)
+    return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
+
+
+ATTN = Workload(
+    name="attn-decode",
+    flags=("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA", "VT_ATTN_SPLITKV",
+           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_KERNELS"),
+    defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
+    make=_attn_make, run=_attn_run, bytes_moved=_attn_bytes,
+    peers={
+        "sdpa-flash": (_contiguous, _sdpa("FLASH_ATTENTION")),
+        "sdpa-cudnn": (_contiguous, _sdpa("CUDNN_ATTENTION")),
+        "sdpa-efficient": (_contiguous, _sdpa("EFFICIENT_ATTENTION")),
+        "flex-compiled": (_contiguous, _flex),
+        "gather-then-sdpa": (lambda *a: a, _gather_then_sdpa),
+    },
+    arms={
+        "generic": {},
+        "warp-split": {"VT_ATTN_DECODE_OPT": "1", "VT_ATTN_DECODE_D128": "1"},
+        "gqa-fused": {"VT_ATTN_DECODE_GQA": "1"},
+        "split-kv": {"VT_ATTN_SPLITKV": "1"},
+        "split-kv-swap": {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
+    },
+)
+
+
+# --- M=1 GEMV --------------------------------------------------------------------------------------------
+
+def _gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(1, s["k"], generator=g).to(dtype)
+    w = (torch.randn(s["n"], s["k"], generator=g) * s["k"] ** -0.5).to(dtype)
+    return x.to(device), w.to(device)
+
+
+def _gemv_run(x, w):
+    from engine.ops.linear import linear
+
+    return linear(x, w)
+
+
+GEMV = Workload(
+    name="gemv", flags=("VT_GEMV",), defaults={"n": 4096, "k": 4096},
+    make=_gemv_make, run=_gemv_run,
+    bytes_moved=lambda s, dt: (s["n"] * s["k"] + s["k"] + s["n"]) * _elt(dt),
+    peers={"F.linear": (lambda x, w: (x, w), F.linear)},
+    arms={"reference": {"VT_GEMV": "0"}, "gemv-kernel": {"VT_GEMV": "1"}},
+)
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV)}
+
+
+def for_flag(flag: str) -> Workload:
+    for w in WORKLOADS.values():
+        if flag in w.flags:
+            return w
+    raise ValueError(f"no workload measures {flag}; pass --workload (known: {', '.join(WORKLOADS)})")

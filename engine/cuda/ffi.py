@@ -1,0 +1,54 @@
+"""ctypes helpers shared by the kernel bindings: dtype codes, raw pointers, the current stream, error checks."""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+# Dtype codes shared with engine/cuda/common.cuh (vt::DType).
+DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+def dtype_code(t: torch.Tensor, name: str) -> int:
+    if t.dtype not in DTYPE_CODES:
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported (fp32, bf16, fp16)")
+    return DTYPE_CODES[t.dtype]
+
+
+def ptr(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def stream(device: torch.device) -> ctypes.c_void_p:
+    """The current torch stream on `device`, as the launcher's `void* stream`."""
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def require(t: torch.Tensor, name: str, *, dim: int, dtype: torch.dtype | None = None,
+            device: torch.device | None = None, contiguous: bool = True) -> None:
+    """Shape-rank, dtype, device and contiguity checks that name the tensor."""
+    if t.dim() != dim:
+        raise ValueError(f"{name}: expected {dim} dims, got shape {tuple(t.shape)}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: expected device {device}, got {t.device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
+
+
+def bind(lib: ctypes.CDLL, symbol: str, argtypes: list) -> ctypes._CFuncPtr:
+    fn = getattr(lib, symbol)
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def check(rc: int, what: str, lib: ctypes.CDLL, family: str) -> None:
+    """Raise RuntimeError with the launcher's message when it returned a nonzero code."""
+    if rc == 0:
+        return
+    get = getattr(lib, f"vt_{family}_last_error")
+    get.restype = ctypes.c_char_p
+    msg = (get() or b"").decode(errors="replace")
+    raise RuntimeError(f"{what} failed (code {rc}): {msg}")

@@ -1,0 +1,108 @@
+"""Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms, and arm choice."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from engine import flags
+from engine.cuda import build, ffi
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+GENERIC, WARP, GQA = 0, 1, 2  # the launcher's arm codes
+ARMS = {"generic": GENERIC, "warp": WARP, "gqa": GQA}
+_FAST_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    lib = build.load("paged_attn.cu")
+    ffi.bind(lib, "vt_paged_attn_decode", [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
+    return lib
+
+
+def supported(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
+    """Shapes and dtypes each arm is compiled for (the generic arm takes every head_dim <= 256, multiple of 8)."""
+    if arm == GENERIC:
+        return head_dim <= 256 and head_dim % 8 == 0
+    if dtype not in _FAST_DTYPES:
+        return False
+    if arm == WARP:
+        return head_dim in (128, 256)
+    return head_dim in (64, 128, 256) and group in (1, 2, 4, 8)
+
+
+def choose_arm(head_dim: int, group: int, dtype: torch.dtype) -> int:
+    """The arm the flags select for this shape: GQA-fused, then warp-split-KV, else the generic kernel."""
+    if flags.enabled("VT_ATTN_DECODE_GQA") and supported(GQA, head_dim, group, dtype):
+        return GQA
+    wants_warp = head_dim == 256 or (head_dim == 128 and flags.enabled("VT_ATTN_DECODE_D128"))
+    if flags.enabled("VT_ATTN_DECODE_OPT") and wants_warp and supported(WARP, head_dim, group, dtype):
+        return WARP
+    return GENERIC
+
+
+def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shape/dtype/device checks naming the tensor; returns block_tables and context_lens as int32."""
+    dev = q.device
+    ffi.require(q, "q", dim=3, device=dev)
+    ffi.dtype_code(q, "q")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        ffi.require(t, name, dim=4, dtype=q.dtype, device=dev)
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
+    if k_cache.shape[3] != q.shape[2] or q.shape[1] % k_cache.shape[2]:
+        raise ValueError(f"k_cache: shape {tuple(k_cache.shape)} does not fit q {tuple(q.shape)} "
+                         "(head_dim must match; q heads a multiple of KV heads)")
+    tables = block_tables.to(torch.int32).contiguous()
+    lens = context_lens.to(torch.int32).contiguous()
+    ffi.require(tables, "block_tables", dim=2, device=dev)
+    ffi.require(lens, "context_lens", dim=1, device=dev)
+    if tables.shape[0] != q.shape[0] or lens.shape[0] != q.shape[0]:
+        raise ValueError(f"block_tables {tuple(tables.shape)} / context_lens {tuple(lens.shape)}: batch != q's {q.shape[0]}")
+    return tables, lens
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # q: [batch, Hq, D] contiguous
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D] contiguous
+    v_cache: torch.Tensor,  # v_cache: [num_blocks, block_size, Hkv, D] contiguous
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks] int32
+    context_lens: torch.Tensor,  # context_lens: [batch] int32, each in [1, max_blocks * block_size]
+    scale: float,
+    sliding_window: int | None = None,
+    arm: int | None = None,  # None: choose_arm by the flags
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    batch, hq, d = q.shape
+    group = hq // k_cache.shape[2]
+    arm = choose_arm(d, group, q.dtype) if arm is None else arm
+    if not supported(arm, d, group, q.dtype):
+        raise ValueError(f"q: arm {arm} does not support head_dim {d}, group {group}, dtype {q.dtype}")
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    out = torch.empty_like(q)
+    block_size, max_blocks = k_cache.shape[1], tables.shape[1]
+    ws = torch.empty(batch, hq, max_blocks * block_size, dtype=torch.float32, device=q.device) if arm == GENERIC else None
+    lib = _lib()
+    rc = lib.vt_paged_attn_decode(ffi.ptr(out), ffi.ptr(q), ffi.ptr(k_cache), ffi.ptr(v_cache), ffi.ptr(tables),
+                                  ffi.ptr(lens), None if ws is None else ffi.ptr(ws), batch, hq, k_cache.shape[2], d,
+                                  block_size, max_blocks, scale, sliding_window or 0, arm, ffi.dtype_code(q, "q"),
+                                  ffi.stream(q.device))
+    ffi.check(rc, "vt_paged_attn_decode", lib, "paged_attn")
+    return out
+
+
+def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+             context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+    """What engine.ops.attention.paged_decode_attention runs on a GPU: split-KV when VT_ATTN_SPLITKV is on
+    (and the shape is compiled), else the arm choose_arm picks. Split-KV reads max(context_lens) once (a sync)."""
+    group = q.shape[1] // k_cache.shape[2] if k_cache.dim() == 4 and k_cache.shape[2] else 0
+    if flags.enabled("VT_ATTN_SPLITKV") and supported(GQA, q.shape[2], 1, q.dtype):
+        from engine.cuda import splitkv
+
+        swap = flags.enabled("VT_ATTN_SPLITKV_GQA_SWAP") and group in (1, 2, 4, 8)
+        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap)
+    return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)

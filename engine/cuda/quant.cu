@@ -1,0 +1,211 @@
+// Launchers for the AWQ, GPTQ and NVFP4 dequant and dequant-GEMV kernels: checks, dtype dispatch; torch-free.
+#include <algorithm>
+
+#include "quant.cuh"
+
+namespace {
+
+using vt::kBF16;
+using vt::kF16;
+using vt::kF32;
+
+// Call f with a value of the C++ type of a 16-bit float dtype code; false for any other code.
+template <typename F>
+bool with_half(int code, F&& f) {
+  if (code == kBF16) { f(__nv_bfloat16{}); return true; }
+  if (code == kF16) { f(__half{}); return true; }
+  return false;
+}
+
+// The same over every float dtype code (fp32 included).
+template <typename F>
+bool with_float(int code, F&& f) {
+  if (code == kF32) { f(float{}); return true; }
+  return with_half(code, f);
+}
+
+int grid_1d(long long n, int threads) { return (int)((n + threads - 1) / threads); }
+
+// The K-split block count of an int4 GEMV: enough blocks to fill the GPU, but a K unit for every warp.
+int gemv_splits(int col_blocks, int k_units) {
+  int splits = vt::ceil_div(vt_quant::kGemvTargetBlocks, std::max(col_blocks, 1));
+  splits = std::min(splits, vt::ceil_div(k_units, vt_quant::kGemvKSplit));
+  splits = std::min(splits, vt_quant::kGemvMaxKBlocks);
+  return std::max(splits, 1);
+}
+
+// N is packed eight to a word in both formats; K only in GPTQ's (k_multiple 8 there, 1 for AWQ).
+int check_int4(const char* what, int k_dim, int n_dim, int k_multiple) {
+  if (k_dim < 1 || k_dim % k_multiple || n_dim < 1 || n_dim % vt_quant::kPack)
+    return vt::fail(vt::kBadArgument, "%s: need K a positive multiple of %d and N of 8 (got K=%d, N=%d)",
+                    what, k_multiple, k_dim, n_dim);
+  return vt::kOk;
+}
+
+}  // namespace
+
+VT_DEFINE_LAST_ERROR(quant)
+
+// qweight, qzeros: [K, N/8], [K/group, N/8]; scales: [K/group, N]; out: [K, N]
+VT_EXPORT int vt_quant_awq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales, void* out,
+                                   int k_dim, int n_dim, int group, int scale_dtype, int out_dtype, void* stream) {
+  if (int rc = check_int4("awq", k_dim, n_dim, 1)) return rc;
+  if (group < 1 || k_dim % group)
+    return vt::fail(vt::kBadArgument, "awq: group_size must divide K (got %d)", group);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int blocks = grid_1d((long long)k_dim * (n_dim / vt_quant::kPack), vt_quant::kDequantThreads);
+  bool ok = false;
+  with_float(scale_dtype, [&](auto ts) {
+    ok = with_float(out_dtype, [&](auto to) {
+      using TS = decltype(ts);
+      using TO = decltype(to);
+      vt_quant::awq_dequant_kernel<TS, TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
+          qweight, qzeros, static_cast<const TS*>(scales), static_cast<TO*>(out), k_dim, n_dim, group);
+    });
+  });
+  if (!ok)
+    return vt::fail(vt::kUnsupported, "awq: dtype codes must be 0, 1 or 2 (scales %d, out %d)", scale_dtype, out_dtype);
+  return vt::launch_status("quant");
+}
+
+// qweight: [K/8, N]; qzeros: [G, N/8]; scales: [G, N]; g_idx: [K] in [0, G); out: [K, N]
+VT_EXPORT int vt_quant_gptq_dequant(const int32_t* qweight, const int32_t* qzeros, const void* scales,
+                                    const int32_t* g_idx, void* out, int k_dim, int n_dim, int zero_offset,
+                                    int scale_dtype, int out_dtype, void* stream) {
+  if (int rc = check_int4("gptq", k_dim, n_dim, vt_quant::kPack)) return rc;
+  if (zero_offset != 0 && zero_offset != 1)
+    return vt::fail(vt::kBadArgument, "gptq: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int blocks = grid_1d((long long)(k_dim / vt_quant::kPack) * n_dim, vt_quant::kDequantThreads);
+  bool ok = false;
+  with_float(scale_dtype, [&](auto ts) {
+    ok = with_float(out_dtype, [&](auto to) {
+      using TS = decltype(ts);
+      using TO = decltype(to);
+      vt_quant::gptq_dequant_kernel<TS, TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
+          qweight, qzeros, static_cast<const TS*>(scales), g_idx, static_cast<TO*>(out), k_dim, n_dim, zero_offset);
+    });
+  });
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "gptq: dtype codes must be 0, 1 or 2 (scales %d, out %d)", scale_dtype, out_dtype);
+  return vt::launch_status("quant");
+}
+
+// packed: [N, K/2] uint8; scales: [N, K/16] fp8 e4m3 bytes; out: [N, K]
+VT_EXPORT int vt_quant_nvfp4_dequant(const uint8_t* packed, const uint8_t* scales, const float* global_scale,
+                                     void* out, int n_dim, int k_dim, int out_dtype, void* stream) {
+  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4: N must be >= 1 (got %d)", n_dim);
+  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group)
+    return vt::fail(vt::kBadArgument, "nvfp4: K must be a positive multiple of 16 (got %d)", k_dim);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int blocks = grid_1d((long long)n_dim * (k_dim / 2), vt_quant::kDequantThreads);
+  const bool ok = with_float(out_dtype, [&](auto to) {
+    using TO = decltype(to);
+    vt_quant::nvfp4_dequant_kernel<TO><<<blocks, vt_quant::kDequantThreads, 0, s>>>(
+        packed, scales, global_scale, static_cast<TO*>(out), n_dim, k_dim);
+  });
+  if (!ok)
+    return vt::fail(vt::kBadArgument, "nvfp4: out dtype code must be 0, 1 or 2 (got %d)", out_dtype);
+  return vt::launch_status("quant");
+}
+
+// The rows of fp32 partial sums an int4 GEMV needs as workspace: [vt_quant_gemv_max_splits(), N].
+VT_EXPORT int vt_quant_gemv_max_splits() { return vt_quant::kGemvMaxKBlocks; }
+
+// x: [K]; AWQ weights as in vt_quant_awq_dequant; bias: [N] (x dtype) or null;
+// partial: [vt_quant_gemv_max_splits(), N] fp32 workspace; out: [N]
+VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
+                                const void* bias, float* partial, void* out, int k_dim, int n_dim, int group,
+                                int x_dtype, int scale_dtype, int out_dtype, void* stream) {
+  if (int rc = check_int4("awq gemv", k_dim, n_dim, 1)) return rc;
+  if (group < 1 || k_dim % group)
+    return vt::fail(vt::kBadArgument, "awq gemv: group_size must divide K (got %d)", group);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int col_blocks = grid_1d(n_dim / vt_quant::kPack, vt_quant::kGemvCols);
+  const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim, vt_quant::kAwqRowsPerUnit));
+  const dim3 grid(col_blocks, splits), block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
+  bool ok = false;
+  with_float(x_dtype, [&](auto tx) {
+    with_float(scale_dtype, [&](auto ts) {
+      ok = with_float(out_dtype, [&](auto to) {
+        using TX = decltype(tx);
+        using TS = decltype(ts);
+        using TO = decltype(to);
+        vt_quant::awq_gemv_kernel<TX, TS><<<grid, block, 0, s>>>(
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), partial, k_dim, n_dim, group);
+        vt_quant::gemv_finalize_kernel<TX, TO><<<grid_1d(n_dim, vt_quant::kFinalizeThreads),
+                                                 vt_quant::kFinalizeThreads, 0, s>>>(
+            partial, static_cast<const TX*>(bias), static_cast<TO*>(out), n_dim, splits);
+      });
+    });
+  });
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "awq gemv: dtype codes must be 0, 1 or 2 (x %d, scales %d, out %d)", x_dtype, scale_dtype,
+                    out_dtype);
+  return vt::launch_status("quant");
+}
+
+// x: [K]; GPTQ weights as in vt_quant_gptq_dequant; bias: [N] (x dtype) or null;
+// partial: [vt_quant_gemv_max_splits(), N] fp32 workspace; out: [N]
+VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const int32_t* qzeros, const void* scales,
+                                 const int32_t* g_idx, const void* bias, float* partial, void* out, int k_dim,
+                                 int n_dim, int zero_offset, int x_dtype, int scale_dtype, int out_dtype,
+                                 void* stream) {
+  if (int rc = check_int4("gptq gemv", k_dim, n_dim, vt_quant::kPack)) return rc;
+  if (zero_offset != 0 && zero_offset != 1)
+    return vt::fail(vt::kBadArgument,
+                    "gptq gemv: zero offset must be 1 (v1) or 0 (v2) (got %d)", zero_offset);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int col_blocks = grid_1d(n_dim, vt_quant::kGemvCols);
+  const int splits = gemv_splits(col_blocks, vt::ceil_div(k_dim / vt_quant::kPack, vt_quant::kGptqWordsPerUnit));
+  const dim3 grid(col_blocks, splits), block(vt_quant::kGemvCols, vt_quant::kGemvKSplit);
+  bool ok = false;
+  with_float(x_dtype, [&](auto tx) {
+    with_float(scale_dtype, [&](auto ts) {
+      ok = with_float(out_dtype, [&](auto to) {
+        using TX = decltype(tx);
+        using TS = decltype(ts);
+        using TO = decltype(to);
+        vt_quant::gptq_gemv_kernel<TX, TS><<<grid, block, 0, s>>>(
+            static_cast<const TX*>(x), qweight, qzeros, static_cast<const TS*>(scales), g_idx, partial, k_dim, n_dim,
+            zero_offset);
+        vt_quant::gemv_finalize_kernel<TX, TO><<<grid_1d(n_dim, vt_quant::kFinalizeThreads),
+                                                 vt_quant::kFinalizeThreads, 0, s>>>(
+            partial, static_cast<const TX*>(bias), static_cast<TO*>(out), n_dim, splits);
+      });
+    });
+  });
+  if (!ok)
+    return vt::fail(vt::kUnsupported,
+                    "gptq gemv: dtype codes must be 0, 1 or 2 (x %d, scales %d, out %d)", x_dtype, scale_dtype,
+                    out_dtype);
+  return vt::launch_status("quant");
+}
+
+// x: [K]; NVFP4 weights as in vt_quant_nvfp4_dequant; bias: [N] (x dtype) or null; out: [N]
+VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const uint8_t* scales,
+                                  const float* global_scale, const void* bias, void* out, int n_dim, int k_dim,
+                                  int x_dtype, int out_dtype, void* stream) {
+  if (n_dim < 1) return vt::fail(vt::kBadArgument, "nvfp4 gemv: N must be >= 1 (got %d)", n_dim);
+  if (k_dim < 1 || k_dim % vt_quant::kNvfp4Group)
+    return vt::fail(vt::kBadArgument, "nvfp4 gemv: K must be a positive multiple of 16 (got %d)", k_dim);
+  if (reinterpret_cast<uintptr_t>(packed) % 8)
+    return vt::fail(vt::kBadArgument, "nvfp4 gemv: packed must be 8-byte aligned");
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int blocks = grid_1d(n_dim, vt_quant::kNvfp4RowsPerBlock);
+  bool ok = false;
+  with_float(x_dtype, [&](auto tx) {
+    ok = with_float(out_dtype, [&](auto to) {
+      using TX = decltype(tx);
+      using TO = decltype(to);
+      vt_quant::nvfp4_gemv_kernel<TX, TO><<<blocks, vt_quant::kNvfp4RowsPerBlock * vt_quant::kWarp, 0, s>>>(
+          static_cast<const TX*>(x), packed, scales, global_scale, static_cast<const TX*>(bias), static_cast<TO*>(out),
+          n_dim, k_dim);
+    });
+  });
+  if (!ok)
+    return vt::fail(vt::kUnsupported, "nvfp4 gemv: dtype codes must be 0, 1 or 2 (x %d, out %d)", x_dtype, out_dtype);
+  return vt::launch_status("quant");
+}

@@ -1,0 +1,1 @@
+"""The embedded tiny model and the script that builds it."""

@@ -1,0 +1,1 @@
+"""Gates holding the engine to the transformers oracle: token-exact, near-tie, distributional and goldens."""

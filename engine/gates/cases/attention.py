@@ -1,0 +1,191 @@
+"""Numerics cases for the paged KV store, the three paged decode attention arms and split-KV decode."""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+
+from engine.gates.cases import Inputs, KernelCase
+from engine.ops import attention as ref_attn
+from engine.ops import kv_cache as ref_kv
+from engine.ops import splitkv as ref_split
+
+CONTEXTS = (1, 31, 32, 33, 64, 100, 685, 1000)  # straddle the 32-token block boundaries
+LONG_CONTEXTS = (4096, 32768)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+NUM_KV_HEADS = 2
+FORCED_SPLITS = 7  # more splits than some contexts have blocks: empty splits must weigh zero
+
+
+def paged_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, ctx: int, d: int, group: int,
+                 block_size: int, window: int | None) -> Inputs:
+    """Batch of 3 (lengths ctx, ~ctx/3, ~2ctx/3) over shuffled blocks of a random cache; made on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [ctx, max(1, ctx // 3), max(1, (2 * ctx) // 3)]
+    need = [math.ceil(n / block_size) for n in lens]
+    max_blocks = max(need) + 1  # one spare column: the kernels must not read past a sequence's blocks
+    num_blocks = sum(need) + 3
+    perm = torch.randperm(num_blocks, generator=g)
+    tables = torch.randint(0, num_blocks, (len(lens), max_blocks), generator=g, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(need):
+        tables[b, :n] = perm[start:start + n].to(torch.int32)
+        start += n
+    shape = (num_blocks, block_size, NUM_KV_HEADS, d)
+    return {
+        "q": torch.randn(len(lens), NUM_KV_HEADS * group, d, generator=g).to(dtype).to(device),
+        "k_cache": torch.randn(*shape, generator=g).to(dtype).to(device),
+        "v_cache": torch.randn(*shape, generator=g).to(dtype).to(device),
+        "block_tables": tables.to(device),
+        "context_lens": torch.tensor(lens, dtype=torch.int32, device=device),
+        "scale": 1.0 / math.sqrt(d),
+        "window": window,
+    }
+
+
+def _args(x: Inputs) -> tuple:
+    return x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"]
+
+
+def run_arm(arm: str, x: Inputs) -> torch.Tensor:
+    from engine.cuda import paged_attn
+
+    return paged_attn.paged_decode_attention(*_args(x), x["window"], arm=paged_attn.ARMS[arm])
+
+
+def run_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
+    from engine.cuda import splitkv
+
+    if splits is None:
+        return splitkv.decode(*_args(x), x["window"], swap=swap)
+    o_part, lse = splitkv.partial(*_args(x), splits, x["window"], swap)
+    return splitkv.combine(o_part, lse, x["q"].dtype)
+
+
+def ref_eager(x: Inputs) -> torch.Tensor:
+    return ref_attn.paged_decode_attention(*_args(x), x["window"])
+
+
+def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
+    if splits is None:  # the split count the kernel's heuristic picks for this shape
+        from engine.cuda import splitkv
+
+        q = x["q"]
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
+        splits = splitkv.num_splits(rows, int(x["context_lens"].max()), sms)
+    out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
+    return ref_split.splitkv_combine(out, lse, x["q"].dtype)
+
+
+def run_splitkv_partial(swap: bool, x: Inputs) -> torch.Tensor:
+    from engine.cuda import splitkv
+
+    return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"], swap)[0]
+
+
+def ref_splitkv_partial(x: Inputs) -> torch.Tensor:
+    return ref_split.splitkv_partial(*_args(x), FORCED_SPLITS, x["window"])[0]
+
+
+ARMS = {  # arm -> (flag, row)
+    "generic": (None, "KERNEL-ATTN-PAGED"),
+    "warp": ("VT_ATTN_DECODE_OPT", "KERNEL-ATTN-PAGED"),
+    "gqa": ("VT_ATTN_DECODE_GQA", "KERNEL-ATTN-PAGED"),
+    "splitkv": ("VT_ATTN_SPLITKV", "KERNEL-ATTN-SPLITKV"),
+    "splitkv_swap": ("VT_ATTN_SPLITKV_GQA_SWAP", "KERNEL-ATTN-SPLITKV"),
+}
+
+
+def supported(arm: str, d: int, group: int) -> bool:
+    if arm == "warp":
+        return d in (128, 256)
+    return d in (64, 128, 256) and group in (1, 2, 4, 8)
+
+
+def attn_case(arm: str, dt: str, d: int, group: int, bs: int, ctx: int, window: int | None = None,
+              splits: int | None = None, tags: tuple[str, ...] = ()) -> KernelCase:
+    flag, row = ARMS[arm]
+    if arm == "warp" and d == 128:
+        flag = "VT_ATTN_DECODE_D128"
+    name = f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}" + (f"/w{window}" if window else "") + \
+        (f"/s{splits}" if splits else "")
+    make = partial(paged_inputs, dtype=DTYPES[dt], ctx=ctx, d=d, group=group, block_size=bs, window=window)
+    if arm.startswith("splitkv"):
+        kernel, reference = partial(run_splitkv, arm == "splitkv_swap", splits), \
+            partial(ref_splitkv, arm == "splitkv_swap", splits)
+    else:
+        kernel, reference = partial(run_arm, arm), ref_eager
+    return KernelCase(name, arm, flag, DTYPES[dt], make, kernel, reference, dt, row, tags)
+
+
+def kv_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, d: int, bs: int) -> Inputs:
+    g = torch.Generator().manual_seed(seed)
+    tokens, num_blocks = 37, 11
+    slots = torch.randperm(num_blocks * bs, generator=g)[:tokens]
+    slots[torch.randperm(tokens, generator=g)[:5]] = -1  # padding tokens
+    cache = (num_blocks, bs, NUM_KV_HEADS, d)
+    return {"k": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
+            "v": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
+            "k_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
+            "v_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
+            "slots": slots.to(device)}
+
+
+def run_kv(x: Inputs) -> torch.Tensor:
+    from engine.cuda import kv_store
+
+    kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
+    kv_store.store_kv(x["k"], x["v"], kc, vc, x["slots"])
+    return torch.stack([kc, vc])
+
+
+def ref_kv_store(x: Inputs) -> torch.Tensor:
+    kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
+    ref_kv.store_kv(x["k"], x["v"], kc, vc, x["slots"])
+    return torch.stack([kc, vc])
+
+
+def build_cases() -> list[KernelCase]:
+    cases: list[KernelCase] = []
+    canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4),
+                 "splitkv_swap": (128, 8)}
+    for arm, (d, group) in canonical.items():  # every context length, both dtypes
+        for dt in DTYPES:
+            for ctx in CONTEXTS:
+                cases.append(attn_case(arm, dt, d, group, 32, ctx, tags=("small",) if ctx == 33 else ()))
+            for ctx in LONG_CONTEXTS:
+                cases.append(attn_case(arm, dt, d, group, 32, ctx, tags=("long",)))
+    for arm in canonical:  # the shape sweep at a context that is not a block multiple
+        for dt in DTYPES:
+            for d in (64, 128, 256):
+                for group in (1, 4, 8):
+                    for bs in (16, 32):
+                        if supported(arm, d, group) and (d, group, bs) != (*canonical[arm], 32):
+                            cases.append(attn_case(arm, dt, d, group, bs, 100))
+        for dt in DTYPES:  # sliding windows: inside the context, and wider than it
+            d, group = canonical[arm]
+            cases.append(attn_case(arm, dt, d, group, 16, 685, window=256))
+            cases.append(attn_case(arm, dt, d, group, 32, 100, window=1000))
+    for d in (128, 256):  # the warp arm's both instantiations with a window
+        cases.append(attn_case("warp", "bf16", d, 4, 32, 1000, window=100))
+    for arm in ("splitkv", "splitkv_swap"):  # forced split counts, empty splits included
+        for ctx in (1, 100, 685):
+            cases.append(attn_case(arm, "bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS))
+        swap = arm == "splitkv_swap"
+        make = partial(paged_inputs, dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16, window=None)
+        cases.append(KernelCase(f"attn/{arm}-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}", arm, ARMS[arm][0],
+                                torch.float32, make, partial(run_splitkv_partial, swap), ref_splitkv_partial,
+                                "fp32", "KERNEL-ATTN-SPLITKV"))
+    for dt in DTYPES:
+        for d in (64, 128, 256):
+            for bs in (16, 32):
+                make = partial(kv_inputs, dtype=DTYPES[dt], d=d, bs=bs)
+                cases.append(KernelCase(f"kv_store/{dt}/d{d}/bs{bs}", "kv_store", None, DTYPES[dt], make, run_kv,
+                                        ref_kv_store, "exact", "KERNEL-KV-STORE",
+                                        ("small",) if (d, bs) == (128, 16) else ()))
+    return cases
+
+
+CASES = build_cases()

@@ -1,0 +1,131 @@
+"""`python -m engine gate <name>`: the gates' subcommands, each printing its table and verdict."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from engine.gates.distributional import DEFAULT_RUNS
+from engine.gates.goldens import GOLDENS_DIR
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
+from engine.gates.result import GateResult
+
+DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
+
+
+def add_gate_parser(sub: argparse._SubParsersAction) -> None:
+    from engine.cli import add_model_args
+
+    gate = sub.add_parser("gate", help="gates against the transformers oracle",
+                          description="Gates that hold the engine to the transformers oracle. "
+                          "Also: `gate kernels ...` (kernel numerics) and `gate bench NAME ...`.")
+    gsub = gate.add_subparsers(dest="gate", required=True)
+
+    def case(name: str, help_: str) -> argparse.ArgumentParser:
+        p = gsub.add_parser(name, help=help_, description=help_)
+        add_model_args(p)
+        p.add_argument("--prompt-ids", action="append", default=[], metavar="1,2,3",
+                       help="a prompt's token ids; repeat for a batch (default: seeded random prompts "
+                       "of lengths 1, 6, 13, 31)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
+        p.add_argument("--max-new-tokens", type=int, default=16)
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        return p
+
+    case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt."
+         ).set_defaults(handler=cmd_tokens)
+    for name, handler, help_ in (
+        ("neartie", cmd_neartie, "Near-tie razor: the oracle teacher-forced on our ids; a gap is tolerated "
+         "only where the oracle's top two are within the band."),
+        ("regen", cmd_regen, "Regenerate a golden from our ids, only if they pass the near-tie gate; "
+         "writes a ledger record."),
+    ):
+        p = case(name, help_)
+        p.add_argument("--band", type=float, default=DEFAULT_BAND, help="near-tie band in nats (default 0.5)")
+        p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="outside the oracle's top-k is a divergence")
+        p.set_defaults(handler=handler)
+        if name == "regen":
+            p.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="golden file to write")
+            p.add_argument("--ledger-dir", type=Path, default=None,
+                           help="where the record goes (default: <repo>/.agents/ledger)")
+    p = case("distributional", "Relaxed gate, allowed only where the oracle's own greedy decoding is "
+             "measured non-deterministic over K runs; refuses otherwise.")
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="oracle runs per prompt (K, at least 2)")
+    p.set_defaults(handler=cmd_distributional)
+    p = gsub.add_parser("goldens", help="our ids against the committed goldens",
+                        description="Check our ids against committed golden files (sha256 verified).")
+    p.add_argument("--golden", type=Path, action="append", default=[],
+                   help="golden file (default: every file in engine/gates/goldens)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_goldens)
+    gsub.add_parser("kernels", help="kernel numerics gate (engine.gates.kernels; its own --help)", add_help=False)
+    gsub.add_parser("bench", help="benchmarks (engine.bench.NAME; its own --help)", add_help=False)
+
+
+def setup_from(args: argparse.Namespace):  # -> harness.Setup
+    from engine.cli import parse_ids
+    from engine.gates.harness import Setup
+    from engine.gates.tokens import default_prompts
+    from engine.model.config import load_config
+
+    prompts = [parse_ids(t) for t in args.prompt_ids]
+    if not prompts:
+        prompts = default_prompts(load_config(args.model).vocab_size, args.seed)
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
+    return Setup(args.model, prompts, args.max_new_tokens, args.dtype, args.device)
+
+
+def report(result: GateResult, as_json: bool, columns: list[str] | None = None) -> int:
+    print(json.dumps(result.to_json()) if as_json else result.render(columns))
+    return 0 if result.passed else 1
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from engine.gates import harness
+
+    return report(harness.tokens(setup_from(args)), args.json)
+
+
+def cmd_neartie(args: argparse.Namespace) -> int:
+    from engine.gates import harness
+
+    return report(harness.neartie(setup_from(args), args.band, args.top_k), args.json)
+
+
+def cmd_distributional(args: argparse.Namespace) -> int:
+    from engine.gates import harness
+
+    if args.runs < 2:
+        raise ValueError(f"--runs {args.runs}: determinism needs at least 2 runs")
+    return report(harness.distributional(setup_from(args), args.runs), args.json)
+
+
+def cmd_goldens(args: argparse.Namespace) -> int:
+    from engine.gates import harness
+
+    paths = args.golden or sorted(GOLDENS_DIR.glob("*.json"))
+    if not paths:
+        print(f"error: no golden files in {GOLDENS_DIR}", file=sys.stderr)
+        return 1
+    worst = 0
+    for path in paths:
+        worst = max(worst, report(harness.check_golden(path), args.json))
+    return worst
+
+
+def cmd_regen(args: argparse.Namespace) -> int:
+    from engine.gates import harness
+
+    setup = setup_from(args)
+    name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
+    command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m engine gate regen"
+    result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command)
+    code = report(result, args.json)
+    if record is None:
+        print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)
+    else:
+        print(f"wrote {args.golden}; ledger record {record}", file=sys.stderr)
+    return code

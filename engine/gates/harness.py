@@ -1,0 +1,101 @@
+"""Run the engine and the oracle on the same prompts and apply a gate; what the CLI and tests call."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.gates import goldens as gold
+from engine.gates.distributional import distributional_gate
+from engine.gates.ledger import head_sha, repo_root, write_record
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K, near_tie_gate
+from engine.gates.oracle import Oracle
+from engine.gates.result import GateResult
+from engine.gates.tokens import token_gate
+from engine.runner import DTYPES, Runner
+
+TINY_MODEL = Path(__file__).resolve().parent.parent / "data" / "tiny-qwen3"
+
+
+@dataclass
+class Setup:
+    """What both sides run: one model directory, dtype and device, a batch of prompts and a token budget."""
+
+    model_dir: Path
+    prompts: list[list[int]]
+    max_new_tokens: int
+    dtype: str = "float32"
+    device: str = "cpu"
+
+    def runner(self) -> Runner:
+        longest = max(len(p) for p in self.prompts) + self.max_new_tokens
+        return Runner(self.model_dir, DTYPES[self.dtype], self.device, max_batch=len(self.prompts),
+                      max_model_len=longest)
+
+    def oracle(self) -> Oracle:
+        return Oracle(self.model_dir, DTYPES[self.dtype], self.device)
+
+    def ours(self) -> list[list[int]]:
+        return self.runner().generate(self.prompts, self.max_new_tokens).tokens
+
+
+def tokens(setup: Setup, oracle: Oracle | None = None) -> GateResult:
+    oracle = oracle or setup.oracle()
+    theirs = [oracle.greedy(p, setup.max_new_tokens) for p in setup.prompts]
+    return token_gate(setup.prompts, setup.ours(), theirs)
+
+
+def neartie(setup: Setup, band: float = DEFAULT_BAND, top_k: int = DEFAULT_TOP_K,
+            ours: list[list[int]] | None = None, oracle: Oracle | None = None) -> GateResult:
+    ours = ours if ours is not None else setup.ours()
+    oracle = oracle or setup.oracle()
+    logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
+    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k)
+
+
+def distributional(setup: Setup, runs: int, oracle: Oracle | None = None) -> GateResult:
+    oracle = oracle or setup.oracle()
+    oracle_runs = [[oracle.greedy(p, setup.max_new_tokens) for _ in range(runs)] for p in setup.prompts]
+    return distributional_gate(setup.prompts, setup.ours(), oracle_runs)
+
+
+def check_golden(path: Path, model_dir: Path | None = None) -> GateResult:
+    case = gold.read_golden(path)
+    setup = Setup(model_dir or resolve_model(case["model"]), case["prompts"], case["max_new_tokens"],
+                  case["dtype"], case["device"])
+    return gold.golden_gate(path, setup.ours())
+
+
+def regen(path: Path, setup: Setup, model_name: str, band: float, top_k: int, ledger_dir: Path | None,
+          command: str) -> tuple[GateResult, Path | None]:
+    """Rewrite a golden from our current ids only if they pass the near-tie gate; then write a ledger record."""
+    ours = setup.ours()
+    result = neartie(setup, band, top_k, ours=ours)
+    if not result.passed:
+        return result, None
+    previous = gold.read_golden(path) if path.exists() else None
+    case = gold.make_golden(model_name, setup.dtype, setup.device, setup.max_new_tokens, setup.prompts, ours)
+    gold.write_golden(path, case)
+    changed = None if previous is None else [i for i, (a, b) in enumerate(zip(previous["tokens"], ours)) if a != b]
+    root = repo_root()
+    ledger_dir = ledger_dir or (root or Path.cwd()) / ".agents" / "ledger"
+    record = write_record(
+        ledger_dir, f"regen-{path.stem}", ["ENGINE-GATES"], command, device_name(setup.device),
+        f"regenerated {path.name} under the near-tie gate: {result.summary}",
+        {"golden": path.name, "sha256": case["sha256"], "previous_sha256": previous and previous["sha256"],
+         "changed_prompts": changed, "neartie": result.details},
+        head_sha(root),
+    )
+    return result, record
+
+
+def resolve_model(name: str) -> Path:
+    """A golden's model field: `tiny-qwen3` is the embedded model, anything else a directory."""
+    return TINY_MODEL if name == "tiny-qwen3" else Path(name)
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu"

@@ -1,0 +1,28 @@
+"""The per-forward attention inputs the runner builds and every attention layer reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ForwardBatch:
+    """One forward pass over packed tokens: a prefill of whole prompts, or one decode token per sequence.
+
+    Passed explicitly down the model (no global context), so a captured decode step
+    reads exactly the static buffers it was captured with.
+    """
+
+    is_prefill: bool
+    slot_mapping: torch.Tensor  # [tokens] int64, flat KV slot per token, -1 skips the store
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: k, v [num_blocks, block_size, kv_heads, head_dim]
+    seq_lens: list[int] | None = None  # prefill: prompt lengths, packed back to back
+    block_tables: torch.Tensor | None = None  # decode: [batch, max_blocks] int32, -1 padded
+    context_lens: torch.Tensor | None = None  # decode: [batch] int32, tokens in the cache including this one
+
+    def __post_init__(self) -> None:
+        if self.is_prefill and self.seq_lens is None:
+            raise ValueError("ForwardBatch: a prefill needs seq_lens")
+        if not self.is_prefill and (self.block_tables is None or self.context_lens is None):
+            raise ValueError("ForwardBatch: a decode step needs block_tables and context_lens")

@@ -1,0 +1,148 @@
+"""Parse a Hugging Face Qwen3 / Qwen3-MoE `config.json` into one dataclass."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+
+
+class ConfigError(ValueError):
+    """A config.json the engine cannot run; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool = False
+    # per layer: the sliding window in tokens, or None for full attention
+    sliding_windows: tuple[int | None, ...] = ()
+    torch_dtype: str | None = None
+    # MoE (Qwen3MoeForCausalLM only)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.architecture == "Qwen3MoeForCausalLM"
+
+    def layer_is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer `layer` uses the sparse MoE block (the HF rule, verbatim in effect)."""
+        return (self.is_moe and self.num_experts > 0 and layer not in self.mlp_only_layers
+                and (layer + 1) % self.decoder_sparse_step == 0)
+
+
+def load_config(model_dir: str | Path) -> ModelConfig:
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: no config.json in the model directory")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    return parse_config(raw, source=str(path))
+
+
+def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
+    archs = raw.get("architectures") or []
+    known = [a for a in archs if a in ARCHITECTURES]
+    if not known:
+        raise ConfigError(f"{source}: architectures={archs!r} is not supported "
+                          f"(supported: {', '.join(ARCHITECTURES)})")
+    arch = known[0]
+
+    def need(key: str) -> Any:
+        if key not in raw or raw[key] is None:
+            raise ConfigError(f"{source}: required field {key!r} is missing")
+        return raw[key]
+
+    hidden = int(need("hidden_size"))
+    heads = int(need("num_attention_heads"))
+    layers = int(need("num_hidden_layers"))
+    kv_heads = int(raw.get("num_key_value_heads") or heads)
+    head_dim = int(raw.get("head_dim") or hidden // heads)
+    if heads % kv_heads:
+        raise ConfigError(f"{source}: num_attention_heads={heads} is not a multiple of "
+                          f"num_key_value_heads={kv_heads}")
+    if raw.get("hidden_act", "silu") != "silu":
+        raise ConfigError(f"{source}: hidden_act={raw['hidden_act']!r} is not supported (only 'silu')")
+    kw: dict[str, Any] = {}
+    if arch == "Qwen3MoeForCausalLM":
+        # transformers 5 writes `num_local_experts`; older checkpoints `num_experts`
+        experts = raw.get("num_experts", raw.get("num_local_experts"))
+        if experts is None:
+            raise ConfigError(f"{source}: required field 'num_experts' (or 'num_local_experts') is missing")
+        kw = dict(
+            num_experts=int(experts),
+            num_experts_per_tok=int(need("num_experts_per_tok")),
+            moe_intermediate_size=int(need("moe_intermediate_size")),
+            norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+            decoder_sparse_step=int(raw.get("decoder_sparse_step") or 1),
+            mlp_only_layers=tuple(int(i) for i in raw.get("mlp_only_layers") or ()),
+        )
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=int(need("vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(need("intermediate_size")),
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rope_theta=_rope_theta(raw, source),
+        max_position_embeddings=int(raw.get("max_position_embeddings") or 32768),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        attention_bias=bool(raw.get("attention_bias", False)),
+        sliding_windows=_sliding_windows(raw, layers, source),
+        torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
+        **kw,
+    )
+
+
+def _rope_theta(raw: dict[str, Any], source: str) -> float:
+    # transformers 5 nests it: rope_parameters = {rope_type, rope_theta}; 4.x has a top-level rope_theta
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise ConfigError(f"{source}: rope_type={rope_type!r} is not supported (only 'default')")
+    theta = params.get("rope_theta", raw.get("rope_theta"))
+    if theta is None:
+        raise ConfigError(f"{source}: required field 'rope_theta' (or rope_parameters.rope_theta) is missing")
+    return float(theta)
+
+
+def _sliding_windows(raw: dict[str, Any], layers: int, source: str) -> tuple[int | None, ...]:
+    # HF drops the window unless use_sliding_window is set, whatever layer_types says
+    window = raw.get("sliding_window") if raw.get("use_sliding_window", False) else None
+    if window is None:
+        return (None,) * layers
+    window = int(window)
+    layer_types = raw.get("layer_types")
+    if layer_types is not None:
+        if len(layer_types) != layers:
+            raise ConfigError(f"{source}: layer_types has {len(layer_types)} entries for "
+                              f"num_hidden_layers={layers}")
+        return tuple(window if t == "sliding_attention" else None for t in layer_types)
+    if "Qwen3MoeForCausalLM" in (raw.get("architectures") or []):
+        return (window,) * layers  # Qwen3-MoE applies the window to every layer
+    # dense Qwen3: layers from max_window_layers on use the window
+    first = int(raw.get("max_window_layers", layers))
+    return tuple(window if i >= first else None for i in range(layers))

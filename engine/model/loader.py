@@ -1,0 +1,103 @@
+"""Build a Qwen3 / Qwen3-MoE model from a Hugging Face directory and load its safetensors weights."""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.model.config import ModelConfig, load_config
+from engine.model.layers import default_weight_loader
+from engine.model.qwen3 import Qwen3ForCausalLM
+from engine.model.qwen3_moe import Qwen3MoeExperts, Qwen3MoeForCausalLM
+
+MODEL_CLASSES: dict[str, type[Qwen3ForCausalLM]] = {
+    "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
+}
+# the name map at the edge: per-expert checkpoint tensors go to the fused expert parameters
+_PER_EXPERT = re.compile(r"^(?P<mod>.*\.mlp\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+# tensors some checkpoints carry that the engine recomputes
+_IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+
+
+class LoadError(ValueError):
+    """A checkpoint that does not match the model; the message names the tensor."""
+
+
+def load_model(model_dir: str | Path, dtype: torch.dtype, device: str | torch.device = "cpu") -> Qwen3ForCausalLM:
+    config = load_config(model_dir)
+    with torch.device(device):
+        model = MODEL_CLASSES[config.architecture](config, dtype)
+    load_weights(model, iter_checkpoint(model_dir))
+    return model.eval()
+
+
+def iter_checkpoint(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor of a single-file or sharded safetensors checkpoint."""
+    from safetensors import safe_open
+
+    root = Path(model_dir)
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+        files = sorted(set(weight_map.values()))
+    elif (root / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise LoadError(f"{root}: no model.safetensors or model.safetensors.index.json")
+    for fname in files:
+        path = root / fname
+        if not path.is_file():
+            raise LoadError(f"{path}: shard named in model.safetensors.index.json is missing")
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def load_weights(model: Qwen3ForCausalLM, tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """Load every checkpoint tensor into its parameter; a missing, extra or mis-shaped tensor is an error."""
+    config: ModelConfig = model.config
+    params = dict(model.named_parameters())  # a tied lm_head is deduplicated away here
+    modules = dict(model.named_modules())
+    loaded: set[str] = set()
+    expert_pieces: dict[str, set[tuple[int, int]]] = {}
+    for name, tensor in tensors:
+        if _IGNORED.search(name):
+            continue
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # tied: the embedding is the head
+        m = _PER_EXPERT.match(name)
+        if m and isinstance(modules.get(m["mod"]), Qwen3MoeExperts):
+            experts: Qwen3MoeExperts = modules[m["mod"]]
+            pname, e, shard = experts.load_expert_shard(name, tensor.to(experts.down_proj.dtype), int(m["e"]),
+                                                        m["proj"])
+            expert_pieces.setdefault(f"{m['mod']}.{pname}", set()).add((e, shard))
+            continue
+        if name not in params:
+            raise LoadError(f"{name}: unexpected tensor in the checkpoint (no such parameter in "
+                            f"{config.architecture})")
+        try:
+            default_weight_loader(params[name], tensor, name)
+        except ValueError as exc:
+            raise LoadError(str(exc)) from exc
+        loaded.add(name)
+    for pname, pieces in expert_pieces.items():
+        shards = 2 if pname.endswith("gate_up_proj") else 1
+        want = {(e, s) for e in range(config.num_experts) for s in range(shards)}
+        if pieces != want:
+            e, s = min(want - pieces)
+            proj = "down_proj" if shards == 1 else ("gate_proj", "up_proj")[s]
+            raise LoadError(f"{pname.rsplit('.', 1)[0]}.{e}.{proj}.weight: missing from the checkpoint")
+        loaded.add(pname)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise LoadError(f"{missing[0]}: missing from the checkpoint{more}")
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

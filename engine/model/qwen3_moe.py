@@ -1,0 +1,75 @@
+"""Qwen3-MoE: the Qwen3 decoder with a sparse mixture-of-experts MLP, HF attribute names."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.model.config import ModelConfig
+from engine.model.layers import Linear, new_param
+from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from engine.ops.moe import moe_experts, moe_route
+
+# checkpoint projection name -> (fused parameter, shard index inside it)
+EXPERT_SHARDS = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
+
+
+class Qwen3MoeExperts(nn.Module):
+    """All experts' weights as two stacked tensors (the transformers 5 fused layout)."""
+
+    def __init__(self, num_experts: int, hidden: int, intermediate: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.intermediate = intermediate
+        self.gate_up_proj = new_param(num_experts, 2 * intermediate, hidden, dtype=dtype)  # gate rows first
+        self.down_proj = new_param(num_experts, hidden, intermediate, dtype=dtype)
+
+    def load_expert_shard(self, name: str, loaded: torch.Tensor, expert: int, proj: str) -> tuple[str, int, int]:
+        """Load one per-expert checkpoint tensor (`experts.<e>.<proj>.weight`); returns the piece it filled."""
+        param_name, shard = EXPERT_SHARDS[proj]
+        if not 0 <= expert < self.num_experts:
+            raise ValueError(f"{name}: expert {expert} out of range (num_experts={self.num_experts})")
+        param = getattr(self, param_name)
+        i = self.intermediate
+        target = param[expert, shard * i:(shard + 1) * i] if param_name == "gate_up_proj" else param[expert]
+        if tuple(target.shape) != tuple(loaded.shape):
+            raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != model shape {tuple(target.shape)}")
+        with torch.no_grad():
+            target.copy_(loaded)
+        return param_name, expert, shard
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [tokens, hidden]
+        weights: torch.Tensor,  # [tokens, top_k]
+        ids: torch.Tensor,  # [tokens, top_k]
+    ) -> torch.Tensor:
+        return moe_experts(x, self.gate_up_proj, self.down_proj, weights, ids)
+
+
+class Qwen3MoeSparseMoeBlock(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        self.gate = Linear(config.hidden_size, config.num_experts, False, dtype)  # the router
+        self.experts = Qwen3MoeExperts(config.num_experts, config.hidden_size, config.moe_intermediate_size, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, hidden]
+        router_logits = self.gate(x)  # [tokens, num_experts]
+        weights, ids = moe_route(router_logits, self.top_k, self.norm_topk_prob, x.dtype)
+        return self.experts(x, weights, ids)
+
+
+class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
+    def make_mlp(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> nn.Module:
+        if config.layer_is_sparse(layer_idx):
+            return Qwen3MoeSparseMoeBlock(config, dtype)
+        return Qwen3MLP(config.hidden_size, config.intermediate_size, dtype)
+
+
+class Qwen3MoeModel(Qwen3Model):
+    layer_class = Qwen3MoeDecoderLayer
+
+
+class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
+    model_class = Qwen3MoeModel

@@ -1,0 +1,44 @@
+"""Entry checks shared by the reference ops: each error names the tensor and what was expected."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def check_tensor(
+    t: object,
+    name: str,
+    ndim: int | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+) -> torch.Tensor:
+    """Return `t` if it is a tensor of rank `ndim` with a dtype in `dtypes`; raise naming `name`."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dims, got shape {tuple(t.shape)}")
+    if dtypes is not None:
+        allowed = tuple(dtypes)
+        if t.dtype not in allowed:
+            names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
+            raise TypeError(f"{name}: dtype {str(t.dtype).removeprefix('torch.')} not in ({names})")
+    return t
+
+
+def check_dim(t: torch.Tensor, name: str, dim: int, size: int, what: str) -> None:
+    """Raise unless `t.shape[dim] == size`; `what` says where `size` comes from."""
+    if t.shape[dim] != size:
+        raise ValueError(
+            f"{name}: dim {dim} is {t.shape[dim]} but {what} is {size} (shape {tuple(t.shape)})"
+        )
+
+
+def check_same_dtype(t: torch.Tensor, name: str, ref: torch.Tensor, ref_name: str) -> None:
+    if t.dtype != ref.dtype:
+        raise TypeError(
+            f"{name}: dtype {str(t.dtype).removeprefix('torch.')} differs from "
+            f"{ref_name}'s {str(ref.dtype).removeprefix('torch.')}"
+        )

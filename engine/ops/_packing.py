@@ -1,0 +1,13 @@
+"""Unpacking of sub-byte integers from int32 words, shared by the AWQ and GPTQ references."""
+from __future__ import annotations
+
+import torch
+
+
+def unpack_int32(words: torch.Tensor, bits: int) -> torch.Tensor:  # words: [..., m] int32 -> [..., m * 32/bits] int64
+    """Field j of each word (bits [bits*j, bits*(j+1)), j from the least significant end), word by word."""
+    per_word = 32 // bits
+    shifts = torch.arange(0, 32, bits, device=words.device)
+    # int64 so that the sign bit of a negative int32 becomes an ordinary high bit
+    fields = (words.to(torch.int64)[..., None] >> shifts) & ((1 << bits) - 1)
+    return fields.reshape(*words.shape[:-1], words.shape[-1] * per_word)

@@ -1,0 +1,28 @@
+"""SiLU-and-mul, the gated MLP activation of Qwen3/Llama (row KERNEL-ACT)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine import flags
+from engine.cuda import act as cuda_act
+from engine.ops._check import FLOAT_DTYPES, check_tensor
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # x: [..., 2*I] -> [..., I], x.dtype
+    """`silu(gate) * up` with gate = x[..., :I] and up = x[..., I:].
+
+    Rounding (as Hugging Face's `act_fn(gate_proj(x)) * up_proj(x)`):
+    silu(gate) is computed in fp32 inside torch and rounded to x.dtype, then the
+    product with up is rounded to x.dtype. Two roundings, not one.
+    The gate half is made contiguous before the silu, as Hugging Face's dense MLP
+    applies it to the contiguous gate_proj output: torch's fp32 silu differs in
+    the last bit between its vectorised and scalar paths, which depend on layout.
+    """
+    check_tensor(x, "x", dtypes=FLOAT_DTYPES)
+    if x.dim() < 1 or x.shape[-1] % 2:
+        raise ValueError(f"x: last dim must be even (gate and up halves), got shape {tuple(x.shape)}")
+    if x.is_cuda and flags.enabled("VT_ACT_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_act.silu_and_mul(x)
+    inter = x.shape[-1] // 2
+    return F.silu(x[..., :inter].contiguous()) * x[..., inter:]

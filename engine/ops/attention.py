@@ -1,0 +1,190 @@
+"""Causal prefill attention over packed sequences and paged decode attention (row KERNEL-ATTN-PAGED).
+
+Rounding points (Hugging Face's eager attention, `eager_attention_forward`, in
+the model dtype; the Qwen3 oracle must load with `attn_implementation="eager"`
+for token-exact runs, since SDPA keeps scores and probabilities in fp32):
+1. scores = (q @ k^T) rounded to the dtype (fp32 accumulation inside the GEMM),
+2. scores * scale rounded to the dtype,
+3. masked positions get -inf; softmax in fp32 over the row,
+4. probabilities rounded to the dtype,
+5. out = probs @ v rounded to the dtype (fp32 accumulation inside the GEMM).
+In fp32 every step is fp32 and the rounding points vanish.
+
+GQA: query head h reads KV head h // (Hq // Hkv) (Hugging Face's repeat_kv).
+Sliding window W (Hugging Face/Mistral semantics): the query at position i
+attends key positions j with i - W < j <= i, i.e. the W most recent positions,
+itself included. None means no window.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from engine import flags
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+
+
+def prefill_attention(
+    q: torch.Tensor,  # q: [tokens, Hq, D]
+    k: torch.Tensor,  # k: [tokens, Hkv, D]
+    v: torch.Tensor,  # v: [tokens, Hkv, D]
+    seq_lens: Sequence[int] | torch.Tensor,  # seq_lens: [num_seqs]; sum == tokens
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
+    """Causal self-attention within each of several sequences packed back to back.
+
+    Sequence s owns tokens [sum(seq_lens[:s]), sum(seq_lens[:s+1])) and its
+    positions start at 0. Rounding: the module docstring's five points.
+    """
+    _check_qkv(q, k, v)
+    lens = _lens(seq_lens, "seq_lens")
+    if sum(lens) != q.shape[0]:
+        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
+    _check_window(sliding_window)
+    out = torch.empty_like(q)
+    start = 0
+    for n in lens:
+        if n == 0:
+            continue
+        pos = torch.arange(n, device=q.device)
+        allowed = _allowed(pos, pos, sliding_window)
+        qh = q[start:start + n].transpose(0, 1)  # [Hq, n, D]
+        out[start:start + n] = _attend(qh, k[start:start + n], v[start:start + n], allowed, scale).transpose(0, 1)
+        start += n
+    return out
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # q: [batch, Hq, D]
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D]
+    v_cache: torch.Tensor,  # v_cache: [num_blocks, block_size, Hkv, D]
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks] int32
+    context_lens: torch.Tensor,  # context_lens: [batch] int32, >= 1
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    """One query token per sequence against its paged K/V (the new token's K/V already stored).
+
+    Sequence b's keys are positions 0..context_lens[b]-1, position p at slot
+    `block_tables[b, p // block_size] * block_size + p % block_size`; the query
+    sits at position context_lens[b]-1. Rounding: the module docstring's points.
+    """
+    if q.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA arms; VT_ATTN_* pick among them
+        from engine.cuda import paged_attn
+
+        return paged_attn.dispatch(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
+    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
+    _check_window(sliding_window)
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        n = int(context_lens[b])
+        k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], n, k_cache.shape[1])
+        keys = torch.arange(n, device=q.device)
+        allowed = _allowed(keys[-1:], keys, sliding_window)
+        out[b] = _attend(q[b][:, None, :], k_seq, v_seq, allowed, scale)[:, 0, :]
+    return out
+
+
+def check_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # k/v caches viewed as [num_slots, Hkv, D]
+    """Entry checks shared by the paged decode references; returns the caches viewed flat."""
+    check_tensor(k_cache, "k_cache", ndim=4)
+    check_tensor(v_cache, "v_cache", ndim=4)
+    check_same_dtype(k_cache, "k_cache", q, "q")
+    check_same_dtype(v_cache, "v_cache", q, "q")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
+    check_dim(k_cache, "k_cache", 3, q.shape[2], "q's head_dim")
+    _check_groups(q.shape[1], k_cache.shape[2])
+    check_tensor(block_tables, "block_tables", ndim=2, dtypes=INDEX_DTYPES)
+    check_tensor(context_lens, "context_lens", ndim=1, dtypes=INDEX_DTYPES)
+    check_dim(block_tables, "block_tables", 0, q.shape[0], "q's batch")
+    check_dim(context_lens, "context_lens", 0, q.shape[0], "q's batch")
+    block_size = k_cache.shape[1]
+    if context_lens.numel():
+        if int(context_lens.min()) < 1:
+            raise ValueError("context_lens: every sequence needs at least its own token (>= 1)")
+        need = (int(context_lens.max()) + block_size - 1) // block_size
+        if need > block_tables.shape[1]:
+            raise ValueError(f"block_tables: {block_tables.shape[1]} blocks per row, context needs {need}")
+    num_slots = k_cache.shape[0] * block_size
+    return k_cache.reshape(num_slots, *k_cache.shape[2:]), v_cache.reshape(num_slots, *v_cache.shape[2:])
+
+
+def gather_sequence(
+    k_flat: torch.Tensor,  # k_flat: [num_slots, Hkv, D]
+    v_flat: torch.Tensor,  # v_flat: [num_slots, Hkv, D]
+    block_table: torch.Tensor,  # block_table: [max_blocks]
+    n: int,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # each [n, Hkv, D]
+    """Positions 0..n-1 of one sequence, gathered from the paged cache."""
+    pos = torch.arange(n, device=k_flat.device)
+    slots = block_table.long()[pos // block_size] * block_size + pos % block_size
+    return k_flat[slots], v_flat[slots]
+
+
+def _attend(
+    qh: torch.Tensor,  # qh: [Hq, Lq, D]
+    k: torch.Tensor,  # k: [Lk, Hkv, D]
+    v: torch.Tensor,  # v: [Lk, Hkv, D]
+    allowed: torch.Tensor,  # allowed: [Lq, Lk] bool
+    scale: float,
+) -> torch.Tensor:  # [Hq, Lq, D]
+    group = qh.shape[0] // k.shape[1]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0)  # [Hq, Lk, D]
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0)
+    scores = torch.matmul(qh, kh.transpose(1, 2)) * scale  # rounding points 1 and 2
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qh.dtype)  # points 3 and 4
+    return torch.matmul(probs, vh)  # point 5
+
+
+def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """[Lq, Lk] mask: causal, and within the window when one is set."""
+    diff = q_pos[:, None] - k_pos[None, :]
+    ok = diff >= 0
+    if window is not None:
+        ok &= diff < window
+    return ok
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    check_tensor(k, "k", ndim=3)
+    check_tensor(v, "v", ndim=3)
+    check_same_dtype(k, "k", q, "q")
+    check_same_dtype(v, "v", q, "q")
+    if v.shape != k.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} != k's {tuple(k.shape)}")
+    check_dim(k, "k", 0, q.shape[0], "q's tokens")
+    check_dim(k, "k", 2, q.shape[2], "q's head_dim")
+    _check_groups(q.shape[1], k.shape[1])
+
+
+def _check_groups(num_q_heads: int, num_kv_heads: int) -> None:
+    if num_kv_heads == 0 or num_q_heads % num_kv_heads:
+        raise ValueError(f"q: {num_q_heads} heads is not a multiple of the {num_kv_heads} KV heads")
+
+
+def _check_window(window: int | None) -> None:
+    if window is not None and window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {window}")
+
+
+def _lens(seq_lens: Sequence[int] | torch.Tensor, name: str) -> list[int]:
+    if isinstance(seq_lens, torch.Tensor):
+        check_tensor(seq_lens, name, ndim=1, dtypes=INDEX_DTYPES)
+        seq_lens = seq_lens.tolist()
+    lens = [int(n) for n in seq_lens]
+    if any(n < 0 for n in lens):
+        raise ValueError(f"{name}: negative length in {lens}")
+    return lens

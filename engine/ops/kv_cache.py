@@ -1,0 +1,89 @@
+"""Paged KV cache store by slot mapping, and the slot mapping itself (row KERNEL-KV-STORE)."""
+from __future__ import annotations
+
+import torch
+
+from engine import flags
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+
+
+def store_kv(
+    k: torch.Tensor,  # k: [tokens, num_kv_heads, head_dim]
+    v: torch.Tensor,  # v: [tokens, num_kv_heads, head_dim]
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache: torch.Tensor,  # v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+    slot_mapping: torch.Tensor,  # slot_mapping: [tokens] int32/int64
+) -> None:
+    """Write token t's K/V to slot `slot_mapping[t]` = block * block_size + offset, in place.
+
+    A slot of -1 is skipped (padding tokens). Exact copy, no rounding: k/v must
+    already be in the cache dtype. Two tokens with the same slot is an error
+    (the winner would be unspecified on a GPU).
+    """
+    if k.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA store; slot values are not range-checked there
+        from engine.cuda import kv_store
+
+        return kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping)
+    check_tensor(k, "k", ndim=3, dtypes=FLOAT_DTYPES)
+    check_tensor(v, "v", ndim=3)
+    check_tensor(k_cache, "k_cache", ndim=4)
+    check_tensor(v_cache, "v_cache", ndim=4)
+    check_tensor(slot_mapping, "slot_mapping", ndim=1, dtypes=INDEX_DTYPES)
+    if v.shape != k.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} != k's {tuple(k.shape)}")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_same_dtype(t, name, k, "k")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not t.is_contiguous():  # slots index the flat [num_blocks * block_size] view
+            raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
+    check_dim(slot_mapping, "slot_mapping", 0, k.shape[0], "k's tokens")
+    check_dim(k_cache, "k_cache", 2, k.shape[1], "k's num_kv_heads")
+    check_dim(k_cache, "k_cache", 3, k.shape[2], "k's head_dim")
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    if (slot_mapping < -1).any():
+        raise ValueError("slot_mapping: values below -1")
+    if slots.numel():
+        if int(slots.max()) >= num_slots:
+            raise IndexError(f"slot_mapping: slot {int(slots.max())} >= cache slots {num_slots}")
+        if slots.unique().numel() != slots.numel():
+            raise ValueError("slot_mapping: two tokens write the same slot")
+    k_cache.view(num_slots, *k_cache.shape[2:])[slots] = k[keep]
+    v_cache.view(num_slots, *v_cache.shape[2:])[slots] = v[keep]
+
+
+def slot_mapping_for(
+    block_table: torch.Tensor,  # block_table: [max_blocks] or [batch, max_blocks] int32/int64
+    positions: torch.Tensor,  # positions: [tokens] or [batch, tokens] int; -1 marks padding
+    block_size: int,
+) -> torch.Tensor:  # same shape as positions, int64
+    """Slot of each position: `block_table[pos // block_size] * block_size + pos % block_size`.
+
+    A 1-D block_table serves one sequence; a 2-D one pairs row b with positions[b].
+    A position of -1 maps to slot -1.
+    """
+    check_tensor(block_table, "block_table", dtypes=INDEX_DTYPES)
+    check_tensor(positions, "positions", dtypes=INDEX_DTYPES)
+    if block_size <= 0:
+        raise ValueError(f"block_size: expected > 0, got {block_size}")
+    if block_table.dim() != positions.dim() or block_table.dim() not in (1, 2):
+        raise ValueError(
+            f"block_table: rank {block_table.dim()} must equal positions' rank {positions.dim()} (1 or 2)"
+        )
+    if block_table.dim() == 2:
+        check_dim(block_table, "block_table", 0, positions.shape[0], "positions' batch")
+    pos = positions.long()
+    pad = pos < 0
+    safe = pos.clamp(min=0)
+    idx = safe // block_size
+    if idx.numel() and int(idx.max()) >= block_table.shape[-1]:
+        raise IndexError(
+            f"positions: position {int(safe.max())} needs block {int(idx.max())}, "
+            f"block_table has {block_table.shape[-1]}"
+        )
+    blocks = torch.gather(block_table.long(), -1, idx)
+    slots = blocks * block_size + safe % block_size
+    return torch.where(pad, torch.full_like(slots, -1), slots)

@@ -1,0 +1,91 @@
+"""Mixture-of-experts routing and the expert MLPs, as Hugging Face's Qwen3-MoE block (row KERNEL-MOE)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine import flags
+from engine.cuda import moe as cuda_moe
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+
+
+def moe_route(
+    router_logits: torch.Tensor,  # router_logits: [tokens, num_experts]
+    top_k: int,
+    renormalize: bool,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (weights [tokens, top_k] dtype, ids [tokens, top_k] int64)
+    """Softmax over experts, keep the top_k, optionally renormalise them to sum 1.
+
+    Rounding (Qwen3MoeTopKRouter): the softmax is fp32 (the logits are upcast),
+    top-k is taken on the fp32 probabilities (torch.topk, descending), the
+    renormalising divide is fp32, and the weights are rounded to `dtype` once at
+    the end (Hugging Face uses the router logits' dtype, i.e. the model dtype).
+    """
+    check_tensor(router_logits, "router_logits", ndim=2, dtypes=FLOAT_DTYPES)
+    if not 1 <= top_k <= router_logits.shape[1]:
+        raise ValueError(f"top_k: {top_k} not in [1, num_experts={router_logits.shape[1]}]")
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: {dtype} is not a float model dtype")
+    if router_logits.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
+        if cuda_moe.supports(router_logits.shape[1], top_k):
+            return cuda_moe.route(router_logits, top_k, renormalize, dtype)
+    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(dtype), ids
+
+
+def moe_experts(
+    x: torch.Tensor,  # x: [tokens, H]
+    gate_up: torch.Tensor,  # gate_up: [E, 2*I, H], gate rows first, then up rows
+    down: torch.Tensor,  # down: [E, H, I]
+    weights: torch.Tensor,  # weights: [tokens, top_k], x.dtype
+    ids: torch.Tensor,  # ids: [tokens, top_k] int, distinct per token
+) -> torch.Tensor:  # [tokens, H], x.dtype
+    """`out[t] = sum_j weights[t, j] * down[e] @ silu_and_mul(gate_up[e] @ x[t])`, e = ids[t, j].
+
+    Rounding and order (Qwen3MoeExperts): per expert, the gate_up GEMM, silu
+    and mul, the down GEMM and the multiply by the routing weight each round to
+    x.dtype (silu_and_mul's rounding). The per-token sum runs over the token's experts in ascending expert
+    id, starting from zero, and every partial sum is rounded to x.dtype (Hugging
+    Face's index_add_ into an x.dtype buffer). A fused kernel that accumulates
+    the experts in fp32 differs from this by the partial-sum roundings.
+    """
+    check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(gate_up, "gate_up", ndim=3)
+    check_tensor(down, "down", ndim=3)
+    check_tensor(weights, "weights", ndim=2)
+    check_tensor(ids, "ids", ndim=2, dtypes=INDEX_DTYPES)
+    for name, t in (("gate_up", gate_up), ("down", down), ("weights", weights)):
+        check_same_dtype(t, name, x, "x")
+    num_experts, two_inter, hidden = gate_up.shape
+    if two_inter % 2:
+        raise ValueError(f"gate_up: dim 1 must be 2*I, got {two_inter}")
+    check_dim(gate_up, "gate_up", 2, x.shape[1], "x's hidden")
+    check_dim(down, "down", 0, num_experts, "gate_up's experts")
+    check_dim(down, "down", 1, hidden, "x's hidden")
+    check_dim(down, "down", 2, two_inter // 2, "gate_up's I")
+    check_dim(weights, "weights", 0, x.shape[0], "x's tokens")
+    if ids.shape != weights.shape:
+        raise ValueError(f"ids: shape {tuple(ids.shape)} != weights' {tuple(weights.shape)}")
+    # Before the id checks below, which read ids on the host (a sync a captured CUDA graph cannot hold); the
+    # kernels skip ids outside [0, E) and expect distinct ids per token, as the checks demand.
+    if x.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
+        if cuda_moe.supports(num_experts, ids.shape[1]):
+            return cuda_moe.experts(x, gate_up, down, weights, ids)
+    if ids.numel():
+        if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
+            raise IndexError(f"ids: values outside [0, {num_experts})")
+        if (ids.sort(dim=-1).values.diff(dim=-1) == 0).any():
+            raise ValueError("ids: a token selects the same expert twice")
+    out = torch.zeros_like(x)
+    for e in torch.unique(ids).tolist():  # ascending expert id, as Hugging Face
+        slot, token = torch.where(ids.T == e)  # [top_k, tokens] order, as Hugging Face's expert mask
+        # silu on the non-contiguous chunk, exactly as Hugging Face (see silu_and_mul on layout)
+        gate, up = F.linear(x[token], gate_up[e]).chunk(2, dim=-1)
+        h = F.silu(gate) * up
+        h = F.linear(h, down[e]) * weights[token, slot, None]
+        out.index_add_(0, token, h)
+    return out

@@ -1,0 +1,81 @@
+"""Rotary position embedding, neox (rotate-half) style, with HF's fp32 cos/sin (row KERNEL-ROPE)."""
+from __future__ import annotations
+
+import torch
+
+from engine import flags
+from engine.cuda import rope as cuda_rope
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops.norm import qk_norm
+
+
+def rope_cos_sin(
+    positions: torch.Tensor,  # positions: [tokens] int64
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (cos, sin), each [tokens, head_dim], dtype
+    """cos/sin tables for the default ("rope_type": "default") rotary embedding.
+
+    Computed in fp32 exactly as Hugging Face's Qwen3RotaryEmbedding:
+      inv_freq = 1 / theta ** (arange(0, head_dim, 2, fp32) / head_dim)   (fp32 pow, fp32 divide)
+      freqs    = positions.float()[:, None] * inv_freq[None, :]            (one fp32 multiply)
+      emb      = cat(freqs, freqs)                                          (neox layout)
+      cos, sin = emb.cos(), emb.sin()                                       (fp32)
+    then each is rounded once to `dtype` (the model dtype). Positions must be
+    below 2**24 so that `positions.float()` is exact.
+    """
+    check_tensor(positions, "positions", ndim=1, dtypes=INDEX_DTYPES)
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"head_dim: expected a positive even number, got {head_dim}")
+    if theta <= 0:
+        raise ValueError(f"theta: expected > 0, got {theta}")
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: {dtype} is not a float model dtype")
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    inv_freq = inv_freq.to(positions.device)
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope_neox(
+    x: torch.Tensor,  # x: [tokens, heads, head_dim]
+    cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
+    sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
+) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
+    """`x * cos + rotate_half(x) * sin`, rotate_half(x) = cat(-x[half:], x[:half]).
+
+    Rounding (as Hugging Face's apply_rotary_pos_emb in the model dtype): each
+    product is rounded to x.dtype, then the sum is rounded to x.dtype. A fused
+    kernel that keeps the products in fp32 differs by one rounding.
+    """
+    check_tensor(x, "x", ndim=3, dtypes=FLOAT_DTYPES)
+    for name, t in (("cos", cos), ("sin", sin)):
+        check_tensor(t, name, ndim=2)
+        check_same_dtype(t, name, x, "x")
+        check_dim(t, name, 0, x.shape[0], "x's tokens")
+        check_dim(t, name, 1, x.shape[2], "x's head_dim")
+    if x.is_cuda and flags.enabled("VT_ROPE_KERNEL") and flags.enabled("VT_KERNELS"):
+        return cuda_rope.apply_rope_neox(x, cos, sin)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    c, s = cos[:, None, :], sin[:, None, :]
+    return (x * c) + (rotated * s)
+
+
+def qk_norm_rope(
+    x: torch.Tensor,  # x: [tokens, heads, head_dim]
+    weight: torch.Tensor,  # weight: [head_dim], x.dtype
+    cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
+    sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
+    eps: float,
+) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
+    """Qwen3's q/k path, `apply_rope_neox(qk_norm(x, weight, eps), cos, sin)`, with both ops' rounding points.
+
+    On a GPU under VT_QK_NORM_ROPE_FUSED it is one fused launch, whose fp32 sum of squares runs in another
+    order than torch's (default OFF for that reason).
+    """
+    if x.is_cuda and flags.enabled("VT_QK_NORM_ROPE_FUSED") and flags.enabled("VT_KERNELS"):
+        return cuda_rope.qk_norm_rope(x, weight, cos, sin, eps)
+    return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)

@@ -1,0 +1,224 @@
+"""Batched prefill and greedy decode over a paged KV cache; the only owner of device tensors."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine import flags
+from engine.block_manager import BlockManager
+from engine.model.batch import ForwardBatch
+from engine.model.config import load_config
+from engine.model.loader import load_model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# decode batches are padded up to one of these sizes on CUDA, so one captured graph serves each bucket
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # generated ids per prompt, prompt excluded
+    seconds: float  # wall time of prefill plus decode
+
+    @property
+    def tok_per_s(self) -> float:
+        total = sum(len(t) for t in self.tokens)
+        return total / self.seconds if self.seconds > 0 else float("inf")
+
+
+class Runner:
+    """Loads a model onto a device, owns its KV cache, and greedily decodes batches of prompts."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+        max_batch: int = 8,
+        max_model_len: int = 512,
+        block_size: int = 16,
+    ) -> None:
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA device is available to torch")
+        self.config = load_config(model_dir)
+        self.dtype = dtype
+        self.model = load_model(model_dir, dtype, self.device)
+        self.max_batch = max_batch
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        num_blocks = max_batch * self.max_blocks_per_seq
+        self.blocks = BlockManager(num_blocks, block_size)
+        cfg = self.config
+        shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
+        # zero-filled so padded decode rows read finite values
+        self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=self.device),
+                           torch.zeros(shape, dtype=dtype, device=self.device))
+                          for _ in range(cfg.num_hidden_layers)]
+        self.use_graph = self.device.type == "cuda" and not flags.enabled("VT_EAGER")
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graph_pool = None
+        self._static: dict[int, dict[str, torch.Tensor]] = {}
+
+    # --- public entry ---------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> Generation:
+        self._check_request(prompts, max_new_tokens)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        seq_ids = list(range(len(prompts)))
+        for sid, prompt in zip(seq_ids, prompts):
+            self.blocks.allocate(sid, len(prompt))
+        try:
+            out = [[t] for t in self.prefill(seq_ids, prompts).tolist()]
+            for _ in range(max_new_tokens - 1):
+                last = [toks[-1] for toks in out]
+                for toks, t in zip(out, self.decode(seq_ids, last).tolist()):
+                    toks.append(t)
+        finally:
+            for sid in seq_ids:
+                self.blocks.free(sid)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return Generation(out, time.perf_counter() - start)
+
+    # --- prefill --------------------------------------------------------------
+    def prefill(self, seq_ids: list[int], prompts: list[list[int]]) -> torch.Tensor:  # -> [batch] int64
+        """Run whole prompts packed back to back; writes their K/V and returns each one's next token."""
+        lens = [len(p) for p in prompts]
+        ids = [t for p in prompts for t in p]
+        positions = [i for n in lens for i in range(n)]
+        slots = [self.blocks.slot(sid, i) for sid, n in zip(seq_ids, lens) for i in range(n)]
+        dev = self.device
+        batch = ForwardBatch(
+            is_prefill=True,
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            kv_caches=self.kv_caches,
+            seq_lens=lens,
+        )
+        hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
+                            torch.tensor(positions, dtype=torch.int64, device=dev), batch)
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each prompt's last token
+        return self.model.greedy(hidden[last])
+
+    # --- decode ---------------------------------------------------------------
+    def decode(self, seq_ids: list[int], last_tokens: list[int]) -> torch.Tensor:  # -> [batch] int64
+        """One greedy step for every sequence: fills the static buffers, then runs or replays the step."""
+        n = len(seq_ids)
+        padded = self._padded_batch(n)
+        buf = self._static_buffers(padded)
+        positions = [self.blocks.lengths[sid] for sid in seq_ids]
+        slots = [self.blocks.append_token(sid) for sid in seq_ids]
+        table = torch.zeros(padded, self.max_blocks_per_seq, dtype=torch.int32)
+        for row, sid in enumerate(seq_ids):
+            blocks = self.block_table(sid)
+            table[row, :len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        # padded rows: slot -1 (no store), one cached token read from block 0, output ignored
+        host = {
+            "input_ids": torch.tensor(last_tokens + [0] * (padded - n), dtype=torch.int64),
+            "positions": torch.tensor(positions + [0] * (padded - n), dtype=torch.int64),
+            "slot_mapping": torch.tensor(slots + [-1] * (padded - n), dtype=torch.int64),
+            "block_tables": table,
+            "context_lens": torch.tensor([p + 1 for p in positions] + [1] * (padded - n), dtype=torch.int32),
+        }
+        for key, value in host.items():
+            buf[key].copy_(value, non_blocking=True)
+        if self.use_graph:
+            out = self._replay(padded, buf)
+        else:
+            out = self.decode_step(**buf)
+        return out[:n]
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self.blocks.tables[seq_id]
+
+    def decode_step(
+        self,
+        input_ids: torch.Tensor,  # [batch] int64
+        positions: torch.Tensor,  # [batch] int64
+        slot_mapping: torch.Tensor,  # [batch] int64
+        block_tables: torch.Tensor,  # [batch, max_blocks_per_seq] int32
+        context_lens: torch.Tensor,  # [batch] int32
+    ) -> torch.Tensor:  # [batch] int64
+        """The whole decode step on device tensors only: no host reads, so it can be captured."""
+        batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
+                             block_tables=block_tables, context_lens=context_lens)
+        return self.model.greedy(self.model(input_ids, positions, batch))
+
+    def _padded_batch(self, n: int) -> int:
+        if self.device.type != "cuda":
+            return n
+        # eager and graph runs pad alike on CUDA, so both see the same GEMM shapes and give the same tokens
+        return next((b for b in GRAPH_BATCH_SIZES if b >= n), n)  # past the largest bucket: its own size
+
+    def _static_buffers(self, padded: int) -> dict[str, torch.Tensor]:
+        if padded not in self._static:
+            dev = self.device
+            self._static[padded] = {
+                "input_ids": torch.zeros(padded, dtype=torch.int64, device=dev),
+                "positions": torch.zeros(padded, dtype=torch.int64, device=dev),
+                "slot_mapping": torch.full((padded,), -1, dtype=torch.int64, device=dev),
+                "block_tables": torch.zeros(padded, self.max_blocks_per_seq, dtype=torch.int32, device=dev),
+                "context_lens": torch.ones(padded, dtype=torch.int32, device=dev),
+            }
+        return self._static[padded]
+
+    def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
+        if padded not in self._graphs:
+            captured = self._capture(padded, buf)
+            if captured is None:
+                return self.decode_step(**buf)
+            self._graphs[padded] = captured
+        graph, out = self._graphs[padded]
+        graph.replay()
+        return out
+
+    def _capture(self, padded: int, buf: dict[str, torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
+        """Capture decode_step for one padded batch size; None (and eager from then on) if an op cannot be captured."""
+        # the warm-up really runs this step (its K/V stores are the step's own); the capture only records
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                self.decode_step(**buf)  # warm-up outside the graph (lazy inits, workspaces)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                out = self.decode_step(**buf)
+            self._graph_pool = graph.pool()
+        except RuntimeError as exc:
+            print(f"engine: decode step not capturable ({exc.__class__.__name__}: {str(exc)[:200]}); "
+                  "running it eagerly", file=sys.stderr)
+            self.use_graph = False
+            return None
+        return graph, out
+
+    def _check_request(self, prompts: list[list[int]], max_new_tokens: int) -> None:
+        if not prompts:
+            raise ValueError("no prompts given")
+        if len(prompts) > self.max_batch:
+            raise ValueError(f"{len(prompts)} prompts exceed max_batch={self.max_batch}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
+        vocab = self.config.vocab_size
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            bad = [t for t in p if not 0 <= t < vocab]
+            if bad:
+                raise ValueError(f"prompt {i}: token id {bad[0]} outside the vocabulary [0, {vocab})")
+            if len(p) + max_new_tokens > self.max_model_len:
+                raise ValueError(f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed "
+                                 f"max_model_len={self.max_model_len}")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return DTYPES[name]

@@ -1,0 +1,193 @@
+"""gemv-invocation: each rule fails on a seeded violation with exactly its message (fixtures, and mutations of a
+copy of the real engine sources), its good twin passes, and the unmutated engine passes with its site count."""
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+
+from checkers.checks import gemv_invocation as gv
+from checkers.config import Config
+from checkers.context import Context
+from tests.conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "gemv"
+# Call and launch sites of sources whose sites this row owns or which are stable: a drop means a site is missed.
+SNAPSHOT = {"engine/cuda/norm.cu": 2, "engine/cuda/rope.cu": 2, "engine/cuda/act.cu": 1, "engine/cuda/sample.cu": 3,
+            "engine/cuda/gemv.cu": 2, "engine/ops/linear.py": 2, "engine/model/layers.py": 1}
+A1 = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
+A2 = "declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) and use the name"
+
+
+def fixture(*names: str) -> tuple[list[gv.Source], list[gv.Source]]:
+    srcs = [gv.Source(f"tests/fixtures/gemv/{n}", (FIXTURES / n).read_text()) for n in names]
+    return [s for s in srcs if s.path.endswith(".py")], [s for s in srcs if not s.path.endswith(".py")]
+
+
+def findings_of(*names: str) -> list[tuple]:
+    findings, _ = gv.check_sources(*fixture(*names), min_sites=1)
+    return [(f.rule, f.path, f.line, f.message, f.hint) for f in findings]
+
+
+@pytest.fixture
+def engine_copy(tmp_path: Path) -> Path:
+    """A copy of the real engine's Python and CUDA sources in a fresh root."""
+    def skip(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n == "__pycache__" or
+                ((Path(folder) / n).is_file() and not n.endswith((".py", ".cu", ".cuh")))]
+
+    shutil.copytree(ROOT / "engine", tmp_path / "engine", ignore=skip)
+    return tmp_path
+
+
+def run_on(root: Path, min_sites: int = 1):
+    ctx = Context(root=root, config=Config())
+    return gv.run(ctx, argparse.Namespace(min_sites=min_sites))
+
+
+def mutate(root: Path, rel: str, old: str, new: str) -> int:
+    """Replace the one occurrence of `old` in root/rel; return the line the mutation starts on."""
+    path = root / rel
+    text = path.read_text()
+    assert text.count(old) == 1, f"{rel}: the site to mutate ({old!r}) moved; update this test"
+    path.write_text(text.replace(old, new))
+    return text[:text.index(old)].count("\n") + 1
+
+
+def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
+    result = run_on(engine_copy)
+    assert result.status.value == "pass", [f.message for f in result.findings]
+    assert result.summary == f"{result.examined} matmul/GEMV call and kernel launch sites keep the caller's dtype " \
+                             "and named tuning constants"
+    sources = [gv.Source(rel, (engine_copy / rel).read_text()) for rel in SNAPSHOT]
+    raw = {s.path: s.text for s in sources}
+    counts = {s.path: (gv.check_python(s) if s.path.endswith(".py") else gv.check_cuda(s, raw))[1] for s in sources}
+    assert counts == SNAPSHOT
+    assert result.examined >= sum(SNAPSHOT.values())
+
+
+@pytest.mark.parametrize("rel,old,new,rule,message", [
+    ("engine/model/layers.py", "linear(x, self.weight, self.bias)",
+     "linear(x, self.weight, self.bias, out_dtype=torch.float32)", "GV001",
+     "engine.ops.linear.linear is called with out_dtype=torch.float32: the output dtype must come from the caller's "
+     "out dtype"),
+    ("engine/ops/linear.py", "F.linear(x, weight, bias)", "F.linear(x.float(), weight, bias)", "GV001",
+     "torch.nn.functional.linear operand 1 is upcast with .float(): the output dtype must come from the caller's "
+     "out dtype"),
+    ("engine/cuda/gemv.cu", "gemv_kernel<T, OutT, vec><<<", "gemv_kernel<T, float, vec><<<", "GV001",
+     "GEMV launch vt_gemv::gemv_kernel takes float as its output template argument: the output type must be a "
+     "template parameter chosen from the caller's out dtype"),
+    ("engine/cuda/norm.cu", "<<<a.rows, vt_norm::kThreadsPerBlock, 0, stream>>>(\n      static_cast<T*>(a.out), "
+     "static_cast<const T*>(a.x)", "<<<a.rows, 256, 0, stream>>>(\n      static_cast<T*>(a.out), "
+     "static_cast<const T*>(a.x)", "GV002",
+     "launch of vt_norm::rms_norm_kernel has the bare literal 256 in its block (256): a tuning parameter must be a "
+     "named constant"),
+    ("engine/cuda/act.cu", "vt_act::kThreadsPerBlock, 0, stream>>>", "vt_act::kThreadsPerBlock, 1024, stream>>>",
+     "GV002", "launch of vt_act::silu_and_mul_kernel has the bare literal 1024 in its shared memory (1024): a tuning "
+     "parameter must be a named constant"),
+    ("engine/model/layers.py", "linear(x, self.weight, self.bias)", "linear(x, self.weight, self.bias, num_splits=4)",
+     "GV002", "engine.ops.linear.linear is called with num_splits=4: a tuning parameter must be a named constant"),
+])
+def test_mutated_engine_fails_with_the_message(engine_copy: Path, rel, old, new, rule, message):
+    line = mutate(engine_copy, rel, old, new)
+    result = run_on(engine_copy)
+    assert result.status.value == "fail"
+    assert [(f.rule, f.path, f.line, f.message) for f in result.findings] == [(rule, rel, line, message)]
+
+
+def test_a_second_declaration_of_a_launch_constant_fails(engine_copy: Path):
+    line = mutate(engine_copy, "engine/cuda/act.cu", "constexpr int kMaxGridY = 65535;",
+                  "constexpr int kMaxGridY = 65535;\nconstexpr int kThreadsPerBlock = 128;")
+    launch = (engine_copy / "engine/cuda/act.cu").read_text().split("<<<")[0].count("\n") + 1
+    header_text = (engine_copy / "engine/cuda/act.cuh").read_text()
+    header = header_text.split("constexpr int kThreadsPerBlock")[0].count("\n") + 1
+    [f] = run_on(engine_copy).findings
+    assert (f.rule, f.path, f.line, f.message) == (
+        "GV003", "engine/cuda/act.cu", launch,
+        f"tuning constant kThreadsPerBlock used by the launch of vt_act::silu_and_mul_kernel is declared 2 times "
+        f"(engine/cuda/act.cu:{line + 1}, engine/cuda/act.cuh:{header}): declare it once")
+
+
+def test_fewer_sites_than_the_minimum_fails(engine_copy: Path):
+    result = run_on(engine_copy, min_sites=100_000)
+    [f] = result.findings
+    assert (f.rule, f.message) == ("GV004", f"examined {result.examined} call and launch sites, fewer than the "
+                                            f"configured minimum 100000")
+
+
+def test_a_tree_without_engine_sources_fails(tmp_path: Path):
+    result = run_on(tmp_path)
+    assert result.status.value == "fail" and result.examined == 0
+    assert [f.message for f in result.findings] == [
+        "examined 0 call and launch sites, fewer than the configured minimum 1"]
+
+
+def test_float32_output_keyword():
+    assert findings_of("float32-output-kwarg.py") == [
+        ("GV001", "tests/fixtures/gemv/float32-output-kwarg.py", 8,
+         "engine.cuda.gemv.linear is called with out_dtype=torch.float32: the output dtype must come from the "
+         "caller's out dtype", A1)]
+
+
+def test_float32_upcast_operands():
+    path = "tests/fixtures/gemv/float32-upcast-operand.py"
+    assert findings_of("float32-upcast-operand.py") == [
+        ("GV001", path, 7, "`@` operand 1 is upcast with .float(): the output dtype must come from the caller's out "
+         "dtype", A1),
+        ("GV001", path, 11, "torch.nn.functional.linear operand 1 is upcast with .to(torch.float32): the output "
+         "dtype must come from the caller's out dtype", A1)]
+
+
+def test_float_output_template_argument():
+    assert findings_of("float-output-template.cu") == [
+        ("GV001", "tests/fixtures/gemv/float-output-template.cu", 9,
+         "GEMV launch gemv_kernel takes float as its output template argument: the output type must be a template "
+         "parameter chosen from the caller's out dtype", A1)]
+
+
+def test_literal_launch_config():
+    path = "tests/fixtures/gemv/literal-launch-config.cu"
+    msg = "launch of scale_kernel has the bare literal {} in its {}: a tuning parameter must be a named constant"
+    assert findings_of("literal-launch-config.cu") == [
+        ("GV002", path, 5, msg.format(127, "grid ((n + 127) / 128)"), A2),
+        ("GV002", path, 5, msg.format(128, "grid ((n + 127) / 128)"), A2),
+        ("GV002", path, 5, msg.format(128, "block (128)"), A2),
+        ("GV002", path, 5, msg.format(4096, "shared memory (4096)"), A2)]
+
+
+def test_heuristic_algo_count_and_cublas_float32_output():
+    path = "tests/fixtures/gemv/heuristic-literal-algo-count.cu"
+    assert findings_of("heuristic-literal-algo-count.cu") == [
+        ("GV002", path, 4, "call of cublasLtMatmulAlgoGetHeuristic has the bare literal 8 in its argument 8 (8): a "
+         "tuning parameter must be a named constant", A2),
+        ("GV001", path, 9, "cublasGemmEx writes a CUDA_R_32F output from CUDA_R_16BF operands: the output type must "
+         "come from the caller's out dtype", A1)]
+
+
+def test_python_literal_and_twice_declared_tuning_keywords():
+    assert findings_of("literal-tuning-kwarg.py") == [
+        ("GV002", "tests/fixtures/gemv/literal-tuning-kwarg.py", 6,
+         "engine.cuda.gemv.linear is called with num_splits=4: a tuning parameter must be a named constant", A2)]
+    path = "tests/fixtures/gemv/constant-declared-twice.py"
+    assert findings_of("constant-declared-twice.py") == [
+        ("GV003", path, 9, f"tuning constant NUM_SPLITS passed as num_splits to engine.cuda.gemv.linear is declared "
+         f"2 times ({path}:4, {path}:5): declare it once", A2)]
+
+
+def test_cuda_constant_declared_in_header_and_source():
+    path = "tests/fixtures/gemv/constant-declared-twice.cu"
+    assert findings_of("constant-declared-twice.cu", "constant-declared-twice.cuh") == [
+        ("GV003", path, 6, f"tuning constant kThreads used by the launch of scale_kernel is declared 2 times "
+         f"({path}:4, tests/fixtures/gemv/constant-declared-twice.cuh:3): declare it once", A2)]
+
+
+@pytest.mark.parametrize("names", [
+    ("float32-output-kwarg-good.py",), ("float32-upcast-operand-good.py",), ("literal-tuning-kwarg-good.py",),
+    ("float-output-template-good.cu",), ("literal-launch-config-good.cu",), ("heuristic-literal-algo-count-good.cu",),
+    ("constant-declared-twice-good.cu", "constant-declared-twice.cuh"),
+])
+def test_good_twins_pass(names):
+    findings, sites = gv.check_sources(*fixture(*names), min_sites=1)
+    assert findings == [] and sites >= 1

@@ -1,0 +1,187 @@
+"""gencode: each rule's seeded violation on real nvcc objects with its full message, and a clean twin."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from checkers import registry
+from checkers.checks import gencode
+from checkers.config import Config, GencodeConfig
+from checkers.context import Context
+from checkers.preflight import run_check
+from tests.checkers.test_fatbin import FIXTURES, compile_set, compile_tiny, needs_nvcc
+
+TABLE = 'features:\n  portable: {archs: [%s], doc: "x"}\n  hopper: {archs: ["9.0a"], doc: "y"}\nsources:\n%s'
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return compile_set(tmp_path_factory.mktemp("objs"))
+
+
+def make_repo(root: Path, archs: str, sources: dict[str, str], files: list[str],
+              built: dict[str, Path]) -> Path:
+    """root/engine/cuda holds the table and the sources; root/build the objects under build.py's names."""
+    cuda = root / "engine" / "cuda"
+    cuda.mkdir(parents=True)
+    (cuda / "arch_features.yaml").write_text(TABLE % (archs, "".join(f"  {k}: {v}\n" for k, v in sources.items())))
+    for name in files:
+        (cuda / name).write_text("// source\n")
+    build = root / "build"
+    build.mkdir()
+    for i, (name, obj) in enumerate(built.items()):
+        shutil.copy(obj, build / f"{Path(name).stem}-{i:016x}.so")
+    return build
+
+
+def run(root: Path, **kw: object) -> gencode.Result:
+    args = argparse.Namespace(build_dir=kw.pop("build_dir", root / "build"), compile_commands=None, archs=None)
+    for k, v in kw.items():
+        setattr(args, k, v)
+    ctx = Context(root=root, config=Config(gencode=GencodeConfig()), env={})
+    return gencode.run(ctx, args)
+
+
+def pairs(result: gencode.Result) -> list[tuple[str, str]]:
+    return [(f.rule, f.message) for f in result.findings]
+
+
+# --- the check: a clean twin and each rule's seeded violation --------------------------------------------
+
+@needs_nvcc
+def test_clean_build_passes(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
+              {"paged_attn.cu": objects["80,90"]})
+    result = run(tmp_path)
+    assert (result.status.value, result.summary, result.examined) == (
+        "pass", "OK: 1 sources match engine/cuda/arch_features.yaml for ['80','90','90a']", 1)
+
+
+@needs_nvcc
+def test_gc001_table_cell_edited_without_rebuilding(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
+              {"paged_attn.cu": objects["90"]})
+    result = run(tmp_path)
+    assert result.status.value == "fail"
+    assert pairs(result) == [
+        ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']"),
+        ("GC002", "engine/cuda/paged_attn.cu: ptx ['90'] != expected ['80','90']"),
+    ]
+    assert (result.findings[0].path, result.findings[0].line) == ("engine/cuda/arch_features.yaml", 5)
+
+
+@needs_nvcc
+def test_gc001_source_compiled_with_an_extra_arch(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
+              {"paged_attn.cu": objects["80,90"]})
+    assert pairs(run(tmp_path, archs="9.0")) == [
+        ("GC001", "engine/cuda/paged_attn.cu: gencode ['80','90'] != expected ['90']"),
+        ("GC002", "engine/cuda/paged_attn.cu: ptx ['80','90'] != expected ['90']"),
+    ]
+
+
+@needs_nvcc
+def test_gc002_ptx_missing_is_judged_by_policy(tmp_path: Path, objects: dict[str, Path]) -> None:
+    sass_only = compile_tiny(tmp_path / "s.so", ["90"], ptx=False)
+    make_repo(tmp_path / "r", '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {"paged_attn.cu": sass_only})
+    assert pairs(run(tmp_path / "r", archs="9.0")) == [("GC002", "engine/cuda/paged_attn.cu: ptx [] != expected ['90']")]
+
+
+@needs_nvcc
+def test_gc003_source_missing_from_the_table(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu", "kv_store.cu"],
+              {"paged_attn.cu": objects["90"], "kv_store.cu": objects["90"]})
+    result = run(tmp_path, archs="9.0")
+    assert pairs(result) == [
+        ("GC003", "engine/cuda/kv_store.cu: not in the feature table engine/cuda/arch_features.yaml")]
+    assert result.findings[0].hint == "add `kv_store.cu: <feature>` under sources"
+
+
+@needs_nvcc
+def test_gc004_feature_with_no_requested_arch_is_reported(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable", "wgmma.cu": "hopper"}, ["paged_attn.cu", "wgmma.cu"],
+              {"paged_attn.cu": objects["90"]})
+    assert pairs(run(tmp_path, archs="9.0")) == [
+        ("GC004", "engine/cuda/wgmma.cu: feature 'hopper' archs ['9.0a'] share no arch with the requested ['9.0']")]
+
+
+@needs_nvcc
+def test_gc005_table_names_a_missing_source_and_gc006_a_missing_object(tmp_path: Path,
+                                                                       objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable", "gone.cu": "portable", "splitkv.cu": "portable"},
+              ["paged_attn.cu", "splitkv.cu"], {"paged_attn.cu": objects["90"]})
+    assert pairs(run(tmp_path, archs="9.0")) == [
+        ("GC005", "engine/cuda/gone.cu: listed under sources but does not exist"),
+        ("GC006", "engine/cuda/splitkv.cu: no compiled object found"),
+    ]
+
+
+@needs_nvcc
+def test_manifest_supplies_what_each_build_requested(tmp_path: Path, objects: dict[str, Path]) -> None:
+    """A JIT build for 9.0 only passes against a 8.0+9.0 table; the same object recorded as a fat build fails."""
+    build = make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    shutil.copy(objects["90"], build / "paged_attn-0123456789abcdef.so")
+    entry = {"object": "paged_attn-0123456789abcdef.so", "archs": ["9.0"], "requested": ["9.0", "9.0a"]}
+    (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
+    result = run(tmp_path)
+    assert (result.status.value, result.summary) == (
+        "pass", "OK: 1 sources match engine/cuda/arch_features.yaml for ['90','90a']")
+    entry["requested"] = ["8.0", "9.0"]
+    (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
+    assert pairs(run(tmp_path))[0] == ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']")
+    assert pairs(run(tmp_path, archs="9.0")) == []  # an explicit list wins over the manifest
+
+
+def test_gc007_bad_spelling_and_unknown_feature(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"9.0", "sm_80"', {"paged_attn.cu": "nope"}, ["paged_attn.cu"], {})
+    (tmp_path / "build" / "x.so").write_bytes(b"\x7fELF")  # something to examine; unreadable
+    result = run(tmp_path, archs="9.0")
+    assert [r for r, _ in pairs(result)] == ["GC007", "GC007", "GC008"]
+    assert pairs(result)[:2] == [
+        ("GC007", "feature 'portable': arch 'sm_80' is not a spelling like 9.0, 9.0a, 12.0a"),
+        ("GC007", "engine/cuda/paged_attn.cu: feature 'nope' is not under features"),
+    ]
+
+
+def test_no_objects_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    args = argparse.Namespace(build_dir=tmp_path / "build", compile_commands=None, archs=None)
+    ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={})
+    result = run_check(registry.get("gencode"), ctx, args)
+    assert (result.status.value, result.exit_code) == ("error", 3)
+    assert result.summary == "no CUDA objects found to audit"
+
+
+def test_missing_build_dir_is_an_error(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    with pytest.raises(gencode.CheckError, match="does not exist"):
+        run(tmp_path, build_dir=tmp_path / "nope")
+
+
+@needs_nvcc
+def test_arch_specific_suffix_is_kept(tmp_path: Path, objects: dict[str, Path]) -> None:
+    make_repo(tmp_path, '"9.0"', {"wgmma.cu": "hopper"}, ["wgmma.cu"], {"wgmma.cu": objects["90a"]})
+    assert run(tmp_path, archs="9.0a").status.value == "pass"
+    shutil.copy(objects["90"], next((tmp_path / "build").glob("*.so")))
+    assert pairs(run(tmp_path, archs="9.0a"))[0] == (
+        "GC001", "engine/cuda/wgmma.cu: gencode ['90'] != expected ['90a']")
+
+
+def test_compile_commands(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable", "kv_store.cu": "portable",
+                                           "splitkv.cu": "portable"},
+              ["paged_attn.cu", "kv_store.cu", "splitkv.cu"], {})
+    cc = tmp_path / "compile_commands.json"
+    cc.write_text((FIXTURES / "compile_commands.json").read_text().replace("@ROOT@", str(tmp_path)))
+    result = run(tmp_path, compile_commands=cc, archs="8.0,9.0")
+    assert (result.examined, result.unit) == (3, "compile commands")
+    assert pairs(result) == [
+        ("GC001", "engine/cuda/kv_store.cu: gencode ['80'] != expected ['80','90']"),
+        ("GC002", "engine/cuda/kv_store.cu: ptx ['80'] != expected ['80','90']"),
+        ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']"),
+        ("GC002", "engine/cuda/paged_attn.cu: ptx ['90'] != expected ['80','90']"),
+    ]

@@ -1,0 +1,74 @@
+"""The benchmark harness's pure parts (bands, verdicts, shapes) and an A/B run end to end on the CPU.
+No timing is asserted: only the structure and the verdict rule."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.bench import ab
+from engine.bench.stats import Band, ab_verdict, drop_warmup
+from engine.bench.timing import sets_for
+from engine.bench.workloads import GEMV, for_flag, parse_shape
+
+
+def test_win_needs_separate_bands_and_no_reversed_pair():
+    assert ab_verdict([2.0, 2.1, 2.2], [1.0, 1.1, 1.2]).label == "win"
+    assert ab_verdict([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]).label == "loss"
+    # medians far apart, but one pair reversed and the bands overlap: not a win
+    assert ab_verdict([2.0, 2.0, 0.9], [1.0, 1.0, 1.5]).label == "no difference"
+
+
+def test_pairs_and_bands():
+    v = ab_verdict([2.0, 4.0], [1.0, 2.0])
+    assert v.ratios == [2.0, 2.0] and v.median_ratio == 2.0
+    assert Band.of([3.0, 1.0, 2.0]) == Band(2.0, 1.0, 3.0, 3)
+    with pytest.raises(ValueError, match="equal counts"):
+        ab_verdict([1.0], [1.0, 2.0])
+
+
+def test_first_repetition_is_dropped():
+    assert drop_warmup([9.0, 1.0, 2.0]) == [1.0, 2.0]
+    with pytest.raises(ValueError):
+        drop_warmup([1.0])
+
+
+def test_input_rotation_exceeds_the_cache():
+    assert sets_for(1 << 30) == 2
+    assert sets_for(8 << 20) == 16  # 2 x 64 MiB / 8 MiB
+
+
+def test_shapes_and_flag_lookup():
+    assert parse_shape("n=128", GEMV.defaults) == {"n": 128, "k": 4096}
+    with pytest.raises(ValueError, match="expected KEY=INT"):
+        parse_shape("rows=3", GEMV.defaults)
+    assert for_flag("VT_ATTN_DECODE_GQA").name == "attn-decode"
+    with pytest.raises(ValueError, match="no workload measures VT_EAGER"):
+        for_flag("VT_EAGER")
+
+
+def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("VT_GEMV", raising=False)
+    rc = ab.main(["--flag", "VT_GEMV", "--shape", "n=19,k=83", "--reps", "4", "--device", "cpu",
+                  "--dtype", "float32", "--ledger", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "verdict:" in out and "pair ratios off/on:" in out
+    [path] = tmp_path.glob("*-ab-vt-gemv.json")
+    record = json.loads(path.read_text())
+    assert record["kind"] == "bench" and record["rows"] == ["KERNEL-GEMV", "ENGINE-BENCH"]
+    assert len(record["results"]["samples_s"]["on"]) == 4 and record["results"]["max_abs_on_vs_off"] == 0.0
+    assert "VT_GEMV" not in __import__("os").environ  # the arm's setting was restored
+
+
+def test_ab_rejects_unknown_flags(capsys):
+    assert ab.main(["--flag", "VT_NOPE"]) == 2
+    assert ab.main(["--flag", "VT_CUDA_ARCHS"]) == 2
+
+
+def test_decode_bench_runs_on_a_tiny_model(capsys):
+    from engine.bench import decode
+
+    assert decode.main(["--tiny", "--context", "9", "--steps", "2", "--device", "cpu", "--no-oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "decode step at batch 1, context 9 (cpu, float32, graph=False)" in out
+    assert "engine tok/s" in out and "transformers tok/s" not in out

@@ -1,0 +1,150 @@
+"""Paged decode attention and split-KV kernels against the torch references (GPU), and the binding's checks (CPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.gates import numerics
+from engine.gates.cases import attention as cases
+from engine.gates.cases import torch_reference
+from engine.ops import attention as ref
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernels run on a GPU")
+ATTN = [c for c in cases.CASES if c.name.startswith("attn/") and "long" not in c.tags]
+LONG = [c for c in cases.CASES if c.name.startswith("attn/") and "long" in c.tags and "ctx4096" in c.name]
+
+
+def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
+    return cases.paged_inputs(5, torch.device(device), dtype=torch.bfloat16, ctx=33, d=d, group=group,
+                              block_size=16, window=None)
+
+
+def test_arm_choice_follows_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn as pa
+
+    for name in ("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA"):
+        monkeypatch.delenv(name, raising=False)
+    assert pa.choose_arm(256, 4, torch.bfloat16) == pa.GENERIC  # fast arms default off
+    monkeypatch.setenv("VT_ATTN_DECODE_OPT", "1")
+    assert pa.choose_arm(256, 4, torch.bfloat16) == pa.WARP
+    assert pa.choose_arm(128, 4, torch.bfloat16) == pa.GENERIC  # EPL 4 needs VT_ATTN_DECODE_D128 too
+    monkeypatch.setenv("VT_ATTN_DECODE_D128", "1")
+    assert pa.choose_arm(128, 4, torch.bfloat16) == pa.WARP
+    assert pa.choose_arm(256, 4, torch.float16) == pa.GENERIC  # fast arms: fp32 and bf16
+    monkeypatch.setenv("VT_ATTN_DECODE_GQA", "1")
+    assert pa.choose_arm(64, 8, torch.float32) == pa.GQA
+    assert pa.choose_arm(256, 3, torch.bfloat16) == pa.WARP  # ratio 3 is not a GQA instantiation
+
+
+def test_binding_errors_name_the_tensor() -> None:
+    from engine.cuda import paged_attn as pa
+
+    x = small_inputs()
+    with pytest.raises(ValueError, match=r"k_cache: shape .* does not fit q"):
+        pa.check_inputs(x["q"][..., :64].contiguous(), x["k_cache"], x["v_cache"], x["block_tables"],
+                        x["context_lens"])
+    with pytest.raises(TypeError, match="v_cache: expected dtype torch.bfloat16"):
+        pa.check_inputs(x["q"], x["k_cache"], x["v_cache"].float(), x["block_tables"], x["context_lens"])
+    with pytest.raises(ValueError, match="context_lens: expected 1 dims"):
+        pa.check_inputs(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"][None])
+    with pytest.raises(ValueError, match="q: must be contiguous"):
+        pa.check_inputs(x["q"].transpose(0, 1), x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"])
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ATTN + LONG, ids=lambda c: c.name)
+def test_arm_matches_reference(case) -> None:
+    x = case.make(0, torch.device("cuda"))
+    got = numerics.compare(case.kernel(x), case.reference_output(x), numerics.TOLERANCES[case.tolerance])
+    assert got.passed, got
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_every_arm_sees_a_changed_value_in_the_window_only() -> None:
+    """Changing V at a position outside the sliding window must not move the output; inside, it must."""
+    from engine.cuda import paged_attn as pa
+
+    x = cases.paged_inputs(9, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=16,
+                           window=40)
+    args = (x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], 40)
+    for arm in (pa.GENERIC, pa.WARP, pa.GQA):
+        base = pa.paged_decode_attention(*args, arm=arm)
+        for pos, moves in ((59, False), (60, True)):  # sequence 0 attends positions 60..99
+            v = x["v_cache"].clone()
+            blk = int(x["block_tables"][0, pos // 16])
+            v[blk, pos % 16] += 3.0
+            out = pa.paged_decode_attention(*args[:2], v, *args[3:], arm=arm)
+            assert bool((out[0] != base[0]).any()) == moves, (arm, pos)
+            assert torch.equal(out[1:], base[1:])  # other sequences never read that block
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_split_count_heuristic() -> None:
+    from engine.cuda import splitkv
+
+    assert splitkv.num_splits(rows=64, max_context=100, sm_count=132) == 1  # short: unsplit
+    assert splitkv.num_splits(rows=64, max_context=32768, sm_count=132) == 5  # ceil(264 / 64)
+    assert splitkv.num_splits(rows=2, max_context=32768, sm_count=132) == 64  # clamped
+    assert splitkv.num_splits(rows=16, max_context=1000, sm_count=132) == 4  # by the work: ceil(1000 / 256)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_launcher_rejects_bad_arguments_with_its_message() -> None:
+    from engine.cuda import paged_attn as pa
+
+    x = small_inputs("cuda", d=64)
+    with pytest.raises(ValueError, match="arm 1 does not support head_dim 64"):
+        pa.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
+                                  x["scale"], arm=pa.WARP)
+    lib = pa._lib()
+    rc = lib.vt_paged_attn_decode(None, None, None, None, None, None, None, 1, 6, 4, 64, 16, 3, 1.0, 0, 0, 1, None)
+    with pytest.raises(RuntimeError, match="num_q_heads 6 is not a multiple of num_kv_heads 4"):
+        from engine.cuda import ffi
+        ffi.check(rc, "vt_paged_attn_decode", lib, "paged_attn")
+
+
+def test_reference_window_semantics_match_the_cases() -> None:
+    """The cases' window argument means the W most recent positions, as the reference defines it."""
+    x = small_inputs()
+    full = ref.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
+                                      x["scale"], 1000)
+    none = ref.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
+                                      x["scale"], None)
+    assert torch.equal(full, none)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("env", [{}, {"VT_ATTN_DECODE_OPT": "1"}, {"VT_ATTN_DECODE_GQA": "1"},
+                                 {"VT_ATTN_SPLITKV": "1"}, {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"}])
+def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn as pa
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    x = cases.paged_inputs(11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16,
+                           window=None)
+    out = pa.dispatch(*cases._args(x), None)
+    with torch_reference():
+        expected = cases.ref_eager(x)
+    got = numerics.compare(out, expected, numerics.TOLERANCES["bf16"])
+    assert got.passed, got
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_public_op_runs_the_generic_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn as pa
+
+    x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=32,
+                           window=None)  # fp32: the kernel and the reference differ in the last bits
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ref.paged_decode_attention(*cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
+    monkeypatch.setenv("VT_KERNELS", "0")
+    expected = ref.paged_decode_attention(*cases._args(x))
+    got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["fp32"])
+    assert got.passed and got.bitwise_equal_pct < 100.0, got  # the op ran the reference this time

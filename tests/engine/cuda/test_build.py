@@ -1,0 +1,158 @@
+"""The CUDA build: feature-table parsing, arch intersection, gencode flags, real nvcc compiles and the cache."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.cuda import build
+
+needs_nvcc = pytest.mark.skipif(shutil.which(build.NVCC) is None, reason=f"nvcc not found ({build.NVCC})")
+
+TINY_CU = """#include "common.cuh"
+VT_DEFINE_LAST_ERROR(tiny)
+__global__ void add_one(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.f; }
+VT_EXPORT int vt_tiny_add(float* x, int n) { add_one<<<(n + 127) / 128, 128>>>(x, n); return vt::launch_status("add_one"); }
+"""
+
+
+def write_tree(tmp: Path, table: str, sources: dict[str, str]) -> build.FeatureTable:
+    """A source dir with common.cuh, the given .cu files and a feature table; returns the loaded table."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    shutil.copy(build.CUDA_DIR / "common.cuh", tmp / "common.cuh")
+    for name, text in sources.items():
+        (tmp / name).write_text(text)
+    (tmp / "arch_features.yaml").write_text(table)
+    return build.load_table(tmp / "arch_features.yaml")
+
+
+TABLE = """features:
+  portable: {archs: ["8.0", "9.0"], doc: "x"}
+  hopper: {archs: ["9.0a"], doc: "y"}
+sources:
+  tiny.cu: portable
+"""
+
+
+def test_table_union_and_intersection(tmp_path: Path) -> None:
+    table = write_tree(tmp_path, TABLE, {})
+    assert table.union() == ["8.0", "9.0", "9.0a"]
+    assert build.archs_for(table, "tiny.cu", ["9.0", "12.0"]) == ("9.0",)
+    assert build.archs_for(table, "tiny.cu", ["9.0", "8.0"]) == ("8.0", "9.0")  # table order
+
+
+def test_empty_intersection_is_an_error(tmp_path: Path) -> None:
+    table = write_tree(tmp_path, TABLE, {})
+    with pytest.raises(build.BuildError) as e:
+        build.archs_for(table, "tiny.cu", ["12.0"])
+    assert str(e.value) == "tiny.cu: feature 'portable' archs ['8.0', '9.0'] share no arch with the requested ['12.0']"
+
+
+def test_source_missing_from_table(tmp_path: Path) -> None:
+    table = write_tree(tmp_path, TABLE, {})
+    with pytest.raises(build.BuildError, match=r"^other.cu: not listed under 'sources'"):
+        build.archs_for(table, "other.cu", ["9.0"])
+
+
+@pytest.mark.parametrize("bad", ["9", "sm_90", "9.0b", "90"])
+def test_bad_arch_spelling_names_the_field(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(build.BuildError, match=r"features\.portable\.archs: arch '" + bad):
+        write_tree(tmp_path, TABLE.replace('"8.0"', f'"{bad}"'), {})
+
+
+def test_table_source_with_unknown_feature(tmp_path: Path) -> None:
+    with pytest.raises(build.BuildError, match="sources.tiny.cu names feature 'nope'"):
+        write_tree(tmp_path, TABLE.replace("tiny.cu: portable", "tiny.cu: nope"), {})
+
+
+def test_gencode_flags_keep_the_a_suffix() -> None:
+    assert build.gencode_flags(["8.0", "9.0a", "12.0a"]) == [
+        "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
+        "-gencode", "arch=compute_90a,code=[sm_90a,compute_90a]",
+        "-gencode", "arch=compute_120a,code=[sm_120a,compute_120a]",
+    ]
+
+
+def test_requested_archs_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = write_tree(tmp_path, TABLE, {})
+    monkeypatch.setenv("VT_CUDA_ARCHS", " 9.0a, 12.0 ")
+    assert build.requested_archs(table, fat=True) == ["9.0a", "12.0"]
+    monkeypatch.setenv("VT_CUDA_ARCHS", "9.0,sm_100")
+    with pytest.raises(build.BuildError, match="VT_CUDA_ARCHS: arch 'sm_100'"):
+        build.requested_archs(table, fat=True)
+    monkeypatch.delenv("VT_CUDA_ARCHS")
+    assert build.requested_archs(table, fat=True) == ["8.0", "9.0", "9.0a"]
+
+
+def test_hash_changes_with_flags_headers_and_compiler(tmp_path: Path) -> None:
+    write_tree(tmp_path, TABLE, {"tiny.cu": TINY_CU})
+    src = tmp_path / "tiny.cu"
+    base = build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    assert base == build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    assert base != build.content_hash(src, ["-O2", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_80,code=sm_80"], "nvcc 13.0")
+    assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.1")
+    (tmp_path / "common.cuh").write_text((tmp_path / "common.cuh").read_text() + "\n// edited\n")
+    assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+
+
+@needs_nvcc
+def test_compile_cache_hit_and_flag_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
+    table = write_tree(tmp_path / "src", TABLE, {"tiny.cu": TINY_CU})
+    out = tmp_path / "out"
+    (first,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src")
+    assert not first.cached and first.obj.exists() and first.archs == ("8.0",)
+    stamp = first.obj.stat().st_mtime_ns
+    (second,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src")
+    assert second.cached and second.obj == first.obj and second.obj.stat().st_mtime_ns == stamp
+    (strict,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", werror=True)
+    assert not strict.cached and strict.obj != first.obj  # a changed flag is a new hash
+    lib = ctypes.CDLL(str(first.obj))  # loads without a GPU; the symbols are exported
+    assert lib.vt_tiny_add and lib.vt_tiny_last_error
+    manifest = (out / build.MANIFEST).read_text()
+    assert strict.obj.name in manifest and first.obj.name not in manifest
+
+
+@needs_nvcc
+def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
+    bad = TINY_CU.replace("x[i] += 1.f;", "x[i] += undeclared_thing;")
+    table = write_tree(tmp_path / "src", TABLE, {"tiny.cu": bad})
+    with pytest.raises(build.BuildError) as e:
+        build.build(["tiny.cu"], out_dir=tmp_path / "out", table=table, src_dir=tmp_path / "src")
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'src' / 'tiny.cu'}: nvcc failed (exit ")
+    assert 'error: identifier "undeclared_thing" is undefined' in msg
+    assert "command: " in msg and "arch=compute_80,code=[sm_80,compute_80]" in msg
+    assert list((tmp_path / "out").glob("*.so")) == []  # no half-written object left behind
+
+
+@needs_nvcc
+@pytest.mark.slow  # about 70 s of CPU for the 11 sources on one arch
+def test_every_table_source_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real sources, one arch (the fat build over every arch runs in ci/fat-build.sh)."""
+    monkeypatch.setenv("VT_CUDA_ARCHS", "9.0")
+    table = build.load_table()
+    results = build.build(out_dir=tmp_path, table=table)
+    assert sorted(r.source.name for r in results) == sorted(table.sources)
+    for r in results:
+        assert r.obj.exists() and r.archs == ("9.0",)
+        family = r.source.stem
+        lib = ctypes.CDLL(str(r.obj))
+        assert getattr(lib, f"vt_{family}_last_error")
+
+
+@needs_nvcc
+def test_cli_builds_into_out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
+    assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("engine/cuda/kv_store.cu: ") and "for ['8.0']" in out
+    assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
+    assert "engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
+    assert build.main(["--out", str(tmp_path), "nope.cu"]) == 1
+    assert "nope.cu: not listed under 'sources'" in capsys.readouterr().err

@@ -1,0 +1,163 @@
+"""Tests for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.linear on the GPU, and the launcher's checks."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.cuda import build
+from engine.ops.linear import linear
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+gpu = pytest.mark.gpu
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (rows of x, out_features, in_features): K 1024 takes the 16-byte path, K 1001 and 111 the scalar one
+SHAPES = [(1, 769, 1024), (1, 83, 1001), (3, 19, 4096), (8, 7, 111), (1, 1, 8)]
+
+
+def tolerance(dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
+    """fp32 accumulation in another order than cuBLAS: one output ulp, plus fp32 noise on the sum of |terms|."""
+    scale = (x.float().abs() @ w.float().abs().T).max().item()
+    return {"rtol": torch.finfo(dtype).eps, "atol": 1e-5 * scale + torch.finfo(dtype).eps * scale / 64}
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the GEMV kernel runs only on a GPU")
+    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
+    return torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
+        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
+    result = build.compile_source(build.CUDA_DIR / "gemv.cu", ("9.0",), tmp_path_factory.mktemp("gemv"), werror=True)
+    return ctypes.CDLL(str(result.obj))
+
+
+@needs_nvcc
+def test_launcher_rejects_bad_arguments_before_any_launch(compiled):
+    p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    fn = compiled.vt_gemv_gemv
+    fn.argtypes = [p, p, p, p, i, i, i, ll, ll, ll, i, i, p]
+    compiled.vt_gemv_last_error.restype = ctypes.c_char_p
+    assert fn(None, None, None, None, 1, 16, 32, 31, 32, 16, 1, 1, None) == 1000
+    assert compiled.vt_gemv_last_error() == b"gemv: weight row stride 31 < in features 32"
+    assert fn(None, None, None, None, 1, 16, 32, 32, 32, 16, 1, 5, None) == 1001
+    assert compiled.vt_gemv_last_error() == b"gemv: out dtype code 5 is not 0 (fp32), 1 (bf16) or 2 (fp16)"
+    assert fn(None, None, None, None, 70_000, 16, 32, 32, 32, 16, 1, 1, None) == 1000
+    assert compiled.vt_gemv_last_error() == b"gemv: rows of x 70000 outside [0, 65535]"
+
+
+def test_binding_rejects_a_cpu_tensor():
+    from engine.cuda import gemv
+
+    with pytest.raises(ValueError, match="x: expected a CUDA tensor, got device cpu"):
+        gemv.linear(torch.randn(1, 8), torch.randn(4, 8))
+
+
+@gpu
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gemv_matches_linear_in_the_callers_dtype(cuda, shape, dtype, with_bias):
+    from engine.cuda import gemv
+
+    m, n, k = shape
+    g = torch.Generator().manual_seed(m * n + k)
+    x = torch.randn(m, k, generator=g).to(dtype).to(cuda)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(cuda)
+    b = torch.randn(n, generator=g).to(dtype).to(cuda) if with_bias else None
+    got, want = gemv.linear(x, w, b), linear(x, w, b)
+    assert got.dtype == dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, **tolerance(dtype, x, w))
+
+
+@gpu
+def test_gemv_output_dtype_follows_the_caller(cuda):
+    from engine.cuda import gemv
+
+    x = torch.randn(1, 512, device=cuda, dtype=torch.bfloat16)
+    w = torch.randn(33, 512, device=cuda, dtype=torch.bfloat16) / 512**0.5
+    wide = gemv.linear(x, w, out_dtype=torch.float32)  # the caller asks for fp32: one rounding, to fp32
+    assert wide.dtype == torch.float32
+    torch.testing.assert_close(wide, x.double() @ w.double().T, rtol=1e-5, atol=1e-5, check_dtype=False)
+    assert torch.equal(gemv.linear(x, w), wide.to(torch.bfloat16))  # narrowing the fp32 result is the bf16 one
+
+
+@gpu
+def test_gemv_reads_strided_rows_and_a_1d_x(cuda):
+    from engine.cuda import gemv
+
+    w_wide = torch.randn(21, 300, device=cuda, dtype=torch.float16) / 16
+    w = w_wide[:, :256]  # row stride 300, not 256: the scalar path
+    x = torch.randn(256, device=cuda, dtype=torch.float16)
+    got = gemv.linear(x, w)
+    assert got.shape == (21,)
+    torch.testing.assert_close(got, linear(x, w), **tolerance(torch.float16, x[None], w))
+
+
+@gpu
+def test_gemv_refuses_more_rows_than_max_rows(cuda):
+    from engine.cuda import gemv
+
+    x = torch.randn(gemv.MAX_ROWS + 1, 16, device=cuda)
+    with pytest.raises(ValueError, match=f"x: {gemv.MAX_ROWS + 1} rows exceed the GEMV's MAX_ROWS={gemv.MAX_ROWS}"):
+        gemv.linear(x, torch.randn(4, 16, device=cuda))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_rounds_once_from_an_fp32_sum(cuda, dtype):
+    """Against the float64 product: within half an output ulp plus the worst-case fp32 summation error, element by
+    element (a half-precision accumulator or partial sums rounded to the output dtype break this bound)."""
+    from engine.cuda import gemv
+
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 4, 769, 1024
+    x = torch.randn(m, k, generator=g).to(dtype).to(cuda)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(cuda)
+    b = torch.randn(n, generator=g).to(dtype).to(cuda)
+    exact = x.double() @ w.double().T + b.double()
+    terms = x.double().abs() @ w.double().abs().T + b.double().abs()
+    half_ulp = torch.finfo(dtype).eps / 2 * exact.abs()
+    bound = half_ulp + (k + 1) * 2.0**-24 * terms
+    err = (gemv.linear(x, w, b).double() - exact).abs()
+    assert bool((err <= bound).all()), f"worst excess {(err - bound).max().item():.3e}"
+
+
+@gpu
+def test_ops_linear_dispatches_decode_rows_to_the_gemv_under_both_flags(cuda, monkeypatch):
+    import engine.ops.linear as ops
+    from engine.cuda import gemv
+
+    calls: list[int] = []
+    real = gemv.linear
+    monkeypatch.setattr(gemv, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))
+    w = torch.randn(33, 256, device=cuda, dtype=torch.bfloat16) / 16
+    x = torch.randn(2, 256, device=cuda, dtype=torch.bfloat16)
+    monkeypatch.setenv("VT_GEMV", "1")
+    ops.linear(x, w)
+    assert calls == []  # VT_KERNELS=0 (the fixture)
+    monkeypatch.setenv("VT_KERNELS", "1")
+    assert torch.equal(ops.linear(x, w), gemv.linear(x, w)) and calls == [1, 1]
+    ops.linear(torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill: the GEMM
+    monkeypatch.setenv("VT_GEMV", "0")
+    ops.linear(x, w)
+    assert calls == [1, 1]
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import gemv
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "gemv.cu")
+    assert set(gemv.SIGNATURES) == set(launchers) - {"vt_gemv_last_error"}
+    for name, argtypes in gemv.SIGNATURES.items():
+        assert argtypes == launchers[name], name

@@ -1,0 +1,184 @@
+"""Tests for the AWQ, GPTQ and NVFP4 kernels (engine/cuda/quant.cu): bit-exact dequant, GEMV within bf16 tolerance."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.cuda import build
+from engine.ops.awq import awq_linear, dequant_awq
+from engine.ops.gptq import dequant_gptq, gptq_linear
+from engine.ops.nvfp4 import dequant_nvfp4, nvfp4_linear
+from tests.engine.cuda import quant_pack
+from tests.engine.cuda.nvcc_strict import compile_strict, needs_nvcc
+
+gpu = pytest.mark.gpu
+# (atol, rtol) of a fused dequant-GEMV against dequant-then-linear, per output dtype: the same products
+# summed in another order, rounded once.
+GEMV_TOL = {torch.float32: (2e-4, 1e-4), torch.bfloat16: (2e-2, 1.6e-2), torch.float16: (2e-3, 2e-3)}
+SHAPES = [(128, 72, 32), (256, 776, 128), (64, 8, 64)]  # (K, N, group)
+
+
+@pytest.fixture
+def cuda() -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the quant kernels run only on a GPU")
+    return torch.device("cuda")
+
+
+def test_awq_packing_puts_column_one_in_nibble_four():
+    """The test packer itself: columns 0..7 read back from nibbles 0,4,1,5,2,6,3,7."""
+    word = quant_pack.pack_nibbles(torch.arange(8).unsqueeze(0), quant_pack.AWQ_COLUMN_NIBBLE)
+    nibbles = [(int(word) >> (4 * i)) & 0xF for i in range(8)]
+    assert [nibbles[n] for n in (0, 4, 1, 5, 2, 6, 3, 7)] == list(range(8))
+
+
+@needs_nvcc
+def test_quant_source_compiles_without_warnings(tmp_path):
+    assert compile_strict("quant.cu", tmp_path).stat().st_size > 0
+
+
+def test_awq_dequant_names_a_bad_qzeros_shape():
+    from engine.cuda import quant
+
+    ck = quant_pack.awq(64, 16, 32, torch.float16, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"qzeros: shape \(2, 1\) != \[groups=2, N/8=2\]"):
+        quant.dequant_awq(ck.qweight, ck.qzeros[:, :1].contiguous(), ck.scales, 32)
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("scale_dtype", [torch.float16, torch.bfloat16])
+def test_awq_dequant_is_bit_exact(cuda, k, n, group, scale_dtype):
+    from engine.cuda import quant
+
+    ck = quant_pack.awq(k, n, group, scale_dtype, torch.Generator().manual_seed(k + n))
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), group)
+    for dtype in (torch.bfloat16, torch.float32, None):
+        out = quant.dequant_awq(*args, dtype=dtype)
+        assert torch.equal(out, dequant_awq(*args, dtype=dtype)), dtype
+    assert torch.equal(out.cpu(), ck.dequant(scale_dtype))
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("zero_offset", [1, 0])
+def test_gptq_dequant_act_order_is_bit_exact(cuda, k, n, group, zero_offset):
+    from engine.cuda import quant
+
+    ck = quant_pack.gptq(k, n, k // group, zero_offset, torch.float16, torch.Generator().manual_seed(k * n))
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), ck.groups_of_rows.to(cuda))
+    version = 1 if zero_offset else 2
+    out = quant.dequant_gptq(*args, 4, version, torch.bfloat16)
+    assert torch.equal(out, dequant_gptq(*args, 4, version, torch.bfloat16))
+    assert torch.equal(out.cpu(), ck.dequant(torch.bfloat16))
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 256)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_nvfp4_dequant_is_bit_exact(cuda, n, k, dtype):
+    from engine.cuda import quant
+
+    ck = quant_pack.nvfp4(n, k, torch.Generator().manual_seed(n + k))
+    args = (ck.packed.to(cuda), ck.scales.to(cuda), ck.global_scale.to(cuda), dtype)
+    out = quant.dequant_nvfp4(*args)
+    assert torch.equal(out, dequant_nvfp4(*args))
+    assert torch.equal(out.cpu(), ck.dequant(dtype))
+
+
+def _gemv_close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """out against the reference dequant-then-linear, within the output dtype's tolerance."""
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    atol, rtol = GEMV_TOL[out.dtype]
+    torch.testing.assert_close(out.double(), ref.double(), atol=atol, rtol=rtol)
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32])
+def test_awq_gemv_matches_dequant_then_linear(cuda, k, n, group, x_dtype):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(k - n)
+    ck = quant_pack.awq(k, n, group, torch.float16, gen)
+    x = torch.randn(1, k, generator=gen).to(x_dtype).to(cuda)
+    bias = torch.randn(n, generator=gen).to(x_dtype).to(cuda)
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), group)
+    _gemv_close(quant.awq_linear(x, *args), awq_linear(x, *args))
+    _gemv_close(quant.awq_linear(x, *args, bias=bias), awq_linear(x, *args, bias=bias))
+
+
+@gpu
+@pytest.mark.parametrize("k,n,group", SHAPES)
+@pytest.mark.parametrize("zero_offset", [1, 0])
+def test_gptq_gemv_matches_dequant_then_linear(cuda, k, n, group, zero_offset):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(k + 3 * n)
+    ck = quant_pack.gptq(k, n, k // group, zero_offset, torch.bfloat16, gen)
+    x = torch.randn(k, generator=gen).to(torch.bfloat16).to(cuda)
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), ck.groups_of_rows.to(cuda), 4,
+            1 if zero_offset else 2)
+    out = quant.gptq_linear(x, *args)
+    assert out.shape == (n,)
+    _gemv_close(out, gptq_linear(x, *args))
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 2048)])
+def test_nvfp4_gemv_matches_dequant_then_linear(cuda, n, k):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(n * k)
+    ck = quant_pack.nvfp4(n, k, gen)
+    x = torch.randn(1, 1, k, generator=gen).to(torch.bfloat16).to(cuda)
+    args = (ck.packed.to(cuda), ck.scales.to(cuda), ck.global_scale.to(cuda))
+    _gemv_close(quant.nvfp4_linear(x, *args), nvfp4_linear(x, *args))
+
+
+@gpu
+def test_gemv_comparison_catches_a_flipped_nibble(cuda):
+    """The GEMV check has teeth: one int4 value changed by one step moves its column past the tolerance."""
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(5)
+    ck = quant_pack.awq(128, 64, 128, torch.float16, gen)
+    ck.scales[:, 9] = 1.0
+    x = torch.ones(1, 128, dtype=torch.bfloat16)
+    rest = (ck.qzeros.to(cuda), ck.scales.to(cuda), 128)
+    good = quant.awq_linear(x.to(cuda), ck.qweight.to(cuda), *rest, out_dtype=torch.float32)
+    bad_q = ck.q.clone()
+    bad_q[17, 9] ^= 1
+    bad = quant_pack.pack_nibbles(bad_q, quant_pack.AWQ_COLUMN_NIBBLE)
+    worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest, out_dtype=torch.float32)
+    moved = (worse - good).abs().squeeze(0).cpu()
+    assert moved[9] == 1.0 and moved[torch.arange(64) != 9].max() == 0
+
+
+def test_binding_argtypes_match_the_launchers():
+    from engine.cuda import quant
+    from tests.engine.cuda.signatures import exported
+
+    launchers = exported(build.CUDA_DIR / "quant.cu")
+    assert set(quant.SIGNATURES) == set(launchers) - {"vt_quant_last_error"}
+    for name, argtypes in quant.SIGNATURES.items():
+        assert argtypes == launchers[name], name
+
+
+@gpu
+def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda, monkeypatch):
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(8)
+    ck = quant_pack.awq(128, 64, 32, torch.float16, gen)
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), 32)
+    x = torch.randn(1, 128, generator=gen).to(torch.bfloat16).to(cuda)
+    monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
+    monkeypatch.setenv("VT_DEQUANT_GEMV", "1")
+    assert torch.equal(dequant_awq(*args), quant.dequant_awq(*args))
+    assert torch.equal(awq_linear(x, *args), quant.awq_linear(x, *args))
+    x2 = x.expand(3, 128)  # M = 3: not a GEMV, so dequant (kernel) then linear
+    torch.testing.assert_close(awq_linear(x2, *args), x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
+    nv = quant_pack.nvfp4(64, 128, gen)
+    nargs = (nv.packed.to(cuda), nv.scales.to(cuda), nv.global_scale.to(cuda))
+    assert torch.equal(nvfp4_linear(x, *nargs), quant.nvfp4_linear(x, *nargs))

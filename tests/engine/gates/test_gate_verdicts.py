@@ -1,0 +1,79 @@
+"""The gates' verdict logic on synthetic inputs: token-exact, near-tie rows, distributional refusal."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.gates.distributional import distributional_gate
+from engine.gates.neartie import EXACT, NEAR_TIE, OUT_OF_BAND, OUTSIDE_TOP_K, classify, near_tie_gate
+from engine.gates.result import FAIL, PASS, REFUSED
+from engine.gates.tokens import token_gate
+
+
+def logprobs(values: dict[int, float], vocab: int = 13) -> torch.Tensor:
+    """Log-softmax of logits that are -10 except at the given ids."""
+    logits = torch.full((vocab,), -10.0)
+    for i, v in values.items():
+        logits[i] = v
+    return torch.log_softmax(logits, dim=-1)
+
+
+def test_token_gate_reports_the_first_divergence() -> None:
+    prompts = [[1], [2, 3]]
+    ok = token_gate(prompts, [[5, 6, 7], [8, 9]], [[5, 6, 7], [8, 9]])
+    assert ok.verdict == PASS and ok.summary == "5 tokens over 2 prompts equal the oracle's"
+    bad = token_gate(prompts, [[5, 6, 7], [8, 9]], [[5, 6, 4], [8, 9]])
+    assert bad.verdict == FAIL
+    assert bad.summary == "1 of 2 prompts diverge from the oracle (first at prompt 0, token 2)"
+    assert bad.table[0] == {"prompt": 0, "prompt_len": 1, "new_tokens": 3, "first_divergence": 2,
+                            "ours": [7], "oracle": [4]}
+    short = token_gate(prompts, [[5, 6], [8, 9]], [[5, 6, 7], [8, 9]])
+    assert short.verdict == FAIL and short.table[0]["first_divergence"] == 2
+    assert token_gate([], [], []).verdict == FAIL  # nothing compared is not a pass
+
+
+@pytest.mark.parametrize("values, token, verdict", [
+    ({3: 2.0, 4: 1.0}, 3, EXACT),
+    ({3: 2.0, 4: 1.8}, 4, NEAR_TIE),  # oracle's top two 0.2 nats apart, ours second
+    ({3: 2.0, 4: 1.0}, 4, OUT_OF_BAND),  # a clear oracle winner: any gap fails
+    ({3: 2.0, 4: 1.9, 5: 1.3}, 5, OUT_OF_BAND),  # oracle tied at the top, but ours 0.7 nats down
+    ({3: 2.0, 4: 1.9, 5: 1.8, 6: 1.7}, 6, OUTSIDE_TOP_K),  # within the band, but not in the top 3
+])
+def test_classify(values: dict[int, float], token: int, verdict: str) -> None:
+    row = classify(logprobs(values), token, band=0.5, top_k=3)
+    assert row["verdict"] == verdict
+    assert row["oracle_top1"] == 3
+    assert math.isclose(row["gap"], values[3] - values[token], abs_tol=1e-5)
+
+
+def test_exact_tie_counts_as_exact() -> None:
+    row = classify(logprobs({2: 1.0, 7: 1.0}), 7, band=0.0, top_k=2)
+    assert row["verdict"] == EXACT and row["gap"] == 0.0
+
+
+def test_near_tie_gate_passes_in_band_and_fails_outside() -> None:
+    lp = torch.stack([logprobs({3: 2.0, 4: 1.8}), logprobs({1: 3.0})])
+    ok = near_tie_gate([[0]], [[4, 1]], [lp], band=0.5, top_k=5)
+    assert ok.verdict == PASS and ok.details["counts"] == {EXACT: 1, NEAR_TIE: 1, OUT_OF_BAND: 0, OUTSIDE_TOP_K: 0}
+    strict = near_tie_gate([[0]], [[4, 1]], [lp], band=0.1, top_k=5)
+    assert strict.verdict == FAIL and strict.table[0]["verdict"] == OUT_OF_BAND
+    assert near_tie_gate([], [], []).verdict == FAIL
+
+
+def test_distributional_refuses_where_the_oracle_is_deterministic() -> None:
+    result = distributional_gate([[1], [2]], [[5, 6], [7, 8]], [[[5, 6]] * 3, [[7, 8]] * 3])
+    assert result.verdict == REFUSED
+    assert "deterministic on all 2 prompts over 3 runs" in result.summary
+
+
+def test_distributional_relaxes_only_non_deterministic_prompts() -> None:
+    runs = [[[5, 6], [5, 9], [5, 6]], [[7, 8]] * 3]
+    assert distributional_gate([[1], [2]], [[5, 9], [7, 8]], runs).verdict == PASS
+    # ours follows no oracle run on the varying prompt
+    assert distributional_gate([[1], [2]], [[5, 4], [7, 8]], runs).verdict == FAIL
+    # the deterministic prompt stays exact even though another prompt relaxes
+    assert distributional_gate([[1], [2]], [[5, 9], [7, 3]], runs).verdict == FAIL
+    with pytest.raises(ValueError, match="determinism needs at least 2"):
+        distributional_gate([[1]], [[5]], [[[5]]])

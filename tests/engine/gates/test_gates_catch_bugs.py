@@ -1,0 +1,74 @@
+"""Every gate shown able to fail: seeded engine bugs must fail the token and near-tie gates on the tiny model."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.model.qwen3 as qwen3
+from engine.gates import harness
+from engine.gates.harness import Setup
+from engine.gates.neartie import EXACT
+from engine.gates.result import FAIL, PASS, REFUSED
+from engine.gates.tokens import default_prompts
+from engine.runner import Runner
+
+NEW = 10
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir) -> Setup:
+    return Setup(tiny_model_dir, default_prompts(512, seed=5), NEW)
+
+
+@pytest.fixture(scope="module")
+def oracle(setup: Setup):
+    return setup.oracle()
+
+
+def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RoPE applied to the head with its two halves swapped (and swapped back): a rotation the wrong way."""
+    real = qwen3.apply_rope_neox
+
+    def wrong(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        y = real(torch.cat([x[..., half:], x[..., :half]], dim=-1), cos, sin)
+        return torch.cat([y[..., half:], y[..., :half]], dim=-1)
+
+    monkeypatch.setattr(qwen3, "apply_rope_neox", wrong)
+
+
+def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode reads every sequence's K/V one block over from where prefill and decode stored it."""
+    real = Runner.block_table
+
+    def wrong(self: Runner, seq_id: int) -> list[int]:
+        return [(b + 1) % self.blocks.num_blocks for b in real(self, seq_id)]
+
+    monkeypatch.setattr(Runner, "block_table", wrong)
+
+
+BUGS = {"swapped-rope-halves": swapped_rope_halves, "block-table-off-by-one": block_table_off_by_one}
+
+
+def test_unperturbed_engine_passes_both_gates(setup: Setup, oracle) -> None:
+    assert harness.tokens(setup, oracle).verdict == PASS
+    result = harness.neartie(setup, oracle=oracle)
+    assert result.verdict == PASS
+    assert result.details["counts"][EXACT] == len(setup.prompts) * NEW
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_seeded_bug_fails_token_and_near_tie_gates(setup: Setup, oracle, monkeypatch, bug: str) -> None:
+    BUGS[bug](monkeypatch)
+    tokens = harness.tokens(setup, oracle)
+    assert tokens.verdict == FAIL, tokens.render()
+    neartie = harness.neartie(setup, oracle=oracle)
+    assert neartie.verdict == FAIL, neartie.render()
+    assert neartie.details["max_gap"] > 0.5
+
+
+def test_distributional_gate_refuses_on_cpu(setup: Setup, oracle) -> None:
+    small = Setup(setup.model_dir, setup.prompts[:2], 6)
+    result = harness.distributional(small, runs=3, oracle=oracle)
+    assert result.verdict == REFUSED, result.render()
+    assert all(row["deterministic"] for row in result.table)

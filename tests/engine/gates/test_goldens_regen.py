@@ -1,0 +1,92 @@
+"""Committed goldens (sha256-checked) and `gate regen`, which rewrites them only under the near-tie bar."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+import engine.model.qwen3 as qwen3
+from engine.gates import goldens as gold
+from engine.gates import harness
+from engine.gates.harness import Setup
+from engine.gates.ledger import write_record
+from engine.gates.result import FAIL, PASS
+
+COMMITTED = sorted(gold.GOLDENS_DIR.glob("*.json"))
+
+
+def test_goldens_are_committed() -> None:
+    assert [p.name for p in COMMITTED] == ["tiny-qwen3-bfloat16-cpu.json", "tiny-qwen3-float32-cpu.json"]
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_engine_reproduces_committed_goldens(path: Path) -> None:
+    result = harness.check_golden(path)
+    assert result.verdict == PASS, result.render()
+
+
+def test_a_hand_edited_golden_fails_its_sha256(tmp_path) -> None:
+    case = json.loads(COMMITTED[-1].read_text())
+    case["tokens"][1][3] += 1
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(case))
+    with pytest.raises(ValueError, match=r"edited.json: sha256 .* does not match its contents"):
+        gold.read_golden(bad)
+
+
+def test_golden_gate_fails_on_different_ids(tmp_path) -> None:
+    case = json.loads(COMMITTED[-1].read_text())
+    case["tokens"][2][5] = (case["tokens"][2][5] + 1) % 512
+    path = tmp_path / "other.json"
+    gold.write_golden(path, gold.make_golden(*(case[k] for k in ("model", "dtype", "device", "max_new_tokens",
+                                                                 "prompts", "tokens"))))
+    result = harness.check_golden(path)
+    assert result.verdict == FAIL
+    assert result.table[2]["first_divergence"] == 5
+
+
+def test_regen_writes_the_golden_and_a_ledger_record(tiny_model_dir, tmp_path) -> None:
+    setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
+    path = tmp_path / "goldens" / "t.json"
+    command = "python -m engine gate regen"
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", command)
+    assert result.verdict == PASS and record is not None
+    case = gold.read_golden(path)
+    assert case["tokens"] == setup.ours() and case["prompts"] == setup.prompts
+    entry = json.loads(record.read_text())
+    assert set(entry) == {"schema", "date", "kind", "rows", "command", "sha", "device", "summary", "results"}
+    assert (entry["schema"], entry["kind"], entry["rows"], entry["device"]) == (1, "gate", ["ENGINE-GATES"], "cpu")
+    assert entry["results"]["sha256"] == case["sha256"]
+    assert record.name == f"{entry['date']}-regen-t.json"
+
+
+def test_regen_refuses_when_the_near_tie_gate_fails(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
+    path = tmp_path / "t.json"
+    monkeypatch.setattr(qwen3, "apply_rope_neox", lambda x, cos, sin: x)  # RoPE dropped
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", "regen")
+    assert result.verdict == FAIL and record is None
+    assert not path.exists() and not (tmp_path / "ledger").exists()
+
+
+def test_ledger_never_overwrites(tmp_path) -> None:
+    day = dt.date(2026, 1, 2)
+    a = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
+    b = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
+    assert (a.name, b.name) == ("2026-01-02-x.json", "2026-01-02-x-2.json")
+
+
+def test_oracle_decodes_plain_greedy_whatever_generation_config_says(tiny_model_dir, tmp_path) -> None:
+    import shutil
+
+    from engine.gates.oracle import Oracle
+
+    d = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    prompt = [1, 2, 3]
+    plain = Oracle(d).greedy(prompt, 12)
+    gen_config = json.loads((d / "generation_config.json").read_text())
+    gen_config.update(eos_token_id=plain[3], repetition_penalty=3.0, do_sample=True, top_k=3)
+    (d / "generation_config.json").write_text(json.dumps(gen_config))
+    assert Oracle(d).greedy(prompt, 12) == plain

@@ -1,0 +1,71 @@
+"""Tests for engine.ops.kv_cache: paged store by slot mapping, and the slot mapping."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.ops.kv_cache import slot_mapping_for, store_kv
+
+
+def test_store_kv_writes_each_slot_and_skips_padding(dtype, gen):
+    num_blocks, block_size, heads, head_dim, tokens = 7, 5, 3, 19, 11
+    k_cache = torch.randn(num_blocks, block_size, heads, head_dim, generator=gen).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, heads, head_dim, generator=gen).to(dtype)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    k = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
+    v = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
+    slots[[2, 7]] = -1
+    store_kv(k, v, k_cache, v_cache, slots.int())
+    expected_k, expected_v = before_k.clone(), before_v.clone()
+    for t, s in enumerate(slots.tolist()):  # python loop: block = s // block_size, offset = s % block_size
+        if s == -1:
+            continue
+        expected_k[s // block_size, s % block_size] = k[t]
+        expected_v[s // block_size, s % block_size] = v[t]
+    assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+    assert not torch.equal(k_cache, before_k)
+
+
+def test_store_kv_rejects_bad_input(gen):
+    k = torch.randn(3, 2, 4, generator=gen)
+    cache = torch.randn(2, 2, 2, 4, generator=gen)
+    with pytest.raises(IndexError, match="slot_mapping: slot 4 >= cache slots 4"):
+        store_kv(k, k, cache, cache.clone(), torch.tensor([0, 1, 4]))
+    with pytest.raises(ValueError, match="slot_mapping: two tokens write the same slot"):
+        store_kv(k, k, cache, cache.clone(), torch.tensor([1, 1, -1]))
+    with pytest.raises(ValueError, match="k_cache: dim 2 is 2 but k's num_kv_heads is 3"):
+        store_kv(torch.randn(3, 3, 4), torch.randn(3, 3, 4), cache, cache.clone(), torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match="k_cache: dtype bfloat16 differs from k's float32"):
+        store_kv(k, k, cache.bfloat16(), cache.bfloat16(), torch.tensor([0, 1, 2]))
+
+
+def test_slot_mapping_for_one_and_many_sequences(gen):
+    block_size = 5
+    table = torch.randperm(19, generator=gen)[:7].int()
+    positions = torch.tensor([0, 4, 5, 13, 34, -1])
+    slots = slot_mapping_for(table, positions, block_size)
+    expected = [int(table[p // block_size]) * block_size + p % block_size if p >= 0 else -1 for p in positions.tolist()]
+    assert slots.tolist() == expected and slots.dtype == torch.int64
+    tables = torch.stack([table, table.flip(0)])
+    batched = slot_mapping_for(tables, torch.stack([positions, positions]), block_size)
+    assert batched[0].tolist() == expected
+    assert batched[1].tolist() == [
+        int(table.flip(0)[p // block_size]) * block_size + p % block_size if p >= 0 else -1 for p in positions.tolist()
+    ]
+    with pytest.raises(IndexError, match="positions: position 35 needs block 7, block_table has 7"):
+        slot_mapping_for(table, torch.tensor([35]), block_size)
+
+
+def test_store_kv_accepts_strided_kv_and_rejects_a_strided_cache(dtype, gen):
+    kv = torch.randn(5, 2, 3, 19, generator=gen).to(dtype)  # [tokens, k|v, heads, D], one fused tensor
+    k, v = kv[:, 0], kv[:, 1]
+    k_cache = torch.zeros(3, 4, 3, 19, dtype=dtype)
+    v_cache = torch.zeros(3, 4, 3, 19, dtype=dtype)
+    slots = torch.tensor([11, 0, -1, 5, 6])
+    store_kv(k, v, k_cache, v_cache, slots)
+    for t, s in enumerate(slots.tolist()):
+        if s >= 0:
+            assert torch.equal(k_cache[s // 4, s % 4], k[t]) and torch.equal(v_cache[s // 4, s % 4], v[t])
+    with pytest.raises(ValueError, match="k_cache: must be contiguous"):
+        store_kv(k, v, k_cache.transpose(0, 1), v_cache.transpose(0, 1), slots)

@@ -1,0 +1,68 @@
+"""Tests for engine.ops.linear: dtype-faithful linear and embedding."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.ops.linear import embedding, linear
+
+
+def reference_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    # float64 python-level dot products, one output column at a time
+    out = torch.stack([(x.double() * w[n].double()).sum(-1) for n in range(w.shape[0])], dim=-1)
+    return out if b is None else out + b.double()
+
+
+@pytest.mark.parametrize("shape", [(1, 83), (7, 19), (3, 5, 111)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_matches_float64(shape, with_bias, dtype, gen, close):
+    x = torch.randn(shape, generator=gen).to(dtype)
+    w = (torch.randn(19, shape[-1], generator=gen) / shape[-1] ** 0.5).to(dtype)
+    b = torch.randn(19, generator=gen).to(dtype) if with_bias else None
+    out = linear(x, w, b)
+    assert out.dtype == dtype and out.shape == (*shape[:-1], 19)
+    close(out, reference_linear(x, w, b), dtype, "reduction")
+
+
+def test_linear_rounds_once_to_the_input_dtype(gen):
+    x = torch.randn(7, 83, generator=gen).bfloat16()
+    w = torch.randn(19, 83, generator=gen).bfloat16()
+    # one rounding of the fp32-accumulated product: equals the fp32 GEMM rounded to bf16 up to accumulation order
+    expected = (x.float() @ w.float().T).bfloat16()
+    mismatch = (linear(x, w) != expected).float().mean().item()
+    assert mismatch < 0.05
+
+
+def test_linear_rejects_mixed_dtypes_and_shapes(gen):
+    x = torch.randn(7, 19, generator=gen)
+    with pytest.raises(TypeError, match="weight: dtype bfloat16 differs from x's float32"):
+        linear(x, torch.randn(5, 19).bfloat16())
+    with pytest.raises(ValueError, match="weight: dim 1 is 18 but x's last dim"):
+        linear(x, torch.randn(5, 18))
+    with pytest.raises(ValueError, match="bias: dim 0 is 4"):
+        linear(x, torch.randn(5, 19), torch.randn(4))
+
+
+def test_embedding_is_a_row_lookup(dtype, gen):
+    w = torch.randn(83, 19, generator=gen).to(dtype)
+    ids = torch.randint(0, 83, (3, 7), generator=gen)
+    out = embedding(ids, w)
+    assert out.dtype == dtype and out.shape == (3, 7, 19)
+    for i in range(3):
+        for j in range(7):
+            assert torch.equal(out[i, j], w[int(ids[i, j])])
+    assert torch.equal(embedding(ids.int(), w), out)
+
+
+def test_embedding_rejects_out_of_range_ids(gen):
+    w = torch.randn(7, 3, generator=gen)
+    with pytest.raises(IndexError, match=r"ids: values span \[0, 7\]"):
+        embedding(torch.tensor([0, 7]), w)
+    with pytest.raises(TypeError, match="ids: dtype float32"):
+        embedding(torch.tensor([0.0]), w)
+
+
+def test_linear_accepts_strided_inputs(dtype, gen, close):
+    x = torch.randn(83, 7, generator=gen).to(dtype).T  # [7, 83], column-major
+    w = torch.randn(19, 2 * 83, generator=gen).to(dtype)[:, ::2]  # every other column
+    close(linear(x, w), reference_linear(x, w, None), dtype, "reduction")
