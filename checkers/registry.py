@@ -41,6 +41,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     # tree
     CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
               "every env var the code reads is documented or classified, and every such name is still read"),
+    CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
+              ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
     # commits
     CheckSpec("role-discipline", "role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
               "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
@@ -49,8 +51,6 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),
               "every changed path fits a path class within its review budget; paired paths change together"),
     # tree
-    CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
-              ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
     # build
     CheckSpec("gencode", "gencode", "build", "scripts/check-gencode.py", ("manual",),
               "the arch list compiled into each CUDA object equals the feature table's"),

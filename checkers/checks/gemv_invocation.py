@@ -57,7 +57,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     minimum = getattr(args, "min_sites", None)
     findings, sites = check_sources(py, cuda, cfg.min_sites if minimum is None else minimum)
     return Result.judge(ID, findings, sites, "call and launch sites",
-                        f"{sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning "
+                        f"OK: {sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning "
                         "constants")
 
 

@@ -59,7 +59,12 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         compiled, examined = from_compile_commands(args.compile_commands, source_dir, findings)
         unit = "compile commands"
     else:
+        chosen = getattr(args, "build_dir", None) or cfg.build_dir
         build_dir = getattr(args, "build_dir", None) or _default_build_dir(ctx, cfg.build_dir)
+        if not chosen and not build_dir.is_dir():
+            # Nothing was built on this machine: an honest skip, not a pass. CI builds, then audits.
+            return Result.skip(ID, f"no CUDA build to audit ({build_dir} does not exist); "
+                                   "ci/fat-build.sh builds every source and runs this check on the result")
         compiled, examined, built_for = from_build_dir(build_dir, findings)
         unit = "objects"
     if explicit:

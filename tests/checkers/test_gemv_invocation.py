@@ -59,7 +59,7 @@ def mutate(root: Path, rel: str, old: str, new: str) -> int:
 def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
     result = run_on(engine_copy)
     assert result.status.value == "pass", [f.message for f in result.findings]
-    assert result.summary == f"{result.examined} matmul/GEMV call and kernel launch sites keep the caller's dtype " \
+    assert result.summary == f"OK: {result.examined} matmul/GEMV call and kernel launch sites keep the caller's dtype " \
                              "and named tuning constants"
     sources = [gv.Source(rel, (engine_copy / rel).read_text()) for rel in SNAPSHOT]
     raw = {s.path: s.text for s in sources}

@@ -162,6 +162,17 @@ def test_missing_build_dir_is_an_error(tmp_path: Path) -> None:
         run(tmp_path, build_dir=tmp_path / "nope")
 
 
+def test_nothing_built_here_is_a_skip_with_its_reason(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    cache = tmp_path / "no-cache"
+    ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={"VT_CUDA_CACHE": str(cache)})
+    args = argparse.Namespace(build_dir=None, compile_commands=None, archs=None)
+    result = gencode.run(ctx, args)
+    assert (result.status.value, result.exit_code) == ("skip", 0)
+    assert result.summary == (f"no CUDA build to audit ({cache} does not exist); "
+                              "ci/fat-build.sh builds every source and runs this check on the result")
+
+
 @needs_nvcc
 def test_arch_specific_suffix_is_kept(tmp_path: Path, objects: dict[str, Path]) -> None:
     make_repo(tmp_path, '"9.0"', {"wgmma.cu": "hopper"}, ["wgmma.cu"], {"wgmma.cu": objects["90a"]})
