@@ -42,3 +42,17 @@ def check_same_dtype(t: torch.Tensor, name: str, ref: torch.Tensor, ref_name: st
             f"{name}: dtype {str(t.dtype).removeprefix('torch.')} differs from "
             f"{ref_name}'s {str(ref.dtype).removeprefix('torch.')}"
         )
+
+
+def values_checkable(t: torch.Tensor) -> bool:
+    """Whether a check may read `t`'s values on the host: not while a CUDA graph is being captured,
+    where a host read is an illegal synchronisation that poisons the capture. Captured steps are
+    first run eagerly (the runner's warm-up), so the values were checked once already."""
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def refuse_capture(t: torch.Tensor, op: str, fix: str) -> None:
+    """Raise before a reference that must read values on the host runs inside a CUDA graph capture:
+    the runner catches the error and stays eager, instead of a poisoned capture."""
+    if not values_checkable(t):
+        raise RuntimeError(f"{op}: the torch reference reads values on the host and cannot be captured; {fix}")

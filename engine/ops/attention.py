@@ -22,7 +22,8 @@ from collections.abc import Sequence
 import torch
 
 from engine import flags
-from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
+                               refuse_capture)
 
 
 def prefill_attention(
@@ -75,6 +76,7 @@ def paged_decode_attention(
         from engine.cuda import paged_attn
 
         return paged_attn.dispatch(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
+    refuse_capture(q, "paged_decode_attention", "leave VT_KERNELS on to capture the decode step")
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
     _check_window(sliding_window)

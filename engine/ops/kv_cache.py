@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from engine import flags
-from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
+                               refuse_capture)
 
 
 def store_kv(
@@ -24,6 +25,7 @@ def store_kv(
         from engine.cuda import kv_store
 
         return kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping)
+    refuse_capture(k, "store_kv", "leave VT_KERNELS on to capture the decode step")
     check_tensor(k, "k", ndim=3, dtypes=FLOAT_DTYPES)
     check_tensor(v, "v", ndim=3)
     check_tensor(k_cache, "k_cache", ndim=4)

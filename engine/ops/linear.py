@@ -6,7 +6,8 @@ import torch.nn.functional as F
 
 from engine import flags
 from engine.cuda import gemv
-from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
+                               values_checkable)
 
 
 def linear(
@@ -44,7 +45,7 @@ def embedding(
     """Row lookup `weight[ids]`; exact (no rounding). Ids outside [0, vocab) are an error."""
     check_tensor(ids, "ids", dtypes=INDEX_DTYPES)
     check_tensor(weight, "weight", ndim=2, dtypes=FLOAT_DTYPES)
-    if ids.numel() > 0:
+    if ids.numel() > 0 and values_checkable(ids):
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= weight.shape[0]:
             raise IndexError(f"ids: values span [{lo}, {hi}] outside the vocab [0, {weight.shape[0]})")

@@ -6,7 +6,8 @@ import torch.nn.functional as F
 
 from engine import flags
 from engine.cuda import moe as cuda_moe
-from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
+                               refuse_capture, values_checkable)
 
 
 def moe_route(
@@ -75,7 +76,8 @@ def moe_experts(
     if x.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
         if cuda_moe.supports(num_experts, ids.shape[1]):
             return cuda_moe.experts(x, gate_up, down, weights, ids)
-    if ids.numel():
+    refuse_capture(ids, "moe_experts", "set VT_MOE_KERNELS=1 to capture the MoE step")
+    if ids.numel() and values_checkable(ids):
         if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
             raise IndexError(f"ids: values outside [0, {num_experts})")
         if (ids.sort(dim=-1).values.diff(dim=-1) == 0).any():
