@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
+# the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
+# Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench]
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT/ledger"
+PY="${PYTHON:-python3}"
+export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" VT_CUDA_CACHE="${VT_CUDA_CACHE:-/tmp/vt-cuda-cache}" PYTHONUNBUFFERED=1
+PHASES="${*:-gates bench}"
+declare -A RESULT
+ORDER=()
+step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and seconds
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  mkdir -p "$OUT/logs"
+  t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+  rc=$?
+  RESULT[$name]="rc=$rc $(( $(date +%s) - t0 ))s"
+  ORDER+=("$name")
+  echo "== $name: ${RESULT[$name]}"
+  tail -n 12 "$OUT/logs/$name.log"
+}
+MOE=/tmp/tiny-qwen3-moe
+# Flags that are correct but not byte-exact: the near-tie razor holds them to the oracle.
+FAST="VT_NORM_KERNEL=1 VT_QK_NORM_ROPE_FUSED=1 VT_GEMV=1 VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
+
+if [[ " $PHASES " == *" gates "* ]]; then
+  step build 240 $PY -m engine.cuda.build
+  step runner-gpu-tests 180 $PY -m pytest tests/engine/test_runner.py -m gpu -q -p no:cacheprovider
+  step make-moe 60 $PY -c "from engine.data.make_tiny import build_moe; build_moe().save_pretrained('$MOE')"
+  step tokens-dense-graph 120 $PY -m engine gate tokens --device cuda --dtype bfloat16
+  step tokens-dense-eager 120 env VT_EAGER=1 $PY -m engine gate tokens --device cuda --dtype bfloat16
+  step tokens-moe 120 $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$MOE"
+  step tokens-moe-kernels 120 env VT_MOE_KERNELS=1 $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$MOE"
+  step neartie-dense-fast 120 env $FAST $PY -m engine gate neartie --device cuda --dtype bfloat16
+  step neartie-moe-fast 120 env $FAST $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$MOE"
+  step memcheck-dense 180 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    $PY -m engine generate --device cuda --dtype bfloat16 --max-new-tokens 4
+  step memcheck-moe 180 env VT_MOE_KERNELS=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    $PY -m engine generate --device cuda --dtype bfloat16 --max-new-tokens 4 --model "$MOE"
+fi
+
+if [[ " $PHASES " == *" bench "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  step bw-attn-b64 150 $PY -m engine bench bandwidth --workload attn-decode "${L[@]}" \
+    --sweep ctx=1024,4096,16384 --plot "$OUT/attn-bandwidth.png"
+  step bw-attn-b1-32k 120 $PY -m engine bench bandwidth --workload attn-decode --shape batch=1,ctx=32768 "${L[@]}"
+  step bw-attn-d256 120 $PY -m engine bench bandwidth --workload attn-decode --shape hq=16,hkv=2,d=256 "${L[@]}"
+  for s in n=4096,k=4096 n=14336,k=4096 n=4096,k=14336; do
+    step "bw-gemv-$s" 60 $PY -m engine bench bandwidth --workload gemv --shape "$s" "${L[@]}"
+  done
+  step ab-splitkv-swap 90 env VT_ATTN_SPLITKV=1 $PY -m engine bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
+    --shape batch=1,ctx=32768 "${L[@]}"
+  step ab-gemv 60 $PY -m engine bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
+  step decode-0.6b 240 $PY -m engine bench decode "${L[@]}"
+fi
+
+tar czf "$OUT/ledger.tgz" -C "$OUT" ledger logs 2>/dev/null
+echo
+printf '%-28s %s\n' step result
+for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done
