@@ -1,6 +1,8 @@
 """Rotary position embedding, neox (rotate-half) style, with HF's fp32 cos/sin (row KERNEL-ROPE)."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from engine import flags
@@ -32,8 +34,7 @@ def rope_cos_sin(
         raise ValueError(f"theta: expected > 0, got {theta}")
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype: {dtype} is not a float model dtype")
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
-    inv_freq = inv_freq.to(positions.device)
+    inv_freq = _inv_freq(head_dim, float(theta), positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -79,3 +80,11 @@ def qk_norm_rope(
     if x.is_cuda and flags.enabled("VT_QK_NORM_ROPE_FUSED") and flags.enabled("VT_KERNELS"):
         return cuda_rope.qk_norm_rope(x, weight, cos, sin, eps)
     return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)
+
+
+@functools.lru_cache(maxsize=32)
+def _inv_freq(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """Computed on the CPU, as Hugging Face does at init, then moved once: the device's pow may differ
+    in the last bit, and a copy from the host inside a captured decode step is illegal."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    return inv_freq.to(device)
