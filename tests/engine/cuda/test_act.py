@@ -17,21 +17,8 @@ gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(7, 2 * 769), (3, 5, 2 * 111), (1, 2 * 3072), (2, 2)]
 
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the activation kernel runs only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
-    return torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
-        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    result = build.compile_source(build.CUDA_DIR / "act.cu", ("9.0",), tmp_path_factory.mktemp("act"), werror=True)
-    return ctypes.CDLL(str(result.obj))
+FAMILY = "act"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the activation kernels"
 
 
 @needs_nvcc

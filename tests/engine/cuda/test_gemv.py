@@ -24,21 +24,8 @@ def tolerance(dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor) -> dict[str,
     scale = (x.float().abs() @ w.float().abs().T).max().item()
     return {"rtol": torch.finfo(dtype).eps, "atol": 1e-5 * scale + torch.finfo(dtype).eps * scale / 64}
 
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the GEMV kernel runs only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
-    return torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
-        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    result = build.compile_source(build.CUDA_DIR / "gemv.cu", ("9.0",), tmp_path_factory.mktemp("gemv"), werror=True)
-    return ctypes.CDLL(str(result.obj))
+FAMILY = "gemv"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the GEMV kernels"
 
 
 @needs_nvcc

@@ -31,21 +31,8 @@ def mostly_bitwise(got: torch.Tensor, want: torch.Tensor) -> None:
     if got.dtype != torch.float32:
         assert (got == want).float().mean().item() >= 0.999
 
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the norm kernels run only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
-    return torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
-        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    result = build.compile_source(build.CUDA_DIR / "norm.cu", ("9.0",), tmp_path_factory.mktemp("norm"), werror=True)
-    return ctypes.CDLL(str(result.obj))
+FAMILY = "norm"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the norm kernels"
 
 
 def last_error(lib: ctypes.CDLL) -> str:

@@ -21,21 +21,8 @@ SHAPES = [(7, 3, 128), (1, 5, 18), (33, 2, 256), (4, 16, 64)]
 EPS = 1e-6
 THETA = 1_000_000.0
 
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the RoPE kernels run only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
-    return torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
-        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    result = build.compile_source(build.CUDA_DIR / "rope.cu", ("9.0",), tmp_path_factory.mktemp("rope"), werror=True)
-    return ctypes.CDLL(str(result.obj))
+FAMILY = "rope"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the RoPE kernels"
 
 
 def inputs(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device, seed: int):

@@ -19,22 +19,8 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 CHUNK = 2048  # kArgmaxChunk in sample.cuh: vocab sizes below straddle it
 VOCABS = [1, 7, 2047, 2048, 2049, 6 * 2048 + 5, 151_936]
 
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> torch.device:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the sampling kernels run only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
-    return torch.device("cuda")
-
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
-        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    result = build.compile_source(build.CUDA_DIR / "sample.cu", ("9.0",), tmp_path_factory.mktemp("sample"),
-                                  werror=True)
-    return ctypes.CDLL(str(result.obj))
+FAMILY = "sample"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the sampling kernels"
 
 
 @needs_nvcc

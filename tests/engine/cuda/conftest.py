@@ -1,0 +1,31 @@
+"""Fixtures shared by the kernel-family tests; a test module names its family in FAMILY (the source
+`engine/cuda/<FAMILY>.cu`) and what it tests in KERNELS (for the skip reason)."""
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.cuda import build
+
+
+@pytest.fixture
+def cuda(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> torch.device:
+    if not torch.cuda.is_available():
+        pytest.skip(f"no CUDA device: {request.module.KERNELS} run only on a GPU")
+    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
+    return torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """The family's source compiled for sm_90 with warnings as errors (no GPU needed)."""
+    if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
+        pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
+    family = request.module.FAMILY
+    result = build.compile_source(build.CUDA_DIR / f"{family}.cu", ("9.0",), tmp_path_factory.mktemp(family),
+                                  werror=True)
+    return ctypes.CDLL(str(result.obj))
