@@ -108,7 +108,7 @@ def _gather_then_sdpa(q, k, v, table, lens, scale):
 ATTN = Workload(
     name="attn-decode",
     flags=("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA", "VT_ATTN_SPLITKV",
-           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_KERNELS"),
+           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_TILED", "VT_KERNELS"),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
     make=_attn_make, run=_attn_run, bytes_moved=_attn_bytes,
     peers={
@@ -124,6 +124,7 @@ ATTN = Workload(
         "gqa-fused": {"VT_ATTN_DECODE_GQA": "1"},
         "split-kv": {"VT_ATTN_SPLITKV": "1"},
         "split-kv-swap": {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
+        "tiled": {"VT_ATTN_TILED": "1"},
     },
 )
 

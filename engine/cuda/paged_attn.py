@@ -97,9 +97,15 @@ def paged_decode_attention(
 
 def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
              context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
-    """What engine.ops.attention.paged_decode_attention runs on a GPU: split-KV when VT_ATTN_SPLITKV is on
+    """What engine.ops.attention.paged_decode_attention runs on a GPU: the tiled arm when VT_ATTN_TILED is on and
+    the shape is compiled, else split-KV when VT_ATTN_SPLITKV is on
     (and the shape is compiled), else the arm choose_arm picks. Split-KV reads max(context_lens) once (a sync)."""
     group = q.shape[1] // k_cache.shape[2] if k_cache.dim() == 4 and k_cache.shape[2] else 0
+    if flags.enabled("VT_ATTN_TILED"):
+        from engine.cuda import paged_attn_tiled
+
+        if paged_attn_tiled.supported(q.shape[2], group, q.dtype):
+            return paged_attn_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
     if flags.enabled("VT_ATTN_SPLITKV") and supported(GQA, q.shape[2], 1, q.dtype):
         from engine.cuda import splitkv
 

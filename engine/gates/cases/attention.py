@@ -1,4 +1,4 @@
-"""Numerics cases for the paged KV store, the three paged decode attention arms and split-KV decode."""
+"""Numerics cases for the paged KV store, the paged decode attention arms (generic, warp, GQA, tiled) and split-KV."""
 from __future__ import annotations
 
 import math
@@ -63,6 +63,12 @@ def run_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
     return splitkv.combine(o_part, lse, x["q"].dtype)
 
 
+def run_tiled(splits: int | None, x: Inputs) -> torch.Tensor:
+    from engine.cuda import paged_attn_tiled
+
+    return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits)
+
+
 def ref_eager(x: Inputs) -> torch.Tensor:
     return ref_attn.paged_decode_attention(*_args(x), x["window"])
 
@@ -95,7 +101,9 @@ ARMS = {  # arm -> (flag, row)
     "gqa": ("VT_ATTN_DECODE_GQA", "KERNEL-ATTN-PAGED"),
     "splitkv": ("VT_ATTN_SPLITKV", "KERNEL-ATTN-SPLITKV"),
     "splitkv_swap": ("VT_ATTN_SPLITKV_GQA_SWAP", "KERNEL-ATTN-SPLITKV"),
+    "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
 }
+TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def supported(arm: str, d: int, group: int) -> bool:
@@ -111,13 +119,16 @@ def attn_case(arm: str, dt: str, d: int, group: int, bs: int, ctx: int, window: 
         flag = "VT_ATTN_DECODE_D128"
     name = f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}" + (f"/w{window}" if window else "") + \
         (f"/s{splits}" if splits else "")
-    make = partial(paged_inputs, dtype=DTYPES[dt], ctx=ctx, d=d, group=group, block_size=bs, window=window)
-    if arm.startswith("splitkv"):
+    dtype = (TILED_DTYPES if arm == "tiled" else DTYPES)[dt]
+    make = partial(paged_inputs, dtype=dtype, ctx=ctx, d=d, group=group, block_size=bs, window=window)
+    if arm == "tiled":
+        kernel, reference = partial(run_tiled, splits), ref_eager
+    elif arm.startswith("splitkv"):
         kernel, reference = partial(run_splitkv, arm == "splitkv_swap", splits), \
             partial(ref_splitkv, arm == "splitkv_swap", splits)
     else:
         kernel, reference = partial(run_arm, arm), ref_eager
-    return KernelCase(name, arm, flag, DTYPES[dt], make, kernel, reference, dt, row, tags)
+    return KernelCase(name, arm, flag, dtype, make, kernel, reference, dt, row, tags)
 
 
 def kv_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, d: int, bs: int) -> Inputs:
@@ -145,6 +156,29 @@ def ref_kv_store(x: Inputs) -> torch.Tensor:
     kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
     ref_kv.store_kv(x["k"], x["v"], kc, vc, x["slots"])
     return torch.stack([kc, vc])
+
+
+def tiled_cases() -> list[KernelCase]:
+    """The tiled arm (bf16 and fp16 only): every context, a shape sweep with odd groups and block sizes that
+    straddle its 64-token tiles, windows, and forced split counts with empty splits."""
+    cases = []
+    for dt in TILED_DTYPES:
+        for ctx in CONTEXTS:
+            cases.append(attn_case("tiled", dt, 128, 4, 32, ctx, tags=("small",) if ctx == 33 else ()))
+        for ctx in LONG_CONTEXTS:
+            cases.append(attn_case("tiled", dt, 128, 4, 32, ctx, tags=("long",)))
+        for d in (64, 128, 256):
+            for group in (1, 2, 3, 8):
+                for bs in (16, 32):
+                    cases.append(attn_case("tiled", dt, d, group, bs, 100))
+        cases.append(attn_case("tiled", dt, 128, 4, 16, 685, window=256))
+        cases.append(attn_case("tiled", dt, 128, 4, 32, 100, window=1000))
+        cases.append(attn_case("tiled", dt, 256, 8, 32, 1000, window=100))
+    cases.append(attn_case("tiled", "bf16", 128, 5, 48, 685))  # a block size that does not divide a tile
+    for ctx in (1, 100, 685, 4096):
+        for splits in (1, FORCED_SPLITS, 64):
+            cases.append(attn_case("tiled", "bf16", 128, 4, 32, ctx, splits=splits))
+    return cases
 
 
 def build_cases() -> list[KernelCase]:
@@ -178,6 +212,7 @@ def build_cases() -> list[KernelCase]:
         cases.append(KernelCase(f"attn/{arm}-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}", arm, ARMS[arm][0],
                                 torch.float32, make, partial(run_splitkv_partial, swap), ref_splitkv_partial,
                                 "fp32", "KERNEL-ATTN-SPLITKV"))
+    cases += tiled_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):
             for bs in (16, 32):

@@ -120,7 +120,8 @@ def test_reference_window_semantics_match_the_cases() -> None:
 @needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("env", [{}, {"VT_ATTN_DECODE_OPT": "1"}, {"VT_ATTN_DECODE_GQA": "1"},
-                                 {"VT_ATTN_SPLITKV": "1"}, {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"}])
+                                 {"VT_ATTN_TILED": "1"}, {"VT_ATTN_SPLITKV": "1"},
+                                 {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"}])
 def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.cuda import paged_attn as pa
 

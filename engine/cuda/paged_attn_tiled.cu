@@ -1,0 +1,124 @@
+// Launcher for the tiled (tensor-core, cp.async-pipelined) paged decode attention: argument checks,
+// the split count from the device's occupancy, dtype and head_dim dispatch, and the split combine.
+// bf16 and fp16; head_dim 64, 128 or 256; 1 to 8 query heads per KV head. Another shape or dtype
+// returns kUnsupported (the binding says which; the caller picks another arm).
+#include "paged_attn_tiled.cuh"
+#include "splitkv.cuh"
+
+VT_DEFINE_LAST_ERROR(paged_attn_tiled)
+
+namespace {
+
+constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z, which indexes the sequences
+
+template <typename T, int D>
+int opt_in_smem() {
+  const cudaError_t err = cudaFuncSetAttribute(vt_tiled::tiled_decode_kernel<T, D>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               vt_tiled::smem_bytes<T, D>());
+  return err == cudaSuccess ? vt::kOk : vt::fail(static_cast<int>(err), "paged_attn_tiled: %d bytes of shared "
+                                                 "memory for head_dim %d: %s", vt_tiled::smem_bytes<T, D>(), D,
+                                                 cudaGetErrorString(err));
+}
+
+template <typename T, int D>
+int blocks_per_sm(int* out) {
+  if (int rc = opt_in_smem<T, D>()) return rc;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      out, vt_tiled::tiled_decode_kernel<T, D>, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>());
+  return err == cudaSuccess ? vt::kOk : vt::fail(static_cast<int>(err), "paged_attn_tiled occupancy: %s",
+                                                 cudaGetErrorString(err));
+}
+
+template <typename T>
+int blocks_per_sm_for(int head_dim, int* out) {
+  switch (head_dim) {
+    case 64: return blocks_per_sm<T, 64>(out);
+    case 128: return blocks_per_sm<T, 128>(out);
+    case 256: return blocks_per_sm<T, 256>(out);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: head_dim %d not in {64, 128, 256}", head_dim);
+  }
+}
+
+template <typename T, int D>
+int launch_d(const vt::PagedArgs& a, int batch, int num_splits, void* out, float* o_part, float* lse,
+             cudaStream_t s) {
+  if (int rc = opt_in_smem<T, D>()) return rc;
+  const dim3 grid(a.num_kv_heads, num_splits, batch);
+  vt_tiled::tiled_decode_kernel<T, D><<<grid, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>(), s>>>(
+      a, num_splits, static_cast<T*>(out), o_part, lse);
+  if (int rc = vt::launch_status("tiled_decode_kernel")) return rc;
+  if (num_splits == 1) return vt::kOk;
+  vt::splitkv_combine_kernel<T><<<dim3(a.num_q_heads, batch), vt::kCombineThreads, 0, s>>>(
+      o_part, lse, static_cast<T*>(out), a.num_q_heads, D, num_splits);
+  return vt::launch_status("splitkv_combine_kernel (tiled)");
+}
+
+template <typename T>
+int launch(const vt::PagedArgs& a, int batch, int num_splits, void* out, float* o_part, float* lse,
+           cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: return launch_d<T, 64>(a, batch, num_splits, out, o_part, lse, s);
+    case 128: return launch_d<T, 128>(a, batch, num_splits, out, o_part, lse, s);
+    case 256: return launch_d<T, 256>(a, batch, num_splits, out, o_part, lse, s);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: head_dim %d not in {64, 128, 256}", a.head_dim);
+  }
+}
+
+}  // namespace
+
+// The split count for `rows` = batch * num_kv_heads blocks and the longest context the block tables
+// can hold (their capacity, so that no context length is read on the host), on the current device.
+VT_EXPORT int vt_paged_attn_tiled_num_splits(int* splits, int rows, int max_context, int head_dim, int dtype) {
+  int dev = 0, sms = 0, resident = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: no current CUDA device");
+  int rc = vt::kOk;
+  switch (dtype) {
+    case vt::kBF16: rc = blocks_per_sm_for<__nv_bfloat16>(head_dim, &resident); break;
+    case vt::kF16: rc = blocks_per_sm_for<__half>(head_dim, &resident); break;
+    default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
+  }
+  if (rc != vt::kOk) return rc;
+  *splits = vt_tiled::tiled_num_splits(rows, max_context, sms, resident);
+  return vt::kOk;
+}
+
+// out, q: [batch, num_q_heads, head_dim]; caches: [num_blocks, block_size, num_kv_heads, head_dim];
+// block_tables: [batch, max_blocks] int32; context_lens: [batch] int32 in [1, max_blocks*block_size];
+// with num_splits > 1, o_part [batch, num_splits, num_q_heads, head_dim] and lse [batch, num_splits,
+// num_q_heads] fp32 scratch (else unused and may be null).
+VT_EXPORT int vt_paged_attn_tiled_decode(void* out, float* o_part, float* lse, const void* q, const void* k_cache,
+                                         const void* v_cache, const int* block_tables, const int* context_lens,
+                                         int batch, int num_q_heads, int num_kv_heads, int head_dim, int block_size,
+                                         int max_blocks, float scale, int window, int num_splits, int dtype,
+                                         void* stream) {
+  if (batch < 0 || batch > kMaxGridZ || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 ||
+      max_blocks <= 0 || window < 0)
+    return vt::fail(vt::kBadArgument,
+                    "paged_attn_tiled: bad sizes batch=%d num_q_heads=%d num_kv_heads=%d block_size=%d "
+                    "max_blocks=%d window=%d",
+                    batch, num_q_heads, num_kv_heads, block_size, max_blocks, window);
+  if (num_q_heads % num_kv_heads != 0)
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: num_q_heads %d is not a multiple of num_kv_heads %d",
+                    num_q_heads, num_kv_heads);
+  if (num_q_heads / num_kv_heads > vt_tiled::kMaxGroup)
+    return vt::fail(vt::kUnsupported, "paged_attn_tiled: %d query heads per KV head (at most %d)",
+                    num_q_heads / num_kv_heads, vt_tiled::kMaxGroup);
+  if (num_splits < 1 || num_splits > vt_tiled::kMaxSplits)
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: num_splits %d not in [1, %d]", num_splits,
+                    vt_tiled::kMaxSplits);
+  if (num_splits > 1 && (o_part == nullptr || lse == nullptr))
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: %d splits need the o_part and lse scratch", num_splits);
+  if (!(vt::aligned16(q) && vt::aligned16(k_cache) && vt::aligned16(v_cache)))
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: q and caches must be 16-byte aligned");
+  if (batch == 0) return vt::kOk;
+  const vt::PagedArgs a{q, k_cache, v_cache, block_tables, context_lens, num_q_heads, num_kv_heads,
+                        head_dim, block_size, max_blocks, scale, window};
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, out, o_part, lse, s);
+    case vt::kF16: return launch<__half>(a, batch, num_splits, out, o_part, lse, s);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
+  }
+}

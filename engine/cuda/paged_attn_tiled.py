@@ -1,0 +1,77 @@
+"""Binding for the tiled paged decode attention (paged_attn_tiled.cu): tensor-core tiles over a cp.async
+pipeline, split-KV sized from the block tables' capacity so that no context length is read on the host."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from engine.cuda import build, ffi
+from engine.cuda.paged_attn import check_inputs
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+HEAD_DIMS = (64, 128, 256)
+MAX_GROUP = 8  # query heads per KV head: rows of the kernel's 16-row mma tile (paged_attn_tiled.cuh)
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    lib = build.load("paged_attn_tiled.cu")
+    ffi.bind(lib, "vt_paged_attn_tiled_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
+    ffi.bind(lib, "vt_paged_attn_tiled_decode",
+             [_P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
+    return lib
+
+
+def supported(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+    """The shapes and dtypes the kernel is compiled for."""
+    return dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
+
+
+@cache
+def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, device_index: int) -> int:
+    """Splits that fill the device's resident block slots, none shorter than 4 tiles of max_context."""
+    out = _I(0)
+    lib = _lib()
+    with torch.cuda.device(device_index):
+        rc = lib.vt_paged_attn_tiled_num_splits(ctypes.byref(out), rows, max_context, head_dim,
+                                                ffi.DTYPE_CODES[dtype])
+    ffi.check(rc, "vt_paged_attn_tiled_num_splits", lib, "paged_attn_tiled")
+    return out.value
+
+
+def decode(
+    q: torch.Tensor,  # q: [batch, Hq, D] contiguous, bf16 or fp16
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D] contiguous
+    v_cache: torch.Tensor,  # v_cache: [num_blocks, block_size, Hkv, D] contiguous
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks] int32
+    context_lens: torch.Tensor,  # context_lens: [batch] int32, each in [1, max_blocks * block_size]
+    scale: float,
+    sliding_window: int | None = None,
+    splits: int | None = None,  # None: num_splits over the tables' capacity
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    batch, hq, d = q.shape
+    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
+    if not supported(d, hq // hkv, q.dtype):
+        raise ValueError(f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
+                         f"head, bf16 or fp16; got head_dim {d}, group {hq // hkv}, {q.dtype}")
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    if splits is None:
+        splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, q.device.index or 0)
+    out = torch.empty_like(q)
+    o_part = lse = None
+    if splits > 1:
+        o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
+        lse = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
+    lib = _lib()
+    rc = lib.vt_paged_attn_tiled_decode(ffi.ptr(out), None if o_part is None else ffi.ptr(o_part),
+                                        None if lse is None else ffi.ptr(lse), ffi.ptr(q), ffi.ptr(k_cache),
+                                        ffi.ptr(v_cache), ffi.ptr(tables), ffi.ptr(lens), batch, hq, hkv, d,
+                                        block_size, tables.shape[1], scale, sliding_window or 0, splits,
+                                        ffi.dtype_code(q, "q"), ffi.stream(q.device))
+    ffi.check(rc, "vt_paged_attn_tiled_decode", lib, "paged_attn_tiled")
+    return out

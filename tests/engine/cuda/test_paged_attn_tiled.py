@@ -1,0 +1,110 @@
+"""The tiled paged decode attention arm: compile (nvcc), routing by VT_ATTN_TILED (CPU), and on a GPU the
+split heuristic, split-count invariance, the window, and capture in a CUDA graph without a host read.
+Its numerics cases (engine/gates/cases/attention.py, arm "tiled") run in test_attention.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.gates import numerics
+from engine.gates.cases import attention as cases
+
+FAMILY = "paged_attn_tiled"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the tiled attention kernel"
+
+
+def test_source_compiles_and_exports_its_launchers(compiled) -> None:
+    for symbol in ("vt_paged_attn_tiled_decode", "vt_paged_attn_tiled_num_splits", "vt_paged_attn_tiled_last_error"):
+        assert hasattr(compiled, symbol), symbol
+
+
+def test_supported_shapes() -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    assert tiled.supported(128, 4, torch.bfloat16) and tiled.supported(256, 8, torch.float16)
+    assert tiled.supported(64, 3, torch.bfloat16)  # any group up to 8, not only powers of two
+    assert not tiled.supported(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
+    assert not tiled.supported(96, 4, torch.bfloat16)
+    assert not tiled.supported(128, 4, torch.float32)
+
+
+def test_dispatch_takes_the_tiled_arm_only_when_flagged_and_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn, paged_attn_tiled
+
+    calls = []
+    monkeypatch.setattr(paged_attn_tiled, "decode", lambda *a: calls.append(a) or "tiled")
+    monkeypatch.setattr(paged_attn, "paged_decode_attention", lambda *a: "other")
+    for name in ("VT_ATTN_SPLITKV", "VT_ATTN_TILED"):
+        monkeypatch.delenv(name, raising=False)
+    x = cases.paged_inputs(3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16,
+                           window=None)
+    assert paged_attn.dispatch(*cases._args(x), None) == "other"
+    monkeypatch.setenv("VT_ATTN_TILED", "1")
+    assert paged_attn.dispatch(*cases._args(x), None) == "tiled"
+    fp32 = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in x.items()}
+    assert paged_attn.dispatch(*cases._args(fp32), None) == "other"  # fp32 is not compiled: another arm
+    assert len(calls) == 1
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernel runs on a GPU")
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_split_count_fills_the_device_and_follows_the_capacity() -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    assert 1 <= tiled.num_splits(512, 4096, 128, torch.bfloat16, 0) <= 4  # batch 64 x 8 KV heads: a few waves
+    assert 16 <= tiled.num_splits(8, 32768, 128, torch.bfloat16, 0) <= 64  # batch 1: split to fill the SMs
+    assert tiled.num_splits(8, 256, 128, torch.bfloat16, 0) == 1  # 4 tiles: too short to split
+    assert tiled.num_splits(8, 1024, 128, torch.bfloat16, 0) == 4  # 16 tiles: at most 4 per split
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [None, 100])
+def test_split_counts_agree(window: int | None) -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(4, torch.device("cuda"), dtype=torch.bfloat16, ctx=3000, d=128, group=4, block_size=32,
+                           window=window)
+    one = tiled.decode(*cases._args(x), window, splits=1)
+    for splits in (2, 13, 64):
+        got = numerics.compare(tiled.decode(*cases._args(x), window, splits=splits), one, numerics.TOLERANCES["bf16"])
+        assert got.passed, (splits, got)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_only_positions_in_the_window_move_the_output() -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(9, torch.device("cuda"), dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16,
+                           window=40)
+    base = tiled.decode(*cases._args(x), 40)
+    for pos, moves in ((59, False), (60, True)):  # sequence 0 attends positions 60..99
+        v = x["v_cache"].clone()
+        v[int(x["block_tables"][0, pos // 16]), pos % 16] += 3.0
+        out = tiled.decode(x["q"], x["k_cache"], v, *cases._args(x)[3:], 40)
+        assert bool((out[0] != base[0]).any()) == moves, pos
+        assert torch.equal(out[1:], base[1:])
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_captures_in_a_cuda_graph_and_replays_new_lengths() -> None:
+    """No host read of the context lengths: the graph replays correctly after the lengths change in place."""
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32,
+                           window=None)
+    args = cases._args(x)
+    tiled.decode(*args)  # build and load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tiled.decode(*args)
+    x["context_lens"].copy_(torch.tensor([1500, 7, 1999], dtype=torch.int32))
+    graph.replay()
+    expected = tiled.decode(*args, splits=1)
+    got = numerics.compare(out, expected, numerics.TOLERANCES["bf16"])
+    assert got.passed, got
