@@ -152,7 +152,31 @@ GEMV = Workload(
     arms={"reference": {"VT_GEMV": "0"}, "gemv-kernel": {"VT_GEMV": "1"}},
 )
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV)}
+# --- residual add + RMSNorm (the decode step's norms) --------------------------------------------------
+
+def _norm_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(s["tokens"], s["hidden"], generator=g).to(dtype)
+    residual = torch.randn(s["tokens"], s["hidden"], generator=g).to(dtype)
+    weight = (1 + 0.1 * torch.randn(s["hidden"], generator=g)).to(dtype)
+    return x.to(device), residual.to(device), weight.to(device)
+
+
+def _norm_run(x, residual, weight):
+    from engine.ops.norm import fused_add_rms_norm
+
+    return fused_add_rms_norm(x, residual, weight, 1e-6)[0]  # both outputs are computed; the normed one is compared
+
+
+NORM = Workload(
+    name="rms-norm", flags=("VT_NORM_KERNEL",), defaults={"tokens": 1, "hidden": 1024},
+    make=_norm_make, run=_norm_run,
+    # x and residual read, the normed output and the new residual written, the weight read once
+    bytes_moved=lambda s, dt: (4 * s["tokens"] * s["hidden"] + s["hidden"]) * _elt(dt),
+    arms={"reference": {"VT_NORM_KERNEL": "0"}, "norm-kernel": {"VT_NORM_KERNEL": "1"}},
+)
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM)}
 
 
 def for_flag(flag: str) -> Workload:

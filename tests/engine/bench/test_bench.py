@@ -43,6 +43,8 @@ def test_shapes_and_flag_lookup():
     with pytest.raises(ValueError, match="expected KEY=INT"):
         parse_shape("rows=3", GEMV.defaults)
     assert for_flag("VT_ATTN_DECODE_GQA").name == "attn-decode"
+    assert for_flag("VT_ATTN_TILED").name == "attn-decode"
+    assert for_flag("VT_NORM_KERNEL").name == "rms-norm"
     with pytest.raises(ValueError, match="no workload measures VT_EAGER"):
         for_flag("VT_EAGER")
 
@@ -58,6 +60,14 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys, monkeyp
     assert record["kind"] == "bench" and record["rows"] == ["KERNEL-GEMV", "ENGINE-BENCH"]
     assert len(record["results"]["samples_s"]["on"]) == 4 and record["results"]["max_abs_on_vs_off"] == 0.0
     assert "VT_GEMV" not in __import__("os").environ  # the arm's setting was restored
+
+
+def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
+    rc = ab.main(["--flag", "VT_NORM_KERNEL", "--shape", "tokens=3,hidden=67", "--reps", "3", "--device", "cpu",
+                  "--dtype", "float32", "--ledger", str(tmp_path)])
+    assert rc == 0 and "verdict:" in capsys.readouterr().out
+    [path] = tmp_path.glob("*-ab-vt-norm-kernel.json")
+    assert json.loads(path.read_text())["results"]["max_abs_on_vs_off"] == 0.0  # the CPU runs the reference twice
 
 
 def test_ab_rejects_unknown_flags(capsys):
