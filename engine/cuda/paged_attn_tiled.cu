@@ -25,7 +25,7 @@ template <typename T, int D>
 int blocks_per_sm(int* out) {
   if (int rc = opt_in_smem<T, D>()) return rc;
   const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      out, vt_tiled::tiled_decode_kernel<T, D>, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>());
+      out, vt_tiled::tiled_decode_kernel<T, D>, vt_tiled::threads<D>(), vt_tiled::smem_bytes<T, D>());
   return err == cudaSuccess ? vt::kOk : vt::fail(static_cast<int>(err), "paged_attn_tiled occupancy: %s",
                                                  cudaGetErrorString(err));
 }
@@ -45,7 +45,7 @@ int launch_d(const vt::PagedArgs& a, int batch, int num_splits, void* out, float
              cudaStream_t s) {
   if (int rc = opt_in_smem<T, D>()) return rc;
   const dim3 grid(a.num_kv_heads, num_splits, batch);
-  vt_tiled::tiled_decode_kernel<T, D><<<grid, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>(), s>>>(
+  vt_tiled::tiled_decode_kernel<T, D><<<grid, vt_tiled::threads<D>(), vt_tiled::smem_bytes<T, D>(), s>>>(
       a, num_splits, static_cast<T*>(out), o_part, lse);
   if (int rc = vt::launch_status("tiled_decode_kernel")) return rc;
   if (num_splits == 1) return vt::kOk;
@@ -80,7 +80,8 @@ VT_EXPORT int vt_paged_attn_tiled_num_splits(int* splits, int rows, int max_cont
     default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
   }
   if (rc != vt::kOk) return rc;
-  *splits = vt_tiled::tiled_num_splits(rows, max_context, sms, resident);
+  const int tile = head_dim == 256 ? vt_tiled::tile<256>() : vt_tiled::tile<128>();  // 64 and 128 share a tile
+  *splits = vt_tiled::tiled_num_splits(rows, max_context, tile, sms, resident);
   return vt::kOk;
 }
 

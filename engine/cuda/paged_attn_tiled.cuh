@@ -1,5 +1,5 @@
 // Tiled paged decode attention on tensor cores. One block per (KV head, split, sequence): the K/V
-// rows of the block's positions stream through a cp.async pipeline of kTile-token stages in shared
+// rows of the block's positions stream through a cp.async pipeline of tile<D>()-token stages in shared
 // memory, and every query head of the KV head's group is one row of a 16-row mma.sync tile, so each
 // K/V byte is read from global memory once for the whole group.
 //
@@ -16,24 +16,26 @@
 
 namespace vt_tiled {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kWarpTokens = 16;              // one P.V mma's k extent
-constexpr int kTile = kWarps * kWarpTokens;  // tokens per pipeline stage
+constexpr int kWarpTokens = 16;              // tokens per warp per stage: one P.V mma's k extent
 constexpr int kMaxGroup = 8;                 // query heads per KV head: rows 0..7 of the m16 tile
 constexpr int kRowPad = 8;                   // elements after each smem row: ldmatrix rows hit distinct banks
 constexpr int kMaxSplits = 64;               // splitkv_combine_kernel keeps its weights in smem
 constexpr int kMinTilesPerSplit = 4;         // shorter splits cost more in partial writes than they hide
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Stages: two (one tile in flight while one is computed) for head_dim 128 and 256, so three blocks of
-// head_dim 128 fit an SM (ncu: at three stages two blocks fit, and the eight warps left the issue
-// slots idle on dependency stalls); three for the narrow head_dim 64 rows.
+// Warps per block (each owns kWarpTokens tokens of a stage) and stages. Shared memory bounds the blocks
+// per SM: two stages (one tile in flight while one is computed) let three head_dim-128 blocks fit an
+// SM (ncu: at three stages two fit, and their eight warps left the issue slots idle on dependency
+// stalls); head_dim 256 rows are twice as wide, so three warps (48-token tiles) let two blocks fit
+// where four warps let one. The narrow head_dim 64 rows keep three stages.
+template <int D> __host__ __device__ constexpr int warps() { return D >= 256 ? 3 : 4; }
+template <int D> __host__ __device__ constexpr int threads() { return warps<D>() * 32; }
+template <int D> __host__ __device__ constexpr int tile() { return warps<D>() * kWarpTokens; }
 template <int D> __host__ __device__ constexpr int stages() { return D <= 64 ? 3 : 2; }
 template <int D> __host__ __device__ constexpr int row_elems() { return D + kRowPad; }
 template <typename T, int D> constexpr int smem_bytes() {
-  constexpr int pipe = static_cast<int>(sizeof(T)) * 2 * kTile * row_elems<D>() * stages<D>();
-  constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
+  constexpr int pipe = static_cast<int>(sizeof(T)) * 2 * tile<D>() * row_elems<D>() * stages<D>();
+  constexpr int merge = static_cast<int>(sizeof(float)) * warps<D>() * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
 }
 
@@ -84,17 +86,18 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// grid (num_kv_heads, num_splits, batch), kThreads threads, smem_bytes<T, D>() dynamic shared memory.
-// Split s covers kTile-aligned tiles [first + s*per, first + (s+1)*per) of the window [begin, len).
+// grid (num_kv_heads, num_splits, batch), threads<D>() threads, smem_bytes<T, D>() dynamic shared memory.
+// Split s covers tile-aligned tiles [first + s*per, first + (s+1)*per) of the window [begin, len).
 // num_splits == 1: out [batch, num_q_heads, D] in T. Else o_part [batch, num_splits, num_q_heads, D]
 // fp32 (normalized) and lse [batch, num_splits, num_q_heads] (-inf and zeros for an empty split).
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(threads<D>())
     tiled_decode_kernel(vt::PagedArgs a, int num_splits, T* __restrict__ out, float* __restrict__ o_part,
                         float* __restrict__ lse_part) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
   constexpr int S = stages<D>(), R = row_elems<D>(), kChunks = D / 8;
+  constexpr int kWarps = warps<D>(), kThreads = threads<D>(), kTile = tile<D>();
   const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
   const int group = a.num_q_heads / a.num_kv_heads;
@@ -253,10 +256,10 @@ __global__ void __launch_bounds__(kThreads)
 // waves are at least kMinWaveFill full, none shorter than kMinTilesPerSplit tiles of the longest
 // possible context (else the best-filled count within that bound); in [1, kMaxSplits].
 constexpr float kMinWaveFill = 0.9f;
-inline int tiled_num_splits(int rows, int max_context, int sm_count, int blocks_per_sm) {
+inline int tiled_num_splits(int rows, int max_context, int tile_tokens, int sm_count, int blocks_per_sm) {
   if (rows <= 0 || max_context <= 0 || sm_count <= 0) return 1;
   const float slots = static_cast<float>(sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 1));
-  int limit = vt::ceil_div(vt::ceil_div(max_context, kTile), kMinTilesPerSplit);
+  int limit = vt::ceil_div(vt::ceil_div(max_context, tile_tokens), kMinTilesPerSplit);
   limit = limit < 1 ? 1 : (limit > kMaxSplits ? kMaxSplits : limit);
   int best = 1;
   float best_fill = 0.f;
