@@ -98,11 +98,13 @@ def paged_decode_attention(
 def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
              context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """What engine.ops.attention.paged_decode_attention runs on a GPU: split-KV when VT_ATTN_SPLITKV is on
-    (and the shape is compiled), else the arm choose_arm picks. Split-KV reads max(context_lens) once (a sync)."""
+    (and the shape is compiled), else the arm choose_arm picks. Split-KV sizes its split count from the
+    tables' static capacity, not from context_lens' values: no host read, so the step stays capturable."""
     group = q.shape[1] // k_cache.shape[2] if k_cache.dim() == 4 and k_cache.shape[2] else 0
     if flags.enabled("VT_ATTN_SPLITKV") and supported(GQA, q.shape[2], 1, q.dtype):
         from engine.cuda import splitkv
 
         swap = flags.enabled("VT_ATTN_SPLITKV_GQA_SWAP") and group in (1, 2, 4, 8)
-        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap)
+        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap,
+                              max_context=splitkv.capacity(block_tables, k_cache))
     return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
