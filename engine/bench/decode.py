@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             prof = record["profile"]
             summary += (f"; profile ({prof['mode'].split(' (')[0]}): {prof['kernels_per_step']:.0f} {prof['unit']}s "
                         f"and {prof['device_ms_per_step']:.3f} ms per step")
-        path = write_record(args.ledger, "decode-step-profile" if args.profile else "decode-step", ["ENGINE-BENCH", "ENGINE-GRAPH"], cmd, record["device"],
+        slug = "decode-step-profile" if args.profile else "decode-step"
+        path = write_record(args.ledger, slug, ["ENGINE-BENCH", "ENGINE-GRAPH"], cmd, record["device"],
                             summary, record, head_sha(repo_root()), kind="bench")
         print(f"ledger: {path}")
     return 0

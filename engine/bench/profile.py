@@ -32,7 +32,8 @@ def profile_decode(runner, prompt: list[int], steps: int) -> dict:
         raise ValueError(f"--profile-steps {steps}: must be at least 1")
     phases, note = _record(runner, prompt, steps)
     if runner.device.type != "cuda":
-        return breakdown(phases["eager"], steps, "op", "eager (CPU: aten ops, nested ones included, by self time)", note)
+        return breakdown(phases["eager"], steps, "op", "eager (CPU: aten ops, nested ones included, by self time)",
+                         note)
     eager = breakdown(phases["eager"], steps, "kernel", "eager", note)
     if "graph" not in phases:
         return eager
@@ -148,23 +149,29 @@ def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event
 
 
 def split_phases(function_events, labels: list[str]) -> dict[str, list[Event]]:
-    """Sort the profiler's events into the phases whose record_function range holds their start."""
+    """Sort the profiler's events into phases: a host event into the record_function range that holds
+    its start; a device event into the last phase started before it (each phase ends with a sync, so
+    its device work cannot spill into the next; this tolerates skew between the two clocks)."""
     spans = {e.name[len(PHASE):]: (e.time_range.start, e.time_range.end)
              for e in function_events if e.name.startswith(PHASE) and e.device_type.name == "CPU"}
     missing = [label for label in labels if label not in spans]
     if missing:
         raise RuntimeError(f"profiler trace has no range for phase(s) {missing}: cannot attribute its events")
+    by_start = sorted(labels, key=lambda label: spans[label][0])
     out: dict[str, list[Event]] = {label: [] for label in labels}
     for fe in function_events:
         ev = to_event(fe)
         if ev is None:
             continue
         start = fe.time_range.start
-        for label in labels:
-            lo, hi = spans[label]
-            if lo <= start <= hi:
-                out[label].append(ev)
-                break
+        if ev.kind in ("kernel", "copy"):
+            began = [label for label in by_start if spans[label][0] <= start]
+            if began:
+                out[began[-1]].append(ev)
+            continue
+        home = next((label for label in labels if spans[label][0] <= start <= spans[label][1]), None)
+        if home is not None:
+            out[home].append(ev)
     return out
 
 

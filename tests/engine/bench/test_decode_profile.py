@@ -75,12 +75,18 @@ def test_events_go_to_the_phase_whose_range_holds_their_start() -> None:
         fake_event("cudaLaunchKernel", 125, 126, kind="cuda_runtime"),
         fake_event("void k<2>(float)", 130, 150, device="CUDA", kind="kernel"),
         fake_event("Memset (Device)", 150, 151, device="CUDA", kind="gpu_memset"),
-        fake_event("aten::add", 400, 410, self_us=3.0),  # outside both phases
+        fake_event("aten::add", 400, 410, self_us=3.0),  # a host op outside both phases
+        fake_event("void k<3>()", -2, 5, device="CUDA", kind="kernel"),  # device work before the first phase
+        # device clock skew: starts after its phase's host range ended (but before the next one began)
+        fake_event("void g<1>()", 100.2, 102.2, device="CUDA", kind="kernel"),
+        fake_event("void k<2>(float)", 300.5, 302, device="CUDA", kind="kernel"),
     ]
     got = split_phases(events, ["graph", "eager"])
-    assert got == {"graph": [Event("cudaGraphLaunch", "launch", 0.0), Event("k", "kernel", 11)],
+    assert got == {"graph": [Event("cudaGraphLaunch", "launch", 0.0), Event("k", "kernel", 11),
+                             Event("g", "kernel", 2)],
                    "eager": [Event("aten::mm", "op", 17.0), Event("cudaLaunchKernel", "launch", 0.0),
-                             Event("k", "kernel", 20), Event("Memset (Device)", "copy", 1)]}
+                             Event("k", "kernel", 20), Event("Memset (Device)", "copy", 1),
+                             Event("k", "kernel", 1.5)]}
     with pytest.raises(RuntimeError, match=r"no range for phase\(s\) \['warm'\]"):
         split_phases(events, ["graph", "warm"])
 
