@@ -110,6 +110,9 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
     na_if_refused "flip-distributional-$m"
     step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}"
     step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its token gate with the flags unset
+      step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    fi
   done
   # the golden of the embedded model on the GPU, rewritten only if the near-tie gate passes
   mkdir -p "$OUT/goldens"

@@ -27,7 +27,8 @@ def run_gpu_sh(tmp_path: Path, phases: list[str], **env: str) -> subprocess.Comp
     fake.write_text(FAKE_PY)
     fake.chmod(0o755)
     out = tmp_path / "out"
-    full = {**os.environ, "OUT": str(out), "PYTHON": str(fake), "VT_CUDA_CACHE": str(tmp_path / "cache"), **env}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VT_", "FLIP"))}  # only what the test sets
+    full = {**clean, "OUT": str(out), "PYTHON": str(fake), "VT_CUDA_CACHE": str(tmp_path / "cache"), **env}
     return subprocess.run(["bash", str(SCRIPT), *phases], env=full, capture_output=True, text=True, timeout=120)
 
 
@@ -68,6 +69,9 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
         assert f"argv: {args}\n" in text, (step, text)
         eager = "1" if step.endswith("-eager") else "unset"
         assert f"flags: VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
+    baseline = log(tmp_path, "flip-tokens-d128-noflags")
+    assert f"argv: {expected['flip-tokens-d128-graph']}\n" in baseline
+    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
     table = done.stdout[done.stdout.rindex("step "):]
     assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table
     assert "flip-tokens-d128-eager       rc=0" in table
