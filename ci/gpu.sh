@@ -12,6 +12,25 @@ mkdir -p "$OUT/ledger"
 PY="${PYTHON:-python3}"
 export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" VT_CUDA_CACHE="${VT_CUDA_CACHE:-/tmp/vt-cuda-cache}" PYTHONUNBUFFERED=1
 PHASES="${*:-gates bench}"
+FLIP="${FLIP:-}"
+if [[ " $PHASES " == *" flip "* ]]; then  # checked before any phase runs
+  if [[ -z "$FLIP" ]]; then
+    echo "ci/gpu.sh flip: set FLIP to the flag settings under test, e.g. FLIP=\"VT_ATTN_SPLITKV=1\"" >&2
+    exit 2
+  fi
+  for kv in $FLIP; do
+    if [[ ! "$kv" =~ ^VT_[A-Z0-9_]+=[^[:space:]]*$ ]]; then
+      echo "ci/gpu.sh flip: FLIP entry '$kv' is not VT_NAME=VALUE" >&2
+      exit 2
+    fi
+  done
+  for m in ${FLIP_MODELS:-}; do
+    if [[ ! " dense d128 moe " == *" $m "* ]]; then
+      echo "ci/gpu.sh flip: FLIP_MODELS entry '$m' is not dense, d128 or moe" >&2
+      exit 2
+    fi
+  done
+fi
 declare -A RESULT
 ORDER=()
 step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and seconds
@@ -76,17 +95,6 @@ if [[ " $PHASES " == *" bench "* ]]; then
 fi
 
 if [[ " $PHASES " == *" flip "* ]]; then
-  FLIP="${FLIP:-}"
-  if [[ -z "$FLIP" ]]; then
-    echo "ci/gpu.sh flip: set FLIP to the flag settings under test, e.g. FLIP=\"VT_ATTN_SPLITKV=1\"" >&2
-    exit 2
-  fi
-  for kv in $FLIP; do
-    if [[ ! "$kv" =~ ^VT_[A-Z0-9_]+=[^[:space:]]*$ ]]; then
-      echo "ci/gpu.sh flip: FLIP entry '$kv' is not VT_NAME=VALUE" >&2
-      exit 2
-    fi
-  done
   # shellcheck disable=SC2206  # FLIP is a space-separated list of NAME=VALUE words
   F=(env $FLIP)
   G=(--device cuda --dtype bfloat16)
@@ -103,7 +111,6 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
       moe) M=(--model "$MOE") ;;
       # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine
       d128) M=(--model "$D128" --max-new-tokens 300) ;;
-      *) echo "ci/gpu.sh flip: FLIP_MODELS entry '$m' is not dense, d128 or moe" >&2; exit 2 ;;
     esac
     step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}"
     step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"

@@ -40,14 +40,15 @@ def test_script_parses() -> None:
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
 
 
-@pytest.mark.parametrize(("flip", "message"), [
-    ("", "set FLIP to the flag settings under test"),
-    ("VT_GEMV=1 gemv", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
+@pytest.mark.parametrize(("flip", "models", "message"), [
+    ("", "", "set FLIP to the flag settings under test"),
+    ("VT_GEMV=1 gemv", "", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
+    ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128 or moe"),
 ])
-def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, message: str) -> None:
-    done = run_gpu_sh(tmp_path, ["flip"], FLIP=flip)
+def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, models: str, message: str) -> None:
+    done = run_gpu_sh(tmp_path, ["gates", "flip"], FLIP=flip, FLIP_MODELS=models)
     assert done.returncode == 2 and message in done.stderr
-    assert not (tmp_path / "out" / "logs").exists()  # nothing ran
+    assert not (tmp_path / "out" / "logs").exists()  # nothing ran, not even the gates phase
 
 
 def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
@@ -82,7 +83,6 @@ def test_flip_models_select_the_models(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     logs = {p.stem for p in (tmp_path / "out" / "logs").glob("*.log")}
     assert "flip-tokens-moe-graph" in logs and not any("dense" in n or "d128" in n for n in logs - {"flip-regen-dense"})
-    assert run_gpu_sh(tmp_path, ["flip"], FLIP="VT_GEMV=1", FLIP_MODELS="llama").returncode == 2
 
 
 def test_bench_phase_profiles_the_decode_step(tmp_path: Path) -> None:
