@@ -18,7 +18,12 @@ LENS = (1, 13, 300)
 def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monkeypatch) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the decode-step graph needs one")
+    from engine.cuda import splitkv
+
     model = tiny_checkpoint("dense", seed=3, **SHAPE)
+    counts: list[int] = []
+    heuristic = splitkv.num_splits
+    monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
     monkeypatch.setenv("VT_ATTN_SPLITKV", "1")
     monkeypatch.setenv("VT_EAGER", "1")
     eager = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN)
@@ -29,3 +34,4 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     # fails while split-KV reads context_lens on the host: the capture breaks and the runner goes eager
     assert graph.use_graph and set(graph._graphs) == {4}, "the split-KV decode step was not captured"
     assert got == eager.generate(prompts, 10).tokens
+    assert counts and min(counts) == max(counts) > 1  # the capacity, not the context, sized every call
