@@ -215,7 +215,7 @@ def render(p: dict, step_ms: float | None = None) -> str:
         e = p["eager_check"]
         lines.append(f"{'eager step, for comparison':<34} {e['kernels_per_step']:>10.1f} kernels, "
                      f"{e['device_ms_per_step']:.3f} ms, {e['launches_per_step']:.0f} launch calls")
-    head = f"top {len(p['top'])} of {p['groups']} {unit} by time"
+    head = f"top {len(p['top'])} of {p['groups']} groups by time"
     lines.append(f"{head:<50} {'count/step':>10} {'ms/step':>10} {'share':>7}")
     for row in p["top"]:
         name = row["name"] if len(row["name"]) <= 48 else row["name"][:45] + "..."
