@@ -2,7 +2,9 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [flip]
+#   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set:
+#   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"
@@ -10,6 +12,25 @@ mkdir -p "$OUT/ledger"
 PY="${PYTHON:-python3}"
 export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" VT_CUDA_CACHE="${VT_CUDA_CACHE:-/tmp/vt-cuda-cache}" PYTHONUNBUFFERED=1
 PHASES="${*:-gates bench}"
+FLIP="${FLIP:-}"
+if [[ " $PHASES " == *" flip "* ]]; then  # checked before any phase runs
+  if [[ -z "$FLIP" ]]; then
+    echo "ci/gpu.sh flip: set FLIP to the flag settings under test, e.g. FLIP=\"VT_ATTN_SPLITKV=1\"" >&2
+    exit 2
+  fi
+  for kv in $FLIP; do
+    if [[ ! "$kv" =~ ^VT_[A-Z0-9_]+=[^[:space:]]*$ ]]; then
+      echo "ci/gpu.sh flip: FLIP entry '$kv' is not VT_NAME=VALUE" >&2
+      exit 2
+    fi
+  done
+  for m in ${FLIP_MODELS:-}; do
+    if [[ ! " dense d128 moe " == *" $m "* ]]; then
+      echo "ci/gpu.sh flip: FLIP_MODELS entry '$m' is not dense, d128 or moe" >&2
+      exit 2
+    fi
+  done
+fi
 declare -A RESULT
 ORDER=()
 step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and seconds
@@ -24,13 +45,26 @@ step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and secon
   echo "== $name: ${RESULT[$name]}"
   tail -n 12 "$OUT/logs/$name.log"
 }
+na_if_refused() {  # NAME: the distributional gate refuses where the oracle is deterministic: not applicable
+  if grep -q '^distributional: REFUSED' "$OUT/logs/$1.log"; then
+    RESULT[$1]="n/a: oracle deterministic (${RESULT[$1]})"
+  fi
+}
+BUILT=0
+build_once() {
+  if [[ $BUILT == 0 ]]; then step build 240 $PY -m engine.cuda.build; BUILT=1; fi
+}
 MOE=/tmp/tiny-qwen3-moe
+# head_dim 128: the embedded tiny model's 32 runs only the generic attention arm; the warp, GQA-fused
+# and split-KV arms need 64, 128 or 256
+D128=/tmp/tiny-qwen3-d128
 # Flags that are correct but not byte-exact: the near-tie razor holds them to the oracle.
 FAST="VT_NORM_KERNEL=1 VT_QK_NORM_ROPE_FUSED=1 VT_GEMV=1 VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
 
 if [[ " $PHASES " == *" gates "* ]]; then
-  step build 240 $PY -m engine.cuda.build
-  step runner-gpu-tests 180 $PY -m pytest tests/engine/test_runner.py -m gpu -q -p no:cacheprovider
+  build_once
+  step runner-gpu-tests 180 $PY -m pytest tests/engine/test_runner.py tests/engine/test_graph_splitkv.py \
+    tests/engine/bench/test_decode_profile.py -m gpu -q -p no:cacheprovider
   step make-moe 60 $PY -c "from engine.data.make_tiny import build_moe; build_moe().save_pretrained('$MOE')"
   step tokens-dense-graph 120 $PY -m engine gate tokens --device cuda --dtype bfloat16
   step tokens-dense-eager 120 env VT_EAGER=1 $PY -m engine gate tokens --device cuda --dtype bfloat16
@@ -57,9 +91,45 @@ if [[ " $PHASES " == *" bench "* ]]; then
     --shape batch=1,ctx=32768 "${L[@]}"
   step ab-gemv 60 $PY -m engine bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
   step decode-0.6b 240 $PY -m engine bench decode "${L[@]}"
+  step decode-0.6b-profile 240 $PY -m engine bench decode --profile --no-oracle "${L[@]}"
 fi
 
-tar czf "$OUT/ledger.tgz" -C "$OUT" ledger logs 2>/dev/null
+if [[ " $PHASES " == *" flip "* ]]; then
+  # shellcheck disable=SC2206  # FLIP is a space-separated list of NAME=VALUE words
+  F=(env $FLIP)
+  G=(--device cuda --dtype bfloat16)
+  KF=()
+  for f in ${FLIP_FILTER:-}; do KF+=(--filter "$f"); done
+  echo "flip protocol with: $FLIP"
+  build_once
+  step flip-models 120 $PY -c "from engine.data.make_tiny import build, build_moe
+build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')"
+  step flip-kernels 300 "${F[@]}" $PY -m engine gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
+  for m in ${FLIP_MODELS:-dense d128 moe}; do
+    case $m in
+      dense) M=() ;;
+      moe) M=(--model "$MOE") ;;
+      # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine
+      d128) M=(--model "$D128" --max-new-tokens 300) ;;
+    esac
+    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}"
+    step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
+    na_if_refused "flip-distributional-$m"
+    step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its token gate with the flags unset
+      step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    fi
+  done
+  # the golden of the embedded model on the GPU, rewritten only if the near-tie gate passes
+  mkdir -p "$OUT/goldens"
+  step flip-regen-dense 180 "${F[@]}" $PY -m engine gate regen "${G[@]}" \
+    --golden "$OUT/goldens/tiny-qwen3-bfloat16-cuda.json" --ledger-dir "$OUT/ledger"
+fi
+
+KEEP=()
+for d in ledger logs goldens; do [[ -d "$OUT/$d" ]] && KEEP+=("$d"); done
+tar czf "$OUT/ledger.tgz" -C "$OUT" "${KEEP[@]}" 2>/dev/null
 echo
 printf '%-28s %s\n' step result
 for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done

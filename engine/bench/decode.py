@@ -5,7 +5,11 @@ of --context tokens, then times --steps greedy decode steps (CUDA-graph replay u
 The floor of one decode step at batch 1 is reading every weight once: weight bytes over the copy
 bandwidth measured in the same run. transformers' own `generate` on the same weights gives the peer.
 
-    python -m engine bench decode [--context 1024] [--steps 64] [--tiny]
+    python -m engine bench decode [--context 1024] [--steps 64] [--tiny] [--profile]
+
+--profile then runs a few more steps under torch.profiler (engine/bench/profile.py) and prints, and
+records, what limits the step: kernels per step, device time per step against the timed step, and the
+top kernels by time with their count per step and share (aten ops and their self time on a CPU).
 """
 from __future__ import annotations
 
@@ -37,22 +41,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
     p.add_argument("--no-oracle", action="store_true", help="skip transformers' generate")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timing, profile a few decode steps: kernels per step and the top kernels by time")
+    p.add_argument("--profile-steps", type=int, default=5, metavar="N", help="decode steps profiled (default 5)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.profile_steps < 1:
+        print(f"error: --profile-steps {args.profile_steps}: must be at least 1", file=sys.stderr)
+        return 2
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = save_random_model(Path(tmp), TINY if args.tiny else QWEN3_0_6B)
-        record = measure(model_dir, device, dtype, args.context, args.steps, not args.no_oracle)
+        record = measure(model_dir, device, dtype, args.context, args.steps, not args.no_oracle,
+                         args.profile_steps if args.profile else 0)
     print_report(record)
+    if "profile" in record:
+        from engine.bench.profile import render
+
+        print()
+        print(render(record["profile"], record["step_ms"]))
     if args.ledger:
         cmd = "python -m engine bench decode " + " ".join(argv if argv is not None else sys.argv[1:])
         summary = (f"decode step {record['step_ms']:.3f} ms; floor fraction {record.get('floor_fraction', 0):.0%}; "
                    f"tok/s vs transformers {record.get('ratio_vs_transformers', float('nan')):.2f}x")
-        path = write_record(args.ledger, "decode-step", ["ENGINE-BENCH", "ENGINE-GRAPH"], cmd, record["device"],
+        if "profile" in record:
+            prof = record["profile"]
+            summary += (f"; profile ({prof['mode'].split(' (')[0]}): {prof['kernels_per_step']:.0f} {prof['unit']}s "
+                        f"and {prof['device_ms_per_step']:.3f} ms per step")
+        slug = "decode-step-profile" if args.profile else "decode-step"
+        path = write_record(args.ledger, slug, ["ENGINE-BENCH", "ENGINE-GRAPH"], cmd, record["device"],
                             summary, record, head_sha(repo_root()), kind="bench")
         print(f"ledger: {path}")
     return 0
@@ -67,11 +88,13 @@ def save_random_model(tmp: Path, shape: dict) -> Path:
     return tmp
 
 
-def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, steps: int, oracle: bool) -> dict:
+def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, steps: int, oracle: bool,
+            profile_steps: int = 0) -> dict:
     from engine.runner import Runner
 
-    runner = Runner(model_dir, dtype=dtype, device=device, max_batch=1, max_model_len=context + steps + 8,
-                    block_size=32)
+    # a profile runs 2 warm-up steps and profile_steps per phase (graph, eager) on one sequence
+    runner = Runner(model_dir, dtype=dtype, device=device, max_batch=1,
+                    max_model_len=context + max(steps, 2 * profile_steps + 3) + 8, block_size=32)
     prompt = torch.randint(0, runner.config.vocab_size, (context,), generator=torch.Generator().manual_seed(1)).tolist()
     runner.generate([prompt], 4)  # warm-up: module load, kernel builds, graph capture
     step_s = _time_decode(runner, prompt, steps, device)
@@ -87,6 +110,11 @@ def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, step
     if oracle:
         hf_s = _time_transformers(model_dir, device, dtype, prompt, steps)
         record.update(transformers_tok_per_s=steps / hf_s, ratio_vs_transformers=(1 / step_s) / (steps / hf_s))
+    if profile_steps:
+        from engine.bench.profile import profile_decode
+
+        record["profile"] = profile_decode(runner, prompt, profile_steps)
+        record["profile"]["busy_fraction"] = record["profile"]["device_ms_per_step"] / record["step_ms"]
     return record
 
 

@@ -98,8 +98,9 @@ def paged_decode_attention(
 def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
              context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """What engine.ops.attention.paged_decode_attention runs on a GPU: the tiled arm when VT_ATTN_TILED is on and
-    the shape is compiled, else split-KV when VT_ATTN_SPLITKV is on
-    (and the shape is compiled), else the arm choose_arm picks. Split-KV reads max(context_lens) once (a sync)."""
+    the shape is compiled, else split-KV when VT_ATTN_SPLITKV is on (and the shape is compiled), else the arm
+    choose_arm picks. The tiled and split-KV arms size their split counts from the tables' static capacity,
+    not from context_lens' values: no host read, so the step stays capturable."""
     group = q.shape[1] // k_cache.shape[2] if k_cache.dim() == 4 and k_cache.shape[2] else 0
     if flags.enabled("VT_ATTN_TILED"):
         from engine.cuda import paged_attn_tiled
@@ -110,5 +111,6 @@ def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bloc
         from engine.cuda import splitkv
 
         swap = flags.enabled("VT_ATTN_SPLITKV_GQA_SWAP") and group in (1, 2, 4, 8)
-        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap)
+        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap,
+                              max_context=splitkv.capacity(block_tables, k_cache))
     return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)

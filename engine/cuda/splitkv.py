@@ -73,10 +73,35 @@ def combine(
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
            context_lens: torch.Tensor, scale: float, sliding_window: int | None = None, swap: bool = False,
            max_context: int | None = None) -> torch.Tensor:  # [batch, Hq, D], q.dtype
-    """Split-KV decode end to end; max_context (else read from context_lens, one sync) sizes the split count."""
+    """Split-KV decode end to end. The split count is sized from max_context, by default the tables'
+    static capacity (`capacity`): shapes only, never a host read of context_lens, so the call can be
+    captured in a CUDA graph and every replay keeps the split count it was captured with."""
     rows = q.shape[0] * (k_cache.shape[2] if swap else q.shape[1])
-    longest = int(context_lens.max()) if max_context is None else max_context
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    longest = capacity(block_tables, k_cache) if max_context is None else max_context
+    if longest < 1:
+        raise ValueError(f"max_context: expected >= 1, got {longest} (block_tables {tuple(block_tables.shape)}, "
+                         f"k_cache {tuple(k_cache.shape)})")
     o_part, lse = partial(q, k_cache, v_cache, block_tables, context_lens, scale,
-                          num_splits(rows, longest, sms), sliding_window, swap)
+                          num_splits(rows, longest, sm_count(q.device)), sliding_window, swap)
     return combine(o_part, lse, q.dtype)
+
+
+def capacity(
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks] int32
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D]
+) -> int:
+    """The longest context the tables can address: max blocks per sequence times the block size."""
+    if block_tables.dim() != 2 or k_cache.dim() != 4:
+        raise ValueError(f"block_tables {tuple(block_tables.shape)} / k_cache {tuple(k_cache.shape)}: "
+                         "expected [batch, max_blocks] and [num_blocks, block_size, Hkv, D]")
+    return block_tables.shape[1] * k_cache.shape[1]
+
+
+@cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of `device` (a host-side property query: no stream work, capturable)."""
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())

@@ -1,0 +1,93 @@
+"""ci/gpu.sh: its syntax, and the flip phase's wiring run with a stand-in python that records each call."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "ci" / "gpu.sh"
+# stands in for python: prints its arguments and the flags it sees; the distributional gate refuses
+FAKE_PY = """#!/usr/bin/env bash
+echo "argv: $*"
+echo "flags: VT_ATTN_SPLITKV=${VT_ATTN_SPLITKV-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
+case " $* " in *" distributional "*) echo "distributional: REFUSED: the oracle is deterministic"; exit 1 ;; esac
+exit 0
+"""
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                                reason="bash and coreutils timeout are needed to run ci/gpu.sh")
+
+
+def run_gpu_sh(tmp_path: Path, phases: list[str], **env: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VT_", "FLIP"))}  # only what the test sets
+    full = {**clean, "OUT": str(out), "PYTHON": str(fake), "VT_CUDA_CACHE": str(tmp_path / "cache"), **env}
+    return subprocess.run(["bash", str(SCRIPT), *phases], env=full, capture_output=True, text=True, timeout=120)
+
+
+def log(tmp_path: Path, step: str) -> str:
+    return (tmp_path / "out" / "logs" / f"{step}.log").read_text()
+
+
+def test_script_parses() -> None:
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize(("flip", "models", "message"), [
+    ("", "", "set FLIP to the flag settings under test"),
+    ("VT_GEMV=1 gemv", "", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
+    ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128 or moe"),
+])
+def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, models: str, message: str) -> None:
+    done = run_gpu_sh(tmp_path, ["gates", "flip"], FLIP=flip, FLIP_MODELS=models)
+    assert done.returncode == 2 and message in done.stderr
+    assert not (tmp_path / "out" / "logs").exists()  # nothing ran, not even the gates phase
+
+
+def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_SPLITKV=1 VT_GEMV=1", FLIP_FILTER="attn/ kv_store/")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    models = {"dense": "", "d128": "--model /tmp/tiny-qwen3-d128 --max-new-tokens 300",
+              "moe": "--model /tmp/tiny-qwen3-moe"}
+    expected = {"flip-kernels": f"-m engine gate kernels --filter attn/ --filter kv_store/ --ledger {out}/ledger/"
+                                "flip-kernels.json",
+                "flip-regen-dense": f"-m engine gate regen --device cuda --dtype bfloat16 --golden "
+                                    f"{out}/goldens/tiny-qwen3-bfloat16-cuda.json --ledger-dir {out}/ledger"}
+    for m, extra in models.items():
+        for gate, step in (("neartie", f"flip-neartie-{m}"), ("distributional", f"flip-distributional-{m}"),
+                           ("tokens", f"flip-tokens-{m}-graph"), ("tokens", f"flip-tokens-{m}-eager")):
+            expected[step] = f"-m engine gate {gate} --device cuda --dtype bfloat16 {extra}".rstrip()
+    for step, args in expected.items():
+        text = log(tmp_path, step)
+        assert f"argv: {args}\n" in text, (step, text)
+        eager = "1" if step.endswith("-eager") else "unset"
+        assert f"flags: VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
+    baseline = log(tmp_path, "flip-tokens-d128-noflags")
+    assert f"argv: {expected['flip-tokens-d128-graph']}\n" in baseline
+    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
+    table = done.stdout[done.stdout.rindex("step "):]
+    assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table
+    assert "flip-tokens-d128-eager       rc=0" in table
+
+
+def test_flip_models_select_the_models(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_GEMV=1", FLIP_MODELS="moe")
+    assert done.returncode == 0, done.stderr
+    logs = {p.stem for p in (tmp_path / "out" / "logs").glob("*.log")}
+    assert "flip-tokens-moe-graph" in logs and not any("dense" in n or "d128" in n for n in logs - {"flip-regen-dense"})
+
+
+def test_bench_phase_profiles_the_decode_step(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["bench"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert f"argv: -m engine bench decode --profile --no-oracle --ledger {out}/ledger\n" in log(
+        tmp_path, "decode-0.6b-profile")
