@@ -80,7 +80,7 @@ def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
         q = x["q"]
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
-        splits = splitkv.num_splits(rows, int(x["context_lens"].max()), sms)
+        splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
     return ref_split.splitkv_combine(out, lse, x["q"].dtype)
 
