@@ -177,7 +177,7 @@ def split_phases(function_events, labels: list[str]) -> dict[str, list[Event]]:
 
 def to_event(fe) -> Event | None:
     """One FunctionEvent as an Event, or None for what the breakdown does not count (annotations, ...)."""
-    kind = fe.activity_type or ""
+    kind = getattr(fe, "activity_type", None) or guess_kind(fe)
     if fe.device_type.name == "CUDA":
         if kind == "kernel":
             return Event(kernel_family(fe.name), "kernel", fe.time_range.elapsed_us())
@@ -191,6 +191,13 @@ def to_event(fe) -> Event | None:
     if kind in ("cpu_op", ""):
         return Event(fe.name, "op", fe.self_cpu_time_total)
     return None
+
+
+def guess_kind(fe) -> str:
+    """The activity type from the name, for torch builds whose FunctionEvents do not carry it (2.11)."""
+    if fe.device_type.name == "CUDA":
+        return "gpu_memcpy" if ("Memcpy" in fe.name or "Memset" in fe.name) else "kernel"
+    return "cuda_runtime" if fe.name.startswith(("cuda", "cu")) else "cpu_op"
 
 
 def _sync(device: torch.device) -> None:

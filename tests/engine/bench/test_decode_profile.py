@@ -155,3 +155,16 @@ def test_graph_replay_kernels_are_profiled(tiny_model_dir) -> None:
     assert p["mode"] == "CUDA-graph replay", p["mode"]
     assert p["kernels_per_step"] == p["eager_check"]["kernels_per_step"]
     assert p["launches_per_step"] < p["eager_check"]["launches_per_step"]
+
+
+def test_kind_is_guessed_from_the_name_when_the_event_has_no_activity_type():
+    from types import SimpleNamespace
+
+    from engine.bench.profile import guess_kind
+
+    def fe(name, device):
+        return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device))
+    assert guess_kind(fe("void vt::rms_norm_kernel<__nv_bfloat16>(...)", "CUDA")) == "kernel"
+    assert guess_kind(fe("Memcpy DtoD (Device -> Device)", "CUDA")) == "gpu_memcpy"
+    assert guess_kind(fe("cudaGraphLaunch", "CPU")) == "cuda_runtime"
+    assert guess_kind(fe("aten::mul", "CPU")) == "cpu_op"
