@@ -3,6 +3,10 @@ dropped, medians with min-max bands, per-pair ratios, and a verdict that needs n
 and no reversed pair to call a win.
 
     python -m engine bench ab --flag VT_ATTN_DECODE_GQA [--shape batch=64,ctx=4096] [--reps 12]
+
+On CUDA each arm is timed by replaying one captured CUDA graph over a cycle of rotating input sets
+(`--timing graph`, the default; see engine/bench/timing.py); an arm that refuses capture is timed in an
+eager loop and the report and the record say so.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import torch
 
 from engine import flags
 from engine.bench.stats import ab_verdict, drop_warmup
-from engine.bench.timing import clocks, device_name, sets_for, time_once
+from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, sets_for
 from engine.bench.workloads import WORKLOADS, for_flag, parse_shape
 from engine.gates.ledger import head_sha, repo_root, write_record
 
@@ -46,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=12, help="repetitions per arm, the first dropped (default 12)")
-    p.add_argument("--inner", type=int, default=0, help="calls per timing sample (default: 20 on GPU, 1 on CPU)")
+    p.add_argument("--inner", type=int, default=0,
+                   help="calls per eager timing sample (default: 20 on GPU, 1 on CPU); graph samples replay whole "
+                   "cycles of the input sets")
+    p.add_argument("--timing", choices=MODES, default="graph",
+                   help="graph: replay one captured CUDA graph per arm, eager where capture fails (default); "
+                   "eager: back-to-back Python calls between events. Graphs need CUDA: the CPU is always eager")
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR (e.g. .agents/ledger)")
     return p
@@ -69,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = DTYPES[args.dtype]
     inner = args.inner or (20 if device.type == "cuda" else 1)
-    record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner)
+    record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner, args.timing)
     print_report(record)
     if args.ledger:
         path = write_ledger(record, args.ledger, argv)
@@ -77,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, reps: int, inner: int) -> dict:
+def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, reps: int, inner: int,
+           timing: str = "graph") -> dict:
     n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
     sets = [work.make(shape, device, dtype, seed) for seed in range(n_sets)]
     arms = {"off": {flag: "0"}, "on": {flag: "1"}}
@@ -86,17 +96,22 @@ def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, rep
         with flag_env(env):
             outs[name] = work.run(*sets[0])
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
+    timers = {}
+    for name, env in arms.items():  # each arm's graph is captured with its flag set; replay needs no flag
+        with flag_env(env):
+            timers[name] = arm_timer(work.run, sets, device, timing, inner)
     before = clocks()
     samples: dict[str, list[float]] = {"off": [], "on": []}
     for rep in range(reps):
         order = ("off", "on") if rep % 2 == 0 else ("on", "off")  # alternate who goes first
         for name in order:
             with flag_env(arms[name]):
-                samples[name].append(time_once(work.run, sets[rep % n_sets], device, inner))
+                samples[name].append(timers[name].sample(rep))
     verdict = ab_verdict(drop_warmup(samples["off"]), drop_warmup(samples["on"]))
     return {
         "flag": flag, "workload": work.name, "shape": shape, "dtype": str(dtype).removeprefix("torch."),
         "device": device_name(device), "reps": reps, "inner": inner, "input_sets": n_sets,
+        "timing": {name: t.as_record() for name, t in timers.items()},
         "clocks_before": before, "clocks_after": clocks(),
         "samples_s": samples, "max_abs_on_vs_off": max_abs,
         "off": vars(verdict.base), "on": vars(verdict.test),
@@ -106,11 +121,12 @@ def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, rep
 
 def print_report(r: dict) -> None:
     print(f"A/B {r['flag']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
-          f"{r['reps']} reps, first dropped, {r['inner']} calls/sample, {r['input_sets']} input sets)")
-    print(f"{'arm':<5} {'median ms':>10} {'min ms':>10} {'max ms':>10}")
+          f"{r['reps']} reps, first dropped, {r['input_sets']} input sets)")
+    print(f"{'arm':<5} {'median ms':>10} {'min ms':>10} {'max ms':>10}  timing")
     for arm in ("off", "on"):
         b = r[arm]
-        print(f"{arm:<5} {b['median'] * 1e3:>10.4f} {b['low'] * 1e3:>10.4f} {b['high'] * 1e3:>10.4f}")
+        print(f"{arm:<5} {b['median'] * 1e3:>10.4f} {b['low'] * 1e3:>10.4f} {b['high'] * 1e3:>10.4f}  "
+              f"{describe(r['timing'][arm])}")
     ratios = " ".join(f"{x:.3f}" for x in r["pair_ratios_off_over_on"])
     print(f"pair ratios off/on: {ratios}")
     print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")

@@ -3,7 +3,9 @@
 First the device-to-device copy bandwidth (bytes read plus bytes written), then, for each arm of a
 workload and each of its peers, the bytes that must move over the median time, and that as a fraction
 of the copy ceiling. Prints one table, writes a PNG (fraction versus context length, one line per arm
-and peer) and a ledger record.
+and peer) and a ledger record. Each arm and peer is timed by CUDA-graph replay over a cycle of rotating
+input sets (`--timing graph`, the default), or in an eager loop where it refuses capture; each row says
+which.
 
     python -m engine bench bandwidth [--workload attn-decode] [--sweep ctx=1024,4096,32768] [--shape ...]
 """
@@ -18,7 +20,7 @@ import torch
 
 from engine.bench.ab import DTYPES, flag_env
 from engine.bench.stats import Band, drop_warmup
-from engine.bench.timing import clocks, device_name, sets_for, time_once
+from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, first_line, sets_for, time_once
 from engine.bench.workloads import WORKLOADS, parse_shape
 from engine.gates.ledger import head_sha, repo_root, write_record
 
@@ -34,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", help="comma-separated subset of the workload's arms and peers")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=8, help="repetitions per arm, the first dropped")
-    p.add_argument("--inner", type=int, default=10, help="calls per timing sample")
+    p.add_argument("--inner", type=int, default=10, help="calls per eager timing sample")
+    p.add_argument("--timing", choices=MODES, default="graph",
+                   help="graph: replay one captured CUDA graph per arm and peer, eager where capture fails "
+                   "(default); eager: back-to-back Python calls between events")
     p.add_argument("--plot", type=Path, help="write the PNG plot here")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
     return p
@@ -57,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = copy_bandwidth(device, args.reps)
     rows = []
     for shape in shapes:
-        rows.extend(measure_shape(work, shape, device, dtype, args.reps, args.inner, ceiling, wanted))
-    record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device),
+        rows.extend(measure_shape(work, shape, device, dtype, args.reps, args.inner, ceiling, wanted, args.timing))
+    record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device), "timing": args.timing,
               "copy_bytes_per_s": ceiling, "clocks_before": before, "clocks_after": clocks(), "rows": rows}
     print_table(record)
     if args.plot:
@@ -92,7 +97,7 @@ def copy_bandwidth(device: torch.device, reps: int) -> float:
     return 2 * COPY_BYTES / statistics.median(times)
 
 
-def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted) -> list[dict]:
+def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted, timing: str = "graph") -> list[dict]:
     moved = work.bytes_moved(shape, dtype)
     sets = [work.make(shape, device, dtype, seed) for seed in range(sets_for(moved))]
     candidates = [(name, "arm", work.run, env, None) for name, env in work.arms.items()]
@@ -106,9 +111,11 @@ def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted) -> l
             inputs = [prep(*s) for s in sets] if prep else sets
             with flag_env(env):
                 run(*inputs[0])  # warm-up: compilation, autotuning, module load
-                times = drop_warmup([time_once(run, inputs[i % len(inputs)], device, inner) for i in range(reps)])
+                timer = arm_timer(run, inputs, device, timing, inner)
+                row["timing"] = timer.as_record()
+                times = drop_warmup([timer.sample(i) for i in range(reps)])
         except Exception as exc:  # an unavailable backend is reported, not fatal
-            row["unavailable"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            row["unavailable"] = first_line(exc)
             rows.append(row)
             continue
         band = Band.of(times)
@@ -119,15 +126,16 @@ def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted) -> l
 
 
 def print_table(record: dict) -> None:
-    print(f"copy bandwidth (read+write): {record['copy_bytes_per_s'] / 1e12:.3f} TB/s on {record['device']}")
-    print(f"{'arm':<18} {'kind':<5} {'shape':<44} {'median ms':>10} {'TB/s':>7} {'of copy':>8}")
+    print(f"copy bandwidth (read+write): {record['copy_bytes_per_s'] / 1e12:.3f} TB/s on {record['device']}; "
+          f"timing asked: {record.get('timing', 'eager')}")
+    print(f"{'arm':<18} {'kind':<5} {'shape':<44} {'median ms':>10} {'TB/s':>7} {'of copy':>8}  timing")
     for r in record["rows"]:
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         if "unavailable" in r:
             print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} unavailable: {r['unavailable'][:60]}")
             continue
         print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} {r['median_s'] * 1e3:>10.4f} "
-              f"{r['bytes_per_s'] / 1e12:>7.3f} {r['fraction']:>7.1%}")
+              f"{r['bytes_per_s'] / 1e12:>7.3f} {r['fraction']:>7.1%}  {describe(r['timing'])}")
 
 
 def write_plot(record: dict, path: Path, sweep: str | None) -> str:

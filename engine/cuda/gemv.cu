@@ -3,7 +3,8 @@
 
 namespace {
 
-constexpr int kMaxGridY = 65535;  // CUDA's limit on gridDim.y, which indexes the rows of x
+constexpr int kMaxGridY = 65535;  // CUDA's limit on gridDim.y, which indexes the rows of x on the scalar path
+constexpr int kMaxDevices = 64;   // SM counts are cached per device ordinal below this
 
 // The 16-byte path needs every row start aligned: base pointers and row strides.
 template <typename T>
@@ -12,20 +13,62 @@ bool vector_ok(const void* w, const void* x, int k, long long ldw, long long ldx
   return vt::aligned16(w) && vt::aligned16(x) && k % vec == 0 && ldw % vec == 0 && ldx % vec == 0;
 }
 
+int sm_count() {
+  static int cached[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 1;
+  if (cached[dev] == 0) {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cached[dev] = sms > 0 ? sms : 1;
+  }
+  return cached[dev];
+}
+
+// Warps that share one W row: kSplitK when one warp per row group would leave the SMs short of loads in flight.
+// A function of (n, the device) only, so a row of x gets the same sum order whatever the other rows are.
+static_assert(vt_gemv::kWarpsPerBlock % vt_gemv::kSplitK == 0, "split-K groups tile the warps of a block");
+
+int split_for(int n) {
+  const long long warps = vt::ceil_div(n, vt_gemv::kRowsPerWarp);
+  return warps < static_cast<long long>(vt_gemv::kSplitBelowWarpsPerSm) * sm_count() ? vt_gemv::kSplitK : 1;
+}
+
+template <typename T, typename OutT, int MT>
+void launch_vec(OutT* y, const T* w, const T* x, const T* bias, int m, int n, int k, long long ldw, long long ldx,
+                long long ldy, cudaStream_t stream) {
+  constexpr int vec = vt_gemv::kVectorBytes / sizeof(T);
+  const int split = split_for(n);
+  const int rows_per_block = vt_gemv::kWarpsPerBlock / split * vt_gemv::kRowsPerWarp;
+  const dim3 grid(vt::ceil_div(n, rows_per_block));
+  const dim3 block(vt_gemv::kWarpsPerBlock * vt_gemv::kWarpSize);
+  const size_t x_bytes = static_cast<size_t>(m) * k * sizeof(T);
+  constexpr int min_blocks = MT == 1 ? vt_gemv::kMinBlocksPerSm : vt_gemv::kMinBlocksPerSmRows;
+  if (vt_gemv::kStageX && x_bytes <= static_cast<size_t>(vt_gemv::kMaxSmemXBytes))
+    vt_gemv::gemv_vec_kernel<T, OutT, vec, MT, vt_gemv::kRowsPerWarp, vt_gemv::kUnroll, true, min_blocks>
+        <<<grid, block, x_bytes, stream>>>(y, w, x, bias, m, n, k, ldw, ldx, ldy, split);
+  else
+    vt_gemv::gemv_vec_kernel<T, OutT, vec, MT, vt_gemv::kRowsPerWarp, vt_gemv::kUnroll, false, min_blocks>
+        <<<grid, block, 0, stream>>>(y, w, x, bias, m, n, k, ldw, ldx, ldy, split);
+}
+
 template <typename T, typename OutT>
 void launch(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw,
             long long ldx, long long ldy, cudaStream_t stream) {
-  constexpr int vec = vt_gemv::kVectorBytes / sizeof(T);
-  const dim3 grid(vt::ceil_div(n, vt_gemv::kWarpsPerBlock), m);
-  const dim3 block(vt_gemv::kWarpsPerBlock * vt_gemv::kWarpSize);
   auto* yo = static_cast<OutT*>(y);
   auto* wi = static_cast<const T*>(w);
   auto* xi = static_cast<const T*>(x);
   auto* bi = static_cast<const T*>(bias);
-  if (vector_ok<T>(w, x, k, ldw, ldx))
-    vt_gemv::gemv_kernel<T, OutT, vec><<<grid, block, 0, stream>>>(yo, wi, xi, bi, n, k, ldw, ldx, ldy);
-  else
-    vt_gemv::gemv_kernel<T, OutT, 1><<<grid, block, 0, stream>>>(yo, wi, xi, bi, n, k, ldw, ldx, ldy);
+  if (m <= vt_gemv::kMaxRows && vector_ok<T>(w, x, k, ldw, ldx)) {  // x rows share each W load: MT >= m
+    if (m == 1) launch_vec<T, OutT, 1>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, stream);
+    else if (m <= 2) launch_vec<T, OutT, 2>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, stream);
+    else if (m <= 4) launch_vec<T, OutT, 4>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, stream);
+    else launch_vec<T, OutT, vt_gemv::kMaxRows>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, stream);
+    return;
+  }
+  const dim3 grid(vt::ceil_div(n, vt_gemv::kWarpsPerBlock), m);
+  const dim3 block(vt_gemv::kWarpsPerBlock * vt_gemv::kWarpSize);
+  vt_gemv::gemv_scalar_kernel<T, OutT><<<grid, block, 0, stream>>>(yo, wi, xi, bi, n, k, ldw, ldx, ldy);
 }
 
 // The output type follows the caller's out dtype code.

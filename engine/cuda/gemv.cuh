@@ -1,13 +1,22 @@
-// Dtype-faithful GEMV for M=1 decode, y = W x (+ bias): fp32 accumulation, output type chosen by the caller.
+// Dtype-faithful GEMV for decode, y = x W^T (+ bias): fp32 accumulation in a fixed order, output type from the caller.
 #pragma once
 #include "common.cuh"
 
 namespace vt_gemv {
 
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 8;      // one output row per warp, so a block writes 8 rows
-constexpr int kVectorBytes = 16;       // one 16-byte load per lane per step on the fast path
-constexpr int kUnroll = 4;             // independent 16-byte loads of W in flight per lane
+constexpr int kWarpsPerBlock = 8;   // 256 threads per block on both paths
+constexpr int kVectorBytes = 16;    // one 16-byte load per lane per chunk on the fast path
+constexpr int kUnroll = 4;          // chunks of one W row (16 B each) a lane has in flight at once
+constexpr int kRowsPerWarp = 1;     // rows of W one warp owns: each x load is reused across them
+constexpr int kSplitK = 2;          // warps that share one W row (K interleaved) when the grid is short of warps
+constexpr int kSplitBelowWarpsPerSm = 16;  // split K when the unsplit grid has fewer warps than this per SM
+constexpr bool kStageX = true;      // stage x in shared memory (else every warp reads it through L1)
+constexpr int kMaxSmemXBytes = 46 * 1024;  // ... when all its rows fit here: 48 KB without opt-in, less the
+                                           // static split-K partials (1 KB at most)
+constexpr int kMinBlocksPerSm = 4;  // fast path, one row of x: register cap 65536 / (256 * this) per thread
+constexpr int kMinBlocksPerSmRows = 2;  // fast path, 2 to 8 rows of x (more accumulators per lane)
+constexpr int kMaxRows = 8;         // rows of x one launch takes (MAX_ROWS in gemv.py)
 
 // VEC elements of T per load: kVectorBytes / sizeof(T) on the fast path, 1 on the unaligned path.
 template <typename T, int VEC>
@@ -15,39 +24,167 @@ struct alignas(sizeof(T) * VEC) Pack {
   T v[VEC];
 };
 
-// W: [N, K] row-major (row stride ldw), x: [M, K] (row stride ldx), bias: [N] or null, y: [M, N] (row stride ldy).
-// grid: (ceil(N / kWarpsPerBlock), M). Each lane accumulates in fp32, the warp reduces in a fixed butterfly,
-// lane 0 adds the bias and writes OutT: the only rounding.
-template <typename T, typename OutT, int VEC>
-__global__ void gemv_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x,
-                            const T* __restrict__ bias, int n, int k, long long ldw, long long ldx, long long ldy) {
+// A 16-byte load of W that does not allocate in L1: W is streamed once, x stays cached.
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_streamed(const T* p) {
+  static_assert(sizeof(Pack<T, VEC>) == 16, "the streamed load is 16 bytes");
+  Pack<T, VEC> out;
+  uint4& r = *reinterpret_cast<uint4*>(&out);
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return out;
+}
+
+// A 16-byte read-only load through L1 (x: read by every warp of the SM).
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_cached(const T* p) {
+  Pack<T, VEC> out;
+  *reinterpret_cast<uint4*>(&out) = __ldg(reinterpret_cast<const uint4*>(p));
+  return out;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void fma_pack(float& acc, const Pack<T, VEC>& a, const Pack<T, VEC>& b) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) acc = fmaf(vt::to_f32(a.v[e]), vt::to_f32(b.v[e]), acc);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {  // a fixed butterfly: the same order on every run
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Fast path. W: [n, k] (row stride ldw), x: [m, k] (row stride ldx), m <= MT, bias: [n] or null,
+// y: [m, n] (row stride ldy). k, ldw, ldx are multiples of VEC and the bases 16-byte aligned.
+// A block of kWarpsPerBlock warps; `split` consecutive warps share RPW rows of W, warp s of a group taking
+// chunks s, s + split, ... (a chunk is kWarpSize * VEC elements, one load per lane), UNROLL chunks per
+// batch. Each W load feeds all MT rows of x; each x load feeds all RPW rows of W. x is read from shared
+// memory when XS (staged once per block; the first W batch is issued before the staging), else through L1.
+// Sum order per output: each lane's chunks in order, the warp butterfly, then the split partials in warp order.
+template <typename T, typename OutT, int VEC, int MT, int RPW = kRowsPerWarp, int UNROLL = kUnroll, bool XS = true,
+          int MIN_BLOCKS = kMinBlocksPerSm>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
+gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
+                int m, int n, int k, long long ldw, long long ldx, long long ldy, int split) {
+  static_assert(RPW * MT <= kWarpSize, "one lane per output of a warp group in the split-K reduction");
+  using P = Pack<T, VEC>;
+  constexpr int kChunk = kWarpSize * VEC;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float partial[kWarpsPerBlock][RPW * MT];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int sub = warp % split;
+  const int row0 = (blockIdx.x * (kWarpsPerBlock / split) + warp / split) * RPW;
+  const int nchunks = vt::ceil_div(k, kChunk);
+  const T* wrow[RPW];
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) wrow[rr] = w + static_cast<long long>(min(row0 + rr, n - 1)) * ldw;  // rows past n read row n-1, never written
+
+  P wv[RPW][UNROLL];
+  // Chunk slot u of the batch at c0 is chunk c0 + u * split; a lane's vector lies wholly inside k or outside
+  // (k is a multiple of VEC), so one comparison guards it.
+  auto in_k = [&](int c0, int u) { return (c0 + u * split) * kChunk + lane * VEC < k; };
+  auto load_batch = [&](int c0) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int rr = 0; rr < RPW; ++rr)
+        if (in_k(c0, u)) wv[rr][u] = load_streamed<T, VEC>(wrow[rr] + (c0 + u * split) * kChunk + lane * VEC);
+  };
+
+  int c = sub;
+  load_batch(c);
+  T* xs = reinterpret_cast<T*>(smem_raw);
+  if constexpr (XS) {
+    const int vecs = k / VEC;
+    for (int r = 0; r < m; ++r)
+      for (int i = threadIdx.x; i < vecs; i += blockDim.x)
+        reinterpret_cast<P*>(xs + static_cast<long long>(r) * k)[i] = reinterpret_cast<const P*>(x + r * ldx)[i];
+    __syncthreads();
+  }
+
+  float acc[RPW][MT];
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr)
+#pragma unroll
+    for (int r = 0; r < MT; ++r) acc[rr][r] = 0.0f;
+  for (; c < nchunks; c += UNROLL * split) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      if (!in_k(c, u)) continue;
+      const int off = (c + u * split) * kChunk + lane * VEC;
+#pragma unroll
+      for (int r = 0; r < MT; ++r) {
+        if (r >= m) break;
+        const P xp = XS ? *reinterpret_cast<const P*>(xs + static_cast<long long>(r) * k + off)
+                        : load_cached<T, VEC>(x + r * ldx + off);
+#pragma unroll
+        for (int rr = 0; rr < RPW; ++rr) fma_pack<T, VEC>(acc[rr][r], wv[rr][u], xp);
+      }
+    }
+    if (c + UNROLL * split < nchunks) load_batch(c + UNROLL * split);
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr)
+#pragma unroll
+    for (int r = 0; r < MT; ++r) acc[rr][r] = warp_sum(acc[rr][r]);
+  if (split > 1) {  // the warps of a group hand their partials to shared memory; one thread per output adds them
+    if (lane == 0)
+#pragma unroll
+      for (int rr = 0; rr < RPW; ++rr)
+#pragma unroll
+        for (int r = 0; r < MT; ++r) partial[warp][rr * MT + r] = acc[rr][r];
+    __syncthreads();
+    if (sub != 0 || lane >= RPW * MT) return;
+    const int rr = lane / MT, r = lane % MT;
+    float sum = 0.0f;
+    for (int s = 0; s < split; ++s) sum += partial[warp + s][lane];
+    const int row = row0 + rr;
+    if (row < n && r < m) {
+      if (bias != nullptr) sum += vt::to_f32(bias[row]);
+      y[r * ldy + row] = vt::from_f32<OutT>(sum);
+    }
+    return;
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) {
+    const int row = row0 + rr;
+    if (row >= n) break;
+    const float b = bias != nullptr ? vt::to_f32(bias[row]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < MT; ++r)
+      if (r < m) y[r * ldy + row] = vt::from_f32<OutT>(acc[rr][r] + b);
+  }
+}
+
+// Unaligned path (any k, strides, alignment): one row of W per warp, one row of x per grid.y, scalar loads.
+// grid: (ceil(n / kWarpsPerBlock), m). Sum order: each lane's elements in order, then the warp butterfly.
+template <typename T, typename OutT>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+gemv_scalar_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
+                   int n, int k, long long ldw, long long ldx, long long ldy) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n) return;  // whole warps exit together
   const int lane = threadIdx.x % kWarpSize;
-  const T* wrow = w + row * ldw;
+  const T* wrow = w + static_cast<long long>(row) * ldw;
   const T* xrow = x + blockIdx.y * ldx;
-  constexpr int kStep = kWarpSize * VEC;
   float acc = 0.0f;
-  int base = lane * VEC;
-  for (; base + (kUnroll - 1) * kStep < k; base += kUnroll * kStep) {
-    Pack<T, VEC> wp[kUnroll], xp[kUnroll];
+  int i = lane;
+  for (; i + (kUnroll - 1) * kWarpSize < k; i += kUnroll * kWarpSize) {
+    T wv[kUnroll], xv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      wp[u] = *reinterpret_cast<const Pack<T, VEC>*>(wrow + base + u * kStep);
-      xp[u] = *reinterpret_cast<const Pack<T, VEC>*>(xrow + base + u * kStep);
+      wv[u] = wrow[i + u * kWarpSize];
+      xv[u] = __ldg(xrow + i + u * kWarpSize);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc = fmaf(vt::to_f32(wp[u].v[e]), vt::to_f32(xp[u].v[e]), acc);
+    for (int u = 0; u < kUnroll; ++u) acc = fmaf(vt::to_f32(wv[u]), vt::to_f32(xv[u]), acc);
   }
-  for (; base < k; base += kStep) {  // the tail: fewer than kUnroll steps left
-    const Pack<T, VEC> wp = *reinterpret_cast<const Pack<T, VEC>*>(wrow + base);
-    const Pack<T, VEC> xp = *reinterpret_cast<const Pack<T, VEC>*>(xrow + base);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc = fmaf(vt::to_f32(wp.v[e]), vt::to_f32(xp.v[e]), acc);
-  }
-  for (int off = kWarpSize / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  for (; i < k; i += kWarpSize) acc = fmaf(vt::to_f32(wrow[i]), vt::to_f32(__ldg(xrow + i)), acc);
+  acc = warp_sum(acc);
   if (lane == 0) {
     if (bias != nullptr) acc += vt::to_f32(bias[row]);
     y[blockIdx.y * ldy + row] = vt::from_f32<OutT>(acc);

@@ -9,8 +9,11 @@ from engine.gates.cases import Inputs, KernelCase
 from engine.ops import linear as ref
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# (rows of x, out_features, in_features): Qwen3 projections, an odd N, and K that misses the 16-byte path
-SHAPES = ((1, 4096, 4096), (1, 12288, 4096), (1, 4096, 12288), (4, 769, 1024), (1, 83, 1001), (1, 151936, 1024))
+# (rows of x, out_features, in_features): Qwen3 projections; odd N with a last K chunk of one 16-byte load
+# (4099 x 4104); K not a multiple of 8 (4101: the unaligned path); 3 rows padded to 4 past the split-K
+# threshold; 8 rows whose x is read through L1 (64 KB of bf16); an odd N and K that miss the 16-byte path
+SHAPES = ((1, 4096, 4096), (1, 12288, 4096), (1, 4096, 12288), (4, 769, 1024), (1, 83, 1001), (1, 151936, 1024),
+          (1, 4099, 4104), (1, 4099, 4101), (3, 9001, 264), (8, 1001, 4096))
 SMALL = (4, 769, 1024)
 
 
