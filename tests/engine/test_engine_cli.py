@@ -107,7 +107,20 @@ def test_gate_distributional_refuses_on_cpu(capsys) -> None:
 
 def test_gate_goldens_checks_committed_files(capsys) -> None:
     assert main(["gate", "goldens"]) == 0
-    assert "goldens: PASS: tiny-qwen3-float32-cpu.json" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "goldens: PASS: tiny-qwen3-float32-cpu.json" in out
+    if not __import__("torch").cuda.is_available():
+        assert "goldens: SKIP: tiny-qwen3-bfloat16-cuda.json: recorded on a CUDA device" in out
+
+
+def test_gate_goldens_fails_when_every_golden_is_skipped(capsys, monkeypatch) -> None:
+    import torch
+
+    from engine.gates.goldens import GOLDENS_DIR
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["gate", "goldens", "--golden", str(GOLDENS_DIR / "tiny-qwen3-bfloat16-cuda.json")]) == 1
+    assert "none was checked" in capsys.readouterr().err
 
 
 def test_cuda_without_a_device_is_a_usage_error(capsys) -> None:
