@@ -99,8 +99,8 @@ declare("VT_DEQUANT_GEMV", False, "QUANT-AWQ",
 # --- norm, RoPE, activation, sampling, GEMV (KERNEL-NORM/ROPE/ACT/SAMPLE/GEMV) --
 # The default-ON kernels are bitwise equal to their torch reference on the numerics gate; the others
 # (another fp32 summation order, another random stream) are fast arms behind a default-OFF flag.
-declare("VT_NORM_KERNEL", False, "KERNEL-NORM",
-        "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp).")
+declare("VT_NORM_KERNEL", True, "KERNEL-NORM",
+        "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp). ON after the flip protocol (A/B 1.23x); `0` is the rollback.")
 declare("VT_ROPE_KERNEL", True, "KERNEL-ROPE",
         "Neox RoPE CUDA kernel (products and sum rounded to the model dtype, as the reference).")
 declare("VT_QK_NORM_ROPE_FUSED", False, "KERNEL-ROPE",
