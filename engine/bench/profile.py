@@ -177,6 +177,8 @@ def split_phases(function_events, labels: list[str]) -> dict[str, list[Event]]:
 
 def to_event(fe) -> Event | None:
     """One FunctionEvent as an Event, or None for what the breakdown does not count (annotations, ...)."""
+    if fe.name.startswith(PHASE):  # the phase ranges, on either timeline, are not work
+        return None
     kind = getattr(fe, "activity_type", None) or guess_kind(fe)
     if fe.device_type.name == "CUDA":
         if kind == "kernel":
