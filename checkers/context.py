@@ -8,11 +8,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import TYPE_CHECKING, Mapping, TextIO
 
-from checkers.config import Config
 from checkers.gitio import BaseRange, Git, resolve_base
-from checkers.records import Records, load_records
+
+if TYPE_CHECKING:
+    from checkers.config import Config
+    from checkers.records import Records
 
 _ZERO_SHA = "0" * 40
 
@@ -20,7 +22,7 @@ _ZERO_SHA = "0" * 40
 @dataclass
 class Context:
     root: Path
-    config: Config
+    config: Config  # or, for a check that declares CONFIG_SECTIONS, those sections (checkers.configcache)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     notes: TextIO = sys.stderr  # where resolved settings are printed, once
     _git: Git | None = None
@@ -36,6 +38,8 @@ class Context:
     @property
     def records(self) -> Records:
         if self._records is None:
+            from checkers.records import load_records  # pydantic models: only for the checks that read records
+
             self._records = load_records(self.root)
         return self._records
 

@@ -1,10 +1,8 @@
 """One result model for every check: a status, what was examined, and findings with stable rule ids."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
-
-from pydantic import BaseModel, ConfigDict, Field
 
 # Exit codes shared by the CLI, the scripts and the preflight.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -30,9 +28,10 @@ class Rule:
         return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint)
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+# Plain dataclasses, not pydantic models: results are built by our own code, never read from outside,
+# and importing pydantic would cost a commit-msg hook more than its whole check.
+@dataclass(frozen=True)
+class Finding:
     rule: str
     name: str
     message: str
@@ -46,14 +45,15 @@ class Finding(BaseModel):
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
-class Result(BaseModel):
+@dataclass
+class Result:
     check: str
     status: Status
     summary: str
     examined: int = 0
     unit: str = "items"
-    findings: list[Finding] = Field(default_factory=list)
-    details: list[str] = Field(default_factory=list)  # extra lines: tables, printed debt
+    findings: list[Finding] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)  # extra lines: tables, printed debt
     hint: str | None = None
     duration_s: float = 0.0
 
@@ -82,6 +82,10 @@ class Result(BaseModel):
     def error(cls, check: str, reason: str, hint: str | None = None) -> Result:
         return cls(check=check, status=Status.ERROR, summary=reason, hint=hint)
 
+    def to_json(self) -> dict:
+        """The result as JSON-ready data (the `results` items of `--format json`)."""
+        return {**asdict(self), "status": self.status.value}
+
     @property
     def exit_code(self) -> int:
         return {Status.PASS: EXIT_PASS, Status.SKIP: EXIT_PASS,
@@ -104,3 +108,20 @@ class CheckError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+
+class RecordError(Exception):
+    """A file that does not load or validate; `problems` holds (line, field, message) triples.
+    Defined here rather than in `yamlio` so that catching it does not import ruamel.yaml and pydantic."""
+
+    def __init__(self, path: str, problems: list[tuple[int | None, str, str]]):
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        out = []
+        for line, field_, message in self.problems:
+            where = f"{self.path}:{line}" if line else self.path
+            out.append(f"{where}: {field_}: {message}" if field_ else f"{where}: {message}")
+        return out

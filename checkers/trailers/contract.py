@@ -4,14 +4,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from checkers.config import (TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule)
 from checkers.results import Rule
 from checkers.trailers import parser
 from checkers.trailers.message import Message, paragraphs
 from checkers.trailers.parser import Trailer
 from checkers.trailers.presets import PRESETS
+
+if TYPE_CHECKING:
+    # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
+    # the same attributes, without importing pydantic.
+    from checkers.config import TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule
 
 RULES = (
     Rule("TR001", "trailer-missing", "a required trailer key is missing or below its minimum count"),
@@ -50,6 +54,7 @@ class Facts:
     exists: Callable[[str], bool] = lambda path: False
     filled: bool = True  # reject template placeholders
     memo: dict = field(default_factory=dict)  # (rule, key, value) -> problems, for one run
+    clean: set = field(default_factory=set)  # (contract, trailers) judged clean, for one run (see judge)
 
 
 @dataclass
@@ -63,6 +68,8 @@ class Compiled:
     forbid_divider: bool = False
     placeholders: set[str] = field(default_factory=set)
     ruled_keys: set[str] = field(default_factory=set)  # lower-cased keys that some key rule names
+    trailers_only: bool = False  # no paragraph, divider or author rule: the trailers alone decide
+    lowered: list[tuple[TrailerKeyRule, str]] = field(default_factory=list)  # each key rule and its key, lower-cased
 
     @property
     def empty(self) -> bool:
@@ -84,7 +91,9 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
         out.forbid += part.forbid
         out.forbid_divider |= part.forbid_divider
         out.placeholders |= set(part.placeholders)
-    out.ruled_keys = {k.key.lower() for k in out.keys}
+    out.lowered = [(k, k.key.lower()) for k in out.keys]
+    out.ruled_keys = {key for _, key in out.lowered}
+    out.trailers_only = not (out.paragraphs or out.forbid_divider or out.needs_author)
     for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
             [k.when.pattern for k in out.keys if k.when] + [f.pattern for f in out.forbid if f.pattern] + \
             [e.pattern for f in out.forbid for e in f.exempt]:
@@ -105,17 +114,27 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
 
 def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
     """Every way `msg` breaks `contract`, in rule order."""
-    problems: list[Problem] = []
+    # The same trailer block recurs across a range (one row, the same sign-offs). When the trailers alone
+    # decide, a block found clean once is clean again (facts hold for the run); a block with problems
+    # is judged every time, since its hints quote the message.
+    if contract.trailers_only and (id(contract), msg.trailers) in facts.clean:
+        return []
     by_key: dict[str, list[Trailer]] = {}
     for t in msg.trailers:
-        by_key.setdefault(t.key.lower(), []).append(t)
-    problems += _key_problems(msg, contract, facts, by_key)
+        key = t.key.lower()
+        if key in by_key:
+            by_key[key].append(t)
+        else:
+            by_key[key] = [t]
+    problems = _key_problems(msg, contract, facts, by_key)
     if contract.forbid:
         problems += _forbid_problems(contract, by_key)
     if contract.paragraphs:
         problems += _paragraph_problems(msg, contract)
     if contract.forbid_divider:
         problems += _divider_problems(msg.text)
+    if not problems and contract.trailers_only:
+        facts.clean.add((id(contract), msg.trailers))
     return sorted(problems, key=lambda p: _ORDER[p.rule]) if len(problems) > 1 else problems
 
 
@@ -134,14 +153,15 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
                   by_key: dict[str, list[Trailer]]) -> list[Problem]:
     out: list[Problem] = []
     if facts.filled:
-        ruled = contract.ruled_keys
+        ruled, placeholders = contract.ruled_keys, contract.placeholders
         out += [Problem("TR012", f"{t.key}: {t.value} is the template placeholder",
                         f"replace {t.value} with the real value")
-                for t in msg.trailers if t.key.lower() in ruled and _is_placeholder(t.value, contract)]
-    for rule in contract.keys:
+                for t in msg.trailers if (t.value in placeholders or t.value[:1] == "<")  # cheap test first
+                and t.key.lower() in ruled and _is_placeholder(t.value, contract)]
+    for rule, lkey in contract.lowered:
         if rule.when is not None and not _holds(by_key, rule):
             continue
-        found = by_key.get(rule.key.lower(), ())
+        found = by_key.get(lkey, ())
         n = len(found)
         if n < rule.min or (rule.max is not None and n > rule.max):
             out += _count_problems(msg, rule, n)
