@@ -4,13 +4,12 @@ Validating `.agents/config.yaml` imports pydantic and ruamel.yaml and builds eve
 0.3 s, more than a commit-msg hook or a 10,000-commit range check spends on its own work. A check that names
 the sections it reads (`CONFIG_SECTIONS` in its module) gets them from here, as plain attribute objects with
 the names and values of the models. Only a config that validated is cached, and what is cached is
-pydantic's own dump of it. The key hashes the config file's bytes with the sources of the schema and its
-loader, so any edit to the config or to the schema validates again; a cache that cannot be read or
-written is only a slower run.
+pydantic's own dump of it. The entry is keyed on the config file's bytes and the source of the schema and
+its loader, compared whole (exact, and cheaper than importing hashlib), so any edit to the config or to
+the schema validates again; a cache that cannot be read or written is only a slower run.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -55,14 +54,14 @@ def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> 
     return ConfigView(**{name: to_section(data[name]) for name in sections})
 
 
-def cache_key(raw: bytes) -> str:
-    digest = hashlib.sha256(f"rowgate {__version__} config cache {FORMAT}\0".encode())
+def cache_key(raw: bytes, schema: Iterable[Path] | None = None) -> str:
+    """Everything the validation depends on, verbatim: the format, the version, the schema's source and the
+    config's bytes (latin-1 maps every byte to one character, so nothing is lost)."""
     here = Path(__file__).parent
-    for name in _SCHEMA_SOURCES:
-        source = (here / name).read_bytes()
-        digest.update(f"{name} {len(source)}\0".encode() + source)
-    digest.update(raw)
-    return digest.hexdigest()
+    paths = [here / name for name in _SCHEMA_SOURCES] if schema is None else list(schema)
+    parts = [f"rowgate {__version__} config cache {FORMAT}"]
+    parts += [f"{p.name}\0{p.read_bytes().decode('latin-1')}" for p in paths]
+    return "\0".join(parts + [raw.decode("latin-1")])
 
 
 def to_section(value: Any) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TextIO
 
@@ -19,15 +18,18 @@ if TYPE_CHECKING:
 _ZERO_SHA = "0" * 40
 
 
-@dataclass
 class Context:
-    root: Path
-    config: Config  # or, for a check that declares CONFIG_SECTIONS, those sections (checkers.configcache)
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    notes: TextIO = sys.stderr  # where resolved settings are printed, once
-    _git: Git | None = None
-    _records: Records | None = None
-    _bases: dict = field(default_factory=dict)
+    """A plain class, not a dataclass: `rowgate check` starts without importing `dataclasses`."""
+
+    def __init__(self, root: Path, config: Config, env: Mapping[str, str] | None = None,
+                 notes: TextIO | None = None):
+        self.root = root
+        self.config = config  # or, for a check that declares CONFIG_SECTIONS, only those (checkers.configcache)
+        self.env: Mapping[str, str] = dict(os.environ) if env is None else env
+        self.notes: TextIO = sys.stderr if notes is None else notes  # where resolved settings are printed, once
+        self._git: Git | None = None
+        self._records: Records | None = None
+        self._bases: dict[tuple[str | None, str | None], BaseRange] = {}
 
     @property
     def git(self) -> Git:

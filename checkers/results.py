@@ -1,8 +1,13 @@
-"""One result model for every check: a status, what was examined, and findings with stable rule ids."""
+"""One result model for every check: a status, what was examined, and findings with stable rule ids.
+
+Named tuples and a plain class rather than pydantic models or dataclasses: results are built by our own
+code, never read from outside, and a commit-msg hook starts on every commit, where importing pydantic
+(or `dataclasses`, which imports `inspect`) would cost more than the check.
+"""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 # Exit codes shared by the CLI, the scripts and the preflight.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -15,8 +20,7 @@ class Status(str, Enum):
     ERROR = "error"  # could not verify
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A rule has a stable id (never reused once retired) and a kebab-case name; both work on the CLI."""
 
     id: str
@@ -28,10 +32,7 @@ class Rule:
         return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint)
 
 
-# Plain dataclasses, not pydantic models: results are built by our own code, never read from outside,
-# and importing pydantic would cost a commit-msg hook more than its whole check.
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     rule: str
     name: str
     message: str
@@ -45,17 +46,29 @@ class Finding:
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
-@dataclass
 class Result:
-    check: str
-    status: Status
-    summary: str
-    examined: int = 0
-    unit: str = "items"
-    findings: list[Finding] = field(default_factory=list)
-    details: list[str] = field(default_factory=list)  # extra lines: tables, printed debt
-    hint: str | None = None
-    duration_s: float = 0.0
+    """One check's outcome; the runner sets `duration_s` after the check returns."""
+
+    __slots__ = ("check", "status", "summary", "examined", "unit", "findings", "details", "hint", "duration_s")
+
+    def __init__(self, check: str, status: Status, summary: str, examined: int = 0, unit: str = "items",
+                 findings: list[Finding] | None = None, details: list[str] | None = None,
+                 hint: str | None = None, duration_s: float = 0.0):
+        self.check = check
+        self.status = status
+        self.summary = summary
+        self.examined = examined
+        self.unit = unit
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.details: list[str] = [] if details is None else details  # extra lines: tables, printed debt
+        self.hint = hint
+        self.duration_s = duration_s
+
+    def __repr__(self) -> str:
+        return f"Result({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Result) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @classmethod
     def judge(cls, check: str, findings: list[Finding], examined: int, unit: str,
@@ -84,7 +97,8 @@ class Result:
 
     def to_json(self) -> dict:
         """The result as JSON-ready data (the `results` items of `--format json`)."""
-        return {**asdict(self), "status": self.status.value}
+        data = {k: getattr(self, k) for k in self.__slots__}
+        return {**data, "status": self.status.value, "findings": [f._asdict() for f in self.findings]}
 
     @property
     def exit_code(self) -> int:

@@ -92,26 +92,29 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
 
 def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled,
                legacy: Compiled) -> Result:
-    rng, commits = _read_range(ctx, args, cfg)
+    # Read only what the rules use: parents for a merge policy or a cutover, authors for a sign-off rule.
+    cutover = args.cutover or ctx.config.cutover
+    parents = cfg.merges != "contract" or bool(cutover)
+    authors = contract.needs_author or bool(cutover and legacy.needs_author)
+    rng, commits = _read_range(ctx, args, cfg, parents=parents, authors=authors)
     legacy_shas = _legacy(ctx, args, rng, commits)
     messages = [read_message(c.message, "range") for c in commits]
-    need_mailmap = contract.needs_author or legacy.needs_author
-    facts = _facts(ctx, need_mailmap, [], [t for m in messages for t in m.trailers] if need_mailmap else [],
-                   filled=True)
+    facts = _facts(ctx, authors, [], [t for m in messages for t in m.trailers] if authors else [], filled=True)
     debt = {(e.sha, e.error): e for e in cfg.exceptions}
     used: set[tuple[str, str]] = set()
     findings: list[Finding] = []
     merges_skipped = 0
     for c, msg in zip(commits, messages):
-        if c.is_merge and cfg.merges == "skip":
-            merges_skipped += 1
-            continue
-        if c.is_merge and cfg.merges == "forbid":
+        if cfg.merges != "contract" and c.is_merge:
+            if cfg.merges == "skip":
+                merges_skipped += 1
+                continue
             findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
                                                f"(trailers.merges: forbid)", hint="rebase instead of merging"))
             continue
         rules = legacy if c.sha in legacy_shas else contract
-        facts.author = f"{c.author_name} <{c.author_email}>"
+        if authors:
+            facts.author = f"{c.author_name} <{c.author_email}>"
         for p in judge(msg, rules, facts) if not rules.empty else ():
             if (c.sha, p.message) in debt:
                 used.add((c.sha, p.message))
@@ -132,9 +135,11 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
     return Result.judge(ID, findings, len(commits), "commits", ok, details)
 
 
-def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig) -> tuple[BaseRange, list[Commit]]:
+def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool,
+                authors: bool) -> tuple[BaseRange, list[Commit]]:
     """The range to judge, printed once, and its commits, from one git log that usually also finds the
-    merge base (Git.range_commits)."""
+    merge base (Git.range_commits; `parents` and `authors` say which fields to read)."""
+    fields = {"mailmap": True, "parents": parents, "authors": authors}
     git = ctx.git
     if args.range:
         base, sep, head = args.range.partition("..")
@@ -145,7 +150,7 @@ def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig) -> 
     elif args.base or ctx.env.get(ctx.config.base.env) or ctx.env.get("PRE_COMMIT_FROM_REF") or \
             cfg.default_range == "base":
         rng = ctx.base_range(args.base, args.head)  # resolved and printed once per run, shared with other checks
-        return rng, git.range_commits(rng.merge_base, rng.head, mailmap=True)[1]
+        return rng, git.range_commits(rng.merge_base, rng.head, **fields)[1]
     else:
         ref = args.cutover or ctx.config.cutover
         if not ref:
@@ -153,7 +158,7 @@ def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig) -> 
                              hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD")
         source = "config cutover"
         base_sha, head_sha = git.must_resolve(ref, "cutover"), git.must_resolve(args.head or "HEAD", "head")
-    merge_base, commits = git.range_commits(base_sha, head_sha, mailmap=True)
+    merge_base, commits = git.range_commits(base_sha, head_sha, **fields)
     rng = BaseRange(ref, source, base_sha, head_sha, merge_base)
     print(f"rowgate: {rng.describe()}", file=ctx.notes)
     return rng, commits

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from checkers.results import Rule
 from checkers.trailers import parser
@@ -37,39 +36,41 @@ GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
 DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
 
 
-@dataclass(frozen=True)
-class Problem:
+# A named tuple and plain classes rather than dataclasses: judging starts in every commit-msg hook, and
+# `dataclasses` imports `inspect`, a noticeable share of that start-up.
+class Problem(NamedTuple):
     rule: str
     message: str
     hint: str
     line: int | None = None  # 1-based line in the message, where there is one
 
 
-@dataclass
 class Facts:
     """What the contract needs beyond the message text."""
 
-    author: str | None = None  # `Name <email>`, mailmap applied
-    mailmap: Callable[[str], str] = lambda ident: ident
-    exists: Callable[[str], bool] = lambda path: False
-    filled: bool = True  # reject template placeholders
-    memo: dict = field(default_factory=dict)  # (rule, key, value) -> problems, for one run
-    clean: set = field(default_factory=set)  # (contract, trailers) judged clean, for one run (see judge)
+    def __init__(self, author: str | None = None, mailmap: Callable[[str], str] = lambda ident: ident,
+                 exists: Callable[[str], bool] = lambda path: False, filled: bool = True):
+        self.author = author  # `Name <email>`, mailmap applied
+        self.mailmap = mailmap
+        self.exists = exists
+        self.filled = filled  # reject template placeholders
+        self.memo: dict[tuple[int, str, str], tuple[Problem, ...]] = {}  # (rule, key, value): for one run
+        self.clean: set[tuple[int, tuple[Trailer, ...]]] = set()  # (contract, trailers) found clean (see judge)
 
 
-@dataclass
 class Compiled:
     """A contract with its presets expanded and its regexes compiled once."""
 
-    names: list[str]
-    paragraphs: list[TrailerParagraphRule] = field(default_factory=list)
-    keys: list[TrailerKeyRule] = field(default_factory=list)
-    forbid: list[TrailerForbidRule] = field(default_factory=list)
-    forbid_divider: bool = False
-    placeholders: set[str] = field(default_factory=set)
-    ruled_keys: set[str] = field(default_factory=set)  # lower-cased keys that some key rule names
-    trailers_only: bool = False  # no paragraph, divider or author rule: the trailers alone decide
-    lowered: list[tuple[TrailerKeyRule, str]] = field(default_factory=list)  # each key rule and its key, lower-cased
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.paragraphs: list[TrailerParagraphRule] = []
+        self.keys: list[TrailerKeyRule] = []
+        self.forbid: list[TrailerForbidRule] = []
+        self.forbid_divider = False
+        self.placeholders: set[str] = set()
+        self.ruled_keys: set[str] = set()  # lower-cased keys that some key rule names
+        self.lowered: list[tuple[TrailerKeyRule, str]] = []  # each key rule with its key lower-cased
+        self.trailers_only = False  # no paragraph, divider or author rule: the trailers alone decide
 
     @property
     def empty(self) -> bool:

@@ -107,10 +107,10 @@ _BLANK_LINE = re.compile(r"^[ \t]+$", re.M)
 
 
 def _is_plain(message: str, end: int) -> bool:
-    if ("\n#" in message or "\r" in message or "\0" in message or "Conflicts:\n" in message
-            or message.startswith("#")):
+    """Whether `message` (cut at its first NUL by parse()) is plain, up to `end`."""
+    if "\n#" in message or "\r" in message or "Conflicts:\n" in message or message.startswith("#"):
         return False
-    text = message[:end]
+    text = message if end == len(message) else message[:end]
     if "\n " not in text and "\n\t" not in text and not text.startswith((" ", "\t")):
         return True
     if _BLANK_LINE.search(text):
@@ -131,18 +131,18 @@ def _parse_plain(message: str, end: int) -> TrailerBlock:
         return TrailerBlock(message, end, end, (), ())
     if end - body >= 2:
         end = body + 1  # trailing empty lines are ignored; the last line keeps its newline
-    text = message[:body]  # without the final newline, which belongs to the last line
-    if text.startswith("\n"):
+    # The text ends at `body`, without the final newline, which belongs to the last line.
+    if message.startswith("\n"):
         blank = 0  # an empty first line ends the title at once
     else:
-        blank = text.find("\n\n") + 1  # the first blank line; 0 when there is none
+        blank = message.find("\n\n", 0, body) + 1  # the first blank line; 0 when there is none
         if blank == 0:
             return TrailerBlock(message, end, end, (), ())
-    last = text.rfind("\n\n")
+    last = message.rfind("\n\n", 0, body)
     start = last + 2 if last >= 0 else 1
     if start - 1 < blank:
         return TrailerBlock(message, end, end, (), ())
-    lines = text[start:].split("\n")
+    lines = message[start:body].split("\n")
     parsed = [_plain_line(line) for line in lines]
     if None in parsed and not _recognized_block(lines, parsed):
         return TrailerBlock(message, end, end, (), ())

@@ -172,3 +172,14 @@ def test_range_commits_of_unrelated_histories_is_an_error(shapes):
     repo, c = shapes
     with pytest.raises(GitError, match="have unrelated histories"):
         Git(repo.path).range_commits(c["M2"], c["O1"])
+
+
+def test_range_commits_reads_only_the_fields_asked_for(shapes):
+    repo, c = shapes
+    git = Git(repo.path)
+    full = git.range_commits(c["M2"], c["F3"])
+    lean = git.range_commits(c["M2"], c["F3"], parents=False, authors=False)
+    assert lean[0] == full[0] == c["M1"]
+    assert [(x.sha, x.message) for x in lean[1]] == [(x.sha, x.message) for x in full[1]]
+    assert {(x.parents, x.author_name, x.author_email) for x in lean[1]} == {(None, None, None)}
+    assert [len(x.parents) for x in full[1]] == [1, 2, 1] and full[1][0].author_email == "ada@example.com"
