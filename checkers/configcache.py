@@ -84,11 +84,16 @@ def _read(path: Path, key: str) -> dict | None:
 
 
 def _write(path: Path, key: str, data: dict) -> None:
-    """Write through a temporary file and a rename, so a concurrent reader sees the old entry or the new."""
+    """Write through a temporary file and a rename, so a concurrent reader sees the old entry or the new.
+    A repository that cannot take the file (read-only, odd permissions) keeps no cache: the next run
+    validates again."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
         tmp.write_text(json.dumps({"key": key, "config": data}))
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)  # a read-only repository: the next run validates again
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
