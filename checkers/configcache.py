@@ -5,11 +5,13 @@ Validating `.agents/config.yaml` imports pydantic and ruamel.yaml and builds eve
 the sections it reads (`CONFIG_SECTIONS` in its module) gets them from here, as plain attribute objects with
 the names and values of the models. Only a config that validated is cached, and what is cached is
 pydantic's own dump of it. The entry is keyed on the config file's bytes and the source of the schema and
-its loader, compared whole (exact, and cheaper than importing hashlib), so any edit to the config or to
-the schema validates again; a cache that cannot be read or written is only a slower run.
+its loader, compared whole (exact, and cheaper than importing hashlib), and on the installed pydantic and
+ruamel.yaml, so any edit to the config or the schema, or an upgrade of either library, validates again; a
+cache that cannot be read or written is only a slower run.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -22,6 +24,7 @@ from checkers.results import RecordError
 CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
 CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
 _SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
+_VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries it runs on: an upgrade may change the verdict
 FORMAT = 1  # bump when the cache file's layout changes
 
 
@@ -59,9 +62,21 @@ def cache_key(raw: bytes, schema: Iterable[Path] | None = None) -> str:
     config's bytes (latin-1 maps every byte to one character, so nothing is lost)."""
     here = Path(__file__).parent
     paths = [here / name for name in _SCHEMA_SOURCES] if schema is None else list(schema)
-    parts = [f"rowgate {__version__} config cache {FORMAT}"]
+    parts = [f"rowgate {__version__} config cache {FORMAT}", *validator_stamps()]
     parts += [f"{p.name}\0{p.read_bytes().decode('latin-1')}" for p in paths]
     return "\0".join(parts + [raw.decode("latin-1")])
+
+
+def validator_stamps() -> list[str]:
+    """Each validating library's entry file by path, size and modification time (an upgrade rewrites it),
+    found without importing the library."""
+    stamps = []
+    for name in _VALIDATORS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            st = os.stat(spec.origin)
+            stamps.append(f"{name} {spec.origin} {st.st_size} {st.st_mtime_ns}")
+    return stamps
 
 
 def to_section(value: Any) -> Any:

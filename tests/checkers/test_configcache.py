@@ -85,6 +85,15 @@ def test_a_schema_change_changes_the_key(tmp_path: Path):
     assert cache_key(raw + b" ") != cache_key(raw)
 
 
+def test_an_upgraded_validator_changes_the_key(monkeypatch: pytest.MonkeyPatch):
+    stamps = configcache.validator_stamps()
+    assert [s.split()[0] for s in stamps] == ["pydantic", "ruamel.yaml"]
+    raw = CONFIG.encode()
+    before = cache_key(raw)
+    monkeypatch.setattr(configcache, "validator_stamps", lambda: [stamps[0], stamps[1] + "1"])
+    assert cache_key(raw) != before
+
+
 def test_a_corrupt_or_foreign_cache_entry_is_ignored_and_replaced(repo, validations):
     root, git_dir = repo
     (git_dir / CACHE_PATH).parent.mkdir(parents=True)
