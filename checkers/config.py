@@ -243,7 +243,7 @@ def load_config(root: Path) -> Config:
 
 
 def parse_config(raw: bytes) -> Config:
-    """Validate the bytes of a `.agents/config.yaml` (the config cache validates exactly what it hashed)."""
+    """Validate the bytes of a `.agents/config.yaml` (the config cache validates exactly the bytes it keys on)."""
     return validate(Config, parse_yaml(raw, CONFIG_PATH), CONFIG_PATH)
 
 

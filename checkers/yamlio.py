@@ -33,7 +33,7 @@ def read_yaml(path: Path, display: str | None = None) -> Any:
 
 
 def parse_yaml(raw: bytes, display: str) -> Any:
-    """Parse a file's bytes (so a caller can validate exactly the bytes it hashed)."""
+    """Parse a file's bytes (so a caller can validate exactly the bytes it read once)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
