@@ -1,22 +1,30 @@
-"""The `rowgate` command line: check, preflight, rules, doctor, config, and the record commands."""
+"""The `rowgate` command line: check, preflight, rules, doctor, config, and the record commands.
+
+`rowgate check ID` is what hooks run, often once per commit, so its path imports only the check and what
+it uses: the other subcommands' modules load when their parser is built, and pydantic and ruamel.yaml
+load only to validate the config (checkers.configcache serves a check the sections it declares).
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
-import shutil
+import importlib.util
 import sys
 from pathlib import Path
 
 from checkers import __version__, registry
-from checkers.config import load_config
+from checkers.configcache import load_sections
 from checkers.context import Context
-from checkers.gitio import GitError, discover
+from checkers.gitio import GitError, discover, discover_repo
 from checkers.output import FORMATS, render
 from checkers.preflight import check_parser, run_check, run_preflight
-from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, exit_code
-from checkers.yamlio import RecordError
+from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
+
+# The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
+# once instead (scripts/_rowgate.py re-runs under the checkout's .venv on this ModuleNotFoundError).
+for _dep in ("pydantic", "ruamel.yaml"):
+    if importlib.util.find_spec(_dep) is None:
+        raise ModuleNotFoundError(f"No module named {_dep!r}", name=_dep)
 
 # Subcommands that live in their own modules: name -> module exposing add_parser(subparsers) and run(args).
 EXTRA_COMMANDS: dict[str, str] = {
@@ -32,9 +40,9 @@ Run `rowgate check --help` for the checks and `rowgate rules` for every rule id.
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     if argv[:1] == ["check"]:
-        return cmd_check(parser, argv[1:])
+        return cmd_check(argv[1:])  # its own parser: the full one imports every subcommand's module
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -88,9 +96,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", type=Path, help="repository to check (default: the one containing the cwd)")
 
 
-def load_context(repo: Path | None) -> Context:
-    """Discover the repository and load its config; raises GitError or RecordError."""
-    root = discover(repo or Path.cwd())
+def load_context(repo: Path | None, sections: tuple[str, ...] | None = None) -> Context:
+    """Discover the repository and load its config, or only the `sections` one check reads (from the
+    validated-config cache); raises GitError or RecordError."""
+    root, git_dir = discover_repo(repo or Path.cwd())
+    if sections is not None:
+        return Context(root=root, config=load_sections(root, git_dir, sections))
+    from checkers.config import load_config
+
     return Context(root=root, config=load_config(root))
 
 
@@ -111,7 +124,7 @@ def _setup_error(exc: Exception) -> int:
     return EXIT_ERROR
 
 
-def cmd_check(parser: argparse.ArgumentParser, rest: list[str]) -> int:
+def cmd_check(rest: list[str]) -> int:
     known = ", ".join(c.id for c in registry.CHECKS)
     if not rest or rest[0] in ("-h", "--help"):
         print("usage: rowgate check ID [options]\n\nchecks, in preflight order:")
@@ -121,6 +134,7 @@ def cmd_check(parser: argparse.ArgumentParser, rest: list[str]) -> int:
     spec = registry.get(rest[0])
     if spec is None:
         return _usage_error(f"unknown check {rest[0]!r}; known checks: {known}")
+    module = spec.load()
     cparser = check_parser(spec)
     _common(cparser)
     try:
@@ -128,11 +142,11 @@ def cmd_check(parser: argparse.ArgumentParser, rest: list[str]) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_PASS
     try:
-        ctx = load_context(args.repo)
+        ctx = load_context(args.repo, getattr(module, "CONFIG_SECTIONS", None))
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     result = run_check(spec, ctx, args)
-    sys.stdout.write(render(args.format, [result], list(spec.load().RULES)))
+    sys.stdout.write(render(args.format, [result], list(module.RULES)))
     return result.exit_code
 
 
@@ -167,6 +181,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    import json
+
     from checkers.config import json_schema
 
     if args.action == "schema":
@@ -181,9 +197,10 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    import importlib.util
+    import shutil
     import subprocess
 
+    from checkers.config import load_config
     from checkers.gitio import Git, git_env
 
     problems = 0

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from checkers.yamlio import load_model
+from checkers.yamlio import load_model, parse_yaml, validate
 
 CONFIG_PATH = ".agents/config.yaml"
 
@@ -240,6 +240,11 @@ def load_config(root: Path) -> Config:
     """Load and validate `.agents/config.yaml` under `root`; raises RecordError naming file, line, field."""
     config, _ = load_model(Config, root / CONFIG_PATH, CONFIG_PATH)
     return config
+
+
+def parse_config(raw: bytes) -> Config:
+    """Validate the bytes of a `.agents/config.yaml` (the config cache validates exactly the bytes it keys on)."""
+    return validate(Config, parse_yaml(raw, CONFIG_PATH), CONFIG_PATH)
 
 
 def json_schema() -> dict:

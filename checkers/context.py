@@ -6,26 +6,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import TYPE_CHECKING, Mapping, TextIO
 
-from checkers.config import Config
 from checkers.gitio import BaseRange, Git, resolve_base
-from checkers.records import Records, load_records
+
+if TYPE_CHECKING:
+    from checkers.config import Config
+    from checkers.records import Records
 
 _ZERO_SHA = "0" * 40
 
 
-@dataclass
 class Context:
-    root: Path
-    config: Config
-    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    notes: TextIO = sys.stderr  # where resolved settings are printed, once
-    _git: Git | None = None
-    _records: Records | None = None
-    _bases: dict = field(default_factory=dict)
+    """A plain class, not a dataclass: `rowgate check` starts without importing `dataclasses`."""
+
+    def __init__(self, root: Path, config: Config, env: Mapping[str, str] | None = None,
+                 notes: TextIO | None = None):
+        self.root = root
+        self.config = config  # or, for a check that declares CONFIG_SECTIONS, only those (checkers.configcache)
+        self.env: Mapping[str, str] = dict(os.environ) if env is None else env
+        self.notes: TextIO = sys.stderr if notes is None else notes  # where resolved settings are printed, once
+        self._git: Git | None = None
+        self._records: Records | None = None
+        self._bases: dict[tuple[str | None, str | None], BaseRange] = {}
 
     @property
     def git(self) -> Git:
@@ -36,6 +40,8 @@ class Context:
     @property
     def records(self) -> Records:
         if self._records is None:
+            from checkers.records import load_records  # pydantic models: only for the checks that read records
+
             self._records = load_records(self.root)
         return self._records
 

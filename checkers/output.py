@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 
 from checkers import __version__
 from checkers.results import Result, Rule, Status, exit_code
@@ -87,7 +86,7 @@ def render_json(results: list[Result], fail_on_skip: bool = False) -> str:
         "schema": JSON_SCHEMA_ID,
         "tool": {"name": "rowgate", "version": __version__},
         "exit_code": exit_code(results, fail_on_skip),
-        "results": [r.model_dump(mode="json") for r in results],
+        "results": [r.to_json() for r in results],
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -169,6 +168,8 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
 # --- JUnit XML ------------------------------------------------------------------
 
 def render_junit(results: list[Result]) -> str:
+    import xml.etree.ElementTree as ET  # here, not at the top: the other formats do not pay for it
+
     suite = ET.Element("testsuite", name="rowgate", tests=str(len(results)),
                        failures=str(sum(r.status == Status.FAIL for r in results)),
                        errors=str(sum(r.status == Status.ERROR for r in results)),

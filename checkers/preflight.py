@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import time
-import traceback
 
 from checkers import registry
 from checkers.context import Context
@@ -28,6 +27,8 @@ def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result
     except CheckError as exc:
         result = Result.error(spec.id, str(exc), exc.hint)
     except Exception as exc:  # a crash must not read as a pass, nor hide the other gates
+        import traceback  # only on a crash: it is not cheap to import
+
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result = Result.error(spec.id, f"internal error: {type(exc).__name__}: {exc} "
                               f"({where.filename}:{where.lineno})", hint="please report this")

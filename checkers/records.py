@@ -15,11 +15,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from checkers.config import State, Strict
+from checkers.ids import ROW_ID, SHA
 from checkers.yamlio import RecordError, load_model, validate, yaml_rt
 
 AGENTS = ".agents"
-ROW_ID = r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$"
-SHA = r"^[0-9a-f]{40}$"
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d+)\b")
 _HEADING = re.compile(r"^##\s+(.+?)\s*$")
 

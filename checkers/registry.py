@@ -4,14 +4,13 @@ records first (cheap, local), then the tree, then commits, then build outputs.""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
+from typing import NamedTuple
 
 from checkers.results import Rule
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(NamedTuple):
     id: str
     module: str  # module under checkers.checks
     group: str  # records | tree | commits | build

@@ -1,10 +1,13 @@
-"""One result model for every check: a status, what was examined, and findings with stable rule ids."""
+"""One result model for every check: a status, what was examined, and findings with stable rule ids.
+
+Named tuples and a plain class rather than pydantic models or dataclasses: results are built by our own
+code, never read from outside, and a commit-msg hook starts on every commit, where importing pydantic
+(or `dataclasses`, which imports `inspect`) would cost more than the check.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import NamedTuple
 
 # Exit codes shared by the CLI, the scripts and the preflight.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -17,8 +20,7 @@ class Status(str, Enum):
     ERROR = "error"  # could not verify
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """A rule has a stable id (never reused once retired) and a kebab-case name; both work on the CLI."""
 
     id: str
@@ -30,9 +32,7 @@ class Rule:
         return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint)
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class Finding(NamedTuple):
     rule: str
     name: str
     message: str
@@ -46,16 +46,29 @@ class Finding(BaseModel):
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
-class Result(BaseModel):
-    check: str
-    status: Status
-    summary: str
-    examined: int = 0
-    unit: str = "items"
-    findings: list[Finding] = Field(default_factory=list)
-    details: list[str] = Field(default_factory=list)  # extra lines: tables, printed debt
-    hint: str | None = None
-    duration_s: float = 0.0
+class Result:
+    """One check's outcome; the runner sets `duration_s` after the check returns."""
+
+    __slots__ = ("check", "status", "summary", "examined", "unit", "findings", "details", "hint", "duration_s")
+
+    def __init__(self, check: str, status: Status, summary: str, examined: int = 0, unit: str = "items",
+                 findings: list[Finding] | None = None, details: list[str] | None = None,
+                 hint: str | None = None, duration_s: float = 0.0):
+        self.check = check
+        self.status = status
+        self.summary = summary
+        self.examined = examined
+        self.unit = unit
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.details: list[str] = [] if details is None else details  # extra lines: tables, printed debt
+        self.hint = hint
+        self.duration_s = duration_s
+
+    def __repr__(self) -> str:
+        return f"Result({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Result) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @classmethod
     def judge(cls, check: str, findings: list[Finding], examined: int, unit: str,
@@ -82,6 +95,11 @@ class Result(BaseModel):
     def error(cls, check: str, reason: str, hint: str | None = None) -> Result:
         return cls(check=check, status=Status.ERROR, summary=reason, hint=hint)
 
+    def to_json(self) -> dict:
+        """The result as JSON-ready data (the `results` items of `--format json`)."""
+        data = {k: getattr(self, k) for k in self.__slots__}
+        return {**data, "status": self.status.value, "findings": [f._asdict() for f in self.findings]}
+
     @property
     def exit_code(self) -> int:
         return {Status.PASS: EXIT_PASS, Status.SKIP: EXIT_PASS,
@@ -104,3 +122,20 @@ class CheckError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+
+class RecordError(Exception):
+    """A file that does not load or validate; `problems` holds (line, field, message) triples.
+    Defined here rather than in `yamlio` so that catching it does not import ruamel.yaml and pydantic."""
+
+    def __init__(self, path: str, problems: list[tuple[int | None, str, str]]):
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        out = []
+        for line, field_, message in self.problems:
+            where = f"{self.path}:{line}" if line else self.path
+            out.append(f"{where}: {field_}: {message}" if field_ else f"{where}: {message}")
+        return out

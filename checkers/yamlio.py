@@ -11,23 +11,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from checkers.results import RecordError  # re-exported: loaders and callers catch it from here
+
 M = TypeVar("M", bound=BaseModel)
-
-
-class RecordError(Exception):
-    """A file that does not load or validate; `problems` holds (line, field, message) triples."""
-
-    def __init__(self, path: str, problems: list[tuple[int | None, str, str]]):
-        self.path = path
-        self.problems = problems
-        super().__init__("\n".join(self.lines()))
-
-    def lines(self) -> list[str]:
-        out = []
-        for line, field, message in self.problems:
-            where = f"{self.path}:{line}" if line else self.path
-            out.append(f"{where}: {field}: {message}" if field else f"{where}: {message}")
-        return out
 
 
 def yaml_rt() -> YAML:
@@ -40,11 +26,19 @@ def yaml_rt() -> YAML:
 def read_yaml(path: Path, display: str | None = None) -> Any:
     display = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise RecordError(display, [(None, "", "file not found")]) from None
+    return parse_yaml(raw, display)
+
+
+def parse_yaml(raw: bytes, display: str) -> Any:
+    """Parse a file's bytes (so a caller can validate exactly the bytes it read once)."""
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecordError(display, [(None, "", f"not UTF-8 text ({exc.reason})")]) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read would
     try:
         return yaml_rt().load(text)
     except YAMLError as exc:

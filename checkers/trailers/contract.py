@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
-from checkers.config import (TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule)
 from checkers.results import Rule
 from checkers.trailers import parser
 from checkers.trailers.message import Message, paragraphs
 from checkers.trailers.parser import Trailer
 from checkers.trailers.presets import PRESETS
+
+if TYPE_CHECKING:
+    # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
+    # the same attributes, without importing pydantic.
+    from checkers.config import TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule
 
 RULES = (
     Rule("TR001", "trailer-missing", "a required trailer key is missing or below its minimum count"),
@@ -33,36 +36,41 @@ GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
 DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
 
 
-@dataclass(frozen=True)
-class Problem:
+# A named tuple and plain classes rather than dataclasses: judging starts in every commit-msg hook, and
+# `dataclasses` imports `inspect`, a noticeable share of that start-up.
+class Problem(NamedTuple):
     rule: str
     message: str
     hint: str
     line: int | None = None  # 1-based line in the message, where there is one
 
 
-@dataclass
 class Facts:
     """What the contract needs beyond the message text."""
 
-    author: str | None = None  # `Name <email>`, mailmap applied
-    mailmap: Callable[[str], str] = lambda ident: ident
-    exists: Callable[[str], bool] = lambda path: False
-    filled: bool = True  # reject template placeholders
-    memo: dict = field(default_factory=dict)  # (rule, key, value) -> problems, for one run
+    def __init__(self, author: str | None = None, mailmap: Callable[[str], str] = lambda ident: ident,
+                 exists: Callable[[str], bool] = lambda path: False, filled: bool = True):
+        self.author = author  # `Name <email>`, mailmap applied
+        self.mailmap = mailmap
+        self.exists = exists
+        self.filled = filled  # reject template placeholders
+        self.memo: dict[tuple[int, str, str], tuple[Problem, ...]] = {}  # (rule, key, value): for one run
+        self.clean: set[tuple[int, tuple[Trailer, ...]]] = set()  # (contract, trailers) found clean (see judge)
 
 
-@dataclass
 class Compiled:
     """A contract with its presets expanded and its regexes compiled once."""
 
-    names: list[str]
-    paragraphs: list[TrailerParagraphRule] = field(default_factory=list)
-    keys: list[TrailerKeyRule] = field(default_factory=list)
-    forbid: list[TrailerForbidRule] = field(default_factory=list)
-    forbid_divider: bool = False
-    placeholders: set[str] = field(default_factory=set)
-    ruled_keys: set[str] = field(default_factory=set)  # lower-cased keys that some key rule names
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.paragraphs: list[TrailerParagraphRule] = []
+        self.keys: list[TrailerKeyRule] = []
+        self.forbid: list[TrailerForbidRule] = []
+        self.forbid_divider = False
+        self.placeholders: set[str] = set()
+        self.ruled_keys: set[str] = set()  # lower-cased keys that some key rule names
+        self.lowered: list[tuple[TrailerKeyRule, str]] = []  # each key rule with its key lower-cased
+        self.trailers_only = False  # no paragraph, divider or author rule: the trailers alone decide
 
     @property
     def empty(self) -> bool:
@@ -84,7 +92,9 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
         out.forbid += part.forbid
         out.forbid_divider |= part.forbid_divider
         out.placeholders |= set(part.placeholders)
-    out.ruled_keys = {k.key.lower() for k in out.keys}
+    out.lowered = [(k, k.key.lower()) for k in out.keys]
+    out.ruled_keys = {key for _, key in out.lowered}
+    out.trailers_only = not (out.paragraphs or out.forbid_divider or out.needs_author)
     for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
             [k.when.pattern for k in out.keys if k.when] + [f.pattern for f in out.forbid if f.pattern] + \
             [e.pattern for f in out.forbid for e in f.exempt]:
@@ -105,17 +115,27 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
 
 def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
     """Every way `msg` breaks `contract`, in rule order."""
-    problems: list[Problem] = []
+    # The same trailer block recurs across a range (one row, the same sign-offs). When the trailers alone
+    # decide, a block found clean once is clean again (facts hold for the run); a block with problems
+    # is judged every time, since its hints quote the message.
+    if contract.trailers_only and (id(contract), msg.trailers) in facts.clean:
+        return []
     by_key: dict[str, list[Trailer]] = {}
     for t in msg.trailers:
-        by_key.setdefault(t.key.lower(), []).append(t)
-    problems += _key_problems(msg, contract, facts, by_key)
+        key = t.key.lower()
+        if key in by_key:
+            by_key[key].append(t)
+        else:
+            by_key[key] = [t]
+    problems = _key_problems(msg, contract, facts, by_key)
     if contract.forbid:
         problems += _forbid_problems(contract, by_key)
     if contract.paragraphs:
         problems += _paragraph_problems(msg, contract)
     if contract.forbid_divider:
         problems += _divider_problems(msg.text)
+    if not problems and contract.trailers_only:
+        facts.clean.add((id(contract), msg.trailers))
     return sorted(problems, key=lambda p: _ORDER[p.rule]) if len(problems) > 1 else problems
 
 
@@ -134,14 +154,15 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
                   by_key: dict[str, list[Trailer]]) -> list[Problem]:
     out: list[Problem] = []
     if facts.filled:
-        ruled = contract.ruled_keys
+        ruled, placeholders = contract.ruled_keys, contract.placeholders
         out += [Problem("TR012", f"{t.key}: {t.value} is the template placeholder",
                         f"replace {t.value} with the real value")
-                for t in msg.trailers if t.key.lower() in ruled and _is_placeholder(t.value, contract)]
-    for rule in contract.keys:
+                for t in msg.trailers if (t.value in placeholders or t.value[:1] == "<")  # cheap test first
+                and t.key.lower() in ruled and _is_placeholder(t.value, contract)]
+    for rule, lkey in contract.lowered:
         if rule.when is not None and not _holds(by_key, rule):
             continue
-        found = by_key.get(rule.key.lower(), ())
+        found = by_key.get(lkey, ())
         n = len(found)
         if n < rule.min or (rule.max is not None and n > rule.max):
             out += _count_problems(msg, rule, n)

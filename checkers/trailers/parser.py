@@ -20,6 +20,7 @@ runs git without user or system config for the same reason.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 Mode = Literal["hook", "range"]
@@ -31,7 +32,7 @@ _GIT_GENERATED = ("Signed-off-by: ", "(cherry picked from commit ")
 _CUT_LINE = "\n# ------------------------ >8 ------------------------\n"
 _DIVIDER = re.compile(r"^---[ \t\n\r]", re.M)
 # find_separator(): letters, digits and '-', then optional blanks, then the separator.
-_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
+_SEPARATOR = re.compile(r"([A-Za-z0-9-]+)[ \t]*:")  # group 1: the key
 _UNFOLD = re.compile(r"\n[ \t\n\r]*")
 
 
@@ -106,10 +107,10 @@ _BLANK_LINE = re.compile(r"^[ \t]+$", re.M)
 
 
 def _is_plain(message: str, end: int) -> bool:
-    if ("\n#" in message or "\r" in message or "\0" in message or "Conflicts:\n" in message
-            or message.startswith("#")):
+    """Whether `message` (cut at its first NUL by parse()) is plain, up to `end`."""
+    if "\n#" in message or "\r" in message or "Conflicts:\n" in message or message.startswith("#"):
         return False
-    text = message[:end]
+    text = message if end == len(message) else message[:end]
     if "\n " not in text and "\n\t" not in text and not text.startswith((" ", "\t")):
         return True
     if _BLANK_LINE.search(text):
@@ -130,43 +131,46 @@ def _parse_plain(message: str, end: int) -> TrailerBlock:
         return TrailerBlock(message, end, end, (), ())
     if end - body >= 2:
         end = body + 1  # trailing empty lines are ignored; the last line keeps its newline
-    text = message[:body]  # without the final newline, which belongs to the last line
-    if text.startswith("\n"):
+    # The text ends at `body`, without the final newline, which belongs to the last line.
+    if message.startswith("\n"):
         blank = 0  # an empty first line ends the title at once
     else:
-        blank = text.find("\n\n") + 1  # the first blank line; 0 when there is none
+        blank = message.find("\n\n", 0, body) + 1  # the first blank line; 0 when there is none
         if blank == 0:
             return TrailerBlock(message, end, end, (), ())
-    last = text.rfind("\n\n")
+    last = message.rfind("\n\n", 0, body)
     start = last + 2 if last >= 0 else 1
     if start - 1 < blank:
         return TrailerBlock(message, end, end, (), ())
-    lines = text[start:].split("\n")
-    trailer_lines = non_trailer_lines = 0
-    recognized = False
-    for line in lines:
-        if line.startswith(_GIT_GENERATED):
-            trailer_lines += 1
-            recognized = True
-        elif _SEPARATOR.match(line):
-            trailer_lines += 1
-        else:
-            non_trailer_lines += 1
-    if not ((recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines)):
+    lines = message[start:body].split("\n")
+    parsed = [_plain_line(line) for line in lines]
+    if None in parsed and not _recognized_block(lines, parsed):
         return TrailerBlock(message, end, end, (), ())
-    trailers = []
-    for line in lines:
-        m = _SEPARATOR.match(line)
-        if m is not None:
-            sep = m.end() - 1
-            trailers.append(Trailer(line[:sep].rstrip(" \t"), line[sep + 1:].strip(_SPACE), line + "\n"))
-    if end > body:
-        raw = tuple(line + "\n" for line in lines)
-    else:  # no final newline
-        raw = tuple(line + "\n" for line in lines[:-1]) + (lines[-1],)
-        if trailers and trailers[-1].raw == lines[-1] + "\n":
-            trailers[-1] = Trailer(trailers[-1].key, trailers[-1].value, lines[-1])
-    return TrailerBlock(message, start, end, raw, tuple(trailers))
+    raw = tuple([line + "\n" for line in lines])
+    trailers = tuple([t for t in parsed if t is not None])
+    if end == body:  # no final newline: the last line has none
+        raw = raw[:-1] + (lines[-1],)
+        if parsed[-1] is not None:
+            trailers = trailers[:-1] + (parsed[-1]._replace(raw=lines[-1]),)
+    return TrailerBlock(message, start, end, raw, trailers)
+
+
+@lru_cache(maxsize=4096)
+def _plain_line(line: str) -> Trailer | None:
+    """The trailer on one line of a plain block, or None. Cached: the same `Row:` and `Signed-off-by:`
+    lines recur across a range, and a range parses thousands of blocks."""
+    m = _SEPARATOR.match(line)
+    return None if m is None else Trailer(m[1], line[m.end():].strip(_SPACE), line + "\n")
+
+
+def _recognized_block(lines: list[str], parsed: list[Trailer | None]) -> bool:
+    """A paragraph with non-trailer lines is still the block when it has a git-generated line and at
+    least 25% trailer lines (a git-generated line counts as one, separator or not)."""
+    generated = [line.startswith(_GIT_GENERATED) for line in lines]
+    if not any(generated):
+        return False
+    trailer_lines = sum(1 for t, g in zip(parsed, generated) if t is not None or g)
+    return trailer_lines * 3 >= len(lines) - trailer_lines
 
 
 def commit_trailers(message: str) -> TrailerBlock:

@@ -1,9 +1,13 @@
-"""The built-in trailer presets, as data in the same model a repository's own rules use."""
+"""The built-in trailer presets, as data in the shape a repository's own validated rules take.
+
+They are built as config sections (`checkers.configcache.Section`), not pydantic models, so that judging a
+range needs no pydantic; the builders below take the models' defaults, and a test validates every preset
+against the models in `checkers.config` and holds each builder's defaults to its model's.
+"""
 from __future__ import annotations
 
-from checkers.config import (TrailerCondition, TrailerContract, TrailerExemption, TrailerForbidRule,
-                             TrailerKeyRule, TrailerParagraphRule)
-from checkers.records import ROW_ID
+from checkers.configcache import Section
+from checkers.ids import ROW_ID
 
 # Names of coding assistants and their vendors; a Signed-off-by or Co-authored-by naming one is refused.
 AI_IDENTITY = (r"\b(claude|anthropic|chatgpt|openai|gpt-?\d[\w.-]*|codex|copilot|gemini|bard|llama|mistral"
@@ -11,38 +15,79 @@ AI_IDENTITY = (r"\b(claude|anthropic|chatgpt|openai|gpt-?\d[\w.-]*|codex|copilot
 ASSISTED_BY = r"[^\s:\[\]]+:[^\s\[\]]+( \[[^\[\]]+\])+"
 GITHUB_NOREPLY = r"@users\.noreply\.github\.com>"
 
-AGENTS_PROTOCOL = TrailerContract(
-    paragraphs=[TrailerParagraphRule(
-        pattern="FOLLOWING_AGENTS_PROTOCOL", min=1, max=1,
+
+# --- builders: one per model in checkers.config, with its defaults ------------------------------------
+
+def contract(*, paragraphs: list[Section] = (), keys: list[Section] = (), forbid: list[Section] = (),
+             forbid_divider: bool = False, placeholders: list[str] = ()) -> Section:
+    """A TrailerContract."""
+    return Section(presets=[], paragraphs=list(paragraphs), keys=list(keys), forbid=list(forbid),
+                   forbid_divider=forbid_divider, placeholders=list(placeholders))
+
+
+def key_rule(key: str, *, min: int = 0, max: int | None = None, pattern: str | None = None,
+             exists: str | None = None, author: bool = False, when: Section | None = None,
+             fix: str | None = None) -> Section:
+    """A TrailerKeyRule."""
+    return Section(key=key, min=min, max=max, pattern=pattern, exists=exists, author=author, when=when, fix=fix)
+
+
+def condition(key: str, pattern: str) -> Section:
+    """A TrailerCondition."""
+    return Section(key=key, pattern=pattern)
+
+
+def paragraph_rule(pattern: str, *, min: int = 1, max: int | None = 1, fix: str | None = None) -> Section:
+    """A TrailerParagraphRule."""
+    return Section(pattern=pattern, min=min, max=max, fix=fix)
+
+
+def forbid_rule(keys: list[str], *, what: str = "a forbidden identity", pattern: str | None = None,
+                declared_by: str | None = None, exempt: list[Section] = (), fix: str | None = None) -> Section:
+    """A TrailerForbidRule."""
+    return Section(keys=list(keys), what=what, pattern=pattern, declared_by=declared_by, exempt=list(exempt),
+                   fix=fix)
+
+
+def exemption(key: str, pattern: str) -> Section:
+    """A TrailerExemption."""
+    return Section(key=key, pattern=pattern)
+
+
+# --- the presets ------------------------------------------------------------------------------------
+
+AGENTS_PROTOCOL = contract(
+    paragraphs=[paragraph_rule(
+        "FOLLOWING_AGENTS_PROTOCOL", min=1, max=1,
         fix="put a paragraph `FOLLOWING_AGENTS_PROTOCOL` (alone, after a blank line) before the trailer block")],
     keys=[
-        TrailerKeyRule(key="Following-Agents-Protocol", min=1, max=1, pattern="true",
-                       fix="end the message with exactly one `Following-Agents-Protocol: true` trailer"),
-        TrailerKeyRule(key="AI-Assisted", min=1, max=1, pattern="true|false",
-                       fix="add exactly one `AI-Assisted: true` or `AI-Assisted: false` trailer"),
-        TrailerKeyRule(key="Assisted-by", min=1, when=TrailerCondition(key="AI-Assisted", pattern="true"),
-                       fix="name each assistant in an `Assisted-by: AGENT:MODEL [TOOL]` trailer"),
-        TrailerKeyRule(key="Assisted-by", max=0, when=TrailerCondition(key="AI-Assisted", pattern="false"),
-                       fix="drop the Assisted-by trailers, or set `AI-Assisted: true`"),
-        TrailerKeyRule(key="Assisted-by", pattern=ASSISTED_BY,
-                       fix="write `Assisted-by: AGENT:MODEL [TOOL]`, one or more bracketed tools"),
+        key_rule("Following-Agents-Protocol", min=1, max=1, pattern="true",
+                 fix="end the message with exactly one `Following-Agents-Protocol: true` trailer"),
+        key_rule("AI-Assisted", min=1, max=1, pattern="true|false",
+                 fix="add exactly one `AI-Assisted: true` or `AI-Assisted: false` trailer"),
+        key_rule("Assisted-by", min=1, when=condition("AI-Assisted", "true"),
+                 fix="name each assistant in an `Assisted-by: AGENT:MODEL [TOOL]` trailer"),
+        key_rule("Assisted-by", max=0, when=condition("AI-Assisted", "false"),
+                 fix="drop the Assisted-by trailers, or set `AI-Assisted: true`"),
+        key_rule("Assisted-by", pattern=ASSISTED_BY,
+                 fix="write `Assisted-by: AGENT:MODEL [TOOL]`, one or more bracketed tools"),
     ],
-    forbid=[TrailerForbidRule(
-        keys=["Signed-off-by", "Co-authored-by"], what="an AI", pattern=AI_IDENTITY, declared_by="Assisted-by",
-        exempt=[TrailerExemption(key="Co-authored-by", pattern=GITHUB_NOREPLY)],
+    forbid=[forbid_rule(
+        ["Signed-off-by", "Co-authored-by"], what="an AI", pattern=AI_IDENTITY, declared_by="Assisted-by",
+        exempt=[exemption("Co-authored-by", GITHUB_NOREPLY)],
         fix="an assistant is declared with Assisted-by; Signed-off-by and Co-authored-by name people")],
     forbid_divider=True,
     placeholders=["AGENT:MODEL [TOOL]"],
 )
 
-DCO = TrailerContract(keys=[TrailerKeyRule(
-    key="Signed-off-by", min=1, author=True,
+DCO = contract(keys=[key_rule(
+    "Signed-off-by", min=1, author=True,
     fix="sign off as the author: git commit --amend -s (or fix the author, or add the identity to .mailmap)")])
 
-ROW = TrailerContract(
-    keys=[TrailerKeyRule(key="Row", min=1, pattern=ROW_ID.strip("^$"), exists=".agents/rows/{}.yaml",
-                         fix="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/")],
+ROW = contract(
+    keys=[key_rule("Row", min=1, pattern=ROW_ID.strip("^$"), exists=".agents/rows/{}.yaml",
+                   fix="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/")],
     placeholders=["<ROW-ID>"],
 )
 
-PRESETS: dict[str, TrailerContract] = {"agents-protocol": AGENTS_PROTOCOL, "dco": DCO, "row": ROW}
+PRESETS: dict[str, Section] = {"agents-protocol": AGENTS_PROTOCOL, "dco": DCO, "row": ROW}

@@ -275,3 +275,75 @@ def test_bad_templates_in_the_config_are_refused():
 
     with pytest.raises(ValueError, match="exists template 'rows/{id}.yaml' must hold `{}` exactly once"):
         compile_contract(TrailerContract(keys=[TrailerKeyRule(key="Row", exists="rows/{id}.yaml")]))
+
+
+def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
+    from checkers.config import TrailerContract, TrailerKeyRule
+    from checkers.trailers.contract import Facts, Problem, compile_contract, judge
+    from checkers.trailers.message import read_message
+
+    row = compile_contract(TrailerContract(presets=["row"]))
+    fixes = compile_contract(TrailerContract(keys=[TrailerKeyRule(key="Fixes", min=1)]))
+    assert row.trailers_only and fixes.trailers_only
+    msg = read_message("Add x\n\nRow: GOV-A\n", "range")
+    facts = Facts(exists=lambda path: True)
+    assert judge(msg, row, facts) == [] and judge(msg, row, facts) == []  # the second from the clean set
+    assert judge(msg, fixes, facts) == [Problem("TR001", "no Fixes trailer (need at least 1)",
+                                                "add a `Fixes:` trailer to the trailer block")]
+    assert facts.clean == {(id(row), msg.trailers)}
+
+
+# --- the presets and the start-up path ----------------------------------------------------------------
+
+def test_presets_are_valid_contracts_built_with_the_models_defaults():
+    import inspect
+
+    from checkers import config
+    from checkers.configcache import Section
+    from checkers.trailers import presets
+
+    def plain(value):
+        if isinstance(value, Section):
+            return {k: plain(v) for k, v in vars(value).items()}
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    for name, preset in presets.PRESETS.items():
+        data = plain(preset)
+        assert config.TrailerContract.model_validate(data).model_dump(mode="json") == data, name
+    builders = {presets.contract: config.TrailerContract, presets.key_rule: config.TrailerKeyRule,
+                presets.condition: config.TrailerCondition, presets.paragraph_rule: config.TrailerParagraphRule,
+                presets.forbid_rule: config.TrailerForbidRule, presets.exemption: config.TrailerExemption}
+    for build, model in builders.items():
+        params = inspect.signature(build).parameters
+        assert set(params) | ({"presets"} if model is config.TrailerContract else set()) == set(model.model_fields)
+        for pname, p in params.items():
+            field = model.model_fields[pname]
+            if p.default is inspect.Parameter.empty:
+                assert field.is_required(), (model.__name__, pname)
+            else:
+                default = field.get_default(call_default_factory=True)
+                assert list(p.default) == default if isinstance(default, list) else p.default == default, pname
+
+
+def test_the_cli_judges_a_range_without_pydantic_once_the_config_is_cached(rowgate_repo: GitRepo):
+    import subprocess
+    import sys
+
+    base = rowgate_repo.head()
+    rowgate_repo.commit("Add a\n\nRow: GOV-CORE\n", {"a": "1"})
+    rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  presets: [row]\n"})
+    probe = ("import sys\nfrom checkers.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'git', 'dataclasses', 'yaml'}),"
+             " 'ruamel.yaml' in sys.modules, code)\n")
+    argv = [sys.executable, "-c", probe, "check", "commit-trailers", "--range", f"{base}..HEAD"]
+
+    def run() -> list[str]:
+        proc = subprocess.run(argv, cwd=rowgate_repo.path, capture_output=True, text=True, timeout=60,
+                              env={**rowgate_repo.env, "PYTHONPATH": str(ROOT)})
+        return proc.stdout.splitlines()
+
+    ok = f"OK: 1 commits in {base[:12]}..{rowgate_repo.head()[:12]} carry the trailer contract (row)"
+    assert run() == [ok, "['dataclasses', 'pydantic'] True 0"]  # the first run validates the config, and caches it
+    assert run() == [ok, "[] False 0"]
+    rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  presets: [row]\n  merges: maybe\n"})
+    assert run() == ["['dataclasses', 'pydantic'] True 3"]  # an edited config is validated again

@@ -114,3 +114,72 @@ def test_user_git_config_does_not_leak_in(git_repo: GitRepo, tmp_path: Path, mon
     sha = git_repo.commit("one")
     assert Git(git_repo.path).commits("HEAD")[0].sha == sha
     assert Git(git_repo.path).text("config", "--get", "core.abbrev", ok_codes=(0, 1)) == ""
+
+
+# --- range_commits: one git log that also finds the merge base ---------------------------------------
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory: pytest.TempPathFactory) -> tuple[GitRepo, dict[str, str]]:
+    """main R-M1-M2; feature from R with M1 merged in (F1, F2 merge, F3); side S1 from R; a criss-cross
+    pair X2/Y2 (each merges the other's first commit); an unrelated root O1."""
+    repo = init_repo(tmp_path_factory.mktemp("shapes") / "repo")
+    c = {"R": repo.commit("root")}
+    c["M1"] = repo.commit("main 1")
+    c["M2"] = repo.commit("main 2")
+    for branch, names in (("feature", ["F1"]), ("side", ["S1"]), ("x", ["X1"]), ("y", ["Y1"])):
+        repo.git("checkout", "-q", "-b", branch, c["R"])
+        for name in names:
+            c[name] = repo.commit(f"{branch} {name}")
+    repo.git("checkout", "-q", "feature")
+    repo.git("merge", "-q", "--no-ff", "-m", "Merge main 1", c["M1"])
+    c["F2"] = repo.head()
+    c["F3"] = repo.commit("feature F3")
+    repo.git("checkout", "-q", "x")
+    repo.git("merge", "-q", "--no-ff", "-m", "Merge Y1", c["Y1"])
+    c["X2"] = repo.head()
+    repo.git("checkout", "-q", "y")
+    repo.git("merge", "-q", "--no-ff", "-m", "Merge X1", c["X1"])
+    c["Y2"] = repo.head()
+    repo.git("checkout", "-q", "--orphan", "other")
+    c["O1"] = repo.commit("unrelated root")
+    return repo, c
+
+
+@pytest.mark.parametrize("base,head,logs,merge_bases", [
+    ("R", "M2", 1, 0),  # base is an ancestor: one boundary commit, the base
+    ("M2", "S1", 1, 0),  # a fork: one boundary commit, the fork point
+    ("M2", "F3", 1, 1),  # main merged into the branch: two boundary commits, one merge base
+    ("X2", "Y2", 2, 2),  # criss-cross: two merge bases, so git's pick and a second log, as before
+    ("M2", "R", 1, 0),  # head behind base: an empty range at head
+    ("M2", "M2", 1, 0),
+])
+def test_range_commits_equals_merge_base_then_log(shapes, monkeypatch, base: str, head: str, logs: int,
+                                                  merge_bases: int):
+    repo, c = shapes
+    git = Git(repo.path)
+    expected_base = git.merge_base(c[base], c[head])
+    expected = git.commits(f"{expected_base}..{c[head]}", mailmap=True)
+    calls: list[str] = []
+    run = Git.run
+    monkeypatch.setattr(Git, "run", lambda self, *args, **kw: calls.append(args[0]) or run(self, *args, **kw))
+    assert git.range_commits(c[base], c[head], mailmap=True) == (expected_base, expected)
+    assert (calls.count("log"), calls.count("merge-base")) == (logs, merge_bases)
+    if base == "X2":
+        assert len(git.text("merge-base", "--all", c[base], c[head]).split()) == 2  # really criss-cross
+
+
+def test_range_commits_of_unrelated_histories_is_an_error(shapes):
+    repo, c = shapes
+    with pytest.raises(GitError, match="have unrelated histories"):
+        Git(repo.path).range_commits(c["M2"], c["O1"])
+
+
+def test_range_commits_reads_only_the_fields_asked_for(shapes):
+    repo, c = shapes
+    git = Git(repo.path)
+    full = git.range_commits(c["M2"], c["F3"])
+    lean = git.range_commits(c["M2"], c["F3"], parents=False, authors=False)
+    assert lean[0] == full[0] == c["M1"]
+    assert [(x.sha, x.message) for x in lean[1]] == [(x.sha, x.message) for x in full[1]]
+    assert {(x.parents, x.author_name, x.author_email) for x in lean[1]} == {(None, None, None)}
+    assert [len(x.parents) for x in full[1]] == [1, 2, 1] and full[1][0].author_email == "ada@example.com"

@@ -1,0 +1,114 @@
+"""The validated config, cached by content under the git directory, so a check can read it without pydantic.
+
+Validating `.agents/config.yaml` imports pydantic and ruamel.yaml and builds every section's model: about
+0.3 s, more than a commit-msg hook or a 10,000-commit range check spends on its own work. A check that names
+the sections it reads (`CONFIG_SECTIONS` in its module) gets them from here, as plain attribute objects with
+the names and values of the models. Only a config that validated is cached, and what is cached is
+pydantic's own dump of it. The entry is keyed on the config file's bytes and the source of the schema and
+its loader, compared whole (exact, and cheaper than importing hashlib), and on the installed pydantic and
+ruamel.yaml, so any edit to the config or the schema, or an upgrade of either library, validates again; a
+cache that cannot be read or written is only a slower run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterable
+
+from checkers import __version__
+from checkers.results import RecordError
+
+CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
+CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
+_SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
+_VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries it runs on: an upgrade may change the verdict
+FORMAT = 1  # bump when the cache file's layout changes
+
+
+class Section(SimpleNamespace):
+    """A validated config section: the same attribute names and values as its pydantic model."""
+
+
+class ConfigView(Section):
+    """The config sections one check declared; reading any other section is a bug in that check."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"config section {name!r} is not in the check's CONFIG_SECTIONS")
+
+
+def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> ConfigView:
+    """The named top-level sections of the validated config; raises RecordError as `load_config` does."""
+    try:
+        raw = (root / CONFIG_PATH).read_bytes()
+    except FileNotFoundError:
+        raise RecordError(CONFIG_PATH, [(None, "", "file not found")]) from None
+    key = cache_key(raw)
+    cache = git_dir / CACHE_PATH if git_dir is not None else None
+    data = _read(cache, key) if cache is not None else None
+    if data is None:
+        from checkers.config import parse_config  # pydantic and ruamel.yaml: only when the cache misses
+
+        data = parse_config(raw).model_dump(mode="json")
+        if cache is not None:
+            _write(cache, key, data)
+    return ConfigView(**{name: to_section(data[name]) for name in sections})
+
+
+def cache_key(raw: bytes, schema: Iterable[Path] | None = None) -> str:
+    """Everything the validation depends on, verbatim: the format, the version, the schema's source and the
+    config's bytes (latin-1 maps every byte to one character, so nothing is lost)."""
+    here = Path(__file__).parent
+    paths = [here / name for name in _SCHEMA_SOURCES] if schema is None else list(schema)
+    parts = [f"rowgate {__version__} config cache {FORMAT}", *validator_stamps()]
+    parts += [f"{p.name}\0{p.read_bytes().decode('latin-1')}" for p in paths]
+    return "\0".join(parts + [raw.decode("latin-1")])
+
+
+def validator_stamps() -> list[str]:
+    """Each validating library's entry file by path, size and modification time (an upgrade rewrites it),
+    found without importing the library."""
+    stamps = []
+    for name in _VALIDATORS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            st = os.stat(spec.origin)
+            stamps.append(f"{name} {spec.origin} {st.st_size} {st.st_mtime_ns}")
+    return stamps
+
+
+def to_section(value: Any) -> Any:
+    """JSON data as attributes: every object becomes a Section (declared sections hold no free-form maps)."""
+    if isinstance(value, dict):
+        return Section(**{k: to_section(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [to_section(v) for v in value]
+    return value
+
+
+def _read(path: Path, key: str) -> dict | None:
+    try:
+        entry = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("config"), dict):
+        return None
+    return entry["config"]
+
+
+def _write(path: Path, key: str, data: dict) -> None:
+    """Write through a temporary file and a rename, so a concurrent reader sees the old entry or the new.
+    A repository that cannot take the file (read-only, odd permissions) keeps no cache: the next run
+    validates again."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp.write_text(json.dumps({"key": key, "config": data}))
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
