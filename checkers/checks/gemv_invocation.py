@@ -237,7 +237,9 @@ def _cuda_tuning(where: str, what: str, expr: str, unit: dict[str, str], path: s
     return findings
 
 
-_TEMPLATE_DECL = r"template\s*<([^{};]*?)>\s*__global__\s+void\s+{name}\s*\(([^)]*)\)"
+# `__launch_bounds__(...)` may stand between `void` and the name (one level of parentheses inside).
+_TEMPLATE_DECL = (r"template\s*<([^{};]*?)>\s*__global__\s+void\s+"
+                  r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?{name}\s*\(([^)]*)\)")
 
 
 def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:

@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 FIXTURES = ROOT / "tests" / "fixtures" / "gemv"
 # Call and launch sites of sources whose sites this row owns or which are stable: a drop means a site is missed.
 SNAPSHOT = {"engine/cuda/norm.cu": 2, "engine/cuda/rope.cu": 2, "engine/cuda/act.cu": 1, "engine/cuda/sample.cu": 3,
-            "engine/cuda/gemv.cu": 2, "engine/ops/linear.py": 2, "engine/model/layers.py": 1}
+            "engine/cuda/gemv.cu": 3, "engine/ops/linear.py": 2, "engine/model/layers.py": 1}
 A1 = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
 A2 = "declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) and use the name"
 
@@ -76,8 +76,8 @@ def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
     ("engine/ops/linear.py", "F.linear(x, weight, bias)", "F.linear(x.float(), weight, bias)", "GV001",
      "torch.nn.functional.linear operand 1 is upcast with .float(): the output dtype must come from the caller's "
      "out dtype"),
-    ("engine/cuda/gemv.cu", "gemv_kernel<T, OutT, vec><<<", "gemv_kernel<T, float, vec><<<", "GV001",
-     "GEMV launch vt_gemv::gemv_kernel takes float as its output template argument: the output type must be a "
+    ("engine/cuda/gemv.cu", "gemv_scalar_kernel<T, OutT><<<", "gemv_scalar_kernel<T, float><<<", "GV001",
+     "GEMV launch vt_gemv::gemv_scalar_kernel takes float as its output template argument: the output type must be a "
      "template parameter chosen from the caller's out dtype"),
     ("engine/cuda/norm.cu", "<<<a.rows, vt_norm::kThreadsPerBlock, 0, stream>>>(\n      static_cast<T*>(a.out), "
      "static_cast<const T*>(a.x)", "<<<a.rows, 256, 0, stream>>>(\n      static_cast<T*>(a.out), "
