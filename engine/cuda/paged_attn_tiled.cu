@@ -1,9 +1,8 @@
-// Launcher for the tiled (tensor-core, cp.async-pipelined) paged decode attention: argument checks,
-// the split count from the device's occupancy, dtype and head_dim dispatch, and the split combine.
+// Launcher for the tiled (tensor-core, cp.async-pipelined, two-pass) paged decode attention: argument
+// checks, the split count from the device's occupancy, dtype and head_dim dispatch, the split sum.
 // bf16 and fp16; head_dim 64, 128 or 256; 1 to 8 query heads per KV head. Another shape or dtype
 // returns kUnsupported (the binding says which; the caller picks another arm).
 #include "paged_attn_tiled.cuh"
-#include "splitkv.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_tiled)
 
@@ -13,21 +12,31 @@ constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z, which indexes th
 
 template <typename T, int D>
 int opt_in_smem() {
-  const cudaError_t err = cudaFuncSetAttribute(vt_tiled::tiled_decode_kernel<T, D>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               vt_tiled::smem_bytes<T, D>());
-  return err == cudaSuccess ? vt::kOk : vt::fail(static_cast<int>(err), "paged_attn_tiled: %d bytes of shared "
-                                                 "memory for head_dim %d: %s", vt_tiled::smem_bytes<T, D>(), D,
-                                                 cudaGetErrorString(err));
+  for (const void* kernel : {reinterpret_cast<const void*>(vt_tiled::tiled_scores_kernel<T, D>),
+                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D>)}) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 vt_tiled::smem_bytes<T, D>());
+    if (err != cudaSuccess)
+      return vt::fail(static_cast<int>(err), "paged_attn_tiled: %d bytes of shared memory for head_dim %d: %s",
+                      vt_tiled::smem_bytes<T, D>(), D, cudaGetErrorString(err));
+  }
+  return vt::kOk;
 }
 
+// The fewer resident blocks of the two passes (the split count serves both).
 template <typename T, int D>
 int blocks_per_sm(int* out) {
   if (int rc = opt_in_smem<T, D>()) return rc;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      out, vt_tiled::tiled_decode_kernel<T, D>, vt_tiled::threads<D>(), vt_tiled::smem_bytes<T, D>());
-  return err == cudaSuccess ? vt::kOk : vt::fail(static_cast<int>(err), "paged_attn_tiled occupancy: %s",
-                                                 cudaGetErrorString(err));
+  int scores = 0, pv = 0;
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &scores, vt_tiled::tiled_scores_kernel<T, D>, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>());
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pv, vt_tiled::tiled_pv_kernel<T, D>, vt_tiled::kThreads,
+                                                        vt_tiled::smem_bytes<T, D>());
+  if (err != cudaSuccess)
+    return vt::fail(static_cast<int>(err), "paged_attn_tiled occupancy: %s", cudaGetErrorString(err));
+  *out = scores < pv ? scores : pv;
+  return vt::kOk;
 }
 
 template <typename T>
@@ -40,27 +49,39 @@ int blocks_per_sm_for(int head_dim, int* out) {
   }
 }
 
+struct Buffers {
+  void* out;
+  void* scores;
+  float* m_part;
+  float* l_part;
+  float* o_part;
+  int cap;
+};
+
 template <typename T, int D>
-int launch_d(const vt::PagedArgs& a, int batch, int num_splits, void* out, float* o_part, float* lse,
-             cudaStream_t s) {
+int launch_d(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf, cudaStream_t s) {
   if (int rc = opt_in_smem<T, D>()) return rc;
   const dim3 grid(a.num_kv_heads, num_splits, batch);
-  vt_tiled::tiled_decode_kernel<T, D><<<grid, vt_tiled::threads<D>(), vt_tiled::smem_bytes<T, D>(), s>>>(
-      a, num_splits, static_cast<T*>(out), o_part, lse);
-  if (int rc = vt::launch_status("tiled_decode_kernel")) return rc;
+  constexpr int smem = vt_tiled::smem_bytes<T, D>();
+  T* scores = static_cast<T*>(buf.scores);
+  vt_tiled::tiled_scores_kernel<T, D><<<grid, vt_tiled::kThreads, smem, s>>>(a, num_splits, buf.cap, scores,
+                                                                              buf.m_part, buf.l_part);
+  if (int rc = vt::launch_status("tiled_scores_kernel")) return rc;
+  vt_tiled::tiled_pv_kernel<T, D><<<grid, vt_tiled::kThreads, smem, s>>>(
+      a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part);
+  if (int rc = vt::launch_status("tiled_pv_kernel")) return rc;
   if (num_splits == 1) return vt::kOk;
-  vt::splitkv_combine_kernel<T><<<dim3(a.num_q_heads, batch), vt::kCombineThreads, 0, s>>>(
-      o_part, lse, static_cast<T*>(out), a.num_q_heads, D, num_splits);
-  return vt::launch_status("splitkv_combine_kernel (tiled)");
+  vt_tiled::tiled_sum_kernel<T><<<dim3(a.num_q_heads, batch), vt_tiled::kSumThreads, 0, s>>>(
+      buf.o_part, static_cast<T*>(buf.out), a.num_q_heads, D, num_splits);
+  return vt::launch_status("tiled_sum_kernel");
 }
 
 template <typename T>
-int launch(const vt::PagedArgs& a, int batch, int num_splits, void* out, float* o_part, float* lse,
-           cudaStream_t s) {
+int launch(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf, cudaStream_t s) {
   switch (a.head_dim) {
-    case 64: return launch_d<T, 64>(a, batch, num_splits, out, o_part, lse, s);
-    case 128: return launch_d<T, 128>(a, batch, num_splits, out, o_part, lse, s);
-    case 256: return launch_d<T, 256>(a, batch, num_splits, out, o_part, lse, s);
+    case 64: return launch_d<T, 64>(a, batch, num_splits, buf, s);
+    case 128: return launch_d<T, 128>(a, batch, num_splits, buf, s);
+    case 256: return launch_d<T, 256>(a, batch, num_splits, buf, s);
     default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: head_dim %d not in {64, 128, 256}", a.head_dim);
   }
 }
@@ -80,18 +101,19 @@ VT_EXPORT int vt_paged_attn_tiled_num_splits(int* splits, int rows, int max_cont
     default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
   }
   if (rc != vt::kOk) return rc;
-  const int tile = head_dim == 256 ? vt_tiled::tile<256>() : vt_tiled::tile<128>();  // 64 and 128 share a tile
-  *splits = vt_tiled::tiled_num_splits(rows, max_context, tile, sms, resident);
+  *splits = vt_tiled::tiled_num_splits(rows, max_context, sms, resident);
   return vt::kOk;
 }
 
 // out, q: [batch, num_q_heads, head_dim]; caches: [num_blocks, block_size, num_kv_heads, head_dim];
-// block_tables: [batch, max_blocks] int32; context_lens: [batch] int32 in [1, max_blocks*block_size];
-// with num_splits > 1, o_part [batch, num_splits, num_q_heads, head_dim] and lse [batch, num_splits,
-// num_q_heads] fp32 scratch (else unused and may be null).
-VT_EXPORT int vt_paged_attn_tiled_decode(void* out, float* o_part, float* lse, const void* q, const void* k_cache,
-                                         const void* v_cache, const int* block_tables, const int* context_lens,
-                                         int batch, int num_q_heads, int num_kv_heads, int head_dim, int block_size,
+// block_tables: [batch, max_blocks] int32; context_lens: [batch] int32 in [1, max_blocks*block_size].
+// Scratch: scores [batch, num_q_heads, max_blocks*block_size] in the dtype; m_part, l_part [batch,
+// num_splits, num_q_heads] fp32; with num_splits > 1, o_part [batch, num_splits, num_q_heads, head_dim]
+// fp32 (else unused and may be null).
+VT_EXPORT int vt_paged_attn_tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o_part,
+                                         const void* q, const void* k_cache, const void* v_cache,
+                                         const int* block_tables, const int* context_lens, int batch,
+                                         int num_q_heads, int num_kv_heads, int head_dim, int block_size,
                                          int max_blocks, float scale, int window, int num_splits, int dtype,
                                          void* stream) {
   if (batch < 0 || batch > kMaxGridZ || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 ||
@@ -109,17 +131,22 @@ VT_EXPORT int vt_paged_attn_tiled_decode(void* out, float* o_part, float* lse, c
   if (num_splits < 1 || num_splits > vt_tiled::kMaxSplits)
     return vt::fail(vt::kBadArgument, "paged_attn_tiled: num_splits %d not in [1, %d]", num_splits,
                     vt_tiled::kMaxSplits);
-  if (num_splits > 1 && (o_part == nullptr || lse == nullptr))
-    return vt::fail(vt::kBadArgument, "paged_attn_tiled: %d splits need the o_part and lse scratch", num_splits);
+  if (scores == nullptr || m_part == nullptr || l_part == nullptr || (num_splits > 1 && o_part == nullptr))
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: missing scratch (scores, m_part, l_part%s)",
+                    num_splits > 1 ? ", o_part" : "");
+  if ((long long)max_blocks * block_size > 0x7fffffffLL)
+    return vt::fail(vt::kBadArgument, "paged_attn_tiled: max_blocks %d x block_size %d positions overflow int",
+                    max_blocks, block_size);
   if (!(vt::aligned16(q) && vt::aligned16(k_cache) && vt::aligned16(v_cache)))
     return vt::fail(vt::kBadArgument, "paged_attn_tiled: q and caches must be 16-byte aligned");
   if (batch == 0) return vt::kOk;
   const vt::PagedArgs a{q, k_cache, v_cache, block_tables, context_lens, num_q_heads, num_kv_heads,
                         head_dim, block_size, max_blocks, scale, window};
   auto s = static_cast<cudaStream_t>(stream);
+  const Buffers buf{out, scores, m_part, l_part, o_part, max_blocks * block_size};
   switch (dtype) {
-    case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, out, o_part, lse, s);
-    case vt::kF16: return launch<__half>(a, batch, num_splits, out, o_part, lse, s);
+    case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, buf, s);
+    case vt::kF16: return launch<__half>(a, batch, num_splits, buf, s);
     default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
   }
 }

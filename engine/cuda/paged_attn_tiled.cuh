@@ -1,13 +1,15 @@
-// Tiled paged decode attention on tensor cores. One block per (KV head, split, sequence): the K/V
-// rows of the block's positions stream through a cp.async pipeline of tile<D>()-token stages in shared
-// memory, and every query head of the KV head's group is one row of a 16-row mma.sync tile, so each
-// K/V byte is read from global memory once for the whole group.
+// Tiled paged decode attention on tensor cores, in two passes so that the probabilities are rounded
+// where the eager reference rounds them. One block per (KV head, split, sequence) streams its
+// positions' K (pass 1) or V (pass 2) rows through a cp.async pipeline of 64-token tiles in shared
+// memory; every query head of the KV head's group is one row of a 16-row mma.sync tile, so each K/V
+// byte is read from global memory once for the whole group.
 //
-// Per stage each warp owns kWarpTokens consecutive tokens: S = Q K^T (m16n8k16, rows = query heads,
-// rows >= group are zero), scores rounded as the eager reference rounds them (T(T(q.k) * scale)),
-// an online softmax per row, then O += P V with P packed to T. The warps' states merge in shared
-// memory at the end; one split writes the final output, several write fp32 partials and their
-// log-sum-exp for splitkv_combine_kernel.
+// Pass 1 (tiled_scores_kernel): S = Q K^T (m16n8k16; rows >= group are zero), each score rounded as
+// the reference rounds it, T(T(q.k) * scale), stored in T (exactly), and each split's max and sum of
+// exponentials per query head. Pass 2 (tiled_pv_kernel): every block merges the splits' max and sum,
+// so p = T(exp(s - max) / sum) is the reference's normalised, rounded probability; O += P V in fp32.
+// One split writes the output; several write fp32 partial sums that tiled_sum_kernel adds.
+// (A single online-softmax pass rounded unnormalised probabilities and failed the near-tie razor.)
 #pragma once
 
 #include <cstdint>
@@ -16,26 +18,23 @@
 
 namespace vt_tiled {
 
-constexpr int kWarpTokens = 16;              // tokens per warp per stage: one P.V mma's k extent
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpTokens = 16;              // tokens per warp per tile: one P.V mma's k extent
+constexpr int kTile = kWarps * kWarpTokens;  // tokens per pipeline stage
+constexpr int kStages = 3;                   // two tiles in flight while one is computed
 constexpr int kMaxGroup = 8;                 // query heads per KV head: rows 0..7 of the m16 tile
 constexpr int kRowPad = 8;                   // elements after each smem row: ldmatrix rows hit distinct banks
-constexpr int kMaxSplits = 64;               // splitkv_combine_kernel keeps its weights in smem
+constexpr int kMaxSplits = 64;               // bounds the partial buffers the binding allocates
 constexpr int kMinTilesPerSplit = 4;         // shorter splits cost more in partial writes than they hide
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kSumThreads = 128;
 
-// Warps per block (each owns kWarpTokens tokens of a stage) and stages. Shared memory bounds the blocks
-// per SM: two stages (one tile in flight while one is computed) let three head_dim-128 blocks fit an
-// SM (ncu: at three stages two fit, and their eight warps left the issue slots idle on dependency
-// stalls); head_dim 256 rows are twice as wide, so three warps (48-token tiles) let two blocks fit
-// where four warps let one. The narrow head_dim 64 rows keep three stages.
-template <int D> __host__ __device__ constexpr int warps() { return D >= 256 ? 3 : 4; }
-template <int D> __host__ __device__ constexpr int threads() { return warps<D>() * 32; }
-template <int D> __host__ __device__ constexpr int tile() { return warps<D>() * kWarpTokens; }
-template <int D> __host__ __device__ constexpr int stages() { return D <= 64 ? 3 : 2; }
+// One pass streams one cache (K or V), so a stage is kTile rows of one tensor: 52 KB of shared memory
+// at head_dim 128 for three stages, and four blocks share an SM.
 template <int D> __host__ __device__ constexpr int row_elems() { return D + kRowPad; }
 template <typename T, int D> constexpr int smem_bytes() {
-  constexpr int pipe = static_cast<int>(sizeof(T)) * 2 * tile<D>() * row_elems<D>() * stages<D>();
-  constexpr int merge = static_cast<int>(sizeof(float)) * warps<D>() * kMaxGroup * (D + 2);
+  constexpr int pipe = static_cast<int>(sizeof(T)) * kTile * row_elems<D>() * kStages;
+  constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
 }
 
@@ -86,85 +85,99 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// grid (num_kv_heads, num_splits, batch), threads<D>() threads, smem_bytes<T, D>() dynamic shared memory.
-// Split s covers tile-aligned tiles [first + s*per, first + (s+1)*per) of the window [begin, len).
-// num_splits == 1: out [batch, num_q_heads, D] in T. Else o_part [batch, num_splits, num_q_heads, D]
-// fp32 (normalized) and lse [batch, num_splits, num_q_heads] (-inf and zeros for an empty split).
-template <typename T, int D>
-__global__ void __launch_bounds__(threads<D>())
-    tiled_decode_kernel(vt::PagedArgs a, int num_splits, T* __restrict__ out, float* __restrict__ o_part,
-                        float* __restrict__ lse_part) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* smem = reinterpret_cast<T*>(smem_raw);
-  constexpr int S = stages<D>(), R = row_elems<D>(), kChunks = D / 8;
-  constexpr int kWarps = warps<D>(), kThreads = threads<D>(), kTile = tile<D>();
-  const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
-  const int group = a.num_q_heads / a.num_kv_heads;
+// The positions a block covers: tiles [t_lo, t_lo + n) of the window [begin, len) of its sequence.
+struct Span {
+  int len, begin, t_lo, n;
+};
+
+__device__ __forceinline__ Span split_span(const vt::PagedArgs& a, int b, int split, int num_splits) {
   const int len = a.context_lens[b];
   const int begin = vt::window_begin(len, a.window);
   const int first = begin / kTile, n_all = vt::ceil_div(len, kTile) - first;
   const int per = vt::ceil_div(n_all, num_splits);
-  const int t_lo = first + split * per;
-  const int n = max(0, min(per, n_all - split * per));
+  return {len, begin, first + split * per, max(0, min(per, n_all - split * per))};
+}
 
+// Copy one tile's rows of one cache into a stage. Thread tid copies chunk tid % kChunks of tokens
+// tid / kChunks + i * kStep: the block index and offset advance by kStep per token, so only the first
+// token of a tile pays a division. Positions past len are zero-filled and never read from the cache.
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T* stage, const T* base, const int* table, int block_size,
+                                          int64_t row_stride, int len, int tile) {
+  constexpr int kChunks = D / 8, kStep = kThreads / kChunks, R = row_elems<D>();
+  const int my_chunk = threadIdx.x % kChunks, my_tok = threadIdx.x / kChunks;
+  T* dst = stage + my_tok * R + my_chunk * 8;
+  int pos = tile * kTile + my_tok, blk = pos / block_size, off = pos - blk * block_size;
+#pragma unroll
+  for (int i = 0; i < kTile / kStep; ++i) {
+    const bool live = pos < len;  // pos >= 0: tiles start at or after position 0
+    const int64_t src = live ? ((int64_t)table[blk] * block_size + off) * row_stride + my_chunk * 8 : 0;
+    cp_async16(dst + i * kStep * R, base + src, live);
+    pos += kStep;
+    for (off += kStep; off >= block_size; off -= block_size) ++blk;
+  }
+}
+
+// Run body(tile, stage) over the span's tiles with kStages - 1 tiles in flight. On return every copy
+// has landed and every warp is past its last body, so the shared memory may be reused.
+template <typename T, int D, typename Body>
+__device__ __forceinline__ void pipeline(T* smem, const T* base, const vt::PagedArgs& a, int b, const Span& sp,
+                                         Body&& body) {
+  constexpr int R = row_elems<D>();
   const int* table = a.block_tables + (int64_t)b * a.max_blocks;
   const int64_t row_stride = (int64_t)a.num_kv_heads * D;
-  const T* kbase = static_cast<const T*>(a.k_cache) + (int64_t)kvh * D;
-  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
-  // Thread tid copies chunk tid % kChunks of tokens tid / kChunks + i * kStep of a tile: the block
-  // index and offset advance by kStep per token, so only the first token of a tile pays a division.
-  constexpr int kStep = kThreads / kChunks;
-  const int my_chunk = threadIdx.x % kChunks, my_tok = threadIdx.x / kChunks;
-  auto load_tile = [&](int tile, int stage) {
-    T* ks = smem + (size_t)stage * 2 * kTile * R + my_tok * R + my_chunk * 8;
-    T* vs = ks + kTile * R;
-    int pos = tile * kTile + my_tok, blk = pos / a.block_size, off = pos - blk * a.block_size;
 #pragma unroll
-    for (int i = 0; i < kTile / kStep; ++i) {
-      const bool live = pos < len;  // pos >= 0: tiles start at or after position 0
-      const int64_t src = live ? ((int64_t)table[blk] * a.block_size + off) * row_stride + my_chunk * 8 : 0;
-      cp_async16(ks + i * kStep * R, kbase + src, live);
-      cp_async16(vs + i * kStep * R, vbase + src, live);
-      pos += kStep;
-      for (off += kStep; off >= a.block_size; off -= a.block_size) ++blk;
-    }
-  };
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < sp.n) load_tile<T, D>(smem + i * kTile * R, base, table, a.block_size, row_stride, sp.len, sp.t_lo + i);
+    cp_async_commit();
+  }
+  for (int i = 0; i < sp.n; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile i is visible to all warps, and every warp is done with stage (i - 1) % kStages
+    const int next = i + kStages - 1;
+    if (next < sp.n)
+      load_tile<T, D>(smem + (next % kStages) * kTile * R, base, table, a.block_size, row_stride, sp.len,
+                      sp.t_lo + next);
+    cp_async_commit();
+    body(sp.t_lo + i, smem + (i % kStages) * kTile * R);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+// Pass 1. grid (num_kv_heads, num_splits, batch), kThreads threads, smem_bytes<T, D>() dynamic smem.
+// scores: [batch, num_q_heads, cap] in T (positions of the window only); m_part, l_part: [batch,
+// num_splits, num_q_heads] fp32, the split's max score and sum of exp(score - max) (-inf and 0 if empty).
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    tiled_scores_kernel(vt::PagedArgs a, int num_splits, int cap, T* __restrict__ scores, float* __restrict__ m_part,
+                        float* __restrict__ l_part) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int R = row_elems<D>();
+  const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const Span sp = split_span(a, b, split, num_splits);
 
   // Q as the A operand: this lane's row (query head kvh*group + row) at columns quad*2 and quad*2+8
   // of each 16-wide k step; rows past the group stay zero.
   const bool row_live = row < group;
-  const T* qrow = static_cast<const T*>(a.q) + ((int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0)) * D;
+  const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+  const T* qrow = static_cast<const T*>(a.q) + q_head * D;
   uint32_t qa[D / 16][2];
 #pragma unroll
   for (int k = 0; k < D / 16; ++k) {
     qa[k][0] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + quad * 2) : 0u;
     qa[k][1] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + 8 + quad * 2) : 0u;
   }
-
-  float m = -CUDART_INF_F, l = 0.f, o[D / 8][2], pad[2] = {0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
-
-  // ldmatrix lane addresses. K (S = Q K^T, B operand k = dims, n = tokens): matrices (tokens 0-7,
-  // dims 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15). V (O += P V, transposed loads, k = tokens,
-  // n = dims): (tokens 0-7, dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+  T* srow = scores + q_head * cap;
+  // ldmatrix lane address (S = Q K^T, B operand k = dims, n = tokens): matrices (tokens 0-7, dims
+  // 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15).
   const int k_tok = (lane % 8) + (lane / 16) * 8, k_dim = ((lane / 8) % 2) * 8;
-  const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
-
-#pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    if (i < n) load_tile(t_lo + i, i);
-    cp_async_commit();
-  }
-  for (int i = 0; i < n; ++i) {
-    cp_async_wait<S - 2>();
-    __syncthreads();  // tile i is visible to all warps, and every warp is done with stage (i - 1) % S
-    if (i + S - 1 < n) load_tile(t_lo + i + S - 1, (i + S - 1) % S);
-    cp_async_commit();
-
-    const T* ks = smem + (size_t)(i % S) * 2 * kTile * R + warp * kWarpTokens * R;
-    const T* vs = ks + kTile * R;
+  float m = -CUDART_INF_F, l = 0.f, pad[2] = {0.f, 0.f};
+  const T* kbase = static_cast<const T*>(a.k_cache) + (int64_t)kvh * D;
+  pipeline<T, D>(reinterpret_cast<T*>(smem_raw), kbase, a, b, sp, [&](int tile, const T* stage) {
+    const T* ks = stage + warp * kWarpTokens * R;
     float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // token tiles 0-7 and 8-15: columns quad*2, quad*2+1
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
@@ -173,50 +186,103 @@ __global__ void __launch_bounds__(threads<D>())
       mma_rows8<T>(s[0][0], s[0][1], pad, qa[k][0], qa[k][1], kb[0], kb[1]);
       mma_rows8<T>(s[1][0], s[1][1], pad, qa[k][0], qa[k][1], kb[2], kb[3]);
     }
-    const int pos0 = (t_lo + i) * kTile + warp * kWarpTokens + quad * 2;
+    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
     float x[4], mt = -CUDART_INF_F;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int pos = pos0 + (e / 2) * 8 + e % 2;
+      const bool valid = pos >= sp.begin && pos < sp.len;
       const float v = vt::round_to<T>(vt::round_to<T>(s[e / 2][e % 2]) * a.scale);
-      x[e] = (pos >= begin && pos < len) ? v : -CUDART_INF_F;
+      if (valid && row_live) srow[pos] = vt::from_f32<T>(v);  // exact: v is a T value
+      x[e] = valid ? v : -CUDART_INF_F;
       mt = fmaxf(mt, x[e]);
     }
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
     const float m_new = fmaxf(m, mt);
-    const float base = m_new == -CUDART_INF_F ? 0.f : m_new;  // a fully masked row keeps p = 0
-    const float corr = m == -CUDART_INF_F ? 0.f : exp2f((m - base) * kLog2e);
-    float p[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) p[e] = exp2f((x[e] - base) * kLog2e);
-    l = l * corr + (p[0] + p[1]) + (p[2] + p[3]);
+    const float base = m_new == -CUDART_INF_F ? 0.f : m_new;  // a fully masked row keeps l = 0
+    l = (m == -CUDART_INF_F ? 0.f : l * expf(m - base)) + (expf(x[0] - base) + expf(x[1] - base)) +
+        (expf(x[2] - base) + expf(x[3] - base));
     m = m_new;
-    const uint32_t pa0 = pack2<T>(p[0], p[1]), pa2 = pack2<T>(p[2], p[3]);
-#pragma unroll
-    for (int j = 0; j < D / 16; ++j) {
-      uint32_t vb[4];
-      ldmatrix_x4_trans(vb, vs + v_tok * R + j * 16 + v_dim);
-      o[2 * j][0] *= corr;
-      o[2 * j][1] *= corr;
-      o[2 * j + 1][0] *= corr;
-      o[2 * j + 1][1] *= corr;
-      mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
-      mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the pipeline's shared memory becomes the merge area
+  });
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   float* ms = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup]
   float* ls = ms + kWarps * kMaxGroup;             // [kWarps][kMaxGroup]
-  float* os = ls + kWarps * kMaxGroup;             // [kWarps][kMaxGroup][D]
   if (quad == 0) {
     ms[warp * kMaxGroup + row] = m;
     ls[warp * kMaxGroup + row] = l;
   }
+  __syncthreads();
+  if (threadIdx.x < group) {
+    const int g = threadIdx.x;
+    float mx = -CUDART_INF_F, sum = 0.f;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, ms[w * kMaxGroup + g]);
+    if (mx != -CUDART_INF_F)
+      for (int w = 0; w < kWarps; ++w) sum += ls[w * kMaxGroup + g] * expf(ms[w * kMaxGroup + g] - mx);
+    const int64_t idx = ((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g;
+    m_part[idx] = mx;
+    l_part[idx] = sum;
+  }
+}
+
+// Pass 2. Same grid and shared memory as pass 1. num_splits == 1: out [batch, num_q_heads, D] in T.
+// Else o_part [batch, num_splits, num_q_heads, D] fp32: each split's sum of p * v over its positions.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    tiled_pv_kernel(vt::PagedArgs a, int num_splits, int cap, const T* __restrict__ scores,
+                    const float* __restrict__ m_part, const float* __restrict__ l_part, T* __restrict__ out,
+                    float* __restrict__ o_part) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int R = row_elems<D>();
+  const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const Span sp = split_span(a, b, split, num_splits);
+  const bool row_live = row < group;
+  const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+
+  // The row's max and sum over every split: the softmax's statistics over the whole window.
+  float mx = -CUDART_INF_F, sum = 0.f;
+  if (row_live) {
+    const int64_t first = (int64_t)b * num_splits * a.num_q_heads + kvh * group + row;
+    for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, m_part[first + (int64_t)s * a.num_q_heads]);
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = m_part[first + (int64_t)s * a.num_q_heads];
+      if (ms != -CUDART_INF_F) sum += l_part[first + (int64_t)s * a.num_q_heads] * expf(ms - mx);
+    }
+  }
+  const T* srow = scores + q_head * cap;
+  // ldmatrix lane address (O += P V, transposed loads, k = tokens, n = dims): matrices (tokens 0-7,
+  // dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+  const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
+  float o[D / 8][2], pad[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
+  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
+  pipeline<T, D>(reinterpret_cast<T*>(smem_raw), vbase, a, b, sp, [&](int tile, const T* stage) {
+    const T* vs = stage + warp * kWarpTokens * R;
+    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = pos0 + (e / 2) * 8 + e % 2;
+      const bool valid = row_live && pos >= sp.begin && pos < sp.len;
+      p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(srow[pos]) - mx) / sum) : 0.f;
+    }
+    const uint32_t pa0 = pack2<T>(p[0], p[1]), pa2 = pack2<T>(p[2], p[3]);  // exact: p are T values
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, vs + v_tok * R + j * 16 + v_dim);
+      mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
+      mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
+    }
+  });
+
+  // The probabilities are normalised already, so the warps' partial sums simply add (in warp order).
+  float* os = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup][D]
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) {
     os[(warp * kMaxGroup + row) * D + j * 8 + quad * 2] = o[j][0];
@@ -225,29 +291,26 @@ __global__ void __launch_bounds__(threads<D>())
   __syncthreads();
   for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
-    float mx = -CUDART_INF_F;
+    float val = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, ms[w * kMaxGroup + g]);
-    float val = 0.f, lse = -CUDART_INF_F;
-    if (mx != -CUDART_INF_F) {
-      float lt = 0.f, acc = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float c = exp2f((ms[w * kMaxGroup + g] - mx) * kLog2e);
-        lt += ls[w * kMaxGroup + g] * c;
-        acc += os[(w * kMaxGroup + g) * D + d] * c;
-      }
-      val = acc / lt;
-      lse = mx + logf(lt);
-    }
+    for (int w = 0; w < kWarps; ++w) val += os[(w * kMaxGroup + g) * D + d];
     const int64_t qh = (int64_t)b * a.num_q_heads + kvh * group + g;
-    if (num_splits == 1) {
+    if (num_splits == 1)
       out[qh * D + d] = vt::from_f32<T>(val);
-    } else {
-      const int64_t prow = ((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g;
-      o_part[prow * D + d] = val;
-      if (d == 0) lse_part[prow] = lse;
-    }
+    else
+      o_part[(((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g) * D + d] = val;
+  }
+}
+
+// grid (num_q_heads, batch): out = T(sum over splits of o_part), the splits in order.
+template <typename T>
+__global__ void __launch_bounds__(kSumThreads)
+    tiled_sum_kernel(const float* __restrict__ o_part, T* __restrict__ out, int num_q_heads, int D, int num_splits) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  for (int d = threadIdx.x; d < D; d += kSumThreads) {
+    float acc = 0.f;
+    for (int s = 0; s < num_splits; ++s) acc += o_part[(((int64_t)b * num_splits + s) * num_q_heads + h) * D + d];
+    out[((int64_t)b * num_q_heads + h) * D + d] = vt::from_f32<T>(acc);
   }
 }
 
@@ -256,10 +319,10 @@ __global__ void __launch_bounds__(threads<D>())
 // waves are at least kMinWaveFill full, none shorter than kMinTilesPerSplit tiles of the longest
 // possible context (else the best-filled count within that bound); in [1, kMaxSplits].
 constexpr float kMinWaveFill = 0.9f;
-inline int tiled_num_splits(int rows, int max_context, int tile_tokens, int sm_count, int blocks_per_sm) {
+inline int tiled_num_splits(int rows, int max_context, int sm_count, int blocks_per_sm) {
   if (rows <= 0 || max_context <= 0 || sm_count <= 0) return 1;
   const float slots = static_cast<float>(sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 1));
-  int limit = vt::ceil_div(vt::ceil_div(max_context, tile_tokens), kMinTilesPerSplit);
+  int limit = vt::ceil_div(vt::ceil_div(max_context, kTile), kMinTilesPerSplit);
   limit = limit < 1 ? 1 : (limit > kMaxSplits ? kMaxSplits : limit);
   int best = 1;
   float best_fill = 0.f;

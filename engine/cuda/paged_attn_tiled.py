@@ -1,5 +1,6 @@
-"""Binding for the tiled paged decode attention (paged_attn_tiled.cu): tensor-core tiles over a cp.async
-pipeline, split-KV sized from the block tables' capacity so that no context length is read on the host."""
+"""Binding for the tiled paged decode attention (paged_attn_tiled.cu): two tensor-core passes over a cp.async
+pipeline (scores, then probabilities rounded as the reference rounds them times V), split-KV sized from the
+block tables' capacity so that no context length is read on the host."""
 from __future__ import annotations
 
 import ctypes
@@ -21,7 +22,7 @@ def _lib() -> ctypes.CDLL:
     lib = build.load("paged_attn_tiled.cu")
     ffi.bind(lib, "vt_paged_attn_tiled_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
     ffi.bind(lib, "vt_paged_attn_tiled_decode",
-             [_P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
+             [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
     return lib
 
 
@@ -63,13 +64,14 @@ def decode(
     if splits is None:
         splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, q.device.index or 0)
     out = torch.empty_like(q)
-    o_part = lse = None
-    if splits > 1:
-        o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
-        lse = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
+    cap = tables.shape[1] * block_size
+    scores = torch.empty(batch, hq, cap, dtype=q.dtype, device=q.device)  # pass 1 -> pass 2, rounded to q.dtype
+    m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
+    l_part = torch.empty_like(m_part)
+    o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device) if splits > 1 else None
     lib = _lib()
-    rc = lib.vt_paged_attn_tiled_decode(ffi.ptr(out), None if o_part is None else ffi.ptr(o_part),
-                                        None if lse is None else ffi.ptr(lse), ffi.ptr(q), ffi.ptr(k_cache),
+    rc = lib.vt_paged_attn_tiled_decode(ffi.ptr(out), ffi.ptr(scores), ffi.ptr(m_part), ffi.ptr(l_part),
+                                        None if o_part is None else ffi.ptr(o_part), ffi.ptr(q), ffi.ptr(k_cache),
                                         ffi.ptr(v_cache), ffi.ptr(tables), ffi.ptr(lens), batch, hq, hkv, d,
                                         block_size, tables.shape[1], scale, sliding_window or 0, splits,
                                         ffi.dtype_code(q, "q"), ffi.stream(q.device))
