@@ -34,8 +34,8 @@ def test_dispatch_takes_the_tiled_arm_only_when_flagged_and_supported(monkeypatc
     calls = []
     monkeypatch.setattr(paged_attn_tiled, "decode", lambda *a: calls.append(a) or "tiled")
     monkeypatch.setattr(paged_attn, "paged_decode_attention", lambda *a: "other")
-    for name in ("VT_ATTN_SPLITKV", "VT_ATTN_TILED"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("VT_ATTN_SPLITKV", raising=False)
+    monkeypatch.setenv("VT_ATTN_TILED", "0")
     x = cases.paged_inputs(3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16,
                            window=None)
     assert paged_attn.dispatch(*cases._args(x), None) == "other"

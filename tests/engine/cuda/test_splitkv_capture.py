@@ -73,6 +73,7 @@ def test_explicit_max_context_overrides_the_capacity(launches: list[dict]) -> No
 
 def test_dispatch_with_the_flag_runs_split_kv_without_a_host_read(launches: list[dict],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_ATTN_TILED", "0")  # the tiled arm takes precedence where it is compiled
     monkeypatch.setenv("VT_ATTN_SPLITKV", "1")
     monkeypatch.setenv("VT_ATTN_SPLITKV_GQA_SWAP", "1")
     q, k, v, tables, lens = meta_inputs()
