@@ -75,8 +75,8 @@ declare("VT_ATTN_DECODE_D128", False, "KERNEL-ATTN-PAGED",
         "With VT_ATTN_DECODE_OPT: the EPL 4 instantiation for head_dim 128.")
 declare("VT_ATTN_DECODE_GQA", False, "KERNEL-ATTN-PAGED",
         "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.")
-declare("VT_ATTN_TILED", False, "KERNEL-ATTN-PAGED",
-        "Tiled paged decode attention on tensor cores (bf16/fp16, head_dim 64/128/256, up to 8 query heads per KV head): a scores pass and a P.V pass over cp.async-pipelined K/V tiles, probabilities rounded as the reference rounds them, split-KV sized from the block tables' capacity; takes precedence over the other arms.")
+declare("VT_ATTN_TILED", True, "KERNEL-ATTN-PAGED",
+        "Tiled paged decode attention on tensor cores (bf16/fp16, head_dim 64/128/256, up to 8 query heads per KV head): a scores pass and a P.V pass over cp.async-pipelined K/V tiles, probabilities rounded as the reference rounds them, split-KV sized from the block tables' capacity; takes precedence over the other arms. ON after the flip protocol (A/B 12.3x); `0` is the rollback.")
 declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV",
         "Split-KV decode attention with an fp32 log-sum-exp combine.")
 declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
