@@ -105,6 +105,11 @@ VT_EXPORT int vt_paged_attn_tiled_num_splits(int* splits, int rows, int max_cont
   return vt::kOk;
 }
 
+// The split-count rule alone, for a given device shape (no device needed; the tests hold it here).
+VT_EXPORT int vt_paged_attn_tiled_split_rule(int rows, int max_context, int sm_count, int blocks_per_sm) {
+  return vt_tiled::tiled_num_splits(rows, max_context, sm_count, blocks_per_sm);
+}
+
 // out, q: [batch, num_q_heads, head_dim]; caches: [num_blocks, block_size, num_kv_heads, head_dim];
 // block_tables: [batch, max_blocks] int32; context_lens: [batch] int32 in [1, max_blocks*block_size].
 // Scratch: scores [batch, num_q_heads, max_blocks*block_size] in the dtype; m_part, l_part [batch,

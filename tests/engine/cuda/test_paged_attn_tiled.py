@@ -18,6 +18,18 @@ def test_source_compiles_and_exports_its_launchers(compiled) -> None:
         assert hasattr(compiled, symbol), symbol
 
 
+@pytest.mark.parametrize(("rows", "max_context", "blocks_per_sm", "splits"), [
+    (512, 4096, 4, 1),  # batch 64 x 8 KV heads: 512 blocks on 528 slots, 97% of one wave
+    (512, 4096, 3, 3),  # 396 slots: 1 split fills 65% of its last wave, 2 splits 86%, 3 splits 97%
+    (8, 32768, 4, 60),  # batch 1: the fewest splits that fill 90% of a wave
+    (8, 1024, 4, 4),  # 16 tiles: at most 4 per split, however empty the device stays
+    (0, 4096, 4, 1),
+])
+def test_split_rule_fills_waves_within_the_work(compiled, rows: int, max_context: int, blocks_per_sm: int,
+                                                splits: int) -> None:
+    assert compiled.vt_paged_attn_tiled_split_rule(rows, max_context, 132, blocks_per_sm) == splits
+
+
 def test_supported_shapes() -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
