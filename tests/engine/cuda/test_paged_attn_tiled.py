@@ -120,3 +120,36 @@ def test_captures_in_a_cuda_graph_and_replays_new_lengths() -> None:
     expected = tiled.decode(*args, splits=1)
     got = numerics.compare(out, expected, numerics.TOLERANCES["bf16"])
     assert got.passed, got
+
+
+def test_binding_refuses_an_unsupported_shape_naming_it() -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(2, torch.device("cpu"), dtype=torch.float32, ctx=40, d=128, group=4, block_size=16,
+                           window=None)
+    with pytest.raises(ValueError, match=r"q: the tiled arm takes head_dim in \(64, 128, 256\).*torch.float32"):
+        tiled.decode(*cases._args(x))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"num_q_heads": 6, "num_kv_heads": 4}, "num_q_heads 6 is not a multiple of num_kv_heads 4"),
+    ({"num_q_heads": 36, "num_kv_heads": 4}, "9 query heads per KV head \\(at most 8\\)"),
+    ({"num_splits": 65}, "num_splits 65 not in \\[1, 64\\]"),
+    ({"num_splits": 2}, "missing scratch \\(scores, m_part, l_part, o_part\\)"),
+    ({"max_blocks": 1 << 20, "block_size": 1 << 12}, "positions overflow int"),
+])
+def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, message: str) -> None:
+    """The checks run on the host before any CUDA call, so they hold without a GPU."""
+    import ctypes
+    import re
+
+    full = {"batch": 1, "num_q_heads": 8, "num_kv_heads": 2, "head_dim": 128, "block_size": 16, "max_blocks": 4,
+            "num_splits": 1} | args
+    fake = ctypes.c_void_p(16)  # aligned, never dereferenced: the launcher returns first
+    o_part = None if "missing" in message else fake  # the one scratch buffer only several splits need
+    rc = compiled.vt_paged_attn_tiled_decode(
+        fake, fake, fake, fake, o_part, fake, fake, fake, fake, fake,
+        full["batch"], full["num_q_heads"], full["num_kv_heads"], full["head_dim"], full["block_size"],
+        full["max_blocks"], ctypes.c_float(0.1), 0, full["num_splits"], 1, None)
+    compiled.vt_paged_attn_tiled_last_error.restype = ctypes.c_char_p
+    assert rc != 0 and re.search(message, compiled.vt_paged_attn_tiled_last_error().decode()), rc
