@@ -10,8 +10,8 @@ from engine.model.layers import Embedding, Linear, RMSNorm
 from engine.ops.activation import silu_and_mul
 from engine.ops.attention import paged_decode_attention, prefill_attention
 from engine.ops.kv_cache import store_kv
-from engine.ops.norm import fused_add_rms_norm, qk_norm
-from engine.ops.rope import apply_rope_neox, rope_cos_sin
+from engine.ops.norm import fused_add_rms_norm
+from engine.ops.rope import qk_norm_rope, rope_cos_sin
 from engine.ops.sampling import greedy_argmax
 
 
@@ -44,11 +44,9 @@ class Qwen3Attention(nn.Module):
         q = self.q_proj(hidden).view(t, self.num_heads, self.head_dim)
         k = self.k_proj(hidden).view(t, self.num_kv_heads, self.head_dim)
         v = self.v_proj(hidden).view(t, self.num_kv_heads, self.head_dim)
-        q = qk_norm(q, self.q_norm.weight, self.eps)
-        k = qk_norm(k, self.k_norm.weight, self.eps)
         cos, sin = cos_sin
-        q = apply_rope_neox(q, cos, sin)
-        k = apply_rope_neox(k, cos, sin)
+        q = qk_norm_rope(q, self.q_norm.weight, cos, sin, self.eps)  # one fused launch under VT_QK_NORM_ROPE_FUSED
+        k = qk_norm_rope(k, self.k_norm.weight, cos, sin, self.eps)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
         if batch.is_prefill:

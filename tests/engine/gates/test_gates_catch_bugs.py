@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import engine.model.qwen3 as qwen3
+import engine.ops.rope as rope_ops
 from engine.gates import harness
 from engine.gates.harness import Setup
 from engine.gates.neartie import EXACT
@@ -27,14 +27,14 @@ def oracle(setup: Setup):
 
 def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
     """RoPE applied to the head with its two halves swapped (and swapped back): a rotation the wrong way."""
-    real = qwen3.apply_rope_neox
+    real = rope_ops.apply_rope_neox
 
     def wrong(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
         y = real(torch.cat([x[..., half:], x[..., :half]], dim=-1), cos, sin)
         return torch.cat([y[..., half:], y[..., :half]], dim=-1)
 
-    monkeypatch.setattr(qwen3, "apply_rope_neox", wrong)
+    monkeypatch.setattr(rope_ops, "apply_rope_neox", wrong)  # the reference path of the model's qk_norm_rope
 
 
 def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import engine.model.qwen3 as qwen3
+import engine.ops.rope as rope_ops
 from engine.gates import goldens as gold
 from engine.gates import harness
 from engine.gates.harness import Setup
@@ -69,7 +69,7 @@ def test_regen_writes_the_golden_and_a_ledger_record(tiny_model_dir, tmp_path) -
 def test_regen_refuses_when_the_near_tie_gate_fails(tiny_model_dir, tmp_path, monkeypatch) -> None:
     setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
     path = tmp_path / "t.json"
-    monkeypatch.setattr(qwen3, "apply_rope_neox", lambda x, cos, sin: x)  # RoPE dropped
+    monkeypatch.setattr(rope_ops, "apply_rope_neox", lambda x, cos, sin: x)  # RoPE dropped
     result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", "regen")
     assert result.verdict == FAIL and record is None
     assert not path.exists() and not (tmp_path / "ledger").exists()
