@@ -18,14 +18,21 @@ def repo_root(start: Path | None = None) -> Path | None:
 
 
 def head_sha(root: Path | None) -> str | None:
+    """HEAD's sha, with `-dirty` appended when tracked files differ from it: a record made from an
+    edited tree (or a copy whose git metadata is older than its files) never names a clean commit."""
     if root is None:
         return None
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10, check=False)
+        if out.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    dirty = status.returncode != 0 or bool(status.stdout.strip())
+    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def write_record(

@@ -94,3 +94,24 @@ def test_oracle_decodes_plain_greedy_whatever_generation_config_says(tiny_model_
     gen_config.update(eos_token_id=plain[3], repetition_penalty=3.0, do_sample=True, top_k=3)
     (d / "generation_config.json").write_text(json.dumps(gen_config))
     assert Oracle(d).greedy(prompt, 12) == plain
+
+
+def test_head_sha_marks_a_tree_that_differs_from_head(tmp_path) -> None:
+    import subprocess
+
+    from engine.gates.ledger import head_sha
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=tmp_path,
+                       check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("commit", "-q", "-m", "first")
+    clean = head_sha(tmp_path)
+    assert clean is not None and len(clean) == 40
+    (tmp_path / "untracked.txt").write_text("x\n")  # untracked files do not make a record's tree differ
+    assert head_sha(tmp_path) == clean
+    (tmp_path / "a.txt").write_text("two\n")
+    assert head_sha(tmp_path) == clean + "-dirty"
+    assert head_sha(None) is None
