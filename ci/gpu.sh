@@ -2,7 +2,9 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [flip]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [flip] [ncu]
+#   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
+#   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set:
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
 set -u
@@ -131,6 +133,28 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
   mkdir -p "$OUT/goldens"
   step flip-regen-dense 180 "${F[@]}" $PY -m engine gate regen "${G[@]}" \
     --golden "$OUT/goldens/tiny-qwen3-bfloat16-cuda.json" --ledger-dir "$OUT/ledger"
+fi
+
+if [[ " $PHASES " == *" ncu "* ]]; then
+  build_once
+  if ! command -v ncu > /dev/null; then
+    RESULT[ncu]="skip: ncu not found on PATH"
+    ORDER+=(ncu)
+  else
+    N=(ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats
+       --section WarpStateStats)
+    B=($PY -m engine bench launch --calls 3)
+    # -s skips the first call's kernels (module load, first launch); -c covers one whole call
+    step ncu-attn-b64 240 "${N[@]}" -k regex:tiled_ -s 2 -c 2 "${B[@]}" --workload attn-decode --arm tiled
+    step ncu-attn-b1-32k 240 "${N[@]}" -k regex:tiled_ -s 3 -c 3 "${B[@]}" --workload attn-decode --arm tiled \
+      --shape batch=1,ctx=32768
+    step ncu-attn-d256 240 "${N[@]}" -k regex:tiled_ -s 2 -c 2 "${B[@]}" --workload attn-decode --arm tiled \
+      --shape hq=16,hkv=2,d=256
+    step ncu-gemv 180 "${N[@]}" -k regex:gemv -s 1 -c 1 "${B[@]}" --workload gemv --arm gemv-kernel \
+      --shape n=4096,k=14336
+    grep -E '^  [a-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Th|Registers Per|Block Limit (Shared|Reg)|Achieved Occupancy' \
+      "$OUT"/logs/ncu-*.log > "$OUT/ncu-summary.txt"
+  fi
 fi
 
 KEEP=()

@@ -10,7 +10,7 @@ from pathlib import Path
 from engine.runner import DTYPES
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
-BENCHES = ("ab", "bandwidth", "decode")
+BENCHES = ("ab", "bandwidth", "decode", "launch")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 

@@ -91,3 +91,27 @@ def test_bench_phase_profiles_the_decode_step(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert f"argv: -m engine bench decode --profile --no-oracle --ledger {out}/ledger\n" in log(
         tmp_path, "decode-0.6b-profile")
+
+
+def test_ncu_phase_profiles_the_default_arm_and_the_gemv(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    # prints its options, then runs the command it wraps (from the stand-in python on)
+    (bindir / "ncu").write_text('#!/usr/bin/env bash\necho "ncu: $*"\n'
+                                'while [[ $# -gt 0 && $1 != *fake-python ]]; do shift; done\n"$@"\n')
+    (bindir / "ncu").chmod(0o755)
+    done = run_gpu_sh(tmp_path, ["ncu"], PATH=f"{bindir}:{os.environ['PATH']}")
+    assert done.returncode == 0, done.stderr
+    b64 = log(tmp_path, "ncu-attn-b64")
+    assert "-k regex:tiled_ -s 2 -c 2" in b64
+    assert "argv: -m engine bench launch --calls 3 --workload attn-decode --arm tiled" in b64  # the wrapped command ran
+    assert "--shape batch=1,ctx=32768" in log(tmp_path, "ncu-attn-b1-32k")
+    assert "--arm gemv-kernel --shape n=4096,k=14336" in log(tmp_path, "ncu-gemv")
+    assert (tmp_path / "out" / "ncu-summary.txt").exists()
+
+
+def test_ncu_phase_says_why_it_skips_without_ncu(tmp_path: Path) -> None:
+    if shutil.which("ncu"):
+        pytest.skip("ncu is installed here: the skip path cannot be shown")
+    done = run_gpu_sh(tmp_path, ["ncu"])
+    assert done.returncode == 0 and "skip: ncu not found on PATH" in done.stdout

@@ -82,3 +82,16 @@ def test_decode_bench_runs_on_a_tiny_model(capsys):
     out = capsys.readouterr().out
     assert "decode step at batch 1, context 9 (cpu, float32, graph=False)" in out
     assert "engine tok/s" in out and "transformers tok/s" not in out
+
+
+def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
+    from engine.bench import launch
+
+    assert launch.main(["--workload", "gemv", "--arm", "F.linear", "--shape", "n=33,k=64", "--dtype", "float32",
+                        "--device", "cpu", "--calls", "2"]) == 0
+    assert "gemv F.linear x2 on cpu: output (1, 33) torch.float32" in capsys.readouterr().out
+    assert launch.main(["--workload", "gemv", "--arm", "gemv-kernel", "--shape", "n=7,k=16", "--dtype", "float32",
+                        "--device", "cpu"]) == 0
+    assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
+    assert "not an arm or peer of gemv (known: F.linear, gemv-kernel, reference)" in capsys.readouterr().err
+    assert launch.main(["--workload", "gemv", "--arm", "reference", "--calls", "0", "--device", "cpu"]) == 2

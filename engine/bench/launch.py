@@ -1,0 +1,60 @@
+"""Run one arm (or peer) of a benchmark workload a few times and nothing else, for an external profiler.
+
+`ncu` or `nsys` wrapped around this command sees the workload's kernels on the same inputs the
+benchmarks use; skip the first launches (warm-up: builds, autotuning) with the profiler's own options.
+
+    ncu -k regex:tiled -s 2 -c 2 python -m engine bench launch --workload attn-decode --arm tiled
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from engine.bench.ab import DTYPES, flag_env
+from engine.bench.workloads import WORKLOADS, parse_shape
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine bench launch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="attn-decode")
+    p.add_argument("--arm", required=True, help="one of the workload's arms or peers")
+    p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    p.add_argument("--calls", type=int, default=4, help="how many times to run it (default 4)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    work = WORKLOADS[args.workload]
+    names = sorted({*work.arms, *work.peers})
+    if args.arm not in names:
+        print(f"error: --arm {args.arm!r} is not an arm or peer of {work.name} (known: {', '.join(names)})",
+              file=sys.stderr)
+        return 2
+    if args.calls < 1:
+        print(f"error: --calls {args.calls}: expected at least 1", file=sys.stderr)
+        return 2
+    try:
+        shape = parse_shape(args.shape, work.defaults)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    inputs = work.make(shape, device, DTYPES[args.dtype], 0)
+    if args.arm in work.peers:
+        prepare, fn = work.peers[args.arm]
+        inputs, env = prepare(*inputs), {}
+    else:
+        fn, env = work.run, work.arms[args.arm]
+    with flag_env(env):
+        for _ in range(args.calls):
+            out = fn(*inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    print(f"{work.name} {args.arm} x{args.calls} on {device}: output {tuple(out.shape)} {out.dtype}")
+    return 0
