@@ -97,6 +97,9 @@ if [[ " $PHASES " == *" bench "* ]]; then
     --shape batch=1,ctx=32768 "${L[@]}"
   step ab-gemv 60 $PY -m engine bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
   step ab-tiled 90 $PY -m engine bench ab --flag VT_ATTN_TILED "${L[@]}"
+  for q in awq-gemv gptq-gemv nvfp4-gemv; do  # dequant-GEMV against dequant-then-linear and a dense F.linear
+    step "bw-$q" 90 $PY -m engine bench bandwidth --workload "$q" "${L[@]}"
+  done
   step ab-norm 60 $PY -m engine bench ab --flag VT_NORM_KERNEL "${L[@]}"
   step decode-0.6b 240 $PY -m engine bench decode "${L[@]}"
   step decode-0.6b-profile 240 $PY -m engine bench decode --profile --no-oracle "${L[@]}"

@@ -176,7 +176,90 @@ NORM = Workload(
     arms={"reference": {"VT_NORM_KERNEL": "0"}, "norm-kernel": {"VT_NORM_KERNEL": "1"}},
 )
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM)}
+# --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
+
+QUANT_DEFAULTS = {"n": 4096, "k": 4096, "group": 128}
+QUANT_ARMS = {"reference": {"VT_DEQUANT_GEMV": "0"}, "dequant-gemv": {"VT_DEQUANT_GEMV": "1"}}
+
+
+def _words(g: torch.Generator, rows: int, cols: int) -> torch.Tensor:
+    """Random packed int32 words: every nibble pattern is a valid int4 code."""
+    return torch.randint(-(1 << 31), (1 << 31) - 1, (rows, cols), generator=g, dtype=torch.int64).to(torch.int32)
+
+
+def _x_and_scales(g: torch.Generator, s: Shape, dtype: torch.dtype, rows: int) -> tuple:
+    return (torch.randn(1, s["k"], generator=g).to(dtype),
+            (0.001 + 0.02 * torch.rand(rows, s["n"], generator=g)).to(dtype))
+
+
+def _awq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x, scales = _x_and_scales(g, s, dtype, s["k"] // s["group"])
+    qweight, qzeros = _words(g, s["k"], s["n"] // 8), _words(g, s["k"] // s["group"], s["n"] // 8)
+    return tuple(t.to(device) for t in (x, qweight, qzeros, scales)) + (s["group"],)
+
+
+def _awq_run(x, qweight, qzeros, scales, group):
+    from engine.ops.awq import awq_linear
+
+    return awq_linear(x, qweight, qzeros, scales, group)
+
+
+def _gptq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x, scales = _x_and_scales(g, s, dtype, s["k"] // s["group"])
+    qweight, qzeros = _words(g, s["k"] // 8, s["n"]), _words(g, s["k"] // s["group"], s["n"] // 8)
+    g_idx = (torch.arange(s["k"]) // s["group"]).to(torch.int32)
+    return tuple(t.to(device) for t in (x, qweight, qzeros, scales, g_idx))
+
+
+def _gptq_run(x, qweight, qzeros, scales, g_idx):
+    from engine.ops.gptq import gptq_linear
+
+    return gptq_linear(x, qweight, qzeros, scales, g_idx)
+
+
+def _nvfp4_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(1, s["k"], generator=g).to(dtype)
+    packed = torch.randint(0, 256, (s["n"], s["k"] // 2), generator=g, dtype=torch.int32).to(torch.uint8)
+    block_scales = (0.25 + torch.rand(s["n"], s["k"] // 16, generator=g)).to(torch.float8_e4m3fn)
+    return tuple(t.to(device) for t in (x, packed, block_scales)) + (0.01,)
+
+
+def _nvfp4_run(x, packed, block_scales, global_scale):
+    from engine.ops.nvfp4 import nvfp4_linear
+
+    return nvfp4_linear(x, packed, block_scales, global_scale)
+
+
+def _dense_peer(n_of: Callable[[tuple], int]) -> Callable:
+    """prepare() of the `F.linear` peer: a dense [N, K] weight in x's dtype, N read from the packed inputs."""
+    def prepare(*inputs):
+        x = inputs[0]
+        return x, torch.randn(n_of(inputs), x.shape[-1], dtype=x.dtype, device=x.device) * x.shape[-1] ** -0.5
+    return prepare
+
+
+def _int4_bytes(s: Shape, dt: torch.dtype) -> int:
+    groups = s["k"] // s["group"]
+    return s["k"] * s["n"] // 2 + groups * s["n"] // 2 + groups * s["n"] * _elt(dt) + (s["k"] + s["n"]) * _elt(dt)
+
+
+def _quant(name: str, make: Callable, run: Callable, bytes_moved: Callable, n_of: Callable[[tuple], int]) -> Workload:
+    return Workload(name=name, flags=("VT_DEQUANT_GEMV",), defaults=dict(QUANT_DEFAULTS), make=make, run=run,
+                    bytes_moved=bytes_moved, arms=QUANT_ARMS,
+                    peers={"F.linear-dense": (_dense_peer(n_of), F.linear)})
+
+
+AWQ = _quant("awq-gemv", _awq_make, _awq_run, _int4_bytes, lambda a: a[1].shape[1] * 8)  # qweight [K, N/8]
+GPTQ = _quant("gptq-gemv", _gptq_make, _gptq_run, lambda s, dt: _int4_bytes(s, dt) + s["k"] * 4,  # plus g_idx
+              lambda a: a[1].shape[1])  # qweight [K/8, N]
+NVFP4 = _quant("nvfp4-gemv", _nvfp4_make, _nvfp4_run,
+               lambda s, dt: s["n"] * s["k"] // 2 + s["n"] * s["k"] // 16 + (s["k"] + s["n"]) * _elt(dt),
+               lambda a: a[1].shape[0])  # packed [N, K/2]
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, AWQ, GPTQ, NVFP4)}
 
 
 def for_flag(flag: str) -> Workload:

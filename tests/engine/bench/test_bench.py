@@ -95,3 +95,24 @@ def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
     assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
     assert "not an arm or peer of gemv (known: F.linear, gemv-kernel, reference)" in capsys.readouterr().err
     assert launch.main(["--workload", "gemv", "--arm", "reference", "--calls", "0", "--device", "cpu"]) == 2
+
+
+def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, capsys):
+    import torch
+
+    from engine.bench import launch
+    from engine.bench.workloads import WORKLOADS
+
+    shape = {"n": 64, "k": 256, "group": 32}
+    # packed int4 weight 8192 B, zeros 256 B, bf16 scales 1024 B, x and y 640 B
+    assert WORKLOADS["awq-gemv"].bytes_moved(shape, torch.bfloat16) == 10112
+    assert WORKLOADS["gptq-gemv"].bytes_moved(shape, torch.bfloat16) == 10112 + 256 * 4  # and g_idx
+    assert WORKLOADS["nvfp4-gemv"].bytes_moved(shape, torch.bfloat16) == 8192 + 1024 + 640  # fp4 codes, e4m3 scales
+    for name in ("awq-gemv", "gptq-gemv", "nvfp4-gemv"):
+        for arm in ("reference", "dequant-gemv", "F.linear-dense"):
+            assert launch.main(["--workload", name, "--arm", arm, "--shape", "n=64,k=256,group=32", "--dtype",
+                                "float32", "--device", "cpu", "--calls", "1"]) == 0
+        assert f"{name} F.linear-dense x1 on cpu: output (1, 64)" in capsys.readouterr().out
+    rc = ab.main(["--flag", "VT_DEQUANT_GEMV", "--workload", "gptq-gemv", "--shape", "n=64,k=256,group=32",
+                  "--reps", "3", "--device", "cpu", "--dtype", "float32", "--ledger", str(tmp_path)])
+    assert rc == 0 and "verdict:" in capsys.readouterr().out
