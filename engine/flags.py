@@ -86,6 +86,10 @@ declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
 declare("VT_EAGER", False, "ENGINE-GRAPH",
         "Run the decode step eagerly instead of replaying its captured CUDA graph.")
 
+# --- model (MODEL-MERGED-PROJ) -----------------------------------------------
+declare("VT_MERGED_PROJ", False, "MODEL-MERGED-PROJ",
+        "One GEMM for q/k/v and one for gate/up per decoder layer (the weights already sit side by side); other GEMM kernels than the separate products, so another rounding order.")
+
 # --- MoE, gated delta net, quantised weights (KERNEL-MOE, KERNEL-GDN, QUANT-*) ---
 declare("VT_MOE_KERNELS", False, "KERNEL-MOE",
         "Compiled MoE routing, token-to-expert alignment and grouped expert GEMMs (fp32 GEMM accumulation, so not byte-exact).")

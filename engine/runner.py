@@ -113,6 +113,17 @@ class Runner:
         n = len(seq_ids)
         padded = self._padded_batch(n)
         buf = self._static_buffers(padded)
+        for key, value in self.decode_inputs(seq_ids, last_tokens, padded).items():
+            buf[key].copy_(value, non_blocking=True)
+        if self.use_graph:
+            out = self._replay(padded, buf)
+        else:
+            out = self.decode_step(**buf)
+        return out[:n]
+
+    def decode_inputs(self, seq_ids: list[int], last_tokens: list[int], padded: int) -> dict[str, torch.Tensor]:
+        """decode_step's inputs on the host for one step of these sequences; appends each one's token slot."""
+        n = len(seq_ids)
         positions = [self.blocks.lengths[sid] for sid in seq_ids]
         slots = [self.blocks.append_token(sid) for sid in seq_ids]
         table = torch.zeros(padded, self.max_blocks_per_seq, dtype=torch.int32)
@@ -120,20 +131,13 @@ class Runner:
             blocks = self.block_table(sid)
             table[row, :len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
         # padded rows: slot -1 (no store), one cached token read from block 0, output ignored
-        host = {
+        return {
             "input_ids": torch.tensor(last_tokens + [0] * (padded - n), dtype=torch.int64),
             "positions": torch.tensor(positions + [0] * (padded - n), dtype=torch.int64),
             "slot_mapping": torch.tensor(slots + [-1] * (padded - n), dtype=torch.int64),
             "block_tables": table,
             "context_lens": torch.tensor([p + 1 for p in positions] + [1] * (padded - n), dtype=torch.int32),
         }
-        for key, value in host.items():
-            buf[key].copy_(value, non_blocking=True)
-        if self.use_graph:
-            out = self._replay(padded, buf)
-        else:
-            out = self.decode_step(**buf)
-        return out[:n]
 
     def block_table(self, seq_id: int) -> list[int]:
         return self.blocks.tables[seq_id]

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.bench import step_workload
+
 Shape = dict[str, int]
 
 
@@ -176,6 +178,12 @@ NORM = Workload(
     arms={"reference": {"VT_NORM_KERNEL": "0"}, "norm-kernel": {"VT_NORM_KERNEL": "1"}},
 )
 
+# --- the whole decode step (engine/bench/step_workload.py) ---------------------------------------------
+
+STEP = Workload(name="decode-step", flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED"),
+                defaults=dict(step_workload.STEP_DEFAULTS), make=step_workload.make, run=step_workload.run,
+                bytes_moved=step_workload.bytes_moved)
+
 # --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
 
 QUANT_DEFAULTS = {"n": 4096, "k": 4096, "group": 128}
@@ -259,7 +267,7 @@ NVFP4 = _quant("nvfp4-gemv", _nvfp4_make, _nvfp4_run,
                lambda s, dt: s["n"] * s["k"] // 2 + s["n"] * s["k"] // 16 + (s["k"] + s["n"]) * _elt(dt),
                lambda a: a[1].shape[0])  # packed [N, K/2]
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, AWQ, GPTQ, NVFP4)}
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, STEP, AWQ, GPTQ, NVFP4)}
 
 
 def for_flag(flag: str) -> Workload:

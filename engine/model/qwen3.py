@@ -4,15 +4,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine import flags
 from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig
-from engine.model.layers import Embedding, Linear, RMSNorm
+from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm
 from engine.ops.activation import silu_and_mul
 from engine.ops.attention import paged_decode_attention, prefill_attention
 from engine.ops.kv_cache import store_kv
 from engine.ops.norm import fused_add_rms_norm
 from engine.ops.rope import qk_norm_rope, rope_cos_sin
 from engine.ops.sampling import greedy_argmax
+
+
+def merged_projections(x: torch.Tensor) -> bool:
+    """One GEMM for q/k/v and one for gate/up (VT_MERGED_PROJ, GPU only): cuBLAS then picks other
+    kernels than for the separate products, so the rounding may differ from Hugging Face's."""
+    return x.is_cuda and flags.enabled("VT_MERGED_PROJ") and flags.enabled("VT_KERNELS")
 
 
 class Qwen3Attention(nn.Module):
@@ -26,9 +33,10 @@ class Qwen3Attention(nn.Module):
         self.sliding_window = config.sliding_windows[layer_idx]
         self.eps = config.rms_norm_eps
         h, d, bias = config.hidden_size, config.head_dim, config.attention_bias
-        self.q_proj = Linear(h, self.num_heads * d, bias, dtype)
-        self.k_proj = Linear(h, self.num_kv_heads * d, bias, dtype)
-        self.v_proj = Linear(h, self.num_kv_heads * d, bias, dtype)
+        # q/k/v side by side: q_proj, k_proj and v_proj are views into qkv_proj's weight
+        self.qkv_proj = MergedLinear(h, [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], bias,
+                                     dtype)
+        self.q_proj, self.k_proj, self.v_proj = self.qkv_proj.parts
         self.o_proj = Linear(self.num_heads * d, h, bias, dtype)
         # Qwen3 normalises q and k per head before RoPE
         self.q_norm = RMSNorm(d, config.rms_norm_eps, dtype)
@@ -41,9 +49,13 @@ class Qwen3Attention(nn.Module):
         batch: ForwardBatch,
     ) -> torch.Tensor:
         t = hidden.shape[0]
-        q = self.q_proj(hidden).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(hidden).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(hidden).view(t, self.num_kv_heads, self.head_dim)
+        if merged_projections(hidden):
+            q, k, v = self.qkv_proj(hidden).split(self.qkv_proj.sizes, dim=-1)
+        else:
+            q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         cos, sin = cos_sin
         q = qk_norm_rope(q, self.q_norm.weight, cos, sin, self.eps)  # one fused launch under VT_QK_NORM_ROPE_FUSED
         k = qk_norm_rope(k, self.k_norm.weight, cos, sin, self.eps)
@@ -60,13 +72,16 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype) -> None:
         super().__init__()
-        # kept as separate projections (not one fused gate_up GEMM) so each product rounds as HF's does
-        self.gate_proj = Linear(hidden, intermediate, False, dtype)
-        self.up_proj = Linear(hidden, intermediate, False, dtype)
+        # gate and up side by side; by default still two GEMMs, so each product rounds as HF's does
+        self.gate_up_proj = MergedLinear(hidden, [intermediate, intermediate], False, dtype)
+        self.gate_proj, self.up_proj = self.gate_up_proj.parts
         self.down_proj = Linear(intermediate, hidden, False, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, hidden]
-        gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
+        if merged_projections(x):
+            gate_up = self.gate_up_proj(x)
+        else:
+            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
         return self.down_proj(silu_and_mul(gate_up))
 
 

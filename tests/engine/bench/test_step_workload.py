@@ -1,0 +1,47 @@
+"""The decode-step workload: a model-wide flag's A/B on the whole step, with its bytes counted from the model."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from engine.bench import ab, step_workload
+from engine.bench.workloads import WORKLOADS, for_flag
+
+SHAPE = {"ctx": 37, "batch": 2, "layers": 1}
+
+
+def test_model_flags_are_measured_on_the_decode_step() -> None:
+    assert for_flag("VT_MERGED_PROJ") is WORKLOADS["decode-step"]
+    assert for_flag("VT_QK_NORM_ROPE_FUSED") is WORKLOADS["decode-step"]
+
+
+def test_bytes_are_the_weights_read_and_the_cached_kv() -> None:
+    runner, inputs = step_workload.make(SHAPE, torch.device("cpu"), torch.bfloat16, 0)
+    cfg = runner.config
+    params = sum(p.numel() for p in runner.model.parameters())  # the tied embedding counted once, as the head
+    kv = 2 * cfg.num_hidden_layers * SHAPE["batch"] * (SHAPE["ctx"] + 1) * cfg.num_key_value_heads * cfg.head_dim
+    assert step_workload.bytes_moved(SHAPE, torch.bfloat16) == 2 * (params + kv)
+    # the inputs are one decode step of both sequences, at position ctx
+    assert inputs["positions"].tolist() == [SHAPE["ctx"]] * 2
+    assert inputs["context_lens"].tolist() == [SHAPE["ctx"] + 1] * 2
+    assert step_workload.run(runner, inputs).shape == (2,)
+
+
+def test_input_sets_are_different_sequences_of_one_model() -> None:
+    r0, a = step_workload.make(SHAPE, torch.device("cpu"), torch.bfloat16, 0)
+    r1, b = step_workload.make(SHAPE, torch.device("cpu"), torch.bfloat16, 1)
+    assert r0 is r1
+    assert set(a["slot_mapping"].tolist()).isdisjoint(b["slot_mapping"].tolist())
+
+
+def test_ab_on_the_decode_step_writes_a_record(tmp_path, capsys) -> None:
+    rc = ab.main(["--flag", "VT_MERGED_PROJ", "--shape", "ctx=37,batch=2,layers=1", "--reps", "3",
+                  "--device", "cpu", "--ledger", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "A/B VT_MERGED_PROJ on decode-step" in out
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert record["results"]["workload"] == "decode-step"
+    assert record["rows"][0] == "MODEL-MERGED-PROJ"
+    assert len(record["results"]["samples_s"]["on"]) == 3
