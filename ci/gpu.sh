@@ -2,7 +2,9 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [flip] [ncu]
+#   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
+#   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set:
@@ -93,7 +95,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
   for s in n=4096,k=4096 n=14336,k=4096 n=4096,k=14336; do
     step "bw-gemv-$s" 60 $PY -m engine bench bandwidth --workload gemv --shape "$s" "${L[@]}"
   done
-  step ab-splitkv-swap 90 env VT_ATTN_SPLITKV=1 $PY -m engine bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
+  step ab-splitkv-swap 90 env VT_ATTN_TILED=0 VT_ATTN_SPLITKV=1 $PY -m engine bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
     --shape batch=1,ctx=32768 "${L[@]}"
   step ab-gemv 60 $PY -m engine bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
   step ab-tiled 90 $PY -m engine bench ab --flag VT_ATTN_TILED "${L[@]}"
@@ -103,6 +105,22 @@ if [[ " $PHASES " == *" bench "* ]]; then
   step ab-norm 60 $PY -m engine bench ab --flag VT_NORM_KERNEL "${L[@]}"
   step decode-0.6b 240 $PY -m engine bench decode "${L[@]}"
   step decode-0.6b-profile 240 $PY -m engine bench decode --profile --no-oracle "${L[@]}"
+fi
+
+if [[ " $PHASES " == *" step "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once
+  for f in VT_MERGED_PROJ VT_QK_NORM_ROPE_FUSED VT_GEMV; do
+    step "ab-step-$f" 150 $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
+  done
+  # Qwen3-0.6B's decode GEMVs: q/k/v merged, o, gate/up merged, down, the tied head
+  for s in n=4096,k=1024 n=1024,k=2048 n=6144,k=1024 n=1024,k=3072 n=151936,k=1024; do
+    step "bw-gemv-$s" 60 $PY -m engine bench bandwidth --workload gemv --shape "$s" "${L[@]}"
+  done
+  step bw-attn-step 60 $PY -m engine bench bandwidth --workload attn-decode --shape batch=1,ctx=1024,hq=16,hkv=8 \
+    "${L[@]}"
+  step decode-fast-profile 240 env VT_MERGED_PROJ=1 VT_QK_NORM_ROPE_FUSED=1 VT_GEMV=1 \
+    $PY -m engine bench decode --profile --no-oracle "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" flip "* ]]; then

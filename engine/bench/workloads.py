@@ -120,12 +120,13 @@ ATTN = Workload(
         "flex-compiled": (_contiguous, _flex),
         "gather-then-sdpa": (lambda *a: a, _gather_then_sdpa),
     },
+    # the tiled arm is ON by default and takes precedence: every other arm turns it off
     arms={
-        "generic": {},
-        "warp-split": {"VT_ATTN_DECODE_OPT": "1", "VT_ATTN_DECODE_D128": "1"},
-        "gqa-fused": {"VT_ATTN_DECODE_GQA": "1"},
-        "split-kv": {"VT_ATTN_SPLITKV": "1"},
-        "split-kv-swap": {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
+        "generic": {"VT_ATTN_TILED": "0"},
+        "warp-split": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_OPT": "1", "VT_ATTN_DECODE_D128": "1"},
+        "gqa-fused": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_GQA": "1"},
+        "split-kv": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"},
+        "split-kv-swap": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
         "tiled": {"VT_ATTN_TILED": "1"},
     },
 )

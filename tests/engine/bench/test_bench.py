@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from engine import flags
 from engine.bench import ab
 from engine.bench.stats import Band, ab_verdict, drop_warmup
 from engine.bench.timing import sets_for
@@ -47,6 +48,15 @@ def test_shapes_and_flag_lookup():
     assert for_flag("VT_NORM_KERNEL").name == "rms-norm"
     with pytest.raises(ValueError, match="no workload measures VT_EAGER"):
         for_flag("VT_EAGER")
+
+
+def test_attention_arms_turn_off_the_tiled_default():
+    # VT_ATTN_TILED is ON and takes precedence: an arm that left it on would time the tiled kernel
+    from engine.bench.workloads import ATTN
+
+    assert flags.FLAGS["VT_ATTN_TILED"].default is True
+    for name, settings in ATTN.arms.items():
+        assert settings.get("VT_ATTN_TILED") == ("1" if name == "tiled" else "0"), name
 
 
 def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys, monkeypatch):
