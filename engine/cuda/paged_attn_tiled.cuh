@@ -26,7 +26,9 @@ constexpr int kStages = 3;                   // two tiles in flight while one is
 constexpr int kMaxGroup = 8;                 // query heads per KV head: rows 0..7 of the m16 tile
 constexpr int kRowPad = 8;                   // elements after each smem row: ldmatrix rows hit distinct banks
 constexpr int kMaxSplits = 64;               // bounds the partial buffers the binding allocates
-constexpr int kMinTilesPerSplit = 4;         // shorter splits cost more in partial writes than they hide
+// one-tile splits lose to their partial writes; four-tile ones leave a short context on too few SMs
+// (scripts/bench/attn_split_sweep.py, H200, batch 1: ctx 1024 with 4 splits 19.7 us, 8 splits 14.7 us)
+constexpr int kMinTilesPerSplit = 2;
 constexpr int kSumThreads = 128;
 
 // One pass streams one cache (K or V), so a stage is kTile rows of one tensor: 52 KB of shared memory

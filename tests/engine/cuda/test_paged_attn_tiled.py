@@ -22,7 +22,8 @@ def test_source_compiles_and_exports_its_launchers(compiled) -> None:
     (512, 4096, 4, 1),  # batch 64 x 8 KV heads: 512 blocks on 528 slots, 97% of one wave
     (512, 4096, 3, 3),  # 396 slots: 1 split fills 65% of its last wave, 2 splits 86%, 3 splits 97%
     (8, 32768, 4, 60),  # batch 1: the fewest splits that fill 90% of a wave
-    (8, 1024, 4, 4),  # 16 tiles: at most 4 per split, however empty the device stays
+    (8, 1024, 4, 8),  # 16 tiles: at least 2 per split, however empty the device stays
+    (8, 4096, 4, 32),  # 64 tiles: 32 splits of 2, still short of one wave
     (0, 4096, 4, 1),
 ])
 def test_split_rule_fills_waves_within_the_work(compiled, rows: int, max_context: int, blocks_per_sm: int,
@@ -68,8 +69,9 @@ def test_split_count_fills_the_device_and_follows_the_capacity() -> None:
 
     assert 1 <= tiled.num_splits(512, 4096, 128, torch.bfloat16, 0) <= 4  # batch 64 x 8 KV heads: a few waves
     assert 16 <= tiled.num_splits(8, 32768, 128, torch.bfloat16, 0) <= 64  # batch 1: split to fill the SMs
-    assert tiled.num_splits(8, 256, 128, torch.bfloat16, 0) == 1  # 4 tiles: too short to split
-    assert tiled.num_splits(8, 1024, 128, torch.bfloat16, 0) == 4  # 16 tiles: at most 4 per split
+    assert tiled.num_splits(8, 128, 128, torch.bfloat16, 0) == 1  # 2 tiles: too short to split
+    assert tiled.num_splits(8, 256, 128, torch.bfloat16, 0) == 2  # 4 tiles: 2 per split
+    assert tiled.num_splits(8, 1024, 128, torch.bfloat16, 0) == 8  # 16 tiles: at least 2 per split
 
 
 @needs_gpu
