@@ -61,9 +61,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     else:
         chosen = getattr(args, "build_dir", None) or cfg.build_dir
         build_dir = getattr(args, "build_dir", None) or _default_build_dir(ctx, cfg.build_dir)
-        if not chosen and not build_dir.is_dir():
+        if not chosen and not (build_dir.is_dir() and any(build_dir.glob("*.so"))):
             # Nothing was built on this machine: an honest skip, not a pass. CI builds, then audits.
-            return Result.skip(ID, f"no CUDA build to audit ({build_dir} does not exist); "
+            state = "holds no objects" if build_dir.is_dir() else "does not exist"
+            return Result.skip(ID, f"no CUDA build to audit ({build_dir} {state}); "
                                    "ci/fat-build.sh builds every source and runs this check on the result")
         compiled, examined, built_for = from_build_dir(build_dir, findings)
         unit = "objects"

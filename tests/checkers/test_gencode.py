@@ -171,6 +171,10 @@ def test_nothing_built_here_is_a_skip_with_its_reason(tmp_path: Path) -> None:
     assert (result.status.value, result.exit_code) == ("skip", 0)
     assert result.summary == (f"no CUDA build to audit ({cache} does not exist); "
                               "ci/fat-build.sh builds every source and runs this check on the result")
+    cache.mkdir()  # a cache directory that a failed or interrupted build left empty: still nothing built
+    result = gencode.run(ctx, args)
+    assert (result.status.value, result.summary.split(";")[0]) == ("skip", f"no CUDA build to audit ({cache} holds "
+                                                                           "no objects)")
 
 
 @needs_nvcc
