@@ -115,5 +115,5 @@ declare("VT_ARGMAX_KERNEL", True, "KERNEL-SAMPLE",
         "Two-pass greedy argmax CUDA kernel (torch.argmax's lowest-index tie and first-NaN rules).")
 declare("VT_SAMPLE_KERNEL", False, "KERNEL-SAMPLE",
         "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).")
-declare("VT_GEMV", False, "KERNEL-GEMV",
-        "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype).")
+declare("VT_GEMV", True, "KERNEL-GEMV",
+        "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype). ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.")
