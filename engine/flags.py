@@ -87,8 +87,8 @@ declare("VT_EAGER", False, "ENGINE-GRAPH",
         "Run the decode step eagerly instead of replaying its captured CUDA graph.")
 
 # --- model (MODEL-MERGED-PROJ) -----------------------------------------------
-declare("VT_MERGED_PROJ", False, "MODEL-MERGED-PROJ",
-        "One GEMM for q/k/v and one for gate/up per decoder layer (the weights already sit side by side); other GEMM kernels than the separate products, so another rounding order.")
+declare("VT_MERGED_PROJ", True, "MODEL-MERGED-PROJ",
+        "One GEMM for q/k/v and one for gate/up per decoder layer on a GPU (the weights already sit side by side); other GEMM kernels than the separate products, so another rounding order. ON after the flip protocol (decode-step A/B 1.279x); `0` is the rollback.")
 
 # --- MoE, gated delta net, quantised weights (KERNEL-MOE, KERNEL-GDN, QUANT-*) ---
 declare("VT_MOE_KERNELS", False, "KERNEL-MOE",

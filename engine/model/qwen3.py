@@ -17,8 +17,8 @@ from engine.ops.sampling import greedy_argmax
 
 
 def merged_projections(x: torch.Tensor) -> bool:
-    """One GEMM for q/k/v and one for gate/up (VT_MERGED_PROJ, GPU only): cuBLAS then picks other
-    kernels than for the separate products, so the rounding may differ from Hugging Face's."""
+    """One GEMM for q/k/v and one for gate/up (VT_MERGED_PROJ, GPU only): other GEMM shapes than the
+    separate products, so the summation order, and the rounding, may differ from Hugging Face's."""
     return x.is_cuda and flags.enabled("VT_MERGED_PROJ") and flags.enabled("VT_KERNELS")
 
 
@@ -72,7 +72,7 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype) -> None:
         super().__init__()
-        # gate and up side by side; by default still two GEMMs, so each product rounds as HF's does
+        # gate and up side by side: one GEMM under VT_MERGED_PROJ (on a GPU), two otherwise
         self.gate_up_proj = MergedLinear(hidden, [intermediate, intermediate], False, dtype)
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
         self.down_proj = Linear(intermediate, hidden, False, dtype)

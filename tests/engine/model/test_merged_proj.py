@@ -13,8 +13,8 @@ from engine.model.loader import load_model
 from engine.runner import Runner
 
 
-def test_flag_is_declared_off() -> None:
-    assert flags.FLAGS["VT_MERGED_PROJ"].default is False
+def test_flag_is_on_after_its_flip() -> None:
+    assert flags.FLAGS["VT_MERGED_PROJ"].default is True
     assert flags.FLAGS["VT_MERGED_PROJ"].gates == "MODEL-MERGED-PROJ"
 
 
