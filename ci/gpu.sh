@@ -63,7 +63,7 @@ MOE=/tmp/tiny-qwen3-moe
 # and split-KV arms need 64, 128 or 256
 D128=/tmp/tiny-qwen3-d128
 # Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
-FAST="VT_QK_NORM_ROPE_FUSED=1 VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
+FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
 
 if [[ " $PHASES " == *" gates "* ]]; then
   build_once

@@ -107,8 +107,8 @@ declare("VT_NORM_KERNEL", True, "KERNEL-NORM",
         "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp). ON after the flip protocol (A/B 1.23x); `0` is the rollback.")
 declare("VT_ROPE_KERNEL", True, "KERNEL-ROPE",
         "Neox RoPE CUDA kernel (products and sum rounded to the model dtype, as the reference).")
-declare("VT_QK_NORM_ROPE_FUSED", False, "KERNEL-ROPE",
-        "Fused Qwen3 q/k RMSNorm + neox RoPE kernel (one launch per q or k; its sum-of-squares order differs from torch's).")
+declare("VT_QK_NORM_ROPE_FUSED", True, "KERNEL-ROPE",
+        "Fused Qwen3 q/k RMSNorm + neox RoPE kernel (one launch per q or k; its sum-of-squares order differs from torch's). ON after the flip protocol (decode-step A/B 1.034x); `0` is the rollback.")
 declare("VT_ACT_KERNEL", True, "KERNEL-ACT",
         "SiLU-and-mul CUDA kernel (silu rounded to the model dtype, then the product).")
 declare("VT_ARGMAX_KERNEL", True, "KERNEL-SAMPLE",

@@ -74,8 +74,8 @@ def qk_norm_rope(
 ) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
     """Qwen3's q/k path, `apply_rope_neox(qk_norm(x, weight, eps), cos, sin)`, with both ops' rounding points.
 
-    On a GPU under VT_QK_NORM_ROPE_FUSED it is one fused launch, whose fp32 sum of squares runs in another
-    order than torch's (default OFF for that reason).
+    On a GPU under VT_QK_NORM_ROPE_FUSED (ON after its flip protocol) it is one fused launch, whose fp32 sum
+    of squares runs in another order than torch's.
     """
     if x.is_cuda and flags.enabled("VT_QK_NORM_ROPE_FUSED") and flags.enabled("VT_KERNELS"):
         return cuda_rope.qk_norm_rope(x, weight, cos, sin, eps)

@@ -117,7 +117,8 @@ def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
     monkeypatch.setenv("VT_KERNELS", "1")
     assert torch.equal(ops.apply_rope_neox(x, cos, sin), want)  # VT_ROPE_KERNEL is on by default, and bitwise
     monkeypatch.setenv("VT_NORM_KERNEL", "0")
-    ops.qk_norm_rope(x, w, cos, sin, EPS)  # VT_QK_NORM_ROPE_FUSED is off: qk_norm in torch, then the RoPE kernel
+    monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "0")
+    ops.qk_norm_rope(x, w, cos, sin, EPS)  # the rollback: qk_norm in torch, then the RoPE kernel
     monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "1")
     assert torch.equal(ops.qk_norm_rope(x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
     assert calls == ["apply_rope_neox", "apply_rope_neox", "qk_norm_rope", "qk_norm_rope"]
