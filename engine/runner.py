@@ -13,6 +13,7 @@ from engine.block_manager import BlockManager
 from engine.model.batch import ForwardBatch
 from engine.model.config import load_config
 from engine.model.loader import load_model
+from engine.step_inputs import StepInputs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # decode batches are padded up to one of these sizes on CUDA, so one captured graph serves each bucket
@@ -63,7 +64,7 @@ class Runner:
         self.use_graph = self.device.type == "cuda" and not flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool = None
-        self._static: dict[int, dict[str, torch.Tensor]] = {}
+        self._static: dict[int, StepInputs] = {}
 
     # --- public entry ---------------------------------------------------------
     @torch.inference_mode()
@@ -112,9 +113,9 @@ class Runner:
         """One greedy step for every sequence: fills the static buffers, then runs or replays the step."""
         n = len(seq_ids)
         padded = self._padded_batch(n)
-        buf = self._static_buffers(padded)
-        for key, value in self.decode_inputs(seq_ids, last_tokens, padded).items():
-            buf[key].copy_(value, non_blocking=True)
+        inputs = self._step_inputs(padded)
+        self._fill(inputs, seq_ids, last_tokens)
+        buf = inputs.upload()
         if self.use_graph:
             out = self._replay(padded, buf)
         else:
@@ -123,21 +124,14 @@ class Runner:
 
     def decode_inputs(self, seq_ids: list[int], last_tokens: list[int], padded: int) -> dict[str, torch.Tensor]:
         """decode_step's inputs on the host for one step of these sequences; appends each one's token slot."""
-        n = len(seq_ids)
+        inputs = StepInputs(padded, self.max_blocks_per_seq, torch.device("cpu"))
+        self._fill(inputs, seq_ids, last_tokens)
+        return {key: t.clone() for key, t in inputs.host_views().items()}
+
+    def _fill(self, inputs: StepInputs, seq_ids: list[int], last_tokens: list[int]) -> None:
         positions = [self.blocks.lengths[sid] for sid in seq_ids]
         slots = [self.blocks.append_token(sid) for sid in seq_ids]
-        table = torch.zeros(padded, self.max_blocks_per_seq, dtype=torch.int32)
-        for row, sid in enumerate(seq_ids):
-            blocks = self.block_table(sid)
-            table[row, :len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
-        # padded rows: slot -1 (no store), one cached token read from block 0, output ignored
-        return {
-            "input_ids": torch.tensor(last_tokens + [0] * (padded - n), dtype=torch.int64),
-            "positions": torch.tensor(positions + [0] * (padded - n), dtype=torch.int64),
-            "slot_mapping": torch.tensor(slots + [-1] * (padded - n), dtype=torch.int64),
-            "block_tables": table,
-            "context_lens": torch.tensor([p + 1 for p in positions] + [1] * (padded - n), dtype=torch.int32),
-        }
+        inputs.fill(last_tokens, positions, slots, [self.block_table(sid) for sid in seq_ids])
 
     def block_table(self, seq_id: int) -> list[int]:
         return self.blocks.tables[seq_id]
@@ -161,16 +155,9 @@ class Runner:
         # eager and graph runs pad alike on CUDA, so both see the same GEMM shapes and give the same tokens
         return next((b for b in GRAPH_BATCH_SIZES if b >= n), n)  # past the largest bucket: its own size
 
-    def _static_buffers(self, padded: int) -> dict[str, torch.Tensor]:
-        if padded not in self._static:
-            dev = self.device
-            self._static[padded] = {
-                "input_ids": torch.zeros(padded, dtype=torch.int64, device=dev),
-                "positions": torch.zeros(padded, dtype=torch.int64, device=dev),
-                "slot_mapping": torch.full((padded,), -1, dtype=torch.int64, device=dev),
-                "block_tables": torch.zeros(padded, self.max_blocks_per_seq, dtype=torch.int32, device=dev),
-                "context_lens": torch.ones(padded, dtype=torch.int32, device=dev),
-            }
+    def _step_inputs(self, padded: int) -> StepInputs:
+        if padded not in self._static:  # one per padded size: its device views are what a graph reads
+            self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device)
         return self._static[padded]
 
     def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -41,7 +41,7 @@ def test_decode_step_is_separable_from_the_loop(runner: Runner) -> None:
             steps = [first]
             for _ in range(2):
                 steps.append(runner.decode([0, 1], steps[-1]).tolist())
-            buf = runner._static_buffers(2)
+            buf = runner._step_inputs(2).device_views
             assert buf["context_lens"].tolist() == [len(p) + 2 for p in prompts]
             assert buf["positions"].tolist() == [len(p) + 1 for p in prompts]
     finally:
