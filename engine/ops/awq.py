@@ -12,6 +12,8 @@ Rounding: q - z is an exact small integer, times the scale in fp32 (exact: a
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from engine import flags
@@ -66,7 +68,9 @@ def awq_linear(
     return linear(x, w.T, bias)
 
 
+@lru_cache(maxsize=64)
 def _column_order(n: int, device: torch.device) -> torch.Tensor:
-    """Index into the unpacked nibbles (word-major) that yields columns 0..N-1."""
+    """Index into the unpacked nibbles (word-major) that yields columns 0..N-1; built once per (N, device),
+    so later calls copy nothing to the device (CUDA-graph capture allows no host-to-device copy)."""
     nib = torch.tensor(AWQ_COLUMN_NIBBLE, device=device)
     return (torch.arange(n // 8, device=device)[:, None] * 8 + nib).reshape(-1)
