@@ -23,7 +23,8 @@ __device__ __forceinline__ void int4_pair_biased(uint32_t word, int sh, float& l
 
 // Per column constants (a, b) of the int4 dequant (q - z) * s for a biased code f = q + 128:
 // 16-bit scales: a = s, b = -(z + 128) * s, and fmaf(f, a, b) is (q - z) * s exactly (every product
-// has at most 19 significant bits, and the exact sum is representable, so the one rounding is exact);
+// has at most 19 significant bits, and the exact sum is representable, so the one rounding is exact;
+// for bf16 scales this needs |s| < 2^120, where (z + 128) * s cannot overflow);
 // fp32 scales: a = s, b = z + 128, and (f - b) * a is the reference's one fp32 rounding of (q - z) * s.
 template <typename TS>
 __device__ __forceinline__ void int4_consts(int z, TS s, float& a, float& b) {
@@ -95,8 +96,8 @@ __device__ __forceinline__ void k_units(int units, int slot, int& begin, int& en
 // ---- AWQ ------------------------------------------------------------------------------------------
 
 // AWQ GEMV at M=1. Block: kAwqLanes threads along N (kV packed words, 8 * kV columns each) times
-// kGemvThreads / kAwqLanes slots along K; grid: (column tiles, K splits). A K unit is kPack rows, all
-// loaded before use. kV > 1: N / 8 a multiple of kV, K a multiple of 8, x and qweight aligned (the
+// kGemvThreads / kAwqLanes slots along K; grid: (column tiles, K splits). A K unit is kPack rows;
+// kAwqUnitsInFlight units are loaded before any is used. kV > 1: N / 8 a multiple of kV, K a multiple of 8, x and qweight aligned (the
 // launcher checks); kV == 1 takes any shape. x: [K]; bias: [N] or null; partial: [gridDim.y, N]; out: [N]
 template <typename TX, typename TS, typename TOut, int kV>
 __global__ void __launch_bounds__(kGemvThreads)
@@ -115,48 +116,59 @@ awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight, c
     int u, u_end, g_end = 0;  // a, b hold the constants of the group that ends at row g_end
     k_units<kSlots>((k_dim + kPack - 1) / kPack, slot, u, u_end);
     float a[kCols] = {}, b[kCols] = {};
-    for (; u < u_end; ++u) {
-      const int k0 = u * kPack;
-      uint32_t qw[kPack][kV];
-      float xv[kPack];
-      if constexpr (kV > 1) {
+    for (; u < u_end; u += kAwqUnitsInFlight) {
+      uint32_t qw[kAwqUnitsInFlight][kPack][kV];
 #pragma unroll
-        for (int r = 0; r < kPack; ++r) load_words<kV>(qweight + (int64_t)(k0 + r) * words + wc, qw[r]);
-        load_vec<TX, kPack>(x + k0, xv);
-      } else {
+      for (int i = 0; i < kAwqUnitsInFlight; ++i) {
 #pragma unroll
         for (int r = 0; r < kPack; ++r) {
-          const bool in = k0 + r < k_dim;
-          qw[r][0] = in ? (uint32_t)__ldg(qweight + (int64_t)(k0 + r) * words + wc) : 0u;
-          xv[r] = in ? to_f32<TX>(x[k0 + r]) : 0.f;
+          const int k = (u + i) * kPack + r;
+          if (u + i < u_end && (kV > 1 || k < k_dim)) {
+            load_words<kV>(qweight + (int64_t)k * words + wc, qw[i][r]);
+          } else {
+#pragma unroll
+            for (int v = 0; v < kV; ++v) qw[i][r][v] = 0u;
+          }
         }
       }
 #pragma unroll
-      for (int r = 0; r < kPack; ++r) {
-        const int k = k0 + r;
-        if (kV == 1 && k >= k_dim) break;
-        if (k >= g_end) {  // a thread's rows only increase
-          const int cur = k / group;
-          g_end = (cur + 1) * group;
-          uint32_t zw[kV];
-          load_words<kV>(qzeros + (int64_t)cur * words + wc, zw);
+      for (int i = 0; i < kAwqUnitsInFlight; ++i) {
+        if (u + i >= u_end) break;
+        const int k0 = (u + i) * kPack;
+        float xv[kPack];
+        if constexpr (kV > 1) {
+          load_vec<TX, kPack>(x + k0, xv);
+        } else {
 #pragma unroll
-          for (int c = 0; c < kCols; ++c)
-            int4_consts<TS>((zw[c / kPack] >> awq_shift(c % kPack)) & 0xf,
-                            scales[(int64_t)cur * n_dim + wc * kPack + c], a[c], b[c]);
+          for (int r = 0; r < kPack; ++r) xv[r] = k0 + r < k_dim ? to_f32<TX>(x[k0 + r]) : 0.f;
         }
 #pragma unroll
-        for (int v = 0; v < kV; ++v) {
+        for (int r = 0; r < kPack; ++r) {
+          const int k = k0 + r;
+          if (kV == 1 && k >= k_dim) break;
+          if (k >= g_end) {  // a thread's rows only increase
+            const int cur = k / group;
+            g_end = (cur + 1) * group;
+            uint32_t zw[kV];
+            load_words<kV>(qzeros + (int64_t)cur * words + wc, zw);
 #pragma unroll
-          for (int p = 0; p < kPack / 2; ++p) {  // nibbles p and p + 4 hold columns 2p and 2p + 1
-            const int c = v * kPack + 2 * p;
-            float w0, w1;
-            int4_pair_biased(qw[r][v], 4 * p, w0, w1);
-            w0 = int4_dequant<TS>(w0, a[c], b[c]);
-            w1 = int4_dequant<TS>(w1, a[c + 1], b[c + 1]);
-            round_pair<TX>(w0, w1);
-            acc[c] = fmaf(xv[r], w0, acc[c]);
-            acc[c + 1] = fmaf(xv[r], w1, acc[c + 1]);
+            for (int c = 0; c < kCols; ++c)
+              int4_consts<TS>((zw[c / kPack] >> awq_shift(c % kPack)) & 0xf,
+                              scales[(int64_t)cur * n_dim + wc * kPack + c], a[c], b[c]);
+          }
+#pragma unroll
+          for (int v = 0; v < kV; ++v) {
+#pragma unroll
+            for (int p = 0; p < kPack / 2; ++p) {  // nibbles p and p + 4 hold columns 2p and 2p + 1
+              const int c = v * kPack + 2 * p;
+              float w0, w1;
+              int4_pair_biased(qw[i][r][v], 4 * p, w0, w1);
+              w0 = int4_dequant<TS>(w0, a[c], b[c]);
+              w1 = int4_dequant<TS>(w1, a[c + 1], b[c + 1]);
+              round_pair<TX>(w0, w1);
+              acc[c] = fmaf(xv[r], w0, acc[c]);
+              acc[c + 1] = fmaf(xv[r], w1, acc[c + 1]);
+            }
           }
         }
       }

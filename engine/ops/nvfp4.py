@@ -20,6 +20,7 @@ import torch
 from engine import flags
 from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
+from engine.ops._packing import repeat_each
 from engine.ops.linear import linear
 
 E2M1_MAGNITUDE = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -48,7 +49,7 @@ def dequant_nvfp4(
     codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, k).long()  # low nibble first
     magnitude = _magnitudes(packed.device)[codes & 7]
     values = torch.where((codes & 8) != 0, -magnitude, magnitude)
-    scaled = values * block_scales.float().repeat_interleave(NVFP4_BLOCK, dim=1)  # exact
+    scaled = values * repeat_each(block_scales.float(), NVFP4_BLOCK, 1)  # exact
     return (scaled * gs).to(dtype)
 
 
