@@ -210,6 +210,7 @@ gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight, 
   // lane reads one of a packed row's eight g_idx entries and a shuffle hands each row's to every lane.
   for (; u < u_end; u += kGptqRowsInFlight) {
     uint32_t qw[kGptqRowsInFlight][kV];
+    int gl[kGptqRowsInFlight];  // lane l: the group of row l % 8 of each packed row
 #pragma unroll
     for (int i = 0; i < kGptqRowsInFlight; ++i) {
       if (active && u + i < u_end) {
@@ -218,6 +219,7 @@ gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight, 
 #pragma unroll
         for (int c = 0; c < kV; ++c) qw[i][c] = 0u;
       }
+      gl[i] = u + i < u_end ? __ldg(g_idx + (u + i) * kPack + lane % kPack) : 0;
     }
 #pragma unroll
     for (int i = 0; i < kGptqRowsInFlight; ++i) {
@@ -237,10 +239,9 @@ gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight, 
 #pragma unroll
         for (int p = 0; p < kPack / 2; ++p) int4_pair_biased(qw[i][c], 4 * p, f[p][c], f[p + kPack / 2][c]);
       }
-      const int gl = g_idx[k0 + (lane % kPack)];  // rows k0..k0+7, lane l holding row l % 8
 #pragma unroll
       for (int r = 0; r < kPack; ++r) {
-        const int g = __shfl_sync(0xffffffffu, gl, r);
+        const int g = __shfl_sync(0xffffffffu, gl[i], r);
         if (g != cur) {  // warp-uniform
           cur = g;
           if ((unsigned)g < (unsigned)groups) {
