@@ -97,8 +97,9 @@ __device__ __forceinline__ void k_units(int units, int slot, int& begin, int& en
 
 // AWQ GEMV at M=1. Block: kAwqLanes threads along N (kV packed words, 8 * kV columns each) times
 // kGemvThreads / kAwqLanes slots along K; grid: (column tiles, K splits). A K unit is kPack rows;
-// kAwqUnitsInFlight units are loaded before any is used. kV > 1: N / 8 a multiple of kV, K a multiple of 8, x and qweight aligned (the
-// launcher checks); kV == 1 takes any shape. x: [K]; bias: [N] or null; partial: [gridDim.y, N]; out: [N]
+// kAwqUnitsInFlight units are loaded before any is used. kV > 1: N / 8 a multiple of kV, K a multiple
+// of 8, x and qweight aligned (the launcher checks); kV == 1 takes any shape.
+// x: [K]; bias: [N] or null; partial: [gridDim.y, N]; out: [N]
 template <typename TX, typename TS, typename TOut, int kV>
 __global__ void __launch_bounds__(kGemvThreads)
 awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight, const int32_t* __restrict__ qzeros,
