@@ -38,6 +38,12 @@ int gemv_splits(int tiles, int k_units, int slots) {
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// The fused GEMVs write x's dtype only: every other output dtype would multiply their (heavy)
+// instantiations, and the ops never ask for one.
+int out_dtype_error(const char* what, int x_dtype, int out_dtype) {
+  return vt::fail(vt::kUnsupported, "%s: out dtype code %d must equal x's (%d)", what, out_dtype, x_dtype);
+}
+
 // A split-K launch needs the partial-sum rows and the zeroed arrival counters of its column tiles.
 int check_split_workspace(const char* what, int splits, int tiles, const float* partial, const int* counters) {
   if (splits > 1 && (!partial || !counters))
@@ -153,23 +159,22 @@ VT_EXPORT int vt_quant_awq_gemv(const void* x, const int32_t* qweight, const int
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(tiles, splits);
   bool ok = false;
+  if (out_dtype != x_dtype) return out_dtype_error("awq gemv", x_dtype, out_dtype);
   with_float(x_dtype, [&](auto tx) {
-    with_float(scale_dtype, [&](auto ts) {
-      ok = with_float(out_dtype, [&](auto to) {
-        using TX = decltype(tx);
-        using TS = decltype(ts);
-        using TO = decltype(to);
-        const auto* xp = static_cast<const TX*>(x);
-        const auto* sp = static_cast<const TS*>(scales);
-        const auto* bp = static_cast<const TX*>(bias);
-        auto* op = static_cast<TO*>(out);
-        if (vec)
-          awq_gemv_kernel<TX, TS, TO, kAwqWordsPerLoad><<<grid, kGemvThreads, 0, s>>>(
-              xp, qweight, qzeros, sp, bp, partial, counters, op, k_dim, n_dim, group);
-        else
-          awq_gemv_kernel<TX, TS, TO, kScalarWords><<<grid, kGemvThreads, 0, s>>>(
-              xp, qweight, qzeros, sp, bp, partial, counters, op, k_dim, n_dim, group);
-      });
+    ok = with_float(scale_dtype, [&](auto ts) {
+      using TX = decltype(tx);
+      using TS = decltype(ts);
+      using TO = TX;  // the output in x's dtype: one instantiation per (x, scales) pair
+      const auto* xp = static_cast<const TX*>(x);
+      const auto* sp = static_cast<const TS*>(scales);
+      const auto* bp = static_cast<const TX*>(bias);
+      auto* op = static_cast<TO*>(out);
+      if (vec)
+        awq_gemv_kernel<TX, TS, TO, kAwqWordsPerLoad><<<grid, kGemvThreads, 0, s>>>(
+            xp, qweight, qzeros, sp, bp, partial, counters, op, k_dim, n_dim, group);
+      else
+        awq_gemv_kernel<TX, TS, TO, kScalarWords><<<grid, kGemvThreads, 0, s>>>(
+            xp, qweight, qzeros, sp, bp, partial, counters, op, k_dim, n_dim, group);
     });
   });
   if (!ok)
@@ -199,23 +204,22 @@ VT_EXPORT int vt_quant_gptq_gemv(const void* x, const int32_t* qweight, const in
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(tiles, splits);
   bool ok = false;
+  if (out_dtype != x_dtype) return out_dtype_error("gptq gemv", x_dtype, out_dtype);
   with_float(x_dtype, [&](auto tx) {
-    with_float(scale_dtype, [&](auto ts) {
-      ok = with_float(out_dtype, [&](auto to) {
-        using TX = decltype(tx);
-        using TS = decltype(ts);
-        using TO = decltype(to);
-        const auto* xp = static_cast<const TX*>(x);
-        const auto* sp = static_cast<const TS*>(scales);
-        const auto* bp = static_cast<const TX*>(bias);
-        auto* op = static_cast<TO*>(out);
-        if (vec)
-          gptq_gemv_kernel<TX, TS, TO, kGptqWordsPerLoad><<<grid, kGemvThreads, 0, s>>>(
-              xp, qweight, qzeros, sp, g_idx, bp, partial, counters, op, k_dim, n_dim, groups, zero_offset);
-        else
-          gptq_gemv_kernel<TX, TS, TO, kScalarWords><<<grid, kGemvThreads, 0, s>>>(
-              xp, qweight, qzeros, sp, g_idx, bp, partial, counters, op, k_dim, n_dim, groups, zero_offset);
-      });
+    ok = with_float(scale_dtype, [&](auto ts) {
+      using TX = decltype(tx);
+      using TS = decltype(ts);
+      using TO = TX;  // the output in x's dtype: one instantiation per (x, scales) pair
+      const auto* xp = static_cast<const TX*>(x);
+      const auto* sp = static_cast<const TS*>(scales);
+      const auto* bp = static_cast<const TX*>(bias);
+      auto* op = static_cast<TO*>(out);
+      if (vec)
+        gptq_gemv_kernel<TX, TS, TO, kGptqWordsPerLoad><<<grid, kGemvThreads, 0, s>>>(
+            xp, qweight, qzeros, sp, g_idx, bp, partial, counters, op, k_dim, n_dim, groups, zero_offset);
+      else
+        gptq_gemv_kernel<TX, TS, TO, kScalarWords><<<grid, kGemvThreads, 0, s>>>(
+            xp, qweight, qzeros, sp, g_idx, bp, partial, counters, op, k_dim, n_dim, groups, zero_offset);
     });
   });
   if (!ok)
@@ -238,20 +242,19 @@ VT_EXPORT int vt_quant_nvfp4_gemv(const void* x, const uint8_t* packed, const ui
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int blocks = grid_1d(n_dim, kNvfp4Warps * kNvfp4RowsPerWarp);
   bool ok = false;
-  with_float(x_dtype, [&](auto tx) {
-    ok = with_float(out_dtype, [&](auto to) {
-      using TX = decltype(tx);
-      using TO = decltype(to);
-      const auto* xp = static_cast<const TX*>(x);
-      const auto* bp = static_cast<const TX*>(bias);
-      auto* op = static_cast<TO*>(out);
-      if (vec)
-        nvfp4_gemv_kernel<TX, TO, true><<<blocks, kNvfp4Warps * kWarp, 0, s>>>(
-            xp, packed, scales, gs_ptr, gs_value, bp, op, n_dim, k_dim);
-      else
-        nvfp4_gemv_kernel<TX, TO, false><<<blocks, kNvfp4Warps * kWarp, 0, s>>>(
-            xp, packed, scales, gs_ptr, gs_value, bp, op, n_dim, k_dim);
-    });
+  if (out_dtype != x_dtype) return out_dtype_error("nvfp4 gemv", x_dtype, out_dtype);
+  ok = with_float(x_dtype, [&](auto tx) {
+    using TX = decltype(tx);
+    using TO = TX;  // the output in x's dtype
+    const auto* xp = static_cast<const TX*>(x);
+    const auto* bp = static_cast<const TX*>(bias);
+    auto* op = static_cast<TO*>(out);
+    if (vec)
+      nvfp4_gemv_kernel<TX, TO, true><<<blocks, kNvfp4Warps * kWarp, 0, s>>>(
+          xp, packed, scales, gs_ptr, gs_value, bp, op, n_dim, k_dim);
+    else
+      nvfp4_gemv_kernel<TX, TO, false><<<blocks, kNvfp4Warps * kWarp, 0, s>>>(
+          xp, packed, scales, gs_ptr, gs_value, bp, op, n_dim, k_dim);
   });
   if (!ok)
     return vt::fail(vt::kUnsupported, "nvfp4 gemv: dtype codes must be 0, 1 or 2 (x %d, out %d)", x_dtype, out_dtype);

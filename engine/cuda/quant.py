@@ -105,11 +105,10 @@ def awq_linear(
     scales: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
+) -> torch.Tensor:  # [..., N], x.dtype
     k, n = _int4(qweight, qzeros, scales, along_n=True)
     _group(k, group_size, scales)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
+    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), _ptr_or_null(b),
@@ -129,11 +128,10 @@ def gptq_linear(
     bits: int = 4,
     version: int = 1,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
+) -> torch.Tensor:  # [..., N], x.dtype
     k, n = _int4(qweight, qzeros, scales, along_n=False)
     g32 = _g_idx(g_idx, k, bits, version, qweight.device)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
+    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32),
@@ -151,11 +149,10 @@ def nvfp4_linear(
     block_scales: torch.Tensor,
     global_scale: torch.Tensor | float,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
+) -> torch.Tensor:  # [..., N], x.dtype
     n, k = _nvfp4(packed, block_scales)
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, packed.device)
+    xv, out, b = _gemv_io(x, k, n, bias, packed.device)
     lib = _lib()
     rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), _ptr_or_null(gs_ptr), gs_value,
                                  _ptr_or_null(b), ffi.ptr(out), n, k, ffi.dtype_code(x, "x"),
@@ -243,7 +240,7 @@ def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor) -> tuple[int, int]:
     return n, k
 
 
-def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
+def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None,
              dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
     until the launch, so the allocator cannot hand their memory to the workspace)."""
@@ -257,7 +254,7 @@ def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, out_dty
         ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=dev)
         if bias.shape[0] != n:
             raise ValueError(f"bias: shape {tuple(bias.shape)} != [N={n}]")
-    out = torch.empty(*x.shape[:-1], n, dtype=out_dtype or x.dtype, device=dev)
+    out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=dev)  # the fused GEMVs write x's dtype only
     return x.reshape(k).contiguous(), out, bias
 
 

@@ -150,13 +150,13 @@ def test_gemv_comparison_catches_a_flipped_nibble(cuda):
     gen = torch.Generator().manual_seed(5)
     ck = quant_pack.awq(128, 64, 128, torch.float16, gen)
     ck.scales[:, 9] = 1.0
-    x = torch.ones(1, 128, dtype=torch.bfloat16)
+    x = torch.ones(1, 128, dtype=torch.float32)  # fp32 x and output: a one-step change is representable
     rest = (ck.qzeros.to(cuda), ck.scales.to(cuda), 128)
-    good = quant.awq_linear(x.to(cuda), ck.qweight.to(cuda), *rest, out_dtype=torch.float32)
+    good = quant.awq_linear(x.to(cuda), ck.qweight.to(cuda), *rest)
     bad_q = ck.q.clone()
     bad_q[17, 9] ^= 1
     bad = quant_pack.pack_nibbles(bad_q, quant_pack.AWQ_COLUMN_NIBBLE)
-    worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest, out_dtype=torch.float32)
+    worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest)
     moved = (worse - good).abs().squeeze(0).cpu()
     assert moved[9] == 1.0 and moved[torch.arange(64) != 9].max() == 0
 
@@ -290,6 +290,8 @@ def test_launchers_reject_bad_arguments_with_their_message(cuda):
          "gptq gemv: groups must be >= 1"),
         (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
          "nvfp4 gemv: K must be a positive multiple of 16"),
+        (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
+         r"nvfp4 gemv: out dtype code 2 must equal x's \(1\)"),
     ]
     for rc, message in cases:
         with pytest.raises(RuntimeError, match=message):
