@@ -188,7 +188,13 @@ STEP = Workload(name="decode-step", flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FU
 # --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
 
 QUANT_DEFAULTS = {"n": 4096, "k": 4096, "group": 128}
-QUANT_ARMS = {"reference": {"VT_DEQUANT_GEMV": "0"}, "dequant-gemv": {"VT_DEQUANT_GEMV": "1"}}
+# reference: the torch dequant then linear; dequant+linear: the engine's dequant kernel to a dense weight,
+# then linear (the baseline a fused kernel must beat); dequant-gemv: the fused M=1 kernel.
+QUANT_ARMS = {
+    "reference": {"VT_DEQUANT_KERNEL": "0", "VT_DEQUANT_GEMV": "0"},
+    "dequant+linear": {"VT_DEQUANT_KERNEL": "1", "VT_DEQUANT_GEMV": "0"},
+    "dequant-gemv": {"VT_DEQUANT_KERNEL": "1", "VT_DEQUANT_GEMV": "1"},
+}
 
 
 def _words(g: torch.Generator, rows: int, cols: int) -> torch.Tensor:
@@ -256,8 +262,8 @@ def _int4_bytes(s: Shape, dt: torch.dtype) -> int:
 
 
 def _quant(name: str, make: Callable, run: Callable, bytes_moved: Callable, n_of: Callable[[tuple], int]) -> Workload:
-    return Workload(name=name, flags=("VT_DEQUANT_GEMV",), defaults=dict(QUANT_DEFAULTS), make=make, run=run,
-                    bytes_moved=bytes_moved, arms=QUANT_ARMS,
+    return Workload(name=name, flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"), defaults=dict(QUANT_DEFAULTS),
+                    make=make, run=run, bytes_moved=bytes_moved, arms=QUANT_ARMS,
                     peers={"F.linear-dense": (_dense_peer(n_of), F.linear)})
 
 

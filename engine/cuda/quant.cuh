@@ -8,17 +8,23 @@ namespace vt_quant {
 // Tuning parameters, declared once.
 constexpr int kWarp = 32;
 constexpr int kDequantThreads = 256;
-constexpr int kGemvCols = 32;    // packed words (AWQ) or columns (GPTQ) per block, one per lane
-constexpr int kGemvKSplit = 8;   // warps splitting the reduction over K, summed in shared memory
-constexpr int kAwqRowsPerUnit = 16;   // K rows per unit of the AWQ GEMV's K split
-constexpr int kGptqWordsPerUnit = 2;  // packed rows (8 K rows each) per unit of the GPTQ GEMV's K split
-constexpr int kGemvTargetBlocks = 264;  // aim for two blocks per SM of a 132-SM H100/H200 ...
-constexpr int kGemvMaxKBlocks = 32;     // ... with at most this many K-split blocks (partial rows)
-constexpr int kFinalizeThreads = 256;
-constexpr int kNvfp4RowsPerBlock = 4;  // one warp per output row
-constexpr int kNvfp4Unroll = 4;        // scale groups in flight per lane
-constexpr int kPack = 8;         // int4 values per int32 word
-constexpr int kNvfp4Group = 16;  // values per fp8 scale
+constexpr int kGemvThreads = 256;       // threads per block of the int4 GEMVs
+constexpr int kAwqLanes = 16;           // AWQ GEMV threads along N in a block (16 x 8 bytes: one 128-byte row run)
+constexpr int kAwqWordsPerLoad = 2;     // packed words per AWQ load (uint2: 16 columns per thread)
+constexpr int kAwqUnitsInFlight = 2;    // 8-row K units loaded before any is used, per thread
+constexpr int kGptqLanes = 32;          // GPTQ GEMV threads along N in a block (32 x 16 bytes per packed row)
+constexpr int kGptqWordsPerLoad = 4;    // packed words per GPTQ load (uint4: 4 columns x 8 rows per thread)
+constexpr int kGptqRowsInFlight = 8;    // packed rows loaded before any is used, per thread
+constexpr int kScalarWords = 1;         // words per load on the unaligned / odd-shape paths
+constexpr int kGemvTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H200 ...
+constexpr int kGemvMaxSplits = 32;      // ... with at most this many K-split blocks (rows of partial sums)
+constexpr int kGemvMaxTiles = 1 << 16;  // column tiles one launch may have (split-K arrival counters)
+constexpr int kNvfp4Warps = 4;          // warps per NVFP4 GEMV block
+constexpr int kNvfp4RowsPerWarp = 4;    // output rows per warp: x is loaded once for all of them
+constexpr int kNvfp4ChunksInFlight = 4; // 16-byte chunks (32 values) per row loaded before use, per lane
+constexpr int kPack = 8;                // int4 values per int32 word; also the K rows of a GEMV unit
+constexpr int kNvfp4Group = 16;         // values per fp8 scale
+constexpr int kNvfp4Chunk = 32;         // values per 16-byte NVFP4 load
 
 // Column j of an AWQ word sits in nibble (j % 2) * 4 + j / 2: the nibbles hold columns 0,2,4,6,1,3,5,7,
 // i.e. reading nibbles in the order 0,4,1,5,2,6,3,7 gives columns 0..7.
@@ -77,11 +83,12 @@ __global__ void awq_dequant_kernel(const int32_t* __restrict__ qweight, const in
 }
 
 // GPTQ: qweight: [K/8, N] int32 packed along K (row k in bits 4*(k%8)); qzeros: [G, N/8] packed along N
-// in sequential nibble order; scales: [G, N]; g_idx: [K]; zero = nibble + zero_offset; out: [K, N]
+// in sequential nibble order; scales: [G, N]; g_idx: [K]; zero = nibble + zero_offset; out: [K, N].
+// A row whose g_idx lies outside [0, G) comes out NaN (the launch cannot sync to report it).
 template <typename TS, typename TOut>
 __global__ void gptq_dequant_kernel(const int32_t* __restrict__ qweight, const int32_t* __restrict__ qzeros,
                                     const TS* __restrict__ scales, const int32_t* __restrict__ g_idx,
-                                    TOut* __restrict__ out, int k_dim, int n_dim, int zero_offset) {
+                                    TOut* __restrict__ out, int k_dim, int n_dim, int groups, int zero_offset) {
   const int64_t i = (int64_t)blockIdx.x * kDequantThreads + threadIdx.x;
   if (i >= (int64_t)(k_dim / kPack) * n_dim) return;
   const int kp = (int)(i / n_dim), n = (int)(i % n_dim);
@@ -90,179 +97,83 @@ __global__ void gptq_dequant_kernel(const int32_t* __restrict__ qweight, const i
 #pragma unroll
   for (int j = 0; j < kPack; ++j) {
     const int k = kp * kPack + j, g = g_idx[k];
+    if ((unsigned)g >= (unsigned)groups) {
+      out[(int64_t)k * n_dim + n] = from_f32<TOut>(__int_as_float(0x7fc00000));
+      continue;
+    }
     const int z = (int)(((uint32_t)qzeros[(int64_t)g * words + n / kPack] >> (4 * (n % kPack))) & 0xf) + zero_offset;
     out[(int64_t)k * n_dim + n] = int4_value<TS, TOut>((qw >> (4 * j)) & 0xf, z, scales[(int64_t)g * n_dim + n]);
   }
 }
 
-// NVFP4: packed: [N, K/2] uint8, value 2i in the low nibble; scales: [N, K/16] fp8 e4m3; global_scale: [1]
-// fp32; out: [N, K]
+// The global scale: a device fp32 value when the pointer is set, else the value passed by value.
+__device__ __forceinline__ float global_scale_of(const float* ptr, float value) { return ptr ? *ptr : value; }
+
+// NVFP4: packed: [N, K/2] uint8, value 2i in the low nibble; scales: [N, K/16] fp8 e4m3; global scale:
+// gs_ptr [1] fp32 on the device, or gs_value when gs_ptr is null; out: [N, K]
 template <typename TOut>
 __global__ void nvfp4_dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
-                                     const float* __restrict__ global_scale, TOut* __restrict__ out, int n_dim,
-                                     int k_dim) {
+                                     const float* __restrict__ gs_ptr, float gs_value, TOut* __restrict__ out,
+                                     int n_dim, int k_dim) {
   const int64_t i = (int64_t)blockIdx.x * kDequantThreads + threadIdx.x;  // one byte, two values
   if (i >= (int64_t)n_dim * (k_dim / 2)) return;
   const int64_t n = i / (k_dim / 2);
   const int k = (int)(i % (k_dim / 2)) * 2;
   const float bs = e4m3_to_f32(scales[n * (k_dim / kNvfp4Group) + k / kNvfp4Group]);
-  const float gs = *global_scale;
+  const float gs = global_scale_of(gs_ptr, gs_value);
   const uint32_t b = packed[i];
   out[n * k_dim + k] = from_f32<TOut>(nvfp4_value(b & 0xfu, bs, gs));
   out[n * k_dim + k + 1] = from_f32<TOut>(nvfp4_value(b >> 4, bs, gs));
+}
+
+// ---- shared by the GEMVs ------------------------------------------------------------------------
+
+// kV consecutive int32 words (kV = 1, 2 or 4, the pointer aligned to 4 * kV bytes), read-only path.
+template <int kV>
+__device__ __forceinline__ void load_words(const int32_t* p, uint32_t (&w)[kV]) {
+  if constexpr (kV == 4) {
+    const uint4 t = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = t.x; w[1] = t.y; w[2] = t.z; w[3] = t.w;
+  } else if constexpr (kV == 2) {
+    const uint2 t = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = t.x; w[1] = t.y;
+  } else {
+    w[0] = (uint32_t)__ldg(p);
+  }
+}
+
+// kCount values of x as fp32 from 16-byte loads (p 16-byte aligned, kCount * sizeof(T) a multiple of 16).
+template <typename T, int kCount>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[kCount]) {
+  constexpr int kPer = 16 / (int)sizeof(T);
+  static_assert(kCount % kPer == 0, "whole 16-byte loads");
+#pragma unroll
+  for (int i = 0; i < kCount / kPer; ++i) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p) + i);
+    const T* t = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[i * kPer + j] = to_f32<T>(t[j]);
+  }
+}
+
+// Round two fp32 weights to T and back (one instruction for the pair where T is 16-bit).
+template <typename T>
+__device__ __forceinline__ void round_pair(float& a, float& b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+    a = __low2float(r);
+    b = __high2float(r);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    const float2 r = __half22float2(__floats2half2_rn(a, b));
+    a = r.x;
+    b = r.y;
+  }
 }
 
 // The fp32 dot product plus the optional bias (null: none), before the one rounding to the output dtype.
 template <typename TX>
 __device__ __forceinline__ float with_bias(float acc, const TX* bias, int64_t n) {
   return bias ? acc + to_f32<TX>(bias[n]) : acc;
-}
-
-// Sum the kGemvKSplit partial rows of red[kGemvKSplit][kGemvCols * cols] into row 0.
-template <int kColsPerLane>
-__device__ __forceinline__ void reduce_ksplit(float (&red)[kGemvKSplit][kGemvCols * kColsPerLane]) {
-  __syncthreads();
-  for (int c = threadIdx.y * kGemvCols + threadIdx.x; c < kGemvCols * kColsPerLane; c += kGemvCols * kGemvKSplit) {
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < kGemvKSplit; ++w) s += red[w][c];
-    red[0][c] = s;
-  }
-  __syncthreads();
-}
-
-// The int4 GEMVs split K over gridDim.y blocks (and kGemvKSplit warps in each): warp slot
-// blockIdx.y * kGemvKSplit + threadIdx.y takes the K units slot, slot + stride, ... Each block writes
-// its fp32 column sums to partial[blockIdx.y][n]; gemv_finalize_kernel adds them in block order.
-__device__ __forceinline__ int warp_slot() { return blockIdx.y * kGemvKSplit + threadIdx.y; }
-__device__ __forceinline__ int slot_stride() { return gridDim.y * kGemvKSplit; }
-
-// AWQ GEMV at M=1, partial sums: sum over this block's K units of x[k] * W[k, n], W dequantized to the
-// activation dtype TX (as a dequant-then-linear would), fp32 accumulation. Block (kGemvCols,
-// kGemvKSplit); lane x owns one packed word (8 columns); a K unit is kAwqRowsPerUnit rows.
-// x: [K]; partial: [gridDim.y, N] fp32
-template <typename TX, typename TS>
-__global__ void awq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
-                                const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                float* __restrict__ partial, int k_dim, int n_dim, int group) {
-  __shared__ float red[kGemvKSplit][kGemvCols * kPack];
-  const int words = n_dim / kPack;
-  const int wc = blockIdx.x * kGemvCols + threadIdx.x;
-  float acc[kPack];
-#pragma unroll
-  for (int j = 0; j < kPack; ++j) acc[j] = 0.f;
-  if (wc < words) {
-    const int units = (k_dim + kAwqRowsPerUnit - 1) / kAwqRowsPerUnit;
-    int cur = -1;  // the group whose zeros and scales are loaded
-    float s[kPack];
-    int z[kPack];
-    for (int u = warp_slot(); u < units; u += slot_stride()) {
-      const int k_end = min(k_dim, (u + 1) * kAwqRowsPerUnit);
-      for (int k = u * kAwqRowsPerUnit; k < k_end; ++k) {
-        if (k / group != cur) {
-          cur = k / group;
-          const uint32_t zw = (uint32_t)qzeros[(int64_t)cur * words + wc];
-#pragma unroll
-          for (int j = 0; j < kPack; ++j) {
-            s[j] = to_f32<TS>(scales[(int64_t)cur * n_dim + wc * kPack + j]);
-            z[j] = (zw >> awq_shift(j)) & 0xf;
-          }
-        }
-        const uint32_t qw = (uint32_t)qweight[(int64_t)k * words + wc];
-        const float xv = to_f32<TX>(x[k]);
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) {
-          const float w = to_f32<TX>(from_f32<TX>((float)((int)((qw >> awq_shift(j)) & 0xf) - z[j]) * s[j]));
-          acc[j] = fmaf(xv, w, acc[j]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kPack; ++j) red[threadIdx.y][threadIdx.x * kPack + j] = acc[j];
-  reduce_ksplit<kPack>(red);
-  for (int c = threadIdx.y * kGemvCols + threadIdx.x; c < kGemvCols * kPack; c += kGemvCols * kGemvKSplit) {
-    const int n = blockIdx.x * kGemvCols * kPack + c;
-    if (n < n_dim) partial[(int64_t)blockIdx.y * n_dim + n] = red[0][c];
-  }
-}
-
-// GPTQ GEMV at M=1, partial sums, act-order aware: each row k reads its own group g_idx[k]. Lane x owns
-// column n; a K unit is kGptqWordsPerUnit packed rows. x: [K]; partial: [gridDim.y, N] fp32
-template <typename TX, typename TS>
-__global__ void gptq_gemv_kernel(const TX* __restrict__ x, const int32_t* __restrict__ qweight,
-                                 const int32_t* __restrict__ qzeros, const TS* __restrict__ scales,
-                                 const int32_t* __restrict__ g_idx, float* __restrict__ partial, int k_dim,
-                                 int n_dim, int zero_offset) {
-  __shared__ float red[kGemvKSplit][kGemvCols];
-  const int n = blockIdx.x * kGemvCols + threadIdx.x;
-  const int words = n_dim / kPack;
-  float acc = 0.f;
-  if (n < n_dim) {
-    const int zshift = 4 * (n % kPack);
-    const int packed_rows = k_dim / kPack;
-    const int units = (packed_rows + kGptqWordsPerUnit - 1) / kGptqWordsPerUnit;
-    for (int u = warp_slot(); u < units; u += slot_stride()) {
-      const int kp_end = min(packed_rows, (u + 1) * kGptqWordsPerUnit);
-      for (int kp = u * kGptqWordsPerUnit; kp < kp_end; ++kp) {
-        const uint32_t qw = (uint32_t)qweight[(int64_t)kp * n_dim + n];
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) {
-          const int k = kp * kPack + j, g = g_idx[k];
-          const int z = (int)(((uint32_t)qzeros[(int64_t)g * words + n / kPack] >> zshift) & 0xf) + zero_offset;
-          const float s = to_f32<TS>(scales[(int64_t)g * n_dim + n]);
-          const float w = to_f32<TX>(from_f32<TX>((float)((int)((qw >> (4 * j)) & 0xf) - z) * s));
-          acc = fmaf(to_f32<TX>(x[k]), w, acc);
-        }
-      }
-    }
-  }
-  red[threadIdx.y][threadIdx.x] = acc;
-  reduce_ksplit<1>(red);
-  if (threadIdx.y == 0 && n < n_dim) partial[(int64_t)blockIdx.y * n_dim + n] = red[0][threadIdx.x];
-}
-
-// out[n] = the K-split partial sums of column n added in block order, plus the bias, rounded once.
-// partial: [splits, N] fp32; bias: [N] or null; out: [N]
-template <typename TX, typename TOut>
-__global__ void gemv_finalize_kernel(const float* __restrict__ partial, const TX* __restrict__ bias,
-                                     TOut* __restrict__ out, int n_dim, int splits) {
-  const int n = blockIdx.x * kFinalizeThreads + threadIdx.x;
-  if (n >= n_dim) return;
-  float acc = 0.f;
-  for (int y = 0; y < splits; ++y) acc += partial[(int64_t)y * n_dim + n];
-  out[n] = from_f32<TOut>(with_bias(acc, bias, n));
-}
-
-// NVFP4 GEMV at M=1: one warp per output row n; lane l takes the scale groups l, l + 32, ...
-// x: [K]; packed: [N, K/2]; scales: [N, K/16]; bias: [N] or null; out: [N]
-template <typename TX, typename TOut>
-__global__ void nvfp4_gemv_kernel(const TX* __restrict__ x, const uint8_t* __restrict__ packed,
-                                  const uint8_t* __restrict__ scales, const float* __restrict__ global_scale,
-                                  const TX* __restrict__ bias, TOut* __restrict__ out, int n_dim, int k_dim) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t n = (int64_t)blockIdx.x * kNvfp4RowsPerBlock + threadIdx.x / kWarp;
-  if (n >= n_dim) return;
-  const int groups = k_dim / kNvfp4Group;
-  const uint8_t* row = packed + n * (k_dim / 2);
-  const float gs = *global_scale;
-  float acc = 0.f;
-#pragma unroll kNvfp4Unroll
-  for (int g = lane; g < groups; g += kWarp) {
-    const float bs = e4m3_to_f32(scales[n * groups + g]);
-    const uint2 bytes = *reinterpret_cast<const uint2*>(row + g * (kNvfp4Group / 2));
-    const TX* xg = x + g * kNvfp4Group;
-#pragma unroll
-    for (int b = 0; b < kNvfp4Group / 2; ++b) {
-      const uint32_t byte = ((b < 4 ? bytes.x : bytes.y) >> (8 * (b % 4))) & 0xffu;
-      const float w0 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte & 0xfu, bs, gs)));
-      const float w1 = to_f32<TX>(from_f32<TX>(nvfp4_value(byte >> 4, bs, gs)));
-      acc = fmaf(to_f32<TX>(xg[2 * b]), w0, acc);
-      acc = fmaf(to_f32<TX>(xg[2 * b + 1]), w1, acc);
-    }
-  }
-  for (int o = kWarp / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[n] = from_f32<TOut>(with_bias(acc, bias, n));
 }
 
 }  // namespace vt_quant

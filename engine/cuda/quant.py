@@ -2,6 +2,8 @@
 
 Signatures follow the references in engine/ops/{awq,gptq,nvfp4}.py; the dequants are bit-exact to them,
 the GEMVs (`*_linear`, one row of x) agree with dequant-then-linear within the output dtype's tolerance.
+Every call is CUDA-graph capturable: no host-to-device copy and no host sync (a float global scale is
+passed by value; out-of-range g_idx values give NaN instead of a host-side check).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from engine.cuda import build, ffi
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
+_F = ctypes.c_float
 PACK = 8  # int4 values per int32 word
 NVFP4_BLOCK = 16  # values per fp8 block scale
 GPTQ_ZERO_OFFSET = {1: 1, 2: 0}  # format version -> added to the stored zero
@@ -22,13 +25,15 @@ GPTQ_ZERO_OFFSET = {1: 1, 2: 0}  # format version -> added to the stored zero
 # The launchers' C signatures (argument kinds in order), checked against quant.cu by the tests.
 SIGNATURES: dict[str, list] = {
     "vt_quant_awq_dequant": [_P] * 4 + [_I] * 5 + [_P],
-    "vt_quant_gptq_dequant": [_P] * 5 + [_I] * 5 + [_P],
-    "vt_quant_nvfp4_dequant": [_P] * 4 + [_I] * 3 + [_P],
-    "vt_quant_awq_gemv": [_P] * 7 + [_I] * 6 + [_P],
-    "vt_quant_gptq_gemv": [_P] * 8 + [_I] * 6 + [_P],
-    "vt_quant_nvfp4_gemv": [_P] * 6 + [_I] * 4 + [_P],
+    "vt_quant_gptq_dequant": [_P] * 5 + [_I] * 6 + [_P],
+    "vt_quant_nvfp4_dequant": [_P] * 3 + [_F, _P] + [_I] * 3 + [_P],
+    "vt_quant_awq_gemv": [_P] * 8 + [_I] * 6 + [_P],
+    "vt_quant_gptq_gemv": [_P] * 9 + [_I] * 7 + [_P],
+    "vt_quant_nvfp4_gemv": [_P] * 4 + [_F] + [_P] * 2 + [_I] * 4 + [_P],
     "vt_quant_gemv_max_splits": [],
+    "vt_quant_gemv_max_tiles": [],
 }
+_COUNTERS: dict[torch.device, torch.Tensor] = {}  # per device: the int4 GEMVs' split-K arrival counters
 
 
 @cache
@@ -71,7 +76,7 @@ def dequant_gptq(
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_gptq_dequant(ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32), ffi.ptr(out), k,
-                                   n, GPTQ_ZERO_OFFSET[version], ffi.dtype_code(scales, "scales"),
+                                   n, scales.shape[0], GPTQ_ZERO_OFFSET[version], ffi.dtype_code(scales, "scales"),
                                    ffi.dtype_code(out, "dtype"), ffi.stream(qweight.device))
     ffi.check(rc, "vt_quant_gptq_dequant", lib, "quant")
     return out
@@ -83,11 +88,12 @@ def dequant_nvfp4(
     global_scale: torch.Tensor | float,  # [] or [1] fp32, or a float
     dtype: torch.dtype,
 ) -> torch.Tensor:  # [N, K], dtype
-    n, k, gs = _nvfp4(packed, block_scales, global_scale)
+    n, k = _nvfp4(packed, block_scales)
+    gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     lib = _lib()
-    rc = lib.vt_quant_nvfp4_dequant(ffi.ptr(packed), ffi.ptr(block_scales), ffi.ptr(gs), ffi.ptr(out), n, k,
-                                    ffi.dtype_code(out, "dtype"), ffi.stream(packed.device))
+    rc = lib.vt_quant_nvfp4_dequant(ffi.ptr(packed), ffi.ptr(block_scales), _ptr_or_null(gs_ptr), gs_value,
+                                    ffi.ptr(out), n, k, ffi.dtype_code(out, "dtype"), ffi.stream(packed.device))
     ffi.check(rc, "vt_quant_nvfp4_dequant", lib, "quant")
     return out
 
@@ -99,16 +105,16 @@ def awq_linear(
     scales: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
+) -> torch.Tensor:  # [..., N], x.dtype
     k, n = _int4(qweight, qzeros, scales, along_n=True)
     _group(k, group_size, scales)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
+    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
-    partial = _partial(lib, n, x.device)
+    partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), _ptr_or_null(b),
-                               ffi.ptr(partial), ffi.ptr(out), k, n, group_size, ffi.dtype_code(x, "x"),
-                               ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"), ffi.stream(x.device))
+                               ffi.ptr(partial), ffi.ptr(counters), ffi.ptr(out), k, n, group_size,
+                               ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"),
+                               ffi.stream(x.device))
     ffi.check(rc, "vt_quant_awq_gemv", lib, "quant")
     return out
 
@@ -122,15 +128,15 @@ def gptq_linear(
     bits: int = 4,
     version: int = 1,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
+) -> torch.Tensor:  # [..., N], x.dtype
     k, n = _int4(qweight, qzeros, scales, along_n=False)
     g32 = _g_idx(g_idx, k, bits, version, qweight.device)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, qweight.device)
+    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
-    partial = _partial(lib, n, x.device)
+    partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32),
-                                _ptr_or_null(b), ffi.ptr(partial), ffi.ptr(out), k, n, GPTQ_ZERO_OFFSET[version],
+                                _ptr_or_null(b), ffi.ptr(partial), ffi.ptr(counters), ffi.ptr(out), k, n,
+                                scales.shape[0], GPTQ_ZERO_OFFSET[version],
                                 ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"),
                                 ffi.stream(x.device))
     ffi.check(rc, "vt_quant_gptq_gemv", lib, "quant")
@@ -143,21 +149,35 @@ def nvfp4_linear(
     block_scales: torch.Tensor,
     global_scale: torch.Tensor | float,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:  # [..., N], out_dtype (default x.dtype)
-    n, k, gs = _nvfp4(packed, block_scales, global_scale)
-    xv, out, b = _gemv_io(x, k, n, bias, out_dtype, packed.device)
+) -> torch.Tensor:  # [..., N], x.dtype
+    n, k = _nvfp4(packed, block_scales)
+    gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
+    xv, out, b = _gemv_io(x, k, n, bias, packed.device)
     lib = _lib()
-    rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), ffi.ptr(gs), _ptr_or_null(b),
-                                 ffi.ptr(out), n, k, ffi.dtype_code(x, "x"), ffi.dtype_code(out, "out"),
-                                 ffi.stream(x.device))
+    rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), _ptr_or_null(gs_ptr), gs_value,
+                                 _ptr_or_null(b), ffi.ptr(out), n, k, ffi.dtype_code(x, "x"),
+                                 ffi.dtype_code(out, "out"), ffi.stream(x.device))
     ffi.check(rc, "vt_quant_nvfp4_gemv", lib, "quant")
     return out
 
 
-def _partial(lib: ctypes.CDLL, n: int, dev: torch.device) -> torch.Tensor:
-    """The fp32 workspace of an int4 GEMV's K-split partial sums: [max splits, N]."""
-    return torch.empty(lib.vt_quant_gemv_max_splits(), n, dtype=torch.float32, device=dev)
+def _workspace(lib: ctypes.CDLL, n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int4 GEMV's split-K workspace: fp32 partial sums [max splits, N] (per call, from the caching
+    allocator) and the device's int32 arrival counters (zeroed once, left zero by every launch)."""
+    partial = torch.empty(lib.vt_quant_gemv_max_splits(), n, dtype=torch.float32, device=dev)
+    return partial, split_counters(lib.vt_quant_gemv_max_tiles(), dev)
+
+
+def split_counters(count: int, dev: torch.device) -> torch.Tensor:
+    """The device's zeroed split-K counters, made on first use; a zeroing memset captured into a CUDA graph
+    would not run until replay, so the first use must come before any capture."""
+    counters = _COUNTERS.get(dev)
+    if counters is None or counters.numel() < count:
+        if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("quant GEMV: call it once outside CUDA graph capture first (its split-K counters "
+                               "are zeroed on first use)")
+        counters = _COUNTERS[dev] = torch.zeros(count, dtype=torch.int32, device=dev)
+    return counters
 
 
 def _int4(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, along_n: bool) -> tuple[int, int]:
@@ -181,7 +201,8 @@ def _group(k: int, group_size: int, scales: torch.Tensor) -> None:
 
 
 def _g_idx(g_idx: torch.Tensor, k: int, bits: int, version: int, dev: torch.device) -> torch.Tensor:
-    """g_idx as contiguous int32; its values must lie in [0, groups) (the reference checks them)."""
+    """g_idx as contiguous int32. Its values are not read here (that would sync): the kernels turn the rows
+    of a value outside [0, groups) into NaN."""
     if bits != 4:
         raise ValueError(f"bits: the GPTQ kernels take 4-bit checkpoints, got {bits}")
     if version not in GPTQ_ZERO_OFFSET:
@@ -192,27 +213,34 @@ def _g_idx(g_idx: torch.Tensor, k: int, bits: int, version: int, dev: torch.devi
     return g_idx.to(torch.int32).contiguous()
 
 
-def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float
-           ) -> tuple[int, int, torch.Tensor]:
-    """(N, K, the global scale as a device fp32 scalar) after the shape and dtype checks."""
+def global_scale_arg(global_scale: torch.Tensor | float, dev: torch.device) -> tuple[torch.Tensor | None, float]:
+    """The launcher's (gs_ptr, gs_value) for an NVFP4 global scale, with no host-to-device copy: a tensor on
+    `dev` is passed by pointer (None, 0.0 otherwise); a float or a CPU tensor is passed by value."""
+    if not isinstance(global_scale, torch.Tensor):
+        return None, float(global_scale)
+    if global_scale.dtype != torch.float32 or global_scale.numel() != 1:
+        raise ValueError(f"global_scale: expected one fp32 value, got {global_scale.dtype} "
+                         f"shape {tuple(global_scale.shape)}")
+    if global_scale.device == dev:
+        return global_scale, 0.0
+    if global_scale.device.type == "cpu":
+        return None, float(global_scale.reshape(()))  # a host value: no copy, no sync
+    raise ValueError(f"global_scale: expected device {dev} or cpu, got {global_scale.device}")
+
+
+def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor) -> tuple[int, int]:
+    """(N, K) after the shape and dtype checks."""
     dev = packed.device
     ffi.require(packed, "packed", dim=2, dtype=torch.uint8)
     ffi.require(block_scales, "block_scales", dim=2, dtype=torch.float8_e4m3fn, device=dev)
-    if isinstance(global_scale, torch.Tensor):
-        if global_scale.dtype != torch.float32 or global_scale.numel() != 1:
-            raise ValueError(f"global_scale: expected one fp32 value, got {global_scale.dtype} "
-                             f"shape {tuple(global_scale.shape)}")
-        gs = global_scale.reshape(1).to(dev)
-    else:
-        gs = torch.tensor([float(global_scale)], dtype=torch.float32, device=dev)
     n, k = packed.shape[0], packed.shape[1] * 2
     if k % NVFP4_BLOCK or block_scales.shape != (n, k // NVFP4_BLOCK):
         raise ValueError(f"block_scales: shape {tuple(block_scales.shape)} != [N={n}, K/16] for K={k} "
                          f"(K must be a multiple of 16)")
-    return n, k, gs
+    return n, k
 
 
-def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, out_dtype: torch.dtype | None,
+def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None,
              dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
     until the launch, so the allocator cannot hand their memory to the workspace)."""
@@ -226,7 +254,7 @@ def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, out_dty
         ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=dev)
         if bias.shape[0] != n:
             raise ValueError(f"bias: shape {tuple(bias.shape)} != [N={n}]")
-    out = torch.empty(*x.shape[:-1], n, dtype=out_dtype or x.dtype, device=dev)
+    out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=dev)  # the fused GEMVs write x's dtype only
     return x.reshape(k).contiguous(), out, bias
 
 

@@ -11,3 +11,11 @@ def unpack_int32(words: torch.Tensor, bits: int) -> torch.Tensor:  # words: [...
     # int64 so that the sign bit of a negative int32 becomes an ordinary high bit
     fields = (words.to(torch.int64)[..., None] >> shifts) & ((1 << bits) - 1)
     return fields.reshape(*words.shape[:-1], words.shape[-1] * per_word)
+
+
+def repeat_each(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:  # t: 2-D; dim 0 or 1
+    """repeat_interleave(times, dim) as expand + reshape: never a host sync (CUDA-graph capturable)."""
+    rows, cols = t.shape
+    if dim == 0:
+        return t[:, None, :].expand(rows, times, cols).reshape(rows * times, cols)
+    return t[:, :, None].expand(rows, cols, times).reshape(rows, cols * times)

@@ -12,12 +12,14 @@ Rounding: q - z is an exact small integer, times the scale in fp32 (exact: a
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from engine import flags
 from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
-from engine.ops._packing import unpack_int32
+from engine.ops._packing import repeat_each, unpack_int32
 from engine.ops.linear import linear
 
 AWQ_COLUMN_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a word -> the nibble that holds it
@@ -45,8 +47,8 @@ def dequant_awq(
         return cuda_quant.dequant_awq(qweight, qzeros, scales, group_size, dtype)
     order = _column_order(n, qweight.device)
     q = unpack_int32(qweight, 4)[:, order]  # [K, N]
-    z = unpack_int32(qzeros, 4)[:, order].repeat_interleave(group_size, dim=0)
-    s = scales.float().repeat_interleave(group_size, dim=0)
+    z = repeat_each(unpack_int32(qzeros, 4)[:, order], group_size, 0)
+    s = repeat_each(scales.float(), group_size, 0)
     return ((q - z).float() * s).to(dtype or scales.dtype)
 
 
@@ -66,7 +68,9 @@ def awq_linear(
     return linear(x, w.T, bias)
 
 
+@lru_cache(maxsize=64)
 def _column_order(n: int, device: torch.device) -> torch.Tensor:
-    """Index into the unpacked nibbles (word-major) that yields columns 0..N-1."""
+    """Index into the unpacked nibbles (word-major) that yields columns 0..N-1; built once per (N, device),
+    so later calls copy nothing to the device (CUDA-graph capture allows no host-to-device copy)."""
     nib = torch.tensor(AWQ_COLUMN_NIBBLE, device=device)
     return (torch.arange(n // 8, device=device)[:, None] * 8 + nib).reshape(-1)

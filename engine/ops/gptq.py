@@ -7,6 +7,10 @@ k // (32/bits), fields in order from the least significant bits; qzeros
 order; scales [groups, N]; g_idx [K] gives the group of each input row (act
 order shuffles it). W[k, n] = (q[k, n] - z[g_idx[k], n]) * s[g_idx[k], n].
 
+Out-of-range g_idx values raise IndexError in the reference (a host-side
+check, skipped during CUDA-graph capture); the CUDA kernels cannot sync to
+check, and give NaN for those rows instead.
+
 Zero offset: version 1 checkpoints store zero - 1, so z = stored + 1 (not
 wrapped to the field width, as the exllama-style kernels read it); version 2
 stores the zero itself, z = stored.
@@ -54,10 +58,11 @@ def dequant_gptq(
     check_dim(qzeros, "qzeros", 1, n // per_word, f"N/{per_word}")
     if n % per_word:
         raise ValueError(f"scales: N={n} is not a multiple of {per_word} (qzeros packing)")
-    if k and (int(g_idx.min()) < 0 or int(g_idx.max()) >= groups):
-        raise IndexError(f"g_idx: values outside [0, {groups})")
     if qweight.is_cuda and bits == 4 and flags.enabled("VT_DEQUANT_KERNEL") and flags.enabled("VT_KERNELS"):
+        # no host-side range check here (it would sync): the kernel turns out-of-range rows into NaN
         return cuda_quant.dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype)
+    if k and not _capturing(g_idx) and (int(g_idx.min()) < 0 or int(g_idx.max()) >= groups):
+        raise IndexError(f"g_idx: values outside [0, {groups})")
     q = unpack_int32(qweight.T, bits).T  # [K, N]: unpack along K
     z = unpack_int32(qzeros, bits) + ZERO_OFFSET[version]  # [groups, N]
     rows = g_idx.long()
@@ -80,3 +85,8 @@ def gptq_linear(
         return cuda_quant.gptq_linear(x, qweight, qzeros, scales, g_idx, bits, version, bias)
     w = dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype=x.dtype)
     return linear(x, w.T, bias)
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether t's device is capturing a CUDA graph (where the reference's host-side g_idx check would sync)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()

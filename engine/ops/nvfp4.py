@@ -13,11 +13,14 @@ result is rounded once more to the output dtype.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from engine import flags
 from engine.cuda import quant as cuda_quant
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
+from engine.ops._packing import repeat_each
 from engine.ops.linear import linear
 
 E2M1_MAGNITUDE = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -44,9 +47,9 @@ def dequant_nvfp4(
     if packed.is_cuda and flags.enabled("VT_DEQUANT_KERNEL") and flags.enabled("VT_KERNELS"):
         return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
     codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, k).long()  # low nibble first
-    magnitude = torch.tensor(E2M1_MAGNITUDE, dtype=torch.float32, device=packed.device)[codes & 7]
+    magnitude = _magnitudes(packed.device)[codes & 7]
     values = torch.where((codes & 8) != 0, -magnitude, magnitude)
-    scaled = values * block_scales.float().repeat_interleave(NVFP4_BLOCK, dim=1)  # exact
+    scaled = values * repeat_each(block_scales.float(), NVFP4_BLOCK, 1)  # exact
     return (scaled * gs).to(dtype)
 
 
@@ -64,10 +67,20 @@ def nvfp4_linear(
     return linear(x, dequant_nvfp4(packed, block_scales, global_scale, x.dtype), bias)
 
 
-def _global_scale(global_scale: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+@lru_cache(maxsize=16)
+def _magnitudes(device: torch.device) -> torch.Tensor:
+    """The e2m1 magnitude table on `device`, built once (later calls copy nothing to the device)."""
+    return torch.tensor(E2M1_MAGNITUDE, dtype=torch.float32, device=device)
+
+
+def _global_scale(global_scale: torch.Tensor | float, device: torch.device) -> torch.Tensor | float:
+    """A tensor on `device` as a 0-d tensor; a float or a host tensor as the float of its fp32 value (a
+    Python scalar multiplies in fp32 exactly like the fp32 tensor would, and needs no device copy)."""
     if isinstance(global_scale, torch.Tensor):
         check_tensor(global_scale, "global_scale", dtypes=(torch.float32,))
         if global_scale.numel() != 1:
             raise ValueError(f"global_scale: expected one value, got shape {tuple(global_scale.shape)}")
-        return global_scale.reshape(()).to(device)
-    return torch.tensor(float(global_scale), dtype=torch.float32, device=device)
+        if global_scale.device == device or global_scale.device.type != "cpu":
+            return global_scale.reshape(()).to(device)
+        return float(global_scale.reshape(()))
+    return float(torch.tensor(float(global_scale), dtype=torch.float32))  # rounded to fp32 on the host

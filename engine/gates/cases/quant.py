@@ -10,9 +10,11 @@ from engine.ops import awq as ref_awq
 from engine.ops import gptq as ref_gptq
 from engine.ops import nvfp4 as ref_nvfp4
 
-# (K, N, group): a 4096-wide projection, odd widths (N a multiple of 8), one group spanning all of K
-INT4_SHAPES = ((4096, 4096, 128), (256, 776, 128), (128, 72, 32), (64, 8, 64))
-NVFP4_SHAPES = ((4096, 4096), (19, 48), (770, 256))  # (N, K)
+# (K, N, group): a 4096-wide projection, odd widths (N a multiple of 8), one group spanning all of K, an
+# MLP-wide one (several K units per thread), and groups of 4 rows (changing inside a K unit) with split-K
+INT4_SHAPES = ((4096, 4096, 128), (256, 776, 128), (128, 72, 32), (64, 8, 64), (4096, 14336, 128), (1032, 112, 4))
+# (N, K): K % 32 == 16 takes the byte-wise path (with several chunks per lane at K = 1040)
+NVFP4_SHAPES = ((4096, 4096), (19, 48), (770, 256), (33, 1040), (4096, 14336))
 X_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -46,6 +46,7 @@ def test_shapes_and_flag_lookup():
     assert for_flag("VT_ATTN_DECODE_GQA").name == "attn-decode"
     assert for_flag("VT_ATTN_TILED").name == "attn-decode"
     assert for_flag("VT_NORM_KERNEL").name == "rms-norm"
+    assert for_flag("VT_DEQUANT_KERNEL").name == "awq-gemv"
     with pytest.raises(ValueError, match="no workload measures VT_EAGER"):
         for_flag("VT_EAGER")
 
@@ -119,7 +120,10 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
     assert WORKLOADS["gptq-gemv"].bytes_moved(shape, torch.bfloat16) == 10112 + 256 * 4  # and g_idx
     assert WORKLOADS["nvfp4-gemv"].bytes_moved(shape, torch.bfloat16) == 8192 + 1024 + 640  # fp4 codes, e4m3 scales
     for name in ("awq-gemv", "gptq-gemv", "nvfp4-gemv"):
-        for arm in ("reference", "dequant-gemv", "F.linear-dense"):
+        # the torch reference, the engine's dequant kernel then linear, the fused kernel, the dense peer
+        assert set(WORKLOADS[name].arms) == {"reference", "dequant+linear", "dequant-gemv"}
+        assert WORKLOADS[name].arms["dequant+linear"] == {"VT_DEQUANT_KERNEL": "1", "VT_DEQUANT_GEMV": "0"}
+        for arm in ("reference", "dequant+linear", "dequant-gemv", "F.linear-dense"):
             assert launch.main(["--workload", name, "--arm", arm, "--shape", "n=64,k=256,group=32", "--dtype",
                                 "float32", "--device", "cpu", "--calls", "1"]) == 0
         assert f"{name} F.linear-dense x1 on cpu: output (1, 64)" in capsys.readouterr().out

@@ -15,7 +15,9 @@ gpu = pytest.mark.gpu
 # (atol, rtol) of a fused dequant-GEMV against dequant-then-linear, per output dtype: the same products
 # summed in another order, rounded once.
 GEMV_TOL = {torch.float32: (2e-4, 1e-4), torch.bfloat16: (2e-2, 1.6e-2), torch.float16: (2e-3, 2e-3)}
-SHAPES = [(128, 72, 32), (256, 776, 128), (64, 8, 64)]  # (K, N, group)
+# (K, N, group): odd widths (the unaligned paths), and (1032, 112, 4): 8-byte AWQ loads, a group change
+# inside a K unit and split-K over partly filled column tiles
+SHAPES = [(128, 72, 32), (256, 776, 128), (64, 8, 64), (1032, 112, 4)]
 
 
 @pytest.fixture
@@ -125,7 +127,7 @@ def test_gptq_gemv_matches_dequant_then_linear(cuda, k, n, group, zero_offset):
 
 
 @gpu
-@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 2048)])
+@pytest.mark.parametrize("n,k", [(72, 128), (19, 48), (770, 2048), (33, 1040)])
 def test_nvfp4_gemv_matches_dequant_then_linear(cuda, n, k):
     from engine.cuda import quant
 
@@ -133,7 +135,11 @@ def test_nvfp4_gemv_matches_dequant_then_linear(cuda, n, k):
     ck = quant_pack.nvfp4(n, k, gen)
     x = torch.randn(1, 1, k, generator=gen).to(torch.bfloat16).to(cuda)
     args = (ck.packed.to(cuda), ck.scales.to(cuda), ck.global_scale.to(cuda))
-    _gemv_close(quant.nvfp4_linear(x, *args), nvfp4_linear(x, *args))
+    ref = nvfp4_linear(x, *args)
+    _gemv_close(quant.nvfp4_linear(x, *args), ref)
+    # the same global scale as a float and as a host tensor (both passed by value)
+    for gs in (float(ck.global_scale), ck.global_scale):
+        assert torch.equal(quant.nvfp4_linear(x, *args[:2], gs), quant.nvfp4_linear(x, *args))
 
 
 @gpu
@@ -144,13 +150,13 @@ def test_gemv_comparison_catches_a_flipped_nibble(cuda):
     gen = torch.Generator().manual_seed(5)
     ck = quant_pack.awq(128, 64, 128, torch.float16, gen)
     ck.scales[:, 9] = 1.0
-    x = torch.ones(1, 128, dtype=torch.bfloat16)
+    x = torch.ones(1, 128, dtype=torch.float32)  # fp32 x and output: a one-step change is representable
     rest = (ck.qzeros.to(cuda), ck.scales.to(cuda), 128)
-    good = quant.awq_linear(x.to(cuda), ck.qweight.to(cuda), *rest, out_dtype=torch.float32)
+    good = quant.awq_linear(x.to(cuda), ck.qweight.to(cuda), *rest)
     bad_q = ck.q.clone()
     bad_q[17, 9] ^= 1
     bad = quant_pack.pack_nibbles(bad_q, quant_pack.AWQ_COLUMN_NIBBLE)
-    worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest, out_dtype=torch.float32)
+    worse = quant.awq_linear(x.to(cuda), bad.to(cuda), *rest)
     moved = (worse - good).abs().squeeze(0).cpu()
     assert moved[9] == 1.0 and moved[torch.arange(64) != 9].max() == 0
 
@@ -182,3 +188,111 @@ def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda, monkeypatch):
     nv = quant_pack.nvfp4(64, 128, gen)
     nargs = (nv.packed.to(cuda), nv.scales.to(cuda), nv.global_scale.to(cuda))
     assert torch.equal(nvfp4_linear(x, *nargs), quant.nvfp4_linear(x, *nargs))
+
+
+def test_global_scale_is_passed_without_a_device_copy(monkeypatch):
+    """A float or host global scale goes to the launcher by value, a device one by pointer: nothing is
+    copied to the device per call (CUDA-graph capture refuses host-to-device copies)."""
+    from engine.cuda import quant
+
+    on_meta = torch.full((1,), 0.25, device="meta")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tensor was made or copied")
+
+    host = torch.tensor([0.375])
+    monkeypatch.setattr(torch, "tensor", refuse)
+    monkeypatch.setattr(torch.Tensor, "to", refuse)
+    monkeypatch.setattr(torch.Tensor, "cuda", refuse)
+    monkeypatch.setattr(torch.Tensor, "copy_", refuse)
+    assert quant.global_scale_arg(0.01, torch.device("cuda")) == (None, 0.01)
+    assert quant.global_scale_arg(host, torch.device("cuda")) == (None, 0.375)
+    ptr, value = quant.global_scale_arg(on_meta, torch.device("meta"))
+    assert ptr is on_meta and value == 0.0
+    with pytest.raises(ValueError, match="global_scale: expected device cuda or cpu, got meta"):
+        quant.global_scale_arg(on_meta, torch.device("cuda"))
+    with pytest.raises(ValueError, match="global_scale: expected one fp32 value"):
+        quant.global_scale_arg(host.double(), torch.device("cuda"))
+
+
+def test_split_counters_are_zeroed_once_per_device(monkeypatch):
+    from engine.cuda import quant
+
+    monkeypatch.setattr(quant, "_COUNTERS", {})
+    dev = torch.device("cpu")
+    first = quant.split_counters(5, dev)
+    assert first.dtype == torch.int32 and first.tolist() == [0] * 5
+    assert quant.split_counters(5, dev) is first and quant.split_counters(3, dev) is first  # no per-call work
+    assert quant.split_counters(9, dev).numel() == 9
+
+
+@gpu
+def test_kernel_paths_are_graph_capturable_and_deterministic(cuda, monkeypatch):
+    """dequant+linear and the fused GEMVs capture into a CUDA graph (no host copy or sync per call), replay
+    to the eager result, and leave the split-K counters zero."""
+    from engine.cuda import quant
+
+    gen = torch.Generator().manual_seed(21)
+    aw = quant_pack.awq(1024, 4096, 128, torch.float16, gen)
+    gq = quant_pack.gptq(1024, 4096, 8, 1, torch.float16, gen)
+    nv = quant_pack.nvfp4(4096, 1024, gen)
+    x = torch.randn(1, 1024, generator=gen).to(torch.bfloat16).to(cuda)
+    a_args = (aw.qweight.to(cuda), aw.qzeros.to(cuda), aw.scales.to(cuda), 128)
+    g_args = (gq.qweight.to(cuda), gq.qzeros.to(cuda), gq.scales.to(cuda), gq.groups_of_rows.to(cuda))
+    n_args = (nv.packed.to(cuda), nv.scales.to(cuda))
+    ops = [lambda: awq_linear(x, *a_args), lambda: gptq_linear(x, *g_args),
+           lambda: nvfp4_linear(x, *n_args, 0.01), lambda: nvfp4_linear(x, *n_args, nv.global_scale.to(cuda))]
+    monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
+    for fused in ("0", "1"):
+        monkeypatch.setenv("VT_DEQUANT_GEMV", fused)
+        for i, op in enumerate(ops):
+            eager = op()
+            assert torch.equal(op(), eager), (fused, i)  # deterministic: fixed-order split-K sums
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capturing stream, as capture wants
+                op()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = op()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(captured, eager), (fused, i)
+    assert int(quant._COUNTERS[cuda].count_nonzero()) == 0
+
+
+@gpu
+def test_out_of_range_g_idx_gives_nan_rows(cuda):
+    """The kernels cannot sync to check g_idx: a row with a group outside [0, G) comes out NaN."""
+    from engine.cuda import quant
+
+    ck = quant_pack.gptq(64, 16, 2, 1, torch.float16, torch.Generator().manual_seed(4))
+    g_idx = ck.groups_of_rows.clone()
+    g_idx[5], g_idx[40] = 2, -1
+    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), g_idx.to(cuda))
+    w = quant.dequant_gptq(*args).cpu()
+    bad = torch.zeros(64, dtype=torch.bool)
+    bad[[5, 40]] = True
+    assert w[bad].isnan().all() and not w[~bad].isnan().any()
+    assert quant.gptq_linear(torch.ones(64, dtype=torch.float16, device=cuda), *args).isnan().all()
+
+
+@gpu
+def test_launchers_reject_bad_arguments_with_their_message(cuda):
+    from engine.cuda import ffi, quant
+
+    lib = quant._lib()
+    cases = [
+        (lib.vt_quant_awq_gemv(None, None, None, None, None, None, None, None, 4096, 4096, 128, 1, 2, 1, None),
+         "awq gemv: partial and counters workspaces are required"),
+        (lib.vt_quant_gptq_gemv(None, None, None, None, None, None, None, None, None, 64, 16, 0, 1, 1, 2, 1, None),
+         "gptq gemv: groups must be >= 1"),
+        (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
+         "nvfp4 gemv: K must be a positive multiple of 16"),
+        (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
+         r"nvfp4 gemv: out dtype code 2 must equal x's \(1\)"),
+    ]
+    for rc, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            ffi.check(rc, "launcher", lib, "quant")

@@ -73,3 +73,11 @@ def test_awq_errors_name_the_tensor(gen):
         dequant_awq(qweight, qzeros, scales[:, :23], 8)
     with pytest.raises(TypeError, match="qweight: dtype int64"):
         dequant_awq(qweight.long(), qzeros, scales, 8)
+
+
+def test_repeat_each_matches_repeat_interleave(gen):
+    from engine.ops._packing import repeat_each
+
+    t = torch.randn(5, 7, generator=gen)
+    assert torch.equal(repeat_each(t, 3, 0), t.repeat_interleave(3, dim=0))
+    assert torch.equal(repeat_each(t, 16, 1), t.repeat_interleave(16, dim=1))
