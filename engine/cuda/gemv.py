@@ -50,7 +50,7 @@ def linear(
     if weight.stride(1) != 1:
         weight = weight.contiguous()
     x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1:
+    if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) < k):  # e.g. rows broadcast by expand()
         x2 = x2.contiguous()
     m = x2.shape[0]
     if m > MAX_ROWS:

@@ -240,8 +240,9 @@ def test_kernel_paths_are_graph_capturable_and_deterministic(cuda, monkeypatch):
     a_args = (aw.qweight.to(cuda), aw.qzeros.to(cuda), aw.scales.to(cuda), 128)
     g_args = (gq.qweight.to(cuda), gq.qzeros.to(cuda), gq.scales.to(cuda), gq.groups_of_rows.to(cuda))
     n_args = (nv.packed.to(cuda), nv.scales.to(cuda))
+    gs = nv.global_scale.to(cuda)  # moved before the capture: only the ops are under test
     ops = [lambda: awq_linear(x, *a_args), lambda: gptq_linear(x, *g_args),
-           lambda: nvfp4_linear(x, *n_args, 0.01), lambda: nvfp4_linear(x, *n_args, nv.global_scale.to(cuda))]
+           lambda: nvfp4_linear(x, *n_args, 0.01), lambda: nvfp4_linear(x, *n_args, gs)]
     monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
     for fused in ("0", "1"):
         monkeypatch.setenv("VT_DEQUANT_GEMV", fused)
@@ -283,16 +284,18 @@ def test_launchers_reject_bad_arguments_with_their_message(cuda):
     from engine.cuda import ffi, quant
 
     lib = quant._lib()
-    cases = [
-        (lib.vt_quant_awq_gemv(None, None, None, None, None, None, None, None, 4096, 4096, 128, 1, 2, 1, None),
+    cases = [  # each call is made just before its check: the last-error message is per library, not per call
+        (lambda: lib.vt_quant_awq_gemv(None, None, None, None, None, None, None, None, 4096, 4096, 128, 1, 2, 1,
+                                       None),
          "awq gemv: partial and counters workspaces are required"),
-        (lib.vt_quant_gptq_gemv(None, None, None, None, None, None, None, None, None, 64, 16, 0, 1, 1, 2, 1, None),
+        (lambda: lib.vt_quant_gptq_gemv(None, None, None, None, None, None, None, None, None, 64, 16, 0, 1, 1, 2, 1,
+                                        None),
          "gptq gemv: groups must be >= 1"),
-        (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
+        (lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
          "nvfp4 gemv: K must be a positive multiple of 16"),
-        (lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
+        (lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
          r"nvfp4 gemv: out dtype code 2 must equal x's \(1\)"),
     ]
-    for rc, message in cases:
+    for call, message in cases:
         with pytest.raises(RuntimeError, match=message):
-            ffi.check(rc, "launcher", lib, "quant")
+            ffi.check(call(), "launcher", lib, "quant")
