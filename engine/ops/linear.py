@@ -32,12 +32,16 @@ def linear(
         check_tensor(bias, "bias", ndim=1)
         check_same_dtype(bias, "bias", x, "x")
         check_dim(bias, "bias", 0, weight.shape[0], "weight's out_features")
-    # decode rows: the GEMV, which streams W by rows; a prefill, or a transposed W (dequant-then-linear's
-    # W.T), keeps the GEMM, which reads it in place
-    if x.is_cuda and flags.enabled("VT_GEMV") and flags.enabled("VT_KERNELS") and \
-            x.numel() <= gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1:
+    if takes_gemv(x, weight):
         return gemv.linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def takes_gemv(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Decode rows (at most gemv.MAX_ROWS) on a GPU under VT_GEMV take the GEMV, which streams W by rows; a
+    prefill, or a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place."""
+    return (x.is_cuda and flags.enabled("VT_GEMV") and flags.enabled("VT_KERNELS")
+            and x.numel() <= gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1)
 
 
 def embedding(

@@ -66,3 +66,28 @@ def test_linear_accepts_strided_inputs(dtype, gen, close):
     x = torch.randn(83, 7, generator=gen).to(dtype).T  # [7, 83], column-major
     w = torch.randn(19, 2 * 83, generator=gen).to(dtype)[:, ::2]  # every other column
     close(linear(x, w), reference_linear(x, w, None), dtype, "reduction")
+
+
+class _GpuRows:
+    """Stands in for a CUDA x in the routing rule: only is_cuda, numel and shape are read."""
+
+    def __init__(self, rows: int, k: int) -> None:
+        self.is_cuda, self.shape, self._n = True, (rows, k), rows * k
+
+    def numel(self) -> int:
+        return self._n
+
+
+def test_decode_rows_of_a_row_major_weight_take_the_gemv(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import gemv
+    from engine.ops.linear import takes_gemv
+
+    w = torch.randn(48, 32)
+    monkeypatch.delenv("VT_GEMV", raising=False)  # ON by default
+    assert takes_gemv(_GpuRows(1, 32), w)
+    assert takes_gemv(_GpuRows(gemv.MAX_ROWS, 32), w)
+    assert not takes_gemv(_GpuRows(gemv.MAX_ROWS + 1, 32), w)  # a prefill keeps the GEMM
+    assert not takes_gemv(_GpuRows(1, 48), w.T)  # a transposed weight too: the GEMM reads it in place
+    assert not takes_gemv(torch.randn(1, 32), w)  # a CPU tensor runs the reference
+    monkeypatch.setenv("VT_GEMV", "0")
+    assert not takes_gemv(_GpuRows(1, 32), w)
