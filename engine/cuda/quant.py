@@ -33,7 +33,9 @@ SIGNATURES: dict[str, list] = {
     "vt_quant_gemv_max_splits": [],
     "vt_quant_gemv_max_tiles": [],
 }
-_COUNTERS: dict[torch.device, torch.Tensor] = {}  # per device: the int4 GEMVs' split-K arrival counters
+# per device: the int4 GEMVs' split-K arrival counters, shared by every stream, so two int4 GEMVs must not
+# run at once on different streams of one device
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
 @cache
