@@ -47,17 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: bandwidth is measured on a GPU only (no CUDA device here)", file=sys.stderr)
-        return 2
     work = WORKLOADS[args.workload]
     try:
         shapes = sweep_shapes(work, args.shape, args.sweep)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    device, dtype = torch.device("cuda"), DTYPES[args.dtype]
     wanted = set(args.arms.split(",")) if args.arms else None
+    known = {*work.arms, *work.peers}
+    if wanted and not wanted <= known:
+        print(f"error: --arms {','.join(sorted(wanted - known))}: not an arm or peer of {work.name} "
+              f"(known: {', '.join(sorted(known))})", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():  # checked after the arguments, so a bad command line is named first
+        print("error: bandwidth is measured on a GPU only (no CUDA device here)", file=sys.stderr)
+        return 2
+    device, dtype = torch.device("cuda"), DTYPES[args.dtype]
     before = clocks()
     ceiling = copy_bandwidth(device, args.reps)
     rows = []
@@ -66,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device), "timing": args.timing,
               "copy_bytes_per_s": ceiling, "clocks_before": before, "clocks_after": clocks(), "rows": rows}
     print_table(record)
+    if not any("fraction" in r for r in rows):  # a benchmark that measured nothing has no result
+        print(f"error: no arm or peer of {work.name} ran; see the table for why", file=sys.stderr)
+        return 1
     if args.plot:
         print(f"plot: {write_plot(record, args.plot, args.sweep)}")
     if args.ledger:
         cmd = "python -m engine bench bandwidth " + " ".join(argv if argv is not None else sys.argv[1:])
-        best = max((r for r in rows if "fraction" in r), key=lambda r: r["fraction"], default=None)
-        summary = (f"copy {ceiling / 1e12:.2f} TB/s; best {best['arm']} at {best['fraction']:.0%} of it"
-                   if best else f"copy {ceiling / 1e12:.2f} TB/s; no arm ran")
+        best = max((r for r in rows if "fraction" in r), key=lambda r: r["fraction"])
+        summary = f"copy {ceiling / 1e12:.2f} TB/s; best {best['arm']} at {best['fraction']:.0%} of it"
         path = write_record(args.ledger, f"bandwidth-{work.name}", ["ENGINE-BENCH"], cmd, record["device"],
                             summary, record, head_sha(repo_root()), kind="bench")
         print(f"ledger: {path}")

@@ -6,6 +6,7 @@ capturable). Bytes that must move: every weight once (a tied head read as the he
 every cached token once.
 
     python -m engine bench ab --flag VT_MERGED_PROJ --workload decode-step [--shape ctx=1024,layers=28]
+    python -m engine bench bandwidth --workload decode-step    # the defaults against the step's arms off
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 
 STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
+STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
 _RUNNERS: dict[tuple, object] = {}  # one model per shape: the input sets share it
 

@@ -183,7 +183,8 @@ NORM = Workload(
 
 STEP = Workload(name="decode-step", flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED"),
                 defaults=dict(step_workload.STEP_DEFAULTS), make=step_workload.make, run=step_workload.run,
-                bytes_moved=step_workload.bytes_moved)
+                bytes_moved=step_workload.bytes_moved,
+                arms={"defaults": {}, "step-arms-off": {f: "0" for f in step_workload.STEP_ARMS}})
 
 # --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
 

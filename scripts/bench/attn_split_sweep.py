@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.bench.timing import arm_timer, sets_for  # noqa: E402
-from engine.bench.workloads import ATTN, _attn_bytes, _attn_make  # noqa: E402
+from engine.bench.workloads import ATTN, parse_shape  # noqa: E402
 from engine.cuda import paged_attn_tiled  # noqa: E402
 from engine.gates.ledger import head_sha, repo_root, write_record  # noqa: E402
 
@@ -28,22 +28,15 @@ SHAPES = ["batch=1,ctx=1024,hq=16,hkv=8", "batch=1,ctx=4096,hq=16,hkv=8", "batch
 SPLITS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
 
 
-def parse(text: str) -> dict[str, int]:
-    shape = dict(ATTN.defaults)
-    for part in text.split(","):
-        key, _, val = part.partition("=")
-        shape[key] = int(val)
-    return shape
-
-
 def median_ms(fn, sets, device: torch.device, reps: int) -> float:
     timer = arm_timer(fn, sets, device, "graph")
-    return statistics.median(timer.sample(r) for r in range(reps + 1)) * 1e3  # warm-up sample included, median
+    samples = [timer.sample(r) for r in range(reps + 1)]
+    return statistics.median(samples[1:]) * 1e3  # sample 0 warms up and is dropped
 
 
 def sweep(text: str, device: torch.device, reps: int) -> dict:
-    s = parse(text)
-    sets = [_attn_make(s, device, torch.bfloat16, seed) for seed in range(sets_for(_attn_bytes(s, torch.bfloat16)))]
+    s = parse_shape(text, ATTN.defaults)
+    sets = [ATTN.make(s, device, torch.bfloat16, seed) for seed in range(sets_for(ATTN.bytes_moved(s, torch.bfloat16)))]
     q, k, v, table, lens, scale = sets[0]
     rule = paged_attn_tiled.num_splits(s["batch"] * s["hkv"], table.shape[1] * s["block"], s["d"], q.dtype,
                                        device.index or 0)

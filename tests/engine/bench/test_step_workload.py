@@ -45,3 +45,17 @@ def test_ab_on_the_decode_step_writes_a_record(tmp_path, capsys) -> None:
     assert record["results"]["workload"] == "decode-step"
     assert record["rows"][0] == "MODEL-MERGED-PROJ"
     assert len(record["results"]["samples_s"]["on"]) == 3
+
+
+def test_bandwidth_measures_the_defaults_against_the_step_arms_off() -> None:
+    arms = WORKLOADS["decode-step"].arms
+    assert arms["defaults"] == {}
+    assert arms["step-arms-off"] == {"VT_GEMV": "0", "VT_MERGED_PROJ": "0", "VT_QK_NORM_ROPE_FUSED": "0"}
+
+
+def test_bandwidth_refuses_arms_the_workload_lacks(capsys) -> None:
+    from engine.bench import bandwidth
+
+    assert bandwidth.main(["--workload", "decode-step", "--arms", "defaults,tiled"]) == 2
+    assert capsys.readouterr().err == ("error: --arms tiled: not an arm or peer of decode-step (known: defaults, "
+                                       "step-arms-off)\n")
