@@ -28,10 +28,10 @@ for _dep in ("pydantic", "ruamel.yaml"):
 
 # Subcommands that live in their own modules: name -> module exposing add_parser(subparsers) and run(args).
 EXTRA_COMMANDS: dict[str, str] = {
-    "render": "checkers.render_cli",
-    "row": "checkers.rows_cli",
-    "claim": "checkers.rows_cli",
-    "trailers": "checkers.trailers_cli",
+    "render": "checkers.commands.render",
+    "row": "checkers.commands.row",
+    "claim": "checkers.commands.claim",
+    "trailers": "checkers.commands.trailers",
 }
 
 EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.

@@ -137,7 +137,7 @@ class PairRule(Strict):
     """When a path matching `when` changes, the path `require` (same `{placeholders}`) must change too."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    when: str = Field(description="glob with `{name}` placeholders, e.g. checkers/checks/{name}.py")
+    when: str = Field(description="glob with `{name}` placeholders, e.g. checkers/checks/{name}/**/*")
     require: str = Field(description="path with the same placeholders, e.g. tests/checkers/test_{name}.py")
     exclude: list[str] = Field(default_factory=list, description="globs that the rule does not apply to")
 

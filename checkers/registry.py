@@ -12,12 +12,17 @@ from checkers.results import Rule
 
 class CheckSpec(NamedTuple):
     id: str
-    module: str  # module under checkers.checks
+    module: str  # module under checkers.checks: a package `<name>`, or `records.<name>`
     group: str  # records | tree | commits | build
     script: str  # scripts/<conventional name>
     stages: tuple[str, ...]  # pre-commit stages of its hook
     summary: str
     pass_filenames: bool = False  # a commit-msg hook receives the message file
+
+    @property
+    def name(self) -> str:
+        """The module's own name (`agent_record`), which names its test file `tests/checkers/test_<name>.py`."""
+        return self.module.rpartition(".")[2]
 
     @property
     def hook_id(self) -> str:
@@ -31,11 +36,11 @@ GROUPS = ("records", "tree", "commits", "build")
 
 CHECKS: tuple[CheckSpec, ...] = (
     # records
-    CheckSpec("agent-record", "agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
+    CheckSpec("agent-record", "records.agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
               "rows, specs, claims, issues and ledger entries are well-formed and agree"),
-    CheckSpec("live-rows", "live_rows", "records", "scripts/audit-live-rows.py", ("pre-push",),
+    CheckSpec("live-rows", "records.live_rows", "records", "scripts/audit-live-rows.py", ("pre-push",),
               "rows in an active state have a live claim and branch; claims point at active rows"),
-    CheckSpec("doc-checkpoint", "doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
+    CheckSpec("doc-checkpoint", "records.doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
               "rendered documents match the records; a change that moves a row's state updates them"),
     # tree
     CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
@@ -43,7 +48,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
               ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
     # commits
-    CheckSpec("role-discipline", "role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
+    CheckSpec("role-discipline", "records.role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
               "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
     CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
               "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),

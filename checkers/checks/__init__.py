@@ -1,4 +1,6 @@
-"""One module per check. Each module states its invariant in its first docstring line and exposes:
+"""One package per check, `checkers/checks/<name>/`, owning the helpers only it uses; the record checks
+share `checkers/checks/records/`, one module each. Each check module states its invariant in its first
+docstring line and exposes:
 
 - ``ID``: the check id (``pr-size``), also its hook id ``rowgate-<ID>`` and its registry key;
 - ``RULES``: a tuple of ``checkers.results.Rule`` with stable ids and kebab-case names;

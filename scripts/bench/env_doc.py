@@ -19,7 +19,7 @@ from _measure import cli, measure, table, write_ledger  # noqa: E402
 from checkers import registry
 from checkers.config import load_config
 from checkers.context import Context
-from checkers.envscan import C_SUFFIXES, PYTHON_SUFFIXES
+from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES
 from checkers.gitio import Git
 from checkers.preflight import check_parser, run_check
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.checks import agent_record
+from checkers.checks.records import agent_record
 from checkers.config import load_config
 from checkers.context import Context
 from tests.conftest import MINIMAL_CONFIG, GitRepo, row_yaml
@@ -272,7 +272,7 @@ def test_the_repository_own_records_pass():
 
 
 def test_issue_reference_forms():
-    from checkers.issuerefs import body_rows, issue_refs, ref_pattern
+    from checkers.checks.records.issuerefs import body_rows, issue_refs, ref_pattern
 
     pattern = ref_pattern(["Refs", "Closes", "Fixes"])
     text = "Closes: #5, #7 and #9\nfixes #3. Refs #5\nSee #12 and PR#4; prefixes #8\n\nRow: GOV-A\nRow: GOV-B\n"

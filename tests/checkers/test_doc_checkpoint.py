@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from checkers.checks import doc_checkpoint
+from checkers.checks.records import doc_checkpoint
 from checkers.config import load_config
 from checkers.context import Context
 from checkers.flagdecls import parse_flag_decls

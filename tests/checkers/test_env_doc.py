@@ -11,7 +11,7 @@ import pytest
 from checkers import registry
 from checkers.config import load_config
 from checkers.context import Context
-from checkers.envscan import c_reads, python_reads
+from checkers.checks.env_doc.envscan import c_reads, python_reads
 from checkers.flagdecls import parse_flag_decls
 from checkers.render import render_environment
 from checkers.preflight import check_parser, run_check

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers import fatbin, nvcc_flags
+from checkers.checks.gencode import fatbin, nvcc_flags
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gencode"
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.checks import live_rows
+from checkers.checks.records import live_rows
 from checkers.config import load_config
 from checkers.context import Context
 from tests.conftest import ROOT, GitRepo, init_repo, row_yaml

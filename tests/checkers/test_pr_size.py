@@ -133,6 +133,20 @@ def test_ps003_a_new_check_without_a_test(repo: GitRepo):
                          "(pairing rule checker-test)")
 
 
+def test_ps003_a_helper_of_a_check_package_needs_the_check_test(repo: GitRepo):
+    """This repository's own rule: a check is a package, and any file in it pairs with the check's test;
+    `{name}/**/*` needs a file below the package, so a module beside the packages does not match."""
+    repo.write({".agents/config.yaml": CONFIG.replace('"checkers/checks/{name}.py"', '"checkers/checks/{name}/**/*"')})
+    repo.commit("Package layout")
+    repo.git("checkout", "-q", "-B", "main")
+    repo.git("checkout", "-q", "-b", "pkg")
+    repo.commit("Change a helper alone", {"checkers/checks/bar/helper.py": lines(3, "helper"),
+                                          "checkers/checks/__init__.py": "# package\n"})
+    assert whole(check(repo, "--base", "main").findings) == [(
+        "PS003", "checkers/checks/bar/helper.py",
+        "checkers/checks/bar/helper.py changed but tests/checkers/test_bar.py did not (pairing rule checker-test)")]
+
+
 def test_pure_rename_costs_nothing_and_a_rename_with_edits_costs_the_edits(repo: GitRepo):
     repo.git("mv", "engine/cuda/big.cu", "engine/cuda/paged.cu")
     repo.commit("Rename the kernel")

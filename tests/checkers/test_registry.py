@@ -31,7 +31,7 @@ def test_check_module_contract(spec: registry.CheckSpec):
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
 def test_check_has_test_file_script_hook_and_readme_entry(spec: registry.CheckSpec):
-    assert (ROOT / "tests" / "checkers" / f"test_{spec.module}.py").is_file()
+    assert (ROOT / "tests" / "checkers" / f"test_{spec.name}.py").is_file()
     script = ROOT / spec.script
     assert script.is_file() and f'run_script("{spec.id}")' in script.read_text()
     [hook] = [h for h in HOOKS if h["id"] == spec.hook_id]

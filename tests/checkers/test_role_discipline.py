@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from checkers.checks import role_discipline
+from checkers.checks.records import role_discipline
 from checkers.config import load_config
 from checkers.context import Context
 from tests.conftest import MINIMAL_CONFIG, GitRepo

@@ -6,7 +6,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from checkers import cuda_sites as cu
+from checkers.checks.gemv_invocation import cuda_sites as cu
 from checkers.context import Context
 from checkers.results import CheckError, Finding, Result, Rule
 

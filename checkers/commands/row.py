@@ -1,16 +1,14 @@
-"""`rowgate row new|set` and `rowgate claim`: edit the row and claim records in place (ruamel.yaml round
-trip, comments and key order kept), refusing a state its requirements do not allow (checkers.rowreqs)."""
+"""`rowgate row new|set`: edit the row records in place (ruamel.yaml round trip, comments and key order
+kept), refusing a state its requirements do not allow (checkers.checks.records.rowreqs)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import re
 import sys
 from pathlib import Path
 
 from checkers.config import STATES
-from checkers.records import ROW_ID, Claim, Loaded, Row
+from checkers.records import ROW_ID, Row
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 from checkers.yamlio import RecordError, read_yaml, validate, yaml_rt
 
@@ -31,36 +29,25 @@ blocker: null
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
-    if name == "row":
-        p = sub.add_parser("row", help="create a row or change its state (edits .agents/rows/ in place)")
-        rs = p.add_subparsers(dest="row_command", metavar="ACTION", required=True)
-        n = rs.add_parser("new", help="create .agents/rows/ID.yaml and a spec skeleton")
-        n.add_argument("id", help="row id, AREA-NAME")
-        n.add_argument("--area", required=True, help="one of rows.areas in .agents/config.yaml")
-        n.add_argument("--title", required=True, help="one line")
-        n.add_argument("--state", default="INVENTORIED", choices=STATES, help="initial state (default INVENTORIED)")
-        n.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
-        n.set_defaults(func=cmd_new)
-        s = rs.add_parser("set", help="move a row to a state whose requirements it meets")
-        s.add_argument("id", help="row id")
-        s.add_argument("--state", required=True, choices=STATES, help="the new state")
-        s.add_argument("--anchor", action="append", default=[], help="add a code or test anchor (path[:line])")
-        s.add_argument("--evidence", action="append", default=[], help="add a ledger entry path")
-        s.add_argument("--closing-commit", metavar="SHA", help="full sha of the commit that finished the row")
-        s.add_argument("--blocker", metavar="REASON", help="why the row is blocked (with --unblock-when)")
-        s.add_argument("--unblock-when", metavar="CONDITION", help="the condition that unblocks it")
-        s.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
-        s.set_defaults(func=cmd_set)
-    else:
-        p = sub.add_parser(name, help="claim a row: write .agents/claims/ID.yaml and make the row active")
-        p.add_argument("id", help="row id")
-        p.add_argument("--branch", required=True, help="the branch the work happens on (row/<ID> by convention)")
-        p.add_argument("--owner", help="who works on it (default: $ROWGATE_OWNER, then $USER)")
-        p.add_argument("--claim-id", help="claim id (default: the row id)")
-        p.add_argument("--state", choices=STATES, default="ACTIVE",
-                       help="state to move a non-active row to (default ACTIVE)")
-        p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
-        p.set_defaults(func=cmd_claim)
+    p = sub.add_parser(name, help="create a row or change its state (edits .agents/rows/ in place)")
+    rs = p.add_subparsers(dest="row_command", metavar="ACTION", required=True)
+    n = rs.add_parser("new", help="create .agents/rows/ID.yaml and a spec skeleton")
+    n.add_argument("id", help="row id, AREA-NAME")
+    n.add_argument("--area", required=True, help="one of rows.areas in .agents/config.yaml")
+    n.add_argument("--title", required=True, help="one line")
+    n.add_argument("--state", default="INVENTORIED", choices=STATES, help="initial state (default INVENTORIED)")
+    n.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    n.set_defaults(func=cmd_new)
+    s = rs.add_parser("set", help="move a row to a state whose requirements it meets")
+    s.add_argument("id", help="row id")
+    s.add_argument("--state", required=True, choices=STATES, help="the new state")
+    s.add_argument("--anchor", action="append", default=[], help="add a code or test anchor (path[:line])")
+    s.add_argument("--evidence", action="append", default=[], help="add a ledger entry path")
+    s.add_argument("--closing-commit", metavar="SHA", help="full sha of the commit that finished the row")
+    s.add_argument("--blocker", metavar="REASON", help="why the row is blocked (with --unblock-when)")
+    s.add_argument("--unblock-when", metavar="CONDITION", help="the condition that unblocks it")
+    s.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    s.set_defaults(func=cmd_set)
 
 
 def cmd_new(args: argparse.Namespace) -> int:
@@ -129,43 +116,8 @@ def cmd_set(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def cmd_claim(args: argparse.Namespace) -> int:
-    ctx = _context(args)
-    if ctx is None:
-        return EXIT_ERROR
-    path, doc = _row_doc(ctx, args.id)
-    if doc is None:
-        return EXIT_USAGE
-    owner = args.owner or os.environ.get("ROWGATE_OWNER") or os.environ.get("USER")
-    if not owner:
-        return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
-    if args.state not in ctx.config.rows.active_states:
-        return _refuse(f"--state {args.state} is not an active state ({', '.join(ctx.config.rows.active_states)})",
-                       EXIT_USAGE)
-    claim_id = args.claim_id or args.id
-    claim_path = ctx.root / ".agents" / "claims" / f"{claim_id}.yaml"
-    if doc.get("claim") or claim_path.exists():
-        return _refuse(f"{args.id} is already claimed ({doc.get('claim') or claim_id}); "
-                       f"release it with `rowgate row set {args.id} --state READY` first")
-    text = (f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
-            f"branch: {args.branch}\nowner: {owner}\nsince: {dt.date.today().isoformat()}\n")
-    claim = validate(Claim, _loads(text), ctx.rel(claim_path))
-    state = doc["state"] if doc["state"] in ctx.config.rows.active_states else args.state
-    doc["claim"], doc["state"] = claim_id, state
-    row = validate(Row, doc, ctx.rel(path))
-    ctx.records.claims[claim_id] = Loaded(ctx.rel(claim_path), claim)
-    problems = _requirements(ctx, row, state)
-    if problems:
-        return _refuse_state(args.id, state, problems)
-    claim_path.parent.mkdir(parents=True, exist_ok=True)
-    claim_path.write_text(text, encoding="utf-8")
-    path.write_text(dump_yaml(doc), encoding="utf-8")
-    print(f"{args.id}: claimed as {claim_id} by {owner} on {args.branch}; state {state}")
-    return EXIT_PASS
-
-
 def _requirements(ctx, row: Row, state: str, skip_spec: bool = False) -> list:
-    from checkers import rowreqs
+    from checkers.checks.records import rowreqs
 
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, ctx.records, ctx.git, extra=[row])
     problems = rowreqs.row_problems(row, state, tree)

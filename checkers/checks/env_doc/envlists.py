@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checkers.envscan import EnvRead
+from checkers.checks.env_doc.envscan import EnvRead
 
 _BACKTICKED = re.compile(r"`([^`]+)`")
 ALLOWLIST_HEADER = """\

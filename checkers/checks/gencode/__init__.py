@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkers import fatbin, nvcc_flags
+from checkers.checks.gencode import fatbin, nvcc_flags
 from checkers.context import Context
 from checkers.results import CheckError, Finding, Result, Rule
 from checkers.yamlio import RecordError, read_yaml

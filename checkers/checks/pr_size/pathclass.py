@@ -6,40 +6,8 @@ import re
 from dataclasses import dataclass
 
 from checkers.config import PairRule, PathClass
+from checkers.files import PLACEHOLDER, glob_regex
 from checkers.results import CheckError
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def glob_regex(pattern: str, placeholders: bool = False) -> str:
-    """A regex for a glob anchored at the repository root: `**` spans any number of segments
-    (`a/**` is everything under a/, `**/x` is x at any depth), `*` and `?` stay within one segment,
-    and with `placeholders` a `{name}` captures one segment's text."""
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == n:
-            out.append("(?:/.*)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif placeholders and (m := _PLACEHOLDER.match(pattern, i)):
-            out.append(f"(?P<{m.group(1)}>[^/]+?)")
-            i = m.end()
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "".join(out)
-
 
 class Classifier:
     """Maps a path to the first class (in configured order) that has a matching pattern."""
@@ -109,7 +77,7 @@ class Pairing:
 
     @classmethod
     def compile(cls, rule: PairRule) -> Pairing:
-        missing = set(_PLACEHOLDER.findall(rule.require)) - set(_PLACEHOLDER.findall(rule.when))
+        missing = set(PLACEHOLDER.findall(rule.require)) - set(PLACEHOLDER.findall(rule.when))
         if missing:
             raise CheckError(f"pairing rule {rule.name!r}: require uses {{{sorted(missing)[0]}}}, which when "
                              "does not capture", hint="use only placeholders that appear in `when`")
@@ -121,4 +89,4 @@ class Pairing:
         m = self.when.fullmatch(path)
         if not m or (self.exclude and self.exclude.fullmatch(path)):
             return None
-        return _PLACEHOLDER.sub(lambda p: m.group(p.group(1)), self.rule.require)
+        return PLACEHOLDER.sub(lambda p: m.group(p.group(1)), self.rule.require)

@@ -7,9 +7,9 @@ import re
 
 from checkers.config import EnvDocConfig
 from checkers.context import Context
-from checkers.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
-from checkers.envscan import C_SUFFIXES, PYTHON_SUFFIXES, EnvRead, scan_source
-from checkers.pathclass import glob_regex
+from checkers.checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
+from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES, EnvRead, scan_source
+from checkers.files import glob_regex
 from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "env-doc"

@@ -5,9 +5,9 @@ import argparse
 import re
 from pathlib import Path
 
-from checkers import rowreqs
+from checkers.checks.records import rowreqs
 from checkers.context import Context, add_range_arguments
-from checkers.issuerefs import NO_ROW, UNFILED, body_rows, check_refs, issue_refs, ref_pattern
+from checkers.checks.records.issuerefs import NO_ROW, UNFILED, body_rows, check_refs, issue_refs, ref_pattern
 from checkers.ranges import commit_range
 from checkers.records import Records, _key_line
 from checkers.results import CheckError, Finding, Result, Rule

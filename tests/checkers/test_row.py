@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from checkers.checks import agent_record, live_rows
+from checkers.checks.records import agent_record, live_rows
 from checkers.cli import main
 from checkers.config import load_config
 from checkers.context import Context

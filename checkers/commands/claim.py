@@ -1,0 +1,61 @@
+"""`rowgate claim`: write a claim record and make its row active, refusing what the row's state does not
+allow (checkers.checks.records.rowreqs, as `rowgate row set`)."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+from pathlib import Path
+
+from checkers.commands.row import _context, _loads, _refuse, _refuse_state, _requirements, _row_doc, dump_yaml
+from checkers.config import STATES
+from checkers.records import Claim, Loaded, Row
+from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
+from checkers.yamlio import validate
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+    p = sub.add_parser(name, help="claim a row: write .agents/claims/ID.yaml and make the row active")
+    p.add_argument("id", help="row id")
+    p.add_argument("--branch", required=True, help="the branch the work happens on (row/<ID> by convention)")
+    p.add_argument("--owner", help="who works on it (default: $ROWGATE_OWNER, then $USER)")
+    p.add_argument("--claim-id", help="claim id (default: the row id)")
+    p.add_argument("--state", choices=STATES, default="ACTIVE",
+                   help="state to move a non-active row to (default ACTIVE)")
+    p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    p.set_defaults(func=cmd_claim)
+
+
+def cmd_claim(args: argparse.Namespace) -> int:
+    ctx = _context(args)
+    if ctx is None:
+        return EXIT_ERROR
+    path, doc = _row_doc(ctx, args.id)
+    if doc is None:
+        return EXIT_USAGE
+    owner = args.owner or os.environ.get("ROWGATE_OWNER") or os.environ.get("USER")
+    if not owner:
+        return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
+    if args.state not in ctx.config.rows.active_states:
+        return _refuse(f"--state {args.state} is not an active state ({', '.join(ctx.config.rows.active_states)})",
+                       EXIT_USAGE)
+    claim_id = args.claim_id or args.id
+    claim_path = ctx.root / ".agents" / "claims" / f"{claim_id}.yaml"
+    if doc.get("claim") or claim_path.exists():
+        return _refuse(f"{args.id} is already claimed ({doc.get('claim') or claim_id}); "
+                       f"release it with `rowgate row set {args.id} --state READY` first")
+    text = (f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
+            f"branch: {args.branch}\nowner: {owner}\nsince: {dt.date.today().isoformat()}\n")
+    claim = validate(Claim, _loads(text), ctx.rel(claim_path))
+    state = doc["state"] if doc["state"] in ctx.config.rows.active_states else args.state
+    doc["claim"], doc["state"] = claim_id, state
+    row = validate(Row, doc, ctx.rel(path))
+    ctx.records.claims[claim_id] = Loaded(ctx.rel(claim_path), claim)
+    problems = _requirements(ctx, row, state)
+    if problems:
+        return _refuse_state(args.id, state, problems)
+    claim_path.parent.mkdir(parents=True, exist_ok=True)
+    claim_path.write_text(text, encoding="utf-8")
+    path.write_text(dump_yaml(doc), encoding="utf-8")
+    print(f"{args.id}: claimed as {claim_id} by {owner} on {args.branch}; state {state}")
+    return EXIT_PASS
