@@ -1,4 +1,4 @@
-"""What a check runs against: the repository root, the config, git, the records, the resolved base.
+"""What a check runs against: the repository root, the config, git, the records, and the one range resolver.
 Precedence for every setting is written once here: defaults, then `.agents/config.yaml`, then the
 environment, then command-line flags."""
 from __future__ import annotations
@@ -7,15 +7,60 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, TextIO
+from typing import TYPE_CHECKING, Iterator, Mapping, TextIO
 
-from checkers.gitio import BaseRange, Git, resolve_base
+from checkers.gitio import Commit, Git, GitError
 
 if TYPE_CHECKING:
     from checkers.config import Config
     from checkers.records import Records
 
-_ZERO_SHA = "0" * 40
+ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
+
+
+class Range:
+    """A resolved range: the base as named (`ref`) and where that name came from (`source`), the base and
+    head commits, and the merge base the range starts at. The merge base is asked of git once, when first
+    needed; `commits()` finds it in the same `git log` that reads the range (Git.range_commits)."""
+
+    __slots__ = ("ref", "source", "base", "head", "_git", "_notes", "_merge_base")
+
+    def __init__(self, ref: str, source: str, base: str, head: str, git: Git, notes: TextIO | None = None):
+        self.ref, self.source, self.base, self.head = ref, source, base, head
+        self._git = git
+        self._notes = notes  # where the range is printed once, when its merge base is known
+        self._merge_base: str | None = None
+
+    @property
+    def merge_base(self) -> str:
+        if self._merge_base is None:
+            self._found(self._git.merge_base(self.base, self.head))
+        assert self._merge_base is not None
+        return self._merge_base
+
+    @property
+    def spec(self) -> str:
+        """`merge_base..head`, for the git reads that take a revision range."""
+        return f"{self.merge_base}..{self.head}"
+
+    def commits(self, mailmap: bool = False, parents: bool = True, authors: bool = True) -> list[Commit]:
+        """The commits of merge_base..head, oldest first, from one `git log` that usually also finds the
+        merge base."""
+        start = self.base if self._merge_base is None else self._merge_base
+        merge_base, commits = self._git.range_commits(start, self.head, mailmap=mailmap, parents=parents,
+                                                      authors=authors)
+        if self._merge_base is None:
+            self._found(merge_base)
+        return commits
+
+    def describe(self) -> str:
+        return (f"base {self.ref} ({self.source}) = {self.base[:12]}; merge base {self.merge_base[:12]}; "
+                f"head {self.head[:12]}")
+
+    def _found(self, merge_base: str) -> None:
+        self._merge_base = merge_base
+        if self._notes is not None:
+            print(f"rowgate: {self.describe()}", file=self._notes)
 
 
 class Context:
@@ -29,7 +74,7 @@ class Context:
         self.notes: TextIO = sys.stderr if notes is None else notes  # where resolved settings are printed, once
         self._git: Git | None = None
         self._records: Records | None = None
-        self._bases: dict[tuple[str | None, str | None], BaseRange] = {}
+        self._ranges: dict[tuple[str | None, str | None, str | None, str | None, str], Range] = {}
 
     @property
     def git(self) -> Git:
@@ -45,31 +90,73 @@ class Context:
             self._records = load_records(self.root)
         return self._records
 
-    def base_range(self, base: str | None = None, head: str | None = None) -> BaseRange:
-        """Resolve the range once per (base, head) and print where it came from.
+    def range(self, base: str | None = None, head: str | None = None, *, since: str | None = None,
+              since_source: str | None = None, flag: str = "--base") -> Range:
+        """The range a check judges: resolved once per arguments, printed once with where its base came from.
 
-        Precedence: --base flag; $ROWGATE_BASE (or config base.env); pre-commit's
-        PRE_COMMIT_FROM_REF in a pre-push hook; config base.ref; the detected upstream."""
-        key = (base, head)
-        if key not in self._bases:
-            cfg = self.config.base
-            head = head or self._precommit_ref("PRE_COMMIT_TO_REF") or "HEAD"
-            env = dict(self.env)
-            if not base and not env.get(cfg.env):
-                from_ref = self._precommit_ref("PRE_COMMIT_FROM_REF")
-                if from_ref:
-                    base = from_ref
-            rng = resolve_base(self.git, base, env, cfg.ref, env_var=cfg.env, remote=cfg.remote, head=head)
-            print(f"rowgate: {rng.describe()}", file=self.notes)
-            self._bases[key] = rng
-        return self._bases[key]
+        The base is the first of:
+          1. `base`, the command line's (`flag` names it: --base, or --range's left side);
+          2. the environment variable `base.env` names ($ROWGATE_BASE);
+          3. in a pre-push hook, PRE_COMMIT_FROM_REF (the remote's old tip; absent or the zero sha when the
+             branch is new to the remote);
+          4. `since`, the start of a check that judges its history since a commit (the config cutover,
+             docs.since; `since_source` names it), unless this is a pre-push hook: a push is judged
+             against the base like every other range check, so all of them judge the same commits;
+          5. `base.ref` in the config;
+          6. the detected upstream (`upstream` before `origin`, so a fork's own main is never the base).
+        The head is `head` (--head), else PRE_COMMIT_TO_REF, else the pushed PRE_COMMIT_LOCAL_BRANCH, else
+        HEAD. The range starts at the merge base of base and head.
 
-    def _precommit_ref(self, name: str) -> str | None:
+        Outside a push, a check that passes `since_source` has no range when none of 1-4 applies: NoRange."""
+        key = (base, head, since, since_source, flag)
+        if key not in self._ranges:
+            ref, source = self._base(base, since, since_source, flag)
+            head_ref = head or self._hook_env("PRE_COMMIT_TO_REF") or self._hook_env("PRE_COMMIT_LOCAL_BRANCH") \
+                or "HEAD"
+            base_sha = self.git.must_resolve(ref, "base" if source != since_source else f"range start ({source})")
+            head_sha = self.git.must_resolve(head_ref, "head")
+            self._ranges[key] = Range(ref, source, base_sha, head_sha, self.git, self.notes)
+        return self._ranges[key]
+
+    @property
+    def pushing(self) -> bool:
+        """In a pre-push hook run by pre-commit (which names the pushed refs in the environment)."""
+        return any(self._hook_env(k) for k in ("PRE_COMMIT_TO_REF", "PRE_COMMIT_REMOTE_BRANCH"))
+
+    def _base(self, base: str | None, since: str | None, since_source: str | None, flag: str) -> tuple[str, str]:
+        for ref, source in self._base_candidates(base, since, since_source, flag):
+            if ref:
+                return ref, source
+        if since_source is not None and not self.pushing:
+            raise NoRange(f"no range: the config has no cutover and no {flag} was given",
+                          hint="set cutover: in .agents/config.yaml or pass --base REF")
+        cfg = self.config.base
+        raise GitError("no base given and no upstream detected",
+                       hint=f"pass --base REF, set ${cfg.env}, or set base.ref in .agents/config.yaml")
+
+    def _base_candidates(self, base: str | None, since: str | None, since_source: str | None,
+                         flag: str) -> Iterator[tuple[str | None, str]]:
+        """The base sources in precedence order (Context.range), each looked up only when reached."""
+        cfg = self.config.base
+        yield base, flag
+        yield self.env.get(cfg.env), f"${cfg.env}"
+        yield self._hook_env("PRE_COMMIT_FROM_REF"), "pre-push PRE_COMMIT_FROM_REF"
+        if since_source is not None and not self.pushing:
+            yield since, since_source
+            return  # outside a push, a check that judges its history since a start has no other base
+        yield cfg.ref, "config base.ref"
+        yield self.git.default_upstream(cfg.remote), "detected upstream"
+
+    def _hook_env(self, name: str) -> str | None:
         ref = self.env.get(name)
-        return ref if ref and ref != _ZERO_SHA else None
+        return ref if ref and ref != ZERO_SHA else None
 
     def rel(self, path: Path) -> str:
         return path.resolve().relative_to(self.root.resolve()).as_posix()
+
+
+class NoRange(GitError):
+    """A check that judges its history since a start has neither a start nor a base."""
 
 
 def add_range_arguments(parser: argparse.ArgumentParser) -> None:

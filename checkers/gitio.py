@@ -1,4 +1,4 @@
-"""All git access: discovery, base resolution and batched reads, each call with a timeout, no shell,
+"""All git access: discovery, refs, merge bases and batched reads, each call with a timeout, no shell,
 and no user or system git config (it changes trailer parsing and output formats)."""
 from __future__ import annotations
 
@@ -70,24 +70,6 @@ class Commit(NamedTuple):
     @property
     def is_merge(self) -> bool:
         return len(self.parents) > 1
-
-
-class BaseRange(NamedTuple):
-    """A resolved range: where the base came from, and the merge base the range starts at."""
-
-    ref: str
-    source: str
-    base: str
-    head: str
-    merge_base: str
-
-    def describe(self) -> str:
-        return (f"base {self.ref} ({self.source}) = {self.base[:12]}; merge base {self.merge_base[:12]}; "
-                f"head {self.head[:12]}")
-
-    @property
-    def spec(self) -> str:
-        return f"{self.merge_base}..{self.head}"
 
 
 class TrailedCommit(NamedTuple):
@@ -355,30 +337,6 @@ class Git:
         out = self.text("cat-file", "--batch-check=%(objectname) %(objecttype)",
                         input="".join(f"{s}\n" for s in shas).encode())
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
-
-
-def resolve_base(git: Git, flag: str | None, env: dict[str, str], config_ref: str | None,
-                 env_var: str = "ROWGATE_BASE", remote: str | None = None,
-                 head: str = "HEAD") -> BaseRange:
-    """Resolve a range's base, in precedence order: flag, environment, config, detected upstream.
-    The range starts at the merge base of base and head."""
-    ref, source, base_sha, head_sha = resolve_base_refs(git, flag, env, config_ref, env_var, remote, head)
-    return BaseRange(ref, source, base_sha, head_sha, git.merge_base(base_sha, head_sha))
-
-
-def resolve_base_refs(git: Git, flag: str | None, env: dict[str, str], config_ref: str | None,
-                      env_var: str = "ROWGATE_BASE", remote: str | None = None,
-                      head: str = "HEAD") -> tuple[str, str, str, str]:
-    """resolve_base() without the merge base: (ref, where it came from, base sha, head sha)."""
-    for ref, source in ((flag, "--base"), (env.get(env_var), f"${env_var}"), (config_ref, "config base.ref")):
-        if ref:
-            break
-    else:
-        ref, source = git.default_upstream(remote), "detected upstream"
-        if ref is None:
-            raise GitError("no base given and no upstream detected",
-                           hint=f"pass --base REF, set ${env_var}, or set base.ref in .agents/config.yaml")
-    return ref, source, git.must_resolve(ref, "base"), git.must_resolve(head, "head")
 
 
 class DiffStat(NamedTuple):

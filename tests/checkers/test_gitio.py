@@ -1,99 +1,12 @@
-"""Base resolution and git access on real temporary repositories."""
+"""Git access on real temporary repositories (the range resolver is tested in test_context.py)."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from checkers.gitio import Git, GitError, resolve_base
+from checkers.gitio import Git, GitError
 from tests.conftest import GitRepo, init_repo
-
-
-def _clone(src: GitRepo, dest: Path, *args: str) -> GitRepo:
-    subprocess.run(["git", "clone", "-q", *args, f"file://{src.path}", str(dest)], check=True,
-                   env=src.env, capture_output=True, timeout=60)
-    return GitRepo(dest)
-
-
-def test_range_starts_at_merge_base_when_base_moved(git_repo: GitRepo):
-    root = git_repo.commit("root")
-    git_repo.git("checkout", "-q", "-b", "feature")
-    f1 = git_repo.commit("feature work")
-    git_repo.git("checkout", "-q", "main")
-    moved = git_repo.commit("main moved on")
-    git_repo.git("checkout", "-q", "feature")
-    rng = resolve_base(Git(git_repo.path), "main", {}, None)
-    assert (rng.base, rng.merge_base, rng.head) == (moved, root, f1)
-    assert [c.sha for c in Git(git_repo.path).commits(rng.spec)] == [f1]
-    assert rng.describe() == f"base main (--base) = {moved[:12]}; merge base {root[:12]}; head {f1[:12]}"
-
-
-def test_precedence_flag_then_env_then_config_then_upstream(tmp_path: Path):
-    up = init_repo(tmp_path / "up")
-    up.commit("one")
-    clone = _clone(up, tmp_path / "clone")
-    clone.git("branch", "other")
-    git = Git(clone.path)
-    assert resolve_base(git, "other", {"ROWGATE_BASE": "main"}, "main").source == "--base"
-    assert resolve_base(git, None, {"ROWGATE_BASE": "other"}, "main").source == "$ROWGATE_BASE"
-    assert resolve_base(git, None, {}, "other").source == "config base.ref"
-    rng = resolve_base(git, None, {}, None)
-    assert (rng.ref, rng.source) == ("origin/main", "detected upstream")
-
-
-def test_fork_prefers_upstream_remote_over_origin(tmp_path: Path):
-    upstream = init_repo(tmp_path / "upstream")
-    up_head = upstream.commit("upstream main")
-    fork = _clone(upstream, tmp_path / "fork")
-    fork.commit("fork-only commit on the fork's main")
-    fork_remote = tmp_path / "fork-remote.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(fork.path), str(fork_remote)], check=True,
-                   env=fork.env, capture_output=True)
-    work = _clone(GitRepo(fork_remote), tmp_path / "work")
-    work.git("remote", "add", "upstream", f"file://{upstream.path}")
-    work.git("fetch", "-q", "upstream")
-    rng = resolve_base(Git(work.path), None, {}, None)
-    assert rng.ref.startswith("upstream/") and rng.base == up_head
-
-
-def test_missing_ref_is_an_error_with_a_fix(git_repo: GitRepo):
-    git_repo.commit("one")
-    with pytest.raises(GitError) as exc:
-        resolve_base(Git(git_repo.path), "origin/nope", {}, None)
-    assert str(exc.value) == "base 'origin/nope' does not resolve to a commit"
-    assert "fetch" in exc.value.hint
-
-
-def test_unrelated_histories_are_an_error(git_repo: GitRepo):
-    git_repo.commit("one")
-    git_repo.git("checkout", "-q", "--orphan", "other")
-    git_repo.commit("unrelated root")
-    with pytest.raises(GitError) as exc:
-        resolve_base(Git(git_repo.path), "main", {}, None)
-    assert str(exc.value).endswith("have unrelated histories (no merge base)")
-
-
-def test_shallow_clone_is_an_error_not_a_shrunken_range(tmp_path: Path):
-    up = init_repo(tmp_path / "up")
-    up.commit("a")
-    up.git("checkout", "-q", "-b", "side")
-    up.commit("side 1")
-    up.git("checkout", "-q", "main")
-    for i in range(3):
-        up.commit(f"main {i}")
-    shallow = _clone(up, tmp_path / "shallow", "--depth", "1", "--no-single-branch")
-    git = Git(shallow.path)
-    assert git.is_shallow()
-    with pytest.raises(GitError) as exc:
-        resolve_base(git, "origin/side", {}, None)
-    assert "shallow clone" in str(exc.value) and "--unshallow" in exc.value.hint
-
-
-def test_no_upstream_and_no_base_is_an_error(git_repo: GitRepo):
-    git_repo.commit("one")
-    with pytest.raises(GitError, match="no base given and no upstream detected"):
-        resolve_base(Git(git_repo.path), None, {}, None)
 
 
 def test_commits_reads_a_range_in_one_process_oldest_first(git_repo: GitRepo):

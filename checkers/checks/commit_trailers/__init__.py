@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkers.context import Context, add_range_arguments
-from checkers.gitio import BaseRange, Commit, resolve_base_refs
+from checkers.context import Context, NoRange, Range, add_range_arguments
+from checkers.gitio import Commit
 from checkers.results import CheckError, Finding, Result
 from checkers.trailers.contract import R, RULES, Compiled, Facts, compile_contract, judge
 from checkers.trailers.message import read_message
@@ -136,35 +136,27 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
 
 
 def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool,
-                authors: bool) -> tuple[BaseRange, list[Commit]]:
-    """The range to judge, printed once, and its commits, from one git log that usually also finds the
-    merge base (Git.range_commits; `parents` and `authors` say which fields to read)."""
-    fields = {"mailmap": True, "parents": parents, "authors": authors}
-    git = ctx.git
+                authors: bool) -> tuple[Range, list[Commit]]:
+    """The range to judge (Context.range, printed once) and its commits, from one git log that usually also
+    finds the merge base (`parents` and `authors` say which fields to read)."""
     if args.range:
         base, sep, head = args.range.partition("..")
         if not sep or head.startswith(".") or not base:
             raise CheckError(f"--range {args.range!r} is not BASE..HEAD", hint="write --range origin/main..HEAD")
-        ref, _, base_sha, head_sha = resolve_base_refs(git, base, {}, None, head=head or "HEAD")
-        source = "--range"
-    elif args.base or ctx.env.get(ctx.config.base.env) or ctx.env.get("PRE_COMMIT_FROM_REF") or \
-            cfg.default_range == "base":
-        rng = ctx.base_range(args.base, args.head)  # resolved and printed once per run, shared with other checks
-        return rng, git.range_commits(rng.merge_base, rng.head, **fields)[1]
+        rng = ctx.range(base, head or "HEAD", flag="--range")
+    elif cfg.default_range == "base":
+        rng = ctx.range(args.base, args.head)
     else:
-        ref = args.cutover or ctx.config.cutover
-        if not ref:
+        cutover, source = (args.cutover, "--cutover") if args.cutover else (ctx.config.cutover, "config cutover")
+        try:
+            rng = ctx.range(args.base, args.head, since=cutover, since_source=source)
+        except NoRange:
             raise CheckError("trailers.default_range is cutover but no cutover is configured",
-                             hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD")
-        source = "config cutover"
-        base_sha, head_sha = git.must_resolve(ref, "cutover"), git.must_resolve(args.head or "HEAD", "head")
-    merge_base, commits = git.range_commits(base_sha, head_sha, **fields)
-    rng = BaseRange(ref, source, base_sha, head_sha, merge_base)
-    print(f"rowgate: {rng.describe()}", file=ctx.notes)
-    return rng, commits
+                             hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD") from None
+    return rng, rng.commits(mailmap=True, parents=parents, authors=authors)
 
 
-def _legacy(ctx: Context, args: argparse.Namespace, rng: BaseRange, commits: list[Commit]) -> set[str]:
+def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Commit]) -> set[str]:
     """The commits in the range that are the cutover or its ancestors."""
     cutover = args.cutover or ctx.config.cutover
     if not cutover:

@@ -65,7 +65,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     if git.is_shallow():
         raise CheckError("this is a shallow clone: the merge base and the diff cannot be trusted",
                          hint="run git fetch --unshallow (CI: actions/checkout with fetch-depth: 0)")
-    rng = ctx.base_range(args.base, args.head)
+    rng = ctx.range(args.base, args.head)
     if rng.merge_base == rng.head:
         if rng.base != rng.head:
             raise CheckError(f"head {rng.head[:12]} is behind base {rng.ref} ({rng.base[:12]}): "

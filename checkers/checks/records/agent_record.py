@@ -6,9 +6,8 @@ import re
 from pathlib import Path
 
 from checkers.checks.records import rowreqs
-from checkers.context import Context, add_range_arguments
+from checkers.context import Context, NoRange, add_range_arguments
 from checkers.checks.records.issuerefs import NO_ROW, UNFILED, body_rows, check_refs, issue_refs, ref_pattern
-from checkers.ranges import commit_range
 from checkers.records import Records, _key_line
 from checkers.results import CheckError, Finding, Result, Rule
 
@@ -51,8 +50,11 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         findings += check_message(text, body_rows(text), records, pattern, str(message_file), None)
         examined, unit = n_records + 1, f"items ({n_records} records, 1 message)"
     else:
-        rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None))
-        commits = ctx.git.commits_with_trailers(rng) if rng else []
+        try:
+            rng = ctx.range(args.base, args.head, since=ctx.config.cutover, since_source="config cutover")
+            commits = ctx.git.commits_with_trailers(rng.spec)
+        except NoRange:
+            commits = []  # no cutover and no base: the records are all there is to check
         for c in commits:
             findings += check_message(c.commit.message, c.rows, records, pattern, None, c.commit.short)
         examined, unit = n_records + len(commits), f"items ({n_records} records, {len(commits)} commits)"

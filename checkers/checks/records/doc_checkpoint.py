@@ -5,9 +5,8 @@ import argparse
 from dataclasses import dataclass
 
 from checkers.config import DocsConfig
-from checkers.context import Context, add_range_arguments
+from checkers.context import Context, NoRange, add_range_arguments
 from checkers.gitio import TrailedCommit
-from checkers.ranges import commit_range
 from checkers.records import Records
 from checkers.render import load_views, stale_views
 from checkers.flagdecls import FlagDeclError
@@ -49,8 +48,11 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     stale = stale_views(ctx.root, views)
     findings = check_rendered(stale)
     details = [line for diff in stale.values() for line in diff.splitlines()]
-    rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None), docs.since)
-    changes = load_changes(ctx, rng) if rng else []
+    since, source = (docs.since, "docs.since") if docs.since else (ctx.config.cutover, "config cutover")
+    try:
+        changes = load_changes(ctx, ctx.range(args.base, args.head, since=since, since_source=source).spec)
+    except NoRange:
+        changes = []  # no cutover, no start and no base: the rendered files are all there is to check
     findings += check_changes(changes, ctx.records, docs)
     ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked"
     unit = f"items ({len(views)} rendered files, {len(changes)} commits)"

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from checkers.context import Context, add_range_arguments
+from checkers.context import Context, NoRange, add_range_arguments
 from checkers.gitio import TrailedCommit
-from checkers.ranges import commit_range
 from checkers.results import Finding, Result, Rule
 
 ID = "role-discipline"
@@ -30,10 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.role
-    rng = commit_range(ctx, getattr(args, "base", None), getattr(args, "head", None))
-    if rng is None:
-        return Result.error(ID, "no range: the config has no cutover and no --base was given",
-                            hint="set cutover: in .agents/config.yaml or pass --base REF")
+    try:
+        rng = ctx.range(args.base, args.head, since=ctx.config.cutover, since_source="config cutover").spec
+    except NoRange as exc:
+        return Result.error(ID, str(exc), hint=exc.hint)
     rows = set(ctx.records.rows)
     if cfg.mode == "branch":
         commits = ctx.git.commits_with_trailers(rng, first_parent=True)
