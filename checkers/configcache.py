@@ -3,7 +3,8 @@
 Validating `.agents/config.yaml` imports pydantic and ruamel.yaml and builds every section's model: about
 0.3 s, more than a commit-msg hook or a 10,000-commit range check spends on its own work. A check that names
 the sections it reads (`CONFIG_SECTIONS` in its module) gets them from here, as plain attribute objects with
-the names and values of the models. Only a config that validated is cached, and what is cached is
+the names and values of the models, typed as the models they read as (`load_sections` returns a `Config` to
+the type checker; a test holds every view equal to the validated model, field by field, all the way down). Only a config that validated is cached, and what is cached is
 pydantic's own dump of it. The entry is keyed on the config file's bytes and the source of the schema and
 its loader, compared whole (exact, and cheaper than importing hashlib), and on the installed pydantic and
 ruamel.yaml, so any edit to the config or the schema, or an upgrade of either library, validates again; a
@@ -16,10 +17,13 @@ import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from checkers import __version__
 from checkers.results import RecordError
+
+if TYPE_CHECKING:
+    from checkers.config import Config
 
 CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
 CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
@@ -39,8 +43,9 @@ class ConfigView(Section):
         raise AttributeError(f"config section {name!r} is not in the check's CONFIG_SECTIONS")
 
 
-def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> ConfigView:
-    """The named top-level sections of the validated config; raises RecordError as `load_config` does."""
+def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> Config:
+    """The named top-level sections of the validated config (a ConfigView, read as the Config it mirrors);
+    raises RecordError as `load_config` does."""
     try:
         raw = (root / CONFIG_PATH).read_bytes()
     except FileNotFoundError:
@@ -54,7 +59,7 @@ def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> 
         data = parse_config(raw).model_dump(mode="json")
         if cache is not None:
             _write(cache, key, data)
-    return ConfigView(**{name: to_section(data[name]) for name in sections})
+    return cast("Config", ConfigView(**{name: to_section(data[name]) for name in sections}))
 
 
 def cache_key(raw: bytes, schema: Iterable[Path] | None = None) -> str:
@@ -88,17 +93,18 @@ def to_section(value: Any) -> Any:
     return value
 
 
-def _read(path: Path, key: str) -> dict | None:
+def _read(path: Path, key: str) -> dict[str, Any] | None:
     try:
         entry = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("config"), dict):
         return None
-    return entry["config"]
+    config: dict[str, Any] = entry["config"]
+    return config
 
 
-def _write(path: Path, key: str, data: dict) -> None:
+def _write(path: Path, key: str, data: dict[str, Any]) -> None:
     """Write through a temporary file and a rename, so a concurrent reader sees the old entry or the new.
     A repository that cannot take the file (read-only, odd permissions) keeps no cache: the next run
     validates again."""

@@ -7,8 +7,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping, TextIO
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO
 
+from checkers.files import select
 from checkers.gitio import Commit, Git, GitError
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ class Context:
         self.notes: TextIO = sys.stderr if notes is None else notes  # where resolved settings are printed, once
         self._git: Git | None = None
         self._records: Records | None = None
+        self._tracked: list[str] | None = None
         self._ranges: dict[tuple[str | None, str | None, str | None, str | None, str], Range] = {}
 
     @property
@@ -89,6 +92,13 @@ class Context:
 
             self._records = load_records(self.root)
         return self._records
+
+    def files(self, include: Sequence[str] = ("**",), exclude: Sequence[str] = ()) -> list[str]:
+        """The repository's files, as every check lists them: the tracked paths (one `git ls-files` per
+        run) that match an `include` glob and no `exclude` glob (root-anchored; `**` spans folders)."""
+        if self._tracked is None:
+            self._tracked = self.git.ls_files()
+        return select(self._tracked, include, exclude)
 
     def range(self, base: str | None = None, head: str | None = None, *, since: str | None = None,
               since_source: str | None = None, flag: str = "--base") -> Range:

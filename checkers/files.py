@@ -1,7 +1,9 @@
-"""Paths of the repository as the checks see them: root-anchored globs."""
+"""Paths of the repository as the checks see them: root-anchored globs, and the one way a check lists files
+(Context.files: the tracked paths, from one `git ls-files` per run, filtered here)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -34,3 +36,10 @@ def glob_regex(pattern: str, placeholders: bool = False) -> str:
             out.append(re.escape(pattern[i]))
             i += 1
     return "".join(out)
+
+
+def select(paths: Iterable[str], include: Sequence[str], exclude: Sequence[str] = ()) -> list[str]:
+    """The paths (in their order) that match an `include` glob and no `exclude` glob."""
+    keep = re.compile("|".join(glob_regex(g) for g in include)) if include else None
+    drop = re.compile("|".join(glob_regex(g) for g in exclude)) if exclude else None
+    return [p for p in paths if keep is not None and keep.fullmatch(p) and not (drop and drop.fullmatch(p))]

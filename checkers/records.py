@@ -105,7 +105,7 @@ def load_records(root: Path) -> Records:
     for path in sorted((base / "rows").glob("*.yaml")):
         loaded = _load(rec, root, path, Row)
         if loaded and loaded.model.id != path.stem:
-            rec.problems.append(RecordError(loaded.path, [(_key_line(loaded.doc, "id"), "id",
+            rec.problems.append(RecordError(loaded.path, [(key_line(loaded.doc, "id"), "id",
                                             f"{loaded.model.id!r} does not match the file name {path.stem!r}")]))
         elif loaded:
             rec.rows[loaded.model.id] = loaded
@@ -171,7 +171,7 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
     return Loaded(rel, obj, doc)
 
 
-def _key_line(doc: Any, key: str) -> int | None:
+def key_line(doc: Any, key: str) -> int | None:
     try:
         return doc.lc.key(key)[0] + 1
     except Exception:

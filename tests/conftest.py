@@ -108,3 +108,11 @@ def rowgate_repo(tmp_path: Path) -> GitRepo:
         ".agents/specs/GOV-CORE.md": "# GOV-CORE\n\n## Goal\nx\n\n## Acceptance\ny\n\n## Issues\n- #1\n",
     })
     return repo
+
+
+def stage(root: Path) -> GitRepo:
+    """Make `root` a repository (if it is not one) whose index holds every file under it: checks list the
+    repository's files from git (Context.files), so a tree written by a test is staged before it is checked."""
+    repo = GitRepo(root) if (root / ".git").exists() else init_repo(root)
+    repo.git("add", "-A")
+    return repo

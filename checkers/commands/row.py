@@ -120,8 +120,7 @@ def _requirements(ctx, row: Row, state: str, skip_spec: bool = False) -> list:
     from checkers.checks.records import rowreqs
 
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, ctx.records, ctx.git, extra=[row])
-    problems = rowreqs.row_problems(row, state, tree)
-    return [p for p in problems if not (skip_spec and p.field == "spec")]
+    return rowreqs.row_findings(row, state, tree, skip_spec=skip_spec)
 
 
 def _row_doc(ctx, row_id: str):

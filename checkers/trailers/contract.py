@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable
 
-from checkers.results import Rule
+from checkers.results import Finding, Rule
 from checkers.trailers import parser
 from checkers.trailers.message import Message, paragraphs
 from checkers.trailers.parser import Trailer
@@ -36,14 +36,14 @@ GENERIC_PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_-]*>")
 DIVIDER_LINE = re.compile(r"^---[ \t\r\n]", re.M)
 
 
-# A named tuple and plain classes rather than dataclasses: judging starts in every commit-msg hook, and
-# `dataclasses` imports `inspect`, a noticeable share of that start-up.
-class Problem(NamedTuple):
-    rule: str
-    message: str
-    hint: str
-    line: int | None = None  # 1-based line in the message, where there is one
+def _finding(rule: str, message: str, hint: str, line: int | None = None) -> Finding:
+    """A finding of the message itself: no path (the caller knows the file or commit); `line` is 1-based in
+    the message, where there is one."""
+    return R[rule].finding(message, None, line, hint)
 
+
+# Plain classes rather than dataclasses: judging starts in every commit-msg hook, and `dataclasses`
+# imports `inspect`, a noticeable share of that start-up.
 
 class Facts:
     """What the contract needs beyond the message text."""
@@ -54,7 +54,7 @@ class Facts:
         self.mailmap = mailmap
         self.exists = exists
         self.filled = filled  # reject template placeholders
-        self.memo: dict[tuple[int, str, str], tuple[Problem, ...]] = {}  # (rule, key, value): for one run
+        self.memo: dict[tuple[int, str, str], tuple[Finding, ...]] = {}  # (rule, key, value): for one run
         self.clean: set[tuple[int, tuple[Trailer, ...]]] = set()  # (contract, trailers) found clean (see judge)
 
 
@@ -113,7 +113,7 @@ def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
         raise ValueError(f"trailers: invalid regex {pattern!r}: {exc}") from None
 
 
-def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Problem]:
+def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Finding]:
     """Every way `msg` breaks `contract`, in rule order."""
     # The same trailer block recurs across a range (one row, the same sign-offs). When the trailers alone
     # decide, a block found clean once is clean again (facts hold for the run); a block with problems
@@ -151,11 +151,11 @@ def _holds(msg_keys: dict[str, list[Trailer]], rule: TrailerKeyRule) -> bool:
 
 
 def _key_problems(msg: Message, contract: Compiled, facts: Facts,
-                  by_key: dict[str, list[Trailer]]) -> list[Problem]:
-    out: list[Problem] = []
+                  by_key: dict[str, list[Trailer]]) -> list[Finding]:
+    out: list[Finding] = []
     if facts.filled:
         ruled, placeholders = contract.ruled_keys, contract.placeholders
-        out += [Problem("TR012", f"{t.key}: {t.value} is the template placeholder",
+        out += [_finding("TR012", f"{t.key}: {t.value} is the template placeholder",
                         f"replace {t.value} with the real value")
                 for t in msg.trailers if (t.value in placeholders or t.value[:1] == "<")  # cheap test first
                 and t.key.lower() in ruled and _is_placeholder(t.value, contract)]
@@ -185,27 +185,27 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
     return out
 
 
-def _count_problems(msg: Message, rule: TrailerKeyRule, n: int) -> list[Problem]:
+def _count_problems(msg: Message, rule: TrailerKeyRule, n: int) -> list[Finding]:
     cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
     plural = "s" if n != 1 else ""
     if n < rule.min:
         text = (f"no {rule.key} trailer{cond} (need at least {rule.min})" if n == 0
                 else f"{n} {rule.key} trailer{plural}{cond} (need at least {rule.min})")
-        return [Problem("TR001", text, _missing_hint(msg, rule))]
-    return [Problem("TR002", f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
+        return [_finding("TR001", text, _missing_hint(msg, rule))]
+    return [_finding("TR002", f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
                     rule.fix or f"keep at most {rule.max}")]
 
 
-def _value_problems(rule: TrailerKeyRule, t: Trailer, contract: Compiled, facts: Facts) -> tuple[Problem, ...]:
+def _value_problems(rule: TrailerKeyRule, t: Trailer, contract: Compiled, facts: Facts) -> tuple[Finding, ...]:
     if _is_placeholder(t.value, contract):
         return ()  # reported once as TR012 under --filled; a template's placeholder is its shape
     if rule.pattern and not _re(rule.pattern).fullmatch(t.value):
-        return (Problem("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
+        return (_finding("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
                         rule.fix or f"write a value that matches {rule.pattern}"),)
     if rule.exists:
         path = rule.exists.format(t.value)
         if "/" in t.value or ".." in t.value or not facts.exists(path):
-            return (Problem("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
+            return (_finding("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
                             rule.fix or f"name an existing {rule.exists.format('*')}"),)
     return ()
 
@@ -220,15 +220,15 @@ def _missing_hint(msg: Message, rule: TrailerKeyRule) -> str:
     return hint
 
 
-def _author_problems(rule: TrailerKeyRule, found: list[Trailer], facts: Facts) -> list[Problem]:
+def _author_problems(rule: TrailerKeyRule, found: list[Trailer], facts: Facts) -> list[Finding]:
     if facts.author is None:
-        return [Problem("TR009", f"cannot tell who the author is, so no {rule.key} can be matched",
+        return [_finding("TR009", f"cannot tell who the author is, so no {rule.key} can be matched",
                         "pass --author 'Name <email>' or set GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL")]
     want = _norm_ident(facts.author)
     if any(_norm_ident(facts.mailmap(t.value)) == want for t in found):
         return []
     names = ", ".join(t.value for t in found)
-    return [Problem("TR009", f"no {rule.key} matches the author {facts.author} (found: {names})",
+    return [_finding("TR009", f"no {rule.key} matches the author {facts.author} (found: {names})",
                     rule.fix or "sign off as the author")]
 
 
@@ -238,8 +238,8 @@ def _norm_ident(ident: str) -> str:
     return f"{name.strip()} <{email.strip().lower()}" if sep else ident
 
 
-def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> list[Problem]:
-    out: list[Problem] = []
+def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> list[Finding]:
+    out: list[Finding] = []
     for rule in contract.forbid:
         declared = _declared(by_key.get(rule.declared_by.lower(), [])) if rule.declared_by else []
         pat = _re(rule.pattern, re.I) if rule.pattern else None
@@ -256,7 +256,7 @@ def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> li
                     if who is None:
                         continue
                     why = f"names {who}, declared in {rule.declared_by}"
-                out.append(Problem("TR004", f"{t.key}: {t.value} {why}",
+                out.append(_finding("TR004", f"{t.key}: {t.value} {why}",
                                    rule.fix or f"remove the {t.key} trailer"))
     return out
 
@@ -270,8 +270,8 @@ def _declared(trailers: list[Trailer]) -> list[str]:
     return out
 
 
-def _paragraph_problems(msg: Message, contract: Compiled) -> list[Problem]:
-    out: list[Problem] = []
+def _paragraph_problems(msg: Message, contract: Compiled) -> list[Finding]:
+    out: list[Finding] = []
     if not contract.paragraphs:
         return out
     paras = paragraphs(msg.text[:msg.body_end])[1:]  # the title paragraph never counts
@@ -281,23 +281,23 @@ def _paragraph_problems(msg: Message, contract: Compiled) -> list[Problem]:
         n = sum(1 for _, first in paras if pat.fullmatch(first))
         inside = [ln for ln in block_lines if pat.fullmatch(ln.rstrip(" \t\r"))]
         if inside:
-            out.append(Problem("TR006", f"{rule.pattern} is inside the trailer block",
+            out.append(_finding("TR006", f"{rule.pattern} is inside the trailer block",
                                rule.fix or f"make {rule.pattern} its own paragraph before the trailers"))
         want = f"exactly {rule.min}" if rule.min == rule.max else (
             f"at least {rule.min}" if rule.max is None else f"{rule.min} to {rule.max}")
         if n < rule.min or (rule.max is not None and n > rule.max):
             text = (f"no {rule.pattern} paragraph before the trailer block (need {want})" if n == 0
                     else f"{n} {rule.pattern} paragraphs (need {want})")
-            out.append(Problem("TR005", text, rule.fix or f"write the {rule.pattern} paragraph {want} time(s)"))
+            out.append(_finding("TR005", text, rule.fix or f"write the {rule.pattern} paragraph {want} time(s)"))
     return out
 
 
-def _divider_problems(text: str) -> list[Problem]:
+def _divider_problems(text: str) -> list[Finding]:
     cut = parser.end_of_log_message(text, no_divider=True)  # scissors and trailing comments excluded
     out = []
     for m in DIVIDER_LINE.finditer(text, 0, cut):
         line = text.count("\n", 0, m.start()) + 1
-        out.append(Problem("TR007", f"line {line} starts with `---`, git's patch divider: git am and "
+        out.append(_finding("TR007", f"line {line} starts with `---`, git's patch divider: git am and "
                                     f"git interpret-trailers drop everything after it",
                            "use `***` for a separator line (or indent it)", line))
     return out

@@ -6,8 +6,15 @@ against the models in `checkers.config` and holds each builder's defaults to its
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
 from checkers.configcache import Section
 from checkers.ids import ROW_ID
+
+if TYPE_CHECKING:  # what each builder's section reads as
+    from checkers.config import (TrailerCondition, TrailerContract, TrailerExemption, TrailerForbidRule,
+                                 TrailerKeyRule, TrailerParagraphRule)
 
 # Names of coding assistants and their vendors; a Signed-off-by or Co-authored-by naming one is refused.
 AI_IDENTITY = (r"\b(claude|anthropic|chatgpt|openai|gpt-?\d[\w.-]*|codex|copilot|gemini|bard|llama|mistral"
@@ -18,40 +25,45 @@ GITHUB_NOREPLY = r"@users\.noreply\.github\.com>"
 
 # --- builders: one per model in checkers.config, with its defaults ------------------------------------
 
-def contract(*, paragraphs: list[Section] = (), keys: list[Section] = (), forbid: list[Section] = (),
-             forbid_divider: bool = False, placeholders: list[str] = ()) -> Section:
+def contract(*, paragraphs: Sequence[TrailerParagraphRule] = (), keys: Sequence[TrailerKeyRule] = (),
+             forbid: Sequence[TrailerForbidRule] = (), forbid_divider: bool = False,
+             placeholders: Sequence[str] = ()) -> TrailerContract:
     """A TrailerContract."""
-    return Section(presets=[], paragraphs=list(paragraphs), keys=list(keys), forbid=list(forbid),
-                   forbid_divider=forbid_divider, placeholders=list(placeholders))
+    return cast("TrailerContract", Section(presets=[], paragraphs=list(paragraphs), keys=list(keys),
+                                           forbid=list(forbid), forbid_divider=forbid_divider,
+                                           placeholders=list(placeholders)))
 
 
 def key_rule(key: str, *, min: int = 0, max: int | None = None, pattern: str | None = None,
-             exists: str | None = None, author: bool = False, when: Section | None = None,
-             fix: str | None = None) -> Section:
+             exists: str | None = None, author: bool = False, when: TrailerCondition | None = None,
+             fix: str | None = None) -> TrailerKeyRule:
     """A TrailerKeyRule."""
-    return Section(key=key, min=min, max=max, pattern=pattern, exists=exists, author=author, when=when, fix=fix)
+    return cast("TrailerKeyRule", Section(key=key, min=min, max=max, pattern=pattern, exists=exists, author=author,
+                                          when=when, fix=fix))
 
 
-def condition(key: str, pattern: str) -> Section:
+def condition(key: str, pattern: str) -> TrailerCondition:
     """A TrailerCondition."""
-    return Section(key=key, pattern=pattern)
+    return cast("TrailerCondition", Section(key=key, pattern=pattern))
 
 
-def paragraph_rule(pattern: str, *, min: int = 1, max: int | None = 1, fix: str | None = None) -> Section:
+def paragraph_rule(pattern: str, *, min: int = 1, max: int | None = 1,
+                   fix: str | None = None) -> TrailerParagraphRule:
     """A TrailerParagraphRule."""
-    return Section(pattern=pattern, min=min, max=max, fix=fix)
+    return cast("TrailerParagraphRule", Section(pattern=pattern, min=min, max=max, fix=fix))
 
 
 def forbid_rule(keys: list[str], *, what: str = "a forbidden identity", pattern: str | None = None,
-                declared_by: str | None = None, exempt: list[Section] = (), fix: str | None = None) -> Section:
+                declared_by: str | None = None, exempt: Sequence[TrailerExemption] = (),
+                fix: str | None = None) -> TrailerForbidRule:
     """A TrailerForbidRule."""
-    return Section(keys=list(keys), what=what, pattern=pattern, declared_by=declared_by, exempt=list(exempt),
-                   fix=fix)
+    return cast("TrailerForbidRule", Section(keys=list(keys), what=what, pattern=pattern, declared_by=declared_by,
+                                             exempt=list(exempt), fix=fix))
 
 
-def exemption(key: str, pattern: str) -> Section:
+def exemption(key: str, pattern: str) -> TrailerExemption:
     """A TrailerExemption."""
-    return Section(key=key, pattern=pattern)
+    return cast("TrailerExemption", Section(key=key, pattern=pattern))
 
 
 # --- the presets ------------------------------------------------------------------------------------
@@ -90,4 +102,4 @@ ROW = contract(
     placeholders=["<ROW-ID>"],
 )
 
-PRESETS: dict[str, Section] = {"agents-protocol": AGENTS_PROTOCOL, "dco": DCO, "row": ROW}
+PRESETS: dict[str, TrailerContract] = {"agents-protocol": AGENTS_PROTOCOL, "dco": DCO, "row": ROW}

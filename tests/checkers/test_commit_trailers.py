@@ -243,18 +243,18 @@ def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
 
 def test_judge_is_a_pure_function_of_message_contract_and_facts():
     from checkers.config import TrailerContract
-    from checkers.trailers.contract import Facts, Problem, compile_contract, judge
+    from checkers.trailers.contract import R, Facts, compile_contract, judge
     from checkers.trailers.message import read_message
 
     contract = compile_contract(TrailerContract(presets=["row", "dco"]))
     msg = read_message("Add x\n\nRow: GOV-A\nRow: GOV-B\nSigned-off-by: B <b@x.org>\n", "range")
     facts = Facts(author="A <a@x.org>", exists={".agents/rows/GOV-A.yaml"}.__contains__)
     assert judge(msg, contract, facts) == [
-        Problem("TR008", "Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
-                "end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
-        Problem("TR009", "no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
-                "sign off as the author: git commit --amend -s (or fix the author, or add the identity to "
-                ".mailmap)")]
+        R["TR008"].finding("Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
+                           hint="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
+        R["TR009"].finding("no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
+                           hint="sign off as the author: git commit --amend -s (or fix the author, or add the "
+                                "identity to .mailmap)")]
     facts = Facts(author="B <b@x.org>", exists=lambda path: True)
     assert judge(msg, contract, facts) == []
 
@@ -279,7 +279,7 @@ def test_bad_templates_in_the_config_are_refused():
 
 def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
     from checkers.config import TrailerContract, TrailerKeyRule
-    from checkers.trailers.contract import Facts, Problem, compile_contract, judge
+    from checkers.trailers.contract import R, Facts, compile_contract, judge
     from checkers.trailers.message import read_message
 
     row = compile_contract(TrailerContract(presets=["row"]))
@@ -288,8 +288,8 @@ def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
     msg = read_message("Add x\n\nRow: GOV-A\n", "range")
     facts = Facts(exists=lambda path: True)
     assert judge(msg, row, facts) == [] and judge(msg, row, facts) == []  # the second from the clean set
-    assert judge(msg, fixes, facts) == [Problem("TR001", "no Fixes trailer (need at least 1)",
-                                                "add a `Fixes:` trailer to the trailer block")]
+    assert judge(msg, fixes, facts) == [R["TR001"].finding("no Fixes trailer (need at least 1)",
+                                                           hint="add a `Fixes:` trailer to the trailer block")]
     assert facts.clean == {(id(row), msg.trailers)}
 
 

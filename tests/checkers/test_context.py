@@ -205,3 +205,13 @@ def test_outside_a_push_role_discipline_judges_the_history_since_the_cutover(pus
     repo, main, _ = pushed
     verdict, _ = _hook(repo, "role-discipline", {})
     assert verdict.startswith("FAIL: role-discipline: 1 finding in 2 commits")
+
+
+def test_files_are_the_tracked_paths_that_match_an_include_and_no_exclude(repo: GitRepo):
+    repo.commit("sources", {"a/x.py": "", "a/b/y.py": "", "k.cu": "", "a/b/z.cu": ""})
+    repo.write({"untracked.py": ""})
+    ctx, _ = _ctx(repo)
+    assert ctx.files(["**/*.py"]) == ["a/b/y.py", "a/x.py"]
+    assert ctx.files(["**/*.py", "*.cu"], exclude=["a/b/**"]) == ["a/x.py", "k.cu"]
+    assert ctx.files([]) == []
+    assert ctx.files() == [".agents/config.yaml", "a/b/y.py", "a/b/z.cu", "a/x.py", "k.cu"]

@@ -11,7 +11,7 @@ import pytest
 from checkers.checks import gemv_invocation as gv
 from checkers.config import Config
 from checkers.context import Context
-from tests.conftest import ROOT
+from tests.conftest import ROOT, stage
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gemv"
 # Call and launch sites of sources whose sites this row owns or which are stable: a drop means a site is missed.
@@ -43,6 +43,7 @@ def engine_copy(tmp_path: Path) -> Path:
 
 
 def run_on(root: Path, min_sites: int = 1):
+    stage(root)
     ctx = Context(root=root, config=Config())
     return gv.run(ctx, argparse.Namespace(min_sites=min_sites))
 

@@ -14,6 +14,7 @@ from checkers.config import Config, GencodeConfig
 from checkers.context import Context
 from checkers.preflight import run_check
 from tests.checkers.test_fatbin import FIXTURES, compile_set, compile_tiny, needs_nvcc
+from tests.conftest import stage
 
 TABLE = 'features:\n  portable: {archs: [%s], doc: "x"}\n  hopper: {archs: ["9.0a"], doc: "y"}\nsources:\n%s'
 
@@ -42,6 +43,7 @@ def run(root: Path, **kw: object) -> gencode.Result:
     args = argparse.Namespace(build_dir=kw.pop("build_dir", root / "build"), compile_commands=None, archs=None)
     for k, v in kw.items():
         setattr(args, k, v)
+    stage(root)
     ctx = Context(root=root, config=Config(gencode=GencodeConfig()), env={})
     return gencode.run(ctx, args)
 
@@ -150,6 +152,7 @@ def test_gc007_bad_spelling_and_unknown_feature(tmp_path: Path) -> None:
 def test_no_objects_is_an_error_not_a_pass(tmp_path: Path) -> None:
     make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
     args = argparse.Namespace(build_dir=tmp_path / "build", compile_commands=None, archs=None)
+    stage(tmp_path)
     ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={})
     result = run_check(registry.get("gencode"), ctx, args)
     assert (result.status.value, result.exit_code) == ("error", 3)
@@ -165,6 +168,7 @@ def test_missing_build_dir_is_an_error(tmp_path: Path) -> None:
 def test_nothing_built_here_is_a_skip_with_its_reason(tmp_path: Path) -> None:
     make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
     cache = tmp_path / "no-cache"
+    stage(tmp_path)
     ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={"VT_CUDA_CACHE": str(cache)})
     args = argparse.Namespace(build_dir=None, compile_commands=None, archs=None)
     result = gencode.run(ctx, args)

@@ -85,7 +85,7 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
     msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
     facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
     facts.author = facts.mailmap(author) if author else None
-    findings = [R[p.rule].finding(p.message, display, p.line, p.hint) for p in judge(msg, contract, facts)]
+    findings = [f._replace(path=display) for f in judge(msg, contract, facts)]
     ok = f"OK: {display} carries the trailer contract ({_names(contract)})"
     return Result.judge(ID, findings, 1, "message", ok)
 
@@ -115,11 +115,11 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
         rules = legacy if c.sha in legacy_shas else contract
         if authors:
             facts.author = f"{c.author_name} <{c.author_email}>"
-        for p in judge(msg, rules, facts) if not rules.empty else ():
-            if (c.sha, p.message) in debt:
-                used.add((c.sha, p.message))
+        for f in judge(msg, rules, facts) if not rules.empty else ():
+            if (c.sha, f.message) in debt:
+                used.add((c.sha, f.message))
                 continue
-            findings.append(R[p.rule].finding(f"{c.short}: {p.message}", hint=p.hint))
+            findings.append(f._replace(message=f"{c.short}: {f.message}", line=None))  # the commit is the place
     in_range = {c.sha for c in commits}
     for (sha, error), e in debt.items():
         if sha in in_range and (sha, error) not in used:

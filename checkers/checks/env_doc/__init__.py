@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 
 from checkers.config import EnvDocConfig
 from checkers.context import Context
 from checkers.checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
-from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES, EnvRead, scan_source
-from checkers.files import glob_regex
+from checkers.checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
 from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "env-doc"
@@ -51,11 +49,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int]:
     """Every read in the tracked Python and C-family sources (each file read once), and how many were read."""
-    exclude = re.compile("|".join(glob_regex(p) for p in cfg.exclude)) if cfg.exclude else None
     prefixes, reads, scanned, root = tuple(cfg.prefixes), [], 0, str(ctx.root)
-    for path in ctx.git.ls_files():
-        if not path.endswith(PYTHON_SUFFIXES + C_SUFFIXES) or (exclude and exclude.fullmatch(path)):
-            continue
+    for path in ctx.files(SOURCE_GLOBS, cfg.exclude):
         try:
             with open(os.path.join(root, path), "rb") as f:  # plain open: pathlib costs more than the read
                 data = f.read()

@@ -10,6 +10,7 @@ from checkers.flagdecls import parse_flag_decls
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cu", ".cuh", ".inl")
+SOURCE_GLOBS = tuple(f"**/*{suffix}" for suffix in PYTHON_SUFFIXES + C_SUFFIXES)  # the files scanned
 _GETENV = ("getenv", "secure_getenv")
 _ENVIRON_METHODS = ("get", "setdefault", "pop")
 

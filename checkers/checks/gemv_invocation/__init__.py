@@ -62,9 +62,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 
 def _read(ctx: Context, globs: list[str]) -> list[Source]:
-    paths = sorted({p for g in globs for p in ctx.root.glob(g) if p.is_file()})
     try:
-        return [Source(ctx.rel(p), p.read_text(encoding="utf-8")) for p in paths]
+        return [Source(p, (ctx.root / p).read_text(encoding="utf-8")) for p in sorted(ctx.files(globs))]
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckError(f"cannot read an engine source: {exc}") from None
 

@@ -53,7 +53,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     source_dir = ctx.root / (cfg.source_dir or str(Path(cfg.table).parent))
     explicit = getattr(args, "archs", None) or cfg.archs
     requested = _requested(getattr(args, "archs", None), cfg.archs, table)
-    findings = table_findings(table, source_dir, ctx.rel(source_dir), requested)
+    src_rel = ctx.rel(source_dir)
+    findings = table_findings(table, source_dir, src_rel, requested, ctx.files([f"{src_rel}/*.cu"]))
     built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
     if getattr(args, "compile_commands", None):
         compiled, examined = from_compile_commands(args.compile_commands, source_dir, findings)
@@ -94,7 +95,8 @@ def load_table(root: Path, rel: str) -> Table:
     return Table(rel, archs, sources, lines)
 
 
-def table_findings(table: Table, source_dir: Path, src_rel: str, requested: list[str]) -> list[Finding]:
+def table_findings(table: Table, source_dir: Path, src_rel: str, requested: list[str],
+                   files: list[str]) -> list[Finding]:
     """Table entries that name nothing, unknown features, bad spellings, empty intersections, unlisted sources."""
     out = []
     for feature, archs in table.archs.items():
@@ -113,10 +115,11 @@ def table_findings(table: Table, source_dir: Path, src_rel: str, requested: list
             out.append(R_EMPTY.finding(f"{src_rel}/{name}: feature {feature!r} archs {_fmt(table.archs[feature])} "
                                        f"share no arch with the requested {_fmt(requested)}", *where,
                                        "add an arch to the feature or request one it supports"))
-    for path in sorted(source_dir.glob("*.cu")):
-        if path.name not in table.sources:
-            out.append(R_UNLISTED.finding(f"{src_rel}/{path.name}: not in the feature table {table.path}", table.path,
-                                          None, f"add `{path.name}: <feature>` under sources"))
+    for path in sorted(files):
+        name = path.rsplit("/", 1)[-1]
+        if name not in table.sources:
+            out.append(R_UNLISTED.finding(f"{src_rel}/{name}: not in the feature table {table.path}", table.path,
+                                          None, f"add `{name}: <feature>` under sources"))
     return out
 
 

@@ -7,23 +7,13 @@ from pathlib import Path
 
 from checkers.checks.records import rowreqs
 from checkers.context import Context, NoRange, add_range_arguments
-from checkers.checks.records.issuerefs import NO_ROW, UNFILED, body_rows, check_refs, issue_refs, ref_pattern
-from checkers.records import Records, _key_line
-from checkers.results import CheckError, Finding, Result, Rule
+from checkers.checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
+from checkers.checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
+from checkers.records import Records, key_line
+from checkers.results import CheckError, Finding, Result
 
 ID = "agent-record"
-RULES = (
-    Rule("AR001", "record-invalid", "a row, claim, issue record or ledger entry does not validate"),
-    Rule("AR002", "row-unknown-area", "a row's area is not one of the configured areas"),
-    Rule("AR003", "record-dangling-reference", "a record points at a spec, claim, row, anchor, ledger entry, "
-                                               "issue or commit that does not exist or does not point back"),
-    Rule("AR004", "row-state-unmet", "a row lacks what its state requires (rows.states in the config)"),
-    Rule("AR005", "issue-ref-unfiled", "a referenced issue has no intake record under the row the body names"),
-    Rule("AR006", "issue-ref-not-in-spec", "a referenced issue's row spec does not list it"),
-    Rule("AR007", "issue-ref-without-row", "a commit or PR body references an issue but names no row"),
-)
-R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW = RULES
-_REF_RULES = {UNFILED: R_UNFILED, NO_ROW: R_NOROW}
+__all__ = ["ID", "RULES", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,13 +70,8 @@ def check_records(records: Records, areas: list[str]) -> list[Finding]:
 
 def check_rows(tree: rowreqs.Tree) -> list[Finding]:
     """Each row against its own state's requirements and its references (rowreqs, shared with `rowgate row`)."""
-    findings = []
-    for row in tree.records.rows.values():
-        for p in rowreqs.row_problems(row.model, row.model.state, tree):
-            rule = R_STATE if p.kind == rowreqs.STATE else R_DANGLING
-            line = _key_line(row.doc, "state" if p.kind == rowreqs.STATE else p.field)
-            findings.append(rule.finding(p.message, row.path, line, p.hint))
-    return findings
+    return [f for row in tree.records.rows.values()
+            for f in rowreqs.row_findings(row.model, row.model.state, tree, row.path, row.doc)]
 
 
 def check_links(records: Records) -> list[Finding]:
@@ -95,12 +80,12 @@ def check_links(records: Records) -> list[Finding]:
     for claim in records.claims.values():
         if claim.model.row not in records.rows:
             findings.append(R_DANGLING.finding(f"claim {claim.model.id} names row {claim.model.row}, which does "
-                                               "not exist", claim.path, _key_line(claim.doc, "row"),
+                                               "not exist", claim.path, key_line(claim.doc, "row"),
                                                "fix the row id or remove the claim"))
     for issue in records.issues:
         folder, name = issue.path.split("/")[-2:]
         want = f"ISSUE-{issue.model.number}.md"
-        line = _key_line(issue.doc, "row")
+        line = key_line(issue.doc, "row")
         if issue.model.row not in records.rows:
             findings.append(R_DANGLING.finding(f"intake record names row {issue.model.row}, which does not exist",
                                                issue.path, line + 1 if line else None, "file it under a row that exists"))
@@ -118,7 +103,7 @@ def check_links(records: Records) -> list[Finding]:
         unknown = [r for r in entry.model.rows if r not in records.rows]
         if unknown:
             findings.append(R_DANGLING.finding(f"ledger entry names unknown rows {unknown}", entry.path,
-                                               _key_line(entry.doc, "rows"), "name rows that exist"))
+                                               key_line(entry.doc, "rows"), "name rows that exist"))
     return findings
 
 
@@ -126,8 +111,7 @@ def check_message(text: str, rows: tuple[str, ...], records: Records, pattern: r
                   short: str | None) -> list[Finding]:
     """The three places for one commit message (`short` set) or one PR body (`path` set)."""
     prefix = f"commit {short} " if short else "message "
-    return [_REF_RULES.get(p.kind, R_SPEC).finding(prefix + p.message, path, None, p.hint)
-            for p in check_refs(issue_refs(text, pattern), rows, records)]
+    return check_refs(issue_refs(text, pattern), rows, records, prefix, path)
 
 
 def area_counts(records: Records, areas: list[str]) -> dict[str, int]:

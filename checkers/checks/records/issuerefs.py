@@ -3,20 +3,11 @@ under the row that body names, and that row's spec."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
+from checkers.checks.records.rules import R_NOROW, R_SPEC, R_UNFILED
 from checkers.records import Records
+from checkers.results import Finding
 
 _ROW_LINE = re.compile(r"^Row:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
-UNFILED, NOT_IN_SPEC, NO_ROW = "unfiled", "not-in-spec", "no-row"
-
-
-@dataclass(frozen=True)
-class RefProblem:
-    kind: str  # UNFILED | NOT_IN_SPEC | NO_ROW
-    number: int
-    message: str
-    hint: str
 
 
 def ref_pattern(keywords: list[str]) -> re.Pattern[str]:
@@ -39,25 +30,27 @@ def body_rows(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_ROW_LINE.findall(text)))
 
 
-def check_refs(numbers: list[int], rows: tuple[str, ...], records: Records) -> list[RefProblem]:
-    """Each referenced number needs an intake record under one of `rows`, listed in that row's spec."""
-    out = []
+def check_refs(numbers: list[int], rows: tuple[str, ...], records: Records, prefix: str = "",
+               path: str | None = None) -> list[Finding]:
+    """Each referenced number needs an intake record under one of `rows`, listed in that row's spec.
+    `prefix` names the referring message in each finding (`commit 0123abcd `); `path` is its file, if any."""
+    out: list[Finding] = []
     for n in numbers:
         if not rows:
-            out.append(RefProblem(NO_ROW, n, f"references #{n} but names no row (no Row: trailer)",
-                                  "add a Row: <ROW-ID> trailer naming the row the issue is filed under"))
+            out.append(R_NOROW.finding(f"{prefix}references #{n} but names no row (no Row: trailer)", path, None,
+                                       "add a Row: <ROW-ID> trailer naming the row the issue is filed under"))
             continue
         filed = [i.model.row for i in records.issues if i.model.number == n and i.model.row in rows]
         if not filed:
             where = " or ".join(f".agents/issues/{r}/ISSUE-{n}.md" for r in rows)
-            out.append(RefProblem(UNFILED, n, f"references #{n} but no intake record is filed under "
-                                  f"{', '.join(rows)}", f"file {where} (number, row, filed)"))
+            out.append(R_UNFILED.finding(f"{prefix}references #{n} but no intake record is filed under "
+                                         f"{', '.join(rows)}", path, None, f"file {where} (number, row, filed)"))
             continue
         listed = [r for r in filed if n in _spec_issues(records, r)]
         if not listed:
             spec_path = _spec_path(records, filed[0])
-            out.append(RefProblem(NOT_IN_SPEC, n, f"references #{n}, filed under {filed[0]}, but "
-                                  f"{spec_path} does not list #{n}", f"list #{n} under '## Issues' in {spec_path}"))
+            out.append(R_SPEC.finding(f"{prefix}references #{n}, filed under {filed[0]}, but {spec_path} does "
+                                      f"not list #{n}", path, None, f"list #{n} under '## Issues' in {spec_path}"))
     return out
 
 

@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from checkers.context import Context
-from checkers.records import Records, _key_line
+from checkers.records import Records, key_line
 from checkers.results import Finding, Result, Rule, Status
 
 ID = "live-rows"
@@ -93,7 +93,7 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
         m = row.model
         if m.state in active and not (m.claim and m.claim in records.claims) and m.id not in claimed:
             findings.append(R_UNCLAIMED.finding(f"{m.id} is {m.state} but has no claim", row.path,
-                                                _key_line(row.doc, "state"),
+                                                key_line(row.doc, "state"),
                                                 f"claim it (rowgate claim {m.id} --branch row/{m.id}) or move it "
                                                 "out of the active states (rowgate row set)"))
     for cid, claim in records.claims.items():
@@ -101,7 +101,7 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
         if row is None or row.model.state not in active:
             what = "does not exist" if row is None else f"is {row.model.state} (active: {', '.join(active)})"
             findings.append(R_INACTIVE.finding(f"claim {cid} points at row {c.row}, which {what}", claim.path,
-                                               _key_line(claim.doc, "row"), "remove the claim (rowgate row set "
+                                               key_line(claim.doc, "row"), "remove the claim (rowgate row set "
                                                "releases it) or move the row to an active state"))
             continue
         live = liveness.get(cid)
@@ -112,7 +112,7 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
             continue
         findings.append(R_DEAD.finding(f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
                                        f"and no commit has named {c.row} since {c.since}",
-                                       claim.path, _key_line(claim.doc, "branch"),
+                                       claim.path, key_line(claim.doc, "branch"),
                                        "push the branch, or release the claim (rowgate row set ID --state READY)"))
     return findings, unverified
 

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from checkers.config import RowsConfig
 from checkers.gitio import Git
-from checkers.records import Records, Row
-
-STATE, REFERENCE = "state", "reference"
-
-
-@dataclass(frozen=True)
-class Problem:
-    kind: str  # STATE: the state's requirement is unmet; REFERENCE: a reference points nowhere
-    field: str  # the row key the problem is about (for its line)
-    message: str
-    hint: str
-
+from checkers.checks.records.rules import R_DANGLING, R_STATE
+from checkers.records import Records, Row, key_line
+from checkers.results import Finding
 
 @dataclass
 class Tree:
@@ -49,19 +41,26 @@ def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: l
     return Tree(root, records, rows, known, ancestors)
 
 
-def row_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
-    """Every unmet requirement of `state` for `row`, then every dangling reference the row holds."""
-    return state_problems(row, state, tree) + reference_problems(row, tree)
+def row_findings(row: Row, state: str, tree: Tree, path: str | None = None, doc: Any = None,
+                 skip_spec: bool = False) -> list[Finding]:
+    """Every unmet requirement of `state` for `row` (AR004, at the row's `state:` line), then every dangling
+    reference the row holds (AR003, at the key that holds it). `path` and `doc` locate the row's file;
+    `skip_spec` leaves out what is about its spec (`rowgate row new` writes the spec after the row)."""
+    out = state_findings(row, state, tree, path, doc) + reference_findings(row, tree, path, doc)
+    return [f for f, fld in out if not (skip_spec and fld == "spec")]
 
 
-def state_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
+def state_findings(row: Row, state: str, tree: Tree, path: str | None = None,
+                   doc: Any = None) -> list[tuple[Finding, str]]:
+    """Each finding with the row key it is about."""
     rule = tree.rows.states.get(state)
     if rule is None:
         return []
-    out: list[Problem] = []
+    out: list[tuple[Finding, str]] = []
+    line = key_line(doc, "state") if doc is not None else None
 
     def need(fld: str, what: str, message: str, hint: str) -> None:
-        out.append(Problem(STATE, fld, f"state {state} needs {what}: {message}", hint))
+        out.append((R_STATE.finding(f"state {state} needs {what}: {message}", path, line, hint), fld))
 
     if rule.claim and not row.claim:
         need("claim", "a live claim", "claim is null", f"claim it: rowgate claim {row.id} --branch row/{row.id}")
@@ -98,11 +97,13 @@ def state_problems(row: Row, state: str, tree: Tree) -> list[Problem]:
     return out
 
 
-def reference_problems(row: Row, tree: Tree) -> list[Problem]:
+def reference_findings(row: Row, tree: Tree, row_path: str | None = None,
+                       doc: Any = None) -> list[tuple[Finding, str]]:
+    """Each finding with the row key it is about (and is placed at)."""
     rec, out = tree.records, []
 
     def bad(fld: str, message: str, hint: str) -> None:
-        out.append(Problem(REFERENCE, fld, message, hint))
+        out.append((R_DANGLING.finding(message, row_path, key_line(doc, fld) if doc is not None else None, hint), fld))
 
     if row.spec and row.spec not in rec.specs:
         bad("spec", f"spec {row.spec} does not exist", f"write it, or set spec: .agents/specs/{row.id}.md")
