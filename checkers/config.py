@@ -138,7 +138,9 @@ class PairRule(Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     when: str = Field(description="glob with `{name}` placeholders, e.g. checkers/checks/{name}/**/*")
-    require: str = Field(description="path with the same placeholders, e.g. tests/checkers/test_{name}.py")
+    require: str | list[str] = Field(description="path with the same placeholders, e.g. tests/checkers/test_{name}.py; "
+                                     "a list: any one of them; `{name|snake}` writes kebab-case as snake_case "
+                                     "(also `kebab`, `lower`)")
     exclude: list[str] = Field(default_factory=list, description="globs that the rule does not apply to")
 
 
@@ -165,8 +167,36 @@ class EnvDocConfig(Strict):
     doc: str = Field("docs/ENVIRONMENT.md", description="the rendered table of documented names")
     allowlist: str = Field("scripts/env-doc-allowlist.txt", description="`NAME  CLASS  reason` lines")
     classes: list[str] = Field(default_factory=lambda: ["kernel-switch", "debug", "test-only", "build"])
-    flags_file: str = Field("engine/flags.py", description="the flag registry; its declare() calls are reads")
+    flags_file: str | None = Field("engine/flags.py", description="the flag registry: each declare(\"NAME\", ...) "
+                                   "is a flag that some read must consult (a declaration is not a read)")
     exclude: list[str] = Field(default_factory=list, description="globs of tracked files not scanned")
+    include: list[str] = Field(default_factory=list, description="globs of the tracked files scanned; empty: all")
+    docs: list[str] = Field(default_factory=list, description="further documents whose tables document names")
+    table_headers: list[str] = Field(default_factory=lambda: ["flag"], description="first header cells (any case) "
+                                     "of the tables whose first column holds the documented names, e.g. Variable")
+    allowlist_format: Literal["classified", "names"] = Field(
+        "classified", description="classified: `NAME  CLASS  reason` per line; names: one name per line")
+    allowlist_sorted: bool = Field(True, description="the allowlist's entries must be sorted by name")
+    readers: list[str] = Field(default_factory=list, description="functions and macros (C/C++/CUDA and Python, "
+                               "by name or dotted name) whose first string argument is an env read, e.g. EnvOnOr")
+
+
+class CublasLtRules(Strict):
+    """gemv-invocation's cuBLASLt rule set: C/D layouts take the caller's out dtype, algo counts are constants."""
+
+    heuristic_calls: list[str] = Field(default_factory=lambda: ["cublasLtMatmulAlgoGetHeuristic"],
+                                       description="heuristic queries whose requestedAlgoCount is judged")
+    algo_count_arg: int = Field(8, ge=1, description="1-based position of requestedAlgoCount in those calls")
+    marker: str = Field("requestedAlgoCount", description="the argument is written `/*<marker>=*/ NAME`")
+    algo_constants: list[str] = Field(default_factory=list, description="the policy constants an algo count may "
+                                      "name; empty: any name declared constexpr or #define in the unit")
+    layout_calls: list[str] = Field(default_factory=lambda: ["cublasLtMatrixLayoutCreate", "MakeRowMajor",
+                                                             "MakeRowMajorBatched"],
+                                    description="calls whose first argument is a layout and second its dtype")
+    output_layouts: list[str] = Field(default_factory=lambda: ["lc"], description="C/D layout variable names "
+                                      "(`&lc.v`, `p.lc` and `lc` all name `lc`)")
+    out_dtype_vars: list[str] = Field(default_factory=lambda: ["out_type"],
+                                      description="variables holding the caller's out dtype")
 
 
 class GemvConfig(Strict):
@@ -177,6 +207,10 @@ class GemvConfig(Strict):
                             description="globs of CUDA sources (launch sites and cuBLAS/heuristic calls)")
     min_sites: int = Field(1, ge=0, description="fail below this many examined call sites: a moved or renamed "
                            "tree must not pass vacuously")
+    rule_sets: list[Literal["engine", "cublaslt"]] = Field(
+        default_factory=lambda: ["engine"], description="engine: torch/GEMV launch rules (A1, A2 on every launch); "
+        "cublaslt: cuBLASLt output layouts and requestedAlgoCount (see `cublaslt`)")
+    cublaslt: CublasLtRules = Field(default_factory=lambda: CublasLtRules())
 
 
 class LiveRowsConfig(Strict):

@@ -26,6 +26,7 @@ version: 1
 env_doc:
   prefixes: [VT_]
   classes: [kernel-switch, debug, test-only]
+  readers: [enabled, value]
   exclude: ["tests/fixtures/**"]
 """
 FLAGS = """\
@@ -48,6 +49,8 @@ def repo(tmp_path: Path) -> GitRepo:
         "engine/flags.py": FLAGS,
         "docs/ENVIRONMENT.md": render_environment(parse_flag_decls(FLAGS)),
         ALLOW: ALLOWLIST,
+        "engine/attn.py": 'from engine import flags\n\nFAST = flags.enabled("VT_ATTN_FAST")\n'
+                          'CACHE = flags.value("VT_CACHE_DIR")\n',
         "engine/dump.py": "import os\n\n\ndef dump():\n    return os.environ.get('VT_DEBUG_DUMP') == '1'\n",
         "engine/cuda/seed.cu": '#include <cstdlib>\n// getenv("VT_UNDOCUMENTED_IN_COMMENT")\n'
                                'int seed() { return std::getenv("VT_TEST_SEED") != nullptr; }\n',
@@ -69,8 +72,9 @@ def whole(result: Result) -> list[tuple]:
 
 def test_clean_repository_passes_with_counts(repo: GitRepo):
     result = check(repo)
-    assert (result.status.value, result.examined, result.unit) == ("pass", 4, "files")
-    assert result.summary == "OK: all 4 production env vars documented or classified"
+    assert (result.status.value, result.examined, result.unit) == ("pass", 5, "files")
+    assert result.summary == ("OK: all 4 production env vars documented or classified (2 documented in "
+                              "docs/ENVIRONMENT.md, 2 allowlisted, 2 declared flags consulted)")
 
 
 def test_ed001_undocumented_reads_in_python_and_cuda_name_their_site(repo: GitRepo):
@@ -91,12 +95,24 @@ def test_untracked_files_are_not_scanned(repo: GitRepo):
     assert check(repo).status.value == "pass"
 
 
-def test_ed002_documented_name_that_nothing_reads_is_stale(repo: GitRepo):
-    repo.commit("Drop a declaration", {"engine/flags.py": FLAGS.replace(
-        'declare("VT_CACHE_DIR", "", "BACKEND-CUDA", "Build cache directory.")\n', "")})
+def test_ed006_a_declared_flag_that_nothing_consults_fails(repo: GitRepo):
+    """A declaration is not a read: the flag is documented (rendered from the registry) and declared, and
+    still fails once its one consumer is gone, once, as ED006."""
+    repo.commit("Drop a consumer", {"engine/attn.py": 'from engine import flags\n\nFAST = flags.enabled("VT_ATTN_FAST")\n'})
     result = check(repo)
-    assert whole(result) == [("ED002", "docs/ENVIRONMENT.md:11", "VT_CACHE_DIR is documented but nothing reads it")]
-    assert result.findings[0].hint == "remove it from engine/flags.py and re-render docs/ENVIRONMENT.md, or restore the read"
+    assert whole(result) == [("ED006", "engine/flags.py:3", "VT_CACHE_DIR is declared at engine/flags.py:3 but "
+                                                            "nothing consults it")]
+    assert result.findings[0].hint == "read it where it gates (a reader: enabled, value), or delete the declaration"
+
+
+def test_ed002_documented_name_that_nothing_reads_is_stale(repo: GitRepo):
+    repo.commit("A second document", {
+        ".agents/config.yaml": CONFIG.replace("  readers:", "  docs: [docs/TUNING.md]\n  table_headers: [flag, Variable]\n  readers:"),
+        "docs/TUNING.md": "# Tuning\n\n| Variable | Default | What it does |\n|---|---|---|\n"
+                          "| `VT_TUNE_GONE` | off | nothing reads it |\n"})
+    result = check(repo)
+    assert whole(result) == [("ED002", "docs/TUNING.md:5", "VT_TUNE_GONE is documented but nothing reads it")]
+    assert result.findings[0].hint == "delete its row in docs/TUNING.md, or restore the read"
 
 
 def test_ed002_allowlisted_name_that_nothing_reads_names_its_own_line(repo: GitRepo):
@@ -151,7 +167,7 @@ def test_fix_adds_sorted_stubs_removes_nothing_and_still_fails(repo: GitRepo):
     assert check(repo, "--fix").findings == result.findings  # idempotent: no second stub
     text = (repo.path / ALLOW).read_text().replace("VT_ZETA  #", "VT_ZETA  kernel-switch  picks the zeta arm #")
     repo.write({ALLOW: text.replace("VT_ALPHA  #", "VT_ALPHA  debug  traces alpha #")})
-    assert check(repo).summary == "OK: all 6 production env vars documented or classified"
+    assert check(repo).summary.startswith("OK: all 6 production env vars documented or classified (")
 
 
 def test_fix_creates_a_missing_allowlist(repo: GitRepo):
@@ -203,7 +219,8 @@ def test_command_line_exit_codes(repo: GitRepo):
     run = lambda: subprocess.run([sys.executable, "-m", "checkers", "check", "env-doc"], cwd=repo.path,
                                  capture_output=True, text=True, env=env, timeout=120)
     ok = run()
-    assert (ok.returncode, ok.stdout) == (0, "OK: all 4 production env vars documented or classified\n")
+    assert (ok.returncode, ok.stdout) == (0, "OK: all 4 production env vars documented or classified (2 documented "
+                                             "in docs/ENVIRONMENT.md, 2 allowlisted, 2 declared flags consulted)\n")
     repo.commit("A new read", {"engine/r.py": "import os\nos.getenv('VT_R')\n"})
     failed = run()
     assert failed.returncode == 1 and failed.stdout.splitlines()[0] == (

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 from checkers.config import EnvDocConfig
 from checkers.context import Context
 from checkers.checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
 from checkers.checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
+from checkers.files import select
+from checkers.flagdecls import FlagDecl, FlagDeclError, read_flag_decls
 from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "env-doc"
@@ -17,8 +20,9 @@ RULES = (
     Rule("ED003", "allowlist-entry-invalid", "an allowlist line lacks a known class or a reason, or repeats a name"),
     Rule("ED004", "allowlist-unsorted", "the allowlist is not sorted by name"),
     Rule("ED005", "allowlist-redundant", "an allowlisted name is also documented, so its exception is unnecessary"),
+    Rule("ED006", "flag-unconsulted", "a flag declared in the flag registry is read nowhere"),
 )
-R_UNDOC, R_STALE, R_INVALID, R_UNSORTED, R_REDUNDANT = RULES
+R_UNDOC, R_STALE, R_INVALID, R_UNSORTED, R_REDUNDANT, R_UNCONSULTED = RULES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +37,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     documented = _documented(ctx, cfg)
     allow_path = ctx.root / cfg.allowlist
     allow_text = allow_path.read_text(encoding="utf-8") if allow_path.is_file() else ""
-    allow = parse_allowlist(allow_text, cfg.classes, prefixes)
+    allow = parse_allowlist(allow_text, cfg.classes, prefixes, cfg.allowlist_format)
     if getattr(args, "fix", False):
         missing = [r for r in reads if r.name not in documented and r.name not in allow.names()]
         if missing:
@@ -41,53 +45,70 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
             allow_path.parent.mkdir(parents=True, exist_ok=True)
             allow_path.write_text(allow_text, encoding="utf-8")
             print(f"rowgate: added {added} stub line(s) to {cfg.allowlist}: classify each", file=ctx.notes)
-            allow = parse_allowlist(allow_text, cfg.classes, prefixes)
-    findings = check_env_doc(reads, documented, allow, cfg)
+            allow = parse_allowlist(allow_text, cfg.classes, prefixes, cfg.allowlist_format)
+    declared = _declared(ctx, cfg)
+    findings = check_env_doc(reads, documented, allow, cfg, declared)
     n = len({r.name for r in reads})
-    return Result.judge(ID, findings, scanned, "files", f"OK: all {n} production env vars documented or classified")
+    flags = f", {len(declared)} declared flags consulted" if cfg.flags_file else ""
+    return Result.judge(ID, findings, scanned, "files",
+                        f"OK: all {n} production env vars documented or classified ({len(documented)} documented "
+                        f"in {', '.join(_doc_files(cfg))}, {len(allow.entries)} allowlisted{flags})")
 
 
 def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int]:
     """Every read in the tracked Python and C-family sources (each file read once), and how many were read."""
-    prefixes, reads, scanned, root = tuple(cfg.prefixes), [], 0, str(ctx.root)
-    for path in ctx.files(SOURCE_GLOBS, cfg.exclude):
+    prefixes, readers = tuple(cfg.prefixes), tuple(cfg.readers)
+    reads, scanned, root = [], 0, str(ctx.root)
+    paths = ctx.files(SOURCE_GLOBS, cfg.exclude)
+    for path in select(paths, cfg.include, ()) if cfg.include else paths:
         try:
             with open(os.path.join(root, path), "rb") as f:  # plain open: pathlib costs more than the read
                 data = f.read()
         except (FileNotFoundError, IsADirectoryError):
             continue  # deleted in the work tree but still in the index
         scanned += 1
-        reads += scan_source(data, path, prefixes, cfg.flags_file)
+        reads += scan_source(data, path, prefixes, readers)
     return reads, scanned
 
 
-def check_env_doc(reads: list[EnvRead], documented: dict[str, int], allow: Allowlist,
-                  cfg: EnvDocConfig) -> list[Finding]:
-    """Both directions: each read is documented or classified; each documented or classified name is read."""
+def check_env_doc(reads: list[EnvRead], documented: dict[str, tuple[str, int]], allow: Allowlist,
+                  cfg: EnvDocConfig, declared: Sequence[FlagDecl] = ()) -> list[Finding]:
+    """Both directions: each read is documented or classified; each documented or classified name, and each
+    declared flag, is read."""
     findings, read_names, listed = [], {r.name for r in reads}, allow.names()
+    for d in declared:
+        if d.name.startswith(tuple(cfg.prefixes)) and d.name not in read_names:
+            findings.append(R_UNCONSULTED.finding(
+                f"{d.name} is declared at {cfg.flags_file}:{d.line} but nothing consults it", cfg.flags_file, d.line,
+                f"read it where it gates (a reader: {', '.join(cfg.readers) or 'env_doc.readers is empty'}), or "
+                f"delete the declaration"))
     for r in reads:
         if r.name not in documented and r.name not in listed:
             findings.append(R_UNDOC.finding(
-                f"{r.name} read at {r.path}:{r.line} is not documented in {cfg.doc} nor classified in {cfg.allowlist}",
+                f"{r.name} read at {r.path}:{r.line} is not documented in {' or '.join(_doc_files(cfg))} nor "
+                f"classified in {cfg.allowlist}",
                 r.path, r.line, f"declare it in {cfg.flags_file} and render {cfg.doc}, or classify it in "
                 f"{cfg.allowlist} as `NAME  CLASS  reason` (--fix adds a stub)"))
-    for name, line in documented.items():
-        if name.startswith(tuple(cfg.prefixes)) and name not in read_names:
-            findings.append(R_STALE.finding(
-                f"{name} is documented but nothing reads it", cfg.doc, line,
-                f"remove it from {cfg.flags_file} and re-render {cfg.doc}, or restore the read"))
+    flags = {d.name for d in declared}  # an unread declared flag is ED006's, once
+    for name, (doc, line) in documented.items():
+        if name.startswith(tuple(cfg.prefixes)) and name not in read_names and name not in flags:
+            fix = (f"remove it from {cfg.flags_file} and re-render {doc}" if cfg.flags_file and doc == cfg.doc
+                   else f"delete its row in {doc}")
+            findings.append(R_STALE.finding(f"{name} is documented but nothing reads it", doc, line,
+                                            f"{fix}, or restore the read"))
     for e in allow.entries:
         if e.name not in read_names:
             findings.append(R_STALE.finding(f"{e.name} is allowlisted but nothing reads it", cfg.allowlist, e.line,
                                             f"delete line {e.line} of {cfg.allowlist}"))
         elif e.name in documented:
             findings.append(R_REDUNDANT.finding(
-                f"{e.name} is allowlisted but also documented in {cfg.doc}", cfg.allowlist, e.line,
+                f"{e.name} is allowlisted but also documented in {documented[e.name][0]}", cfg.allowlist, e.line,
                 f"delete line {e.line} of {cfg.allowlist}: documented names need no exception"))
     for line, message in allow.problems:
+        shape = "NAME" if cfg.allowlist_format == "names" else "NAME  CLASS  reason"
         findings.append(R_INVALID.finding(message, cfg.allowlist, line,
-                                          f"write the line as `NAME  CLASS  reason` (see the header of {cfg.allowlist})"))
-    if pair := first_unsorted(allow):
+                                          f"write the line as `{shape}` (see the header of {cfg.allowlist})"))
+    if cfg.allowlist_sorted and (pair := first_unsorted(allow)):
         entry, above = pair
         findings.append(R_UNSORTED.finding(
             f"{entry.name} comes after {above.name}: entries are sorted by name", cfg.allowlist, entry.line,
@@ -95,12 +116,33 @@ def check_env_doc(reads: list[EnvRead], documented: dict[str, int], allow: Allow
     return findings
 
 
-def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, int]:
-    path = ctx.root / cfg.doc
-    if not path.is_file():
-        raise CheckError(f"{cfg.doc} not found", hint=f"render it from {cfg.flags_file} with `rowgate render`")
-    names = documented_names(path.read_text(encoding="utf-8"))
-    if names is None:
-        raise CheckError(f"{cfg.doc} has no table of names (header `| flag | default | gates | description |`)",
-                         hint=f"render it from {cfg.flags_file} with `rowgate render`")
+def _doc_files(cfg: EnvDocConfig) -> list[str]:
+    return list(dict.fromkeys([cfg.doc, *cfg.docs]))
+
+
+def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, tuple[str, int]]:
+    """Every documented name with its document and line (the first mention wins). A configured document
+    that is missing, or has no table, is an error."""
+    names: dict[str, tuple[str, int]] = {}
+    headers = " | ".join(cfg.table_headers)
+    for doc in _doc_files(cfg):
+        path = ctx.root / doc
+        hint = (f"render it from {cfg.flags_file} with `rowgate render`" if cfg.flags_file and doc == cfg.doc
+                else "fix env_doc.doc/docs/table_headers in .agents/config.yaml")
+        if not path.is_file():
+            raise CheckError(f"{doc} not found", hint=hint)
+        found = documented_names(path.read_text(encoding="utf-8"), tuple(cfg.table_headers))
+        if found is None:
+            raise CheckError(f"{doc} has no table of names (a header `| {headers} | ...`)", hint=hint)
+        for name, line in found.items():
+            names.setdefault(name, (doc, line))
     return names
+
+
+def _declared(ctx: Context, cfg: EnvDocConfig) -> list[FlagDecl]:
+    if not cfg.flags_file or not (ctx.root / cfg.flags_file).is_file():
+        return []
+    try:
+        return read_flag_decls(ctx.root, cfg.flags_file)
+    except (FlagDeclError, SyntaxError) as exc:
+        raise CheckError(str(exc)) from None

@@ -15,9 +15,10 @@ ALLOWLIST_HEADER = """\
 """
 
 
-def documented_names(text: str) -> dict[str, int] | None:
-    """Backticked names in the first column of the table whose header starts `| flag |`, with lines;
-    None when there is no such table."""
+def documented_names(text: str, headers: tuple[str, ...] = ("flag",)) -> dict[str, int] | None:
+    """Backticked names in the first column of every table whose first header cell is one of `headers`
+    (any case: `| flag |`, `| Variable |`), with lines; None when there is no such table."""
+    wanted = {h.lower() for h in headers}
     names: dict[str, int] = {}
     in_table = found = False
     for n, line in enumerate(text.splitlines(), 1):
@@ -25,7 +26,7 @@ def documented_names(text: str) -> dict[str, int] | None:
         if cells is None:
             in_table = False
         elif not in_table:
-            in_table = cells[0].lower() == "flag"
+            in_table = cells[0].strip("`* ").lower() in wanted
             found = found or in_table
         elif not set(cells[0]) <= set("-: "):
             for name in _BACKTICKED.findall(cells[0]):
@@ -50,8 +51,10 @@ class Allowlist:
         return {e.name for e in self.entries}
 
 
-def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...]) -> Allowlist:
-    """`NAME  CLASS  reason` per line; `#` starts a comment. A line missing its class or reason, with an
+def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...],
+                    fmt: str = "classified") -> Allowlist:
+    """`NAME  CLASS  reason` per line (`fmt` classified) or one `NAME` per line (`fmt` names); `#` starts a
+    comment. A line missing its class or reason (or, one name per line, with more than the name), with an
     unknown class, a name outside the prefixes, or a repeated name is a problem, but still an entry."""
     out, seen = Allowlist(), set()
     for n, raw in enumerate(text.splitlines(), 1):
@@ -60,7 +63,11 @@ def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...]) ->
             continue
         name, cls, reason = (line.split(None, 2) + ["", ""])[:3]
         missing = [what for what, value in (("class", cls), ("reason", reason)) if not value]
-        if missing:
+        if fmt == "names":
+            if cls:
+                extra = line[len(name):].strip()
+                out.problems.append((n, f"{name}: one name per line, nothing after it (found {extra!r})"))
+        elif missing:
             out.problems.append((n, f"{name} has no {' and no '.join(missing)}: write `{name}  CLASS  reason` "
                                     f"with CLASS one of {', '.join(classes)}"))
         elif cls not in classes:

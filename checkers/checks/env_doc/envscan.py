@@ -6,8 +6,6 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from checkers.flagdecls import parse_flag_decls
-
 PYTHON_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cu", ".cuh", ".inl")
 SOURCE_GLOBS = tuple(f"**/*{suffix}" for suffix in PYTHON_SUFFIXES + C_SUFFIXES)  # the files scanned
@@ -22,27 +20,27 @@ class EnvRead:
     line: int
 
 
-def scan_source(data: bytes, path: str, prefixes: tuple[str, ...], flags_file: str | None = None) -> list[EnvRead]:
-    """The reads in one file's bytes (read once by the caller); cheap byte tests skip most files."""
-    if path == flags_file:
-        text = data.decode("utf-8", errors="replace")
-        return [EnvRead(d.name, path, d.line) for d in parse_flag_decls(text, path)
-                if d.name.startswith(prefixes)] + python_reads(text, path, prefixes)
+def scan_source(data: bytes, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = ()) -> list[EnvRead]:
+    """The reads in one file's bytes (read once by the caller); cheap byte tests skip most files. `readers`
+    names the repository's own getenv wrappers (functions or macros, plain or dotted): the first string
+    argument of a call of one is a read too."""
+    wrapped = bool(readers) and any(r.rsplit(".", 1)[-1].encode() in data for r in readers)
     if path.endswith(PYTHON_SUFFIXES):
         # A Python read names its variable in full in the file (a literal or a module constant), so a file
         # without a prefix in its bytes has none; most files are skipped without parsing.
-        if (b"environ" in data or b"getenv" in data) and any(p.encode() in data for p in prefixes):
-            return python_reads(data.decode("utf-8", errors="replace"), path, prefixes)
-    elif path.endswith(C_SUFFIXES) and b"getenv" in data:
-        return c_reads(data.decode("utf-8", errors="replace"), path, prefixes)
+        if (b"environ" in data or b"getenv" in data or wrapped) and any(p.encode() in data for p in prefixes):
+            return python_reads(data.decode("utf-8", errors="replace"), path, prefixes, readers)
+    elif path.endswith(C_SUFFIXES) and (b"getenv" in data or wrapped):
+        return c_reads(data.decode("utf-8", errors="replace"), path, prefixes, readers)
     return []
 
 
 # --- Python ---------------------------------------------------------------------
 
-def python_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvRead]:
+def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = ()) -> list[EnvRead]:
     """`os.environ.get/[...]/setdefault/pop`, `in os.environ`, `os.getenv`, with `os`, `environ` and
-    `getenv` under any alias; a key may be a literal or a module-level string constant."""
+    `getenv` under any alias, and calls of the `readers` (`flags.enabled("VT_X")` matches `enabled` or
+    `flags.enabled`); a key may be a literal or a module-level string constant."""
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError:
@@ -81,7 +79,7 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvR
             f = node.func
             if _is_getenv(f, os_names, getenv_names) or (
                     isinstance(f, ast.Attribute) and f.attr in _ENVIRON_METHODS
-                    and _is_environ(f.value, os_names, environ_names)):
+                    and _is_environ(f.value, os_names, environ_names)) or (readers and _is_reader(f, readers)):
                 name = key(node.args[0])
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             if _is_environ(node.value, os_names, environ_names):
@@ -101,6 +99,18 @@ def _python_text_reads(source: str, path: str, prefixes: tuple[str, ...]) -> lis
     """A file that does not parse (a template, newer syntax) still has its literal reads found by text."""
     return [EnvRead(m.group(2), path, source.count("\n", 0, m.start()) + 1)
             for m in _PY_TEXT_READ.finditer(source) if m.group(2).startswith(prefixes)]
+
+
+def _is_reader(func: ast.expr, readers: tuple[str, ...]) -> bool:
+    """A call of a reader, by its dotted name (`flags.enabled`) or its last part (`enabled`)."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return bool(parts) and parts[0] in readers
+    dotted = ".".join([func.id, *reversed(parts)])
+    return dotted in readers or (parts[0] if parts else func.id) in readers
 
 
 def _is_environ(expr: ast.expr, os_names: set[str], environ_names: set[str]) -> bool:
@@ -130,15 +140,17 @@ _C_TOKEN = re.compile(r"""
 _SPLICE = re.compile(r"\\\r?\n")
 
 
-def c_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvRead]:
-    """`getenv("X")`, `std::getenv("X")`, `secure_getenv`: comments and string and char literals are
-    tokens of their own (so a `getenv` inside them is no read), line splices are joined first, and
-    adjacent string literals are concatenated, as the compiler does."""
+def c_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = ()) -> list[EnvRead]:
+    """`getenv("X")`, `std::getenv("X")`, `secure_getenv`, and `READER("X", ...)` for each of the
+    repository's wrappers in `readers`: comments and string and char literals are tokens of their own (so
+    a `getenv` inside them is no read), line splices are joined first, and adjacent string literals are
+    concatenated, as the compiler does."""
     text, splices = _join_splices(source.replace("\r\n", "\n"))
     tokens = [(m.lastgroup, m.group(), m.start()) for m in _C_TOKEN.finditer(text) if m.lastgroup != "comment"]
+    calls = frozenset(_GETENV) | frozenset(r.rsplit("::", 1)[-1].rsplit(".", 1)[-1] for r in readers)
     reads = []
     for i, (kind, value, pos) in enumerate(tokens):
-        if kind != "ident" or value not in _GETENV or i + 2 >= len(tokens) or tokens[i + 1][1] != "(":
+        if kind != "ident" or value not in calls or i + 2 >= len(tokens) or tokens[i + 1][1] != "(":
             continue
         parts, j = [], i + 2
         while j < len(tokens) and tokens[j][0] == "string":

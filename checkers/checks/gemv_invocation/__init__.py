@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from checkers.checks.gemv_invocation import cuda_sites as cu
+from checkers.config import CublasLtRules
 from checkers.context import Context
 from checkers.results import CheckError, Finding, Result, Rule
 
@@ -16,8 +17,10 @@ RULES = (
     Rule("GV002", "gemv-literal-tuning", "a launch or heuristic site takes a tuning parameter as a bare literal"),
     Rule("GV003", "gemv-constant-redeclared", "a tuning constant used at a launch or heuristic site is declared twice"),
     Rule("GV004", "gemv-too-few-sites", "fewer matmul/GEMV call sites were found than the configured minimum"),
+    Rule("GV005", "cublaslt-output-dtype", "a cuBLASLt C/D layout's dtype is not the caller's out-dtype variable"),
+    Rule("GV006", "cublaslt-algo-count", "a requestedAlgoCount is not a named constant behind its marker"),
 )
-R_F32, R_LITERAL, R_TWICE, R_FEW = RULES
+R_F32, R_LITERAL, R_TWICE, R_FEW, R_LT_DTYPE, R_LT_ALGO = RULES
 
 # Python call sites: torch's matmul family, F.linear, `@`, and the engine's own linear/GEMV ops.
 TORCH_SITES = frozenset({"torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.nn.functional.linear"})
@@ -55,7 +58,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     py = _read(ctx, cfg.python)
     cuda = _read(ctx, cfg.cuda)
     minimum = getattr(args, "min_sites", None)
-    findings, sites = check_sources(py, cuda, cfg.min_sites if minimum is None else minimum)
+    findings, sites = check_sources(py, cuda, cfg.min_sites if minimum is None else minimum,
+                                    rule_sets=tuple(cfg.rule_sets), cublaslt=cfg.cublaslt)
     return Result.judge(ID, findings, sites, "call and launch sites",
                         f"OK: {sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning "
                         "constants")
@@ -68,20 +72,29 @@ def _read(ctx: Context, globs: list[str]) -> list[Source]:
         raise CheckError(f"cannot read an engine source: {exc}") from None
 
 
-def check_sources(py: list[Source], cuda: list[Source], min_sites: int) -> tuple[list[Finding], int]:
-    """All findings over the Python and CUDA sources, and the number of call sites examined."""
+def check_sources(py: list[Source], cuda: list[Source], min_sites: int, rule_sets: tuple[str, ...] = ("engine",),
+                  cublaslt: CublasLtRules | None = None) -> tuple[list[Finding], int]:
+    """All findings over the Python and CUDA sources under the selected rule sets, and the number of call
+    sites examined."""
     findings: list[Finding] = []
     sites = 0
-    for src in py:
-        f, n = check_python(src)
-        findings += f
-        sites += n
     raw = {s.path: s.text for s in cuda}
     blanked = {s.path: cu.blank_comments(s.text) for s in cuda}
-    for src in cuda:
-        f, n = check_cuda(src, raw, blanked)
-        findings += f
-        sites += n
+    if "engine" in rule_sets:
+        for src in py:
+            f, n = check_python(src)
+            findings += f
+            sites += n
+        for src in cuda:
+            f, n = check_cuda(src, raw, blanked)
+            findings += f
+            sites += n
+    if "cublaslt" in rule_sets:
+        rules = cublaslt if cublaslt is not None else CublasLtRules.model_validate({})
+        for src in cuda:
+            f, n = check_cublaslt(src, raw, blanked, rules)
+            findings += f
+            sites += n
     if sites < min_sites:
         findings.append(R_FEW.finding(f"examined {sites} call and launch sites, fewer than the configured minimum "
                                       f"{min_sites}", hint="check gemv.python/gemv.cuda in .agents/config.yaml "
@@ -258,3 +271,77 @@ def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:
             if ptr:
                 return None
     return None
+
+
+# --- cuBLASLt -----------------------------------------------------------------------------------------
+
+LT_DTYPE_HINT = ("pass the variable that holds the caller's out dtype (an f32 output stays legal when the "
+                 "caller asked for f32); gemv.cublaslt.out_dtype_vars names it")
+LT_ALGO_HINT = ("declare `constexpr int kName = 1;` once and pass `/*{marker}=*/kName` (gemv.cublaslt.algo_constants "
+                "lists the allowed names)")
+_CUDA_TYPE = re.compile(r"CUDA_[A-Z0-9_]+")
+_NAME = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
+
+
+def check_cublaslt(src: Source, raw: dict[str, str], blanked: dict[str, str],
+                   rules: CublasLtRules) -> tuple[list[Finding], int]:
+    """The cuBLASLt rule set on one source: every C/D layout takes its dtype from an out-dtype variable, and
+    every requestedAlgoCount is a named compile-time constant behind the `/*requestedAlgoCount=*/` marker."""
+    code = blanked[src.path]
+    text = raw[src.path]
+    lines = cu.LineIndex(code)
+    unit = {p: blanked[p] for p in cu.translation_unit(src.path, raw)}
+    findings: list[Finding] = []
+    layouts = [c for c in cu.call_spans(code, frozenset(rules.layout_calls))
+               if len(c.args) >= 2 and _layout_var(c.args[0].text) in rules.output_layouts]
+    for call in layouts:
+        target, dtype = call.args[0], call.args[1]
+        if dtype.text in rules.out_dtype_vars:
+            continue
+        what = "the literal" if _CUDA_TYPE.fullmatch(dtype.text) else "the expression"
+        findings.append(R_LT_DTYPE.finding(
+            f"{call.name} creates the C/D layout {target.text} with {what} {dtype.text}, not the caller's out "
+            f"dtype ({' or '.join(rules.out_dtype_vars)})", src.path, lines.line(dtype.start), LT_DTYPE_HINT))
+    heuristics = cu.call_spans(code, frozenset(rules.heuristic_calls))
+    marker = re.compile(rf"/\*\s*{re.escape(rules.marker)}\s*=\s*\*/\s*$")
+    hint = LT_ALGO_HINT.replace("{marker}", rules.marker)
+    for call in heuristics:
+        where = f"{call.name}'s {rules.marker}"
+        if len(call.args) < rules.algo_count_arg:
+            findings.append(R_LT_ALGO.finding(f"{call.name} has {len(call.args)} arguments, no {rules.marker} "
+                                              f"(argument {rules.algo_count_arg})", src.path,
+                                              lines.line(call.start), hint))
+            continue
+        arg = call.args[rules.algo_count_arg - 1]
+        line = lines.line(arg.start)
+        prev = call.args[rules.algo_count_arg - 2].end if rules.algo_count_arg > 1 else call.start
+        before = text[prev:arg.start]  # raw text: the marker comment is blanked in `code`
+        value = arg.text
+        if not marker.search(before):
+            findings.append(R_LT_ALGO.finding(f"{where} argument ({value}) lacks the /*{rules.marker}=*/ marker",
+                                              src.path, line, hint))
+            continue
+        if not _NAME.fullmatch(value):
+            kind = "the bare literal" if cu.int_literals(value) == [value] else "the expression"
+            findings.append(R_LT_ALGO.finding(f"{where} is {kind} {value}, not a named constant", src.path, line,
+                                              hint))
+            continue
+        name = value.split("::")[-1]
+        decls = [f"{p}:{n}" for p, t in unit.items() for n in cu.constant_declarations(t, name)]
+        if rules.algo_constants and name not in rules.algo_constants:
+            findings.append(R_LT_ALGO.finding(f"{where} is {value}, which is not one of the policy constants "
+                                              f"({', '.join(rules.algo_constants)})", src.path, line, hint))
+        elif not decls:
+            findings.append(R_LT_ALGO.finding(f"{where} is {value}, a runtime value: no constexpr or #define of "
+                                              f"{name} in {src.path} or its includes", src.path, line, hint))
+        elif len(decls) > 1:
+            findings.append(R_TWICE.finding(f"tuning constant {name} used by {call.name} is declared {len(decls)} "
+                                            f"times ({', '.join(decls)}): declare it once", src.path, line, A2_HINT))
+    return findings, len(layouts) + len(heuristics)
+
+
+def _layout_var(target: str) -> str:
+    """`&lc.v`, `p.lc`, `ctx->lc` and `lc` all name the layout variable `lc`."""
+    t = target.lstrip("&* ").replace("->", ".")
+    t = t.removesuffix(".v")
+    return t.rsplit(".", 1)[-1].strip()

@@ -2,6 +2,7 @@
 compile-time constant declarations, each with its line (the toolkit never compiles anything)."""
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -162,3 +163,55 @@ def translation_unit(path: str, codes: dict[str, str]) -> list[str]:
         seen.append(p)
         stack.extend(local_includes(codes[p], p))
     return seen
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One top-level argument of a call: its text in the comment-blanked code and its offsets."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class CallSpans:
+    name: str
+    args: tuple[Arg, ...]
+    start: int  # offset of the function name
+
+
+def call_spans(code: str, names: frozenset[str]) -> list[CallSpans]:
+    """Calls of the functions in `names` in comment-blanked `code`, each argument with its offsets (so the
+    raw text around an argument, comments included, can be read back at the same offsets)."""
+    found = []
+    for m in _CALL.finditer(code):
+        if m.group(1) not in names:
+            continue
+        close = _matching_close(code, m.end() - 1)
+        if close < 0:
+            continue
+        args, depth, start = [], 0, m.end()
+        for i in range(m.end(), close + 1):
+            ch = code[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}" and i < close:
+                depth -= 1
+            elif (ch == "," and depth == 0) or i == close:
+                text = code[start:i]
+                lead = len(text) - len(text.lstrip())
+                args.append(Arg(text.strip(), start + lead, start + lead + len(text.strip())))
+                start = i + 1
+        found.append(CallSpans(m.group(1), tuple(a for a in args if a.text or len(args) > 1), m.start()))
+    return found
+
+
+class LineIndex:
+    """Line numbers of offsets in one text, by binary search over its newlines (linear to build)."""
+
+    def __init__(self, text: str):
+        self._newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+
+    def line(self, offset: int) -> int:
+        return bisect.bisect_right(self._newlines, offset - 1) + 1

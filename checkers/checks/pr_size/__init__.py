@@ -140,10 +140,12 @@ def pair_findings(changed: list[str], pairings: list[Pairing]) -> list[Finding]:
     for pairing in pairings:
         for path in changed:
             need = pairing.required(path)
-            if need is not None and need not in present:
+            if need is not None and not present.intersection(need):
+                names = (f"{need[0]} did not" if len(need) == 1 else f"neither {need[0]} nor {need[1]} did"
+                         if len(need) == 2 else f"none of {', '.join(need)} did")
                 findings.append(R_PAIR.finding(
-                    f"{path} changed but {need} did not (pairing rule {pairing.rule.name})", path, None,
-                    f"change {need} in the same range (pr_size.pairs in .agents/config.yaml)"))
+                    f"{path} changed but {names} (pairing rule {pairing.rule.name})", path, None,
+                    f"change {' or '.join(need)} in the same range (pr_size.pairs in .agents/config.yaml)"))
     return findings
 
 

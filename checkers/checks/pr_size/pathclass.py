@@ -9,6 +9,10 @@ from checkers.config import PairRule, PathClass
 from checkers.files import PLACEHOLDER, glob_regex
 from checkers.results import CheckError
 
+_TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)((?:\|[a-z]+)*)\}")  # `{name}`, `{name|snake}`
+TRANSFORMS = {"snake": lambda v: v.replace("-", "_"), "kebab": lambda v: v.replace("_", "-"), "lower": str.lower}
+
+
 class Classifier:
     """Maps a path to the first class (in configured order) that has a matching pattern."""
 
@@ -69,24 +73,42 @@ def _extension(path: str) -> str | None:
 
 @dataclass(frozen=True)
 class Pairing:
-    """A compiled pairing rule: `when` captures placeholders that fill in `require`."""
+    """A compiled pairing rule: `when` captures placeholders that fill in each `require` template, after
+    that template's transforms (`{name|snake}`: kebab-case to snake_case)."""
 
     rule: PairRule
     when: re.Pattern[str]
     exclude: re.Pattern[str] | None
 
+    @property
+    def templates(self) -> list[str]:
+        return [self.rule.require] if isinstance(self.rule.require, str) else list(self.rule.require)
+
     @classmethod
     def compile(cls, rule: PairRule) -> Pairing:
-        missing = set(PLACEHOLDER.findall(rule.require)) - set(PLACEHOLDER.findall(rule.when))
-        if missing:
-            raise CheckError(f"pairing rule {rule.name!r}: require uses {{{sorted(missing)[0]}}}, which when "
-                             "does not capture", hint="use only placeholders that appear in `when`")
+        captured = set(PLACEHOLDER.findall(rule.when))
+        for template in [rule.require] if isinstance(rule.require, str) else rule.require:
+            for name, transforms in _TEMPLATE_FIELD.findall(template):
+                if name not in captured:
+                    raise CheckError(f"pairing rule {rule.name!r}: require uses {{{name}}}, which when does not "
+                                     "capture", hint="use only placeholders that appear in `when`")
+                unknown = [t for t in transforms.split("|")[1:] if t not in TRANSFORMS]
+                if unknown:
+                    raise CheckError(f"pairing rule {rule.name!r}: unknown transform {unknown[0]!r} in {template}",
+                                     hint=f"use one of {', '.join(TRANSFORMS)}")
         exclude = re.compile("|".join(glob_regex(p) for p in rule.exclude)) if rule.exclude else None
         return cls(rule, re.compile(glob_regex(rule.when, placeholders=True)), exclude)
 
-    def required(self, path: str) -> str | None:
-        """The path that must change with `path`, or None when the rule does not apply to it."""
+    def required(self, path: str) -> list[str] | None:
+        """The paths one of which must change with `path`, or None when the rule does not apply to it."""
         m = self.when.fullmatch(path)
         if not m or (self.exclude and self.exclude.fullmatch(path)):
             return None
-        return PLACEHOLDER.sub(lambda p: m.group(p.group(1)), self.rule.require)
+
+        def fill(field: re.Match[str]) -> str:
+            value = m.group(field.group(1))
+            for t in field.group(2).split("|")[1:]:
+                value = TRANSFORMS[t](value)
+            return value
+
+        return list(dict.fromkeys(_TEMPLATE_FIELD.sub(fill, t) for t in self.templates))
