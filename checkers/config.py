@@ -92,6 +92,7 @@ class TrailerParagraphRule(Strict):
     pattern: str
     min: int = Field(1, ge=0)
     max: int | None = Field(1, ge=0)
+    whole: bool = Field(False, description="the paragraph is exactly one line, and it matches (a marker)")
     fix: str | None = None
 
 

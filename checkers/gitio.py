@@ -3,6 +3,7 @@ and no user or system git config (it changes trailer parsing and output formats)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import NamedTuple
@@ -116,6 +117,12 @@ class Git:
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def must_resolve(self, ref: str, what: str = "ref") -> str:
+        """The commit `ref` names; a name that is both a branch and a tag (or a remote-tracking ref) is an
+        error naming each, never silently one of them as git's rev-parse would pick."""
+        both = self.ambiguous(ref)
+        if len(both) > 1:
+            raise GitError(f"{what} {ref!r} is ambiguous: it names {' and '.join(both)}",
+                           hint=f"write the full ref name, e.g. {both[0]}")
         sha = self.resolve(ref)
         if sha is None:
             hint = f"fetch it (git fetch origin {ref.split('/', 1)[-1]}) or pass another --base"
@@ -123,6 +130,16 @@ class Git:
                 hint = "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)"
             raise GitError(f"{what} {ref!r} does not resolve to a commit", hint=hint)
         return sha
+
+    def ambiguous(self, ref: str) -> list[str]:
+        """The full ref names a short name (the part before any `~^:@{`) stands for among branches, tags and
+        remote-tracking refs; one git call, none for a full ref name or a hex object name."""
+        name = re.match(r"[^~^:@{]*", ref).group(0)  # type: ignore[union-attr]
+        if not name or name.startswith("refs/") or name == "HEAD" or re.fullmatch(r"[0-9a-f]{4,64}", name):
+            return []
+        wanted = [f"refs/heads/{name}", f"refs/tags/{name}", f"refs/remotes/{name}"]
+        out = self.text("for-each-ref", "--format=%(refname)", *wanted).split("\n")
+        return [r for r in wanted if r in out]
 
     def is_shallow(self) -> bool:
         return self.text("rev-parse", "--is-shallow-repository").strip() == "true"
@@ -167,7 +184,8 @@ class Git:
         args = ["log", "-z", "--reverse", f"--format=%H%x1f%P%x1f{author}%x1f%B"]
         if first_parent:
             args.append("--first-parent")
-        out = self.run(*args, rev_range, "--").stdout.decode("utf-8", errors="replace")
+        # Raw bytes kept (surrogate escapes, never replacement characters), so identities compare as stored.
+        out = self.run(*args, rev_range, "--").stdout.decode("utf-8", errors="surrogateescape")
         commits = []
         for record in out.split("\0"):
             if not record:
@@ -191,7 +209,7 @@ class Git:
         fields = ["%m%H"] + ["%P"] * parents + ["%aN%x1f%aE" if mailmap else "%an%x1f%ae"] * authors
         n = 1 + parents + 2 * authors  # fields before the message
         out = self.run("log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B",
-                       f"{base}..{head}", "--").stdout.decode("utf-8", errors="replace")
+                       f"{base}..{head}", "--").stdout.decode("utf-8", errors="surrogateescape")
         commits, boundary = [], []
         for record in out.split("\0"):
             if not record:
@@ -224,7 +242,8 @@ class Git:
         mapped: dict[str, str] = {}
         for i in range(0, len(contacts), batch):
             chunk = contacts[i:i + batch]
-            out = self.text("check-mailmap", "--", *chunk).splitlines()
+            raw = self.run("check-mailmap", "--", *chunk).stdout.decode("utf-8", errors="surrogateescape")
+            out = raw.split("\n")[:-1] if raw.endswith("\n") else raw.split("\n")
             if len(out) == len(chunk):
                 mapped.update(zip(chunk, out))
         return mapped

@@ -262,12 +262,13 @@ def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> li
 
 
 def _declared(trailers: list[Trailer]) -> list[str]:
-    """The identities an `AGENT:MODEL [TOOL]` value declares: the agent and the model."""
+    """The identities an `AGENT:MODEL [TOOL] [TOOL2] ...` value declares: the agent, the model and each tool."""
     out = []
     for t in trailers:
         ident = t.value.split(" [", 1)[0]
-        out += [p for p in ident.split(":", 1) if p.strip()]
-    return out
+        out += [p.strip() for p in ident.split(":", 1) if p.strip()]
+        out += [tool.strip() for tool in re.findall(r"\[([^\[\]]+)\]", t.value) if tool.strip()]
+    return list(dict.fromkeys(out))
 
 
 def _paragraph_problems(msg: Message, contract: Compiled) -> list[Finding]:
@@ -278,7 +279,8 @@ def _paragraph_problems(msg: Message, contract: Compiled) -> list[Finding]:
     block_lines = msg.text[msg.body_end:msg.block.end].split("\n")
     for rule in contract.paragraphs:
         pat = _re(rule.pattern)
-        n = sum(1 for _, first in paras if pat.fullmatch(first))
+        whole = rule.whole
+        n = sum(1 for _, first, para in paras if pat.fullmatch(para if whole else first))
         inside = [ln for ln in block_lines if pat.fullmatch(ln.rstrip(" \t\r"))]
         if inside:
             out.append(_finding("TR006", f"{rule.pattern} is inside the trailer block",

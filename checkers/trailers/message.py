@@ -8,11 +8,14 @@ from typing import NamedTuple
 from checkers.trailers import parser
 from checkers.trailers.parser import Mode, Trailer, TrailerBlock
 
-SQUASH_SEPARATOR = re.compile(r"-{9,}[ \t\r]*")  # the line GitHub puts before a squash's co-authors
+SEPARATOR = re.compile(r"-{3,}[ \t\r]*")  # a rule of hyphens alone on its line (GitHub's squash writes nine)
+SQUASH_SEPARATOR = SEPARATOR  # the older name
+FORGE_KEYS = frozenset({"co-authored-by"})  # what a forge appends in paragraphs of its own
 
 
 class Message(NamedTuple):
-    """A message as the contract sees it: git's trailer block, plus a GitHub squash's earlier block."""
+    """A message as the contract sees it: git's trailer block, joined with the block above it when git's
+    block is only forge paragraphs (`Co-authored-by:` lines a web merge or squash appends)."""
 
     text: str
     block: TrailerBlock
@@ -25,22 +28,60 @@ def read_message(text: str, mode: Mode) -> Message:
     text = block.message
     trailers = block.trailers
     body_end = block.start
-    # GitHub squash: "...\n\nRow: X\n\n---------\n\nCo-authored-by: ...". Git sees only the last block;
-    # the contract also reads the block that ends right before the separator line.
-    if "\n---------" not in text:
+    # "...\n\nRow: X\n\n---------\n\nCo-authored-by: A\n\nCo-authored-by: B": git sees only the last
+    # paragraph. Step back over forge paragraphs and separators to the block above, and join them to it.
+    if not (block.found and _forge_only(block)):
         return Message(text, block, trailers, body_end)
-    head = text[:block.start].rstrip(" \t\r\n")
-    cut = head.rfind("\n") + 1
-    if block.found and cut > 0 and SQUASH_SEPARATOR.fullmatch(head[cut:]):
-        before = parser.parse(text[:cut], mode)
-        trailers = before.trailers + trailers
-        body_end = before.start
+    forge: list[Trailer] = list(trailers)
+    cut = block.start
+    while True:
+        para = _last_paragraph(text, cut)
+        if para is None:
+            break
+        start, body = para
+        if SEPARATOR.fullmatch(body.rstrip("\n")):
+            cut = start
+            continue
+        before = parser.parse(text[:start + len(body)], mode, final_newline=False)
+        if not before.found or before.start != start:
+            break
+        if _forge_only(before):
+            forge = list(before.trailers) + forge
+            cut = start
+            continue
+        return Message(text, block, before.trailers + tuple(forge), before.start)
     return Message(text, block, trailers, body_end)
 
 
-def paragraphs(text: str) -> list[tuple[int, str]]:
-    """(first line number, first line) of each paragraph, comment lines dropped."""
-    out = []
+def _forge_only(block: TrailerBlock) -> bool:
+    """Whether a block is all forge trailers (and nothing else: no prose line, no other key)."""
+    return bool(block.trailers) and len(block.trailers) == len(block.lines) and all(
+        t.key.lower() in FORGE_KEYS for t in block.trailers)
+
+
+def _last_paragraph(text: str, end: int) -> tuple[int, str] | None:
+    """(offset, text) of the last paragraph that ends before `end`, blank lines between skipped; None when
+    only the title paragraph is left (it is never trailers) or nothing is."""
+    lines = text[:end].split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    i = len(lines)
+    while i and not lines[i - 1].strip(" \t\r"):
+        i -= 1
+    j = i
+    while j and lines[j - 1].strip(" \t\r"):
+        j -= 1
+    if i == 0 or j == 0:
+        return None
+    start = len("\n".join(lines[:j])) + 1
+    return start, "\n".join(lines[j:i]) + "\n"
+
+
+def paragraphs(text: str) -> list[tuple[int, str, str]]:
+    """(first line number, first line, whole paragraph) of each paragraph, comment lines dropped (the first
+    line without its trailing blanks, the whole paragraph as written, CRs dropped); a separator paragraph (a rule of three or more hyphens) is stepped
+    over, as a forge's squash writes one."""
+    out: list[tuple[int, str, list[str]]] = []
     start = True
     for n, line in enumerate(text.split("\n"), 1):
         if line.startswith("#"):
@@ -48,7 +89,11 @@ def paragraphs(text: str) -> list[tuple[int, str]]:
         if not line.strip(" \t\r"):
             start = True
             continue
+        exact = line.rstrip("\r")
         if start:
-            out.append((n, line.rstrip(" \t\r")))
+            out.append((n, line.rstrip(" \t\r"), [exact]))
+        else:
+            out[-1][2].append(exact)
         start = False
-    return out
+    return [(n, first, "\n".join(lines)) for n, first, lines in out
+            if not (len(lines) == 1 and SEPARATOR.fullmatch(first))]

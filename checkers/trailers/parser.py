@@ -14,6 +14,11 @@ Git's own rules, in order:
 4. continuation lines are folded into the trailer above; `--parse` unfolds them to one space.
 
 Only ASCII counts as letters, digits and space here, as in git's ctype table (no locale, no \\v, \\f).
+
+The modelled git is 2.46.2 or later: `git interpret-trailers` (either mode) appends a newline to non-empty
+input that lacks one, which makes a `---` or `Conflicts:` on the last line count; `final_newline=False`
+(`rowgate trailers --no-final-newline`) models older git. `git log` reads a commit's message as stored, so
+`commit_trailers()` never appends one.
 Git's default configuration is assumed (separator `:`, comment char `#`, no `trailer.*` keys): rowgate
 runs git without user or system config for the same reason.
 """
@@ -25,6 +30,7 @@ from typing import Literal, NamedTuple
 
 Mode = Literal["hook", "range"]
 MODES: tuple[str, ...] = ("hook", "range")
+MODELLED_GIT = "2.46.2"  # interpret-trailers appends a missing final newline from this version on
 
 _SPACE = " \t\n\r"  # git's isspace(): no \v, no \f, nothing outside ASCII
 _BLANK = " \t\r"  # is_blank_line() skips spaces up to the newline
@@ -63,13 +69,12 @@ class TrailerBlock(NamedTuple):
         return "".join(t.render() for t in self.trailers)
 
 
-def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
-    """Parse `message` (text; undecodable bytes as surrogate escapes) the way git does in `mode`."""
+def parse(message: str, mode: Mode = "hook", final_newline: bool = True) -> TrailerBlock:
+    """Parse `message` (text; undecodable bytes as surrogate escapes) the way `git interpret-trailers
+    --parse` does in `mode` (range: `--no-divider`); `final_newline` as git 2.46.2 and later do."""
     if mode not in MODES:
         raise ValueError(f"unknown trailer mode {mode!r}; known: {', '.join(MODES)}")
-    nul = message.find("\0")
-    if nul >= 0:  # git handles the message as a C string
-        message = message[:nul]
+    message = _as_git_reads(message, final_newline)
     end = len(message)
     if mode == "hook":
         m = _DIVIDER.search(message)
@@ -77,11 +82,21 @@ def parse(message: str, mode: Mode = "hook") -> TrailerBlock:
             end = m.start()
     if _is_plain(message, end):
         return _parse_plain(message, end)
-    return parse_full(message, mode)
+    return parse_full(message, mode, final_newline=False)  # already as git reads it
 
 
-def parse_full(message: str, mode: Mode) -> TrailerBlock:
+def _as_git_reads(message: str, final_newline: bool) -> str:
+    """The input as git's trailer code sees it: a newline appended to non-empty input lacking one (git
+    2.46.2+, before anything else), then cut at the first NUL (git handles the message as a C string)."""
+    if final_newline and message and not message.endswith("\n"):
+        message += "\n"
+    nul = message.find("\0")
+    return message[:nul] if nul >= 0 else message
+
+
+def parse_full(message: str, mode: Mode, final_newline: bool = True) -> TrailerBlock:
     """Git's algorithm step by step, for any message (parse() takes a shortcut for plain ones)."""
+    message = _as_git_reads(message, final_newline)
     end = end_of_log_message(message, no_divider=(mode == "range"))
     start = trailer_block_start(message, end)
     if start >= end:
@@ -175,7 +190,7 @@ def _recognized_block(lines: list[str], parsed: list[Trailer | None]) -> bool:
 
 def commit_trailers(message: str) -> TrailerBlock:
     """The trailers of a commit's raw message (`%B`), exactly as `git log --format=%(trailers)` sees them."""
-    return parse(skip_blank_lines(message), "range")
+    return parse(skip_blank_lines(message), "range", final_newline=False)
 
 
 def skip_blank_lines(message: str) -> str:

@@ -16,11 +16,15 @@ if TYPE_CHECKING:  # what each builder's section reads as
     from checkers.config import (TrailerCondition, TrailerContract, TrailerExemption, TrailerForbidRule,
                                  TrailerKeyRule, TrailerParagraphRule)
 
-# Names of coding assistants and their vendors; a Signed-off-by or Co-authored-by naming one is refused.
-AI_IDENTITY = (r"\b(claude|anthropic|chatgpt|openai|gpt-?\d[\w.-]*|codex|copilot|gemini|bard|llama|mistral"
-               r"|devin|aider|cursor|windsurf|codeium|tabnine|codewhisperer|amazon q)\b")
+# Names of coding assistants and their vendors, and the generic words for one (ai, agent, bot, llm, gpt),
+# each a whole word (`Alice` is not `ai`, `Abbott` not `bot`); a Signed-off-by or Co-authored-by naming one
+# is refused.
+AI_IDENTITY = (r"\b(ai|agent|bot|llm|claude|claudecode|anthropic|chatgpt|openai|gpt(-?\d[\w.-]*)?|codex|copilot"
+               r"|gemini|bard|llama|mistral|devin|aider|cursor|windsurf|codeium|tabnine|codewhisperer|amazon q)\b")
 ASSISTED_BY = r"[^\s:\[\]]+:[^\s\[\]]+( \[[^\[\]]+\])+"
-GITHUB_NOREPLY = r"@users\.noreply\.github\.com>"
+# A forge's own account address (what a web squash writes for the pull request's author): any case, and only
+# at the end of the value, so `<x@users.noreply.github.com.evil>` or text after the address is no exemption.
+GITHUB_NOREPLY = r"(?i)<[^<>]*@users\.noreply\.github\.com>[ \t]*$"
 
 
 # --- builders: one per model in checkers.config, with its defaults ------------------------------------
@@ -47,10 +51,10 @@ def condition(key: str, pattern: str) -> TrailerCondition:
     return cast("TrailerCondition", Section(key=key, pattern=pattern))
 
 
-def paragraph_rule(pattern: str, *, min: int = 1, max: int | None = 1,
+def paragraph_rule(pattern: str, *, min: int = 1, max: int | None = 1, whole: bool = False,
                    fix: str | None = None) -> TrailerParagraphRule:
     """A TrailerParagraphRule."""
-    return cast("TrailerParagraphRule", Section(pattern=pattern, min=min, max=max, fix=fix))
+    return cast("TrailerParagraphRule", Section(pattern=pattern, min=min, max=max, whole=whole, fix=fix))
 
 
 def forbid_rule(keys: list[str], *, what: str = "a forbidden identity", pattern: str | None = None,
@@ -70,7 +74,7 @@ def exemption(key: str, pattern: str) -> TrailerExemption:
 
 AGENTS_PROTOCOL = contract(
     paragraphs=[paragraph_rule(
-        "FOLLOWING_AGENTS_PROTOCOL", min=1, max=1,
+        "FOLLOWING_AGENTS_PROTOCOL", min=1, max=1, whole=True,
         fix="put a paragraph `FOLLOWING_AGENTS_PROTOCOL` (alone, after a blank line) before the trailer block")],
     keys=[
         key_rule("Following-Agents-Protocol", min=1, max=1, pattern="true",

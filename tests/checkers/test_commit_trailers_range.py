@@ -81,26 +81,72 @@ def test_a_shallow_clone_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_pat
 
 
 def _cutover_repo(repo: GitRepo) -> tuple[str, str, str, str]:
+    """Two old-style commits, then the cutover (the first commit that carries the contract), then one more."""
     base = repo.head()
     old = repo.commit("Old style\n", {"a": "1"})
-    cut = repo.commit("Last old style commit\n", {"b": "1"})
-    new = repo.commit("New style" + ROW, {"c": "1"})
-    return base, old, cut, new
+    last = repo.commit("Last old style commit\n", {"b": "1"})
+    cut = repo.commit("First new style commit" + ROW, {"c": "1"})
+    assert last
+    return base, old, cut, repo.commit("New style" + ROW, {"d": "1"})
 
 
-def test_cutover_applies_the_legacy_rule_to_it_and_its_ancestors(rowgate_repo: GitRepo):
+def test_cutover_applies_the_legacy_rule_to_its_ancestors(rowgate_repo: GitRepo):
     base, old, cut, new = _cutover_repo(rowgate_repo)
+    last = rowgate_repo.head(f"{cut}~1")
     config(rowgate_repo, "  presets: [row]\n")
     assert [f.message for f in check(rowgate_repo, "--range", f"{base}..HEAD").findings] == [
-        f"{old[:12]}: no Row trailer (need at least 1)", f"{cut[:12]}: no Row trailer (need at least 1)"]
+        f"{old[:12]}: no Row trailer (need at least 1)", f"{last[:12]}: no Row trailer (need at least 1)"]
     result = check(rowgate_repo, "--range", f"{base}..HEAD", "--cutover", cut)
     assert (result.status.value, result.summary) == (
-        "pass", f"OK: 3 commits in {base[:12]}..{new[:12]} carry the trailer contract (row); "
+        "pass", f"OK: 4 commits in {base[:12]}..{new[:12]} carry the trailer contract (row); "
                 "2 before the cutover")
     config(rowgate_repo, "  presets: [row]\n  legacy:\n    presets: [dco]\n", top=f"cutover: {cut}\n")
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
         ("TR001", f"{old[:12]}: no Signed-off-by trailer (need at least 1)"),
-        ("TR001", f"{cut[:12]}: no Signed-off-by trailer (need at least 1)")]
+        ("TR001", f"{last[:12]}: no Signed-off-by trailer (need at least 1)")]
+
+
+def test_the_cutover_commit_itself_is_judged_by_the_contract(rowgate_repo: GitRepo):
+    base = rowgate_repo.head()
+    cut = rowgate_repo.commit("A cutover without its trailer\n", {"a": "1"})
+    config(rowgate_repo, "  presets: [row]\n")
+    assert findings(check(rowgate_repo, "--range", f"{base}..HEAD", "--cutover", cut)) == [
+        ("TR001", f"{cut[:12]}: no Row trailer (need at least 1)")]
+
+
+def test_the_legacy_rule_can_require_the_marker_paragraph(rowgate_repo: GitRepo):
+    base = rowgate_repo.head()
+    unmarked = rowgate_repo.commit("Legacy without the marker\n\nAssisted-by: Claude Code:claude-opus-4-8 "
+                                   "[ClaudeCode]\n", {"a": "1"})
+    rowgate_repo.commit("Legacy with the marker\n\nFOLLOWING_AGENTS_PROTOCOL\n\nAssisted-by: Claude "
+                        "Code:claude-opus-4-8 [ClaudeCode]\n", {"b": "1"})
+    cut = rowgate_repo.commit("The cutover\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\n"
+                              "AI-Assisted: false\n", {"c": "1"})
+    legacy = "  legacy:\n    paragraphs: [{pattern: FOLLOWING_AGENTS_PROTOCOL, whole: true}]\n"
+    config(rowgate_repo, "  presets: [agents-protocol]\n" + legacy, top=f"cutover: {cut}\n")
+    assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
+        ("TR005", f"{unmarked[:12]}: no FOLLOWING_AGENTS_PROTOCOL paragraph before the trailer block "
+                  "(need exactly 1)")]
+
+
+def test_range_mode_compares_identities_on_the_raw_bytes(rowgate_repo: GitRepo):
+    """An author and a sign-off that differ only in bytes that are not UTF-8 are two people: decoding with
+    replacement characters would make them one."""
+    base = rowgate_repo.head()
+    tree = rowgate_repo.git("write-tree").strip()
+    message = b"Signed in Latin-1\n\nRow: GOV-CORE\nSigned-off-by: Ren\xe9 <rene@example.com>\n"
+    env = {k.encode(): v.encode() for k, v in rowgate_repo.env.items()}
+    env.update({b"GIT_AUTHOR_NAME": b"Ren\xea", b"GIT_AUTHOR_EMAIL": b"rene@example.com"})
+    sha = subprocess.run(["git", "commit-tree", tree, "-p", base], cwd=rowgate_repo.path, env=env, input=message,
+                         capture_output=True, check=True, timeout=60).stdout.decode().strip()
+    rowgate_repo.git("update-ref", "refs/heads/main", sha)
+    config(rowgate_repo, "  presets: [row, dco]\n")
+    [(rule, text)] = findings(check(rowgate_repo, "--range", f"{base}..{sha}"))
+    assert rule == "TR009" and text.startswith(f"{sha[:12]}: no Signed-off-by matches the author Ren")
+    env[b"GIT_AUTHOR_NAME"] = b"Ren\xe9"
+    same = subprocess.run(["git", "commit-tree", tree, "-p", base], cwd=rowgate_repo.path, env=env, input=message,
+                          capture_output=True, check=True, timeout=60).stdout.decode().strip()
+    assert check(rowgate_repo, "--range", f"{base}..{same}").status.value == "pass"
 
 
 def test_cutover_outside_the_range_still_marks_its_ancestors(rowgate_repo: GitRepo):

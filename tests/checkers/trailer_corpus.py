@@ -98,6 +98,36 @@ CORPUS: list[tuple[str, str]] = [
 ]
 
 
+def git_version() -> tuple[int, ...]:
+    """The installed git's version, e.g. (2, 39, 5)."""
+    import re
+    import subprocess
+
+    out = subprocess.run(["git", "--version"], capture_output=True, text=True, check=True, timeout=30).stdout
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    assert m, out
+    return tuple(int(g or 0) for g in m.groups())
+
+
+APPENDS_NEWLINE = (2, 46, 2)  # from this git on, interpret-trailers appends a missing final newline
+
+
+def git_modelled(message: str, no_divider: bool, final_newline: bool,
+                 timeout_s: float = 3.0) -> str | None | bool:
+    """What `git interpret-trailers --parse [--no-divider]` of the modelled behaviour prints. With
+    `final_newline` (git 2.46.2+) the specification is the newer git's: the input with a newline appended
+    when it is non-empty and lacks one; an older installed git is asked about exactly that input. Without
+    it, an older installed git is asked about the message itself; False when the installed git is newer
+    and the message lacks its newline, so no installed git can say what older ones print."""
+    newer = git_version() >= APPENDS_NEWLINE
+    lacks = bool(message) and not message.endswith("\n")
+    if final_newline:
+        return git_interpret_trailers(message + "\n" if lacks and not newer else message, no_divider, timeout_s)
+    if newer and lacks:
+        return False
+    return git_interpret_trailers(message, no_divider, timeout_s)
+
+
 def git_interpret_trailers(message: str, no_divider: bool, timeout_s: float = 3.0) -> str | None:
     """What `git interpret-trailers --parse [--no-divider]` prints for `message`, with no git config;
     None when git hangs (git 2.39 loops forever on a `---` line followed by a scissors line)."""

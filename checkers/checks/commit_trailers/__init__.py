@@ -27,12 +27,13 @@ __all__ = ["ID", "RULES", "CONFIG_SECTIONS", "add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_range_arguments(parser)
-    parser.add_argument("--range", metavar="BASE..HEAD", help="the commits to judge (from the merge base); "
-                        "default: --base/--head, or the config's trailers.default_range")
-    parser.add_argument("--cutover", metavar="REV", help="the cutover commit: it and its ancestors get "
-                        "trailers.legacy (default: the config's top-level cutover)")
-    parser.add_argument("--message-file", metavar="PATH|-", help="judge one message (a commit-msg hook's "
-                        "file, a PR body) instead of a range; - reads stdin")
+    what = parser.add_mutually_exclusive_group()  # a range and a message together is a usage error (exit 2)
+    what.add_argument("--range", metavar="BASE..HEAD", help="the commits to judge (from the merge base); "
+                      "default: --base/--head, or the config's trailers.default_range")
+    parser.add_argument("--cutover", metavar="REV", help="the cutover commit: its ancestors get trailers.legacy, "
+                        "it and its descendants the contract (default: the config's top-level cutover)")
+    what.add_argument("--message-file", metavar="PATH|-", help="judge one message (a commit-msg hook's "
+                      "file, a PR body) instead of a range; - reads stdin")
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS), metavar="NAME",
                         help=f"use this preset instead of the configured ones (repeatable): {', '.join(PRESETS)}")
     parser.add_argument("--filled", action="store_true",
@@ -157,15 +158,16 @@ def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, par
 
 
 def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Commit]) -> set[str]:
-    """The commits in the range that are the cutover or its ancestors."""
+    """The commits in the range that are ancestors of the cutover; the cutover itself is judged by the
+    contract (it is the first commit that carries it)."""
     cutover = args.cutover or ctx.config.cutover
     if not cutover:
         return set()
     cut = ctx.git.must_resolve(cutover, "cutover")
     parents = {c.sha: c.parents for c in commits}
     if cut not in parents:  # the cutover is outside the range: ask git which of ours it reaches
-        return set(ctx.git.rev_list(f"{rng.merge_base}..{cut}")) & parents.keys()
-    seen, todo = set(), [cut]
+        return (set(ctx.git.rev_list(f"{rng.merge_base}..{cut}")) & parents.keys()) - {cut}
+    seen, todo = set(), list(parents[cut] or ())
     while todo:
         sha = todo.pop()
         if sha in seen or sha not in parents:
