@@ -113,6 +113,11 @@ def env_doc(root: Path) -> Detected | None:
     if readers:
         config["readers"] = sorted(readers)
     config["flags_file"] = None  # no rowgate flag registry in a foreign tree
+    tests = [f"{d}/**" for d in ("tests", "test") if (root / d).is_dir()]
+    if tests:
+        config["exclude"] = tests
+        reasons.append(f"{', '.join(tests)} not scanned: a test's reads are not production env vars (drop the "
+                       "exclude to hold them too)")
     reasons.insert(0, f"env var prefixes {', '.join(prefixes)} (from the documented and allowlisted names)")
     return Detected(config, reasons)
 
@@ -277,3 +282,33 @@ def pr_size_pairs(root: Path) -> Detected | None:
     if not rules:
         return None
     return Detected({"pairs": rules}, reasons)
+
+
+# --- the sections together ------------------------------------------------------------------------------
+
+DETECTORS = (("env_doc", env_doc), ("gemv", gemv_invocation), ("pr_size", pr_size_pairs))
+
+
+def detect(root: Path) -> dict[str, Detected]:
+    """Every detector's section that found something, keyed by its config section."""
+    return {key: found for key, fn in DETECTORS if (found := fn(root)) is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m checkers.detect_layout [ROOT]`: print the detected sections as YAML, reasons as comments."""
+    import sys
+
+    from ruamel.yaml import YAML
+
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0] if args else ".")
+    yaml = YAML()
+    for key, found in detect(root).items():
+        for reason in found.reasons:
+            print(f"# {reason}")
+        yaml.dump({key: found.config}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

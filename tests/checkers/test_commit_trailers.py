@@ -3,6 +3,8 @@ with exactly its id and message, and a clean twin that passes. Range mode is in 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from checkers.config import load_config
 from checkers.context import Context
 from checkers.preflight import check_parser, run_check
 from checkers.results import Result
-from tests.conftest import ROOT, GitRepo
+from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo
 
 SPEC = registry.get("commit-trailers")
 FIXTURES = ROOT / "tests" / "fixtures" / "trailers"
@@ -347,3 +349,30 @@ def test_the_cli_judges_a_range_without_pydantic_once_the_config_is_cached(rowga
     assert run() == [ok, "[] False 0"]
     rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  presets: [row]\n  merges: maybe\n"})
     assert run() == ["['dataclasses', 'pydantic'] True 3"]  # an edited config is validated again
+
+
+# --- the command line: a range and a message together, an ambiguous name -----------------------------------------------------------------------------
+
+def run_cli(repo: GitRepo, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo.path)}
+    return subprocess.run([sys.executable, "-m", "checkers", "check", "commit-trailers", *argv], cwd=repo.path,
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+def test_range_and_message_file_together_is_a_usage_error(rowgate_repo: GitRepo):
+    (rowgate_repo.path / "msg.txt").write_text("Title\n\nRow: GOV-CORE\n")
+    proc = run_cli(rowgate_repo, "--range", "HEAD~1..HEAD", "--message-file", "msg.txt")
+    assert proc.returncode == 2
+    assert "argument --message-file: not allowed with argument --range" in proc.stderr
+
+
+def test_a_name_that_is_both_a_branch_and_a_tag_is_an_error_naming_both(rowgate_repo: GitRepo):
+    base = rowgate_repo.head()
+    rowgate_repo.commit("Add a\n\nRow: GOV-CORE\n", {"a": "1"})
+    rowgate_repo.git("branch", "release", base)
+    rowgate_repo.git("tag", "release", "HEAD")
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [row]\n"})
+    proc = run_cli(rowgate_repo, "--range", "release..HEAD")
+    assert proc.returncode == 3
+    assert "base 'release' is ambiguous: it names refs/heads/release and refs/tags/release" in proc.stdout
+    assert run_cli(rowgate_repo, "--range", "refs/heads/release..HEAD").returncode == 0

@@ -28,7 +28,8 @@ def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers():
     assert found.config == {
         "prefixes": ["VT_", "VLLM_"], "doc": "docs/ENVIRONMENT.md", "docs": ["docs/guides/serving.md"],
         "table_headers": ["Variable"], "allowlist": "scripts/env-doc-allowlist.txt", "allowlist_format": "names",
-        "allowlist_sorted": False, "readers": ["EnvOnOr", "GdnTritonEnvOn", "env_flag"], "flags_file": None}
+        "allowlist_sorted": False, "readers": ["EnvOnOr", "GdnTritonEnvOn", "env_flag"], "flags_file": None,
+        "exclude": ["tests/**"]}
     assert found.reasons == [
         "env var prefixes VT_, VLLM_ (from the documented and allowlisted names)",
         "docs/ENVIRONMENT.md: 3 name(s) in 2 table(s) headed `| Variable |`",
@@ -37,7 +38,8 @@ def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers():
         "VT_GDN_TRITON_CHUNK_POOL): allowlist_sorted: false until it is"),
         "EnvOnOr: a getenv wrapper defined in src/vllm/util/env.cpp, called with a name 3 time(s)",
         "GdnTritonEnvOn: a getenv wrapper defined in src/vt/cuda/cuda_gdn.cu, called with a name 2 time(s)",
-        "env_flag: a getenv wrapper defined in scripts/bench_env.py, called with a name 1 time(s)"]
+        "env_flag: a getenv wrapper defined in scripts/bench_env.py, called with a name 1 time(s)",
+        "tests/** not scanned: a test's reads are not production env vars (drop the exclude to hold them too)"]
 
 
 def test_a_wrapper_nobody_calls_with_a_name_and_vendored_wrappers_are_left_out():
@@ -124,3 +126,10 @@ def test_gemv_fails_the_four_bare_algo_counts_and_passes_the_named_constant(fore
         "/*requestedAlgoCount=*/1", "/*requestedAlgoCount=*/kGemvHeuristicAlgos")})
     result = check(foreign, "gemv-invocation")
     assert (result.status.value, result.examined) == ("pass", 8)
+
+
+def test_the_module_prints_every_section_with_its_reasons(capsys: pytest.CaptureFixture[str]):
+    assert dl.main([str(TREE)]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if not line.startswith(("#", " "))] == ["env_doc:", "gemv:", "pr_size:"]
+    assert "# src/vt/cuda/cuda_matmul.cu: 4 cublasLtMatmulAlgoGetHeuristic call(s)\n" in out

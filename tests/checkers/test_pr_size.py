@@ -14,7 +14,7 @@ from checkers.config import PairRule, load_config
 from checkers.context import Context
 from checkers.gitio import parse_numstat_z
 from checkers.output import render_text
-from checkers.pathclass import Pairing
+from checkers.checks.pr_size.pathclass import Pairing
 from checkers.preflight import check_parser, run_check
 from checkers.results import CheckError, Result
 from tests.conftest import ROOT, GitRepo, init_repo

@@ -3,16 +3,12 @@ declarations with tools, markers, separators): each behaviour fails its seeded m
 and passes its twin; where a shape depends on git's parse, real `git interpret-trailers` is asked too."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from checkers.config import TrailersConfig
 from checkers.trailers.contract import Facts, compile_contract, judge
 from checkers.trailers.message import read_message
 from tests.checkers.trailer_corpus import git_interpret_trailers
-from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo
 
 CONTRACT = compile_contract(TrailersConfig(presets=["agents-protocol"]))
 BODY = ("Route the decode GEMV through the plan cache\n\nThe plan is built once per shape, so the heuristic query "
@@ -145,30 +141,3 @@ def test_three_hyphens_then_a_vertical_tab_or_form_feed_is_no_divider(ws: str):
     message = BODY.replace("\n\nFOLLOWING", f"\n---{ws}\n\nFOLLOWING") + TRAILERS
     assert git_interpret_trailers(message, no_divider=False) == TRAILERS
     assert problems(message) == []
-
-
-# --- 6. the command line -----------------------------------------------------------------------------
-
-def run_cli(repo: GitRepo, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo.path)}
-    return subprocess.run([sys.executable, "-m", "checkers", "check", "commit-trailers", *argv], cwd=repo.path,
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
-
-
-def test_range_and_message_file_together_is_a_usage_error(rowgate_repo: GitRepo):
-    (rowgate_repo.path / "msg.txt").write_text("Title\n\nRow: GOV-CORE\n")
-    proc = run_cli(rowgate_repo, "--range", "HEAD~1..HEAD", "--message-file", "msg.txt")
-    assert proc.returncode == 2
-    assert "argument --message-file: not allowed with argument --range" in proc.stderr
-
-
-def test_a_name_that_is_both_a_branch_and_a_tag_is_an_error_naming_both(rowgate_repo: GitRepo):
-    base = rowgate_repo.head()
-    rowgate_repo.commit("Add a\n\nRow: GOV-CORE\n", {"a": "1"})
-    rowgate_repo.git("branch", "release", base)
-    rowgate_repo.git("tag", "release", "HEAD")
-    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [row]\n"})
-    proc = run_cli(rowgate_repo, "--range", "release..HEAD")
-    assert proc.returncode == 3
-    assert "base 'release' is ambiguous: it names refs/heads/release and refs/tags/release" in proc.stdout
-    assert run_cli(rowgate_repo, "--range", "refs/heads/release..HEAD").returncode == 0
