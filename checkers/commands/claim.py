@@ -5,13 +5,27 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import sys
 from pathlib import Path
 
-from checkers.commands.row import _context, _loads, _refuse, _refuse_state, _requirements, _row_doc, dump_yaml
+from ruamel.yaml.error import YAMLError
+
+from checkers.commands.row import (
+    _context,
+    _loads,
+    _refuse,
+    _refuse_state,
+    _reported,
+    _requirements,
+    _row_doc,
+    _scalar,
+    _transaction,
+    dump_yaml,
+)
 from checkers.config import STATES
 from checkers.records import Claim, Loaded, Row
 from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
-from checkers.yamlio import validate
+from checkers.yamlio import RecordError, validate
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -26,13 +40,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.set_defaults(func=cmd_claim)
 
 
+@_reported
 def cmd_claim(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if ctx is None:
         return EXIT_ERROR
-    path, doc = _row_doc(ctx, args.id)
-    if doc is None:
-        return EXIT_USAGE
     owner = args.owner or os.environ.get("ROWGATE_OWNER") or os.environ.get("USER")
     if not owner:
         return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
@@ -41,21 +53,34 @@ def cmd_claim(args: argparse.Namespace) -> int:
                        EXIT_USAGE)
     claim_id = args.claim_id or args.id
     claim_path = ctx.root / ".agents" / "claims" / f"{claim_id}.yaml"
-    if doc.get("claim") or claim_path.exists():
-        return _refuse(f"{args.id} is already claimed ({doc.get('claim') or claim_id}); "
-                       f"release it with `rowgate row set {args.id} --state READY` first")
     text = (f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
-            f"branch: {args.branch}\nowner: {owner}\nsince: {dt.date.today().isoformat()}\n")
-    claim = validate(Claim, _loads(text), ctx.rel(claim_path))
-    state = doc["state"] if doc["state"] in ctx.config.rows.active_states else args.state
-    doc["claim"], doc["state"] = claim_id, state
-    row = validate(Row, doc, ctx.rel(path))
-    ctx.records.claims[claim_id] = Loaded(ctx.rel(claim_path), claim)
-    problems = _requirements(ctx, row, state)
-    if problems:
-        return _refuse_state(args.id, state, problems)
-    claim_path.parent.mkdir(parents=True, exist_ok=True)
-    claim_path.write_text(text, encoding="utf-8")
-    path.write_text(dump_yaml(doc), encoding="utf-8")
+            f"branch: {_scalar(args.branch)}\nowner: {_scalar(owner)}\nsince: {dt.date.today().isoformat()}\n")
+    try:
+        claim = validate(Claim, _loads(text), ctx.rel(claim_path))
+    except (RecordError, YAMLError) as exc:
+        return _refuse(f"bad claim: {exc}", EXIT_USAGE)
+    with _transaction(ctx) as txn:  # one claim per row: checked and created under the records lock
+        path, doc = _row_doc(ctx, args.id)
+        if doc is None:
+            return EXIT_USAGE
+        if doc.get("claim"):
+            return _refuse(f"{args.id} is already claimed ({doc.get('claim')}); "
+                           f"release it with `rowgate row set {args.id} --state READY` first")
+        existing = ctx.records.claims.get(claim_id)
+        if claim_path.exists() and (existing is None or existing.model.row != args.id):
+            return _refuse(f"claim id {claim_id} is taken ({ctx.rel(claim_path)}); pass another --claim-id")
+        orphans = [loaded for loaded in ctx.records.claims.values() if loaded.model.row == args.id]
+        state = doc["state"] if doc["state"] in ctx.config.rows.active_states else args.state
+        doc["claim"], doc["state"] = claim_id, state
+        row = validate(Row, doc, ctx.rel(path))
+        ctx.records.claims[claim_id] = Loaded(ctx.rel(claim_path), claim)
+        problems = _requirements(ctx, row, state)
+        if problems:
+            return _refuse_state(args.id, state, problems)
+        for loaded in orphans:  # a claim file no row points at, left by an interrupted claim
+            txn.remove(ctx.root / loaded.path)
+            print(f"removed orphan claim {loaded.path}", file=sys.stderr)
+        txn.create(claim_path, text)
+        txn.write(path, dump_yaml(doc))
     print(f"{args.id}: claimed as {claim_id} by {owner} on {args.branch}; state {state}")
     return EXIT_PASS

@@ -3,8 +3,12 @@ kept), refusing a state its requirements do not allow (checkers.checks.records.r
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from checkers.config import STATES
@@ -26,6 +30,24 @@ evidence: []
 closing_commit: null
 blocker: null
 """
+
+
+def _reported(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except _Handled as exc:
+            return exc.code
+    return wrapper
+
+
+class _Handled(Exception):
+    """A failure already reported on stderr; `code` is the exit status."""
+
+    def __init__(self, code: int):
+        self.code = code
+
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -50,70 +72,106 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     s.set_defaults(func=cmd_set)
 
 
+@_reported
 def cmd_new(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if ctx is None:
         return EXIT_ERROR
-    if not re.match(ROW_ID, args.id) or args.area not in ctx.config.rows.areas:
+    if not re.fullmatch(ROW_ID, args.id) or args.area not in ctx.config.rows.areas:
         return _refuse(f"row id {args.id!r} must be AREA-NAME with AREA one of {ctx.config.rows.areas}"
-                       if not re.match(ROW_ID, args.id) else
+                       if not re.fullmatch(ROW_ID, args.id) else
                        f"area {args.area!r} is not one of {ctx.config.rows.areas}", EXIT_USAGE)
+    if not args.title.strip() or any(ch in args.title for ch in _CONTROL):
+        return _refuse(f"title {args.title!r} must be one non-empty line without control characters", EXIT_USAGE)
     path = ctx.root / ".agents" / "rows" / f"{args.id}.yaml"
-    if path.exists():
-        return _refuse(f"{ctx.rel(path)} already exists", EXIT_USAGE)
+    spec = ctx.root / ".agents" / "specs" / f"{args.id}.md"
     title = '"' + args.title.replace("\\", "\\\\").replace('"', '\\"') + '"'
     text = ROW_TEMPLATE.format(id=args.id, area=args.area, title=title, state=args.state)
-    doc = _loads(text)
-    spec = ctx.root / ".agents" / "specs" / f"{args.id}.md"
-    problems = _requirements(ctx, validate(Row, doc, ctx.rel(path)), args.state, skip_spec=not spec.exists())
-    if problems:
-        return _refuse_state(args.id, args.state, problems)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {ctx.rel(path)}")
-    if not spec.exists():
-        sections = "".join(f"## {s}\n\n" for s in ctx.config.rows.spec_sections)
-        spec.parent.mkdir(parents=True, exist_ok=True)
-        spec.write_text(f"# {args.id}: {args.title}\n\n{sections}", encoding="utf-8")
-        print(f"wrote {ctx.rel(spec)}")
+    with _transaction(ctx) as txn:
+        if path.exists():
+            return _refuse(f"{ctx.rel(path)} already exists", EXIT_USAGE)
+        doc = _loads(text)
+        problems = _requirements(ctx, validate(Row, doc, ctx.rel(path)), args.state, skip_spec=not spec.exists())
+        if problems:
+            return _refuse_state(args.id, args.state, problems)
+        txn.create(path, text)
+        written = [ctx.rel(path)]
+        if not spec.exists():
+            sections = "".join(f"## {s}\n\n" for s in ctx.config.rows.spec_sections)
+            txn.create(spec, f"# {args.id}: {args.title}\n\n{sections}")
+            written.append(ctx.rel(spec))
+    for rel in written:
+        print(f"wrote {rel}")
     return EXIT_PASS
 
 
+@_reported
 def cmd_set(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if ctx is None:
         return EXIT_ERROR
-    path, doc = _row_doc(ctx, args.id)
-    if doc is None:
-        return EXIT_USAGE
     if (args.blocker is None) != (args.unblock_when is None):
         return _refuse("--blocker and --unblock-when go together", EXIT_USAGE)
-    doc["state"] = args.state
-    for key, values in (("anchors", args.anchor), ("evidence", args.evidence)):
-        for v in values:
-            if v not in doc.setdefault(key, []):
-                doc[key].append(v)
-    if args.closing_commit:
-        doc["closing_commit"] = args.closing_commit
-    if args.blocker:
-        doc["blocker"] = {"reason": args.blocker, "unblock_when": args.unblock_when}
-    released = None
-    if args.state not in ctx.config.rows.active_states and doc.get("claim"):
-        released, doc["claim"] = doc["claim"], None  # a claim lives only while its row is active
-    try:
-        row = validate(Row, doc, ctx.rel(path))
-    except RecordError as exc:
-        return _refuse("; ".join(exc.lines()))
-    problems = _requirements(ctx, row, args.state)
-    if problems:
-        return _refuse_state(args.id, args.state, problems)
-    path.write_text(dump_yaml(doc), encoding="utf-8")
+    with _transaction(ctx) as txn:  # the row is read, checked and written under the records lock
+        path, doc = _row_doc(ctx, args.id)
+        if doc is None:
+            return EXIT_USAGE
+        doc["state"] = args.state
+        for key, values in (("anchors", args.anchor), ("evidence", args.evidence)):
+            for v in values:
+                if v not in doc.setdefault(key, []):
+                    doc[key].append(v)
+        if args.closing_commit:
+            doc["closing_commit"] = args.closing_commit
+        if args.blocker:
+            doc["blocker"] = {"reason": args.blocker, "unblock_when": args.unblock_when}
+        released = None
+        if args.state not in ctx.config.rows.active_states and doc.get("claim"):
+            released, doc["claim"] = doc["claim"], None  # a claim lives only while its row is active
+        try:
+            row = validate(Row, doc, ctx.rel(path))
+        except RecordError as exc:
+            return _refuse("; ".join(exc.lines()))
+        problems = _requirements(ctx, row, args.state)
+        if problems:
+            return _refuse_state(args.id, args.state, problems)
+        txn.write(path, dump_yaml(doc))
+        removed = []
+        if args.state not in ctx.config.rows.active_states:
+            # the row's claim, and any orphan claim on this row that an interrupted `claim` left behind
+            for cid, loaded in ctx.records.claims.items():
+                if cid == released or loaded.model.row == args.id:
+                    txn.remove(ctx.root / loaded.path)
+                    removed.append((cid, loaded.path))
     print(f"{args.id}: state {args.state} (wrote {ctx.rel(path)})")
-    if released and released in ctx.records.claims:
-        claim_path = ctx.root / ctx.records.claims[released].path
-        claim_path.unlink()
-        print(f"released claim {released} (removed {ctx.rel(claim_path)})")
+    for cid, rel in removed:
+        print(f"released claim {cid} (removed {rel})")
     return EXIT_PASS
+
+
+_CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
+
+
+def _scalar(value: str) -> str:
+    """A YAML double-quoted scalar (branch and owner names come from the user)."""
+    return json.dumps(value)
+
+
+@contextlib.contextmanager
+def _transaction(ctx):
+    """The records transaction, or None (after printing why) when the lock cannot be had. A write that
+    fails (a full disk, a read-only tree) is rolled back and reported in one line."""
+    from checkers.atomicio import LockTimeout, describe_os_error, records_transaction
+
+    try:
+        with records_transaction(ctx.root / ".agents") as txn:
+            yield txn
+    except LockTimeout as exc:
+        print(f"rowgate: {exc}\n    fix: {exc.hint}", file=sys.stderr)
+        raise _Handled(EXIT_ERROR) from None
+    except OSError as exc:
+        print(f"rowgate: {describe_os_error(exc, exc.filename or ctx.root / '.agents')}", file=sys.stderr)
+        raise _Handled(EXIT_ERROR) from None
 
 
 def _requirements(ctx, row: Row, state: str, skip_spec: bool = False) -> list:
