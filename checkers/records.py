@@ -16,7 +16,7 @@ from pydantic import Field
 
 from checkers.config import State, Strict
 from checkers.ids import ROW_ID, SHA
-from checkers.yamlio import RecordError, load_model, validate, yaml_rt
+from checkers.yamlio import RecordError, load_model, load_text, validate
 
 AGENTS = ".agents"
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d+)\b")
@@ -158,7 +158,7 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
         return None
     head = text[4:text.index("\n---\n", 4)]
     try:
-        doc = yaml_rt().load(head)
+        doc = load_text(head, rel)
         obj = validate(IssueRecord, doc, rel)
     except RecordError as exc:
         # front matter starts on line 2 of the file

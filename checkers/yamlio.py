@@ -15,6 +15,9 @@ from checkers.results import RecordError  # re-exported: loaders and callers cat
 
 M = TypeVar("M", bound=BaseModel)
 
+MAX_YAML_BYTES = 1 << 20  # a record or config file over 1 MiB is refused, not parsed
+MAX_YAML_DEPTH = 64  # nesting deeper than this is refused (the parser recurses)
+
 
 def yaml_rt() -> YAML:
     y = YAML(typ="rt")
@@ -33,19 +36,54 @@ def read_yaml(path: Path, display: str | None = None) -> Any:
 
 
 def parse_yaml(raw: bytes, display: str) -> Any:
-    """Parse a file's bytes (so a caller can validate exactly the bytes it read once)."""
+    """Parse a file's bytes (so a caller can validate exactly the bytes it read once). Bounded: over
+    MAX_YAML_BYTES, nesting past MAX_YAML_DEPTH, anchors, aliases and merge keys (`<<`) are refused, so
+    a small file cannot expand into a huge document (billion laughs)."""
+    if len(raw) > MAX_YAML_BYTES:
+        raise RecordError(display, [(None, "", f"file is {len(raw)} bytes (limit {MAX_YAML_BYTES})")])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecordError(display, [(None, "", f"not UTF-8 text ({exc.reason})")]) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # as a text-mode read would
+    return load_text(text, display)
+
+
+def load_text(text: str, display: str, line_offset: int = 0) -> Any:
+    """Parse YAML text with the bounds of parse_yaml(); errors name `display` and the line."""
     try:
+        _check_tokens(text, display, line_offset)
         return yaml_rt().load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
+        line = mark.line + 1 + line_offset if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RecordError(display, [(line, "", f"invalid YAML: {problem}")]) from None
+    except RecursionError:
+        raise RecordError(display, [(None, "", f"invalid YAML: nested deeper than {MAX_YAML_DEPTH}")]) from None
+
+
+def _check_tokens(text: str, display: str, line_offset: int) -> None:
+    from ruamel.yaml import tokens as t
+
+    depth, after_key = 0, False
+    for tok in yaml_rt().scan(text):
+        line = tok.start_mark.line + 1 + line_offset
+        if isinstance(tok, (t.AnchorToken, t.AliasToken)):
+            kind = "anchor" if isinstance(tok, t.AnchorToken) else "alias"
+            sigil = "&" if kind == "anchor" else "*"
+            message = f"YAML {kind} {sigil}{tok.value} is not allowed in records and config (write the value out)"
+            raise RecordError(display, [(line, "", message)])
+        if after_key and isinstance(tok, t.ScalarToken) and tok.value == "<<" and tok.plain:
+            raise RecordError(display, [(line, "", "YAML merge key << is not allowed in records and config")])
+        if isinstance(tok, (t.BlockMappingStartToken, t.BlockSequenceStartToken, t.FlowMappingStartToken,
+                            t.FlowSequenceStartToken)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise RecordError(display, [(line, "", f"YAML nested deeper than {MAX_YAML_DEPTH}")])
+        elif isinstance(tok, (t.BlockEndToken, t.FlowMappingEndToken, t.FlowSequenceEndToken)):
+            depth -= 1
+        after_key = isinstance(tok, t.KeyToken)
 
 
 def dump_yaml(data: Any) -> str:

@@ -6,6 +6,8 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from checkers.linear import line_of
+
 PYTHON_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cu", ".cuh", ".inl")
 SOURCE_GLOBS = tuple(f"**/*{suffix}" for suffix in PYTHON_SUFFIXES + C_SUFFIXES)  # the files scanned
@@ -131,8 +133,8 @@ def _is_getenv(expr: ast.expr, os_names: set[str], getenv_names: set[str]) -> bo
 
 _C_TOKEN = re.compile(r"""
     (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
-  | (?P<string>(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*")
-  | (?P<char>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*')
+  | (?P<string>(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*+"?)
+  | (?P<char>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*+'?)
   | (?P<ident>[A-Za-z_]\w*)
   | (?P<punct>[(),])
   | (?P<other>[^\s"'A-Za-z_(),/]+|/)
@@ -153,7 +155,8 @@ def c_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[st
         if kind != "ident" or value not in calls or i + 2 >= len(tokens) or tokens[i + 1][1] != "(":
             continue
         parts, j = [], i + 2
-        while j < len(tokens) and tokens[j][0] == "string":
+        while j < len(tokens) and tokens[j][0] == "string" and tokens[j][1].endswith('"') \
+                and len(tokens[j][1]) > tokens[j][1].index('"') + 1:
             parts.append(tokens[j][1][tokens[j][1].index('"') + 1:-1])
             j += 1
         if parts and j < len(tokens) and tokens[j][1] in (")", ","):
@@ -176,4 +179,4 @@ def _join_splices(text: str) -> tuple[str, list[int]]:
 
 
 def _line(text: str, splices: list[int], pos: int) -> int:
-    return text.count("\n", 0, pos) + bisect.bisect_right(splices, pos) + 1
+    return line_of(text, pos) + bisect.bisect_right(splices, pos)

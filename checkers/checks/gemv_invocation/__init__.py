@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 
 from checkers.checks.gemv_invocation import cuda_sites as cu
@@ -249,9 +250,22 @@ def _cuda_tuning(where: str, what: str, expr: str, unit: dict[str, str], path: s
     return findings
 
 
-# `__launch_bounds__(...)` may stand between `void` and the name (one level of parentheses inside).
-_TEMPLATE_DECL = (r"template\s*<([^{};]*?)>\s*__global__\s+void\s+"
-                  r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?{name}\s*\(([^)]*)\)")
+# `__launch_bounds__(...)` may stand between `void` and the name (one level of parentheses inside). The
+# declaration is found from `__global__` forward and its `template <...>` looked for just before it, so a
+# source full of unclosed `template <` costs one pass, not one pass per `template`.
+_KERNEL_DECL = (r"__global__\s+void\s+(?:__launch_bounds__\s*\((?:[^()]|\([^()]*+\))*+\)\s*)?{name}\s*"
+                r"\(([^)]*+)\)")
+_TEMPLATE_HEAD = re.compile(r"template\s*<([^{};]*)>\s*$")
+_TEMPLATE_LOOKBACK = 2048
+
+
+@lru_cache(maxsize=256)
+def _kernel_decl(name: str, text: str) -> tuple[re.Match[str], re.Match[str]] | None:
+    """The template head and the declaration of kernel `name` in `text` (searched once per kernel name)."""
+    m = re.search(_KERNEL_DECL.replace("{name}", re.escape(name)), text, re.S)
+    before = text[max(0, m.start() - _TEMPLATE_LOOKBACK):m.start()] if m else ""
+    head = _TEMPLATE_HEAD.search(before, max(0, before.rfind("template")))
+    return (head, m) if m and head else None
 
 
 def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:
@@ -259,11 +273,12 @@ def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:
     non-const pointer parameter, read from the kernel's declaration in the translation unit."""
     name = site.kernel.split("::")[-1]
     for text in unit.values():
-        m = re.search(_TEMPLATE_DECL.replace("{name}", re.escape(name)), text, re.S)
-        if not m:
+        found = _kernel_decl(name, text)
+        if found is None:
             continue
-        params = [p.split()[-1] if p.split() else "" for p in cu.split_top_level(m.group(1))]
-        for arg in cu.split_top_level(m.group(2)):
+        head, m = found
+        params = [p.split()[-1] if p.split() else "" for p in cu.split_top_level(head.group(1))]
+        for arg in cu.split_top_level(m.group(1)):
             ptr = re.match(r"(?!const\b)([A-Za-z_]\w*)\s*\*", arg.strip())
             if ptr and ptr.group(1) in params:
                 pos = params.index(ptr.group(1))

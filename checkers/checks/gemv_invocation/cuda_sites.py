@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
 
-_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+from checkers.linear import Meter, line_of
+
+_OPENER = re.compile(r"//|/\*|[\"']")
+_QUOTED = {q: re.compile(rf"(?:\\.|[^{q}\\\n])*+{q}") for q in "\"'"}  # possessive: no backtracking
+_NOT_NEWLINE = re.compile(r"[^\n]")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
@@ -33,13 +37,50 @@ class LibraryCall:
     line: int
 
 
-def blank_comments(text: str) -> str:
-    """Comments and string/char literals replaced by spaces; newlines kept so offsets keep their lines."""
-    return _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+def blank_comments(text: str, meter: Meter | None = None) -> str:
+    """Comments and string/char literals replaced by spaces; newlines kept so offsets keep their lines.
 
-
-def line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
+    One left-to-right pass: each search starts where the last token ended, an unclosed `/*` is searched
+    for once (it then stays code, as before), and an unclosed literal marks every later quote of its kind
+    on that line unclosed too (both parses agree from the first escaped quote on), so no character is
+    scanned twice. `meter` counts the characters the searches pass over."""
+    out: list[str] = []
+    pos, n = 0, len(text)
+    no_close_comment = False
+    dead_until = {'"': -1, "'": -1}  # quotes before this offset open no literal
+    while pos < n:
+        m = _OPENER.search(text, pos)
+        if m is None:
+            meter and meter.add(pos, n)
+            out.append(text[pos:])
+            break
+        start, tok = m.start(), m.group()
+        end = -1
+        if tok == "//":
+            end = text.find("\n", start)
+            end = n if end < 0 else end
+        elif tok == "/*" and not no_close_comment:
+            end = text.find("*/", start + 2)
+            no_close_comment = end < 0
+            end = end + 2 if end >= 0 else -1
+        elif tok in dead_until and start >= dead_until[tok]:
+            q = _QUOTED[tok].match(text, start + 1)
+            if q is not None:
+                end = q.end()
+            else:
+                eol = text.find("\n", start)
+                dead_until[tok] = n if eol < 0 else eol
+                meter and meter.add(start, dead_until[tok])
+        if end < 0:  # not a comment or literal here: the opener's first character is code
+            meter and meter.add(pos, start + 1)
+            out.append(text[pos:start + 1])
+            pos = start + 1
+            continue
+        meter and meter.add(pos, end)
+        out.append(text[pos:start])
+        out.append(_NOT_NEWLINE.sub(" ", text[start:end]))
+        pos = end
+    return "".join(out)
 
 
 def split_top_level(text: str) -> tuple[str, ...]:
@@ -74,31 +115,50 @@ def _matching_open(text: str, close: int, open_ch: str, close_ch: str) -> int:
 
 
 def _matching_close(text: str, open_: int) -> int:
-    depth = 0
-    for i in range(open_, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+    return _close_parens(text).get(open_, -1)
+
+
+@lru_cache(maxsize=16)
+def _close_parens(text: str) -> dict[int, int]:
+    """Offset of each `(` -> offset of its matching `)`, from one pass over `text` (an unclosed `(` is
+    absent), so finding the end of every call costs one scan in all, not one scan per call."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _PAREN.finditer(text):
+        if m.group() == "(":
+            stack.append(m.start())
+        elif stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
+
+
+_PAREN = re.compile(r"[()]")
+_LAUNCH_LOOKBACK = 4096  # how far before `<<<` a kernel name and its template arguments are looked for
 
 
 def launches(code: str) -> list[Launch]:
-    """Every `<<<...>>>` launch in comment-blanked `code`."""
+    """Every `<<<...>>>` launch in comment-blanked `code` (each search starts where the last one ended)."""
     found = []
-    for m in re.finditer(r"<<<(.*?)>>>", code, re.S):
-        head = code[:m.start()].rstrip()
+    pos = 0
+    while (start := code.find("<<<", pos)) >= 0:
+        close = code.find(">>>", start + 3)
+        if close < 0:
+            break  # no launch closes after this point
+        window = code[max(0, start - _LAUNCH_LOOKBACK):start]
+        head = window.rstrip()
         targs: tuple[str, ...] = ()
         if head.endswith(">"):
             open_ = _matching_open(head, len(head) - 1, "<", ">")
             targs = split_top_level(head[open_ + 1:-1]) if open_ >= 0 else ()
             head = head[:max(open_, 0)].rstrip()
-        name = re.search(r"([A-Za-z_][\w:]*)$", head)
-        found.append(Launch(name.group(1) if name else "?", targs, split_top_level(m.group(1)),
-                            line_of(code, m.start())))
+        name = _TRAILING_NAME.search(head[-256:])
+        found.append(Launch(name.group(1) if name else "?", targs, split_top_level(code[start + 3:close]),
+                            line_of(code, start)))
+        pos = close + 3
     return found
+
+
+_TRAILING_NAME = re.compile(r"([A-Za-z_][\w:]*)$")
 
 
 def library_calls(code: str, pattern: re.Pattern[str]) -> list[LibraryCall]:
@@ -125,15 +185,34 @@ def names_in(expr: str) -> list[str]:
 
 def constant_declarations(code: str, name: str) -> list[int]:
     """Lines where `name` is declared as a compile-time constant: `constexpr ... name =|{` or `#define name`."""
-    if name not in code:
-        return []
-    return [line_of(code, m.start()) for m in _declaration(name).finditer(code)]
+    return list(_declarations(code).get(name, ()))
 
 
-@lru_cache(maxsize=4096)
-def _declaration(name: str) -> re.Pattern[str]:
-    n = re.escape(name)
-    return re.compile(rf"\bconstexpr\b[^;=(){{}}]*?\b{n}\s*[={{]|^\s*#\s*define\s+{n}\b", re.M)
+_CONSTEXPR = re.compile(r"\bconstexpr\b")
+_DECL_END = re.compile(r"[;=(){}]")
+_DECLARED_NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.M)
+
+
+@lru_cache(maxsize=16)
+def _declarations(code: str) -> dict[str, tuple[int, ...]]:
+    """Every constant declared in `code` -> its lines, from one pass: each `constexpr` is joined to the
+    next of `;=(){}` (found once for all the `constexpr`s before it), and it declares the identifier just
+    before that character when the character is `=` or `{`."""
+    found: dict[str, list[int]] = {}
+    end = None
+    for m in _CONSTEXPR.finditer(code):
+        if end is None or end.start() < m.end():
+            end = _DECL_END.search(code, m.end())
+            if end is None:
+                break
+        if end.group() in "={":
+            span = code[m.end():end.start()]
+            if (name := _DECLARED_NAME.search(span[-512:])) is not None:
+                found.setdefault(name.group(1), []).append(line_of(code, m.start()))
+    for m in _DEFINE.finditer(code):
+        found.setdefault(m.group(1), []).append(line_of(code, m.start()))
+    return {k: tuple(sorted(v)) for k, v in found.items()}
 
 
 def local_includes(code: str, path: str) -> list[str]:
