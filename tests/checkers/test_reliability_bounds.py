@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from checkers.checks import agent_record
+from checkers.checks.records import agent_record
 from checkers.config import load_config
 from checkers.context import Context
 from checkers.records import load_records
@@ -75,7 +75,7 @@ ADVERSARIAL = {  # each about 1 MB, each quadratic for a scanner that re-searche
 
 @pytest.mark.parametrize("shape", sorted(ADVERSARIAL))
 def test_comment_blanking_scans_each_character_a_bounded_number_of_times(shape):
-    from checkers.cuda_sites import blank_comments
+    from checkers.checks.gemv_invocation.cuda_sites import blank_comments
     from checkers.linear import Meter
 
     counts = []
@@ -98,7 +98,7 @@ def test_the_gemv_scan_of_adversarial_sources_finishes(tmp_path):
 
     for name, text in ADVERSARIAL.items():
         (tmp_path / f"{name.replace(' ', '_')}.cu").write_text(text)
-    code = ("import pathlib, sys\nfrom checkers import envscan\n"
+    code = ("import pathlib, sys\nfrom checkers.checks.env_doc import envscan\n"
             "from checkers.checks.gemv_invocation import Source, check_sources\n"
             "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.cu')):\n"
             "    t = p.read_text(); check_sources([], [Source(p.name, t)], 0)\n"
