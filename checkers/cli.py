@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 from checkers import __version__, registry
 from checkers.configcache import load_sections
 from checkers.context import Context
-from checkers.gitio import GitError, discover, discover_repo
+from checkers.gitio import Git, GitError, discover, discover_repo
 from checkers.output import FORMATS, render
 from checkers.preflight import check_parser, run_check, run_preflight
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
@@ -39,7 +40,39 @@ Run `rowgate check --help` for the checks and `rowgate rules` for every rule id.
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. No traceback reaches the user: a failure is exit 2 (usage) or 3 (could not verify)
+    with one line saying what and where; `--debug` (anywhere on the line) or $ROWGATE_DEBUG=1 shows it."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["ROWGATE_DEBUG"] = "1"
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("rowgate: interrupted", file=sys.stderr)
+        return 130
+    except (GitError, RecordError) as exc:
+        if os.environ.get("ROWGATE_DEBUG"):
+            raise
+        return _setup_error(exc)
+    except Exception as exc:
+        if os.environ.get("ROWGATE_DEBUG"):
+            raise
+        print(f"rowgate: {describe_crash(exc)} (run again with --debug for the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def describe_crash(exc: BaseException) -> str:
+    """`internal error: Type: message at file:line` (the innermost frame), on one line."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    text = " ".join(str(exc).split())
+    return f"internal error: {type(exc).__name__}: {text}{where}"
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         return cmd_check(argv[1:])  # its own parser: the full one imports every subcommand's module
     parser = build_parser()
@@ -99,7 +132,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def load_context(repo: Path | None, sections: tuple[str, ...] | None = None) -> Context:
     """Discover the repository and load its config, or only the `sections` one check reads (from the
     validated-config cache); raises GitError or RecordError."""
-    root, git_dir = discover_repo(repo or Path.cwd())
+    root, git_dir = discover_repo(repo or Path.cwd(), explicit=repo is not None)
     if sections is not None:
         return Context(root=root, config=load_sections(root, git_dir, sections))
     from checkers.config import load_config
@@ -201,19 +234,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import subprocess
 
     from checkers.config import load_config
-    from checkers.gitio import Git, git_env
+    from checkers.gitio import git_env
 
     problems = 0
-    ver = subprocess.run(["git", "--version"], capture_output=True, text=True, env=git_env())
-    print(f"git:        {ver.stdout.strip() or 'not found'}")
     try:
-        root = discover(args.repo or Path.cwd())
+        ver = subprocess.run(["git", "--version"], capture_output=True, text=True, env=git_env(), timeout=30,
+                             check=False).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        ver = ""
+    print(f"git:        {ver or 'not found: install git 2.30 or newer'}")
+    try:
+        root = discover(args.repo or Path.cwd(), explicit=args.repo is not None)
     except GitError as exc:
         print(f"repo:       {exc}")
         return EXIT_ERROR
     git = Git(root)
     print(f"repo:       {root}")
-    print(f"head:       {_describe_head(root)}")
+    print(f"head:       {_describe_head(git)}")
     shallow = git.is_shallow()
     problems += shallow
     print(f"history:    {'SHALLOW: range checks cannot verify; run git fetch --unshallow' if shallow else 'complete'}")
@@ -234,17 +271,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_FAIL if problems else EXIT_PASS
 
 
-def _describe_head(root: Path) -> str:
-    """Branch, commit and dirtiness for a human report, through GitPython's repository model."""
-    import git as gitpython
-
-    repo = gitpython.Repo(root)
-    if not repo.head.is_valid():
+def _describe_head(git: Git) -> str:
+    """Branch, commit and dirtiness for a human report, from plain git calls (with the parsing overrides
+    of checkers.gitio: no fsmonitor program, no hooks, no user config)."""
+    head = git.resolve("HEAD")
+    if head is None:
         return "no commits yet"
-    where = "detached HEAD" if repo.head.is_detached else f"branch {repo.active_branch.name}"
-    dirty = ", uncommitted changes" if repo.is_dirty(untracked_files=False) else ""
-    remotes = ", ".join(f"{r.name} ({len(r.refs)} refs)" for r in repo.remotes) or "no remotes"
-    return f"{repo.head.commit.hexsha[:12]} on {where}{dirty}; {remotes}"
+    branch = git.current_branch()
+    where = f"branch {branch}" if branch else "detached HEAD"
+    status = git.run("status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules").stdout
+    dirty = ", uncommitted changes" if status else ""
+    refs = git.refs("refs/remotes/")
+    remotes = ", ".join(f"{r} ({sum(name.startswith(f'refs/remotes/{r}/') for name in refs)} refs)"
+                        for r in git.remotes()) or "no remotes"
+    return f"{head[:12]} on {where}{dirty}; {remotes}"
 
 
 if __name__ == "__main__":

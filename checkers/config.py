@@ -6,13 +6,17 @@ key fails with its file and line instead of being ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from checkers.safe_regex import checked
 from checkers.yamlio import load_model, parse_yaml, validate
 
 CONFIG_PATH = ".agents/config.yaml"
+
+# A config field holding a regex, compiled when the config loads (checkers.safe_regex runs it with a limit).
+ConfigPattern = Annotated[str, AfterValidator(checked)]
 
 STATES = ("INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED")
 State = Literal["INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED"]
@@ -54,7 +58,7 @@ class TrailerCondition(Strict):
     """Holds when some trailer `key` has a value that fully matches `pattern`."""
 
     key: str
-    pattern: str
+    pattern: ConfigPattern
 
 
 class TrailerKeyRule(Strict):
@@ -63,7 +67,7 @@ class TrailerKeyRule(Strict):
     key: str
     min: int = Field(0, ge=0)
     max: int | None = Field(None, ge=0)
-    pattern: str | None = Field(None, description="regex every value must fully match")
+    pattern: ConfigPattern | None = Field(None, description="regex every value must fully match")
     exists: str | None = Field(None, description="path template every value must name, e.g. .agents/rows/{}.yaml")
     author: bool = Field(False, description="one value must be the commit author `Name <email>` (mailmap honoured)")
     when: TrailerCondition | None = Field(None, description="the rule applies only when this holds")
@@ -72,7 +76,7 @@ class TrailerKeyRule(Strict):
 
 class TrailerExemption(Strict):
     key: str
-    pattern: str = Field(description="regex searched in the value")
+    pattern: ConfigPattern = Field(description="regex searched in the value")
 
 
 class TrailerForbidRule(Strict):
@@ -80,7 +84,7 @@ class TrailerForbidRule(Strict):
 
     keys: list[str] = Field(min_length=1)
     what: str = Field("a forbidden identity", description="what a match names, for the message")
-    pattern: str | None = Field(None, description="regex searched (case-insensitively) in the value")
+    pattern: ConfigPattern | None = Field(None, description="regex searched (case-insensitively) in the value")
     declared_by: str | None = Field(None, description="identities declared in this key's `AGENT:MODEL` values")
     exempt: list[TrailerExemption] = Field(default_factory=list)
     fix: str | None = None
@@ -89,7 +93,7 @@ class TrailerForbidRule(Strict):
 class TrailerParagraphRule(Strict):
     """A paragraph whose first line fully matches `pattern`, `min`..`max` times, before the trailer block."""
 
-    pattern: str
+    pattern: ConfigPattern
     min: int = Field(1, ge=0)
     max: int | None = Field(1, ge=0)
     whole: bool = Field(False, description="the paragraph is exactly one line, and it matches (a marker)")

@@ -60,6 +60,8 @@ class Range:
                 f"head {self.head[:12]}")
 
     def _found(self, merge_base: str) -> None:
+        # a shallow or grafted cut inside the range would let a check judge part of it: an error instead
+        self._git.require_complete_history(f"{merge_base}..{self.head}")
         self._merge_base = merge_base
         if self._notes is not None:
             print(f"rowgate: {self.describe()}", file=self._notes)

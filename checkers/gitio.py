@@ -11,39 +11,68 @@ from typing import NamedTuple
 from checkers.results import CheckError
 
 DEFAULT_TIMEOUT_S = 60.0
-# Variables that would inject configuration into our git processes.
-_DROPPED_ENV = ("GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_EXEC_PATH")
+# Settings a repository's own config could use to change what rowgate parses: every call overrides them
+# (user and system config are not read at all). Trailer parsing, log and diff output shape, encodings,
+# path quoting, and the fsmonitor program a status would otherwise run.
+CONFIG_OVERRIDES = (
+    "trailer.separators=:", "trailer.where=end", "trailer.ifexists=addIfDifferentNeighbor",
+    "trailer.ifmissing=add",
+    "log.showSignature=false", "log.mailmap=false", "log.decorate=false", "log.abbrevCommit=false",
+    "log.follow=false", "log.showRoot=true", "log.date=default",
+    "i18n.logOutputEncoding=UTF-8", "i18n.commitEncoding=UTF-8",
+    "core.quotePath=false", "core.fsmonitor=false", "core.hooksPath=/dev/null",
+    "diff.noprefix=false", "diff.mnemonicPrefix=false", "diff.relative=false", "diff.renames=true",
+    "color.ui=false", "notes.displayRef=",
+)
+_CONFIG_ARGS = tuple(a for kv in CONFIG_OVERRIDES for a in ("-c", kv))
+# What locates a repository from the environment: honoured only when no --repo was given and nothing else
+# finds one (a hook run with GIT_DIR set outside its work tree).
+_LOCATORS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
+_located_by_env: dict[str, dict[str, str]] = {}  # work tree root -> the locators that found it
 
 
 class GitError(CheckError):
     """A git call that failed in a way the user can fix; the message says what, the hint how."""
 
 
-def git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV and not k.startswith("GIT_CONFIG_KEY_")
-           and not k.startswith("GIT_CONFIG_VALUE_")}
+def git_env(locators: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every git call: the caller's, without any GIT_* variable (they could point git at
+    another repository, inject config or change output), plus a fixed set of our own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
-               GIT_OPTIONAL_LOCKS="0", LC_ALL="C", LANG="C")
+               GIT_OPTIONAL_LOCKS="0", GIT_NO_REPLACE_OBJECTS="1", GIT_NO_LAZY_FETCH="1", LC_ALL="C", LANG="C")
+    env.update(locators or {})
     return env
 
 
-def discover(start: Path) -> Path:
+def git_command(*args: str) -> list[str]:
+    """`git` with the parsing overrides, then `args`."""
+    return ["git", *_CONFIG_ARGS, *args]
+
+
+def discover(start: Path, explicit: bool = True) -> Path:
     """The work tree root containing `start`."""
-    return discover_repo(start)[0]
+    return discover_repo(start, explicit)[0]
 
 
-def discover_repo(start: Path) -> tuple[Path, Path]:
+def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
     """The work tree root containing `start`, and its git directory (where rowgate keeps its caches).
+    GIT_DIR and GIT_WORK_TREE are ignored, except when the repository was not `explicit` (no --repo)
+    and they are the only thing that locates it.
 
     One `git rev-parse` rather than GitPython: importing GitPython costs about 0.25 s, twice the
-    `git log` of a 10,000-commit range, and every check starts here. GitPython serves `rowgate doctor`."""
+    `git log` of a 10,000-commit range, and every check starts here (and GitPython reads the user's config
+    and can run its fsmonitor program)."""
     if not Path(start).is_dir():
         raise GitError(f"{start} is not a directory", hint="pass --repo PATH of a git work tree")
-    try:
-        proc = subprocess.run(["git", "rev-parse", "--is-bare-repository", "--show-toplevel", "--absolute-git-dir"],
-                              cwd=start, capture_output=True, env=git_env(), timeout=DEFAULT_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        raise GitError("git is not installed or not on PATH", hint="install git 2.30 or newer") from None
+    proc = _rev_parse_toplevel(start, None)
+    if proc.returncode != 0 and not explicit and os.environ.get("GIT_DIR"):
+        locators = {k: str(Path(start, os.environ[k]).resolve()) for k in _LOCATORS if os.environ.get(k)}
+        proc = _rev_parse_toplevel(start, locators)
+        if proc.returncode == 0:
+            out = proc.stdout.decode().split("\n")
+            if len(out) >= 3 and out[1]:
+                _located_by_env[str(Path(out[1]))] = locators
     out = proc.stdout.decode().split("\n")
     if proc.returncode != 0:
         raise GitError(f"{start} is not inside a git repository",
@@ -51,6 +80,19 @@ def discover_repo(start: Path) -> tuple[Path, Path]:
     if out[0] == "true" or len(out) < 3 or not out[1]:
         raise GitError(f"{start} is in a bare repository", hint="run rowgate in a work tree")
     return Path(out[1]), Path(out[2])
+
+
+def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(git_command("rev-parse", "--is-bare-repository", "--show-toplevel",
+                                          "--absolute-git-dir"),
+                              cwd=start, capture_output=True, env=git_env(locators), timeout=DEFAULT_TIMEOUT_S,
+                              check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed or not on PATH", hint="install git 2.30 or newer") from None
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git rev-parse in {start} timed out after {DEFAULT_TIMEOUT_S:.0f}s",
+                       hint="check the repository for a stuck lock or a slow file system") from None
 
 
 # The records below are named tuples rather than frozen dataclasses: a range builds thousands of commits,
@@ -89,11 +131,11 @@ class Git:
     def __init__(self, root: Path, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.root = Path(root)
         self.timeout_s = timeout_s
-        self._env = git_env()
+        self._env = git_env(_located_by_env.get(str(self.root)))
 
     def run(self, *args: str, input: bytes | None = None, ok_codes: tuple[int, ...] = (0,),
             timeout_s: float | None = None) -> subprocess.CompletedProcess[bytes]:
-        cmd = ["git", "-C", str(self.root), *args]
+        cmd = git_command("-C", str(self.root), *args)
         try:
             proc = subprocess.run(cmd, input=input, capture_output=True, env=self._env,
                                   timeout=timeout_s or self.timeout_s, check=False)
@@ -143,6 +185,27 @@ class Git:
 
     def is_shallow(self) -> bool:
         return self.text("rev-parse", "--is-shallow-repository").strip() == "true"
+
+    def require_complete_history(self, rev_range: str) -> None:
+        """Raise GitError when a shallow or grafted boundary lies inside `rev_range`: the commits behind it
+        are missing, so a check of the range would judge only part of it (and could pass on that part)."""
+        cuts = set()
+        for name in ("shallow", "info/grafts"):
+            path = Path(self.root, self.text("rev-parse", "--git-path", name).strip())
+            try:
+                lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            cuts |= {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
+        if not cuts:
+            return
+        inside = cuts & set(self.rev_list(rev_range))
+        if inside:
+            first = sorted(inside)[0]
+            kind = "shallow" if self.is_shallow() else "grafted"
+            raise GitError(f"the range {_short_range(rev_range)} crosses the {kind} boundary at {first[:12]}: "
+                           "the history behind it is missing, so the range cannot be verified",
+                           hint="run git fetch --unshallow (CI: fetch-depth: 0)")
 
     def merge_base(self, a: str, b: str) -> str:
         proc = self.run("merge-base", a, b, ok_codes=(0, 1))
@@ -315,13 +378,27 @@ class Git:
         return result
 
     def changed_paths(self, rev_range: str) -> dict[str, list[str]]:
-        """Paths each non-merge commit in `rev_range` changes (renames as delete plus add), one `git log`."""
-        out = self.run("log", "-z", "--no-renames", "--format=%x01%H", "--name-only", rev_range,
-                       "--").stdout.decode("utf-8", errors="replace")
+        """Paths each non-merge commit in `rev_range` changes (renames as delete plus add), one `git log`.
+
+        Read NUL-separated only: each commit is `\\0SHA\\0` (an empty field, which no path can be, then
+        the sha), then its paths, each ended by NUL, so a name holding any other byte (a newline, \\x01)
+        stays one path."""
+        out = self.run("log", "-z", "--no-renames", "--format=%x00%H", "--name-only", rev_range,
+                       "--").stdout.decode("utf-8", errors="surrogateescape")
         changed: dict[str, list[str]] = {}
-        for chunk in out.split("\x01")[1:]:
-            sha, _, rest = chunk.partition("\0")
-            changed[sha.strip()] = [p.strip("\n") for p in rest.split("\0") if p.strip("\n")]
+        fields = out.split("\0")
+        paths: list[str] = []
+        i = 0
+        while i < len(fields):
+            if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
+                paths = changed.setdefault(fields[i + 1], [])
+                i += 2
+                if i < len(fields) and fields[i].startswith("\n"):
+                    fields[i] = fields[i][1:]  # the newline between a commit's header and its paths
+                continue
+            if fields[i]:
+                paths.append(fields[i])
+            i += 1
         return changed
 
     def key_changes(self, rev_range: str, directory: str, key: str) -> dict[str, dict[str, tuple[str | None, str | None]]]:
@@ -356,6 +433,14 @@ class Git:
         out = self.text("cat-file", "--batch-check=%(objectname) %(objecttype)",
                         input="".join(f"{s}\n" for s in shas).encode())
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
+
+
+def _short_range(rev_range: str) -> str:
+    return "..".join(part[:12] if _is_sha(part) else part for part in rev_range.split(".."))
+
+
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 class DiffStat(NamedTuple):

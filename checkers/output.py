@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from checkers import __version__
+from checkers.paths import escape as _esc
 from checkers.results import Result, Rule, Status, exit_code
 
 FORMATS = ("text", "json", "github", "sarif", "junit")
@@ -30,11 +31,11 @@ def render(fmt: str, results: list[Result], rules: list[Rule], fail_on_skip: boo
 
 def finding_lines(result: Result) -> list[str]:
     lines = []
-    for f in result.findings:
-        loc = f.location()
-        lines.append(f"{loc + ': ' if loc else ''}{f.rule} {f.name}: {f.message}")
+    for f in result.findings:  # every field escaped: data never breaks or forges a line
+        loc = _esc(f.location() or "")
+        lines.append(f"{loc + ': ' if loc else ''}{f.rule} {f.name}: {_esc(f.message)}")
         if f.hint:
-            lines.append(f"    fix: {f.hint}")
+            lines.append(f"    fix: {_esc(f.hint)}")
     return lines
 
 
@@ -43,26 +44,26 @@ def render_text(results: list[Result], preflight: bool = False, fail_on_skip: bo
     if preflight:
         width = max((len(r.check) for r in results), default=0)
         for r in results:
-            out.append(f"{_LABEL[r.status]:<5} {r.check:<{width}} {r.duration_s:6.2f}s  {r.summary}")
+            out.append(f"{_LABEL[r.status]:<5} {r.check:<{width}} {r.duration_s:6.2f}s  {_esc(r.summary)}")
         for r in results:
             if r.status in (Status.FAIL, Status.ERROR) or r.details and r.status != Status.PASS:
                 out.append("")
                 out.append(f"--- {r.check} ---")
-                out.extend(r.details)
+                out.extend(_esc(d, keep="\t") for d in r.details)
                 out.extend(finding_lines(r))
                 if r.hint:
-                    out.append(f"    fix: {r.hint}")
+                    out.append(f"    fix: {_esc(r.hint)}")
         out.append("")
         out.append(verdict(results, fail_on_skip))
         return "\n".join(out) + "\n"
     for r in results:
-        out.extend(r.details)
+        out.extend(_esc(d, keep="\t") for d in r.details)
         out.extend(finding_lines(r))
         prefix = {Status.PASS: "OK", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}[r.status]
         # A pass summary is written by the check as the full success line ("OK: ...").
-        out.append(f"{prefix}: {r.check}: {r.summary}" if r.status != Status.PASS else r.summary)
+        out.append(f"{prefix}: {r.check}: {_esc(r.summary)}" if r.status != Status.PASS else _esc(r.summary))
         if r.hint and r.status != Status.PASS:
-            out.append(f"    fix: {r.hint}")
+            out.append(f"    fix: {_esc(r.hint)}")
     return "\n".join(out) + "\n"
 
 
@@ -94,7 +95,10 @@ def render_json(results: list[Result], fail_on_skip: bool = False) -> str:
 # --- github workflow commands --------------------------------------------------
 
 def _gh_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow-command value: `%`, CR and LF encoded as the runner decodes them, every other control
+    character escaped, so no value ends the command line or starts another (`::error`, `::stop-commands`)."""
+    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return _esc(s)
 
 
 def _gh_prop(s: str) -> str:
@@ -134,19 +138,19 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
     for r in results:
         for f in r.findings:
             item: dict = {"ruleId": f.rule, "level": "error",
-                          "message": {"text": f.message + (f" (fix: {f.hint})" if f.hint else "")},
+                          "message": {"text": _esc(f.message + (f" (fix: {f.hint})" if f.hint else ""))},
                           "properties": {"check": r.check}}
             if f.rule in index:
                 item["ruleIndex"] = index[f.rule]
             if f.path:
                 region = {"startLine": f.line} if f.line else None
-                phys: dict = {"artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"}}
+                phys: dict = {"artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"}}
                 if region:
                     phys["region"] = region
                 item["locations"] = [{"physicalLocation": phys}]
             sarif_results.append(item)
     notifications = [{"level": "error" if r.status == Status.ERROR else "warning",
-                      "message": {"text": f"{r.check}: {r.summary}"}}
+                      "message": {"text": _esc(f"{r.check}: {r.summary}")}}
                      for r in results if r.status in (Status.ERROR, Status.SKIP)]
     doc = {
         "$schema": SARIF_SCHEMA,
@@ -165,6 +169,16 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _uri(path: str) -> str:
+    """A relative URI reference for a repository path: control characters, space, `%`, `?` and `#`
+    percent-encoded (as UTF-8 bytes), the rest as it is."""
+    def enc(ch: str) -> str:
+        if ord(ch) < 33 or ord(ch) == 127 or ch in "%?#":
+            return "".join(f"%{b:02X}" for b in ch.encode("utf-8", errors="surrogateescape"))
+        return ch
+    return "".join(enc(ch) for ch in path)
+
+
 # --- JUnit XML ------------------------------------------------------------------
 
 def render_junit(results: list[Result]) -> str:
@@ -176,16 +190,18 @@ def render_junit(results: list[Result]) -> str:
                        skipped=str(sum(r.status == Status.SKIP for r in results)),
                        time=f"{sum(r.duration_s for r in results):.3f}")
     for r in results:
-        case = ET.SubElement(suite, "testcase", classname="rowgate", name=r.check, time=f"{r.duration_s:.3f}")
-        body = "\n".join(r.details + finding_lines(r))
+        # XML 1.0 cannot hold most control characters at all: every value is escaped first
+        case = ET.SubElement(suite, "testcase", classname="rowgate", name=_esc(r.check), time=f"{r.duration_s:.3f}")
+        body = "\n".join([_esc(d, keep="\t") for d in r.details] + finding_lines(r))
+        summary = _esc(r.summary)
         if r.status == Status.FAIL:
-            ET.SubElement(case, "failure", message=r.summary, type="fail").text = body
+            ET.SubElement(case, "failure", message=summary, type="fail").text = body
         elif r.status == Status.ERROR:
-            ET.SubElement(case, "error", message=r.summary, type="error").text = r.hint or ""
+            ET.SubElement(case, "error", message=summary, type="error").text = _esc(r.hint or "")
         elif r.status == Status.SKIP:
-            ET.SubElement(case, "skipped", message=r.summary)
+            ET.SubElement(case, "skipped", message=summary)
         else:
-            ET.SubElement(case, "system-out").text = r.summary
+            ET.SubElement(case, "system-out").text = summary
     root = ET.Element("testsuites")
     root.append(suite)
     ET.indent(root)

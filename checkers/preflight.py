@@ -27,7 +27,11 @@ def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result
     except CheckError as exc:
         result = Result.error(spec.id, str(exc), exc.hint)
     except Exception as exc:  # a crash must not read as a pass, nor hide the other gates
-        import traceback  # only on a crash: it is not cheap to import
+        import os
+        import traceback
+
+        if os.environ.get("ROWGATE_DEBUG"):
+            raise  # only on a crash: it is not cheap to import
 
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result = Result.error(spec.id, f"internal error: {type(exc).__name__}: {exc} "

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
 from checkers.results import Finding, Rule
+from checkers.safe_regex import SafePattern, compile_pattern
 from checkers.trailers import parser
 from checkers.trailers.message import Message, paragraphs
 from checkers.trailers.parser import Trailer
@@ -14,7 +14,12 @@ from checkers.trailers.presets import PRESETS
 if TYPE_CHECKING:
     # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
     # the same attributes, without importing pydantic.
-    from checkers.config import TrailerContract, TrailerForbidRule, TrailerKeyRule, TrailerParagraphRule
+    from checkers.config import (
+        TrailerContract,
+        TrailerForbidRule,
+        TrailerKeyRule,
+        TrailerParagraphRule,
+    )
 
 RULES = (
     Rule("TR001", "trailer-missing", "a required trailer key is missing or below its minimum count"),
@@ -105,12 +110,12 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
     return out
 
 
-@lru_cache(maxsize=None)
-def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+def _re(pattern: str, flags: int = 0) -> SafePattern:
+    """A configured pattern, compiled once, whose matches run with a time limit (checkers.safe_regex)."""
     try:
-        return re.compile(pattern, flags)
-    except re.error as exc:
-        raise ValueError(f"trailers: invalid regex {pattern!r}: {exc}") from None
+        return compile_pattern(pattern, flags)
+    except ValueError as exc:
+        raise ValueError(f"trailers: {exc}") from None
 
 
 def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Finding]:

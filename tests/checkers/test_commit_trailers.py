@@ -13,7 +13,7 @@ from checkers import registry
 from checkers.config import load_config
 from checkers.context import Context
 from checkers.preflight import check_parser, run_check
-from checkers.results import Result
+from checkers.results import RecordError, Result
 from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo
 
 SPEC = registry.get("commit-trailers")
@@ -203,8 +203,10 @@ def test_bad_input_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_path: Pat
     assert (result.status.value, result.summary) == ("error", "the trailer contract is empty: nothing would "
                                                               "be checked")
     rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  keys:\n    - key: A\n      pattern: '('\n"})
-    result = check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
-    assert result.status.value == "error" and result.summary.startswith("trailers: invalid regex '('")
+    with pytest.raises(RecordError) as exc:  # a bad pattern is a config error, found when the config loads
+        check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
+    assert exc.value.lines() == [".agents/config.yaml:5: trailers.keys.0.pattern: Value error, invalid regex '(': "
+                                 "missing ) at position 1"]
 
 
 def test_a_verbose_commit_file_is_judged_above_the_scissors(rowgate_repo: GitRepo, tmp_path: Path):

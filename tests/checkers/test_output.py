@@ -45,7 +45,7 @@ def test_text_preflight_lines_and_verdict():
         "SKIP  gamma   0.50s  no remote refs",
         "ERROR delta   0.50s  shallow clone",
     ]
-    assert "dir/a,b.py:7: XX001 demo-rule: 50% of lines, a: b, c" in lines
+    assert "dir/a,b.py:7: XX001 demo-rule: 50% of lines, a: b, c\\x0asecond line" in lines  # one line per finding
     assert lines[-1] == ("NOT green: 1 failed, 1 could not verify, 1 skipped of 4 gates (2.00s)")
     green = render_text([results[1]], preflight=True).splitlines()[-1]
     assert green == "All gates green (1 gates, 0.50s)"

@@ -104,7 +104,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
     debt = {(e.sha, e.error): e for e in cfg.exceptions}
     used: set[tuple[str, str]] = set()
     findings: list[Finding] = []
-    merges_skipped = 0
+    merges_skipped = judged = 0
     for c, msg in zip(commits, messages):
         if cfg.merges != "contract" and c.is_merge:
             if cfg.merges == "skip":
@@ -114,6 +114,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
                                                f"(trailers.merges: forbid)", hint="rebase instead of merging"))
             continue
         rules = legacy if c.sha in legacy_shas else contract
+        judged += not rules.empty  # a skipped merge or a legacy commit under no rule was not examined
         if authors:
             facts.author = f"{c.author_name} <{c.author_email}>"
         for f in judge(msg, rules, facts) if not rules.empty else ():
@@ -133,7 +134,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
     extra += [f"{len(debt)} exceptions are debt"] if debt else []
     ok = (f"OK: {len(commits)} commits in {rng.merge_base[:12]}..{rng.head[:12]} carry the trailer contract "
           f"({_names(contract)})" + (f"; {', '.join(extra)}" if extra else ""))
-    return Result.judge(ID, findings, len(commits), "commits", ok, details)
+    return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok, details)
 
 
 def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool,

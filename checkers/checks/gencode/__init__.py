@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from checkers.checks.gencode import fatbin, nvcc_flags
 from checkers.context import Context
+from checkers.paths import confine, escape
 from checkers.results import CheckError, Finding, Result, Rule
 from checkers.yamlio import RecordError, read_yaml
 
@@ -56,6 +58,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     src_rel = ctx.rel(source_dir)
     findings = table_findings(table, source_dir, src_rel, requested, ctx.files([f"{src_rel}/*.cu"]))
     built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
+    notes: list[str] = []  # special files skipped
     if getattr(args, "compile_commands", None):
         compiled, examined = from_compile_commands(args.compile_commands, source_dir, findings)
         unit = "compile commands"
@@ -67,7 +70,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
             state = "holds no objects" if build_dir.is_dir() else "does not exist"
             return Result.skip(ID, f"no CUDA build to audit ({build_dir} {state}); "
                                    "ci/fat-build.sh builds every source and runs this check on the result")
-        compiled, examined, built_for = from_build_dir(build_dir, findings)
+        compiled, examined, built_for = from_build_dir(build_dir, findings, notes)
         unit = "objects"
     if explicit:
         built_for = {}
@@ -79,7 +82,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     shown = sorted(set().union(*built_for.values()), key=lambda a: fatbin.arch_key(fatbin.table_arch(a))) \
         if built_for else requested
     ok = f"OK: {len(compiled)} sources match {table.path} for {_fmt([fatbin.table_arch(a) for a in shown])}"
-    return Result.judge(ID, findings, examined, unit, ok)
+    result = Result.judge(ID, findings, examined, unit, ok)
+    result.details = [*notes, *result.details]
+    return result
 
 
 def load_table(root: Path, rel: str) -> Table:
@@ -156,7 +161,7 @@ def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], reques
     return out
 
 
-def from_build_dir(build_dir: Path, findings: list[Finding]
+def from_build_dir(build_dir: Path, findings: list[Finding], notes: list[str] | None = None
                    ) -> tuple[dict[str, tuple[list[str], list[str]]], int, dict[str, list[str]]]:
     """Source name -> (SASS, PTX) of its object (the manifest's per source, else the newest by name), the
     count of objects, and per source the arch list its build requested (manifest entries that record one)."""
@@ -167,22 +172,47 @@ def from_build_dir(build_dir: Path, findings: list[Finding]
     objects: dict[str, Path] = {}
     built_for: dict[str, list[str]] = {}
     if manifest.is_file():
-        for label, entry in json.loads(manifest.read_text()).items():
-            objects[Path(label).name] = build_dir / entry["object"]
-            if isinstance(entry.get("requested"), list):
-                built_for[Path(label).name] = [str(a) for a in entry["requested"]]
+        try:
+            for label, entry in json.loads(manifest.read_text(encoding="utf-8")).items():
+                objects[Path(label).name] = confine(build_dir, entry["object"])
+                if isinstance(entry.get("requested"), list):
+                    built_for[Path(label).name] = [str(a) for a in entry["requested"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # OutsideRepo is a ValueError
+            raise CheckError(f"{manifest}: not a usable build manifest ({type(exc).__name__}: {exc})",
+                             "rebuild: python -m engine.cuda.build --fat --out DIR") from None
     else:
         candidates = [p for ext in ("*.so", "*.o", "*.fatbin") for p in build_dir.rglob(ext)]
         for path in sorted(candidates, key=lambda p: p.stat().st_mtime):
             m = _HASHED.match(path.name)
             objects[(m.group("stem") if m else path.name.split(".")[0]) + ".cu"] = path
     compiled = {}
-    for name, path in objects.items():
+    for name, path in list(objects.items()):
+        kind = _special(path)
+        if kind:  # reading a FIFO would block for ever, a device could be endless
+            objects.pop(name)
+            if notes is not None:
+                notes.append(f"note: skipped {escape(str(path))}: a {kind}, not a regular file")
+            continue
         try:
             compiled[name] = fatbin.arch_lists(fatbin.read_object(path))
         except (OSError, fatbin.FatbinError) as exc:
             findings.append(R_UNREADABLE.finding(f"{path}: {exc}", None, None, "rebuild the object"))
     return compiled, len(objects), built_for
+
+
+def _special(path: Path) -> str | None:
+    """What `path` is when it is not a regular file (after symlinks): 'FIFO', 'socket', 'device', ..."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # missing: read_object reports it
+    if stat.S_ISREG(mode):
+        return None
+    return ("FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else
+            "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "directory" if stat.S_ISDIR(mode) else
+            "special file")
 
 
 def from_compile_commands(path: Path, source_dir: Path,

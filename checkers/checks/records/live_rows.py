@@ -69,7 +69,9 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
     # remote: null in the config means local branches only, so "not local" is a verdict, not a doubt
     unknown_remote = None if cfg.remote else False
     oldest = min(c.model.since for c in records.claims.values())
-    commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(f"--since={oldest.isoformat()}",))
+    # a whole day: git reads a bare date as that day at the current time of day, which drops the day's
+    # earlier commits; the day starts where it starts first, at UTC+14
+    commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(f"--since={_day_start(oldest).isoformat()}",))
     out = {}
     for cid, claim in records.claims.items():
         c = claim.model
@@ -78,11 +80,17 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
         on_remote = (any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs
                      else unknown_remote)
         times = [x.time for x in commits if c.row in x.rows]
-        start = dt.datetime.combine(c.since, dt.time(), dt.timezone.utc).timestamp()
+        start = _day_start(c.since).timestamp()
         last = dt.datetime.fromtimestamp(max(times), dt.timezone.utc) if times else None
         looked = f"locally or on {remote}" if has_remote_refs else "locally"
         out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times), looked)
     return out
+
+
+def _day_start(day: dt.date) -> dt.datetime:
+    """The first moment `day` exists anywhere (00:00 at UTC+14): a commit made on the claim's day in any time
+    zone counts as on or after it."""
+    return dt.datetime.combine(day, dt.time(), dt.timezone(dt.timedelta(hours=14)))
 
 
 def check_live(records: Records, active: list[str], liveness: dict[str, Liveness]) -> tuple[list[Finding], list[str]]:

@@ -42,7 +42,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         findings = check_trailer_mode(commits, rows)
     merges = sum(c.commit.is_merge for c in commits)
     ok = f"OK: {len(commits)} commits ({merges} merges) reach main through a row ({cfg.mode} mode)"
-    return Result.judge(ID, findings, len(commits), "commits", ok)
+    # trailer mode judges the non-merge commits (a merge only vouches for them): a range of merges alone
+    # examined nothing
+    judged = len(commits) if cfg.mode == "branch" else len(commits) - merges
+    return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok)
 
 
 def check_trailer_mode(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]:

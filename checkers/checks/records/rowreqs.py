@@ -9,6 +9,7 @@ from typing import Any
 from checkers.config import RowsConfig
 from checkers.gitio import Git
 from checkers.checks.records.rules import R_DANGLING, R_STATE
+from checkers.paths import OutsideRepo, confine, escape
 from checkers.records import Records, Row, key_line
 from checkers.results import Finding
 
@@ -117,6 +118,12 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None,
                 "point claim: at this row's own claim")
     for anchor in row.anchors:
         path, line = split_anchor(anchor)
+        try:
+            confine(tree.root, path)
+        except OutsideRepo as exc:
+            bad("anchors", f"anchor {escape(anchor)} is not a path inside the repository: {exc}",
+                "anchors are paths relative to the repository root")
+            continue
         count = tree.line_count(path)
         if count is None and not (tree.root / path).is_dir():
             bad("anchors", f"anchor {anchor} does not exist in the tree", "fix the path or remove the anchor")

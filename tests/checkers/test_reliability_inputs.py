@@ -1,0 +1,279 @@
+"""Hostile inputs on real repositories: repository config and environment that would redirect or reparse
+git, shallow history, control characters in names, paths out of the tree, special files, runaway patterns,
+ranges that examine nothing, and failures that must end in one line instead of a traceback."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from checkers.checks.records import live_rows, role_discipline
+from checkers.cli import main
+from checkers.config import load_config
+from checkers.context import Context
+from checkers.gitio import Git, discover_repo
+from checkers.output import render
+from checkers.results import Result, Rule
+from tests.conftest import MINIMAL_CONFIG, GitRepo, init_repo, row_yaml
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int = 30) -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the block blocks or loops: a guard, not a timing assertion."""
+    def expire(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds}s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _ctx(repo: GitRepo) -> Context:
+    return Context(root=repo.path, config=load_config(repo.path), env={})
+
+
+@pytest.fixture
+def trailer(rowgate_repo: GitRepo) -> GitRepo:
+    cutover = rowgate_repo.head()
+    rowgate_repo.commit("Configure\n\nRow: GOV-CORE\n", {
+        ".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: trailer\n"})
+    return rowgate_repo
+
+
+# --- git isolation ------------------------------------------------------------------------------------
+
+def test_repository_trailer_separators_do_not_change_role_discipline(trailer: GitRepo):
+    sha = trailer.commit("Work\n\nRow# GOV-CORE\n", {"a.py": "x\n"})
+    trailer.git("config", "trailer.separators", "#")
+    result = role_discipline.run(_ctx(trailer), argparse.Namespace(base=None, head=None))
+    assert [(f.rule, f.message) for f in result.findings] == [
+        ("RD001", f"commit {sha[:12]} names no row (no Row: trailer)")]
+
+
+def test_git_dir_in_the_environment_does_not_redirect_an_explicit_repo(rowgate_repo: GitRepo, tmp_path: Path,
+                                                                        monkeypatch):
+    other = init_repo(tmp_path / "other")
+    other.commit("Other\n", {"o": "1"})
+    monkeypatch.setenv("GIT_DIR", str(other.path / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other.path))
+    assert discover_repo(rowgate_repo.path, explicit=True)[0] == rowgate_repo.path
+    assert Git(rowgate_repo.path).resolve("HEAD") == rowgate_repo.head()
+
+
+def test_git_dir_locates_the_repository_when_nothing_else_does(rowgate_repo: GitRepo, tmp_path: Path, monkeypatch):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_DIR", str(rowgate_repo.path / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(rowgate_repo.path))
+    root, _ = discover_repo(outside, explicit=False)
+    assert root == rowgate_repo.path
+    assert Git(root).resolve("HEAD") == rowgate_repo.head()
+
+
+def test_changed_paths_keep_a_name_with_a_control_character_whole(rowgate_repo: GitRepo):
+    sha = rowgate_repo.commit("Both\n", {"docs/a\x01.md": "d\n", "docs/b\nc.md": "e\n", "engine/x.py": "x\n"})
+    assert sorted(Git(rowgate_repo.path).changed_paths(f"{sha}~1..{sha}")[sha]) == [
+        "docs/a\x01.md", "docs/b\nc.md", "engine/x.py"]
+
+
+def test_a_shallow_boundary_inside_the_range_is_an_error(trailer: GitRepo, tmp_path: Path):
+    cutover = load_config(trailer.path).cutover
+    trailer.git("tag", "cut", cutover)
+    for i in range(3):
+        trailer.commit(f"Step {i}\n\nRow: GOV-CORE\n", {f"s{i}": "x\n"})
+    clone = tmp_path / "shallow"
+    env = trailer.env
+    subprocess.run(["git", "clone", "-q", "--depth", "2", f"file://{trailer.path}", str(clone)], check=True,
+                   env=env, capture_output=True, timeout=60)
+    subprocess.run(["git", "-C", str(clone), "fetch", "-q", "--depth", "1", "origin", "tag", "cut"], check=True,
+                   env=env, capture_output=True, timeout=60)
+    repo = GitRepo(clone)
+    from checkers.preflight import run_check
+    from checkers.registry import get
+
+    result = run_check(get("role-discipline"), _ctx(repo), argparse.Namespace(base=None, head=None))
+    assert result.status.value == "error", result.summary
+    assert "crosses the shallow boundary" in result.summary
+    assert result.hint == "run git fetch --unshallow (CI: fetch-depth: 0)"
+
+
+# --- honest counts ------------------------------------------------------------------------------------
+
+def test_a_range_of_only_skipped_merges_examined_nothing(trailer: GitRepo):
+    trailer.git("checkout", "-q", "-b", "side")
+    side = trailer.commit("Side\n\nRow: GOV-CORE\n", {"side": "1"})
+    trailer.git("checkout", "-q", "main")
+    trailer.git("merge", "-q", "--no-ff", "--no-edit", "side")
+    result = role_discipline.run(_ctx(trailer), argparse.Namespace(base=side, head=None))
+    assert (result.status.value, result.summary) == ("error", "examined 0 commits: nothing was verified")
+
+
+def test_live_rows_counts_a_commit_made_on_the_claim_day(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "live_rows:\n  remote: null\n",
+                        ".agents/rows/GOV-X.yaml": row_yaml("GOV-X", state="ACTIVE", claim="c1"),
+                        ".agents/specs/GOV-X.md": "# x\n\n## Goal\n\n## Acceptance\n\n## Issues\n",
+                        ".agents/claims/c1.yaml": "id: c1\nrow: GOV-X\nbranch: row/GOV-X\nowner: ada\n"
+                                                  "since: 2026-01-01\n"})
+    rowgate_repo.commit("Work on it\n\nRow: GOV-X\n")  # 2026-01-01T00:00:0N+00:00, the claim's day
+    result = live_rows.run(_ctx(rowgate_repo), argparse.Namespace(check=True, report=False))
+    assert (result.status.value, [f.message for f in result.findings]) == ("pass", [])
+
+
+# --- paths from records ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("anchor", ["../../etc/passwd", "/etc/hostname", "out/hostname"])
+def test_an_anchor_outside_the_repository_is_refused(rowgate_repo: GitRepo, capsys, anchor):
+    (rowgate_repo.path / "out").symlink_to("/etc")
+    before = (rowgate_repo.path / ".agents/rows/GOV-CORE.yaml").read_text()
+    assert main(["row", "set", "GOV-CORE", "--state", "READY", "--anchor", anchor,
+                 "--repo", str(rowgate_repo.path)]) == 1
+    err = capsys.readouterr().err
+    assert f"anchor {anchor} is not a path inside the repository" in err and "lines)" not in err
+    assert (rowgate_repo.path / ".agents/rows/GOV-CORE.yaml").read_text() == before
+
+
+# --- special files ---------------------------------------------------------------------------------------
+
+def test_a_fifo_in_the_build_dir_is_skipped_with_a_note(tmp_path: Path):
+    from checkers.checks import gencode
+    from checkers.config import Config, GencodeConfig
+
+    cuda = tmp_path / "engine" / "cuda"
+    cuda.mkdir(parents=True)
+    (cuda / "arch_features.yaml").write_text('features:\n  p: {archs: ["9.0"], doc: "x"}\nsources:\n  a.cu: p\n')
+    (cuda / "a.cu").write_text("// a\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    os.mkfifo(build / "a-0000000000000000.so")
+    (build / "b-0000000000000001.so").write_bytes(b"not an object")
+    ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={})
+    with no_hang():
+        result = gencode.run(ctx, argparse.Namespace(build_dir=build, compile_commands=None, archs=None))
+    assert f"note: skipped {build / 'a-0000000000000000.so'}: a FIFO, not a regular file" in result.details
+
+
+# --- configured patterns ---------------------------------------------------------------------------------
+
+def test_a_runaway_trailer_pattern_stops_with_an_error(rowgate_repo: GitRepo, tmp_path: Path):
+    from checkers.checks import commit_trailers
+
+    rowgate_repo.write({".agents/config.yaml": "version: 1\nrows:\n  areas: [GOV]\ntrailers:\n  keys:\n"
+                                               "    - key: Row\n      min: 1\n      pattern: '(a+)+$'\n"})
+    msg = tmp_path / "msg"
+    msg.write_text("Subject\n\nBody.\n\nRow: " + "a" * 40 + "!\n")
+    ctx = Context(root=rowgate_repo.path, config=load_config(rowgate_repo.path), env={})
+    parser = argparse.ArgumentParser()
+    commit_trailers.add_arguments(parser)
+    args = parser.parse_args(["--message-file", str(msg)])
+    from checkers.preflight import run_check
+    from checkers.registry import get
+
+    with no_hang():
+        result = run_check(get("commit-trailers"), ctx, args)
+    assert result.status.value in ("error", "fail"), result.summary
+    if result.status.value == "error":
+        assert result.summary == "pattern '(a+)+$' ran past 1s on a 41-character value"
+
+
+# --- output ----------------------------------------------------------------------------------------------
+
+PLANTED = Rule("XX001", "demo", "a demo rule").finding("value x\n::error file=forged::owned\x1b[2J end",
+                                                       "docs/a\x01\nb.md", 3, "fix\rit")
+
+
+def _planted() -> list[Result]:
+    return [Result.judge("demo", [PLANTED], 1, "files", "OK"),
+            Result.error("other", "summary\n::warning::forged too\x07", "hint\n::error::x")]
+
+
+def test_text_output_escapes_control_characters_and_newlines():
+    out = render("text", _planted(), [])
+    assert "\x1b" not in out and "\x01" not in out and "\x07" not in out and "\r" not in out
+    assert not [line for line in out.splitlines() if line.startswith("::")]
+    assert "docs/a\\x01\\x0ab.md:3: XX001 demo: value x\\x0a::error file=forged::owned\\x1b[2J end" in out.splitlines()
+
+
+def test_github_output_cannot_be_forged_from_data():
+    lines = render("github", _planted(), []).splitlines()
+    assert len(lines) == 3  # one command per finding and one per result, nothing else
+    assert lines[0].startswith("::error file=docs/a\\x01%0Ab.md,line=3,title=XX001 demo::")
+    assert lines[1] == "::notice title=demo::fail: 1 finding in 1 files"
+    assert all("\x1b" not in line and "\x07" not in line for line in lines)
+    assert lines[2] == "::error title=other::summary%0A::warning::forged too\\x07 (fix: hint%0A::error::x)"
+
+
+def test_junit_output_stays_valid_xml():
+    root = ET.fromstring(render("junit", _planted(), []).split("\n", 1)[1])
+    failure = root.find("testsuite/testcase/failure")
+    assert failure is not None and "\\x1b[2J" in failure.text
+
+
+def test_sarif_output_escapes_messages_and_encodes_uris():
+    doc = json.loads(render("sarif", _planted(), [PLANTED_RULE]))
+    [res] = doc["runs"][0]["results"]
+    assert res["message"]["text"] == "value x\\x0a::error file=forged::owned\\x1b[2J end (fix: fix\\x0dit)"
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "docs/a%01%0Ab.md"
+
+
+PLANTED_RULE = Rule("XX001", "demo", "a demo rule")
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+def test_a_crash_is_one_line_and_exit_3_and_debug_shows_it(rowgate_repo: GitRepo, capsys, monkeypatch):
+    import checkers.commands.row as row_cmd
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise RuntimeError("disk\nfell off")
+
+    monkeypatch.setattr(row_cmd, "_row_doc", boom)
+    args = ["row", "set", "GOV-CORE", "--state", "READY", "--repo", str(rowgate_repo.path)]
+    assert main(args) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("rowgate: internal error: RuntimeError: disk fell off at ")
+    assert line.endswith(" (run again with --debug for the traceback)")
+    monkeypatch.delenv("ROWGATE_DEBUG", raising=False)
+    with pytest.raises(RuntimeError):
+        main([*args, "--debug"])
+    monkeypatch.delenv("ROWGATE_DEBUG", raising=False)
+
+
+def test_doctor_without_git_says_so_in_one_line(rowgate_repo: GitRepo):
+    env = {**os.environ, "PATH": "/nonexistent"}
+    proc = subprocess.run([sys.executable, "-m", "checkers", "doctor", "--repo", str(rowgate_repo.path)],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
+                          check=False)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert proc.stdout.splitlines() == ["git:        not found: install git 2.30 or newer",
+                                        "repo:       git is not installed or not on PATH"]
+
+
+def test_doctor_runs_no_fsmonitor_program(rowgate_repo: GitRepo, tmp_path: Path, capsys, monkeypatch):
+    marker = tmp_path / "ran"
+    hook = tmp_path / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(f"[core]\n\tfsmonitor = {hook}\n")
+    monkeypatch.setenv("HOME", str(home))
+    rowgate_repo.git("config", "core.fsmonitor", str(hook))
+    (rowgate_repo.path / "dirty").write_text("x\n")
+    rowgate_repo.git("add", "dirty")
+    marker.unlink(missing_ok=True)  # the fixture's own git calls may have run it
+    main(["doctor", "--repo", str(rowgate_repo.path)])
+    assert "uncommitted changes" in capsys.readouterr().out
+    assert not marker.exists()
