@@ -218,6 +218,7 @@ def lt_tree(tmp_path: Path, fixture: str) -> Path:
 def lt_run(root: Path, **rules: object) -> gv.Result:
     cfg = Config(gemv=GemvConfig(python=[], cuda=["src/**/*.cu"], rule_sets=["cublaslt"],
                                  cublaslt=CublasLtRules(**rules)))  # type: ignore[arg-type]
+    stage(root)
     return gv.run(Context(root=root, config=cfg), argparse.Namespace(min_sites=None))
 
 
@@ -250,7 +251,7 @@ def test_the_named_constant_twin_passes_and_counts_layouts_and_queries(tmp_path:
 def test_the_engine_rule_set_alone_does_not_judge_algo_counts(tmp_path: Path):
     """The reason the rule set exists: the launch rules take 1 as structural, so they pass the bare literals."""
     cfg = Config(gemv=GemvConfig(python=[], cuda=["src/**/*.cu"]))
-    result = gv.run(Context(root=lt_tree(tmp_path, LT_BAD), config=cfg), argparse.Namespace(min_sites=None))
+    result = gv.run(Context(root=stage(lt_tree(tmp_path, LT_BAD)).path, config=cfg), argparse.Namespace(min_sites=None))
     assert [f for f in result.findings if f.rule == "GV006"] == []
 
 
