@@ -1,8 +1,10 @@
 """Batched prefill and greedy decode over a paged KV cache; the only owner of device tensors."""
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,11 +15,26 @@ from engine.block_manager import BlockManager
 from engine.model.batch import ForwardBatch
 from engine.model.config import load_config
 from engine.model.loader import load_model
+from engine.sampler import Mode, SamplingInputs, batch_mode, sample
 from engine.step_inputs import StepInputs
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # decode batches are padded up to one of these sizes on CUDA, so one captured graph serves each bucket
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class StepRow:
+    """One sequence's part of a serving step: `token_ids` at positions start.., then one sampled token."""
+
+    token_ids: list[int]
+    start: int  # tokens of the sequence already in the cache
+    table: list[int]  # its block table, covering start + len(token_ids) tokens
+    temperature: float = 0.0
+    top_k: int = -1
+    top_p: float = 1.0
+    seed: int = 0
+    step: int = 0  # index of the token being generated within its request
 
 
 @dataclass
@@ -42,18 +59,21 @@ class Runner:
         max_batch: int = 8,
         max_model_len: int = 512,
         block_size: int = 16,
+        num_blocks: int | None = None,
     ) -> None:
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA device is available to torch")
         self.config = load_config(model_dir)
+        if self.device.type == "cpu":
+            set_cpu_threads(self.config.hidden_size)
         self.dtype = dtype
         self.model = load_model(model_dir, dtype, self.device)
         self.max_batch = max_batch
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.max_blocks_per_seq = -(-max_model_len // block_size)
-        num_blocks = max_batch * self.max_blocks_per_seq
+        num_blocks = num_blocks or max_batch * self.max_blocks_per_seq
         self.blocks = BlockManager(num_blocks, block_size)
         cfg = self.config
         shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
@@ -65,6 +85,8 @@ class Runner:
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool = None
         self._static: dict[int, StepInputs] = {}
+        self._sample_graphs: dict[tuple[int, Mode], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._sampling: dict[int, SamplingInputs] = {}
 
     # --- public entry ---------------------------------------------------------
     @torch.inference_mode()
@@ -74,9 +96,9 @@ class Runner:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         seq_ids = list(range(len(prompts)))
-        for sid, prompt in zip(seq_ids, prompts):
-            self.blocks.allocate(sid, len(prompt))
         try:
+            for sid, prompt in zip(seq_ids, prompts):  # inside the try: a failed allocation frees the earlier
+                self.blocks.allocate(sid, len(prompt))
             out = [[t] for t in self.prefill(seq_ids, prompts).tolist()]
             for _ in range(max_new_tokens - 1):
                 last = [toks[-1] for toks in out]
@@ -84,7 +106,8 @@ class Runner:
                     toks.append(t)
         finally:
             for sid in seq_ids:
-                self.blocks.free(sid)
+                if sid in self.blocks.tables:
+                    self.blocks.free(sid)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return Generation(out, time.perf_counter() - start)
@@ -149,6 +172,87 @@ class Runner:
                              block_tables=block_tables, context_lens=context_lens)
         return self.model.greedy(self.model(input_ids, positions, batch))
 
+    # --- serving steps (engine.llm) ---------------------------------------------
+    @torch.inference_mode()
+    def run_step(self, rows: list[StepRow], decode: bool) -> list[int]:
+        """One scheduled step: each row's tokens through the model, then one token sampled per row.
+
+        A decode step (every row one token after its cached ones) runs the captured graph of its padded
+        batch size and sampling mode on CUDA; any other step (prefill chunks, with or without decode
+        rows beside them) runs eagerly, attention reading each row's cached prefix.
+        """
+        mode = batch_mode([r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows],
+                          self.config.vocab_size)
+        if decode:
+            return self._decode_rows(rows, mode)[:len(rows)].tolist()
+        bs, dev = self.block_size, self.device
+        ids, positions, slots = [], [], []
+        for r in rows:
+            span = range(r.start, r.start + len(r.token_ids))
+            ids += r.token_ids
+            positions += span
+            slots += [r.table[p // bs] * bs + p % bs for p in span]
+        width = max(len(r.table) for r in rows)
+        tables = torch.tensor([r.table + [0] * (width - len(r.table)) for r in rows], dtype=torch.int32, device=dev)
+        lens = [len(r.token_ids) for r in rows]
+        batch = ForwardBatch(is_prefill=True, slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+                             kv_caches=self.kv_caches, seq_lens=lens, prefix_lens=[r.start for r in rows],
+                             block_tables=tables)
+        hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
+                            torch.tensor(positions, dtype=torch.int64, device=dev), batch)
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each row's last token
+        inputs = SamplingInputs(len(rows), torch.device("cpu"))
+        inputs.fill(*_sampling_columns(rows))
+        args = {k: v.to(dev) for k, v in inputs.device_views.items()}
+        return sample(self.model.compute_logits(hidden[last]), mode=mode, **args).tolist()
+
+    def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
+        n, bs = len(rows), self.block_size
+        padded = self._padded_batch(n)
+        inputs = self._step_inputs(padded)
+        inputs.fill([r.token_ids[0] for r in rows], [r.start for r in rows],
+                    [r.table[r.start // bs] * bs + r.start % bs for r in rows], [r.table for r in rows])
+        if padded not in self._sampling:
+            self._sampling[padded] = SamplingInputs(padded, self.device)
+        sampling = self._sampling[padded]
+        sampling.fill(*_sampling_columns(rows))
+        buf = {**inputs.upload(), **sampling.upload()}
+
+        def step(**kw: torch.Tensor) -> torch.Tensor:
+            return self.sample_step(mode, **kw)
+
+        if not self.use_graph:
+            return step(**buf)
+        key = (padded, mode)
+        if key not in self._sample_graphs:
+            captured = self._capture_fn(step, buf)
+            if captured is None:
+                return step(**buf)
+            self._sample_graphs[key] = captured
+        graph, out = self._sample_graphs[key]
+        graph.replay()
+        return out
+
+    def sample_step(
+        self,
+        mode: Mode,
+        input_ids: torch.Tensor,  # [batch] int64
+        positions: torch.Tensor,  # [batch] int64
+        slot_mapping: torch.Tensor,  # [batch] int64
+        block_tables: torch.Tensor,  # [batch, max_blocks_per_seq] int32
+        context_lens: torch.Tensor,  # [batch] int32
+        temperature: torch.Tensor,  # [batch] float32
+        top_k: torch.Tensor,  # [batch] int64
+        top_p: torch.Tensor,  # [batch] float32
+        seeds: torch.Tensor,  # [batch] int64
+        steps: torch.Tensor,  # [batch] int64
+    ) -> torch.Tensor:  # [batch] int64
+        """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
+        batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
+                             block_tables=block_tables, context_lens=context_lens)
+        logits = self.model.compute_logits(self.model(input_ids, positions, batch))
+        return sample(logits, temperature, top_k, top_p, seeds, steps, mode)
+
     def _padded_batch(self, n: int) -> int:
         if self.device.type != "cuda":
             return n
@@ -172,16 +276,20 @@ class Runner:
 
     def _capture(self, padded: int, buf: dict[str, torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
         """Capture decode_step for one padded batch size; None (and eager from then on) if an op cannot be captured."""
+        return self._capture_fn(self.decode_step, buf)
+
+    def _capture_fn(self, fn: Callable[..., torch.Tensor],
+                    buf: dict[str, torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
         # the warm-up really runs this step (its K/V stores are the step's own); the capture only records
         try:
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
-                self.decode_step(**buf)  # warm-up outside the graph (lazy inits, workspaces)
+                fn(**buf)  # warm-up outside the graph (lazy inits, workspaces)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool):
-                out = self.decode_step(**buf)
+                out = fn(**buf)
             self._graph_pool = graph.pool()
         except RuntimeError as exc:
             print(f"engine: decode step not capturable ({exc.__class__.__name__}: {str(exc)[:200]}); "
@@ -207,6 +315,26 @@ class Runner:
             if len(p) + max_new_tokens > self.max_model_len:
                 raise ValueError(f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed "
                                  f"max_model_len={self.max_model_len}")
+
+
+def _sampling_columns(rows: list[StepRow]) -> tuple[list[float], list[int], list[float], list[int], list[int]]:
+    return ([r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows],
+            [r.seed for r in rows], [r.step for r in rows])
+
+
+TINY_HIDDEN = 256  # at or below this width a matmul is too small to split across threads
+
+
+def set_cpu_threads(hidden_size: int) -> int:
+    """The CPU thread count, unless OMP_NUM_THREADS sets it: one thread for a tiny model (threads spinning
+    against each other cost more than its matmuls), else the cores this process may run on, up to 16."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = 1 if hidden_size <= TINY_HIDDEN else max(1, min(cores, 16))
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+    return threads
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -20,6 +20,9 @@ class ForwardBatch:
     seq_lens: list[int] | None = None  # prefill: prompt lengths, packed back to back
     block_tables: torch.Tensor | None = None  # decode: [batch, max_blocks] int32, -1 padded
     context_lens: torch.Tensor | None = None  # decode: [batch] int32, tokens in the cache including this one
+    # prefill of chunks that continue cached sequences: tokens already cached before each chunk; with
+    # any nonzero, attention reads each sequence's keys from the paged cache (block_tables: [seqs, max_blocks])
+    prefix_lens: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.is_prefill and self.seq_lens is None:

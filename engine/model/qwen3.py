@@ -9,7 +9,7 @@ from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig
 from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm
 from engine.ops.activation import silu_and_mul
-from engine.ops.attention import paged_decode_attention, prefill_attention
+from engine.ops.attention import extend_attention, paged_decode_attention, prefill_attention
 from engine.ops.kv_cache import store_kv
 from engine.ops.norm import fused_add_rms_norm
 from engine.ops.rope import qk_norm_rope, rope_cos_sin
@@ -61,7 +61,10 @@ class Qwen3Attention(nn.Module):
         k = qk_norm_rope(k, self.k_norm.weight, cos, sin, self.eps)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
-        if batch.is_prefill:
+        if batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
+            o = extend_attention(q, k_cache, v_cache, batch.block_tables, batch.seq_lens, batch.prefix_lens,
+                                 self.scaling, self.sliding_window)
+        elif batch.is_prefill:
             o = prefill_attention(q, k, v, batch.seq_lens, self.scaling, self.sliding_window)
         else:
             o = paged_decode_attention(q, k_cache, v_cache, batch.block_tables, batch.context_lens,

@@ -57,6 +57,45 @@ def prefill_attention(
     return out
 
 
+def extend_attention(
+    q: torch.Tensor,  # q: [tokens, Hq, D], each sequence's new tokens packed back to back
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D], the new tokens' K/V already stored
+    v_cache: torch.Tensor,  # v_cache: [num_blocks, block_size, Hkv, D]
+    block_tables: torch.Tensor | None,  # block_tables: [num_seqs, max_blocks] int32
+    seq_lens: Sequence[int],  # new tokens per sequence; sum == tokens
+    prefix_lens: Sequence[int],  # tokens of each sequence already in the cache before its new ones
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
+    """Causal attention of each sequence's new tokens over its cached prefix and themselves.
+
+    The new tokens of sequence s sit at positions prefix_lens[s] .. prefix_lens[s] + seq_lens[s] - 1;
+    keys are read from the paged cache (a chunked prefill, a prefix-cache hit, a decode row of a mixed
+    step). With every prefix 0 this is prefill_attention. Rounding: the module docstring's points.
+    """
+    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
+    if block_tables is None or len(pres) != len(lens) or block_tables.shape[0] != len(lens):
+        raise ValueError(f"extend_attention: {len(lens)} sequences need as many prefix_lens and block_tables rows")
+    if sum(lens) != q.shape[0]:
+        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
+    _check_window(sliding_window)
+    k_flat = k_cache.reshape(-1, *k_cache.shape[2:])
+    v_flat = v_cache.reshape(-1, *v_cache.shape[2:])
+    out = torch.empty_like(q)
+    start = 0
+    for b, (n, pre) in enumerate(zip(lens, pres)):
+        if n == 0:
+            continue
+        k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], pre + n, k_cache.shape[1])
+        allowed = _allowed(torch.arange(pre, pre + n, device=q.device), torch.arange(pre + n, device=q.device),
+                           sliding_window)
+        qh = q[start:start + n].transpose(0, 1)  # [Hq, n, D]
+        out[start:start + n] = _attend(qh, k_seq, v_seq, allowed, scale).transpose(0, 1)
+        start += n
+    return out
+
+
 def paged_decode_attention(
     q: torch.Tensor,  # q: [batch, Hq, D]
     k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D]

@@ -1,0 +1,242 @@
+"""The offline serving API, with vLLM's meanings: `LLM(model).generate(prompts, SamplingParams(...))`.
+
+    from engine import LLM, SamplingParams
+    llm = LLM()                                   # the embedded tiny Qwen3 on the CPU
+    out = llm.generate(["Hello"], SamplingParams(temperature=0.8, seed=1, max_tokens=8))
+
+Requests go through the scheduler (continuous batching, chunked prefill, preemption by recompute,
+prefix caching) and the runner (a captured decode graph per padded batch size and sampling mode on CUDA).
+"""
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.runner import DTYPES, Runner, StepRow
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
+DEFAULT_MAX_MODEL_LEN = 4096
+GPU_MEMORY_UTILIZATION = 0.9  # the fraction of free device memory the weights and the KV cache may take
+ACTIVATION_RESERVE = 2 << 30  # bytes kept free for activations besides the per-row logits
+
+
+@dataclass
+class RequestOutput:
+    index: int  # the request's place in the prompt list (generate) or its id (add_request)
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated tokens; a stop token or EOS that ended the request is included
+    text: str | None  # the generated tokens decoded (special tokens skipped); None without a tokenizer
+    finish_reason: str  # "stop" (EOS or a stop token) or "length" (max_tokens or max_model_len)
+    num_cached_tokens: int  # prompt tokens the prefix cache supplied at the last admission
+
+
+class LLM:
+    """A model, its KV cache and a scheduler; `generate` runs requests to completion.
+
+    model: a Hugging Face model directory (None: the embedded tiny Qwen3). dtype: "auto" takes the
+    checkpoint's dtype on CUDA and float32 on the CPU. device: None picks CUDA when available.
+    num_blocks: KV-cache blocks (None: on the CPU every sequence's worst case, on CUDA what fits in
+    GPU_MEMORY_UTILIZATION of the free memory). max_num_batched_tokens: the token budget of one step
+    (prompts longer than it are prefilled in chunks). seed: the generator of requests without a seed.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        dtype: str = "auto",
+        device: str | None = None,
+        max_num_seqs: int = 64,
+        max_model_len: int | None = None,
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        max_num_batched_tokens: int = 2048,
+        enable_prefix_caching: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.model_dir = Path(model) if model is not None else TINY_MODEL
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        from engine.model.config import load_config
+
+        config = load_config(self.model_dir)
+        torch_dtype = resolve_dtype(dtype, config.torch_dtype, device)
+        self.max_model_len = max_model_len or min(config.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
+        if self.max_model_len > config.max_position_embeddings:
+            raise ValueError(f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
+                             f"{config.max_position_embeddings}")
+        if num_blocks is None and device.startswith("cuda"):
+            num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
+        max_blocks = -(-self.max_model_len // block_size)
+        self.runner = Runner(self.model_dir, torch_dtype, device, max_batch=max_num_seqs,
+                             max_model_len=self.max_model_len, block_size=block_size,
+                             num_blocks=num_blocks or max_num_seqs * max_blocks)
+        self.config = self.runner.config
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
+        self.runner.blocks.prefix_caching = enable_prefix_caching
+        self.scheduler = Scheduler(self.runner.blocks, max_num_seqs, max_num_batched_tokens, self.eos_token_ids,
+                                   self.max_model_len)
+        self._rng = random.Random(seed)
+        self._next_id = 0
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters since construction: steps, decode_steps, computed_tokens, prefix_cached_tokens, preemptions."""
+        return self.scheduler.stats
+
+    def generate(
+        self,
+        prompts: str | Seq[int] | Seq[str | Seq[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run every prompt (text or token ids) to completion; outputs in prompt order.
+
+        Every request is checked before any runs: a bad one raises a ValueError naming it and its field,
+        and nothing is queued."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        if not prompts:
+            raise ValueError("generate: no prompts given")
+        plist = list(prompts)  # type: ignore[arg-type]
+        if params is None or isinstance(params, SamplingParams):
+            per = [params or SamplingParams()] * len(plist)
+        else:
+            per = list(params)
+            if len(per) != len(plist):
+                raise ValueError(f"generate: {len(per)} SamplingParams for {len(plist)} prompts")
+        checked = [self._check(i, p, sp) for i, (p, sp) in enumerate(zip(plist, per))]
+        seqs = [self._enqueue(i, ids, sp) for i, (ids, sp) in enumerate(checked)]
+        done: dict[int, RequestOutput] = {}
+        try:
+            while len(done) < len(seqs):
+                for out in self.step():
+                    done[out.index] = out
+        except BaseException:
+            self.scheduler.abort_all()
+            raise
+        return [done[s.index] for s in seqs]
+
+    def add_request(self, prompt: str | Seq[int], params: SamplingParams | None = None) -> int:
+        """Queue one request; returns its id. A bad request raises here and queues nothing."""
+        rid = self._next_id
+        ids, sp = self._check(rid, prompt, params or SamplingParams())
+        self._enqueue(rid, ids, sp)
+        return rid
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[RequestOutput]:
+        """One scheduled step; returns the requests it finished."""
+        plan = self.scheduler.schedule()
+        if not plan.rows:
+            raise RuntimeError(f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
+                               f"{self.runner.blocks.num_free} of {self.runner.blocks.num_blocks} blocks free")
+        rows = []
+        for seq, n in plan.rows:
+            p = seq.params
+            rows.append(StepRow(seq.token_ids[seq.num_computed:seq.num_computed + n], seq.num_computed,
+                                self.runner.blocks.tables[seq.seq_id], float(p.temperature), p.top_k,
+                                float(p.top_p), seq.seed, len(seq.output_ids)))
+        sampled = self.runner.run_step(rows, plan.decode)
+        return [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
+
+    # --- requests -------------------------------------------------------------
+    def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"request {index}: params must be a SamplingParams, got {type(params).__name__}")
+        params.check(index)
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"request {index}: prompt is text, but {self.model_dir} has no tokenizer.json; "
+                                 "pass token ids")
+            ids = self.tokenizer.encode(prompt).ids
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise ValueError(f"request {index}: prompt must be a str or a list of token ids")
+        if not ids:
+            raise ValueError(f"request {index}: prompt is empty")
+        vocab = self.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"request {index}: prompt token id {bad[0]} outside the vocabulary [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"request {index}: prompt of {len(ids)} tokens leaves no room in "
+                             f"max_model_len={self.max_model_len}")
+        blocks = self.runner.blocks
+        need = blocks.blocks_needed(min(len(ids) + params.max_tokens, self.max_model_len))
+        if need > blocks.num_blocks:
+            raise ValueError(f"request {index}: prompt + max_tokens need {need} KV blocks, the cache has "
+                             f"num_blocks={blocks.num_blocks}")
+        bad_stop = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad_stop:
+            raise ValueError(f"request {index}: SamplingParams.stop_token_ids has {bad_stop[0]}, outside [0, {vocab})")
+        return ids, params
+
+    def _enqueue(self, index: int, ids: list[int], params: SamplingParams) -> Sequence:
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        seq = Sequence(self._next_id, index, list(ids), len(ids), params, seed)
+        self._next_id += 1
+        self.scheduler.add(seq)
+        return seq
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        out = seq.output_ids
+        text = self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer is not None else None
+        return RequestOutput(seq.index, seq.token_ids[:seq.num_prompt_tokens], out, text,
+                             seq.finish_reason or "length", seq.num_cached)
+
+
+def resolve_dtype(name: str, checkpoint: str | None, device: str) -> torch.dtype:
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
+        return DTYPES[name]
+    if not device.startswith("cuda"):
+        return torch.float32  # half-precision matmuls are slow on the CPU
+    return DTYPES[checkpoint] if checkpoint in ("bfloat16", "float16") else torch.bfloat16
+
+
+def cuda_num_blocks(model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int,
+                    device: str) -> int:
+    """KV blocks that fit beside the weights and the step's activations in the free device memory."""
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    elem = torch.empty((), dtype=dtype).element_size()
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    logits = max_num_seqs * config.vocab_size * 48  # fp32 logits and the sampler's temporaries per row
+    per_block = 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+    budget = int(free * GPU_MEMORY_UTILIZATION) - weights - logits - ACTIVATION_RESERVE
+    if budget < per_block:
+        raise ValueError(f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
+                         f"weights {weights / 2**30:.1f} GiB); pass num_blocks")
+    return budget // per_block
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The model directory's tokenizer.json through the `tokenizers` library, or None without one."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def eos_token_ids(model_dir: Path) -> list[int]:
+    """EOS ids from generation_config.json, else config.json (an int or a list in either)."""
+    for name in ("generation_config.json", "config.json"):
+        path = model_dir / name
+        if path.is_file():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            if value is not None:
+                return [value] if isinstance(value, int) else [int(v) for v in value]
+    return []

@@ -1,0 +1,122 @@
+"""Per-request sampling on the device in torch ops only, so it runs inside a captured decode step.
+
+Each row draws from softmax(logits / T) restricted to its top-k set and then its top-p nucleus (the
+reference's sets, `engine.ops.sampling`), by the Gumbel-max rule: argmax(logits / T + G) with G a
+standard Gumbel variable per token. G comes from a counter-based hash of (the request's seed, the
+index of the token being generated, the vocabulary index): no generator state, so a request's draw
+depends on nothing else in the batch, and a request recomputed after preemption draws the same tokens.
+Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greedy.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+
+from engine.ops.sampling import _top_k_set, _top_p_set, greedy_argmax
+
+MASK32 = 0xFFFFFFFF
+GOLDEN32 = 0x9E3779B9
+
+
+class Mode(str, Enum):
+    """What a batch needs: one captured graph per (padded batch size, mode)."""
+
+    GREEDY = "greedy"  # every row has temperature 0
+    RANDOM = "random"  # some row samples; no row restricts top-k or top-p
+    FILTERED = "filtered"  # some row samples with top-k < vocab or top-p < 1
+
+
+def batch_mode(temperatures: list[float], top_ks: list[int], top_ps: list[float], vocab: int) -> Mode:
+    if all(t == 0 for t in temperatures):
+        return Mode.GREEDY
+    filtered = any(t > 0 and (0 < k < vocab or p < 1) for t, k, p in zip(temperatures, top_ks, top_ps))
+    return Mode.FILTERED if filtered else Mode.RANDOM
+
+
+def sample(
+    logits: torch.Tensor,  # [batch, vocab], any float dtype
+    temperature: torch.Tensor,  # [batch] float32, >= 0 (0: greedy)
+    top_k: torch.Tensor,  # [batch] int64, <= 0 or >= vocab: off
+    top_p: torch.Tensor,  # [batch] float32 in (0, 1]
+    seeds: torch.Tensor,  # [batch] int64
+    steps: torch.Tensor,  # [batch] int64: index of the token being generated within its request
+    mode: Mode = Mode.FILTERED,
+) -> torch.Tensor:  # [batch] int64
+    """One token per row; no host reads, so it can be captured (every input a device tensor)."""
+    greedy = greedy_argmax(logits)
+    if mode is Mode.GREEDY:
+        return greedy
+    hot = temperature > 0
+    scaled = logits.float() / torch.where(hot, temperature, 1.0)[:, None]
+    if mode is Mode.FILTERED:
+        keep = _top_p_set(scaled, _top_k_set(scaled, top_k), top_p)
+        scaled = scaled.masked_fill(~keep, float("-inf"))
+    noise = gumbel(seeds, steps, logits.shape[1])
+    drawn = torch.argmax(scaled + noise, dim=-1)
+    return torch.where(hot, drawn, greedy)
+
+
+def gumbel(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:  # -> [batch, vocab] float32
+    """Standard Gumbel noise, a pure function of (seed, step, vocabulary index) per element."""
+    s = seeds.long()
+    row = _mix(_mix((s & MASK32) ^ _mix((s >> 32) & MASK32)) ^ (steps.long() & MASK32))  # [batch]
+    col = torch.arange(vocab, dtype=torch.int64, device=seeds.device) * GOLDEN32  # [vocab]
+    bits = _mix((col[None, :] + row[:, None]) & MASK32)
+    u = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # uniform in (0, 1), 24 bits
+    return -torch.log(-torch.log(u))
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash (lowbias32) on int64 holding 32-bit values; products wrap mod 2**64,
+    which keeps their low 32 bits exact."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & MASK32
+    return x ^ (x >> 16)
+
+
+def seed_bits(seed: int) -> int:
+    """Any Python int as the signed int64 with the same low 64 bits."""
+    bits = seed % (1 << 64)
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
+
+class SamplingInputs:
+    """The sampler's per-row inputs for one padded batch: host staging and the device tensors a graph reads.
+
+    Padding rows are greedy (temperature 0) and their tokens are ignored.
+    """
+
+    def __init__(self, padded: int, device: torch.device) -> None:
+        self.padded = padded
+        pin = device.type == "cuda"
+        self.host_f = torch.zeros(2 * padded, dtype=torch.float32, pin_memory=pin)
+        self.host_i = torch.zeros(3 * padded, dtype=torch.int64, pin_memory=pin)
+        self.dev_f = torch.zeros(2 * padded, dtype=torch.float32, device=device) if pin else self.host_f
+        self.dev_i = torch.zeros(3 * padded, dtype=torch.int64, device=device) if pin else self.host_i
+        self._uploaded = torch.cuda.Event() if pin else None
+        p = padded
+        self.device_views = {"temperature": self.dev_f[:p], "top_p": self.dev_f[p:], "top_k": self.dev_i[:p],
+                             "seeds": self.dev_i[p:2 * p], "steps": self.dev_i[2 * p:]}
+
+    def fill(self, temperature: list[float], top_k: list[int], top_p: list[float], seeds: list[int],
+             steps: list[int]) -> None:
+        n, p = len(temperature), self.padded
+        if not n == len(top_k) == len(top_p) == len(seeds) == len(steps) or n > p:
+            raise ValueError(f"SamplingInputs.fill: {n} rows of mismatched lengths for a padded batch of {p}")
+        if self._uploaded is not None:
+            self._uploaded.synchronize()
+        f, i = self.host_f.numpy(), self.host_i.numpy()
+        f[:n], f[n:p], f[p:p + n], f[p + n:] = temperature, 0.0, top_p, 1.0
+        i[:n], i[n:p] = top_k, -1
+        i[p:p + n], i[p + n:2 * p] = [seed_bits(s) for s in seeds], 0
+        i[2 * p:2 * p + n], i[2 * p + n:] = steps, 0
+
+    def upload(self) -> dict[str, torch.Tensor]:
+        if self._uploaded is not None:
+            self.dev_f.copy_(self.host_f, non_blocking=True)
+            self.dev_i.copy_(self.host_i, non_blocking=True)
+            self._uploaded.record()
+        return self.device_views

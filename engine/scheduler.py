@@ -1,0 +1,136 @@
+"""Continuous batching: waiting and running queues, chunked prefill, preemption by recompute.
+
+Each step gets a token budget (`max_num_batched_tokens`). Running sequences go first, in admission
+order: one token each when decoding, or the next chunk of a prompt that did not fit in one step.
+When a running sequence needs a block and none is free, the most recently admitted running sequence
+is preempted: its blocks are freed and it goes back to the front of the waiting queue, to be
+recomputed from its tokens (prompt and output so far) when it is admitted again. With budget left
+and no preemption this step, waiting sequences are admitted (up to `max_num_seqs` running), each
+with as much of its prompt as fits; the prefix cache supplies their leading full blocks.
+A step in which every row decodes one token is a decode step (the runner's captured graph);
+any other is a mixed step of prefill chunks and decode rows.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.sequence import Sequence, Status
+
+
+@dataclass
+class ScheduledStep:
+    rows: list[tuple[Sequence, int]]  # each sequence with how many of its tokens this step computes
+    decode: bool  # every row computes exactly its last token
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 eos_token_ids: frozenset[int] = frozenset(), max_model_len: int | None = None) -> None:
+        if max_num_seqs < 1 or max_num_batched_tokens < 1:
+            raise ValueError(f"Scheduler: max_num_seqs={max_num_seqs} and max_num_batched_tokens="
+                             f"{max_num_batched_tokens} must be positive")
+        self.blocks = blocks
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.eos_token_ids = eos_token_ids
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.stats = {"steps": 0, "decode_steps": 0, "computed_tokens": 0, "prefix_cached_tokens": 0,
+                      "preemptions": 0}
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduledStep:
+        budget = self.max_num_batched_tokens
+        rows: list[tuple[Sequence, int]] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_uncomputed, budget)
+            while not self.blocks.grow(seq.seq_id, seq.num_computed + n):
+                self._preempt(self.running.pop())  # the most recently admitted
+                preempted = True
+                if seq.status is not Status.RUNNING:
+                    break
+            if seq.status is not Status.RUNNING:
+                break  # it preempted itself: it was the last running sequence
+            rows.append((seq, n))
+            budget -= n
+            i += 1
+        while not preempted and self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0)
+            if cached is None:
+                break
+            # the chunk is sized after the cache lookup: cached tokens cost no budget
+            n = min(seq.num_tokens - cached, budget)
+            if not self.blocks.grow(seq.seq_id, cached + n):
+                self.blocks.free(seq.seq_id)
+                break
+            self.waiting.popleft()
+            seq.status, seq.num_computed, seq.num_cached = Status.RUNNING, cached, cached
+            self.stats["prefix_cached_tokens"] += cached
+            self.running.append(seq)
+            rows.append((seq, n))
+            budget -= n
+        decode = bool(rows) and all(n == 1 and s.num_uncomputed == 1 for s, n in rows)
+        return ScheduledStep(rows, decode)
+
+    def postprocess(self, step: ScheduledStep, sampled: list[int]) -> list[Sequence]:
+        """Advance each row by what it computed; a row that reached its last token takes its sampled
+        token. Returns the sequences that finished (their blocks already freed)."""
+        self.stats["steps"] += 1
+        self.stats["decode_steps"] += step.decode
+        finished = []
+        for (seq, n), token in zip(step.rows, sampled):
+            seq.num_computed += n
+            self.stats["computed_tokens"] += n
+            self.blocks.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed)
+            if seq.num_computed < seq.num_tokens:
+                continue  # a prefill chunk short of the end: its sample is not a token of the request
+            seq.token_ids.append(token)
+            reason = self._finish_reason(seq, token)
+            if reason is not None:
+                self.finish(seq, reason)
+                finished.append(seq)
+        return finished
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End a sequence wherever it is (running or waiting) and free its blocks."""
+        if seq.seq_id in self.blocks.tables:
+            self.blocks.free(seq.seq_id)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        seq.status, seq.finish_reason = Status.FINISHED, reason
+
+    def abort_all(self) -> None:
+        """Free every block of every queued sequence (an error mid-run must not leak the cache)."""
+        for seq in [*self.running, *self.waiting]:
+            self.finish(seq, "abort")
+
+    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+            return "stop"
+        if len(seq.output_ids) >= p.max_tokens:
+            return "length"
+        if self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.blocks.free(seq.seq_id)
+        seq.status, seq.num_computed = Status.WAITING, 0
+        seq.stats["preemptions"] += 1
+        self.stats["preemptions"] += 1
+        self.waiting.appendleft(seq)

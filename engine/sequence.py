@@ -1,0 +1,40 @@
+"""One request as the scheduler sees it: its tokens, how many are in the KV cache, and its state."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from engine.sampling_params import SamplingParams
+
+
+class Status(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int
+    index: int  # the request's place in the caller's prompt list
+    token_ids: list[int]  # the prompt, then every generated token
+    num_prompt_tokens: int
+    params: SamplingParams
+    seed: int  # the request's resolved seed (SamplingParams.seed, or drawn from the engine's generator)
+    status: Status = Status.WAITING
+    num_computed: int = 0  # leading tokens whose K/V are in the cache
+    num_cached: int = 0  # of those, how many the prefix cache supplied at the last admission
+    finish_reason: str | None = None
+    stats: dict[str, int] = field(default_factory=lambda: {"preemptions": 0})
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_uncomputed(self) -> int:
+        return self.num_tokens - self.num_computed
