@@ -1,6 +1,8 @@
 """Build the embedded tiny random Qwen3 (deterministic) whose greedy choices are usually clear-cut.
 
-Run: `python -m engine.data.make_tiny [--out DIR]` (needs transformers). Random
+Run: `python -m engine.data.make_tiny [--out DIR]` (needs transformers). It also writes a small
+byte-level BPE tokenizer (trained here on CORPUS with the `tokenizers` library, so any text encodes)
+and puts its `<|endoftext|>` id in generation_config.json as the model's EOS. Random
 weights at the usual init (std 0.02) give a nearly flat next-token distribution,
 where a token gate has no teeth; here every matrix is scaled to keep activations
 O(1), the norms sharpen attention and the logits, and the script prints the
@@ -9,6 +11,7 @@ median top-1/top-2 logit gap it measured on random prompts.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -20,6 +23,17 @@ CONFIG = dict(
     vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
     num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
     rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+)
+EOS = "<|endoftext|>"
+# the tokenizer's training text: its merges come from it, so it is fixed here, not read from files that change
+CORPUS = (
+    "The engine reads a prompt, runs it through the model and writes the next token. "
+    "A scheduler keeps requests waiting until blocks of the key and value cache are free, "
+    "then runs them beside the others, one token at a time, until each one stops. "
+    "Hello, world! Tell me a story about a small model that learned to count: one, two, three, four, five. "
+    "Once upon a time there was a reference engine with honest numbers and gates that could fail. "
+    "def main(argv: list[str]) -> int:\n    return 0\n"
+    "Questions and answers: What is a token? A piece of text. What is a block? Sixteen tokens of cache. "
 )
 LOGIT_SCALE = 16.0  # final norm weight: sets the logit spread, hence the typical top-1/top-2 gap
 QK_NORM_SCALE = 2.0  # q/k norm weights: sharper attention, so positions (RoPE, KV slots) matter
@@ -69,6 +83,35 @@ def scale_weights(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
 
 
+def build_tokenizer(vocab_size: int) -> object:
+    """A byte-level BPE tokenizer (`tokenizers.Tokenizer`) of at most `vocab_size` ids, EOS the last."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([CORPUS] * 4, trainer)
+    tok.add_special_tokens([EOS])
+    return tok
+
+
+def save_tokenizer(out: Path, vocab_size: int) -> int:
+    """Write tokenizer.json, tokenizer_config.json and the EOS in generation_config.json; returns the EOS id."""
+    tok = build_tokenizer(vocab_size)
+    tok.save(str(out / "tokenizer.json"))
+    eos = tok.token_to_id(EOS)
+    tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": EOS,
+                  "model_max_length": CONFIG["max_position_embeddings"], "clean_up_tokenization_spaces": False}
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
+    gen_path = out / "generation_config.json"
+    gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+    gen["eos_token_id"] = eos
+    gen_path.write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    return eos
+
+
 def median_gap(model: torch.nn.Module, vocab: int, prompts: int = 32, length: int = 24, seed: int = 1) -> float:
     """Median over every position of (top-1 minus top-2 logit) on random prompts, in nats."""
     gen = torch.Generator().manual_seed(seed)
@@ -88,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     gap = median_gap(model, model.config.vocab_size)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
+    eos = save_tokenizer(args.out, model.config.vocab_size)
     size = sum(f.stat().st_size for f in args.out.iterdir())
-    print(f"wrote {args.out} ({size / 1e6:.2f} MB); median top-1/top-2 logit gap {gap:.2f} nats")
+    print(f"wrote {args.out} ({size / 1e6:.2f} MB); median top-1/top-2 logit gap {gap:.2f} nats; "
+          f"tokenizer with EOS id {eos}")
     return 0
 
 

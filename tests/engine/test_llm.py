@@ -1,0 +1,248 @@
+"""engine.LLM: scheduled requests give the tokens of solo greedy runs; stops, seeds, text, preemption, prefix cache."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import LLM, SamplingParams
+from engine.llm import TINY_MODEL
+from engine.runner import Runner
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def random_prompts(n: int, seed: int, lo: int = 1, hi: int = 40) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(512) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def solo() -> Runner:
+    return Runner(TINY_MODEL, max_batch=1, max_model_len=128)
+
+
+def solo_tokens(runner: Runner, prompt: list[int], n: int) -> list[int]:
+    return runner.generate([prompt], n).tokens[0]
+
+
+def test_ten_requests_through_three_slots_give_the_solo_greedy_tokens(solo: Runner) -> None:
+    prompts = random_prompts(10, 1)
+    limits = [random.Random(2).randint(1, 20) for _ in range(10)]
+    llm = LLM(max_num_seqs=3, max_model_len=128, max_num_batched_tokens=24)  # prompts of 25+ are chunked
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=m, **GREEDY) for m in limits])
+    assert [o.index for o in outs] == list(range(10))
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, m) for p, m in zip(prompts, limits)]
+    assert all(o.finish_reason == "length" for o in outs)
+    assert max(map(len, prompts)) > 24 and llm.stats["decode_steps"] > 0
+    assert llm.stats["steps"] > llm.stats["decode_steps"]  # mixed steps: prefill chunks beside decode rows
+    llm.runner.blocks.check_empty()
+
+
+def test_a_stop_token_ends_the_request_with_stop(solo: Runner) -> None:
+    prompt = random_prompts(1, 3)[0]
+    plain = solo_tokens(solo, prompt, 12)
+    i = next(i for i in range(2, 12) if plain[i] not in plain[:i])
+    llm = LLM(max_model_len=128)
+    out = llm.generate([prompt, prompt], [SamplingParams(max_tokens=12, stop_token_ids=[plain[i]], **GREEDY),
+                                          SamplingParams(max_tokens=12, **GREEDY)])
+    assert (out[0].token_ids, out[0].finish_reason) == (plain[:i + 1], "stop")  # the stop token is kept
+    assert (out[1].token_ids, out[1].finish_reason) == (plain, "length")
+
+
+def test_the_generation_configs_eos_ends_a_request_unless_ignored(solo: Runner, tmp_path: Path) -> None:
+    prompt = random_prompts(1, 4)[0]
+    plain = solo_tokens(solo, prompt, 12)
+    i = next(i for i in range(2, 12) if plain[i] not in plain[:i])
+    model = tmp_path / "m"
+    shutil.copytree(TINY_MODEL, model)
+    gen = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [7, plain[i]]}))
+    llm = LLM(model, max_model_len=128)
+    assert llm.eos_token_ids == {7, plain[i]}
+    stop, past = llm.generate([prompt, prompt], [SamplingParams(temperature=0, max_tokens=12),
+                                                 SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)])
+    assert (stop.token_ids, stop.finish_reason) == (plain[:i + 1], "stop")
+    assert (past.token_ids, past.finish_reason) == (plain, "length")
+
+
+def test_the_embedded_model_has_a_tokenizer_and_its_eos() -> None:
+    llm = LLM()
+    eos = json.loads((TINY_MODEL / "generation_config.json").read_text())["eos_token_id"]
+    assert llm.eos_token_ids == {eos} and llm.tokenizer.token_to_id("<|endoftext|>") == eos
+    out = llm.generate("Hello, world!", SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))[0]
+    assert isinstance(out.text, str) and out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    assert out.prompt_token_ids == llm.tokenizer.encode("Hello, world!").ids
+    assert len(out.token_ids) == 6
+    assert llm.tokenizer.decode(llm.tokenizer.encode("Hello, world!").ids) == "Hello, world!"
+
+
+def test_a_seed_reproduces_its_sample_whatever_runs_beside_it() -> None:
+    prompt = random_prompts(1, 5)[0]
+    request = SamplingParams(temperature=1.0, top_p=0.95, seed=1234, max_tokens=12, ignore_eos=True)
+    alone = LLM(max_model_len=128).generate([prompt], request)[0].token_ids
+    others = random_prompts(4, 6)
+    beside = LLM(max_model_len=128, max_num_seqs=2).generate(
+        [*others[:2], prompt, *others[2:]],
+        [SamplingParams(temperature=0.5, seed=1), SamplingParams(temperature=0), request,
+         SamplingParams(top_k=3), SamplingParams(temperature=1.5, top_p=0.5)])[2].token_ids
+    assert beside == alone
+    reseeded = LLM(max_model_len=128).generate([prompt, prompt], [
+        SamplingParams(temperature=1.0, top_p=0.95, seed=s, max_tokens=12, ignore_eos=True) for s in (1235, 99)])
+    assert all(o.token_ids != alone for o in reseeded) and reseeded[0].token_ids != reseeded[1].token_ids
+
+
+def test_temperature_zero_with_filters_is_the_greedy_run(solo: Runner) -> None:
+    prompts = random_prompts(3, 7)
+    outs = LLM(max_model_len=128).generate(prompts, SamplingParams(temperature=0, top_k=3, top_p=0.5,
+                                                                   max_tokens=10, ignore_eos=True))
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 10) for p in prompts]
+
+
+@pytest.mark.parametrize("num_blocks", range(4, 18))
+def test_a_small_block_budget_completes_every_request_by_preemption(solo: Runner, num_blocks: int) -> None:
+    # 6 requests of up to 12 + 16 tokens, blocks of 8: 4 blocks each at most, 17 for all of them at once;
+    # below 10 blocks this workload must preempt (measured), from 17 it never needs to
+    prompts = random_prompts(6, 8, 1, 12)
+    limits = [16, 3, 9, 16, 1, 12]
+    llm = LLM(max_num_seqs=6, max_model_len=64, num_blocks=num_blocks, block_size=8)
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=m, **GREEDY) for m in limits])
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, m) for p, m in zip(prompts, limits)]
+    if num_blocks < 10:
+        assert llm.stats["preemptions"] > 0
+    if num_blocks >= 17:
+        assert llm.stats["preemptions"] == 0
+    llm.runner.blocks.check_empty()
+    # a sampled request preempted and recomputed draws what it drew without preemption
+    sampled = SamplingParams(temperature=0.9, seed=5, max_tokens=16, ignore_eos=True)
+    roomy = LLM(max_model_len=64, block_size=8).generate(prompts, sampled)
+    assert [o.token_ids for o in llm.generate(prompts, sampled)] == [o.token_ids for o in roomy]
+    llm.runner.blocks.check_empty()
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 3, 6, 10])
+def test_an_error_mid_run_frees_every_block(solo: Runner, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
+    llm = LLM(max_num_seqs=3, max_model_len=64, num_blocks=8, block_size=8, max_num_batched_tokens=10)
+    prompts = random_prompts(5, 9, 5, 20)
+    real, calls = llm.runner.run_step, []
+
+    def failing(rows, decode):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        if len(calls) == fail_at + 1:
+            raise RuntimeError("device lost")
+        return real(rows, decode)
+
+    monkeypatch.setattr(llm.runner, "run_step", failing)
+    with pytest.raises(RuntimeError, match="device lost"):
+        llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
+    llm.runner.blocks.check_empty()
+    assert not llm.has_unfinished_requests()
+    monkeypatch.setattr(llm.runner, "run_step", real)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))  # the engine still serves
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 12) for p in prompts]
+
+
+def test_prefix_caching_computes_a_shared_prefix_once(solo: Runner) -> None:
+    rng = random.Random(10)
+    prefix = [rng.randrange(512) for _ in range(48)]  # 3 full blocks of 16
+    prompts = [prefix + [rng.randrange(512) for _ in range(n)] for n in (5, 9, 1)]
+    params = SamplingParams(max_tokens=6, **GREEDY)
+    llm = LLM(max_num_seqs=1, max_model_len=128)
+    outs = llm.generate(prompts, params)
+    assert [o.num_cached_tokens for o in outs] == [0, 48, 48]
+    assert llm.stats["prefix_cached_tokens"] == 96
+    total = sum(len(p) + 6 - 1 for p in prompts)  # every prompt token and every generated token but the last
+    assert llm.stats["computed_tokens"] == total - 96
+    plain = LLM(max_num_seqs=1, max_model_len=128, enable_prefix_caching=False)
+    assert [o.token_ids for o in plain.generate(prompts, params)] == [o.token_ids for o in outs]
+    assert plain.stats["prefix_cached_tokens"] == 0 and plain.stats["computed_tokens"] == total
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 6) for p in prompts]
+    # the whole prompt cached: its last token is still computed, for its logits
+    again = llm.generate([prompts[0][:48]], params)[0]
+    assert again.num_cached_tokens == 32 and again.token_ids == solo_tokens(solo, prompts[0][:48], 6)
+    llm.runner.blocks.check_empty()
+
+
+@pytest.mark.parametrize("prompt, params, message", [
+    ([], SamplingParams(), "request 1: prompt is empty"),
+    ([1, 512], SamplingParams(), r"request 1: prompt token id 512 outside the vocabulary \[0, 512\)"),
+    ([1] * 64, SamplingParams(), "request 1: prompt of 64 tokens leaves no room in max_model_len=64"),
+    ([1], SamplingParams(temperature=-0.5), r"request 1: SamplingParams.temperature=-0.5 must be >= 0"),
+    ([1], SamplingParams(top_p=0.0), r"request 1: SamplingParams.top_p=0.0 must be in \(0, 1\]"),
+    ([1], SamplingParams(top_p=1.5), r"request 1: SamplingParams.top_p=1.5 must be in \(0, 1\]"),
+    ([1], SamplingParams(max_tokens=0), "request 1: SamplingParams.max_tokens=0 must be at least 1"),
+    ([1], SamplingParams(top_k=-2), "request 1: SamplingParams.top_k=-2"),
+    ([1], SamplingParams(stop_token_ids=[600]), "request 1: SamplingParams.stop_token_ids has 600"),
+    ("text", None, None),  # a good text prompt: the control
+])
+def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: Runner, prompt, params, message) -> None:
+    llm = LLM(max_model_len=64)
+    good = [3, 4, 5]
+    if message is None:
+        assert len(llm.generate([good, prompt], SamplingParams(max_tokens=2))) == 2
+        return
+    with pytest.raises(ValueError, match=message):
+        llm.generate([good, prompt, good], [SamplingParams(max_tokens=4, **GREEDY), params,
+                                            SamplingParams(max_tokens=4, **GREEDY)])
+    assert not llm.has_unfinished_requests()  # nothing was queued
+    # through add_request the bad one is refused and the others run to completion
+    llm.add_request(good, SamplingParams(max_tokens=4, **GREEDY))
+    with pytest.raises(ValueError, match=message.replace("request 1", "request 1")):
+        llm.add_request(prompt, params)
+    llm.add_request(good, SamplingParams(max_tokens=3, **GREEDY))
+    outs = []
+    while llm.has_unfinished_requests():
+        outs += llm.step()
+    assert sorted(len(o.token_ids) for o in outs) == [3, 4]
+    assert all(o.token_ids == solo_tokens(solo, good, len(o.token_ids)) for o in outs)
+    llm.runner.blocks.check_empty()
+
+
+def test_a_request_needing_more_blocks_than_the_cache_is_refused() -> None:
+    llm = LLM(max_model_len=64, num_blocks=2, block_size=8)
+    with pytest.raises(ValueError, match=r"request 0: prompt \+ max_tokens need 3 KV blocks, the cache has "
+                                         r"num_blocks=2"):
+        llm.generate([[1] * 10], SamplingParams(max_tokens=10))
+    assert len(llm.generate([[1] * 10], SamplingParams(max_tokens=6))[0].token_ids) <= 6
+
+
+def test_max_model_len_ends_a_request_with_length() -> None:
+    out = LLM(max_model_len=20).generate([[1] * 15], SamplingParams(max_tokens=50, **GREEDY))[0]
+    assert (len(out.token_ids), out.finish_reason) == (5, "length")
+
+
+def test_cpu_threads_follow_the_model_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.runner import set_cpu_threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        assert set_cpu_threads(64) == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        torch.set_num_threads(2)
+        assert set_cpu_threads(64) == 2  # the user's setting wins
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_steps_sample_deterministically() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the captured decode step needs one")
+    prompts = random_prompts(6, 11)
+    params = [SamplingParams(temperature=t, top_k=k, top_p=p, seed=s, max_tokens=24, ignore_eos=True)
+              for t, k, p, s in [(0, -1, 1, 0), (0.8, -1, 1, 1), (1.0, 5, 1, 2), (0.7, -1, 0.9, 3), (1.2, 20, 0.8, 4),
+                                 (0.0, 3, 0.5, 5)]]
+    llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128)
+    first = [o.token_ids for o in llm.generate(prompts, params)]
+    assert llm.runner.use_graph and {m for _, m in llm.runner._sample_graphs} >= {"filtered"}
+    assert [o.token_ids for o in llm.generate(prompts, params)] == first  # replay is deterministic
+    eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128)
+    eager.runner.use_graph = False
+    assert [o.token_ids for o in eager.generate(prompts, params)] == first  # the graph samples what eager does
+    greedy = Runner(TINY_MODEL, torch.bfloat16, "cuda", max_batch=1, max_model_len=128)
+    assert first[0] == greedy.generate([prompts[0]], 24).tokens[0]
