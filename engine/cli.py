@@ -10,8 +10,7 @@ from pathlib import Path
 from engine.runner import DTYPES
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
-BENCHES = ("ab", "bandwidth", "decode", "launch")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+BENCHES = ("ab", "bandwidth", "decode", "launch", "throughput")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,16 +41,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m engine", description="rowgate's reference LLM-decode engine.")
     sub = parser.add_subparsers(dest="command")
-    gen = sub.add_parser("generate", help="greedy generation with the engine",
-                         description="Greedy generation; with no --model, the embedded tiny Qwen3.")
+    gen = sub.add_parser("generate", help="generate with the engine (engine.LLM)",
+                         description="Generate through engine.LLM (scheduler, paged cache, sampling); greedy by "
+                                     "default; with no --model, the embedded tiny Qwen3 and its tokenizer.")
     add_model_args(gen)
     gen.add_argument("--prompt-ids", action="append", default=[], metavar="1,2,3",
                      help="comma-separated token ids of one prompt; repeat for a batch")
     gen.add_argument("--prompt", action="append", default=[], metavar="TEXT",
-                     help="a text prompt (needs a tokenizer in the model directory); repeat for a batch")
-    gen.add_argument("--max-new-tokens", type=int, default=16)
+                     help="a text prompt (needs tokenizer.json in the model directory); repeat for a batch")
+    gen.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=int, default=16,
+                     help="new tokens per prompt at most (default 16); EOS or a stop token ends one earlier")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (the default) is greedy")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1: off)")
+    gen.add_argument("--top-k", type=int, default=-1, help="most probable tokens kept (default -1: off)")
+    gen.add_argument("--seed", type=int, default=None, help="the requests' seed (default: the engine's generator)")
+    gen.add_argument("--ignore-eos", action="store_true", help="keep going past the model's EOS")
     gen.add_argument("--batch", type=int, default=1, help="run the single given prompt N times as one batch")
-    gen.add_argument("--json", action="store_true", help='print {"tokens": [[...], ...], "tok_per_s": ...}')
+    gen.add_argument("--json", action="store_true",
+                     help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}')
     gen.set_defaults(handler=cmd_generate)
     add_gate_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES),
@@ -78,48 +85,47 @@ def parse_ids(text: str) -> list[int]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from engine.runner import Runner
+    import time
+
+    from engine import LLM, SamplingParams
+    from engine.llm import load_tokenizer
 
     prompts = [parse_ids(t) for t in args.prompt_ids]
-    tokenizer = None
+    is_text = [False] * len(prompts)
     if args.prompt:
-        tokenizer = load_tokenizer(args.model)
-        prompts += [tokenizer.encode(t) for t in args.prompt]
+        if not (Path(args.model) / "tokenizer.json").is_file():
+            raise ValueError(f"--prompt needs a tokenizer in {args.model} (tokenizer.json); pass --prompt-ids instead")
+        tokenizer = load_tokenizer(Path(args.model))
+        prompts += [tokenizer.encode(t).ids for t in args.prompt]
+        is_text += [True] * len(args.prompt)
     if not prompts:
-        prompts = [[1, 2, 3]]
+        prompts, is_text = [[1, 2, 3]], [False]
     if args.batch < 1:
         raise ValueError(f"--batch {args.batch}: must be at least 1")
     if args.batch > 1:
         if len(prompts) != 1:
             raise ValueError("--batch N repeats one prompt; with several prompts, the batch is the prompts")
-        prompts = prompts * args.batch
-    longest = max(len(p) for p in prompts) + args.max_new_tokens
-    runner = Runner(args.model, DTYPES[args.dtype], args.device, max_batch=len(prompts), max_model_len=longest)
-    result = runner.generate(prompts, args.max_new_tokens)
+        prompts, is_text = prompts * args.batch, is_text * args.batch
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    longest = max(len(p) for p in prompts) + args.max_tokens
+    block = 16
+    llm = LLM(args.model, args.dtype, args.device, max_num_seqs=len(prompts), max_model_len=longest + 1,
+              block_size=block, num_blocks=len(prompts) * -(-(longest + 1) // block))
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    total = sum(len(o.token_ids) for o in outs)
+    rate = total / seconds if seconds > 0 else float("inf")
     if args.json:
-        print(json.dumps({"tokens": result.tokens, "tok_per_s": round(result.tok_per_s, 2)}))
+        print(json.dumps({"tokens": [o.token_ids for o in outs], "texts": [o.text for o in outs],
+                          "finish_reasons": [o.finish_reason for o in outs], "tok_per_s": round(rate, 2)}))
         return 0
-    for i, toks in enumerate(result.tokens):
-        text = f"  {tokenizer.decode(toks)!r}" if tokenizer is not None else ""
-        print(f"[{i}] {','.join(map(str, toks))}{text}")
-    print(f"{sum(map(len, result.tokens))} tokens, {result.tok_per_s:.1f} tok/s")
+    for i, o in enumerate(outs):
+        text = f"  {o.text!r}" if o.text is not None and is_text[i] else ""
+        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}")
+    print(f"{total} tokens, {rate:.1f} tok/s")
     return 0
-
-
-def load_tokenizer(model_dir: Path):  # -> a transformers tokenizer
-    # checked first: transformers 5 otherwise builds an empty tokenizer from the config's model_type
-    if not any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
-        raise ValueError(f"--prompt needs a tokenizer in {model_dir} (one of {', '.join(TOKENIZER_FILES)}); "
-                         "pass --prompt-ids instead")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise ValueError("--prompt needs transformers for the tokenizer; pass --prompt-ids instead") from None
-    try:
-        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except Exception as exc:  # transformers raises several types for a missing tokenizer
-        raise ValueError(f"--prompt: the tokenizer in {model_dir} does not load ({exc.__class__.__name__}: "
-                         f"{str(exc)[:200]}); pass --prompt-ids instead") from None
 
 
 def run_module(name: str, argv: list[str]) -> int:

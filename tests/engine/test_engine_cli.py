@@ -21,8 +21,10 @@ def test_module_entry_generates_json_with_the_embedded_model() -> None:
                           "--max-new-tokens", "5", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
-    assert set(payload) == {"tokens", "tok_per_s"}
-    assert [len(t) for t in payload["tokens"]] == [5, 5] and payload["tok_per_s"] > 0
+    assert set(payload) == {"tokens", "texts", "finish_reasons", "tok_per_s"}
+    # [1, 2, 3] greedily reaches the embedded model's EOS (492) as its 4th token: the request stops there
+    assert [len(t) for t in payload["tokens"]] == [4, 5] and payload["tok_per_s"] > 0
+    assert payload["tokens"][0][-1] == 492 and payload["finish_reasons"] == ["stop", "length"]
 
 
 def test_batch_repeats_one_prompt_identically(capsys) -> None:
@@ -39,7 +41,9 @@ def test_text_output_and_bfloat16(capsys) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["generate", "--prompt", "hello"], "--prompt needs a tokenizer in"),
+    (["generate", "--model", str(Path(__file__).parent), "--prompt", "hello"], "--prompt needs a tokenizer in"),
+    (["generate", "--temperature", "-1"], "request 0: SamplingParams.temperature=-1.0 must be >= 0"),
+    (["generate", "--top-p", "0"], "request 0: SamplingParams.top_p=0.0 must be in (0, 1]"),
     (["generate", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated integers"),
     (["generate", "--prompt-ids", "1,999999"], "token id 999999 outside the vocabulary [0, 512)"),
     (["generate", "--prompt-ids", "1", "--prompt-ids", "2", "--batch", "2"], "--batch N repeats one prompt"),
@@ -121,6 +125,19 @@ def test_gate_goldens_fails_when_every_golden_is_skipped(capsys, monkeypatch) ->
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["gate", "goldens", "--golden", str(GOLDENS_DIR / "tiny-qwen3-bfloat16-cuda.json")]) == 1
     assert "none was checked" in capsys.readouterr().err
+
+
+def test_text_in_and_out_with_sampling_flags(capsys) -> None:
+    argv = ["generate", "--prompt", "Hello, world!", "--prompt", "Once upon a time", "--temperature", "0.8",
+            "--top-k", "50", "--top-p", "0.9", "--seed", "7", "--max-tokens", "6", "--ignore-eos", "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert [len(t) for t in first["tokens"]] == [6, 6] and all(isinstance(t, str) for t in first["texts"])
+    assert first["finish_reasons"] == ["length", "length"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == first["tokens"]  # the seed reproduces the sample
+    assert main([*argv[:-5], "8", *argv[-4:]]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] != first["tokens"]
 
 
 def test_cuda_without_a_device_is_a_usage_error(capsys) -> None:
