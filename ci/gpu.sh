@@ -2,7 +2,10 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [flip] [ncu]
+#   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
+#   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
+#   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
 #   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
 #   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
@@ -121,6 +124,14 @@ if [[ " $PHASES " == *" step "* ]]; then
     "${L[@]}"
   step decode-fast-profile 240 env VT_MERGED_PROJ=1 VT_QK_NORM_ROPE_FUSED=1 VT_GEMV=1 \
     $PY -m engine bench decode --profile --no-oracle "${L[@]}"
+fi
+
+if [[ " $PHASES " == *" serve "* ]]; then
+  build_once
+  step serve-gpu-tests 300 $PY -m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu -q \
+    -p no:cacheprovider
+  step serve-throughput 900 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
+    --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" flip "* ]]; then

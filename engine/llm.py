@@ -101,11 +101,10 @@ class LLM:
 
         Every request is checked before any runs: a bad one raises a ValueError naming it and its field,
         and nothing is queued."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # type: ignore[list-item]
-        if not prompts:
+        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
+        plist: list[Any] = [prompts] if single else list(prompts)
+        if not plist:
             raise ValueError("generate: no prompts given")
-        plist = list(prompts)  # type: ignore[arg-type]
         if params is None or isinstance(params, SamplingParams):
             per = [params or SamplingParams()] * len(plist)
         else:
@@ -152,7 +151,7 @@ class LLM:
     # --- requests -------------------------------------------------------------
     def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:
         if not isinstance(params, SamplingParams):
-            raise ValueError(f"request {index}: params must be a SamplingParams, got {type(params).__name__}")
+            raise TypeError(f"request {index}: params must be a SamplingParams, got {type(params).__name__}")
         params.check(index)
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -162,7 +161,7 @@ class LLM:
         elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
         else:
-            raise ValueError(f"request {index}: prompt must be a str or a list of token ids")
+            raise TypeError(f"request {index}: prompt must be a str or a list of token ids")
         if not ids:
             raise ValueError(f"request {index}: prompt is empty")
         vocab = self.config.vocab_size
@@ -218,7 +217,7 @@ def cuda_num_blocks(model_dir: Path, config: Any, dtype: torch.dtype, block_size
     if budget < per_block:
         raise ValueError(f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
                          f"weights {weights / 2**30:.1f} GiB); pass num_blocks")
-    return budget // per_block
+    return int(budget // per_block)
 
 
 def load_tokenizer(model_dir: Path) -> Any:

@@ -115,3 +115,12 @@ def test_ncu_phase_says_why_it_skips_without_ncu(tmp_path: Path) -> None:
         pytest.skip("ncu is installed here: the skip path cannot be shown")
     done = run_gpu_sh(tmp_path, ["ncu"])
     assert done.returncode == 0 and "skip: ncu not found on PATH" in done.stdout
+
+
+def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["serve"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert "-m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu" in log(tmp_path, "serve-gpu-tests")
+    assert (f"argv: -m engine bench throughput --requests 256 --sweep 64,256 --plot {out}/throughput.svg "
+            f"--ledger {out}/ledger") in log(tmp_path, "serve-throughput")

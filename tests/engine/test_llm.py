@@ -13,7 +13,7 @@ from engine import LLM, SamplingParams
 from engine.llm import TINY_MODEL
 from engine.runner import Runner
 
-GREEDY = dict(temperature=0.0, ignore_eos=True)
+GREEDY = {"temperature": 0.0, "ignore_eos": True}
 
 
 def random_prompts(n: int, seed: int, lo: int = 1, hi: int = 40) -> list[list[int]]:

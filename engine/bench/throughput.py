@@ -1,0 +1,292 @@
+"""Offline throughput: output tokens per second of engine.LLM against transformers' batched generate.
+
+nano-vllm's benchmark shape: --requests random prompts (random token ids) whose input and output
+lengths are uniform in [--min-len, --max-len], sampled at --temperature with EOS ignored, so every
+request generates exactly its output length. On a GPU the model has Qwen3-0.6B's shape with random
+bf16 weights; the peer is transformers' `generate` on the same weights in the same run: one padded
+batch (left padding) with a static cache, compiled by torch.compile unless --no-peer-compile. The peer
+runs until its longest request is done; only each request's own output length counts as its tokens.
+Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
+another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
+
+    python -m engine bench throughput [--requests 256] [--sweep 64,256] [--plot tps.svg] [--ledger DIR]
+    python -m engine bench throughput --smoke --requests 8 --max-len 32
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.bench.timing import device_name
+from engine.gates.ledger import head_sha, repo_root, write_record
+
+TARGET_TOK_PER_S = 10_000  # issue #18's H200 target, and at least TARGET_RATIO x the transformers peer
+TARGET_RATIO = 5.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine bench throughput", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="the embedded tiny model on the CPU (default without CUDA)")
+    p.add_argument("--requests", type=int, help="requests at the largest point (default 256; smoke 8)")
+    p.add_argument("--sweep", help="comma-separated request counts to run (default: requests/4 and requests)")
+    p.add_argument("--min-len", type=int, help="shortest input and output (default 100; smoke max-len/4)")
+    p.add_argument("--max-len", type=int, help="longest input and output (default 1024; smoke 32)")
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (default 0.6)")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="engine: running requests at most (default 256)")
+    p.add_argument("--max-num-batched-tokens", type=int, help="engine: tokens per step (default 16384; smoke 256)")
+    p.add_argument("--no-peer", action="store_true", help="skip transformers")
+    p.add_argument("--no-peer-compile", action="store_true", help="transformers without torch.compile")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    smoke = args.smoke or not torch.cuda.is_available()
+    requests = args.requests or (8 if smoke else 256)
+    max_len = args.max_len or (32 if smoke else 1024)
+    min_len = args.min_len or (max(1, max_len // 4) if smoke else min(100, max_len))
+    try:
+        sweep = sorted({int(x) for x in args.sweep.split(",")}) if args.sweep else sorted({max(1, requests // 4),
+                                                                                           requests})
+    except ValueError:
+        print(f"error: --sweep {args.sweep!r}: expected comma-separated integers", file=sys.stderr)
+        return 2
+    if not 1 <= min_len <= max_len or min(sweep) < 1:
+        print(f"error: need 1 <= --min-len ({min_len}) <= --max-len ({max_len}) and request counts >= 1",
+              file=sys.stderr)
+        return 2
+    device = "cpu" if smoke else "cuda"
+    budget = args.max_num_batched_tokens or (256 if smoke else 16384)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = model_for(Path(tmp), smoke)
+        record = measure(model_dir, sweep, device=device, min_len=min_len, max_len=max_len,
+                         temperature=args.temperature, max_num_seqs=args.max_num_seqs,
+                         max_num_batched_tokens=budget, peer=not args.no_peer,
+                         peer_compile=not args.no_peer_compile and not smoke, seed=args.seed)
+    record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
+    print_report(record)
+    if args.plot:
+        args.plot.write_text(svg_plot(record))
+        print(f"plot: {args.plot}")
+    if args.json:
+        print(json.dumps(record))
+    if args.ledger:
+        cmd = "python -m engine bench throughput " + " ".join(argv if argv is not None else sys.argv[1:])
+        top = record["points"][-1]
+        summary = (f"{top['requests']} requests: engine {top['engine_tok_per_s']:.0f} output tok/s"
+                   + (f", transformers {top['peer_tok_per_s']:.0f}, {top['ratio']:.2f}x" if "ratio" in top else ""))
+        path = write_record(args.ledger, "serve-throughput", ["ENGINE-SERVE"], cmd, record["device"], summary,
+                            record, head_sha(repo_root()), kind="bench")
+        print(f"ledger: {path}")
+    return 0
+
+
+def model_for(tmp: Path, smoke: bool) -> Path:
+    if smoke:
+        from engine.llm import TINY_MODEL
+
+        return TINY_MODEL
+    from engine.bench.decode import QWEN3_0_6B, save_random_model
+
+    return save_random_model(tmp, QWEN3_0_6B)
+
+
+def workload(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)]
+    return prompts, [rng.randint(min_len, max_len) for _ in range(n)]
+
+
+def measure(model_dir: Path, sweep: list[int], *, device: str, min_len: int, max_len: int, temperature: float,
+            max_num_seqs: int, max_num_batched_tokens: int, peer: bool, peer_compile: bool,
+            seed: int) -> dict[str, Any]:
+    from engine import LLM
+    from engine.model.config import load_config
+
+    vocab = load_config(model_dir).vocab_size
+    loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
+    llm = LLM(model_dir, "bfloat16" if device == "cuda" else "float32", device,
+              max_num_seqs=max_num_seqs, max_model_len=2 * max_len + 1, block_size=16,
+              max_num_batched_tokens=max_num_batched_tokens)
+    warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
+    points: list[dict[str, Any]] = []
+    for n in sweep:
+        prompts, outs = loads[n]
+        seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+        points.append({"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts)),
+                       "engine_s": seconds, "engine_tok_per_s": sum(outs) / seconds})
+    record: dict[str, Any] = {
+        "device": device_name(torch.device(device)), "on_gpu": device == "cuda", "dtype": str(llm.runner.dtype).removeprefix("torch."),
+        "lengths": [min_len, max_len], "temperature": temperature, "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens, "num_blocks": llm.runner.blocks.num_blocks,
+        "graph": llm.runner.use_graph, "engine_stats": dict(llm.stats), "points": points,
+        "peer": (("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer
+                 else None),
+    }
+    del llm
+    _release(device)
+    if peer:
+        for point in points:
+            prompts, outs = loads[point["requests"]]
+            try:
+                seconds = run_peer(model_dir, device, prompts, max(outs), temperature, peer_compile)
+            except Exception as exc:  # noqa: BLE001 - the engine's numbers stand; the peer's failure is reported
+                point["peer_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+                continue
+            point.update(peer_s=seconds, peer_tok_per_s=sum(outs) / seconds,
+                         peer_generated_tokens=len(outs) * max(outs),
+                         ratio=point["engine_tok_per_s"] / (sum(outs) / seconds))
+    top = points[-1]
+    record["targets"] = {"tok_per_s": TARGET_TOK_PER_S, "ratio": TARGET_RATIO,
+                         "met": device == "cuda" and top["engine_tok_per_s"] >= TARGET_TOK_PER_S
+                         and top.get("ratio", 0.0) >= TARGET_RATIO}
+    return record
+
+
+def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
+    """Module loads, kernel builds and one decode graph per padded batch size up to n, before any timing."""
+    from engine import SamplingParams
+
+    rng = random.Random(7)
+    prompts = [[rng.randrange(vocab) for _ in range(8)] for _ in range(n)]
+    llm.generate(prompts, [SamplingParams(temperature=temperature, max_tokens=i + 2, ignore_eos=True, seed=i)
+                           for i in range(n)])
+
+
+def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature: float, seed: int) -> None:
+    from engine import SamplingParams
+
+    params = [SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=True, seed=seed + i)
+              for i, m in enumerate(outs)]
+    results = llm.generate(prompts, params)
+    got = [len(r.token_ids) for r in results]
+    if got != outs:
+        raise RuntimeError(f"engine generated {sum(got)} tokens, expected {sum(outs)}")
+
+
+def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: int, temperature: float,
+             compile_: bool) -> float:
+    """Seconds of one timed batched generate (after an untimed one of the same shapes: compile, autotune)."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True).to(device).eval()
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):  # left padding: every row's last prompt token in the last column
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new,
+                              min_new_tokens=max_new, pad_token_id=0, eos_token_id=None,
+                              cache_implementation="static")
+    if compile_:
+        from transformers import CompileConfig
+
+        config.compile_config = CompileConfig(fullgraph=False, mode="reduce-overhead")
+    else:
+        config.disable_compile = True
+    model.generation_config = config
+
+    go = functools.partial(_peer_generate, model, ids, mask, config)
+    go()  # compile and warm up on exactly the timed shapes
+    seconds = _timed(device, go)
+    del model, go
+    _release(device)
+    return seconds
+
+
+def _peer_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, config: Any) -> None:
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=mask, generation_config=config)
+
+
+def _timed(device: str, fn: Any) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def _release(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print(f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
+          f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}")
+    print(f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "
+          f"{'peer tok/s':>11} {'ratio':>7}")
+    for p in r["points"]:
+        peer = (f"{p['peer_s']:>8.2f} {p['peer_tok_per_s']:>11.1f} {p['ratio']:>6.2f}x" if "ratio" in p
+                else f"{'-':>8} {'-':>11} {'-':>7}" + (f"  peer failed: {p['peer_error']}" if "peer_error" in p else ""))
+        print(f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}")
+    s = r["engine_stats"]
+    print(f"engine: {s['steps']} steps ({s['decode_steps']} decode), {s['preemptions']} preemptions, "
+          f"{r['num_blocks']} KV blocks")
+    if r["on_gpu"]:
+        print(f"targets (>= {TARGET_TOK_PER_S} tok/s and >= {TARGET_RATIO}x): "
+              f"{'met' if r['targets']['met'] else 'not met'}")
+
+
+def svg_plot(r: dict[str, Any], width: int = 560, height: int = 360) -> str:
+    """A line chart of output tok/s against the number of requests, engine and peer, as standalone SVG."""
+    series = {"engine": [(p["requests"], p["engine_tok_per_s"]) for p in r["points"]],
+              "transformers": [(p["requests"], p["peer_tok_per_s"]) for p in r["points"] if "peer_tok_per_s" in p]}
+    xs = [x for pts in series.values() for x, _ in pts]
+    top = max(y for pts in series.values() for _, y in pts) * 1.1
+    left, right, up, down = 70, 20, 30, 50
+
+    def px(x: float) -> float:
+        lo, hi = min(xs), max(xs)
+        return left + (width - left - right) * ((x - lo) / (hi - lo) if hi > lo else 0.5)
+
+    def py(y: float) -> float:
+        return height - down - (height - up - down) * y / top
+
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+            f'font-size="12"><rect width="100%" height="100%" fill="white"/>'),
+           f'<text x="{width / 2}" y="18" text-anchor="middle">output tok/s vs requests ({r["device"]})</text>',
+           f'<line x1="{left}" y1="{py(0)}" x2="{width - right}" y2="{py(0)}" stroke="black"/>',
+           f'<line x1="{left}" y1="{py(0)}" x2="{left}" y2="{up}" stroke="black"/>']
+    for i in range(5):
+        y = top * i / 4
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4}" text-anchor="end">{y:.0f}</text>')
+    for x in sorted(set(xs)):
+        out.append(f'<text x="{px(x)}" y="{height - down + 16}" text-anchor="middle">{x}</text>')
+    out.append(f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">requests</text>')
+    for (name, pts), color in zip(series.items(), ("#1f77b4", "#d62728")):
+        if not pts:
+            continue
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>' for x, y in pts]
+        ly = up + 14 + 16 * list(series).index(name)
+        out.append(f'<text x="{left + 10}" y="{ly}" fill="{color}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

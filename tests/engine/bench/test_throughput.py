@@ -1,0 +1,40 @@
+"""bench throughput: the CPU smoke run measures both sides, plots and records; bad arguments are usage errors."""
+from __future__ import annotations
+
+import json
+
+from engine.bench import throughput
+
+
+def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path, capsys) -> None:
+    plot, ledger = tmp_path / "tps.svg", tmp_path / "ledger"
+    argv = ["--smoke", "--requests", "4", "--sweep", "2,4", "--max-len", "12", "--plot", str(plot),
+            "--ledger", str(ledger), "--json"]
+    assert throughput.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    record = json.loads(out[-2 if out[-1].startswith("ledger:") else -1])
+    assert [p["requests"] for p in record["points"]] == [2, 4]
+    for p in record["points"]:
+        assert p["engine_tok_per_s"] > 0 and p["peer_tok_per_s"] > 0 and p["ratio"] > 0
+        assert p["output_tokens"] >= 3 * p["requests"]  # lengths uniform in [12 // 4, 12]
+    assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2
+    (path,) = ledger.iterdir()
+    saved = json.loads(path.read_text())
+    assert saved["kind"] == "bench" and saved["rows"] == ["ENGINE-SERVE"]
+    assert saved["summary"].startswith("4 requests: engine ")
+
+
+def test_the_workload_is_seeded_and_within_its_lengths() -> None:
+    prompts, outs = throughput.workload(50, 100, 1024, 151936, 3)
+    assert (prompts, outs) == throughput.workload(50, 100, 1024, 151936, 3)
+    assert all(100 <= len(p) <= 1024 for p in prompts) and all(100 <= n <= 1024 for n in outs)
+    assert throughput.workload(50, 100, 1024, 151936, 4)[0] != prompts
+
+
+def test_bad_lengths_and_sweep_are_usage_errors(capsys) -> None:
+    assert throughput.main(["--smoke", "--min-len", "9", "--max-len", "4"]) == 2
+    assert "need 1 <= --min-len (9) <= --max-len (4)" in capsys.readouterr().err
+    assert throughput.main(["--smoke", "--sweep", "4,x"]) == 2
+    assert "--sweep '4,x': expected comma-separated integers" in capsys.readouterr().err
