@@ -130,7 +130,7 @@ if [[ " $PHASES " == *" serve "* ]]; then
   build_once
   step serve-gpu-tests 300 $PY -m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu -q \
     -p no:cacheprovider
-  step serve-throughput 900 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
+  step serve-throughput 570 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
 

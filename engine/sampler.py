@@ -9,6 +9,7 @@ Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greed
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 import torch
@@ -42,9 +43,10 @@ def sample(
     seeds: torch.Tensor,  # [batch] int64
     steps: torch.Tensor,  # [batch] int64: index of the token being generated within its request
     mode: Mode = Mode.FILTERED,
+    argmax: Callable[[torch.Tensor], torch.Tensor] = greedy_argmax,  # the caller's argmax dispatch
 ) -> torch.Tensor:  # [batch] int64
     """One token per row; no host reads, so it can be captured (every input a device tensor)."""
-    greedy = greedy_argmax(logits)
+    greedy = argmax(logits)
     if mode is Mode.GREEDY:
         return greedy
     hot = temperature > 0
