@@ -103,3 +103,15 @@ def test_decode_step_is_captured_once_per_padded_batch(tiny_model_dir, monkeypat
     # fails while an op inside the step syncs with the host (the torch references check values on the host)
     assert graph.use_graph, "the decode step fell back to eager: an op in it is not capturable"
     assert set(graph._graphs) == {8, 2}
+
+
+def test_running_out_of_blocks_in_allocation_leaks_nothing(tiny_model_dir) -> None:
+    from engine.block_manager import OutOfBlocksError
+
+    small = Runner(tiny_model_dir, max_batch=3, max_model_len=48, num_blocks=3)
+    prompts = default_prompts(512, 17, (20, 20, 20))  # 2 blocks each: the second prompt's allocation fails
+    with pytest.raises(OutOfBlocksError, match="sequence 1 needs 2 blocks for 20 tokens, 1 of 3 free"):
+        small.generate(prompts, 4)
+    assert small.blocks.num_free == 3 and not small.blocks.tables  # the first prompt's blocks came back
+    assert small.generate(prompts[:1], 4).tokens == Runner(tiny_model_dir, max_batch=1, max_model_len=48).generate(
+        prompts[:1], 4).tokens
