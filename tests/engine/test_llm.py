@@ -239,12 +239,14 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
               for t, k, p, s in [(0, -1, 1, 0), (0.8, -1, 1, 1), (1.0, 5, 1, 2), (0.7, -1, 0.9, 3), (1.2, 20, 0.8, 4),
                                  (0.0, 3, 0.5, 5)]]
     # no prefix cache: a second run's prefill must take the same shapes as the first's
-    llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128, enable_prefix_caching=False)
+    llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64,
+              enable_prefix_caching=False)
     first = [o.token_ids for o in llm.generate(prompts, params)]
     assert llm.runner.use_graph, "the sampling decode step fell back to eager: an op in it is not capturable"
     assert Mode.FILTERED in {mode for _, mode in llm.runner._sample_graphs}
     assert [o.token_ids for o in llm.generate(prompts, params)] == first  # replay is deterministic
-    eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128, enable_prefix_caching=False)
+    eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64,
+              enable_prefix_caching=False)
     eager.runner.use_graph = False
     assert [o.token_ids for o in eager.generate(prompts, params)] == first  # the graph samples what eager does
     # the greedy row equals Runner.generate's over the same batch (the same padded GEMM shapes)
