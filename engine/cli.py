@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=TINY_MODEL,
                    help="Hugging Face model directory (default: the embedded tiny Qwen3)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--dtype", choices=["auto", *sorted(DTYPES)], default="auto",
+                   help="activation and weight dtype (default auto: the checkpoint's torch_dtype, float32 if none)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 

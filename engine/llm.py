@@ -67,7 +67,7 @@ class LLM:
         from engine.model.config import load_config
 
         config = load_config(self.model_dir)
-        torch_dtype = resolve_dtype(dtype, config.torch_dtype, device)
+        torch_dtype = resolve_dtype(dtype, config, device)
         self.max_model_len = max_model_len or min(config.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
         if self.max_model_len > config.max_position_embeddings:
             raise ValueError(f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
@@ -195,13 +195,18 @@ class LLM:
                              seq.finish_reason or "length", seq.num_cached)
 
 
-def resolve_dtype(name: str, checkpoint: str | None, device: str) -> torch.dtype:
+def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
+    """`auto`: the checkpoint's torch_dtype (float32 if it names none); on CUDA a float32 checkpoint runs in
+    bfloat16, as vLLM's `auto` runs it in half precision."""
+    from engine.model.config import checkpoint_dtype  # why: load_config above is imported lazily too
+
+    checkpoint = config.torch_dtype
     if name != "auto":
         if name not in DTYPES:
             raise ValueError(f"dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
         return DTYPES[name]
     if not device.startswith("cuda"):
-        return torch.float32  # half-precision matmuls are slow on the CPU
+        return DTYPES[checkpoint_dtype(config)]
     return DTYPES[checkpoint] if checkpoint in ("bfloat16", "float16") else torch.bfloat16
 
 

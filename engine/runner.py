@@ -13,7 +13,7 @@ import torch
 from engine import flags
 from engine.block_manager import BlockManager
 from engine.model.batch import ForwardBatch
-from engine.model.config import load_config
+from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.sampler import Mode, SamplingInputs, batch_mode, sample
 from engine.step_inputs import StepInputs
@@ -21,6 +21,7 @@ from engine.step_inputs import StepInputs
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # decode batches are padded up to one of these sizes on CUDA, so one captured graph serves each bucket
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_MAX_MODEL_LEN = 512  # when none is given: this, or the model's max_position_embeddings if smaller
 
 
 @dataclass
@@ -54,10 +55,10 @@ class Runner:
     def __init__(
         self,
         model_dir: str | Path,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = torch.float32,  # None: the checkpoint's torch_dtype (`--dtype auto`)
         device: str = "cpu",
         max_batch: int = 8,
-        max_model_len: int = 512,
+        max_model_len: int | None = None,
         block_size: int = 16,
         num_blocks: int | None = None,
     ) -> None:
@@ -65,6 +66,14 @@ class Runner:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA device is available to torch")
         self.config = load_config(model_dir)
+        if dtype is None:
+            dtype = DTYPES[checkpoint_dtype(self.config)]
+        limit = self.config.max_position_embeddings
+        if max_model_len is None:
+            max_model_len = min(DEFAULT_MAX_MODEL_LEN, limit)
+        if max_model_len > limit:
+            raise ValueError(f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit} "
+                             f"({Path(model_dir) / 'config.json'}): shorten the prompt or max new tokens")
         if self.device.type == "cpu":
             set_cpu_threads(self.config.hidden_size)
         self.dtype = dtype
@@ -341,3 +350,8 @@ def parse_dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
         raise ValueError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}")
     return DTYPES[name]
+
+
+def resolve_dtype(name: str, model_dir: str | Path) -> str:
+    """A `--dtype` value as a dtype name: `auto` is the checkpoint's torch_dtype (float32 if it names none)."""
+    return checkpoint_dtype(load_config(model_dir)) if name == "auto" else name

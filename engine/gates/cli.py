@@ -75,7 +75,9 @@ def setup_from(args: argparse.Namespace):  # -> harness.Setup
         prompts = default_prompts(load_config(args.model).vocab_size, args.seed)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
-    return Setup(args.model, prompts, args.max_new_tokens, args.dtype, args.device)
+    from engine.runner import resolve_dtype
+
+    return Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model), args.device)
 
 
 def report(result: GateResult, as_json: bool, columns: list[str] | None = None) -> int:

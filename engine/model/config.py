@@ -7,10 +7,27 @@ from pathlib import Path
 from typing import Any
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+# config.json's torch_dtype -> the engine's dtype name (`--dtype auto` runs the checkpoint's own dtype)
+CHECKPOINT_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+AUTO_DTYPE_FALLBACK = "float32"  # a config.json that names no dtype
 
 
 class ConfigError(ValueError):
     """A config.json the engine cannot run; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """A checkpoint's `quantization_config`, reduced to what dequantizing its linear weights needs."""
+
+    method: str  # "awq" | "gptq" | "nvfp4"
+    bits: int = 4
+    group_size: int = 0  # input rows per scale; 0: one group over all of K (GPTQ's group_size -1)
+    desc_act: bool = False  # GPTQ act order: g_idx is a shuffle, rows are sorted by it at load
+    sym: bool = True
+    version: int = 1  # GPTQ checkpoint format: 1 stores zero - 1, 2 the zero itself
+    layout: str = ""  # NVFP4: "modelopt" (weight, weight_scale_2 multiplies) or "compressed-tensors"
+    # (weight_packed, weight_global_scale divides)
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,7 @@ class ModelConfig:
     norm_topk_prob: bool = False
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = field(default_factory=tuple)
+    quant: QuantConfig | None = None  # None: an unquantized checkpoint
 
     @property
     def is_moe(self) -> bool:
@@ -57,7 +75,23 @@ def load_config(model_dir: str | Path) -> ModelConfig:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+    if "quantization_config" not in raw and (path.parent / "hf_quant_config.json").is_file():
+        # ModelOpt exports put their quantization in a side file
+        side = path.parent / "hf_quant_config.json"
+        try:
+            raw = {**raw, "quantization_config": {"quant_method": "modelopt", **json.loads(side.read_text())}}
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{side}: not valid JSON ({exc})") from exc
     return parse_config(raw, source=str(path))
+
+
+def checkpoint_dtype(config: ModelConfig) -> str:
+    """The dtype name `--dtype auto` means for this checkpoint: its torch_dtype, float32 if it names none."""
+    name = config.torch_dtype or AUTO_DTYPE_FALLBACK
+    if name not in CHECKPOINT_DTYPES:
+        raise ConfigError(f"config.json: torch_dtype={name!r} is not one the engine runs "
+                          f"({', '.join(CHECKPOINT_DTYPES)}); pass --dtype")
+    return CHECKPOINT_DTYPES[name]
 
 
 def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
@@ -113,6 +147,7 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
         attention_bias=bool(raw.get("attention_bias", False)),
         sliding_windows=_sliding_windows(raw, layers, source),
         torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
+        quant=parse_quant(raw.get("quantization_config"), source),
         **kw,
     )
 
@@ -146,3 +181,75 @@ def _sliding_windows(raw: dict[str, Any], layers: int, source: str) -> tuple[int
     # dense Qwen3: layers from max_window_layers on use the window
     first = int(raw.get("max_window_layers", layers))
     return tuple(window if i >= first else None for i in range(layers))
+
+
+QUANT_METHODS = ("awq", "gptq", "modelopt", "compressed-tensors")
+
+
+def parse_quant(raw: dict[str, Any] | None, source: str = "config.json") -> QuantConfig | None:
+    """`quantization_config` as transformers and vLLM read it; anything the engine cannot run is an error."""
+    if raw is None:
+        return None
+    where = f"{source}: quantization_config"
+    method = str(raw.get("quant_method", "")).lower()
+    if method == "awq":
+        return _parse_awq(raw, where)
+    if method == "gptq":
+        return _parse_gptq(raw, where)
+    if method == "modelopt":
+        algo = raw.get("quant_algo", (raw.get("quantization") or {}).get("quant_algo"))
+        if str(algo).upper() != "NVFP4":
+            raise ConfigError(f"{where}.quant_algo={algo!r} is not supported (only 'NVFP4')")
+        _check_nvfp4_group(raw.get("group_size", (raw.get("quantization") or {}).get("group_size", 16)), where)
+        return QuantConfig("nvfp4", layout="modelopt", group_size=16)
+    if method == "compressed-tensors":
+        fmt = raw.get("format")
+        if fmt != "nvfp4-pack-quantized":
+            raise ConfigError(f"{where}.format={fmt!r} is not supported (only 'nvfp4-pack-quantized')")
+        for name, group in (raw.get("config_groups") or {}).items():
+            weights = group.get("weights") or {}
+            if weights.get("num_bits", 4) != 4 or weights.get("type", "float") != "float":
+                raise ConfigError(f"{where}.config_groups.{name}.weights: num_bits={weights.get('num_bits')!r} "
+                                  f"type={weights.get('type')!r} is not NVFP4 (4-bit float)")
+            _check_nvfp4_group(weights.get("group_size", 16), f"{where}.config_groups.{name}.weights")
+        return QuantConfig("nvfp4", layout="compressed-tensors", group_size=16)
+    raise ConfigError(f"{where}.quant_method={raw.get('quant_method')!r} is not supported "
+                      f"(supported: {', '.join(QUANT_METHODS)})")
+
+
+def _parse_awq(raw: dict[str, Any], where: str) -> QuantConfig:
+    bits = int(raw.get("bits", raw.get("w_bit", 4)))
+    if bits != 4:
+        raise ConfigError(f"{where}.bits={bits} is not supported for awq (only 4)")
+    version = str(raw.get("version", "gemm")).lower()
+    if version != "gemm":
+        raise ConfigError(f"{where}.version={raw.get('version')!r} is not supported (only the 'gemm' layout)")
+    if not raw.get("zero_point", True):
+        raise ConfigError(f"{where}.zero_point=false is not supported (the GEMM layout stores qzeros)")
+    group = int(raw.get("group_size", raw.get("q_group_size", 128)))
+    if group < 1:
+        raise ConfigError(f"{where}.group_size={group} must be at least 1")
+    return QuantConfig("awq", bits=4, group_size=group, sym=False)
+
+
+GPTQ_FORMATS = {"gptq": 1, "gptq_v1": 1, "v1": 1, "gptq_v2": 2, "v2": 2}
+
+
+def _parse_gptq(raw: dict[str, Any], where: str) -> QuantConfig:
+    bits = int(raw.get("bits", 4))
+    if bits not in (2, 4, 8):
+        raise ConfigError(f"{where}.bits={bits} is not supported for gptq (2, 4 or 8)")
+    group = int(raw.get("group_size", 128))
+    if group == 0 or group < -1:
+        raise ConfigError(f"{where}.group_size={group} must be -1 (one group) or at least 1")
+    fmt = str(raw.get("checkpoint_format", "gptq")).lower()
+    if fmt not in GPTQ_FORMATS:
+        raise ConfigError(f"{where}.checkpoint_format={raw.get('checkpoint_format')!r} is not supported "
+                          f"(one of {', '.join(GPTQ_FORMATS)})")
+    return QuantConfig("gptq", bits=bits, group_size=max(group, 0), desc_act=bool(raw.get("desc_act", False)),
+                       sym=bool(raw.get("sym", True)), version=GPTQ_FORMATS[fmt])
+
+
+def _check_nvfp4_group(group: Any, where: str) -> None:
+    if group != 16:
+        raise ConfigError(f"{where}.group_size={group!r} is not NVFP4's 16")

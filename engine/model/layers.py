@@ -4,7 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.ops.linear import embedding, linear
+from engine.model.config import QuantConfig
+from engine.ops._packing import pack_int32, unpack_int32
+from engine.ops.linear import embedding, linear, quantized_linear
 from engine.ops.norm import rms_norm
 
 
@@ -33,6 +35,138 @@ class Linear(nn.Module):
         return linear(x, self.weight, self.bias)
 
 
+def make_linear(in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
+                quant: QuantConfig | None = None) -> nn.Module:
+    """A decoder projection: `Linear`, or `QuantLinear` when the checkpoint is quantized."""
+    if quant is None:
+        return Linear(in_features, out_features, bias, dtype)
+    return QuantLinear(in_features, out_features, bias, dtype, quant)
+
+
+class QuantLinear(nn.Module):
+    """y = x W^T (+ b) with W held quantized (AWQ, GPTQ or NVFP4), dequantized by the op it dispatches to.
+
+    It owns its loading: `load_tensor` takes each of its checkpoint tensors (under the engine's names:
+    qweight, qzeros, scales, g_idx; packed, block_scales, global_scale; or a dense `weight` for a module the
+    checkpoint left unquantized) and checks dtype and shape; `finish_loading` checks that none is missing and
+    puts GPTQ act-order rows in g_idx order (x is permuted to match), so each group's scales are read in order.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
+                 quant: QuantConfig) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.dtype, self.quant = in_features, out_features, dtype, quant
+        self.bias = new_param(out_features, dtype=dtype) if bias else None
+        self.weight: nn.Parameter | None = None  # dense, only for a module the checkpoint left unquantized
+        self.register_buffer("input_perm", None)  # GPTQ act order: x[..., input_perm] meets the sorted rows
+        self.device = torch.empty(0).device  # the enclosing `with torch.device(...)` of the loader
+        self.expected = quant_shapes(quant, in_features, out_features)
+
+    def load_tensor(self, key: str, loaded: torch.Tensor, name: str) -> None:
+        """Take one checkpoint tensor under the engine's name `key`; a wrong dtype or shape names `name`."""
+        if key == "weight":
+            self.weight = new_param(self.out_features, self.in_features, dtype=self.dtype)
+            default_weight_loader(self.weight, loaded.to(self.device), name)
+            return
+        if key not in self.expected:
+            raise ValueError(f"{name}: not a tensor of this {describe(self.quant)} linear layer "
+                             f"(expected {', '.join(self.expected)})")
+        dtypes, shape = self.expected[key]
+        if loaded.dtype not in dtypes:
+            raise ValueError(f"{name}: dtype {loaded.dtype} is not {' or '.join(map(str, dtypes))} "
+                             f"({describe(self.quant)})")
+        if tuple(loaded.shape) != shape and not (key == "global_scale" and loaded.numel() == 1):
+            raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != {shape} for in_features="
+                             f"{self.in_features}, out_features={self.out_features} ({describe(self.quant)})")
+        if key == "global_scale":
+            loaded = loaded.float().reshape(())
+            if self.quant.layout == "compressed-tensors":
+                loaded = 1.0 / loaded  # compressed-tensors stores the divisor; the ops multiply
+        self.register_buffer(key, loaded.to(self.device).contiguous())
+
+    def finish_loading(self, prefix: str) -> None:
+        """After every tensor is in: a missing one names itself; GPTQ rows go into g_idx order."""
+        if self.weight is not None:
+            return
+        have = {k for k in self.expected if hasattr(self, k)}
+        if self.quant.method == "gptq" and "g_idx" not in have and not self.quant.desc_act:
+            group = self.quant.group_size or self.in_features
+            self.register_buffer("g_idx", torch.arange(self.in_features, device=self.device) // group)
+            have.add("g_idx")
+        if not have:
+            raise ValueError(f"{prefix}.weight: missing from the checkpoint (and no {describe(self.quant)} tensors)")
+        for key in self.expected:
+            if key not in have:
+                raise ValueError(f"{prefix}.{CHECKPOINT_KEYS.get((self.quant.layout, key), key)}: missing from "
+                                 f"the checkpoint (the {describe(self.quant)} layer needs {', '.join(self.expected)})")
+        if self.quant.method == "gptq":
+            self._sort_act_order(prefix)
+
+    def _sort_act_order(self, prefix: str) -> None:
+        g_idx: torch.Tensor = self.g_idx
+        groups = self.scales.shape[0]
+        if int(g_idx.min()) < 0 or int(g_idx.max()) >= groups:
+            raise ValueError(f"{prefix}.g_idx: values span [{int(g_idx.min())}, {int(g_idx.max())}] outside the "
+                             f"{groups} groups of {prefix}.scales")
+        if bool((g_idx[1:] >= g_idx[:-1]).all()):
+            return  # already in order
+        perm = torch.argsort(g_idx, stable=True)
+        bits = self.quant.bits
+        rows = unpack_int32(self.qweight.T, bits).T[perm]  # [K, N] in g_idx order
+        self.register_buffer("qweight", pack_int32(rows.T, bits).T.contiguous())
+        self.register_buffer("g_idx", g_idx[perm].contiguous())
+        self.register_buffer("input_perm", perm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in_features]
+        if self.weight is not None:
+            return linear(x, self.weight, self.bias)
+        if self.input_perm is not None:
+            x = x.index_select(-1, self.input_perm)
+        q = self.quant
+        tensors = {k: getattr(self, k) for k in self.expected}
+        return quantized_linear(x, q.method, tensors, self.bias, group_size=q.group_size or self.in_features,
+                                bits=q.bits, version=q.version)
+
+
+# the checkpoint's own name of an engine tensor, where the two differ (for messages)
+CHECKPOINT_KEYS = {("modelopt", "packed"): "weight", ("modelopt", "block_scales"): "weight_scale",
+                   ("modelopt", "global_scale"): "weight_scale_2",
+                   ("compressed-tensors", "packed"): "weight_packed",
+                   ("compressed-tensors", "block_scales"): "weight_scale",
+                   ("compressed-tensors", "global_scale"): "weight_global_scale"}
+_INT32 = (torch.int32,)
+_SCALE = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def quant_shapes(q: QuantConfig, k: int, n: int) -> dict[str, tuple[tuple[torch.dtype, ...], tuple[int, ...]]]:
+    """Engine tensor name -> (allowed dtypes, shape) of a [k in, n out] linear in the layout `q`."""
+    if q.method == "nvfp4":
+        if k % 16:
+            raise ValueError(f"in_features={k} is not a multiple of 16 (NVFP4 block)")
+        return {"packed": ((torch.uint8,), (n, k // 2)), "block_scales": ((torch.float8_e4m3fn,), (n, k // 16)),
+                "global_scale": ((torch.float32,), ())}
+    group = q.group_size or k
+    if q.method == "awq":
+        if n % 8 or k % group:
+            raise ValueError(f"AWQ linear [{k} -> {n}]: out_features must be a multiple of 8 and group_size "
+                             f"{group} must divide in_features")
+        return {"qweight": (_INT32, (k, n // 8)), "qzeros": (_INT32, (k // group, n // 8)),
+                "scales": (_SCALE, (k // group, n))}
+    per_word = 32 // q.bits
+    if k % per_word or n % per_word:
+        raise ValueError(f"GPTQ linear [{k} -> {n}]: in_ and out_features must be multiples of {per_word}")
+    groups = -(-k // group)
+    return {"qweight": (_INT32, (k // per_word, n)), "qzeros": (_INT32, (groups, n // per_word)),
+            "scales": (_SCALE, (groups, n)), "g_idx": ((torch.int32, torch.int64), (k,))}
+
+
+def describe(q: QuantConfig) -> str:
+    if q.method == "nvfp4":
+        return f"NVFP4 ({q.layout})"
+    extra = f", v{q.version}" + (", act order" if q.desc_act else "") if q.method == "gptq" else ""
+    return f"{q.method.upper()} {q.bits}-bit group {q.group_size or 'all'}{extra}"
+
+
 class MergedLinear(nn.Module):
     """Several linears on one input whose weights sit side by side in one [sum(out), in] tensor.
 
@@ -41,9 +175,15 @@ class MergedLinear(nn.Module):
     `forward` is one GEMM for all parts: fewer, larger launches in a decode step.
     """
 
-    def __init__(self, in_features: int, out_features: list[int], bias: bool, dtype: torch.dtype) -> None:
+    def __init__(self, in_features: int, out_features: list[int], bias: bool, dtype: torch.dtype,
+                 quant: QuantConfig | None = None) -> None:
         super().__init__()
         self.sizes = list(out_features)
+        self.quantized = quant is not None
+        if quant is not None:  # quantized parts hold their own packed tensors: forward runs each
+            self.parts: list[nn.Module] = [QuantLinear(in_features, n, bias, dtype, quant) for n in self.sizes]
+            self.weight, self.bias = None, None
+            return
         self.parts = [Linear(in_features, n, bias, dtype) for n in self.sizes]
         # plain attributes, not buffers: the parameters that alias them are what state_dict and .to() see
         self.weight = torch.empty(sum(self.sizes), in_features, dtype=dtype)
@@ -56,6 +196,8 @@ class MergedLinear(nn.Module):
             start += n
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
+        if self.quantized:
+            return torch.cat([part(x) for part in self.parts], dim=-1)
         w = self.parts[0].weight
         if w.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
             raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "

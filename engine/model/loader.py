@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.model.config import ModelConfig, load_config
-from engine.model.layers import default_weight_loader
+from engine.model.config import ModelConfig, QuantConfig, load_config
+from engine.model.layers import QuantLinear, default_weight_loader
 from engine.model.qwen3 import Qwen3ForCausalLM
 from engine.model.qwen3_moe import Qwen3MoeExperts, Qwen3MoeForCausalLM
 
@@ -22,6 +22,16 @@ MODEL_CLASSES: dict[str, type[Qwen3ForCausalLM]] = {
 _PER_EXPERT = re.compile(r"^(?P<mod>.*\.mlp\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
 # tensors some checkpoints carry that the engine recomputes
 _IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+# the name map at the edge for quantized linears: checkpoint suffix -> QuantLinear's tensor (None: not used,
+# e.g. the activation scales of W4A4 NVFP4, which the engine's weight-only dequant does not read)
+QUANT_NAMES: dict[str, dict[str, str | None]] = {
+    "awq": {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales"},
+    "gptq": {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"},
+    "modelopt": {"weight_scale": "block_scales", "weight_scale_2": "global_scale", "input_scale": None},
+    "compressed-tensors": {"weight_packed": "packed", "weight_scale": "block_scales",
+                           "weight_global_scale": "global_scale", "input_global_scale": None},
+}
+_QUANT_SUFFIXES = {k for names in QUANT_NAMES.values() for k in names}
 
 
 class LoadError(ValueError):
@@ -70,6 +80,20 @@ def load_weights(model: Qwen3ForCausalLM, tensors: Iterator[tuple[str, torch.Ten
             continue
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # tied: the embedding is the head
+        prefix, _, suffix = name.rpartition(".")
+        module = modules.get(prefix)
+        if isinstance(module, QuantLinear) and suffix != "bias":
+            key = quant_key(module.quant, suffix, tensor)
+            if key is not None:
+                try:
+                    module.load_tensor(key, tensor, name)
+                except ValueError as exc:
+                    raise LoadError(str(exc)) from exc
+            continue
+        if name not in params and suffix in _QUANT_SUFFIXES:
+            why = ("config.json has no quantization_config" if config.quant is None else
+                   "the engine keeps this module unquantized (MoE experts, the router, lm_head)")
+            raise LoadError(f"{name}: a quantized tensor, but {why}")
         m = _PER_EXPERT.match(name)
         if m and isinstance(modules.get(m["mod"]), Qwen3MoeExperts):
             experts: Qwen3MoeExperts = modules[m["mod"]]
@@ -93,10 +117,25 @@ def load_weights(model: Qwen3ForCausalLM, tensors: Iterator[tuple[str, torch.Ten
             proj = "down_proj" if shards == 1 else ("gate_proj", "up_proj")[s]
             raise LoadError(f"{pname.rsplit('.', 1)[0]}.{e}.{proj}.weight: missing from the checkpoint")
         loaded.add(pname)
+    for prefix, module in modules.items():
+        if isinstance(module, QuantLinear):
+            try:
+                module.finish_loading(prefix)
+            except ValueError as exc:
+                raise LoadError(str(exc)) from exc
     missing = sorted(set(params) - loaded)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise LoadError(f"{missing[0]}: missing from the checkpoint{more}")
+
+
+def quant_key(quant: QuantConfig, suffix: str, tensor: torch.Tensor) -> str | None:
+    """QuantLinear's name for a checkpoint tensor `<module>.<suffix>`; an unknown suffix passes through (and
+    the layer names it in its error). ModelOpt calls both its packed weight and a dense one `weight`."""
+    if suffix == "weight":
+        return "packed" if quant.layout == "modelopt" and tensor.dtype == torch.uint8 else "weight"
+    names = QUANT_NAMES[quant.layout or quant.method]
+    return names.get(suffix, suffix)
 
 
 def param_count(model: nn.Module) -> int:

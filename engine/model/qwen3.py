@@ -6,8 +6,8 @@ from torch import nn
 
 from engine import flags
 from engine.model.batch import ForwardBatch
-from engine.model.config import ModelConfig
-from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm
+from engine.model.config import ModelConfig, QuantConfig
+from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm, make_linear
 from engine.ops.activation import silu_and_mul
 from engine.ops.attention import extend_attention, paged_decode_attention, prefill_attention
 from engine.ops.kv_cache import store_kv
@@ -35,9 +35,9 @@ class Qwen3Attention(nn.Module):
         h, d, bias = config.hidden_size, config.head_dim, config.attention_bias
         # q/k/v side by side: q_proj, k_proj and v_proj are views into qkv_proj's weight
         self.qkv_proj = MergedLinear(h, [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], bias,
-                                     dtype)
+                                     dtype, config.quant)
         self.q_proj, self.k_proj, self.v_proj = self.qkv_proj.parts
-        self.o_proj = Linear(self.num_heads * d, h, bias, dtype)
+        self.o_proj = make_linear(self.num_heads * d, h, bias, dtype, config.quant)
         # Qwen3 normalises q and k per head before RoPE
         self.q_norm = RMSNorm(d, config.rms_norm_eps, dtype)
         self.k_norm = RMSNorm(d, config.rms_norm_eps, dtype)
@@ -73,12 +73,12 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype) -> None:
+    def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype, quant: QuantConfig | None = None) -> None:
         super().__init__()
         # gate and up side by side: one GEMM under VT_MERGED_PROJ (on a GPU), two otherwise
-        self.gate_up_proj = MergedLinear(hidden, [intermediate, intermediate], False, dtype)
+        self.gate_up_proj = MergedLinear(hidden, [intermediate, intermediate], False, dtype, quant)
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
-        self.down_proj = Linear(intermediate, hidden, False, dtype)
+        self.down_proj = make_linear(intermediate, hidden, False, dtype, quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, hidden]
         if merged_projections(x):
@@ -97,7 +97,7 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
 
     def make_mlp(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> nn.Module:
-        return Qwen3MLP(config.hidden_size, config.intermediate_size, dtype)
+        return Qwen3MLP(config.hidden_size, config.intermediate_size, dtype, config.quant)
 
     def forward(
         self,

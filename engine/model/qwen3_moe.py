@@ -64,7 +64,7 @@ class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):
     def make_mlp(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> nn.Module:
         if config.layer_is_sparse(layer_idx):
             return Qwen3MoeSparseMoeBlock(config, dtype)
-        return Qwen3MLP(config.hidden_size, config.intermediate_size, dtype)
+        return Qwen3MLP(config.hidden_size, config.intermediate_size, dtype, config.quant)
 
 
 class Qwen3MoeModel(Qwen3Model):

@@ -13,6 +13,16 @@ def unpack_int32(words: torch.Tensor, bits: int) -> torch.Tensor:  # words: [...
     return fields.reshape(*words.shape[:-1], words.shape[-1] * per_word)
 
 
+def pack_int32(fields: torch.Tensor, bits: int) -> torch.Tensor:  # fields: [..., m * 32/bits] -> [..., m] int32
+    """The inverse of `unpack_int32`: field j of word w is fields[..., w * 32/bits + j], from the low bits up."""
+    per_word = 32 // bits
+    if fields.shape[-1] % per_word:
+        raise ValueError(f"fields: last dim {fields.shape[-1]} is not a multiple of {per_word} (32/{bits} bits)")
+    grouped = (fields.to(torch.int64) & ((1 << bits) - 1)).reshape(*fields.shape[:-1], -1, per_word)
+    words = (grouped << torch.arange(0, 32, bits, device=fields.device)).sum(-1)
+    return torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)  # two's complement
+
+
 def repeat_each(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:  # t: 2-D; dim 0 or 1
     """repeat_interleave(times, dim) as expand + reshape: never a host sync (CUDA-graph capturable)."""
     rows, cols = t.shape

@@ -56,3 +56,27 @@ def embedding(
         if lo < 0 or hi >= weight.shape[0]:
             raise IndexError(f"ids: values span [{lo}, {hi}] outside the vocab [0, {weight.shape[0]})")
     return weight[ids.long()]
+
+
+def quantized_linear(
+    x: torch.Tensor,  # x: [..., in_features]
+    method: str,  # "awq" | "gptq" | "nvfp4"
+    weights: dict[str, torch.Tensor],  # the layer's packed tensors under the engine's names
+    bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
+    group_size: int = 0,
+    bits: int = 4,
+    version: int = 1,
+) -> torch.Tensor:  # [..., out_features], x.dtype
+    """The one dispatch of a quantized linear layer. On a GPU one row (M = 1) takes the fused dequant-GEMV
+    under VT_DEQUANT_GEMV; more rows dequantize (the dequant kernel under VT_DEQUANT_KERNEL) and then run the
+    GEMM; on the CPU the torch references (engine/ops/awq.py, gptq.py, nvfp4.py) do both."""
+    from engine.ops import awq, gptq, nvfp4  # they build on `linear` above
+
+    w = weights
+    if method == "awq":
+        return awq.awq_linear(x, w["qweight"], w["qzeros"], w["scales"], group_size, bias)
+    if method == "gptq":
+        return gptq.gptq_linear(x, w["qweight"], w["qzeros"], w["scales"], w["g_idx"], bits, version, bias)
+    if method == "nvfp4":
+        return nvfp4.nvfp4_linear(x, w["packed"], w["block_scales"], w["global_scale"], bias)
+    raise ValueError(f"method: {method!r} is not a quantized linear (awq, gptq or nvfp4)")

@@ -1,0 +1,180 @@
+"""Quantized checkpoints (AWQ, GPTQ with and without act order, NVFP4 in two layouts) load, dequantize to
+their quantizer's own values, and decode token-exact against transformers on the dequantized twin (CPU)."""
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.data.make_tiny_quant import METHODS, PROJECTIONS, write_pair
+from engine.gates.oracle import Oracle
+from engine.gates.tokens import default_prompts, token_gate
+from engine.model.config import ConfigError
+from engine.model.layers import QuantLinear
+from engine.model.loader import LoadError, load_model
+from engine.runner import Runner
+
+# the conftest's tiny shape, with an intermediate size NVFP4's blocks of 16 divide
+QUANT_TINY = {"vocab_size": 211, "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
+LENS = (1, 5, 17, 23)
+NEW = 12
+
+
+@pytest.fixture(scope="session")
+def quant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
+    """quant_pair("awq") -> (quantized dir, dequantized twin dir), built once per method."""
+    from engine.data.make_tiny import build
+
+    cache: dict[str, tuple[Path, Path]] = {}
+
+    def make(method: str) -> tuple[Path, Path]:
+        if method not in cache:
+            cache[method] = write_pair(build(5, **QUANT_TINY), method, tmp_path_factory.mktemp(method))
+        return cache[method]
+
+    return make
+
+
+def copy_checkpoint(src: Path, dst: Path, edit_tensors=None, edit_config=None) -> Path:
+    """A copy of `src` with its tensors through `edit_tensors(dict)` and its config through `edit_config(dict)`."""
+    shutil.copytree(src, dst)
+    if edit_tensors is not None:
+        save_file(edit_tensors(load_file(str(src / "model.safetensors"))), str(dst / "model.safetensors"))
+    if edit_config is not None:
+        config = json.loads((src / "config.json").read_text())
+        edit_config(config)
+        (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_dequantized_weights_equal_the_quantizers_values(quant_pair, method: str) -> None:
+    quant, dense = quant_pair(method)
+    model = load_model(quant, torch.float32)
+    twin = load_file(str(dense / "model.safetensors"))
+    checked = 0
+    for name, module in model.named_modules():
+        if isinstance(module, QuantLinear) and name.rsplit(".", 1)[-1] in PROJECTIONS:
+            eye = torch.eye(module.in_features)
+            w = module(eye).T  # [out, in]: one-hot rows read the dequantized weight exactly
+            want = twin[f"{name}.weight"]
+            if method == "nvfp4-ct":  # the stored divisor is inverted once at load: at most 1 ulp apart
+                torch.testing.assert_close(w, want, rtol=2 ** -23, atol=0, msg=name)
+            else:
+                assert torch.equal(w, want), name
+            checked += 1
+    assert checked == 2 * len(PROJECTIONS)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_greedy_ids_equal_transformers_on_the_dequantized_twin(quant_pair, method: str) -> None:
+    quant, dense = quant_pair(method)
+    prompts = default_prompts(211, 3, LENS)
+    ours = Runner(quant, torch.float32, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    oracle = Oracle(dense, torch.float32)
+    result = token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts])
+    assert result.passed, result.render()
+    assert all(len(set(t)) > 3 for t in ours), ours  # not one repeated token: the gate can fail
+
+
+def test_a_misread_zero_offset_fails_the_gate(quant_pair, tmp_path) -> None:
+    # the teeth of the token gate: the v1 checkpoint read as v2 (every zero one lower) changes the tokens
+    quant, dense = quant_pair("gptq")
+    wrong = copy_checkpoint(quant, tmp_path / "v2", edit_config=lambda c: c["quantization_config"].update(
+        checkpoint_format="gptq_v2"))
+    prompts = default_prompts(211, 3, LENS)
+    ours = Runner(wrong, torch.float32, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    oracle = Oracle(dense, torch.float32)
+    assert not token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts]).passed
+
+
+def test_act_order_rows_are_sorted_at_load(quant_pair) -> None:
+    quant, _ = quant_pair("gptq-act-order")
+    stored = load_file(str(quant / "model.safetensors"))["model.layers.0.self_attn.q_proj.g_idx"]
+    assert not bool((stored[1:] >= stored[:-1]).all())  # the checkpoint's g_idx is a shuffle
+    layer = load_model(quant, torch.float32).model.layers[0].self_attn.q_proj
+    assert bool((layer.g_idx[1:] >= layer.g_idx[:-1]).all())
+    assert torch.equal(layer.g_idx, stored[layer.input_perm])
+    assert sorted(layer.input_perm.tolist()) == list(range(layer.in_features))
+
+
+def test_checkpoint_dtype_is_the_default_and_the_cli_generates(quant_pair, capsys) -> None:
+    from engine.cli import main
+
+    for method, dtype in (("awq", torch.float16), ("nvfp4", torch.bfloat16)):
+        quant, _ = quant_pair(method)
+        assert Runner(quant, None, max_batch=1, max_model_len=16).dtype == dtype
+        assert main(["generate", "--model", str(quant), "--prompt-ids", "1,2,3", "--max-new-tokens", "4",
+                     "--json"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["tokens"][0]) == 4
+
+
+def test_max_position_embeddings_is_checked(quant_pair, capsys) -> None:
+    from engine.cli import main
+
+    quant, _ = quant_pair("awq")
+    with pytest.raises(ValueError, match=r"max_model_len=300 exceeds the model's max_position_embeddings=256"):
+        Runner(quant, max_model_len=300)
+    assert Runner(quant, max_batch=1).max_model_len == 256  # the default stays within the model
+    assert main(["generate", "--model", str(quant), "--prompt-ids", "1,2", "--max-new-tokens", "255"]) == 2
+    assert "max_model_len=257 exceeds the model's max_position_embeddings=256" in capsys.readouterr().err
+
+
+Q = "model.layers.0.self_attn.q_proj"
+BAD_TENSORS = {
+    "wrong-shape": ("awq", lambda t: {**t, f"{Q}.qweight": t[f"{Q}.qweight"][:-8]},
+                    rf"{Q}.qweight: checkpoint shape \(40, 8\) != \(48, 8\) for in_features=48, out_features=64"),
+    "missing-scales": ("gptq", lambda t: {k: v for k, v in t.items() if k != f"{Q}.scales"},
+                       rf"{Q}.scales: missing from the checkpoint"),
+    "wrong-dtype": ("gptq", lambda t: {**t, f"{Q}.qzeros": t[f"{Q}.qzeros"].float()},
+                    rf"{Q}.qzeros: dtype torch.float32 is not torch.int32"),
+    "g_idx-out-of-range": ("gptq-act-order", lambda t: {**t, f"{Q}.g_idx": t[f"{Q}.g_idx"] + 1},
+                           rf"{Q}.g_idx: values span \[1, 3\] outside the 3 groups"),
+    "missing-global-scale": ("nvfp4", lambda t: {k: v for k, v in t.items() if k != f"{Q}.weight_scale_2"},
+                             rf"{Q}.weight_scale_2: missing from the checkpoint"),
+    "unknown-tensor": ("awq", lambda t: {**t, f"{Q}.g_idx": torch.zeros(48, dtype=torch.int32)},
+                       rf"{Q}.g_idx: not a tensor of this AWQ 4-bit group 16 linear layer"),
+    "quantized-head": ("awq", lambda t: {**t, "lm_head.qweight": t[f"{Q}.qweight"].clone()},
+                       r"lm_head.qweight: a quantized tensor, but the engine keeps this module unquantized"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TENSORS))
+def test_bad_checkpoint_tensors_name_the_tensor(quant_pair, tmp_path, case: str) -> None:
+    method, edit, message = BAD_TENSORS[case]
+    bad = copy_checkpoint(quant_pair(method)[0], tmp_path / case, edit_tensors=edit)
+    with pytest.raises(LoadError, match=message):
+        load_model(bad, torch.float32)
+
+
+BAD_CONFIGS = {
+    "unknown-bits": ("gptq", {"bits": 3}, r"quantization_config.bits=3 is not supported for gptq \(2, 4 or 8\)"),
+    "awq-bits": ("awq", {"bits": 8}, r"quantization_config.bits=8 is not supported for awq \(only 4\)"),
+    "awq-gemv-layout": ("awq", {"version": "gemv"}, r"quantization_config.version='gemv' is not supported"),
+    "unknown-method": ("awq", {"quant_method": "bitsandbytes"},
+                       r"quantization_config.quant_method='bitsandbytes' is not supported"),
+    "gptq-format": ("gptq", {"checkpoint_format": "marlin"},
+                    r"quantization_config.checkpoint_format='marlin' is not supported"),
+    "nvfp4-algo": ("nvfp4", {"quant_algo": "FP8"}, r"quantization_config.quant_algo='FP8' is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_quantization_configs_name_the_field(quant_pair, tmp_path, case: str) -> None:
+    method, edit, message = BAD_CONFIGS[case]
+    bad = copy_checkpoint(quant_pair(method)[0], tmp_path / case,
+                          edit_config=lambda c: c["quantization_config"].update(edit))
+    with pytest.raises(ConfigError, match=message):
+        load_model(bad, torch.float32)
+
+
+def test_quantized_tensors_without_a_quantization_config_say_so(quant_pair, tmp_path) -> None:
+    bad = copy_checkpoint(quant_pair("awq")[0], tmp_path / "noconf", edit_config=lambda c: c.pop("quantization_config"))
+    with pytest.raises(LoadError, match=r"qweight: a quantized tensor, but config.json has no quantization_config"):
+        load_model(bad, torch.float32)
