@@ -7,10 +7,16 @@ every cached token once.
 
     python -m engine bench ab --flag VT_MERGED_PROJ --workload decode-step [--shape ctx=1024,layers=28]
     python -m engine bench bandwidth --workload decode-step    # the defaults against the step's arms off
+
+`decode-step-awq`, `decode-step-gptq` and `decode-step-nvfp4` run the same step on the model with every
+decoder projection quantized (engine/data/make_tiny_quant.py, group 128): the A/B of VT_DEQUANT_GEMV.
+
+    VT_DEQUANT_KERNEL=1 python -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-awq
 """
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -19,6 +25,8 @@ STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
 STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
 _RUNNERS: dict[tuple, object] = {}  # one model per shape: the input sets share it
+QUANT_METHODS = ("awq", "gptq", "nvfp4")  # the quantized step workloads
+QUANT_GROUP = 128  # AWQ/GPTQ rows per scale, as the common checkpoints have
 
 
 def _model_shape(s: dict[str, int]) -> dict:
@@ -29,23 +37,45 @@ def _model_shape(s: dict[str, int]) -> dict:
     return dict(QWEN3_0_6B, num_hidden_layers=s["layers"])
 
 
-def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype):
+def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method: str | None = None):
     from engine.bench.decode import save_random_model
     from engine.runner import Runner
 
-    key = (s["ctx"], s["batch"], s["layers"], str(device), dtype)
+    key = (s["ctx"], s["batch"], s["layers"], str(device), dtype, method)
     if key not in _RUNNERS:
         with tempfile.TemporaryDirectory(prefix="vt-step-") as tmp:  # loaded into memory, then removed
-            save_random_model(Path(tmp), _model_shape(s))
-            _RUNNERS[key] = Runner(tmp, dtype, str(device), max_batch=_SEQ_SETS * s["batch"],
+            model_dir = Path(tmp)
+            if method is None:
+                save_random_model(model_dir, _model_shape(s))
+            else:
+                model_dir = _save_quantized(model_dir, _model_shape(s), method)
+            _RUNNERS[key] = Runner(model_dir, dtype, str(device), max_batch=_SEQ_SETS * s["batch"],
                                    max_model_len=s["ctx"] + 8, block_size=32)
     return _RUNNERS[key]
 
 
+def _save_quantized(tmp: Path, shape: dict, method: str) -> Path:
+    """The random model with its decoder projections quantized by `method`; returns the checkpoint's directory."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from engine.data.make_tiny_quant import write_pair
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
+    return write_pair(model, method, tmp, group=QUANT_GROUP, dense=False)[0]
+
+
+def quant_make(method: str) -> Callable[[dict[str, int], torch.device, torch.dtype, int], tuple]:
+    """`make` of the step on the `method`-quantized model."""
+    def make_quant(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+        return make(s, device, dtype, seed, method)
+    return make_quant
+
+
 @torch.inference_mode()
-def make(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+def make(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int, method: str | None = None) -> tuple:
     """(runner, inputs): `batch` sequences of this set prefilled to ctx tokens, and their next step's inputs."""
-    runner = _runner(s, device, dtype)
+    runner = _runner(s, device, dtype, method)
     first = (seed % _SEQ_SETS) * s["batch"]
     seq_ids = list(range(first, first + s["batch"]))
     g = torch.Generator().manual_seed(seed)
@@ -64,12 +94,30 @@ def run(runner, inputs: dict[str, torch.Tensor]) -> torch.Tensor:  # -> [batch] 
     return runner.decode_step(**inputs)
 
 
-def bytes_moved(s: dict[str, int], dtype: torch.dtype) -> int:
+def bytes_moved(s: dict[str, int], dtype: torch.dtype, method: str | None = None) -> int:
     c = _model_shape(s)
     h, d, inter = c["hidden_size"], c["head_dim"], c["intermediate_size"]
     hq, hkv = c["num_attention_heads"], c["num_key_value_heads"]
-    per_layer = h * (hq + 2 * hkv) * d + hq * d * h + 3 * h * inter + 2 * h + 2 * d  # projections, MLP, norms
+    elt = torch.empty((), dtype=dtype).element_size()
+    # (in, out) of each decoder projection: q, k, v, o, gate, up, down
+    projections = [(h, hq * d), (h, hkv * d), (h, hkv * d), (hq * d, h), (h, inter), (h, inter), (inter, h)]
+    packed = sum(_weight_bytes(k, n, elt, method) for k, n in projections)
+    per_layer = packed + (2 * h + 2 * d) * elt  # projections, norms
     # the head is read whole; the embedding only one row per token (tied or not)
-    weights = c["num_hidden_layers"] * per_layer + c["vocab_size"] * h + h
-    kv = 2 * c["num_hidden_layers"] * s["batch"] * (s["ctx"] + 1) * hkv * d
-    return (weights + kv) * torch.empty((), dtype=dtype).element_size()
+    weights = c["num_hidden_layers"] * per_layer + (c["vocab_size"] * h + h) * elt
+    kv = 2 * c["num_hidden_layers"] * s["batch"] * (s["ctx"] + 1) * hkv * d * elt
+    return weights + kv
+
+
+def quant_bytes(method: str) -> Callable[[dict[str, int], torch.dtype], int]:
+    return lambda s, dtype: bytes_moved(s, dtype, method)
+
+
+def _weight_bytes(k: int, n: int, elt: int, method: str | None) -> int:
+    """Bytes of one [k in, n out] projection's weight as stored: dense, or packed with its scales."""
+    if method is None:
+        return k * n * elt
+    if method == "nvfp4":  # e2m1 pairs, an e4m3 scale per 16, the fp32 global scale
+        return k * n // 2 + k * n // 16 + 4
+    groups = -(-k // QUANT_GROUP)  # int4 values, int4 zeros and fp16 scales per group (GPTQ: int32 g_idx)
+    return k * n // 2 + groups * n // 2 + groups * n * 2 + (4 * k if method == "gptq" else 0)

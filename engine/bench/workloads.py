@@ -275,7 +275,15 @@ NVFP4 = _quant("nvfp4-gemv", _nvfp4_make, _nvfp4_run,
                lambda s, dt: s["n"] * s["k"] // 2 + s["n"] * s["k"] // 16 + (s["k"] + s["n"]) * _elt(dt),
                lambda a: a[1].shape[0])  # packed [N, K/2]
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, STEP, AWQ, GPTQ, NVFP4)}
+# --- the decode step on a quantized model: the dequant arms where a checkpoint reaches them --------------
+
+QUANT_STEPS = tuple(
+    Workload(name=f"decode-step-{m}", flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"),
+             defaults=dict(step_workload.STEP_DEFAULTS), make=step_workload.quant_make(m), run=step_workload.run,
+             bytes_moved=step_workload.quant_bytes(m), arms=QUANT_ARMS)
+    for m in step_workload.QUANT_METHODS)
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, STEP, AWQ, GPTQ, NVFP4, *QUANT_STEPS)}
 
 
 def for_flag(flag: str) -> Workload:

@@ -125,36 +125,43 @@ def _to_int32(words: torch.Tensor) -> torch.Tensor:  # unsigned 32-bit values in
     return torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
 
 
-# method -> (quantizer, quantization_config, the checkpoint's torch_dtype)
-METHODS: dict[str, tuple[Callable[[torch.Tensor], Quantized], dict, str]] = {
-    "awq": (quantize_awq, {"quant_method": "awq", "bits": 4, "group_size": GROUP, "zero_point": True,
-                           "version": "gemm"}, "float16"),
-    "gptq": (quantize_gptq, {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False,
-                             "sym": True, "checkpoint_format": "gptq"}, "float16"),
-    "gptq-act-order": (lambda w: quantize_gptq(w, act_order=True, seed=int(w.shape[0] * 31 + w.shape[1])),
-                       {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": True, "sym": True,
-                        "checkpoint_format": "gptq"}, "float16"),
-    "gptq-v2": (lambda w: quantize_gptq(w, version=2, sym=False),
-                {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "desc_act": False, "sym": False,
-                 "checkpoint_format": "gptq_v2"}, "float16"),
-    "gptq-8bit": (lambda w: quantize_gptq(w, bits=8, group=w.shape[1]),  # one group over K
-                  {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False, "sym": True,
-                   "checkpoint_format": "gptq"}, "float16"),
-    "nvfp4": (quantize_nvfp4, {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                               "exclude_modules": ["lm_head"]}, "bfloat16"),
-    "nvfp4-ct": (lambda w: quantize_nvfp4(w, "compressed-tensors"),
-                 {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
-                  "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-                      "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
-                      "symmetric": True}}}}, "bfloat16"),
-}
+def method_spec(method: str, group: int = GROUP) -> tuple[Callable[[torch.Tensor], Quantized], dict, str]:
+    """(quantizer, quantization_config, the checkpoint's torch_dtype) of `method` at `group` rows per scale."""
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": False, "sym": True,
+            "checkpoint_format": "gptq"}
+    nvfp4_ct = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                    "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                    "symmetric": True}}}}
+    specs: dict[str, tuple[Callable[[torch.Tensor], Quantized], dict, str]] = {
+        "awq": (lambda w: quantize_awq(w, group), {"quant_method": "awq", "bits": 4, "group_size": group,
+                                                   "zero_point": True, "version": "gemm"}, "float16"),
+        "gptq": (lambda w: quantize_gptq(w, group=group), gptq, "float16"),
+        "gptq-act-order": (lambda w: quantize_gptq(w, group=group, act_order=True, seed=w.shape[0] * 31 + w.shape[1]),
+                           {**gptq, "desc_act": True}, "float16"),
+        "gptq-v2": (lambda w: quantize_gptq(w, group=group, version=2, sym=False),
+                    {**gptq, "sym": False, "checkpoint_format": "gptq_v2"}, "float16"),
+        "gptq-8bit": (lambda w: quantize_gptq(w, bits=8, group=w.shape[1]),  # one group over K
+                      {**gptq, "bits": 8, "group_size": -1}, "float16"),
+        "nvfp4": (quantize_nvfp4, {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                   "exclude_modules": ["lm_head"]}, "bfloat16"),
+        "nvfp4-ct": (lambda w: quantize_nvfp4(w, "compressed-tensors"), nvfp4_ct, "bfloat16"),
+    }
+    if method not in specs:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(specs)}")
+    return specs[method]
 
 
-def write_pair(model: torch.nn.Module, method: str, out: Path) -> tuple[Path, Path]:
-    """Quantize `model`'s decoder projections by `method`; write out/quant and out/dense; return both."""
+METHODS = ("awq", "gptq", "gptq-act-order", "gptq-v2", "gptq-8bit", "nvfp4", "nvfp4-ct")
+
+
+def write_pair(model: torch.nn.Module, method: str, out: Path, group: int = GROUP,
+               dense: bool = True) -> tuple[Path, Path]:
+    """Quantize `model`'s decoder projections by `method`; write out/quant and (unless not `dense`) out/dense;
+    return both paths."""
     from safetensors.torch import save_file
 
-    quantize, qconfig, dtype = METHODS[method]
+    quantize, qconfig, dtype = method_spec(method, group)
     quant_dir, dense_dir = out / "quant", out / "dense"
     tensors: dict[str, torch.Tensor] = {}
     with torch.no_grad():
@@ -166,8 +173,12 @@ def write_pair(model: torch.nn.Module, method: str, out: Path) -> tuple[Path, Pa
                 tensors.update({f"{prefix}.{k}": v.contiguous() for k, v in packed.items()})
             elif not (name == "lm_head.weight" and model.config.tie_word_embeddings):
                 tensors[name] = p.detach().clone().contiguous()
-    model.save_pretrained(dense_dir)
-    model.save_pretrained(quant_dir)  # config.json and generation_config.json; the weights are replaced below
+    if dense:
+        model.save_pretrained(dense_dir)
+    model.config.architectures = [type(model).__name__]  # as save_pretrained writes it
+    model.config.save_pretrained(quant_dir)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(quant_dir)
     save_file(tensors, str(quant_dir / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((quant_dir / "config.json").read_text())
     config.pop("torch_dtype", None)
@@ -178,7 +189,7 @@ def write_pair(model: torch.nn.Module, method: str, out: Path) -> tuple[Path, Pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.data.make_tiny_quant", description=__doc__.splitlines()[0])
-    parser.add_argument("--method", choices=sorted(METHODS), required=True)
+    parser.add_argument("--method", choices=METHODS, required=True)
     parser.add_argument("--out", type=Path, required=True, help="writes OUT/quant and OUT/dense")
     parser.add_argument("--seed", type=int, default=None, help="model seed (default: make_tiny's)")
     args = parser.parse_args(argv)

@@ -65,8 +65,9 @@ class QuantLinear(nn.Module):
     def load_tensor(self, key: str, loaded: torch.Tensor, name: str) -> None:
         """Take one checkpoint tensor under the engine's name `key`; a wrong dtype or shape names `name`."""
         if key == "weight":
-            self.weight = new_param(self.out_features, self.in_features, dtype=self.dtype)
-            default_weight_loader(self.weight, loaded.to(self.device), name)
+            self.weight = nn.Parameter(torch.empty(self.out_features, self.in_features, dtype=self.dtype,
+                                                   device=self.device), requires_grad=False)
+            default_weight_loader(self.weight, loaded, name)
             return
         if key not in self.expected:
             raise ValueError(f"{name}: not a tensor of this {describe(self.quant)} linear layer "

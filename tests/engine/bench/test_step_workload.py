@@ -59,3 +59,25 @@ def test_bandwidth_refuses_arms_the_workload_lacks(capsys) -> None:
     assert bandwidth.main(["--workload", "decode-step", "--arms", "defaults,tiled"]) == 2
     assert capsys.readouterr().err == ("error: --arms tiled: not an arm or peer of decode-step (known: defaults, "
                                        "step-arms-off)\n")
+
+
+def test_quantized_steps_count_the_packed_weights_they_hold() -> None:
+    for method in step_workload.QUANT_METHODS:
+        runner, inputs = WORKLOADS[f"decode-step-{method}"].make(SHAPE, torch.device("cpu"), torch.bfloat16, 0)
+        model = runner.model
+        held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        cfg = runner.config
+        kv = 2 * cfg.num_hidden_layers * SHAPE["batch"] * (SHAPE["ctx"] + 1) * cfg.num_key_value_heads * cfg.head_dim
+        assert cfg.quant is not None and cfg.quant.method == method
+        assert WORKLOADS[f"decode-step-{method}"].bytes_moved(SHAPE, torch.bfloat16) == held + 2 * kv, method
+        assert step_workload.run(runner, inputs).shape == (2,)
+
+
+def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, capsys) -> None:
+    rc = ab.main(["--flag", "VT_DEQUANT_GEMV", "--workload", "decode-step-awq", "--shape", "ctx=37,batch=2,layers=1",
+                  "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path)])
+    assert rc == 0
+    assert "A/B VT_DEQUANT_GEMV on decode-step-awq" in capsys.readouterr().out
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert record["results"]["workload"] == "decode-step-awq"
+    assert for_flag("VT_DEQUANT_GEMV") is WORKLOADS["awq-gemv"]  # the kernel's own workload stays the default

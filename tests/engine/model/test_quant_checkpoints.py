@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.data.make_tiny_quant import METHODS, PROJECTIONS, write_pair
+from engine.data.make_tiny_quant import METHODS, PROJECTIONS
 from engine.gates.oracle import Oracle
 from engine.gates.tokens import default_prompts, token_gate
 from engine.model.config import ConfigError
@@ -19,26 +18,8 @@ from engine.model.layers import QuantLinear
 from engine.model.loader import LoadError, load_model
 from engine.runner import Runner
 
-# the conftest's tiny shape, with an intermediate size NVFP4's blocks of 16 divide
-QUANT_TINY = {"vocab_size": 211, "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
 LENS = (1, 5, 17, 23)
 NEW = 12
-
-
-@pytest.fixture(scope="session")
-def quant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
-    """quant_pair("awq") -> (quantized dir, dequantized twin dir), built once per method."""
-    from engine.data.make_tiny import build
-
-    cache: dict[str, tuple[Path, Path]] = {}
-
-    def make(method: str) -> tuple[Path, Path]:
-        if method not in cache:
-            cache[method] = write_pair(build(5, **QUANT_TINY), method, tmp_path_factory.mktemp(method))
-        return cache[method]
-
-    return make
 
 
 def copy_checkpoint(src: Path, dst: Path, edit_tensors=None, edit_config=None) -> Path:
