@@ -2,12 +2,15 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [quant] [flip] [ncu]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
 #   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
 #   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
+#   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
+#   its dequantized twin (default flags and each dequant arm), generate and memcheck on each, and the
+#   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set:
@@ -132,6 +135,35 @@ if [[ " $PHASES " == *" serve "* ]]; then
     -p no:cacheprovider
   step serve-throughput 570 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
+fi
+
+if [[ " $PHASES " == *" quant "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  QUANT=/tmp/tiny-qwen3-quant
+  build_once
+  step quant-gpu-tests 900 $PY -m pytest tests/engine/model/test_quant_gpu.py -m gpu -q -p no:cacheprovider \
+    --junitxml "$OUT/logs/quant-gpu-tests.xml"
+  for m in awq gptq gptq-act-order nvfp4 nvfp4-ct; do
+    step "quant-make-$m" 120 $PY -m engine.data.make_tiny_quant --method "$m" --out "$QUANT/$m"
+    step "quant-generate-$m" 120 $PY -m engine generate --device cuda --model "$QUANT/$m/quant" --max-new-tokens 8
+    step "memcheck-quant-$m" 240 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 compute-sanitizer --tool memcheck \
+      --error-exitcode 9 $PY -m engine generate --device cuda --model "$QUANT/$m/quant" --max-new-tokens 4
+  done
+  # the flip protocol's model gates for VT_DEQUANT_GEMV: the near-tie razor and the distributional gate of each
+  # quantized checkpoint against transformers on its dequantized twin, with the fused GEMVs on
+  for m in awq gptq-act-order nvfp4; do
+    Q=(--device cuda --dtype bfloat16 --model "$QUANT/$m/quant" --oracle-model "$QUANT/$m/dense")
+    step "quant-neartie-gemv-$m" 180 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m engine gate neartie "${Q[@]}"
+    step "quant-distributional-gemv-$m" 240 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m engine gate \
+      distributional "${Q[@]}"
+    na_if_refused "quant-distributional-gemv-$m"
+  done
+  for m in awq gptq nvfp4; do  # the fused GEMV against the dequant kernel then the GEMM, on the whole step
+    step "ab-step-dequant-gemv-$m" 480 env VT_DEQUANT_KERNEL=1 $PY -m engine bench ab --flag VT_DEQUANT_GEMV \
+      --workload "decode-step-$m" "${L[@]}"
+  done
+  step ab-step-dequant-kernel-awq 480 env VT_DEQUANT_GEMV=0 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL \
+    --workload decode-step-awq "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" flip "* ]]; then

@@ -25,6 +25,7 @@ GROUP = 16  # divides every tiny in_features (hidden 48/64, heads x head_dim, in
 # AutoAWQ's packer writes column order_map[i] of each 8 into nibble i
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+E2M1_MIDPOINTS = (E2M1[1:] + E2M1[:-1]) / 2
 E4M3_MAX, E2M1_MAX = 448.0, 6.0
 
 Quantized = tuple[dict[str, torch.Tensor], torch.Tensor]  # (checkpoint tensors by suffix, dequantized [N, K])
@@ -92,7 +93,7 @@ def quantize_nvfp4(w: torch.Tensor, layout: str = "modelopt") -> Quantized:  # w
         block = (per_block.abs().amax(-1) / E2M1_MAX * g_div).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
         unit = block.float() / g_div
     scaled = torch.where(unit[..., None] > 0, per_block / unit[..., None].clamp(min=1e-30), 0.0)
-    mag = (scaled.abs().clamp(max=E2M1_MAX)[..., None] - E2M1).abs().argmin(-1)  # nearest e2m1 magnitude
+    mag = torch.bucketize(scaled.abs(), E2M1_MIDPOINTS)  # the nearest e2m1 magnitude (a tie rounds down)
     neg = (scaled < 0) & (mag > 0)
     values = torch.where(neg, -E2M1[mag], E2M1[mag])
     if layout == "modelopt":

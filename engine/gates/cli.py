@@ -30,6 +30,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                        help="a prompt's token ids; repeat for a batch (default: seeded random prompts "
                        "of lengths 1, 6, 13, 31)")
         p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
+        p.add_argument("--oracle-model", type=Path, default=None, metavar="DIR",
+                       help="the directory transformers loads (default: --model); for a quantized --model, its "
+                       "dequantized twin (python -m engine.data.make_tiny_quant writes both)")
         p.add_argument("--max-new-tokens", type=int, default=16)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         return p
@@ -77,7 +80,8 @@ def setup_from(args: argparse.Namespace):  # -> harness.Setup
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     from engine.runner import resolve_dtype
 
-    return Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model), args.device)
+    return Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model), args.device,
+                 oracle_dir=args.oracle_model)
 
 
 def report(result: GateResult, as_json: bool, columns: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ class Setup:
     max_new_tokens: int
     dtype: str = "float32"
     device: str = "cpu"
+    oracle_dir: Path | None = None  # what transformers loads, if not model_dir (a quantized model's twin)
 
     def runner(self) -> Runner:
         longest = max(len(p) for p in self.prompts) + self.max_new_tokens
@@ -34,7 +35,7 @@ class Setup:
                       max_model_len=longest)
 
     def oracle(self) -> Oracle:
-        return Oracle(self.model_dir, DTYPES[self.dtype], self.device)
+        return Oracle(self.oracle_dir or self.model_dir, DTYPES[self.dtype], self.device)
 
     def ours(self) -> list[list[int]]:
         return self.runner().generate(self.prompts, self.max_new_tokens).tokens

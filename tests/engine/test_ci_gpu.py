@@ -124,3 +124,23 @@ def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) 
     assert "-m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu" in log(tmp_path, "serve-gpu-tests")
     assert (f"argv: -m engine bench throughput --requests 256 --sweep 64,256 --plot {out}/throughput.svg "
             f"--ledger {out}/ledger") in log(tmp_path, "serve-throughput")
+
+
+def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["quant"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert "argv: -m pytest tests/engine/model/test_quant_gpu.py -m gpu" in log(tmp_path, "quant-gpu-tests")
+    for m in ("awq", "gptq", "gptq-act-order", "nvfp4", "nvfp4-ct"):
+        assert (f"argv: -m engine.data.make_tiny_quant --method {m} --out /tmp/tiny-qwen3-quant/{m}\n"
+                in log(tmp_path, f"quant-make-{m}"))
+        assert (f"argv: -m engine generate --device cuda --model /tmp/tiny-qwen3-quant/{m}/quant --max-new-tokens 8\n"
+                in log(tmp_path, f"quant-generate-{m}"))
+    for m in ("awq", "gptq-act-order", "nvfp4"):
+        twin = f"--model /tmp/tiny-qwen3-quant/{m}/quant --oracle-model /tmp/tiny-qwen3-quant/{m}/dense"
+        assert (f"argv: -m engine gate neartie --device cuda --dtype bfloat16 {twin}\n"
+                in log(tmp_path, f"quant-neartie-gemv-{m}"))
+    assert "n/a: oracle deterministic" in done.stdout[done.stdout.rindex("step "):]
+    for m in ("awq", "gptq", "nvfp4"):
+        assert (f"argv: -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-{m} --ledger {out}/ledger\n"
+                in log(tmp_path, f"ab-step-dequant-gemv-{m}"))

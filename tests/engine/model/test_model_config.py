@@ -76,3 +76,41 @@ def test_load_config_names_the_file(tmp_path) -> None:
         load_config(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**DENSE, "rope_theta": 1e4}))
     assert load_config(tmp_path).vocab_size == 151
+
+
+def test_quantization_configs_as_transformers_and_vllm_read_them() -> None:
+    from engine.model.config import QuantConfig
+
+    base = {**DENSE, "rope_theta": 1e4}
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "GEMM"}
+    assert parse_config({**base, "quantization_config": awq}).quant == QuantConfig("awq", 4, 128, sym=False)
+    gptq = {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": True, "sym": False,
+            "checkpoint_format": "gptq_v2"}
+    assert parse_config({**base, "quantization_config": gptq}).quant == QuantConfig(
+        "gptq", 8, 0, desc_act=True, sym=False, version=2)
+    nested = {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 16}}
+    assert parse_config({**base, "quantization_config": nested}).quant == QuantConfig(
+        "nvfp4", group_size=16, layout="modelopt")
+    assert parse_config(base).quant is None
+
+
+def test_modelopt_side_file_is_read_when_config_json_has_none(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**DENSE, "rope_theta": 1e4}))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}))
+    quant = load_config(tmp_path).quant
+    assert quant is not None and (quant.method, quant.layout) == ("nvfp4", "modelopt")
+
+
+@pytest.mark.parametrize(("dtype", "want"), [("bfloat16", "bfloat16"), (None, "float32"), ("float16", "float16")])
+def test_auto_dtype_is_the_checkpoints(dtype: str | None, want: str) -> None:
+    from engine.model.config import checkpoint_dtype
+
+    assert checkpoint_dtype(parse_config({**DENSE, "rope_theta": 1e4, "torch_dtype": dtype})) == want
+
+
+def test_an_unrunnable_checkpoint_dtype_says_pass_dtype() -> None:
+    from engine.model.config import checkpoint_dtype
+
+    with pytest.raises(ConfigError, match=r"torch_dtype='float64' is not one the engine runs .*; pass --dtype"):
+        checkpoint_dtype(parse_config({**DENSE, "rope_theta": 1e4, "torch_dtype": "float64"}))

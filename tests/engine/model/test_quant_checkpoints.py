@@ -159,3 +159,30 @@ def test_quantized_tensors_without_a_quantization_config_say_so(quant_pair, tmp_
     bad = copy_checkpoint(quant_pair("awq")[0], tmp_path / "noconf", edit_config=lambda c: c.pop("quantization_config"))
     with pytest.raises(LoadError, match=r"qweight: a quantized tensor, but config.json has no quantization_config"):
         load_model(bad, torch.float32)
+
+
+def test_a_projection_the_checkpoint_left_dense_loads_dense(quant_pair, tmp_path) -> None:
+    # modules_to_not_convert / exclude_modules: the layer takes a plain `weight` and runs the dense linear
+    quant, dense = quant_pair("awq")
+    twin = load_file(str(dense / "model.safetensors"))
+
+    def unquantize_q(t: dict) -> dict:
+        t = {k: v for k, v in t.items() if not k.startswith(f"{Q}.")}
+        return {**t, f"{Q}.weight": twin[f"{Q}.weight"]}
+
+    mixed = copy_checkpoint(quant, tmp_path / "mixed", edit_tensors=unquantize_q)
+    layer = load_model(mixed, torch.float32).model.layers[0].self_attn.q_proj
+    assert layer.weight is not None and torch.equal(layer.weight, twin[f"{Q}.weight"])
+    x = torch.randn(3, layer.in_features)
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, twin[f"{Q}.weight"]))
+
+
+@pytest.mark.parametrize("gate", ["tokens", "neartie"])
+def test_the_gates_hold_a_quantized_model_to_its_twin(quant_pair, capsys, gate: str) -> None:
+    from engine.cli import main
+
+    quant, dense = quant_pair("gptq-act-order")
+    argv = ["gate", gate, "--model", str(quant), "--oracle-model", str(dense), "--dtype", "float32",
+            "--max-new-tokens", "6", "--json"]
+    assert main(argv) == 0, capsys.readouterr()
+    assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
