@@ -92,7 +92,7 @@ class QuantLinear(nn.Module):
         have = {k for k in self.expected if hasattr(self, k)}
         if self.quant.method == "gptq" and "g_idx" not in have and not self.quant.desc_act:
             group = self.quant.group_size or self.in_features
-            self.register_buffer("g_idx", torch.arange(self.in_features, device=self.device) // group)
+            self.register_buffer("g_idx", (torch.arange(self.in_features, device=self.device) // group).int())
             have.add("g_idx")
         if not have:
             raise ValueError(f"{prefix}.weight: missing from the checkpoint (and no {describe(self.quant)} tensors)")

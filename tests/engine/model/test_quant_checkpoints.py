@@ -186,3 +186,18 @@ def test_the_gates_hold_a_quantized_model_to_its_twin(quant_pair, capsys, gate: 
             "--max-new-tokens", "6", "--json"]
     assert main(argv) == 0, capsys.readouterr()
     assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
+
+
+def test_quantized_moe_experts_are_refused_by_name(tiny_checkpoint, tmp_path) -> None:
+    src = tiny_checkpoint("moe", 0)
+    expert = "model.layers.0.mlp.experts.0.gate_proj"
+
+    def quantize_one_expert(t: dict) -> dict:
+        return {**t, f"{expert}.qweight": torch.zeros(48, 5, dtype=torch.int32)}
+
+    bad = copy_checkpoint(src, tmp_path / "moe-awq", edit_tensors=quantize_one_expert,
+                          edit_config=lambda c: c.update(quantization_config={"quant_method": "awq", "bits": 4,
+                                                                              "group_size": 16}))
+    with pytest.raises(LoadError, match=rf"{expert}.qweight: a quantized tensor, but the engine keeps this module "
+                                        r"unquantized \(MoE experts"):
+        load_model(bad, torch.float32)
