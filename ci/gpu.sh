@@ -146,6 +146,8 @@ if [[ " $PHASES " == *" quant "* ]]; then
   for m in awq gptq gptq-act-order nvfp4 nvfp4-ct; do
     step "quant-make-$m" 120 $PY -m engine.data.make_tiny_quant --method "$m" --out "$QUANT/$m"
     step "quant-generate-$m" 120 $PY -m engine generate --device cuda --model "$QUANT/$m/quant" --max-new-tokens 8
+  done
+  for m in awq gptq-act-order nvfp4; do  # one checkpoint per dequant kernel family
     step "memcheck-quant-$m" 240 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 compute-sanitizer --tool memcheck \
       --error-exitcode 9 $PY -m engine generate --device cuda --model "$QUANT/$m/quant" --max-new-tokens 4
   done

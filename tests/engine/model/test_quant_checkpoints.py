@@ -53,12 +53,13 @@ def test_dequantized_weights_equal_the_quantizers_values(quant_pair, method: str
     assert checked == 2 * len(PROJECTIONS)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_greedy_ids_equal_transformers_on_the_dequantized_twin(quant_pair, method: str) -> None:
+def test_greedy_ids_equal_transformers_on_the_dequantized_twin(quant_pair, method: str, dtype: torch.dtype) -> None:
     quant, dense = quant_pair(method)
     prompts = default_prompts(211, 3, LENS)
-    ours = Runner(quant, torch.float32, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
-    oracle = Oracle(dense, torch.float32)
+    ours = Runner(quant, dtype, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    oracle = Oracle(dense, dtype)
     result = token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts])
     assert result.passed, result.render()
     assert all(len(set(t)) > 3 for t in ours), ours  # not one repeated token: the gate can fail
