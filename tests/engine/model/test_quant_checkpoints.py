@@ -202,3 +202,19 @@ def test_quantized_moe_experts_are_refused_by_name(tiny_checkpoint, tmp_path) ->
     with pytest.raises(LoadError, match=rf"{expert}.qweight: a quantized tensor, but the engine keeps this module "
                                         r"unquantized \(MoE experts"):
         load_model(bad, torch.float32)
+
+
+def test_sorted_act_order_rows_without_the_input_permutation_fail_the_gate(quant_pair) -> None:
+    # seeded bug: rows sorted by g_idx but x left in checkpoint order
+    quant, dense = quant_pair("gptq-act-order")
+    prompts = default_prompts(211, 3, LENS)
+    runner = Runner(quant, torch.float32, max_batch=len(prompts), max_model_len=64)
+    dropped = 0
+    for module in runner.model.modules():
+        if isinstance(module, QuantLinear) and module.input_perm is not None:
+            module.input_perm = None
+            dropped += 1
+    assert dropped == 2 * len(PROJECTIONS)
+    oracle = Oracle(dense, torch.float32)
+    ours = runner.generate(prompts, NEW).tokens
+    assert not token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts]).passed
