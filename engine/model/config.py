@@ -200,6 +200,9 @@ def parse_quant(raw: dict[str, Any] | None, source: str = "config.json") -> Quan
         algo = raw.get("quant_algo", (raw.get("quantization") or {}).get("quant_algo"))
         if str(algo).upper() != "NVFP4":
             raise ConfigError(f"{where}.quant_algo={algo!r} is not supported (only 'NVFP4')")
+        kv = raw.get("kv_cache_quant_algo", (raw.get("quantization") or {}).get("kv_cache_quant_algo"))
+        if kv is not None:
+            raise ConfigError(f"{where}.kv_cache_quant_algo={kv!r} is not supported (the KV cache is unquantized)")
         _check_nvfp4_group(raw.get("group_size", (raw.get("quantization") or {}).get("group_size", 16)), where)
         return QuantConfig("nvfp4", layout="modelopt", group_size=16)
     if method == "compressed-tensors":
@@ -242,7 +245,7 @@ def _parse_gptq(raw: dict[str, Any], where: str) -> QuantConfig:
     group = int(raw.get("group_size", 128))
     if group == 0 or group < -1:
         raise ConfigError(f"{where}.group_size={group} must be -1 (one group) or at least 1")
-    fmt = str(raw.get("checkpoint_format", "gptq")).lower()
+    fmt = str(raw.get("checkpoint_format", raw.get("format", "gptq"))).lower()  # GPTQModel also writes `format`
     if fmt not in GPTQ_FORMATS:
         raise ConfigError(f"{where}.checkpoint_format={raw.get('checkpoint_format')!r} is not supported "
                           f"(one of {', '.join(GPTQ_FORMATS)})")

@@ -144,6 +144,8 @@ BAD_CONFIGS = {
     "gptq-format": ("gptq", {"checkpoint_format": "marlin"},
                     r"quantization_config.checkpoint_format='marlin' is not supported"),
     "nvfp4-algo": ("nvfp4", {"quant_algo": "FP8"}, r"quantization_config.quant_algo='FP8' is not supported"),
+    "nvfp4-kv-cache": ("nvfp4", {"kv_cache_quant_algo": "FP8"},
+                       r"quantization_config.kv_cache_quant_algo='FP8' is not supported"),
 }
 
 
