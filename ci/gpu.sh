@@ -2,10 +2,14 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [quant] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [quant] [peers] [flip] [ncu]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
+#   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
+#   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
+#   tiled arm and its A/B; then the decode step at batch 1 and 32 against its floor and transformers with
+#   a static cache, torch.compile(fullgraph=True) and a CUDA graph. Both tables are printed last.
 #   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
 #   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
@@ -168,6 +172,17 @@ if [[ " $PHASES " == *" quant "* ]]; then
     --workload decode-step-awq "${L[@]}"
 fi
 
+if [[ " $PHASES " == *" peers "* ]]; then
+  L=(--ledger "$OUT/ledger")  # kernels build on first use (VT_CUDA_CACHE may hold them already)
+  step peers-attn 420 $PY -m engine bench bandwidth --workload attn-decode --shapes peers \
+    --arms tiled,tiled-fused,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" "${L[@]}"
+  for s in batch=1,ctx=1024,hq=16,hkv=8 batch=32,ctx=1024,hq=16,hkv=8 hq=16,hkv=2,d=256; do
+    step "ab-fused-$s" 120 $PY -m engine bench ab --flag VT_ATTN_TILED_FUSED --shape "$s" "${L[@]}"
+  done
+  step peers-decode-b1 420 $PY -m engine bench decode --no-oracle --hf-compiled "${L[@]}"
+  step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
+fi
+
 if [[ " $PHASES " == *" flip "* ]]; then
   # shellcheck disable=SC2206  # FLIP is a space-separated list of NAME=VALUE words
   F=(env $FLIP)
@@ -229,3 +244,14 @@ tar czf "$OUT/ledger.tgz" -C "$OUT" "${KEEP[@]}" 2>/dev/null
 echo
 printf '%-28s %s\n' step result
 for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done
+if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
+  echo
+  sed -n '/^shape (us)/,$p' "$OUT/logs/peers-attn.log"
+  for n in "${ORDER[@]}"; do
+    [[ $n == ab-fused-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
+  done
+  for b in b1 b32; do
+    echo
+    sed -n '/^decode step at batch/,/^engine tok/p' "$OUT/logs/peers-decode-$b.log"
+  done
+fi

@@ -77,6 +77,8 @@ declare("VT_ATTN_DECODE_GQA", False, "KERNEL-ATTN-PAGED",
         "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.")
 declare("VT_ATTN_TILED", True, "KERNEL-ATTN-PAGED",
         "Tiled paged decode attention on tensor cores (bf16/fp16, head_dim 64/128/256, up to 8 query heads per KV head): a scores pass and a P.V pass over cp.async-pipelined K/V tiles, probabilities rounded as the reference rounds them, split-KV sized from the block tables' capacity; takes precedence over the other arms. ON after the flip protocol (A/B 12.3x); `0` is the rollback.")
+declare("VT_ATTN_TILED_FUSED", False, "ENGINE-PERF",
+        "With VT_ATTN_TILED: the tiled attention's two passes and split sum in one launch where it fits (each split's scores in shared memory; splits wait for each other's statistics, so only when the grid is resident at once); the same arithmetic, so bitwise the two-pass output.")
 declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV",
         "Split-KV decode attention with an fp32 log-sum-exp combine.")
 declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",

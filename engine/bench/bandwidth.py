@@ -8,6 +8,13 @@ input sets (`--timing graph`, the default), or in an eager loop where it refuses
 which.
 
     python -m engine bench bandwidth [--workload attn-decode] [--sweep ctx=1024,4096,32768] [--shape ...]
+    python -m engine bench bandwidth --workload attn-decode --shapes peers --plot attn-peers.png
+
+--shapes runs a list of shapes in one process: a named set of the workload (attn-decode's `peers`: the
+six shapes of the FlashInfer comparison) or `KEY=INT,...;KEY=INT,...`; it then also prints one row per
+shape with each arm's and peer's time, the engine's default arm against FlashInfer with tensor cores and
+against the fastest peer, and the plot shows time per shape, one bar per arm and peer. A peer that cannot
+run here (FlashInfer not installed) is a row saying why.
 """
 from __future__ import annotations
 
@@ -33,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="attn-decode")
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
     p.add_argument("--sweep", help="KEY=V1,V2,... one run per value (the plot's x axis)")
+    p.add_argument("--shapes", help="a named shape set of the workload (attn-decode: peers) or "
+                   "'KEY=INT,...;KEY=INT,...': one run per shape, a per-shape table and a bar plot")
     p.add_argument("--arms", help="comma-separated subset of the workload's arms and peers")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=8, help="repetitions per arm, the first dropped")
@@ -49,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     work = WORKLOADS[args.workload]
     try:
-        shapes = sweep_shapes(work, args.shape, args.sweep)
+        if args.shapes and args.sweep:
+            raise ValueError("--shapes and --sweep: give one of them")
+        shapes = (listed_shapes(work, args.shape, args.shapes) if args.shapes else
+                  sweep_shapes(work, args.shape, args.sweep))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -71,17 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device), "timing": args.timing,
               "copy_bytes_per_s": ceiling, "clocks_before": before, "clocks_after": clocks(), "rows": rows}
     print_table(record)
+    if args.shapes:
+        record["per_shape"] = per_shape(rows)
+        print()
+        print(render_per_shape(record["per_shape"]))
     if not any("fraction" in r for r in rows):  # a benchmark that measured nothing has no result
         print(f"error: no arm or peer of {work.name} ran; see the table for why", file=sys.stderr)
         return 1
     if args.plot:
-        print(f"plot: {write_plot(record, args.plot, args.sweep)}")
+        plotted = write_bars(record, args.plot) if args.shapes else write_plot(record, args.plot, args.sweep)
+        print(f"plot: {plotted}")
     if args.ledger:
         cmd = "python -m engine bench bandwidth " + " ".join(argv if argv is not None else sys.argv[1:])
         best = max((r for r in rows if "fraction" in r), key=lambda r: r["fraction"])
         summary = f"copy {ceiling / 1e12:.2f} TB/s; best {best['arm']} at {best['fraction']:.0%} of it"
-        path = write_record(args.ledger, f"bandwidth-{work.name}", ["ENGINE-BENCH"], cmd, record["device"],
-                            summary, record, head_sha(repo_root()), kind="bench")
+        if args.shapes:
+            summary += "; " + "; ".join(f"{p['label']}: engine/FI-TC {p['engine_over_flashinfer_tc']:.2f}x"
+                                        for p in record["per_shape"] if "engine_over_flashinfer_tc" in p)
+        slug = f"bandwidth-{work.name}" + ("-shapes" if args.shapes else "")
+        path = write_record(args.ledger, slug, ["ENGINE-BENCH", "ENGINE-PERF"] if args.shapes else ["ENGINE-BENCH"],
+                            cmd, record["device"], summary, record, head_sha(repo_root()), kind="bench")
         print(f"ledger: {path}")
     return 0
 
@@ -94,6 +115,109 @@ def sweep_shapes(work, shape_text: str | None, sweep: str | None) -> list[dict[s
     if key not in base or not values:
         raise ValueError(f"--sweep {sweep!r}: expected KEY=V1,V2 with KEY in {sorted(base)}")
     return [{**base, key: int(v)} for v in values.split(",")]
+
+
+def listed_shapes(work, shape_text: str | None, shapes: str) -> list[dict[str, int]]:
+    """--shapes: a named set of the workload or 'KEY=INT,...;KEY=INT,...', each over --shape and the defaults."""
+    base = parse_shape(shape_text, work.defaults)
+    if shapes in work.shape_sets:
+        return [{**base, **s} for s in work.shape_sets[shapes]]
+    if "=" not in shapes:
+        known = ", ".join(sorted(work.shape_sets)) or "none"
+        raise ValueError(f"--shapes {shapes!r}: not a shape set of {work.name} (known: {known}) nor KEY=INT lists")
+    return [parse_shape(part, base) for part in shapes.split(";") if part.strip()]
+
+
+ENGINE_ARM = "tiled"  # the default arm the per-shape table holds against the peers
+FLASHINFER_TC = "flashinfer-tc"
+
+
+def shape_label(shape: dict[str, int]) -> str:
+    keys = ("batch", "ctx", "hq", "hkv", "d")
+    if all(k in shape for k in keys):
+        return f"b{shape['batch']} ctx{shape['ctx']} {shape['hq']}/{shape['hkv']} d{shape['d']}"
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def per_shape(rows: list[dict]) -> list[dict]:
+    """One entry per shape: each arm's and peer's median seconds (or why it did not run), and the engine's
+    default arm over FlashInfer with tensor cores and over the fastest peer (time ratios, >1 = engine faster)."""
+    out: list[dict] = []
+    for r in rows:
+        label = shape_label(r["shape"])
+        entry = next((e for e in out if e["label"] == label), None)
+        if entry is None:
+            entry = {"label": label, "shape": r["shape"], "median_s": {}, "unavailable": {}}
+            out.append(entry)
+        if "median_s" in r:
+            entry["median_s"][r["arm"]] = r["median_s"]
+        else:
+            entry["unavailable"][r["arm"]] = r.get("unavailable", "")
+    kinds = {r["arm"]: r["kind"] for r in rows}
+    for e in out:
+        t = e["median_s"]
+        peers = {k: v for k, v in t.items() if kinds.get(k) == "peer"}
+        if ENGINE_ARM in t and FLASHINFER_TC in t:
+            e["engine_over_flashinfer_tc"] = t[FLASHINFER_TC] / t[ENGINE_ARM]
+        if ENGINE_ARM in t and peers:
+            best = min(peers, key=lambda k: peers[k])
+            e["fastest_peer"] = best
+            e["engine_over_fastest_peer"] = peers[best] / t[ENGINE_ARM]
+        arms = {k: v for k, v in t.items() if kinds.get(k) == "arm" and k != ENGINE_ARM}
+        if ENGINE_ARM in t and arms:
+            best = min(arms, key=lambda k: arms[k])
+            e["best_other_arm"] = best
+            e["best_other_arm_over_engine"] = t[ENGINE_ARM] / arms[best]
+    return out
+
+
+def render_per_shape(entries: list[dict]) -> str:
+    names = list(dict.fromkeys(k for e in entries for k in [*e["median_s"], *e["unavailable"]]))
+    lines = [f"{'shape (us)':<26} " + " ".join(f"{n:>14}" for n in names) +
+             f" {'eng/FI-TC':>9} {'eng/fastest':>11}"]
+    for e in entries:
+        cells = []
+        for n in names:
+            if n in e["median_s"]:
+                cells.append(f"{e['median_s'][n] * 1e6:>14.1f}")
+            else:
+                why = e["unavailable"].get(n, "")
+                cells.append(f"{'not installed' if 'not installed' in why else 'n/a':>14}")
+        fi, fast = (e.get(k) for k in ("engine_over_flashinfer_tc", "engine_over_fastest_peer"))
+        fi_s, fast_s = ("-" if x is None else f"{x:.2f}x" for x in (fi, fast))
+        lines.append(f"{e['label']:<26} " + " ".join(cells) + f" {fi_s:>9} {fast_s:>11}")
+    lines.append("eng/X: X's time over the engine's default arm (tiled); above 1 the engine is faster")
+    for e in entries:
+        for n, why in e["unavailable"].items():
+            lines.append(f"  {e['label']}: {n}: {why}")
+    return "\n".join(lines)
+
+
+def write_bars(record: dict, path: Path) -> str:
+    """Median time per shape, one bar per arm and peer (log scale)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "not written: matplotlib is not installed"
+    entries = record["per_shape"]
+    names = list(dict.fromkeys(k for e in entries for k in e["median_s"]))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        xs = [j + i * width for j, e in enumerate(entries) if name in e["median_s"]]
+        ys = [e["median_s"][name] * 1e6 for e in entries if name in e["median_s"]]
+        ax.bar(xs, ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(entries))], [e["label"] for e in entries], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median us per call (graph replay)")
+    ax.set_title(f"{record['workload']} ({record['dtype']}, {record['device']})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return str(path)
 
 
 def copy_bandwidth(device: torch.device, reps: int) -> float:

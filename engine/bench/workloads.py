@@ -28,6 +28,7 @@ class Workload:
     bytes_moved: Callable[[Shape, torch.dtype], int]
     peers: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)  # name -> (prepare(args), run)
     arms: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> flag settings for that arm
+    shape_sets: dict[str, tuple[Shape, ...]] = field(default_factory=dict)  # name -> shapes over the defaults
 
 
 def parse_shape(text: str | None, defaults: Shape) -> Shape:
@@ -107,10 +108,41 @@ def _gather_then_sdpa(q, k, v, table, lens, scale):
     return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
 
 
+FLASHINFER_WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended float workspace per wrapper
+_FLASHINFER_WANTED = "flashinfer-python==0.5.3"
+
+
+def _flashinfer(tensor_cores: bool) -> Callable:
+    """prepare() of a FlashInfer peer: `BatchDecodeWithPagedKVCacheWrapper` (NHD, the engine's cache layout)
+    planned on this input set's own cache and block tables; one wrapper per set, planned before timing."""
+    def prepare(q, k, v, table, lens, scale):
+        try:
+            import flashinfer
+        except ImportError:
+            raise RuntimeError(f"not installed (pip install {_FLASHINFER_WANTED})") from None
+        batch = table.shape[0]
+        block = k.shape[1]
+        n = [-(-int(x) // block) for x in lens.tolist()]  # blocks in use per sequence (host: prepare is untimed)
+        indptr = torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32, device=q.device)
+        indices = torch.cat([table[b, :n[b]] for b in range(batch)]).to(torch.int32)
+        last = torch.tensor([int(x) - (c - 1) * block for x, c in zip(lens.tolist(), n)], dtype=torch.int32,
+                            device=q.device)
+        workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
+        wrapper.plan(indptr, indices, last, q.shape[1], k.shape[2], q.shape[2], block, q_data_type=q.dtype,
+                     kv_data_type=k.dtype, sm_scale=scale)
+        return wrapper, q, (k, v)
+    return prepare
+
+
+def _flashinfer_run(wrapper, q, kv):
+    return wrapper.run(q, kv)
+
+
 ATTN = Workload(
     name="attn-decode",
     flags=("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA", "VT_ATTN_SPLITKV",
-           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_TILED", "VT_KERNELS"),
+           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_TILED", "VT_ATTN_TILED_FUSED", "VT_KERNELS"),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
     make=_attn_make, run=_attn_run, bytes_moved=_attn_bytes,
     peers={
@@ -119,6 +151,9 @@ ATTN = Workload(
         "sdpa-efficient": (_contiguous, _sdpa("EFFICIENT_ATTENTION")),
         "flex-compiled": (_contiguous, _flex),
         "gather-then-sdpa": (lambda *a: a, _gather_then_sdpa),
+        # the same paged cache and block tables; with tensor cores FlashInfer runs its prefill kernel
+        "flashinfer-tc": (_flashinfer(True), _flashinfer_run),
+        "flashinfer": (_flashinfer(False), _flashinfer_run),
     },
     # the tiled arm is ON by default and takes precedence: every other arm turns it off
     arms={
@@ -127,8 +162,18 @@ ATTN = Workload(
         "gqa-fused": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_GQA": "1"},
         "split-kv": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"},
         "split-kv-swap": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
-        "tiled": {"VT_ATTN_TILED": "1"},
+        "tiled": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "0"},
+        "tiled-fused": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "1"},
     },
+    # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
+    shape_sets={"peers": (
+        {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
+        {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
+        {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+        {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
+        {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+        {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
+    )},
 )
 
 

@@ -122,29 +122,46 @@ __device__ __forceinline__ void load_tile(T* stage, const T* base, const int* ta
 
 // Run body(tile, stage) over the span's tiles with kStages - 1 tiles in flight. On return every copy
 // has landed and every warp is past its last body, so the shared memory may be reused.
-template <typename T, int D, typename Body>
-__device__ __forceinline__ void pipeline(T* smem, const T* base, const vt::PagedArgs& a, int b, const Span& sp,
-                                         Body&& body) {
+// The first S - 1 tiles' copies of a pipeline (pipeline_body runs the rest), so that a caller can
+// start them before other work.
+template <typename T, int D, int S = kStages>
+__device__ __forceinline__ void pipeline_prologue(T* smem, const T* base, const vt::PagedArgs& a, int b,
+                                                  const Span& sp) {
+  static_assert(S >= 2, "a pipeline needs a stage in flight besides the one computed");
   constexpr int R = row_elems<D>();
   const int* table = a.block_tables + (int64_t)b * a.max_blocks;
   const int64_t row_stride = (int64_t)a.num_kv_heads * D;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < S - 1; ++i) {
     if (i < sp.n) load_tile<T, D>(smem + i * kTile * R, base, table, a.block_size, row_stride, sp.len, sp.t_lo + i);
     cp_async_commit();
   }
+}
+
+template <typename T, int D, int S = kStages, typename Body>
+__device__ __forceinline__ void pipeline_body(T* smem, const T* base, const vt::PagedArgs& a, int b, const Span& sp,
+                                              Body&& body) {
+  constexpr int R = row_elems<D>();
+  const int* table = a.block_tables + (int64_t)b * a.max_blocks;
+  const int64_t row_stride = (int64_t)a.num_kv_heads * D;
   for (int i = 0; i < sp.n; ++i) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile i is visible to all warps, and every warp is done with stage (i - 1) % kStages
-    const int next = i + kStages - 1;
+    cp_async_wait<S - 2>();
+    __syncthreads();  // tile i is visible to all warps, and every warp is done with stage (i - 1) % S
+    const int next = i + S - 1;
     if (next < sp.n)
-      load_tile<T, D>(smem + (next % kStages) * kTile * R, base, table, a.block_size, row_stride, sp.len,
-                      sp.t_lo + next);
+      load_tile<T, D>(smem + (next % S) * kTile * R, base, table, a.block_size, row_stride, sp.len, sp.t_lo + next);
     cp_async_commit();
-    body(sp.t_lo + i, smem + (i % kStages) * kTile * R);
+    body(sp.t_lo + i, smem + (i % S) * kTile * R);
   }
   cp_async_wait<0>();
   __syncthreads();
+}
+
+template <typename T, int D, int S = kStages, typename Body>
+__device__ __forceinline__ void pipeline(T* smem, const T* base, const vt::PagedArgs& a, int b, const Span& sp,
+                                         Body&& body) {
+  pipeline_prologue<T, D, S>(smem, base, a, b, sp);
+  pipeline_body<T, D, S>(smem, base, a, b, sp, body);
 }
 
 // Pass 1. grid (num_kv_heads, num_splits, batch), kThreads threads, smem_bytes<T, D>() dynamic smem.
@@ -301,6 +318,215 @@ __global__ void __launch_bounds__(kThreads)
       out[qh * D + d] = vt::from_f32<T>(val);
     else
       o_part[(((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g) * D + d] = val;
+  }
+}
+
+// One launch (VT_ATTN_TILED_FUSED): the arithmetic of the two passes and the split sum above, step for
+// step, so its output is bitwise the two-pass output. Each block keeps its split's scores (rounded to T,
+// as pass 1 stores them) in shared memory instead of global memory. With several splits, each block
+// publishes its split's max and sum and waits until every split of its (sequence, KV head) has, which
+// is safe only when the whole grid is resident at once (the launcher checks the occupancy); then it
+// streams V as pass 2 does, and the last split to finish adds the splits' partial sums in split order.
+// The first V tiles are requested before the wait, so their latency overlaps it. S pipeline stages: three
+// where the grid is still resident at once with them, else two (35 KB at head_dim 128 instead of 52);
+// the launcher picks. Shared memory: the pipeline (later the P.V merge), the split statistics, the scores.
+constexpr int kFusedStatsBytes = 2 * kWarps * kMaxGroup * static_cast<int>(sizeof(float));
+
+template <typename T, int D, int S> __host__ __device__ constexpr int fused_pipe_bytes() {
+  constexpr int pipe = static_cast<int>(sizeof(T)) * kTile * row_elems<D>() * S;
+  constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * D;
+  constexpr int bytes = pipe > merge ? pipe : merge;
+  return (bytes + 15) / 16 * 16 + kFusedStatsBytes;
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// grid (num_kv_heads, num_splits, batch), kThreads threads, fused_pipe_bytes<T, D, S>() + group *
+// span_tokens * sizeof(T) dynamic smem. span_tokens: kTile times the most tiles a split can hold. m_part, l_part and
+// o_part as in the two passes; counters: 2 ints per (sequence, KV head), zero before the launch and left
+// zero by it (used only with num_splits > 1).
+template <typename T, int D, int S>
+__global__ void __launch_bounds__(kThreads)
+    tiled_fused_kernel(vt::PagedArgs a, int num_splits, int span_tokens, float* __restrict__ m_part,
+                       float* __restrict__ l_part, T* __restrict__ out, float* __restrict__ o_part,
+                       int* __restrict__ counters) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int R = row_elems<D>();
+  const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const Span sp = split_span(a, b, split, num_splits);
+  const bool row_live = row < group;
+  const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+  T* pipe_smem = reinterpret_cast<T*>(smem_raw);
+  float* stats = reinterpret_cast<float*>(smem_raw + fused_pipe_bytes<T, D, S>() - kFusedStatsBytes);
+  T* srow = reinterpret_cast<T*>(smem_raw + fused_pipe_bytes<T, D, S>()) + (row_live ? row : 0) * span_tokens;
+  const int pos_base = sp.t_lo * kTile;  // the split's first tile: srow[pos - pos_base] is position pos
+
+  // Phase 1, as tiled_scores_kernel: S = Q K^T, rounded, into shared memory; the split's max and sum.
+  const T* qrow = static_cast<const T*>(a.q) + q_head * D;
+  uint32_t qa[D / 16][2];
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    qa[k][0] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + quad * 2) : 0u;
+    qa[k][1] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + 8 + quad * 2) : 0u;
+  }
+  const int k_tok = (lane % 8) + (lane / 16) * 8, k_dim = ((lane / 8) % 2) * 8;
+  float m = -CUDART_INF_F, l = 0.f, pad[2] = {0.f, 0.f};
+  const T* kbase = static_cast<const T*>(a.k_cache) + (int64_t)kvh * D;
+  pipeline<T, D, S>(pipe_smem, kbase, a, b, sp, [&](int tile, const T* stage) {
+    const T* ks = stage + warp * kWarpTokens * R;
+    float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, ks + k_tok * R + k * 16 + k_dim);
+      mma_rows8<T>(s[0][0], s[0][1], pad, qa[k][0], qa[k][1], kb[0], kb[1]);
+      mma_rows8<T>(s[1][0], s[1][1], pad, qa[k][0], qa[k][1], kb[2], kb[3]);
+    }
+    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+    float x[4], mt = -CUDART_INF_F;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = pos0 + (e / 2) * 8 + e % 2;
+      const bool valid = pos >= sp.begin && pos < sp.len;
+      const float v = vt::round_to<T>(vt::round_to<T>(s[e / 2][e % 2]) * a.scale);
+      if (valid && row_live) srow[pos - pos_base] = vt::from_f32<T>(v);
+      x[e] = valid ? v : -CUDART_INF_F;
+      mt = fmaxf(mt, x[e]);
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m, mt);
+    const float base = m_new == -CUDART_INF_F ? 0.f : m_new;
+    l = (m == -CUDART_INF_F ? 0.f : l * expf(m - base)) + (expf(x[0] - base) + expf(x[1] - base)) +
+        (expf(x[2] - base) + expf(x[3] - base));
+    m = m_new;
+  });
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
+  pipeline_prologue<T, D, S>(pipe_smem, vbase, a, b, sp);  // the K stages are free: every warp is past them
+  {
+    float* ms = stats;
+    float* ls = ms + kWarps * kMaxGroup;
+    if (quad == 0) {
+      ms[warp * kMaxGroup + row] = m;
+      ls[warp * kMaxGroup + row] = l;
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+      const int g = threadIdx.x;
+      float mx = -CUDART_INF_F, sum = 0.f;
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, ms[w * kMaxGroup + g]);
+      if (mx != -CUDART_INF_F)
+        for (int w = 0; w < kWarps; ++w) sum += ls[w * kMaxGroup + g] * expf(ms[w * kMaxGroup + g] - mx);
+      const int64_t idx = ((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g;
+      m_part[idx] = mx;
+      l_part[idx] = sum;
+    }
+  }
+  int* arrive = counters + 2 * ((int64_t)b * a.num_kv_heads + kvh);
+  if (num_splits > 1) {  // wait for every split of this (sequence, KV head): the whole grid is resident
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicAdd(arrive, 1);
+      while (load_acquire(arrive) < num_splits) __nanosleep(40);
+      __threadfence();
+    }
+  }
+  __syncthreads();  // the statistics are visible
+
+  // Phase 2, as tiled_pv_kernel: p = T(exp(s - max) / sum) over the whole window's statistics, O += P V.
+  float mx = -CUDART_INF_F, sum = 0.f;
+  if (row_live) {
+    const int64_t first = (int64_t)b * num_splits * a.num_q_heads + kvh * group + row;
+    for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, __ldcg(m_part + first + (int64_t)s * a.num_q_heads));
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = __ldcg(m_part + first + (int64_t)s * a.num_q_heads);
+      if (ms != -CUDART_INF_F) sum += __ldcg(l_part + first + (int64_t)s * a.num_q_heads) * expf(ms - mx);
+    }
+  }
+  const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
+  float o[D / 8][2];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
+  pipeline_body<T, D, S>(pipe_smem, vbase, a, b, sp, [&](int tile, const T* stage) {
+    const T* vs = stage + warp * kWarpTokens * R;
+    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = pos0 + (e / 2) * 8 + e % 2;
+      const bool valid = row_live && pos >= sp.begin && pos < sp.len;
+      p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(srow[pos - pos_base]) - mx) / sum) : 0.f;
+    }
+    const uint32_t pa0 = pack2<T>(p[0], p[1]), pa2 = pack2<T>(p[2], p[3]);
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, vs + v_tok * R + j * 16 + v_dim);
+      mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
+      mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
+    }
+  });
+  float* os = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup][D]
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    os[(warp * kMaxGroup + row) * D + j * 8 + quad * 2] = o[j][0];
+    os[(warp * kMaxGroup + row) * D + j * 8 + quad * 2 + 1] = o[j][1];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
+    const int g = idx / D, d = idx % D;
+    float val = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) val += os[(w * kMaxGroup + g) * D + d];
+    const int64_t qh = (int64_t)b * a.num_q_heads + kvh * group + g;
+    if (num_splits == 1)
+      out[qh * D + d] = vt::from_f32<T>(val);
+    else
+      o_part[(((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g) * D + d] = val;
+  }
+  if (num_splits == 1) return;
+
+  // The split sum, folded: the last split of this (sequence, KV head) to finish adds the partial sums in
+  // split order, as tiled_sum_kernel does, and leaves the counters zero for the next launch.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrive + 1, 1) == num_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int kPer = kMaxGroup * D / kThreads;
+  const int n = group * D;
+  float acc[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+  const int64_t head0 = (int64_t)b * num_splits * a.num_q_heads + kvh * group;
+  for (int s = 0; s < num_splits; ++s) {
+    const float* src = o_part + (head0 + (int64_t)s * a.num_q_heads) * D;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = threadIdx.x + k * kThreads;
+      if (idx < n) acc[k] += __ldcg(src + idx);
+    }
+  }
+  T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    if (idx < n) dst[idx] = vt::from_f32<T>(acc[k]);
+  }
+  if (threadIdx.x == 0) {
+    arrive[0] = 0;
+    arrive[1] = 0;
   }
 }
 

@@ -1,6 +1,11 @@
 """Binding for the tiled paged decode attention (paged_attn_tiled.cu): two tensor-core passes over a cp.async
 pipeline (scores, then probabilities rounded as the reference rounds them times V), split-KV sized from the
-block tables' capacity so that no context length is read on the host."""
+block tables' capacity so that no context length is read on the host.
+
+With `VT_ATTN_TILED_FUSED` (or `fused=True`) the same arithmetic runs in one launch where it takes the
+shape (`fused_stages`; several splits only): each block keeps its split's scores in shared memory, the splits of a (sequence, KV head)
+wait for each other's statistics, and the last one adds their partial sums, so the output is bitwise the
+two-pass output. Where it does not fit the two passes run."""
 from __future__ import annotations
 
 import ctypes
@@ -8,6 +13,7 @@ from functools import cache
 
 import torch
 
+from engine import flags
 from engine.cuda import build, ffi
 from engine.cuda.paged_attn import check_inputs
 
@@ -15,6 +21,10 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
 MAX_GROUP = 8  # query heads per KV head: rows of the kernel's 16-row mma tile (paged_attn_tiled.cuh)
 DTYPES = (torch.bfloat16, torch.float16)
+# the fused arm's arrival counters: 2 int32 per (sequence, KV head), zeroed once per device and left zero
+# by every launch, shared by every stream (two fused launches must not run at once on different streams)
+FUSED_COUNTERS = 1 << 17
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
 @cache
@@ -23,6 +33,9 @@ def _lib() -> ctypes.CDLL:
     ffi.bind(lib, "vt_paged_attn_tiled_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
     ffi.bind(lib, "vt_paged_attn_tiled_decode",
              [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
+    ffi.bind(lib, "vt_paged_attn_tiled_fused_stages", [ctypes.POINTER(_I), _I, _I, _I, _I, _I, _I, _I, _I])
+    ffi.bind(lib, "vt_paged_attn_tiled_fused_decode",
+             [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P])
     return lib
 
 
@@ -43,6 +56,32 @@ def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, d
     return out.value
 
 
+@cache
+def fused_stages(batch: int, hq: int, hkv: int, head_dim: int, block_size: int, max_blocks: int, splits: int,
+                 dtype: torch.dtype, device_index: int) -> int:
+    """The pipeline stages the one-launch kernel runs this shape with (3 or 2), or 0 where it does not take
+    it: one split (the two passes are faster there), scores that do not fit in shared memory, or a grid that
+    is not resident at once (its blocks wait on each other)."""
+    out = _I(0)
+    lib = _lib()
+    with torch.cuda.device(device_index):
+        rc = lib.vt_paged_attn_tiled_fused_stages(ctypes.byref(out), batch, hq, hkv, head_dim, block_size,
+                                                  max_blocks, splits, ffi.DTYPE_CODES[dtype])
+    ffi.check(rc, "vt_paged_attn_tiled_fused_stages", lib, "paged_attn_tiled")
+    return out.value
+
+
+def _counters(dev: torch.device, need: int) -> torch.Tensor | None:
+    """The device's zeroed arrival counters; None under CUDA graph capture before their first use (a zeroing
+    memset captured into a graph would not run until replay), or when a call needs more than there are."""
+    counters = _COUNTERS.get(dev)
+    if counters is None:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        counters = _COUNTERS[dev] = torch.zeros(FUSED_COUNTERS, dtype=torch.int32, device=dev)
+    return counters if need <= counters.numel() else None
+
+
 def decode(
     q: torch.Tensor,  # q: [batch, Hq, D] contiguous, bf16 or fp16
     k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, Hkv, D] contiguous
@@ -52,6 +91,7 @@ def decode(
     scale: float,
     sliding_window: int | None = None,
     splits: int | None = None,  # None: num_splits over the tables' capacity
+    fused: bool | None = None,  # None: VT_ATTN_TILED_FUSED; the one-launch kernel where it fits
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, hq, d = q.shape
@@ -63,6 +103,12 @@ def decode(
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
     if splits is None:
         splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, q.device.index or 0)
+    if fused is None:
+        fused = flags.enabled("VT_ATTN_TILED_FUSED")
+    if fused:
+        out = decode_fused(q, k_cache, v_cache, tables, lens, scale, sliding_window, splits, required=False)
+        if out is not None:
+            return out
     out = torch.empty_like(q)
     cap = tables.shape[1] * block_size
     scores = torch.empty(batch, hq, cap, dtype=q.dtype, device=q.device)  # pass 1 -> pass 2, rounded to q.dtype
@@ -76,4 +122,41 @@ def decode(
                                         block_size, tables.shape[1], scale, sliding_window or 0, splits,
                                         ffi.dtype_code(q, "q"), ffi.stream(q.device))
     ffi.check(rc, "vt_paged_attn_tiled_decode", lib, "paged_attn_tiled")
+    return out
+
+
+def decode_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
+                 lens: torch.Tensor, scale: float, sliding_window: int | None, splits: int | None,
+                 required: bool = True) -> torch.Tensor | None:
+    """The one-launch arm on checked inputs (see `decode`); None where it does not fit, or an error with
+    `required` (the numerics cases use that, so a case proves the fused kernel ran)."""
+    batch, hq, d = q.shape
+    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
+    dev = q.device.index or 0
+    if splits is None:
+        splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, dev)
+    why = None
+    stages = fused_stages(batch, hq, hkv, d, block_size, tables.shape[1], splits, q.dtype, dev)
+    if stages == 0:
+        why = "one split, or its shared memory or its grid does not fit this shape"
+    counters = _counters(q.device, 2 * batch * hkv) if why is None else None
+    if why is None and counters is None:
+        why = "no arrival counters (first use under graph capture, or too many sequences)"
+    if why is not None:
+        if required:
+            raise ValueError(f"tiled fused arm: {why} (batch {batch}, {hq}/{hkv} heads, head_dim {d}, "
+                             f"{tables.shape[1]} blocks of {block_size}, {splits} splits)")
+        return None
+    out = torch.empty_like(q)
+    m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
+    l_part = torch.empty_like(m_part)
+    o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
+    lib = _lib()
+    rc = lib.vt_paged_attn_tiled_fused_decode(ffi.ptr(out), ffi.ptr(m_part), ffi.ptr(l_part), ffi.ptr(o_part),
+                                              ffi.ptr(counters), ffi.ptr(q),
+                                              ffi.ptr(k_cache), ffi.ptr(v_cache), ffi.ptr(tables), ffi.ptr(lens),
+                                              batch, hq, hkv, d, block_size, tables.shape[1], scale,
+                                              sliding_window or 0, splits, stages, ffi.dtype_code(q, "q"),
+                                              ffi.stream(q.device))
+    ffi.check(rc, "vt_paged_attn_tiled_fused_decode", lib, "paged_attn_tiled")
     return out

@@ -144,3 +144,16 @@ def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_pa
     for m in ("awq", "gptq", "nvfp4"):
         assert (f"argv: -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-{m} --ledger {out}/ledger\n"
                 in log(tmp_path, f"ab-step-dequant-gemv-{m}"))
+
+
+def test_peers_phase_runs_the_six_shapes_the_fused_ab_and_both_decode_peers(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["peers"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    attn = log(tmp_path, "peers-attn")
+    assert "--workload attn-decode --shapes peers --arms tiled,tiled-fused,flashinfer-tc,flashinfer" in attn
+    assert f"--plot {out}/attn-peers.png" in attn
+    assert "--flag VT_ATTN_TILED_FUSED --shape batch=1,ctx=1024,hq=16,hkv=8" in log(
+        tmp_path, "ab-fused-batch=1,ctx=1024,hq=16,hkv=8")
+    assert "bench decode --no-oracle --hf-compiled --ledger" in log(tmp_path, "peers-decode-b1")
+    assert "--hf-compiled --batch 32 --steps 32" in log(tmp_path, "peers-decode-b32")

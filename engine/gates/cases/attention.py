@@ -69,6 +69,19 @@ def run_tiled(splits: int | None, x: Inputs) -> torch.Tensor:
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits)
 
 
+def run_tiled_fused(splits: int, x: Inputs) -> torch.Tensor:
+    from engine.cuda import paged_attn_tiled
+
+    return paged_attn_tiled.decode_fused(*_args(x), x["window"], splits)
+
+
+def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
+    """The default tiled arm, two passes: the fused arm must equal it bit for bit."""
+    from engine.cuda import paged_attn_tiled
+
+    return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, fused=False)
+
+
 def ref_eager(x: Inputs) -> torch.Tensor:
     return ref_attn.paged_decode_attention(*_args(x), x["window"])
 
@@ -102,6 +115,7 @@ ARMS = {  # arm -> (flag, row)
     "splitkv": ("VT_ATTN_SPLITKV", "KERNEL-ATTN-SPLITKV"),
     "splitkv_swap": ("VT_ATTN_SPLITKV_GQA_SWAP", "KERNEL-ATTN-SPLITKV"),
     "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
+    "tiled_fused": ("VT_ATTN_TILED_FUSED", "ENGINE-PERF"),
 }
 TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -119,7 +133,7 @@ def attn_case(arm: str, dt: str, d: int, group: int, bs: int, ctx: int, window: 
         flag = "VT_ATTN_DECODE_D128"
     name = f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}" + (f"/w{window}" if window else "") + \
         (f"/s{splits}" if splits else "")
-    dtype = (TILED_DTYPES if arm == "tiled" else DTYPES)[dt]
+    dtype = (TILED_DTYPES if arm.startswith("tiled") else DTYPES)[dt]
     make = partial(paged_inputs, dtype=dtype, ctx=ctx, d=d, group=group, block_size=bs, window=window)
     if arm == "tiled":
         kernel, reference = partial(run_tiled, splits), ref_eager
@@ -181,6 +195,39 @@ def tiled_cases() -> list[KernelCase]:
     return cases
 
 
+def tiled_fused_cases() -> list[KernelCase]:
+    """The one-launch tiled arm (several splits only) against the two-pass arm, bitwise ("exact"), and against
+    the eager reference on a few: every context, both dtypes, head_dim 64/128/256, odd groups and block
+    sizes, windows, and split counts of 2, 7 (more than some contexts have tiles: empty splits) and 64."""
+    cases = []
+
+    def add(dt: str, d: int, group: int, bs: int, ctx: int, window: int | None = None,
+            splits: int = FORCED_SPLITS, tags: tuple[str, ...] = ()) -> None:
+        base = attn_case("tiled_fused", dt, d, group, bs, ctx, window, splits, tags)
+        cases.append(KernelCase(base.name, base.arm, base.flag, base.dtype, base.make,
+                                partial(run_tiled_fused, splits), partial(run_tiled_two_pass, splits),
+                                "exact", base.row, base.tags))
+    for dt in TILED_DTYPES:
+        for ctx in CONTEXTS + LONG_CONTEXTS:
+            add(dt, 128, 4, 32, ctx, tags=("small",) if ctx == 33 else ("long",) if ctx in LONG_CONTEXTS else ())
+        for d in (64, 128, 256):
+            for group in (1, 3, 8):
+                add(dt, d, group, 16, 100)
+        add(dt, 128, 4, 16, 685, window=256)
+        add(dt, 256, 8, 32, 1000, window=100)
+    add("bf16", 128, 5, 48, 685)
+    for ctx in (1, 100, 685, 4096, 32768):
+        for splits in (2, 64):
+            add("bf16", 128, 4, 32, ctx, splits=splits)
+    for ctx in (33, 1000, 4096):  # and against the reference itself
+        cases.append(KernelCase(f"attn/tiled_fused-vs-ref/bf16/d128/g4/bs32/ctx{ctx}/s{FORCED_SPLITS}", "tiled_fused",
+                                "VT_ATTN_TILED_FUSED", torch.bfloat16,
+                                partial(paged_inputs, dtype=torch.bfloat16, ctx=ctx, d=128, group=4, block_size=32,
+                                        window=None),
+                                partial(run_tiled_fused, FORCED_SPLITS), ref_eager, "bf16", "ENGINE-PERF"))
+    return cases
+
+
 def build_cases() -> list[KernelCase]:
     cases: list[KernelCase] = []
     canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4),
@@ -213,6 +260,7 @@ def build_cases() -> list[KernelCase]:
                                 torch.float32, make, partial(run_splitkv_partial, swap), ref_splitkv_partial,
                                 "fp32", "KERNEL-ATTN-SPLITKV"))
     cases += tiled_cases()
+    cases += tiled_fused_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):
             for bs in (16, 32):

@@ -57,7 +57,8 @@ def test_attention_arms_turn_off_the_tiled_default():
 
     assert flags.FLAGS["VT_ATTN_TILED"].default is True
     for name, settings in ATTN.arms.items():
-        assert settings.get("VT_ATTN_TILED") == ("1" if name == "tiled" else "0"), name
+        assert settings.get("VT_ATTN_TILED") == ("1" if name.startswith("tiled") else "0"), name
+    assert ATTN.arms["tiled"]["VT_ATTN_TILED_FUSED"] == "0" and ATTN.arms["tiled-fused"]["VT_ATTN_TILED_FUSED"] == "1"
 
 
 def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys, monkeypatch):

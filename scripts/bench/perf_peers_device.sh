@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call for the ENGINE-PERF measurements (run from the repository root on the GPU machine):
+# the tiled attention's numerics (two-pass and fused arms), then `ci/gpu.sh peers` (the six-shape table
+# with FlashInfer and SDPA, the fused arm's A/B, the decode step at batch 1 and 32 against its floor and
+# the compiled+graphed transformers peer). Wheels in WHEELS (FlashInfer 0.5.3, apache-tvm-ffi,
+# nvidia-cudnn-frontend, ruamel.yaml) are installed into /tmp/site first. Results: $OUT (at most 8 files).
+set -u
+WHEELS="${WHEELS:-../.whl}"
+OUT="${OUT:?set OUT}"
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 9
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" VT_CUDA_CACHE="${VT_CUDA_CACHE:-$PWD/.vtcache}" PYTHONUNBUFFERED=1
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+W=/tmp/perf-work
+mkdir -p "$W"
+timeout "${GATE_LIMIT:-200}" python3 -m engine gate kernels --filter attn/tiled --ledger "$OUT/kernels-attn-tiled.json" \
+  > "$W/gate.log" 2>&1
+echo "gate kernels attn/tiled: rc=$?"
+grep -E " (fail|error)$|error" "$W/gate.log" | head -8
+tail -n 3 "$W/gate.log"
+OUT="$W/ci" bash ci/gpu.sh peers > "$W/ci.log" 2>&1
+cp "$W/ci/attn-peers.png" "$OUT/" 2>/dev/null
+cp "$W/ci/ledger.tgz" "$OUT/ci-ledger.tgz" 2>/dev/null
+tar czf "$OUT/logs.tgz" -C "$W" gate.log ci.log
+sed -n '/^step /,$p' "$W/ci.log"
