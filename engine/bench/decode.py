@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger:
         cmd = "python -m engine bench decode " + " ".join(argv if argv is not None else sys.argv[1:])
         summary = (f"decode step at batch {record['batch']} {record['step_ms']:.3f} ms; floor fraction "
-                   f"{record.get('floor_fraction', 0):.0%}; "
-                   f"tok/s vs transformers {record.get('ratio_vs_transformers', float('nan')):.2f}x")
+                   f"{record.get('floor_fraction', 0):.0%}")
+        if "ratio_vs_transformers" in record:
+            summary += f"; tok/s vs transformers generate {record['ratio_vs_transformers']:.2f}x"
         if "hf_compiled_step_ms" in record:
             summary += (f"; transformers compiled+graph {record['hf_compiled_step_ms']:.3f} ms "
                         f"(engine {record['ratio_vs_hf_compiled']:.2f}x)")
