@@ -80,7 +80,8 @@ def _main(argv: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    return args.func(args)
+    code: int = args.func(args)
+    return code
 
 
 def run_script(check_id: str) -> int:
@@ -152,8 +153,9 @@ def _setup_error(exc: Exception) -> int:
             print(f"rowgate: {line}", file=sys.stderr)
     else:
         print(f"rowgate: {exc}", file=sys.stderr)
-        if getattr(exc, "hint", None):
-            print(f"    fix: {exc.hint}", file=sys.stderr)
+        hint = getattr(exc, "hint", None)
+        if hint:
+            print(f"    fix: {hint}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -48,7 +48,7 @@ class StateRule(Strict):
 class RowsConfig(Strict):
     areas: list[str] = Field(default_factory=lambda: ["ENGINE", "MODEL", "QUANT", "KERNEL", "BACKEND", "GOV"])
     states: dict[State, StateRule] = Field(default_factory=dict)
-    active_states: list[State] = Field(default_factory=lambda: ["SPIKE", "ACTIVE", "GATING"])
+    active_states: list[State] = Field(default_factory=lambda: list[State](["SPIKE", "ACTIVE", "GATING"]))
     spec_sections: list[str] = Field(default_factory=lambda: ["Goal", "Acceptance", "Issues"])
 
 
@@ -286,7 +286,7 @@ def parse_config(raw: bytes) -> Config:
     return validate(Config, parse_yaml(raw, CONFIG_PATH), CONFIG_PATH)
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     schema = Config.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "rowgate .agents/config.yaml"

@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Iterable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from checkers import __version__
 from checkers.results import RecordError

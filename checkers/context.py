@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from checkers.files import select
@@ -25,7 +25,7 @@ class Range:
     head commits, and the merge base the range starts at. The merge base is asked of git once, when first
     needed; `commits()` finds it in the same `git log` that reads the range (Git.range_commits)."""
 
-    __slots__ = ("ref", "source", "base", "head", "_git", "_notes", "_merge_base")
+    __slots__ = ("_git", "_merge_base", "_notes", "base", "head", "ref", "source")
 
     def __init__(self, ref: str, source: str, base: str, head: str, git: Git, notes: TextIO | None = None):
         self.ref, self.source, self.base, self.head = ref, source, base, head

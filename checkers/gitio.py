@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from checkers.results import CheckError
 
@@ -111,8 +111,15 @@ class Commit(NamedTuple):
         return self.sha[:12]
 
     @property
+    def parent_shas(self) -> tuple[str, ...]:
+        """The parents, for a commit read with them (Git.commits and commits_with_trailers always are)."""
+        if self.parents is None:
+            raise ValueError(f"commit {self.short} was read without its parents (Git.range_commits(parents=True))")
+        return self.parents
+
+    @property
     def is_merge(self) -> bool:
-        return len(self.parents) > 1
+        return len(self.parent_shas) > 1
 
 
 class TrailedCommit(NamedTuple):
@@ -149,7 +156,7 @@ class Git:
             raise GitError(f"git {' '.join(args)} failed: {err[-1] if err else f'exit {proc.returncode}'}")
         return proc
 
-    def text(self, *args: str, **kw) -> str:
+    def text(self, *args: str, **kw: Any) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", errors="replace")
 
     # --- refs ----------------------------------------------------------------
@@ -301,7 +308,7 @@ class Git:
     def check_mailmap(self, contacts: list[str], batch: int = 500) -> dict[str, str]:
         """Map `Name <email>` contacts through .mailmap: one `git check-mailmap` per `batch` distinct
         contacts (one for any usual range)."""
-        contacts = sorted(set(c for c in contacts if "<" in c and c.rstrip().endswith(">")))
+        contacts = sorted({c for c in contacts if "<" in c and c.rstrip().endswith(">")})
         mapped: dict[str, str] = {}
         for i in range(0, len(contacts), batch):
             chunk = contacts[i:i + batch]
@@ -410,7 +417,8 @@ class Git:
         result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         for chunk in out.split("\x01")[1:]:
             lines = chunk.split("\n")
-            sha, changes, path = lines[0].strip(), {}, None
+            sha, path = lines[0].strip(), None
+            changes: dict[str, list[str | None]] = {}
             for line in lines[1:]:
                 if line.startswith("diff --git "):
                     path = line.split(" b/", 1)[-1]
@@ -424,7 +432,7 @@ class Git:
     def refs(self, *patterns: str) -> dict[str, str]:
         """Ref name (refs/heads/..., refs/remotes/...) -> sha for the refs under `patterns`, one call."""
         out = self.text("for-each-ref", "--format=%(refname)%09%(objectname)", *patterns)
-        return dict(tuple(line.split("\t", 1)) for line in out.splitlines() if "\t" in line)
+        return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
 
     def existing_commits(self, shas: list[str]) -> set[str]:
         """The subset of `shas` that name commits in this repository, one `git cat-file --batch-check`."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from checkers import __version__
 from checkers.paths import escape as _esc

@@ -23,7 +23,7 @@ def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result
     """Run one check; a CheckError is `error` (could not verify), and so is a crash, with its origin."""
     start = time.perf_counter()
     try:
-        result = spec.load().run(ctx, args)
+        result: Result = spec.load().run(ctx, args)
     except CheckError as exc:
         result = Result.error(spec.id, str(exc), exc.hint)
     except Exception as exc:  # a crash must not read as a pass, nor hide the other gates

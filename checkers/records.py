@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from checkers.config import State, Strict
 from checkers.ids import ROW_ID, SHA
@@ -140,7 +140,7 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _load(rec: Records, root: Path, path: Path, model: type) -> Loaded | None:
+def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loaded | None:
     # JSON ledger entries are read by the YAML loader too: JSON is YAML, and it keeps line numbers.
     try:
         obj, doc = load_model(model, path, _rel(root, path))
@@ -165,7 +165,7 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
         exc.problems = [((ln + 1) if ln else ln, f, m) for ln, f, m in exc.problems]
         rec.problems.append(exc)
         return None
-    except Exception as exc:  # ruamel raises several error types for broken YAML
+    except Exception as exc:  # noqa: BLE001 -- ruamel raises several unrelated error types for broken YAML
         rec.problems.append(RecordError(rel, [(1, "", f"invalid front matter: {exc}")]))
         return None
     return Loaded(rel, obj, doc)
@@ -173,6 +173,6 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
 
 def key_line(doc: Any, key: str) -> int | None:
     try:
-        return doc.lc.key(key)[0] + 1
-    except Exception:
+        return int(doc.lc.key(key)[0]) + 1
+    except (AttributeError, KeyError, TypeError, IndexError):  # not a ruamel map, or no such key
         return None

@@ -7,7 +7,7 @@ code, never read from outside, and a commit-msg hook starts on every commit, whe
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Exit codes shared by the CLI, the scripts and the preflight.
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -95,7 +95,7 @@ class Result:
     def error(cls, check: str, reason: str, hint: str | None = None) -> Result:
         return cls(check=check, status=Status.ERROR, summary=reason, hint=hint)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The result as JSON-ready data (the `results` items of `--format json`)."""
         data = {k: getattr(self, k) for k in self.__slots__}
         return {**data, "status": self.status.value, "findings": [f._asdict() for f in self.findings]}

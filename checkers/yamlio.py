@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from checkers.results import RecordError  # re-exported: loaders and callers catch it from here
 
+__all__ = ["RecordError", "dump_yaml", "line_of", "load_model", "parse_yaml", "read_yaml", "to_plain", "validate",
+           "yaml_rt"]
 M = TypeVar("M", bound=BaseModel)
 
 MAX_YAML_BYTES = 1 << 20  # a record or config file over 1 MiB is refused, not parsed
@@ -122,7 +125,7 @@ def to_plain(node: Any) -> Any:
     return node
 
 
-def line_of(doc: Any, loc: tuple) -> int | None:
+def line_of(doc: Any, loc: tuple[int | str, ...]) -> int | None:
     """The 1-based line of the deepest node on `loc` that the document has."""
     line = None
     node = doc
@@ -142,7 +145,7 @@ def line_of(doc: Any, loc: tuple) -> int | None:
     return line
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     if err["type"] == "missing":

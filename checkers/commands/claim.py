@@ -28,7 +28,7 @@ from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
 from checkers.yamlio import RecordError, validate
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     p = sub.add_parser(name, help="claim a row: write .agents/claims/ID.yaml and make the row active")
     p.add_argument("id", help="row id")
     p.add_argument("--branch", required=True, help="the branch the work happens on (row/<ID> by convention)")

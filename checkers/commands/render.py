@@ -10,7 +10,7 @@ from checkers.render import load_views, stale_views
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     p = sub.add_parser(name, help="render docs/matrices/, docs/ROADMAP.md and docs/ENVIRONMENT.md from the records",
                        description="Render the area matrices, the roadmap table and the environment table "
                                    "from .agents/ and the engine's flag registry.")

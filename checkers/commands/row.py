@@ -10,11 +10,17 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from checkers.config import STATES
-from checkers.records import ROW_ID, Row
+from checkers.config import STATES, State
+from checkers.ids import ROW_ID
+from checkers.records import Row
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 from checkers.yamlio import RecordError, read_yaml, validate, yaml_rt
+
+if TYPE_CHECKING:
+    from checkers.context import Context
+    from checkers.results import Finding
 
 ROW_TEMPLATE = """\
 # Roadmap row {id}. Edit with `rowgate row set`; counts are derived, never stored.
@@ -181,7 +187,7 @@ def _requirements(ctx, row: Row, state: str, skip_spec: bool = False) -> list:
     return rowreqs.row_findings(row, state, tree, skip_spec=skip_spec)
 
 
-def _row_doc(ctx, row_id: str):
+def _row_doc(ctx: Context, row_id: str) -> tuple[Path, Any]:
     path = ctx.root / ".agents" / "rows" / f"{row_id}.yaml"
     if not path.is_file():
         _refuse(f"no row {row_id}: {ctx.rel(path)} does not exist (create it with `rowgate row new`)")
@@ -193,7 +199,7 @@ def _row_doc(ctx, row_id: str):
         return path, None
 
 
-def _context(args: argparse.Namespace):
+def _context(args: argparse.Namespace) -> Context | None:
     from checkers.cli import _setup_error, load_context
     from checkers.gitio import GitError
 
@@ -204,11 +210,11 @@ def _context(args: argparse.Namespace):
         return None
 
 
-def _loads(text: str):
+def _loads(text: str) -> Any:
     return yaml_rt().load(text)
 
 
-def dump_yaml(doc) -> str:
+def dump_yaml(doc: Any) -> str:
     """Round-trip dump that writes None as `null`, as the records are written by hand."""
     from io import StringIO
 
@@ -224,7 +230,7 @@ def _refuse(message: str, code: int = EXIT_FAIL) -> int:
     return code
 
 
-def _refuse_state(row_id: str, state: str, problems: list) -> int:
+def _refuse_state(row_id: str, state: str, problems: list[Finding]) -> int:
     lines = [f"rowgate: refusing to move {row_id} to {state}; unmet:"]
     lines += [f"  - {p.message} (fix: {p.hint})" for p in problems]
     print("\n".join(lines), file=sys.stderr)

@@ -8,7 +8,7 @@ from checkers.results import EXIT_PASS, EXIT_USAGE
 from checkers.trailers.parser import MODELLED_GIT, parse
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     p = sub.add_parser(name, help="parse a commit message's trailers from stdin, exactly as git does",
                        description="Read a commit message on stdin and print its trailers exactly as "
                                    "`git interpret-trailers --parse [--no-divider]` prints them (with no git "

@@ -13,8 +13,14 @@ from checkers.configcache import Section
 from checkers.ids import ROW_ID
 
 if TYPE_CHECKING:  # what each builder's section reads as
-    from checkers.config import (TrailerCondition, TrailerContract, TrailerExemption, TrailerForbidRule,
-                                 TrailerKeyRule, TrailerParagraphRule)
+    from checkers.config import (
+        TrailerCondition,
+        TrailerContract,
+        TrailerExemption,
+        TrailerForbidRule,
+        TrailerKeyRule,
+        TrailerParagraphRule,
+    )
 
 # Names of coding assistants and their vendors, and the generic words for one (ai, agent, bot, llm, gpt),
 # each a whole word (`Alice` is not `ai`, `Abbott` not `bot`); a Signed-off-by or Co-authored-by naming one

@@ -79,3 +79,10 @@ def test_doctor_reports_head_and_a_shallow_history(rowgate_repo: GitRepo, tmp_pa
     assert doctor.returncode == 1
     assert "history:    SHALLOW: range checks cannot verify; run git fetch --unshallow" in lines
     assert any(line.startswith("head:       ") and "on branch main; origin (" in line for line in lines)
+
+
+def test_doctor_without_git_on_path_says_so_and_exits_3(tmp_path: Path):
+    """It used to crash with FileNotFoundError before printing its first line."""
+    proc = subprocess.run([sys.executable, "-m", "checkers", "doctor"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(ROOT), "PATH": str(tmp_path)}, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "git:        not found (install git 2.30 or newer)\n", "")

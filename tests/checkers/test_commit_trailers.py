@@ -247,7 +247,7 @@ def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
 
 def test_judge_is_a_pure_function_of_message_contract_and_facts():
     from checkers.config import TrailerContract
-    from checkers.trailers.contract import R, Facts, compile_contract, judge
+    from checkers.trailers.contract import Facts, R, compile_contract, judge
     from checkers.trailers.message import read_message
 
     contract = compile_contract(TrailerContract(presets=["row", "dco"]))
@@ -283,7 +283,7 @@ def test_bad_templates_in_the_config_are_refused():
 
 def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
     from checkers.config import TrailerContract, TrailerKeyRule
-    from checkers.trailers.contract import R, Facts, compile_contract, judge
+    from checkers.trailers.contract import Facts, R, compile_contract, judge
     from checkers.trailers.message import read_message
 
     row = compile_contract(TrailerContract(presets=["row"]))

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from checkers import registry
+from checkers.checks.env_doc.envscan import c_reads, python_reads
 from checkers.config import load_config
 from checkers.context import Context
-from checkers.checks.env_doc.envscan import c_reads, python_reads
 from checkers.flagdecls import parse_flag_decls
-from checkers.render import render_environment
 from checkers.preflight import check_parser, run_check
+from checkers.render import render_environment
 from checkers.results import Result
 from tests.conftest import ROOT, GitRepo, init_repo
 

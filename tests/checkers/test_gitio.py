@@ -96,3 +96,15 @@ def test_range_commits_reads_only_the_fields_asked_for(shapes):
     assert [(x.sha, x.message) for x in lean[1]] == [(x.sha, x.message) for x in full[1]]
     assert {(x.parents, x.author_name, x.author_email) for x in lean[1]} == {(None, None, None)}
     assert [len(x.parents) for x in full[1]] == [1, 2, 1] and full[1][0].author_email == "ada@example.com"
+
+
+def test_a_commit_read_without_its_parents_says_so_instead_of_guessing(git_repo: GitRepo):
+    """range_commits(parents=False) leaves parents unread: asking whether such a commit is a merge is a
+    caller's bug, reported as one (it was a TypeError from len(None))."""
+    root = git_repo.commit("root")
+    git_repo.commit("child")
+    _, [child] = Git(git_repo.path).range_commits(root, "HEAD", parents=False)
+    with pytest.raises(ValueError, match=rf"^commit {child.short} was read without its parents"):
+        child.is_merge  # noqa: B018
+    _, [read] = Git(git_repo.path).range_commits(root, "HEAD")
+    assert read.parent_shas == (root,) and not read.is_merge

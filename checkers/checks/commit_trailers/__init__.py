@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING
 from checkers.context import Context, NoRange, Range, add_range_arguments
 from checkers.gitio import Commit
 from checkers.results import CheckError, Finding, Result
-from checkers.trailers.contract import R, RULES, Compiled, Facts, compile_contract, judge
+from checkers.trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
 from checkers.trailers.message import read_message
+from checkers.trailers.parser import Trailer
 from checkers.trailers.presets import PRESETS
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ ID = "commit-trailers"
 # The config sections this check reads: the CLI serves them from the validated-config cache
 # (checkers.configcache), so a commit-msg hook or a range check starts without importing pydantic.
 CONFIG_SECTIONS = ("cutover", "base", "trailers")
-__all__ = ["ID", "RULES", "CONFIG_SECTIONS", "add_arguments", "run"]
+__all__ = ["CONFIG_SECTIONS", "ID", "RULES", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +61,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 
 @contextmanager
-def _collector_paused():
+def _collector_paused() -> Iterator[None]:
     """A range builds a handful of objects per commit that hold no cycles and live to the end; left on,
     the cyclic collector would rescan them about a hundred times over 10,000 commits, for nothing."""
     was_enabled = gc.isenabled()
@@ -110,7 +112,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
             if cfg.merges == "skip":
                 merges_skipped += 1
                 continue
-            findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parents)} parents "
+            findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parent_shas)} parents "
                                                f"(trailers.merges: forbid)", hint="rebase instead of merging"))
             continue
         rules = legacy if c.sha in legacy_shas else contract
@@ -123,7 +125,7 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
                 continue
             findings.append(f._replace(message=f"{c.short}: {f.message}", line=None))  # the commit is the place
     in_range = {c.sha for c in commits}
-    for (sha, error), e in debt.items():
+    for sha, error in debt:
         if sha in in_range and (sha, error) not in used:
             findings.append(R["TR011"].finding(f"{sha[:12]}: exception no longer matches an error: {error!r}",
                                                hint="remove it from trailers.exceptions in .agents/config.yaml"))
@@ -165,7 +167,7 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Co
     if not cutover:
         return set()
     cut = ctx.git.must_resolve(cutover, "cutover")
-    parents = {c.sha: c.parents for c in commits}
+    parents = {c.sha: c.parent_shas for c in commits}
     if cut not in parents:  # the cutover is outside the range: ask git which of ours it reaches
         return (set(ctx.git.rev_list(f"{rng.merge_base}..{cut}")) & parents.keys()) - {cut}
     seen, todo = set(), list(parents[cut] or ())
@@ -178,7 +180,7 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Co
     return seen
 
 
-def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers, filled: bool) -> Facts:
+def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers: Sequence[Trailer], filled: bool) -> Facts:
     mapped: dict[str, str] = {}
     if need_mailmap:
         mapped = ctx.git.check_mailmap(idents + [t.value for t in trailers])

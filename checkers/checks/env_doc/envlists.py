@@ -68,8 +68,8 @@ def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...],
                 extra = line[len(name):].strip()
                 out.problems.append((n, f"{name}: one name per line, nothing after it (found {extra!r})"))
         elif missing:
-            out.problems.append((n, f"{name} has no {' and no '.join(missing)}: write `{name}  CLASS  reason` "
-                                    f"with CLASS one of {', '.join(classes)}"))
+            out.problems.append((n, (f"{name} has no {' and no '.join(missing)}: write `{name}  CLASS  reason` "
+                                     f"with CLASS one of {', '.join(classes)}")))
         elif cls not in classes:
             out.problems.append((n, f"{name}: class {cls!r} is not one of {', '.join(classes)}"))
         if not name.startswith(prefixes):

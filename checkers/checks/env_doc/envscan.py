@@ -59,9 +59,9 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
                     environ_names.add(a.asname or a.name)
                 elif a.name == "getenv":
                     getenv_names.add(a.asname or a.name)
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                consts[node.targets[0].id] = node.value.value
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            consts[node.targets[0].id] = node.value.value
     for node in ast.walk(tree):  # `env = os.environ` style aliases, once the imports are known
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if _is_environ(node.value, os_names, environ_names):
@@ -83,14 +83,14 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
                     isinstance(f, ast.Attribute) and f.attr in _ENVIRON_METHODS
                     and _is_environ(f.value, os_names, environ_names)) or (readers and _is_reader(f, readers)):
                 name = key(node.args[0])
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-            if _is_environ(node.value, os_names, environ_names):
-                name = key(node.slice)
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-            if _is_environ(node.comparators[0], os_names, environ_names):
-                name = key(node.left)
+        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+              and _is_environ(node.value, os_names, environ_names)):
+            name = key(node.slice)
+        elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
+              and _is_environ(node.comparators[0], os_names, environ_names)):
+            name = key(node.left)
         if name and name.startswith(prefixes):
-            reads.append(EnvRead(name, path, node.lineno))
+            reads.append(EnvRead(name, path, getattr(node, "lineno", 0)))
     return sorted(reads, key=lambda r: r.line)
 
 

@@ -115,6 +115,7 @@ def check_python(src: Source) -> tuple[list[Finding], int]:
     assigned = _module_assignments(tree)
     findings: list[Finding] = []
     sites = 0
+    site: str | None
     for node in nodes:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             site, operands, keywords = "`@`", [node.left, node.right], []
@@ -218,11 +219,11 @@ def check_cuda(src: Source, raw: dict[str, str], blanked: dict[str, str] | None 
     findings: list[Finding] = []
     launches = cu.launches(code)
     for site in launches:
-        if GEMV_KERNEL.fullmatch(site.kernel) and (pos := _output_position(site, unit)) is not None:
-            if site.template_args[pos] == "float":
-                findings.append(R_F32.finding(
-                    f"GEMV launch {site.kernel} takes float as its output template argument: the output type must "
-                    f"be a template parameter chosen from the caller's out dtype", src.path, site.line, A1_HINT))
+        if (GEMV_KERNEL.fullmatch(site.kernel) and (pos := _output_position(site, unit)) is not None
+                and site.template_args[pos] == "float"):
+            findings.append(R_F32.finding(
+                f"GEMV launch {site.kernel} takes float as its output template argument: the output type must "
+                f"be a template parameter chosen from the caller's out dtype", src.path, site.line, A1_HINT))
         for slot, expr in zip(LAUNCH_SLOTS, site.config):
             findings += _cuda_tuning(f"launch of {site.kernel}", f"{slot} ({expr})", expr, unit, src.path, site.line)
     calls = cu.library_calls(code, LIBRARY_CALL)

@@ -5,10 +5,10 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
+from checkers.checks.pr_size.pathclass import Classifier, Pairing
 from checkers.config import PrSizeConfig
 from checkers.context import Context, add_range_arguments
 from checkers.gitio import DiffStat
-from checkers.checks.pr_size.pathclass import Classifier, Pairing
 from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "pr-size"

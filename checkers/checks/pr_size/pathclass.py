@@ -26,7 +26,9 @@ class Classifier:
 
     def classify(self, path: str) -> str | None:
         m = self._regex.fullmatch(path) if self._regex else None
-        return self.classes[int(m.lastgroup[1:])].name if m else None
+        if m is None or m.lastgroup is None:  # a match is always inside one class's group `c<k>`
+            return None
+        return self.classes[int(m.lastgroup[1:])].name
 
     def closest(self, path: str) -> str:
         """The class whose patterns come closest to an unclassified path: most leading directories

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 from checkers.checks.records import rowreqs
-from checkers.context import Context, NoRange, add_range_arguments
 from checkers.checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
 from checkers.checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
+from checkers.context import Context, NoRange, add_range_arguments
 from checkers.records import Records, key_line
 from checkers.results import CheckError, Finding, Result
 

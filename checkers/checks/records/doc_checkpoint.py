@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from checkers.config import DocsConfig
 from checkers.context import Context, NoRange, add_range_arguments
+from checkers.flagdecls import FlagDeclError
 from checkers.gitio import TrailedCommit
 from checkers.records import Records
 from checkers.render import load_views, stale_views
-from checkers.flagdecls import FlagDeclError
 from checkers.results import CheckError, Finding, Result, Rule
 
 ID = "doc-checkpoint"

@@ -3,6 +3,7 @@ under the row that body names, and that row's spec."""
 from __future__ import annotations
 
 import re
+
 from checkers.checks.records.rules import R_NOROW, R_SPEC, R_UNFILED
 from checkers.records import Records
 from checkers.results import Finding

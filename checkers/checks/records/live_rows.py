@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checkers.context import Context
@@ -105,9 +106,9 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
                                                 f"claim it (rowgate claim {m.id} --branch row/{m.id}) or move it "
                                                 "out of the active states (rowgate row set)"))
     for cid, claim in records.claims.items():
-        c, row = claim.model, records.rows.get(claim.model.row)
-        if row is None or row.model.state not in active:
-            what = "does not exist" if row is None else f"is {row.model.state} (active: {', '.join(active)})"
+        c, target = claim.model, records.rows.get(claim.model.row)
+        if target is None or target.model.state not in active:
+            what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
             findings.append(R_INACTIVE.finding(f"claim {cid} points at row {c.row}, which {what}", claim.path,
                                                key_line(claim.doc, "row"), "remove the claim (rowgate row set "
                                                "releases it) or move the row to an active state"))
@@ -125,7 +126,7 @@ def check_live(records: Records, active: list[str], liveness: dict[str, Liveness
     return findings, unverified
 
 
-def render_table(records: Records, active: list[str], liveness: dict[str, Liveness]) -> list[str]:
+def render_table(records: Records, active: Sequence[str], liveness: dict[str, Liveness]) -> list[str]:
     lines = ["| row | state | claim | owner | branch | where | last activity |", "|---|---|---|---|---|---|---|"]
     for row in sorted((r for r in records.rows.values() if r.model.state in active), key=lambda r: r.model.id):
         m = row.model

@@ -90,7 +90,7 @@ def _unknown_rows(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]
 def _covered_by_row_merges(commits: list[TrailedCommit], rows: set[str]) -> set[str]:
     """Commits that a merge naming an existing row brings in: reachable from its second parent but not
     from its first, within the range (the graph is walked in memory; git was read once)."""
-    parents = {c.commit.sha: c.commit.parents for c in commits}
+    parents = {c.commit.sha: c.commit.parent_shas for c in commits}
 
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]
@@ -104,7 +104,7 @@ def _covered_by_row_merges(commits: list[TrailedCommit], rows: set[str]) -> set[
     covered: set[str] = set()
     for c in commits:
         if c.commit.is_merge and c.rows and all(r in rows for r in c.rows):
-            mainline = reach(c.commit.parents[0])
-            for side in c.commit.parents[1:]:
+            mainline = reach(c.commit.parent_shas[0])
+            for side in c.commit.parent_shas[1:]:
                 covered |= reach(side) - mainline
     return covered

@@ -2,16 +2,16 @@
 that both the agent-record check and the `rowgate row`/`claim` commands use."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkers.config import RowsConfig
-from checkers.gitio import Git
 from checkers.checks.records.rules import R_DANGLING, R_STATE
 from checkers.paths import OutsideRepo, confine, escape
 from checkers.records import Records, Row, key_line
 from checkers.results import Finding
+
 
 @dataclass
 class Tree:
@@ -32,7 +32,7 @@ class Tree:
         return self._lines[rel]
 
 
-def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: list[Row] = ()) -> Tree:
+def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: Sequence[Row] = ()) -> Tree:
     """Resolve every closing commit once: one batch existence query, one ancestry test per DONE-style row."""
     shas = sorted({r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
                   | {r.closing_commit for r in extra if r.closing_commit})
@@ -42,7 +42,7 @@ def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: l
     return Tree(root, records, rows, known, ancestors)
 
 
-def row_findings(row: Row, state: str, tree: Tree, path: str | None = None, doc: Any = None,
+def row_findings(row: Row, state: State, tree: Tree, path: str | None = None, doc: Any = None,
                  skip_spec: bool = False) -> list[Finding]:
     """Every unmet requirement of `state` for `row` (AR004, at the row's `state:` line), then every dangling
     reference the row holds (AR003, at the key that holds it). `path` and `doc` locate the row's file;
@@ -51,7 +51,7 @@ def row_findings(row: Row, state: str, tree: Tree, path: str | None = None, doc:
     return [f for f, fld in out if not (skip_spec and fld == "spec")]
 
 
-def state_findings(row: Row, state: str, tree: Tree, path: str | None = None,
+def state_findings(row: Row, state: State, tree: Tree, path: str | None = None,
                    doc: Any = None) -> list[tuple[Finding, str]]:
     """Each finding with the row key it is about."""
     rule = tree.rows.states.get(state)
