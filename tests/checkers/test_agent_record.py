@@ -278,3 +278,16 @@ def test_issue_reference_forms():
     text = "Closes: #5, #7 and #9\nfixes #3. Refs #5\nSee #12 and PR#4; prefixes #8\n\nRow: GOV-A\nRow: GOV-B\n"
     assert issue_refs(text, pattern) == [5, 7, 9, 3]
     assert body_rows(text) == ("GOV-A", "GOV-B")
+
+
+def test_a_row_gets_both_kinds_of_finding_each_at_its_own_key(repo: GitRepo):
+    """rowreqs returns agent-record's findings itself: the unmet state at the `state:` line, the dangling
+    reference at the key that holds it."""
+    repo.write({".agents/rows/GOV-X.yaml": row_yaml("GOV-X", state="GATING", anchors="[src/gone.py]"),
+                ".agents/specs/GOV-X.md": SPEC.format(id="GOV-X", issues="")})
+    result = _run(repo)
+    assert [(f.rule, f.path, f.line, f.message) for f in result.findings] == [
+        ("AR004", ".agents/rows/GOV-X.yaml", 4, "state GATING needs a live claim: claim is null"),
+        ("AR004", ".agents/rows/GOV-X.yaml", 4, "state GATING needs code and test anchors: no test anchor among "
+                                                "['src/gone.py']"),
+        ("AR003", ".agents/rows/GOV-X.yaml", 6, "anchor src/gone.py does not exist in the tree")]

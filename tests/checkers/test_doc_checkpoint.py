@@ -126,3 +126,14 @@ def test_unparsable_flag_registry_is_an_error(repo: GitRepo):
     assert (result.status.value, result.summary, result.hint) == (
         "error", "cannot render docs/ENVIRONMENT.md: engine/flags.py:1: declare() takes literal name, default, "
                  "gates, doc", "declare flags with literal name, default, gates and doc")
+
+
+def test_without_a_cutover_or_a_base_only_the_rendered_files_are_checked(rowgate_repo: GitRepo):
+    """No cutover, no docs.since and no --base: Context.range() has no range (NoRange), and the check still
+    judges the rendered files rather than failing or inventing a range."""
+    rowgate_repo.write({"engine/flags.py": FLAGS})
+    _render(rowgate_repo)
+    rowgate_repo.commit("Render\n\nRow: GOV-CORE\n")
+    result = _run(rowgate_repo)
+    assert (result.status.value, result.summary, result.examined) == (
+        "pass", "OK: 4 rendered files up to date; 0 commits checked", 4)

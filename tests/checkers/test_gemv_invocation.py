@@ -312,3 +312,9 @@ def test_a_unit_without_cublaslt_sites_examines_nothing(tmp_path: Path, text: st
     result = lt_run(tmp_path)
     assert result.examined == examined and result.status.value == "fail"
     assert [f.rule for f in result.findings] == ["GV004"]
+
+
+def test_a_gemv_launch_with_a_templated_output_is_counted_and_passes():
+    """The good twin of GV001's template form: the launch is a site the check examined, with no finding."""
+    findings, sites = gv.check_sources(*fixture("float-output-template-good.cu"), min_sites=1)
+    assert (findings, sites) == ([], 1)

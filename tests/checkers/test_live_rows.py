@@ -11,7 +11,7 @@ import pytest
 from checkers.checks.records import live_rows
 from checkers.config import load_config
 from checkers.context import Context
-from tests.conftest import ROOT, GitRepo, init_repo, row_yaml
+from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo, init_repo, row_yaml
 
 SPEC = "# x\n\n## Goal\n\n## Acceptance\n\n## Issues\n"
 
@@ -135,3 +135,12 @@ def test_script_reports_without_check_and_gates_with_it(cloned: GitRepo):
     assert report.returncode == 0 and "| GOV-X | ACTIVE | c1 | ada | row/GOV-X | missing |  |" in report.stdout
     gate = subprocess.run([*script, "--check"], cwd=cloned.path, capture_output=True, text=True, env=env, timeout=120)
     assert gate.returncode == 1 and ".agents/claims/c1.yaml:3: LR002 claim-not-live: " in gate.stdout
+
+
+def test_active_states_come_from_the_config(rowgate_repo: GitRepo):
+    """rows.active_states decides which rows a claim may point at: READY is active here, so the claim on
+    the READY row that fails LR003 under the default states points at an active row."""
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "  active_states: [READY]\n",
+                        **_claim("GOV-CORE", branch="main")})
+    result = _run(rowgate_repo)
+    assert (result.status.value, [f.rule for f in result.findings]) == ("pass", [])

@@ -300,7 +300,7 @@ def test_pairing_rule_with_an_uncaptured_placeholder_is_an_error(repo: GitRepo):
     repo.commit("Change", {"scripts/run.sh": "echo\n"})
     result = check(repo, "--base", "main")
     assert (result.status.value, result.summary) == (
-        "error", "pairing rule 'checker-test': require uses {area}, which when does not capture")
+        "error", "pairing rule 'checker-test': require uses {zone}, which when does not capture")
 
 
 def test_a_class_defined_twice_is_a_config_error_naming_the_line(repo: GitRepo):
@@ -352,3 +352,12 @@ def test_transforms_chain_and_a_single_template_still_works():
 def test_an_unknown_transform_is_an_error():
     with pytest.raises(CheckError, match="unknown transform 'camel'"):
         Pairing.compile(PairRule(name="t", when="a/{name}.py", require="b/{name|camel}.py"))
+
+
+def test_a_pairing_rule_with_several_uncaptured_placeholders_names_the_first_it_meets(repo: GitRepo):
+    repo.commit("Bad pair", {".agents/config.yaml": CONFIG.replace('require: "tests/checkers/test_{name}.py"',
+                                                                   'require: "tests/{zone}/{area}/test_{name}.py"')})
+    repo.commit("Change", {"scripts/run.sh": "echo\n"})
+    result = check(repo, "--base", "main")
+    assert (result.status.value, result.summary) == (
+        "error", "pairing rule 'checker-test': require uses {zone}, which when does not capture")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 
 import pytest
 
@@ -136,3 +137,22 @@ def test_shallow_clone_without_the_cutover_is_an_error_with_the_fix(trailer: Git
     assert (result.status.value, result.summary, result.hint) == (
         "error", f"range start (config cutover) {cutover!r} does not resolve to a commit",
         "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)")
+
+
+def test_in_a_push_of_a_new_branch_the_base_is_the_configured_base_not_the_cutover(trailer: GitRepo):
+    """A pre-push hook judges what is pushed: with no from-ref (a branch new to the remote) the range starts
+    at base.ref, so a commit on main after the cutover that names no row is not this push's finding."""
+    trailer.commit("Landed without a row\n")
+    trailer.write({".agents/config.yaml": (trailer.path / ".agents/config.yaml").read_text() + "base:\n  ref: main\n"})
+    main = trailer.commit("Base ref\n\nRow: GOV-CORE\n")
+    trailer.git("checkout", "-q", "-b", "feature")
+    tip = trailer.commit("Feature\n\nRow: GOV-CORE\n")
+    notes = io.StringIO()
+    env = {"PRE_COMMIT_FROM_REF": "0" * 40, "PRE_COMMIT_TO_REF": tip, "PRE_COMMIT_REMOTE_BRANCH": "refs/heads/feature"}
+    ctx = Context(root=trailer.path, config=load_config(trailer.path), env=env, notes=notes)
+    result = role_discipline.run(ctx, argparse.Namespace(base=None, head=None))
+    assert (result.status.value, result.summary) == ("pass", "OK: 1 commits (0 merges) reach main through a row "
+                                                               "(trailer mode)")
+    assert notes.getvalue() == (f"rowgate: base main (config base.ref) = {main[:12]}; merge base {main[:12]}; "
+                                f"head {tip[:12]}\n")
+    assert _run(trailer).status.value == "fail"  # outside a push: every commit since the cutover
