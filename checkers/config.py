@@ -213,7 +213,8 @@ class GemvConfig(Strict):
     min_sites: int = Field(1, ge=0, description="fail below this many examined call sites: a moved or renamed "
                            "tree must not pass vacuously")
     rule_sets: list[Literal["engine", "cublaslt"]] = Field(
-        default_factory=lambda: ["engine"], description="engine: torch/GEMV launch rules (A1, A2 on every launch); "
+        default_factory=lambda: list[Literal["engine", "cublaslt"]](["engine"]),
+        description="engine: torch/GEMV launch rules (A1, A2 on every launch); "
         "cublaslt: cuBLASLt output layouts and requestedAlgoCount (see `cublaslt`)")
     cublaslt: CublasLtRules = Field(default_factory=lambda: CublasLtRules())
 

@@ -212,10 +212,12 @@ LT_WHERE = "cublasLtMatmulAlgoGetHeuristic's requestedAlgoCount"
 def lt_tree(tmp_path: Path, fixture: str) -> Path:
     (tmp_path / LT_REL).parent.mkdir(parents=True)
     shutil.copy(FIXTURES / fixture, tmp_path / LT_REL)
+    stage(tmp_path)  # the check lists the repository's files from git (Context.files)
     return tmp_path
 
 
 def lt_run(root: Path, **rules: object) -> gv.Result:
+    stage(root)  # and a mutation since lt_tree is in the index too
     cfg = Config(gemv=GemvConfig(python=[], cuda=["src/**/*.cu"], rule_sets=["cublaslt"],
                                  cublaslt=CublasLtRules(**rules)))  # type: ignore[arg-type]
     stage(root)

@@ -300,7 +300,7 @@ def test_pairing_rule_with_an_uncaptured_placeholder_is_an_error(repo: GitRepo):
     repo.commit("Change", {"scripts/run.sh": "echo\n"})
     result = check(repo, "--base", "main")
     assert (result.status.value, result.summary) == (
-        "error", "pairing rule 'checker-test': require uses {zone}, which when does not capture")
+        "error", "pairing rule 'checker-test': require uses {area}, which when does not capture")
 
 
 def test_a_class_defined_twice_is_a_config_error_naming_the_line(repo: GitRepo):
