@@ -138,14 +138,14 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
     sarif_results = []
     for r in results:
         for f in r.findings:
-            item: dict = {"ruleId": f.rule, "level": "error",
+            item: dict[str, Any] = {"ruleId": f.rule, "level": "error",
                           "message": {"text": _esc(f.message + (f" (fix: {f.hint})" if f.hint else ""))},
                           "properties": {"check": r.check}}
             if f.rule in index:
                 item["ruleIndex"] = index[f.rule]
             if f.path:
                 region = {"startLine": f.line} if f.line else None
-                phys: dict = {"artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"}}
+                phys: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"}}
                 if region:
                     phys["region"] = region
                 item["locations"] = [{"physicalLocation": phys}]

@@ -8,7 +8,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,7 @@ class _Handled(Exception):
 
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     p = sub.add_parser(name, help="create a row or change its state (edits .agents/rows/ in place)")
     rs = p.add_subparsers(dest="row_command", metavar="ACTION", required=True)
     n = rs.add_parser("new", help="create .agents/rows/ID.yaml and a spec skeleton")
@@ -164,7 +164,7 @@ def _scalar(value: str) -> str:
 
 
 @contextlib.contextmanager
-def _transaction(ctx):
+def _transaction(ctx: Context) -> Iterator[Any]:
     """The records transaction, or None (after printing why) when the lock cannot be had. A write that
     fails (a full disk, a read-only tree) is rolled back and reported in one line."""
     from checkers.atomicio import LockTimeout, describe_os_error, records_transaction
@@ -180,7 +180,7 @@ def _transaction(ctx):
         raise _Handled(EXIT_ERROR) from None
 
 
-def _requirements(ctx, row: Row, state: str, skip_spec: bool = False) -> list:
+def _requirements(ctx: Context, row: Row, state: State, skip_spec: bool = False) -> list[Finding]:
     from checkers.checks.records import rowreqs
 
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, ctx.records, ctx.git, extra=[row])

@@ -51,7 +51,8 @@ def blank_comments(text: str, meter: Meter | None = None) -> str:
     while pos < n:
         m = _OPENER.search(text, pos)
         if m is None:
-            meter and meter.add(pos, n)
+            if meter:
+                meter.add(pos, n)
             out.append(text[pos:])
             break
         start, tok = m.start(), m.group()
@@ -70,13 +71,16 @@ def blank_comments(text: str, meter: Meter | None = None) -> str:
             else:
                 eol = text.find("\n", start)
                 dead_until[tok] = n if eol < 0 else eol
-                meter and meter.add(start, dead_until[tok])
+                if meter:
+                    meter.add(start, dead_until[tok])
         if end < 0:  # not a comment or literal here: the opener's first character is code
-            meter and meter.add(pos, start + 1)
+            if meter:
+                meter.add(pos, start + 1)
             out.append(text[pos:start + 1])
             pos = start + 1
             continue
-        meter and meter.add(pos, end)
+        if meter:
+            meter.add(pos, end)
         out.append(text[pos:start])
         out.append(_NOT_NEWLINE.sub(" ", text[start:end]))
         pos = end

@@ -94,7 +94,7 @@ def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), dt.timezone(dt.timedelta(hours=14)))
 
 
-def check_live(records: Records, active: list[str], liveness: dict[str, Liveness]) -> tuple[list[Finding], list[str]]:
+def check_live(records: Records, active: Sequence[str], liveness: dict[str, Liveness]) -> tuple[list[Finding], list[str]]:
     """Findings, and the claims whose liveness could not be verified (no remote refs to look at)."""
     findings, unverified = [], []
     claimed = {c.model.row for c in records.claims.values()}

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from checkers.checks.records.rules import R_DANGLING, R_STATE
+from checkers.config import RowsConfig, State
+from checkers.gitio import Git
 from checkers.paths import OutsideRepo, confine, escape
 from checkers.records import Records, Row, key_line
 from checkers.results import Finding
