@@ -3,10 +3,10 @@ package's `timeout=` stops a catastrophic backtrack (`(a+)+$` on a long value) a
 `error` naming the pattern, instead of hanging."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
-import regex
+import regex  # type: ignore[import-untyped]
 
 from checkers.results import CheckError
 
@@ -42,7 +42,7 @@ class SafePattern:
                                       "(a+)+ backtrack without end") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def compile_pattern(pattern: str, flags: int = 0) -> SafePattern:
     """The pattern compiled once; ValueError (with the reason) when it is not a valid regex."""
     try:

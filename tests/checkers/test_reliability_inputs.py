@@ -90,21 +90,23 @@ def test_changed_paths_keep_a_name_with_a_control_character_whole(rowgate_repo: 
 
 
 def test_a_shallow_boundary_inside_the_range_is_an_error(trailer: GitRepo, tmp_path: Path):
-    cutover = load_config(trailer.path).cutover
-    trailer.git("tag", "cut", cutover)
-    for i in range(3):
-        trailer.commit(f"Step {i}\n\nRow: GOV-CORE\n", {f"s{i}": "x\n"})
+    """The merge base exists in the clone, but a merged side branch is cut short inside the range: its
+    older commits are missing, and a check of the range would judge only part of it."""
+    trailer.git("checkout", "-q", "-b", "side")
+    for i in range(4):
+        trailer.commit(f"Side {i}\n\nRow: GOV-CORE\n", {f"side{i}": "x\n"})
+    trailer.git("checkout", "-q", "main")
+    base = trailer.commit("Main\n\nRow: GOV-CORE\n", {"m": "x\n"})
+    trailer.git("merge", "-q", "--no-ff", "--no-edit", "side")
     clone = tmp_path / "shallow"
-    env = trailer.env
-    subprocess.run(["git", "clone", "-q", "--depth", "2", f"file://{trailer.path}", str(clone)], check=True,
-                   env=env, capture_output=True, timeout=60)
-    subprocess.run(["git", "-C", str(clone), "fetch", "-q", "--depth", "1", "origin", "tag", "cut"], check=True,
-                   env=env, capture_output=True, timeout=60)
+    subprocess.run(["git", "clone", "-q", "--depth", "3", f"file://{trailer.path}", str(clone)], check=True,
+                   env=trailer.env, capture_output=True, timeout=60)
     repo = GitRepo(clone)
+    assert repo.git("rev-parse", "--is-shallow-repository").strip() == "true"
     from checkers.preflight import run_check
     from checkers.registry import get
 
-    result = run_check(get("role-discipline"), _ctx(repo), argparse.Namespace(base=None, head=None))
+    result = run_check(get("role-discipline"), _ctx(repo), argparse.Namespace(base=base, head=None))
     assert result.status.value == "error", result.summary
     assert "crosses the shallow boundary" in result.summary
     assert result.hint == "run git fetch --unshallow (CI: fetch-depth: 0)"
@@ -151,6 +153,7 @@ def test_a_fifo_in_the_build_dir_is_skipped_with_a_note(tmp_path: Path):
     from checkers.checks import gencode
     from checkers.config import Config, GencodeConfig
 
+    tmp_path = init_repo(tmp_path / "repo").path
     cuda = tmp_path / "engine" / "cuda"
     cuda.mkdir(parents=True)
     (cuda / "arch_features.yaml").write_text('features:\n  p: {archs: ["9.0"], doc: "x"}\nsources:\n  a.cu: p\n')

@@ -34,14 +34,14 @@ def repo(rowgate_repo: GitRepo) -> GitRepo:
 def _forked(fn, *args) -> tuple[int, str]:
     """Run `fn(*args)` (returning an exit code) in a forked child with stderr captured: a real second process
     without a second interpreter start. Returns (exit code, or minus the signal that killed it; stderr)."""
-    err = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after the child has written it)
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 70
         try:
             os.dup2(err.fileno(), 2)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # not pytest's
+            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
             code = fn(*args)
         finally:
             with contextlib.suppress(BaseException):
@@ -98,8 +98,8 @@ def test_a_held_lock_times_out_naming_its_holder(repo: GitRepo, monkeypatch):
     lock = repo.path / ".agents/rowgate.lock"
     assert rc == 3
     assert err.splitlines() == [
-        f"rowgate: {lock} is held by pid {holder.pid} on {os.uname().nodename} since 2026-01-01T00:00:00Z "
-        "(waited 0.2s)", f"    fix: wait for it to finish; if that process is gone, remove {lock}"]
+        (f"rowgate: {lock} is held by pid {holder.pid} on {os.uname().nodename} since 2026-01-01T00:00:00Z "
+         "(waited 0.2s)"), f"    fix: wait for it to finish; if that process is gone, remove {lock}"]
 
 
 def _killed_at(limit: int, stop_at: str, argv: list[str], ignore_sigxfsz: bool = False) -> int:
