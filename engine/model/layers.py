@@ -35,6 +35,44 @@ class Linear(nn.Module):
         return linear(x, self.weight, self.bias)
 
 
+class MergedLinear(nn.Module):
+    """Several linears on one input whose weights sit side by side in one [sum(out), in] tensor.
+
+    Each part keeps its own `Linear` (and its checkpoint name); its weight is a view into the merged
+    tensor, so loading a checkpoint into the parts fills the merged tensor and no weight is held twice.
+    `forward` is one GEMM for all parts: fewer, larger launches in a decode step.
+    """
+
+    def __init__(self, in_features: int, out_features: list[int], bias: bool, dtype: torch.dtype,
+                 quant: QuantConfig | None = None) -> None:
+        super().__init__()
+        self.sizes = list(out_features)
+        self.quantized = quant is not None
+        if quant is not None:  # quantized parts hold their own packed tensors: forward runs each
+            self.parts: list[nn.Module] = [QuantLinear(in_features, n, bias, dtype, quant) for n in self.sizes]
+            self.weight, self.bias = None, None
+            return
+        self.parts = [Linear(in_features, n, bias, dtype) for n in self.sizes]
+        # plain attributes, not buffers: the parameters that alias them are what state_dict and .to() see
+        self.weight = torch.empty(sum(self.sizes), in_features, dtype=dtype)
+        self.bias = torch.empty(sum(self.sizes), dtype=dtype) if bias else None
+        start = 0
+        for part, n in zip(self.parts, self.sizes):
+            part.weight = nn.Parameter(self.weight[start:start + n], requires_grad=False)
+            if self.bias is not None:
+                part.bias = nn.Parameter(self.bias[start:start + n], requires_grad=False)
+            start += n
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
+        if self.quantized:
+            return torch.cat([part(x) for part in self.parts], dim=-1)
+        w = self.parts[0].weight
+        if w.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
+            raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "
+                               "was moved with .to()?); build the model on its device instead")
+        return linear(x, self.weight, self.bias)
+
+
 def make_linear(in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
                 quant: QuantConfig | None = None) -> nn.Module:
     """A decoder projection: `Linear`, or `QuantLinear` when the checkpoint is quantized."""
@@ -166,44 +204,6 @@ def describe(q: QuantConfig) -> str:
         return f"NVFP4 ({q.layout})"
     extra = f", v{q.version}" + (", act order" if q.desc_act else "") if q.method == "gptq" else ""
     return f"{q.method.upper()} {q.bits}-bit group {q.group_size or 'all'}{extra}"
-
-
-class MergedLinear(nn.Module):
-    """Several linears on one input whose weights sit side by side in one [sum(out), in] tensor.
-
-    Each part keeps its own `Linear` (and its checkpoint name); its weight is a view into the merged
-    tensor, so loading a checkpoint into the parts fills the merged tensor and no weight is held twice.
-    `forward` is one GEMM for all parts: fewer, larger launches in a decode step.
-    """
-
-    def __init__(self, in_features: int, out_features: list[int], bias: bool, dtype: torch.dtype,
-                 quant: QuantConfig | None = None) -> None:
-        super().__init__()
-        self.sizes = list(out_features)
-        self.quantized = quant is not None
-        if quant is not None:  # quantized parts hold their own packed tensors: forward runs each
-            self.parts: list[nn.Module] = [QuantLinear(in_features, n, bias, dtype, quant) for n in self.sizes]
-            self.weight, self.bias = None, None
-            return
-        self.parts = [Linear(in_features, n, bias, dtype) for n in self.sizes]
-        # plain attributes, not buffers: the parameters that alias them are what state_dict and .to() see
-        self.weight = torch.empty(sum(self.sizes), in_features, dtype=dtype)
-        self.bias = torch.empty(sum(self.sizes), dtype=dtype) if bias else None
-        start = 0
-        for part, n in zip(self.parts, self.sizes):
-            part.weight = nn.Parameter(self.weight[start:start + n], requires_grad=False)
-            if self.bias is not None:
-                part.bias = nn.Parameter(self.bias[start:start + n], requires_grad=False)
-            start += n
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
-        if self.quantized:
-            return torch.cat([part(x) for part in self.parts], dim=-1)
-        w = self.parts[0].weight
-        if w.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
-            raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "
-                               "was moved with .to()?); build the model on its device instead")
-        return linear(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
