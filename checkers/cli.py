@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 from checkers import __version__, registry
-from checkers.configcache import load_sections
+from checkers.configcache import locate, load_sections
 from checkers.context import Context
 from checkers.gitio import Git, GitError, discover, discover_repo
 from checkers.output import FORMATS, render
-from checkers.preflight import check_parser, run_check, run_preflight
+from checkers.preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
 from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
 
 # The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
@@ -111,13 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rule", nargs="?", help="a rule id (TR001) or name (trailer-missing-row)")
     p.set_defaults(func=cmd_rules)
 
-    p = sub.add_parser("doctor", help="report git, history depth, config validity and optional tools")
+    p = sub.add_parser("doctor", help="report git, history depth, which config was read, optional tools")
     p.add_argument("--repo", type=Path, help="repository to inspect (default: the one containing the cwd)")
+    _config_arg(p)
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("config", help="validate the config or print its JSON Schema")
     p.add_argument("action", choices=("check", "schema"))
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    _config_arg(p)
     p.set_defaults(func=cmd_config)
 
     for name, module in EXTRA_COMMANDS.items():
@@ -128,17 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     p.add_argument("--repo", type=Path, help="repository to check (default: the one containing the cwd)")
+    _config_arg(p)
 
 
-def load_context(repo: Path | None, sections: tuple[str, ...] | None = None) -> Context:
-    """Discover the repository and load its config, or only the `sections` one check reads (from the
-    validated-config cache); raises GitError or RecordError."""
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="PATH", help="the config file (default: $ROWGATE_CONFIG, "
+                   ".agents/config.yaml, then [tool.rowgate] in pyproject.toml; none: every check's defaults)")
+
+
+def load_context(repo: Path | None, sections: tuple[str, ...] | None = None,
+                 config: Path | None = None) -> Context:
+    """Discover the repository and load its config (`--config`, `$ROWGATE_CONFIG`, `.agents/config.yaml`,
+    `[tool.rowgate]` in pyproject.toml, else the defaults), or only the `sections` one check reads (from
+    the validated-config cache); raises GitError or RecordError."""
     root, git_dir = discover_repo(repo or Path.cwd(), explicit=repo is not None)
+    source = locate(root, config)
     if sections is not None:
-        return Context(root=root, config=load_sections(root, git_dir, sections))
-    from checkers.config import load_config
+        view = load_sections(root, git_dir, (*sections, *CONTROL_SECTIONS), source)
+        return Context(root=root, config=view, source=source)
+    from checkers.config import parse_source
 
-    return Context(root=root, config=load_config(root))
+    return Context(root=root, config=parse_source(source), source=source)
 
 
 def _usage_error(message: str) -> int:
@@ -177,12 +189,21 @@ def cmd_check(rest: list[str]) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_PASS
     try:
-        ctx = load_context(args.repo, getattr(module, "CONFIG_SECTIONS", None))
+        ctx = load_context(args.repo, getattr(module, "CONFIG_SECTIONS", None), args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     result = run_check(spec, ctx, args)
-    sys.stdout.write(render(args.format, [result], list(module.RULES)))
+    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format)))
     return result.exit_code
+
+
+def _anchors(ctx: Context, fmt: str) -> dict[str, tuple[str, int | None]] | None:
+    """For SARIF: per check, the config file and line that configure it."""
+    if fmt != "sarif":
+        return None
+    from checkers.sarif_anchors import config_anchors
+
+    return config_anchors(ctx.source)
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -191,11 +212,13 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         return _usage_error(f"unknown check {unknown[0]!r}; known checks: "
                             f"{', '.join(c.id for c in registry.CHECKS)}")
     try:
-        ctx = load_context(args.repo)
+        ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
-    results = run_preflight(ctx, args.only, args.base)
-    sys.stdout.write(render(args.format, results, registry.all_rules(), args.fail_on_skip, preflight=True))
+    not_run: list[tuple[str, str]] = []
+    results = run_preflight(ctx, args.only, args.base, not_run)
+    sys.stdout.write(render(args.format, results, registry.all_rules(), args.fail_on_skip, preflight=True,
+                            not_run=not_run, anchors=_anchors(ctx, args.format)))
     if not results:
         return EXIT_ERROR
     return exit_code(results, args.fail_on_skip)
@@ -224,10 +247,13 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(json.dumps(json_schema(), indent=2))
         return EXIT_PASS
     try:
-        load_context(args.repo)
+        ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
-    print("OK: .agents/config.yaml is valid")
+    if ctx.source.path is None:
+        print(f"OK: no config file: {ctx.source.describe()}")
+    else:
+        print(f"OK: {ctx.source.describe()} is valid")
     return EXIT_PASS
 
 
@@ -235,7 +261,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    from checkers.config import load_config
+    from checkers.config import parse_source
     from checkers.gitio import git_env
 
     problems = 0
@@ -257,8 +283,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     problems += shallow
     print(f"history:    {'SHALLOW: range checks cannot verify; run git fetch --unshallow' if shallow else 'complete'}")
     try:
-        load_config(root)
-        print(f"{'config:':<12}.agents/config.yaml is valid")
+        source = locate(root, args.config)
+        parse_source(source)
+        print(f"{'config:':<12}{source.describe()}" + (": valid" if source.path else ""))
     except RecordError as exc:
         problems += 1
         print(f"{'config:':<12}" + ("\n" + " " * 12).join(exc.lines()))

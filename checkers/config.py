@@ -1,17 +1,24 @@
-"""The toolkit configuration, `.agents/config.yaml`: pydantic models and the loader.
+"""The toolkit configuration: pydantic models and the loader.
 
+The file is `--config PATH`, else `$ROWGATE_CONFIG`, else `.agents/config.yaml`, else the `[tool.rowgate]`
+table of `pyproject.toml` (checkers.configcache.locate); with none, every check runs on its defaults.
 Each check owns one section below. Unknown keys are errors everywhere (`extra="forbid"`), so a misspelled
 key fails with its file and line instead of being ignored.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from checkers.results import RecordError
 from checkers.safe_regex import checked
-from checkers.yamlio import load_model, parse_yaml, validate
+from checkers.yamlio import line_of, parse_yaml, validate
+
+if TYPE_CHECKING:
+    from checkers.configcache import ConfigSource
 
 CONFIG_PATH = ".agents/config.yaml"
 
@@ -149,12 +156,20 @@ class PairRule(Strict):
     exclude: list[str] = Field(default_factory=list, description="globs that the rule does not apply to")
 
 
+DEFAULT_BUDGET = 1000  # changed lines of the one default class, where no classes are configured
+
+
+def _default_classes() -> list[PathClass]:
+    return [PathClass(name="all", paths=["**"], budget=DEFAULT_BUDGET)]
+
+
 class PrSizeConfig(Strict):
     renames: Literal["edits", "full"] = Field(
         "edits", description="edits: a pure rename costs nothing, a rename with edits costs the edits; "
                              "full: a rename costs its whole delete and add")
     deletion_weight: float = Field(1.0, ge=0, description="weight of a deleted line against an added one")
-    classes: list[PathClass] = Field(default_factory=list)
+    classes: list[PathClass] = Field(default_factory=_default_classes,
+                                     description=f"unset: one class `all` (every path, budget {DEFAULT_BUDGET})")
     pairs: list[PairRule] = Field(default_factory=list)
 
     @field_validator("classes")
@@ -238,6 +253,8 @@ class GencodeConfig(Strict):
     source_dir: str | None = Field(None, description="directory the table's source names are in; unset: the table's")
     build_dir: str | None = Field(None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
     archs: list[str] | None = Field(None, description="requested archs (e.g. ['9.0']); unset: the table's union")
+    compile_commands: str | None = Field(None, description="a CMake compile_commands.json to audit instead of "
+                                         "objects (as --compile-commands)")
     ptx: Literal["all", "subset", "none"] = Field(
         "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited")
 
@@ -260,8 +277,21 @@ class DocsConfig(Strict):
     since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
+class CheckControl(Strict):
+    """Whether a check runs (`rowgate preflight` and its hook name a disabled check and do not run it)."""
+
+    enabled: bool = True
+
+
 class Config(Strict):
     version: Literal[1] = 1
+    checks: dict[str, CheckControl] = Field(default_factory=dict, description="per check id, e.g. "
+                                            "{pr-size: {enabled: false}}; unknown ids are errors")
+    ignore: list[str] = Field(default_factory=list, description="rule ids or names never reported (TR007, "
+                              "patch-divider)")
+    per_file_ignores: dict[str, list[str]] = Field(
+        default_factory=dict, description="glob -> rule ids or names not reported for the paths it matches, "
+                                          "as ruff's per-file-ignores: {\"tests/fixtures/**\": [ED001]}")
     cutover: str | None = Field(None, description="full sha of the first commit the contract applies after")
     base: BaseRefConfig = Field(default_factory=BaseRefConfig)
     rows: RowsConfig = Field(default_factory=RowsConfig)
@@ -276,19 +306,73 @@ class Config(Strict):
     docs: DocsConfig = Field(default_factory=DocsConfig)
 
 
-def load_config(root: Path) -> Config:
-    """Load and validate `.agents/config.yaml` under `root`; raises RecordError naming file, line, field."""
-    config, _ = load_model(Config, root / CONFIG_PATH, CONFIG_PATH)
+def load_config(root: Path, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Locate, load and validate the config of the repository at `root` (the defaults where there is none);
+    raises RecordError naming file, line, field."""
+    from checkers.configcache import locate
+
+    return parse_source(locate(root, path, env))
+
+
+def parse_source(source: ConfigSource) -> Config:
+    """Validate a located config: exactly the bytes the config cache keys on."""
+    if source.kind == "none":
+        return Config()
+    if source.kind == "pyproject":
+        return parse_pyproject(source.raw, source.display)
+    return parse_config(source.raw, source.display)
+
+
+def parse_config(raw: bytes, display: str = CONFIG_PATH) -> Config:
+    """Validate the bytes of a YAML config."""
+    doc = parse_yaml(raw, display)
+    config = validate(Config, doc, display)
+    check_names(config, display, lambda loc: line_of(doc, loc))
     return config
 
 
-def parse_config(raw: bytes) -> Config:
-    """Validate the bytes of a `.agents/config.yaml` (the config cache validates exactly the bytes it keys on)."""
-    return validate(Config, parse_yaml(raw, CONFIG_PATH), CONFIG_PATH)
+def parse_pyproject(raw: bytes, display: str = "pyproject.toml") -> Config:
+    """Validate the `[tool.rowgate]` table of a pyproject.toml (TOML keys as in the YAML file)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise RecordError(display, [(None, "", f"invalid TOML: {exc}")]) from None
+    table = data.get("tool", {}).get("rowgate")
+    if not isinstance(table, dict):
+        raise RecordError(display, [(None, "tool.rowgate", "no [tool.rowgate] table")])
+    config = validate(Config, table, f"{display} [tool.rowgate]")
+    check_names(config, f"{display} [tool.rowgate]", lambda loc: None)
+    return config
+
+
+def check_names(config: Config, display: str, line: Callable[[tuple[str | int, ...]], int | None]) -> None:
+    """Check ids under `checks` and rule ids or names under `ignore`/`per_file_ignores` must exist; the
+    error names the known ones."""
+    from checkers import registry  # the check modules: only when a config is validated
+
+    checks = [c.id for c in registry.CHECKS]
+    rules = registry.all_rules()
+    known = {r.id for r in rules} | {r.name for r in rules}
+    problems: list[tuple[int | None, str, str]] = []
+    for check_id in config.checks:
+        if check_id not in checks:
+            problems.append((line(("checks", check_id)), f"checks.{check_id}",
+                             f"unknown check {check_id!r}; known checks: {', '.join(checks)}"))
+    named = [(("ignore", i), f"ignore.{i}", key) for i, key in enumerate(config.ignore)]
+    named += [(("per_file_ignores", glob, i), f"per_file_ignores.{glob}", key)
+              for glob, keys in config.per_file_ignores.items() for i, key in enumerate(keys)]
+    for loc, field_, key in named:
+        if key not in known and key.upper() not in known:
+            problems.append((line(loc), field_, f"unknown rule {key!r}; known rules: "
+                             f"{', '.join(f'{r.id} {r.name}' for r in rules)} (`rowgate rules` explains each)"))
+    if problems:
+        raise RecordError(display, problems)
 
 
 def json_schema() -> dict[str, Any]:
     schema = Config.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "rowgate .agents/config.yaml"
+    schema["title"] = "rowgate config (.agents/config.yaml, or [tool.rowgate] in pyproject.toml)"
     return schema

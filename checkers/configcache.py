@@ -15,10 +15,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from checkers import __version__
 from checkers.results import RecordError
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from checkers.config import Config
 
 CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
+PYPROJECT = "pyproject.toml"
+ENV_VAR = "ROWGATE_CONFIG"
+_TOOL_TABLE = re.compile(rb"^[ \t]*\[[ \t]*tool\.rowgate[ \t]*[.\]]", re.M)  # read without parsing TOML
 CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
 _SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
 _VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries it runs on: an upgrade may change the verdict
@@ -44,20 +48,76 @@ class ConfigView(Section):
         raise AttributeError(f"config section {name!r} is not in the check's CONFIG_SECTIONS")
 
 
-def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str]) -> Config:
+class ConfigSource(NamedTuple):
+    """Which config was read: a file and how it was chosen, or none (every check on its defaults)."""
+
+    path: Path | None  # None: no config file, the defaults
+    display: str  # repository-relative where it can be, for messages
+    origin: str  # --config | $ROWGATE_CONFIG | found | none
+    kind: str  # yaml | pyproject | none
+    raw: bytes  # the bytes validated (and the cache key): the file, or b"" for the defaults
+
+    def describe(self) -> str:
+        if self.path is None:
+            return ("none found (.agents/config.yaml, [tool.rowgate] in pyproject.toml): every check on its "
+                    "defaults; `rowgate init` writes one")
+        how = {"found": "found", "--config": "chosen by --config"}.get(self.origin, f"chosen by {self.origin}")
+        section = " [tool.rowgate]" if self.kind == "pyproject" else ""
+        return f"{self.display}{section} ({how})"
+
+
+def locate(root: Path, flag: str | Path | None = None, env: Mapping[str, str] | None = None) -> ConfigSource:
+    """The config to read, in this order: `--config PATH`, `$ROWGATE_CONFIG`, `.agents/config.yaml`, a
+    `[tool.rowgate]` table in `pyproject.toml`; else none (the defaults). A chosen file must exist."""
+    env = os.environ if env is None else env
+    for given, origin in ((flag, "--config"), (env.get(ENV_VAR) or None, f"${ENV_VAR}")):
+        if given:
+            path = Path(given)
+            path = path if path.is_absolute() else Path.cwd() / path
+            display = _display(root, path)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise RecordError(display, [(None, "", f"{exc.strerror.lower() if exc.strerror else exc} "
+                                             f"(the config named by {origin})")]) from None
+            kind = "pyproject" if path.name == "pyproject.toml" else "yaml"
+            return ConfigSource(path, display, origin, kind, raw)
+    path = root / CONFIG_PATH
+    try:
+        return ConfigSource(path, CONFIG_PATH, "found", "yaml", path.read_bytes())
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RecordError(CONFIG_PATH, [(None, "", str(exc.strerror or exc))]) from None
+    pyproject = root / PYPROJECT
+    try:
+        raw = pyproject.read_bytes()
+    except OSError:
+        raw = b""
+    if _TOOL_TABLE.search(raw):
+        return ConfigSource(pyproject, PYPROJECT, "found", "pyproject", raw)
+    return ConfigSource(None, "(defaults)", "none", "none", b"")
+
+
+def _display(root: Path, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str],
+                  source: ConfigSource | None = None) -> Config:
     """The named top-level sections of the validated config (a ConfigView, read as the Config it mirrors);
     raises RecordError as `load_config` does."""
-    try:
-        raw = (root / CONFIG_PATH).read_bytes()
-    except FileNotFoundError:
-        raise RecordError(CONFIG_PATH, [(None, "", "file not found")]) from None
-    key = cache_key(raw)
+    source = locate(root) if source is None else source
+    key = cache_key(f"{source.kind}\0{source.display}\0".encode() + source.raw)
     cache = git_dir / CACHE_PATH if git_dir is not None else None
     data = _read(cache, key) if cache is not None else None
     if data is None:
-        from checkers.config import parse_config  # pydantic and ruamel.yaml: only when the cache misses
+        from checkers import config  # pydantic and ruamel.yaml: only when the cache misses
 
-        data = parse_config(raw).model_dump(mode="json")
+        data = config.parse_source(source).model_dump(mode="json")
         if cache is not None:
             _write(cache, key, data)
     return cast("Config", ConfigView(**{name: to_section(data[name]) for name in sections}))

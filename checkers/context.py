@@ -15,6 +15,7 @@ from checkers.gitio import Commit, Git, GitError
 
 if TYPE_CHECKING:
     from checkers.config import Config
+    from checkers.configcache import ConfigSource
     from checkers.records import Records
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
@@ -71,9 +72,10 @@ class Context:
     """A plain class, not a dataclass: `rowgate check` starts without importing `dataclasses`."""
 
     def __init__(self, root: Path, config: Config, env: Mapping[str, str] | None = None,
-                 notes: TextIO | None = None):
+                 notes: TextIO | None = None, source: ConfigSource | None = None):
         self.root = root
         self.config = config  # or, for a check that declares CONFIG_SECTIONS, only those (checkers.configcache)
+        self.source = source  # which config file was read (None: built in code, as tests do)
         self.env: Mapping[str, str] = dict(os.environ) if env is None else env
         self.notes: TextIO = sys.stderr if notes is None else notes  # where resolved settings are printed, once
         self._git: Git | None = None

@@ -14,15 +14,18 @@ _LABEL = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ER
 
 
 def render(fmt: str, results: list[Result], rules: list[Rule], fail_on_skip: bool = False,
-           preflight: bool = False) -> str:
+           preflight: bool = False, not_run: list[tuple[str, str]] | None = None,
+           anchors: dict[str, tuple[str, int | None]] | None = None) -> str:
+    """`not_run`: (check, why) of the checks the config disabled; `anchors`: per check, the config file
+    and line that configure it (SARIF points commit-level findings there)."""
     if fmt == "text":
-        return render_text(results, preflight=preflight, fail_on_skip=fail_on_skip)
+        return render_text(results, preflight=preflight, fail_on_skip=fail_on_skip, not_run=not_run)
     if fmt == "json":
-        return render_json(results, fail_on_skip)
+        return render_json(results, fail_on_skip, not_run)
     if fmt == "github":
         return render_github(results)
     if fmt == "sarif":
-        return render_sarif(results, rules)
+        return render_sarif(results, rules, anchors)
     if fmt == "junit":
         return render_junit(results)
     raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
@@ -40,12 +43,15 @@ def finding_lines(result: Result) -> list[str]:
     return lines
 
 
-def render_text(results: list[Result], preflight: bool = False, fail_on_skip: bool = False) -> str:
+def render_text(results: list[Result], preflight: bool = False, fail_on_skip: bool = False,
+                not_run: list[tuple[str, str]] | None = None) -> str:
     out: list[str] = []
     if preflight:
-        width = max((len(r.check) for r in results), default=0)
+        width = max((len(c) for c in [r.check for r in results] + [c for c, _ in not_run or ()]), default=0)
         for r in results:
             out.append(f"{_LABEL[r.status]:<5} {r.check:<{width}} {r.duration_s:6.2f}s  {_esc(r.summary)}")
+        for check, why in not_run or ():
+            out.append(f"{'--':<5} {check:<{width}} {'':>7}  not run: {_esc(why)}")
         for r in results:
             if r.status in (Status.FAIL, Status.ERROR) or r.details and r.status != Status.PASS:
                 out.append("")
@@ -83,12 +89,14 @@ def verdict(results: list[Result], fail_on_skip: bool = False) -> str:
 
 # --- json -------------------------------------------------------------------
 
-def render_json(results: list[Result], fail_on_skip: bool = False) -> str:
+def render_json(results: list[Result], fail_on_skip: bool = False,
+                not_run: list[tuple[str, str]] | None = None) -> str:
     doc = {
         "schema": JSON_SCHEMA_ID,
         "tool": {"name": "rowgate", "version": __version__},
         "exit_code": exit_code(results, fail_on_skip),
         "results": [r.to_json() for r in results],
+        "not_run": [{"check": c, "reason": why} for c, why in not_run or ()],
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -130,9 +138,14 @@ def render_github(results: list[Result]) -> str:
 # --- SARIF 2.1.0 ----------------------------------------------------------------
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+CONFIG_FILE = ".agents/config.yaml"  # where a commit-level finding points when no config file was read
 
 
-def render_sarif(results: list[Result], rules: list[Rule]) -> str:
+def render_sarif(results: list[Result], rules: list[Rule],
+                 anchors: dict[str, tuple[str, int | None]] | None = None) -> str:
+    """Every result has a physical location, as code scanning requires: the finding's file, or for a
+    finding about a commit (or a whole range) the config line of its check, with the commit named in a
+    logical location."""
     ordered = sorted({r.id: r for r in rules}.values(), key=lambda r: r.id)
     index = {r.id: i for i, r in enumerate(ordered)}
     sarif_results = []
@@ -143,12 +156,15 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
                           "properties": {"check": r.check}}
             if f.rule in index:
                 item["ruleIndex"] = index[f.rule]
-            if f.path:
-                region = {"startLine": f.line} if f.line else None
-                phys: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"}}
-                if region:
-                    phys["region"] = region
-                item["locations"] = [{"physicalLocation": phys}]
+            path, line = (f.path, f.line) if f.path else (anchors or {}).get(r.check, (CONFIG_FILE, None))
+            phys: dict[str, Any] = {"artifactLocation": {"uri": _uri(path), "uriBaseId": "%SRCROOT%"}}
+            if line:
+                phys["region"] = {"startLine": line}
+            location: dict[str, Any] = {"physicalLocation": phys}
+            if f.commit:
+                location["logicalLocations"] = [{"name": f.commit, "fullyQualifiedName": f"commit/{f.commit}",
+                                                 "kind": "resource"}]
+            item["locations"] = [location]
             sarif_results.append(item)
     notifications = [{"level": "error" if r.status == Status.ERROR else "warning",
                       "message": {"text": _esc(f"{r.check}: {r.summary}")}}
@@ -159,8 +175,7 @@ def render_sarif(results: list[Result], rules: list[Rule]) -> str:
         "runs": [{
             "tool": {"driver": {
                 "name": "rowgate", "version": __version__,
-                "rules": [{"id": r.id, "name": r.name, "shortDescription": {"text": r.summary}}
-                          for r in ordered],
+                "rules": [_sarif_rule(r) for r in ordered],
             }},
             "invocations": [{"executionSuccessful": not any(r.status == Status.ERROR for r in results),
                              "toolExecutionNotifications": notifications}],
@@ -178,6 +193,14 @@ def _uri(path: str) -> str:
             return "".join(f"%{b:02X}" for b in ch.encode("utf-8", errors="surrogateescape"))
         return ch
     return "".join(enc(ch) for ch in path)
+
+
+def _sarif_rule(rule: Rule) -> dict:
+    text = (f"{rule.summary}. `rowgate rules {rule.id}` explains it; `ignore: [{rule.id}]` in the config turns "
+            f"it off, `per_file_ignores` for some paths.")
+    return {"id": rule.id, "name": rule.name, "shortDescription": {"text": rule.summary},
+            "fullDescription": {"text": rule.summary}, "help": {"text": text, "markdown": text},
+            "defaultConfiguration": {"level": "error"}}
 
 
 # --- JUnit XML ------------------------------------------------------------------

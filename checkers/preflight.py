@@ -1,13 +1,25 @@
-"""Run checks in registry order in one process and collect one result each; nothing here prints."""
+"""Run checks in registry order in one process and collect one result each; nothing here prints.
+
+What runs is the config's to say: a check with `checks.<id>.enabled: false` is not run (the preflight
+names it and why), a check that needs records skips where the repository has none, and with no config
+file at all a check that has nothing to work on skips with the reason. Findings of rules the config
+ignores (`ignore`, `per_file_ignores`) are dropped from the result, which says how many were.
+"""
 from __future__ import annotations
 
 import argparse
+import re
 import time
+from pathlib import Path
 
 from checkers import registry
 from checkers.context import Context
 from checkers.registry import CheckSpec
-from checkers.results import CheckError, Result
+from checkers.results import CheckError, Finding, Result, Status
+
+# The config sections every check run reads besides its own (what runs, what is ignored).
+CONTROL_SECTIONS = ("checks", "ignore", "per_file_ignores")
+NOT_CONFIGURED = "not configured here (`rowgate init`)"
 
 
 def check_parser(spec: CheckSpec, prog: str | None = None) -> argparse.ArgumentParser:
@@ -20,33 +32,114 @@ def check_parser(spec: CheckSpec, prog: str | None = None) -> argparse.ArgumentP
 
 
 def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result:
-    """Run one check; a CheckError is `error` (could not verify), and so is a crash, with its origin."""
+    """Run one check; a CheckError is `error` (could not verify), and so is a crash, with its origin.
+    A disabled check, or one with nothing configured to work on, is a `skip` with the reason."""
     start = time.perf_counter()
-    try:
-        result: Result = spec.load().run(ctx, args)
-    except CheckError as exc:
-        result = Result.error(spec.id, str(exc), exc.hint)
-    except Exception as exc:  # a crash must not read as a pass, nor hide the other gates
-        import os
-        import traceback
+    reason = disabled(spec, ctx) or not_configured(spec, ctx, args)
+    if reason:
+        result = Result.skip(spec.id, reason)
+    else:
+        try:
+            result = suppress(spec.load().run(ctx, args), ctx)
+        except CheckError as exc:
+            result = Result.error(spec.id, str(exc), exc.hint)
+        except Exception as exc:  # a crash must not read as a pass, nor hide the other gates
+            import os
+            import traceback  # only on a crash: it is not cheap to import
 
-        if os.environ.get("ROWGATE_DEBUG"):
-            raise  # only on a crash: it is not cheap to import
+            if os.environ.get("ROWGATE_DEBUG"):
+                raise
 
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        result = Result.error(spec.id, f"internal error: {type(exc).__name__}: {exc} "
-                              f"({where.filename}:{where.lineno})", hint="please report this")
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            result = Result.error(spec.id, f"internal error: {type(exc).__name__}: {exc} "
+                                  f"({where.filename}:{where.lineno})", hint="please report this")
     result.duration_s = time.perf_counter() - start
     return result
 
 
-def run_preflight(ctx: Context, only: list[str] | None = None, base: str | None = None) -> list[Result]:
+def run_preflight(ctx: Context, only: list[str] | None = None, base: str | None = None,
+                  not_run: list[tuple[str, str]] | None = None) -> list[Result]:
+    """Every enabled check in registry order; the disabled ones go to `not_run` as (id, why)."""
     results = []
     for spec in registry.CHECKS:
         if only and spec.id not in only:
+            continue
+        reason = disabled(spec, ctx)
+        if reason:
+            if not_run is not None:
+                not_run.append((spec.id, reason))
             continue
         args = check_parser(spec).parse_args([])
         if base is not None and hasattr(args, "base"):
             args.base = base
         results.append(run_check(spec, ctx, args))
     return results
+
+
+def disabled(spec: CheckSpec, ctx: Context) -> str | None:
+    control = getattr(ctx.config, "checks", {})
+    entry = control.get(spec.id) if isinstance(control, dict) else getattr(control, spec.id, None)
+    if entry is not None and not entry.enabled:
+        where = ctx.source.display if ctx.source is not None else "the config"
+        return f"disabled in {where} (checks.{spec.id}.enabled: false)"
+    return None
+
+
+def not_configured(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> str | None:
+    """Why a check has nothing to work on here, or None. A check that needs records skips where the
+    repository has none; with no config file, the checks whose inputs are specific to a code base skip
+    unless those inputs are there."""
+    if spec.records and not has_records(ctx.root):
+        return f"{NOT_CONFIGURED}: no records in .agents/rows/"
+    if ctx.source is None or ctx.source.path is not None:
+        return None  # a config file says what to run: a missing input is the check's own error
+    if spec.id == "commit-trailers" and not getattr(args, "preset", None):
+        return f"{NOT_CONFIGURED}: no trailer contract; pass --preset dco (or row, agents-protocol)"
+    if spec.id == "env-doc":
+        cfg = ctx.config.env_doc
+        if not (ctx.root / cfg.doc).is_file() and not (ctx.root / cfg.allowlist).is_file():
+            return f"{NOT_CONFIGURED}: no env doc ({cfg.doc}) or allowlist ({cfg.allowlist})"
+    if spec.id == "gemv-invocation":
+        return f"{NOT_CONFIGURED}: the matmul call sites to audit are named in the config"
+    if spec.id == "gencode" and not (ctx.root / ctx.config.gencode.table).is_file():
+        return f"{NOT_CONFIGURED}: no arch feature table ({ctx.config.gencode.table})"
+    return None
+
+
+def has_records(root: Path) -> bool:
+    rows = root / ".agents" / "rows"
+    return rows.is_dir() and any(rows.glob("*.yaml"))
+
+
+def suppress(result: Result, ctx: Context) -> Result:
+    """Drop the findings of rules the config ignores, everywhere (`ignore`) or under a glob
+    (`per_file_ignores`); a failure left with no findings passes, saying how many were ignored."""
+    everywhere = set(getattr(ctx.config, "ignore", None) or ())
+    per_file = getattr(ctx.config, "per_file_ignores", None) or {}
+    per_file = per_file if isinstance(per_file, dict) else vars(per_file)
+    if not result.findings or not (everywhere or per_file):
+        return result
+    from checkers.files import glob_regex  # only where something is ignored
+
+    globs = [(re.compile(glob_regex(g)), set(keys)) for g, keys in per_file.items()]
+
+    def ignored(f: Finding) -> bool:
+        names = {f.rule, f.name}
+        if names & everywhere:
+            return True
+        return f.path is not None and any(names & keys and rx.fullmatch(f.path) for rx, keys in globs)
+
+    kept = [f for f in result.findings if not ignored(f)]
+    dropped = len(result.findings) - len(kept)
+    if not dropped:
+        return result
+    where = ctx.source.display if ctx.source is not None else "the config"
+    note = f"{dropped} finding{'s' if dropped != 1 else ''} ignored by {where}"
+    result.findings = kept
+    if kept:
+        result.summary = f"{len(kept)} finding{'s' if len(kept) != 1 else ''} in {result.examined} " \
+                         f"{result.unit} ({note})"
+    elif result.status == Status.FAIL:
+        result.status = Status.PASS
+        result.summary = f"OK: {result.check}: {result.examined} {result.unit} examined; {note}"
+    return result

@@ -18,6 +18,7 @@ class CheckSpec(NamedTuple):
     stages: tuple[str, ...]  # pre-commit stages of its hook
     summary: str
     pass_filenames: bool = False  # a commit-msg hook receives the message file
+    records: bool = False  # reads .agents/ records: skips, not configured, in a repository without them
 
     @property
     def name(self) -> str:
@@ -37,11 +38,12 @@ GROUPS = ("records", "tree", "commits", "build")
 CHECKS: tuple[CheckSpec, ...] = (
     # records
     CheckSpec("agent-record", "records.agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
-              "rows, specs, claims, issues and ledger entries are well-formed and agree"),
+              "rows, specs, claims, issues and ledger entries are well-formed and agree", records=True),
     CheckSpec("live-rows", "records.live_rows", "records", "scripts/audit-live-rows.py", ("pre-push",),
-              "rows in an active state have a live claim and branch; claims point at active rows"),
+              "rows in an active state have a live claim and branch; claims point at active rows", records=True),
     CheckSpec("doc-checkpoint", "records.doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
-              "rendered documents match the records; a change that moves a row's state updates them"),
+              "rendered documents match the records; a change that moves a row's state updates them",
+              records=True),
     # tree
     CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
               "every env var the code reads is documented or classified, and every such name is still read"),
@@ -49,7 +51,8 @@ CHECKS: tuple[CheckSpec, ...] = (
               ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
     # commits
     CheckSpec("role-discipline", "records.role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
-              "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row"),
+              "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row",
+              records=True),
     CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
               "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
     CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),

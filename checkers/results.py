@@ -28,8 +28,9 @@ class Rule(NamedTuple):
     summary: str
 
     def finding(self, message: str, path: str | None = None, line: int | None = None,
-                hint: str | None = None) -> Finding:
-        return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint)
+                hint: str | None = None, commit: str | None = None) -> Finding:
+        return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint,
+                       commit=commit)
 
 
 class Finding(NamedTuple):
@@ -39,6 +40,7 @@ class Finding(NamedTuple):
     path: str | None = None  # relative to the repository root
     line: int | None = None
     hint: str | None = None
+    commit: str | None = None  # the full sha a commit-level finding is about
 
     def location(self) -> str:
         if self.path is None:

@@ -228,7 +228,7 @@ def _missing_hint(msg: Message, rule: TrailerKeyRule) -> str:
 def _author_problems(rule: TrailerKeyRule, found: list[Trailer], facts: Facts) -> list[Finding]:
     if facts.author is None:
         return [_finding("TR009", f"cannot tell who the author is, so no {rule.key} can be matched",
-                        "pass --author 'Name <email>' or set GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL")]
+                         "set your identity (git config user.name / user.email), or pass --author 'Name <email>'")]
     want = _norm_ident(facts.author)
     if any(_norm_ident(facts.mailmap(t.value)) == want for t in found):
         return []

@@ -102,9 +102,15 @@ AGENTS_PROTOCOL = contract(
     placeholders=["AGENT:MODEL [TOOL]"],
 )
 
-DCO = contract(keys=[key_rule(
-    "Signed-off-by", min=1, author=True,
-    fix="sign off as the author: git commit --amend -s (or fix the author, or add the identity to .mailmap)")])
+# The sign-off hint depends on where it is read: a commit-msg hook runs before the commit exists (so
+# `--amend` would rewrite the previous one), a range judges commits already made.
+DCO_FIX = {
+    "range": "sign off each listed commit as its author: git rebase --signoff BASE (only the last commit: "
+             "git commit --amend -s); or fix the author, or map the identity in .mailmap",
+    "hook": "commit again with git commit -s, which adds `Signed-off-by: {author}`; or fix the author "
+            "(git config user.name / user.email), or map the identity in .mailmap",
+}
+DCO = contract(keys=[key_rule("Signed-off-by", min=1, author=True, fix=DCO_FIX["range"])])
 
 ROW = contract(
     keys=[key_rule("Row", min=1, pattern=ROW_ID.strip("^$"), exists=".agents/rows/{}.yaml",

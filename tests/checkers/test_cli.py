@@ -64,9 +64,9 @@ def test_rules_lists_ids_and_explains_by_name(rowgate_repo: GitRepo):
 
 def test_config_schema_and_doctor(rowgate_repo: GitRepo):
     schema = json.loads(rowgate("config", "schema", cwd=rowgate_repo.path).stdout)
-    assert schema["title"] == "rowgate .agents/config.yaml"
+    assert schema["title"] == "rowgate config (.agents/config.yaml, or [tool.rowgate] in pyproject.toml)"
     doctor = rowgate("doctor", cwd=rowgate_repo.path)
-    assert doctor.returncode == 0 and "config:     .agents/config.yaml is valid" in doctor.stdout.splitlines()
+    assert doctor.returncode == 0 and "config:     .agents/config.yaml (found): valid" in doctor.stdout.splitlines()
 
 
 def test_doctor_reports_head_and_a_shallow_history(rowgate_repo: GitRepo, tmp_path: Path):

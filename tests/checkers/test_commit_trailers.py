@@ -11,6 +11,7 @@ import pytest
 
 from checkers import registry
 from checkers.config import load_config
+from checkers.trailers.presets import DCO_FIX
 from checkers.context import Context
 from checkers.preflight import check_parser, run_check
 from checkers.results import RecordError, Result
@@ -257,8 +258,7 @@ def test_judge_is_a_pure_function_of_message_contract_and_facts():
         R["TR008"].finding("Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
                            hint="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
         R["TR009"].finding("no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
-                           hint="sign off as the author: git commit --amend -s (or fix the author, or add the "
-                                "identity to .mailmap)")]
+                           hint=DCO_FIX["range"])]
     facts = Facts(author="B <b@x.org>", exists=lambda path: True)
     assert judge(msg, contract, facts) == []
 

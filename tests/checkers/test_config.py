@@ -37,10 +37,17 @@ def test_unknown_state_is_rejected(tmp_path: Path):
     assert exc.value.lines()[0].startswith(".agents/config.yaml:4: rows.states.DONEISH")
 
 
-def test_missing_file(tmp_path: Path):
+def test_no_config_file_is_the_defaults(tmp_path: Path):
+    assert load_config(tmp_path) == Config()
+
+
+def test_a_named_config_that_is_missing_is_an_error(tmp_path: Path):
     with pytest.raises(RecordError) as exc:
-        load_config(tmp_path)
-    assert exc.value.lines() == [".agents/config.yaml: file not found"]
+        load_config(tmp_path, tmp_path / "nope.yaml")
+    assert exc.value.lines() == ["nope.yaml: no such file or directory (the config named by --config)"]
+    with pytest.raises(RecordError) as exc:
+        load_config(tmp_path, env={"ROWGATE_CONFIG": str(tmp_path / "gone.yaml")})
+    assert exc.value.lines() == ["gone.yaml: no such file or directory (the config named by $ROWGATE_CONFIG)"]
 
 
 def test_broken_yaml_names_its_line(tmp_path: Path):

@@ -36,9 +36,9 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     seen: list[bytes] = []
     parse = config_module.parse_config
 
-    def counting(raw: bytes) -> Config:
+    def counting(raw: bytes, display: str = config_module.CONFIG_PATH) -> Config:
         seen.append(raw)
-        return parse(raw)
+        return parse(raw, display)
 
     monkeypatch.setattr(config_module, "parse_config", counting)
     return seen
@@ -115,10 +115,10 @@ def test_an_unwritable_cache_or_no_git_dir_only_costs_a_validation(repo, validat
     assert len(validations) == 4 and not list(git_dir.glob("**/*.tmp"))
 
 
-def test_a_missing_config_is_the_same_error_as_load_config(tmp_path: Path):
-    with pytest.raises(RecordError) as exc:
-        load_sections(tmp_path, tmp_path, SECTIONS)
-    assert exc.value.lines() == [".agents/config.yaml: file not found"]
+def test_no_config_file_serves_the_defaults_from_the_cache(tmp_path: Path, validations):
+    view = load_sections(tmp_path, tmp_path, SECTIONS)
+    assert view.trailers.presets == [] and view.cutover is None and validations == []
+    assert (tmp_path / CACHE_PATH).is_file()
     assert configcache.CONFIG_PATH == config_module.CONFIG_PATH
 
 

@@ -57,7 +57,7 @@ def test_json_is_versioned_and_round_trips():
     assert [r["status"] for r in doc["results"]] == ["fail", "pass", "skip", "error"]
     assert doc["results"][0]["findings"][0] == {"rule": "XX001", "name": "demo-rule",
                                                 "message": FINDING.message, "path": "dir/a,b.py",
-                                                "line": 7, "hint": "do the thing"}
+                                                "line": 7, "hint": "do the thing", "commit": None}
     assert set(doc["results"][0]) == {"check", "status", "summary", "examined", "unit", "findings",
                                       "details", "hint", "duration_s"}
 

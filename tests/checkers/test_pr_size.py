@@ -241,8 +241,14 @@ def test_shallow_clone_is_an_error(repo: GitRepo, tmp_path: Path):
     assert "--unshallow" in result.hint
 
 
-def test_no_classes_configured_is_an_error(git_repo: GitRepo):
+def test_no_classes_configured_is_one_default_class(git_repo: GitRepo):
     git_repo.commit("c", {".agents/config.yaml": "version: 1\n"})
+    result = check(git_repo, "--all-files")
+    assert result.status.value == "pass" and result.details[1].startswith("all ")
+
+
+def test_an_explicitly_empty_class_list_is_an_error(git_repo: GitRepo):
+    git_repo.commit("c", {".agents/config.yaml": "version: 1\npr_size: {classes: []}\n"})
     result = check(git_repo, "--all-files")
     assert (result.status.value, result.summary) == ("error", "no path classes are configured")
 

@@ -15,7 +15,7 @@ from checkers.results import CheckError, Finding, Result
 from checkers.trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
 from checkers.trailers.message import read_message
 from checkers.trailers.parser import Trailer
-from checkers.trailers.presets import PRESETS
+from checkers.trailers.presets import DCO_FIX, PRESETS
 
 if TYPE_CHECKING:
     from checkers.config import TrailersConfig
@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--filled", action="store_true",
                         help="reject template placeholder values such as <ROW-ID> (always on for a range)")
     parser.add_argument("--author", metavar="'NAME <EMAIL>'", help="the author for the dco preset in "
-                        "--message-file mode (default: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL)")
+                        "--message-file mode (default: as git finds it: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL, "
+                        "then git var GIT_AUTHOR_IDENT, i.e. user.name and user.email)")
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -84,11 +85,13 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
             raise CheckError(f"--message-file {args.message_file}: {exc.strerror}",
                              hint="pass the path of a commit message file, or - for stdin") from None
         display = _display(ctx, path)
-    author = args.author or _env_author(ctx)
+    author = args.author or (_git_author(ctx) if contract.needs_author else None)
     msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
     facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
     facts.author = facts.mailmap(author) if author else None
-    findings = [f._replace(path=display) for f in judge(msg, contract, facts)]
+    hook_fix = DCO_FIX["hook"].format(author=author or "NAME <EMAIL>")
+    findings = [f._replace(path=display, hint=hook_fix if f.hint == DCO_FIX["range"] else f.hint)
+                for f in judge(msg, contract, facts)]
     ok = f"OK: {display} carries the trailer contract ({_names(contract)})"
     return Result.judge(ID, findings, 1, "message", ok)
 
@@ -113,7 +116,8 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
                 merges_skipped += 1
                 continue
             findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parent_shas)} parents "
-                                               f"(trailers.merges: forbid)", hint="rebase instead of merging"))
+                                               f"(trailers.merges: forbid)", hint="rebase instead of merging",
+                                               commit=c.sha))
             continue
         rules = legacy if c.sha in legacy_shas else contract
         judged += not rules.empty  # a skipped merge or a legacy commit under no rule was not examined
@@ -123,12 +127,14 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
             if (c.sha, f.message) in debt:
                 used.add((c.sha, f.message))
                 continue
-            findings.append(f._replace(message=f"{c.short}: {f.message}", line=None))  # the commit is the place
+            hint = f.hint.replace("BASE", rng.merge_base[:12]) if f.hint == DCO_FIX["range"] else f.hint
+            findings.append(f._replace(message=f"{c.short}: {f.message}", line=None, hint=hint, commit=c.sha))
     in_range = {c.sha for c in commits}
     for sha, error in debt:
         if sha in in_range and (sha, error) not in used:
             findings.append(R["TR011"].finding(f"{sha[:12]}: exception no longer matches an error: {error!r}",
-                                               hint="remove it from trailers.exceptions in .agents/config.yaml"))
+                                               hint="remove it from trailers.exceptions in .agents/config.yaml",
+                                               commit=sha))
     details = [f"debt: {e.sha[:12]} {e.error} ({e.reason})" + (" [applied]" if k in used else "")
                for k, e in debt.items()]
     extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
@@ -194,9 +200,24 @@ def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers: Sequen
     return Facts(mailmap=lambda ident: mapped.get(ident, ident), exists=exists, filled=filled)
 
 
-def _env_author(ctx: Context) -> str | None:
+def _git_author(ctx: Context) -> str | None:
+    """The author of the commit being made, as git finds it: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL, else
+    `git var GIT_AUTHOR_IDENT` (the same variables, then user.name and user.email from the user's own
+    config, which rowgate's other git calls leave out: identity does not change how anything parses)."""
     name, email = ctx.env.get("GIT_AUTHOR_NAME"), ctx.env.get("GIT_AUTHOR_EMAIL")
-    return f"{name} <{email}>" if name and email else None
+    if name and email:
+        return f"{name} <{email}>"
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], cwd=ctx.root, capture_output=True,
+                              env=dict(ctx.env), timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    ident = proc.stdout.decode("utf-8", errors="replace").strip()
+    if proc.returncode != 0 or ">" not in ident:
+        return None
+    return ident[:ident.rindex(">") + 1]  # drop the timestamp and zone after `Name <email>`
 
 
 def _display(ctx: Context, path: Path) -> str:
