@@ -33,6 +33,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "row": "checkers.commands.row",
     "claim": "checkers.commands.claim",
     "trailers": "checkers.commands.trailers",
+    "init": "checkers.commands.init",
 }
 
 EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
 PYPROJECT = "pyproject.toml"
 ENV_VAR = "ROWGATE_CONFIG"
-_TOOL_TABLE = re.compile(rb"^[ \t]*\[[ \t]*tool\.rowgate[ \t]*[.\]]", re.M)  # read without parsing TOML
+_TOOL_TABLE = re.compile(rb"^[ \t]*\[[ \t]*tool\.rowgate[ \t]*[.\]]", re.MULTILINE)  # read without parsing TOML
 CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
 _SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
 _VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries it runs on: an upgrade may change the verdict
@@ -78,8 +78,8 @@ def locate(root: Path, flag: str | Path | None = None, env: Mapping[str, str] | 
             try:
                 raw = path.read_bytes()
             except OSError as exc:
-                raise RecordError(display, [(None, "", f"{exc.strerror.lower() if exc.strerror else exc} "
-                                             f"(the config named by {origin})")]) from None
+                why = exc.strerror.lower() if exc.strerror else str(exc)
+                raise RecordError(display, [(None, "", f"{why} (the config named by {origin})")]) from None
             kind = "pyproject" if path.name == "pyproject.toml" else "yaml"
             return ConfigSource(path, display, origin, kind, raw)
     path = root / CONFIG_PATH
@@ -115,9 +115,10 @@ def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str],
     cache = git_dir / CACHE_PATH if git_dir is not None else None
     data = _read(cache, key) if cache is not None else None
     if data is None:
-        from checkers import config  # pydantic and ruamel.yaml: only when the cache misses
+        # pydantic and ruamel.yaml: only when the cache misses
+        from checkers.config import parse_source
 
-        data = config.parse_source(source).model_dump(mode="json")
+        data = parse_source(source).model_dump(mode="json")
         if cache is not None:
             _write(cache, key, data)
     return cast("Config", ConfigView(**{name: to_section(data[name]) for name in sections}))

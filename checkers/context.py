@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from checkers.files import select
-from checkers.gitio import Commit, Git, GitError
+from checkers.gitio import EMPTY_TREE, Commit, Git, GitError
 
 if TYPE_CHECKING:
     from checkers.config import Config
+    from checkers.configcache import ConfigSource
     from checkers.configcache import ConfigSource
     from checkers.records import Records
 
@@ -36,6 +37,8 @@ class Range:
 
     @property
     def merge_base(self) -> str:
+        if self._merge_base is None and self.base == EMPTY_TREE:
+            self._found(EMPTY_TREE)  # from the root: every commit of head
         if self._merge_base is None:
             self._found(self._git.merge_base(self.base, self.head))
         assert self._merge_base is not None
@@ -43,8 +46,8 @@ class Range:
 
     @property
     def spec(self) -> str:
-        """`merge_base..head`, for the git reads that take a revision range."""
-        return f"{self.merge_base}..{self.head}"
+        """`merge_base..head`, for the git reads that take a revision range (`head` from the root)."""
+        return self.head if self.merge_base == EMPTY_TREE else f"{self.merge_base}..{self.head}"
 
     def commits(self, mailmap: bool = False, parents: bool = True, authors: bool = True) -> list[Commit]:
         """The commits of merge_base..head, oldest first, from one `git log` that usually also finds the
@@ -57,6 +60,8 @@ class Range:
         return commits
 
     def describe(self) -> str:
+        if self.base == EMPTY_TREE:
+            return f"base none ({self.source}): every commit of head {self.head[:12]}, from the root"
         return (f"base {self.ref} ({self.source}) = {self.base[:12]}; merge base {self.merge_base[:12]}; "
                 f"head {self.head[:12]}")
 

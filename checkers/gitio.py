@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 from checkers.results import CheckError
 
 DEFAULT_TIMEOUT_S = 60.0
+# The empty tree (SHA-1): the base of a range that starts at the root, e.g. a first push to an empty remote.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Settings a repository's own config could use to change what rowgate parses: every call overrides them
 # (user and system config are not read at all). Trailer parsing, log and diff output shape, encodings,
 # path quoting, and the fsmonitor program a status would otherwise run.
@@ -278,8 +280,9 @@ class Git:
         time over a long range, and most contracts need neither."""
         fields = ["%m%H"] + ["%P"] * parents + ["%aN%x1f%aE" if mailmap else "%an%x1f%ae"] * authors
         n = 1 + parents + 2 * authors  # fields before the message
+        spec = head if base == EMPTY_TREE else f"{base}..{head}"  # from the root: every commit of head
         out = self.run("log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B",
-                       f"{base}..{head}", "--").stdout.decode("utf-8", errors="surrogateescape")
+                       spec, "--").stdout.decode("utf-8", errors="surrogateescape")
         commits, boundary = [], []
         for record in out.split("\0"):
             if not record:
@@ -291,6 +294,8 @@ class Git:
                 continue
             name, email = (meta[-2], meta[-1]) if authors else (None, None)
             commits.append(Commit(sha, tuple(meta[1].split()) if parents else None, name, email, message))
+        if base == EMPTY_TREE:
+            return base, commits
         if not commits:
             return head, commits  # head is reachable from base, so it is the merge base
         if len(boundary) == 1:
@@ -300,6 +305,15 @@ class Git:
             return bases[0], commits  # the one merge base: base..head is merge_base..head
         merge_base = self.merge_base(base, head)  # none (raises), or criss-cross: git's pick, as before
         return merge_base, self.commits(f"{merge_base}..{head}", mailmap=mailmap)
+
+    def unpushed_base(self, head: str, remote: str) -> str | None:
+        """Where the commits of `head` that `remote` lacks start: the one commit they grow from, EMPTY_TREE
+        when the remote has none of head's history (an empty remote), None when they grow from several."""
+        out = self.text("rev-list", "--boundary", head, "--not", f"--remotes={remote}", "--").split()
+        boundary = {line[1:] for line in out if line.startswith("-")}
+        if not boundary:
+            return EMPTY_TREE
+        return boundary.pop() if len(boundary) == 1 else None
 
     def rev_list(self, rev_range: str) -> list[str]:
         """The shas in `rev_range` (one `git rev-list`)."""

@@ -140,7 +140,8 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
     extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
     extra += [f"{merges_skipped} merges skipped"] if merges_skipped else []
     extra += [f"{len(debt)} exceptions are debt"] if debt else []
-    ok = (f"OK: {len(commits)} commits in {rng.merge_base[:12]}..{rng.head[:12]} carry the trailer contract "
+    start = "the root" if rng.merge_base == EMPTY_TREE else rng.merge_base[:12]
+    ok = (f"OK: {len(commits)} commits in {start}..{rng.head[:12]} carry the trailer contract "
           f"({_names(contract)})" + (f"; {', '.join(extra)}" if extra else ""))
     return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok, details)
 
@@ -175,7 +176,8 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Co
     cut = ctx.git.must_resolve(cutover, "cutover")
     parents = {c.sha: c.parent_shas for c in commits}
     if cut not in parents:  # the cutover is outside the range: ask git which of ours it reaches
-        return (set(ctx.git.rev_list(f"{rng.merge_base}..{cut}")) & parents.keys()) - {cut}
+        reach = cut if rng.merge_base == EMPTY_TREE else f"{rng.merge_base}..{cut}"
+        return (set(ctx.git.rev_list(reach)) & parents.keys()) - {cut}
     seen, todo = set(), list(parents[cut] or ())
     while todo:
         sha = todo.pop()

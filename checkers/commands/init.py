@@ -1,0 +1,378 @@
+"""`rowgate init`: write a commented config for the repository it stands in, and say what it chose and why.
+
+Every choice comes from the repository itself: the trailer presets from its history, the path classes
+from its top folders, the gencode audit from its CUDA sources, an arch feature table and a
+compile_commands.json, the record checks from `.agents/rows/`, and the env-doc, gemv-invocation and
+pr-size pairing sections from the layout detectors (`checkers.detect_layout`, called through DETECTORS).
+The config says only what differs from the defaults, with a comment for each choice; a check with
+nothing to work on here is disabled, with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from checkers import registry
+from checkers.configcache import CONFIG_PATH
+from checkers.gitio import Git, GitError, discover
+from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE, RecordError
+
+HISTORY = 500  # the most recent commits read for the trailer conventions
+MOST = 0.8  # the share of those commits that makes a convention the repository's
+TOP_LEVEL_BUDGET = 300  # changed lines of top-level files (build files, READMEs, configs)
+UNBUDGETED = ("third_party", "thirdparty", "vendor", "vendored", "external", "extern", "data", "assets")
+CLASS_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass
+class Section:
+    """One top-level key of the config: its value and the lines that explain it (printed and written)."""
+
+    key: str
+    value: object
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    sections: list[Section] = field(default_factory=list)
+    disabled: dict[str, str] = field(default_factory=dict)  # check id -> why
+    enabled: dict[str, str] = field(default_factory=dict)  # check id -> what it will check
+
+    def section(self, key: str) -> Section | None:
+        return next((s for s in self.sections if s.key == key), None)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
+    p = sub.add_parser(name, help="write a config for this repository, saying what it chose and why",
+                       description="Write a commented rowgate config for the repository in the current "
+                                   "directory: trailer presets from its history, path classes from its top "
+                                   "folders, and which checks apply here. Non-interactive when stdin is "
+                                   "not a terminal.")
+    p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
+    p.add_argument("--config", type=Path, metavar="PATH", help=f"where to write (default: {CONFIG_PATH})")
+    p.add_argument("--dry-run", action="store_true", help="print the config instead of writing it")
+    p.add_argument("--yes", "-y", action="store_true", help="write without asking")
+    p.add_argument("--force", action="store_true", help="replace an existing config file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        root = discover(args.repo or Path.cwd())
+        plan = detect(root)
+    except GitError as exc:
+        print(f"rowgate: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"    fix: {exc.hint}", file=sys.stderr)
+        return EXIT_ERROR
+    target = args.config if args.config else root / CONFIG_PATH
+    target = target if target.is_absolute() else Path.cwd() / target
+    text = render(plan, root)
+    _validate(text, target)
+    if args.dry_run:
+        sys.stdout.write(text)
+        return EXIT_PASS
+    for line in describe(plan):
+        print(line)
+    if target.exists() and not args.force:
+        print(f"rowgate: {_rel(root, target)} exists; nothing written (--force replaces it, --dry-run prints "
+              "the new one)", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.yes and sys.stdin.isatty():
+        answer = input(f"write {_rel(root, target)}? [Y/n] ").strip().lower()
+        if answer not in ("", "y", "yes"):
+            print("nothing written")
+            return EXIT_PASS
+    _write(target, text)
+    rel = _rel(root, target)
+    flag = "" if target == root / CONFIG_PATH else f" --config {rel}"
+    print(f"wrote {rel}; commit it (git add {rel} && git commit{' -s' if _dco(plan) else ''}), then run "
+          f"`rowgate preflight{flag}`")
+    return EXIT_PASS
+
+
+# --- detection ------------------------------------------------------------------------------------
+
+def detect(root: Path) -> Plan:
+    git = Git(root)
+    plan = Plan()
+    paths = git.ls_files()
+    _records(root, plan)
+    _trailers(git, plan)
+    _path_classes(paths, plan)
+    _gencode(root, paths, plan)
+    _layout(root, plan)
+    return plan
+
+
+def _records(root: Path, plan: Plan) -> None:
+    from checkers.preflight import has_records
+
+    record_checks = [c.id for c in registry.CHECKS if c.records]
+    if has_records(root):
+        for check in record_checks:
+            plan.enabled[check] = "the records in .agents/rows/"
+        return
+    for check in record_checks:
+        plan.disabled[check] = "no records in .agents/rows/ (the rows workflow is not used here)"
+
+
+def _trailers(git: Git, plan: Plan) -> None:
+    """Presets from the history: most commits signed off by their author -> dco; Assisted-by trailers or
+    the FOLLOWING_AGENTS_PROTOCOL paragraph -> agents-protocol; Row trailers (with records) -> row. Older
+    commits that break the chosen presets are put before a cutover, so they are not judged by them."""
+    from checkers.trailers.message import read_message
+
+    head = git.resolve("HEAD")
+    if head is None:
+        plan.disabled["commit-trailers"] = "no commits yet: run `rowgate init` again after the first commit"
+        return
+    out = git.text("log", "-z", f"--max-count={HISTORY}", "--no-merges", "--format=%H%x1f%aN <%aE>%x1f%B", "HEAD")
+    commits = [record.split("\x1f", 2) for record in out.split("\0") if record.strip()]
+    n = len(commits)
+    signed = protocol = rows = 0
+    breaks: dict[str, list[str]] = {"dco": [], "agents-protocol": [], "row": []}
+    for sha, author, message in commits:
+        msg = read_message(message, "range")
+        keys = {t.key.lower(): t.value for t in msg.trailers}
+        sign_offs = [t.value for t in msg.trailers if t.key.lower() == "signed-off-by"]
+        is_signed = _ident(author) in {_ident(v) for v in sign_offs}
+        has_protocol = "assisted-by" in keys or "FOLLOWING_AGENTS_PROTOCOL" in message
+        has_row = "row" in keys
+        signed += is_signed
+        protocol += has_protocol
+        rows += has_row
+        for name, ok in (("dco", is_signed), ("agents-protocol", has_protocol), ("row", has_row)):
+            if not ok:
+                breaks[name].append(sha)
+    counts = {"dco": signed, "agents-protocol": protocol, "row": rows}
+    what = {"dco": "signed off by their author", "agents-protocol": "carry Assisted-by or "
+            "FOLLOWING_AGENTS_PROTOCOL", "row": "carry a Row trailer"}
+    presets = [name for name in ("row", "dco", "agents-protocol") if n and counts[name] >= MOST * n]
+    if "row" in presets and "agent-record" in plan.disabled:
+        presets.remove("row")  # a Row trailer must name a row in .agents/rows/: there are none
+    scope = f"of the last {n} commits" if n == HISTORY else f"of {n} commits"
+    reasons = [f"{counts[name]} {scope} {what[name]}" for name in ("dco", "agents-protocol", "row")]
+    if not presets:
+        plan.disabled["commit-trailers"] = (f"no trailer convention in the history ({'; '.join(reasons)}); "
+                                            "set trailers.presets (dco, row, agents-protocol) to enforce one")
+        return
+    value: dict[str, object] = {"presets": presets}
+    plan.enabled["commit-trailers"] = f"presets {', '.join(presets)}"
+    why = [r for r, name in zip(reasons, ("dco", "agents-protocol", "row")) if name in presets]
+    chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
+    old = sorted({sha for name in presets for sha in breaks[name]})
+    if old:
+        plan.sections.append(Section("cutover", head, [
+            f"cutover: HEAD when init ran ({head[:12]}); it and its ancestors are not judged by the presets",
+            f"({len(old)} older commits break them)"]))
+    plan.sections.append(Section("trailers", value, chosen))
+
+
+def _ident(contact: str) -> str:
+    return " ".join(contact.split()).lower()
+
+
+def _path_classes(paths: list[str], plan: Plan) -> None:
+    """One class per top folder (budget the default's, unbudgeted for vendored or data folders), one for
+    the top-level files, and one for rowgate's own config folder."""
+    from checkers.config import DEFAULT_BUDGET
+
+    folders = sorted({p.split("/", 1)[0] for p in paths if "/" in p} | {".agents"})
+    classes: list[dict[str, object]] = []
+    reasons = []
+    names: set[str] = set()
+    for folder in folders:
+        name = CLASS_NAME.sub("-", folder.lower()).strip("-") or "root"
+        while name in names:
+            name += "-x"
+        names.add(name)
+        budget = None if folder.lower() in UNBUDGETED or folder == ".agents" else DEFAULT_BUDGET
+        classes.append({"name": name, "paths": [f"{folder}/**"], "budget": budget})
+        reasons.append(f"{folder}/: class {name}, " + (f"budget {budget} lines" if budget else "unbudgeted"))
+    classes.append({"name": "top-level", "paths": ["*"], "budget": TOP_LEVEL_BUDGET})
+    reasons.append(f"top-level files: class top-level, budget {TOP_LEVEL_BUDGET} lines")
+    plan.sections.append(Section("pr_size", {"classes": classes},
+                                 [("path classes, one per top folder (the first class whose globs match a path "
+                                   "owns it); budgets in changed lines:"), *reasons]))
+    plan.enabled["pr-size"] = f"{len(classes)} path classes"
+
+
+def _gencode(root: Path, paths: list[str], plan: Plan) -> None:
+    cuda = [p for p in paths if p.endswith((".cu", ".cuh"))]
+    tables = sorted(p for p in paths if p.endswith("/arch_features.yaml") or p == "arch_features.yaml")
+    commands = [p for p in ("compile_commands.json", "build/compile_commands.json") if (root / p).is_file()]
+    commands += sorted(p for p in paths if p.endswith("compile_commands.json") and p not in commands)
+    if not cuda:
+        plan.disabled["gencode"] = "no CUDA sources (*.cu) in the tree"
+        return
+    if not tables:
+        found = f"; found {commands[0]}" if commands else ""
+        plan.disabled["gencode"] = (f"{len(cuda)} CUDA sources but no arch feature table (arch_features.yaml) "
+                                    f"to compare their -gencode flags with{found}")
+        return
+    value: dict[str, object] = {"table": tables[0]}
+    reasons = [f"{len(cuda)} CUDA sources; the arch feature table {tables[0]}"]
+    if commands:
+        value["compile_commands"] = commands[0]
+        reasons.append(f"audits the -gencode flags of {commands[0]}")
+    else:
+        reasons.append("audits the objects of a build (gencode.build_dir, or --build-dir)")
+    plan.sections.append(Section("gencode", value, reasons))
+    plan.enabled["gencode"] = reasons[-1]
+
+
+# The layout detectors, one list: (check id, config section, function name in checkers.detect_layout).
+DETECTORS: tuple[tuple[str, str, str], ...] = (
+    ("env-doc", "env_doc", "env_doc"),
+    ("gemv-invocation", "gemv", "gemv_invocation"),
+    ("pr-size", "pr_size", "pr_size_pairs"),
+)
+
+
+def _layout(root: Path, plan: Plan, detectors: dict[str, Callable[[Path], Any]] | None = None) -> None:
+    """env-doc, gemv-invocation and pr-size pairs from the layout detectors; a check with no detection is
+    disabled, except env-doc where its default files are there."""
+    if detectors is None:
+        detectors = _load_detectors()
+    for check, key, fn in DETECTORS:
+        found = detectors[fn](root) if fn in detectors else None
+        if found is not None:
+            config, reasons = found.config, list(found.reasons)
+            existing = plan.section(key)
+            if existing is not None and isinstance(existing.value, dict):
+                existing.value.update(config)
+                existing.reasons += reasons
+            else:
+                plan.sections.append(Section(key, dict(config), reasons))
+            plan.enabled.setdefault(check, reasons[0] if reasons else "detected")
+        elif check == "env-doc":
+            _env_doc_default(root, plan)
+        elif check == "gemv-invocation":
+            why = "no matmul/GEMV call sites found" if detectors else "the layout detector is not installed"
+            plan.disabled[check] = why
+
+
+def _env_doc_default(root: Path, plan: Plan) -> None:
+    from checkers.config import EnvDocConfig
+
+    cfg = EnvDocConfig.model_validate({})
+    present = [p for p in (cfg.doc, cfg.allowlist) if (root / p).is_file()]
+    if present:
+        plan.enabled["env-doc"] = f"the defaults ({', '.join(present)})"
+    else:
+        plan.disabled["env-doc"] = f"no env var table or allowlist found ({cfg.doc}, {cfg.allowlist})"
+
+
+def _load_detectors() -> dict[str, Callable[[Path], Any]]:
+    try:
+        import checkers.detect_layout as layout  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return {}
+    return {fn: getattr(layout, fn) for _, _, fn in DETECTORS if hasattr(layout, fn)}
+
+
+def _dco(plan: Plan) -> bool:
+    trailers = plan.section("trailers")
+    value = trailers.value if trailers is not None else None
+    return isinstance(value, dict) and "dco" in value.get("presets", [])
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+def describe(plan: Plan) -> list[str]:
+    """What init chose and why, as it prints it."""
+    out = []
+    for s in plan.sections:
+        out.append(f"{s.key}:")
+        out += [f"  {line}" for line in s.reasons]
+    out.append("checks:")
+    for spec in registry.CHECKS:
+        if spec.id in plan.disabled:
+            out.append(f"  {spec.id:<16} disabled: {plan.disabled[spec.id]}")
+        else:
+            out.append(f"  {spec.id:<16} enabled: {plan.enabled.get(spec.id, 'its defaults')}")
+    return out
+
+
+def render(plan: Plan, root: Path) -> str:
+    """The config as commented YAML: each section with the reasons for it, then the disabled checks."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    from checkers.yamlio import dump_yaml
+
+    doc = CommentedMap()
+    doc["version"] = 1
+    for s in plan.sections:
+        doc[s.key] = _flow(s.value, CommentedMap, CommentedSeq, top=True)
+        doc.yaml_set_comment_before_after_key(s.key, before="\n" + "\n".join(s.reasons))
+    if plan.disabled:
+        checks = CommentedMap()
+        for spec in registry.CHECKS:
+            if spec.id in plan.disabled:
+                entry = CommentedMap(enabled=False)
+                entry.fa.set_flow_style()
+                checks[spec.id] = entry
+                checks.yaml_add_eol_comment(plan.disabled[spec.id], spec.id, column=36)
+        doc["checks"] = checks
+        doc.yaml_set_comment_before_after_key("checks", before="\nchecks with nothing to work on here "
+                                              "(set enabled: true, or delete the line, to run one)")
+    head = (f"rowgate configuration for {root.name}, written by `rowgate init` on {date.today().isoformat()}.\n"
+            "It says only what differs from the defaults; `rowgate config schema` lists every key.\n"
+            "Rules are ignored by id or name: `ignore: [TR007]`, or per path: "
+            "`per_file_ignores: {\"tests/**\": [PS001]}`.")
+    doc.yaml_set_start_comment(head)
+    return dump_yaml(doc)
+
+
+def _flow(value: object, cmap: type, cseq: type, top: bool = False) -> object:
+    """Nested mappings in lists (path classes) in flow style, one per line."""
+    if isinstance(value, dict):
+        m = cmap()
+        for k, v in value.items():
+            m[k] = _flow(v, cmap, cseq)
+        if not top:
+            m.fa.set_flow_style()
+        return m
+    if isinstance(value, list):
+        seq = cseq()
+        seq.extend(_flow(v, cmap, cseq) for v in value)
+        if all(isinstance(v, str) for v in value):
+            seq.fa.set_flow_style()
+        return seq
+    return value
+
+
+def _validate(text: str, target: Path) -> None:
+    """What init writes must load: validate it as the checks will."""
+    from checkers.config import parse_config
+
+    try:
+        parse_config(text.encode(), str(target))
+    except RecordError as exc:  # a bug in init, not in the repository
+        raise AssertionError("rowgate init produced an invalid config:\n" + "\n".join(exc.lines())) from None
+
+
+def _write(target: Path, text: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
