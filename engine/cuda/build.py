@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,7 +225,10 @@ def write_manifest(out_dir: Path, results: list[BuildResult], requested: list[st
 
 
 def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | None = None,
-          table: FeatureTable | None = None, src_dir: Path = CUDA_DIR, werror: bool = False) -> list[BuildResult]:
+          table: FeatureTable | None = None, src_dir: Path = CUDA_DIR, werror: bool = False,
+          progress: Callable[[BuildResult, int, int], None] | None = None) -> list[BuildResult]:
+    """Compile the sources (default: every one in the table); `progress(result, done, total)` is called as
+    each source finishes, in completion order."""
     table = table or load_table()
     out_dir = out_dir or cache_dir()
     requested = requested_archs(table, fat)
@@ -237,7 +241,13 @@ def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | 
         jobs.append((source, archs))
     # Sources compile concurrently: nvcc's per-arch stages leave cores idle within one invocation.
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        results = list(pool.map(lambda job: compile_source(*job, out_dir, werror=werror), jobs))
+        futures = {pool.submit(compile_source, *job, out_dir, werror=werror): i for i, job in enumerate(jobs)}
+        done: dict[int, BuildResult] = {}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if progress is not None:
+                progress(done[futures[future]], len(done), len(jobs))
+    results = [done[i] for i in range(len(jobs))]
     write_manifest(out_dir, results, requested)
     return results
 
@@ -261,16 +271,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--werror", action="store_true", help="treat nvcc and host-compiler warnings as errors")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
+    print(f"building {len(args.sources) or 'every'} source(s){' for every arch in the table' if args.fat else ''} "
+          f"with {os.cpu_count() or 1} workers; each line below is one finished source", flush=True)
     try:
-        results = build(args.sources or None, fat=args.fat, out_dir=args.out, werror=args.werror)
+        build(args.sources or None, fat=args.fat, out_dir=args.out, werror=args.werror,
+              progress=lambda r, done, total: print(progress_line(r, done, total, time.perf_counter() - t0),
+                                                    flush=True))
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    for r in results:
-        state = "cached" if r.cached else "compiled"
-        print(f"{source_label(r.source)}: {state} for {list(r.archs)} in {r.seconds:.1f}s -> {r.obj}")
-    print(f"{len(results)} sources in {time.perf_counter() - t0:.1f}s")
+    print(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
+
+
+def progress_line(r: BuildResult, done: int, total: int, elapsed: float) -> str:
+    """`[3/11] engine/cuda/quant.cu: compiled for ['8.0', '9.0'] in 62.1s -> OBJ; 70s elapsed, ETA 187s`
+    (the ETA assumes the rest take as long on average as the finished ones did, wall-clock)."""
+    state = "cached" if r.cached else "compiled"
+    eta = f"ETA {elapsed / done * (total - done):.0f}s" if done < total else "all done"
+    return (f"[{done}/{total}] {source_label(r.source)}: {state} for {list(r.archs)} in {r.seconds:.1f}s -> {r.obj}; "
+            f"{elapsed:.0f}s elapsed, {eta}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 (one `git log --format=%H%x00%B%x00` of the same range) and gitlint's per-commit cost, in one run.
 
 Usage: scripts/bench-checkers.py trailers [--commits N] [--gitlint PATH] [--gitlint-commits N] [--reps N]
-                                          [--ledger PATH]
+                                          [--no-config] [--ledger PATH]
+--no-config builds the repository without a rowgate config and judges it with `--preset dco`: the zero-config
+run of a repository that never heard of rowgate.
 gitlint is never a project dependency: give --gitlint PATH, or the benchmark installs it into a throwaway
 venv under /tmp/gl (`python3 -m venv /tmp/gl && /tmp/gl/bin/pip install gitlint`); without it the table
 says so and reports the other ratios.
@@ -49,15 +51,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--gitlint-commits", type=int, default=1_000, help="commits gitlint lints (default 1000)")
     p.add_argument("--reps", type=int, default=5, help="repetitions of the rowgate and git runs (default 5)")
     p.add_argument("--ledger", type=Path, metavar="PATH", help="also write a ledger record (JSON) here")
+    p.add_argument("--no-config", action="store_true", help="no config in the repository; judge with --preset dco")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-trailers-") as tmp:
         repo = Path(tmp) / "repo"
         start = time.perf_counter()
-        first = build_repo(repo, args.commits)
+        first = build_repo(repo, args.commits, config=not args.no_config)
         built = time.perf_counter() - start
         rng = f"{first}..HEAD"
         rowgate = [sys.executable, "-m", "checkers", "check", "commit-trailers", "--repo", str(repo),
-                   "--range", rng]
+                   *(["--preset", "dco"] if args.no_config else []), "--range", rng]
         floor = ["git", "-C", str(repo), "log", "--format=%H%x00%B%x00", rng]
         startup = rowgate[:-1] + ["HEAD~1..HEAD"]
         out = run(rowgate)
@@ -89,13 +92,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def build_repo(path: Path, n: int) -> str:
-    """A layout commit, then `n` commits carrying `Row:` (and a sign-off), all through one git fast-import."""
+def build_repo(path: Path, n: int, config: bool = True) -> str:
+    """A layout commit (with the config and a row, or only a README), then `n` commits carrying `Row:` and a
+    sign-off, all through one git fast-import."""
     path.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=ENV)
     chunks = [b"commit refs/heads/main\nmark :1\ncommitter Ada Tester <ada@example.com> 1700000000 +0000\n"]
     chunks.append(_data("Add the layout\n"))
-    for name, text in ((".agents/config.yaml", CONFIG), (".agents/rows/GOV-CORE.yaml", ROW)):
+    files = ((".agents/config.yaml", CONFIG), (".agents/rows/GOV-CORE.yaml", ROW)) if config else \
+        (("README.md", "A repository without a rowgate config.\n"),)
+    for name, text in files:
         chunks.append(f"M 100644 inline {name}\n".encode() + _data(text))
     chunks.append(b"\n")
     for i in range(n):

@@ -204,3 +204,16 @@ def test_compile_commands(tmp_path: Path) -> None:
         ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']"),
         ("GC002", "engine/cuda/paged_attn.cu: ptx ['90'] != expected ['80','90']"),
     ]
+
+
+def test_the_fat_build_in_the_work_tree_is_the_default_build_dir(tmp_path: Path) -> None:
+    ctx = Context(root=tmp_path, config=Config(), env={})
+    assert gencode._default_build_dir(ctx, None) == Path.home() / ".cache" / "rowgate" / "cuda"
+    fat = tmp_path / gencode.FAT_BUILD_DIR
+    fat.mkdir(parents=True)
+    assert gencode._default_build_dir(ctx, None) != fat  # empty: nothing built there
+    (fat / "kv_store-0123456789abcdef.so").write_bytes(b"")
+    assert gencode._default_build_dir(ctx, None) == fat
+    ctx = Context(root=tmp_path, config=Config(), env={"VT_CUDA_CACHE": str(tmp_path / "cache")})
+    assert gencode._default_build_dir(ctx, None) == tmp_path / "cache"
+    assert gencode._default_build_dir(ctx, "objs") == tmp_path / "objs"

@@ -41,9 +41,11 @@ class Table:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-dir", type=Path, help="directory of compiled objects (.so/.o/.fatbin); default: "
-                        "config gencode.build_dir, else $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
+                        "config gencode.build_dir, else $VT_CUDA_CACHE, else build/cuda-fat when it holds "
+                        "objects, else ~/.cache/rowgate/cuda")
     parser.add_argument("--compile-commands", type=Path, metavar="FILE",
-                        help="audit the arch flags of a CMake compile_commands.json instead of objects")
+                        help="audit the arch flags of a CMake compile_commands.json instead of objects "
+                        "(default: config gencode.compile_commands)")
     parser.add_argument("--archs", help="requested archs, comma-separated (default: config gencode.archs, else "
                         "what each object's build requested per the build dir's manifest.json, else every arch "
                         "in the table, as a fat build)")
@@ -59,8 +61,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     findings = table_findings(table, source_dir, src_rel, requested, ctx.files([f"{src_rel}/*.cu"]))
     built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
     notes: list[str] = []  # special files skipped
-    if getattr(args, "compile_commands", None):
-        compiled, examined = from_compile_commands(args.compile_commands, source_dir, findings)
+    commands = getattr(args, "compile_commands", None) or (ctx.root / cfg.compile_commands
+                                                          if cfg.compile_commands else None)
+    if commands:
+        compiled, examined = from_compile_commands(commands, source_dir, findings)
         unit = "compile commands"
     else:
         chosen = getattr(args, "build_dir", None) or cfg.build_dir
@@ -246,11 +250,21 @@ def _requested(flag: str | None, configured: list[str] | None, table: Table) -> 
     return sorted(seen, key=lambda a: fatbin.arch_key(fatbin.table_arch(a)))
 
 
+FAT_BUILD_DIR = "build/cuda-fat"  # where ci/fat-build.sh and scripts/test.sh write the fat build
+
+
 def _default_build_dir(ctx: Context, configured: str | None) -> Path:
+    """Config gencode.build_dir; else $VT_CUDA_CACHE; else the fat build in the work tree when it holds
+    objects (the build every arch is audited on); else the engine's build cache."""
     if configured:
         return ctx.root / configured
     env = ctx.env.get("VT_CUDA_CACHE", "").strip()
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rowgate" / "cuda"
+    if env:
+        return Path(env).expanduser()
+    fat = ctx.root / FAT_BUILD_DIR
+    if fat.is_dir() and any(fat.glob("*.so")):
+        return fat
+    return Path.home() / ".cache" / "rowgate" / "cuda"
 
 
 def _fmt(archs: list[str]) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 from pathlib import Path
 
@@ -150,9 +151,19 @@ def test_cli_builds_into_out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
     assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("engine/cuda/kv_store.cu: ") and "for ['8.0']" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "building 1 source(s) with %d workers; each line below is one finished source" % (
+        os.cpu_count() or 1)
+    assert out[1].startswith("[1/1] engine/cuda/kv_store.cu: compiled for ['8.0'] in ") and \
+        out[1].endswith(", all done") and out[2].startswith("done in ")
     assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
-    assert "engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
+    assert "[1/1] engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
     assert build.main(["--out", str(tmp_path), "nope.cu"]) == 1
     assert "nope.cu: not listed under 'sources'" in capsys.readouterr().err
+
+
+def test_progress_line_names_the_source_its_time_and_an_eta(tmp_path: Path) -> None:
+    r = build.BuildResult(build.CUDA_DIR / "quant.cu", tmp_path / "quant-x.so", ("8.0", "9.0"), False, 62.14)
+    assert build.progress_line(r, 3, 11, 70.0) == (
+        f"[3/11] engine/cuda/quant.cu: compiled for ['8.0', '9.0'] in 62.1s -> {tmp_path / 'quant-x.so'}; "
+        "70s elapsed, ETA 187s")
