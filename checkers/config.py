@@ -7,8 +7,8 @@ key fails with its file and line instead of being ignored.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -365,8 +365,9 @@ def check_names(config: Config, display: str, line: Callable[[tuple[str | int, .
               for glob, keys in config.per_file_ignores.items() for i, key in enumerate(keys)]
     for loc, field_, key in named:
         if key not in known and key.upper() not in known:
-            problems.append((line(loc), field_, f"unknown rule {key!r}; known rules: "
-                             f"{', '.join(f'{r.id} {r.name}' for r in rules)} (`rowgate rules` explains each)"))
+            listed = ", ".join(f"{r.id} {r.name}" for r in rules)
+            why = f"unknown rule {key!r}; known rules: {listed} (`rowgate rules` explains each)"
+            problems.append((line(loc), field_, why))
     if problems:
         raise RecordError(display, problems)
 

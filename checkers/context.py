@@ -16,7 +16,6 @@ from checkers.gitio import EMPTY_TREE, Commit, Git, GitError
 if TYPE_CHECKING:
     from checkers.config import Config
     from checkers.configcache import ConfigSource
-    from checkers.configcache import ConfigSource
     from checkers.records import Records
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
@@ -116,24 +115,28 @@ class Context:
         The base is the first of:
           1. `base`, the command line's (`flag` names it: --base, or --range's left side);
           2. the environment variable `base.env` names ($ROWGATE_BASE);
-          3. in a pre-push hook, PRE_COMMIT_FROM_REF (the remote's old tip; absent or the zero sha when the
-             branch is new to the remote);
+          3. in a pre-push hook, the branch being pushed, judged whole: its merge base with the default
+             branch of the remote pushed to (PRE_COMMIT_REMOTE_NAME, else base.remote, else the upstream);
+             a remote without one (empty, or never fetched) judges the commits it lacks, from the root when
+             it has none of them; else PRE_COMMIT_FROM_REF (the remote's old tip);
           4. `since`, the start of a check that judges its history since a commit (the config cutover,
              docs.since; `since_source` names it), unless this is a pre-push hook: a push is judged
              against the base like every other range check, so all of them judge the same commits;
           5. `base.ref` in the config;
-          6. the detected upstream (`upstream` before `origin`, so a fork's own main is never the base).
+          6. the detected upstream (`upstream` before `origin`, so a fork's own main is never the base);
+          7. in a repository with no remote at all, nothing is published yet: every commit of head.
         The head is `head` (--head), else PRE_COMMIT_TO_REF, else the pushed PRE_COMMIT_LOCAL_BRANCH, else
         HEAD. The range starts at the merge base of base and head.
 
         Outside a push, a check that passes `since_source` has no range when none of 1-4 applies: NoRange."""
         key = (base, head, since, since_source, flag)
         if key not in self._ranges:
-            ref, source = self._base(base, since, since_source, flag)
             head_ref = head or self._hook_env("PRE_COMMIT_TO_REF") or self._hook_env("PRE_COMMIT_LOCAL_BRANCH") \
                 or "HEAD"
-            base_sha = self.git.must_resolve(ref, "base" if source != since_source else f"range start ({source})")
             head_sha = self.git.must_resolve(head_ref, "head")
+            ref, source = self._base(base, since, since_source, flag, head_sha)
+            base_sha = EMPTY_TREE if ref == EMPTY_TREE else \
+                self.git.must_resolve(ref, "base" if source != since_source else f"range start ({source})")
             self._ranges[key] = Range(ref, source, base_sha, head_sha, self.git, self.notes)
         return self._ranges[key]
 
@@ -142,8 +145,9 @@ class Context:
         """In a pre-push hook run by pre-commit (which names the pushed refs in the environment)."""
         return any(self._hook_env(k) for k in ("PRE_COMMIT_TO_REF", "PRE_COMMIT_REMOTE_BRANCH"))
 
-    def _base(self, base: str | None, since: str | None, since_source: str | None, flag: str) -> tuple[str, str]:
-        for ref, source in self._base_candidates(base, since, since_source, flag):
+    def _base(self, base: str | None, since: str | None, since_source: str | None, flag: str,
+              head: str) -> tuple[str, str]:
+        for ref, source in self._base_candidates(base, since, since_source, flag, head):
             if ref:
                 return ref, source
         if since_source is not None and not self.pushing:
@@ -154,17 +158,35 @@ class Context:
                        hint=f"pass --base REF, set ${cfg.env}, or set base.ref in .agents/config.yaml")
 
     def _base_candidates(self, base: str | None, since: str | None, since_source: str | None,
-                         flag: str) -> Iterator[tuple[str | None, str]]:
+                         flag: str, head: str) -> Iterator[tuple[str | None, str]]:
         """The base sources in precedence order (Context.range), each looked up only when reached."""
         cfg = self.config.base
         yield base, flag
         yield self.env.get(cfg.env), f"${cfg.env}"
+        if self.pushing:
+            yield self._pushed_branch_base(head)
         yield self._hook_env("PRE_COMMIT_FROM_REF"), "pre-push PRE_COMMIT_FROM_REF"
         if since_source is not None and not self.pushing:
             yield since, since_source
             return  # outside a push, a check that judges its history since a start has no other base
         yield cfg.ref, "config base.ref"
         yield self.git.default_upstream(cfg.remote), "detected upstream"
+        if not self.git.remotes():
+            yield EMPTY_TREE, "no remote: no commit is published yet"
+
+    def _pushed_branch_base(self, head: str) -> tuple[str | None, str]:
+        """Where the branch being pushed starts: the remote's default branch, else the commits the remote
+        lacks (EMPTY_TREE: it has none of them, as a first push to an empty remote)."""
+        remote = self.env.get("PRE_COMMIT_REMOTE_NAME") or self.config.base.remote
+        default = self.git.default_upstream(remote)
+        if default:
+            return default, f"pre-push: the default branch of {remote or 'the upstream'}"
+        if remote and remote in self.git.remotes():
+            start = self.git.unpushed_base(head, remote)
+            if start is not None:
+                what = "the remote has none of its history" if start == EMPTY_TREE else "the commits it lacks"
+                return start, f"pre-push to {remote}: {what}"
+        return None, "pre-push"
 
     def _hook_env(self, name: str) -> str | None:
         ref = self.env.get(name)

@@ -310,7 +310,7 @@ class Git:
         """Where the commits of `head` that `remote` lacks start: the one commit they grow from, EMPTY_TREE
         when the remote has none of head's history (an empty remote), None when they grow from several."""
         out = self.text("rev-list", "--boundary", head, "--not", f"--remotes={remote}", "--").split()
-        boundary = {line[1:] for line in out if line.startswith("-")}
+        boundary = {line[1:] for line in out if line[:1] == "-"}
         if not boundary:
             return EMPTY_TREE
         return boundary.pop() if len(boundary) == 1 else None

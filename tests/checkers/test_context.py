@@ -11,7 +11,7 @@ import pytest
 
 from checkers.config import load_config
 from checkers.context import ZERO_SHA, Context, NoRange
-from checkers.gitio import GitError
+from checkers.gitio import EMPTY_TREE, GitError
 from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo, init_repo, row_yaml
 
 
@@ -78,8 +78,14 @@ def test_precedence_flag_then_env_then_pre_push_then_config_then_upstream(tmp_pa
     assert source("other", env, "base:\n  ref: main\n") == ("other", "--base")
     assert source(None, env, "base:\n  ref: main\n") == ("main", "$ROWGATE_BASE")
     del env["ROWGATE_BASE"]
-    assert source(None, env, "base:\n  ref: main\n") == (one, "pre-push PRE_COMMIT_FROM_REF")
+    # a push is judged whole: from the merge base with the remote's default branch, not the remote's old tip
+    assert source(None, env, "base:\n  ref: main\n") == ("origin/main", "pre-push: the default branch of the upstream")
+    clone.git("remote", "set-url", "origin", str(tmp_path / "gone"))
+    clone.git("update-ref", "-d", "refs/remotes/origin/main")
+    clone.git("update-ref", "-d", "refs/remotes/origin/HEAD", check=False)
+    assert source(None, env, "base:\n  ref: main\n") == (one, "pre-push PRE_COMMIT_FROM_REF")  # no default branch
     assert source(None, {}, "base:\n  ref: other\n") == ("other", "config base.ref")
+    clone.git("update-ref", "refs/remotes/origin/main", one)
     assert source(None, {}) == ("origin/main", "detected upstream")
     assert source(None, {"RB": "other"}, "base:\n  env: RB\n") == ("other", "$RB")
 
@@ -148,7 +154,12 @@ def test_shallow_clone_is_an_error_not_a_shrunken_range(tmp_path: Path):
     assert "shallow clone" in str(exc.value) and "--unshallow" in exc.value.hint
 
 
-def test_no_upstream_and_no_base_is_an_error(repo: GitRepo):
+def test_no_remote_at_all_judges_every_commit_and_a_remote_without_upstream_is_an_error(repo: GitRepo):
+    rng = _ctx(repo)[0].range()
+    assert (rng.source, rng.merge_base, rng.spec) == ("no remote: no commit is published yet", EMPTY_TREE,
+                                                      repo.head())
+    assert [c.sha for c in rng.commits()] == repo.git("rev-list", "--reverse", "HEAD").split()
+    repo.git("remote", "add", "origin", "file:///nowhere")  # never fetched: no upstream to measure against
     with pytest.raises(GitError, match="no base given and no upstream detected"):
         _ctx(repo)[0].range()
 
@@ -193,8 +204,7 @@ def test_role_discipline_and_pr_size_judge_the_same_range_on_a_push_of_a_new_bra
            "first-new-parent": {**names, "PRE_COMMIT_FROM_REF": main, "PRE_COMMIT_TO_REF": feature}}[form]
     role, role_range = _hook(repo, "role-discipline", env)
     size, size_range = _hook(repo, "pr-size", env)
-    ref, source = ("origin/main", "detected upstream") if form != "first-new-parent" else \
-        (main, "pre-push PRE_COMMIT_FROM_REF")
+    ref, source = "origin/main", "pre-push: the default branch of origin"  # the branch is judged whole
     expected = [f"rowgate: base {ref} ({source}) = {main[:12]}; merge base {main[:12]}; head {feature[:12]}"]
     assert role_range == size_range == expected
     assert role == "OK: 2 commits (0 merges) reach main through a row (trailer mode)"

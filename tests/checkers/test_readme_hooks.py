@@ -32,7 +32,7 @@ def section() -> str:
 
 
 def yaml_blocks() -> list[str]:
-    return re.findall(r"```yaml\n(.*?)```", section(), re.S)
+    return re.findall(r"```yaml\n(.*?)```", section(), re.DOTALL)
 
 
 def test_the_config_example_validates():

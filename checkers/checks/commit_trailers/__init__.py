@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkers.context import Context, NoRange, Range, add_range_arguments
-from checkers.gitio import Commit
+from checkers.gitio import EMPTY_TREE, Commit
 from checkers.results import CheckError, Finding, Result
 from checkers.trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
 from checkers.trailers.message import read_message
