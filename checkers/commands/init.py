@@ -29,6 +29,7 @@ MOST = 0.8  # the share of those commits that makes a convention the repository'
 TOP_LEVEL_BUDGET = 300  # changed lines of top-level files (build files, READMEs, configs)
 UNBUDGETED = ("third_party", "thirdparty", "vendor", "vendored", "external", "extern", "data", "assets")
 CLASS_NAME = re.compile(r"[^a-z0-9-]+")
+_TESTS = re.compile(r"(^|/)(tests?|fixtures|testdata)/")
 
 
 @dataclass
@@ -207,6 +208,7 @@ def _path_classes(paths: list[str], plan: Plan) -> None:
 
 
 def _gencode(root: Path, paths: list[str], plan: Plan) -> None:
+    paths = [p for p in paths if not _TESTS.search(p)]  # a test's fixtures are not the repository's build
     cuda = [p for p in paths if p.endswith((".cu", ".cuh"))]
     tables = sorted(p for p in paths if p.endswith("/arch_features.yaml") or p == "arch_features.yaml")
     commands = [p for p in ("compile_commands.json", "build/compile_commands.json") if (root / p).is_file()]

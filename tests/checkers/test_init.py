@@ -138,3 +138,23 @@ def test_layout_detectors_are_called_through_one_list(tmp_path: Path):
     assert plan.disabled["gemv-invocation"] == "no matmul/GEMV call sites found"
     text = init.render(plan, tmp_path)
     assert "# env table ENV.md\nenv_doc:\n  doc: ENV.md\n" in text
+
+
+def test_the_layout_detectors_of_checkers_detect_layout_are_wired(tmp_path: Path):
+    detectors = init._load_detectors()
+    assert sorted(detectors) == sorted(fn for _, _, fn in init.DETECTORS)
+    repo = init_repo(tmp_path / "envs")
+    repo.commit("e\n", {"docs/ENV.md": "| Variable | meaning |\n|---|---|\n| `VT_FOO` | a switch |\n",
+                        "src/a.py": "import os\nFOO = os.environ.get('VT_FOO')\n"})
+    plan = init.detect(repo.path)
+    section = plan.section("env_doc")
+    assert section is not None and "VT_" in section.value["prefixes"]  # type: ignore[index]
+    assert "env-doc" in plan.enabled and "env-doc" not in plan.disabled
+
+
+def test_fixtures_under_tests_are_not_taken_for_the_build(tmp_path: Path):
+    repo = init_repo(tmp_path / "fx")
+    repo.commit("k\n", {"kern/a.cu": "//\n", "kern/arch_features.yaml": "features: {}\n",
+                        "tests/fixtures/compile_commands.json": "[]\n"})
+    section = init.detect(repo.path).section("gencode")
+    assert section is not None and section.value == {"table": "kern/arch_features.yaml"}
