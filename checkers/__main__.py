@@ -1,4 +1,5 @@
 """`python -m checkers` is the `rowgate` console script."""
+
 import sys
 
 from checkers.cli import main

@@ -2,6 +2,7 @@
 fsync, rename), a new record is created exclusively, and every read-modify-write of `.agents/` holds one
 lock file, `.agents/rowgate.lock`, created with O_EXCL and naming its holder. A multi-file change is a
 Transaction: on any error every file it touched gets its old bytes (or its absence) back."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,7 +60,7 @@ def _write_temp(path: Path, data: str | bytes) -> Path:
     try:
         view = memoryview(raw)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except OSError as exc:
         os.close(fd)
@@ -91,6 +92,7 @@ def _unlink(path: Path) -> None:
 
 # --- the records lock ------------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[Path]:
     """Hold `<agents_dir>/rowgate.lock` for a read-modify-write. A second writer waits up to `timeout_s`
@@ -100,8 +102,10 @@ def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[P
         timeout_s = _env_timeout()
     lock = agents_dir / LOCK_NAME
     agents_dir.mkdir(parents=True, exist_ok=True)
-    token = f"pid={os.getpid()} host={socket.gethostname()} since={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}" \
-            f" token={secrets.token_hex(8)}\n"
+    token = (
+        f"pid={os.getpid()} host={socket.gethostname()} since={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        f" token={secrets.token_hex(8)}\n"
+    )
     deadline = time.monotonic() + timeout_s
     # The holder's name is written before the lock appears (a complete file hard-linked into place),
     # so a lock is never seen empty, even when its writer was killed.
@@ -116,8 +120,10 @@ def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[P
             if holder is not None and _is_stale(holder):
                 _break_stale(lock, holder)
             elif time.monotonic() >= deadline:
-                raise LockTimeout(f"{lock} is held by {_describe(holder)} (waited {timeout_s:g}s)",
-                                  hint=f"wait for it to finish; if that process is gone, remove {lock}")
+                raise LockTimeout(
+                    f"{lock} is held by {_describe(holder)} (waited {timeout_s:g}s)",
+                    hint=f"wait for it to finish; if that process is gone, remove {lock}",
+                )
             else:
                 time.sleep(_POLL_S)
     finally:
@@ -182,6 +188,7 @@ def _break_stale(lock: Path, holder: str) -> None:
 
 
 # --- multi-file transactions ----------------------------------------------------------------------
+
 
 class Transaction:
     """Writes, creations and removals that all happen or none does: `rollback()` restores each touched

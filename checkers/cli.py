@@ -4,6 +4,7 @@
 it uses: the other subcommands' modules load when their parser is built, and pydantic and ruamel.yaml
 load only to validate the config (checkers.configcache serves a check the sections it declares).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from checkers import __version__, registry
-from checkers.configcache import locate, load_sections
+from checkers.configcache import load_sections, locate
 from checkers.context import Context
 from checkers.gitio import Git, GitError, discover, discover_repo
 from checkers.output import FORMATS, render
@@ -91,10 +92,13 @@ def run_script(check_id: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rowgate", epilog=EPILOG,
-                                     description="Gates for a roadmap-row workflow: rows, trailers, budgets, "
-                                                 "records, and the engine's build and call sites.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="rowgate",
+        epilog=EPILOG,
+        description="Gates for a roadmap-row workflow: rows, trailers, budgets, "
+        "records, and the engine's build and call sites.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"rowgate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -135,12 +139,16 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, metavar="PATH", help="the config file (default: $ROWGATE_CONFIG, "
-                   ".agents/config.yaml, then [tool.rowgate] in pyproject.toml; none: every check's defaults)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the config file (default: $ROWGATE_CONFIG, "
+        ".agents/config.yaml, then [tool.rowgate] in pyproject.toml; none: every check's defaults)",
+    )
 
 
-def load_context(repo: Path | None, sections: tuple[str, ...] | None = None,
-                 config: Path | None = None) -> Context:
+def load_context(repo: Path | None, sections: tuple[str, ...] | None = None, config: Path | None = None) -> Context:
     """Discover the repository and load its config (`--config`, `$ROWGATE_CONFIG`, `.agents/config.yaml`,
     `[tool.rowgate]` in pyproject.toml, else the defaults), or only the `sections` one check reads (from
     the validated-config cache); raises GitError or RecordError."""
@@ -210,16 +218,24 @@ def _anchors(ctx: Context, fmt: str) -> dict[str, tuple[str, int | None]] | None
 def cmd_preflight(args: argparse.Namespace) -> int:
     unknown = [i for i in args.only or [] if registry.get(i) is None]
     if unknown:
-        return _usage_error(f"unknown check {unknown[0]!r}; known checks: "
-                            f"{', '.join(c.id for c in registry.CHECKS)}")
+        return _usage_error(f"unknown check {unknown[0]!r}; known checks: {', '.join(c.id for c in registry.CHECKS)}")
     try:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     not_run: list[tuple[str, str]] = []
     results = run_preflight(ctx, args.only, args.base, not_run)
-    sys.stdout.write(render(args.format, results, registry.all_rules(), args.fail_on_skip, preflight=True,
-                            not_run=not_run, anchors=_anchors(ctx, args.format)))
+    sys.stdout.write(
+        render(
+            args.format,
+            results,
+            registry.all_rules(),
+            args.fail_on_skip,
+            preflight=True,
+            not_run=not_run,
+            anchors=_anchors(ctx, args.format),
+        )
+    )
     if not results:
         return EXIT_ERROR
     return exit_code(results, args.fail_on_skip)
@@ -251,10 +267,11 @@ def cmd_config(args: argparse.Namespace) -> int:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
-    if ctx.source.path is None:
-        print(f"OK: no config file: {ctx.source.describe()}")
+    source = ctx.source
+    if source is None or source.path is None:
+        print(f"OK: no config file: {source.describe() if source else 'the defaults'}")
     else:
-        print(f"OK: {ctx.source.describe()} is valid")
+        print(f"OK: {source.describe()} is valid")
     return EXIT_PASS
 
 
@@ -267,8 +284,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     problems = 0
     try:
-        ver = subprocess.run(["git", "--version"], capture_output=True, text=True, env=git_env(), timeout=30,
-                             check=False).stdout.strip()
+        ver = subprocess.run(
+            ["git", "--version"], capture_output=True, text=True, env=git_env(), timeout=30, check=False
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         ver = ""
     print(f"git:        {ver or 'not found: install git 2.30 or newer'}")
@@ -312,8 +330,10 @@ def _describe_head(git: Git) -> str:
     status = git.run("status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules").stdout
     dirty = ", uncommitted changes" if status else ""
     refs = git.refs("refs/remotes/")
-    remotes = ", ".join(f"{r} ({sum(name.startswith(f'refs/remotes/{r}/') for name in refs)} refs)"
-                        for r in git.remotes()) or "no remotes"
+    remotes = (
+        ", ".join(f"{r} ({sum(name.startswith(f'refs/remotes/{r}/') for name in refs)} refs)" for r in git.remotes())
+        or "no remotes"
+    )
     return f"{head[:12]} on {where}{dirty}; {remotes}"
 
 

@@ -5,6 +5,7 @@ table of `pyproject.toml` (checkers.configcache.locate); with none, every check 
 Each check owns one section below. Unknown keys are errors everywhere (`extra="forbid"`), so a misspelled
 key fails with its file and line instead of being ignored.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -60,6 +61,7 @@ class RowsConfig(Strict):
 
 
 # --- per-check sections (each check module reads only its own) -------------
+
 
 class TrailerCondition(Strict):
     """Holds when some trailer `key` has a value that fully matches `pattern`."""
@@ -128,11 +130,14 @@ class TrailerDebt(Strict):
 
 class TrailersConfig(TrailerContract):
     default_range: Literal["base", "cutover"] = Field(
-        "base", description="range when none is given: from the shared base, or from the top-level cutover")
+        "base", description="range when none is given: from the shared base, or from the top-level cutover"
+    )
     merges: Literal["contract", "skip", "forbid"] = Field(
-        "contract", description="merge commits (2+ parents): judged by the contract, skipped, or an error")
-    legacy: TrailerContract = Field(default_factory=TrailerContract,
-                                    description="the rule for the cutover commit and its ancestors")
+        "contract", description="merge commits (2+ parents): judged by the contract, skipped, or an error"
+    )
+    legacy: TrailerContract = Field(
+        default_factory=TrailerContract, description="the rule for the cutover commit and its ancestors"
+    )
     exceptions: list[TrailerDebt] = Field(default_factory=list)
 
 
@@ -150,9 +155,11 @@ class PairRule(Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     when: str = Field(description="glob with `{name}` placeholders, e.g. checkers/checks/{name}/**/*")
-    require: str | list[str] = Field(description="path with the same placeholders, e.g. tests/checkers/test_{name}.py; "
-                                     "a list: any one of them; `{name|snake}` writes kebab-case as snake_case "
-                                     "(also `kebab`, `lower`)")
+    require: str | list[str] = Field(
+        description="path with the same placeholders, e.g. tests/checkers/test_{name}.py; "
+        "a list: any one of them; `{name|snake}` writes kebab-case as snake_case "
+        "(also `kebab`, `lower`)"
+    )
     exclude: list[str] = Field(default_factory=list, description="globs that the rule does not apply to")
 
 
@@ -165,11 +172,14 @@ def _default_classes() -> list[PathClass]:
 
 class PrSizeConfig(Strict):
     renames: Literal["edits", "full"] = Field(
-        "edits", description="edits: a pure rename costs nothing, a rename with edits costs the edits; "
-                             "full: a rename costs its whole delete and add")
+        "edits",
+        description="edits: a pure rename costs nothing, a rename with edits costs the edits; "
+        "full: a rename costs its whole delete and add",
+    )
     deletion_weight: float = Field(1.0, ge=0, description="weight of a deleted line against an added one")
-    classes: list[PathClass] = Field(default_factory=_default_classes,
-                                     description=f"unset: one class `all` (every path, budget {DEFAULT_BUDGET})")
+    classes: list[PathClass] = Field(
+        default_factory=_default_classes, description=f"unset: one class `all` (every path, budget {DEFAULT_BUDGET})"
+    )
     pairs: list[PairRule] = Field(default_factory=list)
 
     @field_validator("classes")
@@ -187,50 +197,72 @@ class EnvDocConfig(Strict):
     doc: str = Field("docs/ENVIRONMENT.md", description="the rendered table of documented names")
     allowlist: str = Field("scripts/env-doc-allowlist.txt", description="`NAME  CLASS  reason` lines")
     classes: list[str] = Field(default_factory=lambda: ["kernel-switch", "debug", "test-only", "build"])
-    flags_file: str | None = Field("engine/flags.py", description="the flag registry: each declare(\"NAME\", ...) "
-                                   "is a flag that some read must consult (a declaration is not a read)")
+    flags_file: str | None = Field(
+        "engine/flags.py",
+        description='the flag registry: each declare("NAME", ...) '
+        "is a flag that some read must consult (a declaration is not a read)",
+    )
     exclude: list[str] = Field(default_factory=list, description="globs of tracked files not scanned")
     include: list[str] = Field(default_factory=list, description="globs of the tracked files scanned; empty: all")
     docs: list[str] = Field(default_factory=list, description="further documents whose tables document names")
-    table_headers: list[str] = Field(default_factory=lambda: ["flag"], description="first header cells (any case) "
-                                     "of the tables whose first column holds the documented names, e.g. Variable")
+    table_headers: list[str] = Field(
+        default_factory=lambda: ["flag"],
+        description="first header cells (any case) "
+        "of the tables whose first column holds the documented names, e.g. Variable",
+    )
     allowlist_format: Literal["classified", "names"] = Field(
-        "classified", description="classified: `NAME  CLASS  reason` per line; names: one name per line")
+        "classified", description="classified: `NAME  CLASS  reason` per line; names: one name per line"
+    )
     allowlist_sorted: bool = Field(True, description="the allowlist's entries must be sorted by name")
-    readers: list[str] = Field(default_factory=list, description="functions and macros (C/C++/CUDA and Python, "
-                               "by name or dotted name) whose first string argument is an env read, e.g. EnvOnOr")
+    readers: list[str] = Field(
+        default_factory=list,
+        description="functions and macros (C/C++/CUDA and Python, "
+        "by name or dotted name) whose first string argument is an env read, e.g. EnvOnOr",
+    )
 
 
 class CublasLtRules(Strict):
     """gemv-invocation's cuBLASLt rule set: C/D layouts take the caller's out dtype, algo counts are constants."""
 
-    heuristic_calls: list[str] = Field(default_factory=lambda: ["cublasLtMatmulAlgoGetHeuristic"],
-                                       description="heuristic queries whose requestedAlgoCount is judged")
+    heuristic_calls: list[str] = Field(
+        default_factory=lambda: ["cublasLtMatmulAlgoGetHeuristic"],
+        description="heuristic queries whose requestedAlgoCount is judged",
+    )
     algo_count_arg: int = Field(8, ge=1, description="1-based position of requestedAlgoCount in those calls")
     marker: str = Field("requestedAlgoCount", description="the argument is written `/*<marker>=*/ NAME`")
-    algo_constants: list[str] = Field(default_factory=list, description="the policy constants an algo count may "
-                                      "name; empty: any name declared constexpr or #define in the unit")
-    layout_calls: list[str] = Field(default_factory=lambda: ["cublasLtMatrixLayoutCreate", "MakeRowMajor",
-                                                             "MakeRowMajorBatched"],
-                                    description="calls whose first argument is a layout and second its dtype")
-    output_layouts: list[str] = Field(default_factory=lambda: ["lc"], description="C/D layout variable names "
-                                      "(`&lc.v`, `p.lc` and `lc` all name `lc`)")
-    out_dtype_vars: list[str] = Field(default_factory=lambda: ["out_type"],
-                                      description="variables holding the caller's out dtype")
+    algo_constants: list[str] = Field(
+        default_factory=list,
+        description="the policy constants an algo count may "
+        "name; empty: any name declared constexpr or #define in the unit",
+    )
+    layout_calls: list[str] = Field(
+        default_factory=lambda: ["cublasLtMatrixLayoutCreate", "MakeRowMajor", "MakeRowMajorBatched"],
+        description="calls whose first argument is a layout and second its dtype",
+    )
+    output_layouts: list[str] = Field(
+        default_factory=lambda: ["lc"], description="C/D layout variable names (`&lc.v`, `p.lc` and `lc` all name `lc`)"
+    )
+    out_dtype_vars: list[str] = Field(
+        default_factory=lambda: ["out_type"], description="variables holding the caller's out dtype"
+    )
 
 
 class GemvConfig(Strict):
     """gemv-invocation: where the engine's matmul/GEMV call sites live, and how many must be found."""
 
     python: list[str] = Field(default_factory=lambda: ["engine/**/*.py"], description="globs of Python sources")
-    cuda: list[str] = Field(default_factory=lambda: ["engine/**/*.cu", "engine/**/*.cuh"],
-                            description="globs of CUDA sources (launch sites and cuBLAS/heuristic calls)")
-    min_sites: int = Field(1, ge=0, description="fail below this many examined call sites: a moved or renamed "
-                           "tree must not pass vacuously")
+    cuda: list[str] = Field(
+        default_factory=lambda: ["engine/**/*.cu", "engine/**/*.cuh"],
+        description="globs of CUDA sources (launch sites and cuBLAS/heuristic calls)",
+    )
+    min_sites: int = Field(
+        1, ge=0, description="fail below this many examined call sites: a moved or renamed tree must not pass vacuously"
+    )
     rule_sets: list[Literal["engine", "cublaslt"]] = Field(
         default_factory=lambda: list[Literal["engine", "cublaslt"]](["engine"]),
         description="engine: torch/GEMV launch rules (A1, A2 on every launch); "
-        "cublaslt: cuBLASLt output layouts and requestedAlgoCount (see `cublaslt`)")
+        "cublaslt: cuBLASLt output layouts and requestedAlgoCount (see `cublaslt`)",
+    )
     cublaslt: CublasLtRules = Field(default_factory=lambda: CublasLtRules())
 
 
@@ -241,8 +273,10 @@ class LiveRowsConfig(Strict):
 
 class RoleConfig(Strict):
     mode: Literal["branch", "trailer"] = Field(
-        "trailer", description="branch: main's first-parent history is merges of <prefix><ROW-ID> branches; "
-                               "trailer: every commit names its row in a Row: trailer")
+        "trailer",
+        description="branch: main's first-parent history is merges of <prefix><ROW-ID> branches; "
+        "trailer: every commit names its row in a Row: trailer",
+    )
     branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode")
 
 
@@ -251,17 +285,22 @@ class GencodeConfig(Strict):
 
     table: str = Field("engine/cuda/arch_features.yaml", description="the feature table, repo-relative")
     source_dir: str | None = Field(None, description="directory the table's source names are in; unset: the table's")
-    build_dir: str | None = Field(None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda")
+    build_dir: str | None = Field(
+        None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda"
+    )
     archs: list[str] | None = Field(None, description="requested archs (e.g. ['9.0']); unset: the table's union")
-    compile_commands: str | None = Field(None, description="a CMake compile_commands.json to audit instead of "
-                                         "objects (as --compile-commands)")
+    compile_commands: str | None = Field(
+        None, description="a CMake compile_commands.json to audit instead of objects (as --compile-commands)"
+    )
     ptx: Literal["all", "subset", "none"] = Field(
-        "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited")
+        "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited"
+    )
 
 
 class RecordConfig(Strict):
-    ref_keywords: list[str] = Field(default_factory=lambda: ["Refs", "Closes", "Fixes"],
-                                    description="words before #N that make an issue reference")
+    ref_keywords: list[str] = Field(
+        default_factory=lambda: ["Refs", "Closes", "Fixes"], description="words before #N that make an issue reference"
+    )
 
 
 class DocsConfig(Strict):
@@ -269,11 +308,13 @@ class DocsConfig(Strict):
     roadmap: str = Field("docs/ROADMAP.md", description="the rendered roadmap table")
     environment: str = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")
     flags_file: str = Field("engine/flags.py", description="the engine's flag registry, read as AST")
-    engine_paths: list[str] = Field(default_factory=lambda: ["engine/"],
-                                    description="path prefixes of engine code (a change owes a benchmark note)")
+    engine_paths: list[str] = Field(
+        default_factory=lambda: ["engine/"], description="path prefixes of engine code (a change owes a benchmark note)"
+    )
     benchmarks: str = Field("docs/BENCHMARKS.md", description="the benchmark summary")
-    bench_trailer: str = Field("Bench-Impact", description="trailer that says why an engine change has no "
-                                                           "benchmark or ledger update")
+    bench_trailer: str = Field(
+        "Bench-Impact", description="trailer that says why an engine change has no benchmark or ledger update"
+    )
     since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
@@ -285,13 +326,17 @@ class CheckControl(Strict):
 
 class Config(Strict):
     version: Literal[1] = 1
-    checks: dict[str, CheckControl] = Field(default_factory=dict, description="per check id, e.g. "
-                                            "{pr-size: {enabled: false}}; unknown ids are errors")
-    ignore: list[str] = Field(default_factory=list, description="rule ids or names never reported (TR007, "
-                              "patch-divider)")
+    checks: dict[str, CheckControl] = Field(
+        default_factory=dict, description="per check id, e.g. {pr-size: {enabled: false}}; unknown ids are errors"
+    )
+    ignore: list[str] = Field(
+        default_factory=list, description="rule ids or names never reported (TR007, patch-divider)"
+    )
     per_file_ignores: dict[str, list[str]] = Field(
-        default_factory=dict, description="glob -> rule ids or names not reported for the paths it matches, "
-                                          "as ruff's per-file-ignores: {\"tests/fixtures/**\": [ED001]}")
+        default_factory=dict,
+        description="glob -> rule ids or names not reported for the paths it matches, "
+        'as ruff\'s per-file-ignores: {"tests/fixtures/**": [ED001]}',
+    )
     cutover: str | None = Field(None, description="full sha of the first commit the contract applies after")
     base: BaseRefConfig = Field(default_factory=BaseRefConfig)
     rows: RowsConfig = Field(default_factory=RowsConfig)
@@ -358,11 +403,21 @@ def check_names(config: Config, display: str, line: Callable[[tuple[str | int, .
     problems: list[tuple[int | None, str, str]] = []
     for check_id in config.checks:
         if check_id not in checks:
-            problems.append((line(("checks", check_id)), f"checks.{check_id}",
-                             f"unknown check {check_id!r}; known checks: {', '.join(checks)}"))
-    named = [(("ignore", i), f"ignore.{i}", key) for i, key in enumerate(config.ignore)]
-    named += [(("per_file_ignores", glob, i), f"per_file_ignores.{glob}", key)
-              for glob, keys in config.per_file_ignores.items() for i, key in enumerate(keys)]
+            problems.append(
+                (
+                    line(("checks", check_id)),
+                    f"checks.{check_id}",
+                    f"unknown check {check_id!r}; known checks: {', '.join(checks)}",
+                )
+            )
+    named: list[tuple[tuple[str | int, ...], str, str]] = [
+        (("ignore", i), f"ignore.{i}", key) for i, key in enumerate(config.ignore)
+    ]
+    named += [
+        (("per_file_ignores", glob, i), f"per_file_ignores.{glob}", key)
+        for glob, keys in config.per_file_ignores.items()
+        for i, key in enumerate(keys)
+    ]
     for loc, field_, key in named:
         if key not in known and key.upper() not in known:
             listed = ", ".join(f"{r.id} {r.name}" for r in rules)

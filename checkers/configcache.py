@@ -10,6 +10,7 @@ its loader, compared whole (exact, and cheaper than importing hashlib), and on t
 ruamel.yaml, so any edit to the config or the schema, or an upgrade of either library, validates again; a
 cache that cannot be read or written is only a slower run.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -59,8 +60,10 @@ class ConfigSource(NamedTuple):
 
     def describe(self) -> str:
         if self.path is None:
-            return ("none found (.agents/config.yaml, [tool.rowgate] in pyproject.toml): every check on its "
-                    "defaults; `rowgate init` writes one")
+            return (
+                "none found (.agents/config.yaml, [tool.rowgate] in pyproject.toml): every check on its "
+                "defaults; `rowgate init` writes one"
+            )
         how = {"found": "found", "--config": "chosen by --config"}.get(self.origin, f"chosen by {self.origin}")
         section = " [tool.rowgate]" if self.kind == "pyproject" else ""
         return f"{self.display}{section} ({how})"
@@ -106,8 +109,9 @@ def _display(root: Path, path: Path) -> str:
         return str(path)
 
 
-def load_sections(root: Path, git_dir: Path | None, sections: Iterable[str],
-                  source: ConfigSource | None = None) -> Config:
+def load_sections(
+    root: Path, git_dir: Path | None, sections: Iterable[str], source: ConfigSource | None = None
+) -> Config:
     """The named top-level sections of the validated config (a ConfigView, read as the Config it mirrors);
     raises RecordError as `load_config` does."""
     source = locate(root) if source is None else source

@@ -1,6 +1,7 @@
 """What a check runs against: the repository root, the config, git, the records, and the one range resolver.
 Precedence for every setting is written once here: defaults, then `.agents/config.yaml`, then the
 environment, then command-line flags."""
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ class Range:
         """The commits of merge_base..head, oldest first, from one `git log` that usually also finds the
         merge base."""
         start = self.base if self._merge_base is None else self._merge_base
-        merge_base, commits = self._git.range_commits(start, self.head, mailmap=mailmap, parents=parents,
-                                                      authors=authors)
+        merge_base, commits = self._git.range_commits(
+            start, self.head, mailmap=mailmap, parents=parents, authors=authors
+        )
         if self._merge_base is None:
             self._found(merge_base)
         return commits
@@ -61,8 +63,10 @@ class Range:
     def describe(self) -> str:
         if self.base == EMPTY_TREE:
             return f"base none ({self.source}): every commit of head {self.head[:12]}, from the root"
-        return (f"base {self.ref} ({self.source}) = {self.base[:12]}; merge base {self.merge_base[:12]}; "
-                f"head {self.head[:12]}")
+        return (
+            f"base {self.ref} ({self.source}) = {self.base[:12]}; merge base {self.merge_base[:12]}; "
+            f"head {self.head[:12]}"
+        )
 
     def _found(self, merge_base: str) -> None:
         # a shallow or grafted cut inside the range would let a check judge part of it: an error instead
@@ -75,8 +79,14 @@ class Range:
 class Context:
     """A plain class, not a dataclass: `rowgate check` starts without importing `dataclasses`."""
 
-    def __init__(self, root: Path, config: Config, env: Mapping[str, str] | None = None,
-                 notes: TextIO | None = None, source: ConfigSource | None = None):
+    def __init__(
+        self,
+        root: Path,
+        config: Config,
+        env: Mapping[str, str] | None = None,
+        notes: TextIO | None = None,
+        source: ConfigSource | None = None,
+    ):
         self.root = root
         self.config = config  # or, for a check that declares CONFIG_SECTIONS, only those (checkers.configcache)
         self.source = source  # which config file was read (None: built in code, as tests do)
@@ -108,8 +118,15 @@ class Context:
             self._tracked = self.git.ls_files()
         return select(self._tracked, include, exclude)
 
-    def range(self, base: str | None = None, head: str | None = None, *, since: str | None = None,
-              since_source: str | None = None, flag: str = "--base") -> Range:
+    def range(
+        self,
+        base: str | None = None,
+        head: str | None = None,
+        *,
+        since: str | None = None,
+        since_source: str | None = None,
+        flag: str = "--base",
+    ) -> Range:
         """The range a check judges: resolved once per arguments, printed once with where its base came from.
 
         The base is the first of:
@@ -131,12 +148,16 @@ class Context:
         Outside a push, a check that passes `since_source` has no range when none of 1-4 applies: NoRange."""
         key = (base, head, since, since_source, flag)
         if key not in self._ranges:
-            head_ref = head or self._hook_env("PRE_COMMIT_TO_REF") or self._hook_env("PRE_COMMIT_LOCAL_BRANCH") \
-                or "HEAD"
+            head_ref = (
+                head or self._hook_env("PRE_COMMIT_TO_REF") or self._hook_env("PRE_COMMIT_LOCAL_BRANCH") or "HEAD"
+            )
             head_sha = self.git.must_resolve(head_ref, "head")
             ref, source = self._base(base, since, since_source, flag, head_sha)
-            base_sha = EMPTY_TREE if ref == EMPTY_TREE else \
-                self.git.must_resolve(ref, "base" if source != since_source else f"range start ({source})")
+            base_sha = (
+                EMPTY_TREE
+                if ref == EMPTY_TREE
+                else self.git.must_resolve(ref, "base" if source != since_source else f"range start ({source})")
+            )
             self._ranges[key] = Range(ref, source, base_sha, head_sha, self.git, self.notes)
         return self._ranges[key]
 
@@ -145,20 +166,26 @@ class Context:
         """In a pre-push hook run by pre-commit (which names the pushed refs in the environment)."""
         return any(self._hook_env(k) for k in ("PRE_COMMIT_TO_REF", "PRE_COMMIT_REMOTE_BRANCH"))
 
-    def _base(self, base: str | None, since: str | None, since_source: str | None, flag: str,
-              head: str) -> tuple[str, str]:
+    def _base(
+        self, base: str | None, since: str | None, since_source: str | None, flag: str, head: str
+    ) -> tuple[str, str]:
         for ref, source in self._base_candidates(base, since, since_source, flag, head):
             if ref:
                 return ref, source
         if since_source is not None and not self.pushing:
-            raise NoRange(f"no range: the config has no cutover and no {flag} was given",
-                          hint="set cutover: in .agents/config.yaml or pass --base REF")
+            raise NoRange(
+                f"no range: the config has no cutover and no {flag} was given",
+                hint="set cutover: in .agents/config.yaml or pass --base REF",
+            )
         cfg = self.config.base
-        raise GitError("no base given and no upstream detected",
-                       hint=f"pass --base REF, set ${cfg.env}, or set base.ref in .agents/config.yaml")
+        raise GitError(
+            "no base given and no upstream detected",
+            hint=f"pass --base REF, set ${cfg.env}, or set base.ref in .agents/config.yaml",
+        )
 
-    def _base_candidates(self, base: str | None, since: str | None, since_source: str | None,
-                         flag: str, head: str) -> Iterator[tuple[str | None, str]]:
+    def _base_candidates(
+        self, base: str | None, since: str | None, since_source: str | None, flag: str, head: str
+    ) -> Iterator[tuple[str | None, str]]:
         """The base sources in precedence order (Context.range), each looked up only when reached."""
         cfg = self.config.base
         yield base, flag
@@ -202,6 +229,10 @@ class NoRange(GitError):
 
 def add_range_arguments(parser: argparse.ArgumentParser) -> None:
     """The shared --base/--head pair of every range check."""
-    parser.add_argument("--base", metavar="REF", help="base of the range (default: $ROWGATE_BASE, "
-                        "config base.ref, then the detected upstream); the range starts at the merge base")
+    parser.add_argument(
+        "--base",
+        metavar="REF",
+        help="base of the range (default: $ROWGATE_BASE, "
+        "config base.ref, then the detected upstream); the range starts at the merge base",
+    )
     parser.add_argument("--head", metavar="REF", help="head of the range (default: HEAD)")

@@ -4,6 +4,7 @@ heuristic sites (gemv-invocation) and checker/test naming pairs (pr-size), each 
 Every detector reads the tree as text and never imports or runs it. It returns None when the repository has
 nothing of the kind, so `init` leaves that section to its defaults.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -13,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checkers.checks.gemv_invocation import cuda_sites as cu
 from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES, c_reads, python_reads
+from checkers.checks.gemv_invocation import cuda_sites as cu
 
 
 @dataclass
@@ -26,8 +27,27 @@ class Detected:
 
 
 # Folders that hold no code of the repository's own (vendored, generated, caches).
-SKIP_DIRS = frozenset({".git", "node_modules", "third_party", "3rdparty", "vendor", "external", "extern", "deps",
-                       "build", "dist", "out", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", "site-packages"})
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        "node_modules",
+        "third_party",
+        "3rdparty",
+        "vendor",
+        "external",
+        "extern",
+        "deps",
+        "build",
+        "dist",
+        "out",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".mypy_cache",
+        "site-packages",
+    }
+)
 MAX_FILE_BYTES = 2_000_000  # larger files are data, not sources
 
 
@@ -59,10 +79,13 @@ _NAME = re.compile(r"`([A-Z][A-Z0-9]*_[A-Z0-9_]+)`")
 _HEADER_ROW = re.compile(r"^\s*\|([^|\n]+)\|")
 _ALLOW_FILE = re.compile(r"(^|/)[^/]*env[^/]*allow[^/]*\.txt$", re.IGNORECASE)
 # C/C++/CUDA: a function taking `const char* NAME` whose body calls getenv(NAME); a macro whose body does.
-_C_WRAPPER = re.compile(r"\b([A-Za-z_]\w*)\s*\(\s*const\s+char\s*\*\s*(?:const\s+)?([A-Za-z_]\w*)[^;{)]*\)\s*"
-                        r"(?:const\s*)?(?:noexcept\s*)?\{")
-_C_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([A-Za-z_]\w*)[^)]*\)([^\n]*(?:\\\n[^\n]*)*)",
-                      re.MULTILINE)
+_C_WRAPPER = re.compile(
+    r"\b([A-Za-z_]\w*)\s*\(\s*const\s+char\s*\*\s*(?:const\s+)?([A-Za-z_]\w*)[^;{)]*\)\s*"
+    r"(?:const\s*)?(?:noexcept\s*)?\{"
+)
+_C_MACRO = re.compile(
+    r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([A-Za-z_]\w*)[^)]*\)([^\n]*(?:\\\n[^\n]*)*)", re.MULTILINE
+)
 _PY_WRAPPER = re.compile(r"^[ \t]*def[ \t]+([A-Za-z_]\w*)\(\s*([A-Za-z_]\w*)", re.MULTILINE)
 _PY_GETENV = r"(?:os\.environ\.get|os\.getenv|environ\.get|getenv|os\.environ\[)\s*\(?\s*{arg}\b"
 _BODY_CHARS = 1200  # how far a wrapper's body is read for its getenv call
@@ -83,8 +106,10 @@ def env_doc(root: Path) -> Detected | None:
             headers.update(h for h, _ in found)
             for _, table_names in found:
                 names.update(table_names)
-            reasons.append(f"{rel}: {sum(len(n) for _, n in found)} name(s) in {len(found)} table(s) headed "
-                           f"{', '.join(sorted({f'`| {h} |`' for h, _ in found}))}")
+            reasons.append(
+                f"{rel}: {sum(len(n) for _, n in found)} name(s) in {len(found)} table(s) headed "
+                f"{', '.join(sorted({f'`| {h} |`' for h, _ in found}))}"
+            )
     allowlists = [rel for rel in walk(root, (".txt",)) if _ALLOW_FILE.search(rel)]
     allow_cfg: dict[str, object] = {}
     if allowlists:
@@ -116,8 +141,10 @@ def env_doc(root: Path) -> Detected | None:
     tests = [f"{d}/**" for d in ("tests", "test") if (root / d).is_dir()]
     if tests:
         config["exclude"] = tests
-        reasons.append(f"{', '.join(tests)} not scanned: a test's reads are not production env vars (drop the "
-                       "exclude to hold them too)")
+        reasons.append(
+            f"{', '.join(tests)} not scanned: a test's reads are not production env vars (drop the "
+            "exclude to hold them too)"
+        )
     reasons.insert(0, f"env var prefixes {', '.join(prefixes)} (from the documented and allowlisted names)")
     return Detected(config, reasons)
 
@@ -174,13 +201,13 @@ def env_readers(root: Path, prefixes: tuple[str, ...]) -> dict[str, tuple[str, i
     for rel, text in sources.items():
         if rel.endswith(PYTHON_SUFFIXES):
             for m in _PY_WRAPPER.finditer(text):
-                bodies.append((m.group(1), m.group(2), text[m.end():m.end() + _BODY_CHARS], rel))
+                bodies.append((m.group(1), m.group(2), text[m.end() : m.end() + _BODY_CHARS], rel))
             continue
         code = cu.blank_comments(text) if "getenv" in text else ""
         if not code:
             continue
         for m in _C_WRAPPER.finditer(code):
-            bodies.append((m.group(1), m.group(2), code[m.end():m.end() + _BODY_CHARS], rel))
+            bodies.append((m.group(1), m.group(2), code[m.end() : m.end() + _BODY_CHARS], rel))
         for m in _C_MACRO.finditer(code):
             bodies.append((m.group(1), m.group(2), m.group(3), rel))
     callees = ["getenv", "secure_getenv"]
@@ -193,7 +220,8 @@ def env_readers(root: Path, prefixes: tuple[str, ...]) -> dict[str, tuple[str, i
                 continue
             arg_re = re.escape(arg)
             if re.search(called + arg_re + r"\b", body) or (
-                    rel.endswith(PYTHON_SUFFIXES) and re.search(_PY_GETENV.replace("{arg}", arg_re), body)):
+                rel.endswith(PYTHON_SUFFIXES) and re.search(_PY_GETENV.replace("{arg}", arg_re), body)
+            ):
                 defined[name] = rel
                 callees.append(name)
                 changed = True
@@ -228,10 +256,16 @@ def gemv_invocation(root: Path) -> Detected | None:
         return None
     total = sum(n for _, n in files)
     reasons = [f"{rel}: {n} cublasLtMatmulAlgoGetHeuristic call(s)" for rel, n in files]
-    reasons.append(f"gemv-invocation runs the cuBLASLt rule set over {len(files)} file(s): C/D layouts take the "
-                   "caller's out dtype; each requestedAlgoCount is a named constant behind its marker")
-    config: dict[str, object] = {"rule_sets": ["cublaslt"], "python": [], "cuda": [rel for rel, _ in files],
-                                 "min_sites": total}
+    reasons.append(
+        f"gemv-invocation runs the cuBLASLt rule set over {len(files)} file(s): C/D layouts take the "
+        "caller's out dtype; each requestedAlgoCount is a named constant behind its marker"
+    )
+    config: dict[str, object] = {
+        "rule_sets": ["cublaslt"],
+        "python": [],
+        "cuda": [rel for rel, _ in files],
+        "min_sites": total,
+    }
     return Detected(config, reasons)
 
 
@@ -271,14 +305,15 @@ def pr_size_pairs(root: Path) -> Detected | None:
         kinds = {keep for (d, keep) in votes if d == test_dir}
         templates = [f"{test_dir}test_check_{{name|snake}}.py"] if True in kinds else []
         templates += [f"{test_dir}test_{{name|snake}}.py"] if False in kinds else []
-        paired = sum(1 for n in names if any(t.replace("{name|snake}", n.replace("-", "_")) in present
-                                             for t in templates))
+        paired = sum(
+            1 for n in names if any(t.replace("{name|snake}", n.replace("-", "_")) in present for t in templates)
+        )
         when = f"{folder}{prefix}{{name}}.py"
         rule_name = (folder.strip("/").replace("/", "-").replace("_", "-").lower() or "root") + "-checker-test"
-        rules.append({"name": rule_name, "when": when,
-                      "require": templates[0] if len(templates) == 1 else templates})
-        reasons.append(f"{when} pairs with {' or '.join(templates)}: {paired} of {len(names)} checkers have "
-                       f"their test today")
+        rules.append({"name": rule_name, "when": when, "require": templates[0] if len(templates) == 1 else templates})
+        reasons.append(
+            f"{when} pairs with {' or '.join(templates)}: {paired} of {len(names)} checkers have their test today"
+        )
     if not rules:
         return None
     return Detected({"pairs": rules}, reasons)

@@ -1,5 +1,6 @@
 """Paths of the repository as the checks see them: root-anchored globs, and the one way a check lists files
 (Context.files: the tracked paths, from one `git ls-files` per run, filtered here)."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """The engine's flag declarations, read as AST from `engine/flags.py` (the toolkit never imports the
 engine): each `declare("VT_X", default, "ROW-ID", "doc line")` call is one flag."""
+
 from __future__ import annotations
 
 import ast
@@ -49,4 +50,3 @@ def _name(func: ast.expr) -> str | None:
     if isinstance(func, ast.Attribute):
         return func.attr
     return None
-

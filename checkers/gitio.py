@@ -1,5 +1,6 @@
 """All git access: discovery, refs, merge bases and batched reads, each call with a timeout, no shell,
 and no user or system git config (it changes trailer parsing and output formats)."""
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,28 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # (user and system config are not read at all). Trailer parsing, log and diff output shape, encodings,
 # path quoting, and the fsmonitor program a status would otherwise run.
 CONFIG_OVERRIDES = (
-    "trailer.separators=:", "trailer.where=end", "trailer.ifexists=addIfDifferentNeighbor",
+    "trailer.separators=:",
+    "trailer.where=end",
+    "trailer.ifexists=addIfDifferentNeighbor",
     "trailer.ifmissing=add",
-    "log.showSignature=false", "log.mailmap=false", "log.decorate=false", "log.abbrevCommit=false",
-    "log.follow=false", "log.showRoot=true", "log.date=default",
-    "i18n.logOutputEncoding=UTF-8", "i18n.commitEncoding=UTF-8",
-    "core.quotePath=false", "core.fsmonitor=false", "core.hooksPath=/dev/null",
-    "diff.noprefix=false", "diff.mnemonicPrefix=false", "diff.relative=false", "diff.renames=true",
-    "color.ui=false", "notes.displayRef=",
+    "log.showSignature=false",
+    "log.mailmap=false",
+    "log.decorate=false",
+    "log.abbrevCommit=false",
+    "log.follow=false",
+    "log.showRoot=true",
+    "log.date=default",
+    "i18n.logOutputEncoding=UTF-8",
+    "i18n.commitEncoding=UTF-8",
+    "core.quotePath=false",
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.relative=false",
+    "diff.renames=true",
+    "color.ui=false",
+    "notes.displayRef=",
 )
 _CONFIG_ARGS = tuple(a for kv in CONFIG_OVERRIDES for a in ("-c", kv))
 # What locates a repository from the environment: honoured only when no --repo was given and nothing else
@@ -41,8 +56,16 @@ def git_env(locators: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of every git call: the caller's, without any GIT_* variable (they could point git at
     another repository, inject config or change output), plus a fixed set of our own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
-               GIT_OPTIONAL_LOCKS="0", GIT_NO_REPLACE_OBJECTS="1", GIT_NO_LAZY_FETCH="1", LC_ALL="C", LANG="C")
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_NO_LAZY_FETCH="1",
+        LC_ALL="C",
+        LANG="C",
+    )
     env.update(locators or {})
     return env
 
@@ -77,8 +100,9 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
                 _located_by_env[str(Path(out[1]))] = locators
     out = proc.stdout.decode().split("\n")
     if proc.returncode != 0:
-        raise GitError(f"{start} is not inside a git repository",
-                       hint="run rowgate from a git work tree, or pass --repo PATH")
+        raise GitError(
+            f"{start} is not inside a git repository", hint="run rowgate from a git work tree, or pass --repo PATH"
+        )
     if out[0] == "true" or len(out) < 3 or not out[1]:
         raise GitError(f"{start} is in a bare repository", hint="run rowgate in a work tree")
     return Path(out[1]), Path(out[2])
@@ -86,15 +110,21 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
 
 def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(git_command("rev-parse", "--is-bare-repository", "--show-toplevel",
-                                          "--absolute-git-dir"),
-                              cwd=start, capture_output=True, env=git_env(locators), timeout=DEFAULT_TIMEOUT_S,
-                              check=False)
+        return subprocess.run(
+            git_command("rev-parse", "--is-bare-repository", "--show-toplevel", "--absolute-git-dir"),
+            cwd=start,
+            capture_output=True,
+            env=git_env(locators),
+            timeout=DEFAULT_TIMEOUT_S,
+            check=False,
+        )
     except FileNotFoundError:
         raise GitError("git is not installed or not on PATH", hint="install git 2.30 or newer") from None
     except subprocess.TimeoutExpired:
-        raise GitError(f"git rev-parse in {start} timed out after {DEFAULT_TIMEOUT_S:.0f}s",
-                       hint="check the repository for a stuck lock or a slow file system") from None
+        raise GitError(
+            f"git rev-parse in {start} timed out after {DEFAULT_TIMEOUT_S:.0f}s",
+            hint="check the repository for a stuck lock or a slow file system",
+        ) from None
 
 
 # The records below are named tuples rather than frozen dataclasses: a range builds thousands of commits,
@@ -142,15 +172,19 @@ class Git:
         self.timeout_s = timeout_s
         self._env = git_env(_located_by_env.get(str(self.root)))
 
-    def run(self, *args: str, input: bytes | None = None, ok_codes: tuple[int, ...] = (0,),
-            timeout_s: float | None = None) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        self, *args: str, input: bytes | None = None, ok_codes: tuple[int, ...] = (0,), timeout_s: float | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         cmd = git_command("-C", str(self.root), *args)
         try:
-            proc = subprocess.run(cmd, input=input, capture_output=True, env=self._env,
-                                  timeout=timeout_s or self.timeout_s, check=False)
+            proc = subprocess.run(
+                cmd, input=input, capture_output=True, env=self._env, timeout=timeout_s or self.timeout_s, check=False
+            )
         except subprocess.TimeoutExpired:
-            raise GitError(f"git {' '.join(args)} timed out after {timeout_s or self.timeout_s:.0f}s",
-                           hint="check the repository for a stuck lock or a huge range") from None
+            raise GitError(
+                f"git {' '.join(args)} timed out after {timeout_s or self.timeout_s:.0f}s",
+                hint="check the repository for a stuck lock or a huge range",
+            ) from None
         except FileNotFoundError:
             raise GitError("git is not installed or not on PATH", hint="install git 2.30 or newer") from None
         if proc.returncode not in ok_codes:
@@ -163,8 +197,9 @@ class Git:
 
     # --- refs ----------------------------------------------------------------
     def resolve(self, ref: str) -> str | None:
-        proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}",
-                        ok_codes=(0, 1, 128))
+        proc = self.run(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", ok_codes=(0, 1, 128)
+        )
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def must_resolve(self, ref: str, what: str = "ref") -> str:
@@ -172,8 +207,10 @@ class Git:
         error naming each, never silently one of them as git's rev-parse would pick."""
         both = self.ambiguous(ref)
         if len(both) > 1:
-            raise GitError(f"{what} {ref!r} is ambiguous: it names {' and '.join(both)}",
-                           hint=f"write the full ref name, e.g. {both[0]}")
+            raise GitError(
+                f"{what} {ref!r} is ambiguous: it names {' and '.join(both)}",
+                hint=f"write the full ref name, e.g. {both[0]}",
+            )
         sha = self.resolve(ref)
         if sha is None:
             hint = f"fetch it (git fetch origin {ref.split('/', 1)[-1]}) or pass another --base"
@@ -212,18 +249,24 @@ class Git:
         if inside:
             first = sorted(inside)[0]
             kind = "shallow" if self.is_shallow() else "grafted"
-            raise GitError(f"the range {_short_range(rev_range)} crosses the {kind} boundary at {first[:12]}: "
-                           "the history behind it is missing, so the range cannot be verified",
-                           hint="run git fetch --unshallow (CI: fetch-depth: 0)")
+            raise GitError(
+                f"the range {_short_range(rev_range)} crosses the {kind} boundary at {first[:12]}: "
+                "the history behind it is missing, so the range cannot be verified",
+                hint="run git fetch --unshallow (CI: fetch-depth: 0)",
+            )
 
     def merge_base(self, a: str, b: str) -> str:
         proc = self.run("merge-base", a, b, ok_codes=(0, 1))
         if proc.returncode == 1:
             if self.is_shallow():
-                raise GitError(f"no merge base between {a[:12]} and {b[:12]} in this shallow clone",
-                               hint="run git fetch --unshallow (CI: fetch-depth: 0)")
-            raise GitError(f"{a[:12]} and {b[:12]} have unrelated histories (no merge base)",
-                           hint="pass a --base that shares history with HEAD")
+                raise GitError(
+                    f"no merge base between {a[:12]} and {b[:12]} in this shallow clone",
+                    hint="run git fetch --unshallow (CI: fetch-depth: 0)",
+                )
+            raise GitError(
+                f"{a[:12]} and {b[:12]} have unrelated histories (no merge base)",
+                hint="pass a --base that shares history with HEAD",
+            )
         return proc.stdout.decode().strip()
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -266,8 +309,9 @@ class Git:
             commits.append(Commit(sha.strip(), tuple(parents.split()), name, email, message))
         return commits
 
-    def range_commits(self, base: str, head: str, mailmap: bool = False, parents: bool = True,
-                      authors: bool = True) -> tuple[str, list[Commit]]:
+    def range_commits(
+        self, base: str, head: str, mailmap: bool = False, parents: bool = True, authors: bool = True
+    ) -> tuple[str, list[Commit]]:
         """The merge base of two commits and the commits of merge_base..head, oldest first.
 
         One `git log --boundary base..head` usually answers both: when the log has exactly one boundary
@@ -281,8 +325,9 @@ class Git:
         fields = ["%m%H"] + ["%P"] * parents + ["%aN%x1f%aE" if mailmap else "%an%x1f%ae"] * authors
         n = 1 + parents + 2 * authors  # fields before the message
         spec = head if base == EMPTY_TREE else f"{base}..{head}"  # from the root: every commit of head
-        out = self.run("log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B",
-                       spec, "--").stdout.decode("utf-8", errors="surrogateescape")
+        out = self.run(
+            "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
+        ).stdout.decode("utf-8", errors="surrogateescape")
         commits, boundary = [], []
         for record in out.split("\0"):
             if not record:
@@ -325,7 +370,7 @@ class Git:
         contacts = sorted({c for c in contacts if "<" in c and c.rstrip().endswith(">")})
         mapped: dict[str, str] = {}
         for i in range(0, len(contacts), batch):
-            chunk = contacts[i:i + batch]
+            chunk = contacts[i : i + batch]
             raw = self.run("check-mailmap", "--", *chunk).stdout.decode("utf-8", errors="surrogateescape")
             out = raw.split("\n")[:-1] if raw.endswith("\n") else raw.split("\n")
             if len(out) == len(chunk):
@@ -340,8 +385,18 @@ class Git:
     def numstat(self, base: str, head: str, renames: bool = True) -> list[DiffStat]:
         """Changed files between two commits, in one `git diff --numstat -z` (renames found at git's
         default 50% similarity when `renames`; otherwise a rename is a delete plus an add)."""
-        args = ["diff", "--numstat", "-z", "--no-ext-diff", "--no-textconv", "--no-color",
-                "--find-renames" if renames else "--no-renames", base, head, "--"]
+        args = [
+            "diff",
+            "--numstat",
+            "-z",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-color",
+            "--find-renames" if renames else "--no-renames",
+            base,
+            head,
+            "--",
+        ]
         return parse_numstat_z(self.run(*args).stdout)
 
     def attr_set(self, paths: list[str], attr: str) -> set[str]:
@@ -370,15 +425,19 @@ class Git:
         out = self.run("ls-tree", "-r", "-z", "--name-only", "--full-tree", rev).stdout
         return [p for p in out.decode("utf-8", errors="surrogateescape").split("\0") if p]
 
-
     # --- batched reads for the record checks (agent-record, doc-checkpoint, live-rows, role-discipline)
-    def commits_with_trailers(self, rev_range: str, keys: tuple[str, ...] = ("Row",), first_parent: bool = False,
-                              extra: tuple[str, ...] = ()) -> list[TrailedCommit]:
+    def commits_with_trailers(
+        self, rev_range: str, keys: tuple[str, ...] = ("Row",), first_parent: bool = False, extra: tuple[str, ...] = ()
+    ) -> list[TrailedCommit]:
         """Every commit in `rev_range`, oldest first, with git's own parse of the trailers `keys` (unfolded)
         and the committer time, read by one `git log`."""
         spec = ",".join(f"key={k}" for k in keys)
-        args = ["log", "-z", "--reverse",
-                f"--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%(trailers:{spec},unfold,separator=%x1e)%x1f%B"]
+        args = [
+            "log",
+            "-z",
+            "--reverse",
+            f"--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%(trailers:{spec},unfold,separator=%x1e)%x1f%B",
+        ]
         if first_parent:
             args.append("--first-parent")
         out = self.run(*args, *extra, rev_range, "--").stdout.decode("utf-8", errors="replace")
@@ -404,8 +463,9 @@ class Git:
         Read NUL-separated only: each commit is `\\0SHA\\0` (an empty field, which no path can be, then
         the sha), then its paths, each ended by NUL, so a name holding any other byte (a newline, \\x01)
         stays one path."""
-        out = self.run("log", "-z", "--no-renames", "--format=%x00%H", "--name-only", rev_range,
-                       "--").stdout.decode("utf-8", errors="surrogateescape")
+        out = self.run("log", "-z", "--no-renames", "--format=%x00%H", "--name-only", rev_range, "--").stdout.decode(
+            "utf-8", errors="surrogateescape"
+        )
         changed: dict[str, list[str]] = {}
         fields = out.split("\0")
         paths: list[str] = []
@@ -422,11 +482,14 @@ class Git:
             i += 1
         return changed
 
-    def key_changes(self, rev_range: str, directory: str, key: str) -> dict[str, dict[str, tuple[str | None, str | None]]]:
+    def key_changes(
+        self, rev_range: str, directory: str, key: str
+    ) -> dict[str, dict[str, tuple[str | None, str | None]]]:
         """Per commit, the YAML files under `directory` whose top-level `key` changed: path -> (old, new);
         a created file has old None, a deleted one new None. One `git log -p -U0` for the range."""
-        out = self.text("log", "-p", "-U0", "--no-renames", "--no-ext-diff", "--format=%x01%H", rev_range,
-                        "--", directory)
+        out = self.text(
+            "log", "-p", "-U0", "--no-renames", "--no-ext-diff", "--format=%x01%H", rev_range, "--", directory
+        )
         pattern = f"{key}:"
         result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
         for chunk in out.split("\x01")[1:]:
@@ -438,7 +501,7 @@ class Git:
                     path = line.split(" b/", 1)[-1]
                     changes[path] = [None, None]
                 elif path and line[:1] in "+-" and line[1:].startswith(pattern):
-                    value = line[1 + len(pattern):].split("#", 1)[0].strip().strip("\"'")
+                    value = line[1 + len(pattern) :].split("#", 1)[0].strip().strip("\"'")
                     changes[path][0 if line[0] == "-" else 1] = value
             result[sha] = {p: (old, new) for p, (old, new) in changes.items() if old != new}
         return result
@@ -452,8 +515,9 @@ class Git:
         """The subset of `shas` that name commits in this repository, one `git cat-file --batch-check`."""
         if not shas:
             return set()
-        out = self.text("cat-file", "--batch-check=%(objectname) %(objecttype)",
-                        input="".join(f"{s}\n" for s in shas).encode())
+        out = self.text(
+            "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(f"{s}\n" for s in shas).encode()
+        )
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
 
 
@@ -493,4 +557,3 @@ def parse_numstat_z(out: bytes) -> list[DiffStat]:
             stats.append(DiffStat(fields[i + 2], a, d, old_path=fields[i + 1]))
             i += 3
     return stats
-

@@ -1,5 +1,6 @@
 """Linear-time scanning helpers shared by the source scanners: a meter that proves a scan never passes
 over the same text twice, and line numbers from one newline index per text (not one count per lookup)."""
+
 from __future__ import annotations
 
 import bisect

@@ -1,4 +1,5 @@
 """Renderers over one list of results: text, json, github, sarif, junit. Nothing else prints findings."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,15 @@ JSON_SCHEMA_ID = "rowgate.results/1"
 _LABEL = {Status.PASS: "ok", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
 
 
-def render(fmt: str, results: list[Result], rules: list[Rule], fail_on_skip: bool = False,
-           preflight: bool = False, not_run: list[tuple[str, str]] | None = None,
-           anchors: dict[str, tuple[str, int | None]] | None = None) -> str:
+def render(
+    fmt: str,
+    results: list[Result],
+    rules: list[Rule],
+    fail_on_skip: bool = False,
+    preflight: bool = False,
+    not_run: list[tuple[str, str]] | None = None,
+    anchors: dict[str, tuple[str, int | None]] | None = None,
+) -> str:
     """`not_run`: (check, why) of the checks the config disabled; `anchors`: per check, the config file
     and line that configure it (SARIF points commit-level findings there)."""
     if fmt == "text":
@@ -33,6 +40,7 @@ def render(fmt: str, results: list[Result], rules: list[Rule], fail_on_skip: boo
 
 # --- text -------------------------------------------------------------------
 
+
 def finding_lines(result: Result) -> list[str]:
     lines = []
     for f in result.findings:  # every field escaped: data never breaks or forges a line
@@ -43,8 +51,12 @@ def finding_lines(result: Result) -> list[str]:
     return lines
 
 
-def render_text(results: list[Result], preflight: bool = False, fail_on_skip: bool = False,
-                not_run: list[tuple[str, str]] | None = None) -> str:
+def render_text(
+    results: list[Result],
+    preflight: bool = False,
+    fail_on_skip: bool = False,
+    not_run: list[tuple[str, str]] | None = None,
+) -> str:
     out: list[str] = []
     if preflight:
         width = max((len(c) for c in [r.check for r in results] + [c for c, _ in not_run or ()]), default=0)
@@ -81,16 +93,19 @@ def verdict(results: list[Result], fail_on_skip: bool = False) -> str:
         return "NOT green: no gates ran"
     if counts[Status.FAIL] == counts[Status.ERROR] == counts[Status.SKIP] == 0:
         return f"All gates green ({len(results)} gates, {total:.2f}s)"
-    parts = [f"{counts[s]} {name}" for s, name in ((Status.FAIL, "failed"), (Status.ERROR, "could not verify"),
-                                                   (Status.SKIP, "skipped")) if counts[s]]
+    parts = [
+        f"{counts[s]} {name}"
+        for s, name in ((Status.FAIL, "failed"), (Status.ERROR, "could not verify"), (Status.SKIP, "skipped"))
+        if counts[s]
+    ]
     tail = "" if exit_code(results, fail_on_skip) else " (skips do not fail this run; --fail-on-skip makes them)"
     return f"NOT green: {', '.join(parts)} of {len(results)} gates ({total:.2f}s){tail}"
 
 
 # --- json -------------------------------------------------------------------
 
-def render_json(results: list[Result], fail_on_skip: bool = False,
-                not_run: list[tuple[str, str]] | None = None) -> str:
+
+def render_json(results: list[Result], fail_on_skip: bool = False, not_run: list[tuple[str, str]] | None = None) -> str:
     doc = {
         "schema": JSON_SCHEMA_ID,
         "tool": {"name": "rowgate", "version": __version__},
@@ -102,6 +117,7 @@ def render_json(results: list[Result], fail_on_skip: bool = False,
 
 
 # --- github workflow commands --------------------------------------------------
+
 
 def _gh_data(s: str) -> str:
     """A workflow-command value: `%`, CR and LF encoded as the runner decodes them, every other control
@@ -127,7 +143,9 @@ def render_github(results: list[Result]) -> str:
             msg = f.message + (f"\n(fix: {f.hint})" if f.hint else "")
             out.append(f"::error {','.join(props)}::{_gh_data(msg)}")
         if r.status == Status.ERROR:
-            out.append(f"::error title={_gh_prop(r.check)}::{_gh_data(r.summary + (f' (fix: {r.hint})' if r.hint else ''))}")
+            out.append(
+                f"::error title={_gh_prop(r.check)}::{_gh_data(r.summary + (f' (fix: {r.hint})' if r.hint else ''))}"
+            )
         elif r.status == Status.SKIP:
             out.append(f"::warning title={_gh_prop(r.check)}::{_gh_data('skipped: ' + r.summary)}")
         else:
@@ -141,8 +159,9 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 CONFIG_FILE = ".agents/config.yaml"  # where a commit-level finding points when no config file was read
 
 
-def render_sarif(results: list[Result], rules: list[Rule],
-                 anchors: dict[str, tuple[str, int | None]] | None = None) -> str:
+def render_sarif(
+    results: list[Result], rules: list[Rule], anchors: dict[str, tuple[str, int | None]] | None = None
+) -> str:
     """Every result has a physical location, as code scanning requires: the finding's file, or for a
     finding about a commit (or a whole range) the config line of its check, with the commit named in a
     logical location."""
@@ -151,9 +170,12 @@ def render_sarif(results: list[Result], rules: list[Rule],
     sarif_results = []
     for r in results:
         for f in r.findings:
-            item: dict[str, Any] = {"ruleId": f.rule, "level": "error",
-                          "message": {"text": _esc(f.message + (f" (fix: {f.hint})" if f.hint else ""))},
-                          "properties": {"check": r.check}}
+            item: dict[str, Any] = {
+                "ruleId": f.rule,
+                "level": "error",
+                "message": {"text": _esc(f.message + (f" (fix: {f.hint})" if f.hint else ""))},
+                "properties": {"check": r.check},
+            }
             if f.rule in index:
                 item["ruleIndex"] = index[f.rule]
             path, line = (f.path, f.line) if f.path else (anchors or {}).get(r.check, (CONFIG_FILE, None))
@@ -162,25 +184,40 @@ def render_sarif(results: list[Result], rules: list[Rule],
                 phys["region"] = {"startLine": line}
             location: dict[str, Any] = {"physicalLocation": phys}
             if f.commit:
-                location["logicalLocations"] = [{"name": f.commit, "fullyQualifiedName": f"commit/{f.commit}",
-                                                 "kind": "resource"}]
+                location["logicalLocations"] = [
+                    {"name": f.commit, "fullyQualifiedName": f"commit/{f.commit}", "kind": "resource"}
+                ]
             item["locations"] = [location]
             sarif_results.append(item)
-    notifications = [{"level": "error" if r.status == Status.ERROR else "warning",
-                      "message": {"text": _esc(f"{r.check}: {r.summary}")}}
-                     for r in results if r.status in (Status.ERROR, Status.SKIP)]
+    notifications = [
+        {
+            "level": "error" if r.status == Status.ERROR else "warning",
+            "message": {"text": _esc(f"{r.check}: {r.summary}")},
+        }
+        for r in results
+        if r.status in (Status.ERROR, Status.SKIP)
+    ]
     doc = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "rowgate", "version": __version__,
-                "rules": [_sarif_rule(r) for r in ordered],
-            }},
-            "invocations": [{"executionSuccessful": not any(r.status == Status.ERROR for r in results),
-                             "toolExecutionNotifications": notifications}],
-            "results": sarif_results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "rowgate",
+                        "version": __version__,
+                        "rules": [_sarif_rule(r) for r in ordered],
+                    }
+                },
+                "invocations": [
+                    {
+                        "executionSuccessful": not any(r.status == Status.ERROR for r in results),
+                        "toolExecutionNotifications": notifications,
+                    }
+                ],
+                "results": sarif_results,
+            }
+        ],
     }
     return json.dumps(doc, indent=2) + "\n"
 
@@ -188,31 +225,45 @@ def render_sarif(results: list[Result], rules: list[Rule],
 def _uri(path: str) -> str:
     """A relative URI reference for a repository path: control characters, space, `%`, `?` and `#`
     percent-encoded (as UTF-8 bytes), the rest as it is."""
+
     def enc(ch: str) -> str:
         if ord(ch) < 33 or ord(ch) == 127 or ch in "%?#":
             return "".join(f"%{b:02X}" for b in ch.encode("utf-8", errors="surrogateescape"))
         return ch
+
     return "".join(enc(ch) for ch in path)
 
 
-def _sarif_rule(rule: Rule) -> dict:
-    text = (f"{rule.summary}. `rowgate rules {rule.id}` explains it; `ignore: [{rule.id}]` in the config turns "
-            f"it off, `per_file_ignores` for some paths.")
-    return {"id": rule.id, "name": rule.name, "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": rule.summary}, "help": {"text": text, "markdown": text},
-            "defaultConfiguration": {"level": "error"}}
+def _sarif_rule(rule: Rule) -> dict[str, Any]:
+    text = (
+        f"{rule.summary}. `rowgate rules {rule.id}` explains it; `ignore: [{rule.id}]` in the config turns "
+        f"it off, `per_file_ignores` for some paths."
+    )
+    return {
+        "id": rule.id,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.summary},
+        "help": {"text": text, "markdown": text},
+        "defaultConfiguration": {"level": "error"},
+    }
 
 
 # --- JUnit XML ------------------------------------------------------------------
 
+
 def render_junit(results: list[Result]) -> str:
     import xml.etree.ElementTree as ET  # here, not at the top: the other formats do not pay for it
 
-    suite = ET.Element("testsuite", name="rowgate", tests=str(len(results)),
-                       failures=str(sum(r.status == Status.FAIL for r in results)),
-                       errors=str(sum(r.status == Status.ERROR for r in results)),
-                       skipped=str(sum(r.status == Status.SKIP for r in results)),
-                       time=f"{sum(r.duration_s for r in results):.3f}")
+    suite = ET.Element(
+        "testsuite",
+        name="rowgate",
+        tests=str(len(results)),
+        failures=str(sum(r.status == Status.FAIL for r in results)),
+        errors=str(sum(r.status == Status.ERROR for r in results)),
+        skipped=str(sum(r.status == Status.SKIP for r in results)),
+        time=f"{sum(r.duration_s for r in results):.3f}",
+    )
     for r in results:
         # XML 1.0 cannot hold most control characters at all: every value is escaped first
         case = ET.SubElement(suite, "testcase", classname="rowgate", name=_esc(r.check), time=f"{r.duration_s:.3f}")

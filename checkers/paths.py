@@ -1,5 +1,6 @@
 """Paths named by records and config stay inside the repository: no absolute path, no `..` that climbs
 out, no symlink that leads out, no control character. Checks read files only through confine()."""
+
 from __future__ import annotations
 
 import posixpath

@@ -5,6 +5,7 @@ names it and why), a check that needs records skips where the repository has non
 file at all a check that has nothing to work on skips with the reason. Findings of rules the config
 ignores (`ignore`, `per_file_ignores`) are dropped from the result, which says how many were.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ NOT_CONFIGURED = "not configured here (`rowgate init`)"
 
 def check_parser(spec: CheckSpec, prog: str | None = None) -> argparse.ArgumentParser:
     module = spec.load()
-    parser = argparse.ArgumentParser(prog=prog or f"rowgate check {spec.id}",
-                                     description=(module.__doc__ or spec.summary).strip())
+    parser = argparse.ArgumentParser(
+        prog=prog or f"rowgate check {spec.id}", description=(module.__doc__ or spec.summary).strip()
+    )
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
     return parser
@@ -51,14 +53,18 @@ def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result
                 raise
 
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            result = Result.error(spec.id, f"internal error: {type(exc).__name__}: {exc} "
-                                  f"({where.filename}:{where.lineno})", hint="please report this")
+            result = Result.error(
+                spec.id,
+                f"internal error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno})",
+                hint="please report this",
+            )
     result.duration_s = time.perf_counter() - start
     return result
 
 
-def run_preflight(ctx: Context, only: list[str] | None = None, base: str | None = None,
-                  not_run: list[tuple[str, str]] | None = None) -> list[Result]:
+def run_preflight(
+    ctx: Context, only: list[str] | None = None, base: str | None = None, not_run: list[tuple[str, str]] | None = None
+) -> list[Result]:
     """Every enabled check in registry order; the disabled ones go to `not_run` as (id, why)."""
     results = []
     for spec in registry.CHECKS:
@@ -137,8 +143,9 @@ def suppress(result: Result, ctx: Context) -> Result:
     note = f"{dropped} finding{'s' if dropped != 1 else ''} ignored by {where}"
     result.findings = kept
     if kept:
-        result.summary = f"{len(kept)} finding{'s' if len(kept) != 1 else ''} in {result.examined} " \
-                         f"{result.unit} ({note})"
+        result.summary = (
+            f"{len(kept)} finding{'s' if len(kept) != 1 else ''} in {result.examined} {result.unit} ({note})"
+        )
     elif result.status == Status.FAIL:
         result.status = Status.PASS
         result.summary = f"OK: {result.check}: {result.examined} {result.unit} examined; {note}"

@@ -4,6 +4,7 @@ One file per record, so no change has to edit a shared table. Loading never rais
 record: each problem is kept as a RecordError (file, line, field) for the agent-record check to report,
 and the records that did load stay usable by every other check.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -105,8 +106,18 @@ def load_records(root: Path) -> Records:
     for path in sorted((base / "rows").glob("*.yaml")):
         loaded = _load(rec, root, path, Row)
         if loaded and loaded.model.id != path.stem:
-            rec.problems.append(RecordError(loaded.path, [(key_line(loaded.doc, "id"), "id",
-                                            f"{loaded.model.id!r} does not match the file name {path.stem!r}")]))
+            rec.problems.append(
+                RecordError(
+                    loaded.path,
+                    [
+                        (
+                            key_line(loaded.doc, "id"),
+                            "id",
+                            f"{loaded.model.id!r} does not match the file name {path.stem!r}",
+                        )
+                    ],
+                )
+            )
         elif loaded:
             rec.rows[loaded.model.id] = loaded
     for path in sorted((base / "claims").glob("*.yaml")):
@@ -156,7 +167,7 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
     if not text.startswith("---\n") or "\n---\n" not in text[4:]:
         rec.problems.append(RecordError(rel, [(1, "", "missing YAML front matter (--- number/row/filed ---)")]))
         return None
-    head = text[4:text.index("\n---\n", 4)]
+    head = text[4 : text.index("\n---\n", 4)]
     try:
         doc = load_text(head, rel)
         obj = validate(IssueRecord, doc, rel)

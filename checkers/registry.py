@@ -1,6 +1,7 @@
 """The one ordered registry of checks. The CLI, the preflight, the scripts and `.pre-commit-hooks.yaml`
 all come from it (a meta-test proves they agree). Order is preflight order, grouped by what a check reads:
 records first (cheap, local), then the tree, then commits, then build outputs."""
+
 from __future__ import annotations
 
 import importlib
@@ -37,30 +38,87 @@ GROUPS = ("records", "tree", "commits", "build")
 
 CHECKS: tuple[CheckSpec, ...] = (
     # records
-    CheckSpec("agent-record", "records.agent_record", "records", "scripts/check-agent-record.py", ("pre-commit",),
-              "rows, specs, claims, issues and ledger entries are well-formed and agree", records=True),
-    CheckSpec("live-rows", "records.live_rows", "records", "scripts/audit-live-rows.py", ("pre-push",),
-              "rows in an active state have a live claim and branch; claims point at active rows", records=True),
-    CheckSpec("doc-checkpoint", "records.doc_checkpoint", "records", "scripts/check-doc-checkpoint.py", ("pre-commit",),
-              "rendered documents match the records; a change that moves a row's state updates them",
-              records=True),
+    CheckSpec(
+        "agent-record",
+        "records.agent_record",
+        "records",
+        "scripts/check-agent-record.py",
+        ("pre-commit",),
+        "rows, specs, claims, issues and ledger entries are well-formed and agree",
+        records=True,
+    ),
+    CheckSpec(
+        "live-rows",
+        "records.live_rows",
+        "records",
+        "scripts/audit-live-rows.py",
+        ("pre-push",),
+        "rows in an active state have a live claim and branch; claims point at active rows",
+        records=True,
+    ),
+    CheckSpec(
+        "doc-checkpoint",
+        "records.doc_checkpoint",
+        "records",
+        "scripts/check-doc-checkpoint.py",
+        ("pre-commit",),
+        "rendered documents match the records; a change that moves a row's state updates them",
+        records=True,
+    ),
     # tree
-    CheckSpec("env-doc", "env_doc", "tree", "scripts/check-env-doc.py", ("pre-commit",),
-              "every env var the code reads is documented or classified, and every such name is still read"),
-    CheckSpec("gemv-invocation", "gemv_invocation", "tree", "scripts/check-gemv-invocation-consistency.py",
-              ("pre-commit",), "matmul/GEMV call sites keep the caller's dtype and named tuning constants"),
+    CheckSpec(
+        "env-doc",
+        "env_doc",
+        "tree",
+        "scripts/check-env-doc.py",
+        ("pre-commit",),
+        "every env var the code reads is documented or classified, and every such name is still read",
+    ),
+    CheckSpec(
+        "gemv-invocation",
+        "gemv_invocation",
+        "tree",
+        "scripts/check-gemv-invocation-consistency.py",
+        ("pre-commit",),
+        "matmul/GEMV call sites keep the caller's dtype and named tuning constants",
+    ),
     # commits
-    CheckSpec("role-discipline", "records.role_discipline", "commits", "scripts/check-role-discipline.py", ("pre-push",),
-              "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row",
-              records=True),
-    CheckSpec("commit-trailers", "commit_trailers", "commits", "scripts/check-commit-trailers.py", ("commit-msg",),
-              "every commit in the range, or one message, carries the trailer contract", pass_filenames=True),
-    CheckSpec("pr-size", "pr_size", "commits", "scripts/check-pr-size.py", ("pre-push",),
-              "every changed path fits a path class within its review budget; paired paths change together"),
+    CheckSpec(
+        "role-discipline",
+        "records.role_discipline",
+        "commits",
+        "scripts/check-role-discipline.py",
+        ("pre-push",),
+        "changes reach main through a row: a row/<ID> branch merge, or a commit that names its row",
+        records=True,
+    ),
+    CheckSpec(
+        "commit-trailers",
+        "commit_trailers",
+        "commits",
+        "scripts/check-commit-trailers.py",
+        ("commit-msg",),
+        "every commit in the range, or one message, carries the trailer contract",
+        pass_filenames=True,
+    ),
+    CheckSpec(
+        "pr-size",
+        "pr_size",
+        "commits",
+        "scripts/check-pr-size.py",
+        ("pre-push",),
+        "every changed path fits a path class within its review budget; paired paths change together",
+    ),
     # tree
     # build
-    CheckSpec("gencode", "gencode", "build", "scripts/check-gencode.py", ("manual",),
-              "the arch list compiled into each CUDA object equals the feature table's"),
+    CheckSpec(
+        "gencode",
+        "gencode",
+        "build",
+        "scripts/check-gencode.py",
+        ("manual",),
+        "the arch list compiled into each CUDA object equals the feature table's",
+    ),
 )
 
 

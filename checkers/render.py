@@ -1,5 +1,6 @@
 """Render the public views from the records: one matrix per area, the roadmap table, and the environment
 table from the engine's flag registry. Pure functions: records in, {path: text} out."""
+
 from __future__ import annotations
 
 import difflib
@@ -23,8 +24,14 @@ def render_all(records: Records, decls: list[FlagDecl], config: Config) -> dict[
 
 
 def render_matrix(records: Records, area: str) -> str:
-    lines = [BANNER.format(source=".agents/rows"), "", f"# {area} rows", "",
-             "| row | state | title | claim | issues | evidence |", "|---|---|---|---|---|---|"]
+    lines = [
+        BANNER.format(source=".agents/rows"),
+        "",
+        f"# {area} rows",
+        "",
+        "| row | state | title | claim | issues | evidence |",
+        "|---|---|---|---|---|---|",
+    ]
     rows = sorted((r.model for r in records.rows.values() if r.model.area == area), key=lambda r: r.id)
     for row in rows:
         claim = records.claims.get(row.claim) if row.claim else None
@@ -39,13 +46,19 @@ def render_matrix(records: Records, area: str) -> str:
 
 def render_roadmap(records: Records, areas: list[str]) -> str:
     models = sorted((r.model for r in records.rows.values()), key=lambda r: (_order(areas, r.area), r.id))
-    lines = [BANNER.format(source=".agents/rows"), "", "# Roadmap", "",
-             "Rows per area and state, derived from `.agents/rows/` (never counted by hand).", "",
-             "| area | " + " | ".join(STATES) + " | total |", "|---" * (len(STATES) + 2) + "|"]
+    lines = [
+        BANNER.format(source=".agents/rows"),
+        "",
+        "# Roadmap",
+        "",
+        "Rows per area and state, derived from `.agents/rows/` (never counted by hand).",
+        "",
+        "| area | " + " | ".join(STATES) + " | total |",
+        "|---" * (len(STATES) + 2) + "|",
+    ]
     for area in areas:
         counts = [sum(1 for m in models if m.area == area and m.state == s) for s in STATES]
-        lines.append(_cells(f"[{area}](matrices/{area}.md)", *(str(c) if c else "" for c in counts),
-                            str(sum(counts))))
+        lines.append(_cells(f"[{area}](matrices/{area}.md)", *(str(c) if c else "" for c in counts), str(sum(counts))))
     lines += ["", "| row | area | state | title | issues |", "|---|---|---|---|---|"]
     for m in models:
         lines.append(_cells(m.id, m.area, m.state, m.title, ", ".join(f"#{n}" for n in m.issues)))
@@ -55,11 +68,17 @@ def render_roadmap(records: Records, areas: list[str]) -> str:
 def render_environment(decls: list[FlagDecl], source: str = "engine/flags.py") -> str:
     """One row per declared flag, in declaration order; the env-doc check reads the first column, so the
     format is fixed."""
-    lines = ["# Environment variables", "",
-             f"<!-- Rendered from {source} by `rowgate render`; edit the declarations, not this file. -->", "",
-             "Every `VT_*` flag the engine reads, as declared in its flag registry. Boolean flags take",
-             "`1/0`, `true/false`, `on/off` or `yes/no`; a kernel flag stays OFF until it passes the flip gates.",
-             "", ENV_HEADER, "|---|---|---|---|"]
+    lines = [
+        "# Environment variables",
+        "",
+        f"<!-- Rendered from {source} by `rowgate render`; edit the declarations, not this file. -->",
+        "",
+        "Every `VT_*` flag the engine reads, as declared in its flag registry. Boolean flags take",
+        "`1/0`, `true/false`, `on/off` or `yes/no`; a kernel flag stays OFF until it passes the flip gates.",
+        "",
+        ENV_HEADER,
+        "|---|---|---|---|",
+    ]
     for d in decls:
         lines.append(_cells(f"`{d.name}`", d.default, d.gates, d.doc))
     return "\n".join(lines) + "\n"
@@ -72,8 +91,13 @@ def stale_views(root: Path, views: dict[str, str]) -> dict[str, str]:
         path = root / rel
         have = path.read_text(encoding="utf-8") if path.is_file() else ""
         if have != want:
-            diff = difflib.unified_diff(have.splitlines(keepends=True), want.splitlines(keepends=True),
-                                        f"a/{rel}" if path.is_file() else "/dev/null", f"b/{rel}", n=1)
+            diff = difflib.unified_diff(
+                have.splitlines(keepends=True),
+                want.splitlines(keepends=True),
+                f"a/{rel}" if path.is_file() else "/dev/null",
+                f"b/{rel}",
+                n=1,
+            )
             stale[rel] = "".join(diff)
     return stale
 

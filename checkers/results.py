@@ -4,6 +4,7 @@ Named tuples and a plain class rather than pydantic models or dataclasses: resul
 code, never read from outside, and a commit-msg hook starts on every commit, where importing pydantic
 (or `dataclasses`, which imports `inspect`) would cost more than the check.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -27,10 +28,15 @@ class Rule(NamedTuple):
     name: str
     summary: str
 
-    def finding(self, message: str, path: str | None = None, line: int | None = None,
-                hint: str | None = None, commit: str | None = None) -> Finding:
-        return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint,
-                       commit=commit)
+    def finding(
+        self,
+        message: str,
+        path: str | None = None,
+        line: int | None = None,
+        hint: str | None = None,
+        commit: str | None = None,
+    ) -> Finding:
+        return Finding(rule=self.id, name=self.name, message=message, path=path, line=line, hint=hint, commit=commit)
 
 
 class Finding(NamedTuple):
@@ -53,9 +59,18 @@ class Result:
 
     __slots__ = ("check", "status", "summary", "examined", "unit", "findings", "details", "hint", "duration_s")
 
-    def __init__(self, check: str, status: Status, summary: str, examined: int = 0, unit: str = "items",
-                 findings: list[Finding] | None = None, details: list[str] | None = None,
-                 hint: str | None = None, duration_s: float = 0.0):
+    def __init__(
+        self,
+        check: str,
+        status: Status,
+        summary: str,
+        examined: int = 0,
+        unit: str = "items",
+        findings: list[Finding] | None = None,
+        details: list[str] | None = None,
+        hint: str | None = None,
+        duration_s: float = 0.0,
+    ):
         self.check = check
         self.status = status
         self.summary = summary
@@ -73,21 +88,33 @@ class Result:
         return isinstance(other, Result) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @classmethod
-    def judge(cls, check: str, findings: list[Finding], examined: int, unit: str,
-              ok: str, details: list[str] | None = None) -> Result:
+    def judge(
+        cls, check: str, findings: list[Finding], examined: int, unit: str, ok: str, details: list[str] | None = None
+    ) -> Result:
         """Fail on any finding; a check that examined nothing has not passed (it is an error)."""
         details = list(details or [])
         if findings:
             n = len(findings)
-            return cls(check=check, status=Status.FAIL, examined=examined, unit=unit,
-                       findings=findings, details=details,
-                       summary=f"{n} finding{'s' if n != 1 else ''} in {examined} {unit}")
+            return cls(
+                check=check,
+                status=Status.FAIL,
+                examined=examined,
+                unit=unit,
+                findings=findings,
+                details=details,
+                summary=f"{n} finding{'s' if n != 1 else ''} in {examined} {unit}",
+            )
         if examined == 0:
-            return cls(check=check, status=Status.ERROR, examined=0, unit=unit, details=details,
-                       summary=f"examined 0 {unit}: nothing was verified",
-                       hint="point the check at the inputs it should examine")
-        return cls(check=check, status=Status.PASS, examined=examined, unit=unit,
-                   details=details, summary=ok)
+            return cls(
+                check=check,
+                status=Status.ERROR,
+                examined=0,
+                unit=unit,
+                details=details,
+                summary=f"examined 0 {unit}: nothing was verified",
+                hint="point the check at the inputs it should examine",
+            )
+        return cls(check=check, status=Status.PASS, examined=examined, unit=unit, details=details, summary=ok)
 
     @classmethod
     def skip(cls, check: str, reason: str) -> Result:
@@ -104,8 +131,9 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        return {Status.PASS: EXIT_PASS, Status.SKIP: EXIT_PASS,
-                Status.FAIL: EXIT_FAIL, Status.ERROR: EXIT_ERROR}[self.status]
+        return {Status.PASS: EXIT_PASS, Status.SKIP: EXIT_PASS, Status.FAIL: EXIT_FAIL, Status.ERROR: EXIT_ERROR}[
+            self.status
+        ]
 
 
 def exit_code(results: list[Result], fail_on_skip: bool = False) -> int:

@@ -1,12 +1,13 @@
 """Patterns from the config, compiled once at config load and run with a time limit: the `regex`
 package's `timeout=` stops a catastrophic backtrack (`(a+)+$` on a long value) and the check reports
 `error` naming the pattern, instead of hanging."""
+
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
-import regex  # type: ignore[import-untyped]
+import regex  # type: ignore[import-untyped, unused-ignore]
 
 from checkers.results import CheckError
 
@@ -37,9 +38,11 @@ class SafePattern:
         try:
             return method(text, timeout=TIMEOUT_S)
         except TimeoutError:
-            raise PatternTimeout(f"pattern {self.pattern!r} ran past {TIMEOUT_S:g}s on a {len(text)}-character value",
-                                 hint="simplify the pattern in .agents/config.yaml: nested quantifiers such as "
-                                      "(a+)+ backtrack without end") from None
+            raise PatternTimeout(
+                f"pattern {self.pattern!r} ran past {TIMEOUT_S:g}s on a {len(text)}-character value",
+                hint="simplify the pattern in .agents/config.yaml: nested quantifiers such as "
+                "(a+)+ backtrack without end",
+            ) from None
 
 
 @cache

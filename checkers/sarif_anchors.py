@@ -4,6 +4,7 @@ A commit-level finding has no file of its own; code scanning accepts only result
 in the repository, so such a finding points at the config line of the rule it broke (and names its
 commit in a logical location). Found by a line scan of the file, without parsing it again.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,9 +13,15 @@ from checkers.configcache import CONFIG_PATH, ConfigSource
 
 # check id -> (its config section, the key in it that states the rule, if one does)
 SECTIONS: dict[str, tuple[str, str | None]] = {
-    "agent-record": ("rows", None), "live-rows": ("live_rows", None), "doc-checkpoint": ("docs", None),
-    "env-doc": ("env_doc", None), "gemv-invocation": ("gemv", None), "role-discipline": ("role", None),
-    "commit-trailers": ("trailers", "presets"), "pr-size": ("pr_size", "classes"), "gencode": ("gencode", None),
+    "agent-record": ("rows", None),
+    "live-rows": ("live_rows", None),
+    "doc-checkpoint": ("docs", None),
+    "env-doc": ("env_doc", None),
+    "gemv-invocation": ("gemv", None),
+    "role-discipline": ("role", None),
+    "commit-trailers": ("trailers", "presets"),
+    "pr-size": ("pr_size", "classes"),
+    "gencode": ("gencode", None),
 }
 
 

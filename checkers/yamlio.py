@@ -1,5 +1,6 @@
 """Load YAML with ruamel.yaml (round-trip, so edits keep comments) and validate it with pydantic,
 turning every problem into an error that names the file, the line and the field."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -14,8 +15,17 @@ from ruamel.yaml.error import YAMLError
 
 from checkers.results import RecordError  # re-exported: loaders and callers catch it from here
 
-__all__ = ["RecordError", "dump_yaml", "line_of", "load_model", "parse_yaml", "read_yaml", "to_plain", "validate",
-           "yaml_rt"]
+__all__ = [
+    "RecordError",
+    "dump_yaml",
+    "line_of",
+    "load_model",
+    "parse_yaml",
+    "read_yaml",
+    "to_plain",
+    "validate",
+    "yaml_rt",
+]
 M = TypeVar("M", bound=BaseModel)
 
 MAX_YAML_BYTES = 1 << 20  # a record or config file over 1 MiB is refused, not parsed
@@ -79,8 +89,10 @@ def _check_tokens(text: str, display: str, line_offset: int) -> None:
             raise RecordError(display, [(line, "", message)])
         if after_key and isinstance(tok, t.ScalarToken) and tok.value == "<<" and tok.plain:
             raise RecordError(display, [(line, "", "YAML merge key << is not allowed in records and config")])
-        if isinstance(tok, (t.BlockMappingStartToken, t.BlockSequenceStartToken, t.FlowMappingStartToken,
-                            t.FlowSequenceStartToken)):
+        if isinstance(
+            tok,
+            (t.BlockMappingStartToken, t.BlockSequenceStartToken, t.FlowMappingStartToken, t.FlowSequenceStartToken),
+        ):
             depth += 1
             if depth > MAX_YAML_DEPTH:
                 raise RecordError(display, [(line, "", f"YAML nested deeper than {MAX_YAML_DEPTH}")])

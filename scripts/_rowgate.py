@@ -1,4 +1,5 @@
 """Shared bootstrap of the conventional check scripts: run a check from a checkout without installing it."""
+
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,6 @@ except ModuleNotFoundError as exc:
         # The checkout's own environment has the dependencies: use it.
         os.environ["ROWGATE_REEXEC"] = "1"
         os.execv(str(venv), [str(venv), *sys.argv])
-    sys.exit(f"rowgate: missing dependency {exc.name!r}; run `bash scripts/setup.sh` "
-             "or `pip install .` first")
+    sys.exit(f"rowgate: missing dependency {exc.name!r}; run `bash scripts/setup.sh` or `pip install .` first")
 
 __all__ = ["run_script"]

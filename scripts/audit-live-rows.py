@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """rowgate check live-rows: active rows have live claims. `--check` gates; without it, print the table."""
+
 import sys
 
 from _rowgate import run_script

@@ -4,6 +4,7 @@
 Each benchmark builds its own temporary repository, measures rowgate against a floor (the git or file
 reads it cannot avoid) in the same run, and prints ratios, not bare times.
 """
+
 import importlib.util
 import sys
 from pathlib import Path

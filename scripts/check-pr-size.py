@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """rowgate check pr-size: every changed path fits a path class within its review budget."""
+
 import sys
 
 from _rowgate import run_script

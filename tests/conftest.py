@@ -1,5 +1,6 @@
 """Shared fixtures: isolated temporary git repositories (pinned author, no global or system config,
 no signing, no hooks), and a minimal rowgate repository layout."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,9 @@ class GitRepo:
         self._tick = 0
 
     def git(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        proc = subprocess.run(["git", *args], cwd=self.path, env=self.env, input=input, text=True,
-                              capture_output=True, timeout=60)
+        proc = subprocess.run(
+            ["git", *args], cwd=self.path, env=self.env, input=input, text=True, capture_output=True, timeout=60
+        )
         if check and proc.returncode:
             raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
         return proc.stdout
@@ -48,8 +50,9 @@ class GitRepo:
             else:
                 p.write_text(content)
 
-    def commit(self, message: str, files: dict[str, str | bytes] | None = None,
-               author: tuple[str, str] | None = None) -> str:
+    def commit(
+        self, message: str, files: dict[str, str | bytes] | None = None, author: tuple[str, str] | None = None
+    ) -> str:
         """Write files, stage everything and commit; each commit gets a later timestamp. Returns the sha."""
         if files:
             self.write(files)
@@ -60,8 +63,15 @@ class GitRepo:
         env.update(GIT_AUTHOR_DATE=stamp, GIT_COMMITTER_DATE=stamp)
         if author:
             env.update(GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[1])
-        proc = subprocess.run(["git", "commit", "-q", "--allow-empty", "--no-verify", "-F", "-"],
-                              cwd=self.path, env=env, input=message, text=True, capture_output=True, timeout=60)
+        proc = subprocess.run(
+            ["git", "commit", "-q", "--allow-empty", "--no-verify", "-F", "-"],
+            cwd=self.path,
+            env=env,
+            input=message,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
         if proc.returncode:
             raise AssertionError(f"git commit failed: {proc.stderr}")
         return self.head()
@@ -87,8 +97,13 @@ rows:
 
 
 def row_yaml(row_id: str, area: str = "GOV", state: str = "READY", **extra: str) -> str:
-    lines = [f"id: {row_id}", f"area: {area}", f'title: "Row {row_id}"', f"state: {state}",
-             f"spec: .agents/specs/{row_id}.md"]
+    lines = [
+        f"id: {row_id}",
+        f"area: {area}",
+        f'title: "Row {row_id}"',
+        f"state: {state}",
+        f"spec: .agents/specs/{row_id}.md",
+    ]
     lines += [f"{k}: {v}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
 
@@ -102,11 +117,14 @@ def git_repo(tmp_path: Path) -> GitRepo:
 def rowgate_repo(tmp_path: Path) -> GitRepo:
     """A repository with a valid minimal `.agents/` layout and one commit."""
     repo = init_repo(tmp_path / "repo")
-    repo.commit("Initial layout", {
-        ".agents/config.yaml": MINIMAL_CONFIG,
-        ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE"),
-        ".agents/specs/GOV-CORE.md": "# GOV-CORE\n\n## Goal\nx\n\n## Acceptance\ny\n\n## Issues\n- #1\n",
-    })
+    repo.commit(
+        "Initial layout",
+        {
+            ".agents/config.yaml": MINIMAL_CONFIG,
+            ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE"),
+            ".agents/specs/GOV-CORE.md": "# GOV-CORE\n\n## Goal\nx\n\n## Acceptance\ny\n\n## Issues\n- #1\n",
+        },
+    )
     return repo
 
 

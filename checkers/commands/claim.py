@@ -1,5 +1,6 @@
 """`rowgate claim`: write a claim record and make its row active, refusing what the row's state does not
 allow (checkers.checks.records.rowreqs, as `rowgate row set`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     p.add_argument("--branch", required=True, help="the branch the work happens on (row/<ID> by convention)")
     p.add_argument("--owner", help="who works on it (default: $ROWGATE_OWNER, then $USER)")
     p.add_argument("--claim-id", help="claim id (default: the row id)")
-    p.add_argument("--state", choices=STATES, default="ACTIVE",
-                   help="state to move a non-active row to (default ACTIVE)")
+    p.add_argument(
+        "--state", choices=STATES, default="ACTIVE", help="state to move a non-active row to (default ACTIVE)"
+    )
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     p.set_defaults(func=cmd_claim)
 
@@ -49,12 +51,15 @@ def cmd_claim(args: argparse.Namespace) -> int:
     if not owner:
         return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
     if args.state not in ctx.config.rows.active_states:
-        return _refuse(f"--state {args.state} is not an active state ({', '.join(ctx.config.rows.active_states)})",
-                       EXIT_USAGE)
+        return _refuse(
+            f"--state {args.state} is not an active state ({', '.join(ctx.config.rows.active_states)})", EXIT_USAGE
+        )
     claim_id = args.claim_id or args.id
     claim_path = ctx.root / ".agents" / "claims" / f"{claim_id}.yaml"
-    text = (f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
-            f"branch: {_scalar(args.branch)}\nowner: {_scalar(owner)}\nsince: {dt.date.today().isoformat()}\n")
+    text = (
+        f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
+        f"branch: {_scalar(args.branch)}\nowner: {_scalar(owner)}\nsince: {dt.date.today().isoformat()}\n"
+    )
     try:
         claim = validate(Claim, _loads(text), ctx.rel(claim_path))
     except (RecordError, YAMLError) as exc:
@@ -64,8 +69,10 @@ def cmd_claim(args: argparse.Namespace) -> int:
         if doc is None:
             return EXIT_USAGE
         if doc.get("claim"):
-            return _refuse(f"{args.id} is already claimed ({doc.get('claim')}); "
-                           f"release it with `rowgate row set {args.id} --state READY` first")
+            return _refuse(
+                f"{args.id} is already claimed ({doc.get('claim')}); "
+                f"release it with `rowgate row set {args.id} --state READY` first"
+            )
         existing = ctx.records.claims.get(claim_id)
         if claim_path.exists() and (existing is None or existing.model.row != args.id):
             return _refuse(f"claim id {claim_id} is taken ({ctx.rel(claim_path)}); pass another --claim-id")

@@ -7,6 +7,7 @@ pr-size pairing sections from the layout detectors (`checkers.detect_layout`, ca
 The config says only what differs from the defaults, with a comment for each choice; a check with
 nothing to work on here is disabled, with the reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,11 +53,14 @@ class Plan:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
-    p = sub.add_parser(name, help="write a config for this repository, saying what it chose and why",
-                       description="Write a commented rowgate config for the repository in the current "
-                                   "directory: trailer presets from its history, path classes from its top "
-                                   "folders, and which checks apply here. Non-interactive when stdin is "
-                                   "not a terminal.")
+    p = sub.add_parser(
+        name,
+        help="write a config for this repository, saying what it chose and why",
+        description="Write a commented rowgate config for the repository in the current "
+        "directory: trailer presets from its history, path classes from its top "
+        "folders, and which checks apply here. Non-interactive when stdin is "
+        "not a terminal.",
+    )
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     p.add_argument("--config", type=Path, metavar="PATH", help=f"where to write (default: {CONFIG_PATH})")
     p.add_argument("--dry-run", action="store_true", help="print the config instead of writing it")
@@ -84,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
     for line in describe(plan):
         print(line)
     if target.exists() and not args.force:
-        print(f"rowgate: {_rel(root, target)} exists; nothing written (--force replaces it, --dry-run prints "
-              "the new one)", file=sys.stderr)
+        print(
+            f"rowgate: {_rel(root, target)} exists; nothing written (--force replaces it, --dry-run prints "
+            "the new one)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if not args.yes and sys.stdin.isatty():
         answer = input(f"write {_rel(root, target)}? [Y/n] ").strip().lower()
@@ -95,12 +102,15 @@ def run(args: argparse.Namespace) -> int:
     _write(target, text)
     rel = _rel(root, target)
     flag = "" if target == root / CONFIG_PATH else f" --config {rel}"
-    print(f"wrote {rel}; commit it (git add {rel} && git commit{' -s' if _dco(plan) else ''}), then run "
-          f"`rowgate preflight{flag}`")
+    print(
+        f"wrote {rel}; commit it (git add {rel} && git commit{' -s' if _dco(plan) else ''}), then run "
+        f"`rowgate preflight{flag}`"
+    )
     return EXIT_PASS
 
 
 # --- detection ------------------------------------------------------------------------------------
+
 
 def detect(root: Path) -> Plan:
     git = Git(root)
@@ -155,16 +165,21 @@ def _trailers(git: Git, plan: Plan) -> None:
             if not ok:
                 breaks[name].append(sha)
     counts = {"dco": signed, "agents-protocol": protocol, "row": rows}
-    what = {"dco": "signed off by their author", "agents-protocol": "carry Assisted-by or "
-            "FOLLOWING_AGENTS_PROTOCOL", "row": "carry a Row trailer"}
+    what = {
+        "dco": "signed off by their author",
+        "agents-protocol": "carry Assisted-by or FOLLOWING_AGENTS_PROTOCOL",
+        "row": "carry a Row trailer",
+    }
     presets = [name for name in ("row", "dco", "agents-protocol") if n and counts[name] >= MOST * n]
     if "row" in presets and "agent-record" in plan.disabled:
         presets.remove("row")  # a Row trailer must name a row in .agents/rows/: there are none
     scope = f"of the last {n} commits" if n == HISTORY else f"of {n} commits"
     reasons = [f"{counts[name]} {scope} {what[name]}" for name in ("dco", "agents-protocol", "row")]
     if not presets:
-        plan.disabled["commit-trailers"] = (f"no trailer convention in the history ({'; '.join(reasons)}); "
-                                            "set trailers.presets (dco, row, agents-protocol) to enforce one")
+        plan.disabled["commit-trailers"] = (
+            f"no trailer convention in the history ({'; '.join(reasons)}); "
+            "set trailers.presets (dco, row, agents-protocol) to enforce one"
+        )
         return
     value: dict[str, object] = {"presets": presets}
     plan.enabled["commit-trailers"] = f"presets {', '.join(presets)}"
@@ -172,9 +187,16 @@ def _trailers(git: Git, plan: Plan) -> None:
     chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
     old = sorted({sha for name in presets for sha in breaks[name]})
     if old:
-        plan.sections.append(Section("cutover", head, [
-            f"cutover: HEAD when init ran ({head[:12]}); it and its ancestors are not judged by the presets",
-            f"({len(old)} older commits break them)"]))
+        plan.sections.append(
+            Section(
+                "cutover",
+                head,
+                [
+                    f"cutover: HEAD when init ran ({head[:12]}); it and its ancestors are not judged by the presets",
+                    f"({len(old)} older commits break them)",
+                ],
+            )
+        )
     plan.sections.append(Section("trailers", value, chosen))
 
 
@@ -201,9 +223,19 @@ def _path_classes(paths: list[str], plan: Plan) -> None:
         reasons.append(f"{folder}/: class {name}, " + (f"budget {budget} lines" if budget else "unbudgeted"))
     classes.append({"name": "top-level", "paths": ["*"], "budget": TOP_LEVEL_BUDGET})
     reasons.append(f"top-level files: class top-level, budget {TOP_LEVEL_BUDGET} lines")
-    plan.sections.append(Section("pr_size", {"classes": classes},
-                                 [("path classes, one per top folder (the first class whose globs match a path "
-                                   "owns it); budgets in changed lines:"), *reasons]))
+    plan.sections.append(
+        Section(
+            "pr_size",
+            {"classes": classes},
+            [
+                (
+                    "path classes, one per top folder (the first class whose globs match a path "
+                    "owns it); budgets in changed lines:"
+                ),
+                *reasons,
+            ],
+        )
+    )
     plan.enabled["pr-size"] = f"{len(classes)} path classes"
 
 
@@ -218,8 +250,10 @@ def _gencode(root: Path, paths: list[str], plan: Plan) -> None:
         return
     if not tables:
         found = f"; found {commands[0]}" if commands else ""
-        plan.disabled["gencode"] = (f"{len(cuda)} CUDA sources but no arch feature table (arch_features.yaml) "
-                                    f"to compare their -gencode flags with{found}")
+        plan.disabled["gencode"] = (
+            f"{len(cuda)} CUDA sources but no arch feature table (arch_features.yaml) "
+            f"to compare their -gencode flags with{found}"
+        )
         return
     value: dict[str, object] = {"table": tables[0]}
     reasons = [f"{len(cuda)} CUDA sources; the arch feature table {tables[0]}"]
@@ -290,6 +324,7 @@ def _dco(plan: Plan) -> bool:
 
 # --- output ---------------------------------------------------------------------------------------
 
+
 def describe(plan: Plan) -> list[str]:
     """What init chose and why, as it prints it."""
     out = []
@@ -325,12 +360,15 @@ def render(plan: Plan, root: Path) -> str:
                 checks[spec.id] = entry
                 checks.yaml_add_eol_comment(plan.disabled[spec.id], spec.id, column=36)
         doc["checks"] = checks
-        doc.yaml_set_comment_before_after_key("checks", before="\nchecks with nothing to work on here "
-                                              "(set enabled: true, or delete the line, to run one)")
-    head = (f"rowgate configuration for {root.name}, written by `rowgate init` on {date.today().isoformat()}.\n"
-            "It says only what differs from the defaults; `rowgate config schema` lists every key.\n"
-            "Rules are ignored by id or name: `ignore: [TR007]`, or per path: "
-            "`per_file_ignores: {\"tests/**\": [PS001]}`.")
+        doc.yaml_set_comment_before_after_key(
+            "checks", before="\nchecks with nothing to work on here (set enabled: true, or delete the line, to run one)"
+        )
+    head = (
+        f"rowgate configuration for {root.name}, written by `rowgate init` on {date.today().isoformat()}.\n"
+        "It says only what differs from the defaults; `rowgate config schema` lists every key.\n"
+        "Rules are ignored by id or name: `ignore: [TR007]`, or per path: "
+        '`per_file_ignores: {"tests/**": [PS001]}`.'
+    )
     doc.yaml_set_start_comment(head)
     return dump_yaml(doc)
 

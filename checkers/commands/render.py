@@ -1,4 +1,5 @@
 """`rowgate render [--check]`: write the public views from the records, or fail with a diff when stale."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,11 +12,17 @@ from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
-    p = sub.add_parser(name, help="render docs/matrices/, docs/ROADMAP.md and docs/ENVIRONMENT.md from the records",
-                       description="Render the area matrices, the roadmap table and the environment table "
-                                   "from .agents/ and the engine's flag registry.")
-    p.add_argument("--check", action="store_true", help="write nothing; fail (exit 1) with a diff when a "
-                                                        "rendered file is out of date")
+    p = sub.add_parser(
+        name,
+        help="render docs/matrices/, docs/ROADMAP.md and docs/ENVIRONMENT.md from the records",
+        description="Render the area matrices, the roadmap table and the environment table "
+        "from .agents/ and the engine's flag registry.",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail (exit 1) with a diff when a rendered file is out of date",
+    )
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     p.set_defaults(func=run)
 
@@ -33,16 +40,21 @@ def run(args: argparse.Namespace) -> int:
     except (GitError, RecordError, FlagDeclError) as exc:
         return _setup_error(exc)
     if records.problems:
-        print(f"rowgate: {len(records.problems)} record(s) do not validate; "
-              "run `rowgate check agent-record` first", file=sys.stderr)
+        print(
+            f"rowgate: {len(records.problems)} record(s) do not validate; run `rowgate check agent-record` first",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     stale = stale_views(ctx.root, views)
     if args.check:
-        for rel, diff in stale.items():
+        for diff in stale.values():
             sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
         if stale:
-            print(f"rowgate: {len(stale)} of {len(views)} rendered files are out of date: "
-                  f"{', '.join(stale)}; run `rowgate render`", file=sys.stderr)
+            print(
+                f"rowgate: {len(stale)} of {len(views)} rendered files are out of date: "
+                f"{', '.join(stale)}; run `rowgate render`",
+                file=sys.stderr,
+            )
             return EXIT_FAIL
         print(f"OK: {len(views)} rendered files are up to date")
         return EXIT_PASS

@@ -1,5 +1,6 @@
 """`rowgate row new|set`: edit the row records in place (ruamel.yaml round trip, comments and key order
 kept), refusing a state its requirements do not allow (checkers.checks.records.rowreqs)."""
+
 from __future__ import annotations
 
 import argparse
@@ -45,6 +46,7 @@ def _reported(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
             return func(args)
         except _Handled as exc:
             return exc.code
+
     return wrapper
 
 
@@ -53,7 +55,6 @@ class _Handled(Exception):
 
     def __init__(self, code: int):
         self.code = code
-
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
@@ -84,9 +85,12 @@ def cmd_new(args: argparse.Namespace) -> int:
     if ctx is None:
         return EXIT_ERROR
     if not re.fullmatch(ROW_ID, args.id) or args.area not in ctx.config.rows.areas:
-        return _refuse(f"row id {args.id!r} must be AREA-NAME with AREA one of {ctx.config.rows.areas}"
-                       if not re.fullmatch(ROW_ID, args.id) else
-                       f"area {args.area!r} is not one of {ctx.config.rows.areas}", EXIT_USAGE)
+        return _refuse(
+            f"row id {args.id!r} must be AREA-NAME with AREA one of {ctx.config.rows.areas}"
+            if not re.fullmatch(ROW_ID, args.id)
+            else f"area {args.area!r} is not one of {ctx.config.rows.areas}",
+            EXIT_USAGE,
+        )
     if not args.title.strip() or any(ch in args.title for ch in _CONTROL):
         return _refuse(f"title {args.title!r} must be one non-empty line without control characters", EXIT_USAGE)
     path = ctx.root / ".agents" / "rows" / f"{args.id}.yaml"

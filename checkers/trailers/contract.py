@@ -1,8 +1,10 @@
 """Judge one commit message against a trailer contract: presets plus general rules, all data."""
+
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from checkers.results import Finding, Rule
 from checkers.safe_regex import SafePattern, compile_pattern
@@ -50,11 +52,17 @@ def _finding(rule: str, message: str, hint: str, line: int | None = None) -> Fin
 # Plain classes rather than dataclasses: judging starts in every commit-msg hook, and `dataclasses`
 # imports `inspect`, a noticeable share of that start-up.
 
+
 class Facts:
     """What the contract needs beyond the message text."""
 
-    def __init__(self, author: str | None = None, mailmap: Callable[[str], str] = lambda ident: ident,
-                 exists: Callable[[str], bool] = lambda path: False, filled: bool = True):
+    def __init__(
+        self,
+        author: str | None = None,
+        mailmap: Callable[[str], str] = lambda ident: ident,
+        exists: Callable[[str], bool] = lambda path: False,
+        filled: bool = True,
+    ):
         self.author = author  # `Name <email>`, mailmap applied
         self.mailmap = mailmap
         self.exists = exists
@@ -100,9 +108,13 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
     out.lowered = [(k, k.key.lower()) for k in out.keys]
     out.ruled_keys = {key for _, key in out.lowered}
     out.trailers_only = not (out.paragraphs or out.forbid_divider or out.needs_author)
-    for pattern in [p.pattern for p in out.paragraphs] + [k.pattern for k in out.keys if k.pattern] + \
-            [k.when.pattern for k in out.keys if k.when] + [f.pattern for f in out.forbid if f.pattern] + \
-            [e.pattern for f in out.forbid for e in f.exempt]:
+    for pattern in (
+        [p.pattern for p in out.paragraphs]
+        + [k.pattern for k in out.keys if k.pattern]
+        + [k.when.pattern for k in out.keys if k.when]
+        + [f.pattern for f in out.forbid if f.pattern]
+        + [e.pattern for f in out.forbid for e in f.exempt]
+    ):
         _re(pattern)  # a bad pattern fails here, once, not per commit
     for k in out.keys:
         if k.exists and (k.exists.count("{}") != 1 or "{" in k.exists.replace("{}", "")):
@@ -155,15 +167,19 @@ def _holds(msg_keys: dict[str, list[Trailer]], rule: TrailerKeyRule) -> bool:
     return any(pat.fullmatch(t.value) for t in msg_keys.get(rule.when.key.lower(), []))
 
 
-def _key_problems(msg: Message, contract: Compiled, facts: Facts,
-                  by_key: dict[str, list[Trailer]]) -> list[Finding]:
+def _key_problems(msg: Message, contract: Compiled, facts: Facts, by_key: dict[str, list[Trailer]]) -> list[Finding]:
     out: list[Finding] = []
     if facts.filled:
         ruled, placeholders = contract.ruled_keys, contract.placeholders
-        out += [_finding("TR012", f"{t.key}: {t.value} is the template placeholder",
-                        f"replace {t.value} with the real value")
-                for t in msg.trailers if (t.value in placeholders or t.value[:1] == "<")  # cheap test first
-                and t.key.lower() in ruled and _is_placeholder(t.value, contract)]
+        out += [
+            _finding(
+                "TR012", f"{t.key}: {t.value} is the template placeholder", f"replace {t.value} with the real value"
+            )
+            for t in msg.trailers
+            if (t.value in placeholders or t.value[:1] == "<")  # cheap test first
+            and t.key.lower() in ruled
+            and _is_placeholder(t.value, contract)
+        ]
     for rule, lkey in contract.lowered:
         if rule.when is not None and not _holds(by_key, rule):
             continue
@@ -183,8 +199,9 @@ def _key_problems(msg: Message, contract: Compiled, facts: Facts,
                 out += problems
         if rule.author:
             pat = _re(rule.pattern) if rule.pattern else None
-            real = [t for t in found if not _is_placeholder(t.value, contract)
-                    and (pat is None or pat.fullmatch(t.value))]
+            real = [
+                t for t in found if not _is_placeholder(t.value, contract) and (pat is None or pat.fullmatch(t.value))
+            ]
             if real:
                 out += _author_problems(rule, real, facts)
     return out
@@ -194,47 +211,77 @@ def _count_problems(msg: Message, rule: TrailerKeyRule, n: int) -> list[Finding]
     cond = f" with {rule.when.key}: {rule.when.pattern}" if rule.when else ""
     plural = "s" if n != 1 else ""
     if n < rule.min:
-        text = (f"no {rule.key} trailer{cond} (need at least {rule.min})" if n == 0
-                else f"{n} {rule.key} trailer{plural}{cond} (need at least {rule.min})")
+        text = (
+            f"no {rule.key} trailer{cond} (need at least {rule.min})"
+            if n == 0
+            else f"{n} {rule.key} trailer{plural}{cond} (need at least {rule.min})"
+        )
         return [_finding("TR001", text, _missing_hint(msg, rule))]
-    return [_finding("TR002", f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
-                    rule.fix or f"keep at most {rule.max}")]
+    return [
+        _finding(
+            "TR002",
+            f"{n} {rule.key} trailer{plural}{cond} (at most {rule.max})",
+            rule.fix or f"keep at most {rule.max}",
+        )
+    ]
 
 
 def _value_problems(rule: TrailerKeyRule, t: Trailer, contract: Compiled, facts: Facts) -> tuple[Finding, ...]:
     if _is_placeholder(t.value, contract):
         return ()  # reported once as TR012 under --filled; a template's placeholder is its shape
     if rule.pattern and not _re(rule.pattern).fullmatch(t.value):
-        return (_finding("TR003", f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
-                        rule.fix or f"write a value that matches {rule.pattern}"),)
+        return (
+            _finding(
+                "TR003",
+                f"{t.key}: {t.value!r} does not match {rule.pattern!r}",
+                rule.fix or f"write a value that matches {rule.pattern}",
+            ),
+        )
     if rule.exists:
         path = rule.exists.format(t.value)
         if "/" in t.value or ".." in t.value or not facts.exists(path):
-            return (_finding("TR008", f"{t.key}: {t.value} names nothing ({path} does not exist)",
-                            rule.fix or f"name an existing {rule.exists.format('*')}"),)
+            return (
+                _finding(
+                    "TR008",
+                    f"{t.key}: {t.value} names nothing ({path} does not exist)",
+                    rule.fix or f"name an existing {rule.exists.format('*')}",
+                ),
+            )
     return ()
 
 
 def _missing_hint(msg: Message, rule: TrailerKeyRule) -> str:
     hint = rule.fix or f"add a `{rule.key}:` trailer to the trailer block"
-    stray = re.search(rf"^{re.escape(rule.key)}[ \t]*:", msg.text[:msg.body_end], re.M | re.I)
+    stray = re.search(rf"^{re.escape(rule.key)}[ \t]*:", msg.text[: msg.body_end], re.M | re.I)
     if stray:
         line = msg.text.count("\n", 0, stray.start()) + 1
-        hint = (f"line {line} `{rule.key}:` is not in the trailer block (git reads only the last paragraph, "
-                f"when it is all trailers): move it there; {hint}")
+        hint = (
+            f"line {line} `{rule.key}:` is not in the trailer block (git reads only the last paragraph, "
+            f"when it is all trailers): move it there; {hint}"
+        )
     return hint
 
 
 def _author_problems(rule: TrailerKeyRule, found: list[Trailer], facts: Facts) -> list[Finding]:
     if facts.author is None:
-        return [_finding("TR009", f"cannot tell who the author is, so no {rule.key} can be matched",
-                         "set your identity (git config user.name / user.email), or pass --author 'Name <email>'")]
+        return [
+            _finding(
+                "TR009",
+                f"cannot tell who the author is, so no {rule.key} can be matched",
+                "set your identity (git config user.name / user.email), or pass --author 'Name <email>'",
+            )
+        ]
     want = _norm_ident(facts.author)
     if any(_norm_ident(facts.mailmap(t.value)) == want for t in found):
         return []
     names = ", ".join(t.value for t in found)
-    return [_finding("TR009", f"no {rule.key} matches the author {facts.author} (found: {names})",
-                    rule.fix or "sign off as the author")]
+    return [
+        _finding(
+            "TR009",
+            f"no {rule.key} matches the author {facts.author} (found: {names})",
+            rule.fix or "sign off as the author",
+        )
+    ]
 
 
 def _norm_ident(ident: str) -> str:
@@ -256,13 +303,14 @@ def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> li
                 if hit:
                     why = f"names {rule.what} ({hit.group(0)})"
                 else:
-                    who = next((d for d in declared if _re(rf"(?<![\w.-]){re.escape(d)}(?![\w.-])", re.I)
-                                .search(t.value)), None)
+                    who = next(
+                        (d for d in declared if _re(rf"(?<![\w.-]){re.escape(d)}(?![\w.-])", re.I).search(t.value)),
+                        None,
+                    )
                     if who is None:
                         continue
                     why = f"names {who}, declared in {rule.declared_by}"
-                out.append(_finding("TR004", f"{t.key}: {t.value} {why}",
-                                   rule.fix or f"remove the {t.key} trailer"))
+                out.append(_finding("TR004", f"{t.key}: {t.value} {why}", rule.fix or f"remove the {t.key} trailer"))
     return out
 
 
@@ -280,21 +328,32 @@ def _paragraph_problems(msg: Message, contract: Compiled) -> list[Finding]:
     out: list[Finding] = []
     if not contract.paragraphs:
         return out
-    paras = paragraphs(msg.text[:msg.body_end])[1:]  # the title paragraph never counts
-    block_lines = msg.text[msg.body_end:msg.block.end].split("\n")
+    paras = paragraphs(msg.text[: msg.body_end])[1:]  # the title paragraph never counts
+    block_lines = msg.text[msg.body_end : msg.block.end].split("\n")
     for rule in contract.paragraphs:
         pat = _re(rule.pattern)
         whole = rule.whole
         n = sum(1 for _, first, para in paras if pat.fullmatch(para if whole else first))
         inside = [ln for ln in block_lines if pat.fullmatch(ln.rstrip(" \t\r"))]
         if inside:
-            out.append(_finding("TR006", f"{rule.pattern} is inside the trailer block",
-                               rule.fix or f"make {rule.pattern} its own paragraph before the trailers"))
-        want = f"exactly {rule.min}" if rule.min == rule.max else (
-            f"at least {rule.min}" if rule.max is None else f"{rule.min} to {rule.max}")
+            out.append(
+                _finding(
+                    "TR006",
+                    f"{rule.pattern} is inside the trailer block",
+                    rule.fix or f"make {rule.pattern} its own paragraph before the trailers",
+                )
+            )
+        want = (
+            f"exactly {rule.min}"
+            if rule.min == rule.max
+            else (f"at least {rule.min}" if rule.max is None else f"{rule.min} to {rule.max}")
+        )
         if n < rule.min or (rule.max is not None and n > rule.max):
-            text = (f"no {rule.pattern} paragraph before the trailer block (need {want})" if n == 0
-                    else f"{n} {rule.pattern} paragraphs (need {want})")
+            text = (
+                f"no {rule.pattern} paragraph before the trailer block (need {want})"
+                if n == 0
+                else f"{n} {rule.pattern} paragraphs (need {want})"
+            )
             out.append(_finding("TR005", text, rule.fix or f"write the {rule.pattern} paragraph {want} time(s)"))
     return out
 
@@ -304,7 +363,13 @@ def _divider_problems(text: str) -> list[Finding]:
     out = []
     for m in DIVIDER_LINE.finditer(text, 0, cut):
         line = text.count("\n", 0, m.start()) + 1
-        out.append(_finding("TR007", f"line {line} starts with `---`, git's patch divider: git am and "
-                                    f"git interpret-trailers drop everything after it",
-                           "use `***` for a separator line (or indent it)", line))
+        out.append(
+            _finding(
+                "TR007",
+                f"line {line} starts with `---`, git's patch divider: git am and "
+                f"git interpret-trailers drop everything after it",
+                "use `***` for a separator line (or indent it)",
+                line,
+            )
+        )
     return out

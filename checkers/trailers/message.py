@@ -1,5 +1,6 @@
 """A commit message as the contract reads it: git's trailer block, a GitHub squash's earlier block, and
 the paragraphs before the trailers."""
+
 from __future__ import annotations
 
 import re
@@ -42,7 +43,7 @@ def read_message(text: str, mode: Mode) -> Message:
         if SEPARATOR.fullmatch(body.rstrip("\n")):
             cut = start
             continue
-        before = parser.parse(text[:start + len(body)], mode, final_newline=False)
+        before = parser.parse(text[: start + len(body)], mode, final_newline=False)
         if not before.found or before.start != start:
             break
         if _forge_only(before):
@@ -55,8 +56,11 @@ def read_message(text: str, mode: Mode) -> Message:
 
 def _forge_only(block: TrailerBlock) -> bool:
     """Whether a block is all forge trailers (and nothing else: no prose line, no other key)."""
-    return bool(block.trailers) and len(block.trailers) == len(block.lines) and all(
-        t.key.lower() in FORGE_KEYS for t in block.trailers)
+    return (
+        bool(block.trailers)
+        and len(block.trailers) == len(block.lines)
+        and all(t.key.lower() in FORGE_KEYS for t in block.trailers)
+    )
 
 
 def _last_paragraph(text: str, end: int) -> tuple[int, str] | None:
@@ -95,5 +99,6 @@ def paragraphs(text: str) -> list[tuple[int, str, str]]:
         else:
             out[-1][2].append(exact)
         start = False
-    return [(n, first, "\n".join(lines)) for n, first, lines in out
-            if not (len(lines) == 1 and SEPARATOR.fullmatch(first))]
+    return [
+        (n, first, "\n".join(lines)) for n, first, lines in out if not (len(lines) == 1 and SEPARATOR.fullmatch(first))
+    ]

@@ -22,6 +22,7 @@ input that lacks one, which makes a `---` or `Conflicts:` on the last line count
 Git's default configuration is assumed (separator `:`, comment char `#`, no `trailer.*` keys): rowgate
 runs git without user or system config for the same reason.
 """
+
 from __future__ import annotations
 
 import re
@@ -110,7 +111,7 @@ def parse_full(message: str, mode: Mode, final_newline: bool = True) -> TrailerB
         if m is None:
             continue
         sep = m.end() - 1
-        value = _UNFOLD.sub(" ", line[sep + 1:].strip(_SPACE)).strip(_SPACE)
+        value = _UNFOLD.sub(" ", line[sep + 1 :].strip(_SPACE)).strip(_SPACE)
         trailers.append(Trailer(line[:sep].strip(_SPACE), value, line))
     return TrailerBlock(message, start, end, tuple(lines), tuple(trailers))
 
@@ -133,7 +134,7 @@ def _is_plain(message: str, end: int) -> bool:
     last = text.rstrip("\n").rfind("\n\n")
     if last < 0:
         return False
-    tail = text[last + 2:]
+    tail = text[last + 2 :]
     return "\n " not in tail and "\n\t" not in tail and not tail.startswith((" ", "\t"))
 
 
@@ -175,7 +176,7 @@ def _plain_line(line: str) -> Trailer | None:
     """The trailer on one line of a plain block, or None. Cached: the same `Row:` and `Signed-off-by:`
     lines recur across a range, and a range parses thousands of blocks."""
     m = _SEPARATOR.match(line)
-    return None if m is None else Trailer(m[1], line[m.end():].strip(_SPACE), line + "\n")
+    return None if m is None else Trailer(m[1], line[m.end() :].strip(_SPACE), line + "\n")
 
 
 def _recognized_block(lines: list[str], parsed: list[Trailer | None]) -> bool:
@@ -297,7 +298,7 @@ def trailer_block_start(buf: str, length: int) -> int:
                 continue
             non_trailer_lines += possible_continuation
             if (recognized and trailer_lines * 3 >= non_trailer_lines) or (trailer_lines and not non_trailer_lines):
-                return len("\n".join(lines[:i + 1])) + 1  # the line after the blank one
+                return len("\n".join(lines[: i + 1])) + 1  # the line after the blank one
             return length
         only_spaces = False
         if line.startswith(_GIT_GENERATED):

@@ -1,5 +1,6 @@
 """A generated benchmark repository: N files in this repository's layout, written by one `git fast-import`,
 with a `feature` branch that changes a given number of lines (added + deleted) over many files."""
+
 from __future__ import annotations
 
 import os
@@ -54,18 +55,21 @@ def generate(dest: Path, total: int = 20_000, change_lines: int = 200_000, per_f
     base: dict[str, bytes] = {}
     env_names: list[str] = []
     numbers: dict[str, int] = {}
-    for (name, template, _), count in zip(LAYOUT, counts):
+    for (_name, template, _), count in zip(LAYOUT, counts):
         for n in range(count):
             path = template.format(d=n // 100, n=n)
             base[path] = _source(path, n, env_names)
             numbers[path] = n
-    classes = "\n".join(f'    - {{name: {name}, paths: ["{_folder(template)}/**"], budget: 1000000}}'
-                        for name, template, _ in LAYOUT)
+    classes = "\n".join(
+        f'    - {{name: {name}, paths: ["{_folder(template)}/**"], budget: 1000000}}' for name, template, _ in LAYOUT
+    )
     base[".agents/config.yaml"] = CONFIG.format(classes=classes).encode()
     base["engine/flags.py"] = b'from engine.registry import declare\ndeclare("VT_BENCH_FLAG", False, "ROW-X", "d")\n'
     env_names.append("VT_BENCH_FLAG")
-    base["docs/ENVIRONMENT.md"] = ("| flag | default | gates | description |\n|---|---|---|---|\n" + "".join(
-        f"| `{v}` | OFF | ROW-X | generated |\n" for v in sorted(env_names))).encode()
+    base["docs/ENVIRONMENT.md"] = (
+        "| flag | default | gates | description |\n|---|---|---|---|\n"
+        + "".join(f"| `{v}` | OFF | ROW-X | generated |\n" for v in sorted(env_names))
+    ).encode()
     base["scripts/env-doc-allowlist.txt"] = b"# NAME  CLASS  reason\n"
     base[".gitattributes"] = b"gen/** linguist-generated\n"
     base["gen/table.py"] = _lines("gen", 0, 50)
@@ -73,8 +77,10 @@ def generate(dest: Path, total: int = 20_000, change_lines: int = 200_000, per_f
     # The change: every k-th file number in each class, so a check and its test (same number) change together;
     # checker pairs sort first, so trimming to the exact count cuts only unpaired files.
     step = max(1, (total - fixed) // n_changed)
-    chosen = sorted((p for p, n in numbers.items() if n % step == 0),
-                    key=lambda p: (not p.startswith(("checkers/", "tests/checkers/")), p))
+    chosen = sorted(
+        (p for p, n in numbers.items() if n % step == 0),
+        key=lambda p: (not p.startswith(("checkers/", "tests/checkers/")), p),
+    )
     feature = {p: _changed(base[p], added) for p in chosen[:n_changed]}
     text_changed = len(feature)
     feature["gen/table.py"] = _lines("gen", 1, 400)
@@ -102,13 +108,12 @@ def _source(path: str, n: int, env_names: list[str]) -> bytes:
 
 
 def _lines(tag: str, n: int, count: int) -> bytes:
-    return "".join(f"# {tag} {n} line {i} value {(n * 7919 + i * 104729) % 1000003}\n"
-                   for i in range(count)).encode()
+    return "".join(f"# {tag} {n} line {i} value {(n * 7919 + i * 104729) % 1000003}\n" for i in range(count)).encode()
 
 
 def _changed(old: bytes, added: int) -> bytes:
     lines = old.splitlines(keepends=True)
-    return b"".join(lines[:KEEP]) + _lines("new", len(old), added) + b"".join(lines[KEEP + DELETED:])
+    return b"".join(lines[:KEEP]) + _lines("new", len(old), added) + b"".join(lines[KEEP + DELETED :])
 
 
 def _fast_import(dest: Path, base: dict[str, bytes], feature: dict[str, bytes]) -> None:
@@ -117,8 +122,11 @@ def _fast_import(dest: Path, base: dict[str, bytes], feature: dict[str, bytes]) 
     chunks: list[bytes] = []
     for ref, files, mark, parent in (("refs/heads/main", base, 1, None), ("refs/heads/feature", feature, 2, 1)):
         msg = f"{'Base' if parent is None else 'Change'} of the benchmark\n".encode()
-        chunks.append(f"commit {ref}\nmark :{mark}\ncommitter Bench <bench@example.com> 1767225600 +0000\n"
-                      f"data {len(msg)}\n".encode() + msg)
+        chunks.append(
+            f"commit {ref}\nmark :{mark}\ncommitter Bench <bench@example.com> 1767225600 +0000\n"
+            f"data {len(msg)}\n".encode()
+            + msg
+        )
         if parent:
             chunks.append(f"from :{parent}\n".encode())
         for path, data in files.items():

@@ -1,4 +1,5 @@
 """Interleaved timing of benchmark arms against a floor in one run, the ratio table, and the ledger record."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -8,8 +9,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,8 +27,9 @@ def measure(arms: dict[str, Callable[[], object]], reps: int) -> dict[str, list[
     return times
 
 
-def table(title: str, times: dict[str, list[float]], floor: str, goal: float,
-          references: tuple[str, ...] = ()) -> tuple[str, list[dict]]:
+def table(
+    title: str, times: dict[str, list[float]], floor: str, goal: float, references: tuple[str, ...] = ()
+) -> tuple[str, list[dict]]:
     """The printed table (median, min-max band, ratio of medians to the floor, per-pair worst ratio);
     every arm but the floor and the `references` is held to the goal."""
     base = statistics.median(times[floor])
@@ -38,17 +40,33 @@ def table(title: str, times: dict[str, list[float]], floor: str, goal: float,
         ratio = med / base
         mark = "" if name == floor or name in references else ("  ok" if ratio < goal else f"  over the {goal:g}x goal")
         rows.append(f"{name:<48} {med:>7.3f}s {min(ts):>7.3f}s {max(ts):>7.3f}s {ratio:>6.2f}x {worst:>9.2f}x{mark}")
-        results.append({"arm": name, "median_s": round(med, 4), "min_s": round(min(ts), 4),
-                        "max_s": round(max(ts), 4), "ratio": round(ratio, 3), "worst_pair_ratio": round(worst, 3)})
+        results.append(
+            {
+                "arm": name,
+                "median_s": round(med, 4),
+                "min_s": round(min(ts), 4),
+                "max_s": round(max(ts), 4),
+                "ratio": round(ratio, 3),
+                "worst_pair_ratio": round(worst, 3),
+            }
+        )
     return "\n".join(rows), results
 
 
 def write_ledger(path: Path, rows: list[str], command: str, summary: str, results: dict) -> None:
     sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     results = {**results, "load_average_1m": round(os.getloadavg()[0], 2)}  # a shared machine is noisy: say so
-    record = {"schema": 1, "date": dt.date.today().isoformat(), "kind": "bench", "rows": rows,
-              "command": command, "sha": sha.strip() or None, "device": f"cpu: {os.cpu_count()} cores",
-              "summary": summary, "results": results}
+    record = {
+        "schema": 1,
+        "date": dt.date.today().isoformat(),
+        "kind": "bench",
+        "rows": rows,
+        "command": command,
+        "sha": sha.strip() or None,
+        "device": f"cpu: {os.cpu_count()} cores",
+        "summary": summary,
+        "results": results,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)

@@ -6,6 +6,7 @@ The split rule (engine/cuda/paged_attn_tiled.cuh, tiled_num_splits) is tuned fro
 
     python scripts/bench/attn_split_sweep.py [--reps 7] [--ledger DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,14 @@ from engine.cuda import paged_attn_tiled  # noqa: E402
 from engine.gates.ledger import head_sha, repo_root, write_record  # noqa: E402
 
 # batch 1 at a decode step's contexts, batch 64 (split 1 fills the GPU), head_dim 256
-SHAPES = ["batch=1,ctx=1024,hq=16,hkv=8", "batch=1,ctx=4096,hq=16,hkv=8", "batch=1,ctx=32768",
-          "batch=8,ctx=2048,hq=16,hkv=8", "batch=64,ctx=4096", "hq=16,hkv=2,d=256"]
+SHAPES = [
+    "batch=1,ctx=1024,hq=16,hkv=8",
+    "batch=1,ctx=4096,hq=16,hkv=8",
+    "batch=1,ctx=32768",
+    "batch=8,ctx=2048,hq=16,hkv=8",
+    "batch=64,ctx=4096",
+    "hq=16,hkv=2,d=256",
+]
 SPLITS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
 
 
@@ -38,8 +45,9 @@ def sweep(text: str, device: torch.device, reps: int) -> dict:
     s = parse_shape(text, ATTN.defaults)
     sets = [ATTN.make(s, device, torch.bfloat16, seed) for seed in range(sets_for(ATTN.bytes_moved(s, torch.bfloat16)))]
     q, k, v, table, lens, scale = sets[0]
-    rule = paged_attn_tiled.num_splits(s["batch"] * s["hkv"], table.shape[1] * s["block"], s["d"], q.dtype,
-                                       device.index or 0)
+    rule = paged_attn_tiled.num_splits(
+        s["batch"] * s["hkv"], table.shape[1] * s["block"], s["d"], q.dtype, device.index or 0
+    )
     tiles = -(-s["ctx"] // 64)
     row = {"shape": text, "rule": rule, "ms": {}}
     for n in [x for x in SPLITS if x <= max(1, tiles)]:
@@ -57,8 +65,11 @@ def sweep(text: str, device: torch.device, reps: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=7, help="timing samples per point (default 7)")
-    p.add_argument("--shape", action="append", help="KEY=INT,... over attn-decode's defaults (repeatable; "
-                   "default: the built-in list)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        help="KEY=INT,... over attn-decode's defaults (repeatable; default: the built-in list)",
+    )
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -72,13 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         cells = " ".join(f"{n}:{ms:.4f}" for n, ms in r["ms"].items())
         rule_ms = r["ms"].get(r["rule"], float("nan"))
         cudnn = r["sdpa_cudnn_ms"]
-        print(f"{r['shape']:<34} {r['rule']:>4} {best:>4} {rule_ms:>8.4f} {r['ms'][best]:>8.4f} "
-              f"{cudnn if cudnn is not None else float('nan'):>8.4f}  {cells}")
+        print(
+            f"{r['shape']:<34} {r['rule']:>4} {best:>4} {rule_ms:>8.4f} {r['ms'][best]:>8.4f} "
+            f"{cudnn if cudnn is not None else float('nan'):>8.4f}  {cells}"
+        )
     if args.ledger:
         cmd = "python scripts/bench/attn_split_sweep.py " + " ".join(argv if argv is not None else sys.argv[1:])
         summary = "; ".join(f"{r['shape']}: rule {r['rule']} vs best {min(r['ms'], key=r['ms'].get)}" for r in rows)
-        path = write_record(args.ledger, "attn-split-sweep", ["KERNEL-ATTN-PAGED", "ENGINE-BENCH"], cmd,
-                            torch.cuda.get_device_name(device), summary, rows, head_sha(repo_root()), kind="bench")
+        path = write_record(
+            args.ledger,
+            "attn-split-sweep",
+            ["KERNEL-ATTN-PAGED", "ENGINE-BENCH"],
+            cmd,
+            torch.cuda.get_device_name(device),
+            summary,
+            rows,
+            head_sha(repo_root()),
+            kind="bench",
+        )
         print(f"ledger: {path}")
     return 0
 

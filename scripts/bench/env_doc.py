@@ -2,6 +2,7 @@
 
 Usage: scripts/bench-checkers.py env-doc [--files N] [--reps N] [--ledger PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,9 @@ from _genrepo import generate  # noqa: E402
 from _measure import cli, measure, table, write_ledger  # noqa: E402
 
 from checkers import registry
+from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES
 from checkers.config import load_config
 from checkers.context import Context
-from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES
 from checkers.gitio import Git
 from checkers.preflight import check_parser, run_check
 
@@ -61,17 +62,29 @@ def main(argv: list[str]) -> int:
             "rowgate check env-doc (new interpreter)": lambda: cli(["check", "env-doc"], root),
         }
         times = measure(arms, args.reps)
-    title = (f"env-doc on {gen.files:,} files ({result.examined:,} Python and C-family sources, "
-             f"{gen.env_names} VT_* names) (median of {args.reps}, interleaved; goal < {GOAL:g}x the floor)\n"
-             f"check said: {result.summary}")
+    title = (
+        f"env-doc on {gen.files:,} files ({result.examined:,} Python and C-family sources, "
+        f"{gen.env_names} VT_* names) (median of {args.reps}, interleaved; goal < {GOAL:g}x the floor)\n"
+        f"check said: {result.summary}"
+    )
     text, results = table(title, times, "floor: git ls-files + read each source once", GOAL, (START,))
     print(text)
     if args.ledger:
         check, start, whole = results[1], results[2], results[3]
-        write_ledger(args.ledger, ["CHECK-ENV-DOC"], ".venv/bin/python scripts/bench-checkers.py env-doc",
-                     f"env-doc runs in {check['ratio']:.2f}x the time of reading every tracked source once on "
-                     f"{gen.files:,} files; as a new rowgate process {whole['ratio']:.2f}x, of which start-up and "
-                     f"imports take {start['median_s']:.2f}s",
-                     {"files": gen.files, "sources": result.examined, "env_names": gen.env_names,
-                      "reps": args.reps, "goal_ratio": GOAL, "arms": results})
+        write_ledger(
+            args.ledger,
+            ["CHECK-ENV-DOC"],
+            ".venv/bin/python scripts/bench-checkers.py env-doc",
+            f"env-doc runs in {check['ratio']:.2f}x the time of reading every tracked source once on "
+            f"{gen.files:,} files; as a new rowgate process {whole['ratio']:.2f}x, of which start-up and "
+            f"imports take {start['median_s']:.2f}s",
+            {
+                "files": gen.files,
+                "sources": result.examined,
+                "env_names": gen.env_names,
+                "reps": args.reps,
+                "goal_ratio": GOAL,
+                "arms": results,
+            },
+        )
     return 0

@@ -2,6 +2,7 @@
 
 Usage: scripts/bench-checkers.py pr-size [--files N] [--lines N] [--reps N] [--ledger PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,16 +54,28 @@ def main(argv: list[str]) -> int:
             "rowgate check pr-size (new interpreter)": lambda: cli(["check", "pr-size", "--base", "main"], root),
         }
         times = measure(arms, args.reps)
-    title = (f"pr-size on {gen.files:,} files, a {gen.changed_lines:,}-line change over {gen.changed_files:,} files "
-             f"(median of {args.reps}, interleaved; goal < {GOAL:g}x the floor)\ncheck said: {result.summary}")
+    title = (
+        f"pr-size on {gen.files:,} files, a {gen.changed_lines:,}-line change over {gen.changed_files:,} files "
+        f"(median of {args.reps}, interleaved; goal < {GOAL:g}x the floor)\ncheck said: {result.summary}"
+    )
     text, results = table(title, times, "floor: git diff --numstat -z", GOAL, (START,))
     print(text)
     if args.ledger:
         check, start, whole = results[1], results[2], results[3]
-        write_ledger(args.ledger, ["CHECK-PR-SIZE"], ".venv/bin/python scripts/bench-checkers.py pr-size",
-                     f"pr-size runs in {check['ratio']:.2f}x the time of git diff --numstat -z alone on "
-                     f"{gen.files:,} files and a {gen.changed_lines:,}-line change; as a new rowgate process "
-                     f"{whole['ratio']:.2f}x, of which start-up and imports take {start['median_s']:.2f}s",
-                     {"files": gen.files, "changed_files": gen.changed_files, "changed_lines": gen.changed_lines,
-                      "reps": args.reps, "goal_ratio": GOAL, "arms": results})
+        write_ledger(
+            args.ledger,
+            ["CHECK-PR-SIZE"],
+            ".venv/bin/python scripts/bench-checkers.py pr-size",
+            f"pr-size runs in {check['ratio']:.2f}x the time of git diff --numstat -z alone on "
+            f"{gen.files:,} files and a {gen.changed_lines:,}-line change; as a new rowgate process "
+            f"{whole['ratio']:.2f}x, of which start-up and imports take {start['median_s']:.2f}s",
+            {
+                "files": gen.files,
+                "changed_files": gen.changed_files,
+                "changed_lines": gen.changed_lines,
+                "reps": args.reps,
+                "goal_ratio": GOAL,
+                "arms": results,
+            },
+        )
     return 0

@@ -14,6 +14,7 @@ installing a package does; PYTHONDONTWRITEBYTECODE is dropped for the runs) and 
 cache under the repository's git directory. The config-cache-cold arm deletes that cache before each of
 its runs: it is the first run after an edit of .agents/config.yaml.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,28 +26,40 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import write_ledger  # noqa: E402
 
-ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C",
-       "GIT_AUTHOR_NAME": "Ada Tester", "GIT_AUTHOR_EMAIL": "ada@example.com",
-       "GIT_COMMITTER_NAME": "Ada Tester", "GIT_COMMITTER_EMAIL": "ada@example.com"}
+ENV = {
+    **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "LC_ALL": "C",
+    "GIT_AUTHOR_NAME": "Ada Tester",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada Tester",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+}
 CONFIG = "version: 1\nrows:\n  areas: [GOV]\ntrailers:\n  presets: [row]\n  merges: contract\n"
 ROW = 'id: GOV-CORE\narea: GOV\ntitle: "Core"\nstate: INVENTORIED\n'
-BODIES = ("Explain the change in a sentence or two.\n\nAnd why it matters.\n",
-          "One paragraph with a URL https://example.com/x:y and a colon: in prose.\n",
-          "Fixes the parser when a line is indented\n  like this continuation.\n")
+BODIES = (
+    "Explain the change in a sentence or two.\n\nAnd why it matters.\n",
+    "One paragraph with a URL https://example.com/x:y and a colon: in prose.\n",
+    "Fixes the parser when a line is indented\n  like this continuation.\n",
+)
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench-checkers.py trailers", description=__doc__.splitlines()[0])
     p.add_argument("--commits", type=int, default=10_000, help="commits in the range (default 10000)")
-    p.add_argument("--gitlint", metavar="PATH", help="a gitlint executable (default: /tmp/gl/bin/gitlint, "
-                   "installed there if absent)")
+    p.add_argument(
+        "--gitlint",
+        metavar="PATH",
+        help="a gitlint executable (default: /tmp/gl/bin/gitlint, installed there if absent)",
+    )
     p.add_argument("--no-install", action="store_true", help="do not install gitlint when it is absent")
     p.add_argument("--gitlint-commits", type=int, default=1_000, help="commits gitlint lints (default 1000)")
     p.add_argument("--reps", type=int, default=5, help="repetitions of the rowgate and git runs (default 5)")
@@ -59,8 +72,18 @@ def main(argv: list[str]) -> int:
         first = build_repo(repo, args.commits, config=not args.no_config)
         built = time.perf_counter() - start
         rng = f"{first}..HEAD"
-        rowgate = [sys.executable, "-m", "checkers", "check", "commit-trailers", "--repo", str(repo),
-                   *(["--preset", "dco"] if args.no_config else []), "--range", rng]
+        rowgate = [
+            sys.executable,
+            "-m",
+            "checkers",
+            "check",
+            "commit-trailers",
+            "--repo",
+            str(repo),
+            *(["--preset", "dco"] if args.no_config else []),
+            "--range",
+            rng,
+        ]
         floor = ["git", "-C", str(repo), "log", "--format=%H%x00%B%x00", rng]
         startup = rowgate[:-1] + ["HEAD~1..HEAD"]
         out = run(rowgate)
@@ -70,16 +93,29 @@ def main(argv: list[str]) -> int:
         cache = repo / ".git" / "rowgate" / "config-cache.json"
         t_rowgate, t_floor, t_startup, t_cold = interleaved(
             [(rowgate, None), (floor, None), (startup, None), (rowgate, lambda: cache.unlink(missing_ok=True))],
-            args.reps)
+            args.reps,
+        )
         t_inproc = in_process(rowgate[3:], args.reps)
         gitlint = find_gitlint(args.gitlint, args.no_install)
         t_gitlint = None
         if gitlint:
             n = min(args.gitlint_commits, args.commits)
-            end = subprocess.run(["git", "-C", str(repo), "rev-list", "--reverse", rng], capture_output=True,
-                                 text=True, env=ENV, check=True).stdout.split()[n - 1]
-            cmd = [gitlint, "--target", str(repo), "--contrib", "contrib-body-requires-signed-off-by",
-                   "--commits", f"{first}..{end}"]
+            end = subprocess.run(
+                ["git", "-C", str(repo), "rev-list", "--reverse", rng],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                check=True,
+            ).stdout.split()[n - 1]
+            cmd = [
+                gitlint,
+                "--target",
+                str(repo),
+                "--contrib",
+                "contrib-body-requires-signed-off-by",
+                "--commits",
+                f"{first}..{end}",
+            ]
             start = time.perf_counter()
             subprocess.run(cmd, capture_output=True, env=ENV, timeout=1800)
             t_gitlint = (time.perf_counter() - start) / n
@@ -87,8 +123,13 @@ def main(argv: list[str]) -> int:
         print(report(args.commits, built, times, t_gitlint, gitlint, args.gitlint_commits, out.stdout.strip()))
         if args.ledger:
             command = "scripts/bench-checkers.py trailers " + shlex.join(argv)
-            write_ledger(args.ledger, ["CHECK-TRAILERS"], command.strip(),
-                         summary(args.commits, times, t_gitlint), results(args, times, t_gitlint))
+            write_ledger(
+                args.ledger,
+                ["CHECK-TRAILERS"],
+                command.strip(),
+                summary(args.commits, times, t_gitlint),
+                results(args, times, t_gitlint),
+            )
     return 0
 
 
@@ -99,23 +140,31 @@ def build_repo(path: Path, n: int, config: bool = True) -> str:
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=ENV)
     chunks = [b"commit refs/heads/main\nmark :1\ncommitter Ada Tester <ada@example.com> 1700000000 +0000\n"]
     chunks.append(_data("Add the layout\n"))
-    files = ((".agents/config.yaml", CONFIG), (".agents/rows/GOV-CORE.yaml", ROW)) if config else \
-        (("README.md", "A repository without a rowgate config.\n"),)
+    files = (
+        ((".agents/config.yaml", CONFIG), (".agents/rows/GOV-CORE.yaml", ROW))
+        if config
+        else (("README.md", "A repository without a rowgate config.\n"),)
+    )
     for name, text in files:
         chunks.append(f"M 100644 inline {name}\n".encode() + _data(text))
     chunks.append(b"\n")
     for i in range(n):
-        msg = (f"Change {i}: adjust the widget\n\n{BODIES[i % len(BODIES)]}\nRow: GOV-CORE\n"
-               f"Signed-off-by: Ada Tester <ada@example.com>\n")
-        chunks.append(f"commit refs/heads/main\nmark :{i + 2}\n"
-                      f"author Ada Tester <ada@example.com> {1700000001 + i} +0000\n"
-                      f"committer Ada Tester <ada@example.com> {1700000001 + i} +0000\n".encode())
+        msg = (
+            f"Change {i}: adjust the widget\n\n{BODIES[i % len(BODIES)]}\nRow: GOV-CORE\n"
+            f"Signed-off-by: Ada Tester <ada@example.com>\n"
+        )
+        chunks.append(
+            f"commit refs/heads/main\nmark :{i + 2}\n"
+            f"author Ada Tester <ada@example.com> {1700000001 + i} +0000\n"
+            f"committer Ada Tester <ada@example.com> {1700000001 + i} +0000\n".encode()
+        )
         chunks.append(_data(msg) + f"from :{i + 1}\n".encode())
         chunks.append(f"M 100644 inline file{i % 50}.txt\n".encode() + _data(f"{i}\n") + b"\n")
     subprocess.run(["git", "fast-import", "--quiet"], cwd=path, input=b"".join(chunks), check=True, env=ENV)
     subprocess.run(["git", "-C", str(path), "checkout", "-q", "main"], check=True, env=ENV)
-    return subprocess.run(["git", "-C", str(path), "rev-parse", ":/^Add the layout"], capture_output=True,
-                          text=True, check=True, env=ENV).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", ":/^Add the layout"], capture_output=True, text=True, check=True, env=ENV
+    ).stdout.strip()
 
 
 def _data(text: str) -> bytes:
@@ -124,8 +173,9 @@ def _data(text: str) -> bytes:
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)},
-                          cwd=ROOT, timeout=600)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=600
+    )
 
 
 def interleaved(arms: list[tuple[list[str], Callable[[], object] | None]], reps: int) -> list[float]:
@@ -179,24 +229,41 @@ def find_gitlint(path: str | None, no_install: bool) -> str | None:
     return str(exe) if exe.exists() else None
 
 
-def report(n: int, built: float, times: tuple[float, ...], t_gitlint: float | None,
-           gitlint: str | None, gitlint_n: int, ok: str) -> str:
+def report(
+    n: int,
+    built: float,
+    times: tuple[float, ...],
+    t_gitlint: float | None,
+    gitlint: str | None,
+    gitlint_n: int,
+    ok: str,
+) -> str:
     t_rowgate, t_floor, t_startup, t_inproc, t_cold = times
-    rows = [("rowgate check commit-trailers --range (whole CLI)", t_rowgate, t_rowgate / n, n),
-            ("the same check called in-process (imports done)", t_inproc, t_inproc / n, n),
-            ("rowgate CLI over 1 commit (start-up cost)", t_startup, t_startup, 1),
-            ("whole CLI, config cache cold (after a config edit)", t_cold, t_cold / n, n),
-            ("git log --format=%H%x00%B%x00 (the floor)", t_floor, t_floor / n, n)]
+    rows = [
+        ("rowgate check commit-trailers --range (whole CLI)", t_rowgate, t_rowgate / n, n),
+        ("the same check called in-process (imports done)", t_inproc, t_inproc / n, n),
+        ("rowgate CLI over 1 commit (start-up cost)", t_startup, t_startup, 1),
+        ("whole CLI, config cache cold (after a config edit)", t_cold, t_cold / n, n),
+        ("git log --format=%H%x00%B%x00 (the floor)", t_floor, t_floor / n, n),
+    ]
     if t_gitlint is not None:
         rows.append(("gitlint --commits + contrib signed-off-by", t_gitlint * gitlint_n, t_gitlint, gitlint_n))
-    lines = [f"trailers benchmark: {n:,} commits built by git fast-import in {built:.1f}s; medians, "
-             f"runs interleaved, first dropped", f"rowgate said: {ok}", "",
-             "| measurement | commits | time | per commit |", "|---|---:|---:|---:|"]
+    lines = [
+        f"trailers benchmark: {n:,} commits built by git fast-import in {built:.1f}s; medians, "
+        f"runs interleaved, first dropped",
+        f"rowgate said: {ok}",
+        "",
+        "| measurement | commits | time | per commit |",
+        "|---|---:|---:|---:|",
+    ]
     lines += [f"| {name} | {count:,} | {total:.3f} s | {per * 1e6:,.1f} us |" for name, total, per, count in rows]
-    lines += ["", f"rowgate over {n:,} commits: {t_rowgate:.3f} s (goal < 2 s)",
-              f"rowgate / git floor: {t_rowgate / t_floor:.1f}x whole CLI (goal <= 5x); "
-              f"{t_inproc / t_floor:.1f}x in-process; start-up alone {t_startup / t_floor:.1f}x; "
-              f"config cache cold {t_cold / t_floor:.1f}x"]
+    lines += [
+        "",
+        f"rowgate over {n:,} commits: {t_rowgate:.3f} s (goal < 2 s)",
+        f"rowgate / git floor: {t_rowgate / t_floor:.1f}x whole CLI (goal <= 5x); "
+        f"{t_inproc / t_floor:.1f}x in-process; start-up alone {t_startup / t_floor:.1f}x; "
+        f"config cache cold {t_cold / t_floor:.1f}x",
+    ]
     if t_gitlint is not None:
         lines.append(f"gitlint / rowgate per commit: {t_gitlint / (t_rowgate / n):,.0f}x (goal > 200x)")
     else:
@@ -207,32 +274,47 @@ def report(n: int, built: float, times: tuple[float, ...], t_gitlint: float | No
 def summary(n: int, times: tuple[float, ...], t_gitlint: float | None) -> str:
     t_rowgate, t_floor, t_startup, t_inproc, t_cold = times
     ratio = t_rowgate / t_floor
-    text = (f"rowgate check commit-trailers --range over {n:,} fast-import commits: {t_rowgate:.3f} s whole CLI "
-            f"(goal < 2 s: {'met' if t_rowgate < 2 else 'not met'}); {ratio:.1f}x one git log of the range "
-            f"(goal <= 5x: {'met' if ratio <= 5 else 'not met'}; start-up alone {t_startup / t_floor:.1f}x, the "
-            f"check in-process {t_inproc / t_floor:.1f}x; the first run after a config edit, which validates "
-            f"the config, {t_cold / t_floor:.1f}x)")
+    text = (
+        f"rowgate check commit-trailers --range over {n:,} fast-import commits: {t_rowgate:.3f} s whole CLI "
+        f"(goal < 2 s: {'met' if t_rowgate < 2 else 'not met'}); {ratio:.1f}x one git log of the range "
+        f"(goal <= 5x: {'met' if ratio <= 5 else 'not met'}; start-up alone {t_startup / t_floor:.1f}x, the "
+        f"check in-process {t_inproc / t_floor:.1f}x; the first run after a config edit, which validates "
+        f"the config, {t_cold / t_floor:.1f}x)"
+    )
     if t_gitlint is not None:
         per = t_rowgate / n
-        text += (f"; gitlint with its signed-off-by contrib rule needs {t_gitlint * 1e3:.1f} ms a commit, "
-                 f"{t_gitlint / per:,.0f}x rowgate's {per * 1e6:.0f} us (goal > 200x: "
-                 f"{'met' if t_gitlint / per > 200 else 'not met'})")
+        text += (
+            f"; gitlint with its signed-off-by contrib rule needs {t_gitlint * 1e3:.1f} ms a commit, "
+            f"{t_gitlint / per:,.0f}x rowgate's {per * 1e6:.0f} us (goal > 200x: "
+            f"{'met' if t_gitlint / per > 200 else 'not met'})"
+        )
     return text + "."
 
 
 def results(args: argparse.Namespace, times: tuple[float, ...], t_gitlint: float | None) -> dict:
     t_rowgate, t_floor, t_startup, t_inproc, t_cold = times
-    out = {"commits": args.commits, "rowgate_cli_s": round(t_rowgate, 3), "rowgate_in_process_s": round(t_inproc, 3),
-           "rowgate_startup_1_commit_s": round(t_startup, 3), "rowgate_cli_config_cache_cold_s": round(t_cold, 3),
-           "git_log_floor_s": round(t_floor, 3), "ratio_cli_to_floor": round(t_rowgate / t_floor, 2),
-           "ratio_in_process_to_floor": round(t_inproc / t_floor, 2),
-           "ratio_startup_to_floor": round(t_startup / t_floor, 2),
-           "ratio_cold_cli_to_floor": round(t_cold / t_floor, 2)}
+    out = {
+        "commits": args.commits,
+        "rowgate_cli_s": round(t_rowgate, 3),
+        "rowgate_in_process_s": round(t_inproc, 3),
+        "rowgate_startup_1_commit_s": round(t_startup, 3),
+        "rowgate_cli_config_cache_cold_s": round(t_cold, 3),
+        "git_log_floor_s": round(t_floor, 3),
+        "ratio_cli_to_floor": round(t_rowgate / t_floor, 2),
+        "ratio_in_process_to_floor": round(t_inproc / t_floor, 2),
+        "ratio_startup_to_floor": round(t_startup / t_floor, 2),
+        "ratio_cold_cli_to_floor": round(t_cold / t_floor, 2),
+    }
     if t_gitlint is not None:
-        out.update(gitlint_per_commit_s=round(t_gitlint, 4), gitlint_commits=min(args.gitlint_commits, args.commits),
-                   ratio_gitlint_to_rowgate_per_commit=round(t_gitlint / (t_rowgate / args.commits)))
-    out["method"] = (f"medians of {args.reps} interleaved runs, first run dropped (it writes the bytecode and "
-                     f"config caches); gitlint timed once")
+        out.update(
+            gitlint_per_commit_s=round(t_gitlint, 4),
+            gitlint_commits=min(args.gitlint_commits, args.commits),
+            ratio_gitlint_to_rowgate_per_commit=round(t_gitlint / (t_rowgate / args.commits)),
+        )
+    out["method"] = (
+        f"medians of {args.reps} interleaved runs, first run dropped (it writes the bytecode and "
+        f"config caches); gitlint timed once"
+    )
     return out
 
 

@@ -5,6 +5,7 @@ parser's range mode must print the same for each. With `--hook` each message is 
 trailers --parse` (one process per message, so only for a sample: `--hook-sample N`), in the modelled git's
 behaviour (a missing final newline appended, as git 2.46.2+ does). Prints the counts and the first mismatches.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,13 @@ ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull
 
 
 def log_records(repo: str, rev: str) -> list[tuple[str, str, str]]:
-    out = subprocess.run(["git", "-C", repo, "log", "-z", "--format=%H%x1f%B%x1f%(trailers:only,unfold)", rev,
-                          "--"], capture_output=True, check=True, env=ENV, timeout=3600).stdout
+    out = subprocess.run(
+        ["git", "-C", repo, "log", "-z", "--format=%H%x1f%B%x1f%(trailers:only,unfold)", rev, "--"],
+        capture_output=True,
+        check=True,
+        env=ENV,
+        timeout=3600,
+    ).stdout
     records = []
     for rec in out.decode("utf-8", "surrogateescape").split("\0"):
         if rec:
@@ -33,19 +39,27 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="bench-checkers.py trailers-oracle", description=__doc__)
     ap.add_argument("--repo", required=True, help="a clone with the history to read")
     ap.add_argument("--rev", default="HEAD", help="the history: every commit reachable from REV")
-    ap.add_argument("--hook-sample", type=int, default=0, metavar="N",
-                    help="also compare hook mode with git interpret-trailers on N messages picked at random")
+    ap.add_argument(
+        "--hook-sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also compare hook mode with git interpret-trailers on N messages picked at random",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     records = log_records(args.repo, args.rev)
     t_log = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mismatches = [(sha, ours, theirs) for sha, msg, theirs in records
-                  if (ours := commit_trailers(msg).render()) != theirs]
+    mismatches = [
+        (sha, ours, theirs) for sha, msg, theirs in records if (ours := commit_trailers(msg).render()) != theirs
+    ]
     t_parse = time.perf_counter() - t0
     with_trailers = sum(1 for _, _, theirs in records if theirs)
-    print(f"range mode: {len(records)} commits, {with_trailers} with trailers, {len(mismatches)} mismatches "
-          f"(git log {t_log:.2f} s, parser {t_parse:.2f} s)")
+    print(
+        f"range mode: {len(records)} commits, {with_trailers} with trailers, {len(mismatches)} mismatches "
+        f"(git log {t_log:.2f} s, parser {t_parse:.2f} s)"
+    )
     for sha, ours, theirs in mismatches[:5]:
         print(f"  {sha}: ours {ours!r} git {theirs!r}")
     bad = len(mismatches)
@@ -55,9 +69,14 @@ def main(argv: list[str]) -> int:
         for sha, msg, _ in sample:
             fed = msg + "\n" if msg and not msg.endswith("\n") else msg  # git 2.46.2+ appends it itself
             for mode, flag in (("hook", []), ("range", ["--no-divider"])):
-                git = subprocess.run(["git", "interpret-trailers", "--parse", *flag], input=fed.encode(
-                    "utf-8", "surrogateescape"), capture_output=True, env=ENV, timeout=30, check=True).stdout.decode(
-                    "utf-8", "surrogateescape")
+                git = subprocess.run(
+                    ["git", "interpret-trailers", "--parse", *flag],
+                    input=fed.encode("utf-8", "surrogateescape"),
+                    capture_output=True,
+                    env=ENV,
+                    timeout=30,
+                    check=True,
+                ).stdout.decode("utf-8", "surrogateescape")
                 if parse(msg, mode).render() != git:  # type: ignore[arg-type]
                     hook_bad += 1
                     print(f"  {sha} ({mode}): ours {parse(msg, mode).render()!r} git {git!r}")  # type: ignore[arg-type]

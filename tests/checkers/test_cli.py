@@ -1,4 +1,5 @@
 """The rowgate command line: usage errors, exit codes, formats, on real temporary repositories."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,14 @@ from tests.conftest import ROOT, GitRepo, row_yaml
 
 
 def rowgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "checkers", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "checkers", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        timeout=120,
+    )
 
 
 def test_unknown_check_exits_2_and_names_the_known_ones(rowgate_repo: GitRepo):
@@ -29,7 +36,10 @@ def test_check_fails_with_exit_1(rowgate_repo: GitRepo):
     rowgate_repo.write({".agents/rows/GOV-BAD.yaml": row_yaml("GOV-BAD", area="NOPE")})
     proc = rowgate("check", "agent-record", cwd=rowgate_repo.path)
     assert proc.returncode == 1
-    assert proc.stdout.splitlines()[0] == ".agents/rows/GOV-BAD.yaml:2: AR002 row-unknown-area: area 'NOPE' is not one of ['GOV', 'ENGINE']"
+    assert (
+        proc.stdout.splitlines()[0]
+        == ".agents/rows/GOV-BAD.yaml:2: AR002 row-unknown-area: area 'NOPE' is not one of ['GOV', 'ENGINE']"
+    )
 
 
 def test_bad_config_exits_3_naming_file_and_line(rowgate_repo: GitRepo):
@@ -72,8 +82,12 @@ def test_config_schema_and_doctor(rowgate_repo: GitRepo):
 def test_doctor_reports_head_and_a_shallow_history(rowgate_repo: GitRepo, tmp_path: Path):
     rowgate_repo.commit("second")
     shallow = tmp_path / "shallow"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{rowgate_repo.path}", str(shallow)],
-                   check=True, env=rowgate_repo.env, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{rowgate_repo.path}", str(shallow)],
+        check=True,
+        env=rowgate_repo.env,
+        capture_output=True,
+    )
     doctor = rowgate("doctor", cwd=shallow)
     lines = doctor.stdout.splitlines()
     assert doctor.returncode == 1
@@ -83,7 +97,16 @@ def test_doctor_reports_head_and_a_shallow_history(rowgate_repo: GitRepo, tmp_pa
 
 def test_doctor_without_git_on_path_says_so_and_exits_3(tmp_path: Path):
     """It used to crash with FileNotFoundError before printing its first line."""
-    proc = subprocess.run([sys.executable, "-m", "checkers", "doctor"], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": str(tmp_path)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "checkers", "doctor"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": str(tmp_path)},
+        timeout=120,
+    )
     assert (proc.returncode, proc.stdout.splitlines()[0], proc.stderr) == (
-        3, "git:        not found: install git 2.30 or newer", "")
+        3,
+        "git:        not found: install git 2.30 or newer",
+        "",
+    )

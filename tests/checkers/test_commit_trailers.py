@@ -1,5 +1,6 @@
 """commit-trailers over one message: every preset rule and general rule has a seeded violation that fails
 with exactly its id and message, and a clean twin that passes. Range mode is in test_commit_trailers_range.py."""
+
 from __future__ import annotations
 
 import io
@@ -11,10 +12,10 @@ import pytest
 
 from checkers import registry
 from checkers.config import load_config
-from checkers.trailers.presets import DCO_FIX
 from checkers.context import Context
 from checkers.preflight import check_parser, run_check
 from checkers.results import RecordError, Result
+from checkers.trailers.presets import DCO_FIX
 from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo
 
 SPEC = registry.get("commit-trailers")
@@ -38,19 +39,26 @@ def findings(result: Result) -> list[tuple[str, str]]:
 
 # --- row --------------------------------------------------------------------------------------------
 
+
 def test_row_clean_message_passes(rowgate_repo: GitRepo):
     result = check_file(rowgate_repo, "good-row.txt", "--preset", "row")
     assert (result.status.value, result.examined, result.summary) == (
-        "pass", 1, f"OK: {FIXTURES / 'good-row.txt'} carries the trailer contract (row)")
+        "pass",
+        1,
+        f"OK: {FIXTURES / 'good-row.txt'} carries the trailer contract (row)",
+    )
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("missing-row.txt", [("TR001", "no Row trailer (need at least 1)")]),
-    ("row-outside-block.txt", [("TR001", "no Row trailer (need at least 1)")]),
-    ("bad-row-value.txt", [("TR003", "Row: 'gov-core' does not match '[A-Z][A-Z0-9]*(-[A-Z0-9]+)+'")]),
-    ("unknown-row.txt", [("TR008", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")]),
-    ("placeholder-row.txt", [("TR012", "Row: <ROW-ID> is the template placeholder")]),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("missing-row.txt", [("TR001", "no Row trailer (need at least 1)")]),
+        ("row-outside-block.txt", [("TR001", "no Row trailer (need at least 1)")]),
+        ("bad-row-value.txt", [("TR003", "Row: 'gov-core' does not match '[A-Z][A-Z0-9]*(-[A-Z0-9]+)+'")]),
+        ("unknown-row.txt", [("TR008", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")]),
+        ("placeholder-row.txt", [("TR012", "Row: <ROW-ID> is the template placeholder")]),
+    ],
+)
 def test_row_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
     assert findings(check_file(rowgate_repo, name, "--preset", "row")) == expected
 
@@ -68,17 +76,37 @@ def test_template_placeholder_passes_without_filled(rowgate_repo: GitRepo):
 
 # --- dco --------------------------------------------------------------------------------------------
 
+
 def test_dco_clean_message_passes(rowgate_repo: GitRepo):
     assert check_file(rowgate_repo, "good-signoff.txt", "--preset", "dco").status.value == "pass"
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("missing-signoff.txt", [("TR001", "no Signed-off-by trailer (need at least 1)")]),
-    ("signoff-not-author.txt", [("TR009", "no Signed-off-by matches the author Ada Tester <ada@example.com> "
-                                          "(found: Bob Other <bob@example.com>)")]),
-    ("signoff-old-email.txt", [("TR009", "no Signed-off-by matches the author Ada Tester <ada@example.com> "
-                                         "(found: Ada Tester <ada@old.example.com>)")]),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("missing-signoff.txt", [("TR001", "no Signed-off-by trailer (need at least 1)")]),
+        (
+            "signoff-not-author.txt",
+            [
+                (
+                    "TR009",
+                    "no Signed-off-by matches the author Ada Tester <ada@example.com> "
+                    "(found: Bob Other <bob@example.com>)",
+                )
+            ],
+        ),
+        (
+            "signoff-old-email.txt",
+            [
+                (
+                    "TR009",
+                    "no Signed-off-by matches the author Ada Tester <ada@example.com> "
+                    "(found: Ada Tester <ada@old.example.com>)",
+                )
+            ],
+        ),
+    ],
+)
 def test_dco_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
     assert findings(check_file(rowgate_repo, name, "--preset", "dco")) == expected
 
@@ -93,13 +121,16 @@ def test_dco_author_comes_from_the_hook_environment(rowgate_repo: GitRepo):
     msg = str(FIXTURES / "signoff-not-author.txt")
     assert check(rowgate_repo, "--preset", "dco", "--message-file", msg, env=env).status.value == "pass"
     assert findings(check(rowgate_repo, "--preset", "dco", "--message-file", msg)) == [
-        ("TR009", "cannot tell who the author is, so no Signed-off-by can be matched")]
+        ("TR009", "cannot tell who the author is, so no Signed-off-by can be matched")
+    ]
 
 
 # --- agents-protocol ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["good-agents-protocol.txt", "good-agents-protocol-unassisted.txt",
-                                  "agents-coauthor-noreply-exempt.txt"])
+
+@pytest.mark.parametrize(
+    "name", ["good-agents-protocol.txt", "good-agents-protocol-unassisted.txt", "agents-coauthor-noreply-exempt.txt"]
+)
 def test_agents_protocol_clean_messages_pass(rowgate_repo: GitRepo, name: str):
     assert check_file(rowgate_repo, name, "--preset", "agents-protocol").status.value == "pass"
 
@@ -107,33 +138,61 @@ def test_agents_protocol_clean_messages_pass(rowgate_repo: GitRepo, name: str):
 NO_PARAGRAPH = ("TR005", "no FOLLOWING_AGENTS_PROTOCOL paragraph before the trailer block (need exactly 1)")
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("agents-missing-paragraph.txt", [NO_PARAGRAPH]),
-    ("agents-paragraph-twice.txt", [("TR005", "2 FOLLOWING_AGENTS_PROTOCOL paragraphs (need exactly 1)")]),
-    ("agents-paragraph-in-block.txt", [NO_PARAGRAPH,
-                                       ("TR006", "FOLLOWING_AGENTS_PROTOCOL is inside the trailer block")]),
-    ("agents-protocol-twice.txt", [("TR002", "2 Following-Agents-Protocol trailers (at most 1)")]),
-    ("agents-protocol-false.txt", [("TR003", "Following-Agents-Protocol: 'false' does not match 'true'")]),
-    ("agents-ai-assisted-missing.txt", [("TR001", "no AI-Assisted trailer (need at least 1)")]),
-    ("agents-assisted-true-without-assisted-by.txt",
-     [("TR001", "no Assisted-by trailer with AI-Assisted: true (need at least 1)")]),
-    ("agents-assisted-false-with-assisted-by.txt",
-     [("TR002", "1 Assisted-by trailer with AI-Assisted: false (at most 0)")]),
-    ("agents-assisted-by-malformed.txt",
-     [("TR003", "Assisted-by: 'Helper' does not match '[^\\\\s:\\\\[\\\\]]+:[^\\\\s\\\\[\\\\]]+( \\\\[[^\\\\[\\\\]]+\\\\])+'")]),
-    ("agents-signoff-ai.txt", [("TR004", "Signed-off-by: Claude <noreply@anthropic.com> names an AI (Claude)")]),
-    ("agents-coauthor-declared.txt",
-     [("TR004", "Co-authored-by: Helper <helper@example.com> names Helper, declared in Assisted-by")]),
-    ("agents-signoff-noreply-not-exempt.txt",
-     [("TR004", "Signed-off-by: Copilot <175728472+Copilot@users.noreply.github.com> names an AI (Copilot)")]),
-    ("agents-placeholder.txt", [("TR012", "Assisted-by: AGENT:MODEL [TOOL] is the template placeholder")]),
-    # In a hook the divider cuts the message, trailers and all: every lost rule is reported with it.
-    ("agents-divider-in-body.txt", [
-        ("TR001", "no Following-Agents-Protocol trailer (need at least 1)"),
-        ("TR001", "no AI-Assisted trailer (need at least 1)"), NO_PARAGRAPH,
-        ("TR007", "line 4 starts with `---`, git's patch divider: git am and git interpret-trailers drop "
-                  "everything after it")]),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("agents-missing-paragraph.txt", [NO_PARAGRAPH]),
+        ("agents-paragraph-twice.txt", [("TR005", "2 FOLLOWING_AGENTS_PROTOCOL paragraphs (need exactly 1)")]),
+        (
+            "agents-paragraph-in-block.txt",
+            [NO_PARAGRAPH, ("TR006", "FOLLOWING_AGENTS_PROTOCOL is inside the trailer block")],
+        ),
+        ("agents-protocol-twice.txt", [("TR002", "2 Following-Agents-Protocol trailers (at most 1)")]),
+        ("agents-protocol-false.txt", [("TR003", "Following-Agents-Protocol: 'false' does not match 'true'")]),
+        ("agents-ai-assisted-missing.txt", [("TR001", "no AI-Assisted trailer (need at least 1)")]),
+        (
+            "agents-assisted-true-without-assisted-by.txt",
+            [("TR001", "no Assisted-by trailer with AI-Assisted: true (need at least 1)")],
+        ),
+        (
+            "agents-assisted-false-with-assisted-by.txt",
+            [("TR002", "1 Assisted-by trailer with AI-Assisted: false (at most 0)")],
+        ),
+        (
+            "agents-assisted-by-malformed.txt",
+            [
+                (
+                    "TR003",
+                    "Assisted-by: 'Helper' does not match '[^\\\\s:\\\\[\\\\]]+:[^\\\\s\\\\[\\\\]]+( \\\\[[^\\\\[\\\\]]+\\\\])+'",
+                )
+            ],
+        ),
+        ("agents-signoff-ai.txt", [("TR004", "Signed-off-by: Claude <noreply@anthropic.com> names an AI (Claude)")]),
+        (
+            "agents-coauthor-declared.txt",
+            [("TR004", "Co-authored-by: Helper <helper@example.com> names Helper, declared in Assisted-by")],
+        ),
+        (
+            "agents-signoff-noreply-not-exempt.txt",
+            [("TR004", "Signed-off-by: Copilot <175728472+Copilot@users.noreply.github.com> names an AI (Copilot)")],
+        ),
+        ("agents-placeholder.txt", [("TR012", "Assisted-by: AGENT:MODEL [TOOL] is the template placeholder")]),
+        # In a hook the divider cuts the message, trailers and all: every lost rule is reported with it.
+        (
+            "agents-divider-in-body.txt",
+            [
+                ("TR001", "no Following-Agents-Protocol trailer (need at least 1)"),
+                ("TR001", "no AI-Assisted trailer (need at least 1)"),
+                NO_PARAGRAPH,
+                (
+                    "TR007",
+                    "line 4 starts with `---`, git's patch divider: git am and git interpret-trailers drop "
+                    "everything after it",
+                ),
+            ],
+        ),
+    ],
+)
 def test_agents_protocol_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, str]]):
     assert findings(check_file(rowgate_repo, name, "--preset", "agents-protocol")) == expected
 
@@ -168,21 +227,31 @@ trailers:
 """
 
 
-@pytest.mark.parametrize("message,expected", [
-    ("T\n\nWhy: it helps.\n\nReviewed-by: A <a@x.org>\n", []),
-    ("T\n\nWhy: it helps.\n\nReviewed-by: Trusted Bot <t@bots.example>\n", []),
-    ("T\n\nBecause.\n\nReviewed-by: A <a@x.org>\n",
-     [("TR005", "no Why: .+ paragraph before the trailer block (need exactly 1)")]),
-    ("T\n\nWhy: a\n\nWhy: b\n\nReviewed-by: A <a@x.org>\n", [("TR005", "2 Why: .+ paragraphs (need exactly 1)")]),
-    ("T\n\nWhy: it helps.\n\nAcked-by: A <a@x.org>\n", [("TR001", "no Reviewed-by trailer (need at least 1)")]),
-    ("T\n\nWhy: x\n\nReviewed-by: A <a@x.org>\nReviewed-by: B <b@x.org>\nreviewed-by: C <c@x.org>\n",
-     [("TR002", "3 Reviewed-by trailers (at most 2)")]),
-    ("T\n\nWhy: x\n\nReviewed-by: A\n", [("TR003", "Reviewed-by: 'A' does not match '.+ <[^@ ]+@[^@ ]+>'")]),
-    ("T\n\nWhy: x\n\nReviewed-by: R2 <r2@bots.example>\n",
-     [("TR004", "Reviewed-by: R2 <r2@bots.example> names a forbidden identity (@bots.example)")]),
-])
-def test_general_rules_from_the_config(rowgate_repo: GitRepo, tmp_path: Path, message: str,
-                                       expected: list[tuple[str, str]]):
+@pytest.mark.parametrize(
+    "message,expected",
+    [
+        ("T\n\nWhy: it helps.\n\nReviewed-by: A <a@x.org>\n", []),
+        ("T\n\nWhy: it helps.\n\nReviewed-by: Trusted Bot <t@bots.example>\n", []),
+        (
+            "T\n\nBecause.\n\nReviewed-by: A <a@x.org>\n",
+            [("TR005", "no Why: .+ paragraph before the trailer block (need exactly 1)")],
+        ),
+        ("T\n\nWhy: a\n\nWhy: b\n\nReviewed-by: A <a@x.org>\n", [("TR005", "2 Why: .+ paragraphs (need exactly 1)")]),
+        ("T\n\nWhy: it helps.\n\nAcked-by: A <a@x.org>\n", [("TR001", "no Reviewed-by trailer (need at least 1)")]),
+        (
+            "T\n\nWhy: x\n\nReviewed-by: A <a@x.org>\nReviewed-by: B <b@x.org>\nreviewed-by: C <c@x.org>\n",
+            [("TR002", "3 Reviewed-by trailers (at most 2)")],
+        ),
+        ("T\n\nWhy: x\n\nReviewed-by: A\n", [("TR003", "Reviewed-by: 'A' does not match '.+ <[^@ ]+@[^@ ]+>'")]),
+        (
+            "T\n\nWhy: x\n\nReviewed-by: R2 <r2@bots.example>\n",
+            [("TR004", "Reviewed-by: R2 <r2@bots.example> names a forbidden identity (@bots.example)")],
+        ),
+    ],
+)
+def test_general_rules_from_the_config(
+    rowgate_repo: GitRepo, tmp_path: Path, message: str, expected: list[tuple[str, str]]
+):
     rowgate_repo.write({".agents/config.yaml": GENERAL})
     path = tmp_path / "MSG"
     path.write_text(message)
@@ -190,24 +259,28 @@ def test_general_rules_from_the_config(rowgate_repo: GitRepo, tmp_path: Path, me
     if expected:
         assert findings(result) == expected
     else:
-        assert (result.status.value, result.summary) == ("pass", f"OK: {path} carries the trailer contract "
-                                                                 "(configured rules)")
+        assert (result.status.value, result.summary) == (
+            "pass",
+            f"OK: {path} carries the trailer contract (configured rules)",
+        )
 
 
 def test_bad_input_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_path: Path):
     result = check(rowgate_repo, "--preset", "row", "--message-file", str(tmp_path / "nope"))
     assert (result.status.value, result.summary, result.hint) == (
-        "error", f"--message-file {tmp_path / 'nope'}: No such file or directory",
-        "pass the path of a commit message file, or - for stdin")
+        "error",
+        f"--message-file {tmp_path / 'nope'}: No such file or directory",
+        "pass the path of a commit message file, or - for stdin",
+    )
     rowgate_repo.write({".agents/config.yaml": "version: 1\n"})
     result = check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
-    assert (result.status.value, result.summary) == ("error", "the trailer contract is empty: nothing would "
-                                                              "be checked")
+    assert (result.status.value, result.summary) == ("error", "the trailer contract is empty: nothing would be checked")
     rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  keys:\n    - key: A\n      pattern: '('\n"})
     with pytest.raises(RecordError) as exc:  # a bad pattern is a config error, found when the config loads
         check(rowgate_repo, "--message-file", str(FIXTURES / "good-row.txt"))
-    assert exc.value.lines() == [".agents/config.yaml:5: trailers.keys.0.pattern: Value error, invalid regex '(': "
-                                 "missing ) at position 1"]
+    assert exc.value.lines() == [
+        ".agents/config.yaml:5: trailers.keys.0.pattern: Value error, invalid regex '(': missing ) at position 1"
+    ]
 
 
 def test_a_verbose_commit_file_is_judged_above_the_scissors(rowgate_repo: GitRepo, tmp_path: Path):
@@ -216,7 +289,8 @@ def test_a_verbose_commit_file_is_judged_above_the_scissors(rowgate_repo: GitRep
         "# Please enter the commit message for your changes.\n"
         "# ------------------------ >8 ------------------------\n"
         "# Do not modify or remove the line above.\n"
-        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-Signed-off-by: Claude <c@x>\n")
+        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-Signed-off-by: Claude <c@x>\n"
+    )
     path = tmp_path / "COMMIT_EDITMSG"
     path.write_text(text)
     result = check(rowgate_repo, "--filled", "--preset", "agents-protocol", "--message-file", str(path))
@@ -227,7 +301,10 @@ def test_message_from_stdin(rowgate_repo: GitRepo, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"Add the widget\n\nRow: GOV-NOPE\n")))
     [f] = check(rowgate_repo, "--preset", "row", "--message-file", "-").findings
     assert (f.rule, f.path, f.message) == (
-        "TR008", "<stdin>", "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)")
+        "TR008",
+        "<stdin>",
+        "Row: GOV-NOPE names nothing (.agents/rows/GOV-NOPE.yaml does not exist)",
+    )
 
 
 def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
@@ -237,14 +314,17 @@ def test_cli_help_and_rules(capsys: pytest.CaptureFixture[str]):
     out = capsys.readouterr().out
     assert "--range BASE..HEAD" in out and "--message-file PATH|-" in out and "--filled" in out
     assert main(["rules", "TR004"]) == 0
-    assert capsys.readouterr().out == ("TR004 trailer-forbidden-identity (commit-trailers): a Signed-off-by/"
-                                       "Co-authored-by names an AI or a declared assistant\n")
+    assert capsys.readouterr().out == (
+        "TR004 trailer-forbidden-identity (commit-trailers): a Signed-off-by/"
+        "Co-authored-by names an AI or a declared assistant\n"
+    )
     with pytest.raises(SystemExit) as exc:
         main(["trailers", "--help"])
     assert exc.value.code == 0 and "--no-divider" in capsys.readouterr().out
 
 
 # --- the pure functions, without a repository -------------------------------------------------------
+
 
 def test_judge_is_a_pure_function_of_message_contract_and_facts():
     from checkers.config import TrailerContract
@@ -255,10 +335,14 @@ def test_judge_is_a_pure_function_of_message_contract_and_facts():
     msg = read_message("Add x\n\nRow: GOV-A\nRow: GOV-B\nSigned-off-by: B <b@x.org>\n", "range")
     facts = Facts(author="A <a@x.org>", exists={".agents/rows/GOV-A.yaml"}.__contains__)
     assert judge(msg, contract, facts) == [
-        R["TR008"].finding("Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
-                           hint="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"),
-        R["TR009"].finding("no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)",
-                           hint=DCO_FIX["range"])]
+        R["TR008"].finding(
+            "Row: GOV-B names nothing (.agents/rows/GOV-B.yaml does not exist)",
+            hint="end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/",
+        ),
+        R["TR009"].finding(
+            "no Signed-off-by matches the author A <a@x.org> (found: B <b@x.org>)", hint=DCO_FIX["range"]
+        ),
+    ]
     facts = Facts(author="B <b@x.org>", exists=lambda path: True)
     assert judge(msg, contract, facts) == []
 
@@ -268,9 +352,12 @@ def test_a_squash_message_reads_both_blocks():
 
     msg = read_message((FIXTURES / "github-squash.txt").read_text(), "range")
     assert [(t.key, t.value) for t in msg.block.trailers] == [
-        ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+        ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")
+    ]
     assert [(t.key, t.value) for t in msg.trailers] == [
-        ("Row", "GOV-CORE"), ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>")]
+        ("Row", "GOV-CORE"),
+        ("Co-authored-by", "Bob Other <1+bob@users.noreply.github.com>"),
+    ]
 
 
 def test_bad_templates_in_the_config_are_refused():
@@ -292,12 +379,14 @@ def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
     msg = read_message("Add x\n\nRow: GOV-A\n", "range")
     facts = Facts(exists=lambda path: True)
     assert judge(msg, row, facts) == [] and judge(msg, row, facts) == []  # the second from the clean set
-    assert judge(msg, fixes, facts) == [R["TR001"].finding("no Fixes trailer (need at least 1)",
-                                                           hint="add a `Fixes:` trailer to the trailer block")]
+    assert judge(msg, fixes, facts) == [
+        R["TR001"].finding("no Fixes trailer (need at least 1)", hint="add a `Fixes:` trailer to the trailer block")
+    ]
     assert facts.clean == {(id(row), msg.trailers)}
 
 
 # --- the presets and the start-up path ----------------------------------------------------------------
+
 
 def test_presets_are_valid_contracts_built_with_the_models_defaults():
     import inspect
@@ -314,9 +403,14 @@ def test_presets_are_valid_contracts_built_with_the_models_defaults():
     for name, preset in presets.PRESETS.items():
         data = plain(preset)
         assert config.TrailerContract.model_validate(data).model_dump(mode="json") == data, name
-    builders = {presets.contract: config.TrailerContract, presets.key_rule: config.TrailerKeyRule,
-                presets.condition: config.TrailerCondition, presets.paragraph_rule: config.TrailerParagraphRule,
-                presets.forbid_rule: config.TrailerForbidRule, presets.exemption: config.TrailerExemption}
+    builders = {
+        presets.contract: config.TrailerContract,
+        presets.key_rule: config.TrailerKeyRule,
+        presets.condition: config.TrailerCondition,
+        presets.paragraph_rule: config.TrailerParagraphRule,
+        presets.forbid_rule: config.TrailerForbidRule,
+        presets.exemption: config.TrailerExemption,
+    }
     for build, model in builders.items():
         params = inspect.signature(build).parameters
         assert set(params) | ({"presets"} if model is config.TrailerContract else set()) == set(model.model_fields)
@@ -336,14 +430,22 @@ def test_the_cli_judges_a_range_without_pydantic_once_the_config_is_cached(rowga
     base = rowgate_repo.head()
     rowgate_repo.commit("Add a\n\nRow: GOV-CORE\n", {"a": "1"})
     rowgate_repo.write({".agents/config.yaml": "version: 1\ntrailers:\n  presets: [row]\n"})
-    probe = ("import sys\nfrom checkers.cli import main\ncode = main(sys.argv[1:])\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'git', 'dataclasses', 'yaml'}),"
-             " 'ruamel.yaml' in sys.modules, code)\n")
+    probe = (
+        "import sys\nfrom checkers.cli import main\ncode = main(sys.argv[1:])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'git', 'dataclasses', 'yaml'}),"
+        " 'ruamel.yaml' in sys.modules, code)\n"
+    )
     argv = [sys.executable, "-c", probe, "check", "commit-trailers", "--range", f"{base}..HEAD"]
 
     def run() -> list[str]:
-        proc = subprocess.run(argv, cwd=rowgate_repo.path, capture_output=True, text=True, timeout=60,
-                              env={**rowgate_repo.env, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.run(
+            argv,
+            cwd=rowgate_repo.path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**rowgate_repo.env, "PYTHONPATH": str(ROOT)},
+        )
         return proc.stdout.splitlines()
 
     ok = f"OK: 1 commits in {base[:12]}..{rowgate_repo.head()[:12]} carry the trailer contract (row)"
@@ -355,10 +457,18 @@ def test_the_cli_judges_a_range_without_pydantic_once_the_config_is_cached(rowga
 
 # --- the command line: a range and a message together, an ambiguous name -----------------------------------------------------------------------------
 
+
 def run_cli(repo: GitRepo, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo.path)}
-    return subprocess.run([sys.executable, "-m", "checkers", "check", "commit-trailers", *argv], cwd=repo.path,
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "checkers", "check", "commit-trailers", *argv],
+        cwd=repo.path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_range_and_message_file_together_is_a_usage_error(rowgate_repo: GitRepo):

@@ -1,4 +1,5 @@
 """commit-trailers over a range of real commits: base resolution, cutover, exceptions, merges, squashes."""
+
 from __future__ import annotations
 
 import io
@@ -9,7 +10,7 @@ from checkers.config import load_config
 from checkers.context import Context
 from checkers.preflight import check_parser, run_check
 from tests.checkers.test_commit_trailers import FIXTURES, SPEC, check, findings
-from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo, init_repo
+from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo
 
 ROW = "\n\nRow: GOV-CORE\n"
 
@@ -25,7 +26,10 @@ def test_clean_range_passes_with_counts(rowgate_repo: GitRepo):
     config(rowgate_repo, "  presets: [row]\n")
     result = check(rowgate_repo, "--range", f"{base}..HEAD")
     assert (result.status.value, result.examined, result.summary) == (
-        "pass", 2, f"OK: 2 commits in {base[:12]}..{head[:12]} carry the trailer contract (row)")
+        "pass",
+        2,
+        f"OK: 2 commits in {base[:12]}..{head[:12]} carry the trailer contract (row)",
+    )
 
 
 def test_a_failure_names_the_commit_the_rule_and_the_fix(rowgate_repo: GitRepo):
@@ -35,8 +39,9 @@ def test_a_failure_names_the_commit_the_rule_and_the_fix(rowgate_repo: GitRepo):
     config(rowgate_repo, "  presets: [row]\n")
     result = check(rowgate_repo, "--range", f"{base}..HEAD")
     assert findings(result) == [("TR001", f"{bad[:12]}: no Row trailer (need at least 1)")]
-    assert result.findings[0].hint == ("end the message with a blank line and `Row: <ROW-ID>` naming a row "
-                                       "in .agents/rows/")
+    assert result.findings[0].hint == (
+        "end the message with a blank line and `Row: <ROW-ID>` naming a row in .agents/rows/"
+    )
 
 
 def test_a_moved_base_judges_only_the_branch(rowgate_repo: GitRepo):
@@ -49,7 +54,9 @@ def test_a_moved_base_judges_only_the_branch(rowgate_repo: GitRepo):
     config(rowgate_repo, "  presets: [row]\n")
     result = check(rowgate_repo, "--base", "main")
     assert (result.status.value, result.summary) == (
-        "pass", f"OK: 1 commits in {fork[:12]}..{head[:12]} carry the trailer contract (row)")
+        "pass",
+        f"OK: 1 commits in {fork[:12]}..{head[:12]} carry the trailer contract (row)",
+    )
     assert check(rowgate_repo, "--range", "main..feature").summary == result.summary
 
 
@@ -64,7 +71,10 @@ def test_unrelated_histories_missing_refs_and_bad_ranges_are_errors(rowgate_repo
     assert (result.status.value, result.summary) == ("error", "base 'nope' does not resolve to a commit")
     result = check(rowgate_repo, "--range", "main")
     assert (result.status.value, result.summary, result.hint) == (
-        "error", "--range 'main' is not BASE..HEAD", "write --range origin/main..HEAD")
+        "error",
+        "--range 'main' is not BASE..HEAD",
+        "write --range origin/main..HEAD",
+    )
 
 
 def test_a_shallow_clone_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_path: Path):
@@ -73,11 +83,18 @@ def test_a_shallow_clone_is_an_error_with_the_fix(rowgate_repo: GitRepo, tmp_pat
     config(rowgate_repo, "  presets: [row]\n")
     rowgate_repo.commit("Configure" + ROW)
     clone = tmp_path / "shallow"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{rowgate_repo.path}", str(clone)],
-                   check=True, capture_output=True, env=rowgate_repo.env, timeout=60)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{rowgate_repo.path}", str(clone)],
+        check=True,
+        capture_output=True,
+        env=rowgate_repo.env,
+        timeout=60,
+    )
     result = check(GitRepo(clone), "--range", "HEAD~2..HEAD")
     assert (result.status.value, result.hint) == (
-        "error", "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)")
+        "error",
+        "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)",
+    )
 
 
 def _cutover_repo(repo: GitRepo) -> tuple[str, str, str, str]:
@@ -95,15 +112,19 @@ def test_cutover_applies_the_legacy_rule_to_its_ancestors(rowgate_repo: GitRepo)
     last = rowgate_repo.head(f"{cut}~1")
     config(rowgate_repo, "  presets: [row]\n")
     assert [f.message for f in check(rowgate_repo, "--range", f"{base}..HEAD").findings] == [
-        f"{old[:12]}: no Row trailer (need at least 1)", f"{last[:12]}: no Row trailer (need at least 1)"]
+        f"{old[:12]}: no Row trailer (need at least 1)",
+        f"{last[:12]}: no Row trailer (need at least 1)",
+    ]
     result = check(rowgate_repo, "--range", f"{base}..HEAD", "--cutover", cut)
     assert (result.status.value, result.summary) == (
-        "pass", f"OK: 4 commits in {base[:12]}..{new[:12]} carry the trailer contract (row); "
-                "2 before the cutover")
+        "pass",
+        f"OK: 4 commits in {base[:12]}..{new[:12]} carry the trailer contract (row); 2 before the cutover",
+    )
     config(rowgate_repo, "  presets: [row]\n  legacy:\n    presets: [dco]\n", top=f"cutover: {cut}\n")
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
         ("TR001", f"{old[:12]}: no Signed-off-by trailer (need at least 1)"),
-        ("TR001", f"{last[:12]}: no Signed-off-by trailer (need at least 1)")]
+        ("TR001", f"{last[:12]}: no Signed-off-by trailer (need at least 1)"),
+    ]
 
 
 def test_the_cutover_commit_itself_is_judged_by_the_contract(rowgate_repo: GitRepo):
@@ -111,22 +132,28 @@ def test_the_cutover_commit_itself_is_judged_by_the_contract(rowgate_repo: GitRe
     cut = rowgate_repo.commit("A cutover without its trailer\n", {"a": "1"})
     config(rowgate_repo, "  presets: [row]\n")
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD", "--cutover", cut)) == [
-        ("TR001", f"{cut[:12]}: no Row trailer (need at least 1)")]
+        ("TR001", f"{cut[:12]}: no Row trailer (need at least 1)")
+    ]
 
 
 def test_the_legacy_rule_can_require_the_marker_paragraph(rowgate_repo: GitRepo):
     base = rowgate_repo.head()
-    unmarked = rowgate_repo.commit("Legacy without the marker\n\nAssisted-by: Claude Code:claude-opus-4-8 "
-                                   "[ClaudeCode]\n", {"a": "1"})
-    rowgate_repo.commit("Legacy with the marker\n\nFOLLOWING_AGENTS_PROTOCOL\n\nAssisted-by: Claude "
-                        "Code:claude-opus-4-8 [ClaudeCode]\n", {"b": "1"})
-    cut = rowgate_repo.commit("The cutover\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\n"
-                              "AI-Assisted: false\n", {"c": "1"})
+    unmarked = rowgate_repo.commit(
+        "Legacy without the marker\n\nAssisted-by: Claude Code:claude-opus-4-8 [ClaudeCode]\n", {"a": "1"}
+    )
+    rowgate_repo.commit(
+        "Legacy with the marker\n\nFOLLOWING_AGENTS_PROTOCOL\n\nAssisted-by: Claude "
+        "Code:claude-opus-4-8 [ClaudeCode]\n",
+        {"b": "1"},
+    )
+    cut = rowgate_repo.commit(
+        "The cutover\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\nAI-Assisted: false\n", {"c": "1"}
+    )
     legacy = "  legacy:\n    paragraphs: [{pattern: FOLLOWING_AGENTS_PROTOCOL, whole: true}]\n"
     config(rowgate_repo, "  presets: [agents-protocol]\n" + legacy, top=f"cutover: {cut}\n")
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
-        ("TR005", f"{unmarked[:12]}: no FOLLOWING_AGENTS_PROTOCOL paragraph before the trailer block "
-                  "(need exactly 1)")]
+        ("TR005", f"{unmarked[:12]}: no FOLLOWING_AGENTS_PROTOCOL paragraph before the trailer block (need exactly 1)")
+    ]
 
 
 def test_range_mode_compares_identities_on_the_raw_bytes(rowgate_repo: GitRepo):
@@ -137,15 +164,37 @@ def test_range_mode_compares_identities_on_the_raw_bytes(rowgate_repo: GitRepo):
     message = b"Signed in Latin-1\n\nRow: GOV-CORE\nSigned-off-by: Ren\xe9 <rene@example.com>\n"
     env = {k.encode(): v.encode() for k, v in rowgate_repo.env.items()}
     env.update({b"GIT_AUTHOR_NAME": b"Ren\xea", b"GIT_AUTHOR_EMAIL": b"rene@example.com"})
-    sha = subprocess.run(["git", "commit-tree", tree, "-p", base], cwd=rowgate_repo.path, env=env, input=message,
-                         capture_output=True, check=True, timeout=60).stdout.decode().strip()
+    sha = (
+        subprocess.run(
+            ["git", "commit-tree", tree, "-p", base],
+            cwd=rowgate_repo.path,
+            env=env,
+            input=message,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .strip()
+    )
     rowgate_repo.git("update-ref", "refs/heads/main", sha)
     config(rowgate_repo, "  presets: [row, dco]\n")
     [(rule, text)] = findings(check(rowgate_repo, "--range", f"{base}..{sha}"))
     assert rule == "TR009" and text.startswith(f"{sha[:12]}: no Signed-off-by matches the author Ren")
     env[b"GIT_AUTHOR_NAME"] = b"Ren\xe9"
-    same = subprocess.run(["git", "commit-tree", tree, "-p", base], cwd=rowgate_repo.path, env=env, input=message,
-                          capture_output=True, check=True, timeout=60).stdout.decode().strip()
+    same = (
+        subprocess.run(
+            ["git", "commit-tree", tree, "-p", base],
+            cwd=rowgate_repo.path,
+            env=env,
+            input=message,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        .stdout.decode()
+        .strip()
+    )
     assert check(rowgate_repo, "--range", f"{base}..{same}").status.value == "pass"
 
 
@@ -162,11 +211,15 @@ def test_default_range_cutover_starts_after_the_configured_cutover(rowgate_repo:
     config(rowgate_repo, "  presets: [row]\n  default_range: cutover\n", top=f"cutover: {cut}\n")
     result = check(rowgate_repo)
     assert (result.status.value, result.summary) == (
-        "pass", f"OK: 1 commits in {cut[:12]}..{new[:12]} carry the trailer contract (row)")
+        "pass",
+        f"OK: 1 commits in {cut[:12]}..{new[:12]} carry the trailer contract (row)",
+    )
     config(rowgate_repo, "  presets: [row]\n  default_range: cutover\n")
     result = check(rowgate_repo)
     assert (result.status.value, result.summary) == (
-        "error", "trailers.default_range is cutover but no cutover is configured")
+        "error",
+        "trailers.default_range is cutover but no cutover is configured",
+    )
 
 
 def test_exceptions_are_keyed_on_sha_and_exact_error_and_printed_as_debt(rowgate_repo: GitRepo):
@@ -174,18 +227,21 @@ def test_exceptions_are_keyed_on_sha_and_exact_error_and_printed_as_debt(rowgate
     bad = rowgate_repo.commit("Landed without a row\n", {"a": "1"})
     good = rowgate_repo.commit("Add b" + ROW, {"b": "1"})
     error = "no Row trailer (need at least 1)"
-    entry = f"    - sha: {{}}\n      error: \"{{}}\"\n      reason: landed before the gate\n"
+    entry = '    - sha: {}\n      error: "{}"\n      reason: landed before the gate\n'
     config(rowgate_repo, "  presets: [row]\n  exceptions:\n" + entry.format(bad, error))
     result = check(rowgate_repo, "--range", f"{base}..HEAD")
     assert result.status.value == "pass" and result.summary.endswith("; 1 exceptions are debt")
     assert result.details == [f"debt: {bad[:12]} {error} (landed before the gate) [applied]"]
     # The error text must match exactly, and an exception that matches nothing any more fails.
-    config(rowgate_repo, "  presets: [row]\n  exceptions:\n" + entry.format(bad, "no Row trailer")
-           + entry.format(good, error))
+    config(
+        rowgate_repo,
+        "  presets: [row]\n  exceptions:\n" + entry.format(bad, "no Row trailer") + entry.format(good, error),
+    )
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
         ("TR001", f"{bad[:12]}: {error}"),
         ("TR011", f"{bad[:12]}: exception no longer matches an error: 'no Row trailer'"),
-        ("TR011", f"{good[:12]}: exception no longer matches an error: '{error}'")]
+        ("TR011", f"{good[:12]}: exception no longer matches an error: '{error}'"),
+    ]
 
 
 def _merge_repo(repo: GitRepo, merge_message: str) -> tuple[str, str]:
@@ -203,14 +259,16 @@ def test_merge_commits_follow_the_configured_policy(rowgate_repo: GitRepo):
     rng = f"{base}..HEAD"
     config(rowgate_repo, "  presets: [row]\n  merges: contract\n")
     assert findings(check(rowgate_repo, "--range", rng)) == [
-        ("TR001", f"{merge[:12]}: no Row trailer (need at least 1)")]
+        ("TR001", f"{merge[:12]}: no Row trailer (need at least 1)")
+    ]
     config(rowgate_repo, "  presets: [row]\n  merges: skip\n")
     result = check(rowgate_repo, "--range", rng)
     # a skipped merge is not examined: 2 of the 3 commits were judged
     assert (result.status.value, result.examined, result.summary.split("; ")[1]) == ("pass", 2, "1 merges skipped")
     config(rowgate_repo, "  presets: [row]\n  merges: forbid\n")
     assert findings(check(rowgate_repo, "--range", rng)) == [
-        ("TR010", f"{merge[:12]}: merge commit with 2 parents (trailers.merges: forbid)")]
+        ("TR010", f"{merge[:12]}: merge commit with 2 parents (trailers.merges: forbid)")
+    ]
 
 
 def test_a_merge_commit_with_its_row_passes(rowgate_repo: GitRepo):
@@ -226,7 +284,8 @@ def test_github_squash_shapes(rowgate_repo: GitRepo):
     assert check(rowgate_repo, "--range", f"{base}..HEAD").status.value == "pass"
     bad = rowgate_repo.commit((FIXTURES / "github-squash-missing-row.txt").read_text(), {"b": "1"})
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
-        ("TR001", f"{bad[:12]}: no Row trailer (need at least 1)")]
+        ("TR001", f"{bad[:12]}: no Row trailer (need at least 1)")
+    ]
 
 
 def test_range_mode_reads_past_a_divider_and_still_reports_it(rowgate_repo: GitRepo):
@@ -235,18 +294,24 @@ def test_range_mode_reads_past_a_divider_and_still_reports_it(rowgate_repo: GitR
     sha = rowgate_repo.commit(text, {"a": "1"})
     config(rowgate_repo, "  presets: [agents-protocol]\n")
     assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
-        ("TR007", f"{sha[:12]}: line 4 starts with `---`, git's patch divider: git am and git interpret-trailers "
-                  "drop everything after it")]
+        (
+            "TR007",
+            f"{sha[:12]}: line 4 starts with `---`, git's patch divider: git am and git interpret-trailers "
+            "drop everything after it",
+        )
+    ]
 
 
 def test_dco_over_a_range_honours_the_mailmap(rowgate_repo: GitRepo):
     base = rowgate_repo.head()
-    rowgate_repo.commit("Add a\n\nSigned-off-by: Ada Tester <ada@example.com>\n", {"a": "1"},
-                        author=("Ada T", "ada@old.example.com"))
+    rowgate_repo.commit(
+        "Add a\n\nSigned-off-by: Ada Tester <ada@example.com>\n", {"a": "1"}, author=("Ada T", "ada@old.example.com")
+    )
     config(rowgate_repo, "  presets: [dco]\n")
     [(rule, message)] = findings(check(rowgate_repo, "--range", f"{base}..HEAD"))
-    assert message.endswith("no Signed-off-by matches the author Ada T <ada@old.example.com> "
-                            "(found: Ada Tester <ada@example.com>)")
+    assert message.endswith(
+        "no Signed-off-by matches the author Ada T <ada@old.example.com> (found: Ada Tester <ada@example.com>)"
+    )
     rowgate_repo.write({".mailmap": "Ada Tester <ada@example.com> <ada@old.example.com>\n"})
     rowgate_repo.commit("Add the mailmap\n\nSigned-off-by: Ada Tester <ada@example.com>\n")
     assert check(rowgate_repo, "--range", f"{base}..HEAD").status.value == "pass"

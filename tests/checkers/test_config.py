@@ -1,4 +1,5 @@
 """Config loading: errors name the file, the line and the field."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The validated-config cache: a hit skips validation, any change to the config or the schema validates
 again, a broken or unwritable cache is only a slower run, and the sections read the same as the models."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,10 @@ from checkers.configcache import CACHE_PATH, ConfigView, Section, cache_key, loa
 from checkers.results import RecordError
 from tests.conftest import ROOT
 
-CONFIG = ("version: 1\ncutover: " + "ab" * 20 + "\nbase: {ref: main}\ntrailers:\n  presets: [row, dco]\n"
-          "  merges: skip\n  keys:\n    - {key: Fixes, pattern: '#[0-9]+', max: 2}\n")
+CONFIG = (
+    "version: 1\ncutover: " + "ab" * 20 + "\nbase: {ref: main}\ntrailers:\n  presets: [row, dco]\n"
+    "  merges: skip\n  keys:\n    - {key: Fixes, pattern: '#[0-9]+', max: 2}\n"
+)
 SECTIONS = ("cutover", "base", "trailers")
 
 
@@ -52,7 +55,8 @@ def test_first_load_validates_and_caches_then_a_hit_does_not_validate(repo, vali
     assert len(validations) == 1 and second == first
     assert (second.cutover, second.base.ref, second.trailers.merges) == ("ab" * 20, "main", "skip")
     assert [(k.key, k.pattern, k.max, k.min, k.when) for k in second.trailers.keys] == [
-        ("Fixes", "#[0-9]+", 2, 0, None)]  # defaults filled in by the model
+        ("Fixes", "#[0-9]+", 2, 0, None)
+    ]  # defaults filled in by the model
 
 
 def test_a_changed_config_is_validated_again_and_errors_name_file_and_line(repo, validations):

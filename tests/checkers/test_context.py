@@ -1,5 +1,6 @@
 """The one range resolver, Context.range(), on real temporary repositories: precedence, the merge base,
 errors that name the fix, and the pre-push hooks judging the same range in every range check."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,13 @@ from tests.conftest import MINIMAL_CONFIG, ROOT, GitRepo, init_repo, row_yaml
 
 
 def _clone(src: GitRepo, dest: Path, *args: str) -> GitRepo:
-    subprocess.run(["git", "clone", "-q", *args, f"file://{src.path}", str(dest)], check=True,
-                   env=src.env, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "clone", "-q", *args, f"file://{src.path}", str(dest)],
+        check=True,
+        env=src.env,
+        capture_output=True,
+        timeout=60,
+    )
     return GitRepo(dest)
 
 
@@ -106,8 +112,10 @@ def test_a_check_since_a_start_judges_from_it_outside_a_push(repo: GitRepo):
     assert (rng.ref, rng.source, rng.merge_base) == (start, "config cutover", start)
     with pytest.raises(NoRange) as exc:
         _ctx(repo)[0].range(since=None, since_source="config cutover")
-    assert (str(exc.value), exc.value.hint) == ("no range: the config has no cutover and no --base was given",
-                                                "set cutover: in .agents/config.yaml or pass --base REF")
+    assert (str(exc.value), exc.value.hint) == (
+        "no range: the config has no cutover and no --base was given",
+        "set cutover: in .agents/config.yaml or pass --base REF",
+    )
 
 
 def test_fork_prefers_upstream_remote_over_origin(tmp_path: Path):
@@ -116,8 +124,12 @@ def test_fork_prefers_upstream_remote_over_origin(tmp_path: Path):
     fork = _clone(upstream, tmp_path / "fork")
     fork.commit("fork-only commit on the fork's main")
     fork_remote = tmp_path / "fork-remote.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(fork.path), str(fork_remote)], check=True,
-                   env=fork.env, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", str(fork.path), str(fork_remote)],
+        check=True,
+        env=fork.env,
+        capture_output=True,
+    )
     work = _clone(GitRepo(fork_remote), tmp_path / "work")
     work.git("remote", "add", "upstream", f"file://{upstream.path}")
     work.git("fetch", "-q", "upstream")
@@ -136,7 +148,7 @@ def test_unrelated_histories_are_an_error(repo: GitRepo):
     repo.git("checkout", "-q", "--orphan", "other")
     repo.commit("unrelated root", {".agents/config.yaml": MINIMAL_CONFIG})
     with pytest.raises(GitError) as exc:
-        _ctx(repo)[0].range("main").merge_base
+        _ = _ctx(repo)[0].range("main").merge_base
     assert str(exc.value).endswith("have unrelated histories (no merge base)")
 
 
@@ -150,14 +162,13 @@ def test_shallow_clone_is_an_error_not_a_shrunken_range(tmp_path: Path):
         up.commit(f"main {i}")
     shallow = _clone(up, tmp_path / "shallow", "--depth", "1", "--no-single-branch")
     with pytest.raises(GitError) as exc:
-        _ctx(shallow)[0].range("origin/side").merge_base
+        _ = _ctx(shallow)[0].range("origin/side").merge_base
     assert "shallow clone" in str(exc.value) and "--unshallow" in exc.value.hint
 
 
 def test_no_remote_at_all_judges_every_commit_and_a_remote_without_upstream_is_an_error(repo: GitRepo):
     rng = _ctx(repo)[0].range()
-    assert (rng.source, rng.merge_base, rng.spec) == ("no remote: no commit is published yet", EMPTY_TREE,
-                                                      repo.head())
+    assert (rng.source, rng.merge_base, rng.spec) == ("no remote: no commit is published yet", EMPTY_TREE, repo.head())
     assert [c.sha for c in rng.commits()] == repo.git("rev-list", "--reverse", "HEAD").split()
     repo.git("remote", "add", "origin", "file:///nowhere")  # never fetched: no upstream to measure against
     with pytest.raises(GitError, match="no base given and no upstream detected"):
@@ -166,15 +177,24 @@ def test_no_remote_at_all_judges_every_commit_and_a_remote_without_upstream_is_a
 
 # --- the pre-push hooks: every range check judges what is pushed, against the same base ---------------
 
+
 @pytest.fixture
 def pushed(tmp_path: Path) -> tuple[GitRepo, str, str]:
     """A clone whose main is on its remote, with a cutover long before, and a new branch of two commits
     (one not naming a row) that the remote does not have yet: (clone, main's tip, the branch's tip)."""
     up = init_repo(tmp_path / "up")
-    up.commit("Layout", {".agents/config.yaml": MINIMAL_CONFIG, ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE"),
-                         ".agents/specs/GOV-CORE.md": "# GOV-CORE\n"})
+    up.commit(
+        "Layout",
+        {
+            ".agents/config.yaml": MINIMAL_CONFIG,
+            ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE"),
+            ".agents/specs/GOV-CORE.md": "# GOV-CORE\n",
+        },
+    )
     cutover = up.head()
-    config = MINIMAL_CONFIG + f"cutover: {cutover}\npr_size:\n  classes:\n    - {{name: all, paths: ['**'], budget: null}}\n"
+    config = (
+        MINIMAL_CONFIG + f"cutover: {cutover}\npr_size:\n  classes:\n    - {{name: all, paths: ['**'], budget: null}}\n"
+    )
     up.commit("Configure\n\nRow: GOV-CORE\n", {".agents/config.yaml": config})
     up.commit("Landed before the gate\n")  # names no row, on main: only a range from the cutover sees it
     clone = _clone(up, tmp_path / "clone")
@@ -188,20 +208,31 @@ def pushed(tmp_path: Path) -> tuple[GitRepo, str, str]:
 
 def _hook(repo: GitRepo, check: str, env: dict[str, str]) -> tuple[str, list[str]]:
     """The check as its pre-push hook runs it (`rowgate check ID`): its verdict and the range it printed."""
-    proc = subprocess.run([sys.executable, "-m", "checkers", "check", check], cwd=repo.path, capture_output=True,
-                          text=True, env={**repo.env, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin",
-                                          **env}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "checkers", "check", check],
+        cwd=repo.path,
+        capture_output=True,
+        text=True,
+        env={**repo.env, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **env},
+        timeout=120,
+    )
     return proc.stdout.splitlines()[-1], [line for line in proc.stderr.splitlines() if line.startswith("rowgate: base")]
 
 
 @pytest.mark.parametrize("form", ["zero-from-ref", "branch-names-only", "first-new-parent"])
 def test_role_discipline_and_pr_size_judge_the_same_range_on_a_push_of_a_new_branch(pushed, form: str):
     repo, main, feature = pushed
-    names = {"PRE_COMMIT_LOCAL_BRANCH": "refs/heads/feature", "PRE_COMMIT_REMOTE_BRANCH": "refs/heads/feature",
-             "PRE_COMMIT_REMOTE_NAME": "origin", "PRE_COMMIT_REMOTE_URL": "file:///up"}
-    env = {"zero-from-ref": {**names, "PRE_COMMIT_FROM_REF": ZERO_SHA, "PRE_COMMIT_TO_REF": feature},
-           "branch-names-only": names,  # pre-commit's form when it cannot name a from-ref
-           "first-new-parent": {**names, "PRE_COMMIT_FROM_REF": main, "PRE_COMMIT_TO_REF": feature}}[form]
+    names = {
+        "PRE_COMMIT_LOCAL_BRANCH": "refs/heads/feature",
+        "PRE_COMMIT_REMOTE_BRANCH": "refs/heads/feature",
+        "PRE_COMMIT_REMOTE_NAME": "origin",
+        "PRE_COMMIT_REMOTE_URL": "file:///up",
+    }
+    env = {
+        "zero-from-ref": {**names, "PRE_COMMIT_FROM_REF": ZERO_SHA, "PRE_COMMIT_TO_REF": feature},
+        "branch-names-only": names,  # pre-commit's form when it cannot name a from-ref
+        "first-new-parent": {**names, "PRE_COMMIT_FROM_REF": main, "PRE_COMMIT_TO_REF": feature},
+    }[form]
     role, role_range = _hook(repo, "role-discipline", env)
     size, size_range = _hook(repo, "pr-size", env)
     ref, source = "origin/main", "pre-push: the default branch of origin"  # the branch is judged whole

@@ -1,6 +1,7 @@
 """The layout detectors `rowgate init` calls, on a fixture tree shaped like a foreign engine's (env tables headed
 `| Variable |` in two documents, a one-name-per-line allowlist, getenv wrappers in C++, CUDA and Python, a cuBLASLt
 matmul file, kebab-case checker scripts with snake_case tests), and the checks run on the config they write."""
+
 from __future__ import annotations
 
 import io
@@ -26,20 +27,30 @@ def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers():
     found = dl.env_doc(TREE)
     assert found is not None
     assert found.config == {
-        "prefixes": ["VT_", "VLLM_"], "doc": "docs/ENVIRONMENT.md", "docs": ["docs/guides/serving.md"],
-        "table_headers": ["Variable"], "allowlist": "scripts/env-doc-allowlist.txt", "allowlist_format": "names",
-        "allowlist_sorted": False, "readers": ["EnvOnOr", "GdnTritonEnvOn", "env_flag"], "flags_file": None,
-        "exclude": ["tests/**"]}
+        "prefixes": ["VT_", "VLLM_"],
+        "doc": "docs/ENVIRONMENT.md",
+        "docs": ["docs/guides/serving.md"],
+        "table_headers": ["Variable"],
+        "allowlist": "scripts/env-doc-allowlist.txt",
+        "allowlist_format": "names",
+        "allowlist_sorted": False,
+        "readers": ["EnvOnOr", "GdnTritonEnvOn", "env_flag"],
+        "flags_file": None,
+        "exclude": ["tests/**"],
+    }
     assert found.reasons == [
         "env var prefixes VT_, VLLM_ (from the documented and allowlisted names)",
         "docs/ENVIRONMENT.md: 3 name(s) in 2 table(s) headed `| Variable |`",
         "docs/guides/serving.md: 1 name(s) in 1 table(s) headed `| Variable |`",
-        ("scripts/env-doc-allowlist.txt: 3 name(s), one name per line; not sorted (VT_GDN_DELTAH_TRITON after "
-        "VT_GDN_TRITON_CHUNK_POOL): allowlist_sorted: false until it is"),
+        (
+            "scripts/env-doc-allowlist.txt: 3 name(s), one name per line; not sorted (VT_GDN_DELTAH_TRITON after "
+            "VT_GDN_TRITON_CHUNK_POOL): allowlist_sorted: false until it is"
+        ),
         "EnvOnOr: a getenv wrapper defined in src/vllm/util/env.cpp, called with a name 3 time(s)",
         "GdnTritonEnvOn: a getenv wrapper defined in src/vt/cuda/cuda_gdn.cu, called with a name 2 time(s)",
         "env_flag: a getenv wrapper defined in scripts/bench_env.py, called with a name 1 time(s)",
-        "tests/** not scanned: a test's reads are not production env vars (drop the exclude to hold them too)"]
+        "tests/** not scanned: a test's reads are not production env vars (drop the exclude to hold them too)",
+    ]
 
 
 def test_a_wrapper_nobody_calls_with_a_name_and_vendored_wrappers_are_left_out():
@@ -58,11 +69,21 @@ def test_gemv_selects_the_cublaslt_rule_set_where_heuristic_calls_are():
 def test_pr_size_pairs_kebab_checkers_with_snake_tests_in_both_namings():
     found = dl.pr_size_pairs(TREE)
     assert found is not None
-    assert found.config == {"pairs": [{
-        "name": "scripts-checker-test", "when": "scripts/check-{name}.py",
-        "require": ["tests/scripts/test_check_{name|snake}.py", "tests/scripts/test_{name|snake}.py"]}]}
-    assert found.reasons == [("scripts/check-{name}.py pairs with tests/scripts/test_check_{name|snake}.py or "
-                             "tests/scripts/test_{name|snake}.py: 2 of 3 checkers have their test today")]
+    assert found.config == {
+        "pairs": [
+            {
+                "name": "scripts-checker-test",
+                "when": "scripts/check-{name}.py",
+                "require": ["tests/scripts/test_check_{name|snake}.py", "tests/scripts/test_{name|snake}.py"],
+            }
+        ]
+    }
+    assert found.reasons == [
+        (
+            "scripts/check-{name}.py pairs with tests/scripts/test_check_{name|snake}.py or "
+            "tests/scripts/test_{name|snake}.py: 2 of 3 checkers have their test today"
+        )
+    ]
 
 
 @pytest.mark.parametrize("detector", [dl.env_doc, dl.gemv_invocation, dl.pr_size_pairs])
@@ -73,6 +94,7 @@ def test_a_tree_without_the_layout_detects_nothing(tmp_path: Path, detector):
 
 
 # --- the checks on the config the detectors write -------------------------------------------------------
+
 
 @pytest.fixture
 def foreign(tmp_path: Path) -> GitRepo:
@@ -95,35 +117,59 @@ def check(repo: GitRepo, check_id: str, *argv: str) -> Result:
 def test_env_doc_reads_the_tables_and_allowlist_and_the_reads_through_wrappers(foreign: GitRepo):
     result = check(foreign, "env-doc")
     assert result.status.value == "pass", [f.message for f in result.findings]
-    assert result.summary == ("OK: all 7 production env vars documented or classified (4 documented in "
-                              "docs/ENVIRONMENT.md, docs/guides/serving.md, 3 allowlisted)")
+    assert result.summary == (
+        "OK: all 7 production env vars documented or classified (4 documented in "
+        "docs/ENVIRONMENT.md, docs/guides/serving.md, 3 allowlisted)"
+    )
 
 
 def test_env_doc_fails_an_undocumented_read_through_a_wrapper(foreign: GitRepo):
-    foreign.commit("A new knob", {"src/vllm/entrypoints/knob.cpp":
-                                  'bool EnvOnOr(const char* name, bool fallback);\n'
-                                  'bool Knob() { return EnvOnOr("VT_NEW_KNOB", true); }\n'})
+    foreign.commit(
+        "A new knob",
+        {
+            "src/vllm/entrypoints/knob.cpp": "bool EnvOnOr(const char* name, bool fallback);\n"
+            'bool Knob() { return EnvOnOr("VT_NEW_KNOB", true); }\n'
+        },
+    )
     result = check(foreign, "env-doc")
     assert [(f.rule, f.location(), f.message) for f in result.findings] == [
-        ("ED001", "src/vllm/entrypoints/knob.cpp:2", ("VT_NEW_KNOB read at src/vllm/entrypoints/knob.cpp:2 is not "
-         "documented in docs/ENVIRONMENT.md or docs/guides/serving.md nor classified in scripts/env-doc-allowlist.txt"))]
+        (
+            "ED001",
+            "src/vllm/entrypoints/knob.cpp:2",
+            (
+                "VT_NEW_KNOB read at src/vllm/entrypoints/knob.cpp:2 is not "
+                "documented in docs/ENVIRONMENT.md or docs/guides/serving.md nor classified in scripts/env-doc-allowlist.txt"
+            ),
+        )
+    ]
 
 
 def test_env_doc_fails_a_documented_row_whose_reader_is_gone(foreign: GitRepo):
-    foreign.commit("Drop a reader", {"src/vllm/entrypoints/server.cpp":
-                                     (TREE / "src/vllm/entrypoints/server.cpp").read_text().replace(
-                                         'EnvOnOr("VT_GGUF_KEEP_QUANT", false)', "false")})
+    foreign.commit(
+        "Drop a reader",
+        {
+            "src/vllm/entrypoints/server.cpp": (TREE / "src/vllm/entrypoints/server.cpp")
+            .read_text()
+            .replace('EnvOnOr("VT_GGUF_KEEP_QUANT", false)', "false")
+        },
+    )
     result = check(foreign, "env-doc")
     assert [(f.rule, f.location(), f.message) for f in result.findings] == [
-        ("ED002", "docs/ENVIRONMENT.md:17", "VT_GGUF_KEEP_QUANT is documented but nothing reads it")]
+        ("ED002", "docs/ENVIRONMENT.md:17", "VT_GGUF_KEEP_QUANT is documented but nothing reads it")
+    ]
 
 
 def test_gemv_fails_the_four_bare_algo_counts_and_passes_the_named_constant(foreign: GitRepo):
     result = check(foreign, "gemv-invocation")
     assert [(f.rule, f.location()) for f in result.findings] == [("GV006", f"{MATMUL}:{n}") for n in (26, 38, 50, 62)]
     text = (foreign.path / MATMUL).read_text()
-    foreign.commit("Name the algo count", {MATMUL: "constexpr int kGemvHeuristicAlgos = 1;\n" + text.replace(
-        "/*requestedAlgoCount=*/1", "/*requestedAlgoCount=*/kGemvHeuristicAlgos")})
+    foreign.commit(
+        "Name the algo count",
+        {
+            MATMUL: "constexpr int kGemvHeuristicAlgos = 1;\n"
+            + text.replace("/*requestedAlgoCount=*/1", "/*requestedAlgoCount=*/kGemvHeuristicAlgos")
+        },
+    )
     result = check(foreign, "gemv-invocation")
     assert (result.status.value, result.examined) == ("pass", 8)
 

@@ -1,4 +1,5 @@
 """doc-checkpoint and `rowgate render`: seeded violations on real repositories, and clean twins."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,15 +41,21 @@ def repo(rowgate_repo: GitRepo) -> GitRepo:
 
 def test_environment_table_format_is_the_env_doc_contract():
     text = render_environment(parse_flag_decls(FLAGS))
-    assert text.splitlines()[-4:] == ["| flag | default | gates | description |", "|---|---|---|---|",
-                                      "| `VT_FAST` | OFF | GOV-CORE | A fast arm \\| with a pipe. |",
-                                      "| `VT_DIR` | '' | GOV-CORE | x |"]
+    assert text.splitlines()[-4:] == [
+        "| flag | default | gates | description |",
+        "|---|---|---|---|",
+        "| `VT_FAST` | OFF | GOV-CORE | A fast arm \\| with a pipe. |",
+        "| `VT_DIR` | '' | GOV-CORE | x |",
+    ]
 
 
 def test_clean_twin_counts_files_and_commits(repo: GitRepo):
     result = _run(repo)
     assert (result.status.value, result.summary, result.examined) == (
-        "pass", "OK: 4 rendered files up to date; 1 commits checked", 5)
+        "pass",
+        "OK: 4 rendered files up to date; 1 commits checked",
+        5,
+    )
 
 
 def test_dc001_rendered_doc_stale_shows_the_diff(repo: GitRepo):
@@ -56,18 +63,24 @@ def test_dc001_rendered_doc_stale_shows_the_diff(repo: GitRepo):
     result = _run(repo)
     assert [(f.rule, f.path, f.message) for f in result.findings] == [
         ("DC001", "docs/matrices/GOV.md", "docs/matrices/GOV.md is out of date with the records (2 lines differ)"),
-        ("DC001", "docs/ROADMAP.md", "docs/ROADMAP.md is out of date with the records (2 lines differ)")]
+        ("DC001", "docs/ROADMAP.md", "docs/ROADMAP.md is out of date with the records (2 lines differ)"),
+    ]
     assert "+| GOV-CORE | READY | Renamed |  |  |  |" in result.details
 
 
 def test_dc002_state_change_without_render(repo: GitRepo):
-    sha = repo.commit("Start it\n\nRow: GOV-CORE\n", {".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", state="INVENTORIED")})
+    sha = repo.commit(
+        "Start it\n\nRow: GOV-CORE\n", {".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", state="INVENTORIED")}
+    )
     _render(repo)
     repo.commit("Render later\n\nRow: GOV-CORE\n")
     [f] = _run(repo).findings
     assert (f.rule, f.path, f.message) == (
-        "DC002", ".agents/rows/GOV-CORE.yaml", f"commit {sha[:12]} moves GOV-CORE from READY to INVENTORIED but "
-                                              "does not update docs/ROADMAP.md, docs/matrices/GOV.md")
+        "DC002",
+        ".agents/rows/GOV-CORE.yaml",
+        f"commit {sha[:12]} moves GOV-CORE from READY to INVENTORIED but "
+        "does not update docs/ROADMAP.md, docs/matrices/GOV.md",
+    )
 
 
 def test_state_change_with_render_passes(repo: GitRepo):
@@ -80,17 +93,37 @@ def test_state_change_with_render_passes(repo: GitRepo):
 def test_dc003_engine_change_without_bench(repo: GitRepo):
     sha = repo.commit("Faster kernel\n\nRow: GOV-CORE\n", {"engine/op.py": "x = 1\n", "engine/k.cu": "//\n"})
     [f] = _run(repo).findings
-    assert (f.rule, f.message) == ("DC003", f"commit {sha[:12]} changes engine code (engine/k.cu (+1 more)) but "
-                                            "updates neither docs/BENCHMARKS.md nor a ledger entry of GOV-CORE, "
-                                            "and has no Bench-Impact: trailer")
+    assert (f.rule, f.message) == (
+        "DC003",
+        f"commit {sha[:12]} changes engine code (engine/k.cu (+1 more)) but "
+        "updates neither docs/BENCHMARKS.md nor a ledger entry of GOV-CORE, "
+        "and has no Bench-Impact: trailer",
+    )
 
 
-@pytest.mark.parametrize("message, files", [
-    ("Refactor\n\nBench-Impact: none (renames only)\nRow: GOV-CORE\n", {}),
-    ("Faster\n\nRow: GOV-CORE\n", {"docs/BENCHMARKS.md": "| x | 1.2x |\n"}),
-    ("Faster\n\nRow: GOV-CORE\n", {".agents/ledger/2026-11-29-x.json": json.dumps(
-        {"schema": 1, "date": "2026-11-29", "kind": "bench", "rows": ["GOV-CORE"], "command": "x", "summary": "s"})}),
-], ids=["trailer", "benchmarks", "ledger"])
+@pytest.mark.parametrize(
+    "message, files",
+    [
+        ("Refactor\n\nBench-Impact: none (renames only)\nRow: GOV-CORE\n", {}),
+        ("Faster\n\nRow: GOV-CORE\n", {"docs/BENCHMARKS.md": "| x | 1.2x |\n"}),
+        (
+            "Faster\n\nRow: GOV-CORE\n",
+            {
+                ".agents/ledger/2026-11-29-x.json": json.dumps(
+                    {
+                        "schema": 1,
+                        "date": "2026-11-29",
+                        "kind": "bench",
+                        "rows": ["GOV-CORE"],
+                        "command": "x",
+                        "summary": "s",
+                    }
+                )
+            },
+        ),
+    ],
+    ids=["trailer", "benchmarks", "ledger"],
+)
 def test_engine_change_with_a_note_passes(repo: GitRepo, message, files):
     repo.commit(message, {"engine/op.py": "x = 2\n", **files})
     assert _run(repo).status.value == "pass"
@@ -124,8 +157,10 @@ def test_unparsable_flag_registry_is_an_error(repo: GitRepo):
     ctx = Context(root=repo.path, config=load_config(repo.path), env={})
     result = run_check(get("doc-checkpoint"), ctx, argparse.Namespace(base=None, head=None))
     assert (result.status.value, result.summary, result.hint) == (
-        "error", "cannot render docs/ENVIRONMENT.md: engine/flags.py:1: declare() takes literal name, default, "
-                 "gates, doc", "declare flags with literal name, default, gates and doc")
+        "error",
+        "cannot render docs/ENVIRONMENT.md: engine/flags.py:1: declare() takes literal name, default, gates, doc",
+        "declare flags with literal name, default, gates and doc",
+    )
 
 
 def test_without_a_cutover_or_a_base_only_the_rendered_files_are_checked(rowgate_repo: GitRepo):
@@ -136,4 +171,7 @@ def test_without_a_cutover_or_a_base_only_the_rendered_files_are_checked(rowgate
     rowgate_repo.commit("Render\n\nRow: GOV-CORE\n")
     result = _run(rowgate_repo)
     assert (result.status.value, result.summary, result.examined) == (
-        "pass", "OK: 4 rendered files up to date; 0 commits checked", 4)
+        "pass",
+        "OK: 4 rendered files up to date; 0 commits checked",
+        4,
+    )

@@ -1,4 +1,5 @@
 """The fatbin parser on objects compiled by nvcc here, the nvcc flag reader, and a cross-check with cuobjdump (GPU machine)."""
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,17 @@ def gencode_flags(archs: list[str], ptx: bool = True) -> list[str]:
 
 
 def compile_tiny(out: Path, archs: list[str], *extra: str, ptx: bool = True) -> Path:
-    cmd = [NVCC, "-shared", "-Xcompiler", "-fPIC", *gencode_flags(archs, ptx), *extra, "-o", str(out),
-           str(FIXTURES / "tiny.cu")]
+    cmd = [
+        NVCC,
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        *gencode_flags(archs, ptx),
+        *extra,
+        "-o",
+        str(out),
+        str(FIXTURES / "tiny.cu"),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     return out
 

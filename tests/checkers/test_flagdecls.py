@@ -1,4 +1,5 @@
 """Reading the engine's flag declarations as AST."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,13 +8,13 @@ from checkers.flagdecls import FlagDeclError, parse_flag_decls, read_flag_decls
 from checkers.render import render_environment
 from tests.conftest import ROOT
 
-SOURCE = '''
+SOURCE = """
 from engine.flags import declare
 declare("VT_A", False, "KERNEL-X", "first")
 flags.declare("VT_B", "", "BACKEND-CUDA",
               "second")
 other("VT_C", True, "X", "not a declaration")
-'''
+"""
 
 
 def test_parses_declarations_in_order_with_lines():
@@ -36,10 +37,14 @@ def test_reads_the_engine_registry():
 def test_render_environment_writes_one_row_per_flag_in_the_documented_format():
     decls = parse_flag_decls(SOURCE + 'declare("VT_P", "a|b", "ROW-Y", "pipe | inside")\n')
     text = render_environment(decls)
-    rows = text.splitlines()[text.splitlines().index("| flag | default | gates | description |"):]
-    assert rows == ["| flag | default | gates | description |", "|---|---|---|---|",
-                    "| `VT_A` | OFF | KERNEL-X | first |", "| `VT_B` | '' | BACKEND-CUDA | second |",
-                    "| `VT_P` | 'a\\|b' | ROW-Y | pipe \\| inside |"]
+    rows = text.splitlines()[text.splitlines().index("| flag | default | gates | description |") :]
+    assert rows == [
+        "| flag | default | gates | description |",
+        "|---|---|---|---|",
+        "| `VT_A` | OFF | KERNEL-X | first |",
+        "| `VT_B` | '' | BACKEND-CUDA | second |",
+        "| `VT_P` | 'a\\|b' | ROW-Y | pipe \\| inside |",
+    ]
 
 
 def test_the_repository_environment_doc_is_rendered_from_the_registry():

@@ -1,4 +1,5 @@
 """gencode: each rule's seeded violation on real nvcc objects with its full message, and a clean twin."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,7 @@ def objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return compile_set(tmp_path_factory.mktemp("objs"))
 
 
-def make_repo(root: Path, archs: str, sources: dict[str, str], files: list[str],
-              built: dict[str, Path]) -> Path:
+def make_repo(root: Path, archs: str, sources: dict[str, str], files: list[str], built: dict[str, Path]) -> Path:
     """root/engine/cuda holds the table and the sources; root/build the objects under build.py's names."""
     cuda = root / "engine" / "cuda"
     cuda.mkdir(parents=True)
@@ -54,19 +54,25 @@ def pairs(result: gencode.Result) -> list[tuple[str, str]]:
 
 # --- the check: a clean twin and each rule's seeded violation --------------------------------------------
 
+
 @needs_nvcc
 def test_clean_build_passes(tmp_path: Path, objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
-              {"paged_attn.cu": objects["80,90"]})
+    make_repo(
+        tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {"paged_attn.cu": objects["80,90"]}
+    )
     result = run(tmp_path)
     assert (result.status.value, result.summary, result.examined) == (
-        "pass", "OK: 1 sources match engine/cuda/arch_features.yaml for ['80','90','90a']", 1)
+        "pass",
+        "OK: 1 sources match engine/cuda/arch_features.yaml for ['80','90','90a']",
+        1,
+    )
 
 
 @needs_nvcc
 def test_gc001_table_cell_edited_without_rebuilding(tmp_path: Path, objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
-              {"paged_attn.cu": objects["90"]})
+    make_repo(
+        tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {"paged_attn.cu": objects["90"]}
+    )
     result = run(tmp_path)
     assert result.status.value == "fail"
     assert pairs(result) == [
@@ -78,8 +84,7 @@ def test_gc001_table_cell_edited_without_rebuilding(tmp_path: Path, objects: dic
 
 @needs_nvcc
 def test_gc001_source_compiled_with_an_extra_arch(tmp_path: Path, objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"],
-              {"paged_attn.cu": objects["80,90"]})
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {"paged_attn.cu": objects["80,90"]})
     assert pairs(run(tmp_path, archs="9.0")) == [
         ("GC001", "engine/cuda/paged_attn.cu: gencode ['80','90'] != expected ['90']"),
         ("GC002", "engine/cuda/paged_attn.cu: ptx ['80','90'] != expected ['90']"),
@@ -90,32 +95,52 @@ def test_gc001_source_compiled_with_an_extra_arch(tmp_path: Path, objects: dict[
 def test_gc002_ptx_missing_is_judged_by_policy(tmp_path: Path, objects: dict[str, Path]) -> None:
     sass_only = compile_tiny(tmp_path / "s.so", ["90"], ptx=False)
     make_repo(tmp_path / "r", '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {"paged_attn.cu": sass_only})
-    assert pairs(run(tmp_path / "r", archs="9.0")) == [("GC002", "engine/cuda/paged_attn.cu: ptx [] != expected ['90']")]
+    assert pairs(run(tmp_path / "r", archs="9.0")) == [
+        ("GC002", "engine/cuda/paged_attn.cu: ptx [] != expected ['90']")
+    ]
 
 
 @needs_nvcc
 def test_gc003_source_missing_from_the_table(tmp_path: Path, objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu", "kv_store.cu"],
-              {"paged_attn.cu": objects["90"], "kv_store.cu": objects["90"]})
+    make_repo(
+        tmp_path,
+        '"9.0"',
+        {"paged_attn.cu": "portable"},
+        ["paged_attn.cu", "kv_store.cu"],
+        {"paged_attn.cu": objects["90"], "kv_store.cu": objects["90"]},
+    )
     result = run(tmp_path, archs="9.0")
     assert pairs(result) == [
-        ("GC003", "engine/cuda/kv_store.cu: not in the feature table engine/cuda/arch_features.yaml")]
+        ("GC003", "engine/cuda/kv_store.cu: not in the feature table engine/cuda/arch_features.yaml")
+    ]
     assert result.findings[0].hint == "add `kv_store.cu: <feature>` under sources"
 
 
 @needs_nvcc
 def test_gc004_feature_with_no_requested_arch_is_reported(tmp_path: Path, objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable", "wgmma.cu": "hopper"}, ["paged_attn.cu", "wgmma.cu"],
-              {"paged_attn.cu": objects["90"]})
+    make_repo(
+        tmp_path,
+        '"9.0"',
+        {"paged_attn.cu": "portable", "wgmma.cu": "hopper"},
+        ["paged_attn.cu", "wgmma.cu"],
+        {"paged_attn.cu": objects["90"]},
+    )
     assert pairs(run(tmp_path, archs="9.0")) == [
-        ("GC004", "engine/cuda/wgmma.cu: feature 'hopper' archs ['9.0a'] share no arch with the requested ['9.0']")]
+        ("GC004", "engine/cuda/wgmma.cu: feature 'hopper' archs ['9.0a'] share no arch with the requested ['9.0']")
+    ]
 
 
 @needs_nvcc
-def test_gc005_table_names_a_missing_source_and_gc006_a_missing_object(tmp_path: Path,
-                                                                       objects: dict[str, Path]) -> None:
-    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable", "gone.cu": "portable", "splitkv.cu": "portable"},
-              ["paged_attn.cu", "splitkv.cu"], {"paged_attn.cu": objects["90"]})
+def test_gc005_table_names_a_missing_source_and_gc006_a_missing_object(
+    tmp_path: Path, objects: dict[str, Path]
+) -> None:
+    make_repo(
+        tmp_path,
+        '"9.0"',
+        {"paged_attn.cu": "portable", "gone.cu": "portable", "splitkv.cu": "portable"},
+        ["paged_attn.cu", "splitkv.cu"],
+        {"paged_attn.cu": objects["90"]},
+    )
     assert pairs(run(tmp_path, archs="9.0")) == [
         ("GC005", "engine/cuda/gone.cu: listed under sources but does not exist"),
         ("GC006", "engine/cuda/splitkv.cu: no compiled object found"),
@@ -131,7 +156,9 @@ def test_manifest_supplies_what_each_build_requested(tmp_path: Path, objects: di
     (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
     result = run(tmp_path)
     assert (result.status.value, result.summary) == (
-        "pass", "OK: 1 sources match engine/cuda/arch_features.yaml for ['90','90a']")
+        "pass",
+        "OK: 1 sources match engine/cuda/arch_features.yaml for ['90','90a']",
+    )
     entry["requested"] = ["8.0", "9.0"]
     (build / "manifest.json").write_text(json.dumps({"engine/cuda/paged_attn.cu": entry}))
     assert pairs(run(tmp_path))[0] == ("GC001", "engine/cuda/paged_attn.cu: gencode ['90'] != expected ['80','90']")
@@ -173,12 +200,16 @@ def test_nothing_built_here_is_a_skip_with_its_reason(tmp_path: Path) -> None:
     args = argparse.Namespace(build_dir=None, compile_commands=None, archs=None)
     result = gencode.run(ctx, args)
     assert (result.status.value, result.exit_code) == ("skip", 0)
-    assert result.summary == (f"no CUDA build to audit ({cache} does not exist); "
-                              "ci/fat-build.sh builds every source and runs this check on the result")
+    assert result.summary == (
+        f"no CUDA build to audit ({cache} does not exist); "
+        "ci/fat-build.sh builds every source and runs this check on the result"
+    )
     cache.mkdir()  # a cache directory that a failed or interrupted build left empty: still nothing built
     result = gencode.run(ctx, args)
-    assert (result.status.value, result.summary.split(";")[0]) == ("skip", f"no CUDA build to audit ({cache} holds "
-                                                                           "no objects)")
+    assert (result.status.value, result.summary.split(";")[0]) == (
+        "skip",
+        f"no CUDA build to audit ({cache} holds no objects)",
+    )
 
 
 @needs_nvcc
@@ -187,13 +218,19 @@ def test_arch_specific_suffix_is_kept(tmp_path: Path, objects: dict[str, Path]) 
     assert run(tmp_path, archs="9.0a").status.value == "pass"
     shutil.copy(objects["90"], next((tmp_path / "build").glob("*.so")))
     assert pairs(run(tmp_path, archs="9.0a"))[0] == (
-        "GC001", "engine/cuda/wgmma.cu: gencode ['90'] != expected ['90a']")
+        "GC001",
+        "engine/cuda/wgmma.cu: gencode ['90'] != expected ['90a']",
+    )
 
 
 def test_compile_commands(tmp_path: Path) -> None:
-    make_repo(tmp_path, '"8.0", "9.0"', {"paged_attn.cu": "portable", "kv_store.cu": "portable",
-                                           "splitkv.cu": "portable"},
-              ["paged_attn.cu", "kv_store.cu", "splitkv.cu"], {})
+    make_repo(
+        tmp_path,
+        '"8.0", "9.0"',
+        {"paged_attn.cu": "portable", "kv_store.cu": "portable", "splitkv.cu": "portable"},
+        ["paged_attn.cu", "kv_store.cu", "splitkv.cu"],
+        {},
+    )
     cc = tmp_path / "compile_commands.json"
     cc.write_text((FIXTURES / "compile_commands.json").read_text().replace("@ROOT@", str(tmp_path)))
     result = run(tmp_path, compile_commands=cc, archs="8.0,9.0")

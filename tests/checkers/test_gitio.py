@@ -1,4 +1,5 @@
 """Git access on real temporary repositories (the range resolver is tested in test_context.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,6 +32,7 @@ def test_user_git_config_does_not_leak_in(git_repo: GitRepo, tmp_path: Path, mon
 
 # --- range_commits: one git log that also finds the merge base ---------------------------------------
 
+
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory: pytest.TempPathFactory) -> tuple[GitRepo, dict[str, str]]:
     """main R-M1-M2; feature from R with M1 merged in (F1, F2 merge, F3); side S1 from R; a criss-cross
@@ -58,16 +60,20 @@ def shapes(tmp_path_factory: pytest.TempPathFactory) -> tuple[GitRepo, dict[str,
     return repo, c
 
 
-@pytest.mark.parametrize("base,head,logs,merge_bases", [
-    ("R", "M2", 1, 0),  # base is an ancestor: one boundary commit, the base
-    ("M2", "S1", 1, 0),  # a fork: one boundary commit, the fork point
-    ("M2", "F3", 1, 1),  # main merged into the branch: two boundary commits, one merge base
-    ("X2", "Y2", 2, 2),  # criss-cross: two merge bases, so git's pick and a second log, as before
-    ("M2", "R", 1, 0),  # head behind base: an empty range at head
-    ("M2", "M2", 1, 0),
-])
-def test_range_commits_equals_merge_base_then_log(shapes, monkeypatch, base: str, head: str, logs: int,
-                                                  merge_bases: int):
+@pytest.mark.parametrize(
+    "base,head,logs,merge_bases",
+    [
+        ("R", "M2", 1, 0),  # base is an ancestor: one boundary commit, the base
+        ("M2", "S1", 1, 0),  # a fork: one boundary commit, the fork point
+        ("M2", "F3", 1, 1),  # main merged into the branch: two boundary commits, one merge base
+        ("X2", "Y2", 2, 2),  # criss-cross: two merge bases, so git's pick and a second log, as before
+        ("M2", "R", 1, 0),  # head behind base: an empty range at head
+        ("M2", "M2", 1, 0),
+    ],
+)
+def test_range_commits_equals_merge_base_then_log(
+    shapes, monkeypatch, base: str, head: str, logs: int, merge_bases: int
+):
     repo, c = shapes
     git = Git(repo.path)
     expected_base = git.merge_base(c[base], c[head])

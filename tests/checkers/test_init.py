@@ -1,5 +1,6 @@
 """`rowgate init`: a config chosen from the repository's history and layout, every choice printed with its
 reason; after it and a commit, `rowgate preflight` is green. Real temporary repositories throughout."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,17 +17,25 @@ SIGNED = "\n\nSigned-off-by: Ada Tester <ada@example.com>\n"
 
 
 def rowgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "checkers", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **GIT_ENV},
-                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "checkers", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **GIT_ENV},
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 @pytest.fixture
 def signed(tmp_path: Path) -> GitRepo:
     repo = init_repo(tmp_path / "proj")
     for i in range(5):
-        repo.commit(f"Change {i}{SIGNED}", {f"src/m{i}.py": f"x = {i}\n", "docs/a.md": f"{i}\n",
-                                            "Makefile": f"all: {i}\n"})
+        repo.commit(
+            f"Change {i}{SIGNED}", {f"src/m{i}.py": f"x = {i}\n", "docs/a.md": f"{i}\n", "Makefile": f"all: {i}\n"}
+        )
     return repo
 
 
@@ -38,8 +47,10 @@ def test_init_then_a_commit_then_preflight_is_green(signed: GitRepo):
     assert "  src/: class src, budget 1000 lines" in out
     assert "  agent-record     disabled: no records in .agents/rows/ (the rows workflow is not used here)" in out
     assert "  commit-trailers  enabled: presets dco" in out
-    assert out[-1] == ("wrote .agents/config.yaml; commit it (git add .agents/config.yaml && git commit -s), "
-                       "then run `rowgate preflight`")
+    assert out[-1] == (
+        "wrote .agents/config.yaml; commit it (git add .agents/config.yaml && git commit -s), "
+        "then run `rowgate preflight`"
+    )
     config = parse_config((signed.path / ".agents/config.yaml").read_bytes())
     assert config.trailers.presets == ["dco"] and config.cutover is None
     assert [c.name for c in config.pr_size.classes] == ["agents", "docs", "src", "top-level"]
@@ -82,8 +93,9 @@ def test_no_convention_in_the_history_disables_the_trailer_check(tmp_path: Path)
     repo = init_repo(tmp_path / "bare")
     repo.commit("One\n", {"x/a.txt": "a\n"})
     plan = init.detect(repo.path)
-    assert plan.disabled["commit-trailers"].startswith("no trailer convention in the history (0 of 1 commits "
-                                                       "signed off by their author;")
+    assert plan.disabled["commit-trailers"].startswith(
+        "no trailer convention in the history (0 of 1 commits signed off by their author;"
+    )
 
 
 def test_presets_from_protocol_and_row_trailers(tmp_path: Path):
@@ -104,12 +116,15 @@ def test_gencode_from_cuda_sources_a_table_and_compile_commands(tmp_path: Path):
     (repo.path / "build/compile_commands.json").write_text("[]\n")
     plan = init.detect(repo.path)
     section = plan.section("gencode")
-    assert section is not None and section.value == {"table": "kern/arch_features.yaml",
-                                                     "compile_commands": "build/compile_commands.json"}
+    assert section is not None and section.value == {
+        "table": "kern/arch_features.yaml",
+        "compile_commands": "build/compile_commands.json",
+    }
     bare = init_repo(tmp_path / "cuda2")
     bare.commit("k\n", {"kern/a.cu": "//\n"})
     assert init.detect(bare.path).disabled["gencode"] == (
-        "1 CUDA sources but no arch feature table (arch_features.yaml) to compare their -gencode flags with")
+        "1 CUDA sources but no arch feature table (arch_features.yaml) to compare their -gencode flags with"
+    )
 
 
 def test_layout_detectors_are_called_through_one_list(tmp_path: Path):
@@ -125,13 +140,20 @@ def test_layout_detectors_are_called_through_one_list(tmp_path: Path):
         def run(root: Path) -> Found | None:
             calls.append(name)
             return found
+
         return run
 
-    init._layout(tmp_path, plan, {
-        "env_doc": detector("env_doc", Found({"doc": "ENV.md"}, ["env table ENV.md"])),
-        "gemv_invocation": detector("gemv_invocation", None),
-        "pr_size_pairs": detector("pr_size_pairs", Found({"pairs": [{"name": "t", "when": "a/{n}.py",
-                                                                     "require": "t/{n}.py"}]}, ["pairs"]))})
+    init._layout(
+        tmp_path,
+        plan,
+        {
+            "env_doc": detector("env_doc", Found({"doc": "ENV.md"}, ["env table ENV.md"])),
+            "gemv_invocation": detector("gemv_invocation", None),
+            "pr_size_pairs": detector(
+                "pr_size_pairs", Found({"pairs": [{"name": "t", "when": "a/{n}.py", "require": "t/{n}.py"}]}, ["pairs"])
+            ),
+        },
+    )
     assert calls == [fn for _, _, fn in init.DETECTORS]
     assert plan.section("env_doc").value == {"doc": "ENV.md"}  # type: ignore[union-attr]
     assert plan.section("pr_size").value["pairs"][0]["name"] == "t"  # type: ignore[union-attr,index]
@@ -144,8 +166,13 @@ def test_the_layout_detectors_of_checkers_detect_layout_are_wired(tmp_path: Path
     detectors = init._load_detectors()
     assert sorted(detectors) == sorted(fn for _, _, fn in init.DETECTORS)
     repo = init_repo(tmp_path / "envs")
-    repo.commit("e\n", {"docs/ENV.md": "| Variable | meaning |\n|---|---|\n| `VT_FOO` | a switch |\n",
-                        "src/a.py": "import os\nFOO = os.environ.get('VT_FOO')\n"})
+    repo.commit(
+        "e\n",
+        {
+            "docs/ENV.md": "| Variable | meaning |\n|---|---|\n| `VT_FOO` | a switch |\n",
+            "src/a.py": "import os\nFOO = os.environ.get('VT_FOO')\n",
+        },
+    )
     plan = init.detect(repo.path)
     section = plan.section("env_doc")
     assert section is not None and "VT_" in section.value["prefixes"]  # type: ignore[index]
@@ -154,7 +181,13 @@ def test_the_layout_detectors_of_checkers_detect_layout_are_wired(tmp_path: Path
 
 def test_fixtures_under_tests_are_not_taken_for_the_build(tmp_path: Path):
     repo = init_repo(tmp_path / "fx")
-    repo.commit("k\n", {"kern/a.cu": "//\n", "kern/arch_features.yaml": "features: {}\n",
-                        "tests/fixtures/compile_commands.json": "[]\n"})
+    repo.commit(
+        "k\n",
+        {
+            "kern/a.cu": "//\n",
+            "kern/arch_features.yaml": "features: {}\n",
+            "tests/fixtures/compile_commands.json": "[]\n",
+        },
+    )
     section = init.detect(repo.path).section("gencode")
     assert section is not None and section.value == {"table": "kern/arch_features.yaml"}

@@ -1,5 +1,6 @@
 """A governance-only install: the wheel built from a clone at HEAD holds the toolkit and its console
 script, and neither the engine package nor model weights."""
+
 from __future__ import annotations
 
 import os
@@ -17,11 +18,32 @@ from tests.conftest import GIT_ENV, ROOT
 def test_the_wheel_is_the_toolkit_without_the_engine_or_weights(tmp_path: Path):
     env = {**os.environ, **GIT_ENV}
     clone = tmp_path / "src"
-    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True, timeout=120,
-                   capture_output=True, env=env)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(tmp_path / "dist"), str(clone)], capture_output=True, text=True,
-                          timeout=600, env=env, check=False)
+    subprocess.run(
+        ["git", "clone", "-q", "--no-local", str(ROOT), str(clone)],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        env=env,
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(clone),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [wheel] = (tmp_path / "dist").glob("rowgate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -1,4 +1,5 @@
 """Every output format over the same results."""
+
 from __future__ import annotations
 
 import json
@@ -55,17 +56,34 @@ def test_json_is_versioned_and_round_trips():
     doc = json.loads(render("json", _results(), [RULE]))
     assert doc["schema"] == "rowgate.results/1" and doc["exit_code"] == 3
     assert [r["status"] for r in doc["results"]] == ["fail", "pass", "skip", "error"]
-    assert doc["results"][0]["findings"][0] == {"rule": "XX001", "name": "demo-rule",
-                                                "message": FINDING.message, "path": "dir/a,b.py",
-                                                "line": 7, "hint": "do the thing", "commit": None}
-    assert set(doc["results"][0]) == {"check", "status", "summary", "examined", "unit", "findings",
-                                      "details", "hint", "duration_s"}
+    assert doc["results"][0]["findings"][0] == {
+        "rule": "XX001",
+        "name": "demo-rule",
+        "message": FINDING.message,
+        "path": "dir/a,b.py",
+        "line": 7,
+        "hint": "do the thing",
+        "commit": None,
+    }
+    assert set(doc["results"][0]) == {
+        "check",
+        "status",
+        "summary",
+        "examined",
+        "unit",
+        "findings",
+        "details",
+        "hint",
+        "duration_s",
+    }
 
 
 def test_github_annotations_escape_properties_and_data():
     lines = render_github(_results()).splitlines()
-    assert lines[0] == ("::error file=dir/a%2Cb.py,line=7,title=XX001 demo-rule::"
-                        "50%25 of lines, a: b, c%0Asecond line%0A(fix: do the thing)")
+    assert lines[0] == (
+        "::error file=dir/a%2Cb.py,line=7,title=XX001 demo-rule::"
+        "50%25 of lines, a: b, c%0Asecond line%0A(fix: do the thing)"
+    )
     assert lines[-2] == "::warning title=gamma::skipped: no remote refs"
     assert lines[-1] == "::error title=delta::shallow clone (fix: git fetch --unshallow)"
 
@@ -88,7 +106,12 @@ def test_sarif_has_the_required_2_1_0_fields():
 def test_junit_has_one_case_per_gate_passes_included():
     root = ET.fromstring(render("junit", _results(), [RULE]))
     suite = root.find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("4", "1", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "4",
+        "1",
+        "1",
+        "1",
+    )
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert list(cases) == ["alpha", "beta", "gamma", "delta"]
     assert cases["alpha"].find("failure").text.startswith("dir/a,b.py:7: XX001 demo-rule")

@@ -5,6 +5,7 @@ scratch repository set up by the README's commands (commit-msg, pre-push and man
 pre-commit installs this package (language: python) with pip from the clone; where the machine has a local
 package index, pip is pointed at it so no network is used.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ SIGNED = "\n\nSigned-off-by: Ada Tester <ada@example.com>\n"
 def section() -> str:
     text = (ROOT / "README.md").read_text()
     start = text.index("### Use it in your repository")
-    return text[start:text.index("\n## ", start)]
+    return text[start : text.index("\n## ", start)]
 
 
 def yaml_blocks() -> list[str]:
@@ -51,13 +52,22 @@ def test_the_snippet_names_real_hooks_and_a_real_revision():
 def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: Path):
     if not PRE_COMMIT.exists() and shutil.which("pre-commit") is None:
         pytest.skip("pre-commit is not installed: pip install -e .[dev]")
-    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": str(tmp_path / "cache"),
-           "PIP_NO_BUILD_ISOLATION": "false"}  # build with the environment's setuptools: no download
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "PRE_COMMIT_HOME": str(tmp_path / "cache"),
+        "PIP_NO_BUILD_ISOLATION": "false",
+    }  # build with the environment's setuptools: no download
     if LOCAL_INDEX.is_dir():
         env["PIP_INDEX_URL"] = LOCAL_INDEX.as_uri()
     clone = tmp_path / "rowgate"
-    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True, timeout=120,
-                   capture_output=True, env=env)
+    subprocess.run(
+        ["git", "clone", "-q", "--no-local", str(ROOT), str(clone)],
+        check=True,
+        timeout=120,
+        capture_output=True,
+        env=env,
+    )
     [snippet] = YAML(typ="safe").load(yaml_blocks()[1])["repos"]
     rev = snippet["rev"]
     subprocess.run(["git", "-C", str(clone), "branch", "-f", rev, "HEAD"], check=True, capture_output=True, env=env)
@@ -73,9 +83,16 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
     repo.git("remote", "set-head", "origin", "main")
 
     def rowgate(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "checkers", *args], cwd=repo.path, capture_output=True,
-                              text=True, env={**env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "checkers", *args],
+            cwd=repo.path,
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=False,
+        )
 
     dco = rowgate("check", "commit-trailers", "--preset", "dco", "--range", "origin/main~2..HEAD")
     assert dco.returncode == 0, dco.stdout + dco.stderr
@@ -89,8 +106,15 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
     exe = str(PRE_COMMIT) if PRE_COMMIT.exists() else "pre-commit"
 
     def hook(hook_id: str, *stage: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([exe, "try-repo", str(clone), hook_id, "--ref", rev, *stage], cwd=repo.path,
-                              env=env, capture_output=True, text=True, timeout=600, check=False)
+        return subprocess.run(
+            [exe, "try-repo", str(clone), hook_id, "--ref", rev, *stage],
+            cwd=repo.path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
 
     ran = []
     for h in snippet["hooks"]:
@@ -100,11 +124,15 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
             bad = hook(h["id"], "--hook-stage", "commit-msg", "--commit-msg-filename", str(tmp_path / "unsigned"))
             assert bad.returncode == 1, bad.stdout + bad.stderr
             assert "TR001 trailer-missing: no Signed-off-by trailer (need at least 1)" in bad.stdout
-            assert "fix: commit again with git commit -s, which adds `Signed-off-by: Ada Tester " \
-                   "<ada@example.com>`" in bad.stdout and "--amend" not in bad.stdout
+            assert (
+                "fix: commit again with git commit -s, which adds `Signed-off-by: Ada Tester <ada@example.com>`"
+                in bad.stdout
+                and "--amend" not in bad.stdout
+            )
         elif h["id"] == "rowgate-pr-size":
-            push = hook(h["id"], "--hook-stage", "pre-push", "--from-ref", repo.head("origin/main"),
-                        "--to-ref", repo.head())
+            push = hook(
+                h["id"], "--hook-stage", "pre-push", "--from-ref", repo.head("origin/main"), "--to-ref", repo.head()
+            )
             assert push.returncode == 0 and "Passed" in push.stdout, push.stdout + push.stderr
         elif h["id"] == "rowgate-gencode":
             manual = hook(h["id"], "--hook-stage", "manual")  # disabled by init here: a skip, exit 0

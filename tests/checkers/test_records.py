@@ -1,4 +1,5 @@
 """Record loading: a malformed record is a problem with its path and line, never a traceback."""
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,23 @@ def test_row_id_must_match_file_name(rowgate_repo: GitRepo):
 
 
 def test_issue_front_matter_and_ledger_json_errors_carry_lines(rowgate_repo: GitRepo):
-    rowgate_repo.write({
-        ".agents/issues/GOV-CORE/ISSUE-1.md": "---\nnumber: one\nrow: GOV-CORE\nfiled: 2026-11-29\n---\n# x\n",
-        ".agents/ledger/2026-11-29-x.json": json.dumps({"schema": 1, "date": "2026-11-29", "kind": "gate",
-                                                        "rows": ["GOV-CORE"], "command": "x",
-                                                        "summary": "s", "surprise": 1}, indent=1),
-    })
+    rowgate_repo.write(
+        {
+            ".agents/issues/GOV-CORE/ISSUE-1.md": "---\nnumber: one\nrow: GOV-CORE\nfiled: 2026-11-29\n---\n# x\n",
+            ".agents/ledger/2026-11-29-x.json": json.dumps(
+                {
+                    "schema": 1,
+                    "date": "2026-11-29",
+                    "kind": "gate",
+                    "rows": ["GOV-CORE"],
+                    "command": "x",
+                    "summary": "s",
+                    "surprise": 1,
+                },
+                indent=1,
+            ),
+        }
+    )
     lines = sorted(line for p in load_records(rowgate_repo.path).problems for line in p.lines())
     assert lines == [
         ".agents/issues/GOV-CORE/ISSUE-1.md:2: number: Input should be a valid integer, unable to parse string as an integer",

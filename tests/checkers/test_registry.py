@@ -1,4 +1,5 @@
 """Meta-tests: the registry, the scripts, the hooks, the README and the tests agree."""
+
 from __future__ import annotations
 
 import re

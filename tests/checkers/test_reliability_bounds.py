@@ -1,5 +1,6 @@
 """Bounded parsing: record and config YAML refuse anchors, aliases and merge keys and cap size and depth;
 every scanner does linear work on adversarial input (asserted by counted steps, not by a clock)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,25 +16,30 @@ from checkers.yamlio import MAX_YAML_BYTES, parse_yaml
 from tests.conftest import GitRepo
 
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
 
 
 def test_billion_laughs_row_is_a_record_error_not_a_hang(rowgate_repo: GitRepo):
     assert len(LAUGHS) < 1024
     rowgate_repo.write({".agents/rows/GOV-BOMB.yaml": "id: GOV-BOMB\n" + LAUGHS})
     records = load_records(rowgate_repo.path)
-    assert [p.lines() for p in records.problems] == [[
-        ".agents/rows/GOV-BOMB.yaml:2: YAML anchor &a is not allowed in records and config (write the value out)"]]
+    assert [p.lines() for p in records.problems] == [
+        [".agents/rows/GOV-BOMB.yaml:2: YAML anchor &a is not allowed in records and config (write the value out)"]
+    ]
     ctx = Context(root=rowgate_repo.path, config=load_config(rowgate_repo.path), env={})
     result = agent_record.run(ctx, argparse.Namespace(base=None, head=None, message_file=None))
     assert result.status.value == "fail"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a: *x\n", "1: YAML alias *x is not allowed in records and config (write the value out)"),
-    ("base: {a: 1}\nrow:\n  <<: {b: 2}\n", "3: YAML merge key << is not allowed in records and config"),
-    ("a: " + "[" * 100 + "]" * 100 + "\n", "1: YAML nested deeper than 64"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: *x\n", "1: YAML alias *x is not allowed in records and config (write the value out)"),
+        ("base: {a: 1}\nrow:\n  <<: {b: 2}\n", "3: YAML merge key << is not allowed in records and config"),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", "1: YAML nested deeper than 64"),
+    ],
+)
 def test_aliases_merge_keys_and_depth_are_refused(text, message):
     with pytest.raises(RecordError) as exc:
         parse_yaml(text.encode(), "f.yaml")
@@ -55,7 +61,8 @@ def test_config_with_an_alias_names_the_file_and_line(rowgate_repo: GitRepo):
     with pytest.raises(RecordError) as exc:
         load_config(rowgate_repo.path)
     assert exc.value.lines() == [
-        ".agents/config.yaml:3: YAML anchor &areas is not allowed in records and config (write the value out)"]
+        ".agents/config.yaml:3: YAML anchor &areas is not allowed in records and config (write the value out)"
+    ]
 
 
 # --- linear scanners ---------------------------------------------------------------------------------
@@ -98,14 +105,17 @@ def test_the_gemv_scan_of_adversarial_sources_finishes(tmp_path):
 
     for name, text in ADVERSARIAL.items():
         (tmp_path / f"{name.replace(' ', '_')}.cu").write_text(text)
-    code = ("import pathlib, sys\nfrom checkers.checks.env_doc import envscan\n"
-            "from checkers.checks.gemv_invocation import Source, check_sources\n"
-            "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.cu')):\n"
-            "    t = p.read_text(); check_sources([], [Source(p.name, t)], 0)\n"
-            "    envscan.c_reads(t, p.name, ('VT_',))\n"
-            "print('done')\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, check=False)
+    code = (
+        "import pathlib, sys\nfrom checkers.checks.env_doc import envscan\n"
+        "from checkers.checks.gemv_invocation import Source, check_sources\n"
+        "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.cu')):\n"
+        "    t = p.read_text(); check_sources([], [Source(p.name, t)], 0)\n"
+        "    envscan.c_reads(t, p.name, ('VT_',))\n"
+        "print('done')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
+    )
     assert proc.stdout == "done\n", proc.stderr
 
 

@@ -1,5 +1,6 @@
 """Fuzzing the inputs rowgate parses: whatever the bytes, each parser returns or raises its own error type
 (which the commands report in one line); nothing else escapes. Small example counts keep it CI-quick."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,11 @@ from checkers.yamlio import parse_yaml
 
 QUICK = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 YAMLISH = st.text(alphabet=st.sampled_from(list("ab: -[]{}&*<>!|'\"#\n\t,?%@`\\0\x01")), max_size=200)
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                       max_size=4), max_leaves=20)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 @QUICK
@@ -76,8 +79,10 @@ def test_compile_commands_load_or_raise_flag_error(value: object) -> None:
 
 
 @QUICK
-@given(st.text(alphabet=st.sampled_from(list("Row:aB -#\n\t\r>8(),")) | st.characters(), max_size=300),
-       st.sampled_from(["hook", "range"]))
+@given(
+    st.text(alphabet=st.sampled_from(list("Row:aB -#\n\t\r>8(),")) | st.characters(), max_size=300),
+    st.sampled_from(["hook", "range"]),
+)
 def test_trailer_parse_never_raises(message: str, mode: str) -> None:
     block = parser.parse(message, mode)  # type: ignore[arg-type]
     assert all(t.key for t in block.trailers)

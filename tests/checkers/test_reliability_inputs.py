@@ -1,6 +1,7 @@
 """Hostile inputs on real repositories: repository config and environment that would redirect or reparse
 git, shallow history, control characters in names, paths out of the tree, special files, runaway patterns,
 ranges that examine nothing, and failures that must end in one line instead of a traceback."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,7 @@ from tests.conftest import MINIMAL_CONFIG, GitRepo, init_repo, row_yaml
 @contextlib.contextmanager
 def no_hang(seconds: int = 30) -> Iterator[None]:
     """Fail (instead of hanging the suite) when the block blocks or loops: a guard, not a timing assertion."""
+
     def expire(*_: object) -> None:
         raise TimeoutError(f"still running after {seconds}s")
 
@@ -48,23 +50,28 @@ def _ctx(repo: GitRepo) -> Context:
 @pytest.fixture
 def trailer(rowgate_repo: GitRepo) -> GitRepo:
     cutover = rowgate_repo.head()
-    rowgate_repo.commit("Configure\n\nRow: GOV-CORE\n", {
-        ".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: trailer\n"})
+    rowgate_repo.commit(
+        "Configure\n\nRow: GOV-CORE\n",
+        {".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: trailer\n"},
+    )
     return rowgate_repo
 
 
 # --- git isolation ------------------------------------------------------------------------------------
+
 
 def test_repository_trailer_separators_do_not_change_role_discipline(trailer: GitRepo):
     sha = trailer.commit("Work\n\nRow# GOV-CORE\n", {"a.py": "x\n"})
     trailer.git("config", "trailer.separators", "#")
     result = role_discipline.run(_ctx(trailer), argparse.Namespace(base=None, head=None))
     assert [(f.rule, f.message) for f in result.findings] == [
-        ("RD001", f"commit {sha[:12]} names no row (no Row: trailer)")]
+        ("RD001", f"commit {sha[:12]} names no row (no Row: trailer)")
+    ]
 
 
-def test_git_dir_in_the_environment_does_not_redirect_an_explicit_repo(rowgate_repo: GitRepo, tmp_path: Path,
-                                                                        monkeypatch):
+def test_git_dir_in_the_environment_does_not_redirect_an_explicit_repo(
+    rowgate_repo: GitRepo, tmp_path: Path, monkeypatch
+):
     other = init_repo(tmp_path / "other")
     other.commit("Other\n", {"o": "1"})
     monkeypatch.setenv("GIT_DIR", str(other.path / ".git"))
@@ -86,7 +93,10 @@ def test_git_dir_locates_the_repository_when_nothing_else_does(rowgate_repo: Git
 def test_changed_paths_keep_a_name_with_a_control_character_whole(rowgate_repo: GitRepo):
     sha = rowgate_repo.commit("Both\n", {"docs/a\x01.md": "d\n", "docs/b\nc.md": "e\n", "engine/x.py": "x\n"})
     assert sorted(Git(rowgate_repo.path).changed_paths(f"{sha}~1..{sha}")[sha]) == [
-        "docs/a\x01.md", "docs/b\nc.md", "engine/x.py"]
+        "docs/a\x01.md",
+        "docs/b\nc.md",
+        "engine/x.py",
+    ]
 
 
 def test_a_shallow_boundary_inside_the_range_is_an_error(trailer: GitRepo, tmp_path: Path):
@@ -99,8 +109,13 @@ def test_a_shallow_boundary_inside_the_range_is_an_error(trailer: GitRepo, tmp_p
     base = trailer.commit("Main\n\nRow: GOV-CORE\n", {"m": "x\n"})
     trailer.git("merge", "-q", "--no-ff", "--no-edit", "side")
     clone = tmp_path / "shallow"
-    subprocess.run(["git", "clone", "-q", "--depth", "3", f"file://{trailer.path}", str(clone)], check=True,
-                   env=trailer.env, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "3", f"file://{trailer.path}", str(clone)],
+        check=True,
+        env=trailer.env,
+        capture_output=True,
+        timeout=60,
+    )
     repo = GitRepo(clone)
     assert repo.git("rev-parse", "--is-shallow-repository").strip() == "true"
     from checkers.preflight import run_check
@@ -114,6 +129,7 @@ def test_a_shallow_boundary_inside_the_range_is_an_error(trailer: GitRepo, tmp_p
 
 # --- honest counts ------------------------------------------------------------------------------------
 
+
 def test_a_range_of_only_skipped_merges_examined_nothing(trailer: GitRepo):
     trailer.git("checkout", "-q", "-b", "side")
     side = trailer.commit("Side\n\nRow: GOV-CORE\n", {"side": "1"})
@@ -124,11 +140,14 @@ def test_a_range_of_only_skipped_merges_examined_nothing(trailer: GitRepo):
 
 
 def test_live_rows_counts_a_commit_made_on_the_claim_day(rowgate_repo: GitRepo):
-    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "live_rows:\n  remote: null\n",
-                        ".agents/rows/GOV-X.yaml": row_yaml("GOV-X", state="ACTIVE", claim="c1"),
-                        ".agents/specs/GOV-X.md": "# x\n\n## Goal\n\n## Acceptance\n\n## Issues\n",
-                        ".agents/claims/c1.yaml": "id: c1\nrow: GOV-X\nbranch: row/GOV-X\nowner: ada\n"
-                                                  "since: 2026-01-01\n"})
+    rowgate_repo.write(
+        {
+            ".agents/config.yaml": MINIMAL_CONFIG + "live_rows:\n  remote: null\n",
+            ".agents/rows/GOV-X.yaml": row_yaml("GOV-X", state="ACTIVE", claim="c1"),
+            ".agents/specs/GOV-X.md": "# x\n\n## Goal\n\n## Acceptance\n\n## Issues\n",
+            ".agents/claims/c1.yaml": "id: c1\nrow: GOV-X\nbranch: row/GOV-X\nowner: ada\nsince: 2026-01-01\n",
+        }
+    )
     rowgate_repo.commit("Work on it\n\nRow: GOV-X\n")  # 2026-01-01T00:00:0N+00:00, the claim's day
     result = live_rows.run(_ctx(rowgate_repo), argparse.Namespace(check=True, report=False))
     assert (result.status.value, [f.message for f in result.findings]) == ("pass", [])
@@ -136,18 +155,21 @@ def test_live_rows_counts_a_commit_made_on_the_claim_day(rowgate_repo: GitRepo):
 
 # --- paths from records ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("anchor", ["../../etc/passwd", "/etc/hostname", "out/hostname"])
 def test_an_anchor_outside_the_repository_is_refused(rowgate_repo: GitRepo, capsys, anchor):
     (rowgate_repo.path / "out").symlink_to("/etc")
     before = (rowgate_repo.path / ".agents/rows/GOV-CORE.yaml").read_text()
-    assert main(["row", "set", "GOV-CORE", "--state", "READY", "--anchor", anchor,
-                 "--repo", str(rowgate_repo.path)]) == 1
+    assert (
+        main(["row", "set", "GOV-CORE", "--state", "READY", "--anchor", anchor, "--repo", str(rowgate_repo.path)]) == 1
+    )
     err = capsys.readouterr().err
     assert f"anchor {anchor} is not a path inside the repository" in err and "lines)" not in err
     assert (rowgate_repo.path / ".agents/rows/GOV-CORE.yaml").read_text() == before
 
 
 # --- special files ---------------------------------------------------------------------------------------
+
 
 def test_a_fifo_in_the_build_dir_is_skipped_with_a_note(tmp_path: Path):
     from checkers.checks import gencode
@@ -170,11 +192,16 @@ def test_a_fifo_in_the_build_dir_is_skipped_with_a_note(tmp_path: Path):
 
 # --- configured patterns ---------------------------------------------------------------------------------
 
+
 def test_a_runaway_trailer_pattern_stops_with_an_error(rowgate_repo: GitRepo, tmp_path: Path):
     from checkers.checks import commit_trailers
 
-    rowgate_repo.write({".agents/config.yaml": "version: 1\nrows:\n  areas: [GOV]\ntrailers:\n  keys:\n"
-                                               "    - key: Row\n      min: 1\n      pattern: '(a+)+$'\n"})
+    rowgate_repo.write(
+        {
+            ".agents/config.yaml": "version: 1\nrows:\n  areas: [GOV]\ntrailers:\n  keys:\n"
+            "    - key: Row\n      min: 1\n      pattern: '(a+)+$'\n"
+        }
+    )
     msg = tmp_path / "msg"
     msg.write_text("Subject\n\nBody.\n\nRow: " + "a" * 40 + "!\n")
     ctx = Context(root=rowgate_repo.path, config=load_config(rowgate_repo.path), env={})
@@ -193,13 +220,16 @@ def test_a_runaway_trailer_pattern_stops_with_an_error(rowgate_repo: GitRepo, tm
 
 # --- output ----------------------------------------------------------------------------------------------
 
-PLANTED = Rule("XX001", "demo", "a demo rule").finding("value x\n::error file=forged::owned\x1b[2J end",
-                                                       "docs/a\x01\nb.md", 3, "fix\rit")
+PLANTED = Rule("XX001", "demo", "a demo rule").finding(
+    "value x\n::error file=forged::owned\x1b[2J end", "docs/a\x01\nb.md", 3, "fix\rit"
+)
 
 
 def _planted() -> list[Result]:
-    return [Result.judge("demo", [PLANTED], 1, "files", "OK"),
-            Result.error("other", "summary\n::warning::forged too\x07", "hint\n::error::x")]
+    return [
+        Result.judge("demo", [PLANTED], 1, "files", "OK"),
+        Result.error("other", "summary\n::warning::forged too\x07", "hint\n::error::x"),
+    ]
 
 
 def test_text_output_escapes_control_characters_and_newlines():
@@ -236,6 +266,7 @@ PLANTED_RULE = Rule("XX001", "demo", "a demo rule")
 
 # --- errors ----------------------------------------------------------------------------------------------
 
+
 def test_a_crash_is_one_line_and_exit_3_and_debug_shows_it(rowgate_repo: GitRepo, capsys, monkeypatch):
     import checkers.commands.row as row_cmd
 
@@ -256,12 +287,20 @@ def test_a_crash_is_one_line_and_exit_3_and_debug_shows_it(rowgate_repo: GitRepo
 
 def test_doctor_without_git_says_so_in_one_line(rowgate_repo: GitRepo):
     env = {**os.environ, "PATH": "/nonexistent"}
-    proc = subprocess.run([sys.executable, "-m", "checkers", "doctor", "--repo", str(rowgate_repo.path)],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2],
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "checkers", "doctor", "--repo", str(rowgate_repo.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+        check=False,
+    )
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
-    assert proc.stdout.splitlines() == ["git:        not found: install git 2.30 or newer",
-                                        "repo:       git is not installed or not on PATH"]
+    assert proc.stdout.splitlines() == [
+        "git:        not found: install git 2.30 or newer",
+        "repo:       git is not installed or not on PATH",
+    ]
 
 
 def test_doctor_runs_no_fsmonitor_program(rowgate_repo: GitRepo, tmp_path: Path, capsys, monkeypatch):

@@ -1,5 +1,6 @@
 """Record writes under faults: concurrent writers, a kill at every point of a write, a full disk, a
 file-size limit, orphan claims. Each test runs the real `rowgate` commands on a real repository."""
+
 from __future__ import annotations
 
 import contextlib
@@ -66,8 +67,9 @@ def _parallel(n: int, make_args) -> list[tuple[int, str]]:
 
 def test_twenty_concurrent_claims_leave_exactly_one(repo: GitRepo, monkeypatch):
     monkeypatch.setenv("ROWGATE_LOCK_TIMEOUT", "300")
-    procs = _parallel(20, lambda i: (repo, "claim", "GOV-CORE", "--branch", f"b{i}", "--owner", f"o{i}",
-                                     "--claim-id", f"C{i}"))
+    procs = _parallel(
+        20, lambda i: (repo, "claim", "GOV-CORE", "--branch", f"b{i}", "--owner", f"o{i}", "--claim-id", f"C{i}")
+    )
     assert sorted(rc for rc, _ in procs) == [0] + [1] * 19, procs
     assert all("GOV-CORE is already claimed" in err for rc, err in procs if rc)
     claims = sorted(p.name for p in (repo.path / ".agents/claims").iterdir())
@@ -88,8 +90,9 @@ def test_twenty_concurrent_anchor_additions_keep_every_reported_success(repo: Gi
 def test_a_held_lock_times_out_naming_its_holder(repo: GitRepo, monkeypatch):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        (repo.path / ".agents/rowgate.lock").write_text(f"pid={holder.pid} host={os.uname().nodename} "
-                                                        "since=2026-01-01T00:00:00Z token=x\n")
+        (repo.path / ".agents/rowgate.lock").write_text(
+            f"pid={holder.pid} host={os.uname().nodename} since=2026-01-01T00:00:00Z token=x\n"
+        )
         monkeypatch.setenv("ROWGATE_LOCK_TIMEOUT", "0.2")
         rc, err = _rowgate(repo, "row", "set", "GOV-CORE", "--state", "READY")
     finally:
@@ -98,14 +101,19 @@ def test_a_held_lock_times_out_naming_its_holder(repo: GitRepo, monkeypatch):
     lock = repo.path / ".agents/rowgate.lock"
     assert rc == 3
     assert err.splitlines() == [
-        (f"rowgate: {lock} is held by pid {holder.pid} on {os.uname().nodename} since 2026-01-01T00:00:00Z "
-         "(waited 0.2s)"), f"    fix: wait for it to finish; if that process is gone, remove {lock}"]
+        (
+            f"rowgate: {lock} is held by pid {holder.pid} on {os.uname().nodename} since 2026-01-01T00:00:00Z "
+            "(waited 0.2s)"
+        ),
+        f"    fix: wait for it to finish; if that process is gone, remove {lock}",
+    ]
 
 
 def _killed_at(limit: int, stop_at: str, argv: list[str], ignore_sigxfsz: bool = False) -> int:
     """In a child: run one record command that the kernel kills (SIGXFSZ) when its writes cross `limit`
     bytes, a kill -9 at that exact byte of the write, or that kills itself at the audit event `stop_at`
     (just before a rename, link or unlink). With `ignore_sigxfsz` the write fails with EFBIG instead."""
+
     def hook(event: str, _args: object) -> None:
         if event == stop_at:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -120,10 +128,12 @@ def _killed_at(limit: int, stop_at: str, argv: list[str], ignore_sigxfsz: bool =
 def test_a_kill_at_any_point_of_a_record_write_leaves_the_old_or_the_new_file(repo: GitRepo):
     repo.write({f"src/long_module_name_{i:03d}.py": "x\n" for i in range(60)})
     args = ["row", "set", "GOV-CORE", "--state", "READY"] + [
-        a for i in range(60) for a in ("--anchor", f"src/long_module_name_{i:03d}.py")]
+        a for i in range(60) for a in ("--anchor", f"src/long_module_name_{i:03d}.py")
+    ]
     old = (repo.path / ROW).read_bytes()
     points = [(limit, "none") for limit in (0, 1, 40, 200, 700, 1500, 2500)] + [
-        (1 << 30, event) for event in ("os.rename", "os.link", "os.remove")]
+        (1 << 30, event) for event in ("os.rename", "os.link", "os.remove")
+    ]
     codes = set()
     for limit, event in points:
         rc, _ = _forked(_killed_at, limit, event, [*args, "--repo", str(repo.path)])
@@ -143,8 +153,13 @@ def test_a_file_size_limit_mid_write_changes_nothing_and_says_so(repo: GitRepo):
     anchor = "src/" + "a" * 200 + ".py"
     repo.write({anchor: "x\n"})
     old = (repo.path / ROW).read_bytes()
-    rc, err = _forked(_killed_at, 250, "none", ["row", "set", "GOV-CORE", "--state", "READY", "--anchor",
-                                                anchor, "--repo", str(repo.path)], True)
+    rc, err = _forked(
+        _killed_at,
+        250,
+        "none",
+        ["row", "set", "GOV-CORE", "--state", "READY", "--anchor", anchor, "--repo", str(repo.path)],
+        True,
+    )
     assert (repo.path / ROW).read_bytes() == old
     assert rc == 3, err
     assert err.splitlines() == [f"rowgate: could not write {repo.path / ROW}: file too large; nothing was changed"]
@@ -161,8 +176,9 @@ def test_a_full_disk_rolls_back_a_claim(repo: GitRepo, monkeypatch, capsys):
 
     monkeypatch.setattr(atomicio.os, "replace", full)
     assert main(["claim", "GOV-CORE", "--branch", "b", "--owner", "ada", "--repo", str(repo.path)]) == 3
-    assert capsys.readouterr().err == (f"rowgate: could not write {repo.path / ROW}: no space left on device; "
-                                       "nothing was changed\n")
+    assert capsys.readouterr().err == (
+        f"rowgate: could not write {repo.path / ROW}: no space left on device; nothing was changed\n"
+    )
     assert (repo.path / ROW).read_bytes() == old
     assert not list((repo.path / ".agents/claims").iterdir())  # the claim was rolled back
     assert not list((repo.path / ".agents").rglob("*.tmp"))
@@ -171,10 +187,13 @@ def test_a_full_disk_rolls_back_a_claim(repo: GitRepo, monkeypatch, capsys):
 
 
 def test_an_orphan_claim_does_not_block_claiming_and_is_cleaned(repo: GitRepo, capsys):
-    repo.write({".agents/claims/GOV-CORE.yaml": "id: GOV-CORE\nrow: GOV-CORE\nbranch: b\nowner: o\n"
-                                                "since: 2026-01-01\n"})
-    assert main(["claim", "GOV-CORE", "--branch", "b2", "--owner", "ada", "--claim-id", "C2",
-                 "--repo", str(repo.path)]) == 0
+    repo.write(
+        {".agents/claims/GOV-CORE.yaml": "id: GOV-CORE\nrow: GOV-CORE\nbranch: b\nowner: o\nsince: 2026-01-01\n"}
+    )
+    assert (
+        main(["claim", "GOV-CORE", "--branch", "b2", "--owner", "ada", "--claim-id", "C2", "--repo", str(repo.path)])
+        == 0
+    )
     assert "removed orphan claim .agents/claims/GOV-CORE.yaml" in capsys.readouterr().err
     assert sorted(p.name for p in (repo.path / ".agents/claims").iterdir()) == ["C2.yaml"]
     repo.write({".agents/claims/OLD.yaml": "id: OLD\nrow: GOV-CORE\nbranch: b\nowner: o\nsince: 2026-01-01\n"})

@@ -1,4 +1,5 @@
 """role-discipline: every rule has a seeded violation on a real repository, and a clean twin."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,10 @@ def _findings(repo: GitRepo) -> list[tuple[str, str]]:
 
 def _configure(repo: GitRepo, mode: str) -> None:
     cutover = repo.head()
-    repo.commit("Configure\n\nRow: GOV-CORE\n", {
-        ".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: {mode}\n"})
+    repo.commit(
+        "Configure\n\nRow: GOV-CORE\n",
+        {".agents/config.yaml": MINIMAL_CONFIG + f"cutover: {cutover}\nrole:\n  mode: {mode}\n"},
+    )
 
 
 @pytest.fixture
@@ -54,7 +57,10 @@ def test_trailer_mode_clean_twin(trailer: GitRepo):
     trailer.commit("Work\n\nRow: GOV-CORE\n")
     result = _run(trailer)
     assert (result.status.value, result.summary, result.examined) == (
-        "pass", "OK: 2 commits (0 merges) reach main through a row (trailer mode)", 2)
+        "pass",
+        "OK: 2 commits (0 merges) reach main through a row (trailer mode)",
+        2,
+    )
 
 
 def test_rd001_commit_without_row(trailer: GitRepo):
@@ -71,7 +77,9 @@ def test_outside_contribution_is_accepted_through_a_merge_that_names_its_row(tra
     _merge(trailer, "contrib", "Merge an outside contribution\n\nRow: GOV-CORE\n", {"a.txt": "1\n", "b.txt": "2\n"})
     result = _run(trailer)
     assert (result.status.value, result.summary) == (
-        "pass", "OK: 4 commits (1 merges) reach main through a row (trailer mode)")
+        "pass",
+        "OK: 4 commits (1 merges) reach main through a row (trailer mode)",
+    )
 
 
 def test_outside_contribution_without_a_row_merge_fails(trailer: GitRepo):
@@ -88,7 +96,9 @@ def test_branch_mode_clean_twin(branch: GitRepo):
     _merge(branch, "gh", "Merge pull request #7 from someone/row/GOV-CORE\n", {"c.txt": "1\n"})
     result = _run(branch, base=base)
     assert (result.status.value, result.summary) == (
-        "pass", "OK: 3 commits (3 merges) reach main through a row (branch mode)")
+        "pass",
+        "OK: 3 commits (3 merges) reach main through a row (branch mode)",
+    )
 
 
 def test_rd003_direct_commit_and_rowless_merge_in_branch_mode(branch: GitRepo):
@@ -97,21 +107,25 @@ def test_rd003_direct_commit_and_rowless_merge_in_branch_mode(branch: GitRepo):
     merge = _merge(branch, "feature", "Merge branch 'feature'\n", {"a.txt": "1\n"})
     assert [(f.rule, f.message) for f in _run(branch, base=base).findings] == [
         ("RD003", f"commit {direct[:12]} landed on main directly, not through a merge of a row/<ID> branch"),
-        ("RD003", f"merge {merge[:12]} merges no row/<ID> branch and names no row")]
+        ("RD003", f"merge {merge[:12]} merges no row/<ID> branch and names no row"),
+    ]
 
 
 def test_rd002_merge_of_unknown_row_branch(branch: GitRepo):
     base = branch.head()
     merge = _merge(branch, "row/GOV-NOPE", "Merge branch 'row/GOV-NOPE'\n", {"a.txt": "1\n"})
     assert [(f.rule, f.message) for f in _run(branch, base=base).findings] == [
-        ("RD002", f"merge {merge[:12]} merges row/GOV-NOPE, but row GOV-NOPE does not exist")]
+        ("RD002", f"merge {merge[:12]} merges row/GOV-NOPE, but row GOV-NOPE does not exist")
+    ]
 
 
 def test_no_cutover_and_no_base_is_an_error(rowgate_repo: GitRepo):
     result = _run(rowgate_repo)
     assert (result.status.value, result.summary, result.hint) == (
-        "error", "no range: the config has no cutover and no --base was given",
-        "set cutover: in .agents/config.yaml or pass --base REF")
+        "error",
+        "no range: the config has no cutover and no --base was given",
+        "set cutover: in .agents/config.yaml or pass --base REF",
+    )
 
 
 def test_missing_base_is_an_error_with_the_fix(trailer: GitRepo):
@@ -129,14 +143,21 @@ def test_shallow_clone_without_the_cutover_is_an_error_with_the_fix(trailer: Git
 
     trailer.commit("More\n\nRow: GOV-CORE\n")
     dest = tmp_path / "shallow"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{trailer.path}", str(dest)], check=True,
-                   env=trailer.env, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{trailer.path}", str(dest)],
+        check=True,
+        env=trailer.env,
+        capture_output=True,
+        timeout=60,
+    )
     ctx = Context(root=dest, config=load_config(dest), env={})
     result = run_check(get("role-discipline"), ctx, argparse.Namespace(base=None, head=None))
     cutover = load_config(dest).cutover
     assert (result.status.value, result.summary, result.hint) == (
-        "error", f"range start (config cutover) {cutover!r} does not resolve to a commit",
-        "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)")
+        "error",
+        f"range start (config cutover) {cutover!r} does not resolve to a commit",
+        "this is a shallow clone: run git fetch --unshallow (CI: fetch-depth: 0)",
+    )
 
 
 def test_in_a_push_of_a_new_branch_the_base_is_the_configured_base_not_the_cutover(trailer: GitRepo):
@@ -151,8 +172,11 @@ def test_in_a_push_of_a_new_branch_the_base_is_the_configured_base_not_the_cutov
     env = {"PRE_COMMIT_FROM_REF": "0" * 40, "PRE_COMMIT_TO_REF": tip, "PRE_COMMIT_REMOTE_BRANCH": "refs/heads/feature"}
     ctx = Context(root=trailer.path, config=load_config(trailer.path), env=env, notes=notes)
     result = role_discipline.run(ctx, argparse.Namespace(base=None, head=None))
-    assert (result.status.value, result.summary) == ("pass", "OK: 1 commits (0 merges) reach main through a row "
-                                                               "(trailer mode)")
-    assert notes.getvalue() == (f"rowgate: base main (config base.ref) = {main[:12]}; merge base {main[:12]}; "
-                                f"head {tip[:12]}\n")
+    assert (result.status.value, result.summary) == (
+        "pass",
+        "OK: 1 commits (0 merges) reach main through a row (trailer mode)",
+    )
+    assert notes.getvalue() == (
+        f"rowgate: base main (config base.ref) = {main[:12]}; merge base {main[:12]}; head {tip[:12]}\n"
+    )
     assert _run(trailer).status.value == "fail"  # outside a push: every commit since the cutover

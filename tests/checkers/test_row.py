@@ -1,5 +1,6 @@
 """`rowgate row new|set` and `rowgate claim` on real repositories: edits keep comments and order, and a
 state change whose requirements are not met is refused with the reasons."""
+
 from __future__ import annotations
 
 import argparse
@@ -43,15 +44,19 @@ def test_row_new_writes_a_valid_row_and_spec(repo: GitRepo, capsys):
     row = (repo.path / ".agents/rows/GOV-NEW.yaml").read_text()
     assert row.splitlines()[1:5] == ["id: GOV-NEW", "area: GOV", 'title: "Say \\"hi\\""', "state: INVENTORIED"]
     assert (repo.path / ".agents/specs/GOV-NEW.md").read_text() == (
-        '# GOV-NEW: Say "hi"\n\n## Goal\n\n## Acceptance\n\n## Issues\n\n')
+        '# GOV-NEW: Say "hi"\n\n## Goal\n\n## Acceptance\n\n## Issues\n\n'
+    )
     assert _status(repo, agent_record) == "pass: OK: GOV=2 ENGINE=0 []"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["GOV-CORE", "--area", "GOV"], "rowgate: .agents/rows/GOV-CORE.yaml already exists\n"),
-    (["GOV-X", "--area", "KERNEL"], "rowgate: area 'KERNEL' is not one of ['GOV', 'ENGINE']\n"),
-    (["gov-x", "--area", "GOV"], "rowgate: row id 'gov-x' must be AREA-NAME with AREA one of ['GOV', 'ENGINE']\n"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["GOV-CORE", "--area", "GOV"], "rowgate: .agents/rows/GOV-CORE.yaml already exists\n"),
+        (["GOV-X", "--area", "KERNEL"], "rowgate: area 'KERNEL' is not one of ['GOV', 'ENGINE']\n"),
+        (["gov-x", "--area", "GOV"], "rowgate: row id 'gov-x' must be AREA-NAME with AREA one of ['GOV', 'ENGINE']\n"),
+    ],
+)
 def test_row_new_refuses_bad_input(repo: GitRepo, capsys, args, message):
     assert rowgate(repo, "row", "new", *args, "--title", "t") == 2
     assert capsys.readouterr().err == message
@@ -67,7 +72,8 @@ def test_row_set_refuses_unmet_requirements_and_writes_nothing(repo: GitRepo, ca
         "  - state DONE needs ledger evidence: evidence is empty (fix: add the ledger entries "
         "(.agents/ledger/<date>-<slug>.json) that prove it to evidence:)",
         "  - state DONE needs a closing commit: closing_commit is null (fix: set closing_commit: to the full sha "
-        "of the commit that finished the row)"]
+        "of the commit that finished the row)",
+    ]
     assert (repo.path / ".agents/rows/GOV-CORE.yaml").read_text() == before
 
 
@@ -83,11 +89,41 @@ def test_row_set_keeps_comments_and_order(repo: GitRepo):
 
 def test_row_set_done_with_its_evidence(repo: GitRepo):
     closing = repo.head()
-    repo.write({"src/a.py": "x\n", "tests/test_a.py": "y\n", ".agents/ledger/2026-11-29-a.json": json.dumps(
-        {"schema": 1, "date": "2026-11-29", "kind": "gate", "rows": ["GOV-CORE"], "command": "x", "summary": "s"})})
-    assert rowgate(repo, "row", "set", "GOV-CORE", "--state", "DONE", "--anchor", "src/a.py:1",
-                   "--anchor", "tests/test_a.py", "--evidence", ".agents/ledger/2026-11-29-a.json",
-                   "--closing-commit", closing) == 0
+    repo.write(
+        {
+            "src/a.py": "x\n",
+            "tests/test_a.py": "y\n",
+            ".agents/ledger/2026-11-29-a.json": json.dumps(
+                {
+                    "schema": 1,
+                    "date": "2026-11-29",
+                    "kind": "gate",
+                    "rows": ["GOV-CORE"],
+                    "command": "x",
+                    "summary": "s",
+                }
+            ),
+        }
+    )
+    assert (
+        rowgate(
+            repo,
+            "row",
+            "set",
+            "GOV-CORE",
+            "--state",
+            "DONE",
+            "--anchor",
+            "src/a.py:1",
+            "--anchor",
+            "tests/test_a.py",
+            "--evidence",
+            ".agents/ledger/2026-11-29-a.json",
+            "--closing-commit",
+            closing,
+        )
+        == 0
+    )
     assert _status(repo, agent_record) == "pass: OK: GOV=1 ENGINE=0 []"
 
 
@@ -109,8 +145,9 @@ def test_claim_activates_the_row_and_release_removes_it(repo: GitRepo, capsys):
 
 def test_unknown_row_is_refused(repo: GitRepo, capsys):
     assert rowgate(repo, "row", "set", "GOV-NONE", "--state", "READY") == 2
-    assert capsys.readouterr().err == ("rowgate: no row GOV-NONE: .agents/rows/GOV-NONE.yaml does not exist "
-                                       "(create it with `rowgate row new`)\n")
+    assert capsys.readouterr().err == (
+        "rowgate: no row GOV-NONE: .agents/rows/GOV-NONE.yaml does not exist (create it with `rowgate row new`)\n"
+    )
 
 
 def test_claim_refuses_a_non_active_target_state(repo: GitRepo, capsys):

@@ -1,6 +1,7 @@
 """SARIF that every consumer accepts: valid against the SARIF 2.1.0 schema, and within GitHub code
 scanning's upload requirements (every result has a physical location with a repository-relative URI,
 rules carry descriptions and help, the documented size limits), for failing range, hook and tree checks."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,15 @@ MAX_RUNS, MAX_RESULTS, MAX_RULES, MAX_LOCATIONS = 20, 25_000, 25_000, 1_000
 
 
 def sarif(*args: str, cwd: Path) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "checkers", *args, "--format", "sarif"], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **GIT_ENV})
+    proc = subprocess.run(
+        [sys.executable, "-m", "checkers", *args, "--format", "sarif"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **GIT_ENV},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # every case below fails
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
@@ -65,27 +72,28 @@ def unsigned(tmp_path: Path) -> GitRepo:
 
 
 def test_a_failing_range_check_without_config_points_at_the_config_it_would_read(unsigned: GitRepo):
-    results = accepted(sarif("check", "commit-trailers", "--preset", "dco", "--range", "HEAD~2..HEAD",
-                             cwd=unsigned.path))
+    results = accepted(
+        sarif("check", "commit-trailers", "--preset", "dco", "--range", "HEAD~2..HEAD", cwd=unsigned.path)
+    )
     assert [r["ruleId"] for r in results] == ["TR001", "TR001"]
     shas = [unsigned.head("HEAD~1"), unsigned.head()]
     for result, sha in zip(results, shas):
         [loc] = result["locations"]
-        assert loc["physicalLocation"] == {"artifactLocation": {"uri": ".agents/config.yaml",
-                                                                "uriBaseId": "%SRCROOT%"}}
-        assert loc["logicalLocations"] == [{"name": sha, "fullyQualifiedName": f"commit/{sha}",
-                                            "kind": "resource"}]
+        assert loc["physicalLocation"] == {"artifactLocation": {"uri": ".agents/config.yaml", "uriBaseId": "%SRCROOT%"}}
+        assert loc["logicalLocations"] == [{"name": sha, "fullyQualifiedName": f"commit/{sha}", "kind": "resource"}]
 
 
 def test_a_failing_range_check_points_at_the_config_line_of_its_rule(unsigned: GitRepo):
-    unsigned.write({".agents/config.yaml": "version: 1\n# the contract\ntrailers:\n  merges: skip\n"
-                                           "  presets: [dco]\n"})
+    unsigned.write({".agents/config.yaml": "version: 1\n# the contract\ntrailers:\n  merges: skip\n  presets: [dco]\n"})
     results = accepted(sarif("check", "commit-trailers", "--range", "HEAD~2..HEAD", cwd=unsigned.path))
     for result in results:
         assert result["locations"][0]["physicalLocation"] == {
-            "artifactLocation": {"uri": ".agents/config.yaml", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 5}}
-    unsigned.write({".agents/config.yaml": "version: 1\npr_size:\n  classes:\n    - {name: all, paths: ['**'], "
-                                           "budget: 1}\n"})
+            "artifactLocation": {"uri": ".agents/config.yaml", "uriBaseId": "%SRCROOT%"},
+            "region": {"startLine": 5},
+        }
+    unsigned.write(
+        {".agents/config.yaml": "version: 1\npr_size:\n  classes:\n    - {name: all, paths: ['**'], budget: 1}\n"}
+    )
     budget = accepted(sarif("check", "pr-size", "--base", "HEAD~2", cwd=unsigned.path))
     assert [r["ruleId"] for r in budget] == ["PS002"]  # a class-level finding, no file of its own
     assert budget[0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 3}
@@ -94,16 +102,21 @@ def test_a_failing_range_check_points_at_the_config_line_of_its_rule(unsigned: G
 def test_a_pyproject_config_anchors_at_its_table(unsigned: GitRepo):
     unsigned.write({"pyproject.toml": "[project]\nname = 'x'\n\n[tool.rowgate.trailers]\npresets = ['dco']\n"})
     results = accepted(sarif("preflight", "--only", "commit-trailers", "--base", "HEAD~2", cwd=unsigned.path))
-    assert {json.dumps(r["locations"][0]["physicalLocation"]) for r in results} == {json.dumps(
-        {"artifactLocation": {"uri": "pyproject.toml", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 4}})}
+    assert {json.dumps(r["locations"][0]["physicalLocation"]) for r in results} == {
+        json.dumps(
+            {"artifactLocation": {"uri": "pyproject.toml", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 4}}
+        )
+    }
 
 
 def test_a_hook_finding_points_at_the_message_file(unsigned: GitRepo):
     (unsigned.path / ".git" / "COMMIT_EDITMSG").write_text("Add x\n\nRow: nope\n")
-    results = accepted(sarif("check", "commit-trailers", "--preset", "dco", "--message-file",
-                             ".git/COMMIT_EDITMSG", cwd=unsigned.path))
-    assert [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results] == \
-        [".git/COMMIT_EDITMSG"]
+    results = accepted(
+        sarif("check", "commit-trailers", "--preset", "dco", "--message-file", ".git/COMMIT_EDITMSG", cwd=unsigned.path)
+    )
+    assert [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results] == [
+        ".git/COMMIT_EDITMSG"
+    ]
     assert "logicalLocations" not in results[0]["locations"][0]
 
 
@@ -111,7 +124,11 @@ def test_the_schema_oracle_can_fail():
     doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"message": {}}]}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft4Validator(SCHEMA).validate(doc)
-    doc = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x", "rules": []}},
-                                         "results": [{"ruleId": "X1", "message": {"text": "m"}}]}]}
+    doc = {
+        "version": "2.1.0",
+        "runs": [
+            {"tool": {"driver": {"name": "x", "rules": []}}, "results": [{"ruleId": "X1", "message": {"text": "m"}}]}
+        ],
+    }
     with pytest.raises((AssertionError, KeyError)):
         accepted(doc)  # schema-valid, but code scanning rejects a result without a location

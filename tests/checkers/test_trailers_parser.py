@@ -1,5 +1,6 @@
 """The trailer parser agrees with real git: a corpus of tricky messages and generated ones, in hook mode
 (`git interpret-trailers --parse`), range mode (`--no-divider`) and as `git log` sees commits."""
+
 from __future__ import annotations
 
 import random
@@ -40,16 +41,27 @@ def test_corpus_agrees_with_git(name: str, message: str, mode: str, no_divider: 
 # expected outputs are written out here (the specification), and git is asked too (the oracle above).
 LAST_LINE = [
     ("divider-last-line", "Title\n\nRow: GOV-CORE\n---", "hook", "Row: GOV-CORE\n", ""),
-    ("conflicts-last-line", "Title\n\nRow: GOV-CORE\nConflicts:", "range", "Row: GOV-CORE\n",
-     "Row: GOV-CORE\nConflicts: \n"),
-    ("conflicts-last-line-hook", "Title\n\nRow: GOV-CORE\nConflicts:", "hook", "Row: GOV-CORE\n",
-     "Row: GOV-CORE\nConflicts: \n"),
+    (
+        "conflicts-last-line",
+        "Title\n\nRow: GOV-CORE\nConflicts:",
+        "range",
+        "Row: GOV-CORE\n",
+        "Row: GOV-CORE\nConflicts: \n",
+    ),
+    (
+        "conflicts-last-line-hook",
+        "Title\n\nRow: GOV-CORE\nConflicts:",
+        "hook",
+        "Row: GOV-CORE\n",
+        "Row: GOV-CORE\nConflicts: \n",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,message,mode,newer,older", LAST_LINE, ids=[c[0] for c in LAST_LINE])
-def test_the_final_newline_of_git_2_46_2_changes_a_last_line(name: str, message: str, mode: str, newer: str,
-                                                            older: str):
+def test_the_final_newline_of_git_2_46_2_changes_a_last_line(
+    name: str, message: str, mode: str, newer: str, older: str
+):
     assert parse(message, mode).render() == newer  # type: ignore[arg-type]
     assert parse(message, mode, final_newline=False).render() == older  # type: ignore[arg-type]
     assert git_modelled(message, mode == "range", True) == newer
@@ -91,22 +103,56 @@ def test_unknown_mode_is_refused():
 
 # --- generated messages ---------------------------------------------------------------------------
 
-LINES = ["Title", "Fix the thing", "", " ", "\t", "Key: v", "Key:", "Key : v", "K-1: x", "a-b-c:y", "  cont",
-         "\tcont", "prose line", "Signed-off-by: A <a@b>", "Signed-off-by:A", "(cherry picked from commit ab)",
-         "# comment", "#", "---", "--- a/x", "----", "---------", "Conflicts:", "\tfile.c", ": v", "Bug #1",
-         "Key: a\rb", "x:y", "Cl\u00e9: v", "Row: GOV-CORE", "Co-authored-by: B <b@users.noreply.github.com>",
-         SCISSORS.rstrip("\n")]
+LINES = [
+    "Title",
+    "Fix the thing",
+    "",
+    " ",
+    "\t",
+    "Key: v",
+    "Key:",
+    "Key : v",
+    "K-1: x",
+    "a-b-c:y",
+    "  cont",
+    "\tcont",
+    "prose line",
+    "Signed-off-by: A <a@b>",
+    "Signed-off-by:A",
+    "(cherry picked from commit ab)",
+    "# comment",
+    "#",
+    "---",
+    "--- a/x",
+    "----",
+    "---------",
+    "Conflicts:",
+    "\tfile.c",
+    ": v",
+    "Bug #1",
+    "Key: a\rb",
+    "x:y",
+    "Cl\u00e9: v",
+    "Row: GOV-CORE",
+    "Co-authored-by: B <b@users.noreply.github.com>",
+    SCISSORS.rstrip("\n"),
+]
 line = st.one_of(st.sampled_from(LINES), st.text(alphabet=" \t:#-aZ9(\r\u00e9", max_size=8))
 messages = st.builds(
     lambda parts, crlf, final: "".join(p + ("\r\n" if c else "\n") for p, c in zip(parts, crlf))[
-        :None if final else -1],
-    st.lists(line, max_size=12), st.lists(st.booleans(), min_size=12, max_size=12), st.booleans())
+        : None if final else -1
+    ],
+    st.lists(line, max_size=12),
+    st.lists(st.booleans(), min_size=12, max_size=12),
+    st.booleans(),
+)
 
 
 @NEWLINE
 @pytest.mark.parametrize("mode,no_divider", MODES, ids=[m for m, _ in MODES])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(message=messages)
 def test_generated_messages_agree_with_git(message: str, mode: str, no_divider: bool, final_newline: bool):
     expected = git_modelled(message, no_divider, final_newline, timeout_s=2)
@@ -114,10 +160,15 @@ def test_generated_messages_agree_with_git(message: str, mode: str, no_divider: 
     assert parse(message, mode, final_newline).render() == expected
 
 
-plain_lines = st.one_of(st.sampled_from([ln for ln in LINES if not ln.startswith("#") and "\r" not in ln]),
-                        st.text(alphabet=":-aZ9( \t", max_size=6))
-plain_messages = st.builds(lambda parts, final: "".join(p + "\n" for p in parts)[:None if final else -1],
-                           st.lists(plain_lines, max_size=12), st.booleans())
+plain_lines = st.one_of(
+    st.sampled_from([ln for ln in LINES if not ln.startswith("#") and "\r" not in ln]),
+    st.text(alphabet=":-aZ9( \t", max_size=6),
+)
+plain_messages = st.builds(
+    lambda parts, final: "".join(p + "\n" for p in parts)[: None if final else -1],
+    st.lists(plain_lines, max_size=12),
+    st.booleans(),
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -128,19 +179,28 @@ def test_the_shortcut_for_plain_messages_equals_the_full_rules(message: str, mod
 
 # --- what git log sees ------------------------------------------------------------------------------
 
+
 def _fast_import(repo: GitRepo, messages: list[str]) -> None:
     """One commit per message on main, raw (no cleanup), through git fast-import."""
     stream = []
     for i, msg in enumerate(messages):
         data = msg.encode("utf-8", "surrogateescape")
-        stream.append(f"commit refs/heads/main\nmark :{i + 1}\n"
-                      f"committer A <a@example.com> {1700000000 + i} +0000\n".encode())
+        stream.append(
+            f"commit refs/heads/main\nmark :{i + 1}\ncommitter A <a@example.com> {1700000000 + i} +0000\n".encode()
+        )
         stream.append(f"data {len(data)}\n".encode() + data + b"\n")
         if i:
             stream.append(f"from :{i}\n".encode())
         stream.append(b"\n")
-    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo.path, env=repo.env, input=b"".join(stream),
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "fast-import", "--quiet"],
+        cwd=repo.path,
+        env=repo.env,
+        input=b"".join(stream),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_range_mode_agrees_with_git_log(tmp_path: Path):
@@ -153,10 +213,16 @@ def test_range_mode_agrees_with_git_log(tmp_path: Path):
     messages = [m for m in messages if "\0" not in m]
     repo = init_repo(tmp_path / "log")
     _fast_import(repo, messages)
-    out = subprocess.run(["git", "log", "-z", "--reverse", "--format=%B%x1f%(trailers:only,unfold)", "main"],
-                         cwd=repo.path, env=repo.env, capture_output=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["git", "log", "-z", "--reverse", "--format=%B%x1f%(trailers:only,unfold)", "main"],
+        cwd=repo.path,
+        env=repo.env,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
     records = [r for r in out.decode("utf-8", "surrogateescape").split("\0")]
-    records = records[:len(messages)]
+    records = records[: len(messages)]
     assert len(records) == len(messages)
     mismatches = []
     for msg, record in zip(messages, records):
@@ -175,9 +241,17 @@ def test_skip_blank_lines_keeps_the_first_text_line():
 
 def test_cli_switch_models_older_git():
     message = "Title\n\nRow: GOV-CORE\n---"
-    outs = [subprocess.run([sys.executable, "-m", "checkers", "trailers", "--parse", *flag], cwd=ROOT,
-                           input=message.encode(), capture_output=True, check=True, timeout=60).stdout.decode()
-            for flag in ([], ["--no-final-newline"])]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-m", "checkers", "trailers", "--parse", *flag],
+            cwd=ROOT,
+            input=message.encode(),
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode()
+        for flag in ([], ["--no-final-newline"])
+    ]
     assert outs == ["Row: GOV-CORE\n", ""]
 
 
@@ -185,8 +259,14 @@ def test_cli_prints_what_git_prints():
     message = "Title\n\nBody\n\nKey : a\n  b\nRow: GOV-CORE\n---\nPatch: x\n"
     outs = []
     for flag, no_divider in (([], False), (["--no-divider"], True)):
-        out = subprocess.run([sys.executable, "-m", "checkers", "trailers", "--parse", *flag], cwd=ROOT,
-                             input=message.encode(), capture_output=True, check=True, timeout=60).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "checkers", "trailers", "--parse", *flag],
+            cwd=ROOT,
+            input=message.encode(),
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         assert out.decode() == git_interpret_trailers(message, no_divider)
         outs.append(out.decode())
     # The divider ends the message for the hook; without it `---` is prose and there is no block.

@@ -2,6 +2,7 @@
 
 Each entry is (name, message). The expected output is never written here: the tests ask git.
 """
+
 from __future__ import annotations
 
 SCISSORS = "# ------------------------ >8 ------------------------\n"
@@ -66,8 +67,10 @@ CORPUS: list[tuple[str, str]] = [
     ("divider-crlf", "Title\r\n\r\nKey: v\r\n---\r\nOther: w\r\n"),
     ("divider-tab", "Title\n\nBody\n---\tnote\n\nKey: v\n"),
     ("divider-indented", "Title\n\nBody\n ---\n\nKey: v\n"),
-    ("github-squash", "Title (#12)\n\n* one\n\n* two\n\nRow: A-B\n\n---------\n\n"
-                      "Co-authored-by: B <1+b@users.noreply.github.com>\n"),
+    (
+        "github-squash",
+        "Title (#12)\n\n* one\n\n* two\n\nRow: A-B\n\n---------\n\nCo-authored-by: B <1+b@users.noreply.github.com>\n",
+    ),
     ("scissors", "Title\n\nKey: v\n" + SCISSORS + "diff --git a/x b/x\nOther: w\n"),
     ("scissors-first-line", SCISSORS + "Key: v\n"),
     ("scissors-mid-body", "Title\n\nBody\n" + SCISSORS + "\nKey: v\n"),
@@ -89,8 +92,11 @@ CORPUS: list[tuple[str, str]] = [
     ("bare-cr-in-value", "Title\n\nKey: a\rb\n"),
     ("bug-hash-separator", "Title\n\nBug #42\n"),
     ("long-block", "Title\n\n" + "".join(f"K{i}: v{i}\n" for i in range(30))),
-    ("assisted-by", "Title\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\nAI-Assisted: true\n"
-                    "Assisted-by: Agent:model-1 [tool] [other]\n"),
+    (
+        "assisted-by",
+        "Title\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\nAI-Assisted: true\n"
+        "Assisted-by: Agent:model-1 [tool] [other]\n",
+    ),
     ("co-authored", "Title\n\nCo-authored-by: A <a@example.com>\nCo-authored-by: B <b@example.com>\n"),
     ("trailer-with-unicode-space", "Title\n\nKey:\u00a0v\u00a0\n"),
     ("value-only-spaces-continuation", "Title\n\nKey:\n  v\n"),
@@ -112,8 +118,7 @@ def git_version() -> tuple[int, ...]:
 APPENDS_NEWLINE = (2, 46, 2)  # from this git on, interpret-trailers appends a missing final newline
 
 
-def git_modelled(message: str, no_divider: bool, final_newline: bool,
-                 timeout_s: float = 3.0) -> str | None | bool:
+def git_modelled(message: str, no_divider: bool, final_newline: bool, timeout_s: float = 3.0) -> str | None | bool:
     """What `git interpret-trailers --parse [--no-divider]` of the modelled behaviour prints. With
     `final_newline` (git 2.46.2+) the specification is the newer git's: the input with a newline appended
     when it is non-empty and lacks one; an older installed git is asked about exactly that input. Without
@@ -139,8 +144,14 @@ def git_interpret_trailers(message: str, no_divider: bool, timeout_s: float = 3.
         env.pop(var, None)
     args = ["git", "interpret-trailers", "--parse"] + (["--no-divider"] if no_divider else [])
     try:
-        proc = subprocess.run(args, input=message.encode("utf-8", "surrogateescape"), capture_output=True,
-                              env=env, timeout=timeout_s, check=True)
+        proc = subprocess.run(
+            args,
+            input=message.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            env=env,
+            timeout=timeout_s,
+            check=True,
+        )
     except subprocess.TimeoutExpired:
         return None
     return proc.stdout.decode("utf-8", "surrogateescape")

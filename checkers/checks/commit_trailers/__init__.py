@@ -1,4 +1,5 @@
 """Every commit in the range, or the one message given, carries the configured trailer contract."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,19 +31,42 @@ __all__ = ["CONFIG_SECTIONS", "ID", "RULES", "add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_range_arguments(parser)
     what = parser.add_mutually_exclusive_group()  # a range and a message together is a usage error (exit 2)
-    what.add_argument("--range", metavar="BASE..HEAD", help="the commits to judge (from the merge base); "
-                      "default: --base/--head, or the config's trailers.default_range")
-    parser.add_argument("--cutover", metavar="REV", help="the cutover commit: its ancestors get trailers.legacy, "
-                        "it and its descendants the contract (default: the config's top-level cutover)")
-    what.add_argument("--message-file", metavar="PATH|-", help="judge one message (a commit-msg hook's "
-                      "file, a PR body) instead of a range; - reads stdin")
-    parser.add_argument("--preset", action="append", choices=sorted(PRESETS), metavar="NAME",
-                        help=f"use this preset instead of the configured ones (repeatable): {', '.join(PRESETS)}")
-    parser.add_argument("--filled", action="store_true",
-                        help="reject template placeholder values such as <ROW-ID> (always on for a range)")
-    parser.add_argument("--author", metavar="'NAME <EMAIL>'", help="the author for the dco preset in "
-                        "--message-file mode (default: as git finds it: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL, "
-                        "then git var GIT_AUTHOR_IDENT, i.e. user.name and user.email)")
+    what.add_argument(
+        "--range",
+        metavar="BASE..HEAD",
+        help="the commits to judge (from the merge base); "
+        "default: --base/--head, or the config's trailers.default_range",
+    )
+    parser.add_argument(
+        "--cutover",
+        metavar="REV",
+        help="the cutover commit: its ancestors get trailers.legacy, "
+        "it and its descendants the contract (default: the config's top-level cutover)",
+    )
+    what.add_argument(
+        "--message-file",
+        metavar="PATH|-",
+        help="judge one message (a commit-msg hook's file, a PR body) instead of a range; - reads stdin",
+    )
+    parser.add_argument(
+        "--preset",
+        action="append",
+        choices=sorted(PRESETS),
+        metavar="NAME",
+        help=f"use this preset instead of the configured ones (repeatable): {', '.join(PRESETS)}",
+    )
+    parser.add_argument(
+        "--filled",
+        action="store_true",
+        help="reject template placeholder values such as <ROW-ID> (always on for a range)",
+    )
+    parser.add_argument(
+        "--author",
+        metavar="'NAME <EMAIL>'",
+        help="the author for the dco preset in "
+        "--message-file mode (default: as git finds it: $GIT_AUTHOR_NAME and $GIT_AUTHOR_EMAIL, "
+        "then git var GIT_AUTHOR_IDENT, i.e. user.name and user.email)",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -53,8 +77,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     except ValueError as exc:
         raise CheckError(str(exc), hint="fix the pattern in the trailers section of .agents/config.yaml") from None
     if contract.empty:
-        raise CheckError("the trailer contract is empty: nothing would be checked",
-                         hint="set trailers.presets (row, dco, agents-protocol) or rules in .agents/config.yaml")
+        raise CheckError(
+            "the trailer contract is empty: nothing would be checked",
+            hint="set trailers.presets (row, dco, agents-protocol) or rules in .agents/config.yaml",
+        )
     if args.message_file:
         return _run_message(ctx, args, contract)
     with _collector_paused():
@@ -82,22 +108,27 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
         try:
             raw = path.read_bytes()
         except OSError as exc:
-            raise CheckError(f"--message-file {args.message_file}: {exc.strerror}",
-                             hint="pass the path of a commit message file, or - for stdin") from None
+            raise CheckError(
+                f"--message-file {args.message_file}: {exc.strerror}",
+                hint="pass the path of a commit message file, or - for stdin",
+            ) from None
         display = _display(ctx, path)
     author = args.author or (_git_author(ctx) if contract.needs_author else None)
     msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
     facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
     facts.author = facts.mailmap(author) if author else None
     hook_fix = DCO_FIX["hook"].format(author=author or "NAME <EMAIL>")
-    findings = [f._replace(path=display, hint=hook_fix if f.hint == DCO_FIX["range"] else f.hint)
-                for f in judge(msg, contract, facts)]
+    findings = [
+        f._replace(path=display, hint=hook_fix if f.hint == DCO_FIX["range"] else f.hint)
+        for f in judge(msg, contract, facts)
+    ]
     ok = f"OK: {display} carries the trailer contract ({_names(contract)})"
     return Result.judge(ID, findings, 1, "message", ok)
 
 
-def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled,
-               legacy: Compiled) -> Result:
+def _run_range(
+    ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, contract: Compiled, legacy: Compiled
+) -> Result:
     # Read only what the rules use: parents for a merge policy or a cutover, authors for a sign-off rule.
     cutover = args.cutover or ctx.config.cutover
     parents = cfg.merges != "contract" or bool(cutover)
@@ -115,9 +146,13 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
             if cfg.merges == "skip":
                 merges_skipped += 1
                 continue
-            findings.append(R["TR010"].finding(f"{c.short}: merge commit with {len(c.parent_shas)} parents "
-                                               f"(trailers.merges: forbid)", hint="rebase instead of merging",
-                                               commit=c.sha))
+            findings.append(
+                R["TR010"].finding(
+                    f"{c.short}: merge commit with {len(c.parent_shas)} parents (trailers.merges: forbid)",
+                    hint="rebase instead of merging",
+                    commit=c.sha,
+                )
+            )
             continue
         rules = legacy if c.sha in legacy_shas else contract
         judged += not rules.empty  # a skipped merge or a legacy commit under no rule was not examined
@@ -132,22 +167,29 @@ def _run_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, cont
     in_range = {c.sha for c in commits}
     for sha, error in debt:
         if sha in in_range and (sha, error) not in used:
-            findings.append(R["TR011"].finding(f"{sha[:12]}: exception no longer matches an error: {error!r}",
-                                               hint="remove it from trailers.exceptions in .agents/config.yaml",
-                                               commit=sha))
-    details = [f"debt: {e.sha[:12]} {e.error} ({e.reason})" + (" [applied]" if k in used else "")
-               for k, e in debt.items()]
+            findings.append(
+                R["TR011"].finding(
+                    f"{sha[:12]}: exception no longer matches an error: {error!r}",
+                    hint="remove it from trailers.exceptions in .agents/config.yaml",
+                    commit=sha,
+                )
+            )
+    details = [
+        f"debt: {e.sha[:12]} {e.error} ({e.reason})" + (" [applied]" if k in used else "") for k, e in debt.items()
+    ]
     extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
     extra += [f"{merges_skipped} merges skipped"] if merges_skipped else []
     extra += [f"{len(debt)} exceptions are debt"] if debt else []
     start = "the root" if rng.merge_base == EMPTY_TREE else rng.merge_base[:12]
-    ok = (f"OK: {len(commits)} commits in {start}..{rng.head[:12]} carry the trailer contract "
-          f"({_names(contract)})" + (f"; {', '.join(extra)}" if extra else ""))
+    ok = f"OK: {len(commits)} commits in {start}..{rng.head[:12]} carry the trailer contract ({_names(contract)})" + (
+        f"; {', '.join(extra)}" if extra else ""
+    )
     return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok, details)
 
 
-def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool,
-                authors: bool) -> tuple[Range, list[Commit]]:
+def _read_range(
+    ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool, authors: bool
+) -> tuple[Range, list[Commit]]:
     """The range to judge (Context.range, printed once) and its commits, from one git log that usually also
     finds the merge base (`parents` and `authors` say which fields to read)."""
     if args.range:
@@ -162,8 +204,10 @@ def _read_range(ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, par
         try:
             rng = ctx.range(args.base, args.head, since=cutover, since_source=source)
         except NoRange:
-            raise CheckError("trailers.default_range is cutover but no cutover is configured",
-                             hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD") from None
+            raise CheckError(
+                "trailers.default_range is cutover but no cutover is configured",
+                hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD",
+            ) from None
     return rng, rng.commits(mailmap=True, parents=parents, authors=authors)
 
 
@@ -212,14 +256,20 @@ def _git_author(ctx: Context) -> str | None:
     import subprocess
 
     try:
-        proc = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], cwd=ctx.root, capture_output=True,
-                              env=dict(ctx.env), timeout=30, check=False)
+        proc = subprocess.run(
+            ["git", "var", "GIT_AUTHOR_IDENT"],
+            cwd=ctx.root,
+            capture_output=True,
+            env=dict(ctx.env),
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     ident = proc.stdout.decode("utf-8", errors="replace").strip()
     if proc.returncode != 0 or ">" not in ident:
         return None
-    return ident[:ident.rindex(">") + 1]  # drop the timestamp and zone after `Name <email>`
+    return ident[: ident.rindex(">") + 1]  # drop the timestamp and zone after `Name <email>`
 
 
 def _display(ctx: Context, path: Path) -> str:

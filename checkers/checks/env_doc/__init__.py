@@ -1,4 +1,5 @@
 """Every env var the code reads is documented or classified, and every documented or classified name is still read."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,12 @@ R_UNDOC, R_STALE, R_INVALID, R_UNSORTED, R_REDUNDANT, R_UNCONSULTED = RULES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fix", action="store_true", help="add a stub line to the allowlist for each undocumented "
-                        "read (never removes a line); the check fails until each stub has a class and a reason")
+    parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="add a stub line to the allowlist for each undocumented "
+        "read (never removes a line); the check fails until each stub has a class and a reason",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -50,9 +55,14 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     findings = check_env_doc(reads, documented, allow, cfg, declared)
     n = len({r.name for r in reads})
     flags = f", {len(declared)} declared flags consulted" if cfg.flags_file else ""
-    return Result.judge(ID, findings, scanned, "files",
-                        f"OK: all {n} production env vars documented or classified ({len(documented)} documented "
-                        f"in {', '.join(_doc_files(cfg))}, {len(allow.entries)} allowlisted{flags})")
+    return Result.judge(
+        ID,
+        findings,
+        scanned,
+        "files",
+        f"OK: all {n} production env vars documented or classified ({len(documented)} documented "
+        f"in {', '.join(_doc_files(cfg))}, {len(allow.entries)} allowlisted{flags})",
+    )
 
 
 def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int]:
@@ -71,48 +81,86 @@ def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int
     return reads, scanned
 
 
-def check_env_doc(reads: list[EnvRead], documented: dict[str, tuple[str, int]], allow: Allowlist,
-                  cfg: EnvDocConfig, declared: Sequence[FlagDecl] = ()) -> list[Finding]:
+def check_env_doc(
+    reads: list[EnvRead],
+    documented: dict[str, tuple[str, int]],
+    allow: Allowlist,
+    cfg: EnvDocConfig,
+    declared: Sequence[FlagDecl] = (),
+) -> list[Finding]:
     """Both directions: each read is documented or classified; each documented or classified name, and each
     declared flag, is read."""
     findings, read_names, listed = [], {r.name for r in reads}, allow.names()
     for d in declared:
         if d.name.startswith(tuple(cfg.prefixes)) and d.name not in read_names:
-            findings.append(R_UNCONSULTED.finding(
-                f"{d.name} is declared at {cfg.flags_file}:{d.line} but nothing consults it", cfg.flags_file, d.line,
-                f"read it where it gates (a reader: {', '.join(cfg.readers) or 'env_doc.readers is empty'}), or "
-                f"delete the declaration"))
+            findings.append(
+                R_UNCONSULTED.finding(
+                    f"{d.name} is declared at {cfg.flags_file}:{d.line} but nothing consults it",
+                    cfg.flags_file,
+                    d.line,
+                    f"read it where it gates (a reader: {', '.join(cfg.readers) or 'env_doc.readers is empty'}), or "
+                    f"delete the declaration",
+                )
+            )
     for r in reads:
         if r.name not in documented and r.name not in listed:
-            findings.append(R_UNDOC.finding(
-                f"{r.name} read at {r.path}:{r.line} is not documented in {' or '.join(_doc_files(cfg))} nor "
-                f"classified in {cfg.allowlist}",
-                r.path, r.line, f"declare it in {cfg.flags_file} and render {cfg.doc}, or classify it in "
-                f"{cfg.allowlist} as `NAME  CLASS  reason` (--fix adds a stub)"))
+            findings.append(
+                R_UNDOC.finding(
+                    f"{r.name} read at {r.path}:{r.line} is not documented in {' or '.join(_doc_files(cfg))} nor "
+                    f"classified in {cfg.allowlist}",
+                    r.path,
+                    r.line,
+                    f"declare it in {cfg.flags_file} and render {cfg.doc}, or classify it in "
+                    f"{cfg.allowlist} as `NAME  CLASS  reason` (--fix adds a stub)",
+                )
+            )
     flags = {d.name for d in declared}  # an unread declared flag is ED006's, once
     for name, (doc, line) in documented.items():
         if name.startswith(tuple(cfg.prefixes)) and name not in read_names and name not in flags:
-            fix = (f"remove it from {cfg.flags_file} and re-render {doc}" if cfg.flags_file and doc == cfg.doc
-                   else f"delete its row in {doc}")
-            findings.append(R_STALE.finding(f"{name} is documented but nothing reads it", doc, line,
-                                            f"{fix}, or restore the read"))
+            fix = (
+                f"remove it from {cfg.flags_file} and re-render {doc}"
+                if cfg.flags_file and doc == cfg.doc
+                else f"delete its row in {doc}"
+            )
+            findings.append(
+                R_STALE.finding(f"{name} is documented but nothing reads it", doc, line, f"{fix}, or restore the read")
+            )
     for e in allow.entries:
         if e.name not in read_names:
-            findings.append(R_STALE.finding(f"{e.name} is allowlisted but nothing reads it", cfg.allowlist, e.line,
-                                            f"delete line {e.line} of {cfg.allowlist}"))
+            findings.append(
+                R_STALE.finding(
+                    f"{e.name} is allowlisted but nothing reads it",
+                    cfg.allowlist,
+                    e.line,
+                    f"delete line {e.line} of {cfg.allowlist}",
+                )
+            )
         elif e.name in documented:
-            findings.append(R_REDUNDANT.finding(
-                f"{e.name} is allowlisted but also documented in {documented[e.name][0]}", cfg.allowlist, e.line,
-                f"delete line {e.line} of {cfg.allowlist}: documented names need no exception"))
+            findings.append(
+                R_REDUNDANT.finding(
+                    f"{e.name} is allowlisted but also documented in {documented[e.name][0]}",
+                    cfg.allowlist,
+                    e.line,
+                    f"delete line {e.line} of {cfg.allowlist}: documented names need no exception",
+                )
+            )
     for line, message in allow.problems:
         shape = "NAME" if cfg.allowlist_format == "names" else "NAME  CLASS  reason"
-        findings.append(R_INVALID.finding(message, cfg.allowlist, line,
-                                          f"write the line as `{shape}` (see the header of {cfg.allowlist})"))
+        findings.append(
+            R_INVALID.finding(
+                message, cfg.allowlist, line, f"write the line as `{shape}` (see the header of {cfg.allowlist})"
+            )
+        )
     if cfg.allowlist_sorted and (pair := first_unsorted(allow)):
         entry, above = pair
-        findings.append(R_UNSORTED.finding(
-            f"{entry.name} comes after {above.name}: entries are sorted by name", cfg.allowlist, entry.line,
-            f"move {entry.name} above {above.name}"))
+        findings.append(
+            R_UNSORTED.finding(
+                f"{entry.name} comes after {above.name}: entries are sorted by name",
+                cfg.allowlist,
+                entry.line,
+                f"move {entry.name} above {above.name}",
+            )
+        )
     return findings
 
 
@@ -127,8 +175,11 @@ def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, tuple[str, int]]:
     headers = " | ".join(cfg.table_headers)
     for doc in _doc_files(cfg):
         path = ctx.root / doc
-        hint = (f"render it from {cfg.flags_file} with `rowgate render`" if cfg.flags_file and doc == cfg.doc
-                else "fix env_doc.doc/docs/table_headers in .agents/config.yaml")
+        hint = (
+            f"render it from {cfg.flags_file} with `rowgate render`"
+            if cfg.flags_file and doc == cfg.doc
+            else "fix env_doc.doc/docs/table_headers in .agents/config.yaml"
+        )
         if not path.is_file():
             raise CheckError(f"{doc} not found", hint=hint)
         found = documented_names(path.read_text(encoding="utf-8"), tuple(cfg.table_headers))

@@ -1,4 +1,5 @@
 """The two lists env-doc reads: the documented names (ENVIRONMENT.md's table) and the allowlist file."""
+
 from __future__ import annotations
 
 import re
@@ -51,8 +52,7 @@ class Allowlist:
         return {e.name for e in self.entries}
 
 
-def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...],
-                    fmt: str = "classified") -> Allowlist:
+def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...], fmt: str = "classified") -> Allowlist:
     """`NAME  CLASS  reason` per line (`fmt` classified) or one `NAME` per line (`fmt` names); `#` starts a
     comment. A line missing its class or reason (or, one name per line, with more than the name), with an
     unknown class, a name outside the prefixes, or a repeated name is a problem, but still an entry."""
@@ -65,11 +65,18 @@ def parse_allowlist(text: str, classes: list[str], prefixes: tuple[str, ...],
         missing = [what for what, value in (("class", cls), ("reason", reason)) if not value]
         if fmt == "names":
             if cls:
-                extra = line[len(name):].strip()
+                extra = line[len(name) :].strip()
                 out.problems.append((n, f"{name}: one name per line, nothing after it (found {extra!r})"))
         elif missing:
-            out.problems.append((n, (f"{name} has no {' and no '.join(missing)}: write `{name}  CLASS  reason` "
-                                     f"with CLASS one of {', '.join(classes)}")))
+            out.problems.append(
+                (
+                    n,
+                    (
+                        f"{name} has no {' and no '.join(missing)}: write `{name}  CLASS  reason` "
+                        f"with CLASS one of {', '.join(classes)}"
+                    ),
+                )
+            )
         elif cls not in classes:
             out.problems.append((n, f"{name}: class {cls!r} is not one of {', '.join(classes)}"))
         if not name.startswith(prefixes):

@@ -1,4 +1,5 @@
 """Find environment variable reads: Python by AST (aliases included), C/C++/CUDA `getenv` by tokens."""
+
 from __future__ import annotations
 
 import ast
@@ -39,6 +40,7 @@ def scan_source(data: bytes, path: str, prefixes: tuple[str, ...], readers: tupl
 
 # --- Python ---------------------------------------------------------------------
 
+
 def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = ()) -> list[EnvRead]:
     """`os.environ.get/[...]/setdefault/pop`, `in os.environ`, `os.getenv`, with `os`, `environ` and
     `getenv` under any alias, and calls of the `readers` (`flags.enabled("VT_X")` matches `enabled` or
@@ -59,8 +61,13 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
                     environ_names.add(a.asname or a.name)
                 elif a.name == "getenv":
                     getenv_names.add(a.asname or a.name)
-        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             consts[node.targets[0].id] = node.value.value
     for node in ast.walk(tree):  # `env = os.environ` style aliases, once the imports are known
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -79,15 +86,28 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
         name = None
         if isinstance(node, ast.Call) and node.args:
             f = node.func
-            if _is_getenv(f, os_names, getenv_names) or (
-                    isinstance(f, ast.Attribute) and f.attr in _ENVIRON_METHODS
-                    and _is_environ(f.value, os_names, environ_names)) or (readers and _is_reader(f, readers)):
+            if (
+                _is_getenv(f, os_names, getenv_names)
+                or (
+                    isinstance(f, ast.Attribute)
+                    and f.attr in _ENVIRON_METHODS
+                    and _is_environ(f.value, os_names, environ_names)
+                )
+                or (readers and _is_reader(f, readers))
+            ):
                 name = key(node.args[0])
-        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
-              and _is_environ(node.value, os_names, environ_names)):
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and _is_environ(node.value, os_names, environ_names)
+        ):
             name = key(node.slice)
-        elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
-              and _is_environ(node.comparators[0], os_names, environ_names)):
+        elif (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and _is_environ(node.comparators[0], os_names, environ_names)
+        ):
             name = key(node.left)
         if name and name.startswith(prefixes):
             reads.append(EnvRead(name, path, getattr(node, "lineno", 0)))
@@ -99,8 +119,11 @@ _PY_TEXT_READ = re.compile(r"""(?:getenv|environ(?:\.get|\.setdefault|\.pop)?)\s
 
 def _python_text_reads(source: str, path: str, prefixes: tuple[str, ...]) -> list[EnvRead]:
     """A file that does not parse (a template, newer syntax) still has its literal reads found by text."""
-    return [EnvRead(m.group(2), path, source.count("\n", 0, m.start()) + 1)
-            for m in _PY_TEXT_READ.finditer(source) if m.group(2).startswith(prefixes)]
+    return [
+        EnvRead(m.group(2), path, source.count("\n", 0, m.start()) + 1)
+        for m in _PY_TEXT_READ.finditer(source)
+        if m.group(2).startswith(prefixes)
+    ]
 
 
 def _is_reader(func: ast.expr, readers: tuple[str, ...]) -> bool:
@@ -118,27 +141,38 @@ def _is_reader(func: ast.expr, readers: tuple[str, ...]) -> bool:
 def _is_environ(expr: ast.expr, os_names: set[str], environ_names: set[str]) -> bool:
     if isinstance(expr, ast.Name):
         return expr.id in environ_names
-    return (isinstance(expr, ast.Attribute) and expr.attr == "environ" and isinstance(expr.value, ast.Name)
-            and expr.value.id in os_names)
+    return (
+        isinstance(expr, ast.Attribute)
+        and expr.attr == "environ"
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id in os_names
+    )
 
 
 def _is_getenv(expr: ast.expr, os_names: set[str], getenv_names: set[str]) -> bool:
     if isinstance(expr, ast.Name):
         return expr.id in getenv_names
-    return (isinstance(expr, ast.Attribute) and expr.attr == "getenv" and isinstance(expr.value, ast.Name)
-            and expr.value.id in os_names)
+    return (
+        isinstance(expr, ast.Attribute)
+        and expr.attr == "getenv"
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id in os_names
+    )
 
 
 # --- C, C++, CUDA -----------------------------------------------------------------
 
-_C_TOKEN = re.compile(r"""
+_C_TOKEN = re.compile(
+    r"""
     (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
   | (?P<string>(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*+"?)
   | (?P<char>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*+'?)
   | (?P<ident>[A-Za-z_]\w*)
   | (?P<punct>[(),])
   | (?P<other>[^\s"'A-Za-z_(),/]+|/)
-""", re.S | re.X)
+""",
+    re.S | re.X,
+)
 _SPLICE = re.compile(r"\\\r?\n")
 
 
@@ -155,9 +189,13 @@ def c_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[st
         if kind != "ident" or value not in calls or i + 2 >= len(tokens) or tokens[i + 1][1] != "(":
             continue
         parts, j = [], i + 2
-        while j < len(tokens) and tokens[j][0] == "string" and tokens[j][1].endswith('"') \
-                and len(tokens[j][1]) > tokens[j][1].index('"') + 1:
-            parts.append(tokens[j][1][tokens[j][1].index('"') + 1:-1])
+        while (
+            j < len(tokens)
+            and tokens[j][0] == "string"
+            and tokens[j][1].endswith('"')
+            and len(tokens[j][1]) > tokens[j][1].index('"') + 1
+        ):
+            parts.append(tokens[j][1][tokens[j][1].index('"') + 1 : -1])
             j += 1
         if parts and j < len(tokens) and tokens[j][1] in (")", ","):
             name = "".join(parts)
@@ -170,7 +208,7 @@ def _join_splices(text: str) -> tuple[str, list[int]]:
     """Remove backslash-newline splices; returns the joined text and the joined offsets where each was."""
     out, splices, last, removed = [], [], 0, 0
     for m in _SPLICE.finditer(text):
-        out.append(text[last:m.start()])
+        out.append(text[last : m.start()])
         removed += m.end() - m.start()
         splices.append(m.end() - removed)
         last = m.end()

@@ -1,11 +1,12 @@
 """Engine matmul/GEMV call sites keep the caller's output dtype and take tuning from named constants declared once."""
+
 from __future__ import annotations
 
 import argparse
 import ast
 import re
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from checkers.checks.gemv_invocation import cuda_sites as cu
 from checkers.config import CublasLtRules
@@ -29,8 +30,10 @@ TENSOR_METHODS = frozenset({"matmul", "mm", "bmm", "addmm"})
 ENGINE_OP = re.compile(r"engine(\.\w+)*\.(linear|gemv|\w+_gemv|gemv_\w+)")
 F32 = frozenset({"torch.float32", "torch.float"})
 DTYPE_KEYWORDS = frozenset({"dtype", "out_dtype"})
-TUNING_KEYWORD = re.compile(r"(num_)?splits?(_k)?|algos?|algo_count|num_algos|block_[a-z]+|threads|(num_)?warps|"
-                            r"tile_\w+|rows_per_\w+")
+TUNING_KEYWORD = re.compile(
+    r"(num_)?splits?(_k)?|algos?|algo_count|num_algos|block_[a-z]+|threads|(num_)?warps|"
+    r"tile_\w+|rows_per_\w+"
+)
 # CUDA: GEMV/GEMM kernels (A1 at their launches), and cuBLAS or heuristic calls (A2 on every argument).
 GEMV_KERNEL = re.compile(r".*(gemv|gemm).*", re.I)
 LIBRARY_CALL = re.compile(r"cublas\w+|\w*[Hh]euristic\w*")
@@ -39,8 +42,9 @@ CUBLAS_TYPES = {"cublasGemmEx": (8, 15), "cublasGemmBatchedEx": (8, 15), "cublas
 STRUCTURAL = frozenset({"0", "1"})  # none and one are never tuning choices (empty shared memory, a single block)
 LAUNCH_SLOTS = ("grid", "block", "shared memory")  # the stream slot holds no tuning
 A1_HINT = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
-A2_HINT = ("declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) "
-           "and use the name")
+A2_HINT = (
+    "declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) and use the name"
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,12 @@ class Source:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--min-sites", type=int, default=None, help="fail below this many call sites "
-                        "(default: gemv.min_sites in .agents/config.yaml)")
+    parser.add_argument(
+        "--min-sites",
+        type=int,
+        default=None,
+        help="fail below this many call sites (default: gemv.min_sites in .agents/config.yaml)",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -59,11 +67,16 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     py = _read(ctx, cfg.python)
     cuda = _read(ctx, cfg.cuda)
     minimum = getattr(args, "min_sites", None)
-    findings, sites = check_sources(py, cuda, cfg.min_sites if minimum is None else minimum,
-                                    rule_sets=tuple(cfg.rule_sets), cublaslt=cfg.cublaslt)
-    return Result.judge(ID, findings, sites, "call and launch sites",
-                        f"OK: {sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning "
-                        "constants")
+    findings, sites = check_sources(
+        py, cuda, cfg.min_sites if minimum is None else minimum, rule_sets=tuple(cfg.rule_sets), cublaslt=cfg.cublaslt
+    )
+    return Result.judge(
+        ID,
+        findings,
+        sites,
+        "call and launch sites",
+        f"OK: {sites} matmul/GEMV call and kernel launch sites keep the caller's dtype and named tuning constants",
+    )
 
 
 def _read(ctx: Context, globs: list[str]) -> list[Source]:
@@ -73,8 +86,13 @@ def _read(ctx: Context, globs: list[str]) -> list[Source]:
         raise CheckError(f"cannot read an engine source: {exc}") from None
 
 
-def check_sources(py: list[Source], cuda: list[Source], min_sites: int, rule_sets: tuple[str, ...] = ("engine",),
-                  cublaslt: CublasLtRules | None = None) -> tuple[list[Finding], int]:
+def check_sources(
+    py: list[Source],
+    cuda: list[Source],
+    min_sites: int,
+    rule_sets: tuple[str, ...] = ("engine",),
+    cublaslt: CublasLtRules | None = None,
+) -> tuple[list[Finding], int]:
     """All findings over the Python and CUDA sources under the selected rule sets, and the number of call
     sites examined."""
     findings: list[Finding] = []
@@ -97,13 +115,17 @@ def check_sources(py: list[Source], cuda: list[Source], min_sites: int, rule_set
             findings += f
             sites += n
     if sites < min_sites:
-        findings.append(R_FEW.finding(f"examined {sites} call and launch sites, fewer than the configured minimum "
-                                      f"{min_sites}", hint="check gemv.python/gemv.cuda in .agents/config.yaml "
-                                      "point at the engine's sources"))
+        findings.append(
+            R_FEW.finding(
+                f"examined {sites} call and launch sites, fewer than the configured minimum {min_sites}",
+                hint="check gemv.python/gemv.cuda in .agents/config.yaml point at the engine's sources",
+            )
+        )
     return findings, sites
 
 
 # --- Python -------------------------------------------------------------------------------------------
+
 
 def check_python(src: Source) -> tuple[list[Finding], int]:
     try:
@@ -126,28 +148,53 @@ def check_python(src: Source) -> tuple[list[Finding], int]:
         sites += 1
         for i, op in enumerate(operands, 1):
             if form := _upcast(op, aliases):
-                findings.append(R_F32.finding(f"{site} operand {i} is upcast with {form}: the output dtype must come "
-                                              f"from the caller's out dtype", src.path, node.lineno, A1_HINT))
+                findings.append(
+                    R_F32.finding(
+                        f"{site} operand {i} is upcast with {form}: the output dtype must come "
+                        f"from the caller's out dtype",
+                        src.path,
+                        node.lineno,
+                        A1_HINT,
+                    )
+                )
         for kw in keywords:
             if kw.arg in DTYPE_KEYWORDS and _qualified(kw.value, aliases) in F32:
-                findings.append(R_F32.finding(f"{site} is called with {kw.arg}={ast.unparse(kw.value)}: the output "
-                                              f"dtype must come from the caller's out dtype", src.path, node.lineno,
-                                              A1_HINT))
+                findings.append(
+                    R_F32.finding(
+                        f"{site} is called with {kw.arg}={ast.unparse(kw.value)}: the output "
+                        f"dtype must come from the caller's out dtype",
+                        src.path,
+                        node.lineno,
+                        A1_HINT,
+                    )
+                )
             elif kw.arg and TUNING_KEYWORD.fullmatch(kw.arg):
                 findings += _python_tuning(site, kw, assigned, src.path, node.lineno)
     return findings, sites
 
 
-def _python_tuning(site: str, kw: ast.keyword, assigned: dict[str, list[int]], path: str,
-                   line: int) -> list[Finding]:
+def _python_tuning(site: str, kw: ast.keyword, assigned: dict[str, list[int]], path: str, line: int) -> list[Finding]:
     value = kw.value
     if isinstance(value, ast.Constant) and type(value.value) is int and str(value.value) not in STRUCTURAL:
-        return [R_LITERAL.finding(f"{site} is called with {kw.arg}={value.value}: a tuning parameter must be a "
-                                  f"named constant", path, line, A2_HINT)]
+        return [
+            R_LITERAL.finding(
+                f"{site} is called with {kw.arg}={value.value}: a tuning parameter must be a named constant",
+                path,
+                line,
+                A2_HINT,
+            )
+        ]
     if isinstance(value, ast.Name) and len(assigned.get(value.id, [])) > 1:
         lines = ", ".join(f"{path}:{n}" for n in assigned[value.id])
-        return [R_TWICE.finding(f"tuning constant {value.id} passed as {kw.arg} to {site} is declared "
-                                f"{len(assigned[value.id])} times ({lines}): declare it once", path, line, A2_HINT)]
+        return [
+            R_TWICE.finding(
+                f"tuning constant {value.id} passed as {kw.arg} to {site} is declared "
+                f"{len(assigned[value.id])} times ({lines}): declare it once",
+                path,
+                line,
+                A2_HINT,
+            )
+        ]
     return []
 
 
@@ -211,6 +258,7 @@ def _upcast(node: ast.expr, aliases: dict[str, str]) -> str | None:
 
 # --- CUDA ---------------------------------------------------------------------------------------------
 
+
 def check_cuda(src: Source, raw: dict[str, str], blanked: dict[str, str] | None = None) -> tuple[list[Finding], int]:
     """Findings and site count of one CUDA source; `raw` holds every source by path (for its includes)."""
     blanked = blanked if blanked is not None else {p: cu.blank_comments(t) for p, t in raw.items()}
@@ -219,11 +267,20 @@ def check_cuda(src: Source, raw: dict[str, str], blanked: dict[str, str] | None 
     findings: list[Finding] = []
     launches = cu.launches(code)
     for site in launches:
-        if (GEMV_KERNEL.fullmatch(site.kernel) and (pos := _output_position(site, unit)) is not None
-                and site.template_args[pos] == "float"):
-            findings.append(R_F32.finding(
-                f"GEMV launch {site.kernel} takes float as its output template argument: the output type must "
-                f"be a template parameter chosen from the caller's out dtype", src.path, site.line, A1_HINT))
+        if (
+            GEMV_KERNEL.fullmatch(site.kernel)
+            and (pos := _output_position(site, unit)) is not None
+            and site.template_args[pos] == "float"
+        ):
+            findings.append(
+                R_F32.finding(
+                    f"GEMV launch {site.kernel} takes float as its output template argument: the output type must "
+                    f"be a template parameter chosen from the caller's out dtype",
+                    src.path,
+                    site.line,
+                    A1_HINT,
+                )
+            )
         for slot, expr in zip(LAUNCH_SLOTS, site.config):
             findings += _cuda_tuning(f"launch of {site.kernel}", f"{slot} ({expr})", expr, unit, src.path, site.line)
     calls = cu.library_calls(code, LIBRARY_CALL)
@@ -231,31 +288,53 @@ def check_cuda(src: Source, raw: dict[str, str], blanked: dict[str, str] | None 
         if call.name in CUBLAS_TYPES:
             a, c = CUBLAS_TYPES[call.name]
             if len(call.args) > c and call.args[c] == "CUDA_R_32F" and call.args[a] != "CUDA_R_32F":
-                findings.append(R_F32.finding(
-                    f"{call.name} writes a CUDA_R_32F output from {call.args[a]} operands: the output type must come "
-                    f"from the caller's out dtype", src.path, call.line, A1_HINT))
+                findings.append(
+                    R_F32.finding(
+                        f"{call.name} writes a CUDA_R_32F output from {call.args[a]} operands: the output type must come "
+                        f"from the caller's out dtype",
+                        src.path,
+                        call.line,
+                        A1_HINT,
+                    )
+                )
         for i, expr in enumerate(call.args, 1):
             findings += _cuda_tuning(f"call of {call.name}", f"argument {i} ({expr})", expr, unit, src.path, call.line)
     return findings, len(launches) + len(calls)
 
 
 def _cuda_tuning(where: str, what: str, expr: str, unit: dict[str, str], path: str, line: int) -> list[Finding]:
-    findings = [R_LITERAL.finding(f"{where} has the bare literal {lit} in its {what}: a tuning parameter must be "
-                                  f"a named constant", path, line, A2_HINT)
-                for lit in cu.int_literals(expr) if lit not in STRUCTURAL]
+    findings = [
+        R_LITERAL.finding(
+            f"{where} has the bare literal {lit} in its {what}: a tuning parameter must be a named constant",
+            path,
+            line,
+            A2_HINT,
+        )
+        for lit in cu.int_literals(expr)
+        if lit not in STRUCTURAL
+    ]
     for name in dict.fromkeys(cu.names_in(expr)):
         decls = [f"{p}:{n}" for p, text in unit.items() for n in cu.constant_declarations(text, name)]
         if len(decls) > 1:
-            findings.append(R_TWICE.finding(f"tuning constant {name} used by the {where} is declared {len(decls)} "
-                                            f"times ({', '.join(decls)}): declare it once", path, line, A2_HINT))
+            findings.append(
+                R_TWICE.finding(
+                    f"tuning constant {name} used by the {where} is declared {len(decls)} "
+                    f"times ({', '.join(decls)}): declare it once",
+                    path,
+                    line,
+                    A2_HINT,
+                )
+            )
     return findings
 
 
 # `__launch_bounds__(...)` may stand between `void` and the name (one level of parentheses inside). The
 # declaration is found from `__global__` forward and its `template <...>` looked for just before it, so a
 # source full of unclosed `template <` costs one pass, not one pass per `template`.
-_KERNEL_DECL = (r"__global__\s+void\s+(?:__launch_bounds__\s*\((?:[^()]|\([^()]*+\))*+\)\s*)?{name}\s*"
-                r"\(([^)]*+)\)")
+_KERNEL_DECL = (
+    r"__global__\s+void\s+(?:__launch_bounds__\s*\((?:[^()]|\([^()]*+\))*+\)\s*)?{name}\s*"
+    r"\(([^)]*+)\)"
+)
 _TEMPLATE_HEAD = re.compile(r"template\s*<([^{};]*)>\s*$")
 _TEMPLATE_LOOKBACK = 2048
 
@@ -264,7 +343,7 @@ _TEMPLATE_LOOKBACK = 2048
 def _kernel_decl(name: str, text: str) -> tuple[re.Match[str], re.Match[str]] | None:
     """The template head and the declaration of kernel `name` in `text` (searched once per kernel name)."""
     m = re.search(_KERNEL_DECL.replace("{name}", re.escape(name)), text, re.S)
-    before = text[max(0, m.start() - _TEMPLATE_LOOKBACK):m.start()] if m else ""
+    before = text[max(0, m.start() - _TEMPLATE_LOOKBACK) : m.start()] if m else ""
     head = _TEMPLATE_HEAD.search(before, max(0, before.rfind("template")))
     return (head, m) if m and head else None
 
@@ -291,16 +370,21 @@ def _output_position(site: cu.Launch, unit: dict[str, str]) -> int | None:
 
 # --- cuBLASLt -----------------------------------------------------------------------------------------
 
-LT_DTYPE_HINT = ("pass the variable that holds the caller's out dtype (an f32 output stays legal when the "
-                 "caller asked for f32); gemv.cublaslt.out_dtype_vars names it")
-LT_ALGO_HINT = ("declare `constexpr int kName = 1;` once and pass `/*{marker}=*/kName` (gemv.cublaslt.algo_constants "
-                "lists the allowed names)")
+LT_DTYPE_HINT = (
+    "pass the variable that holds the caller's out dtype (an f32 output stays legal when the "
+    "caller asked for f32); gemv.cublaslt.out_dtype_vars names it"
+)
+LT_ALGO_HINT = (
+    "declare `constexpr int kName = 1;` once and pass `/*{marker}=*/kName` (gemv.cublaslt.algo_constants "
+    "lists the allowed names)"
+)
 _CUDA_TYPE = re.compile(r"CUDA_[A-Z0-9_]+")
 _NAME = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
 
 
-def check_cublaslt(src: Source, raw: dict[str, str], blanked: dict[str, str],
-                   rules: CublasLtRules) -> tuple[list[Finding], int]:
+def check_cublaslt(
+    src: Source, raw: dict[str, str], blanked: dict[str, str], rules: CublasLtRules
+) -> tuple[list[Finding], int]:
     """The cuBLASLt rule set on one source: every C/D layout takes its dtype from an out-dtype variable, and
     every requestedAlgoCount is a named compile-time constant behind the `/*requestedAlgoCount=*/` marker."""
     code = blanked[src.path]
@@ -308,51 +392,87 @@ def check_cublaslt(src: Source, raw: dict[str, str], blanked: dict[str, str],
     lines = cu.LineIndex(code)
     unit = {p: blanked[p] for p in cu.translation_unit(src.path, raw)}
     findings: list[Finding] = []
-    layouts = [c for c in cu.call_spans(code, frozenset(rules.layout_calls))
-               if len(c.args) >= 2 and _layout_var(c.args[0].text) in rules.output_layouts]
+    layouts = [
+        c
+        for c in cu.call_spans(code, frozenset(rules.layout_calls))
+        if len(c.args) >= 2 and _layout_var(c.args[0].text) in rules.output_layouts
+    ]
     for call in layouts:
         target, dtype = call.args[0], call.args[1]
         if dtype.text in rules.out_dtype_vars:
             continue
         what = "the literal" if _CUDA_TYPE.fullmatch(dtype.text) else "the expression"
-        findings.append(R_LT_DTYPE.finding(
-            f"{call.name} creates the C/D layout {target.text} with {what} {dtype.text}, not the caller's out "
-            f"dtype ({' or '.join(rules.out_dtype_vars)})", src.path, lines.line(dtype.start), LT_DTYPE_HINT))
+        findings.append(
+            R_LT_DTYPE.finding(
+                f"{call.name} creates the C/D layout {target.text} with {what} {dtype.text}, not the caller's out "
+                f"dtype ({' or '.join(rules.out_dtype_vars)})",
+                src.path,
+                lines.line(dtype.start),
+                LT_DTYPE_HINT,
+            )
+        )
     heuristics = cu.call_spans(code, frozenset(rules.heuristic_calls))
     marker = re.compile(rf"/\*\s*{re.escape(rules.marker)}\s*=\s*\*/\s*$")
     hint = LT_ALGO_HINT.replace("{marker}", rules.marker)
     for call in heuristics:
         where = f"{call.name}'s {rules.marker}"
         if len(call.args) < rules.algo_count_arg:
-            findings.append(R_LT_ALGO.finding(f"{call.name} has {len(call.args)} arguments, no {rules.marker} "
-                                              f"(argument {rules.algo_count_arg})", src.path,
-                                              lines.line(call.start), hint))
+            findings.append(
+                R_LT_ALGO.finding(
+                    f"{call.name} has {len(call.args)} arguments, no {rules.marker} (argument {rules.algo_count_arg})",
+                    src.path,
+                    lines.line(call.start),
+                    hint,
+                )
+            )
             continue
         arg = call.args[rules.algo_count_arg - 1]
         line = lines.line(arg.start)
         prev = call.args[rules.algo_count_arg - 2].end if rules.algo_count_arg > 1 else call.start
-        before = text[prev:arg.start]  # raw text: the marker comment is blanked in `code`
+        before = text[prev : arg.start]  # raw text: the marker comment is blanked in `code`
         value = arg.text
         if not marker.search(before):
-            findings.append(R_LT_ALGO.finding(f"{where} argument ({value}) lacks the /*{rules.marker}=*/ marker",
-                                              src.path, line, hint))
+            findings.append(
+                R_LT_ALGO.finding(
+                    f"{where} argument ({value}) lacks the /*{rules.marker}=*/ marker", src.path, line, hint
+                )
+            )
             continue
         if not _NAME.fullmatch(value):
             kind = "the bare literal" if cu.int_literals(value) == [value] else "the expression"
-            findings.append(R_LT_ALGO.finding(f"{where} is {kind} {value}, not a named constant", src.path, line,
-                                              hint))
+            findings.append(R_LT_ALGO.finding(f"{where} is {kind} {value}, not a named constant", src.path, line, hint))
             continue
         name = value.split("::")[-1]
         decls = [f"{p}:{n}" for p, t in unit.items() for n in cu.constant_declarations(t, name)]
         if rules.algo_constants and name not in rules.algo_constants:
-            findings.append(R_LT_ALGO.finding(f"{where} is {value}, which is not one of the policy constants "
-                                              f"({', '.join(rules.algo_constants)})", src.path, line, hint))
+            findings.append(
+                R_LT_ALGO.finding(
+                    f"{where} is {value}, which is not one of the policy constants ({', '.join(rules.algo_constants)})",
+                    src.path,
+                    line,
+                    hint,
+                )
+            )
         elif not decls:
-            findings.append(R_LT_ALGO.finding(f"{where} is {value}, a runtime value: no constexpr or #define of "
-                                              f"{name} in {src.path} or its includes", src.path, line, hint))
+            findings.append(
+                R_LT_ALGO.finding(
+                    f"{where} is {value}, a runtime value: no constexpr or #define of "
+                    f"{name} in {src.path} or its includes",
+                    src.path,
+                    line,
+                    hint,
+                )
+            )
         elif len(decls) > 1:
-            findings.append(R_TWICE.finding(f"tuning constant {name} used by {call.name} is declared {len(decls)} "
-                                            f"times ({', '.join(decls)}): declare it once", src.path, line, A2_HINT))
+            findings.append(
+                R_TWICE.finding(
+                    f"tuning constant {name} used by {call.name} is declared {len(decls)} "
+                    f"times ({', '.join(decls)}): declare it once",
+                    src.path,
+                    line,
+                    A2_HINT,
+                )
+            )
     return findings, len(layouts) + len(heuristics)
 
 

@@ -1,5 +1,6 @@
 """CUDA sources read as text: comments and strings blanked, kernel launch sites, library calls, and
 compile-time constant declarations, each with its line (the toolkit never compiles anything)."""
+
 from __future__ import annotations
 
 import bisect
@@ -76,7 +77,7 @@ def blank_comments(text: str, meter: Meter | None = None) -> str:
         if end < 0:  # not a comment or literal here: the opener's first character is code
             if meter:
                 meter.add(pos, start + 1)
-            out.append(text[pos:start + 1])
+            out.append(text[pos : start + 1])
             pos = start + 1
             continue
         if meter:
@@ -95,9 +96,9 @@ def split_top_level(text: str) -> tuple[str, ...]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "<" and depth == 0 and text[i + 1:i + 2] != "<" and text[i - 1:i] != "<":
+        elif ch == "<" and depth == 0 and text[i + 1 : i + 2] != "<" and text[i - 1 : i] != "<":
             angle += 1
-        elif ch == ">" and angle and text[i + 1:i + 2] != ">" and text[i - 1:i] != ">":
+        elif ch == ">" and angle and text[i + 1 : i + 2] != ">" and text[i - 1 : i] != ">":
             angle -= 1
         elif ch == "," and depth == 0 and angle == 0:
             parts.append(text[start:i].strip())
@@ -148,16 +149,19 @@ def launches(code: str) -> list[Launch]:
         close = code.find(">>>", start + 3)
         if close < 0:
             break  # no launch closes after this point
-        window = code[max(0, start - _LAUNCH_LOOKBACK):start]
+        window = code[max(0, start - _LAUNCH_LOOKBACK) : start]
         head = window.rstrip()
         targs: tuple[str, ...] = ()
         if head.endswith(">"):
             open_ = _matching_open(head, len(head) - 1, "<", ">")
-            targs = split_top_level(head[open_ + 1:-1]) if open_ >= 0 else ()
-            head = head[:max(open_, 0)].rstrip()
+            targs = split_top_level(head[open_ + 1 : -1]) if open_ >= 0 else ()
+            head = head[: max(open_, 0)].rstrip()
         name = _TRAILING_NAME.search(head[-256:])
-        found.append(Launch(name.group(1) if name else "?", targs, split_top_level(code[start + 3:close]),
-                            line_of(code, start)))
+        found.append(
+            Launch(
+                name.group(1) if name else "?", targs, split_top_level(code[start + 3 : close]), line_of(code, start)
+            )
+        )
         pos = close + 3
     return found
 
@@ -174,7 +178,7 @@ def library_calls(code: str, pattern: re.Pattern[str]) -> list[LibraryCall]:
         close = _matching_close(code, m.end() - 1)
         if close < 0:
             continue
-        found.append(LibraryCall(m.group(1), split_top_level(code[m.end():close]), line_of(code, m.start())))
+        found.append(LibraryCall(m.group(1), split_top_level(code[m.end() : close]), line_of(code, m.start())))
     return found
 
 
@@ -211,7 +215,7 @@ def _declarations(code: str) -> dict[str, tuple[int, ...]]:
             if end is None:
                 break
         if end.group() in "={":
-            span = code[m.end():end.start()]
+            span = code[m.end() : end.start()]
             if (name := _DECLARED_NAME.search(span[-512:])) is not None:
                 found.setdefault(name.group(1), []).append(line_of(code, m.start()))
     for m in _DEFINE.finditer(code):

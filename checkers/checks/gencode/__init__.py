@@ -1,4 +1,5 @@
 """The SASS and PTX archs compiled into each CUDA object equal what the arch feature table says for its source."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,12 @@ from checkers.yamlio import RecordError, read_yaml
 ID = "gencode"
 RULES = (
     Rule("GC001", "gencode-mismatch", "the SASS archs compiled for a source differ from its table entry"),
-    Rule("GC002", "ptx-mismatch", "the PTX archs compiled for a source differ from its table entry (config gencode.ptx)"),
-    Rule("GC003", "source-not-in-table", "a CUDA source (or an object built from one) has no entry in the feature table"),
+    Rule(
+        "GC002", "ptx-mismatch", "the PTX archs compiled for a source differ from its table entry (config gencode.ptx)"
+    ),
+    Rule(
+        "GC003", "source-not-in-table", "a CUDA source (or an object built from one) has no entry in the feature table"
+    ),
     Rule("GC004", "feature-no-archs", "a source's feature shares no arch with the requested arch list"),
     Rule("GC005", "table-source-missing", "the feature table names a source that does not exist"),
     Rule("GC006", "object-missing", "a source in the table has no compiled object to audit"),
@@ -40,15 +45,26 @@ class Table:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--build-dir", type=Path, help="directory of compiled objects (.so/.o/.fatbin); default: "
-                        "config gencode.build_dir, else $VT_CUDA_CACHE, else build/cuda-fat when it holds "
-                        "objects, else ~/.cache/rowgate/cuda")
-    parser.add_argument("--compile-commands", type=Path, metavar="FILE",
-                        help="audit the arch flags of a CMake compile_commands.json instead of objects "
-                        "(default: config gencode.compile_commands)")
-    parser.add_argument("--archs", help="requested archs, comma-separated (default: config gencode.archs, else "
-                        "what each object's build requested per the build dir's manifest.json, else every arch "
-                        "in the table, as a fat build)")
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        help="directory of compiled objects (.so/.o/.fatbin); default: "
+        "config gencode.build_dir, else $VT_CUDA_CACHE, else build/cuda-fat when it holds "
+        "objects, else ~/.cache/rowgate/cuda",
+    )
+    parser.add_argument(
+        "--compile-commands",
+        type=Path,
+        metavar="FILE",
+        help="audit the arch flags of a CMake compile_commands.json instead of objects "
+        "(default: config gencode.compile_commands)",
+    )
+    parser.add_argument(
+        "--archs",
+        help="requested archs, comma-separated (default: config gencode.archs, else "
+        "what each object's build requested per the build dir's manifest.json, else every arch "
+        "in the table, as a fat build)",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -61,8 +77,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     findings = table_findings(table, source_dir, src_rel, requested, ctx.files([f"{src_rel}/*.cu"]))
     built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
     notes: list[str] = []  # special files skipped
-    commands = getattr(args, "compile_commands", None) or (ctx.root / cfg.compile_commands
-                                                          if cfg.compile_commands else None)
+    commands = getattr(args, "compile_commands", None) or (
+        ctx.root / cfg.compile_commands if cfg.compile_commands else None
+    )
     if commands:
         compiled, examined = from_compile_commands(commands, source_dir, findings)
         unit = "compile commands"
@@ -72,19 +89,28 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         if not chosen and not (build_dir.is_dir() and any(build_dir.glob("*.so"))):
             # Nothing was built on this machine: an honest skip, not a pass. CI builds, then audits.
             state = "holds no objects" if build_dir.is_dir() else "does not exist"
-            return Result.skip(ID, f"no CUDA build to audit ({build_dir} {state}); "
-                                   "ci/fat-build.sh builds every source and runs this check on the result")
+            return Result.skip(
+                ID,
+                f"no CUDA build to audit ({build_dir} {state}); "
+                "ci/fat-build.sh builds every source and runs this check on the result",
+            )
         compiled, examined, built_for = from_build_dir(build_dir, findings, notes)
         unit = "objects"
     if explicit:
         built_for = {}
     if examined == 0:
-        raise CheckError(f"no CUDA {unit} found to audit", "build first: python -m engine.cuda.build --fat --out DIR, "
-                         "then pass --build-dir DIR (or --compile-commands FILE)")
+        raise CheckError(
+            f"no CUDA {unit} found to audit",
+            "build first: python -m engine.cuda.build --fat --out DIR, "
+            "then pass --build-dir DIR (or --compile-commands FILE)",
+        )
     findings += audit(table, compiled, requested, source_dir, ctx.rel(source_dir), cfg.ptx, built_for)
     findings = list({(f.rule, f.message): f for f in findings}.values())  # a source unlisted twice is one finding
-    shown = sorted(set().union(*built_for.values()), key=lambda a: fatbin.arch_key(fatbin.table_arch(a))) \
-        if built_for else requested
+    shown = (
+        sorted(set().union(*built_for.values()), key=lambda a: fatbin.arch_key(fatbin.table_arch(a)))
+        if built_for
+        else requested
+    )
     ok = f"OK: {len(compiled)} sources match {table.path} for {_fmt([fatbin.table_arch(a) for a in shown])}"
     result = Result.judge(ID, findings, examined, unit, ok)
     result.details = [*notes, *result.details]
@@ -96,7 +122,11 @@ def load_table(root: Path, rel: str) -> Table:
         data = read_yaml(root / rel, rel)
     except RecordError as exc:
         raise CheckError(str(exc), "the feature table is the check's input; fix or restore it") from None
-    if not isinstance(data, dict) or not isinstance(data.get("features"), dict) or not isinstance(data.get("sources"), dict):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("features"), dict)
+        or not isinstance(data.get("sources"), dict)
+    ):
         raise CheckError(f"{rel}: expected top-level mappings 'features' and 'sources'")
     archs = {str(k): list(v.get("archs") or []) if isinstance(v, dict) else [] for k, v in data["features"].items()}
     sources = {str(k): str(v) for k, v in data["sources"].items()}
@@ -104,31 +134,54 @@ def load_table(root: Path, rel: str) -> Table:
     return Table(rel, archs, sources, lines)
 
 
-def table_findings(table: Table, source_dir: Path, src_rel: str, requested: list[str],
-                   files: list[str]) -> list[Finding]:
+def table_findings(
+    table: Table, source_dir: Path, src_rel: str, requested: list[str], files: list[str]
+) -> list[Finding]:
     """Table entries that name nothing, unknown features, bad spellings, empty intersections, unlisted sources."""
     out = []
     for feature, archs in table.archs.items():
         for a in archs:
             if not isinstance(a, str) or not _ARCH.match(a):
-                out.append(R_TABLE.finding(f"feature {feature!r}: arch {a!r} is not a spelling like 9.0, 9.0a, 12.0a",
-                                           table.path, None, "quote it and use major.minor[a]"))
+                out.append(
+                    R_TABLE.finding(
+                        f"feature {feature!r}: arch {a!r} is not a spelling like 9.0, 9.0a, 12.0a",
+                        table.path,
+                        None,
+                        "quote it and use major.minor[a]",
+                    )
+                )
     for name, feature in table.sources.items():
         where = (table.path, table.lines[name])
         if not (source_dir / name).is_file():
-            out.append(R_MISSING_SRC.finding(f"{src_rel}/{name}: listed under sources but does not exist", *where,
-                                             "remove the entry or restore the source"))
+            out.append(
+                R_MISSING_SRC.finding(
+                    f"{src_rel}/{name}: listed under sources but does not exist",
+                    *where,
+                    "remove the entry or restore the source",
+                )
+            )
         if feature not in table.archs:
             out.append(R_TABLE.finding(f"{src_rel}/{name}: feature {feature!r} is not under features", *where))
         elif not expected(table, name, requested):
-            out.append(R_EMPTY.finding(f"{src_rel}/{name}: feature {feature!r} archs {_fmt(table.archs[feature])} "
-                                       f"share no arch with the requested {_fmt(requested)}", *where,
-                                       "add an arch to the feature or request one it supports"))
+            out.append(
+                R_EMPTY.finding(
+                    f"{src_rel}/{name}: feature {feature!r} archs {_fmt(table.archs[feature])} "
+                    f"share no arch with the requested {_fmt(requested)}",
+                    *where,
+                    "add an arch to the feature or request one it supports",
+                )
+            )
     for path in sorted(files):
         name = path.rsplit("/", 1)[-1]
         if name not in table.sources:
-            out.append(R_UNLISTED.finding(f"{src_rel}/{name}: not in the feature table {table.path}", table.path,
-                                          None, f"add `{name}: <feature>` under sources"))
+            out.append(
+                R_UNLISTED.finding(
+                    f"{src_rel}/{name}: not in the feature table {table.path}",
+                    table.path,
+                    None,
+                    f"add `{name}: <feature>` under sources",
+                )
+            )
     return out
 
 
@@ -138,16 +191,29 @@ def expected(table: Table, name: str, requested: list[str]) -> list[str]:
     return sorted({fatbin.table_arch(a) for a in archs}, key=fatbin.arch_key)
 
 
-def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], requested: list[str], source_dir: Path,
-          src_rel: str, ptx_policy: str, built_for: dict[str, list[str]] | None = None) -> list[Finding]:
+def audit(
+    table: Table,
+    compiled: dict[str, tuple[list[str], list[str]]],
+    requested: list[str],
+    source_dir: Path,
+    src_rel: str,
+    ptx_policy: str,
+    built_for: dict[str, list[str]] | None = None,
+) -> list[Finding]:
     """Compare what was compiled per source (SASS, PTX) with the table's archs intersected with the requested
     list: the one given, else the one the source's build recorded in the manifest (`built_for`)."""
     out = []
     for name in sorted(set(table.sources) | set(compiled)):
         label = f"{src_rel}/{name}"
         if name not in table.sources:
-            out.append(R_UNLISTED.finding(f"{label}: not in the feature table {table.path}", table.path, None,
-                                          f"add `{name}: <feature>` under sources"))
+            out.append(
+                R_UNLISTED.finding(
+                    f"{label}: not in the feature table {table.path}",
+                    table.path,
+                    None,
+                    f"add `{name}: <feature>` under sources",
+                )
+            )
             continue
         want = expected(table, name, (built_for or {}).get(name, requested))
         where = (table.path, table.lines[name])
@@ -165,13 +231,15 @@ def audit(table: Table, compiled: dict[str, tuple[list[str], list[str]]], reques
     return out
 
 
-def from_build_dir(build_dir: Path, findings: list[Finding], notes: list[str] | None = None
-                   ) -> tuple[dict[str, tuple[list[str], list[str]]], int, dict[str, list[str]]]:
+def from_build_dir(
+    build_dir: Path, findings: list[Finding], notes: list[str] | None = None
+) -> tuple[dict[str, tuple[list[str], list[str]]], int, dict[str, list[str]]]:
     """Source name -> (SASS, PTX) of its object (the manifest's per source, else the newest by name), the
     count of objects, and per source the arch list its build requested (manifest entries that record one)."""
     if not build_dir.is_dir():
-        raise CheckError(f"build directory {build_dir} does not exist",
-                         "build first: python -m engine.cuda.build --fat --out DIR")
+        raise CheckError(
+            f"build directory {build_dir} does not exist", "build first: python -m engine.cuda.build --fat --out DIR"
+        )
     manifest = build_dir / "manifest.json"
     objects: dict[str, Path] = {}
     built_for: dict[str, list[str]] = {}
@@ -182,8 +250,10 @@ def from_build_dir(build_dir: Path, findings: list[Finding], notes: list[str] | 
                 if isinstance(entry.get("requested"), list):
                     built_for[Path(label).name] = [str(a) for a in entry["requested"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # OutsideRepo is a ValueError
-            raise CheckError(f"{manifest}: not a usable build manifest ({type(exc).__name__}: {exc})",
-                             "rebuild: python -m engine.cuda.build --fat --out DIR") from None
+            raise CheckError(
+                f"{manifest}: not a usable build manifest ({type(exc).__name__}: {exc})",
+                "rebuild: python -m engine.cuda.build --fat --out DIR",
+            ) from None
     else:
         candidates = [p for ext in ("*.so", "*.o", "*.fatbin") for p in build_dir.rglob(ext)]
         for path in sorted(candidates, key=lambda p: p.stat().st_mtime):
@@ -214,13 +284,22 @@ def _special(path: Path) -> str | None:
         return None  # missing: read_object reports it
     if stat.S_ISREG(mode):
         return None
-    return ("FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else
-            "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "directory" if stat.S_ISDIR(mode) else
-            "special file")
+    return (
+        "FIFO"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "directory"
+        if stat.S_ISDIR(mode)
+        else "special file"
+    )
 
 
-def from_compile_commands(path: Path, source_dir: Path,
-                          findings: list[Finding]) -> tuple[dict[str, tuple[list[str], list[str]]], int]:
+def from_compile_commands(
+    path: Path, source_dir: Path, findings: list[Finding]
+) -> tuple[dict[str, tuple[list[str], list[str]]], int]:
     try:
         commands = nvcc_flags.load_compile_commands(path)
     except nvcc_flags.FlagError as exc:

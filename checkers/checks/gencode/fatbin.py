@@ -9,6 +9,7 @@ Pure functions over bytes, no CUDA tools needed. Layout (little-endian):
   family-specific "f"), u64 uncompressed size at offset 56; the payload follows the header.
 Only headers are read, so compressed payloads need no decompression.
 """
+
 from __future__ import annotations
 
 import struct
@@ -76,7 +77,7 @@ def elf_sections(data: bytes) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for name_off, sh_type, _flags, _addr, offset, size in headers:
         end = strtab.find(b"\0", name_off)
-        name = strtab[name_off:end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        name = strtab[name_off : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
         out[name] = b"" if sh_type == 8 else _slice(data, offset, size, f"section {name!r}")  # 8: SHT_NOBITS
     return out
 
@@ -110,8 +111,10 @@ def _entries(blob: bytes, pos: int, end: int) -> list[FatbinEntry]:
         (sm,) = struct.unpack_from("<I", blob, pos + 28)
         (flags,) = struct.unpack_from("<Q", blob, pos + 40)
         if header_size < _ENTRY_MIN or pos + header_size + padded > end:
-            raise FatbinError(f"fatbin entry at offset {pos}: header size {header_size} / payload {padded} "
-                              f"do not fit the container (ends at {end})")
+            raise FatbinError(
+                f"fatbin entry at offset {pos}: header size {header_size} / payload {padded} "
+                f"do not fit the container (ends at {end})"
+            )
         suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY_SPECIFIC else ""
         name = {KIND_PTX: "ptx", KIND_ELF: "sass"}.get(kind, f"other:{kind}")
         out.append(FatbinEntry(name, f"{sm}{suffix}", bool(flags & FLAG_COMPRESSED), pos, padded))
@@ -128,7 +131,7 @@ def arch_lists(entries: list[FatbinEntry]) -> tuple[list[str], list[str]]:
 
 def arch_key(arch: str) -> tuple[int, str]:
     digits = arch.rstrip("af")
-    return (int(digits) if digits.isdigit() else 0, arch[len(digits):])
+    return (int(digits) if digits.isdigit() else 0, arch[len(digits) :])
 
 
 def table_arch(spelling: str) -> str:
@@ -140,4 +143,4 @@ def table_arch(spelling: str) -> str:
 def _slice(data: bytes, offset: int, size: int, what: str) -> bytes:
     if offset + size > len(data):
         raise FatbinError(f"{what} (offset {offset}, size {size}) runs past the end of the file ({len(data)} bytes)")
-    return data[offset:offset + size]
+    return data[offset : offset + size]

@@ -1,4 +1,5 @@
 """The SASS and PTX archs an nvcc command line asks for (-gencode, --generate-code, -arch, -code), for compile_commands.json."""
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,7 @@ def _option(args: list[str], i: int) -> tuple[str, str, int]:
                 raise FlagError(f"{name} without a value")
             return name, args[i + 1], i + 2
         if a.startswith(name + "="):
-            return name, a[len(name) + 1:], i + 1
+            return name, a[len(name) + 1 :], i + 1
     return a, "", i + 1
 
 

@@ -1,4 +1,5 @@
 """Every changed path fits a path class within its review budget, and paired paths change together."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ CLASSES_AT = "pr_size.classes in .agents/config.yaml"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_range_arguments(parser)
-    parser.add_argument("--all-files", action="store_true",
-                        help="classify every tracked file at --head instead of a range's changes")
+    parser.add_argument(
+        "--all-files", action="store_true", help="classify every tracked file at --head instead of a range's changes"
+    )
 
 
 @dataclass
@@ -63,36 +65,51 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     if args.all_files:
         return _tree_result(ctx, classifier, git.must_resolve(args.head or "HEAD", "head"), None)
     if git.is_shallow():
-        raise CheckError("this is a shallow clone: the merge base and the diff cannot be trusted",
-                         hint="run git fetch --unshallow (CI: actions/checkout with fetch-depth: 0)")
+        raise CheckError(
+            "this is a shallow clone: the merge base and the diff cannot be trusted",
+            hint="run git fetch --unshallow (CI: actions/checkout with fetch-depth: 0)",
+        )
     rng = ctx.range(args.base, args.head)
     if rng.merge_base == rng.head:
         if rng.base != rng.head:
-            raise CheckError(f"head {rng.head[:12]} is behind base {rng.ref} ({rng.base[:12]}): "
-                             "the range has no changes of its own",
-                             hint="check out the branch to measure, or pass the --base it was built on")
-        return _tree_result(ctx, classifier, rng.head, f"empty range (head {rng.head[:12]} is the merge base "
-                            f"with {rng.ref}), so the whole tree was classified")
+            raise CheckError(
+                f"head {rng.head[:12]} is behind base {rng.ref} ({rng.base[:12]}): the range has no changes of its own",
+                hint="check out the branch to measure, or pass the --base it was built on",
+            )
+        return _tree_result(
+            ctx,
+            classifier,
+            rng.head,
+            f"empty range (head {rng.head[:12]} is the merge base with {rng.ref}), so the whole tree was classified",
+        )
     stats = git.numstat(rng.merge_base, rng.head, renames=cfg.renames == "edits")
     generated = git.attr_set([s.path for s in stats], GENERATED_ATTR)
     report = judge_range(stats, generated, classifier, cfg)
     if report.files == 0:
-        return _tree_result(ctx, classifier, rng.head, f"every file the range changes is generated "
-                            f"({len(stats)} files), so the whole tree was classified")
+        return _tree_result(
+            ctx,
+            classifier,
+            rng.head,
+            f"every file the range changes is generated ({len(stats)} files), so the whole tree was classified",
+        )
     binaries = [s for s in stats if s.binary and s.path not in generated]
-    sizes = git.blob_sizes([f"{rev}:{p}" for s in binaries
-                            for rev, p in ((rng.merge_base, s.old_path or s.path), (rng.head, s.path))])
+    sizes = git.blob_sizes(
+        [f"{rev}:{p}" for s in binaries for rev, p in ((rng.merge_base, s.old_path or s.path), (rng.head, s.path))]
+    )
     details = budget_table(report)
-    details += [f"binary {s.path}: {_size(sizes[f'{rng.merge_base}:{s.old_path or s.path}'])} -> "
-                f"{_size(sizes[f'{rng.head}:{s.path}'])} bytes" for s in binaries]
-    details += [f"generated (excluded) {s.path}: +{s.added or 0} -{s.deleted or 0}"
-                for s in stats if s.path in generated]
+    details += [
+        f"binary {s.path}: {_size(sizes[f'{rng.merge_base}:{s.old_path or s.path}'])} -> "
+        f"{_size(sizes[f'{rng.head}:{s.path}'])} bytes"
+        for s in binaries
+    ]
+    details += [
+        f"generated (excluded) {s.path}: +{s.added or 0} -{s.deleted or 0}" for s in stats if s.path in generated
+    ]
     ok = f"OK: every path class is within its review budget ({report.files} files, {report.lines} lines)"
     return Result.judge(ID, report.findings, report.files, "changed files", ok, details)
 
 
-def judge_range(stats: list[DiffStat], generated: set[str], classifier: Classifier,
-                cfg: PrSizeConfig) -> Report:
+def judge_range(stats: list[DiffStat], generated: set[str], classifier: Classifier, cfg: PrSizeConfig) -> Report:
     """Classify each changed file, add its lines to its class, and apply budgets and pairing rules."""
     report = _new_report(classifier, cfg)
     changed: set[str] = set()
@@ -112,10 +129,15 @@ def judge_range(stats: list[DiffStat], generated: set[str], classifier: Classifi
     report.files += len(report.findings)
     for t in report.tallies.values():
         if t.budget is not None and t.lines > t.budget:
-            report.findings.append(R_BUDGET.finding(
-                f"{t.name} changes {t.lines} lines (budget {t.budget})", None, None,
-                f"split the change into smaller ranges, one row each, or raise the budget of {t.name} "
-                f"in {CLASSES_AT} with a reason"))
+            report.findings.append(
+                R_BUDGET.finding(
+                    f"{t.name} changes {t.lines} lines (budget {t.budget})",
+                    None,
+                    None,
+                    f"split the change into smaller ranges, one row each, or raise the budget of {t.name} "
+                    f"in {CLASSES_AT} with a reason",
+                )
+            )
     report.findings += pair_findings(sorted(changed), [Pairing.compile(r) for r in cfg.pairs])
     return report
 
@@ -141,11 +163,21 @@ def pair_findings(changed: list[str], pairings: list[Pairing]) -> list[Finding]:
         for path in changed:
             need = pairing.required(path)
             if need is not None and not present.intersection(need):
-                names = (f"{need[0]} did not" if len(need) == 1 else f"neither {need[0]} nor {need[1]} did"
-                         if len(need) == 2 else f"none of {', '.join(need)} did")
-                findings.append(R_PAIR.finding(
-                    f"{path} changed but {names} (pairing rule {pairing.rule.name})", path, None,
-                    f"change {' or '.join(need)} in the same range (pr_size.pairs in .agents/config.yaml)"))
+                names = (
+                    f"{need[0]} did not"
+                    if len(need) == 1
+                    else f"neither {need[0]} nor {need[1]} did"
+                    if len(need) == 2
+                    else f"none of {', '.join(need)} did"
+                )
+                findings.append(
+                    R_PAIR.finding(
+                        f"{path} changed but {names} (pairing rule {pairing.rule.name})",
+                        path,
+                        None,
+                        f"change {' or '.join(need)} in the same range (pr_size.pairs in .agents/config.yaml)",
+                    )
+                )
     return findings
 
 
@@ -157,8 +189,7 @@ def budget_table(report: Report, whole_tree: bool = False) -> list[str]:
         if whole_tree:
             rows.append(f"{t.name:<20} {t.files:>6} {'-':>7} {'-':>7}  classified")
             continue
-        verdict = ("unbudgeted" if t.budget is None else
-                   "ok" if t.lines <= t.budget else f"over by {t.lines - t.budget}")
+        verdict = "unbudgeted" if t.budget is None else "ok" if t.lines <= t.budget else f"over by {t.lines - t.budget}"
         rows.append(f"{t.name:<20} {t.files:>6} {t.lines:>7} {'-' if t.budget is None else t.budget:>7}  {verdict}")
     unknown = sum(f.rule == R_UNCLASSIFIED.id for f in report.findings)
     if unknown:
@@ -183,14 +214,21 @@ def _tree_result(ctx: Context, classifier: Classifier, head: str, note: str | No
 def _new_report(classifier: Classifier, cfg: PrSizeConfig | None) -> Report:
     """A report with one tally per class, in precedence order."""
     default = cfg.deletion_weight if cfg else 1.0
-    return Report({c.name: Tally(c.name, c.budget, default if c.deletion_weight is None else c.deletion_weight)
-                   for c in classifier.classes})
+    return Report(
+        {
+            c.name: Tally(c.name, c.budget, default if c.deletion_weight is None else c.deletion_weight)
+            for c in classifier.classes
+        }
+    )
 
 
 def _unclassified(classifier: Classifier, path: str) -> Finding:
     return R_UNCLASSIFIED.finding(
-        f"{path} fits no path class (closest: {classifier.closest(path)})", path, None,
-        f"add a pattern that covers it to a class in {CLASSES_AT} (the first matching class wins)")
+        f"{path} fits no path class (closest: {classifier.closest(path)})",
+        path,
+        None,
+        f"add a pattern that covers it to a class in {CLASSES_AT} (the first matching class wins)",
+    )
 
 
 def _size(n: int | None) -> str:

@@ -1,4 +1,5 @@
 """Path classes and pairing rules: root-anchored globs compiled once, first matching class wins."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,7 @@ class Classifier:
         alternatives = [f"(?P<c{k}>{'|'.join(glob_regex(p) for p in c.paths)})" for k, c in enumerate(classes)]
         # One alternation for all classes: the regex engine tries them in order, so one match per path.
         self._regex = re.compile("|".join(alternatives)) if classes else None
-        self._hints = [(c.name, _literal_segments(p), _extension(p), _literal_dir(p))
-                       for c in classes for p in c.paths]
+        self._hints = [(c.name, _literal_segments(p), _extension(p), _literal_dir(p)) for c in classes for p in c.paths]
 
     def classify(self, path: str) -> str | None:
         m = self._regex.fullmatch(path) if self._regex else None
@@ -92,12 +92,16 @@ class Pairing:
         for template in [rule.require] if isinstance(rule.require, str) else rule.require:
             for name, transforms in _TEMPLATE_FIELD.findall(template):
                 if name not in captured:
-                    raise CheckError(f"pairing rule {rule.name!r}: require uses {{{name}}}, which when does not "
-                                     "capture", hint="use only placeholders that appear in `when`")
+                    raise CheckError(
+                        f"pairing rule {rule.name!r}: require uses {{{name}}}, which when does not capture",
+                        hint="use only placeholders that appear in `when`",
+                    )
                 unknown = [t for t in transforms.split("|")[1:] if t not in TRANSFORMS]
                 if unknown:
-                    raise CheckError(f"pairing rule {rule.name!r}: unknown transform {unknown[0]!r} in {template}",
-                                     hint=f"use one of {', '.join(TRANSFORMS)}")
+                    raise CheckError(
+                        f"pairing rule {rule.name!r}: unknown transform {unknown[0]!r} in {template}",
+                        hint=f"use one of {', '.join(TRANSFORMS)}",
+                    )
         exclude = re.compile("|".join(glob_regex(p) for p in rule.exclude)) if rule.exclude else None
         return cls(rule, re.compile(glob_regex(rule.when, placeholders=True)), exclude)
 

@@ -1,4 +1,5 @@
 """Every record under `.agents/` validates, meets its state's requirements, points at records that exist, and every issue a commit or PR body references agrees with its intake record and its row's spec."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,13 @@ __all__ = ["ID", "RULES", "add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_range_arguments(parser)
-    parser.add_argument("--message-file", metavar="FILE", type=Path,
-                        help="check the issue references of one message (a PR body with Row: lines) "
-                             "instead of the commits in the range")
+    parser.add_argument(
+        "--message-file",
+        metavar="FILE",
+        type=Path,
+        help="check the issue references of one message (a PR body with Row: lines) "
+        "instead of the commits in the range",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -35,8 +40,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         try:
             text = message_file.read_text(encoding="utf-8")
         except OSError as exc:
-            raise CheckError(f"cannot read --message-file {message_file}: {exc.strerror}",
-                             hint="pass the path of a file holding the message or PR body") from None
+            raise CheckError(
+                f"cannot read --message-file {message_file}: {exc.strerror}",
+                hint="pass the path of a file holding the message or PR body",
+            ) from None
         findings += check_message(text, body_rows(text), records, pattern, str(message_file), None)
         examined, unit = n_records + 1, f"items ({n_records} records, 1 message)"
     else:
@@ -58,20 +65,30 @@ def check_records(records: Records, areas: list[str]) -> list[Finding]:
     for problem in records.problems:
         for line, field, message in problem.problems:
             text = f"{field}: {message}" if field else message
-            findings.append(R_INVALID.finding(text, problem.path, line,
-                                              "fix the record so it matches its model (see AGENTS.md)"))
+            findings.append(
+                R_INVALID.finding(text, problem.path, line, "fix the record so it matches its model (see AGENTS.md)")
+            )
     for row in records.rows.values():
         if row.model.area not in areas:
             line = row.doc.lc.key("area")[0] + 1
-            findings.append(R_AREA.finding(f"area {row.model.area!r} is not one of {areas}", row.path, line,
-                                           "use a configured area or add it to rows.areas in .agents/config.yaml"))
+            findings.append(
+                R_AREA.finding(
+                    f"area {row.model.area!r} is not one of {areas}",
+                    row.path,
+                    line,
+                    "use a configured area or add it to rows.areas in .agents/config.yaml",
+                )
+            )
     return findings
 
 
 def check_rows(tree: rowreqs.Tree) -> list[Finding]:
     """Each row against its own state's requirements and its references (rowreqs, shared with `rowgate row`)."""
-    return [f for row in tree.records.rows.values()
-            for f in rowreqs.row_findings(row.model, row.model.state, tree, row.path, row.doc)]
+    return [
+        f
+        for row in tree.records.rows.values()
+        for f in rowreqs.row_findings(row.model, row.model.state, tree, row.path, row.doc)
+    ]
 
 
 def check_links(records: Records) -> list[Finding]:
@@ -79,36 +96,65 @@ def check_links(records: Records) -> list[Finding]:
     findings = []
     for claim in records.claims.values():
         if claim.model.row not in records.rows:
-            findings.append(R_DANGLING.finding(f"claim {claim.model.id} names row {claim.model.row}, which does "
-                                               "not exist", claim.path, key_line(claim.doc, "row"),
-                                               "fix the row id or remove the claim"))
+            findings.append(
+                R_DANGLING.finding(
+                    f"claim {claim.model.id} names row {claim.model.row}, which does not exist",
+                    claim.path,
+                    key_line(claim.doc, "row"),
+                    "fix the row id or remove the claim",
+                )
+            )
     for issue in records.issues:
         folder, name = issue.path.split("/")[-2:]
         want = f"ISSUE-{issue.model.number}.md"
         line = key_line(issue.doc, "row")
         if issue.model.row not in records.rows:
-            findings.append(R_DANGLING.finding(f"intake record names row {issue.model.row}, which does not exist",
-                                               issue.path, line + 1 if line else None, "file it under a row that exists"))
+            findings.append(
+                R_DANGLING.finding(
+                    f"intake record names row {issue.model.row}, which does not exist",
+                    issue.path,
+                    line + 1 if line else None,
+                    "file it under a row that exists",
+                )
+            )
         elif folder != issue.model.row or name != want:
-            findings.append(R_DANGLING.finding(
-                f"intake record of #{issue.model.number} for {issue.model.row} is filed as {folder}/{name}",
-                issue.path, line + 1 if line else None, f"move it to .agents/issues/{issue.model.row}/{want}"))
+            findings.append(
+                R_DANGLING.finding(
+                    f"intake record of #{issue.model.number} for {issue.model.row} is filed as {folder}/{name}",
+                    issue.path,
+                    line + 1 if line else None,
+                    f"move it to .agents/issues/{issue.model.row}/{want}",
+                )
+            )
     referenced = {r.model.spec for r in records.rows.values()}
     broken = {p.path.rsplit("/", 1)[-1].removesuffix(".yaml") for p in records.problems}  # reported as AR001
     for path in records.specs:
         if path not in referenced and path.rsplit("/", 1)[-1].removesuffix(".md") not in broken:
-            findings.append(R_DANGLING.finding("spec belongs to no row (no row's spec: names it)", path, None,
-                                               "point a row's spec: at it, or remove it"))
+            findings.append(
+                R_DANGLING.finding(
+                    "spec belongs to no row (no row's spec: names it)",
+                    path,
+                    None,
+                    "point a row's spec: at it, or remove it",
+                )
+            )
     for entry in records.ledger.values():
         unknown = [r for r in entry.model.rows if r not in records.rows]
         if unknown:
-            findings.append(R_DANGLING.finding(f"ledger entry names unknown rows {unknown}", entry.path,
-                                               key_line(entry.doc, "rows"), "name rows that exist"))
+            findings.append(
+                R_DANGLING.finding(
+                    f"ledger entry names unknown rows {unknown}",
+                    entry.path,
+                    key_line(entry.doc, "rows"),
+                    "name rows that exist",
+                )
+            )
     return findings
 
 
-def check_message(text: str, rows: tuple[str, ...], records: Records, pattern: re.Pattern[str], path: str | None,
-                  short: str | None) -> list[Finding]:
+def check_message(
+    text: str, rows: tuple[str, ...], records: Records, pattern: re.Pattern[str], path: str | None, short: str | None
+) -> list[Finding]:
     """The three places for one commit message (`short` set) or one PR body (`path` set)."""
     prefix = f"commit {short} " if short else "message "
     return check_refs(issue_refs(text, pattern), rows, records, prefix, path)

@@ -1,4 +1,5 @@
 """The rendered public documents match the records, and in a range every commit that moves a row's state updates them and every engine change updates the benchmarks, its row's ledger, or says why not."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,11 @@ ID = "doc-checkpoint"
 RULES = (
     Rule("DC001", "rendered-doc-stale", "a rendered document differs from what `rowgate render` writes"),
     Rule("DC002", "state-change-without-render", "a commit moves a row's state but not its rendered views"),
-    Rule("DC003", "engine-change-without-bench", "a commit changes engine code without a benchmark note, "
-                                                 "a ledger entry of its row, or a trailer saying why not"),
+    Rule(
+        "DC003",
+        "engine-change-without-bench",
+        "a commit changes engine code without a benchmark note, a ledger entry of its row, or a trailer saying why not",
+    ),
 )
 R_STALE, R_STATE, R_BENCH = RULES
 ROWS_DIR = ".agents/rows"
@@ -43,8 +47,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     try:
         views = load_views(ctx.root, ctx.records, ctx.config)
     except FlagDeclError as exc:
-        raise CheckError(f"cannot render {docs.environment}: {exc}",
-                         hint="declare flags with literal name, default, gates and doc") from None
+        raise CheckError(
+            f"cannot render {docs.environment}: {exc}", hint="declare flags with literal name, default, gates and doc"
+        ) from None
     stale = stale_views(ctx.root, views)
     findings = check_rendered(stale)
     details = [line for diff in stale.values() for line in diff.splitlines()]
@@ -65,16 +70,27 @@ def load_changes(ctx: Context, rng: str) -> list[CommitChange]:
     commits: list[TrailedCommit] = ctx.git.commits_with_trailers(rng, ("Row", trailer))
     paths = ctx.git.changed_paths(rng)
     states = ctx.git.key_changes(rng, ROWS_DIR, "state")
-    return [CommitChange(c.commit.sha, c.rows, c.trailers[trailer], tuple(paths.get(c.commit.sha, ())),
-                         states.get(c.commit.sha, {})) for c in commits if not c.commit.is_merge]
+    return [
+        CommitChange(
+            c.commit.sha, c.rows, c.trailers[trailer], tuple(paths.get(c.commit.sha, ())), states.get(c.commit.sha, {})
+        )
+        for c in commits
+        if not c.commit.is_merge
+    ]
 
 
 def check_rendered(stale: dict[str, str]) -> list[Finding]:
     out = []
     for rel, diff in stale.items():
         changed = sum(1 for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        out.append(R_STALE.finding(f"{rel} is out of date with the records ({changed} lines differ)", rel, None,
-                                   "run `rowgate render` and commit the rendered files"))
+        out.append(
+            R_STALE.finding(
+                f"{rel} is out of date with the records ({changed} lines differ)",
+                rel,
+                None,
+                "run `rowgate render` and commit the rendered files",
+            )
+        )
     return out
 
 
@@ -89,17 +105,27 @@ def check_changes(changes: list[CommitChange], records: Records, docs: DocsConfi
             views = [docs.roadmap] + ([f"{docs.matrices_dir}/{row.model.area}.md"] if row else [])
             missing = [v for v in views if v not in touched]
             if missing:
-                out.append(R_STATE.finding(
-                    f"commit {short} moves {row_id} from {old or '(new)'} to {new or '(removed)'} but does not "
-                    f"update {', '.join(missing)}", path, None,
-                    "run `rowgate render` and amend the commit with the rendered files"))
+                out.append(
+                    R_STATE.finding(
+                        f"commit {short} moves {row_id} from {old or '(new)'} to {new or '(removed)'} but does not "
+                        f"update {', '.join(missing)}",
+                        path,
+                        None,
+                        "run `rowgate render` and amend the commit with the rendered files",
+                    )
+                )
         engine = sorted(p for p in ch.paths if any(p.startswith(prefix) for prefix in docs.engine_paths))
         if engine and not ch.bench_note and docs.benchmarks not in touched and not _row_ledger(ch, records):
             more = f" (+{len(engine) - 1} more)" if len(engine) > 1 else ""
-            out.append(R_BENCH.finding(
-                f"commit {short} changes engine code ({engine[0]}{more}) but updates neither {docs.benchmarks} "
-                f"nor a ledger entry of {', '.join(ch.rows) or 'its row'}, and has no {docs.bench_trailer}: trailer",
-                None, None, f"add the benchmark result, or a trailer `{docs.bench_trailer}: none (reason)`"))
+            out.append(
+                R_BENCH.finding(
+                    f"commit {short} changes engine code ({engine[0]}{more}) but updates neither {docs.benchmarks} "
+                    f"nor a ledger entry of {', '.join(ch.rows) or 'its row'}, and has no {docs.bench_trailer}: trailer",
+                    None,
+                    None,
+                    f"add the benchmark result, or a trailer `{docs.bench_trailer}: none (reason)`",
+                )
+            )
     return out
 
 
@@ -110,4 +136,3 @@ def _row_ledger(ch: CommitChange, records: Records) -> bool:
         if entry is not None and set(entry.model.rows) & set(ch.rows):
             return True
     return False
-

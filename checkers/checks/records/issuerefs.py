@@ -1,5 +1,6 @@
 """An issue number agrees in three places: the reference in a commit or PR body, the intake record filed
 under the row that body names, and that row's spec."""
+
 from __future__ import annotations
 
 import re
@@ -31,27 +32,46 @@ def body_rows(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_ROW_LINE.findall(text)))
 
 
-def check_refs(numbers: list[int], rows: tuple[str, ...], records: Records, prefix: str = "",
-               path: str | None = None) -> list[Finding]:
+def check_refs(
+    numbers: list[int], rows: tuple[str, ...], records: Records, prefix: str = "", path: str | None = None
+) -> list[Finding]:
     """Each referenced number needs an intake record under one of `rows`, listed in that row's spec.
     `prefix` names the referring message in each finding (`commit 0123abcd `); `path` is its file, if any."""
     out: list[Finding] = []
     for n in numbers:
         if not rows:
-            out.append(R_NOROW.finding(f"{prefix}references #{n} but names no row (no Row: trailer)", path, None,
-                                       "add a Row: <ROW-ID> trailer naming the row the issue is filed under"))
+            out.append(
+                R_NOROW.finding(
+                    f"{prefix}references #{n} but names no row (no Row: trailer)",
+                    path,
+                    None,
+                    "add a Row: <ROW-ID> trailer naming the row the issue is filed under",
+                )
+            )
             continue
         filed = [i.model.row for i in records.issues if i.model.number == n and i.model.row in rows]
         if not filed:
             where = " or ".join(f".agents/issues/{r}/ISSUE-{n}.md" for r in rows)
-            out.append(R_UNFILED.finding(f"{prefix}references #{n} but no intake record is filed under "
-                                         f"{', '.join(rows)}", path, None, f"file {where} (number, row, filed)"))
+            out.append(
+                R_UNFILED.finding(
+                    f"{prefix}references #{n} but no intake record is filed under {', '.join(rows)}",
+                    path,
+                    None,
+                    f"file {where} (number, row, filed)",
+                )
+            )
             continue
         listed = [r for r in filed if n in _spec_issues(records, r)]
         if not listed:
             spec_path = _spec_path(records, filed[0])
-            out.append(R_SPEC.finding(f"{prefix}references #{n}, filed under {filed[0]}, but {spec_path} does "
-                                      f"not list #{n}", path, None, f"list #{n} under '## Issues' in {spec_path}"))
+            out.append(
+                R_SPEC.finding(
+                    f"{prefix}references #{n}, filed under {filed[0]}, but {spec_path} does not list #{n}",
+                    path,
+                    None,
+                    f"list #{n} under '## Issues' in {spec_path}",
+                )
+            )
     return out
 
 

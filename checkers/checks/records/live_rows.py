@@ -4,6 +4,7 @@ What "examined" means here: the rows and claims read. A repository with rows but
 honestly (no row needs a claim and no claim is stale: `OK: 0 active rows, 0 claims (33 rows read)`);
 one with no rows and no claims at all has examined nothing and is an error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,16 @@ class Liveness:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--check", action="store_true", help="gate (the default of `rowgate check`; kept for "
-                                                             "`scripts/audit-live-rows.py --check`)")
-    parser.add_argument("--report", action="store_true", help="print the table of active rows, claims, "
-                                                              "branches and last activity; never fail")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="gate (the default of `rowgate check`; kept for `scripts/audit-live-rows.py --check`)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the table of active rows, claims, branches and last activity; never fail",
+    )
 
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
@@ -52,11 +59,21 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     counts = f"{n_active} active rows, {len(records.claims)} claims ({len(records.rows)} rows read)"
     if getattr(args, "report", False) and not getattr(args, "check", False):
         note = f"report only, {len(findings)} findings would fail --check" if findings else counts
-        return Result(check=ID, status=Status.PASS, summary=f"OK: {note}", examined=len(records.rows),
-                      unit="rows", findings=findings, details=table)
+        return Result(
+            check=ID,
+            status=Status.PASS,
+            summary=f"OK: {note}",
+            examined=len(records.rows),
+            unit="rows",
+            findings=findings,
+            details=table,
+        )
     if unverified and not findings:
-        return Result.skip(ID, f"cannot verify the branches of claims {', '.join(unverified)}: remote "
-                               f"{cfg.live_rows.remote!r} has no refs here; fetch it or set live_rows.remote")
+        return Result.skip(
+            ID,
+            f"cannot verify the branches of claims {', '.join(unverified)}: remote "
+            f"{cfg.live_rows.remote!r} has no refs here; fetch it or set live_rows.remote",
+        )
     return Result.judge(ID, findings, len(records.rows) + len(records.claims), "rows and claims", f"OK: {counts}")
 
 
@@ -78,11 +95,10 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
         c = claim.model
         branches = {c.branch.removeprefix("refs/heads/"), f"{cfg.branch_prefix}{c.row}"}
         local = any(f"refs/heads/{b}" in refs for b in branches)
-        on_remote = (any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs
-                     else unknown_remote)
+        on_remote = any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs else unknown_remote
         times = [x.time for x in commits if c.row in x.rows]
         start = _day_start(c.since).timestamp()
-        last = dt.datetime.fromtimestamp(max(times), dt.timezone.utc) if times else None
+        last = dt.datetime.fromtimestamp(max(times), dt.UTC) if times else None
         looked = f"locally or on {remote}" if has_remote_refs else "locally"
         out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times), looked)
     return out
@@ -94,24 +110,36 @@ def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), dt.timezone(dt.timedelta(hours=14)))
 
 
-def check_live(records: Records, active: Sequence[str], liveness: dict[str, Liveness]) -> tuple[list[Finding], list[str]]:
+def check_live(
+    records: Records, active: Sequence[str], liveness: dict[str, Liveness]
+) -> tuple[list[Finding], list[str]]:
     """Findings, and the claims whose liveness could not be verified (no remote refs to look at)."""
     findings, unverified = [], []
     claimed = {c.model.row for c in records.claims.values()}
     for row in records.rows.values():
         m = row.model
         if m.state in active and not (m.claim and m.claim in records.claims) and m.id not in claimed:
-            findings.append(R_UNCLAIMED.finding(f"{m.id} is {m.state} but has no claim", row.path,
-                                                key_line(row.doc, "state"),
-                                                f"claim it (rowgate claim {m.id} --branch row/{m.id}) or move it "
-                                                "out of the active states (rowgate row set)"))
+            findings.append(
+                R_UNCLAIMED.finding(
+                    f"{m.id} is {m.state} but has no claim",
+                    row.path,
+                    key_line(row.doc, "state"),
+                    f"claim it (rowgate claim {m.id} --branch row/{m.id}) or move it "
+                    "out of the active states (rowgate row set)",
+                )
+            )
     for cid, claim in records.claims.items():
         c, target = claim.model, records.rows.get(claim.model.row)
         if target is None or target.model.state not in active:
             what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
-            findings.append(R_INACTIVE.finding(f"claim {cid} points at row {c.row}, which {what}", claim.path,
-                                               key_line(claim.doc, "row"), "remove the claim (rowgate row set "
-                                               "releases it) or move the row to an active state"))
+            findings.append(
+                R_INACTIVE.finding(
+                    f"claim {cid} points at row {c.row}, which {what}",
+                    claim.path,
+                    key_line(claim.doc, "row"),
+                    "remove the claim (rowgate row set releases it) or move the row to an active state",
+                )
+            )
             continue
         live = liveness.get(cid)
         if live is None or live.local or live.remote or live.since_claim:
@@ -119,10 +147,15 @@ def check_live(records: Records, active: Sequence[str], liveness: dict[str, Live
         if live.remote is None:
             unverified.append(cid)
             continue
-        findings.append(R_DEAD.finding(f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
-                                       f"and no commit has named {c.row} since {c.since}",
-                                       claim.path, key_line(claim.doc, "branch"),
-                                       "push the branch, or release the claim (rowgate row set ID --state READY)"))
+        findings.append(
+            R_DEAD.finding(
+                f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
+                f"and no commit has named {c.row} since {c.since}",
+                claim.path,
+                key_line(claim.doc, "branch"),
+                "push the branch, or release the claim (rowgate row set ID --state READY)",
+            )
+        )
     return findings, unverified
 
 
@@ -132,9 +165,14 @@ def render_table(records: Records, active: Sequence[str], liveness: dict[str, Li
         m = row.model
         claim = records.claims.get(m.claim) if m.claim else None
         live = liveness.get(m.claim or "")
-        where = "" if live is None else ", ".join(w for w, ok in (("local", live.local), ("remote", live.remote))
-                                                  if ok) or "missing"
+        where = (
+            ""
+            if live is None
+            else ", ".join(w for w, ok in (("local", live.local), ("remote", live.remote)) if ok) or "missing"
+        )
         last = live.last_activity.strftime("%Y-%m-%d %H:%M") if live and live.last_activity else ""
-        lines.append(f"| {m.id} | {m.state} | {m.claim or ''} | {claim.model.owner if claim else ''} | "
-                     f"{claim.model.branch if claim else ''} | {where} | {last} |")
+        lines.append(
+            f"| {m.id} | {m.state} | {m.claim or ''} | {claim.model.owner if claim else ''} | "
+            f"{claim.model.branch if claim else ''} | {where} | {last} |"
+        )
     return lines

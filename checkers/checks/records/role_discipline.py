@@ -3,6 +3,7 @@
 An outside contribution without a row has one path in: a maintainer files its row and merges it with a
 merge commit that names the row (`Row: <ID>`); that merge covers every commit it brings in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,11 @@ ID = "role-discipline"
 RULES = (
     Rule("RD001", "commit-without-row", "a commit names no row (trailer mode)"),
     Rule("RD002", "commit-unknown-row", "a commit or merge names a row that does not exist"),
-    Rule("RD003", "commit-outside-row-branch", "a first-parent commit on main is not a merge of a row branch "
-                                               "(branch mode)"),
+    Rule(
+        "RD003",
+        "commit-outside-row-branch",
+        "a first-parent commit on main is not a merge of a row branch (branch mode)",
+    ),
 )
 R_NOROW, R_UNKNOWN, R_DIRECT = RULES
 _HINT_OUTSIDE = "or, for an outside contribution, file its row and merge it with a `Row: <ID>` merge commit"
@@ -54,9 +58,14 @@ def check_trailer_mode(commits: list[TrailedCommit], rows: set[str]) -> list[Fin
     for c in commits:
         if c.commit.is_merge or c.rows or c.commit.sha in covered:
             continue
-        findings.append(R_NOROW.finding(f"commit {c.commit.short} names no row (no Row: trailer)", None, None,
-                                        f"add a `Row: <ROW-ID>` trailer naming a row in .agents/rows/, "
-                                        f"{_HINT_OUTSIDE}"))
+        findings.append(
+            R_NOROW.finding(
+                f"commit {c.commit.short} names no row (no Row: trailer)",
+                None,
+                None,
+                f"add a `Row: <ROW-ID>` trailer naming a row in .agents/rows/, {_HINT_OUTSIDE}",
+            )
+        )
     return findings
 
 
@@ -65,26 +74,50 @@ def check_branch_mode(first_parent: list[TrailedCommit], rows: set[str], prefix:
     pattern = re.compile(rf"(?<![\w-]){re.escape(prefix)}([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\b")
     for c in first_parent:
         if not c.commit.is_merge:
-            findings.append(R_DIRECT.finding(f"commit {c.commit.short} landed on main directly, not through a "
-                                             f"merge of a {prefix}<ID> branch", None, None,
-                                             f"land work by merging a {prefix}<ID> branch, {_HINT_OUTSIDE}"))
+            findings.append(
+                R_DIRECT.finding(
+                    f"commit {c.commit.short} landed on main directly, not through a merge of a {prefix}<ID> branch",
+                    None,
+                    None,
+                    f"land work by merging a {prefix}<ID> branch, {_HINT_OUTSIDE}",
+                )
+            )
             continue
         subject = c.commit.message.splitlines()[0] if c.commit.message else ""
         named = pattern.findall(subject)
         if named and all(n not in rows for n in named):
-            findings.append(R_UNKNOWN.finding(f"merge {c.commit.short} merges {prefix}{named[0]}, but row "
-                                              f"{named[0]} does not exist", None, None,
-                                              f"file .agents/rows/{named[0]}.yaml before merging"))
+            findings.append(
+                R_UNKNOWN.finding(
+                    f"merge {c.commit.short} merges {prefix}{named[0]}, but row {named[0]} does not exist",
+                    None,
+                    None,
+                    f"file .agents/rows/{named[0]}.yaml before merging",
+                )
+            )
         elif not named and not c.rows:
-            findings.append(R_DIRECT.finding(f"merge {c.commit.short} merges no {prefix}<ID> branch and names no "
-                                             "row", None, None, f"merge a {prefix}<ID> branch, {_HINT_OUTSIDE}"))
+            findings.append(
+                R_DIRECT.finding(
+                    f"merge {c.commit.short} merges no {prefix}<ID> branch and names no row",
+                    None,
+                    None,
+                    f"merge a {prefix}<ID> branch, {_HINT_OUTSIDE}",
+                )
+            )
     return findings
 
 
 def _unknown_rows(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]:
-    return [R_UNKNOWN.finding(f"commit {c.commit.short} names row {r}, which does not exist", None, None,
-                              f"file .agents/rows/{r}.yaml or fix the Row: trailer")
-            for c in commits for r in c.rows if r not in rows]
+    return [
+        R_UNKNOWN.finding(
+            f"commit {c.commit.short} names row {r}, which does not exist",
+            None,
+            None,
+            f"file .agents/rows/{r}.yaml or fix the Row: trailer",
+        )
+        for c in commits
+        for r in c.rows
+        if r not in rows
+    ]
 
 
 def _covered_by_row_merges(commits: list[TrailedCommit], rows: set[str]) -> set[str]:

@@ -1,5 +1,6 @@
 """What a row must have to be in a state, and what its references must point at: the one implementation
 that both the agent-record check and the `rowgate row`/`claim` commands use."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -36,16 +37,19 @@ class Tree:
 
 def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: Sequence[Row] = ()) -> Tree:
     """Resolve every closing commit once: one batch existence query, one ancestry test per DONE-style row."""
-    shas = sorted({r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
-                  | {r.closing_commit for r in extra if r.closing_commit})
+    shas = sorted(
+        {r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
+        | {r.closing_commit for r in extra if r.closing_commit}
+    )
     known = git.existing_commits(shas)
     head = git.resolve("HEAD")
     ancestors = {s for s in known if head and git.is_ancestor(s, head)}
     return Tree(root, records, rows, known, ancestors)
 
 
-def row_findings(row: Row, state: State, tree: Tree, path: str | None = None, doc: Any = None,
-                 skip_spec: bool = False) -> list[Finding]:
+def row_findings(
+    row: Row, state: State, tree: Tree, path: str | None = None, doc: Any = None, skip_spec: bool = False
+) -> list[Finding]:
     """Every unmet requirement of `state` for `row` (AR004, at the row's `state:` line), then every dangling
     reference the row holds (AR003, at the key that holds it). `path` and `doc` locate the row's file;
     `skip_spec` leaves out what is about its spec (`rowgate row new` writes the spec after the row)."""
@@ -53,8 +57,9 @@ def row_findings(row: Row, state: State, tree: Tree, path: str | None = None, do
     return [f for f, fld in out if not (skip_spec and fld == "spec")]
 
 
-def state_findings(row: Row, state: State, tree: Tree, path: str | None = None,
-                   doc: Any = None) -> list[tuple[Finding, str]]:
+def state_findings(
+    row: Row, state: State, tree: Tree, path: str | None = None, doc: Any = None
+) -> list[tuple[Finding, str]]:
     """Each finding with the row key it is about."""
     rule = tree.rows.states.get(state)
     if rule is None:
@@ -74,34 +79,57 @@ def state_findings(row: Row, state: State, tree: Tree, path: str | None = None,
         elif spec is not None:
             missing = [s for s in tree.rows.spec_sections if s not in spec.sections]
             if missing:
-                need("spec", "a spec with sections " + ", ".join(tree.rows.spec_sections),
-                     f"{row.spec} lacks {', '.join(missing)}", f"add a '## {missing[0]}' section to {row.spec}")
+                need(
+                    "spec",
+                    "a spec with sections " + ", ".join(tree.rows.spec_sections),
+                    f"{row.spec} lacks {', '.join(missing)}",
+                    f"add a '## {missing[0]}' section to {row.spec}",
+                )
     if rule.anchors:
         paths = [split_anchor(a)[0] for a in row.anchors]
         tests = [p for p in paths if _is_test(p)]
         if not tests or len(tests) == len(paths):
             kind = "test" if not tests else "code"
-            need("anchors", "code and test anchors", f"no {kind} anchor among {row.anchors}",
-                 f"add a {kind} path (path or path:line) to anchors:")
+            need(
+                "anchors",
+                "code and test anchors",
+                f"no {kind} anchor among {row.anchors}",
+                f"add a {kind} path (path or path:line) to anchors:",
+            )
     if rule.evidence and not row.evidence:
-        need("evidence", "ledger evidence", "evidence is empty",
-             "add the ledger entries (.agents/ledger/<date>-<slug>.json) that prove it to evidence:")
+        need(
+            "evidence",
+            "ledger evidence",
+            "evidence is empty",
+            "add the ledger entries (.agents/ledger/<date>-<slug>.json) that prove it to evidence:",
+        )
     if rule.closing_commit:
         sha = row.closing_commit
         if not sha:
-            need("closing_commit", "a closing commit", "closing_commit is null",
-                 "set closing_commit: to the full sha of the commit that finished the row")
+            need(
+                "closing_commit",
+                "a closing commit",
+                "closing_commit is null",
+                "set closing_commit: to the full sha of the commit that finished the row",
+            )
         elif sha in tree.known_commits and sha not in tree.ancestors:
-            need("closing_commit", "a closing commit that is an ancestor of HEAD",
-                 f"{sha[:12]} is not an ancestor of HEAD", "name a commit on this branch's history")
+            need(
+                "closing_commit",
+                "a closing commit that is an ancestor of HEAD",
+                f"{sha[:12]} is not an ancestor of HEAD",
+                "name a commit on this branch's history",
+            )
     if rule.blocker and row.blocker is None:
-        need("blocker", "a blocker and an unblocking condition", "blocker is null",
-             "set blocker: {reason: ..., unblock_when: ...}")
+        need(
+            "blocker",
+            "a blocker and an unblocking condition",
+            "blocker is null",
+            "set blocker: {reason: ..., unblock_when: ...}",
+        )
     return out
 
 
-def reference_findings(row: Row, tree: Tree, row_path: str | None = None,
-                       doc: Any = None) -> list[tuple[Finding, str]]:
+def reference_findings(row: Row, tree: Tree, row_path: str | None = None, doc: Any = None) -> list[tuple[Finding, str]]:
     """Each finding with the row key it is about (and is placed at)."""
     rec, out = tree.records, []
 
@@ -113,49 +141,79 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None,
     if row.claim:
         claim = rec.claims.get(row.claim)
         if claim is None:
-            bad("claim", f"claim {row.claim} does not exist in .agents/claims/",
-                f"claim the row (rowgate claim {row.id} --branch row/{row.id}) or set claim: null")
+            bad(
+                "claim",
+                f"claim {row.claim} does not exist in .agents/claims/",
+                f"claim the row (rowgate claim {row.id} --branch row/{row.id}) or set claim: null",
+            )
         elif claim.model.row != row.id:
-            bad("claim", f"claim {row.claim} is for row {claim.model.row}, not {row.id}",
-                "point claim: at this row's own claim")
+            bad(
+                "claim",
+                f"claim {row.claim} is for row {claim.model.row}, not {row.id}",
+                "point claim: at this row's own claim",
+            )
     for anchor in row.anchors:
         path, line = split_anchor(anchor)
         try:
             confine(tree.root, path)
         except OutsideRepo as exc:
-            bad("anchors", f"anchor {escape(anchor)} is not a path inside the repository: {exc}",
-                "anchors are paths relative to the repository root")
+            bad(
+                "anchors",
+                f"anchor {escape(anchor)} is not a path inside the repository: {exc}",
+                "anchors are paths relative to the repository root",
+            )
             continue
         count = tree.line_count(path)
         if count is None and not (tree.root / path).is_dir():
             bad("anchors", f"anchor {anchor} does not exist in the tree", "fix the path or remove the anchor")
         elif line is not None and (count is None or not 1 <= line <= count):
-            bad("anchors", f"anchor {anchor} is out of range ({path} has {count or 0} lines)",
-                "point the anchor at a line that exists")
+            bad(
+                "anchors",
+                f"anchor {anchor} is out of range ({path} has {count or 0} lines)",
+                "point the anchor at a line that exists",
+            )
     for entry in row.evidence:
         loaded = rec.ledger.get(entry)
         if loaded is None:
-            bad("evidence", f"evidence {entry} is not a ledger entry under .agents/ledger/",
-                "name an existing .agents/ledger/<date>-<slug>.json")
+            bad(
+                "evidence",
+                f"evidence {entry} is not a ledger entry under .agents/ledger/",
+                "name an existing .agents/ledger/<date>-<slug>.json",
+            )
         elif row.id not in loaded.model.rows:
-            bad("evidence", f"ledger entry {entry} does not name {row.id} (rows: {loaded.model.rows})",
-                f"add {row.id} to the entry's rows or drop it from evidence:")
+            bad(
+                "evidence",
+                f"ledger entry {entry} does not name {row.id} (rows: {loaded.model.rows})",
+                f"add {row.id} to the entry's rows or drop it from evidence:",
+            )
     if row.closing_commit and row.closing_commit not in tree.known_commits:
-        bad("closing_commit", f"closing commit {row.closing_commit[:12]} does not exist in this repository",
-            "fetch it, or name the full sha of a commit that exists")
+        bad(
+            "closing_commit",
+            f"closing commit {row.closing_commit[:12]} does not exist in this repository",
+            "fetch it, or name the full sha of a commit that exists",
+        )
     # intake records filed where they belong (a misfiled one is reported on its own by agent-record)
-    filed = {i.model.number for i in rec.issues
-             if i.model.row == row.id and i.path == f".agents/issues/{row.id}/ISSUE-{i.model.number}.md"}
+    filed = {
+        i.model.number
+        for i in rec.issues
+        if i.model.row == row.id and i.path == f".agents/issues/{row.id}/ISSUE-{i.model.number}.md"
+    }
     spec = rec.specs.get(row.spec) if row.spec else None
     for number in row.issues:
         if number not in filed:
-            bad("issues", f"issue #{number} has no intake record .agents/issues/{row.id}/ISSUE-{number}.md",
-                "file the intake record under this row")
+            bad(
+                "issues",
+                f"issue #{number} has no intake record .agents/issues/{row.id}/ISSUE-{number}.md",
+                "file the intake record under this row",
+            )
         if spec is not None and number not in spec.issues:
             bad("issues", f"issue #{number} is not listed in {row.spec}", f"list #{number} under '## Issues'")
     for number in sorted(filed - set(row.issues)):  # an intake record filed under the row is the row's issue
-        bad("issues", f"issue #{number} is filed under .agents/issues/{row.id}/ but not in the row's issues: "
-            f"{row.issues}", f"add {number} to issues: (and list #{number} in the spec)")
+        bad(
+            "issues",
+            f"issue #{number} is filed under .agents/issues/{row.id}/ but not in the row's issues: {row.issues}",
+            f"add {number} to issues: (and list #{number} in the spec)",
+        )
     return out
 
 

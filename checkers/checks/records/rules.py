@@ -1,5 +1,6 @@
 """The agent-record check's rules, here because the helpers that find their violations (rowreqs, issuerefs)
 return its findings directly."""
+
 from __future__ import annotations
 
 from checkers.results import Rule
@@ -7,8 +8,12 @@ from checkers.results import Rule
 RULES = (
     Rule("AR001", "record-invalid", "a row, claim, issue record or ledger entry does not validate"),
     Rule("AR002", "row-unknown-area", "a row's area is not one of the configured areas"),
-    Rule("AR003", "record-dangling-reference", "a record points at a spec, claim, row, anchor, ledger entry, "
-                                               "issue or commit that does not exist or does not point back"),
+    Rule(
+        "AR003",
+        "record-dangling-reference",
+        "a record points at a spec, claim, row, anchor, ledger entry, "
+        "issue or commit that does not exist or does not point back",
+    ),
     Rule("AR004", "row-state-unmet", "a row lacks what its state requires (rows.states in the config)"),
     Rule("AR005", "issue-ref-unfiled", "a referenced issue has no intake record under the row the body names"),
     Rule("AR006", "issue-ref-not-in-spec", "a referenced issue's row spec does not list it"),

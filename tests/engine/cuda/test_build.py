@@ -152,8 +152,8 @@ def test_cli_builds_into_out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
     assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "building 1 source(s) with %d workers; each line below is one finished source" % (
-        os.cpu_count() or 1)
+    workers = os.cpu_count() or 1
+    assert out[0] == f"building 1 source(s) with {workers} workers; each line below is one finished source"
     assert out[1].startswith("[1/1] engine/cuda/kv_store.cu: compiled for ['8.0'] in ") and \
         out[1].endswith(", all done") and out[2].startswith("done in ")
     assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
