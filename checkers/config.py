@@ -136,7 +136,12 @@ class TrailersConfig(TrailerContract):
         "contract", description="merge commits (2+ parents): judged by the contract, skipped, or an error"
     )
     legacy: TrailerContract = Field(
-        default_factory=TrailerContract, description="the rule for the cutover commit and its ancestors"
+        default_factory=TrailerContract, description="the rule for the ancestors of the cutover commit"
+    )
+    cutover_judged: Literal["contract", "legacy"] = Field(
+        "contract",
+        description="the cutover commit itself: judged by the contract (it is the first commit to carry it), or "
+        "by the legacy rule (`rowgate init` sets the cutover to the HEAD it found, which predates the contract)",
     )
     exceptions: list[TrailerDebt] = Field(default_factory=list)
 

@@ -186,7 +186,8 @@ def _trailers(git: Git, plan: Plan) -> None:
     why = [r for r, name in zip(reasons, ("dco", "agents-protocol", "row")) if name in presets]
     chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
     old = sorted({sha for name in presets for sha in breaks[name]})
-    if old:
+    if old:  # the cutover below is HEAD as found, which predates the contract: the legacy rule judges it too
+        value["cutover_judged"] = "legacy"
         plan.sections.append(
             Section(
                 "cutover",

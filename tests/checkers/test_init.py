@@ -191,3 +191,23 @@ def test_fixtures_under_tests_are_not_taken_for_the_build(tmp_path: Path):
     )
     section = init.detect(repo.path).section("gencode")
     assert section is not None and section.value == {"table": "kern/arch_features.yaml"}
+
+
+def test_a_head_that_breaks_the_presets_is_judged_by_the_legacy_rule(tmp_path: Path):
+    """init's cutover is the HEAD it found; when that commit itself breaks the presets it must not fail them."""
+    repo = init_repo(tmp_path / "late")
+    for i in range(9):
+        repo.commit(f"Signed {i}{SIGNED}", {"a.txt": f"{i}\n"})
+    repo.commit("Unsigned head\n", {"a.txt": "head\n"})
+    head = repo.head()
+    assert rowgate("init", cwd=repo.path).returncode == 0
+    config_file = repo.path / ".agents/config.yaml"
+    config = parse_config(config_file.read_bytes())
+    assert (config.cutover, config.trailers.cutover_judged) == (head, "legacy")
+    repo.commit("Add the config" + SIGNED)
+    assert rowgate("preflight", cwd=repo.path).returncode == 0
+    # the seeded twin: the cutover judged by the contract fails on that very commit
+    config_file.write_text(config_file.read_text().replace("cutover_judged: legacy", "cutover_judged: contract"))
+    repo.commit("Judge the cutover strictly" + SIGNED)
+    proc = rowgate("preflight", cwd=repo.path)
+    assert proc.returncode == 1 and f"{head[:12]}: no Signed-off-by trailer" in proc.stdout

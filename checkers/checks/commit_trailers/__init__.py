@@ -213,12 +213,13 @@ def _read_range(
 
 def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Commit]) -> set[str]:
     """The commits in the range that are ancestors of the cutover; the cutover itself is judged by the
-    contract (it is the first commit that carries it)."""
+    contract (it is the first commit that carries it) unless `trailers.cutover_judged` is `legacy`."""
     cutover = args.cutover or ctx.config.cutover
     if not cutover:
         return set()
     cut = ctx.git.must_resolve(cutover, "cutover")
     parents = {c.sha: c.parent_shas for c in commits}
+    itself = {cut} & parents.keys() if ctx.config.trailers.cutover_judged == "legacy" else set()
     if cut not in parents:  # the cutover is outside the range: ask git which of ours it reaches
         reach = cut if rng.merge_base == EMPTY_TREE else f"{rng.merge_base}..{cut}"
         return (set(ctx.git.rev_list(reach)) & parents.keys()) - {cut}
@@ -229,7 +230,7 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Co
             continue
         seen.add(sha)
         todo += parents[sha]
-    return seen
+    return seen | itself
 
 
 def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers: Sequence[Trailer], filled: bool) -> Facts:
