@@ -70,7 +70,10 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
     )
     [snippet] = YAML(typ="safe").load(yaml_blocks()[1])["repos"]
     rev = snippet["rev"]
-    subprocess.run(["git", "-C", str(clone), "branch", "-f", rev, "HEAD"], check=True, capture_output=True, env=env)
+    # update-ref, not `branch -f`: the clone may have that branch checked out (a clone of main)
+    subprocess.run(
+        ["git", "-C", str(clone), "update-ref", f"refs/heads/{rev}", "HEAD"], check=True, capture_output=True, env=env
+    )
 
     # the scratch repository: signed-off history, a remote, then the README's commands
     remote = tmp_path / "remote.git"
