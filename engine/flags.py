@@ -1,13 +1,22 @@
-"""The one registry of VT_* environment flags; every env read in the engine goes through it.
+"""The one registry of VT_* environment flags, and the frozen snapshot of them the engine runs with.
 
 `docs/ENVIRONMENT.md` is rendered from `FLAGS`, and the env-doc check reads the
 `declare(...)` calls below as the engine's env reads, so a flag exists exactly
 when it is declared here.
+
+The environment is the user's switchboard; it is read once, into a `FlagSnapshot`
+(`FlagSnapshot.from_env()`, when a Runner, a gate or a benchmark starts). Kernel
+choice reads only snapshots (engine/kernels.py). Tests and benchmarks build
+their own (`FlagSnapshot.defaults().with_(VT_GEMV=False)`, `REFERENCE`) and never
+write the environment. `enabled`/`value` read one flag now, for start-up settings
+(the build's arch list and cache), never for kernel choice.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 _TRUE = frozenset({"1", "true", "on", "yes"})
 _FALSE = frozenset({"0", "false", "off", "no", ""})
@@ -37,14 +46,13 @@ def declare(name: str, default: bool | str, gates: str, doc: str) -> Flag:
     return flag
 
 
-def enabled(name: str) -> bool:
-    """The value of a boolean flag; an unparsable value is an error naming the flag."""
+def parse(name: str, raw: str | None) -> bool | str:
+    """A declared flag's value from its environment text (None: unset, the default); a bad boolean names the flag."""
     flag = FLAGS[name]
-    if not flag.is_bool:
-        raise TypeError(f"{name} is a string flag; use flags.value()")
-    raw = os.environ.get(name)
     if raw is None:
-        return bool(flag.default)
+        return flag.default
+    if not flag.is_bool:
+        return raw
     low = raw.strip().lower()
     if low in _TRUE:
         return True
@@ -53,11 +61,85 @@ def enabled(name: str) -> bool:
     raise ValueError(f"{name}={raw!r}: expected one of 1/0, true/false, on/off, yes/no")
 
 
+def enabled(name: str) -> bool:
+    """A boolean flag read from the environment now (start-up settings only; kernel choice reads a snapshot)."""
+    if not FLAGS[name].is_bool:
+        raise TypeError(f"{name} is a string flag; use flags.value()")
+    return bool(parse(name, os.environ.get(name)))
+
+
 def value(name: str) -> str:
-    flag = FLAGS[name]
-    if flag.is_bool:
+    """A string flag read from the environment now (start-up settings only)."""
+    if FLAGS[name].is_bool:
         raise TypeError(f"{name} is a boolean flag; use flags.enabled()")
-    return os.environ.get(name, str(flag.default))
+    return str(parse(name, os.environ.get(name)))
+
+
+@dataclass(frozen=True)
+class FlagSnapshot:
+    """Every declared flag's value, fixed: what one Runner, gate or benchmark runs with from start to end.
+
+    Build one with `from_env()` (the user's environment, read once), `defaults()` or `REFERENCE` (every
+    compiled kernel off), and derive others with `with_(VT_X=True, ...)`; equal settings compare and hash
+    equal. An unknown or mistyped name is an error naming it.
+    """
+
+    values: Mapping[str, bool | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        full: dict[str, bool | str] = {name: flag.default for name, flag in FLAGS.items()}
+        for name, val in self.values.items():
+            flag = FLAGS.get(name)
+            if flag is None:
+                raise KeyError(f"{name}: not a flag declared in engine/flags.py")
+            if flag.is_bool != isinstance(val, bool):
+                kind = "boolean" if flag.is_bool else "string"
+                raise TypeError(f"{name}: a {kind} flag, got {val!r}")
+            full[name] = val
+        object.__setattr__(self, "values", MappingProxyType(full))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> FlagSnapshot:
+        """The declared flags as `environ` (default: this process's environment) sets them; unset: default."""
+        env = os.environ if environ is None else environ
+        return cls({name: parse(name, env.get(name)) for name in FLAGS})
+
+    @classmethod
+    def defaults(cls) -> FlagSnapshot:
+        return cls()
+
+    def with_(self, **changes: bool | str) -> FlagSnapshot:
+        """A copy with `changes` applied (`snap.with_(VT_ATTN_TILED=False)`)."""
+        return FlagSnapshot({**self.values, **changes})
+
+    def enabled(self, name: str) -> bool:
+        if not FLAGS[name].is_bool:
+            raise TypeError(f"{name} is a string flag; use value()")
+        return bool(self.values[name])
+
+    def value(self, name: str) -> str:
+        if FLAGS[name].is_bool:
+            raise TypeError(f"{name} is a boolean flag; use enabled()")
+        return str(self.values[name])
+
+    @property
+    def kernels(self) -> bool:
+        """VT_KERNELS, the master switch: off, every op runs its torch reference."""
+        return self.enabled("VT_KERNELS")
+
+    def changed(self) -> dict[str, bool | str]:
+        """The flags whose value differs from the default (what to print beside a result)."""
+        return {n: v for n, v in self.values.items() if v != FLAGS[n].default}
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.values.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FlagSnapshot) and dict(self.values) == dict(other.values)
+
+    def __repr__(self) -> str:
+        changed = ", ".join(f"{n}={v!r}" for n, v in sorted(self.changed().items()))
+        return f"FlagSnapshot({changed or 'defaults'})"
 
 
 # --- build (BACKEND-CUDA) ---------------------------------------------------
@@ -119,3 +201,6 @@ declare("VT_SAMPLE_KERNEL", False, "KERNEL-SAMPLE",
         "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).")
 declare("VT_GEMV", True, "KERNEL-GEMV",
         "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype). ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.")
+
+
+REFERENCE = FlagSnapshot({"VT_KERNELS": False})  # every op runs its pure-torch reference

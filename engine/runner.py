@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from engine import flags
 from engine.block_manager import BlockManager
+from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
@@ -50,7 +50,11 @@ class Generation:
 
 
 class Runner:
-    """Loads a model onto a device, owns its KV cache, and greedily decodes batches of prompts."""
+    """Loads a model onto a device, owns its KV cache, and greedily decodes batches of prompts.
+
+    `flags` (default: the environment, read once here) is the one snapshot every step of this runner
+    passes down to the kernel table, so eager steps, CUDA-graph capture and replay pick the same arms.
+    """
 
     def __init__(
         self,
@@ -61,7 +65,9 @@ class Runner:
         max_model_len: int | None = None,
         block_size: int = 16,
         num_blocks: int | None = None,
+        flags: FlagSnapshot | None = None,
     ) -> None:
+        self.flags = FlagSnapshot.from_env() if flags is None else flags
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA device is available to torch")
@@ -90,7 +96,7 @@ class Runner:
         self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=self.device),
                            torch.zeros(shape, dtype=dtype, device=self.device))
                           for _ in range(cfg.num_hidden_layers)]
-        self.use_graph = self.device.type == "cuda" and not flags.enabled("VT_EAGER")
+        self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool = None
         self._static: dict[int, StepInputs] = {}
@@ -134,11 +140,12 @@ class Runner:
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             kv_caches=self.kv_caches,
             seq_lens=lens,
+            flags=self.flags,
         )
         hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
                             torch.tensor(positions, dtype=torch.int64, device=dev), batch)
         last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each prompt's last token
-        return self.model.greedy(hidden[last])
+        return self.model.greedy(hidden[last], self.flags)
 
     # --- decode ---------------------------------------------------------------
     def decode(self, seq_ids: list[int], last_tokens: list[int]) -> torch.Tensor:  # -> [batch] int64
@@ -175,11 +182,13 @@ class Runner:
         slot_mapping: torch.Tensor,  # [batch] int64
         block_tables: torch.Tensor,  # [batch, max_blocks_per_seq] int32
         context_lens: torch.Tensor,  # [batch] int32
+        flags: FlagSnapshot | None = None,  # default: the runner's; a benchmark passes one arm's
     ) -> torch.Tensor:  # [batch] int64
         """The whole decode step on device tensors only: no host reads, so it can be captured."""
+        flags = self.flags if flags is None else flags
         batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
-                             block_tables=block_tables, context_lens=context_lens)
-        return self.model.greedy(self.model(input_ids, positions, batch))
+                             block_tables=block_tables, context_lens=context_lens, flags=flags)
+        return self.model.greedy(self.model(input_ids, positions, batch), flags)
 
     # --- serving steps (engine.llm) ---------------------------------------------
     @torch.inference_mode()
@@ -206,14 +215,14 @@ class Runner:
         lens = [len(r.token_ids) for r in rows]
         batch = ForwardBatch(is_prefill=True, slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
                              kv_caches=self.kv_caches, seq_lens=lens, prefix_lens=[r.start for r in rows],
-                             block_tables=tables)
+                             block_tables=tables, flags=self.flags)
         hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
                             torch.tensor(positions, dtype=torch.int64, device=dev), batch)
         last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each row's last token
         inputs = SamplingInputs(len(rows), torch.device("cpu"))
         inputs.fill(*_sampling_columns(rows))
         args = {k: v.to(dev) for k, v in inputs.device_views.items()}
-        return sample(self.model.compute_logits(hidden[last]), mode=mode, **args).tolist()
+        return sample(self.flags, self.model.compute_logits(hidden[last], self.flags), mode=mode, **args).tolist()
 
     def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
         n, bs = len(rows), self.block_size
@@ -258,9 +267,9 @@ class Runner:
     ) -> torch.Tensor:  # [batch] int64
         """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
         batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
-                             block_tables=block_tables, context_lens=context_lens)
-        logits = self.model.compute_logits(self.model(input_ids, positions, batch))
-        return sample(logits, temperature, top_k, top_p, seeds, steps, mode)
+                             block_tables=block_tables, context_lens=context_lens, flags=self.flags)
+        logits = self.model.compute_logits(self.model(input_ids, positions, batch), self.flags)
+        return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
 
     def _padded_batch(self, n: int) -> int:
         if self.device.type != "cuda":

@@ -1,7 +1,7 @@
 """Per-request sampling on the device in torch ops only, so it runs inside a captured decode step.
 
 Each row draws from softmax(logits / T) restricted to its top-k set and then its top-p nucleus (the
-reference's sets, `engine.ops.sampling`), by the Gumbel-max rule: argmax(logits / T + G) with G a
+reference's sets, `engine.ops.sample`), by the Gumbel-max rule: argmax(logits / T + G) with G a
 standard Gumbel variable per token. G comes from a counter-based hash of (the request's seed, the
 index of the token being generated, the vocabulary index): no generator state, so a request's draw
 depends on nothing else in the batch, and a request recomputed after preemption draws the same tokens.
@@ -9,15 +9,15 @@ Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greed
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import Enum
 
 import torch
 
-from engine.ops.sampling import _top_k_set, _top_p_set, greedy_argmax
+from engine import kernels
+from engine.flags import FlagSnapshot
+from engine.ops.sample import gumbel
 
-MASK32 = 0xFFFFFFFF
-GOLDEN32 = 0x9E3779B9
+__all__ = ["Mode", "SamplingInputs", "batch_mode", "gumbel", "sample", "seed_bits"]
 
 
 class Mode(str, Enum):
@@ -36,6 +36,7 @@ def batch_mode(temperatures: list[float], top_ks: list[int], top_ps: list[float]
 
 
 def sample(
+    flags: FlagSnapshot,  # the caller's (a Runner's) snapshot: the argmax arm comes from the kernel table
     logits: torch.Tensor,  # [batch, vocab], any float dtype
     temperature: torch.Tensor,  # [batch] float32, >= 0 (0: greedy)
     top_k: torch.Tensor,  # [batch] int64, <= 0 or >= vocab: off
@@ -43,40 +44,14 @@ def sample(
     seeds: torch.Tensor,  # [batch] int64
     steps: torch.Tensor,  # [batch] int64: index of the token being generated within its request
     mode: Mode = Mode.FILTERED,
-    argmax: Callable[[torch.Tensor], torch.Tensor] = greedy_argmax,  # the caller's argmax dispatch
 ) -> torch.Tensor:  # [batch] int64
-    """One token per row; no host reads, so it can be captured (every input a device tensor)."""
-    greedy = argmax(logits)
+    """One token per row through the table's greedy_argmax and sample_rows ops; no host reads, so it can be
+    captured (every input a device tensor)."""
+    greedy = kernels.greedy_argmax(flags, logits)
     if mode is Mode.GREEDY:
         return greedy
-    hot = temperature > 0
-    scaled = logits.float() / torch.where(hot, temperature, 1.0)[:, None]
-    if mode is Mode.FILTERED:
-        keep = _top_p_set(scaled, _top_k_set(scaled, top_k), top_p)
-        scaled = scaled.masked_fill(~keep, float("-inf"))
-    noise = gumbel(seeds, steps, logits.shape[1])
-    drawn = torch.argmax(scaled + noise, dim=-1)
-    return torch.where(hot, drawn, greedy)
-
-
-def gumbel(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:  # -> [batch, vocab] float32
-    """Standard Gumbel noise, a pure function of (seed, step, vocabulary index) per element."""
-    s = seeds.long()
-    row = _mix(_mix((s & MASK32) ^ _mix((s >> 32) & MASK32)) ^ (steps.long() & MASK32))  # [batch]
-    col = torch.arange(vocab, dtype=torch.int64, device=seeds.device) * GOLDEN32  # [vocab]
-    bits = _mix((col[None, :] + row[:, None]) & MASK32)
-    u = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # uniform in (0, 1), 24 bits
-    return -torch.log(-torch.log(u))
-
-
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A bijective 32-bit integer hash (lowbias32) on int64 holding 32-bit values; products wrap mod 2**64,
-    which keeps their low 32 bits exact."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x846CA68B) & MASK32
-    return x ^ (x >> 16)
+    drawn = kernels.sample_rows(flags, logits, temperature, top_k, top_p, seeds, steps, mode is Mode.FILTERED)
+    return torch.where(temperature > 0, drawn, greedy)
 
 
 def seed_bits(seed: int) -> int:

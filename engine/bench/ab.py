@@ -1,4 +1,4 @@
-"""Same-binary A/B: one process, one flag toggled between two arms, arms interleaved, repetition 0
+"""Same-binary A/B: one process, one flag toggled between two arms (two flag snapshots), arms interleaved, repetition 0
 dropped, medians with min-max bands, per-pair ratios, and a verdict that needs non-overlapping bands
 and no reversed pair to call a win.
 
@@ -11,9 +11,8 @@ eager loop and the report and the record say so.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,25 +20,9 @@ import torch
 from engine import flags
 from engine.bench.stats import ab_verdict, drop_warmup
 from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, sets_for
-from engine.bench.workloads import WORKLOADS, for_flag, parse_shape
+from engine.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
+from engine.flags import FlagSnapshot
 from engine.gates.ledger import head_sha, repo_root, write_record
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-@contextmanager
-def flag_env(settings: dict[str, str]):
-    """Set flags for one arm and restore the caller's environment afterwards."""
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,26 +70,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, reps: int, inner: int,
-           timing: str = "graph") -> dict:
+           timing: str = "graph", base: FlagSnapshot | None = None) -> dict:
+    """Both arms are `base` (default: the environment, read once) with `flag` off and on."""
+    base = FlagSnapshot.from_env() if base is None else base
     n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
     sets = [work.make(shape, device, dtype, seed) for seed in range(n_sets)]
-    arms = {"off": {flag: "0"}, "on": {flag: "1"}}
+    arms = {"off": partial(work.run, base.with_(**{flag: False})), "on": partial(work.run, base.with_(**{flag: True}))}
     outs = {}
-    for name, env in arms.items():  # warm both arms and keep one output each for the correctness note
-        with flag_env(env):
-            outs[name] = work.run(*sets[0])
+    for name, run in arms.items():  # warm both arms and keep one output each for the correctness note
+        outs[name] = run(*sets[0])
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
     timers = {}
-    for name, env in arms.items():  # each arm's graph is captured with its flag set; replay needs no flag
-        with flag_env(env):
-            timers[name] = arm_timer(work.run, sets, device, timing, inner)
+    for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
+        timers[name] = arm_timer(run, sets, device, timing, inner)
     before = clocks()
     samples: dict[str, list[float]] = {"off": [], "on": []}
     for rep in range(reps):
         order = ("off", "on") if rep % 2 == 0 else ("on", "off")  # alternate who goes first
         for name in order:
-            with flag_env(arms[name]):
-                samples[name].append(timers[name].sample(rep))
+            samples[name].append(timers[name].sample(rep))
     verdict = ab_verdict(drop_warmup(samples["off"]), drop_warmup(samples["on"]))
     return {
         "flag": flag, "workload": work.name, "shape": shape, "dtype": str(dtype).removeprefix("torch."),

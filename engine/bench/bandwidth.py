@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from engine.bench.ab import DTYPES, flag_env
 from engine.bench.stats import Band, drop_warmup
 from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, first_line, sets_for, time_once
-from engine.bench.workloads import WORKLOADS, parse_shape
+from engine.bench.workloads import DTYPES, WORKLOADS, parse_shape
+from engine.flags import FlagSnapshot
 from engine.gates.ledger import head_sha, repo_root, write_record
 
 COPY_BYTES = 1 << 30  # 1 GiB each way: far past the L2, long enough to time well
@@ -231,20 +231,20 @@ def copy_bandwidth(device: torch.device, reps: int) -> float:
 def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted, timing: str = "graph") -> list[dict]:
     moved = work.bytes_moved(shape, dtype)
     sets = [work.make(shape, device, dtype, seed) for seed in range(sets_for(moved))]
-    candidates = [(name, "arm", work.run, env, None) for name, env in work.arms.items()]
-    candidates += [(name, "peer", run, {}, prep) for name, (prep, run) in work.peers.items()]
+    base = FlagSnapshot.from_env()  # each arm: the environment's flags with the arm's settings
+    candidates = [(name, "arm", work.arm(name, base), None) for name in work.arms]
+    candidates += [(name, "peer", run, prep) for name, (prep, run) in work.peers.items()]
     rows = []
-    for name, kind, run, env, prep in candidates:
+    for name, kind, run, prep in candidates:
         if wanted and name not in wanted:
             continue
         row = {"arm": name, "kind": kind, "shape": shape, "bytes": moved}
         try:
             inputs = [prep(*s) for s in sets] if prep else sets
-            with flag_env(env):
-                run(*inputs[0])  # warm-up: compilation, autotuning, module load
-                timer = arm_timer(run, inputs, device, timing, inner)
-                row["timing"] = timer.as_record()
-                times = drop_warmup([timer.sample(i) for i in range(reps)])
+            run(*inputs[0])  # warm-up: compilation, autotuning, module load
+            timer = arm_timer(run, inputs, device, timing, inner)
+            row["timing"] = timer.as_record()
+            times = drop_warmup([timer.sample(i) for i in range(reps)])
         except Exception as exc:  # an unavailable backend is reported, not fatal
             row["unavailable"] = first_line(exc)
             rows.append(row)

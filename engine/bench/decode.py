@@ -28,13 +28,9 @@ import torch
 
 from engine.bench.bandwidth import copy_bandwidth
 from engine.bench.timing import clocks, device_name
+from engine.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
 from engine.gates.ledger import head_sha, repo_root, write_record
 
-QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0)
-TINY = dict(QWEN3_0_6B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=512)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,15 +90,6 @@ def main(argv: list[str] | None = None) -> int:
                             summary, record, head_sha(repo_root()), kind="bench")
         print(f"ledger: {path}")
     return 0
-
-
-def save_random_model(tmp: Path, shape: dict) -> Path:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
-    model.save_pretrained(tmp)
-    return tmp
 
 
 def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, steps: int, oracle: bool,

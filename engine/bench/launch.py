@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from engine.bench.ab import DTYPES, flag_env
-from engine.bench.workloads import WORKLOADS, parse_shape
+from engine.bench.workloads import DTYPES, WORKLOADS, parse_shape
+from engine.flags import FlagSnapshot
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,12 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     inputs = work.make(shape, device, DTYPES[args.dtype], 0)
     if args.arm in work.peers:
         prepare, fn = work.peers[args.arm]
-        inputs, env = prepare(*inputs), {}
+        inputs = prepare(*inputs)
     else:
-        fn, env = work.run, work.arms[args.arm]
-    with flag_env(env):
-        for _ in range(args.calls):
-            out = fn(*inputs)
+        fn = work.arm(args.arm, FlagSnapshot.from_env())
+    for _ in range(args.calls):
+        out = fn(*inputs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     print(f"{work.name} {args.arm} x{args.calls} on {device}: output {tuple(out.shape)} {out.dtype}")

@@ -21,26 +21,40 @@ from pathlib import Path
 
 import torch
 
+from engine.data.make_tiny_quant import write_pair
+from engine.flags import FlagSnapshot
+from engine.runner import Runner
+
+QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0)
+TINY = dict(QWEN3_0_6B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=512)
 STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
 STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
-_RUNNERS: dict[tuple, object] = {}  # one model per shape: the input sets share it
+_RUNNERS: dict[tuple, Runner] = {}  # one model per shape: the input sets share it
 QUANT_METHODS = ("awq", "gptq", "nvfp4")  # the quantized step workloads
 QUANT_GROUP = 128  # AWQ/GPTQ rows per scale, as the common checkpoints have
 
 
-def _model_shape(s: dict[str, int]) -> dict:
-    from engine.bench.decode import QWEN3_0_6B
+def save_random_model(tmp: Path, shape: dict) -> Path:
+    """A Qwen3 of this shape with seeded random weights, saved by transformers (the oracle's own layout)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM  # why: transformers takes seconds to import
 
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
+    model.save_pretrained(tmp)
+    return tmp
+
+
+def _model_shape(s: dict[str, int]) -> dict:
     if s["layers"] < 1 or s["ctx"] < 1 or s["batch"] < 1:
         raise ValueError(f"decode-step shape {s}: ctx, batch and layers must be at least 1")
     return dict(QWEN3_0_6B, num_hidden_layers=s["layers"])
 
 
-def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method: str | None = None):
-    from engine.bench.decode import save_random_model
-    from engine.runner import Runner
-
+def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method: str | None = None) -> Runner:
     key = (s["ctx"], s["batch"], s["layers"], str(device), dtype, method)
     if key not in _RUNNERS:
         with tempfile.TemporaryDirectory(prefix="vt-step-") as tmp:  # loaded into memory, then removed
@@ -56,9 +70,7 @@ def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method:
 
 def _save_quantized(tmp: Path, shape: dict, method: str) -> Path:
     """The random model with its decoder projections quantized by `method`; returns the checkpoint's directory."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from engine.data.make_tiny_quant import write_pair
+    from transformers import Qwen3Config, Qwen3ForCausalLM  # why: transformers takes seconds to import
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
@@ -90,8 +102,9 @@ def make(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int,
 
 
 @torch.inference_mode()
-def run(runner, inputs: dict[str, torch.Tensor]) -> torch.Tensor:  # -> [batch] int64 next tokens
-    return runner.decode_step(**inputs)
+def run(snapshot: FlagSnapshot, runner: Runner, inputs: dict[str, torch.Tensor]) -> torch.Tensor:  # -> [batch] int64
+    """One decode step of the shared runner under this arm's flags (the next tokens)."""
+    return runner.decode_step(**inputs, flags=snapshot)
 
 
 def bytes_moved(s: dict[str, int], dtype: torch.dtype, method: str | None = None) -> int:

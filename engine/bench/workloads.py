@@ -8,14 +8,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from engine import flags, kernels
 from engine.bench import step_workload
+from engine.flags import FlagSnapshot
 
 Shape = dict[str, int]
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -24,11 +28,20 @@ class Workload:
     flags: tuple[str, ...]  # the flags whose A/B this workload measures
     defaults: Shape
     make: Callable[[Shape, torch.device, torch.dtype, int], tuple]
-    run: Callable[..., Any]
+    run: Callable[..., Any]  # run(snapshot, *inputs): the engine's op under one arm's flags
     bytes_moved: Callable[[Shape, torch.dtype], int]
     peers: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)  # name -> (prepare(args), run)
     arms: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> flag settings for that arm
     shape_sets: dict[str, tuple[Shape, ...]] = field(default_factory=dict)  # name -> shapes over the defaults
+
+    def arm(self, name: str, base: FlagSnapshot) -> Callable[..., Any]:
+        """`run` bound to the snapshot of arm `name`: `base` with the arm's flag settings."""
+        return partial(self.run, with_settings(base, self.arms[name]))
+
+
+def with_settings(base: FlagSnapshot, settings: dict[str, str]) -> FlagSnapshot:
+    """`base` with flag settings written as the environment writes them (`{"VT_GEMV": "0"}`)."""
+    return base.with_(**{name: flags.parse(name, text) for name, text in settings.items()})
 
 
 def parse_shape(text: str | None, defaults: Shape) -> Shape:
@@ -62,10 +75,8 @@ def _attn_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) ->
     return tuple(t.to(device) for t in (q, k, v, table, lens)) + (s["d"] ** -0.5,)
 
 
-def _attn_run(q, k, v, table, lens, scale):
-    from engine.ops.attention import paged_decode_attention
-
-    return paged_decode_attention(q, k, v, table, lens, scale)
+def _attn_run(snapshot, q, k, v, table, lens, scale):
+    return kernels.paged_decode_attention(snapshot, q, k, v, table, lens, scale)
 
 
 def _attn_bytes(s: Shape, dtype: torch.dtype) -> int:
@@ -186,10 +197,8 @@ def _gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) ->
     return x.to(device), w.to(device)
 
 
-def _gemv_run(x, w):
-    from engine.ops.linear import linear
-
-    return linear(x, w)
+def _gemv_run(snapshot, x, w):
+    return kernels.linear(snapshot, x, w)
 
 
 GEMV = Workload(
@@ -210,10 +219,8 @@ def _norm_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) ->
     return x.to(device), residual.to(device), weight.to(device)
 
 
-def _norm_run(x, residual, weight):
-    from engine.ops.norm import fused_add_rms_norm
-
-    return fused_add_rms_norm(x, residual, weight, 1e-6)[0]  # both outputs are computed; the normed one is compared
+def _norm_run(snapshot, x, residual, weight):
+    return kernels.fused_add_rms_norm(snapshot, x, residual, weight, 1e-6)[0]  # both outputs are computed; the normed one is compared
 
 
 NORM = Workload(
@@ -260,10 +267,8 @@ def _awq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> 
     return tuple(t.to(device) for t in (x, qweight, qzeros, scales)) + (s["group"],)
 
 
-def _awq_run(x, qweight, qzeros, scales, group):
-    from engine.ops.awq import awq_linear
-
-    return awq_linear(x, qweight, qzeros, scales, group)
+def _awq_run(snapshot, x, qweight, qzeros, scales, group):
+    return kernels.awq_linear(snapshot, x, qweight, qzeros, scales, group)
 
 
 def _gptq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
@@ -274,10 +279,8 @@ def _gptq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) ->
     return tuple(t.to(device) for t in (x, qweight, qzeros, scales, g_idx))
 
 
-def _gptq_run(x, qweight, qzeros, scales, g_idx):
-    from engine.ops.gptq import gptq_linear
-
-    return gptq_linear(x, qweight, qzeros, scales, g_idx)
+def _gptq_run(snapshot, x, qweight, qzeros, scales, g_idx):
+    return kernels.gptq_linear(snapshot, x, qweight, qzeros, scales, g_idx)
 
 
 def _nvfp4_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
@@ -288,10 +291,8 @@ def _nvfp4_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -
     return tuple(t.to(device) for t in (x, packed, block_scales)) + (0.01,)
 
 
-def _nvfp4_run(x, packed, block_scales, global_scale):
-    from engine.ops.nvfp4 import nvfp4_linear
-
-    return nvfp4_linear(x, packed, block_scales, global_scale)
+def _nvfp4_run(snapshot, x, packed, block_scales, global_scale):
+    return kernels.nvfp4_linear(snapshot, x, packed, block_scales, global_scale)
 
 
 def _dense_peer(n_of: Callable[[tuple], int]) -> Callable:

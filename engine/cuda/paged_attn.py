@@ -1,4 +1,6 @@
-"""Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms, and arm choice."""
+"""Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms.
+
+Which arm runs is the kernel table's choice (engine/kernels.py); this module launches the one it is told to."""
 from __future__ import annotations
 
 import ctypes
@@ -6,7 +8,6 @@ from functools import cache
 
 import torch
 
-from engine import flags
 from engine.cuda import build, ffi
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -31,16 +32,6 @@ def supported(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
     if arm == WARP:
         return head_dim in (128, 256)
     return head_dim in (64, 128, 256) and group in (1, 2, 4, 8)
-
-
-def choose_arm(head_dim: int, group: int, dtype: torch.dtype) -> int:
-    """The arm the flags select for this shape: GQA-fused, then warp-split-KV, else the generic kernel."""
-    if flags.enabled("VT_ATTN_DECODE_GQA") and supported(GQA, head_dim, group, dtype):
-        return GQA
-    wants_warp = head_dim == 256 or (head_dim == 128 and flags.enabled("VT_ATTN_DECODE_D128"))
-    if flags.enabled("VT_ATTN_DECODE_OPT") and wants_warp and supported(WARP, head_dim, group, dtype):
-        return WARP
-    return GENERIC
 
 
 def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -73,12 +64,11 @@ def paged_decode_attention(
     context_lens: torch.Tensor,  # context_lens: [batch] int32, each in [1, max_blocks * block_size]
     scale: float,
     sliding_window: int | None = None,
-    arm: int | None = None,  # None: choose_arm by the flags
+    arm: int = GENERIC,  # GENERIC, WARP or GQA
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, hq, d = q.shape
     group = hq // k_cache.shape[2]
-    arm = choose_arm(d, group, q.dtype) if arm is None else arm
     if not supported(arm, d, group, q.dtype):
         raise ValueError(f"q: arm {arm} does not support head_dim {d}, group {group}, dtype {q.dtype}")
     if sliding_window is not None and sliding_window < 1:
@@ -93,24 +83,3 @@ def paged_decode_attention(
                                   ffi.stream(q.device))
     ffi.check(rc, "vt_paged_attn_decode", lib, "paged_attn")
     return out
-
-
-def dispatch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-             context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
-    """What engine.ops.attention.paged_decode_attention runs on a GPU: the tiled arm when VT_ATTN_TILED is on and
-    the shape is compiled, else split-KV when VT_ATTN_SPLITKV is on (and the shape is compiled), else the arm
-    choose_arm picks. The tiled and split-KV arms size their split counts from the tables' static capacity,
-    not from context_lens' values: no host read, so the step stays capturable."""
-    group = q.shape[1] // k_cache.shape[2] if k_cache.dim() == 4 and k_cache.shape[2] else 0
-    if flags.enabled("VT_ATTN_TILED"):
-        from engine.cuda import paged_attn_tiled
-
-        if paged_attn_tiled.supported(q.shape[2], group, q.dtype):
-            return paged_attn_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
-    if flags.enabled("VT_ATTN_SPLITKV") and supported(GQA, q.shape[2], 1, q.dtype):
-        from engine.cuda import splitkv
-
-        swap = flags.enabled("VT_ATTN_SPLITKV_GQA_SWAP") and group in (1, 2, 4, 8)
-        return splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, swap=swap,
-                              max_context=splitkv.capacity(block_tables, k_cache))
-    return paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)

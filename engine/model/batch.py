@@ -1,9 +1,11 @@
 """The per-forward attention inputs the runner builds and every attention layer reads."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from engine.flags import FlagSnapshot
 
 
 @dataclass
@@ -11,7 +13,8 @@ class ForwardBatch:
     """One forward pass over packed tokens: a prefill of whole prompts, or one decode token per sequence.
 
     Passed explicitly down the model (no global context), so a captured decode step
-    reads exactly the static buffers it was captured with.
+    reads exactly the static buffers it was captured with, and every op picks its kernel
+    arm from the same flag snapshot (the Runner's).
     """
 
     is_prefill: bool
@@ -23,6 +26,7 @@ class ForwardBatch:
     # prefill of chunks that continue cached sequences: tokens already cached before each chunk; with
     # any nonzero, attention reads each sequence's keys from the paged cache (block_tables: [seqs, max_blocks])
     prefix_lens: list[int] | None = None
+    flags: FlagSnapshot = field(default_factory=FlagSnapshot.defaults)  # the kernel arms' flags (engine/kernels.py)
 
     def __post_init__(self) -> None:
         if self.is_prefill and self.seq_lens is None:

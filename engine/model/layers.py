@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine import kernels
+from engine.flags import FlagSnapshot
 from engine.model.config import QuantConfig
 from engine.ops._packing import pack_int32, unpack_int32
-from engine.ops.linear import embedding, linear, quantized_linear
-from engine.ops.norm import rms_norm
 
 
 def default_weight_loader(param: nn.Parameter, loaded: torch.Tensor, name: str) -> None:
@@ -31,8 +31,8 @@ class Linear(nn.Module):
         self.weight = new_param(out_features, in_features, dtype=dtype)
         self.bias = new_param(out_features, dtype=dtype) if bias else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in_features]
-        return linear(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in_features]
+        return kernels.linear(flags, x, self.weight, self.bias)
 
 
 class MergedLinear(nn.Module):
@@ -63,14 +63,14 @@ class MergedLinear(nn.Module):
                 part.bias = nn.Parameter(self.bias[start:start + n], requires_grad=False)
             start += n
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
         if self.quantized:
-            return torch.cat([part(x) for part in self.parts], dim=-1)
+            return torch.cat([part(x, flags) for part in self.parts], dim=-1)
         w = self.parts[0].weight
         if w.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
             raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "
                                "was moved with .to()?); build the model on its device instead")
-        return linear(x, self.weight, self.bias)
+        return kernels.linear(flags, x, self.weight, self.bias)
 
 
 def make_linear(in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
@@ -156,15 +156,15 @@ class QuantLinear(nn.Module):
         self.register_buffer("g_idx", g_idx[perm].contiguous())
         self.register_buffer("input_perm", perm)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, in_features]
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in_features]
         if self.weight is not None:
-            return linear(x, self.weight, self.bias)
+            return kernels.linear(flags, x, self.weight, self.bias)
         if self.input_perm is not None:
             x = x.index_select(-1, self.input_perm)
         q = self.quant
         tensors = {k: getattr(self, k) for k in self.expected}
-        return quantized_linear(x, q.method, tensors, self.bias, group_size=q.group_size or self.in_features,
-                                bits=q.bits, version=q.version)
+        return kernels.quantized_linear(flags, x, q.method, tensors, self.bias,
+                                        group_size=q.group_size or self.in_features, bits=q.bits, version=q.version)
 
 
 # the checkpoint's own name of an engine tensor, where the two differ (for messages)
@@ -212,8 +212,8 @@ class RMSNorm(nn.Module):
         self.weight = new_param(size, dtype=dtype)
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, size]
-        return rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, size]
+        return kernels.rms_norm(flags, x, self.weight, self.eps)
 
 
 class Embedding(nn.Module):
@@ -221,5 +221,5 @@ class Embedding(nn.Module):
         super().__init__()
         self.weight = new_param(vocab, hidden, dtype=dtype)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: [tokens]
-        return embedding(ids, self.weight)
+    def forward(self, ids: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # ids: [tokens]
+        return kernels.embedding(flags, ids, self.weight)

@@ -4,22 +4,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine import flags
+from engine import kernels
+from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig, QuantConfig
 from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm, make_linear
-from engine.ops.activation import silu_and_mul
-from engine.ops.attention import extend_attention, paged_decode_attention, prefill_attention
-from engine.ops.kv_cache import store_kv
-from engine.ops.norm import fused_add_rms_norm
-from engine.ops.rope import qk_norm_rope, rope_cos_sin
-from engine.ops.sampling import greedy_argmax
+from engine.ops.rope import rope_cos_sin
 
 
-def merged_projections(x: torch.Tensor) -> bool:
+def merged_projections(x: torch.Tensor, flags: FlagSnapshot) -> bool:
     """One GEMM for q/k/v and one for gate/up (VT_MERGED_PROJ, GPU only): other GEMM shapes than the
     separate products, so the summation order, and the rounding, may differ from Hugging Face's."""
-    return x.is_cuda and flags.enabled("VT_MERGED_PROJ") and flags.enabled("VT_KERNELS")
+    return kernels.merged_projections(flags, x)
 
 
 class Qwen3Attention(nn.Module):
@@ -48,28 +44,32 @@ class Qwen3Attention(nn.Module):
         cos_sin: tuple[torch.Tensor, torch.Tensor],  # each [tokens, head_dim]
         batch: ForwardBatch,
     ) -> torch.Tensor:
-        t = hidden.shape[0]
-        if merged_projections(hidden):
-            q, k, v = self.qkv_proj(hidden).split(self.qkv_proj.sizes, dim=-1)
+        t, flags = hidden.shape[0], batch.flags
+        if merged_projections(hidden, flags):
+            q, k, v = self.qkv_proj(hidden, flags).split(self.qkv_proj.sizes, dim=-1)
         else:
-            q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+            q, k, v = self.q_proj(hidden, flags), self.k_proj(hidden, flags), self.v_proj(hidden, flags)
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         cos, sin = cos_sin
-        q = qk_norm_rope(q, self.q_norm.weight, cos, sin, self.eps)  # one fused launch under VT_QK_NORM_ROPE_FUSED
-        k = qk_norm_rope(k, self.k_norm.weight, cos, sin, self.eps)
+        # one fused launch each under VT_QK_NORM_ROPE_FUSED
+        q = kernels.qk_norm_rope(flags, q, self.q_norm.weight, cos, sin, self.eps)
+        k = kernels.qk_norm_rope(flags, k, self.k_norm.weight, cos, sin, self.eps)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
-        store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+        kernels.store_kv(flags, k, v, k_cache, v_cache, batch.slot_mapping)
         if batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
-            o = extend_attention(q, k_cache, v_cache, batch.block_tables, batch.seq_lens, batch.prefix_lens,
-                                 self.scaling, self.sliding_window)
+            assert batch.seq_lens is not None  # ForwardBatch demands them for a prefill
+            o = kernels.extend_attention(flags, q, k_cache, v_cache, batch.block_tables, batch.seq_lens,
+                                         batch.prefix_lens, self.scaling, self.sliding_window)
         elif batch.is_prefill:
-            o = prefill_attention(q, k, v, batch.seq_lens, self.scaling, self.sliding_window)
+            assert batch.seq_lens is not None  # ForwardBatch demands them for a prefill
+            o = kernels.prefill_attention(flags, q, k, v, batch.seq_lens, self.scaling, self.sliding_window)
         else:
-            o = paged_decode_attention(q, k_cache, v_cache, batch.block_tables, batch.context_lens,
-                                       self.scaling, self.sliding_window)
-        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+            assert batch.block_tables is not None and batch.context_lens is not None  # and these for a decode
+            o = kernels.paged_decode_attention(flags, q, k_cache, v_cache, batch.block_tables, batch.context_lens,
+                                               self.scaling, self.sliding_window)
+        return self.o_proj(o.reshape(t, self.num_heads * self.head_dim), flags)
 
 
 class Qwen3MLP(nn.Module):
@@ -80,12 +80,12 @@ class Qwen3MLP(nn.Module):
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
         self.down_proj = make_linear(intermediate, hidden, False, dtype, quant)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, hidden]
-        if merged_projections(x):
-            gate_up = self.gate_up_proj(x)
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, hidden]
+        if merged_projections(x, flags):
+            gate_up = self.gate_up_proj(x, flags)
         else:
-            gate_up = torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)
-        return self.down_proj(silu_and_mul(gate_up))
+            gate_up = torch.cat([self.gate_proj(x, flags), self.up_proj(x, flags)], dim=-1)
+        return self.down_proj(kernels.silu_and_mul(flags, gate_up), flags)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -106,15 +106,15 @@ class Qwen3DecoderLayer(nn.Module):
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        ln = self.input_layernorm
+        ln, flags = self.input_layernorm, batch.flags
         if residual is None:
-            residual, hidden = hidden, ln(hidden)
+            residual, hidden = hidden, ln(hidden, flags)
         else:
-            hidden, residual = fused_add_rms_norm(hidden, residual, ln.weight, ln.eps)
+            hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
         hidden = self.self_attn(hidden, cos_sin, batch)
         ln = self.post_attention_layernorm
-        hidden, residual = fused_add_rms_norm(hidden, residual, ln.weight, ln.eps)
-        return self.mlp(hidden), residual
+        hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
+        return self.mlp(hidden, flags), residual
 
 
 class Qwen3Model(nn.Module):
@@ -133,13 +133,14 @@ class Qwen3Model(nn.Module):
         positions: torch.Tensor,  # [tokens]
         batch: ForwardBatch,
     ) -> torch.Tensor:  # [tokens, hidden]
-        hidden = self.embed_tokens(input_ids)
+        hidden = self.embed_tokens(input_ids, batch.flags)
         cfg = self.config
         cos_sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, hidden.dtype)
         residual = None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, cos_sin, batch)
-        hidden, _ = fused_add_rms_norm(hidden, residual, self.norm.weight, self.norm.eps)
+        assert residual is not None  # a model has at least one layer
+        hidden, _ = kernels.fused_add_rms_norm(batch.flags, hidden, residual, self.norm.weight, self.norm.eps)
         return hidden
 
 
@@ -157,8 +158,8 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         return self.model(input_ids, positions, batch)  # [tokens, hidden]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # hidden: [rows, hidden] -> [rows, vocab]
-        return self.lm_head(hidden)
+    def compute_logits(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
+        return self.lm_head(hidden, flags)
 
-    def greedy(self, hidden: torch.Tensor) -> torch.Tensor:  # hidden: [rows, hidden] -> [rows] int64
-        return greedy_argmax(self.compute_logits(hidden))
+    def greedy(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows] int64
+        return kernels.greedy_argmax(flags, self.compute_logits(hidden, flags))

@@ -4,10 +4,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine import kernels
+from engine.flags import FlagSnapshot
 from engine.model.config import ModelConfig
 from engine.model.layers import Linear, new_param
 from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
-from engine.ops.moe import moe_experts, moe_route
 
 # checkpoint projection name -> (fused parameter, shard index inside it)
 EXPERT_SHARDS = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
@@ -42,8 +43,9 @@ class Qwen3MoeExperts(nn.Module):
         x: torch.Tensor,  # [tokens, hidden]
         weights: torch.Tensor,  # [tokens, top_k]
         ids: torch.Tensor,  # [tokens, top_k]
+        flags: FlagSnapshot,
     ) -> torch.Tensor:
-        return moe_experts(x, self.gate_up_proj, self.down_proj, weights, ids)
+        return kernels.moe_experts(flags, x, self.gate_up_proj, self.down_proj, weights, ids)
 
 
 class Qwen3MoeSparseMoeBlock(nn.Module):
@@ -54,10 +56,10 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         self.gate = Linear(config.hidden_size, config.num_experts, False, dtype)  # the router
         self.experts = Qwen3MoeExperts(config.num_experts, config.hidden_size, config.moe_intermediate_size, dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [tokens, hidden]
-        router_logits = self.gate(x)  # [tokens, num_experts]
-        weights, ids = moe_route(router_logits, self.top_k, self.norm_topk_prob, x.dtype)
-        return self.experts(x, weights, ids)
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, hidden]
+        router_logits = self.gate(x, flags)  # [tokens, num_experts]
+        weights, ids = kernels.moe_route(flags, router_logits, self.top_k, self.norm_topk_prob, x.dtype)
+        return self.experts(x, weights, ids, flags)
 
 
 class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import torch
 
-from engine import flags
-from engine.cuda import gdn as cuda_gdn
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
 
 
@@ -39,10 +37,6 @@ def gated_delta_decode(
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] q.dtype, new_state [batch, heads, dk, dv] fp32)
     """One token of the gated delta rule for every sequence; `state` is not modified."""
-    _check(q, k, v, g, beta, state, seq_dim=False)
-    if q.is_cuda and flags.enabled("VT_GDN_KERNEL") and flags.enabled("VT_KERNELS"):
-        if cuda_gdn.supports(q, k, v) and state.is_contiguous():
-            return cuda_gdn.decode(q, k, v, g, beta, state, scale=scale, use_qk_l2norm=use_qk_l2norm, eps=eps)
     qf, kf = _prepare_qk(q, k, v.shape[1], scale, use_qk_l2norm, eps)  # [batch, heads, dk]
     vf, bf = v.float(), beta.float()
     s = state * g.float().exp()[..., None, None]
@@ -51,6 +45,12 @@ def gated_delta_decode(
     s = s + kf[..., None] * delta[..., None, :]
     out = (s * qf[..., None]).sum(dim=-2)  # S^T q
     return out.to(q.dtype), s
+
+
+def check_gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                             state: torch.Tensor, *, scale: float = 1.0, use_qk_l2norm: bool = False,
+                             eps: float = 1e-6) -> None:
+    _check(q, k, v, g, beta, state, seq_dim=False)
 
 
 def gated_delta_chunked(

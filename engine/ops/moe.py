@@ -4,8 +4,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine import flags
-from engine.cuda import moe as cuda_moe
 from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
                                refuse_capture, values_checkable)
 
@@ -38,6 +36,14 @@ def moe_route(
     return weights.to(dtype), ids
 
 
+def check_moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool, dtype: torch.dtype) -> None:
+    check_tensor(router_logits, "router_logits", ndim=2, dtypes=FLOAT_DTYPES)
+    if not 1 <= top_k <= router_logits.shape[1]:
+        raise ValueError(f"top_k: {top_k} not in [1, num_experts={router_logits.shape[1]}]")
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype: {dtype} is not a float model dtype")
+
+
 def moe_experts(
     x: torch.Tensor,  # x: [tokens, H]
     gate_up: torch.Tensor,  # gate_up: [E, 2*I, H], gate rows first, then up rows
@@ -53,7 +59,30 @@ def moe_experts(
     id, starting from zero, and every partial sum is rounded to x.dtype (Hugging
     Face's index_add_ into an x.dtype buffer). A fused kernel that accumulates
     the experts in fp32 differs from this by the partial-sum roundings.
+
+    The id values are checked here, in the reference (a host read, which a captured CUDA graph cannot hold);
+    the kernels skip ids outside [0, E) and expect distinct ids per token, as these checks demand.
     """
+    num_experts = gate_up.shape[0]
+    refuse_capture(ids, "moe_experts", "set VT_MOE_KERNELS=1 to capture the MoE step")
+    if ids.numel() and values_checkable(ids):
+        if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
+            raise IndexError(f"ids: values outside [0, {num_experts})")
+        if (ids.sort(dim=-1).values.diff(dim=-1) == 0).any():
+            raise ValueError("ids: a token selects the same expert twice")
+    out = torch.zeros_like(x)
+    for e in torch.unique(ids).tolist():  # ascending expert id, as Hugging Face
+        slot, token = torch.where(ids.T == e)  # [top_k, tokens] order, as Hugging Face's expert mask
+        # silu on the non-contiguous chunk, exactly as Hugging Face (see silu_and_mul on layout)
+        gate, up = F.linear(x[token], gate_up[e]).chunk(2, dim=-1)
+        h = F.silu(gate) * up
+        h = F.linear(h, down[e]) * weights[token, slot, None]
+        out.index_add_(0, token, h)
+    return out
+
+
+def check_moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
+                      ids: torch.Tensor) -> None:
     check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
     check_tensor(gate_up, "gate_up", ndim=3)
     check_tensor(down, "down", ndim=3)
@@ -71,23 +100,3 @@ def moe_experts(
     check_dim(weights, "weights", 0, x.shape[0], "x's tokens")
     if ids.shape != weights.shape:
         raise ValueError(f"ids: shape {tuple(ids.shape)} != weights' {tuple(weights.shape)}")
-    # Before the id checks below, which read ids on the host (a sync a captured CUDA graph cannot hold); the
-    # kernels skip ids outside [0, E) and expect distinct ids per token, as the checks demand.
-    if x.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
-        if cuda_moe.supports(num_experts, ids.shape[1]):
-            return cuda_moe.experts(x, gate_up, down, weights, ids)
-    refuse_capture(ids, "moe_experts", "set VT_MOE_KERNELS=1 to capture the MoE step")
-    if ids.numel() and values_checkable(ids):
-        if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
-            raise IndexError(f"ids: values outside [0, {num_experts})")
-        if (ids.sort(dim=-1).values.diff(dim=-1) == 0).any():
-            raise ValueError("ids: a token selects the same expert twice")
-    out = torch.zeros_like(x)
-    for e in torch.unique(ids).tolist():  # ascending expert id, as Hugging Face
-        slot, token = torch.where(ids.T == e)  # [top_k, tokens] order, as Hugging Face's expert mask
-        # silu on the non-contiguous chunk, exactly as Hugging Face (see silu_and_mul on layout)
-        gate, up = F.linear(x[token], gate_up[e]).chunk(2, dim=-1)
-        h = F.silu(gate) * up
-        h = F.linear(h, down[e]) * weights[token, slot, None]
-        out.index_add_(0, token, h)
-    return out

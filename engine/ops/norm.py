@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from engine import flags
-from engine.cuda import norm as cuda_norm
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_same_dtype, check_tensor
 
 
@@ -22,18 +20,19 @@ def rms_norm(
     3. Then multiplied by the weight in x.dtype (one more rounding).
     A fast kernel must round at 2 before the weight multiply, not after it.
     """
+    xf = x.to(torch.float32)
+    variance = xf.pow(2).mean(-1, keepdim=True)
+    normed = xf * torch.rsqrt(variance + eps)
+    return weight * normed.to(x.dtype)
+
+
+def check_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     if x.dim() < 1:
         raise ValueError("x: expected at least 1 dim, got a scalar")
     check_tensor(weight, "weight", ndim=1)
     check_same_dtype(weight, "weight", x, "x")
     check_dim(weight, "weight", 0, x.shape[-1], "x's last dim (hidden)")
-    if x.is_cuda and flags.enabled("VT_NORM_KERNEL") and flags.enabled("VT_KERNELS"):
-        return cuda_norm.rms_norm(x, weight, eps)
-    xf = x.to(torch.float32)
-    variance = xf.pow(2).mean(-1, keepdim=True)
-    normed = xf * torch.rsqrt(variance + eps)
-    return weight * normed.to(x.dtype)
 
 
 def fused_add_rms_norm(
@@ -48,15 +47,17 @@ def fused_add_rms_norm(
     writes `hidden_states = residual + hidden_states` in the model dtype and the
     next RMSNorm reads that), then `rms_norm`'s rounding points apply.
     """
+    new_residual = x + residual
+    return rms_norm(new_residual, weight, eps), new_residual
+
+
+def check_fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     check_tensor(residual, "residual")
     check_same_dtype(residual, "residual", x, "x")
     if residual.shape != x.shape:
         raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
-    if x.is_cuda and flags.enabled("VT_NORM_KERNEL") and flags.enabled("VT_KERNELS"):
-        return cuda_norm.fused_add_rms_norm(x, residual, weight, eps)
-    new_residual = x + residual
-    return rms_norm(new_residual, weight, eps), new_residual
+    check_rms_norm(x, weight, eps)
 
 
 def qk_norm(
@@ -68,5 +69,9 @@ def qk_norm(
 
     Same rounding points as `rms_norm` (fp32 statistics, round, then weight multiply).
     """
-    check_tensor(x, "x", ndim=3, dtypes=FLOAT_DTYPES)
     return rms_norm(x, weight, eps)
+
+
+def check_qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    check_tensor(x, "x", ndim=3, dtypes=FLOAT_DTYPES)
+    check_rms_norm(x, weight, eps)

@@ -5,10 +5,8 @@ import functools
 
 import torch
 
-from engine import flags
-from engine.cuda import rope as cuda_rope
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
-from engine.ops.norm import qk_norm
+from engine.ops.norm import check_qk_norm, qk_norm
 
 
 def rope_cos_sin(
@@ -51,18 +49,19 @@ def apply_rope_neox(
     product is rounded to x.dtype, then the sum is rounded to x.dtype. A fused
     kernel that keeps the products in fp32 differs by one rounding.
     """
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    c, s = cos[:, None, :], sin[:, None, :]
+    return (x * c) + (rotated * s)
+
+
+def check_apply_rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     check_tensor(x, "x", ndim=3, dtypes=FLOAT_DTYPES)
     for name, t in (("cos", cos), ("sin", sin)):
         check_tensor(t, name, ndim=2)
         check_same_dtype(t, name, x, "x")
         check_dim(t, name, 0, x.shape[0], "x's tokens")
         check_dim(t, name, 1, x.shape[2], "x's head_dim")
-    if x.is_cuda and flags.enabled("VT_ROPE_KERNEL") and flags.enabled("VT_KERNELS"):
-        return cuda_rope.apply_rope_neox(x, cos, sin)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    c, s = cos[:, None, :], sin[:, None, :]
-    return (x * c) + (rotated * s)
 
 
 def qk_norm_rope(
@@ -74,12 +73,16 @@ def qk_norm_rope(
 ) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
     """Qwen3's q/k path, `apply_rope_neox(qk_norm(x, weight, eps), cos, sin)`, with both ops' rounding points.
 
-    On a GPU under VT_QK_NORM_ROPE_FUSED (ON after its flip protocol) it is one fused launch, whose fp32 sum
-    of squares runs in another order than torch's.
+    The fused CUDA arm (VT_QK_NORM_ROPE_FUSED) is one launch, whose fp32 sum of squares runs in another
+    order than torch's.
     """
-    if x.is_cuda and flags.enabled("VT_QK_NORM_ROPE_FUSED") and flags.enabled("VT_KERNELS"):
-        return cuda_rope.qk_norm_rope(x, weight, cos, sin, eps)
     return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)
+
+
+def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       eps: float) -> None:
+    check_qk_norm(x, weight, eps)
+    check_apply_rope_neox(x, cos, sin)
 
 
 @functools.lru_cache(maxsize=32)

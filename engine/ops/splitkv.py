@@ -20,7 +20,7 @@ import math
 import torch
 
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
-from engine.ops.attention import check_paged, gather_sequence
+from engine.ops.paged_attn import check_paged, check_paged_shapes, gather_sequence
 
 
 def splitkv_partial(
@@ -35,6 +35,7 @@ def splitkv_partial(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, splits, Hq, D] fp32, lse [batch, splits, Hq] fp32)
     """Per split: the softmax-normalised output over the split's keys and the split's log-sum-exp."""
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    check_paged_shapes(q, k_cache, v_cache, block_tables, context_lens)
     k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
     if num_splits < 1:
         raise ValueError(f"num_splits: expected >= 1, got {num_splits}")

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from unittest import mock
 
 import torch
 
@@ -23,23 +20,15 @@ class KernelCase:
     dtype: torch.dtype
     make: Callable[[int, torch.device], Inputs]  # (seed, device) -> inputs
     kernel: Callable[[Inputs], torch.Tensor]
-    reference: Callable[[Inputs], torch.Tensor]
+    reference: Callable[[Inputs], torch.Tensor]  # a pure-torch reference of engine/ops (never a kernel arm)
     tolerance: str  # a key of engine.gates.numerics.TOLERANCES
     row: str  # the roadmap row the case is evidence for
     tags: tuple[str, ...] = ()  # "long" for the slow long-context cases, "small" for sanitizer runs
 
     def reference_output(self, inputs: Inputs) -> torch.Tensor:
-        """The reference with the kernels switched off, so a public op that dispatches to a kernel on a GPU
-        is never judged against itself."""
-        with torch_reference():
-            return self.reference(inputs)
-
-
-@contextmanager
-def torch_reference() -> Iterator[None]:
-    """VT_KERNELS=0 for the duration (engine.flags reads the environment at each call), then restored."""
-    with mock.patch.dict(os.environ, {"VT_KERNELS": "0"}):
-        yield
+        """The reference's output: engine/ops is pure torch (it never dispatches to a kernel), so a kernel is
+        never judged against itself."""
+        return self.reference(inputs)
 
 
 def discover() -> list[KernelCase]:

@@ -1,4 +1,4 @@
-"""Numerics cases for SiLU-and-mul (engine/cuda/act.cu) against engine.ops.activation."""
+"""Numerics cases for SiLU-and-mul (engine/cuda/act.cu) against engine.ops.act."""
 from __future__ import annotations
 
 from functools import partial
@@ -6,7 +6,7 @@ from functools import partial
 import torch
 
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import activation as ref
+from engine.ops import act as ref
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 SHAPES = ((1, 3072), (7, 769), (33, 9728), (100, 25600), (3, 1))  # (rows, intermediate): decode, odd, Qwen3 sizes

@@ -7,8 +7,8 @@ from functools import partial
 import torch
 
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import attention as ref_attn
-from engine.ops import kv_cache as ref_kv
+from engine.ops import paged_attn as ref_attn
+from engine.ops import kv_store as ref_kv
 from engine.ops import splitkv as ref_split
 
 CONTEXTS = (1, 31, 32, 33, 64, 100, 685, 1000)  # straddle the 32-token block boundaries

@@ -1,4 +1,4 @@
-"""Numerics cases for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.linear (cuBLAS through F.linear)."""
+"""Numerics cases for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.gemv (cuBLAS through F.linear)."""
 from __future__ import annotations
 
 from functools import partial
@@ -6,7 +6,7 @@ from functools import partial
 import torch
 
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import linear as ref
+from engine.ops import gemv as ref
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # (rows of x, out_features, in_features): Qwen3 projections; odd N with a last K chunk of one 16-byte load

@@ -6,9 +6,7 @@ from functools import partial
 import torch
 
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import awq as ref_awq
-from engine.ops import gptq as ref_gptq
-from engine.ops import nvfp4 as ref_nvfp4
+from engine.ops import quant as ref_quant
 
 # (K, N, group): a 4096-wide projection, odd widths (N a multiple of 8), one group spanning all of K, an
 # MLP-wide one (several K units per thread), and groups of 4 rows (changing inside a K unit) with split-K
@@ -59,12 +57,12 @@ def dequant(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor
     from engine.cuda import quant
 
     if fmt == "nvfp4":
-        fn = quant.dequant_nvfp4 if use_kernel else ref_nvfp4.dequant_nvfp4
+        fn = quant.dequant_nvfp4 if use_kernel else ref_quant.dequant_nvfp4
         return fn(x["packed"], x["block_scales"], x["global_scale"], torch.bfloat16)
     if fmt == "awq":
-        fn = quant.dequant_awq if use_kernel else ref_awq.dequant_awq
+        fn = quant.dequant_awq if use_kernel else ref_quant.dequant_awq
     else:
-        fn = quant.dequant_gptq if use_kernel else ref_gptq.dequant_gptq
+        fn = quant.dequant_gptq if use_kernel else ref_quant.dequant_gptq
     return fn(*_int4_args(fmt, version, x), dtype=torch.bfloat16)
 
 
@@ -73,12 +71,12 @@ def gemv(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor:
     from engine.cuda import quant
 
     if fmt == "nvfp4":
-        fn = quant.nvfp4_linear if use_kernel else ref_nvfp4.nvfp4_linear
+        fn = quant.nvfp4_linear if use_kernel else ref_quant.nvfp4_linear
         return fn(x["x"], x["packed"], x["block_scales"], x["global_scale"], bias=x["bias"])
     if fmt == "awq":
-        fn = quant.awq_linear if use_kernel else ref_awq.awq_linear
+        fn = quant.awq_linear if use_kernel else ref_quant.awq_linear
     else:
-        fn = quant.gptq_linear if use_kernel else ref_gptq.gptq_linear
+        fn = quant.gptq_linear if use_kernel else ref_quant.gptq_linear
     return fn(x["x"], *_int4_args(fmt, version, x), bias=x["bias"])
 
 

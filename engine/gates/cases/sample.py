@@ -1,4 +1,4 @@
-"""Numerics cases for greedy argmax and top-k/top-p sampling (engine/cuda/sample.cu) against engine.ops.sampling.
+"""Numerics cases for greedy argmax and top-k/top-p sampling (engine/cuda/sample.cu) against engine.ops.sample.
 
 Argmax is compared bitwise (indices as fp32, exact below 2**24). Sampling draws from its own counter-based
 stream, so its cases compare laws: the share of draws inside the reference's kept set (must be 1), and the
@@ -11,7 +11,7 @@ from functools import partial
 import torch
 
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import sampling as ref
+from engine.ops import sample as ref
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 VOCABS = (1, 2047, 2048, 2049, 32_000, 151_936)  # around the 2048-logit chunk of pass 1, and real vocabularies

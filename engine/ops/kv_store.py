@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from engine import flags
 from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
                                refuse_capture)
 
@@ -19,13 +18,26 @@ def store_kv(
 
     A slot of -1 is skipped (padding tokens). Exact copy, no rounding: k/v must
     already be in the cache dtype. Two tokens with the same slot is an error
-    (the winner would be unspecified on a GPU).
+    (the winner would be unspecified on a GPU). The slot values are checked here, in the reference
+    (a host read); the CUDA store does not range-check them.
     """
-    if k.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA store; slot values are not range-checked there
-        from engine.cuda import kv_store
-
-        return kv_store.store_kv(k, v, k_cache, v_cache, slot_mapping)
     refuse_capture(k, "store_kv", "leave VT_KERNELS on to capture the decode step")
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    if (slot_mapping < -1).any():
+        raise ValueError("slot_mapping: values below -1")
+    if slots.numel():
+        if int(slots.max()) >= num_slots:
+            raise IndexError(f"slot_mapping: slot {int(slots.max())} >= cache slots {num_slots}")
+        if slots.unique().numel() != slots.numel():
+            raise ValueError("slot_mapping: two tokens write the same slot")
+    k_cache.view(num_slots, *k_cache.shape[2:])[slots] = k[keep]
+    v_cache.view(num_slots, *v_cache.shape[2:])[slots] = v[keep]
+
+
+def check_store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
     check_tensor(k, "k", ndim=3, dtypes=FLOAT_DTYPES)
     check_tensor(v, "v", ndim=3)
     check_tensor(k_cache, "k_cache", ndim=4)
@@ -43,18 +55,6 @@ def store_kv(
     check_dim(slot_mapping, "slot_mapping", 0, k.shape[0], "k's tokens")
     check_dim(k_cache, "k_cache", 2, k.shape[1], "k's num_kv_heads")
     check_dim(k_cache, "k_cache", 3, k.shape[2], "k's head_dim")
-    num_slots = k_cache.shape[0] * k_cache.shape[1]
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    if (slot_mapping < -1).any():
-        raise ValueError("slot_mapping: values below -1")
-    if slots.numel():
-        if int(slots.max()) >= num_slots:
-            raise IndexError(f"slot_mapping: slot {int(slots.max())} >= cache slots {num_slots}")
-        if slots.unique().numel() != slots.numel():
-            raise ValueError("slot_mapping: two tokens write the same slot")
-    k_cache.view(num_slots, *k_cache.shape[2:])[slots] = k[keep]
-    v_cache.view(num_slots, *v_cache.shape[2:])[slots] = v[keep]
 
 
 def slot_mapping_for(

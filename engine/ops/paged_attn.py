@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import torch
 
-from engine import flags
 from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
                                refuse_capture)
 
@@ -39,11 +38,7 @@ def prefill_attention(
     Sequence s owns tokens [sum(seq_lens[:s]), sum(seq_lens[:s+1])) and its
     positions start at 0. Rounding: the module docstring's five points.
     """
-    _check_qkv(q, k, v)
     lens = _lens(seq_lens, "seq_lens")
-    if sum(lens) != q.shape[0]:
-        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
-    _check_window(sliding_window)
     out = torch.empty_like(q)
     start = 0
     for n in lens:
@@ -55,6 +50,15 @@ def prefill_attention(
         out[start:start + n] = _attend(qh, k[start:start + n], v[start:start + n], allowed, scale).transpose(0, 1)
         start += n
     return out
+
+
+def check_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: Sequence[int] | torch.Tensor,
+                            scale: float, sliding_window: int | None = None) -> None:
+    _check_qkv(q, k, v)
+    lens = _lens(seq_lens, "seq_lens")
+    if sum(lens) != q.shape[0]:
+        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
+    _check_window(sliding_window)
 
 
 def extend_attention(
@@ -73,13 +77,8 @@ def extend_attention(
     keys are read from the paged cache (a chunked prefill, a prefix-cache hit, a decode row of a mixed
     step). With every prefix 0 this is prefill_attention. Rounding: the module docstring's points.
     """
-    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    assert block_tables is not None  # check_extend_attention refuses None
     lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
-    if block_tables is None or len(pres) != len(lens) or block_tables.shape[0] != len(lens):
-        raise ValueError(f"extend_attention: {len(lens)} sequences need as many prefix_lens and block_tables rows")
-    if sum(lens) != q.shape[0]:
-        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
-    _check_window(sliding_window)
     k_flat = k_cache.reshape(-1, *k_cache.shape[2:])
     v_flat = v_cache.reshape(-1, *v_cache.shape[2:])
     out = torch.empty_like(q)
@@ -94,6 +93,18 @@ def extend_attention(
         out[start:start + n] = _attend(qh, k_seq, v_seq, allowed, scale).transpose(0, 1)
         start += n
     return out
+
+
+def check_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor | None, seq_lens: Sequence[int], prefix_lens: Sequence[int],
+                           scale: float, sliding_window: int | None = None) -> None:
+    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
+    if block_tables is None or len(pres) != len(lens) or block_tables.shape[0] != len(lens):
+        raise ValueError(f"extend_attention: {len(lens)} sequences need as many prefix_lens and block_tables rows")
+    if sum(lens) != q.shape[0]:
+        raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
+    _check_window(sliding_window)
 
 
 def paged_decode_attention(
@@ -111,14 +122,8 @@ def paged_decode_attention(
     `block_tables[b, p // block_size] * block_size + p % block_size`; the query
     sits at position context_lens[b]-1. Rounding: the module docstring's points.
     """
-    if q.is_cuda and flags.enabled("VT_KERNELS"):  # the CUDA arms; VT_ATTN_* pick among them
-        from engine.cuda import paged_attn
-
-        return paged_attn.dispatch(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
     refuse_capture(q, "paged_decode_attention", "leave VT_KERNELS on to capture the decode step")
-    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
-    _check_window(sliding_window)
     out = torch.empty_like(q)
     for b in range(q.shape[0]):
         n = int(context_lens[b])
@@ -129,14 +134,17 @@ def paged_decode_attention(
     return out
 
 
-def check_paged(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:  # k/v caches viewed as [num_slots, Hkv, D]
-    """Entry checks shared by the paged decode references; returns the caches viewed flat."""
+def check_paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                                 block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                                 sliding_window: int | None = None) -> None:
+    """Shapes and dtypes only (no host read of context_lens), so a captured decode step can run it."""
+    check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
+    check_paged_shapes(q, k_cache, v_cache, block_tables, context_lens)
+    _check_window(sliding_window)
+
+
+def check_paged_shapes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                       context_lens: torch.Tensor) -> None:
     check_tensor(k_cache, "k_cache", ndim=4)
     check_tensor(v_cache, "v_cache", ndim=4)
     check_same_dtype(k_cache, "k_cache", q, "q")
@@ -149,6 +157,17 @@ def check_paged(
     check_tensor(context_lens, "context_lens", ndim=1, dtypes=INDEX_DTYPES)
     check_dim(block_tables, "block_tables", 0, q.shape[0], "q's batch")
     check_dim(context_lens, "context_lens", 0, q.shape[0], "q's batch")
+
+
+def check_paged(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:  # k/v caches viewed as [num_slots, Hkv, D]
+    """The context lengths' values against the tables (a host read: the references only); returns the
+    caches viewed flat."""
     block_size = k_cache.shape[1]
     if context_lens.numel():
         if int(context_lens.min()) < 1:

@@ -4,8 +4,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine import flags
-from engine.cuda import act as cuda_act
 from engine.ops._check import FLOAT_DTYPES, check_tensor
 
 
@@ -19,10 +17,11 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # x: [..., 2*I] -> [..., I],
     applies it to the contiguous gate_proj output: torch's fp32 silu differs in
     the last bit between its vectorised and scalar paths, which depend on layout.
     """
+    inter = x.shape[-1] // 2
+    return F.silu(x[..., :inter].contiguous()) * x[..., inter:]
+
+
+def check_silu_and_mul(x: torch.Tensor) -> None:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"x: last dim must be even (gate and up halves), got shape {tuple(x.shape)}")
-    if x.is_cuda and flags.enabled("VT_ACT_KERNEL") and flags.enabled("VT_KERNELS"):
-        return cuda_act.silu_and_mul(x)
-    inter = x.shape[-1] // 2
-    return F.silu(x[..., :inter].contiguous()) * x[..., inter:]

@@ -1,0 +1,458 @@
+"""The kernel table: per op, its pure-torch reference and its ordered CUDA arms; every call goes through it.
+
+The contract (what model code, gates and benchmarks may rely on):
+
+- An `Op` joins one reference from `engine/ops/` (the semantics, runs anywhere), its entry check (the
+  `check_<op>` beside the reference: shapes and dtypes, naming the tensor) and its `Arm`s in order. An
+  `Arm` is a name, the flags that must all be on (`flags`, from engine/flags.py), a `supports` predicate
+  over the op's own arguments (shapes, dtypes, strides; `needs` says it in words) and the kernel (a
+  binding in `engine/cuda/`, called with the op's arguments). A `composite` arm's kernel takes the
+  snapshot first, because it runs other ops of this table (dequant, then linear).
+- `kernels.<op>(snapshot, *args)` (or `kernels.call("<op>", snapshot, *args)`) validates the inputs once,
+  then runs the first arm whose flags are on in `snapshot` and whose `supports` accepts the inputs, and
+  the reference when none does. Arms run only on CUDA tensors (the op's first argument) and only while
+  VT_KERNELS is on; otherwise the reference runs and no arm is tried. A snapshot is a frozen
+  `engine.flags.FlagSnapshot`: a Runner builds one when it starts and passes it down, so eager steps,
+  graph capture and replay make the same choice; tests and benchmarks build their own, nothing reads or
+  writes the environment here.
+- `Op.run_arm(name, *args)` runs one named arm (or "reference") whatever the flags say, after the same
+  check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
+  which arm a call would run, without running or counting it.
+- Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
+  `COUNTS.fallbacks[(op, arm, needs)]` for each arm that was enabled but declined the inputs. Reset them
+  with `reset_counts()`, read a copy with `counts()`, print them with `render_counts()`, and ask
+  `arms_ran(flag)` how often an arm gated by a flag ran (the flip protocol fails on 0). Counts are Python
+  calls: a replayed CUDA graph runs its captured arms without counting again.
+- A new op is one `Op(...)` below, registered in `TABLE` by its name (the reference's name); a new arm is
+  one `Arm(...)` in its op's list, in the place of its precedence.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import torch
+
+from engine.cuda import act as cuda_act
+from engine.cuda import gdn as cuda_gdn
+from engine.cuda import gemv as cuda_gemv
+from engine.cuda import kv_store as cuda_kv_store
+from engine.cuda import moe as cuda_moe
+from engine.cuda import norm as cuda_norm
+from engine.cuda import paged_attn as cuda_paged_attn
+from engine.cuda import paged_attn_tiled as cuda_tiled
+from engine.cuda import quant as cuda_quant
+from engine.cuda import rope as cuda_rope
+from engine.cuda import sample as cuda_sample
+from engine.cuda import splitkv as cuda_splitkv
+from engine.flags import FlagSnapshot
+from engine.ops import act, gdn, gemv, kv_store, moe, norm, paged_attn, quant, rope, sample
+
+P = ParamSpec("P")
+R = TypeVar("R")
+REFERENCE_ARM = "reference"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One fast implementation of an op: taken when all its `flags` are on and `supports(*args)` is true."""
+
+    name: str
+    flags: tuple[str, ...]  # every one must be on; () = on whenever VT_KERNELS is
+    supports: Callable[..., bool]  # over the op's arguments, as the op is called
+    needs: str  # what `supports` demands, in words: the reason recorded when the arm declines
+    kernel: Callable[..., Any]
+    composite: bool = False  # the kernel takes the snapshot first (it runs other ops of the table)
+
+    def enabled(self, snapshot: FlagSnapshot) -> bool:
+        return all(snapshot.enabled(f) for f in self.flags)
+
+
+@dataclass
+class Counts:
+    """Selection counters: which arm each op ran, and every enabled arm that declined (with its reason)."""
+
+    ran: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op, arm) -> calls
+    fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (op, arm, needs) -> calls
+
+    def copy(self) -> Counts:
+        return Counts(Counter(self.ran), Counter(self.fallbacks))
+
+    def clear(self) -> None:
+        self.ran.clear()
+        self.fallbacks.clear()
+
+
+COUNTS = Counts()
+
+
+class Op(Generic[P, R]):
+    """One row of the table: `op(snapshot, *args)` checks, picks the first enabled supported arm, counts, runs."""
+
+    def __init__(self, reference: Callable[P, R], check: Callable[P, None], arms: Sequence[Arm] = ()) -> None:
+        self.name = reference.__name__
+        self.reference = reference
+        self.check = check
+        self.arms = tuple(arms)
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names) or REFERENCE_ARM in names:
+            raise ValueError(f"{self.name}: arm names must be unique and not {REFERENCE_ARM!r}: {names}")
+
+    def __call__(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> R:
+        self.check(*args, **kwargs)
+        arm = self._select(snapshot, args, kwargs, count=True)
+        if arm is None:
+            COUNTS.ran[(self.name, REFERENCE_ARM)] += 1
+            return self.reference(*args, **kwargs)
+        COUNTS.ran[(self.name, arm.name)] += 1
+        if arm.composite:
+            return arm.kernel(snapshot, *args, **kwargs)  # type: ignore[no-any-return]
+        return arm.kernel(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def choose(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> str:
+        """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
+        arm = self._select(snapshot, args, kwargs, count=False)
+        return REFERENCE_ARM if arm is None else arm.name
+
+    def run_arm(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the arm `name` (or "reference") whatever the flags say; inputs checked, the call counted.
+
+        A composite arm runs its inner ops with the default flags. An arm that does not support the
+        inputs is an error naming what it needs."""
+        self.check(*args, **kwargs)
+        COUNTS.ran[(self.name, name)] += 1
+        if name == REFERENCE_ARM:
+            return self.reference(*args, **kwargs)
+        arm = self.arm(name)
+        if not arm.supports(*args, **kwargs):
+            raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
+        if arm.composite:
+            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)  # type: ignore[no-any-return]
+        return arm.kernel(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        known = ", ".join([a.name for a in self.arms] + [REFERENCE_ARM])
+        raise KeyError(f"{self.name}: no arm {name!r} (arms: {known})")
+
+    def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any],
+                count: bool) -> Arm | None:
+        if not self.arms or not snapshot.kernels or not args[0].is_cuda:
+            return None
+        for arm in self.arms:
+            if not arm.enabled(snapshot):
+                continue
+            if arm.supports(*args, **kwargs):
+                return arm
+            if count:
+                COUNTS.fallbacks[(self.name, arm.name, arm.needs)] += 1
+        return None
+
+    def __repr__(self) -> str:
+        return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'})"
+
+
+def call(name: str, snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> Any:
+    """`TABLE[name](snapshot, *args, **kwargs)`: the table's ops by name."""
+    if name not in TABLE:
+        raise KeyError(f"no op {name!r} in the kernel table (ops: {', '.join(TABLE)})")
+    return TABLE[name](snapshot, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A model-level choice behind a flag that is not one kernel (merged projections): counted like an arm."""
+
+    name: str
+    flag: str
+    arm: str  # the name counted when the switch is on; "reference" when off
+
+    def __call__(self, snapshot: FlagSnapshot, x: torch.Tensor) -> bool:
+        on = x.is_cuda and snapshot.kernels and snapshot.enabled(self.flag)
+        COUNTS.ran[(self.name, self.arm if on else REFERENCE_ARM)] += 1
+        return on
+
+
+# --- counters ---------------------------------------------------------------------------------------------
+def reset_counts() -> None:
+    COUNTS.clear()
+
+
+def counts() -> Counts:
+    """A copy of the selection counters as they stand."""
+    return COUNTS.copy()
+
+
+def arms_ran(flag: str, seen: Counts | None = None) -> int:
+    """Calls of every arm gated by `flag` (an arm's own flags, or a switch's), in `seen` (default: now)."""
+    seen = seen or COUNTS
+    gated = {(op.name, a.name) for op in TABLE.values() for a in op.arms if flag in a.flags}
+    gated |= {(s.name, s.arm) for s in SWITCHES.values() if s.flag == flag}
+    return sum(n for key, n in seen.ran.items() if key in gated)
+
+
+def flags_of(op: str, arm: str) -> tuple[str, ...]:
+    """The flags that gate one arm of the table ((), for the reference)."""
+    if op in SWITCHES and arm == SWITCHES[op].arm:
+        return (SWITCHES[op].flag,)
+    if op in TABLE and arm != REFERENCE_ARM:
+        return TABLE[op].arm(arm).flags
+    return ()
+
+
+def render_counts(seen: Counts | None = None) -> str:
+    """One line per (op, arm) that ran, then one per fallback: `arms: rms_norm/cuda 12 [VT_NORM_KERNEL]`."""
+    seen = seen or COUNTS
+    if not seen.ran:
+        return "arms: none ran"
+    lines = ["arms (calls; a replayed CUDA graph is not counted again):"]
+    for (op, arm), n in sorted(seen.ran.items()):
+        gated = flags_of(op, arm)
+        lines.append(f"  {op}/{arm} {n}" + (f" [{' '.join(gated)}]" if gated else ""))
+    for (op, arm, needs), n in sorted(seen.fallbacks.items()):
+        lines.append(f"  fallback {op}/{arm} {n}: needs {needs}")
+    return "\n".join(lines)
+
+
+# --- support predicates (over each op's arguments) --------------------------------------------------------
+def _any(*_: Any, **__: Any) -> bool:
+    return True
+
+
+def _gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Decode rows (at most MAX_ROWS) of a row-major W take the GEMV, which streams W by rows; a prefill, or
+    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place."""
+    return x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+
+
+def _one_row(x: torch.Tensor, *_: Any, **__: Any) -> bool:
+    return x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
+
+
+def _gptq_gemv(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+               g_idx: torch.Tensor, bits: int = 4, *_: Any, **__: Any) -> bool:
+    return _one_row(x) and bits == 4
+
+
+def _gptq_int4(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor,
+               bits: int = 4, *_: Any, **__: Any) -> bool:
+    return bits == 4
+
+
+def _moe_route_fits(router_logits: torch.Tensor, top_k: int, *_: Any) -> bool:
+    return cuda_moe.supports(router_logits.shape[1], top_k)
+
+
+def _moe_experts_fit(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
+                     ids: torch.Tensor) -> bool:
+    return cuda_moe.supports(gate_up.shape[0], ids.shape[1])
+
+
+def _gdn_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+              state: torch.Tensor, **_: Any) -> bool:
+    return cuda_gdn.supports(q, k, v) and state.is_contiguous()
+
+
+def _group(q: torch.Tensor, k_cache: torch.Tensor) -> int:
+    return q.shape[1] // k_cache.shape[2]
+
+
+def _attn(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..., bool]:
+    """A predicate over (head_dim, group, dtype) as one over paged_decode_attention's arguments."""
+    def supports(q: torch.Tensor, k_cache: torch.Tensor, *_: Any, **__: Any) -> bool:
+        return pred(q.shape[2], _group(q, k_cache), q.dtype)
+    return supports
+
+
+_PA = cuda_paged_attn
+_SWAP_GROUPS = (1, 2, 4, 8)
+
+
+def _splitkv_fits(d: int, group: int, dtype: torch.dtype) -> bool:
+    return _PA.supported(_PA.GQA, d, 1, dtype)  # the split-KV kernel's head dims and dtypes
+
+
+# --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
+def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
+    def kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+               context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+        return _PA.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window,
+                                          arm=arm)
+    return kernel
+
+
+def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
+    """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
+    def kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+               context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+        return cuda_splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window,
+                                   swap=swap, max_context=cuda_splitkv.capacity(block_tables, k_cache))
+    return kernel
+
+
+def _sample_kernel(logits: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor,
+                   temperature: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    ks, ps, ts = sample.sampling_params(logits, top_k, top_p, temperature)
+    # the kernel's counter-based stream is seeded from the generator, which advances as a draw would
+    seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
+    return cuda_sample.sample_top_k_top_p(logits, ks, ps, ts, seed)
+
+
+def _dequant_nvfp4_kernel(packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float,
+                          dtype: torch.dtype) -> torch.Tensor:
+    gs = quant.nvfp4_global_scale(global_scale, packed.device)
+    return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
+
+
+def _qk_norm_then_rope(snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor, eps: float) -> torch.Tensor:
+    return apply_rope_neox(snapshot, qk_norm(snapshot, x, weight, eps), cos, sin)
+
+
+def _awq_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor,
+                             scales: torch.Tensor, group_size: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    w = dequant_awq(snapshot, qweight, qzeros, scales, group_size, x.dtype)
+    return linear(snapshot, x, w.T, bias)
+
+
+def _gptq_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, qweight: torch.Tensor,
+                              qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor, bits: int = 4,
+                              version: int = 1, bias: torch.Tensor | None = None) -> torch.Tensor:
+    w = dequant_gptq(snapshot, qweight, qzeros, scales, g_idx, bits, version, x.dtype)
+    return linear(snapshot, x, w.T, bias)
+
+
+def _nvfp4_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, packed: torch.Tensor,
+                               block_scales: torch.Tensor, global_scale: torch.Tensor | float,
+                               bias: torch.Tensor | None = None) -> torch.Tensor:
+    return linear(snapshot, x, dequant_nvfp4(snapshot, packed, block_scales, global_scale, x.dtype), bias)
+
+
+# --- the table --------------------------------------------------------------------------------------------
+KERNEL = "a CUDA tensor"  # the needs of an arm that takes every CUDA input the op's check accepts
+
+linear = Op(gemv.linear, gemv.check_linear, [
+    Arm("gemv", ("VT_GEMV",), _gemv_rows, f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
+        cuda_gemv.linear),
+])
+embedding = Op(gemv.embedding, gemv.check_embedding)
+rms_norm = Op(norm.rms_norm, norm.check_rms_norm, [
+    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.rms_norm),
+])
+fused_add_rms_norm = Op(norm.fused_add_rms_norm, norm.check_fused_add_rms_norm, [
+    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.fused_add_rms_norm),
+])
+qk_norm = Op(norm.qk_norm, norm.check_qk_norm, [
+    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.rms_norm),
+])
+apply_rope_neox = Op(rope.apply_rope_neox, rope.check_apply_rope_neox, [
+    Arm("cuda", ("VT_ROPE_KERNEL",), _any, KERNEL, cuda_rope.apply_rope_neox),
+])
+qk_norm_rope = Op(rope.qk_norm_rope, rope.check_qk_norm_rope, [
+    Arm("fused", ("VT_QK_NORM_ROPE_FUSED",), _any, KERNEL, cuda_rope.qk_norm_rope),
+    Arm("norm_then_rope", (), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
+])
+silu_and_mul = Op(act.silu_and_mul, act.check_silu_and_mul, [
+    Arm("cuda", ("VT_ACT_KERNEL",), _any, KERNEL, cuda_act.silu_and_mul),
+])
+store_kv = Op(kv_store.store_kv, kv_store.check_store_kv, [
+    Arm("cuda", (), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
+])
+prefill_attention = Op(paged_attn.prefill_attention, paged_attn.check_prefill_attention)
+extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_attention)
+# Precedence: tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
+# warp-split-KV arms, then the generic kernel.
+paged_decode_attention = Op(paged_attn.paged_decode_attention, paged_attn.check_paged_decode_attention, [
+    Arm("tiled", ("VT_ATTN_TILED",), _attn(cuda_tiled.supported),
+        f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
+        cuda_tiled.decode),
+    Arm("splitkv_swap", ("VT_ATTN_SPLITKV", "VT_ATTN_SPLITKV_GQA_SWAP"),
+        _attn(lambda d, g, t: _splitkv_fits(d, g, t) and g in _SWAP_GROUPS),
+        f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head", _splitkv(swap=True)),
+    Arm("splitkv", ("VT_ATTN_SPLITKV",), _attn(_splitkv_fits), "fp32/bf16, head_dim 64/128/256",
+        _splitkv(swap=False)),
+    Arm("gqa", ("VT_ATTN_DECODE_GQA",), _attn(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
+        "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head", _paged_arm(_PA.GQA)),
+    Arm("warp", ("VT_ATTN_DECODE_OPT",), _attn(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
+        "fp32/bf16, head_dim 256", _paged_arm(_PA.WARP)),
+    Arm("warp_d128", ("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128"),
+        _attn(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)), "fp32/bf16, head_dim 128",
+        _paged_arm(_PA.WARP)),
+    Arm("generic", (), _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
+        "head_dim at most 256, a multiple of 8", _paged_arm(_PA.GENERIC)),
+])
+greedy_argmax = Op(sample.greedy_argmax, sample.check_greedy_argmax, [
+    Arm("cuda", ("VT_ARGMAX_KERNEL",), _any, KERNEL, cuda_sample.greedy_argmax),
+])
+sample_top_k_top_p = Op(sample.sample_top_k_top_p, sample.check_sample_top_k_top_p, [
+    Arm("cuda", ("VT_SAMPLE_KERNEL",), _any, KERNEL, _sample_kernel),
+])
+sample_rows = Op(sample.sample_rows, sample.check_sample_rows)  # the serving sampler's draw (engine/sampler.py)
+moe_route = Op(moe.moe_route, moe.check_moe_route, [
+    Arm("cuda", ("VT_MOE_KERNELS",), _moe_route_fits,
+        f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.route),
+])
+moe_experts = Op(moe.moe_experts, moe.check_moe_experts, [
+    Arm("cuda", ("VT_MOE_KERNELS",), _moe_experts_fit,
+        f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.experts),
+])
+gated_delta_decode = Op(gdn.gated_delta_decode, gdn.check_gated_delta_decode, [
+    Arm("cuda", ("VT_GDN_KERNEL",), _gdn_fits,
+        f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state", cuda_gdn.decode),
+])
+dequant_awq = Op(quant.dequant_awq, quant.check_dequant_awq, [
+    Arm("cuda", ("VT_DEQUANT_KERNEL",), _any, KERNEL, cuda_quant.dequant_awq),
+])
+dequant_gptq = Op(quant.dequant_gptq, quant.check_dequant_gptq, [
+    Arm("cuda", ("VT_DEQUANT_KERNEL",), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
+])
+dequant_nvfp4 = Op(quant.dequant_nvfp4, quant.check_dequant_nvfp4, [
+    Arm("cuda", ("VT_DEQUANT_KERNEL",), _any, KERNEL, _dequant_nvfp4_kernel),
+])
+# The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
+awq_linear = Op(quant.awq_linear, quant.check_awq_linear, [
+    Arm("gemv", ("VT_DEQUANT_GEMV",), _one_row, "one row of x", cuda_quant.awq_linear),
+    Arm("dequant_then_linear", (), _any, KERNEL, _awq_dequant_then_linear, composite=True),
+])
+gptq_linear = Op(quant.gptq_linear, quant.check_gptq_linear, [
+    Arm("gemv", ("VT_DEQUANT_GEMV",), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
+    Arm("dequant_then_linear", (), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
+])
+nvfp4_linear = Op(quant.nvfp4_linear, quant.check_nvfp4_linear, [
+    Arm("gemv", ("VT_DEQUANT_GEMV",), _one_row, "one row of x", cuda_quant.nvfp4_linear),
+    Arm("dequant_then_linear", (), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
+])
+
+def quantized_linear(snapshot: FlagSnapshot, x: torch.Tensor, method: str, weights: dict[str, torch.Tensor],
+                     bias: torch.Tensor | None = None, group_size: int = 0, bits: int = 4,
+                     version: int = 1) -> torch.Tensor:  # x: [..., in_features] -> [..., out_features]
+    """A quantized linear layer (engine/model/layers.py `QuantLinear`) as the table's `<method>_linear` op.
+
+    `weights` are the layer's packed tensors under the engine's names. The op's arms decide: one row (M = 1)
+    takes the fused dequant-GEMV under VT_DEQUANT_GEMV; more rows on CUDA dequantize (VT_DEQUANT_KERNEL)
+    and then run the `linear` op; on the CPU the reference (engine/ops/quant.py) does both."""
+    w = weights
+    if method == "awq":
+        return awq_linear(snapshot, x, w["qweight"], w["qzeros"], w["scales"], group_size, bias)
+    if method == "gptq":
+        return gptq_linear(snapshot, x, w["qweight"], w["qzeros"], w["scales"], w["g_idx"], bits, version, bias)
+    if method == "nvfp4":
+        return nvfp4_linear(snapshot, x, w["packed"], w["block_scales"], w["global_scale"], bias)
+    raise ValueError(f"method: {method!r} is not a quantized linear (awq, gptq or nvfp4)")
+
+
+TABLE: dict[str, Op[..., Any]] = {op.name: op for op in (
+    linear, embedding, rms_norm, fused_add_rms_norm, qk_norm, apply_rope_neox, qk_norm_rope, silu_and_mul,
+    store_kv, prefill_attention, extend_attention, paged_decode_attention, greedy_argmax, sample_top_k_top_p,
+    sample_rows, moe_route,
+    moe_experts, gated_delta_decode, dequant_awq, dequant_gptq, dequant_nvfp4, awq_linear, gptq_linear,
+    nvfp4_linear,
+)}
+
+# One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
+merged_projections = Switch("merged_projections", "VT_MERGED_PROJ", "merged")
+SWITCHES: dict[str, Switch] = {s.name: s for s in (merged_projections,)}
