@@ -17,7 +17,8 @@
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
-#   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set:
+#   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
+#   near-tie and token gates fail when no arm of a flag set on ran (the table's selection counters):
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
@@ -58,6 +59,10 @@ step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and secon
   ORDER+=("$name")
   echo "== $name: ${RESULT[$name]}"
   tail -n 12 "$OUT/logs/$name.log"
+  arms_of "$OUT/logs/$name.log"
+}
+arms_of() {  # LOG: the kernel arms a gate ran (engine/kernels.py's counters), when it printed them
+  awk '/^arms/ {p = 1; print; next} p && /^  / {print; next} {p = 0}' "$1" | sed 's/^/   /'
 }
 na_if_refused() {  # NAME: the distributional gate refuses where the oracle is deterministic: not applicable
   if grep -q '^distributional: REFUSED' "$OUT/logs/$1.log"; then
@@ -189,6 +194,9 @@ if [[ " $PHASES " == *" flip "* ]]; then
   G=(--device cuda --dtype bfloat16)
   KF=()
   for f in ${FLIP_FILTER:-}; do KF+=(--filter "$f"); done
+  # every flag turned on must show an arm of its own among the arms the gates ran
+  REQ=()
+  for kv in $FLIP; do [[ ${kv#*=} =~ ^(1|true|on|yes)$ ]] && REQ+=(--require-arm "${kv%%=*}"); done
   echo "flip protocol with: $FLIP"
   build_once
   step flip-models 120 $PY -c "from engine.data.make_tiny import build, build_moe
@@ -201,11 +209,11 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
       # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine
       d128) M=(--model "$D128" --max-new-tokens 300) ;;
     esac
-    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}"
+    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${REQ[@]}"
     step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
     na_if_refused "flip-distributional-$m"
-    step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}"
-    step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+    step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
+    step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
     if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its token gate with the flags unset
       step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
     fi

@@ -5,11 +5,15 @@ import argparse
 import importlib
 import json
 import sys
+import time
 from pathlib import Path
 
-from engine.runner import DTYPES
+from engine.cli_args import add_model_args, parse_ids
+from engine.gates.cli import add_gate_parser
+from engine.llm import LLM, load_tokenizer
+from engine.runner import DTYPES, Runner
+from engine.sampling_params import SamplingParams
 
-TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 BENCHES = ("ab", "bandwidth", "decode", "launch", "throughput")
 
 
@@ -37,8 +41,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.gates.cli import add_gate_parser
-
     parser = argparse.ArgumentParser(prog="python -m engine", description="rowgate's reference LLM-decode engine.")
     sub = parser.add_subparsers(dest="command")
     gen = sub.add_parser("generate", help="generate with the engine (engine.LLM)",
@@ -67,30 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=TINY_MODEL,
-                   help="Hugging Face model directory (default: the embedded tiny Qwen3)")
-    p.add_argument("--dtype", choices=["auto", *sorted(DTYPES)], default="auto",
-                   help="activation and weight dtype (default auto: the checkpoint's torch_dtype, float32 if none)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-
-
-def parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ValueError(f"--prompt-ids {text!r}: expected comma-separated integers") from None
-    if not ids:
-        raise ValueError(f"--prompt-ids {text!r}: no ids")
-    return ids
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
-    import time
-
-    from engine import LLM, SamplingParams
-    from engine.llm import load_tokenizer
-
     prompts = [parse_ids(t) for t in args.prompt_ids]
     is_text = [False] * len(prompts)
     if args.prompt:

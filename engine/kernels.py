@@ -285,6 +285,19 @@ def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
     return kernel
 
 
+def _tiled_fused_fits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                      *_: Any, **__: Any) -> bool:
+    return cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype) and cuda_tiled.fused_fits(
+        q, k_cache, block_tables)
+
+
+def _tiled_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+    """The one-launch tiled kernel (the two passes where its arrival counters are not ready: first use under
+    graph capture)."""
+    return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, fused=True)
+
+
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
     """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
     def kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -364,9 +377,13 @@ store_kv = Op(kv_store.store_kv, kv_store.check_store_kv, [
 ])
 prefill_attention = Op(paged_attn.prefill_attention, paged_attn.check_prefill_attention)
 extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_attention)
-# Precedence: tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
+# Precedence: the one-launch tiled arm (OFF by default, so the two-pass tiled arm is the default choice), tiled,
+# then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.
 paged_decode_attention = Op(paged_attn.paged_decode_attention, paged_attn.check_paged_decode_attention, [
+    Arm("tiled_fused", ("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"), _tiled_fused_fits,
+        "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
+        _tiled_fused),
     Arm("tiled", ("VT_ATTN_TILED",), _attn(cuda_tiled.supported),
         f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
         cuda_tiled.decode),

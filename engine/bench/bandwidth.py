@@ -26,7 +26,16 @@ from pathlib import Path
 import torch
 
 from engine.bench.stats import Band, drop_warmup
-from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, first_line, sets_for, time_once
+from engine.bench.timing import (
+    MODES,
+    arm_timer,
+    clocks,
+    describe,
+    device_name,
+    first_line,
+    sets_for,
+    time_once,
+)
 from engine.bench.workloads import DTYPES, WORKLOADS, parse_shape
 from engine.flags import FlagSnapshot
 from engine.gates.ledger import head_sha, repo_root, write_record
@@ -271,10 +280,10 @@ def print_table(record: dict) -> None:
 
 def write_plot(record: dict, path: Path, sweep: str | None) -> str:
     try:
-        import matplotlib
+        import matplotlib  # why: an optional plotting package, imported only for --plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # why: as above; after matplotlib.use() picks the backend
     except ImportError:
         return "not written: matplotlib is not installed"
     key = (sweep or "ctx=").partition("=")[0]

@@ -27,10 +27,13 @@ from pathlib import Path
 import torch
 
 from engine.bench.bandwidth import copy_bandwidth
-from engine.bench.timing import clocks, device_name
+from engine.bench.hf_peer import time_compiled_graph
+from engine.bench.profile import profile_decode, render
 from engine.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
+from engine.bench.timing import clocks, device_name
 from engine.gates.ledger import head_sha, repo_root, write_record
-
+from engine.gates.oracle import Oracle
+from engine.runner import Runner
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
                          args.profile_steps if args.profile else 0, args.batch, args.hf_compiled)
     print_report(record)
     if "profile" in record:
-        from engine.bench.profile import render
-
         print()
         print(render(record["profile"], record["step_ms"]))
     if args.ledger:
@@ -94,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, steps: int, oracle: bool,
             profile_steps: int = 0, batch: int = 1, hf_compiled: bool = False) -> dict:
-    from engine.runner import Runner
-
     # a profile runs 2 warm-up steps and profile_steps per phase (graph, eager) on one sequence
     runner = Runner(model_dir, dtype=dtype, device=device, max_batch=batch,
                     max_model_len=context + max(steps, 2 * profile_steps + 3) + 8, block_size=32)
@@ -119,8 +118,6 @@ def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, step
         record.update(copy_bytes_per_s=ceiling, floor_ms=floor_s * 1e3, floor_fraction=floor_s / step_s,
                       floor_counts="weights" if batch == 1 else "weights + the K/V once")
     if hf_compiled:
-        from engine.bench.hf_peer import time_compiled_graph
-
         try:
             hf = time_compiled_graph(model_dir, device, dtype, prompts, steps)
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
@@ -134,8 +131,6 @@ def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, step
         hf_s = _time_transformers(model_dir, device, dtype, prompt, steps)
         record.update(transformers_tok_per_s=steps / hf_s, ratio_vs_transformers=(1 / step_s) / (steps / hf_s))
     if profile_steps:
-        from engine.bench.profile import profile_decode
-
         record["profile"] = profile_decode(runner, prompt, profile_steps)
         record["profile"]["busy_fraction"] = record["profile"]["device_ms_per_step"] / record["step_ms"]
     return record
@@ -157,8 +152,6 @@ def _time_decode(runner, prompts: list[list[int]], steps: int, device: str) -> f
 
 
 def _time_transformers(model_dir: Path, device: str, dtype: torch.dtype, prompt: list[int], steps: int) -> float:
-    from engine.gates.oracle import Oracle
-
     oracle = Oracle(model_dir, dtype=dtype, device=device)
     oracle.greedy(prompt, 2)
 

@@ -116,7 +116,11 @@ def _top_level(text: str) -> str:
 
 def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event]], str]:
     """Run the phases (graph then eager on a GPU, eager elsewhere) in one profiler session."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import (  # why: loads kineto; only --profile
+        ProfilerActivity,
+        profile,
+        record_function,
+    )
 
     cuda = runner.device.type == "cuda"
     sid = max(runner.blocks.lengths, default=-1) + 1  # a sequence id nobody holds

@@ -10,6 +10,8 @@ allocation on the timed path. An op that refuses capture (a host sync, a compile
 capturable) falls back to the eager loop, and the timer says so (`mode`, `note`)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -160,9 +162,6 @@ def device_name(device: torch.device) -> str:
 
 def clocks() -> dict[str, str]:
     """SM and memory clocks as nvidia-smi reports them (read before and after a run; never changed)."""
-    import shutil
-    import subprocess
-
     if not shutil.which("nvidia-smi"):
         return {"note": "nvidia-smi not found"}
     out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",

@@ -96,7 +96,10 @@ def _contiguous(q, k, v, table, lens, scale):
 
 def _sdpa(backend_name: str) -> Callable:
     def run(q4, kc, vc, scale):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import (  # why: only the SDPA peers need it
+            SDPBackend,
+            sdpa_kernel,
+        )
 
         with sdpa_kernel(getattr(SDPBackend, backend_name)):
             return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
@@ -108,7 +111,9 @@ _FLEX: dict = {}
 
 def _flex(q4, kc, vc, scale):
     if "fn" not in _FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
+        from torch.nn.attention.flex_attention import (
+            flex_attention,  # why: pulls in torch.compile
+        )
 
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"](q4, kc, vc, scale=scale, enable_gqa=True)

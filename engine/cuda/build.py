@@ -74,7 +74,9 @@ def arch_sort_key(arch: str) -> tuple[int, int, str]:
 
 
 def load_table(path: Path = TABLE_PATH) -> FeatureTable:
-    from ruamel.yaml import YAML  # imported here so importing the engine never needs it
+    from ruamel.yaml import (
+        YAML,  # why: importing the engine never needs it, only a build
+    )
 
     data = YAML(typ="safe").load(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("features"), dict) or not isinstance(data.get("sources"), dict):
@@ -123,8 +125,9 @@ def local_archs() -> list[str]:
     return [f"{major}.{minor}", f"{major}.{minor}a"]
 
 
-def requested_archs(table: FeatureTable, fat: bool) -> list[str]:
-    env = flags.value("VT_CUDA_ARCHS")
+def requested_archs(table: FeatureTable, fat: bool, settings: flags.FlagSnapshot | None = None) -> list[str]:
+    """VT_CUDA_ARCHS of `settings` (default: the environment, read now), else the table's union or the local GPU."""
+    env = (settings or flags.FlagSnapshot.from_env()).value("VT_CUDA_ARCHS")
     if env.strip():
         return parse_archs(env)
     return table.union() if fat else local_archs()
@@ -175,8 +178,8 @@ def content_hash(source: Path, nvcc_flags: list[str], version: str) -> str:
     return h.hexdigest()
 
 
-def cache_dir() -> Path:
-    env = flags.value("VT_CUDA_CACHE")
+def cache_dir(settings: flags.FlagSnapshot | None = None) -> Path:
+    env = (settings or flags.FlagSnapshot.from_env()).value("VT_CUDA_CACHE")
     return Path(env).expanduser() if env.strip() else Path.home() / ".cache" / "rowgate" / "cuda"
 
 
@@ -226,12 +229,15 @@ def write_manifest(out_dir: Path, results: list[BuildResult], requested: list[st
 
 def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | None = None,
           table: FeatureTable | None = None, src_dir: Path = CUDA_DIR, werror: bool = False,
-          progress: Callable[[BuildResult, int, int], None] | None = None) -> list[BuildResult]:
+          progress: Callable[[BuildResult, int, int], None] | None = None,
+          settings: flags.FlagSnapshot | None = None) -> list[BuildResult]:
     """Compile the sources (default: every one in the table); `progress(result, done, total)` is called as
-    each source finishes, in completion order."""
+    each source finishes, in completion order. `settings`: the VT_CUDA_ARCHS / VT_CUDA_CACHE snapshot
+    (default: the environment, read once here)."""
+    settings = settings or flags.FlagSnapshot.from_env()
     table = table or load_table()
-    out_dir = out_dir or cache_dir()
-    requested = requested_archs(table, fat)
+    out_dir = out_dir or cache_dir(settings)
+    requested = requested_archs(table, fat, settings)
     jobs = []
     for name in names or list(table.sources):
         archs = archs_for(table, name, requested)
@@ -263,7 +269,7 @@ def load(name: str) -> ctypes.CDLL:
     return _LOADED[name]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, settings: flags.FlagSnapshot | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.cuda.build", description=__doc__.splitlines()[0])
     p.add_argument("sources", nargs="*", help="source names from the table (default: all)")
     p.add_argument("--fat", action="store_true", help="every arch in the table (default: the local GPU's)")
@@ -274,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"building {len(args.sources) or 'every'} source(s){' for every arch in the table' if args.fat else ''} "
           f"with {os.cpu_count() or 1} workers; each line below is one finished source", flush=True)
     try:
-        build(args.sources or None, fat=args.fat, out_dir=args.out, werror=args.werror,
+        build(args.sources or None, fat=args.fat, out_dir=args.out, werror=args.werror, settings=settings,
               progress=lambda r, done, total: print(progress_line(r, done, total, time.perf_counter() - t0),
                                                     flush=True))
     except BuildError as e:

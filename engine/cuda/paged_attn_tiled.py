@@ -2,7 +2,7 @@
 pipeline (scores, then probabilities rounded as the reference rounds them times V), split-KV sized from the
 block tables' capacity so that no context length is read on the host.
 
-With `VT_ATTN_TILED_FUSED` (or `fused=True`) the same arithmetic runs in one launch where it takes the
+With `fused=True` (the kernel table's `tiled_fused` arm, under VT_ATTN_TILED_FUSED) the same arithmetic runs in one launch where it takes the
 shape (`fused_stages`; several splits only): each block keeps its split's scores in shared memory, the splits of a (sequence, KV head)
 wait for each other's statistics, and the last one adds their partial sums, so the output is bitwise the
 two-pass output. Where it does not fit the two passes run."""
@@ -13,7 +13,6 @@ from functools import cache
 
 import torch
 
-from engine import flags
 from engine.cuda import build, ffi
 from engine.cuda.paged_attn import check_inputs
 
@@ -71,6 +70,15 @@ def fused_stages(batch: int, hq: int, hkv: int, head_dim: int, block_size: int, 
     return out.value
 
 
+def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+    """Whether the one-launch kernel takes this decode (`fused_stages` above 0): no host read of the lengths."""
+    batch, hq, d = q.shape
+    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
+    dev = q.device.index or 0
+    splits = num_splits(batch * hkv, block_tables.shape[1] * block_size, d, q.dtype, dev)
+    return fused_stages(batch, hq, hkv, d, block_size, block_tables.shape[1], splits, q.dtype, dev) > 0
+
+
 def _counters(dev: torch.device, need: int) -> torch.Tensor | None:
     """The device's zeroed arrival counters; None under CUDA graph capture before their first use (a zeroing
     memset captured into a graph would not run until replay), or when a call needs more than there are."""
@@ -91,7 +99,7 @@ def decode(
     scale: float,
     sliding_window: int | None = None,
     splits: int | None = None,  # None: num_splits over the tables' capacity
-    fused: bool | None = None,  # None: VT_ATTN_TILED_FUSED; the one-launch kernel where it fits
+    fused: bool = False,  # the one-launch kernel where it fits (`fused_fits`), else the two passes
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, hq, d = q.shape
@@ -103,8 +111,6 @@ def decode(
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
     if splits is None:
         splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, q.device.index or 0)
-    if fused is None:
-        fused = flags.enabled("VT_ATTN_TILED_FUSED")
     if fused:
         out = decode_fused(q, k_cache, v_cache, tables, lens, scale, sliding_window, splits, required=False)
         if out is not None:

@@ -41,7 +41,10 @@ QK_NORM_SCALE = 2.0  # q/k norm weights: sharper attention, so positions (RoPE, 
 
 def build(seed: int = SEED, **overrides: object) -> torch.nn.Module:
     """A transformers Qwen3ForCausalLM with the scaled random weights (float32)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     config = Qwen3Config(**{**CONFIG, **overrides})
     model = Qwen3ForCausalLM(config).eval()
@@ -51,7 +54,10 @@ def build(seed: int = SEED, **overrides: object) -> torch.nn.Module:
 
 def build_moe(seed: int = SEED, **overrides: object) -> torch.nn.Module:
     """A transformers Qwen3MoeForCausalLM at the same scale (tests build it at test time, never shipped)."""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+    )
 
     moe = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
     config = Qwen3MoeConfig(**{**CONFIG, **moe, **overrides})

@@ -7,17 +7,23 @@ import shlex
 import sys
 from pathlib import Path
 
+import torch
+
+from engine import kernels
+from engine.cli_args import add_model_args, parse_ids
+from engine.gates import harness
 from engine.gates.distributional import DEFAULT_RUNS
 from engine.gates.goldens import GOLDENS_DIR
 from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
 from engine.gates.result import GateResult
+from engine.gates.tokens import default_prompts
+from engine.model.config import load_config
+from engine.runner import resolve_dtype
 
 DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
 
 
 def add_gate_parser(sub: argparse._SubParsersAction) -> None:
-    from engine.cli import add_model_args
-
     gate = sub.add_parser("gate", help="gates against the transformers oracle",
                           description="Gates that hold the engine to the transformers oracle. "
                           "Also: `gate kernels ...` (kernel numerics) and `gate bench NAME ...`.")
@@ -35,6 +41,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                        "dequantized twin (python -m engine.data.make_tiny_quant writes both)")
         p.add_argument("--max-new-tokens", type=int, default=16)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("--require-arm", action="append", default=[], metavar="VT_FLAG",
+                       help="fail unless an arm gated by this flag ran (the flip protocol's proof that the arm "
+                       "under test was exercised); repeat for several")
         return p
 
     case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt."
@@ -67,59 +76,60 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     gsub.add_parser("bench", help="benchmarks (engine.bench.NAME; its own --help)", add_help=False)
 
 
-def setup_from(args: argparse.Namespace):  # -> harness.Setup
-    from engine.cli import parse_ids
-    from engine.gates.harness import Setup
-    from engine.gates.tokens import default_prompts
-    from engine.model.config import load_config
-
+def setup_from(args: argparse.Namespace) -> harness.Setup:
+    kernels.reset_counts()  # the counters the gate reports are its own run's
     prompts = [parse_ids(t) for t in args.prompt_ids]
     if not prompts:
         prompts = default_prompts(load_config(args.model).vocab_size, args.seed)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
-    from engine.runner import resolve_dtype
-
-    return Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model), args.device,
-                 oracle_dir=args.oracle_model)
+    return harness.Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model),
+                         args.device, oracle_dir=args.oracle_model)
 
 
-def report(result: GateResult, as_json: bool, columns: list[str] | None = None) -> int:
-    print(json.dumps(result.to_json()) if as_json else result.render(columns))
-    return 0 if result.passed else 1
+def report(result: GateResult, as_json: bool, columns: list[str] | None = None,
+           require: list[str] | None = None) -> int:
+    """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
+    whose arms never ran fails the gate, whatever its verdict."""
+    seen = kernels.counts()
+    missing = [f for f in require or [] if kernels.arms_ran(f, seen) == 0]
+    if as_json:
+        out = result.to_json()
+        out["arms"] = {f"{op}/{arm}": n for (op, arm), n in sorted(seen.ran.items())}
+        out["fallbacks"] = {f"{op}/{arm}: {needs}": n for (op, arm, needs), n in sorted(seen.fallbacks.items())}
+        out["arms_missing"] = missing
+        print(json.dumps(out))
+    else:
+        table, _, verdict = result.render(columns).rpartition("\n")
+        for block in (table, kernels.render_counts(seen)):
+            if block:
+                print(block)
+        for flag in missing:
+            print(f"FAIL: no arm gated by {flag} ran (0 calls): the gate did not exercise the arm under test")
+        print(verdict)  # the verdict stays the last line
+    return 0 if result.passed and not missing else 1
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
-    from engine.gates import harness
-
-    return report(harness.tokens(setup_from(args)), args.json)
+    return report(harness.tokens(setup_from(args)), args.json, require=args.require_arm)
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
-    from engine.gates import harness
-
-    return report(harness.neartie(setup_from(args), args.band, args.top_k), args.json)
+    return report(harness.neartie(setup_from(args), args.band, args.top_k), args.json, require=args.require_arm)
 
 
 def cmd_distributional(args: argparse.Namespace) -> int:
-    from engine.gates import harness
-
     if args.runs < 2:
         raise ValueError(f"--runs {args.runs}: determinism needs at least 2 runs")
-    return report(harness.distributional(setup_from(args), args.runs), args.json)
+    return report(harness.distributional(setup_from(args), args.runs), args.json, require=args.require_arm)
 
 
 def cmd_goldens(args: argparse.Namespace) -> int:
-    from engine.gates import harness
-
+    kernels.reset_counts()
     paths = args.golden or sorted(GOLDENS_DIR.glob("*.json"))
     if not paths:
         print(f"error: no golden files in {GOLDENS_DIR}", file=sys.stderr)
         return 1
-    import json
-
-    import torch
-
     worst, checked = 0, 0
     for path in paths:
         if json.loads(Path(path).read_text()).get("device") == "cuda" and not torch.cuda.is_available():
@@ -134,13 +144,11 @@ def cmd_goldens(args: argparse.Namespace) -> int:
 
 
 def cmd_regen(args: argparse.Namespace) -> int:
-    from engine.gates import harness
-
     setup = setup_from(args)
     name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
     command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m engine gate regen"
     result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command)
-    code = report(result, args.json)
+    code = report(result, args.json, require=args.require_arm)
     if record is None:
         print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)
     else:

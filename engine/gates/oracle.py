@@ -15,7 +15,10 @@ class Oracle:
 
     def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
         try:
-            from transformers import AutoModelForCausalLM, GenerationConfig
+            from transformers import (  # why: seconds to import
+                AutoModelForCausalLM,
+                GenerationConfig,
+            )
         except ImportError as exc:  # the engine runs without it; only the gates need it
             raise RuntimeError("the oracle needs transformers: pip install 'rowgate[oracle]'") from exc
         self.device = torch.device(device)
@@ -29,7 +32,9 @@ class Oracle:
     @torch.inference_mode()
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
         """transformers' own `generate` (greedy, one prompt, no padding); the prompt is not returned."""
-        from transformers import GenerationConfig
+        from transformers import (
+            GenerationConfig,  # why: transformers takes seconds to import
+        )
 
         ids = torch.tensor([prompt], device=self.device)
         config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)

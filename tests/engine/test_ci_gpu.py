@@ -14,6 +14,7 @@ SCRIPT = ROOT / "ci" / "gpu.sh"
 FAKE_PY = """#!/usr/bin/env bash
 echo "argv: $*"
 echo "flags: VT_ATTN_SPLITKV=${VT_ATTN_SPLITKV-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
+printf 'arms (calls; a replayed CUDA graph is not counted again):\n  linear/gemv 7 [VT_GEMV]\n'
 case " $* " in *" distributional "*) echo "distributional: REFUSED: the oracle is deterministic"; exit 1 ;; esac
 exit 0
 """
@@ -61,17 +62,22 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
                                 "flip-kernels.json",
                 "flip-regen-dense": f"-m engine gate regen --device cuda --dtype bfloat16 --golden "
                                     f"{out}/goldens/tiny-qwen3-bfloat16-cuda.json --ledger-dir {out}/ledger"}
+    require = " --require-arm VT_ATTN_SPLITKV --require-arm VT_GEMV"  # each flag set on must show its arm
     for m, extra in models.items():
         for gate, step in (("neartie", f"flip-neartie-{m}"), ("distributional", f"flip-distributional-{m}"),
                            ("tokens", f"flip-tokens-{m}-graph"), ("tokens", f"flip-tokens-{m}-eager")):
             expected[step] = f"-m engine gate {gate} --device cuda --dtype bfloat16 {extra}".rstrip()
+            if gate != "distributional":
+                expected[step] += require
     for step, args in expected.items():
         text = log(tmp_path, step)
         assert f"argv: {args}\n" in text, (step, text)
         eager = "1" if step.endswith("-eager") else "unset"
         assert f"flags: VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
     baseline = log(tmp_path, "flip-tokens-d128-noflags")
-    assert f"argv: {expected['flip-tokens-d128-graph']}\n" in baseline
+    assert f"argv: {expected['flip-tokens-d128-graph'].removesuffix(require)}\n" in baseline
+    # every step prints the arms its gate ran, after its log's tail
+    assert done.stdout.count("\n     linear/gemv 7 [VT_GEMV]\n") == len(expected) + 3  # and build, flip-models, noflags
     assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
     table = done.stdout[done.stdout.rindex("step "):]
     assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table

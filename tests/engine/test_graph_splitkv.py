@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.flags import FlagSnapshot
 from engine.gates.tokens import default_prompts
 from engine.runner import Runner
 
@@ -24,12 +25,12 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     counts: list[int] = []
     heuristic = splitkv.num_splits
     monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
-    monkeypatch.setenv("VT_ATTN_TILED", "0")  # the tiled arm takes precedence where it is compiled
-    monkeypatch.setenv("VT_ATTN_SPLITKV", "1")
-    monkeypatch.setenv("VT_EAGER", "1")
-    eager = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN)
-    monkeypatch.delenv("VT_EAGER")
-    graph = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN)
+    # the tiled arm takes precedence where it is compiled
+    split = FlagSnapshot.from_env().with_(VT_ATTN_TILED=False, VT_ATTN_SPLITKV=True)
+    eager = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN,
+                   flags=split.with_(VT_EAGER=True))
+    graph = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN,
+                   flags=split.with_(VT_EAGER=False))
     prompts = default_prompts(211, 17, LENS)
     got = graph.generate(prompts, 10).tokens
     # fails while split-KV reads context_lens on the host: the capture breaks and the runner goes eager

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.flags import FlagSnapshot
 from engine.gates.tokens import default_prompts
 from engine.runner import Runner
 
@@ -78,10 +79,9 @@ def test_cuda_pads_decode_batches_to_graph_buckets(tiny_model_dir) -> None:
 def cuda_runners(model_dir, monkeypatch) -> tuple[Runner, Runner]:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the decode-step graph needs one")
-    monkeypatch.setenv("VT_EAGER", "1")
-    eager = Runner(model_dir, device="cuda", max_batch=8, max_model_len=48)
-    monkeypatch.delenv("VT_EAGER")
-    graph = Runner(model_dir, device="cuda", max_batch=8, max_model_len=48)
+    base = FlagSnapshot.from_env()
+    eager = Runner(model_dir, device="cuda", max_batch=8, max_model_len=48, flags=base.with_(VT_EAGER=True))
+    graph = Runner(model_dir, device="cuda", max_batch=8, max_model_len=48, flags=base.with_(VT_EAGER=False))
     assert (eager.use_graph, graph.use_graph) == (False, True)
     return eager, graph
 

@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import act
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import act as ref
 
@@ -19,8 +20,6 @@ def act_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, rows: int
 
 
 def run_act(x: Inputs) -> torch.Tensor:
-    from engine.cuda import act
-
     return act.silu_and_mul(x["x"])
 
 

@@ -6,9 +6,10 @@ from functools import partial
 
 import torch
 
+from engine.cuda import kv_store, paged_attn, paged_attn_tiled, splitkv
 from engine.gates.cases import Inputs, KernelCase
-from engine.ops import paged_attn as ref_attn
 from engine.ops import kv_store as ref_kv
+from engine.ops import paged_attn as ref_attn
 from engine.ops import splitkv as ref_split
 
 CONTEXTS = (1, 31, 32, 33, 64, 100, 685, 1000)  # straddle the 32-token block boundaries
@@ -49,14 +50,10 @@ def _args(x: Inputs) -> tuple:
 
 
 def run_arm(arm: str, x: Inputs) -> torch.Tensor:
-    from engine.cuda import paged_attn
-
     return paged_attn.paged_decode_attention(*_args(x), x["window"], arm=paged_attn.ARMS[arm])
 
 
 def run_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
-    from engine.cuda import splitkv
-
     if splits is None:
         return splitkv.decode(*_args(x), x["window"], swap=swap)
     o_part, lse = splitkv.partial(*_args(x), splits, x["window"], swap)
@@ -64,8 +61,6 @@ def run_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
 
 
 def run_tiled(splits: int | None, x: Inputs) -> torch.Tensor:
-    from engine.cuda import paged_attn_tiled
-
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits)
 
 
@@ -88,8 +83,6 @@ def ref_eager(x: Inputs) -> torch.Tensor:
 
 def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:  # the split count the kernel's heuristic picks for this shape
-        from engine.cuda import splitkv
-
         q = x["q"]
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
@@ -99,8 +92,6 @@ def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
 
 
 def run_splitkv_partial(swap: bool, x: Inputs) -> torch.Tensor:
-    from engine.cuda import splitkv
-
     return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"], swap)[0]
 
 
@@ -159,8 +150,6 @@ def kv_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, d: int, bs
 
 
 def run_kv(x: Inputs) -> torch.Tensor:
-    from engine.cuda import kv_store
-
     kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
     kv_store.store_kv(x["k"], x["v"], kc, vc, x["slots"])
     return torch.stack([kc, vc])

@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import gdn
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops.gdn import gated_delta_decode
 
@@ -32,8 +33,6 @@ def _args(x: Inputs) -> tuple:
 
 
 def kernel(x: Inputs, which: int) -> torch.Tensor:
-    from engine.cuda import gdn
-
     return gdn.decode(*_args(x), **x["opts"])[which]
 
 

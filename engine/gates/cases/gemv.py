@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import gemv
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import gemv as ref
 
@@ -26,8 +27,6 @@ def gemv_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, m: int, 
 
 
 def run_gemv(x: Inputs) -> torch.Tensor:
-    from engine.cuda import gemv
-
     return gemv.linear(x["x"], x["weight"], x["bias"])
 
 

@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import moe
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import moe as ref_moe
 
@@ -34,8 +35,6 @@ def dense_routing(weights: torch.Tensor, ids: torch.Tensor, experts: int) -> tor
 
 
 def route_kernel(x: Inputs, renormalize: bool) -> torch.Tensor:
-    from engine.cuda import moe
-
     w, ids = moe.route(x["logits"], x["top_k"], renormalize, x["dtype"])
     return dense_routing(w, ids, x["logits"].shape[1])
 
@@ -52,8 +51,6 @@ def align_inputs(seed: int, device: torch.device, *, tokens: int, experts: int, 
 
 
 def align_kernel(x: Inputs) -> torch.Tensor:
-    from engine.cuda import moe
-
     al = moe.align(x["ids"], x["experts"], ALIGN_BLOCK)
     return torch.cat([al.sorted_ids, al.block_expert, al.offsets]).float()
 
@@ -89,8 +86,6 @@ def expert_inputs(seed: int, device: torch.device, *, tokens: int, hidden: int, 
 
 
 def experts_kernel(x: Inputs) -> torch.Tensor:
-    from engine.cuda import moe
-
     return moe.experts(x["x"], x["gate_up"], x["down"], x["weights"], x["ids"])
 
 

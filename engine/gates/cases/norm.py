@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import norm
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import norm as ref
 
@@ -22,8 +23,6 @@ def norm_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, rows: in
 
 
 def run_rms(x: Inputs) -> torch.Tensor:
-    from engine.cuda import norm
-
     return norm.rms_norm(x["x"], x["weight"], EPS)
 
 
@@ -32,8 +31,6 @@ def ref_rms(x: Inputs) -> torch.Tensor:
 
 
 def run_fused(x: Inputs) -> torch.Tensor:  # [2, rows, hidden]: the normed output, then the new residual
-    from engine.cuda import norm
-
     return torch.stack(norm.fused_add_rms_norm(x["x"], x["residual"], x["weight"], EPS))
 
 

@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import quant
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import quant as ref_quant
 
@@ -54,8 +55,6 @@ def _int4_args(fmt: str, version: int, x: Inputs) -> tuple:
 
 def dequant(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor:
     """The [K, N] (int4) or [N, K] (NVFP4) weight in bf16, from the kernel or the reference."""
-    from engine.cuda import quant
-
     if fmt == "nvfp4":
         fn = quant.dequant_nvfp4 if use_kernel else ref_quant.dequant_nvfp4
         return fn(x["packed"], x["block_scales"], x["global_scale"], torch.bfloat16)
@@ -68,8 +67,6 @@ def dequant(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor
 
 def gemv(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor:
     """x @ W + bias for one row, from the fused kernel or the reference dequant-then-linear."""
-    from engine.cuda import quant
-
     if fmt == "nvfp4":
         fn = quant.nvfp4_linear if use_kernel else ref_quant.nvfp4_linear
         return fn(x["x"], x["packed"], x["block_scales"], x["global_scale"], bias=x["bias"])

@@ -5,6 +5,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import rope
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import norm as ref_norm
 from engine.ops import rope as ref_rope
@@ -26,8 +27,6 @@ def rope_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, tokens: 
 
 
 def run_rope(x: Inputs) -> torch.Tensor:
-    from engine.cuda import rope
-
     return rope.apply_rope_neox(x["x"], x["cos"], x["sin"])
 
 
@@ -36,8 +35,6 @@ def ref_apply(x: Inputs) -> torch.Tensor:
 
 
 def run_fused(x: Inputs) -> torch.Tensor:
-    from engine.cuda import rope
-
     return rope.qk_norm_rope(x["x"], x["weight"], x["cos"], x["sin"], EPS)
 
 

@@ -10,6 +10,7 @@ from functools import partial
 
 import torch
 
+from engine.cuda import sample
 from engine.gates.cases import Inputs, KernelCase
 from engine.ops import sample as ref
 
@@ -50,8 +51,6 @@ def argmax_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, vocab:
 
 
 def run_argmax(x: Inputs) -> torch.Tensor:
-    from engine.cuda import sample
-
     return sample.greedy_argmax(x["logits"]).float()
 
 
@@ -66,8 +65,6 @@ def sample_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, vocab:
 
 
 def run_support(x: Inputs) -> torch.Tensor:  # [seeds, batch]: 1 where the draw is in the reference's kept set
-    from engine.cuda import sample
-
     logits, (k, p, t) = x["logits"], x["setting"]
     loose = kept_set(logits.float(), k, min(1.0, p + 1e-3) if p < 1.0 else p, t)  # fixed-point mass at a near-tie
     rows = torch.arange(logits.shape[0], device=logits.device)
@@ -84,8 +81,6 @@ def freq_inputs(seed: int, device: torch.device, *, setting: tuple) -> Inputs:
 
 
 def run_freq(x: Inputs) -> torch.Tensor:  # [vocab]: the share of FREQ_DRAWS independent draws per token
-    from engine.cuda import sample
-
     (k, p, t), logits = x["setting"], x["logits"]
     draws = sample.sample_top_k_top_p(logits.expand(FREQ_DRAWS, -1), k, p, t, x["seed"])
     return torch.bincount(draws, minlength=logits.numel()).float() / FREQ_DRAWS

@@ -25,7 +25,7 @@ def test_bytes_are_the_weights_read_and_the_cached_kv() -> None:
     # the inputs are one decode step of both sequences, at position ctx
     assert inputs["positions"].tolist() == [SHAPE["ctx"]] * 2
     assert inputs["context_lens"].tolist() == [SHAPE["ctx"] + 1] * 2
-    assert step_workload.run(runner, inputs).shape == (2,)
+    assert step_workload.run(runner.flags, runner, inputs).shape == (2,)
 
 
 def test_input_sets_are_different_sequences_of_one_model() -> None:

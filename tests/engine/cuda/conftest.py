@@ -16,7 +16,7 @@ from engine.cuda import build
 def cuda(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip(f"no CUDA device: {request.module.KERNELS} run only on a GPU")
-    monkeypatch.setenv("VT_KERNELS", "0")  # engine.ops stays the torch reference; the bindings are called directly
+    # engine.ops is the pure torch reference; the bindings are called directly
     return torch.device("cuda")
 
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
-from engine.ops.activation import silu_and_mul
+from engine.flags import REFERENCE, FlagSnapshot
+from engine.ops.act import silu_and_mul
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
                                 reason="nvcc not found: the CUDA sources cannot be compiled here")
@@ -68,21 +70,15 @@ def test_silu_and_mul_reads_strided_rows_and_extremes(cuda):
 
 
 @gpu
-def test_ops_dispatch_to_the_kernel_only_under_both_flags(cuda, monkeypatch):
-    import engine.ops.activation as ops
-    from engine.cuda import act
+def test_the_table_runs_the_kernel_only_under_both_flags(cuda):
+    x = torch.randn(5, 2 * 37, device=cuda, dtype=torch.bfloat16)
+    want = silu_and_mul(x)  # the pure reference
+    kernels.reset_counts()
+    assert torch.equal(kernels.silu_and_mul(FlagSnapshot.defaults(), x), want)  # VT_ACT_KERNEL is on by default
+    kernels.silu_and_mul(FlagSnapshot.defaults().with_(VT_ACT_KERNEL=False), x)
+    kernels.silu_and_mul(REFERENCE, x)
+    assert kernels.counts().ran == {("silu_and_mul", "cuda"): 1, ("silu_and_mul", "reference"): 2}
 
-    calls: list[int] = []
-    real = act.silu_and_mul
-    monkeypatch.setattr(act, "silu_and_mul", lambda x: calls.append(1) or real(x))
-    x = torch.randn(5, 2 * 333, dtype=torch.bfloat16, device=cuda)
-    want = ops.silu_and_mul(x)
-    assert calls == []  # VT_KERNELS=0 (the fixture)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ops.silu_and_mul(x), want) and calls == [1]  # VT_ACT_KERNEL is on by default
-    monkeypatch.setenv("VT_ACT_KERNEL", "0")
-    ops.silu_and_mul(x)
-    assert calls == [1]
 
 
 def test_binding_argtypes_match_the_launchers():

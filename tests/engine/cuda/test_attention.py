@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine import kernels
+from engine.flags import REFERENCE, FlagSnapshot
 from engine.gates import numerics
 from engine.gates.cases import attention as cases
-from engine.gates.cases import torch_reference
-from engine.ops import attention as ref
+from engine.ops import paged_attn as ref
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernels run on a GPU")
 ATTN = [c for c in cases.CASES if c.name.startswith("attn/") and "long" not in c.tags]
@@ -19,21 +20,10 @@ def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
                               block_size=16, window=None)
 
 
-def test_arm_choice_follows_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cuda import paged_attn as pa
-
-    for name in ("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA"):
-        monkeypatch.delenv(name, raising=False)
-    assert pa.choose_arm(256, 4, torch.bfloat16) == pa.GENERIC  # fast arms default off
-    monkeypatch.setenv("VT_ATTN_DECODE_OPT", "1")
-    assert pa.choose_arm(256, 4, torch.bfloat16) == pa.WARP
-    assert pa.choose_arm(128, 4, torch.bfloat16) == pa.GENERIC  # EPL 4 needs VT_ATTN_DECODE_D128 too
-    monkeypatch.setenv("VT_ATTN_DECODE_D128", "1")
-    assert pa.choose_arm(128, 4, torch.bfloat16) == pa.WARP
-    assert pa.choose_arm(256, 4, torch.float16) == pa.GENERIC  # fast arms: fp32 and bf16
-    monkeypatch.setenv("VT_ATTN_DECODE_GQA", "1")
-    assert pa.choose_arm(64, 8, torch.float32) == pa.GQA
-    assert pa.choose_arm(256, 3, torch.bfloat16) == pa.WARP  # ratio 3 is not a GQA instantiation
+def test_arm_choice_follows_the_flags() -> None:
+    # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
+    assert [a.name for a in kernels.paged_decode_attention.arms] == [
+        "tiled", "splitkv_swap", "splitkv", "gqa", "warp", "warp_d128", "generic"]
 
 
 def test_binding_errors_name_the_tensor() -> None:
@@ -119,33 +109,30 @@ def test_reference_window_semantics_match_the_cases() -> None:
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("env", [{}, {"VT_ATTN_DECODE_OPT": "1"}, {"VT_ATTN_DECODE_GQA": "1"},
-                                 {"VT_ATTN_TILED": "1"}, {"VT_ATTN_SPLITKV": "1"},
-                                 {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"}])
-def test_dispatch_by_flags_stays_within_tolerance(env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cuda import paged_attn as pa
-
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+@pytest.mark.parametrize("arm, env", [
+    ("generic", {"VT_ATTN_TILED": False}), ("warp", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_OPT": True}),
+    ("gqa", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_GQA": True}), ("tiled", {"VT_ATTN_TILED": True}),
+    ("splitkv", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True}),
+    ("splitkv_swap", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True, "VT_ATTN_SPLITKV_GQA_SWAP": True})])
+def test_dispatch_by_flags_stays_within_tolerance(arm: str, env: dict) -> None:
     x = cases.paged_inputs(11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16,
                            window=None)
-    out = pa.dispatch(*cases._args(x), None)
-    with torch_reference():
-        expected = cases.ref_eager(x)
-    got = numerics.compare(out, expected, numerics.TOLERANCES["bf16"])
+    kernels.reset_counts()
+    out = kernels.paged_decode_attention(FlagSnapshot.defaults().with_(**env), *cases._args(x), None)
+    assert kernels.counts().ran == {("paged_decode_attention", arm): 1}
+    got = numerics.compare(out, cases.ref_eager(x), numerics.TOLERANCES["bf16"])
     assert got.passed, got
 
 
 @needs_gpu
 @pytest.mark.gpu
-def test_public_op_runs_the_generic_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_public_op_runs_the_generic_kernel_on_a_gpu() -> None:
     from engine.cuda import paged_attn as pa
 
     x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=32,
                            window=None)  # fp32: the kernel and the reference differ in the last bits
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ref.paged_decode_attention(*cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
-    monkeypatch.setenv("VT_KERNELS", "0")
-    expected = ref.paged_decode_attention(*cases._args(x))
+    op = kernels.paged_decode_attention
+    assert torch.equal(op(FlagSnapshot.defaults(), *cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
+    expected = op(REFERENCE, *cases._args(x))
     got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["fp32"])
     assert got.passed and got.bitwise_equal_pct < 100.0, got  # the op ran the reference this time

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.cuda import build
+from engine.flags import FlagSnapshot
 
 needs_nvcc = pytest.mark.skipif(shutil.which(build.NVCC) is None, reason=f"nvcc not found ({build.NVCC})")
 
@@ -76,15 +77,17 @@ def test_gencode_flags_keep_the_a_suffix() -> None:
     ]
 
 
-def test_requested_archs_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def archs(text: str) -> FlagSnapshot:
+    """VT_CUDA_ARCHS as the environment would set it, in a snapshot (the build never reads it then)."""
+    return FlagSnapshot.from_env({"VT_CUDA_ARCHS": text})
+
+
+def test_requested_archs_from_env(tmp_path: Path) -> None:
     table = write_tree(tmp_path, TABLE, {})
-    monkeypatch.setenv("VT_CUDA_ARCHS", " 9.0a, 12.0 ")
-    assert build.requested_archs(table, fat=True) == ["9.0a", "12.0"]
-    monkeypatch.setenv("VT_CUDA_ARCHS", "9.0,sm_100")
+    assert build.requested_archs(table, True, archs(" 9.0a, 12.0 ")) == ["9.0a", "12.0"]
     with pytest.raises(build.BuildError, match="VT_CUDA_ARCHS: arch 'sm_100'"):
-        build.requested_archs(table, fat=True)
-    monkeypatch.delenv("VT_CUDA_ARCHS")
-    assert build.requested_archs(table, fat=True) == ["8.0", "9.0", "9.0a"]
+        build.requested_archs(table, True, archs("9.0,sm_100"))
+    assert build.requested_archs(table, True, FlagSnapshot.from_env({})) == ["8.0", "9.0", "9.0a"]
 
 
 def test_hash_changes_with_flags_headers_and_compiler(tmp_path: Path) -> None:
@@ -100,16 +103,16 @@ def test_hash_changes_with_flags_headers_and_compiler(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-def test_compile_cache_hit_and_flag_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
+def test_compile_cache_hit_and_flag_change(tmp_path: Path) -> None:
     table = write_tree(tmp_path / "src", TABLE, {"tiny.cu": TINY_CU})
     out = tmp_path / "out"
-    (first,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src")
+    (first,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", settings=archs("8.0"))
     assert not first.cached and first.obj.exists() and first.archs == ("8.0",)
     stamp = first.obj.stat().st_mtime_ns
-    (second,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src")
+    (second,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", settings=archs("8.0"))
     assert second.cached and second.obj == first.obj and second.obj.stat().st_mtime_ns == stamp
-    (strict,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", werror=True)
+    (strict,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", werror=True,
+                            settings=archs("8.0"))
     assert not strict.cached and strict.obj != first.obj  # a changed flag is a new hash
     lib = ctypes.CDLL(str(first.obj))  # loads without a GPU; the symbols are exported
     assert lib.vt_tiny_add and lib.vt_tiny_last_error
@@ -118,12 +121,11 @@ def test_compile_cache_hit_and_flag_change(tmp_path: Path, monkeypatch: pytest.M
 
 
 @needs_nvcc
-def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
+def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path) -> None:
     bad = TINY_CU.replace("x[i] += 1.f;", "x[i] += undeclared_thing;")
     table = write_tree(tmp_path / "src", TABLE, {"tiny.cu": bad})
     with pytest.raises(build.BuildError) as e:
-        build.build(["tiny.cu"], out_dir=tmp_path / "out", table=table, src_dir=tmp_path / "src")
+        build.build(["tiny.cu"], out_dir=tmp_path / "out", table=table, src_dir=tmp_path / "src", settings=archs("8.0"))
     msg = str(e.value)
     assert msg.startswith(f"{tmp_path / 'src' / 'tiny.cu'}: nvcc failed (exit ")
     assert 'error: identifier "undeclared_thing" is undefined' in msg
@@ -133,11 +135,10 @@ def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path, monkeypatch
 
 @needs_nvcc
 @pytest.mark.slow  # about 70 s of CPU for the 11 sources on one arch
-def test_every_table_source_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_table_source_compiles(tmp_path: Path) -> None:
     """The real sources, one arch (the fat build over every arch runs in ci/fat-build.sh)."""
-    monkeypatch.setenv("VT_CUDA_ARCHS", "9.0")
     table = build.load_table()
-    results = build.build(out_dir=tmp_path, table=table)
+    results = build.build(out_dir=tmp_path, table=table, settings=archs("9.0"))
     assert sorted(r.source.name for r in results) == sorted(table.sources)
     for r in results:
         assert r.obj.exists() and r.archs == ("9.0",)
@@ -147,18 +148,17 @@ def test_every_table_source_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 @needs_nvcc
-def test_cli_builds_into_out_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_cli_builds_into_out_dir(tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("VT_CUDA_ARCHS", "8.0")
-    assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
+    assert build.main(["--out", str(tmp_path), "kv_store.cu"], archs("8.0")) == 0
     out = capsys.readouterr().out.splitlines()
     workers = os.cpu_count() or 1
     assert out[0] == f"building 1 source(s) with {workers} workers; each line below is one finished source"
     assert out[1].startswith("[1/1] engine/cuda/kv_store.cu: compiled for ['8.0'] in ") and \
         out[1].endswith(", all done") and out[2].startswith("done in ")
-    assert build.main(["--out", str(tmp_path), "kv_store.cu"]) == 0
+    assert build.main(["--out", str(tmp_path), "kv_store.cu"], archs("8.0")) == 0
     assert "[1/1] engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
-    assert build.main(["--out", str(tmp_path), "nope.cu"]) == 1
+    assert build.main(["--out", str(tmp_path), "nope.cu"], archs("8.0")) == 1
     assert "nope.cu: not listed under 'sources'" in capsys.readouterr().err
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
+from engine.flags import FlagSnapshot
 from engine.ops.gdn import gated_delta_decode
 from tests.engine.cuda.nvcc_strict import compile_strict, needs_nvcc
 
@@ -113,14 +115,16 @@ def test_binding_limit_matches_the_kernel_header():
 
 
 @gpu
-def test_public_op_dispatches_to_the_kernel_under_the_flag(cuda, monkeypatch):
+def test_the_table_runs_the_kernel_under_the_flag(cuda):
     from engine.cuda import gdn
 
     q, k, v, g, beta, state = make(2, 2, 4, 32, 40, torch.bfloat16, cuda, 9)
-    monkeypatch.setenv("VT_GDN_KERNEL", "1")
-    out, new = gated_delta_decode(q, k, v, g, beta, state, use_qk_l2norm=True)
+    on = FlagSnapshot.defaults().with_(VT_GDN_KERNEL=True)
+    kernels.reset_counts()
+    out, new = kernels.gated_delta_decode(on, q, k, v, g, beta, state, use_qk_l2norm=True)
     kout, knew = gdn.decode(q, k, v, g, beta, state, use_qk_l2norm=True)
     assert torch.equal(out, kout) and torch.equal(new, knew)
-    monkeypatch.setenv("VT_GDN_KERNEL", "0")
-    ref_out, ref_new = gated_delta_decode(q, k, v, g, beta, state, use_qk_l2norm=True)
+    ref_out, ref_new = kernels.gated_delta_decode(on.with_(VT_GDN_KERNEL=False), q, k, v, g, beta, state,
+                                                  use_qk_l2norm=True)
+    assert kernels.counts().ran == {("gated_delta_decode", "cuda"): 1, ("gated_delta_decode", "reference"): 1}
     torch.testing.assert_close(new, ref_new, atol=STATE_TOL[0], rtol=STATE_TOL[1])

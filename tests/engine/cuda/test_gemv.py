@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
-from engine.ops.linear import linear
+from engine.flags import REFERENCE, FlagSnapshot
+from engine.ops.gemv import linear
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
                                 reason="nvcc not found: the CUDA sources cannot be compiled here")
@@ -128,24 +130,21 @@ def test_gemv_rounds_once_from_an_fp32_sum(cuda, dtype):
 
 
 @gpu
-def test_ops_linear_dispatches_decode_rows_to_the_gemv_under_both_flags(cuda, monkeypatch):
-    import engine.ops.linear as ops
+def test_the_table_sends_decode_rows_to_the_gemv_under_both_flags(cuda):
     from engine.cuda import gemv
 
-    calls: list[int] = []
-    real = gemv.linear
-    monkeypatch.setattr(gemv, "linear", lambda *a, **k: calls.append(1) or real(*a, **k))
-    w = torch.randn(33, 256, device=cuda, dtype=torch.bfloat16) / 16
     x = torch.randn(2, 256, device=cuda, dtype=torch.bfloat16)
-    monkeypatch.setenv("VT_GEMV", "1")
-    ops.linear(x, w)
-    assert calls == []  # VT_KERNELS=0 (the fixture)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ops.linear(x, w), gemv.linear(x, w)) and calls == [1, 1]
-    ops.linear(torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill: the GEMM
-    monkeypatch.setenv("VT_GEMV", "0")
-    ops.linear(x, w)
-    assert calls == [1, 1]
+    w = torch.randn(192, 256, device=cuda, dtype=torch.bfloat16)
+    on = FlagSnapshot.defaults().with_(VT_GEMV=True)
+    kernels.reset_counts()
+    assert torch.equal(kernels.linear(on, x, w), gemv.linear(x, w))
+    kernels.linear(on, torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill
+    kernels.linear(on.with_(VT_GEMV=False), x, w)
+    kernels.linear(REFERENCE, x, w)
+    seen = kernels.counts()
+    assert seen.ran == {("linear", "gemv"): 1, ("linear", "reference"): 3}
+    assert seen.fallbacks == {("linear", "gemv", "at most 8 rows and a row-major weight"): 1}
+
 
 
 @gpu

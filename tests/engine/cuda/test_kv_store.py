@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine import kernels
+from engine.flags import FlagSnapshot
 from engine.gates import numerics
 from engine.gates.cases import attention as cases
-from engine.gates.cases import torch_reference
-from engine.ops import kv_cache as ref
+from engine.ops import kv_store as ref
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernels run on a GPU")
 KV = [c for c in cases.CASES if c.name.startswith("kv_store/")]
@@ -47,8 +48,7 @@ def test_strided_tokens_and_skipped_slots(pad: int) -> None:
     kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
     rk, rv = x["k_cache"].clone(), x["v_cache"].clone()
     kv_store.store_kv(k, x["v"], kc, vc, x["slots"].int())
-    with torch_reference():
-        ref.store_kv(k.contiguous(), x["v"], rk, rv, x["slots"])
+    ref.store_kv(k.contiguous(), x["v"], rk, rv, x["slots"])
     assert torch.equal(kc, rk) and torch.equal(vc, rv)
     untouched = x["slots"] < 0
     assert untouched.sum() == 5  # the padding tokens wrote nothing: the caches equal the reference's
@@ -56,15 +56,10 @@ def test_strided_tokens_and_skipped_slots(pad: int) -> None:
 
 @needs_gpu
 @pytest.mark.gpu
-def test_public_op_runs_the_kernel_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cuda import kv_store
-
-    calls = []
-    real = kv_store.store_kv
-    monkeypatch.setattr(kv_store, "store_kv", lambda *a: calls.append(1) or real(*a))
+def test_public_op_runs_the_kernel_on_a_gpu() -> None:
     x = cases.kv_inputs(4, torch.device("cuda"), dtype=torch.float32, d=64, bs=16)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    through_op = cases.ref_kv_store(x)  # engine.ops.kv_cache.store_kv: the CUDA store here
-    with torch_reference():
-        expected = cases.ref_kv_store(x)  # the torch copy
-    assert calls == [1] and torch.equal(through_op, expected)
+    kc, vc = x["k_cache"].clone(), x["v_cache"].clone()
+    kernels.reset_counts()
+    kernels.store_kv(FlagSnapshot.defaults(), x["k"], x["v"], kc, vc, x["slots"])  # the CUDA store here
+    expected = cases.ref_kv_store(x)  # the torch copy
+    assert kernels.counts().ran == {("store_kv", "cuda"): 1} and torch.equal(torch.stack([kc, vc]), expected)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
+from engine.flags import FlagSnapshot
 from engine.gates.cases.moe import dense_routing, distinct_logits
 from engine.ops.moe import moe_experts, moe_route
 from tests.engine.cuda.nvcc_strict import compile_strict, needs_nvcc
@@ -174,11 +176,11 @@ def test_binding_limits_match_the_kernel_header():
     assert moe.supports(128, 8) and not moe.supports(moe.MAX_ROUTE_EXPERTS + 1, 8) and not moe.supports(64, 33)
 
 
-@pytest.mark.parametrize("flag", ["0", "1"])
-def test_public_ops_on_cpu_tensors_run_the_reference_whatever_the_flag(monkeypatch, flag):
-    monkeypatch.setenv("VT_MOE_KERNELS", flag)
+@pytest.mark.parametrize("flag", [False, True])
+def test_public_ops_on_cpu_tensors_run_the_reference_whatever_the_flag(flag):
     logits = distinct_logits(5, 9, torch.Generator().manual_seed(2))
-    weights, ids = moe_route(logits, 3, True, torch.float32)
+    weights, ids = kernels.moe_route(FlagSnapshot.defaults().with_(VT_MOE_KERNELS=flag), logits, 3, True,
+                                     torch.float32)
     probs = torch.softmax(logits, -1)
     expect = torch.sort(probs, dim=-1, descending=True, stable=True)
     assert torch.equal(ids, expect.indices[:, :3])
@@ -186,7 +188,7 @@ def test_public_ops_on_cpu_tensors_run_the_reference_whatever_the_flag(monkeypat
 
 
 @gpu
-def test_public_ops_dispatch_to_the_kernels_under_the_flag(cuda, monkeypatch):
+def test_public_ops_dispatch_to_the_kernels_under_the_flag(cuda):
     from engine.cuda import moe
 
     gen = torch.Generator().manual_seed(4)
@@ -194,12 +196,13 @@ def test_public_ops_dispatch_to_the_kernels_under_the_flag(cuda, monkeypatch):
     gate_up = (torch.randn(6, 48, 64, generator=gen) / 8).to(torch.bfloat16).to(cuda)
     down = (torch.randn(6, 64, 24, generator=gen) / 5).to(torch.bfloat16).to(cuda)
     logits = distinct_logits(3, 6, gen).to(cuda)
-    monkeypatch.setenv("VT_MOE_KERNELS", "1")
-    weights, ids = moe_route(logits, 2, True, torch.bfloat16)
+    on = FlagSnapshot.defaults().with_(VT_MOE_KERNELS=True)
+    kernels.reset_counts()
+    weights, ids = kernels.moe_route(on, logits, 2, True, torch.bfloat16)
     assert all(torch.equal(a, b) for a, b in zip((weights, ids), moe.route(logits, 2, True, torch.bfloat16)))
-    assert torch.equal(moe_experts(x, gate_up, down, weights, ids), moe.experts(x, gate_up, down, weights, ids))
-    monkeypatch.setenv("VT_KERNELS", "0")  # the master switch turns every compiled kernel off
-    ref = moe_experts(x, gate_up, down, weights, ids)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    monkeypatch.setenv("VT_MOE_KERNELS", "0")
-    assert torch.equal(moe_experts(x, gate_up, down, weights, ids), ref)
+    got = kernels.moe_experts(on, x, gate_up, down, weights, ids)
+    assert torch.equal(got, moe.experts(x, gate_up, down, weights, ids))
+    ref = kernels.moe_experts(on.with_(VT_KERNELS=False), x, gate_up, down, weights, ids)  # the master switch
+    assert torch.equal(kernels.moe_experts(on.with_(VT_MOE_KERNELS=False), x, gate_up, down, weights, ids), ref)
+    assert kernels.counts().ran == {("moe_route", "cuda"): 1, ("moe_experts", "cuda"): 1,
+                                    ("moe_experts", "reference"): 2}

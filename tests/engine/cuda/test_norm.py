@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
+from engine.flags import REFERENCE, FlagSnapshot
 from engine.ops.norm import fused_add_rms_norm, rms_norm
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
@@ -141,29 +143,23 @@ def test_weight_of_another_dtype_is_named(cuda):
 
 
 @gpu
-def test_ops_dispatch_to_the_kernels_only_under_both_flags(cuda, monkeypatch):
-    import engine.ops.norm as ops
+def test_the_table_runs_the_kernels_only_under_both_flags(cuda):
     from engine.cuda import norm
 
-    calls: list[str] = []
-    for name in ("rms_norm", "fused_add_rms_norm"):
-        real = getattr(norm, name)
-        monkeypatch.setattr(norm, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
-    x = torch.randn(5, 333, dtype=torch.bfloat16, device=cuda)
-    r = torch.randn(5, 333, dtype=torch.bfloat16, device=cuda)
-    w = torch.rand(333, dtype=torch.bfloat16, device=cuda) + 0.5
-    monkeypatch.setenv("VT_NORM_KERNEL", "1")
-    ops.rms_norm(x, w, EPS), ops.fused_add_rms_norm(x, r, w, EPS), ops.qk_norm(x.view(5, 9, 37), w[:37], EPS)
-    assert calls == []  # VT_KERNELS=0 (the fixture): the torch reference everywhere
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ops.rms_norm(x, w, EPS), norm.rms_norm(x, w, EPS))
-    got, got_res = ops.fused_add_rms_norm(x, r, w, EPS)
-    assert calls == ["rms_norm", "rms_norm", "fused_add_rms_norm"] and torch.equal(got_res, x + r)
-    ops.qk_norm(x.view(5, 9, 37), w[:37], EPS)
-    assert calls[-1] == "rms_norm"
-    monkeypatch.setenv("VT_NORM_KERNEL", "0")
-    ops.rms_norm(x, w, EPS)
-    assert len(calls) == 4
+    x = torch.randn(5, 9 * 37, device=cuda, dtype=torch.bfloat16)
+    r, w = torch.randn_like(x), torch.randn(9 * 37, device=cuda, dtype=torch.bfloat16)
+    on = FlagSnapshot.defaults().with_(VT_NORM_KERNEL=True)
+    kernels.reset_counts()
+    assert torch.equal(kernels.rms_norm(on, x, w, EPS), norm.rms_norm(x, w, EPS))
+    got, got_res = kernels.fused_add_rms_norm(on, x, r, w, EPS)
+    want, want_res = norm.fused_add_rms_norm(x, r, w, EPS)
+    assert torch.equal(got, want) and torch.equal(got_res, want_res)
+    kernels.qk_norm(on, x.view(5, 9, 37), w[:37], EPS)
+    kernels.rms_norm(on.with_(VT_NORM_KERNEL=False), x, w, EPS)
+    kernels.rms_norm(REFERENCE, x, w, EPS)
+    assert kernels.counts().ran == {("rms_norm", "cuda"): 1, ("fused_add_rms_norm", "cuda"): 1,
+                                    ("qk_norm", "cuda"): 1, ("rms_norm", "reference"): 2}
+
 
 
 def test_binding_argtypes_match_the_launchers():

@@ -41,22 +41,18 @@ def test_supported_shapes() -> None:
     assert not tiled.supported(128, 4, torch.float32)
 
 
-def test_dispatch_takes_the_tiled_arm_only_when_flagged_and_supported(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cuda import paged_attn, paged_attn_tiled
+def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None:
+    from engine import kernels
+    from engine.flags import FlagSnapshot
 
-    calls = []
-    monkeypatch.setattr(paged_attn_tiled, "decode", lambda *a: calls.append(a) or "tiled")
-    monkeypatch.setattr(paged_attn, "paged_decode_attention", lambda *a: "other")
-    monkeypatch.delenv("VT_ATTN_SPLITKV", raising=False)
-    monkeypatch.setenv("VT_ATTN_TILED", "0")
+    tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
+    assert kernels.paged_decode_attention.arms[0] is tiled  # it takes precedence over every other arm
+    assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
     x = cases.paged_inputs(3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16,
                            window=None)
-    assert paged_attn.dispatch(*cases._args(x), None) == "other"
-    monkeypatch.setenv("VT_ATTN_TILED", "1")
-    assert paged_attn.dispatch(*cases._args(x), None) == "tiled"
+    assert tiled.supports(*cases._args(x), None)
     fp32 = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in x.items()}
-    assert paged_attn.dispatch(*cases._args(fp32), None) == "other"  # fp32 is not compiled: another arm
-    assert len(calls) == 1
+    assert not tiled.supports(*cases._args(fp32), None)  # fp32 is not compiled: another arm
 
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernel runs on a GPU")

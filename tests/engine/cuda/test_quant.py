@@ -1,13 +1,22 @@
 """Tests for the AWQ, GPTQ and NVFP4 kernels (engine/cuda/quant.cu): bit-exact dequant, GEMV within bf16 tolerance."""
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
-from engine.ops.awq import awq_linear, dequant_awq
-from engine.ops.gptq import dequant_gptq, gptq_linear
-from engine.ops.nvfp4 import dequant_nvfp4, nvfp4_linear
+from engine.flags import FlagSnapshot
+from engine.ops.quant import (
+    awq_linear,
+    dequant_awq,
+    dequant_gptq,
+    dequant_nvfp4,
+    gptq_linear,
+    nvfp4_linear,
+)
 from tests.engine.cuda import quant_pack
 from tests.engine.cuda.nvcc_strict import compile_strict, needs_nvcc
 
@@ -172,22 +181,26 @@ def test_binding_argtypes_match_the_launchers():
 
 
 @gpu
-def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda, monkeypatch):
+def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda):
     from engine.cuda import quant
 
     gen = torch.Generator().manual_seed(8)
     ck = quant_pack.awq(128, 64, 32, torch.float16, gen)
     args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), 32)
     x = torch.randn(1, 128, generator=gen).to(torch.bfloat16).to(cuda)
-    monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
-    monkeypatch.setenv("VT_DEQUANT_GEMV", "1")
-    assert torch.equal(dequant_awq(*args), quant.dequant_awq(*args))
-    assert torch.equal(awq_linear(x, *args), quant.awq_linear(x, *args))
+    on = FlagSnapshot.defaults().with_(VT_DEQUANT_KERNEL=True, VT_DEQUANT_GEMV=True)
+    kernels.reset_counts()
+    assert torch.equal(kernels.dequant_awq(on, *args), quant.dequant_awq(*args))
+    assert torch.equal(kernels.awq_linear(on, x, *args), quant.awq_linear(x, *args))
     x2 = x.expand(3, 128)  # M = 3: not a GEMV, so dequant (kernel) then linear
-    torch.testing.assert_close(awq_linear(x2, *args), x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
+    torch.testing.assert_close(kernels.awq_linear(on, x2, *args),
+                               x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
     nv = quant_pack.nvfp4(64, 128, gen)
     nargs = (nv.packed.to(cuda), nv.scales.to(cuda), nv.global_scale.to(cuda))
-    assert torch.equal(nvfp4_linear(x, *nargs), quant.nvfp4_linear(x, *nargs))
+    assert torch.equal(kernels.nvfp4_linear(on, x, *nargs), quant.nvfp4_linear(x, *nargs))
+    ran = kernels.counts().ran
+    assert ran[("awq_linear", "gemv")] == 1 and ran[("awq_linear", "dequant_then_linear")] == 1
+    assert ran[("dequant_awq", "cuda")] == 2 and ran[("nvfp4_linear", "gemv")] == 1
 
 
 def test_global_scale_is_passed_without_a_device_copy(monkeypatch):
@@ -227,7 +240,7 @@ def test_split_counters_are_zeroed_once_per_device(monkeypatch):
 
 
 @gpu
-def test_kernel_paths_are_graph_capturable_and_deterministic(cuda, monkeypatch):
+def test_kernel_paths_are_graph_capturable_and_deterministic(cuda):
     """dequant+linear and the fused GEMVs capture into a CUDA graph (no host copy or sync per call), replay
     to the eager result, and leave the split-K counters zero."""
     from engine.cuda import quant
@@ -241,11 +254,10 @@ def test_kernel_paths_are_graph_capturable_and_deterministic(cuda, monkeypatch):
     g_args = (gq.qweight.to(cuda), gq.qzeros.to(cuda), gq.scales.to(cuda), gq.groups_of_rows.to(cuda))
     n_args = (nv.packed.to(cuda), nv.scales.to(cuda))
     gs = nv.global_scale.to(cuda)  # moved before the capture: only the ops are under test
-    ops = [lambda: awq_linear(x, *a_args), lambda: gptq_linear(x, *g_args),
-           lambda: nvfp4_linear(x, *n_args, 0.01), lambda: nvfp4_linear(x, *n_args, gs)]
-    monkeypatch.setenv("VT_DEQUANT_KERNEL", "1")
-    for fused in ("0", "1"):
-        monkeypatch.setenv("VT_DEQUANT_GEMV", fused)
+    for fused in (False, True):
+        f = FlagSnapshot.defaults().with_(VT_DEQUANT_KERNEL=True, VT_DEQUANT_GEMV=fused)
+        ops = [partial(kernels.awq_linear, f, x, *a_args), partial(kernels.gptq_linear, f, x, *g_args),
+               partial(kernels.nvfp4_linear, f, x, *n_args, 0.01), partial(kernels.nvfp4_linear, f, x, *n_args, gs)]
         for i, op in enumerate(ops):
             eager = op()
             assert torch.equal(op(), eager), (fused, i)  # deterministic: fixed-order split-K sums

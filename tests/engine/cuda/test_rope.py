@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
+from engine.flags import FlagSnapshot
 from engine.ops.norm import qk_norm
 from engine.ops.rope import apply_rope_neox, rope_cos_sin
 
@@ -101,27 +103,21 @@ def test_fused_qk_norm_rope_matches_the_two_references(cuda, shape, dtype):
 
 
 @gpu
-def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
-    import engine.ops.rope as ops
+def test_the_table_runs_the_kernels_only_under_their_flags(cuda):
     from engine.cuda import rope
 
-    calls: list[str] = []
-    for name in ("apply_rope_neox", "qk_norm_rope"):
-        real = getattr(rope, name)
-        monkeypatch.setattr(rope, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
-    x, cos, sin = inputs((7, 3, 128), torch.bfloat16, cuda, seed=2)
-    w = torch.rand(128, device=cuda).to(torch.bfloat16) + 0.5
-    want = ops.apply_rope_neox(x, cos, sin)
-    ops.qk_norm_rope(x, w, cos, sin, EPS)
-    assert calls == []  # VT_KERNELS=0 (the fixture)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ops.apply_rope_neox(x, cos, sin), want)  # VT_ROPE_KERNEL is on by default, and bitwise
-    monkeypatch.setenv("VT_NORM_KERNEL", "0")
-    monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "0")
-    ops.qk_norm_rope(x, w, cos, sin, EPS)  # the rollback: qk_norm in torch, then the RoPE kernel
-    monkeypatch.setenv("VT_QK_NORM_ROPE_FUSED", "1")
-    assert torch.equal(ops.qk_norm_rope(x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
-    assert calls == ["apply_rope_neox", "apply_rope_neox", "qk_norm_rope", "qk_norm_rope"]
+    x = torch.randn(5, 3, 64, device=cuda, dtype=torch.bfloat16)
+    w = torch.randn(64, device=cuda, dtype=torch.bfloat16)
+    cos, sin = rope_cos_sin(torch.arange(5, device=cuda), 64, 10000.0, torch.bfloat16)
+    base = FlagSnapshot.defaults()
+    kernels.reset_counts()
+    assert torch.equal(kernels.apply_rope_neox(base, x, cos, sin), apply_rope_neox(x, cos, sin))  # bitwise
+    rollback = base.with_(VT_NORM_KERNEL=False, VT_QK_NORM_ROPE_FUSED=False)
+    kernels.qk_norm_rope(rollback, x, w, cos, sin, EPS)  # qk_norm in torch, then the RoPE kernel
+    assert torch.equal(kernels.qk_norm_rope(base, x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
+    assert kernels.counts().ran == {("apply_rope_neox", "cuda"): 2, ("qk_norm_rope", "norm_then_rope"): 1,
+                                    ("qk_norm", "reference"): 1, ("qk_norm_rope", "fused"): 1}
+
 
 
 def test_binding_argtypes_match_the_launchers():

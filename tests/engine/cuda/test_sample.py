@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine import kernels
 from engine.cuda import build
+from engine.flags import FlagSnapshot
 from engine.gates.cases.sample import kept_set
-from engine.ops.sampling import greedy_argmax, sample_top_k_top_p
+from engine.ops.sample import greedy_argmax, sample_top_k_top_p
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
                                 reason="nvcc not found: the CUDA sources cannot be compiled here")
@@ -139,27 +141,19 @@ def test_sample_frequencies_follow_the_renormalized_softmax(cuda, top_k, top_p):
 
 
 @gpu
-def test_ops_dispatch_to_the_kernels_only_under_their_flags(cuda, monkeypatch):
-    import engine.ops.sampling as ops
-    from engine.cuda import sample
+def test_the_table_runs_the_kernels_only_under_their_flags(cuda):
+    logits = torch.randn(3, 1000, device=cuda, dtype=torch.bfloat16)
+    base = FlagSnapshot.defaults()
+    kernels.reset_counts()
+    assert torch.equal(kernels.greedy_argmax(base, logits), greedy_argmax(logits))
+    kernels.sample_top_k_top_p(base, logits, 20, 0.9, 1.0, torch.Generator().manual_seed(0))  # VT_SAMPLE_KERNEL off
+    on = base.with_(VT_SAMPLE_KERNEL=True)
+    a = kernels.sample_top_k_top_p(on, logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
+    b = kernels.sample_top_k_top_p(on, logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)  # the same generator state: the same seed, the same tokens
+    assert kernels.counts().ran == {("greedy_argmax", "cuda"): 1, ("sample_top_k_top_p", "reference"): 1,
+                                    ("sample_top_k_top_p", "cuda"): 2}
 
-    calls: list[str] = []
-    for name in ("greedy_argmax", "sample_top_k_top_p"):
-        real = getattr(sample, name)
-        monkeypatch.setattr(sample, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
-    logits = torch.randn(4, 5000, device=cuda, dtype=torch.bfloat16)
-    want = ops.greedy_argmax(logits)
-    ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(0))
-    assert calls == []  # VT_KERNELS=0 (the fixture)
-    monkeypatch.setenv("VT_KERNELS", "1")
-    assert torch.equal(ops.greedy_argmax(logits), want) and calls == ["greedy_argmax"]
-    ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(0))  # VT_SAMPLE_KERNEL is off
-    monkeypatch.setenv("VT_SAMPLE_KERNEL", "1")
-    a = ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
-    b = ops.sample_top_k_top_p(logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
-    assert calls == ["greedy_argmax", "sample_top_k_top_p", "sample_top_k_top_p"]
-    assert torch.equal(a, b) and a.device == logits.device  # the generator's state seeds the kernel
-    assert bool(kept_set(logits.float(), 20, 0.9 + 1e-3, 1.0)[torch.arange(4, device=cuda), a].all())
 
 
 def test_binding_argtypes_match_the_launchers():

@@ -7,6 +7,7 @@ import torch
 from safetensors import safe_open
 
 from engine import flags
+from engine.flags import FlagSnapshot
 from engine.model import qwen3
 from engine.model.layers import MergedLinear
 from engine.model.loader import load_model
@@ -18,9 +19,9 @@ def test_flag_is_on_after_its_flip() -> None:
     assert flags.FLAGS["VT_MERGED_PROJ"].gates == "MODEL-MERGED-PROJ"
 
 
-def test_merged_path_is_gpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VT_MERGED_PROJ", "1")
-    assert not qwen3.merged_projections(torch.ones(1, 4))  # a CPU tensor keeps the reference path
+def test_merged_path_is_gpu_only() -> None:
+    on = FlagSnapshot.defaults().with_(VT_MERGED_PROJ=True)
+    assert not qwen3.merged_projections(torch.ones(1, 4), on)  # a CPU tensor keeps the reference path
 
 
 def test_parts_are_views_of_the_merged_weight() -> None:
@@ -31,8 +32,9 @@ def test_parts_are_views_of_the_merged_weight() -> None:
     assert m.weight[:, 0].tolist() == [1.0] * 4 + [2.0] * 2 + [3.0] * 3
     assert m.bias.tolist() == [-1.0] * 4 + [-2.0] * 2 + [-3.0] * 3
     x = torch.randn(3, 6)
-    separate = torch.cat([p(x) for p in m.parts], dim=-1)
-    torch.testing.assert_close(m(x), separate)
+    flags = FlagSnapshot.defaults()
+    separate = torch.cat([p(x, flags) for p in m.parts], dim=-1)
+    torch.testing.assert_close(m(x, flags), separate)
 
 
 def test_a_moved_module_refuses_the_merged_gemm() -> None:
@@ -40,7 +42,7 @@ def test_a_moved_module_refuses_the_merged_gemm() -> None:
     for p in m.parts:  # what Module.to() does: new parameters for the parts, the merged tensor left behind
         p.weight = torch.nn.Parameter(p.weight.detach().clone(), requires_grad=False)
     with pytest.raises(RuntimeError, match="no longer alias the merged weight"):
-        m(torch.randn(2, 5))
+        m(torch.randn(2, 5), FlagSnapshot.defaults())
 
 
 def test_loading_a_checkpoint_fills_the_merged_weights(tiny_checkpoint) -> None:
@@ -65,11 +67,11 @@ def test_merged_path_decodes_the_same_tokens(tiny_checkpoint, monkeypatch: pytes
     calls = []
     real = MergedLinear.forward
 
-    def counted(self, x):
+    def counted(self, x, flags):
         calls.append(tuple(x.shape))
-        return real(self, x)
+        return real(self, x, flags)
 
-    monkeypatch.setattr(qwen3, "merged_projections", lambda x: True)  # the GPU route, forced on the CPU
+    monkeypatch.setattr(qwen3, "merged_projections", lambda x, flags: True)  # the GPU route, forced on the CPU
     monkeypatch.setattr(MergedLinear, "forward", counted)
     merged = Runner(path, torch.float32, max_batch=2, max_model_len=32).generate(prompts, 8).tokens
     assert merged == separate

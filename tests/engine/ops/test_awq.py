@@ -1,10 +1,17 @@
-"""Tests for engine.ops.awq: hand-packed words, a random round trip, and dequant-then-linear."""
+"""Tests for engine.ops.quant (awq): hand-packed words, a random round trip, and dequant-then-linear."""
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.awq import awq_linear, dequant_awq
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+awq_linear = partial(kernels.awq_linear, REFERENCE)
+dequant_awq = partial(kernels.dequant_awq, REFERENCE)
 
 
 def to_int32(word: int) -> int:

@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.gdn import gated_delta_chunked, gated_delta_decode
+from engine import kernels
+from engine.flags import REFERENCE
+from engine.ops.gdn import gated_delta_chunked
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+gated_delta_decode = partial(kernels.gated_delta_decode, REFERENCE)
 
 
 def loop_recurrence(q, k, v, g, beta, state, scale=1.0, l2norm=False):

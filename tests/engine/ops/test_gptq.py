@@ -1,10 +1,17 @@
-"""Tests for engine.ops.gptq: hand-packed words with act order, v1/v2 zeros, round trips, dequant-then-linear."""
+"""Tests for engine.ops.quant (gptq): hand-packed words with act order, v1/v2 zeros, round trips, dequant-then-linear."""
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.gptq import dequant_gptq, gptq_linear
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+dequant_gptq = partial(kernels.dequant_gptq, REFERENCE)
+gptq_linear = partial(kernels.gptq_linear, REFERENCE)
 
 
 def to_int32(word: int) -> int:

@@ -1,10 +1,18 @@
-"""Tests for engine.ops.nvfp4: hand-packed bytes and scales, a random round trip, dequant-then-linear."""
+"""Tests for engine.ops.quant (nvfp4): hand-packed bytes and scales, a random round trip, dequant-then-linear."""
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.nvfp4 import dequant_nvfp4, nvfp4_linear
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+dequant_nvfp4 = partial(kernels.dequant_nvfp4, REFERENCE)
+nvfp4_linear = partial(kernels.nvfp4_linear, REFERENCE)
+
 
 # element codes 0..15 of a row (sign bit 3, magnitude 0, .5, 1, 1.5, 2, 3, 4, 6) and their values
 CODES = [0x1, 0x9, 0x7, 0xF, 0x2, 0x3, 0x4, 0x5, 0x6, 0xE, 0x0, 0x8, 0xA, 0xB, 0xC, 0xD]

@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.rope import apply_rope_neox, rope_cos_sin
+from engine import kernels
+from engine.flags import REFERENCE
+from engine.ops.rope import rope_cos_sin
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+apply_rope_neox = partial(kernels.apply_rope_neox, REFERENCE)
 
 
 def reference_angles(positions: list[int], head_dim: int, theta: float) -> torch.Tensor:

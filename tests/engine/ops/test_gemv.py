@@ -1,10 +1,17 @@
-"""Tests for engine.ops.linear: dtype-faithful linear and embedding."""
+"""Tests for engine.ops.gemv: dtype-faithful linear and embedding."""
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.linear import embedding, linear
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+embedding = partial(kernels.embedding, REFERENCE)
+linear = partial(kernels.linear, REFERENCE)
 
 
 def reference_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
@@ -78,16 +85,18 @@ class _GpuRows:
         return self._n
 
 
-def test_decode_rows_of_a_row_major_weight_take_the_gemv(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_rows_of_a_row_major_weight_take_the_gemv() -> None:
     from engine.cuda import gemv
-    from engine.ops.linear import takes_gemv
+    from engine.flags import FlagSnapshot
+
+    def arm(x: object, w: torch.Tensor, snapshot: FlagSnapshot | None = None) -> str:
+        return kernels.linear.choose(snapshot or FlagSnapshot.defaults(), x, w)  # type: ignore[arg-type]
 
     w = torch.randn(48, 32)
-    monkeypatch.delenv("VT_GEMV", raising=False)  # ON by default
-    assert takes_gemv(_GpuRows(1, 32), w)
-    assert takes_gemv(_GpuRows(gemv.MAX_ROWS, 32), w)
-    assert not takes_gemv(_GpuRows(gemv.MAX_ROWS + 1, 32), w)  # a prefill keeps the GEMM
-    assert not takes_gemv(_GpuRows(1, 48), w.T)  # a transposed weight too: the GEMM reads it in place
-    assert not takes_gemv(torch.randn(1, 32), w)  # a CPU tensor runs the reference
-    monkeypatch.setenv("VT_GEMV", "0")
-    assert not takes_gemv(_GpuRows(1, 32), w)
+    assert arm(_GpuRows(1, 32), w) == "gemv"  # VT_GEMV is ON by default
+    assert arm(_GpuRows(gemv.MAX_ROWS, 32), w) == "gemv"
+    assert arm(_GpuRows(gemv.MAX_ROWS + 1, 32), w) == "reference"  # a prefill keeps the GEMM
+    assert arm(_GpuRows(1, 48), w.T) == "reference"  # a transposed weight too: the GEMM reads it in place
+    assert arm(torch.randn(1, 32), w) == "reference"  # a CPU tensor runs the reference
+    assert arm(_GpuRows(1, 32), w, FlagSnapshot.defaults().with_(VT_GEMV=False)) == "reference"
+    assert arm(_GpuRows(1, 32), w, REFERENCE) == "reference"  # VT_KERNELS=0: every op its reference

@@ -1,12 +1,18 @@
-"""Tests for engine.ops.attention: packed causal prefill and paged decode attention."""
+"""Tests for engine.ops.paged_attn: packed causal prefill and paged decode attention."""
 from __future__ import annotations
 
 import types
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.attention import paged_decode_attention, prefill_attention
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+paged_decode_attention = partial(kernels.paged_decode_attention, REFERENCE)
+prefill_attention = partial(kernels.prefill_attention, REFERENCE)
 
 
 def reference_attention(q, k, v, q_pos, window):

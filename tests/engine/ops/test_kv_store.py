@@ -1,10 +1,17 @@
-"""Tests for engine.ops.kv_cache: paged store by slot mapping, and the slot mapping."""
+"""Tests for engine.ops.kv_store: paged store by slot mapping, and the slot mapping."""
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.kv_cache import slot_mapping_for, store_kv
+from engine import kernels
+from engine.flags import REFERENCE
+from engine.ops.kv_store import slot_mapping_for
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+store_kv = partial(kernels.store_kv, REFERENCE)
 
 
 def test_store_kv_writes_each_slot_and_skips_padding(dtype, gen):

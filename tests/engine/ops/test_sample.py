@@ -1,12 +1,18 @@
-"""Tests for engine.ops.sampling: greedy argmax semantics and seeded top-k/top-p sampling."""
+"""Tests for engine.ops.sample: greedy argmax semantics and seeded top-k/top-p sampling."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from engine.ops.sampling import greedy_argmax, sample_top_k_top_p
+from engine import kernels
+from engine.flags import REFERENCE
+
+# the table with every kernel off: its entry checks, then the pure-torch reference
+greedy_argmax = partial(kernels.greedy_argmax, REFERENCE)
+sample_top_k_top_p = partial(kernels.sample_top_k_top_p, REFERENCE)
 
 
 def loop_argmax(row: list[float]) -> int:

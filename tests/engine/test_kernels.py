@@ -1,0 +1,118 @@
+"""The kernel table: snapshots, arm choice, selection counters, and the gate's report of them (CPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.flags import REFERENCE, FlagSnapshot
+from engine.gates.cli import report
+from engine.gates.result import PASS, GateResult
+
+
+@pytest.fixture(autouse=True)
+def fresh_counts():
+    kernels.reset_counts()
+    yield
+    kernels.reset_counts()
+
+
+class _OnGpu:
+    """A stand-in for a CUDA tensor in the arm choice: only is_cuda and shape are read."""
+
+    def __init__(self, *shape: int, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.is_cuda, self.shape, self.dtype = True, shape, dtype
+
+
+def test_snapshot_is_read_once_and_frozen() -> None:
+    snap = FlagSnapshot.from_env({"VT_GEMV": "0", "VT_ATTN_SPLITKV": "yes"})
+    assert snap == FlagSnapshot.defaults().with_(VT_GEMV=False, VT_ATTN_SPLITKV=True)
+    assert snap.changed() == {"VT_GEMV": False, "VT_ATTN_SPLITKV": True}
+    with pytest.raises(ValueError, match="VT_GEMV='maybe': expected one of"):
+        FlagSnapshot.from_env({"VT_GEMV": "maybe"})
+    with pytest.raises(KeyError, match="VT_NOPE: not a flag"):
+        FlagSnapshot.defaults().with_(VT_NOPE=True)
+    with pytest.raises(TypeError, match="VT_GEMV: a boolean flag"):
+        FlagSnapshot.defaults().with_(VT_GEMV="1")
+    with pytest.raises(AttributeError):
+        snap.values = {}  # type: ignore[misc]
+
+
+def test_attention_arms_follow_the_snapshot_in_precedence_order() -> None:
+    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+
+    def arm(snap: FlagSnapshot, d: int, group: int, dtype: torch.dtype = torch.bfloat16) -> str:
+        q, k_cache = _OnGpu(2, 4 * group, d, dtype=dtype), _OnGpu(9, 16, 4, d)
+        return op.choose(snap, q, k_cache, None, None, None, 1.0)  # type: ignore[arg-type]
+
+    assert arm(base, 128, 2) == "tiled"  # ON by default
+    off = base.with_(VT_ATTN_TILED=False)
+    assert arm(off, 256, 4) == "generic"  # the fast arms default off
+    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4) == "warp"
+    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 128, 4) == "generic"  # EPL 4 needs VT_ATTN_DECODE_D128 too
+    assert arm(off.with_(VT_ATTN_DECODE_OPT=True, VT_ATTN_DECODE_D128=True), 128, 4) == "warp_d128"
+    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4, torch.float16) == "generic"  # fast arms: fp32, bf16
+    assert arm(off.with_(VT_ATTN_DECODE_GQA=True), 64, 8, torch.float32) == "gqa"
+    assert arm(off.with_(VT_ATTN_DECODE_GQA=True, VT_ATTN_DECODE_OPT=True), 256, 3) == "warp"  # no ratio-3 GQA
+    swap = off.with_(VT_ATTN_SPLITKV=True, VT_ATTN_SPLITKV_GQA_SWAP=True)
+    assert arm(swap, 128, 4) == "splitkv_swap"
+    assert arm(swap, 128, 3) == "splitkv"  # the swap takes 1/2/4/8 query heads per KV head
+    assert arm(base.with_(VT_ATTN_SPLITKV=True), 128, 4) == "tiled"  # the tiled arm takes precedence
+    assert arm(base, 128, 16) == "generic"  # more than 8 query heads per KV head: not the tiled arm
+    assert arm(REFERENCE, 128, 2) == "reference"
+
+
+def test_a_call_counts_its_arm_and_a_cpu_tensor_runs_the_reference() -> None:
+    x, w = torch.randn(3, 8), torch.randn(8)
+    kernels.rms_norm(FlagSnapshot.defaults(), x, w, 1e-6)
+    kernels.rms_norm(REFERENCE, x, w, 1e-6)
+    seen = kernels.counts()
+    assert seen.ran == {("rms_norm", "reference"): 2} and not seen.fallbacks
+    assert kernels.arms_ran("VT_NORM_KERNEL", seen) == 0
+    assert kernels.render_counts(seen).splitlines()[1:] == ["  rms_norm/reference 2"]
+
+
+def test_the_inputs_are_checked_once_at_the_table_naming_the_tensor() -> None:
+    with pytest.raises(ValueError, match=r"weight: dim 0 is 7 but x's last dim \(hidden\) is 8"):
+        kernels.call("rms_norm", FlagSnapshot.defaults(), torch.randn(3, 8), torch.randn(7), 1e-6)
+    assert not kernels.counts().ran  # a rejected call ran nothing
+
+
+def test_a_runner_passes_its_snapshot_down_and_every_op_is_counted(tiny_model_dir) -> None:
+    from engine.runner import Runner
+
+    runner = Runner(tiny_model_dir, flags=REFERENCE)
+    runner.generate([[1, 2, 3]], 3)
+    ran = kernels.counts().ran
+    assert runner.flags is REFERENCE
+    for op in ("embedding", "linear", "rms_norm", "qk_norm_rope", "store_kv", "prefill_attention",
+               "paged_decode_attention", "silu_and_mul", "greedy_argmax"):
+        assert ran[(op, "reference")] > 0, op
+    assert ran[("paged_decode_attention", "reference")] == 2 * runner.config.num_hidden_layers  # 2 decode steps
+
+
+def test_a_gate_prints_the_arms_that_ran_and_fails_when_the_arm_under_test_never_ran(capsys) -> None:
+    passed = GateResult("tokens", PASS, "3/3 prompts token-exact")
+    kernels.rms_norm(FlagSnapshot.defaults(), torch.randn(2, 4), torch.randn(4), 1e-6)
+    assert report(passed, False) == 0
+    assert report(passed, False, require=["VT_NORM_KERNEL"]) == 1  # a passing gate that never ran the arm
+    out = capsys.readouterr().out
+    assert "  rms_norm/reference 1" in out.splitlines()
+    assert ("FAIL: no arm gated by VT_NORM_KERNEL ran (0 calls): the gate did not exercise the arm under test"
+            in out.splitlines())
+    kernels.COUNTS.ran[("rms_norm", "cuda")] += 1  # as a GPU run counts it
+    assert report(passed, False, require=["VT_NORM_KERNEL"]) == 0
+    assert "  rms_norm/cuda 1 [VT_NORM_KERNEL]" in capsys.readouterr().out.splitlines()
+
+
+def test_the_gate_command_prints_its_own_arms_and_a_flip_fails_on_a_zero_count(capsys) -> None:
+    from engine.cli import main
+
+    kernels.COUNTS.ran[("rms_norm", "cuda")] += 5  # left over from earlier work in this process: reset by the gate
+    argv = ["gate", "tokens", "--prompt-ids", "5,6,7", "--max-new-tokens", "2"]
+    assert main([*argv, "--require-arm", "VT_NORM_KERNEL"]) == 1  # the CPU runs references only
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "tokens: PASS: 2 tokens over 1 prompts equal the oracle's"  # passing, yet refused
+    assert "FAIL: no arm gated by VT_NORM_KERNEL ran (0 calls): the gate did not exercise the arm under test" in out
+    assert [ln for ln in out if ln.startswith("  paged_decode_attention/reference ")]  # one decode step ran
+    assert not [ln for ln in out if "/cuda" in ln]  # nor is the stale count of before the gate reported

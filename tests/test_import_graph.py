@@ -1,0 +1,162 @@
+"""The import graph of `checkers` and `engine`, read from the AST: no circle, and no lazy import without a reason.
+
+Every `import` and `from ... import` counts, at module level and inside functions: a circle hidden
+behind a function-level import is still a circle. A function-level import in `engine` must say why it
+is not at the top (`# why: ...` on its line): start-up time or an optional package.
+"""
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("checkers", "engine")
+WHY_PACKAGES = ("engine",)  # checkers' function-level imports are reasoned in its own layout work
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at function level) for every import of a first-party module in `path`."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nested = {id(n) for top in ast.walk(tree) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(top) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    found = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                base = ".".join(up[:len(up) - node.level + 1] + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` of a module: its nearest known module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.append((target, node.lineno, id(node) in nested))
+    return found
+
+
+@cache
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: {t for t, _, _ in imports(name, path, known)} for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per strongly connected component of more than one module (Tarjan), as a closed path."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(_circle(sorted(component), edges))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _circle(component: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """A shortest closed path through the component's first module (breadth first, inside the component)."""
+    start, inside = component[0], set(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(edges[v] & inside):
+            if w == start:
+                return paths[v] + [start]
+            if w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return component
+
+
+def test_no_import_circle() -> None:
+    found = cycles(graph())
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_finder_names_a_seeded_circle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(edges) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_function_level_imports_are_seen(tmp_path: Path) -> None:
+    """The graph counts an import inside a function, so a circle cannot hide behind one."""
+    path = ROOT / "engine" / "cli.py"
+    found = imports("engine.cli", path, set(modules()))
+    assert ("engine.gates.cli", 11, False) in [(t, n, lazy) for t, n, lazy in found if t == "engine.gates.cli"]
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from engine import kernels\n")
+    assert imports("engine.m", src, {"engine", "engine.kernels"}) == [("engine.kernels", 2, True)]
+
+
+@pytest.mark.parametrize("package", WHY_PACKAGES)
+def test_function_level_imports_say_why(package: str) -> None:
+    missing = []
+    for name, path in modules().items():
+        if not name.startswith(package):
+            continue
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and "# why:" not in lines[node.lineno - 1]:
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not missing, "function-level imports without a `# why:` reason:\n" + "\n".join(missing)
+
+
+def test_engine_ops_imports_neither_the_bindings_nor_the_flags() -> None:
+    edges = graph()
+    impure = {m: sorted(t for t in ts if t.startswith("engine.cuda") or t == "engine.flags")
+              for m, ts in edges.items() if m.startswith("engine.ops")}
+    assert not {m: ts for m, ts in impure.items() if ts}, impure
+    assert edges["engine.ops.norm"] == {"engine.ops._check"}  # the graph does see ops' own imports
+
+
+def test_the_halves_stay_apart() -> None:
+    edges = graph()
+    assert not [(m, t) for m, ts in edges.items() for t in ts if m.split(".")[0] != t.split(".")[0]]
