@@ -4,7 +4,7 @@ The contract (what model code, gates and benchmarks may rely on):
 
 - An `Op` joins one reference from `engine/ops/` (the semantics, runs anywhere), its entry check (the
   `check_<op>` beside the reference: shapes and dtypes, naming the tensor) and its `Arm`s in order. An
-  `Arm` is a name, the flags that must all be on (`flags`, from engine/flags.py), a `supports` predicate
+  `Arm` is a name, the flags that must all be on (`gated_by("VT_X", ...)`, from engine/flags.py), a `supports` predicate
   over the op's own arguments (shapes, dtypes, strides; `needs` says it in words) and the kernel (a
   binding in `engine/cuda/`, called with the op's arguments). A `composite` arm's kernel takes the
   snapshot first, because it runs other ops of this table (dequant, then linear).
@@ -47,12 +47,33 @@ from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import splitkv as cuda_splitkv
-from engine.flags import FlagSnapshot
-from engine.ops import act, gdn, gemv, kv_store, moe, norm, paged_attn, quant, rope, sample
+from engine.flags import FLAGS, FlagSnapshot
+from engine.ops import (
+    act,
+    gdn,
+    gemv,
+    kv_store,
+    moe,
+    norm,
+    paged_attn,
+    quant,
+    rope,
+    sample,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
 REFERENCE_ARM = "reference"
+
+
+def gated_by(*names: str) -> tuple[str, ...]:
+    """The flags an arm needs, all on (none: on whenever VT_KERNELS is); each must be declared in engine/flags.py.
+
+    The env-doc check counts `gated_by("VT_X", ...)` as the place that consults VT_X (its first name)."""
+    unknown = [n for n in names if n not in FLAGS or not FLAGS[n].is_bool]
+    if unknown:
+        raise KeyError(f"gated_by: {', '.join(unknown)} not a boolean flag declared in engine/flags.py")
+    return names
 
 
 @dataclass(frozen=True)
@@ -60,7 +81,7 @@ class Arm:
     """One fast implementation of an op: taken when all its `flags` are on and `supports(*args)` is true."""
 
     name: str
-    flags: tuple[str, ...]  # every one must be on; () = on whenever VT_KERNELS is
+    flags: tuple[str, ...]  # every one must be on (`gated_by(...)`); () = on whenever VT_KERNELS is
     supports: Callable[..., bool]  # over the op's arguments, as the op is called
     needs: str  # what `supports` demands, in words: the reason recorded when the arm declines
     kernel: Callable[..., Any]
@@ -168,11 +189,11 @@ class Switch:
     """A model-level choice behind a flag that is not one kernel (merged projections): counted like an arm."""
 
     name: str
-    flag: str
+    flags: tuple[str, ...]  # every one must be on
     arm: str  # the name counted when the switch is on; "reference" when off
 
     def __call__(self, snapshot: FlagSnapshot, x: torch.Tensor) -> bool:
-        on = x.is_cuda and snapshot.kernels and snapshot.enabled(self.flag)
+        on = x.is_cuda and snapshot.kernels and all(snapshot.enabled(f) for f in self.flags)
         COUNTS.ran[(self.name, self.arm if on else REFERENCE_ARM)] += 1
         return on
 
@@ -191,14 +212,14 @@ def arms_ran(flag: str, seen: Counts | None = None) -> int:
     """Calls of every arm gated by `flag` (an arm's own flags, or a switch's), in `seen` (default: now)."""
     seen = seen or COUNTS
     gated = {(op.name, a.name) for op in TABLE.values() for a in op.arms if flag in a.flags}
-    gated |= {(s.name, s.arm) for s in SWITCHES.values() if s.flag == flag}
+    gated |= {(s.name, s.arm) for s in SWITCHES.values() if flag in s.flags}
     return sum(n for key, n in seen.ran.items() if key in gated)
 
 
 def flags_of(op: str, arm: str) -> tuple[str, ...]:
     """The flags that gate one arm of the table ((), for the reference)."""
     if op in SWITCHES and arm == SWITCHES[op].arm:
-        return (SWITCHES[op].flag,)
+        return SWITCHES[op].flags
     if op in TABLE and arm != REFERENCE_ARM:
         return TABLE[op].arm(arm).flags
     return ()
@@ -349,31 +370,31 @@ def _nvfp4_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, packed: 
 KERNEL = "a CUDA tensor"  # the needs of an arm that takes every CUDA input the op's check accepts
 
 linear = Op(gemv.linear, gemv.check_linear, [
-    Arm("gemv", ("VT_GEMV",), _gemv_rows, f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
+    Arm("gemv", gated_by("VT_GEMV"), _gemv_rows, f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
         cuda_gemv.linear),
 ])
 embedding = Op(gemv.embedding, gemv.check_embedding)
 rms_norm = Op(norm.rms_norm, norm.check_rms_norm, [
-    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.rms_norm),
+    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
 ])
 fused_add_rms_norm = Op(norm.fused_add_rms_norm, norm.check_fused_add_rms_norm, [
-    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.fused_add_rms_norm),
+    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.fused_add_rms_norm),
 ])
 qk_norm = Op(norm.qk_norm, norm.check_qk_norm, [
-    Arm("cuda", ("VT_NORM_KERNEL",), _any, KERNEL, cuda_norm.rms_norm),
+    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
 ])
 apply_rope_neox = Op(rope.apply_rope_neox, rope.check_apply_rope_neox, [
-    Arm("cuda", ("VT_ROPE_KERNEL",), _any, KERNEL, cuda_rope.apply_rope_neox),
+    Arm("cuda", gated_by("VT_ROPE_KERNEL"), _any, KERNEL, cuda_rope.apply_rope_neox),
 ])
 qk_norm_rope = Op(rope.qk_norm_rope, rope.check_qk_norm_rope, [
-    Arm("fused", ("VT_QK_NORM_ROPE_FUSED",), _any, KERNEL, cuda_rope.qk_norm_rope),
-    Arm("norm_then_rope", (), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
+    Arm("fused", gated_by("VT_QK_NORM_ROPE_FUSED"), _any, KERNEL, cuda_rope.qk_norm_rope),
+    Arm("norm_then_rope", gated_by(), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
 ])
 silu_and_mul = Op(act.silu_and_mul, act.check_silu_and_mul, [
-    Arm("cuda", ("VT_ACT_KERNEL",), _any, KERNEL, cuda_act.silu_and_mul),
+    Arm("cuda", gated_by("VT_ACT_KERNEL"), _any, KERNEL, cuda_act.silu_and_mul),
 ])
 store_kv = Op(kv_store.store_kv, kv_store.check_store_kv, [
-    Arm("cuda", (), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
+    Arm("cuda", gated_by(), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
 ])
 prefill_attention = Op(paged_attn.prefill_attention, paged_attn.check_prefill_attention)
 extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_attention)
@@ -381,68 +402,69 @@ extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_atten
 # then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.
 paged_decode_attention = Op(paged_attn.paged_decode_attention, paged_attn.check_paged_decode_attention, [
-    Arm("tiled_fused", ("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"), _tiled_fused_fits,
+    Arm("tiled_fused", gated_by("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"), _tiled_fused_fits,
         "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
         _tiled_fused),
-    Arm("tiled", ("VT_ATTN_TILED",), _attn(cuda_tiled.supported),
+    Arm("tiled", gated_by("VT_ATTN_TILED"), _attn(cuda_tiled.supported),
         f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
         cuda_tiled.decode),
-    Arm("splitkv_swap", ("VT_ATTN_SPLITKV", "VT_ATTN_SPLITKV_GQA_SWAP"),
+    Arm("splitkv_swap", gated_by("VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_SPLITKV"),
         _attn(lambda d, g, t: _splitkv_fits(d, g, t) and g in _SWAP_GROUPS),
         f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head", _splitkv(swap=True)),
-    Arm("splitkv", ("VT_ATTN_SPLITKV",), _attn(_splitkv_fits), "fp32/bf16, head_dim 64/128/256",
+    Arm("splitkv", gated_by("VT_ATTN_SPLITKV"), _attn(_splitkv_fits), "fp32/bf16, head_dim 64/128/256",
         _splitkv(swap=False)),
-    Arm("gqa", ("VT_ATTN_DECODE_GQA",), _attn(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
+    Arm("gqa", gated_by("VT_ATTN_DECODE_GQA"), _attn(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
         "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head", _paged_arm(_PA.GQA)),
-    Arm("warp", ("VT_ATTN_DECODE_OPT",), _attn(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
+    Arm("warp", gated_by("VT_ATTN_DECODE_OPT"), _attn(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
         "fp32/bf16, head_dim 256", _paged_arm(_PA.WARP)),
-    Arm("warp_d128", ("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128"),
+    Arm("warp_d128", gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
         _attn(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)), "fp32/bf16, head_dim 128",
         _paged_arm(_PA.WARP)),
-    Arm("generic", (), _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
+    Arm("generic", gated_by(), _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
         "head_dim at most 256, a multiple of 8", _paged_arm(_PA.GENERIC)),
 ])
 greedy_argmax = Op(sample.greedy_argmax, sample.check_greedy_argmax, [
-    Arm("cuda", ("VT_ARGMAX_KERNEL",), _any, KERNEL, cuda_sample.greedy_argmax),
+    Arm("cuda", gated_by("VT_ARGMAX_KERNEL"), _any, KERNEL, cuda_sample.greedy_argmax),
 ])
 sample_top_k_top_p = Op(sample.sample_top_k_top_p, sample.check_sample_top_k_top_p, [
-    Arm("cuda", ("VT_SAMPLE_KERNEL",), _any, KERNEL, _sample_kernel),
+    Arm("cuda", gated_by("VT_SAMPLE_KERNEL"), _any, KERNEL, _sample_kernel),
 ])
 sample_rows = Op(sample.sample_rows, sample.check_sample_rows)  # the serving sampler's draw (engine/sampler.py)
 moe_route = Op(moe.moe_route, moe.check_moe_route, [
-    Arm("cuda", ("VT_MOE_KERNELS",), _moe_route_fits,
+    Arm("cuda", gated_by("VT_MOE_KERNELS"), _moe_route_fits,
         f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.route),
 ])
 moe_experts = Op(moe.moe_experts, moe.check_moe_experts, [
-    Arm("cuda", ("VT_MOE_KERNELS",), _moe_experts_fit,
+    Arm("cuda", gated_by("VT_MOE_KERNELS"), _moe_experts_fit,
         f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.experts),
 ])
 gated_delta_decode = Op(gdn.gated_delta_decode, gdn.check_gated_delta_decode, [
-    Arm("cuda", ("VT_GDN_KERNEL",), _gdn_fits,
+    Arm("cuda", gated_by("VT_GDN_KERNEL"), _gdn_fits,
         f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state", cuda_gdn.decode),
 ])
 dequant_awq = Op(quant.dequant_awq, quant.check_dequant_awq, [
-    Arm("cuda", ("VT_DEQUANT_KERNEL",), _any, KERNEL, cuda_quant.dequant_awq),
+    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, cuda_quant.dequant_awq),
 ])
 dequant_gptq = Op(quant.dequant_gptq, quant.check_dequant_gptq, [
-    Arm("cuda", ("VT_DEQUANT_KERNEL",), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
+    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
 ])
 dequant_nvfp4 = Op(quant.dequant_nvfp4, quant.check_dequant_nvfp4, [
-    Arm("cuda", ("VT_DEQUANT_KERNEL",), _any, KERNEL, _dequant_nvfp4_kernel),
+    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, _dequant_nvfp4_kernel),
 ])
 # The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
 awq_linear = Op(quant.awq_linear, quant.check_awq_linear, [
-    Arm("gemv", ("VT_DEQUANT_GEMV",), _one_row, "one row of x", cuda_quant.awq_linear),
-    Arm("dequant_then_linear", (), _any, KERNEL, _awq_dequant_then_linear, composite=True),
+    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.awq_linear),
+    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _awq_dequant_then_linear, composite=True),
 ])
 gptq_linear = Op(quant.gptq_linear, quant.check_gptq_linear, [
-    Arm("gemv", ("VT_DEQUANT_GEMV",), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
-    Arm("dequant_then_linear", (), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
+    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
+    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
 ])
 nvfp4_linear = Op(quant.nvfp4_linear, quant.check_nvfp4_linear, [
-    Arm("gemv", ("VT_DEQUANT_GEMV",), _one_row, "one row of x", cuda_quant.nvfp4_linear),
-    Arm("dequant_then_linear", (), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
+    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.nvfp4_linear),
+    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
 ])
+
 
 def quantized_linear(snapshot: FlagSnapshot, x: torch.Tensor, method: str, weights: dict[str, torch.Tensor],
                      bias: torch.Tensor | None = None, group_size: int = 0, bits: int = 4,
@@ -465,11 +487,10 @@ def quantized_linear(snapshot: FlagSnapshot, x: torch.Tensor, method: str, weigh
 TABLE: dict[str, Op[..., Any]] = {op.name: op for op in (
     linear, embedding, rms_norm, fused_add_rms_norm, qk_norm, apply_rope_neox, qk_norm_rope, silu_and_mul,
     store_kv, prefill_attention, extend_attention, paged_decode_attention, greedy_argmax, sample_top_k_top_p,
-    sample_rows, moe_route,
-    moe_experts, gated_delta_decode, dequant_awq, dequant_gptq, dequant_nvfp4, awq_linear, gptq_linear,
-    nvfp4_linear,
+    sample_rows, moe_route, moe_experts, gated_delta_decode, dequant_awq, dequant_gptq, dequant_nvfp4, awq_linear,
+    gptq_linear, nvfp4_linear,
 )}
 
 # One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
-merged_projections = Switch("merged_projections", "VT_MERGED_PROJ", "merged")
+merged_projections = Switch("merged_projections", gated_by("VT_MERGED_PROJ"), "merged")
 SWITCHES: dict[str, Switch] = {s.name: s for s in (merged_projections,)}

@@ -111,9 +111,8 @@ _FLEX: dict = {}
 
 def _flex(q4, kc, vc, scale):
     if "fn" not in _FLEX:
-        from torch.nn.attention.flex_attention import (
-            flex_attention,  # why: pulls in torch.compile
-        )
+        # why: pulls in torch.compile
+        from torch.nn.attention.flex_attention import flex_attention
 
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"](q4, kc, vc, scale=scale, enable_gqa=True)

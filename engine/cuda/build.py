@@ -74,9 +74,8 @@ def arch_sort_key(arch: str) -> tuple[int, int, str]:
 
 
 def load_table(path: Path = TABLE_PATH) -> FeatureTable:
-    from ruamel.yaml import (
-        YAML,  # why: importing the engine never needs it, only a build
-    )
+    # why: importing the engine never needs it, only a build
+    from ruamel.yaml import YAML
 
     data = YAML(typ="safe").load(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("features"), dict) or not isinstance(data.get("sources"), dict):

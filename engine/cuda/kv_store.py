@@ -25,7 +25,7 @@ def store_kv(
     v_cache: torch.Tensor,  # v_cache: same shape as k_cache
     slot_mapping: torch.Tensor,  # slot_mapping: [tokens] int32/int64; -1 skips the token
 ) -> None:
-    """In-place copy, like engine.ops.kv_cache.store_kv; slot values are not range-checked (that needs a sync)."""
+    """In-place copy, like engine.ops.kv_store.store_kv; slot values are not range-checked (that needs a sync)."""
     dev = k.device
     for name, t in (("k", k), ("v", v)):
         ffi.require(t, name, dim=3, dtype=k_cache.dtype, device=dev, contiguous=False)

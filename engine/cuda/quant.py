@@ -1,6 +1,6 @@
 """Binding for the quantised-weight kernels (quant.cu): AWQ, GPTQ and NVFP4 dequant and M=1 dequant-GEMV.
 
-Signatures follow the references in engine/ops/{awq,gptq,nvfp4}.py; the dequants are bit-exact to them,
+Signatures follow the references in engine/ops/quant.py; the dequants are bit-exact to them,
 the GEMVs (`*_linear`, one row of x) agree with dequant-then-linear within the output dtype's tolerance.
 Every call is CUDA-graph capturable: no host-to-device copy and no host sync (a float global scale is
 passed by value; out-of-range g_idx values give NaN instead of a host-side check).

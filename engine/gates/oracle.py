@@ -32,9 +32,8 @@ class Oracle:
     @torch.inference_mode()
     def greedy(self, prompt: list[int], max_new_tokens: int) -> list[int]:
         """transformers' own `generate` (greedy, one prompt, no padding); the prompt is not returned."""
-        from transformers import (
-            GenerationConfig,  # why: transformers takes seconds to import
-        )
+        # why: transformers takes seconds to import
+        from transformers import GenerationConfig
 
         ids = torch.tensor([prompt], device=self.device)
         config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)

@@ -48,9 +48,8 @@ def load_model(model_dir: str | Path, dtype: torch.dtype, device: str | torch.de
 
 def iter_checkpoint(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every tensor of a single-file or sharded safetensors checkpoint."""
-    from safetensors import (
-        safe_open,  # why: the oracle extra; the engine imports without it
-    )
+    # why: the oracle extra; the engine imports without it
+    from safetensors import safe_open
 
     root = Path(model_dir)
     index = root / "model.safetensors.index.json"

@@ -21,14 +21,6 @@ def moe_route(
     renormalising divide is fp32, and the weights are rounded to `dtype` once at
     the end (Hugging Face uses the router logits' dtype, i.e. the model dtype).
     """
-    check_tensor(router_logits, "router_logits", ndim=2, dtypes=FLOAT_DTYPES)
-    if not 1 <= top_k <= router_logits.shape[1]:
-        raise ValueError(f"top_k: {top_k} not in [1, num_experts={router_logits.shape[1]}]")
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype: {dtype} is not a float model dtype")
-    if router_logits.is_cuda and flags.enabled("VT_MOE_KERNELS") and flags.enabled("VT_KERNELS"):
-        if cuda_moe.supports(router_logits.shape[1], top_k):
-            return cuda_moe.route(router_logits, top_k, renormalize, dtype)
     probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
     weights, ids = torch.topk(probs, top_k, dim=-1)
     if renormalize:

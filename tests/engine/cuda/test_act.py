@@ -1,4 +1,4 @@
-"""Tests for the SiLU-and-mul kernel (engine/cuda/act.cu) against engine.ops.activation on the GPU."""
+"""Tests for the SiLU-and-mul kernel (engine/cuda/act.cu) against engine.ops.act on the GPU."""
 from __future__ import annotations
 
 import ctypes

@@ -1,4 +1,4 @@
-"""Tests for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.linear on the GPU, and the launcher's checks."""
+"""Tests for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.gemv on the GPU, and the launcher's checks."""
 from __future__ import annotations
 
 import ctypes

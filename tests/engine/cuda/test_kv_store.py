@@ -1,4 +1,4 @@
-"""The paged KV store kernel against engine.ops.kv_cache.store_kv (GPU), and the binding's checks (CPU)."""
+"""The paged KV store kernel against engine.ops.kv_store.store_kv (GPU), and the binding's checks (CPU)."""
 from __future__ import annotations
 
 import pytest
