@@ -11,7 +11,6 @@ from pathlib import Path
 from engine.cli_args import add_model_args, parse_ids
 from engine.gates.cli import add_gate_parser
 from engine.llm import LLM, load_tokenizer
-from engine.runner import DTYPES, Runner
 from engine.sampling_params import SamplingParams
 
 BENCHES = ("ab", "bandwidth", "decode", "launch", "throughput")

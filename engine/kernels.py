@@ -23,6 +23,8 @@ The contract (what model code, gates and benchmarks may rely on):
   with `reset_counts()`, read a copy with `counts()`, print them with `render_counts()`, and ask
   `arms_ran(flag)` how often an arm gated by a flag ran (the flip protocol fails on 0). Counts are Python
   calls: a replayed CUDA graph runs its captured arms without counting again.
+- `quantized_linear(snapshot, x, method, weights, ...)` is a quantized layer's entry: it runs the
+  `<method>_linear` op of the table (engine/model/layers.py `QuantLinear`).
 - A new op is one `Op(...)` below, registered in `TABLE` by its name (the reference's name); a new arm is
   one `Arm(...)` in its op's list, in the place of its precedence.
 """

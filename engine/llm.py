@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from engine.flags import FlagSnapshot
+from engine.model.config import checkpoint_dtype, load_config
 from engine.runner import DTYPES, Runner, StepRow
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -61,11 +63,10 @@ class LLM:
         max_num_batched_tokens: int = 2048,
         enable_prefix_caching: bool = True,
         seed: int = 0,
+        flags: FlagSnapshot | None = None,  # the kernel arms' flags (default: the environment, read once)
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        from engine.model.config import load_config
-
         config = load_config(self.model_dir)
         torch_dtype = resolve_dtype(dtype, config, device)
         self.max_model_len = max_model_len or min(config.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
@@ -77,7 +78,7 @@ class LLM:
         max_blocks = -(-self.max_model_len // block_size)
         self.runner = Runner(self.model_dir, torch_dtype, device, max_batch=max_num_seqs,
                              max_model_len=self.max_model_len, block_size=block_size,
-                             num_blocks=num_blocks or max_num_seqs * max_blocks)
+                             num_blocks=num_blocks or max_num_seqs * max_blocks, flags=flags)
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
@@ -198,8 +199,6 @@ class LLM:
 def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
     """`auto`: the checkpoint's torch_dtype (float32 if it names none); on CUDA a float32 checkpoint runs in
     bfloat16, as vLLM's `auto` runs it in half precision."""
-    from engine.model.config import checkpoint_dtype  # why: load_config above is imported lazily too
-
     checkpoint = config.torch_dtype
     if name != "auto":
         if name not in DTYPES:
@@ -230,7 +229,9 @@ def load_tokenizer(model_dir: Path) -> Any:
     path = model_dir / "tokenizer.json"
     if not path.is_file():
         return None
-    from tokenizers import Tokenizer
+    from tokenizers import (
+        Tokenizer,  # why: only a model directory with a tokenizer.json needs the package
+    )
 
     return Tokenizer.from_file(str(path))
 

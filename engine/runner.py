@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -343,10 +343,11 @@ def _sampling_columns(rows: list[StepRow]) -> tuple[list[float], list[int], list
 TINY_HIDDEN = 256  # at or below this width a matmul is too small to split across threads
 
 
-def set_cpu_threads(hidden_size: int) -> int:
-    """The CPU thread count, unless OMP_NUM_THREADS sets it: one thread for a tiny model (threads spinning
-    against each other cost more than its matmuls), else the cores this process may run on, up to 16."""
-    if os.environ.get("OMP_NUM_THREADS"):
+def set_cpu_threads(hidden_size: int, environ: Mapping[str, str] | None = None) -> int:
+    """The CPU thread count, unless OMP_NUM_THREADS sets it (in `environ`, default this process's environment):
+    one thread for a tiny model (threads spinning against each other cost more than its matmuls), else the
+    cores this process may run on, up to 16."""
+    if (os.environ if environ is None else environ).get("OMP_NUM_THREADS"):
         return torch.get_num_threads()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = 1 if hidden_size <= TINY_HIDDEN else max(1, min(cores, 16))

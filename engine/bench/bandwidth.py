@@ -205,10 +205,10 @@ def render_per_shape(entries: list[dict]) -> str:
 def write_bars(record: dict, path: Path) -> str:
     """Median time per shape, one bar per arm and peer (log scale)."""
     try:
-        import matplotlib
+        import matplotlib  # why: an optional package, only --plot needs it
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # why: as above, after choosing the Agg backend
     except ImportError:
         return "not written: matplotlib is not installed"
     entries = record["per_shape"]

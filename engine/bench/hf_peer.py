@@ -33,7 +33,10 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
                         compile_step: bool = True) -> dict:
     """Seconds per greedy decode step of transformers with a static cache, compiled and CUDA-graphed on a
     GPU, and the tokens of the first steps (for the caller to compare). prompts: equal lengths."""
-    from transformers import AutoModelForCausalLM, StaticCache
+    from transformers import (  # why: transformers takes seconds to import
+        AutoModelForCausalLM,
+        StaticCache,
+    )
 
     if len({len(p) for p in prompts}) != 1:
         raise ValueError("the transformers peer takes prompts of one length (no padding)")

@@ -40,7 +40,10 @@ QUANT_GROUP = 128  # AWQ/GPTQ rows per scale, as the common checkpoints have
 
 def save_random_model(tmp: Path, shape: dict) -> Path:
     """A Qwen3 of this shape with seeded random weights, saved by transformers (the oracle's own layout)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM  # why: transformers takes seconds to import
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
@@ -70,7 +73,10 @@ def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method:
 
 def _save_quantized(tmp: Path, shape: dict, method: str) -> Path:
     """The random model with its decoder projections quantized by `method`; returns the checkpoint's directory."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM  # why: transformers takes seconds to import
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)

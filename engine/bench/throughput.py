@@ -27,8 +27,12 @@ from typing import Any
 
 import torch
 
+from engine.bench.step_workload import QWEN3_0_6B, save_random_model
 from engine.bench.timing import device_name
 from engine.gates.ledger import head_sha, repo_root, write_record
+from engine.llm import LLM, TINY_MODEL
+from engine.model.config import load_config
+from engine.sampling_params import SamplingParams
 
 TARGET_TOK_PER_S = 10_000  # issue #18's H200 target, and at least TARGET_RATIO x the transformers peer
 TARGET_RATIO = 5.0
@@ -98,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def model_for(tmp: Path, smoke: bool) -> Path:
     if smoke:
-        from engine.llm import TINY_MODEL
-
         return TINY_MODEL
-    from engine.bench.decode import QWEN3_0_6B, save_random_model
-
     return save_random_model(tmp, QWEN3_0_6B)
 
 
@@ -115,9 +115,6 @@ def workload(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> tuple
 def measure(model_dir: Path, sweep: list[int], *, device: str, min_len: int, max_len: int, temperature: float,
             max_num_seqs: int, max_num_batched_tokens: int, peer: bool, peer_compile: bool,
             seed: int) -> dict[str, Any]:
-    from engine import LLM
-    from engine.model.config import load_config
-
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
     llm = LLM(model_dir, "bfloat16" if device == "cuda" else "float32", device,
@@ -160,8 +157,6 @@ def measure(model_dir: Path, sweep: list[int], *, device: str, min_len: int, max
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
     """Module loads, kernel builds and one decode graph per padded batch size up to n, before any timing."""
-    from engine import SamplingParams
-
     rng = random.Random(7)
     prompts = [[rng.randrange(vocab) for _ in range(8)] for _ in range(n)]
     llm.generate(prompts, [SamplingParams(temperature=temperature, max_tokens=i + 2, ignore_eos=True, seed=i)
@@ -169,8 +164,6 @@ def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
 
 
 def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature: float, seed: int) -> None:
-    from engine import SamplingParams
-
     params = [SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=True, seed=seed + i)
               for i, m in enumerate(outs)]
     results = llm.generate(prompts, params)
@@ -182,7 +175,10 @@ def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature:
 def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: int, temperature: float,
              compile_: bool) -> float:
     """Seconds of one timed batched generate (after an untimed one of the same shapes: compile, autotune)."""
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import (  # why: transformers takes seconds to import
+        AutoModelForCausalLM,
+        GenerationConfig,
+    )
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True).to(device).eval()
@@ -197,7 +193,9 @@ def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: in
                               min_new_tokens=max_new, pad_token_id=0, eos_token_id=None,
                               cache_implementation="static")
     if compile_:
-        from transformers import CompileConfig
+        from transformers import (
+            CompileConfig,  # why: as above, only the compiled peer needs it
+        )
 
         config.compile_config = CompileConfig(fullgraph=False, mode="reduce-overhead")
     else:

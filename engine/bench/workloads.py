@@ -132,7 +132,7 @@ def _flashinfer(tensor_cores: bool) -> Callable:
     planned on this input set's own cache and block tables; one wrapper per set, planned before timing."""
     def prepare(q, k, v, table, lens, scale):
         try:
-            import flashinfer
+            import flashinfer  # why: an optional package, only the FlashInfer peers need it
         except ImportError:
             raise RuntimeError(f"not installed (pip install {_FLASHINFER_WANTED})") from None
         batch = table.shape[0]

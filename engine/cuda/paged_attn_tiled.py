@@ -2,10 +2,11 @@
 pipeline (scores, then probabilities rounded as the reference rounds them times V), split-KV sized from the
 block tables' capacity so that no context length is read on the host.
 
-With `fused=True` (the kernel table's `tiled_fused` arm, under VT_ATTN_TILED_FUSED) the same arithmetic runs in one launch where it takes the
-shape (`fused_stages`; several splits only): each block keeps its split's scores in shared memory, the splits of a (sequence, KV head)
-wait for each other's statistics, and the last one adds their partial sums, so the output is bitwise the
-two-pass output. Where it does not fit the two passes run."""
+With `fused=True` (the kernel table's `tiled_fused` arm, under VT_ATTN_TILED_FUSED) the same arithmetic
+runs in one launch where it takes the shape (`fused_stages`, `fused_fits`; several splits only): each block
+keeps its split's scores in shared memory, the splits of a (sequence, KV head) wait for each other's
+statistics, and the last one adds their partial sums, so the output is bitwise the two-pass output.
+Where it does not fit the two passes run."""
 from __future__ import annotations
 
 import ctypes

@@ -91,7 +91,13 @@ def scale_weights(model: torch.nn.Module, seed: int) -> None:
 
 def build_tokenizer(vocab_size: int) -> object:
     """A byte-level BPE tokenizer (`tokenizers.Tokenizer`) of at most `vocab_size` ids, EOS the last."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (  # why: only the tokenizer needs it
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

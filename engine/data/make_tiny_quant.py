@@ -160,7 +160,7 @@ def write_pair(model: torch.nn.Module, method: str, out: Path, group: int = GROU
                dense: bool = True) -> tuple[Path, Path]:
     """Quantize `model`'s decoder projections by `method`; write out/quant and (unless not `dense`) out/dense;
     return both paths."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # why: only writing a checkpoint needs it
 
     quantize, qconfig, dtype = method_spec(method, group)
     quant_dir, dense_dir = out / "quant", out / "dense"
@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="writes OUT/quant and OUT/dense")
     parser.add_argument("--seed", type=int, default=None, help="model seed (default: make_tiny's)")
     args = parser.parse_args(argv)
-    from engine.data.make_tiny import SEED, build
+    from engine.data.make_tiny import (  # why: it imports transformers (seconds); only main needs it
+        SEED,
+        build,
+    )
 
     quant_dir, dense_dir = write_pair(build(SEED if args.seed is None else args.seed), args.method, args.out)
     size = sum(f.stat().st_size for f in quant_dir.iterdir())

@@ -116,3 +116,64 @@ def test_the_gate_command_prints_its_own_arms_and_a_flip_fails_on_a_zero_count(c
     assert "FAIL: no arm gated by VT_NORM_KERNEL ran (0 calls): the gate did not exercise the arm under test" in out
     assert [ln for ln in out if ln.startswith("  paged_decode_attention/reference ")]  # one decode step ran
     assert not [ln for ln in out if "/cuda" in ln]  # nor is the stale count of before the gate reported
+
+
+def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn_tiled
+
+    fits = [True]
+    monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits[0])
+    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
+    assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
+    fused = base.with_(VT_ATTN_TILED_FUSED=True)
+    assert op.choose(fused, *args) == "tiled_fused"
+    assert op.choose(fused.with_(VT_ATTN_TILED=False), *args) == "generic"  # it needs VT_ATTN_TILED too
+    fits[0] = False
+    assert op.choose(fused, *args) == "tiled"  # a shape the one launch does not take keeps the two passes
+    assert kernels.flags_of("paged_decode_attention", "tiled_fused") == ("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED")
+
+
+def test_a_quantized_linear_runs_its_methods_op_of_the_table() -> None:
+    from engine.ops import quant
+
+    g = torch.Generator().manual_seed(0)
+    n, k = 16, 32
+    w = {"packed": torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
+         "block_scales": torch.rand(n, k // 16, generator=g).to(torch.float8_e4m3fn),
+         "global_scale": torch.tensor(0.5)}
+    x = torch.randn(3, k, generator=g)
+    got = kernels.quantized_linear(FlagSnapshot.defaults(), x, "nvfp4", w)
+    assert torch.equal(got, quant.nvfp4_linear(x, w["packed"], w["block_scales"], w["global_scale"]))
+    assert kernels.counts().ran == {("nvfp4_linear", "reference"): 1}  # the CPU: the reference
+    with pytest.raises(ValueError, match="'int8' is not a quantized linear"):
+        kernels.quantized_linear(FlagSnapshot.defaults(), x, "int8", w)
+
+
+def test_the_serving_sampler_runs_the_tables_ops() -> None:
+    from engine.sampler import Mode, sample
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    cols = (torch.tensor([0.0, 1.0, 0.7]), torch.tensor([-1, 5, -1]), torch.tensor([1.0, 1.0, 0.9]),
+            torch.arange(3), torch.zeros(3, dtype=torch.int64))
+    out = sample(FlagSnapshot.defaults(), logits, *cols, Mode.FILTERED)
+    assert int(out[0]) == int(logits[0].argmax())  # temperature 0: greedy
+    assert kernels.counts().ran == {("greedy_argmax", "reference"): 1, ("sample_rows", "reference"): 1}
+    kernels.reset_counts()
+    sample(FlagSnapshot.defaults(), logits, *cols, Mode.GREEDY)
+    assert kernels.counts().ran == {("greedy_argmax", "reference"): 1}  # an all-greedy batch draws nothing
+
+
+def test_the_serving_steps_run_under_the_runners_snapshot() -> None:
+    from engine import LLM, SamplingParams
+
+    llm = LLM(device="cpu", flags=REFERENCE)
+    prompt = [(7 * i) % 97 + 1 for i in range(40)]  # two full blocks of 16: cached after the first request
+    params = SamplingParams(temperature=0.8, seed=1, max_tokens=3, ignore_eos=True)
+    llm.generate([prompt], params)
+    llm.generate([prompt], params)  # a prefix-cache hit: the prefill reads the cached blocks
+    ran = kernels.counts().ran
+    assert llm.runner.flags is REFERENCE
+    for op in ("linear", "prefill_attention", "extend_attention", "paged_decode_attention", "sample_rows"):
+        assert ran[(op, "reference")] > 0, op
+    assert all(arm == "reference" for _, arm in ran)  # REFERENCE everywhere: nothing read the environment

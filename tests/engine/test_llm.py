@@ -216,16 +216,14 @@ def test_max_model_len_ends_a_request_with_length() -> None:
     assert (len(out.token_ids), out.finish_reason) == (5, "length")
 
 
-def test_cpu_threads_follow_the_model_size(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_threads_follow_the_model_size() -> None:
     from engine.runner import set_cpu_threads
 
     before = torch.get_num_threads()
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     try:
-        assert set_cpu_threads(64) == 1 and torch.get_num_threads() == 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        assert set_cpu_threads(64, {}) == 1 and torch.get_num_threads() == 1
         torch.set_num_threads(2)
-        assert set_cpu_threads(64) == 2  # the user's setting wins
+        assert set_cpu_threads(64, {"OMP_NUM_THREADS": "3"}) == 2  # the user's setting wins
     finally:
         torch.set_num_threads(before)
 

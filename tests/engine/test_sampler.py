@@ -4,8 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.ops.sampling import _top_k_set, _top_p_set, sample_top_k_top_p
+from engine.flags import FlagSnapshot
+from engine.ops.sample import _top_k_set, _top_p_set, sample_top_k_top_p
 from engine.sampler import Mode, SamplingInputs, batch_mode, sample
+
+SNAP = FlagSnapshot.defaults()  # the default arms (on the CPU: the references)
 
 VOCAB = 8
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, 0.25])
@@ -14,7 +17,7 @@ P_FLOOR = 1e-4  # a correct sampler fails a case about once in 10,000 runs
 
 
 def reference_probs(logits: torch.Tensor, t: float, k: int, p: float) -> torch.Tensor:  # -> [vocab]
-    """The distribution engine.ops.sampling.sample_top_k_top_p draws from, computed exactly."""
+    """The distribution engine.ops.sample.sample_top_k_top_p draws from, computed exactly."""
     scaled = logits.float()[None] / t
     keep = _top_p_set(scaled, _top_k_set(scaled, torch.tensor([k])), torch.tensor([p]))
     return torch.softmax(scaled.masked_fill(~keep, float("-inf")), dim=-1)[0]
@@ -35,7 +38,7 @@ def chi_square_p(tokens: torch.Tensor, probs: torch.Tensor) -> float:
 def draw(t: float, k: int, p: float, n: int = DRAWS, logits: torch.Tensor = LOGITS) -> torch.Tensor:
     """n draws: one row per seed, all with the same logits."""
     rows = logits[None].expand(n, VOCAB)
-    return sample(rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p),
+    return sample(SNAP, rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p),
                   torch.arange(n, dtype=torch.int64) * 7919 + 11, torch.zeros(n, dtype=torch.int64), Mode.FILTERED)
 
 
@@ -65,7 +68,7 @@ def test_temperature_zero_is_exactly_greedy() -> None:
     n = logits.shape[0]
     temps = torch.where(torch.arange(n) % 2 == 0, 0.0, 1.0)  # greedy rows beside sampling rows
     for k, p in [(5, 0.5), (-1, 1.0)]:  # a greedy row ignores its top-k and top-p
-        got = sample(logits, temps, torch.full((n,), k), torch.full((n,), p), torch.arange(n), torch.zeros(n).long())
+        got = sample(SNAP, logits, temps, torch.full((n,), k), torch.full((n,), p), torch.arange(n), torch.zeros(n).long())
         assert torch.equal(got[::2], torch.argmax(logits, dim=-1)[::2])
         assert int(got[4]) == 3
     assert not torch.equal(got[1::2], torch.argmax(logits, dim=-1)[1::2])  # the sampling rows do sample
@@ -74,7 +77,7 @@ def test_temperature_zero_is_exactly_greedy() -> None:
 def test_a_seed_gives_the_same_token_whatever_is_beside_it() -> None:
     gen = torch.Generator().manual_seed(1)
     row = torch.randn(VOCAB * 8, generator=gen)
-    alone = [int(sample(row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
+    alone = [int(sample(SNAP, row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
                         torch.tensor([seed]), torch.tensor([step]), Mode.RANDOM)) for seed, step in
              [(42, 0), (42, 1), (43, 0)]]
     others = torch.randn(5, VOCAB * 8, generator=gen)
@@ -83,11 +86,11 @@ def test_a_seed_gives_the_same_token_whatever_is_beside_it() -> None:
     for (seed, step), want in zip([(42, 0), (42, 1), (43, 0)], alone):
         seeds = torch.tensor([1, 2, seed, 4, 5, 6])
         steps = torch.tensor([9, 9, step, 9, 9, 9])
-        got = sample(batch, temps, torch.tensor([-1, 3, -1, -1, 2, -1]), torch.tensor([1.0, 1, 1, 0.5, 1, 1]),
+        got = sample(SNAP, batch, temps, torch.tensor([-1, 3, -1, -1, 2, -1]), torch.tensor([1.0, 1, 1, 0.5, 1, 1]),
                      seeds, steps, Mode.FILTERED)
         assert int(got[2]) == want
     # another seed, or the next token of the same request, draws from a fresh stream
-    many = [int(sample(row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
+    many = [int(sample(SNAP, row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
                        torch.tensor([s]), torch.tensor([0]), Mode.RANDOM)) for s in range(40)]
     assert len(set(many)) > 10
 
@@ -103,7 +106,7 @@ def test_batch_mode_picks_the_cheapest_step_that_serves_every_row() -> None:
 def test_random_mode_equals_filtered_mode_without_filters() -> None:
     logits = torch.randn(16, 50, generator=torch.Generator().manual_seed(2))
     args = (torch.full((16,), 0.9), torch.full((16,), -1), torch.ones(16), torch.arange(16), torch.arange(16))
-    assert torch.equal(sample(logits, *args, Mode.RANDOM), sample(logits, *args, Mode.FILTERED))
+    assert torch.equal(sample(SNAP, logits, *args, Mode.RANDOM), sample(SNAP, logits, *args, Mode.FILTERED))
 
 
 def test_sampling_inputs_pad_with_greedy_rows() -> None:
@@ -128,19 +131,19 @@ def test_sampling_replays_in_a_cuda_graph_with_the_eager_tokens() -> None:
     inputs.fill([0.0, 0.7, 1.0, 1.2, 0.9, 1.0, 0.5, 1.0], [-1, 5, -1, 50, -1, 2, -1, -1],
                 [1.0, 1.0, 0.9, 0.8, 1.0, 1.0, 0.3, 1.0], list(range(n)), [0] * n)
     buf = inputs.upload()
-    eager = sample(logits, mode=Mode.FILTERED, **buf).clone()
+    eager = sample(SNAP, logits, mode=Mode.FILTERED, **buf).clone()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        sample(logits, mode=Mode.FILTERED, **buf)
+        sample(SNAP, logits, mode=Mode.FILTERED, **buf)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = sample(logits, mode=Mode.FILTERED, **buf)
+        out = sample(SNAP, logits, mode=Mode.FILTERED, **buf)
     graph.replay()
     assert torch.equal(out, eager)
     # new seeds through the same graph: what eager gives for them
     inputs.fill([1.0] * n, [-1] * n, [1.0] * n, [100 + i for i in range(n)], [3] * n)
     inputs.upload()
     graph.replay()
-    assert torch.equal(out, sample(logits, mode=Mode.FILTERED, **buf))
+    assert torch.equal(out, sample(SNAP, logits, mode=Mode.FILTERED, **buf))

@@ -65,15 +65,11 @@ def run_tiled(splits: int | None, x: Inputs) -> torch.Tensor:
 
 
 def run_tiled_fused(splits: int, x: Inputs) -> torch.Tensor:
-    from engine.cuda import paged_attn_tiled
-
     return paged_attn_tiled.decode_fused(*_args(x), x["window"], splits)
 
 
 def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
     """The default tiled arm, two passes: the fused arm must equal it bit for bit."""
-    from engine.cuda import paged_attn_tiled
-
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, fused=False)
 
 

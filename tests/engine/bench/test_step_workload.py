@@ -70,7 +70,7 @@ def test_quantized_steps_count_the_packed_weights_they_hold() -> None:
         kv = 2 * cfg.num_hidden_layers * SHAPE["batch"] * (SHAPE["ctx"] + 1) * cfg.num_key_value_heads * cfg.head_dim
         assert cfg.quant is not None and cfg.quant.method == method
         assert WORKLOADS[f"decode-step-{method}"].bytes_moved(SHAPE, torch.bfloat16) == held + 2 * kv, method
-        assert step_workload.run(runner, inputs).shape == (2,)
+        assert step_workload.run(runner.flags, runner, inputs).shape == (2,)
 
 
 def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, capsys) -> None:

@@ -23,7 +23,7 @@ def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
 def test_arm_choice_follows_the_flags() -> None:
     # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
-        "tiled", "splitkv_swap", "splitkv", "gqa", "warp", "warp_d128", "generic"]
+        "tiled_fused", "tiled", "splitkv_swap", "splitkv", "gqa", "warp", "warp_d128", "generic"]
 
 
 def test_binding_errors_name_the_tensor() -> None:

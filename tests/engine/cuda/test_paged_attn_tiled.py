@@ -46,7 +46,9 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     from engine.flags import FlagSnapshot
 
     tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
-    assert kernels.paged_decode_attention.arms[0] is tiled  # it takes precedence over every other arm
+    fused = kernels.paged_decode_attention.arms[0]
+    assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: first, but OFF by default
+    assert kernels.paged_decode_attention.arms[1] is tiled  # so the two passes take precedence by default
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
     x = cases.paged_inputs(3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16,
                            window=None)

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.data.make_tiny_quant import METHODS, PROJECTIONS
+from engine.flags import REFERENCE
 from engine.gates.oracle import Oracle
 from engine.gates.tokens import default_prompts, token_gate
 from engine.model.config import ConfigError
@@ -43,7 +44,7 @@ def test_dequantized_weights_equal_the_quantizers_values(quant_pair, method: str
     for name, module in model.named_modules():
         if isinstance(module, QuantLinear) and name.rsplit(".", 1)[-1] in PROJECTIONS:
             eye = torch.eye(module.in_features)
-            w = module(eye).T  # [out, in]: one-hot rows read the dequantized weight exactly
+            w = module(eye, REFERENCE).T  # [out, in]: one-hot rows read the dequantized weight exactly
             want = twin[f"{name}.weight"]
             if method == "nvfp4-ct":  # the stored divisor is inverted once at load: at most 1 ulp apart
                 torch.testing.assert_close(w, want, rtol=2 ** -23, atol=0, msg=name)
@@ -177,7 +178,7 @@ def test_a_projection_the_checkpoint_left_dense_loads_dense(quant_pair, tmp_path
     layer = load_model(mixed, torch.float32).model.layers[0].self_attn.q_proj
     assert layer.weight is not None and torch.equal(layer.weight, twin[f"{Q}.weight"])
     x = torch.randn(3, layer.in_features)
-    assert torch.equal(layer(x), torch.nn.functional.linear(x, twin[f"{Q}.weight"]))
+    assert torch.equal(layer(x, REFERENCE), torch.nn.functional.linear(x, twin[f"{Q}.weight"]))
 
 
 @pytest.mark.parametrize("gate", ["tokens", "neartie"])
