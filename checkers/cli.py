@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from checkers import __version__, registry
-from checkers.configcache import load_sections, locate
+from checkers.configcache import load_sections
+from checkers.configsource import locate
 from checkers.context import Context
 from checkers.gitio import Git, GitError, discover, discover_repo
 from checkers.output import FORMATS, render

@@ -1,7 +1,7 @@
 """The toolkit configuration: pydantic models and the loader.
 
 The file is `--config PATH`, else `$ROWGATE_CONFIG`, else `.agents/config.yaml`, else the `[tool.rowgate]`
-table of `pyproject.toml` (checkers.configcache.locate); with none, every check runs on its defaults.
+table of `pyproject.toml` (checkers.configsource.locate); with none, every check runs on its defaults.
 Each check owns one section below. Unknown keys are errors everywhere (`extra="forbid"`), so a misspelled
 key fails with its file and line instead of being ignored.
 """
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from checkers.configsource import ConfigSource, locate
 from checkers.results import RecordError
 from checkers.safe_regex import checked
 from checkers.yamlio import line_of, parse_yaml, validate
-
-if TYPE_CHECKING:
-    from checkers.configcache import ConfigSource
 
 CONFIG_PATH = ".agents/config.yaml"
 
@@ -359,8 +357,6 @@ class Config(Strict):
 def load_config(root: Path, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Locate, load and validate the config of the repository at `root` (the defaults where there is none);
     raises RecordError naming file, line, field."""
-    from checkers.configcache import locate
-
     return parse_source(locate(root, path, env))
 
 

@@ -16,7 +16,7 @@ from checkers.gitio import EMPTY_TREE, Commit, Git, GitError
 
 if TYPE_CHECKING:
     from checkers.config import Config
-    from checkers.configcache import ConfigSource
+    from checkers.configsource import ConfigSource
     from checkers.records import Records
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have

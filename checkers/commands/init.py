@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers import registry
-from checkers.configcache import CONFIG_PATH
+from checkers.configsource import CONFIG_PATH
 from checkers.gitio import Git, GitError, discover
 from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE, RecordError
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from checkers import config as config_module
-from checkers import configcache, registry
+from checkers import configcache, configsource, registry
 from checkers.config import Config, load_config
 from checkers.configcache import CACHE_PATH, ConfigView, Section, cache_key, load_sections, to_section
 from checkers.results import RecordError
@@ -123,7 +123,7 @@ def test_no_config_file_serves_the_defaults_from_the_cache(tmp_path: Path, valid
     view = load_sections(tmp_path, tmp_path, SECTIONS)
     assert view.trailers.presets == [] and view.cutover is None and validations == []
     assert (tmp_path / CACHE_PATH).is_file()
-    assert configcache.CONFIG_PATH == config_module.CONFIG_PATH
+    assert configsource.CONFIG_PATH == config_module.CONFIG_PATH
 
 
 def test_an_undeclared_section_is_a_clear_error(repo):
