@@ -131,8 +131,8 @@ class Op(Generic[P, R]):
             return self.reference(*args, **kwargs)
         COUNTS.ran[(self.name, arm.name)] += 1
         if arm.composite:
-            return arm.kernel(snapshot, *args, **kwargs)  # type: ignore[no-any-return]
-        return arm.kernel(*args, **kwargs)  # type: ignore[no-any-return]
+            return arm.kernel(snapshot, *args, **kwargs)
+        return arm.kernel(*args, **kwargs)
 
     def choose(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> str:
         """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
@@ -152,8 +152,8 @@ class Op(Generic[P, R]):
         if not arm.supports(*args, **kwargs):
             raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
         if arm.composite:
-            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)  # type: ignore[no-any-return]
-        return arm.kernel(*args, **kwargs)  # type: ignore[no-any-return]
+            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
+        return arm.kernel(*args, **kwargs)
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,9 @@ from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.sampler import Mode, SamplingInputs, batch_mode, sample
 from engine.step_inputs import StepInputs
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE  # the handle type CUDAGraph.pool() returns
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # decode batches are padded up to one of these sizes on CUDA, so one captured graph serves each bucket
@@ -98,7 +102,7 @@ class Runner:
                           for _ in range(cfg.num_hidden_layers)]
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._graph_pool = None
+        self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
         self._static: dict[int, StepInputs] = {}
         self._sample_graphs: dict[tuple[int, Mode], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
@@ -158,7 +162,7 @@ class Runner:
         if self.use_graph:
             out = self._replay(padded, buf)
         else:
-            out = self.decode_step(**buf)
+            out = self._eager_step(buf)
         return out[:n]
 
     def decode_inputs(self, seq_ids: list[int], last_tokens: list[int], padded: int) -> dict[str, torch.Tensor]:
@@ -204,7 +208,9 @@ class Runner:
         if decode:
             return self._decode_rows(rows, mode)[:len(rows)].tolist()
         bs, dev = self.block_size, self.device
-        ids, positions, slots = [], [], []
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
         for r in rows:
             span = range(r.start, r.start + len(r.token_ids))
             ids += r.token_ids
@@ -282,11 +288,16 @@ class Runner:
             self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device)
         return self._static[padded]
 
+    def _eager_step(self, buf: dict[str, torch.Tensor]) -> torch.Tensor:
+        """decode_step on StepInputs' device views, by name (their keys are its tensor arguments)."""
+        return self.decode_step(buf["input_ids"], buf["positions"], buf["slot_mapping"], buf["block_tables"],
+                                buf["context_lens"])
+
     def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         if padded not in self._graphs:
             captured = self._capture(padded, buf)
             if captured is None:
-                return self.decode_step(**buf)
+                return self._eager_step(buf)
             self._graphs[padded] = captured
         graph, out = self._graphs[padded]
         graph.replay()

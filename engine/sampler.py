@@ -73,7 +73,7 @@ class SamplingInputs:
         self.host_i = torch.zeros(3 * padded, dtype=torch.int64, pin_memory=pin)
         self.dev_f = torch.zeros(2 * padded, dtype=torch.float32, device=device) if pin else self.host_f
         self.dev_i = torch.zeros(3 * padded, dtype=torch.int64, device=device) if pin else self.host_i
-        self._uploaded = torch.cuda.Event() if pin else None  # type: ignore[no-untyped-call]
+        self._uploaded = torch.cuda.Event() if pin else None
         p = padded
         self.device_views = {"temperature": self.dev_f[:p], "top_p": self.dev_f[p:], "top_k": self.dev_i[:p],
                              "seeds": self.dev_i[p:2 * p], "steps": self.dev_i[2 * p:]}

@@ -154,6 +154,7 @@ def decode_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
             raise ValueError(f"tiled fused arm: {why} (batch {batch}, {hq}/{hkv} heads, head_dim {d}, "
                              f"{tables.shape[1]} blocks of {block_size}, {splits} splits)")
         return None
+    assert counters is not None  # why is None, so the counters were made
     out = torch.empty_like(q)
     m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
     l_part = torch.empty_like(m_part)

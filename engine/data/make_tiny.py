@@ -14,12 +14,17 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedModel
+
 OUT = Path(__file__).parent / "tiny-qwen3"
 SEED = 20261129
-CONFIG = dict(
+CONFIG: dict[str, Any] = dict(  # Qwen3Config keyword arguments, of mixed types
     vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
     num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
     rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
@@ -39,7 +44,7 @@ LOGIT_SCALE = 16.0  # final norm weight: sets the logit spread, hence the typica
 QK_NORM_SCALE = 2.0  # q/k norm weights: sharper attention, so positions (RoPE, KV slots) matter
 
 
-def build(seed: int = SEED, **overrides: object) -> torch.nn.Module:
+def build(seed: int = SEED, **overrides: Any) -> PreTrainedModel:
     """A transformers Qwen3ForCausalLM with the scaled random weights (float32)."""
     from transformers import (  # why: transformers takes seconds to import
         Qwen3Config,
@@ -52,21 +57,21 @@ def build(seed: int = SEED, **overrides: object) -> torch.nn.Module:
     return model
 
 
-def build_moe(seed: int = SEED, **overrides: object) -> torch.nn.Module:
+def build_moe(seed: int = SEED, **overrides: Any) -> PreTrainedModel:
     """A transformers Qwen3MoeForCausalLM at the same scale (tests build it at test time, never shipped)."""
     from transformers import (  # why: transformers takes seconds to import
         Qwen3MoeConfig,
         Qwen3MoeForCausalLM,
     )
 
-    moe = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
+    moe: dict[str, Any] = dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True)
     config = Qwen3MoeConfig(**{**CONFIG, **moe, **overrides})
     model = Qwen3MoeForCausalLM(config).eval()
     scale_weights(model, seed)
     return model
 
 
-def scale_weights(model: torch.nn.Module, seed: int) -> None:
+def scale_weights(model: PreTrainedModel, seed: int) -> None:
     """Overwrite every parameter with seeded random values scaled for O(1) activations and sharp logits."""
     gen = torch.Generator().manual_seed(seed)
     tied = model.config.tie_word_embeddings
@@ -89,7 +94,7 @@ def scale_weights(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
 
 
-def build_tokenizer(vocab_size: int) -> object:
+def build_tokenizer(vocab_size: int) -> Tokenizer:
     """A byte-level BPE tokenizer (`tokenizers.Tokenizer`) of at most `vocab_size` ids, EOS the last."""
     from tokenizers import (  # why: only the tokenizer needs it
         Tokenizer,
@@ -114,6 +119,8 @@ def save_tokenizer(out: Path, vocab_size: int) -> int:
     tok = build_tokenizer(vocab_size)
     tok.save(str(out / "tokenizer.json"))
     eos = tok.token_to_id(EOS)
+    if eos is None:  # build_tokenizer adds it as a special token
+        raise RuntimeError(f"tokenizer has no {EOS} token")
     tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": EOS,
                   "model_max_length": CONFIG["max_position_embeddings"], "clean_up_tokenization_spaces": False}
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
@@ -124,7 +131,7 @@ def save_tokenizer(out: Path, vocab_size: int) -> int:
     return eos
 
 
-def median_gap(model: torch.nn.Module, vocab: int, prompts: int = 32, length: int = 24, seed: int = 1) -> float:
+def median_gap(model: PreTrainedModel, vocab: int, prompts: int = 32, length: int = 24, seed: int = 1) -> float:
     """Median over every position of (top-1 minus top-2 logit) on random prompts, in nats."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (prompts, length), generator=gen)

@@ -17,8 +17,12 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GROUP = 16  # divides every tiny in_features (hidden 48/64, heads x head_dim, intermediate 96/160)
@@ -156,7 +160,7 @@ def method_spec(method: str, group: int = GROUP) -> tuple[Callable[[torch.Tensor
 METHODS = ("awq", "gptq", "gptq-act-order", "gptq-v2", "gptq-8bit", "nvfp4", "nvfp4-ct")
 
 
-def write_pair(model: torch.nn.Module, method: str, out: Path, group: int = GROUP,
+def write_pair(model: PreTrainedModel, method: str, out: Path, group: int = GROUP,
                dense: bool = True) -> tuple[Path, Path]:
     """Quantize `model`'s decoder projections by `method`; write out/quant and (unless not `dense`) out/dense;
     return both paths."""

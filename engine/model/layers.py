@@ -48,6 +48,8 @@ class MergedLinear(nn.Module):
         super().__init__()
         self.sizes = list(out_features)
         self.quantized = quant is not None
+        self.weight: torch.Tensor | None
+        self.bias: torch.Tensor | None
         if quant is not None:  # quantized parts hold their own packed tensors: forward runs each
             self.parts: list[nn.Module] = [QuantLinear(in_features, n, bias, dtype, quant) for n in self.sizes]
             self.weight, self.bias = None, None
@@ -66,8 +68,9 @@ class MergedLinear(nn.Module):
     def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
         if self.quantized:
             return torch.cat([part(x, flags) for part in self.parts], dim=-1)
-        w = self.parts[0].weight
-        if w.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
+        part = self.parts[0]
+        assert isinstance(part, Linear) and self.weight is not None  # not quantized: dense parts, merged weight
+        if part.weight.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
             raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "
                                "was moved with .to()?); build the model on its device instead")
         return kernels.linear(flags, x, self.weight, self.bias)
@@ -89,6 +92,12 @@ class QuantLinear(nn.Module):
     checkpoint left unquantized) and checks dtype and shape; `finish_loading` checks that none is missing and
     puts GPTQ act-order rows in g_idx order (x is permuted to match), so each group's scales are read in order.
     """
+
+    # buffers registered by load_tensor / _sort_act_order (which of them exist depends on the method)
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    g_idx: torch.Tensor
+    input_perm: torch.Tensor | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
                  quant: QuantConfig) -> None:

@@ -45,7 +45,8 @@ def paged_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, ctx: in
     }
 
 
-def _args(x: Inputs) -> tuple:
+def _args(x: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """The six leading arguments every paged decode arm shares: q, the caches, tables, lens and scale."""
     return x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"]
 
 
@@ -65,7 +66,9 @@ def run_tiled(splits: int | None, x: Inputs) -> torch.Tensor:
 
 
 def run_tiled_fused(splits: int, x: Inputs) -> torch.Tensor:
-    return paged_attn_tiled.decode_fused(*_args(x), x["window"], splits)
+    out = paged_attn_tiled.decode_fused(*_args(x), x["window"], splits)  # required: raises where it does not fit
+    assert out is not None
+    return out
 
 
 def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
