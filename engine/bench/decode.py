@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,7 +109,7 @@ def measure(model_dir: Path, device: str, dtype: torch.dtype, context: int, step
     kv_bytes = 2 * c.num_hidden_layers * batch * context * c.num_key_value_heads * c.head_dim * \
         torch.empty((), dtype=dtype).element_size()
     # the embedding row lookup reads one row, but a tied lm_head reads the whole matrix once per step
-    record = {"device": device_name(torch.device(device)), "dtype": str(dtype).removeprefix("torch."),
+    record: dict[str, Any] = {"device": device_name(torch.device(device)), "dtype": str(dtype).removeprefix("torch."),
               "context": context, "steps": steps, "batch": batch, "graph": runner.use_graph,
               "weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
               "step_ms": step_s * 1e3, "engine_tok_per_s": batch / step_s, "clocks": clocks()}

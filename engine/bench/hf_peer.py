@@ -44,7 +44,8 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
         raise ValueError(f"steps {steps}: must be at least 1")
     ctx = len(prompts[0])
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="sdpa",
-                                                 local_files_only=True).to(device).eval()
+                                                 local_files_only=True)
+    model = model.to(device).eval()  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
     cache = StaticCache(config=model.config, max_cache_len=ctx + steps + _WARMUPS + 8)
     on_gpu = device == "cuda"
 

@@ -46,7 +46,8 @@ def save_random_model(tmp: Path, shape: dict) -> Path:
     )
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
+    model = Qwen3ForCausalLM(Qwen3Config(**shape))
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
     model.save_pretrained(tmp)
     return tmp
 
@@ -79,7 +80,8 @@ def _save_quantized(tmp: Path, shape: dict, method: str) -> Path:
     )
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.bfloat16)
+    model = Qwen3ForCausalLM(Qwen3Config(**shape))
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
     return write_pair(model, method, tmp, group=QUANT_GROUP, dense=False)[0]
 
 

@@ -181,7 +181,8 @@ def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: in
     )
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
+    model = model.to(device).eval()  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
     width = max(map(len, prompts))
     ids = torch.zeros(len(prompts), width, dtype=torch.int64)
     mask = torch.zeros_like(ids)

@@ -237,7 +237,7 @@ def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | 
     table = table or load_table()
     out_dir = out_dir or cache_dir(settings)
     requested = requested_archs(table, fat, settings)
-    jobs = []
+    jobs: list[tuple[Path, tuple[str, ...]]] = []
     for name in names or list(table.sources):
         archs = archs_for(table, name, requested)
         source = src_dir / name

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from _ctypes import CFuncPtr  # what ctypes.CDLL attributes are (ctypes._CFuncPtr at run time)
 
 # Dtype codes shared with engine/cuda/common.cuh (vt::DType).
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -37,7 +41,7 @@ def require(t: torch.Tensor, name: str, *, dim: int, dtype: torch.dtype | None =
         raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
 
 
-def bind(lib: ctypes.CDLL, symbol: str, argtypes: list) -> ctypes._CFuncPtr:
+def bind(lib: ctypes.CDLL, symbol: str, argtypes: list) -> CFuncPtr:
     fn = getattr(lib, symbol)
     fn.argtypes = argtypes
     fn.restype = ctypes.c_int

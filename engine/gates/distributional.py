@@ -1,6 +1,8 @@
 """Distributional gate: a relaxed comparison, allowed only where the oracle's own greedy decoding varies."""
 from __future__ import annotations
 
+from typing import Any
+
 from engine.gates.result import FAIL, PASS, REFUSED, GateResult
 
 DEFAULT_RUNS = 4
@@ -15,7 +17,7 @@ def distributional_gate(
     where its runs differ, ours must follow one of them. With no non-deterministic prompt the
     relaxed gate refuses: the token-exact gate is the one that applies.
     """
-    table = []
+    table: list[dict[str, Any]] = []
     for i, (toks, runs) in enumerate(zip(ours, oracle_runs, strict=True)):
         if len(runs) < 2:
             raise ValueError(f"prompt {i}: {len(runs)} oracle runs; determinism needs at least 2")
@@ -25,11 +27,11 @@ def distributional_gate(
         table.append({"prompt": i, "runs": len(runs), "distinct_oracle_outputs": len(distinct),
                       "deterministic": deterministic, "ours_matches_a_run": ok})
     relaxed = [r for r in table if not r["deterministic"]]
-    runs = table[0]["runs"] if table else 0
+    num_runs = table[0]["runs"] if table else 0
     if not relaxed:
         return GateResult("distributional", REFUSED,
                           f"the oracle's greedy decoding is deterministic on all {len(table)} prompts over "
-                          f"{runs} runs each: the relaxed gate is not allowed here; use the token-exact gate",
+                          f"{num_runs} runs each: the relaxed gate is not allowed here; use the token-exact gate",
                           table)
     bad = [r for r in table if not r["ours_matches_a_run"]]
     if bad:

@@ -13,6 +13,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -72,8 +73,8 @@ def select(cases: list[KernelCase], filters: list[str], skip_long: bool, tag: st
 def run_case(case: KernelCase, device: torch.device, seed: int) -> dict:
     """One case: make inputs, run kernel and reference, compare; an exception is a failed case, not a crash."""
     t0 = time.perf_counter()
-    row = {"name": case.name, "arm": case.arm, "flag": case.flag, "dtype": str(case.dtype).removeprefix("torch."),
-           "tolerance": case.tolerance, "row": case.row}
+    row: dict[str, Any] = {"name": case.name, "arm": case.arm, "flag": case.flag,
+                           "dtype": str(case.dtype).removeprefix("torch."), "tolerance": case.tolerance, "row": case.row}
     try:
         inputs = case.make(seed, device)
         out = case.kernel(inputs)

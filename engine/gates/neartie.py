@@ -1,6 +1,8 @@
 """Near-tie razor: teacher-force the oracle on our ids and judge every position by its log-prob gap."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from engine.gates.result import FAIL, PASS, GateResult
@@ -47,7 +49,7 @@ def near_tie_gate(
     band: float = DEFAULT_BAND,
     top_k: int = DEFAULT_TOP_K,
 ) -> GateResult:
-    table = []
+    table: list[dict[str, Any]] = []
     for i, (toks, lp) in enumerate(zip(ours, logprobs, strict=True)):
         for pos, tok in enumerate(toks):
             table.append({"prompt": i, "pos": pos, **classify(lp[pos], tok, band, top_k)})

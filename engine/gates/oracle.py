@@ -24,7 +24,7 @@ class Oracle:
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=dtype, attn_implementation="eager", local_files_only=True,
-        ).to(self.device).eval()
+        ).to(self.device).eval()  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
         # plain greedy, whatever the checkpoint's generation_config says: the engine never stops at EOS
         # and applies no repetition penalty, and generate fills unset values back in from that file
         self.model.generation_config = GenerationConfig(do_sample=False, pad_token_id=0)

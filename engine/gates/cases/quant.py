@@ -47,9 +47,13 @@ def nvfp4_inputs(seed: int, device: torch.device, *, n: int, k: int, dtype: torc
     }
 
 
-def _int4_args(fmt: str, version: int, x: Inputs) -> tuple:
-    if fmt == "awq":
-        return x["qweight"], x["qzeros"], x["scales"], x["x"].shape[-1] // x["scales"].shape[0]
+def _awq_args(x: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """qweight, qzeros, scales and the group size."""
+    return x["qweight"], x["qzeros"], x["scales"], x["x"].shape[-1] // x["scales"].shape[0]
+
+
+def _gptq_args(version: int, x: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """qweight, qzeros, scales, g_idx, the bit width (4) and the GPTQ format version."""
     return x["qweight"], x["qzeros"], x["scales"], x["g_idx"], 4, version
 
 
@@ -59,10 +63,10 @@ def dequant(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor
         fn = quant.dequant_nvfp4 if use_kernel else ref_quant.dequant_nvfp4
         return fn(x["packed"], x["block_scales"], x["global_scale"], torch.bfloat16)
     if fmt == "awq":
-        fn = quant.dequant_awq if use_kernel else ref_quant.dequant_awq
-    else:
-        fn = quant.dequant_gptq if use_kernel else ref_quant.dequant_gptq
-    return fn(*_int4_args(fmt, version, x), dtype=torch.bfloat16)
+        awq = quant.dequant_awq if use_kernel else ref_quant.dequant_awq
+        return awq(*_awq_args(x), dtype=torch.bfloat16)
+    gptq = quant.dequant_gptq if use_kernel else ref_quant.dequant_gptq
+    return gptq(*_gptq_args(version, x), dtype=torch.bfloat16)
 
 
 def gemv(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor:
@@ -71,10 +75,10 @@ def gemv(fmt: str, version: int, use_kernel: bool, x: Inputs) -> torch.Tensor:
         fn = quant.nvfp4_linear if use_kernel else ref_quant.nvfp4_linear
         return fn(x["x"], x["packed"], x["block_scales"], x["global_scale"], bias=x["bias"])
     if fmt == "awq":
-        fn = quant.awq_linear if use_kernel else ref_quant.awq_linear
-    else:
-        fn = quant.gptq_linear if use_kernel else ref_quant.gptq_linear
-    return fn(x["x"], *_int4_args(fmt, version, x), bias=x["bias"])
+        awq = quant.awq_linear if use_kernel else ref_quant.awq_linear
+        return awq(x["x"], *_awq_args(x), bias=x["bias"])
+    gptq = quant.gptq_linear if use_kernel else ref_quant.gptq_linear
+    return gptq(x["x"], *_gptq_args(version, x), bias=x["bias"])
 
 
 def _cases() -> list[KernelCase]:
