@@ -2,6 +2,7 @@
 
 `from engine import LLM, SamplingParams` is the serving API (engine.llm); it loads torch on first use.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -6,6 +6,7 @@ sequence whose prompt starts with registered blocks shares them (reference count
 recomputing them. A freed block keeps its registration while it waits in the free pool, so a later
 request can still hit it; it is evicted (oldest first) only when no block without one is free.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,10 @@ class BlockManager:
             raise ValueError(f"sequence {seq_id} already has blocks")
         need = self.blocks_needed(num_tokens)
         if need > self.num_free:
-            raise OutOfBlocksError(f"sequence {seq_id} needs {need} blocks for {num_tokens} tokens, "
-                                   f"{self.num_free} of {self.num_blocks} free")
+            raise OutOfBlocksError(
+                f"sequence {seq_id} needs {need} blocks for {num_tokens} tokens, "
+                f"{self.num_free} of {self.num_blocks} free"
+            )
         self.tables[seq_id] = [self._take() for _ in range(need)]
         self.lengths[seq_id] = num_tokens
         return self.tables[seq_id]
@@ -65,8 +68,7 @@ class BlockManager:
         table = self.tables[seq_id]
         if pos // self.block_size >= len(table):
             if not self.num_free:
-                raise OutOfBlocksError(f"sequence {seq_id} needs a block at token {pos}, "
-                                       f"0 of {self.num_blocks} free")
+                raise OutOfBlocksError(f"sequence {seq_id} needs a block at token {pos}, 0 of {self.num_blocks} free")
             table.append(self._take())
         self.lengths[seq_id] = pos + 1
         return self.slot(seq_id, pos)
@@ -131,7 +133,7 @@ class BlockManager:
         done, parent = self._hashed.get(seq_id, (0, b""))
         full = min(num_computed // bs, len(table))
         for i in range(done, full):
-            h = block_hash(parent, token_ids[i * bs:(i + 1) * bs])
+            h = block_hash(parent, token_ids[i * bs : (i + 1) * bs])
             block = table[i]
             if h not in self._block_of and block not in self._hash_of:
                 self._block_of[h] = block
@@ -144,13 +146,15 @@ class BlockManager:
         """Raise if any block is still held: after every request ended, all must be free."""
         held = [b for b, r in enumerate(self._refs) if r]
         if held or self.tables or self.num_free != self.num_blocks:
-            raise AssertionError(f"leaked blocks: {held[:16]} held, sequences {sorted(self.tables)[:16]} "
-                                 f"still have tables, {self.num_free} of {self.num_blocks} free")
+            raise AssertionError(
+                f"leaked blocks: {held[:16]} held, sequences {sorted(self.tables)[:16]} "
+                f"still have tables, {self.num_free} of {self.num_blocks} free"
+            )
 
     def _lookup(self, token_ids: Sequence[int]) -> tuple[list[int], bytes]:
         bs, hits, parent = self.block_size, [], b""
         for i in range((len(token_ids) - 1) // bs):  # full blocks before the last token
-            h = block_hash(parent, token_ids[i * bs:(i + 1) * bs])
+            h = block_hash(parent, token_ids[i * bs : (i + 1) * bs])
             block = self._block_of.get(h)
             if block is None:
                 break

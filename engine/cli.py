@@ -1,4 +1,5 @@
 """The engine's command line: `generate`, `gate <name>` and `bench <name>`; exit 0 pass, 1 fail, 2 usage."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,28 +43,53 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description="rowgate's reference LLM-decode engine.")
     sub = parser.add_subparsers(dest="command")
-    gen = sub.add_parser("generate", help="generate with the engine (engine.LLM)",
-                         description="Generate through engine.LLM (scheduler, paged cache, sampling); greedy by "
-                                     "default; with no --model, the embedded tiny Qwen3 and its tokenizer.")
+    gen = sub.add_parser(
+        "generate",
+        help="generate with the engine (engine.LLM)",
+        description="Generate through engine.LLM (scheduler, paged cache, sampling); greedy by "
+        "default; with no --model, the embedded tiny Qwen3 and its tokenizer.",
+    )
     add_model_args(gen)
-    gen.add_argument("--prompt-ids", action="append", default=[], metavar="1,2,3",
-                     help="comma-separated token ids of one prompt; repeat for a batch")
-    gen.add_argument("--prompt", action="append", default=[], metavar="TEXT",
-                     help="a text prompt (needs tokenizer.json in the model directory); repeat for a batch")
-    gen.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=int, default=16,
-                     help="new tokens per prompt at most (default 16); EOS or a stop token ends one earlier")
+    gen.add_argument(
+        "--prompt-ids",
+        action="append",
+        default=[],
+        metavar="1,2,3",
+        help="comma-separated token ids of one prompt; repeat for a batch",
+    )
+    gen.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a text prompt (needs tokenizer.json in the model directory); repeat for a batch",
+    )
+    gen.add_argument(
+        "--max-tokens",
+        "--max-new-tokens",
+        dest="max_tokens",
+        type=int,
+        default=16,
+        help="new tokens per prompt at most (default 16); EOS or a stop token ends one earlier",
+    )
     gen.add_argument("--temperature", type=float, default=0.0, help="0 (the default) is greedy")
     gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1: off)")
     gen.add_argument("--top-k", type=int, default=-1, help="most probable tokens kept (default -1: off)")
     gen.add_argument("--seed", type=int, default=None, help="the requests' seed (default: the engine's generator)")
     gen.add_argument("--ignore-eos", action="store_true", help="keep going past the model's EOS")
     gen.add_argument("--batch", type=int, default=1, help="run the single given prompt N times as one batch")
-    gen.add_argument("--json", action="store_true",
-                     help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}')
+    gen.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
+    )
     gen.set_defaults(handler=cmd_generate)
     add_gate_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES),
-                           description="Run a benchmark module's main(argv): python -m engine bench NAME [ARGS]")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks: " + ", ".join(BENCHES),
+        description="Run a benchmark module's main(argv): python -m engine bench NAME [ARGS]",
+    )
     bench.add_argument("name", choices=BENCHES)
     return parser
 
@@ -85,20 +111,41 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if len(prompts) != 1:
             raise ValueError("--batch N repeats one prompt; with several prompts, the batch is the prompts")
         prompts, is_text = prompts * args.batch, is_text * args.batch
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+    )
     longest = max(len(p) for p in prompts) + args.max_tokens
     block = 16
-    llm = LLM(args.model, args.dtype, args.device, max_num_seqs=len(prompts), max_model_len=longest + 1,
-              block_size=block, num_blocks=len(prompts) * -(-(longest + 1) // block))
+    llm = LLM(
+        args.model,
+        args.dtype,
+        args.device,
+        max_num_seqs=len(prompts),
+        max_model_len=longest + 1,
+        block_size=block,
+        num_blocks=len(prompts) * -(-(longest + 1) // block),
+    )
     start = time.perf_counter()
     outs = llm.generate(prompts, params)
     seconds = time.perf_counter() - start
     total = sum(len(o.token_ids) for o in outs)
     rate = total / seconds if seconds > 0 else float("inf")
     if args.json:
-        print(json.dumps({"tokens": [o.token_ids for o in outs], "texts": [o.text for o in outs],
-                          "finish_reasons": [o.finish_reason for o in outs], "tok_per_s": round(rate, 2)}))
+        print(
+            json.dumps(
+                {
+                    "tokens": [o.token_ids for o in outs],
+                    "texts": [o.text for o in outs],
+                    "finish_reasons": [o.finish_reason for o in outs],
+                    "tok_per_s": round(rate, 2),
+                }
+            )
+        )
         return 0
     for i, o in enumerate(outs):
         text = f"  {o.text!r}" if o.text is not None and is_text[i] else ""

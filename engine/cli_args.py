@@ -1,4 +1,5 @@
 """Command-line pieces that `generate` (engine/cli.py) and the gates (engine/gates/cli.py) share."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,10 +11,15 @@ TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=TINY_MODEL,
-                   help="Hugging Face model directory (default: the embedded tiny Qwen3)")
-    p.add_argument("--dtype", choices=["auto", *sorted(DTYPES)], default="auto",
-                   help="activation and weight dtype (default auto: the checkpoint's torch_dtype, float32 if none)")
+    p.add_argument(
+        "--model", type=Path, default=TINY_MODEL, help="Hugging Face model directory (default: the embedded tiny Qwen3)"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["auto", *sorted(DTYPES)],
+        default="auto",
+        help="activation and weight dtype (default auto: the checkpoint's torch_dtype, float32 if none)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 

@@ -11,6 +11,7 @@ their own (`FlagSnapshot.defaults().with_(VT_GEMV=False)`, `REFERENCE`) and neve
 write the environment. `enabled`/`value` read one flag now, for start-up settings
 (the build's arch list and cache), never for kernel choice.
 """
+
 from __future__ import annotations
 
 import os
@@ -143,64 +144,143 @@ class FlagSnapshot:
 
 
 # --- build (BACKEND-CUDA) ---------------------------------------------------
-declare("VT_CUDA_ARCHS", "", "BACKEND-CUDA",
-        "Comma-separated archs to compile (e.g. `9.0,9.0a`); empty: the feature table's union for a fat build, the local GPU's arch for a JIT build.")
-declare("VT_CUDA_CACHE", "", "BACKEND-CUDA",
-        "Directory of the content-hashed kernel build cache; empty: `~/.cache/rowgate/cuda`.")
-declare("VT_KERNELS", True, "BACKEND-CUDA",
-        "Use the compiled default-ON CUDA kernels when tensors are on a GPU; `0` runs the torch references everywhere.")
+declare(
+    "VT_CUDA_ARCHS",
+    "",
+    "BACKEND-CUDA",
+    "Comma-separated archs to compile (e.g. `9.0,9.0a`); empty: the feature table's union for a fat build, the local GPU's arch for a JIT build.",
+)
+declare(
+    "VT_CUDA_CACHE",
+    "",
+    "BACKEND-CUDA",
+    "Directory of the content-hashed kernel build cache; empty: `~/.cache/rowgate/cuda`.",
+)
+declare(
+    "VT_KERNELS",
+    True,
+    "BACKEND-CUDA",
+    "Use the compiled default-ON CUDA kernels when tensors are on a GPU; `0` runs the torch references everywhere.",
+)
 
 # --- paged attention (KERNEL-ATTN-PAGED, KERNEL-ATTN-SPLITKV) ---------------
-declare("VT_ATTN_DECODE_OPT", False, "KERNEL-ATTN-PAGED",
-        "Warp-split-KV decode attention arm (EPL 8, head_dim 256), with and without a sliding window.")
-declare("VT_ATTN_DECODE_D128", False, "KERNEL-ATTN-PAGED",
-        "With VT_ATTN_DECODE_OPT: the EPL 4 instantiation for head_dim 128.")
-declare("VT_ATTN_DECODE_GQA", False, "KERNEL-ATTN-PAGED",
-        "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.")
-declare("VT_ATTN_TILED", True, "KERNEL-ATTN-PAGED",
-        "Tiled paged decode attention on tensor cores (bf16/fp16, head_dim 64/128/256, up to 8 query heads per KV head): a scores pass and a P.V pass over cp.async-pipelined K/V tiles, probabilities rounded as the reference rounds them, split-KV sized from the block tables' capacity; takes precedence over the other arms. ON after the flip protocol (A/B 12.3x); `0` is the rollback.")
-declare("VT_ATTN_TILED_FUSED", False, "ENGINE-PERF",
-        "With VT_ATTN_TILED: the tiled attention's two passes and split sum in one launch where it fits (each split's scores in shared memory; splits wait for each other's statistics, so only when the grid is resident at once); the same arithmetic, so bitwise the two-pass output.")
-declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV",
-        "Split-KV decode attention with an fp32 log-sum-exp combine.")
-declare("VT_ATTN_SPLITKV_GQA_SWAP", False, "KERNEL-ATTN-SPLITKV",
-        "With VT_ATTN_SPLITKV: pack the query heads of a KV group as rows (GQA group swap).")
+declare(
+    "VT_ATTN_DECODE_OPT",
+    False,
+    "KERNEL-ATTN-PAGED",
+    "Warp-split-KV decode attention arm (EPL 8, head_dim 256), with and without a sliding window.",
+)
+declare(
+    "VT_ATTN_DECODE_D128",
+    False,
+    "KERNEL-ATTN-PAGED",
+    "With VT_ATTN_DECODE_OPT: the EPL 4 instantiation for head_dim 128.",
+)
+declare(
+    "VT_ATTN_DECODE_GQA",
+    False,
+    "KERNEL-ATTN-PAGED",
+    "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.",
+)
+declare(
+    "VT_ATTN_TILED",
+    True,
+    "KERNEL-ATTN-PAGED",
+    "Tiled paged decode attention on tensor cores (bf16/fp16, head_dim 64/128/256, up to 8 query heads per KV head): a scores pass and a P.V pass over cp.async-pipelined K/V tiles, probabilities rounded as the reference rounds them, split-KV sized from the block tables' capacity; takes precedence over the other arms. ON after the flip protocol (A/B 12.3x); `0` is the rollback.",
+)
+declare(
+    "VT_ATTN_TILED_FUSED",
+    False,
+    "ENGINE-PERF",
+    "With VT_ATTN_TILED: the tiled attention's two passes and split sum in one launch where it fits (each split's scores in shared memory; splits wait for each other's statistics, so only when the grid is resident at once); the same arithmetic, so bitwise the two-pass output.",
+)
+declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV", "Split-KV decode attention with an fp32 log-sum-exp combine.")
+declare(
+    "VT_ATTN_SPLITKV_GQA_SWAP",
+    False,
+    "KERNEL-ATTN-SPLITKV",
+    "With VT_ATTN_SPLITKV: pack the query heads of a KV group as rows (GQA group swap).",
+)
 
 # --- runner (ENGINE-GRAPH) --------------------------------------------------
-declare("VT_EAGER", False, "ENGINE-GRAPH",
-        "Run the decode step eagerly instead of replaying its captured CUDA graph.")
+declare("VT_EAGER", False, "ENGINE-GRAPH", "Run the decode step eagerly instead of replaying its captured CUDA graph.")
 
 # --- model (MODEL-MERGED-PROJ) -----------------------------------------------
-declare("VT_MERGED_PROJ", True, "MODEL-MERGED-PROJ",
-        "One GEMM for q/k/v and one for gate/up per decoder layer on a GPU (the weights already sit side by side); other GEMM kernels than the separate products, so another rounding order. ON after the flip protocol (decode-step A/B 1.279x); `0` is the rollback.")
+declare(
+    "VT_MERGED_PROJ",
+    True,
+    "MODEL-MERGED-PROJ",
+    "One GEMM for q/k/v and one for gate/up per decoder layer on a GPU (the weights already sit side by side); other GEMM kernels than the separate products, so another rounding order. ON after the flip protocol (decode-step A/B 1.279x); `0` is the rollback.",
+)
 
 # --- MoE, gated delta net, quantised weights (KERNEL-MOE, KERNEL-GDN, QUANT-*) ---
-declare("VT_MOE_KERNELS", False, "KERNEL-MOE",
-        "Compiled MoE routing, token-to-expert alignment and grouped expert GEMMs (fp32 GEMM accumulation, so not byte-exact).")
-declare("VT_GDN_KERNEL", False, "KERNEL-GDN",
-        "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).")
-declare("VT_DEQUANT_KERNEL", False, "QUANT-AWQ",
-        "Compiled AWQ, GPTQ and NVFP4 dequant to the model dtype (bit-exact to the references).")
-declare("VT_DEQUANT_GEMV", False, "QUANT-AWQ",
-        "Fused dequant-GEMV for AWQ, GPTQ and NVFP4 weights at M=1 (fp32 accumulation, within bf16 tolerance).")
+declare(
+    "VT_MOE_KERNELS",
+    False,
+    "KERNEL-MOE",
+    "Compiled MoE routing, token-to-expert alignment and grouped expert GEMMs (fp32 GEMM accumulation, so not byte-exact).",
+)
+declare(
+    "VT_GDN_KERNEL",
+    False,
+    "KERNEL-GDN",
+    "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).",
+)
+declare(
+    "VT_DEQUANT_KERNEL",
+    False,
+    "QUANT-AWQ",
+    "Compiled AWQ, GPTQ and NVFP4 dequant to the model dtype (bit-exact to the references).",
+)
+declare(
+    "VT_DEQUANT_GEMV",
+    False,
+    "QUANT-AWQ",
+    "Fused dequant-GEMV for AWQ, GPTQ and NVFP4 weights at M=1 (fp32 accumulation, within bf16 tolerance).",
+)
 
 # --- norm, RoPE, activation, sampling, GEMV (KERNEL-NORM/ROPE/ACT/SAMPLE/GEMV) --
 # The default-ON kernels are bitwise equal to their torch reference on the numerics gate; the others
 # (another fp32 summation order, another random stream) are fast arms behind a default-OFF flag.
-declare("VT_NORM_KERNEL", True, "KERNEL-NORM",
-        "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp). ON after the flip protocol (A/B 1.23x); `0` is the rollback.")
-declare("VT_ROPE_KERNEL", True, "KERNEL-ROPE",
-        "Neox RoPE CUDA kernel (products and sum rounded to the model dtype, as the reference).")
-declare("VT_QK_NORM_ROPE_FUSED", True, "KERNEL-ROPE",
-        "Fused Qwen3 q/k RMSNorm + neox RoPE kernel (one launch per q or k; its sum-of-squares order differs from torch's). ON after the flip protocol (decode-step A/B 1.034x); `0` is the rollback.")
-declare("VT_ACT_KERNEL", True, "KERNEL-ACT",
-        "SiLU-and-mul CUDA kernel (silu rounded to the model dtype, then the product).")
-declare("VT_ARGMAX_KERNEL", True, "KERNEL-SAMPLE",
-        "Two-pass greedy argmax CUDA kernel (torch.argmax's lowest-index tie and first-NaN rules).")
-declare("VT_SAMPLE_KERNEL", False, "KERNEL-SAMPLE",
-        "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).")
-declare("VT_GEMV", True, "KERNEL-GEMV",
-        "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype). ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.")
+declare(
+    "VT_NORM_KERNEL",
+    True,
+    "KERNEL-NORM",
+    "RMSNorm and fused add+RMSNorm CUDA kernels (the reference's rounding points; the fp32 sum of squares in another order than torch's, so fp32 outputs differ by an ulp). ON after the flip protocol (A/B 1.23x); `0` is the rollback.",
+)
+declare(
+    "VT_ROPE_KERNEL",
+    True,
+    "KERNEL-ROPE",
+    "Neox RoPE CUDA kernel (products and sum rounded to the model dtype, as the reference).",
+)
+declare(
+    "VT_QK_NORM_ROPE_FUSED",
+    True,
+    "KERNEL-ROPE",
+    "Fused Qwen3 q/k RMSNorm + neox RoPE kernel (one launch per q or k; its sum-of-squares order differs from torch's). ON after the flip protocol (decode-step A/B 1.034x); `0` is the rollback.",
+)
+declare(
+    "VT_ACT_KERNEL", True, "KERNEL-ACT", "SiLU-and-mul CUDA kernel (silu rounded to the model dtype, then the product)."
+)
+declare(
+    "VT_ARGMAX_KERNEL",
+    True,
+    "KERNEL-SAMPLE",
+    "Two-pass greedy argmax CUDA kernel (torch.argmax's lowest-index tie and first-NaN rules).",
+)
+declare(
+    "VT_SAMPLE_KERNEL",
+    False,
+    "KERNEL-SAMPLE",
+    "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).",
+)
+declare(
+    "VT_GEMV",
+    True,
+    "KERNEL-GEMV",
+    "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype). ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.",
+)
 
 
 REFERENCE = FlagSnapshot({"VT_KERNELS": False})  # every op runs its pure-torch reference

@@ -28,6 +28,7 @@ The contract (what model code, gates and benchmarks may rely on):
 - A new op is one `Op(...)` below, registered in `TABLE` by its name (the reference's name); a new arm is
   one `Arm(...)` in its op's list, in the place of its precedence.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -162,8 +163,7 @@ class Op(Generic[P, R]):
         known = ", ".join([a.name for a in self.arms] + [REFERENCE_ARM])
         raise KeyError(f"{self.name}: no arm {name!r} (arms: {known})")
 
-    def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any],
-                count: bool) -> Arm | None:
+    def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any], count: bool) -> Arm | None:
         if not self.arms or not snapshot.kernels or not args[0].is_cuda:
             return None
         for arm in self.arms:
@@ -256,13 +256,28 @@ def _one_row(x: torch.Tensor, *_: Any, **__: Any) -> bool:
     return x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
 
 
-def _gptq_gemv(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-               g_idx: torch.Tensor, bits: int = 4, *_: Any, **__: Any) -> bool:
+def _gptq_gemv(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    *_: Any,
+    **__: Any,
+) -> bool:
     return _one_row(x) and bits == 4
 
 
-def _gptq_int4(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor,
-               bits: int = 4, *_: Any, **__: Any) -> bool:
+def _gptq_int4(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    *_: Any,
+    **__: Any,
+) -> bool:
     return bits == 4
 
 
@@ -270,13 +285,21 @@ def _moe_route_fits(router_logits: torch.Tensor, top_k: int, *_: Any) -> bool:
     return cuda_moe.supports(router_logits.shape[1], top_k)
 
 
-def _moe_experts_fit(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
-                     ids: torch.Tensor) -> bool:
+def _moe_experts_fit(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> bool:
     return cuda_moe.supports(gate_up.shape[0], ids.shape[1])
 
 
-def _gdn_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-              state: torch.Tensor, **_: Any) -> bool:
+def _gdn_fits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    **_: Any,
+) -> bool:
     return cuda_gdn.supports(q, k, v) and state.is_contiguous()
 
 
@@ -286,8 +309,10 @@ def _group(q: torch.Tensor, k_cache: torch.Tensor) -> int:
 
 def _attn(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..., bool]:
     """A predicate over (head_dim, group, dtype) as one over paged_decode_attention's arguments."""
+
     def supports(q: torch.Tensor, k_cache: torch.Tensor, *_: Any, **__: Any) -> bool:
         return pred(q.shape[2], _group(q, k_cache), q.dtype)
+
     return supports
 
 
@@ -301,21 +326,39 @@ def _splitkv_fits(d: int, group: int, dtype: torch.dtype) -> bool:
 
 # --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
 def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
-    def kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-               context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
-        return _PA.paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window,
-                                          arm=arm)
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return _PA.paged_decode_attention(
+            q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm=arm
+        )
+
     return kernel
 
 
-def _tiled_fused_fits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                      *_: Any, **__: Any) -> bool:
+def _tiled_fused_fits(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
     return cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype) and cuda_tiled.fused_fits(
-        q, k_cache, block_tables)
+        q, k_cache, block_tables
+    )
 
 
-def _tiled_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
+def _tiled_fused(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
     """The one-launch tiled kernel (the two passes where its arrival counters are not ready: first use under
     graph capture)."""
     return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, fused=True)
@@ -323,154 +366,342 @@ def _tiled_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
     """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
-    def kernel(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-               context_lens: torch.Tensor, scale: float, sliding_window: int | None = None) -> torch.Tensor:
-        return cuda_splitkv.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window,
-                                   swap=swap, max_context=cuda_splitkv.capacity(block_tables, k_cache))
+
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return cuda_splitkv.decode(
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            context_lens,
+            scale,
+            sliding_window,
+            swap=swap,
+            max_context=cuda_splitkv.capacity(block_tables, k_cache),
+        )
+
     return kernel
 
 
-def _sample_kernel(logits: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor,
-                   temperature: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _sample_kernel(
+    logits: torch.Tensor,
+    top_k: int | torch.Tensor,
+    top_p: float | torch.Tensor,
+    temperature: float | torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
     ks, ps, ts = sample.sampling_params(logits, top_k, top_p, temperature)
     # the kernel's counter-based stream is seeded from the generator, which advances as a draw would
     seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
     return cuda_sample.sample_top_k_top_p(logits, ks, ps, ts, seed)
 
 
-def _dequant_nvfp4_kernel(packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float,
-                          dtype: torch.dtype) -> torch.Tensor:
+def _dequant_nvfp4_kernel(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> torch.Tensor:
     gs = quant.nvfp4_global_scale(global_scale, packed.device)
     return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
 
 
-def _qk_norm_then_rope(snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
-                       sin: torch.Tensor, eps: float) -> torch.Tensor:
+def _qk_norm_then_rope(
+    snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
+) -> torch.Tensor:
     return apply_rope_neox(snapshot, qk_norm(snapshot, x, weight, eps), cos, sin)
 
 
-def _awq_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor,
-                             scales: torch.Tensor, group_size: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+def _awq_dequant_then_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     w = dequant_awq(snapshot, qweight, qzeros, scales, group_size, x.dtype)
     return linear(snapshot, x, w.T, bias)
 
 
-def _gptq_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, qweight: torch.Tensor,
-                              qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor, bits: int = 4,
-                              version: int = 1, bias: torch.Tensor | None = None) -> torch.Tensor:
+def _gptq_dequant_then_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     w = dequant_gptq(snapshot, qweight, qzeros, scales, g_idx, bits, version, x.dtype)
     return linear(snapshot, x, w.T, bias)
 
 
-def _nvfp4_dequant_then_linear(snapshot: FlagSnapshot, x: torch.Tensor, packed: torch.Tensor,
-                               block_scales: torch.Tensor, global_scale: torch.Tensor | float,
-                               bias: torch.Tensor | None = None) -> torch.Tensor:
+def _nvfp4_dequant_then_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scales: torch.Tensor,
+    global_scale: torch.Tensor | float,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     return linear(snapshot, x, dequant_nvfp4(snapshot, packed, block_scales, global_scale, x.dtype), bias)
 
 
 # --- the table --------------------------------------------------------------------------------------------
 KERNEL = "a CUDA tensor"  # the needs of an arm that takes every CUDA input the op's check accepts
 
-linear = Op(gemv.linear, gemv.check_linear, [
-    Arm("gemv", gated_by("VT_GEMV"), _gemv_rows, f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
-        cuda_gemv.linear),
-])
+linear = Op(
+    gemv.linear,
+    gemv.check_linear,
+    [
+        Arm(
+            "gemv",
+            gated_by("VT_GEMV"),
+            _gemv_rows,
+            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
+            cuda_gemv.linear,
+        ),
+    ],
+)
 embedding = Op(gemv.embedding, gemv.check_embedding)
-rms_norm = Op(norm.rms_norm, norm.check_rms_norm, [
-    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
-])
-fused_add_rms_norm = Op(norm.fused_add_rms_norm, norm.check_fused_add_rms_norm, [
-    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.fused_add_rms_norm),
-])
-qk_norm = Op(norm.qk_norm, norm.check_qk_norm, [
-    Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
-])
-apply_rope_neox = Op(rope.apply_rope_neox, rope.check_apply_rope_neox, [
-    Arm("cuda", gated_by("VT_ROPE_KERNEL"), _any, KERNEL, cuda_rope.apply_rope_neox),
-])
-qk_norm_rope = Op(rope.qk_norm_rope, rope.check_qk_norm_rope, [
-    Arm("fused", gated_by("VT_QK_NORM_ROPE_FUSED"), _any, KERNEL, cuda_rope.qk_norm_rope),
-    Arm("norm_then_rope", gated_by(), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
-])
-silu_and_mul = Op(act.silu_and_mul, act.check_silu_and_mul, [
-    Arm("cuda", gated_by("VT_ACT_KERNEL"), _any, KERNEL, cuda_act.silu_and_mul),
-])
-store_kv = Op(kv_store.store_kv, kv_store.check_store_kv, [
-    Arm("cuda", gated_by(), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
-])
+rms_norm = Op(
+    norm.rms_norm,
+    norm.check_rms_norm,
+    [
+        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
+    ],
+)
+fused_add_rms_norm = Op(
+    norm.fused_add_rms_norm,
+    norm.check_fused_add_rms_norm,
+    [
+        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.fused_add_rms_norm),
+    ],
+)
+qk_norm = Op(
+    norm.qk_norm,
+    norm.check_qk_norm,
+    [
+        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
+    ],
+)
+apply_rope_neox = Op(
+    rope.apply_rope_neox,
+    rope.check_apply_rope_neox,
+    [
+        Arm("cuda", gated_by("VT_ROPE_KERNEL"), _any, KERNEL, cuda_rope.apply_rope_neox),
+    ],
+)
+qk_norm_rope = Op(
+    rope.qk_norm_rope,
+    rope.check_qk_norm_rope,
+    [
+        Arm("fused", gated_by("VT_QK_NORM_ROPE_FUSED"), _any, KERNEL, cuda_rope.qk_norm_rope),
+        Arm("norm_then_rope", gated_by(), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
+    ],
+)
+silu_and_mul = Op(
+    act.silu_and_mul,
+    act.check_silu_and_mul,
+    [
+        Arm("cuda", gated_by("VT_ACT_KERNEL"), _any, KERNEL, cuda_act.silu_and_mul),
+    ],
+)
+store_kv = Op(
+    kv_store.store_kv,
+    kv_store.check_store_kv,
+    [
+        Arm("cuda", gated_by(), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
+    ],
+)
 prefill_attention = Op(paged_attn.prefill_attention, paged_attn.check_prefill_attention)
 extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_attention)
 # Precedence: the one-launch tiled arm (OFF by default, so the two-pass tiled arm is the default choice), tiled,
 # then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.
-paged_decode_attention = Op(paged_attn.paged_decode_attention, paged_attn.check_paged_decode_attention, [
-    Arm("tiled_fused", gated_by("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"), _tiled_fused_fits,
-        "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
-        _tiled_fused),
-    Arm("tiled", gated_by("VT_ATTN_TILED"), _attn(cuda_tiled.supported),
-        f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
-        cuda_tiled.decode),
-    Arm("splitkv_swap", gated_by("VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_SPLITKV"),
-        _attn(lambda d, g, t: _splitkv_fits(d, g, t) and g in _SWAP_GROUPS),
-        f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head", _splitkv(swap=True)),
-    Arm("splitkv", gated_by("VT_ATTN_SPLITKV"), _attn(_splitkv_fits), "fp32/bf16, head_dim 64/128/256",
-        _splitkv(swap=False)),
-    Arm("gqa", gated_by("VT_ATTN_DECODE_GQA"), _attn(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
-        "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head", _paged_arm(_PA.GQA)),
-    Arm("warp", gated_by("VT_ATTN_DECODE_OPT"), _attn(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
-        "fp32/bf16, head_dim 256", _paged_arm(_PA.WARP)),
-    Arm("warp_d128", gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
-        _attn(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)), "fp32/bf16, head_dim 128",
-        _paged_arm(_PA.WARP)),
-    Arm("generic", gated_by(), _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
-        "head_dim at most 256, a multiple of 8", _paged_arm(_PA.GENERIC)),
-])
-greedy_argmax = Op(sample.greedy_argmax, sample.check_greedy_argmax, [
-    Arm("cuda", gated_by("VT_ARGMAX_KERNEL"), _any, KERNEL, cuda_sample.greedy_argmax),
-])
-sample_top_k_top_p = Op(sample.sample_top_k_top_p, sample.check_sample_top_k_top_p, [
-    Arm("cuda", gated_by("VT_SAMPLE_KERNEL"), _any, KERNEL, _sample_kernel),
-])
+paged_decode_attention = Op(
+    paged_attn.paged_decode_attention,
+    paged_attn.check_paged_decode_attention,
+    [
+        Arm(
+            "tiled_fused",
+            gated_by("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"),
+            _tiled_fused_fits,
+            "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
+            _tiled_fused,
+        ),
+        Arm(
+            "tiled",
+            gated_by("VT_ATTN_TILED"),
+            _attn(cuda_tiled.supported),
+            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
+            cuda_tiled.decode,
+        ),
+        Arm(
+            "splitkv_swap",
+            gated_by("VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_SPLITKV"),
+            _attn(lambda d, g, t: _splitkv_fits(d, g, t) and g in _SWAP_GROUPS),
+            f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head",
+            _splitkv(swap=True),
+        ),
+        Arm(
+            "splitkv",
+            gated_by("VT_ATTN_SPLITKV"),
+            _attn(_splitkv_fits),
+            "fp32/bf16, head_dim 64/128/256",
+            _splitkv(swap=False),
+        ),
+        Arm(
+            "gqa",
+            gated_by("VT_ATTN_DECODE_GQA"),
+            _attn(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
+            "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head",
+            _paged_arm(_PA.GQA),
+        ),
+        Arm(
+            "warp",
+            gated_by("VT_ATTN_DECODE_OPT"),
+            _attn(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
+            "fp32/bf16, head_dim 256",
+            _paged_arm(_PA.WARP),
+        ),
+        Arm(
+            "warp_d128",
+            gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
+            _attn(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)),
+            "fp32/bf16, head_dim 128",
+            _paged_arm(_PA.WARP),
+        ),
+        Arm(
+            "generic",
+            gated_by(),
+            _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
+            "head_dim at most 256, a multiple of 8",
+            _paged_arm(_PA.GENERIC),
+        ),
+    ],
+)
+greedy_argmax = Op(
+    sample.greedy_argmax,
+    sample.check_greedy_argmax,
+    [
+        Arm("cuda", gated_by("VT_ARGMAX_KERNEL"), _any, KERNEL, cuda_sample.greedy_argmax),
+    ],
+)
+sample_top_k_top_p = Op(
+    sample.sample_top_k_top_p,
+    sample.check_sample_top_k_top_p,
+    [
+        Arm("cuda", gated_by("VT_SAMPLE_KERNEL"), _any, KERNEL, _sample_kernel),
+    ],
+)
 sample_rows = Op(sample.sample_rows, sample.check_sample_rows)  # the serving sampler's draw (engine/sampler.py)
-moe_route = Op(moe.moe_route, moe.check_moe_route, [
-    Arm("cuda", gated_by("VT_MOE_KERNELS"), _moe_route_fits,
-        f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.route),
-])
-moe_experts = Op(moe.moe_experts, moe.check_moe_experts, [
-    Arm("cuda", gated_by("VT_MOE_KERNELS"), _moe_experts_fit,
-        f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}", cuda_moe.experts),
-])
-gated_delta_decode = Op(gdn.gated_delta_decode, gdn.check_gated_delta_decode, [
-    Arm("cuda", gated_by("VT_GDN_KERNEL"), _gdn_fits,
-        f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state", cuda_gdn.decode),
-])
-dequant_awq = Op(quant.dequant_awq, quant.check_dequant_awq, [
-    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, cuda_quant.dequant_awq),
-])
-dequant_gptq = Op(quant.dequant_gptq, quant.check_dequant_gptq, [
-    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
-])
-dequant_nvfp4 = Op(quant.dequant_nvfp4, quant.check_dequant_nvfp4, [
-    Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, _dequant_nvfp4_kernel),
-])
+moe_route = Op(
+    moe.moe_route,
+    moe.check_moe_route,
+    [
+        Arm(
+            "cuda",
+            gated_by("VT_MOE_KERNELS"),
+            _moe_route_fits,
+            f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
+            cuda_moe.route,
+        ),
+    ],
+)
+moe_experts = Op(
+    moe.moe_experts,
+    moe.check_moe_experts,
+    [
+        Arm(
+            "cuda",
+            gated_by("VT_MOE_KERNELS"),
+            _moe_experts_fit,
+            f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
+            cuda_moe.experts,
+        ),
+    ],
+)
+gated_delta_decode = Op(
+    gdn.gated_delta_decode,
+    gdn.check_gated_delta_decode,
+    [
+        Arm(
+            "cuda",
+            gated_by("VT_GDN_KERNEL"),
+            _gdn_fits,
+            f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state",
+            cuda_gdn.decode,
+        ),
+    ],
+)
+dequant_awq = Op(
+    quant.dequant_awq,
+    quant.check_dequant_awq,
+    [
+        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, cuda_quant.dequant_awq),
+    ],
+)
+dequant_gptq = Op(
+    quant.dequant_gptq,
+    quant.check_dequant_gptq,
+    [
+        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
+    ],
+)
+dequant_nvfp4 = Op(
+    quant.dequant_nvfp4,
+    quant.check_dequant_nvfp4,
+    [
+        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, _dequant_nvfp4_kernel),
+    ],
+)
 # The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
-awq_linear = Op(quant.awq_linear, quant.check_awq_linear, [
-    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.awq_linear),
-    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _awq_dequant_then_linear, composite=True),
-])
-gptq_linear = Op(quant.gptq_linear, quant.check_gptq_linear, [
-    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
-    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
-])
-nvfp4_linear = Op(quant.nvfp4_linear, quant.check_nvfp4_linear, [
-    Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.nvfp4_linear),
-    Arm("dequant_then_linear", gated_by(), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
-])
+awq_linear = Op(
+    quant.awq_linear,
+    quant.check_awq_linear,
+    [
+        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.awq_linear),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _awq_dequant_then_linear, composite=True),
+    ],
+)
+gptq_linear = Op(
+    quant.gptq_linear,
+    quant.check_gptq_linear,
+    [
+        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
+    ],
+)
+nvfp4_linear = Op(
+    quant.nvfp4_linear,
+    quant.check_nvfp4_linear,
+    [
+        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.nvfp4_linear),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
+    ],
+)
 
 
-def quantized_linear(snapshot: FlagSnapshot, x: torch.Tensor, method: str, weights: dict[str, torch.Tensor],
-                     bias: torch.Tensor | None = None, group_size: int = 0, bits: int = 4,
-                     version: int = 1) -> torch.Tensor:  # x: [..., in_features] -> [..., out_features]
+def quantized_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    method: str,
+    weights: dict[str, torch.Tensor],
+    bias: torch.Tensor | None = None,
+    group_size: int = 0,
+    bits: int = 4,
+    version: int = 1,
+) -> torch.Tensor:  # x: [..., in_features] -> [..., out_features]
     """A quantized linear layer (engine/model/layers.py `QuantLinear`) as the table's `<method>_linear` op.
 
     `weights` are the layer's packed tensors under the engine's names. The op's arms decide: one row (M = 1)
@@ -486,12 +717,35 @@ def quantized_linear(snapshot: FlagSnapshot, x: torch.Tensor, method: str, weigh
     raise ValueError(f"method: {method!r} is not a quantized linear (awq, gptq or nvfp4)")
 
 
-TABLE: dict[str, Op[..., Any]] = {op.name: op for op in (
-    linear, embedding, rms_norm, fused_add_rms_norm, qk_norm, apply_rope_neox, qk_norm_rope, silu_and_mul,
-    store_kv, prefill_attention, extend_attention, paged_decode_attention, greedy_argmax, sample_top_k_top_p,
-    sample_rows, moe_route, moe_experts, gated_delta_decode, dequant_awq, dequant_gptq, dequant_nvfp4, awq_linear,
-    gptq_linear, nvfp4_linear,
-)}
+TABLE: dict[str, Op[..., Any]] = {
+    op.name: op
+    for op in (
+        linear,
+        embedding,
+        rms_norm,
+        fused_add_rms_norm,
+        qk_norm,
+        apply_rope_neox,
+        qk_norm_rope,
+        silu_and_mul,
+        store_kv,
+        prefill_attention,
+        extend_attention,
+        paged_decode_attention,
+        greedy_argmax,
+        sample_top_k_top_p,
+        sample_rows,
+        moe_route,
+        moe_experts,
+        gated_delta_decode,
+        dequant_awq,
+        dequant_gptq,
+        dequant_nvfp4,
+        awq_linear,
+        gptq_linear,
+        nvfp4_linear,
+    )
+}
 
 # One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
 merged_projections = Switch("merged_projections", gated_by("VT_MERGED_PROJ"), "merged")

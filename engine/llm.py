@@ -7,6 +7,7 @@
 Requests go through the scheduler (continuous batching, chunked prefill, preemption by recompute,
 prefix caching) and the runner (a captured decode graph per padded batch size and sampling mode on CUDA).
 """
+
 from __future__ import annotations
 
 import json
@@ -71,20 +72,30 @@ class LLM:
         torch_dtype = resolve_dtype(dtype, config, device)
         self.max_model_len = max_model_len or min(config.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
         if self.max_model_len > config.max_position_embeddings:
-            raise ValueError(f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
-                             f"{config.max_position_embeddings}")
+            raise ValueError(
+                f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
+                f"{config.max_position_embeddings}"
+            )
         if num_blocks is None and device.startswith("cuda"):
             num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
         max_blocks = -(-self.max_model_len // block_size)
-        self.runner = Runner(self.model_dir, torch_dtype, device, max_batch=max_num_seqs,
-                             max_model_len=self.max_model_len, block_size=block_size,
-                             num_blocks=num_blocks or max_num_seqs * max_blocks, flags=flags)
+        self.runner = Runner(
+            self.model_dir,
+            torch_dtype,
+            device,
+            max_batch=max_num_seqs,
+            max_model_len=self.max_model_len,
+            block_size=block_size,
+            num_blocks=num_blocks or max_num_seqs * max_blocks,
+            flags=flags,
+        )
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
         self.runner.blocks.prefix_caching = enable_prefix_caching
-        self.scheduler = Scheduler(self.runner.blocks, max_num_seqs, max_num_batched_tokens, self.eos_token_ids,
-                                   self.max_model_len)
+        self.scheduler = Scheduler(
+            self.runner.blocks, max_num_seqs, max_num_batched_tokens, self.eos_token_ids, self.max_model_len
+        )
         self._rng = random.Random(seed)
         self._next_id = 0
 
@@ -138,14 +149,25 @@ class LLM:
         """One scheduled step; returns the requests it finished."""
         plan = self.scheduler.schedule()
         if not plan.rows:
-            raise RuntimeError(f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
-                               f"{self.runner.blocks.num_free} of {self.runner.blocks.num_blocks} blocks free")
+            raise RuntimeError(
+                f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
+                f"{self.runner.blocks.num_free} of {self.runner.blocks.num_blocks} blocks free"
+            )
         rows = []
         for seq, n in plan.rows:
             p = seq.params
-            rows.append(StepRow(seq.token_ids[seq.num_computed:seq.num_computed + n], seq.num_computed,
-                                self.runner.blocks.tables[seq.seq_id], float(p.temperature), p.top_k,
-                                float(p.top_p), seq.seed, len(seq.output_ids)))
+            rows.append(
+                StepRow(
+                    seq.token_ids[seq.num_computed : seq.num_computed + n],
+                    seq.num_computed,
+                    self.runner.blocks.tables[seq.seq_id],
+                    float(p.temperature),
+                    p.top_k,
+                    float(p.top_p),
+                    seq.seed,
+                    len(seq.output_ids),
+                )
+            )
         sampled = self.runner.run_step(rows, plan.decode)
         return [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
 
@@ -156,8 +178,9 @@ class LLM:
         params.check(index)
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError(f"request {index}: prompt is text, but {self.model_dir} has no tokenizer.json; "
-                                 "pass token ids")
+                raise ValueError(
+                    f"request {index}: prompt is text, but {self.model_dir} has no tokenizer.json; pass token ids"
+                )
             ids = self.tokenizer.encode(prompt).ids
         elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
@@ -170,13 +193,16 @@ class LLM:
         if bad:
             raise ValueError(f"request {index}: prompt token id {bad[0]} outside the vocabulary [0, {vocab})")
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"request {index}: prompt of {len(ids)} tokens leaves no room in "
-                             f"max_model_len={self.max_model_len}")
+            raise ValueError(
+                f"request {index}: prompt of {len(ids)} tokens leaves no room in max_model_len={self.max_model_len}"
+            )
         blocks = self.runner.blocks
         need = blocks.blocks_needed(min(len(ids) + params.max_tokens, self.max_model_len))
         if need > blocks.num_blocks:
-            raise ValueError(f"request {index}: prompt + max_tokens need {need} KV blocks, the cache has "
-                             f"num_blocks={blocks.num_blocks}")
+            raise ValueError(
+                f"request {index}: prompt + max_tokens need {need} KV blocks, the cache has "
+                f"num_blocks={blocks.num_blocks}"
+            )
         bad_stop = [t for t in params.stop_token_ids if not 0 <= t < vocab]
         if bad_stop:
             raise ValueError(f"request {index}: SamplingParams.stop_token_ids has {bad_stop[0]}, outside [0, {vocab})")
@@ -192,8 +218,9 @@ class LLM:
     def _output(self, seq: Sequence) -> RequestOutput:
         out = seq.output_ids
         text = self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer is not None else None
-        return RequestOutput(seq.index, seq.token_ids[:seq.num_prompt_tokens], out, text,
-                             seq.finish_reason or "length", seq.num_cached)
+        return RequestOutput(
+            seq.index, seq.token_ids[: seq.num_prompt_tokens], out, text, seq.finish_reason or "length", seq.num_cached
+        )
 
 
 def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
@@ -209,8 +236,9 @@ def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
     return DTYPES[checkpoint] if checkpoint in ("bfloat16", "float16") else torch.bfloat16
 
 
-def cuda_num_blocks(model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int,
-                    device: str) -> int:
+def cuda_num_blocks(
+    model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int, device: str
+) -> int:
     """KV blocks that fit beside the weights and the step's activations in the free device memory."""
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     elem = torch.empty((), dtype=dtype).element_size()
@@ -219,8 +247,10 @@ def cuda_num_blocks(model_dir: Path, config: Any, dtype: torch.dtype, block_size
     per_block = 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
     budget = int(free * GPU_MEMORY_UTILIZATION) - weights - logits - ACTIVATION_RESERVE
     if budget < per_block:
-        raise ValueError(f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
-                         f"weights {weights / 2**30:.1f} GiB); pass num_blocks")
+        raise ValueError(
+            f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
+            f"weights {weights / 2**30:.1f} GiB); pass num_blocks"
+        )
     return int(budget // per_block)
 
 

@@ -1,4 +1,5 @@
 """Batched prefill and greedy decode over a paged KV cache; the only owner of device tensors."""
+
 from __future__ import annotations
 
 import os
@@ -82,8 +83,10 @@ class Runner:
         if max_model_len is None:
             max_model_len = min(DEFAULT_MAX_MODEL_LEN, limit)
         if max_model_len > limit:
-            raise ValueError(f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit} "
-                             f"({Path(model_dir) / 'config.json'}): shorten the prompt or max new tokens")
+            raise ValueError(
+                f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit} "
+                f"({Path(model_dir) / 'config.json'}): shorten the prompt or max new tokens"
+            )
         if self.device.type == "cpu":
             set_cpu_threads(self.config.hidden_size)
         self.dtype = dtype
@@ -97,9 +100,10 @@ class Runner:
         cfg = self.config
         shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
         # zero-filled so padded decode rows read finite values
-        self.kv_caches = [(torch.zeros(shape, dtype=dtype, device=self.device),
-                           torch.zeros(shape, dtype=dtype, device=self.device))
-                          for _ in range(cfg.num_hidden_layers)]
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
+            for _ in range(cfg.num_hidden_layers)
+        ]
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
@@ -146,8 +150,11 @@ class Runner:
             seq_lens=lens,
             flags=self.flags,
         )
-        hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
-                            torch.tensor(positions, dtype=torch.int64, device=dev), batch)
+        hidden = self.model(
+            torch.tensor(ids, dtype=torch.int64, device=dev),
+            torch.tensor(positions, dtype=torch.int64, device=dev),
+            batch,
+        )
         last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each prompt's last token
         return self.model.greedy(hidden[last], self.flags)
 
@@ -190,8 +197,14 @@ class Runner:
     ) -> torch.Tensor:  # [batch] int64
         """The whole decode step on device tensors only: no host reads, so it can be captured."""
         flags = self.flags if flags is None else flags
-        batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
-                             block_tables=block_tables, context_lens=context_lens, flags=flags)
+        batch = ForwardBatch(
+            is_prefill=False,
+            slot_mapping=slot_mapping,
+            kv_caches=self.kv_caches,
+            block_tables=block_tables,
+            context_lens=context_lens,
+            flags=flags,
+        )
         return self.model.greedy(self.model(input_ids, positions, batch), flags)
 
     # --- serving steps (engine.llm) ---------------------------------------------
@@ -203,10 +216,11 @@ class Runner:
         batch size and sampling mode on CUDA; any other step (prefill chunks, with or without decode
         rows beside them) runs eagerly, attention reading each row's cached prefix.
         """
-        mode = batch_mode([r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows],
-                          self.config.vocab_size)
+        mode = batch_mode(
+            [r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows], self.config.vocab_size
+        )
         if decode:
-            return self._decode_rows(rows, mode)[:len(rows)].tolist()
+            return self._decode_rows(rows, mode)[: len(rows)].tolist()
         bs, dev = self.block_size, self.device
         ids: list[int] = []
         positions: list[int] = []
@@ -219,11 +233,20 @@ class Runner:
         width = max(len(r.table) for r in rows)
         tables = torch.tensor([r.table + [0] * (width - len(r.table)) for r in rows], dtype=torch.int32, device=dev)
         lens = [len(r.token_ids) for r in rows]
-        batch = ForwardBatch(is_prefill=True, slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-                             kv_caches=self.kv_caches, seq_lens=lens, prefix_lens=[r.start for r in rows],
-                             block_tables=tables, flags=self.flags)
-        hidden = self.model(torch.tensor(ids, dtype=torch.int64, device=dev),
-                            torch.tensor(positions, dtype=torch.int64, device=dev), batch)
+        batch = ForwardBatch(
+            is_prefill=True,
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            kv_caches=self.kv_caches,
+            seq_lens=lens,
+            prefix_lens=[r.start for r in rows],
+            block_tables=tables,
+            flags=self.flags,
+        )
+        hidden = self.model(
+            torch.tensor(ids, dtype=torch.int64, device=dev),
+            torch.tensor(positions, dtype=torch.int64, device=dev),
+            batch,
+        )
         last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each row's last token
         inputs = SamplingInputs(len(rows), torch.device("cpu"))
         inputs.fill(*_sampling_columns(rows))
@@ -234,8 +257,12 @@ class Runner:
         n, bs = len(rows), self.block_size
         padded = self._padded_batch(n)
         inputs = self._step_inputs(padded)
-        inputs.fill([r.token_ids[0] for r in rows], [r.start for r in rows],
-                    [r.table[r.start // bs] * bs + r.start % bs for r in rows], [r.table for r in rows])
+        inputs.fill(
+            [r.token_ids[0] for r in rows],
+            [r.start for r in rows],
+            [r.table[r.start // bs] * bs + r.start % bs for r in rows],
+            [r.table for r in rows],
+        )
         if padded not in self._sampling:
             self._sampling[padded] = SamplingInputs(padded, self.device)
         sampling = self._sampling[padded]
@@ -272,8 +299,14 @@ class Runner:
         steps: torch.Tensor,  # [batch] int64
     ) -> torch.Tensor:  # [batch] int64
         """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
-        batch = ForwardBatch(is_prefill=False, slot_mapping=slot_mapping, kv_caches=self.kv_caches,
-                             block_tables=block_tables, context_lens=context_lens, flags=self.flags)
+        batch = ForwardBatch(
+            is_prefill=False,
+            slot_mapping=slot_mapping,
+            kv_caches=self.kv_caches,
+            block_tables=block_tables,
+            context_lens=context_lens,
+            flags=self.flags,
+        )
         logits = self.model.compute_logits(self.model(input_ids, positions, batch), self.flags)
         return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
 
@@ -290,8 +323,9 @@ class Runner:
 
     def _eager_step(self, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         """decode_step on StepInputs' device views, by name (their keys are its tensor arguments)."""
-        return self.decode_step(buf["input_ids"], buf["positions"], buf["slot_mapping"], buf["block_tables"],
-                                buf["context_lens"])
+        return self.decode_step(
+            buf["input_ids"], buf["positions"], buf["slot_mapping"], buf["block_tables"], buf["context_lens"]
+        )
 
     def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         if padded not in self._graphs:
@@ -307,8 +341,9 @@ class Runner:
         """Capture decode_step for one padded batch size; None (and eager from then on) if an op cannot be captured."""
         return self._capture_fn(self.decode_step, buf)
 
-    def _capture_fn(self, fn: Callable[..., torch.Tensor],
-                    buf: dict[str, torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
+    def _capture_fn(
+        self, fn: Callable[..., torch.Tensor], buf: dict[str, torch.Tensor]
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
         # the warm-up really runs this step (its K/V stores are the step's own); the capture only records
         try:
             stream = torch.cuda.Stream(self.device)
@@ -321,8 +356,10 @@ class Runner:
                 out = fn(**buf)
             self._graph_pool = graph.pool()
         except RuntimeError as exc:
-            print(f"engine: decode step not capturable ({exc.__class__.__name__}: {str(exc)[:200]}); "
-                  "running it eagerly", file=sys.stderr)
+            print(
+                f"engine: decode step not capturable ({exc.__class__.__name__}: {str(exc)[:200]}); running it eagerly",
+                file=sys.stderr,
+            )
             self.use_graph = False
             return None
         return graph, out
@@ -342,13 +379,19 @@ class Runner:
             if bad:
                 raise ValueError(f"prompt {i}: token id {bad[0]} outside the vocabulary [0, {vocab})")
             if len(p) + max_new_tokens > self.max_model_len:
-                raise ValueError(f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed "
-                                 f"max_model_len={self.max_model_len}")
+                raise ValueError(
+                    f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed max_model_len={self.max_model_len}"
+                )
 
 
 def _sampling_columns(rows: list[StepRow]) -> tuple[list[float], list[int], list[float], list[int], list[int]]:
-    return ([r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows],
-            [r.seed for r in rows], [r.step for r in rows])
+    return (
+        [r.temperature for r in rows],
+        [r.top_k for r in rows],
+        [r.top_p for r in rows],
+        [r.seed for r in rows],
+        [r.step for r in rows],
+    )
 
 
 TINY_HIDDEN = 256  # at or below this width a matmul is too small to split across threads

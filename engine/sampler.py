@@ -7,6 +7,7 @@ index of the token being generated, the vocabulary index): no generator state, s
 depends on nothing else in the batch, and a request recomputed after preemption draws the same tokens.
 Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greedy.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -75,21 +76,27 @@ class SamplingInputs:
         self.dev_i = torch.zeros(3 * padded, dtype=torch.int64, device=device) if pin else self.host_i
         self._uploaded = torch.cuda.Event() if pin else None
         p = padded
-        self.device_views = {"temperature": self.dev_f[:p], "top_p": self.dev_f[p:], "top_k": self.dev_i[:p],
-                             "seeds": self.dev_i[p:2 * p], "steps": self.dev_i[2 * p:]}
+        self.device_views = {
+            "temperature": self.dev_f[:p],
+            "top_p": self.dev_f[p:],
+            "top_k": self.dev_i[:p],
+            "seeds": self.dev_i[p : 2 * p],
+            "steps": self.dev_i[2 * p :],
+        }
 
-    def fill(self, temperature: list[float], top_k: list[int], top_p: list[float], seeds: list[int],
-             steps: list[int]) -> None:
+    def fill(
+        self, temperature: list[float], top_k: list[int], top_p: list[float], seeds: list[int], steps: list[int]
+    ) -> None:
         n, p = len(temperature), self.padded
         if not n == len(top_k) == len(top_p) == len(seeds) == len(steps) or n > p:
             raise ValueError(f"SamplingInputs.fill: {n} rows of mismatched lengths for a padded batch of {p}")
         if self._uploaded is not None:
             self._uploaded.synchronize()
         f, i = self.host_f.numpy(), self.host_i.numpy()
-        f[:n], f[n:p], f[p:p + n], f[p + n:] = temperature, 0.0, top_p, 1.0
+        f[:n], f[n:p], f[p : p + n], f[p + n :] = temperature, 0.0, top_p, 1.0
         i[:n], i[n:p] = top_k, -1
-        i[p:p + n], i[p + n:2 * p] = [seed_bits(s) for s in seeds], 0
-        i[2 * p:2 * p + n], i[2 * p + n:] = steps, 0
+        i[p : p + n], i[p + n : 2 * p] = [seed_bits(s) for s in seeds], 0
+        i[2 * p : 2 * p + n], i[2 * p + n :] = steps, 0
 
     def upload(self) -> dict[str, torch.Tensor]:
         if self._uploaded is not None:

@@ -1,4 +1,5 @@
 """Per-request sampling settings with vLLM's meanings, checked once when a request is added."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ class SamplingParams:
 
     def check(self, request: int) -> None:
         """Raise a ValueError naming the request and the field for a setting outside its range."""
+
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"request {request}: SamplingParams.{name}={getattr(self, name)!r} {why}")
 

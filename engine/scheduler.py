@@ -10,6 +10,7 @@ with as much of its prompt as fits; the prefix cache supplies their leading full
 A step in which every row decodes one token is a decode step (the runner's captured graph);
 any other is a mixed step of prefill chunks and decode rows.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -26,11 +27,19 @@ class ScheduledStep:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 eos_token_ids: frozenset[int] = frozenset(), max_model_len: int | None = None) -> None:
+    def __init__(
+        self,
+        blocks: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        eos_token_ids: frozenset[int] = frozenset(),
+        max_model_len: int | None = None,
+    ) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise ValueError(f"Scheduler: max_num_seqs={max_num_seqs} and max_num_batched_tokens="
-                             f"{max_num_batched_tokens} must be positive")
+            raise ValueError(
+                f"Scheduler: max_num_seqs={max_num_seqs} and max_num_batched_tokens="
+                f"{max_num_batched_tokens} must be positive"
+            )
         self.blocks = blocks
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -38,8 +47,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.stats = {"steps": 0, "decode_steps": 0, "computed_tokens": 0, "prefix_cached_tokens": 0,
-                      "preemptions": 0}
+        self.stats = {"steps": 0, "decode_steps": 0, "computed_tokens": 0, "prefix_cached_tokens": 0, "preemptions": 0}
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)

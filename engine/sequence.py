@@ -1,4 +1,5 @@
 """One request as the scheduler sees it: its tokens, how many are in the KV cache, and its state."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ class Sequence:
 
     @property
     def output_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_uncomputed(self) -> int:

@@ -5,6 +5,7 @@ block tables), so a step costs two host-to-device copies; on CUDA the staging is
 are asynchronous. The host fills the staging through numpy views: a handful of small torch ops per step
 would cost more host time than the step's smaller kernels take on the GPU.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,29 +26,36 @@ class StepInputs:
 
     def _views(self, t64: torch.Tensor, t32: torch.Tensor) -> dict[str, torch.Tensor]:
         p = self.padded
-        return {"input_ids": t64[:p], "positions": t64[p:2 * p], "slot_mapping": t64[2 * p:],
-                "context_lens": t32[:p], "block_tables": t32[p:].view(p, self.max_blocks)}
+        return {
+            "input_ids": t64[:p],
+            "positions": t64[p : 2 * p],
+            "slot_mapping": t64[2 * p :],
+            "context_lens": t32[:p],
+            "block_tables": t32[p:].view(p, self.max_blocks),
+        }
 
     def fill(self, tokens: list[int], positions: list[int], slots: list[int], tables: list[list[int]]) -> None:
         """Rows beyond len(tokens) are padding: token 0, no KV store (slot -1), one cached token read from
         block 0, output ignored."""
         n, p, m = len(tokens), self.padded, self.max_blocks
         if not n == len(positions) == len(slots) == len(tables) or n > p:
-            raise ValueError(f"StepInputs.fill: {n} tokens, {len(positions)} positions, {len(slots)} slots, "
-                             f"{len(tables)} tables for a padded batch of {p}")
+            raise ValueError(
+                f"StepInputs.fill: {n} tokens, {len(positions)} positions, {len(slots)} slots, "
+                f"{len(tables)} tables for a padded batch of {p}"
+            )
         if self._uploaded is not None:
             self._uploaded.synchronize()
         n64, n32 = self._n64, self._n32
         n64[:n], n64[n:p] = tokens, 0
-        n64[p:p + n], n64[p + n:2 * p] = positions, 0
-        n64[2 * p:2 * p + n], n64[2 * p + n:] = slots, -1
+        n64[p : p + n], n64[p + n : 2 * p] = positions, 0
+        n64[2 * p : 2 * p + n], n64[2 * p + n :] = slots, -1
         n32[:n], n32[n:p] = [q + 1 for q in positions], 1
         n32[p:] = 0
         for row, blocks in enumerate(tables):
             if len(blocks) > m:
                 raise ValueError(f"StepInputs.fill: row {row} has {len(blocks)} blocks, the table holds {m}")
             start = p + row * m
-            n32[start:start + len(blocks)] = blocks
+            n32[start : start + len(blocks)] = blocks
 
     def upload(self) -> dict[str, torch.Tensor]:
         """Copy the staging to the device (on the current stream) and return the device views."""

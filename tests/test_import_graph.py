@@ -4,6 +4,7 @@ Every `import` and `from ... import` counts, at module level and inside function
 behind a function-level import is still a circle. A function-level import in `engine` must say why it
 is not at the top (`# why: ...` on its line or the line above): start-up time or an optional package.
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,8 +32,13 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int, bool
     """(imported module, line, at function level) for every import of a first-party module in `path`."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    nested = {id(n) for top in ast.walk(tree) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for n in ast.walk(top) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    nested = {
+        id(n)
+        for top in ast.walk(tree)
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for n in ast.walk(top)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+    }
     found = []
     for node in ast.walk(tree):
         targets: list[str] = []
@@ -42,7 +48,7 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int, bool
             base = node.module or ""
             if node.level:
                 up = package.split(".")
-                base = ".".join(up[:len(up) - node.level + 1] + ([base] if base else []))
+                base = ".".join(up[: len(up) - node.level + 1] + ([base] if base else []))
             # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         for target in targets:
@@ -143,7 +149,7 @@ def missing_why(path: Path) -> list[str]:
         for node in ast.walk(fn):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            span = lines[max(node.lineno - 2, 0):node.end_lineno or node.lineno]  # the line above, the statement
+            span = lines[max(node.lineno - 2, 0) : node.end_lineno or node.lineno]  # the line above, the statement
             if not any("# why:" in ln for ln in span):
                 missing.append(f"{path}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     return missing
@@ -163,8 +169,11 @@ def test_a_lazy_import_without_a_reason_is_named(tmp_path: Path) -> None:
 
 def test_engine_ops_imports_neither_the_bindings_nor_the_flags() -> None:
     edges = graph()
-    impure = {m: sorted(t for t in ts if t.startswith("engine.cuda") or t == "engine.flags")
-              for m, ts in edges.items() if m.startswith("engine.ops")}
+    impure = {
+        m: sorted(t for t in ts if t.startswith("engine.cuda") or t == "engine.flags")
+        for m, ts in edges.items()
+        if m.startswith("engine.ops")
+    }
     assert not {m: ts for m, ts in impure.items() if ts}, impure
     assert edges["engine.ops.norm"] == {"engine.ops._check"}  # the graph does see ops' own imports
 

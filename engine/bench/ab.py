@@ -8,6 +8,7 @@ On CUDA each arm is timed by replaying one captured CUDA graph over a cycle of r
 (`--timing graph`, the default; see engine/bench/timing.py); an arm that refuses capture is timed in an
 eager loop and the report and the record say so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,19 +27,28 @@ from engine.gates.ledger import head_sha, repo_root, write_record
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine bench ab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m engine bench ab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--flag", required=True, help="the VT_* flag whose OFF and ON arms are compared")
     p.add_argument("--workload", choices=sorted(WORKLOADS), help="default: the workload that measures --flag")
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=12, help="repetitions per arm, the first dropped (default 12)")
-    p.add_argument("--inner", type=int, default=0,
-                   help="calls per eager timing sample (default: 20 on GPU, 1 on CPU); graph samples replay whole "
-                   "cycles of the input sets")
-    p.add_argument("--timing", choices=MODES, default="graph",
-                   help="graph: replay one captured CUDA graph per arm, eager where capture fails (default); "
-                   "eager: back-to-back Python calls between events. Graphs need CUDA: the CPU is always eager")
+    p.add_argument(
+        "--inner",
+        type=int,
+        default=0,
+        help="calls per eager timing sample (default: 20 on GPU, 1 on CPU); graph samples replay whole "
+        "cycles of the input sets",
+    )
+    p.add_argument(
+        "--timing",
+        choices=MODES,
+        default="graph",
+        help="graph: replay one captured CUDA graph per arm, eager where capture fails (default); "
+        "eager: back-to-back Python calls between events. Graphs need CUDA: the CPU is always eager",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR (e.g. .agents/ledger)")
     return p
@@ -69,8 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, reps: int, inner: int,
-           timing: str = "graph", base: FlagSnapshot | None = None) -> dict:
+def run_ab(
+    work,
+    shape,
+    flag: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    reps: int,
+    inner: int,
+    timing: str = "graph",
+    base: FlagSnapshot | None = None,
+) -> dict:
     """Both arms are `base` (default: the environment, read once) with `flag` off and on."""
     base = FlagSnapshot.from_env() if base is None else base
     n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
@@ -91,24 +110,39 @@ def run_ab(work, shape, flag: str, device: torch.device, dtype: torch.dtype, rep
             samples[name].append(timers[name].sample(rep))
     verdict = ab_verdict(drop_warmup(samples["off"]), drop_warmup(samples["on"]))
     return {
-        "flag": flag, "workload": work.name, "shape": shape, "dtype": str(dtype).removeprefix("torch."),
-        "device": device_name(device), "reps": reps, "inner": inner, "input_sets": n_sets,
+        "flag": flag,
+        "workload": work.name,
+        "shape": shape,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device_name(device),
+        "reps": reps,
+        "inner": inner,
+        "input_sets": n_sets,
         "timing": {name: t.as_record() for name, t in timers.items()},
-        "clocks_before": before, "clocks_after": clocks(),
-        "samples_s": samples, "max_abs_on_vs_off": max_abs,
-        "off": vars(verdict.base), "on": vars(verdict.test),
-        "pair_ratios_off_over_on": verdict.ratios, "median_ratio": verdict.median_ratio, "verdict": verdict.label,
+        "clocks_before": before,
+        "clocks_after": clocks(),
+        "samples_s": samples,
+        "max_abs_on_vs_off": max_abs,
+        "off": vars(verdict.base),
+        "on": vars(verdict.test),
+        "pair_ratios_off_over_on": verdict.ratios,
+        "median_ratio": verdict.median_ratio,
+        "verdict": verdict.label,
     }
 
 
 def print_report(r: dict) -> None:
-    print(f"A/B {r['flag']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
-          f"{r['reps']} reps, first dropped, {r['input_sets']} input sets)")
+    print(
+        f"A/B {r['flag']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
+        f"{r['reps']} reps, first dropped, {r['input_sets']} input sets)"
+    )
     print(f"{'arm':<5} {'median ms':>10} {'min ms':>10} {'max ms':>10}  timing")
     for arm in ("off", "on"):
         b = r[arm]
-        print(f"{arm:<5} {b['median'] * 1e3:>10.4f} {b['low'] * 1e3:>10.4f} {b['high'] * 1e3:>10.4f}  "
-              f"{describe(r['timing'][arm])}")
+        print(
+            f"{arm:<5} {b['median'] * 1e3:>10.4f} {b['low'] * 1e3:>10.4f} {b['high'] * 1e3:>10.4f}  "
+            f"{describe(r['timing'][arm])}"
+        )
     ratios = " ".join(f"{x:.3f}" for x in r["pair_ratios_off_over_on"])
     print(f"pair ratios off/on: {ratios}")
     print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
@@ -120,5 +154,14 @@ def write_ledger(r: dict, target: Path, argv: list[str] | None) -> Path:
     command = "python -m engine bench ab " + " ".join(argv if argv is not None else sys.argv[1:])
     summary = f"{r['flag']} on {r['workload']}: {r['verdict']}, off/on median ratio {r['median_ratio']:.3f}"
     row = flags.FLAGS[r["flag"]].gates
-    return write_record(target, f"ab-{r['flag'].lower().replace('_', '-')}", [row, "ENGINE-BENCH"], command, r["device"], summary, r, head_sha(root),
-                        kind="bench")
+    return write_record(
+        target,
+        f"ab-{r['flag'].lower().replace('_', '-')}",
+        [row, "ENGINE-BENCH"],
+        command,
+        r["device"],
+        summary,
+        r,
+        head_sha(root),
+        kind="bench",
+    )

@@ -16,6 +16,7 @@ shape with each arm's and peer's time, the engine's default arm against FlashInf
 against the fastest peer, and the plot shows time per shape, one bar per arm and peer. A peer that cannot
 run here (FlashInfer not installed) is a row saying why.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,20 +45,30 @@ COPY_BYTES = 1 << 30  # 1 GiB each way: far past the L2, long enough to time wel
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine bench bandwidth", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m engine bench bandwidth",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="attn-decode")
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
     p.add_argument("--sweep", help="KEY=V1,V2,... one run per value (the plot's x axis)")
-    p.add_argument("--shapes", help="a named shape set of the workload (attn-decode: peers) or "
-                   "'KEY=INT,...;KEY=INT,...': one run per shape, a per-shape table and a bar plot")
+    p.add_argument(
+        "--shapes",
+        help="a named shape set of the workload (attn-decode: peers) or "
+        "'KEY=INT,...;KEY=INT,...': one run per shape, a per-shape table and a bar plot",
+    )
     p.add_argument("--arms", help="comma-separated subset of the workload's arms and peers")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=8, help="repetitions per arm, the first dropped")
     p.add_argument("--inner", type=int, default=10, help="calls per eager timing sample")
-    p.add_argument("--timing", choices=MODES, default="graph",
-                   help="graph: replay one captured CUDA graph per arm and peer, eager where capture fails "
-                   "(default); eager: back-to-back Python calls between events")
+    p.add_argument(
+        "--timing",
+        choices=MODES,
+        default="graph",
+        help="graph: replay one captured CUDA graph per arm and peer, eager where capture fails "
+        "(default); eager: back-to-back Python calls between events",
+    )
     p.add_argument("--plot", type=Path, help="write the PNG plot here")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
     return p
@@ -69,16 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.shapes and args.sweep:
             raise ValueError("--shapes and --sweep: give one of them")
-        shapes = (listed_shapes(work, args.shape, args.shapes) if args.shapes else
-                  sweep_shapes(work, args.shape, args.sweep))
+        shapes = (
+            listed_shapes(work, args.shape, args.shapes) if args.shapes else sweep_shapes(work, args.shape, args.sweep)
+        )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     wanted = set(args.arms.split(",")) if args.arms else None
     known = {*work.arms, *work.peers}
     if wanted and not wanted <= known:
-        print(f"error: --arms {','.join(sorted(wanted - known))}: not an arm or peer of {work.name} "
-              f"(known: {', '.join(sorted(known))})", file=sys.stderr)
+        print(
+            f"error: --arms {','.join(sorted(wanted - known))}: not an arm or peer of {work.name} "
+            f"(known: {', '.join(sorted(known))})",
+            file=sys.stderr,
+        )
         return 2
     if not torch.cuda.is_available():  # checked after the arguments, so a bad command line is named first
         print("error: bandwidth is measured on a GPU only (no CUDA device here)", file=sys.stderr)
@@ -89,8 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for shape in shapes:
         rows.extend(measure_shape(work, shape, device, dtype, args.reps, args.inner, ceiling, wanted, args.timing))
-    record = {"workload": work.name, "dtype": args.dtype, "device": device_name(device), "timing": args.timing,
-              "copy_bytes_per_s": ceiling, "clocks_before": before, "clocks_after": clocks(), "rows": rows}
+    record = {
+        "workload": work.name,
+        "dtype": args.dtype,
+        "device": device_name(device),
+        "timing": args.timing,
+        "copy_bytes_per_s": ceiling,
+        "clocks_before": before,
+        "clocks_after": clocks(),
+        "rows": rows,
+    }
     print_table(record)
     if args.shapes:
         record["per_shape"] = per_shape(rows)
@@ -107,11 +130,23 @@ def main(argv: list[str] | None = None) -> int:
         best = max((r for r in rows if "fraction" in r), key=lambda r: r["fraction"])
         summary = f"copy {ceiling / 1e12:.2f} TB/s; best {best['arm']} at {best['fraction']:.0%} of it"
         if args.shapes:
-            summary += "; " + "; ".join(f"{p['label']}: engine/FI-TC {p['engine_over_flashinfer_tc']:.2f}x"
-                                        for p in record["per_shape"] if "engine_over_flashinfer_tc" in p)
+            summary += "; " + "; ".join(
+                f"{p['label']}: engine/FI-TC {p['engine_over_flashinfer_tc']:.2f}x"
+                for p in record["per_shape"]
+                if "engine_over_flashinfer_tc" in p
+            )
         slug = f"bandwidth-{work.name}" + ("-shapes" if args.shapes else "")
-        path = write_record(args.ledger, slug, ["ENGINE-BENCH", "ENGINE-PERF"] if args.shapes else ["ENGINE-BENCH"],
-                            cmd, record["device"], summary, record, head_sha(repo_root()), kind="bench")
+        path = write_record(
+            args.ledger,
+            slug,
+            ["ENGINE-BENCH", "ENGINE-PERF"] if args.shapes else ["ENGINE-BENCH"],
+            cmd,
+            record["device"],
+            summary,
+            record,
+            head_sha(repo_root()),
+            kind="bench",
+        )
         print(f"ledger: {path}")
     return 0
 
@@ -182,8 +217,7 @@ def per_shape(rows: list[dict]) -> list[dict]:
 
 def render_per_shape(entries: list[dict]) -> str:
     names = list(dict.fromkeys(k for e in entries for k in [*e["median_s"], *e["unavailable"]]))
-    lines = [f"{'shape (us)':<26} " + " ".join(f"{n:>14}" for n in names) +
-             f" {'eng/FI-TC':>9} {'eng/fastest':>11}"]
+    lines = [f"{'shape (us)':<26} " + " ".join(f"{n:>14}" for n in names) + f" {'eng/FI-TC':>9} {'eng/fastest':>11}"]
     for e in entries:
         cells = []
         for n in names:
@@ -259,23 +293,32 @@ def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted, timi
             rows.append(row)
             continue
         band = Band.of(times)
-        row.update(median_s=band.median, low_s=band.low, high_s=band.high,
-                   bytes_per_s=moved / band.median, fraction=moved / band.median / ceiling)
+        row.update(
+            median_s=band.median,
+            low_s=band.low,
+            high_s=band.high,
+            bytes_per_s=moved / band.median,
+            fraction=moved / band.median / ceiling,
+        )
         rows.append(row)
     return rows
 
 
 def print_table(record: dict) -> None:
-    print(f"copy bandwidth (read+write): {record['copy_bytes_per_s'] / 1e12:.3f} TB/s on {record['device']}; "
-          f"timing asked: {record.get('timing', 'eager')}")
+    print(
+        f"copy bandwidth (read+write): {record['copy_bytes_per_s'] / 1e12:.3f} TB/s on {record['device']}; "
+        f"timing asked: {record.get('timing', 'eager')}"
+    )
     print(f"{'arm':<18} {'kind':<5} {'shape':<44} {'median ms':>10} {'TB/s':>7} {'of copy':>8}  timing")
     for r in record["rows"]:
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         if "unavailable" in r:
             print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} unavailable: {r['unavailable'][:60]}")
             continue
-        print(f"{r['arm']:<18} {r['kind']:<5} {shape:<44} {r['median_s'] * 1e3:>10.4f} "
-              f"{r['bytes_per_s'] / 1e12:>7.3f} {r['fraction']:>7.1%}  {describe(r['timing'])}")
+        print(
+            f"{r['arm']:<18} {r['kind']:<5} {shape:<44} {r['median_s'] * 1e3:>10.4f} "
+            f"{r['bytes_per_s'] / 1e12:>7.3f} {r['fraction']:>7.1%}  {describe(r['timing'])}"
+        )
 
 
 def write_plot(record: dict, path: Path, sweep: str | None) -> str:

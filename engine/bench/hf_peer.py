@@ -9,6 +9,7 @@ token and position, so replaying it N times is N greedy decode steps with no hos
 Used by `python -m engine bench decode` (the `transformers compiled+graph` row); on a CPU it runs the
 same step eagerly (no graphs, no compile), which the tests use.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,9 @@ def _rewind(cache, length: int) -> None:
             counter.fill_(length)
 
 
-def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompts: list[list[int]], steps: int,
-                        compile_step: bool = True) -> dict:
+def time_compiled_graph(
+    model_dir: Path, device: str, dtype: torch.dtype, prompts: list[list[int]], steps: int, compile_step: bool = True
+) -> dict:
     """Seconds per greedy decode step of transformers with a static cache, compiled and CUDA-graphed on a
     GPU, and the tokens of the first steps (for the caller to compare). prompts: equal lengths."""
     from transformers import (  # why: transformers takes seconds to import
@@ -43,8 +45,9 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
     if steps < 1:
         raise ValueError(f"steps {steps}: must be at least 1")
     ctx = len(prompts[0])
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, attn_implementation="sdpa",
-                                                 local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtype, attn_implementation="sdpa", local_files_only=True
+    )
     model = model.to(device).eval()  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
     cache = StaticCache(config=model.config, max_cache_len=ctx + steps + _WARMUPS + 8)
     on_gpu = device == "cuda"
@@ -55,8 +58,9 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
 
     with torch.inference_mode():
         ids = torch.tensor(prompts, device=device)
-        logits = model(input_ids=ids, past_key_values=cache, cache_position=torch.arange(ctx, device=device),
-                       use_cache=True).logits
+        logits = model(
+            input_ids=ids, past_key_values=cache, cache_position=torch.arange(ctx, device=device), use_cache=True
+        ).logits
         tok = logits[:, -1].argmax(-1, keepdim=True)
         pos = torch.tensor([ctx], device=device)
         hist = torch.zeros(len(prompts), steps + 1, dtype=torch.long, device=device)
@@ -67,10 +71,14 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
             t0 = time.perf_counter()
             for i in range(steps):
                 tok = fn(tok, pos)
-                hist[:, i + 1:i + 2] = tok
+                hist[:, i + 1 : i + 2] = tok
                 pos += 1
-            return {"mode": "eager (no CUDA graphs here)", "step_s": (time.perf_counter() - t0) / steps,
-                    "tokens": hist.tolist(), "compile_s": 0.0}
+            return {
+                "mode": "eager (no CUDA graphs here)",
+                "step_s": (time.perf_counter() - t0) / steps,
+                "tokens": hist.tolist(),
+                "compile_s": 0.0,
+            }
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # compile and warm up at position ctx (rewritten by every warm-up)
@@ -95,5 +103,9 @@ def time_compiled_graph(model_dir: Path, device: str, dtype: torch.dtype, prompt
             graph.replay()
         end.record()
         end.synchronize()
-        return {"mode": "torch.compile(fullgraph=True), one CUDA graph per step", "compile_s": compile_s,
-                "step_s": start.elapsed_time(end) / 1e3 / steps, "tokens": hist.tolist()}
+        return {
+            "mode": "torch.compile(fullgraph=True), one CUDA graph per step",
+            "compile_s": compile_s,
+            "step_s": start.elapsed_time(end) / 1e3 / steps,
+            "tokens": hist.tolist(),
+        }

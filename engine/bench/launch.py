@@ -5,6 +5,7 @@ benchmarks use; skip the first launches (warm-up: builds, autotuning) with the p
 
     ncu -k regex:tiled -s 2 -c 2 python -m engine bench launch --workload attn-decode --arm tiled
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ from engine.flags import FlagSnapshot
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine bench launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m engine bench launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="attn-decode")
     p.add_argument("--arm", required=True, help="one of the workload's arms or peers")
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
@@ -33,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     work = WORKLOADS[args.workload]
     names = sorted({*work.arms, *work.peers})
     if args.arm not in names:
-        print(f"error: --arm {args.arm!r} is not an arm or peer of {work.name} (known: {', '.join(names)})",
-              file=sys.stderr)
+        print(
+            f"error: --arm {args.arm!r} is not an arm or peer of {work.name} (known: {', '.join(names)})",
+            file=sys.stderr,
+        )
         return 2
     if args.calls < 1:
         print(f"error: --calls {args.calls}: expected at least 1", file=sys.stderr)

@@ -5,6 +5,7 @@ same profiler session by as many eager steps: kineto records the kernels inside 
 recent torch, and the eager steps are the cross-check (same kernels per step) and the fallback when it
 does not. On a CPU the unit is the aten op and its self time.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,18 +33,22 @@ def profile_decode(runner, prompt: list[int], steps: int) -> dict:
         raise ValueError(f"--profile-steps {steps}: must be at least 1")
     phases, note = _record(runner, prompt, steps)
     if runner.device.type != "cuda":
-        return breakdown(phases["eager"], steps, "op", "eager (CPU: aten ops, nested ones included, by self time)",
-                         note)
+        return breakdown(
+            phases["eager"], steps, "op", "eager (CPU: aten ops, nested ones included, by self time)", note
+        )
     eager = breakdown(phases["eager"], steps, "kernel", "eager", note)
     if "graph" not in phases:
         return eager
     if not any(e.kind == "kernel" for e in phases["graph"]):
-        eager.update(mode="eager, VT_EAGER semantics (the profiler recorded no kernels inside the replayed "
-                          "graph; the eager step runs the same kernels)")
+        eager.update(
+            mode="eager, VT_EAGER semantics (the profiler recorded no kernels inside the replayed "
+            "graph; the eager step runs the same kernels)"
+        )
         return eager
     graph = breakdown(phases["graph"], steps, "kernel", "CUDA-graph replay", note)
-    graph["eager_check"] = {k: eager[k] for k in ("kernels_per_step", "copies_per_step", "device_ms_per_step",
-                                                  "launches_per_step")}
+    graph["eager_check"] = {
+        k: eager[k] for k in ("kernels_per_step", "copies_per_step", "device_ms_per_step", "launches_per_step")
+    }
     return graph
 
 
@@ -55,8 +60,16 @@ def breakdown(events: list[Event], steps: int, unit: str, mode: str, note: str =
     for e in work:
         groups[(e.name, e.kind)].append(e.us)
     ranked = sorted(groups.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
-    top = [{"name": name, "kind": kind, "count_per_step": len(us) / steps, "ms_per_step": sum(us) / steps / 1e3,
-            "share": sum(us) / total_us if total_us > 0 else 0.0} for (name, kind), us in ranked[:TOP]]
+    top = [
+        {
+            "name": name,
+            "kind": kind,
+            "count_per_step": len(us) / steps,
+            "ms_per_step": sum(us) / steps / 1e3,
+            "share": sum(us) / total_us if total_us > 0 else 0.0,
+        }
+        for (name, kind), us in ranked[:TOP]
+    ]
     return {
         "mode": mode,
         "unit": unit,
@@ -79,7 +92,7 @@ def kernel_family(name: str) -> str:
     base = _top_level(text).strip()
     base = base.split()[-1] if base else text  # drops `void` and other return types
     if base in _WRAPPERS and "<" in text:
-        inner = _top_level(_first_template_arg(text[text.index("<") + 1:])).strip()
+        inner = _top_level(_first_template_arg(text[text.index("<") + 1 :])).strip()
         return f"{base}[{inner.split()[-1] if inner else '?'}]"
     return base
 
@@ -156,8 +169,11 @@ def split_phases(function_events, labels: list[str]) -> dict[str, list[Event]]:
     """Sort the profiler's events into phases: a host event into the record_function range that holds
     its start; a device event into the last phase started before it (each phase ends with a sync, so
     its device work cannot spill into the next; this tolerates skew between the two clocks)."""
-    spans = {e.name[len(PHASE):]: (e.time_range.start, e.time_range.end)
-             for e in function_events if e.name.startswith(PHASE) and e.device_type.name == "CPU"}
+    spans = {
+        e.name[len(PHASE) :]: (e.time_range.start, e.time_range.end)
+        for e in function_events
+        if e.name.startswith(PHASE) and e.device_type.name == "CPU"
+    }
     missing = [label for label in labels if label not in spans]
     if missing:
         raise RuntimeError(f"profiler trace has no range for phase(s) {missing}: cannot attribute its events")
@@ -226,8 +242,10 @@ def render(p: dict, step_ms: float | None = None) -> str:
     lines.append(f"{what + ' per step':<34} {p['device_ms_per_step']:>10.3f} ms{busy}")
     if "eager_check" in p:
         e = p["eager_check"]
-        lines.append(f"{'eager step, for comparison':<34} {e['kernels_per_step']:>10.1f} kernels, "
-                     f"{e['device_ms_per_step']:.3f} ms, {e['launches_per_step']:.0f} launch calls")
+        lines.append(
+            f"{'eager step, for comparison':<34} {e['kernels_per_step']:>10.1f} kernels, "
+            f"{e['device_ms_per_step']:.3f} ms, {e['launches_per_step']:.0f} launch calls"
+        )
     head = f"top {len(p['top'])} of {p['groups']} groups by time"
     lines.append(f"{head:<50} {'count/step':>10} {'ms/step':>10} {'share':>7}")
     for row in p["top"]:

@@ -1,5 +1,6 @@
 """Summaries and verdicts over repeated timings: medians with min-max bands, per-pair ratios, and the
 A/B rule (a win needs non-overlapping bands and no reversed pair)."""
+
 from __future__ import annotations
 
 import statistics

@@ -13,6 +13,7 @@ decoder projection quantized (engine/data/make_tiny_quant.py, group 128): the A/
 
     VT_DEQUANT_KERNEL=1 python -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-awq
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -25,11 +26,29 @@ from engine.data.make_tiny_quant import write_pair
 from engine.flags import FlagSnapshot
 from engine.runner import Runner
 
-QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-                  max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0)
-TINY = dict(QWEN3_0_6B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=512)
+QWEN3_0_6B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+)
+TINY = dict(
+    QWEN3_0_6B,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+)
 STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
 STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
@@ -67,8 +86,14 @@ def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method:
                 save_random_model(model_dir, _model_shape(s))
             else:
                 model_dir = _save_quantized(model_dir, _model_shape(s), method)
-            _RUNNERS[key] = Runner(model_dir, dtype, str(device), max_batch=_SEQ_SETS * s["batch"],
-                                   max_model_len=s["ctx"] + 8, block_size=32)
+            _RUNNERS[key] = Runner(
+                model_dir,
+                dtype,
+                str(device),
+                max_batch=_SEQ_SETS * s["batch"],
+                max_model_len=s["ctx"] + 8,
+                block_size=32,
+            )
     return _RUNNERS[key]
 
 
@@ -87,8 +112,10 @@ def _save_quantized(tmp: Path, shape: dict, method: str) -> Path:
 
 def quant_make(method: str) -> Callable[[dict[str, int], torch.device, torch.dtype, int], tuple]:
     """`make` of the step on the `method`-quantized model."""
+
     def make_quant(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
         return make(s, device, dtype, seed, method)
+
     return make_quant
 
 

@@ -12,6 +12,7 @@ another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedde
     python -m engine bench throughput [--requests 256] [--sweep 64,256] [--plot tps.svg] [--ledger DIR]
     python -m engine bench throughput --smoke --requests 8 --max-len 32
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,11 @@ TARGET_RATIO = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine bench throughput", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m engine bench throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--smoke", action="store_true", help="the embedded tiny model on the CPU (default without CUDA)")
     p.add_argument("--requests", type=int, help="requests at the largest point (default 256; smoke 8)")
     p.add_argument("--sweep", help="comma-separated request counts to run (default: requests/4 and requests)")
@@ -65,23 +69,34 @@ def main(argv: list[str] | None = None) -> int:
     max_len = args.max_len or (32 if smoke else 1024)
     min_len = args.min_len or (max(1, max_len // 4) if smoke else min(100, max_len))
     try:
-        sweep = sorted({int(x) for x in args.sweep.split(",")}) if args.sweep else sorted({max(1, requests // 4),
-                                                                                           requests})
+        sweep = (
+            sorted({int(x) for x in args.sweep.split(",")}) if args.sweep else sorted({max(1, requests // 4), requests})
+        )
     except ValueError:
         print(f"error: --sweep {args.sweep!r}: expected comma-separated integers", file=sys.stderr)
         return 2
     if not 1 <= min_len <= max_len or min(sweep) < 1:
-        print(f"error: need 1 <= --min-len ({min_len}) <= --max-len ({max_len}) and request counts >= 1",
-              file=sys.stderr)
+        print(
+            f"error: need 1 <= --min-len ({min_len}) <= --max-len ({max_len}) and request counts >= 1", file=sys.stderr
+        )
         return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = model_for(Path(tmp), smoke)
-        record = measure(model_dir, sweep, device=device, min_len=min_len, max_len=max_len,
-                         temperature=args.temperature, max_num_seqs=args.max_num_seqs,
-                         max_num_batched_tokens=budget, peer=not args.no_peer,
-                         peer_compile=not args.no_peer_compile and not smoke, seed=args.seed)
+        record = measure(
+            model_dir,
+            sweep,
+            device=device,
+            min_len=min_len,
+            max_len=max_len,
+            temperature=args.temperature,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=budget,
+            peer=not args.no_peer,
+            peer_compile=not args.no_peer_compile and not smoke,
+            seed=args.seed,
+        )
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     print_report(record)
     if args.plot:
@@ -92,10 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger:
         cmd = "python -m engine bench throughput " + " ".join(argv if argv is not None else sys.argv[1:])
         top = record["points"][-1]
-        summary = (f"{top['requests']} requests: engine {top['engine_tok_per_s']:.0f} output tok/s"
-                   + (f", transformers {top['peer_tok_per_s']:.0f}, {top['ratio']:.2f}x" if "ratio" in top else ""))
-        path = write_record(args.ledger, "serve-throughput", ["ENGINE-SERVE"], cmd, record["device"], summary,
-                            record, head_sha(repo_root()), kind="bench")
+        summary = f"{top['requests']} requests: engine {top['engine_tok_per_s']:.0f} output tok/s" + (
+            f", transformers {top['peer_tok_per_s']:.0f}, {top['ratio']:.2f}x" if "ratio" in top else ""
+        )
+        path = write_record(
+            args.ledger,
+            "serve-throughput",
+            ["ENGINE-SERVE"],
+            cmd,
+            record["device"],
+            summary,
+            record,
+            head_sha(repo_root()),
+            kind="bench",
+        )
         print(f"ledger: {path}")
     return 0
 
@@ -112,28 +137,60 @@ def workload(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> tuple
     return prompts, [rng.randint(min_len, max_len) for _ in range(n)]
 
 
-def measure(model_dir: Path, sweep: list[int], *, device: str, min_len: int, max_len: int, temperature: float,
-            max_num_seqs: int, max_num_batched_tokens: int, peer: bool, peer_compile: bool,
-            seed: int) -> dict[str, Any]:
+def measure(
+    model_dir: Path,
+    sweep: list[int],
+    *,
+    device: str,
+    min_len: int,
+    max_len: int,
+    temperature: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    peer: bool,
+    peer_compile: bool,
+    seed: int,
+) -> dict[str, Any]:
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
-    llm = LLM(model_dir, "bfloat16" if device == "cuda" else "float32", device,
-              max_num_seqs=max_num_seqs, max_model_len=2 * max_len + 1, block_size=16,
-              max_num_batched_tokens=max_num_batched_tokens)
+    llm = LLM(
+        model_dir,
+        "bfloat16" if device == "cuda" else "float32",
+        device,
+        max_num_seqs=max_num_seqs,
+        max_model_len=2 * max_len + 1,
+        block_size=16,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
     warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
     points: list[dict[str, Any]] = []
     for n in sweep:
         prompts, outs = loads[n]
         seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
-        points.append({"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts)),
-                       "engine_s": seconds, "engine_tok_per_s": sum(outs) / seconds})
+        points.append(
+            {
+                "requests": n,
+                "output_tokens": sum(outs),
+                "input_tokens": sum(map(len, prompts)),
+                "engine_s": seconds,
+                "engine_tok_per_s": sum(outs) / seconds,
+            }
+        )
     record: dict[str, Any] = {
-        "device": device_name(torch.device(device)), "on_gpu": device == "cuda", "dtype": str(llm.runner.dtype).removeprefix("torch."),
-        "lengths": [min_len, max_len], "temperature": temperature, "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens, "num_blocks": llm.runner.blocks.num_blocks,
-        "graph": llm.runner.use_graph, "engine_stats": dict(llm.stats), "points": points,
-        "peer": (("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer
-                 else None),
+        "device": device_name(torch.device(device)),
+        "on_gpu": device == "cuda",
+        "dtype": str(llm.runner.dtype).removeprefix("torch."),
+        "lengths": [min_len, max_len],
+        "temperature": temperature,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "num_blocks": llm.runner.blocks.num_blocks,
+        "graph": llm.runner.use_graph,
+        "engine_stats": dict(llm.stats),
+        "points": points,
+        "peer": (
+            ("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer else None
+        ),
     }
     del llm
     _release(device)
@@ -145,13 +202,20 @@ def measure(model_dir: Path, sweep: list[int], *, device: str, min_len: int, max
             except Exception as exc:  # noqa: BLE001 - the engine's numbers stand; the peer's failure is reported
                 point["peer_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
                 continue
-            point.update(peer_s=seconds, peer_tok_per_s=sum(outs) / seconds,
-                         peer_generated_tokens=len(outs) * max(outs),
-                         ratio=point["engine_tok_per_s"] / (sum(outs) / seconds))
+            point.update(
+                peer_s=seconds,
+                peer_tok_per_s=sum(outs) / seconds,
+                peer_generated_tokens=len(outs) * max(outs),
+                ratio=point["engine_tok_per_s"] / (sum(outs) / seconds),
+            )
     top = points[-1]
-    record["targets"] = {"tok_per_s": TARGET_TOK_PER_S, "ratio": TARGET_RATIO,
-                         "met": device == "cuda" and top["engine_tok_per_s"] >= TARGET_TOK_PER_S
-                         and top.get("ratio", 0.0) >= TARGET_RATIO}
+    record["targets"] = {
+        "tok_per_s": TARGET_TOK_PER_S,
+        "ratio": TARGET_RATIO,
+        "met": device == "cuda"
+        and top["engine_tok_per_s"] >= TARGET_TOK_PER_S
+        and top.get("ratio", 0.0) >= TARGET_RATIO,
+    }
     return record
 
 
@@ -159,21 +223,25 @@ def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
     """Module loads, kernel builds and one decode graph per padded batch size up to n, before any timing."""
     rng = random.Random(7)
     prompts = [[rng.randrange(vocab) for _ in range(8)] for _ in range(n)]
-    llm.generate(prompts, [SamplingParams(temperature=temperature, max_tokens=i + 2, ignore_eos=True, seed=i)
-                           for i in range(n)])
+    llm.generate(
+        prompts, [SamplingParams(temperature=temperature, max_tokens=i + 2, ignore_eos=True, seed=i) for i in range(n)]
+    )
 
 
 def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature: float, seed: int) -> None:
-    params = [SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=True, seed=seed + i)
-              for i, m in enumerate(outs)]
+    params = [
+        SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=True, seed=seed + i)
+        for i, m in enumerate(outs)
+    ]
     results = llm.generate(prompts, params)
     got = [len(r.token_ids) for r in results]
     if got != outs:
         raise RuntimeError(f"engine generated {sum(got)} tokens, expected {sum(outs)}")
 
 
-def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: int, temperature: float,
-             compile_: bool) -> float:
+def run_peer(
+    model_dir: Path, device: str, prompts: list[list[int]], max_new: int, temperature: float, compile_: bool
+) -> float:
     """Seconds of one timed batched generate (after an untimed one of the same shapes: compile, autotune)."""
     from transformers import (  # why: transformers takes seconds to import
         AutoModelForCausalLM,
@@ -187,12 +255,20 @@ def run_peer(model_dir: Path, device: str, prompts: list[list[int]], max_new: in
     ids = torch.zeros(len(prompts), width, dtype=torch.int64)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):  # left padding: every row's last prompt token in the last column
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
-    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new,
-                              min_new_tokens=max_new, pad_token_id=0, eos_token_id=None,
-                              cache_implementation="static")
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new,
+        min_new_tokens=max_new,
+        pad_token_id=0,
+        eos_token_id=None,
+        cache_implementation="static",
+    )
     if compile_:
         from transformers import (
             CompileConfig,  # why: as above, only the compiled peer needs it
@@ -233,26 +309,41 @@ def _release(device: str) -> None:
 
 
 def print_report(r: dict[str, Any]) -> None:
-    print(f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
-          f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}")
-    print(f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "
-          f"{'peer tok/s':>11} {'ratio':>7}")
+    print(
+        f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
+        f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}"
+    )
+    print(
+        f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "
+        f"{'peer tok/s':>11} {'ratio':>7}"
+    )
     for p in r["points"]:
-        peer = (f"{p['peer_s']:>8.2f} {p['peer_tok_per_s']:>11.1f} {p['ratio']:>6.2f}x" if "ratio" in p
-                else f"{'-':>8} {'-':>11} {'-':>7}" + (f"  peer failed: {p['peer_error']}" if "peer_error" in p else ""))
-        print(f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}")
+        peer = (
+            f"{p['peer_s']:>8.2f} {p['peer_tok_per_s']:>11.1f} {p['ratio']:>6.2f}x"
+            if "ratio" in p
+            else f"{'-':>8} {'-':>11} {'-':>7}" + (f"  peer failed: {p['peer_error']}" if "peer_error" in p else "")
+        )
+        print(
+            f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}"
+        )
     s = r["engine_stats"]
-    print(f"engine: {s['steps']} steps ({s['decode_steps']} decode), {s['preemptions']} preemptions, "
-          f"{r['num_blocks']} KV blocks")
+    print(
+        f"engine: {s['steps']} steps ({s['decode_steps']} decode), {s['preemptions']} preemptions, "
+        f"{r['num_blocks']} KV blocks"
+    )
     if r["on_gpu"]:
-        print(f"targets (>= {TARGET_TOK_PER_S} tok/s and >= {TARGET_RATIO}x): "
-              f"{'met' if r['targets']['met'] else 'not met'}")
+        print(
+            f"targets (>= {TARGET_TOK_PER_S} tok/s and >= {TARGET_RATIO}x): "
+            f"{'met' if r['targets']['met'] else 'not met'}"
+        )
 
 
 def svg_plot(r: dict[str, Any], width: int = 560, height: int = 360) -> str:
     """A line chart of output tok/s against the number of requests, engine and peer, as standalone SVG."""
-    series = {"engine": [(p["requests"], p["engine_tok_per_s"]) for p in r["points"]],
-              "transformers": [(p["requests"], p["peer_tok_per_s"]) for p in r["points"] if "peer_tok_per_s" in p]}
+    series = {
+        "engine": [(p["requests"], p["engine_tok_per_s"]) for p in r["points"]],
+        "transformers": [(p["requests"], p["peer_tok_per_s"]) for p in r["points"] if "peer_tok_per_s" in p],
+    }
     xs = [x for pts in series.values() for x, _ in pts]
     top = max(y for pts in series.values() for _, y in pts) * 1.1
     left, right, up, down = 70, 20, 30, 50
@@ -264,11 +355,15 @@ def svg_plot(r: dict[str, Any], width: int = 560, height: int = 360) -> str:
     def py(y: float) -> float:
         return height - down - (height - up - down) * y / top
 
-    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-            f'font-size="12"><rect width="100%" height="100%" fill="white"/>'),
-           f'<text x="{width / 2}" y="18" text-anchor="middle">output tok/s vs requests ({r["device"]})</text>',
-           f'<line x1="{left}" y1="{py(0)}" x2="{width - right}" y2="{py(0)}" stroke="black"/>',
-           f'<line x1="{left}" y1="{py(0)}" x2="{left}" y2="{up}" stroke="black"/>']
+    out = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+            f'font-size="12"><rect width="100%" height="100%" fill="white"/>'
+        ),
+        f'<text x="{width / 2}" y="18" text-anchor="middle">output tok/s vs requests ({r["device"]})</text>',
+        f'<line x1="{left}" y1="{py(0)}" x2="{width - right}" y2="{py(0)}" stroke="black"/>',
+        f'<line x1="{left}" y1="{py(0)}" x2="{left}" y2="{up}" stroke="black"/>',
+    ]
     for i in range(5):
         y = top * i / 4
         out.append(f'<text x="{left - 6}" y="{py(y) + 4}" text-anchor="end">{y:.0f}</text>')

@@ -8,6 +8,7 @@ Graph mode (the default on CUDA) captures one CUDA graph that calls the op over 
 times its replay, divided by the calls: what a CUDA-graph decode step pays, with no Python, binding checks or
 allocation on the timed path. An op that refuses capture (a host sync, a compiled kernel that is not
 capturable) falls back to the eager loop, and the timer says so (`mode`, `note`)."""
+
 from __future__ import annotations
 
 import shutil
@@ -41,6 +42,7 @@ def graph_calls(n_sets: int, min_calls: int = GRAPH_MIN_CALLS) -> int:
 @dataclass(frozen=True)
 class ArmTimer:
     """Samples of one arm: `sample(rep)` returns seconds per call."""
+
     mode: str  # "graph" or "eager": what the samples really measured
     calls: int  # calls per sample
     note: str | None  # why graph timing was not used, where it was asked for
@@ -60,8 +62,14 @@ Replay = Callable[[], None]
 Capture = Callable[[Callable[..., Any], Sequence[Sequence[Any]], torch.device, int], Replay]
 
 
-def arm_timer(fn: Callable[..., Any], sets: Sequence[Sequence[Any]], device: torch.device, mode: str = "graph",
-              inner: int = 1, capture: Capture | None = None) -> ArmTimer:
+def arm_timer(
+    fn: Callable[..., Any],
+    sets: Sequence[Sequence[Any]],
+    device: torch.device,
+    mode: str = "graph",
+    inner: int = 1,
+    capture: Capture | None = None,
+) -> ArmTimer:
     """A timer for fn over the rotating input sets; graph mode falls back to eager where capture fails.
 
     `capture` (default `capture_graph`, CUDA only) is the seam the CPU tests use."""
@@ -164,6 +172,10 @@ def clocks() -> dict[str, str]:
     """SM and memory clocks as nvidia-smi reports them (read before and after a run; never changed)."""
     if not shutil.which("nvidia-smi"):
         return {"note": "nvidia-smi not found"}
-    out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
-                          "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     return {"nvidia-smi": out.stdout.strip() or out.stderr.strip()}

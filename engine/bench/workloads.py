@@ -3,6 +3,7 @@ and the peers they are measured against.
 
 Bytes that must move count each input read once and each output written once, so achieved bytes per
 second over the measured copy bandwidth is the fraction of the ceiling a kernel reaches."""
+
 from __future__ import annotations
 
 import math
@@ -61,6 +62,7 @@ def _elt(dtype: torch.dtype) -> int:
 
 # --- paged decode attention --------------------------------------------------------------------------
 
+
 def _attn_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
     g = torch.Generator(device="cpu").manual_seed(seed)
     blocks_per_seq = math.ceil(s["ctx"] / s["block"])
@@ -103,6 +105,7 @@ def _sdpa(backend_name: str) -> Callable:
 
         with sdpa_kernel(getattr(SDPBackend, backend_name)):
             return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
+
     return run
 
 
@@ -130,6 +133,7 @@ _FLASHINFER_WANTED = "flashinfer-python==0.5.3"
 def _flashinfer(tensor_cores: bool) -> Callable:
     """prepare() of a FlashInfer peer: `BatchDecodeWithPagedKVCacheWrapper` (NHD, the engine's cache layout)
     planned on this input set's own cache and block tables; one wrapper per set, planned before timing."""
+
     def prepare(q, k, v, table, lens, scale):
         try:
             import flashinfer  # why: an optional package, only the FlashInfer peers need it
@@ -139,14 +143,26 @@ def _flashinfer(tensor_cores: bool) -> Callable:
         block = k.shape[1]
         n = [-(-int(x) // block) for x in lens.tolist()]  # blocks in use per sequence (host: prepare is untimed)
         indptr = torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32, device=q.device)
-        indices = torch.cat([table[b, :n[b]] for b in range(batch)]).to(torch.int32)
-        last = torch.tensor([int(x) - (c - 1) * block for x, c in zip(lens.tolist(), n)], dtype=torch.int32,
-                            device=q.device)
+        indices = torch.cat([table[b, : n[b]] for b in range(batch)]).to(torch.int32)
+        last = torch.tensor(
+            [int(x) - (c - 1) * block for x, c in zip(lens.tolist(), n)], dtype=torch.int32, device=q.device
+        )
         workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
-        wrapper.plan(indptr, indices, last, q.shape[1], k.shape[2], q.shape[2], block, q_data_type=q.dtype,
-                     kv_data_type=k.dtype, sm_scale=scale)
+        wrapper.plan(
+            indptr,
+            indices,
+            last,
+            q.shape[1],
+            k.shape[2],
+            q.shape[2],
+            block,
+            q_data_type=q.dtype,
+            kv_data_type=k.dtype,
+            sm_scale=scale,
+        )
         return wrapper, q, (k, v)
+
     return prepare
 
 
@@ -156,10 +172,20 @@ def _flashinfer_run(wrapper, q, kv):
 
 ATTN = Workload(
     name="attn-decode",
-    flags=("VT_ATTN_DECODE_OPT", "VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_GQA", "VT_ATTN_SPLITKV",
-           "VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_TILED", "VT_ATTN_TILED_FUSED", "VT_KERNELS"),
+    flags=(
+        "VT_ATTN_DECODE_OPT",
+        "VT_ATTN_DECODE_D128",
+        "VT_ATTN_DECODE_GQA",
+        "VT_ATTN_SPLITKV",
+        "VT_ATTN_SPLITKV_GQA_SWAP",
+        "VT_ATTN_TILED",
+        "VT_ATTN_TILED_FUSED",
+        "VT_KERNELS",
+    ),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
-    make=_attn_make, run=_attn_run, bytes_moved=_attn_bytes,
+    make=_attn_make,
+    run=_attn_run,
+    bytes_moved=_attn_bytes,
     peers={
         "sdpa-flash": (_contiguous, _sdpa("FLASH_ATTENTION")),
         "sdpa-cudnn": (_contiguous, _sdpa("CUDNN_ATTENTION")),
@@ -181,18 +207,21 @@ ATTN = Workload(
         "tiled-fused": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "1"},
     },
     # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
-    shape_sets={"peers": (
-        {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
-        {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
-        {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-        {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
-        {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-        {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
-    )},
+    shape_sets={
+        "peers": (
+            {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
+            {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
+            {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+            {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
+            {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+            {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
+        )
+    },
 )
 
 
 # --- M=1 GEMV --------------------------------------------------------------------------------------------
+
 
 def _gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -206,14 +235,18 @@ def _gemv_run(snapshot, x, w):
 
 
 GEMV = Workload(
-    name="gemv", flags=("VT_GEMV",), defaults={"n": 4096, "k": 4096},
-    make=_gemv_make, run=_gemv_run,
+    name="gemv",
+    flags=("VT_GEMV",),
+    defaults={"n": 4096, "k": 4096},
+    make=_gemv_make,
+    run=_gemv_run,
     bytes_moved=lambda s, dt: (s["n"] * s["k"] + s["k"] + s["n"]) * _elt(dt),
     peers={"F.linear": (lambda x, w: (x, w), F.linear)},
     arms={"reference": {"VT_GEMV": "0"}, "gemv-kernel": {"VT_GEMV": "1"}},
 )
 
 # --- residual add + RMSNorm (the decode step's norms) --------------------------------------------------
+
 
 def _norm_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -224,12 +257,17 @@ def _norm_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) ->
 
 
 def _norm_run(snapshot, x, residual, weight):
-    return kernels.fused_add_rms_norm(snapshot, x, residual, weight, 1e-6)[0]  # both outputs are computed; the normed one is compared
+    return kernels.fused_add_rms_norm(snapshot, x, residual, weight, 1e-6)[
+        0
+    ]  # both outputs are computed; the normed one is compared
 
 
 NORM = Workload(
-    name="rms-norm", flags=("VT_NORM_KERNEL",), defaults={"tokens": 1, "hidden": 1024},
-    make=_norm_make, run=_norm_run,
+    name="rms-norm",
+    flags=("VT_NORM_KERNEL",),
+    defaults={"tokens": 1, "hidden": 1024},
+    make=_norm_make,
+    run=_norm_run,
     # x and residual read, the normed output and the new residual written, the weight read once
     bytes_moved=lambda s, dt: (4 * s["tokens"] * s["hidden"] + s["hidden"]) * _elt(dt),
     arms={"reference": {"VT_NORM_KERNEL": "0"}, "norm-kernel": {"VT_NORM_KERNEL": "1"}},
@@ -237,10 +275,15 @@ NORM = Workload(
 
 # --- the whole decode step (engine/bench/step_workload.py) ---------------------------------------------
 
-STEP = Workload(name="decode-step", flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED"),
-                defaults=dict(step_workload.STEP_DEFAULTS), make=step_workload.make, run=step_workload.run,
-                bytes_moved=step_workload.bytes_moved,
-                arms={"defaults": {}, "step-arms-off": {f: "0" for f in step_workload.STEP_ARMS}})
+STEP = Workload(
+    name="decode-step",
+    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED"),
+    defaults=dict(step_workload.STEP_DEFAULTS),
+    make=step_workload.make,
+    run=step_workload.run,
+    bytes_moved=step_workload.bytes_moved,
+    arms={"defaults": {}, "step-arms-off": {f: "0" for f in step_workload.STEP_ARMS}},
+)
 
 # --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
 
@@ -260,8 +303,10 @@ def _words(g: torch.Generator, rows: int, cols: int) -> torch.Tensor:
 
 
 def _x_and_scales(g: torch.Generator, s: Shape, dtype: torch.dtype, rows: int) -> tuple:
-    return (torch.randn(1, s["k"], generator=g).to(dtype),
-            (0.001 + 0.02 * torch.rand(rows, s["n"], generator=g)).to(dtype))
+    return (
+        torch.randn(1, s["k"], generator=g).to(dtype),
+        (0.001 + 0.02 * torch.rand(rows, s["n"], generator=g)).to(dtype),
+    )
 
 
 def _awq_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
@@ -301,9 +346,11 @@ def _nvfp4_run(snapshot, x, packed, block_scales, global_scale):
 
 def _dense_peer(n_of: Callable[[tuple], int]) -> Callable:
     """prepare() of the `F.linear` peer: a dense [N, K] weight in x's dtype, N read from the packed inputs."""
+
     def prepare(*inputs):
         x = inputs[0]
         return x, torch.randn(n_of(inputs), x.shape[-1], dtype=x.dtype, device=x.device) * x.shape[-1] ** -0.5
+
     return prepare
 
 
@@ -313,25 +360,48 @@ def _int4_bytes(s: Shape, dt: torch.dtype) -> int:
 
 
 def _quant(name: str, make: Callable, run: Callable, bytes_moved: Callable, n_of: Callable[[tuple], int]) -> Workload:
-    return Workload(name=name, flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"), defaults=dict(QUANT_DEFAULTS),
-                    make=make, run=run, bytes_moved=bytes_moved, arms=QUANT_ARMS,
-                    peers={"F.linear-dense": (_dense_peer(n_of), F.linear)})
+    return Workload(
+        name=name,
+        flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"),
+        defaults=dict(QUANT_DEFAULTS),
+        make=make,
+        run=run,
+        bytes_moved=bytes_moved,
+        arms=QUANT_ARMS,
+        peers={"F.linear-dense": (_dense_peer(n_of), F.linear)},
+    )
 
 
 AWQ = _quant("awq-gemv", _awq_make, _awq_run, _int4_bytes, lambda a: a[1].shape[1] * 8)  # qweight [K, N/8]
-GPTQ = _quant("gptq-gemv", _gptq_make, _gptq_run, lambda s, dt: _int4_bytes(s, dt) + s["k"] * 4,  # plus g_idx
-              lambda a: a[1].shape[1])  # qweight [K/8, N]
-NVFP4 = _quant("nvfp4-gemv", _nvfp4_make, _nvfp4_run,
-               lambda s, dt: s["n"] * s["k"] // 2 + s["n"] * s["k"] // 16 + (s["k"] + s["n"]) * _elt(dt),
-               lambda a: a[1].shape[0])  # packed [N, K/2]
+GPTQ = _quant(
+    "gptq-gemv",
+    _gptq_make,
+    _gptq_run,
+    lambda s, dt: _int4_bytes(s, dt) + s["k"] * 4,  # plus g_idx
+    lambda a: a[1].shape[1],
+)  # qweight [K/8, N]
+NVFP4 = _quant(
+    "nvfp4-gemv",
+    _nvfp4_make,
+    _nvfp4_run,
+    lambda s, dt: s["n"] * s["k"] // 2 + s["n"] * s["k"] // 16 + (s["k"] + s["n"]) * _elt(dt),
+    lambda a: a[1].shape[0],
+)  # packed [N, K/2]
 
 # --- the decode step on a quantized model: the dequant arms where a checkpoint reaches them --------------
 
 QUANT_STEPS = tuple(
-    Workload(name=f"decode-step-{m}", flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"),
-             defaults=dict(step_workload.STEP_DEFAULTS), make=step_workload.quant_make(m), run=step_workload.run,
-             bytes_moved=step_workload.quant_bytes(m), arms=QUANT_ARMS)
-    for m in step_workload.QUANT_METHODS)
+    Workload(
+        name=f"decode-step-{m}",
+        flags=("VT_DEQUANT_GEMV", "VT_DEQUANT_KERNEL"),
+        defaults=dict(step_workload.STEP_DEFAULTS),
+        make=step_workload.quant_make(m),
+        run=step_workload.run,
+        bytes_moved=step_workload.quant_bytes(m),
+        arms=QUANT_ARMS,
+    )
+    for m in step_workload.QUANT_METHODS
+)
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, STEP, AWQ, GPTQ, NVFP4, *QUANT_STEPS)}
 

@@ -1,4 +1,5 @@
 """Binding for the activation kernel (act.cu): SiLU-and-mul on CUDA tensors."""
+
 from __future__ import annotations
 
 import ctypes
@@ -36,7 +37,8 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:  # x: [..., 2*I] -> [..., I],
     inter = x2.shape[1] // 2
     out = torch.empty(x2.shape[0], inter, dtype=x.dtype, device=x.device)
     lib = _lib()
-    rc = lib.vt_act_silu_and_mul(ffi.ptr(out), ffi.ptr(x2), x2.shape[0], inter, xs, inter, ffi.dtype_code(x, "x"),
-                                 ffi.stream(x.device))
+    rc = lib.vt_act_silu_and_mul(
+        ffi.ptr(out), ffi.ptr(x2), x2.shape[0], inter, xs, inter, ffi.dtype_code(x, "x"), ffi.stream(x.device)
+    )
     ffi.check(rc, "vt_act_silu_and_mul", lib, "act")
     return out.view(*x.shape[:-1], inter)

@@ -4,6 +4,7 @@
 allows (CI); `load("paged_attn.cu")` compiles for the local GPU on first use (JIT) and returns
 the ctypes library.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,13 +79,17 @@ def load_table(path: Path = TABLE_PATH) -> FeatureTable:
     from ruamel.yaml import YAML
 
     data = YAML(typ="safe").load(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("features"), dict) or not isinstance(data.get("sources"), dict):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("features"), dict)
+        or not isinstance(data.get("sources"), dict)
+    ):
         raise BuildError(f"{path}: expected top-level mappings 'features' and 'sources'")
     features: dict[str, tuple[str, ...]] = {}
     for name, entry in data["features"].items():
         archs = entry.get("archs") if isinstance(entry, dict) else None
         if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-            raise BuildError(f"{path}: features.{name}.archs must be a list of quoted strings like \"9.0\"")
+            raise BuildError(f'{path}: features.{name}.archs must be a list of quoted strings like "9.0"')
         for a in archs:
             try:
                 arch_code(a)
@@ -116,8 +121,13 @@ def local_archs() -> list[str]:
         major, minor = torch.cuda.get_device_capability()
     else:
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=True).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
             major, minor = (int(x) for x in out.split()[0].split("."))
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             raise BuildError("no local GPU found for a JIT build: set VT_CUDA_ARCHS (e.g. 9.0) or use --fat") from None
@@ -139,8 +149,10 @@ def archs_for(table: FeatureTable, source: str, requested: list[str]) -> tuple[s
     feature = table.sources[source]
     archs = tuple(a for a in table.features[feature] if a in requested)
     if not archs:
-        raise BuildError(f"{source}: feature {feature!r} archs {list(table.features[feature])} "
-                         f"share no arch with the requested {requested}")
+        raise BuildError(
+            f"{source}: feature {feature!r} archs {list(table.features[feature])} "
+            f"share no arch with the requested {requested}"
+        )
     return archs
 
 
@@ -159,8 +171,9 @@ _VERSION: dict[str, str] = {}
 def compiler_version() -> str:
     if NVCC not in _VERSION:
         try:
-            _VERSION[NVCC] = subprocess.run([NVCC, "--version"], capture_output=True, text=True,
-                                            timeout=60, check=True).stdout
+            _VERSION[NVCC] = subprocess.run(
+                [NVCC, "--version"], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
         except (OSError, subprocess.SubprocessError) as e:
             raise BuildError(f"cannot run {NVCC} --version: {e}") from None
     return _VERSION[NVCC]
@@ -201,8 +214,10 @@ def compile_source(source: Path, archs: tuple[str, ...], out_dir: Path, *, werro
         raise BuildError(f"{source}: nvcc timed out\ncommand: {' '.join(cmd)}") from None
     if proc.returncode != 0:
         os.unlink(tmp)
-        raise BuildError(f"{source}: nvcc failed (exit {proc.returncode})\ncommand: {' '.join(cmd)}\n"
-                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+        raise BuildError(
+            f"{source}: nvcc failed (exit {proc.returncode})\ncommand: {' '.join(cmd)}\n"
+            f"{proc.stderr.strip() or proc.stdout.strip()}"
+        )
     os.replace(tmp, obj)  # atomic: a concurrent build never loads a half-written object
     return BuildResult(source, obj, archs, False, time.perf_counter() - t0)
 
@@ -226,10 +241,17 @@ def write_manifest(out_dir: Path, results: list[BuildResult], requested: list[st
     os.replace(tmp, path)
 
 
-def build(names: list[str] | None = None, *, fat: bool = False, out_dir: Path | None = None,
-          table: FeatureTable | None = None, src_dir: Path = CUDA_DIR, werror: bool = False,
-          progress: Callable[[BuildResult, int, int], None] | None = None,
-          settings: flags.FlagSnapshot | None = None) -> list[BuildResult]:
+def build(
+    names: list[str] | None = None,
+    *,
+    fat: bool = False,
+    out_dir: Path | None = None,
+    table: FeatureTable | None = None,
+    src_dir: Path = CUDA_DIR,
+    werror: bool = False,
+    progress: Callable[[BuildResult, int, int], None] | None = None,
+    settings: flags.FlagSnapshot | None = None,
+) -> list[BuildResult]:
     """Compile the sources (default: every one in the table); `progress(result, done, total)` is called as
     each source finishes, in completion order. `settings`: the VT_CUDA_ARCHS / VT_CUDA_CACHE snapshot
     (default: the environment, read once here)."""
@@ -276,12 +298,20 @@ def main(argv: list[str] | None = None, settings: flags.FlagSnapshot | None = No
     p.add_argument("--werror", action="store_true", help="treat nvcc and host-compiler warnings as errors")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"building {len(args.sources) or 'every'} source(s){' for every arch in the table' if args.fat else ''} "
-          f"with {os.cpu_count() or 1} workers; each line below is one finished source", flush=True)
+    print(
+        f"building {len(args.sources) or 'every'} source(s){' for every arch in the table' if args.fat else ''} "
+        f"with {os.cpu_count() or 1} workers; each line below is one finished source",
+        flush=True,
+    )
     try:
-        build(args.sources or None, fat=args.fat, out_dir=args.out, werror=args.werror, settings=settings,
-              progress=lambda r, done, total: print(progress_line(r, done, total, time.perf_counter() - t0),
-                                                    flush=True))
+        build(
+            args.sources or None,
+            fat=args.fat,
+            out_dir=args.out,
+            werror=args.werror,
+            settings=settings,
+            progress=lambda r, done, total: print(progress_line(r, done, total, time.perf_counter() - t0), flush=True),
+        )
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -294,8 +324,10 @@ def progress_line(r: BuildResult, done: int, total: int, elapsed: float) -> str:
     (the ETA assumes the rest take as long on average as the finished ones did, wall-clock)."""
     state = "cached" if r.cached else "compiled"
     eta = f"ETA {elapsed / done * (total - done):.0f}s" if done < total else "all done"
-    return (f"[{done}/{total}] {source_label(r.source)}: {state} for {list(r.archs)} in {r.seconds:.1f}s -> {r.obj}; "
-            f"{elapsed:.0f}s elapsed, {eta}")
+    return (
+        f"[{done}/{total}] {source_label(r.source)}: {state} for {list(r.archs)} in {r.seconds:.1f}s -> {r.obj}; "
+        f"{elapsed:.0f}s elapsed, {eta}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """ctypes helpers shared by the kernel bindings: dtype codes, raw pointers, the current stream, error checks."""
+
 from __future__ import annotations
 
 import ctypes
@@ -28,8 +29,15 @@ def stream(device: torch.device) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
 
 
-def require(t: torch.Tensor, name: str, *, dim: int, dtype: torch.dtype | None = None,
-            device: torch.device | None = None, contiguous: bool = True) -> None:
+def require(
+    t: torch.Tensor,
+    name: str,
+    *,
+    dim: int,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+    contiguous: bool = True,
+) -> None:
     """Shape-rank, dtype, device and contiguity checks that name the tensor."""
     if t.dim() != dim:
         raise ValueError(f"{name}: expected {dim} dims, got shape {tuple(t.shape)}")

@@ -1,4 +1,5 @@
 """Binding for the gated delta net decode-step kernel (gdn.cu): one token's recurrent update, fp32 state."""
+
 from __future__ import annotations
 
 import ctypes
@@ -60,8 +61,9 @@ def decode(
         raise ValueError(f"v: dim 0 is {v.shape[0]} but q's batch is {batch}")
     for name, t in (("g", g), ("beta", beta)):
         if t.shape != (batch, heads) or t.device != dev:
-            raise ValueError(f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, heads] "
-                             f"{(batch, heads)} on {dev}")
+            raise ValueError(
+                f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, heads] {(batch, heads)} on {dev}"
+            )
     if state.shape != (batch, heads, dk, dv):
         raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
     g32 = g.to(torch.float32).contiguous()  # [batch, heads]: tiny, so the kernel reads one gate dtype
@@ -69,9 +71,26 @@ def decode(
     new_state = state if inplace else torch.empty_like(state)
     out = torch.empty(batch, heads, dv, dtype=out_dtype or q.dtype, device=dev)
     lib = _lib()
-    rc = lib.vt_gdn_decode(ffi.ptr(q), ffi.ptr(k), ffi.ptr(v), ffi.ptr(g32), ffi.ptr(b32), ffi.ptr(state),
-                           ffi.ptr(new_state), ffi.ptr(out), batch, heads, k_heads, dk, dv, scale,
-                           int(use_qk_l2norm), eps, ffi.dtype_code(q, "q"), ffi.dtype_code(out, "out"),
-                           ffi.stream(dev))
+    rc = lib.vt_gdn_decode(
+        ffi.ptr(q),
+        ffi.ptr(k),
+        ffi.ptr(v),
+        ffi.ptr(g32),
+        ffi.ptr(b32),
+        ffi.ptr(state),
+        ffi.ptr(new_state),
+        ffi.ptr(out),
+        batch,
+        heads,
+        k_heads,
+        dk,
+        dv,
+        scale,
+        int(use_qk_l2norm),
+        eps,
+        ffi.dtype_code(q, "q"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(dev),
+    )
     ffi.check(rc, "vt_gdn_decode", lib, "gdn")
     return out, new_state

@@ -1,4 +1,5 @@
 """Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype."""
+
 from __future__ import annotations
 
 import ctypes
@@ -60,8 +61,20 @@ def linear(
     ldw = weight.stride(0) if n > 1 else k
     ldx = x2.stride(0) if m > 1 else k
     lib = _lib()
-    rc = lib.vt_gemv_gemv(ffi.ptr(y), ffi.ptr(weight), ffi.ptr(x2), ffi.ptr(bias) if bias is not None else None,
-                          m, n, k, ldw, ldx, n, ffi.dtype_code(x, "x"), ffi.dtype_code(y, "out_dtype"),
-                          ffi.stream(x.device))
+    rc = lib.vt_gemv_gemv(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(x2),
+        ffi.ptr(bias) if bias is not None else None,
+        m,
+        n,
+        k,
+        ldw,
+        ldx,
+        n,
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(y, "out_dtype"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_gemv_gemv", lib, "gemv")
     return y.view(*x.shape[:-1], n)

@@ -1,4 +1,5 @@
 """Binding for the paged KV store kernel (kv_store.cu): write K/V rows to their cache slots, slot -1 skipped."""
+
 from __future__ import annotations
 
 import ctypes
@@ -44,7 +45,18 @@ def store_kv(
         raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} entries for {k.shape[0]} tokens")
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     lib = _lib()
-    rc = lib.vt_kv_store_store(ffi.ptr(k), ffi.ptr(v), ffi.ptr(k_cache), ffi.ptr(v_cache), ffi.ptr(slots),
-                               k.shape[0], k.shape[1], k.shape[2], k.stride(0), v.stride(0),
-                               ffi.dtype_code(k, "k"), ffi.stream(dev))
+    rc = lib.vt_kv_store_store(
+        ffi.ptr(k),
+        ffi.ptr(v),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(slots),
+        k.shape[0],
+        k.shape[1],
+        k.shape[2],
+        k.stride(0),
+        v.stride(0),
+        ffi.dtype_code(k, "k"),
+        ffi.stream(dev),
+    )
     ffi.check(rc, "vt_kv_store_store", lib, "kv_store")

@@ -1,4 +1,5 @@
 """Binding for the MoE kernels (moe.cu): top-k softmax routing, token-to-expert alignment, grouped expert GEMMs."""
+
 from __future__ import annotations
 
 import ctypes
@@ -67,9 +68,18 @@ def route(
     weights = torch.empty(tokens, top_k, dtype=dtype, device=router_logits.device)
     ids = torch.empty(tokens, top_k, dtype=torch.int64, device=router_logits.device)
     lib = _lib()
-    rc = lib.vt_moe_route(ffi.ptr(router_logits), ffi.ptr(weights), ffi.ptr(ids), tokens, experts, top_k,
-                          int(renormalize), ffi.dtype_code(router_logits, "router_logits"),
-                          ffi.dtype_code(weights, "dtype"), ffi.stream(router_logits.device))
+    rc = lib.vt_moe_route(
+        ffi.ptr(router_logits),
+        ffi.ptr(weights),
+        ffi.ptr(ids),
+        tokens,
+        experts,
+        top_k,
+        int(renormalize),
+        ffi.dtype_code(router_logits, "router_logits"),
+        ffi.dtype_code(weights, "dtype"),
+        ffi.stream(router_logits.device),
+    )
     ffi.check(rc, "vt_moe_route", lib, "moe")
     return weights, ids
 
@@ -87,11 +97,22 @@ def align(
     numel = ids.numel()
     capacity = int(lib.vt_moe_capacity(numel, num_experts, block))
     dev = ids.device
-    out = Alignment(torch.empty(capacity, dtype=torch.int32, device=dev),
-                    torch.empty(capacity // block, dtype=torch.int32, device=dev),
-                    torch.empty(num_experts + 1, dtype=torch.int32, device=dev))
-    rc = lib.vt_moe_align(ffi.ptr(ids), ffi.ptr(out.sorted_ids), ffi.ptr(out.block_expert), ffi.ptr(out.offsets),
-                          numel, num_experts, block, capacity, ffi.stream(dev))
+    out = Alignment(
+        torch.empty(capacity, dtype=torch.int32, device=dev),
+        torch.empty(capacity // block, dtype=torch.int32, device=dev),
+        torch.empty(num_experts + 1, dtype=torch.int32, device=dev),
+    )
+    rc = lib.vt_moe_align(
+        ffi.ptr(ids),
+        ffi.ptr(out.sorted_ids),
+        ffi.ptr(out.block_expert),
+        ffi.ptr(out.offsets),
+        numel,
+        num_experts,
+        block,
+        capacity,
+        ffi.stream(dev),
+    )
     ffi.check(rc, "vt_moe_align", lib, "moe")
     return out
 
@@ -121,17 +142,35 @@ def experts(
     if down.shape != (num_experts, hidden, inter):
         raise ValueError(f"down: shape {tuple(down.shape)} != [E={num_experts}, H={hidden}, I={inter}]")
     if weights.shape != ids.shape or ids.shape[0] != tokens:
-        raise ValueError(f"weights {tuple(weights.shape)} and ids {tuple(ids.shape)} must both be "
-                         f"[tokens={tokens}, top_k]")
+        raise ValueError(
+            f"weights {tuple(weights.shape)} and ids {tuple(ids.shape)} must both be [tokens={tokens}, top_k]"
+        )
     ids = ids.to(torch.int64).contiguous()
     al = align(ids, num_experts)
     act = torch.empty(tokens * top_k, inter, dtype=x.dtype, device=dev)
     y = torch.empty(tokens * top_k, hidden, dtype=x.dtype, device=dev)
     out = torch.empty(tokens, hidden, dtype=out_dtype or x.dtype, device=dev)
     lib = _lib()
-    rc = lib.vt_moe_experts(ffi.ptr(x), ffi.ptr(gate_up), ffi.ptr(down), ffi.ptr(weights), ffi.ptr(ids),
-                            ffi.ptr(al.sorted_ids), ffi.ptr(al.block_expert), ffi.ptr(act), ffi.ptr(y), ffi.ptr(out),
-                            tokens, hidden, inter, num_experts, top_k, al.sorted_ids.numel(),
-                            ffi.dtype_code(x, "x"), ffi.dtype_code(out, "out"), ffi.stream(dev))
+    rc = lib.vt_moe_experts(
+        ffi.ptr(x),
+        ffi.ptr(gate_up),
+        ffi.ptr(down),
+        ffi.ptr(weights),
+        ffi.ptr(ids),
+        ffi.ptr(al.sorted_ids),
+        ffi.ptr(al.block_expert),
+        ffi.ptr(act),
+        ffi.ptr(y),
+        ffi.ptr(out),
+        tokens,
+        hidden,
+        inter,
+        num_experts,
+        top_k,
+        al.sorted_ids.numel(),
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(dev),
+    )
     ffi.check(rc, "vt_moe_experts", lib, "moe")
     return out

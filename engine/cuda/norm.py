@@ -1,4 +1,5 @@
 """Binding for the norm kernels (norm.cu): RMSNorm and fused add+RMSNorm on CUDA tensors."""
+
 from __future__ import annotations
 
 import ctypes
@@ -63,8 +64,19 @@ def rms_norm(
     x2, xs = rows(x)
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     lib = _lib()
-    rc = lib.vt_norm_rms_norm(ffi.ptr(out), ffi.ptr(x2), ffi.ptr(weight), x2.shape[0], x2.shape[1], xs,
-                              x2.shape[1], mean_scale(*x2.shape), eps, ffi.dtype_code(x, "x"), ffi.stream(x.device))
+    rc = lib.vt_norm_rms_norm(
+        ffi.ptr(out),
+        ffi.ptr(x2),
+        ffi.ptr(weight),
+        x2.shape[0],
+        x2.shape[1],
+        xs,
+        x2.shape[1],
+        mean_scale(*x2.shape),
+        eps,
+        ffi.dtype_code(x, "x"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_norm_rms_norm", lib, "norm")
     return out.view(x.shape)
 
@@ -91,9 +103,22 @@ def fused_add_rms_norm(
         r_out, rs_out = torch.empty(r_in.shape, dtype=x.dtype, device=x.device), r_in.shape[1]
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     lib = _lib()
-    rc = lib.vt_norm_fused_add_rms_norm(ffi.ptr(out), ffi.ptr(r_out), ffi.ptr(r_in), ffi.ptr(x2), ffi.ptr(weight),
-                                        x2.shape[0], x2.shape[1], x2.shape[1], rs_out, rs_in, xs,
-                                        mean_scale(*x2.shape), eps,
-                                        ffi.dtype_code(x, "x"), ffi.stream(x.device))
+    rc = lib.vt_norm_fused_add_rms_norm(
+        ffi.ptr(out),
+        ffi.ptr(r_out),
+        ffi.ptr(r_in),
+        ffi.ptr(x2),
+        ffi.ptr(weight),
+        x2.shape[0],
+        x2.shape[1],
+        x2.shape[1],
+        rs_out,
+        rs_in,
+        xs,
+        mean_scale(*x2.shape),
+        eps,
+        ffi.dtype_code(x, "x"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_norm_fused_add_rms_norm", lib, "norm")
     return out.view(x.shape), (residual if inplace else r_out.view(x.shape))

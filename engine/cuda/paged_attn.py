@@ -1,6 +1,7 @@
 """Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms.
 
 Which arm runs is the kernel table's choice (engine/kernels.py); this module launches the one it is told to."""
+
 from __future__ import annotations
 
 import ctypes
@@ -34,8 +35,13 @@ def supported(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
     return head_dim in (64, 128, 256) and group in (1, 2, 4, 8)
 
 
-def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def check_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Shape/dtype/device checks naming the tensor; returns block_tables and context_lens as int32."""
     dev = q.device
     ffi.require(q, "q", dim=3, device=dev)
@@ -45,14 +51,18 @@ def check_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
     if k_cache.shape[3] != q.shape[2] or q.shape[1] % k_cache.shape[2]:
-        raise ValueError(f"k_cache: shape {tuple(k_cache.shape)} does not fit q {tuple(q.shape)} "
-                         "(head_dim must match; q heads a multiple of KV heads)")
+        raise ValueError(
+            f"k_cache: shape {tuple(k_cache.shape)} does not fit q {tuple(q.shape)} "
+            "(head_dim must match; q heads a multiple of KV heads)"
+        )
     tables = block_tables.to(torch.int32).contiguous()
     lens = context_lens.to(torch.int32).contiguous()
     ffi.require(tables, "block_tables", dim=2, device=dev)
     ffi.require(lens, "context_lens", dim=1, device=dev)
     if tables.shape[0] != q.shape[0] or lens.shape[0] != q.shape[0]:
-        raise ValueError(f"block_tables {tuple(tables.shape)} / context_lens {tuple(lens.shape)}: batch != q's {q.shape[0]}")
+        raise ValueError(
+            f"block_tables {tuple(tables.shape)} / context_lens {tuple(lens.shape)}: batch != q's {q.shape[0]}"
+        )
     return tables, lens
 
 
@@ -75,11 +85,31 @@ def paged_decode_attention(
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
     out = torch.empty_like(q)
     block_size, max_blocks = k_cache.shape[1], tables.shape[1]
-    ws = torch.empty(batch, hq, max_blocks * block_size, dtype=torch.float32, device=q.device) if arm == GENERIC else None
+    ws = (
+        torch.empty(batch, hq, max_blocks * block_size, dtype=torch.float32, device=q.device)
+        if arm == GENERIC
+        else None
+    )
     lib = _lib()
-    rc = lib.vt_paged_attn_decode(ffi.ptr(out), ffi.ptr(q), ffi.ptr(k_cache), ffi.ptr(v_cache), ffi.ptr(tables),
-                                  ffi.ptr(lens), None if ws is None else ffi.ptr(ws), batch, hq, k_cache.shape[2], d,
-                                  block_size, max_blocks, scale, sliding_window or 0, arm, ffi.dtype_code(q, "q"),
-                                  ffi.stream(q.device))
+    rc = lib.vt_paged_attn_decode(
+        ffi.ptr(out),
+        ffi.ptr(q),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(tables),
+        ffi.ptr(lens),
+        None if ws is None else ffi.ptr(ws),
+        batch,
+        hq,
+        k_cache.shape[2],
+        d,
+        block_size,
+        max_blocks,
+        scale,
+        sliding_window or 0,
+        arm,
+        ffi.dtype_code(q, "q"),
+        ffi.stream(q.device),
+    )
     ffi.check(rc, "vt_paged_attn_decode", lib, "paged_attn")
     return out

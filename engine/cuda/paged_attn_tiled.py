@@ -7,6 +7,7 @@ runs in one launch where it takes the shape (`fused_stages`, `fused_fits`; sever
 keeps its split's scores in shared memory, the splits of a (sequence, KV head) wait for each other's
 statistics, and the last one adds their partial sums, so the output is bitwise the two-pass output.
 Where it does not fit the two passes run."""
+
 from __future__ import annotations
 
 import ctypes
@@ -31,11 +32,17 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 def _lib() -> ctypes.CDLL:
     lib = build.load("paged_attn_tiled.cu")
     ffi.bind(lib, "vt_paged_attn_tiled_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
-    ffi.bind(lib, "vt_paged_attn_tiled_decode",
-             [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
+    ffi.bind(
+        lib,
+        "vt_paged_attn_tiled_decode",
+        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P],
+    )
     ffi.bind(lib, "vt_paged_attn_tiled_fused_stages", [ctypes.POINTER(_I), _I, _I, _I, _I, _I, _I, _I, _I])
-    ffi.bind(lib, "vt_paged_attn_tiled_fused_decode",
-             [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P])
+    ffi.bind(
+        lib,
+        "vt_paged_attn_tiled_fused_decode",
+        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P],
+    )
     return lib
 
 
@@ -50,23 +57,32 @@ def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, d
     out = _I(0)
     lib = _lib()
     with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_tiled_num_splits(ctypes.byref(out), rows, max_context, head_dim,
-                                                ffi.DTYPE_CODES[dtype])
+        rc = lib.vt_paged_attn_tiled_num_splits(ctypes.byref(out), rows, max_context, head_dim, ffi.DTYPE_CODES[dtype])
     ffi.check(rc, "vt_paged_attn_tiled_num_splits", lib, "paged_attn_tiled")
     return out.value
 
 
 @cache
-def fused_stages(batch: int, hq: int, hkv: int, head_dim: int, block_size: int, max_blocks: int, splits: int,
-                 dtype: torch.dtype, device_index: int) -> int:
+def fused_stages(
+    batch: int,
+    hq: int,
+    hkv: int,
+    head_dim: int,
+    block_size: int,
+    max_blocks: int,
+    splits: int,
+    dtype: torch.dtype,
+    device_index: int,
+) -> int:
     """The pipeline stages the one-launch kernel runs this shape with (3 or 2), or 0 where it does not take
     it: one split (the two passes are faster there), scores that do not fit in shared memory, or a grid that
     is not resident at once (its blocks wait on each other)."""
     out = _I(0)
     lib = _lib()
     with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_tiled_fused_stages(ctypes.byref(out), batch, hq, hkv, head_dim, block_size,
-                                                  max_blocks, splits, ffi.DTYPE_CODES[dtype])
+        rc = lib.vt_paged_attn_tiled_fused_stages(
+            ctypes.byref(out), batch, hq, hkv, head_dim, block_size, max_blocks, splits, ffi.DTYPE_CODES[dtype]
+        )
     ffi.check(rc, "vt_paged_attn_tiled_fused_stages", lib, "paged_attn_tiled")
     return out.value
 
@@ -106,8 +122,10 @@ def decode(
     batch, hq, d = q.shape
     hkv, block_size = k_cache.shape[2], k_cache.shape[1]
     if not supported(d, hq // hkv, q.dtype):
-        raise ValueError(f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
-                         f"head, bf16 or fp16; got head_dim {d}, group {hq // hkv}, {q.dtype}")
+        raise ValueError(
+            f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
+            f"head, bf16 or fp16; got head_dim {d}, group {hq // hkv}, {q.dtype}"
+        )
     if sliding_window is not None and sliding_window < 1:
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
     if splits is None:
@@ -123,18 +141,44 @@ def decode(
     l_part = torch.empty_like(m_part)
     o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device) if splits > 1 else None
     lib = _lib()
-    rc = lib.vt_paged_attn_tiled_decode(ffi.ptr(out), ffi.ptr(scores), ffi.ptr(m_part), ffi.ptr(l_part),
-                                        None if o_part is None else ffi.ptr(o_part), ffi.ptr(q), ffi.ptr(k_cache),
-                                        ffi.ptr(v_cache), ffi.ptr(tables), ffi.ptr(lens), batch, hq, hkv, d,
-                                        block_size, tables.shape[1], scale, sliding_window or 0, splits,
-                                        ffi.dtype_code(q, "q"), ffi.stream(q.device))
+    rc = lib.vt_paged_attn_tiled_decode(
+        ffi.ptr(out),
+        ffi.ptr(scores),
+        ffi.ptr(m_part),
+        ffi.ptr(l_part),
+        None if o_part is None else ffi.ptr(o_part),
+        ffi.ptr(q),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(tables),
+        ffi.ptr(lens),
+        batch,
+        hq,
+        hkv,
+        d,
+        block_size,
+        tables.shape[1],
+        scale,
+        sliding_window or 0,
+        splits,
+        ffi.dtype_code(q, "q"),
+        ffi.stream(q.device),
+    )
     ffi.check(rc, "vt_paged_attn_tiled_decode", lib, "paged_attn_tiled")
     return out
 
 
-def decode_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
-                 lens: torch.Tensor, scale: float, sliding_window: int | None, splits: int | None,
-                 required: bool = True) -> torch.Tensor | None:
+def decode_fused(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+    splits: int | None,
+    required: bool = True,
+) -> torch.Tensor | None:
     """The one-launch arm on checked inputs (see `decode`); None where it does not fit, or an error with
     `required` (the numerics cases use that, so a case proves the fused kernel ran)."""
     batch, hq, d = q.shape
@@ -151,8 +195,10 @@ def decode_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         why = "no arrival counters (first use under graph capture, or too many sequences)"
     if why is not None:
         if required:
-            raise ValueError(f"tiled fused arm: {why} (batch {batch}, {hq}/{hkv} heads, head_dim {d}, "
-                             f"{tables.shape[1]} blocks of {block_size}, {splits} splits)")
+            raise ValueError(
+                f"tiled fused arm: {why} (batch {batch}, {hq}/{hkv} heads, head_dim {d}, "
+                f"{tables.shape[1]} blocks of {block_size}, {splits} splits)"
+            )
         return None
     assert counters is not None  # why is None, so the counters were made
     out = torch.empty_like(q)
@@ -160,11 +206,29 @@ def decode_fused(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     l_part = torch.empty_like(m_part)
     o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
     lib = _lib()
-    rc = lib.vt_paged_attn_tiled_fused_decode(ffi.ptr(out), ffi.ptr(m_part), ffi.ptr(l_part), ffi.ptr(o_part),
-                                              ffi.ptr(counters), ffi.ptr(q),
-                                              ffi.ptr(k_cache), ffi.ptr(v_cache), ffi.ptr(tables), ffi.ptr(lens),
-                                              batch, hq, hkv, d, block_size, tables.shape[1], scale,
-                                              sliding_window or 0, splits, stages, ffi.dtype_code(q, "q"),
-                                              ffi.stream(q.device))
+    rc = lib.vt_paged_attn_tiled_fused_decode(
+        ffi.ptr(out),
+        ffi.ptr(m_part),
+        ffi.ptr(l_part),
+        ffi.ptr(o_part),
+        ffi.ptr(counters),
+        ffi.ptr(q),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(tables),
+        ffi.ptr(lens),
+        batch,
+        hq,
+        hkv,
+        d,
+        block_size,
+        tables.shape[1],
+        scale,
+        sliding_window or 0,
+        splits,
+        stages,
+        ffi.dtype_code(q, "q"),
+        ffi.stream(q.device),
+    )
     ffi.check(rc, "vt_paged_attn_tiled_fused_decode", lib, "paged_attn_tiled")
     return out

@@ -5,6 +5,7 @@ the GEMVs (`*_linear`, one row of x) agree with dequant-then-linear within the o
 Every call is CUDA-graph capturable: no host-to-device copy and no host sync (a float global scale is
 passed by value; out-of-range g_idx values give NaN instead of a host-side check).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -57,9 +58,18 @@ def dequant_awq(
     _group(k, group_size, scales)
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
-    rc = lib.vt_quant_awq_dequant(ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(out), k, n, group_size,
-                                  ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "dtype"),
-                                  ffi.stream(qweight.device))
+    rc = lib.vt_quant_awq_dequant(
+        ffi.ptr(qweight),
+        ffi.ptr(qzeros),
+        ffi.ptr(scales),
+        ffi.ptr(out),
+        k,
+        n,
+        group_size,
+        ffi.dtype_code(scales, "scales"),
+        ffi.dtype_code(out, "dtype"),
+        ffi.stream(qweight.device),
+    )
     ffi.check(rc, "vt_quant_awq_dequant", lib, "quant")
     return out
 
@@ -77,9 +87,20 @@ def dequant_gptq(
     g32 = _g_idx(g_idx, k, bits, version, qweight.device)
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
-    rc = lib.vt_quant_gptq_dequant(ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32), ffi.ptr(out), k,
-                                   n, scales.shape[0], GPTQ_ZERO_OFFSET[version], ffi.dtype_code(scales, "scales"),
-                                   ffi.dtype_code(out, "dtype"), ffi.stream(qweight.device))
+    rc = lib.vt_quant_gptq_dequant(
+        ffi.ptr(qweight),
+        ffi.ptr(qzeros),
+        ffi.ptr(scales),
+        ffi.ptr(g32),
+        ffi.ptr(out),
+        k,
+        n,
+        scales.shape[0],
+        GPTQ_ZERO_OFFSET[version],
+        ffi.dtype_code(scales, "scales"),
+        ffi.dtype_code(out, "dtype"),
+        ffi.stream(qweight.device),
+    )
     ffi.check(rc, "vt_quant_gptq_dequant", lib, "quant")
     return out
 
@@ -94,8 +115,17 @@ def dequant_nvfp4(
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     lib = _lib()
-    rc = lib.vt_quant_nvfp4_dequant(ffi.ptr(packed), ffi.ptr(block_scales), _ptr_or_null(gs_ptr), gs_value,
-                                    ffi.ptr(out), n, k, ffi.dtype_code(out, "dtype"), ffi.stream(packed.device))
+    rc = lib.vt_quant_nvfp4_dequant(
+        ffi.ptr(packed),
+        ffi.ptr(block_scales),
+        _ptr_or_null(gs_ptr),
+        gs_value,
+        ffi.ptr(out),
+        n,
+        k,
+        ffi.dtype_code(out, "dtype"),
+        ffi.stream(packed.device),
+    )
     ffi.check(rc, "vt_quant_nvfp4_dequant", lib, "quant")
     return out
 
@@ -113,10 +143,23 @@ def awq_linear(
     xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
-    rc = lib.vt_quant_awq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), _ptr_or_null(b),
-                               ffi.ptr(partial), ffi.ptr(counters), ffi.ptr(out), k, n, group_size,
-                               ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"),
-                               ffi.stream(x.device))
+    rc = lib.vt_quant_awq_gemv(
+        ffi.ptr(xv),
+        ffi.ptr(qweight),
+        ffi.ptr(qzeros),
+        ffi.ptr(scales),
+        _ptr_or_null(b),
+        ffi.ptr(partial),
+        ffi.ptr(counters),
+        ffi.ptr(out),
+        k,
+        n,
+        group_size,
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(scales, "scales"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_quant_awq_gemv", lib, "quant")
     return out
 
@@ -136,11 +179,25 @@ def gptq_linear(
     xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
-    rc = lib.vt_quant_gptq_gemv(ffi.ptr(xv), ffi.ptr(qweight), ffi.ptr(qzeros), ffi.ptr(scales), ffi.ptr(g32),
-                                _ptr_or_null(b), ffi.ptr(partial), ffi.ptr(counters), ffi.ptr(out), k, n,
-                                scales.shape[0], GPTQ_ZERO_OFFSET[version],
-                                ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out"),
-                                ffi.stream(x.device))
+    rc = lib.vt_quant_gptq_gemv(
+        ffi.ptr(xv),
+        ffi.ptr(qweight),
+        ffi.ptr(qzeros),
+        ffi.ptr(scales),
+        ffi.ptr(g32),
+        _ptr_or_null(b),
+        ffi.ptr(partial),
+        ffi.ptr(counters),
+        ffi.ptr(out),
+        k,
+        n,
+        scales.shape[0],
+        GPTQ_ZERO_OFFSET[version],
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(scales, "scales"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_quant_gptq_gemv", lib, "quant")
     return out
 
@@ -156,9 +213,20 @@ def nvfp4_linear(
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
     xv, out, b = _gemv_io(x, k, n, bias, packed.device)
     lib = _lib()
-    rc = lib.vt_quant_nvfp4_gemv(ffi.ptr(xv), ffi.ptr(packed), ffi.ptr(block_scales), _ptr_or_null(gs_ptr), gs_value,
-                                 _ptr_or_null(b), ffi.ptr(out), n, k, ffi.dtype_code(x, "x"),
-                                 ffi.dtype_code(out, "out"), ffi.stream(x.device))
+    rc = lib.vt_quant_nvfp4_gemv(
+        ffi.ptr(xv),
+        ffi.ptr(packed),
+        ffi.ptr(block_scales),
+        _ptr_or_null(gs_ptr),
+        gs_value,
+        _ptr_or_null(b),
+        ffi.ptr(out),
+        n,
+        k,
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_quant_nvfp4_gemv", lib, "quant")
     return out
 
@@ -176,8 +244,10 @@ def split_counters(count: int, dev: torch.device) -> torch.Tensor:
     counters = _COUNTERS.get(dev)
     if counters is None or counters.numel() < count:
         if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("quant GEMV: call it once outside CUDA graph capture first (its split-K counters "
-                               "are zeroed on first use)")
+            raise RuntimeError(
+                "quant GEMV: call it once outside CUDA graph capture first (its split-K counters "
+                "are zeroed on first use)"
+            )
         counters = _COUNTERS[dev] = torch.zeros(count, dtype=torch.int32, device=dev)
     return counters
 
@@ -221,8 +291,9 @@ def global_scale_arg(global_scale: torch.Tensor | float, dev: torch.device) -> t
     if not isinstance(global_scale, torch.Tensor):
         return None, float(global_scale)
     if global_scale.dtype != torch.float32 or global_scale.numel() != 1:
-        raise ValueError(f"global_scale: expected one fp32 value, got {global_scale.dtype} "
-                         f"shape {tuple(global_scale.shape)}")
+        raise ValueError(
+            f"global_scale: expected one fp32 value, got {global_scale.dtype} shape {tuple(global_scale.shape)}"
+        )
     if global_scale.device == dev:
         return global_scale, 0.0
     if global_scale.device.type == "cpu":
@@ -237,13 +308,15 @@ def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor) -> tuple[int, int]:
     ffi.require(block_scales, "block_scales", dim=2, dtype=torch.float8_e4m3fn, device=dev)
     n, k = packed.shape[0], packed.shape[1] * 2
     if k % NVFP4_BLOCK or block_scales.shape != (n, k // NVFP4_BLOCK):
-        raise ValueError(f"block_scales: shape {tuple(block_scales.shape)} != [N={n}, K/16] for K={k} "
-                         f"(K must be a multiple of 16)")
+        raise ValueError(
+            f"block_scales: shape {tuple(block_scales.shape)} != [N={n}, K/16] for K={k} (K must be a multiple of 16)"
+        )
     return n, k
 
 
-def _gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None,
-             dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _gemv_io(
+    x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, dev: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
     until the launch, so the allocator cannot hand their memory to the workspace)."""
     if x.dim() < 1 or x.shape[-1] != k or x.numel() != k:

@@ -1,4 +1,5 @@
 """Binding for the RoPE kernels (rope.cu): neox RoPE, and Qwen3's q/k RMSNorm fused with it, on CUDA tensors."""
+
 from __future__ import annotations
 
 import ctypes
@@ -67,8 +68,19 @@ def apply_rope_neox(
     x, cos, sin, out = _prepare(x, cos, sin)
     tok_stride, head_stride = _strides(x)
     lib = _lib()
-    rc = lib.vt_rope_neox(ffi.ptr(out), ffi.ptr(x), ffi.ptr(cos), ffi.ptr(sin), x.shape[0], x.shape[1], x.shape[2],
-                          tok_stride, head_stride, ffi.dtype_code(x, "x"), ffi.stream(x.device))
+    rc = lib.vt_rope_neox(
+        ffi.ptr(out),
+        ffi.ptr(x),
+        ffi.ptr(cos),
+        ffi.ptr(sin),
+        x.shape[0],
+        x.shape[1],
+        x.shape[2],
+        tok_stride,
+        head_stride,
+        ffi.dtype_code(x, "x"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_rope_neox", lib, "rope")
     return out
 
@@ -87,9 +99,21 @@ def qk_norm_rope(
         raise ValueError(f"weight: dim 0 is {weight.shape[0]} but x's head_dim is {x.shape[2]}")
     tok_stride, head_stride = _strides(x)
     lib = _lib()
-    rc = lib.vt_rope_qk_norm_rope(ffi.ptr(out), ffi.ptr(x), ffi.ptr(weight), ffi.ptr(cos), ffi.ptr(sin), x.shape[0],
-                                  x.shape[1], x.shape[2], tok_stride, head_stride,
-                                  mean_scale(x.shape[0] * x.shape[1], x.shape[2]), eps, ffi.dtype_code(x, "x"),
-                                  ffi.stream(x.device))
+    rc = lib.vt_rope_qk_norm_rope(
+        ffi.ptr(out),
+        ffi.ptr(x),
+        ffi.ptr(weight),
+        ffi.ptr(cos),
+        ffi.ptr(sin),
+        x.shape[0],
+        x.shape[1],
+        x.shape[2],
+        tok_stride,
+        head_stride,
+        mean_scale(x.shape[0] * x.shape[1], x.shape[2]),
+        eps,
+        ffi.dtype_code(x, "x"),
+        ffi.stream(x.device),
+    )
     ffi.check(rc, "vt_rope_qk_norm_rope", lib, "rope")
     return out

@@ -1,4 +1,5 @@
 """Binding for the sampling kernels (sample.cu): two-pass greedy argmax and seeded top-k/top-p sampling."""
+
 from __future__ import annotations
 
 import ctypes
@@ -54,14 +55,24 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:  # logits: [batch, voca
     part_val = torch.empty(batch, chunks, dtype=torch.float32, device=logits.device)
     part_idx = torch.empty(batch, chunks, dtype=torch.int32, device=logits.device)
     out = torch.empty(batch, dtype=torch.int64, device=logits.device)
-    rc = lib.vt_sample_argmax(ffi.ptr(out), ffi.ptr(part_val), ffi.ptr(part_idx), ffi.ptr(logits), batch, vocab, ld,
-                              ffi.dtype_code(logits, "logits"), ffi.stream(logits.device))
+    rc = lib.vt_sample_argmax(
+        ffi.ptr(out),
+        ffi.ptr(part_val),
+        ffi.ptr(part_idx),
+        ffi.ptr(logits),
+        batch,
+        vocab,
+        ld,
+        ffi.dtype_code(logits, "logits"),
+        ffi.stream(logits.device),
+    )
     ffi.check(rc, "vt_sample_argmax", lib, "sample")
     return out
 
 
-def _per_row(value: int | float | torch.Tensor, name: str, batch: int, dtype: torch.dtype,
-             device: torch.device) -> torch.Tensor:
+def _per_row(
+    value: int | float | torch.Tensor, name: str, batch: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """A scalar or a [batch] tensor as a contiguous [batch] tensor of `dtype` on `device`."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 1 or value.shape[0] != batch:
@@ -94,7 +105,18 @@ def sample_top_k_top_p(
         raise ValueError("top_p: must be in (0, 1]")
     out = torch.empty(batch, dtype=torch.int64, device=dev)
     lib = _lib()
-    rc = lib.vt_sample_top_k_top_p(ffi.ptr(out), ffi.ptr(logits), batch, vocab, ld, ffi.ptr(k), ffi.ptr(p),
-                                   ffi.ptr(t), _seed_bits(seed), ffi.dtype_code(logits, "logits"), ffi.stream(dev))
+    rc = lib.vt_sample_top_k_top_p(
+        ffi.ptr(out),
+        ffi.ptr(logits),
+        batch,
+        vocab,
+        ld,
+        ffi.ptr(k),
+        ffi.ptr(p),
+        ffi.ptr(t),
+        _seed_bits(seed),
+        ffi.dtype_code(logits, "logits"),
+        ffi.stream(dev),
+    )
     ffi.check(rc, "vt_sample_top_k_top_p", lib, "sample")
     return out

@@ -1,4 +1,5 @@
 """Binding for split-KV decode attention (splitkv.cu): split count, fp32 partials, log-sum-exp combine."""
+
 from __future__ import annotations
 
 import ctypes
@@ -44,10 +45,27 @@ def partial(
     o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
     lib = _lib()
-    rc = lib.vt_splitkv_partial(ffi.ptr(o_part), ffi.ptr(lse), ffi.ptr(q), ffi.ptr(k_cache), ffi.ptr(v_cache),
-                                ffi.ptr(tables), ffi.ptr(lens), batch, hq, k_cache.shape[2], d, k_cache.shape[1],
-                                tables.shape[1], scale, sliding_window or 0, splits, int(swap),
-                                ffi.dtype_code(q, "q"), ffi.stream(q.device))
+    rc = lib.vt_splitkv_partial(
+        ffi.ptr(o_part),
+        ffi.ptr(lse),
+        ffi.ptr(q),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(tables),
+        ffi.ptr(lens),
+        batch,
+        hq,
+        k_cache.shape[2],
+        d,
+        k_cache.shape[1],
+        tables.shape[1],
+        scale,
+        sliding_window or 0,
+        splits,
+        int(swap),
+        ffi.dtype_code(q, "q"),
+        ffi.stream(q.device),
+    )
     ffi.check(rc, "vt_splitkv_partial", lib, "splitkv")
     return o_part, lse
 
@@ -64,25 +82,53 @@ def combine(
     batch, splits, hq, d = o_part.shape
     out = torch.empty(batch, hq, d, dtype=dtype, device=o_part.device)
     lib = _lib()
-    rc = lib.vt_splitkv_combine(ffi.ptr(out), ffi.ptr(o_part), ffi.ptr(lse), batch, hq, d, splits,
-                                ffi.dtype_code(out, "out"), ffi.stream(o_part.device))
+    rc = lib.vt_splitkv_combine(
+        ffi.ptr(out),
+        ffi.ptr(o_part),
+        ffi.ptr(lse),
+        batch,
+        hq,
+        d,
+        splits,
+        ffi.dtype_code(out, "out"),
+        ffi.stream(o_part.device),
+    )
     ffi.check(rc, "vt_splitkv_combine", lib, "splitkv")
     return out
 
 
-def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-           context_lens: torch.Tensor, scale: float, sliding_window: int | None = None, swap: bool = False,
-           max_context: int | None = None) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+def decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    swap: bool = False,
+    max_context: int | None = None,
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     """Split-KV decode end to end. The split count is sized from max_context, by default the tables'
     static capacity (`capacity`): shapes only, never a host read of context_lens, so the call can be
     captured in a CUDA graph and every replay keeps the split count it was captured with."""
     rows = q.shape[0] * (k_cache.shape[2] if swap else q.shape[1])
     longest = capacity(block_tables, k_cache) if max_context is None else max_context
     if longest < 1:
-        raise ValueError(f"max_context: expected >= 1, got {longest} (block_tables {tuple(block_tables.shape)}, "
-                         f"k_cache {tuple(k_cache.shape)})")
-    o_part, lse = partial(q, k_cache, v_cache, block_tables, context_lens, scale,
-                          num_splits(rows, longest, sm_count(q.device)), sliding_window, swap)
+        raise ValueError(
+            f"max_context: expected >= 1, got {longest} (block_tables {tuple(block_tables.shape)}, "
+            f"k_cache {tuple(k_cache.shape)})"
+        )
+    o_part, lse = partial(
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        scale,
+        num_splits(rows, longest, sm_count(q.device)),
+        sliding_window,
+        swap,
+    )
     return combine(o_part, lse, q.dtype)
 
 
@@ -92,8 +138,10 @@ def capacity(
 ) -> int:
     """The longest context the tables can address: max blocks per sequence times the block size."""
     if block_tables.dim() != 2 or k_cache.dim() != 4:
-        raise ValueError(f"block_tables {tuple(block_tables.shape)} / k_cache {tuple(k_cache.shape)}: "
-                         "expected [batch, max_blocks] and [num_blocks, block_size, Hkv, D]")
+        raise ValueError(
+            f"block_tables {tuple(block_tables.shape)} / k_cache {tuple(k_cache.shape)}: "
+            "expected [batch, max_blocks] and [num_blocks, block_size, Hkv, D]"
+        )
     return block_tables.shape[1] * k_cache.shape[1]
 
 

@@ -8,6 +8,7 @@ where a token gate has no teeth; here every matrix is scaled to keep activations
 O(1), the norms sharpen attention and the logits, and the script prints the
 median top-1/top-2 logit gap it measured on random prompts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,17 @@ if TYPE_CHECKING:
 OUT = Path(__file__).parent / "tiny-qwen3"
 SEED = 20261129
 CONFIG: dict[str, Any] = dict(  # Qwen3Config keyword arguments, of mixed types
-    vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=1024,
-    rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )
 EOS = "<|endoftext|>"
 # the tokenizer's training text: its merges come from it, so it is fixed here, not read from files that change
@@ -78,8 +87,11 @@ def scale_weights(model: PreTrainedModel, seed: int) -> None:
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if name.endswith("norm.weight"):
-                base = LOGIT_SCALE if name == "model.norm.weight" else (
-                    QK_NORM_SCALE if name.endswith(("q_norm.weight", "k_norm.weight")) else 1.0)
+                base = (
+                    LOGIT_SCALE
+                    if name == "model.norm.weight"
+                    else (QK_NORM_SCALE if name.endswith(("q_norm.weight", "k_norm.weight")) else 1.0)
+                )
                 # random around the base so a dropped or misplaced norm weight changes the output
                 p.copy_(base * (1.0 + 0.2 * torch.randn(p.shape, generator=gen)))
                 if tied and name == "model.norm.weight":
@@ -107,8 +119,9 @@ def build_tokenizer(vocab_size: int) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - 1, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tok.train_from_iterator([CORPUS] * 4, trainer)
     tok.add_special_tokens([EOS])
     return tok
@@ -121,8 +134,13 @@ def save_tokenizer(out: Path, vocab_size: int) -> int:
     eos = tok.token_to_id(EOS)
     if eos is None:  # build_tokenizer adds it as a special token
         raise RuntimeError(f"tokenizer has no {EOS} token")
-    tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": EOS,
-                  "model_max_length": CONFIG["max_position_embeddings"], "clean_up_tokenization_spaces": False}
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": EOS,
+        "pad_token": EOS,
+        "model_max_length": CONFIG["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
     gen_path = out / "generation_config.json"
     gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
@@ -152,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     model.save_pretrained(args.out)
     eos = save_tokenizer(args.out, model.config.vocab_size)
     size = sum(f.stat().st_size for f in args.out.iterdir())
-    print(f"wrote {args.out} ({size / 1e6:.2f} MB); median top-1/top-2 logit gap {gap:.2f} nats; "
-          f"tokenizer with EOS id {eos}")
+    print(
+        f"wrote {args.out} ({size / 1e6:.2f} MB); median top-1/top-2 logit gap {gap:.2f} nats; "
+        f"tokenizer with EOS id {eos}"
+    )
     return 0
 
 

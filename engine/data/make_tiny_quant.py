@@ -11,6 +11,7 @@ a token gate of the engine on quant/ against transformers on dense/ checks the e
 Methods: awq (AutoAWQ GEMM), gptq (v1, sequential groups), gptq-act-order (v1, shuffled g_idx),
 gptq-v2 (v2 zeros, asymmetric), gptq-8bit (one group over K), nvfp4 (ModelOpt) and nvfp4-ct (compressed-tensors).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,15 @@ def quantize_awq(w: torch.Tensor, group: int = GROUP) -> Quantized:  # w: [N, K]
     return ({"qweight": _pack_awq(q.reshape(k, n)), "qzeros": _pack_awq(zeros), "scales": scales}, deq.T.contiguous())
 
 
-def quantize_gptq(w: torch.Tensor, bits: int = 4, group: int = GROUP, act_order: bool = False, version: int = 1,
-                  sym: bool = True, seed: int = 0) -> Quantized:  # w: [N, K] fp32
+def quantize_gptq(
+    w: torch.Tensor,
+    bits: int = 4,
+    group: int = GROUP,
+    act_order: bool = False,
+    version: int = 1,
+    sym: bool = True,
+    seed: int = 0,
+) -> Quantized:  # w: [N, K] fp32
     """Per (group, column) min-max GPTQ grid; with act_order the groups follow a random row order, as GPTQ's
     descending-Hessian order gives them. Rows stay in their own order in qweight; g_idx names their group."""
     wt = w.T.float()  # [K, N]
@@ -77,8 +85,12 @@ def quantize_gptq(w: torch.Tensor, bits: int = 4, group: int = GROUP, act_order:
     q = (torch.round(wt / s) + z).clamp(0, maxq)
     deq = (q - z) * s
     stored_zeros = zeros - (1 if version == 1 else 0)
-    tensors = {"qweight": _pack_sequential(q.T, bits).T.contiguous(),  # packed along K
-               "qzeros": _pack_sequential(stored_zeros, bits), "scales": scales16, "g_idx": g_idx}
+    tensors = {
+        "qweight": _pack_sequential(q.T, bits).T.contiguous(),  # packed along K
+        "qzeros": _pack_sequential(stored_zeros, bits),
+        "scales": scales16,
+        "g_idx": g_idx,
+    }
     return tensors, deq.T.contiguous()
 
 
@@ -107,11 +119,19 @@ def quantize_nvfp4(w: torch.Tensor, layout: str = "modelopt") -> Quantized:  # w
     codes = (mag | (neg.long() << 3)).reshape(n, k)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)  # element 2i in the low nibble
     if layout == "modelopt":
-        tensors = {"weight": packed, "weight_scale": block, "weight_scale_2": g_mul.reshape(()),
-                   "input_scale": torch.tensor(1.0)}
+        tensors = {
+            "weight": packed,
+            "weight_scale": block,
+            "weight_scale_2": g_mul.reshape(()),
+            "input_scale": torch.tensor(1.0),
+        }
     else:
-        tensors = {"weight_packed": packed, "weight_scale": block, "weight_global_scale": g_div.reshape(1),
-                   "input_global_scale": torch.tensor([1.0])}
+        tensors = {
+            "weight_packed": packed,
+            "weight_scale": block,
+            "weight_global_scale": g_div.reshape(1),
+            "input_global_scale": torch.tensor([1.0]),
+        }
     return tensors, deq.reshape(n, k)
 
 
@@ -132,24 +152,58 @@ def _to_int32(words: torch.Tensor) -> torch.Tensor:  # unsigned 32-bit values in
 
 def method_spec(method: str, group: int = GROUP) -> tuple[Callable[[torch.Tensor], Quantized], dict, str]:
     """(quantizer, quantization_config, the checkpoint's torch_dtype) of `method` at `group` rows per scale."""
-    gptq = {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": False, "sym": True,
-            "checkpoint_format": "gptq"}
-    nvfp4_ct = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
-                "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-                    "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
-                    "symmetric": True}}}}
+    gptq = {
+        "quant_method": "gptq",
+        "bits": 4,
+        "group_size": group,
+        "desc_act": False,
+        "sym": True,
+        "checkpoint_format": "gptq",
+    }
+    nvfp4_ct = {
+        "quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "symmetric": True,
+                },
+            }
+        },
+    }
     specs: dict[str, tuple[Callable[[torch.Tensor], Quantized], dict, str]] = {
-        "awq": (lambda w: quantize_awq(w, group), {"quant_method": "awq", "bits": 4, "group_size": group,
-                                                   "zero_point": True, "version": "gemm"}, "float16"),
+        "awq": (
+            lambda w: quantize_awq(w, group),
+            {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"},
+            "float16",
+        ),
         "gptq": (lambda w: quantize_gptq(w, group=group), gptq, "float16"),
-        "gptq-act-order": (lambda w: quantize_gptq(w, group=group, act_order=True, seed=w.shape[0] * 31 + w.shape[1]),
-                           {**gptq, "desc_act": True}, "float16"),
-        "gptq-v2": (lambda w: quantize_gptq(w, group=group, version=2, sym=False),
-                    {**gptq, "sym": False, "checkpoint_format": "gptq_v2"}, "float16"),
-        "gptq-8bit": (lambda w: quantize_gptq(w, bits=8, group=w.shape[1]),  # one group over K
-                      {**gptq, "bits": 8, "group_size": -1}, "float16"),
-        "nvfp4": (quantize_nvfp4, {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                                   "exclude_modules": ["lm_head"]}, "bfloat16"),
+        "gptq-act-order": (
+            lambda w: quantize_gptq(w, group=group, act_order=True, seed=w.shape[0] * 31 + w.shape[1]),
+            {**gptq, "desc_act": True},
+            "float16",
+        ),
+        "gptq-v2": (
+            lambda w: quantize_gptq(w, group=group, version=2, sym=False),
+            {**gptq, "sym": False, "checkpoint_format": "gptq_v2"},
+            "float16",
+        ),
+        "gptq-8bit": (
+            lambda w: quantize_gptq(w, bits=8, group=w.shape[1]),  # one group over K
+            {**gptq, "bits": 8, "group_size": -1},
+            "float16",
+        ),
+        "nvfp4": (
+            quantize_nvfp4,
+            {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]},
+            "bfloat16",
+        ),
         "nvfp4-ct": (lambda w: quantize_nvfp4(w, "compressed-tensors"), nvfp4_ct, "bfloat16"),
     }
     if method not in specs:
@@ -160,8 +214,9 @@ def method_spec(method: str, group: int = GROUP) -> tuple[Callable[[torch.Tensor
 METHODS = ("awq", "gptq", "gptq-act-order", "gptq-v2", "gptq-8bit", "nvfp4", "nvfp4-ct")
 
 
-def write_pair(model: PreTrainedModel, method: str, out: Path, group: int = GROUP,
-               dense: bool = True) -> tuple[Path, Path]:
+def write_pair(
+    model: PreTrainedModel, method: str, out: Path, group: int = GROUP, dense: bool = True
+) -> tuple[Path, Path]:
     """Quantize `model`'s decoder projections by `method`; write out/quant and (unless not `dense`) out/dense;
     return both paths."""
     from safetensors.torch import save_file  # why: only writing a checkpoint needs it

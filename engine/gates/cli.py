@@ -1,4 +1,5 @@
 """`python -m engine gate <name>`: the gates' subcommands, each printing its table and verdict."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,35 +25,60 @@ DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
 
 
 def add_gate_parser(sub: argparse._SubParsersAction) -> None:
-    gate = sub.add_parser("gate", help="gates against the transformers oracle",
-                          description="Gates that hold the engine to the transformers oracle. "
-                          "Also: `gate kernels ...` (kernel numerics) and `gate bench NAME ...`.")
+    gate = sub.add_parser(
+        "gate",
+        help="gates against the transformers oracle",
+        description="Gates that hold the engine to the transformers oracle. "
+        "Also: `gate kernels ...` (kernel numerics) and `gate bench NAME ...`.",
+    )
     gsub = gate.add_subparsers(dest="gate", required=True)
 
     def case(name: str, help_: str) -> argparse.ArgumentParser:
         p = gsub.add_parser(name, help=help_, description=help_)
         add_model_args(p)
-        p.add_argument("--prompt-ids", action="append", default=[], metavar="1,2,3",
-                       help="a prompt's token ids; repeat for a batch (default: seeded random prompts "
-                       "of lengths 1, 6, 13, 31)")
+        p.add_argument(
+            "--prompt-ids",
+            action="append",
+            default=[],
+            metavar="1,2,3",
+            help="a prompt's token ids; repeat for a batch (default: seeded random prompts of lengths 1, 6, 13, 31)",
+        )
         p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
-        p.add_argument("--oracle-model", type=Path, default=None, metavar="DIR",
-                       help="the directory transformers loads (default: --model); for a quantized --model, its "
-                       "dequantized twin (python -m engine.data.make_tiny_quant writes both)")
+        p.add_argument(
+            "--oracle-model",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="the directory transformers loads (default: --model); for a quantized --model, its "
+            "dequantized twin (python -m engine.data.make_tiny_quant writes both)",
+        )
         p.add_argument("--max-new-tokens", type=int, default=16)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
-        p.add_argument("--require-arm", action="append", default=[], metavar="VT_FLAG",
-                       help="fail unless an arm gated by this flag ran (the flip protocol's proof that the arm "
-                       "under test was exercised); repeat for several")
+        p.add_argument(
+            "--require-arm",
+            action="append",
+            default=[],
+            metavar="VT_FLAG",
+            help="fail unless an arm gated by this flag ran (the flip protocol's proof that the arm "
+            "under test was exercised); repeat for several",
+        )
         return p
 
-    case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt."
-         ).set_defaults(handler=cmd_tokens)
+    case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt.").set_defaults(
+        handler=cmd_tokens
+    )
     for name, handler, help_ in (
-        ("neartie", cmd_neartie, "Near-tie razor: the oracle teacher-forced on our ids; a gap is tolerated "
-         "only where the oracle's top two are within the band."),
-        ("regen", cmd_regen, "Regenerate a golden from our ids, only if they pass the near-tie gate; "
-         "writes a ledger record."),
+        (
+            "neartie",
+            cmd_neartie,
+            "Near-tie razor: the oracle teacher-forced on our ids; a gap is tolerated "
+            "only where the oracle's top two are within the band.",
+        ),
+        (
+            "regen",
+            cmd_regen,
+            "Regenerate a golden from our ids, only if they pass the near-tie gate; writes a ledger record.",
+        ),
     ):
         p = case(name, help_)
         p.add_argument("--band", type=float, default=DEFAULT_BAND, help="near-tie band in nats (default 0.5)")
@@ -60,16 +86,28 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=handler)
         if name == "regen":
             p.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="golden file to write")
-            p.add_argument("--ledger-dir", type=Path, default=None,
-                           help="where the record goes (default: <repo>/.agents/ledger)")
-    p = case("distributional", "Relaxed gate, allowed only where the oracle's own greedy decoding is "
-             "measured non-deterministic over K runs; refuses otherwise.")
+            p.add_argument(
+                "--ledger-dir", type=Path, default=None, help="where the record goes (default: <repo>/.agents/ledger)"
+            )
+    p = case(
+        "distributional",
+        "Relaxed gate, allowed only where the oracle's own greedy decoding is "
+        "measured non-deterministic over K runs; refuses otherwise.",
+    )
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="oracle runs per prompt (K, at least 2)")
     p.set_defaults(handler=cmd_distributional)
-    p = gsub.add_parser("goldens", help="our ids against the committed goldens",
-                        description="Check our ids against committed golden files (sha256 verified).")
-    p.add_argument("--golden", type=Path, action="append", default=[],
-                   help="golden file (default: every file in engine/gates/goldens)")
+    p = gsub.add_parser(
+        "goldens",
+        help="our ids against the committed goldens",
+        description="Check our ids against committed golden files (sha256 verified).",
+    )
+    p.add_argument(
+        "--golden",
+        type=Path,
+        action="append",
+        default=[],
+        help="golden file (default: every file in engine/gates/goldens)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_goldens)
     gsub.add_parser("kernels", help="kernel numerics gate (engine.gates.kernels; its own --help)", add_help=False)
@@ -83,12 +121,19 @@ def setup_from(args: argparse.Namespace) -> harness.Setup:
         prompts = default_prompts(load_config(args.model).vocab_size, args.seed)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
-    return harness.Setup(args.model, prompts, args.max_new_tokens, resolve_dtype(args.dtype, args.model),
-                         args.device, oracle_dir=args.oracle_model)
+    return harness.Setup(
+        args.model,
+        prompts,
+        args.max_new_tokens,
+        resolve_dtype(args.dtype, args.model),
+        args.device,
+        oracle_dir=args.oracle_model,
+    )
 
 
-def report(result: GateResult, as_json: bool, columns: list[str] | None = None,
-           require: list[str] | None = None) -> int:
+def report(
+    result: GateResult, as_json: bool, columns: list[str] | None = None, require: list[str] | None = None
+) -> int:
     """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
     whose arms never ran fails the gate, whatever its verdict."""
     seen = kernels.counts()

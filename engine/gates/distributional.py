@@ -1,4 +1,5 @@
 """Distributional gate: a relaxed comparison, allowed only where the oracle's own greedy decoding varies."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,18 +25,38 @@ def distributional_gate(
         distinct = {tuple(r) for r in runs}
         deterministic = len(distinct) == 1
         ok = tuple(toks) in distinct
-        table.append({"prompt": i, "runs": len(runs), "distinct_oracle_outputs": len(distinct),
-                      "deterministic": deterministic, "ours_matches_a_run": ok})
+        table.append(
+            {
+                "prompt": i,
+                "runs": len(runs),
+                "distinct_oracle_outputs": len(distinct),
+                "deterministic": deterministic,
+                "ours_matches_a_run": ok,
+            }
+        )
     relaxed = [r for r in table if not r["deterministic"]]
     num_runs = table[0]["runs"] if table else 0
     if not relaxed:
-        return GateResult("distributional", REFUSED,
-                          f"the oracle's greedy decoding is deterministic on all {len(table)} prompts over "
-                          f"{num_runs} runs each: the relaxed gate is not allowed here; use the token-exact gate",
-                          table)
+        return GateResult(
+            "distributional",
+            REFUSED,
+            f"the oracle's greedy decoding is deterministic on all {len(table)} prompts over "
+            f"{num_runs} runs each: the relaxed gate is not allowed here; use the token-exact gate",
+            table,
+        )
     bad = [r for r in table if not r["ours_matches_a_run"]]
     if bad:
-        return GateResult("distributional", FAIL, f"{len(bad)} of {len(table)} prompts follow none of the "
-                          f"oracle's runs (relaxed on {len(relaxed)} non-deterministic prompts)", table)
-    return GateResult("distributional", PASS, f"relaxed on {len(relaxed)} non-deterministic prompts, exact on "
-                      f"{len(table) - len(relaxed)}; every prompt follows an oracle run", table)
+        return GateResult(
+            "distributional",
+            FAIL,
+            f"{len(bad)} of {len(table)} prompts follow none of the "
+            f"oracle's runs (relaxed on {len(relaxed)} non-deterministic prompts)",
+            table,
+        )
+    return GateResult(
+        "distributional",
+        PASS,
+        f"relaxed on {len(relaxed)} non-deterministic prompts, exact on "
+        f"{len(table) - len(relaxed)}; every prompt follows an oracle run",
+        table,
+    )

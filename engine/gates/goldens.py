@@ -1,4 +1,5 @@
 """Committed golden token ids: a file per case with its sha256, checked and regenerated under the near-tie bar."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +20,18 @@ def digest(case: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def make_golden(model: str, dtype: str, device: str, max_new_tokens: int,
-                prompts: list[list[int]], tokens: list[list[int]]) -> dict[str, Any]:
-    case = {"schema": SCHEMA, "model": model, "dtype": dtype, "device": device,
-            "max_new_tokens": max_new_tokens, "prompts": prompts, "tokens": tokens}
+def make_golden(
+    model: str, dtype: str, device: str, max_new_tokens: int, prompts: list[list[int]], tokens: list[list[int]]
+) -> dict[str, Any]:
+    case = {
+        "schema": SCHEMA,
+        "model": model,
+        "dtype": dtype,
+        "device": device,
+        "max_new_tokens": max_new_tokens,
+        "prompts": prompts,
+        "tokens": tokens,
+    }
     case["sha256"] = digest(case)
     return case
 
@@ -30,13 +39,18 @@ def make_golden(model: str, dtype: str, device: str, max_new_tokens: int,
 def read_golden(path: Path) -> dict[str, Any]:
     """A golden file, with its sha256 verified (a hand-edited id fails here, naming the file)."""
     case = json.loads(path.read_text())
-    missing = [k for k in ("schema", "model", "dtype", "device", "max_new_tokens", "prompts", "tokens", "sha256")
-               if k not in case]
+    missing = [
+        k
+        for k in ("schema", "model", "dtype", "device", "max_new_tokens", "prompts", "tokens", "sha256")
+        if k not in case
+    ]
     if missing:
         raise ValueError(f"{path}: golden lacks {', '.join(missing)}")
     if case["sha256"] != digest(case):
-        raise ValueError(f"{path}: sha256 {case['sha256'][:12]}... does not match its contents "
-                         f"({digest(case)[:12]}...): regenerate with `python -m engine gate regen`")
+        raise ValueError(
+            f"{path}: sha256 {case['sha256'][:12]}... does not match its contents "
+            f"({digest(case)[:12]}...): regenerate with `python -m engine gate regen`"
+        )
     return case
 
 
@@ -58,7 +72,9 @@ def golden_gate(path: Path, ours: list[list[int]]) -> GateResult:
     bad = [r for r in table if r["first_divergence"] is not None]
     name = path.name
     if bad:
-        return GateResult("goldens", FAIL, f"{name}: {len(bad)} of {len(table)} prompts diverge from the "
-                          "committed ids", table)
-    return GateResult("goldens", PASS, f"{name}: {len(table)} prompts equal the committed ids "
-                      f"(sha256 {case['sha256'][:12]})", table)
+        return GateResult(
+            "goldens", FAIL, f"{name}: {len(bad)} of {len(table)} prompts diverge from the committed ids", table
+        )
+    return GateResult(
+        "goldens", PASS, f"{name}: {len(table)} prompts equal the committed ids (sha256 {case['sha256'][:12]})", table
+    )

@@ -1,4 +1,5 @@
 """Run the engine and the oracle on the same prompts and apply a gate; what the CLI and tests call."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ class Setup:
 
     def runner(self) -> Runner:
         longest = max(len(p) for p in self.prompts) + self.max_new_tokens
-        return Runner(self.model_dir, DTYPES[self.dtype], self.device, max_batch=len(self.prompts),
-                      max_model_len=longest)
+        return Runner(
+            self.model_dir, DTYPES[self.dtype], self.device, max_batch=len(self.prompts), max_model_len=longest
+        )
 
     def oracle(self) -> Oracle:
         return Oracle(self.oracle_dir or self.model_dir, DTYPES[self.dtype], self.device)
@@ -47,8 +49,13 @@ def tokens(setup: Setup, oracle: Oracle | None = None) -> GateResult:
     return token_gate(setup.prompts, setup.ours(), theirs)
 
 
-def neartie(setup: Setup, band: float = DEFAULT_BAND, top_k: int = DEFAULT_TOP_K,
-            ours: list[list[int]] | None = None, oracle: Oracle | None = None) -> GateResult:
+def neartie(
+    setup: Setup,
+    band: float = DEFAULT_BAND,
+    top_k: int = DEFAULT_TOP_K,
+    ours: list[list[int]] | None = None,
+    oracle: Oracle | None = None,
+) -> GateResult:
     ours = ours if ours is not None else setup.ours()
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
@@ -63,13 +70,19 @@ def distributional(setup: Setup, runs: int, oracle: Oracle | None = None) -> Gat
 
 def check_golden(path: Path, model_dir: Path | None = None) -> GateResult:
     case = gold.read_golden(path)
-    setup = Setup(model_dir or resolve_model(case["model"]), case["prompts"], case["max_new_tokens"],
-                  case["dtype"], case["device"])
+    setup = Setup(
+        model_dir or resolve_model(case["model"]),
+        case["prompts"],
+        case["max_new_tokens"],
+        case["dtype"],
+        case["device"],
+    )
     return gold.golden_gate(path, setup.ours())
 
 
-def regen(path: Path, setup: Setup, model_name: str, band: float, top_k: int, ledger_dir: Path | None,
-          command: str) -> tuple[GateResult, Path | None]:
+def regen(
+    path: Path, setup: Setup, model_name: str, band: float, top_k: int, ledger_dir: Path | None, command: str
+) -> tuple[GateResult, Path | None]:
     """Rewrite a golden from our current ids only if they pass the near-tie gate; then write a ledger record."""
     ours = setup.ours()
     result = neartie(setup, band, top_k, ours=ours)
@@ -82,10 +95,19 @@ def regen(path: Path, setup: Setup, model_name: str, band: float, top_k: int, le
     root = repo_root()
     ledger_dir = ledger_dir or (root or Path.cwd()) / ".agents" / "ledger"
     record = write_record(
-        ledger_dir, f"regen-{path.stem}", ["ENGINE-GATES"], command, device_name(setup.device),
+        ledger_dir,
+        f"regen-{path.stem}",
+        ["ENGINE-GATES"],
+        command,
+        device_name(setup.device),
         f"regenerated {path.name} under the near-tie gate: {result.summary}",
-        {"golden": path.name, "sha256": case["sha256"], "previous_sha256": previous and previous["sha256"],
-         "changed_prompts": changed, "neartie": result.details},
+        {
+            "golden": path.name,
+            "sha256": case["sha256"],
+            "previous_sha256": previous and previous["sha256"],
+            "changed_prompts": changed,
+            "neartie": result.details,
+        },
         head_sha(root),
     )
     return result, record

@@ -4,6 +4,7 @@
 comparator self-test passes and every case is within its tolerance, 1 otherwise (no GPU included:
 a gate that ran nothing has not passed), 2 on usage errors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [run_case(c, device, args.seed) for c in cases]
     print_table(rows)
     failed = [r for r in rows if r["verdict"] != "pass"]
-    summary = (f"{len(rows) - len(failed)}/{len(rows)} cases within tolerance; "
-               f"self-test {'ok' if not problems else 'failed'}")
+    summary = (
+        f"{len(rows) - len(failed)}/{len(rows)} cases within tolerance; self-test {'ok' if not problems else 'failed'}"
+    )
     print(summary)
     if args.ledger:
         write_ledger(args.ledger, cases, rows, problems, summary, device, argv, args.sha)
@@ -73,8 +75,14 @@ def select(cases: list[KernelCase], filters: list[str], skip_long: bool, tag: st
 def run_case(case: KernelCase, device: torch.device, seed: int) -> dict:
     """One case: make inputs, run kernel and reference, compare; an exception is a failed case, not a crash."""
     t0 = time.perf_counter()
-    row: dict[str, Any] = {"name": case.name, "arm": case.arm, "flag": case.flag,
-                           "dtype": str(case.dtype).removeprefix("torch."), "tolerance": case.tolerance, "row": case.row}
+    row: dict[str, Any] = {
+        "name": case.name,
+        "arm": case.arm,
+        "flag": case.flag,
+        "dtype": str(case.dtype).removeprefix("torch."),
+        "tolerance": case.tolerance,
+        "row": case.row,
+    }
     try:
         inputs = case.make(seed, device)
         out = case.kernel(inputs)
@@ -93,8 +101,10 @@ def print_table(rows: list[dict]) -> None:
     print(f"{'case':<58} {'bitwise%':>9} {'max_abs':>10} {'max_rel':>10}  verdict")
     for r in rows:
         if "numel" in r:
-            print(f"{r['name']:<58} {r['bitwise_equal_pct']:>9.2f} {r['max_abs']:>10.3e} {r['max_rel']:>10.3e}  "
-                  f"{r['verdict']}")
+            print(
+                f"{r['name']:<58} {r['bitwise_equal_pct']:>9.2f} {r['max_abs']:>10.3e} {r['max_rel']:>10.3e}  "
+                f"{r['verdict']}"
+            )
         else:
             print(f"{r['name']:<58} {'-':>9} {'-':>10} {'-':>10}  {r['verdict']}: {r.get('error', '')}")
 
@@ -103,8 +113,9 @@ def arm_summary(rows: list[dict]) -> dict[str, dict]:
     """Per arm and dtype: cases, failures, the worst max_abs and the lowest bitwise-equal %."""
     out: dict[str, dict] = {}
     for r in rows:
-        s = out.setdefault(f"{r['arm']}/{r['dtype']}", {"cases": 0, "failed": 0, "max_abs": 0.0,
-                                                       "min_bitwise_equal_pct": 100.0})
+        s = out.setdefault(
+            f"{r['arm']}/{r['dtype']}", {"cases": 0, "failed": 0, "max_abs": 0.0, "min_bitwise_equal_pct": 100.0}
+        )
         s["cases"] += 1
         s["failed"] += r["verdict"] != "pass"
         if "numel" in r:
@@ -113,12 +124,20 @@ def arm_summary(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def write_ledger(path: Path, cases: list[KernelCase], rows: list[dict], problems: list[str], summary: str,
-                 device: torch.device, argv: list[str] | None, sha: str | None) -> None:
+def write_ledger(
+    path: Path,
+    cases: list[KernelCase],
+    rows: list[dict],
+    problems: list[str],
+    summary: str,
+    device: torch.device,
+    argv: list[str] | None,
+    sha: str | None,
+) -> None:
     root = repo_root(Path(__file__).resolve().parent)
     record = {
         "schema": 1,
-        "date": dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "date": dt.datetime.now(dt.UTC).date().isoformat(),
         "kind": "gate",
         "rows": sorted({c.row for c in cases}),
         "command": "python -m engine gate kernels " + shlex.join(sys.argv[1:] if argv is None else argv),

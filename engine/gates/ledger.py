@@ -1,4 +1,5 @@
 """Write a gate's evidence record to `.agents/ledger/<date>-<slug>.json`."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -10,8 +11,14 @@ from typing import Any
 
 def repo_root(start: Path | None = None) -> Path | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=start or Path.cwd(),
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=start or Path.cwd(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return Path(out.stdout.strip()) if out.returncode == 0 else None
@@ -23,12 +30,19 @@ def head_sha(root: Path | None) -> str | None:
     if root is None:
         return None
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False
+        )
         if out.returncode != 0:
             return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, timeout=30, check=False)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     dirty = status.returncode != 0 or bool(status.stdout.strip())
@@ -48,9 +62,18 @@ def write_record(
     kind: str = "gate",
 ) -> Path:
     """One JSON file per record; an existing name for the same day gets a numeric suffix, never overwritten."""
-    date = (today or dt.datetime.now(dt.timezone.utc).date()).isoformat()
-    record = {"schema": 1, "date": date, "kind": kind, "rows": rows, "command": command, "sha": sha,
-              "device": device, "summary": summary, "results": results}
+    date = (today or dt.datetime.now(dt.UTC).date()).isoformat()
+    record = {
+        "schema": 1,
+        "date": date,
+        "kind": kind,
+        "rows": rows,
+        "command": command,
+        "sha": sha,
+        "device": device,
+        "summary": summary,
+        "results": results,
+    }
     ledger_dir.mkdir(parents=True, exist_ok=True)
     path = ledger_dir / f"{date}-{slug}.json"
     n = 2

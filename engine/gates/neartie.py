@@ -1,4 +1,5 @@
 """Near-tie razor: teacher-force the oracle on our ids and judge every position by its log-prob gap."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,8 +39,13 @@ def classify(
         verdict = NEAR_TIE
     else:
         verdict = OUT_OF_BAND
-    return {"ours": token, "oracle_top1": int(top.indices[0]), "gap": gap, "oracle_margin": oracle_margin,
-            "verdict": verdict}
+    return {
+        "ours": token,
+        "oracle_top1": int(top.indices[0]),
+        "gap": gap,
+        "oracle_margin": oracle_margin,
+        "verdict": verdict,
+    }
 
 
 def near_tie_gate(
@@ -57,9 +63,10 @@ def near_tie_gate(
         return GateResult("neartie", FAIL, "no positions: nothing was judged")
     counts = {v: sum(r["verdict"] == v for r in table) for v in (EXACT, NEAR_TIE, OUT_OF_BAND, OUTSIDE_TOP_K)}
     bad = counts[OUT_OF_BAND] + counts[OUTSIDE_TOP_K]
-    summary = (f"{len(table)} positions over {len(prompts)} prompts: {counts[EXACT]} exact, {counts[NEAR_TIE]} "
-               f"near-tie, {counts[OUT_OF_BAND]} out of band, {counts[OUTSIDE_TOP_K]} outside top-{top_k} "
-               f"(band {band} nats)")
-    details = {"band": band, "top_k": top_k, "counts": counts,
-               "max_gap": max(r["gap"] for r in table)}
+    summary = (
+        f"{len(table)} positions over {len(prompts)} prompts: {counts[EXACT]} exact, {counts[NEAR_TIE]} "
+        f"near-tie, {counts[OUT_OF_BAND]} out of band, {counts[OUTSIDE_TOP_K]} outside top-{top_k} "
+        f"(band {band} nats)"
+    )
+    details = {"band": band, "top_k": top_k, "counts": counts, "max_gap": max(r["gap"] for r in table)}
     return GateResult("neartie", FAIL if bad else PASS, summary, table, details)

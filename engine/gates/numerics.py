@@ -1,4 +1,5 @@
 """Kernel-vs-reference comparator: bitwise-equal %, max_abs, max_rel, the tolerance verdict, and its self-test."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -92,7 +93,11 @@ def self_test(device: torch.device | str = "cpu") -> list[str]:
             got = compare(bump_ulp(ref, (row, col)), ref, TOLERANCES["exact"])
             ulp = (bump_ulp(ref, (row, col))[row, col].float() - ref[row, col].float()).abs().item()
             expect_pct = 100.0 * (ref.numel() - 1) / ref.numel()
-            if got.rows_changed != (row,) or got.passed or abs(got.bitwise_equal_pct - expect_pct) > 1e-9 \
-                    or got.max_abs != ulp:
+            if (
+                got.rows_changed != (row,)
+                or got.passed
+                or abs(got.bitwise_equal_pct - expect_pct) > 1e-9
+                or got.max_abs != ulp
+            ):
                 problems.append(f"{dtype}: 1-ULP change at the {where} element of row {row} compares as {got}")
     return problems

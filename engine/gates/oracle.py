@@ -1,4 +1,5 @@
 """The Hugging Face transformers oracle: its own greedy decoding and teacher-forced log-probabilities."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,9 +23,16 @@ class Oracle:
         except ImportError as exc:  # the engine runs without it; only the gates need it
             raise RuntimeError("the oracle needs transformers: pip install 'rowgate[oracle]'") from exc
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=dtype, attn_implementation="eager", local_files_only=True,
-        ).to(self.device).eval()  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(
+                str(model_dir),
+                dtype=dtype,
+                attn_implementation="eager",
+                local_files_only=True,
+            )
+            .to(self.device)  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
+            .eval()
+        )
         # plain greedy, whatever the checkpoint's generation_config says: the engine never stops at EOS
         # and applies no repetition penalty, and generate fills unset values back in from that file
         self.model.generation_config = GenerationConfig(do_sample=False, pad_token_id=0)
@@ -38,11 +46,11 @@ class Oracle:
         ids = torch.tensor([prompt], device=self.device)
         config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
-        return out[0, len(prompt):].tolist()
+        return out[0, len(prompt) :].tolist()
 
     @torch.inference_mode()
     def teacher_forced_logprobs(self, prompt: list[int], continuation: list[int]) -> torch.Tensor:
         """[len(continuation), vocab] fp32 log-probabilities of each continuation position, fed our ids."""
         ids = torch.tensor([prompt + continuation[:-1]], device=self.device)
-        logits = self.model(input_ids=ids).logits[0, len(prompt) - 1:]
+        logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 :]
         return torch.log_softmax(logits.float(), dim=-1).cpu()

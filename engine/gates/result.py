@@ -1,4 +1,5 @@
 """One result type for every gate: a verdict, a one-line summary, a table and JSON."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -1,4 +1,5 @@
 """Token-exact gate: our greedy ids equal the oracle's, prompt by prompt (lowest index wins a tie in both)."""
+
 from __future__ import annotations
 
 import random
@@ -22,12 +23,24 @@ def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[lis
         first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
         if first is None and len(a) != len(b):
             first = min(len(a), len(b))
-        table.append({"prompt": i, "prompt_len": len(p), "new_tokens": len(a), "first_divergence": first,
-                      "ours": None if first is None else a[first:first + 4],
-                      "oracle": None if first is None else b[first:first + 4]})
+        table.append(
+            {
+                "prompt": i,
+                "prompt_len": len(p),
+                "new_tokens": len(a),
+                "first_divergence": first,
+                "ours": None if first is None else a[first : first + 4],
+                "oracle": None if first is None else b[first : first + 4],
+            }
+        )
     bad = [r for r in table if r["first_divergence"] is not None]
     total = sum(len(a) for a in ours)
     if bad:
-        return GateResult("tokens", FAIL, f"{len(bad)} of {len(prompts)} prompts diverge from the oracle "
-                          f"(first at prompt {bad[0]['prompt']}, token {bad[0]['first_divergence']})", table)
+        return GateResult(
+            "tokens",
+            FAIL,
+            f"{len(bad)} of {len(prompts)} prompts diverge from the oracle "
+            f"(first at prompt {bad[0]['prompt']}, token {bad[0]['first_divergence']})",
+            table,
+        )
     return GateResult("tokens", PASS, f"{total} tokens over {len(prompts)} prompts equal the oracle's", table)

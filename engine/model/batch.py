@@ -1,4 +1,5 @@
 """The per-forward attention inputs the runner builds and every attention layer reads."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

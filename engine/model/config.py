@@ -1,4 +1,5 @@
 """Parse a Hugging Face Qwen3 / Qwen3-MoE `config.json` into one dataclass."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,12 @@ class ModelConfig:
 
     def layer_is_sparse(self, layer: int) -> bool:
         """Whether decoder layer `layer` uses the sparse MoE block (the HF rule, verbatim in effect)."""
-        return (self.is_moe and self.num_experts > 0 and layer not in self.mlp_only_layers
-                and (layer + 1) % self.decoder_sparse_step == 0)
+        return (
+            self.is_moe
+            and self.num_experts > 0
+            and layer not in self.mlp_only_layers
+            and (layer + 1) % self.decoder_sparse_step == 0
+        )
 
 
 def load_config(model_dir: str | Path) -> ModelConfig:
@@ -89,8 +94,10 @@ def checkpoint_dtype(config: ModelConfig) -> str:
     """The dtype name `--dtype auto` means for this checkpoint: its torch_dtype, float32 if it names none."""
     name = config.torch_dtype or AUTO_DTYPE_FALLBACK
     if name not in CHECKPOINT_DTYPES:
-        raise ConfigError(f"config.json: torch_dtype={name!r} is not one the engine runs "
-                          f"({', '.join(CHECKPOINT_DTYPES)}); pass --dtype")
+        raise ConfigError(
+            f"config.json: torch_dtype={name!r} is not one the engine runs "
+            f"({', '.join(CHECKPOINT_DTYPES)}); pass --dtype"
+        )
     return CHECKPOINT_DTYPES[name]
 
 
@@ -98,8 +105,7 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
     archs = raw.get("architectures") or []
     known = [a for a in archs if a in ARCHITECTURES]
     if not known:
-        raise ConfigError(f"{source}: architectures={archs!r} is not supported "
-                          f"(supported: {', '.join(ARCHITECTURES)})")
+        raise ConfigError(f"{source}: architectures={archs!r} is not supported (supported: {', '.join(ARCHITECTURES)})")
     arch = known[0]
 
     def need(key: str) -> Any:
@@ -113,8 +119,7 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
     kv_heads = int(raw.get("num_key_value_heads") or heads)
     head_dim = int(raw.get("head_dim") or hidden // heads)
     if heads % kv_heads:
-        raise ConfigError(f"{source}: num_attention_heads={heads} is not a multiple of "
-                          f"num_key_value_heads={kv_heads}")
+        raise ConfigError(f"{source}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     if raw.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act={raw['hidden_act']!r} is not supported (only 'silu')")
     kw: dict[str, Any] = {}
@@ -173,8 +178,7 @@ def _sliding_windows(raw: dict[str, Any], layers: int, source: str) -> tuple[int
     layer_types = raw.get("layer_types")
     if layer_types is not None:
         if len(layer_types) != layers:
-            raise ConfigError(f"{source}: layer_types has {len(layer_types)} entries for "
-                              f"num_hidden_layers={layers}")
+            raise ConfigError(f"{source}: layer_types has {len(layer_types)} entries for num_hidden_layers={layers}")
         return tuple(window if t == "sliding_attention" else None for t in layer_types)
     if "Qwen3MoeForCausalLM" in (raw.get("architectures") or []):
         return (window,) * layers  # Qwen3-MoE applies the window to every layer
@@ -212,12 +216,15 @@ def parse_quant(raw: dict[str, Any] | None, source: str = "config.json") -> Quan
         for name, group in (raw.get("config_groups") or {}).items():
             weights = group.get("weights") or {}
             if weights.get("num_bits", 4) != 4 or weights.get("type", "float") != "float":
-                raise ConfigError(f"{where}.config_groups.{name}.weights: num_bits={weights.get('num_bits')!r} "
-                                  f"type={weights.get('type')!r} is not NVFP4 (4-bit float)")
+                raise ConfigError(
+                    f"{where}.config_groups.{name}.weights: num_bits={weights.get('num_bits')!r} "
+                    f"type={weights.get('type')!r} is not NVFP4 (4-bit float)"
+                )
             _check_nvfp4_group(weights.get("group_size", 16), f"{where}.config_groups.{name}.weights")
         return QuantConfig("nvfp4", layout="compressed-tensors", group_size=16)
-    raise ConfigError(f"{where}.quant_method={raw.get('quant_method')!r} is not supported "
-                      f"(supported: {', '.join(QUANT_METHODS)})")
+    raise ConfigError(
+        f"{where}.quant_method={raw.get('quant_method')!r} is not supported (supported: {', '.join(QUANT_METHODS)})"
+    )
 
 
 def _parse_awq(raw: dict[str, Any], where: str) -> QuantConfig:
@@ -247,10 +254,18 @@ def _parse_gptq(raw: dict[str, Any], where: str) -> QuantConfig:
         raise ConfigError(f"{where}.group_size={group} must be -1 (one group) or at least 1")
     fmt = str(raw.get("checkpoint_format", raw.get("format", "gptq"))).lower()  # GPTQModel also writes `format`
     if fmt not in GPTQ_FORMATS:
-        raise ConfigError(f"{where}.checkpoint_format={raw.get('checkpoint_format')!r} is not supported "
-                          f"(one of {', '.join(GPTQ_FORMATS)})")
-    return QuantConfig("gptq", bits=bits, group_size=max(group, 0), desc_act=bool(raw.get("desc_act", False)),
-                       sym=bool(raw.get("sym", True)), version=GPTQ_FORMATS[fmt])
+        raise ConfigError(
+            f"{where}.checkpoint_format={raw.get('checkpoint_format')!r} is not supported "
+            f"(one of {', '.join(GPTQ_FORMATS)})"
+        )
+    return QuantConfig(
+        "gptq",
+        bits=bits,
+        group_size=max(group, 0),
+        desc_act=bool(raw.get("desc_act", False)),
+        sym=bool(raw.get("sym", True)),
+        version=GPTQ_FORMATS[fmt],
+    )
 
 
 def _check_nvfp4_group(group: Any, where: str) -> None:

@@ -1,4 +1,5 @@
 """Weight-holding building blocks shared by the Qwen3 models; each owns its weight loading."""
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,14 @@ class MergedLinear(nn.Module):
     `forward` is one GEMM for all parts: fewer, larger launches in a decode step.
     """
 
-    def __init__(self, in_features: int, out_features: list[int], bias: bool, dtype: torch.dtype,
-                 quant: QuantConfig | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: list[int],
+        bias: bool,
+        dtype: torch.dtype,
+        quant: QuantConfig | None = None,
+    ) -> None:
         super().__init__()
         self.sizes = list(out_features)
         self.quantized = quant is not None
@@ -60,9 +67,9 @@ class MergedLinear(nn.Module):
         self.bias = torch.empty(sum(self.sizes), dtype=dtype) if bias else None
         start = 0
         for part, n in zip(self.parts, self.sizes):
-            part.weight = nn.Parameter(self.weight[start:start + n], requires_grad=False)
+            part.weight = nn.Parameter(self.weight[start : start + n], requires_grad=False)
             if self.bias is not None:
-                part.bias = nn.Parameter(self.bias[start:start + n], requires_grad=False)
+                part.bias = nn.Parameter(self.bias[start : start + n], requires_grad=False)
             start += n
 
     def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in] -> [tokens, sum(out)]
@@ -71,13 +78,16 @@ class MergedLinear(nn.Module):
         part = self.parts[0]
         assert isinstance(part, Linear) and self.weight is not None  # not quantized: dense parts, merged weight
         if part.weight.untyped_storage().data_ptr() != self.weight.untyped_storage().data_ptr():
-            raise RuntimeError("MergedLinear: the part weights no longer alias the merged weight (the module "
-                               "was moved with .to()?); build the model on its device instead")
+            raise RuntimeError(
+                "MergedLinear: the part weights no longer alias the merged weight (the module "
+                "was moved with .to()?); build the model on its device instead"
+            )
         return kernels.linear(flags, x, self.weight, self.bias)
 
 
-def make_linear(in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
-                quant: QuantConfig | None = None) -> nn.Module:
+def make_linear(
+    in_features: int, out_features: int, bias: bool, dtype: torch.dtype, quant: QuantConfig | None = None
+) -> nn.Module:
     """A decoder projection: `Linear`, or `QuantLinear` when the checkpoint is quantized."""
     if quant is None:
         return Linear(in_features, out_features, bias, dtype)
@@ -99,8 +109,7 @@ class QuantLinear(nn.Module):
     g_idx: torch.Tensor
     input_perm: torch.Tensor | None
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype,
-                 quant: QuantConfig) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype, quant: QuantConfig) -> None:
         super().__init__()
         self.in_features, self.out_features, self.dtype, self.quant = in_features, out_features, dtype, quant
         self.bias = new_param(out_features, dtype=dtype) if bias else None
@@ -112,20 +121,27 @@ class QuantLinear(nn.Module):
     def load_tensor(self, key: str, loaded: torch.Tensor, name: str) -> None:
         """Take one checkpoint tensor under the engine's name `key`; a wrong dtype or shape names `name`."""
         if key == "weight":
-            self.weight = nn.Parameter(torch.empty(self.out_features, self.in_features, dtype=self.dtype,
-                                                   device=self.device), requires_grad=False)
+            self.weight = nn.Parameter(
+                torch.empty(self.out_features, self.in_features, dtype=self.dtype, device=self.device),
+                requires_grad=False,
+            )
             default_weight_loader(self.weight, loaded, name)
             return
         if key not in self.expected:
-            raise ValueError(f"{name}: not a tensor of this {describe(self.quant)} linear layer "
-                             f"(expected {', '.join(self.expected)})")
+            raise ValueError(
+                f"{name}: not a tensor of this {describe(self.quant)} linear layer "
+                f"(expected {', '.join(self.expected)})"
+            )
         dtypes, shape = self.expected[key]
         if loaded.dtype not in dtypes:
-            raise ValueError(f"{name}: dtype {loaded.dtype} is not {' or '.join(map(str, dtypes))} "
-                             f"({describe(self.quant)})")
+            raise ValueError(
+                f"{name}: dtype {loaded.dtype} is not {' or '.join(map(str, dtypes))} ({describe(self.quant)})"
+            )
         if tuple(loaded.shape) != shape and not (key == "global_scale" and loaded.numel() == 1):
-            raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != {shape} for in_features="
-                             f"{self.in_features}, out_features={self.out_features} ({describe(self.quant)})")
+            raise ValueError(
+                f"{name}: checkpoint shape {tuple(loaded.shape)} != {shape} for in_features="
+                f"{self.in_features}, out_features={self.out_features} ({describe(self.quant)})"
+            )
         if key == "global_scale":
             loaded = loaded.float().reshape(())
             if self.quant.layout == "compressed-tensors":
@@ -145,8 +161,10 @@ class QuantLinear(nn.Module):
             raise ValueError(f"{prefix}.weight: missing from the checkpoint (and no {describe(self.quant)} tensors)")
         for key in self.expected:
             if key not in have:
-                raise ValueError(f"{prefix}.{CHECKPOINT_KEYS.get((self.quant.layout, key), key)}: missing from "
-                                 f"the checkpoint (the {describe(self.quant)} layer needs {', '.join(self.expected)})")
+                raise ValueError(
+                    f"{prefix}.{CHECKPOINT_KEYS.get((self.quant.layout, key), key)}: missing from "
+                    f"the checkpoint (the {describe(self.quant)} layer needs {', '.join(self.expected)})"
+                )
         if self.quant.method == "gptq":
             self._sort_act_order(prefix)
 
@@ -154,8 +172,10 @@ class QuantLinear(nn.Module):
         g_idx: torch.Tensor = self.g_idx
         groups = self.scales.shape[0]
         if int(g_idx.min()) < 0 or int(g_idx.max()) >= groups:
-            raise ValueError(f"{prefix}.g_idx: values span [{int(g_idx.min())}, {int(g_idx.max())}] outside the "
-                             f"{groups} groups of {prefix}.scales")
+            raise ValueError(
+                f"{prefix}.g_idx: values span [{int(g_idx.min())}, {int(g_idx.max())}] outside the "
+                f"{groups} groups of {prefix}.scales"
+            )
         if bool((g_idx[1:] >= g_idx[:-1]).all()):
             return  # already in order
         perm = torch.argsort(g_idx, stable=True)
@@ -172,16 +192,27 @@ class QuantLinear(nn.Module):
             x = x.index_select(-1, self.input_perm)
         q = self.quant
         tensors = {k: getattr(self, k) for k in self.expected}
-        return kernels.quantized_linear(flags, x, q.method, tensors, self.bias,
-                                        group_size=q.group_size or self.in_features, bits=q.bits, version=q.version)
+        return kernels.quantized_linear(
+            flags,
+            x,
+            q.method,
+            tensors,
+            self.bias,
+            group_size=q.group_size or self.in_features,
+            bits=q.bits,
+            version=q.version,
+        )
 
 
 # the checkpoint's own name of an engine tensor, where the two differ (for messages)
-CHECKPOINT_KEYS = {("modelopt", "packed"): "weight", ("modelopt", "block_scales"): "weight_scale",
-                   ("modelopt", "global_scale"): "weight_scale_2",
-                   ("compressed-tensors", "packed"): "weight_packed",
-                   ("compressed-tensors", "block_scales"): "weight_scale",
-                   ("compressed-tensors", "global_scale"): "weight_global_scale"}
+CHECKPOINT_KEYS = {
+    ("modelopt", "packed"): "weight",
+    ("modelopt", "block_scales"): "weight_scale",
+    ("modelopt", "global_scale"): "weight_scale_2",
+    ("compressed-tensors", "packed"): "weight_packed",
+    ("compressed-tensors", "block_scales"): "weight_scale",
+    ("compressed-tensors", "global_scale"): "weight_global_scale",
+}
 _INT32 = (torch.int32,)
 _SCALE = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -191,21 +222,33 @@ def quant_shapes(q: QuantConfig, k: int, n: int) -> dict[str, tuple[tuple[torch.
     if q.method == "nvfp4":
         if k % 16:
             raise ValueError(f"in_features={k} is not a multiple of 16 (NVFP4 block)")
-        return {"packed": ((torch.uint8,), (n, k // 2)), "block_scales": ((torch.float8_e4m3fn,), (n, k // 16)),
-                "global_scale": ((torch.float32,), ())}
+        return {
+            "packed": ((torch.uint8,), (n, k // 2)),
+            "block_scales": ((torch.float8_e4m3fn,), (n, k // 16)),
+            "global_scale": ((torch.float32,), ()),
+        }
     group = q.group_size or k
     if q.method == "awq":
         if n % 8 or k % group:
-            raise ValueError(f"AWQ linear [{k} -> {n}]: out_features must be a multiple of 8 and group_size "
-                             f"{group} must divide in_features")
-        return {"qweight": (_INT32, (k, n // 8)), "qzeros": (_INT32, (k // group, n // 8)),
-                "scales": (_SCALE, (k // group, n))}
+            raise ValueError(
+                f"AWQ linear [{k} -> {n}]: out_features must be a multiple of 8 and group_size "
+                f"{group} must divide in_features"
+            )
+        return {
+            "qweight": (_INT32, (k, n // 8)),
+            "qzeros": (_INT32, (k // group, n // 8)),
+            "scales": (_SCALE, (k // group, n)),
+        }
     per_word = 32 // q.bits
     if k % per_word or n % per_word:
         raise ValueError(f"GPTQ linear [{k} -> {n}]: in_ and out_features must be multiples of {per_word}")
     groups = -(-k // group)
-    return {"qweight": (_INT32, (k // per_word, n)), "qzeros": (_INT32, (groups, n // per_word)),
-            "scales": (_SCALE, (groups, n)), "g_idx": ((torch.int32, torch.int64), (k,))}
+    return {
+        "qweight": (_INT32, (k // per_word, n)),
+        "qzeros": (_INT32, (groups, n // per_word)),
+        "scales": (_SCALE, (groups, n)),
+        "g_idx": ((torch.int32, torch.int64), (k,)),
+    }
 
 
 def describe(q: QuantConfig) -> str:

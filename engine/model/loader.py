@@ -1,4 +1,5 @@
 """Build a Qwen3 / Qwen3-MoE model from a Hugging Face directory and load its safetensors weights."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,12 @@ QUANT_NAMES: dict[str, dict[str, str | None]] = {
     "awq": {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales"},
     "gptq": {"qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"},
     "modelopt": {"weight_scale": "block_scales", "weight_scale_2": "global_scale", "input_scale": None},
-    "compressed-tensors": {"weight_packed": "packed", "weight_scale": "block_scales",
-                           "weight_global_scale": "global_scale", "input_global_scale": None},
+    "compressed-tensors": {
+        "weight_packed": "packed",
+        "weight_scale": "block_scales",
+        "weight_global_scale": "global_scale",
+        "input_global_scale": None,
+    },
 }
 _QUANT_SUFFIXES = {k for names in QUANT_NAMES.values() for k in names}
 
@@ -92,19 +97,22 @@ def load_weights(model: Qwen3ForCausalLM, tensors: Iterator[tuple[str, torch.Ten
                     raise LoadError(str(exc)) from exc
             continue
         if name not in params and suffix in _QUANT_SUFFIXES:
-            why = ("config.json has no quantization_config" if config.quant is None else
-                   "the engine keeps this module unquantized (MoE experts, the router, lm_head)")
+            why = (
+                "config.json has no quantization_config"
+                if config.quant is None
+                else "the engine keeps this module unquantized (MoE experts, the router, lm_head)"
+            )
             raise LoadError(f"{name}: a quantized tensor, but {why}")
         m = _PER_EXPERT.match(name)
         if m and isinstance(modules.get(m["mod"]), Qwen3MoeExperts):
             experts: Qwen3MoeExperts = modules[m["mod"]]
-            pname, e, shard = experts.load_expert_shard(name, tensor.to(experts.down_proj.dtype), int(m["e"]),
-                                                        m["proj"])
+            pname, e, shard = experts.load_expert_shard(
+                name, tensor.to(experts.down_proj.dtype), int(m["e"]), m["proj"]
+            )
             expert_pieces.setdefault(f"{m['mod']}.{pname}", set()).add((e, shard))
             continue
         if name not in params:
-            raise LoadError(f"{name}: unexpected tensor in the checkpoint (no such parameter in "
-                            f"{config.architecture})")
+            raise LoadError(f"{name}: unexpected tensor in the checkpoint (no such parameter in {config.architecture})")
         try:
             default_weight_loader(params[name], tensor, name)
         except ValueError as exc:

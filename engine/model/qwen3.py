@@ -1,4 +1,5 @@
 """Qwen3 dense decoder on the engine's reference ops, with the Hugging Face attribute names."""
+
 from __future__ import annotations
 
 import torch
@@ -25,13 +26,14 @@ class Qwen3Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = self.head_dim**-0.5
         self.sliding_window = config.sliding_windows[layer_idx]
         self.eps = config.rms_norm_eps
         h, d, bias = config.hidden_size, config.head_dim, config.attention_bias
         # q/k/v side by side: q_proj, k_proj and v_proj are views into qkv_proj's weight
-        self.qkv_proj = MergedLinear(h, [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], bias,
-                                     dtype, config.quant)
+        self.qkv_proj = MergedLinear(
+            h, [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], bias, dtype, config.quant
+        )
         self.q_proj, self.k_proj, self.v_proj = self.qkv_proj.parts
         self.o_proj = make_linear(self.num_heads * d, h, bias, dtype, config.quant)
         # Qwen3 normalises q and k per head before RoPE
@@ -60,15 +62,25 @@ class Qwen3Attention(nn.Module):
         kernels.store_kv(flags, k, v, k_cache, v_cache, batch.slot_mapping)
         if batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
             assert batch.seq_lens is not None  # ForwardBatch demands them for a prefill
-            o = kernels.extend_attention(flags, q, k_cache, v_cache, batch.block_tables, batch.seq_lens,
-                                         batch.prefix_lens, self.scaling, self.sliding_window)
+            o = kernels.extend_attention(
+                flags,
+                q,
+                k_cache,
+                v_cache,
+                batch.block_tables,
+                batch.seq_lens,
+                batch.prefix_lens,
+                self.scaling,
+                self.sliding_window,
+            )
         elif batch.is_prefill:
             assert batch.seq_lens is not None  # ForwardBatch demands them for a prefill
             o = kernels.prefill_attention(flags, q, k, v, batch.seq_lens, self.scaling, self.sliding_window)
         else:
             assert batch.block_tables is not None and batch.context_lens is not None  # and these for a decode
-            o = kernels.paged_decode_attention(flags, q, k_cache, v_cache, batch.block_tables, batch.context_lens,
-                                               self.scaling, self.sliding_window)
+            o = kernels.paged_decode_attention(
+                flags, q, k_cache, v_cache, batch.block_tables, batch.context_lens, self.scaling, self.sliding_window
+            )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim), flags)
 
 
@@ -158,7 +170,9 @@ class Qwen3ForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         return self.model(input_ids, positions, batch)  # [tokens, hidden]
 
-    def compute_logits(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
+    def compute_logits(
+        self, hidden: torch.Tensor, flags: FlagSnapshot
+    ) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
         return self.lm_head(hidden, flags)
 
     def greedy(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows] int64

@@ -1,4 +1,5 @@
 """Qwen3-MoE: the Qwen3 decoder with a sparse mixture-of-experts MLP, HF attribute names."""
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,7 @@ class Qwen3MoeExperts(nn.Module):
             raise ValueError(f"{name}: expert {expert} out of range (num_experts={self.num_experts})")
         param = getattr(self, param_name)
         i = self.intermediate
-        target = param[expert, shard * i:(shard + 1) * i] if param_name == "gate_up_proj" else param[expert]
+        target = param[expert, shard * i : (shard + 1) * i] if param_name == "gate_up_proj" else param[expert]
         if tuple(target.shape) != tuple(loaded.shape):
             raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != model shape {tuple(target.shape)}")
         with torch.no_grad():

@@ -1,4 +1,5 @@
 """Entry checks shared by the reference ops: each error names the tensor and what was expected."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -31,9 +32,7 @@ def check_tensor(
 def check_dim(t: torch.Tensor, name: str, dim: int, size: int, what: str) -> None:
     """Raise unless `t.shape[dim] == size`; `what` says where `size` comes from."""
     if t.shape[dim] != size:
-        raise ValueError(
-            f"{name}: dim {dim} is {t.shape[dim]} but {what} is {size} (shape {tuple(t.shape)})"
-        )
+        raise ValueError(f"{name}: dim {dim} is {t.shape[dim]} but {what} is {size} (shape {tuple(t.shape)})")
 
 
 def check_same_dtype(t: torch.Tensor, name: str, ref: torch.Tensor, ref_name: str) -> None:

@@ -1,4 +1,5 @@
 """Unpacking of sub-byte integers from int32 words, shared by the AWQ and GPTQ references."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """SiLU-and-mul, the gated MLP activation of Qwen3/Llama (row KERNEL-ACT)."""
+
 from __future__ import annotations
 
 import torch

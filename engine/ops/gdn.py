@@ -17,6 +17,7 @@ x * rsqrt(sum(x^2) + eps) (Hugging Face/FLA's l2norm), and `scale` multiplies q
 Rounding: q, k, v, g and beta are upcast to fp32; the state is fp32 in and out;
 every step is fp32; the output is rounded once to q.dtype.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,9 +48,18 @@ def gated_delta_decode(
     return out.to(q.dtype), s
 
 
-def check_gated_delta_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-                             state: torch.Tensor, *, scale: float = 1.0, use_qk_l2norm: bool = False,
-                             eps: float = 1e-6) -> None:
+def check_gated_delta_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    scale: float = 1.0,
+    use_qk_l2norm: bool = False,
+    eps: float = 1e-6,
+) -> None:
     _check(q, k, v, g, beta, state, seq_dim=False)
 
 
@@ -91,8 +101,9 @@ def gated_delta_chunked(
     s = state
     for lo in range(0, seq, chunk_size):
         hi = min(lo + chunk_size, seq)
-        out[:, :, lo:hi], s = _chunk(qf[:, :, lo:hi], kf[:, :, lo:hi], vf[:, :, lo:hi], gf[:, :, lo:hi],
-                                     bf[:, :, lo:hi], s)
+        out[:, :, lo:hi], s = _chunk(
+            qf[:, :, lo:hi], kf[:, :, lo:hi], vf[:, :, lo:hi], gf[:, :, lo:hi], bf[:, :, lo:hi], s
+        )
     return out.transpose(1, 2).to(q.dtype), s
 
 

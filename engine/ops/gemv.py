@@ -3,13 +3,13 @@
 Each op has its reference and, beside it, its entry check (`check_<op>`), which the kernel table
 (engine/kernels.py) runs once before it picks an arm.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
-                               values_checkable)
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor, values_checkable
 
 
 def linear(

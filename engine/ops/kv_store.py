@@ -1,10 +1,10 @@
 """Paged KV cache store by slot mapping, and the slot mapping itself (row KERNEL-KV-STORE)."""
+
 from __future__ import annotations
 
 import torch
 
-from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
-                               refuse_capture)
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor, refuse_capture
 
 
 def store_kv(
@@ -36,8 +36,9 @@ def store_kv(
     v_cache.view(num_slots, *v_cache.shape[2:])[slots] = v[keep]
 
 
-def check_store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   slot_mapping: torch.Tensor) -> None:
+def check_store_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     check_tensor(k, "k", ndim=3, dtypes=FLOAT_DTYPES)
     check_tensor(v, "v", ndim=3)
     check_tensor(k_cache, "k_cache", ndim=4)
@@ -72,9 +73,7 @@ def slot_mapping_for(
     if block_size <= 0:
         raise ValueError(f"block_size: expected > 0, got {block_size}")
     if block_table.dim() != positions.dim() or block_table.dim() not in (1, 2):
-        raise ValueError(
-            f"block_table: rank {block_table.dim()} must equal positions' rank {positions.dim()} (1 or 2)"
-        )
+        raise ValueError(f"block_table: rank {block_table.dim()} must equal positions' rank {positions.dim()} (1 or 2)")
     if block_table.dim() == 2:
         check_dim(block_table, "block_table", 0, positions.shape[0], "positions' batch")
     pos = positions.long()

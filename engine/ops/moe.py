@@ -1,11 +1,19 @@
 """Mixture-of-experts routing and the expert MLPs, as Hugging Face's Qwen3-MoE block (row KERNEL-MOE)."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
-                               refuse_capture, values_checkable)
+from engine.ops._check import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_dim,
+    check_same_dtype,
+    check_tensor,
+    refuse_capture,
+    values_checkable,
+)
 
 
 def moe_route(
@@ -73,8 +81,9 @@ def moe_experts(
     return out
 
 
-def check_moe_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor,
-                      ids: torch.Tensor) -> None:
+def check_moe_experts(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> None:
     check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
     check_tensor(gate_up, "gate_up", ndim=3)
     check_tensor(down, "down", ndim=3)

@@ -1,4 +1,5 @@
 """RMSNorm, fused residual-add + RMSNorm and Qwen3's per-head q/k norm (row KERNEL-NORM)."""
+
 from __future__ import annotations
 
 import torch

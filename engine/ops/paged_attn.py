@@ -15,14 +15,14 @@ Sliding window W (Hugging Face/Mistral semantics): the query at position i
 attends key positions j with i - W < j <= i, i.e. the W most recent positions,
 itself included. None means no window.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
 
-from engine.ops._check import (FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor,
-                               refuse_capture)
+from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor, refuse_capture
 
 
 def prefill_attention(
@@ -46,14 +46,20 @@ def prefill_attention(
             continue
         pos = torch.arange(n, device=q.device)
         allowed = _allowed(pos, pos, sliding_window)
-        qh = q[start:start + n].transpose(0, 1)  # [Hq, n, D]
-        out[start:start + n] = _attend(qh, k[start:start + n], v[start:start + n], allowed, scale).transpose(0, 1)
+        qh = q[start : start + n].transpose(0, 1)  # [Hq, n, D]
+        out[start : start + n] = _attend(qh, k[start : start + n], v[start : start + n], allowed, scale).transpose(0, 1)
         start += n
     return out
 
 
-def check_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: Sequence[int] | torch.Tensor,
-                            scale: float, sliding_window: int | None = None) -> None:
+def check_prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: Sequence[int] | torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> None:
     _check_qkv(q, k, v)
     lens = _lens(seq_lens, "seq_lens")
     if sum(lens) != q.shape[0]:
@@ -87,17 +93,25 @@ def extend_attention(
         if n == 0:
             continue
         k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], pre + n, k_cache.shape[1])
-        allowed = _allowed(torch.arange(pre, pre + n, device=q.device), torch.arange(pre + n, device=q.device),
-                           sliding_window)
-        qh = q[start:start + n].transpose(0, 1)  # [Hq, n, D]
-        out[start:start + n] = _attend(qh, k_seq, v_seq, allowed, scale).transpose(0, 1)
+        allowed = _allowed(
+            torch.arange(pre, pre + n, device=q.device), torch.arange(pre + n, device=q.device), sliding_window
+        )
+        qh = q[start : start + n].transpose(0, 1)  # [Hq, n, D]
+        out[start : start + n] = _attend(qh, k_seq, v_seq, allowed, scale).transpose(0, 1)
         start += n
     return out
 
 
-def check_extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor | None, seq_lens: Sequence[int], prefix_lens: Sequence[int],
-                           scale: float, sliding_window: int | None = None) -> None:
+def check_extend_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor | None,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+) -> None:
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
     if block_tables is None or len(pres) != len(lens) or block_tables.shape[0] != len(lens):
@@ -134,17 +148,28 @@ def paged_decode_attention(
     return out
 
 
-def check_paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                                 block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                                 sliding_window: int | None = None) -> None:
+def check_paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> None:
     """Shapes and dtypes only (no host read of context_lens), so a captured decode step can run it."""
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     check_paged_shapes(q, k_cache, v_cache, block_tables, context_lens)
     _check_window(sliding_window)
 
 
-def check_paged_shapes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                       context_lens: torch.Tensor) -> None:
+def check_paged_shapes(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> None:
     check_tensor(k_cache, "k_cache", ndim=4)
     check_tensor(v_cache, "v_cache", ndim=4)
     check_same_dtype(k_cache, "k_cache", q, "q")

@@ -27,6 +27,7 @@ to the output dtype. NVFP4's e2m1 value times the e4m3 scale is exact in fp32; t
 global scale is one fp32 rounding; the result is rounded once more to the output dtype. The `*_linear`
 references dequantise straight to x.dtype (one rounding), then `linear`.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -60,8 +61,9 @@ def dequant_awq(
     return ((q - z).float() * s).to(dtype or scales.dtype)
 
 
-def check_dequant_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int,
-                      dtype: torch.dtype | None = None) -> None:
+def check_dequant_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+) -> None:
     check_tensor(qweight, "qweight", ndim=2, dtypes=(torch.int32,))
     check_tensor(qzeros, "qzeros", ndim=2, dtypes=(torch.int32,))
     check_tensor(scales, "scales", ndim=2, dtypes=FLOAT_DTYPES)
@@ -87,8 +89,14 @@ def awq_linear(
     return linear(x, w.T, bias)
 
 
-def check_awq_linear(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-                     group_size: int, bias: torch.Tensor | None = None) -> None:
+def check_awq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> None:
     check_dequant_awq(qweight, qzeros, scales, group_size)
     _check_x(x, qweight.shape[0])
 
@@ -121,8 +129,15 @@ def dequant_gptq(
     return ((q - z[rows]).float() * scales.float()[rows]).to(dtype or scales.dtype)
 
 
-def check_dequant_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, g_idx: torch.Tensor,
-                       bits: int = 4, version: int = 1, dtype: torch.dtype | None = None) -> None:
+def check_dequant_gptq(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    dtype: torch.dtype | None = None,
+) -> None:
     if bits not in (2, 4, 8):
         raise ValueError(f"bits: {bits} not supported (2, 4 or 8)")
     if version not in ZERO_OFFSET:
@@ -157,8 +172,16 @@ def gptq_linear(
     return linear(x, w.T, bias)
 
 
-def check_gptq_linear(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
-                      g_idx: torch.Tensor, bits: int = 4, version: int = 1, bias: torch.Tensor | None = None) -> None:
+def check_gptq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    bias: torch.Tensor | None = None,
+) -> None:
     check_dequant_gptq(qweight, qzeros, scales, g_idx, bits, version)
     _check_x(x, g_idx.shape[0])
 
@@ -185,8 +208,9 @@ def dequant_nvfp4(
     return (scaled * gs).to(dtype)
 
 
-def check_dequant_nvfp4(packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float,
-                        dtype: torch.dtype) -> None:
+def check_dequant_nvfp4(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> None:
     check_tensor(packed, "packed", ndim=2, dtypes=(torch.uint8,))
     check_tensor(block_scales, "block_scales", ndim=2, dtypes=(torch.float8_e4m3fn,))
     if isinstance(global_scale, torch.Tensor):
@@ -213,8 +237,13 @@ def nvfp4_linear(
     return linear(x, dequant_nvfp4(packed, block_scales, global_scale, x.dtype), bias)
 
 
-def check_nvfp4_linear(x: torch.Tensor, packed: torch.Tensor, block_scales: torch.Tensor,
-                       global_scale: torch.Tensor | float, bias: torch.Tensor | None = None) -> None:
+def check_nvfp4_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scales: torch.Tensor,
+    global_scale: torch.Tensor | float,
+    bias: torch.Tensor | None = None,
+) -> None:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     check_dequant_nvfp4(packed, block_scales, global_scale, x.dtype)
     _check_x(x, packed.shape[1] * 2)

@@ -1,4 +1,5 @@
 """Rotary position embedding, neox (rotate-half) style, with HF's fp32 cos/sin (row KERNEL-ROPE)."""
+
 from __future__ import annotations
 
 import functools
@@ -79,8 +80,7 @@ def qk_norm_rope(
     return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)
 
 
-def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                       eps: float) -> None:
+def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float) -> None:
     check_qk_norm(x, weight, eps)
     check_apply_rope_neox(x, cos, sin)
 

@@ -1,5 +1,6 @@
 """Greedy argmax and seeded top-k/top-p sampling over logits (row KERNEL-SAMPLE), and the serving
 sampler's per-request draw (`sample_rows`, engine/sampler.py)."""
+
 from __future__ import annotations
 
 import torch
@@ -48,8 +49,13 @@ def sample_top_k_top_p(
     return torch.multinomial(probs, 1, generator=generator)[:, 0].to(logits.device)
 
 
-def check_sample_top_k_top_p(logits: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor,
-                             temperature: float | torch.Tensor, generator: torch.Generator) -> None:
+def check_sample_top_k_top_p(
+    logits: torch.Tensor,
+    top_k: int | torch.Tensor,
+    top_p: float | torch.Tensor,
+    temperature: float | torch.Tensor,
+    generator: torch.Generator,
+) -> None:
     check_tensor(logits, "logits", ndim=2, dtypes=FLOAT_DTYPES)
     if logits.shape[1] == 0:
         raise ValueError("logits: vocab dim is empty")
@@ -62,12 +68,16 @@ def check_sample_top_k_top_p(logits: torch.Tensor, top_k: int | torch.Tensor, to
         raise ValueError("top_p: must be in (0, 1]")
 
 
-def sampling_params(logits: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor,
-                    temperature: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sampling_params(
+    logits: torch.Tensor, top_k: int | torch.Tensor, top_p: float | torch.Tensor, temperature: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """top_k (int64), top_p and temperature (fp32) as [batch] CPU tensors."""
     batch = logits.shape[0]
-    return (_per_row(top_k, "top_k", batch).long(), _per_row(top_p, "top_p", batch).float(),
-            _per_row(temperature, "temperature", batch).float())
+    return (
+        _per_row(top_k, "top_k", batch).long(),
+        _per_row(top_p, "top_p", batch).float(),
+        _per_row(temperature, "temperature", batch).float(),
+    )
 
 
 def _top_k_set(scaled: torch.Tensor, ks: torch.Tensor) -> torch.Tensor:  # [batch, vocab] -> bool, same shape
@@ -120,12 +130,24 @@ def sample_rows(
     return torch.argmax(scaled + gumbel(seeds, steps, logits.shape[1]), dim=-1)
 
 
-def check_sample_rows(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                      seeds: torch.Tensor, steps: torch.Tensor, filtered: bool = True) -> None:
+def check_sample_rows(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seeds: torch.Tensor,
+    steps: torch.Tensor,
+    filtered: bool = True,
+) -> None:
     """Shapes and dtypes only (no host read of the values), so a captured step can run it."""
     check_greedy_argmax(logits)
-    for t, name in ((temperature, "temperature"), (top_k, "top_k"), (top_p, "top_p"), (seeds, "seeds"),
-                    (steps, "steps")):
+    for t, name in (
+        (temperature, "temperature"),
+        (top_k, "top_k"),
+        (top_p, "top_p"),
+        (seeds, "seeds"),
+        (steps, "steps"),
+    ):
         check_tensor(t, name, ndim=1)
         if t.shape[0] != logits.shape[0]:
             raise ValueError(f"{name}: {t.shape[0]} rows != logits' batch {logits.shape[0]}")

@@ -13,6 +13,7 @@ eager rounding of `paged_decode_attention` (which rounds scores and
 probabilities to the model dtype), so the split-KV arm is close to it, not
 bitwise equal, and sits behind VT_ATTN_SPLITKV.
 """
+
 from __future__ import annotations
 
 import math

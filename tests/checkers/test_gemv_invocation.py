@@ -1,5 +1,6 @@
 """gemv-invocation: each rule fails on a seeded violation with exactly its message (fixtures, and mutations of a
 copy of the real engine sources), its good twin passes, and the unmutated engine passes with its site count."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,15 @@ from tests.conftest import ROOT, stage
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gemv"
 # Call and launch sites of sources whose sites this row owns or which are stable: a drop means a site is missed.
-SNAPSHOT = {"engine/cuda/norm.cu": 2, "engine/cuda/rope.cu": 2, "engine/cuda/act.cu": 1, "engine/cuda/sample.cu": 3,
-            "engine/cuda/gemv.cu": 3, "engine/ops/gemv.py": 1, "engine/model/layers.py": 3}
+SNAPSHOT = {
+    "engine/cuda/norm.cu": 2,
+    "engine/cuda/rope.cu": 2,
+    "engine/cuda/act.cu": 1,
+    "engine/cuda/sample.cu": 3,
+    "engine/cuda/gemv.cu": 3,
+    "engine/ops/gemv.py": 1,
+    "engine/model/layers.py": 3,
+}
 A1 = "take the output dtype from the caller (x.dtype or an out_dtype argument), never float32"
 A2 = "declare it once as a named constant (constexpr in the .cuh/.cu, a module constant in Python) and use the name"
 
@@ -34,9 +42,13 @@ def findings_of(*names: str) -> list[tuple]:
 @pytest.fixture
 def engine_copy(tmp_path: Path) -> Path:
     """A copy of the real engine's Python and CUDA sources in a fresh root."""
+
     def skip(folder: str, names: list[str]) -> list[str]:
-        return [n for n in names if n == "__pycache__" or
-                ((Path(folder) / n).is_file() and not n.endswith((".py", ".cu", ".cuh")))]
+        return [
+            n
+            for n in names
+            if n == "__pycache__" or ((Path(folder) / n).is_file() and not n.endswith((".py", ".cu", ".cuh")))
+        ]
 
     shutil.copytree(ROOT / "engine", tmp_path / "engine", ignore=skip)
     return tmp_path
@@ -54,14 +66,16 @@ def mutate(root: Path, rel: str, old: str, new: str) -> int:
     text = path.read_text()
     assert text.count(old) == 1, f"{rel}: the site to mutate ({old!r}) moved; update this test"
     path.write_text(text.replace(old, new))
-    return text[:text.index(old)].count("\n") + 1
+    return text[: text.index(old)].count("\n") + 1
 
 
 def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
     result = run_on(engine_copy)
     assert result.status.value == "pass", [f.message for f in result.findings]
-    assert result.summary == f"OK: {result.examined} matmul/GEMV call and kernel launch sites keep the caller's dtype " \
-                             "and named tuning constants"
+    assert (
+        result.summary == f"OK: {result.examined} matmul/GEMV call and kernel launch sites keep the caller's dtype "
+        "and named tuning constants"
+    )
     sources = [gv.Source(rel, (engine_copy / rel).read_text()) for rel in SNAPSHOT]
     raw = {s.path: s.text for s in sources}
     counts = {s.path: (gv.check_python(s) if s.path.endswith(".py") else gv.check_cuda(s, raw))[1] for s in sources}
@@ -73,27 +87,59 @@ def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
 LINEAR_SITE = "return kernels.linear(flags, x, self.weight, self.bias)\n\n\nclass MergedLinear"
 
 
-@pytest.mark.parametrize("rel,old,new,rule,message", [
-    ("engine/model/layers.py", LINEAR_SITE, LINEAR_SITE.replace("self.bias)", "self.bias, out_dtype=torch.float32)"),
-     "GV001",
-     "engine.kernels.linear is called with out_dtype=torch.float32: the output dtype must come from the caller's "
-     "out dtype"),
-    ("engine/ops/gemv.py", "F.linear(x, weight, bias)", "F.linear(x.float(), weight, bias)", "GV001",
-     "torch.nn.functional.linear operand 1 is upcast with .float(): the output dtype must come from the caller's "
-     "out dtype"),
-    ("engine/cuda/gemv.cu", "gemv_scalar_kernel<T, OutT><<<", "gemv_scalar_kernel<T, float><<<", "GV001",
-     "GEMV launch vt_gemv::gemv_scalar_kernel takes float as its output template argument: the output type must be a "
-     "template parameter chosen from the caller's out dtype"),
-    ("engine/cuda/norm.cu", "<<<a.rows, vt_norm::kThreadsPerBlock, 0, stream>>>(\n      static_cast<T*>(a.out), "
-     "static_cast<const T*>(a.x)", "<<<a.rows, 256, 0, stream>>>(\n      static_cast<T*>(a.out), "
-     "static_cast<const T*>(a.x)", "GV002",
-     "launch of vt_norm::rms_norm_kernel has the bare literal 256 in its block (256): a tuning parameter must be a "
-     "named constant"),
-    ("engine/cuda/act.cu", "vt_act::kThreadsPerBlock, 0, stream>>>", "vt_act::kThreadsPerBlock, 1024, stream>>>",
-     "GV002", "launch of vt_act::silu_and_mul_kernel has the bare literal 1024 in its shared memory (1024): a tuning "
-     "parameter must be a named constant"),
-    ("engine/model/layers.py", LINEAR_SITE, LINEAR_SITE.replace("self.bias)", "self.bias, num_splits=4)"), "GV002", "engine.kernels.linear is called with num_splits=4: a tuning parameter must be a named constant"),
-])
+@pytest.mark.parametrize(
+    "rel,old,new,rule,message",
+    [
+        (
+            "engine/model/layers.py",
+            LINEAR_SITE,
+            LINEAR_SITE.replace("self.bias)", "self.bias, out_dtype=torch.float32)"),
+            "GV001",
+            "engine.kernels.linear is called with out_dtype=torch.float32: the output dtype must come from the caller's "
+            "out dtype",
+        ),
+        (
+            "engine/ops/gemv.py",
+            "F.linear(x, weight, bias)",
+            "F.linear(x.float(), weight, bias)",
+            "GV001",
+            "torch.nn.functional.linear operand 1 is upcast with .float(): the output dtype must come from the caller's "
+            "out dtype",
+        ),
+        (
+            "engine/cuda/gemv.cu",
+            "gemv_scalar_kernel<T, OutT><<<",
+            "gemv_scalar_kernel<T, float><<<",
+            "GV001",
+            "GEMV launch vt_gemv::gemv_scalar_kernel takes float as its output template argument: the output type must be a "
+            "template parameter chosen from the caller's out dtype",
+        ),
+        (
+            "engine/cuda/norm.cu",
+            "<<<a.rows, vt_norm::kThreadsPerBlock, 0, stream>>>(\n      static_cast<T*>(a.out), "
+            "static_cast<const T*>(a.x)",
+            "<<<a.rows, 256, 0, stream>>>(\n      static_cast<T*>(a.out), static_cast<const T*>(a.x)",
+            "GV002",
+            "launch of vt_norm::rms_norm_kernel has the bare literal 256 in its block (256): a tuning parameter must be a "
+            "named constant",
+        ),
+        (
+            "engine/cuda/act.cu",
+            "vt_act::kThreadsPerBlock, 0, stream>>>",
+            "vt_act::kThreadsPerBlock, 1024, stream>>>",
+            "GV002",
+            "launch of vt_act::silu_and_mul_kernel has the bare literal 1024 in its shared memory (1024): a tuning "
+            "parameter must be a named constant",
+        ),
+        (
+            "engine/model/layers.py",
+            LINEAR_SITE,
+            LINEAR_SITE.replace("self.bias)", "self.bias, num_splits=4)"),
+            "GV002",
+            "engine.kernels.linear is called with num_splits=4: a tuning parameter must be a named constant",
+        ),
+    ],
+)
 def test_mutated_engine_fails_with_the_message(engine_copy: Path, rel, old, new, rule, message):
     line = mutate(engine_copy, rel, old, new)
     result = run_on(engine_copy)
@@ -102,53 +148,87 @@ def test_mutated_engine_fails_with_the_message(engine_copy: Path, rel, old, new,
 
 
 def test_a_second_declaration_of_a_launch_constant_fails(engine_copy: Path):
-    line = mutate(engine_copy, "engine/cuda/act.cu", "constexpr int kMaxGridY = 65535;",
-                  "constexpr int kMaxGridY = 65535;\nconstexpr int kThreadsPerBlock = 128;")
+    line = mutate(
+        engine_copy,
+        "engine/cuda/act.cu",
+        "constexpr int kMaxGridY = 65535;",
+        "constexpr int kMaxGridY = 65535;\nconstexpr int kThreadsPerBlock = 128;",
+    )
     launch = (engine_copy / "engine/cuda/act.cu").read_text().split("<<<")[0].count("\n") + 1
     header_text = (engine_copy / "engine/cuda/act.cuh").read_text()
     header = header_text.split("constexpr int kThreadsPerBlock")[0].count("\n") + 1
     [f] = run_on(engine_copy).findings
     assert (f.rule, f.path, f.line, f.message) == (
-        "GV003", "engine/cuda/act.cu", launch,
+        "GV003",
+        "engine/cuda/act.cu",
+        launch,
         f"tuning constant kThreadsPerBlock used by the launch of vt_act::silu_and_mul_kernel is declared 2 times "
-        f"(engine/cuda/act.cu:{line + 1}, engine/cuda/act.cuh:{header}): declare it once")
+        f"(engine/cuda/act.cu:{line + 1}, engine/cuda/act.cuh:{header}): declare it once",
+    )
 
 
 def test_fewer_sites_than_the_minimum_fails(engine_copy: Path):
     result = run_on(engine_copy, min_sites=100_000)
     [f] = result.findings
-    assert (f.rule, f.message) == ("GV004", f"examined {result.examined} call and launch sites, fewer than the "
-                                            f"configured minimum 100000")
+    assert (f.rule, f.message) == (
+        "GV004",
+        f"examined {result.examined} call and launch sites, fewer than the configured minimum 100000",
+    )
 
 
 def test_a_tree_without_engine_sources_fails(tmp_path: Path):
     result = run_on(tmp_path)
     assert result.status.value == "fail" and result.examined == 0
     assert [f.message for f in result.findings] == [
-        "examined 0 call and launch sites, fewer than the configured minimum 1"]
+        "examined 0 call and launch sites, fewer than the configured minimum 1"
+    ]
 
 
 def test_float32_output_keyword():
     assert findings_of("float32-output-kwarg.py") == [
-        ("GV001", "tests/fixtures/gemv/float32-output-kwarg.py", 8,
-         "engine.cuda.gemv.linear is called with out_dtype=torch.float32: the output dtype must come from the "
-         "caller's out dtype", A1)]
+        (
+            "GV001",
+            "tests/fixtures/gemv/float32-output-kwarg.py",
+            8,
+            "engine.cuda.gemv.linear is called with out_dtype=torch.float32: the output dtype must come from the "
+            "caller's out dtype",
+            A1,
+        )
+    ]
 
 
 def test_float32_upcast_operands():
     path = "tests/fixtures/gemv/float32-upcast-operand.py"
     assert findings_of("float32-upcast-operand.py") == [
-        ("GV001", path, 7, "`@` operand 1 is upcast with .float(): the output dtype must come from the caller's out "
-         "dtype", A1),
-        ("GV001", path, 11, "torch.nn.functional.linear operand 1 is upcast with .to(torch.float32): the output "
-         "dtype must come from the caller's out dtype", A1)]
+        (
+            "GV001",
+            path,
+            7,
+            "`@` operand 1 is upcast with .float(): the output dtype must come from the caller's out dtype",
+            A1,
+        ),
+        (
+            "GV001",
+            path,
+            11,
+            "torch.nn.functional.linear operand 1 is upcast with .to(torch.float32): the output "
+            "dtype must come from the caller's out dtype",
+            A1,
+        ),
+    ]
 
 
 def test_float_output_template_argument():
     assert findings_of("float-output-template.cu") == [
-        ("GV001", "tests/fixtures/gemv/float-output-template.cu", 9,
-         "GEMV launch gemv_kernel takes float as its output template argument: the output type must be a template "
-         "parameter chosen from the caller's out dtype", A1)]
+        (
+            "GV001",
+            "tests/fixtures/gemv/float-output-template.cu",
+            9,
+            "GEMV launch gemv_kernel takes float as its output template argument: the output type must be a template "
+            "parameter chosen from the caller's out dtype",
+            A1,
+        )
+    ]
 
 
 def test_literal_launch_config():
@@ -158,40 +238,81 @@ def test_literal_launch_config():
         ("GV002", path, 5, msg.format(127, "grid ((n + 127) / 128)"), A2),
         ("GV002", path, 5, msg.format(128, "grid ((n + 127) / 128)"), A2),
         ("GV002", path, 5, msg.format(128, "block (128)"), A2),
-        ("GV002", path, 5, msg.format(4096, "shared memory (4096)"), A2)]
+        ("GV002", path, 5, msg.format(4096, "shared memory (4096)"), A2),
+    ]
 
 
 def test_heuristic_algo_count_and_cublas_float32_output():
     path = "tests/fixtures/gemv/heuristic-literal-algo-count.cu"
     assert findings_of("heuristic-literal-algo-count.cu") == [
-        ("GV002", path, 4, "call of cublasLtMatmulAlgoGetHeuristic has the bare literal 8 in its argument 8 (8): a "
-         "tuning parameter must be a named constant", A2),
-        ("GV001", path, 9, "cublasGemmEx writes a CUDA_R_32F output from CUDA_R_16BF operands: the output type must "
-         "come from the caller's out dtype", A1)]
+        (
+            "GV002",
+            path,
+            4,
+            "call of cublasLtMatmulAlgoGetHeuristic has the bare literal 8 in its argument 8 (8): a "
+            "tuning parameter must be a named constant",
+            A2,
+        ),
+        (
+            "GV001",
+            path,
+            9,
+            "cublasGemmEx writes a CUDA_R_32F output from CUDA_R_16BF operands: the output type must "
+            "come from the caller's out dtype",
+            A1,
+        ),
+    ]
 
 
 def test_python_literal_and_twice_declared_tuning_keywords():
     assert findings_of("literal-tuning-kwarg.py") == [
-        ("GV002", "tests/fixtures/gemv/literal-tuning-kwarg.py", 6,
-         "engine.cuda.gemv.linear is called with num_splits=4: a tuning parameter must be a named constant", A2)]
+        (
+            "GV002",
+            "tests/fixtures/gemv/literal-tuning-kwarg.py",
+            6,
+            "engine.cuda.gemv.linear is called with num_splits=4: a tuning parameter must be a named constant",
+            A2,
+        )
+    ]
     path = "tests/fixtures/gemv/constant-declared-twice.py"
     assert findings_of("constant-declared-twice.py") == [
-        ("GV003", path, 9, f"tuning constant NUM_SPLITS passed as num_splits to engine.cuda.gemv.linear is declared "
-         f"2 times ({path}:4, {path}:5): declare it once", A2)]
+        (
+            "GV003",
+            path,
+            9,
+            f"tuning constant NUM_SPLITS passed as num_splits to engine.cuda.gemv.linear is declared "
+            f"2 times ({path}:4, {path}:5): declare it once",
+            A2,
+        )
+    ]
 
 
 def test_cuda_constant_declared_in_header_and_source():
     path = "tests/fixtures/gemv/constant-declared-twice.cu"
     assert findings_of("constant-declared-twice.cu", "constant-declared-twice.cuh") == [
-        ("GV003", path, 6, f"tuning constant kThreads used by the launch of scale_kernel is declared 2 times "
-         f"({path}:4, tests/fixtures/gemv/constant-declared-twice.cuh:3): declare it once", A2)]
+        (
+            "GV003",
+            path,
+            6,
+            f"tuning constant kThreads used by the launch of scale_kernel is declared 2 times "
+            f"({path}:4, tests/fixtures/gemv/constant-declared-twice.cuh:3): declare it once",
+            A2,
+        )
+    ]
 
 
-@pytest.mark.parametrize("names", [
-    ("float32-output-kwarg-good.py",), ("float32-upcast-operand-good.py",), ("literal-tuning-kwarg-good.py",),
-    ("float-output-template-good.cu",), ("literal-launch-config-good.cu",), ("heuristic-literal-algo-count-good.cu",),
-    ("constant-declared-twice-good.cu", "constant-declared-twice.cuh"),
-])
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("float32-output-kwarg-good.py",),
+        ("float32-upcast-operand-good.py",),
+        ("literal-tuning-kwarg-good.py",),
+        ("float-output-template-good.cu",),
+        ("literal-launch-config-good.cu",),
+        ("heuristic-literal-algo-count-good.cu",),
+        ("constant-declared-twice-good.cu", "constant-declared-twice.cuh"),
+    ],
+)
 def test_good_twins_pass(names):
     findings, sites = gv.check_sources(*fixture(*names), min_sites=1)
     assert findings == [] and sites >= 1
@@ -204,8 +325,10 @@ def test_good_twins_pass(names):
 LT_BAD = "cublaslt-literal-algo-count.cu"
 LT_GOOD = "cublaslt-literal-algo-count-good.cu"
 LT_REL = "src/vt/cuda/cuda_matmul.cu"
-LT_HINT = ("declare `constexpr int kName = 1;` once and pass `/*requestedAlgoCount=*/kName` (gemv.cublaslt.algo_constants "
-        "lists the allowed names)")
+LT_HINT = (
+    "declare `constexpr int kName = 1;` once and pass `/*requestedAlgoCount=*/kName` (gemv.cublaslt.algo_constants "
+    "lists the allowed names)"
+)
 LT_WHERE = "cublasLtMatmulAlgoGetHeuristic's requestedAlgoCount"
 
 
@@ -218,8 +341,9 @@ def lt_tree(tmp_path: Path, fixture: str) -> Path:
 
 def lt_run(root: Path, **rules: object) -> gv.Result:
     stage(root)  # and a mutation since lt_tree is in the index too
-    cfg = Config(gemv=GemvConfig(python=[], cuda=["src/**/*.cu"], rule_sets=["cublaslt"],
-                                 cublaslt=CublasLtRules(**rules)))  # type: ignore[arg-type]
+    cfg = Config(
+        gemv=GemvConfig(python=[], cuda=["src/**/*.cu"], rule_sets=["cublaslt"], cublaslt=CublasLtRules(**rules))
+    )  # type: ignore[arg-type]
     stage(root)
     return gv.run(Context(root=root, config=cfg), argparse.Namespace(min_sites=None))
 
@@ -229,7 +353,7 @@ def lt_mutate(root: Path, old: str, new: str, count: int = 1) -> int:
     text = path.read_text()
     assert text.count(old) >= count, f"the site to mutate ({old!r}) moved; update this test"
     path.write_text(text.replace(old, new, count))
-    return text[:text.index(old)].count("\n") + 1
+    return text[: text.index(old)].count("\n") + 1
 
 
 def lt_found(result: gv.Result) -> list[tuple[str, str | None, int | None, str]]:
@@ -239,8 +363,9 @@ def lt_found(result: gv.Result) -> list[tuple[str, str | None, int | None, str]]
 def test_four_bare_literal_algo_counts_fail_on_their_marker_lines(tmp_path: Path):
     result = lt_run(lt_tree(tmp_path, LT_BAD))
     assert result.status.value == "fail"
-    assert lt_found(result) == [("GV006", LT_REL, line, f"{LT_WHERE} is the bare literal 1, not a named constant")
-                             for line in (26, 38, 50, 62)]
+    assert lt_found(result) == [
+        ("GV006", LT_REL, line, f"{LT_WHERE} is the bare literal 1, not a named constant") for line in (26, 38, 50, 62)
+    ]
     assert {f.hint for f in result.findings} == {LT_HINT}
 
 
@@ -260,51 +385,93 @@ def test_the_engine_rule_set_alone_does_not_judge_algo_counts(tmp_path: Path):
 def test_a_hard_coded_output_layout_dtype_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
     line = lt_mutate(root, "MakeRowMajor(lc, out_type, m, n);", "MakeRowMajor(lc, CUDA_R_32F, m, n);")
-    assert lt_found(lt_run(root)) == [("GV005", LT_REL, line, ("MakeRowMajor creates the C/D layout lc with the literal "
-                                    "CUDA_R_32F, not the caller's out dtype (out_type)"))]
+    assert lt_found(lt_run(root)) == [
+        (
+            "GV005",
+            LT_REL,
+            line,
+            (
+                "MakeRowMajor creates the C/D layout lc with the literal "
+                "CUDA_R_32F, not the caller's out dtype (out_type)"
+            ),
+        )
+    ]
 
 
 def test_a_raw_output_layout_from_the_operand_dtype_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
     line = lt_mutate(root, "cublasLtMatrixLayoutCreate(&p.lc, out_type,", "cublasLtMatrixLayoutCreate(&p.lc, a_type,")
-    assert lt_found(lt_run(root)) == [("GV005", LT_REL, line, ("cublasLtMatrixLayoutCreate creates the C/D layout &p.lc "
-                                    "with the expression a_type, not the caller's out dtype (out_type)"))]
+    assert lt_found(lt_run(root)) == [
+        (
+            "GV005",
+            LT_REL,
+            line,
+            (
+                "cublasLtMatrixLayoutCreate creates the C/D layout &p.lc "
+                "with the expression a_type, not the caller's out dtype (out_type)"
+            ),
+        )
+    ]
 
 
 def test_a_runtime_algo_count_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
-    line = lt_mutate(root, "/*requestedAlgoCount=*/kGemvHeuristicAlgos, &p.heur", "/*requestedAlgoCount=*/n_algos, &p.heur")
-    assert lt_found(lt_run(root)) == [("GV006", LT_REL, line, (f"{LT_WHERE} is n_algos, a runtime value: no constexpr or "
-                                    f"#define of n_algos in {LT_REL} or its includes"))]
+    line = lt_mutate(
+        root, "/*requestedAlgoCount=*/kGemvHeuristicAlgos, &p.heur", "/*requestedAlgoCount=*/n_algos, &p.heur"
+    )
+    assert lt_found(lt_run(root)) == [
+        (
+            "GV006",
+            LT_REL,
+            line,
+            (f"{LT_WHERE} is n_algos, a runtime value: no constexpr or #define of n_algos in {LT_REL} or its includes"),
+        )
+    ]
 
 
 def test_an_unmarked_algo_count_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
     line = lt_mutate(root, "/*requestedAlgoCount=*/kGemvHeuristicAlgos, &p.heur", "kGemvHeuristicAlgos, &p.heur")
-    assert lt_found(lt_run(root)) == [("GV006", LT_REL, line, (f"{LT_WHERE} argument (kGemvHeuristicAlgos) lacks the "
-                                    "/*requestedAlgoCount=*/ marker"))]
+    assert lt_found(lt_run(root)) == [
+        ("GV006", LT_REL, line, (f"{LT_WHERE} argument (kGemvHeuristicAlgos) lacks the /*requestedAlgoCount=*/ marker"))
+    ]
 
 
 def test_a_name_off_the_policy_list_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
-    line = lt_mutate(root, "constexpr int kGemvHeuristicAlgos = 1;",
-                  "constexpr int kGemvHeuristicAlgos = 1;\nconstexpr int kSearch = 8;")
-    second = lt_mutate(root, "/*requestedAlgoCount=*/kGemvHeuristicAlgos, &p.heur", "/*requestedAlgoCount=*/kSearch, &p.heur")
+    line = lt_mutate(
+        root,
+        "constexpr int kGemvHeuristicAlgos = 1;",
+        "constexpr int kGemvHeuristicAlgos = 1;\nconstexpr int kSearch = 8;",
+    )
+    second = lt_mutate(
+        root, "/*requestedAlgoCount=*/kGemvHeuristicAlgos, &p.heur", "/*requestedAlgoCount=*/kSearch, &p.heur"
+    )
     assert line == 2
     assert lt_found(lt_run(root, algo_constants=["kGemvHeuristicAlgos"])) == [
-        ("GV006", LT_REL, second, f"{LT_WHERE} is kSearch, which is not one of the policy constants (kGemvHeuristicAlgos)")]
+        (
+            "GV006",
+            LT_REL,
+            second,
+            f"{LT_WHERE} is kSearch, which is not one of the policy constants (kGemvHeuristicAlgos)",
+        )
+    ]
     assert lt_found(lt_run(root)) == []  # with no list, any declared constant is a policy
 
 
 def test_a_constant_declared_twice_fails(tmp_path: Path):
     root = lt_tree(tmp_path, LT_GOOD)
-    lt_mutate(root, "constexpr int kGemvHeuristicAlgos = 1;",
-           "constexpr int kGemvHeuristicAlgos = 1;\nconstexpr int kGemvHeuristicAlgos = 2;")
+    lt_mutate(
+        root,
+        "constexpr int kGemvHeuristicAlgos = 1;",
+        "constexpr int kGemvHeuristicAlgos = 1;\nconstexpr int kGemvHeuristicAlgos = 2;",
+    )
     result = lt_run(root)
     assert {f.rule for f in result.findings} == {"GV003"} and len(result.findings) == 4
     assert result.findings[0].message == (
         f"tuning constant kGemvHeuristicAlgos used by cublasLtMatmulAlgoGetHeuristic is declared 2 times ({LT_REL}:2, "
-        f"{LT_REL}:3): declare it once")
+        f"{LT_REL}:3): declare it once"
+    )
 
 
 @pytest.mark.parametrize("text,examined", [("", 0), ("int f() { return g(1, 2); }\n", 0)])

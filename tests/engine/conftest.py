@@ -1,4 +1,5 @@
 """Fixtures for the model, runner and gate tests: tiny random HF Qwen3 / Qwen3-MoE checkpoints built offline."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,8 +13,16 @@ import torch
 torch.set_num_threads(1)
 
 # small and odd sizes; 2 layers so the residual path between layers is exercised
-TINY = dict(vocab_size=211, hidden_size=48, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+TINY = dict(
+    vocab_size=211,
+    hidden_size=48,
+    intermediate_size=88,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
+)
 MOE = dict(num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40)
 
 

@@ -1,4 +1,5 @@
 """The paged KV block manager: allocation, growth across block boundaries, out-of-blocks, reuse."""
+
 from __future__ import annotations
 
 import pytest

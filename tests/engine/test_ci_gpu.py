@@ -1,4 +1,5 @@
 """ci/gpu.sh: its syntax, and the flip phase's wiring run with a stand-in python that records each call."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ case " $* " in *" distributional "*) echo "distributional: REFUSED: the oracle i
 exit 0
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
-                                reason="bash and coreutils timeout are needed to run ci/gpu.sh")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("timeout") is None,
+    reason="bash and coreutils timeout are needed to run ci/gpu.sh",
+)
 
 
 def run_gpu_sh(tmp_path: Path, phases: list[str], **env: str) -> subprocess.CompletedProcess:
@@ -41,11 +44,14 @@ def test_script_parses() -> None:
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
 
 
-@pytest.mark.parametrize(("flip", "models", "message"), [
-    ("", "", "set FLIP to the flag settings under test"),
-    ("VT_GEMV=1 gemv", "", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
-    ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128 or moe"),
-])
+@pytest.mark.parametrize(
+    ("flip", "models", "message"),
+    [
+        ("", "", "set FLIP to the flag settings under test"),
+        ("VT_GEMV=1 gemv", "", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
+        ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128 or moe"),
+    ],
+)
 def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, models: str, message: str) -> None:
     done = run_gpu_sh(tmp_path, ["gates", "flip"], FLIP=flip, FLIP_MODELS=models)
     assert done.returncode == 2 and message in done.stderr
@@ -56,16 +62,25 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
     done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_SPLITKV=1 VT_GEMV=1", FLIP_FILTER="attn/ kv_store/")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
-    models = {"dense": "", "d128": "--model /tmp/tiny-qwen3-d128 --max-new-tokens 300",
-              "moe": "--model /tmp/tiny-qwen3-moe"}
-    expected = {"flip-kernels": f"-m engine gate kernels --filter attn/ --filter kv_store/ --ledger {out}/ledger/"
-                                "flip-kernels.json",
-                "flip-regen-dense": f"-m engine gate regen --device cuda --dtype bfloat16 --golden "
-                                    f"{out}/goldens/tiny-qwen3-bfloat16-cuda.json --ledger-dir {out}/ledger"}
+    models = {
+        "dense": "",
+        "d128": "--model /tmp/tiny-qwen3-d128 --max-new-tokens 300",
+        "moe": "--model /tmp/tiny-qwen3-moe",
+    }
+    expected = {
+        "flip-kernels": f"-m engine gate kernels --filter attn/ --filter kv_store/ --ledger {out}/ledger/"
+        "flip-kernels.json",
+        "flip-regen-dense": f"-m engine gate regen --device cuda --dtype bfloat16 --golden "
+        f"{out}/goldens/tiny-qwen3-bfloat16-cuda.json --ledger-dir {out}/ledger",
+    }
     require = " --require-arm VT_ATTN_SPLITKV --require-arm VT_GEMV"  # each flag set on must show its arm
     for m, extra in models.items():
-        for gate, step in (("neartie", f"flip-neartie-{m}"), ("distributional", f"flip-distributional-{m}"),
-                           ("tokens", f"flip-tokens-{m}-graph"), ("tokens", f"flip-tokens-{m}-eager")):
+        for gate, step in (
+            ("neartie", f"flip-neartie-{m}"),
+            ("distributional", f"flip-distributional-{m}"),
+            ("tokens", f"flip-tokens-{m}-graph"),
+            ("tokens", f"flip-tokens-{m}-eager"),
+        ):
             expected[step] = f"-m engine gate {gate} --device cuda --dtype bfloat16 {extra}".rstrip()
             if gate != "distributional":
                 expected[step] += require
@@ -79,7 +94,7 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
     # every step prints the arms its gate ran, after its log's tail
     assert done.stdout.count("\n     linear/gemv 7 [VT_GEMV]\n") == len(expected) + 3  # and build, flip-models, noflags
     assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
-    table = done.stdout[done.stdout.rindex("step "):]
+    table = done.stdout[done.stdout.rindex("step ") :]
     assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table
     assert "flip-tokens-d128-eager       rc=0" in table
 
@@ -96,15 +111,17 @@ def test_bench_phase_profiles_the_decode_step(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     assert f"argv: -m engine bench decode --profile --no-oracle --ledger {out}/ledger\n" in log(
-        tmp_path, "decode-0.6b-profile")
+        tmp_path, "decode-0.6b-profile"
+    )
 
 
 def test_ncu_phase_profiles_the_default_arm_and_the_gemv(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     # prints its options, then runs the command it wraps (from the stand-in python on)
-    (bindir / "ncu").write_text('#!/usr/bin/env bash\necho "ncu: $*"\n'
-                                'while [[ $# -gt 0 && $1 != *fake-python ]]; do shift; done\n"$@"\n')
+    (bindir / "ncu").write_text(
+        '#!/usr/bin/env bash\necho "ncu: $*"\nwhile [[ $# -gt 0 && $1 != *fake-python ]]; do shift; done\n"$@"\n'
+    )
     (bindir / "ncu").chmod(0o755)
     done = run_gpu_sh(tmp_path, ["ncu"], PATH=f"{bindir}:{os.environ['PATH']}")
     assert done.returncode == 0, done.stderr
@@ -128,8 +145,10 @@ def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     assert "-m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu" in log(tmp_path, "serve-gpu-tests")
-    assert (f"argv: -m engine bench throughput --requests 256 --sweep 64,256 --plot {out}/throughput.svg "
-            f"--ledger {out}/ledger") in log(tmp_path, "serve-throughput")
+    assert (
+        f"argv: -m engine bench throughput --requests 256 --sweep 64,256 --plot {out}/throughput.svg "
+        f"--ledger {out}/ledger"
+    ) in log(tmp_path, "serve-throughput")
 
 
 def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_path: Path) -> None:
@@ -138,18 +157,24 @@ def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_pa
     out = tmp_path / "out"
     assert "argv: -m pytest tests/engine/model/test_quant_gpu.py -m gpu" in log(tmp_path, "quant-gpu-tests")
     for m in ("awq", "gptq", "gptq-act-order", "nvfp4", "nvfp4-ct"):
-        assert (f"argv: -m engine.data.make_tiny_quant --method {m} --out /tmp/tiny-qwen3-quant/{m}\n"
-                in log(tmp_path, f"quant-make-{m}"))
-        assert (f"argv: -m engine generate --device cuda --model /tmp/tiny-qwen3-quant/{m}/quant --max-new-tokens 8\n"
-                in log(tmp_path, f"quant-generate-{m}"))
+        assert f"argv: -m engine.data.make_tiny_quant --method {m} --out /tmp/tiny-qwen3-quant/{m}\n" in log(
+            tmp_path, f"quant-make-{m}"
+        )
+        assert (
+            f"argv: -m engine generate --device cuda --model /tmp/tiny-qwen3-quant/{m}/quant --max-new-tokens 8\n"
+            in log(tmp_path, f"quant-generate-{m}")
+        )
     for m in ("awq", "gptq-act-order", "nvfp4"):
         twin = f"--model /tmp/tiny-qwen3-quant/{m}/quant --oracle-model /tmp/tiny-qwen3-quant/{m}/dense"
-        assert (f"argv: -m engine gate neartie --device cuda --dtype bfloat16 {twin}\n"
-                in log(tmp_path, f"quant-neartie-gemv-{m}"))
-    assert "n/a: oracle deterministic" in done.stdout[done.stdout.rindex("step "):]
+        assert f"argv: -m engine gate neartie --device cuda --dtype bfloat16 {twin}\n" in log(
+            tmp_path, f"quant-neartie-gemv-{m}"
+        )
+    assert "n/a: oracle deterministic" in done.stdout[done.stdout.rindex("step ") :]
     for m in ("awq", "gptq", "nvfp4"):
-        assert (f"argv: -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-{m} --ledger {out}/ledger\n"
-                in log(tmp_path, f"ab-step-dequant-gemv-{m}"))
+        assert (
+            f"argv: -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-{m} --ledger {out}/ledger\n"
+            in log(tmp_path, f"ab-step-dequant-gemv-{m}")
+        )
 
 
 def test_peers_phase_runs_the_six_shapes_the_fused_ab_and_both_decode_peers(tmp_path: Path) -> None:
@@ -160,6 +185,7 @@ def test_peers_phase_runs_the_six_shapes_the_fused_ab_and_both_decode_peers(tmp_
     assert "--workload attn-decode --shapes peers --arms tiled,tiled-fused,flashinfer-tc,flashinfer" in attn
     assert f"--plot {out}/attn-peers.png" in attn
     assert "--flag VT_ATTN_TILED_FUSED --shape batch=1,ctx=1024,hq=16,hkv=8" in log(
-        tmp_path, "ab-fused-batch=1,ctx=1024,hq=16,hkv=8")
+        tmp_path, "ab-fused-batch=1,ctx=1024,hq=16,hkv=8"
+    )
     assert "bench decode --no-oracle --hf-compiled --ledger" in log(tmp_path, "peers-decode-b1")
     assert "--hf-compiled --batch 32 --steps 32" in log(tmp_path, "peers-decode-b32")

@@ -1,4 +1,5 @@
 """`python -m engine`: generate, the gate subcommands, lazy kernels/bench dispatch, --help and errors."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_module_entry_generates_json_with_the_embedded_model() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt-ids", "1,2,3", "--prompt-ids", "7",
-                          "--max-new-tokens", "5", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "generate",
+            "--prompt-ids",
+            "1,2,3",
+            "--prompt-ids",
+            "7",
+            "--max-new-tokens",
+            "5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
     assert set(payload) == {"tokens", "texts", "finish_reasons", "tok_per_s"}
@@ -40,22 +58,37 @@ def test_text_output_and_bfloat16(capsys) -> None:
     assert lines[1].startswith("3 tokens, ")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["generate", "--model", str(Path(__file__).parent), "--prompt", "hello"], "--prompt needs a tokenizer in"),
-    (["generate", "--temperature", "-1"], "request 0: SamplingParams.temperature=-1.0 must be >= 0"),
-    (["generate", "--top-p", "0"], "request 0: SamplingParams.top_p=0.0 must be in (0, 1]"),
-    (["generate", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated integers"),
-    (["generate", "--prompt-ids", "1,999999"], "token id 999999 outside the vocabulary [0, 512)"),
-    (["generate", "--prompt-ids", "1", "--prompt-ids", "2", "--batch", "2"], "--batch N repeats one prompt"),
-    (["generate", "--model", "/nonexistent/m"], "/nonexistent/m/config.json: no config.json"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--model", str(Path(__file__).parent), "--prompt", "hello"], "--prompt needs a tokenizer in"),
+        (["generate", "--temperature", "-1"], "request 0: SamplingParams.temperature=-1.0 must be >= 0"),
+        (["generate", "--top-p", "0"], "request 0: SamplingParams.top_p=0.0 must be in (0, 1]"),
+        (["generate", "--prompt-ids", "1,x"], "--prompt-ids '1,x': expected comma-separated integers"),
+        (["generate", "--prompt-ids", "1,999999"], "token id 999999 outside the vocabulary [0, 512)"),
+        (["generate", "--prompt-ids", "1", "--prompt-ids", "2", "--batch", "2"], "--batch N repeats one prompt"),
+        (["generate", "--model", "/nonexistent/m"], "/nonexistent/m/config.json: no config.json"),
+    ],
+)
 def test_bad_input_is_a_usage_error(capsys, argv: list[str], message: str) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [[], ["generate"], ["gate"], ["gate", "tokens"], ["gate", "neartie"],
-                                  ["gate", "distributional"], ["gate", "regen"], ["gate", "goldens"], ["bench"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["generate"],
+        ["gate"],
+        ["gate", "tokens"],
+        ["gate", "neartie"],
+        ["gate", "distributional"],
+        ["gate", "regen"],
+        ["gate", "goldens"],
+        ["bench"],
+    ],
+)
 def test_help_everywhere(capsys, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--help"])
@@ -63,12 +96,15 @@ def test_help_everywhere(capsys, argv: list[str]) -> None:
     assert "usage: python -m engine" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, module, rest", [
-    (["gate", "kernels", "--help"], "engine.gates.kernels", ["--help"]),
-    (["gate", "kernels", "--case", "norm"], "engine.gates.kernels", ["--case", "norm"]),
-    (["bench", "ab", "--reps", "3"], "engine.bench.ab", ["--reps", "3"]),
-    (["gate", "bench", "bandwidth"], "engine.bench.bandwidth", []),
-])
+@pytest.mark.parametrize(
+    "argv, module, rest",
+    [
+        (["gate", "kernels", "--help"], "engine.gates.kernels", ["--help"]),
+        (["gate", "kernels", "--case", "norm"], "engine.gates.kernels", ["--case", "norm"]),
+        (["bench", "ab", "--reps", "3"], "engine.bench.ab", ["--reps", "3"]),
+        (["gate", "bench", "bandwidth"], "engine.bench.bandwidth", []),
+    ],
+)
 def test_kernels_and_bench_are_imported_lazily_and_get_argv(monkeypatch, argv, module, rest) -> None:
     seen: list[list[str]] = []
     fake = types.ModuleType(module)
@@ -128,8 +164,25 @@ def test_gate_goldens_fails_when_every_golden_is_skipped(capsys, monkeypatch) ->
 
 
 def test_text_in_and_out_with_sampling_flags(capsys) -> None:
-    argv = ["generate", "--prompt", "Hello, world!", "--prompt", "Once upon a time", "--temperature", "0.8",
-            "--top-k", "50", "--top-p", "0.9", "--seed", "7", "--max-tokens", "6", "--ignore-eos", "--json"]
+    argv = [
+        "generate",
+        "--prompt",
+        "Hello, world!",
+        "--prompt",
+        "Once upon a time",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "50",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "7",
+        "--max-tokens",
+        "6",
+        "--ignore-eos",
+        "--json",
+    ]
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)
     assert [len(t) for t in first["tokens"]] == [6, 6] and all(isinstance(t, str) for t in first["texts"])

@@ -1,5 +1,6 @@
 """With VT_ATTN_SPLITKV=1 the decode step is captured as a CUDA graph (no fallback) and replays the same
 tokens as the eager step (GPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,10 +28,22 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
     # the tiled arm takes precedence where it is compiled
     split = FlagSnapshot.from_env().with_(VT_ATTN_TILED=False, VT_ATTN_SPLITKV=True)
-    eager = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN,
-                   flags=split.with_(VT_EAGER=True))
-    graph = Runner(model, dtype=torch.bfloat16, device="cuda", max_batch=4, max_model_len=MAX_MODEL_LEN,
-                   flags=split.with_(VT_EAGER=False))
+    eager = Runner(
+        model,
+        dtype=torch.bfloat16,
+        device="cuda",
+        max_batch=4,
+        max_model_len=MAX_MODEL_LEN,
+        flags=split.with_(VT_EAGER=True),
+    )
+    graph = Runner(
+        model,
+        dtype=torch.bfloat16,
+        device="cuda",
+        max_batch=4,
+        max_model_len=MAX_MODEL_LEN,
+        flags=split.with_(VT_EAGER=False),
+    )
     prompts = default_prompts(211, 17, LENS)
     got = graph.generate(prompts, 10).tokens
     # fails while split-KV reads context_lens on the host: the capture breaks and the runner goes eager

@@ -1,4 +1,5 @@
 """The kernel table: snapshots, arm choice, selection counters, and the gate's report of them (CPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -85,8 +86,17 @@ def test_a_runner_passes_its_snapshot_down_and_every_op_is_counted(tiny_model_di
     runner.generate([[1, 2, 3]], 3)
     ran = kernels.counts().ran
     assert runner.flags is REFERENCE
-    for op in ("embedding", "linear", "rms_norm", "qk_norm_rope", "store_kv", "prefill_attention",
-               "paged_decode_attention", "silu_and_mul", "greedy_argmax"):
+    for op in (
+        "embedding",
+        "linear",
+        "rms_norm",
+        "qk_norm_rope",
+        "store_kv",
+        "prefill_attention",
+        "paged_decode_attention",
+        "silu_and_mul",
+        "greedy_argmax",
+    ):
         assert ran[(op, "reference")] > 0, op
     assert ran[("paged_decode_attention", "reference")] == 2 * runner.config.num_hidden_layers  # 2 decode steps
 
@@ -98,8 +108,10 @@ def test_a_gate_prints_the_arms_that_ran_and_fails_when_the_arm_under_test_never
     assert report(passed, False, require=["VT_NORM_KERNEL"]) == 1  # a passing gate that never ran the arm
     out = capsys.readouterr().out
     assert "  rms_norm/reference 1" in out.splitlines()
-    assert ("FAIL: no arm gated by VT_NORM_KERNEL ran (0 calls): the gate did not exercise the arm under test"
-            in out.splitlines())
+    assert (
+        "FAIL: no arm gated by VT_NORM_KERNEL ran (0 calls): the gate did not exercise the arm under test"
+        in out.splitlines()
+    )
     kernels.COUNTS.ran[("rms_norm", "cuda")] += 1  # as a GPU run counts it
     assert report(passed, False, require=["VT_NORM_KERNEL"]) == 0
     assert "  rms_norm/cuda 1 [VT_NORM_KERNEL]" in capsys.readouterr().out.splitlines()
@@ -139,9 +151,11 @@ def test_a_quantized_linear_runs_its_methods_op_of_the_table() -> None:
 
     g = torch.Generator().manual_seed(0)
     n, k = 16, 32
-    w = {"packed": torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
-         "block_scales": torch.rand(n, k // 16, generator=g).to(torch.float8_e4m3fn),
-         "global_scale": torch.tensor(0.5)}
+    w = {
+        "packed": torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
+        "block_scales": torch.rand(n, k // 16, generator=g).to(torch.float8_e4m3fn),
+        "global_scale": torch.tensor(0.5),
+    }
     x = torch.randn(3, k, generator=g)
     got = kernels.quantized_linear(FlagSnapshot.defaults(), x, "nvfp4", w)
     assert torch.equal(got, quant.nvfp4_linear(x, w["packed"], w["block_scales"], w["global_scale"]))
@@ -154,8 +168,13 @@ def test_the_serving_sampler_runs_the_tables_ops() -> None:
     from engine.sampler import Mode, sample
 
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
-    cols = (torch.tensor([0.0, 1.0, 0.7]), torch.tensor([-1, 5, -1]), torch.tensor([1.0, 1.0, 0.9]),
-            torch.arange(3), torch.zeros(3, dtype=torch.int64))
+    cols = (
+        torch.tensor([0.0, 1.0, 0.7]),
+        torch.tensor([-1, 5, -1]),
+        torch.tensor([1.0, 1.0, 0.9]),
+        torch.arange(3),
+        torch.zeros(3, dtype=torch.int64),
+    )
     out = sample(FlagSnapshot.defaults(), logits, *cols, Mode.FILTERED)
     assert int(out[0]) == int(logits[0].argmax())  # temperature 0: greedy
     assert kernels.counts().ran == {("greedy_argmax", "reference"): 1, ("sample_rows", "reference"): 1}

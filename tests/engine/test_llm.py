@@ -1,4 +1,5 @@
 """engine.LLM: scheduled requests give the tokens of solo greedy runs; stops, seeds, text, preemption, prefix cache."""
+
 from __future__ import annotations
 
 import json
@@ -49,9 +50,11 @@ def test_a_stop_token_ends_the_request_with_stop(solo: Runner) -> None:
     plain = solo_tokens(solo, prompt, 12)
     i = next(i for i in range(2, 12) if plain[i] not in plain[:i])
     llm = LLM(max_model_len=128)
-    out = llm.generate([prompt, prompt], [SamplingParams(max_tokens=12, stop_token_ids=[plain[i]], **GREEDY),
-                                          SamplingParams(max_tokens=12, **GREEDY)])
-    assert (out[0].token_ids, out[0].finish_reason) == (plain[:i + 1], "stop")  # the stop token is kept
+    out = llm.generate(
+        [prompt, prompt],
+        [SamplingParams(max_tokens=12, stop_token_ids=[plain[i]], **GREEDY), SamplingParams(max_tokens=12, **GREEDY)],
+    )
+    assert (out[0].token_ids, out[0].finish_reason) == (plain[: i + 1], "stop")  # the stop token is kept
     assert (out[1].token_ids, out[1].finish_reason) == (plain, "length")
 
 
@@ -65,9 +68,11 @@ def test_the_generation_configs_eos_ends_a_request_unless_ignored(solo: Runner, 
     (model / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": [7, plain[i]]}))
     llm = LLM(model, max_model_len=128)
     assert llm.eos_token_ids == {7, plain[i]}
-    stop, past = llm.generate([prompt, prompt], [SamplingParams(temperature=0, max_tokens=12),
-                                                 SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)])
-    assert (stop.token_ids, stop.finish_reason) == (plain[:i + 1], "stop")
+    stop, past = llm.generate(
+        [prompt, prompt],
+        [SamplingParams(temperature=0, max_tokens=12), SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)],
+    )
+    assert (stop.token_ids, stop.finish_reason) == (plain[: i + 1], "stop")
     assert (past.token_ids, past.finish_reason) == (plain, "length")
 
 
@@ -87,20 +92,33 @@ def test_a_seed_reproduces_its_sample_whatever_runs_beside_it() -> None:
     request = SamplingParams(temperature=1.0, top_p=0.95, seed=1234, max_tokens=12, ignore_eos=True)
     alone = LLM(max_model_len=128).generate([prompt], request)[0].token_ids
     others = random_prompts(4, 6)
-    beside = LLM(max_model_len=128, max_num_seqs=2).generate(
-        [*others[:2], prompt, *others[2:]],
-        [SamplingParams(temperature=0.5, seed=1), SamplingParams(temperature=0), request,
-         SamplingParams(top_k=3), SamplingParams(temperature=1.5, top_p=0.5)])[2].token_ids
+    beside = (
+        LLM(max_model_len=128, max_num_seqs=2)
+        .generate(
+            [*others[:2], prompt, *others[2:]],
+            [
+                SamplingParams(temperature=0.5, seed=1),
+                SamplingParams(temperature=0),
+                request,
+                SamplingParams(top_k=3),
+                SamplingParams(temperature=1.5, top_p=0.5),
+            ],
+        )[2]
+        .token_ids
+    )
     assert beside == alone
-    reseeded = LLM(max_model_len=128).generate([prompt, prompt], [
-        SamplingParams(temperature=1.0, top_p=0.95, seed=s, max_tokens=12, ignore_eos=True) for s in (1235, 99)])
+    reseeded = LLM(max_model_len=128).generate(
+        [prompt, prompt],
+        [SamplingParams(temperature=1.0, top_p=0.95, seed=s, max_tokens=12, ignore_eos=True) for s in (1235, 99)],
+    )
     assert all(o.token_ids != alone for o in reseeded) and reseeded[0].token_ids != reseeded[1].token_ids
 
 
 def test_temperature_zero_with_filters_is_the_greedy_run(solo: Runner) -> None:
     prompts = random_prompts(3, 7)
-    outs = LLM(max_model_len=128).generate(prompts, SamplingParams(temperature=0, top_k=3, top_p=0.5,
-                                                                   max_tokens=10, ignore_eos=True))
+    outs = LLM(max_model_len=128).generate(
+        prompts, SamplingParams(temperature=0, top_k=3, top_p=0.5, max_tokens=10, ignore_eos=True)
+    )
     assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 10) for p in prompts]
 
 
@@ -168,18 +186,21 @@ def test_prefix_caching_computes_a_shared_prefix_once(solo: Runner) -> None:
     llm.runner.blocks.check_empty()
 
 
-@pytest.mark.parametrize("prompt, params, message", [
-    ([], SamplingParams(), "request 1: prompt is empty"),
-    ([1, 512], SamplingParams(), r"request 1: prompt token id 512 outside the vocabulary \[0, 512\)"),
-    ([1] * 64, SamplingParams(), "request 1: prompt of 64 tokens leaves no room in max_model_len=64"),
-    ([1], SamplingParams(temperature=-0.5), r"request 1: SamplingParams.temperature=-0.5 must be >= 0"),
-    ([1], SamplingParams(top_p=0.0), r"request 1: SamplingParams.top_p=0.0 must be in \(0, 1\]"),
-    ([1], SamplingParams(top_p=1.5), r"request 1: SamplingParams.top_p=1.5 must be in \(0, 1\]"),
-    ([1], SamplingParams(max_tokens=0), "request 1: SamplingParams.max_tokens=0 must be at least 1"),
-    ([1], SamplingParams(top_k=-2), "request 1: SamplingParams.top_k=-2"),
-    ([1], SamplingParams(stop_token_ids=[600]), "request 1: SamplingParams.stop_token_ids has 600"),
-    ("text", None, None),  # a good text prompt: the control
-])
+@pytest.mark.parametrize(
+    "prompt, params, message",
+    [
+        ([], SamplingParams(), "request 1: prompt is empty"),
+        ([1, 512], SamplingParams(), r"request 1: prompt token id 512 outside the vocabulary \[0, 512\)"),
+        ([1] * 64, SamplingParams(), "request 1: prompt of 64 tokens leaves no room in max_model_len=64"),
+        ([1], SamplingParams(temperature=-0.5), r"request 1: SamplingParams.temperature=-0.5 must be >= 0"),
+        ([1], SamplingParams(top_p=0.0), r"request 1: SamplingParams.top_p=0.0 must be in \(0, 1\]"),
+        ([1], SamplingParams(top_p=1.5), r"request 1: SamplingParams.top_p=1.5 must be in \(0, 1\]"),
+        ([1], SamplingParams(max_tokens=0), "request 1: SamplingParams.max_tokens=0 must be at least 1"),
+        ([1], SamplingParams(top_k=-2), "request 1: SamplingParams.top_k=-2"),
+        ([1], SamplingParams(stop_token_ids=[600]), "request 1: SamplingParams.stop_token_ids has 600"),
+        ("text", None, None),  # a good text prompt: the control
+    ],
+)
 def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: Runner, prompt, params, message) -> None:
     llm = LLM(max_model_len=64)
     good = [3, 4, 5]
@@ -187,8 +208,10 @@ def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: Runner, p
         assert len(llm.generate([good, prompt], SamplingParams(max_tokens=2))) == 2
         return
     with pytest.raises(ValueError, match=message):
-        llm.generate([good, prompt, good], [SamplingParams(max_tokens=4, **GREEDY), params,
-                                            SamplingParams(max_tokens=4, **GREEDY)])
+        llm.generate(
+            [good, prompt, good],
+            [SamplingParams(max_tokens=4, **GREEDY), params, SamplingParams(max_tokens=4, **GREEDY)],
+        )
     assert not llm.has_unfinished_requests()  # nothing was queued
     # through add_request the bad one is refused and the others run to completion
     llm.add_request(good, SamplingParams(max_tokens=4, **GREEDY))
@@ -205,8 +228,11 @@ def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: Runner, p
 
 def test_a_request_needing_more_blocks_than_the_cache_is_refused() -> None:
     llm = LLM(max_model_len=64, num_blocks=2, block_size=8)
-    with pytest.raises(ValueError, match=r"request 0: prompt \+ max_tokens need 3 KV blocks, the cache has "
-                                         r"num_blocks=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"request 0: prompt \+ max_tokens need 3 KV blocks, the cache has "
+        r"num_blocks=2",
+    ):
         llm.generate([[1] * 10], SamplingParams(max_tokens=10))
     assert len(llm.generate([[1] * 10], SamplingParams(max_tokens=6))[0].token_ids) <= 6
 
@@ -233,18 +259,24 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the captured decode step needs one")
     prompts = random_prompts(6, 11)
-    params = [SamplingParams(temperature=t, top_k=k, top_p=p, seed=s, max_tokens=24, ignore_eos=True)
-              for t, k, p, s in [(0, -1, 1, 0), (0.8, -1, 1, 1), (1.0, 5, 1, 2), (0.7, -1, 0.9, 3), (1.2, 20, 0.8, 4),
-                                 (0.0, 3, 0.5, 5)]]
+    params = [
+        SamplingParams(temperature=t, top_k=k, top_p=p, seed=s, max_tokens=24, ignore_eos=True)
+        for t, k, p, s in [
+            (0, -1, 1, 0),
+            (0.8, -1, 1, 1),
+            (1.0, 5, 1, 2),
+            (0.7, -1, 0.9, 3),
+            (1.2, 20, 0.8, 4),
+            (0.0, 3, 0.5, 5),
+        ]
+    ]
     # no prefix cache: a second run's prefill must take the same shapes as the first's
-    llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64,
-              enable_prefix_caching=False)
+    llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64, enable_prefix_caching=False)
     first = [o.token_ids for o in llm.generate(prompts, params)]
     assert llm.runner.use_graph, "the sampling decode step fell back to eager: an op in it is not capturable"
     assert Mode.FILTERED in {mode for _, mode in llm.runner._sample_graphs}
     assert [o.token_ids for o in llm.generate(prompts, params)] == first  # replay is deterministic
-    eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64,
-              enable_prefix_caching=False)
+    eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64, enable_prefix_caching=False)
     eager.runner.use_graph = False
     assert [o.token_ids for o in eager.generate(prompts, params)] == first  # the graph samples what eager does
     # the greedy row equals Runner.generate's over the same batch (the same padded GEMM shapes)

@@ -1,4 +1,5 @@
 """The runner: batched prefill and decode equal one-at-a-time runs, a separable decode step, request checks, graphs."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,14 +52,17 @@ def test_decode_step_is_separable_from_the_loop(runner: Runner) -> None:
     assert [list(t) for t in zip(*steps)] == expected
 
 
-@pytest.mark.parametrize("prompts, new, message", [
-    ([], 4, "no prompts given"),
-    ([[1]] * 6, 4, "6 prompts exceed max_batch=5"),
-    ([[1], []], 4, "prompt 1 is empty"),
-    ([[1, 512]], 4, "prompt 0: token id 512 outside the vocabulary [0, 512)"),
-    ([[1] * 40], 9, "prompt 0: 40 tokens + 9 new exceed max_model_len=48"),
-    ([[1]], 0, "max_new_tokens=0 must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "prompts, new, message",
+    [
+        ([], 4, "no prompts given"),
+        ([[1]] * 6, 4, "6 prompts exceed max_batch=5"),
+        ([[1], []], 4, "prompt 1 is empty"),
+        ([[1, 512]], 4, "prompt 0: token id 512 outside the vocabulary [0, 512)"),
+        ([[1] * 40], 9, "prompt 0: 40 tokens + 9 new exceed max_model_len=48"),
+        ([[1]], 0, "max_new_tokens=0 must be at least 1"),
+    ],
+)
 def test_bad_requests_are_named(runner: Runner, prompts, new: int, message: str) -> None:
     with pytest.raises(ValueError) as err:
         runner.generate(prompts, new)
@@ -113,5 +117,7 @@ def test_running_out_of_blocks_in_allocation_leaks_nothing(tiny_model_dir) -> No
     with pytest.raises(OutOfBlocksError, match="sequence 1 needs 2 blocks for 20 tokens, 1 of 3 free"):
         small.generate(prompts, 4)
     assert small.blocks.num_free == 3 and not small.blocks.tables  # the first prompt's blocks came back
-    assert small.generate(prompts[:1], 4).tokens == Runner(tiny_model_dir, max_batch=1, max_model_len=48).generate(
-        prompts[:1], 4).tokens
+    assert (
+        small.generate(prompts[:1], 4).tokens
+        == Runner(tiny_model_dir, max_batch=1, max_model_len=48).generate(prompts[:1], 4).tokens
+    )

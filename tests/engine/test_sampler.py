@@ -1,4 +1,5 @@
 """The in-step sampler: its draws follow the reference distribution, per-request seeds, exact greedy at T=0."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,16 @@ def chi_square_p(tokens: torch.Tensor, probs: torch.Tensor) -> float:
 def draw(t: float, k: int, p: float, n: int = DRAWS, logits: torch.Tensor = LOGITS) -> torch.Tensor:
     """n draws: one row per seed, all with the same logits."""
     rows = logits[None].expand(n, VOCAB)
-    return sample(SNAP, rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p),
-                  torch.arange(n, dtype=torch.int64) * 7919 + 11, torch.zeros(n, dtype=torch.int64), Mode.FILTERED)
+    return sample(
+        SNAP,
+        rows,
+        torch.full((n,), t),
+        torch.full((n,), k),
+        torch.full((n,), p),
+        torch.arange(n, dtype=torch.int64) * 7919 + 11,
+        torch.zeros(n, dtype=torch.int64),
+        Mode.FILTERED,
+    )
 
 
 @pytest.mark.parametrize("t, k, p", [(1.0, -1, 1.0), (0.7, -1, 1.0), (1.3, 3, 1.0), (1.0, -1, 0.8), (0.9, 5, 0.6)])
@@ -51,12 +60,15 @@ def test_draws_follow_the_reference_distribution(t: float, k: int, p: float) -> 
     assert chi_square_p(ref, probs) > P_FLOOR
 
 
-@pytest.mark.parametrize("wrong, right, drawn", [
-    ("temperature ignored", (0.7, 3, 1.0), (1.0, 3, 1.0)),
-    ("top-k off by one", (1.0, 3, 1.0), (1.0, 4, 1.0)),
-    ("top-p ignored", (1.0, -1, 0.8), (1.0, -1, 1.0)),
-    ("temperature 10% off", (1.0, -1, 1.0), (1.1, -1, 1.0)),
-])
+@pytest.mark.parametrize(
+    "wrong, right, drawn",
+    [
+        ("temperature ignored", (0.7, 3, 1.0), (1.0, 3, 1.0)),
+        ("top-k off by one", (1.0, 3, 1.0), (1.0, 4, 1.0)),
+        ("top-p ignored", (1.0, -1, 0.8), (1.0, -1, 1.0)),
+        ("temperature 10% off", (1.0, -1, 1.0), (1.1, -1, 1.0)),
+    ],
+)
 def test_the_chi_square_test_catches_a_wrong_distribution(wrong: str, right: tuple, drawn: tuple) -> None:
     assert chi_square_p(draw(*drawn), reference_probs(LOGITS, *right)) < P_FLOOR, wrong
 
@@ -68,7 +80,9 @@ def test_temperature_zero_is_exactly_greedy() -> None:
     n = logits.shape[0]
     temps = torch.where(torch.arange(n) % 2 == 0, 0.0, 1.0)  # greedy rows beside sampling rows
     for k, p in [(5, 0.5), (-1, 1.0)]:  # a greedy row ignores its top-k and top-p
-        got = sample(SNAP, logits, temps, torch.full((n,), k), torch.full((n,), p), torch.arange(n), torch.zeros(n).long())
+        got = sample(
+            SNAP, logits, temps, torch.full((n,), k), torch.full((n,), p), torch.arange(n), torch.zeros(n).long()
+        )
         assert torch.equal(got[::2], torch.argmax(logits, dim=-1)[::2])
         assert int(got[4]) == 3
     assert not torch.equal(got[1::2], torch.argmax(logits, dim=-1)[1::2])  # the sampling rows do sample
@@ -77,21 +91,54 @@ def test_temperature_zero_is_exactly_greedy() -> None:
 def test_a_seed_gives_the_same_token_whatever_is_beside_it() -> None:
     gen = torch.Generator().manual_seed(1)
     row = torch.randn(VOCAB * 8, generator=gen)
-    alone = [int(sample(SNAP, row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
-                        torch.tensor([seed]), torch.tensor([step]), Mode.RANDOM)) for seed, step in
-             [(42, 0), (42, 1), (43, 0)]]
+    alone = [
+        int(
+            sample(
+                SNAP,
+                row[None],
+                torch.tensor([1.0]),
+                torch.tensor([-1]),
+                torch.tensor([1.0]),
+                torch.tensor([seed]),
+                torch.tensor([step]),
+                Mode.RANDOM,
+            )
+        )
+        for seed, step in [(42, 0), (42, 1), (43, 0)]
+    ]
     others = torch.randn(5, VOCAB * 8, generator=gen)
     batch = torch.cat([others[:2], row[None], others[2:]])  # the same request at row 2 of 6
     temps = torch.tensor([0.0, 0.5, 1.0, 1.5, 1.0, 1.0])
     for (seed, step), want in zip([(42, 0), (42, 1), (43, 0)], alone):
         seeds = torch.tensor([1, 2, seed, 4, 5, 6])
         steps = torch.tensor([9, 9, step, 9, 9, 9])
-        got = sample(SNAP, batch, temps, torch.tensor([-1, 3, -1, -1, 2, -1]), torch.tensor([1.0, 1, 1, 0.5, 1, 1]),
-                     seeds, steps, Mode.FILTERED)
+        got = sample(
+            SNAP,
+            batch,
+            temps,
+            torch.tensor([-1, 3, -1, -1, 2, -1]),
+            torch.tensor([1.0, 1, 1, 0.5, 1, 1]),
+            seeds,
+            steps,
+            Mode.FILTERED,
+        )
         assert int(got[2]) == want
     # another seed, or the next token of the same request, draws from a fresh stream
-    many = [int(sample(SNAP, row[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0]),
-                       torch.tensor([s]), torch.tensor([0]), Mode.RANDOM)) for s in range(40)]
+    many = [
+        int(
+            sample(
+                SNAP,
+                row[None],
+                torch.tensor([1.0]),
+                torch.tensor([-1]),
+                torch.tensor([1.0]),
+                torch.tensor([s]),
+                torch.tensor([0]),
+                Mode.RANDOM,
+            )
+        )
+        for s in range(40)
+    ]
     assert len(set(many)) > 10
 
 
@@ -128,8 +175,13 @@ def test_sampling_replays_in_a_cuda_graph_with_the_eager_tokens() -> None:
     n, vocab = 8, 4096
     logits = torch.randn(n, vocab, device=dev, dtype=torch.bfloat16)
     inputs = SamplingInputs(n, dev)
-    inputs.fill([0.0, 0.7, 1.0, 1.2, 0.9, 1.0, 0.5, 1.0], [-1, 5, -1, 50, -1, 2, -1, -1],
-                [1.0, 1.0, 0.9, 0.8, 1.0, 1.0, 0.3, 1.0], list(range(n)), [0] * n)
+    inputs.fill(
+        [0.0, 0.7, 1.0, 1.2, 0.9, 1.0, 0.5, 1.0],
+        [-1, 5, -1, 50, -1, 2, -1, -1],
+        [1.0, 1.0, 0.9, 0.8, 1.0, 1.0, 0.3, 1.0],
+        list(range(n)),
+        [0] * n,
+    )
     buf = inputs.upload()
     eager = sample(SNAP, logits, mode=Mode.FILTERED, **buf).clone()
     stream = torch.cuda.Stream()

@@ -1,4 +1,5 @@
 """The scheduler without a model: budgets, chunking, admission, preemption order, and no leaked block on any path."""
+
 from __future__ import annotations
 
 import random
@@ -12,8 +13,14 @@ from engine.sequence import Sequence, Status
 
 
 def seq(sid: int, prompt_len: int, max_tokens: int, **kw: object) -> Sequence:
-    return Sequence(sid, sid, list(range(100 + sid, 100 + sid + prompt_len)), prompt_len,
-                    SamplingParams(max_tokens=max_tokens, **kw), seed=sid)  # type: ignore[arg-type]
+    return Sequence(
+        sid,
+        sid,
+        list(range(100 + sid, 100 + sid + prompt_len)),
+        prompt_len,
+        SamplingParams(max_tokens=max_tokens, **kw),
+        seed=sid,
+    )  # type: ignore[arg-type]
 
 
 def fake_token(s: Sequence) -> int:

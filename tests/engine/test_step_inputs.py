@@ -1,4 +1,5 @@
 """The decode step's packed input buffers: what the device views hold after a fill, padding included."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,11 @@ def test_fill_writes_every_input_and_pads_the_rest() -> None:
     assert v["slot_mapping"].tolist() == [37, 141, -1, -1]  # padded rows store nothing
     assert v["context_lens"].tolist() == [6, 71, 1, 1]
     assert v["block_tables"].tolist() == [[2, 0, 0], [9, 4, 6], [0, 0, 0], [0, 0, 0]]
-    assert (v["input_ids"].dtype, v["context_lens"].dtype, v["block_tables"].dtype) == (torch.int64, torch.int32,
-                                                                                        torch.int32)
+    assert (v["input_ids"].dtype, v["context_lens"].dtype, v["block_tables"].dtype) == (
+        torch.int64,
+        torch.int32,
+        torch.int32,
+    )
 
 
 def test_a_refill_leaves_nothing_of_the_previous_step() -> None:
@@ -27,7 +31,10 @@ def test_a_refill_leaves_nothing_of_the_previous_step() -> None:
     v = s.upload()
     assert v["block_tables"].tolist() == [[16, 0, 0], [0, 0, 0]]
     assert (v["input_ids"].tolist(), v["slot_mapping"].tolist(), v["context_lens"].tolist()) == (
-        [13, 0], [15, -1], [15, 1])
+        [13, 0],
+        [15, -1],
+        [15, 1],
+    )
 
 
 def test_the_device_views_are_fixed_tensors() -> None:
@@ -38,11 +45,14 @@ def test_the_device_views_are_fixed_tensors() -> None:
     assert {k: t.data_ptr() for k, t in s.upload().items()} == before
 
 
-@pytest.mark.parametrize("args, message", [
-    (([1, 2], [0], [0, 1], [[0], [0]]), "2 tokens, 1 positions"),
-    (([1, 2, 3], [0, 0, 0], [0, 1, 2], [[0], [0], [0]]), "for a padded batch of 2"),
-    (([1], [0], [0], [[0, 1, 2]]), "row 0 has 3 blocks, the table holds 2"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (([1, 2], [0], [0, 1], [[0], [0]]), "2 tokens, 1 positions"),
+        (([1, 2, 3], [0, 0, 0], [0, 1, 2], [[0], [0], [0]]), "for a padded batch of 2"),
+        (([1], [0], [0], [[0, 1, 2]]), "row 0 has 3 blocks, the table holds 2"),
+    ],
+)
 def test_bad_fills_are_named(args, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         StepInputs(2, 2, torch.device("cpu")).fill(*args)

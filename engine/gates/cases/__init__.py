@@ -1,4 +1,5 @@
 """Kernel numerics cases: each family's module here exposes `CASES: list[KernelCase]`; `discover()` gathers them."""
+
 from __future__ import annotations
 
 import importlib

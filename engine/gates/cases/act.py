@@ -1,4 +1,5 @@
 """Numerics cases for SiLU-and-mul (engine/cuda/act.cu) against engine.ops.act."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -27,7 +28,19 @@ def ref_act(x: Inputs) -> torch.Tensor:
     return ref.silu_and_mul(x["x"])
 
 
-CASES = [KernelCase(f"act/silu_and_mul/{dt}/{rows}x{inter}", "silu_and_mul", "VT_ACT_KERNEL", dtype,
-                    partial(act_inputs, dtype=dtype, rows=rows, inter=inter), run_act, ref_act, "exact", "KERNEL-ACT",
-                    ("small",) if (rows, inter) == SMALL else ())
-         for dt, dtype in DTYPES.items() for rows, inter in SHAPES]
+CASES = [
+    KernelCase(
+        f"act/silu_and_mul/{dt}/{rows}x{inter}",
+        "silu_and_mul",
+        "VT_ACT_KERNEL",
+        dtype,
+        partial(act_inputs, dtype=dtype, rows=rows, inter=inter),
+        run_act,
+        ref_act,
+        "exact",
+        "KERNEL-ACT",
+        ("small",) if (rows, inter) == SMALL else (),
+    )
+    for dt, dtype in DTYPES.items()
+    for rows, inter in SHAPES
+]

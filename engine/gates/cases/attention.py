@@ -1,4 +1,5 @@
 """Numerics cases for the paged KV store, the paged decode attention arms (generic, warp, GQA, tiled) and split-KV."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,17 @@ NUM_KV_HEADS = 2
 FORCED_SPLITS = 7  # more splits than some contexts have blocks: empty splits must weigh zero
 
 
-def paged_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, ctx: int, d: int, group: int,
-                 block_size: int, window: int | None) -> Inputs:
+def paged_inputs(
+    seed: int,
+    device: torch.device,
+    *,
+    dtype: torch.dtype,
+    ctx: int,
+    d: int,
+    group: int,
+    block_size: int,
+    window: int | None,
+) -> Inputs:
     """Batch of 3 (lengths ctx, ~ctx/3, ~2ctx/3) over shuffled blocks of a random cache; made on the CPU."""
     g = torch.Generator().manual_seed(seed)
     lens = [ctx, max(1, ctx // 3), max(1, (2 * ctx) // 3)]
@@ -31,7 +41,7 @@ def paged_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, ctx: in
     tables = torch.randint(0, num_blocks, (len(lens), max_blocks), generator=g, dtype=torch.int32)
     start = 0
     for b, n in enumerate(need):
-        tables[b, :n] = perm[start:start + n].to(torch.int32)
+        tables[b, :n] = perm[start : start + n].to(torch.int32)
         start += n
     shape = (num_blocks, block_size, NUM_KV_HEADS, d)
     return {
@@ -116,20 +126,34 @@ def supported(arm: str, d: int, group: int) -> bool:
     return d in (64, 128, 256) and group in (1, 2, 4, 8)
 
 
-def attn_case(arm: str, dt: str, d: int, group: int, bs: int, ctx: int, window: int | None = None,
-              splits: int | None = None, tags: tuple[str, ...] = ()) -> KernelCase:
+def attn_case(
+    arm: str,
+    dt: str,
+    d: int,
+    group: int,
+    bs: int,
+    ctx: int,
+    window: int | None = None,
+    splits: int | None = None,
+    tags: tuple[str, ...] = (),
+) -> KernelCase:
     flag, row = ARMS[arm]
     if arm == "warp" and d == 128:
         flag = "VT_ATTN_DECODE_D128"
-    name = f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}" + (f"/w{window}" if window else "") + \
-        (f"/s{splits}" if splits else "")
+    name = (
+        f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}"
+        + (f"/w{window}" if window else "")
+        + (f"/s{splits}" if splits else "")
+    )
     dtype = (TILED_DTYPES if arm.startswith("tiled") else DTYPES)[dt]
     make = partial(paged_inputs, dtype=dtype, ctx=ctx, d=d, group=group, block_size=bs, window=window)
     if arm == "tiled":
         kernel, reference = partial(run_tiled, splits), ref_eager
     elif arm.startswith("splitkv"):
-        kernel, reference = partial(run_splitkv, arm == "splitkv_swap", splits), \
-            partial(ref_splitkv, arm == "splitkv_swap", splits)
+        kernel, reference = (
+            partial(run_splitkv, arm == "splitkv_swap", splits),
+            partial(ref_splitkv, arm == "splitkv_swap", splits),
+        )
     else:
         kernel, reference = partial(run_arm, arm), ref_eager
     return KernelCase(name, arm, flag, dtype, make, kernel, reference, dt, row, tags)
@@ -141,11 +165,13 @@ def kv_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, d: int, bs
     slots = torch.randperm(num_blocks * bs, generator=g)[:tokens]
     slots[torch.randperm(tokens, generator=g)[:5]] = -1  # padding tokens
     cache = (num_blocks, bs, NUM_KV_HEADS, d)
-    return {"k": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
-            "v": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
-            "k_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
-            "v_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
-            "slots": slots.to(device)}
+    return {
+        "k": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
+        "v": torch.randn(tokens, NUM_KV_HEADS, d, generator=g).to(dtype).to(device),
+        "k_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
+        "v_cache": torch.randn(*cache, generator=g).to(dtype).to(device),
+        "slots": slots.to(device),
+    }
 
 
 def run_kv(x: Inputs) -> torch.Tensor:
@@ -189,12 +215,32 @@ def tiled_fused_cases() -> list[KernelCase]:
     sizes, windows, and split counts of 2, 7 (more than some contexts have tiles: empty splits) and 64."""
     cases = []
 
-    def add(dt: str, d: int, group: int, bs: int, ctx: int, window: int | None = None,
-            splits: int = FORCED_SPLITS, tags: tuple[str, ...] = ()) -> None:
+    def add(
+        dt: str,
+        d: int,
+        group: int,
+        bs: int,
+        ctx: int,
+        window: int | None = None,
+        splits: int = FORCED_SPLITS,
+        tags: tuple[str, ...] = (),
+    ) -> None:
         base = attn_case("tiled_fused", dt, d, group, bs, ctx, window, splits, tags)
-        cases.append(KernelCase(base.name, base.arm, base.flag, base.dtype, base.make,
-                                partial(run_tiled_fused, splits), partial(run_tiled_two_pass, splits),
-                                "exact", base.row, base.tags))
+        cases.append(
+            KernelCase(
+                base.name,
+                base.arm,
+                base.flag,
+                base.dtype,
+                base.make,
+                partial(run_tiled_fused, splits),
+                partial(run_tiled_two_pass, splits),
+                "exact",
+                base.row,
+                base.tags,
+            )
+        )
+
     for dt in TILED_DTYPES:
         for ctx in CONTEXTS + LONG_CONTEXTS:
             add(dt, 128, 4, 32, ctx, tags=("small",) if ctx == 33 else ("long",) if ctx in LONG_CONTEXTS else ())
@@ -208,18 +254,25 @@ def tiled_fused_cases() -> list[KernelCase]:
         for splits in (2, 64):
             add("bf16", 128, 4, 32, ctx, splits=splits)
     for ctx in (33, 1000, 4096):  # and against the reference itself
-        cases.append(KernelCase(f"attn/tiled_fused-vs-ref/bf16/d128/g4/bs32/ctx{ctx}/s{FORCED_SPLITS}", "tiled_fused",
-                                "VT_ATTN_TILED_FUSED", torch.bfloat16,
-                                partial(paged_inputs, dtype=torch.bfloat16, ctx=ctx, d=128, group=4, block_size=32,
-                                        window=None),
-                                partial(run_tiled_fused, FORCED_SPLITS), ref_eager, "bf16", "ENGINE-PERF"))
+        cases.append(
+            KernelCase(
+                f"attn/tiled_fused-vs-ref/bf16/d128/g4/bs32/ctx{ctx}/s{FORCED_SPLITS}",
+                "tiled_fused",
+                "VT_ATTN_TILED_FUSED",
+                torch.bfloat16,
+                partial(paged_inputs, dtype=torch.bfloat16, ctx=ctx, d=128, group=4, block_size=32, window=None),
+                partial(run_tiled_fused, FORCED_SPLITS),
+                ref_eager,
+                "bf16",
+                "ENGINE-PERF",
+            )
+        )
     return cases
 
 
 def build_cases() -> list[KernelCase]:
     cases: list[KernelCase] = []
-    canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4),
-                 "splitkv_swap": (128, 8)}
+    canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4), "splitkv_swap": (128, 8)}
     for arm, (d, group) in canonical.items():  # every context length, both dtypes
         for dt in DTYPES:
             for ctx in CONTEXTS:
@@ -244,18 +297,39 @@ def build_cases() -> list[KernelCase]:
             cases.append(attn_case(arm, "bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS))
         swap = arm == "splitkv_swap"
         make = partial(paged_inputs, dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16, window=None)
-        cases.append(KernelCase(f"attn/{arm}-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}", arm, ARMS[arm][0],
-                                torch.float32, make, partial(run_splitkv_partial, swap), ref_splitkv_partial,
-                                "fp32", "KERNEL-ATTN-SPLITKV"))
+        cases.append(
+            KernelCase(
+                f"attn/{arm}-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}",
+                arm,
+                ARMS[arm][0],
+                torch.float32,
+                make,
+                partial(run_splitkv_partial, swap),
+                ref_splitkv_partial,
+                "fp32",
+                "KERNEL-ATTN-SPLITKV",
+            )
+        )
     cases += tiled_cases()
     cases += tiled_fused_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):
             for bs in (16, 32):
                 make = partial(kv_inputs, dtype=DTYPES[dt], d=d, bs=bs)
-                cases.append(KernelCase(f"kv_store/{dt}/d{d}/bs{bs}", "kv_store", None, DTYPES[dt], make, run_kv,
-                                        ref_kv_store, "exact", "KERNEL-KV-STORE",
-                                        ("small",) if (d, bs) == (128, 16) else ()))
+                cases.append(
+                    KernelCase(
+                        f"kv_store/{dt}/d{d}/bs{bs}",
+                        "kv_store",
+                        None,
+                        DTYPES[dt],
+                        make,
+                        run_kv,
+                        ref_kv_store,
+                        "exact",
+                        "KERNEL-KV-STORE",
+                        ("small",) if (d, bs) == (128, 16) else (),
+                    )
+                )
     return cases
 
 

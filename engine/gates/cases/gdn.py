@@ -1,4 +1,5 @@
 """Numerics cases for the gated delta net decode kernel: the output and the new fp32 state."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -14,8 +15,18 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SHAPES = ((1, 16, 32, 128, 128, True), (3, 2, 4, 128, 128, False), (5, 1, 3, 19, 83, True), (2, 4, 8, 256, 33, False))
 
 
-def decode_inputs(seed: int, device: torch.device, *, batch: int, k_heads: int, heads: int, dk: int, dv: int,
-                  l2norm: bool, dtype: torch.dtype) -> Inputs:
+def decode_inputs(
+    seed: int,
+    device: torch.device,
+    *,
+    batch: int,
+    k_heads: int,
+    heads: int,
+    dk: int,
+    dv: int,
+    l2norm: bool,
+    dtype: torch.dtype,
+) -> Inputs:
     g = torch.Generator().manual_seed(seed)
     return {
         "q": torch.randn(batch, k_heads, dk, generator=g).to(dtype).to(device),
@@ -47,13 +58,33 @@ def _cases() -> list[KernelCase]:
             shape = f"b{b}-kh{kh}-h{h}-dk{dk}-dv{dv}{'-l2' if l2 else ''}"
             make = partial(decode_inputs, batch=b, k_heads=kh, heads=h, dk=dk, dv=dv, l2norm=l2, dtype=dtype)
             tags = ("small",) if i == 2 else ()
-            cases.append(KernelCase(name=f"gdn/decode-out/{dname}/{shape}", arm="decode", flag="VT_GDN_KERNEL",
-                                    dtype=dtype, make=make, kernel=partial(kernel, which=0),
-                                    reference=partial(reference, which=0), tolerance=dname, row="KERNEL-GDN",
-                                    tags=tags))
-            cases.append(KernelCase(name=f"gdn/decode-state/{dname}/{shape}", arm="decode", flag="VT_GDN_KERNEL",
-                                    dtype=torch.float32, make=make, kernel=partial(kernel, which=1),
-                                    reference=partial(reference, which=1), tolerance="fp32", row="KERNEL-GDN"))
+            cases.append(
+                KernelCase(
+                    name=f"gdn/decode-out/{dname}/{shape}",
+                    arm="decode",
+                    flag="VT_GDN_KERNEL",
+                    dtype=dtype,
+                    make=make,
+                    kernel=partial(kernel, which=0),
+                    reference=partial(reference, which=0),
+                    tolerance=dname,
+                    row="KERNEL-GDN",
+                    tags=tags,
+                )
+            )
+            cases.append(
+                KernelCase(
+                    name=f"gdn/decode-state/{dname}/{shape}",
+                    arm="decode",
+                    flag="VT_GDN_KERNEL",
+                    dtype=torch.float32,
+                    make=make,
+                    kernel=partial(kernel, which=1),
+                    reference=partial(reference, which=1),
+                    tolerance="fp32",
+                    row="KERNEL-GDN",
+                )
+            )
     return cases
 
 

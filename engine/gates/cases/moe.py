@@ -1,4 +1,5 @@
 """Numerics cases for the MoE kernels: routing, token-to-expert alignment and the grouped expert GEMMs."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -23,8 +24,9 @@ def distinct_logits(tokens: int, experts: int, g: torch.Generator) -> torch.Tens
     return (torch.stack(rows) - experts // 2).float() / 16
 
 
-def route_inputs(seed: int, device: torch.device, *, tokens: int, experts: int, top_k: int,
-                 dtype: torch.dtype) -> Inputs:
+def route_inputs(
+    seed: int, device: torch.device, *, tokens: int, experts: int, top_k: int, dtype: torch.dtype
+) -> Inputs:
     g = torch.Generator().manual_seed(seed)
     return {"logits": distinct_logits(tokens, experts, g).to(dtype).to(device), "top_k": top_k, "dtype": dtype}
 
@@ -74,15 +76,26 @@ def align_reference(x: Inputs) -> torch.Tensor:
     return torch.cat([rows, owner, offsets]).float()
 
 
-def expert_inputs(seed: int, device: torch.device, *, tokens: int, hidden: int, inter: int, experts: int,
-                  top_k: int, dtype: torch.dtype) -> Inputs:
+def expert_inputs(
+    seed: int,
+    device: torch.device,
+    *,
+    tokens: int,
+    hidden: int,
+    inter: int,
+    experts: int,
+    top_k: int,
+    dtype: torch.dtype,
+) -> Inputs:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, hidden, generator=g)
     gate_up = torch.randn(experts, 2 * inter, hidden, generator=g) / hidden**0.5
     down = torch.randn(experts, hidden, inter, generator=g) / inter**0.5
     w, ids = ref_moe.moe_route(torch.randn(tokens, experts, generator=g), top_k, True, dtype)
-    return {k: v.to(dtype).to(device) if v.is_floating_point() else v.to(device)
-            for k, v in {"x": x, "gate_up": gate_up, "down": down, "weights": w, "ids": ids}.items()}
+    return {
+        k: v.to(dtype).to(device) if v.is_floating_point() else v.to(device)
+        for k, v in {"x": x, "gate_up": gate_up, "down": down, "weights": w, "ids": ids}.items()
+    }
 
 
 def experts_kernel(x: Inputs) -> torch.Tensor:
@@ -98,24 +111,50 @@ def _cases() -> list[KernelCase]:
     for dname, dtype in DTYPES.items():
         for i, (t, e, k) in enumerate(ROUTE_SHAPES):
             for renorm in (False, True):
-                cases.append(KernelCase(
-                    name=f"moe/route/{dname}/t{t}-e{e}-k{k}{'-renorm' if renorm else ''}", arm="route",
-                    flag="VT_MOE_KERNELS", dtype=dtype,
-                    make=partial(route_inputs, tokens=t, experts=e, top_k=k, dtype=dtype),
-                    kernel=partial(route_kernel, renormalize=renorm),
-                    reference=partial(route_reference, renormalize=renorm),
-                    tolerance=dname, row="KERNEL-MOE", tags=("small",) if i == 1 else ()))
+                cases.append(
+                    KernelCase(
+                        name=f"moe/route/{dname}/t{t}-e{e}-k{k}{'-renorm' if renorm else ''}",
+                        arm="route",
+                        flag="VT_MOE_KERNELS",
+                        dtype=dtype,
+                        make=partial(route_inputs, tokens=t, experts=e, top_k=k, dtype=dtype),
+                        kernel=partial(route_kernel, renormalize=renorm),
+                        reference=partial(route_reference, renormalize=renorm),
+                        tolerance=dname,
+                        row="KERNEL-MOE",
+                        tags=("small",) if i == 1 else (),
+                    )
+                )
         for i, (t, h, n, e, k) in enumerate(EXPERT_SHAPES):
-            cases.append(KernelCase(
-                name=f"moe/experts/{dname}/t{t}-h{h}-i{n}-e{e}-k{k}", arm="grouped-gemm", flag="VT_MOE_KERNELS",
-                dtype=dtype, make=partial(expert_inputs, tokens=t, hidden=h, inter=n, experts=e, top_k=k, dtype=dtype),
-                kernel=experts_kernel, reference=experts_reference, tolerance=dname, row="KERNEL-MOE",
-                tags=("small",) if i == 1 else ()))
+            cases.append(
+                KernelCase(
+                    name=f"moe/experts/{dname}/t{t}-h{h}-i{n}-e{e}-k{k}",
+                    arm="grouped-gemm",
+                    flag="VT_MOE_KERNELS",
+                    dtype=dtype,
+                    make=partial(expert_inputs, tokens=t, hidden=h, inter=n, experts=e, top_k=k, dtype=dtype),
+                    kernel=experts_kernel,
+                    reference=experts_reference,
+                    tolerance=dname,
+                    row="KERNEL-MOE",
+                    tags=("small",) if i == 1 else (),
+                )
+            )
     for i, (t, e, k) in enumerate(((7, 5, 2), (83, 128, 8), (300, 19, 3))):
-        cases.append(KernelCase(
-            name=f"moe/align/int32/t{t}-e{e}-k{k}", arm="align", flag="VT_MOE_KERNELS", dtype=torch.float32,
-            make=partial(align_inputs, tokens=t, experts=e, top_k=k), kernel=align_kernel,
-            reference=align_reference, tolerance="exact", row="KERNEL-MOE", tags=("small",) if i == 0 else ()))
+        cases.append(
+            KernelCase(
+                name=f"moe/align/int32/t{t}-e{e}-k{k}",
+                arm="align",
+                flag="VT_MOE_KERNELS",
+                dtype=torch.float32,
+                make=partial(align_inputs, tokens=t, experts=e, top_k=k),
+                kernel=align_kernel,
+                reference=align_reference,
+                tolerance="exact",
+                row="KERNEL-MOE",
+                tags=("small",) if i == 0 else (),
+            )
+        )
     return cases
 
 

@@ -1,4 +1,5 @@
 """Numerics cases for RMSNorm and fused add+RMSNorm (engine/cuda/norm.cu) against engine.ops.norm."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -17,9 +18,11 @@ SMALL = (7, 769)
 
 def norm_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, rows: int, hidden: int) -> Inputs:
     g = torch.Generator().manual_seed(seed)
-    return {"x": (torch.randn(rows, hidden, generator=g) * 2).to(dtype).to(device),
-            "residual": torch.randn(rows, hidden, generator=g).to(dtype).to(device),
-            "weight": (torch.rand(hidden, generator=g) + 0.5).to(dtype).to(device)}
+    return {
+        "x": (torch.randn(rows, hidden, generator=g) * 2).to(dtype).to(device),
+        "residual": torch.randn(rows, hidden, generator=g).to(dtype).to(device),
+        "weight": (torch.rand(hidden, generator=g) + 0.5).to(dtype).to(device),
+    }
 
 
 def run_rms(x: Inputs) -> torch.Tensor:
@@ -44,8 +47,20 @@ def build_cases() -> list[KernelCase]:
         for dt, dtype in DTYPES.items():
             for rows, hidden in SHAPES:
                 make = partial(norm_inputs, dtype=dtype, rows=rows, hidden=hidden)
-                cases.append(KernelCase(f"norm/{arm}/{dt}/{rows}x{hidden}", arm, "VT_NORM_KERNEL", dtype, make, kernel,
-                                        reference, dt, "KERNEL-NORM", ("small",) if (rows, hidden) == SMALL else ()))
+                cases.append(
+                    KernelCase(
+                        f"norm/{arm}/{dt}/{rows}x{hidden}",
+                        arm,
+                        "VT_NORM_KERNEL",
+                        dtype,
+                        make,
+                        kernel,
+                        reference,
+                        dt,
+                        "KERNEL-NORM",
+                        ("small",) if (rows, hidden) == SMALL else (),
+                    )
+                )
     return cases
 
 

@@ -1,4 +1,5 @@
 """Numerics cases for the AWQ, GPTQ and NVFP4 kernels: bit-exact dequant, and the M=1 dequant-GEMVs."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -22,14 +23,17 @@ def _words(g: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randint(-(2**31), 2**31, shape, generator=g, dtype=torch.int64).to(torch.int32)
 
 
-def int4_inputs(seed: int, device: torch.device, *, fmt: str, k: int, n: int, group: int, dtype: torch.dtype
-                ) -> Inputs:
+def int4_inputs(seed: int, device: torch.device, *, fmt: str, k: int, n: int, group: int, dtype: torch.dtype) -> Inputs:
     g = torch.Generator().manual_seed(seed)
     groups = k // group
     packed = _words(g, k, n // 8) if fmt == "awq" else _words(g, k // 8, n)
-    x = {"qweight": packed, "qzeros": _words(g, groups, n // 8),
-         "scales": (torch.rand(groups, n, generator=g) * 0.02 + 1e-3).to(torch.float16),
-         "x": torch.randn(1, k, generator=g).to(dtype), "bias": torch.randn(n, generator=g).to(dtype)}
+    x = {
+        "qweight": packed,
+        "qzeros": _words(g, groups, n // 8),
+        "scales": (torch.rand(groups, n, generator=g) * 0.02 + 1e-3).to(torch.float16),
+        "x": torch.randn(1, k, generator=g).to(dtype),
+        "bias": torch.randn(n, generator=g).to(dtype),
+    }
     if fmt != "awq":  # act order: the rows of each group scattered over K
         x["g_idx"] = (torch.arange(k) // group)[torch.randperm(k, generator=g)].to(torch.int32)
     return {key: v.to(device) for key, v in x.items()}
@@ -90,29 +94,66 @@ def _cases() -> list[KernelCase]:
             shape = f"k{k}-n{n}-g{group}"
             tags = ("small",) if i == 2 else ()
             make = partial(int4_inputs, fmt=fmt, k=k, n=n, group=group, dtype=torch.bfloat16)
-            cases.append(KernelCase(name=f"quant/{name}-dequant/bf16/{shape}", arm="dequant", flag="VT_DEQUANT_KERNEL",
-                                    dtype=torch.bfloat16, make=make, kernel=partial(dequant, fmt, version, True),
-                                    reference=partial(dequant, fmt, version, False), tolerance="exact", row=row,
-                                    tags=tags))
+            cases.append(
+                KernelCase(
+                    name=f"quant/{name}-dequant/bf16/{shape}",
+                    arm="dequant",
+                    flag="VT_DEQUANT_KERNEL",
+                    dtype=torch.bfloat16,
+                    make=make,
+                    kernel=partial(dequant, fmt, version, True),
+                    reference=partial(dequant, fmt, version, False),
+                    tolerance="exact",
+                    row=row,
+                    tags=tags,
+                )
+            )
             for dname, dtype in X_DTYPES.items():
-                cases.append(KernelCase(
-                    name=f"quant/{name}-gemv/{dname}/{shape}", arm="dequant-gemv", flag="VT_DEQUANT_GEMV",
-                    dtype=dtype, make=partial(int4_inputs, fmt=fmt, k=k, n=n, group=group, dtype=dtype),
-                    kernel=partial(gemv, fmt, version, True), reference=partial(gemv, fmt, version, False),
-                    tolerance=dname, row=row, tags=tags if dname == "bf16" else ()))
+                cases.append(
+                    KernelCase(
+                        name=f"quant/{name}-gemv/{dname}/{shape}",
+                        arm="dequant-gemv",
+                        flag="VT_DEQUANT_GEMV",
+                        dtype=dtype,
+                        make=partial(int4_inputs, fmt=fmt, k=k, n=n, group=group, dtype=dtype),
+                        kernel=partial(gemv, fmt, version, True),
+                        reference=partial(gemv, fmt, version, False),
+                        tolerance=dname,
+                        row=row,
+                        tags=tags if dname == "bf16" else (),
+                    )
+                )
     for i, (n, k) in enumerate(NVFP4_SHAPES):
         tags = ("small",) if i == 1 else ()
-        cases.append(KernelCase(name=f"quant/nvfp4-dequant/bf16/n{n}-k{k}", arm="dequant", flag="VT_DEQUANT_KERNEL",
-                                dtype=torch.bfloat16, make=partial(nvfp4_inputs, n=n, k=k, dtype=torch.bfloat16),
-                                kernel=partial(dequant, "nvfp4", 0, True),
-                                reference=partial(dequant, "nvfp4", 0, False),
-                                tolerance="exact", row="QUANT-NVFP4", tags=tags))
+        cases.append(
+            KernelCase(
+                name=f"quant/nvfp4-dequant/bf16/n{n}-k{k}",
+                arm="dequant",
+                flag="VT_DEQUANT_KERNEL",
+                dtype=torch.bfloat16,
+                make=partial(nvfp4_inputs, n=n, k=k, dtype=torch.bfloat16),
+                kernel=partial(dequant, "nvfp4", 0, True),
+                reference=partial(dequant, "nvfp4", 0, False),
+                tolerance="exact",
+                row="QUANT-NVFP4",
+                tags=tags,
+            )
+        )
         for dname, dtype in X_DTYPES.items():
-            cases.append(KernelCase(name=f"quant/nvfp4-gemv/{dname}/n{n}-k{k}", arm="dequant-gemv",
-                                    flag="VT_DEQUANT_GEMV", dtype=dtype,
-                                    make=partial(nvfp4_inputs, n=n, k=k, dtype=dtype),
-                                    kernel=partial(gemv, "nvfp4", 0, True), reference=partial(gemv, "nvfp4", 0, False),
-                                    tolerance=dname, row="QUANT-NVFP4", tags=tags if dname == "bf16" else ()))
+            cases.append(
+                KernelCase(
+                    name=f"quant/nvfp4-gemv/{dname}/n{n}-k{k}",
+                    arm="dequant-gemv",
+                    flag="VT_DEQUANT_GEMV",
+                    dtype=dtype,
+                    make=partial(nvfp4_inputs, n=n, k=k, dtype=dtype),
+                    kernel=partial(gemv, "nvfp4", 0, True),
+                    reference=partial(gemv, "nvfp4", 0, False),
+                    tolerance=dname,
+                    row="QUANT-NVFP4",
+                    tags=tags if dname == "bf16" else (),
+                )
+            )
     return cases
 
 

@@ -1,4 +1,5 @@
 """Numerics cases for neox RoPE and fused q/k norm + RoPE (engine/cuda/rope.cu) against engine.ops.rope/norm."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -17,13 +18,18 @@ THETA = 1_000_000.0
 SMALL = (5, 3, 18)
 
 
-def rope_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, tokens: int, heads: int,
-                head_dim: int) -> Inputs:
+def rope_inputs(
+    seed: int, device: torch.device, *, dtype: torch.dtype, tokens: int, heads: int, head_dim: int
+) -> Inputs:
     g = torch.Generator().manual_seed(seed)
     positions = torch.randint(0, 40_000, (tokens,), generator=g).to(device)
     cos, sin = ref_rope.rope_cos_sin(positions, head_dim, THETA, dtype)
-    return {"x": (torch.randn(tokens, heads, head_dim, generator=g) * 2).to(dtype).to(device),
-            "weight": (torch.rand(head_dim, generator=g) + 0.5).to(dtype).to(device), "cos": cos, "sin": sin}
+    return {
+        "x": (torch.randn(tokens, heads, head_dim, generator=g) * 2).to(dtype).to(device),
+        "weight": (torch.rand(head_dim, generator=g) + 0.5).to(dtype).to(device),
+        "cos": cos,
+        "sin": sin,
+    }
 
 
 def run_rope(x: Inputs) -> torch.Tensor:
@@ -44,15 +50,29 @@ def ref_fused(x: Inputs) -> torch.Tensor:
 
 def build_cases() -> list[KernelCase]:
     cases = []
-    arms = (("neox", "VT_ROPE_KERNEL", run_rope, ref_apply, "exact"),
-            ("qk_norm_neox", "VT_QK_NORM_ROPE_FUSED", run_fused, ref_fused, None))
+    arms = (
+        ("neox", "VT_ROPE_KERNEL", run_rope, ref_apply, "exact"),
+        ("qk_norm_neox", "VT_QK_NORM_ROPE_FUSED", run_fused, ref_fused, None),
+    )
     for arm, flag, kernel, reference, tol in arms:
         for dt, dtype in DTYPES.items():
             for shape in SHAPES:
                 make = partial(rope_inputs, dtype=dtype, tokens=shape[0], heads=shape[1], head_dim=shape[2])
                 name = f"rope/{arm}/{dt}/t{shape[0]}/h{shape[1]}/d{shape[2]}"
-                cases.append(KernelCase(name, arm, flag, dtype, make, kernel, reference, tol or dt, "KERNEL-ROPE",
-                                        ("small",) if shape == SMALL else ()))
+                cases.append(
+                    KernelCase(
+                        name,
+                        arm,
+                        flag,
+                        dtype,
+                        make,
+                        kernel,
+                        reference,
+                        tol or dt,
+                        "KERNEL-ROPE",
+                        ("small",) if shape == SMALL else (),
+                    )
+                )
     return cases
 
 

@@ -4,6 +4,7 @@ Argmax is compared bitwise (indices as fp32, exact below 2**24). Sampling draws 
 stream, so its cases compare laws: the share of draws inside the reference's kept set (must be 1), and the
 draw frequencies against the reference's renormalized softmax.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -60,8 +61,7 @@ def ref_argmax(x: Inputs) -> torch.Tensor:
 
 def sample_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, vocab: int, setting: tuple) -> Inputs:
     g = torch.Generator().manual_seed(seed)
-    return {"logits": (torch.randn(16, vocab, generator=g) * 3).to(dtype).to(device), "setting": setting,
-            "seed": seed}
+    return {"logits": (torch.randn(16, vocab, generator=g) * 3).to(dtype).to(device), "setting": setting, "seed": seed}
 
 
 def run_support(x: Inputs) -> torch.Tensor:  # [seeds, batch]: 1 where the draw is in the reference's kept set
@@ -96,18 +96,50 @@ def build_cases() -> list[KernelCase]:
     cases = []
     for dt, dtype in DTYPES.items():
         for vocab in VOCABS:
-            cases.append(KernelCase(f"sample/argmax/{dt}/v{vocab}", "argmax", "VT_ARGMAX_KERNEL", torch.float32,
-                                    partial(argmax_inputs, dtype=dtype, vocab=vocab), run_argmax, ref_argmax, "exact",
-                                    "KERNEL-SAMPLE", ("small",) if vocab == 2049 else ()))
+            cases.append(
+                KernelCase(
+                    f"sample/argmax/{dt}/v{vocab}",
+                    "argmax",
+                    "VT_ARGMAX_KERNEL",
+                    torch.float32,
+                    partial(argmax_inputs, dtype=dtype, vocab=vocab),
+                    run_argmax,
+                    ref_argmax,
+                    "exact",
+                    "KERNEL-SAMPLE",
+                    ("small",) if vocab == 2049 else (),
+                )
+            )
         for k, p, t in SETTINGS:
             make = partial(sample_inputs, dtype=dtype, vocab=32_000, setting=(k, p, t))
-            cases.append(KernelCase(f"sample/top_k_top_p-support/{dt}/v32000/k{k}/p{p}/t{t}", "top_k_top_p",
-                                    "VT_SAMPLE_KERNEL", torch.float32, make, run_support, ref_support, "exact",
-                                    "KERNEL-SAMPLE", ("small",) if (dt, k) == ("bf16", 50) else ()))
+            cases.append(
+                KernelCase(
+                    f"sample/top_k_top_p-support/{dt}/v32000/k{k}/p{p}/t{t}",
+                    "top_k_top_p",
+                    "VT_SAMPLE_KERNEL",
+                    torch.float32,
+                    make,
+                    run_support,
+                    ref_support,
+                    "exact",
+                    "KERNEL-SAMPLE",
+                    ("small",) if (dt, k) == ("bf16", 50) else (),
+                )
+            )
     for k, p, t in ((0, 1.0, 0.9), (3, 1.0, 0.9), (0, 0.8, 0.9)):
-        cases.append(KernelCase(f"sample/top_k_top_p-frequency/fp32/v8/k{k}/p{p}/t{t}", "top_k_top_p",
-                                "VT_SAMPLE_KERNEL", torch.float32, partial(freq_inputs, setting=(k, p, t)), run_freq,
-                                ref_freq, "bf16", "KERNEL-SAMPLE"))
+        cases.append(
+            KernelCase(
+                f"sample/top_k_top_p-frequency/fp32/v8/k{k}/p{p}/t{t}",
+                "top_k_top_p",
+                "VT_SAMPLE_KERNEL",
+                torch.float32,
+                partial(freq_inputs, setting=(k, p, t)),
+                run_freq,
+                ref_freq,
+                "bf16",
+                "KERNEL-SAMPLE",
+            )
+        )
     return cases
 
 

@@ -1,5 +1,6 @@
 """The benchmark harness's pure parts (bands, verdicts, shapes) and an A/B run end to end on the CPU.
 No timing is asserted: only the structure and the verdict rule."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,22 @@ def test_attention_arms_turn_off_the_tiled_default():
 
 def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
     before = dict(__import__("os").environ)
-    rc = ab.main(["--flag", "VT_GEMV", "--shape", "n=19,k=83", "--reps", "4", "--device", "cpu",
-                  "--dtype", "float32", "--ledger", str(tmp_path)])
+    rc = ab.main(
+        [
+            "--flag",
+            "VT_GEMV",
+            "--shape",
+            "n=19,k=83",
+            "--reps",
+            "4",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--ledger",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "verdict:" in out and "pair ratios off/on:" in out
     [path] = tmp_path.glob("*-ab-vt-gemv.json")
@@ -75,8 +90,22 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
 
 
 def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
-    rc = ab.main(["--flag", "VT_NORM_KERNEL", "--shape", "tokens=3,hidden=67", "--reps", "3", "--device", "cpu",
-                  "--dtype", "float32", "--ledger", str(tmp_path)])
+    rc = ab.main(
+        [
+            "--flag",
+            "VT_NORM_KERNEL",
+            "--shape",
+            "tokens=3,hidden=67",
+            "--reps",
+            "3",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--ledger",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0 and "verdict:" in capsys.readouterr().out
     [path] = tmp_path.glob("*-ab-vt-norm-kernel.json")
     assert json.loads(path.read_text())["results"]["max_abs_on_vs_off"] == 0.0  # the CPU runs the reference twice
@@ -99,11 +128,43 @@ def test_decode_bench_runs_on_a_tiny_model(capsys):
 def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
     from engine.bench import launch
 
-    assert launch.main(["--workload", "gemv", "--arm", "F.linear", "--shape", "n=33,k=64", "--dtype", "float32",
-                        "--device", "cpu", "--calls", "2"]) == 0
+    assert (
+        launch.main(
+            [
+                "--workload",
+                "gemv",
+                "--arm",
+                "F.linear",
+                "--shape",
+                "n=33,k=64",
+                "--dtype",
+                "float32",
+                "--device",
+                "cpu",
+                "--calls",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "gemv F.linear x2 on cpu: output (1, 33) torch.float32" in capsys.readouterr().out
-    assert launch.main(["--workload", "gemv", "--arm", "gemv-kernel", "--shape", "n=7,k=16", "--dtype", "float32",
-                        "--device", "cpu"]) == 0
+    assert (
+        launch.main(
+            [
+                "--workload",
+                "gemv",
+                "--arm",
+                "gemv-kernel",
+                "--shape",
+                "n=7,k=16",
+                "--dtype",
+                "float32",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
     assert "not an arm or peer of gemv (known: F.linear, gemv-kernel, reference)" in capsys.readouterr().err
     assert launch.main(["--workload", "gemv", "--arm", "reference", "--calls", "0", "--device", "cpu"]) == 2
@@ -125,9 +186,42 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
         assert set(WORKLOADS[name].arms) == {"reference", "dequant+linear", "dequant-gemv"}
         assert WORKLOADS[name].arms["dequant+linear"] == {"VT_DEQUANT_KERNEL": "1", "VT_DEQUANT_GEMV": "0"}
         for arm in ("reference", "dequant+linear", "dequant-gemv", "F.linear-dense"):
-            assert launch.main(["--workload", name, "--arm", arm, "--shape", "n=64,k=256,group=32", "--dtype",
-                                "float32", "--device", "cpu", "--calls", "1"]) == 0
+            assert (
+                launch.main(
+                    [
+                        "--workload",
+                        name,
+                        "--arm",
+                        arm,
+                        "--shape",
+                        "n=64,k=256,group=32",
+                        "--dtype",
+                        "float32",
+                        "--device",
+                        "cpu",
+                        "--calls",
+                        "1",
+                    ]
+                )
+                == 0
+            )
         assert f"{name} F.linear-dense x1 on cpu: output (1, 64)" in capsys.readouterr().out
-    rc = ab.main(["--flag", "VT_DEQUANT_GEMV", "--workload", "gptq-gemv", "--shape", "n=64,k=256,group=32",
-                  "--reps", "3", "--device", "cpu", "--dtype", "float32", "--ledger", str(tmp_path)])
+    rc = ab.main(
+        [
+            "--flag",
+            "VT_DEQUANT_GEMV",
+            "--workload",
+            "gptq-gemv",
+            "--shape",
+            "n=64,k=256,group=32",
+            "--reps",
+            "3",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--ledger",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0 and "verdict:" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """`python -m engine bench decode --profile`: the per-step breakdown, its name grouping and phase attribution."""
+
 from __future__ import annotations
 
 import json
@@ -11,20 +12,32 @@ from engine.bench import profile as prof
 from engine.bench.profile import Event, breakdown, kernel_family, split_phases
 
 NAMES = [
-    ("void vt::splitkv_partial_kernel<__nv_bfloat16, 4, 1>(vt::PagedArgs, float*, float*)",
-     "vt::splitkv_partial_kernel"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::silu_kernel("
-     "at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
-     "(int, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda(float)#1}, "
-     "std::array<char*, 2ul>)", "at::native::vectorized_elementwise_kernel"),
+    (
+        "void vt::splitkv_partial_kernel<__nv_bfloat16, 4, 1>(vt::PagedArgs, float*, float*)",
+        "vt::splitkv_partial_kernel",
+    ),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::silu_kernel("
+        "at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+        "(int, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda(float)#1}, "
+        "std::array<char*, 2ul>)",
+        "at::native::vectorized_elementwise_kernel",
+    ),
     ("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT"),
-    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8>("
-     "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8::Params)",
-     "cutlass::Kernel2[cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8]"),
-    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 5, false>(float*, float const*, int)",
-     "{anon}::softmax_warp_forward"),
-    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, float, false, true>"
-     "(cublasGemvParamsEx<int, __nv_bfloat16 const*, float>)", "internal::gemvx::kernel"),
+    (
+        "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8>("
+        "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8::Params)",
+        "cutlass::Kernel2[cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x1_tn_align8]",
+    ),
+    (
+        "void (anonymous namespace)::softmax_warp_forward<float, float, float, 5, false>(float*, float const*, int)",
+        "{anon}::softmax_warp_forward",
+    ),
+    (
+        "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, float, false, true>"
+        "(cublasGemvParamsEx<int, __nv_bfloat16 const*, float>)",
+        "internal::gemvx::kernel",
+    ),
 ]
 
 
@@ -47,20 +60,36 @@ def test_breakdown_counts_per_step_and_shares_of_the_step() -> None:
     assert p["device_ms_per_step"] == pytest.approx(total / 1e3)
     assert len(p["top"]) == prof.TOP
     assert [r["name"] for r in p["top"][:2]] == ["k18", "k17"]
-    assert p["top"][0] == {"name": "k18", "kind": "kernel", "count_per_step": 19.0,
-                           "ms_per_step": pytest.approx(19 * 25.0 / 1e3), "share": pytest.approx(19 * 25.0 / total)}
+    assert p["top"][0] == {
+        "name": "k18",
+        "kind": "kernel",
+        "count_per_step": 19.0,
+        "ms_per_step": pytest.approx(19 * 25.0 / 1e3),
+        "share": pytest.approx(19 * 25.0 / total),
+    }
     ms = [r["ms_per_step"] for r in p["top"]]
     assert ms == sorted(ms, reverse=True)
     assert 0 < sum(r["share"] for r in p["top"]) < 1  # 5 groups left out
     assert breakdown([], 2, "kernel", "empty")["top"] == []
 
 
-def fake_event(name: str, start: float, end: float, device: str = "CPU", kind: str | None = "cpu_op",
-               self_us: float = 0.0, annotation: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end,
-                                                                 elapsed_us=lambda: end - start),
-                           device_type=SimpleNamespace(name=device), activity_type=kind, self_cpu_time_total=self_us,
-                           is_user_annotation=annotation)
+def fake_event(
+    name: str,
+    start: float,
+    end: float,
+    device: str = "CPU",
+    kind: str | None = "cpu_op",
+    self_us: float = 0.0,
+    annotation: bool = False,
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        name=name,
+        time_range=SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start),
+        device_type=SimpleNamespace(name=device),
+        activity_type=kind,
+        self_cpu_time_total=self_us,
+        is_user_annotation=annotation,
+    )
 
 
 def test_events_go_to_the_phase_whose_range_holds_their_start() -> None:
@@ -82,11 +111,16 @@ def test_events_go_to_the_phase_whose_range_holds_their_start() -> None:
         fake_event("void k<2>(float)", 300.5, 302, device="CUDA", kind="kernel"),
     ]
     got = split_phases(events, ["graph", "eager"])
-    assert got == {"graph": [Event("cudaGraphLaunch", "launch", 0.0), Event("k", "kernel", 11),
-                             Event("g", "kernel", 2)],
-                   "eager": [Event("aten::mm", "op", 17.0), Event("cudaLaunchKernel", "launch", 0.0),
-                             Event("k", "kernel", 20), Event("Memset (Device)", "copy", 1),
-                             Event("k", "kernel", 1.5)]}
+    assert got == {
+        "graph": [Event("cudaGraphLaunch", "launch", 0.0), Event("k", "kernel", 11), Event("g", "kernel", 2)],
+        "eager": [
+            Event("aten::mm", "op", 17.0),
+            Event("cudaLaunchKernel", "launch", 0.0),
+            Event("k", "kernel", 20),
+            Event("Memset (Device)", "copy", 1),
+            Event("k", "kernel", 1.5),
+        ],
+    }
     with pytest.raises(RuntimeError, match=r"no range for phase\(s\) \['warm'\]"):
         split_phases(events, ["graph", "warm"])
 
@@ -94,14 +128,19 @@ def test_events_go_to_the_phase_whose_range_holds_their_start() -> None:
 @pytest.mark.parametrize("graph_kernels", [True, False])
 def test_graph_replay_breakdown_or_the_eager_fallback(graph_kernels: bool, monkeypatch) -> None:
     eager = [Event("gemv", "kernel", 30.0)] * 8 + [Event("cudaLaunchKernel", "launch", 0.0)] * 8
-    graph = [Event("cudaGraphLaunch", "launch", 0.0)] * 4 + ([Event("gemv", "kernel", 29.0)] * 8 if graph_kernels
-                                                             else [])
+    graph = [Event("cudaGraphLaunch", "launch", 0.0)] * 4 + (
+        [Event("gemv", "kernel", 29.0)] * 8 if graph_kernels else []
+    )
     monkeypatch.setattr(prof, "_record", lambda runner, prompt, steps: ({"graph": graph, "eager": eager}, ""))
     p = prof.profile_decode(SimpleNamespace(device=torch.device("cuda")), [1, 2], 4)
     if graph_kernels:
         assert p["mode"] == "CUDA-graph replay" and p["launches_per_step"] == 1
-        assert p["eager_check"] == {"kernels_per_step": 2, "copies_per_step": 0, "device_ms_per_step": 0.06,
-                                    "launches_per_step": 2}
+        assert p["eager_check"] == {
+            "kernels_per_step": 2,
+            "copies_per_step": 0,
+            "device_ms_per_step": 0.06,
+            "launches_per_step": 2,
+        }
     else:
         assert p["mode"].startswith("eager, VT_EAGER semantics (the profiler recorded no kernels")
         assert p["launches_per_step"] == 2 and "eager_check" not in p
@@ -123,8 +162,21 @@ def test_profile_counts_are_per_step(tiny_model_dir) -> None:
 def test_decode_bench_profile_prints_and_records_the_breakdown(tmp_path, capsys) -> None:
     from engine.bench import decode
 
-    argv = ["--tiny", "--context", "9", "--steps", "2", "--device", "cpu", "--no-oracle", "--profile",
-            "--profile-steps", "2", "--ledger", str(tmp_path)]
+    argv = [
+        "--tiny",
+        "--context",
+        "9",
+        "--steps",
+        "2",
+        "--device",
+        "cpu",
+        "--no-oracle",
+        "--profile",
+        "--profile-steps",
+        "2",
+        "--ledger",
+        str(tmp_path),
+    ]
     assert decode.main(argv) == 0
     out = capsys.readouterr().out
     assert "profile of 2 decode steps: eager (CPU: aten ops" in out and "ops per step" in out
@@ -164,6 +216,7 @@ def test_kind_is_guessed_from_the_name_when_the_event_has_no_activity_type():
 
     def fe(name, device):
         return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device))
+
     assert guess_kind(fe("void vt::rms_norm_kernel<__nv_bfloat16>(...)", "CUDA")) == "kernel"
     assert guess_kind(fe("Memcpy DtoD (Device -> Device)", "CUDA")) == "gpu_memcpy"
     assert guess_kind(fe("cudaGraphLaunch", "CPU")) == "cuda_runtime"

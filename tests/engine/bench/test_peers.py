@@ -1,6 +1,7 @@
 """The peer comparisons of ENGINE-PERF on the CPU: the six-shape set and its per-shape table, the FlashInfer
 peer's "not installed" row, the transformers static-cache peer, the fused tiled arm's cases and the
 `ci/gpu.sh peers` phase's wiring."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,9 @@ def test_the_peers_set_holds_the_six_shapes_over_the_defaults():
     assert shapes[1] == {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128, "block": 32}
     assert shapes[5]["d"] == 256 and shapes[5]["hkv"] == 2
     assert bw.listed_shapes(ATTN, "block=16", "batch=2,ctx=64;batch=3") == [
-        {**ATTN.defaults, "batch": 2, "ctx": 64, "block": 16}, {**ATTN.defaults, "batch": 3, "block": 16}]
+        {**ATTN.defaults, "batch": 2, "ctx": 64, "block": 16},
+        {**ATTN.defaults, "batch": 3, "block": 16},
+    ]
     with pytest.raises(ValueError, match="not a shape set of attn-decode"):
         bw.listed_shapes(ATTN, None, "six")
     with pytest.raises(ValueError, match="expected KEY=INT"):
@@ -33,12 +36,18 @@ def test_bandwidth_refuses_shapes_with_sweep(capsys):
 
 def test_per_shape_table_ratios_and_unavailable_peers():
     shape = {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128, "block": 32}
-    rows = [{"arm": "tiled", "kind": "arm", "shape": shape, "median_s": 20e-6},
-            {"arm": "tiled-fused", "kind": "arm", "shape": shape, "median_s": 16e-6},
-            {"arm": "flashinfer-tc", "kind": "peer", "shape": shape, "median_s": 10e-6},
-            {"arm": "sdpa-cudnn", "kind": "peer", "shape": shape, "median_s": 8e-6},
-            {"arm": "flashinfer", "kind": "peer", "shape": shape,
-             "unavailable": "RuntimeError: not installed (pip install flashinfer-python==0.5.3)"}]
+    rows = [
+        {"arm": "tiled", "kind": "arm", "shape": shape, "median_s": 20e-6},
+        {"arm": "tiled-fused", "kind": "arm", "shape": shape, "median_s": 16e-6},
+        {"arm": "flashinfer-tc", "kind": "peer", "shape": shape, "median_s": 10e-6},
+        {"arm": "sdpa-cudnn", "kind": "peer", "shape": shape, "median_s": 8e-6},
+        {
+            "arm": "flashinfer",
+            "kind": "peer",
+            "shape": shape,
+            "unavailable": "RuntimeError: not installed (pip install flashinfer-python==0.5.3)",
+        },
+    ]
     (entry,) = bw.per_shape(rows)
     assert entry["engine_over_flashinfer_tc"] == pytest.approx(0.5)
     assert entry["fastest_peer"] == "sdpa-cudnn" and entry["engine_over_fastest_peer"] == pytest.approx(0.4)
@@ -49,8 +58,9 @@ def test_per_shape_table_ratios_and_unavailable_peers():
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")
 def test_flashinfer_peer_says_not_installed():
-    q, k, v, table, lens, scale = ATTN.make({**ATTN.defaults, "batch": 1, "ctx": 40}, torch.device("cpu"),
-                                            torch.bfloat16, 0)
+    q, k, v, table, lens, scale = ATTN.make(
+        {**ATTN.defaults, "batch": 1, "ctx": 40}, torch.device("cpu"), torch.bfloat16, 0
+    )
     prepare, _ = ATTN.peers["flashinfer-tc"]
     with pytest.raises(RuntimeError, match=r"not installed \(pip install flashinfer-python==0.5.3\)"):
         prepare(q, k, v, table, lens, scale)
@@ -79,8 +89,24 @@ def test_fused_cases_compare_bitwise_with_the_two_pass_arm():
 def test_transformers_static_cache_peer_matches_the_engine_on_the_cpu(capsys):
     from engine.bench import decode
 
-    assert decode.main(["--tiny", "--context", "9", "--steps", "3", "--batch", "2", "--device", "cpu",
-                        "--no-oracle", "--hf-compiled"]) == 0
+    assert (
+        decode.main(
+            [
+                "--tiny",
+                "--context",
+                "9",
+                "--steps",
+                "3",
+                "--batch",
+                "2",
+                "--device",
+                "cpu",
+                "--no-oracle",
+                "--hf-compiled",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "decode step at batch 2, context 9" in out
     assert "transformers compiled+graph" in out and "first 4 tokens = engine             2 of 2" in out

@@ -1,4 +1,5 @@
 """The decode-step workload: a model-wide flag's A/B on the whole step, with its bytes counted from the model."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,20 @@ def test_input_sets_are_different_sequences_of_one_model() -> None:
 
 
 def test_ab_on_the_decode_step_writes_a_record(tmp_path, capsys) -> None:
-    rc = ab.main(["--flag", "VT_MERGED_PROJ", "--shape", "ctx=37,batch=2,layers=1", "--reps", "3",
-                  "--device", "cpu", "--ledger", str(tmp_path)])
+    rc = ab.main(
+        [
+            "--flag",
+            "VT_MERGED_PROJ",
+            "--shape",
+            "ctx=37,batch=2,layers=1",
+            "--reps",
+            "3",
+            "--device",
+            "cpu",
+            "--ledger",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "A/B VT_MERGED_PROJ on decode-step" in out
@@ -57,8 +70,9 @@ def test_bandwidth_refuses_arms_the_workload_lacks(capsys) -> None:
     from engine.bench import bandwidth
 
     assert bandwidth.main(["--workload", "decode-step", "--arms", "defaults,tiled"]) == 2
-    assert capsys.readouterr().err == ("error: --arms tiled: not an arm or peer of decode-step (known: defaults, "
-                                       "step-arms-off)\n")
+    assert capsys.readouterr().err == (
+        "error: --arms tiled: not an arm or peer of decode-step (known: defaults, step-arms-off)\n"
+    )
 
 
 def test_quantized_steps_count_the_packed_weights_they_hold() -> None:
@@ -74,8 +88,22 @@ def test_quantized_steps_count_the_packed_weights_they_hold() -> None:
 
 
 def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, capsys) -> None:
-    rc = ab.main(["--flag", "VT_DEQUANT_GEMV", "--workload", "decode-step-awq", "--shape", "ctx=37,batch=2,layers=1",
-                  "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path)])
+    rc = ab.main(
+        [
+            "--flag",
+            "VT_DEQUANT_GEMV",
+            "--workload",
+            "decode-step-awq",
+            "--shape",
+            "ctx=37,batch=2,layers=1",
+            "--reps",
+            "3",
+            "--device",
+            "cpu",
+            "--ledger",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     assert "A/B VT_DEQUANT_GEMV on decode-step-awq" in capsys.readouterr().out
     record = json.loads(next(tmp_path.glob("*.json")).read_text())

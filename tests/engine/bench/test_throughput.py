@@ -1,4 +1,5 @@
 """bench throughput: the CPU smoke run measures both sides, plots and records; bad arguments are usage errors."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,20 @@ from engine.bench import throughput
 
 def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path, capsys) -> None:
     plot, ledger = tmp_path / "tps.svg", tmp_path / "ledger"
-    argv = ["--smoke", "--requests", "4", "--sweep", "2,4", "--max-len", "12", "--plot", str(plot),
-            "--ledger", str(ledger), "--json"]
+    argv = [
+        "--smoke",
+        "--requests",
+        "4",
+        "--sweep",
+        "2,4",
+        "--max-len",
+        "12",
+        "--plot",
+        str(plot),
+        "--ledger",
+        str(ledger),
+        "--json",
+    ]
     assert throughput.main(argv) == 0
     out = capsys.readouterr().out.splitlines()
     record = json.loads(out[-2 if out[-1].startswith("ledger:") else -1])

@@ -1,5 +1,6 @@
 """The timing module's modes on the CPU: graph calls per cycle, the eager fallback when capture is refused
 (through the `capture` seam), input rotation, and the mode reaching the A/B and bandwidth records."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,11 @@ CPU = torch.device("cpu")
 
 def fake_capture(log: list[str]):
     """A stand-in for capture_graph: 'captures' by remembering the call order; replay runs it."""
+
     def capture(fn, sets, device, calls):
         log.append(f"capture {calls}")
         return lambda: [fn(*sets[i % len(sets)]) for i in range(calls)]
+
     return capture
 
 
@@ -49,8 +52,9 @@ def test_a_refused_capture_falls_back_to_the_eager_loop_and_says_why():
     t.sample(0)
     t.sample(1)
     assert seen == [0, 0, 0, 1, 1, 1]  # one input set per sample, rotating
-    assert timing.describe(t.as_record()) == ("eager, 3 calls/sample (capture refused: RuntimeError: operation not "
-                                               "permitted when stream is capturing)")
+    assert timing.describe(t.as_record()) == (
+        "eager, 3 calls/sample (capture refused: RuntimeError: operation not permitted when stream is capturing)"
+    )
 
 
 def test_the_cpu_is_always_eager_and_bad_modes_are_refused():
@@ -65,8 +69,25 @@ def test_the_cpu_is_always_eager_and_bad_modes_are_refused():
 
 
 def test_ab_records_and_prints_the_timing_mode_of_each_arm(tmp_path, capsys):
-    assert ab.main(["--flag", "VT_GEMV", "--shape", "n=7,k=33", "--reps", "3", "--device", "cpu",
-                    "--dtype", "float32", "--ledger", str(tmp_path)]) == 0
+    assert (
+        ab.main(
+            [
+                "--flag",
+                "VT_GEMV",
+                "--shape",
+                "n=7,k=33",
+                "--reps",
+                "3",
+                "--device",
+                "cpu",
+                "--dtype",
+                "float32",
+                "--ledger",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("eager, 1 calls/sample (no CUDA graphs on cpu)") == 2
     [path] = tmp_path.glob("*-ab-vt-gemv.json")
@@ -92,7 +113,8 @@ def test_bandwidth_rows_say_which_arm_was_graphed_and_which_fell_back(monkeypatc
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "copy bandwidth (read+write): 0.001 TB/s on cpu; timing asked: graph"
     assert lines[2].endswith("graph, 32 calls/sample") and lines[4].endswith(
-        "eager, 2 calls/sample (capture refused: RuntimeError: operation not permitted when stream is capturing)")
+        "eager, 2 calls/sample (capture refused: RuntimeError: operation not permitted when stream is capturing)"
+    )
 
 
 @pytest.mark.gpu
@@ -106,5 +128,5 @@ def test_on_cuda_a_capturable_op_is_graphed_and_a_host_sync_falls_back():
     assert graphed.sample(0) > 0.0
     refused = timing.arm_timer(lambda t: float(t.sum()), sets, dev, "graph", inner=2)  # a host read
     assert refused.mode == "eager" and refused.calls == 2
-    assert refused.note.startswith("capture refused: ") and "captur" in refused.note[len("capture refused: "):]
+    assert refused.note.startswith("capture refused: ") and "captur" in refused.note[len("capture refused: ") :]
     assert refused.sample(0) > 0.0  # the device is usable after the refused capture

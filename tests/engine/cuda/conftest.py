@@ -1,5 +1,6 @@
 """Fixtures shared by the kernel-family tests; a test module names its family in FAMILY (the source
 `engine/cuda/<FAMILY>.cu`) and what it tests in KERNELS (for the skip reason)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -26,6 +27,7 @@ def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
         pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
     family = request.module.FAMILY
-    result = build.compile_source(build.CUDA_DIR / f"{family}.cu", ("9.0",), tmp_path_factory.mktemp(family),
-                                  werror=True)
+    result = build.compile_source(
+        build.CUDA_DIR / f"{family}.cu", ("9.0",), tmp_path_factory.mktemp(family), werror=True
+    )
     return ctypes.CDLL(str(result.obj))

@@ -1,4 +1,5 @@
 """Random AWQ, GPTQ and NVFP4 checkpoints for the quant kernel tests, with their unpacked integer values."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ def awq(k: int, n: int, group: int, scale_dtype: torch.dtype, gen: torch.Generat
     q = torch.randint(0, 16, (k, n), generator=gen)
     z = torch.randint(0, 16, (k // group, n), generator=gen)
     s = (torch.rand(k // group, n, generator=gen) * 0.02 + 0.001).to(scale_dtype)
-    return Int4(q, z, s, torch.arange(k) // group, pack_nibbles(q, AWQ_COLUMN_NIBBLE),
-                pack_nibbles(z, AWQ_COLUMN_NIBBLE))
+    return Int4(
+        q, z, s, torch.arange(k) // group, pack_nibbles(q, AWQ_COLUMN_NIBBLE), pack_nibbles(z, AWQ_COLUMN_NIBBLE)
+    )
 
 
 def gptq(k: int, n: int, groups: int, zero_offset: int, scale_dtype: torch.dtype, gen: torch.Generator) -> Int4:

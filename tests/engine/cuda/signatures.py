@@ -1,4 +1,5 @@
 """Parse the exported launcher signatures of a .cu source into ctypes kinds, to hold a binding's argtypes to them."""
+
 from __future__ import annotations
 
 import ctypes

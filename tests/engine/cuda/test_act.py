@@ -1,4 +1,5 @@
 """Tests for the SiLU-and-mul kernel (engine/cuda/act.cu) against engine.ops.act on the GPU."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,8 +14,10 @@ from engine.cuda import build
 from engine.flags import REFERENCE, FlagSnapshot
 from engine.ops.act import silu_and_mul
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
-                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+    reason="nvcc not found: the CUDA sources cannot be compiled here",
+)
 gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(7, 2 * 769), (3, 5, 2 * 111), (1, 2 * 3072), (2, 2)]
@@ -62,7 +65,7 @@ def test_silu_and_mul_reads_strided_rows_and_extremes(cuda):
     from engine.cuda import act
 
     wide = torch.randn(6, 3 * 94, dtype=torch.bfloat16, device=cuda) * 30  # large |x|: exp under/overflow
-    x = wide[:, 10:10 + 2 * 94]
+    x = wide[:, 10 : 10 + 2 * 94]
     x[0, :4] = torch.tensor([float("inf"), float("-inf"), 0.0, -0.0], dtype=torch.bfloat16)
     got, want = act.silu_and_mul(x), silu_and_mul(x)
     assert torch.equal(got.isnan(), want.isnan())
@@ -78,7 +81,6 @@ def test_the_table_runs_the_kernel_only_under_both_flags(cuda):
     kernels.silu_and_mul(FlagSnapshot.defaults().with_(VT_ACT_KERNEL=False), x)
     kernels.silu_and_mul(REFERENCE, x)
     assert kernels.counts().ran == {("silu_and_mul", "cuda"): 1, ("silu_and_mul", "reference"): 2}
-
 
 
 def test_binding_argtypes_match_the_launchers():

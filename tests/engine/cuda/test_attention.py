@@ -1,4 +1,5 @@
 """Paged decode attention and split-KV kernels against the torch references (GPU), and the binding's checks (CPU)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,14 +17,23 @@ LONG = [c for c in cases.CASES if c.name.startswith("attn/") and "long" in c.tag
 
 
 def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
-    return cases.paged_inputs(5, torch.device(device), dtype=torch.bfloat16, ctx=33, d=d, group=group,
-                              block_size=16, window=None)
+    return cases.paged_inputs(
+        5, torch.device(device), dtype=torch.bfloat16, ctx=33, d=d, group=group, block_size=16, window=None
+    )
 
 
 def test_arm_choice_follows_the_flags() -> None:
     # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
-        "tiled_fused", "tiled", "splitkv_swap", "splitkv", "gqa", "warp", "warp_d128", "generic"]
+        "tiled_fused",
+        "tiled",
+        "splitkv_swap",
+        "splitkv",
+        "gqa",
+        "warp",
+        "warp_d128",
+        "generic",
+    ]
 
 
 def test_binding_errors_name_the_tensor() -> None:
@@ -31,8 +41,7 @@ def test_binding_errors_name_the_tensor() -> None:
 
     x = small_inputs()
     with pytest.raises(ValueError, match=r"k_cache: shape .* does not fit q"):
-        pa.check_inputs(x["q"][..., :64].contiguous(), x["k_cache"], x["v_cache"], x["block_tables"],
-                        x["context_lens"])
+        pa.check_inputs(x["q"][..., :64].contiguous(), x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"])
     with pytest.raises(TypeError, match="v_cache: expected dtype torch.bfloat16"):
         pa.check_inputs(x["q"], x["k_cache"], x["v_cache"].float(), x["block_tables"], x["context_lens"])
     with pytest.raises(ValueError, match="context_lens: expected 1 dims"):
@@ -56,8 +65,9 @@ def test_every_arm_sees_a_changed_value_in_the_window_only() -> None:
     """Changing V at a position outside the sliding window must not move the output; inside, it must."""
     from engine.cuda import paged_attn as pa
 
-    x = cases.paged_inputs(9, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=16,
-                           window=40)
+    x = cases.paged_inputs(
+        9, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=16, window=40
+    )
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], 40)
     for arm in (pa.GENERIC, pa.WARP, pa.GQA):
         base = pa.paged_decode_attention(*args, arm=arm)
@@ -88,35 +98,46 @@ def test_launcher_rejects_bad_arguments_with_its_message() -> None:
 
     x = small_inputs("cuda", d=64)
     with pytest.raises(ValueError, match="arm 1 does not support head_dim 64"):
-        pa.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
-                                  x["scale"], arm=pa.WARP)
+        pa.paged_decode_attention(
+            x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], arm=pa.WARP
+        )
     lib = pa._lib()
     rc = lib.vt_paged_attn_decode(None, None, None, None, None, None, None, 1, 6, 4, 64, 16, 3, 1.0, 0, 0, 1, None)
     with pytest.raises(RuntimeError, match="num_q_heads 6 is not a multiple of num_kv_heads 4"):
         from engine.cuda import ffi
+
         ffi.check(rc, "vt_paged_attn_decode", lib, "paged_attn")
 
 
 def test_reference_window_semantics_match_the_cases() -> None:
     """The cases' window argument means the W most recent positions, as the reference defines it."""
     x = small_inputs()
-    full = ref.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
-                                      x["scale"], 1000)
-    none = ref.paged_decode_attention(x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"],
-                                      x["scale"], None)
+    full = ref.paged_decode_attention(
+        x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], 1000
+    )
+    none = ref.paged_decode_attention(
+        x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], None
+    )
     assert torch.equal(full, none)
 
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("arm, env", [
-    ("generic", {"VT_ATTN_TILED": False}), ("warp", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_OPT": True}),
-    ("gqa", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_GQA": True}), ("tiled", {"VT_ATTN_TILED": True}),
-    ("splitkv", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True}),
-    ("splitkv_swap", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True, "VT_ATTN_SPLITKV_GQA_SWAP": True})])
+@pytest.mark.parametrize(
+    "arm, env",
+    [
+        ("generic", {"VT_ATTN_TILED": False}),
+        ("warp", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_OPT": True}),
+        ("gqa", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_GQA": True}),
+        ("tiled", {"VT_ATTN_TILED": True}),
+        ("splitkv", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True}),
+        ("splitkv_swap", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True, "VT_ATTN_SPLITKV_GQA_SWAP": True}),
+    ],
+)
 def test_dispatch_by_flags_stays_within_tolerance(arm: str, env: dict) -> None:
-    x = cases.paged_inputs(11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16,
-                           window=None)
+    x = cases.paged_inputs(
+        11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16, window=None
+    )
     kernels.reset_counts()
     out = kernels.paged_decode_attention(FlagSnapshot.defaults().with_(**env), *cases._args(x), None)
     assert kernels.counts().ran == {("paged_decode_attention", arm): 1}
@@ -129,8 +150,9 @@ def test_dispatch_by_flags_stays_within_tolerance(arm: str, env: dict) -> None:
 def test_public_op_runs_the_generic_kernel_on_a_gpu() -> None:
     from engine.cuda import paged_attn as pa
 
-    x = cases.paged_inputs(12, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=32,
-                           window=None)  # fp32: the kernel and the reference differ in the last bits
+    x = cases.paged_inputs(
+        12, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=32, window=None
+    )  # fp32: the kernel and the reference differ in the last bits
     op = kernels.paged_decode_attention
     assert torch.equal(op(FlagSnapshot.defaults(), *cases._args(x)), pa.paged_decode_attention(*cases._args(x)))
     expected = op(REFERENCE, *cases._args(x))

@@ -1,4 +1,5 @@
 """The CUDA build: feature-table parsing, arch intersection, gencode flags, real nvcc compiles and the cache."""
+
 from __future__ import annotations
 
 import ctypes
@@ -71,9 +72,12 @@ def test_table_source_with_unknown_feature(tmp_path: Path) -> None:
 
 def test_gencode_flags_keep_the_a_suffix() -> None:
     assert build.gencode_flags(["8.0", "9.0a", "12.0a"]) == [
-        "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
-        "-gencode", "arch=compute_90a,code=[sm_90a,compute_90a]",
-        "-gencode", "arch=compute_120a,code=[sm_120a,compute_120a]",
+        "-gencode",
+        "arch=compute_80,code=[sm_80,compute_80]",
+        "-gencode",
+        "arch=compute_90a,code=[sm_90a,compute_90a]",
+        "-gencode",
+        "arch=compute_120a,code=[sm_120a,compute_120a]",
     ]
 
 
@@ -111,8 +115,9 @@ def test_compile_cache_hit_and_flag_change(tmp_path: Path) -> None:
     stamp = first.obj.stat().st_mtime_ns
     (second,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", settings=archs("8.0"))
     assert second.cached and second.obj == first.obj and second.obj.stat().st_mtime_ns == stamp
-    (strict,) = build.build(["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", werror=True,
-                            settings=archs("8.0"))
+    (strict,) = build.build(
+        ["tiny.cu"], out_dir=out, table=table, src_dir=tmp_path / "src", werror=True, settings=archs("8.0")
+    )
     assert not strict.cached and strict.obj != first.obj  # a changed flag is a new hash
     lib = ctypes.CDLL(str(first.obj))  # loads without a GPU; the symbols are exported
     assert lib.vt_tiny_add and lib.vt_tiny_last_error
@@ -148,14 +153,16 @@ def test_every_table_source_compiles(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-def test_cli_builds_into_out_dir(tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_builds_into_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert build.main(["--out", str(tmp_path), "kv_store.cu"], archs("8.0")) == 0
     out = capsys.readouterr().out.splitlines()
     workers = os.cpu_count() or 1
     assert out[0] == f"building 1 source(s) with {workers} workers; each line below is one finished source"
-    assert out[1].startswith("[1/1] engine/cuda/kv_store.cu: compiled for ['8.0'] in ") and \
-        out[1].endswith(", all done") and out[2].startswith("done in ")
+    assert (
+        out[1].startswith("[1/1] engine/cuda/kv_store.cu: compiled for ['8.0'] in ")
+        and out[1].endswith(", all done")
+        and out[2].startswith("done in ")
+    )
     assert build.main(["--out", str(tmp_path), "kv_store.cu"], archs("8.0")) == 0
     assert "[1/1] engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
     assert build.main(["--out", str(tmp_path), "nope.cu"], archs("8.0")) == 1
@@ -166,4 +173,5 @@ def test_progress_line_names_the_source_its_time_and_an_eta(tmp_path: Path) -> N
     r = build.BuildResult(build.CUDA_DIR / "quant.cu", tmp_path / "quant-x.so", ("8.0", "9.0"), False, 62.14)
     assert build.progress_line(r, 3, 11, 70.0) == (
         f"[3/11] engine/cuda/quant.cu: compiled for ['8.0', '9.0'] in 62.1s -> {tmp_path / 'quant-x.so'}; "
-        "70s elapsed, ETA 187s")
+        "70s elapsed, ETA 187s"
+    )

@@ -1,4 +1,5 @@
 """Tests for the gated delta net decode kernel (engine/cuda/gdn.cu) against engine.ops.gdn on the GPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -124,7 +125,8 @@ def test_the_table_runs_the_kernel_under_the_flag(cuda):
     out, new = kernels.gated_delta_decode(on, q, k, v, g, beta, state, use_qk_l2norm=True)
     kout, knew = gdn.decode(q, k, v, g, beta, state, use_qk_l2norm=True)
     assert torch.equal(out, kout) and torch.equal(new, knew)
-    ref_out, ref_new = kernels.gated_delta_decode(on.with_(VT_GDN_KERNEL=False), q, k, v, g, beta, state,
-                                                  use_qk_l2norm=True)
+    ref_out, ref_new = kernels.gated_delta_decode(
+        on.with_(VT_GDN_KERNEL=False), q, k, v, g, beta, state, use_qk_l2norm=True
+    )
     assert kernels.counts().ran == {("gated_delta_decode", "cuda"): 1, ("gated_delta_decode", "reference"): 1}
     torch.testing.assert_close(new, ref_new, atol=STATE_TOL[0], rtol=STATE_TOL[1])

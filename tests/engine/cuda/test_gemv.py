@@ -1,4 +1,5 @@
 """Tests for the decode GEMV (engine/cuda/gemv.cu) against engine.ops.gemv on the GPU, and the launcher's checks."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,16 +14,29 @@ from engine.cuda import build
 from engine.flags import REFERENCE, FlagSnapshot
 from engine.ops.gemv import linear
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
-                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+    reason="nvcc not found: the CUDA sources cannot be compiled here",
+)
 gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (rows of x, out_features, in_features). 16-byte path: K 1024, 4104 (a last chunk of one lane), 264, 2056;
 # N 9001 is past the split-K threshold (one warp per row), the small N split K; 8 rows of K 4096 (64 KB of
 # bf16/fp16 x) read x through L1, not shared memory; m 3 and 5 pad the rows of x to 4 and 8.
 # Scalar path: K 1001, 111 and 4101 (not a multiple of 8 or 4), fp32 K 4102.
-SHAPES = [(1, 769, 1024), (1, 83, 1001), (3, 19, 4096), (8, 7, 111), (1, 1, 8), (1, 4099, 4104), (2, 9001, 264),
-          (5, 37, 2056), (8, 300, 4096), (1, 131, 4101), (2, 65, 4102)]
+SHAPES = [
+    (1, 769, 1024),
+    (1, 83, 1001),
+    (3, 19, 4096),
+    (8, 7, 111),
+    (1, 1, 8),
+    (1, 4099, 4104),
+    (2, 9001, 264),
+    (5, 37, 2056),
+    (8, 300, 4096),
+    (1, 131, 4101),
+    (2, 65, 4102),
+]
 
 
 def tolerance(dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor, bias: bool = False) -> dict[str, float]:
@@ -33,6 +47,7 @@ def tolerance(dtype: torch.dtype, x: torch.Tensor, w: torch.Tensor, bias: bool =
     scale = (x.float().abs() @ w.float().abs().T).max().item()
     product = (x.double() @ w.double().T).abs().max().item() if bias else 0.0
     return {"rtol": eps, "atol": 1e-5 * scale + eps * scale / 64 + eps * product / 2}
+
 
 FAMILY = "gemv"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the GEMV kernels"
@@ -146,7 +161,6 @@ def test_the_table_sends_decode_rows_to_the_gemv_under_both_flags(cuda):
     assert seen.fallbacks == {("linear", "gemv", "at most 8 rows and a row-major weight"): 1}
 
 
-
 @gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [4104, 1001])
@@ -162,7 +176,7 @@ def test_each_row_of_x_gets_the_same_bits_alone_or_with_others_and_on_every_run(
     together = gemv.linear(x, w, b)
     assert torch.equal(together, gemv.linear(x, w, b))
     for r in range(5):
-        assert torch.equal(gemv.linear(x[r:r + 1], w, b)[0], together[r]), f"row {r}"
+        assert torch.equal(gemv.linear(x[r : r + 1], w, b)[0], together[r]), f"row {r}"
 
 
 def test_max_rows_agrees_with_the_kernel_constant():

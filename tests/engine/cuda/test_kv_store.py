@@ -1,4 +1,5 @@
 """The paged KV store kernel against engine.ops.kv_store.store_kv (GPU), and the binding's checks (CPU)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Tests for the MoE kernels (engine/cuda/moe.cu) against engine.ops.moe on the GPU, and an nvcc compile check."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,9 @@ def test_experts_names_the_tensor_with_a_wrong_dtype():
     x = torch.randn(3, 8, dtype=torch.bfloat16)
     gate_up = torch.randn(4, 6, 8, dtype=torch.float32)
     with pytest.raises(TypeError, match="gate_up: expected dtype torch.bfloat16"):
-        moe.experts(x, gate_up, torch.randn(4, 8, 3, dtype=torch.bfloat16), x[:, :2],
-                    torch.zeros(3, 2, dtype=torch.int64))
+        moe.experts(
+            x, gate_up, torch.randn(4, 8, 3, dtype=torch.bfloat16), x[:, :2], torch.zeros(3, 2, dtype=torch.int64)
+        )
 
 
 @gpu
@@ -78,9 +80,12 @@ def test_route_on_random_logits_selects_what_the_reference_selects(cuda, dtype):
     probs, order = torch.sort(torch.softmax(logits.float(), -1), dim=-1, descending=True, stable=True)
     clear = probs[:, 7] != probs[:, 8]
     assert clear.sum() > 40
-    torch.testing.assert_close(dense_routing(weights, ids, 128)[clear].float(),
-                               dense_routing(ref_w, ref_ids, 128)[clear].float(),
-                               atol=1e-6, rtol=1e-5 if dtype == torch.float32 else 8e-3)
+    torch.testing.assert_close(
+        dense_routing(weights, ids, 128)[clear].float(),
+        dense_routing(ref_w, ref_ids, 128)[clear].float(),
+        atol=1e-6,
+        rtol=1e-5 if dtype == torch.float32 else 8e-3,
+    )
     assert torch.equal(ids, order[:, :8]), "equal probabilities must come in ascending expert id"
 
 
@@ -98,8 +103,9 @@ def test_route_breaks_ties_by_lower_expert_id(cuda):
 
 
 @gpu
-@pytest.mark.parametrize("tokens,experts,top_k,block",
-                         [(7, 5, 2, 16), (83, 128, 8, 16), (300, 19, 3, 4), (1, 3, 1, 16)])
+@pytest.mark.parametrize(
+    "tokens,experts,top_k,block", [(7, 5, 2, 16), (83, 128, 8, 16), (300, 19, 3, 4), (1, 3, 1, 16)]
+)
 def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
     from engine.cuda import moe
 
@@ -109,7 +115,7 @@ def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
     rows, offsets = reference_align(ids.cpu(), experts, block)
     assert al.offsets.tolist() == offsets
     assert al.sorted_ids[: len(rows)].tolist() == rows
-    assert (al.sorted_ids[len(rows):] == tokens * top_k).all()
+    assert (al.sorted_ids[len(rows) :] == tokens * top_k).all()
     blocks = al.block_expert.tolist()
     for b, e in enumerate(blocks):
         start = b * block
@@ -118,8 +124,9 @@ def test_align_groups_stably_and_pads(cuda, tokens, experts, top_k, block):
 
 
 @gpu
-@pytest.mark.parametrize("tokens,hidden,inter,experts,top_k",
-                         [(7, 96, 40, 9, 3), (1, 256, 128, 16, 4), (33, 83, 19, 5, 2)])
+@pytest.mark.parametrize(
+    "tokens,hidden,inter,experts,top_k", [(7, 96, 40, 9, 3), (1, 256, 128, 16, 4), (33, 83, 19, 5, 2)]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_experts_match_reference(cuda, tokens, hidden, inter, experts, top_k, dtype):
     from engine.cuda import moe
@@ -179,8 +186,7 @@ def test_binding_limits_match_the_kernel_header():
 @pytest.mark.parametrize("flag", [False, True])
 def test_public_ops_on_cpu_tensors_run_the_reference_whatever_the_flag(flag):
     logits = distinct_logits(5, 9, torch.Generator().manual_seed(2))
-    weights, ids = kernels.moe_route(FlagSnapshot.defaults().with_(VT_MOE_KERNELS=flag), logits, 3, True,
-                                     torch.float32)
+    weights, ids = kernels.moe_route(FlagSnapshot.defaults().with_(VT_MOE_KERNELS=flag), logits, 3, True, torch.float32)
     probs = torch.softmax(logits, -1)
     expect = torch.sort(probs, dim=-1, descending=True, stable=True)
     assert torch.equal(ids, expect.indices[:, :3])
@@ -204,5 +210,8 @@ def test_public_ops_dispatch_to_the_kernels_under_the_flag(cuda):
     assert torch.equal(got, moe.experts(x, gate_up, down, weights, ids))
     ref = kernels.moe_experts(on.with_(VT_KERNELS=False), x, gate_up, down, weights, ids)  # the master switch
     assert torch.equal(kernels.moe_experts(on.with_(VT_MOE_KERNELS=False), x, gate_up, down, weights, ids), ref)
-    assert kernels.counts().ran == {("moe_route", "cuda"): 1, ("moe_experts", "cuda"): 1,
-                                    ("moe_experts", "reference"): 2}
+    assert kernels.counts().ran == {
+        ("moe_route", "cuda"): 1,
+        ("moe_experts", "cuda"): 1,
+        ("moe_experts", "reference"): 2,
+    }

@@ -1,4 +1,5 @@
 """Tests for the norm kernels (engine/cuda/norm.cu) against engine.ops.norm on the GPU, and the launcher's checks."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,8 +14,10 @@ from engine.cuda import build
 from engine.flags import REFERENCE, FlagSnapshot
 from engine.ops.norm import fused_add_rms_norm, rms_norm
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
-                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+    reason="nvcc not found: the CUDA sources cannot be compiled here",
+)
 gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(7, 769), (3, 5, 111), (2, 4096), (1, 19)]
@@ -32,6 +35,7 @@ def mostly_bitwise(got: torch.Tensor, want: torch.Tensor) -> None:
     """In half precision a one-ulp fp32 change of the scale rarely moves the rounded value."""
     if got.dtype != torch.float32:
         assert (got == want).float().mean().item() >= 0.999
+
 
 FAMILY = "norm"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the norm kernels"
@@ -157,9 +161,12 @@ def test_the_table_runs_the_kernels_only_under_both_flags(cuda):
     kernels.qk_norm(on, x.view(5, 9, 37), w[:37], EPS)
     kernels.rms_norm(on.with_(VT_NORM_KERNEL=False), x, w, EPS)
     kernels.rms_norm(REFERENCE, x, w, EPS)
-    assert kernels.counts().ran == {("rms_norm", "cuda"): 1, ("fused_add_rms_norm", "cuda"): 1,
-                                    ("qk_norm", "cuda"): 1, ("rms_norm", "reference"): 2}
-
+    assert kernels.counts().ran == {
+        ("rms_norm", "cuda"): 1,
+        ("fused_add_rms_norm", "cuda"): 1,
+        ("qk_norm", "cuda"): 1,
+        ("rms_norm", "reference"): 2,
+    }
 
 
 def test_binding_argtypes_match_the_launchers():

@@ -1,6 +1,7 @@
 """The tiled paged decode attention arm: compile (nvcc), routing by VT_ATTN_TILED (CPU), and on a GPU the
 split heuristic, split-count invariance, the window, and capture in a CUDA graph without a host read.
 Its numerics cases (engine/gates/cases/attention.py, arm "tiled") run in test_attention.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,16 +19,20 @@ def test_source_compiles_and_exports_its_launchers(compiled) -> None:
         assert hasattr(compiled, symbol), symbol
 
 
-@pytest.mark.parametrize(("rows", "max_context", "blocks_per_sm", "splits"), [
-    (512, 4096, 4, 1),  # batch 64 x 8 KV heads: 512 blocks on 528 slots, 97% of one wave
-    (512, 4096, 3, 3),  # 396 slots: 1 split fills 65% of its last wave, 2 splits 86%, 3 splits 97%
-    (8, 32768, 4, 60),  # batch 1: the fewest splits that fill 90% of a wave
-    (8, 1024, 4, 8),  # 16 tiles: at least 2 per split, however empty the device stays
-    (8, 4096, 4, 32),  # 64 tiles: 32 splits of 2, still short of one wave
-    (0, 4096, 4, 1),
-])
-def test_split_rule_fills_waves_within_the_work(compiled, rows: int, max_context: int, blocks_per_sm: int,
-                                                splits: int) -> None:
+@pytest.mark.parametrize(
+    ("rows", "max_context", "blocks_per_sm", "splits"),
+    [
+        (512, 4096, 4, 1),  # batch 64 x 8 KV heads: 512 blocks on 528 slots, 97% of one wave
+        (512, 4096, 3, 3),  # 396 slots: 1 split fills 65% of its last wave, 2 splits 86%, 3 splits 97%
+        (8, 32768, 4, 60),  # batch 1: the fewest splits that fill 90% of a wave
+        (8, 1024, 4, 8),  # 16 tiles: at least 2 per split, however empty the device stays
+        (8, 4096, 4, 32),  # 64 tiles: 32 splits of 2, still short of one wave
+        (0, 4096, 4, 1),
+    ],
+)
+def test_split_rule_fills_waves_within_the_work(
+    compiled, rows: int, max_context: int, blocks_per_sm: int, splits: int
+) -> None:
     assert compiled.vt_paged_attn_tiled_split_rule(rows, max_context, 132, blocks_per_sm) == splits
 
 
@@ -50,8 +55,9 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: first, but OFF by default
     assert kernels.paged_decode_attention.arms[1] is tiled  # so the two passes take precedence by default
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
-    x = cases.paged_inputs(3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16,
-                           window=None)
+    x = cases.paged_inputs(
+        3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16, window=None
+    )
     assert tiled.supports(*cases._args(x), None)
     fp32 = {k: (v.float() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in x.items()}
     assert not tiled.supports(*cases._args(fp32), None)  # fp32 is not compiled: another arm
@@ -78,8 +84,9 @@ def test_split_count_fills_the_device_and_follows_the_capacity() -> None:
 def test_split_counts_agree(window: int | None) -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
-    x = cases.paged_inputs(4, torch.device("cuda"), dtype=torch.bfloat16, ctx=3000, d=128, group=4, block_size=32,
-                           window=window)
+    x = cases.paged_inputs(
+        4, torch.device("cuda"), dtype=torch.bfloat16, ctx=3000, d=128, group=4, block_size=32, window=window
+    )
     one = tiled.decode(*cases._args(x), window, splits=1)
     for splits in (2, 13, 64):
         got = numerics.compare(tiled.decode(*cases._args(x), window, splits=splits), one, numerics.TOLERANCES["bf16"])
@@ -91,8 +98,9 @@ def test_split_counts_agree(window: int | None) -> None:
 def test_only_positions_in_the_window_move_the_output() -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
-    x = cases.paged_inputs(9, torch.device("cuda"), dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16,
-                           window=40)
+    x = cases.paged_inputs(
+        9, torch.device("cuda"), dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16, window=40
+    )
     base = tiled.decode(*cases._args(x), 40)
     for pos, moves in ((59, False), (60, True)):  # sequence 0 attends positions 60..99
         v = x["v_cache"].clone()
@@ -108,8 +116,9 @@ def test_captures_in_a_cuda_graph_and_replays_new_lengths() -> None:
     """No host read of the context lengths: the graph replays correctly after the lengths change in place."""
     from engine.cuda import paged_attn_tiled as tiled
 
-    x = cases.paged_inputs(6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32,
-                           window=None)
+    x = cases.paged_inputs(
+        6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
+    )
     args = cases._args(x)
     tiled.decode(*args)  # build and load outside the capture
     graph = torch.cuda.CUDAGraph()
@@ -125,31 +134,61 @@ def test_captures_in_a_cuda_graph_and_replays_new_lengths() -> None:
 def test_binding_refuses_an_unsupported_shape_naming_it() -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
-    x = cases.paged_inputs(2, torch.device("cpu"), dtype=torch.float32, ctx=40, d=128, group=4, block_size=16,
-                           window=None)
+    x = cases.paged_inputs(
+        2, torch.device("cpu"), dtype=torch.float32, ctx=40, d=128, group=4, block_size=16, window=None
+    )
     with pytest.raises(ValueError, match=r"q: the tiled arm takes head_dim in \(64, 128, 256\).*torch.float32"):
         tiled.decode(*cases._args(x))
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ({"num_q_heads": 6, "num_kv_heads": 4}, "num_q_heads 6 is not a multiple of num_kv_heads 4"),
-    ({"num_q_heads": 36, "num_kv_heads": 4}, "9 query heads per KV head \\(at most 8\\)"),
-    ({"num_splits": 65}, "num_splits 65 not in \\[1, 64\\]"),
-    ({"num_splits": 2}, "missing scratch \\(scores, m_part, l_part, o_part\\)"),
-    ({"max_blocks": 1 << 20, "block_size": 1 << 12}, "positions overflow int"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"num_q_heads": 6, "num_kv_heads": 4}, "num_q_heads 6 is not a multiple of num_kv_heads 4"),
+        ({"num_q_heads": 36, "num_kv_heads": 4}, "9 query heads per KV head \\(at most 8\\)"),
+        ({"num_splits": 65}, "num_splits 65 not in \\[1, 64\\]"),
+        ({"num_splits": 2}, "missing scratch \\(scores, m_part, l_part, o_part\\)"),
+        ({"max_blocks": 1 << 20, "block_size": 1 << 12}, "positions overflow int"),
+    ],
+)
 def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, message: str) -> None:
     """The checks run on the host before any CUDA call, so they hold without a GPU."""
     import ctypes
     import re
 
-    full = {"batch": 1, "num_q_heads": 8, "num_kv_heads": 2, "head_dim": 128, "block_size": 16, "max_blocks": 4,
-            "num_splits": 1} | args
+    full = {
+        "batch": 1,
+        "num_q_heads": 8,
+        "num_kv_heads": 2,
+        "head_dim": 128,
+        "block_size": 16,
+        "max_blocks": 4,
+        "num_splits": 1,
+    } | args
     fake = ctypes.c_void_p(16)  # aligned, never dereferenced: the launcher returns first
     o_part = None if "missing" in message else fake  # the one scratch buffer only several splits need
     rc = compiled.vt_paged_attn_tiled_decode(
-        fake, fake, fake, fake, o_part, fake, fake, fake, fake, fake,
-        full["batch"], full["num_q_heads"], full["num_kv_heads"], full["head_dim"], full["block_size"],
-        full["max_blocks"], ctypes.c_float(0.1), 0, full["num_splits"], 1, None)
+        fake,
+        fake,
+        fake,
+        fake,
+        o_part,
+        fake,
+        fake,
+        fake,
+        fake,
+        fake,
+        full["batch"],
+        full["num_q_heads"],
+        full["num_kv_heads"],
+        full["head_dim"],
+        full["block_size"],
+        full["max_blocks"],
+        ctypes.c_float(0.1),
+        0,
+        full["num_splits"],
+        1,
+        None,
+    )
     compiled.vt_paged_attn_tiled_last_error.restype = ctypes.c_char_p
     assert rc != 0 and re.search(message, compiled.vt_paged_attn_tiled_last_error().decode()), rc

@@ -1,4 +1,5 @@
 """Tests for the AWQ, GPTQ and NVFP4 kernels (engine/cuda/quant.cu): bit-exact dequant, GEMV within bf16 tolerance."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -128,8 +129,14 @@ def test_gptq_gemv_matches_dequant_then_linear(cuda, k, n, group, zero_offset):
     gen = torch.Generator().manual_seed(k + 3 * n)
     ck = quant_pack.gptq(k, n, k // group, zero_offset, torch.bfloat16, gen)
     x = torch.randn(k, generator=gen).to(torch.bfloat16).to(cuda)
-    args = (ck.qweight.to(cuda), ck.qzeros.to(cuda), ck.scales.to(cuda), ck.groups_of_rows.to(cuda), 4,
-            1 if zero_offset else 2)
+    args = (
+        ck.qweight.to(cuda),
+        ck.qzeros.to(cuda),
+        ck.scales.to(cuda),
+        ck.groups_of_rows.to(cuda),
+        4,
+        1 if zero_offset else 2,
+    )
     out = quant.gptq_linear(x, *args)
     assert out.shape == (n,)
     _gemv_close(out, gptq_linear(x, *args))
@@ -193,8 +200,7 @@ def test_public_ops_dispatch_to_the_kernels_under_the_flags(cuda):
     assert torch.equal(kernels.dequant_awq(on, *args), quant.dequant_awq(*args))
     assert torch.equal(kernels.awq_linear(on, x, *args), quant.awq_linear(x, *args))
     x2 = x.expand(3, 128)  # M = 3: not a GEMV, so dequant (kernel) then linear
-    torch.testing.assert_close(kernels.awq_linear(on, x2, *args),
-                               x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
+    torch.testing.assert_close(kernels.awq_linear(on, x2, *args), x2 @ quant.dequant_awq(*args, dtype=torch.bfloat16))
     nv = quant_pack.nvfp4(64, 128, gen)
     nargs = (nv.packed.to(cuda), nv.scales.to(cuda), nv.global_scale.to(cuda))
     assert torch.equal(kernels.nvfp4_linear(on, x, *nargs), quant.nvfp4_linear(x, *nargs))
@@ -256,8 +262,12 @@ def test_kernel_paths_are_graph_capturable_and_deterministic(cuda):
     gs = nv.global_scale.to(cuda)  # moved before the capture: only the ops are under test
     for fused in (False, True):
         f = FlagSnapshot.defaults().with_(VT_DEQUANT_KERNEL=True, VT_DEQUANT_GEMV=fused)
-        ops = [partial(kernels.awq_linear, f, x, *a_args), partial(kernels.gptq_linear, f, x, *g_args),
-               partial(kernels.nvfp4_linear, f, x, *n_args, 0.01), partial(kernels.nvfp4_linear, f, x, *n_args, gs)]
+        ops = [
+            partial(kernels.awq_linear, f, x, *a_args),
+            partial(kernels.gptq_linear, f, x, *g_args),
+            partial(kernels.nvfp4_linear, f, x, *n_args, 0.01),
+            partial(kernels.nvfp4_linear, f, x, *n_args, gs),
+        ]
         for i, op in enumerate(ops):
             eager = op()
             assert torch.equal(op(), eager), (fused, i)  # deterministic: fixed-order split-K sums
@@ -297,16 +307,26 @@ def test_launchers_reject_bad_arguments_with_their_message(cuda):
 
     lib = quant._lib()
     cases = [  # each call is made just before its check: the last-error message is per library, not per call
-        (lambda: lib.vt_quant_awq_gemv(None, None, None, None, None, None, None, None, 4096, 4096, 128, 1, 2, 1,
-                                       None),
-         "awq gemv: partial and counters workspaces are required"),
-        (lambda: lib.vt_quant_gptq_gemv(None, None, None, None, None, None, None, None, None, 64, 16, 0, 1, 1, 2, 1,
-                                        None),
-         "gptq gemv: groups must be >= 1"),
-        (lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
-         "nvfp4 gemv: K must be a positive multiple of 16"),
-        (lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
-         r"nvfp4 gemv: out dtype code 2 must equal x's \(1\)"),
+        (
+            lambda: lib.vt_quant_awq_gemv(
+                None, None, None, None, None, None, None, None, 4096, 4096, 128, 1, 2, 1, None
+            ),
+            "awq gemv: partial and counters workspaces are required",
+        ),
+        (
+            lambda: lib.vt_quant_gptq_gemv(
+                None, None, None, None, None, None, None, None, None, 64, 16, 0, 1, 1, 2, 1, None
+            ),
+            "gptq gemv: groups must be >= 1",
+        ),
+        (
+            lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 40, 1, 1, None),
+            "nvfp4 gemv: K must be a positive multiple of 16",
+        ),
+        (
+            lambda: lib.vt_quant_nvfp4_gemv(None, None, None, None, 1.0, None, None, 4, 32, 1, 2, None),
+            r"nvfp4 gemv: out dtype code 2 must equal x's \(1\)",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(RuntimeError, match=message):

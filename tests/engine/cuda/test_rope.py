@@ -1,4 +1,5 @@
 """Tests for the RoPE kernels (engine/cuda/rope.cu) against engine.ops.rope and qk_norm on the GPU."""
+
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,10 @@ from engine.flags import FlagSnapshot
 from engine.ops.norm import qk_norm
 from engine.ops.rope import apply_rope_neox, rope_cos_sin
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
-                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+    reason="nvcc not found: the CUDA sources cannot be compiled here",
+)
 gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (tokens, heads, head_dim): odd token and head counts; head_dim 18 has an odd half
@@ -78,7 +81,7 @@ def test_rope_reads_a_strided_slice_of_qkv(cuda, dtype):
 
     tokens, hq, hk, d = 9, 4, 2, 64
     qkv = torch.randn(tokens, hq + 2 * hk, d, dtype=dtype, device=cuda)
-    q, k = qkv[:, :hq], qkv[:, hq:hq + hk]  # token stride (hq + 2 hk) * d, not hq * d
+    q, k = qkv[:, :hq], qkv[:, hq : hq + hk]  # token stride (hq + 2 hk) * d, not hq * d
     _, cos, sin = inputs((tokens, hq, d), dtype, cuda, seed=3)
     for t in (q, k):
         assert torch.equal(rope.apply_rope_neox(t, cos, sin), apply_rope_neox(t, cos, sin))
@@ -115,9 +118,12 @@ def test_the_table_runs_the_kernels_only_under_their_flags(cuda):
     rollback = base.with_(VT_NORM_KERNEL=False, VT_QK_NORM_ROPE_FUSED=False)
     kernels.qk_norm_rope(rollback, x, w, cos, sin, EPS)  # qk_norm in torch, then the RoPE kernel
     assert torch.equal(kernels.qk_norm_rope(base, x, w, cos, sin, EPS), rope.qk_norm_rope(x, w, cos, sin, EPS))
-    assert kernels.counts().ran == {("apply_rope_neox", "cuda"): 2, ("qk_norm_rope", "norm_then_rope"): 1,
-                                    ("qk_norm", "reference"): 1, ("qk_norm_rope", "fused"): 1}
-
+    assert kernels.counts().ran == {
+        ("apply_rope_neox", "cuda"): 2,
+        ("qk_norm_rope", "norm_then_rope"): 1,
+        ("qk_norm", "reference"): 1,
+        ("qk_norm_rope", "fused"): 1,
+    }
 
 
 def test_binding_argtypes_match_the_launchers():

@@ -1,4 +1,5 @@
 """Tests for the sampling kernels (engine/cuda/sample.cu): argmax bitwise against torch.argmax, top-k/top-p in law."""
+
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,10 @@ from engine.flags import FlagSnapshot
 from engine.gates.cases.sample import kept_set
 from engine.ops.sample import greedy_argmax, sample_top_k_top_p
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
-                                reason="nvcc not found: the CUDA sources cannot be compiled here")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path(build.NVCC).exists(),
+    reason="nvcc not found: the CUDA sources cannot be compiled here",
+)
 gpu = pytest.mark.gpu
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 CHUNK = 2048  # kArgmaxChunk in sample.cuh: vocab sizes below straddle it
@@ -151,9 +154,11 @@ def test_the_table_runs_the_kernels_only_under_their_flags(cuda):
     a = kernels.sample_top_k_top_p(on, logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
     b = kernels.sample_top_k_top_p(on, logits, 20, 0.9, 1.0, torch.Generator().manual_seed(3))
     assert torch.equal(a, b)  # the same generator state: the same seed, the same tokens
-    assert kernels.counts().ran == {("greedy_argmax", "cuda"): 1, ("sample_top_k_top_p", "reference"): 1,
-                                    ("sample_top_k_top_p", "cuda"): 2}
-
+    assert kernels.counts().ran == {
+        ("greedy_argmax", "cuda"): 1,
+        ("sample_top_k_top_p", "reference"): 1,
+        ("sample_top_k_top_p", "cuda"): 2,
+    }
 
 
 def test_binding_argtypes_match_the_launchers():

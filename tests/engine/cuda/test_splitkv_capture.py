@@ -1,5 +1,6 @@
 """Split-KV decode sizes its split count from the block tables' static capacity: no host read of
 context_lens (CPU, on meta tensors, whose values cannot be read), so the decode step stays capturable."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,10 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     def fake_partial(q, k_cache, v_cache, block_tables, context_lens, scale, splits, window=None, swap=False):
         seen[-1].update(splits=splits, window=window, swap=swap)
         b, hq, d = q.shape
-        return (torch.empty(b, splits, hq, d, dtype=torch.float32, device=q.device),
-                torch.empty(b, splits, hq, dtype=torch.float32, device=q.device))
+        return (
+            torch.empty(b, splits, hq, d, dtype=torch.float32, device=q.device),
+            torch.empty(b, splits, hq, dtype=torch.float32, device=q.device),
+        )
 
     def fake_combine(o_part, lse, dtype):
         b, _, hq, d = o_part.shape
@@ -59,8 +62,16 @@ def test_decode_sizes_splits_from_the_table_capacity(launches: list[dict], max_b
     q, k, v, tables, lens = meta_inputs(max_blocks)
     out = splitkv.decode(q, k, v, tables, lens, 0.09, sliding_window=41)
     assert out.shape == (BATCH, HQ, D) and out.dtype == torch.bfloat16
-    assert launches == [{"rows": BATCH * HQ, "max_context": max_blocks * BLOCK, "sm_count": 132,
-                         "splits": 5, "window": 41, "swap": False}]
+    assert launches == [
+        {
+            "rows": BATCH * HQ,
+            "max_context": max_blocks * BLOCK,
+            "sm_count": 132,
+            "splits": 5,
+            "window": 41,
+            "swap": False,
+        }
+    ]
 
 
 def test_explicit_max_context_overrides_the_capacity(launches: list[dict]) -> None:
@@ -77,8 +88,16 @@ def test_the_table_runs_split_kv_without_a_host_read(launches: list[dict]) -> No
     # the table's entry check and the arm both read shapes only (meta tensors have no values)
     out = kernels.paged_decode_attention.run_arm("splitkv_swap", q, k, v, tables, lens, 0.09, None)
     assert out.shape == (BATCH, HQ, D)
-    assert launches == [{"rows": BATCH * HKV, "max_context": MAX_BLOCKS * BLOCK, "sm_count": 132,
-                         "splits": 5, "window": None, "swap": True}]
+    assert launches == [
+        {
+            "rows": BATCH * HKV,
+            "max_context": MAX_BLOCKS * BLOCK,
+            "sm_count": 132,
+            "splits": 5,
+            "window": None,
+            "swap": True,
+        }
+    ]
 
 
 def test_capacity_names_bad_shapes() -> None:

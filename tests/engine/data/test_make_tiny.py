@@ -1,4 +1,5 @@
 """The embedded tiny model: reproducible from its script, and with clear-cut greedy choices (a gate with teeth)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The gates' verdict logic on synthetic inputs: token-exact, near-tie rows, distributional refusal."""
+
 from __future__ import annotations
 
 import math
@@ -27,20 +28,29 @@ def test_token_gate_reports_the_first_divergence() -> None:
     bad = token_gate(prompts, [[5, 6, 7], [8, 9]], [[5, 6, 4], [8, 9]])
     assert bad.verdict == FAIL
     assert bad.summary == "1 of 2 prompts diverge from the oracle (first at prompt 0, token 2)"
-    assert bad.table[0] == {"prompt": 0, "prompt_len": 1, "new_tokens": 3, "first_divergence": 2,
-                            "ours": [7], "oracle": [4]}
+    assert bad.table[0] == {
+        "prompt": 0,
+        "prompt_len": 1,
+        "new_tokens": 3,
+        "first_divergence": 2,
+        "ours": [7],
+        "oracle": [4],
+    }
     short = token_gate(prompts, [[5, 6], [8, 9]], [[5, 6, 7], [8, 9]])
     assert short.verdict == FAIL and short.table[0]["first_divergence"] == 2
     assert token_gate([], [], []).verdict == FAIL  # nothing compared is not a pass
 
 
-@pytest.mark.parametrize("values, token, verdict", [
-    ({3: 2.0, 4: 1.0}, 3, EXACT),
-    ({3: 2.0, 4: 1.8}, 4, NEAR_TIE),  # oracle's top two 0.2 nats apart, ours second
-    ({3: 2.0, 4: 1.0}, 4, OUT_OF_BAND),  # a clear oracle winner: any gap fails
-    ({3: 2.0, 4: 1.9, 5: 1.3}, 5, OUT_OF_BAND),  # oracle tied at the top, but ours 0.7 nats down
-    ({3: 2.0, 4: 1.9, 5: 1.8, 6: 1.7}, 6, OUTSIDE_TOP_K),  # within the band, but not in the top 3
-])
+@pytest.mark.parametrize(
+    "values, token, verdict",
+    [
+        ({3: 2.0, 4: 1.0}, 3, EXACT),
+        ({3: 2.0, 4: 1.8}, 4, NEAR_TIE),  # oracle's top two 0.2 nats apart, ours second
+        ({3: 2.0, 4: 1.0}, 4, OUT_OF_BAND),  # a clear oracle winner: any gap fails
+        ({3: 2.0, 4: 1.9, 5: 1.3}, 5, OUT_OF_BAND),  # oracle tied at the top, but ours 0.7 nats down
+        ({3: 2.0, 4: 1.9, 5: 1.8, 6: 1.7}, 6, OUTSIDE_TOP_K),  # within the band, but not in the top 3
+    ],
+)
 def test_classify(values: dict[int, float], token: int, verdict: str) -> None:
     row = classify(logprobs(values), token, band=0.5, top_k=3)
     assert row["verdict"] == verdict

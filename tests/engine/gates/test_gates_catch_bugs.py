@@ -1,4 +1,5 @@
 """Every gate shown able to fail: seeded engine bugs must fail the token and near-tie gates on the tiny model."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Committed goldens (sha256-checked) and `gate regen`, which rewrites them only under the near-tie bar."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -19,8 +20,11 @@ COMMITTED = sorted(gold.GOLDENS_DIR.glob("*.json"))
 
 
 def test_goldens_are_committed() -> None:
-    assert [p.name for p in COMMITTED] == ["tiny-qwen3-bfloat16-cpu.json", "tiny-qwen3-bfloat16-cuda.json",
-                                           "tiny-qwen3-float32-cpu.json"]
+    assert [p.name for p in COMMITTED] == [
+        "tiny-qwen3-bfloat16-cpu.json",
+        "tiny-qwen3-bfloat16-cuda.json",
+        "tiny-qwen3-float32-cpu.json",
+    ]
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
@@ -44,8 +48,9 @@ def test_golden_gate_fails_on_different_ids(tmp_path) -> None:
     case = json.loads(COMMITTED[-1].read_text())
     case["tokens"][2][5] = (case["tokens"][2][5] + 1) % 512
     path = tmp_path / "other.json"
-    gold.write_golden(path, gold.make_golden(*(case[k] for k in ("model", "dtype", "device", "max_new_tokens",
-                                                                 "prompts", "tokens"))))
+    gold.write_golden(
+        path, gold.make_golden(*(case[k] for k in ("model", "dtype", "device", "max_new_tokens", "prompts", "tokens")))
+    )
     result = harness.check_golden(path)
     assert result.verdict == FAIL
     assert result.table[2]["first_divergence"] == 5
@@ -102,8 +107,13 @@ def test_head_sha_marks_a_tree_that_differs_from_head(tmp_path) -> None:
     from engine.gates.ledger import head_sha
 
     def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=tmp_path,
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
     git("init", "-q")
     (tmp_path / "a.txt").write_text("one\n")
     git("add", "a.txt")

@@ -1,4 +1,5 @@
 """The numerics comparator on the CPU: bitwise %, max_abs, max_rel, tolerance edges, NaN, and a self-test that can fail."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -77,8 +78,17 @@ def test_references_are_the_pure_ops_whatever_the_environment() -> None:
     from engine.gates.cases import KernelCase
 
     seen = []
-    case = KernelCase("x", "generic", None, torch.float32, lambda s, d: {}, lambda i: torch.zeros(1),
-                      lambda i: seen.append(i) or torch.zeros(1), "exact", "BACKEND-CUDA")
+    case = KernelCase(
+        "x",
+        "generic",
+        None,
+        torch.float32,
+        lambda s, d: {},
+        lambda i: torch.zeros(1),
+        lambda i: seen.append(i) or torch.zeros(1),
+        "exact",
+        "BACKEND-CUDA",
+    )
     case.reference_output({"a": 1})
     assert seen == [{"a": 1}]  # called as given: engine/ops never dispatches to a kernel
     sources = [p.read_text() for p in Path(engine.ops.__file__).parent.glob("*.py")]

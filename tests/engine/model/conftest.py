@@ -1,4 +1,5 @@
 """Fixtures of the model tests: tiny quantized checkpoints and their dequantized twins, built offline."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,8 +8,16 @@ from pathlib import Path
 import pytest
 
 # the conftest's tiny shape, with an intermediate size NVFP4's blocks of 16 divide
-QUANT_TINY = {"vocab_size": 211, "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
+QUANT_TINY = {
+    "vocab_size": 211,
+    "hidden_size": 48,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+}
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Merged q/k/v and gate/up weights: the parts are views into one tensor, loaded once, and the merged
 GEMM path (VT_MERGED_PROJ) decodes the same tokens as the separate projections."""
+
 from __future__ import annotations
 
 import pytest

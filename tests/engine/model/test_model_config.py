@@ -1,4 +1,5 @@
 """Parsing HF Qwen3 / Qwen3-MoE config.json: both rope spellings, MoE fields, sliding windows, errors."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,17 @@ import pytest
 
 from engine.model.config import ConfigError, load_config, parse_config
 
-DENSE = {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151, "hidden_size": 40, "intermediate_size": 72,
-         "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
-         "tie_word_embeddings": True}
+DENSE = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "vocab_size": 151,
+    "hidden_size": 40,
+    "intermediate_size": 72,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": True,
+}
 
 
 def test_transformers4_spelling_top_level_rope_theta_and_default_head_dim() -> None:
@@ -31,9 +40,17 @@ def test_kv_heads_default_to_attention_heads() -> None:
 
 @pytest.mark.parametrize("key", ["num_experts", "num_local_experts"])
 def test_moe_fields_both_expert_count_spellings(key: str) -> None:
-    raw = {**DENSE, "architectures": ["Qwen3MoeForCausalLM"], "rope_theta": 1e4, key: 7,
-           "num_experts_per_tok": 3, "moe_intermediate_size": 24, "norm_topk_prob": True,
-           "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    raw = {
+        **DENSE,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "rope_theta": 1e4,
+        key: 7,
+        "num_experts_per_tok": 3,
+        "moe_intermediate_size": 24,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [3],
+    }
     cfg = parse_config(raw)
     assert (cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size) == (7, 3, 24)
     # sparse on (layer + 1) % 2 == 0, except the mlp-only layer 3
@@ -47,21 +64,39 @@ def test_sliding_window_rules() -> None:
     assert parse_config(on).sliding_windows == (None, None, None, 9, 9)
     typed = {**on, "layer_types": ["sliding_attention", "full_attention"] * 2 + ["full_attention"]}
     assert parse_config(typed).sliding_windows == (9, None, 9, None, None)
-    moe = {**on, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2,
-           "moe_intermediate_size": 8}
+    moe = {
+        **on,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 8,
+    }
     assert parse_config(moe).sliding_windows == (9,) * 5
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({**DENSE, "architectures": ["LlamaForCausalLM"], "rope_theta": 1e4},
-     "architectures=['LlamaForCausalLM'] is not supported"),
-    ({**DENSE}, "required field 'rope_theta'"),
-    ({**DENSE, "rope_theta": 1e4, "hidden_size": None}, "required field 'hidden_size' is missing"),
-    ({**DENSE, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_type='yarn' is not supported"),
-    ({**DENSE, "rope_theta": 1e4, "num_key_value_heads": 3}, "not a multiple of num_key_value_heads=3"),
-    ({**DENSE, "architectures": ["Qwen3MoeForCausalLM"], "rope_theta": 1e4, "num_experts_per_tok": 2,
-      "moe_intermediate_size": 8}, "'num_experts' (or 'num_local_experts') is missing"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            {**DENSE, "architectures": ["LlamaForCausalLM"], "rope_theta": 1e4},
+            "architectures=['LlamaForCausalLM'] is not supported",
+        ),
+        ({**DENSE}, "required field 'rope_theta'"),
+        ({**DENSE, "rope_theta": 1e4, "hidden_size": None}, "required field 'hidden_size' is missing"),
+        ({**DENSE, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_type='yarn' is not supported"),
+        ({**DENSE, "rope_theta": 1e4, "num_key_value_heads": 3}, "not a multiple of num_key_value_heads=3"),
+        (
+            {
+                **DENSE,
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "rope_theta": 1e4,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 8,
+            },
+            "'num_experts' (or 'num_local_experts') is missing",
+        ),
+    ],
+)
 def test_bad_configs_name_the_field(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError, match="config.json") as err:
         parse_config(raw)
@@ -84,20 +119,29 @@ def test_quantization_configs_as_transformers_and_vllm_read_them() -> None:
     base = {**DENSE, "rope_theta": 1e4}
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "GEMM"}
     assert parse_config({**base, "quantization_config": awq}).quant == QuantConfig("awq", 4, 128, sym=False)
-    gptq = {"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": True, "sym": False,
-            "checkpoint_format": "gptq_v2"}
+    gptq = {
+        "quant_method": "gptq",
+        "bits": 8,
+        "group_size": -1,
+        "desc_act": True,
+        "sym": False,
+        "checkpoint_format": "gptq_v2",
+    }
     assert parse_config({**base, "quantization_config": gptq}).quant == QuantConfig(
-        "gptq", 8, 0, desc_act=True, sym=False, version=2)
+        "gptq", 8, 0, desc_act=True, sym=False, version=2
+    )
     nested = {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 16}}
     assert parse_config({**base, "quantization_config": nested}).quant == QuantConfig(
-        "nvfp4", group_size=16, layout="modelopt")
+        "nvfp4", group_size=16, layout="modelopt"
+    )
     assert parse_config(base).quant is None
 
 
 def test_modelopt_side_file_is_read_when_config_json_has_none(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**DENSE, "rope_theta": 1e4}))
-    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
-        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}}))
+    (tmp_path / "hf_quant_config.json").write_text(
+        json.dumps({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}})
+    )
     quant = load_config(tmp_path).quant
     assert quant is not None and (quant.method, quant.layout) == ("nvfp4", "modelopt")
 

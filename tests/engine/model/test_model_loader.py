@@ -1,4 +1,5 @@
 """The safetensors loader: single and sharded files, tied heads, per-expert and fused MoE layouts, errors."""
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,9 @@ def test_fused_expert_layout_loads_like_per_expert(tiny_checkpoint, tmp_path) ->
         for layer in range(2):
             pre = f"model.layers.{layer}.mlp.experts"
             n = sum(1 for k in t if k.startswith(pre) and k.endswith("down_proj.weight"))
-            gate_up = [torch.cat([t.pop(f"{pre}.{e}.gate_proj.weight"), t.pop(f"{pre}.{e}.up_proj.weight")])
-                       for e in range(n)]
+            gate_up = [
+                torch.cat([t.pop(f"{pre}.{e}.gate_proj.weight"), t.pop(f"{pre}.{e}.up_proj.weight")]) for e in range(n)
+            ]
             out[f"{pre}.gate_up_proj"] = torch.stack(gate_up)
             out[f"{pre}.down_proj"] = torch.stack([t.pop(f"{pre}.{e}.down_proj.weight") for e in range(n)])
         return {**t, **out}
@@ -69,18 +71,31 @@ def test_fused_expert_layout_loads_like_per_expert(tiny_checkpoint, tmp_path) ->
     assert_same_params(load_model(fused, torch.float32), load_model(src, torch.float32))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: {k: v for k, v in t.items() if k != "model.layers.1.mlp.gate.weight"},
-     "model.layers.1.mlp.gate.weight: missing from the checkpoint"),
-    (lambda t: {k: v for k, v in t.items() if k != "model.layers.0.mlp.experts.3.up_proj.weight"},
-     "model.layers.0.mlp.experts.3.up_proj.weight: missing from the checkpoint"),
-    (lambda t: {**t, "model.layers.0.self_attn.bogus.weight": torch.ones(3)},
-     "model.layers.0.self_attn.bogus.weight: unexpected tensor"),
-    (lambda t: {**t, "model.norm.weight": torch.ones(47)},
-     "model.norm.weight: checkpoint shape (47,) != model shape (48,)"),
-    (lambda t: {**t, "model.layers.1.mlp.experts.0.down_proj.weight": torch.ones(48, 41)},
-     "model.layers.1.mlp.experts.0.down_proj.weight: checkpoint shape (48, 41) != model shape (48, 40)"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda t: {k: v for k, v in t.items() if k != "model.layers.1.mlp.gate.weight"},
+            "model.layers.1.mlp.gate.weight: missing from the checkpoint",
+        ),
+        (
+            lambda t: {k: v for k, v in t.items() if k != "model.layers.0.mlp.experts.3.up_proj.weight"},
+            "model.layers.0.mlp.experts.3.up_proj.weight: missing from the checkpoint",
+        ),
+        (
+            lambda t: {**t, "model.layers.0.self_attn.bogus.weight": torch.ones(3)},
+            "model.layers.0.self_attn.bogus.weight: unexpected tensor",
+        ),
+        (
+            lambda t: {**t, "model.norm.weight": torch.ones(47)},
+            "model.norm.weight: checkpoint shape (47,) != model shape (48,)",
+        ),
+        (
+            lambda t: {**t, "model.layers.1.mlp.experts.0.down_proj.weight": torch.ones(48, 41)},
+            "model.layers.1.mlp.experts.0.down_proj.weight: checkpoint shape (48, 41) != model shape (48, 40)",
+        ),
+    ],
+)
 def test_bad_checkpoints_name_the_tensor(tiny_checkpoint, tmp_path, edit, message) -> None:
     bad = copy_with(tiny_checkpoint("moe", 0), tmp_path / "bad", edit)
     with pytest.raises(ValueError) as err:

@@ -1,5 +1,6 @@
 """Quantized checkpoints (AWQ, GPTQ with and without act order, NVFP4 in two layouts) load, dequantize to
 their quantizer's own values, and decode token-exact against transformers on the dequantized twin (CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,7 @@ def test_dequantized_weights_equal_the_quantizers_values(quant_pair, method: str
             w = module(eye, REFERENCE).T  # [out, in]: one-hot rows read the dequantized weight exactly
             want = twin[f"{name}.weight"]
             if method == "nvfp4-ct":  # the stored divisor is inverted once at load: at most 1 ulp apart
-                torch.testing.assert_close(w, want, rtol=2 ** -23, atol=0, msg=name)
+                torch.testing.assert_close(w, want, rtol=2**-23, atol=0, msg=name)
             else:
                 assert torch.equal(w, want), name
             checked += 1
@@ -69,8 +70,9 @@ def test_greedy_ids_equal_transformers_on_the_dequantized_twin(quant_pair, metho
 def test_a_misread_zero_offset_fails_the_gate(quant_pair, tmp_path) -> None:
     # the teeth of the token gate: the v1 checkpoint read as v2 (every zero one lower) changes the tokens
     quant, dense = quant_pair("gptq")
-    wrong = copy_checkpoint(quant, tmp_path / "v2", edit_config=lambda c: c["quantization_config"].update(
-        checkpoint_format="gptq_v2"))
+    wrong = copy_checkpoint(
+        quant, tmp_path / "v2", edit_config=lambda c: c["quantization_config"].update(checkpoint_format="gptq_v2")
+    )
     prompts = default_prompts(211, 3, LENS)
     ours = Runner(wrong, torch.float32, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
     oracle = Oracle(dense, torch.float32)
@@ -111,20 +113,41 @@ def test_max_position_embeddings_is_checked(quant_pair, capsys) -> None:
 
 Q = "model.layers.0.self_attn.q_proj"
 BAD_TENSORS = {
-    "wrong-shape": ("awq", lambda t: {**t, f"{Q}.qweight": t[f"{Q}.qweight"][:-8]},
-                    rf"{Q}.qweight: checkpoint shape \(40, 8\) != \(48, 8\) for in_features=48, out_features=64"),
-    "missing-scales": ("gptq", lambda t: {k: v for k, v in t.items() if k != f"{Q}.scales"},
-                       rf"{Q}.scales: missing from the checkpoint"),
-    "wrong-dtype": ("gptq", lambda t: {**t, f"{Q}.qzeros": t[f"{Q}.qzeros"].float()},
-                    rf"{Q}.qzeros: dtype torch.float32 is not torch.int32"),
-    "g_idx-out-of-range": ("gptq-act-order", lambda t: {**t, f"{Q}.g_idx": t[f"{Q}.g_idx"] + 1},
-                           rf"{Q}.g_idx: values span \[1, 3\] outside the 3 groups"),
-    "missing-global-scale": ("nvfp4", lambda t: {k: v for k, v in t.items() if k != f"{Q}.weight_scale_2"},
-                             rf"{Q}.weight_scale_2: missing from the checkpoint"),
-    "unknown-tensor": ("awq", lambda t: {**t, f"{Q}.g_idx": torch.zeros(48, dtype=torch.int32)},
-                       rf"{Q}.g_idx: not a tensor of this AWQ 4-bit group 16 linear layer"),
-    "quantized-head": ("awq", lambda t: {**t, "lm_head.qweight": t[f"{Q}.qweight"].clone()},
-                       r"lm_head.qweight: a quantized tensor, but the engine keeps this module unquantized"),
+    "wrong-shape": (
+        "awq",
+        lambda t: {**t, f"{Q}.qweight": t[f"{Q}.qweight"][:-8]},
+        rf"{Q}.qweight: checkpoint shape \(40, 8\) != \(48, 8\) for in_features=48, out_features=64",
+    ),
+    "missing-scales": (
+        "gptq",
+        lambda t: {k: v for k, v in t.items() if k != f"{Q}.scales"},
+        rf"{Q}.scales: missing from the checkpoint",
+    ),
+    "wrong-dtype": (
+        "gptq",
+        lambda t: {**t, f"{Q}.qzeros": t[f"{Q}.qzeros"].float()},
+        rf"{Q}.qzeros: dtype torch.float32 is not torch.int32",
+    ),
+    "g_idx-out-of-range": (
+        "gptq-act-order",
+        lambda t: {**t, f"{Q}.g_idx": t[f"{Q}.g_idx"] + 1},
+        rf"{Q}.g_idx: values span \[1, 3\] outside the 3 groups",
+    ),
+    "missing-global-scale": (
+        "nvfp4",
+        lambda t: {k: v for k, v in t.items() if k != f"{Q}.weight_scale_2"},
+        rf"{Q}.weight_scale_2: missing from the checkpoint",
+    ),
+    "unknown-tensor": (
+        "awq",
+        lambda t: {**t, f"{Q}.g_idx": torch.zeros(48, dtype=torch.int32)},
+        rf"{Q}.g_idx: not a tensor of this AWQ 4-bit group 16 linear layer",
+    ),
+    "quantized-head": (
+        "awq",
+        lambda t: {**t, "lm_head.qweight": t[f"{Q}.qweight"].clone()},
+        r"lm_head.qweight: a quantized tensor, but the engine keeps this module unquantized",
+    ),
 }
 
 
@@ -140,21 +163,31 @@ BAD_CONFIGS = {
     "unknown-bits": ("gptq", {"bits": 3}, r"quantization_config.bits=3 is not supported for gptq \(2, 4 or 8\)"),
     "awq-bits": ("awq", {"bits": 8}, r"quantization_config.bits=8 is not supported for awq \(only 4\)"),
     "awq-gemv-layout": ("awq", {"version": "gemv"}, r"quantization_config.version='gemv' is not supported"),
-    "unknown-method": ("awq", {"quant_method": "bitsandbytes"},
-                       r"quantization_config.quant_method='bitsandbytes' is not supported"),
-    "gptq-format": ("gptq", {"checkpoint_format": "marlin"},
-                    r"quantization_config.checkpoint_format='marlin' is not supported"),
+    "unknown-method": (
+        "awq",
+        {"quant_method": "bitsandbytes"},
+        r"quantization_config.quant_method='bitsandbytes' is not supported",
+    ),
+    "gptq-format": (
+        "gptq",
+        {"checkpoint_format": "marlin"},
+        r"quantization_config.checkpoint_format='marlin' is not supported",
+    ),
     "nvfp4-algo": ("nvfp4", {"quant_algo": "FP8"}, r"quantization_config.quant_algo='FP8' is not supported"),
-    "nvfp4-kv-cache": ("nvfp4", {"kv_cache_quant_algo": "FP8"},
-                       r"quantization_config.kv_cache_quant_algo='FP8' is not supported"),
+    "nvfp4-kv-cache": (
+        "nvfp4",
+        {"kv_cache_quant_algo": "FP8"},
+        r"quantization_config.kv_cache_quant_algo='FP8' is not supported",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_quantization_configs_name_the_field(quant_pair, tmp_path, case: str) -> None:
     method, edit, message = BAD_CONFIGS[case]
-    bad = copy_checkpoint(quant_pair(method)[0], tmp_path / case,
-                          edit_config=lambda c: c["quantization_config"].update(edit))
+    bad = copy_checkpoint(
+        quant_pair(method)[0], tmp_path / case, edit_config=lambda c: c["quantization_config"].update(edit)
+    )
     with pytest.raises(ConfigError, match=message):
         load_model(bad, torch.float32)
 
@@ -186,8 +219,19 @@ def test_the_gates_hold_a_quantized_model_to_its_twin(quant_pair, capsys, gate: 
     from engine.cli import main
 
     quant, dense = quant_pair("gptq-act-order")
-    argv = ["gate", gate, "--model", str(quant), "--oracle-model", str(dense), "--dtype", "float32",
-            "--max-new-tokens", "6", "--json"]
+    argv = [
+        "gate",
+        gate,
+        "--model",
+        str(quant),
+        "--oracle-model",
+        str(dense),
+        "--dtype",
+        "float32",
+        "--max-new-tokens",
+        "6",
+        "--json",
+    ]
     assert main(argv) == 0, capsys.readouterr()
     assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
 
@@ -199,11 +243,17 @@ def test_quantized_moe_experts_are_refused_by_name(tiny_checkpoint, tmp_path) ->
     def quantize_one_expert(t: dict) -> dict:
         return {**t, f"{expert}.qweight": torch.zeros(48, 5, dtype=torch.int32)}
 
-    bad = copy_checkpoint(src, tmp_path / "moe-awq", edit_tensors=quantize_one_expert,
-                          edit_config=lambda c: c.update(quantization_config={"quant_method": "awq", "bits": 4,
-                                                                              "group_size": 16}))
-    with pytest.raises(LoadError, match=rf"{expert}.qweight: a quantized tensor, but the engine keeps this module "
-                                        r"unquantized \(MoE experts"):
+    bad = copy_checkpoint(
+        src,
+        tmp_path / "moe-awq",
+        edit_tensors=quantize_one_expert,
+        edit_config=lambda c: c.update(quantization_config={"quant_method": "awq", "bits": 4, "group_size": 16}),
+    )
+    with pytest.raises(
+        LoadError,
+        match=rf"{expert}.qweight: a quantized tensor, but the engine keeps this module "
+        r"unquantized \(MoE experts",
+    ):
         load_model(bad, torch.float32)
 
 

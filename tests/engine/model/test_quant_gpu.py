@@ -1,6 +1,7 @@
 """On the GPU, in bf16: each tiny quantized checkpoint decodes (graphed) token-exact against transformers on
 its dequantized twin, under the default flags and with each dequant arm on; the kernel table's counters prove
 the arm under test ran."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,8 +40,14 @@ def test_bf16_greedy_ids_equal_transformers_on_the_gpu(quant_pair, method: str, 
     quant, dense = quant_pair(method)
     prompts = default_prompts(211, 3, LENS)
     kernels.reset_counts()
-    ours = Runner(quant, torch.bfloat16, "cuda", max_batch=len(prompts), max_model_len=64,
-                  flags=FlagSnapshot.defaults().with_(**settings)).generate(prompts, NEW)
+    ours = Runner(
+        quant,
+        torch.bfloat16,
+        "cuda",
+        max_batch=len(prompts),
+        max_model_len=64,
+        flags=FlagSnapshot.defaults().with_(**settings),
+    ).generate(prompts, NEW)
     oracle = Oracle(dense, torch.bfloat16, "cuda")
     result = token_gate(prompts, ours.tokens, [oracle.greedy(p, NEW) for p in prompts])
     assert result.passed, result.render()

@@ -1,4 +1,5 @@
 """Token-exact against transformers: save_pretrained tiny random Qwen3 / Qwen3-MoE, our loader, greedy ids."""
+
 from __future__ import annotations
 
 import pytest

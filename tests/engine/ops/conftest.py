@@ -1,4 +1,5 @@
 """Shared fixtures for the reference-op tests: dtypes, seeded generators and the per-dtype tolerances."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """Tests for engine.ops.act: SiLU-and-mul with HF's two roundings."""
+
 from __future__ import annotations
 
 from functools import partial

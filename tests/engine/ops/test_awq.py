@@ -1,4 +1,5 @@
 """Tests for engine.ops.quant (awq): hand-packed words, a random round trip, and dequant-then-linear."""
+
 from __future__ import annotations
 
 from functools import partial

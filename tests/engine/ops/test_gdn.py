@@ -1,4 +1,5 @@
 """Tests for engine.ops.gdn: the gated delta rule, decode step and chunked prefill, against a float64 loop."""
+
 from __future__ import annotations
 
 import math

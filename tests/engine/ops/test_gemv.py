@@ -1,4 +1,5 @@
 """Tests for engine.ops.gemv: dtype-faithful linear and embedding."""
+
 from __future__ import annotations
 
 from functools import partial

@@ -1,4 +1,5 @@
 """Tests for engine.ops.quant (gptq): hand-packed words with act order, v1/v2 zeros, round trips, dequant-then-linear."""
+
 from __future__ import annotations
 
 from functools import partial

@@ -1,4 +1,5 @@
 """Tests for engine.ops.kv_store: paged store by slot mapping, and the slot mapping."""
+
 from __future__ import annotations
 
 from functools import partial

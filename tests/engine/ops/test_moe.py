@@ -1,4 +1,5 @@
 """Tests for engine.ops.moe: fp32 routing and the expert MLP sum, against loops and Hugging Face."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -58,8 +59,12 @@ def test_moe_experts_match_float64_loop(dtype, gen, close):
 def test_moe_equals_hugging_face_block_bitwise(norm_topk_prob, dtype, gen):
     moe = pytest.importorskip("transformers.models.qwen3_moe.modeling_qwen3_moe")
     config = moe.Qwen3MoeConfig(
-        hidden_size=38, moe_intermediate_size=19, num_experts=7, num_experts_per_tok=3,
-        norm_topk_prob=norm_topk_prob, hidden_act="silu",
+        hidden_size=38,
+        moe_intermediate_size=19,
+        num_experts=7,
+        num_experts_per_tok=3,
+        norm_topk_prob=norm_topk_prob,
+        hidden_act="silu",
     )
     block = moe.Qwen3MoeSparseMoeBlock(config)
     with torch.no_grad():

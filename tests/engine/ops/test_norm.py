@@ -1,4 +1,5 @@
 """Tests for engine.ops.norm: RMSNorm, fused add+RMSNorm, q/k norm."""
+
 from __future__ import annotations
 
 from functools import partial

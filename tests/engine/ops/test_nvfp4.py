@@ -1,4 +1,5 @@
 """Tests for engine.ops.quant (nvfp4): hand-packed bytes and scales, a random round trip, dequant-then-linear."""
+
 from __future__ import annotations
 
 from functools import partial

@@ -1,4 +1,5 @@
 """Tests for engine.ops.paged_attn: packed causal prefill and paged decode attention."""
+
 from __future__ import annotations
 
 import types

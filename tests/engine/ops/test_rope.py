@@ -1,4 +1,5 @@
 """Tests for engine.ops.rope: HF-exact cos/sin tables and neox-style rotation."""
+
 from __future__ import annotations
 
 import math

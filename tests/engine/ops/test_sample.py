@@ -1,4 +1,5 @@
 """Tests for engine.ops.sample: greedy argmax semantics and seeded top-k/top-p sampling."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Tests for engine.ops.splitkv: per-split partials and the fp32 log-sum-exp combine."""
+
 from __future__ import annotations
 
 import math
