@@ -19,12 +19,21 @@ from checkers.preflight import check_parser, run_check
 from checkers.results import Result
 from tests.conftest import ROOT, GitRepo, init_repo
 
-TREE = ROOT / "tests" / "fixtures" / "foreign" / "vllmcpp"
+FIXTURES = ROOT / "tests" / "fixtures"
 MATMUL = "src/vt/cuda/cuda_matmul.cu"
 
 
-def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers():
-    found = dl.env_doc(TREE)
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The foreign tree, with the gemv check's cuBLASLt fixture as its matmul file (kept once, in gemv/)."""
+    root = tmp_path_factory.mktemp("vllmcpp") / "tree"
+    shutil.copytree(FIXTURES / "foreign" / "vllmcpp", root)
+    shutil.copyfile(FIXTURES / "gemv" / "cublaslt-literal-algo-count.cu", root / MATMUL)
+    return root
+
+
+def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers(tree: Path):
+    found = dl.env_doc(tree)
     assert found is not None
     assert found.config == {
         "prefixes": ["VT_", "VLLM_"],
@@ -53,21 +62,21 @@ def test_env_doc_finds_tables_allowlist_prefixes_and_wrappers():
     ]
 
 
-def test_a_wrapper_nobody_calls_with_a_name_and_vendored_wrappers_are_left_out():
-    readers = dl.env_readers(TREE, ("VT_", "VLLM_"))
+def test_a_wrapper_nobody_calls_with_a_name_and_vendored_wrappers_are_left_out(tree: Path):
+    readers = dl.env_readers(tree, ("VT_", "VLLM_"))
     assert "EnvOn" not in readers  # defined, but only EnvOnOr calls it, with a variable
     assert "VendorEnv" not in readers  # third_party/ is not the repository's own code
 
 
-def test_gemv_selects_the_cublaslt_rule_set_where_heuristic_calls_are():
-    found = dl.gemv_invocation(TREE)
+def test_gemv_selects_the_cublaslt_rule_set_where_heuristic_calls_are(tree: Path):
+    found = dl.gemv_invocation(tree)
     assert found is not None
     assert found.config == {"rule_sets": ["cublaslt"], "python": [], "cuda": [MATMUL], "min_sites": 4}
     assert found.reasons[0] == f"{MATMUL}: 4 cublasLtMatmulAlgoGetHeuristic call(s)"
 
 
-def test_pr_size_pairs_kebab_checkers_with_snake_tests_in_both_namings():
-    found = dl.pr_size_pairs(TREE)
+def test_pr_size_pairs_kebab_checkers_with_snake_tests_in_both_namings(tree: Path):
+    found = dl.pr_size_pairs(tree)
     assert found is not None
     assert found.config == {
         "pairs": [
@@ -97,10 +106,10 @@ def test_a_tree_without_the_layout_detects_nothing(tmp_path: Path, detector):
 
 
 @pytest.fixture
-def foreign(tmp_path: Path) -> GitRepo:
-    shutil.copytree(TREE, tmp_path / "repo")
+def foreign(tmp_path: Path, tree: Path) -> GitRepo:
+    shutil.copytree(tree, tmp_path / "repo")
     repo = init_repo(tmp_path / "repo")
-    sections = {"env_doc": dl.env_doc(TREE), "gemv": dl.gemv_invocation(TREE), "pr_size": dl.pr_size_pairs(TREE)}
+    sections = {"env_doc": dl.env_doc(tree), "gemv": dl.gemv_invocation(tree), "pr_size": dl.pr_size_pairs(tree)}
     config = {"version": 1, **{k: v.config for k, v in sections.items() if v is not None}}
     out = io.StringIO()
     YAML().dump(config, out)
@@ -144,11 +153,11 @@ def test_env_doc_fails_an_undocumented_read_through_a_wrapper(foreign: GitRepo):
     ]
 
 
-def test_env_doc_fails_a_documented_row_whose_reader_is_gone(foreign: GitRepo):
+def test_env_doc_fails_a_documented_row_whose_reader_is_gone(foreign: GitRepo, tree: Path):
     foreign.commit(
         "Drop a reader",
         {
-            "src/vllm/entrypoints/server.cpp": (TREE / "src/vllm/entrypoints/server.cpp")
+            "src/vllm/entrypoints/server.cpp": (tree / "src/vllm/entrypoints/server.cpp")
             .read_text()
             .replace('EnvOnOr("VT_GGUF_KEEP_QUANT", false)', "false")
         },
@@ -174,8 +183,8 @@ def test_gemv_fails_the_four_bare_algo_counts_and_passes_the_named_constant(fore
     assert (result.status.value, result.examined) == ("pass", 8)
 
 
-def test_the_module_prints_every_section_with_its_reasons(capsys: pytest.CaptureFixture[str]):
-    assert dl.main([str(TREE)]) == 0
+def test_the_module_prints_every_section_with_its_reasons(capsys: pytest.CaptureFixture[str], tree: Path):
+    assert dl.main([str(tree)]) == 0
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if not line.startswith(("#", " "))] == ["env_doc:", "gemv:", "pr_size:"]
     assert "# src/vt/cuda/cuda_matmul.cu: 4 cublasLtMatmulAlgoGetHeuristic call(s)\n" in out
