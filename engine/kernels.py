@@ -359,8 +359,8 @@ def _tiled_fused(
     scale: float,
     sliding_window: int | None = None,
 ) -> torch.Tensor:
-    """The one-launch tiled kernel (the two passes where its arrival counters are not ready: first use under
-    graph capture)."""
+    """The one-launch tiled kernel; `_tiled_fused_fits` refuses a shape it would hand to the two passes (no
+    ready arrival counters: first use under graph capture), so the counters name the kernel that ran."""
     return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, fused=True)
 
 

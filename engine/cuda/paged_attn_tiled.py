@@ -88,12 +88,16 @@ def fused_stages(
 
 
 def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
-    """Whether the one-launch kernel takes this decode (`fused_stages` above 0): no host read of the lengths."""
+    """Whether the one-launch kernel takes this decode: its stages fit and its arrival counters are ready (not
+    first made under graph capture); no host read of the lengths."""
     batch, hq, d = q.shape
     hkv, block_size = k_cache.shape[2], k_cache.shape[1]
     dev = q.device.index or 0
     splits = num_splits(batch * hkv, block_tables.shape[1] * block_size, d, q.dtype, dev)
-    return fused_stages(batch, hq, hkv, d, block_size, block_tables.shape[1], splits, q.dtype, dev) > 0
+    if fused_stages(batch, hq, hkv, d, block_size, block_tables.shape[1], splits, q.dtype, dev) == 0:
+        return False
+    # without ready counters the call would run the two passes: the table must count that as the fallback
+    return _counters(q.device, 2 * batch * hkv) is not None
 
 
 def _counters(dev: torch.device, need: int) -> torch.Tensor | None:

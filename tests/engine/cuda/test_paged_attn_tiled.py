@@ -131,6 +131,35 @@ def test_captures_in_a_cuda_graph_and_replays_new_lengths() -> None:
     assert got.passed, got
 
 
+@needs_gpu
+@pytest.mark.gpu
+def test_fused_arm_first_used_under_capture_is_counted_as_the_two_passes_it_runs(monkeypatch) -> None:
+    """Its arrival counters cannot be zeroed inside a capture, so that first call runs the two passes: the
+    table must count the tiled arm and a tiled_fused fallback, not a tiled_fused call."""
+    from engine import kernels
+    from engine.cuda import paged_attn_tiled as tiled
+    from engine.flags import FlagSnapshot
+
+    monkeypatch.setattr(tiled, "_COUNTERS", {})  # the first use on this device happens under the capture
+    x = cases.paged_inputs(
+        6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
+    )
+    args = cases._args(x)
+    snap = FlagSnapshot.defaults().with_(VT_ATTN_TILED_FUSED=True)
+    tiled.decode(*args)  # build and load outside the capture, without making the counters
+    kernels.reset_counts()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernels.paged_decode_attention(snap, *args)
+    seen = kernels.counts()
+    op = kernels.paged_decode_attention.name
+    assert seen.ran[(op, "tiled")] == 1 and seen.ran[(op, "tiled_fused")] == 0, kernels.render_counts()
+    assert sum(n for (o, a, _), n in seen.fallbacks.items() if (o, a) == (op, "tiled_fused")) == 1
+    kernels.reset_counts()
+    kernels.paged_decode_attention(snap, *args)  # outside a capture the counters are made: the one launch
+    assert kernels.counts().ran[(op, "tiled_fused")] == 1, kernels.render_counts()
+
+
 def test_binding_refuses_an_unsupported_shape_naming_it() -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
