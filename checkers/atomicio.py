@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from checkers.results import CheckError
+from .results import CheckError
 
 LOCK_NAME = "rowgate.lock"
 DEFAULT_LOCK_TIMEOUT_S = 10.0

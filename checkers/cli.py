@@ -14,14 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-from checkers import __version__, registry
-from checkers.configcache import load_sections
-from checkers.configsource import locate
-from checkers.context import Context
-from checkers.gitio import Git, GitError, discover, discover_repo
-from checkers.output import FORMATS, render
-from checkers.preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
-from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
+from . import __version__, registry
+from .configcache import load_sections
+from .configsource import locate
+from .context import Context
+from .gitio import Git, GitError, discover, discover_repo
+from .output import FORMATS, render
+from .preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
+from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
 
 # The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
 # once instead (scripts/_rowgate.py re-runs under the checkout's .venv on this ModuleNotFoundError).
@@ -29,13 +29,14 @@ for _dep in ("pydantic", "ruamel.yaml"):
     if importlib.util.find_spec(_dep) is None:
         raise ModuleNotFoundError(f"No module named {_dep!r}", name=_dep)
 
-# Subcommands that live in their own modules: name -> module exposing add_parser(subparsers) and run(args).
+# Subcommands that live in their own modules: name -> module (relative to this package, which installs as
+# `rowgate`) exposing add_parser(subparsers) and run(args).
 EXTRA_COMMANDS: dict[str, str] = {
-    "render": "checkers.commands.render",
-    "row": "checkers.commands.row",
-    "claim": "checkers.commands.claim",
-    "trailers": "checkers.commands.trailers",
-    "init": "checkers.commands.init",
+    "render": ".commands.render",
+    "row": ".commands.row",
+    "claim": ".commands.claim",
+    "trailers": ".commands.trailers",
+    "init": ".commands.init",
 }
 
 EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_config)
 
     for name, module in EXTRA_COMMANDS.items():
-        importlib.import_module(module).add_parser(sub, name)
+        importlib.import_module(module, __package__).add_parser(sub, name)
     return parser
 
 
@@ -158,7 +159,7 @@ def load_context(repo: Path | None, sections: tuple[str, ...] | None = None, con
     if sections is not None:
         view = load_sections(root, git_dir, (*sections, *CONTROL_SECTIONS), source)
         return Context(root=root, config=view, source=source)
-    from checkers.config import parse_source
+    from .config import parse_source
 
     return Context(root=root, config=parse_source(source), source=source)
 
@@ -211,7 +212,7 @@ def _anchors(ctx: Context, fmt: str) -> dict[str, tuple[str, int | None]] | None
     """For SARIF: per check, the config file and line that configure it."""
     if fmt != "sarif":
         return None
-    from checkers.sarif_anchors import config_anchors
+    from .sarif_anchors import config_anchors
 
     return config_anchors(ctx.source)
 
@@ -259,7 +260,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     import json
 
-    from checkers.config import json_schema
+    from .config import json_schema
 
     if args.action == "schema":
         print(json.dumps(json_schema(), indent=2))
@@ -280,8 +281,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    from checkers.config import parse_source
-    from checkers.gitio import git_env
+    from .config import parse_source
+    from .gitio import git_env
 
     problems = 0
     try:

@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from checkers.configsource import ConfigSource, locate
-from checkers.results import RecordError
-from checkers.safe_regex import checked
-from checkers.yamlio import line_of, parse_yaml, validate
+from .configsource import ConfigSource, locate
+from .results import RecordError
+from .safe_regex import checked
+from .yamlio import line_of, parse_yaml, validate
 
 CONFIG_PATH = ".agents/config.yaml"
 
@@ -396,7 +396,7 @@ def parse_pyproject(raw: bytes, display: str = "pyproject.toml") -> Config:
 def check_names(config: Config, display: str, line: Callable[[tuple[str | int, ...]], int | None]) -> None:
     """Check ids under `checks` and rule ids or names under `ignore`/`per_file_ignores` must exist; the
     error names the known ones."""
-    from checkers import registry  # the check modules: only when a config is validated
+    from . import registry  # the check modules: only when a config is validated
 
     checks = [c.id for c in registry.CHECKS]
     rules = registry.all_rules()

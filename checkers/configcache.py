@@ -21,11 +21,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
-from checkers import __version__
-from checkers.configsource import ConfigSource, locate
+from . import __version__
+from .configsource import ConfigSource, locate
 
 if TYPE_CHECKING:
-    from checkers.config import Config
+    from .config import Config
 
 CACHE_PATH = "rowgate/config-cache.json"  # under the git directory: per work tree, never committed
 _SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
@@ -55,7 +55,7 @@ def load_sections(
     data = _read(cache, key) if cache is not None else None
     if data is None:
         # pydantic and ruamel.yaml: only when the cache misses
-        from checkers.config import parse_source
+        from .config import parse_source
 
         data = parse_source(source).model_dump(mode="json")
         if cache is not None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from checkers.results import RecordError
+from .results import RecordError
 
 CONFIG_PATH = ".agents/config.yaml"  # checkers.config.CONFIG_PATH (a test holds them equal)
 PYPROJECT = "pyproject.toml"

@@ -11,13 +11,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from checkers.files import select
-from checkers.gitio import EMPTY_TREE, Commit, Git, GitError
+from .files import select
+from .gitio import EMPTY_TREE, Commit, Git, GitError
 
 if TYPE_CHECKING:
-    from checkers.config import Config
-    from checkers.configsource import ConfigSource
-    from checkers.records import Records
+    from .config import Config
+    from .configsource import ConfigSource
+    from .records import Records
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
 
@@ -106,7 +106,7 @@ class Context:
     @property
     def records(self) -> Records:
         if self._records is None:
-            from checkers.records import load_records  # pydantic models: only for the checks that read records
+            from .records import load_records  # pydantic models: only for the checks that read records
 
             self._records = load_records(self.root)
         return self._records

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES, c_reads, python_reads
-from checkers.checks.gemv_invocation import cuda_sites as cu
+from .checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES, c_reads, python_reads
+from .checks.gemv_invocation import cuda_sites as cu
 
 
 @dataclass

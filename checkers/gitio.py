@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from checkers.results import CheckError
+from .results import CheckError
 
 DEFAULT_TIMEOUT_S = 60.0
 # The empty tree (SHA-1): the base of a range that starts at the root, e.g. a first push to an empty remote.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from checkers import __version__
-from checkers.paths import escape as _esc
-from checkers.results import Result, Rule, Status, exit_code
+from . import __version__
+from .paths import escape as _esc
+from .results import Result, Rule, Status, exit_code
 
 FORMATS = ("text", "json", "github", "sarif", "junit")
 JSON_SCHEMA_ID = "rowgate.results/1"

@@ -13,10 +13,10 @@ import re
 import time
 from pathlib import Path
 
-from checkers import registry
-from checkers.context import Context
-from checkers.registry import CheckSpec
-from checkers.results import CheckError, Finding, Result, Status
+from . import registry
+from .context import Context
+from .registry import CheckSpec
+from .results import CheckError, Finding, Result, Status
 
 # The config sections every check run reads besides its own (what runs, what is ignored).
 CONTROL_SECTIONS = ("checks", "ignore", "per_file_ignores")
@@ -125,7 +125,7 @@ def suppress(result: Result, ctx: Context) -> Result:
     per_file = per_file if isinstance(per_file, dict) else vars(per_file)
     if not result.findings or not (everywhere or per_file):
         return result
-    from checkers.files import glob_regex  # only where something is ignored
+    from .files import glob_regex  # only where something is ignored
 
     globs = [(re.compile(glob_regex(g)), set(keys)) for g, keys in per_file.items()]
 

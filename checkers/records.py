@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from checkers.config import State, Strict
-from checkers.ids import ROW_ID, SHA
-from checkers.yamlio import RecordError, load_model, load_text, validate
+from .config import State, Strict
+from .ids import ROW_ID, SHA
+from .yamlio import RecordError, load_model, load_text, validate
 
 AGENTS = ".agents"
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d+)\b")

@@ -8,12 +8,12 @@ import importlib
 from types import ModuleType
 from typing import NamedTuple
 
-from checkers.results import Rule
+from .results import Rule
 
 
 class CheckSpec(NamedTuple):
     id: str
-    module: str  # module under checkers.checks: a package `<name>`, or `records.<name>`
+    module: str  # module under the package's checks/: a package `<name>`, or `records.<name>`
     group: str  # records | tree | commits | build
     script: str  # scripts/<conventional name>
     stages: tuple[str, ...]  # pre-commit stages of its hook
@@ -31,7 +31,7 @@ class CheckSpec(NamedTuple):
         return f"rowgate-{self.id}"
 
     def load(self) -> ModuleType:
-        return importlib.import_module(f"checkers.checks.{self.module}")
+        return importlib.import_module(f".checks.{self.module}", __package__)  # `checkers`, or `rowgate` installed
 
 
 GROUPS = ("records", "tree", "commits", "build")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from checkers.config import STATES, Config
-from checkers.flagdecls import FlagDecl, read_flag_decls
-from checkers.records import Records
+from .config import STATES, Config
+from .flagdecls import FlagDecl, read_flag_decls
+from .records import Records
 
 BANNER = "<!-- Rendered by `rowgate render` from {source}; edit those, never this file. -->"
 ENV_HEADER = "| flag | default | gates | description |"

@@ -9,7 +9,7 @@ from typing import Any
 
 import regex  # type: ignore[import-untyped, unused-ignore]
 
-from checkers.results import CheckError
+from .results import CheckError
 
 TIMEOUT_S = 1.0  # per match; a linear pattern on a trailer value takes microseconds
 

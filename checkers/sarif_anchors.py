@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from checkers.configsource import CONFIG_PATH, ConfigSource
+from .configsource import CONFIG_PATH, ConfigSource
 
 # check id -> (its config section, the key in it that states the rule, if one does)
 SECTIONS: dict[str, tuple[str, str | None]] = {

@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from checkers.results import RecordError  # re-exported: loaders and callers catch it from here
+from .results import RecordError  # re-exported: loaders and callers catch it from here
 
 __all__ = [
     "RecordError",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ruamel.yaml.error import YAMLError
 
-from checkers.commands.row import (
+from ..commands.row import (
     _context,
     _loads,
     _refuse,
@@ -23,10 +23,10 @@ from checkers.commands.row import (
     _transaction,
     dump_yaml,
 )
-from checkers.config import STATES
-from checkers.records import Claim, Loaded, Row
-from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
-from checkers.yamlio import RecordError, validate
+from ..config import STATES
+from ..records import Claim, Loaded, Row
+from ..results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
+from ..yamlio import RecordError, validate
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:

@@ -20,10 +20,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from checkers import registry
-from checkers.configsource import CONFIG_PATH
-from checkers.gitio import Git, GitError, discover
-from checkers.results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE, RecordError
+from .. import registry
+from ..configsource import CONFIG_PATH
+from ..gitio import Git, GitError, discover
+from ..results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE, RecordError
 
 HISTORY = 500  # the most recent commits read for the trailer conventions
 MOST = 0.8  # the share of those commits that makes a convention the repository's
@@ -125,7 +125,7 @@ def detect(root: Path) -> Plan:
 
 
 def _records(root: Path, plan: Plan) -> None:
-    from checkers.preflight import has_records
+    from ..preflight import has_records
 
     record_checks = [c.id for c in registry.CHECKS if c.records]
     if has_records(root):
@@ -140,7 +140,7 @@ def _trailers(git: Git, plan: Plan) -> None:
     """Presets from the history: most commits signed off by their author -> dco; Assisted-by trailers or
     the FOLLOWING_AGENTS_PROTOCOL paragraph -> agents-protocol; Row trailers (with records) -> row. Older
     commits that break the chosen presets are put before a cutover, so they are not judged by them."""
-    from checkers.trailers.message import read_message
+    from ..trailers.message import read_message
 
     head = git.resolve("HEAD")
     if head is None:
@@ -208,7 +208,7 @@ def _ident(contact: str) -> str:
 def _path_classes(paths: list[str], plan: Plan) -> None:
     """One class per top folder (budget the default's, unbudgeted for vendored or data folders), one for
     the top-level files, and one for rowgate's own config folder."""
-    from checkers.config import DEFAULT_BUDGET
+    from ..config import DEFAULT_BUDGET
 
     folders = sorted({p.split("/", 1)[0] for p in paths if "/" in p} | {".agents"})
     classes: list[dict[str, object]] = []
@@ -299,7 +299,7 @@ def _layout(root: Path, plan: Plan, detectors: dict[str, Callable[[Path], Any]] 
 
 
 def _env_doc_default(root: Path, plan: Plan) -> None:
-    from checkers.config import EnvDocConfig
+    from ..config import EnvDocConfig
 
     cfg = EnvDocConfig.model_validate({})
     present = [p for p in (cfg.doc, cfg.allowlist) if (root / p).is_file()]
@@ -311,7 +311,7 @@ def _env_doc_default(root: Path, plan: Plan) -> None:
 
 def _load_detectors() -> dict[str, Callable[[Path], Any]]:
     try:
-        import checkers.detect_layout as layout  # type: ignore[import-not-found, unused-ignore]
+        from .. import detect_layout as layout  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return {}
     return {fn: getattr(layout, fn) for _, _, fn in DETECTORS if hasattr(layout, fn)}
@@ -345,7 +345,7 @@ def render(plan: Plan, root: Path) -> str:
     """The config as commented YAML: each section with the reasons for it, then the disabled checks."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-    from checkers.yamlio import dump_yaml
+    from ..yamlio import dump_yaml
 
     doc = CommentedMap()
     doc["version"] = 1
@@ -394,7 +394,7 @@ def _flow(value: object, cmap: type, cseq: type, top: bool = False) -> object:
 
 def _validate(text: str, target: Path) -> None:
     """What init writes must load: validate it as the checks will."""
-    from checkers.config import parse_config
+    from ..config import parse_config
 
     try:
         parse_config(text.encode(), str(target))

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from checkers.records import load_records
-from checkers.render import load_views, stale_views
-from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
+from ..records import load_records
+from ..render import load_views, stale_views
+from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
@@ -28,10 +28,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
 
 
 def run(args: argparse.Namespace) -> int:
-    from checkers.cli import _setup_error, load_context
-    from checkers.flagdecls import FlagDeclError
-    from checkers.gitio import GitError
-    from checkers.yamlio import RecordError
+    from ..cli import _setup_error, load_context
+    from ..flagdecls import FlagDeclError
+    from ..gitio import GitError
+    from ..yamlio import RecordError
 
     try:
         ctx = load_context(args.repo)

@@ -13,15 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from checkers.config import STATES, State
-from checkers.ids import ROW_ID
-from checkers.records import Row
-from checkers.results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
-from checkers.yamlio import RecordError, read_yaml, validate, yaml_rt
+from ..config import STATES, State
+from ..ids import ROW_ID
+from ..records import Row
+from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
+from ..yamlio import RecordError, read_yaml, validate, yaml_rt
 
 if TYPE_CHECKING:
-    from checkers.context import Context
-    from checkers.results import Finding
+    from ..context import Context
+    from ..results import Finding
 
 ROW_TEMPLATE = """\
 # Roadmap row {id}. Edit with `rowgate row set`; counts are derived, never stored.
@@ -171,7 +171,7 @@ def _scalar(value: str) -> str:
 def _transaction(ctx: Context) -> Iterator[Any]:
     """The records transaction, or None (after printing why) when the lock cannot be had. A write that
     fails (a full disk, a read-only tree) is rolled back and reported in one line."""
-    from checkers.atomicio import LockTimeout, describe_os_error, records_transaction
+    from ..atomicio import LockTimeout, describe_os_error, records_transaction
 
     try:
         with records_transaction(ctx.root / ".agents") as txn:
@@ -185,7 +185,7 @@ def _transaction(ctx: Context) -> Iterator[Any]:
 
 
 def _requirements(ctx: Context, row: Row, state: State, skip_spec: bool = False) -> list[Finding]:
-    from checkers.checks.records import rowreqs
+    from ..checks.records import rowreqs
 
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, ctx.records, ctx.git, extra=[row])
     return rowreqs.row_findings(row, state, tree, skip_spec=skip_spec)
@@ -204,8 +204,8 @@ def _row_doc(ctx: Context, row_id: str) -> tuple[Path, Any]:
 
 
 def _context(args: argparse.Namespace) -> Context | None:
-    from checkers.cli import _setup_error, load_context
-    from checkers.gitio import GitError
+    from ..cli import _setup_error, load_context
+    from ..gitio import GitError
 
     try:
         return load_context(args.repo)

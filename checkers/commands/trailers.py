@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from checkers.results import EXIT_PASS, EXIT_USAGE
-from checkers.trailers.parser import MODELLED_GIT, parse
+from ..results import EXIT_PASS, EXIT_USAGE
+from ..trailers.parser import MODELLED_GIT, parse
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:

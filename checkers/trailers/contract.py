@@ -6,17 +6,17 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from checkers.results import Finding, Rule
-from checkers.safe_regex import SafePattern, compile_pattern
-from checkers.trailers import parser
-from checkers.trailers.message import Message, paragraphs
-from checkers.trailers.parser import Trailer
-from checkers.trailers.presets import PRESETS
+from ..results import Finding, Rule
+from ..safe_regex import SafePattern, compile_pattern
+from ..trailers import parser
+from ..trailers.message import Message, paragraphs
+from ..trailers.parser import Trailer
+from ..trailers.presets import PRESETS
 
 if TYPE_CHECKING:
     # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
     # the same attributes, without importing pydantic.
-    from checkers.config import (
+    from ..config import (
         TrailerContract,
         TrailerForbidRule,
         TrailerKeyRule,

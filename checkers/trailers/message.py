@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from checkers.trailers import parser
-from checkers.trailers.parser import Mode, Trailer, TrailerBlock
+from ..trailers import parser
+from ..trailers.parser import Mode, Trailer, TrailerBlock
 
 SEPARATOR = re.compile(r"-{3,}[ \t\r]*")  # a rule of hyphens alone on its line (GitHub's squash writes nine)
 SQUASH_SEPARATOR = SEPARATOR  # the older name

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from checkers.configcache import Section
-from checkers.ids import ROW_ID
+from ..configcache import Section
+from ..ids import ROW_ID
 
 if TYPE_CHECKING:  # what each builder's section reads as
-    from checkers.config import (
+    from ..config import (
         TrailerCondition,
         TrailerContract,
         TrailerExemption,

@@ -10,16 +10,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkers.context import Context, NoRange, Range, add_range_arguments
-from checkers.gitio import EMPTY_TREE, Commit
-from checkers.results import CheckError, Finding, Result
-from checkers.trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
-from checkers.trailers.message import read_message
-from checkers.trailers.parser import Trailer
-from checkers.trailers.presets import DCO_FIX, PRESETS
+from ...context import Context, NoRange, Range, add_range_arguments
+from ...gitio import EMPTY_TREE, Commit
+from ...results import CheckError, Finding, Result
+from ...trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
+from ...trailers.message import read_message
+from ...trailers.parser import Trailer
+from ...trailers.presets import DCO_FIX, PRESETS
 
 if TYPE_CHECKING:
-    from checkers.config import TrailersConfig
+    from ...config import TrailersConfig
 
 ID = "commit-trailers"
 # The config sections this check reads: the CLI serves them from the validated-config cache

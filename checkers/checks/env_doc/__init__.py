@@ -6,13 +6,13 @@ import argparse
 import os
 from collections.abc import Sequence
 
-from checkers.checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
-from checkers.checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
-from checkers.config import EnvDocConfig
-from checkers.context import Context
-from checkers.files import select
-from checkers.flagdecls import FlagDecl, FlagDeclError, read_flag_decls
-from checkers.results import CheckError, Finding, Result, Rule
+from ...checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
+from ...checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
+from ...config import EnvDocConfig
+from ...context import Context
+from ...files import select
+from ...flagdecls import FlagDecl, FlagDeclError, read_flag_decls
+from ...results import CheckError, Finding, Result, Rule
 
 ID = "env-doc"
 RULES = (

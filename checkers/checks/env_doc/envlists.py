@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checkers.checks.env_doc.envscan import EnvRead
+from ...checks.env_doc.envscan import EnvRead
 
 _BACKTICKED = re.compile(r"`([^`]+)`")
 ALLOWLIST_HEADER = """\

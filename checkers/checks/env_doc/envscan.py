@@ -7,7 +7,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from checkers.linear import line_of
+from ...linear import line_of
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cu", ".cuh", ".inl")

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from checkers.checks.gemv_invocation import cuda_sites as cu
-from checkers.config import CublasLtRules
-from checkers.context import Context
-from checkers.results import CheckError, Finding, Result, Rule
+from ...checks.gemv_invocation import cuda_sites as cu
+from ...config import CublasLtRules
+from ...context import Context
+from ...results import CheckError, Finding, Result, Rule
 
 ID = "gemv-invocation"
 RULES = (

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
 
-from checkers.linear import Meter, line_of
+from ...linear import Meter, line_of
 
 _OPENER = re.compile(r"//|/\*|[\"']")
 _QUOTED = {q: re.compile(rf"(?:\\.|[^{q}\\\n])*+{q}") for q in "\"'"}  # possessive: no backtracking

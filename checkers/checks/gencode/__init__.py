@@ -9,11 +9,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkers.checks.gencode import fatbin, nvcc_flags
-from checkers.context import Context
-from checkers.paths import confine, escape
-from checkers.results import CheckError, Finding, Result, Rule
-from checkers.yamlio import RecordError, read_yaml
+from ...checks.gencode import fatbin, nvcc_flags
+from ...context import Context
+from ...paths import confine, escape
+from ...results import CheckError, Finding, Result, Rule
+from ...yamlio import RecordError, read_yaml
 
 ID = "gencode"
 RULES = (

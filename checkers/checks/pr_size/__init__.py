@@ -6,11 +6,11 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
-from checkers.checks.pr_size.pathclass import Classifier, Pairing
-from checkers.config import PrSizeConfig
-from checkers.context import Context, add_range_arguments
-from checkers.gitio import DiffStat
-from checkers.results import CheckError, Finding, Result, Rule
+from ...checks.pr_size.pathclass import Classifier, Pairing
+from ...config import PrSizeConfig
+from ...context import Context, add_range_arguments
+from ...gitio import DiffStat
+from ...results import CheckError, Finding, Result, Rule
 
 ID = "pr-size"
 RULES = (

@@ -6,9 +6,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from checkers.config import PairRule, PathClass
-from checkers.files import PLACEHOLDER, glob_regex
-from checkers.results import CheckError
+from ...config import PairRule, PathClass
+from ...files import PLACEHOLDER, glob_regex
+from ...results import CheckError
 
 _TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)((?:\|[a-z]+)*)\}")  # `{name}`, `{name|snake}`
 TRANSFORMS = {"snake": lambda v: v.replace("-", "_"), "kebab": lambda v: v.replace("_", "-"), "lower": str.lower}

@@ -6,12 +6,12 @@ import argparse
 import re
 from pathlib import Path
 
-from checkers.checks.records import rowreqs
-from checkers.checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
-from checkers.checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
-from checkers.context import Context, NoRange, add_range_arguments
-from checkers.records import Records, key_line
-from checkers.results import CheckError, Finding, Result
+from ...checks.records import rowreqs
+from ...checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
+from ...checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
+from ...context import Context, NoRange, add_range_arguments
+from ...records import Records, key_line
+from ...results import CheckError, Finding, Result
 
 ID = "agent-record"
 __all__ = ["ID", "RULES", "add_arguments", "run"]

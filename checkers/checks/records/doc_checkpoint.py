@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from checkers.config import DocsConfig
-from checkers.context import Context, NoRange, add_range_arguments
-from checkers.flagdecls import FlagDeclError
-from checkers.gitio import TrailedCommit
-from checkers.records import Records
-from checkers.render import load_views, stale_views
-from checkers.results import CheckError, Finding, Result, Rule
+from ...config import DocsConfig
+from ...context import Context, NoRange, add_range_arguments
+from ...flagdecls import FlagDeclError
+from ...gitio import TrailedCommit
+from ...records import Records
+from ...render import load_views, stale_views
+from ...results import CheckError, Finding, Result, Rule
 
 ID = "doc-checkpoint"
 RULES = (

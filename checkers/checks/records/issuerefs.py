@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from checkers.checks.records.rules import R_NOROW, R_SPEC, R_UNFILED
-from checkers.records import Records
-from checkers.results import Finding
+from ...checks.records.rules import R_NOROW, R_SPEC, R_UNFILED
+from ...records import Records
+from ...results import Finding
 
 _ROW_LINE = re.compile(r"^Row:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 

@@ -12,9 +12,9 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checkers.context import Context
-from checkers.records import Records, key_line
-from checkers.results import Finding, Result, Rule, Status
+from ...context import Context
+from ...records import Records, key_line
+from ...results import Finding, Result, Rule, Status
 
 ID = "live-rows"
 RULES = (

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import re
 
-from checkers.context import Context, NoRange, add_range_arguments
-from checkers.gitio import TrailedCommit
-from checkers.results import Finding, Result, Rule
+from ...context import Context, NoRange, add_range_arguments
+from ...gitio import TrailedCommit
+from ...results import Finding, Result, Rule
 
 ID = "role-discipline"
 RULES = (

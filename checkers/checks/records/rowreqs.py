@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkers.checks.records.rules import R_DANGLING, R_STATE
-from checkers.config import RowsConfig, State
-from checkers.gitio import Git
-from checkers.paths import OutsideRepo, confine, escape
-from checkers.records import Records, Row, key_line
-from checkers.results import Finding
+from ...checks.records.rules import R_DANGLING, R_STATE
+from ...config import RowsConfig, State
+from ...gitio import Git
+from ...paths import OutsideRepo, confine, escape
+from ...records import Records, Row, key_line
+from ...results import Finding
 
 
 @dataclass

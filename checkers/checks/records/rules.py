@@ -3,7 +3,7 @@ return its findings directly."""
 
 from __future__ import annotations
 
-from checkers.results import Rule
+from ...results import Rule
 
 RULES = (
     Rule("AR001", "record-invalid", "a row, claim, issue record or ledger entry does not validate"),
