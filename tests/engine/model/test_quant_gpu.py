@@ -58,3 +58,31 @@ def test_bf16_greedy_ids_equal_transformers_on_the_gpu(quant_pair, method: str, 
     if entry is not None:
         op, name = entry[0].format(m=family(method)), entry[1]
         assert kernels.counts().ran[(op, name)], f"{arm}: {op}/{name} never ran\n{kernels.render_counts()}"
+
+
+@pytest.mark.parametrize("method", ("awq", "gptq-act-order", "nvfp4"))  # one checkpoint per GEMV kernel family
+def test_the_fused_gemv_passes_the_near_tie_razor_at_batch_one(quant_pair, method: str) -> None:
+    """The flip protocol's razor for VT_DEQUANT_GEMV: the razor's default prompts, each decoded alone (the
+    GEMV is the M = 1 arm), held to transformers on the dequantized twin; the counter proves the arm ran."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the fused GEMV runs only on a GPU")
+    from engine.gates import harness
+
+    quant, dense = quant_pair(method)
+    prompts = default_prompts(211, 5)
+    new = 32
+    kernels.reset_counts()
+    runner = Runner(
+        quant,
+        torch.bfloat16,
+        "cuda",
+        max_batch=1,
+        max_model_len=max(len(p) for p in prompts) + new,
+        flags=FlagSnapshot.defaults().with_(VT_DEQUANT_GEMV=True),
+    )
+    ours = [runner.generate([p], new).tokens[0] for p in prompts]
+    op = f"{family(method)}_linear"
+    assert kernels.counts().ran[(op, "gemv")], f"{op}/gemv never ran\n{kernels.render_counts()}"
+    setup = harness.Setup(quant, prompts, new, "bfloat16", "cuda", oracle_dir=dense)
+    result = harness.neartie(setup, ours=ours)
+    assert result.passed, result.render()
