@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from .configsource import ConfigSource, locate
+from .paths import checked_relative
 from .results import RecordError
 from .safe_regex import checked
 from .yamlio import line_of, parse_yaml, validate
@@ -23,6 +24,10 @@ CONFIG_PATH = ".agents/config.yaml"
 
 # A config field holding a regex, compiled when the config loads (checkers.safe_regex runs it with a limit).
 ConfigPattern = Annotated[str, AfterValidator(checked)]
+# A config field naming a file or folder of the repository: relative, no `..` out, no control character
+# (checked when the config loads); checks open it through checkers.paths.confine(), which also refuses a
+# symlink out of the repository.
+RepoPath = Annotated[str, AfterValidator(checked_relative)]
 
 STATES = ("INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED")
 State = Literal["INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED"]
@@ -75,7 +80,7 @@ class TrailerKeyRule(Strict):
     min: int = Field(0, ge=0)
     max: int | None = Field(None, ge=0)
     pattern: ConfigPattern | None = Field(None, description="regex every value must fully match")
-    exists: str | None = Field(None, description="path template every value must name, e.g. .agents/rows/{}.yaml")
+    exists: RepoPath | None = Field(None, description="path template every value must name, e.g. .agents/rows/{}.yaml")
     author: bool = Field(False, description="one value must be the commit author `Name <email>` (mailmap honoured)")
     when: TrailerCondition | None = Field(None, description="the rule applies only when this holds")
     fix: str | None = None
@@ -197,17 +202,17 @@ class PrSizeConfig(Strict):
 
 class EnvDocConfig(Strict):
     prefixes: list[str] = Field(default_factory=lambda: ["VT_"], description="env var name prefixes in scope")
-    doc: str = Field("docs/ENVIRONMENT.md", description="the rendered table of documented names")
-    allowlist: str = Field("scripts/env-doc-allowlist.txt", description="`NAME  CLASS  reason` lines")
+    doc: RepoPath = Field("docs/ENVIRONMENT.md", description="the rendered table of documented names")
+    allowlist: RepoPath = Field("scripts/env-doc-allowlist.txt", description="`NAME  CLASS  reason` lines")
     classes: list[str] = Field(default_factory=lambda: ["kernel-switch", "debug", "test-only", "build"])
-    flags_file: str | None = Field(
+    flags_file: RepoPath | None = Field(
         "engine/flags.py",
         description='the flag registry: each declare("NAME", ...) '
         "is a flag that some read must consult (a declaration is not a read)",
     )
     exclude: list[str] = Field(default_factory=list, description="globs of tracked files not scanned")
     include: list[str] = Field(default_factory=list, description="globs of the tracked files scanned; empty: all")
-    docs: list[str] = Field(default_factory=list, description="further documents whose tables document names")
+    docs: list[RepoPath] = Field(default_factory=list, description="further documents whose tables document names")
     table_headers: list[str] = Field(
         default_factory=lambda: ["flag"],
         description="first header cells (any case) "
@@ -286,13 +291,15 @@ class RoleConfig(Strict):
 class GencodeConfig(Strict):
     """Where the arch feature table, the sources and the compiled objects are, and how PTX is held."""
 
-    table: str = Field("engine/cuda/arch_features.yaml", description="the feature table, repo-relative")
-    source_dir: str | None = Field(None, description="directory the table's source names are in; unset: the table's")
-    build_dir: str | None = Field(
+    table: RepoPath = Field("engine/cuda/arch_features.yaml", description="the feature table, repo-relative")
+    source_dir: RepoPath | None = Field(
+        None, description="directory the table's source names are in; unset: the table's"
+    )
+    build_dir: RepoPath | None = Field(
         None, description="objects to audit; unset: $VT_CUDA_CACHE, else ~/.cache/rowgate/cuda"
     )
     archs: list[str] | None = Field(None, description="requested archs (e.g. ['9.0']); unset: the table's union")
-    compile_commands: str | None = Field(
+    compile_commands: RepoPath | None = Field(
         None, description="a CMake compile_commands.json to audit instead of objects (as --compile-commands)"
     )
     ptx: Literal["all", "subset", "none"] = Field(
@@ -307,14 +314,14 @@ class RecordConfig(Strict):
 
 
 class DocsConfig(Strict):
-    matrices_dir: str = Field("docs/matrices", description="one rendered matrix per area")
-    roadmap: str = Field("docs/ROADMAP.md", description="the rendered roadmap table")
-    environment: str = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")
-    flags_file: str = Field("engine/flags.py", description="the engine's flag registry, read as AST")
+    matrices_dir: RepoPath = Field("docs/matrices", description="one rendered matrix per area")
+    roadmap: RepoPath = Field("docs/ROADMAP.md", description="the rendered roadmap table")
+    environment: RepoPath = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")
+    flags_file: RepoPath = Field("engine/flags.py", description="the engine's flag registry, read as AST")
     engine_paths: list[str] = Field(
         default_factory=lambda: ["engine/"], description="path prefixes of engine code (a change owes a benchmark note)"
     )
-    benchmarks: str = Field("docs/BENCHMARKS.md", description="the benchmark summary")
+    benchmarks: RepoPath = Field("docs/BENCHMARKS.md", description="the benchmark summary")
     bench_trailer: str = Field(
         "Bench-Impact", description="trailer that says why an engine change has no benchmark or ledger update"
     )

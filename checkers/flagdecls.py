@@ -7,6 +7,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import confine
+
 FLAGS_FILE = "engine/flags.py"
 
 
@@ -23,8 +25,10 @@ class FlagDeclError(ValueError):
     """A declare() call whose arguments are not literals; the message names file and line."""
 
 
-def read_flag_decls(root: Path, rel: str = FLAGS_FILE) -> list[FlagDecl]:
-    path = root / rel
+def read_flag_decls(root: Path, rel: str = FLAGS_FILE, field: str | None = None) -> list[FlagDecl]:
+    """The declarations in `rel` (none when it is missing); `field` is the config key naming it, for
+    checkers.paths.confine()'s message when `rel` leads out of the repository."""
+    path = confine(root, rel, field)
     if not path.is_file():
         return []
     return parse_flag_decls(path.read_text(encoding="utf-8"), rel)

@@ -1,20 +1,43 @@
 """Paths named by records and config stay inside the repository: no absolute path, no `..` that climbs
-out, no symlink that leads out, no control character. Checks read files only through confine()."""
+out, no symlink that leads out, no control character. Checks read such files only through confine();
+the config's path fields are checked for the first three when it loads (repo_relative)."""
 
 from __future__ import annotations
 
 import posixpath
 from pathlib import Path
 
+from .results import CheckError
+
 CONTROL = frozenset(chr(c) for c in range(32)) | {"\x7f"}
 
 
-class OutsideRepo(ValueError):
-    """A record or config path that does not name a place inside the repository; str() says why."""
+class OutsideRepo(CheckError, ValueError):
+    """A record or config path that does not name a place inside the repository; str() says why. A check
+    that meets one reports `error` (exit 3); a ValueError, so a pydantic validator can raise it too."""
 
 
-def confine(root: Path, rel: str) -> Path:
-    """`root / rel` when it lies inside `root` after normalising and resolving symlinks; else OutsideRepo."""
+def confine(root: Path, rel: str, field: str | None = None) -> Path:
+    """`root / rel` when it lies inside `root` after normalising and resolving symlinks; else OutsideRepo.
+    `field` names the config key that holds `rel` ("env_doc.doc"), for the message and its fix."""
+    try:
+        norm = repo_relative(rel)
+        base = root.resolve()
+        target = (base / norm).resolve()
+        if target != base and base not in target.parents:
+            raise OutsideRepo(f"{rel} leads out of the repository through a symlink (to {escape(str(target))})")
+    except OutsideRepo as exc:
+        if field is None:
+            raise
+        raise OutsideRepo(
+            f"config {field}: {exc}", hint=f"set {field} to a path inside the repository, relative to its root"
+        ) from None
+    return target
+
+
+def repo_relative(rel: str) -> str:
+    """`rel` normalised, when it is a relative path that stays inside the repository as written (no
+    control character, not absolute, no `..` out); else OutsideRepo. Symlinks are confine()'s part."""
     if not rel or any(ch in CONTROL for ch in rel):
         raise OutsideRepo(f"{escape(rel)!s} is empty or holds control characters")
     if rel.startswith("/") or Path(rel).is_absolute() or (len(rel) > 1 and rel[1] == ":"):
@@ -22,11 +45,14 @@ def confine(root: Path, rel: str) -> Path:
     norm = posixpath.normpath(rel)
     if norm == ".." or norm.startswith("../"):
         raise OutsideRepo(f"{rel} climbs out of the repository")
-    base = root.resolve()
-    target = (base / norm).resolve()
-    if target != base and base not in target.parents:
-        raise OutsideRepo(f"{rel} leads out of the repository through a symlink (to {target})")
-    return target
+    return norm
+
+
+def checked_relative(rel: str) -> str:
+    """The config's validator for a path field: `rel` unchanged when repo_relative() accepts it (pydantic
+    reports the ValueError with the file, line and field)."""
+    repo_relative(rel)
+    return rel
 
 
 def escape(text: str, keep: str = "") -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .config import STATES, Config
 from .flagdecls import FlagDecl, read_flag_decls
+from .paths import confine
 from .records import Records
 
 BANNER = "<!-- Rendered by `rowgate render` from {source}; edit those, never this file. -->"
@@ -88,7 +89,7 @@ def stale_views(root: Path, views: dict[str, str]) -> dict[str, str]:
     """Path -> unified diff of each rendered file that is missing or differs from what is on disk."""
     stale = {}
     for rel, want in views.items():
-        path = root / rel
+        path = confine(root, rel)
         have = path.read_text(encoding="utf-8") if path.is_file() else ""
         if have != want:
             diff = difflib.unified_diff(
@@ -103,7 +104,11 @@ def stale_views(root: Path, views: dict[str, str]) -> dict[str, str]:
 
 
 def load_views(root: Path, records: Records, config: Config) -> dict[str, str]:
-    return render_all(records, read_flag_decls(root, config.docs.flags_file), config)
+    """Every rendered file; OutsideRepo, naming the config key, when one of them would lie outside the
+    repository (stale_views and the writer confine each path again)."""
+    for field in ("matrices_dir", "roadmap", "environment"):
+        confine(root, getattr(config.docs, field), f"docs.{field}")
+    return render_all(records, read_flag_decls(root, config.docs.flags_file, "docs.flags_file"), config)
 
 
 def _cells(*values: str) -> str:

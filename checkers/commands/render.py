@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..atomicio import Transaction
+from ..paths import confine
 from ..records import load_records
 from ..render import load_views, stale_views
 from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
@@ -28,17 +35,33 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..atomicio import LockTimeout, describe_os_error, records_lock
     from ..cli import _setup_error, load_context
     from ..flagdecls import FlagDeclError
     from ..gitio import GitError
+    from ..paths import OutsideRepo
     from ..yamlio import RecordError
 
     try:
         ctx = load_context(args.repo)
-        records = load_records(ctx.root)
-        views = load_views(ctx.root, records, ctx.config)
-    except (GitError, RecordError, FlagDeclError) as exc:
+    except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    # Writing holds the records lock from reading the records to the last rename, so the views written are
+    # those of one state of .agents/ (a concurrent `row set` waits); --check writes nothing and takes none.
+    lock = contextlib.nullcontext() if args.check else records_lock(ctx.root / ".agents")
+    try:
+        with lock:
+            return _render(ctx, args.check)
+    except (RecordError, FlagDeclError, OutsideRepo, LockTimeout) as exc:
+        return _setup_error(exc)
+    except OSError as exc:
+        print(f"rowgate: {describe_os_error(exc, exc.filename or ctx.root)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _render(ctx: Context, check: bool) -> int:
+    records = load_records(ctx.root)
+    views = load_views(ctx.root, records, ctx.config)
     if records.problems:
         print(
             f"rowgate: {len(records.problems)} record(s) do not validate; run `rowgate check agent-record` first",
@@ -46,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     stale = stale_views(ctx.root, views)
-    if args.check:
+    if check:
         for diff in stale.values():
             sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
         if stale:
@@ -58,10 +81,16 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FAIL
         print(f"OK: {len(views)} rendered files are up to date")
         return EXIT_PASS
+    # Each file is replaced by a complete twin (a kill leaves the old or the new file), and the set is one
+    # transaction: a write that fails puts back the files already written.
+    txn = Transaction()
+    try:
+        for rel in stale:
+            txn.write(confine(ctx.root, rel), views[rel])
+    except BaseException:
+        txn.rollback()
+        raise
     for rel in stale:
-        path = ctx.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(views[rel], encoding="utf-8")
         print(f"wrote {rel}")
     print(f"OK: {len(views)} rendered files, {len(stale)} updated")
     return EXIT_PASS

@@ -319,3 +319,80 @@ def test_doctor_runs_no_fsmonitor_program(rowgate_repo: GitRepo, tmp_path: Path,
     main(["doctor", "--repo", str(rowgate_repo.path)])
     assert "uncommitted changes" in capsys.readouterr().out
     assert not marker.exists()
+
+
+# --- paths from the config ------------------------------------------------------------------------------
+
+# Each path field of the config, the command that reads it, and a config line that sets it.
+CONFIG_PATHS = [
+    ("env_doc.doc", ["check", "env-doc"], "env_doc:\n  doc: {}\n"),
+    ("env_doc.allowlist", ["check", "env-doc"], "env_doc:\n  allowlist: {}\n"),
+    ("env_doc.docs", ["check", "env-doc"], "env_doc:\n  docs: [{}]\n"),
+    ("env_doc.flags_file", ["check", "env-doc"], "env_doc:\n  flags_file: {}\n"),
+    ("gencode.table", ["check", "gencode"], "gencode:\n  table: {}\n"),
+    ("gencode.compile_commands", ["check", "gencode"], "gencode:\n  compile_commands: {}\n"),
+    ("gencode.build_dir", ["check", "gencode"], "gencode:\n  build_dir: {}\n"),
+    ("docs.flags_file", ["render"], "docs:\n  flags_file: {}\n"),
+    ("docs.roadmap", ["render"], "docs:\n  roadmap: {}\n"),
+    ("docs.matrices_dir", ["render"], "docs:\n  matrices_dir: {}\n"),
+]
+CONFIG_PATH_IDS = [f for f, _, _ in CONFIG_PATHS]
+
+
+def _config_repo(repo: GitRepo, snippet: str, value: str) -> None:
+    repo.write(
+        {
+            ".agents/config.yaml": MINIMAL_CONFIG + snippet.format(value),
+            "engine/flags.py": "",
+            "docs/ENVIRONMENT.md": "| flag | x |\n|---|---|\n",
+            "engine/cuda/arch_features.yaml": 'features:\n  p: {archs: ["9.0"], doc: "x"}\nsources:\n  a.cu: p\n',
+            "engine/cuda/a.cu": "// a\n",
+        }
+    )
+
+
+@pytest.mark.parametrize("field,command,snippet", CONFIG_PATHS, ids=CONFIG_PATH_IDS)
+@pytest.mark.parametrize("value", ["../../etc/passwd", "/etc/hostname"])
+def test_a_config_path_outside_the_repository_is_a_config_error(
+    rowgate_repo: GitRepo, capsys, field: str, command: list[str], snippet: str, value: str
+):
+    _config_repo(rowgate_repo, snippet, value)
+    assert main([*command, "--repo", str(rowgate_repo.path)]) == 3
+    line = snippet.count("\n", 0, snippet.index("{}")) + len(MINIMAL_CONFIG.splitlines()) + 1
+    why = (
+        "climbs out of the repository"
+        if value.startswith("..")
+        else "is an absolute path (write it relative to the repository root)"
+    )
+    at = f"{field}.0" if field == "env_doc.docs" else field
+    assert capsys.readouterr().err.splitlines() == [
+        f"rowgate: .agents/config.yaml:{line}: {at}: Value error, {value} {why}"
+    ]
+
+
+@pytest.mark.parametrize("field,command,snippet", CONFIG_PATHS, ids=CONFIG_PATH_IDS)
+def test_a_config_path_through_a_symlink_out_is_an_error_and_nothing_is_read(
+    rowgate_repo: GitRepo, capsys, tmp_path: Path, field: str, command: list[str], snippet: str
+):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret"
+    secret.write_text("| flag | x |\n|---|---|\n| VT_SECRET | x |\n")
+    _config_repo(rowgate_repo, snippet, "link/secret")
+    (rowgate_repo.path / "link").symlink_to(outside)
+    before = sorted(p.name for p in outside.iterdir())
+    main(
+        [*command, "--format", "json", "--repo", str(rowgate_repo.path)]
+        if command[0] == "check"
+        else [*command, "--repo", str(rowgate_repo.path)]
+    )
+    captured = capsys.readouterr()
+    want = f"config {field}: link/secret leads out of the repository through a symlink (to {secret})"
+    if command[0] == "check":
+        [result] = json.loads(captured.out)["results"]
+        assert (result["status"], result["summary"]) == ("error", want), result
+        assert result["hint"] == f"set {field} to a path inside the repository, relative to its root"
+    else:
+        assert captured.err.splitlines()[0] == f"rowgate: {want}", captured.err
+    assert "VT_SECRET" not in captured.out + captured.err
+    assert sorted(p.name for p in outside.iterdir()) == before  # nothing written out there either

@@ -20,7 +20,7 @@ from checkers import atomicio
 from checkers.cli import main
 from checkers.records import Row
 from checkers.yamlio import load_model
-from tests.conftest import MINIMAL_CONFIG, GitRepo
+from tests.conftest import MINIMAL_CONFIG, GitRepo, row_yaml
 
 STATES = "  states:\n    ACTIVE: {spec: true, claim: true}\n    READY: {spec: true}\n"
 ROW = ".agents/rows/GOV-CORE.yaml"
@@ -233,3 +233,46 @@ def test_stale_lock_of_a_dead_process_is_broken(tmp_path: Path):
     with atomicio.records_lock(tmp_path, timeout_s=0):
         assert "token=" in (tmp_path / "rowgate.lock").read_text()
     assert not (tmp_path / "rowgate.lock").exists()
+
+
+def test_a_kill_at_any_point_of_a_render_leaves_each_view_old_or_new(repo: GitRepo):
+    from checkers.config import load_config
+    from checkers.records import load_records
+    from checkers.render import load_views
+
+    rows = {f".agents/rows/GOV-R{i:02d}.yaml": row_yaml(f"GOV-R{i:02d}") for i in range(30)}
+    repo.write({**rows, "engine/flags.py": 'declare("VT_A", False, "GOV-CORE", "a")\n'})
+    assert main(["render", "--repo", str(repo.path)]) == 0
+    repo.write({p: t.replace('title: "Row', 'title: "Renamed row') for p, t in rows.items()})
+    repo.write({"engine/flags.py": 'declare("VT_A", False, "GOV-CORE", "a")\ndeclare("VT_B", 1, "GOV-CORE", "b")\n'})
+    new = load_views(repo.path, load_records(repo.path), load_config(repo.path))
+    old = {rel: (repo.path / rel).read_text() for rel in new}
+    assert all(old[rel] != new[rel] for rel in new if rel != "docs/matrices/ENGINE.md")
+    points = [(limit, "none") for limit in (0, 1, 100, 400, 1000, 2000)] + [(1 << 30, "os.rename")]
+    codes = set()
+    for limit, event in points:
+        rc, _ = _forked(_killed_at, limit, event, ["render", "--repo", str(repo.path)])
+        assert rc in (0, -signal.SIGXFSZ, -signal.SIGKILL), (limit, event, rc)
+        codes.add(rc)
+        for rel in new:
+            assert (repo.path / rel).read_text() in (old[rel], new[rel]), (limit, event, rel)
+            (repo.path / rel).write_text(old[rel])
+    assert {-signal.SIGXFSZ, -signal.SIGKILL} <= codes
+    assert main(["render", "--repo", str(repo.path)]) == 0  # the lock the killed renders left is broken
+    assert {rel: (repo.path / rel).read_text() for rel in new} == new
+
+
+def test_render_waits_for_the_records_lock(repo: GitRepo, monkeypatch):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (repo.path / ".agents/rowgate.lock").write_text(
+            f"pid={holder.pid} host={os.uname().nodename} since=2026-01-01T00:00:00Z token=x\n"
+        )
+        monkeypatch.setenv("ROWGATE_LOCK_TIMEOUT", "0.2")
+        rc, err = _rowgate(repo, "render")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 3
+    assert err.splitlines()[0].startswith(f"rowgate: {repo.path / '.agents/rowgate.lock'} is held by pid {holder.pid}")
+    assert not (repo.path / "docs/ROADMAP.md").exists()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...context import Context, NoRange, Range, add_range_arguments
 from ...gitio import EMPTY_TREE, Commit
+from ...paths import OutsideRepo, confine
 from ...results import CheckError, Finding, Result
 from ...trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
 from ...trailers.message import read_message
@@ -241,7 +242,10 @@ def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers: Sequen
 
     def exists(path: str) -> bool:
         if path not in cache:
-            cache[path] = (ctx.root / path).is_file()
+            try:  # a template that leads out of the repository names nothing in it
+                cache[path] = confine(ctx.root, path).is_file()
+            except OutsideRepo:
+                cache[path] = False
         return cache[path]
 
     return Facts(mailmap=lambda ident: mapped.get(ident, ident), exists=exists, filled=filled)

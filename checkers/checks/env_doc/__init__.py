@@ -6,12 +6,14 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from ...atomicio import write_atomic
 from ...checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
 from ...checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
 from ...config import EnvDocConfig
 from ...context import Context
 from ...files import select
 from ...flagdecls import FlagDecl, FlagDeclError, read_flag_decls
+from ...paths import confine
 from ...results import CheckError, Finding, Result, Rule
 
 ID = "env-doc"
@@ -40,15 +42,14 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     prefixes = tuple(cfg.prefixes)
     reads, scanned = scan_repository(ctx, cfg)
     documented = _documented(ctx, cfg)
-    allow_path = ctx.root / cfg.allowlist
+    allow_path = confine(ctx.root, cfg.allowlist, "env_doc.allowlist")
     allow_text = allow_path.read_text(encoding="utf-8") if allow_path.is_file() else ""
     allow = parse_allowlist(allow_text, cfg.classes, prefixes, cfg.allowlist_format)
     if getattr(args, "fix", False):
         missing = [r for r in reads if r.name not in documented and r.name not in allow.names()]
         if missing:
             allow_text, added = add_stubs(allow_text, missing)
-            allow_path.parent.mkdir(parents=True, exist_ok=True)
-            allow_path.write_text(allow_text, encoding="utf-8")
+            write_atomic(allow_path, allow_text)
             print(f"rowgate: added {added} stub line(s) to {cfg.allowlist}: classify each", file=ctx.notes)
             allow = parse_allowlist(allow_text, cfg.classes, prefixes, cfg.allowlist_format)
     declared = _declared(ctx, cfg)
@@ -174,7 +175,7 @@ def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, tuple[str, int]]:
     names: dict[str, tuple[str, int]] = {}
     headers = " | ".join(cfg.table_headers)
     for doc in _doc_files(cfg):
-        path = ctx.root / doc
+        path = confine(ctx.root, doc, "env_doc.doc" if doc == cfg.doc else "env_doc.docs")
         hint = (
             f"render it from {cfg.flags_file} with `rowgate render`"
             if cfg.flags_file and doc == cfg.doc
@@ -191,9 +192,9 @@ def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, tuple[str, int]]:
 
 
 def _declared(ctx: Context, cfg: EnvDocConfig) -> list[FlagDecl]:
-    if not cfg.flags_file or not (ctx.root / cfg.flags_file).is_file():
+    if not cfg.flags_file or not confine(ctx.root, cfg.flags_file, "env_doc.flags_file").is_file():
         return []
     try:
-        return read_flag_decls(ctx.root, cfg.flags_file)
+        return read_flag_decls(ctx.root, cfg.flags_file, "env_doc.flags_file")
     except (FlagDeclError, SyntaxError) as exc:
         raise CheckError(str(exc)) from None

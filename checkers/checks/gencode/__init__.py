@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.gencode
     table = load_table(ctx.root, cfg.table)
-    source_dir = ctx.root / (cfg.source_dir or str(Path(cfg.table).parent))
+    source_dir = confine(ctx.root, cfg.source_dir or str(Path(cfg.table).parent), "gencode.source_dir")
     explicit = getattr(args, "archs", None) or cfg.archs
     requested = _requested(getattr(args, "archs", None), cfg.archs, table)
     src_rel = ctx.rel(source_dir)
@@ -78,7 +78,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     built_for: dict[str, list[str]] = {}  # per source, the arch list its build requested (manifest)
     notes: list[str] = []  # special files skipped
     commands = getattr(args, "compile_commands", None) or (
-        ctx.root / cfg.compile_commands if cfg.compile_commands else None
+        confine(ctx.root, cfg.compile_commands, "gencode.compile_commands") if cfg.compile_commands else None
     )
     if commands:
         compiled, examined = from_compile_commands(commands, source_dir, findings)
@@ -119,7 +119,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 def load_table(root: Path, rel: str) -> Table:
     try:
-        data = read_yaml(root / rel, rel)
+        data = read_yaml(confine(root, rel, "gencode.table"), rel)
     except RecordError as exc:
         raise CheckError(str(exc), "the feature table is the check's input; fix or restore it") from None
     if (
@@ -336,7 +336,7 @@ def _default_build_dir(ctx: Context, configured: str | None) -> Path:
     """Config gencode.build_dir; else $VT_CUDA_CACHE; else the fat build in the work tree when it holds
     objects (the build every arch is audited on); else the engine's build cache."""
     if configured:
-        return ctx.root / configured
+        return confine(ctx.root, configured, "gencode.build_dir")
     env = ctx.env.get("VT_CUDA_CACHE", "").strip()
     if env:
         return Path(env).expanduser()
