@@ -155,7 +155,8 @@ class Commit(NamedTuple):
 
 
 class TrailedCommit(NamedTuple):
-    """A commit with the values of the trailers that were asked for (git's own trailer parse)."""
+    """A commit with the values of the trailers that were asked for (as `git log` parses them without
+    config)."""
 
     commit: Commit
     trailers: dict[str, tuple[str, ...]]
@@ -429,15 +430,16 @@ class Git:
     def commits_with_trailers(
         self, rev_range: str, keys: tuple[str, ...] = ("Row",), first_parent: bool = False, extra: tuple[str, ...] = ()
     ) -> list[TrailedCommit]:
-        """Every commit in `rev_range`, oldest first, with git's own parse of the trailers `keys` (unfolded)
-        and the committer time, read by one `git log`."""
-        spec = ",".join(f"key={k}" for k in keys)
-        args = [
-            "log",
-            "-z",
-            "--reverse",
-            f"--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%(trailers:{spec},unfold,separator=%x1e)%x1f%B",
-        ]
+        """Every commit in `rev_range`, oldest first, with the values of the trailers `keys` (unfolded;
+        keys compare case-insensitively) and the committer time, read by one `git log`.
+
+        The trailers come from rowgate's parser of the raw message (checkers.trailers.parser, the rules of
+        `git log --format=%(trailers)` under git's default config), not from git's `%(trailers)`: git
+        applies the repository's `trailer.<name>.key` aliases there (and a `trailer.<name>.*` key makes
+        its paragraph a trailer block), which no `-c` override can remove."""
+        from .trailers.parser import commit_trailers
+
+        args = ["log", "-z", "--reverse", "--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%B"]
         if first_parent:
             args.append("--first-parent")
         out = self.run(*args, *extra, rev_range, "--").stdout.decode("utf-8", errors="replace")
@@ -446,13 +448,12 @@ class Git:
         for record in out.split("\0"):
             if not record:
                 continue
-            sha, parents, name, email, ctime, block, message = record.split("\x1f", 6)
+            sha, parents, name, email, ctime, message = record.split("\x1f", 5)
             trailers: dict[str, tuple[str, ...]] = {k: () for k in keys}
-            for item in block.split("\x1e"):
-                key, sep, value = item.partition(":")
-                if sep and key.strip().lower() in wanted and value.strip():
-                    k = wanted[key.strip().lower()]
-                    trailers[k] = (*trailers[k], value.strip())
+            for t in commit_trailers(message).trailers:
+                k = wanted.get(t.key.lower())
+                if k is not None and t.value:
+                    trailers[k] = (*trailers[k], t.value)
             commit = Commit(sha.strip(), tuple(parents.split()), name, email, message)
             result.append(TrailedCommit(commit, trailers, int(ctime)))
         return result

@@ -83,6 +83,25 @@ def test_dc002_state_change_without_render(repo: GitRepo):
     )
 
 
+@pytest.mark.parametrize(
+    "name,shown", [("a\x01.md", "a\\x01.md"), ("b\nc.md", "b\\x0ac.md"), ("\x1b[31m.md", "\\x1b[31m.md")]
+)
+def test_dc004_a_file_name_with_a_control_character(repo: GitRepo, name: str, shown: str):
+    sha = repo.commit("Notes\n\nRow: GOV-CORE\n", {f"docs/{name}": "d\n"})
+    result = _run(repo)
+    assert [(f.rule, f.path, f.message) for f in result.findings] == [
+        ("DC004", None, f"commit {sha[:12]} changes docs/{shown}, a file name with a control character or newline")
+    ]
+    assert result.findings[0].hint == "rename the file (`git mv`) to a name of printable characters"
+
+
+def test_dc004_good_twin_and_the_engine_change_beside_it_is_still_judged(repo: GitRepo):
+    repo.commit("Notes\n\nRow: GOV-CORE\n", {"docs/a.md": "d\n"})
+    assert _run(repo).status.value == "pass"
+    repo.commit("Both\n\nRow: GOV-CORE\n", {"docs/a\x01.md": "d\n", "engine/x.py": "x\n"})
+    assert [f.rule for f in _run(repo).findings] == ["DC004", "DC003"]
+
+
 def test_state_change_with_render_passes(repo: GitRepo):
     repo.write({".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", state="INVENTORIED")})
     _render(repo)

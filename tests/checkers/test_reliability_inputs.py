@@ -69,6 +69,64 @@ def test_repository_trailer_separators_do_not_change_role_discipline(trailer: Gi
     ]
 
 
+def _isolated_trailers(message: str, where: Path) -> str:
+    """`git interpret-trailers --parse --no-divider` as rowgate's isolation models it: no user, system or
+    repository config (run outside any repository)."""
+    from checkers.gitio import git_command, git_env
+
+    where.mkdir(exist_ok=True)
+    return subprocess.run(
+        git_command("interpret-trailers", "--parse", "--no-divider"),
+        input=message.encode(),
+        capture_output=True,
+        cwd=where,
+        env={**git_env(), "GIT_CEILING_DIRECTORIES": str(where.parent)},
+        check=True,
+    ).stdout.decode()
+
+
+ALIASED = [
+    ("an-alias-key", "Work\n\nr: GOV-CORE\n"),  # trailer.r.key = Row: git prints `Row: GOV-CORE`
+    ("a-configured-token", "Work\n\nprose a\nprose b\nprose c\nFixes: 1\nRow: GOV-CORE\n"),  # a block for git
+    ("an-abbreviated-token", "Work\n\nprose a\nprose b\nprose c\nSig: 1\nRow: GOV-CORE\n"),  # Sig ~ signoff
+]
+
+
+def test_repository_trailer_aliases_do_not_change_any_verdict(trailer: GitRepo, tmp_path: Path):
+    """`trailer.<name>.key` (and any `trailer.<name>.*`) in the repository's own config renames trailers
+    and makes paragraphs trailer blocks for git; no `-c` can unset them, so rowgate parses the messages
+    itself, and its verdict is git's without config."""
+    from checkers.gitio import git_command, git_env
+
+    shas = [trailer.commit(msg, {f"{name}.py": "x\n"}) for name, msg in ALIASED]
+    for key, value in (("trailer.r.key", "Row"), ("trailer.fixes.key", "Fixes"), ("trailer.signoff.where", "end")):
+        trailer.git("config", key, value)
+    bite = 0
+    for name, msg in ALIASED:
+        in_repo = subprocess.run(
+            git_command("interpret-trailers", "--parse", "--no-divider"),
+            input=msg.encode(),
+            capture_output=True,
+            cwd=trailer.path,
+            env=git_env(),
+            check=True,
+        ).stdout.decode()
+        isolated = _isolated_trailers(msg, tmp_path / "nowhere")
+        bite += in_repo != isolated
+        assert "Row: GOV-CORE" not in isolated, (name, isolated)  # no Row trailer without the aliases
+    assert bite == len(ALIASED)  # each alias changes what git itself parses in this repository
+    commits = Git(trailer.path).commits_with_trailers(f"{shas[0]}~1..HEAD")
+    assert [c.rows for c in commits] == [(), (), ()]
+    result = role_discipline.run(_ctx(trailer), argparse.Namespace(base=None, head=None))
+    assert sorted(f.message for f in result.findings) == sorted(
+        f"commit {sha[:12]} names no row (no Row: trailer)" for sha in shas
+    )
+    for _, msg in ALIASED:  # the hook reads the same message the same way
+        (tmp_path / "MSG").write_text(msg)
+        hook = ["check", "commit-trailers", "--preset", "row", "--message-file", str(tmp_path / "MSG")]
+        assert main([*hook, "--repo", str(trailer.path)]) == 1
+
+
 def test_git_dir_in_the_environment_does_not_redirect_an_explicit_repo(
     rowgate_repo: GitRepo, tmp_path: Path, monkeypatch
 ):

@@ -9,6 +9,7 @@ from ...config import DocsConfig
 from ...context import Context, NoRange, add_range_arguments
 from ...flagdecls import FlagDeclError
 from ...gitio import TrailedCommit
+from ...paths import CONTROL, escape
 from ...records import Records
 from ...render import load_views, stale_views
 from ...results import CheckError, Finding, Result, Rule
@@ -22,8 +23,9 @@ RULES = (
         "engine-change-without-bench",
         "a commit changes engine code without a benchmark note, a ledger entry of its row, or a trailer saying why not",
     ),
+    Rule("DC004", "path-control-character", "a commit changes a file whose name holds a control character or newline"),
 )
-R_STALE, R_STATE, R_BENCH = RULES
+R_STALE, R_STATE, R_BENCH, R_CONTROL = RULES
 ROWS_DIR = ".agents/rows"
 
 
@@ -114,6 +116,17 @@ def check_changes(changes: list[CommitChange], records: Records, docs: DocsConfi
                         "run `rowgate render` and amend the commit with the rendered files",
                     )
                 )
+        for odd in sorted(p for p in ch.paths if any(c in CONTROL for c in p)):
+            # Judged like any other path (the list is NUL-separated), and reported: a name like this splits
+            # or forges lines in every tool that reads paths one per line.
+            out.append(
+                R_CONTROL.finding(
+                    f"commit {short} changes {escape(odd)}, a file name with a control character or newline",
+                    None,
+                    None,
+                    "rename the file (`git mv`) to a name of printable characters",
+                )
+            )
         engine = sorted(p for p in ch.paths if any(p.startswith(prefix) for prefix in docs.engine_paths))
         if engine and not ch.bench_note and docs.benchmarks not in touched and not _row_ledger(ch, records):
             more = f" (+{len(engine) - 1} more)" if len(engine) > 1 else ""
