@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from .linear import Meter
 from .results import RecordError  # re-exported: loaders and callers catch it from here
 
 __all__ = [
@@ -76,11 +77,16 @@ def load_text(text: str, display: str, line_offset: int = 0) -> Any:
         raise RecordError(display, [(None, "", f"invalid YAML: nested deeper than {MAX_YAML_DEPTH}")]) from None
 
 
-def _check_tokens(text: str, display: str, line_offset: int) -> None:
+def _check_tokens(text: str, display: str, line_offset: int, meter: Meter | None = None) -> None:
+    """Refuse anchors, aliases, merge keys and deep nesting from the token stream, before anything is
+    built; `meter` counts the tokens and the characters the scanner advanced over for each."""
     from ruamel.yaml import tokens as t
 
-    depth, after_key = 0, False
+    depth, after_key, seen = 0, False, 0
     for tok in yaml_rt().scan(text):
+        if meter:
+            meter.add(seen, tok.end_mark.index)
+            seen = max(seen, tok.end_mark.index)
         line = tok.start_mark.line + 1 + line_offset
         if isinstance(tok, (t.AnchorToken, t.AliasToken)):
             kind = "anchor" if isinstance(tok, t.AnchorToken) else "alias"

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from ..linear import Meter
 
 Mode = Literal["hook", "range"]
 MODES: tuple[str, ...] = ("hook", "range")
@@ -70,9 +73,11 @@ class TrailerBlock(NamedTuple):
         return "".join(t.render() for t in self.trailers)
 
 
-def parse(message: str, mode: Mode = "hook", final_newline: bool = True) -> TrailerBlock:
+def parse(message: str, mode: Mode = "hook", final_newline: bool = True, meter: Meter | None = None) -> TrailerBlock:
     """Parse `message` (text; undecodable bytes as surrogate escapes) the way `git interpret-trailers
-    --parse` does in `mode` (range: `--no-divider`); `final_newline` as git 2.46.2 and later do."""
+    --parse` does in `mode` (range: `--no-divider`); `final_newline` as git 2.46.2 and later do. `meter`
+    counts the work: each pass of a string method or regex over a stretch of text adds that stretch, and
+    each line a loop visits adds the line (a test holds the total linear in the message)."""
     if mode not in MODES:
         raise ValueError(f"unknown trailer mode {mode!r}; known: {', '.join(MODES)}")
     message = _as_git_reads(message, final_newline)
@@ -81,9 +86,13 @@ def parse(message: str, mode: Mode = "hook", final_newline: bool = True) -> Trai
         m = _DIVIDER.search(message)
         if m is not None:
             end = m.start()
+    if meter:
+        meter.add(0, len(message) * 3)  # the final-newline and NUL checks and the divider search
     if _is_plain(message, end):
+        if meter:
+            meter.add(0, len(message) * 12)  # _is_plain's and _parse_plain's passes, each over the text
         return _parse_plain(message, end)
-    return parse_full(message, mode, final_newline=False)  # already as git reads it
+    return parse_full(message, mode, final_newline=False, meter=meter)  # already as git reads it
 
 
 def _as_git_reads(message: str, final_newline: bool) -> str:
@@ -95,16 +104,18 @@ def _as_git_reads(message: str, final_newline: bool) -> str:
     return message[:nul] if nul >= 0 else message
 
 
-def parse_full(message: str, mode: Mode, final_newline: bool = True) -> TrailerBlock:
+def parse_full(message: str, mode: Mode, final_newline: bool = True, meter: Meter | None = None) -> TrailerBlock:
     """Git's algorithm step by step, for any message (parse() takes a shortcut for plain ones)."""
     message = _as_git_reads(message, final_newline)
-    end = end_of_log_message(message, no_divider=(mode == "range"))
-    start = trailer_block_start(message, end)
+    end = end_of_log_message(message, no_divider=(mode == "range"), meter=meter)
+    start = trailer_block_start(message, end, meter)
     if start >= end:
         return TrailerBlock(message, start, end, (), ())
-    lines = _logical_lines(message[start:end])
+    lines = _logical_lines(message[start:end], meter)
     trailers = []
     for line in lines:
+        if meter:
+            meter.add(0, 3 * len(line))  # the separator match, the strip and the unfold
         if line.startswith("#"):
             continue
         m = _SEPARATOR.match(line)
@@ -208,25 +219,29 @@ def skip_blank_lines(message: str) -> str:
     return message[pos:]
 
 
-def end_of_log_message(message: str, no_divider: bool = False) -> int:
+def end_of_log_message(message: str, no_divider: bool = False, meter: Meter | None = None) -> int:
     """The offset where the log message ends (git's find_end_of_log_message)."""
     end = len(message)
+    if meter:
+        meter.add(0, 2 * end)  # the divider search, then the scissors search
     if not no_divider:
         m = _DIVIDER.search(message)
         if m is not None:
             end = m.start()
-    return end - ignored_log_message_bytes(message, end)
+    return end - ignored_log_message_bytes(message, end, meter)
 
 
-def ignored_log_message_bytes(buf: str, length: int) -> int:
+def ignored_log_message_bytes(buf: str, length: int, meter: Meter | None = None) -> int:
     """How many bytes at the end of buf[:length] git ignores: trailing comment and empty lines, an old
     `Conflicts:` block, and everything from the scissors line on (git's commit.c)."""
     cutoff = _scissors(buf, length)
     region = buf[:cutoff]
     if "\n#" in region or "Conflicts:\n" in region or region.startswith("#"):
-        return _ignored_slow(buf, length, cutoff)
+        return _ignored_slow(buf, length, cutoff, meter)
     # Only empty lines can form the trailing run. Git keeps its start in `boc`, where 0 also means "none":
     # a run that starts at offset 0 begins at the second line instead.
+    if meter:
+        meter.add(0, 4 * cutoff)  # the region copy, its three membership tests and rstrip
     body = len(region.rstrip("\n"))
     if body == 0:
         boc = 1 if cutoff >= 2 else 0
@@ -235,13 +250,15 @@ def ignored_log_message_bytes(buf: str, length: int) -> int:
     return length - boc if boc else length - cutoff
 
 
-def _ignored_slow(buf: str, length: int, cutoff: int) -> int:
+def _ignored_slow(buf: str, length: int, cutoff: int, meter: Meter | None = None) -> int:
     boc = 0  # beginning of the trailing run; 0 doubles as "none", as in git
     bol = 0
     in_conflicts = False
     while bol < cutoff:
         nl = buf.find("\n", bol, length)
         next_bol = length if nl < 0 else nl + 1
+        if meter:
+            meter.add(bol, next_bol)
         first = buf[bol]
         if first == "#" or first == "\n":
             if not boc:
@@ -270,17 +287,21 @@ def _scissors(buf: str, length: int) -> int:
     return length
 
 
-def trailer_block_start(buf: str, length: int) -> int:
+def trailer_block_start(buf: str, length: int, meter: Meter | None = None) -> int:
     """The offset of the trailer block's first line, or `length` when there is none (git's
     find_trailer_block_start)."""
     if length == 0:
         return 0
     lines = buf[:length].split("\n")
+    if meter:
+        meter.add(0, 2 * length)  # the copy and the split
     if not lines[-1]:
         lines.pop()  # a final newline belongs to the last line (git's last_line())
     # The first paragraph is the title and cannot be trailers.
     end_of_title = len(lines)
     for i, line in enumerate(lines):
+        if meter:
+            meter.add(0, len(line) + 1)
         if not line.startswith("#") and not line.strip(_BLANK):
             end_of_title = i
             break
@@ -289,6 +310,8 @@ def trailer_block_start(buf: str, length: int) -> int:
     trailer_lines = non_trailer_lines = possible_continuation = 0
     for i in range(len(lines) - 1, end_of_title - 1, -1):
         line = lines[i]
+        if meter:
+            meter.add(0, 2 * len(line) + 1)  # the blank test and the separator match
         if line.startswith("#"):
             non_trailer_lines += possible_continuation
             possible_continuation = 0
@@ -316,17 +339,22 @@ def trailer_block_start(buf: str, length: int) -> int:
     return length
 
 
-def _logical_lines(block: str) -> list[str]:
-    """Split the block into lines, folding an indented line into the trailer above it."""
-    out: list[str] = []
+def _logical_lines(block: str, meter: Meter | None = None) -> list[str]:
+    """Split the block into lines, folding an indented line into the trailer above it (each logical line
+    joined once from its pieces: appending piece by piece copies the line again for every continuation)."""
+    out: list[list[str]] = []
     can_continue = False
     for piece in _split_nl(block):
+        if meter:
+            meter.add(0, 2 * len(piece))  # the split and the separator match
         if can_continue and piece[0] in _SPACE:
-            out[-1] += piece
+            out[-1].append(piece)
             continue
-        out.append(piece)
+        out.append([piece])
         can_continue = _SEPARATOR.match(piece) is not None
-    return out
+    if meter:
+        meter.add(0, len(block))  # the joins
+    return ["".join(parts) for parts in out]
 
 
 def _split_nl(text: str) -> list[str]:

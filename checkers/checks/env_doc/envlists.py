@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...checks.env_doc.envscan import EnvRead
+from ...linear import Meter
 
 _BACKTICKED = re.compile(r"`([^`]+)`")
 ALLOWLIST_HEADER = """\
@@ -16,13 +17,18 @@ ALLOWLIST_HEADER = """\
 """
 
 
-def documented_names(text: str, headers: tuple[str, ...] = ("flag",)) -> dict[str, int] | None:
+def documented_names(
+    text: str, headers: tuple[str, ...] = ("flag",), meter: Meter | None = None
+) -> dict[str, int] | None:
     """Backticked names in the first column of every table whose first header cell is one of `headers`
-    (any case: `| flag |`, `| Variable |`), with lines; None when there is no such table."""
+    (any case: `| flag |`, `| Variable |`), with lines; None when there is no such table. `meter` counts
+    each line's passes (strip, split, the cell strips, the backtick search)."""
     wanted = {h.lower() for h in headers}
     names: dict[str, int] = {}
     in_table = found = False
     for n, line in enumerate(text.splitlines(), 1):
+        if meter:
+            meter.add(0, 5 * len(line) + 1)
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else None
         if cells is None:
             in_table = False

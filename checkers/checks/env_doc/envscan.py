@@ -7,7 +7,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from ...linear import line_of
+from ...linear import Meter, line_of
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 C_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".hxx", ".cu", ".cuh", ".inl")
@@ -176,16 +176,25 @@ _C_TOKEN = re.compile(
 _SPLICE = re.compile(r"\\\r?\n")
 
 
-def c_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = ()) -> list[EnvRead]:
+def c_reads(
+    source: str, path: str, prefixes: tuple[str, ...], readers: tuple[str, ...] = (), meter: Meter | None = None
+) -> list[EnvRead]:
     """`getenv("X")`, `std::getenv("X")`, `secure_getenv`, and `READER("X", ...)` for each of the
     repository's wrappers in `readers`: comments and string and char literals are tokens of their own (so
     a `getenv` inside them is no read), line splices are joined first, and adjacent string literals are
-    concatenated, as the compiler does."""
+    concatenated, as the compiler does. `meter` counts the tokenizer's spans and each token a loop visits."""
     text, splices = _join_splices(source.replace("\r\n", "\n"))
-    tokens = [(m.lastgroup, m.group(), m.start()) for m in _C_TOKEN.finditer(text) if m.lastgroup != "comment"]
+    tokens = []
+    for m in _C_TOKEN.finditer(text):
+        if meter:
+            meter.add(m.start(), m.end())
+        if m.lastgroup != "comment":
+            tokens.append((m.lastgroup, m.group(), m.start()))
     calls = frozenset(_GETENV) | frozenset(r.rsplit("::", 1)[-1].rsplit(".", 1)[-1] for r in readers)
     reads = []
     for i, (kind, value, pos) in enumerate(tokens):
+        if meter:
+            meter.steps += 1
         if kind != "ident" or value not in calls or i + 2 >= len(tokens) or tokens[i + 1][1] != "(":
             continue
         parts, j = [], i + 2
@@ -196,6 +205,8 @@ def c_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tuple[st
             and len(tokens[j][1]) > tokens[j][1].index('"') + 1
         ):
             parts.append(tokens[j][1][tokens[j][1].index('"') + 1 : -1])
+            if meter:
+                meter.add(0, len(tokens[j][1]))
             j += 1
         if parts and j < len(tokens) and tokens[j][1] in (")", ","):
             name = "".join(parts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -141,15 +142,21 @@ _PAREN = re.compile(r"[()]")
 _LAUNCH_LOOKBACK = 4096  # how far before `<<<` a kernel name and its template arguments are looked for
 
 
-def launches(code: str) -> list[Launch]:
-    """Every `<<<...>>>` launch in comment-blanked `code` (each search starts where the last one ended)."""
+def launches(code: str, meter: Meter | None = None) -> list[Launch]:
+    """Every `<<<...>>>` launch in comment-blanked `code` (each search starts where the last one ended, and
+    a kernel name and its template arguments are looked for back to the previous launch at most, so no
+    character is read for two launches)."""
     found = []
     pos = 0
     while (start := code.find("<<<", pos)) >= 0:
         close = code.find(">>>", start + 3)
         if close < 0:
+            if meter:
+                meter.add(pos, len(code))
             break  # no launch closes after this point
-        window = code[max(0, start - _LAUNCH_LOOKBACK) : start]
+        window = code[max(pos, start - _LAUNCH_LOOKBACK) : start]
+        if meter:
+            meter.add(start - len(window), close + 3)
         head = window.rstrip()
         targs: tuple[str, ...] = ()
         if head.endswith(">"):
@@ -169,17 +176,63 @@ def launches(code: str) -> list[Launch]:
 _TRAILING_NAME = re.compile(r"([A-Za-z_][\w:]*)$")
 
 
-def library_calls(code: str, pattern: re.Pattern[str]) -> list[LibraryCall]:
-    """Calls whose function name matches `pattern`, with their top-level arguments."""
+def library_calls(code: str, pattern: re.Pattern[str], meter: Meter | None = None) -> list[LibraryCall]:
+    """Calls whose function name matches `pattern`, with their top-level arguments. A matched call inside
+    another's arguments is judged on its own and stands in the outer call's arguments as `name(...)`, so
+    each character belongs to one call's arguments (nested calls cost linear work, not quadratic)."""
     found = []
+    for call in _matched_calls(code, lambda name: pattern.fullmatch(name) is not None):
+        inner = _elided(code, call.open + 1, call.close, call.children, meter)
+        found.append(LibraryCall(call.name, split_top_level(inner), line_of(code, call.start)))
+    return found
+
+
+@dataclass
+class _Call:
+    name: str
+    start: int  # offset of the name
+    open: int  # offset of `(`
+    close: int  # offset of the matching `)`
+    children: list[_Call]  # the matched calls directly inside its parentheses, in order
+
+
+def _matched_calls(code: str, wanted: Callable[[str], bool]) -> list[_Call]:
+    """Every closed call of a `wanted` name in `code`, in order, each with the wanted calls directly nested
+    in it (one pass with a stack: calls nest or are disjoint, as their parentheses do)."""
+    pairs = _close_parens(code)
+    calls: list[_Call] = []
+    stack: list[_Call] = []
     for m in _CALL.finditer(code):
-        if not pattern.fullmatch(m.group(1)):
+        if not wanted(m.group(1)):
             continue
-        close = _matching_close(code, m.end() - 1)
+        close = pairs.get(m.end() - 1, -1)
         if close < 0:
             continue
-        found.append(LibraryCall(m.group(1), split_top_level(code[m.end() : close]), line_of(code, m.start())))
-    return found
+        call = _Call(m.group(1), m.start(), m.end() - 1, close, [])
+        while stack and stack[-1].close < call.start:
+            stack.pop()
+        if stack:
+            stack[-1].children.append(call)
+        stack.append(call)
+        calls.append(call)
+    return calls
+
+
+def _elided(code: str, lo: int, hi: int, children: list[_Call], meter: Meter | None = None) -> str:
+    """`code[lo:hi]` with each of `children` that lies inside written `name(...)`."""
+    pieces, pos = [], lo
+    for k in range(bisect.bisect_left(children, lo, key=lambda c: c.start), len(children)):
+        child = children[k]
+        if child.start >= hi:
+            break
+        pieces += [code[pos : child.start], f"{child.name}(...)"]
+        if meter:
+            meter.add(pos, child.open + 1)
+        pos = child.close + 1
+    pieces.append(code[pos:hi])
+    if meter:
+        meter.add(pos, hi)
+    return "".join(pieces)
 
 
 def int_literals(expr: str) -> list[str]:
@@ -268,30 +321,41 @@ class CallSpans:
     start: int  # offset of the function name
 
 
-def call_spans(code: str, names: frozenset[str]) -> list[CallSpans]:
+def call_spans(code: str, names: frozenset[str], meter: Meter | None = None) -> list[CallSpans]:
     """Calls of the functions in `names` in comment-blanked `code`, each argument with its offsets (so the
-    raw text around an argument, comments included, can be read back at the same offsets)."""
+    raw text around an argument, comments included, can be read back at the same offsets). The split skips
+    over nested parentheses, and a call of `names` inside another's arguments is judged on its own and
+    reads `name(...)` there: each character is read for one call (linear, however deep the nesting)."""
+    pairs = _close_parens(code)
     found = []
-    for m in _CALL.finditer(code):
-        if m.group(1) not in names:
-            continue
-        close = _matching_close(code, m.end() - 1)
-        if close < 0:
-            continue
-        args, depth, start = [], 0, m.end()
-        for i in range(m.end(), close + 1):
+    for call in _matched_calls(code, names.__contains__):
+        args, depth, start, i = [], 0, call.open + 1, call.open + 1
+        while i <= call.close:
             ch = code[i]
-            if ch in "([{":
+            if meter:
+                meter.steps += 1
+                meter.scanned += 1
+            if ch == "(" and i < call.close:
+                i = pairs.get(i, i) + 1  # balanced inside a closed call: its `)` is known
+                continue
+            if ch in "[{":
                 depth += 1
-            elif ch in ")]}" and i < close:
+            elif ch in "]}":
                 depth -= 1
-            elif (ch == "," and depth == 0) or i == close:
-                text = code[start:i]
-                lead = len(text) - len(text.lstrip())
-                args.append(Arg(text.strip(), start + lead, start + lead + len(text.strip())))
+            elif (ch == "," and depth == 0) or i == call.close:
+                lo, hi = start, i
+                while lo < hi and code[lo] in _WHITESPACE:
+                    lo += 1
+                while hi > lo and code[hi - 1] in _WHITESPACE:
+                    hi -= 1
+                args.append(Arg(_elided(code, lo, hi, call.children), lo, hi))
                 start = i + 1
-        found.append(CallSpans(m.group(1), tuple(a for a in args if a.text or len(args) > 1), m.start()))
+            i += 1
+        found.append(CallSpans(call.name, tuple(a for a in args if a.text or len(args) > 1), call.start))
     return found
+
+
+_WHITESPACE = frozenset(" \t\n\r\f\v")
 
 
 class LineIndex:
