@@ -63,6 +63,15 @@ def test_row_rules(rowgate_repo: GitRepo, name: str, expected: list[tuple[str, s
     assert findings(check_file(rowgate_repo, name, "--preset", "row")) == expected
 
 
+def test_a_row_file_that_is_a_symlink_out_of_the_repository_names_nothing(rowgate_repo: GitRepo, tmp_path: Path):
+    outside = tmp_path / "GOV-OUT.yaml"
+    outside.write_text("id: GOV-OUT\n")
+    (rowgate_repo.path / ".agents/rows/GOV-OUT.yaml").symlink_to(outside)
+    (tmp_path / "MSG").write_text("Work\n\nRow: GOV-OUT\n")
+    result = check(rowgate_repo, "--preset", "row", "--message-file", str(tmp_path / "MSG"))
+    assert findings(result) == [("TR008", "Row: GOV-OUT names nothing (.agents/rows/GOV-OUT.yaml does not exist)")]
+
+
 def test_a_row_line_outside_the_block_gets_a_hint_with_its_line(rowgate_repo: GitRepo):
     [f] = check_file(rowgate_repo, "row-outside-block.txt", "--preset", "row").findings
     assert f.hint.startswith("line 3 `Row:` is not in the trailer block (git reads only the last paragraph")

@@ -304,3 +304,27 @@ def test_command_line_exit_codes(repo: GitRepo):
         "engine/r.py:2: ED001 env-undocumented: VT_R read at engine/r.py:2 is not documented in docs/ENVIRONMENT.md "
         "nor classified in scripts/env-doc-allowlist.txt"
     )
+
+
+def test_an_allowlist_symlinked_out_of_the_repository_is_an_error_and_is_not_touched(repo: GitRepo, tmp_path: Path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text(ALLOWLIST)
+    (repo.path / ALLOW).unlink()
+    (repo.path / ALLOW).symlink_to(outside)
+    result = check(repo, "--fix")
+    assert (result.status.value, result.summary, result.hint) == (
+        "error",
+        f"config env_doc.allowlist: {ALLOW} leads out of the repository through a symlink (to {outside})",
+        "set env_doc.allowlist to a path inside the repository, relative to its root",
+    )
+    assert outside.read_text() == ALLOWLIST  # --fix wrote nothing there
+
+
+def test_the_c_tokenizer_meter_counts_each_token_once():
+    from checkers.linear import Meter
+
+    source = 'int a = EnvOr(EnvOr("VT_A" "_B", 1), 2); /* getenv("VT_C") */ getenv("VT_D");\n'
+    meter = Meter()
+    reads = c_reads(source, "f.cu", ("VT_",), ("EnvOr",), meter)
+    assert [(r.name, r.line) for r in reads] == [("VT_A_B", 1), ("VT_D", 1)]
+    assert meter.scanned <= 2 * len(source) and meter.steps <= len(source)

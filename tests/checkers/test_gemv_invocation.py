@@ -487,3 +487,43 @@ def test_a_gemv_launch_with_a_templated_output_is_counted_and_passes():
     """The good twin of GV001's template form: the launch is a site the check examined, with no finding."""
     findings, sites = gv.check_sources(*fixture("float-output-template-good.cu"), min_sites=1)
     assert (findings, sites) == ([], 1)
+
+
+def test_a_call_nested_in_another_is_judged_once_on_its_own_arguments():
+    """The inner call's literal is the inner call's finding; the outer call reads it as `name(...)`, so
+    nested calls cost linear work and no literal is reported twice."""
+    from checkers.checks.gemv_invocation import cuda_sites as cu
+
+    code = "void f() {\n  cublasSetX(h, cublasGetY(h, 7), 2);\n}\n"
+    calls = cu.library_calls(code, gv.LIBRARY_CALL)
+    assert [(c.name, c.args) for c in calls] == [
+        ("cublasSetX", ("h", "cublasGetY(...)", "2")),
+        ("cublasGetY", ("h", "7")),
+    ]
+    findings, sites = gv.check_sources([], [gv.Source("a.cu", code)], min_sites=1)
+    assert sites == 2
+    assert [(f.rule, f.message) for f in findings] == [
+        (
+            "GV002",
+            "call of cublasSetX has the bare literal 2 in its argument 3 (2): a tuning parameter must be a named constant",
+        ),
+        (
+            "GV002",
+            "call of cublasGetY has the bare literal 7 in its argument 2 (7): a tuning parameter must be a named constant",
+        ),
+    ]
+    spans = cu.call_spans(code, frozenset({"cublasSetX", "cublasGetY"}))
+    assert [(c.name, [(a.text, code[a.start : a.end]) for a in c.args]) for c in spans] == [
+        ("cublasSetX", [("h", "h"), ("cublasGetY(...)", "cublasGetY(h, 7)"), ("2", "2")]),
+        ("cublasGetY", [("h", "h"), ("7", "7")]),
+    ]
+
+
+def test_a_launch_looks_back_for_its_kernel_no_further_than_the_previous_launch():
+    from checkers.checks.gemv_invocation import cuda_sites as cu
+
+    code = "a<float><<<1, 2>>>(x); b<<<3, 4>>>(y);"
+    assert [(s.kernel, s.template_args, s.config) for s in cu.launches(code)] == [
+        ("a", ("float",), ("1", "2")),
+        ("b", (), ("3", "4")),
+    ]

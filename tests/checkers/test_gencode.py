@@ -254,3 +254,25 @@ def test_the_fat_build_in_the_work_tree_is_the_default_build_dir(tmp_path: Path)
     ctx = Context(root=tmp_path, config=Config(), env={"VT_CUDA_CACHE": str(tmp_path / "cache")})
     assert gencode._default_build_dir(ctx, None) == tmp_path / "cache"
     assert gencode._default_build_dir(ctx, "objs") == tmp_path / "objs"
+
+
+@pytest.mark.parametrize("field", ["table", "compile_commands", "build_dir", "source_dir"])
+def test_a_configured_path_through_a_symlink_out_of_the_repository_is_an_error(tmp_path: Path, field: str):
+    root = tmp_path / "repo"
+    (root / "engine" / "cuda").mkdir(parents=True)
+    (root / "engine" / "cuda" / "arch_features.yaml").write_text(TABLE % ('"9.0"', "  a.cu: portable\n"))
+    (root / "engine" / "cuda" / "a.cu").write_text("// a\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_text("[]")
+    (root / "link").symlink_to(outside)
+    stage(root)
+    cfg = GencodeConfig(**{field: "link/x"})
+    ctx = Context(root=root, config=Config(gencode=cfg), env={})
+    args = argparse.Namespace(build_dir=None, compile_commands=None, archs=None)
+    result = run_check(registry.get("gencode"), ctx, args)
+    assert (result.status.value, result.summary, result.hint) == (
+        "error",
+        f"config gencode.{field}: link/x leads out of the repository through a symlink (to {outside / 'x'})",
+        f"set gencode.{field} to a path inside the repository, relative to its root",
+    )
