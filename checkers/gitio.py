@@ -237,8 +237,9 @@ class Git:
         """Raise GitError when a shallow or grafted boundary lies inside `rev_range`: the commits behind it
         are missing, so a check of the range would judge only part of it (and could pass on that part)."""
         cuts = set()
-        for name in ("shallow", "info/grafts"):
-            path = Path(self.root, self.text("rev-parse", "--git-path", name).strip())
+        files = self.text("rev-parse", "--git-path", "shallow", "--git-path", "info/grafts").splitlines()  # one git
+        for name in files:
+            path = Path(self.root, name.strip())
             try:
                 lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
             except (FileNotFoundError, NotADirectoryError):

@@ -9,7 +9,9 @@ ignores (`ignore`, `per_file_ignores`) are dropped from the result, which says h
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -26,11 +28,36 @@ NOT_CONFIGURED = "not configured here (`rowgate init`)"
 def check_parser(spec: CheckSpec, prog: str | None = None) -> argparse.ArgumentParser:
     module = spec.load()
     parser = argparse.ArgumentParser(
-        prog=prog or f"rowgate check {spec.id}", description=(module.__doc__ or spec.summary).strip()
+        prog=prog or f"rowgate check {spec.id}",
+        description=(module.__doc__ or spec.summary).strip(),
+        formatter_class=HelpFormatter,
     )
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
     return parser
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter at the width shutil.get_terminal_size() gives, found without importing shutil
+    (and the compression modules it loads): argparse makes one for every add_argument, so each check run
+    would pay that import for a help text it does not print."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, terminal_width() - 2 if width is None else width)
+
+
+def terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 80 (shutil.get_terminal_size's order)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80 if sys.__stdout__ else 80
+    except (AttributeError, ValueError, OSError):
+        return 80
 
 
 def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result:
@@ -46,7 +73,6 @@ def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result
         except CheckError as exc:
             result = Result.error(spec.id, str(exc), exc.hint)
         except Exception as exc:  # a crash must not read as a pass, nor hide the other gates
-            import os
             import traceback  # only on a crash: it is not cheap to import
 
             if os.environ.get("ROWGATE_DEBUG"):

@@ -7,8 +7,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import regex  # type: ignore[import-untyped, unused-ignore]
-
 from .results import CheckError
 
 TIMEOUT_S = 1.0  # per match; a linear pattern on a trailer value takes microseconds
@@ -22,6 +20,9 @@ class SafePattern:
     """A compiled pattern whose matches stop after TIMEOUT_S (PatternTimeout)."""
 
     def __init__(self, pattern: str, flags: int = 0):
+        # the regex package loads with the first pattern (~15 ms): a contract without one, as dco's, never pays it
+        import regex  # type: ignore[import-untyped, unused-ignore]
+
         self.pattern = pattern
         self._compiled = regex.compile(pattern, flags)
 
@@ -48,6 +49,8 @@ class SafePattern:
 @cache
 def compile_pattern(pattern: str, flags: int = 0) -> SafePattern:
     """The pattern compiled once; ValueError (with the reason) when it is not a valid regex."""
+    import regex  # type: ignore[import-untyped, unused-ignore]
+
     try:
         return SafePattern(pattern, flags)
     except (regex.error, TypeError, ValueError, OverflowError) as exc:

@@ -68,7 +68,8 @@ class Facts:
         self.exists = exists
         self.filled = filled  # reject template placeholders
         self.memo: dict[tuple[int, str, str], tuple[Finding, ...]] = {}  # (rule, key, value): for one run
-        self.clean: set[tuple[int, tuple[Trailer, ...]]] = set()  # (contract, trailers) found clean (see judge)
+        # (contract, trailers, author) found clean: see judge
+        self.clean: set[tuple[int, tuple[Trailer, ...], str | None]] = set()
 
 
 class Compiled:
@@ -83,7 +84,7 @@ class Compiled:
         self.placeholders: set[str] = set()
         self.ruled_keys: set[str] = set()  # lower-cased keys that some key rule names
         self.lowered: list[tuple[TrailerKeyRule, str]] = []  # each key rule with its key lower-cased
-        self.trailers_only = False  # no paragraph, divider or author rule: the trailers alone decide
+        self.trailers_only = False  # no paragraph or divider rule: the trailers (and the author) alone decide
 
     @property
     def empty(self) -> bool:
@@ -107,7 +108,7 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
         out.placeholders |= set(part.placeholders)
     out.lowered = [(k, k.key.lower()) for k in out.keys]
     out.ruled_keys = {key for _, key in out.lowered}
-    out.trailers_only = not (out.paragraphs or out.forbid_divider or out.needs_author)
+    out.trailers_only = not (out.paragraphs or out.forbid_divider)
     for pattern in (
         [p.pattern for p in out.paragraphs]
         + [k.pattern for k in out.keys if k.pattern]
@@ -133,9 +134,11 @@ def _re(pattern: str, flags: int = 0) -> SafePattern:
 def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Finding]:
     """Every way `msg` breaks `contract`, in rule order."""
     # The same trailer block recurs across a range (one row, the same sign-offs). When the trailers alone
-    # decide, a block found clean once is clean again (facts hold for the run); a block with problems
-    # is judged every time, since its hints quote the message.
-    if contract.trailers_only and (id(contract), msg.trailers) in facts.clean:
+    # decide (with the author, for a sign-off rule), a block found clean once is clean again for the same
+    # author (facts hold for the run); a block with problems is judged every time, since its hints quote
+    # the message.
+    clean = (id(contract), msg.trailers, facts.author)  # the author only matters to a sign-off rule: kept always
+    if contract.trailers_only and clean in facts.clean:
         return []
     by_key: dict[str, list[Trailer]] = {}
     for t in msg.trailers:
@@ -152,7 +155,7 @@ def judge(msg: Message, contract: Compiled, facts: Facts) -> list[Finding]:
     if contract.forbid_divider:
         problems += _divider_problems(msg.text)
     if not problems and contract.trailers_only:
-        facts.clean.add((id(contract), msg.trailers))
+        facts.clean.add(clean)
     return sorted(problems, key=lambda p: _ORDER[p.rule]) if len(problems) > 1 else problems
 
 

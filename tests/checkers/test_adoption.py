@@ -17,9 +17,13 @@ SIGNED = "\n\nSigned-off-by: Ada Tester <ada@example.com>\n"
 
 
 def rowgate(*args: str, cwd: Path, unset: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
+    return python("-m", "checkers", *args, cwd=cwd, unset=unset, **env)
+
+
+def python(*args: str, cwd: Path, unset: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
     full = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin", **GIT_ENV, **env}
     return subprocess.run(
-        [sys.executable, "-m", "checkers", *args],
+        [sys.executable, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -50,6 +54,21 @@ def test_zero_config_dco_range_passes_and_an_unsigned_commit_fails(signed: GitRe
     assert proc.stdout.splitlines()[0] == (
         f"TR001 trailer-missing: {short}: no Signed-off-by trailer (need at least 1)"
     )
+
+
+def test_a_zero_config_range_starts_without_the_config_or_pattern_libraries(signed: GitRepo):
+    """The zero-config dco range imports what a configured one does, no more: once the defaults are cached,
+    no pydantic or ruamel.yaml (config), no regex (dco has no pattern), no shutil (argparse's width)."""
+    heavy = ("pydantic", "ruamel.yaml", "regex", "shutil", "dataclasses")
+    probe = f"import sys\nfrom checkers.cli import main\ncode = main(sys.argv[1:])\nprint([m for m in {heavy!r} if m in sys.modules], code)\n"
+    argv = ("-c", probe, "check", "commit-trailers", "--preset", "dco", "--range", "HEAD~2..HEAD")
+    ok = f"OK: 2 commits in {signed.head('HEAD~2')[:12]}..{signed.head()[:12]} carry the trailer contract (dco)"
+    first = python(*argv, cwd=signed.path)
+    assert first.stdout.splitlines()[0] == ok and "'pydantic'" in first.stdout, (
+        first.stderr
+    )  # defaults validated, cached
+    again = python(*argv, cwd=signed.path)
+    assert again.stdout.splitlines() == [ok, "[] 0"], again.stderr
 
 
 def test_zero_config_preflight_skips_what_needs_records_or_config_and_never_errors(signed: GitRepo):

@@ -391,7 +391,27 @@ def test_a_block_found_clean_under_one_contract_is_still_judged_under_another():
     assert judge(msg, fixes, facts) == [
         R["TR001"].finding("no Fixes trailer (need at least 1)", hint="add a `Fixes:` trailer to the trailer block")
     ]
-    assert facts.clean == {(id(row), msg.trailers)}
+    assert facts.clean == {(id(row), msg.trailers, None)}
+
+
+def test_a_sign_off_found_clean_for_one_author_is_still_judged_for_another():
+    from checkers.config import TrailerContract
+    from checkers.trailers.contract import Facts, R, compile_contract, judge
+    from checkers.trailers.message import read_message
+
+    dco = compile_contract(TrailerContract(presets=["dco"]))
+    assert dco.trailers_only and dco.needs_author
+    msg = read_message("Add x\n\nSigned-off-by: Ada Tester <ada@example.com>\n", "range")
+    facts = Facts(author="Ada Tester <ada@example.com>")
+    assert judge(msg, dco, facts) == [] and judge(msg, dco, facts) == []  # the second from the clean set
+    facts.author = "Bob Other <bob@example.com>"
+    assert judge(msg, dco, facts) == [
+        R["TR009"].finding(
+            "no Signed-off-by matches the author Bob Other <bob@example.com> (found: Ada Tester <ada@example.com>)",
+            hint=dco.keys[0].fix,
+        )
+    ]
+    assert facts.clean == {(id(dco), msg.trailers, "Ada Tester <ada@example.com>")}
 
 
 # --- the presets and the start-up path ----------------------------------------------------------------
