@@ -11,19 +11,63 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+class Progress:
+    """Progress of a long loop on stderr, never in the result stream: one line per item with its time, the
+    elapsed time and an ETA, the fat build's line (engine/cuda/build.py progress_line):
+    `[3/12] rep 1, git log floor: 0.21s; 2s elapsed, ETA 6s`. The ETA assumes the rest take as long on
+    average as the finished items did. With many short items a line is printed at most every `every_s`
+    seconds (and for the last item)."""
+
+    def __init__(self, total: int, label: str = "", every_s: float = 0.0, stream: TextIO | None = None):
+        self.total, self.label, self.every_s = total, label, every_s
+        self.stream = sys.stderr if stream is None else stream
+        self.done = 0
+        self.start = self.last = time.perf_counter()
+
+    def step(self, what: str, seconds: float) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.done < self.total and now - self.last < self.every_s:
+            return
+        self.last = now
+        elapsed = now - self.start
+        eta = f"ETA {elapsed / self.done * (self.total - self.done):.0f}s" if self.done < self.total else "all done"
+        prefix = f"{self.label}: " if self.label else ""
+        print(
+            f"{prefix}[{self.done}/{self.total}] {what}: {seconds:.2f}s; {elapsed:.0f}s elapsed, {eta}",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def phase(what: str, fn: Callable[[], T]) -> T:
+    """Run one long step (building a repository, a single long run), saying on stderr what and how long."""
+    print(f"{what} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    out = fn()
+    print(f"{what}: done in {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
+    return out
 
 
 def measure(arms: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
-    """Run every arm once per repetition, in turn (arms interleaved); repetition 0 warms caches and is dropped."""
+    """Run every arm once per repetition, in turn (arms interleaved); repetition 0 warms caches and is dropped.
+    Each run is a progress line on stderr."""
     times: dict[str, list[float]] = {name: [] for name in arms}
+    progress = Progress((reps + 1) * len(arms), "measure")
     for rep in range(reps + 1):
         for name, fn in arms.items():
             start = time.perf_counter()
             fn()
+            took = time.perf_counter() - start
             if rep:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(took)
+            progress.step(f"rep {rep}{' (warm-up, dropped)' if not rep else ''}, {name}", took)
     return times
 
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
+
+from _measure import Progress  # noqa: E402
 
 from engine.bench.timing import arm_timer, sets_for  # noqa: E402
 from engine.bench.workloads import ATTN, parse_shape  # noqa: E402
@@ -76,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         print("attn_split_sweep: needs a CUDA device", file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    rows = [sweep(t, device, args.reps) for t in (args.shape or SHAPES)]
+    shapes = args.shape or SHAPES
+    progress, rows = Progress(len(shapes), "attn-split-sweep"), []
+    for text in shapes:
+        start = time.perf_counter()
+        rows.append(sweep(text, device, args.reps))
+        progress.step(text, time.perf_counter() - start)
     print(f"{'shape':<34} {'rule':>4} {'best':>4} {'rule ms':>8} {'best ms':>8} {'cudnn ms':>8}  ms per split count")
     for r in rows:
         best = min(r["ms"], key=r["ms"].get)

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
 
 from _genrepo import generate  # noqa: E402
-from _measure import cli, measure, table, write_ledger  # noqa: E402
+from _measure import cli, measure, phase, table, write_ledger  # noqa: E402
 
 from checkers import registry
 from checkers.checks.env_doc.envscan import C_SUFFIXES, PYTHON_SUFFIXES
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     spec = registry.get("env-doc")
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp:
-        gen = generate(Path(tmp) / "repo", args.files)
+        gen = phase(f"generating {args.files:,} files", lambda: generate(Path(tmp) / "repo", args.files))
         root, git = gen.path, Git(gen.path)
 
         def floor() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
 
 from _genrepo import generate  # noqa: E402
-from _measure import cli, measure, table, write_ledger  # noqa: E402
+from _measure import cli, measure, phase, table, write_ledger  # noqa: E402
 
 from checkers import registry
 from checkers.config import load_config
@@ -35,7 +35,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     spec = registry.get("pr-size")
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp:
-        gen = generate(Path(tmp) / "repo", args.files, args.lines)
+        gen = phase(
+            f"generating {args.files:,} files and a {args.lines:,}-line change",
+            lambda: generate(Path(tmp) / "repo", args.files, args.lines),
+        )
         root, git = gen.path, Git(gen.path)
         base = git.must_resolve("main")
 

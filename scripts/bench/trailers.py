@@ -2,9 +2,12 @@
 (one `git log --format=%H%x00%B%x00` of the same range) and gitlint's per-commit cost, in one run.
 
 Usage: scripts/bench-checkers.py trailers [--commits N] [--gitlint PATH] [--gitlint-commits N] [--reps N]
-                                          [--no-config] [--ledger PATH]
+                                          [--no-config] [--baseline REV] [--ledger PATH]
 --no-config builds the repository without a rowgate config and judges it with `--preset dco`: the zero-config
 run of a repository that never heard of rowgate.
+--baseline REV also times the toolkit of commit REV (its checkers/, from `git archive`) on a copy of the same
+repository, interleaved with this checkout's runs: the paired A/B of a change, printed as ratios.
+Progress (each run with its time, and an ETA) goes to stderr; the table to stdout.
 gitlint is never a project dependency: give --gitlint PATH, or the benchmark installs it into a throwaway
 venv under /tmp/gl (`python3 -m venv /tmp/gl && /tmp/gl/bin/pip install gitlint`); without it the table
 says so and reports the other ratios.
@@ -18,12 +21,14 @@ its runs: it is the first run after an edit of .agents/config.yaml.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import write_ledger  # noqa: E402
+from _measure import Progress, phase, write_ledger  # noqa: E402
 
 ENV = {
     **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
@@ -65,25 +70,22 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reps", type=int, default=5, help="repetitions of the rowgate and git runs (default 5)")
     p.add_argument("--ledger", type=Path, metavar="PATH", help="also write a ledger record (JSON) here")
     p.add_argument("--no-config", action="store_true", help="no config in the repository; judge with --preset dco")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also time the toolkit of commit REV on a copy of the repository, interleaved (a paired A/B)",
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-trailers-") as tmp:
         repo = Path(tmp) / "repo"
         start = time.perf_counter()
-        first = build_repo(repo, args.commits, config=not args.no_config)
+        first = phase(
+            f"building {args.commits:,} commits with git fast-import",
+            lambda: build_repo(repo, args.commits, config=not args.no_config),
+        )
         built = time.perf_counter() - start
         rng = f"{first}..HEAD"
-        rowgate = [
-            sys.executable,
-            "-m",
-            "checkers",
-            "check",
-            "commit-trailers",
-            "--repo",
-            str(repo),
-            *(["--preset", "dco"] if args.no_config else []),
-            "--range",
-            rng,
-        ]
+        rowgate = check_command(repo, rng, args.no_config)
         floor = ["git", "-C", str(repo), "log", "--format=%H%x00%B%x00", rng]
         startup = rowgate[:-1] + ["HEAD~1..HEAD"]
         out = run(rowgate)
@@ -91,10 +93,26 @@ def main(argv: list[str]) -> int:
             print(out.stdout + out.stderr, file=sys.stderr)
             return 1
         cache = repo / ".git" / "rowgate" / "config-cache.json"
-        t_rowgate, t_floor, t_startup, t_cold = interleaved(
-            [(rowgate, None), (floor, None), (startup, None), (rowgate, lambda: cache.unlink(missing_ok=True))],
-            args.reps,
-        )
+        arms: list[Arm] = [
+            ("rowgate whole CLI", rowgate, None, ROOT),
+            ("git log floor", floor, None, ROOT),
+            ("rowgate start-up (1 commit)", startup, None, ROOT),
+            ("rowgate, config cache cold", rowgate, lambda: cache.unlink(missing_ok=True), ROOT),
+        ]
+        if args.baseline:
+            # its own copy of the repository: each toolkit keeps its own config cache (keyed on its schema)
+            code, copy = baseline_tree(args.baseline, Path(tmp) / "baseline"), Path(tmp) / "repo-baseline"
+            shutil.copytree(repo, copy, symlinks=True, ignore=shutil.ignore_patterns("rowgate"))
+            theirs = check_command(copy, rng, args.no_config)
+            if run(theirs, code).returncode != 0:
+                print(f"bench: the toolkit of {args.baseline} does not run here:\n{run(theirs, code).stderr}")
+                return 1
+            arms += [
+                (f"{args.baseline} whole CLI", theirs, None, code),
+                (f"{args.baseline} start-up (1 commit)", theirs[:-1] + ["HEAD~1..HEAD"], None, code),
+            ]
+        all_times = interleaved(arms, args.reps)
+        t_rowgate, t_floor, t_startup, t_cold = (statistics.median(ts) for ts in all_times[:4])
         t_inproc = in_process(rowgate[3:], args.reps)
         gitlint = find_gitlint(args.gitlint, args.no_install)
         t_gitlint = None
@@ -117,10 +135,16 @@ def main(argv: list[str]) -> int:
                 f"{first}..{end}",
             ]
             start = time.perf_counter()
-            subprocess.run(cmd, capture_output=True, env=ENV, timeout=1800)
+            phase(
+                f"gitlint over {n:,} commits", lambda: subprocess.run(cmd, capture_output=True, env=ENV, timeout=1800)
+            )
             t_gitlint = (time.perf_counter() - start) / n
         times = (t_rowgate, t_floor, t_startup, t_inproc, t_cold)
         print(report(args.commits, built, times, t_gitlint, gitlint, args.gitlint_commits, out.stdout.strip()))
+        paired = None
+        if args.baseline:
+            paired = baseline_pairs(all_times)
+            print(baseline_report(args.baseline, paired, all_times))
         if args.ledger:
             command = "scripts/bench-checkers.py trailers " + shlex.join(argv)
             write_ledger(
@@ -128,7 +152,7 @@ def main(argv: list[str]) -> int:
                 ["CHECK-TRAILERS"],
                 command.strip(),
                 summary(args.commits, times, t_gitlint),
-                results(args, times, t_gitlint),
+                {**results(args, times, t_gitlint), **({"baseline": paired} if paired else {})},
             )
     return 0
 
@@ -172,49 +196,111 @@ def _data(text: str) -> bytes:
     return f"data {len(raw)}\n".encode() + raw + b"\n"
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+# (name, command, setup run untimed before each run, the checkout whose `checkers` runs it)
+Arm = tuple[str, list[str], Callable[[], object] | None, Path]
+
+
+def check_command(repo: Path, rng: str, no_config: bool) -> list[str]:
+    """`rowgate check commit-trailers --range` on `repo`, as a new interpreter runs it."""
+    dco = ["--preset", "dco"] if no_config else []
+    return [sys.executable, "-m", "checkers", "check", "commit-trailers", "--repo", str(repo), *dco, "--range", rng]
+
+
+def run(cmd: list[str], root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """`cmd` with `root`'s toolkit first on the path, from a neutral directory (so `-m checkers` is `root`'s)."""
     return subprocess.run(
-        cmd, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=600
+        cmd, capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(root)}, cwd=root, timeout=600
     )
 
 
-def interleaved(arms: list[tuple[list[str], Callable[[], object] | None]], reps: int) -> list[float]:
-    """Median wall time of each command, runs interleaved, the first repetition dropped; an arm's setup
-    runs before each of its runs, untimed."""
+def baseline_tree(rev: str, dest: Path) -> Path:
+    """The checkers/ folder of commit `rev` of this repository, unpacked under `dest`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "checkers"], capture_output=True, env=ENV, check=True
+    ).stdout
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def interleaved(arms: list[Arm], reps: int) -> list[list[float]]:
+    """Wall times of each command, runs interleaved, the first repetition dropped; an arm's setup runs
+    before each of its runs, untimed. Each run is a progress line on stderr."""
     times: list[list[float]] = [[] for _ in arms]
+    progress = Progress((reps + 1) * len(arms), "trailers")
     for rep in range(reps + 1):
-        for i, (cmd, setup) in enumerate(arms):
+        for i, (name, cmd, setup, root) in enumerate(arms):
             if setup:
                 setup()
             start = time.perf_counter()
-            run(cmd)
+            run(cmd, root)
+            took = time.perf_counter() - start
             if rep:
-                times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+                times[i].append(took)
+            progress.step(f"rep {rep}{' (warm-up, dropped)' if not rep else ''}, {name}", took)
+    return times
+
+
+def baseline_pairs(times: list[list[float]]) -> dict:
+    """This checkout over the baseline, per interleaved pair: whole CLI (arm 0 / arm 4), start-up (2 / 5)."""
+    out = {}
+    for what, ours, theirs in (("whole_cli", 0, 4), ("startup_1_commit", 2, 5)):
+        ratios = sorted(a / b for a, b in zip(times[ours], times[theirs]))
+        out[what] = {
+            "this_median_s": round(statistics.median(times[ours]), 3),
+            "this_min_s": round(min(times[ours]), 3),
+            "baseline_median_s": round(statistics.median(times[theirs]), 3),
+            "baseline_min_s": round(min(times[theirs]), 3),
+            "pair_ratio_median": round(statistics.median(ratios), 3),
+            "pair_ratio_min": round(ratios[0], 3),
+            "pair_ratio_max": round(ratios[-1], 3),
+        }
+    return out
+
+
+def baseline_report(rev: str, paired: dict, times: list[list[float]]) -> str:
+    floor = statistics.median(times[1])
+    lines = ["", f"paired against {rev} (same repository copy, runs interleaved; this / {rev} per pair):"]
+    for what, row in paired.items():
+        lines.append(
+            f"  {what.replace('_', ' ')}: this {row['this_median_s']:.3f} s (min {row['this_min_s']:.3f}), "
+            f"{rev} {row['baseline_median_s']:.3f} s (min {row['baseline_min_s']:.3f}); pair ratio median "
+            f"{row['pair_ratio_median']:.2f}x, band {row['pair_ratio_min']:.2f}-{row['pair_ratio_max']:.2f}x"
+            + (
+                f"; whole CLI / floor: this {row['this_median_s'] / floor:.1f}x, {rev} "
+                f"{row['baseline_median_s'] / floor:.1f}x"
+                if what == "whole_cli"
+                else ""
+            )
+        )
+    return "\n".join(lines)
 
 
 def in_process(argv: list[str], reps: int) -> float:
     """Median time of the check called in this process: no interpreter start, imports already done."""
     import contextlib
-    import io
 
     sys.path.insert(0, str(ROOT))
     from checkers.cli import main as rowgate
 
     times = []
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # the resolved range is printed once per run, to the real stderr
-    try:
-        for rep in range(reps + 1):
+    progress = Progress(reps + 1, "in-process")
+    for rep in range(reps + 1):
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)  # the resolved range is printed once per run, to the real stderr
+        try:
             with contextlib.redirect_stdout(io.StringIO()):
                 start = time.perf_counter()
                 rowgate(argv)
-                if rep:
-                    times.append(time.perf_counter() - start)
-    finally:
-        os.dup2(saved, 2)
-        os.close(devnull)
-        os.close(saved)
+                took = time.perf_counter() - start
+        finally:
+            os.dup2(saved, 2)
+            os.close(devnull)
+            os.close(saved)
+        if rep:
+            times.append(took)
+        progress.step(f"rep {rep}{' (warm-up, dropped)' if not rep else ''}, the check in this process", took)
     return statistics.median(times)
 
 

@@ -12,9 +12,15 @@ import argparse
 import os
 import random
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-from checkers.trailers.parser import commit_trailers, parse
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
+
+from _measure import Progress, phase  # noqa: E402
+
+from checkers.trailers.parser import commit_trailers, parse  # noqa: E402
 
 ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
 
@@ -48,7 +54,7 @@ def main(argv: list[str]) -> int:
     )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    records = log_records(args.repo, args.rev)
+    records = phase(f"reading every commit of {args.rev} in {args.repo}", lambda: log_records(args.repo, args.rev))
     t_log = time.perf_counter() - t0
     t0 = time.perf_counter()
     mismatches = [
@@ -66,7 +72,9 @@ def main(argv: list[str]) -> int:
     if args.hook_sample:
         sample = random.Random(2026).sample(records, min(args.hook_sample, len(records)))
         hook_bad = 0
+        progress = Progress(len(sample), "interpret-trailers", every_s=2.0)  # one git per message: a line per 2 s
         for sha, msg, _ in sample:
+            started = time.perf_counter()
             fed = msg + "\n" if msg and not msg.endswith("\n") else msg  # git 2.46.2+ appends it itself
             for mode, flag in (("hook", []), ("range", ["--no-divider"])):
                 git = subprocess.run(
@@ -80,6 +88,7 @@ def main(argv: list[str]) -> int:
                 if parse(msg, mode).render() != git:  # type: ignore[arg-type]
                     hook_bad += 1
                     print(f"  {sha} ({mode}): ours {parse(msg, mode).render()!r} git {git!r}")  # type: ignore[arg-type]
+            progress.step(sha[:12], time.perf_counter() - started)
         print(f"interpret-trailers: {len(sample)} messages x 2 modes, {hook_bad} mismatches")
         bad += hook_bad
     return 1 if bad else 0
