@@ -11,7 +11,7 @@ from ..safe_regex import SafePattern, compile_pattern
 from ..trailers import parser
 from ..trailers.message import Message, paragraphs
 from ..trailers.parser import Trailer
-from ..trailers.presets import PRESETS
+from ..trailers.presets import BUILTIN_PATTERNS, PRESETS
 
 if TYPE_CHECKING:
     # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
@@ -123,10 +123,11 @@ def compile_contract(contract: TrailerContract, presets: list[str] | None = None
     return out
 
 
-def _re(pattern: str, flags: int = 0) -> SafePattern:
-    """A configured pattern, compiled once, whose matches run with a time limit (checkers.safe_regex)."""
+def _re(pattern: str, flags: int = 0, trusted: bool = False) -> SafePattern:
+    """A pattern compiled once: a configured one's matches run with a time limit (checkers.safe_regex); the
+    presets' own patterns, and those rowgate builds from escaped literals, are `trusted` (linear, on `re`)."""
     try:
-        return compile_pattern(pattern, flags)
+        return compile_pattern(pattern, flags, trusted or pattern in BUILTIN_PATTERNS)
     except ValueError as exc:
         raise ValueError(f"trailers: {exc}") from None
 
@@ -307,7 +308,11 @@ def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> li
                     why = f"names {rule.what} ({hit.group(0)})"
                 else:
                     who = next(
-                        (d for d in declared if _re(rf"(?<![\w.-]){re.escape(d)}(?![\w.-])", re.I).search(t.value)),
+                        (
+                            d
+                            for d in declared
+                            if _re(rf"(?<![\w.-]){re.escape(d)}(?![\w.-])", re.I, trusted=True).search(t.value)
+                        ),
                         None,
                     )
                     if who is None:

@@ -195,3 +195,17 @@ ROW = contract(
 )
 
 PRESETS: dict[str, TrailerContract] = {"agents-protocol": AGENTS_PROTOCOL, "dco": DCO, "row": ROW}
+
+# Every pattern the presets hold: rowgate's own and linear, so they run on `re` without a time limit
+# (checkers.safe_regex, trusted); a test holds each one equal under `re` and `regex` on sample values.
+BUILTIN_PATTERNS = frozenset(
+    pattern
+    for preset in PRESETS.values()
+    for pattern in (
+        [p.pattern for p in preset.paragraphs]
+        + [k.pattern for k in preset.keys if k.pattern]
+        + [k.when.pattern for k in preset.keys if k.when]
+        + [f.pattern for f in preset.forbid if f.pattern]
+        + [e.pattern for f in preset.forbid for e in f.exempt]
+    )
+)

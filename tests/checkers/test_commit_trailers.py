@@ -452,6 +452,69 @@ def test_presets_are_valid_contracts_built_with_the_models_defaults():
                 assert list(p.default) == default if isinstance(default, list) else p.default == default, pname
 
 
+def test_the_presets_patterns_run_on_re_and_agree_with_the_time_limited_regex():
+    import regex
+
+    from checkers.safe_regex import compile_pattern
+    from checkers.trailers.presets import BUILTIN_PATTERNS
+
+    values = [
+        "true",
+        "false",
+        "True",
+        "GOV-CORE",
+        "GOV-",
+        "gov-core",
+        "A-B-C",
+        "claude:opus-4 [cli]",
+        "x:y [a] [b]",
+        "x:y",
+        "Ada <1+ada@users.noreply.github.com>",
+        "Ada <ada@users.noreply.github.com.evil>",
+        "GPT-4o",
+        "Alice",
+        "Abbott",
+        "an AI agent",
+        "amazon q",
+        "FOLLOWING_AGENTS_PROTOCOL",
+        "",
+        "é\u00e9 ü",
+    ]
+    assert len(BUILTIN_PATTERNS) >= 8
+    for pattern in BUILTIN_PATTERNS:
+        trusted = compile_pattern(pattern, 0, True)
+        assert trusted._limit == {}  # re, no time limit
+        limited = regex.compile(pattern)
+        for value in values:
+            for method in ("fullmatch", "search"):
+                ours, theirs = getattr(trusted, method)(value), getattr(limited, method)(value)
+                assert (ours and ours.group(0)) == (theirs and theirs.group(0)), (pattern, method, value)
+    assert compile_pattern("(a+)+$")._limit == {"timeout": 1.0}  # a configured pattern keeps its limit
+
+
+def test_a_contract_of_presets_starts_without_the_regex_package(rowgate_repo: GitRepo):
+    import subprocess
+    import sys
+
+    base = rowgate_repo.head()
+    rowgate_repo.commit("Add a\n\nRow: GOV-CORE\n", {"a": "1"})
+    probe = (
+        "import sys\nfrom checkers.cli import main\ncode = main(sys.argv[1:])\nprint('regex' in sys.modules, code)\n"
+    )
+
+    def run(config: str) -> str:
+        rowgate_repo.write({".agents/config.yaml": config})
+        argv = [sys.executable, "-c", probe, "check", "commit-trailers", "--range", f"{base}..HEAD"]
+        env = {**rowgate_repo.env, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(argv, cwd=rowgate_repo.path, capture_output=True, text=True, timeout=60, env=env)
+        return proc.stdout.splitlines()[-1]
+
+    presets = "version: 1\ntrailers:\n  presets: [row]\n"
+    assert run(presets) == run(presets) == "False 0"
+    own = presets + "  keys: [{key: Row, pattern: 'GOV-[A-Z]+'}]\n"  # a configured pattern: regex, time-limited
+    assert run(own) == run(own) == "True 0"
+
+
 def test_the_cli_judges_a_range_without_pydantic_once_the_config_is_cached(rowgate_repo: GitRepo):
     import subprocess
     import sys
