@@ -72,4 +72,4 @@ def test_the_trailers_benchmark_streams_progress_to_stderr_and_pairs_a_baseline(
     assert [line for line in err if line.startswith("in-process: [")][-1].endswith("all done")
     assert proc.stdout.startswith("trailers benchmark: 40 commits")
     assert "ETA" not in proc.stdout and "elapsed" not in proc.stdout  # the result stream is only the result
-    assert "paired against HEAD (same repository copy, runs interleaved; this / HEAD per pair):" in proc.stdout
+    assert "this paired against HEAD (same repository copy, runs interleaved; this / HEAD per pair):" in proc.stdout
