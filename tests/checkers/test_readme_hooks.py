@@ -24,6 +24,7 @@ from tests.conftest import GIT_ENV, ROOT, init_repo
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
 LOCAL_INDEX = Path("/opt/pypi/simple")
 SIGNED = "\n\nSigned-off-by: Ada Tester <ada@example.com>\n"
+PLACEHOLDER = "/path/to/rowgate"  # the snippet's repo:, which the reader replaces by their clone's path or URL
 
 
 def section() -> str:
@@ -46,6 +47,7 @@ def test_the_snippet_names_real_hooks_and_a_real_revision():
     hooks = {h["id"] for h in YAML(typ="safe").load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert {h["id"] for h in repo["hooks"]} <= hooks
     assert repo["rev"] == "main"  # the branch every clone has; a tag would have to exist
+    assert repo["repo"] == PLACEHOLDER  # no invented URL: the reader's own clone (or the URL they cloned from)
 
 
 @pytest.mark.slow
@@ -118,6 +120,28 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
             timeout=600,
             check=False,
         )
+
+    # the snippet as printed, with the reader's clone in place of the placeholder, through `pre-commit run`
+    config = yaml_blocks()[1]
+    assert config.count(PLACEHOLDER) == 1
+    (repo.path / ".pre-commit-config.yaml").write_text(config.replace(PLACEHOLDER, str(clone)))
+
+    def run_hook(hook_id: str, message: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [exe, "run", hook_id, "--hook-stage", "commit-msg", "--commit-msg-filename", str(message)],
+            cwd=repo.path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    good = run_hook("rowgate-commit-trailers", tmp_path / "signed")
+    assert good.returncode == 0 and "Passed" in good.stdout, good.stdout + good.stderr
+    bad = run_hook("rowgate-commit-trailers", tmp_path / "unsigned")
+    assert bad.returncode == 1 and "TR001 trailer-missing: no Signed-off-by trailer" in bad.stdout, bad.stdout
+    (repo.path / ".pre-commit-config.yaml").unlink()  # try-repo below runs in a tree without it
 
     ran = []
     for h in snippet["hooks"]:
