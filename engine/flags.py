@@ -194,6 +194,12 @@ declare(
     "ENGINE-PERF",
     "With VT_ATTN_TILED: the tiled attention's two passes and split sum in one launch where it fits (each split's scores in shared memory; splits wait for each other's statistics, so only when the grid is resident at once); the same arithmetic, so bitwise the two-pass output.",
 )
+declare(
+    "VT_PREFILL_ATTN",
+    False,
+    "ENGINE-GATE-REACH",
+    "Varlen prefill/extend attention kernel for prefill and mixed steps (bf16/fp16 on tensor cores, head_dim 32/64/128/256; fp32 as one decode row per token): every sequence's new tokens in one launch, the cached prefix read through the block table, scores and probabilities rounded as the reference rounds them.",
+)
 declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV", "Split-KV decode attention with an fp32 log-sum-exp combine.")
 declare(
     "VT_ATTN_SPLITKV_GQA_SWAP",

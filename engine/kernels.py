@@ -46,6 +46,7 @@ from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
 from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_tiled as cuda_tiled
+from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
@@ -391,6 +392,87 @@ def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
     return kernel
 
 
+def _prefill_mma_fits(q: torch.Tensor, *_: Any, **__: Any) -> bool:
+    return cuda_prefill.supported(q.shape[2], q.dtype)
+
+
+def _device_lens(q: torch.Tensor, device_lens: torch.Tensor | None, *lists: Sequence[int]) -> torch.Tensor:
+    """The lengths as the kernel's [rows, seqs] int32 device tensor: the step's upload, else a copy of the lists
+    (a host-to-device copy: tests and benchmarks of the op alone)."""
+    if device_lens is not None:
+        return device_lens
+    return torch.tensor([list(x) for x in lists], dtype=torch.int32).to(q.device)
+
+
+def _prefill_mma(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    return cuda_prefill.prefill(
+        q, k.contiguous(), v.contiguous(), _device_lens(q, device_lens, seq_lens), scale, sliding_window
+    )
+
+
+def _extend_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    lens = _device_lens(q, device_lens, seq_lens, prefix_lens)
+    return cuda_prefill.extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
+
+
+_DECODE_ROWS_WS = 1 << 26  # fp32 elements of the generic decode kernel's logits workspace the arm may take
+
+
+def _decode_rows_fits(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
+    cap = block_tables.shape[1] * k_cache.shape[1]
+    return _PA.supported(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
+
+
+def _extend_decode_rows(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Every new token as one decode row (its sequence's table, its own position + 1 as the context): the
+    generic decode kernel, which takes fp32; per-token tables and lengths built on the device, no host read."""
+    seq, ctx = decode_row_lens(_device_lens(q, device_lens, seq_lens, prefix_lens), q.shape[0])
+    tables = block_tables[seq].to(torch.int32)
+    return _PA.paged_decode_attention(
+        q.contiguous(), k_cache, v_cache, tables, ctx, scale, sliding_window, arm=_PA.GENERIC
+    )
+
+
+def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:  # each [tokens]
+    """Per packed token of a varlen batch (lens: [2, seqs], new and cached tokens): its sequence (int64) and its
+    context as a decode row, its position + 1 (int32). Device ops only, no host read."""
+    lens = lens.long()
+    seq = torch.repeat_interleave(torch.arange(lens.shape[1], device=lens.device), lens[0], output_size=tokens)
+    first = torch.cumsum(lens[0], 0) - lens[0]  # each sequence's first packed token
+    ctx = lens[1][seq] + torch.arange(tokens, device=lens.device) - first[seq] + 1
+    return seq, ctx.to(torch.int32)
+
+
 def _sample_kernel(
     logits: torch.Tensor,
     top_k: int | torch.Tensor,
@@ -523,8 +605,29 @@ store_kv = Op(
         Arm("cuda", gated_by(), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
     ],
 )
-prefill_attention = Op(paged_attn.prefill_attention, paged_attn.check_prefill_attention)
-extend_attention = Op(paged_attn.extend_attention, paged_attn.check_extend_attention)
+_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}"
+prefill_attention = Op(
+    paged_attn.prefill_attention,
+    paged_attn.check_prefill_attention,
+    [
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), _prefill_mma_fits, _PREFILL_MMA_NEEDS, _prefill_mma),
+    ],
+)
+# The varlen kernel on tensor cores, then (fp32, small steps) one generic decode row per new token.
+extend_attention = Op(
+    paged_attn.extend_attention,
+    paged_attn.check_extend_attention,
+    [
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), _prefill_mma_fits, _PREFILL_MMA_NEEDS, _extend_mma),
+        Arm(
+            "decode_rows",
+            gated_by("VT_PREFILL_ATTN"),
+            _decode_rows_fits,
+            f"head_dim at most 256, a multiple of 8, tokens x heads x table capacity at most {_DECODE_ROWS_WS}",
+            _extend_decode_rows,
+        ),
+    ],
+)
 # Precedence: the one-launch tiled arm (OFF by default, so the two-pass tiled arm is the default choice), tiled,
 # then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.

@@ -32,11 +32,14 @@ def prefill_attention(
     seq_lens: Sequence[int] | torch.Tensor,  # seq_lens: [num_seqs]; sum == tokens
     scale: float,
     sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,  # [1 or 2, num_seqs] int32: seq_lens on q's device (kernel arms)
 ) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
     """Causal self-attention within each of several sequences packed back to back.
 
     Sequence s owns tokens [sum(seq_lens[:s]), sum(seq_lens[:s+1])) and its
     positions start at 0. Rounding: the module docstring's five points.
+    `device_lens`, when given, holds the same lengths on the device for the kernel arms (a serving step
+    uploads them once for every layer); the reference reads `seq_lens`.
     """
     lens = _lens(seq_lens, "seq_lens")
     out = torch.empty_like(q)
@@ -59,12 +62,14 @@ def check_prefill_attention(
     seq_lens: Sequence[int] | torch.Tensor,
     scale: float,
     sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
 ) -> None:
     _check_qkv(q, k, v)
     lens = _lens(seq_lens, "seq_lens")
     if sum(lens) != q.shape[0]:
         raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
     _check_window(sliding_window)
+    _check_device_lens(device_lens, len(lens), q, (1, 2))
 
 
 def extend_attention(
@@ -76,12 +81,15 @@ def extend_attention(
     prefix_lens: Sequence[int],  # tokens of each sequence already in the cache before its new ones
     scale: float,
     sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,  # [2, num_seqs] int32: seq_lens, prefix_lens on q's device
 ) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
     """Causal attention of each sequence's new tokens over its cached prefix and themselves.
 
     The new tokens of sequence s sit at positions prefix_lens[s] .. prefix_lens[s] + seq_lens[s] - 1;
     keys are read from the paged cache (a chunked prefill, a prefix-cache hit, a decode row of a mixed
     step). With every prefix 0 this is prefill_attention. Rounding: the module docstring's points.
+    `device_lens`, when given, holds seq_lens and prefix_lens on the device for the kernel arms; the
+    reference reads the lists.
     """
     assert block_tables is not None  # check_extend_attention refuses None
     lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
@@ -111,6 +119,7 @@ def check_extend_attention(
     prefix_lens: Sequence[int],
     scale: float,
     sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
 ) -> None:
     check_tensor(q, "q", ndim=3, dtypes=FLOAT_DTYPES)
     lens, pres = _lens(seq_lens, "seq_lens"), _lens(prefix_lens, "prefix_lens")
@@ -119,6 +128,8 @@ def check_extend_attention(
     if sum(lens) != q.shape[0]:
         raise ValueError(f"seq_lens: sum {sum(lens)} != q's tokens {q.shape[0]}")
     _check_window(sliding_window)
+    _check_caches(q, k_cache, v_cache)
+    _check_device_lens(device_lens, len(lens), q, (2,))
 
 
 def paged_decode_attention(
@@ -258,6 +269,27 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 def _check_groups(num_q_heads: int, num_kv_heads: int) -> None:
     if num_kv_heads == 0 or num_q_heads % num_kv_heads:
         raise ValueError(f"q: {num_q_heads} heads is not a multiple of the {num_kv_heads} KV heads")
+
+
+def _check_caches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    check_tensor(k_cache, "k_cache", ndim=4)
+    check_same_dtype(k_cache, "k_cache", q, "q")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
+    check_dim(k_cache, "k_cache", 3, q.shape[2], "q's head_dim")
+    _check_groups(q.shape[1], k_cache.shape[2])
+
+
+def _check_device_lens(lens: torch.Tensor | None, seqs: int, q: torch.Tensor, rows: tuple[int, ...]) -> None:
+    """Shape, dtype and device only: the values are the lists' own (no host read here)."""
+    if lens is None:
+        return
+    check_tensor(lens, "device_lens", ndim=2, dtypes=(torch.int32,))
+    if lens.shape[0] not in rows or lens.shape[1] != seqs or lens.device != q.device:
+        raise ValueError(
+            f"device_lens: expected [{'/'.join(map(str, rows))}, {seqs}] int32 on {q.device}, "
+            f"got {tuple(lens.shape)} on {lens.device}"
+        )
 
 
 def _check_window(window: int | None) -> None:
