@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -110,6 +111,7 @@ class Runner:
         self._static: dict[int, StepInputs] = {}
         self._sample_graphs: dict[tuple[int, Mode], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
+        self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
 
     # --- public entry ---------------------------------------------------------
     @torch.inference_mode()
@@ -221,37 +223,69 @@ class Runner:
         )
         if decode:
             return self._decode_rows(rows, mode)[: len(rows)].tolist()
-        bs, dev = self.block_size, self.device
+        return self._mixed_step(rows, mode)
+
+    def _mixed_step(self, rows: list[StepRow], mode: Mode) -> list[int]:
+        """Prefill chunks, with or without decode rows beside them, eagerly: the one-token rows first (the
+        decode kernel reads them), then the others (one varlen attention call per layer). Every input goes
+        up in two host-to-device copies from pinned staging; the sampled tokens are the one host read."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i].token_ids) != 1)  # stable: decode rows first
+        ordered = [rows[i] for i in order]
+        nd = sum(len(r.token_ids) == 1 for r in rows)
+        bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
-        for r in rows:
+        for r in ordered:
             span = range(r.start, r.start + len(r.token_ids))
             ids += r.token_ids
             positions += span
             slots += [r.table[p // bs] * bs + p % bs for p in span]
-        width = max(len(r.table) for r in rows)
-        tables = torch.tensor([r.table + [0] * (width - len(r.table)) for r in rows], dtype=torch.int32, device=dev)
-        lens = [len(r.token_ids) for r in rows]
+        lens = [len(r.token_ids) for r in ordered]
+        last = list(itertools.accumulate(lens, initial=-1))[1:]  # each row's last token
+        width = max(len(r.table) for r in ordered)
+        extend = ordered[nd:]
+        i64 = self._upload(torch.int64, ids, positions, slots, last)
+        i32 = self._upload(
+            torch.int32,
+            [b for r in ordered for b in r.table + [0] * (width - len(r.table))],
+            [r.start + 1 for r in ordered[:nd]],
+            lens[nd:] + [r.start for r in extend],
+        )
+        tables, context_lens, device_lens = i32
         batch = ForwardBatch(
             is_prefill=True,
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            slot_mapping=i64[2],
             kv_caches=self.kv_caches,
-            seq_lens=lens,
-            prefix_lens=[r.start for r in rows],
-            block_tables=tables,
+            seq_lens=lens[nd:],
+            prefix_lens=[r.start for r in extend],
+            block_tables=tables.view(len(rows), width),
+            context_lens=context_lens,
+            num_decode=nd,
+            device_lens=device_lens.view(2, len(extend)),
             flags=self.flags,
         )
-        hidden = self.model(
-            torch.tensor(ids, dtype=torch.int64, device=dev),
-            torch.tensor(positions, dtype=torch.int64, device=dev),
-            batch,
-        )
-        last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each row's last token
-        inputs = SamplingInputs(len(rows), torch.device("cpu"))
-        inputs.fill(*_sampling_columns(rows))
-        args = {k: v.to(dev) for k, v in inputs.device_views.items()}
-        return sample(self.flags, self.model.compute_logits(hidden[last], self.flags), mode=mode, **args).tolist()
+        hidden = self.model(i64[0], i64[1], batch)
+        n = len(rows)
+        if n not in self._mixed_sampling:
+            self._mixed_sampling[n] = SamplingInputs(n, self.device)
+        inputs = self._mixed_sampling[n]
+        inputs.fill(*_sampling_columns(ordered))
+        logits = self.model.compute_logits(hidden[i64[3]], self.flags)
+        sampled = sample(self.flags, logits, mode=mode, **inputs.upload()).tolist()
+        out = [0] * n
+        for j, i in enumerate(order):
+            out[i] = sampled[j]
+        return out
+
+    def _upload(self, dtype: torch.dtype, *columns: list[int]) -> list[torch.Tensor]:
+        """The columns packed into one tensor on the device (pinned staging, an asynchronous copy), split back."""
+        host = torch.tensor([x for c in columns for x in c], dtype=dtype)
+        if self.device.type == "cuda":
+            dev = host.pin_memory().to(self.device, non_blocking=True)
+        else:
+            dev = host
+        return list(dev.split([len(c) for c in columns]))
 
     def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
         n, bs = len(rows), self.block_size

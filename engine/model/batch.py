@@ -27,6 +27,12 @@ class ForwardBatch:
     # prefill of chunks that continue cached sequences: tokens already cached before each chunk; with
     # any nonzero, attention reads each sequence's keys from the paged cache (block_tables: [seqs, max_blocks])
     prefix_lens: list[int] | None = None
+    # a serving step (Runner.run_step): its first `num_decode` tokens are decode rows (one token each after
+    # its cached ones; block_tables' first rows, context_lens), read by paged_decode_attention; seq_lens and
+    # prefix_lens are the other rows', in order after them, and `device_lens` ([2, those rows] int32) holds
+    # the same two lists on the device, uploaded once for every layer's varlen attention call
+    num_decode: int = 0
+    device_lens: torch.Tensor | None = None
     flags: FlagSnapshot = field(default_factory=FlagSnapshot.defaults)  # the kernel arms' flags (engine/kernels.py)
 
     def __post_init__(self) -> None:

@@ -60,7 +60,9 @@ class Qwen3Attention(nn.Module):
         k = kernels.qk_norm_rope(flags, k, self.k_norm.weight, cos, sin, self.eps)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
         kernels.store_kv(flags, k, v, k_cache, v_cache, batch.slot_mapping)
-        if batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
+        if batch.is_prefill and batch.device_lens is not None:
+            o = self.step_attention(q, k, v, k_cache, v_cache, batch)
+        elif batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
             assert batch.seq_lens is not None  # ForwardBatch demands them for a prefill
             o = kernels.extend_attention(
                 flags,
@@ -82,6 +84,50 @@ class Qwen3Attention(nn.Module):
                 flags, q, k_cache, v_cache, batch.block_tables, batch.context_lens, self.scaling, self.sliding_window
             )
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim), flags)
+
+    def step_attention(
+        self,
+        q: torch.Tensor,  # [tokens, Hq, D]: the step's decode rows first, then its prefill/extend rows
+        k: torch.Tensor,  # [tokens, Hkv, D]
+        v: torch.Tensor,  # [tokens, Hkv, D]
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:  # [tokens, Hq, D]
+        """A serving step's attention: the decode rows on the decode kernel, every other row in one varlen
+        call (prefill_attention over the new tokens' own K/V when no row has a cached prefix)."""
+        flags, nd, scale, window = batch.flags, batch.num_decode, self.scaling, self.sliding_window
+        assert batch.seq_lens is not None and batch.prefix_lens is not None and batch.block_tables is not None
+        parts = []
+        if nd:
+            assert batch.context_lens is not None  # the decode rows' lengths
+            tables = batch.block_tables[:nd]
+            parts.append(
+                kernels.paged_decode_attention(
+                    flags, q[:nd], k_cache, v_cache, tables, batch.context_lens, scale, window
+                )
+            )
+        if batch.seq_lens:
+            lens, pres = batch.seq_lens, batch.prefix_lens
+            if any(pres):
+                o = kernels.extend_attention(
+                    flags,
+                    q[nd:],
+                    k_cache,
+                    v_cache,
+                    batch.block_tables[nd:],
+                    lens,
+                    pres,
+                    scale,
+                    window,
+                    device_lens=batch.device_lens,
+                )
+            else:
+                o = kernels.prefill_attention(
+                    flags, q[nd:], k[nd:], v[nd:], lens, scale, window, device_lens=batch.device_lens
+                )
+            parts.append(o)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class Qwen3MLP(nn.Module):

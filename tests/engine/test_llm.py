@@ -282,3 +282,40 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
     # the greedy row equals Runner.generate's over the same batch (the same padded GEMM shapes)
     greedy = Runner(TINY_MODEL, torch.bfloat16, "cuda", max_batch=6, max_model_len=128)
     assert first[0] == greedy.generate(prompts, 24).tokens[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [None, 128])
+def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp_path: Path) -> None:
+    """VT_PREFILL_ATTN on: chunked prefills (extend rows over a cached prefix) beside decode rows, under a small
+    token budget and a shared prompt prefix, give the flag-off run's tokens; the counters show its arms ran."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the prefill attention kernel runs only on a GPU")
+    from engine import kernels
+    from engine.data.make_tiny import build
+    from engine.flags import FlagSnapshot
+
+    model = TINY_MODEL
+    if head_dim is not None:
+        build(head_dim=head_dim).save_pretrained(tmp_path / "model")
+        model = tmp_path / "model"
+    shared = random_prompts(1, 5, 40, 40)[0]
+    prompts = [shared + p for p in random_prompts(6, 12, 1, 60)] + random_prompts(4, 13, 1, 90)
+    params = [
+        SamplingParams(temperature=0.0 if i % 3 else 0.8, seed=i, max_tokens=16 + i, ignore_eos=True)
+        for i in range(len(prompts))
+    ]
+    runs = {}
+    for on in (False, True):
+        kernels.reset_counts()
+        flags = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=on)
+        llm = LLM(model, "bfloat16", "cuda", max_num_seqs=8, max_model_len=256, max_num_batched_tokens=48, flags=flags)
+        runs[on] = [o.token_ids for o in llm.generate(prompts, params)]
+        seen = kernels.counts()
+        print(kernels.render_counts(seen))
+        if on:
+            assert seen.ran[("extend_attention", "mma")] > 0 and seen.ran[("prefill_attention", "mma")] > 0
+            assert ("extend_attention", "reference") not in seen.ran
+        else:
+            assert kernels.arms_ran("VT_PREFILL_ATTN", seen) == 0
+    assert runs[True] == runs[False]
