@@ -2,10 +2,15 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [quant] [peers] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [quant] [peers] [flip] [ncu]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
+#   prefill: the varlen prefill/extend attention kernel (VT_PREFILL_ATTN): its numerics cases against the
+#   reference (engine/gates/cases/prefill.py, ledger record), memcheck on the small ones, its GPU tests, the
+#   serving GPU tests with the flag on (tokens equal to the flag-off run, counters showing its arms ran),
+#   then the throughput benchmark with the flag off and on in one run and the time-bounded transformers
+#   peer; the throughput table is printed last.
 #   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
 #   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
 #   tiled arm and its A/B; then the decode step at batch 1 and 32 against its floor and transformers with
@@ -146,6 +151,17 @@ if [[ " $PHASES " == *" serve "* ]]; then
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
 
+if [[ " $PHASES " == *" prefill "* ]]; then
+  build_once
+  step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --ledger "$OUT/ledger/prefill-kernels.json"
+  step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    $PY -m engine gate kernels --filter prefill/ --tag small
+  step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/test_llm.py -m gpu \
+    -k "not test_case_within_tolerance" -q -p no:cacheprovider -rs
+  step prefill-throughput 330 $PY -m engine bench throughput --requests 256 --sweep 256 \
+    --ab-flag VT_PREFILL_ATTN --peer-budget-s 60 --ledger "$OUT/ledger"
+fi
+
 if [[ " $PHASES " == *" quant "* ]]; then
   L=(--ledger "$OUT/ledger")
   QUANT=/tmp/tiny-qwen3-quant
@@ -252,6 +268,11 @@ tar czf "$OUT/ledger.tgz" -C "$OUT" "${KEEP[@]}" 2>/dev/null
 echo
 printf '%-28s %s\n' step result
 for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done
+if [[ " $PHASES " == *" prefill "* ]]; then  # the numerics verdict, then the throughput table, last
+  echo
+  grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
+  sed -n '/^throughput:/,$p' "$OUT/logs/prefill-throughput.log"
+fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo
   sed -n '/^shape (us)/,$p' "$OUT/logs/peers-attn.log"

@@ -5,11 +5,18 @@ lengths are uniform in [--min-len, --max-len], sampled at --temperature with EOS
 request generates exactly its output length. On a GPU the model has Qwen3-0.6B's shape with random
 bf16 weights; the peer is transformers' `generate` on the same weights in the same run: one padded
 batch (left padding) with a static cache, compiled by torch.compile unless --no-peer-compile. The peer
-runs until its longest request is done; only each request's own output length counts as its tokens.
+runs until its longest request is done or --peer-budget-s has passed (transformers' max_time), whichever
+comes first; its rate counts, per request, only the tokens up to its own output length that were generated
+(a cut-off run counts min(steps, length) per request: its early steps, where every row is still live, are
+its most useful ones, so the cut flatters the peer). Progress goes to stderr every 64 steps.
+--ab-flag VT_X times the engine with the flag off and on, one after the other on the same engine (its
+snapshot swapped, its graphs recaptured) for every point; each point also splits the engine's time into
+its decode and mixed (prefill) steps.
 Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
 another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
 
     python -m engine bench throughput [--requests 256] [--sweep 64,256] [--plot tps.svg] [--ledger DIR]
+    python -m engine bench throughput --sweep 256 --ab-flag VT_PREFILL_ATTN --peer-budget-s 90
     python -m engine bench throughput --smoke --requests 8 --max-len 32
 """
 
@@ -30,6 +37,7 @@ import torch
 
 from engine.bench.step_workload import QWEN3_0_6B, save_random_model
 from engine.bench.timing import device_name
+from engine.flags import FLAGS, FlagSnapshot
 from engine.gates.ledger import head_sha, repo_root, write_record
 from engine.llm import LLM, TINY_MODEL
 from engine.model.config import load_config
@@ -55,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, help="engine: tokens per step (default 16384; smoke 256)")
     p.add_argument("--no-peer", action="store_true", help="skip transformers")
     p.add_argument("--no-peer-compile", action="store_true", help="transformers without torch.compile")
+    p.add_argument(
+        "--peer-budget-s",
+        type=float,
+        default=120.0,
+        help="stop the peer's timed generate after this many seconds and count the tokens it made (default 120)",
+    )
+    p.add_argument("--ab-flag", metavar="VT_X", help="time the engine with this boolean flag off, then on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
@@ -80,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             f"error: need 1 <= --min-len ({min_len}) <= --max-len ({max_len}) and request counts >= 1", file=sys.stderr
         )
         return 2
+    if args.ab_flag and (args.ab_flag not in FLAGS or not FLAGS[args.ab_flag].is_bool):
+        print(f"error: --ab-flag {args.ab_flag!r}: not a boolean flag of engine/flags.py", file=sys.stderr)
+        return 2
+    if args.peer_budget_s <= 0:
+        print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
+        return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             peer=not args.no_peer,
             peer_compile=not args.no_peer_compile and not smoke,
             seed=args.seed,
+            peer_budget_s=args.peer_budget_s,
+            ab_flag=args.ab_flag,
         )
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     print_report(record)
@@ -150,9 +173,13 @@ def measure(
     peer: bool,
     peer_compile: bool,
     seed: int,
+    peer_budget_s: float = 120.0,
+    ab_flag: str | None = None,
 ) -> dict[str, Any]:
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
+    base = FlagSnapshot.from_env()
+    arms = [(f"{ab_flag}={int(on)}", base.with_(**{ab_flag: on})) for on in (False, True)] if ab_flag else [("", base)]
     llm = LLM(
         model_dir,
         "bfloat16" if device == "cuda" else "float32",
@@ -161,21 +188,27 @@ def measure(
         max_model_len=2 * max_len + 1,
         block_size=16,
         max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=False,  # random prompts share no prefix; two arms must not share blocks
+        flags=base,
     )
-    warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
+    steps = StepClock(llm.runner)
     points: list[dict[str, Any]] = []
     for n in sweep:
         prompts, outs = loads[n]
-        seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
-        points.append(
-            {
-                "requests": n,
-                "output_tokens": sum(outs),
-                "input_tokens": sum(map(len, prompts)),
-                "engine_s": seconds,
-                "engine_tok_per_s": sum(outs) / seconds,
-            }
-        )
+        point: dict[str, Any] = {"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts))}
+        for label, flags in arms:
+            use_flags(llm, flags)
+            warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
+            steps.reset()
+            seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+            timing = {"engine_s": seconds, "engine_tok_per_s": sum(outs) / seconds, **steps.split()}
+            if label:
+                point.setdefault("arms", {})[label] = timing
+            point.update(timing, engine_arm=label or "environment")  # the last arm's (flag on) stands
+            print(
+                f"engine {label or ''} {n} requests: {sum(outs) / seconds:.0f} tok/s in {seconds:.1f}s", file=sys.stderr
+            )
+        points.append(point)
     record: dict[str, Any] = {
         "device": device_name(torch.device(device)),
         "on_gpu": device == "cuda",
@@ -187,6 +220,8 @@ def measure(
         "num_blocks": llm.runner.blocks.num_blocks,
         "graph": llm.runner.use_graph,
         "engine_stats": dict(llm.stats),
+        "ab_flag": ab_flag,
+        "prefix_caching": False,
         "points": points,
         "peer": (
             ("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer else None
@@ -198,16 +233,24 @@ def measure(
         for point in points:
             prompts, outs = loads[point["requests"]]
             try:
-                seconds = run_peer(model_dir, device, prompts, max(outs), temperature, peer_compile)
+                seconds, done = run_peer(
+                    model_dir, device, prompts, max(outs), temperature, peer_compile, peer_budget_s
+                )
             except Exception as exc:  # noqa: BLE001 - the engine's numbers stand; the peer's failure is reported
                 point["peer_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
                 continue
+            counted = sum(min(done, m) for m in outs)  # each request's own tokens among those generated
             point.update(
                 peer_s=seconds,
-                peer_tok_per_s=sum(outs) / seconds,
-                peer_generated_tokens=len(outs) * max(outs),
-                ratio=point["engine_tok_per_s"] / (sum(outs) / seconds),
+                peer_steps=done,
+                peer_complete=done >= max(outs),
+                peer_counted_tokens=counted,
+                peer_tok_per_s=counted / seconds,
+                peer_generated_tokens=len(outs) * done,
+                ratio=point["engine_tok_per_s"] / (counted / seconds),
             )
+            for arm in point.get("arms", {}).values():
+                arm["ratio"] = arm["engine_tok_per_s"] / (counted / seconds)
     top = points[-1]
     record["targets"] = {
         "tok_per_s": TARGET_TOK_PER_S,
@@ -217,6 +260,48 @@ def measure(
         and top.get("ratio", 0.0) >= TARGET_RATIO,
     }
     return record
+
+
+class StepClock:
+    """Wall seconds of the runner's decode and mixed steps (each ends in its one host read, so the host clock
+    is the device's), by wrapping run_step."""
+
+    def __init__(self, runner: Any) -> None:
+        self.seconds = {True: 0.0, False: 0.0}
+        self.count = {True: 0, False: 0}
+        inner = runner.run_step
+
+        def timed(rows: Any, decode: bool) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner(rows, decode)
+            finally:
+                self.seconds[decode] += time.perf_counter() - t0
+                self.count[decode] += 1
+
+        runner.run_step = timed
+
+    def reset(self) -> None:
+        self.seconds = {True: 0.0, False: 0.0}
+        self.count = {True: 0, False: 0}
+
+    def split(self) -> dict[str, float]:
+        return {
+            "decode_s": self.seconds[True],
+            "decode_steps": self.count[True],
+            "mixed_s": self.seconds[False],
+            "mixed_steps": self.count[False],
+        }
+
+
+def use_flags(llm: Any, flags: FlagSnapshot) -> None:
+    """Swap the engine's flag snapshot; its captured graphs (of the old snapshot's arms) are dropped."""
+    runner = llm.runner
+    if runner.flags == flags:
+        return
+    runner.flags = flags
+    runner._graphs.clear()
+    runner._sample_graphs.clear()
 
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
@@ -240,13 +325,41 @@ def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature:
 
 
 def run_peer(
-    model_dir: Path, device: str, prompts: list[list[int]], max_new: int, temperature: float, compile_: bool
-) -> float:
-    """Seconds of one timed batched generate (after an untimed one of the same shapes: compile, autotune)."""
+    model_dir: Path,
+    device: str,
+    prompts: list[list[int]],
+    max_new: int,
+    temperature: float,
+    compile_: bool,
+    budget_s: float = 120.0,
+) -> tuple[float, int]:
+    """Seconds and new tokens per row of one timed batched generate, stopped after budget_s (after an untimed
+    one of the same shapes, stopped after its first steps: compile, autotune, graph capture)."""
     from transformers import (  # why: transformers takes seconds to import
         AutoModelForCausalLM,
         GenerationConfig,
+        StoppingCriteria,
+        StoppingCriteriaList,
     )
+
+    class Progress(StoppingCriteria):
+        """Never stops a row; prints the step, the time and the ETA on stderr every EVERY steps."""
+
+        EVERY = 64
+
+        def __init__(self, label: str, width: int) -> None:
+            self.label, self.width, self.t0 = label, width, time.perf_counter()
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
+            step = input_ids.shape[1] - self.width
+            if step % self.EVERY == 0:
+                spent = time.perf_counter() - self.t0
+                eta = min(spent / step * (max_new - step), max(0.0, budget_s - spent))
+                print(
+                    f"peer {self.label}: step {step}/{max_new} of {len(prompts)} rows, {spent:.1f}s, ETA {eta:.0f}s",
+                    file=sys.stderr,
+                )
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
@@ -279,17 +392,31 @@ def run_peer(
         config.disable_compile = True
     model.generation_config = config
 
-    go = functools.partial(_peer_generate, model, ids, mask, config)
-    go()  # compile and warm up on exactly the timed shapes
+    # the same shapes (the static cache is sized by max_new_tokens), cut short once the first steps are done
+    config.max_time = PEER_WARMUP_S
+    _peer_generate(model, ids, mask, config, StoppingCriteriaList([Progress("warm-up", width)]))
+    config.max_time = budget_s
+    out: list[torch.Tensor] = []
+    go = functools.partial(
+        _peer_generate, model, ids, mask, config, StoppingCriteriaList([Progress("timed", width)]), out
+    )
     seconds = _timed(device, go)
-    del model, go
+    done = out[0].shape[1] - width
+    del model, go, out
     _release(device)
-    return seconds
+    return seconds, done
 
 
-def _peer_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, config: Any) -> None:
+PEER_WARMUP_S = 1.0  # the warm-up stops at its first step after this (compilation happens in the first steps)
+
+
+def _peer_generate(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, config: Any, criteria: Any, out: list | None = None
+) -> None:
     with torch.inference_mode():
-        model.generate(ids, attention_mask=mask, generation_config=config)
+        seqs = model.generate(ids, attention_mask=mask, generation_config=config, stopping_criteria=criteria)
+    if out is not None:
+        out.append(seqs)
 
 
 def _timed(device: str, fn: Any) -> float:
@@ -325,7 +452,14 @@ def print_report(r: dict[str, Any]) -> None:
         )
         print(
             f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}"
+            + ("" if p.get("peer_complete", True) else f"  (peer cut at step {p['peer_steps']})")
         )
+        for label, a in p.get("arms", {}).items():
+            ratio = f"{a['ratio']:>6.2f}x" if "ratio" in a else f"{'-':>7}"
+            print(
+                f"{'':>8} {label:>10} {a['engine_s']:>9.2f} {a['engine_tok_per_s']:>13.1f} {'':>8} {'':>11} {ratio}"
+                f"  decode {a['decode_s']:.2f}s/{a['decode_steps']}, mixed {a['mixed_s']:.2f}s/{a['mixed_steps']}"
+            )
     s = r["engine_stats"]
     print(
         f"engine: {s['steps']} steps ({s['decode_steps']} decode), {s['preemptions']} preemptions, "
