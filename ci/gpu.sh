@@ -157,9 +157,9 @@ if [[ " $PHASES " == *" prefill "* ]]; then
   step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
     $PY -m engine gate kernels --filter prefill/ --tag small
   step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/test_llm.py -m gpu \
-    -k "not test_case_within_tolerance" -q -p no:cacheprovider -rs
+    -k "prefill and not test_case_within_tolerance" -q -p no:cacheprovider -rs
   step prefill-throughput 330 $PY -m engine bench throughput --requests 256 --sweep 256 \
-    --ab-flag VT_PREFILL_ATTN --peer-budget-s 60 --ledger "$OUT/ledger"
+    --ab-flag VT_PREFILL_ATTN --peer-budget-s 45 --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" quant "* ]]; then

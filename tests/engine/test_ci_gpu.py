@@ -161,7 +161,7 @@ def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: P
         tmp_path, "prefill-gpu-tests"
     )
     assert (
-        "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN --peer-budget-s 60 "
+        "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN --peer-budget-s 45 "
         f"--ledger {out}/ledger"
     ) in log(tmp_path, "prefill-throughput")
     table = done.stdout.split("\nstep ")[-1].splitlines()
