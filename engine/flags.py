@@ -282,6 +282,12 @@ declare(
     "Top-k/top-p sampling CUDA kernel (radix-select thresholds, counter-based Gumbel draw; not torch's RNG stream).",
 )
 declare(
+    "VT_SAMPLE_ROWS_KERNEL",
+    False,
+    "ENGINE-SERVE",
+    "The serving sampler's unfiltered draw as one fused CUDA pass (the reference's counter-based Gumbel noise recomputed in registers, the same fp32 operations, then the row argmax) instead of [batch, vocab] torch temporaries.",
+)
+declare(
     "VT_GEMV",
     True,
     "KERNEL-GEMV",

@@ -50,6 +50,7 @@ from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
+from engine.cuda import sample_rows as cuda_sample_rows
 from engine.cuda import splitkv as cuda_splitkv
 from engine.flags import FLAGS, FlagSnapshot
 from engine.ops import (
@@ -473,6 +474,18 @@ def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torc
     return seq, ctx.to(torch.int32)
 
 
+def _unfiltered(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seeds: torch.Tensor,
+    steps: torch.Tensor,
+    filtered: bool = True,
+) -> bool:
+    return not filtered and logits.stride(-1) == 1
+
+
 def _sample_kernel(
     logits: torch.Tensor,
     top_k: int | torch.Tensor,
@@ -707,7 +720,20 @@ sample_top_k_top_p = Op(
         Arm("cuda", gated_by("VT_SAMPLE_KERNEL"), _any, KERNEL, _sample_kernel),
     ],
 )
-sample_rows = Op(sample.sample_rows, sample.check_sample_rows)  # the serving sampler's draw (engine/sampler.py)
+# the serving sampler's draw (engine/sampler.py): the fused Gumbel-max kernel takes the unfiltered rows
+sample_rows = Op(
+    sample.sample_rows,
+    sample.check_sample_rows,
+    [
+        Arm(
+            "gumbel",
+            gated_by("VT_SAMPLE_ROWS_KERNEL"),
+            _unfiltered,
+            "filtered=False (no row restricts top-k or top-p) and a unit-stride vocabulary",
+            cuda_sample_rows.sample_rows,
+        ),
+    ],
+)
 moe_route = Op(
     moe.moe_route,
     moe.check_moe_route,

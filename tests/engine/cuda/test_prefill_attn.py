@@ -78,6 +78,7 @@ def test_device_lens_must_match_the_lists() -> None:
         ref.check_extend_attention(*args, device_lens=x["device_lens"].long())
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("case", cases.CASES, ids=lambda c: c.name)
 def test_case_within_tolerance(cuda: torch.device, case) -> None:
     x = case.make(0, cuda)
@@ -93,6 +94,7 @@ def _stored(x: dict, cuda: torch.device) -> dict:
     return x
 
 
+@pytest.mark.gpu
 def test_prefill_equals_extend_over_the_same_keys_bitwise(cuda: torch.device) -> None:
     rows = tuple((n, 0) for n in cases.PREFILLS)
     for dtype in (torch.bfloat16, torch.float16):
@@ -105,6 +107,7 @@ def test_prefill_equals_extend_over_the_same_keys_bitwise(cuda: torch.device) ->
         assert torch.equal(cases.run_prefill(x), cases.run_extend("mma", x))
 
 
+@pytest.mark.gpu
 def test_extend_captures_in_a_cuda_graph(cuda: torch.device) -> None:
     x = cases.varlen_inputs(
         3, cuda, dtype=torch.bfloat16, rows=cases.MIXED, d=128, group=2, block_size=16, window=None, strided=False
