@@ -6,10 +6,11 @@
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
-#   prefill: the varlen prefill/extend attention kernel (VT_PREFILL_ATTN): its numerics cases against the
-#   reference (engine/gates/cases/prefill.py, ledger record), memcheck on the small ones, its GPU tests, the
-#   serving GPU tests with the flag on (tokens equal to the flag-off run, counters showing its arms ran),
-#   then the throughput benchmark with the flag off and on in one run and the time-bounded transformers
+#   prefill: the varlen prefill/extend attention kernel (VT_PREFILL_ATTN) and the serving sampler's fused draw
+#   (VT_SAMPLE_ROWS_KERNEL): their numerics cases against the references (engine/gates/cases/prefill.py and
+#   sample_rows.py, one ledger record), memcheck on the small ones, their GPU tests, the serving GPU tests
+#   with VT_PREFILL_ATTN on (tokens equal to the flag-off run, counters showing its arms ran), then the
+#   throughput benchmark with both off, the first on, both on, in one run, and the time-bounded transformers
 #   peer; the throughput table is printed last.
 #   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
 #   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
@@ -153,13 +154,14 @@ fi
 
 if [[ " $PHASES " == *" prefill "* ]]; then
   build_once
-  step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --ledger "$OUT/ledger/prefill-kernels.json"
+  step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ \
+    --ledger "$OUT/ledger/prefill-kernels.json"
   step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    $PY -m engine gate kernels --filter prefill/ --tag small
-  step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/test_llm.py -m gpu \
-    -k "prefill and not test_case_within_tolerance" -q -p no:cacheprovider -rs
-  step prefill-throughput 330 $PY -m engine bench throughput --requests 256 --sweep 256 \
-    --ab-flag VT_PREFILL_ATTN --peer-budget-s 45 --ledger "$OUT/ledger"
+    $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ --tag small
+  step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/cuda/test_sample_rows.py \
+    tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" -q -p no:cacheprovider -rs
+  step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
+    --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --peer-budget-s 45 --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" quant "* ]]; then

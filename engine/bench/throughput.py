@@ -9,14 +9,14 @@ runs until its longest request is done or --peer-budget-s has passed (transforme
 comes first; its rate counts, per request, only the tokens up to its own output length that were generated
 (a cut-off run counts min(steps, length) per request: its early steps, where every row is still live, are
 its most useful ones, so the cut flatters the peer). Progress goes to stderr every 64 steps.
---ab-flag VT_X times the engine with the flag off and on, one after the other on the same engine (its
-snapshot swapped, its graphs recaptured) for every point; each point also splits the engine's time into
+--ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
+one after the other on the same engine (its snapshot swapped, its graphs recaptured) for every point; each point also splits the engine's time into
 its decode and mixed (prefill) steps.
 Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
 another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
 
     python -m engine bench throughput [--requests 256] [--sweep 64,256] [--plot tps.svg] [--ledger DIR]
-    python -m engine bench throughput --sweep 256 --ab-flag VT_PREFILL_ATTN --peer-budget-s 90
+    python -m engine bench throughput --sweep 256 --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --peer-budget-s 90
     python -m engine bench throughput --smoke --requests 8 --max-len 32
 """
 
@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="stop the peer's timed generate after this many seconds and count the tokens it made (default 120)",
     )
-    p.add_argument("--ab-flag", metavar="VT_X", help="time the engine with this boolean flag off, then on")
+    p.add_argument(
+        "--ab-flag",
+        metavar="VT_X[,VT_Y]",
+        help="time the engine with these boolean flags off, then turned on one more at a time",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
@@ -95,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             f"error: need 1 <= --min-len ({min_len}) <= --max-len ({max_len}) and request counts >= 1", file=sys.stderr
         )
         return 2
-    if args.ab_flag and (args.ab_flag not in FLAGS or not FLAGS[args.ab_flag].is_bool):
-        print(f"error: --ab-flag {args.ab_flag!r}: not a boolean flag of engine/flags.py", file=sys.stderr)
+    ab_flags = args.ab_flag.split(",") if args.ab_flag else []
+    bad = [f for f in ab_flags if f not in FLAGS or not FLAGS[f].is_bool]
+    if bad:
+        print(f"error: --ab-flag {','.join(bad)}: not a boolean flag of engine/flags.py", file=sys.stderr)
         return 2
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             peer_compile=not args.no_peer_compile and not smoke,
             seed=args.seed,
             peer_budget_s=args.peer_budget_s,
-            ab_flag=args.ab_flag,
+            ab_flags=ab_flags,
         )
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     print_report(record)
@@ -174,12 +180,12 @@ def measure(
     peer_compile: bool,
     seed: int,
     peer_budget_s: float = 120.0,
-    ab_flag: str | None = None,
+    ab_flags: list[str] | None = None,
 ) -> dict[str, Any]:
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
     base = FlagSnapshot.from_env()
-    arms = [(f"{ab_flag}={int(on)}", base.with_(**{ab_flag: on})) for on in (False, True)] if ab_flag else [("", base)]
+    arms = ab_arms(base, ab_flags or [])
     llm = LLM(
         model_dir,
         "bfloat16" if device == "cuda" else "float32",
@@ -204,7 +210,7 @@ def measure(
             timing = {"engine_s": seconds, "engine_tok_per_s": sum(outs) / seconds, **steps.split()}
             if label:
                 point.setdefault("arms", {})[label] = timing
-            point.update(timing, engine_arm=label or "environment")  # the last arm's (flag on) stands
+            point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
             print(
                 f"engine {label or ''} {n} requests: {sum(outs) / seconds:.0f} tok/s in {seconds:.1f}s", file=sys.stderr
             )
@@ -220,7 +226,7 @@ def measure(
         "num_blocks": llm.runner.blocks.num_blocks,
         "graph": llm.runner.use_graph,
         "engine_stats": dict(llm.stats),
-        "ab_flag": ab_flag,
+        "ab_flags": ab_flags or [],
         "prefix_caching": False,
         "points": points,
         "peer": (
@@ -260,6 +266,18 @@ def measure(
         and top.get("ratio", 0.0) >= TARGET_RATIO,
     }
     return record
+
+
+def ab_arms(base: FlagSnapshot, flags: list[str]) -> list[tuple[str, FlagSnapshot]]:
+    """(label, snapshot) per arm: every flag off, then one more on at a time; just `base` without flags."""
+    if not flags:
+        return [("", base)]
+    arms = []
+    for k in range(len(flags) + 1):
+        on = set(flags[:k])
+        label = " ".join(f"{f}={int(f in on)}" for f in flags)
+        arms.append((label, base.with_(**{f: f in on for f in flags})))
+    return arms
 
 
 class StepClock:
@@ -454,11 +472,13 @@ def print_report(r: dict[str, Any]) -> None:
             f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}"
             + ("" if p.get("peer_complete", True) else f"  (peer cut at step {p['peer_steps']})")
         )
+    for p in r["points"]:
         for label, a in p.get("arms", {}).items():
-            ratio = f"{a['ratio']:>6.2f}x" if "ratio" in a else f"{'-':>7}"
+            ratio = f"{a['ratio']:.2f}x peer" if "ratio" in a else "no peer"
             print(
-                f"{'':>8} {label:>10} {a['engine_s']:>9.2f} {a['engine_tok_per_s']:>13.1f} {'':>8} {'':>11} {ratio}"
-                f"  decode {a['decode_s']:.2f}s/{a['decode_steps']}, mixed {a['mixed_s']:.2f}s/{a['mixed_steps']}"
+                f"  {p['requests']} requests, {label}: {a['engine_tok_per_s']:.1f} tok/s in {a['engine_s']:.2f}s, "
+                f"{ratio}; decode {a['decode_s']:.2f}s/{a['decode_steps']} steps, mixed {a['mixed_s']:.2f}s/"
+                f"{a['mixed_steps']} steps"
             )
     s = r["engine_stats"]
     print(

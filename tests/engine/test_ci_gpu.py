@@ -154,14 +154,15 @@ def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) 
 def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: Path) -> None:
     done = run_gpu_sh(tmp_path, ["prefill"])
     out = tmp_path / "out"
-    assert f"argv: -m engine gate kernels --filter prefill/ --ledger {out}/ledger/prefill-kernels.json" in log(
-        tmp_path, "prefill-numerics"
-    )
-    assert "-m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/test_llm.py -m gpu" in log(
+    assert (
+        f"argv: -m engine gate kernels --filter prefill/ --filter sample_rows/ --ledger {out}/ledger/prefill-kernels.json"
+    ) in log(tmp_path, "prefill-numerics")
+    assert "-m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/cuda/test_sample_rows.py" in log(
         tmp_path, "prefill-gpu-tests"
     )
     assert (
-        "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN --peer-budget-s 45 "
+        "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL "
+        "--peer-budget-s 45 "
         f"--ledger {out}/ledger"
     ) in log(tmp_path, "prefill-throughput")
     table = done.stdout.split("\nstep ")[-1].splitlines()

@@ -288,7 +288,8 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
 @pytest.mark.parametrize("head_dim", [None, 128])
 def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp_path: Path) -> None:
     """VT_PREFILL_ATTN on: chunked prefills (extend rows over a cached prefix) beside decode rows, under a small
-    token budget and a shared prompt prefix, give the flag-off run's tokens; the counters show its arms ran."""
+    token budget and a shared prompt prefix, give the flag-off run's tokens; so does VT_SAMPLE_ROWS_KERNEL on
+    top (its draw is the reference's); the counters show each flag's arms ran."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the prefill attention kernel runs only on a GPU")
     from engine import kernels
@@ -306,16 +307,18 @@ def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp
         for i in range(len(prompts))
     ]
     runs = {}
-    for on in (False, True):
+    for prefill, draw in ((False, False), (True, False), (True, True)):
         kernels.reset_counts()
-        flags = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=on)
+        flags = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=prefill, VT_SAMPLE_ROWS_KERNEL=draw)
         llm = LLM(model, "bfloat16", "cuda", max_num_seqs=8, max_model_len=256, max_num_batched_tokens=48, flags=flags)
-        runs[on] = [o.token_ids for o in llm.generate(prompts, params)]
+        runs[prefill, draw] = [o.token_ids for o in llm.generate(prompts, params)]
         seen = kernels.counts()
         print(kernels.render_counts(seen))
-        if on:
+        if prefill:
             assert seen.ran[("extend_attention", "mma")] > 0 and seen.ran[("prefill_attention", "mma")] > 0
             assert ("extend_attention", "reference") not in seen.ran
         else:
             assert kernels.arms_ran("VT_PREFILL_ATTN", seen) == 0
-    assert runs[True] == runs[False]
+        assert (kernels.arms_ran("VT_SAMPLE_ROWS_KERNEL", seen) > 0) is draw  # the sampled rows' draws
+    assert runs[True, False] == runs[False, False]
+    assert runs[True, True] == runs[True, False]  # the fused draw is the reference's token

@@ -51,3 +51,44 @@ def test_bad_lengths_and_sweep_are_usage_errors(capsys) -> None:
     assert "need 1 <= --min-len (9) <= --max-len (4)" in capsys.readouterr().err
     assert throughput.main(["--smoke", "--sweep", "4,x"]) == 2
     assert "--sweep '4,x': expected comma-separated integers" in capsys.readouterr().err
+
+
+def test_ab_arms_turn_one_more_flag_on_each() -> None:
+    from engine.flags import FlagSnapshot
+
+    arms = throughput.ab_arms(FlagSnapshot.defaults(), ["VT_PREFILL_ATTN", "VT_SAMPLE_ROWS_KERNEL"])
+    assert [label for label, _ in arms] == [
+        "VT_PREFILL_ATTN=0 VT_SAMPLE_ROWS_KERNEL=0",
+        "VT_PREFILL_ATTN=1 VT_SAMPLE_ROWS_KERNEL=0",
+        "VT_PREFILL_ATTN=1 VT_SAMPLE_ROWS_KERNEL=1",
+    ]
+    assert [snap.enabled("VT_SAMPLE_ROWS_KERNEL") for _, snap in arms] == [False, False, True]
+
+
+def test_bad_ab_flag_and_peer_budget_are_usage_errors(capsys) -> None:
+    assert throughput.main(["--smoke", "--ab-flag", "VT_PREFILL_ATTN,VT_NOPE"]) == 2
+    assert "--ab-flag VT_NOPE: not a boolean flag" in capsys.readouterr().err
+    assert throughput.main(["--smoke", "--peer-budget-s", "0"]) == 2
+    assert "--peer-budget-s 0.0: must be positive" in capsys.readouterr().err
+
+
+def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (2.0, 5))  # 5 steps in 2 s
+    record = throughput.measure(
+        throughput.TINY_MODEL,
+        [3],
+        device="cpu",
+        min_len=3,
+        max_len=12,
+        temperature=0.6,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        peer=True,
+        peer_compile=False,
+        seed=0,
+    )
+    (point,) = record["points"]
+    outs = throughput.workload(3, 3, 12, 512, 0)[1]
+    assert point["peer_counted_tokens"] == sum(min(5, m) for m in outs)
+    assert point["peer_tok_per_s"] == point["peer_counted_tokens"] / 2.0
+    assert point["peer_complete"] is (max(outs) <= 5)
