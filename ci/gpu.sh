@@ -160,7 +160,7 @@ if [[ " $PHASES " == *" prefill "* ]]; then
     $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ --tag small
   step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/cuda/test_sample_rows.py \
     tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" -q -p no:cacheprovider -rs
-  step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
+  step prefill-throughput 420 $PY -m engine bench throughput --requests 256 --sweep 256 \
     --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --peer-budget-s 45 --ledger "$OUT/ledger"
 fi
 

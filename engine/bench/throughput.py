@@ -10,8 +10,9 @@ comes first; its rate counts, per request, only the tokens up to its own output 
 (a cut-off run counts min(steps, length) per request: its early steps, where every row is still live, are
 its most useful ones, so the cut flatters the peer). Progress goes to stderr every 64 steps.
 --ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
-one after the other on the same engine (its snapshot swapped, its graphs recaptured) for every point; each point also splits the engine's time into
-its decode and mixed (prefill) steps.
+on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
+for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
+also splits the engine's time into its decode and mixed (prefill) steps.
 Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
 another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
 
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the peer's timed generate after this many seconds and count the tokens it made (default 120)",
     )
     p.add_argument(
+        "--ab-reps", type=int, default=3, help="with --ab-flag: runs per arm, interleaved; rep 0 dropped (default 3)"
+    )
+    p.add_argument(
         "--ab-flag",
         metavar="VT_X[,VT_Y]",
         help="time the engine with these boolean flags off, then turned on one more at a time",
@@ -104,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"error: --ab-flag {','.join(bad)}: not a boolean flag of engine/flags.py", file=sys.stderr)
         return 2
+    if args.ab_reps < 1:
+        print(f"error: --ab-reps {args.ab_reps}: must be at least 1", file=sys.stderr)
+        return 2
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
         return 2
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             peer_budget_s=args.peer_budget_s,
             ab_flags=ab_flags,
+            ab_reps=args.ab_reps,
         )
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     print_report(record)
@@ -181,6 +189,7 @@ def measure(
     seed: int,
     peer_budget_s: float = 120.0,
     ab_flags: list[str] | None = None,
+    ab_reps: int = 3,
 ) -> dict[str, Any]:
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
@@ -198,22 +207,37 @@ def measure(
         flags=base,
     )
     steps = StepClock(llm.runner)
+    switch = ArmSwitch(llm.runner)
+    reps = ab_reps if ab_flags else 1
     points: list[dict[str, Any]] = []
     for n in sweep:
         prompts, outs = loads[n]
         point: dict[str, Any] = {"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts))}
-        for label, flags in arms:
-            use_flags(llm, flags)
-            warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
-            steps.reset()
-            seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
-            timing = {"engine_s": seconds, "engine_tok_per_s": sum(outs) / seconds, **steps.split()}
+        runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in arms}
+        for rep in range(reps):  # the arms interleaved, rep after rep
+            for label, flags in arms:
+                if switch.use(label, flags):  # first use: its graphs are captured before any timing
+                    warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
+                steps.reset()
+                seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+                runs[label].append(
+                    {
+                        "engine_s": seconds,
+                        "engine_tok_per_s": sum(outs) / seconds,
+                        **steps.split(),
+                        "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
+                    }
+                )
+                print(
+                    f"engine {label or 'default flags'} rep {rep}: {n} requests, {sum(outs) / seconds:.0f} tok/s in "
+                    f"{seconds:.1f}s ({1e3 * steps.seconds[True] / max(1, steps.count[True]):.2f} ms/decode step)",
+                    file=sys.stderr,
+                )
+        for label, _ in arms:
+            timing = summarize(runs[label][1:] if reps > 2 else runs[label])  # rep 0 dropped when there are 3+
             if label:
                 point.setdefault("arms", {})[label] = timing
             point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
-            print(
-                f"engine {label or ''} {n} requests: {sum(outs) / seconds:.0f} tok/s in {seconds:.1f}s", file=sys.stderr
-            )
         points.append(point)
     record: dict[str, Any] = {
         "device": device_name(torch.device(device)),
@@ -227,6 +251,7 @@ def measure(
         "graph": llm.runner.use_graph,
         "engine_stats": dict(llm.stats),
         "ab_flags": ab_flags or [],
+        "ab_reps": reps,
         "prefix_caching": False,
         "points": points,
         "peer": (
@@ -312,14 +337,45 @@ class StepClock:
         }
 
 
-def use_flags(llm: Any, flags: FlagSnapshot) -> None:
-    """Swap the engine's flag snapshot; its captured graphs (of the old snapshot's arms) are dropped."""
-    runner = llm.runner
-    if runner.flags == flags:
-        return
-    runner.flags = flags
-    runner._graphs.clear()
-    runner._sample_graphs.clear()
+class ArmSwitch:
+    """Swaps the runner's flag snapshot between A/B arms, each arm with its own captured decode graphs.
+
+    No graph is ever destroyed (they share the runner's graph pool, which must outlive every capture into
+    it), so a later arm captures into a live pool and an arm used again replays its own graphs."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.current: str | None = None
+        self.saved: dict[str, tuple[dict[Any, Any], dict[Any, Any]]] = {}  # arm -> its graphs while another runs
+        self.seen: set[str] = set()
+
+    def use(self, label: str, flags: FlagSnapshot) -> bool:
+        """Switch to the arm; True on its first use (its graphs are yet to be captured)."""
+        r = self.runner
+        if self.current == label:
+            return False
+        if self.current is not None:
+            self.saved[self.current] = (r._graphs, r._sample_graphs)
+            r._graphs, r._sample_graphs = self.saved.pop(label, ({}, {}))
+        r.flags = flags
+        self.current = label
+        first = label not in self.seen
+        self.seen.add(label)
+        return first
+
+
+def summarize(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The median run (by seconds) of an arm, with the tok/s band over its runs and its ms per decode step."""
+    ordered = sorted(runs, key=lambda t: t["engine_s"])
+    mid = dict(ordered[(len(ordered) - 1) // 2])
+    rates = [t["engine_tok_per_s"] for t in runs]
+    mid.update(
+        runs=len(runs),
+        tok_per_s_min=min(rates),
+        tok_per_s_max=max(rates),
+        decode_ms_per_step=1e3 * mid["decode_s"] / max(1, mid["decode_steps"]),
+    )
+    return mid
 
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
@@ -476,9 +532,10 @@ def print_report(r: dict[str, Any]) -> None:
         for label, a in p.get("arms", {}).items():
             ratio = f"{a['ratio']:.2f}x peer" if "ratio" in a else "no peer"
             print(
-                f"  {p['requests']} requests, {label}: {a['engine_tok_per_s']:.1f} tok/s in {a['engine_s']:.2f}s, "
-                f"{ratio}; decode {a['decode_s']:.2f}s/{a['decode_steps']} steps, mixed {a['mixed_s']:.2f}s/"
-                f"{a['mixed_steps']} steps"
+                f"  {p['requests']} requests, {label}: {a['engine_tok_per_s']:.1f} tok/s "
+                f"[{a['tok_per_s_min']:.0f}-{a['tok_per_s_max']:.0f} over {a['runs']} runs] in {a['engine_s']:.2f}s, "
+                f"{ratio}; decode {a['decode_s']:.2f}s/{a['decode_steps']} steps ({a['decode_ms_per_step']:.2f} ms), "
+                f"mixed {a['mixed_s']:.2f}s/{a['mixed_steps']} steps"
             )
     s = r["engine_stats"]
     print(

@@ -284,12 +284,43 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
     assert first[0] == greedy.generate(prompts, 24).tokens[0]
 
 
+def assert_partings_are_near_ties(
+    model: Path, prompts: list[list[int]], params: list[SamplingParams], ours: list[list[int]], base: list[list[int]]
+) -> int:
+    """Where two runs' tokens part, the oracle (transformers, eager, bf16, teacher-forced on the shared prefix)
+    cannot separate the two tokens there: each is exact or a near tie by the razor (engine/gates/neartie.py),
+    judged on the log-probs for a greedy row and on log-probs / T plus the request's Gumbel noise (what the
+    sampler's argmax sees) for a sampled one. Returns how many requests parted."""
+    from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K, EXACT, NEAR_TIE, classify
+    from engine.gates.oracle import Oracle
+    from engine.sampler import gumbel, seed_bits
+
+    oracle = None
+    parted = 0
+    for i, (a, b) in enumerate(zip(ours, base, strict=True)):
+        if a == b:
+            continue
+        parted += 1
+        at = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y)
+        oracle = oracle or Oracle(model, torch.bfloat16, "cuda")
+        lp = oracle.teacher_forced_logprobs(prompts[i], a[: at + 1])[at]
+        t = params[i].temperature
+        if t > 0:
+            seed, step = torch.tensor([seed_bits(params[i].seed or 0)]), torch.tensor([at])
+            lp = torch.log_softmax(lp / t + gumbel(seed, step, lp.numel())[0], dim=-1)
+        for tok in (a[at], b[at]):
+            row = classify(lp, tok, DEFAULT_BAND, DEFAULT_TOP_K)
+            assert row["verdict"] in (EXACT, NEAR_TIE), f"request {i} parts at token {at}: {row}"
+    return parted
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_dim", [None, 128])
 def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp_path: Path) -> None:
     """VT_PREFILL_ATTN on: chunked prefills (extend rows over a cached prefix) beside decode rows, under a small
-    token budget and a shared prompt prefix, give the flag-off run's tokens; so does VT_SAMPLE_ROWS_KERNEL on
-    top (its draw is the reference's); the counters show each flag's arms ran."""
+    token budget and a shared prompt prefix, give the flag-off run's tokens, or part from them only at a near
+    tie of the oracle's; VT_SAMPLE_ROWS_KERNEL on top gives exactly the same tokens (its draw is the
+    reference's); the counters show each flag's arms ran."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the prefill attention kernel runs only on a GPU")
     from engine import kernels
@@ -320,5 +351,7 @@ def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp
         else:
             assert kernels.arms_ran("VT_PREFILL_ATTN", seen) == 0
         assert (kernels.arms_ran("VT_SAMPLE_ROWS_KERNEL", seen) > 0) is draw  # the sampled rows' draws
-    assert runs[True, False] == runs[False, False]
-    assert runs[True, True] == runs[True, False]  # the fused draw is the reference's token
+    assert runs[True, True] == runs[True, False]  # the fused draw is the reference's token, bit for bit
+    # the prefill kernel is not bitwise (another fp32 summation order): where the runs part, a near tie
+    parted = assert_partings_are_near_ties(model, prompts, params, runs[True, False], runs[False, False])
+    assert parted <= len(prompts) // 4, f"{parted} of {len(prompts)} requests parted"

@@ -92,3 +92,21 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     assert point["peer_counted_tokens"] == sum(min(5, m) for m in outs)
     assert point["peer_tok_per_s"] == point["peer_counted_tokens"] / 2.0
     assert point["peer_complete"] is (max(outs) <= 5)
+
+
+def test_arm_switch_keeps_each_arms_graphs_and_destroys_none() -> None:
+    from types import SimpleNamespace
+
+    from engine.flags import FlagSnapshot
+
+    runner = SimpleNamespace(flags=None, _graphs={}, _sample_graphs={})
+    switch = throughput.ArmSwitch(runner)
+    off, on = FlagSnapshot.defaults(), FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=True)
+    assert switch.use("off", off) is True  # first use: capture
+    runner._graphs[1] = "graph-off"
+    assert switch.use("on", on) is True and runner._graphs == {} and runner.flags is on
+    runner._graphs[1] = "graph-on"
+    assert switch.use("off", off) is False and runner._graphs == {1: "graph-off"}  # its own, kept alive
+    assert switch.use("off", off) is False
+    assert switch.use("on", on) is False and runner._graphs == {1: "graph-on"}
+    assert switch.saved == {"off": ({1: "graph-off"}, {})}
