@@ -2,7 +2,7 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [quant] [peers] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant] [peers] [flip] [ncu]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -11,7 +11,7 @@
 #   sample_rows.py, one ledger record), memcheck on the small ones, their GPU tests, the serving GPU tests
 #   with VT_PREFILL_ATTN on (tokens equal to the flag-off run, counters showing its arms ran), then the
 #   throughput benchmark with both off, the first on, both on, in one run, and the time-bounded transformers
-#   peer; the throughput table is printed last.
+#   peer; the throughput table is printed last. throughput-ab: that benchmark step alone.
 #   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
 #   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
 #   tiled arm and its A/B; then the decode step at batch 1 and 32 against its floor and transformers with
@@ -152,16 +152,19 @@ if [[ " $PHASES " == *" serve "* ]]; then
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
 
-if [[ " $PHASES " == *" prefill "* ]]; then
+if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; then
   build_once
-  step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ \
-    --ledger "$OUT/ledger/prefill-kernels.json"
-  step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ --tag small
-  step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py tests/engine/cuda/test_sample_rows.py \
-    tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" -q -p no:cacheprovider -rs
-  step prefill-throughput 420 $PY -m engine bench throughput --requests 256 --sweep 256 \
-    --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --peer-budget-s 45 --ledger "$OUT/ledger"
+  if [[ " $PHASES " == *" prefill "* ]]; then
+    step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ \
+      --ledger "$OUT/ledger/prefill-kernels.json"
+    step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ --tag small
+    step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py \
+      tests/engine/cuda/test_sample_rows.py tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" \
+      -q -p no:cacheprovider -rs
+  fi
+  step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
+    --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --ab-reps 2 --peer-budget-s 30 --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" quant "* ]]; then
@@ -270,9 +273,9 @@ tar czf "$OUT/ledger.tgz" -C "$OUT" "${KEEP[@]}" 2>/dev/null
 echo
 printf '%-28s %s\n' step result
 for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done
-if [[ " $PHASES " == *" prefill "* ]]; then  # the numerics verdict, then the throughput table, last
+if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; then  # the verdicts, then the table, last
   echo
-  grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
+  [[ -f "$OUT/logs/prefill-numerics.log" ]] && grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
   sed -n '/^throughput:/,$p' "$OUT/logs/prefill-throughput.log"
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last

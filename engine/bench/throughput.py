@@ -193,73 +193,27 @@ def measure(
 ) -> dict[str, Any]:
     vocab = load_config(model_dir).vocab_size
     loads = {n: workload(n, min_len, max_len, vocab, seed + 1000 * i) for i, n in enumerate(sweep)}
-    base = FlagSnapshot.from_env()
-    arms = ab_arms(base, ab_flags or [])
-    llm = LLM(
+    record = engine_record(
         model_dir,
-        "bfloat16" if device == "cuda" else "float32",
-        device,
+        sweep,
+        loads,
+        device=device,
+        max_len=max_len,
+        temperature=temperature,
         max_num_seqs=max_num_seqs,
-        max_model_len=2 * max_len + 1,
-        block_size=16,
         max_num_batched_tokens=max_num_batched_tokens,
-        enable_prefix_caching=False,  # random prompts share no prefix; two arms must not share blocks
-        flags=base,
+        seed=seed,
+        ab_flags=ab_flags or [],
+        ab_reps=ab_reps,
     )
-    steps = StepClock(llm.runner)
-    switch = ArmSwitch(llm.runner)
-    reps = ab_reps if ab_flags else 1
-    points: list[dict[str, Any]] = []
-    for n in sweep:
-        prompts, outs = loads[n]
-        point: dict[str, Any] = {"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts))}
-        runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in arms}
-        for rep in range(reps):  # the arms interleaved, rep after rep
-            for label, flags in arms:
-                if switch.use(label, flags):  # first use: its graphs are captured before any timing
-                    warm_up(llm, min(max(sweep), max_num_seqs), vocab, temperature)
-                steps.reset()
-                seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
-                runs[label].append(
-                    {
-                        "engine_s": seconds,
-                        "engine_tok_per_s": sum(outs) / seconds,
-                        **steps.split(),
-                        "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
-                    }
-                )
-                print(
-                    f"engine {label or 'default flags'} rep {rep}: {n} requests, {sum(outs) / seconds:.0f} tok/s in "
-                    f"{seconds:.1f}s ({1e3 * steps.seconds[True] / max(1, steps.count[True]):.2f} ms/decode step)",
-                    file=sys.stderr,
-                )
-        for label, _ in arms:
-            timing = summarize(runs[label][1:] if reps > 2 else runs[label])  # rep 0 dropped when there are 3+
-            if label:
-                point.setdefault("arms", {})[label] = timing
-            point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
-        points.append(point)
-    record: dict[str, Any] = {
-        "device": device_name(torch.device(device)),
-        "on_gpu": device == "cuda",
-        "dtype": str(llm.runner.dtype).removeprefix("torch."),
-        "lengths": [min_len, max_len],
-        "temperature": temperature,
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "num_blocks": llm.runner.blocks.num_blocks,
-        "graph": llm.runner.use_graph,
-        "engine_stats": dict(llm.stats),
-        "ab_flags": ab_flags or [],
-        "ab_reps": reps,
-        "prefix_caching": False,
-        "points": points,
-        "peer": (
-            ("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer else None
-        ),
-    }
-    del llm
-    _release(device)
+    record.update(
+        lengths=[min_len, max_len],
+        peer=("transformers generate, static cache" + (" + torch.compile" if peer_compile else "")) if peer else None,
+    )
+    points = record["points"]
+    _release(device)  # the engine, its KV cache and its graphs are gone with engine_record's frame
+    if device == "cuda":
+        print(f"engine released: {torch.cuda.memory_allocated() / 2**30:.1f} GiB still allocated", file=sys.stderr)
     if peer:
         for point in points:
             prompts, outs = loads[point["requests"]]
@@ -312,6 +266,7 @@ class StepClock:
     def __init__(self, runner: Any) -> None:
         self.seconds = {True: 0.0, False: 0.0}
         self.count = {True: 0, False: 0}
+        self.runner = runner
         inner = runner.run_step
 
         def timed(rows: Any, decode: bool) -> Any:
@@ -323,6 +278,10 @@ class StepClock:
                 self.count[decode] += 1
 
         runner.run_step = timed
+
+    def detach(self) -> None:
+        """Remove the wrapper (it holds the runner: a reference cycle that would keep the runner alive)."""
+        self.runner.__dict__.pop("run_step", None)
 
     def reset(self) -> None:
         self.seconds = {True: 0.0, False: 0.0}
@@ -376,6 +335,108 @@ def summarize(runs: list[dict[str, float]]) -> dict[str, float]:
         decode_ms_per_step=1e3 * mid["decode_s"] / max(1, mid["decode_steps"]),
     )
     return mid
+
+
+def engine_record(
+    model_dir: Path,
+    sweep: list[int],
+    loads: dict[int, tuple[list[list[int]], list[int]]],
+    *,
+    device: str,
+    max_len: int,
+    temperature: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    seed: int,
+    ab_flags: list[str],
+    ab_reps: int,
+) -> dict[str, Any]:
+    """The engine's side of the record: one LLM for every point and arm, all of it dropped on return (the peer
+    then has the device's memory)."""
+    base = FlagSnapshot.from_env()
+    arms = ab_arms(base, ab_flags or [])
+    llm = LLM(
+        model_dir,
+        "bfloat16" if device == "cuda" else "float32",
+        device,
+        max_num_seqs=max_num_seqs,
+        max_model_len=2 * max_len + 1,
+        block_size=16,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=False,  # random prompts share no prefix; two arms must not share blocks
+        flags=base,
+    )
+    steps = StepClock(llm.runner)  # detached (its wrapper removed) when this frame ends: see the finally
+    switch = ArmSwitch(llm.runner)
+    reps = ab_reps if ab_flags else 1
+    warm = min(max(sweep), max_num_seqs)  # the largest batch a point runs: every graph it replays is captured
+    try:
+        points = [
+            engine_point(llm, steps, switch, n, loads[n], arms, reps, device, warm, temperature, seed) for n in sweep
+        ]
+    finally:
+        steps.detach()  # the runner's run_step wrapper, a reference cycle through the runner
+        switch.saved.clear()
+    return {
+        "device": device_name(torch.device(device)),
+        "on_gpu": device == "cuda",
+        "dtype": str(llm.runner.dtype).removeprefix("torch."),
+        "temperature": temperature,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "num_blocks": llm.runner.blocks.num_blocks,
+        "graph": llm.runner.use_graph,
+        "engine_stats": dict(llm.stats),
+        "ab_flags": ab_flags or [],
+        "ab_reps": reps,
+        "prefix_caching": False,
+        "points": points,
+    }
+
+
+def engine_point(
+    llm: Any,
+    steps: StepClock,
+    switch: ArmSwitch,
+    n: int,
+    load: tuple[list[list[int]], list[int]],
+    arms: list[tuple[str, FlagSnapshot]],
+    reps: int,
+    device: str,
+    warm: int,
+    temperature: float,
+    seed: int,
+) -> dict[str, Any]:
+    """One point of the sweep: every arm run `reps` times, interleaved, each arm's median run with its band."""
+    prompts, outs = load
+    vocab = llm.runner.config.vocab_size
+    point: dict[str, Any] = {"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts))}
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in arms}
+    for rep in range(reps):  # the arms interleaved, rep after rep
+        for label, flags in arms:
+            if switch.use(label, flags):  # first use: its graphs are captured before any timing
+                warm_up(llm, warm, vocab, temperature)
+            steps.reset()
+            seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+            runs[label].append(
+                {
+                    "engine_s": seconds,
+                    "engine_tok_per_s": sum(outs) / seconds,
+                    **steps.split(),
+                    "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
+                }
+            )
+            print(
+                f"engine {label or 'default flags'} rep {rep}: {n} requests, {sum(outs) / seconds:.0f} tok/s in "
+                f"{seconds:.1f}s ({1e3 * steps.seconds[True] / max(1, steps.count[True]):.2f} ms/decode step)",
+                file=sys.stderr,
+            )
+    for label, _ in arms:
+        timing = summarize(runs[label][1:] if reps > 2 else runs[label])  # rep 0 dropped when there are 3+
+        if label:
+            point.setdefault("arms", {})[label] = timing
+        point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
+    return point
 
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:

@@ -162,7 +162,7 @@ def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: P
     )
     assert (
         "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL "
-        "--peer-budget-s 45 "
+        "--ab-reps 2 --peer-budget-s 30 "
         f"--ledger {out}/ledger"
     ) in log(tmp_path, "prefill-throughput")
     table = done.stdout.split("\nstep ")[-1].splitlines()
@@ -173,6 +173,13 @@ def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: P
         "prefill-gpu-tests",
         "prefill-throughput",
     ]
+
+
+def test_throughput_ab_phase_runs_the_benchmark_step_alone(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["throughput-ab"])
+    assert done.returncode == 0, done.stderr
+    logs = sorted(p.name for p in (tmp_path / "out" / "logs").iterdir())
+    assert logs == ["build.log", "prefill-throughput.log"]
 
 
 def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_path: Path) -> None:

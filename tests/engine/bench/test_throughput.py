@@ -110,3 +110,42 @@ def test_arm_switch_keeps_each_arms_graphs_and_destroys_none() -> None:
     assert switch.use("off", off) is False
     assert switch.use("on", on) is False and runner._graphs == {1: "graph-on"}
     assert switch.saved == {"off": ({1: "graph-off"}, {})}
+
+
+def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
+    """The peer needs the device's memory: by the time it starts, nothing holds the engine's runner (its KV cache
+    and graphs), not even the step clock's wrapper or the arm switch."""
+    import gc
+    import weakref
+
+    made: list[weakref.ref] = []
+    real_llm = throughput.LLM
+
+    def llm(*args, **kwargs):
+        out = real_llm(*args, **kwargs)
+        made.append(weakref.ref(out.runner))
+        return out
+
+    def peer(*args, **kwargs):
+        gc.collect()
+        assert made and made[0]() is None, "the engine's runner is still alive when the peer starts"
+        return 1.0, 3
+
+    monkeypatch.setattr(throughput, "LLM", llm)
+    monkeypatch.setattr(throughput, "run_peer", peer)
+    record = throughput.measure(
+        throughput.TINY_MODEL,
+        [2],
+        device="cpu",
+        min_len=3,
+        max_len=8,
+        temperature=0.6,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        peer=True,
+        peer_compile=False,
+        seed=0,
+        ab_flags=["VT_PREFILL_ATTN"],
+        ab_reps=1,
+    )
+    assert "peer_error" not in record["points"][0] and record["points"][0]["peer_steps"] == 3
