@@ -478,15 +478,18 @@ def run_peer(
     )
 
     class Progress(StoppingCriteria):
-        """Never stops a row; prints the step, the time and the ETA on stderr every EVERY steps."""
+        """Prints the step, the time and the ETA on stderr every EVERY steps; stops every row at `stop_at` steps."""
 
         EVERY = 64
 
-        def __init__(self, label: str, width: int) -> None:
-            self.label, self.width, self.t0 = label, width, time.perf_counter()
+        def __init__(self, label: str, width: int, stop_at: int | None = None) -> None:
+            self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, time.perf_counter()
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
             step = input_ids.shape[1] - self.width
+            if self.stop_at is not None and step >= self.stop_at:
+                print(f"peer {self.label}: {step} steps in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr)
+                return torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
             if step % self.EVERY == 0:
                 spent = time.perf_counter() - self.t0
                 eta = min(spent / step * (max_new - step), max(0.0, budget_s - spent))
@@ -527,9 +530,9 @@ def run_peer(
         config.disable_compile = True
     model.generation_config = config
 
-    # the same shapes (the static cache is sized by max_new_tokens), cut short once the first steps are done
-    config.max_time = PEER_WARMUP_S
-    _peer_generate(model, ids, mask, config, StoppingCriteriaList([Progress("warm-up", width)]))
+    # the same shapes (the static cache is sized by max_new_tokens), stopped after the first few steps: the
+    # compilation and the CUDA graph recording of reduce-overhead happen in those
+    _peer_generate(model, ids, mask, config, StoppingCriteriaList([Progress("warm-up", width, PEER_WARMUP_STEPS)]))
     config.max_time = budget_s
     out: list[torch.Tensor] = []
     go = functools.partial(
@@ -542,7 +545,7 @@ def run_peer(
     return seconds, done
 
 
-PEER_WARMUP_S = 1.0  # the warm-up stops at its first step after this (compilation happens in the first steps)
+PEER_WARMUP_STEPS = 8  # decode steps of the untimed warm-up generate (torch.compile records its graphs by then)
 
 
 def _peer_generate(

@@ -149,3 +149,13 @@ def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
         ab_reps=1,
     )
     assert "peer_error" not in record["points"][0] and record["points"][0]["peer_steps"] == 3
+
+
+def test_the_peer_stops_at_its_budget_and_counts_what_it_made(capsys) -> None:
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--min-len", "60", "--max-len", "64"]
+    assert throughput.main([*argv, "--peer-budget-s", "0.01", "--json"]) == 0
+    captured = capsys.readouterr()
+    (point,) = json.loads(captured.out.splitlines()[-1])["points"]
+    assert point["peer_complete"] is False and 1 <= point["peer_steps"] < 60
+    assert point["peer_counted_tokens"] == 2 * point["peer_steps"]  # both requests want at least 60 tokens
+    assert "peer warm-up: 8 steps" in captured.err
