@@ -6,9 +6,10 @@ request generates exactly its output length. On a GPU the model has Qwen3-0.6B's
 bf16 weights; the peer is transformers' `generate` on the same weights in the same run: one padded
 batch (left padding) with a static cache, compiled by torch.compile unless --no-peer-compile. The peer
 runs until its longest request is done or --peer-budget-s has passed (transformers' max_time), whichever
-comes first; its rate counts, per request, only the tokens up to its own output length that were generated
-(a cut-off run counts min(steps, length) per request: its early steps, where every row is still live, are
-its most useful ones, so the cut flatters the peer). Progress goes to stderr every 64 steps.
+comes first, after an untimed warm-up of the same shapes; its rate is its steady state: per request, only
+the tokens up to its own output length, made after its first 8 timed steps, over the time those steps took
+(its prefill and the early steps, where every row is still live, are left out or favoured: the rate flatters
+the peer). Fewer than 32 such steps within the budget: no rate and no ratio. Progress goes to stderr.
 --ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
 on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
 for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
@@ -218,24 +219,28 @@ def measure(
         for point in points:
             prompts, outs = loads[point["requests"]]
             try:
-                seconds, done = run_peer(
+                seconds, done, times = run_peer(
                     model_dir, device, prompts, max(outs), temperature, peer_compile, peer_budget_s
                 )
             except Exception as exc:  # noqa: BLE001 - the engine's numbers stand; the peer's failure is reported
                 point["peer_error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
                 continue
-            counted = sum(min(done, m) for m in outs)  # each request's own tokens among those generated
+            point.update(peer_s=seconds, peer_steps=done, peer_complete=done >= max(outs))
+            rate = peer_rate(outs, done, times)
+            if rate is None:  # compilation or warm-up took the window: no rate, so no ratio
+                point["peer_error"] = (
+                    f"no steady state: {done} steps in {seconds:.1f}s, fewer than the {PEER_SKIP_STEPS} skipped + "
+                    f"{PEER_MIN_STEADY_STEPS} timed steps a rate needs (raise --peer-budget-s)"
+                )
+                continue
             point.update(
-                peer_s=seconds,
-                peer_steps=done,
-                peer_complete=done >= max(outs),
-                peer_counted_tokens=counted,
-                peer_tok_per_s=counted / seconds,
+                peer_tok_per_s=rate,
+                peer_counted_tokens=sum(min(done, m) for m in outs),  # each request's own tokens among those made
                 peer_generated_tokens=len(outs) * done,
-                ratio=point["engine_tok_per_s"] / (counted / seconds),
+                ratio=point["engine_tok_per_s"] / rate,
             )
             for arm in point.get("arms", {}).values():
-                arm["ratio"] = arm["engine_tok_per_s"] / (counted / seconds)
+                arm["ratio"] = arm["engine_tok_per_s"] / rate
     top = points[-1]
     record["targets"] = {
         "tok_per_s": TARGET_TOK_PER_S,
@@ -459,6 +464,21 @@ def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature:
         raise RuntimeError(f"engine generated {sum(got)} tokens, expected {sum(outs)}")
 
 
+PEER_SKIP_STEPS = 8  # the timed run's first steps (its prefill, any late compilation) are left out of its rate
+PEER_MIN_STEADY_STEPS = 32  # fewer timed steps than this after the skipped ones: no rate
+
+
+def peer_rate(outs: list[int], done: int, times: list[float]) -> float | None:
+    """The peer's steady-state rate: each request's own tokens made in steps PEER_SKIP_STEPS+1 .. done, over the
+    time those steps took (times[s - 1]: when step s ended); None with fewer than PEER_MIN_STEADY_STEPS of them.
+    Its prefill and first steps are left out, which flatters the peer."""
+    if done - PEER_SKIP_STEPS < PEER_MIN_STEADY_STEPS or len(times) < done:
+        return None
+    tokens = sum(max(0, min(done, m) - PEER_SKIP_STEPS) for m in outs)
+    seconds = times[done - 1] - times[PEER_SKIP_STEPS - 1]
+    return tokens / seconds if seconds > 0 else None
+
+
 def run_peer(
     model_dir: Path,
     device: str,
@@ -467,9 +487,10 @@ def run_peer(
     temperature: float,
     compile_: bool,
     budget_s: float = 120.0,
-) -> tuple[float, int]:
-    """Seconds and new tokens per row of one timed batched generate, stopped after budget_s (after an untimed
-    one of the same shapes, stopped after its first steps: compile, autotune, graph capture)."""
+) -> tuple[float, int, list[float]]:
+    """Seconds, new tokens per row and each step's end (seconds from the start) of one timed batched generate,
+    stopped after budget_s (after an untimed one of the same shapes, stopped after its first steps: compile,
+    autotune, graph capture)."""
     from transformers import (  # why: transformers takes seconds to import
         AutoModelForCausalLM,
         GenerationConfig,
@@ -484,9 +505,11 @@ def run_peer(
 
         def __init__(self, label: str, width: int, stop_at: int | None = None) -> None:
             self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, time.perf_counter()
+            self.times: list[float] = []  # when each step ended, seconds from the start
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
             step = input_ids.shape[1] - self.width
+            self.times.append(time.perf_counter() - self.t0)
             if self.stop_at is not None and step >= self.stop_at:
                 print(f"peer {self.label}: {step} steps in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr)
                 return torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -535,14 +558,13 @@ def run_peer(
     _peer_generate(model, ids, mask, config, StoppingCriteriaList([Progress("warm-up", width, PEER_WARMUP_STEPS)]))
     config.max_time = budget_s
     out: list[torch.Tensor] = []
-    go = functools.partial(
-        _peer_generate, model, ids, mask, config, StoppingCriteriaList([Progress("timed", width)]), out
-    )
+    timed = Progress("timed", width)
+    go = functools.partial(_peer_generate, model, ids, mask, config, StoppingCriteriaList([timed]), out)
     seconds = _timed(device, go)
     done = out[0].shape[1] - width
     del model, go, out
     _release(device)
-    return seconds, done
+    return seconds, done, timed.times
 
 
 PEER_WARMUP_STEPS = 8  # decode steps of the untimed warm-up generate (torch.compile records its graphs by then)

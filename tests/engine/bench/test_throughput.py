@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from engine.bench import throughput
 
 
@@ -15,8 +17,10 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
         "4",
         "--sweep",
         "2,4",
+        "--min-len",
+        "40",  # the peer's rate needs 8 + 32 steps
         "--max-len",
-        "12",
+        "48",
         "--plot",
         str(plot),
         "--ledger",
@@ -29,7 +33,7 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
     assert [p["requests"] for p in record["points"]] == [2, 4]
     for p in record["points"]:
         assert p["engine_tok_per_s"] > 0 and p["peer_tok_per_s"] > 0 and p["ratio"] > 0
-        assert p["output_tokens"] >= 3 * p["requests"]  # lengths uniform in [12 // 4, 12]
+        assert p["output_tokens"] >= 40 * p["requests"]  # lengths uniform in [40, 48]
     assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
@@ -73,7 +77,9 @@ def test_bad_ab_flag_and_peer_budget_are_usage_errors(capsys) -> None:
 
 
 def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (2.0, 5))  # 5 steps in 2 s
+    steady = throughput.PEER_SKIP_STEPS + throughput.PEER_MIN_STEADY_STEPS  # steps, 0.1 s each
+    times = [0.1 * (s + 1) for s in range(steady)]
+    monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (0.1 * steady, steady, times))
     record = throughput.measure(
         throughput.TINY_MODEL,
         [3],
@@ -89,9 +95,11 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     )
     (point,) = record["points"]
     outs = throughput.workload(3, 3, 12, 512, 0)[1]
-    assert point["peer_counted_tokens"] == sum(min(5, m) for m in outs)
-    assert point["peer_tok_per_s"] == point["peer_counted_tokens"] / 2.0
-    assert point["peer_complete"] is (max(outs) <= 5)
+    skip = throughput.PEER_SKIP_STEPS
+    made = sum(max(0, min(steady, m) - skip) for m in outs)  # each request's own tokens after the skipped steps
+    assert point["peer_tok_per_s"] == pytest.approx(made / (times[steady - 1] - times[skip - 1]))
+    assert point["ratio"] == pytest.approx(point["engine_tok_per_s"] / point["peer_tok_per_s"])
+    assert point["peer_complete"] is (max(outs) <= steady)
 
 
 def test_arm_switch_keeps_each_arms_graphs_and_destroys_none() -> None:
@@ -129,7 +137,7 @@ def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
     def peer(*args, **kwargs):
         gc.collect()
         assert made and made[0]() is None, "the engine's runner is still alive when the peer starts"
-        return 1.0, 3
+        return 1.0, 3, [0.1, 0.2, 0.3]
 
     monkeypatch.setattr(throughput, "LLM", llm)
     monkeypatch.setattr(throughput, "run_peer", peer)
@@ -148,14 +156,26 @@ def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
         ab_flags=["VT_PREFILL_ATTN"],
         ab_reps=1,
     )
-    assert "peer_error" not in record["points"][0] and record["points"][0]["peer_steps"] == 3
+    assert record["points"][0]["peer_steps"] == 3  # the peer ran (too few steps for a rate)
 
 
-def test_the_peer_stops_at_its_budget_and_counts_what_it_made(capsys) -> None:
+def test_a_peer_cut_before_its_steady_state_gives_no_rate_and_no_ratio(capsys) -> None:
+    """A budget spent on warm-up (here 0.01 s) must not turn into a rate: the point says why, no ratio is printed,
+    and the target is not met."""
     argv = ["--smoke", "--requests", "2", "--sweep", "2", "--min-len", "60", "--max-len", "64"]
     assert throughput.main([*argv, "--peer-budget-s", "0.01", "--json"]) == 0
     captured = capsys.readouterr()
-    (point,) = json.loads(captured.out.splitlines()[-1])["points"]
-    assert point["peer_complete"] is False and 1 <= point["peer_steps"] < 60
-    assert point["peer_counted_tokens"] == 2 * point["peer_steps"]  # both requests want at least 60 tokens
+    record = json.loads(captured.out.splitlines()[-1])
+    (point,) = record["points"]
+    assert point["peer_complete"] is False and point["peer_steps"] < 60
+    assert point["peer_error"].startswith(f"no steady state: {point['peer_steps']} steps in ")
+    assert "ratio" not in point and "peer_tok_per_s" not in point and not record["targets"]["met"]
     assert "peer warm-up: 8 steps" in captured.err
+
+
+def test_the_peer_rate_is_its_steady_state() -> None:
+    skip, need = throughput.PEER_SKIP_STEPS, throughput.PEER_MIN_STEADY_STEPS
+    times = [100.0] + [100.0 + 0.5 * s for s in range(1, skip + need)]  # a 100 s first step: compilation
+    assert throughput.peer_rate([1000, 1000], skip + need, times) == pytest.approx(2 * need / (0.5 * need))
+    assert throughput.peer_rate([1000, 1000], skip + need - 1, times) is None  # one step short
+    assert throughput.peer_rate([skip + 1, 1000], skip + need, times) == pytest.approx((1 + need) / (0.5 * need))
