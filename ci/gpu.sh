@@ -2,7 +2,11 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant] [peers] [flip] [ncu]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant] [peers] [flip] [ncu] [reach]
+#   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
+#   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
+#   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
+#   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls.
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -245,6 +249,11 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
     --golden "$OUT/goldens/tiny-qwen3-bfloat16-cuda.json" --ledger-dir "$OUT/ledger"
 fi
 
+if [[ " $PHASES " == *" reach "* ]]; then
+  build_once
+  step reach 285 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 200
+fi
+
 if [[ " $PHASES " == *" ncu "* ]]; then
   build_once
   if ! command -v ncu > /dev/null; then
@@ -277,6 +286,10 @@ if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; the
   echo
   [[ -f "$OUT/logs/prefill-numerics.log" ]] && grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
   sed -n '/^throughput:/,$p' "$OUT/logs/prefill-throughput.log"
+fi
+if [[ " $PHASES " == *" reach "* ]]; then  # the per-arm reach table, last
+  echo
+  sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo

@@ -31,6 +31,7 @@ The contract (what model code, gates and benchmarks may rely on):
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class Arm:
     needs: str  # what `supports` demands, in words: the reason recorded when the arm declines
     kernel: Callable[..., Any]
     composite: bool = False  # the kernel takes the snapshot first (it runs other ops of the table)
+    notice: bool = False  # a call that falls to this arm past an enabled arm says so on stderr, once (`NOTICED`)
 
     def enabled(self, snapshot: FlagSnapshot) -> bool:
         return all(snapshot.enabled(f) for f in self.flags)
@@ -112,6 +114,7 @@ class Counts:
 
 
 COUNTS = Counts()
+NOTICED: set[tuple[str, str, str]] = set()  # (op, declined arm, needs): each fall to a notice arm said once
 
 
 class Op(Generic[P, R]):
@@ -168,14 +171,30 @@ class Op(Generic[P, R]):
     def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any], count: bool) -> Arm | None:
         if not self.arms or not snapshot.kernels or not args[0].is_cuda:
             return None
+        declined: list[Arm] = []
         for arm in self.arms:
             if not arm.enabled(snapshot):
                 continue
             if arm.supports(*args, **kwargs):
+                if count and arm.notice:
+                    self._notice(arm, declined)
                 return arm
             if count:
                 COUNTS.fallbacks[(self.name, arm.name, arm.needs)] += 1
+                declined.append(arm)
         return None
+
+    def _notice(self, taken: Arm, declined: list[Arm]) -> None:
+        """One stderr line per (op, declined arm, reason) in a process: the call fell to a slow arm."""
+        for arm in declined:
+            key = (self.name, arm.name, arm.needs)
+            if key not in NOTICED:
+                NOTICED.add(key)
+                print(
+                    f"engine: {self.name} falls to its {taken.name} arm: {arm.name} needs {arm.needs} "
+                    "(said once per process; the selection counters count every call)",
+                    file=sys.stderr,
+                )
 
     def __repr__(self) -> str:
         return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'})"
@@ -703,6 +722,7 @@ paged_decode_attention = Op(
             _attn(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
             "head_dim at most 256, a multiple of 8",
             _paged_arm(_PA.GENERIC),
+            notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
         ),
     ],
 )

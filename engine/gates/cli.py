@@ -15,10 +15,10 @@ from engine.cli_args import add_model_args, parse_ids
 from engine.gates import harness
 from engine.gates.distributional import DEFAULT_RUNS
 from engine.gates.goldens import GOLDENS_DIR
-from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
 from engine.gates.result import GateResult
-from engine.gates.tokens import default_prompts
-from engine.model.config import load_config
+from engine.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
+from engine.model.config import checkpoint_dtype, load_config
 from engine.runner import resolve_dtype
 
 DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
@@ -29,7 +29,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         "gate",
         help="gates against the transformers oracle",
         description="Gates that hold the engine to the transformers oracle. "
-        "Also: `gate kernels ...` (kernel numerics) and `gate bench NAME ...`.",
+        "Also: `gate kernels ...` (kernel numerics), `gate reach ...` (attention arms reached) and `gate bench NAME ...`.",
     )
     gsub = gate.add_subparsers(dest="gate", required=True)
 
@@ -44,6 +44,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             help="a prompt's token ids; repeat for a batch (default: seeded random prompts of lengths 1, 6, 13, 31)",
         )
         p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
+        p.set_defaults(prompt_lens=DEFAULT_PROMPT_LENS)
         p.add_argument(
             "--oracle-model",
             type=Path,
@@ -83,7 +84,22 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         p = case(name, help_)
         p.add_argument("--band", type=float, default=DEFAULT_BAND, help="near-tie band in nats (default 0.5)")
         p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="outside the oracle's top-k is a divergence")
+        p.add_argument(
+            "--max-near-tie-rate",
+            type=float,
+            default=DEFAULT_MAX_NEAR_TIE_RATE,
+            metavar="FRACTION",
+            help=f"fail when near-ties exceed this fraction of the positions, at least one allowed "
+            f"(default {DEFAULT_MAX_NEAR_TIE_RATE})",
+        )
         p.set_defaults(handler=handler)
+        if name == "neartie":
+            p.set_defaults(prompt_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
+            p.description = (
+                f"{help_} Defaults: {len(RAZOR_PROMPT_LENS)} seeded prompts x {RAZOR_NEW_TOKENS} new tokens; "
+                "without --dtype, the checkpoint's dtype and bfloat16 (a bf16 rounding bug is invisible in "
+                "fp32), each judged on its own."
+            )
         if name == "regen":
             p.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="golden file to write")
             p.add_argument(
@@ -111,6 +127,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_goldens)
     gsub.add_parser("kernels", help="kernel numerics gate (engine.gates.kernels; its own --help)", add_help=False)
+    gsub.add_parser(
+        "reach", help="every attention arm reached by a gate model (engine.gates.reach; its own --help)", add_help=False
+    )
     gsub.add_parser("bench", help="benchmarks (engine.bench.NAME; its own --help)", add_help=False)
 
 
@@ -118,17 +137,24 @@ def setup_from(args: argparse.Namespace) -> harness.Setup:
     kernels.reset_counts()  # the counters the gate reports are its own run's
     prompts = [parse_ids(t) for t in args.prompt_ids]
     if not prompts:
-        prompts = default_prompts(load_config(args.model).vocab_size, args.seed)
+        prompts = default_prompts(load_config(args.model).vocab_size, args.seed, args.prompt_lens)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     return harness.Setup(
         args.model,
         prompts,
         args.max_new_tokens,
-        resolve_dtype(args.dtype, args.model),
+        resolve_dtype(args.dtype or "auto", args.model),
         args.device,
         oracle_dir=args.oracle_model,
     )
+
+
+def razor_dtypes(args: argparse.Namespace) -> list[str]:
+    """`--dtype` if given; else the checkpoint's dtype and bfloat16 (fp32 hides every bf16 rounding point)."""
+    if args.dtype is not None:
+        return [resolve_dtype(args.dtype, args.model)]
+    return list(dict.fromkeys([checkpoint_dtype(load_config(args.model)), "bfloat16"]))
 
 
 def report(
@@ -160,7 +186,12 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
-    return report(harness.neartie(setup_from(args), args.band, args.top_k), args.json, require=args.require_arm)
+    setup = setup_from(args)  # resets the counters: they cover every dtype's run
+    results = {}
+    for dtype in razor_dtypes(args):
+        setup.dtype = dtype
+        results[dtype] = harness.neartie(setup, args.band, args.top_k, max_near_tie_rate=args.max_near_tie_rate)
+    return report(harness.per_dtype(results), args.json, require=args.require_arm)
 
 
 def cmd_distributional(args: argparse.Namespace) -> int:
@@ -192,7 +223,9 @@ def cmd_regen(args: argparse.Namespace) -> int:
     setup = setup_from(args)
     name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
     command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m engine gate regen"
-    result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command)
+    result, record = harness.regen(
+        args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, args.max_near_tie_rate
+    )
     code = report(result, args.json, require=args.require_arm)
     if record is None:
         print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import torch
 
+from engine.flags import FlagSnapshot
 from engine.gates import goldens as gold
 from engine.gates.distributional import distributional_gate
 from engine.gates.ledger import head_sha, repo_root, write_record
-from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K, near_tie_gate
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K, near_tie_gate
 from engine.gates.oracle import Oracle
-from engine.gates.result import GateResult
+from engine.gates.result import FAIL, PASS, GateResult
 from engine.gates.tokens import token_gate
 from engine.runner import DTYPES, Runner
 
@@ -29,11 +30,17 @@ class Setup:
     dtype: str = "float32"
     device: str = "cpu"
     oracle_dir: Path | None = None  # what transformers loads, if not model_dir (a quantized model's twin)
+    flags: FlagSnapshot | None = None  # the engine's flags (default: the environment, read once by the Runner)
 
     def runner(self) -> Runner:
         longest = max(len(p) for p in self.prompts) + self.max_new_tokens
         return Runner(
-            self.model_dir, DTYPES[self.dtype], self.device, max_batch=len(self.prompts), max_model_len=longest
+            self.model_dir,
+            DTYPES[self.dtype],
+            self.device,
+            max_batch=len(self.prompts),
+            max_model_len=longest,
+            flags=self.flags,
         )
 
     def oracle(self) -> Oracle:
@@ -55,11 +62,23 @@ def neartie(
     top_k: int = DEFAULT_TOP_K,
     ours: list[list[int]] | None = None,
     oracle: Oracle | None = None,
+    max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
 ) -> GateResult:
     ours = ours if ours is not None else setup.ours()
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
-    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k)
+    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate)
+
+
+def per_dtype(results: dict[str, GateResult]) -> GateResult:
+    """One gate run in several dtypes as one result: each row tagged with its dtype; it passes when every one does."""
+    first = next(iter(results.values()))
+    if len(results) == 1:
+        return first
+    table = [{"dtype": dt, **row} for dt, r in results.items() for row in r.table]
+    verdict = PASS if all(r.passed for r in results.values()) else FAIL
+    summary = "; ".join(f"{dt}: {r.verdict}: {r.summary}" for dt, r in results.items())
+    return GateResult(first.gate, verdict, summary, table, {dt: r.details for dt, r in results.items()})
 
 
 def distributional(setup: Setup, runs: int, oracle: Oracle | None = None) -> GateResult:
@@ -81,11 +100,18 @@ def check_golden(path: Path, model_dir: Path | None = None) -> GateResult:
 
 
 def regen(
-    path: Path, setup: Setup, model_name: str, band: float, top_k: int, ledger_dir: Path | None, command: str
+    path: Path,
+    setup: Setup,
+    model_name: str,
+    band: float,
+    top_k: int,
+    ledger_dir: Path | None,
+    command: str,
+    max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
 ) -> tuple[GateResult, Path | None]:
     """Rewrite a golden from our current ids only if they pass the near-tie gate; then write a ledger record."""
     ours = setup.ours()
-    result = neartie(setup, band, top_k, ours=ours)
+    result = neartie(setup, band, top_k, ours=ours, max_near_tie_rate=max_near_tie_rate)
     if not result.passed:
         return result, None
     previous = gold.read_golden(path) if path.exists() else None

@@ -1,4 +1,11 @@
-"""Near-tie razor: teacher-force the oracle on our ids and judge every position by its log-prob gap."""
+"""Near-tie razor: teacher-force the oracle on our ids and judge every position by its log-prob gap.
+
+A position passes when our token is the oracle's best (gap 0), or, only where the oracle's own top two are
+within the band, a near-tie within it. Near-ties are also budgeted: a correct kernel that is not byte-exact
+makes a near-tie choice rarely (about 3 in 1200 positions on the H200), a moved rounding point makes one in
+every 30 to 60 (the seeded-bug suite, engine/gates/teeth.py), each within the band. So the gate fails when
+near-ties exceed `max_near_tie_rate` of the positions (at least one is always allowed).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from engine.gates.result import FAIL, PASS, GateResult
 
 DEFAULT_BAND = 0.5  # nats
 DEFAULT_TOP_K = 5
+DEFAULT_MAX_NEAR_TIE_RATE = 0.01  # near-ties allowed per judged position (at least one in any run)
 
 EXACT, NEAR_TIE, OUT_OF_BAND, OUTSIDE_TOP_K = "exact", "near-tie", "out-of-band", "outside-top-k"
 
@@ -54,6 +62,7 @@ def near_tie_gate(
     logprobs: list[torch.Tensor],  # per prompt: [len(ours[i]), vocab], teacher-forced on ours[i]
     band: float = DEFAULT_BAND,
     top_k: int = DEFAULT_TOP_K,
+    max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
 ) -> GateResult:
     table: list[dict[str, Any]] = []
     for i, (toks, lp) in enumerate(zip(ours, logprobs, strict=True)):
@@ -63,10 +72,24 @@ def near_tie_gate(
         return GateResult("neartie", FAIL, "no positions: nothing was judged")
     counts = {v: sum(r["verdict"] == v for r in table) for v in (EXACT, NEAR_TIE, OUT_OF_BAND, OUTSIDE_TOP_K)}
     bad = counts[OUT_OF_BAND] + counts[OUTSIDE_TOP_K]
+    allowed = near_tie_budget(len(table), max_near_tie_rate)
     summary = (
         f"{len(table)} positions over {len(prompts)} prompts: {counts[EXACT]} exact, {counts[NEAR_TIE]} "
-        f"near-tie, {counts[OUT_OF_BAND]} out of band, {counts[OUTSIDE_TOP_K]} outside top-{top_k} "
-        f"(band {band} nats)"
+        f"near-tie (at most {allowed}), {counts[OUT_OF_BAND]} out of band, {counts[OUTSIDE_TOP_K]} outside "
+        f"top-{top_k} (band {band} nats)"
     )
-    details = {"band": band, "top_k": top_k, "counts": counts, "max_gap": max(r["gap"] for r in table)}
-    return GateResult("neartie", FAIL if bad else PASS, summary, table, details)
+    details = {
+        "band": band,
+        "top_k": top_k,
+        "counts": counts,
+        "near_tie_budget": allowed,
+        "max_gap": max(r["gap"] for r in table),
+    }
+    return GateResult("neartie", FAIL if bad or counts[NEAR_TIE] > allowed else PASS, summary, table, details)
+
+
+def near_tie_budget(positions: int, rate: float = DEFAULT_MAX_NEAR_TIE_RATE) -> int:
+    """Near-ties a run of `positions` may make: `rate` of them, rounded down, and at least one."""
+    if not 0 <= rate <= 1:
+        raise ValueError(f"max_near_tie_rate: expected a fraction in [0, 1], got {rate}")
+    return max(1, int(positions * rate))

@@ -7,6 +7,9 @@ import random
 from engine.gates.result import FAIL, PASS, GateResult
 
 DEFAULT_PROMPT_LENS = (1, 6, 13, 31)  # different lengths, straddling a 16-token KV block
+# the near-tie razor's: 16 prompts x 64 new tokens (1024 positions), enough to see a near-tie rate
+RAZOR_PROMPT_LENS = (1, 6, 13, 31, 2, 9, 17, 33, 4, 15, 24, 47, 8, 20, 40, 63)
+RAZOR_NEW_TOKENS = 64
 
 
 def default_prompts(vocab: int, seed: int = 0, lens: tuple[int, ...] = DEFAULT_PROMPT_LENS) -> list[list[int]]:

@@ -137,7 +137,8 @@ def test_gate_tokens_prints_the_table_and_verdict(capsys) -> None:
 def test_gate_neartie_json(capsys) -> None:
     assert main(["gate", "neartie", "--prompt-ids", "9,8", "--max-new-tokens", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["verdict"] == "PASS" and len(result["table"]) == 3
+    # without --dtype: the checkpoint's float32 and bfloat16, each judged
+    assert result["verdict"] == "PASS" and [r["dtype"] for r in result["table"]] == ["float32"] * 3 + ["bfloat16"] * 3
 
 
 def test_gate_distributional_refuses_on_cpu(capsys) -> None:

@@ -1,0 +1,271 @@
+"""Attention reach gate: every gate model through the token gate and the near-tie razor, once per attention arm.
+
+`python -m engine gate reach [--out DIR] [--models ...] [--arms ...]` (or `python -m engine.gates.reach`).
+For each arm of the kernel table's attention ops (engine/kernels.py) it derives the flag setting that puts
+that arm first (its own flags on, each earlier arm's off), runs every gate model
+(engine/data/gate_models.py) that the arm takes under it, and records which arms each run reached (the
+table's selection counters). The reach table comes last: per arm, its calls and the models that reached
+it. Exit 1 when an arm has 0 calls, or when a run with the default flags fails the near-tie razor (a run
+with a default-OFF flag on is reported, not judged: it is the evidence a flip owes); 2 on usage errors.
+Arms run only on CUDA tensors, so on a CPU every arm shows 0 and the gate fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine import kernels
+from engine.data.gate_models import GATE_MODELS, GateModel, write_gate_models
+from engine.flags import FLAGS, FlagSnapshot
+from engine.gates import harness
+from engine.gates.neartie import DEFAULT_MAX_NEAR_TIE_RATE
+from engine.gates.oracle import Oracle
+from engine.gates.tokens import RAZOR_NEW_TOKENS, default_prompts, token_gate
+from engine.model.config import load_config
+
+# the ops whose arms the gate must reach: every attention op of the table
+ATTENTION_OPS = tuple(name for name in kernels.TABLE if name.endswith("attention"))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The flags that make `arm` the first enabled arm of `op` (the rest of the flags at their defaults)."""
+
+    op: str
+    arm: str
+    flags: dict[str, bool]
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}/{self.arm}"
+
+    @property
+    def default(self) -> bool:
+        """Whether every flag here is at its default: the run users get."""
+        return all(FLAGS[f].default == v for f, v in self.flags.items())
+
+    def snapshot(self) -> FlagSnapshot:
+        return FlagSnapshot.defaults().with_(**self.flags)
+
+    def describe(self) -> str:
+        changed = [f"{f}={int(v)}" for f, v in sorted(self.flags.items()) if FLAGS[f].default != v]
+        return " ".join(changed) or "defaults"
+
+
+def settings(ops: tuple[str, ...] = ATTENTION_OPS) -> list[Setting]:
+    """One setting per arm of each op, in the table's order: the arm's flags on, and for each arm before it
+    the first of its flags that this arm does not need, off (an earlier arm gated by a subset of this arm's
+    flags stays on and must decline by shape, as `warp` does for head_dim 128)."""
+    out = []
+    for name in ops:
+        op = kernels.TABLE[name]
+        for i, arm in enumerate(op.arms):
+            flags = dict.fromkeys(arm.flags, True)
+            for earlier in op.arms[:i]:
+                off = next((f for f in earlier.flags if f not in arm.flags), None)
+                if off is not None:
+                    flags[off] = False
+            out.append(Setting(name, arm.name, flags))
+    return out
+
+
+# which gate models a setting runs: the shapes its arm is compiled for (the table's supports, in words), so
+# the gate does not spend its time on runs that only fall through; a new arm runs every model
+def takes(setting: Setting, model: GateModel) -> bool:
+    d, g = model.head_dim, model.group
+    rules = {
+        "tiled_fused": model.name in ("long", "d128-g4"),
+        "tiled": True,  # d128-g16 falls to the generic arm (more than 8 query heads per KV head): the notice
+        "splitkv_swap": g in (1, 2, 4, 8),
+        "splitkv": True,
+        "gqa": g in (1, 2, 4, 8),
+        "warp": d == 256,
+        "warp_d128": d == 128,
+        "generic": model.name in ("d64-g1", "d128-g16", "long"),
+    }
+    return rules.get(setting.arm, True) if setting.op == "paged_decode_attention" else True
+
+
+@dataclass
+class Run:
+    model: str
+    setting: Setting
+    tokens: str  # the token gate's verdict line
+    neartie: str  # the razor's
+    razor_passed: bool
+    ran: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op, arm) -> calls, attention ops only
+    fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def attention_arms(self) -> str:
+        return ", ".join(f"{op}/{arm} {n}" for (op, arm), n in sorted(self.ran.items())) or "none"
+
+
+def run_model(
+    model: GateModel,
+    path: Path,
+    setting: Setting,
+    oracle: Oracle,
+    theirs: list[list[int]],
+    prompts: list[list[int]],
+    new_tokens: int,
+    device: str,
+    dtype: str,
+) -> Run:
+    """One gate model under one setting: our greedy ids through the token gate and the razor; the counters."""
+    t0 = time.perf_counter()
+    kernels.reset_counts()
+    setup = harness.Setup(path, prompts, new_tokens, dtype, device, flags=setting.snapshot())
+    ours = setup.ours()
+    seen = kernels.counts()
+    tokens = token_gate(prompts, ours, theirs)
+    razor = harness.neartie(setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE)
+    return Run(
+        model.name,
+        setting,
+        f"{tokens.verdict}: {tokens.summary}",
+        f"{razor.verdict}: {razor.summary}",
+        razor.passed,
+        Counter({k: n for k, n in seen.ran.items() if k[0] in ATTENTION_OPS}),
+        Counter({k: n for k, n in seen.fallbacks.items() if k[0] in ATTENTION_OPS}),
+        time.perf_counter() - t0,
+    )
+
+
+def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per arm of the attention ops: its calls over every run and the models that reached it; the arms at 0."""
+    rows, missing = [], []
+    for s in wanted:
+        calls = sum(r.ran[(s.op, s.arm)] for r in runs)
+        models = sorted({r.model for r in runs if r.ran[(s.op, s.arm)]})
+        rows.append({"arm": s.name, "flags": s.describe(), "calls": calls, "models": " ".join(models) or "-"})
+        if calls == 0:
+            missing.append(s.name)
+    for op in ATTENTION_OPS:  # an op without arms runs its reference everywhere: listed, not required
+        if not kernels.TABLE[op].arms:
+            calls = sum(r.ran[(op, kernels.REFERENCE_ARM)] for r in runs)
+            rows.append({"arm": f"{op}/reference", "flags": "(no arm yet)", "calls": calls, "models": "all"})
+    return rows, missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    wanted = [s for s in settings() if not args.arms or s.arm in args.arms or s.name in args.arms]
+    names = args.models or list(GATE_MODELS)
+    unknown = [n for n in names if n not in GATE_MODELS]
+    if unknown or (args.arms and not wanted):
+        what = f"no gate model {', '.join(unknown)}" if unknown else f"no arm {', '.join(args.arms)}"
+        print(f"error: {what} (models: {', '.join(GATE_MODELS)}; arms: {', '.join(s.name for s in settings())})")
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda: no CUDA device; the arms run only on one", file=sys.stderr)
+        return 1
+    out = args.out or Path(tempfile.mkdtemp(prefix="reach-"))
+    out.mkdir(parents=True, exist_ok=True)
+    dirs = write_gate_models(args.models_dir or out / "models", names)
+    runs: list[Run] = []
+    log = (out / "reach-runs.txt").open("w")
+    start, skipped = time.perf_counter(), 0
+    for name in names:
+        if args.time_limit and time.perf_counter() - start > args.time_limit:
+            skipped += 1
+            print(f"{name:9s} not run: past --time-limit {args.time_limit}s", flush=True)
+            continue
+        model = GATE_MODELS[name]
+        prompts = default_prompts(load_config(dirs[name]).vocab_size, args.seed, model.prompt_lens[: args.prompts])
+        oracle = Oracle(dirs[name], harness.DTYPES[args.dtype], args.device)
+        theirs = [oracle.greedy(p, args.max_new_tokens) for p in prompts]  # the oracle is the same for every arm
+        for s in wanted:
+            if not takes(s, model):
+                continue
+            run = run_model(model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, args.dtype)
+            runs.append(run)
+            line = (
+                f"{name:9s} {s.arm:13s} {'default' if s.default else 'flag on':8s} {run.seconds:5.1f}s  "
+                f"tokens {run.tokens.split(':')[0]}  neartie {run.neartie.split(':')[0]}  [{run.attention_arms()}]"
+            )
+            print(line, flush=True)
+            print(f"{line}\n  tokens: {run.tokens}\n  neartie: {run.neartie}", file=log)
+            for (op, arm, needs), n in sorted(run.fallbacks.items()):
+                print(f"  fallback {op}/{arm} {n}: needs {needs}", file=log)
+        del oracle
+    log.close()
+    rows, missing = reach_table(runs, wanted)
+    bad_default = [r for r in runs if r.setting.default and not r.razor_passed]
+    (out / "reach.json").write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {
+                        "model": r.model,
+                        "setting": r.setting.name,
+                        "flags": r.setting.describe(),
+                        "tokens": r.tokens,
+                        "neartie": r.neartie,
+                        "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(r.ran.items())},
+                    }
+                    for r in runs
+                ],
+                "reach": rows,
+                "missing": missing,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print()
+    print(render(rows))
+    for r in bad_default:
+        print(f"FAIL: {r.model} with the default flags fails the near-tie razor: {r.neartie}")
+    for arm in missing:
+        print(f"FAIL: no gate model reached {arm} (0 calls)")
+    ok = not missing and not bad_default and bool(runs)
+    late = f", {skipped} models not run (time limit)" if skipped else ""
+    print(
+        f"reach: {'PASS' if ok else 'FAIL'}: {len(rows)} attention arms, {len(runs)} runs, "
+        f"{len(missing)} arms at 0 calls{late}"
+    )
+    return 0 if ok else 1
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    cols = ["arm", "calls", "models", "flags"]
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols] if rows else [len(c) for c in cols]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine gate reach", description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="default cuda (arms run only there)")
+    p.add_argument("--dtype", choices=sorted(harness.DTYPES), default="bfloat16")
+    p.add_argument("--out", type=Path, help="reach-runs.txt (every run's verdicts and fallbacks) and reach.json")
+    p.add_argument("--models-dir", type=Path, help="where the gate models are written (default: OUT/models)")
+    p.add_argument("--models", nargs="+", metavar="NAME", help=f"gate models (default: {' '.join(GATE_MODELS)})")
+    p.add_argument("--arms", nargs="+", metavar="ARM", help="arms (default: every attention arm of the table)")
+    p.add_argument("--prompts", type=int, default=None, help="the first N of each model's prompts (default: all 16)")
+    p.add_argument("--max-new-tokens", type=int, default=RAZOR_NEW_TOKENS)
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="S",
+        help="start no further model after S seconds; the table still comes last (arms left at 0 fail)",
+    )
+    return p
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""The reach gate: one flag setting per attention arm, its table, and its verdict on a machine without arms."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.data.gate_models import GATE_MODELS
+from engine.gates import reach
+from engine.gates.reach import Run, Setting, reach_table, settings
+
+
+def first_enabled(op: kernels.Op, setting: Setting) -> list[str]:
+    """The arms enabled under the setting, in precedence order."""
+    snap = setting.snapshot()
+    return [a.name for a in op.arms if a.enabled(snap)]
+
+
+@pytest.mark.parametrize("setting", settings(), ids=lambda s: s.name)
+def test_each_setting_makes_its_arm_the_first_that_can_take_it(setting: Setting) -> None:
+    op = kernels.TABLE[setting.op]
+    enabled = first_enabled(op, setting)
+    assert setting.arm in enabled
+    target = op.arm(setting.arm)
+    # an arm enabled before it is one gated by a subset of its flags (it declines by shape, as warp at d128)
+    for name in enabled[: enabled.index(setting.arm)]:
+        assert set(op.arm(name).flags) <= set(target.flags), (name, setting.describe())
+
+
+def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
+    names = {s.name for s in settings()}
+    for op in reach.ATTENTION_OPS:
+        assert {f"{op}/{a.name}" for a in kernels.TABLE[op].arms} <= names
+    for s in settings():
+        assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
+    assert [s for s in settings() if s.default] == [s for s in settings() if s.arm == "tiled"]
+
+
+def run(model: str, arm: str, calls: int) -> Run:
+    setting = next(s for s in settings() if s.arm == arm)
+    return Run(model, setting, "PASS", "PASS", True, Counter({("paged_decode_attention", arm): calls}))
+
+
+def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
+    wanted = [s for s in settings() if s.arm in ("tiled", "warp")]
+    rows, missing = reach_table([run("d128-g4", "tiled", 6), run("long", "tiled", 3)], wanted)
+    assert rows[0] == {"arm": "paged_decode_attention/tiled", "flags": "defaults", "calls": 9, "models": "d128-g4 long"}
+    assert rows[1]["calls"] == 0 and missing == ["paged_decode_attention/warp"]
+
+
+def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
+    """On the CPU every arm shows 0 calls: the gate fails and says which, the table last but one line."""
+    code = reach.main(
+        ["--device", "cpu", "--models", "d64-g1", "--arms", "tiled", "--prompts", "1", "--max-new-tokens", "2"]
+        + ["--out", str(tmp_path)]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert lines[-2] == "FAIL: no gate model reached paged_decode_attention/tiled (0 calls)"
+    assert lines[-1].startswith("reach: FAIL: ") and "1 arms at 0 calls" in lines[-1]
+    assert (tmp_path / "reach.json").is_file() and "tokens PASS" in lines[0]
+
+
+def test_unknown_model_or_arm_is_a_usage_error(capsys) -> None:
+    assert reach.main(["--models", "d999"]) == 2
+    assert "no gate model d999" in capsys.readouterr().out
+    assert reach.main(["--arms", "nosuch"]) == 2
+
+
+class FakeCuda:
+    """Stands in for a CUDA tensor: the table tries arms only for those."""
+
+    is_cuda = True
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_fall_to_a_notice_arm_is_said_once_per_reason(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(kernels, "NOTICED", set())
+
+    def ref(x: FakeCuda) -> str:
+        return "reference"
+
+    op = kernels.Op(
+        ref,
+        lambda x: None,
+        [
+            kernels.Arm("fast", (), lambda x: x.n < 4, "n below 4", lambda x: "fast"),
+            kernels.Arm("slow", (), lambda x: True, "anything", lambda x: "slow", notice=True),
+        ],
+    )
+    snap = kernels.FlagSnapshot.defaults()
+    assert [op(snap, FakeCuda(n)) for n in (1, 9, 9, 2, 9)] == ["fast", "slow", "slow", "fast", "slow"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "engine: ref falls to its slow arm: fast needs n below 4 (said once per process; "
+        "the selection counters count every call)"
+    ]
+    assert kernels.COUNTS.fallbacks[("ref", "fast", "n below 4")] >= 3
+    assert op(snap, torch.zeros(1)) == "reference"  # a CPU tensor: no arm tried, nothing said
+    assert capsys.readouterr().err == ""
