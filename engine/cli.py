@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     # kernels and bench hand their whole argument list (--help included) to the module they load
-    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach"):
+    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
         return run_module(f"engine.gates.{argv[1]}", argv[2:])
     if argv[:1] == ["bench"] or argv[:2] == ["gate", "bench"]:
         rest = argv[1:] if argv[0] == "bench" else argv[2:]

@@ -128,6 +128,11 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_goldens)
     gsub.add_parser("kernels", help="kernel numerics gate (engine.gates.kernels; its own --help)", add_help=False)
     gsub.add_parser(
+        "teeth",
+        help="seeded-bug catch rates of the near-tie razor (engine.gates.teeth; its own --help)",
+        add_help=False,
+    )
+    gsub.add_parser(
         "reach", help="every attention arm reached by a gate model (engine.gates.reach; its own --help)", add_help=False
     )
     gsub.add_parser("bench", help="benchmarks (engine.bench.NAME; its own --help)", add_help=False)

@@ -2,8 +2,8 @@
 
 A position passes when our token is the oracle's best (gap 0), or, only where the oracle's own top two are
 within the band, a near-tie within it. Near-ties are also budgeted: a correct kernel that is not byte-exact
-makes a near-tie choice rarely (about 3 in 1200 positions on the H200), a moved rounding point makes one in
-every 30 to 60 (the seeded-bug suite, engine/gates/teeth.py), each within the band. So the gate fails when
+makes a near-tie choice rarely (3 to 4 in 1200 positions on the H200), a moved rounding point makes 15 to 57
+in 1024 (the seeded-bug suite, engine/gates/teeth.py), each within the band. So the gate fails when
 near-ties exceed `max_near_tie_rate` of the positions (at least one is always allowed).
 """
 

@@ -220,3 +220,13 @@ def test_peers_phase_runs_the_six_shapes_the_fused_ab_and_both_decode_peers(tmp_
     )
     assert "bench decode --no-oracle --hf-compiled --ledger" in log(tmp_path, "peers-decode-b1")
     assert "--hf-compiled --batch 32 --steps 32" in log(tmp_path, "peers-decode-b32")
+
+
+def test_reach_phase_builds_runs_the_gate_and_prints_its_table_last(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["reach"])
+    assert done.returncode == 0, done.stderr
+    assert "argv: -m engine.cuda.build" in log(tmp_path, "build")
+    argv = log(tmp_path, "reach").splitlines()[0]
+    assert argv.startswith("argv: -m engine gate reach --device cuda --dtype bfloat16 --out ")
+    assert "--time-limit 200" in argv
+    assert done.stdout.rstrip().splitlines()[-1].startswith("reach ")  # the step table; the fake prints no arm table

@@ -25,3 +25,17 @@ def test_top1_top2_gap_is_usually_large() -> None:
     torch.manual_seed(0)
     default = Qwen3ForCausalLM(Qwen3Config(**make_tiny.CONFIG)).eval()
     assert make_tiny.median_gap(default, default.config.vocab_size) < 0.5
+
+
+def test_embedded_model_ships_a_tokenizer_transformers_reads(tiny_model_dir) -> None:
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    text = "Hello, world! def main(argv): return 0"
+    assert tok.decode(tok(text)["input_ids"]) == text  # byte-level: any text round-trips
+    eos = json.loads((tiny_model_dir / "generation_config.json").read_text())["eos_token_id"]
+    assert (
+        tok.eos_token_id == eos and len(tok) <= json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"]
+    )

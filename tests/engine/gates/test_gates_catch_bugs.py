@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import engine.ops.rope as rope_ops
-from engine.gates import harness
+from engine import kernels
+from engine.gates import harness, teeth
 from engine.gates.harness import Setup
 from engine.gates.neartie import EXACT
 from engine.gates.result import FAIL, PASS, REFUSED
@@ -73,3 +76,36 @@ def test_distributional_gate_refuses_on_cpu(setup: Setup, oracle) -> None:
     result = harness.distributional(small, runs=3, oracle=oracle)
     assert result.verdict == REFUSED, result.render()
     assert all(row["deterministic"] for row in result.table)
+
+
+# --- the seeded bf16 bugs of engine/gates/teeth.py: each must fail the near-tie razor at its defaults -------
+@pytest.fixture(scope="module")
+def oracles() -> teeth.Oracles:
+    return teeth.Oracles()
+
+
+@pytest.fixture(scope="module")
+def window_dir(tmp_path_factory: pytest.TempPathFactory):
+    return teeth.window_model_dir(tmp_path_factory.mktemp("window"))
+
+
+@pytest.mark.parametrize("name", ["none", "good-linear-fp32-accumulate"])
+def test_razor_at_defaults_passes_the_engine_and_a_reordering(oracles, window_dir, name: str) -> None:
+    seeded = teeth.Seeded("none", "no change", contextlib.nullcontext) if name == "none" else teeth.SEEDED[name]
+    models = [harness.TINY_MODEL, window_dir] if name == "none" else [harness.TINY_MODEL]
+    for model in models:
+        assert not teeth.razor_caught(seeded, model, 0, oracles), (name, model)
+
+
+@pytest.mark.parametrize("bug", [b.name for b in teeth.BUGS])
+def test_seeded_bf16_bug_fails_the_razor_at_defaults(oracles, window_dir, bug: str) -> None:
+    seeded = teeth.SEEDED[bug]
+    assert teeth.razor_caught(seeded, teeth.model_for(seeded, window_dir), 0, oracles), bug
+
+
+def test_seeded_bugs_leave_the_references_as_they_were() -> None:
+    before = {name: op.reference for name, op in kernels.TABLE.items()}
+    for seeded in teeth.SEEDED.values():
+        with seeded.patch():
+            pass
+    assert {name: op.reference for name, op in kernels.TABLE.items()} == before

@@ -1,0 +1,258 @@
+"""The gates' teeth: seeded rounding bugs the near-tie razor must catch, twins it must let pass, catch rates.
+
+`python -m engine gate teeth [--seeds 10] [--bugs ...]` (or `python -m engine.gates.teeth`) runs, for each
+seeded bug and each prompt seed, the near-tie razor at its defaults (16 prompts x 64 tokens, the checkpoint's
+dtype and bfloat16, band 0.5 nats, near-ties at most 1% of the positions) and, for comparison, the razor at
+its former defaults (4 prompts x 16 tokens, no near-tie budget; in bfloat16, where float32 sees nothing) and
+the token gate at its defaults, all on the CPU against transformers; it prints the catch rate of each. The good twins are
+reorderings a correct kernel may make (fp32 accumulation in another order): the razor should pass them.
+
+The bugs patch the pure-torch references (engine/ops/, and the kernel table's pointers to them) for the
+duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from engine import kernels
+from engine.gates import harness
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
+from engine.gates.oracle import Oracle
+from engine.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts, token_gate
+from engine.model.config import checkpoint_dtype, load_config
+from engine.ops import gemv, norm, paged_attn, rope
+
+WINDOW_MODEL = "d64-g1"  # the gate model the window bug runs on (engine/data/gate_models.py): a window of 40
+
+
+@contextlib.contextmanager
+def patched(module: ModuleType, name: str, fn: Callable[..., Any]) -> Iterator[None]:
+    """`module.name` replaced by `fn`, and so is every kernel-table op whose reference it is; restored after."""
+    original = getattr(module, name)
+    ops = [op for op in kernels.TABLE.values() if op.reference is original]
+    setattr(module, name, fn)
+    for op in ops:
+        op.reference = fn
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+        for op in ops:
+            op.reference = original
+
+
+# --- the seeded bugs ----------------------------------------------------------------------------------------
+def _probs_fp32(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention with the probabilities left in fp32 (P@V in fp32, one rounding at the end)."""
+    group = qh.shape[0] // k.shape[1]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0)
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0)
+    scores = (torch.matmul(qh, kh.transpose(1, 2)) * scale).masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return torch.matmul(probs, vh.float()).to(qh.dtype)
+
+
+def _rms_round_after_weight(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm that multiplies by the weight in fp32 and rounds once, after it (HF rounds before)."""
+    xf = x.float()
+    return (weight.float() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps))).to(x.dtype)
+
+
+_RMS_NORM = norm.rms_norm
+
+
+def _rms_eps_x10(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return _RMS_NORM(x, weight, eps * 10)
+
+
+def _rope_fp32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with the products and their sum in fp32, rounded once (HF rounds each product, then the sum)."""
+    half = x.shape[-1] // 2
+    xf = x.float()
+    rotated = torch.cat((-xf[..., half:], xf[..., :half]), dim=-1)
+    return (xf * cos.float()[:, None, :] + rotated * sin.float()[:, None, :]).to(x.dtype)
+
+
+def _window_off_by_one(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """The sliding-window mask one key too wide: W + 1 most recent positions."""
+    diff = q_pos[:, None] - k_pos[None, :]
+    ok = diff >= 0
+    if window is not None:
+        ok &= diff <= window
+    return ok
+
+
+# --- the good twins: legitimate reorderings -----------------------------------------------------------------
+def _linear_fp32_accumulate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A GEMV's arithmetic: upcast, fp32 products and sums in the matmul's order, one rounding."""
+    y = x.float() @ weight.float().T
+    return (y if bias is None else y + bias.float()).to(x.dtype)
+
+
+def _attend_split_pv(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """The reference's rounding points, with P@V summed in two halves in fp32 (a split-KV kernel's order)."""
+    group = qh.shape[0] // k.shape[1]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0)
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0)
+    scores = (torch.matmul(qh, kh.transpose(1, 2)) * scale).masked_fill(~allowed, float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qh.dtype)
+    h = (probs.shape[-1] + 1) // 2
+    out = probs[..., :h].float() @ vh[:, :h].float() + probs[..., h:].float() @ vh[:, h:].float()
+    return out.to(qh.dtype)
+
+
+@dataclass(frozen=True)
+class Seeded:
+    name: str
+    what: str
+    patch: Callable[[], contextlib.AbstractContextManager[None]]
+    good: bool = False  # a twin the razor must pass
+    window: bool = False  # runs on the window gate model (a window bug is invisible without one)
+
+
+SEEDED: dict[str, Seeded] = {
+    s.name: s
+    for s in (
+        Seeded(
+            "probs-fp32",
+            "attention probabilities left in fp32",
+            lambda: patched(paged_attn, "_attend", _probs_fp32),
+        ),
+        Seeded(
+            "rmsnorm-round-after-weight",
+            "RMSNorm rounds after the weight multiply",
+            lambda: patched(norm, "rms_norm", _rms_round_after_weight),
+        ),
+        Seeded("eps-x10", "RMSNorm eps x10", lambda: patched(norm, "rms_norm", _rms_eps_x10)),
+        Seeded("rope-fp32", "RoPE in fp32, one rounding", lambda: patched(rope, "apply_rope_neox", _rope_fp32)),
+        Seeded(
+            "window-off-by-one",
+            "sliding window one key too wide",
+            lambda: patched(paged_attn, "_allowed", _window_off_by_one),
+            window=True,
+        ),
+        Seeded(
+            "good-linear-fp32-accumulate",
+            "linear as a GEMV: fp32 accumulation, one rounding",
+            lambda: patched(gemv, "linear", _linear_fp32_accumulate),
+            good=True,
+        ),
+        Seeded(
+            "good-attention-split-pv",
+            "P@V summed in two fp32 halves",
+            lambda: patched(paged_attn, "_attend", _attend_split_pv),
+            good=True,
+        ),
+    )
+}
+BUGS = [s for s in SEEDED.values() if not s.good]
+
+
+class Oracles:
+    """One transformers model per (directory, dtype), loaded on first use."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[tuple[Path, str], Oracle] = {}
+
+    def __call__(self, model_dir: Path, dtype: str) -> Oracle:
+        key = (model_dir, dtype)
+        if key not in self._loaded:
+            self._loaded[key] = Oracle(model_dir, harness.DTYPES[dtype])
+        return self._loaded[key]
+
+
+def razor_caught(seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles) -> bool:
+    """Whether the near-tie razor at its defaults fails with the bug in: 16 x 64, each default dtype."""
+    prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS)
+    for dtype in dict.fromkeys([checkpoint_dtype(load_config(model_dir)), "bfloat16"]):
+        setup = harness.Setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype)
+        with seeded.patch():
+            ours = setup.ours()
+        if not harness.neartie(setup, ours=ours, oracle=oracles(model_dir, dtype)).passed:
+            return True
+    return False
+
+
+def former_razor_caught(seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles) -> tuple[bool, bool]:
+    """(token gate, former razor) at the former defaults in bfloat16 (in float32 neither sees a bf16 bug):
+    4 prompts x 16 tokens, no near-tie budget."""
+    prompts = default_prompts(load_config(model_dir).vocab_size, seed, DEFAULT_PROMPT_LENS)
+    setup = harness.Setup(model_dir, prompts, 16, "bfloat16")
+    oracle = oracles(model_dir, setup.dtype)
+    with seeded.patch():
+        ours = setup.ours()
+    tokens = token_gate(prompts, ours, [oracle.greedy(p, 16) for p in prompts])
+    razor = harness.neartie(setup, DEFAULT_BAND, DEFAULT_TOP_K, ours=ours, oracle=oracle, max_near_tie_rate=1.0)
+    return not tokens.passed, not razor.passed
+
+
+def model_for(seeded: Seeded, window_dir: Path | None) -> Path:
+    if seeded.window:
+        if window_dir is None:
+            raise ValueError(f"{seeded.name}: needs the window gate model ({WINDOW_MODEL})")
+        return window_dir
+    return harness.TINY_MODEL
+
+
+def window_model_dir(out: Path) -> Path:
+    from engine.data.gate_models import write_gate_models
+
+    return write_gate_models(out, [WINDOW_MODEL])[WINDOW_MODEL]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine gate teeth", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=10, help="prompt seeds per bug (default 10)")
+    p.add_argument("--bugs", nargs="+", metavar="NAME", help=f"seeded bugs and twins (default all: {' '.join(SEEDED)})")
+    p.add_argument(
+        "--former", action="store_true", help="also the token gate and the razor at the former defaults, in bfloat16"
+    )
+    p.add_argument("--models-dir", type=Path, default=Path("/tmp/rowgate-gate-models"), help="window gate model")
+    args = p.parse_args(argv)
+    names = args.bugs or list(SEEDED)
+    unknown = [n for n in names if n not in SEEDED]
+    if unknown or args.seeds < 1:
+        print(f"error: no seeded bug {', '.join(unknown)} (known: {', '.join(SEEDED)})" if unknown else "--seeds < 1")
+        return 2
+    torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
+    oracles = Oracles()
+    window_dir = window_model_dir(args.models_dir) if any(SEEDED[n].window for n in names) else None
+    print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")
+    worst = 0
+    for name in names:
+        s = SEEDED[name]
+        t0 = time.perf_counter()
+        model = model_for(s, window_dir)
+        caught = [razor_caught(s, model, seed, oracles) for seed in range(args.seeds)]
+        rate = f"{sum(caught)}/{args.seeds}"
+        cols = f"{name:30s} {rate:>6s}"
+        if args.former:
+            former = [former_razor_caught(s, model, seed, oracles) for seed in range(args.seeds)]
+            cols += f" {sum(r for _, r in former)}/{args.seeds}".rjust(
+                7
+            ) + f" {sum(t for t, _ in former)}/{args.seeds}".rjust(7)
+        verdict = sum(caught) < 0.9 * args.seeds if not s.good else sum(caught) > 0.1 * args.seeds
+        worst = max(worst, int(verdict))
+        kind = "pass expected" if s.good else "catch expected"
+        print(f"{cols}  {s.what} ({kind}; {time.perf_counter() - t0:.0f}s)", flush=True)
+    print(f"teeth: {'FAIL' if worst else 'PASS'}: razor catch rate >= 9/10 for every bug, false alarms <= 1/10")
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
