@@ -93,7 +93,14 @@ def takes(setting: Setting, model: GateModel) -> bool:
         "warp_d128": d == 128,
         "generic": model.name in ("d64-g1", "d128-g16", "long"),
     }
-    return rules.get(setting.arm, True) if setting.op == "paged_decode_attention" else True
+    if setting.op != "paged_decode_attention":  # prefill and extend arms: head_dim 64, 128 and 256, with a window
+        return model.name in ("d128-g4", "d256-g8", "d64-g1")
+    return rules.get(setting.arm, True)
+
+
+# arms that take only another dtype than the gate's: the varlen extend kernel's one-decode-row-per-token arm
+# is its fp32 path (bf16/fp16 take the tensor-core arm)
+ARM_DTYPES = {("extend_attention", "decode_rows"): "float32"}
 
 
 @dataclass
@@ -126,7 +133,7 @@ def run_model(
     t0 = time.perf_counter()
     kernels.reset_counts()
     setup = harness.Setup(path, prompts, new_tokens, dtype, device, flags=setting.snapshot())
-    ours = setup.ours()
+    ours = served(setup) if setting.op == "extend_attention" else setup.ours()
     seen = kernels.counts()
     tokens = token_gate(prompts, ours, theirs)
     razor = harness.neartie(setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE)
@@ -140,6 +147,31 @@ def run_model(
         Counter({k: n for k, n in seen.fallbacks.items() if k[0] in ATTENTION_OPS}),
         time.perf_counter() - t0,
     )
+
+
+SERVE_CHUNK = 32  # tokens per serving step at least; a third of the longest context where that is more
+
+
+def served(setup: harness.Setup) -> list[list[int]]:
+    """Our greedy ids through engine.LLM with chunked prefill (each step's token budget a third of the longest
+    context, decode rows beside prefill chunks): the path that runs extend_attention, which Runner.generate's
+    whole-prompt prefill does not."""
+    from engine.llm import LLM
+    from engine.sampling_params import SamplingParams
+
+    longest = max(len(p) for p in setup.prompts) + setup.max_new_tokens
+    llm = LLM(
+        setup.model_dir,
+        setup.dtype,
+        setup.device,
+        max_num_seqs=len(setup.prompts),
+        max_model_len=-(-longest // 16) * 16,
+        max_num_batched_tokens=max(SERVE_CHUNK, longest // 3),
+        enable_prefix_caching=False,
+        flags=setup.flags,
+    )
+    greedy = SamplingParams(temperature=0.0, max_tokens=setup.max_new_tokens, ignore_eos=True)
+    return [out.token_ids for out in llm.generate(setup.prompts, greedy)]
 
 
 def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -183,22 +215,26 @@ def main(argv: list[str] | None = None) -> int:
             continue
         model = GATE_MODELS[name]
         prompts = default_prompts(load_config(dirs[name]).vocab_size, args.seed, model.prompt_lens[: args.prompts])
-        oracle = Oracle(dirs[name], harness.DTYPES[args.dtype], args.device)
-        theirs = [oracle.greedy(p, args.max_new_tokens) for p in prompts]  # the oracle is the same for every arm
+        oracles: dict[str, tuple[Oracle, list[list[int]]]] = {}  # per dtype: the same for every arm
         for s in wanted:
             if not takes(s, model):
                 continue
-            run = run_model(model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, args.dtype)
+            dtype = ARM_DTYPES.get((s.op, s.arm), args.dtype)
+            if dtype not in oracles:
+                oracle = Oracle(dirs[name], harness.DTYPES[dtype], args.device)
+                oracles[dtype] = oracle, [oracle.greedy(p, args.max_new_tokens) for p in prompts]
+            oracle, theirs = oracles[dtype]
+            run = run_model(model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, dtype)
             runs.append(run)
             line = (
-                f"{name:9s} {s.arm:13s} {'default' if s.default else 'flag on':8s} {run.seconds:5.1f}s  "
+                f"{name:9s} {s.name:36s} {dtype:8s} {'default' if s.default else 'flag on':8s} {run.seconds:5.1f}s  "
                 f"tokens {run.tokens.split(':')[0]}  neartie {run.neartie.split(':')[0]}  [{run.attention_arms()}]"
             )
             print(line, flush=True)
             print(f"{line}\n  tokens: {run.tokens}\n  neartie: {run.neartie}", file=log)
             for (op, arm, needs), n in sorted(run.fallbacks.items()):
                 print(f"  fallback {op}/{arm} {n}: needs {needs}", file=log)
-        del oracle
+        oracles.clear()
     log.close()
     rows, missing = reach_table(runs, wanted)
     bad_default = [r for r in runs if r.setting.default and not r.razor_passed]

@@ -103,3 +103,21 @@ def test_a_fall_to_a_notice_arm_is_said_once_per_reason(capsys, monkeypatch) -> 
     assert kernels.COUNTS.fallbacks[("ref", "fast", "n below 4")] >= 3
     assert op(snap, torch.zeros(1)) == "reference"  # a CPU tensor: no arm tried, nothing said
     assert capsys.readouterr().err == ""
+
+
+def test_an_extend_attention_setting_runs_chunked_prefill(tmp_path) -> None:
+    """Runner.generate never calls extend_attention; a setting of that op generates through engine.LLM in chunks."""
+    from engine.data.gate_models import write_gate_models
+    from engine.gates.oracle import Oracle
+    from engine.gates.tokens import default_prompts
+
+    path = write_gate_models(tmp_path, ["d64-g1"])["d64-g1"]
+    prompts = default_prompts(512, 0, (50, 5))
+    oracle = Oracle(path, torch.float32)
+    theirs = [oracle.greedy(p, 4) for p in prompts]
+    setting = Setting("extend_attention", "any", {})
+    done = reach.run_model(GATE_MODELS["d64-g1"], path, setting, oracle, theirs, prompts, 4, "cpu", "float32")
+    assert done.ran[("extend_attention", "reference")] > 0 and done.tokens.startswith("PASS"), done
+    plain = Setting("paged_decode_attention", "any", {})
+    done = reach.run_model(GATE_MODELS["d64-g1"], path, plain, oracle, theirs, prompts, 4, "cpu", "float32")
+    assert ("extend_attention", "reference") not in done.ran and done.razor_passed
