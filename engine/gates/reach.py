@@ -113,6 +113,7 @@ class Run:
     ran: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op, arm) -> calls, attention ops only
     fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     seconds: float = 0.0
+    not_exact: list[dict[str, Any]] = field(default_factory=list)  # the razor's rows that are not exact
 
     def attention_arms(self) -> str:
         return ", ".join(f"{op}/{arm} {n}" for (op, arm), n in sorted(self.ran.items())) or "none"
@@ -146,6 +147,7 @@ def run_model(
         Counter({k: n for k, n in seen.ran.items() if k[0] in ATTENTION_OPS}),
         Counter({k: n for k, n in seen.fallbacks.items() if k[0] in ATTENTION_OPS}),
         time.perf_counter() - t0,
+        [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]],
     )
 
 
@@ -234,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{line}\n  tokens: {run.tokens}\n  neartie: {run.neartie}", file=log)
             for (op, arm, needs), n in sorted(run.fallbacks.items()):
                 print(f"  fallback {op}/{arm} {n}: needs {needs}", file=log)
+            for r in run.not_exact:
+                print(
+                    f"  {r['verdict']}: prompt {r['prompt']} pos {r['pos']} context {r['context']} "
+                    f"gap {r['gap']:.6f} oracle margin {r['oracle_margin']:.6f}",
+                    file=log,
+                )
         oracles.clear()
     log.close()
     rows, missing = reach_table(runs, wanted)
@@ -249,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                         "tokens": r.tokens,
                         "neartie": r.neartie,
                         "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(r.ran.items())},
+                        "not_exact": r.not_exact,
                     }
                     for r in runs
                 ],
@@ -261,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(render(rows))
-    for r in bad_default:
-        print(f"FAIL: {r.model} with the default flags fails the near-tie razor: {r.neartie}")
+    for bad in bad_default:
+        print(f"FAIL: {bad.model} with the default flags fails the near-tie razor: {bad.neartie}")
     for arm in missing:
         print(f"FAIL: no gate model reached {arm} (0 calls)")
     ok = not missing and not bad_default and bool(runs)

@@ -62,7 +62,7 @@ def _probs_fp32(
     vh = v.transpose(0, 1).repeat_interleave(group, dim=0)
     scores = (torch.matmul(qh, kh.transpose(1, 2)) * scale).masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-    return torch.matmul(probs, vh.float()).to(qh.dtype)
+    return torch.einsum("hqk,hkd->hqd", probs, vh.float()).to(qh.dtype)  # fp32 math, as split-KV's reference
 
 
 def _rms_round_after_weight(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -98,7 +98,7 @@ def _window_off_by_one(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | N
 # --- the good twins: legitimate reorderings -----------------------------------------------------------------
 def _linear_fp32_accumulate(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A GEMV's arithmetic: upcast, fp32 products and sums in the matmul's order, one rounding."""
-    y = x.float() @ weight.float().T
+    y = torch.einsum("...k,nk->...n", x.float(), weight.float())
     return (y if bias is None else y + bias.float()).to(x.dtype)
 
 
@@ -112,7 +112,8 @@ def _attend_split_pv(
     scores = (torch.matmul(qh, kh.transpose(1, 2)) * scale).masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qh.dtype)
     h = (probs.shape[-1] + 1) // 2
-    out = probs[..., :h].float() @ vh[:, :h].float() + probs[..., h:].float() @ vh[:, h:].float()
+    pf, vf = probs.float(), vh.float()
+    out = torch.einsum("hqk,hkd->hqd", pf[..., :h], vf[:, :h]) + torch.einsum("hqk,hkd->hqd", pf[..., h:], vf[:, h:])
     return out.to(qh.dtype)
 
 

@@ -87,3 +87,22 @@ def test_distributional_relaxes_only_non_deterministic_prompts() -> None:
     assert distributional_gate([[1], [2]], [[5, 9], [7, 3]], runs).verdict == FAIL
     with pytest.raises(ValueError, match="determinism needs at least 2"):
         distributional_gate([[1]], [[5]], [[[5]]])
+
+
+def test_a_gap_of_exactly_the_band_in_fp32_noise_is_a_near_tie() -> None:
+    # two logits 0.5 apart read 0.5 plus a few fp32 ulps as log-prob differences
+    row = classify(logprobs({3: 40.0, 4: 40.0 - 0.5 - 4e-6}), 4, band=0.5, top_k=5)
+    assert row["verdict"] == NEAR_TIE and row["gap"] > 0.5
+    assert classify(logprobs({3: 40.0, 4: 39.49}), 4, band=0.5, top_k=5)["verdict"] == OUT_OF_BAND
+
+
+def test_near_tie_budget_is_one_percent_and_grows_with_the_context() -> None:
+    from engine.gates.neartie import context_weight, near_tie_budget
+
+    assert near_tie_budget(1024) == 10 and near_tie_budget(2) == 1 and near_tie_budget(0) == 1
+    assert context_weight(1) == context_weight(128) == 1.0 and context_weight(512) == 2.0
+    lp = torch.stack([logprobs({3: 2.0, 4: 1.8})] * 2)
+    short = near_tie_gate([[0] * 10], [[4, 4]], [lp])  # 2 positions, 2 near-ties, budget 1
+    assert short.verdict == FAIL and short.details["near_tie_budget"] == 1
+    long = near_tie_gate([[0] * 12800], [[4, 4]], [lp], max_near_tie_rate=0.1)  # weight 10 each: budget 2
+    assert long.verdict == PASS and long.details["near_tie_budget"] == 2
