@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.data.make_tiny import build
 from engine.gates.tokens import RAZOR_PROMPT_LENS
 
 if TYPE_CHECKING:
@@ -80,8 +81,6 @@ GATE_MODELS: dict[str, GateModel] = {
 
 def build_gate_model(name: str) -> PreTrainedModel:
     """The transformers Qwen3ForCausalLM of one gate model (float32, scaled random weights)."""
-    from engine.data.make_tiny import build
-
     if name not in GATE_MODELS:
         raise KeyError(f"no gate model {name!r} (gate models: {', '.join(GATE_MODELS)})")
     model = GATE_MODELS[name]

@@ -31,7 +31,9 @@ from engine.gates import harness
 from engine.gates.neartie import DEFAULT_MAX_NEAR_TIE_RATE
 from engine.gates.oracle import Oracle
 from engine.gates.tokens import RAZOR_NEW_TOKENS, default_prompts, token_gate
+from engine.llm import LLM
 from engine.model.config import load_config
+from engine.sampling_params import SamplingParams
 
 # the ops whose arms the gate must reach: every attention op of the table
 ATTENTION_OPS = tuple(name for name in kernels.TABLE if name.endswith("attention"))
@@ -158,9 +160,6 @@ def served(setup: harness.Setup) -> list[list[int]]:
     """Our greedy ids through engine.LLM with chunked prefill (each step's token budget a third of the longest
     context, decode rows beside prefill chunks): the path that runs extend_attention, which Runner.generate's
     whole-prompt prefill does not."""
-    from engine.llm import LLM
-    from engine.sampling_params import SamplingParams
-
     longest = max(len(p) for p in setup.prompts) + setup.max_new_tokens
     llm = LLM(
         setup.model_dir,

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from engine import kernels
+from engine.data.gate_models import write_gate_models
 from engine.gates import harness
 from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
 from engine.gates.oracle import Oracle
@@ -211,8 +212,6 @@ def model_for(seeded: Seeded, window_dir: Path | None) -> Path:
 
 
 def window_model_dir(out: Path) -> Path:
-    from engine.data.gate_models import write_gate_models
-
     return write_gate_models(out, [WINDOW_MODEL])[WINDOW_MODEL]
 
 
