@@ -2,7 +2,8 @@
 # GPU job (a machine with an NVIDIA GPU; the CPU CI has none): graphed decode and the token gates on
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
-# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant] [peers] [flip] [ncu] [reach]
+# Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant] [peers] [fuse]
+#   [flip] [ncu] [reach]
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -25,6 +26,10 @@
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
 #   its dequantized twin (default flags and each dequant arm), generate and memcheck on each, and the
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
+#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_ACT_GEMV, VT_GEMV_PDL): their
+#   numerics cases, each arm's op-level A/B against the default kernels in the same run, the greedy tokens of the
+#   step with all four on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step
+#   off and on against its floor; a compact table last.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -213,6 +218,29 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
+FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1"
+if [[ " $PHASES " == *" fuse "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once
+  step fuse-numerics 150 $PY -m engine gate kernels --filter fused/ --ledger "$OUT/ledger/fuse-numerics.json"
+  step ab-fuse-qkv 60 $PY -m engine bench ab --flag VT_QKV_ROPE_STORE --workload qkv-rope-store "${L[@]}"
+  step ab-fuse-norm-qkv 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv "${L[@]}"
+  step ab-fuse-norm-gateup 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
+  step ab-fuse-act-down 60 $PY -m engine bench ab --flag VT_ACT_GEMV --workload act-gemv "${L[@]}"
+  step ab-fuse-pdl-o 60 $PY -m engine bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
+  step ab-fuse-pdl-prologue 60 env VT_NORM_GEMV=1 $PY -m engine bench ab --flag VT_GEMV_PDL --workload norm-gemv \
+    "${L[@]}"
+  # shellcheck disable=SC2086  # FUSE_ON is a list of NAME=VALUE words
+  step fuse-tokens-b1 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --steps 16
+  step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8
+  step fuse-decode-b1-off 150 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  # shellcheck disable=SC2086
+  step fuse-decode-b1-on 240 env $FUSE_ON $PY -m engine bench decode --no-oracle --steps 32 --profile "${L[@]}"
+  step fuse-decode-b32-off 150 $PY -m engine bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
+  # shellcheck disable=SC2086
+  step fuse-decode-b32-on 150 env $FUSE_ON $PY -m engine bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
+fi
+
 if [[ " $PHASES " == *" flip "* ]]; then
   # shellcheck disable=SC2206  # FLIP is a space-separated list of NAME=VALUE words
   F=(env $FLIP)
@@ -301,4 +329,20 @@ if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
     echo
     sed -n '/^decode step at batch/,/^engine tok/p' "$OUT/logs/peers-decode-$b.log"
   done
+fi
+if [[ " $PHASES " == *" fuse "* ]]; then  # the phase's compact table, last
+  echo
+  echo "fuse: $FUSE_ON"
+  grep -E '^[0-9]+/[0-9]+ cases' "$OUT/logs/fuse-numerics.log" | sed 's/^/numerics: /'
+  for n in "${ORDER[@]}"; do
+    [[ $n == ab-fuse-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
+  done
+  for b in b1 b32; do
+    grep -E '^(tokens equal|arms of|step-arms:)' "$OUT/logs/fuse-tokens-$b.log" | sed "s/^/tokens-$b: /"
+    for a in off on; do
+      grep -E '^(engine step|fraction of floor)' "$OUT/logs/fuse-decode-$b-$a.log" | tr -s ' ' | paste -sd ';' \
+        | sed "s/^/decode-$b-$a: /"
+    done
+  done
+  grep -E 'per step' "$OUT/logs/fuse-decode-b1-on.log" | head -4 | sed 's/^/profile-b1-on: /'
 fi

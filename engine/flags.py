@@ -295,4 +295,31 @@ declare(
 )
 
 
+# --- the decode step's fused launches (ENGINE-PERF) ---------------------------------------------------------
+declare(
+    "VT_QKV_ROPE_STORE",
+    False,
+    "ENGINE-PERF",
+    "One launch per layer for q and k RMSNorm + neox RoPE and the KV cache store of k and v (the fused q/k norm+RoPE kernel's arithmetic, so its bits).",
+)
+declare(
+    "VT_NORM_GEMV",
+    False,
+    "ENGINE-PERF",
+    "With VT_GEMV: the residual add + RMSNorm before q/k/v and gate/up folded into the GEMV's prologue (each block normalises the input row in shared memory); the norm and GEMV kernels' arithmetic, so their bits.",
+)
+declare(
+    "VT_ACT_GEMV",
+    False,
+    "ENGINE-PERF",
+    "With VT_GEMV: SiLU-and-mul folded into the down projection's GEMV prologue; the activation and GEMV kernels' arithmetic, so their bits.",
+)
+declare(
+    "VT_GEMV_PDL",
+    False,
+    "ENGINE-PERF",
+    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic.",
+)
+
+
 REFERENCE = FlagSnapshot({"VT_KERNELS": False})  # every op runs its pure-torch reference

@@ -35,6 +35,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
@@ -578,6 +579,13 @@ linear = Op(
     gemv.check_linear,
     [
         Arm(
+            "gemv_pdl",
+            gated_by("VT_GEMV_PDL", "VT_GEMV"),
+            _gemv_rows,
+            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
+            partial(cuda_gemv.linear, pdl=True),
+        ),
+        Arm(
             "gemv",
             gated_by("VT_GEMV"),
             _gemv_rows,
@@ -841,6 +849,124 @@ nvfp4_linear = Op(
 )
 
 
+# --- the decode step's fused launches (ENGINE-PERF): each op's last arm runs the table's own ops one by one ------
+def _norm_gemv_fits(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    k = x.shape[-1]
+    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
+    return cuda_gemv.prologue_fits(rows[0].shape[0], k, weight, *rows)
+
+
+def _act_gemv_fits(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    g = gate_up.reshape(-1, gate_up.shape[-1])
+    return cuda_gemv.prologue_fits(g.shape[0], weight.shape[1], weight, g)
+
+
+def _norm_then_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if residual is None:
+        normed, new_residual = rms_norm(snapshot, x, norm_weight, eps), x
+    else:
+        normed, new_residual = fused_add_rms_norm(snapshot, x, residual, norm_weight, eps)
+    return linear(snapshot, normed, weight, bias), new_residual
+
+
+def _act_then_linear(
+    snapshot: FlagSnapshot, gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    return linear(snapshot, silu_and_mul(snapshot, gate_up), weight, bias)
+
+
+def _qkv_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any, **__: Any) -> bool:
+    return q.shape[-1] <= cuda_rope.MAX_FUSED_HEAD_DIM and all(t.stride(-1) == 1 for t in (q, k, v))
+
+
+def _qkv_separately(
+    snapshot: FlagSnapshot,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    q = qk_norm_rope(snapshot, q, q_weight, cos, sin, eps)
+    k = qk_norm_rope(snapshot, k, k_weight, cos, sin, eps)
+    store_kv(snapshot, k, v, k_cache, v_cache, slot_mapping)
+    return q, k
+
+
+_PROLOGUE_NEEDS = f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W"
+add_rms_norm_linear = Op(
+    gemv.add_rms_norm_linear,
+    gemv.check_add_rms_norm_linear,
+    [
+        Arm(
+            "prologue_pdl",
+            gated_by("VT_NORM_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
+            _norm_gemv_fits,
+            _PROLOGUE_NEEDS,
+            partial(cuda_gemv.add_rms_norm_linear, pdl=True),
+        ),
+        Arm(
+            "prologue",
+            gated_by("VT_NORM_GEMV", "VT_GEMV"),
+            _norm_gemv_fits,
+            _PROLOGUE_NEEDS,
+            cuda_gemv.add_rms_norm_linear,
+        ),
+        Arm("norm_then_linear", gated_by(), _any, KERNEL, _norm_then_linear, composite=True),  # the table's own ops
+    ],
+)
+silu_mul_linear = Op(
+    gemv.silu_mul_linear,
+    gemv.check_silu_mul_linear,
+    [
+        Arm(
+            "prologue_pdl",
+            gated_by("VT_ACT_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
+            _act_gemv_fits,
+            _PROLOGUE_NEEDS,
+            partial(cuda_gemv.silu_mul_linear, pdl=True),
+        ),
+        Arm("prologue", gated_by("VT_ACT_GEMV", "VT_GEMV"), _act_gemv_fits, _PROLOGUE_NEEDS, cuda_gemv.silu_mul_linear),
+        Arm("act_then_linear", gated_by(), _any, KERNEL, _act_then_linear, composite=True),
+    ],
+)
+qkv_norm_rope_store = Op(
+    rope.qkv_norm_rope_store,
+    rope.check_qkv_norm_rope_store,
+    [
+        Arm(
+            "fused",
+            gated_by("VT_QKV_ROPE_STORE"),
+            _qkv_fits,
+            f"head_dim at most {cuda_rope.MAX_FUSED_HEAD_DIM}, contiguous last dims",
+            cuda_rope.qkv_norm_rope_store,
+        ),
+        Arm("separate", gated_by(), _any, KERNEL, _qkv_separately, composite=True),
+    ],
+)
+
+
 def quantized_linear(
     snapshot: FlagSnapshot,
     x: torch.Tensor,
@@ -870,12 +996,15 @@ TABLE: dict[str, Op[..., Any]] = {
     op.name: op
     for op in (
         linear,
+        add_rms_norm_linear,
+        silu_mul_linear,
         embedding,
         rms_norm,
         fused_add_rms_norm,
         qk_norm,
         apply_rope_neox,
         qk_norm_rope,
+        qkv_norm_rope_store,
         silu_and_mul,
         store_kv,
         prefill_attention,

@@ -236,13 +236,108 @@ def _gemv_run(snapshot, x, w):
 
 GEMV = Workload(
     name="gemv",
-    flags=("VT_GEMV",),
+    flags=("VT_GEMV", "VT_GEMV_PDL"),
     defaults={"n": 4096, "k": 4096},
     make=_gemv_make,
     run=_gemv_run,
     bytes_moved=lambda s, dt: (s["n"] * s["k"] + s["k"] + s["n"]) * _elt(dt),
     peers={"F.linear": (lambda x, w: (x, w), F.linear)},
-    arms={"reference": {"VT_GEMV": "0"}, "gemv-kernel": {"VT_GEMV": "1"}},
+    arms={
+        "reference": {"VT_GEMV": "0"},
+        "gemv-kernel": {"VT_GEMV": "1", "VT_GEMV_PDL": "0"},
+        "gemv-pdl": {"VT_GEMV": "1", "VT_GEMV_PDL": "1"},
+    },
+)
+
+# --- the decode step's fused launches (ENGINE-PERF): each against the default kernels one after another ------
+# Graph-timed over rotating input sets, so a PDL arm overlaps each call with the one before, as in a decode step.
+
+
+def _norm_gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(s["rows"], s["k"], generator=g).to(dtype)
+    residual = torch.randn(s["rows"], s["k"], generator=g).to(dtype)
+    norm_weight = (1 + 0.1 * torch.randn(s["k"], generator=g)).to(dtype)
+    w = (torch.randn(s["n"], s["k"], generator=g) * s["k"] ** -0.5).to(dtype)
+    return tuple(t.to(device) for t in (x, residual, norm_weight, w))
+
+
+def _norm_gemv_run(snapshot, x, residual, norm_weight, w):
+    return kernels.add_rms_norm_linear(snapshot, x, residual, norm_weight, 1e-6, w)[0]
+
+
+NORM_GEMV = Workload(
+    name="norm-gemv",
+    flags=("VT_NORM_GEMV",),
+    defaults={"rows": 1, "n": 4096, "k": 1024},  # Qwen3-0.6B's merged q/k/v at decode (gate/up: n=6144)
+    make=_norm_gemv_make,
+    run=_norm_gemv_run,
+    # W once; x and residual read, the new residual written, the norm weight, y written
+    bytes_moved=lambda s, dt: (s["n"] * s["k"] + 3 * s["rows"] * s["k"] + s["k"] + s["rows"] * s["n"]) * _elt(dt),
+    arms={
+        "two-launches": {"VT_NORM_GEMV": "0", "VT_GEMV_PDL": "0"},
+        "prologue": {"VT_NORM_GEMV": "1", "VT_GEMV_PDL": "0"},
+        "prologue-pdl": {"VT_NORM_GEMV": "1", "VT_GEMV_PDL": "1"},
+    },
+)
+
+
+def _act_gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    gate_up = torch.randn(s["rows"], 2 * s["k"], generator=g).to(dtype)
+    w = (torch.randn(s["n"], s["k"], generator=g) * s["k"] ** -0.5).to(dtype)
+    return gate_up.to(device), w.to(device)
+
+
+def _act_gemv_run(snapshot, gate_up, w):
+    return kernels.silu_mul_linear(snapshot, gate_up, w)
+
+
+ACT_GEMV = Workload(
+    name="act-gemv",
+    flags=("VT_ACT_GEMV",),
+    defaults={"rows": 1, "n": 1024, "k": 3072},  # Qwen3-0.6B's down projection at decode
+    make=_act_gemv_make,
+    run=_act_gemv_run,
+    bytes_moved=lambda s, dt: (s["n"] * s["k"] + 2 * s["rows"] * s["k"] + s["rows"] * s["n"]) * _elt(dt),
+    arms={
+        "two-launches": {"VT_ACT_GEMV": "0", "VT_GEMV_PDL": "0"},
+        "prologue": {"VT_ACT_GEMV": "1", "VT_GEMV_PDL": "0"},
+        "prologue-pdl": {"VT_ACT_GEMV": "1", "VT_GEMV_PDL": "1"},
+    },
+)
+
+
+def _qkv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    from engine.ops.rope import rope_cos_sin  # the model's own tables
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    t, hq, hkv, d = s["tokens"], s["hq"], s["hkv"], s["d"]
+    merged = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(dtype).to(device)
+    q, k, v = merged.split((hq * d, hkv * d, hkv * d), dim=-1)
+    blocks = max(4, 2 * t // s["block"] + 2)
+    cache = torch.zeros(blocks, s["block"], hkv, d, dtype=dtype, device=device)
+    slots = torch.randperm(blocks * s["block"], generator=g)[:t].to(device)
+    cos, sin = rope_cos_sin(torch.randint(0, 4096, (t,), generator=g).to(device), d, 1e6, dtype)
+    weights = [(1 + 0.1 * torch.randn(d, generator=g)).to(dtype).to(device) for _ in range(2)]
+    return (q.view(t, hq, d), k.view(t, hkv, d), v.view(t, hkv, d), *weights, cos, sin, cache, cache.clone(), slots)
+
+
+def _qkv_run(snapshot, q, k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, slots):
+    return kernels.qkv_norm_rope_store(snapshot, q, k, v, q_weight, k_weight, cos, sin, 1e-6, k_cache, v_cache, slots)[
+        0
+    ]
+
+
+QKV_ROPE_STORE = Workload(
+    name="qkv-rope-store",
+    flags=("VT_QKV_ROPE_STORE",),
+    defaults={"tokens": 1, "hq": 16, "hkv": 8, "d": 128, "block": 32},  # one decode token of Qwen3-0.6B
+    make=_qkv_make,
+    run=_qkv_run,
+    # q, k, v read; q and k written; k and v stored; cos/sin read
+    bytes_moved=lambda s, dt: s["tokens"] * ((3 * s["hq"] + 5 * s["hkv"]) * s["d"] + 2 * s["d"]) * _elt(dt),
+    arms={"three-launches": {"VT_QKV_ROPE_STORE": "0"}, "fused": {"VT_QKV_ROPE_STORE": "1"}},
 )
 
 # --- residual add + RMSNorm (the decode step's norms) --------------------------------------------------
@@ -277,12 +372,16 @@ NORM = Workload(
 
 STEP = Workload(
     name="decode-step",
-    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED"),
+    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED", *step_workload.FUSED_ARMS),
     defaults=dict(step_workload.STEP_DEFAULTS),
     make=step_workload.make,
     run=step_workload.run,
     bytes_moved=step_workload.bytes_moved,
-    arms={"defaults": {}, "step-arms-off": {f: "0" for f in step_workload.STEP_ARMS}},
+    arms={
+        "defaults": {},
+        "step-arms-off": {f: "0" for f in step_workload.STEP_ARMS},
+        "fused-on": {f: "1" for f in step_workload.FUSED_ARMS},
+    },
 )
 
 # --- M=1 dequant-GEMV: AWQ, GPTQ, NVFP4 (bytes counted from the packed weights) ------------------------
@@ -403,7 +502,9 @@ QUANT_STEPS = tuple(
     for m in step_workload.QUANT_METHODS
 )
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (ATTN, GEMV, NORM, STEP, AWQ, GPTQ, NVFP4, *QUANT_STEPS)}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (ATTN, GEMV, NORM_GEMV, ACT_GEMV, QKV_ROPE_STORE, NORM, STEP, AWQ, GPTQ, NVFP4, *QUANT_STEPS)
+}
 
 
 def for_flag(flag: str) -> Workload:

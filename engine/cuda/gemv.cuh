@@ -55,18 +55,32 @@ __device__ __forceinline__ float warp_sum(float v) {  // a fixed butterfly: the 
   return v;
 }
 
+// Programmatic dependent launch (sm_90 and newer; a no-op where the grid was launched without it): wait until the
+// grids this one depends on have finished and their writes are visible, or let the next grid start launching.
+__device__ __forceinline__ void wait_for_inputs() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Fast path. W: [n, k] (row stride ldw), x: [m, k] (row stride ldx), m <= MT, bias: [n] or null,
 // y: [m, n] (row stride ldy). k, ldw, ldx are multiples of VEC and the bases 16-byte aligned.
 // A block of kWarpsPerBlock warps; `split` consecutive warps share RPW rows of W, warp s of a group taking
 // chunks s, s + split, ... (a chunk is kWarpSize * VEC elements, one load per lane), UNROLL chunks per
 // batch. Each W load feeds all MT rows of x; each x load feeds all RPW rows of W. x is read from shared
-// memory when XS (staged once per block; the first W batch is issued before the staging), else through L1.
+// memory when XS (staged once per block by `stage(xs)` after the first W batch is issued), else through L1.
+// With PDL the grid may start before the one that writes x has finished: only W (constant) is read before
+// wait_for_inputs(), and the next grid is let in once this one has consumed its W.
 // Sum order per output: each lane's chunks in order, the warp butterfly, then the split partials in warp order.
-template <typename T, typename OutT, int VEC, int MT, int RPW = kRowsPerWarp, int UNROLL = kUnroll, bool XS = true,
-          int MIN_BLOCKS = kMinBlocksPerSm>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
-gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
-                int m, int n, int k, long long ldw, long long ldx, long long ldy, int split) {
+template <typename T, typename OutT, int VEC, int MT, int RPW, int UNROLL, bool XS, bool PDL, typename Stage>
+__device__ __forceinline__ void gemv_body(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x,
+                                          const T* __restrict__ bias, int m, int n, int k, long long ldw,
+                                          long long ldx, long long ldy, int split, Stage stage) {
   static_assert(RPW * MT <= kWarpSize, "one lane per output of a warp group in the split-K reduction");
   using P = Pack<T, VEC>;
   constexpr int kChunk = kWarpSize * VEC;
@@ -95,14 +109,9 @@ gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restri
 
   int c = sub;
   load_batch(c);
+  if constexpr (PDL) wait_for_inputs();
   T* xs = reinterpret_cast<T*>(smem_raw);
-  if constexpr (XS) {
-    const int vecs = k / VEC;
-    for (int r = 0; r < m; ++r)
-      for (int i = threadIdx.x; i < vecs; i += blockDim.x)
-        reinterpret_cast<P*>(xs + static_cast<long long>(r) * k)[i] = reinterpret_cast<const P*>(x + r * ldx)[i];
-    __syncthreads();
-  }
+  if constexpr (XS) stage(xs);  // ends with a barrier
 
   float acc[RPW][MT];
 #pragma unroll
@@ -125,6 +134,7 @@ gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restri
     }
     if (c + UNROLL * split < nchunks) load_batch(c + UNROLL * split);
   }
+  if constexpr (PDL) allow_dependents();
 
 #pragma unroll
   for (int rr = 0; rr < RPW; ++rr)
@@ -158,6 +168,37 @@ gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restri
     for (int r = 0; r < MT; ++r)
       if (r < m) y[r * ldy + row] = vt::from_f32<OutT>(acc[rr][r] + b);
   }
+}
+
+// x's m rows copied into shared memory as they are (the plain GEMV). Under PDL x is read at L2 (ld.global.cg):
+// the grid started before x was written, so nothing of it may come from a cache filled earlier.
+template <typename T, int VEC, bool PDL>
+struct StageCopy {
+  const T* x;
+  int m, k;
+  long long ldx;
+  __device__ __forceinline__ void operator()(T* xs) const {
+    using P = Pack<T, VEC>;
+    const int vecs = k / VEC;
+    for (int r = 0; r < m; ++r)
+      for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
+        const P* src = reinterpret_cast<const P*>(x + r * ldx) + i;
+        P v;
+        if constexpr (PDL) *reinterpret_cast<uint4*>(&v) = __ldcg(reinterpret_cast<const uint4*>(src));
+        else v = *src;
+        reinterpret_cast<P*>(xs + static_cast<long long>(r) * k)[i] = v;
+      }
+    __syncthreads();
+  }
+};
+
+template <typename T, typename OutT, int VEC, int MT, int RPW = kRowsPerWarp, int UNROLL = kUnroll, bool XS = true,
+          int MIN_BLOCKS = kMinBlocksPerSm, bool PDL = false>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
+gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
+                int m, int n, int k, long long ldw, long long ldx, long long ldy, int split) {
+  gemv_body<T, OutT, VEC, MT, RPW, UNROLL, XS, PDL>(y, w, x, bias, m, n, k, ldw, ldx, ldy, split,
+                                                   StageCopy<T, VEC, PDL>{x, m, k, ldx});
 }
 
 // Unaligned path (any k, strides, alignment): one row of W per warp, one row of x per grid.y, scalar loads.

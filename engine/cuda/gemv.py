@@ -1,4 +1,5 @@
-"""Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype."""
+"""Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype; and
+the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and-mul; gemv_prologue.cuh)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,23 @@ from functools import cache
 import torch
 
 from engine.cuda import build, ffi
+from engine.cuda.norm import mean_scale
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _L = ctypes.c_longlong
+_F = ctypes.c_float
 
 MAX_ROWS = 8  # the GEMV reads W once per row of x: past a few rows a GEMM is the better kernel
+MAX_STAGED_BYTES = 46 * 1024  # kMaxSmemXBytes: a prologue GEMV builds all its rows of x in shared memory
+VECTOR_BYTES = 16  # kVectorBytes: the prologue GEMVs take the 16-byte path only
 
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
+    "vt_gemv_gemv_pdl": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
+    "vt_gemv_add_rms_norm_gemv": [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _L, _L, _F, _F, _I, _I, _I, _P],
+    "vt_gemv_silu_mul_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
 }
 
 
@@ -34,6 +42,7 @@ def linear(
     weight: torch.Tensor,  # weight: [out_features, in_features], x.dtype, last dim contiguous
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
+    pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
 ) -> torch.Tensor:  # [..., out_features], out_dtype
     """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
     if not x.is_cuda:
@@ -61,7 +70,7 @@ def linear(
     ldw = weight.stride(0) if n > 1 else k
     ldx = x2.stride(0) if m > 1 else k
     lib = _lib()
-    rc = lib.vt_gemv_gemv(
+    args = [
         ffi.ptr(y),
         ffi.ptr(weight),
         ffi.ptr(x2),
@@ -74,7 +83,150 @@ def linear(
         n,
         ffi.dtype_code(x, "x"),
         ffi.dtype_code(y, "out_dtype"),
+    ]
+    name = "vt_gemv_gemv_pdl" if pdl else "vt_gemv_gemv"
+    rc = getattr(lib, name)(*args, *([1] if pdl else []), ffi.stream(x.device))
+    ffi.check(rc, name, lib, "gemv")
+    return y.view(*x.shape[:-1], n)
+
+
+def prologue_fits(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+    """What a prologue GEMV needs: 1 to MAX_ROWS rows whose K values fit in shared memory, a row-major W, and k,
+    W's and each input's row stride multiples of one 16-byte vector (bases aligned)."""
+    elt = weight.element_size()
+    vec = VECTOR_BYTES // elt
+    if not 1 <= rows <= MAX_ROWS or rows * k * elt > MAX_STAGED_BYTES or k % vec:
+        return False
+    tensors = (weight, *rows_of)
+    return weight.stride(-1) == 1 and all(
+        t.stride(-1) == 1 and t.data_ptr() % VECTOR_BYTES == 0 and (t.dim() < 2 or t.stride(-2) % vec == 0)
+        for t in tensors
+    )
+
+
+def _rows(t: torch.Tensor, name: str, k: int) -> torch.Tensor:
+    """`t` as [rows, k] with a contiguous last dim; a copy only where no such view exists."""
+    if t.shape[-1] != k:
+        raise ValueError(f"{name}: last dim is {t.shape[-1]}, expected {k}")
+    t2 = t.reshape(-1, k)
+    if t2.stride(-1) != 1 or (t2.shape[0] > 1 and t2.stride(0) < k):
+        t2 = t2.contiguous()
+    return t2
+
+
+def _row_stride(t: torch.Tensor) -> int:
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def _check_weight(weight: torch.Tensor, x: torch.Tensor, k: int, bias: torch.Tensor | None) -> int:
+    ffi.require(weight, "weight", dim=2, dtype=x.dtype, device=x.device, contiguous=False)
+    if weight.shape[1] != k:
+        raise ValueError(f"weight: dim 1 is {weight.shape[1]} but the GEMV's in_features is {k}")
+    if weight.stride(1) != 1:
+        raise ValueError(f"weight: last dim must be contiguous (strides {weight.stride()})")
+    if bias is not None:
+        ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=x.device)
+        if bias.shape[0] != weight.shape[0]:
+            raise ValueError(f"bias: dim 0 is {bias.shape[0]} but weight's out_features is {weight.shape[0]}")
+    return weight.shape[0]
+
+
+def add_rms_norm_linear(
+    x: torch.Tensor,  # x: [..., hidden], the sublayer output
+    residual: torch.Tensor | None,  # residual: [..., hidden] or None (the first layer: the norm of x alone)
+    norm_weight: torch.Tensor,  # norm_weight: [hidden], x.dtype
+    eps: float,
+    weight: torch.Tensor,  # weight: [out_features, hidden], x.dtype, row-major
+    bias: torch.Tensor | None = None,  # bias: [out_features]
+    pdl: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features], new_residual [..., hidden]), x.dtype
+    """`linear(rms_norm(x + residual), weight, bias)` in one launch, and the new residual `x + residual`
+    (x itself when residual is None); the same bits as the norm kernel then the GEMV kernel."""
+    if x.dim() < 1:
+        raise ValueError("x: expected at least 1 dim, got a scalar")
+    k = x.shape[-1]
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
+    if tuple(norm_weight.shape) != (k,):
+        raise ValueError(f"norm_weight: shape {tuple(norm_weight.shape)} != (hidden,) = ({k},)")
+    if not x.is_cuda:
+        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    n = _check_weight(weight, x, k, bias)
+    ffi.require(norm_weight, "norm_weight", dim=1, dtype=x.dtype, device=x.device)
+    x2 = _rows(x, "x", k)
+    r2 = _rows(residual, "residual", k) if residual is not None else None
+    m = x2.shape[0]
+    if not prologue_fits(m, k, weight, x2, *([r2] if r2 is not None else [])):
+        raise ValueError(
+            f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
+        )
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
+    lib = _lib()
+    rc = lib.vt_gemv_add_rms_norm_gemv(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(bias) if bias is not None else None,
+        ffi.ptr(x2),
+        ffi.ptr(r2) if r2 is not None else None,
+        ffi.ptr(r_out) if r_out is not None else None,
+        ffi.ptr(norm_weight),
+        m,
+        n,
+        k,
+        weight.stride(0) if n > 1 else k,
+        _row_stride(x2),
+        _row_stride(r2) if r2 is not None else k,
+        k,
+        n,
+        mean_scale(m, k),
+        eps,
+        ffi.dtype_code(x, "x"),
+        ffi.dtype_code(y, "y"),
+        int(pdl),
         ffi.stream(x.device),
     )
-    ffi.check(rc, "vt_gemv_gemv", lib, "gemv")
-    return y.view(*x.shape[:-1], n)
+    ffi.check(rc, "vt_gemv_add_rms_norm_gemv", lib, "gemv")
+    new_residual = r_out.view(x.shape) if r_out is not None else x
+    return y.view(*x.shape[:-1], n), new_residual
+
+
+def silu_mul_linear(
+    gate_up: torch.Tensor,  # gate_up: [..., 2 * intermediate] (gate first)
+    weight: torch.Tensor,  # weight: [out_features, intermediate], gate_up.dtype, row-major
+    bias: torch.Tensor | None = None,  # bias: [out_features]
+    pdl: bool = False,
+) -> torch.Tensor:  # [..., out_features], gate_up.dtype
+    """`linear(silu_and_mul(gate_up), weight, bias)` in one launch; the same bits as the two kernels."""
+    if gate_up.dim() < 1 or gate_up.shape[-1] % 2:
+        raise ValueError(f"gate_up: last dim must be even (gate, up), got shape {tuple(gate_up.shape)}")
+    k = gate_up.shape[-1] // 2
+    if not gate_up.is_cuda:
+        raise ValueError(f"gate_up: expected a CUDA tensor, got device {gate_up.device}")
+    n = _check_weight(weight, gate_up, k, bias)
+    g2 = _rows(gate_up, "gate_up", 2 * k)
+    m = g2.shape[0]
+    if not prologue_fits(m, k, weight, g2):
+        raise ValueError(
+            f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
+        )
+    y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
+    lib = _lib()
+    rc = lib.vt_gemv_silu_mul_gemv(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(bias) if bias is not None else None,
+        ffi.ptr(g2),
+        m,
+        n,
+        k,
+        weight.stride(0) if n > 1 else k,
+        _row_stride(g2),
+        n,
+        ffi.dtype_code(gate_up, "gate_up"),
+        ffi.dtype_code(y, "y"),
+        int(pdl),
+        ffi.stream(gate_up.device),
+    )
+    ffi.check(rc, "vt_gemv_silu_mul_gemv", lib, "gemv")
+    return y.view(*gate_up.shape[:-1], n)

@@ -5,6 +5,7 @@ namespace {
 
 constexpr long long kMaxBlocks = 2147483647LL;  // CUDA's limit on gridDim.x
 constexpr const char* kDtypeError = "rope: dtype code %d is not 0 (fp32), 1 (bf16) or 2 (fp16)";
+constexpr int kRowThreads = vt_rope::kWarpsPerBlock * vt_rope::kWarpSize;  // the fused kernels: a warp per head row
 
 struct RopeArgs {
   void* out;
@@ -39,8 +40,7 @@ void launch_rope(const RopeArgs& a, cudaStream_t stream) {
 
 template <typename T>
 void launch_fused(const RopeArgs& a, cudaStream_t stream) {
-  constexpr int threads = vt_rope::kWarpsPerBlock * vt_rope::kWarpSize;
-  vt_rope::qk_norm_rope_kernel<T><<<static_cast<unsigned>(a.blocks), threads, 0, stream>>>(
+  vt_rope::qk_norm_rope_kernel<T><<<static_cast<unsigned>(a.blocks), kRowThreads, 0, stream>>>(
       static_cast<T*>(a.out), static_cast<const T*>(a.x), static_cast<const T*>(a.weight),
       static_cast<const T*>(a.cos), static_cast<const T*>(a.sin), a.tokens, a.heads, a.head_dim, a.x_tok, a.x_head,
       a.mean_scale, a.eps);
@@ -92,4 +92,40 @@ VT_EXPORT int vt_rope_qk_norm_rope(void* out, const void* x, const void* weight,
     default: return vt::fail(vt::kUnsupported, kDtypeError, dtype);
   }
   return vt::launch_status("vt_rope_qk_norm_rope");
+}
+
+// One launch for a decode layer's q and k: qk_norm + neox RoPE of q (-> q_out) and of k (-> k_out and the k cache
+// slot), and v copied to the v cache slot. q/k/v: [tokens, heads or kv_heads, head_dim] with their (token, head)
+// strides, last dim contiguous; q_out, k_out: contiguous; q_weight, k_weight: [head_dim]; cos, sin: [tokens,
+// head_dim] contiguous; caches: [blocks, block_size, kv_heads, head_dim] contiguous; slots: [tokens] int64 (-1 skips;
+// not range-checked); q_mean_scale, k_mean_scale: torch's mean factors of the q and k norms.
+VT_EXPORT int vt_rope_qkv_norm_rope_store(void* q_out, void* k_out, void* k_cache, void* v_cache, const void* q,
+                                          const void* k, const void* v, const void* q_weight, const void* k_weight,
+                                          const void* cos, const void* sin, const void* slots, long long tokens,
+                                          int heads, int kv_heads, int head_dim, long long q_tok, long long q_head,
+                                          long long k_tok, long long k_head, long long v_tok, long long v_head,
+                                          float q_mean_scale, float k_mean_scale, float eps, int dtype, void* stream) {
+  if (int rc = check_args(tokens, heads, head_dim, q_tok, q_head)) return rc;
+  if (int rc = check_args(tokens, kv_heads, head_dim, k_tok, k_head)) return rc;
+  if (int rc = check_args(tokens, kv_heads, head_dim, v_tok, v_head)) return rc;
+  constexpr int max_dim = 2 * vt_rope::kWarpSize * vt_rope::kMaxPairsPerLane;
+  if (head_dim > max_dim)
+    return vt::fail(vt::kUnsupported, "rope: fused q/k norm supports head_dim <= %d (got %d)", max_dim, head_dim);
+  if (tokens == 0) return vt::kOk;
+  const long long rows = tokens * (heads + 2LL * kv_heads);
+  const long long blocks = (rows + vt_rope::kWarpsPerBlock - 1) / vt_rope::kWarpsPerBlock;
+  if (blocks > kMaxBlocks) return vt::fail(vt::kBadArgument, "rope: %lld rows exceed one launch", rows);
+  const vt_rope::QkvArgs a{q_out,    k_out,    k_cache, v_cache, q,      k,      v,
+                           q_weight, k_weight, cos,     sin,     static_cast<const long long*>(slots),
+                           tokens,   heads,    kv_heads, head_dim, q_tok, q_head, k_tok, k_head, v_tok, v_head,
+                           q_mean_scale, k_mean_scale, eps};
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto grid = static_cast<unsigned>(blocks);
+  switch (dtype) {
+    case vt::kF32: vt_rope::qkv_norm_rope_store_kernel<float><<<grid, kRowThreads, 0, s>>>(a); break;
+    case vt::kBF16: vt_rope::qkv_norm_rope_store_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, s>>>(a); break;
+    case vt::kF16: vt_rope::qkv_norm_rope_store_kernel<__half><<<grid, kRowThreads, 0, s>>>(a); break;
+    default: return vt::fail(vt::kUnsupported, kDtypeError, dtype);
+  }
+  return vt::launch_status("vt_rope_qkv_norm_rope_store");
 }

@@ -1,4 +1,4 @@
-"""Binding for the RoPE kernels (rope.cu): neox RoPE, and Qwen3's q/k RMSNorm fused with it, on CUDA tensors."""
+"""Binding for the RoPE kernels (rope.cu): neox RoPE, Qwen3's q/k RMSNorm fused with it, and q/k norm + RoPE + KV store."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ _I = ctypes.c_int
 _L = ctypes.c_longlong
 _F = ctypes.c_float
 
+MAX_FUSED_HEAD_DIM = 512  # 2 * kWarpSize * kMaxPairsPerLane: a head row in one warp's registers
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to rope.cu)
     "vt_rope_neox": [_P, _P, _P, _P, _L, _I, _I, _L, _L, _I, _P],
     "vt_rope_qk_norm_rope": [_P, _P, _P, _P, _P, _L, _I, _I, _L, _L, _F, _F, _I, _P],
+    "vt_rope_qkv_norm_rope_store": [_P] * 12 + [_L, _I, _I, _I] + [_L] * 6 + [_F, _F, _F, _I, _P],
 }
 
 
@@ -117,3 +119,98 @@ def qk_norm_rope(
     )
     ffi.check(rc, "vt_rope_qk_norm_rope", lib, "rope")
     return out
+
+
+def qkv_norm_rope_store(
+    q: torch.Tensor,  # q: [tokens, heads, head_dim], last dim contiguous (a view of the merged q/k/v row is fine)
+    k: torch.Tensor,  # k: [tokens, kv_heads, head_dim]
+    v: torch.Tensor,  # v: [tokens, kv_heads, head_dim]
+    q_weight: torch.Tensor,  # q_weight: [head_dim]
+    k_weight: torch.Tensor,  # k_weight: [head_dim]
+    cos: torch.Tensor,  # cos: [tokens, head_dim], q.dtype
+    sin: torch.Tensor,  # sin: [tokens, head_dim], q.dtype
+    eps: float,
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, kv_heads, head_dim] contiguous, q.dtype
+    v_cache: torch.Tensor,  # v_cache: same as k_cache
+    slot_mapping: torch.Tensor,  # slot_mapping: [tokens] int32/int64; -1 skips the token's cache writes
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q_out [tokens, heads, head_dim], k_out [tokens, kv_heads, head_dim])
+    """`qk_norm_rope` of q and of k, and `store_kv(k_out, v, ...)`, in one launch; slots are not range-checked."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3 or t.stride(-1) != 1:
+            raise ValueError(
+                f"{name}: expected [tokens, heads, head_dim] with a contiguous last dim, got shape "
+                f"{tuple(t.shape)} strides {t.stride()}"
+            )
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: dtype {t.dtype} != q's {q.dtype}")
+    tokens, heads, d = q.shape
+    if k.shape[0] != tokens or k.shape[2] != d or v.shape != k.shape:
+        raise ValueError(f"k, v: shapes {tuple(k.shape)}, {tuple(v.shape)} do not pair with q's {tuple(q.shape)}")
+    if d % 2:
+        raise ValueError(f"q: head_dim must be even, got {d}")
+    for name, t in (("q_weight", q_weight), ("k_weight", k_weight)):
+        if tuple(t.shape) != (d,):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} != (head_dim,) = ({d},)")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if tuple(t.shape) != (tokens, d):
+            raise ValueError(f"{name}: shape {tuple(t.shape)} != (tokens, head_dim) = {(tokens, d)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4 or tuple(t.shape[2:]) != (k.shape[1], d) or not t.is_contiguous():
+            raise ValueError(
+                f"{name}: expected a contiguous [blocks, block_size, {k.shape[1]}, {d}], got shape {tuple(t.shape)}"
+            )
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache's {tuple(k_cache.shape)}")
+    if tuple(slot_mapping.shape) != (tokens,):
+        raise ValueError(f"slot_mapping: shape {tuple(slot_mapping.shape)} != (tokens,) = ({tokens},)")
+    if not q.is_cuda:
+        raise ValueError(f"q: expected a CUDA tensor, got device {q.device}")
+    for name, t in (
+        ("k", k),
+        ("v", v),
+        ("q_weight", q_weight),
+        ("k_weight", k_weight),
+        ("cos", cos),
+        ("sin", sin),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+    ):
+        ffi.require(t, name, dim=t.dim(), dtype=q.dtype, device=q.device, contiguous=False)
+    slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()  # held until the launch
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=q.dtype, device=q.device)
+    (q_tok, q_head), (k_tok, k_head), (v_tok, v_head) = _strides(q), _strides(k), _strides(v)
+    lib = _lib()
+    rc = lib.vt_rope_qkv_norm_rope_store(
+        ffi.ptr(q_out),
+        ffi.ptr(k_out),
+        ffi.ptr(k_cache),
+        ffi.ptr(v_cache),
+        ffi.ptr(q),
+        ffi.ptr(k),
+        ffi.ptr(v),
+        ffi.ptr(q_weight),
+        ffi.ptr(k_weight),
+        ffi.ptr(cos),
+        ffi.ptr(sin),
+        ffi.ptr(slots),
+        tokens,
+        heads,
+        k.shape[1],
+        d,
+        q_tok,
+        q_head,
+        k_tok,
+        k_head,
+        v_tok,
+        v_head,
+        mean_scale(tokens * heads, d),
+        mean_scale(tokens * k.shape[1], d),
+        eps,
+        ffi.dtype_code(q, "q"),
+        ffi.stream(q.device),
+    )
+    ffi.check(rc, "vt_rope_qkv_norm_rope_store", lib, "rope")
+    return q_out, k_out

@@ -42,24 +42,46 @@ class Qwen3Attention(nn.Module):
 
     def forward(
         self,
-        hidden: torch.Tensor,  # [tokens, hidden]
+        hidden: torch.Tensor,  # [tokens, hidden], normalised
         cos_sin: tuple[torch.Tensor, torch.Tensor],  # each [tokens, head_dim]
         batch: ForwardBatch,
     ) -> torch.Tensor:
-        t, flags = hidden.shape[0], batch.flags
+        flags = batch.flags
         if merged_projections(hidden, flags):
             q, k, v = self.qkv_proj(hidden, flags).split(self.qkv_proj.sizes, dim=-1)
         else:
             q, k, v = self.q_proj(hidden, flags), self.k_proj(hidden, flags), self.v_proj(hidden, flags)
+        return self.attend(q, k, v, cos_sin, batch)
+
+    def attend(
+        self,
+        q: torch.Tensor,  # [tokens, heads * head_dim]
+        k: torch.Tensor,  # [tokens, kv_heads * head_dim]
+        v: torch.Tensor,  # [tokens, kv_heads * head_dim]
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+    ) -> torch.Tensor:  # [tokens, hidden]: after o_proj
+        t, flags = q.shape[0], batch.flags
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         cos, sin = cos_sin
-        # one fused launch each under VT_QK_NORM_ROPE_FUSED
-        q = kernels.qk_norm_rope(flags, q, self.q_norm.weight, cos, sin, self.eps)
-        k = kernels.qk_norm_rope(flags, k, self.k_norm.weight, cos, sin, self.eps)
         k_cache, v_cache = batch.kv_caches[self.layer_idx]
-        kernels.store_kv(flags, k, v, k_cache, v_cache, batch.slot_mapping)
+        # q and k norm + RoPE, k and v into the cache: one launch under VT_QKV_ROPE_STORE
+        q, k = kernels.qkv_norm_rope_store(
+            flags,
+            q,
+            k,
+            v,
+            self.q_norm.weight,
+            self.k_norm.weight,
+            cos,
+            sin,
+            self.eps,
+            k_cache,
+            v_cache,
+            batch.slot_mapping,
+        )
         if batch.is_prefill and batch.device_lens is not None:
             o = self.step_attention(q, k, v, k_cache, v_cache, batch)
         elif batch.is_prefill and batch.prefix_lens is not None and any(batch.prefix_lens):
@@ -143,6 +165,14 @@ class Qwen3MLP(nn.Module):
             gate_up = self.gate_up_proj(x, flags)
         else:
             gate_up = torch.cat([self.gate_proj(x, flags), self.up_proj(x, flags)], dim=-1)
+        return self.down(gate_up, flags)
+
+    def down(
+        self, gate_up: torch.Tensor, flags: FlagSnapshot
+    ) -> torch.Tensor:  # [tokens, 2 * inter] -> [tokens, hidden]
+        """SiLU-and-mul then down_proj: one launch under VT_ACT_GEMV (a dense down_proj)."""
+        if isinstance(self.down_proj, Linear):
+            return kernels.silu_mul_linear(flags, gate_up, self.down_proj.weight, self.down_proj.bias)
         return self.down_proj(kernels.silu_and_mul(flags, gate_up), flags)
 
 
@@ -164,15 +194,37 @@ class Qwen3DecoderLayer(nn.Module):
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        ln, flags = self.input_layernorm, batch.flags
-        if residual is None:
-            residual, hidden = hidden, ln(hidden, flags)
+        flags, attn, mlp = batch.flags, self.self_attn, self.mlp
+        ln = self.input_layernorm
+        if _norm_folds(attn.qkv_proj, hidden, flags):  # the norm in the q/k/v GEMV's prologue under VT_NORM_GEMV
+            qkv, residual = norm_linear(flags, hidden, residual, ln, attn.qkv_proj)
+            q, k, v = qkv.split(attn.qkv_proj.sizes, dim=-1)
+            hidden = attn.attend(q, k, v, cos_sin, batch)
         else:
-            hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-        hidden = self.self_attn(hidden, cos_sin, batch)
+            if residual is None:
+                residual, hidden = hidden, ln(hidden, flags)
+            else:
+                hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
+            hidden = attn(hidden, cos_sin, batch)
         ln = self.post_attention_layernorm
+        if isinstance(mlp, Qwen3MLP) and _norm_folds(mlp.gate_up_proj, hidden, flags):
+            gate_up, residual = norm_linear(flags, hidden, residual, ln, mlp.gate_up_proj)
+            return mlp.down(gate_up, flags), residual
         hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-        return self.mlp(hidden, flags), residual
+        return mlp(hidden, flags), residual
+
+
+def _norm_folds(proj: MergedLinear, hidden: torch.Tensor, flags: FlagSnapshot) -> bool:
+    """Whether a pre-norm and the merged projection after it run as one op (add_rms_norm_linear): a dense merged
+    weight on a GPU with VT_MERGED_PROJ (counted as the merged switch, as the separate path counts it)."""
+    return not proj.quantized and merged_projections(hidden, flags)
+
+
+def norm_linear(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, proj: MergedLinear
+) -> tuple[torch.Tensor, torch.Tensor]:  # (proj(norm(x + residual)) [tokens, sum(out)], new residual)
+    assert proj.weight is not None  # dense: a merged weight
+    return kernels.add_rms_norm_linear(flags, x, residual, norm.weight, norm.eps, proj.weight, proj.bias)
 
 
 class Qwen3Model(nn.Module):

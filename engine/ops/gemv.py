@@ -1,4 +1,5 @@
-"""Dtype-faithful linear and embedding lookup: the references of the decode GEMV family (row KERNEL-GEMV).
+"""Dtype-faithful linear and embedding lookup: the references of the decode GEMV family (row KERNEL-GEMV), and the
+linear with the op before it (a pre-norm, the gated activation) that the prologue GEMVs fold in (row ENGINE-PERF).
 
 Each op has its reference and, beside it, its entry check (`check_<op>`), which the kernel table
 (engine/kernels.py) runs once before it picks an arm.
@@ -10,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor, values_checkable
+from engine.ops.act import check_silu_and_mul, silu_and_mul
+from engine.ops.norm import check_fused_add_rms_norm, check_rms_norm, fused_add_rms_norm, rms_norm
 
 
 def linear(
@@ -55,3 +58,58 @@ def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= weight.shape[0]:
             raise IndexError(f"ids: values span [{lo}, {hi}] outside the vocab [0, {weight.shape[0]})")
+
+
+def add_rms_norm_linear(
+    x: torch.Tensor,  # x: [..., hidden], the sublayer output (the embedding before the first layer)
+    residual: torch.Tensor | None,  # residual: [..., hidden], the running sum; None before the first layer
+    norm_weight: torch.Tensor,  # norm_weight: [hidden], x.dtype
+    eps: float,
+    weight: torch.Tensor,  # weight: [out_features, hidden], x.dtype
+    bias: torch.Tensor | None = None,  # bias: [out_features]
+) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features], new_residual [..., hidden]), x.dtype
+    """A decoder layer's pre-norm and the projection after it: `linear(rms_norm(x + residual))`.
+
+    `fused_add_rms_norm`'s rounding points (the sum rounded to x.dtype, then `rms_norm`'s), then `linear`'s
+    one rounding. With no residual the norm is of x alone and the new residual is x itself.
+    """
+    if residual is None:
+        normed, new_residual = rms_norm(x, norm_weight, eps), x
+    else:
+        normed, new_residual = fused_add_rms_norm(x, residual, norm_weight, eps)
+    return linear(normed, weight, bias), new_residual
+
+
+def check_add_rms_norm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> None:
+    if residual is None:
+        check_rms_norm(x, norm_weight, eps)
+    else:
+        check_fused_add_rms_norm(x, residual, norm_weight, eps)
+    check_linear(x, weight, bias)
+
+
+def silu_mul_linear(
+    gate_up: torch.Tensor,  # gate_up: [..., 2 * intermediate] (gate first)
+    weight: torch.Tensor,  # weight: [out_features, intermediate], gate_up.dtype
+    bias: torch.Tensor | None = None,  # bias: [out_features]
+) -> torch.Tensor:  # [..., out_features], gate_up.dtype
+    """The gated MLP's down projection of its activation: `linear(silu_and_mul(gate_up))`, both ops' roundings."""
+    return linear(silu_and_mul(gate_up), weight, bias)
+
+
+def check_silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    check_silu_and_mul(gate_up)
+    check_tensor(weight, "weight", ndim=2)
+    check_same_dtype(weight, "weight", gate_up, "gate_up")
+    check_dim(weight, "weight", 1, gate_up.shape[-1] // 2, "gate_up's intermediate size (last dim / 2)")
+    if bias is not None:
+        check_tensor(bias, "bias", ndim=1)
+        check_same_dtype(bias, "bias", gate_up, "gate_up")
+        check_dim(bias, "bias", 0, weight.shape[0], "weight's out_features")

@@ -7,6 +7,7 @@ import functools
 import torch
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
+from engine.ops.kv_store import check_store_kv, store_kv
 from engine.ops.norm import check_qk_norm, qk_norm
 
 
@@ -83,6 +84,48 @@ def qk_norm_rope(
 def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float) -> None:
     check_qk_norm(x, weight, eps)
     check_apply_rope_neox(x, cos, sin)
+
+
+def qkv_norm_rope_store(
+    q: torch.Tensor,  # q: [tokens, heads, head_dim]
+    k: torch.Tensor,  # k: [tokens, kv_heads, head_dim]
+    v: torch.Tensor,  # v: [tokens, kv_heads, head_dim]
+    q_weight: torch.Tensor,  # q_weight: [head_dim]
+    k_weight: torch.Tensor,  # k_weight: [head_dim]
+    cos: torch.Tensor,  # cos: [tokens, head_dim]
+    sin: torch.Tensor,  # sin: [tokens, head_dim]
+    eps: float,
+    k_cache: torch.Tensor,  # k_cache: [num_blocks, block_size, kv_heads, head_dim]
+    v_cache: torch.Tensor,  # v_cache: same as k_cache
+    slot_mapping: torch.Tensor,  # slot_mapping: [tokens] int32/int64; -1 skips the token
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k) after norm and RoPE, x.dtype
+    """A decoder layer's q/k path and its KV store: `qk_norm_rope` of q and of k, then `store_kv(k, v, ...)`.
+
+    Each op's rounding points; the cache gets the rotated k exactly as returned. The fused CUDA arm
+    (VT_QKV_ROPE_STORE) is one launch for all three."""
+    q_out = qk_norm_rope(q, q_weight, cos, sin, eps)
+    k_out = qk_norm_rope(k, k_weight, cos, sin, eps)
+    store_kv(k_out, v, k_cache, v_cache, slot_mapping)
+    return q_out, k_out
+
+
+def check_qkv_norm_rope_store(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    check_qk_norm_rope(q, q_weight, cos, sin, eps)
+    check_qk_norm_rope(k, k_weight, cos, sin, eps)
+    check_same_dtype(k, "k", q, "q")
+    check_store_kv(k, v, k_cache, v_cache, slot_mapping)
 
 
 @functools.lru_cache(maxsize=32)

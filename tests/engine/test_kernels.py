@@ -90,11 +90,10 @@ def test_a_runner_passes_its_snapshot_down_and_every_op_is_counted(tiny_model_di
         "embedding",
         "linear",
         "rms_norm",
-        "qk_norm_rope",
-        "store_kv",
+        "qkv_norm_rope_store",  # q/k norm + RoPE and the KV store (the table's ops one by one on a GPU)
         "prefill_attention",
         "paged_decode_attention",
-        "silu_and_mul",
+        "silu_mul_linear",  # SiLU-and-mul then down_proj
         "greedy_argmax",
     ):
         assert ran[(op, "reference")] > 0, op

@@ -72,8 +72,15 @@ def test_merged_path_decodes_the_same_tokens(tiny_checkpoint, monkeypatch: pytes
         calls.append(tuple(x.shape))
         return real(self, x, flags)
 
+    real_norm_linear = qwen3.norm_linear
+
+    def counted_norm_linear(flags, x, residual, norm, proj):  # the pre-norm and a merged GEMM as one op
+        calls.append(tuple(x.shape))
+        return real_norm_linear(flags, x, residual, norm, proj)
+
     monkeypatch.setattr(qwen3, "merged_projections", lambda x, flags: True)  # the GPU route, forced on the CPU
     monkeypatch.setattr(MergedLinear, "forward", counted)
+    monkeypatch.setattr(qwen3, "norm_linear", counted_norm_linear)
     merged = Runner(path, torch.float32, max_batch=2, max_model_len=32).generate(prompts, 8).tokens
     assert merged == separate
     assert calls, "the merged GEMMs never ran"
