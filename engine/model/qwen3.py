@@ -45,9 +45,10 @@ class Qwen3Attention(nn.Module):
         hidden: torch.Tensor,  # [tokens, hidden], normalised
         cos_sin: tuple[torch.Tensor, torch.Tensor],  # each [tokens, head_dim]
         batch: ForwardBatch,
+        merged: bool | None = None,  # the merged-projection switch, when the caller has read it already
     ) -> torch.Tensor:
         flags = batch.flags
-        if merged_projections(hidden, flags):
+        if merged_projections(hidden, flags) if merged is None else merged:
             q, k, v = self.qkv_proj(hidden, flags).split(self.qkv_proj.sizes, dim=-1)
         else:
             q, k, v = self.q_proj(hidden, flags), self.k_proj(hidden, flags), self.v_proj(hidden, flags)
@@ -160,8 +161,8 @@ class Qwen3MLP(nn.Module):
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
         self.down_proj = make_linear(intermediate, hidden, False, dtype, quant)
 
-    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, hidden]
-        if merged_projections(x, flags):
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot, merged: bool | None = None) -> torch.Tensor:
+        if merged_projections(x, flags) if merged is None else merged:  # x: [tokens, hidden]
             gate_up = self.gate_up_proj(x, flags)
         else:
             gate_up = torch.cat([self.gate_proj(x, flags), self.up_proj(x, flags)], dim=-1)
@@ -196,7 +197,8 @@ class Qwen3DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         flags, attn, mlp = batch.flags, self.self_attn, self.mlp
         ln = self.input_layernorm
-        if _norm_folds(attn.qkv_proj, hidden, flags):  # the norm in the q/k/v GEMV's prologue under VT_NORM_GEMV
+        merged = merged_projections(hidden, flags)
+        if merged and not attn.qkv_proj.quantized:  # the norm in the q/k/v GEMV's prologue under VT_NORM_GEMV
             qkv, residual = norm_linear(flags, hidden, residual, ln, attn.qkv_proj)
             q, k, v = qkv.split(attn.qkv_proj.sizes, dim=-1)
             hidden = attn.attend(q, k, v, cos_sin, batch)
@@ -205,24 +207,23 @@ class Qwen3DecoderLayer(nn.Module):
                 residual, hidden = hidden, ln(hidden, flags)
             else:
                 hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-            hidden = attn(hidden, cos_sin, batch)
+            hidden = attn(hidden, cos_sin, batch, merged)
         ln = self.post_attention_layernorm
-        if isinstance(mlp, Qwen3MLP) and _norm_folds(mlp.gate_up_proj, hidden, flags):
+        if not isinstance(mlp, Qwen3MLP):  # the MoE block: router and experts after the norm
+            hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
+            return mlp(hidden, flags), residual
+        merged = merged_projections(hidden, flags)
+        if merged and not mlp.gate_up_proj.quantized:  # ... and in gate/up's
             gate_up, residual = norm_linear(flags, hidden, residual, ln, mlp.gate_up_proj)
             return mlp.down(gate_up, flags), residual
         hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-        return mlp(hidden, flags), residual
-
-
-def _norm_folds(proj: MergedLinear, hidden: torch.Tensor, flags: FlagSnapshot) -> bool:
-    """Whether a pre-norm and the merged projection after it run as one op (add_rms_norm_linear): a dense merged
-    weight on a GPU with VT_MERGED_PROJ (counted as the merged switch, as the separate path counts it)."""
-    return not proj.quantized and merged_projections(hidden, flags)
+        return mlp(hidden, flags, merged), residual
 
 
 def norm_linear(
     flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, proj: MergedLinear
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (proj(norm(x + residual)) [tokens, sum(out)], new residual)
+    """A pre-norm and the dense merged projection after it as one op of the table (add_rms_norm_linear)."""
     assert proj.weight is not None  # dense: a merged weight
     return kernels.add_rms_norm_linear(flags, x, residual, norm.weight, norm.eps, proj.weight, proj.bias)
 
