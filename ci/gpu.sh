@@ -223,6 +223,8 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
   step fuse-numerics 150 $PY -m engine gate kernels --filter fused/ --ledger "$OUT/ledger/fuse-numerics.json"
+  # the fused ops chained under PDL, eager and replayed from a captured CUDA graph, against the default kernels
+  step fuse-gpu-tests 120 $PY -m pytest tests/engine/cuda/test_gemv_prologue.py -m gpu -q -p no:cacheprovider
   step ab-fuse-qkv 60 $PY -m engine bench ab --flag VT_QKV_ROPE_STORE --workload qkv-rope-store "${L[@]}"
   step ab-fuse-norm-qkv 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv "${L[@]}"
   step ab-fuse-norm-gateup 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
@@ -334,6 +336,7 @@ if [[ " $PHASES " == *" fuse "* ]]; then  # the phase's compact table, last
   echo
   echo "fuse: $FUSE_ON"
   grep -E '^[0-9]+/[0-9]+ cases' "$OUT/logs/fuse-numerics.log" | sed 's/^/numerics: /'
+  tail -n 1 "$OUT/logs/fuse-gpu-tests.log" | sed 's/^/gpu-tests: /'
   for n in "${ORDER[@]}"; do
     [[ $n == ab-fuse-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
   done

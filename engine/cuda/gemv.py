@@ -1,5 +1,5 @@
 """Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype; and
-the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and-mul; gemv_prologue.cuh)."""
+the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and-mul; gemv_prologue.cu)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,32 @@ VECTOR_BYTES = 16  # kVectorBytes: the prologue GEMVs take the 16-byte path only
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
     "vt_gemv_gemv_pdl": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
-    "vt_gemv_add_rms_norm_gemv": [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _L, _L, _F, _F, _I, _I, _I, _P],
-    "vt_gemv_silu_mul_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
+}
+PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launchers
+    "vt_gemv_prologue_add_rms_norm": [
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _P,
+        _I,
+        _I,
+        _I,
+        _L,
+        _L,
+        _L,
+        _L,
+        _L,
+        _F,
+        _F,
+        _I,
+        _I,
+        _I,
+        _P,
+    ],
+    "vt_gemv_prologue_silu_mul": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
 }
 
 
@@ -33,6 +57,14 @@ SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to ge
 def _lib() -> ctypes.CDLL:
     lib = build.load("gemv.cu")
     for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
+    return lib
+
+
+@cache
+def _prologue_lib() -> ctypes.CDLL:
+    lib = build.load("gemv_prologue.cu")
+    for name, argtypes in PROLOGUE_SIGNATURES.items():
         ffi.bind(lib, name, argtypes)
     return lib
 
@@ -162,8 +194,8 @@ def add_rms_norm_linear(
         )
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
-    lib = _lib()
-    rc = lib.vt_gemv_add_rms_norm_gemv(
+    lib = _prologue_lib()
+    rc = lib.vt_gemv_prologue_add_rms_norm(
         ffi.ptr(y),
         ffi.ptr(weight),
         ffi.ptr(bias) if bias is not None else None,
@@ -186,7 +218,7 @@ def add_rms_norm_linear(
         int(pdl),
         ffi.stream(x.device),
     )
-    ffi.check(rc, "vt_gemv_add_rms_norm_gemv", lib, "gemv")
+    ffi.check(rc, "vt_gemv_prologue_add_rms_norm", lib, "gemv_prologue")
     new_residual = r_out.view(x.shape) if r_out is not None else x
     return y.view(*x.shape[:-1], n), new_residual
 
@@ -211,8 +243,8 @@ def silu_mul_linear(
             f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
         )
     y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
-    lib = _lib()
-    rc = lib.vt_gemv_silu_mul_gemv(
+    lib = _prologue_lib()
+    rc = lib.vt_gemv_prologue_silu_mul(
         ffi.ptr(y),
         ffi.ptr(weight),
         ffi.ptr(bias) if bias is not None else None,
@@ -228,5 +260,5 @@ def silu_mul_linear(
         int(pdl),
         ffi.stream(gate_up.device),
     )
-    ffi.check(rc, "vt_gemv_silu_mul_gemv", lib, "gemv")
+    ffi.check(rc, "vt_gemv_prologue_silu_mul", lib, "gemv_prologue")
     return y.view(*gate_up.shape[:-1], n)

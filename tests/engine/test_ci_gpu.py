@@ -230,3 +230,26 @@ def test_reach_phase_builds_runs_the_gate_and_prints_its_table_last(tmp_path: Pa
     assert argv.startswith("argv: -m engine gate reach --device cuda --dtype bfloat16 --out ")
     assert "--time-limit 200" in argv
     assert done.stdout.rstrip().splitlines()[-1].startswith("reach ")  # the step table; the fake prints no arm table
+
+
+def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_and_on(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["fuse"])
+    assert done.returncode == 0, done.stderr
+    assert "gate kernels --filter fused/ --ledger" in log(tmp_path, "fuse-numerics")
+    for step, args in (
+        ("ab-fuse-qkv", "--flag VT_QKV_ROPE_STORE --workload qkv-rope-store"),
+        ("ab-fuse-norm-qkv", "--flag VT_NORM_GEMV --workload norm-gemv --ledger"),
+        ("ab-fuse-norm-gateup", "--flag VT_NORM_GEMV --workload norm-gemv --shape n=6144"),
+        ("ab-fuse-act-down", "--flag VT_ACT_GEMV --workload act-gemv"),
+        ("ab-fuse-pdl-o", "--flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048"),
+        ("ab-fuse-pdl-prologue", "--flag VT_GEMV_PDL --workload norm-gemv"),
+    ):
+        assert args in log(tmp_path, step), step
+    on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_ACT_GEMV=1,VT_GEMV_PDL=1"
+    assert f"bench step_arms --flags {on} --steps 16" in log(tmp_path, "fuse-tokens-b1")
+    assert f"bench step_arms --flags {on} --batch 32 --steps 8" in log(tmp_path, "fuse-tokens-b32")
+    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset" in log(tmp_path, "fuse-decode-b1-off")
+    assert "bench decode --no-oracle --steps 32 --profile" in log(tmp_path, "fuse-decode-b1-on")
+    assert "--batch 32 --steps 16" in log(tmp_path, "fuse-decode-b32-on")
+    assert done.stdout.splitlines()[-1].startswith(("decode-b32-on", "profile-b1-on", "tokens-b32", "fuse:"))
+    assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1" in done.stdout

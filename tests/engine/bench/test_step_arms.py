@@ -1,0 +1,25 @@
+"""`python -m engine bench step_arms`: its settings parser, and on the CPU a run that fails because no arm ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.bench import step_arms
+
+
+def test_settings_parse_as_flag_values_and_a_bad_one_names_itself():
+    assert step_arms.parse_settings("VT_NORM_GEMV=1,VT_GEMV_PDL=0") == {"VT_NORM_GEMV": True, "VT_GEMV_PDL": False}
+    with pytest.raises(ValueError, match=r"--flags 'VT_NOPE=1': expected VT_NAME=VALUE"):
+        step_arms.parse_settings("VT_NOPE=1")
+    with pytest.raises(ValueError, match=r"VT_NORM_GEMV='maybe'"):
+        step_arms.parse_settings("VT_NORM_GEMV=maybe")
+
+
+def test_a_flag_whose_arm_never_ran_fails_even_with_equal_tokens(capsys):
+    # on the CPU every op runs its reference: the tokens agree, and the fused arm provably did not run
+    rc = step_arms.main(["--tiny", "--flags", "VT_QKV_ROPE_STORE=1", "--context", "6", "--steps", "2"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "tokens equal: 1 of 1 sequences" in out
+    assert "arms of VT_QKV_ROPE_STORE: 0 calls" in out
+    assert out.splitlines()[-1] == "step-arms: FAIL (no arm ran: VT_QKV_ROPE_STORE)"

@@ -1,0 +1,179 @@
+"""The prologue GEMVs and the PDL GEMV (engine/cuda/gemv_prologue.cu, gemv.cu): signatures, the bindings' checks on the
+CPU, the launcher's refusals (real nvcc), and on a GPU the fused ops bit for bit against the kernels they replace,
+eager and replayed from a captured CUDA graph."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from engine.cuda import act, build, gemv, norm
+from tests.engine.cuda.signatures import exported
+
+FAMILY = "gemv_prologue"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the prologue GEMV kernels"
+EPS = 1e-6
+
+
+def test_binding_argtypes_match_the_launchers():
+    for source, table in (("gemv_prologue.cu", gemv.PROLOGUE_SIGNATURES), ("gemv.cu", gemv.SIGNATURES)):
+        launchers = exported(build.CUDA_DIR / source)
+        assert set(table) == set(launchers) - {f"vt_{source.removesuffix('.cu')}_last_error"}, source
+        for name, argtypes in table.items():
+            assert argtypes == launchers[name], name
+
+
+def test_the_source_is_in_the_feature_table():
+    assert build.load_table().sources["gemv_prologue.cu"] == "portable"
+
+
+def _norm_args(m: int = 1, k: int = 64, n: int = 16) -> tuple:
+    return (torch.randn(m, k), torch.randn(m, k), torch.ones(k), EPS, torch.randn(n, k))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: (a[0], torch.randn(2, 64), *a[2:]), "residual: shape (2, 64) != x's (1, 64)"),
+        (lambda a: (a[0], a[1], torch.ones(63), *a[3:]), "norm_weight: shape (63,) != (hidden,) = (64,)"),
+        (lambda a: a, "x: expected a CUDA tensor, got device cpu"),
+    ],
+)
+def test_norm_binding_names_the_bad_tensor_before_any_launch(change, message):
+    with pytest.raises(ValueError) as err:
+        gemv.add_rms_norm_linear(*change(_norm_args()))
+    assert str(err.value) == message
+
+
+def test_act_binding_names_the_bad_tensor_before_any_launch():
+    with pytest.raises(ValueError) as err:
+        gemv.silu_mul_linear(torch.randn(1, 63), torch.randn(4, 31))
+    assert str(err.value) == "gate_up: last dim must be even (gate, up), got shape (1, 63)"
+    with pytest.raises(ValueError) as err:
+        gemv.silu_mul_linear(torch.randn(1, 64), torch.randn(4, 32))
+    assert str(err.value) == "gate_up: expected a CUDA tensor, got device cpu"
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "fits"),
+    [(1, 1024, True), (8, 2048, True), (9, 64, False), (8, 3072, False), (1, 1020, False), (7, 3072, True)],
+)
+def test_prologue_fits_rows_in_shared_memory_and_whole_vectors(rows, k, fits):
+    w = torch.empty(16, k, dtype=torch.bfloat16)
+    x = torch.empty(rows, k, dtype=torch.bfloat16)
+    assert gemv.prologue_fits(rows, k, w, x) is fits
+
+
+def test_prologue_fits_refuses_a_transposed_weight_and_odd_strides():
+    w = torch.empty(1024, 16, dtype=torch.bfloat16).T  # [16, 1024], column-major
+    x = torch.empty(2, 1024, dtype=torch.bfloat16)
+    assert not gemv.prologue_fits(2, 1024, w, x)
+    x_odd = torch.empty(2, 1027, dtype=torch.bfloat16)[:, :1024]  # row stride 1027: not whole 16-byte rows
+    assert not gemv.prologue_fits(2, 1024, w.T.contiguous().T.contiguous(), x_odd)
+
+
+def test_launcher_refuses_what_the_fast_path_cannot_take(compiled):
+    p, f = ctypes.c_void_p, ctypes.c_float
+    fn = compiled.vt_gemv_prologue_add_rms_norm
+    fn.argtypes = gemv.PROLOGUE_SIGNATURES["vt_gemv_prologue_add_rms_norm"]
+    err = compiled.vt_gemv_prologue_last_error
+    err.restype = ctypes.c_char_p
+    aligned = p(256)  # never dereferenced: every refusal comes before a launch
+    cases = [
+        (9, 1024, 1024, b"gemv prologue: rows 9 outside [1, 8]"),
+        (1, 1024, 1020, b"gemv prologue: k 1020 and the row strides must be multiples of 8, the bases 16-byte aligned"),
+        (8, 1024, 3072, b"gemv prologue: 8 rows of 3072 in features exceed 47104 bytes of shared memory"),
+    ]
+    for m, n, k, message in cases:
+        rc = fn(
+            aligned, aligned, None, aligned, None, None, aligned, m, n, k, k, k, k, k, n, f(1.0), f(EPS), 1, 1, 0, None
+        )
+        assert rc != 0 and err() == message, (m, n, k)
+    rc = fn(
+        aligned,
+        aligned,
+        None,
+        aligned,
+        aligned,
+        aligned,
+        aligned,
+        1,
+        64,
+        64,
+        64,
+        64,
+        64,
+        64,
+        64,
+        f(1.0),
+        f(EPS),
+        1,
+        1,
+        0,
+        None,
+    )
+    assert rc != 0 and err() == b"gemv prologue: residual_out must not alias x or residual (blocks read them)"
+    rc = fn(
+        aligned,
+        aligned,
+        None,
+        aligned,
+        None,
+        None,
+        aligned,
+        1,
+        64,
+        64,
+        64,
+        64,
+        64,
+        64,
+        64,
+        f(1.0),
+        f(EPS),
+        1,
+        0,
+        0,
+        None,
+    )
+    assert rc != 0 and err() == b"gemv prologue: out dtype code 0 differs from the dtype code 1"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True])
+def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl):
+    g = torch.Generator().manual_seed(0)
+    bf = torch.bfloat16
+    x = torch.randn(1, 1024, generator=g).to(bf).to(cuda)
+    res = torch.randn(1, 1024, generator=g).to(bf).to(cuda)
+    nw = (torch.rand(1024, generator=g) + 0.5).to(bf).to(cuda)
+    w_up = (torch.randn(6144, 1024, generator=g) / 32).to(bf).to(cuda)
+    w_down = (torch.randn(1024, 3072, generator=g) / 55).to(bf).to(cuda)
+    w_o = (torch.randn(1024, 1024, generator=g) / 32).to(bf).to(cuda)
+
+    def fused():  # gate/up with its pre-norm, then down with its activation, then a plain GEMV: a chain of PDL grids
+        gate_up, new_res = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl)
+        down = gemv.silu_mul_linear(gate_up, w_down, pdl=pdl)
+        return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down], dim=-1)
+
+    def separate():
+        normed, new_res = norm.fused_add_rms_norm(x, res, nw, EPS)
+        down = gemv.linear(act.silu_and_mul(gemv.linear(normed, w_up)), w_down)
+        return torch.cat([gemv.linear(down, w_o), new_res, down], dim=-1)
+
+    want = separate()
+    assert torch.equal(fused(), want)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fused()  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
