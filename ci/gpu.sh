@@ -26,7 +26,8 @@
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
 #   its dequantized twin (default flags and each dequant arm), generate and memcheck on each, and the
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
-#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_ACT_GEMV, VT_GEMV_PDL): their
+#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_ACT_GEMV, VT_GEMV_PDL,
+#   VT_GEMV_PERSISTENT): their
 #   numerics cases, each arm's op-level A/B against the default kernels in the same run, the greedy tokens of the
 #   step with all four on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step
 #   off and on against its floor; a compact table last.
@@ -218,7 +219,7 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
-FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1"
+FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
@@ -230,6 +231,10 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   step ab-fuse-norm-gateup 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
   step ab-fuse-act-down 60 $PY -m engine bench ab --flag VT_ACT_GEMV --workload act-gemv "${L[@]}"
   step ab-fuse-pdl-o 60 $PY -m engine bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
+  step ab-fuse-persistent-head 60 $PY -m engine bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
+    --shape n=151936,k=1024 "${L[@]}"
+  step ab-fuse-persistent-gateup 60 $PY -m engine bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
+    --shape n=6144,k=1024 "${L[@]}"
   step ab-fuse-pdl-prologue 60 env VT_NORM_GEMV=1 $PY -m engine bench ab --flag VT_GEMV_PDL --workload norm-gemv \
     "${L[@]}"
   # shellcheck disable=SC2086  # FUSE_ON is a list of NAME=VALUE words

@@ -320,6 +320,12 @@ declare(
     "ENGINE-PERF",
     "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic.",
 )
+declare(
+    "VT_GEMV_PERSISTENT",
+    False,
+    "ENGINE-PERF",
+    "With VT_GEMV: a persistent decode GEMV where a W row fits one batch of loads and K is not split (Qwen3-0.6B's q/k/v, gate/up and head): resident blocks walk the rows with the next row's loads in flight; the same bits as the GEMV kernel.",
+)
 
 
 REFERENCE = FlagSnapshot({"VT_KERNELS": False})  # every op runs its pure-torch reference

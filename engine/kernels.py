@@ -274,6 +274,16 @@ def _gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     return x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
 
 
+def _gemv_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    return _gemv_rows(x, weight, bias) and cuda_gemv.persistent_fits(x, weight)
+
+
+_PERSISTENT_NEEDS = (
+    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight, a row in one batch of loads (K at most 1024 in bf16), "
+    f"and at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
+)
+
+
 def _one_row(x: torch.Tensor, *_: Any, **__: Any) -> bool:
     return x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
 
@@ -578,6 +588,20 @@ linear = Op(
     gemv.linear,
     gemv.check_linear,
     [
+        Arm(
+            "gemv_persistent_pdl",
+            gated_by("VT_GEMV_PERSISTENT", "VT_GEMV_PDL", "VT_GEMV"),
+            _gemv_persistent,
+            _PERSISTENT_NEEDS,
+            partial(cuda_gemv.linear, pdl=True, persistent=True),
+        ),
+        Arm(
+            "gemv_persistent",
+            gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
+            _gemv_persistent,
+            _PERSISTENT_NEEDS,
+            partial(cuda_gemv.linear, persistent=True),
+        ),
         Arm(
             "gemv_pdl",
             gated_by("VT_GEMV_PDL", "VT_GEMV"),

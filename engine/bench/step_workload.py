@@ -51,7 +51,13 @@ TINY = dict(
 )
 STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
 STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
-FUSED_ARMS = ("VT_QKV_ROPE_STORE", "VT_NORM_GEMV", "VT_ACT_GEMV", "VT_GEMV_PDL")  # OFF: fewer launches (ENGINE-PERF)
+FUSED_ARMS = (
+    "VT_QKV_ROPE_STORE",
+    "VT_NORM_GEMV",
+    "VT_ACT_GEMV",
+    "VT_GEMV_PDL",
+    "VT_GEMV_PERSISTENT",
+)  # OFF: fewer launches (ENGINE-PERF)
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
 _RUNNERS: dict[tuple, Runner] = {}  # one model per shape: the input sets share it
 QUANT_METHODS = ("awq", "gptq", "nvfp4")  # the quantized step workloads

@@ -236,7 +236,7 @@ def _gemv_run(snapshot, x, w):
 
 GEMV = Workload(
     name="gemv",
-    flags=("VT_GEMV", "VT_GEMV_PDL"),
+    flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_PERSISTENT"),
     defaults={"n": 4096, "k": 4096},
     make=_gemv_make,
     run=_gemv_run,
@@ -246,6 +246,7 @@ GEMV = Workload(
         "reference": {"VT_GEMV": "0"},
         "gemv-kernel": {"VT_GEMV": "1", "VT_GEMV_PDL": "0"},
         "gemv-pdl": {"VT_GEMV": "1", "VT_GEMV_PDL": "1"},
+        "gemv-persistent": {"VT_GEMV": "1", "VT_GEMV_PERSISTENT": "1"},
     },
 )
 

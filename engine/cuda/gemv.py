@@ -19,11 +19,13 @@ _F = ctypes.c_float
 MAX_ROWS = 8  # the GEMV reads W once per row of x: past a few rows a GEMM is the better kernel
 MAX_STAGED_BYTES = 46 * 1024  # kMaxSmemXBytes: a prologue GEMV builds all its rows of x in shared memory
 VECTOR_BYTES = 16  # kVectorBytes: the prologue GEMVs take the 16-byte path only
+PERSISTENT_MAX_ROW_BYTES = 4 * 32 * VECTOR_BYTES  # kUnroll chunks of a warp's loads: a row in one batch
+SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per SM split K (no persistent path)
 
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
-    "vt_gemv_gemv_pdl": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
+    "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _I, _P],
 }
 PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launchers
     "vt_gemv_prologue_add_rms_norm": [
@@ -75,6 +77,7 @@ def linear(
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
+    persistent: bool = False,  # the persistent fast path where it applies (persistent_fits), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
     """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
     if not x.is_cuda:
@@ -116,10 +119,28 @@ def linear(
         ffi.dtype_code(x, "x"),
         ffi.dtype_code(y, "out_dtype"),
     ]
-    name = "vt_gemv_gemv_pdl" if pdl else "vt_gemv_gemv"
-    rc = getattr(lib, name)(*args, *([1] if pdl else []), ffi.stream(x.device))
+    name = "vt_gemv_gemv_ex" if pdl or persistent else "vt_gemv_gemv"
+    options = [int(pdl), int(persistent)] if name == "vt_gemv_gemv_ex" else []
+    rc = getattr(lib, name)(*args, *options, ffi.stream(x.device))
     ffi.check(rc, name, lib, "gemv")
     return y.view(*x.shape[:-1], n)
+
+
+@cache
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
+    (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
+    n, k = weight.shape
+    rows = x.numel() // max(k, 1)
+    if k * x.element_size() > PERSISTENT_MAX_ROW_BYTES or not x.is_cuda:
+        return False
+    if n < SPLIT_BELOW_WARPS_PER_SM * sm_count(x.device.index or 0):
+        return False
+    return prologue_fits(rows, k, weight, x.reshape(-1, k))
 
 
 def prologue_fits(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:

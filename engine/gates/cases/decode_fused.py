@@ -23,6 +23,9 @@ ROW = "ENGINE-PERF"
 NORM_SHAPES = ((1, 4096, 1024), (1, 6144, 1024), (3, 769, 1024), (8, 83, 2048), (2, 4099, 264))
 # (rows, out_features, intermediate): the down projection, a few rows, odd sizes
 ACT_SHAPES = ((1, 1024, 3072), (4, 1024, 3072), (2, 83, 1000), (1, 4099, 264))
+# (rows, out_features, in_features) of the persistent GEMV: q/k/v, gate/up, the tied head, a few rows, odd N;
+# fp32 K 1024 is past one batch of loads (the launcher keeps the fast path: still the same bits)
+PERSISTENT_SHAPES = ((1, 4096, 1024), (1, 6144, 1024), (1, 151936, 1024), (3, 9001, 1024), (8, 4099, 512))
 # (tokens, heads, kv_heads, head_dim): a decode token of Qwen3-0.6B, a few tokens, an odd head_dim
 QKV_SHAPES = ((1, 16, 8, 128), (7, 8, 2, 64), (5, 3, 1, 18), (3, 32, 8, 256))
 SMALL = {(3, 769, 1024), (2, 83, 1000), (5, 3, 1, 18)}
@@ -89,6 +92,10 @@ def two_kernels_act_gemv(x: Inputs) -> torch.Tensor:
 
 def run_gemv_pdl(x: Inputs) -> torch.Tensor:
     return gemv.linear(x["x"], x["weight"], x["bias"], pdl=True)
+
+
+def run_gemv_persistent(pdl: bool, x: Inputs) -> torch.Tensor:
+    return gemv.linear(x["x"], x["weight"], x["bias"], pdl=pdl, persistent=True)
 
 
 def run_gemv_plain(x: Inputs) -> torch.Tensor:
@@ -226,6 +233,44 @@ def build_cases() -> list[KernelCase]:
                         False,
                     ),
                 ]
+        for m, n, k in PERSISTENT_SHAPES:
+            make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=n == 9001)
+            name = f"fused/gemv_persistent/{dt}/m{m}/n{n}/k{k}" + ("/bias" if n == 9001 else "")
+            cases += [
+                _case(
+                    name,
+                    "gemv_persistent",
+                    "VT_GEMV_PERSISTENT",
+                    dtype,
+                    make,
+                    partial(run_gemv_persistent, False),
+                    ref_linear,
+                    dt,
+                    False,
+                ),
+                _case(
+                    name + "/exact",
+                    "gemv_persistent",
+                    "VT_GEMV_PERSISTENT",
+                    dtype,
+                    make,
+                    partial(run_gemv_persistent, False),
+                    run_gemv_plain,
+                    "exact",
+                    False,
+                ),
+                _case(
+                    name + "/pdl",
+                    "gemv_persistent_pdl",
+                    "VT_GEMV_PDL",
+                    dtype,
+                    make,
+                    partial(run_gemv_persistent, True),
+                    run_gemv_plain,
+                    "exact",
+                    False,
+                ),
+            ]
         for m, n, k in ACT_SHAPES:
             make = partial(act_inputs, dtype=dtype, m=m, n=n, k=k)
             base = f"fused/act_gemv/{dt}/m{m}/n{n}/k{k}"

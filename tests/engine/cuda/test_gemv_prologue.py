@@ -1,6 +1,6 @@
 """The prologue GEMVs and the PDL GEMV (engine/cuda/gemv_prologue.cu, gemv.cu): signatures, the bindings' checks on the
 CPU, the launcher's refusals (real nvcc), and on a GPU the fused ops bit for bit against the kernels they replace,
-eager and replayed from a captured CUDA graph."""
+eager and replayed from a captured CUDA graph (with the persistent GEMV)."""
 
 from __future__ import annotations
 
@@ -153,15 +153,16 @@ def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl
     w_down = (torch.randn(1024, 3072, generator=g) / 55).to(bf).to(cuda)
     w_o = (torch.randn(1024, 1024, generator=g) / 32).to(bf).to(cuda)
 
-    def fused():  # gate/up with its pre-norm, then down with its activation, then a plain GEMV: a chain of PDL grids
+    def fused():  # gate/up with its pre-norm, down with its activation, a persistent and a plain GEMV: PDL grids
         gate_up, new_res = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl)
         down = gemv.silu_mul_linear(gate_up, w_down, pdl=pdl)
-        return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down], dim=-1)
+        head = gemv.linear(down, w_up, pdl=pdl, persistent=True)
+        return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down, head], dim=-1)
 
     def separate():
         normed, new_res = norm.fused_add_rms_norm(x, res, nw, EPS)
         down = gemv.linear(act.silu_and_mul(gemv.linear(normed, w_up)), w_down)
-        return torch.cat([gemv.linear(down, w_o), new_res, down], dim=-1)
+        return torch.cat([gemv.linear(down, w_o), new_res, down, gemv.linear(down, w_up)], dim=-1)
 
     want = separate()
     assert torch.equal(fused(), want)
