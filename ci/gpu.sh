@@ -26,11 +26,11 @@
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
 #   its dequantized twin (default flags and each dequant arm), generate and memcheck on each, and the
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
-#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_ACT_GEMV, VT_GEMV_PDL,
-#   VT_GEMV_PERSISTENT): their
-#   numerics cases, each arm's op-level A/B against the default kernels in the same run, the greedy tokens of the
-#   step with all four on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step
-#   off and on against its floor; a compact table last.
+#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL,
+#   VT_GEMV_PERSISTENT; VT_ACT_GEMV by numerics only): their numerics cases, each arm's op-level A/B against the
+#   default kernels in the same run, each flag's A/B on the whole decode step with the others on, the greedy tokens
+#   of the step with all on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step off
+#   and on against its floor; a compact table last.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -219,7 +219,7 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
-FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1"
+FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
@@ -229,7 +229,9 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   step ab-fuse-qkv 60 $PY -m engine bench ab --flag VT_QKV_ROPE_STORE --workload qkv-rope-store "${L[@]}"
   step ab-fuse-norm-qkv 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv "${L[@]}"
   step ab-fuse-norm-gateup 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
-  step ab-fuse-act-down 60 $PY -m engine bench ab --flag VT_ACT_GEMV --workload act-gemv "${L[@]}"
+  step ab-fuse-glu 60 $PY -m engine bench ab --flag VT_GLU_GEMV --workload glu-gemv "${L[@]}"
+  step ab-fuse-norm-glu 60 env VT_NORM_GEMV=1 $PY -m engine bench ab --flag VT_GLU_GEMV --workload norm-glu-gemv \
+    "${L[@]}"
   step ab-fuse-pdl-o 60 $PY -m engine bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
   step ab-fuse-persistent-head 60 $PY -m engine bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
     --shape n=151936,k=1024 "${L[@]}"
@@ -239,7 +241,14 @@ if [[ " $PHASES " == *" fuse "* ]]; then
     "${L[@]}"
   # shellcheck disable=SC2086  # FUSE_ON is a list of NAME=VALUE words
   step fuse-tokens-b1 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --steps 16
-  step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8
+  # at batch 32 the GEMV arms (at most 8 rows) cannot run: only the q/k/v launch is required
+  step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8 \
+    --require VT_QKV_ROPE_STORE
+  for kv in $FUSE_ON; do  # each flag on the whole step, the others on
+    f=${kv%%=*}
+    # shellcheck disable=SC2086
+    step "ab-step-$f" 150 env ${FUSE_ON/$kv/} $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
+  done
   step fuse-decode-b1-off 150 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
   step fuse-decode-b1-on 240 env $FUSE_ON $PY -m engine bench decode --no-oracle --steps 32 --profile "${L[@]}"
@@ -343,7 +352,7 @@ if [[ " $PHASES " == *" fuse "* ]]; then  # the phase's compact table, last
   grep -E '^[0-9]+/[0-9]+ cases' "$OUT/logs/fuse-numerics.log" | sed 's/^/numerics: /'
   tail -n 1 "$OUT/logs/fuse-gpu-tests.log" | sed 's/^/gpu-tests: /'
   for n in "${ORDER[@]}"; do
-    [[ $n == ab-fuse-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
+    [[ $n == ab-fuse-* || $n == ab-step-VT_* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
   done
   for b in b1 b32; do
     grep -E '^(tokens equal|arms of|step-arms:)' "$OUT/logs/fuse-tokens-$b.log" | sed "s/^/tokens-$b: /"

@@ -321,6 +321,12 @@ declare(
     "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic.",
 )
 declare(
+    "VT_GLU_GEMV",
+    False,
+    "ENGINE-PERF",
+    "With VT_GEMV and VT_MERGED_PROJ: SiLU-and-mul in the gate/up GEMV's epilogue (a warp sums a gate row and its up row, then writes the activation), so the down projection is a plain GEMV; the GEMV and activation kernels' arithmetic, so their bits.",
+)
+declare(
     "VT_GEMV_PERSISTENT",
     False,
     "ENGINE-PERF",

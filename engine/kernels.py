@@ -938,6 +938,61 @@ def _qkv_separately(
     return q, k
 
 
+def _glu_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return cuda_gemv.glu_fits(x2.shape[0], weight, x2)
+
+
+def _norm_glu_fits(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    return _norm_gemv_fits(x, residual, norm_weight, eps, weight, bias) and _glu_fits(x, weight, bias)
+
+
+def _linear_then_act(
+    snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    return silu_and_mul(snapshot, linear(snapshot, x, weight, bias))
+
+
+def _norm_gemv_then_act(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    y, new_residual = add_rms_norm_linear(snapshot, x, residual, norm_weight, eps, weight, bias)
+    return silu_and_mul(snapshot, y), new_residual
+
+
+def _norm_then_glu(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if residual is None:
+        normed, new_residual = rms_norm(snapshot, x, norm_weight, eps), x
+    else:
+        normed, new_residual = fused_add_rms_norm(snapshot, x, residual, norm_weight, eps)
+    return linear_silu_mul(snapshot, normed, weight, bias), new_residual
+
+
+_GLU_NEEDS = (
+    f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major gate/up W "
+    f"with at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
+)
 _PROLOGUE_NEEDS = f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W"
 add_rms_norm_linear = Op(
     gemv.add_rms_norm_linear,
@@ -973,6 +1028,43 @@ silu_mul_linear = Op(
         ),
         Arm("prologue", gated_by("VT_ACT_GEMV", "VT_GEMV"), _act_gemv_fits, _PROLOGUE_NEEDS, cuda_gemv.silu_mul_linear),
         Arm("act_then_linear", gated_by(), _any, KERNEL, _act_then_linear, composite=True),
+    ],
+)
+linear_silu_mul = Op(
+    gemv.linear_silu_mul,
+    gemv.check_linear_silu_mul,
+    [
+        Arm(
+            "glu_pdl",
+            gated_by("VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
+            _glu_fits,
+            _GLU_NEEDS,
+            partial(cuda_gemv.linear_silu_mul, pdl=True),
+        ),
+        Arm("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), _glu_fits, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
+        Arm("linear_then_act", gated_by(), _any, KERNEL, _linear_then_act, composite=True),
+    ],
+)
+add_rms_norm_linear_silu_mul = Op(
+    gemv.add_rms_norm_linear_silu_mul,
+    gemv.check_add_rms_norm_linear_silu_mul,
+    [
+        Arm(
+            "prologue_glu_pdl",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
+            _norm_glu_fits,
+            _GLU_NEEDS,
+            partial(cuda_gemv.add_rms_norm_linear, pdl=True, glu=True),
+        ),
+        Arm(
+            "prologue_glu",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV"),
+            _norm_glu_fits,
+            _GLU_NEEDS,
+            partial(cuda_gemv.add_rms_norm_linear, glu=True),
+        ),
+        Arm("norm_gemv_then_act", gated_by("VT_NORM_GEMV"), _any, KERNEL, _norm_gemv_then_act, composite=True),
+        Arm("norm_then_glu", gated_by(), _any, KERNEL, _norm_then_glu, composite=True),
     ],
 )
 qkv_norm_rope_store = Op(
@@ -1022,6 +1114,8 @@ TABLE: dict[str, Op[..., Any]] = {
         linear,
         add_rms_norm_linear,
         silu_mul_linear,
+        linear_silu_mul,
+        add_rms_norm_linear_silu_mul,
         embedding,
         rms_norm,
         fused_add_rms_norm,
@@ -1051,4 +1145,6 @@ TABLE: dict[str, Op[..., Any]] = {
 
 # One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
 merged_projections = Switch("merged_projections", gated_by("VT_MERGED_PROJ"), "merged")
-SWITCHES: dict[str, Switch] = {s.name: s for s in (merged_projections,)}
+# The gated MLP's activation in its gate/up GEMV's epilogue (engine/model/qwen3.py): the down GEMV then takes it.
+glu_epilogue = Switch("glu_epilogue", gated_by("VT_GLU_GEMV"), "glu")
+SWITCHES: dict[str, Switch] = {s.name: s for s in (merged_projections, glu_epilogue)}

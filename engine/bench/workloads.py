@@ -283,6 +283,42 @@ NORM_GEMV = Workload(
 )
 
 
+def _glu_gemv_run(snapshot, x, residual, norm_weight, w):
+    return kernels.linear_silu_mul(snapshot, x, w)
+
+
+def _norm_glu_gemv_run(snapshot, x, residual, norm_weight, w):
+    return kernels.add_rms_norm_linear_silu_mul(snapshot, x, residual, norm_weight, 1e-6, w)[0]
+
+
+def _glu_bytes(s: Shape, dt: torch.dtype) -> int:  # W once, x (and residual) read, the activation written
+    return (s["n"] * s["k"] + 3 * s["rows"] * s["k"] + s["k"] + s["rows"] * s["n"] // 2) * _elt(dt)
+
+
+GLU_GEMV = Workload(
+    name="glu-gemv",
+    flags=("VT_GLU_GEMV",),
+    defaults={"rows": 1, "n": 6144, "k": 1024},  # Qwen3-0.6B's merged gate/up at decode
+    make=_norm_gemv_make,
+    run=_glu_gemv_run,
+    bytes_moved=_glu_bytes,
+    arms={"two-launches": {"VT_GLU_GEMV": "0"}, "glu": {"VT_GLU_GEMV": "1"}},
+)
+NORM_GLU_GEMV = Workload(
+    name="norm-glu-gemv",
+    flags=(),
+    defaults={"rows": 1, "n": 6144, "k": 1024},
+    make=_norm_gemv_make,
+    run=_norm_glu_gemv_run,
+    bytes_moved=_glu_bytes,
+    arms={
+        "three-launches": {"VT_NORM_GEMV": "0", "VT_GLU_GEMV": "0"},
+        "norm-prologue": {"VT_NORM_GEMV": "1", "VT_GLU_GEMV": "0"},
+        "norm-prologue-glu": {"VT_NORM_GEMV": "1", "VT_GLU_GEMV": "1"},
+    },
+)
+
+
 def _act_gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
     g = torch.Generator(device="cpu").manual_seed(seed)
     gate_up = torch.randn(s["rows"], 2 * s["k"], generator=g).to(dtype)

@@ -87,6 +87,39 @@ int launch_out(int out_dtype, void* y, const void* w, const void* x, const void*
   }
 }
 
+template <typename T, int MT>
+int launch_glu(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw,
+               long long ldx, long long ldy, bool pdl, cudaStream_t stream) {
+  constexpr int vec = vt_gemv::kVectorBytes / sizeof(T);
+  constexpr int min_blocks = MT == 1 ? vt_gemv::kGluBlocksPerSm : vt_gemv::kMinBlocksPerSmRows;
+  const dim3 grid(vt::ceil_div(n, vt_gemv::kWarpsPerBlock));
+  const dim3 block(vt_gemv::kWarpsPerBlock * vt_gemv::kWarpSize);
+  const size_t x_bytes = static_cast<size_t>(m) * k * sizeof(T);
+  auto* yo = static_cast<T*>(y);
+  auto* wi = static_cast<const T*>(w);
+  auto* xi = static_cast<const T*>(x);
+  auto* bi = static_cast<const T*>(bias);
+  if (pdl)
+    return launch_kernel(vt_gemv::gemv_glu_kernel<T, vec, MT, min_blocks, true>, grid, block, x_bytes, stream, true, yo,
+                         wi, xi, bi, m, n, k, ldw, ldx, ldy);
+  return launch_kernel(vt_gemv::gemv_glu_kernel<T, vec, MT, min_blocks, false>, grid, block, x_bytes, stream, false,
+                       yo, wi, xi, bi, m, n, k, ldw, ldx, ldy);
+}
+
+template <typename T>
+int glu_rows(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw,
+             long long ldx, long long ldy, bool pdl, cudaStream_t s) {
+  if (!vector_ok<T>(w, x, k, ldw, ldx))
+    return vt::fail(vt::kUnsupported, "gemv glu: k %d and the row strides must be whole 16-byte vectors", k);
+  if (static_cast<long long>(m) * k * static_cast<long long>(sizeof(T)) > vt_gemv::kMaxSmemXBytes)
+    return vt::fail(vt::kUnsupported, "gemv glu: %d rows of %d in features exceed %d bytes of shared memory", m, k,
+                    vt_gemv::kMaxSmemXBytes);
+  if (m == 1) return launch_glu<T, 1>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s);
+  if (m <= 2) return launch_glu<T, 2>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s);
+  if (m <= 4) return launch_glu<T, 4>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s);
+  return launch_glu<T, vt_gemv::kMaxRows>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s);
+}
+
 }  // namespace
 
 VT_DEFINE_LAST_ERROR(gemv)
@@ -129,4 +162,26 @@ VT_EXPORT int vt_gemv_gemv_ex(void* y, const void* w, const void* x, const void*
                               long long ldw, long long ldx, long long ldy, int dtype, int out_dtype, int pdl,
                               int persistent, void* stream) {
   return gemv_impl(y, w, x, bias, m, n, k, ldw, ldx, ldy, dtype, out_dtype, pdl != 0, persistent != 0, stream);
+}
+
+// y = silu_and_mul(x W^T (+ bias)) in one launch: w: [2n, k] (gate rows, then up rows; row stride ldw); x: [m, k] (ldx);
+// bias: [2n] or null; y: [m, n] (ldy), x's dtype; 1 <= m <= 8. Each gate and up sum is the plain GEMV's (no split:
+// 2n rows must not be split, else the launch is refused), so the bits are the GEMV then the SiLU-and-mul kernel's.
+VT_EXPORT int vt_gemv_gemv_glu(void* y, const void* w, const void* x, const void* bias, int m, int n, int k,
+                               long long ldw, long long ldx, long long ldy, int dtype, int pdl, void* stream) {
+  if (m < 1 || m > vt_gemv::kMaxRows) return vt::fail(vt::kUnsupported, "gemv glu: rows %d outside [1, 8]", m);
+  if (n <= 0 || k <= 0) return vt::fail(vt::kBadArgument, "gemv glu: n %d and k %d must be > 0", n, k);
+  if (ldw < k || (m > 1 && (ldx < k || ldy < n)))
+    return vt::fail(vt::kBadArgument, "gemv glu: a row stride is below its row length");
+  if (split_for(2 * n) != 1)
+    return vt::fail(vt::kUnsupported, "gemv glu: %d gate/up rows would split K (the plain GEMV's rule)", 2 * n);
+  auto s = static_cast<cudaStream_t>(stream);
+  int rc = vt::kOk;
+  switch (dtype) {
+    case vt::kF32: rc = glu_rows<float>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl != 0, s); break;
+    case vt::kBF16: rc = glu_rows<__nv_bfloat16>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl != 0, s); break;
+    case vt::kF16: rc = glu_rows<__half>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl != 0, s); break;
+    default: return vt::fail(vt::kUnsupported, "gemv: dtype code %d is not 0 (fp32), 1 (bf16) or 2 (fp16)", dtype);
+  }
+  return rc != vt::kOk ? rc : vt::launch_status("vt_gemv_gemv_glu");
 }

@@ -1,5 +1,8 @@
 // Dtype-faithful GEMV for decode, y = x W^T (+ bias): fp32 accumulation in a fixed order, output type from the caller.
 #pragma once
+#include <type_traits>
+
+#include "act.cuh"
 #include "common.cuh"
 
 namespace vt_gemv {
@@ -20,6 +23,7 @@ constexpr int kMaxRows = 8;         // rows of x one launch takes (MAX_ROWS in g
 constexpr int kPersistentBlocksPerSm = 3;  // persistent path, one row of x: resident blocks (85 registers: two W rows
                                            // in flight per warp fit without spilling, which 64 do not)
 constexpr int kPersistentBlocksPerSmRows = kMinBlocksPerSmRows;  // ... 2 to 8 rows
+constexpr int kGluBlocksPerSm = 3;  // GLU path, one row of x: two W rows per warp in flight (85 registers)
 
 // VEC elements of T per load: kVectorBytes / sizeof(T) on the fast path, 1 on the unaligned path.
 template <typename T, int VEC>
@@ -80,7 +84,9 @@ __device__ __forceinline__ void allow_dependents() {
 // With PDL the grid may start before the one that writes x has finished: only W (constant) is read before
 // wait_for_inputs(), and the next grid is let in once this one has consumed its W.
 // Sum order per output: each lane's chunks in order, the warp butterfly, then the split partials in warp order.
-template <typename T, typename OutT, int VEC, int MT, int RPW, int UNROLL, bool XS, bool PDL, typename Stage>
+// GLU (RPW 2, split 1, OutT = T): W holds 2n rows, gate rows then up rows; warp j takes gate row j and up row j + n
+// (each summed as above, so each rounds to the bits the plain GEMV writes) and writes silu(gate) * up, y: [m, n].
+template <typename T, typename OutT, int VEC, int MT, int RPW, int UNROLL, bool XS, bool PDL, bool GLU, typename Stage>
 __device__ __forceinline__ void gemv_body(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x,
                                           const T* __restrict__ bias, int m, int n, int k, long long ldw,
                                           long long ldx, long long ldy, int split, Stage stage) {
@@ -92,11 +98,14 @@ __device__ __forceinline__ void gemv_body(OutT* __restrict__ y, const T* __restr
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int sub = warp % split;
-  const int row0 = (blockIdx.x * (kWarpsPerBlock / split) + warp / split) * RPW;
+  static_assert(!GLU || (RPW == 2 && std::is_same_v<T, OutT>), "GLU: a gate and an up row per warp, y in x's dtype");
+  const int row0 = (blockIdx.x * (kWarpsPerBlock / split) + warp / split) * (GLU ? 1 : RPW);
   const int nchunks = vt::ceil_div(k, kChunk);
   const T* wrow[RPW];
 #pragma unroll
-  for (int rr = 0; rr < RPW; ++rr) wrow[rr] = w + static_cast<long long>(min(row0 + rr, n - 1)) * ldw;  // rows past n read row n-1, never written
+  for (int rr = 0; rr < RPW; ++rr)  // rows past n read row n-1, never written
+    wrow[rr] = GLU ? w + (static_cast<long long>(min(row0, n - 1)) + rr * static_cast<long long>(n)) * ldw
+                   : w + static_cast<long long>(min(row0 + rr, n - 1)) * ldw;
 
   P wv[RPW][UNROLL];
   // Chunk slot u of the batch at c0 is chunk c0 + u * split; a lane's vector lies wholly inside k or outside
@@ -143,6 +152,15 @@ __device__ __forceinline__ void gemv_body(OutT* __restrict__ y, const T* __restr
   for (int rr = 0; rr < RPW; ++rr)
 #pragma unroll
     for (int r = 0; r < MT; ++r) acc[rr][r] = warp_sum(acc[rr][r]);
+  if constexpr (GLU) {  // split 1 (the launcher's condition): lane 0 holds both sums of every row of x
+    if (lane != 0 || row0 >= n) return;
+    const float bg = bias != nullptr ? vt::to_f32(bias[row0]) : 0.0f;
+    const float bu = bias != nullptr ? vt::to_f32(bias[row0 + n]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < MT; ++r)
+      if (r < m) y[r * ldy + row0] = vt_act::silu_mul(vt::from_f32<T>(acc[0][r] + bg), vt::from_f32<T>(acc[1][r] + bu));
+    return;
+  }
   if (split > 1) {  // the warps of a group hand their partials to shared memory; one thread per output adds them
     if (lane == 0)
 #pragma unroll
@@ -200,8 +218,17 @@ template <typename T, typename OutT, int VEC, int MT, int RPW = kRowsPerWarp, in
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
 gemv_vec_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
                 int m, int n, int k, long long ldw, long long ldx, long long ldy, int split) {
-  gemv_body<T, OutT, VEC, MT, RPW, UNROLL, XS, PDL>(y, w, x, bias, m, n, k, ldw, ldx, ldy, split,
-                                                   StageCopy<T, VEC, PDL>{x, m, k, ldx});
+  gemv_body<T, OutT, VEC, MT, RPW, UNROLL, XS, PDL, false>(y, w, x, bias, m, n, k, ldw, ldx, ldy, split,
+                                                          StageCopy<T, VEC, PDL>{x, m, k, ldx});
+}
+
+// y = silu_and_mul(x W^T (+ bias)) for a [2n, k] gate/up W: the GLU form of the fast path (split 1); y: [m, n].
+template <typename T, int VEC, int MT, int MIN_BLOCKS, bool PDL>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
+gemv_glu_kernel(T* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias, int m,
+                int n, int k, long long ldw, long long ldx, long long ldy) {
+  gemv_body<T, T, VEC, MT, 2, kUnroll, true, PDL, true>(y, w, x, bias, m, n, k, ldw, ldx, ldy, 1,
+                                                       StageCopy<T, VEC, PDL>{x, m, k, ldx});
 }
 
 // Persistent fast path for rows that fit one batch (k <= UNROLL chunks) and take no split: a grid of resident blocks

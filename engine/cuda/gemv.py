@@ -26,31 +26,10 @@ SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
     "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _I, _P],
+    "vt_gemv_gemv_glu": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
 }
 PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launchers
-    "vt_gemv_prologue_add_rms_norm": [
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _P,
-        _I,
-        _I,
-        _I,
-        _L,
-        _L,
-        _L,
-        _L,
-        _L,
-        _F,
-        _F,
-        _I,
-        _I,
-        _I,
-        _P,
-    ],
+    "vt_gemv_prologue_add_rms_norm": [_P] * 7 + [_I] * 3 + [_L] * 5 + [_F, _F] + [_I] * 4 + [_P],
     "vt_gemv_prologue_silu_mul": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
 }
 
@@ -143,6 +122,15 @@ def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return prologue_fits(rows, k, weight, x.reshape(-1, k))
 
 
+def glu_fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+    """Where the GLU GEMV applies: prologue_fits, an even number of W rows (gate, then up), and enough of them that
+    the plain GEMV would not split K (so each sum is the plain GEMV's)."""
+    n2, k = weight.shape
+    if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * sm_count(weight.device.index or 0):
+        return False
+    return prologue_fits(rows, k, weight, *rows_of)
+
+
 def prologue_fits(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
     """What a prologue GEMV needs: 1 to MAX_ROWS rows whose K values fit in shared memory, a row-major W, and k,
     W's and each input's row stride multiples of one 16-byte vector (bases aligned)."""
@@ -192,9 +180,11 @@ def add_rms_norm_linear(
     weight: torch.Tensor,  # weight: [out_features, hidden], x.dtype, row-major
     bias: torch.Tensor | None = None,  # bias: [out_features]
     pdl: bool = False,
+    glu: bool = False,  # weight is [2 * inter, hidden] gate/up: y = silu_and_mul(product), [..., inter]
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features], new_residual [..., hidden]), x.dtype
     """`linear(rms_norm(x + residual), weight, bias)` in one launch, and the new residual `x + residual`
-    (x itself when residual is None); the same bits as the norm kernel then the GEMV kernel."""
+    (x itself when residual is None); the same bits as the norm kernel then the GEMV kernel (then, with `glu`,
+    the SiLU-and-mul kernel)."""
     if x.dim() < 1:
         raise ValueError("x: expected at least 1 dim, got a scalar")
     k = x.shape[-1]
@@ -213,7 +203,10 @@ def add_rms_norm_linear(
         raise ValueError(
             f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
         )
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if glu and not glu_fits(m, weight, x2):
+        raise ValueError(f"weight: {n} rows are not a gate/up pair that the plain GEMV leaves unsplit")
+    n_out = n // 2 if glu else n
+    y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
     lib = _prologue_lib()
     rc = lib.vt_gemv_prologue_add_rms_norm(
@@ -225,23 +218,66 @@ def add_rms_norm_linear(
         ffi.ptr(r_out) if r_out is not None else None,
         ffi.ptr(norm_weight),
         m,
-        n,
+        n_out,
         k,
         weight.stride(0) if n > 1 else k,
         _row_stride(x2),
         _row_stride(r2) if r2 is not None else k,
         k,
-        n,
+        n_out,
         mean_scale(m, k),
         eps,
         ffi.dtype_code(x, "x"),
         ffi.dtype_code(y, "y"),
+        int(glu),
         int(pdl),
         ffi.stream(x.device),
     )
     ffi.check(rc, "vt_gemv_prologue_add_rms_norm", lib, "gemv_prologue")
     new_residual = r_out.view(x.shape) if r_out is not None else x
-    return y.view(*x.shape[:-1], n), new_residual
+    return y.view(*x.shape[:-1], n_out), new_residual
+
+
+def linear_silu_mul(
+    x: torch.Tensor,  # x: [..., hidden]
+    weight: torch.Tensor,  # weight: [2 * inter, hidden] (gate rows, then up rows), x.dtype, row-major
+    bias: torch.Tensor | None = None,  # bias: [2 * inter]
+    pdl: bool = False,
+) -> torch.Tensor:  # [..., inter], x.dtype
+    """`silu_and_mul(linear(x, weight, bias))` in one launch: each warp sums a gate row and its up row (the plain
+    GEMV's order, unsplit) and writes the activation; the same bits as the GEMV then the SiLU-and-mul kernel."""
+    if x.dim() < 1:
+        raise ValueError("x: expected at least 1 dim, got a scalar")
+    k = x.shape[-1]
+    if not x.is_cuda:
+        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    n = _check_weight(weight, x, k, bias)
+    x2 = _rows(x, "x", k)
+    m = x2.shape[0]
+    if not glu_fits(m, weight, x2):
+        raise ValueError(
+            f"weight: {n} x {k} with {m} rows of x is not a gate/up pair the GLU GEMV takes (1 to {MAX_ROWS} rows, "
+            f"16-byte rows, at least {SPLIT_BELOW_WARPS_PER_SM} rows per SM)"
+        )
+    y = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
+    lib = _lib()
+    rc = lib.vt_gemv_gemv_glu(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(x2),
+        ffi.ptr(bias) if bias is not None else None,
+        m,
+        n // 2,
+        k,
+        weight.stride(0),
+        _row_stride(x2),
+        n // 2,
+        ffi.dtype_code(x, "x"),
+        int(pdl),
+        ffi.stream(x.device),
+    )
+    ffi.check(rc, "vt_gemv_gemv_glu", lib, "gemv")
+    return y.view(*x.shape[:-1], n // 2)
 
 
 def silu_mul_linear(

@@ -89,16 +89,18 @@ struct StageSiluMul {
 
 // y = prologue(a, ...) W^T (+ bias): the fast path of gemv_vec_kernel with x built in shared memory.
 // w: [n, k] (row stride ldw); y: [m, n] (row stride ldy); m <= MT.
-template <typename T, typename OutT, int VEC, int MT, int PRO, bool PDL, int MIN_BLOCKS>
+// GLU: the add+norm prologue before gemv_glu_kernel's body (a [2n, k] gate/up W, y = silu(gate) * up: [m, n]).
+template <typename T, typename OutT, int VEC, int MT, int PRO, bool PDL, int MIN_BLOCKS, bool GLU = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
 gemv_prologue_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ bias, PrologueArgs pa,
                      int m, int n, int k, long long ldw, long long ldy, int split) {
+  constexpr int rpw = GLU ? 2 : kRowsPerWarp;
   if constexpr (PRO == kAddRmsNorm)
-    gemv_body<T, OutT, VEC, MT, kRowsPerWarp, kUnroll, true, PDL>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
-                                                                 StageAddRmsNorm<T>{pa, m, k});
+    gemv_body<T, OutT, VEC, MT, rpw, kUnroll, true, PDL, GLU>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
+                                                             StageAddRmsNorm<T>{pa, m, k});
   else
-    gemv_body<T, OutT, VEC, MT, kRowsPerWarp, kUnroll, true, PDL>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
-                                                                 StageSiluMul<T, VEC>{pa, m, k});
+    gemv_body<T, OutT, VEC, MT, rpw, kUnroll, true, PDL, GLU>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
+                                                             StageSiluMul<T, VEC>{pa, m, k});
 }
 
 }  // namespace vt_gemv

@@ -214,6 +214,13 @@ class Qwen3DecoderLayer(nn.Module):
             return mlp(hidden, flags), residual
         merged = merged_projections(hidden, flags)
         if merged and not mlp.gate_up_proj.quantized:  # ... and in gate/up's
+            if isinstance(mlp.down_proj, Linear) and kernels.glu_epilogue(flags, hidden):  # VT_GLU_GEMV
+                gu = mlp.gate_up_proj
+                assert gu.weight is not None  # dense: a merged weight
+                act, residual = kernels.add_rms_norm_linear_silu_mul(
+                    flags, hidden, residual, ln.weight, ln.eps, gu.weight, gu.bias
+                )
+                return mlp.down_proj(act, flags), residual
             gate_up, residual = norm_linear(flags, hidden, residual, ln, mlp.gate_up_proj)
             return mlp.down(gate_up, flags), residual
         hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)

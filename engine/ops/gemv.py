@@ -113,3 +113,43 @@ def check_silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: tor
         check_tensor(bias, "bias", ndim=1)
         check_same_dtype(bias, "bias", gate_up, "gate_up")
         check_dim(bias, "bias", 0, weight.shape[0], "weight's out_features")
+
+
+def linear_silu_mul(
+    x: torch.Tensor,  # x: [..., hidden]
+    weight: torch.Tensor,  # weight: [2 * inter, hidden], gate rows then up rows
+    bias: torch.Tensor | None = None,  # bias: [2 * inter]
+) -> torch.Tensor:  # [..., inter], x.dtype
+    """The gated MLP's gate/up projection and its activation: `silu_and_mul(linear(x))`, both ops' roundings."""
+    return silu_and_mul(linear(x, weight, bias))
+
+
+def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    check_linear(x, weight, bias)
+    if weight.shape[0] % 2:
+        raise ValueError(f"weight: {weight.shape[0]} rows are not gate and up halves (an even count)")
+
+
+def add_rms_norm_linear_silu_mul(
+    x: torch.Tensor,  # x: [..., hidden], the attention output
+    residual: torch.Tensor | None,  # residual: [..., hidden]
+    norm_weight: torch.Tensor,  # norm_weight: [hidden]
+    eps: float,
+    weight: torch.Tensor,  # weight: [2 * inter, hidden], gate rows then up rows
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (silu(gate) * up [..., inter], new_residual [..., hidden])
+    """The MLP's pre-norm, gate/up projection and activation: `add_rms_norm_linear` then `silu_and_mul`."""
+    y, new_residual = add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
+    return silu_and_mul(y), new_residual
+
+
+def check_add_rms_norm_linear_silu_mul(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> None:
+    check_add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
+    check_linear_silu_mul(x, weight, bias)

@@ -240,17 +240,21 @@ def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_
         ("ab-fuse-qkv", "--flag VT_QKV_ROPE_STORE --workload qkv-rope-store"),
         ("ab-fuse-norm-qkv", "--flag VT_NORM_GEMV --workload norm-gemv --ledger"),
         ("ab-fuse-norm-gateup", "--flag VT_NORM_GEMV --workload norm-gemv --shape n=6144"),
-        ("ab-fuse-act-down", "--flag VT_ACT_GEMV --workload act-gemv"),
+        ("ab-fuse-glu", "--flag VT_GLU_GEMV --workload glu-gemv"),
+        ("ab-fuse-norm-glu", "--flag VT_GLU_GEMV --workload norm-glu-gemv"),
+        ("ab-step-VT_NORM_GEMV", "--flag VT_NORM_GEMV --workload decode-step"),
         ("ab-fuse-pdl-o", "--flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048"),
         ("ab-fuse-pdl-prologue", "--flag VT_GEMV_PDL --workload norm-gemv"),
         ("ab-fuse-persistent-head", "--flag VT_GEMV_PERSISTENT --workload gemv --shape n=151936,k=1024"),
     ):
         assert args in log(tmp_path, step), step
-    on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_ACT_GEMV=1,VT_GEMV_PDL=1,VT_GEMV_PERSISTENT=1"
+    on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_GLU_GEMV=1,VT_GEMV_PDL=1,VT_GEMV_PERSISTENT=1"
     assert f"bench step_arms --flags {on} --steps 16" in log(tmp_path, "fuse-tokens-b1")
-    assert f"bench step_arms --flags {on} --batch 32 --steps 8" in log(tmp_path, "fuse-tokens-b32")
+    assert f"bench step_arms --flags {on} --batch 32 --steps 8 --require VT_QKV_ROPE_STORE" in log(
+        tmp_path, "fuse-tokens-b32"
+    )
     assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset" in log(tmp_path, "fuse-decode-b1-off")
     assert "bench decode --no-oracle --steps 32 --profile" in log(tmp_path, "fuse-decode-b1-on")
     assert "--batch 32 --steps 16" in log(tmp_path, "fuse-decode-b32-on")
     assert done.stdout.splitlines()[-1].startswith(("decode-b32-on", "profile-b1-on", "tokens-b32", "fuse:"))
-    assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_ACT_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1" in done.stdout
+    assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1" in done.stdout

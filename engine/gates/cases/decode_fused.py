@@ -26,6 +26,8 @@ ACT_SHAPES = ((1, 1024, 3072), (4, 1024, 3072), (2, 83, 1000), (1, 4099, 264))
 # (rows, out_features, in_features) of the persistent GEMV: q/k/v, gate/up, the tied head, a few rows, odd N;
 # fp32 K 1024 is past one batch of loads (the launcher keeps the fast path: still the same bits)
 PERSISTENT_SHAPES = ((1, 4096, 1024), (1, 6144, 1024), (1, 151936, 1024), (3, 9001, 1024), (8, 4099, 512))
+# (rows, 2 * intermediate, in_features) of the GLU GEMV: Qwen3-0.6B's gate/up, a few rows, a small K, with a bias
+GLU_SHAPES = ((1, 6144, 1024), (3, 6144, 1024), (8, 4224, 264), (2, 17408, 1024))
 # (tokens, heads, kv_heads, head_dim): a decode token of Qwen3-0.6B, a few tokens, an odd head_dim
 QKV_SHAPES = ((1, 16, 8, 128), (7, 8, 2, 64), (5, 3, 1, 18), (3, 32, 8, 256))
 SMALL = {(3, 769, 1024), (2, 83, 1000), (5, 3, 1, 18)}
@@ -68,6 +70,36 @@ def two_kernels_norm_gemv(x: Inputs) -> torch.Tensor:
     else:
         normed, residual = norm.fused_add_rms_norm(x["x"], x["residual"], x["norm_weight"], EPS)
     return _joined(gemv.linear(normed, x["weight"], x["bias"]), residual)
+
+
+def run_glu(pdl: bool, x: Inputs) -> torch.Tensor:
+    return gemv.linear_silu_mul(x["x"], x["weight"], x["bias"], pdl=pdl)
+
+
+def ref_glu(x: Inputs) -> torch.Tensor:
+    return ref_gemv.linear_silu_mul(x["x"], x["weight"], x["bias"])
+
+
+def two_kernels_glu(x: Inputs) -> torch.Tensor:
+    return act.silu_and_mul(gemv.linear(x["x"], x["weight"], x["bias"]))
+
+
+def run_norm_glu(pdl: bool, x: Inputs) -> torch.Tensor:
+    args = (x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"])
+    return _joined(*gemv.add_rms_norm_linear(*args, pdl=pdl, glu=True))
+
+
+def ref_norm_glu(x: Inputs) -> torch.Tensor:
+    return _joined(*ref_gemv.add_rms_norm_linear_silu_mul(*_norm_args(x)))
+
+
+def three_kernels_norm_glu(x: Inputs) -> torch.Tensor:
+    """The default arms one after another: the norm kernel, the GEMV kernel, the SiLU-and-mul kernel."""
+    if x["residual"] is None:
+        normed, residual = norm.rms_norm(x["x"], x["norm_weight"], EPS), x["x"]
+    else:
+        normed, residual = norm.fused_add_rms_norm(x["x"], x["residual"], x["norm_weight"], EPS)
+    return _joined(act.silu_and_mul(gemv.linear(normed, x["weight"], x["bias"])), residual)
 
 
 def act_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, m: int, n: int, k: int) -> Inputs:
@@ -175,7 +207,10 @@ def _case(name: str, arm: str, flag: str, dtype: torch.dtype, make, kernel, refe
 def build_cases() -> list[KernelCase]:
     cases = []
     for dt, dtype in DTYPES.items():
+        elt = torch.empty((), dtype=dtype).element_size()
         for m, n, k in NORM_SHAPES:
+            if m * k * elt > gemv.MAX_STAGED_BYTES:  # the arm declines (prologue_fits): the table runs two launches
+                continue
             for first in (False, True):
                 bias = n == 769
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
@@ -271,7 +306,85 @@ def build_cases() -> list[KernelCase]:
                     False,
                 ),
             ]
+        for m, n, k in GLU_SHAPES:
+            for first in (False, True):
+                bias = n == 4224
+                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
+                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
+                cases += [
+                    _case(
+                        f"fused/norm_glu_gemv/{tail}",
+                        "prologue_glu",
+                        "VT_GLU_GEMV",
+                        dtype,
+                        make,
+                        partial(run_norm_glu, False),
+                        ref_norm_glu,
+                        dt,
+                        False,
+                    ),
+                    _case(
+                        f"fused/norm_glu_gemv/{tail}/exact",
+                        "prologue_glu",
+                        "VT_GLU_GEMV",
+                        dtype,
+                        make,
+                        partial(run_norm_glu, False),
+                        three_kernels_norm_glu,
+                        "exact",
+                        False,
+                    ),
+                    _case(
+                        f"fused/norm_glu_gemv/{tail}/pdl",
+                        "prologue_glu_pdl",
+                        "VT_GEMV_PDL",
+                        dtype,
+                        make,
+                        partial(run_norm_glu, True),
+                        three_kernels_norm_glu,
+                        "exact",
+                        False,
+                    ),
+                ]
+                if first:  # the plain GLU GEMV reads x as it is (the residual is not used)
+                    cases += [
+                        _case(
+                            f"fused/glu_gemv/{tail}",
+                            "glu",
+                            "VT_GLU_GEMV",
+                            dtype,
+                            make,
+                            partial(run_glu, False),
+                            ref_glu,
+                            dt,
+                            False,
+                        ),
+                        _case(
+                            f"fused/glu_gemv/{tail}/exact",
+                            "glu",
+                            "VT_GLU_GEMV",
+                            dtype,
+                            make,
+                            partial(run_glu, False),
+                            two_kernels_glu,
+                            "exact",
+                            False,
+                        ),
+                        _case(
+                            f"fused/glu_gemv/{tail}/pdl",
+                            "glu_pdl",
+                            "VT_GEMV_PDL",
+                            dtype,
+                            make,
+                            partial(run_glu, True),
+                            two_kernels_glu,
+                            "exact",
+                            False,
+                        ),
+                    ]
         for m, n, k in ACT_SHAPES:
+            if m * k * elt > gemv.MAX_STAGED_BYTES:
+                continue
             make = partial(act_inputs, dtype=dtype, m=m, n=n, k=k)
             base = f"fused/act_gemv/{dt}/m{m}/n{n}/k{k}"
             small = (m, n, k) in SMALL

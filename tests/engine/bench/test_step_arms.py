@@ -23,3 +23,24 @@ def test_a_flag_whose_arm_never_ran_fails_even_with_equal_tokens(capsys):
     assert "tokens equal: 1 of 1 sequences" in out
     assert "arms of VT_QKV_ROPE_STORE: 0 calls" in out
     assert out.splitlines()[-1] == "step-arms: FAIL (no arm ran: VT_QKV_ROPE_STORE)"
+
+
+def test_require_names_flags_set_on_and_exempts_the_others(capsys):
+    assert step_arms.main(["--tiny", "--flags", "VT_NORM_GEMV=1", "--require", "VT_GEMV_PDL"]) == 2
+    assert "--require VT_GEMV_PDL: not set on by --flags" in capsys.readouterr().err
+    rc = step_arms.main(
+        [
+            "--tiny",
+            "--flags",
+            "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1",
+            "--require",
+            "VT_NORM_GEMV",
+            "--steps",
+            "2",
+            "--context",
+            "6",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 1 and "arms of VT_QKV_ROPE_STORE: 0 calls (not required)" in out
+    assert out.splitlines()[-1] == "step-arms: FAIL (no arm ran: VT_NORM_GEMV)"

@@ -71,7 +71,7 @@ def test_bandwidth_refuses_arms_the_workload_lacks(capsys) -> None:
 
     assert bandwidth.main(["--workload", "decode-step", "--arms", "defaults,tiled"]) == 2
     assert capsys.readouterr().err == (
-        "error: --arms tiled: not an arm or peer of decode-step (known: defaults, step-arms-off)\n"
+        "error: --arms tiled: not an arm or peer of decode-step (known: defaults, fused-on, step-arms-off)\n"
     )
 
 

@@ -107,12 +107,18 @@ def test_bandwidth_rows_say_which_arm_was_graphed_and_which_fell_back(monkeypatc
     rows = bandwidth.measure_shape(GEMV, shape, CPU, torch.float32, 3, 2, 1e9, None)
     modes = {r["arm"]: (r["timing"]["mode"], r["timing"]["calls_per_sample"]) for r in rows}
     # a tiny shape rotates through the cap of 16 input sets: two cycles make a graph of 32 calls
-    assert modes == {"reference": ("graph", 32), "gemv-kernel": ("graph", 32), "F.linear": ("eager", 2)}
+    assert modes == {
+        "reference": ("graph", 32),
+        "gemv-kernel": ("graph", 32),
+        "gemv-pdl": ("graph", 32),
+        "gemv-persistent": ("graph", 32),
+        "F.linear": ("eager", 2),
+    }
     assert rows[-1]["timing"]["note"].startswith("capture refused: RuntimeError")
     bandwidth.print_table({"copy_bytes_per_s": 1e9, "device": "cpu", "timing": "graph", "rows": rows})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "copy bandwidth (read+write): 0.001 TB/s on cpu; timing asked: graph"
-    assert lines[2].endswith("graph, 32 calls/sample") and lines[4].endswith(
+    assert lines[2].endswith("graph, 32 calls/sample") and lines[6].endswith(
         "eager, 2 calls/sample (capture refused: RuntimeError: operation not permitted when stream is capturing)"
     )
 

@@ -88,7 +88,28 @@ def test_launcher_refuses_what_the_fast_path_cannot_take(compiled):
     ]
     for m, n, k, message in cases:
         rc = fn(
-            aligned, aligned, None, aligned, None, None, aligned, m, n, k, k, k, k, k, n, f(1.0), f(EPS), 1, 1, 0, None
+            aligned,
+            aligned,
+            None,
+            aligned,
+            None,
+            None,
+            aligned,
+            m,
+            n,
+            k,
+            k,
+            k,
+            k,
+            k,
+            n,
+            f(1.0),
+            f(EPS),
+            1,
+            1,
+            0,
+            0,
+            None,
         )
         assert rc != 0 and err() == message, (m, n, k)
     rc = fn(
@@ -111,6 +132,7 @@ def test_launcher_refuses_what_the_fast_path_cannot_take(compiled):
         f(EPS),
         1,
         1,
+        0,
         0,
         None,
     )
@@ -136,6 +158,7 @@ def test_launcher_refuses_what_the_fast_path_cannot_take(compiled):
         1,
         0,
         0,
+        0,
         None,
     )
     assert rc != 0 and err() == b"gemv prologue: out dtype code 0 differs from the dtype code 1"
@@ -157,12 +180,17 @@ def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl
         gate_up, new_res = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl)
         down = gemv.silu_mul_linear(gate_up, w_down, pdl=pdl)
         head = gemv.linear(down, w_up, pdl=pdl, persistent=True)
-        return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down, head], dim=-1)
+        act_glu, _ = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl, glu=True)  # norm, gate/up, SiLU
+        glu = gemv.linear_silu_mul(head[:, :1024].contiguous(), w_up, pdl=pdl)
+        return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down, head, act_glu, glu], dim=-1)
 
     def separate():
         normed, new_res = norm.fused_add_rms_norm(x, res, nw, EPS)
         down = gemv.linear(act.silu_and_mul(gemv.linear(normed, w_up)), w_down)
-        return torch.cat([gemv.linear(down, w_o), new_res, down, gemv.linear(down, w_up)], dim=-1)
+        head = gemv.linear(down, w_up)
+        glu = act.silu_and_mul(gemv.linear(head[:, :1024].contiguous(), w_up))
+        act_glu = act.silu_and_mul(gemv.linear(normed, w_up))
+        return torch.cat([gemv.linear(down, w_o), new_res, down, head, act_glu, glu], dim=-1)
 
     want = separate()
     assert torch.equal(fused(), want)
