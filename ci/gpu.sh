@@ -28,7 +28,7 @@
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
 #   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL,
 #   VT_GEMV_PERSISTENT; VT_ACT_GEMV by numerics only): their numerics cases, each arm's op-level A/B against the
-#   default kernels in the same run, each flag's A/B on the whole decode step with the others on, the greedy tokens
+#   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
 #   of the step with all on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step off
 #   and on against its floor; a compact table last.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
@@ -244,10 +244,9 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   # at batch 32 the GEMV arms (at most 8 rows) cannot run: only the q/k/v launch is required
   step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8 \
     --require VT_QKV_ROPE_STORE
-  for kv in $FUSE_ON; do  # each flag on the whole step, the others on
+  for kv in $FUSE_ON; do  # each flag alone on the whole step, against the defaults (the flip's A/B)
     f=${kv%%=*}
-    # shellcheck disable=SC2086
-    step "ab-step-$f" 150 env ${FUSE_ON/$kv/} $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
+    step "ab-step-$f" 150 $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
   done
   step fuse-decode-b1-off 150 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
