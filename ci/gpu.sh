@@ -219,7 +219,8 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
-FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1"
+# the arms that won their whole-step A/B (VT_GEMV_PDL and VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set)
+FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
@@ -244,8 +245,7 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   # at batch 32 the GEMV arms (at most 8 rows) cannot run: only the q/k/v launch is required
   step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8 \
     --require VT_QKV_ROPE_STORE
-  for kv in $FUSE_ON; do  # each flag alone on the whole step, against the defaults (the flip's A/B)
-    f=${kv%%=*}
+  for f in ${FUSE_ON//=1/} VT_GEMV_PDL; do  # each flag alone on the whole step, against the defaults (the flip's A/B)
     step "ab-step-$f" 150 $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
   done
   step fuse-decode-b1-off 150 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"

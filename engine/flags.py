@@ -318,7 +318,7 @@ declare(
     "VT_GEMV_PDL",
     False,
     "ENGINE-PERF",
-    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic.",
+    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic. Wins between GEMVs (1.07-1.13x), loses on the whole step (0.946x): OFF.",
 )
 declare(
     "VT_GLU_GEMV",
@@ -330,7 +330,7 @@ declare(
     "VT_GEMV_PERSISTENT",
     False,
     "ENGINE-PERF",
-    "With VT_GEMV: a persistent decode GEMV where a W row fits one batch of loads and K is not split (Qwen3-0.6B's q/k/v, gate/up and head): resident blocks walk the rows with the next row's loads in flight; the same bits as the GEMV kernel.",
+    "With VT_GEMV: a persistent decode GEMV where a W row fits one batch of loads and K is not split (Qwen3-0.6B's q/k/v, gate/up and head): resident blocks walk the rows with the next row's loads in flight; the same bits as the GEMV kernel. Lost its A/Bs (head 0.71x, step 0.927x): OFF.",
 )
 
 

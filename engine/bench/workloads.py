@@ -540,7 +540,22 @@ QUANT_STEPS = tuple(
 )
 
 WORKLOADS: dict[str, Workload] = {
-    w.name: w for w in (ATTN, GEMV, NORM_GEMV, ACT_GEMV, QKV_ROPE_STORE, NORM, STEP, AWQ, GPTQ, NVFP4, *QUANT_STEPS)
+    w.name: w
+    for w in (
+        ATTN,
+        GEMV,
+        NORM_GEMV,
+        ACT_GEMV,
+        GLU_GEMV,
+        NORM_GLU_GEMV,
+        QKV_ROPE_STORE,
+        NORM,
+        STEP,
+        AWQ,
+        GPTQ,
+        NVFP4,
+        *QUANT_STEPS,
+    )
 }
 
 

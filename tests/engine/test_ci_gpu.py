@@ -248,7 +248,7 @@ def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_
         ("ab-fuse-persistent-head", "--flag VT_GEMV_PERSISTENT --workload gemv --shape n=151936,k=1024"),
     ):
         assert args in log(tmp_path, step), step
-    on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_GLU_GEMV=1,VT_GEMV_PDL=1,VT_GEMV_PERSISTENT=1"
+    on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_GLU_GEMV=1"
     assert f"bench step_arms --flags {on} --steps 16" in log(tmp_path, "fuse-tokens-b1")
     assert f"bench step_arms --flags {on} --batch 32 --steps 8 --require VT_QKV_ROPE_STORE" in log(
         tmp_path, "fuse-tokens-b32"
@@ -257,4 +257,5 @@ def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_
     assert "bench decode --no-oracle --steps 32 --profile" in log(tmp_path, "fuse-decode-b1-on")
     assert "--batch 32 --steps 16" in log(tmp_path, "fuse-decode-b32-on")
     assert done.stdout.splitlines()[-1].startswith(("decode-b32-on", "profile-b1-on", "tokens-b32", "fuse:"))
-    assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 VT_GEMV_PERSISTENT=1" in done.stdout
+    assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1" in done.stdout
+    assert "--flag VT_GEMV_PDL --workload decode-step" in log(tmp_path, "ab-step-VT_GEMV_PDL")

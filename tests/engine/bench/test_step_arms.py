@@ -44,3 +44,17 @@ def test_require_names_flags_set_on_and_exempts_the_others(capsys):
     out = capsys.readouterr().out
     assert rc == 1 and "arms of VT_QKV_ROPE_STORE: 0 calls (not required)" in out
     assert out.splitlines()[-1] == "step-arms: FAIL (no arm ran: VT_NORM_GEMV)"
+
+
+@pytest.mark.parametrize("name", ["norm-gemv", "act-gemv", "glu-gemv", "norm-glu-gemv", "qkv-rope-store"])
+def test_each_fused_launch_workload_is_registered_and_runs_its_reference_on_the_cpu(name):
+    import torch
+
+    from engine.bench.workloads import WORKLOADS
+    from engine.flags import FlagSnapshot
+
+    work = WORKLOADS[name]  # `bench ab --workload NAME` finds it
+    shape = {k: (min(v, 64) if k in ("n", "k") else v) for k, v in work.defaults.items()}
+    out = work.run(FlagSnapshot.defaults(), *work.make(shape, torch.device("cpu"), torch.float32, 0))
+    assert out.dtype == torch.float32 and out.numel() > 0
+    assert work.bytes_moved(shape, torch.float32) > 0
