@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from engine import flags, kernels
 from engine.bench import step_workload
 from engine.flags import FlagSnapshot
+from engine.ops.rope import rope_cos_sin
 
 Shape = dict[str, int]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -346,8 +347,6 @@ ACT_GEMV = Workload(
 
 
 def _qkv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
-    from engine.ops.rope import rope_cos_sin  # the model's own tables
-
     g = torch.Generator(device="cpu").manual_seed(seed)
     t, hq, hkv, d = s["tokens"], s["hq"], s["hkv"], s["d"]
     merged = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(dtype).to(device)
