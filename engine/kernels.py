@@ -812,6 +812,14 @@ moe_experts = Op(
         ),
     ],
 )
+# Qwen3-Next (engine/model/qwen3_next.py): its norms, gates, convolution and the chunked prefill of the recurrence
+rms_norm_offset = Op(norm.rms_norm_offset, norm.check_rms_norm_offset)
+sigmoid_gate = Op(act.sigmoid_gate, act.check_sigmoid_gate)
+gdn_gating = Op(gdn.gdn_gating, gdn.check_gdn_gating)
+causal_conv1d = Op(gdn.causal_conv1d, gdn.check_causal_conv1d)
+causal_conv1d_update = Op(gdn.causal_conv1d_update, gdn.check_causal_conv1d_update)
+gated_rms_norm = Op(gdn.gated_rms_norm, gdn.check_gated_rms_norm)
+gated_delta_chunked = Op(gdn.gated_delta_chunked, gdn.check_gated_delta_chunked)
 gated_delta_decode = Op(
     gdn.gated_delta_decode,
     gdn.check_gated_delta_decode,
@@ -1134,6 +1142,13 @@ TABLE: dict[str, Op[..., Any]] = {
         moe_route,
         moe_experts,
         gated_delta_decode,
+        rms_norm_offset,
+        sigmoid_gate,
+        gdn_gating,
+        causal_conv1d,
+        causal_conv1d_update,
+        gated_rms_norm,
+        gated_delta_chunked,
         dequant_awq,
         dequant_gptq,
         dequant_nvfp4,

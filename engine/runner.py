@@ -18,6 +18,7 @@ from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
+from engine.model.qwen3_next import make_recurrent_state
 from engine.sampler import Mode, SamplingInputs, batch_mode, sample
 from engine.step_inputs import StepInputs
 
@@ -100,11 +101,14 @@ class Runner:
         self.blocks = BlockManager(num_blocks, block_size)
         cfg = self.config
         shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
-        # zero-filled so padded decode rows read finite values
+        # zero-filled so padded decode rows read finite values; a gated delta net layer (Qwen3-Next) has no KV
+        # cache (an empty one) but a recurrent state per sequence slot, held beside it
         self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
-            for _ in range(cfg.num_hidden_layers)
+            (torch.zeros(s, dtype=dtype, device=self.device), torch.zeros(s, dtype=dtype, device=self.device))
+            for s in (shape if cfg.has_kv_cache(i) else (0, *shape[1:]) for i in range(cfg.num_hidden_layers))
         ]
+        self.recurrent = make_recurrent_state(cfg, max_batch, dtype, self.device)
+        self._state_index: dict[int, torch.Tensor] = {}  # per padded size: the rows' state slots a graph reads
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
@@ -151,6 +155,8 @@ class Runner:
             kv_caches=self.kv_caches,
             seq_lens=lens,
             flags=self.flags,
+            recurrent=self.recurrent,
+            state_slots=[self._state_slot(sid) for sid in seq_ids] if self.recurrent is not None else None,
         )
         hidden = self.model(
             torch.tensor(ids, dtype=torch.int64, device=dev),
@@ -168,6 +174,8 @@ class Runner:
         inputs = self._step_inputs(padded)
         self._fill(inputs, seq_ids, last_tokens)
         buf = inputs.upload()
+        if self.recurrent is not None:
+            buf = {**buf, "state_index": self._fill_state_index(padded, seq_ids)}
         if self.use_graph:
             out = self._replay(padded, buf)
         else:
@@ -196,6 +204,7 @@ class Runner:
         block_tables: torch.Tensor,  # [batch, max_blocks_per_seq] int32
         context_lens: torch.Tensor,  # [batch] int32
         flags: FlagSnapshot | None = None,  # default: the runner's; a benchmark passes one arm's
+        state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
     ) -> torch.Tensor:  # [batch] int64
         """The whole decode step on device tensors only: no host reads, so it can be captured."""
         flags = self.flags if flags is None else flags
@@ -206,6 +215,8 @@ class Runner:
             block_tables=block_tables,
             context_lens=context_lens,
             flags=flags,
+            recurrent=self.recurrent,
+            state_index=state_index,
         )
         return self.model.greedy(self.model(input_ids, positions, batch), flags)
 
@@ -218,6 +229,11 @@ class Runner:
         batch size and sampling mode on CUDA; any other step (prefill chunks, with or without decode
         rows beside them) runs eagerly, attention reading each row's cached prefix.
         """
+        if self.recurrent is not None:
+            raise ValueError(
+                f"{self.config.architecture}: serving steps (engine.LLM) do not carry the gated delta net's "
+                "recurrent state yet; use Runner.generate (python -m engine gate tokens, the model tests)"
+            )
         mode = batch_mode(
             [r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows], self.config.vocab_size
         )
@@ -358,8 +374,30 @@ class Runner:
     def _eager_step(self, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         """decode_step on StepInputs' device views, by name (their keys are its tensor arguments)."""
         return self.decode_step(
-            buf["input_ids"], buf["positions"], buf["slot_mapping"], buf["block_tables"], buf["context_lens"]
+            buf["input_ids"],
+            buf["positions"],
+            buf["slot_mapping"],
+            buf["block_tables"],
+            buf["context_lens"],
+            state_index=buf.get("state_index"),
         )
+
+    # --- recurrent state (gated delta net layers) -------------------------------
+    def _state_slot(self, seq_id: int) -> int:
+        """A sequence's slot in the recurrent state: Runner.generate numbers its sequences 0..max_batch-1."""
+        if not 0 <= seq_id < self.max_batch:
+            raise ValueError(f"sequence {seq_id}: no recurrent state slot (slots 0..{self.max_batch - 1})")
+        return seq_id
+
+    def _fill_state_index(self, padded: int, seq_ids: list[int]) -> torch.Tensor:  # -> [padded] int64
+        """The static per-padded-size tensor of state slots, rewritten in place; padding rows get the scratch slot."""
+        assert self.recurrent is not None
+        if padded not in self._state_index:
+            self._state_index[padded] = torch.empty(padded, dtype=torch.int64, device=self.device)
+        slots = [self._state_slot(s) for s in seq_ids] + [self.recurrent.scratch] * (padded - len(seq_ids))
+        index = self._state_index[padded]
+        index.copy_(torch.tensor(slots, dtype=torch.int64), non_blocking=False)
+        return index
 
     def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         if padded not in self._graphs:

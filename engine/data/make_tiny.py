@@ -80,6 +80,37 @@ def build_moe(seed: int = SEED, **overrides: Any) -> PreTrainedModel:
     return model
 
 
+# Qwen3-Next's own sizes beside CONFIG's: gated delta net heads, a shared expert, every second layer full attention
+NEXT: dict[str, Any] = dict(
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=32,
+    linear_value_head_dim=32,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    num_experts=6,
+    num_experts_per_tok=2,
+    moe_intermediate_size=48,
+    shared_expert_intermediate_size=64,
+    norm_topk_prob=True,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+)
+
+
+def build_next(seed: int = SEED, **overrides: Any) -> PreTrainedModel:
+    """A transformers Qwen3NextForCausalLM at the same scale (gated delta net and full-attention layers, MoE with a
+    shared expert, partial RoPE); tests build it at test time, never shipped."""
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3NextConfig,
+        Qwen3NextForCausalLM,
+    )
+
+    config = Qwen3NextConfig(**{**CONFIG, **NEXT, **overrides})
+    model = Qwen3NextForCausalLM(config).eval()
+    scale_weights(model, seed)
+    return model
+
+
 def scale_weights(model: PreTrainedModel, seed: int) -> None:
     """Overwrite every parameter with seeded random values scaled for O(1) activations and sharp logits."""
     gen = torch.Generator().manual_seed(seed)

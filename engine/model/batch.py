@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -34,6 +35,13 @@ class ForwardBatch:
     num_decode: int = 0
     device_lens: torch.Tensor | None = None
     flags: FlagSnapshot = field(default_factory=FlagSnapshot.defaults)  # the kernel arms' flags (engine/kernels.py)
+    # gated delta net layers (Qwen3-Next): the runner's per-sequence recurrent state (a
+    # qwen3_next.RecurrentState) and each sequence's slot in it: `state_slots` for a prefill (one per
+    # sequence, host ints), `state_index` for a decode step ([batch] int64 on the device; padding rows
+    # name the scratch slot)
+    recurrent: Any = None
+    state_slots: list[int] | None = None
+    state_index: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.is_prefill and self.seq_lens is None:

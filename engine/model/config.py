@@ -1,4 +1,4 @@
-"""Parse a Hugging Face Qwen3 / Qwen3-MoE `config.json` into one dataclass."""
+"""Parse a Hugging Face Qwen3 / Qwen3-MoE / Qwen3-Next `config.json` into one dataclass."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen3NextForCausalLM")
 # config.json's torch_dtype -> the engine's dtype name (`--dtype auto` runs the checkpoint's own dtype)
 CHECKPOINT_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 AUTO_DTYPE_FALLBACK = "float32"  # a config.json that names no dtype
@@ -29,6 +30,25 @@ class QuantConfig:
     version: int = 1  # GPTQ checkpoint format: 1 stores zero - 1, 2 the zero itself
     layout: str = ""  # NVFP4: "modelopt" (weight, weight_scale_2 multiplies) or "compressed-tensors"
     # (weight_packed, weight_global_scale divides)
+
+
+@dataclass(frozen=True)
+class GDNConfig:
+    """Qwen3-Next's gated delta net (linear attention) layers: which layers, and their heads and convolution."""
+
+    layer_types: tuple[str, ...]  # per layer: "linear_attention" (gated delta net) or "full_attention"
+    conv_kernel: int  # linear_conv_kernel_dim
+    key_head_dim: int
+    value_head_dim: int
+    num_key_heads: int
+    num_value_heads: int
+
+    def is_linear(self, layer: int) -> bool:
+        return self.layer_types[layer] == "linear_attention"
+
+    @property
+    def conv_dim(self) -> int:  # the convolved channels: q, k and v of every head
+        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
 
 
 @dataclass(frozen=True)
@@ -57,10 +77,18 @@ class ModelConfig:
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = field(default_factory=tuple)
     quant: QuantConfig | None = None  # None: an unquantized checkpoint
+    # Qwen3-Next (Qwen3NextForCausalLM only)
+    gdn: GDNConfig | None = None
+    partial_rotary_factor: float = 1.0  # RoPE rotates the first head_dim * factor dims of each head
+    shared_expert_intermediate_size: int = 0
 
     @property
     def is_moe(self) -> bool:
-        return self.architecture == "Qwen3MoeForCausalLM"
+        return self.architecture in MOE_ARCHITECTURES
+
+    def has_kv_cache(self, layer: int) -> bool:
+        """Whether layer `layer` attends over a KV cache (a gated delta net layer keeps a recurrent state)."""
+        return self.gdn is None or not self.gdn.is_linear(layer)
 
     def layer_is_sparse(self, layer: int) -> bool:
         """Whether decoder layer `layer` uses the sparse MoE block (the HF rule, verbatim in effect)."""
@@ -123,12 +151,14 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
     if raw.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: hidden_act={raw['hidden_act']!r} is not supported (only 'silu')")
     kw: dict[str, Any] = {}
-    if arch == "Qwen3MoeForCausalLM":
+    if arch == "Qwen3NextForCausalLM":
+        kw.update(_qwen3_next(raw, layers, source))
+    if arch in MOE_ARCHITECTURES:
         # transformers 5 writes `num_local_experts`; older checkpoints `num_experts`
         experts = raw.get("num_experts", raw.get("num_local_experts"))
         if experts is None:
             raise ConfigError(f"{source}: required field 'num_experts' (or 'num_local_experts') is missing")
-        kw = dict(
+        kw.update(
             num_experts=int(experts),
             num_experts_per_tok=int(need("num_experts_per_tok")),
             moe_intermediate_size=int(need("moe_intermediate_size")),
@@ -150,10 +180,49 @@ def parse_config(raw: dict[str, Any], source: str = "config.json") -> ModelConfi
         max_position_embeddings=int(raw.get("max_position_embeddings") or 32768),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         attention_bias=bool(raw.get("attention_bias", False)),
-        sliding_windows=_sliding_windows(raw, layers, source),
+        # Qwen3-Next has no sliding window (Hugging Face ignores one)
+        sliding_windows=(None,) * layers if arch == "Qwen3NextForCausalLM" else _sliding_windows(raw, layers, source),
         torch_dtype=raw.get("dtype") or raw.get("torch_dtype"),
         quant=parse_quant(raw.get("quantization_config"), source),
         **kw,
+    )
+
+
+def _qwen3_next(raw: dict[str, Any], layers: int, source: str) -> dict[str, Any]:
+    """Qwen3-Next's own fields: the layer types (`layer_types`, else every `full_attention_interval`-th layer is
+    full attention), the gated delta net shapes, partial RoPE and the shared expert."""
+    layer_types = raw.get("layer_types")
+    if layer_types is None:
+        every = int(raw.get("full_attention_interval", 4))
+        layer_types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)]
+    if len(layer_types) != layers:
+        raise ConfigError(f"{source}: layer_types has {len(layer_types)} entries for num_hidden_layers={layers}")
+    unknown = sorted(set(layer_types) - {"linear_attention", "full_attention"})
+    if unknown:
+        raise ConfigError(f"{source}: layer_types {unknown} not supported (linear_attention, full_attention)")
+    gdn = GDNConfig(
+        layer_types=tuple(layer_types),
+        conv_kernel=int(raw.get("linear_conv_kernel_dim", 4)),
+        key_head_dim=int(raw.get("linear_key_head_dim", 128)),
+        value_head_dim=int(raw.get("linear_value_head_dim", 128)),
+        num_key_heads=int(raw.get("linear_num_key_heads", 16)),
+        num_value_heads=int(raw.get("linear_num_value_heads", 32)),
+    )
+    if gdn.num_value_heads % gdn.num_key_heads:
+        raise ConfigError(
+            f"{source}: linear_num_value_heads={gdn.num_value_heads} is not a multiple of "
+            f"linear_num_key_heads={gdn.num_key_heads}"
+        )
+    params = raw.get("rope_parameters") or {}
+    factor = float(params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0)))
+    head_dim = int(raw.get("head_dim") or raw["hidden_size"] // raw["num_attention_heads"])
+    rotary = int(head_dim * factor)
+    if rotary < 2 or rotary % 2:
+        raise ConfigError(f"{source}: partial_rotary_factor={factor} gives {rotary} rotary dims of {head_dim}")
+    return dict(
+        gdn=gdn,
+        partial_rotary_factor=factor,
+        shared_expert_intermediate_size=int(raw.get("shared_expert_intermediate_size") or 0),
     )
 
 

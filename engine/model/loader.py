@@ -1,4 +1,4 @@
-"""Build a Qwen3 / Qwen3-MoE model from a Hugging Face directory and load its safetensors weights."""
+"""Build a Qwen3 / Qwen3-MoE / Qwen3-Next model from a Hugging Face directory and load its safetensors weights."""
 
 from __future__ import annotations
 
@@ -14,15 +14,18 @@ from engine.model.config import ModelConfig, QuantConfig, load_config
 from engine.model.layers import QuantLinear, default_weight_loader
 from engine.model.qwen3 import Qwen3ForCausalLM
 from engine.model.qwen3_moe import Qwen3MoeExperts, Qwen3MoeForCausalLM
+from engine.model.qwen3_next import Qwen3NextForCausalLM
 
 MODEL_CLASSES: dict[str, type[Qwen3ForCausalLM]] = {
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
     "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
+    "Qwen3NextForCausalLM": Qwen3NextForCausalLM,
 }
 # the name map at the edge: per-expert checkpoint tensors go to the fused expert parameters
 _PER_EXPERT = re.compile(r"^(?P<mod>.*\.mlp\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
-# tensors some checkpoints carry that the engine recomputes
-_IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")
+# tensors some checkpoints carry that the engine recomputes, or does not run (Qwen3-Next's multi-token
+# prediction head, which transformers skips too)
+_IGNORED = re.compile(r"\.rotary_emb\.inv_freq$|^mtp\.")
 # the name map at the edge for quantized linears: checkpoint suffix -> QuantLinear's tensor (None: not used,
 # e.g. the activation scales of W4A4 NVFP4, which the engine's weight-only dequant does not read)
 QUANT_NAMES: dict[str, dict[str, str | None]] = {

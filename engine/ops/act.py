@@ -26,3 +26,16 @@ def check_silu_and_mul(x: torch.Tensor) -> None:
     check_tensor(x, "x", dtypes=FLOAT_DTYPES)
     if x.dim() < 1 or x.shape[-1] % 2:
         raise ValueError(f"x: last dim must be even (gate and up halves), got shape {tuple(x.shape)}")
+
+
+def sigmoid_gate(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # x: [..., n], gate: [..., n or 1]
+    """`x * sigmoid(gate)` in x.dtype (sigmoid rounded to the dtype, then the product): Qwen3-Next's attention output
+    gate and its shared expert's gate, as Hugging Face writes them."""
+    return x * torch.sigmoid(gate)
+
+
+def check_sigmoid_gate(x: torch.Tensor, gate: torch.Tensor) -> None:
+    check_tensor(x, "x", dtypes=FLOAT_DTYPES)
+    check_tensor(gate, "gate", ndim=x.dim(), dtypes=(x.dtype,))
+    if gate.shape[:-1] != x.shape[:-1] or gate.shape[-1] not in (1, x.shape[-1]):
+        raise ValueError(f"gate: shape {tuple(gate.shape)} does not gate x's {tuple(x.shape)}")

@@ -16,11 +16,17 @@ x * rsqrt(sum(x^2) + eps) (Hugging Face/FLA's l2norm), and `scale` multiplies q
 
 Rounding: q, k, v, g and beta are upcast to fp32; the state is fp32 in and out;
 every step is fp32; the output is rounded once to q.dtype.
+
+Around the recurrence, the parts of Qwen3-Next's gated delta net layer, rounded as Hugging Face's
+Qwen3NextGatedDeltaNet: `gdn_gating` (beta and the log decay g from the projections), the short causal
+convolution over q/k/v (`causal_conv1d` for a prefill, `causal_conv1d_update` for one decode token; the
+conv state holds the last `kernel` inputs, oldest first) and `gated_rms_norm` on the output.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from engine.ops._check import FLOAT_DTYPES, check_dim, check_tensor
 
@@ -89,9 +95,7 @@ def gated_delta_chunked(
         S' = exp(G_L) S + (diag(exp(G_L - G)) K)^T U
     All fp32; equal to `gated_delta_decode` applied token by token up to fp32 reassociation.
     """
-    _check(q, k, v, g, beta, state, seq_dim=True)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
+    check_gated_delta_chunked(q, k, v, g, beta, state, chunk_size)
     batch, seq, heads, dv = v.shape
     # [batch, heads, T, ...] in fp32
     qf, kf = _prepare_qk(q.transpose(1, 2), k.transpose(1, 2), heads, scale, use_qk_l2norm, eps)
@@ -105,6 +109,122 @@ def gated_delta_chunked(
             qf[:, :, lo:hi], kf[:, :, lo:hi], vf[:, :, lo:hi], gf[:, :, lo:hi], bf[:, :, lo:hi], s
         )
     return out.transpose(1, 2).to(q.dtype), s
+
+
+def check_gated_delta_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    chunk_size: int,
+    *,
+    scale: float = 1.0,
+    use_qk_l2norm: bool = False,
+    eps: float = 1e-6,
+) -> None:
+    _check(q, k, v, g, beta, state, seq_dim=True)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size: expected >= 1, got {chunk_size}")
+
+
+def gdn_gating(
+    a: torch.Tensor,  # a: [tokens, heads], the decay projection
+    b: torch.Tensor,  # b: [tokens, heads], the update-strength projection
+    a_log: torch.Tensor,  # a_log: [heads], log of the decay rate A
+    dt_bias: torch.Tensor,  # dt_bias: [heads]
+) -> tuple[torch.Tensor, torch.Tensor]:  # (g [tokens, heads] fp32, beta [tokens, heads] b.dtype)
+    """`g = -exp(A_log) * softplus(a + dt_bias)` in fp32 (a, A_log upcast first) and `beta = sigmoid(b)` in b's dtype."""
+    g = -a_log.float().exp() * F.softplus(a.float() + dt_bias)
+    return g, b.sigmoid()
+
+
+def check_gdn_gating(a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor) -> None:
+    check_tensor(a, "a", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(b, "b", ndim=2, dtypes=FLOAT_DTYPES)
+    if b.shape != a.shape:
+        raise ValueError(f"b: shape {tuple(b.shape)} != a's {tuple(a.shape)}")
+    for name, t in (("a_log", a_log), ("dt_bias", dt_bias)):
+        check_tensor(t, name, ndim=1, dtypes=FLOAT_DTYPES)
+        check_dim(t, name, 0, a.shape[1], "a's heads")
+
+
+def causal_conv1d(
+    x: torch.Tensor,  # x: [T, channels], one sequence's inputs
+    weight: torch.Tensor,  # weight: [channels, kernel], depthwise
+    state: torch.Tensor | None = None,  # state: [channels, kernel], the inputs before x (None: zeros, a new sequence)
+) -> tuple[torch.Tensor, torch.Tensor]:  # (silu(conv(x)) [T, channels] x.dtype, new state [channels, kernel] x.dtype)
+    """The depthwise causal convolution of one sequence, then SiLU; the new state is its last `kernel` inputs.
+
+    As Hugging Face's causal_conv1d_fn (a new sequence: zero left padding) and its continuation from a cached
+    state (the state's inputs prepended, no padding): one F.conv1d in the weight's dtype, SiLU, rounded to
+    x.dtype."""
+    n, kernel = x.shape[0], weight.shape[1]
+    xt = x.T[None]  # [1, channels, T]
+    w = weight[:, None, :]
+    if state is None:
+        out = F.conv1d(xt.to(weight.dtype), w, padding=kernel - 1, groups=w.shape[0])[..., :n]
+        full = F.pad(xt, (max(kernel - n, 0), 0))
+    else:
+        full = torch.cat([state[None].to(x.dtype), xt], dim=-1)
+        out = F.conv1d(full.to(weight.dtype), w, groups=w.shape[0])[..., -n:]
+    return F.silu(out).to(x.dtype)[0].T, full[0, :, -kernel:]
+
+
+def check_causal_conv1d(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor | None = None) -> None:
+    check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(weight, "weight", ndim=2, dtypes=FLOAT_DTYPES)
+    check_dim(weight, "weight", 0, x.shape[1], "x's channels")
+    if state is not None:
+        check_tensor(state, "state", ndim=2, dtypes=FLOAT_DTYPES)
+        if state.shape != weight.shape:
+            raise ValueError(f"state: shape {tuple(state.shape)} != weight's [channels, kernel] {tuple(weight.shape)}")
+
+
+def causal_conv1d_update(
+    x: torch.Tensor,  # x: [batch, channels], one new input per sequence
+    weight: torch.Tensor,  # weight: [channels, kernel]
+    state: torch.Tensor,  # state: [batch, channels, kernel], each sequence's last inputs, oldest first
+) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, channels] x.dtype, new state [batch, channels, kernel])
+    """One decode token of `causal_conv1d`, as Hugging Face's causal_conv1d_update: the state and x side by side,
+    an unpadded F.conv1d whose last output is the token's, SiLU; the state becomes the last `kernel` inputs."""
+    full = torch.cat([state, x[..., None].to(state.dtype)], dim=-1).to(weight.dtype)  # [batch, channels, kernel + 1]
+    out = F.conv1d(full, weight[:, None, :], groups=weight.shape[0])[..., -1]
+    return F.silu(out).to(x.dtype), full[..., 1:].to(state.dtype)
+
+
+def check_causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor) -> None:
+    check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(weight, "weight", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(state, "state", ndim=3, dtypes=FLOAT_DTYPES)
+    check_dim(weight, "weight", 0, x.shape[1], "x's channels")
+    expected = (x.shape[0], *weight.shape)
+    if tuple(state.shape) != expected:
+        raise ValueError(f"state: shape {tuple(state.shape)} != [batch, channels, kernel] {expected}")
+
+
+def gated_rms_norm(
+    x: torch.Tensor,  # x: [rows, dv], the recurrence's output
+    gate: torch.Tensor,  # gate: [rows, dv] (z)
+    weight: torch.Tensor,  # weight: [dv], x.dtype
+    eps: float,
+) -> torch.Tensor:  # [rows, dv], x.dtype
+    """`weight * rms_normalise(x) * silu(gate)`, rounded as Hugging Face's Qwen3NextRMSNormGated: the normalised
+    value rounds to x.dtype, the weight multiply is in x.dtype, then the product with the fp32 silu(gate)
+    is fp32 and rounds once to x.dtype."""
+    xf = x.to(torch.float32)
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return ((weight * normed) * F.silu(gate.to(torch.float32))).to(x.dtype)
+
+
+def check_gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    check_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
+    check_tensor(gate, "gate", ndim=2, dtypes=FLOAT_DTYPES)
+    if gate.shape != x.shape:
+        raise ValueError(f"gate: shape {tuple(gate.shape)} != x's {tuple(x.shape)}")
+    check_tensor(weight, "weight", ndim=1, dtypes=(x.dtype,))
+    check_dim(weight, "weight", 0, x.shape[1], "x's last dim")
 
 
 def _chunk(

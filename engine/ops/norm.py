@@ -76,3 +76,23 @@ def qk_norm(
 def check_qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     check_tensor(x, "x", ndim=3, dtypes=FLOAT_DTYPES)
     check_rms_norm(x, weight, eps)
+
+
+def rms_norm_offset(
+    x: torch.Tensor,  # x: [..., hidden]
+    weight: torch.Tensor,  # weight: [hidden], zero-centred (the scale is 1 + weight)
+    eps: float,
+) -> torch.Tensor:  # [..., hidden], x.dtype
+    """`(1 + weight) * (x / sqrt(mean(x^2) + eps))`, rounded as Hugging Face's Qwen3NextRMSNorm.
+
+    Rounding: x upcast to fp32; the statistics, the normalised value and its product with
+    `1 + weight` (the weight upcast to fp32 first) are fp32; one rounding to x.dtype at the end. Unlike
+    `rms_norm`, nothing rounds before the weight multiply.
+    """
+    xf = x.to(torch.float32)
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * (1.0 + weight.to(torch.float32))).to(x.dtype)
+
+
+def check_rms_norm_offset(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    check_rms_norm(x, weight, eps)
