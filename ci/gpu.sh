@@ -8,6 +8,7 @@
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
 #   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls.
+#   [qwen3next]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -31,6 +32,10 @@
 #   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
 #   of the step with all on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step off
 #   and on against its floor; a compact table last.
+#   qwen3next: the gated delta net kernels' numerics (decode step and chunked prefill against their references),
+#   their CUDA tests, then the tiny Qwen3-Next checkpoints token-exact against transformers on the GPU (fp32 and
+#   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 token gate and the bf16 near-tie razor
+#   with the GDN arms on (--require-arm: their counters must be nonzero); verdict lines last.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -297,6 +302,22 @@ if [[ " $PHASES " == *" reach "* ]]; then
   step reach 285 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 200
 fi
 
+if [[ " $PHASES " == *" qwen3next "* ]]; then
+  NEXT=/tmp/tiny-qwen3-next
+  GDN=(env VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
+  REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
+  build_once
+  step qwen3next-kernels 90 $PY -m engine gate kernels --filter gdn/ --ledger "$OUT/ledger/qwen3next-kernels.json"
+  step qwen3next-cuda-tests 90 $PY -m pytest tests/engine/cuda/test_gdn.py -m gpu -q -p no:cacheprovider
+  step qwen3next-gpu-tests 240 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
+    --junitxml "$OUT/logs/qwen3next-gpu-tests.xml"
+  step qwen3next-make 60 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step qwen3next-tokens-fp32 120 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype float32 --model "$NEXT" \
+    --max-new-tokens 40 "${REQ[@]}"
+  step qwen3next-neartie-bf16 120 "${GDN[@]}" $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$NEXT" \
+    "${REQ[@]}"
+fi
+
 if [[ " $PHASES " == *" ncu "* ]]; then
   build_once
   if ! command -v ncu > /dev/null; then
@@ -333,6 +354,14 @@ fi
 if [[ " $PHASES " == *" reach "* ]]; then  # the per-arm reach table, last
   echo
   sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
+fi
+if [[ " $PHASES " == *" qwen3next "* ]]; then  # the verdicts, last
+  echo
+  for n in qwen3next-kernels qwen3next-cuda-tests qwen3next-gpu-tests qwen3next-tokens-fp32 qwen3next-neartie-bf16; do
+    [[ -f "$OUT/logs/$n.log" ]] || continue
+    v=$(grep -E '^(tokens|neartie): |cases within tolerance| (passed|failed|error)' "$OUT/logs/$n.log" | tail -n 1)
+    echo "$n: ${v:-no verdict line (logs/$n.log)}"
+  done
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo

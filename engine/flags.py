@@ -233,6 +233,12 @@ declare(
     "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).",
 )
 declare(
+    "VT_GDN_CHUNKED_KERNEL",
+    False,
+    "MODEL-QWEN3-NEXT",
+    "Compiled chunked gated delta net prefill (the UT-transform form, fp32 state; its reduction order differs from the reference).",
+)
+declare(
     "VT_DEQUANT_KERNEL",
     False,
     "QUANT-AWQ",

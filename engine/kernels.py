@@ -335,6 +335,19 @@ def _gdn_fits(
     return cuda_gdn.supports(q, k, v) and state.is_contiguous()
 
 
+def _gdn_chunked_fits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    chunk_size: int,
+    **_: Any,
+) -> bool:
+    return cuda_gdn.supports_chunked(q, k, v, chunk_size)
+
+
 def _group(q: torch.Tensor, k_cache: torch.Tensor) -> int:
     return q.shape[1] // k_cache.shape[2]
 
@@ -819,7 +832,19 @@ gdn_gating = Op(gdn.gdn_gating, gdn.check_gdn_gating)
 causal_conv1d = Op(gdn.causal_conv1d, gdn.check_causal_conv1d)
 causal_conv1d_update = Op(gdn.causal_conv1d_update, gdn.check_causal_conv1d_update)
 gated_rms_norm = Op(gdn.gated_rms_norm, gdn.check_gated_rms_norm)
-gated_delta_chunked = Op(gdn.gated_delta_chunked, gdn.check_gated_delta_chunked)
+gated_delta_chunked = Op(
+    gdn.gated_delta_chunked,
+    gdn.check_gated_delta_chunked,
+    [
+        Arm(
+            "cuda",
+            gated_by("VT_GDN_CHUNKED_KERNEL"),
+            _gdn_chunked_fits,
+            f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, chunks of at most {cuda_gdn.MAX_CHUNK}",
+            cuda_gdn.chunked,
+        ),
+    ],
+)
 gated_delta_decode = Op(
     gdn.gated_delta_decode,
     gdn.check_gated_delta_decode,

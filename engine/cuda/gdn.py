@@ -1,4 +1,4 @@
-"""Binding for the gated delta net decode-step kernel (gdn.cu): one token's recurrent update, fp32 state."""
+"""Binding for the gated delta net kernels (gdn.cu): one token's recurrent update, and the chunked prefill; fp32 state."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int
 _F = ctypes.c_float
 MAX_HEAD_DIM_K = 256  # gdn.cuh kMaxKDim, checked against it by the tests
+MAX_CHUNK = 64  # gdn.cuh kMaxChunk
 
 
 # The launcher's C signature (argument kinds in order), checked against gdn.cu by the tests.
-SIGNATURES: dict[str, list] = {"vt_gdn_decode": [_P] * 8 + [_I] * 5 + [_F, _I, _F, _I, _I, _P]}
+SIGNATURES: dict[str, list] = {
+    "vt_gdn_decode": [_P] * 8 + [_I] * 5 + [_F, _I, _F, _I, _I, _P],
+    "vt_gdn_chunked": [_P] * 8 + [_I] * 7 + [_F, _I, _F, _I, _I, _P],
+}
 
 
 @cache
@@ -30,6 +34,78 @@ def _lib() -> ctypes.CDLL:
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether the kernel takes these operands (one dtype, key dim <= 256), else use the reference."""
     return q.dtype == k.dtype == v.dtype and q.dim() == 3 and q.shape[-1] <= MAX_HEAD_DIM_K
+
+
+def supports_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int) -> bool:
+    """Whether the chunked kernel takes these operands (one dtype, key dim <= 256, chunks of at most 64 tokens)."""
+    return q.dtype == k.dtype == v.dtype and q.dim() == 4 and q.shape[-1] <= MAX_HEAD_DIM_K and chunk_size <= MAX_CHUNK
+
+
+def chunked(
+    q: torch.Tensor,  # q: [batch, T, k_heads, dk]
+    k: torch.Tensor,  # k: [batch, T, k_heads, dk]
+    v: torch.Tensor,  # v: [batch, T, heads, dv]
+    g: torch.Tensor,  # g: [batch, T, heads], log decay
+    beta: torch.Tensor,  # beta: [batch, T, heads]
+    state: torch.Tensor,  # state: [batch, heads, dk, dv] fp32, before token 0
+    chunk_size: int,
+    *,
+    scale: float = 1.0,
+    use_qk_l2norm: bool = False,
+    eps: float = 1e-6,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, T, heads, dv] out_dtype or q.dtype, final_state fp32)
+    """The gated delta rule over T tokens in chunks of `chunk_size` (the UT-transform form); `state` is not modified."""
+    dev = q.device
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    ffi.require(q, "q", dim=4)
+    ffi.require(k, "k", dim=4, dtype=q.dtype, device=dev)
+    ffi.require(v, "v", dim=4, dtype=q.dtype, device=dev)
+    ffi.require(state, "state", dim=4, dtype=torch.float32, device=dev)
+    batch, seq, k_heads, dk = q.shape
+    heads, dv = v.shape[2], v.shape[3]
+    if k.shape != q.shape:
+        raise ValueError(f"k: shape {tuple(k.shape)} != q's {tuple(q.shape)}")
+    if v.shape[:2] != (batch, seq):
+        raise ValueError(f"v: shape {tuple(v.shape)} does not lead with q's [batch, T] {(batch, seq)}")
+    for name, t in (("g", g), ("beta", beta)):
+        if t.shape != (batch, seq, heads) or t.device != dev:
+            raise ValueError(
+                f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, T, heads] {(batch, seq, heads)} on {dev}"
+            )
+    if state.shape != (batch, heads, dk, dv):
+        raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
+    g32 = g.to(torch.float32).contiguous()  # [batch, T, heads]
+    b32 = beta.to(torch.float32).contiguous()
+    state = state.contiguous()
+    new_state = torch.empty_like(state)
+    out = torch.empty(batch, seq, heads, dv, dtype=out_dtype or q.dtype, device=dev)
+    lib = _lib()
+    rc = lib.vt_gdn_chunked(
+        ffi.ptr(q),
+        ffi.ptr(k),
+        ffi.ptr(v),
+        ffi.ptr(g32),
+        ffi.ptr(b32),
+        ffi.ptr(state),
+        ffi.ptr(new_state),
+        ffi.ptr(out),
+        batch,
+        seq,
+        heads,
+        k_heads,
+        dk,
+        dv,
+        chunk_size,
+        scale,
+        int(use_qk_l2norm),
+        eps,
+        ffi.dtype_code(q, "q"),
+        ffi.dtype_code(out, "out"),
+        ffi.stream(dev),
+    )
+    ffi.check(rc, "vt_gdn_chunked", lib, "gdn")
+    return out, new_state
 
 
 def decode(

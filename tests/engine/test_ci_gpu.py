@@ -259,3 +259,23 @@ def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_
     assert done.stdout.splitlines()[-1].startswith(("decode-b32-on", "profile-b1-on", "tokens-b32", "fuse:"))
     assert "fuse: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1" in done.stdout
     assert "--flag VT_GEMV_PDL --workload decode-step" in log(tmp_path, "ab-step-VT_GEMV_PDL")
+
+
+def test_qwen3next_phase_runs_the_gdn_numerics_tests_and_gates_with_their_arms_required(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["qwen3next"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert f"argv: -m engine gate kernels --filter gdn/ --ledger {out}/ledger/qwen3next-kernels.json\n" in log(
+        tmp_path, "qwen3next-kernels"
+    )
+    assert "argv: -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu" in log(tmp_path, "qwen3next-gpu-tests")
+    req = "--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL"
+    model = "--model /tmp/tiny-qwen3-next"
+    assert f"-m engine gate tokens --device cuda --dtype float32 {model} --max-new-tokens 40 {req}\n" in log(
+        tmp_path, "qwen3next-tokens-fp32"
+    )
+    assert f"-m engine gate neartie --device cuda --dtype bfloat16 {model} {req}\n" in log(
+        tmp_path, "qwen3next-neartie-bf16"
+    )
+    assert "arms (calls" in done.stdout  # the gates' selection counters are shown
+    assert done.stdout.rstrip().splitlines()[-1].startswith("qwen3next-neartie-bf16: ")  # the verdicts come last

@@ -130,3 +130,86 @@ def test_the_table_runs_the_kernel_under_the_flag(cuda):
     )
     assert kernels.counts().ran == {("gated_delta_decode", "cuda"): 1, ("gated_delta_decode", "reference"): 1}
     torch.testing.assert_close(new, ref_new, atol=STATE_TOL[0], rtol=STATE_TOL[1])
+
+
+# --- the chunked prefill kernel ---------------------------------------------------------------------------
+def make_seq(batch, seq, k_heads, heads, dk, dv, dtype, device, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn(batch, seq, k_heads, dk, generator=gen, device=device).to(dtype)
+    k = (torch.randn(batch, seq, k_heads, dk, generator=gen, device=device) / dk**0.5).to(dtype)
+    v = torch.randn(batch, seq, heads, dv, generator=gen, device=device).to(dtype)
+    g = -torch.rand(batch, seq, heads, generator=gen, device=device) * 0.5
+    beta = torch.rand(batch, seq, heads, generator=gen, device=device)
+    state = torch.randn(batch, heads, dk, dv, generator=gen, device=device)
+    return q, k, v, g, beta, state
+
+
+CHUNKED_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1.6e-2)}
+
+
+@gpu
+@pytest.mark.parametrize(
+    "batch,seq,k_heads,heads,dk,dv,chunk",
+    [(1, 100, 16, 32, 128, 128, 64), (2, 65, 2, 4, 64, 128, 64), (3, 37, 1, 3, 19, 83, 7), (1, 130, 1, 1, 256, 33, 64)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_matches_reference(cuda, batch, seq, k_heads, heads, dk, dv, chunk, dtype):
+    from engine.cuda import gdn
+    from engine.ops.gdn import gated_delta_chunked
+
+    q, k, v, g, beta, state = make_seq(batch, seq, k_heads, heads, dk, dv, dtype, cuda, seq + dk)
+    before = state.clone()
+    opts = {"scale": dk**-0.5, "use_qk_l2norm": True}
+    out, new = gdn.chunked(q, k, v, g, beta, state, chunk, **opts)
+    ref_out, ref_new = gated_delta_chunked(q, k, v, g, beta, state, chunk, **opts)
+    assert torch.equal(state, before) and out.dtype == dtype and new.dtype == torch.float32
+    torch.testing.assert_close(new, ref_new, atol=1e-4, rtol=1e-4)
+    atol, rtol = CHUNKED_TOL[dtype]
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=atol, rtol=rtol)
+
+
+@gpu
+def test_chunked_kernel_equals_its_decode_steps(cuda):
+    """The chunked kernel and the decode kernel run the same recurrence: token by token they agree."""
+    from engine.cuda import gdn
+
+    q, k, v, g, beta, state = make_seq(2, 21, 2, 4, 32, 40, torch.float32, cuda, 5)
+    out, new = gdn.chunked(q, k, v, g, beta, state, 8, use_qk_l2norm=True)
+    s = state.clone()
+    for t in range(21):
+        o, s = gdn.decode(q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], s, use_qk_l2norm=True)
+        torch.testing.assert_close(out[:, t], o, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(new, s, atol=1e-4, rtol=1e-4)
+
+
+@gpu
+def test_the_table_runs_the_chunked_kernel_under_its_flag(cuda):
+    q, k, v, g, beta, state = make_seq(1, 9, 1, 2, 16, 12, torch.float32, cuda, 1)
+    kernels.reset_counts()
+    on = FlagSnapshot.defaults().with_(VT_GDN_CHUNKED_KERNEL=True)
+    kernels.gated_delta_chunked(on, q, k, v, g, beta, state, 64)
+    kernels.gated_delta_chunked(FlagSnapshot.defaults(), q, k, v, g, beta, state, 64)
+    kernels.gated_delta_chunked(on, q, k, v, g, beta, state, 65)  # a chunk larger than the kernel's: declined
+    ran = kernels.counts()
+    assert ran.ran[("gated_delta_chunked", "cuda")] == 1 and ran.ran[("gated_delta_chunked", "reference")] == 2
+    assert kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", ran) == 1
+
+
+def test_chunked_names_a_state_of_the_wrong_shape():
+    from engine.cuda import gdn
+
+    q, k, v, g, beta, state = make_seq(1, 3, 1, 2, 8, 4, torch.float32, torch.device("cpu"), 0)
+    with pytest.raises(ValueError, match=r"state: shape \(1, 2, 4, 8\) != \[batch, heads, dk, dv\] \(1, 2, 8, 4\)"):
+        gdn.chunked(q, k, v, g, beta, state.transpose(2, 3).contiguous(), 4)
+
+
+def test_chunked_limits_match_the_kernel_header():
+    import re
+
+    from engine.cuda import gdn
+
+    header = (build.CUDA_DIR / "gdn.cuh").read_text()
+    assert gdn.MAX_CHUNK == int(re.search(r"kMaxChunk = (\d+);", header).group(1))
+    q = torch.zeros(1, 2, 1, 256)
+    assert gdn.supports_chunked(q, q, q, 64) and not gdn.supports_chunked(q, q, q, 65)
+    assert "vt_gdn_chunked" in gdn.SIGNATURES

@@ -1,0 +1,76 @@
+"""On the GPU: the tiny Qwen3-Next checkpoints decode (graphed) token-exact against transformers on the same
+device, with the gated delta net arms off and on (the kernel table's counters prove they ran), and the captured
+decode step equals the eager one, tokens and recurrent state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.flags import FlagSnapshot
+from engine.gates.oracle import Oracle
+from engine.gates.tokens import default_prompts, token_gate
+from engine.runner import Runner
+from tests.engine.model.qwen3_next_tiny import LENS, NEW, next_checkpoint
+
+__all__ = ["next_checkpoint"]  # the fixture, imported
+pytestmark = pytest.mark.gpu
+
+# the gated delta net's arms, and the MoE kernels (the MoE reference reads ids on the host: no capture without them)
+GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_GDN_CHUNKED_KERNEL": True, "VT_MOE_KERNELS": True}
+ARMS = {"defaults": {}, "gdn-kernels": GDN_ARMS}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(autouse=True)
+def cuda() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the Qwen3-Next GPU gates need one")
+    # both sides' depthwise convolutions in true fp32 (cuDNN may take TF32 otherwise)
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def generate(path, dtype: torch.dtype, prompts: list[list[int]], settings: dict[str, bool]) -> Runner:
+    flags = FlagSnapshot.defaults().with_(**settings)
+    runner = Runner(path, dtype, device="cuda", max_batch=len(prompts), max_model_len=128, flags=flags)
+    runner.tokens = runner.generate(prompts, NEW).tokens  # type: ignore[attr-defined]
+    return runner
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("model", ["moe-shared-expert", "d128"])
+def test_greedy_ids_equal_transformers_on_the_gpu(next_checkpoint, model: str, dtype: str, arm: str) -> None:
+    path = next_checkpoint(model)
+    prompts = default_prompts(211, 11, LENS)
+    kernels.reset_counts()
+    runner = generate(path, DTYPES[dtype], prompts, ARMS[arm])
+    seen = kernels.counts()
+    print(f"{model} {dtype} {arm}: graphed={bool(runner._graphs)}\n{kernels.render_counts(seen)}")
+    oracle = Oracle(path, DTYPES[dtype], device="cuda")
+    theirs = [oracle.greedy(p, NEW) for p in prompts]
+    result = token_gate(prompts, runner.tokens, theirs)  # type: ignore[attr-defined]
+    assert result.passed, result.render()
+    if arm == "gdn-kernels":
+        assert runner._graphs and runner.use_graph  # the decode step was captured with the GDN kernel in it
+        assert seen.ran[("gated_delta_chunked", "cuda")] == len(prompts) * 2  # every prompt, both delta net layers
+        assert seen.ran[("gated_delta_decode", "cuda")] > 0
+        assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0 and kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", seen) > 0
+    else:
+        assert kernels.arms_ran("VT_GDN_KERNEL", seen) == 0 and seen.ran[("gated_delta_chunked", "reference")] > 0
+
+
+@pytest.mark.parametrize("model", ["moe-shared-expert", "d128"])
+def test_graphed_decode_equals_eager_with_the_gdn_kernel(next_checkpoint, model: str) -> None:
+    path = next_checkpoint(model)
+    prompts = default_prompts(211, 12, LENS)
+    graphed = generate(path, torch.bfloat16, prompts, GDN_ARMS)
+    eager = generate(path, torch.bfloat16, prompts, {**GDN_ARMS, "VT_EAGER": True})
+    assert graphed._graphs and graphed.use_graph and not eager._graphs
+    assert graphed.tokens == eager.tokens  # type: ignore[attr-defined]
+    assert graphed.recurrent is not None and eager.recurrent is not None
+    rows = len(prompts)  # the sequences' slots, after the last decode step; the scratch slot may differ
+    for layer, ssm in graphed.recurrent.ssm.items():
+        assert torch.equal(ssm[:rows], eager.recurrent.ssm[layer][:rows]), layer
+        assert torch.equal(graphed.recurrent.conv[layer][:rows], eager.recurrent.conv[layer][:rows]), layer
