@@ -416,18 +416,26 @@ class Runner:
     def _capture_fn(
         self, fn: Callable[..., torch.Tensor], buf: dict[str, torch.Tensor]
     ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
-        # the warm-up really runs this step (its K/V stores are the step's own); the capture only records
+        # the warm-up really runs this step (its K/V stores are the step's own); the capture only records. A
+        # recurrent state is not idempotent: it is put back after the warm-up, so the replay (or the eager step
+        # that follows a failed capture) advances it once
+        state = self.recurrent
+        saved = None if state is None else state.copy()
         try:
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 fn(**buf)  # warm-up outside the graph (lazy inits, workspaces)
             torch.cuda.current_stream(self.device).wait_stream(stream)
+            if state is not None and saved is not None:
+                state.load(saved)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool):
                 out = fn(**buf)
             self._graph_pool = graph.pool()
         except RuntimeError as exc:
+            if state is not None and saved is not None:
+                state.load(saved)
             print(
                 f"engine: decode step not capturable ({exc.__class__.__name__}: {str(exc)[:200]}); running it eagerly",
                 file=sys.stderr,

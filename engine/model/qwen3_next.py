@@ -43,6 +43,20 @@ class RecurrentState:
         self.conv = {i: torch.zeros(conv, dtype=dtype, device=device) for i in layers}
         self.ssm = {i: torch.zeros(ssm, dtype=torch.float32, device=device) for i in layers}
 
+    def copy(self) -> RecurrentState:
+        """A snapshot of every tensor (the runner puts it back after a capture's warm-up step)."""
+        other = object.__new__(RecurrentState)
+        other.slots, other.scratch = self.slots, self.scratch
+        other.conv = {i: t.clone() for i, t in self.conv.items()}
+        other.ssm = {i: t.clone() for i, t in self.ssm.items()}
+        return other
+
+    def load(self, other: RecurrentState) -> None:
+        """Copy `other`'s values in place: the tensors keep their addresses, which captured graphs read."""
+        for mine, theirs in ((self.conv, other.conv), (self.ssm, other.ssm)):
+            for i, t in mine.items():
+                t.copy_(theirs[i])
+
     def clear(self, slot: int) -> None:
         """Forget a sequence: its next prefill starts from zeros."""
         for t in (*self.conv.values(), *self.ssm.values()):
