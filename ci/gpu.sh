@@ -8,7 +8,7 @@
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
 #   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls.
-#   [qwen3next]
+#   [qwen3next] [qwen3next-bench]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -36,6 +36,8 @@
 #   their CUDA tests, then the tiny Qwen3-Next checkpoints token-exact against transformers on the GPU (fp32 and
 #   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 token gate and the bf16 near-tie razor
 #   with the GDN arms on (--require-arm: their counters must be nonzero); verdict lines last.
+#   qwen3next-bench: the same-binary A/B of each GDN kernel against its torch reference at Qwen3-Next-80B's heads
+#   (decode at batch 1 and 32, the chunked prefill of 1024 tokens), ledger records.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -316,6 +318,14 @@ if [[ " $PHASES " == *" qwen3next "* ]]; then
     --max-new-tokens 40 "${REQ[@]}"
   step qwen3next-neartie-bf16 120 "${GDN[@]}" $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$NEXT" \
     "${REQ[@]}"
+fi
+
+if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once
+  step ab-gdn-decode-b32 120 $PY -m engine bench ab --flag VT_GDN_KERNEL "${L[@]}"
+  step ab-gdn-decode-b1 120 $PY -m engine bench ab --flag VT_GDN_KERNEL --shape batch=1 "${L[@]}"
+  step ab-gdn-chunked-t1024 150 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" ncu "* ]]; then

@@ -538,6 +538,59 @@ QUANT_STEPS = tuple(
     for m in step_workload.QUANT_METHODS
 )
 
+# --- gated delta net (Qwen3-Next's linear attention): the decode step and the chunked prefill -------------
+# defaults: Qwen3-Next-80B's 16 key and 32 value heads of 128 dims; the fp32 state dominates the bytes
+
+GDN_DEFAULTS = {"batch": 32, "seq": 1, "kh": 16, "h": 32, "dk": 128, "dv": 128, "chunk": 64}
+
+
+def _gdn_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    b, t, kh, h, dk, dv = s["batch"], s["seq"], s["kh"], s["h"], s["dk"], s["dv"]
+    lead = (b,) if t == 1 else (b, t)  # one token: the decode step's shapes
+    q = torch.randn(*lead, kh, dk, generator=g).to(dtype)
+    k = torch.randn(*lead, kh, dk, generator=g).to(dtype)
+    v = torch.randn(*lead, h, dv, generator=g).to(dtype)
+    decay = -0.5 * torch.rand(*lead, h, generator=g)
+    beta = torch.rand(*lead, h, generator=g).to(dtype)
+    state = torch.randn(b, h, dk, dv, generator=g)
+    return tuple(x.to(device) for x in (q, k, v, decay, beta, state)) + (s["chunk"], dk**-0.5)
+
+
+def _gdn_decode_run(snapshot, q, k, v, decay, beta, state, chunk, scale):
+    return kernels.gated_delta_decode(snapshot, q, k, v, decay, beta, state, scale=scale, use_qk_l2norm=True)[0]
+
+
+def _gdn_chunked_run(snapshot, q, k, v, decay, beta, state, chunk, scale):
+    return kernels.gated_delta_chunked(snapshot, q, k, v, decay, beta, state, chunk, scale=scale, use_qk_l2norm=True)[0]
+
+
+def _gdn_bytes(s: Shape, dt: torch.dtype) -> int:
+    b, t = s["batch"], s["seq"]
+    state = 2 * b * s["h"] * s["dk"] * s["dv"] * 4  # read and written, fp32
+    tokens = b * t * ((2 * s["kh"] * s["dk"] + 2 * s["h"] * s["dv"]) * _elt(dt) + 2 * s["h"] * 4)  # q k v out, g beta
+    return state + tokens
+
+
+GDN_DECODE = Workload(
+    name="gdn-decode",
+    flags=("VT_GDN_KERNEL",),
+    defaults=dict(GDN_DEFAULTS),
+    make=_gdn_make,
+    run=_gdn_decode_run,
+    bytes_moved=_gdn_bytes,
+    arms={"reference": {"VT_GDN_KERNEL": "0"}, "gdn-kernel": {"VT_GDN_KERNEL": "1"}},
+)
+GDN_CHUNKED = Workload(
+    name="gdn-chunked",
+    flags=("VT_GDN_CHUNKED_KERNEL",),
+    defaults={**GDN_DEFAULTS, "batch": 1, "seq": 1024},
+    make=_gdn_make,
+    run=_gdn_chunked_run,
+    bytes_moved=_gdn_bytes,
+    arms={"reference": {"VT_GDN_CHUNKED_KERNEL": "0"}, "chunked-kernel": {"VT_GDN_CHUNKED_KERNEL": "1"}},
+)
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -554,6 +607,8 @@ WORKLOADS: dict[str, Workload] = {
         GPTQ,
         NVFP4,
         *QUANT_STEPS,
+        GDN_DECODE,
+        GDN_CHUNKED,
     )
 }
 
