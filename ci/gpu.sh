@@ -8,7 +8,7 @@
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
 #   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls.
-#   [qwen3next] [qwen3next-bench]
+#   [qwen3next] [qwen3next-bf16] [qwen3next-bench]
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -34,8 +34,9 @@
 #   and on against its floor; a compact table last.
 #   qwen3next: the gated delta net kernels' numerics (decode step and chunked prefill against their references),
 #   their CUDA tests, then the tiny Qwen3-Next checkpoints token-exact against transformers on the GPU (fp32 and
-#   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 token gate and the bf16 near-tie razor
-#   with the GDN arms on (--require-arm: their counters must be nonzero); verdict lines last.
+#   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 and bf16 token gates with the GDN arms
+#   on (--require-arm: their counters must be nonzero); verdict lines last. qwen3next-bf16: the bf16 evidence
+#   alone (the razor-prompt test, with the oracle's own razor printed, and the token gates).
 #   qwen3next-bench: the same-binary A/B of each GDN kernel against its torch reference at Qwen3-Next-80B's heads
 #   (decode at batch 1 and 32, the chunked prefill of 1024 tokens), ledger records.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
@@ -304,20 +305,29 @@ if [[ " $PHASES " == *" reach "* ]]; then
   step reach 285 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 200
 fi
 
+NEXT=/tmp/tiny-qwen3-next
+GDN=(env VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
+GDN_REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
+# bf16: token-exact against transformers' generate; the near-tie razor teacher-forces the oracle through its
+# chunked form, and transformers' own greedy ids fail it (test_bf16_razor_prompts_..., the row's spec)
 if [[ " $PHASES " == *" qwen3next "* ]]; then
-  NEXT=/tmp/tiny-qwen3-next
-  GDN=(env VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
-  REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
   build_once
   step qwen3next-kernels 90 $PY -m engine gate kernels --filter gdn/ --ledger "$OUT/ledger/qwen3next-kernels.json"
   step qwen3next-cuda-tests 90 $PY -m pytest tests/engine/cuda/test_gdn.py -m gpu -q -p no:cacheprovider
   step qwen3next-gpu-tests 240 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
     --junitxml "$OUT/logs/qwen3next-gpu-tests.xml"
+fi
+if [[ " $PHASES " == *" qwen3next-bf16 "* ]]; then  # the bf16 evidence alone
+  build_once
+  step qwen3next-gpu-razor 150 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
+    -k razor
+fi
+if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; then
   step qwen3next-make 60 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
   step qwen3next-tokens-fp32 120 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype float32 --model "$NEXT" \
-    --max-new-tokens 40 "${REQ[@]}"
-  step qwen3next-neartie-bf16 120 "${GDN[@]}" $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$NEXT" \
-    "${REQ[@]}"
+    --max-new-tokens 40 "${GDN_REQ[@]}"
+  step qwen3next-tokens-bf16 120 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
+    --max-new-tokens 64 "${GDN_REQ[@]}"
 fi
 
 if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
@@ -365,9 +375,13 @@ if [[ " $PHASES " == *" reach "* ]]; then  # the per-arm reach table, last
   echo
   sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
 fi
-if [[ " $PHASES " == *" qwen3next "* ]]; then  # the verdicts, last
+if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; then  # the verdicts, last
   echo
-  for n in qwen3next-kernels qwen3next-cuda-tests qwen3next-gpu-tests qwen3next-tokens-fp32 qwen3next-neartie-bf16; do
+  for n in qwen3next-gpu-tests qwen3next-gpu-razor; do  # the razor-prompt test's lines: ours, and the oracle's own
+    [[ -f "$OUT/logs/$n.log" ]] && grep -E "^(moe-shared-expert|d128): " "$OUT/logs/$n.log"
+  done
+  for n in qwen3next-kernels qwen3next-cuda-tests qwen3next-gpu-tests qwen3next-gpu-razor qwen3next-tokens-fp32 \
+    qwen3next-tokens-bf16; do
     [[ -f "$OUT/logs/$n.log" ]] || continue
     v=$(grep -E '^(tokens|neartie): |cases within tolerance| (passed|failed|error)' "$OUT/logs/$n.log" | tail -n 1)
     echo "$n: ${v:-no verdict line (logs/$n.log)}"

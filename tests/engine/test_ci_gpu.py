@@ -274,11 +274,26 @@ def test_qwen3next_phase_runs_the_gdn_numerics_tests_and_gates_with_their_arms_r
     assert f"-m engine gate tokens --device cuda --dtype float32 {model} --max-new-tokens 40 {req}\n" in log(
         tmp_path, "qwen3next-tokens-fp32"
     )
-    assert f"-m engine gate neartie --device cuda --dtype bfloat16 {model} {req}\n" in log(
-        tmp_path, "qwen3next-neartie-bf16"
+    assert f"-m engine gate tokens --device cuda --dtype bfloat16 {model} --max-new-tokens 64 {req}\n" in log(
+        tmp_path, "qwen3next-tokens-bf16"
     )
     assert "arms (calls" in done.stdout  # the gates' selection counters are shown
-    assert done.stdout.rstrip().splitlines()[-1].startswith("qwen3next-neartie-bf16: ")  # the verdicts come last
+    assert done.stdout.rstrip().splitlines()[-1].startswith("qwen3next-tokens-bf16: ")  # the verdicts come last
+    assert "qwen3next-gpu-razor" not in done.stdout  # its test runs inside qwen3next-gpu-tests
+
+
+def test_qwen3next_bf16_phase_runs_only_the_bf16_evidence(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["qwen3next-bf16"])
+    assert done.returncode == 0, done.stderr
+    assert "-m gpu -q -rA -p no:cacheprovider -k razor" in log(tmp_path, "qwen3next-gpu-razor")
+    ran = [line.split()[0] for line in done.stdout[done.stdout.rindex("step ") :].splitlines()[1:] if line.strip()]
+    assert ran[:5] == [
+        "build",
+        "qwen3next-gpu-razor",
+        "qwen3next-make",
+        "qwen3next-tokens-fp32",
+        "qwen3next-tokens-bf16",
+    ]
 
 
 def test_qwen3next_bench_phase_ab_tests_each_gdn_kernel(tmp_path: Path) -> None:
