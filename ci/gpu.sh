@@ -38,7 +38,7 @@
 #   on (--require-arm: their counters must be nonzero); verdict lines last. qwen3next-bf16: the bf16 evidence
 #   alone (the razor-prompt test, with the oracle's own razor printed, and the token gates).
 #   qwen3next-bench: the same-binary A/B of each GDN kernel against its torch reference at Qwen3-Next-80B's heads
-#   (decode at batch 1 and 32, the chunked prefill of 1024 tokens), ledger records.
+#   (decode at batch 32, the chunked prefill of 1024 tokens), ledger records.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -334,7 +334,6 @@ if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
   step ab-gdn-decode-b32 120 $PY -m engine bench ab --flag VT_GDN_KERNEL "${L[@]}"
-  step ab-gdn-decode-b1 120 $PY -m engine bench ab --flag VT_GDN_KERNEL --shape batch=1 "${L[@]}"
   step ab-gdn-chunked-t1024 150 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 
