@@ -195,6 +195,9 @@ def cache_dir(settings: flags.FlagSnapshot | None = None) -> Path:
     return Path(env).expanduser() if env.strip() else Path.home() / ".cache" / "rowgate" / "cuda"
 
 
+NVLINK_TEMP_RACE = "nvlink fatal   : Could not read file"  # nvcc --threads losing a temporary file
+
+
 def compile_source(source: Path, archs: tuple[str, ...], out_dir: Path, *, werror: bool = False) -> BuildResult:
     """One nvcc invocation per source; a hit in out_dir (same content hash) skips nvcc."""
     t0 = time.perf_counter()
@@ -209,6 +212,11 @@ def compile_source(source: Path, archs: tuple[str, ...], out_dir: Path, *, werro
     cmd = [NVCC, "--threads", str(os.cpu_count() or 1), *nvcc_flags, "-o", tmp, str(source)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 and NVLINK_TEMP_RACE in proc.stderr:
+            # nvcc's multi-threaded device link can lose one of its own temporary files; a serial rerun of
+            # the same command does not race, and a real error fails it the same way
+            cmd = [NVCC, "--threads", "1", *nvcc_flags, "-o", tmp, str(source)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
         os.unlink(tmp)
         raise BuildError(f"{source}: nvcc timed out\ncommand: {' '.join(cmd)}") from None

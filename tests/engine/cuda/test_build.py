@@ -175,3 +175,27 @@ def test_progress_line_names_the_source_its_time_and_an_eta(tmp_path: Path) -> N
         f"[3/11] engine/cuda/quant.cu: compiled for ['8.0', '9.0'] in 62.1s -> {tmp_path / 'quant-x.so'}; "
         "70s elapsed, ETA 187s"
     )
+
+
+def test_a_lost_temporary_file_in_the_device_link_is_rebuilt_serially(tmp_path, monkeypatch) -> None:
+    """nvcc --threads can lose its own temporary file in the device link; the build reruns it on one thread."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "nvcc"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in *"--threads 1 "*) out=""; for a; do [ "$prev" = "-o" ] && out=$a; prev=$a; done;'
+        ' : > "$out"; exit 0;; esac\n'
+        "echo \"nvlink fatal   : Could not read file '/tmp/tmpxft_1_dlink.reg.c' (target: sm_100)\" >&2\n"
+        "exit 255\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(build, "NVCC", str(fake))
+    monkeypatch.setattr(build, "compiler_version", lambda: "fake")
+    monkeypatch.setattr(build.os, "cpu_count", lambda: 2)  # the first run is multi-threaded
+    source = tmp_path / "k.cu"
+    source.write_text("// a source\n")
+    result = build.compile_source(source, ("9.0",), tmp_path / "out")
+    runs = calls.read_text().splitlines()
+    assert len(runs) == 2 and "--threads 1 " in runs[1] and "--threads 1 " not in runs[0]
+    assert result.obj.exists() and not result.cached
