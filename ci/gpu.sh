@@ -42,6 +42,7 @@
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
 #   near-tie and token gates fail when no arm of a flag set on ran (the table's selection counters):
+#   a flag whose ops a model never calls is n/a there and must run on another model (flip-ran-VT_X).
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
@@ -289,9 +290,23 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
     na_if_refused "flip-distributional-$m"
     step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
     step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
-    if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its token gate with the flags unset
+    if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its gates with the flags unset
+      step flip-neartie-d128-noflags 180 $PY -m engine gate neartie "${G[@]}" "${M[@]}"
       step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
     fi
+  done
+  # a flag not applicable on one model (no call of its ops there) must have run its arm on another
+  for kv in $FLIP; do
+    f=${kv%%=*}
+    [[ ${kv#*=} =~ ^(1|true|on|yes)$ ]] || continue
+    ran=0
+    for m in ${FLIP_MODELS:-dense d128 moe}; do
+      log="$OUT/logs/flip-neartie-$m.log"
+      [[ -f $log ]] && ! grep -q "^n/a: $f:" "$log" && ! grep -q "^FAIL: no arm gated by $f " "$log" && ran=1
+    done
+    ORDER+=("flip-ran-$f")
+    if [[ $ran == 1 ]]; then RESULT[flip-ran-$f]="rc=0 its arm ran on some model"
+    else RESULT[flip-ran-$f]="rc=1 its arm ran on no model"; fi
   done
   # the golden of the embedded model on the GPU, rewritten only if the near-tie gate passes
   mkdir -p "$OUT/goldens"

@@ -240,6 +240,18 @@ def arms_ran(flag: str, seen: Counts | None = None) -> int:
     return sum(n for key, n in seen.ran.items() if key in gated)
 
 
+def ops_gated_by(flag: str) -> set[str]:
+    """The ops that have an arm gated by `flag` (an arm's own flags, or a switch's)."""
+    ops = {op.name for op in TABLE.values() for a in op.arms if flag in a.flags}
+    return ops | {s.name for s in SWITCHES.values() if flag in s.flags}
+
+
+def op_calls(ops: set[str], seen: Counts | None = None) -> int:
+    """Calls of `ops` in `seen`, whichever arm ran them (the reference included)."""
+    seen = seen or COUNTS
+    return sum(n for (op, _), n in seen.ran.items() if op in ops)
+
+
 def flags_of(op: str, arm: str) -> tuple[str, ...]:
     """The flags that gate one arm of the table ((), for the reference)."""
     if op in SWITCHES and arm == SWITCHES[op].arm:

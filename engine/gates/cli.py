@@ -166,20 +166,28 @@ def report(
     result: GateResult, as_json: bool, columns: list[str] | None = None, require: list[str] | None = None
 ) -> int:
     """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
-    whose arms never ran fails the gate, whatever its verdict."""
+    whose arms never ran fails the gate, whatever its verdict. A flag none of whose ops the model calls
+    (a dense-MLP arm on an MoE model) is not applicable there: reported, and left to the models that do."""
     seen = kernels.counts()
-    missing = [f for f in require or [] if kernels.arms_ran(f, seen) == 0]
+    required = require or []
+    ops_of = {f: kernels.ops_gated_by(f) for f in required}  # empty for a flag that gates no arm: it fails
+    not_applicable = [f for f in required if ops_of[f] and kernels.op_calls(ops_of[f], seen) == 0]
+    missing = [f for f in required if f not in not_applicable and kernels.arms_ran(f, seen) == 0]
     if as_json:
         out = result.to_json()
         out["arms"] = {f"{op}/{arm}": n for (op, arm), n in sorted(seen.ran.items())}
         out["fallbacks"] = {f"{op}/{arm}: {needs}": n for (op, arm, needs), n in sorted(seen.fallbacks.items())}
         out["arms_missing"] = missing
+        out["arms_not_applicable"] = not_applicable
         print(json.dumps(out))
     else:
         table, _, verdict = result.render(columns).rpartition("\n")
         for block in (table, kernels.render_counts(seen)):
             if block:
                 print(block)
+        for flag in not_applicable:
+            ops = ", ".join(sorted(ops_of[flag]))
+            print(f"n/a: {flag}: this model never calls its ops ({ops}); another model must run its arm")
         for flag in missing:
             print(f"FAIL: no arm gated by {flag} ran (0 calls): the gate did not exercise the arm under test")
         print(verdict)  # the verdict stays the last line

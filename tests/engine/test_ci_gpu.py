@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,11 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "ci" / "gpu.sh"
-# stands in for python: prints its arguments and the flags it sees; the distributional gate refuses
+# stands in for python: prints its arguments and the flags it sees; the distributional gate refuses; a gate
+# requiring VT_GEMV on a model named in NA_MODELS says the flag is not applicable there
 FAKE_PY = """#!/usr/bin/env bash
 echo "argv: $*"
 echo "flags: VT_ATTN_SPLITKV=${VT_ATTN_SPLITKV-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
 printf 'arms (calls; a replayed CUDA graph is not counted again):\n  linear/gemv 7 [VT_GEMV]\n'
+model=dense
+case " $* " in *tiny-qwen3-d128*) model=d128 ;; *tiny-qwen3-moe*) model=moe ;; esac
+case " ${NA_MODELS:-} | $* " in
+  *" $model "*"|"*" --require-arm VT_GEMV"*) echo "n/a: VT_GEMV: this model never calls its ops (linear)" ;;
+esac
 case " $* " in *" distributional "*) echo "distributional: REFUSED: the oracle is deterministic"; exit 1 ;; esac
 exit 0
 """
@@ -91,12 +98,28 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
         assert f"flags: VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
     baseline = log(tmp_path, "flip-tokens-d128-noflags")
     assert f"argv: {expected['flip-tokens-d128-graph'].removesuffix(require)}\n" in baseline
+    neartie_baseline = log(tmp_path, "flip-neartie-d128-noflags")
+    assert f"argv: {expected['flip-neartie-d128'].removesuffix(require)}\n" in neartie_baseline
     # every step prints the arms its gate ran, after its log's tail
-    assert done.stdout.count("\n     linear/gemv 7 [VT_GEMV]\n") == len(expected) + 3  # and build, flip-models, noflags
+    assert done.stdout.count("\n     linear/gemv 7 [VT_GEMV]\n") == len(expected) + 4  # build, flip-models, 2 noflags
     assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
+    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in neartie_baseline
     table = done.stdout[done.stdout.rindex("step ") :]
     assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table
     assert "flip-tokens-d128-eager       rc=0" in table
+
+
+@pytest.mark.parametrize(
+    ("na_models", "verdict"),
+    [("dense d128 moe", "rc=1 its arm ran on no model"), ("d128 moe", "rc=0 its arm ran on some model")],
+)
+def test_flip_fails_a_flag_not_applicable_on_every_model(tmp_path: Path, na_models: str, verdict: str) -> None:
+    # the stand-in gate says the flag is not applicable on the models named in NA_MODELS
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_GEMV=1 VT_EAGER=0", NA_MODELS=na_models)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout[done.stdout.rindex("step ") :]
+    assert re.search(rf"^flip-ran-VT_GEMV +{verdict}$", table, re.MULTILINE), table
+    assert "flip-ran-VT_EAGER" not in table  # a flag set off owes no arm
 
 
 def test_flip_models_select_the_models(tmp_path: Path) -> None:

@@ -195,3 +195,20 @@ def test_the_serving_steps_run_under_the_runners_snapshot() -> None:
     for op in ("linear", "prefill_attention", "extend_attention", "paged_decode_attention", "sample_rows"):
         assert ran[(op, "reference")] > 0, op
     assert all(arm == "reference" for _, arm in ran)  # REFERENCE everywhere: nothing read the environment
+
+
+def test_a_required_flag_whose_ops_the_model_never_calls_is_not_applicable_not_passed(capsys) -> None:
+    passed = GateResult("tokens", PASS, "3/3 prompts token-exact")
+    kernels.rms_norm(FlagSnapshot.defaults(), torch.randn(2, 4), torch.randn(4), 1e-6)
+    # an MoE model calls no dense GLU: the GLU arm's flag is not applicable there, and says so
+    assert report(passed, False, require=["VT_GLU_GEMV"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln for ln in out if ln.startswith("n/a: VT_GLU_GEMV: this model never calls its ops (")]
+    assert not [ln for ln in out if ln.startswith("FAIL")]
+    # a flag that gates no arm of the table is never "not applicable": a typo must not pass
+    assert report(passed, False, require=["VT_NO_SUCH_FLAG"]) == 1
+    assert "FAIL: no arm gated by VT_NO_SUCH_FLAG ran (0 calls)" in capsys.readouterr().out
+    # once the model calls one of the flag's ops through another arm, the flag is required again
+    kernels.COUNTS.ran[("glu_epilogue", "reference")] += 1
+    assert report(passed, False, require=["VT_GLU_GEMV"]) == 1
+    assert "FAIL: no arm gated by VT_GLU_GEMV ran" in capsys.readouterr().out
