@@ -289,9 +289,9 @@ declare(
 )
 declare(
     "VT_SAMPLE_ROWS_KERNEL",
-    False,
+    True,
     "ENGINE-SERVE",
-    "The serving sampler's unfiltered draw as one fused CUDA pass (the reference's counter-based Gumbel noise recomputed in registers, the same fp32 operations, then the row argmax) instead of [batch, vocab] torch temporaries.",
+    "The serving sampler's unfiltered draw as one fused CUDA pass (the reference's counter-based Gumbel noise recomputed in registers, the same fp32 operations, then the row argmax) instead of [batch, vocab] torch temporaries. Bit-exact to the reference (12/12 cases on the H200), so ON; `0` is the rollback.",
 )
 declare(
     "VT_GEMV",
@@ -304,15 +304,15 @@ declare(
 # --- the decode step's fused launches (ENGINE-PERF) ---------------------------------------------------------
 declare(
     "VT_QKV_ROPE_STORE",
-    False,
+    True,
     "ENGINE-PERF",
-    "One launch per layer for q and k RMSNorm + neox RoPE and the KV cache store of k and v (the fused q/k norm+RoPE kernel's arithmetic, so its bits).",
+    "One launch per layer for q and k RMSNorm + neox RoPE and the KV cache store of k and v (the fused q/k norm+RoPE kernel's arithmetic, so its bits). ON after the flip protocol (decode-step A/B 1.086x); `0` is the rollback.",
 )
 declare(
     "VT_NORM_GEMV",
-    False,
+    True,
     "ENGINE-PERF",
-    "With VT_GEMV: the residual add + RMSNorm before q/k/v and gate/up folded into the GEMV's prologue (each block normalises the input row in shared memory); the norm and GEMV kernels' arithmetic, so their bits.",
+    "With VT_GEMV: the residual add + RMSNorm before q/k/v and gate/up folded into the GEMV's prologue (each block normalises the input row in shared memory); the norm and GEMV kernels' arithmetic, so their bits. ON after the flip protocol (decode-step A/B 1.042x); `0` is the rollback.",
 )
 declare(
     "VT_ACT_GEMV",
@@ -328,9 +328,9 @@ declare(
 )
 declare(
     "VT_GLU_GEMV",
-    False,
+    True,
     "ENGINE-PERF",
-    "With VT_GEMV and VT_MERGED_PROJ: SiLU-and-mul in the gate/up GEMV's epilogue (a warp sums a gate row and its up row, then writes the activation), so the down projection is a plain GEMV; the GEMV and activation kernels' arithmetic, so their bits.",
+    "With VT_GEMV and VT_MERGED_PROJ: SiLU-and-mul in the gate/up GEMV's epilogue (a warp sums a gate row and its up row, then writes the activation), so the down projection is a plain GEMV; the GEMV and activation kernels' arithmetic, so their bits. ON after the flip protocol (decode-step A/B 1.030x); `0` is the rollback.",
 )
 declare(
     "VT_GEMV_PERSISTENT",

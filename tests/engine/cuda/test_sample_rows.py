@@ -22,9 +22,10 @@ def test_source_compiles_and_exports_its_launcher(compiled) -> None:
         assert hasattr(compiled, symbol), symbol
 
 
-def test_the_arm_is_off_by_default_and_takes_unfiltered_rows_only() -> None:
+def test_the_arm_is_on_by_default_and_takes_unfiltered_rows_only() -> None:
     (arm,) = kernels.sample_rows.arms
-    assert arm.flags == ("VT_SAMPLE_ROWS_KERNEL",) and not arm.enabled(FlagSnapshot.defaults())
+    assert arm.flags == ("VT_SAMPLE_ROWS_KERNEL",) and arm.enabled(FlagSnapshot.defaults())  # bit-exact: ON
+    assert not arm.enabled(FlagSnapshot.defaults().with_(VT_SAMPLE_ROWS_KERNEL=False))  # the rollback
     x = cases.draw_inputs(0, torch.device("cpu"), dtype=torch.float32, vocab=7)
     args = (x["logits"], x["temperature"], x["top_k"], x["top_p"], x["seeds"], x["steps"])
     assert arm.supports(*args, False) and not arm.supports(*args, True)
@@ -44,7 +45,7 @@ def test_the_sampler_draws_the_reference_tokens_in_a_graph(cuda: torch.device) -
     logits = x["logits"].contiguous()
     args = (logits, x["temperature"], x["top_k"], x["top_p"], x["seeds"], x["steps"])
     on = FlagSnapshot.defaults().with_(VT_SAMPLE_ROWS_KERNEL=True)
-    want = sample(FlagSnapshot.defaults(), *args, mode=Mode.RANDOM)
+    want = sample(FlagSnapshot.defaults().with_(VT_SAMPLE_ROWS_KERNEL=False), *args, mode=Mode.RANDOM)
     kernels.reset_counts()
     graph = torch.cuda.CUDAGraph()
     sample(on, *args, mode=Mode.RANDOM)  # warm-up: the module loads outside the capture
