@@ -39,7 +39,9 @@ EXTRA_COMMANDS: dict[str, str] = {
     "init": ".commands.init",
 }
 
-EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify.
+EXIT_OUTPUT_CLOSED = 141  # what a shell reports for a command that SIGPIPE ended
+
+EPILOG = """exit codes: 0 pass, 1 fail, 2 usage, 3 could not verify; 141 when the output is closed early.
 Run `rowgate check --help` for the checks and `rowgate rules` for every rule id."""
 
 
@@ -51,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         argv.remove("--debug")
         os.environ["ROWGATE_DEBUG"] = "1"
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # also after --help's SystemExit: a reader that went away fails here, not at exit
+    except BrokenPipeError:
+        return _output_closed()
     except KeyboardInterrupt:
         print("rowgate: interrupted", file=sys.stderr)
         return 130
@@ -64,6 +71,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rowgate: {describe_crash(exc)} (run again with --debug for the traceback)", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _output_closed() -> int:
+    """The reader of the output went away (`rowgate rules | head`): stop quietly, as a Unix tool that
+    SIGPIPE ends, with its status (128 + 13). Nothing more is written: what is still buffered goes to
+    /dev/null, so the interpreter's own flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
+    return EXIT_OUTPUT_CLOSED
 
 
 def describe_crash(exc: BaseException) -> str:

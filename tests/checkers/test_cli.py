@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT, GitRepo, row_yaml
 
@@ -110,3 +113,40 @@ def test_doctor_without_git_on_path_says_so_and_exits_3(tmp_path: Path):
         "git:        not found: install git 2.30 or newer",
         "",
     )
+
+
+@pytest.mark.parametrize("args", [("rules",), ("check", "agent-record"), ("check", "--help"), ("rules", "TR001")])
+def test_output_closed_early_ends_quietly_with_the_sigpipe_status(rowgate_repo: GitRepo, args: tuple[str, ...]):
+    """`rowgate rules | head`: the reader is gone before rowgate writes (the read end of a real pipe is
+    closed first), so every write fails with EPIPE; rowgate says nothing and exits 141, as a Unix tool
+    that SIGPIPE ends."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "checkers", *args],
+            cwd=rowgate_repo.path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_a_reader_that_stops_after_a_line_gets_that_line_and_no_error(rowgate_repo: GitRepo):
+    """The shell's `rowgate rules | head -1`, with head's pipe: the first line arrives, nothing is said
+    on stderr."""
+    proc = subprocess.run(
+        f"{sys.executable} -m checkers rules | head -1",
+        shell=True,
+        cwd=rowgate_repo.path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("AR001 ") and proc.stderr == ""
