@@ -32,7 +32,8 @@ def read_message(text: str, mode: Mode) -> Message:
     # "...\n\nRow: X\n\n---------\n\nCo-authored-by: A\n\nCo-authored-by: B": git sees only the last
     # paragraph. Step back over forge paragraphs and separators to the block above, and join them to it.
     if not (block.found and _forge_only(block)):
-        return Message(text, block, trailers, body_end)
+        # tuple.__new__: Message(...) without its Python-level __new__, for once per commit of a range
+        return tuple.__new__(Message, (text, block, trailers, body_end))
     forge: list[Trailer] = list(trailers)
     cut = block.start
     while True:
@@ -55,12 +56,14 @@ def read_message(text: str, mode: Mode) -> Message:
 
 
 def _forge_only(block: TrailerBlock) -> bool:
-    """Whether a block is all forge trailers (and nothing else: no prose line, no other key)."""
-    return (
-        bool(block.trailers)
-        and len(block.trailers) == len(block.lines)
-        and all(t.key.lower() in FORGE_KEYS for t in block.trailers)
-    )
+    """Whether a block is all forge trailers (and nothing else: no prose line, no other key). A loop, not
+    all(): this runs for every commit of a range, and most blocks fail on their first key."""
+    if not block.trailers or len(block.trailers) != len(block.lines):
+        return False
+    for t in block.trailers:
+        if t.key.lower() not in FORGE_KEYS:
+            return False
+    return True
 
 
 def _last_paragraph(text: str, end: int) -> tuple[int, str] | None:

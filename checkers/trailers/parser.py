@@ -202,7 +202,49 @@ def _recognized_block(lines: list[str], parsed: list[Trailer | None]) -> bool:
 
 def commit_trailers(message: str) -> TrailerBlock:
     """The trailers of a commit's raw message (`%B`), exactly as `git log --format=%(trailers)` sees them."""
-    return parse(skip_blank_lines(message), "range", final_newline=False)
+    block = _last_paragraph_block(message)
+    return block if block is not None else parse(skip_blank_lines(message), "range", final_newline=False)
+
+
+# The block of a plain message depends only on the text after its last empty line (the title always ends
+# at or before that line), and a range repeats the same few last paragraphs (one row, the same sign-offs):
+# each is parsed once, by _parse_plain on a stand-in message "T\n\n" + that text, and the offsets shifted.
+_TAILS: dict[str, tuple[int, int, tuple[str, ...], tuple[Trailer, ...]] | None] = {}
+_TAILS_MAX = 4096
+_STAND_IN = "T\n\n"
+
+
+def _last_paragraph_block(message: str) -> TrailerBlock | None:
+    """commit_trailers() for a plain message whose last paragraph follows an empty line and has no
+    indented line; None for any other message (the general rules decide)."""
+    if (
+        message[:1] in " \t\r\n#"  # also the empty message: leading blank lines, a comment or a scissors line
+        or "\n#" in message
+        or "\r" in message
+        or "Conflicts:\n" in message
+        or "\0" in message
+    ):
+        return None
+    body = len(message.rstrip("\n"))
+    last = message.rfind("\n\n", 0, body)
+    if last < 0:
+        return None
+    tail = message[last + 2 :]  # starts with the paragraph's first character, never a newline
+    if tail in _TAILS:
+        hit = _TAILS[tail]
+    else:
+        hit = None
+        if "\n " not in tail and "\n\t" not in tail and tail[0] not in " \t":
+            block = _parse_plain(_STAND_IN + tail, len(_STAND_IN) + len(tail))
+            hit = (block.start - len(_STAND_IN), block.end - len(_STAND_IN), block.lines, block.trailers)
+        if len(_TAILS) >= _TAILS_MAX:
+            _TAILS.clear()
+        _TAILS[tail] = hit
+    if hit is None:
+        return None
+    shift = last + 2
+    # tuple.__new__: TrailerBlock(...) without its Python-level __new__, for once per commit of a range
+    return tuple.__new__(TrailerBlock, (message, hit[0] + shift, hit[1] + shift, hit[2], hit[3]))
 
 
 def skip_blank_lines(message: str) -> str:

@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from checkers.trailers import parser
 from checkers.trailers.parser import commit_trailers, parse, parse_full, skip_blank_lines
 from tests.checkers.trailer_corpus import CORPUS, SCISSORS, git_interpret_trailers, git_modelled
 from tests.conftest import ROOT, GitRepo, init_repo
@@ -175,6 +176,46 @@ plain_messages = st.builds(
 @given(message=st.one_of(plain_messages, messages), mode=st.sampled_from(["hook", "range"]), final=st.booleans())
 def test_the_shortcut_for_plain_messages_equals_the_full_rules(message: str, mode: str, final: bool):
     assert parse(message, mode, final) == parse_full(message, mode, final)
+
+
+range_messages = st.builds(
+    lambda title, paras, last, tail: title + "".join("\n\n" + p for p in paras) + "\n\n" + last + tail,
+    st.sampled_from(["Title", "Fix the thing", " indented title", "# comment title", "\n"]),
+    st.lists(st.lists(plain_lines, min_size=1, max_size=3).map("\n".join), max_size=2),
+    st.lists(st.one_of(st.sampled_from(LINES), plain_lines), min_size=1, max_size=5).map("\n".join),
+    st.sampled_from(["", "\n", "\n\n", "\n\n\n", "\n \n", "\r\n", "\n#\n"]),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(message=st.one_of(range_messages, plain_messages, messages))
+@example("T\n\nA: 1\n\nConflicts:\n")  # each thing that sends a message to the general rules
+@example("T\n\nA: 1\n# comment\n")
+@example("T\n\nA: 1\n" + SCISSORS + "B: 2\n")
+@example("T\n\nA: 1\r\nB: 2\n")
+@example("T\n\nA: 1\n\r\nB: 2\n")  # a line of only a CR is a blank line to git
+@example("T\n\nA: 1\0\n\nB: 2\n")
+@example("\n\nT\n\nA: 1\n")
+@example(" \nT\n\nA: 1\n")
+@example("T\n\nA: 1\n  more\n")
+@example("T\n\n\tA: 1\n")
+@example("T\n\nA: 1\n \nB: 2\n")
+@example("T\n\nA: 1\n\n\n")
+@example("T\n\nA: 1")
+def test_the_last_paragraph_shortcut_of_a_range_equals_the_full_rules(message: str):
+    """commit_trailers() answers most messages of a range from the text after their last empty line,
+    cached; the full rules on the same text give the same block, offsets and all."""
+    assert commit_trailers(message) == parse_full(skip_blank_lines(message), "range", final_newline=False)
+
+
+def test_the_last_paragraph_shortcut_is_taken_for_a_usual_range():
+    usual = [f"Change {i}\n\nWhy {i}.\n\nRow: GOV-CORE\nSigned-off-by: A <a@b>\n" for i in range(50)]
+    assert all(parser._last_paragraph_block(m) is not None for m in usual)
+    assert [parser._last_paragraph_block(m) for m in ("Title only\n", "T\n\nRow: X\n  cont\n", "T\r\n\nA: 1\n")] == [
+        None,
+        None,
+        None,
+    ]  # no empty line, a continuation, a CR: the general rules
 
 
 # --- what git log sees ------------------------------------------------------------------------------
