@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from .files import select
 from .gitio import EMPTY_TREE, Commit, Git, GitError
@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from .records import Records
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
+T = TypeVar("T")
+
+
+def _nothing(message: str) -> None:
+    return None
 
 
 class Range:
@@ -52,13 +57,19 @@ class Range:
     def commits(self, mailmap: bool = False, parents: bool = True, authors: bool = True) -> list[Commit]:
         """The commits of merge_base..head, oldest first, from one `git log` that usually also finds the
         merge base."""
+        return self.read(_nothing, mailmap, parents, authors)[0]
+
+    def read(
+        self, read: Callable[[str], T], mailmap: bool = False, parents: bool = True, authors: bool = True
+    ) -> tuple[list[Commit], list[T]]:
+        """commits(), and `read` of each commit's message, called while git still writes the log."""
         start = self.base if self._merge_base is None else self._merge_base
-        merge_base, commits = self._git.range_commits(
-            start, self.head, mailmap=mailmap, parents=parents, authors=authors
+        merge_base, commits, out = self._git.range_read(
+            start, self.head, read, mailmap=mailmap, parents=parents, authors=authors
         )
         if self._merge_base is None:
             self._found(merge_base)
-        return commits
+        return commits, out
 
     def describe(self) -> str:
         if self.base == EMPTY_TREE:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .results import CheckError
 
@@ -127,6 +130,9 @@ def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subproc
         ) from None
 
 
+T = TypeVar("T")
+
+
 # The records below are named tuples rather than frozen dataclasses: a range builds thousands of commits,
 # which a named tuple makes several times faster, and every check starts without importing `dataclasses`.
 class Commit(NamedTuple):
@@ -192,6 +198,69 @@ class Git:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             raise GitError(f"git {' '.join(args)} failed: {err[-1] if err else f'exit {proc.returncode}'}")
         return proc
+
+    def records(self, *args: str, chunk: int = 1 << 16) -> Iterator[str]:
+        """The NUL-ended records of `git ARGS` (which must write `-z` output), decoded with surrogate
+        escapes, each as soon as git has written it: the caller's work on one record overlaps git's on the
+        next, where run() would wait for the whole output first. Failures and the timeout (over the whole
+        read) raise as run() raises them, after the records read so far; a caller that stops early stops
+        git."""
+        cmd = git_command("-C", str(self.root), *args)
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env
+            )
+        except FileNotFoundError:
+            raise GitError("git is not installed or not on PATH", hint="install git 2.30 or newer") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        deadline = time.monotonic() + self.timeout_s
+        err: list[bytes] = []
+        pieces: list[bytes] = []  # the record being read, in pieces: joined once, so a huge one costs its size
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.stdout, selectors.EVENT_READ)
+                sel.register(proc.stderr, selectors.EVENT_READ)
+                while sel.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise GitError(
+                            f"git {' '.join(args)} timed out after {self.timeout_s:.0f}s",
+                            hint="check the repository for a stuck lock or a huge range",
+                        )
+                    for key, _ in sel.select(left):
+                        data = os.read(key.fd, chunk)
+                        if not data:
+                            sel.unregister(key.fileobj)
+                        elif key.fileobj is proc.stderr:
+                            err.append(data)
+                        else:
+                            cut = data.rfind(b"\0")
+                            if cut < 0:
+                                pieces.append(data)
+                                continue
+                            pieces.append(data[:cut])
+                            text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
+                            pieces = [data[cut + 1 :]]
+                            yield from text.split("\0")
+            try:
+                code = proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                raise GitError(
+                    f"git {' '.join(args)} timed out after {self.timeout_s:.0f}s",
+                    hint="check the repository for a stuck lock or a huge range",
+                ) from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        tail = b"".join(pieces)
+        if tail:
+            yield tail.decode("utf-8", errors="surrogateescape")  # output that does not end with a NUL
+        if code != 0:
+            lines = b"".join(err).decode(errors="replace").strip().splitlines()
+            raise GitError(f"git {' '.join(args)} failed: {lines[-1] if lines else f'exit {code}'}")
 
     def text(self, *args: str, **kw: Any) -> str:
         return self.run(*args, **kw).stdout.decode("utf-8", errors="replace")
@@ -314,7 +383,22 @@ class Git:
     def range_commits(
         self, base: str, head: str, mailmap: bool = False, parents: bool = True, authors: bool = True
     ) -> tuple[str, list[Commit]]:
-        """The merge base of two commits and the commits of merge_base..head, oldest first.
+        """The merge base of two commits and the commits of merge_base..head, oldest first (range_read
+        without a per-message function)."""
+        merge_base, commits, _ = self.range_read(base, head, _nothing, mailmap, parents, authors)
+        return merge_base, commits
+
+    def range_read(
+        self,
+        base: str,
+        head: str,
+        read: Callable[[str], T],
+        mailmap: bool = False,
+        parents: bool = True,
+        authors: bool = True,
+    ) -> tuple[str, list[Commit], list[T]]:
+        """The merge base of two commits, the commits of merge_base..head, oldest first, and `read` of each
+        commit's message, called while git still writes the log (Git.records).
 
         One `git log --boundary base..head` usually answers both: when the log has exactly one boundary
         commit (an excluded parent of a commit in the range), every common ancestor of base and head lies
@@ -327,31 +411,46 @@ class Git:
         fields = ["%m%H"] + ["%P"] * parents + ["%aN%x1f%aE" if mailmap else "%an%x1f%ae"] * authors
         n = 1 + parents + 2 * authors  # fields before the message
         spec = head if base == EMPTY_TREE else f"{base}..{head}"  # from the root: every commit of head
-        out = self.run(
+        commits: list[Commit] = []
+        read_out: list[T] = []
+        boundary = []
+        add, add_read = commits.append, read_out.append
+        new = tuple.__new__  # Commit(...) without its Python-level __new__: this loop runs once per commit
+        for record in self.records(
             "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
-        ).stdout.decode("utf-8", errors="surrogateescape")
-        commits, boundary = [], []
-        for record in out.split("\0"):
+        ):
             if not record:
                 continue
-            *meta, message = record.split("\x1f", n)
-            sha = meta[0][1:].strip()
+            meta = record.split("\x1f", n)
             if meta[0][0] == "-":  # %m: `-` marks a boundary commit, `>` one in the range
-                boundary.append(sha)
+                boundary.append(meta[0][1:].strip())
                 continue
-            name, email = (meta[-2], meta[-1]) if authors else (None, None)
-            commits.append(Commit(sha, tuple(meta[1].split()) if parents else None, name, email, message))
+            message = meta[n]
+            add(
+                new(
+                    Commit,
+                    (
+                        meta[0][1:].strip(),
+                        tuple(meta[1].split()) if parents else None,
+                        meta[n - 2] if authors else None,
+                        meta[n - 1] if authors else None,
+                        message,
+                    ),
+                )
+            )
+            add_read(read(message))
         if base == EMPTY_TREE:
-            return base, commits
+            return base, commits, read_out
         if not commits:
-            return head, commits  # head is reachable from base, so it is the merge base
+            return head, commits, read_out  # head is reachable from base, so it is the merge base
         if len(boundary) == 1:
-            return boundary[0], commits
+            return boundary[0], commits, read_out
         bases = self.run("merge-base", "--all", base, head, ok_codes=(0, 1)).stdout.decode().split()
         if len(bases) == 1:
-            return bases[0], commits  # the one merge base: base..head is merge_base..head
+            return bases[0], commits, read_out  # the one merge base: base..head is merge_base..head
         merge_base = self.merge_base(base, head)  # none (raises), or criss-cross: git's pick, as before
-        return merge_base, self.commits(f"{merge_base}..{head}", mailmap=mailmap)
+        commits = self.commits(f"{merge_base}..{head}", mailmap=mailmap)
+        return merge_base, commits, [read(c.message) for c in commits]
 
     def unpushed_base(self, head: str, remote: str) -> str | None:
         """Where the commits of `head` that `remote` lacks start: the one commit they grow from, EMPTY_TREE
@@ -521,6 +620,10 @@ class Git:
             "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(f"{s}\n" for s in shas).encode()
         )
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
+
+
+def _nothing(message: str) -> None:
+    return None
 
 
 def _short_range(rev_range: str) -> str:

@@ -60,8 +60,9 @@ def test_commits_find_the_merge_base_in_the_same_log(repo: GitRepo, monkeypatch:
     f1 = repo.commit("feature work")
     ctx, _ = _ctx(repo)
     calls: list[str] = []
-    run = ctx.git.run
+    run, records = ctx.git.run, ctx.git.records
     monkeypatch.setattr(ctx.git, "run", lambda *a, **kw: calls.append(a[0]) or run(*a, **kw))
+    monkeypatch.setattr(ctx.git, "records", lambda *a, **kw: calls.append(a[0]) or records(*a, **kw))
     rng = ctx.range("main")
     assert [c.sha for c in rng.commits()] == [f1] and rng.merge_base == root
     assert "merge-base" not in calls and calls.count("log") == 1

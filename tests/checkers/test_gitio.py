@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,9 @@ def test_range_commits_equals_merge_base_then_log(
     expected_base = git.merge_base(c[base], c[head])
     expected = git.commits(f"{expected_base}..{c[head]}", mailmap=True)
     calls: list[str] = []
-    run = Git.run
+    run, records = Git.run, Git.records
     monkeypatch.setattr(Git, "run", lambda self, *args, **kw: calls.append(args[0]) or run(self, *args, **kw))
+    monkeypatch.setattr(Git, "records", lambda self, *args, **kw: calls.append(args[0]) or records(self, *args, **kw))
     assert git.range_commits(c[base], c[head], mailmap=True) == (expected_base, expected)
     assert (calls.count("log"), calls.count("merge-base")) == (logs, merge_bases)
     if base == "X2":
@@ -114,3 +116,67 @@ def test_a_commit_read_without_its_parents_says_so_instead_of_guessing(git_repo:
         child.is_merge  # noqa: B018
     _, [read] = Git(git_repo.path).range_commits(root, "HEAD")
     assert read.parent_shas == (root,) and not read.is_merge
+
+
+def test_range_read_reads_each_message_once_and_in_order_also_after_a_second_log(shapes):
+    repo, c = shapes
+    git = Git(repo.path)
+    for base, head in (("M2", "F3"), ("X2", "Y2")):  # the second: criss-cross, read again from git's pick
+        merge_base, commits = git.range_commits(c[base], c[head])
+        seen: list[str] = []
+        again = git.range_read(c[base], c[head], lambda m, seen=seen: seen.append(m) or len(m))
+        assert again == (merge_base, commits, [len(x.message) for x in commits])
+        assert seen[-len(commits) :] == [x.message for x in commits]
+
+
+# --- records: a -z log read as git writes it ---------------------------------------------------------
+
+
+def test_records_are_the_nul_ended_records_of_the_output_whatever_the_chunk_size(git_repo: GitRepo):
+    git_repo.commit("root")
+    git_repo.commit("big\n\n" + "x" * 70_000 + "\n")  # one record over several reads of a pipe
+    git_repo.commit("caf\u00e9")
+    git = Git(git_repo.path)
+    *whole, end = git.text("log", "-z", "--format=%H%x1f%B").split("\0")
+    assert end == "" and len(whole) == 3 and whole[0].endswith("caf\u00e9\n")
+    for chunk in (1, 7, 1 << 16):
+        assert list(git.records("log", "-z", "--format=%H%x1f%B", chunk=chunk)) == whole
+    assert list(git.records("rev-parse", "HEAD")) == [git.text("rev-parse", "HEAD")]  # no NUL: one record
+
+
+def test_records_raise_what_git_said_after_the_records_read(git_repo: GitRepo):
+    git_repo.commit("root")
+    reader = Git(git_repo.path).records("log", "-z", "--format=%H", "HEAD", "no-such-rev", "--")
+    with pytest.raises(GitError, match=r"^git log -z --format=%H HEAD no-such-rev -- failed: fatal: bad revision"):
+        next(reader)
+
+
+def test_records_time_out_as_run_does(git_repo: GitRepo, tmp_path: Path, monkeypatch):
+    stuck = tmp_path / "bin" / "git"  # a git that writes one record, then hangs
+    stuck.parent.mkdir()
+    stuck.write_text("#!/bin/sh\nprintf 'one\\0'\nexec sleep 30\n")
+    stuck.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stuck.parent}:{os.environ['PATH']}")
+    reader = Git(git_repo.path, timeout_s=0.5).records("log", "-z")
+    assert next(reader) == "one"
+    with pytest.raises(GitError, match=r"^git log -z timed out after 0s"):
+        next(reader)
+
+
+def test_a_reader_that_stops_early_stops_git(git_repo: GitRepo, monkeypatch):
+    import subprocess
+
+    for i in range(3):
+        git_repo.commit(f"c{i}")
+    procs: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def spy(*args, **kw):
+        procs.append(popen(*args, **kw))
+        return procs[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    reader = Git(git_repo.path).records("log", "-z", "--format=%H", chunk=1)
+    assert len(next(reader)) == 40
+    reader.close()
+    assert procs[0].returncode is not None and procs[0].stdout.closed

@@ -15,8 +15,7 @@ from ...gitio import EMPTY_TREE, Commit
 from ...paths import OutsideRepo, confine
 from ...results import CheckError, Finding, Result
 from ...trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
-from ...trailers.message import read_message
-from ...trailers.parser import Trailer
+from ...trailers.message import Message, read_message
 from ...trailers.presets import DCO_FIX, PRESETS
 
 if TYPE_CHECKING:
@@ -116,7 +115,8 @@ def _run_message(ctx: Context, args: argparse.Namespace, contract: Compiled) -> 
         display = _display(ctx, path)
     author = args.author or (_git_author(ctx) if contract.needs_author else None)
     msg = read_message(raw.decode("utf-8", errors="surrogateescape"), "hook")
-    facts = _facts(ctx, contract.needs_author, [author] if author else [], msg.trailers, filled=args.filled)
+    values = [t.value for t in msg.trailers]
+    facts = _facts(ctx, contract.needs_author, [author] if author else [], values, filled=args.filled)
     facts.author = facts.mailmap(author) if author else None
     hook_fix = DCO_FIX["hook"].format(author=author or "NAME <EMAIL>")
     findings = [
@@ -134,16 +134,19 @@ def _run_range(
     cutover = args.cutover or ctx.config.cutover
     parents = cfg.merges != "contract" or bool(cutover)
     authors = contract.needs_author or bool(cutover and legacy.needs_author)
-    rng, commits = _read_range(ctx, args, cfg, parents=parents, authors=authors)
+    rng, commits, messages = _read_range(ctx, args, cfg, parents=parents, authors=authors)
     legacy_shas = _legacy(ctx, args, rng, commits)
-    messages = [read_message(c.message, "range") for c in commits]
-    facts = _facts(ctx, authors, [], [t for m in messages for t in m.trailers] if authors else [], filled=True)
+    # the values to map through .mailmap, each once: a range repeats the same few sign-offs
+    values = list({t.value for m in messages for t in m.trailers}) if authors else []
+    facts = _facts(ctx, authors, [], values, filled=True)
     debt = {(e.sha, e.error): e for e in cfg.exceptions}
     used: set[tuple[str, str]] = set()
     findings: list[Finding] = []
     merges_skipped = judged = 0
+    merge_policy = cfg.merges != "contract"
+    examines_contract, examines_legacy = not contract.empty, not legacy.empty
     for c, msg in zip(commits, messages):
-        if cfg.merges != "contract" and c.is_merge:
+        if merge_policy and c.is_merge:
             if cfg.merges == "skip":
                 merges_skipped += 1
                 continue
@@ -155,11 +158,12 @@ def _run_range(
                 )
             )
             continue
-        rules = legacy if c.sha in legacy_shas else contract
-        judged += not rules.empty  # a skipped merge or a legacy commit under no rule was not examined
+        is_legacy = bool(legacy_shas) and c.sha in legacy_shas
+        rules, examines = (legacy, examines_legacy) if is_legacy else (contract, examines_contract)
+        judged += examines  # a skipped merge or a legacy commit under no rule was not examined
         if authors:
             facts.author = f"{c.author_name} <{c.author_email}>"
-        for f in judge(msg, rules, facts) if not rules.empty else ():
+        for f in judge(msg, rules, facts) if examines else ():
             if (c.sha, f.message) in debt:
                 used.add((c.sha, f.message))
                 continue
@@ -190,9 +194,10 @@ def _run_range(
 
 def _read_range(
     ctx: Context, args: argparse.Namespace, cfg: TrailersConfig, parents: bool, authors: bool
-) -> tuple[Range, list[Commit]]:
-    """The range to judge (Context.range, printed once) and its commits, from one git log that usually also
-    finds the merge base (`parents` and `authors` say which fields to read)."""
+) -> tuple[Range, list[Commit], list[Message]]:
+    """The range to judge (Context.range, printed once), its commits and their messages, from one git log
+    that usually also finds the merge base (`parents` and `authors` say which fields to read); each message
+    is read while git writes the next."""
     if args.range:
         base, sep, head = args.range.partition("..")
         if not sep or head.startswith(".") or not base:
@@ -209,7 +214,12 @@ def _read_range(
                 "trailers.default_range is cutover but no cutover is configured",
                 hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD",
             ) from None
-    return rng, rng.commits(mailmap=True, parents=parents, authors=authors)
+    commits, messages = rng.read(_range_message, mailmap=True, parents=parents, authors=authors)
+    return rng, commits, messages
+
+
+def _range_message(text: str) -> Message:
+    return read_message(text, "range")
 
 
 def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Commit]) -> set[str]:
@@ -234,10 +244,11 @@ def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Co
     return seen | itself
 
 
-def _facts(ctx: Context, need_mailmap: bool, idents: list[str], trailers: Sequence[Trailer], filled: bool) -> Facts:
+def _facts(ctx: Context, need_mailmap: bool, idents: list[str], values: Sequence[str], filled: bool) -> Facts:
+    """The facts of a run; with `need_mailmap`, the identities and trailer values mapped through .mailmap."""
     mapped: dict[str, str] = {}
     if need_mailmap:
-        mapped = ctx.git.check_mailmap(idents + [t.value for t in trailers])
+        mapped = ctx.git.check_mailmap(idents + list(values))
     cache: dict[str, bool] = {}
 
     def exists(path: str) -> bool:
