@@ -103,13 +103,18 @@ def main(argv: list[str]) -> int:
         if out.returncode != 0:
             print(out.stdout + out.stderr, file=sys.stderr)
             return 1
-        cache = repo / ".git" / "rowgate" / "config-cache.json"
+        caches = repo / ".git" / "rowgate"  # the entry of each config file (and the one file of older versions)
+
+        def cold() -> None:
+            for entry in [caches / "config-cache.json", *caches.glob("config-cache/*.json")]:
+                entry.unlink(missing_ok=True)
+
         this = baseline_tree(args.rev, Path(tmp) / "this") if args.rev else ROOT
         arms: list[Arm] = [
             ("rowgate whole CLI", rowgate, None, this),
             ("git log floor", floor, None, this),
             ("rowgate start-up (1 commit)", startup, None, this),
-            ("rowgate, config cache cold", rowgate, lambda: cache.unlink(missing_ok=True), this),
+            ("rowgate, config cache cold", rowgate, cold, this),
         ]
         if args.baseline:
             # its own copy of the repository: each toolkit keeps its own config cache (keyed on its schema)

@@ -3,6 +3,7 @@ again, a broken or unwritable cache is only a slower run, and the sections read 
 
 from __future__ import annotations
 
+import os
 import shutil
 import typing
 from pathlib import Path
@@ -13,7 +14,18 @@ from pydantic import BaseModel
 from checkers import config as config_module
 from checkers import configcache, configsource, registry
 from checkers.config import Config, load_config
-from checkers.configcache import CACHE_PATH, ConfigView, Section, cache_key, load_sections, to_section
+from checkers.configcache import (
+    CACHE_DIR,
+    LEGACY_CACHE,
+    MAX_ENTRIES,
+    ConfigView,
+    Section,
+    cache_file,
+    cache_key,
+    load_sections,
+    to_section,
+)
+from checkers.configsource import locate
 from checkers.results import RecordError
 from tests.conftest import ROOT
 
@@ -22,6 +34,11 @@ CONFIG = (
     "  merges: skip\n  keys:\n    - {key: Fixes, pattern: '#[0-9]+', max: 2}\n"
 )
 SECTIONS = ("cutover", "base", "trailers")
+
+
+def entry(root: Path, git_dir: Path) -> Path:
+    """The cache entry of the config `root` finds by itself (.agents/config.yaml, or the defaults)."""
+    return cache_file(git_dir, locate(root))
 
 
 @pytest.fixture
@@ -50,7 +67,7 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 def test_first_load_validates_and_caches_then_a_hit_does_not_validate(repo, validations):
     root, git_dir = repo
     first = load_sections(root, git_dir, SECTIONS)
-    assert validations == [CONFIG.encode()] and (git_dir / CACHE_PATH).is_file()
+    assert validations == [CONFIG.encode()] and entry(root, git_dir).is_file()
     second = load_sections(root, git_dir, SECTIONS)
     assert len(validations) == 1 and second == first
     assert (second.cutover, second.base.ref, second.trailers.merges) == ("ab" * 20, "main", "skip")
@@ -62,7 +79,7 @@ def test_first_load_validates_and_caches_then_a_hit_does_not_validate(repo, vali
 def test_a_changed_config_is_validated_again_and_errors_name_file_and_line(repo, validations):
     root, git_dir = repo
     load_sections(root, git_dir, SECTIONS)
-    cached = (git_dir / CACHE_PATH).read_bytes()
+    cached = entry(root, git_dir).read_bytes()
     edited = CONFIG.replace("merges: skip", "merges: forbid")
     (root / ".agents" / "config.yaml").write_text(edited)
     assert load_sections(root, git_dir, SECTIONS).trailers.merges == "forbid"
@@ -72,8 +89,8 @@ def test_a_changed_config_is_validated_again_and_errors_name_file_and_line(repo,
         load_sections(root, git_dir, SECTIONS)
     [line] = exc.value.lines()
     assert line.startswith(".agents/config.yaml:6: trailers.merges: Input should be 'contract', 'skip' or 'forbid'")
-    assert (git_dir / CACHE_PATH).read_bytes() != cached  # the edited, valid config is the cached one
-    assert "sometimes" not in (git_dir / CACHE_PATH).read_text()  # an invalid config is never cached
+    assert entry(root, git_dir).read_bytes() != cached  # the edited, valid config is the cached one
+    assert "sometimes" not in entry(root, git_dir).read_text()  # an invalid config is never cached
 
 
 def test_a_schema_change_changes_the_key(tmp_path: Path):
@@ -100,9 +117,9 @@ def test_an_upgraded_validator_changes_the_key(monkeypatch: pytest.MonkeyPatch):
 
 def test_a_corrupt_or_foreign_cache_entry_is_ignored_and_replaced(repo, validations):
     root, git_dir = repo
-    (git_dir / CACHE_PATH).parent.mkdir(parents=True)
+    entry(root, git_dir).parent.mkdir(parents=True)
     for junk in ("{not json", '{"key": "other", "config": {}}', "[1, 2]"):
-        (git_dir / CACHE_PATH).write_text(junk)
+        entry(root, git_dir).write_text(junk)
         assert load_sections(root, git_dir, SECTIONS).base.ref == "main"
     assert len(validations) == 3
     load_sections(root, git_dir, SECTIONS)
@@ -122,8 +139,55 @@ def test_an_unwritable_cache_or_no_git_dir_only_costs_a_validation(repo, validat
 def test_no_config_file_serves_the_defaults_from_the_cache(tmp_path: Path, validations):
     view = load_sections(tmp_path, tmp_path, SECTIONS)
     assert view.trailers.presets == [] and view.cutover is None and validations == []
-    assert (tmp_path / CACHE_PATH).is_file()
+    assert entry(tmp_path, tmp_path).is_file() and entry(tmp_path, tmp_path).name.startswith("defaults-")
     assert configsource.CONFIG_PATH == config_module.CONFIG_PATH
+
+
+def _config(root: Path, name: str, merges: str) -> configsource.ConfigSource:
+    (root / name).write_text(CONFIG.replace("merges: skip", f"merges: {merges}"))
+    return locate(root, root / name)
+
+
+def test_alternating_two_configs_hits_each_ones_entry_and_an_edit_invalidates_only_that_one(repo, validations):
+    root, git_dir = repo
+    a, b = _config(root, "a.yaml", "skip"), _config(root, "b.yaml", "forbid")
+    assert cache_file(git_dir, a) != cache_file(git_dir, b)
+    for _ in range(2):  # a, b, a, b: two validations, then hits both ways
+        assert load_sections(root, git_dir, SECTIONS, a).trailers.merges == "skip"
+        assert load_sections(root, git_dir, SECTIONS, b).trailers.merges == "forbid"
+    assert len(validations) == 2
+    b_entry = cache_file(git_dir, b).read_bytes()
+    a = _config(root, "a.yaml", "contract")  # edit a
+    assert load_sections(root, git_dir, SECTIONS, a).trailers.merges == "contract"
+    assert load_sections(root, git_dir, SECTIONS, b).trailers.merges == "forbid"
+    assert validations[2:] == [a.raw]  # a validated again, b still a hit
+    assert cache_file(git_dir, b).read_bytes() == b_entry
+    assert load_sections(root, git_dir, SECTIONS, a).trailers.merges == "contract" and len(validations) == 3
+
+
+def test_the_same_file_by_another_route_is_the_same_entry_and_yaml_is_not_pyproject(repo, monkeypatch):
+    root, git_dir = repo
+    found = locate(root)
+    monkeypatch.chdir(root / ".agents")
+    assert cache_file(git_dir, locate(root, "config.yaml")) == cache_file(git_dir, found)  # display .agents/...
+    assert cache_file(git_dir, found._replace(kind="pyproject")) != cache_file(git_dir, found)
+
+
+def test_entries_beyond_the_limit_are_dropped_oldest_first_and_the_old_single_entry_goes(repo, validations):
+    root, git_dir = repo
+    legacy = git_dir / LEGACY_CACHE
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text("{}")
+    sources = [_config(root, f"c{i}.yaml", "skip") for i in range(MAX_ENTRIES + 2)]
+    for i, source in enumerate(sources):
+        load_sections(root, git_dir, SECTIONS, source)
+        path = cache_file(git_dir, source)
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # written in this order, a second apart
+    assert not legacy.exists()
+    kept = sorted(p.name for p in (git_dir / CACHE_DIR).glob("*.json"))
+    assert kept == sorted(cache_file(git_dir, s).name for s in sources[2:])
+    load_sections(root, git_dir, SECTIONS, sources[-1])
+    assert len(validations) == MAX_ENTRIES + 2  # the newest entry is still a hit
 
 
 def test_an_undeclared_section_is_a_clear_error(repo):
