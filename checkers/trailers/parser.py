@@ -225,10 +225,13 @@ def _last_paragraph_block(message: str) -> TrailerBlock | None:
         or "\0" in message
     ):
         return None
-    body = len(message.rstrip("\n"))
-    last = message.rfind("\n\n", 0, body)
+    last = message.rfind("\n\n")  # the last empty line; unless the message ends with it, text follows
     if last < 0:
         return None
+    if last + 2 == len(message):  # trailing empty lines (rare in a commit): the last one before them
+        last = message.rfind("\n\n", 0, len(message.rstrip("\n")))
+        if last < 0:
+            return None
     tail = message[last + 2 :]  # starts with the paragraph's first character, never a newline
     if tail in _TAILS:
         hit = _TAILS[tail]

@@ -7,6 +7,7 @@ import gc
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -214,12 +215,8 @@ def _read_range(
                 "trailers.default_range is cutover but no cutover is configured",
                 hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD",
             ) from None
-    commits, messages = rng.read(_range_message, mailmap=True, parents=parents, authors=authors)
+    commits, messages = rng.read(partial(read_message, mode="range"), mailmap=True, parents=parents, authors=authors)
     return rng, commits, messages
-
-
-def _range_message(text: str) -> Message:
-    return read_message(text, "range")
 
 
 def _legacy(ctx: Context, args: argparse.Namespace, rng: Range, commits: list[Commit]) -> set[str]:
