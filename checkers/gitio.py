@@ -49,6 +49,7 @@ _CONFIG_ARGS = tuple(a for kv in CONFIG_OVERRIDES for a in ("-c", kv))
 # finds one (a hook run with GIT_DIR set outside its work tree).
 _LOCATORS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
 _located_by_env: dict[str, dict[str, str]] = {}  # work tree root -> the locators that found it
+_discovered: dict[str, Path] = {}  # work tree root -> its git directory, as discovery found it
 
 
 class GitError(CheckError):
@@ -108,7 +109,9 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
         )
     if out[0] == "true" or len(out) < 3 or not out[1]:
         raise GitError(f"{start} is in a bare repository", hint="run rowgate in a work tree")
-    return Path(out[1]), Path(out[2])
+    root, git_dir = Path(out[1]), Path(out[2])
+    _discovered[str(root)] = git_dir
+    return root, git_dir
 
 
 def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subprocess.CompletedProcess[bytes]:
@@ -306,9 +309,7 @@ class Git:
         """Raise GitError when a shallow or grafted boundary lies inside `rev_range`: the commits behind it
         are missing, so a check of the range would judge only part of it (and could pass on that part)."""
         cuts = set()
-        files = self.text("rev-parse", "--git-path", "shallow", "--git-path", "info/grafts").splitlines()  # one git
-        for name in files:
-            path = Path(self.root, name.strip())
+        for path in self.graft_files():
             try:
                 lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
             except (FileNotFoundError, NotADirectoryError):
@@ -325,6 +326,24 @@ class Git:
                 "the history behind it is missing, so the range cannot be verified",
                 hint="run git fetch --unshallow (CI: fetch-depth: 0)",
             )
+
+    def graft_files(self) -> list[Path]:
+        """The shallow and grafts files (`git rev-parse --git-path shallow --git-path info/grafts`). Both
+        live in the common git directory: for a repository that discovery found by itself, that is its
+        git directory, or the one a linked work tree's `commondir` names, with no git process; else git
+        says."""
+        git_dir = _discovered.get(str(self.root))
+        if git_dir is not None and str(self.root) not in _located_by_env:
+            try:
+                common = git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()
+            except FileNotFoundError:
+                common = git_dir
+            except (OSError, UnicodeDecodeError):
+                common = None
+            if common is not None:
+                return [common / "shallow", common / "info" / "grafts"]
+        files = self.text("rev-parse", "--git-path", "shallow", "--git-path", "info/grafts").splitlines()
+        return [Path(self.root, name.strip()) for name in files]
 
     def merge_base(self, a: str, b: str) -> str:
         proc = self.run("merge-base", a, b, ok_codes=(0, 1))

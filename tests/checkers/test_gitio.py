@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.gitio import Git, GitError
+from checkers.gitio import Git, GitError, discover_repo
 from tests.conftest import GitRepo, init_repo
 
 
@@ -180,3 +180,31 @@ def test_a_reader_that_stops_early_stops_git(git_repo: GitRepo, monkeypatch):
     assert len(next(reader)) == 40
     reader.close()
     assert procs[0].returncode is not None and procs[0].stdout.closed
+
+
+# --- the shallow and grafts files -------------------------------------------------------------------
+
+
+def test_graft_files_of_a_discovered_repository_are_gits_own_without_a_git_process(
+    git_repo: GitRepo, tmp_path: Path, monkeypatch
+):
+    """In a shallow clone and in a linked work tree of it (whose `commondir` names the shared git
+    directory), the files are the ones `git rev-parse --git-path` names, and the shallow cut is found."""
+    for i in range(3):
+        git_repo.commit(f"c{i}")
+    clone, linked = tmp_path / "clone", tmp_path / "linked"
+    git_repo.git("clone", "-q", "--depth", "2", f"file://{git_repo.path}", str(clone))
+    GitRepo(clone).git("worktree", "add", "-q", "--detach", str(linked))
+    calls: list[tuple[str, ...]] = []
+    run = Git.run
+    for start in (clone, linked):
+        root, _ = discover_repo(start)
+        git = Git(root)
+        theirs = git.text("rev-parse", "--git-path", "shallow", "--git-path", "info/grafts").split()
+        calls.clear()
+        monkeypatch.setattr(Git, "run", lambda self, *a, **kw: calls.append(a) or run(self, *a, **kw))
+        ours = git.graft_files()
+        assert calls == [] and [p.resolve() for p in ours] == [Path(root, t).resolve() for t in theirs]
+        with pytest.raises(GitError, match="crosses the shallow boundary"):
+            git.require_complete_history("HEAD")
+        monkeypatch.undo()
