@@ -125,6 +125,24 @@ def test_dco_honours_the_mailmap(rowgate_repo: GitRepo):
     assert check_file(rowgate_repo, "signoff-old-email.txt", "--preset", "dco").status.value == "pass"
 
 
+def test_dco_asks_the_mailmap_once_for_each_distinct_identity(rowgate_repo: GitRepo, monkeypatch):
+    """A range repeats the same sign-offs: the check maps each distinct value once, in one call, and a
+    message file maps its author beside its values."""
+    from checkers.gitio import Git
+
+    asked: list[list[str]] = []
+    real = Git.check_mailmap
+    monkeypatch.setattr(Git, "check_mailmap", lambda self, contacts: asked.append(contacts) or real(self, contacts))
+    base = rowgate_repo.head()
+    for i in range(5):
+        rowgate_repo.commit(f"Change {i}\n\nWhy.\n\nRow: GOV-CORE\nSigned-off-by: {AUTHOR}\n", {"c": str(i)})
+    assert check(rowgate_repo, "--preset", "dco", "--range", f"{base}..HEAD").status.value == "pass"
+    assert len(asked) == 1 and sorted(asked[0]) == sorted(["GOV-CORE", AUTHOR])
+    asked.clear()
+    assert check_file(rowgate_repo, "good-signoff.txt", "--preset", "dco").status.value == "pass"
+    assert len(asked) == 1 and asked[0][0] == AUTHOR and AUTHOR in asked[0][1:]
+
+
 def test_dco_author_comes_from_the_hook_environment(rowgate_repo: GitRepo):
     env = {"GIT_AUTHOR_NAME": "Bob Other", "GIT_AUTHOR_EMAIL": "bob@example.com"}
     msg = str(FIXTURES / "signoff-not-author.txt")
