@@ -3,7 +3,7 @@
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
-#   [peers] [fuse] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16] [qwen3next-bench]
+#   [peers] [fuse] [step2] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16] [qwen3next-bench]
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -31,6 +31,9 @@
 #   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
 #   of the step with all on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step off
 #   and on against its floor; a compact table last.
+#   step2: the streamed GEMV (VT_GEMV_STREAM) and the norm kernels' early PDL trigger (VT_GEMV_PDL) over the three
+#   winning fused arms: their numerics, GPU tests, op-level A/Bs at Qwen3-0.6B's five GEMV shapes (and the norm / GLU
+#   forms), whole-step A/Bs, the decode step with and without them against its floor; a compact table last.
 #   qwen3next: the gated delta net kernels' numerics (decode step and chunked prefill against their references),
 #   their CUDA tests, then the tiny Qwen3-Next checkpoints token-exact against transformers on the GPU (fp32 and
 #   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 and bf16 token gates with the GDN arms
@@ -264,6 +267,43 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   step fuse-decode-b32-on 150 env $FUSE_ON $PY -m engine bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
 fi
 
+# step2: the decode step outside attention, second round: the streamed GEMV (VT_GEMV_STREAM: W through shared memory
+# by bulk copies, a resident grid of one block per SM), the norm kernels' early PDL trigger (VT_GEMV_PDL), on top of
+# the three winning fused arms (STEP_BASE)
+STEP_BASE="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
+if [[ " $PHASES " == *" step2 "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once
+  step step2-numerics 120 $PY -m engine gate kernels --filter _stream/ --ledger "$OUT/ledger/step2-numerics.json"
+  step step2-gpu-tests 90 $PY -m pytest tests/engine/cuda/test_gemv_stream.py -m gpu -q -p no:cacheprovider
+  for nk in n=4096,k=1024 n=1024,k=2048 n=6144,k=1024 n=1024,k=3072 n=151936,k=1024; do  # Qwen3-0.6B's five
+    step "ab-op-stream-${nk//[=,]/}" 40 $PY -m engine bench ab --flag VT_GEMV_STREAM --workload gemv --shape "$nk" \
+      "${L[@]}"
+    step "ab-op-stream-pdl-${nk//[=,]/}" 40 env VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+      --workload gemv --shape "$nk" "${L[@]}"
+  done
+  step ab-op-stream-norm-qkv 40 env VT_NORM_GEMV=1 VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+    --workload norm-gemv "${L[@]}"
+  step ab-op-stream-norm-glu 40 env VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 $PY -m engine bench ab \
+    --flag VT_GEMV_STREAM --workload norm-glu-gemv "${L[@]}"
+  # shellcheck disable=SC2086  # STEP_BASE is a list of NAME=VALUE words
+  step ab-step-stream-pdl 90 env $STEP_BASE VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+    --workload decode-step "${L[@]}"
+  # shellcheck disable=SC2086
+  step decode-base 60 env $STEP_BASE $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  # shellcheck disable=SC2086
+  step decode-stream-pdl 90 env $STEP_BASE VT_GEMV_STREAM=1 VT_GEMV_PDL=1 $PY -m engine bench decode --no-oracle \
+    --steps 32 --profile "${L[@]}"
+  # shellcheck disable=SC2086
+  step decode-stream 60 env $STEP_BASE VT_GEMV_STREAM=1 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  # shellcheck disable=SC2086
+  step decode-pdl 60 env $STEP_BASE VT_GEMV_PDL=1 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  # shellcheck disable=SC2086
+  step ab-step-stream 90 env $STEP_BASE $PY -m engine bench ab --flag VT_GEMV_STREAM --workload decode-step "${L[@]}"
+  # shellcheck disable=SC2086
+  step ab-step-pdl 90 env $STEP_BASE $PY -m engine bench ab --flag VT_GEMV_PDL --workload decode-step "${L[@]}"
+fi
+
 if [[ " $PHASES " == *" flip "* ]]; then
   # shellcheck disable=SC2206  # FLIP is a space-separated list of NAME=VALUE words
   F=(env $FLIP)
@@ -427,4 +467,18 @@ if [[ " $PHASES " == *" fuse "* ]]; then  # the phase's compact table, last
     done
   done
   grep -E 'per step' "$OUT/logs/fuse-decode-b1-on.log" | head -4 | sed 's/^/profile-b1-on: /'
+fi
+if [[ " $PHASES " == *" step2 "* ]]; then  # the phase's compact table, last
+  echo
+  echo "step2 on top of: $STEP_BASE"
+  grep -E '^[0-9]+/[0-9]+ cases' "$OUT/logs/step2-numerics.log" | sed 's/^/numerics: /'
+  tail -n 1 "$OUT/logs/step2-gpu-tests.log" | sed 's/^/gpu-tests: /'
+  for n in "${ORDER[@]}"; do
+    [[ $n == ab-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
+  done
+  for n in decode-base decode-stream decode-pdl decode-stream-pdl; do
+    [[ -f "$OUT/logs/$n.log" ]] || continue
+    grep -E '^(engine step|fraction of floor)' "$OUT/logs/$n.log" | tr -s ' ' | paste -sd ';' | sed "s/^/$n: /"
+  done
+  grep -E 'per step' "$OUT/logs/decode-stream-pdl.log" | head -4 | sed 's/^/profile-stream-pdl: /'
 fi

@@ -339,5 +339,12 @@ declare(
     "With VT_GEMV: a persistent decode GEMV where a W row fits one batch of loads and K is not split (Qwen3-0.6B's q/k/v, gate/up and head): resident blocks walk the rows with the next row's loads in flight; the same bits as the GEMV kernel. Lost its A/Bs (head 0.71x, step 0.927x): OFF.",
 )
 
+declare(
+    "VT_GEMV_STREAM",
+    False,
+    "ENGINE-PERF",
+    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits.",
+)
+
 
 REFERENCE = FlagSnapshot({"VT_KERNELS": False})  # every op runs its pure-torch reference

@@ -43,6 +43,7 @@ import torch
 from engine.cuda import act as cuda_act
 from engine.cuda import gdn as cuda_gdn
 from engine.cuda import gemv as cuda_gemv
+from engine.cuda import gemv_stream as cuda_stream
 from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
@@ -288,6 +289,17 @@ def _gemv_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 def _gemv_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     return _gemv_rows(x, weight, bias) and cuda_gemv.persistent_fits(x, weight)
+
+
+def _gemv_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return _gemv_rows(x, weight, bias) and cuda_stream.fits(x2.shape[0], weight, x2)
+
+
+_STREAM_NEEDS = (
+    f"sm_90, 1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
+    f"two W rows per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
+)
 
 
 _PERSISTENT_NEEDS = (
@@ -613,6 +625,14 @@ linear = Op(
     gemv.linear,
     gemv.check_linear,
     [
+        Arm(
+            "gemv_stream_pdl",
+            gated_by("VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
+            _gemv_stream,
+            _STREAM_NEEDS,
+            partial(cuda_stream.linear, pdl=True),
+        ),
+        Arm("gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), _gemv_stream, _STREAM_NEEDS, cuda_stream.linear),
         Arm(
             "gemv_persistent_pdl",
             gated_by("VT_GEMV_PERSISTENT", "VT_GEMV_PDL", "VT_GEMV"),
@@ -988,6 +1008,26 @@ def _glu_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     return cuda_gemv.glu_fits(x2.shape[0], weight, x2)
 
 
+def _norm_stream_fits(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    glu: bool = False,
+) -> bool:
+    k = x.shape[-1]
+    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
+    return cuda_stream.fits(rows[0].shape[0], weight, *rows, glu=glu)
+
+
+def _glu_stream_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return cuda_stream.fits(x2.shape[0], weight, x2, glu=True)
+
+
 def _norm_glu_fits(
     x: torch.Tensor,
     residual: torch.Tensor | None,
@@ -1044,6 +1084,20 @@ add_rms_norm_linear = Op(
     gemv.check_add_rms_norm_linear,
     [
         Arm(
+            "prologue_stream_pdl",
+            gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
+            _norm_stream_fits,
+            _STREAM_NEEDS,
+            partial(cuda_stream.add_rms_norm_linear, pdl=True),
+        ),
+        Arm(
+            "prologue_stream",
+            gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            _norm_stream_fits,
+            _STREAM_NEEDS,
+            cuda_stream.add_rms_norm_linear,
+        ),
+        Arm(
             "prologue_pdl",
             gated_by("VT_NORM_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
             _norm_gemv_fits,
@@ -1080,6 +1134,20 @@ linear_silu_mul = Op(
     gemv.check_linear_silu_mul,
     [
         Arm(
+            "glu_stream_pdl",
+            gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
+            _glu_stream_fits,
+            _STREAM_NEEDS,
+            partial(cuda_stream.linear, pdl=True, glu=True),
+        ),
+        Arm(
+            "glu_stream",
+            gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            _glu_stream_fits,
+            _STREAM_NEEDS,
+            partial(cuda_stream.linear, glu=True),
+        ),
+        Arm(
             "glu_pdl",
             gated_by("VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
             _glu_fits,
@@ -1094,6 +1162,20 @@ add_rms_norm_linear_silu_mul = Op(
     gemv.add_rms_norm_linear_silu_mul,
     gemv.check_add_rms_norm_linear_silu_mul,
     [
+        Arm(
+            "prologue_glu_stream_pdl",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
+            partial(_norm_stream_fits, glu=True),
+            _STREAM_NEEDS,
+            partial(cuda_stream.add_rms_norm_linear, pdl=True, glu=True),
+        ),
+        Arm(
+            "prologue_glu_stream",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            partial(_norm_stream_fits, glu=True),
+            _STREAM_NEEDS,
+            partial(cuda_stream.add_rms_norm_linear, glu=True),
+        ),
         Arm(
             "prologue_glu_pdl",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),

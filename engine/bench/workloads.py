@@ -237,7 +237,7 @@ def _gemv_run(snapshot, x, w):
 
 GEMV = Workload(
     name="gemv",
-    flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_PERSISTENT"),
+    flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_PERSISTENT", "VT_GEMV_STREAM"),
     defaults={"n": 4096, "k": 4096},
     make=_gemv_make,
     run=_gemv_run,
@@ -248,6 +248,18 @@ GEMV = Workload(
         "gemv-kernel": {"VT_GEMV": "1", "VT_GEMV_PDL": "0"},
         "gemv-pdl": {"VT_GEMV": "1", "VT_GEMV_PDL": "1"},
         "gemv-persistent": {"VT_GEMV": "1", "VT_GEMV_PERSISTENT": "1"},
+        "gemv-stream": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "0"},
+        "gemv-stream-pdl": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "1"},
+    },
+    # Qwen3-0.6B's five decode GEMVs: q/k/v, o_proj, gate/up, down, the tied head (`bench bandwidth --shapes qwen3`)
+    shape_sets={
+        "qwen3": (
+            {"n": 4096, "k": 1024},
+            {"n": 1024, "k": 2048},
+            {"n": 6144, "k": 1024},
+            {"n": 1024, "k": 3072},
+            {"n": 151936, "k": 1024},
+        )
     },
 )
 

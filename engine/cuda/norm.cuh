@@ -32,11 +32,21 @@ __device__ __forceinline__ T scale_and_weight(float x, float scale, T w) {
   return vt::from_f32<T>(__fmul_rn(vt::to_f32(w), vt::to_f32(normed)));
 }
 
+// Let a programmatic dependent (the decode GEMV after the final norm, under VT_GEMV_PDL) launch now, so its blocks
+// issue their W loads while the norm runs; it still waits for this grid to finish before it reads the output.
+// A no-op where the next kernel is launched plainly, and below sm_90.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // x: [rows, hidden] (row stride x_stride), weight: [hidden], out: [rows, hidden] (row stride out_stride)
 template <typename T>
 __global__ void rms_norm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight,
                                 int hidden, long long x_stride, long long out_stride, float mean_scale,
                                 float eps) {
+  allow_dependents();
   const T* row = x + blockIdx.x * x_stride;
   float sum_sq = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += kThreadsPerBlock) {
@@ -61,6 +71,7 @@ template <typename T>
 __global__ void fused_add_rms_norm_kernel(T* __restrict__ out, T* residual_out, const T* residual_in,
                                           const T* __restrict__ x, const T* __restrict__ weight, int hidden,
                                           RowStrides strides, float mean_scale, float eps) {
+  allow_dependents();
   const T* xrow = x + blockIdx.x * strides.x;
   const T* rin = residual_in + blockIdx.x * strides.res_in;
   T* rout = residual_out + blockIdx.x * strides.res_out;

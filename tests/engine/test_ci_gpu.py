@@ -326,3 +326,21 @@ def test_qwen3next_bench_phase_ab_tests_each_gdn_kernel(tmp_path: Path) -> None:
     assert f"argv: -m engine bench ab --flag VT_GDN_KERNEL {ledger}" in log(tmp_path, "ab-gdn-decode-b32")
     assert f"argv: -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL {ledger}" in log(tmp_path, "ab-gdn-chunked-t1024")
     assert "qwen3next-kernels" not in done.stdout  # the gates phase did not run
+
+
+def test_step2_phase_measures_the_streamed_gemv_and_prints_its_table_last(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["step2"])
+    assert done.returncode == 0, done.stderr
+    ledger = f"--ledger {tmp_path / 'out'}/ledger"
+    assert "argv: -m engine gate kernels --filter _stream/" in log(tmp_path, "step2-numerics")
+    for nk in ("n=4096,k=1024", "n=1024,k=2048", "n=6144,k=1024", "n=1024,k=3072", "n=151936,k=1024"):
+        name = nk.replace("=", "").replace(",", "")
+        want = f"argv: -m engine bench ab --flag VT_GEMV_STREAM --workload gemv --shape {nk} {ledger}\n"
+        assert want in log(tmp_path, f"ab-op-stream-{name}") and want in log(tmp_path, f"ab-op-stream-pdl-{name}")
+    for name, flag in (("ab-step-stream-pdl", "VT_GEMV_STREAM"), ("ab-step-pdl", "VT_GEMV_PDL")):
+        assert f"argv: -m engine bench ab --flag {flag} --workload decode-step {ledger}\n" in log(tmp_path, name)
+    want = f"argv: -m engine bench decode --no-oracle --steps 32 --profile {ledger}\n"
+    assert want in log(tmp_path, "decode-stream-pdl")
+    assert done.stdout.rindex("step2 on top of: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1") > done.stdout.rindex(
+        "== ab-step-pdl"
+    )

@@ -167,8 +167,8 @@ def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
     )
     assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
     assert (
-        "not an arm or peer of gemv (known: F.linear, gemv-kernel, gemv-pdl, gemv-persistent, reference)"
-        in capsys.readouterr().err
+        "not an arm or peer of gemv (known: F.linear, gemv-kernel, gemv-pdl, gemv-persistent, gemv-stream, "
+        "gemv-stream-pdl, reference)" in capsys.readouterr().err
     )
     assert launch.main(["--workload", "gemv", "--arm", "reference", "--calls", "0", "--device", "cpu"]) == 2
 

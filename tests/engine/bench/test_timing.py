@@ -112,13 +112,15 @@ def test_bandwidth_rows_say_which_arm_was_graphed_and_which_fell_back(monkeypatc
         "gemv-kernel": ("graph", 32),
         "gemv-pdl": ("graph", 32),
         "gemv-persistent": ("graph", 32),
+        "gemv-stream": ("graph", 32),
+        "gemv-stream-pdl": ("graph", 32),
         "F.linear": ("eager", 2),
     }
     assert rows[-1]["timing"]["note"].startswith("capture refused: RuntimeError")
     bandwidth.print_table({"copy_bytes_per_s": 1e9, "device": "cpu", "timing": "graph", "rows": rows})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "copy bandwidth (read+write): 0.001 TB/s on cpu; timing asked: graph"
-    assert lines[2].endswith("graph, 32 calls/sample") and lines[6].endswith(
+    assert lines[2].endswith("graph, 32 calls/sample") and lines[8].endswith(
         "eager, 2 calls/sample (capture refused: RuntimeError: operation not permitted when stream is capturing)"
     )
 

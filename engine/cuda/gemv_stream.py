@@ -1,0 +1,173 @@
+"""Binding for the streamed decode GEMV (gemv_stream.cu, sm_90): W through shared memory by bulk copies, a resident
+grid of one block per SM; plain, GLU (SiLU-and-mul epilogue) and with the residual add + RMSNorm prologue. The same
+bits as the fast-path GEMV kernels (gemv.py) it stands in for."""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import torch
+
+from engine.cuda import build, ffi
+from engine.cuda import gemv as cuda_gemv
+from engine.cuda.norm import mean_scale
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_L = ctypes.c_longlong
+_F = ctypes.c_float
+
+WARPS = 8  # kWarps: a block's warps, each with its own ring of row buffers
+MAX_SLOTS = 8  # kMaxSlots
+RING_BYTES = 96 * 1024  # kRingBytes: a block's rings at most
+X_ALIGN = 128  # kXAlign
+STATIC_RESERVE = 1024  # kStaticReserve in plan(): the static barriers and norm partials
+
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv_stream.cu)
+    "vt_gemv_stream_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
+    "vt_gemv_stream_add_rms_norm": [_P] * 7 + [_I] * 3 + [_L] * 5 + [_F, _F] + [_I] * 3 + [_P],
+}
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    lib = build.load("gemv_stream.cu")
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
+    return lib
+
+
+@cache
+def _device(index: int) -> tuple[bool, int, int]:
+    """(sm_90 or newer, SMs, the dynamic shared memory a block may opt in to) of one device."""
+    props = torch.cuda.get_device_properties(index)
+    optin = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
+    return props.major >= 9, props.multi_processor_count, int(optin)
+
+
+def ring_fits(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int, optin: int) -> bool:
+    """plan() in gemv_stream.cu: a warp's ring holds at least 2 items (1 where it takes only one) within RING_BYTES
+    and what a block may opt in to, after the staged x."""
+    blocks = min(-(-n // WARPS), sms)
+    per_warp = -(-n // (blocks * WARPS))
+    x_region = -(-(rows * k * elt) // X_ALIGN) * X_ALIGN
+    slot_bytes = WARPS * rows_per_item * k * elt
+    budget = min(RING_BYTES, optin - STATIC_RESERVE - x_region)
+    return min(MAX_SLOTS, per_warp, budget // slot_bytes) >= min(2, per_warp)
+
+
+def fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, glu: bool = False) -> bool:
+    """Where the streamed GEMV applies: an sm_90 device, the prologue GEMVs' needs (prologue_fits), GLU's pair rule
+    (glu_fits), and a ring of at least 2 items per warp in shared memory."""
+    if not weight.is_cuda:
+        return False
+    sm90, sms, optin = _device(weight.device.index or 0)
+    n, k = weight.shape
+    if not sm90 or not cuda_gemv.prologue_fits(rows, k, weight, *rows_of):
+        return False
+    if glu and not cuda_gemv.glu_fits(rows, weight, *rows_of):
+        return False
+    items = n // 2 if glu else n
+    return ring_fits(rows, items, k, weight.element_size(), 2 if glu else 1, sms, optin)
+
+
+def linear(
+    x: torch.Tensor,  # x: [..., in_features], 1 to MAX_ROWS rows
+    weight: torch.Tensor,  # weight: [out_features, in_features] (GLU: [2 * inter, in_features]), x.dtype, row-major
+    bias: torch.Tensor | None = None,  # bias: [weight's rows], x.dtype
+    pdl: bool = False,  # launch as a programmatic dependent (its first W copies before it waits for x)
+    glu: bool = False,  # y = silu_and_mul(product): [..., inter]
+) -> torch.Tensor:  # [..., out_features or inter], x.dtype
+    """`linear(x, weight, bias)` (with `glu`, `silu_and_mul` of it) with W streamed through shared memory; the bits
+    of gemv.linear (gemv.linear_silu_mul)."""
+    if x.dim() < 1:
+        raise ValueError("x: expected at least 1 dim, got a scalar")
+    if not x.is_cuda:
+        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    k = x.shape[-1]
+    n = cuda_gemv._check_weight(weight, x, k, bias)
+    x2 = cuda_gemv._rows(x, "x", k)
+    m = x2.shape[0]
+    if not fits(m, weight, x2, glu=glu):
+        raise ValueError(f"weight: {n} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)")
+    n_out = n // 2 if glu else n
+    y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
+    lib = _lib()
+    rc = lib.vt_gemv_stream_gemv(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(x2),
+        ffi.ptr(bias) if bias is not None else None,
+        m,
+        n_out,
+        k,
+        weight.stride(0) if n > 1 else k,
+        cuda_gemv._row_stride(x2),
+        n_out,
+        ffi.dtype_code(x, "x"),
+        int(glu),
+        int(pdl),
+        ffi.stream(x.device),
+    )
+    ffi.check(rc, "vt_gemv_stream_gemv", lib, "gemv_stream")
+    return y.view(*x.shape[:-1], n_out)
+
+
+def add_rms_norm_linear(
+    x: torch.Tensor,  # x: [..., hidden], the sublayer output
+    residual: torch.Tensor | None,  # residual: [..., hidden] or None (the norm of x alone)
+    norm_weight: torch.Tensor,  # norm_weight: [hidden], x.dtype
+    eps: float,
+    weight: torch.Tensor,  # weight: [out_features, hidden] (GLU: [2 * inter, hidden]), x.dtype, row-major
+    bias: torch.Tensor | None = None,  # bias: [weight's rows]
+    pdl: bool = False,
+    glu: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features or inter], new_residual [..., hidden]), x.dtype
+    """gemv.add_rms_norm_linear with W streamed through shared memory; its bits."""
+    if x.dim() < 1:
+        raise ValueError("x: expected at least 1 dim, got a scalar")
+    if not x.is_cuda:
+        raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
+    k = x.shape[-1]
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
+    if tuple(norm_weight.shape) != (k,):
+        raise ValueError(f"norm_weight: shape {tuple(norm_weight.shape)} != (hidden,) = ({k},)")
+    n = cuda_gemv._check_weight(weight, x, k, bias)
+    ffi.require(norm_weight, "norm_weight", dim=1, dtype=x.dtype, device=x.device)
+    x2 = cuda_gemv._rows(x, "x", k)
+    r2 = cuda_gemv._rows(residual, "residual", k) if residual is not None else None
+    m = x2.shape[0]
+    if not fits(m, weight, x2, *([r2] if r2 is not None else []), glu=glu):
+        raise ValueError(f"weight: {n} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)")
+    n_out = n // 2 if glu else n
+    y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
+    r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
+    lib = _lib()
+    rc = lib.vt_gemv_stream_add_rms_norm(
+        ffi.ptr(y),
+        ffi.ptr(weight),
+        ffi.ptr(bias) if bias is not None else None,
+        ffi.ptr(x2),
+        ffi.ptr(r2) if r2 is not None else None,
+        ffi.ptr(r_out) if r_out is not None else None,
+        ffi.ptr(norm_weight),
+        m,
+        n_out,
+        k,
+        weight.stride(0) if n > 1 else k,
+        cuda_gemv._row_stride(x2),
+        cuda_gemv._row_stride(r2) if r2 is not None else k,
+        k,
+        n_out,
+        mean_scale(m, k),
+        eps,
+        ffi.dtype_code(x, "x"),
+        int(glu),
+        int(pdl),
+        ffi.stream(x.device),
+    )
+    ffi.check(rc, "vt_gemv_stream_add_rms_norm", lib, "gemv_stream")
+    new_residual = r_out.view(x.shape) if r_out is not None else x
+    return y.view(*x.shape[:-1], n_out), new_residual

@@ -1,0 +1,138 @@
+"""Numerics cases for the streamed decode GEMV (row ENGINE-PERF; gemv_stream.cuh, sm_90): plain, GLU epilogue, and
+the residual add + RMSNorm prologue (plain and GLU), each launched plainly and as a programmatic dependent. Each is
+held to the torch reference within its dtype's tolerance, and bit for bit ("exact") to the default kernels it
+replaces: its per-output sum order is the fast path's, split-K partials included."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from engine.cuda import gemv, gemv_stream
+from engine.gates.cases import Inputs, KernelCase
+from engine.gates.cases.decode_fused import (
+    EPS,
+    ROW,
+    norm_inputs,
+    ref_glu,
+    ref_linear,
+    ref_norm_gemv,
+    ref_norm_glu,
+    three_kernels_norm_glu,
+    two_kernels_glu,
+    two_kernels_norm_gemv,
+)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# (rows, out_features, in_features): Qwen3-0.6B's five decode GEMVs (q/k/v, o_proj and down split K, gate/up, the
+# head), a few rows, an odd N with a bias, K 264 (a partial chunk), 8 rows of K 2048
+PLAIN_SHAPES = (
+    (1, 4096, 1024),
+    (1, 1024, 2048),
+    (1, 6144, 1024),
+    (1, 1024, 3072),
+    (1, 151936, 1024),
+    (3, 769, 1024),
+    (8, 83, 2048),
+    (2, 4099, 264),
+    (4, 9001, 1024),
+)
+# (rows, out_features, in_features) of the norm prologue: q/k/v, a few rows, a small odd N
+NORM_SHAPES = ((1, 4096, 1024), (3, 769, 1024), (2, 4099, 264))
+# (rows, 2 * intermediate, in_features) of the GLU forms: gate/up, a few rows, a small K with a bias
+GLU_SHAPES = ((1, 6144, 1024), (3, 6144, 1024), (8, 4224, 264))
+SMALL = {(3, 769, 1024), (2, 4099, 264)}
+
+
+def run_plain(pdl: bool, x: Inputs) -> torch.Tensor:
+    return gemv_stream.linear(x["x"], x["weight"], x["bias"], pdl=pdl)
+
+
+def default_plain(x: Inputs) -> torch.Tensor:
+    return gemv.linear(x["x"], x["weight"], x["bias"])
+
+
+def run_glu(pdl: bool, x: Inputs) -> torch.Tensor:
+    return gemv_stream.linear(x["x"], x["weight"], x["bias"], pdl=pdl, glu=True)
+
+
+def run_norm(pdl: bool, x: Inputs, glu: bool = False) -> torch.Tensor:  # [rows, n + k]: y, then the new residual
+    args = (x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"])
+    return torch.cat(gemv_stream.add_rms_norm_linear(*args, pdl=pdl, glu=glu), dim=-1)
+
+
+def run_norm_glu(pdl: bool, x: Inputs) -> torch.Tensor:
+    return run_norm(pdl, x, glu=True)
+
+
+def _case(name: str, arm: str, flag: str, dtype: torch.dtype, make, kernel, reference, tol: str, small: bool):
+    return KernelCase(name, arm, flag, dtype, make, kernel, reference, tol, ROW, ("small",) if small else ())
+
+
+def _trio(base: str, arm: str, dtype: torch.dtype, dt: str, make, run, reference, default, small: bool) -> list:
+    """Within tolerance of the reference; bitwise to the default kernels; the PDL launch bitwise too."""
+    return [
+        _case(base, arm, "VT_GEMV_STREAM", dtype, make, partial(run, False), reference, dt, small),
+        _case(base + "/exact", arm, "VT_GEMV_STREAM", dtype, make, partial(run, False), default, "exact", False),
+        _case(base + "/pdl", arm + "_pdl", "VT_GEMV_PDL", dtype, make, partial(run, True), default, "exact", False),
+    ]
+
+
+def build_cases() -> list[KernelCase]:
+    cases = []
+    for dt, dtype in DTYPES.items():
+        for m, n, k in PLAIN_SHAPES:
+            bias = n in (769, 9001)
+            make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=bias)
+            base = f"fused/gemv_stream/{dt}/m{m}/n{n}/k{k}" + ("/bias" if bias else "")
+            small = (m, n, k) in SMALL
+            cases += _trio(base, "gemv_stream", dtype, dt, make, run_plain, ref_linear, default_plain, small)
+        for m, n, k in NORM_SHAPES:
+            for first in (False, True):
+                bias = n == 769
+                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
+                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
+                cases += _trio(
+                    f"fused/norm_gemv_stream/{tail}",
+                    "prologue_stream",
+                    dtype,
+                    dt,
+                    make,
+                    run_norm,
+                    ref_norm_gemv,
+                    two_kernels_norm_gemv,
+                    (m, n, k) in SMALL and not first,
+                )
+        for m, n, k in GLU_SHAPES:
+            for first in (False, True):
+                bias = n == 4224
+                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
+                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
+                cases += _trio(
+                    f"fused/norm_glu_gemv_stream/{tail}",
+                    "prologue_glu_stream",
+                    dtype,
+                    dt,
+                    make,
+                    run_norm_glu,
+                    ref_norm_glu,
+                    three_kernels_norm_glu,
+                    False,
+                )
+                if first:  # the plain GLU GEMV reads x as it is
+                    cases += _trio(
+                        f"fused/glu_gemv_stream/{tail}",
+                        "glu_stream",
+                        dtype,
+                        dt,
+                        make,
+                        run_glu,
+                        ref_glu,
+                        two_kernels_glu,
+                        False,
+                    )
+    return cases
+
+
+CASES = build_cases()
