@@ -343,7 +343,7 @@ declare(
     "VT_GEMV_STREAM",
     False,
     "ENGINE-PERF",
-    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits.",
+    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits. Whole decode step over the three fused arms and VT_GEMV_PDL: 1.041x; OFF until the flip protocol runs.",
 )
 
 

@@ -43,6 +43,15 @@ NORM_SHAPES = ((1, 4096, 1024), (3, 769, 1024), (2, 4099, 264))
 # (rows, 2 * intermediate, in_features) of the GLU forms: gate/up, a few rows, a small K with a bias
 GLU_SHAPES = ((1, 6144, 1024), (3, 6144, 1024), (8, 4224, 264))
 SMALL = {(3, 769, 1024), (2, 4099, 264)}
+H200 = (132, 227 * 1024)  # the gate's device: SMs, and the shared memory a block may opt in to
+
+
+def offered(dtype: torch.dtype, m: int, items: int, k: int, rows_per_item: int) -> bool:
+    """The shapes the arm takes on an H200 (gemv_stream.fits on its device): x staged within MAX_STAGED_BYTES and two
+    items per warp in the ring. fp32 refuses 8 rows of K 2048 (64 KB of x) and the GLU pairs of K 1024 (two 4 KB rows
+    an item: one slot where a warp takes three pairs); there the table runs the other arms."""
+    elt = torch.empty((), dtype=dtype).element_size()
+    return m * k * elt <= gemv.MAX_STAGED_BYTES and gemv_stream.ring_fits(m, items, k, elt, rows_per_item, *H200)
 
 
 def run_plain(pdl: bool, x: Inputs) -> torch.Tensor:
@@ -83,12 +92,16 @@ def build_cases() -> list[KernelCase]:
     cases = []
     for dt, dtype in DTYPES.items():
         for m, n, k in PLAIN_SHAPES:
+            if not offered(dtype, m, n, k, 1):
+                continue
             bias = n in (769, 9001)
             make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=bias)
             base = f"fused/gemv_stream/{dt}/m{m}/n{n}/k{k}" + ("/bias" if bias else "")
             small = (m, n, k) in SMALL
             cases += _trio(base, "gemv_stream", dtype, dt, make, run_plain, ref_linear, default_plain, small)
         for m, n, k in NORM_SHAPES:
+            if not offered(dtype, m, n, k, 1):
+                continue
             for first in (False, True):
                 bias = n == 769
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
@@ -105,6 +118,8 @@ def build_cases() -> list[KernelCase]:
                     (m, n, k) in SMALL and not first,
                 )
         for m, n, k in GLU_SHAPES:
+            if not offered(dtype, m, n // 2, k, 2):
+                continue
             for first in (False, True):
                 bias = n == 4224
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)

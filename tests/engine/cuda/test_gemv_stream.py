@@ -155,3 +155,17 @@ def test_streamed_forms_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda
         graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, want)
+
+
+def test_the_case_set_offers_only_shapes_the_arm_takes():
+    from engine.gates.cases import gemv_stream as cases
+
+    names = {c.name for c in cases.CASES}
+    assert len(names) == len(cases.CASES) == 195
+    # fp32 refuses 8 rows of K 2048 (64 KB of staged x) and GLU pairs of K 1024 (one ring slot); bf16 takes both
+    assert "fused/gemv_stream/bf16/m8/n83/k2048/exact" in names
+    assert "fused/gemv_stream/fp32/m8/n83/k2048/exact" not in names
+    assert "fused/glu_gemv_stream/bf16/m1/n6144/k1024/first/pdl" in names
+    assert "fused/glu_gemv_stream/fp32/m1/n6144/k1024/first/pdl" not in names
+    assert {c.flag for c in cases.CASES} == {"VT_GEMV_STREAM", "VT_GEMV_PDL"}
+    assert all(c.tolerance == "exact" for c in cases.CASES if c.name.endswith(("/exact", "/pdl")))
