@@ -298,7 +298,7 @@ def _gemv_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 _STREAM_NEEDS = (
     f"sm_90, 1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
-    f"two W rows per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
+    f"a ring of two W rows (GLU: two gate/up pairs) per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
 )
 
 
