@@ -3,7 +3,8 @@
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
-#   [peers] [fuse] [step2] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16] [qwen3next-bench]
+#   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16]
+#   [qwen3next-bench] [gdn-flip]
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -26,6 +27,11 @@
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
 #   its dequantized twin (default flags and each dequant arm), generate and memcheck on each, and the
 #   decode-step A/B of VT_DEQUANT_GEMV on the Qwen3-0.6B-shaped quantized models (ledger records).
+#   quant-flip: the flip protocol of VT_DEQUANT_KERNEL (dequant, then the GEMM, at M > 1), each step's limit set so the
+#   phase ends within 6 minutes: the tiny AWQ, GPTQ act-order and NVFP4 checkpoints token-exact in bf16 against
+#   transformers on their dequantized twins and through the near-tie razor, the flag on and its arm required (batched:
+#   prefill and decode at M > 1), then its A/B on the whole decode step at batch 32 of the Qwen3-0.6B-shaped AWQ model;
+#   a verdict table last. quant-flip-ab: that A/B on the GPTQ and NVFP4 models (about 4 minutes).
 #   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL,
 #   VT_GEMV_PERSISTENT; VT_ACT_GEMV by numerics only): their numerics cases, each arm's op-level A/B against the
 #   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
@@ -41,6 +47,11 @@
 #   alone (the razor-prompt test, with the oracle's own razor printed, and the token gates).
 #   qwen3next-bench: the same-binary A/B of each GDN kernel against its torch reference at Qwen3-Next-80B's heads
 #   (decode at batch 32, the chunked prefill of 1024 tokens), ledger records.
+#   gdn-flip: the flip protocol of VT_GDN_KERNEL and VT_GDN_CHUNKED_KERNEL within 6 minutes: their numerics, the model
+#   GPU tests (token-exact against transformers fp32 and bf16, graphed decode equal to eager), the fp32 and bf16 token
+#   gates with both arms required (bf16: token-exact against generate, not the razor; the row's spec), the A/B of
+#   VT_GDN_KERNEL on the whole decode step of a Qwen3-Next with Qwen3-Next-80B's layer shapes (decode-step-qwen3next,
+#   batch 32) and the chunked prefill's A/B (1024 tokens); a verdict table last.
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -97,8 +108,19 @@ na_if_refused() {  # NAME: the distributional gate refuses where the oracle is d
   fi
 }
 BUILT=0
-build_once() {
-  if [[ $BUILT == 0 ]]; then step build 240 $PY -m engine.cuda.build; BUILT=1; fi
+build_once() {  # [LIMIT]: the first phase's limit (a 6-minute phase passes its own)
+  if [[ $BUILT == 0 ]]; then step build "${1:-240}" $PY -m engine.cuda.build; BUILT=1; fi
+}
+verdicts() {  # STEP...: each step's rc and the verdict line of its log (gate, numerics, A/B or pytest)
+  local n v
+  for n in "$@"; do
+    [[ -f "$OUT/logs/$n.log" ]] || continue
+    v=$(grep -E '^(tokens|neartie): |^verdict: |cases within tolerance| (passed|failed|error)' "$OUT/logs/$n.log" \
+      | tail -n 1)
+    # a gate that never ran the arm under test says so above its verdict; an A/B adds its outputs' difference
+    v+=$(grep -E '^FAIL: no arm|^max \|on - off\||^arms gated by' "$OUT/logs/$n.log" | sed 's/^/; /' | tr -d '\n')
+    printf '%-34s %-9s %s\n' "$n" "${RESULT[$n]}" "${v:-(no verdict line: logs/$n.log)}"
+  done
 }
 MOE=/tmp/tiny-qwen3-moe
 # head_dim 128: the embedded tiny model's 32 runs only the generic attention arm; the warp, GQA-fused
@@ -217,6 +239,32 @@ if [[ " $PHASES " == *" quant "* ]]; then
   done
   step ab-step-dequant-kernel-awq 480 env VT_DEQUANT_GEMV=0 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL \
     --workload decode-step-awq "${L[@]}"
+fi
+
+QUANT=/tmp/tiny-qwen3-quant
+QFLIP=(awq gptq-act-order nvfp4)  # one checkpoint per dequant kernel family; act-order: the sorted g_idx
+if [[ " $PHASES " == *" quant-flip "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once 50
+  step quant-flip-make 35 $PY -c "from engine.data.make_tiny_quant import main
+for m in '${QFLIP[*]}'.split(): main(['--method', m, '--out', '$QUANT/' + m])"
+  for m in "${QFLIP[@]}"; do  # batched prompts: prefill and decode at M > 1, the arm under test
+    Q=(--device cuda --dtype bfloat16 --model "$QUANT/$m/quant" --oracle-model "$QUANT/$m/dense"
+       --require-arm VT_DEQUANT_KERNEL)
+    step "quant-flip-tokens-$m" 25 env VT_DEQUANT_KERNEL=1 $PY -m engine gate tokens "${Q[@]}"
+    step "quant-flip-neartie-$m" 30 env VT_DEQUANT_KERNEL=1 $PY -m engine gate neartie "${Q[@]}"
+  done
+  # the fused GEMV (M = 1, default ON) does not take 32 rows: every projection dequantizes, then the GEMM
+  step quant-flip-ab-awq-b32 100 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL --workload decode-step-awq \
+    --shape batch=32 "${L[@]}"
+fi
+if [[ " $PHASES " == *" quant-flip-ab "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once 60
+  for m in gptq nvfp4; do
+    step "quant-flip-ab-$m-b32" 120 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL --workload "decode-step-$m" \
+      --shape batch=32 "${L[@]}"
+  done
 fi
 
 if [[ " $PHASES " == *" peers "* ]]; then
@@ -387,8 +435,26 @@ fi
 if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
-  step ab-gdn-decode-b32 120 $PY -m engine bench ab --flag VT_GDN_KERNEL "${L[@]}"
-  step ab-gdn-chunked-t1024 150 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
+  step ab-gdn-decode-b32 60 $PY -m engine bench ab --flag VT_GDN_KERNEL "${L[@]}"
+  step ab-gdn-chunked-t1024 60 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
+fi
+
+if [[ " $PHASES " == *" gdn-flip "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  build_once 60
+  step gdn-flip-kernels 20 $PY -m engine gate kernels --filter gdn/ --ledger "$OUT/ledger/gdn-flip-kernels.json"
+  # token-exact against transformers (fp32, bf16; arms off and on, graphed), graphed decode equal to eager
+  step gdn-flip-gpu-tests 75 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
+    --junitxml "$OUT/logs/gdn-flip-gpu-tests.xml"
+  step gdn-flip-make 25 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step gdn-flip-tokens-fp32 30 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype float32 --model "$NEXT" \
+    --max-new-tokens 40 "${GDN_REQ[@]}"
+  step gdn-flip-tokens-bf16 30 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
+    --max-new-tokens 64 "${GDN_REQ[@]}"
+  # the whole captured step, the kernel against the reference; the prefill (make) takes the chunked kernel
+  step gdn-flip-ab-step-b32 80 env VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 $PY -m engine bench ab --flag VT_GDN_KERNEL \
+    --workload decode-step-qwen3next "${L[@]}"
+  step gdn-flip-ab-chunked-t1024 35 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" ncu "* ]]; then
@@ -439,6 +505,19 @@ if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; 
     v=$(grep -E '^(tokens|neartie): |cases within tolerance| (passed|failed|error)' "$OUT/logs/$n.log" | tail -n 1)
     echo "$n: ${v:-no verdict line (logs/$n.log)}"
   done
+fi
+if [[ " $PHASES " == *" quant-flip "* || " $PHASES " == *" quant-flip-ab "* ]]; then  # the verdicts, last
+  echo
+  echo "quant-flip: VT_DEQUANT_KERNEL=1, --require-arm VT_DEQUANT_KERNEL (bf16, against transformers on the dense twin)"
+  QF=()
+  for n in "${ORDER[@]}"; do [[ $n == quant-flip-* ]] && QF+=("$n"); done
+  verdicts "${QF[@]}"
+fi
+if [[ " $PHASES " == *" gdn-flip "* ]]; then  # the verdicts, last
+  echo
+  echo "gdn-flip: VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 (with VT_MOE_KERNELS=1), both arms required in the token gates"
+  verdicts gdn-flip-kernels gdn-flip-gpu-tests gdn-flip-make gdn-flip-tokens-fp32 gdn-flip-tokens-bf16 \
+    gdn-flip-ab-step-b32 gdn-flip-ab-chunked-t1024
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo

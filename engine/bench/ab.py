@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from engine import flags
+from engine import flags, kernels
 from engine.bench.stats import ab_verdict, drop_warmup
 from engine.bench.timing import MODES, arm_timer, clocks, describe, device_name, sets_for
 from engine.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
@@ -95,9 +95,13 @@ def run_ab(
     n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
     sets = [work.make(shape, device, dtype, seed) for seed in range(n_sets)]
     arms = {"off": partial(work.run, base.with_(**{flag: False})), "on": partial(work.run, base.with_(**{flag: True}))}
-    outs = {}
+    outs, flag_calls = {}, {}
     for name, run in arms.items():  # warm both arms and keep one output each for the correctness note
+        if work.reset is not None:  # both from the same state (a recurrent model's step advances it)
+            work.reset(*sets[0])
+        calls = kernels.arms_ran(flag)
         outs[name] = run(*sets[0])
+        flag_calls[name] = kernels.arms_ran(flag) - calls  # the table's counters: did the flag's arm run?
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
     timers = {}
     for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
@@ -123,6 +127,7 @@ def run_ab(
         "clocks_after": clocks(),
         "samples_s": samples,
         "max_abs_on_vs_off": max_abs,
+        "flag_arm_calls": flag_calls,  # calls of the arms `flag` gates in each arm's first (eager) call
         "off": vars(verdict.base),
         "on": vars(verdict.test),
         "pair_ratios_off_over_on": verdict.ratios,
@@ -146,6 +151,8 @@ def print_report(r: dict) -> None:
     ratios = " ".join(f"{x:.3f}" for x in r["pair_ratios_off_over_on"])
     print(f"pair ratios off/on: {ratios}")
     print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
+    calls = r["flag_arm_calls"]
+    print(f"arms gated by {r['flag']}: on {calls['on']}, off {calls['off']} calls (each arm's first call)")
     print(f"verdict: {r['verdict']} (median ratio off/on {r['median_ratio']:.3f})")
 
 

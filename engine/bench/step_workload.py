@@ -12,6 +12,14 @@ every cached token once.
 decoder projection quantized (engine/data/make_tiny_quant.py, group 128): the A/B of VT_DEQUANT_GEMV.
 
     VT_DEQUANT_KERNEL=1 python -m engine bench ab --flag VT_DEQUANT_GEMV --workload decode-step-awq
+    python -m engine bench ab --flag VT_DEQUANT_KERNEL --workload decode-step-awq --shape batch=32   # M = 32
+
+`decode-step-qwen3next` runs it on a Qwen3-Next with Qwen3-Next-80B's layer shapes (gated delta net heads,
+attention, MoE of 32 of its 512 experts with the shared expert; `layers` of them, every fourth full attention,
+default 4 at batch 32): the A/B of VT_GDN_KERNEL on the captured step (the MoE step captures with VT_MOE_KERNELS).
+Each call advances the recurrent state; the A/B's equality check restores it first (`reset`).
+
+    VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 python -m engine bench ab --flag VT_GDN_KERNEL --workload decode-step-qwen3next
 """
 
 from __future__ import annotations
@@ -62,6 +70,11 @@ _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weigh
 _RUNNERS: dict[tuple, Runner] = {}  # one model per shape: the input sets share it
 QUANT_METHODS = ("awq", "gptq", "nvfp4")  # the quantized step workloads
 QUANT_GROUP = 128  # AWQ/GPTQ rows per scale, as the common checkpoints have
+# Qwen3NextConfig keyword arguments over transformers' defaults (Qwen3-Next-80B-A3B's shapes): 32 of the 512 experts
+# (at batch 32 the top-10 routing reads nearly all of them), so the model builds and loads in seconds
+QWEN3_NEXT: dict = dict(num_experts=32)
+NEXT_DEFAULTS = {"ctx": 512, "batch": 32, "layers": 4}
+_SNAPSHOTS: dict[int, object] = {}  # id(runner) -> its recurrent state after the last prefill (reset)
 
 
 def save_random_model(tmp: Path, shape: dict) -> Path:
@@ -84,6 +97,28 @@ def _model_shape(s: dict[str, int]) -> dict:
     return dict(QWEN3_0_6B, num_hidden_layers=s["layers"])
 
 
+def _next_shape(s: dict[str, int]) -> dict:
+    if s["layers"] < 1 or s["ctx"] < 1 or s["batch"] < 1:
+        raise ValueError(f"decode-step-qwen3next shape {s}: ctx, batch and layers must be at least 1")
+    return dict(QWEN3_NEXT, num_hidden_layers=s["layers"])
+
+
+def save_random_next(tmp: Path, shape: dict, device: torch.device) -> Path:
+    """A Qwen3-Next of this shape with seeded random weights (initialised on `device`: seconds on a GPU), saved by
+    transformers in bf16."""
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3NextConfig,
+        Qwen3NextForCausalLM,
+    )
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3NextForCausalLM(Qwen3NextConfig(**shape))
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)
+    model.save_pretrained(tmp)
+    return tmp
+
+
 def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method: str | None = None) -> Runner:
     key = (s["ctx"], s["batch"], s["layers"], str(device), dtype, method)
     if key not in _RUNNERS:
@@ -91,6 +126,8 @@ def _runner(s: dict[str, int], device: torch.device, dtype: torch.dtype, method:
             model_dir = Path(tmp)
             if method is None:
                 save_random_model(model_dir, _model_shape(s))
+            elif method == "qwen3next":
+                save_random_next(model_dir, _next_shape(s), device)
             else:
                 model_dir = _save_quantized(model_dir, _model_shape(s), method)
             _RUNNERS[key] = Runner(
@@ -140,7 +177,19 @@ def make(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int,
         runner.blocks.allocate(sid, s["ctx"])
     last = runner.prefill(seq_ids, prompts).tolist()
     inputs = runner.decode_inputs(seq_ids, last, s["batch"])
+    if runner.recurrent is not None:  # Qwen3-Next: each row's recurrent state slot (its sequence id)
+        inputs["state_index"] = torch.tensor(seq_ids, dtype=torch.int64)
+        _SNAPSHOTS[id(runner)] = runner.recurrent.copy()  # the sets use disjoint slots: the last copy has them all
     return runner, {k: v.to(device) for k, v in inputs.items()}
+
+
+@torch.inference_mode()  # the state is an inference tensor
+def reset(runner: Runner, inputs: dict[str, torch.Tensor]) -> None:
+    """Put the recurrent state back as the prefills left it (a no-op for a model without one): two arms' outputs
+    compared after a reset start from the same state."""
+    saved = _SNAPSHOTS.get(id(runner))
+    if runner.recurrent is not None and saved is not None:
+        runner.recurrent.load(saved)  # type: ignore[arg-type]  # a RecurrentState, stored by make
 
 
 @torch.inference_mode()
@@ -162,6 +211,28 @@ def bytes_moved(s: dict[str, int], dtype: torch.dtype, method: str | None = None
     weights = c["num_hidden_layers"] * per_layer + (c["vocab_size"] * h + h) * elt
     kv = 2 * c["num_hidden_layers"] * s["batch"] * (s["ctx"] + 1) * hkv * d * elt
     return weights + kv
+
+
+def next_bytes(s: dict[str, int], dtype: torch.dtype) -> int:
+    """The Qwen3-Next step: every weight once (the embedding one row per token), each delta net layer's fp32 state
+    and conv inputs read and written, each attention layer's cached K/V read."""
+    from transformers import (  # why: transformers takes seconds to import
+        Qwen3NextConfig,
+        Qwen3NextForCausalLM,
+    )
+
+    config = Qwen3NextConfig(**_next_shape(s))
+    with torch.device("meta"):
+        model = Qwen3NextForCausalLM(config)
+    elt = torch.empty((), dtype=dtype).element_size()
+    weights = sum(p.numel() for n, p in model.named_parameters() if not n.endswith("embed_tokens.weight"))
+    b, h = s["batch"], config.hidden_size
+    linear = sum(t == "linear_attention" for t in config.layer_types or ())
+    heads, dk, dv = config.linear_num_value_heads, config.linear_key_head_dim, config.linear_value_head_dim
+    conv_dim = 2 * config.linear_num_key_heads * dk + heads * dv
+    state = linear * 2 * b * (heads * dk * dv * 4 + conv_dim * config.linear_conv_kernel_dim * elt)
+    kv = 2 * (config.num_hidden_layers - linear) * b * (s["ctx"] + 1) * config.num_key_value_heads * config.head_dim
+    return (weights + b * h + kv) * elt + state
 
 
 def quant_bytes(method: str) -> Callable[[dict[str, int], torch.dtype], int]:

@@ -35,6 +35,8 @@ class Workload:
     peers: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)  # name -> (prepare(args), run)
     arms: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> flag settings for that arm
     shape_sets: dict[str, tuple[Shape, ...]] = field(default_factory=dict)  # name -> shapes over the defaults
+    # reset(*inputs): undo what a call changed (a recurrent state), so two arms' outputs compare from one start
+    reset: Callable[..., None] | None = None
 
     def arm(self, name: str, base: FlagSnapshot) -> Callable[..., Any]:
         """`run` bound to the snapshot of arm `name`: `base` with the arm's flag settings."""
@@ -550,6 +552,19 @@ QUANT_STEPS = tuple(
     for m in step_workload.QUANT_METHODS
 )
 
+# --- the decode step of a Qwen3-Next (Qwen3-Next-80B's layer shapes): the GDN decode kernel in the captured step ----
+
+NEXT_STEP = Workload(
+    name="decode-step-qwen3next",
+    flags=("VT_GDN_KERNEL",),
+    defaults=dict(step_workload.NEXT_DEFAULTS),
+    make=partial(step_workload.make, method="qwen3next"),
+    run=step_workload.run,
+    bytes_moved=step_workload.next_bytes,
+    arms={"reference": {"VT_GDN_KERNEL": "0"}, "gdn-kernel": {"VT_GDN_KERNEL": "1"}},
+    reset=step_workload.reset,
+)
+
 # --- gated delta net (Qwen3-Next's linear attention): the decode step and the chunked prefill -------------
 # defaults: Qwen3-Next-80B's 16 key and 32 value heads of 128 dims; the fp32 state dominates the bytes
 
@@ -621,6 +636,7 @@ WORKLOADS: dict[str, Workload] = {
         *QUANT_STEPS,
         GDN_DECODE,
         GDN_CHUNKED,
+        NEXT_STEP,  # after the kernel's own workload: `--flag VT_GDN_KERNEL` alone still measures the kernel
     )
 }
 

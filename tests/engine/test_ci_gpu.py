@@ -344,3 +344,130 @@ def test_step2_phase_measures_the_streamed_gemv_and_prints_its_table_last(tmp_pa
     assert done.stdout.rindex("step2 on top of: VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1") > done.stdout.rindex(
         "== ab-step-pdl"
     )
+
+
+# stands in for python with verdict lines like the gates' and the A/B's, the gate's missing-arm line where the
+# require flag names an arm that this stand-in "did not run" (VT_GDN_CHUNKED_KERNEL)
+VERDICT_PY = """#!/usr/bin/env bash
+echo "argv: $*"
+echo "flags: VT_DEQUANT_KERNEL=${VT_DEQUANT_KERNEL-unset} VT_GDN_KERNEL=${VT_GDN_KERNEL-unset}"
+case " $* " in
+  *" gate tokens "*) [[ " $* " == *" VT_GDN_CHUNKED_KERNEL "* ]] && { echo "FAIL: no arm gated by \
+VT_GDN_CHUNKED_KERNEL ran (0 calls): the gate did not exercise the arm under test"; echo "tokens: PASS: 64 tokens"; \
+exit 1; }; echo "tokens: PASS: 64 tokens" ;;
+  *" gate neartie "*) echo "neartie: PASS: 1024 positions" ;;
+  *" bench ab "*) echo "max |on - off| = 0"; echo "arms gated by VT_X: on 3, off 0 calls (each arm's first call)"; \
+echo "verdict: win (median ratio off/on 1.500)" ;;
+  *" gate kernels "*) echo "36/36 cases within tolerance; self-test ok" ;;
+  *" pytest "*) echo "10 passed in 30.00s" ;;
+esac
+exit 0
+"""
+
+
+def run_with(tmp_path: Path, script: str, phases: list[str]) -> subprocess.CompletedProcess:
+    fake = tmp_path / "verdict-python"
+    fake.write_text(script)
+    fake.chmod(0o755)
+    return run_gpu_sh(tmp_path, phases, PYTHON=str(fake))
+
+
+def phase_limits(phase_test: str) -> int:
+    """The sum of the step limits of one `if [[ " $PHASES " == *" NAME "* ]]` block of ci/gpu.sh (and its build)."""
+    text = SCRIPT.read_text()
+    start = text.index(f'if [[ " $PHASES " == *" {phase_test} "* ]]; then\n')
+    block = text[start : text.index("\nfi\n", start)]
+    limits = [int(m) for m in re.findall(r"^\s*step \S+ (\d+) ", block, re.M)]
+    limits += [int(m) for m in re.findall(r"^\s*build_once (\d+)", block, re.M)]
+    loops = re.findall(r'for m in "\$\{QFLIP\[@\]\}"; do(.*?)\n  done', block, re.S)
+    for body in loops:  # the loop's steps run once per checkpoint
+        limits += [int(m) for m in re.findall(r"step \S+ (\d+) ", body)] * 2
+    return sum(limits)
+
+
+@pytest.mark.parametrize("phase", ["quant-flip", "quant-flip-ab", "gdn-flip"])
+def test_flip_phases_cannot_overrun_six_minutes(phase: str) -> None:
+    assert 0 < phase_limits(phase) <= 360, phase
+
+
+def test_quant_flip_gates_each_checkpoint_with_the_arm_required_then_ab_tests_at_batch_32(tmp_path: Path) -> None:
+    done = run_with(tmp_path, VERDICT_PY, ["quant-flip"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert "main(['--method', m, '--out', '/tmp/tiny-qwen3-quant/' + m])" in log(tmp_path, "quant-flip-make")
+    for m in ("awq", "gptq-act-order", "nvfp4"):
+        twin = f"--model /tmp/tiny-qwen3-quant/{m}/quant --oracle-model /tmp/tiny-qwen3-quant/{m}/dense"
+        for gate in ("tokens", "neartie"):
+            text = log(tmp_path, f"quant-flip-{gate}-{m}")
+            assert (
+                f"argv: -m engine gate {gate} --device cuda --dtype bfloat16 {twin} --require-arm VT_DEQUANT_KERNEL\n"
+            ) in text
+            assert "flags: VT_DEQUANT_KERNEL=1 " in text
+    ab_log = log(tmp_path, "quant-flip-ab-awq-b32")
+    assert (
+        f"argv: -m engine bench ab --flag VT_DEQUANT_KERNEL --workload decode-step-awq --shape batch=32 "
+        f"--ledger {out}/ledger\n"
+    ) in ab_log
+    assert "flags: VT_DEQUANT_KERNEL=unset" in ab_log  # the A/B toggles the flag itself
+    table = done.stdout[done.stdout.rindex("\nquant-flip: ") :].splitlines()[2:]
+    assert [line.split()[0] for line in table] == [
+        "quant-flip-make",
+        "quant-flip-tokens-awq",
+        "quant-flip-neartie-awq",
+        "quant-flip-tokens-gptq-act-order",
+        "quant-flip-neartie-gptq-act-order",
+        "quant-flip-tokens-nvfp4",
+        "quant-flip-neartie-nvfp4",
+        "quant-flip-ab-awq-b32",
+    ]
+    assert table[1].endswith("tokens: PASS: 64 tokens") and table[2].endswith("neartie: PASS: 1024 positions")
+    assert table[-1].endswith(
+        "verdict: win (median ratio off/on 1.500); max |on - off| = 0; arms gated by VT_X: on 3, off 0 calls "
+        "(each arm's first call)"
+    )
+
+
+def test_quant_flip_ab_runs_the_gptq_and_nvfp4_steps(tmp_path: Path) -> None:
+    done = run_with(tmp_path, VERDICT_PY, ["quant-flip-ab"])
+    assert done.returncode == 0, done.stderr
+    for m in ("gptq", "nvfp4"):
+        assert f"--flag VT_DEQUANT_KERNEL --workload decode-step-{m} --shape batch=32 " in log(
+            tmp_path, f"quant-flip-ab-{m}-b32"
+        )
+    assert "quant-flip-tokens-awq" not in done.stdout
+
+
+def test_gdn_flip_requires_both_arms_and_its_table_shows_a_missing_arm(tmp_path: Path) -> None:
+    done = run_with(tmp_path, VERDICT_PY, ["gdn-flip"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    req = "--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL"
+    for dtype, new in (("float32", 40), ("bfloat16", 64)):
+        text = log(tmp_path, f"gdn-flip-tokens-{'fp32' if dtype == 'float32' else 'bf16'}")
+        assert f"--device cuda --dtype {dtype} --model /tmp/tiny-qwen3-next --max-new-tokens {new} {req}\n" in text
+        assert "flags: VT_DEQUANT_KERNEL=unset VT_GDN_KERNEL=1\n" in text
+    assert "-m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu" in log(tmp_path, "gdn-flip-gpu-tests")
+    assert f"--flag VT_GDN_KERNEL --workload decode-step-qwen3next --ledger {out}/ledger\n" in log(
+        tmp_path, "gdn-flip-ab-step-b32"
+    )
+    assert "flags: VT_DEQUANT_KERNEL=unset VT_GDN_KERNEL=unset" in log(tmp_path, "gdn-flip-ab-step-b32")
+    assert f"--flag VT_GDN_CHUNKED_KERNEL --ledger {out}/ledger\n" in log(tmp_path, "gdn-flip-ab-chunked-t1024")
+    table = done.stdout[done.stdout.rindex("\ngdn-flip: ") :].splitlines()[2:]
+    rows = {line.split()[0]: line for line in table}
+    assert list(rows) == [
+        "gdn-flip-kernels",
+        "gdn-flip-gpu-tests",
+        "gdn-flip-make",
+        "gdn-flip-tokens-fp32",
+        "gdn-flip-tokens-bf16",
+        "gdn-flip-ab-step-b32",
+        "gdn-flip-ab-chunked-t1024",
+    ]
+    assert rows["gdn-flip-kernels"].endswith("36/36 cases within tolerance; self-test ok")
+    # the stand-in ran no chunked arm: the row shows rc=1 and the gate's own line, beside its verdict
+    assert " rc=1 " in rows["gdn-flip-tokens-bf16"] and rows["gdn-flip-tokens-bf16"].endswith(
+        "tokens: PASS: 64 tokens; FAIL: no arm gated by VT_GDN_CHUNKED_KERNEL ran (0 calls): the gate did not "
+        "exercise the arm under test"
+    )
+    assert rows["gdn-flip-make"].endswith("(no verdict line: logs/gdn-flip-make.log)")
+    assert done.stdout.rstrip().splitlines()[-1] == table[-1]  # the verdicts come last

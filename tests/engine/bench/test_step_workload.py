@@ -109,3 +109,61 @@ def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, ca
     record = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert record["results"]["workload"] == "decode-step-awq"
     assert for_flag("VT_DEQUANT_GEMV") is WORKLOADS["awq-gemv"]  # the kernel's own workload stays the default
+
+
+# Qwen3-Next at test scale: the workload's mechanics (state slots, reset, bytes) without its 80B-shaped layers
+TINY_NEXT = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+    max_position_embeddings=256,
+)
+NEXT_SHAPE = {"ctx": 37, "batch": 2, "layers": 4}  # three delta net layers, then full attention
+
+
+def test_the_qwen3next_step_reads_its_state_slots_and_reset_restores_the_state(monkeypatch) -> None:
+    monkeypatch.setattr(step_workload, "QWEN3_NEXT", TINY_NEXT)
+    work = WORKLOADS["decode-step-qwen3next"]
+    assert for_flag("VT_GDN_KERNEL") is WORKLOADS["gdn-decode"]  # the kernel's own workload stays the default
+    runner, inputs = work.make(NEXT_SHAPE, torch.device("cpu"), torch.bfloat16, 1)  # the second set: slots 2, 3
+    assert runner.recurrent is not None and inputs["state_index"].tolist() == [2, 3]
+    before = {i: t.clone() for i, t in runner.recurrent.ssm.items()}
+    first = work.run(runner.flags, runner, inputs)
+    assert any(not torch.equal(before[i], t) for i, t in runner.recurrent.ssm.items())  # the step advanced it
+    assert work.reset is not None
+    work.reset(runner, inputs)
+    assert all(torch.equal(before[i], t) for i, t in runner.recurrent.ssm.items())
+    assert torch.equal(work.run(runner.flags, runner, inputs), first)  # from the same state, the same tokens
+    cfg, elt = runner.config, 2
+    params = sum(p.numel() for n, p in runner.model.named_parameters() if "embed" not in n)
+    assert cfg.gdn is not None
+    linear = sum(cfg.gdn.is_linear(i) for i in range(cfg.num_hidden_layers))
+    gdn = cfg.gdn
+    state = linear * 2 * 2 * (gdn.num_value_heads * gdn.key_head_dim * gdn.value_head_dim * 4)
+    conv = linear * 2 * 2 * gdn.conv_dim * gdn.conv_kernel * elt
+    kv = 2 * (cfg.num_hidden_layers - linear) * 2 * 38 * cfg.num_key_value_heads * cfg.head_dim
+    assert work.bytes_moved(NEXT_SHAPE, torch.bfloat16) == (params + 2 * cfg.hidden_size + kv) * elt + state + conv
+
+
+def test_ab_of_the_gdn_kernel_on_the_qwen3next_step_writes_a_record(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setattr(step_workload, "QWEN3_NEXT", TINY_NEXT)
+    argv = ["--flag", "VT_GDN_KERNEL", "--workload", "decode-step-qwen3next", "--shape", "ctx=37,batch=2,layers=4"]
+    assert ab.main([*argv, "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "A/B VT_GDN_KERNEL on decode-step-qwen3next" in out
+    assert "max |on - off| = 0\n" in out  # on the CPU both arms run the reference, from the same reset state
+    assert "arms gated by VT_GDN_KERNEL: on 0, off 0 calls (each arm's first call)\n" in out  # no CUDA arm here
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert record["results"]["workload"] == "decode-step-qwen3next" and record["rows"][0] == "KERNEL-GDN"
+    assert record["results"]["flag_arm_calls"] == {"off": 0, "on": 0}

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.gpu
 
 # the gated delta net's arms, and the MoE kernels (the MoE reference reads ids on the host: no capture without them)
 GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_GDN_CHUNKED_KERNEL": True, "VT_MOE_KERNELS": True}
-ARMS = {"defaults": {}, "gdn-kernels": GDN_ARMS}
+# the references set off explicitly: the gate holds whichever default the flags have
+ARMS = {"references": {"VT_GDN_KERNEL": False, "VT_GDN_CHUNKED_KERNEL": False}, "gdn-kernels": GDN_ARMS}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
