@@ -379,9 +379,11 @@ def phase_limits(phase_test: str) -> int:
     block = text[start : text.index("\nfi\n", start)]
     limits = [int(m) for m in re.findall(r"^\s*step \S+ (\d+) ", block, re.M)]
     limits += [int(m) for m in re.findall(r"^\s*build_once (\d+)", block, re.M)]
-    loops = re.findall(r'for m in "\$\{QFLIP\[@\]\}"; do(.*?)\n  done', block, re.S)
-    for body in loops:  # the loop's steps run once per checkpoint
-        limits += [int(m) for m in re.findall(r"step \S+ (\d+) ", body)] * 2
+    qflip = re.search(r"^QFLIP=\((.*?)\)", text, re.M)
+    assert qflip is not None
+    for words, body in re.findall(r"for m in ([^\n;]*); do(.*?)\n  done", block, re.S):
+        runs = len(qflip[1].split() if words == '"${QFLIP[@]}"' else words.split())
+        limits += [int(m) for m in re.findall(r"step \S+ (\d+) ", body)] * (runs - 1)  # counted once above
     return sum(limits)
 
 
