@@ -31,7 +31,8 @@
 #   phase ends within 6 minutes: the tiny AWQ, GPTQ act-order and NVFP4 checkpoints token-exact in bf16 against
 #   transformers on their dequantized twins and through the near-tie razor, the flag on and its arm required (batched:
 #   prefill and decode at M > 1), then its A/B on the whole decode step at batch 32 of the Qwen3-0.6B-shaped AWQ model;
-#   a verdict table last. quant-flip-ab: that A/B on the GPTQ and NVFP4 models (about 4 minutes).
+#   a verdict table last. quant-flip-ab: that A/B on the GPTQ and NVFP4 models (about 4 minutes). quant-flip-baseline:
+#   the AWQ razor with the flag off (its dequant is bitwise equal to the reference: the same verdict shows the path's).
 #   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL,
 #   VT_GEMV_PERSISTENT; VT_ACT_GEMV by numerics only): their numerics cases, each arm's op-level A/B against the
 #   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
@@ -51,7 +52,8 @@
 #   GPU tests (token-exact against transformers fp32 and bf16, graphed decode equal to eager), the fp32 and bf16 token
 #   gates with both arms required (bf16: token-exact against generate, not the razor; the row's spec), the A/B of
 #   VT_GDN_KERNEL on the whole decode step of a Qwen3-Next with Qwen3-Next-80B's layer shapes (decode-step-qwen3next,
-#   batch 32) and the chunked prefill's A/B (1024 tokens); a verdict table last.
+#   batch 32) and the chunked prefill's A/B (1024 tokens); a verdict table last. gdn-flip-decode: the bf16 token gate
+#   with the decode kernel alone (required), then with both references (about a minute).
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -267,6 +269,14 @@ if [[ " $PHASES " == *" quant-flip-ab "* ]]; then
   done
 fi
 
+# the razor of the AWQ checkpoint with VT_DEQUANT_KERNEL off: its dequant is bitwise equal to the reference, so a
+# razor verdict equal to the flag-on one (quant-flip) belongs to the M > 1 bf16 path, not to the arm
+if [[ " $PHASES " == *" quant-flip-baseline "* ]]; then
+  build_once 50
+  step quant-flip-base-make 30 $PY -m engine.data.make_tiny_quant --method awq --out "$QUANT/awq"
+  step quant-flip-base-neartie-awq 30 env VT_DEQUANT_KERNEL=0 $PY -m engine gate neartie --device cuda \
+    --dtype bfloat16 --model "$QUANT/awq/quant" --oracle-model "$QUANT/awq/dense"
+fi
 if [[ " $PHASES " == *" peers "* ]]; then
   L=(--ledger "$OUT/ledger")  # kernels build on first use (VT_CUDA_CACHE may hold them already)
   step peers-attn 420 $PY -m engine bench bandwidth --workload attn-decode --shapes peers \
@@ -456,6 +466,16 @@ if [[ " $PHASES " == *" gdn-flip "* ]]; then
     --workload decode-step-qwen3next "${L[@]}"
   step gdn-flip-ab-chunked-t1024 35 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
+# which arm parts the bf16 ids from transformers': the decode kernel alone, then neither (the MoE kernels stay on: the
+# MoE step captures only with them)
+if [[ " $PHASES " == *" gdn-flip-decode "* ]]; then
+  build_once 50
+  step gdn-flip-make 25 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step gdn-flip-tokens-bf16-decode 30 env VT_GDN_KERNEL=1 VT_MOE_KERNELS=1 $PY -m engine gate tokens --device cuda \
+    --dtype bfloat16 --model "$NEXT" --max-new-tokens 64 --require-arm VT_GDN_KERNEL
+  step gdn-flip-tokens-bf16-refs 30 env VT_GDN_KERNEL=0 VT_GDN_CHUNKED_KERNEL=0 VT_MOE_KERNELS=1 $PY -m engine gate \
+    tokens --device cuda --dtype bfloat16 --model "$NEXT" --max-new-tokens 64
+fi
 
 if [[ " $PHASES " == *" ncu "* ]]; then
   build_once
@@ -506,18 +526,18 @@ if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; 
     echo "$n: ${v:-no verdict line (logs/$n.log)}"
   done
 fi
-if [[ " $PHASES " == *" quant-flip "* || " $PHASES " == *" quant-flip-ab "* ]]; then  # the verdicts, last
+if [[ " $PHASES " =~ " quant-flip"(-ab|-baseline)?" " ]]; then  # the verdicts, last
   echo
   echo "quant-flip: VT_DEQUANT_KERNEL=1, --require-arm VT_DEQUANT_KERNEL (bf16, against transformers on the dense twin)"
   QF=()
   for n in "${ORDER[@]}"; do [[ $n == quant-flip-* ]] && QF+=("$n"); done
   verdicts "${QF[@]}"
 fi
-if [[ " $PHASES " == *" gdn-flip "* ]]; then  # the verdicts, last
+if [[ " $PHASES " =~ " gdn-flip"(-decode)?" " ]]; then  # the verdicts, last
   echo
   echo "gdn-flip: VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 (with VT_MOE_KERNELS=1), both arms required in the token gates"
   verdicts gdn-flip-kernels gdn-flip-gpu-tests gdn-flip-make gdn-flip-tokens-fp32 gdn-flip-tokens-bf16 \
-    gdn-flip-ab-step-b32 gdn-flip-ab-chunked-t1024
+    gdn-flip-ab-step-b32 gdn-flip-ab-chunked-t1024 gdn-flip-tokens-bf16-decode gdn-flip-tokens-bf16-refs
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo

@@ -387,7 +387,7 @@ def phase_limits(phase_test: str) -> int:
     return sum(limits)
 
 
-@pytest.mark.parametrize("phase", ["quant-flip", "quant-flip-ab", "gdn-flip"])
+@pytest.mark.parametrize("phase", ["quant-flip", "quant-flip-ab", "quant-flip-baseline", "gdn-flip", "gdn-flip-decode"])
 def test_flip_phases_cannot_overrun_six_minutes(phase: str) -> None:
     assert 0 < phase_limits(phase) <= 360, phase
 
@@ -473,3 +473,19 @@ def test_gdn_flip_requires_both_arms_and_its_table_shows_a_missing_arm(tmp_path:
     )
     assert rows["gdn-flip-make"].endswith("(no verdict line: logs/gdn-flip-make.log)")
     assert done.stdout.rstrip().splitlines()[-1] == table[-1]  # the verdicts come last
+
+
+def test_the_baselines_run_each_gate_with_the_flags_off_or_one_arm_alone(tmp_path: Path) -> None:
+    done = run_with(tmp_path, VERDICT_PY, ["quant-flip-baseline", "gdn-flip-decode"])
+    assert done.returncode == 0, done.stderr
+    razor = log(tmp_path, "quant-flip-base-neartie-awq")
+    assert "--model /tmp/tiny-qwen3-quant/awq/quant --oracle-model /tmp/tiny-qwen3-quant/awq/dense\n" in razor
+    assert "flags: VT_DEQUANT_KERNEL=0 " in razor and "--require-arm" not in razor
+    decode = log(tmp_path, "gdn-flip-tokens-bf16-decode")
+    assert "--dtype bfloat16 --model /tmp/tiny-qwen3-next --max-new-tokens 64 --require-arm VT_GDN_KERNEL\n" in decode
+    assert "flags: VT_DEQUANT_KERNEL=unset VT_GDN_KERNEL=1\n" in decode
+    assert "VT_GDN_KERNEL=0\n" in log(tmp_path, "gdn-flip-tokens-bf16-refs")
+    tail = done.stdout[done.stdout.rindex("\nquant-flip: ") :]
+    assert "quant-flip-base-neartie-awq" in tail and tail.rstrip().splitlines()[-1].startswith(
+        "gdn-flip-tokens-bf16-refs"
+    )
