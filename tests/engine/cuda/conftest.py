@@ -21,13 +21,19 @@ def cuda(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tor
     return torch.device("cuda")
 
 
+@pytest.fixture(scope="session")
+def sm90_werror_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one output directory of the session's sm_90 builds with warnings as errors: build.py names an
+    object by the hash of its source, headers, flags and nvcc, so a source that several tests compile
+    (`compiled`, `compile_strict`, test_build's every-source build) runs nvcc once."""
+    return tmp_path_factory.mktemp("cuda-sm90-werror")
+
+
 @pytest.fixture(scope="module")
-def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+def compiled(request: pytest.FixtureRequest, sm90_werror_dir: Path) -> ctypes.CDLL:
     """The family's source compiled for sm_90 with warnings as errors (no GPU needed)."""
     if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
         pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
     family = request.module.FAMILY
-    result = build.compile_source(
-        build.CUDA_DIR / f"{family}.cu", ("9.0",), tmp_path_factory.mktemp(family), werror=True
-    )
+    result = build.compile_source(build.CUDA_DIR / f"{family}.cu", ("9.0",), sm90_werror_dir, werror=True)
     return ctypes.CDLL(str(result.obj))

@@ -139,11 +139,11 @@ def test_compile_error_shows_nvcc_message_and_source(tmp_path: Path) -> None:
 
 
 @needs_nvcc
-@pytest.mark.slow  # about 70 s of CPU for the 11 sources on one arch
-def test_every_table_source_compiles(tmp_path: Path) -> None:
-    """The real sources, one arch (the fat build over every arch runs in ci/fat-build.sh)."""
+@pytest.mark.slow  # nvcc for every source on one arch, less those another test of the session compiled
+def test_every_table_source_compiles(sm90_werror_dir: Path) -> None:
+    """The real sources, one arch, warnings as errors (the fat build over every arch runs in ci/fat-build.sh)."""
     table = build.load_table()
-    results = build.build(out_dir=tmp_path, table=table, settings=archs("9.0"))
+    results = build.build(out_dir=sm90_werror_dir, table=table, werror=True, settings=archs("9.0"))
     assert sorted(r.source.name for r in results) == sorted(table.sources)
     for r in results:
         assert r.obj.exists() and r.archs == ("9.0",)

@@ -36,8 +36,8 @@ def make(batch, k_heads, heads, dk, dv, dtype, device, seed):
 
 
 @needs_nvcc
-def test_gdn_source_compiles_without_warnings(tmp_path):
-    assert compile_strict("gdn.cu", tmp_path).stat().st_size > 0
+def test_gdn_source_compiles_without_warnings(sm90_werror_dir):
+    assert compile_strict("gdn.cu", sm90_werror_dir).stat().st_size > 0
 
 
 def test_decode_names_a_state_of_the_wrong_shape():

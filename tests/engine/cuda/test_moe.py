@@ -38,8 +38,8 @@ def reference_align(ids: torch.Tensor, experts: int, block: int) -> tuple[list[i
 
 
 @needs_nvcc
-def test_moe_source_compiles_without_warnings(tmp_path):
-    assert compile_strict("moe.cu", tmp_path).stat().st_size > 0
+def test_moe_source_compiles_without_warnings(sm90_werror_dir):
+    assert compile_strict("moe.cu", sm90_werror_dir).stat().st_size > 0
 
 
 def test_experts_names_the_tensor_with_a_wrong_dtype():

@@ -45,8 +45,8 @@ def test_awq_packing_puts_column_one_in_nibble_four():
 
 
 @needs_nvcc
-def test_quant_source_compiles_without_warnings(tmp_path):
-    assert compile_strict("quant.cu", tmp_path).stat().st_size > 0
+def test_quant_source_compiles_without_warnings(sm90_werror_dir):
+    assert compile_strict("quant.cu", sm90_werror_dir).stat().st_size > 0
 
 
 def test_awq_dequant_names_a_bad_qzeros_shape():
