@@ -41,6 +41,40 @@ def supports_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_si
     return q.dtype == k.dtype == v.dtype and q.dim() == 4 and q.shape[-1] <= MAX_HEAD_DIM_K and chunk_size <= MAX_CHUNK
 
 
+def check_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    rank: int,  # 3: one token ([batch, heads, d], decode); 4: a sequence ([batch, T, heads, d], chunked)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The checks both launchers share, naming the tensor: q, k, v of `rank` dims, one dtype and device; g and beta
+    q's leading dims then heads; an fp32 state [batch, heads, dk, dv]. Returns q, k, v contiguous."""
+    dev = q.device
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    ffi.require(q, "q", dim=rank)
+    ffi.require(k, "k", dim=rank, dtype=q.dtype, device=dev)
+    ffi.require(v, "v", dim=rank, dtype=q.dtype, device=dev)
+    ffi.require(state, "state", dim=4, dtype=torch.float32, device=dev)
+    lead, lead_names = tuple(q.shape[:-2]), "[batch, T]" if rank == 4 else "[batch]"
+    batch, dk, heads, dv = q.shape[0], q.shape[-1], v.shape[-2], v.shape[-1]
+    if k.shape != q.shape:
+        raise ValueError(f"k: shape {tuple(k.shape)} != q's {tuple(q.shape)}")
+    if tuple(v.shape[:-2]) != lead:
+        raise ValueError(f"v: shape {tuple(v.shape)} does not lead with q's {lead_names} {lead}")
+    gate_names = lead_names[:-1] + ", heads]"
+    for name, t in (("g", g), ("beta", beta)):
+        if t.shape != (*lead, heads) or t.device != dev:
+            raise ValueError(
+                f"{name}: shape {tuple(t.shape)} on {t.device} is not {gate_names} {(*lead, heads)} on {dev}"
+            )
+    if state.shape != (batch, heads, dk, dv):
+        raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
+    return q, k, v
+
+
 def chunked(
     q: torch.Tensor,  # q: [batch, T, k_heads, dk]
     k: torch.Tensor,  # k: [batch, T, k_heads, dk]
@@ -57,24 +91,9 @@ def chunked(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, T, heads, dv] out_dtype or q.dtype, final_state fp32)
     """The gated delta rule over T tokens in chunks of `chunk_size` (the UT-transform form); `state` is not modified."""
     dev = q.device
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    ffi.require(q, "q", dim=4)
-    ffi.require(k, "k", dim=4, dtype=q.dtype, device=dev)
-    ffi.require(v, "v", dim=4, dtype=q.dtype, device=dev)
-    ffi.require(state, "state", dim=4, dtype=torch.float32, device=dev)
+    q, k, v = check_inputs(q, k, v, g, beta, state, rank=4)
     batch, seq, k_heads, dk = q.shape
     heads, dv = v.shape[2], v.shape[3]
-    if k.shape != q.shape:
-        raise ValueError(f"k: shape {tuple(k.shape)} != q's {tuple(q.shape)}")
-    if v.shape[:2] != (batch, seq):
-        raise ValueError(f"v: shape {tuple(v.shape)} does not lead with q's [batch, T] {(batch, seq)}")
-    for name, t in (("g", g), ("beta", beta)):
-        if t.shape != (batch, seq, heads) or t.device != dev:
-            raise ValueError(
-                f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, T, heads] {(batch, seq, heads)} on {dev}"
-            )
-    if state.shape != (batch, heads, dk, dv):
-        raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
     g32 = g.to(torch.float32).contiguous()  # [batch, T, heads]
     b32 = beta.to(torch.float32).contiguous()
     state = state.contiguous()
@@ -124,24 +143,9 @@ def decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] out_dtype or q.dtype, new_state fp32)
     """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state."""
     dev = q.device
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    ffi.require(q, "q", dim=3)
-    ffi.require(k, "k", dim=3, dtype=q.dtype, device=dev)
-    ffi.require(v, "v", dim=3, dtype=q.dtype, device=dev)
-    ffi.require(state, "state", dim=4, dtype=torch.float32, device=dev)
+    q, k, v = check_inputs(q, k, v, g, beta, state, rank=3)
     batch, k_heads, dk = q.shape
     heads, dv = v.shape[1], v.shape[2]
-    if k.shape != q.shape:
-        raise ValueError(f"k: shape {tuple(k.shape)} != q's {tuple(q.shape)}")
-    if v.shape[0] != batch:
-        raise ValueError(f"v: dim 0 is {v.shape[0]} but q's batch is {batch}")
-    for name, t in (("g", g), ("beta", beta)):
-        if t.shape != (batch, heads) or t.device != dev:
-            raise ValueError(
-                f"{name}: shape {tuple(t.shape)} on {t.device} is not [batch, heads] {(batch, heads)} on {dev}"
-            )
-    if state.shape != (batch, heads, dk, dv):
-        raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
     g32 = g.to(torch.float32).contiguous()  # [batch, heads]: tiny, so the kernel reads one gate dtype
     b32 = beta.to(torch.float32).contiguous()
     new_state = state if inplace else torch.empty_like(state)

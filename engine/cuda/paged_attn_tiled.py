@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
+from typing import NamedTuple
 
 import torch
 
-from engine.cuda import build, ffi
-from engine.cuda.paged_attn import check_inputs
+from engine.cuda import build, ffi, paged_attn
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
@@ -87,17 +87,75 @@ def fused_stages(
     return out.value
 
 
+class _Shape(NamedTuple):
+    """The launch geometry every binding reads off q, the cache and the block tables."""
+
+    batch: int
+    hq: int
+    hkv: int
+    d: int
+    block_size: int
+    max_blocks: int
+    dtype: torch.dtype
+    device_index: int
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> _Shape:
+        batch, hq, d = q.shape
+        hkv, block_size = k_cache.shape[2], k_cache.shape[1]
+        return cls(batch, hq, hkv, d, block_size, block_tables.shape[1], q.dtype, q.device.index or 0)
+
+    def splits(self) -> int:
+        """`num_splits` over the tables' capacity (no host read of the lengths)."""
+        rows, cap = self.batch * self.hkv, self.max_blocks * self.block_size
+        return num_splits(rows, cap, self.d, self.dtype, self.device_index)
+
+    def stages(self, splits: int) -> int:
+        """`fused_stages` of this shape with `splits` splits (0: the one launch does not take it)."""
+        return fused_stages(
+            self.batch,
+            self.hq,
+            self.hkv,
+            self.d,
+            self.block_size,
+            self.max_blocks,
+            splits,
+            self.dtype,
+            self.device_index,
+        )
+
+
+def check_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    sliding_window: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, _Shape]:
+    """The checks every decode binding runs (`paged_attn.check_inputs`, then the shapes and dtypes the tiled
+    kernels are compiled for and the window), naming the bad argument; returns the int32 tables and lengths
+    and the launch geometry."""
+    tables, lens = paged_attn.check_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    shape = _Shape.of(q, k_cache, tables)
+    if not supported(shape.d, shape.hq // shape.hkv, q.dtype):
+        raise ValueError(
+            f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
+            f"head, bf16 or fp16; got head_dim {shape.d}, group {shape.hq // shape.hkv}, {q.dtype}"
+        )
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    return tables, lens, shape
+
+
 def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the one-launch kernel takes this decode: its stages fit and its arrival counters are ready (not
     first made under graph capture); no host read of the lengths."""
-    batch, hq, d = q.shape
-    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
-    dev = q.device.index or 0
-    splits = num_splits(batch * hkv, block_tables.shape[1] * block_size, d, q.dtype, dev)
-    if fused_stages(batch, hq, hkv, d, block_size, block_tables.shape[1], splits, q.dtype, dev) == 0:
+    shape = _Shape.of(q, k_cache, block_tables)
+    if shape.stages(shape.splits()) == 0:
         return False
     # without ready counters the call would run the two passes: the table must count that as the fallback
-    return _counters(q.device, 2 * batch * hkv) is not None
+    return _counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
 def _counters(dev: torch.device, need: int) -> torch.Tensor | None:
@@ -122,20 +180,12 @@ def decode(
     splits: int | None = None,  # None: num_splits over the tables' capacity
     fused: bool = False,  # the one-launch kernel where it fits (`fused_fits`), else the two passes
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
-    tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
-    batch, hq, d = q.shape
-    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
-    if not supported(d, hq // hkv, q.dtype):
-        raise ValueError(
-            f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
-            f"head, bf16 or fp16; got head_dim {d}, group {hq // hkv}, {q.dtype}"
-        )
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    tables, lens, shape = check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
+    batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
     if splits is None:
-        splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, q.device.index or 0)
+        splits = shape.splits()
     if fused:
-        out = decode_fused(q, k_cache, v_cache, tables, lens, scale, sliding_window, splits, required=False)
+        out = _fused(q, k_cache, v_cache, tables, lens, scale, sliding_window, splits, shape, required=False)
         if out is not None:
             return out
     out = torch.empty_like(q)
@@ -176,22 +226,37 @@ def decode_fused(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    tables: torch.Tensor,
-    lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
     scale: float,
     sliding_window: int | None,
     splits: int | None,
     required: bool = True,
 ) -> torch.Tensor | None:
-    """The one-launch arm on checked inputs (see `decode`); None where it does not fit, or an error with
-    `required` (the numerics cases use that, so a case proves the fused kernel ran)."""
-    batch, hq, d = q.shape
-    hkv, block_size = k_cache.shape[2], k_cache.shape[1]
-    dev = q.device.index or 0
+    """The one-launch arm (arguments as `decode`'s, checked the same way); None where it does not fit, or an
+    error with `required` (the numerics cases use that, so a case proves the fused kernel ran)."""
+    tables, lens, shape = check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
+    return _fused(q, k_cache, v_cache, tables, lens, scale, sliding_window, splits, shape, required)
+
+
+def _fused(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+    splits: int | None,
+    shape: _Shape,
+    required: bool,
+) -> torch.Tensor | None:
+    """`decode_fused` on inputs `check_inputs` passed."""
+    batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
     if splits is None:
-        splits = num_splits(batch * hkv, tables.shape[1] * block_size, d, q.dtype, dev)
+        splits = shape.splits()
     why = None
-    stages = fused_stages(batch, hq, hkv, d, block_size, tables.shape[1], splits, q.dtype, dev)
+    stages = shape.stages(splits)
     if stages == 0:
         why = "one split, or its shared memory or its grid does not fit this shape"
     counters = _counters(q.device, 2 * batch * hkv) if why is None else None

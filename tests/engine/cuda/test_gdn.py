@@ -40,14 +40,6 @@ def test_gdn_source_compiles_without_warnings(sm90_werror_dir):
     assert compile_strict("gdn.cu", sm90_werror_dir).stat().st_size > 0
 
 
-def test_decode_names_a_state_of_the_wrong_shape():
-    from engine.cuda import gdn
-
-    q, k, v, g, beta, state = make(2, 1, 2, 8, 4, torch.float32, torch.device("cpu"), 0)
-    with pytest.raises(ValueError, match=r"state: shape \(2, 2, 4, 8\) != \[batch, heads, dk, dv\] \(2, 2, 8, 4\)"):
-        gdn.decode(q, k, v, g, beta, state.transpose(2, 3).contiguous())
-
-
 @gpu
 @pytest.mark.parametrize("batch,k_heads,heads,dk,dv", [(3, 2, 4, 128, 128), (1, 1, 1, 19, 83), (5, 4, 8, 256, 33)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -195,12 +187,65 @@ def test_the_table_runs_the_chunked_kernel_under_its_flag(cuda):
     assert kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", ran) == 1
 
 
-def test_chunked_names_a_state_of_the_wrong_shape():
+def _swap(i: int, change):  # replace argument i of (q, k, v, g, beta, state) by change(it)
+    return lambda args: (*args[:i], change(args[i]), *args[i + 1 :])
+
+
+# (launcher, the bad argument, error type, message): both launchers share one checker; each message names the
+# tensor and what it should have been (decode: batch 2, 1 key head, 2 heads, dk 8, dv 4; chunked: batch 1, T 3)
+BAD_INPUTS = [
+    ("decode", _swap(0, lambda t: t[None]), ValueError, "q: expected 3 dims, got shape (1, 2, 1, 8)"),
+    ("chunked", _swap(0, lambda t: t[0]), ValueError, "q: expected 4 dims, got shape (3, 1, 8)"),
+    ("decode", _swap(1, lambda t: t.double()), TypeError, "k: expected dtype torch.float32, got torch.float64"),
+    ("decode", _swap(1, lambda t: t[:1]), ValueError, "k: shape (1, 1, 8) != q's (2, 1, 8)"),
+    ("chunked", _swap(1, lambda t: t[:, :2]), ValueError, "k: shape (1, 2, 1, 8) != q's (1, 3, 1, 8)"),
+    ("decode", _swap(2, lambda t: t[:1]), ValueError, "v: shape (1, 2, 4) does not lead with q's [batch] (2,)"),
+    (
+        "chunked",
+        _swap(2, lambda t: t[:, :2]),
+        ValueError,
+        "v: shape (1, 2, 2, 4) does not lead with q's [batch, T] (1, 3)",
+    ),
+    (
+        "decode",
+        _swap(3, lambda t: t[:, :1]),
+        ValueError,
+        "g: shape (2, 1) on cpu is not [batch, heads] (2, 2) on cpu",
+    ),
+    (
+        "chunked",
+        _swap(4, lambda t: torch.empty(t.shape, device="meta")),
+        ValueError,
+        "beta: shape (1, 3, 2) on meta is not [batch, T, heads] (1, 3, 2) on cpu",
+    ),
+    ("chunked", _swap(5, lambda t: t.half()), TypeError, "state: expected dtype torch.float32, got torch.float16"),
+    (
+        "decode",
+        _swap(5, lambda t: t.transpose(2, 3).contiguous()),
+        ValueError,
+        "state: shape (2, 2, 4, 8) != [batch, heads, dk, dv] (2, 2, 8, 4)",
+    ),
+    (
+        "chunked",
+        _swap(5, lambda t: t.transpose(2, 3).contiguous()),
+        ValueError,
+        "state: shape (1, 2, 4, 8) != [batch, heads, dk, dv] (1, 2, 8, 4)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("launcher", "change", "error", "message"), BAD_INPUTS)
+def test_launchers_name_the_bad_input_before_any_launch(launcher, change, error, message):
     from engine.cuda import gdn
 
-    q, k, v, g, beta, state = make_seq(1, 3, 1, 2, 8, 4, torch.float32, torch.device("cpu"), 0)
-    with pytest.raises(ValueError, match=r"state: shape \(1, 2, 4, 8\) != \[batch, heads, dk, dv\] \(1, 2, 8, 4\)"):
-        gdn.chunked(q, k, v, g, beta, state.transpose(2, 3).contiguous(), 4)
+    cpu = torch.device("cpu")
+    if launcher == "decode":
+        args, call = make(2, 1, 2, 8, 4, torch.float32, cpu, 0), gdn.decode
+    else:
+        args, call = make_seq(1, 3, 1, 2, 8, 4, torch.float32, cpu, 0), lambda *a: gdn.chunked(*a, 4)
+    with pytest.raises(error) as err:
+        call(*change(args))
+    assert str(err.value) == message
 
 
 def test_chunked_limits_match_the_kernel_header():

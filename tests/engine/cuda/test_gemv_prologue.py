@@ -47,13 +47,17 @@ def test_norm_binding_names_the_bad_tensor_before_any_launch(change, message):
     assert str(err.value) == message
 
 
-def test_act_binding_names_the_bad_tensor_before_any_launch():
+@pytest.mark.parametrize(
+    ("gate_up", "w", "message"),
+    [
+        ((1, 63), (4, 31), "gate_up: last dim must be even (gate, up), got shape (1, 63)"),
+        ((1, 64), (4, 32), "gate_up: expected a CUDA tensor, got device cpu"),
+    ],
+)
+def test_act_binding_names_the_bad_tensor_before_any_launch(gate_up, w, message):
     with pytest.raises(ValueError) as err:
-        gemv.silu_mul_linear(torch.randn(1, 63), torch.randn(4, 31))
-    assert str(err.value) == "gate_up: last dim must be even (gate, up), got shape (1, 63)"
-    with pytest.raises(ValueError) as err:
-        gemv.silu_mul_linear(torch.randn(1, 64), torch.randn(4, 32))
-    assert str(err.value) == "gate_up: expected a CUDA tensor, got device cpu"
+        gemv.silu_mul_linear(torch.randn(*gate_up), torch.randn(*w))
+    assert str(err.value) == message
 
 
 @pytest.mark.parametrize(
@@ -74,94 +78,35 @@ def test_prologue_fits_refuses_a_transposed_weight_and_odd_strides():
     assert not gemv.prologue_fits(2, 1024, w.T.contiguous().T.contiguous(), x_odd)
 
 
-def test_launcher_refuses_what_the_fast_path_cannot_take(compiled):
+@pytest.mark.parametrize(
+    ("m", "n", "k", "alias", "out_dtype", "message"),
+    [
+        (9, 1024, 1024, False, 1, b"gemv prologue: rows 9 outside [1, 8]"),
+        (
+            1,
+            1024,
+            1020,
+            False,
+            1,
+            b"gemv prologue: k 1020 and the row strides must be multiples of 8, the bases 16-byte aligned",
+        ),
+        (8, 1024, 3072, False, 1, b"gemv prologue: 8 rows of 3072 in features exceed 47104 bytes of shared memory"),
+        (1, 64, 64, True, 1, b"gemv prologue: residual_out must not alias x or residual (blocks read them)"),
+        (1, 64, 64, False, 0, b"gemv prologue: out dtype code 0 differs from the dtype code 1"),
+    ],
+)
+def test_launcher_refuses_what_the_fast_path_cannot_take(compiled, m, n, k, alias, out_dtype, message):
     p, f = ctypes.c_void_p, ctypes.c_float
     fn = compiled.vt_gemv_prologue_add_rms_norm
     fn.argtypes = gemv.PROLOGUE_SIGNATURES["vt_gemv_prologue_add_rms_norm"]
     err = compiled.vt_gemv_prologue_last_error
     err.restype = ctypes.c_char_p
     aligned = p(256)  # never dereferenced: every refusal comes before a launch
-    cases = [
-        (9, 1024, 1024, b"gemv prologue: rows 9 outside [1, 8]"),
-        (1, 1024, 1020, b"gemv prologue: k 1020 and the row strides must be multiples of 8, the bases 16-byte aligned"),
-        (8, 1024, 3072, b"gemv prologue: 8 rows of 3072 in features exceed 47104 bytes of shared memory"),
-    ]
-    for m, n, k, message in cases:
-        rc = fn(
-            aligned,
-            aligned,
-            None,
-            aligned,
-            None,
-            None,
-            aligned,
-            m,
-            n,
-            k,
-            k,
-            k,
-            k,
-            k,
-            n,
-            f(1.0),
-            f(EPS),
-            1,
-            1,
-            0,
-            0,
-            None,
-        )
-        assert rc != 0 and err() == message, (m, n, k)
-    rc = fn(
-        aligned,
-        aligned,
-        None,
-        aligned,
-        aligned,
-        aligned,
-        aligned,
-        1,
-        64,
-        64,
-        64,
-        64,
-        64,
-        64,
-        64,
-        f(1.0),
-        f(EPS),
-        1,
-        1,
-        0,
-        0,
-        None,
-    )
-    assert rc != 0 and err() == b"gemv prologue: residual_out must not alias x or residual (blocks read them)"
-    rc = fn(
-        aligned,
-        aligned,
-        None,
-        aligned,
-        None,
-        None,
-        aligned,
-        1,
-        64,
-        64,
-        64,
-        64,
-        64,
-        64,
-        64,
-        f(1.0),
-        f(EPS),
-        1,
-        0,
-        0,
-        0,
-        None,
-    )
-    assert rc != 0 and err() == b"gemv prologue: out dtype code 0 differs from the dtype code 1"
+    residual = aligned if alias else None  # with alias: residual and residual_out at x's address
+    pointers = (aligned, aligned, None, aligned, residual, residual, aligned)  # y, w, bias, x, residual, _out, norm_w
+    # m, n, k, ldw, ldx, ldr, ldro, ldy, mean_scale, eps, dtype (bf16), out_dtype, glu, pdl, stream
+    rc = fn(*pointers, m, n, k, k, k, k, k, n, f(1.0), f(EPS), 1, out_dtype, 0, 0, None)
+    assert rc != 0 and err() == message, (m, n, k)
 
 
 @pytest.mark.gpu

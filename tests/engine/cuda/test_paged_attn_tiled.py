@@ -160,14 +160,25 @@ def test_fused_arm_first_used_under_capture_is_counted_as_the_two_passes_it_runs
     assert kernels.counts().ran[(op, "tiled_fused")] == 1, kernels.render_counts()
 
 
-def test_binding_refuses_an_unsupported_shape_naming_it() -> None:
+@pytest.mark.parametrize("binding", ["decode", "decode_fused"])
+@pytest.mark.parametrize(
+    ("dtype", "window", "v_blocks", "message"),
+    [
+        (torch.float32, None, None, r"q: the tiled arm takes head_dim in \(64, 128, 256\).*torch.float32"),
+        (torch.bfloat16, 0, None, r"sliding_window: expected None or >= 1, got 0"),
+        (torch.bfloat16, None, 1, r"v_cache: shape \(1, 16, 2, 128\) != k_cache's \(\d+, 16, 2, 128\)"),
+    ],
+)
+def test_bindings_refuse_a_bad_argument_naming_it(binding, dtype, window, v_blocks, message) -> None:
+    """`decode` and `decode_fused` share one checker: the same refusal, before any launch (so on the CPU)."""
     from engine.cuda import paged_attn_tiled as tiled
 
-    x = cases.paged_inputs(
-        2, torch.device("cpu"), dtype=torch.float32, ctx=40, d=128, group=4, block_size=16, window=None
-    )
-    with pytest.raises(ValueError, match=r"q: the tiled arm takes head_dim in \(64, 128, 256\).*torch.float32"):
-        tiled.decode(*cases._args(x))
+    x = cases.paged_inputs(2, torch.device("cpu"), dtype=dtype, ctx=40, d=128, group=4, block_size=16, window=None)
+    if v_blocks is not None:
+        x["v_cache"] = x["v_cache"][:v_blocks]
+    call = tiled.decode if binding == "decode" else lambda *a: tiled.decode_fused(*a, None)
+    with pytest.raises(ValueError, match=message):
+        call(*cases._args(x), window)
 
 
 @pytest.mark.parametrize(
