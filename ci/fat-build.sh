@@ -4,7 +4,9 @@
 #
 # Needs nvcc (no GPU). Measured on the 2-core CI machine: 11 sources x 4 archs (8.0, 9.0, 10.0, 12.0)
 # took 194 s of CPU, 338 s wall while the machine was shared (about 100 s when idle); sources compile
-# concurrently, one nvcc --threads invocation each. A cache hit (same sources, flags, nvcc) is free.
+# concurrently, one nvcc --threads invocation each, the largest (by the bytes each includes) first so the
+# longest do not start last. A cache hit (same sources, flags, nvcc) is free. scripts/test.sh runs this
+# beside pytest.
 # Usage: ci/fat-build.sh [OUT_DIR]   (default: build/cuda-fat)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -190,6 +190,23 @@ def content_hash(source: Path, nvcc_flags: list[str], version: str) -> str:
     return h.hexdigest()
 
 
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def include_bytes(source: Path) -> int:
+    """The bytes of the source and of every header beside it that it includes, transitively: the build's
+    estimate of a source's compile time (its template instantiations grow with it), to start the slowest first."""
+    seen: set[Path] = set()
+    todo = [source]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        todo += [path.parent / name for name in _INCLUDE_RE.findall(path.read_text(errors="replace"))]
+    return sum(p.stat().st_size for p in seen)
+
+
 def cache_dir(settings: flags.FlagSnapshot | None = None) -> Path:
     env = (settings or flags.FlagSnapshot.from_env()).value("VT_CUDA_CACHE")
     return Path(env).expanduser() if env.strip() else Path.home() / ".cache" / "rowgate" / "cuda"
@@ -274,9 +291,11 @@ def build(
         if not source.exists():
             raise BuildError(f"{table.path}: sources.{name}: {source} does not exist")
         jobs.append((source, archs))
-    # Sources compile concurrently: nvcc's per-arch stages leave cores idle within one invocation.
+    # Sources compile concurrently: nvcc's per-arch stages leave cores idle within one invocation. The
+    # largest first (longest-processing-time order), so that the last one to finish is a small one.
+    order = sorted(range(len(jobs)), key=lambda i: -include_bytes(jobs[i][0]))
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        futures = {pool.submit(compile_source, *job, out_dir, werror=werror): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(compile_source, *jobs[i], out_dir, werror=werror): i for i in order}
         done: dict[int, BuildResult] = {}
         for future in as_completed(futures):
             done[futures[future]] = future.result()

@@ -152,6 +152,41 @@ def test_every_table_source_compiles(sm90_werror_dir: Path) -> None:
         assert getattr(lib, f"vt_{family}_last_error")
 
 
+def test_the_largest_sources_start_first_and_results_keep_the_table_order(tmp_path: Path, monkeypatch) -> None:
+    """Largest first by the bytes each source includes (transitively): the longest compiles do not start last."""
+    big_h = '#include "common.cuh"\n// ' + "y" * 2000 + "\n"
+    sources = {
+        "small.cu": '#include "common.cuh"\n',
+        "big.cu": '#include "big.cuh"\n',  # common.cuh through big.cuh
+        "mid.cu": '#include "common.cuh"\n// ' + "x" * 1000 + "\n",
+        "big.cuh": big_h,
+    }
+    table = write_tree(
+        tmp_path / "src",
+        'features:\n  portable: {archs: ["8.0"], doc: "x"}\nsources:\n  small.cu: portable\n  big.cu: portable\n'
+        "  mid.cu: portable\n",
+        sources,
+    )
+    sizes = {n: build.include_bytes(tmp_path / "src" / n) for n in ("small.cu", "big.cu", "mid.cu")}
+    common = (tmp_path / "src" / "common.cuh").stat().st_size
+    own = {n: len(sources[n]) for n in sizes}
+    assert sizes == {n: common + own[n] for n in ("small.cu", "mid.cu")} | {
+        "big.cu": common + own["big.cu"] + len(big_h)
+    }
+    started: list[str] = []
+
+    def fake_compile(source: Path, archs: tuple[str, ...], out_dir: Path, *, werror: bool = False):
+        started.append(source.name)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return build.BuildResult(source, out_dir / f"{source.stem}.so", archs, False, 0.0)
+
+    monkeypatch.setattr(build, "compile_source", fake_compile)
+    monkeypatch.setattr(build.os, "cpu_count", lambda: 1)  # one worker: the start order is the submit order
+    results = build.build(out_dir=tmp_path / "out", table=table, src_dir=tmp_path / "src", settings=archs("8.0"))
+    assert started == ["big.cu", "mid.cu", "small.cu"]
+    assert [r.source.name for r in results] == ["small.cu", "big.cu", "mid.cu"]
+
+
 @needs_nvcc
 def test_cli_builds_into_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert build.main(["--out", str(tmp_path), "kv_store.cu"], archs("8.0")) == 0
