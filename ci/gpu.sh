@@ -8,7 +8,10 @@
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
-#   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls.
+#   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls. Before it, the tiled arm's
+#   numerics on the `long` model's decode shape (--filter long-gate); after the table, the diagnostics of the long
+#   context (the oracle against itself, the tiled arm with 1/4/26 splits, the fp32 twin's view of each position
+#   out of band).
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -414,7 +417,12 @@ fi
 
 if [[ " $PHASES " == *" reach "* ]]; then
   build_once
-  step reach 285 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 200
+  # the long gate model's decode shape first (engine/gates/cases/attention.py long_gate_cases): the tiled arm against
+  # the eager reference and both against the exact-sum reference; then the gate, with the tiled arm's split count
+  # also forced to 1, 4 and 26 (reported, not judged), the oracle against itself and the fp32 twin's view
+  step reach-numerics 120 $PY -m engine gate kernels --filter long-gate --ledger "$OUT/ledger/reach-long-gate.json"
+  step reach 300 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 220 \
+    --tiled-splits 1 4 26
 fi
 
 NEXT=/tmp/tiny-qwen3-next
@@ -510,7 +518,9 @@ if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; the
   [[ -f "$OUT/logs/prefill-numerics.log" ]] && grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
   sed -n '/^throughput:/,$p' "$OUT/logs/prefill-throughput.log"
 fi
-if [[ " $PHASES " == *" reach "* ]]; then  # the per-arm reach table, last
+if [[ " $PHASES " == *" reach "* ]]; then  # the long-gate numerics, then the per-arm reach table, last
+  echo
+  grep -E '^(attn/|case |[0-9]+/[0-9]+ cases)' "$OUT/logs/reach-numerics.log"
   echo
   sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
 fi

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,19 @@ from typing import Any
 import torch
 
 from engine import kernels
+from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.data.gate_models import GATE_MODELS, GateModel, write_gate_models
 from engine.flags import FLAGS, FlagSnapshot
 from engine.gates import harness
-from engine.gates.neartie import DEFAULT_MAX_NEAR_TIE_RATE
+from engine.gates.neartie import (
+    DEFAULT_BAND,
+    DEFAULT_MAX_NEAR_TIE_RATE,
+    DEFAULT_TOP_K,
+    OUT_OF_BAND,
+    OUTSIDE_TOP_K,
+    classify,
+    near_tie_gate,
+)
 from engine.gates.oracle import Oracle
 from engine.gates.tokens import RAZOR_NEW_TOKENS, default_prompts, token_gate
 from engine.llm import LLM
@@ -41,20 +52,23 @@ ATTENTION_OPS = tuple(name for name in kernels.TABLE if name.endswith("attention
 
 @dataclass(frozen=True)
 class Setting:
-    """The flags that make `arm` the first enabled arm of `op` (the rest of the flags at their defaults)."""
+    """The flags that make `arm` the first enabled arm of `op` (the rest of the flags at their defaults).
+
+    `splits` forces the tiled arm's KV split count (`--tiled-splits`, a diagnostic run: reported, not judged)."""
 
     op: str
     arm: str
     flags: dict[str, bool]
+    splits: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.op}/{self.arm}"
+        return f"{self.op}/{self.arm}" + (f"@s{self.splits}" if self.splits else "")
 
     @property
     def default(self) -> bool:
-        """Whether every flag here is at its default: the run users get."""
-        return all(FLAGS[f].default == v for f, v in self.flags.items())
+        """Whether every flag here is at its default and nothing else is forced: the run users get."""
+        return self.splits is None and all(FLAGS[f].default == v for f, v in self.flags.items())
 
     def snapshot(self) -> FlagSnapshot:
         return FlagSnapshot.defaults().with_(**self.flags)
@@ -131,15 +145,19 @@ def run_model(
     new_tokens: int,
     device: str,
     dtype: str,
+    arbiter: Oracle | None = None,
 ) -> Run:
-    """One gate model under one setting: our greedy ids through the token gate and the razor; the counters."""
+    """One gate model under one setting: our greedy ids through the token gate and the razor; the counters.
+    With `arbiter` (`fp32_twin`), each position that is not exact is also judged against it (`fp32_rows`)."""
     t0 = time.perf_counter()
     kernels.reset_counts()
     setup = harness.Setup(path, prompts, new_tokens, dtype, device, flags=setting.snapshot())
-    ours = served(setup) if setting.op == "extend_attention" else setup.ours()
+    with forced_tiled_splits(setting.splits):
+        ours = served(setup) if setting.op == "extend_attention" else setup.ours()
     seen = kernels.counts()
     tokens = token_gate(prompts, ours, theirs)
     razor = harness.neartie(setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE)
+    rows = [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]]
     return Run(
         model.name,
         setting,
@@ -149,8 +167,72 @@ def run_model(
         Counter({k: n for k, n in seen.ran.items() if k[0] in ATTENTION_OPS}),
         Counter({k: n for k, n in seen.fallbacks.items() if k[0] in ATTENTION_OPS}),
         time.perf_counter() - t0,
-        [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]],
+        fp32_rows(rows, prompts, ours, arbiter) if arbiter is not None else rows,
     )
+
+
+def fp32_rows(
+    rows: list[dict[str, Any]], prompts: list[list[int]], ours: list[list[int]], arbiter: Oracle
+) -> list[dict[str, Any]]:
+    """The razor's rows that are not exact, each with the fp32 twin's view of the same position (teacher-forced
+    on the same ids): `fp32_verdict` (the razor's classification against it), `fp32_gap` (its best log-prob
+    minus our token's) and `fp32_margin` (its log-prob of the bf16 oracle's pick minus our token's; <= 0: fp32
+    ranks our token at least as high). What tells a bf16 oracle's own rounding from a kernel's error."""
+    out = []
+    cache: dict[int, torch.Tensor] = {}
+    for r in rows:
+        i = r["prompt"]
+        if i not in cache:
+            cache[i] = arbiter.teacher_forced_logprobs(prompts[i], ours[i])
+        lp = cache[i][r["pos"]]
+        fp32 = classify(lp, r["ours"], DEFAULT_BAND, DEFAULT_TOP_K)
+        out.append(
+            {
+                **r,
+                "fp32_verdict": fp32["verdict"],
+                "fp32_gap": fp32["gap"],
+                "fp32_margin": (lp[r["oracle_top1"]] - lp[r["ours"]]).item(),
+            }
+        )
+    return out
+
+
+def oracle_self_run(
+    model: GateModel, oracle: Oracle, theirs: list[list[int]], prompts: list[list[int]], arbiter: Oracle | None
+) -> Run:
+    """The oracle's own greedy ids (transformers' KV-cached generate) through the razor against its teacher-forced
+    log-probs: how far the oracle is from itself in this dtype. Reported, never judged."""
+    t0 = time.perf_counter()
+    logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(prompts, theirs)]
+    razor = near_tie_gate(prompts, theirs, logprobs, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE)
+    rows = [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]]
+    return Run(
+        model.name,
+        ORACLE_SELF,
+        "-",
+        f"{razor.verdict}: {razor.summary}",
+        razor.passed,
+        seconds=time.perf_counter() - t0,
+        not_exact=fp32_rows(rows, prompts, theirs, arbiter) if arbiter is not None else rows,
+    )
+
+
+# the oracle judged against itself: not an arm, never in the reach table or the verdict
+ORACLE_SELF = Setting("oracle", "generate", {}, splits=None)
+
+
+@contextmanager
+def forced_tiled_splits(splits: int | None) -> Iterator[None]:
+    """Within: the tiled arm's KV split count is `splits` whatever the shape (None: its own rule)."""
+    if splits is None:
+        yield
+        return
+    saved = cuda_tiled.num_splits
+    cuda_tiled.num_splits = lambda *args, **kwargs: splits  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        cuda_tiled.num_splits = saved
 
 
 SERVE_CHUNK = 32  # tokens per serving step at least; a third of the longest context where that is more
@@ -191,6 +273,48 @@ def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, 
     return rows, missing
 
 
+def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:
+    """The oracle with the weights rounded to `dtype` (as the engine and the oracle load them) and every
+    operation in fp32: the arithmetic without the dtype's rounding points, on the same function. (The checkpoint's
+    own fp32 weights are another function: on `long`, bf16 and fp32 weights pick differently at a third of the
+    positions.)"""
+    twin = Oracle(model_dir, dtype, device)
+    twin.model = twin.model.float()
+    return twin
+
+
+def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[int]) -> list[Setting]:
+    """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
+    if not splits or not cuda_tiled.supported(model.head_dim, model.group, torch.bfloat16):
+        return []
+    return [Setting(s.op, s.arm, s.flags, n) for s in wanted if s.default for n in splits]
+
+
+def log_run(run: Run, line: str, log: Any) -> None:
+    """A run's line on stdout; it, its verdicts, fallbacks and every position that is not exact in the log."""
+    print(line, flush=True)
+    print(f"{line}\n  tokens: {run.tokens}\n  neartie: {run.neartie}", file=log)
+    for (op, arm, needs), n in sorted(run.fallbacks.items()):
+        print(f"  fallback {op}/{arm} {n}: needs {needs}", file=log)
+    for r in run.not_exact:
+        fp32 = (
+            f"  | fp32: {r['fp32_verdict']} gap {r['fp32_gap']:.4f}, oracle's pick ahead by {r['fp32_margin']:.4f}"
+            if "fp32_verdict" in r
+            else ""
+        )
+        print(
+            f"  {r['verdict']}: prompt {r['prompt']} pos {r['pos']} context {r['context']} "
+            f"gap {r['gap']:.6f} oracle margin {r['oracle_margin']:.6f}{fp32}",
+            file=log,
+        )
+    if run.not_exact and "fp32_verdict" in run.not_exact[0]:
+        bad = sum(r["fp32_verdict"] in (OUT_OF_BAND, OUTSIDE_TOP_K) for r in run.not_exact)
+        print(
+            f"  fp32 arbiter: {bad} of {len(run.not_exact)} positions that are not exact are out of band against fp32",
+            file=log,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     wanted = [s for s in settings() if not args.arms or s.arm in args.arms or s.name in args.arms]
@@ -207,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dirs = write_gate_models(args.models_dir or out / "models", names)
     runs: list[Run] = []
+    selves: list[Run] = []  # the oracle against itself, per model and dtype: reported, never judged
     log = (out / "reach-runs.txt").open("w")
     start, skipped = time.perf_counter(), 0
     for name in names:
@@ -217,30 +342,38 @@ def main(argv: list[str] | None = None) -> int:
         model = GATE_MODELS[name]
         prompts = default_prompts(load_config(dirs[name]).vocab_size, args.seed, model.prompt_lens[: args.prompts])
         oracles: dict[str, tuple[Oracle, list[list[int]]]] = {}  # per dtype: the same for every arm
-        for s in wanted:
-            if not takes(s, model):
-                continue
+        arbiter = None  # fp32_twin: judges the positions that are not exact (bf16 and fp16 runs), reported only
+        for s in [*(s for s in wanted if takes(s, model)), *forced_split_settings(wanted, model, args.tiled_splits)]:
             dtype = ARM_DTYPES.get((s.op, s.arm), args.dtype)
+            if arbiter is None and args.fp32_arbiter and dtype != "float32":
+                arbiter = fp32_twin(dirs[name], harness.DTYPES[dtype], args.device)
             if dtype not in oracles:
                 oracle = Oracle(dirs[name], harness.DTYPES[dtype], args.device)
                 oracles[dtype] = oracle, [oracle.greedy(p, args.max_new_tokens) for p in prompts]
+                if args.oracle_self:
+                    own = oracle_self_run(
+                        model, oracle, oracles[dtype][1], prompts, None if dtype == "float32" else arbiter
+                    )
+                    selves.append(own)
+                    log_run(
+                        own,
+                        f"{name:9s} {own.setting.name:36s} {dtype:8s} {'self':8s} {own.seconds:5.1f}s  "
+                        f"neartie {own.neartie.split(':')[0]}  (transformers' generate against its teacher-forced "
+                        "log-probs)",
+                        log,
+                    )
             oracle, theirs = oracles[dtype]
-            run = run_model(model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, dtype)
+            judge = arbiter if dtype != "float32" else None
+            run = run_model(
+                model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, dtype, judge
+            )
             runs.append(run)
+            kind = "default" if s.default else "forced" if s.splits else "flag on"
             line = (
-                f"{name:9s} {s.name:36s} {dtype:8s} {'default' if s.default else 'flag on':8s} {run.seconds:5.1f}s  "
+                f"{name:9s} {s.name:36s} {dtype:8s} {kind:8s} {run.seconds:5.1f}s  "
                 f"tokens {run.tokens.split(':')[0]}  neartie {run.neartie.split(':')[0]}  [{run.attention_arms()}]"
             )
-            print(line, flush=True)
-            print(f"{line}\n  tokens: {run.tokens}\n  neartie: {run.neartie}", file=log)
-            for (op, arm, needs), n in sorted(run.fallbacks.items()):
-                print(f"  fallback {op}/{arm} {n}: needs {needs}", file=log)
-            for r in run.not_exact:
-                print(
-                    f"  {r['verdict']}: prompt {r['prompt']} pos {r['pos']} context {r['context']} "
-                    f"gap {r['gap']:.6f} oracle margin {r['oracle_margin']:.6f}",
-                    file=log,
-                )
+            log_run(run, line, log)
         oracles.clear()
     log.close()
     rows, missing = reach_table(runs, wanted)
@@ -260,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     for r in runs
                 ],
+                "oracle_self": [{"model": r.model, "neartie": r.neartie, "not_exact": r.not_exact} for r in selves],
                 "reach": rows,
                 "missing": missing,
             },
@@ -269,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(render(rows))
+    print_diagnostics(runs, selves)
     for bad in bad_default:
         print(f"FAIL: {bad.model} with the default flags fails the near-tie razor: {bad.neartie}")
     for arm in missing:
@@ -280,6 +415,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(missing)} arms at 0 calls{late}"
     )
     return 0 if ok else 1
+
+
+def print_diagnostics(runs: list[Run], selves: list[Run]) -> None:
+    """After the table, reported, not judged: the oracle against itself on each model, the forced-split
+    runs (on `long`, or failing), and each out-of-band position of a default run with the fp32 twin's view."""
+    lines = [f"  {r.model:9s} {r.setting.name:30s} {r.neartie}" for r in selves]
+    lines += [
+        f"  {r.model:9s} {r.setting.name:30s} {r.neartie}"
+        for r in runs
+        if r.setting.splits and (r.model == "long" or not r.razor_passed)
+    ]
+    for r in runs:
+        if not r.setting.default:
+            continue
+        for row in r.not_exact:
+            if row["verdict"] in (OUT_OF_BAND, OUTSIDE_TOP_K) and "fp32_verdict" in row:
+                lines.append(
+                    f"  {r.model:9s} {r.setting.name:30s} prompt {row['prompt']} pos {row['pos']} context "
+                    f"{row['context']}: gap {row['gap']:.2f} against the oracle; the fp32 twin: {row['fp32_verdict']}, "
+                    f"gap {row['fp32_gap']:.3f}, the oracle's pick ahead by {row['fp32_margin']:.3f}"
+                )
+    if lines:
+        print("diagnostics (reported, not judged):")
+        print("\n".join(lines))
 
 
 def render(rows: list[dict[str, Any]]) -> str:
@@ -301,6 +460,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=None, help="the first N of each model's prompts (default: all 16)")
     p.add_argument("--max-new-tokens", type=int, default=RAZOR_NEW_TOKENS)
     p.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    p.add_argument(
+        "--tiled-splits",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also run the default (tiled) setting with its KV split count forced to each N (reported, not judged)",
+    )
+    p.add_argument(
+        "--no-fp32-arbiter",
+        dest="fp32_arbiter",
+        action="store_false",
+        help="do not judge the positions that are not exact against the fp32 twin as well (same weights, fp32 arithmetic; reported only)",
+    )
+    p.add_argument(
+        "--no-oracle-self",
+        dest="oracle_self",
+        action="store_false",
+        help="do not run the oracle's own greedy ids through the razor (reported only)",
+    )
     p.add_argument(
         "--time-limit",
         type=float,

@@ -9,6 +9,7 @@ import torch
 
 from engine.cuda import kv_store, paged_attn, paged_attn_tiled, splitkv
 from engine.gates.cases import Inputs, KernelCase
+from engine.gates.tokens import RAZOR_PROMPT_LENS
 from engine.ops import kv_store as ref_kv
 from engine.ops import paged_attn as ref_attn
 from engine.ops import splitkv as ref_split
@@ -209,6 +210,131 @@ def tiled_cases() -> list[KernelCase]:
     return cases
 
 
+# The `long` gate model's decode (engine/data/gate_models.py), where the reach gate saw the tiled arm's one
+# 0.75-nat choice: 16 sequences, the razor's prompts plus 1536 tokens and 38 decoded (1580 is that position's
+# context), 8/2 heads, head_dim 128, 16-token blocks, tables of 104 blocks (the runner's 1664 positions: 13
+# splits of 2 tiles on the H200), the full layers and the 40-token window layer. "sharp": q and k at twice
+# the scale, as the gate models' q/k norms (make_tiny.QK_NORM_SCALE) make them.
+LONG_GATE_LENS = tuple(1536 + 38 + n for n in RAZOR_PROMPT_LENS)
+LONG_GATE_BLOCKS = 104
+
+
+def long_gate_inputs(seed: int, device: torch.device, *, window: int | None, sharp: bool) -> Inputs:
+    g = torch.Generator().manual_seed(seed)
+    bs, hkv, group, d = 16, 2, 4, 128
+    need = [math.ceil(n / bs) for n in LONG_GATE_LENS]
+    num_blocks = sum(need) + 3
+    perm = torch.randperm(num_blocks, generator=g)
+    tables = torch.randint(0, num_blocks, (len(need), LONG_GATE_BLOCKS), generator=g, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(need):
+        tables[b, :n] = perm[start : start + n].to(torch.int32)
+        start += n
+    amp = 2.0 if sharp else 1.0
+    shape = (num_blocks, bs, hkv, d)
+    return {
+        "q": (amp * torch.randn(len(need), hkv * group, d, generator=g)).to(torch.bfloat16).to(device),
+        "k_cache": (amp * torch.randn(*shape, generator=g)).to(torch.bfloat16).to(device),
+        "v_cache": torch.randn(*shape, generator=g).to(torch.bfloat16).to(device),
+        "block_tables": tables.to(device),
+        "context_lens": torch.tensor(LONG_GATE_LENS, dtype=torch.int32, device=device),
+        "scale": 1.0 / math.sqrt(d),
+        "window": window,
+    }
+
+
+def ref_exact_sums(x: Inputs) -> torch.Tensor:
+    """The eager reference's five rounding points with the sums between them exact (fp64): what the eager
+    reference (cuBLAS on the GPU, the oracle's arithmetic) and every arm approximate, each in its own order."""
+    q, k_cache, v_cache, tables, lens, scale = _args(x)
+    k_flat, v_flat = ref_attn.check_paged(q, k_cache, v_cache, tables, lens)
+    scale32 = torch.tensor(scale, dtype=torch.float32).double()  # eager multiplies by the fp32 scale
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        n = int(lens[b])
+        k, v = ref_attn.gather_sequence(k_flat, v_flat, tables[b], n, k_cache.shape[1])
+        lo = max(0, n - x["window"]) if x["window"] else 0
+        group = q.shape[1] // k.shape[1]
+        kh = k[lo:].transpose(0, 1).repeat_interleave(group, dim=0).double()  # [Hq, n, D]
+        vh = v[lo:].transpose(0, 1).repeat_interleave(group, dim=0).double()
+        s = torch.einsum("hd,hnd->hn", q[b].double(), kh).to(q.dtype)  # point 1
+        s = (s.double() * scale32).to(q.dtype)  # point 2
+        p = torch.softmax(s.double(), dim=-1).to(q.dtype)  # points 3 and 4
+        out[b] = torch.einsum("hn,hnd->hd", p.double(), vh).to(q.dtype)  # point 5
+    return out
+
+
+def long_gate_cases() -> list[KernelCase]:
+    """The tiled arm on the `long` gate model's decode shape: against the eager reference at its own split count,
+    one split, 13 (the H200's) and 26 (one tile each); 13 splits against one (only the fp32 order of the partial
+    sums differs); and the tiled arm and the eager reference (on the GPU: cuBLAS, the oracle's arithmetic) each
+    against the exact-sum reference, so their bitwise-equal shares compare which is nearer to exact."""
+    cases = []
+    for window in (None, 40):
+        for sharp in (False, True):
+            make = partial(long_gate_inputs, window=window, sharp=sharp)
+            shape = "bf16/d128/g4/bs16/long-gate" + (f"/w{window}" if window else "") + ("/sharp" if sharp else "")
+            for splits in (None, 1, 13, 26):
+                name = f"attn/tiled/{shape}" + (f"/s{splits}" if splits else "")
+                cases.append(
+                    KernelCase(
+                        name,
+                        "tiled",
+                        "VT_ATTN_TILED",
+                        torch.bfloat16,
+                        make,
+                        partial(run_tiled, splits),
+                        ref_eager,
+                        "bf16",
+                        "KERNEL-ATTN-PAGED",
+                        ("long-gate",),
+                    )
+                )
+            cases.append(
+                KernelCase(
+                    f"attn/tiled-s13-vs-s1/{shape}",
+                    "tiled",
+                    "VT_ATTN_TILED",
+                    torch.bfloat16,
+                    make,
+                    partial(run_tiled, 13),
+                    partial(run_tiled, 1),
+                    "bf16",
+                    "KERNEL-ATTN-PAGED",
+                    ("long-gate",),
+                )
+            )
+            cases.append(
+                KernelCase(
+                    f"attn/tiled-vs-exact/{shape}",
+                    "tiled",
+                    "VT_ATTN_TILED",
+                    torch.bfloat16,
+                    make,
+                    partial(run_tiled, None),
+                    ref_exact_sums,
+                    "bf16",
+                    "KERNEL-ATTN-PAGED",
+                    ("long-gate",),
+                )
+            )
+            cases.append(
+                KernelCase(
+                    f"attn/eager-vs-exact/{shape}",
+                    "eager",
+                    None,
+                    torch.bfloat16,
+                    make,
+                    ref_eager,
+                    ref_exact_sums,
+                    "bf16",
+                    "KERNEL-ATTN-PAGED",
+                    ("long-gate",),
+                )
+            )
+    return cases
+
+
 def tiled_fused_cases() -> list[KernelCase]:
     """The one-launch tiled arm (several splits only) against the two-pass arm, bitwise ("exact"), and against
     the eager reference on a few: every context, both dtypes, head_dim 64/128/256, odd groups and block
@@ -311,6 +437,7 @@ def build_cases() -> list[KernelCase]:
             )
         )
     cases += tiled_cases()
+    cases += long_gate_cases()
     cases += tiled_fused_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):

@@ -158,3 +158,25 @@ def test_public_op_runs_the_generic_kernel_on_a_gpu() -> None:
     expected = op(REFERENCE, *cases._args(x))
     got = numerics.compare(pa.paged_decode_attention(*cases._args(x)), expected, numerics.TOLERANCES["fp32"])
     assert got.passed and got.bitwise_equal_pct < 100.0, got  # the op ran the reference this time
+
+
+def test_exact_sum_reference_keeps_the_eager_rounding_points_and_the_window() -> None:
+    """The long-gate cases' exact-sum reference: the eager reference's results to within the order of its sums
+    (a few elements one ulp apart), and a window one key wider than asked shows."""
+    x = cases.paged_inputs(
+        3, torch.device("cpu"), dtype=torch.bfloat16, ctx=300, d=128, group=4, block_size=16, window=40
+    )
+    exact = cases.ref_exact_sums(x)
+    got = numerics.compare(cases.ref_eager(x), exact, numerics.TOLERANCES["bf16"])
+    assert got.passed and got.bitwise_equal_pct > 99.0, got
+    wide = numerics.compare(cases.ref_exact_sums({**x, "window": 41}), exact, numerics.TOLERANCES["exact"])
+    assert wide.bitwise_equal_pct < 50.0, wide
+
+
+def test_long_gate_cases_are_the_gate_models_decode_shape() -> None:
+    long = [c for c in cases.CASES if "long-gate" in c.tags]
+    assert {c.name.split("/")[1] for c in long} == {"tiled", "tiled-s13-vs-s1", "tiled-vs-exact", "eager-vs-exact"}
+    x = long[0].make(0, torch.device("cpu"))
+    assert x["q"].shape == (16, 8, 128) and x["k_cache"].shape[1:] == (16, 2, 128)
+    assert 1580 in x["context_lens"].tolist() and x["block_tables"].shape == (16, cases.LONG_GATE_BLOCKS)
+    assert any(c.make.keywords["window"] == 40 for c in long)  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -61,7 +62,9 @@ def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
     assert code == 1
     assert lines[-2] == "FAIL: no gate model reached paged_decode_attention/tiled (0 calls)"
     assert lines[-1].startswith("reach: FAIL: ") and "1 arms at 0 calls" in lines[-1]
-    assert (tmp_path / "reach.json").is_file() and "tokens PASS" in lines[0]
+    assert (tmp_path / "reach.json").is_file() and "tokens PASS" in lines[1]
+    assert lines[0].startswith("d64-g1    oracle/generate") and "neartie PASS" in lines[0]  # the oracle against itself
+    assert json.loads((tmp_path / "reach.json").read_text())["oracle_self"][0]["model"] == "d64-g1"
 
 
 def test_unknown_model_or_arm_is_a_usage_error(capsys) -> None:
@@ -121,3 +124,51 @@ def test_an_extend_attention_setting_runs_chunked_prefill(tmp_path) -> None:
     plain = Setting("paged_decode_attention", "any", {})
     done = reach.run_model(GATE_MODELS["d64-g1"], path, plain, oracle, theirs, prompts, 4, "cpu", "float32")
     assert ("extend_attention", "reference") not in done.ran and done.razor_passed
+
+
+def test_forced_split_runs_are_reported_not_judged(monkeypatch) -> None:
+    """`--tiled-splits`: the default setting again per split count, where the tiled arm takes the model; the
+    count is forced for the run only."""
+    wanted = settings()
+    forced = reach.forced_split_settings(wanted, GATE_MODELS["long"], [1, 26])
+    assert [s.name for s in forced] == ["paged_decode_attention/tiled@s1", "paged_decode_attention/tiled@s26"]
+    assert not any(s.default for s in forced) and all(s.snapshot() == forced[0].snapshot() for s in forced)
+    assert reach.forced_split_settings(wanted, GATE_MODELS["d128-g16"], [1]) == []  # group 16: not the tiled arm's
+    before = reach.cuda_tiled.num_splits
+    with reach.forced_tiled_splits(5):
+        assert reach.cuda_tiled.num_splits(32, 1664, 128, torch.bfloat16, 0) == 5
+    assert reach.cuda_tiled.num_splits is before
+
+
+class FakeArbiter:
+    """Teacher-forced log-probs where token 2 leads token 1 by 0.1 and token 0 trails far behind."""
+
+    def teacher_forced_logprobs(self, prompt: list[int], continuation: list[int]) -> torch.Tensor:
+        return torch.log_softmax(torch.tensor([[-30.0, 1.0, 1.1]] * len(continuation)), -1)
+
+
+def test_fp32_rows_judge_each_position_that_is_not_exact_against_the_twin() -> None:
+    rows = [
+        {
+            "prompt": 0,
+            "pos": 1,
+            "ours": 1,
+            "oracle_top1": 2,
+            "gap": 0.75,
+            "oracle_margin": 0.75,
+            "verdict": "out-of-band",
+        },
+        {
+            "prompt": 0,
+            "pos": 0,
+            "ours": 0,
+            "oracle_top1": 2,
+            "gap": 9.0,
+            "oracle_margin": 1.0,
+            "verdict": "out-of-band",
+        },
+    ]
+    got = reach.fp32_rows(rows, [[5]], [[2, 1]], FakeArbiter())  # type: ignore[arg-type]
+    assert got[0]["fp32_verdict"] == "near-tie" and abs(got[0]["fp32_margin"] - 0.1) < 1e-5
+    assert got[1]["fp32_verdict"] == "out-of-band" and got[1]["fp32_gap"] > 30
+    assert {k: got[0][k] for k in rows[0]} == rows[0]  # the bf16 verdict is kept as it was
