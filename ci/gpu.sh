@@ -423,6 +423,10 @@ if [[ " $PHASES " == *" reach "* ]]; then
   step reach-numerics 120 $PY -m engine gate kernels --filter long-gate --ledger "$OUT/ledger/reach-long-gate.json"
   step reach 300 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 220 \
     --tiled-splits 1 4 26
+  for seed in 1 2 3; do  # more positions on `long`: the tiled arm, one split of it, and the generic arm, per prompt seed
+    step "reach-long-seed$seed" 90 $PY -m engine gate reach --device cuda --dtype bfloat16 --models long \
+      --arms tiled generic --seed "$seed" --tiled-splits 1 --out "$OUT/reach-seed$seed"
+  done
 fi
 
 NEXT=/tmp/tiny-qwen3-next
@@ -521,6 +525,12 @@ fi
 if [[ " $PHASES " == *" reach "* ]]; then  # the long-gate numerics, then the per-arm reach table, last
   echo
   grep -E '^(attn/|case |[0-9]+/[0-9]+ cases)' "$OUT/logs/reach-numerics.log"
+  echo
+  for s in 1 2 3; do  # one line per run of the extra seeds: its razor counts
+    [[ -f "$OUT/reach-seed$s/reach-runs.txt" ]] && awk -v s="$s" '/^[^ ]/{n = ($1 == "long") ? $2 " " $4 : ""}
+      /^  neartie: / && n != ""{sub(/^  neartie: /, ""); sub(/ over 16 prompts/, ""); print "seed " s " " n ": " $0}' \
+      "$OUT/reach-seed$s/reach-runs.txt"
+  done
   echo
   sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
 fi
