@@ -106,3 +106,23 @@ def test_near_tie_budget_is_one_percent_and_grows_with_the_context() -> None:
     assert short.verdict == FAIL and short.details["near_tie_budget"] == 1
     long = near_tie_gate([[0] * 12800], [[4, 4]], [lp], max_near_tie_rate=0.1)  # weight 10 each: budget 2
     assert long.verdict == PASS and long.details["near_tie_budget"] == 2
+
+
+def test_the_fp32_twin_absolves_only_an_out_of_band_position_it_finds_in_band() -> None:
+    """A position out of band against the oracle counts as a near-tie (in the budget) only where the fp32 twin
+    finds our token exact or a near-tie; one the twin puts out of band, or one outside the oracle's top-k, stays."""
+    oracle = torch.stack([logprobs({3: 2.0, 4: 1.25}), logprobs({3: 2.0, 4: 1.25}), logprobs({1: 3.0})])
+    twin = torch.stack([logprobs({3: 1.9, 4: 2.0}), logprobs({3: 2.0, 4: 1.0}), logprobs({1: 3.0})])
+    alone = near_tie_gate([[0]], [[4, 4, 1]], [oracle])
+    assert alone.verdict == FAIL and alone.details["counts"][OUT_OF_BAND] == 2
+    judged = near_tie_gate([[0]], [[4, 4, 1]], [oracle], arbiter=[twin])
+    assert [r["verdict"] for r in judged.table] == [NEAR_TIE, OUT_OF_BAND, EXACT]
+    assert [r.get("arbiter_verdict") for r in judged.table] == [EXACT, OUT_OF_BAND, None]
+    assert judged.verdict == FAIL and judged.details["absolved_by_arbiter"] == 1
+    assert "1 out of band against the oracle, a near-tie or exact against its fp32 twin" in judged.summary
+    one = near_tie_gate([[0]], [[4, 1]], [oracle[[0, 2]]], arbiter=[twin[[0, 2]]])
+    assert one.verdict == PASS and one.details["counts"][NEAR_TIE] == 1  # absolved, and counted in the budget
+    wide = logprobs({i: 2.0 - 0.01 * i for i in range(8)} | {9: 1.0})  # our token 9: outside the oracle's top-5
+    far = near_tie_gate([[0]], [[9]], [wide[None]], arbiter=[logprobs({9: 5.0})[None]])
+    assert far.table[0]["verdict"] == OUTSIDE_TOP_K and far.verdict == FAIL
+    assert near_tie_gate([[0]], [[4]], [oracle[:1]], arbiter=[None]).table[0]["verdict"] == OUT_OF_BAND

@@ -172,3 +172,28 @@ def test_fp32_rows_judge_each_position_that_is_not_exact_against_the_twin() -> N
     assert got[0]["fp32_verdict"] == "near-tie" and abs(got[0]["fp32_margin"] - 0.1) < 1e-5
     assert got[1]["fp32_verdict"] == "out-of-band" and got[1]["fp32_gap"] > 30
     assert {k: got[0][k] for k in rows[0]} == rows[0]  # the bf16 verdict is kept as it was
+
+
+class FakeOracle:
+    """Teacher-forced log-probs from a fixed table; counts the prompts it was asked about."""
+
+    def __init__(self, rows: list[dict[int, float]]) -> None:
+        self.lp = torch.log_softmax(torch.tensor([[r.get(i, -10.0) for i in range(8)] for r in rows]), -1)
+        self.asked: list[list[int]] = []
+
+    def teacher_forced_logprobs(self, prompt: list[int], continuation: list[int]) -> torch.Tensor:
+        self.asked.append(prompt)
+        return self.lp[: len(continuation)]
+
+
+def test_arbitrated_asks_the_twin_only_where_a_position_is_out_of_band() -> None:
+    from engine.gates.neartie import near_tie_gate
+
+    oracle = FakeOracle([{3: 2.0, 4: 1.25}, {1: 3.0}])  # ours 4 at pos 0: 0.75 behind the oracle's pick
+    twin = FakeOracle([{3: 1.9, 4: 2.0}, {1: 3.0}])  # the twin ranks ours first
+    prompts, ours = [[0], [5]], [[4, 1], [3, 1]]
+    alone = near_tie_gate(prompts, ours, [oracle.lp, oracle.lp])
+    assert alone.verdict == "FAIL"
+    got = reach.arbitrated(alone, prompts, ours, oracle, twin)  # type: ignore[arg-type]
+    assert got.verdict == "PASS" and got.details["absolved_by_arbiter"] == 1
+    assert twin.asked == [[0]]  # prompt 1 is exact everywhere: not teacher-forced through the twin
