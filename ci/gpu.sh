@@ -20,7 +20,9 @@
 #   sample_rows.py, one ledger record), memcheck on the small ones, their GPU tests, the serving GPU tests
 #   with VT_PREFILL_ATTN on (tokens equal to the flag-off run, counters showing its arms ran), then the
 #   throughput benchmark with both off, the first on, both on, in one run, and the time-bounded transformers
-#   peer; the throughput table is printed last. throughput-ab: that benchmark step alone.
+#   peer; the throughput table is printed last. throughput-ab: that benchmark step alone. Both (and serve) run
+#   the Qwen3-Next serving GPU tests (tests/engine/test_llm_qwen3_next.py: engine.LLM's graphed steps with the
+#   gated delta net's state slots, fp32 token-exact against transformers, bf16 graphed equal to eager).
 #   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
 #   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
 #   tiled arm and its A/B; then the decode step at batch 1 and 32 against its floor and transformers with
@@ -194,8 +196,8 @@ fi
 
 if [[ " $PHASES " == *" serve "* ]]; then
   build_once
-  step serve-gpu-tests 300 $PY -m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu -q \
-    -p no:cacheprovider
+  step serve-gpu-tests 300 $PY -m pytest tests/engine/test_llm.py tests/engine/test_sampler.py \
+    tests/engine/test_llm_qwen3_next.py -m gpu -q -p no:cacheprovider
   step serve-throughput 570 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
@@ -211,6 +213,7 @@ if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; the
       tests/engine/cuda/test_sample_rows.py tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" \
       -q -p no:cacheprovider -rs
   fi
+  step serve-qwen3next 180 $PY -m pytest tests/engine/test_llm_qwen3_next.py -m gpu -q -rA -p no:cacheprovider
   step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
     --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --ab-reps 2 --peer-budget-s 30 --ledger "$OUT/ledger"
 fi
@@ -520,6 +523,8 @@ for n in "${ORDER[@]}"; do printf '%-28s %s\n' "$n" "${RESULT[$n]}"; done
 if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; then  # the verdicts, then the table, last
   echo
   [[ -f "$OUT/logs/prefill-numerics.log" ]] && grep -vE ' pass$|^case ' "$OUT/logs/prefill-numerics.log" | tail -n 10
+  [[ -f "$OUT/logs/serve-qwen3next.log" ]] && grep -E '^(PASSED|FAILED|ERROR|SKIPPED)|stats=| (passed|failed)' \
+    "$OUT/logs/serve-qwen3next.log" | tail -n 8
   sed -n '/^throughput:/,$p' "$OUT/logs/prefill-throughput.log"
 fi
 if [[ " $PHASES " == *" reach "* ]]; then  # the long-gate numerics, then the per-arm reach table, last

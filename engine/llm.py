@@ -6,6 +6,8 @@
 
 Requests go through the scheduler (continuous batching, chunked prefill, preemption by recompute,
 prefix caching) and the runner (a captured decode graph per padded batch size and sampling mode on CUDA).
+A model with recurrent layers (Qwen3-Next's gated delta nets) holds a state slot per running sequence
+beside its KV blocks, and serves without the prefix cache: a cached KV prefix has no state snapshot.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ class LLM:
     checkpoint's dtype on CUDA and float32 on the CPU. device: None picks CUDA when available.
     num_blocks: KV-cache blocks (None: on the CPU every sequence's worst case, on CUDA what fits in
     GPU_MEMORY_UTILIZATION of the free memory). max_num_batched_tokens: the token budget of one step
-    (prompts longer than it are prefilled in chunks). seed: the generator of requests without a seed.
+    (prompts longer than it are prefilled in chunks). enable_prefix_caching: share the KV blocks of equal
+    prompt prefixes; always off for a model with recurrent layers (Qwen3-Next), whose state after a prefix
+    is not cached with its blocks. seed: the generator of requests without a seed.
     """
 
     def __init__(
@@ -92,9 +96,16 @@ class LLM:
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
-        self.runner.blocks.prefix_caching = enable_prefix_caching
+        recurrent = self.runner.recurrent is not None
+        self.prefix_caching = enable_prefix_caching and not recurrent
+        self.runner.blocks.prefix_caching = self.prefix_caching
         self.scheduler = Scheduler(
-            self.runner.blocks, max_num_seqs, max_num_batched_tokens, self.eos_token_ids, self.max_model_len
+            self.runner.blocks,
+            max_num_seqs,
+            max_num_batched_tokens,
+            self.eos_token_ids,
+            self.max_model_len,
+            num_state_slots=max_num_seqs if recurrent else 0,
         )
         self._rng = random.Random(seed)
         self._next_id = 0
@@ -166,6 +177,7 @@ class LLM:
                     float(p.top_p),
                     seq.seed,
                     len(seq.output_ids),
+                    seq.state_slot,
                 )
             )
         sampled = self.runner.run_step(rows, plan.decode)
@@ -244,14 +256,27 @@ def cuda_num_blocks(
     elem = torch.empty((), dtype=dtype).element_size()
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     logits = max_num_seqs * config.vocab_size * 48  # fp32 logits and the sampler's temporaries per row
-    per_block = 2 * config.num_hidden_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+    kv_layers = sum(1 for i in range(config.num_hidden_layers) if config.has_kv_cache(i))
+    per_block = 2 * kv_layers * block_size * config.num_key_value_heads * config.head_dim * elem
     budget = int(free * GPU_MEMORY_UTILIZATION) - weights - logits - ACTIVATION_RESERVE
+    budget -= recurrent_state_bytes(config, max_num_seqs + 1, elem)
     if budget < per_block:
         raise ValueError(
             f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
             f"weights {weights / 2**30:.1f} GiB); pass num_blocks"
         )
     return int(budget // per_block)
+
+
+def recurrent_state_bytes(config: Any, slots: int, elem: int) -> int:
+    """Bytes of the gated delta net layers' state for `slots` sequences (conv inputs in the model dtype, the
+    state in fp32); 0 for a model without recurrent layers."""
+    g = config.gdn
+    if g is None:
+        return 0
+    layers = sum(1 for i in range(config.num_hidden_layers) if g.is_linear(i))
+    per_slot = g.conv_dim * g.conv_kernel * elem + g.num_value_heads * g.key_head_dim * g.value_head_dim * 4
+    return layers * slots * per_slot
 
 
 def load_tokenizer(model_dir: Path) -> Any:

@@ -43,6 +43,7 @@ class StepRow:
     top_p: float = 1.0
     seed: int = 0
     step: int = 0  # index of the token being generated within its request
+    state_slot: int = -1  # its recurrent-state slot (models with gated delta net layers; the scheduler's)
 
 
 @dataclass
@@ -108,7 +109,6 @@ class Runner:
             for s in (shape if cfg.has_kv_cache(i) else (0, *shape[1:]) for i in range(cfg.num_hidden_layers))
         ]
         self.recurrent = make_recurrent_state(cfg, max_batch, dtype, self.device)
-        self._state_index: dict[int, torch.Tensor] = {}  # per padded size: the rows' state slots a graph reads
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
@@ -174,8 +174,6 @@ class Runner:
         inputs = self._step_inputs(padded)
         self._fill(inputs, seq_ids, last_tokens)
         buf = inputs.upload()
-        if self.recurrent is not None:
-            buf = {**buf, "state_index": self._fill_state_index(padded, seq_ids)}
         if self.use_graph:
             out = self._replay(padded, buf)
         else:
@@ -191,7 +189,8 @@ class Runner:
     def _fill(self, inputs: StepInputs, seq_ids: list[int], last_tokens: list[int]) -> None:
         positions = [self.blocks.lengths[sid] for sid in seq_ids]
         slots = [self.blocks.append_token(sid) for sid in seq_ids]
-        inputs.fill(last_tokens, positions, slots, [self.block_table(sid) for sid in seq_ids])
+        states = None if inputs.state_scratch is None else [self._state_slot(sid) for sid in seq_ids]
+        inputs.fill(last_tokens, positions, slots, [self.block_table(sid) for sid in seq_ids], states)
 
     def block_table(self, seq_id: int) -> list[int]:
         return self.blocks.tables[seq_id]
@@ -227,13 +226,11 @@ class Runner:
 
         A decode step (every row one token after its cached ones) runs the captured graph of its padded
         batch size and sampling mode on CUDA; any other step (prefill chunks, with or without decode
-        rows beside them) runs eagerly, attention reading each row's cached prefix.
+        rows beside them) runs eagerly, attention reading each row's cached prefix. With recurrent layers
+        every row names its state slot; a row starting at token 0 starts from a zero state.
         """
         if self.recurrent is not None:
-            raise ValueError(
-                f"{self.config.architecture}: serving steps (engine.LLM) do not carry the gated delta net's "
-                "recurrent state yet; use Runner.generate (python -m engine gate tokens, the model tests)"
-            )
+            self._reset_states(rows)
         mode = batch_mode(
             [r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows], self.config.vocab_size
         )
@@ -261,7 +258,9 @@ class Runner:
         last = list(itertools.accumulate(lens, initial=-1))[1:]  # each row's last token
         width = max(len(r.table) for r in ordered)
         extend = ordered[nd:]
-        i64 = self._upload(torch.int64, ids, positions, slots, last)
+        recurrent = self.recurrent is not None
+        states = [r.state_slot for r in ordered[:nd]] if recurrent else []
+        i64 = self._upload(torch.int64, ids, positions, slots, last, states)
         i32 = self._upload(
             torch.int32,
             [b for r in ordered for b in r.table + [0] * (width - len(r.table))],
@@ -280,6 +279,9 @@ class Runner:
             num_decode=nd,
             device_lens=device_lens.view(2, len(extend)),
             flags=self.flags,
+            recurrent=self.recurrent,
+            state_slots=[r.state_slot for r in extend] if recurrent else None,
+            state_index=i64[4] if recurrent else None,
         )
         hidden = self.model(i64[0], i64[1], batch)
         n = len(rows)
@@ -312,6 +314,7 @@ class Runner:
             [r.start for r in rows],
             [r.table[r.start // bs] * bs + r.start % bs for r in rows],
             [r.table for r in rows],
+            [r.state_slot for r in rows] if self.recurrent is not None else None,
         )
         if padded not in self._sampling:
             self._sampling[padded] = SamplingInputs(padded, self.device)
@@ -347,6 +350,7 @@ class Runner:
         top_p: torch.Tensor,  # [batch] float32
         seeds: torch.Tensor,  # [batch] int64
         steps: torch.Tensor,  # [batch] int64
+        state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
     ) -> torch.Tensor:  # [batch] int64
         """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
         batch = ForwardBatch(
@@ -356,6 +360,8 @@ class Runner:
             block_tables=block_tables,
             context_lens=context_lens,
             flags=self.flags,
+            recurrent=self.recurrent,
+            state_index=state_index,
         )
         logits = self.model.compute_logits(self.model(input_ids, positions, batch), self.flags)
         return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
@@ -368,7 +374,8 @@ class Runner:
 
     def _step_inputs(self, padded: int) -> StepInputs:
         if padded not in self._static:  # one per padded size: its device views are what a graph reads
-            self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device)
+            scratch = None if self.recurrent is None else self.recurrent.scratch
+            self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device, scratch)
         return self._static[padded]
 
     def _eager_step(self, buf: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -389,15 +396,19 @@ class Runner:
             raise ValueError(f"sequence {seq_id}: no recurrent state slot (slots 0..{self.max_batch - 1})")
         return seq_id
 
-    def _fill_state_index(self, padded: int, seq_ids: list[int]) -> torch.Tensor:  # -> [padded] int64
-        """The static per-padded-size tensor of state slots, rewritten in place; padding rows get the scratch slot."""
+    def _reset_states(self, rows: list[StepRow]) -> None:
+        """Zero the state slots of rows that start at token 0 (a new or a recomputed sequence): the slot may
+        hold a finished or a preempted sequence's state."""
         assert self.recurrent is not None
-        if padded not in self._state_index:
-            self._state_index[padded] = torch.empty(padded, dtype=torch.int64, device=self.device)
-        slots = [self._state_slot(s) for s in seq_ids] + [self.recurrent.scratch] * (padded - len(seq_ids))
-        index = self._state_index[padded]
-        index.copy_(torch.tensor(slots, dtype=torch.int64), non_blocking=False)
-        return index
+        limit = self.recurrent.scratch
+        bad = next((r.state_slot for r in rows if not 0 <= r.state_slot < limit), None)
+        if bad is not None:
+            raise ValueError(f"{self.config.architecture}: a serving row has state slot {bad}, not in 0..{limit - 1}")
+        fresh = [r.state_slot for r in rows if r.start == 0]
+        if fresh:
+            index = torch.tensor(fresh, dtype=torch.int64).to(self.device, non_blocking=True)
+            for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
+                t.index_fill_(0, index, 0)
 
     def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
         if padded not in self._graphs:

@@ -9,6 +9,12 @@ and no preemption this step, waiting sequences are admitted (up to `max_num_seqs
 with as much of its prompt as fits; the prefix cache supplies their leading full blocks.
 A step in which every row decodes one token is a decode step (the runner's captured graph);
 any other is a mixed step of prefill chunks and decode rows.
+
+Models with recurrent layers (Qwen3-Next's gated delta nets) keep a state per sequence beside its
+KV blocks: with `num_state_slots` > 0 every running sequence holds one of that many slots, taken on
+admission and given back on finish, abort and preemption. A sequence admitted (again) computes from
+token 0, and the runner starts a row at position 0 from a zero state, so a preempted sequence's
+recompute never reads its old state.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class Scheduler:
         max_num_batched_tokens: int,
         eos_token_ids: frozenset[int] = frozenset(),
         max_model_len: int | None = None,
+        num_state_slots: int = 0,
     ) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(
@@ -45,6 +52,8 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
+        self.num_state_slots = num_state_slots
+        self._free_slots = list(range(num_state_slots - 1, -1, -1))  # popped from the end: slot 0 first
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.stats = {"steps": 0, "decode_steps": 0, "computed_tokens": 0, "prefix_cached_tokens": 0, "preemptions": 0}
@@ -75,6 +84,8 @@ class Scheduler:
             i += 1
         while not preempted and self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
+            if self.num_state_slots and not self._free_slots:
+                break
             cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0)
             if cached is None:
                 break
@@ -85,6 +96,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             seq.status, seq.num_computed, seq.num_cached = Status.RUNNING, cached, cached
+            if self.num_state_slots:
+                seq.state_slot = self._free_slots.pop()
             self.stats["prefix_cached_tokens"] += cached
             self.running.append(seq)
             rows.append((seq, n))
@@ -112,9 +125,8 @@ class Scheduler:
         return finished
 
     def finish(self, seq: Sequence, reason: str) -> None:
-        """End a sequence wherever it is (running or waiting) and free its blocks."""
-        if seq.seq_id in self.blocks.tables:
-            self.blocks.free(seq.seq_id)
+        """End a sequence wherever it is (running or waiting) and free its blocks and state slot."""
+        self._release(seq)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -136,8 +148,24 @@ class Scheduler:
             return "length"
         return None
 
+    def check_empty(self) -> None:
+        """Raise if a block or a state slot is still held: after every request ended, all must be free."""
+        self.blocks.check_empty()
+        if len(self._free_slots) != self.num_state_slots:
+            held = sorted(set(range(self.num_state_slots)) - set(self._free_slots))
+            raise AssertionError(
+                f"leaked state slots: {held[:16]} held, {len(self._free_slots)} of {self.num_state_slots} free"
+            )
+
+    def _release(self, seq: Sequence) -> None:
+        if seq.seq_id in self.blocks.tables:
+            self.blocks.free(seq.seq_id)
+        if seq.state_slot >= 0:
+            self._free_slots.append(seq.state_slot)
+            seq.state_slot = -1
+
     def _preempt(self, seq: Sequence) -> None:
-        self.blocks.free(seq.seq_id)
+        self._release(seq)
         seq.status, seq.num_computed = Status.WAITING, 0
         seq.stats["preemptions"] += 1
         self.stats["preemptions"] += 1

@@ -25,6 +25,7 @@ class Sequence:
     status: Status = Status.WAITING
     num_computed: int = 0  # leading tokens whose K/V are in the cache
     num_cached: int = 0  # of those, how many the prefix cache supplied at the last admission
+    state_slot: int = -1  # its recurrent-state slot while running (models with gated delta net layers), else -1
     finish_reason: str | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"preemptions": 0})
 

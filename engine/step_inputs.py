@@ -3,7 +3,9 @@
 The five inputs live in two packed buffers (int64: ids, positions, slots; int32: context lengths and
 block tables), so a step costs two host-to-device copies; on CUDA the staging is pinned and the copies
 are asynchronous. The host fills the staging through numpy views: a handful of small torch ops per step
-would cost more host time than the step's smaller kernels take on the GPU.
+would cost more host time than the step's smaller kernels take on the GPU. A model with recurrent layers
+(`state_scratch` given) has a sixth input in the int64 buffer: each row's recurrent-state slot, the
+scratch slot for padding rows.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import torch
 
 
 class StepInputs:
-    def __init__(self, padded: int, max_blocks: int, device: torch.device) -> None:
+    def __init__(self, padded: int, max_blocks: int, device: torch.device, state_scratch: int | None = None) -> None:
         self.padded, self.max_blocks, self.device = padded, max_blocks, device
+        self.state_scratch = state_scratch
         pin = device.type == "cuda"
-        self.host64 = torch.zeros(3 * padded, dtype=torch.int64, pin_memory=pin)
+        n64 = (3 if state_scratch is None else 4) * padded
+        self.host64 = torch.zeros(n64, dtype=torch.int64, pin_memory=pin)
         self.host32 = torch.zeros(padded * (1 + max_blocks), dtype=torch.int32, pin_memory=pin)
-        self.dev64 = torch.zeros(3 * padded, dtype=torch.int64, device=device) if pin else self.host64
+        self.dev64 = torch.zeros(n64, dtype=torch.int64, device=device) if pin else self.host64
         self.dev32 = torch.zeros(padded * (1 + max_blocks), dtype=torch.int32, device=device) if pin else self.host32
         self._n64, self._n32 = self.host64.numpy(), self.host32.numpy()
         # set after each upload; the staging is rewritten only once the copies that read it are done
@@ -26,17 +30,27 @@ class StepInputs:
 
     def _views(self, t64: torch.Tensor, t32: torch.Tensor) -> dict[str, torch.Tensor]:
         p = self.padded
-        return {
+        views = {
             "input_ids": t64[:p],
             "positions": t64[p : 2 * p],
-            "slot_mapping": t64[2 * p :],
+            "slot_mapping": t64[2 * p : 3 * p],
             "context_lens": t32[:p],
             "block_tables": t32[p:].view(p, self.max_blocks),
         }
+        if self.state_scratch is not None:
+            views["state_index"] = t64[3 * p :]
+        return views
 
-    def fill(self, tokens: list[int], positions: list[int], slots: list[int], tables: list[list[int]]) -> None:
+    def fill(
+        self,
+        tokens: list[int],
+        positions: list[int],
+        slots: list[int],
+        tables: list[list[int]],
+        state_slots: list[int] | None = None,
+    ) -> None:
         """Rows beyond len(tokens) are padding: token 0, no KV store (slot -1), one cached token read from
-        block 0, output ignored."""
+        block 0, the scratch state slot, output ignored."""
         n, p, m = len(tokens), self.padded, self.max_blocks
         if not n == len(positions) == len(slots) == len(tables) or n > p:
             raise ValueError(
@@ -48,7 +62,11 @@ class StepInputs:
         n64, n32 = self._n64, self._n32
         n64[:n], n64[n:p] = tokens, 0
         n64[p : p + n], n64[p + n : 2 * p] = positions, 0
-        n64[2 * p : 2 * p + n], n64[2 * p + n :] = slots, -1
+        n64[2 * p : 2 * p + n], n64[2 * p + n : 3 * p] = slots, -1
+        if self.state_scratch is not None:
+            if state_slots is None or len(state_slots) != n:
+                raise ValueError(f"StepInputs.fill: {n} rows need their {n} recurrent-state slots")
+            n64[3 * p : 3 * p + n], n64[3 * p + n :] = state_slots, self.state_scratch
         n32[:n], n32[n:p] = [q + 1 for q in positions], 1
         n32[p:] = 0
         for row, blocks in enumerate(tables):

@@ -117,40 +117,52 @@ class Qwen3Attention(nn.Module):
         v_cache: torch.Tensor,
         batch: ForwardBatch,
     ) -> torch.Tensor:  # [tokens, Hq, D]
-        """A serving step's attention: the decode rows on the decode kernel, every other row in one varlen
-        call (prefill_attention over the new tokens' own K/V when no row has a cached prefix)."""
-        flags, nd, scale, window = batch.flags, batch.num_decode, self.scaling, self.sliding_window
-        assert batch.seq_lens is not None and batch.prefix_lens is not None and batch.block_tables is not None
-        parts = []
-        if nd:
-            assert batch.context_lens is not None  # the decode rows' lengths
-            tables = batch.block_tables[:nd]
-            parts.append(
-                kernels.paged_decode_attention(
-                    flags, q[:nd], k_cache, v_cache, tables, batch.context_lens, scale, window
-                )
+        """A serving step's attention (step_attention with this layer's scale and window)."""
+        return step_attention(q, k, v, k_cache, v_cache, batch, self.scaling, self.sliding_window)
+
+
+def step_attention(
+    q: torch.Tensor,  # [tokens, Hq, D]: the step's decode rows first, then its prefill/extend rows
+    k: torch.Tensor,  # [tokens, Hkv, D]
+    v: torch.Tensor,  # [tokens, Hkv, D]
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    batch: ForwardBatch,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:  # [tokens, Hq, D]
+    """A serving step's attention: the decode rows on the decode kernel, every other row in one varlen
+    call (prefill_attention over the new tokens' own K/V when no row has a cached prefix)."""
+    flags, nd = batch.flags, batch.num_decode
+    assert batch.seq_lens is not None and batch.prefix_lens is not None and batch.block_tables is not None
+    parts = []
+    if nd:
+        assert batch.context_lens is not None  # the decode rows' lengths
+        tables = batch.block_tables[:nd]
+        parts.append(
+            kernels.paged_decode_attention(flags, q[:nd], k_cache, v_cache, tables, batch.context_lens, scale, window)
+        )
+    if batch.seq_lens:
+        lens, pres = batch.seq_lens, batch.prefix_lens
+        if any(pres):
+            o = kernels.extend_attention(
+                flags,
+                q[nd:],
+                k_cache,
+                v_cache,
+                batch.block_tables[nd:],
+                lens,
+                pres,
+                scale,
+                window,
+                device_lens=batch.device_lens,
             )
-        if batch.seq_lens:
-            lens, pres = batch.seq_lens, batch.prefix_lens
-            if any(pres):
-                o = kernels.extend_attention(
-                    flags,
-                    q[nd:],
-                    k_cache,
-                    v_cache,
-                    batch.block_tables[nd:],
-                    lens,
-                    pres,
-                    scale,
-                    window,
-                    device_lens=batch.device_lens,
-                )
-            else:
-                o = kernels.prefill_attention(
-                    flags, q[nd:], k[nd:], v[nd:], lens, scale, window, device_lens=batch.device_lens
-                )
-            parts.append(o)
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        else:
+            o = kernels.prefill_attention(
+                flags, q[nd:], k[nd:], v[nd:], lens, scale, window, device_lens=batch.device_lens
+            )
+        parts.append(o)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class Qwen3MLP(nn.Module):

@@ -16,7 +16,7 @@ from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import GDNConfig, ModelConfig
 from engine.model.layers import Embedding, Linear, RMSNorm, make_linear, new_param
-from engine.model.qwen3 import Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
+from engine.model.qwen3 import Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, step_attention
 from engine.model.qwen3_moe import Qwen3MoeSparseMoeBlock
 from engine.ops.rope import rope_cos_sin
 
@@ -117,7 +117,11 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         b, a = self.in_proj_ba(hidden, flags).view(t, nk, 2 * per).split([per, per], dim=-1)
         mixed = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)  # [tokens, conv_dim]
         decay, beta = kernels.gdn_gating(flags, a.reshape(t, nv), b.reshape(t, nv), self.A_log, self.dt_bias)
-        if batch.is_prefill:
+        nd = batch.num_decode
+        if batch.is_prefill and nd:  # a serving step: its decode rows first, then prefill chunks
+            head = self._decode(mixed[:nd], decay[:nd], beta[:nd], batch)
+            core = torch.cat([head, self._prefill(mixed[nd:], decay[nd:], beta[nd:], batch)]) if t > nd else head
+        elif batch.is_prefill:
             core = self._prefill(mixed, decay, beta, batch)
         else:
             core = self._decode(mixed, decay, beta, batch)
@@ -144,7 +148,8 @@ class Qwen3NextGatedDeltaNet(nn.Module):
         beta: torch.Tensor,  # [tokens, value_heads]
         batch: ForwardBatch,
     ) -> torch.Tensor:  # [tokens, value_heads, dv]
-        """Each sequence from its state (zeros for a new one, else its slot's), writing the state back."""
+        """Each sequence from its state (zeros at token 0, else its slot's: a chunk continuing its prompt),
+        writing the state back."""
         flags, state, layer = batch.flags, batch.recurrent, self.layer_idx
         assert state is not None and batch.state_slots is not None and batch.seq_lens is not None
         prefix = batch.prefix_lens or [0] * len(batch.seq_lens)
@@ -264,6 +269,8 @@ def attend(
     flags = batch.flags
     k_cache, v_cache = batch.kv_caches[layer]
     kernels.store_kv(flags, k, v, k_cache, v_cache, batch.slot_mapping)
+    if batch.is_prefill and batch.device_lens is not None:  # a serving step (Runner.run_step)
+        return step_attention(q, k, v, k_cache, v_cache, batch, scale, None)
     if batch.is_prefill:
         assert batch.seq_lens is not None
         if batch.prefix_lens is not None and any(batch.prefix_lens):

@@ -167,7 +167,10 @@ def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) 
     done = run_gpu_sh(tmp_path, ["serve"])
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
-    assert "-m pytest tests/engine/test_llm.py tests/engine/test_sampler.py -m gpu" in log(tmp_path, "serve-gpu-tests")
+    assert (
+        "-m pytest tests/engine/test_llm.py tests/engine/test_sampler.py tests/engine/test_llm_qwen3_next.py -m gpu"
+        in log(tmp_path, "serve-gpu-tests")
+    )
     assert (
         f"argv: -m engine bench throughput --requests 256 --sweep 64,256 --plot {out}/throughput.svg "
         f"--ledger {out}/ledger"
@@ -189,20 +192,24 @@ def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: P
         f"--ledger {out}/ledger"
     ) in log(tmp_path, "prefill-throughput")
     table = done.stdout.split("\nstep ")[-1].splitlines()
-    assert [line.split()[0] for line in table[1:6]] == [
+    assert [line.split()[0] for line in table[1:7]] == [
         "build",
         "prefill-numerics",
         "prefill-memcheck",
         "prefill-gpu-tests",
+        "serve-qwen3next",
         "prefill-throughput",
     ]
 
 
-def test_throughput_ab_phase_runs_the_benchmark_step_alone(tmp_path: Path) -> None:
+def test_throughput_ab_phase_runs_the_qwen3_next_serving_tests_and_the_benchmark_alone(tmp_path: Path) -> None:
     done = run_gpu_sh(tmp_path, ["throughput-ab"])
     assert done.returncode == 0, done.stderr
     logs = sorted(p.name for p in (tmp_path / "out" / "logs").iterdir())
-    assert logs == ["build.log", "prefill-throughput.log"]
+    assert logs == ["build.log", "prefill-throughput.log", "serve-qwen3next.log"]
+    assert "argv: -m pytest tests/engine/test_llm_qwen3_next.py -m gpu" in log(tmp_path, "serve-qwen3next")
+    table = done.stdout.split("\nstep ")[-1].splitlines()
+    assert [line.split()[0] for line in table[1:4]] == ["build", "serve-qwen3next", "prefill-throughput"]
 
 
 def test_quant_phase_gates_every_checkpoint_and_ab_tests_the_dequant_gemv(tmp_path: Path) -> None:

@@ -132,8 +132,8 @@ def test_runner_holds_the_state_beside_an_attention_only_kv_cache(next_checkpoin
     assert state.conv[0].shape == (3, 2 * 2 * 16 + 4 * 12, 4)
     runner.generate([[1, 2, 3]], 2)
     assert state.ssm[0][0].abs().sum() > 0 and state.ssm[0][1].abs().sum() == 0  # only sequence 0's slot
-    with pytest.raises(ValueError, match="serving steps .* do not carry the gated delta net's recurrent state"):
-        runner.run_step([StepRow([1, 2], 0, [0])], decode=False)
+    with pytest.raises(ValueError, match="a serving row has state slot -1, not in 0..1"):
+        runner.run_step([StepRow([1, 2], 0, [0])], decode=False)  # serving rows name their state slot
 
 
 def test_conv_prefill_then_updates_equal_one_prefill(gen=None) -> None:
