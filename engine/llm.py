@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,7 @@ class LLM:
         )
         self._rng = random.Random(seed)
         self._next_id = 0
+        self._scheduler_s = {True: 0.0, False: 0.0}
 
     @property
     def stats(self) -> dict[str, int]:
@@ -158,30 +160,54 @@ class LLM:
 
     def step(self) -> list[RequestOutput]:
         """One scheduled step; returns the requests it finished."""
+        t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan.rows:
             raise RuntimeError(
                 f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
                 f"{self.runner.blocks.num_free} of {self.runner.blocks.num_blocks} blocks free"
             )
+        tables = self.runner.blocks.tables
         rows = []
         for seq, n in plan.rows:
+            c, ids = seq.num_computed, seq.token_ids
             p = seq.params
             rows.append(
                 StepRow(
-                    seq.token_ids[seq.num_computed : seq.num_computed + n],
-                    seq.num_computed,
-                    self.runner.blocks.tables[seq.seq_id],
-                    float(p.temperature),
+                    ids[c : c + n],
+                    c,
+                    tables[seq.seq_id],
+                    p.temperature,
                     p.top_k,
-                    float(p.top_p),
+                    p.top_p,
                     seq.seed,
-                    len(seq.output_ids),
+                    len(ids) - seq.num_prompt_tokens,
                     seq.state_slot,
                 )
             )
+        t1 = time.perf_counter()
         sampled = self.runner.run_step(rows, plan.decode)
-        return [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
+        t2 = time.perf_counter()
+        done = [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
+        self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
+        return done
+
+    def host_time(self) -> dict[str, float]:
+        """Host seconds of the serving steps since construction (or reset_host_time) outside the model: the
+        scheduler and the step's rows and outputs (`*_scheduler_s`), and the runner's work before it launches
+        the forward (`*_inputs_s`: state resets, sampling mode, inputs filled and uploaded), for decode and
+        mixed steps. On a GPU none of it overlaps the device: it is the host's share of each step."""
+        r = self.runner.inputs_s
+        return {
+            "decode_scheduler_s": self._scheduler_s[True],
+            "decode_inputs_s": r[1],
+            "mixed_scheduler_s": self._scheduler_s[False],
+            "mixed_inputs_s": r[0],
+        }
+
+    def reset_host_time(self) -> None:
+        self._scheduler_s = {True: 0.0, False: 0.0}
+        self.runner.inputs_s = [0.0, 0.0]
 
     # --- requests -------------------------------------------------------------
     def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:

@@ -19,7 +19,7 @@ from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.model.qwen3_next import make_recurrent_state
-from engine.sampler import Mode, SamplingInputs, batch_mode, sample
+from engine.sampler import Mode, SamplingInputs, sample
 from engine.step_inputs import StepInputs
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_MAX_MODEL_LEN = 512  # when none is given: this, or the model's max_position_embeddings if smaller
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRow:
     """One sequence's part of a serving step: `token_ids` at positions start.., then one sampled token."""
 
@@ -116,6 +116,10 @@ class Runner:
         self._sample_graphs: dict[tuple[int, Mode], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
         self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
+        # host seconds of serving steps before their forward is launched (the state resets, the sampling mode,
+        # the inputs filled and uploaded), mixed steps [0] and decode steps [1]: what LLM.host_time reports
+        self.inputs_s = [0.0, 0.0]
+        self._t_enter = 0.0
 
     # --- public entry ---------------------------------------------------------
     @torch.inference_mode()
@@ -229,11 +233,10 @@ class Runner:
         rows beside them) runs eagerly, attention reading each row's cached prefix. With recurrent layers
         every row names its state slot; a row starting at token 0 starts from a zero state.
         """
+        self._t_enter = time.perf_counter()
         if self.recurrent is not None:
             self._reset_states(rows)
-        mode = batch_mode(
-            [r.temperature for r in rows], [r.top_k for r in rows], [r.top_p for r in rows], self.config.vocab_size
-        )
+        mode = rows_mode(rows, self.config.vocab_size)
         if decode:
             return self._decode_rows(rows, mode)[: len(rows)].tolist()
         return self._mixed_step(rows, mode)
@@ -283,6 +286,7 @@ class Runner:
             state_slots=[r.state_slot for r in extend] if recurrent else None,
             state_index=i64[4] if recurrent else None,
         )
+        self.inputs_s[0] += time.perf_counter() - self._t_enter
         hidden = self.model(i64[0], i64[1], batch)
         n = len(rows)
         if n not in self._mixed_sampling:
@@ -325,6 +329,7 @@ class Runner:
         def step(**kw: torch.Tensor) -> torch.Tensor:
             return self.sample_step(mode, **kw)
 
+        self.inputs_s[1] += time.perf_counter() - self._t_enter
         if not self.use_graph:
             return step(**buf)
         key = (padded, mode)
@@ -473,6 +478,17 @@ class Runner:
                 raise ValueError(
                     f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed max_model_len={self.max_model_len}"
                 )
+
+
+def rows_mode(rows: list[StepRow], vocab: int) -> Mode:
+    """batch_mode of the rows' settings in one pass."""
+    sampled = False
+    for r in rows:
+        if r.temperature > 0:
+            if 0 < r.top_k < vocab or r.top_p < 1:
+                return Mode.FILTERED
+            sampled = True
+    return Mode.RANDOM if sampled else Mode.GREEDY
 
 
 def _sampling_columns(rows: list[StepRow]) -> tuple[list[float], list[int], list[float], list[int], list[int]]:

@@ -59,6 +59,11 @@ class Scheduler:
         self.stats = {"steps": 0, "decode_steps": 0, "computed_tokens": 0, "prefix_cached_tokens": 0, "preemptions": 0}
 
     def add(self, seq: Sequence) -> None:
+        p = seq.params
+        seq.stop_ids = frozenset(p.stop_token_ids) | (frozenset() if p.ignore_eos else self.eos_token_ids)
+        seq.length_limit = seq.num_prompt_tokens + p.max_tokens
+        if self.max_model_len is not None:
+            seq.length_limit = min(seq.length_limit, self.max_model_len)
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
@@ -68,18 +73,25 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         rows: list[tuple[Sequence, int]] = []
         preempted = False
+        decode = True  # every row so far computes exactly its last token
+        tables, bs = self.blocks.tables, self.blocks.block_size
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.num_uncomputed, budget)
-            while not self.blocks.grow(seq.seq_id, seq.num_computed + n):
-                self._preempt(self.running.pop())  # the most recently admitted
-                preempted = True
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            left = len(seq.token_ids) - seq.num_computed
+            n = left if left < budget else budget
+            end = seq.num_computed + n
+            if end > len(tables[seq.seq_id]) * bs:  # a new block (most steps need none)
+                while not self.blocks.grow(seq.seq_id, end):
+                    self._preempt(running.pop())  # the most recently admitted
+                    preempted = True
+                    if seq.status is not Status.RUNNING:
+                        break
                 if seq.status is not Status.RUNNING:
-                    break
-            if seq.status is not Status.RUNNING:
-                break  # it preempted itself: it was the last running sequence
+                    break  # it preempted itself: it was the last running sequence
             rows.append((seq, n))
+            decode = decode and n == 1 and left == 1
             budget -= n
             i += 1
         while not preempted and self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
@@ -101,27 +113,32 @@ class Scheduler:
             self.stats["prefix_cached_tokens"] += cached
             self.running.append(seq)
             rows.append((seq, n))
+            decode = decode and n == 1 and seq.num_tokens - cached == 1
             budget -= n
-        decode = bool(rows) and all(n == 1 and s.num_uncomputed == 1 for s, n in rows)
-        return ScheduledStep(rows, decode)
+        return ScheduledStep(rows, decode and bool(rows))
 
     def postprocess(self, step: ScheduledStep, sampled: list[int]) -> list[Sequence]:
         """Advance each row by what it computed; a row that reached its last token takes its sampled
         token. Returns the sequences that finished (their blocks already freed)."""
-        self.stats["steps"] += 1
-        self.stats["decode_steps"] += step.decode
+        stats = self.stats
+        stats["steps"] += 1
+        stats["decode_steps"] += step.decode
+        caching = self.blocks.prefix_caching
         finished = []
+        computed = 0
         for (seq, n), token in zip(step.rows, sampled):
             seq.num_computed += n
-            self.stats["computed_tokens"] += n
-            self.blocks.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed)
-            if seq.num_computed < seq.num_tokens:
+            computed += n
+            if caching:
+                self.blocks.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed)
+            ids = seq.token_ids
+            if seq.num_computed < len(ids):
                 continue  # a prefill chunk short of the end: its sample is not a token of the request
-            seq.token_ids.append(token)
-            reason = self._finish_reason(seq, token)
-            if reason is not None:
-                self.finish(seq, reason)
+            ids.append(token)
+            if token in seq.stop_ids or len(ids) >= seq.length_limit:
+                self.finish(seq, self._finish_reason(seq, token))
                 finished.append(seq)
+        stats["computed_tokens"] += computed
         return finished
 
     def finish(self, seq: Sequence, reason: str) -> None:
@@ -138,15 +155,11 @@ class Scheduler:
         for seq in [*self.running, *self.waiting]:
             self.finish(seq, "abort")
 
-    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
-        p = seq.params
-        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
-            return "stop"
-        if len(seq.output_ids) >= p.max_tokens:
-            return "length"
-        if self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
+    @staticmethod
+    def _finish_reason(seq: Sequence, token: int) -> str:
+        """Why a sequence that took `token` ends: a stop token or EOS ("stop"), else its length limit
+        (max_tokens or max_model_len: "length")."""
+        return "stop" if token in seq.stop_ids else "length"
 
     def check_empty(self) -> None:
         """Raise if a block or a state slot is still held: after every request ended, all must be free."""

@@ -27,11 +27,19 @@ class Sequence:
     num_cached: int = 0  # of those, how many the prefix cache supplied at the last admission
     state_slot: int = -1  # its recurrent-state slot while running (models with gated delta net layers), else -1
     finish_reason: str | None = None
+    # set by Scheduler.add: the tokens that end the request (its stop tokens, and EOS unless ignored), and the
+    # length at which it ends (prompt + max_tokens, or max_model_len if shorter)
+    stop_ids: frozenset[int] = frozenset()
+    length_limit: int = 1 << 62
     stats: dict[str, int] = field(default_factory=lambda: {"preemptions": 0})
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
 
     @property
     def output_ids(self) -> list[int]:

@@ -24,6 +24,11 @@ class StepInputs:
         self.dev64 = torch.zeros(n64, dtype=torch.int64, device=device) if pin else self.host64
         self.dev32 = torch.zeros(padded * (1 + max_blocks), dtype=torch.int32, device=device) if pin else self.host32
         self._n64, self._n32 = self.host64.numpy(), self.host32.numpy()
+        # the block table each row of the staging holds, and its length then: a table is only ever extended
+        # (BlockManager.grow), so the same list at the same length is the same blocks and its row is not
+        # rewritten; holding the list keeps it alive, so `is` cannot match a new list at a recycled address
+        self._tables: list[list[int] | None] = [None] * padded
+        self._table_lens = [0] * padded
         # set after each upload; the staging is rewritten only once the copies that read it are done
         self._uploaded = torch.cuda.Event() if pin else None
         self.device_views = self._views(self.dev64, self.dev32)
@@ -50,7 +55,8 @@ class StepInputs:
         state_slots: list[int] | None = None,
     ) -> None:
         """Rows beyond len(tokens) are padding: token 0, no KV store (slot -1), one cached token read from
-        block 0, the scratch state slot, output ignored."""
+        block 0, the scratch state slot, output ignored. A table list may grow between fills but its blocks
+        never change (BlockManager's tables): a row given the same list again is written from its new blocks on."""
         n, p, m = len(tokens), self.padded, self.max_blocks
         if not n == len(positions) == len(slots) == len(tables) or n > p:
             raise ValueError(
@@ -68,12 +74,27 @@ class StepInputs:
                 raise ValueError(f"StepInputs.fill: {n} rows need their {n} recurrent-state slots")
             n64[3 * p : 3 * p + n], n64[3 * p + n :] = state_slots, self.state_scratch
         n32[:n], n32[n:p] = [q + 1 for q in positions], 1
-        n32[p:] = 0
+        held, held_lens = self._tables, self._table_lens
         for row, blocks in enumerate(tables):
-            if len(blocks) > m:
-                raise ValueError(f"StepInputs.fill: row {row} has {len(blocks)} blocks, the table holds {m}")
+            k = len(blocks)
+            if blocks is held[row] and k == held_lens[row]:
+                continue  # this row already holds exactly these blocks
+            if k > m:
+                raise ValueError(f"StepInputs.fill: row {row} has {k} blocks, the table holds {m}")
             start = p + row * m
-            n32[start : start + len(blocks)] = blocks
+            was = held_lens[row]
+            if blocks is held[row] and k > was:
+                n32[start + was : start + k] = blocks[was:]  # only the blocks added since
+            else:
+                n32[start : start + k] = blocks
+                if was > k:
+                    n32[start + k : start + was] = 0
+            held[row], held_lens[row] = blocks, k
+        for row in range(n, p):  # padding rows read block 0
+            if held_lens[row] or held[row] is not None:
+                start = p + row * m
+                n32[start : start + held_lens[row]] = 0
+                held[row], held_lens[row] = None, 0
 
     def upload(self) -> dict[str, torch.Tensor]:
         """Copy the staging to the device (on the current stream) and return the device views."""

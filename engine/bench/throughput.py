@@ -13,7 +13,9 @@ the peer). Fewer than 32 such steps within the budget: no rate and no ratio. Pro
 --ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
 on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
 for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
-also splits the engine's time into its decode and mixed (prefill) steps.
+also splits the engine's time into its decode and mixed (prefill) steps, and reports the host's share of a
+decode step: the milliseconds per step spent outside the model (the scheduler, the step's rows and outputs,
+the inputs filled and uploaded: LLM.host_time), which on a GPU do not overlap the device.
 Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
 another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
 
@@ -422,18 +424,25 @@ def engine_point(
             if switch.use(label, flags):  # first use: its graphs are captured before any timing
                 warm_up(llm, warm, vocab, temperature)
             steps.reset()
+            llm.reset_host_time()
             seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+            split = steps.split()
+            host = llm.host_time()
             runs[label].append(
                 {
                     "engine_s": seconds,
                     "engine_tok_per_s": sum(outs) / seconds,
-                    **steps.split(),
+                    **split,
+                    **host,
+                    "host_ms_per_decode_step": host_ms(host, "decode", split["decode_steps"]),
+                    "host_ms_per_mixed_step": host_ms(host, "mixed", split["mixed_steps"]),
                     "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
                 }
             )
             print(
                 f"engine {label or 'default flags'} rep {rep}: {n} requests, {sum(outs) / seconds:.0f} tok/s in "
-                f"{seconds:.1f}s ({1e3 * steps.seconds[True] / max(1, steps.count[True]):.2f} ms/decode step)",
+                f"{seconds:.1f}s ({1e3 * steps.seconds[True] / max(1, steps.count[True]):.2f} ms/decode step, "
+                f"host {runs[label][-1]['host_ms_per_decode_step']:.2f} ms of it)",
                 file=sys.stderr,
             )
     for label, _ in arms:
@@ -442,6 +451,11 @@ def engine_point(
             point.setdefault("arms", {})[label] = timing
         point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
     return point
+
+
+def host_ms(host: dict[str, float], kind: str, steps: float) -> float:
+    """Host milliseconds per step of a kind ("decode" or "mixed") outside the model, from LLM.host_time."""
+    return 1e3 * (host[f"{kind}_scheduler_s"] + host[f"{kind}_inputs_s"]) / max(1, steps)
 
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
@@ -622,6 +636,15 @@ def print_report(r: dict[str, Any]) -> None:
                 f"[{a['tok_per_s_min']:.0f}-{a['tok_per_s_max']:.0f} over {a['runs']} runs] in {a['engine_s']:.2f}s, "
                 f"{ratio}; decode {a['decode_s']:.2f}s/{a['decode_steps']} steps ({a['decode_ms_per_step']:.2f} ms), "
                 f"mixed {a['mixed_s']:.2f}s/{a['mixed_steps']} steps"
+            )
+    for p in r["points"]:
+        for label, a in (p.get("arms") or {"": p}).items():
+            steps = max(1, a["decode_steps"])
+            print(
+                f"  {p['requests']} requests{', ' + label if label else ''}: host {a['host_ms_per_decode_step']:.2f} "
+                f"ms per decode step (scheduler {1e3 * a['decode_scheduler_s'] / steps:.2f}, inputs "
+                f"{1e3 * a['decode_inputs_s'] / steps:.2f}) of {a['decode_ms_per_step']:.2f}; "
+                f"{a['host_ms_per_mixed_step']:.2f} ms per mixed step"
             )
     s = r["engine_stats"]
     print(

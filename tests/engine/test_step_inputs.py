@@ -56,3 +56,25 @@ def test_the_device_views_are_fixed_tensors() -> None:
 def test_bad_fills_are_named(args, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         StepInputs(2, 2, torch.device("cpu")).fill(*args)
+
+
+def test_a_grown_or_replaced_table_is_rewritten_and_an_unchanged_one_kept() -> None:
+    s = StepInputs(3, 4, torch.device("cpu"))
+    a, b, c = [5], [6, 7, 8], [9, 10]
+    s.fill([1, 2, 3], [0, 0, 0], [0, 0, 0], [a, b, c])
+    a.append(11)  # a's sequence took a block (BlockManager.grow extends its list)
+    s.fill([1, 2, 3], [0, 0, 0], [0, 0, 0], [a, [12], b])  # row 1 a new, shorter table; row 2 another list
+    assert s.upload()["block_tables"].tolist() == [[5, 11, 0, 0], [12, 0, 0, 0], [6, 7, 8, 0]]
+    s.fill([1], [0], [0], [a])  # rows 1 and 2 now padding: block 0 only
+    assert s.upload()["block_tables"].tolist() == [[5, 11, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    fresh = StepInputs(3, 4, torch.device("cpu"))
+    fresh.fill([1], [0], [0], [list(a)])
+    assert fresh.upload()["block_tables"].tolist() == s.upload()["block_tables"].tolist()
+
+
+def test_the_state_slots_pad_with_the_scratch_slot() -> None:
+    s = StepInputs(3, 2, torch.device("cpu"), state_scratch=9)
+    s.fill([1, 2], [0, 4], [0, 4], [[0], [1]], [3, 0])
+    assert s.upload()["state_index"].tolist() == [3, 0, 9]
+    with pytest.raises(ValueError, match="2 rows need their 2 recurrent-state slots"):
+        s.fill([1, 2], [0, 4], [0, 4], [[0], [1]])

@@ -34,6 +34,10 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
     for p in record["points"]:
         assert p["engine_tok_per_s"] > 0 and p["peer_tok_per_s"] > 0 and p["ratio"] > 0
         assert p["output_tokens"] >= 40 * p["requests"]  # lengths uniform in [40, 48]
+        # the host's share of a decode step, both parts measured, and below the whole step
+        assert 0 < p["decode_scheduler_s"] and 0 < p["decode_inputs_s"]
+        assert 0 < p["host_ms_per_decode_step"] < p["decode_ms_per_step"]
+    assert sum("ms per decode step (scheduler" in line for line in out) == 2
     assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
