@@ -19,7 +19,8 @@
 #   (VT_SAMPLE_ROWS_KERNEL): their numerics cases against the references (engine/gates/cases/prefill.py and
 #   sample_rows.py, one ledger record), memcheck on the small ones, their GPU tests, the serving GPU tests
 #   with VT_PREFILL_ATTN on (tokens equal to the flag-off run, counters showing its arms ran), then the
-#   throughput benchmark with both off, the first on, both on, in one run, and the time-bounded transformers
+#   throughput benchmark with all three off, the first on, the first two on, then VT_ASYNC_SCHEDULE on top
+#   (the next decode step scheduled and staged while the current one runs), in one run, and the time-bounded transformers
 #   peer; the throughput table is printed last. throughput-ab: that benchmark step alone. Both (and serve) run
 #   the Qwen3-Next serving GPU tests (tests/engine/test_llm_qwen3_next.py: engine.LLM's graphed steps with the
 #   gated delta net's state slots, fp32 token-exact against transformers, bf16 graphed equal to eager).
@@ -215,7 +216,8 @@ if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; the
   fi
   step serve-qwen3next 180 $PY -m pytest tests/engine/test_llm_qwen3_next.py -m gpu -q -rA -p no:cacheprovider
   step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
-    --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL --ab-reps 2 --peer-budget-s 30 --ledger "$OUT/ledger"
+    --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL,VT_ASYNC_SCHEDULE --ab-reps 2 --peer-budget-s 30 \
+    --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" quant "* ]]; then

@@ -294,6 +294,12 @@ declare(
     "The serving sampler's unfiltered draw as one fused CUDA pass (the reference's counter-based Gumbel noise recomputed in registers, the same fp32 operations, then the row argmax) instead of [batch, vocab] torch temporaries. Bit-exact to the reference (12/12 cases on the H200), so ON; `0` is the rollback.",
 )
 declare(
+    "VT_ASYNC_SCHEDULE",
+    False,
+    "ENGINE-SERVE",
+    "engine.LLM schedules and prepares the next decode step while the current one runs, reading the sampled tokens one step late (a stop token found then drops its row from the prepared step).",
+)
+declare(
     "VT_GEMV",
     True,
     "KERNEL-GEMV",

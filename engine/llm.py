@@ -24,10 +24,10 @@ import torch
 
 from engine.flags import FlagSnapshot
 from engine.model.config import checkpoint_dtype, load_config
-from engine.runner import DTYPES, Runner, StepRow
+from engine.runner import DTYPES, PreparedDecode, Runner, StepRow
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence
+from engine.scheduler import ScheduledStep, Scheduler
+from engine.sequence import Sequence, Status
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -111,6 +111,7 @@ class LLM:
         self._rng = random.Random(seed)
         self._next_id = 0
         self._scheduler_s = {True: 0.0, False: 0.0}
+        self._inflight: tuple[ScheduledStep, torch.Tensor] | None = None  # a decode step launched, not read
 
     @property
     def stats(self) -> dict[str, int]:
@@ -144,6 +145,7 @@ class LLM:
                 for out in self.step():
                     done[out.index] = out
         except BaseException:
+            self._inflight = None
             self.scheduler.abort_all()
             raise
         return [done[s.index] for s in seqs]
@@ -159,14 +161,78 @@ class LLM:
         return self.scheduler.has_work()
 
     def step(self) -> list[RequestOutput]:
-        """One scheduled step; returns the requests it finished."""
+        """One scheduled step; returns the requests it finished. With VT_ASYNC_SCHEDULE a decode step is
+        launched and read back by the next call, which schedules and stages its own step first."""
+        if self._inflight is not None or self.runner.flags.enabled("VT_ASYNC_SCHEDULE"):
+            return self._step_overlapped()
+        return self._run(self._schedule())
+
+    def _schedule(self) -> ScheduledStep:
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
+        self._scheduler_s[plan.decode] += time.perf_counter() - t0
         if not plan.rows:
             raise RuntimeError(
                 f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
                 f"{self.runner.blocks.num_free} of {self.runner.blocks.num_blocks} blocks free"
             )
+        return plan
+
+    def _run(self, plan: ScheduledStep) -> list[RequestOutput]:
+        """A scheduled step synchronously: its rows through the runner, its tokens read and postprocessed."""
+        t0 = time.perf_counter()
+        rows = self._rows(plan)
+        t1 = time.perf_counter()
+        sampled = self.runner.run_step(rows, plan.decode)
+        t2 = time.perf_counter()
+        done = [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
+        self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
+        return done
+
+    def _step_overlapped(self) -> list[RequestOutput]:
+        """Read back the decode step in flight only once the next step is scheduled and its inputs staged, so
+        that host work overlaps the device's. Token counts are all the scheduler needs (advance gives the
+        rows placeholder tokens); a row whose token turns out to stop it is dropped from the staged step,
+        which is then staged again. Mixed steps run synchronously."""
+        t0, runner = time.perf_counter(), self.runner
+        inside = 0.0  # seconds in the runner (its own inputs_s, the device wait, the launch) or in _run
+        done: list[RequestOutput] = []
+        if self._inflight is None:
+            plan = self._schedule()  # counts its own time
+            t0 = time.perf_counter()
+            if not plan.decode:
+                return self._run(plan)
+            t = time.perf_counter()
+            prepared: PreparedDecode | None = runner.prepare_decode(self._rows(plan))
+        else:
+            last, out = self._inflight
+            self._inflight = None
+            ended = self.scheduler.advance(last)
+            plan = self.scheduler.schedule()
+            t = time.perf_counter()
+            prepared = runner.prepare_decode(self._rows(plan)) if plan.decode and plan.rows else None
+            sampled = runner.read_tokens(out, len(last.rows))  # waits for the device
+            inside += time.perf_counter() - t
+            stopped = self.scheduler.settle(last, sampled)
+            done = [self._output(s) for s in ended + stopped]
+            if stopped:  # those rows leave the next step: stage it again without them
+                plan.rows = [(s, n) for s, n in plan.rows if s.status is Status.RUNNING]
+                prepared = None
+            if plan.rows and not plan.decode:
+                self._scheduler_s[True] += time.perf_counter() - t0 - inside
+                return done + self._run(plan)
+            t = time.perf_counter()
+            if plan.rows and prepared is None:
+                prepared = runner.prepare_decode(self._rows(plan))
+        if plan.rows:
+            assert prepared is not None
+            tokens = [seq.token_ids[-1] for seq, _ in plan.rows]  # a decode row computes its last token
+            self._inflight = (plan, runner.launch_decode(prepared, tokens))
+        inside += time.perf_counter() - t
+        self._scheduler_s[True] += time.perf_counter() - t0 - inside
+        return done
+
+    def _rows(self, plan: ScheduledStep) -> list[StepRow]:
         tables = self.runner.blocks.tables
         rows = []
         for seq, n in plan.rows:
@@ -185,12 +251,7 @@ class LLM:
                     seq.state_slot,
                 )
             )
-        t1 = time.perf_counter()
-        sampled = self.runner.run_step(rows, plan.decode)
-        t2 = time.perf_counter()
-        done = [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
-        self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
-        return done
+        return rows
 
     def host_time(self) -> dict[str, float]:
         """Host seconds of the serving steps since construction (or reset_host_time) outside the model: the

@@ -47,6 +47,16 @@ class StepRow:
 
 
 @dataclass
+class PreparedDecode:
+    """A decode step's filled host staging, not yet uploaded (Runner.prepare_decode)."""
+
+    padded: int
+    mode: Mode
+    inputs: StepInputs
+    sampling: SamplingInputs
+
+
+@dataclass
 class Generation:
     tokens: list[list[int]]  # generated ids per prompt, prompt excluded
     seconds: float  # wall time of prefill plus decode
@@ -309,7 +319,35 @@ class Runner:
             dev = host
         return list(dev.split([len(c) for c in columns]))
 
+    # a decode step in two halves, so the host can prepare it while the previous step runs (engine.LLM with
+    # VT_ASYNC_SCHEDULE): prepare_decode fills the host staging (the rows' tokens may still be placeholders),
+    # launch_decode writes the final tokens, uploads and runs or replays the step; read_tokens is its host read
+    @torch.inference_mode()
+    def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
+        self._t_enter = time.perf_counter()
+        if self.recurrent is not None:
+            self._reset_states(rows)
+        prepared = self._prepare_decode(rows, rows_mode(rows, self.config.vocab_size))
+        self.inputs_s[1] += time.perf_counter() - self._t_enter
+        return prepared
+
+    @torch.inference_mode()
+    def launch_decode(self, prepared: PreparedDecode, tokens: list[int]) -> torch.Tensor:  # -> [padded] int64
+        """Run a prepared decode step with these tokens as its rows' inputs; the result is read by read_tokens."""
+        t0 = time.perf_counter()
+        prepared.inputs.set_tokens(tokens)
+        self.inputs_s[1] += time.perf_counter() - t0
+        return self._launch_decode(prepared)
+
+    def read_tokens(self, out: torch.Tensor, n: int) -> list[int]:
+        return out[:n].tolist()
+
     def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
+        prepared = self._prepare_decode(rows, mode)
+        self.inputs_s[1] += time.perf_counter() - self._t_enter
+        return self._launch_decode(prepared)
+
+    def _prepare_decode(self, rows: list[StepRow], mode: Mode) -> PreparedDecode:
         n, bs = len(rows), self.block_size
         padded = self._padded_batch(n)
         inputs = self._step_inputs(padded)
@@ -324,12 +362,15 @@ class Runner:
             self._sampling[padded] = SamplingInputs(padded, self.device)
         sampling = self._sampling[padded]
         sampling.fill(*_sampling_columns(rows))
-        buf = {**inputs.upload(), **sampling.upload()}
+        return PreparedDecode(padded, mode, inputs, sampling)
+
+    def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
+        padded, mode = prepared.padded, prepared.mode
+        buf = {**prepared.inputs.upload(), **prepared.sampling.upload()}
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
             return self.sample_step(mode, **kw)
 
-        self.inputs_s[1] += time.perf_counter() - self._t_enter
         if not self.use_graph:
             return step(**buf)
         key = (padded, mode)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from engine.block_manager import BlockManager
 from engine.sequence import Sequence, Status
 
+PLACEHOLDER = -1  # a decode step's token before it is read back (advance, then settle)
+
 
 @dataclass
 class ScheduledStep:
@@ -140,6 +142,42 @@ class Scheduler:
                 finished.append(seq)
         stats["computed_tokens"] += computed
         return finished
+
+    def advance(self, step: ScheduledStep) -> list[Sequence]:
+        """A decode step's postprocess before its tokens are read: each row takes a PLACEHOLDER token, and a row
+        at its length limit ends ("length"; blocks and slot freed). settle() writes the tokens in later; until
+        then the next step can be scheduled, as token counts are all it needs. Returns the ended sequences."""
+        assert step.decode
+        stats = self.stats
+        stats["steps"] += 1
+        stats["decode_steps"] += 1
+        stats["computed_tokens"] += len(step.rows)
+        caching = self.blocks.prefix_caching
+        ended = []
+        for seq, _ in step.rows:
+            seq.num_computed += 1
+            if caching:  # the tokens up to num_computed are known: the placeholder comes after them
+                self.blocks.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed)
+            seq.token_ids.append(PLACEHOLDER)
+            if len(seq.token_ids) >= seq.length_limit:
+                self.finish(seq, "length")
+                ended.append(seq)
+        return ended
+
+    def settle(self, step: ScheduledStep, sampled: list[int]) -> list[Sequence]:
+        """The advanced step's tokens in place of its placeholders; a row whose token is a stop token or EOS
+        ends with "stop" (also one that advance ended by length). Returns the sequences ended here."""
+        stopped = []
+        for (seq, _), token in zip(step.rows, sampled):
+            assert seq.token_ids[-1] == PLACEHOLDER, "settle: the sequence moved on before its token was read"
+            seq.token_ids[-1] = token
+            if token in seq.stop_ids:
+                if seq.status is Status.FINISHED:
+                    seq.finish_reason = "stop"
+                else:
+                    self.finish(seq, "stop")
+                    stopped.append(seq)
+        return stopped
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """End a sequence wherever it is (running or waiting) and free its blocks and state slot."""

@@ -96,6 +96,10 @@ class StepInputs:
                 n32[start : start + held_lens[row]] = 0
                 held[row], held_lens[row] = None, 0
 
+    def set_tokens(self, tokens: list[int]) -> None:
+        """Rewrite the filled rows' input tokens (a step prepared before its tokens were known)."""
+        self._n64[: len(tokens)] = tokens
+
     def upload(self) -> dict[str, torch.Tensor]:
         """Copy the staging to the device (on the current stream) and return the device views."""
         if self._uploaded is not None:

@@ -268,13 +268,32 @@ def ab_arms(base: FlagSnapshot, flags: list[str]) -> list[tuple[str, FlagSnapsho
 
 class StepClock:
     """Wall seconds of the runner's decode and mixed steps (each ends in its one host read, so the host clock
-    is the device's), by wrapping run_step."""
+    is the device's), by wrapping run_step; with VT_ASYNC_SCHEDULE a decode step's seconds run from its launch
+    to its read (launch_decode to read_tokens)."""
 
     def __init__(self, runner: Any) -> None:
         self.seconds = {True: 0.0, False: 0.0}
         self.count = {True: 0, False: 0}
         self.runner = runner
         inner = runner.run_step
+        launch, read = runner.launch_decode, runner.read_tokens
+        launched: list[float] = []
+
+        def timed_launch(*args: Any) -> Any:
+            try:
+                return launch(*args)
+            finally:
+                launched.append(time.perf_counter())
+
+        def timed_read(*args: Any) -> Any:
+            try:
+                return read(*args)
+            finally:
+                if launched:
+                    self.seconds[True] += time.perf_counter() - launched.pop()
+                    self.count[True] += 1
+
+        runner.launch_decode, runner.read_tokens = timed_launch, timed_read
 
         def timed(rows: Any, decode: bool) -> Any:
             t0 = time.perf_counter()
@@ -288,7 +307,8 @@ class StepClock:
 
     def detach(self) -> None:
         """Remove the wrapper (it holds the runner: a reference cycle that would keep the runner alive)."""
-        self.runner.__dict__.pop("run_step", None)
+        for name in ("run_step", "launch_decode", "read_tokens"):
+            self.runner.__dict__.pop(name, None)
 
     def reset(self) -> None:
         self.seconds = {True: 0.0, False: 0.0}

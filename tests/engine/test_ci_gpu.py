@@ -187,7 +187,8 @@ def test_prefill_phase_gates_the_kernel_then_ab_tests_the_throughput(tmp_path: P
         tmp_path, "prefill-gpu-tests"
     )
     assert (
-        "argv: -m engine bench throughput --requests 256 --sweep 256 --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL "
+        "argv: -m engine bench throughput --requests 256 --sweep 256 "
+        "--ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL,VT_ASYNC_SCHEDULE "
         "--ab-reps 2 --peer-budget-s 30 "
         f"--ledger {out}/ledger"
     ) in log(tmp_path, "prefill-throughput")

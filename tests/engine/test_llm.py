@@ -355,3 +355,75 @@ def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp
     # the prefill kernel is not bitwise (another fp32 summation order): where the runs part, a near tie
     parted = assert_partings_are_near_ties(model, prompts, params, runs[True, False], runs[False, False])
     assert parted <= len(prompts) // 4, f"{parted} of {len(prompts)} requests parted"
+
+
+def async_flags():  # type: ignore[no-untyped-def]
+    from engine.flags import FlagSnapshot
+
+    return FlagSnapshot.from_env().with_(VT_ASYNC_SCHEDULE=True)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"max_num_seqs": 3, "max_model_len": 128, "max_num_batched_tokens": 24},
+        {"max_num_seqs": 6, "max_model_len": 64, "num_blocks": 7, "block_size": 8},  # preemption
+    ],
+)
+def test_async_scheduling_gives_the_synchronous_outputs(solo: Runner, config: dict) -> None:
+    """VT_ASYNC_SCHEDULE: the next step is scheduled and staged before the step in flight is read back; every
+    request's tokens and finish reason are the synchronous run's, stop tokens and EOS included."""
+    prompts = random_prompts(10, 14, 1, 30)
+    first = solo_tokens(solo, prompts[0], 12)
+    stop = next(t for i, t in enumerate(first) if i >= 2 and t not in first[:i])
+    params = [
+        SamplingParams(temperature=0.0 if i % 2 else 0.8, seed=i, max_tokens=4 + i, ignore_eos=i % 3 == 0)
+        for i in range(10)
+    ]
+    params[0] = SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[stop])
+    model = TINY_MODEL
+    sync = LLM(model, **config)
+    llm = LLM(model, **config, flags=async_flags())
+    events: list[str] = []
+    for name, obj in (("schedule", llm.scheduler), ("launch", llm.runner), ("read", llm.runner)):
+        attr = {"schedule": "schedule", "launch": "launch_decode", "read": "read_tokens"}[name]
+        inner = getattr(obj, attr)
+
+        def logged(*a, _inner=inner, _name=name):  # type: ignore[no-untyped-def]
+            events.append(_name)
+            return _inner(*a)
+
+        setattr(obj, attr, logged)
+    want = sync.generate(prompts, params)
+    got = llm.generate(prompts, params)
+    assert [(o.token_ids, o.finish_reason) for o in got] == [(o.token_ids, o.finish_reason) for o in want]
+    assert got[0].finish_reason == "stop" and got[0].token_ids[-1] == stop
+    # the overlap ran: a step was read only after the next one was scheduled
+    pattern = "".join(e[0] for e in events)
+    assert pattern.count("lsr") >= 5, pattern
+    if config.get("num_blocks"):
+        assert llm.stats["preemptions"] > 0
+    llm.scheduler.check_empty()
+    assert not llm.has_unfinished_requests() and llm._inflight is None
+
+
+@pytest.mark.parametrize("fail_at", [0, 2, 5, 9])
+def test_async_scheduling_frees_everything_when_a_read_fails(solo: Runner, monkeypatch, fail_at: int) -> None:
+    llm = LLM(max_num_seqs=3, max_model_len=64, num_blocks=8, block_size=8, flags=async_flags())
+    prompts = random_prompts(5, 9, 5, 20)
+    real, calls = llm.runner.read_tokens, []
+
+    def failing(out, n):  # type: ignore[no-untyped-def]
+        calls.append(n)
+        if len(calls) == fail_at + 1:
+            raise RuntimeError("device lost")
+        return real(out, n)
+
+    monkeypatch.setattr(llm.runner, "read_tokens", failing)
+    with pytest.raises(RuntimeError, match="device lost"):
+        llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
+    llm.scheduler.check_empty()
+    assert not llm.has_unfinished_requests() and llm._inflight is None
+    monkeypatch.setattr(llm.runner, "read_tokens", real)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
+    assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 12) for p in prompts]

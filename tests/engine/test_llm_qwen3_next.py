@@ -65,6 +65,17 @@ def test_greedy_tokens_equal_transformers_through_batching_chunks_and_preemption
     llm.scheduler.check_empty()
 
 
+def test_async_scheduling_carries_the_state_as_the_synchronous_steps(case) -> None:
+    """VT_ASYNC_SCHEDULE (each decode step read back after the next is staged): the same tokens, preempted."""
+    from engine.flags import FlagSnapshot
+
+    path, prompts, theirs = case
+    llm = serve(path, num_blocks=16, flags=FlagSnapshot.from_env().with_(VT_ASYNC_SCHEDULE=True))
+    assert [o.token_ids for o in llm.generate(prompts, params())] == theirs
+    assert llm.stats["preemptions"] > 0
+    llm.scheduler.check_empty()
+
+
 def test_one_step_per_prompt_and_a_roomy_cache_give_the_same_tokens(case) -> None:
     path, prompts, theirs = case
     llm = serve(path, max_num_seqs=9, max_num_batched_tokens=2048)  # every prompt whole, no preemption
