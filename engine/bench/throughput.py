@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import hashlib
 import json
 import random
 import sys
@@ -350,7 +351,7 @@ class ArmSwitch:
         return first
 
 
-def summarize(runs: list[dict[str, float]]) -> dict[str, float]:
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The median run (by seconds) of an arm, with the tok/s band over its runs and its ms per decode step."""
     ordered = sorted(runs, key=lambda t: t["engine_s"])
     mid = dict(ordered[(len(ordered) - 1) // 2])
@@ -438,14 +439,15 @@ def engine_point(
     prompts, outs = load
     vocab = llm.runner.config.vocab_size
     point: dict[str, Any] = {"requests": n, "output_tokens": sum(outs), "input_tokens": sum(map(len, prompts))}
-    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in arms}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in arms}
     for rep in range(reps):  # the arms interleaved, rep after rep
         for label, flags in arms:
             if switch.use(label, flags):  # first use: its graphs are captured before any timing
                 warm_up(llm, warm, vocab, temperature)
             steps.reset()
             llm.reset_host_time()
-            seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed))
+            digest: list[str] = []
+            seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed, digest))
             split = steps.split()
             host = llm.host_time()
             runs[label].append(
@@ -457,6 +459,7 @@ def engine_point(
                     "host_ms_per_decode_step": host_ms(host, "decode", split["decode_steps"]),
                     "host_ms_per_mixed_step": host_ms(host, "mixed", split["mixed_steps"]),
                     "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
+                    "tokens": digest[0],
                 }
             )
             print(
@@ -467,6 +470,7 @@ def engine_point(
             )
     for label, _ in arms:
         timing = summarize(runs[label][1:] if reps > 2 else runs[label])  # rep 0 dropped when there are 3+
+        timing["tokens_same_every_run"] = len({r["tokens"] for r in runs[label]}) == 1
         if label:
             point.setdefault("arms", {})[label] = timing
         point.update(timing, engine_arm=label or "environment")  # the last arm's (every flag on) stands
@@ -487,7 +491,10 @@ def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
     )
 
 
-def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature: float, seed: int) -> None:
+def run_engine(
+    llm: Any, prompts: list[list[int]], outs: list[int], temperature: float, seed: int, digest: list[str]
+) -> None:
+    """Every request to its length; appends a digest of all generated tokens to `digest` (arms compared)."""
     params = [
         SamplingParams(temperature=temperature, max_tokens=m, ignore_eos=True, seed=seed + i)
         for i, m in enumerate(outs)
@@ -496,6 +503,10 @@ def run_engine(llm: Any, prompts: list[list[int]], outs: list[int], temperature:
     got = [len(r.token_ids) for r in results]
     if got != outs:
         raise RuntimeError(f"engine generated {sum(got)} tokens, expected {sum(outs)}")
+    h = hashlib.blake2b(digest_size=8)
+    for r in results:
+        h.update(b"".join(int(t).to_bytes(4, "little") for t in r.token_ids))
+    digest.append(h.hexdigest())
 
 
 PEER_SKIP_STEPS = 8  # the timed run's first steps (its prefill, any late compilation) are left out of its rate
@@ -665,6 +676,17 @@ def print_report(r: dict[str, Any]) -> None:
                 f"ms per decode step (scheduler {1e3 * a['decode_scheduler_s'] / steps:.2f}, inputs "
                 f"{1e3 * a['decode_inputs_s'] / steps:.2f}) of {a['decode_ms_per_step']:.2f}; "
                 f"{a['host_ms_per_mixed_step']:.2f} ms per mixed step"
+            )
+    for p in r["points"]:  # arms whose sampled tokens are the same (same seeds): equal digests
+        arms = p.get("arms") or {"": p}
+        groups: dict[str, list[str]] = {}
+        for label, a in arms.items():
+            groups.setdefault(a["tokens"], []).append(label or "default flags")
+        for digest, labels in groups.items():
+            same = all(arms[x if x != "default flags" else ""]["tokens_same_every_run"] for x in labels)
+            print(
+                f"  {p['requests']} requests, tokens {digest}: {' == '.join(labels)}"
+                f"{'' if same else ' (differ between runs of an arm)'}"
             )
     s = r["engine_stats"]
     print(

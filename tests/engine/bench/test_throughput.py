@@ -38,6 +38,7 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
         assert 0 < p["decode_scheduler_s"] and 0 < p["decode_inputs_s"]
         assert 0 < p["host_ms_per_decode_step"] < p["decode_ms_per_step"]
     assert sum("ms per decode step (scheduler" in line for line in out) == 2
+    assert sum(" requests, tokens " in line for line in out) == 2  # one digest line per point (one arm)
     assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
@@ -183,3 +184,14 @@ def test_the_peer_rate_is_its_steady_state() -> None:
     assert throughput.peer_rate([1000, 1000], skip + need, times) == pytest.approx(2 * need / (0.5 * need))
     assert throughput.peer_rate([1000, 1000], skip + need - 1, times) is None  # one step short
     assert throughput.peer_rate([skip + 1, 1000], skip + need, times) == pytest.approx((1 + need) / (0.5 * need))
+
+
+def test_the_async_arm_gives_the_same_tokens_and_the_report_says_so(capsys) -> None:
+    argv = ["--smoke", "--requests", "6", "--sweep", "6", "--max-len", "16", "--no-peer"]
+    assert throughput.main([*argv, "--ab-flag", "VT_ASYNC_SCHEDULE", "--ab-reps", "1", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (point,) = json.loads(out[-1])["points"]
+    arms = point["arms"]
+    assert arms["VT_ASYNC_SCHEDULE=0"]["tokens"] == arms["VT_ASYNC_SCHEDULE=1"]["tokens"]
+    assert all(a["decode_steps"] > 0 for a in arms.values())  # the async arm's steps are counted too
+    assert any(line.endswith(": VT_ASYNC_SCHEDULE=0 == VT_ASYNC_SCHEDULE=1") for line in out)
