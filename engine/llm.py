@@ -257,7 +257,8 @@ class LLM:
         """Host seconds of the serving steps since construction (or reset_host_time) outside the model: the
         scheduler and the step's rows and outputs (`*_scheduler_s`), and the runner's work before it launches
         the forward (`*_inputs_s`: state resets, sampling mode, inputs filled and uploaded), for decode and
-        mixed steps. On a GPU none of it overlaps the device: it is the host's share of each step."""
+        mixed steps. On a GPU none of it overlaps the device, except a decode step's under VT_ASYNC_SCHEDULE
+        (scheduled and staged while the step before it runs)."""
         r = self.runner.inputs_s
         return {
             "decode_scheduler_s": self._scheduler_s[True],
