@@ -452,7 +452,9 @@ class Runner:
             raise ValueError(f"{self.config.architecture}: a serving row has state slot {bad}, not in 0..{limit - 1}")
         fresh = [r.state_slot for r in rows if r.start == 0]
         if fresh:
-            index = torch.tensor(fresh, dtype=torch.int64).to(self.device, non_blocking=True)
+            index = torch.tensor(fresh, dtype=torch.int64)
+            if self.device.type == "cuda":  # pinned: the host does not wait for the device (VT_ASYNC_SCHEDULE)
+                index = index.pin_memory().to(self.device, non_blocking=True)
             for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
                 t.index_fill_(0, index, 0)
 
