@@ -259,8 +259,16 @@ def test_reach_phase_builds_runs_the_gate_and_prints_its_table_last(tmp_path: Pa
     assert "argv: -m engine.cuda.build" in log(tmp_path, "build")
     argv = log(tmp_path, "reach").splitlines()[0]
     assert argv.startswith("argv: -m engine gate reach --device cuda --dtype bfloat16 --out ")
-    assert "--time-limit 200" in argv
-    assert done.stdout.rstrip().splitlines()[-1].startswith("reach ")  # the step table; the fake prints no arm table
+    assert "--time-limit 220 --tiled-splits 1 4 26" in argv  # the split count forced, reported only
+    table = (
+        done.stdout[done.stdout.rindex("\nstep ") + 1 :].split("\n\n")[0].splitlines()
+    )  # the fake prints no arm table
+    assert [ln.split()[0] for ln in table[1:]] == [
+        "build",
+        "reach-numerics",
+        "reach",
+        *(f"reach-long-seed{s}" for s in (1, 2, 3)),
+    ]
 
 
 def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_and_on(tmp_path: Path) -> None:
