@@ -313,7 +313,8 @@ def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[
     """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
     if not splits or not cuda_tiled.supported(model.head_dim, model.group, torch.bfloat16):
         return []
-    return [Setting(s.op, s.arm, s.flags, n) for s in wanted if s.default for n in splits]
+    tiled = [s for s in wanted if s.default and s.op == "paged_decode_attention" and s.arm == "tiled"]
+    return [Setting(s.op, s.arm, s.flags, n) for s in tiled for n in splits]
 
 
 def log_run(run: Run, line: str, log: Any) -> None:

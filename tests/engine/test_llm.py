@@ -143,24 +143,37 @@ def test_a_small_block_budget_completes_every_request_by_preemption(solo: Runner
     llm.runner.blocks.check_empty()
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("fail_at", [0, 1, 3, 6, 10])
-def test_an_error_mid_run_frees_every_block(solo: Runner, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
-    llm = LLM(max_num_seqs=3, max_model_len=64, num_blocks=8, block_size=8, max_num_batched_tokens=10)
+def test_an_error_mid_run_frees_every_block(
+    solo: Runner, monkeypatch: pytest.MonkeyPatch, fail_at: int, overlap: bool
+) -> None:
+    from engine.flags import FlagSnapshot
+
+    flags = FlagSnapshot.from_env().with_(VT_ASYNC_SCHEDULE=overlap)
+    llm = LLM(max_num_seqs=3, max_model_len=64, num_blocks=8, block_size=8, max_num_batched_tokens=10, flags=flags)
     prompts = random_prompts(5, 9, 5, 20)
-    real, calls = llm.runner.run_step, []
+    calls: list[str] = []
 
-    def failing(rows, decode):  # type: ignore[no-untyped-def]
-        calls.append(len(rows))
-        if len(calls) == fail_at + 1:
-            raise RuntimeError("device lost")
-        return real(rows, decode)
+    def failing(name, real):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            if len(calls) == fail_at + 1:
+                raise RuntimeError("device lost")
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(llm.runner, "run_step", failing)
+        return call
+
+    # every way a step reaches the device: a synchronous step, and an overlapped decode's launch and read-back
+    for name in ("run_step", "launch_decode", "read_tokens"):
+        monkeypatch.setattr(llm.runner, name, failing(name, getattr(llm.runner, name)))
     with pytest.raises(RuntimeError, match="device lost"):
         llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
+    assert overlap or "launch_decode" not in calls
+    assert not overlap or fail_at < 6 or {"launch_decode", "read_tokens"} <= set(calls), calls  # overlapped path
     llm.runner.blocks.check_empty()
     assert not llm.has_unfinished_requests()
-    monkeypatch.setattr(llm.runner, "run_step", real)
+    monkeypatch.undo()
     outs = llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))  # the engine still serves
     assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 12) for p in prompts]
 

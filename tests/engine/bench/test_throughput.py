@@ -114,7 +114,7 @@ def test_arm_switch_keeps_each_arms_graphs_and_destroys_none() -> None:
 
     runner = SimpleNamespace(flags=None, _graphs={}, _sample_graphs={})
     switch = throughput.ArmSwitch(runner)
-    off, on = FlagSnapshot.defaults(), FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=True)
+    off, on = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=False), FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=True)
     assert switch.use("off", off) is True  # first use: capture
     runner._graphs[1] = "graph-off"
     assert switch.use("on", on) is True and runner._graphs == {} and runner.flags is on

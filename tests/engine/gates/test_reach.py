@@ -37,7 +37,13 @@ def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
         assert {f"{op}/{a.name}" for a in kernels.TABLE[op].arms} <= names
     for s in settings():
         assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
-    assert [s for s in settings() if s.default] == [s for s in settings() if s.arm == "tiled"]
+    # the arms the default flags take: the tiled decode arm and, since VT_PREFILL_ATTN's flip, the prefill/extend arms
+    assert {s.name for s in settings() if s.default} == {
+        "paged_decode_attention/tiled",
+        "prefill_attention/mma",
+        "extend_attention/mma",
+        "extend_attention/decode_rows",
+    }
 
 
 def run(model: str, arm: str, calls: int) -> Run:
