@@ -330,7 +330,7 @@ declare(
     "VT_GEMV_PDL",
     False,
     "ENGINE-PERF",
-    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic. Wins between GEMVs (1.07-1.13x), loses on the whole step (0.946x): OFF.",
+    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic; never after a kernel that writes its W (a dequant). Wins between GEMVs (1.07-1.13x); on the whole step 0.946x before the norms triggered early, 1.006x after (the defaults): OFF until the flip protocol runs.",
 )
 declare(
     "VT_GLU_GEMV",
@@ -349,7 +349,7 @@ declare(
     "VT_GEMV_STREAM",
     False,
     "ENGINE-PERF",
-    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits. Whole decode step over the three fused arms and VT_GEMV_PDL: 1.041x; OFF until the flip protocol runs.",
+    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits. Whole decode step over the three fused arms and VT_GEMV_PDL: 1.041x; over the defaults alone 0.959x (a loss without PDL): OFF.",
 )
 
 

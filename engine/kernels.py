@@ -579,6 +579,12 @@ def _qk_norm_then_rope(
     return apply_rope_neox(snapshot, qk_norm(snapshot, x, weight, eps), cos, sin)
 
 
+def _weights_just_written(snapshot: FlagSnapshot) -> FlagSnapshot:
+    """The flags for a linear whose W the kernel before it wrote: a programmatic-dependent GEMV issues its W
+    loads before `griddepcontrol.wait`, so it may read W only when no kernel in flight writes it."""
+    return snapshot.with_(VT_GEMV_PDL=False) if snapshot.enabled("VT_GEMV_PDL") else snapshot
+
+
 def _awq_dequant_then_linear(
     snapshot: FlagSnapshot,
     x: torch.Tensor,
@@ -589,7 +595,7 @@ def _awq_dequant_then_linear(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     w = dequant_awq(snapshot, qweight, qzeros, scales, group_size, x.dtype)
-    return linear(snapshot, x, w.T, bias)
+    return linear(_weights_just_written(snapshot), x, w.T, bias)
 
 
 def _gptq_dequant_then_linear(
@@ -604,7 +610,7 @@ def _gptq_dequant_then_linear(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     w = dequant_gptq(snapshot, qweight, qzeros, scales, g_idx, bits, version, x.dtype)
-    return linear(snapshot, x, w.T, bias)
+    return linear(_weights_just_written(snapshot), x, w.T, bias)
 
 
 def _nvfp4_dequant_then_linear(
@@ -615,7 +621,8 @@ def _nvfp4_dequant_then_linear(
     global_scale: torch.Tensor | float,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return linear(snapshot, x, dequant_nvfp4(snapshot, packed, block_scales, global_scale, x.dtype), bias)
+    w = dequant_nvfp4(snapshot, packed, block_scales, global_scale, x.dtype)
+    return linear(_weights_just_written(snapshot), x, w, bias)
 
 
 # --- the table --------------------------------------------------------------------------------------------

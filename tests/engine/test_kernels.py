@@ -212,3 +212,24 @@ def test_a_required_flag_whose_ops_the_model_never_calls_is_not_applicable_not_p
     kernels.COUNTS.ran[("glu_epilogue", "reference")] += 1
     assert report(passed, False, require=["VT_GLU_GEMV"]) == 1
     assert "FAIL: no arm gated by VT_GLU_GEMV ran" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("method", ["awq", "gptq", "nvfp4"])
+def test_a_linear_after_its_dequant_is_never_a_programmatic_dependent(monkeypatch, method: str) -> None:
+    """A PDL GEMV reads W before it waits for the kernel before it; after a dequant that kernel writes W."""
+    seen: list[bool] = []
+    w = torch.zeros(4, 8)
+
+    def fake_linear(snapshot, x, weight, bias=None):  # type: ignore[no-untyped-def]
+        seen.append(snapshot.enabled("VT_GEMV_PDL"))
+        return x @ weight.T
+
+    monkeypatch.setattr(kernels, "linear", fake_linear)
+    monkeypatch.setattr(kernels, f"dequant_{method}", lambda *args: w if method == "nvfp4" else w.T)
+    x = torch.zeros(2, 8)
+    arm = getattr(kernels, f"_{method}_dequant_then_linear")
+    args = {"awq": (None, None, None, 128), "gptq": (None, None, None, None), "nvfp4": (None, None, 1.0)}[method]
+    on = FlagSnapshot.defaults().with_(VT_GEMV_PDL=True)
+    assert arm(on, x, *args).shape == (2, 4)
+    assert arm(FlagSnapshot.defaults(), x, *args).shape == (2, 4)
+    assert seen == [False, False]
