@@ -64,7 +64,8 @@
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
 #   near-tie and token gates fail when no arm of a flag set on ran (the table's selection counters):
-#   a flag whose ops a model never calls is n/a there and must run on another model (flip-ran-VT_X).
+#   a flag whose ops a model never calls is n/a there and must run on another model (flip-ran-VT_X); the
+#   head_dim-128 model's razor (336-position contexts) has the bf16 oracle's fp32 twin as second judge.
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
@@ -386,18 +387,19 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
   step flip-kernels 300 "${F[@]}" $PY -m engine gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
   for m in ${FLIP_MODELS:-dense d128 moe}; do
     case $m in
-      dense) M=() ;;
-      moe) M=(--model "$MOE") ;;
-      # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine
-      d128) M=(--model "$D128" --max-new-tokens 300) ;;
+      dense) M=() A=() ;;
+      moe) M=(--model "$MOE") A=() ;;
+      # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine; at those
+      # contexts the bf16 oracle's own rounding moves margins past the band, so its fp32 twin judges again
+      d128) M=(--model "$D128" --max-new-tokens 300) A=(--fp32-arbiter) ;;
     esac
-    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${REQ[@]}"
+    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${A[@]}" "${REQ[@]}"
     step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
     na_if_refused "flip-distributional-$m"
     step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
     step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
     if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its gates with the flags unset
-      step flip-neartie-d128-noflags 180 $PY -m engine gate neartie "${G[@]}" "${M[@]}"
+      step flip-neartie-d128-noflags 180 $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${A[@]}"
       step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
     fi
   done

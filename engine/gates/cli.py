@@ -95,6 +95,14 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=handler)
         if name == "neartie":
             p.set_defaults(prompt_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
+            p.add_argument(
+                "--fp32-arbiter",
+                action="store_true",
+                help="judge each position out of band against the bf16/fp16 oracle again against its fp32 twin "
+                "(the same rounded weights, fp32 arithmetic): it fails only when out of band there too, else it "
+                "counts as a near-tie; for long contexts, where the oracle's own rounding moves margins past the "
+                "band (off by default: the seeded-bug suite's catch rates are measured without it)",
+            )
             p.description = (
                 f"{help_} Defaults: {len(RAZOR_PROMPT_LENS)} seeded prompts x {RAZOR_NEW_TOKENS} new tokens; "
                 "without --dtype, the checkpoint's dtype and bfloat16 (a bf16 rounding bug is invisible in "
@@ -203,7 +211,12 @@ def cmd_neartie(args: argparse.Namespace) -> int:
     results = {}
     for dtype in razor_dtypes(args):
         setup.dtype = dtype
-        results[dtype] = harness.neartie(setup, args.band, args.top_k, max_near_tie_rate=args.max_near_tie_rate)
+        twin = None
+        if args.fp32_arbiter and dtype != "float32":
+            twin = harness.fp32_twin(setup.oracle_dir or setup.model_dir, harness.DTYPES[dtype], setup.device)
+        results[dtype] = harness.neartie(
+            setup, args.band, args.top_k, max_near_tie_rate=args.max_near_tie_rate, arbiter=twin
+        )
     return report(harness.per_dtype(results), args.json, require=args.require_arm)
 
 

@@ -11,7 +11,7 @@ from engine.flags import FlagSnapshot
 from engine.gates import goldens as gold
 from engine.gates.distributional import distributional_gate
 from engine.gates.ledger import head_sha, repo_root, write_record
-from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K, near_tie_gate
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K, OUT_OF_BAND, near_tie_gate
 from engine.gates.oracle import Oracle
 from engine.gates.result import FAIL, PASS, GateResult
 from engine.gates.tokens import token_gate
@@ -63,11 +63,33 @@ def neartie(
     ours: list[list[int]] | None = None,
     oracle: Oracle | None = None,
     max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
+    arbiter: Oracle | None = None,
 ) -> GateResult:
+    """The near-tie razor. With `arbiter` (`fp32_twin`), a position out of band against the oracle is judged
+    again against it: it fails only when our token is out of band there too (a near-tie otherwise, counted in
+    the budget). Only the prompts with such a position are teacher-forced through the twin."""
     ours = ours if ours is not None else setup.ours()
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
-    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate)
+    razor = near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate)
+    if arbiter is None or not razor.details["counts"][OUT_OF_BAND]:
+        return razor
+    late = {r["prompt"] for r in razor.details["not_exact"] if r["verdict"] == OUT_OF_BAND}
+    twins = [
+        arbiter.teacher_forced_logprobs(p, t) if i in late else None
+        for i, (p, t) in enumerate(zip(setup.prompts, ours))
+    ]
+    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, arbiter=twins)
+
+
+def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:
+    """The oracle with the weights rounded to `dtype` (as the engine and the oracle load them) and every
+    operation in fp32: the arithmetic without the dtype's rounding points, on the same function. (The checkpoint's
+    own fp32 weights are another function: on the reach gate's `long` model, bf16 and fp32 weights pick
+    differently at a third of the positions.)"""
+    twin = Oracle(model_dir, dtype, device)
+    twin.model = twin.model.float()
+    return twin
 
 
 def per_dtype(results: dict[str, GateResult]) -> GateResult:

@@ -75,7 +75,7 @@ def near_tie_gate(
     arbiter: list[torch.Tensor | None] | None = None,  # per prompt: the fp32 twin's log-probs on the same ids
 ) -> GateResult:
     """The razor. With `arbiter`, a position out of band against the oracle is judged again against the fp32
-    twin (the same weights in fp32 arithmetic, engine/gates/reach.py fp32_twin): where the twin finds our token
+    twin (the same weights in fp32 arithmetic, engine/gates/harness.py fp32_twin): where the twin finds our token
     exact or a near-tie, the oracle's margin was its own rounding and the position counts as a near-tie (in the
     budget, with `arbiter_verdict`); outside the oracle's top-k stays a divergence."""
     table: list[dict[str, Any]] = []

@@ -48,7 +48,6 @@ from engine.gates.neartie import (
     near_tie_gate,
 )
 from engine.gates.oracle import Oracle
-from engine.gates.result import GateResult
 from engine.gates.tokens import RAZOR_NEW_TOKENS, default_prompts, token_gate
 from engine.llm import LLM
 from engine.model.config import load_config
@@ -157,7 +156,7 @@ def run_model(
 ) -> Run:
     """One gate model under one setting: our greedy ids through the token gate and the razor; the counters.
     With `arbiter` (`fp32_twin`), each position out of band against the oracle is judged again against it
-    (`arbitrated`), and every position that is not exact carries its view (`fp32_rows`)."""
+    (`harness.neartie`), and every position that is not exact carries its view (`fp32_rows`)."""
     t0 = time.perf_counter()
     kernels.reset_counts()
     setup = harness.Setup(path, prompts, new_tokens, dtype, device, flags=setting.snapshot())
@@ -165,9 +164,9 @@ def run_model(
         ours = served(setup) if setting.op == "extend_attention" else setup.ours()
     seen = kernels.counts()
     tokens = token_gate(prompts, ours, theirs)
-    razor = harness.neartie(setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE)
-    if arbiter is not None and razor.details["counts"][OUT_OF_BAND]:
-        razor = arbitrated(razor, prompts, ours, oracle, arbiter)
+    razor = harness.neartie(
+        setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE, arbiter=arbiter
+    )
     rows = [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]]
     return Run(
         model.name,
@@ -180,21 +179,6 @@ def run_model(
         time.perf_counter() - t0,
         fp32_rows(rows, prompts, ours, arbiter) if arbiter is not None else rows,
     )
-
-
-def arbitrated(
-    razor: GateResult, prompts: list[list[int]], ours: list[list[int]], oracle: Oracle, arbiter: Oracle
-) -> GateResult:
-    """The razor again with the fp32 twin judging each position out of band against the oracle (near_tie_gate's
-    `arbiter`): on `long` the bf16 oracle's own margins move by more than the band against the same weights in
-    fp32 (the row's spec, "The tiled arm at long contexts"), so a position fails when both put our token out of
-    band. Only the prompts with such a position are teacher-forced through the twin."""
-    logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(prompts, ours)]
-    late = {r["prompt"] for r in razor.details["not_exact"] if r["verdict"] == OUT_OF_BAND}
-    twins = [
-        arbiter.teacher_forced_logprobs(p, t) if i in late else None for i, (p, t) in enumerate(zip(prompts, ours))
-    ]
-    return near_tie_gate(prompts, ours, logprobs, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE, arbiter=twins)
 
 
 def fp32_rows(
@@ -299,14 +283,7 @@ def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, 
     return rows, missing
 
 
-def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:
-    """The oracle with the weights rounded to `dtype` (as the engine and the oracle load them) and every
-    operation in fp32: the arithmetic without the dtype's rounding points, on the same function. (The checkpoint's
-    own fp32 weights are another function: on `long`, bf16 and fp32 weights pick differently at a third of the
-    positions.)"""
-    twin = Oracle(model_dir, dtype, device)
-    twin.model = twin.model.float()
-    return twin
+fp32_twin = harness.fp32_twin  # the reach gate's second judge; `gate neartie --fp32-arbiter` uses it too
 
 
 def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[int]) -> list[Setting]:

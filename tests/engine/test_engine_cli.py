@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.cli import main
 
@@ -139,6 +140,25 @@ def test_gate_neartie_json(capsys) -> None:
     result = json.loads(capsys.readouterr().out)
     # without --dtype: the checkpoint's float32 and bfloat16, each judged
     assert result["verdict"] == "PASS" and [r["dtype"] for r in result["table"]] == ["float32"] * 3 + ["bfloat16"] * 3
+
+
+def test_gate_neartie_fp32_arbiter_builds_a_twin_for_the_rounded_dtypes_only(monkeypatch, capsys) -> None:
+    from engine.gates import harness
+
+    built: list[torch.dtype] = []
+    real = harness.fp32_twin
+
+    def recording(model_dir, dtype, device):  # type: ignore[no-untyped-def]
+        built.append(dtype)
+        return real(model_dir, dtype, device)
+
+    monkeypatch.setattr(harness, "fp32_twin", recording)
+    argv = ["gate", "neartie", "--prompt-ids", "9,8", "--max-new-tokens", "3", "--json"]
+    assert main(argv) == 0 and built == []  # off by default
+    capsys.readouterr()
+    assert main([*argv, "--fp32-arbiter"]) == 0
+    assert built == [torch.bfloat16]  # float32 is its own twin
+    assert json.loads(capsys.readouterr().out)["verdict"] == "PASS"
 
 
 def test_gate_distributional_refuses_on_cpu(capsys) -> None:

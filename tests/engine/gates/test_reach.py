@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 
 from engine import kernels
 from engine.data.gate_models import GATE_MODELS
-from engine.gates import reach
+from engine.gates import harness, reach
 from engine.gates.reach import Run, Setting, reach_table, settings
 
 
@@ -192,7 +193,7 @@ class FakeOracle:
         return self.lp[: len(continuation)]
 
 
-def test_arbitrated_asks_the_twin_only_where_a_position_is_out_of_band() -> None:
+def test_the_twin_is_asked_only_where_a_position_is_out_of_band() -> None:
     from engine.gates.neartie import near_tie_gate
 
     oracle = FakeOracle([{3: 2.0, 4: 1.25}, {1: 3.0}])  # ours 4 at pos 0: 0.75 behind the oracle's pick
@@ -200,6 +201,7 @@ def test_arbitrated_asks_the_twin_only_where_a_position_is_out_of_band() -> None
     prompts, ours = [[0], [5]], [[4, 1], [3, 1]]
     alone = near_tie_gate(prompts, ours, [oracle.lp, oracle.lp])
     assert alone.verdict == "FAIL"
-    got = reach.arbitrated(alone, prompts, ours, oracle, twin)  # type: ignore[arg-type]
+    setup = harness.Setup(Path("unused"), prompts, 2)
+    got = harness.neartie(setup, ours=ours, oracle=oracle, arbiter=twin)  # type: ignore[arg-type]
     assert got.verdict == "PASS" and got.details["absolved_by_arbiter"] == 1
     assert twin.asked == [[0]]  # prompt 1 is exact everywhere: not teacher-forced through the twin
