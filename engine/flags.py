@@ -228,9 +228,9 @@ declare(
 )
 declare(
     "VT_GDN_KERNEL",
-    False,
+    True,
     "KERNEL-GDN",
-    "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference).",
+    "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference). ON after the flip protocol (bf16 razor with the arm required, whole-step A/B 1.168x); `0` is the rollback.",
 )
 declare(
     "VT_GDN_CHUNKED_KERNEL",
