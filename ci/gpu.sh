@@ -4,7 +4,7 @@
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
 #   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16]
-#   [qwen3next-bench] [gdn-flip]
+#   [qwen3next-bench] [gdn-flip] [calib]
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -12,6 +12,11 @@
 #   numerics on the `long` model's decode shape (--filter long-gate); after the table, the diagnostics of the long
 #   context (the oracle against itself, the tiled arm with 1/4/26 splits, the fp32 twin's view of each position
 #   out of band).
+#   calib: the near-tie razor's calibration on production kernels (issue #19): the bf16 razor at its defaults on the
+#   head_dim-128 models (gate models d128-g4, d128-g2 and long; the d128 tiny model) with paged decode attention taken
+#   by FlashInfer with and without tensor cores and SDPA cuDNN (`--attn-peer`, eager decode, the engine's paged cache)
+#   and by the engine's defaults, one process per model, one ledger record per run; within 4 minutes. FlashInfer's four
+#   bf16 d128 decode modules are JIT-compiled first; the peer x model verdict table is printed last.
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -436,6 +441,38 @@ if [[ " $PHASES " == *" reach "* ]]; then
   done
 fi
 
+# the razor on production kernels: each model through the razor once per decode attention (engine/gates/peer_attention.py)
+CALIB=/tmp/calib-models
+CALIB_MODELS=(d128-g4 d128 d128-g2 long)  # the order of the steps and of the table
+CALIB_PEERS=(engine flashinfer-tc flashinfer sdpa-cudnn)
+if [[ " $PHASES " == *" calib "* ]]; then
+  build_once 45
+  step calib-make 30 $PY -c "from pathlib import Path
+from engine.data.gate_models import write_gate_models
+from engine.data.make_tiny import build
+write_gate_models(Path('$CALIB'), ['d128-g4', 'd128-g2', 'long'])
+build(head_dim=128).save_pretrained('$CALIB/d128')"
+  # bf16, head_dim 128, with and without a window, with and without tensor cores: compiled once, on the machine
+  step calib-jit 55 $PY -c "import torch
+from engine.bench.attn_peers import FlashInferDecode
+q = torch.randn(2, 8, 128, dtype=torch.bfloat16, device='cuda')
+k = torch.randn(8, 16, 2, 128, dtype=torch.bfloat16, device='cuda')
+table = torch.arange(8, dtype=torch.int32, device='cuda').view(2, 4)
+lens = torch.tensor([50, 64], dtype=torch.int32, device='cuda')
+for tc in (True, False):
+    for window in (None, 40):
+        FlashInferDecode(tc, q.device)(q, k, k, table, lens, 0.1, window)
+torch.cuda.synchronize()
+print('flashinfer: 4 decode modules ready')"
+  PEER_ARGS=()
+  for p in "${CALIB_PEERS[@]}"; do PEER_ARGS+=(--attn-peer "$p"); done
+  C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --ledger "$OUT/ledger")
+  step calib-d128-g4 30 $PY -m engine gate neartie --model "$CALIB/d128-g4" "${C[@]}"
+  step calib-d128 25 $PY -m engine gate neartie --model "$CALIB/d128" "${C[@]}"
+  step calib-d128-g2 25 $PY -m engine gate neartie --model "$CALIB/d128-g2" "${C[@]}"
+  step calib-long 30 $PY -m engine gate neartie --model "$CALIB/long" "${C[@]}"
+fi
+
 NEXT=/tmp/tiny-qwen3-next
 GDN=(env VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
 GDN_REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
@@ -542,6 +579,23 @@ if [[ " $PHASES " == *" reach "* ]]; then  # the long-gate numerics, then the pe
   done
   echo
   sed -n '/^arm  /,$p' "$OUT/logs/reach.log"
+fi
+if [[ " $PHASES " == *" calib "* ]]; then  # the verdicts, then the peer x model table, last
+  echo
+  for n in calib-make calib-jit; do  # the models written; FlashInfer's modules compiled (or the error)
+    printf '%-11s %-9s %s\n' "$n" "${RESULT[$n]:-not run}" "$(tail -n 1 "$OUT/logs/$n.log" 2>/dev/null)"
+  done
+  echo
+  echo "calib: the bf16 near-tie razor at its defaults (16 prompts x 64 new tokens), decode attention by each peer"
+  printf '%-9s %-14s %s\n' model peer "verdict: positions: exact, near-tie (budget), out of band, outside top-5"
+  for m in "${CALIB_MODELS[@]}"; do
+    echo "calib-$m: ${RESULT[calib-$m]:-not run}"
+    for p in "${CALIB_PEERS[@]}"; do
+      v=$(grep -E "^run $p bfloat16: " "$OUT/logs/calib-$m.log" 2>/dev/null | head -n 1 | sed -E \
+        -e "s/^run $p bfloat16: //" -e 's/ positions over [0-9]+ prompts//' -e 's/ \(band [0-9.]+ nats\)//')
+      printf '%-9s %-14s %s\n' "$m" "$p" "${v:-no run line (logs/calib-$m.log: ${RESULT[calib-$m]:-not run})}"
+    done
+  done
 fi
 if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; then  # the verdicts, last
   echo

@@ -18,6 +18,8 @@ The contract (what model code, gates and benchmarks may rely on):
 - `Op.run_arm(name, *args)` runs one named arm (or "reference") whatever the flags say, after the same
   check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
   which arm a call would run, without running or counting it.
+- `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
+  peer in place of the op's arms with it (engine/gates/peer_attention.py), counted as `(op, its name)`.
 - Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
   `COUNTS.fallbacks[(op, arm, needs)]` for each arm that was enabled but declined the inputs. Reset them
   with `reset_counts()`, read a copy with `counts()`, print them with `render_counts()`, and ask
@@ -130,9 +132,15 @@ class Op(Generic[P, R]):
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names) or REFERENCE_ARM in names:
             raise ValueError(f"{self.name}: arm names must be unique and not {REFERENCE_ARM!r}: {names}")
+        # an arm that takes every call, whatever the flags and the device (a gate's peer, engine/gates/
+        # peer_attention.py); set and cleared by the gate around its run, counted like any arm
+        self.injected: Arm | None = None
 
     def __call__(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> R:
         self.check(*args, **kwargs)
+        if self.injected is not None:
+            COUNTS.ran[(self.name, self.injected.name)] += 1
+            return self.injected.kernel(*args, **kwargs)
         arm = self._select(snapshot, args, kwargs, count=True)
         if arm is None:
             COUNTS.ran[(self.name, REFERENCE_ARM)] += 1
@@ -144,6 +152,8 @@ class Op(Generic[P, R]):
 
     def choose(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> str:
         """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
+        if self.injected is not None:
+            return self.injected.name
         arm = self._select(snapshot, args, kwargs, count=False)
         return REFERENCE_ARM if arm is None else arm.name
 
@@ -164,7 +174,7 @@ class Op(Generic[P, R]):
         return arm.kernel(*args, **kwargs)
 
     def arm(self, name: str) -> Arm:
-        for arm in self.arms:
+        for arm in (*self.arms, *filter(None, [self.injected])):
             if arm.name == name:
                 return arm
         known = ", ".join([a.name for a in self.arms] + [REFERENCE_ARM])
@@ -254,10 +264,10 @@ def op_calls(ops: set[str], seen: Counts | None = None) -> int:
 
 
 def flags_of(op: str, arm: str) -> tuple[str, ...]:
-    """The flags that gate one arm of the table ((), for the reference)."""
+    """The flags that gate one arm of the table ((), for the reference and for an arm injected by a gate)."""
     if op in SWITCHES and arm == SWITCHES[op].arm:
         return SWITCHES[op].flags
-    if op in TABLE and arm != REFERENCE_ARM:
+    if op in TABLE and any(a.name == arm for a in TABLE[op].arms):
         return TABLE[op].arm(arm).flags
     return ()
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from engine import flags, kernels
 from engine.bench import step_workload
+from engine.bench.attn_peers import contiguous, flashinfer_prepare, flashinfer_run, sdpa
 from engine.flags import FlagSnapshot
 from engine.ops.rope import rope_cos_sin
 
@@ -90,28 +91,6 @@ def _attn_bytes(s: Shape, dtype: torch.dtype) -> int:
     return (kv + q_out) * _elt(dtype) + s["batch"] * (math.ceil(s["ctx"] / s["block"]) + 1) * 4
 
 
-def _contiguous(q, k, v, table, lens, scale):
-    """The same K/V laid out contiguously per sequence, [batch, Hkv, ctx, D], for the SDPA peers."""
-    b, n = table.shape
-    ctx = int(lens[0])
-    kc = k[table.long()].reshape(b, n * k.shape[1], *k.shape[2:])[:, :ctx].transpose(1, 2).contiguous()
-    vc = v[table.long()].reshape(b, n * v.shape[1], *v.shape[2:])[:, :ctx].transpose(1, 2).contiguous()
-    return q[:, :, None, :], kc, vc, scale
-
-
-def _sdpa(backend_name: str) -> Callable:
-    def run(q4, kc, vc, scale):
-        from torch.nn.attention import (  # why: only the SDPA peers need it
-            SDPBackend,
-            sdpa_kernel,
-        )
-
-        with sdpa_kernel(getattr(SDPBackend, backend_name)):
-            return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
-
-    return run
-
-
 _FLEX: dict = {}
 
 
@@ -125,52 +104,8 @@ def _flex(q4, kc, vc, scale):
 
 
 def _gather_then_sdpa(q, k, v, table, lens, scale):
-    q4, kc, vc, scale = _contiguous(q, k, v, table, lens, scale)
+    q4, kc, vc, scale = contiguous(q, k, v, table, lens, scale)
     return F.scaled_dot_product_attention(q4, kc, vc, scale=scale, enable_gqa=True)
-
-
-FLASHINFER_WORKSPACE_BYTES = 128 << 20  # FlashInfer's recommended float workspace per wrapper
-_FLASHINFER_WANTED = "flashinfer-python==0.5.3"
-
-
-def _flashinfer(tensor_cores: bool) -> Callable:
-    """prepare() of a FlashInfer peer: `BatchDecodeWithPagedKVCacheWrapper` (NHD, the engine's cache layout)
-    planned on this input set's own cache and block tables; one wrapper per set, planned before timing."""
-
-    def prepare(q, k, v, table, lens, scale):
-        try:
-            import flashinfer  # why: an optional package, only the FlashInfer peers need it
-        except ImportError:
-            raise RuntimeError(f"not installed (pip install {_FLASHINFER_WANTED})") from None
-        batch = table.shape[0]
-        block = k.shape[1]
-        n = [-(-int(x) // block) for x in lens.tolist()]  # blocks in use per sequence (host: prepare is untimed)
-        indptr = torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32, device=q.device)
-        indices = torch.cat([table[b, : n[b]] for b in range(batch)]).to(torch.int32)
-        last = torch.tensor(
-            [int(x) - (c - 1) * block for x, c in zip(lens.tolist(), n)], dtype=torch.int32, device=q.device
-        )
-        workspace = torch.zeros(FLASHINFER_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
-        wrapper.plan(
-            indptr,
-            indices,
-            last,
-            q.shape[1],
-            k.shape[2],
-            q.shape[2],
-            block,
-            q_data_type=q.dtype,
-            kv_data_type=k.dtype,
-            sm_scale=scale,
-        )
-        return wrapper, q, (k, v)
-
-    return prepare
-
-
-def _flashinfer_run(wrapper, q, kv):
-    return wrapper.run(q, kv)
 
 
 ATTN = Workload(
@@ -190,14 +125,14 @@ ATTN = Workload(
     run=_attn_run,
     bytes_moved=_attn_bytes,
     peers={
-        "sdpa-flash": (_contiguous, _sdpa("FLASH_ATTENTION")),
-        "sdpa-cudnn": (_contiguous, _sdpa("CUDNN_ATTENTION")),
-        "sdpa-efficient": (_contiguous, _sdpa("EFFICIENT_ATTENTION")),
-        "flex-compiled": (_contiguous, _flex),
+        "sdpa-flash": (contiguous, sdpa("FLASH_ATTENTION")),
+        "sdpa-cudnn": (contiguous, sdpa("CUDNN_ATTENTION")),
+        "sdpa-efficient": (contiguous, sdpa("EFFICIENT_ATTENTION")),
+        "flex-compiled": (contiguous, _flex),
         "gather-then-sdpa": (lambda *a: a, _gather_then_sdpa),
         # the same paged cache and block tables; with tensor cores FlashInfer runs its prefill kernel
-        "flashinfer-tc": (_flashinfer(True), _flashinfer_run),
-        "flashinfer": (_flashinfer(False), _flashinfer_run),
+        "flashinfer-tc": (flashinfer_prepare(True), flashinfer_run),
+        "flashinfer": (flashinfer_prepare(False), flashinfer_run),
     },
     # the tiled arm is ON by default and takes precedence: every other arm turns it off
     arms={

@@ -6,20 +6,26 @@ import argparse
 import json
 import shlex
 import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from engine import kernels
+from engine.bench.attn_peers import FLASHINFER_WANTED
 from engine.cli_args import add_model_args, parse_ids
-from engine.gates import harness
+from engine.flags import FlagSnapshot
+from engine.gates import harness, peer_attention
 from engine.gates.distributional import DEFAULT_RUNS
 from engine.gates.goldens import GOLDENS_DIR
+from engine.gates.ledger import head_sha, repo_root, write_record
 from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
+from engine.gates.oracle import Oracle
 from engine.gates.result import GateResult
 from engine.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
 from engine.model.config import checkpoint_dtype, load_config
-from engine.runner import resolve_dtype
+from engine.runner import DTYPES, resolve_dtype
 
 DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
 
@@ -65,9 +71,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         )
         return p
 
-    case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt.").set_defaults(
-        handler=cmd_tokens
-    )
+    add_peer_args(
+        case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt.")
+    ).set_defaults(handler=cmd_tokens)
     for name, handler, help_ in (
         (
             "neartie",
@@ -94,6 +100,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         )
         p.set_defaults(handler=handler)
         if name == "neartie":
+            add_peer_args(p)
             p.set_defaults(prompt_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
             p.add_argument(
                 "--fp32-arbiter",
@@ -146,6 +153,24 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     gsub.add_parser("bench", help="benchmarks (engine.bench.NAME; its own --help)", add_help=False)
 
 
+def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    peers = "; ".join(f"{n}: {peer.what}" for n, peer in peer_attention.PEERS.items())
+    p.add_argument(
+        "--attn-peer",
+        action="append",
+        choices=peer_attention.CHOICES,
+        default=[],
+        metavar="NAME",
+        help=f"run the model with its paged decode attention taken by a peer, on the engine's paged cache and "
+        f"block tables ({peers}); `engine`: the engine's own arms (the default). Repeat to judge several, each on "
+        "its own, in one process. Decode steps run eager with a peer (its host reads cannot be captured); prefill "
+        "attention stays the engine's. The gate fails when the peer ran 0 times. A dtype the peer does not take "
+        f"is skipped, with the reason. FlashInfer: pip install {FLASHINFER_WANTED}.",
+    )
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype) into DIR")
+    return p
+
+
 def setup_from(args: argparse.Namespace) -> harness.Setup:
     kernels.reset_counts()  # the counters the gate reports are its own run's
     prompts = [parse_ids(t) for t in args.prompt_ids]
@@ -171,22 +196,29 @@ def razor_dtypes(args: argparse.Namespace) -> list[str]:
 
 
 def report(
-    result: GateResult, as_json: bool, columns: list[str] | None = None, require: list[str] | None = None
+    result: GateResult,
+    as_json: bool,
+    columns: list[str] | None = None,
+    require: list[str] | None = None,
+    peers: list[str] | None = None,
 ) -> int:
     """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
-    whose arms never ran fails the gate, whatever its verdict. A flag none of whose ops the model calls
-    (a dense-MLP arm on an MoE model) is not applicable there: reported, and left to the models that do."""
+    whose arms never ran fails the gate, whatever its verdict, and so does a peer in `peers` (`--attn-peer`)
+    that ran 0 times. A flag none of whose ops the model calls (a dense-MLP arm on an MoE model) is not
+    applicable there: reported, and left to the models that do."""
     seen = kernels.counts()
     required = require or []
     ops_of = {f: kernels.ops_gated_by(f) for f in required}  # empty for a flag that gates no arm: it fails
     not_applicable = [f for f in required if ops_of[f] and kernels.op_calls(ops_of[f], seen) == 0]
     missing = [f for f in required if f not in not_applicable and kernels.arms_ran(f, seen) == 0]
+    idle = [p for p in peers or [] if p != peer_attention.ENGINE and peer_attention.calls(p, seen) == 0]
     if as_json:
         out = result.to_json()
         out["arms"] = {f"{op}/{arm}": n for (op, arm), n in sorted(seen.ran.items())}
         out["fallbacks"] = {f"{op}/{arm}: {needs}": n for (op, arm, needs), n in sorted(seen.fallbacks.items())}
         out["arms_missing"] = missing
         out["arms_not_applicable"] = not_applicable
+        out["peers_idle"] = idle
         print(json.dumps(out))
     else:
         table, _, verdict = result.render(columns).rpartition("\n")
@@ -198,26 +230,104 @@ def report(
             print(f"n/a: {flag}: this model never calls its ops ({ops}); another model must run its arm")
         for flag in missing:
             print(f"FAIL: no arm gated by {flag} ran (0 calls): the gate did not exercise the arm under test")
+        for name in idle:
+            print(
+                f"FAIL: --attn-peer {name} ran 0 times ({peer_attention.OP}/{peer_attention.PEERS[name].arm}): "
+                "the gate judged no output of the peer"
+            )
         print(verdict)  # the verdict stays the last line
-    return 0 if result.passed and not missing else 1
+    return 0 if result.passed and not missing and not idle else 1
+
+
+Gate = Callable[[harness.Setup, Oracle], GateResult]
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
-    return report(harness.tokens(setup_from(args)), args.json, require=args.require_arm)
+    setup = setup_from(args)
+    return run_peers(args, setup, [setup.dtype], lambda s, oracle: harness.tokens(s, oracle))
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
-    setup = setup_from(args)  # resets the counters: they cover every dtype's run
-    results = {}
-    for dtype in razor_dtypes(args):
-        setup.dtype = dtype
+    setup = setup_from(args)  # resets the counters: they cover every dtype's and every peer's run
+
+    twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
+
+    def gate(s: harness.Setup, oracle: Oracle) -> GateResult:
         twin = None
-        if args.fp32_arbiter and dtype != "float32":
-            twin = harness.fp32_twin(setup.oracle_dir or setup.model_dir, harness.DTYPES[dtype], setup.device)
-        results[dtype] = harness.neartie(
-            setup, args.band, args.top_k, max_near_tie_rate=args.max_near_tie_rate, arbiter=twin
-        )
-    return report(harness.per_dtype(results), args.json, require=args.require_arm)
+        if args.fp32_arbiter and s.dtype != "float32":
+            if s.dtype not in twins:
+                twins[s.dtype] = harness.fp32_twin(s.oracle_dir or s.model_dir, harness.DTYPES[s.dtype], s.device)
+            twin = twins[s.dtype]
+        rate = args.max_near_tie_rate
+        return harness.neartie(s, args.band, args.top_k, oracle=oracle, max_near_tie_rate=rate, arbiter=twin)
+
+    return run_peers(args, setup, razor_dtypes(args), gate)
+
+
+def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str], gate: Gate) -> int:
+    """`gate` once per (--attn-peer, dtype), each judged on its own, the oracle loaded once per dtype; one line
+    per run when a peer is named, one ledger record per run with --ledger; then the report of them all."""
+    peers = list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE]
+    config = load_config(args.model)
+    plan = []
+    for peer in peers:
+        why = {dt: peer_attention.refusal(peer, config, DTYPES[dt], args.device) for dt in dtypes}
+        if all(why.values()):  # nothing this peer can run: a usage error, named
+            raise ValueError(next(iter(why.values())))
+        for dt, reason in why.items():
+            if reason:
+                print(f"{args.gate}: {peer} skips {dt}: {reason}", file=sys.stderr)
+            else:
+                plan.append((peer, dt))
+    base, oracles, results = setup.flags, {}, {}
+    for peer, dt in plan:
+        setup.dtype = dt
+        setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
+        if dt not in oracles:
+            oracles[dt] = setup.oracle()
+        before = kernels.counts()
+        with peer_attention.injected(peer, setup.device):
+            result = gate(setup, oracles[dt])
+        ran = kernels.counts().ran - before.ran
+        label = dt if peers == [peer_attention.ENGINE] else f"{peer}/{dt}"
+        results[label] = result
+        if args.attn_peer:
+            calls = ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)] if peer in peer_attention.PEERS else 0
+            print(f"run {peer} {dt}: {result.verdict}: {result.summary} [peer calls {calls}]")
+        if args.ledger:
+            record = write_run_record(args, setup, peer, result, ran)
+            print(f"ledger: {record}", file=sys.stderr)
+    key = "dtype" if peers == [peer_attention.ENGINE] else "peer/dtype"
+    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers)
+
+
+def write_run_record(
+    args: argparse.Namespace, setup: harness.Setup, peer: str, result: GateResult, ran: Counter[tuple[str, str]]
+) -> Path:
+    """One run's ledger record: the verdict, its counts and the arms it ran (a peer that ran 0 times: FAIL)."""
+    idle = peer != peer_attention.ENGINE and ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)] == 0
+    verdict = "FAIL" if idle else result.verdict
+    model = Path(args.model).name
+    command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else f"python -m engine gate {args.gate}"
+    return write_record(
+        args.ledger,
+        f"{args.gate}-{model}-{peer}-{setup.dtype}",
+        ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"],
+        command,
+        harness.device_name(setup.device),
+        f"{args.gate} on {model} ({setup.dtype}, decode attention: {peer}): {verdict}: {result.summary}",
+        {
+            "model": str(args.model),
+            "dtype": setup.dtype,
+            "attn_peer": peer,
+            "verdict": verdict,
+            "peer_idle": idle,
+            "summary": result.summary,
+            "details": result.details,
+            "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},
+        },
+        head_sha(repo_root()),
+    )
 
 
 def cmd_distributional(args: argparse.Namespace) -> int:

@@ -92,12 +92,13 @@ def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:
     return twin
 
 
-def per_dtype(results: dict[str, GateResult]) -> GateResult:
-    """One gate run in several dtypes as one result: each row tagged with its dtype; it passes when every one does."""
+def per_dtype(results: dict[str, GateResult], key: str = "dtype") -> GateResult:
+    """One gate run in several dtypes (or several runs) as one result: each row tagged with its dtype (its run's
+    label, under `key`); it passes when every one does."""
     first = next(iter(results.values()))
     if len(results) == 1:
         return first
-    table = [{"dtype": dt, **row} for dt, r in results.items() for row in r.table]
+    table = [{key: dt, **row} for dt, r in results.items() for row in r.table]
     verdict = PASS if all(r.passed for r in results.values()) else FAIL
     summary = "; ".join(f"{dt}: {r.verdict}: {r.summary}" for dt, r in results.items())
     return GateResult(first.gate, verdict, summary, table, {dt: r.details for dt, r in results.items()})

@@ -507,3 +507,54 @@ def test_the_baselines_run_each_gate_with_the_flags_off_or_one_arm_alone(tmp_pat
     assert "quant-flip-base-neartie-awq" in tail and tail.rstrip().splitlines()[-1].startswith(
         "gdn-flip-tokens-bf16-refs"
     )
+
+
+# a neartie gate with --attn-peer prints one run line per peer; the long model's FlashInfer run fails
+CALIB_PY = """#!/usr/bin/env bash
+echo "argv: $*"
+set -- "$@"
+model=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --model) model=$2; shift ;;
+    --attn-peer) v=PASS; [[ $model == */long && $2 == flashinfer ]] && v=FAIL
+      echo "run $2 bfloat16: $v: 1024 positions over 16 prompts: 1020 exact, 4 near-tie (at most 12), 0 out of band, \
+0 outside top-5 (band 0.5 nats) [peer calls 189]" ;;
+  esac
+  shift
+done
+exit 0
+"""
+
+
+def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_the_table_last(tmp_path: Path) -> None:
+    done = run_with(tmp_path, CALIB_PY, ["calib"])
+    assert done.returncode == 0, done.stderr
+    peers = "--attn-peer engine --attn-peer flashinfer-tc --attn-peer flashinfer --attn-peer sdpa-cudnn"
+    for m in ("d128-g4", "d128", "d128-g2", "long"):
+        argv = log(tmp_path, f"calib-{m}").splitlines()[0]
+        assert argv == (
+            f"argv: -m engine gate neartie --model /tmp/calib-models/{m} --device cuda --dtype bfloat16 {peers} "
+            f"--ledger {tmp_path}/out/ledger"
+        )
+    assert log(tmp_path, "calib-jit").startswith(
+        "argv: -c import torch\nfrom engine.bench.attn_peers import FlashInferDecode"
+    )
+    table = done.stdout[done.stdout.index("\ncalib: the bf16 near-tie razor") + 1 :].splitlines()
+    assert table[1].split()[:2] == ["model", "peer"]
+    assert table[2].startswith("calib-d128-g4: rc=0 ")
+    assert table[3] == "d128-g4   engine         PASS: 1024: 1020 exact, 4 near-tie (at most 12), 0 out of band, " + (
+        "0 outside top-5 [peer calls 189]"
+    )
+    long = [ln for ln in table if ln.startswith("long ")]
+    assert [ln.split()[1:3] for ln in long] == [
+        ["engine", "PASS:"],
+        ["flashinfer-tc", "PASS:"],
+        ["flashinfer", "FAIL:"],
+        ["sdpa-cudnn", "PASS:"],
+    ]
+    assert len(table) == 2 + 4 * 5  # title, header, then per model its step line and one line per peer
+
+
+def test_calib_phase_cannot_overrun_four_minutes() -> None:
+    assert 0 < phase_limits("calib") <= 240
