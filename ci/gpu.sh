@@ -15,8 +15,9 @@
 #   calib: the near-tie razor's calibration on production kernels (issue #19): the bf16 razor at its defaults on the
 #   head_dim-128 models (gate models d128-g4, d128-g2 and long; the d128 tiny model) with paged decode attention taken
 #   by FlashInfer with and without tensor cores and SDPA cuDNN (`--attn-peer`, eager decode, the engine's paged cache)
-#   and by the engine's defaults, one process per model, one ledger record per run; within 4 minutes. FlashInfer's four
-#   bf16 d128 decode modules are JIT-compiled first; the peer x model verdict table is printed last.
+#   and by the engine's defaults, each run judged against the eager oracle and against transformers' SDPA (fp32
+#   scores: production numerics), one process per model, one ledger record per run; within 4 minutes. FlashInfer's
+#   four bf16 d128 decode modules are JIT-compiled first; the peer x model x oracle verdict table is printed last.
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -466,7 +467,8 @@ torch.cuda.synchronize()
 print('flashinfer: 4 decode modules ready')"
   PEER_ARGS=()
   for p in "${CALIB_PEERS[@]}"; do PEER_ARGS+=(--attn-peer "$p"); done
-  C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --ledger "$OUT/ledger")
+  # each model's ids judged against the razor's eager oracle and against transformers' SDPA (fp32 scores)
+  C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --oracle-attn eager --oracle-attn sdpa --ledger "$OUT/ledger")
   step calib-d128-g4 30 $PY -m engine gate neartie --model "$CALIB/d128-g4" "${C[@]}"
   step calib-d128 25 $PY -m engine gate neartie --model "$CALIB/d128" "${C[@]}"
   step calib-d128-g2 25 $PY -m engine gate neartie --model "$CALIB/d128-g2" "${C[@]}"
@@ -586,14 +588,19 @@ if [[ " $PHASES " == *" calib "* ]]; then  # the verdicts, then the peer x model
     printf '%-11s %-9s %s\n' "$n" "${RESULT[$n]:-not run}" "$(tail -n 1 "$OUT/logs/$n.log" 2>/dev/null)"
   done
   echo
-  echo "calib: the bf16 near-tie razor at its defaults (16 prompts x 64 new tokens), decode attention by each peer"
-  printf '%-9s %-14s %s\n' model peer "verdict: positions: exact, near-tie (budget), out of band, outside top-5"
+  echo "calib: the bf16 near-tie razor at its defaults (16 prompts x 64 new tokens), decode attention by each peer,"
+  echo "judged against the oracle with eager attention (the razor's) and with SDPA"
+  printf '%-9s %-14s %-6s %s\n' model peer oracle "verdict: positions: exact, near-tie (budget), out of band, outside top-5"
   for m in "${CALIB_MODELS[@]}"; do
     echo "calib-$m: ${RESULT[calib-$m]:-not run}"
     for p in "${CALIB_PEERS[@]}"; do
-      v=$(grep -E "^run $p bfloat16: " "$OUT/logs/calib-$m.log" 2>/dev/null | head -n 1 | sed -E \
-        -e "s/^run $p bfloat16: //" -e 's/ positions over [0-9]+ prompts//' -e 's/ \(band [0-9.]+ nats\)//')
-      printf '%-9s %-14s %s\n' "$m" "$p" "${v:-no run line (logs/calib-$m.log: ${RESULT[calib-$m]:-not run})}"
+      for o in eager sdpa; do
+        run="$p bfloat16"
+        [[ $o == eager ]] || run+=" oracle-$o"
+        v=$(grep -F "run $run: " "$OUT/logs/calib-$m.log" 2>/dev/null | head -n 1 | sed -E -e "s/^run $run: //" \
+          -e 's/ positions over [0-9]+ prompts//' -e 's/ \(band [0-9.]+ nats\)//')
+        printf '%-9s %-14s %-6s %s\n' "$m" "$p" "$o" "${v:-no run line (logs/calib-$m.log)}"
+      done
     done
   done
 fi

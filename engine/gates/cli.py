@@ -21,7 +21,7 @@ from engine.gates.distributional import DEFAULT_RUNS
 from engine.gates.goldens import GOLDENS_DIR
 from engine.gates.ledger import head_sha, repo_root, write_record
 from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
-from engine.gates.oracle import Oracle
+from engine.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
 from engine.gates.result import GateResult
 from engine.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
 from engine.model.config import checkpoint_dtype, load_config
@@ -167,7 +167,19 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "attention stays the engine's. The gate fails when the peer ran 0 times. A dtype the peer does not take "
         f"is skipped, with the reason. FlashInfer: pip install {FLASHINFER_WANTED}.",
     )
-    p.add_argument("--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype) into DIR")
+    p.add_argument(
+        "--oracle-attn",
+        action="append",
+        choices=ATTN_IMPLEMENTATIONS,
+        default=[],
+        metavar="IMPL",
+        help="transformers' attention in the oracle: eager (the default: it rounds scores and probabilities to the "
+        "dtype, as the engine's reference does) or sdpa (fp32 scores and probabilities, as FlashInfer and cuDNN "
+        "keep them); repeat to judge the same ids against each",
+    )
+    p.add_argument(
+        "--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype x oracle) into DIR"
+    )
     return p
 
 
@@ -239,12 +251,12 @@ def report(
     return 0 if result.passed and not missing and not idle else 1
 
 
-Gate = Callable[[harness.Setup, Oracle], GateResult]
+Gate = Callable[[harness.Setup, Oracle, list[list[int]]], GateResult]  # (setup, oracle, our ids) -> verdict
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     setup = setup_from(args)
-    return run_peers(args, setup, [setup.dtype], lambda s, oracle: harness.tokens(s, oracle))
+    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours: harness.tokens(s, oracle, ours))
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
@@ -252,22 +264,24 @@ def cmd_neartie(args: argparse.Namespace) -> int:
 
     twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
 
-    def gate(s: harness.Setup, oracle: Oracle) -> GateResult:
+    def gate(s: harness.Setup, oracle: Oracle, ours: list[list[int]]) -> GateResult:
         twin = None
         if args.fp32_arbiter and s.dtype != "float32":
             if s.dtype not in twins:
                 twins[s.dtype] = harness.fp32_twin(s.oracle_dir or s.model_dir, harness.DTYPES[s.dtype], s.device)
             twin = twins[s.dtype]
         rate = args.max_near_tie_rate
-        return harness.neartie(s, args.band, args.top_k, oracle=oracle, max_near_tie_rate=rate, arbiter=twin)
+        return harness.neartie(s, args.band, args.top_k, ours=ours, oracle=oracle, max_near_tie_rate=rate, arbiter=twin)
 
     return run_peers(args, setup, razor_dtypes(args), gate)
 
 
 def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str], gate: Gate) -> int:
-    """`gate` once per (--attn-peer, dtype), each judged on its own, the oracle loaded once per dtype; one line
-    per run when a peer is named, one ledger record per run with --ledger; then the report of them all."""
+    """`gate` once per (--attn-peer, dtype, --oracle-attn), each judged on its own: our ids generated once per
+    (peer, dtype), each oracle loaded once per dtype; one line per run when a peer or an oracle is named, one ledger
+    record per run with --ledger; then the report of them all."""
     peers = list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE]
+    attns = list(dict.fromkeys(args.oracle_attn)) or ["eager"]
     config = load_config(args.model)
     plan = []
     for peer in peers:
@@ -279,47 +293,62 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 print(f"{args.gate}: {peer} skips {dt}: {reason}", file=sys.stderr)
             else:
                 plan.append((peer, dt))
+    plain = peers == [peer_attention.ENGINE] and attns == ["eager"]  # the gate as it always ran: no run lines
     base, oracles, results = setup.flags, {}, {}
     for peer, dt in plan:
         setup.dtype = dt
         setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
-        if dt not in oracles:
-            oracles[dt] = setup.oracle()
         before = kernels.counts()
         with peer_attention.injected(peer, setup.device):
-            result = gate(setup, oracles[dt])
+            ours = setup.ours()
         ran = kernels.counts().ran - before.ran
-        label = dt if peers == [peer_attention.ENGINE] else f"{peer}/{dt}"
-        results[label] = result
-        if args.attn_peer:
-            calls = ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)] if peer in peer_attention.PEERS else 0
-            print(f"run {peer} {dt}: {result.verdict}: {result.summary} [peer calls {calls}]")
-        if args.ledger:
-            record = write_run_record(args, setup, peer, result, ran)
-            print(f"ledger: {record}", file=sys.stderr)
-    key = "dtype" if peers == [peer_attention.ENGINE] else "peer/dtype"
+        # what took the decode attention: the peer's calls, or the engine's arms (a graph replay is not counted)
+        took = ", ".join(f"{arm} {n}" for (op, arm), n in sorted(ran.items()) if op == peer_attention.OP)
+        if peer in peer_attention.PEERS:
+            took = f"peer calls {ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)]}"
+        for attn in attns:
+            if (dt, attn) not in oracles:
+                setup.oracle_attn = attn
+                oracles[dt, attn] = setup.oracle()
+            result = gate(setup, oracles[dt, attn], ours)
+            run = f"{peer} {dt}" + ("" if attn == "eager" else f" oracle-{attn}")
+            results[dt if plain else run.replace(" ", "/")] = result
+            if not plain:
+                print(f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}]")
+            if args.ledger:
+                record = write_run_record(args, setup, peer, attn, result, ran)
+                print(f"ledger: {record}", file=sys.stderr)
+    key = "dtype" if plain else "peer/dtype/oracle"
     return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers)
 
 
 def write_run_record(
-    args: argparse.Namespace, setup: harness.Setup, peer: str, result: GateResult, ran: Counter[tuple[str, str]]
+    args: argparse.Namespace,
+    setup: harness.Setup,
+    peer: str,
+    attn: str,
+    result: GateResult,
+    ran: Counter[tuple[str, str]],
 ) -> Path:
     """One run's ledger record: the verdict, its counts and the arms it ran (a peer that ran 0 times: FAIL)."""
     idle = peer != peer_attention.ENGINE and ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)] == 0
     verdict = "FAIL" if idle else result.verdict
     model = Path(args.model).name
     command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else f"python -m engine gate {args.gate}"
+    oracle = "" if attn == "eager" else f"-oracle-{attn}"
     return write_record(
         args.ledger,
-        f"{args.gate}-{model}-{peer}-{setup.dtype}",
+        f"{args.gate}-{model}-{peer}-{setup.dtype}{oracle}",
         ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"],
         command,
         harness.device_name(setup.device),
-        f"{args.gate} on {model} ({setup.dtype}, decode attention: {peer}): {verdict}: {result.summary}",
+        f"{args.gate} on {model} ({setup.dtype}, decode attention: {peer}, oracle attention: {attn}): {verdict}: "
+        f"{result.summary}",
         {
             "model": str(args.model),
             "dtype": setup.dtype,
             "attn_peer": peer,
+            "oracle_attn": attn,
             "verdict": verdict,
             "peer_idle": idle,
             "summary": result.summary,

@@ -31,6 +31,7 @@ class Setup:
     device: str = "cpu"
     oracle_dir: Path | None = None  # what transformers loads, if not model_dir (a quantized model's twin)
     flags: FlagSnapshot | None = None  # the engine's flags (default: the environment, read once by the Runner)
+    oracle_attn: str = "eager"  # transformers' attention: eager rounds as the engine's reference; sdpa as production
 
     def runner(self) -> Runner:
         longest = max(len(p) for p in self.prompts) + self.max_new_tokens
@@ -44,16 +45,16 @@ class Setup:
         )
 
     def oracle(self) -> Oracle:
-        return Oracle(self.oracle_dir or self.model_dir, DTYPES[self.dtype], self.device)
+        return Oracle(self.oracle_dir or self.model_dir, DTYPES[self.dtype], self.device, self.oracle_attn)
 
     def ours(self) -> list[list[int]]:
         return self.runner().generate(self.prompts, self.max_new_tokens).tokens
 
 
-def tokens(setup: Setup, oracle: Oracle | None = None) -> GateResult:
+def tokens(setup: Setup, oracle: Oracle | None = None, ours: list[list[int]] | None = None) -> GateResult:
     oracle = oracle or setup.oracle()
     theirs = [oracle.greedy(p, setup.max_new_tokens) for p in setup.prompts]
-    return token_gate(setup.prompts, setup.ours(), theirs)
+    return token_gate(setup.prompts, setup.ours() if ours is None else ours, theirs)
 
 
 def neartie(

@@ -6,15 +6,26 @@ from pathlib import Path
 
 import torch
 
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+
 
 class Oracle:
     """A transformers model loaded from the same directory the engine reads (local files only).
 
-    Eager attention, because it rounds at the same points as the engine's reference
-    attention (SDPA keeps scores in fp32).
+    Eager attention by default, because it rounds at the same points as the engine's reference
+    attention; `attn_implementation="sdpa"` keeps scores and probabilities in fp32, as production
+    attention kernels do (FlashInfer, cuDNN): the oracle the razor's calibration holds them to.
     """
 
-    def __init__(self, model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+        attn_implementation: str = "eager",
+    ) -> None:
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"oracle attention {attn_implementation!r}: expected one of {ATTN_IMPLEMENTATIONS}")
         try:
             from transformers import (  # why: seconds to import
                 AutoModelForCausalLM,
@@ -27,7 +38,7 @@ class Oracle:
             AutoModelForCausalLM.from_pretrained(
                 str(model_dir),
                 dtype=dtype,
-                attn_implementation="eager",
+                attn_implementation=attn_implementation,
                 local_files_only=True,
             )
             .to(self.device)  # type: ignore[arg-type]  # transformers mistypes .to (self unbound)

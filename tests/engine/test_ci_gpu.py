@@ -519,7 +519,9 @@ while [[ $# -gt 0 ]]; do
     --model) model=$2; shift ;;
     --attn-peer) v=PASS; [[ $model == */long && $2 == flashinfer ]] && v=FAIL
       echo "run $2 bfloat16: $v: 1024 positions over 16 prompts: 1020 exact, 4 near-tie (at most 12), 0 out of band, \
-0 outside top-5 (band 0.5 nats) [peer calls 189]" ;;
+0 outside top-5 (band 0.5 nats) [peer calls 189]"
+      echo "run $2 bfloat16 oracle-sdpa: PASS: 1024 positions over 16 prompts: 1024 exact, 0 near-tie (at most 12), \
+0 out of band, 0 outside top-5 (band 0.5 nats) [peer calls 189]" ;;
   esac
   shift
 done
@@ -535,25 +537,26 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
         argv = log(tmp_path, f"calib-{m}").splitlines()[0]
         assert argv == (
             f"argv: -m engine gate neartie --model /tmp/calib-models/{m} --device cuda --dtype bfloat16 {peers} "
-            f"--ledger {tmp_path}/out/ledger"
+            f"--oracle-attn eager --oracle-attn sdpa --ledger {tmp_path}/out/ledger"
         )
     assert log(tmp_path, "calib-jit").startswith(
         "argv: -c import torch\nfrom engine.bench.attn_peers import FlashInferDecode"
     )
     table = done.stdout[done.stdout.index("\ncalib: the bf16 near-tie razor") + 1 :].splitlines()
-    assert table[1].split()[:2] == ["model", "peer"]
-    assert table[2].startswith("calib-d128-g4: rc=0 ")
-    assert table[3] == "d128-g4   engine         PASS: 1024: 1020 exact, 4 near-tie (at most 12), 0 out of band, " + (
-        "0 outside top-5 [peer calls 189]"
+    assert table[2].split()[:3] == ["model", "peer", "oracle"]
+    assert table[3].startswith("calib-d128-g4: rc=0 ")
+    assert table[4] == "d128-g4   engine         eager  PASS: 1024: 1020 exact, 4 near-tie (at most 12), 0 out of " + (
+        "band, 0 outside top-5 [peer calls 189]"
     )
+    assert table[5].startswith("d128-g4   engine         sdpa   PASS: 1024: 1024 exact, ")
     long = [ln for ln in table if ln.startswith("long ")]
-    assert [ln.split()[1:3] for ln in long] == [
-        ["engine", "PASS:"],
-        ["flashinfer-tc", "PASS:"],
-        ["flashinfer", "FAIL:"],
-        ["sdpa-cudnn", "PASS:"],
+    assert [ln.split()[1:4] for ln in long[::2]] == [
+        ["engine", "eager", "PASS:"],
+        ["flashinfer-tc", "eager", "PASS:"],
+        ["flashinfer", "eager", "FAIL:"],
+        ["sdpa-cudnn", "eager", "PASS:"],
     ]
-    assert len(table) == 2 + 4 * 5  # title, header, then per model its step line and one line per peer
+    assert len(table) == 3 + 4 * 9  # title, header, then per model its step line and two lines per peer
 
 
 def test_calib_phase_cannot_overrun_four_minutes() -> None:

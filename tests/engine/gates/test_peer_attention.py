@@ -146,7 +146,24 @@ def test_each_peer_is_judged_on_its_own_with_one_ledger_record_per_run(monkeypat
     assert [r["rows"] for r in records] == [["ENGINE-GATES"], ["ENGINE-GATES", "ENGINE-PERF"]]
     assert records[1]["results"]["arms"]["paged_decode_attention/peer:logged"] == 27
     assert "paged_decode_attention/peer:logged" not in records[0]["results"]["arms"]
-    assert records[1]["summary"].startswith("neartie on tiny-qwen3 (float32, decode attention: logged): PASS: ")
+    assert records[1]["summary"].startswith(
+        "neartie on tiny-qwen3 (float32, decode attention: logged, oracle attention: eager): PASS: "
+    )
+
+
+def test_the_same_ids_are_judged_against_each_oracle_attention(monkeypatch, capsys, tmp_path) -> None:
+    """--oracle-attn eager and sdpa: our ids generated once (the peer's calls counted once), judged twice."""
+    seen = call_log(monkeypatch, "logged", paged_attn.paged_decode_attention)
+    args = ["gate", "neartie", "--attn-peer", "logged", "--oracle-attn", "eager", "--oracle-attn", "sdpa"]
+    assert main([*args, "--dtype", "float32", *SMALL, "--ledger", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(seen) == 27
+    runs = [ln for ln in out if ln.startswith("run ")]
+    assert [ln.split(": ")[0] for ln in runs] == ["run logged float32", "run logged float32 oracle-sdpa"]
+    assert all(ln.endswith("[peer calls 27]") for ln in runs)
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
+    assert sorted(r["results"]["oracle_attn"] for r in records) == ["eager", "sdpa"]
+    assert out[-1].startswith("neartie: PASS: logged/float32: PASS: ")
 
 
 def test_a_dtype_the_peer_does_not_take_is_skipped_with_the_reason(monkeypatch, capsys) -> None:
