@@ -532,7 +532,7 @@ exit 0
 def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_the_table_last(tmp_path: Path) -> None:
     done = run_with(tmp_path, CALIB_PY, ["calib"])
     assert done.returncode == 0, done.stderr
-    peers = "--attn-peer engine --attn-peer flashinfer-tc --attn-peer flashinfer --attn-peer sdpa-cudnn"
+    peers = "--attn-peer engine --attn-peer sdpa-cudnn --attn-peer flashinfer-tc --attn-peer flashinfer"
     for m in ("d128-g4", "d128", "d128-g2", "long"):
         argv = log(tmp_path, f"calib-{m}").splitlines()[0]
         assert argv == (
@@ -552,9 +552,9 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
     long = [ln for ln in table if ln.startswith("long ")]
     assert [ln.split()[1:4] for ln in long[::2]] == [
         ["engine", "eager", "PASS:"],
+        ["sdpa-cudnn", "eager", "PASS:"],
         ["flashinfer-tc", "eager", "PASS:"],
         ["flashinfer", "eager", "FAIL:"],
-        ["sdpa-cudnn", "eager", "PASS:"],
     ]
     assert len(table) == 3 + 4 * 9  # title, header, then per model its step line and two lines per peer
 
