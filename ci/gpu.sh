@@ -13,11 +13,11 @@
 #   context (the oracle against itself, the tiled arm with 1/4/26 splits, the fp32 twin's view of each position
 #   out of band).
 #   calib: the near-tie razor's calibration on production kernels (issue #19): the bf16 razor at its defaults on the
-#   head_dim-128 models (gate models d128-g4, d128-g2 and long; the d128 tiny model) with paged decode attention taken
-#   by FlashInfer with and without tensor cores and SDPA cuDNN (`--attn-peer`, eager decode, the engine's paged cache)
-#   and by the engine's defaults, each run judged against the eager oracle and against transformers' SDPA (fp32
-#   scores: production numerics), one process per model, one ledger record per run; within 4 minutes. FlashInfer's
-#   four bf16 d128 decode modules are JIT-compiled first; the peer x model x oracle verdict table is printed last.
+#   head_dim-128 models (gate models d128-g4 and long; the d128 tiny model) with paged decode attention taken by SDPA
+#   cuDNN and FlashInfer with and without tensor cores (`--attn-peer`, eager decode, the engine's paged cache) and by
+#   the engine's defaults, each run judged against the eager oracle and against transformers' SDPA (fp32 scores:
+#   production numerics), one process per model, one ledger record per run; within 6 minutes. FlashInfer's four bf16
+#   d128 modules are JIT-compiled first, at once; the peer x model x oracle verdict table is printed last.
 #   serve: engine.LLM's GPU tests (sampling inside the captured decode step: replay and eager agree,
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
@@ -444,35 +444,40 @@ fi
 
 # the razor on production kernels: each model through the razor once per decode attention (engine/gates/peer_attention.py)
 CALIB=/tmp/calib-models
-CALIB_MODELS=(d128-g4 d128 d128-g2 long)  # the order of the steps and of the table
+CALIB_MODELS=(d128-g4 d128 long)  # the order of the steps and of the table
 CALIB_PEERS=(engine sdpa-cudnn flashinfer-tc flashinfer)  # a run line is logged when judged: a timeout keeps these
+# FlashInfer's bf16 head_dim-128 decode, with tensor cores or not, a window or not: four modules, compiled at once
+CALIB_JIT="import torch
+from engine.bench.attn_peers import FlashInferDecode
+def warm(tc, window):
+    q = torch.randn(2, 8, 128, dtype=torch.bfloat16, device='cuda')
+    k = torch.randn(8, 16, 2, 128, dtype=torch.bfloat16, device='cuda')
+    table = torch.arange(8, dtype=torch.int32, device='cuda').view(2, 4)
+    lens = torch.tensor([50, 64], dtype=torch.int32, device='cuda')
+    FlashInferDecode(tc, q.device)(q, k, k, table, lens, 0.1, window)
+    torch.cuda.synchronize()
+    print('flashinfer ready:', 'tensor cores' if tc else 'decode kernel', 'window', window)"
 if [[ " $PHASES " == *" calib "* ]]; then
   build_once 45
-  step calib-make 30 $PY -c "from pathlib import Path
+  step calib-make 25 $PY -c "from pathlib import Path
 from engine.data.gate_models import write_gate_models
 from engine.data.make_tiny import build
-write_gate_models(Path('$CALIB'), ['d128-g4', 'd128-g2', 'long'])
+write_gate_models(Path('$CALIB'), ['d128-g4', 'long'])
 build(head_dim=128).save_pretrained('$CALIB/d128')"
-  # bf16, head_dim 128, with and without a window, with and without tensor cores: compiled once, on the machine
-  step calib-jit 55 $PY -c "import torch
-from engine.bench.attn_peers import FlashInferDecode
-q = torch.randn(2, 8, 128, dtype=torch.bfloat16, device='cuda')
-k = torch.randn(8, 16, 2, 128, dtype=torch.bfloat16, device='cuda')
-table = torch.arange(8, dtype=torch.int32, device='cuda').view(2, 4)
-lens = torch.tensor([50, 64], dtype=torch.int32, device='cuda')
-for tc in (True, False):
-    for window in (None, 40):
-        FlashInferDecode(tc, q.device)(q, k, k, table, lens, 0.1, window)
-torch.cuda.synchronize()
-print('flashinfer: 4 decode modules ready')"
+  # more than a minute each on the H200 (window 2); a model step that finds one unfinished resumes it (ninja keeps
+  # what was built)
+  step calib-jit 170 bash -c 'pids=(); for v in "True, None" "True, 40" "False, None" "False, 40"; do
+    "$1" -c "$2
+warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc' _ "$PY" "$CALIB_JIT"
   PEER_ARGS=()
   for p in "${CALIB_PEERS[@]}"; do PEER_ARGS+=(--attn-peer "$p"); done
   # each model's ids judged against the razor's eager oracle and against transformers' SDPA (fp32 scores)
   C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --oracle-attn eager --oracle-attn sdpa --ledger "$OUT/ledger")
-  step calib-d128-g4 30 $PY -m engine gate neartie --model "$CALIB/d128-g4" "${C[@]}"
-  step calib-d128 25 $PY -m engine gate neartie --model "$CALIB/d128" "${C[@]}"
-  step calib-d128-g2 25 $PY -m engine gate neartie --model "$CALIB/d128-g2" "${C[@]}"
-  step calib-long 30 $PY -m engine gate neartie --model "$CALIB/long" "${C[@]}"
+  # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
+  R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m engine gate neartie)
+  step calib-d128-g4 40 "${R[@]}" --model "$CALIB/d128-g4" "${C[@]}"
+  step calib-d128 40 "${R[@]}" --model "$CALIB/d128" "${C[@]}"
+  step calib-long 40 "${R[@]}" --model "$CALIB/long" "${C[@]}"
 fi
 
 NEXT=/tmp/tiny-qwen3-next

@@ -140,12 +140,14 @@ def sequence_kv(
     row: torch.Tensor,  # [max_blocks]: one sequence's block table
     n: int,  # its keys
     window: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # each [1, Hkv, keys, D]: the keys the query attends, contiguous
+) -> tuple[torch.Tensor, torch.Tensor]:  # each [1, Hkv, keys, D]: the keys the query attends
+    """One sequence's keys copied out of the paged cache, laid out [keys, Hkv, D] (BSHD strides: cuDNN's
+    ragged path, which `TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1` takes instead of a new graph per length)."""
     block = k.shape[1]
     used = row[: -(-n // block)].long()
     start = 0 if window is None else max(0, n - window)
-    kc = k[used].reshape(-1, *k.shape[2:])[start:n].transpose(0, 1)[None].contiguous()
-    vc = v[used].reshape(-1, *v.shape[2:])[start:n].transpose(0, 1)[None].contiguous()
+    kc = k[used].reshape(-1, *k.shape[2:])[start:n].transpose(0, 1)[None]
+    vc = v[used].reshape(-1, *v.shape[2:])[start:n].transpose(0, 1)[None]
     return kc, vc
 
 

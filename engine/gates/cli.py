@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -165,7 +166,8 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         f"block tables ({peers}); `engine`: the engine's own arms (the default). Repeat to judge several, each on "
         "its own, in one process. Decode steps run eager with a peer (its host reads cannot be captured); prefill "
         "attention stays the engine's. The gate fails when the peer ran 0 times. A dtype the peer does not take "
-        f"is skipped, with the reason. FlashInfer: pip install {FLASHINFER_WANTED}.",
+        f"is skipped, with the reason. FlashInfer: pip install {FLASHINFER_WANTED} (its kernels JIT-compile on first "
+        "use). sdpa-cudnn: set TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1, or cuDNN builds a graph per context length.",
     )
     p.add_argument(
         "--oracle-attn",
@@ -298,10 +300,10 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
     for peer, dt in plan:
         setup.dtype = dt
         setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
-        before = kernels.counts()
+        before, t0 = kernels.counts(), time.perf_counter()
         with peer_attention.injected(peer, setup.device):
             ours = setup.ours()
-        ran = kernels.counts().ran - before.ran
+        ran, seconds = kernels.counts().ran - before.ran, time.perf_counter() - t0
         # what took the decode attention: the peer's calls, or the engine's arms (a graph replay is not counted)
         took = ", ".join(f"{arm} {n}" for (op, arm), n in sorted(ran.items()) if op == peer_attention.OP)
         if peer in peer_attention.PEERS:
@@ -314,7 +316,9 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
             run = f"{peer} {dt}" + ("" if attn == "eager" else f" oracle-{attn}")
             results[dt if plain else run.replace(" ", "/")] = result
             if not plain:
-                print(f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}]")
+                print(
+                    f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}; {seconds:.1f} s]"
+                )
             if args.ledger:
                 record = write_run_record(args, setup, peer, attn, result, ran)
                 print(f"ledger: {record}", file=sys.stderr)

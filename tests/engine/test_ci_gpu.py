@@ -533,7 +533,7 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
     done = run_with(tmp_path, CALIB_PY, ["calib"])
     assert done.returncode == 0, done.stderr
     peers = "--attn-peer engine --attn-peer sdpa-cudnn --attn-peer flashinfer-tc --attn-peer flashinfer"
-    for m in ("d128-g4", "d128", "d128-g2", "long"):
+    for m in ("d128-g4", "d128", "long"):
         argv = log(tmp_path, f"calib-{m}").splitlines()[0]
         assert argv == (
             f"argv: -m engine gate neartie --model /tmp/calib-models/{m} --device cuda --dtype bfloat16 {peers} "
@@ -556,8 +556,8 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
         ["flashinfer-tc", "eager", "PASS:"],
         ["flashinfer", "eager", "FAIL:"],
     ]
-    assert len(table) == 3 + 4 * 9  # title, header, then per model its step line and two lines per peer
+    assert len(table) == 3 + 3 * 9  # title, header, then per model its step line and two lines per peer
 
 
-def test_calib_phase_cannot_overrun_four_minutes() -> None:
-    assert 0 < phase_limits("calib") <= 240
+def test_calib_phase_cannot_overrun_six_minutes() -> None:
+    assert 0 < phase_limits("calib") <= 360
