@@ -3,7 +3,7 @@
 # the GPU, compute-sanitizer on one graphed decode of each tiny model, then the benchmarks.
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
-#   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [reach] [qwen3next] [qwen3next-bf16]
+#   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [ncu2] [reach] [qwen3next] [qwen3next-bf16]
 #   [qwen3next-bench] [gdn-flip] [calib]
 #   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
@@ -68,6 +68,12 @@
 #   with the decode kernel alone (required), then with both references (about a minute).
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
+#   ncu2: the limiter of each ENGINE-PERF miss, measured with Nsight Compute within 5 minutes (NCU2_BUDGET seconds
+#   of ncu steps, then the table): the tiled and tiled-fused attention arms and FlashInfer-TC at the six peer shapes,
+#   the GEMV's default, gemv-stream and gemv-stream-pdl arms at q/k/v and the head, the batch-32 step's largest
+#   cuBLAS GEMMs; only the last call of each `bench launch` (its NVTX range `profile`). The table (one row per
+#   kernel: duration, DRAM %, occupancy and its limiter, registers, shared memory, top stalls; `bench ncu_table`)
+#   is printed last, written to $OUT/ncu2-table.md and a ledger record.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
 #   near-tie and token gates fail when no arm of a flag set on ran (the table's selection counters):
 #   a flag whose ops a model never calls is n/a there and must run on another model (flip-ran-VT_X); the
@@ -111,7 +117,7 @@ step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and secon
   RESULT[$name]="rc=$rc $(( $(date +%s) - t0 ))s"
   ORDER+=("$name")
   echo "== $name: ${RESULT[$name]}"
-  tail -n 12 "$OUT/logs/$name.log"
+  tail -n "${STEP_TAIL:-12}" "$OUT/logs/$name.log"
   arms_of "$OUT/logs/$name.log"
 }
 arms_of() {  # LOG: the kernel arms a gate ran (engine/kernels.py's counters), when it printed them
@@ -562,6 +568,78 @@ if [[ " $PHASES " == *" ncu "* ]]; then
   fi
 fi
 
+if [[ " $PHASES " == *" ncu2 "* ]]; then
+  NCU2_T0=$(date +%s)
+  build_once
+  if ! command -v ncu > /dev/null; then
+    RESULT[ncu2]="skip: ncu not found on PATH"
+    ORDER+=(ncu2)
+  else
+    NCU2_BUDGET=${NCU2_BUDGET:-270}  # seconds of build and ncu steps; the table step comes after
+    # the sections that name a limiter; raw page, base units (ns, bytes); at most 8 kernels per run
+    N2=(ncu --clock-control none --csv --page raw --print-units base --section SpeedOfLight --section Occupancy
+        --section LaunchStats --section WarpStateStats -c 8)
+    NVTX=(--nvtx --nvtx-include "profile/")  # bench launch runs its last call in that range: one call, no setup
+    CALLS=2
+    ncu2_step() {  # NAME LIMIT LAUNCH-ARGS...: one arm at one shape, within what is left of the budget
+      local name=$1 limit=$2 left
+      shift 2
+      left=$(( NCU2_BUDGET - ($(date +%s) - NCU2_T0) ))
+      if (( left < 10 )); then
+        RESULT[$name]="skip: past NCU2_BUDGET=${NCU2_BUDGET}s"
+        ORDER+=("$name")
+        return
+      fi
+      (( limit > left )) && limit=$left
+      STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" "${NVTX[@]}" $PY -m engine bench launch --calls $CALLS "$@"
+      if (( ${#NVTX[@]} )) && grep -q '^launch: ' "$OUT/logs/$name.log" \
+        && ! grep -q '^"ID","Process ID"' "$OUT/logs/$name.log"; then
+        # the launcher ran but ncu took nothing from its range: profile one call whole from here on
+        echo "   ncu2: the NVTX range filter profiled nothing; one call per run from here on, unfiltered"
+        NVTX=()
+        CALLS=1
+        ORDER=("${ORDER[@]:0:${#ORDER[@]}-1}")
+        STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" $PY -m engine bench launch --calls $CALLS "$@"
+      fi
+      grep -m 2 -E '==ERROR==|No kernels were profiled|^error' "$OUT/logs/$name.log" | cut -c 1-200 | sed 's/^/   /'
+    }
+    sname() {  # batch=64,ctx=4096,hq=32,hkv=8,d=128 -> b64-c4096-q32-kv8-d128
+      local s=${1//batch=/b}
+      s=${s//ctx=/c}; s=${s//hq=/q}; s=${s//hkv=/kv}; s=${s//rows=/m}; s=${s//=/}
+      echo "${s//,/-}"
+    }
+    # (b) the decode GEMVs at batch 1: q/k/v merged and the tied head, the default kernel and the streamed arms
+    for s in n=4096,k=1024 n=151936,k=1024; do
+      for a in gemv-kernel gemv-stream gemv-stream-pdl; do
+        ncu2_step "ncu2-$a-$(sname "$s")" 30 --workload gemv --arm "$a" --shape "$s"
+      done
+    done
+    # (c) the batch-32 step's largest projections: the head, gate/up, q/k/v, down (cuBLAS past the GEMV's 8 rows)
+    for s in rows=32,n=151936,k=1024 rows=32,n=6144,k=1024 rows=32,n=4096,k=1024 rows=32,n=1024,k=3072; do
+      ncu2_step "ncu2-gemm-$(sname "$s")" 30 --workload gemm --arm defaults --shape "$s"
+    done
+    # (a) attention at the six peer shapes (batch 1 ctx 1024 and batch 32 ctx 1024 are the step's): ours, then
+    # FlashInfer-TC (its first run may compile its kernels)
+    PEER_SHAPES=(batch=64,ctx=4096,hq=32,hkv=8,d=128 batch=1,ctx=32768,hq=32,hkv=8,d=128
+      batch=1,ctx=1024,hq=16,hkv=8,d=128 batch=8,ctx=2048,hq=16,hkv=8,d=128 batch=32,ctx=1024,hq=16,hkv=8,d=128
+      batch=64,ctx=4096,hq=16,hkv=2,d=256)
+    for a in tiled tiled-fused flashinfer-tc; do
+      limit=45
+      [[ $a == flashinfer-tc ]] && limit=90
+      for s in "${PEER_SHAPES[@]}"; do
+        ncu2_step "ncu2-$a-$(sname "$s")" "$limit" --workload attn-decode --arm "$a" --shape "$s"
+      done
+    done
+    LOGS=()  # the table's order: each shape's three arms together, then the GEMVs and the GEMMs
+    for s in "${PEER_SHAPES[@]}"; do
+      for a in tiled tiled-fused flashinfer-tc; do LOGS+=("$OUT/logs/ncu2-$a-$(sname "$s").log"); done
+    done
+    for n in "${ORDER[@]}"; do [[ $n == ncu2-gemv-* || $n == ncu2-gemm-* ]] && LOGS+=("$OUT/logs/$n.log"); done
+    STEP_TAIL=0 step table-ncu2 30 $PY -m engine bench ncu_table "${LOGS[@]}" --markdown "$OUT/ncu2-table.md" \
+      --ledger "$OUT/ledger" --slug ncu2-limiters --command "OUT=DIR bash ci/gpu.sh ncu2"
+  fi
+fi
+
 KEEP=()
 for d in ledger logs goldens; do [[ -d "$OUT/$d" ]] && KEEP+=("$d"); done
 tar czf "$OUT/ledger.tgz" -C "$OUT" "${KEEP[@]}" 2>/dev/null
@@ -675,4 +753,8 @@ if [[ " $PHASES " == *" step2 "* ]]; then  # the phase's compact table, last
     grep -E '^(engine step|fraction of floor)' "$OUT/logs/$n.log" | tr -s ' ' | paste -sd ';' | sed "s/^/$n: /"
   done
   grep -E 'per step' "$OUT/logs/decode-stream-pdl.log" | head -4 | sed 's/^/profile-stream-pdl: /'
+fi
+if [[ " $PHASES " == *" ncu2 "* && -f "$OUT/logs/table-ncu2.log" ]]; then  # the limiter table, last
+  echo
+  cat "$OUT/logs/table-ncu2.log"
 fi

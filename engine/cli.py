@@ -14,7 +14,7 @@ from engine.gates.cli import add_gate_parser
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
 
-BENCHES = ("ab", "bandwidth", "decode", "launch", "step_arms", "throughput")
+BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "step_arms", "throughput")
 
 
 def main(argv: list[str] | None = None) -> int:

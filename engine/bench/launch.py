@@ -1,8 +1,12 @@
 """Run one arm (or peer) of a benchmark workload a few times and nothing else, for an external profiler.
 
 `ncu` or `nsys` wrapped around this command sees the workload's kernels on the same inputs the
-benchmarks use; skip the first launches (warm-up: builds, autotuning) with the profiler's own options.
+benchmarks use. On a GPU the last call runs inside the NVTX range `profile`, so a profiler can take exactly
+that call's kernels (after the warm-up calls, outside the setup a peer's prepare() launches); or skip the
+first launches with the profiler's own options. The last line names the workload, arm and shape that ran
+(`python -m engine bench ncu_table` labels each kernel with it).
 
+    ncu --nvtx --nvtx-include "profile/" python -m engine bench launch --workload attn-decode --arm tiled --calls 2
     ncu -k regex:tiled -s 2 -c 2 python -m engine bench launch --workload attn-decode --arm tiled
 """
 
@@ -15,6 +19,8 @@ import torch
 
 from engine.bench.workloads import DTYPES, WORKLOADS, parse_shape
 from engine.flags import FlagSnapshot
+
+NVTX_RANGE = "profile"  # the last call's range: `ncu --nvtx --nvtx-include "profile/"`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,9 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         inputs = prepare(*inputs)
     else:
         fn = work.arm(args.arm, FlagSnapshot.from_env())
-    for _ in range(args.calls):
+    for _ in range(args.calls - 1):
         out = fn(*inputs)
     if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the warm-up's kernels end before the range opens
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        out = fn(*inputs)
         torch.cuda.synchronize(device)
-    print(f"{work.name} {args.arm} x{args.calls} on {device}: output {tuple(out.shape)} {out.dtype}")
+        torch.cuda.nvtx.range_pop()
+    else:
+        out = fn(*inputs)
+    text = ",".join(f"{k}={v}" for k, v in shape.items())
+    print(f"launch: {work.name} {args.arm} {text} x{args.calls} on {device}: output {tuple(out.shape)} {out.dtype}")
     return 0

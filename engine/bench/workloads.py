@@ -200,6 +200,40 @@ GEMV = Workload(
     },
 )
 
+# --- the decode step's projections at batch rows: past the GEMV's 8 rows `linear` runs F.linear (cuBLAS) --------
+
+
+def _gemm_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(s["rows"], s["k"], generator=g).to(dtype)
+    w = (torch.randn(s["n"], s["k"], generator=g) * s["k"] ** -0.5).to(dtype)
+    return x.to(device), w.to(device)
+
+
+GEMM = Workload(
+    name="gemm",
+    flags=(),  # no flag of its own: the kernel table's choice under the environment's flags
+    defaults={"rows": 32, "n": 4096, "k": 1024},
+    make=_gemm_make,
+    run=_gemv_run,
+    bytes_moved=lambda s, dt: (s["n"] * s["k"] + s["rows"] * (s["k"] + s["n"])) * _elt(dt),
+    peers={"F.linear": (lambda x, w: (x, w), F.linear)},
+    arms={"defaults": {}},
+    # Qwen3-0.6B's decode projections at batch 32 (`bench bandwidth --workload gemm --shapes qwen3`)
+    shape_sets={
+        "qwen3": tuple(
+            {"rows": 32, **s}
+            for s in (
+                {"n": 4096, "k": 1024},
+                {"n": 1024, "k": 2048},
+                {"n": 6144, "k": 1024},
+                {"n": 1024, "k": 3072},
+                {"n": 151936, "k": 1024},
+            )
+        )
+    },
+)
+
 # --- the decode step's fused launches (ENGINE-PERF): each against the default kernels one after another ------
 # Graph-timed over rotating input sets, so a PDL arm overlaps each call with the one before, as in a decode step.
 
@@ -558,6 +592,7 @@ WORKLOADS: dict[str, Workload] = {
     for w in (
         ATTN,
         GEMV,
+        GEMM,
         NORM_GEMV,
         ACT_GEMV,
         GLU_GEMV,

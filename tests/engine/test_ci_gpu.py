@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -163,6 +165,104 @@ def test_ncu_phase_says_why_it_skips_without_ncu(tmp_path: Path) -> None:
         pytest.skip("ncu is installed here: the skip path cannot be shown")
     done = run_gpu_sh(tmp_path, ["ncu"])
     assert done.returncode == 0 and "skip: ncu not found on PATH" in done.stdout
+
+
+# stands in for ncu: prints its options, runs the command it wraps, says what the launcher ran, then prints a raw
+# page (tests/fixtures/ncu) unless NVTX_BROKEN is set and it was asked to filter on an NVTX range
+FAKE_NCU = """#!/usr/bin/env bash
+echo "ncu: $*"
+nvtx=0
+[[ " $* " == *" --nvtx "* ]] && nvtx=1
+while [[ $# -gt 0 && $1 != *fake-python ]]; do shift; done
+"$@"
+args=" $* "
+w=${args#* --workload }; a=${args#* --arm }; s=${args#* --shape }
+echo "launch: ${w%% *} ${a%% *} ${s%% *} x2 on cuda: output (1, 1) torch.bfloat16"
+if [[ $nvtx == 1 && -n "${NVTX_BROKEN:-}" ]]; then echo "==WARNING== No kernels were profiled."; exit 0; fi
+grep -v '^launch: ' "$FIXTURE"
+"""
+# stands in for python, except that the limiter table is the real one
+TABLE_PY = """#!/usr/bin/env bash
+if [[ "$*" == "-m engine bench ncu_table "* ]]; then exec "$REAL_PY" "$@"; fi
+echo "argv: $*"
+"""
+NCU = ROOT / "tests" / "fixtures" / "ncu" / "raw-attn-tiled-b64.log"
+
+
+def run_ncu2(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("ncu", FAKE_NCU), ("table-python", TABLE_PY)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    fake = tmp_path / "fake-python"
+    fake.write_text(TABLE_PY)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("VT_", "FLIP", "NCU2"))}
+    full = {
+        **clean,
+        "OUT": str(out),
+        "PYTHON": str(fake),
+        "REAL_PY": sys.executable,
+        "PYTHONPATH": str(ROOT),
+        "FIXTURE": str(NCU),
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "VT_CUDA_CACHE": str(tmp_path / "cache"),
+        **env,
+    }
+    return subprocess.run(["bash", str(SCRIPT), "ncu2"], env=full, capture_output=True, text=True, timeout=300)
+
+
+def test_ncu2_profiles_each_miss_and_prints_the_limiter_table_last(tmp_path: Path) -> None:
+    done = run_ncu2(tmp_path)
+    assert done.returncode == 0, done.stderr
+    sections = "--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats -c 8"
+    head = f"ncu: --clock-control none --csv --page raw --print-units base {sections} --nvtx --nvtx-include profile/ "
+    launch = "argv: -m engine bench launch --calls 2"
+    expected = {
+        "ncu2-gemv-stream-pdl-n151936-k1024": "--workload gemv --arm gemv-stream-pdl --shape n=151936,k=1024",
+        "ncu2-gemm-m32-n6144-k1024": "--workload gemm --arm defaults --shape rows=32,n=6144,k=1024",
+        "ncu2-tiled-fused-b1-c32768-q32-kv8-d128": "--workload attn-decode --arm tiled-fused "
+        "--shape batch=1,ctx=32768,hq=32,hkv=8,d=128",
+        "ncu2-flashinfer-tc-b64-c4096-q16-kv2-d256": "--workload attn-decode --arm flashinfer-tc "
+        "--shape batch=64,ctx=4096,hq=16,hkv=2,d=256",
+    }
+    for step, args in expected.items():
+        text = log(tmp_path, step)
+        assert text.startswith(head), (step, text)
+        assert f"{launch} {args}\n" in text, (step, text)
+    steps = {p.stem for p in (tmp_path / "out" / "logs").glob("ncu2-*.log")}
+    assert len(steps) == 6 + 4 + 18  # 3 GEMV arms x 2 shapes, 4 GEMMs, 3 attention arms x 6 shapes
+    # the table comes last: one row per kernel of every run (2 in the fixture), labelled by the launcher's line
+    tail = done.stdout[done.stdout.rindex("\n| arm / shape | kernel |") :]
+    assert "| attn-decode flashinfer-tc b64 c4096 hq16 hkv2 d256 | tiled_scores_kernel | 156.0 | 74.0 |" in tail
+    assert "| gemm defaults m32 n151936 k1024 | 2 | 334.1 | 69.1 |" in tail
+    assert tail.rstrip().splitlines()[-2:] == [
+        "stalls: cycles per issued instruction; 56 kernels",
+        f"ledger: {tmp_path}/out/ledger/{datetime.now(UTC).date().isoformat()}-ncu2-limiters.json",
+    ]
+    assert (tmp_path / "out" / "ncu2-table.md").read_text() in done.stdout
+    (record,) = (tmp_path / "out" / "ledger").glob("*-ncu2-limiters.json")
+    assert '"command": "OUT=DIR bash ci/gpu.sh ncu2"' in record.read_text()
+
+
+def test_ncu2_profiles_one_whole_call_where_the_nvtx_filter_takes_nothing(tmp_path: Path) -> None:
+    done = run_ncu2(tmp_path, NVTX_BROKEN="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("the NVTX range filter profiled nothing") == 1  # the first run finds out, once
+    first = log(tmp_path, "ncu2-gemv-kernel-n4096-k1024")  # rerun without the filter
+    assert "--nvtx" not in first and "argv: -m engine bench launch --calls 1 --workload gemv" in first
+    assert "--nvtx" not in log(tmp_path, "ncu2-tiled-b1-c1024-q16-kv8-d128")
+    assert re.search(r"^ncu2-gemv-kernel-n4096-k1024 +rc=0", done.stdout, re.MULTILINE)  # listed once
+    assert done.stdout.count("\nncu2-gemv-kernel-n4096-k1024 ") == 1
+
+
+def test_ncu2_stays_within_its_budget_and_the_table_names_what_it_skipped(tmp_path: Path) -> None:
+    done = run_ncu2(tmp_path, NCU2_BUDGET="0")
+    assert re.search(r"^ncu2-tiled-b64-c4096-q32-kv8-d128 +skip: past NCU2_BUDGET=0s$", done.stdout, re.MULTILINE)
+    assert "error: no profiled kernel in 28 log(s): nothing to tabulate" in done.stdout  # a table of nothing fails
+    assert re.search(r"^table-ncu2 +rc=1 ", done.stdout, re.MULTILINE)
 
 
 def test_serve_runs_the_gpu_tests_then_the_throughput_benchmark(tmp_path: Path) -> None:

@@ -147,7 +147,7 @@ def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
         )
         == 0
     )
-    assert "gemv F.linear x2 on cpu: output (1, 33) torch.float32" in capsys.readouterr().out
+    assert "launch: gemv F.linear n=33,k=64 x2 on cpu: output (1, 33) torch.float32\n" in capsys.readouterr().out
     assert (
         launch.main(
             [
@@ -165,6 +165,11 @@ def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
         )
         == 0
     )
+    # the decode step's projections at batch rows: past the GEMV's 8 rows the table's linear is F.linear (cuBLAS)
+    assert (
+        launch.main(["--workload", "gemm", "--arm", "defaults", "--shape", "rows=9,n=7,k=16", "--device", "cpu"]) == 0
+    )
+    assert "launch: gemm defaults rows=9,n=7,k=16 x4 on cpu: output (9, 7) torch.bfloat16\n" in capsys.readouterr().out
     assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
     assert (
         "not an arm or peer of gemv (known: F.linear, gemv-kernel, gemv-pdl, gemv-persistent, gemv-stream, "
@@ -208,7 +213,7 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
                 )
                 == 0
             )
-        assert f"{name} F.linear-dense x1 on cpu: output (1, 64)" in capsys.readouterr().out
+        assert f"launch: {name} F.linear-dense n=64,k=256,group=32 x1 on cpu: output (1, 64)" in capsys.readouterr().out
     rc = ab.main(
         [
             "--flag",
