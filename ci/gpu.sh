@@ -69,9 +69,10 @@
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   ncu2: the limiter of each ENGINE-PERF miss, measured with Nsight Compute within 5 minutes (NCU2_BUDGET seconds
-#   of ncu steps, then the table): the tiled and tiled-fused attention arms and FlashInfer-TC at the six peer shapes,
-#   the GEMV's default, gemv-stream and gemv-stream-pdl arms at q/k/v and the head, the batch-32 step's largest
-#   cuBLAS GEMMs; only the last call of each `bench launch` (its NVTX range `profile`). The table (one row per
+#   of build and ncu runs, 8-14 s a run; a run with under 20 s left is skipped; then the table): the tiled and
+#   tiled-fused attention arms and FlashInfer-TC at each of the six peer shapes in turn, the GEMV's default,
+#   gemv-stream and gemv-stream-pdl arms at q/k/v and the head, the batch-32 step's largest cuBLAS GEMMs; only the
+#   last call of each `bench launch` (its NVTX range `profile`). The table (one row per
 #   kernel: duration, DRAM %, occupancy and its limiter, registers, shared memory, top stalls; `bench ncu_table`)
 #   is printed last, written to $OUT/ncu2-table.md and a ledger record.
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
@@ -585,7 +586,7 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
       local name=$1 limit=$2 left
       shift 2
       left=$(( NCU2_BUDGET - ($(date +%s) - NCU2_T0) ))
-      if (( left < 10 )); then
+      if (( left < 20 )); then  # a run takes 8-14 s on the H200: one cut short measures nothing
         RESULT[$name]="skip: past NCU2_BUDGET=${NCU2_BUDGET}s"
         ORDER+=("$name")
         return
@@ -608,6 +609,19 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
       s=${s//ctx=/c}; s=${s//hq=/q}; s=${s//hkv=/kv}; s=${s//rows=/m}; s=${s//=/}
       echo "${s//,/-}"
     }
+    # (a) attention at the six peer shapes (batch 1 ctx 1024 and batch 32 ctx 1024 are the decode step's), each
+    # shape's arms together so a budget cut keeps whole comparisons: ours, then FlashInfer-TC (its first run may
+    # compile its kernels)
+    PEER_SHAPES=(batch=64,ctx=4096,hq=32,hkv=8,d=128 batch=1,ctx=32768,hq=32,hkv=8,d=128
+      batch=1,ctx=1024,hq=16,hkv=8,d=128 batch=8,ctx=2048,hq=16,hkv=8,d=128 batch=32,ctx=1024,hq=16,hkv=8,d=128
+      batch=64,ctx=4096,hq=16,hkv=2,d=256)
+    for s in "${PEER_SHAPES[@]}"; do
+      for a in tiled tiled-fused flashinfer-tc; do
+        limit=45
+        [[ $a == flashinfer-tc ]] && limit=90
+        ncu2_step "ncu2-$a-$(sname "$s")" "$limit" --workload attn-decode --arm "$a" --shape "$s"
+      done
+    done
     # (b) the decode GEMVs at batch 1: q/k/v merged and the tied head, the default kernel and the streamed arms
     for s in n=4096,k=1024 n=151936,k=1024; do
       for a in gemv-kernel gemv-stream gemv-stream-pdl; do
@@ -618,23 +632,8 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
     for s in rows=32,n=151936,k=1024 rows=32,n=6144,k=1024 rows=32,n=4096,k=1024 rows=32,n=1024,k=3072; do
       ncu2_step "ncu2-gemm-$(sname "$s")" 30 --workload gemm --arm defaults --shape "$s"
     done
-    # (a) attention at the six peer shapes (batch 1 ctx 1024 and batch 32 ctx 1024 are the step's): ours, then
-    # FlashInfer-TC (its first run may compile its kernels)
-    PEER_SHAPES=(batch=64,ctx=4096,hq=32,hkv=8,d=128 batch=1,ctx=32768,hq=32,hkv=8,d=128
-      batch=1,ctx=1024,hq=16,hkv=8,d=128 batch=8,ctx=2048,hq=16,hkv=8,d=128 batch=32,ctx=1024,hq=16,hkv=8,d=128
-      batch=64,ctx=4096,hq=16,hkv=2,d=256)
-    for a in tiled tiled-fused flashinfer-tc; do
-      limit=45
-      [[ $a == flashinfer-tc ]] && limit=90
-      for s in "${PEER_SHAPES[@]}"; do
-        ncu2_step "ncu2-$a-$(sname "$s")" "$limit" --workload attn-decode --arm "$a" --shape "$s"
-      done
-    done
-    LOGS=()  # the table's order: each shape's three arms together, then the GEMVs and the GEMMs
-    for s in "${PEER_SHAPES[@]}"; do
-      for a in tiled tiled-fused flashinfer-tc; do LOGS+=("$OUT/logs/ncu2-$a-$(sname "$s").log"); done
-    done
-    for n in "${ORDER[@]}"; do [[ $n == ncu2-gemv-* || $n == ncu2-gemm-* ]] && LOGS+=("$OUT/logs/$n.log"); done
+    LOGS=()  # in run order, the skipped runs too: the table names each run it has no kernel of
+    for n in "${ORDER[@]}"; do [[ $n == ncu2-* ]] && LOGS+=("$OUT/logs/$n.log"); done
     STEP_TAIL=0 step table-ncu2 30 $PY -m engine bench ncu_table "${LOGS[@]}" --markdown "$OUT/ncu2-table.md" \
       --ledger "$OUT/ledger" --slug ncu2-limiters --command "OUT=DIR bash ci/gpu.sh ncu2"
   fi

@@ -28,6 +28,8 @@ from engine.gates.ledger import head_sha, repo_root, write_record
 HEADER_START = '"ID","Process ID"'
 LAUNCH_LINE = re.compile(r"^launch: (\S+) (\S+) (\S+) x\d+ on ")
 REQUIRED = ("Kernel Name", "gpu__time_duration.sum")
+# SpeedOfLight's DRAM throughput, by the names ncu versions give it (the H200's ncu: gpu__dram_throughput)
+DRAM = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
 # the per-SM block limits of the Occupancy section: the smallest is what bounds theoretical occupancy
 LIMITS = {
     "launch__occupancy_limit_registers": "registers",
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             device,
             summary,
             results,
-            head_sha(repo_root()),
+            args.sha or head_sha(repo_root()),
             kind="bench",
         )
         print(f"ledger: {path}")
@@ -135,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slug", default="ncu-table", help="the record's file name after its date (default ncu-table)")
     p.add_argument("--command", help="the record's command (default: this command line)")
     p.add_argument("--device", help="the record's device (default: ncu's device__attribute_display_name)")
+    p.add_argument("--sha", help="the record's commit, where the logs came from another tree (default: HEAD here)")
     return p
 
 
@@ -189,7 +192,7 @@ def _kernel(label: str, cells: dict[str, tuple[str, str]], where: str) -> Kernel
         grid=cells.get("Grid Size", ("", ""))[0],
         block=cells.get("Block Size", ("", ""))[0],
         duration_us=round(duration, 3),
-        dram_pct=num("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+        dram_pct=next((v for name in DRAM if (v := num(name)) is not None), None),
         sm_pct=num("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
         achieved_occupancy_pct=num("sm__warps_active.avg.pct_of_peak_sustained_active"),
         theoretical_occupancy_pct=num("sm__maximum_warps_per_active_cycle_pct"),

@@ -233,7 +233,14 @@ def test_ncu2_profiles_each_miss_and_prints_the_limiter_table_last(tmp_path: Pat
         assert text.startswith(head), (step, text)
         assert f"{launch} {args}\n" in text, (step, text)
     steps = {p.stem for p in (tmp_path / "out" / "logs").glob("ncu2-*.log")}
-    assert len(steps) == 6 + 4 + 18  # 3 GEMV arms x 2 shapes, 4 GEMMs, 3 attention arms x 6 shapes
+    assert len(steps) == 18 + 6 + 4  # 3 attention arms x 6 shapes, 3 GEMV arms x 2 shapes, 4 GEMMs
+    runs = re.findall(r"^== (ncu2-\S+):", done.stdout, re.MULTILINE)
+    assert runs[:4] == [  # each shape's arms together: a budget cut keeps whole comparisons
+        "ncu2-tiled-b64-c4096-q32-kv8-d128",
+        "ncu2-tiled-fused-b64-c4096-q32-kv8-d128",
+        "ncu2-flashinfer-tc-b64-c4096-q32-kv8-d128",
+        "ncu2-tiled-b1-c32768-q32-kv8-d128",
+    ]
     # the table comes last: one row per kernel of every run (2 in the fixture), labelled by the launcher's line
     tail = done.stdout[done.stdout.rindex("\n| arm / shape | kernel |") :]
     assert "| attn-decode flashinfer-tc b64 c4096 hq16 hkv2 d256 | tiled_scores_kernel | 156.0 | 74.0 |" in tail
@@ -251,11 +258,11 @@ def test_ncu2_profiles_one_whole_call_where_the_nvtx_filter_takes_nothing(tmp_pa
     done = run_ncu2(tmp_path, NVTX_BROKEN="1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("the NVTX range filter profiled nothing") == 1  # the first run finds out, once
-    first = log(tmp_path, "ncu2-gemv-kernel-n4096-k1024")  # rerun without the filter
-    assert "--nvtx" not in first and "argv: -m engine bench launch --calls 1 --workload gemv" in first
-    assert "--nvtx" not in log(tmp_path, "ncu2-tiled-b1-c1024-q16-kv8-d128")
-    assert re.search(r"^ncu2-gemv-kernel-n4096-k1024 +rc=0", done.stdout, re.MULTILINE)  # listed once
-    assert done.stdout.count("\nncu2-gemv-kernel-n4096-k1024 ") == 1
+    first = log(tmp_path, "ncu2-tiled-b64-c4096-q32-kv8-d128")  # rerun without the filter
+    assert "--nvtx" not in first and "argv: -m engine bench launch --calls 1 --workload attn-decode" in first
+    assert "--nvtx" not in log(tmp_path, "ncu2-gemv-kernel-n4096-k1024")
+    assert re.search(r"^ncu2-tiled-b64-c4096-q32-kv8-d128 +rc=0", done.stdout, re.MULTILINE)  # listed once
+    assert done.stdout.count("\nncu2-tiled-b64-c4096-q32-kv8-d128 ") == 1
 
 
 def test_ncu2_stays_within_its_budget_and_the_table_names_what_it_skipped(tmp_path: Path) -> None:

@@ -46,6 +46,14 @@ def test_one_row_per_kernel_labelled_by_the_launch_line() -> None:
     assert pv.stalls == [("short_scoreboard", 10.44), ("long_scoreboard", 9.8)]
 
 
+def test_dram_throughput_under_either_name() -> None:
+    renamed = TILED.read_text().replace('"dram__throughput.avg.', '"gpu__dram_throughput.avg.')
+    assert '"gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"' in renamed  # the H200's ncu names it so
+    assert [k.dram_pct for k in parse_log(renamed, "x.log")] == [73.95, 64.9]
+    dropped = TILED.read_text().replace('"dram__throughput.avg.', '"other.avg.')
+    assert [k.dram_pct for k in parse_log(dropped, "x.log")] == [None, None]  # shown "-", never a wrong column
+
+
 def test_a_log_without_a_launch_line_is_labelled_by_its_file_name() -> None:
     text = "\n".join(line for line in TILED.read_text().splitlines() if not line.startswith("launch: "))
     assert {k.label for k in parse_log(text, "/out/logs/ncu2-attn-tiled-b64.log")} == {"ncu2-attn-tiled-b64"}
@@ -139,6 +147,7 @@ def test_shape_labels_shortened() -> None:
 def test_cli_prints_the_table_and_writes_markdown_and_a_valid_ledger_record(tmp_path: Path, capsys) -> None:
     md, ledger = tmp_path / "table.md", tmp_path / "ledger"
     argv = [str(TILED), "--markdown", str(md), "--ledger", str(ledger), "--slug", "ncu2", "--command", "OUT=D bash x"]
+    argv += ["--sha", "17944c8a5c57cb6df195d7df7195b72f9cafe830"]  # the tree the logs came from
     assert ncu_table.main(argv) == 0
     out = capsys.readouterr().out
     row = (
@@ -158,6 +167,7 @@ def test_cli_prints_the_table_and_writes_markdown_and_a_valid_ledger_record(tmp_
         "NVIDIA H200",
     )
     assert entry.summary == "ncu limiter table: 2 kernels of 1 arm/shape runs"
+    assert entry.sha == "17944c8a5c57cb6df195d7df7195b72f9cafe830"
     assert [k["kernel"] for k in data["results"]["kernels"]] == ["tiled_scores_kernel", "tiled_pv_kernel"]
     assert data["results"]["per_run"] == [{"label": LABEL, "kernels": 2, "total_us": 334.144, "dram_pct": 69.12}]
 
