@@ -4,6 +4,8 @@ the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 import torch
@@ -185,6 +187,44 @@ def add_rms_norm_linear(
     """`linear(rms_norm(x + residual), weight, bias)` in one launch, and the new residual `x + residual`
     (x itself when residual is None); the same bits as the norm kernel then the GEMV kernel (then, with `glu`,
     the SiLU-and-mul kernel)."""
+
+    def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:
+        if not prologue_fits(m, k, weight, *rows):
+            return f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
+        if glu and not glu_fits(m, weight, rows[0]):
+            return f"weight: {weight.shape[0]} rows are not a gate/up pair that the plain GEMV leaves unsplit"
+        return None
+
+    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
+    return launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A residual add + RMSNorm prologue GEMV launcher: its library (loaded after the checks pass), symbol and error
+    family; `out_dtype_code`: it takes y's dtype code after x's (gemv_prologue.cu), not x's alone (gemv_stream.cu)."""
+
+    lib: Callable[[], ctypes.CDLL]
+    name: str
+    family: str
+    out_dtype_code: bool = False
+
+
+def launch_prologue(
+    launcher: Launcher,
+    refusal: Callable[[int, int, list[torch.Tensor]], str | None],  # (rows, k, [x, residual] as rows): why not, or None
+    x: torch.Tensor,  # x: [..., hidden]
+    residual: torch.Tensor | None,  # residual: [..., hidden] or None
+    norm_weight: torch.Tensor,  # norm_weight: [hidden], x.dtype
+    eps: float,
+    weight: torch.Tensor,  # weight: [out_features, hidden] (GLU: [2 * inter, hidden]), x.dtype, row-major
+    bias: torch.Tensor | None,  # bias: [weight's rows]
+    *,
+    pdl: bool,
+    glu: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features or inter], new_residual [..., hidden]), x.dtype
+    """The add + RMSNorm prologue GEMVs' one launch path: the checks naming the tensor, the shape `refusal` of the
+    kernel, y and the new residual allocated, the call, its error."""
     if x.dim() < 1:
         raise ValueError("x: expected at least 1 dim, got a scalar")
     k = x.shape[-1]
@@ -199,17 +239,15 @@ def add_rms_norm_linear(
     x2 = _rows(x, "x", k)
     r2 = _rows(residual, "residual", k) if residual is not None else None
     m = x2.shape[0]
-    if not prologue_fits(m, k, weight, x2, *([r2] if r2 is not None else [])):
-        raise ValueError(
-            f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
-        )
-    if glu and not glu_fits(m, weight, x2):
-        raise ValueError(f"weight: {n} rows are not a gate/up pair that the plain GEMV leaves unsplit")
+    why_not = refusal(m, k, [x2, *([r2] if r2 is not None else [])])
+    if why_not is not None:
+        raise ValueError(why_not)
     n_out = n // 2 if glu else n
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
-    lib = _prologue_lib()
-    rc = lib.vt_gemv_prologue_add_rms_norm(
+    codes = [ffi.dtype_code(x, "x"), *([ffi.dtype_code(y, "y")] if launcher.out_dtype_code else [])]
+    lib = launcher.lib()
+    rc = getattr(lib, launcher.name)(
         ffi.ptr(y),
         ffi.ptr(weight),
         ffi.ptr(bias) if bias is not None else None,
@@ -227,13 +265,12 @@ def add_rms_norm_linear(
         n_out,
         mean_scale(m, k),
         eps,
-        ffi.dtype_code(x, "x"),
-        ffi.dtype_code(y, "y"),
+        *codes,
         int(glu),
         int(pdl),
         ffi.stream(x.device),
     )
-    ffi.check(rc, "vt_gemv_prologue_add_rms_norm", lib, "gemv_prologue")
+    ffi.check(rc, launcher.name, lib, launcher.family)
     new_residual = r_out.view(x.shape) if r_out is not None else x
     return y.view(*x.shape[:-1], n_out), new_residual
 

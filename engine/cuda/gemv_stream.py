@@ -11,7 +11,6 @@ import torch
 
 from engine.cuda import build, ffi
 from engine.cuda import gemv as cuda_gemv
-from engine.cuda.norm import mean_scale
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -127,47 +126,13 @@ def add_rms_norm_linear(
     """gemv.add_rms_norm_linear with W streamed through shared memory; its bits."""
     if x.dim() < 1:
         raise ValueError("x: expected at least 1 dim, got a scalar")
-    if not x.is_cuda:
+    if not x.is_cuda:  # before the shapes, as `linear` here
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
-    k = x.shape[-1]
-    if residual is not None and residual.shape != x.shape:
-        raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
-    if tuple(norm_weight.shape) != (k,):
-        raise ValueError(f"norm_weight: shape {tuple(norm_weight.shape)} != (hidden,) = ({k},)")
-    n = cuda_gemv._check_weight(weight, x, k, bias)
-    ffi.require(norm_weight, "norm_weight", dim=1, dtype=x.dtype, device=x.device)
-    x2 = cuda_gemv._rows(x, "x", k)
-    r2 = cuda_gemv._rows(residual, "residual", k) if residual is not None else None
-    m = x2.shape[0]
-    if not fits(m, weight, x2, *([r2] if r2 is not None else []), glu=glu):
-        raise ValueError(f"weight: {n} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)")
-    n_out = n // 2 if glu else n
-    y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
-    r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
-    lib = _lib()
-    rc = lib.vt_gemv_stream_add_rms_norm(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(bias) if bias is not None else None,
-        ffi.ptr(x2),
-        ffi.ptr(r2) if r2 is not None else None,
-        ffi.ptr(r_out) if r_out is not None else None,
-        ffi.ptr(norm_weight),
-        m,
-        n_out,
-        k,
-        weight.stride(0) if n > 1 else k,
-        cuda_gemv._row_stride(x2),
-        cuda_gemv._row_stride(r2) if r2 is not None else k,
-        k,
-        n_out,
-        mean_scale(m, k),
-        eps,
-        ffi.dtype_code(x, "x"),
-        int(glu),
-        int(pdl),
-        ffi.stream(x.device),
-    )
-    ffi.check(rc, "vt_gemv_stream_add_rms_norm", lib, "gemv_stream")
-    new_residual = r_out.view(x.shape) if r_out is not None else x
-    return y.view(*x.shape[:-1], n_out), new_residual
+
+    def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:
+        if fits(m, weight, *rows, glu=glu):
+            return None
+        return f"weight: {weight.shape[0]} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)"
+
+    launcher = cuda_gemv.Launcher(_lib, "vt_gemv_stream_add_rms_norm", "gemv_stream")
+    return cuda_gemv.launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
