@@ -90,41 +90,15 @@ def chunked(
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, T, heads, dv] out_dtype or q.dtype, final_state fp32)
     """The gated delta rule over T tokens in chunks of `chunk_size` (the UT-transform form); `state` is not modified."""
-    dev = q.device
     q, k, v = check_inputs(q, k, v, g, beta, state, rank=4)
     batch, seq, k_heads, dk = q.shape
     heads, dv = v.shape[2], v.shape[3]
-    g32 = g.to(torch.float32).contiguous()  # [batch, T, heads]
-    b32 = beta.to(torch.float32).contiguous()
     state = state.contiguous()
-    new_state = torch.empty_like(state)
-    out = torch.empty(batch, seq, heads, dv, dtype=out_dtype or q.dtype, device=dev)
-    lib = _lib()
-    rc = lib.vt_gdn_chunked(
-        ffi.ptr(q),
-        ffi.ptr(k),
-        ffi.ptr(v),
-        ffi.ptr(g32),
-        ffi.ptr(b32),
-        ffi.ptr(state),
-        ffi.ptr(new_state),
-        ffi.ptr(out),
-        batch,
-        seq,
-        heads,
-        k_heads,
-        dk,
-        dv,
-        chunk_size,
-        scale,
-        int(use_qk_l2norm),
-        eps,
-        ffi.dtype_code(q, "q"),
-        ffi.dtype_code(out, "out"),
-        ffi.stream(dev),
+    out = torch.empty(batch, seq, heads, dv, dtype=out_dtype or q.dtype, device=q.device)
+    dims = (batch, seq, heads, k_heads, dk, dv, chunk_size)
+    return _launch(
+        "vt_gdn_chunked", q, k, v, g, beta, state, torch.empty_like(state), out, dims, scale, use_qk_l2norm, eps
     )
-    ffi.check(rc, "vt_gdn_chunked", lib, "gdn")
-    return out, new_state
 
 
 def decode(
@@ -142,35 +116,37 @@ def decode(
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] out_dtype or q.dtype, new_state fp32)
     """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state."""
-    dev = q.device
     q, k, v = check_inputs(q, k, v, g, beta, state, rank=3)
     batch, k_heads, dk = q.shape
     heads, dv = v.shape[1], v.shape[2]
-    g32 = g.to(torch.float32).contiguous()  # [batch, heads]: tiny, so the kernel reads one gate dtype
-    b32 = beta.to(torch.float32).contiguous()
     new_state = state if inplace else torch.empty_like(state)
-    out = torch.empty(batch, heads, dv, dtype=out_dtype or q.dtype, device=dev)
+    out = torch.empty(batch, heads, dv, dtype=out_dtype or q.dtype, device=q.device)
+    dims = (batch, heads, k_heads, dk, dv)
+    return _launch("vt_gdn_decode", q, k, v, g, beta, state, new_state, out, dims, scale, use_qk_l2norm, eps)
+
+
+def _launch(
+    name: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    new_state: torch.Tensor,
+    out: torch.Tensor,
+    dims: tuple[int, ...],  # the launcher's sizes, in its order
+    scale: float,
+    use_qk_l2norm: bool,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (out, new_state)
+    """Both launchers' call on checked inputs: the gates as fp32 (tiny, so the kernel reads one gate dtype), the
+    pointers, sizes and options in their order, the error."""
+    g32 = g.to(torch.float32).contiguous()
+    b32 = beta.to(torch.float32).contiguous()
     lib = _lib()
-    rc = lib.vt_gdn_decode(
-        ffi.ptr(q),
-        ffi.ptr(k),
-        ffi.ptr(v),
-        ffi.ptr(g32),
-        ffi.ptr(b32),
-        ffi.ptr(state),
-        ffi.ptr(new_state),
-        ffi.ptr(out),
-        batch,
-        heads,
-        k_heads,
-        dk,
-        dv,
-        scale,
-        int(use_qk_l2norm),
-        eps,
-        ffi.dtype_code(q, "q"),
-        ffi.dtype_code(out, "out"),
-        ffi.stream(dev),
-    )
-    ffi.check(rc, "vt_gdn_decode", lib, "gdn")
+    pointers = [ffi.ptr(t) for t in (q, k, v, g32, b32, state, new_state, out)]
+    codes = (ffi.dtype_code(q, "q"), ffi.dtype_code(out, "out"))
+    rc = getattr(lib, name)(*pointers, *dims, scale, int(use_qk_l2norm), eps, *codes, ffi.stream(q.device))
+    ffi.check(rc, name, lib, "gdn")
     return out, new_state
