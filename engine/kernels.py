@@ -7,7 +7,8 @@ The contract (what model code, gates and benchmarks may rely on):
   `Arm` is a name, the flags that must all be on (`gated_by("VT_X", ...)`, from engine/flags.py), a `supports` predicate
   over the op's own arguments (shapes, dtypes, strides; `needs` says it in words) and the kernel (a
   binding in `engine/cuda/`, called with the op's arguments). A `composite` arm's kernel takes the
-  snapshot first, because it runs other ops of this table (dequant, then linear).
+  snapshot first, because it runs other ops of this table (dequant, then linear); `_by_parts(glue)` makes
+  one from a composite reference's own glue (`engine/ops/_compose.py`), run over the table's ops.
 - `kernels.<op>(snapshot, *args)` (or `kernels.call("<op>", snapshot, *args)`) validates the inputs once,
   then runs the first arm whose flags are on in `snapshot` and whose `supports` accepts the inputs, and
   the reference when none does. Arms run only on CUDA tensors (the op's first argument) and only while
@@ -583,10 +584,43 @@ def _dequant_nvfp4_kernel(
     return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
 
 
-def _qk_norm_then_rope(
-    snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
-) -> torch.Tensor:
-    return apply_rope_neox(snapshot, qk_norm(snapshot, x, weight, eps), cos, sin)
+class _TableOps:
+    """The table's ops under one snapshot, by name: the parts over which a composite arm runs its reference's glue.
+    `instead` names another op of the table for a part ({"linear": "linear_silu_mul"}); `under` gives a part other
+    flags ({"linear": _weights_just_written}). Each op is this module's name for it, looked up at the call."""
+
+    def __init__(
+        self,
+        snapshot: FlagSnapshot,
+        instead: dict[str, str],
+        under: dict[str, Callable[[FlagSnapshot], FlagSnapshot]],
+    ) -> None:
+        self.snapshot, self.instead, self.under = snapshot, instead, under
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        op = self.instead.get(name, name)
+        if op not in TABLE:
+            raise AttributeError(f"no op {op!r} in the kernel table")
+        flags = self.under[name](self.snapshot) if name in self.under else self.snapshot
+        return partial(globals()[op], flags)
+
+
+def _by_parts(
+    glue: Callable[..., R],
+    *,
+    instead: dict[str, str] | None = None,
+    under: dict[str, Callable[[FlagSnapshot], FlagSnapshot]] | None = None,
+) -> Callable[..., R]:
+    """A composite arm's kernel: `glue(parts, *args)` from engine/ops (a composite reference's `.glue`) over the
+    table's own ops, each choosing its arm under the snapshot (see `_TableOps` for `instead` and `under`)."""
+    swaps, flags = instead or {}, under or {}
+
+    def kernel(snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> R:
+        return glue(_TableOps(snapshot, swaps, flags), *args, **kwargs)
+
+    told = [f"{part}={op}" for part, op in swaps.items()] + [f"{part} under {f.__name__}" for part, f in flags.items()]
+    kernel.__name__ = kernel.__qualname__ = f"by_parts({', '.join([glue.__qualname__, *told])})"
+    return kernel
 
 
 def _weights_just_written(snapshot: FlagSnapshot) -> FlagSnapshot:
@@ -595,83 +629,51 @@ def _weights_just_written(snapshot: FlagSnapshot) -> FlagSnapshot:
     return snapshot.with_(VT_GEMV_PDL=False) if snapshot.enabled("VT_GEMV_PDL") else snapshot
 
 
-def _awq_dequant_then_linear(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    qzeros: torch.Tensor,
-    scales: torch.Tensor,
-    group_size: int,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    w = dequant_awq(snapshot, qweight, qzeros, scales, group_size, x.dtype)
-    return linear(_weights_just_written(snapshot), x, w.T, bias)
+_PDL = gated_by("VT_GEMV_PDL")
 
 
-def _gptq_dequant_then_linear(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    qzeros: torch.Tensor,
-    scales: torch.Tensor,
-    g_idx: torch.Tensor,
-    bits: int = 4,
-    version: int = 1,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    w = dequant_gptq(snapshot, qweight, qzeros, scales, g_idx, bits, version, x.dtype)
-    return linear(_weights_just_written(snapshot), x, w.T, bias)
-
-
-def _nvfp4_dequant_then_linear(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    packed: torch.Tensor,
-    block_scales: torch.Tensor,
-    global_scale: torch.Tensor | float,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    w = dequant_nvfp4(snapshot, packed, block_scales, global_scale, x.dtype)
-    return linear(_weights_just_written(snapshot), x, w, bias)
+def _with_pdl(name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable) -> list:
+    """A GEMV arm after its programmatic dependent launch: `<name>_pdl`, gated by VT_GEMV_PDL too (before the
+    last flag, VT_GEMV), with the same support and the kernel called with pdl=True."""
+    with_pdl = (*flags[:-1], *_PDL, flags[-1])
+    return [
+        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True)),
+        Arm(name, flags, supports, needs, kernel),
+    ]
 
 
 # --- the table --------------------------------------------------------------------------------------------
 KERNEL = "a CUDA tensor"  # the needs of an arm that takes every CUDA input the op's check accepts
 
+
+def _cuda(
+    reference: Callable[P, R],
+    check: Callable[P, None],
+    flags: tuple[str, ...],
+    kernel: Callable[..., Any],
+    supports: Callable[..., bool] = _any,
+    needs: str = KERNEL,
+) -> Op[P, R]:
+    """An op with one arm, "cuda" (its family's binding), gated by `flags`: by default it takes every CUDA input that
+    the op's check accepts."""
+    return Op(reference, check, [Arm("cuda", flags, supports, needs, kernel)])
+
+
 linear = Op(
     gemv.linear,
     gemv.check_linear,
     [
-        Arm(
-            "gemv_stream_pdl",
-            gated_by("VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
-            _gemv_stream,
-            _STREAM_NEEDS,
-            partial(cuda_stream.linear, pdl=True),
+        *_with_pdl(
+            "gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), _gemv_stream, _STREAM_NEEDS, cuda_stream.linear
         ),
-        Arm("gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), _gemv_stream, _STREAM_NEEDS, cuda_stream.linear),
-        Arm(
-            "gemv_persistent_pdl",
-            gated_by("VT_GEMV_PERSISTENT", "VT_GEMV_PDL", "VT_GEMV"),
-            _gemv_persistent,
-            _PERSISTENT_NEEDS,
-            partial(cuda_gemv.linear, pdl=True, persistent=True),
-        ),
-        Arm(
+        *_with_pdl(
             "gemv_persistent",
             gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
             _gemv_persistent,
             _PERSISTENT_NEEDS,
             partial(cuda_gemv.linear, persistent=True),
         ),
-        Arm(
-            "gemv_pdl",
-            gated_by("VT_GEMV_PDL", "VT_GEMV"),
-            _gemv_rows,
-            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
-            partial(cuda_gemv.linear, pdl=True),
-        ),
-        Arm(
+        *_with_pdl(
             "gemv",
             gated_by("VT_GEMV"),
             _gemv_rows,
@@ -681,56 +683,25 @@ linear = Op(
     ],
 )
 embedding = Op(gemv.embedding, gemv.check_embedding)
-rms_norm = Op(
-    norm.rms_norm,
-    norm.check_rms_norm,
-    [
-        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
-    ],
+rms_norm = _cuda(norm.rms_norm, norm.check_rms_norm, gated_by("VT_NORM_KERNEL"), cuda_norm.rms_norm)
+fused_add_rms_norm = _cuda(
+    norm.fused_add_rms_norm, norm.check_fused_add_rms_norm, gated_by("VT_NORM_KERNEL"), cuda_norm.fused_add_rms_norm
 )
-fused_add_rms_norm = Op(
-    norm.fused_add_rms_norm,
-    norm.check_fused_add_rms_norm,
-    [
-        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.fused_add_rms_norm),
-    ],
-)
-qk_norm = Op(
-    norm.qk_norm,
-    norm.check_qk_norm,
-    [
-        Arm("cuda", gated_by("VT_NORM_KERNEL"), _any, KERNEL, cuda_norm.rms_norm),
-    ],
-)
-apply_rope_neox = Op(
-    rope.apply_rope_neox,
-    rope.check_apply_rope_neox,
-    [
-        Arm("cuda", gated_by("VT_ROPE_KERNEL"), _any, KERNEL, cuda_rope.apply_rope_neox),
-    ],
+qk_norm = _cuda(norm.qk_norm, norm.check_qk_norm, gated_by("VT_NORM_KERNEL"), cuda_norm.rms_norm)
+apply_rope_neox = _cuda(
+    rope.apply_rope_neox, rope.check_apply_rope_neox, gated_by("VT_ROPE_KERNEL"), cuda_rope.apply_rope_neox
 )
 qk_norm_rope = Op(
     rope.qk_norm_rope,
     rope.check_qk_norm_rope,
     [
         Arm("fused", gated_by("VT_QK_NORM_ROPE_FUSED"), _any, KERNEL, cuda_rope.qk_norm_rope),
-        Arm("norm_then_rope", gated_by(), _any, KERNEL, _qk_norm_then_rope, composite=True),  # each its own table op
+        Arm("norm_then_rope", gated_by(), _any, KERNEL, _by_parts(rope.qk_norm_rope.glue), composite=True),
     ],
 )
-silu_and_mul = Op(
-    act.silu_and_mul,
-    act.check_silu_and_mul,
-    [
-        Arm("cuda", gated_by("VT_ACT_KERNEL"), _any, KERNEL, cuda_act.silu_and_mul),
-    ],
-)
-store_kv = Op(
-    kv_store.store_kv,
-    kv_store.check_store_kv,
-    [
-        Arm("cuda", gated_by(), _any, KERNEL, cuda_kv_store.store_kv),  # slot values are not range-checked there
-    ],
-)
+silu_and_mul = _cuda(act.silu_and_mul, act.check_silu_and_mul, gated_by("VT_ACT_KERNEL"), cuda_act.silu_and_mul)
+# its kernel does not range-check slot values
+store_kv = _cuda(kv_store.store_kv, kv_store.check_store_kv, gated_by(), cuda_kv_store.store_kv)
 _PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}"
 prefill_attention = Op(
     paged_attn.prefill_attention,
@@ -820,19 +791,11 @@ paged_decode_attention = Op(
         ),
     ],
 )
-greedy_argmax = Op(
-    sample.greedy_argmax,
-    sample.check_greedy_argmax,
-    [
-        Arm("cuda", gated_by("VT_ARGMAX_KERNEL"), _any, KERNEL, cuda_sample.greedy_argmax),
-    ],
+greedy_argmax = _cuda(
+    sample.greedy_argmax, sample.check_greedy_argmax, gated_by("VT_ARGMAX_KERNEL"), cuda_sample.greedy_argmax
 )
-sample_top_k_top_p = Op(
-    sample.sample_top_k_top_p,
-    sample.check_sample_top_k_top_p,
-    [
-        Arm("cuda", gated_by("VT_SAMPLE_KERNEL"), _any, KERNEL, _sample_kernel),
-    ],
+sample_top_k_top_p = _cuda(
+    sample.sample_top_k_top_p, sample.check_sample_top_k_top_p, gated_by("VT_SAMPLE_KERNEL"), _sample_kernel
 )
 # the serving sampler's draw (engine/sampler.py): the fused Gumbel-max kernel takes the unfiltered rows
 sample_rows = Op(
@@ -848,31 +811,21 @@ sample_rows = Op(
         ),
     ],
 )
-moe_route = Op(
+moe_route = _cuda(
     moe.moe_route,
     moe.check_moe_route,
-    [
-        Arm(
-            "cuda",
-            gated_by("VT_MOE_KERNELS"),
-            _moe_route_fits,
-            f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
-            cuda_moe.route,
-        ),
-    ],
+    gated_by("VT_MOE_KERNELS"),
+    cuda_moe.route,
+    _moe_route_fits,
+    f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
 )
-moe_experts = Op(
+moe_experts = _cuda(
     moe.moe_experts,
     moe.check_moe_experts,
-    [
-        Arm(
-            "cuda",
-            gated_by("VT_MOE_KERNELS"),
-            _moe_experts_fit,
-            f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
-            cuda_moe.experts,
-        ),
-    ],
+    gated_by("VT_MOE_KERNELS"),
+    cuda_moe.experts,
+    _moe_experts_fit,
+    f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
 )
 # Qwen3-Next (engine/model/qwen3_next.py): its norms, gates, convolution and the chunked prefill of the recurrence
 rms_norm_offset = Op(norm.rms_norm_offset, norm.check_rms_norm_offset)
@@ -881,60 +834,45 @@ gdn_gating = Op(gdn.gdn_gating, gdn.check_gdn_gating)
 causal_conv1d = Op(gdn.causal_conv1d, gdn.check_causal_conv1d)
 causal_conv1d_update = Op(gdn.causal_conv1d_update, gdn.check_causal_conv1d_update)
 gated_rms_norm = Op(gdn.gated_rms_norm, gdn.check_gated_rms_norm)
-gated_delta_chunked = Op(
+gated_delta_chunked = _cuda(
     gdn.gated_delta_chunked,
     gdn.check_gated_delta_chunked,
-    [
-        Arm(
-            "cuda",
-            gated_by("VT_GDN_CHUNKED_KERNEL"),
-            _gdn_chunked_fits,
-            f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, chunks of at most {cuda_gdn.MAX_CHUNK}",
-            cuda_gdn.chunked,
-        ),
-    ],
+    gated_by("VT_GDN_CHUNKED_KERNEL"),
+    cuda_gdn.chunked,
+    _gdn_chunked_fits,
+    f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, chunks of at most {cuda_gdn.MAX_CHUNK}",
 )
-gated_delta_decode = Op(
+gated_delta_decode = _cuda(
     gdn.gated_delta_decode,
     gdn.check_gated_delta_decode,
-    [
-        Arm(
-            "cuda",
-            gated_by("VT_GDN_KERNEL"),
-            _gdn_fits,
-            f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state",
-            cuda_gdn.decode,
-        ),
-    ],
+    gated_by("VT_GDN_KERNEL"),
+    cuda_gdn.decode,
+    _gdn_fits,
+    f"one dtype for q/k/v, key dim at most {cuda_gdn.MAX_HEAD_DIM_K}, a contiguous state",
 )
-dequant_awq = Op(
-    quant.dequant_awq,
-    quant.check_dequant_awq,
-    [
-        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, cuda_quant.dequant_awq),
-    ],
-)
-dequant_gptq = Op(
+dequant_awq = _cuda(quant.dequant_awq, quant.check_dequant_awq, gated_by("VT_DEQUANT_KERNEL"), cuda_quant.dequant_awq)
+dequant_gptq = _cuda(
     quant.dequant_gptq,
     quant.check_dequant_gptq,
-    [
-        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _gptq_int4, "4-bit weights", cuda_quant.dequant_gptq),
-    ],
+    gated_by("VT_DEQUANT_KERNEL"),
+    cuda_quant.dequant_gptq,
+    _gptq_int4,
+    "4-bit weights",
 )
-dequant_nvfp4 = Op(
-    quant.dequant_nvfp4,
-    quant.check_dequant_nvfp4,
-    [
-        Arm("cuda", gated_by("VT_DEQUANT_KERNEL"), _any, KERNEL, _dequant_nvfp4_kernel),
-    ],
+dequant_nvfp4 = _cuda(
+    quant.dequant_nvfp4, quant.check_dequant_nvfp4, gated_by("VT_DEQUANT_KERNEL"), _dequant_nvfp4_kernel
 )
 # The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
+_DEQUANT_THEN_LINEAR = {  # their linear never a programmatic dependent of the dequant writing its W
+    m: _by_parts(getattr(quant, f"{m}_linear").glue, under={"linear": _weights_just_written})
+    for m in ("awq", "gptq", "nvfp4")
+}
 awq_linear = Op(
     quant.awq_linear,
     quant.check_awq_linear,
     [
         Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.awq_linear),
-        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _awq_dequant_then_linear, composite=True),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _DEQUANT_THEN_LINEAR["awq"], composite=True),
     ],
 )
 gptq_linear = Op(
@@ -942,7 +880,7 @@ gptq_linear = Op(
     quant.check_gptq_linear,
     [
         Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _gptq_gemv, "one row of x, 4-bit weights", cuda_quant.gptq_linear),
-        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _gptq_dequant_then_linear, composite=True),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _DEQUANT_THEN_LINEAR["gptq"], composite=True),
     ],
 )
 nvfp4_linear = Op(
@@ -950,7 +888,7 @@ nvfp4_linear = Op(
     quant.check_nvfp4_linear,
     [
         Arm("gemv", gated_by("VT_DEQUANT_GEMV"), _one_row, "one row of x", cuda_quant.nvfp4_linear),
-        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _nvfp4_dequant_then_linear, composite=True),
+        Arm("dequant_then_linear", gated_by(), _any, KERNEL, _DEQUANT_THEN_LINEAR["nvfp4"], composite=True),
     ],
 )
 
@@ -974,50 +912,8 @@ def _act_gemv_fits(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return cuda_gemv.prologue_fits(g.shape[0], weight.shape[1], weight, g)
 
 
-def _norm_then_linear(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    if residual is None:
-        normed, new_residual = rms_norm(snapshot, x, norm_weight, eps), x
-    else:
-        normed, new_residual = fused_add_rms_norm(snapshot, x, residual, norm_weight, eps)
-    return linear(snapshot, normed, weight, bias), new_residual
-
-
-def _act_then_linear(
-    snapshot: FlagSnapshot, gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    return linear(snapshot, silu_and_mul(snapshot, gate_up), weight, bias)
-
-
 def _qkv_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any, **__: Any) -> bool:
     return q.shape[-1] <= cuda_rope.MAX_FUSED_HEAD_DIM and all(t.stride(-1) == 1 for t in (q, k, v))
-
-
-def _qkv_separately(
-    snapshot: FlagSnapshot,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    eps: float,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    q = qk_norm_rope(snapshot, q, q_weight, cos, sin, eps)
-    k = qk_norm_rope(snapshot, k, k_weight, cos, sin, eps)
-    store_kv(snapshot, k, v, k_cache, v_cache, slot_mapping)
-    return q, k
 
 
 def _glu_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -1056,41 +952,6 @@ def _norm_glu_fits(
     return _norm_gemv_fits(x, residual, norm_weight, eps, weight, bias) and _glu_fits(x, weight, bias)
 
 
-def _linear_then_act(
-    snapshot: FlagSnapshot, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    return silu_and_mul(snapshot, linear(snapshot, x, weight, bias))
-
-
-def _norm_gemv_then_act(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    y, new_residual = add_rms_norm_linear(snapshot, x, residual, norm_weight, eps, weight, bias)
-    return silu_and_mul(snapshot, y), new_residual
-
-
-def _norm_then_glu(
-    snapshot: FlagSnapshot,
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    if residual is None:
-        normed, new_residual = rms_norm(snapshot, x, norm_weight, eps), x
-    else:
-        normed, new_residual = fused_add_rms_norm(snapshot, x, residual, norm_weight, eps)
-    return linear_silu_mul(snapshot, normed, weight, bias), new_residual
-
-
 _GLU_NEEDS = (
     f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major gate/up W "
     f"with at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
@@ -1100,115 +961,82 @@ add_rms_norm_linear = Op(
     gemv.add_rms_norm_linear,
     gemv.check_add_rms_norm_linear,
     [
-        Arm(
-            "prologue_stream_pdl",
-            gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
-            _norm_stream_fits,
-            _STREAM_NEEDS,
-            partial(cuda_stream.add_rms_norm_linear, pdl=True),
-        ),
-        Arm(
+        *_with_pdl(
             "prologue_stream",
             gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             _norm_stream_fits,
             _STREAM_NEEDS,
             cuda_stream.add_rms_norm_linear,
         ),
-        Arm(
-            "prologue_pdl",
-            gated_by("VT_NORM_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
-            _norm_gemv_fits,
-            _PROLOGUE_NEEDS,
-            partial(cuda_gemv.add_rms_norm_linear, pdl=True),
-        ),
-        Arm(
+        *_with_pdl(
             "prologue",
             gated_by("VT_NORM_GEMV", "VT_GEMV"),
             _norm_gemv_fits,
             _PROLOGUE_NEEDS,
             cuda_gemv.add_rms_norm_linear,
         ),
-        Arm("norm_then_linear", gated_by(), _any, KERNEL, _norm_then_linear, composite=True),  # the table's own ops
+        Arm("norm_then_linear", gated_by(), _any, KERNEL, _by_parts(gemv.add_rms_norm_linear.glue), composite=True),
     ],
 )
 silu_mul_linear = Op(
     gemv.silu_mul_linear,
     gemv.check_silu_mul_linear,
     [
-        Arm(
-            "prologue_pdl",
-            gated_by("VT_ACT_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
-            _act_gemv_fits,
-            _PROLOGUE_NEEDS,
-            partial(cuda_gemv.silu_mul_linear, pdl=True),
+        *_with_pdl(
+            "prologue", gated_by("VT_ACT_GEMV", "VT_GEMV"), _act_gemv_fits, _PROLOGUE_NEEDS, cuda_gemv.silu_mul_linear
         ),
-        Arm("prologue", gated_by("VT_ACT_GEMV", "VT_GEMV"), _act_gemv_fits, _PROLOGUE_NEEDS, cuda_gemv.silu_mul_linear),
-        Arm("act_then_linear", gated_by(), _any, KERNEL, _act_then_linear, composite=True),
+        Arm("act_then_linear", gated_by(), _any, KERNEL, _by_parts(gemv.silu_mul_linear.glue), composite=True),
     ],
 )
 linear_silu_mul = Op(
     gemv.linear_silu_mul,
     gemv.check_linear_silu_mul,
     [
-        Arm(
-            "glu_stream_pdl",
-            gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
-            _glu_stream_fits,
-            _STREAM_NEEDS,
-            partial(cuda_stream.linear, pdl=True, glu=True),
-        ),
-        Arm(
+        *_with_pdl(
             "glu_stream",
             gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             _glu_stream_fits,
             _STREAM_NEEDS,
             partial(cuda_stream.linear, glu=True),
         ),
-        Arm(
-            "glu_pdl",
-            gated_by("VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
-            _glu_fits,
-            _GLU_NEEDS,
-            partial(cuda_gemv.linear_silu_mul, pdl=True),
-        ),
-        Arm("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), _glu_fits, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
-        Arm("linear_then_act", gated_by(), _any, KERNEL, _linear_then_act, composite=True),
+        *_with_pdl("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), _glu_fits, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
+        Arm("linear_then_act", gated_by(), _any, KERNEL, _by_parts(gemv.linear_silu_mul.glue), composite=True),
     ],
 )
 add_rms_norm_linear_silu_mul = Op(
     gemv.add_rms_norm_linear_silu_mul,
     gemv.check_add_rms_norm_linear_silu_mul,
     [
-        Arm(
-            "prologue_glu_stream_pdl",
-            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV_PDL", "VT_GEMV"),
-            partial(_norm_stream_fits, glu=True),
-            _STREAM_NEEDS,
-            partial(cuda_stream.add_rms_norm_linear, pdl=True, glu=True),
-        ),
-        Arm(
+        *_with_pdl(
             "prologue_glu_stream",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             partial(_norm_stream_fits, glu=True),
             _STREAM_NEEDS,
             partial(cuda_stream.add_rms_norm_linear, glu=True),
         ),
-        Arm(
-            "prologue_glu_pdl",
-            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_PDL", "VT_GEMV"),
-            _norm_glu_fits,
-            _GLU_NEEDS,
-            partial(cuda_gemv.add_rms_norm_linear, pdl=True, glu=True),
-        ),
-        Arm(
+        *_with_pdl(
             "prologue_glu",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV"),
             _norm_glu_fits,
             _GLU_NEEDS,
             partial(cuda_gemv.add_rms_norm_linear, glu=True),
         ),
-        Arm("norm_gemv_then_act", gated_by("VT_NORM_GEMV"), _any, KERNEL, _norm_gemv_then_act, composite=True),
-        Arm("norm_then_glu", gated_by(), _any, KERNEL, _norm_then_glu, composite=True),
+        Arm(
+            "norm_gemv_then_act",
+            gated_by("VT_NORM_GEMV"),
+            _any,
+            KERNEL,
+            _by_parts(gemv.add_rms_norm_linear_silu_mul.glue),
+            composite=True,
+        ),
+        Arm(  # the pre-norm, then the GLU GEMV op
+            "norm_then_glu",
+            gated_by(),
+            _any,
+            KERNEL,
+            _by_parts(gemv.add_rms_norm_linear.glue, instead={"linear": "linear_silu_mul"}),
+            composite=True,
+        ),
     ],
 )
 qkv_norm_rope_store = Op(
@@ -1222,7 +1050,7 @@ qkv_norm_rope_store = Op(
             f"head_dim at most {cuda_rope.MAX_FUSED_HEAD_DIM}, contiguous last dims",
             cuda_rope.qkv_norm_rope_store,
         ),
-        Arm("separate", gated_by(), _any, KERNEL, _qkv_separately, composite=True),
+        Arm("separate", gated_by(), _any, KERNEL, _by_parts(rope.qkv_norm_rope_store.glue), composite=True),
     ],
 )
 

@@ -7,12 +7,15 @@ Each op has its reference and, beside it, its entry check (`check_<op>`), which 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor, values_checkable
-from engine.ops.act import check_silu_and_mul, silu_and_mul
-from engine.ops.norm import check_fused_add_rms_norm, check_rms_norm, fused_add_rms_norm, rms_norm
+from engine.ops._compose import composite
+from engine.ops.act import check_silu_and_mul
+from engine.ops.norm import check_fused_add_rms_norm, check_rms_norm
 
 
 def linear(
@@ -60,7 +63,9 @@ def check_embedding(ids: torch.Tensor, weight: torch.Tensor) -> None:
             raise IndexError(f"ids: values span [{lo}, {hi}] outside the vocab [0, {weight.shape[0]})")
 
 
+@composite
 def add_rms_norm_linear(
+    parts: Any,  # the ops it runs, by name: the references (_compose.references) or the kernel table's
     x: torch.Tensor,  # x: [..., hidden], the sublayer output (the embedding before the first layer)
     residual: torch.Tensor | None,  # residual: [..., hidden], the running sum; None before the first layer
     norm_weight: torch.Tensor,  # norm_weight: [hidden], x.dtype
@@ -73,11 +78,21 @@ def add_rms_norm_linear(
     `fused_add_rms_norm`'s rounding points (the sum rounded to x.dtype, then `rms_norm`'s), then `linear`'s
     one rounding. With no residual the norm is of x alone and the new residual is x itself.
     """
+    normed, new_residual = pre_norm(parts, x, residual, norm_weight, eps)
+    return parts.linear(normed, weight, bias), new_residual
+
+
+def pre_norm(
+    parts: Any,  # rms_norm and fused_add_rms_norm by name: the references, the kernel table's, or kernel bindings
+    x: torch.Tensor,  # x: [..., hidden]
+    residual: torch.Tensor | None,  # residual: [..., hidden] or None
+    norm_weight: torch.Tensor,  # norm_weight: [hidden]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), x.dtype
+    """`fused_add_rms_norm(x, residual)`, or with no residual `rms_norm(x)` and x itself as the new residual."""
     if residual is None:
-        normed, new_residual = rms_norm(x, norm_weight, eps), x
-    else:
-        normed, new_residual = fused_add_rms_norm(x, residual, norm_weight, eps)
-    return linear(normed, weight, bias), new_residual
+        return parts.rms_norm(x, norm_weight, eps), x
+    return parts.fused_add_rms_norm(x, residual, norm_weight, eps)
 
 
 def check_add_rms_norm_linear(
@@ -95,13 +110,15 @@ def check_add_rms_norm_linear(
     check_linear(x, weight, bias)
 
 
+@composite
 def silu_mul_linear(
+    parts: Any,  # as add_rms_norm_linear's
     gate_up: torch.Tensor,  # gate_up: [..., 2 * intermediate] (gate first)
     weight: torch.Tensor,  # weight: [out_features, intermediate], gate_up.dtype
     bias: torch.Tensor | None = None,  # bias: [out_features]
 ) -> torch.Tensor:  # [..., out_features], gate_up.dtype
     """The gated MLP's down projection of its activation: `linear(silu_and_mul(gate_up))`, both ops' roundings."""
-    return linear(silu_and_mul(gate_up), weight, bias)
+    return parts.linear(parts.silu_and_mul(gate_up), weight, bias)
 
 
 def check_silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -115,13 +132,15 @@ def check_silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor, bias: tor
         check_dim(bias, "bias", 0, weight.shape[0], "weight's out_features")
 
 
+@composite
 def linear_silu_mul(
+    parts: Any,  # as add_rms_norm_linear's
     x: torch.Tensor,  # x: [..., hidden]
     weight: torch.Tensor,  # weight: [2 * inter, hidden], gate rows then up rows
     bias: torch.Tensor | None = None,  # bias: [2 * inter]
 ) -> torch.Tensor:  # [..., inter], x.dtype
     """The gated MLP's gate/up projection and its activation: `silu_and_mul(linear(x))`, both ops' roundings."""
-    return silu_and_mul(linear(x, weight, bias))
+    return parts.silu_and_mul(parts.linear(x, weight, bias))
 
 
 def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -130,7 +149,9 @@ def check_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
         raise ValueError(f"weight: {weight.shape[0]} rows are not gate and up halves (an even count)")
 
 
+@composite
 def add_rms_norm_linear_silu_mul(
+    parts: Any,  # as add_rms_norm_linear's
     x: torch.Tensor,  # x: [..., hidden], the attention output
     residual: torch.Tensor | None,  # residual: [..., hidden]
     norm_weight: torch.Tensor,  # norm_weight: [hidden]
@@ -139,8 +160,8 @@ def add_rms_norm_linear_silu_mul(
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (silu(gate) * up [..., inter], new_residual [..., hidden])
     """The MLP's pre-norm, gate/up projection and activation: `add_rms_norm_linear` then `silu_and_mul`."""
-    y, new_residual = add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
-    return silu_and_mul(y), new_residual
+    y, new_residual = parts.add_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
+    return parts.silu_and_mul(y), new_residual
 
 
 def check_add_rms_norm_linear_silu_mul(

@@ -31,12 +31,13 @@ references dequantise straight to x.dtype (one rounding), then `linear`.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import torch
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_tensor
+from engine.ops._compose import composite
 from engine.ops._packing import repeat_each, unpack_int32
-from engine.ops.gemv import linear
 
 AWQ_COLUMN_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)  # column j of a word -> the nibble that holds it
 ZERO_OFFSET = {1: 1, 2: 0}  # GPTQ checkpoint format version -> added to the stored zero
@@ -76,7 +77,9 @@ def check_dequant_awq(
     check_dim(qzeros, "qzeros", 1, n // 8, "N/8")
 
 
+@composite
 def awq_linear(
+    parts: Any,  # the ops it runs, by name: the references (_compose.REFERENCES) or the kernel table's
     x: torch.Tensor,  # x: [..., K]
     qweight: torch.Tensor,
     qzeros: torch.Tensor,
@@ -85,8 +88,8 @@ def awq_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant straight to x.dtype (one rounding), then `linear`: the reference for a fused AWQ GEMV."""
-    w = dequant_awq(qweight, qzeros, scales, group_size, dtype=x.dtype)
-    return linear(x, w.T, bias)
+    w = parts.dequant_awq(qweight, qzeros, scales, group_size, x.dtype)
+    return parts.linear(x, w.T, bias)
 
 
 def check_awq_linear(
@@ -157,7 +160,9 @@ def check_dequant_gptq(
         raise ValueError(f"scales: N={n} is not a multiple of {per_word} (qzeros packing)")
 
 
+@composite
 def gptq_linear(
+    parts: Any,  # the ops it runs, by name: the references (_compose.REFERENCES) or the kernel table's
     x: torch.Tensor,  # x: [..., K]
     qweight: torch.Tensor,
     qzeros: torch.Tensor,
@@ -168,8 +173,8 @@ def gptq_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant straight to x.dtype (one rounding), then `linear`: the reference for a fused GPTQ GEMV."""
-    w = dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype=x.dtype)
-    return linear(x, w.T, bias)
+    w = parts.dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, x.dtype)
+    return parts.linear(x, w.T, bias)
 
 
 def check_gptq_linear(
@@ -226,7 +231,9 @@ def check_dequant_nvfp4(
     check_dim(block_scales, "block_scales", 1, k // NVFP4_BLOCK, f"K/{NVFP4_BLOCK}")
 
 
+@composite
 def nvfp4_linear(
+    parts: Any,  # the ops it runs, by name: the references (_compose.REFERENCES) or the kernel table's
     x: torch.Tensor,  # x: [..., K]
     packed: torch.Tensor,
     block_scales: torch.Tensor,
@@ -234,7 +241,7 @@ def nvfp4_linear(
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
     """Dequant to x.dtype, then `linear`: the reference for a fused NVFP4 GEMV."""
-    return linear(x, dequant_nvfp4(packed, block_scales, global_scale, x.dtype), bias)
+    return parts.linear(x, parts.dequant_nvfp4(packed, block_scales, global_scale, x.dtype), bias)
 
 
 def check_nvfp4_linear(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
-from engine.ops.kv_store import check_store_kv, store_kv
-from engine.ops.norm import check_qk_norm, qk_norm
+from engine.ops._compose import composite
+from engine.ops.kv_store import check_store_kv
+from engine.ops.norm import check_qk_norm
 
 
 def rope_cos_sin(
@@ -66,7 +68,9 @@ def check_apply_rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
         check_dim(t, name, 1, x.shape[2], "x's head_dim")
 
 
+@composite
 def qk_norm_rope(
+    parts: Any,  # the ops it runs, by name: the references (_compose.references) or the kernel table's
     x: torch.Tensor,  # x: [tokens, heads, head_dim]
     weight: torch.Tensor,  # weight: [head_dim], x.dtype
     cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
@@ -78,7 +82,7 @@ def qk_norm_rope(
     The fused CUDA arm (VT_QK_NORM_ROPE_FUSED) is one launch, whose fp32 sum of squares runs in another
     order than torch's.
     """
-    return apply_rope_neox(qk_norm(x, weight, eps), cos, sin)
+    return parts.apply_rope_neox(parts.qk_norm(x, weight, eps), cos, sin)
 
 
 def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float) -> None:
@@ -86,7 +90,9 @@ def check_qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
     check_apply_rope_neox(x, cos, sin)
 
 
+@composite
 def qkv_norm_rope_store(
+    parts: Any,  # as qk_norm_rope's
     q: torch.Tensor,  # q: [tokens, heads, head_dim]
     k: torch.Tensor,  # k: [tokens, kv_heads, head_dim]
     v: torch.Tensor,  # v: [tokens, kv_heads, head_dim]
@@ -103,9 +109,9 @@ def qkv_norm_rope_store(
 
     Each op's rounding points; the cache gets the rotated k exactly as returned. The fused CUDA arm
     (VT_QKV_ROPE_STORE) is one launch for all three."""
-    q_out = qk_norm_rope(q, q_weight, cos, sin, eps)
-    k_out = qk_norm_rope(k, k_weight, cos, sin, eps)
-    store_kv(k_out, v, k_cache, v_cache, slot_mapping)
+    q_out = parts.qk_norm_rope(q, q_weight, cos, sin, eps)
+    k_out = parts.qk_norm_rope(k, k_weight, cos, sin, eps)
+    parts.store_kv(k_out, v, k_cache, v_cache, slot_mapping)
     return q_out, k_out
 
 

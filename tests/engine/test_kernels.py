@@ -227,9 +227,100 @@ def test_a_linear_after_its_dequant_is_never_a_programmatic_dependent(monkeypatc
     monkeypatch.setattr(kernels, "linear", fake_linear)
     monkeypatch.setattr(kernels, f"dequant_{method}", lambda *args: w if method == "nvfp4" else w.T)
     x = torch.zeros(2, 8)
-    arm = getattr(kernels, f"_{method}_dequant_then_linear")
+    arm = kernels.TABLE[f"{method}_linear"].arm("dequant_then_linear").kernel
     args = {"awq": (None, None, None, 128), "gptq": (None, None, None, None), "nvfp4": (None, None, 1.0)}[method]
     on = FlagSnapshot.defaults().with_(VT_GEMV_PDL=True)
     assert arm(on, x, *args).shape == (2, 4)
     assert arm(FlagSnapshot.defaults(), x, *args).shape == (2, 4)
     assert seen == [False, False]
+
+
+def _composite_inputs() -> dict[str, tuple]:
+    """CPU inputs of each op that has a composite arm (one run by the table's own ops)."""
+    g = torch.Generator().manual_seed(0)
+    t, hq, hkv, d, hidden, inter = 3, 4, 2, 16, 32, 24
+    x, res, nw = torch.randn(t, hidden, generator=g), torch.randn(t, hidden, generator=g), torch.rand(hidden) + 0.5
+    w, w_glu = torch.randn(40, hidden, generator=g), torch.randn(2 * inter, hidden, generator=g)
+    cos, sin = torch.randn(t, d, generator=g), torch.randn(t, d, generator=g)
+    q, k, v = (torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv))
+    cache = torch.randn(4, 2, hkv, d, generator=g)
+    kq, nq, group = 32, 16, 8  # a quantized layer: K, N, AWQ's group size
+
+    def words(*shape: int) -> torch.Tensor:  # packed int32 fields: any bits are values
+        return torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, generator=g)
+
+    xq, scales = torch.randn(1, kq, generator=g), torch.rand(kq // group, nq, generator=g) + 0.1
+    nvfp4 = (
+        torch.randint(0, 256, (nq, kq // 2), dtype=torch.uint8, generator=g),
+        torch.rand(nq, kq // 16, generator=g) + 0.1,
+    )
+    return {
+        "awq_linear": (xq, words(kq, nq // 8), words(kq // group, nq // 8), scales, group),
+        "gptq_linear": (xq, words(kq // 8, nq), words(kq // group, nq // 8), scales, torch.arange(kq) // group),
+        "nvfp4_linear": (xq, nvfp4[0], nvfp4[1].to(torch.float8_e4m3fn), torch.tensor(0.5)),
+        "qk_norm_rope": (q, torch.rand(d, generator=g) + 0.5, cos, sin, 1e-6),
+        "add_rms_norm_linear": (x, res, nw, 1e-6, w, torch.randn(40, generator=g)),
+        "silu_mul_linear": (torch.randn(t, 2 * inter, generator=g), torch.randn(40, inter, generator=g)),
+        "linear_silu_mul": (x, w_glu),
+        "add_rms_norm_linear_silu_mul": (x, None, nw, 1e-6, w_glu),
+        "qkv_norm_rope_store": (
+            q,
+            k,
+            v,
+            nw[:d],
+            nw[-d:],
+            cos,
+            sin,
+            1e-6,
+            cache,
+            cache.clone(),
+            torch.tensor([5, -1, 0]),
+        ),
+    }
+
+
+def _outputs(out: object, args: tuple) -> list[torch.Tensor]:
+    """An op's outputs, and for the KV store the caches it wrote."""
+    outs = list(out) if isinstance(out, tuple) else [out]
+    return outs + [a for a in args[8:10]] if len(args) == 11 else outs
+
+
+# (op, composite arm) -> the table's ops it runs, each once (on the CPU: their references)
+PARTS = {
+    ("qk_norm_rope", "norm_then_rope"): {"qk_norm", "apply_rope_neox"},
+    ("add_rms_norm_linear", "norm_then_linear"): {"fused_add_rms_norm", "linear"},
+    ("silu_mul_linear", "act_then_linear"): {"silu_and_mul", "linear"},
+    ("linear_silu_mul", "linear_then_act"): {"linear", "silu_and_mul"},
+    ("add_rms_norm_linear_silu_mul", "norm_gemv_then_act"): {"add_rms_norm_linear", "silu_and_mul"},
+    ("add_rms_norm_linear_silu_mul", "norm_then_glu"): {"rms_norm", "linear_silu_mul"},
+    ("qkv_norm_rope_store", "separate"): {"qk_norm_rope", "store_kv"},
+    **{(f"{m}_linear", "dequant_then_linear"): {f"dequant_{m}", "linear"} for m in ("awq", "gptq", "nvfp4")},
+}
+
+
+def test_every_composite_arm_runs_the_references_bits_by_the_tables_own_ops() -> None:
+    inputs = _composite_inputs()
+    composites = {(op.name, a.name) for op in kernels.TABLE.values() for a in op.arms if a.composite}
+    assert composites == set(PARTS)
+    for name, arm in sorted(PARTS):
+        op, args = kernels.TABLE[name], inputs[name]
+        ref_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        want = _outputs(op.reference(*ref_args), ref_args)
+        kernels.reset_counts()
+        got = _outputs(op.run_arm(arm, *args), args)
+        assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), (name, arm)
+        ran = kernels.counts().ran
+        assert ran == {(name, arm): 1, **{(o, "reference"): ran[(o, "reference")] for o in PARTS[name, arm]}}
+        assert all(ran[(o, "reference")] >= 1 for o in PARTS[name, arm]), (name, arm, ran)
+
+
+def test_each_pdl_arm_stands_before_its_twin_with_vt_gemv_pdl_added() -> None:
+    for op in kernels.TABLE.values():
+        for i, arm in enumerate(op.arms):
+            if not arm.name.endswith("_pdl"):
+                continue
+            twin = op.arms[i + 1]
+            assert twin.name == arm.name.removesuffix("_pdl"), (op.name, arm.name)
+            assert arm.flags == (*twin.flags[:-1], "VT_GEMV_PDL", twin.flags[-1]), (op.name, arm.name)
+            assert arm.needs == twin.needs and arm.kernel.keywords["pdl"] is True, (op.name, arm.name)
+            assert getattr(twin.kernel, "keywords", {}).get("pdl") is None, (op.name, twin.name)
