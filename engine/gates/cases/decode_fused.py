@@ -5,6 +5,8 @@ launch (rope.cuh). Each fused kernel is held to the torch reference within its d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -46,7 +48,7 @@ def norm_inputs(
     }
 
 
-def _norm_args(x: Inputs) -> tuple:
+def norm_args(x: Inputs) -> tuple[Any, Any, Any, float, Any, Any]:  # the norm forms' arguments, in their order
     return x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"]
 
 
@@ -54,22 +56,19 @@ def _joined(y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:  # [rows, 
     return torch.cat([y, residual], dim=-1)
 
 
-def run_norm_gemv(pdl: bool, x: Inputs) -> torch.Tensor:
-    args = (x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"])
-    return _joined(*gemv.add_rms_norm_linear(*args, pdl=pdl))
+def run_norm_gemv(pdl: bool, x: Inputs, glu: bool = False) -> torch.Tensor:
+    return _joined(*gemv.add_rms_norm_linear(*norm_args(x), pdl=pdl, glu=glu))
 
 
 def ref_norm_gemv(x: Inputs) -> torch.Tensor:
-    return _joined(*ref_gemv.add_rms_norm_linear(*_norm_args(x)))
+    return _joined(*ref_gemv.add_rms_norm_linear(*norm_args(x)))
 
 
-def two_kernels_norm_gemv(x: Inputs) -> torch.Tensor:
-    """The default arms one after another: the norm kernel, then the GEMV kernel."""
-    if x["residual"] is None:
-        normed, residual = norm.rms_norm(x["x"], x["norm_weight"], EPS), x["x"]
-    else:
-        normed, residual = norm.fused_add_rms_norm(x["x"], x["residual"], x["norm_weight"], EPS)
-    return _joined(gemv.linear(normed, x["weight"], x["bias"]), residual)
+def two_kernels_norm_gemv(x: Inputs, then: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """The default arms one after another: the norm kernel, then the GEMV kernel (then `then`)."""
+    normed, residual = ref_gemv.pre_norm(norm, x["x"], x["residual"], x["norm_weight"], EPS)
+    y = gemv.linear(normed, x["weight"], x["bias"])
+    return _joined(then(y) if then else y, residual)
 
 
 def run_glu(pdl: bool, x: Inputs) -> torch.Tensor:
@@ -85,21 +84,16 @@ def two_kernels_glu(x: Inputs) -> torch.Tensor:
 
 
 def run_norm_glu(pdl: bool, x: Inputs) -> torch.Tensor:
-    args = (x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"])
-    return _joined(*gemv.add_rms_norm_linear(*args, pdl=pdl, glu=True))
+    return run_norm_gemv(pdl, x, glu=True)
 
 
 def ref_norm_glu(x: Inputs) -> torch.Tensor:
-    return _joined(*ref_gemv.add_rms_norm_linear_silu_mul(*_norm_args(x)))
+    return _joined(*ref_gemv.add_rms_norm_linear_silu_mul(*norm_args(x)))
 
 
 def three_kernels_norm_glu(x: Inputs) -> torch.Tensor:
     """The default arms one after another: the norm kernel, the GEMV kernel, the SiLU-and-mul kernel."""
-    if x["residual"] is None:
-        normed, residual = norm.rms_norm(x["x"], x["norm_weight"], EPS), x["x"]
-    else:
-        normed, residual = norm.fused_add_rms_norm(x["x"], x["residual"], x["norm_weight"], EPS)
-    return _joined(act.silu_and_mul(gemv.linear(normed, x["weight"], x["bias"])), residual)
+    return two_kernels_norm_gemv(x, then=act.silu_and_mul)
 
 
 def act_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, m: int, n: int, k: int) -> Inputs:
@@ -204,6 +198,79 @@ def _case(name: str, arm: str, flag: str, dtype: torch.dtype, make, kernel, refe
     return KernelCase(name, arm, flag, dtype, make, kernel, reference, tol, ROW, ("small",) if small else ())
 
 
+def pair(
+    base: str, arm: str, flag: str, dt: str, make, kernel, against: tuple, small: bool = False
+) -> list[KernelCase]:
+    """`kernel` within the dtype's tolerance of `against`'s torch reference (tagged `small`: a sanitizer case), and
+    bitwise to its default kernels ("/exact")."""
+    (reference, default), dtype = against, DTYPES[dt]
+    return [
+        _case(base, arm, flag, dtype, make, kernel, reference, dt, small),
+        _case(base + "/exact", arm, flag, dtype, make, kernel, default, "exact", False),
+    ]
+
+
+def trio(base: str, arm: str, flag: str, dt: str, make, run, against: tuple, small: bool = False) -> list[KernelCase]:
+    """`pair` of `run(False, inputs)`, then `run(True, inputs)`, the programmatic dependent launch (`arm`_pdl),
+    bitwise to the default kernels too ("/pdl")."""
+    pdl = partial(run, True)
+    last = _case(base + "/pdl", arm + "_pdl", "VT_GEMV_PDL", DTYPES[dt], make, pdl, against[1], "exact", False)
+    return [*pair(base, arm, flag, dt, make, partial(run, False), against, small), last]
+
+
+# (the torch reference, the default kernels one after another) of each form
+NORM_GEMV = (ref_norm_gemv, two_kernels_norm_gemv)
+NORM_GLU = (ref_norm_glu, three_kernels_norm_glu)
+GLU = (ref_glu, two_kernels_glu)
+
+
+@dataclass(frozen=True)
+class PrologueArm:
+    """One implementation of the norm and GLU GEMV forms as the cases name and run them: the fast-path kernels
+    (gemv_prologue.cuh, gemv.cuh: `FAST`) or the streamed ones (gemv_stream.cuh)."""
+
+    suffix: str  # of the case families and arms: "" or "_stream"
+    norm_flag: str  # the flag of the norm forms' cases
+    glu_flag: str  # the flag of the GLU forms' cases
+    run_norm: Callable[[bool, Inputs], torch.Tensor]  # (pdl, inputs) -> [rows, n + k]: y, then the new residual
+    run_norm_glu: Callable[[bool, Inputs], torch.Tensor]
+    run_glu: Callable[[bool, Inputs], torch.Tensor]
+
+
+FAST = PrologueArm("", "VT_NORM_GEMV", "VT_GLU_GEMV", run_norm_gemv, run_norm_glu, run_glu)
+
+
+def _inputs(
+    dt: str, m: int, n: int, k: int, first: bool, bias: bool
+) -> tuple[str, Callable[[int, torch.device], Inputs]]:
+    """A norm-form shape's name tail and its inputs."""
+    tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
+    return tail, partial(norm_inputs, dtype=DTYPES[dt], m=m, n=n, k=k, first=first, bias=bias)
+
+
+def norm_trios(arm: PrologueArm, dt: str, m: int, n: int, k: int, small: bool) -> list[KernelCase]:
+    """The add + RMSNorm prologue GEMV of one shape, after a layer (a residual) and first (none; never `small`)."""
+    cases = []
+    for first in (False, True):
+        tail, make = _inputs(dt, m, n, k, first, n == 769)
+        name, fast_arm = f"fused/norm_gemv{arm.suffix}/{tail}", "prologue" + arm.suffix
+        cases += trio(name, fast_arm, arm.norm_flag, dt, make, arm.run_norm, NORM_GEMV, small and not first)
+    return cases
+
+
+def glu_trios(arm: PrologueArm, dt: str, m: int, n: int, k: int) -> list[KernelCase]:
+    """The norm + GLU GEMV of one gate/up shape, after a layer and first; the plain GLU GEMV (x read as it is) once."""
+    cases = []
+    for first in (False, True):
+        tail, make = _inputs(dt, m, n, k, first, n == 4224)
+        name, fast_arm = f"fused/norm_glu_gemv{arm.suffix}/{tail}", "prologue_glu" + arm.suffix
+        cases += trio(name, fast_arm, arm.glu_flag, dt, make, arm.run_norm_glu, NORM_GLU)
+        if first:  # the residual is not used
+            name = f"fused/glu_gemv{arm.suffix}/{tail}"
+            cases += trio(name, "glu" + arm.suffix, arm.glu_flag, dt, make, arm.run_glu, GLU)
+    return cases
+
+
 def build_cases() -> list[KernelCase]:
     cases = []
     for dt, dtype in DTYPES.items():
@@ -211,228 +278,29 @@ def build_cases() -> list[KernelCase]:
         for m, n, k in NORM_SHAPES:
             if m * k * elt > gemv.MAX_STAGED_BYTES:  # the arm declines (prologue_fits): the table runs two launches
                 continue
-            for first in (False, True):
-                bias = n == 769
-                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
-                base = f"fused/norm_gemv/{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
-                small = (m, n, k) in SMALL and not first
-                cases += [
-                    _case(
-                        base,
-                        "prologue",
-                        "VT_NORM_GEMV",
-                        dtype,
-                        make,
-                        partial(run_norm_gemv, False),
-                        ref_norm_gemv,
-                        dt,
-                        small,
-                    ),
-                    _case(
-                        base + "/exact",
-                        "prologue",
-                        "VT_NORM_GEMV",
-                        dtype,
-                        make,
-                        partial(run_norm_gemv, False),
-                        two_kernels_norm_gemv,
-                        "exact",
-                        False,
-                    ),
-                    _case(
-                        base + "/pdl",
-                        "prologue_pdl",
-                        "VT_GEMV_PDL",
-                        dtype,
-                        make,
-                        partial(run_norm_gemv, True),
-                        two_kernels_norm_gemv,
-                        "exact",
-                        False,
-                    ),
-                ]
+            cases += norm_trios(FAST, dt, m, n, k, (m, n, k) in SMALL)
             if (m, n, k) != (2, 4099, 264):
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=False)
-                name = f"fused/gemv_pdl/{dt}/m{m}/n{n}/k{k}"
-                cases += [
-                    _case(name, "gemv_pdl", "VT_GEMV_PDL", dtype, make, run_gemv_pdl, ref_linear, dt, False),
-                    _case(
-                        name + "/exact",
-                        "gemv_pdl",
-                        "VT_GEMV_PDL",
-                        dtype,
-                        make,
-                        run_gemv_pdl,
-                        run_gemv_plain,
-                        "exact",
-                        False,
-                    ),
-                ]
+                name, plain = f"fused/gemv_pdl/{dt}/m{m}/n{n}/k{k}", (ref_linear, run_gemv_plain)
+                cases += pair(name, "gemv_pdl", "VT_GEMV_PDL", dt, make, run_gemv_pdl, plain)
         for m, n, k in PERSISTENT_SHAPES:
             make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=n == 9001)
             name = f"fused/gemv_persistent/{dt}/m{m}/n{n}/k{k}" + ("/bias" if n == 9001 else "")
-            cases += [
-                _case(
-                    name,
-                    "gemv_persistent",
-                    "VT_GEMV_PERSISTENT",
-                    dtype,
-                    make,
-                    partial(run_gemv_persistent, False),
-                    ref_linear,
-                    dt,
-                    False,
-                ),
-                _case(
-                    name + "/exact",
-                    "gemv_persistent",
-                    "VT_GEMV_PERSISTENT",
-                    dtype,
-                    make,
-                    partial(run_gemv_persistent, False),
-                    run_gemv_plain,
-                    "exact",
-                    False,
-                ),
-                _case(
-                    name + "/pdl",
-                    "gemv_persistent_pdl",
-                    "VT_GEMV_PDL",
-                    dtype,
-                    make,
-                    partial(run_gemv_persistent, True),
-                    run_gemv_plain,
-                    "exact",
-                    False,
-                ),
-            ]
+            plain = (ref_linear, run_gemv_plain)
+            cases += trio(name, "gemv_persistent", "VT_GEMV_PERSISTENT", dt, make, run_gemv_persistent, plain)
         for m, n, k in GLU_SHAPES:
-            for first in (False, True):
-                bias = n == 4224
-                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
-                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
-                cases += [
-                    _case(
-                        f"fused/norm_glu_gemv/{tail}",
-                        "prologue_glu",
-                        "VT_GLU_GEMV",
-                        dtype,
-                        make,
-                        partial(run_norm_glu, False),
-                        ref_norm_glu,
-                        dt,
-                        False,
-                    ),
-                    _case(
-                        f"fused/norm_glu_gemv/{tail}/exact",
-                        "prologue_glu",
-                        "VT_GLU_GEMV",
-                        dtype,
-                        make,
-                        partial(run_norm_glu, False),
-                        three_kernels_norm_glu,
-                        "exact",
-                        False,
-                    ),
-                    _case(
-                        f"fused/norm_glu_gemv/{tail}/pdl",
-                        "prologue_glu_pdl",
-                        "VT_GEMV_PDL",
-                        dtype,
-                        make,
-                        partial(run_norm_glu, True),
-                        three_kernels_norm_glu,
-                        "exact",
-                        False,
-                    ),
-                ]
-                if first:  # the plain GLU GEMV reads x as it is (the residual is not used)
-                    cases += [
-                        _case(
-                            f"fused/glu_gemv/{tail}",
-                            "glu",
-                            "VT_GLU_GEMV",
-                            dtype,
-                            make,
-                            partial(run_glu, False),
-                            ref_glu,
-                            dt,
-                            False,
-                        ),
-                        _case(
-                            f"fused/glu_gemv/{tail}/exact",
-                            "glu",
-                            "VT_GLU_GEMV",
-                            dtype,
-                            make,
-                            partial(run_glu, False),
-                            two_kernels_glu,
-                            "exact",
-                            False,
-                        ),
-                        _case(
-                            f"fused/glu_gemv/{tail}/pdl",
-                            "glu_pdl",
-                            "VT_GEMV_PDL",
-                            dtype,
-                            make,
-                            partial(run_glu, True),
-                            two_kernels_glu,
-                            "exact",
-                            False,
-                        ),
-                    ]
+            cases += glu_trios(FAST, dt, m, n, k)
         for m, n, k in ACT_SHAPES:
             if m * k * elt > gemv.MAX_STAGED_BYTES:
                 continue
             make = partial(act_inputs, dtype=dtype, m=m, n=n, k=k)
-            base = f"fused/act_gemv/{dt}/m{m}/n{n}/k{k}"
-            small = (m, n, k) in SMALL
-            cases += [
-                _case(
-                    base, "prologue", "VT_ACT_GEMV", dtype, make, partial(run_act_gemv, False), ref_act_gemv, dt, small
-                ),
-                _case(
-                    base + "/exact",
-                    "prologue",
-                    "VT_ACT_GEMV",
-                    dtype,
-                    make,
-                    partial(run_act_gemv, False),
-                    two_kernels_act_gemv,
-                    "exact",
-                    False,
-                ),
-                _case(
-                    base + "/pdl",
-                    "prologue_pdl",
-                    "VT_GEMV_PDL",
-                    dtype,
-                    make,
-                    partial(run_act_gemv, True),
-                    two_kernels_act_gemv,
-                    "exact",
-                    False,
-                ),
-            ]
+            against = (ref_act_gemv, two_kernels_act_gemv)
+            name, small = f"fused/act_gemv/{dt}/m{m}/n{n}/k{k}", (m, n, k) in SMALL
+            cases += trio(name, "prologue", "VT_ACT_GEMV", dt, make, run_act_gemv, against, small)
         for t, hq, hkv, d in QKV_SHAPES:
             make = partial(qkv_inputs, dtype=dtype, t=t, hq=hq, hkv=hkv, d=d)
-            base = f"fused/qkv_rope_store/{dt}/t{t}/h{hq}/kv{hkv}/d{d}"
-            small = (t, hq, hkv, d) in SMALL
-            cases += [
-                _case(base, "fused", "VT_QKV_ROPE_STORE", dtype, make, run_qkv, ref_qkv, dt, small),
-                _case(
-                    base + "/exact",
-                    "fused",
-                    "VT_QKV_ROPE_STORE",
-                    dtype,
-                    make,
-                    run_qkv,
-                    three_kernels_qkv,
-                    "exact",
-                    False,
-                ),
-            ]
+            name, small = f"fused/qkv_rope_store/{dt}/t{t}/h{hq}/kv{hkv}/d{d}", (t, hq, hkv, d) in SMALL
+            cases += pair(name, "fused", "VT_QKV_ROPE_STORE", dt, make, run_qkv, (ref_qkv, three_kernels_qkv), small)
     return cases
 
 

@@ -12,19 +12,16 @@ import torch
 from engine.cuda import gemv, gemv_stream
 from engine.gates.cases import Inputs, KernelCase
 from engine.gates.cases.decode_fused import (
-    EPS,
-    ROW,
+    DTYPES,
+    PrologueArm,
+    glu_trios,
+    norm_args,
     norm_inputs,
-    ref_glu,
+    norm_trios,
     ref_linear,
-    ref_norm_gemv,
-    ref_norm_glu,
-    three_kernels_norm_glu,
-    two_kernels_glu,
-    two_kernels_norm_gemv,
+    trio,
 )
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # (rows, out_features, in_features): Qwen3-0.6B's five decode GEMVs (q/k/v, o_proj and down split K, gate/up, the
 # head), a few rows, an odd N with a bias, K 264 (a partial chunk), 8 rows of K 2048
 PLAIN_SHAPES = (
@@ -67,25 +64,14 @@ def run_glu(pdl: bool, x: Inputs) -> torch.Tensor:
 
 
 def run_norm(pdl: bool, x: Inputs, glu: bool = False) -> torch.Tensor:  # [rows, n + k]: y, then the new residual
-    args = (x["x"], x["residual"], x["norm_weight"], EPS, x["weight"], x["bias"])
-    return torch.cat(gemv_stream.add_rms_norm_linear(*args, pdl=pdl, glu=glu), dim=-1)
+    return torch.cat(gemv_stream.add_rms_norm_linear(*norm_args(x), pdl=pdl, glu=glu), dim=-1)
 
 
 def run_norm_glu(pdl: bool, x: Inputs) -> torch.Tensor:
     return run_norm(pdl, x, glu=True)
 
 
-def _case(name: str, arm: str, flag: str, dtype: torch.dtype, make, kernel, reference, tol: str, small: bool):
-    return KernelCase(name, arm, flag, dtype, make, kernel, reference, tol, ROW, ("small",) if small else ())
-
-
-def _trio(base: str, arm: str, dtype: torch.dtype, dt: str, make, run, reference, default, small: bool) -> list:
-    """Within tolerance of the reference; bitwise to the default kernels; the PDL launch bitwise too."""
-    return [
-        _case(base, arm, "VT_GEMV_STREAM", dtype, make, partial(run, False), reference, dt, small),
-        _case(base + "/exact", arm, "VT_GEMV_STREAM", dtype, make, partial(run, False), default, "exact", False),
-        _case(base + "/pdl", arm + "_pdl", "VT_GEMV_PDL", dtype, make, partial(run, True), default, "exact", False),
-    ]
+STREAM = PrologueArm("_stream", "VT_GEMV_STREAM", "VT_GEMV_STREAM", run_norm, run_norm_glu, run_glu)
 
 
 def build_cases() -> list[KernelCase]:
@@ -96,57 +82,15 @@ def build_cases() -> list[KernelCase]:
                 continue
             bias = n in (769, 9001)
             make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=bias)
-            base = f"fused/gemv_stream/{dt}/m{m}/n{n}/k{k}" + ("/bias" if bias else "")
-            small = (m, n, k) in SMALL
-            cases += _trio(base, "gemv_stream", dtype, dt, make, run_plain, ref_linear, default_plain, small)
+            name = f"fused/gemv_stream/{dt}/m{m}/n{n}/k{k}" + ("/bias" if bias else "")
+            against = (ref_linear, default_plain)
+            cases += trio(name, "gemv_stream", "VT_GEMV_STREAM", dt, make, run_plain, against, (m, n, k) in SMALL)
         for m, n, k in NORM_SHAPES:
-            if not offered(dtype, m, n, k, 1):
-                continue
-            for first in (False, True):
-                bias = n == 769
-                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
-                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
-                cases += _trio(
-                    f"fused/norm_gemv_stream/{tail}",
-                    "prologue_stream",
-                    dtype,
-                    dt,
-                    make,
-                    run_norm,
-                    ref_norm_gemv,
-                    two_kernels_norm_gemv,
-                    (m, n, k) in SMALL and not first,
-                )
+            if offered(dtype, m, n, k, 1):
+                cases += norm_trios(STREAM, dt, m, n, k, (m, n, k) in SMALL)
         for m, n, k in GLU_SHAPES:
-            if not offered(dtype, m, n // 2, k, 2):
-                continue
-            for first in (False, True):
-                bias = n == 4224
-                make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=bias)
-                tail = f"{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "") + ("/bias" if bias else "")
-                cases += _trio(
-                    f"fused/norm_glu_gemv_stream/{tail}",
-                    "prologue_glu_stream",
-                    dtype,
-                    dt,
-                    make,
-                    run_norm_glu,
-                    ref_norm_glu,
-                    three_kernels_norm_glu,
-                    False,
-                )
-                if first:  # the plain GLU GEMV reads x as it is
-                    cases += _trio(
-                        f"fused/glu_gemv_stream/{tail}",
-                        "glu_stream",
-                        dtype,
-                        dt,
-                        make,
-                        run_glu,
-                        ref_glu,
-                        two_kernels_glu,
-                        False,
-                    )
+            if offered(dtype, m, n // 2, k, 2):
+                cases += glu_trios(STREAM, dt, m, n, k)
     return cases
 
 
