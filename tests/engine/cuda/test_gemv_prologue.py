@@ -5,11 +5,13 @@ eager and replayed from a captured CUDA graph (with the persistent GEMV)."""
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 
 import pytest
 import torch
 
 from engine.cuda import act, build, gemv, norm
+from tests.engine.cuda.gemv_chain import assert_chain_equals_defaults, rand
 from tests.engine.cuda.signatures import exported
 
 FAMILY = "gemv_prologue"  # the conftest's `cuda` and `compiled` fixtures read these
@@ -113,13 +115,10 @@ def test_launcher_refuses_what_the_fast_path_cannot_take(compiled, m, n, k, alia
 @pytest.mark.parametrize("pdl", [False, True])
 def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl):
     g = torch.Generator().manual_seed(0)
-    bf = torch.bfloat16
-    x = torch.randn(1, 1024, generator=g).to(bf).to(cuda)
-    res = torch.randn(1, 1024, generator=g).to(bf).to(cuda)
-    nw = (torch.rand(1024, generator=g) + 0.5).to(bf).to(cuda)
-    w_up = (torch.randn(6144, 1024, generator=g) / 32).to(bf).to(cuda)
-    w_down = (torch.randn(1024, 3072, generator=g) / 55).to(bf).to(cuda)
-    w_o = (torch.randn(1024, 1024, generator=g) / 32).to(bf).to(cuda)
+    x, res = rand(g, cuda, 1, 1024), rand(g, cuda, 1, 1024)
+    nw = (torch.rand(1024, generator=g) + 0.5).to(torch.bfloat16).to(cuda)
+    w_up, w_down = rand(g, cuda, 6144, 1024, scale=1 / 32), rand(g, cuda, 1024, 3072, scale=1 / 55)
+    w_o = rand(g, cuda, 1024, 1024, scale=1 / 32)
 
     def fused():  # gate/up with its pre-norm, down with its activation, a persistent and a plain GEMV: PDL grids
         gate_up, new_res = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl)
@@ -137,17 +136,26 @@ def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl
         act_glu = act.silu_and_mul(gemv.linear(normed, w_up))
         return torch.cat([gemv.linear(down, w_o), new_res, down, head, act_glu, glu], dim=-1)
 
-    want = separate()
-    assert torch.equal(fused(), want)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fused()  # warm-up on the capture stream
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fused()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    assert_chain_equals_defaults(fused, separate)
+
+
+def test_the_case_set_holds_every_fused_form_in_each_dtype():
+    from engine.gates.cases import decode_fused as cases
+
+    names = [c.name for c in cases.CASES]
+    assert len(set(names)) == len(names) == 316
+    assert Counter(name.split("/")[1] for name in names) == {
+        "norm_gemv": 84,
+        "gemv_pdl": 22,
+        "gemv_persistent": 45,
+        "norm_glu_gemv": 72,
+        "glu_gemv": 36,
+        "act_gemv": 33,
+        "qkv_rope_store": 24,
+    }
+    assert "fused/norm_gemv/fp32/m8/n83/k2048/exact" not in names  # 64 KB of fp32 rows: the arm declines
+    assert "fused/norm_gemv/bf16/m8/n83/k2048/first/pdl" in names
+    pdl = [c for c in cases.CASES if c.name.endswith("/pdl")]
+    assert {c.flag for c in pdl} == {"VT_GEMV_PDL"} and all(c.arm.endswith("_pdl") for c in pdl)
+    assert all(c.tolerance == "exact" for c in cases.CASES if c.name.endswith(("/exact", "/pdl")))
+    assert {c.tolerance for c in cases.CASES if not c.name.endswith(("/exact", "/pdl"))} == {"fp32", "bf16", "fp16"}

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine.cuda import act, build, gemv, gemv_stream, norm
+from tests.engine.cuda.gemv_chain import assert_chain_equals_defaults, rand
 from tests.engine.cuda.signatures import exported
 
 FAMILY = "gemv_stream"  # the conftest's `cuda` and `compiled` fixtures read these
@@ -110,16 +111,11 @@ def test_streamed_forms_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda
     if torch.cuda.get_device_capability(cuda)[0] < 9:
         pytest.skip("the streamed GEMV needs sm_90")
     g = torch.Generator().manual_seed(0)
-    bf = torch.bfloat16
-
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(bf).to(cuda)
-
-    x, res = rand(1, 1024), rand(1, 1024)
-    nw = (torch.rand(1024, generator=g) + 0.5).to(bf).to(cuda)
-    w_qkv, w_o = rand(4096, 1024, scale=1 / 32), rand(1024, 2048, scale=1 / 45)
-    w_up, w_down = rand(6144, 1024, scale=1 / 32), rand(1024, 3072, scale=1 / 55)
-    w_head = rand(151936, 1024, scale=1 / 32)
+    x, res = rand(g, cuda, 1, 1024), rand(g, cuda, 1, 1024)
+    nw = (torch.rand(1024, generator=g) + 0.5).to(torch.bfloat16).to(cuda)
+    w_qkv, w_o = rand(g, cuda, 4096, 1024, scale=1 / 32), rand(g, cuda, 1024, 2048, scale=1 / 45)
+    w_up, w_down = rand(g, cuda, 6144, 1024, scale=1 / 32), rand(g, cuda, 1024, 3072, scale=1 / 55)
+    w_head = rand(g, cuda, 151936, 1024, scale=1 / 32)
 
     def streamed():  # one layer's GEMVs and the head, each a programmatic dependent of the one before under pdl
         qkv, new_res = gemv_stream.add_rms_norm_linear(x, res, nw, EPS, w_qkv, pdl=pdl)
@@ -141,20 +137,7 @@ def test_streamed_forms_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda
         head = gemv.linear(down, w_head)
         return torch.cat([qkv, new_res, o, act_glu, res2, down, glu, head], dim=-1)
 
-    want = separate()
-    assert torch.equal(streamed(), want)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        streamed()  # warm-up on the capture stream
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = streamed()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    assert_chain_equals_defaults(streamed, separate)
 
 
 def test_the_case_set_offers_only_shapes_the_arm_takes():
