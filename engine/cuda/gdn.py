@@ -95,10 +95,10 @@ def chunked(
     heads, dv = v.shape[2], v.shape[3]
     state = state.contiguous()
     out = torch.empty(batch, seq, heads, dv, dtype=out_dtype or q.dtype, device=q.device)
+    new_state = torch.empty_like(state)
     dims = (batch, seq, heads, k_heads, dk, dv, chunk_size)
-    return _launch(
-        "vt_gdn_chunked", q, k, v, g, beta, state, torch.empty_like(state), out, dims, scale, use_qk_l2norm, eps
-    )
+    _launch("vt_gdn_chunked", (q, k, v, g, beta, state, new_state, out), dims, (scale, use_qk_l2norm, eps))
+    return out, new_state
 
 
 def decode(
@@ -122,31 +122,18 @@ def decode(
     new_state = state if inplace else torch.empty_like(state)
     out = torch.empty(batch, heads, dv, dtype=out_dtype or q.dtype, device=q.device)
     dims = (batch, heads, k_heads, dk, dv)
-    return _launch("vt_gdn_decode", q, k, v, g, beta, state, new_state, out, dims, scale, use_qk_l2norm, eps)
+    _launch("vt_gdn_decode", (q, k, v, g, beta, state, new_state, out), dims, (scale, use_qk_l2norm, eps))
+    return out, new_state
 
 
-def _launch(
-    name: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    new_state: torch.Tensor,
-    out: torch.Tensor,
-    dims: tuple[int, ...],  # the launcher's sizes, in its order
-    scale: float,
-    use_qk_l2norm: bool,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:  # (out, new_state)
-    """Both launchers' call on checked inputs: the gates as fp32 (tiny, so the kernel reads one gate dtype), the
-    pointers, sizes and options in their order, the error."""
-    g32 = g.to(torch.float32).contiguous()
-    b32 = beta.to(torch.float32).contiguous()
+def _launch(name: str, tensors: tuple[torch.Tensor, ...], dims: tuple[int, ...], options: tuple) -> None:
+    """Both launchers' call on checked inputs: `tensors` (q, k, v, g, beta, state, new_state, out) with the gates as
+    fp32 (tiny, so the kernel reads one gate dtype), the sizes and (scale, use_qk_l2norm, eps) in their order."""
+    q, k, v, g, beta, state, new_state, out = tensors
+    gates = g.to(torch.float32).contiguous(), beta.to(torch.float32).contiguous()
+    scale, use_qk_l2norm, eps = options
     lib = _lib()
-    pointers = [ffi.ptr(t) for t in (q, k, v, g32, b32, state, new_state, out)]
+    pointers = [ffi.ptr(t) for t in (q, k, v, *gates, state, new_state, out)]
     codes = (ffi.dtype_code(q, "q"), ffi.dtype_code(out, "out"))
     rc = getattr(lib, name)(*pointers, *dims, scale, int(use_qk_l2norm), eps, *codes, ffi.stream(q.device))
     ffi.check(rc, name, lib, "gdn")
-    return out, new_state
