@@ -31,13 +31,14 @@ def test_supported_shapes() -> None:
     assert not prefill_attn.supported(128, torch.float32)  # fp32 takes the decode_rows arm
 
 
-def test_the_arms_are_off_by_default_and_ordered() -> None:
-    on = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=True)
+def test_the_arms_are_on_by_default_and_ordered() -> None:
+    """ON since VT_PREFILL_ATTN's flip; VT_PREFILL_ATTN=0 is the rollback to the reference."""
+    off = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=False)
     assert [a.name for a in kernels.extend_attention.arms] == ["mma", "decode_rows"]
     assert [a.name for a in kernels.prefill_attention.arms] == ["mma"]
     for arm in kernels.extend_attention.arms + kernels.prefill_attention.arms:
         assert arm.flags == ("VT_PREFILL_ATTN",)
-        assert not arm.enabled(FlagSnapshot.defaults()) and arm.enabled(on)
+        assert arm.enabled(FlagSnapshot.defaults()) and not arm.enabled(off)
 
 
 def test_the_cases_cover_the_shapes_and_reference_runs_on_the_cpu() -> None:
