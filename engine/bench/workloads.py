@@ -172,6 +172,16 @@ def _gemv_run(snapshot, x, w):
     return kernels.linear(snapshot, x, w)
 
 
+# Qwen3-0.6B's five decode projections (q/k/v, o_proj, gate/up, down, the tied head): the `qwen3` shape sets of the
+# GEMV (one row) and GEMM (32 rows) workloads (`bench bandwidth --shapes qwen3`)
+QWEN3_PROJECTIONS = (
+    {"n": 4096, "k": 1024},
+    {"n": 1024, "k": 2048},
+    {"n": 6144, "k": 1024},
+    {"n": 1024, "k": 3072},
+    {"n": 151936, "k": 1024},
+)
+
 GEMV = Workload(
     name="gemv",
     flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_PERSISTENT", "VT_GEMV_STREAM"),
@@ -188,16 +198,7 @@ GEMV = Workload(
         "gemv-stream": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "0"},
         "gemv-stream-pdl": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "1"},
     },
-    # Qwen3-0.6B's five decode GEMVs: q/k/v, o_proj, gate/up, down, the tied head (`bench bandwidth --shapes qwen3`)
-    shape_sets={
-        "qwen3": (
-            {"n": 4096, "k": 1024},
-            {"n": 1024, "k": 2048},
-            {"n": 6144, "k": 1024},
-            {"n": 1024, "k": 3072},
-            {"n": 151936, "k": 1024},
-        )
-    },
+    shape_sets={"qwen3": QWEN3_PROJECTIONS},
 )
 
 # --- the decode step's projections at batch rows: past the GEMV's 8 rows `linear` runs F.linear (cuBLAS) --------
@@ -220,18 +221,7 @@ GEMM = Workload(
     peers={"F.linear": (lambda x, w: (x, w), F.linear)},
     arms={"defaults": {}},
     # Qwen3-0.6B's decode projections at batch 32 (`bench bandwidth --workload gemm --shapes qwen3`)
-    shape_sets={
-        "qwen3": tuple(
-            {"rows": 32, **s}
-            for s in (
-                {"n": 4096, "k": 1024},
-                {"n": 1024, "k": 2048},
-                {"n": 6144, "k": 1024},
-                {"n": 1024, "k": 3072},
-                {"n": 151936, "k": 1024},
-            )
-        )
-    },
+    shape_sets={"qwen3": tuple({"rows": 32, **s} for s in QWEN3_PROJECTIONS)},
 )
 
 # --- the decode step's fused launches (ENGINE-PERF): each against the default kernels one after another ------

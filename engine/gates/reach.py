@@ -155,7 +155,7 @@ def run_model(
     arbiter: Oracle | None = None,
 ) -> Run:
     """One gate model under one setting: our greedy ids through the token gate and the razor; the counters.
-    With `arbiter` (`fp32_twin`), each position out of band against the oracle is judged again against it
+    With `arbiter` (`harness.fp32_twin`), each position out of band against the oracle is judged again against it
     (`harness.neartie`), and every position that is not exact carries its view (`fp32_rows`)."""
     t0 = time.perf_counter()
     kernels.reset_counts()
@@ -283,9 +283,6 @@ def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, 
     return rows, missing
 
 
-fp32_twin = harness.fp32_twin  # the reach gate's second judge; `gate neartie --fp32-arbiter` uses it too
-
-
 def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[int]) -> list[Setting]:
     """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
     if not splits or not cuda_tiled.supported(model.head_dim, model.group, torch.bfloat16):
@@ -350,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in [*(s for s in wanted if takes(s, model)), *forced_split_settings(wanted, model, args.tiled_splits)]:
             dtype = ARM_DTYPES.get((s.op, s.arm), args.dtype)
             if arbiter is None and args.fp32_arbiter and dtype != "float32":
-                arbiter = fp32_twin(dirs[name], harness.DTYPES[dtype], args.device)
+                arbiter = harness.fp32_twin(dirs[name], harness.DTYPES[dtype], args.device)
             if dtype not in oracles:
                 oracle = Oracle(dirs[name], harness.DTYPES[dtype], args.device)
                 oracles[dtype] = oracle, [oracle.greedy(p, args.max_new_tokens) for p in prompts]
