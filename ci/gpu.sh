@@ -69,9 +69,10 @@
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   ncu2: the limiter of each ENGINE-PERF miss, measured with Nsight Compute within 5 minutes (NCU2_BUDGET seconds
-#   of build and ncu runs, 8-14 s a run; a run with under 20 s left is skipped; then the table): the tiled and
-#   tiled-fused attention arms and FlashInfer-TC at each of the six peer shapes in turn, the GEMV's default,
-#   gemv-stream and gemv-stream-pdl arms at q/k/v and the head, the batch-32 step's largest cuBLAS GEMMs; only the
+#   of build and ncu runs, 8-14 s a run; a run with under 20 s left is skipped; then the table): the tiled,
+#   tiled-pipelined and tiled-fused attention arms and FlashInfer-TC at each of the six peer shapes in turn
+#   (NCU2_ATTN_ARMS), the GEMV's default, gemv-stream and gemv-stream-pdl arms at q/k/v and the head, the batch-32
+#   step's largest cuBLAS GEMMs (NCU2_PARTS="attn gemv gemm" picks the parts); only the
 #   last call of each `bench launch` (its NVTX range `profile`). The table (one row per
 #   kernel: duration, DRAM %, occupancy and its limiter, registers, shared memory, top stalls; `bench ncu_table`)
 #   is printed last, written to $OUT/ncu2-table.md and a ledger record.
@@ -615,21 +616,28 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
     PEER_SHAPES=(batch=64,ctx=4096,hq=32,hkv=8,d=128 batch=1,ctx=32768,hq=32,hkv=8,d=128
       batch=1,ctx=1024,hq=16,hkv=8,d=128 batch=8,ctx=2048,hq=16,hkv=8,d=128 batch=32,ctx=1024,hq=16,hkv=8,d=128
       batch=64,ctx=4096,hq=16,hkv=2,d=256)
+    NCU2_PARTS=${NCU2_PARTS:-attn gemv gemm}  # which of (a), (b), (c) run
+    NCU2_ATTN_ARMS=${NCU2_ATTN_ARMS:-tiled tiled-pipelined tiled-fused flashinfer-tc}
+    [[ " $NCU2_PARTS " == *" attn "* ]] || PEER_SHAPES=()
     for s in "${PEER_SHAPES[@]}"; do
-      for a in tiled tiled-fused flashinfer-tc; do
+      for a in $NCU2_ATTN_ARMS; do
         limit=45
         [[ $a == flashinfer-tc ]] && limit=90
         ncu2_step "ncu2-$a-$(sname "$s")" "$limit" --workload attn-decode --arm "$a" --shape "$s"
       done
     done
     # (b) the decode GEMVs at batch 1: q/k/v merged and the tied head, the default kernel and the streamed arms
-    for s in n=4096,k=1024 n=151936,k=1024; do
+    GEMV_SHAPES=(n=4096,k=1024 n=151936,k=1024)
+    GEMM_SHAPES=(rows=32,n=151936,k=1024 rows=32,n=6144,k=1024 rows=32,n=4096,k=1024 rows=32,n=1024,k=3072)
+    [[ " $NCU2_PARTS " == *" gemv "* ]] || GEMV_SHAPES=()
+    [[ " $NCU2_PARTS " == *" gemm "* ]] || GEMM_SHAPES=()
+    for s in "${GEMV_SHAPES[@]}"; do
       for a in gemv-kernel gemv-stream gemv-stream-pdl; do
         ncu2_step "ncu2-$a-$(sname "$s")" 30 --workload gemv --arm "$a" --shape "$s"
       done
     done
     # (c) the batch-32 step's largest projections: the head, gate/up, q/k/v, down (cuBLAS past the GEMV's 8 rows)
-    for s in rows=32,n=151936,k=1024 rows=32,n=6144,k=1024 rows=32,n=4096,k=1024 rows=32,n=1024,k=3072; do
+    for s in "${GEMM_SHAPES[@]}"; do
       ncu2_step "ncu2-gemm-$(sname "$s")" 30 --workload gemm --arm defaults --shape "$s"
     done
     LOGS=()  # in run order, the skipped runs too: the table names each run it has no kernel of

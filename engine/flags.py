@@ -195,6 +195,12 @@ declare(
     "With VT_ATTN_TILED: the tiled attention's two passes and split sum in one launch where it fits (each split's scores in shared memory; splits wait for each other's statistics, so only when the grid is resident at once); the same arithmetic, so bitwise the two-pass output.",
 )
 declare(
+    "VT_ATTN_PV_PIPELINED",
+    False,
+    "ENGINE-PERF",
+    "With VT_ATTN_TILED: the tiled attention's P.V pass requests its first V tiles before it reads the split statistics, loads each tile's scores a tile ahead, and its last split adds the partial sums (no split-sum launch); the same arithmetic in the same order, so bitwise the plain two passes' output.",
+)
+declare(
     "VT_PREFILL_ATTN",
     True,
     "ENGINE-GATE-REACH",

@@ -444,6 +444,28 @@ def _tiled_fused(
     return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, fused=True)
 
 
+def _tiled_pipelined_fits(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
+    return cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype) and cuda_tiled.pipelined_fits(
+        q, k_cache, block_tables
+    )
+
+
+def _tiled_pipelined(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """The two passes with the pipelined P.V pass; `_tiled_pipelined_fits` refuses a shape whose split sum it
+    could not fold (no ready arrival counters: first use under graph capture), so the counters name it."""
+    return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, pipelined=True)
+
+
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
     """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
 
@@ -725,8 +747,8 @@ extend_attention = Op(
         ),
     ],
 )
-# Precedence: the one-launch tiled arm (OFF by default, so the two-pass tiled arm is the default choice), tiled,
-# then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
+# Precedence: the one-launch tiled arm and the pipelined two passes (both OFF by default, so the two-pass tiled
+# arm is the default choice), tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.
 paged_decode_attention = Op(
     paged_attn.paged_decode_attention,
@@ -738,6 +760,13 @@ paged_decode_attention = Op(
             _tiled_fused_fits,
             "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
             _tiled_fused,
+        ),
+        Arm(
+            "tiled_pipelined",
+            gated_by("VT_ATTN_PV_PIPELINED", "VT_ATTN_TILED"),
+            _tiled_pipelined_fits,
+            "the tiled arm's shapes; with several KV splits, ready arrival counters",
+            _tiled_pipelined,
         ),
         Arm(
             "tiled",

@@ -13,7 +13,8 @@ constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z, which indexes th
 template <typename T, int D>
 int opt_in_smem() {
   for (const void* kernel : {reinterpret_cast<const void*>(vt_tiled::tiled_scores_kernel<T, D>),
-                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D>)}) {
+                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, false>),
+                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, true>)}) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  vt_tiled::smem_bytes<T, D>());
     if (err != cudaSuccess)
@@ -31,7 +32,7 @@ int blocks_per_sm(int* out) {
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &scores, vt_tiled::tiled_scores_kernel<T, D>, vt_tiled::kThreads, vt_tiled::smem_bytes<T, D>());
   if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pv, vt_tiled::tiled_pv_kernel<T, D>, vt_tiled::kThreads,
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pv, vt_tiled::tiled_pv_kernel<T, D, false>, vt_tiled::kThreads,
                                                         vt_tiled::smem_bytes<T, D>());
   if (err != cudaSuccess)
     return vt::fail(static_cast<int>(err), "paged_attn_tiled occupancy: %s", cudaGetErrorString(err));
@@ -56,6 +57,8 @@ struct Buffers {
   float* l_part;
   float* o_part;
   int cap;
+  bool pipelined = false;     // the pipelined P.V pass (VT_ATTN_PV_PIPELINED)
+  int* counters = nullptr;  // with it and several splits: its last split adds the partial sums
 };
 
 template <typename T, int D>
@@ -67,10 +70,14 @@ int launch_d(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& b
   vt_tiled::tiled_scores_kernel<T, D><<<grid, vt_tiled::kThreads, smem, s>>>(a, num_splits, buf.cap, scores,
                                                                               buf.m_part, buf.l_part);
   if (int rc = vt::launch_status("tiled_scores_kernel")) return rc;
-  vt_tiled::tiled_pv_kernel<T, D><<<grid, vt_tiled::kThreads, smem, s>>>(
-      a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part);
+  if (buf.pipelined)
+    vt_tiled::tiled_pv_kernel<T, D, true><<<grid, vt_tiled::kThreads, smem, s>>>(
+        a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part, buf.counters);
+  else
+    vt_tiled::tiled_pv_kernel<T, D, false><<<grid, vt_tiled::kThreads, smem, s>>>(
+        a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part);
   if (int rc = vt::launch_status("tiled_pv_kernel")) return rc;
-  if (num_splits == 1) return vt::kOk;
+  if (num_splits == 1 || (buf.pipelined && buf.counters != nullptr)) return vt::kOk;  // no partial sums left
   vt_tiled::tiled_sum_kernel<T><<<dim3(a.num_q_heads, batch), vt_tiled::kSumThreads, 0, s>>>(
       buf.o_part, static_cast<T*>(buf.out), a.num_q_heads, D, num_splits);
   return vt::launch_status("tiled_sum_kernel");
@@ -207,12 +214,11 @@ VT_EXPORT int vt_paged_attn_tiled_split_rule(int rows, int max_context, int sm_c
 // Scratch: scores [batch, num_q_heads, max_blocks*block_size] in the dtype; m_part, l_part [batch,
 // num_splits, num_q_heads] fp32; with num_splits > 1, o_part [batch, num_splits, num_q_heads, head_dim]
 // fp32 (else unused and may be null).
-VT_EXPORT int vt_paged_attn_tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o_part,
-                                         const void* q, const void* k_cache, const void* v_cache,
-                                         const int* block_tables, const int* context_lens, int batch,
-                                         int num_q_heads, int num_kv_heads, int head_dim, int block_size,
-                                         int max_blocks, float scale, int window, int num_splits, int dtype,
-                                         void* stream) {
+namespace {
+int tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o_part, const void* q,
+                 const void* k_cache, const void* v_cache, const int* block_tables, const int* context_lens, int batch,
+                 int num_q_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks, float scale,
+                 int window, int num_splits, int dtype, void* stream, bool pipelined, int* counters) {
   if (batch < 0 || batch > kMaxGridZ || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 ||
       max_blocks <= 0 || window < 0)
     return vt::fail(vt::kBadArgument,
@@ -240,12 +246,36 @@ VT_EXPORT int vt_paged_attn_tiled_decode(void* out, void* scores, float* m_part,
   const vt::PagedArgs a{q, k_cache, v_cache, block_tables, context_lens, num_q_heads, num_kv_heads,
                         head_dim, block_size, max_blocks, scale, window};
   auto s = static_cast<cudaStream_t>(stream);
-  const Buffers buf{out, scores, m_part, l_part, o_part, max_blocks * block_size};
+  const Buffers buf{out, scores, m_part, l_part, o_part, max_blocks * block_size, pipelined, counters};
   switch (dtype) {
     case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, buf, s);
     case vt::kF16: return launch<__half>(a, batch, num_splits, buf, s);
     default: return vt::fail(vt::kUnsupported, "paged_attn_tiled: dtype code %d (bf16 and fp16 only)", dtype);
   }
+}
+}  // namespace
+VT_EXPORT int vt_paged_attn_tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o_part,
+                                         const void* q, const void* k_cache, const void* v_cache,
+                                         const int* block_tables, const int* context_lens, int batch,
+                                         int num_q_heads, int num_kv_heads, int head_dim, int block_size,
+                                         int max_blocks, float scale, int window, int num_splits, int dtype,
+                                         void* stream) {
+  return tiled_decode(out, scores, m_part, l_part, o_part, q, k_cache, v_cache, block_tables, context_lens, batch,
+                      num_q_heads, num_kv_heads, head_dim, block_size, max_blocks, scale, window, num_splits, dtype,
+                      stream, false, nullptr);
+}
+// The same with the pipelined P.V pass (VT_ATTN_PV_PIPELINED): bitwise the same output. counters: the
+// fused arm's (int32 [2 * batch * num_kv_heads], zero, left zero), or null, where the split sum is a launch
+// of its own as in vt_paged_attn_tiled_decode.
+VT_EXPORT int vt_paged_attn_tiled_pipelined_decode(void* out, void* scores, float* m_part, float* l_part,
+                                                   float* o_part, int* counters, const void* q, const void* k_cache,
+                                                   const void* v_cache, const int* block_tables,
+                                                   const int* context_lens, int batch, int num_q_heads,
+                                                   int num_kv_heads, int head_dim, int block_size, int max_blocks,
+                                                   float scale, int window, int num_splits, int dtype, void* stream) {
+  return tiled_decode(out, scores, m_part, l_part, o_part, q, k_cache, v_cache, block_tables, context_lens, batch,
+                      num_q_heads, num_kv_heads, head_dim, block_size, max_blocks, scale, window, num_splits, dtype,
+                      stream, true, counters);
 }
 
 // The pipeline stages vt_paged_attn_tiled_fused_decode runs this shape with on the current device (3 or

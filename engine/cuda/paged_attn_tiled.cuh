@@ -8,7 +8,8 @@
 // the reference rounds it, T(T(q.k) * scale), stored in T (exactly), and each split's max and sum of
 // exponentials per query head. Pass 2 (tiled_pv_kernel): every block merges the splits' max and sum,
 // so p = T(exp(s - max) / sum) is the reference's normalised, rounded probability; O += P V in fp32.
-// One split writes the output; several write fp32 partial sums that tiled_sum_kernel adds.
+// One split writes the output; several write fp32 partial sums that tiled_sum_kernel adds, or, in the
+// pipelined P.V pass (VT_ATTN_PV_PIPELINED), the last split to finish adds them itself.
 // (A single online-softmax pass rounded unnormalised probabilities and failed the near-tie razor.)
 #pragma once
 
@@ -246,13 +247,94 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The split statistics a P.V block reads: the max and the sum of exp(score - max) of row `row` over every
+// split, the sum in split order (as tiled_sum_kernel and the reference add). Pipelined, the loads are issued
+// kStatChunk at a time instead of one dependent load per split, so their latency is paid once per chunk.
+constexpr int kStatChunk = 8;
+template <bool Pipelined>
+__device__ __forceinline__ void merge_split_stats(const float* __restrict__ m_part, const float* __restrict__ l_part,
+                                                  int64_t first, int stride, int num_splits, float& mx, float& sum) {
+  mx = -CUDART_INF_F;
+  sum = 0.f;
+  if constexpr (!Pipelined) {
+    for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, m_part[first + (int64_t)s * stride]);
+    for (int s = 0; s < num_splits; ++s) {
+      const float ms = m_part[first + (int64_t)s * stride];
+      if (ms != -CUDART_INF_F) sum += l_part[first + (int64_t)s * stride] * expf(ms - mx);
+    }
+  } else {
+    for (int s0 = 0; s0 < num_splits; s0 += kStatChunk) {
+      float mv[kStatChunk];
+#pragma unroll
+      for (int j = 0; j < kStatChunk; ++j)
+        mv[j] = s0 + j < num_splits ? m_part[first + (int64_t)(s0 + j) * stride] : -CUDART_INF_F;
+#pragma unroll
+      for (int j = 0; j < kStatChunk; ++j) mx = fmaxf(mx, mv[j]);
+    }
+    for (int s0 = 0; s0 < num_splits; s0 += kStatChunk) {
+      float mv[kStatChunk], lv[kStatChunk];
+#pragma unroll
+      for (int j = 0; j < kStatChunk; ++j) {
+        const bool in = s0 + j < num_splits;
+        mv[j] = in ? m_part[first + (int64_t)(s0 + j) * stride] : -CUDART_INF_F;
+        lv[j] = in ? l_part[first + (int64_t)(s0 + j) * stride] : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kStatChunk; ++j)
+        if (mv[j] != -CUDART_INF_F) sum += lv[j] * expf(mv[j] - mx);
+    }
+  }
+}
+
+// The split sum, folded into a kernel: the last block of this (sequence, KV head) to call it (after writing
+// its partial sums) adds the splits' partial sums in split order, as tiled_sum_kernel does, writes the
+// output and sets *done back to zero for the next launch. Returns whether this block was the last.
+template <typename T, int D>
+__device__ __forceinline__ bool fold_split_sum(const vt::PagedArgs& a, int b, int kvh, int group, int num_splits,
+                                               const float* __restrict__ o_part, T* __restrict__ out, int* done) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1) == num_splits - 1;
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  constexpr int kPer = kMaxGroup * D / kThreads;
+  const int n = group * D;
+  float acc[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+  const int64_t head0 = (int64_t)b * num_splits * a.num_q_heads + kvh * group;
+  for (int s = 0; s < num_splits; ++s) {
+    const float* src = o_part + (head0 + (int64_t)s * a.num_q_heads) * D;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = threadIdx.x + k * kThreads;
+      if (idx < n) acc[k] += __ldcg(src + idx);
+    }
+  }
+  T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    if (idx < n) dst[idx] = vt::from_f32<T>(acc[k]);
+  }
+  if (threadIdx.x == 0) *done = 0;
+  return true;
+}
+
 // Pass 2. Same grid and shared memory as pass 1. num_splits == 1: out [batch, num_q_heads, D] in T.
 // Else o_part [batch, num_splits, num_q_heads, D] fp32: each split's sum of p * v over its positions.
-template <typename T, int D>
+// Pipelined (VT_ATTN_PV_PIPELINED; the same arithmetic in the same order, so bitwise the plain pass): the
+// first V tiles are requested before the split statistics are read, each tile's scores are loaded into
+// registers one tile ahead (the plain pass waits on a global load per tile), and with several splits and
+// `counters` (the fused kernel's: 2 int32 per (sequence, KV head), zero, left zero; the second one is used)
+// the last split adds the partial sums, so there is no tiled_sum_kernel launch.
+template <typename T, int D, bool Pipelined = false>
 __global__ void __launch_bounds__(kThreads)
     tiled_pv_kernel(vt::PagedArgs a, int num_splits, int cap, const T* __restrict__ scores,
                     const float* __restrict__ m_part, const float* __restrict__ l_part, T* __restrict__ out,
-                    float* __restrict__ o_part) {
+                    float* __restrict__ o_part, int* __restrict__ counters = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int R = row_elems<D>();
   const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -261,34 +343,52 @@ __global__ void __launch_bounds__(kThreads)
   const Span sp = split_span(a, b, split, num_splits);
   const bool row_live = row < group;
   const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+  T* pipe_smem = reinterpret_cast<T*>(smem_raw);
+  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
+  if constexpr (Pipelined) pipeline_prologue<T, D>(pipe_smem, vbase, a, b, sp);
 
   // The row's max and sum over every split: the softmax's statistics over the whole window.
   float mx = -CUDART_INF_F, sum = 0.f;
-  if (row_live) {
-    const int64_t first = (int64_t)b * num_splits * a.num_q_heads + kvh * group + row;
-    for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, m_part[first + (int64_t)s * a.num_q_heads]);
-    for (int s = 0; s < num_splits; ++s) {
-      const float ms = m_part[first + (int64_t)s * a.num_q_heads];
-      if (ms != -CUDART_INF_F) sum += l_part[first + (int64_t)s * a.num_q_heads] * expf(ms - mx);
-    }
-  }
+  if (row_live)
+    merge_split_stats<Pipelined>(m_part, l_part, (int64_t)b * num_splits * a.num_q_heads + kvh * group + row,
+                                 a.num_q_heads, num_splits, mx, sum);
   const T* srow = scores + q_head * cap;
+  // This lane's four positions of a tile (columns quad*2, quad*2+1 of token tiles 0-7 and 8-15) and their
+  // scores; positions outside the window read nothing and get p = 0.
+  const auto tile_scores = [&](int tile, T (&sv)[4]) {
+    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = pos0 + (e / 2) * 8 + e % 2;
+      sv[e] = row_live && pos >= sp.begin && pos < sp.len ? srow[pos] : vt::from_f32<T>(0.f);
+    }
+  };
+  T next[4];
+  if constexpr (Pipelined)
+    if (sp.n > 0) tile_scores(sp.t_lo, next);
   // ldmatrix lane address (O += P V, transposed loads, k = tokens, n = dims): matrices (tokens 0-7,
   // dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
   const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
   float o[D / 8][2], pad[2] = {0.f, 0.f};
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
-  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
-  pipeline<T, D>(reinterpret_cast<T*>(smem_raw), vbase, a, b, sp, [&](int tile, const T* stage) {
+  const auto body = [&](int tile, const T* stage) {
     const T* vs = stage + warp * kWarpTokens * R;
     const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+    T sv[4];
+    if constexpr (Pipelined) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sv[e] = next[e];
+      if (tile + 1 < sp.t_lo + sp.n) tile_scores(tile + 1, next);  // lands while this tile computes
+    } else {
+      tile_scores(tile, sv);
+    }
     float p[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int pos = pos0 + (e / 2) * 8 + e % 2;
       const bool valid = row_live && pos >= sp.begin && pos < sp.len;
-      p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(srow[pos]) - mx) / sum) : 0.f;
+      p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(sv[e]) - mx) / sum) : 0.f;
     }
     const uint32_t pa0 = pack2<T>(p[0], p[1]), pa2 = pack2<T>(p[2], p[3]);  // exact: p are T values
 #pragma unroll
@@ -298,7 +398,11 @@ __global__ void __launch_bounds__(kThreads)
       mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
       mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
     }
-  });
+  };
+  if constexpr (Pipelined)
+    pipeline_body<T, D>(pipe_smem, vbase, a, b, sp, body);
+  else
+    pipeline<T, D>(pipe_smem, vbase, a, b, sp, body);
 
   // The probabilities are normalised already, so the warps' partial sums simply add (in warp order).
   float* os = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup][D]
@@ -319,6 +423,10 @@ __global__ void __launch_bounds__(kThreads)
     else
       o_part[(((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g) * D + d] = val;
   }
+  if constexpr (Pipelined)
+    if (num_splits > 1 && counters != nullptr)
+      fold_split_sum<T, D>(a, b, kvh, group, num_splits, o_part, out,
+                           counters + 2 * ((int64_t)b * a.num_kv_heads + kvh) + 1);
 }
 
 // One launch (VT_ATTN_TILED_FUSED): the arithmetic of the two passes and the split sum above, step for
@@ -495,39 +603,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (num_splits == 1) return;
 
-  // The split sum, folded: the last split of this (sequence, KV head) to finish adds the partial sums in
-  // split order, as tiled_sum_kernel does, and leaves the counters zero for the next launch.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrive + 1, 1) == num_splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  constexpr int kPer = kMaxGroup * D / kThreads;
-  const int n = group * D;
-  float acc[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
-  const int64_t head0 = (int64_t)b * num_splits * a.num_q_heads + kvh * group;
-  for (int s = 0; s < num_splits; ++s) {
-    const float* src = o_part + (head0 + (int64_t)s * a.num_q_heads) * D;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int idx = threadIdx.x + k * kThreads;
-      if (idx < n) acc[k] += __ldcg(src + idx);
-    }
-  }
-  T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    if (idx < n) dst[idx] = vt::from_f32<T>(acc[k]);
-  }
-  if (threadIdx.x == 0) {
-    arrive[0] = 0;
-    arrive[1] = 0;
-  }
+  // The split sum, folded (the last split adds the partial sums); then the arrival counter is zero again too.
+  if (fold_split_sum<T, D>(a, b, kvh, group, num_splits, o_part, out, arrive + 1) && threadIdx.x == 0) arrive[0] = 0;
 }
 
 // grid (num_q_heads, batch): out = T(sum over splits of o_part), the splits in order.

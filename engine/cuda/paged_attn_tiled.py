@@ -6,7 +6,12 @@ With `fused=True` (the kernel table's `tiled_fused` arm, under VT_ATTN_TILED_FUS
 runs in one launch where it takes the shape (`fused_stages`, `fused_fits`; several splits only): each block
 keeps its split's scores in shared memory, the splits of a (sequence, KV head) wait for each other's
 statistics, and the last one adds their partial sums, so the output is bitwise the two-pass output.
-Where it does not fit the two passes run."""
+Where it does not fit the two passes run.
+
+With `pipelined=True` (the `tiled_pipelined` arm, under VT_ATTN_PV_PIPELINED) the P.V pass requests its first V
+tiles before it reads the split statistics, loads each tile's scores a tile ahead, and with several splits its
+last split adds the partial sums (the fused arm's arrival counters), so the split sum is no launch of its own:
+the same arithmetic in the same order, bitwise the plain two passes' output."""
 
 from __future__ import annotations
 
@@ -36,6 +41,11 @@ def _lib() -> ctypes.CDLL:
         lib,
         "vt_paged_attn_tiled_decode",
         [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P],
+    )
+    ffi.bind(
+        lib,
+        "vt_paged_attn_tiled_pipelined_decode",
+        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P],
     )
     ffi.bind(lib, "vt_paged_attn_tiled_fused_stages", [ctypes.POINTER(_I), _I, _I, _I, _I, _I, _I, _I, _I])
     ffi.bind(
@@ -158,6 +168,13 @@ def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tenso
     return _counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
+def pipelined_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+    """Whether the pipelined P.V pass takes this decode with its split sum folded: one split, or arrival counters
+    that are ready (not first made under graph capture); no host read of the lengths."""
+    shape = _Shape.of(q, k_cache, block_tables)
+    return shape.splits() == 1 or _counters(q.device, 2 * shape.batch * shape.hkv) is not None
+
+
 def _counters(dev: torch.device, need: int) -> torch.Tensor | None:
     """The device's zeroed arrival counters; None under CUDA graph capture before their first use (a zeroing
     memset captured into a graph would not run until replay), or when a call needs more than there are."""
@@ -179,6 +196,7 @@ def decode(
     sliding_window: int | None = None,
     splits: int | None = None,  # None: num_splits over the tables' capacity
     fused: bool = False,  # the one-launch kernel where it fits (`fused_fits`), else the two passes
+    pipelined: bool = False,  # the pipelined P.V pass; its split sum folded where counters are ready
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens, shape = check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
     batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
@@ -195,12 +213,21 @@ def decode(
     l_part = torch.empty_like(m_part)
     o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device) if splits > 1 else None
     lib = _lib()
-    rc = lib.vt_paged_attn_tiled_decode(
+    buffers = [
         ffi.ptr(out),
         ffi.ptr(scores),
         ffi.ptr(m_part),
         ffi.ptr(l_part),
         None if o_part is None else ffi.ptr(o_part),
+    ]
+    if pipelined:
+        counters = _counters(q.device, 2 * batch * hkv) if splits > 1 else None
+        entry, name = lib.vt_paged_attn_tiled_pipelined_decode, "vt_paged_attn_tiled_pipelined_decode"
+        buffers.append(None if counters is None else ffi.ptr(counters))
+    else:
+        entry, name = lib.vt_paged_attn_tiled_decode, "vt_paged_attn_tiled_decode"
+    rc = entry(
+        *buffers,
         ffi.ptr(q),
         ffi.ptr(k_cache),
         ffi.ptr(v_cache),
@@ -218,7 +245,7 @@ def decode(
         ffi.dtype_code(q, "q"),
         ffi.stream(q.device),
     )
-    ffi.check(rc, "vt_paged_attn_tiled_decode", lib, "paged_attn_tiled")
+    ffi.check(rc, name, lib, "paged_attn_tiled")
     return out
 
 

@@ -108,6 +108,7 @@ def takes(setting: Setting, model: GateModel) -> bool:
     d, g = model.head_dim, model.group
     rules = {
         "tiled_fused": model.name in ("long", "d128-g4"),
+        "tiled_pipelined": g <= 8,  # the tiled arm's groups
         "tiled": True,  # d128-g16 falls to the generic arm (more than 8 query heads per KV head): the notice
         "splitkv_swap": g in (1, 2, 4, 8),
         "splitkv": True,

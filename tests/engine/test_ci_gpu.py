@@ -233,10 +233,11 @@ def test_ncu2_profiles_each_miss_and_prints_the_limiter_table_last(tmp_path: Pat
         assert text.startswith(head), (step, text)
         assert f"{launch} {args}\n" in text, (step, text)
     steps = {p.stem for p in (tmp_path / "out" / "logs").glob("ncu2-*.log")}
-    assert len(steps) == 18 + 6 + 4  # 3 attention arms x 6 shapes, 3 GEMV arms x 2 shapes, 4 GEMMs
+    assert len(steps) == 24 + 6 + 4  # 4 attention arms x 6 shapes, 3 GEMV arms x 2 shapes, 4 GEMMs
     runs = re.findall(r"^== (ncu2-\S+):", done.stdout, re.MULTILINE)
-    assert runs[:4] == [  # each shape's arms together: a budget cut keeps whole comparisons
+    assert runs[:5] == [  # each shape's arms together: a budget cut keeps whole comparisons
         "ncu2-tiled-b64-c4096-q32-kv8-d128",
+        "ncu2-tiled-pipelined-b64-c4096-q32-kv8-d128",
         "ncu2-tiled-fused-b64-c4096-q32-kv8-d128",
         "ncu2-flashinfer-tc-b64-c4096-q32-kv8-d128",
         "ncu2-tiled-b1-c32768-q32-kv8-d128",
@@ -246,12 +247,19 @@ def test_ncu2_profiles_each_miss_and_prints_the_limiter_table_last(tmp_path: Pat
     assert "| attn-decode flashinfer-tc b64 c4096 hq16 hkv2 d256 | tiled_scores_kernel | 156.0 | 74.0 |" in tail
     assert "| gemm defaults m32 n151936 k1024 | 2 | 334.1 | 69.1 |" in tail
     assert tail.rstrip().splitlines()[-2:] == [
-        "stalls: cycles per issued instruction; 56 kernels",
+        "stalls: cycles per issued instruction; 68 kernels",
         f"ledger: {tmp_path}/out/ledger/{datetime.now(UTC).date().isoformat()}-ncu2-limiters.json",
     ]
     assert (tmp_path / "out" / "ncu2-table.md").read_text() in done.stdout
     (record,) = (tmp_path / "out" / "ledger").glob("*-ncu2-limiters.json")
     assert '"command": "OUT=DIR bash ci/gpu.sh ncu2"' in record.read_text()
+
+
+def test_ncu2_runs_only_the_parts_and_arms_asked_for(tmp_path: Path) -> None:
+    done = run_ncu2(tmp_path, NCU2_PARTS="attn", NCU2_ATTN_ARMS="tiled-pipelined flashinfer-tc")
+    assert done.returncode == 0, done.stderr
+    steps = {p.stem for p in (tmp_path / "out" / "logs").glob("ncu2-*.log")}
+    assert len(steps) == 12 and all(s.startswith(("ncu2-tiled-pipelined-", "ncu2-flashinfer-tc-")) for s in steps)
 
 
 def test_ncu2_profiles_one_whole_call_where_the_nvtx_filter_takes_nothing(tmp_path: Path) -> None:
@@ -268,7 +276,7 @@ def test_ncu2_profiles_one_whole_call_where_the_nvtx_filter_takes_nothing(tmp_pa
 def test_ncu2_stays_within_its_budget_and_the_table_names_what_it_skipped(tmp_path: Path) -> None:
     done = run_ncu2(tmp_path, NCU2_BUDGET="0")
     assert re.search(r"^ncu2-tiled-b64-c4096-q32-kv8-d128 +skip: past NCU2_BUDGET=0s$", done.stdout, re.MULTILINE)
-    assert "error: no profiled kernel in 28 log(s): nothing to tabulate" in done.stdout  # a table of nothing fails
+    assert "error: no profiled kernel in 34 log(s): nothing to tabulate" in done.stdout  # a table of nothing fails
     assert re.search(r"^table-ncu2 +rc=1 ", done.stdout, re.MULTILINE)
 
 

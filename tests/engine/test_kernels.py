@@ -145,6 +145,26 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
     assert kernels.flags_of("paged_decode_attention", "tiled_fused") == ("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED")
 
 
+def test_the_pipelined_tiled_arm_leads_the_two_passes_only_under_its_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn_tiled
+
+    fits = {"fused": True, "pipelined": True}
+    monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits["fused"])
+    monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: fits["pipelined"])
+    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
+    assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_PV_PIPELINED is off
+    on = base.with_(VT_ATTN_PV_PIPELINED=True)
+    assert op.choose(on, *args) == "tiled_pipelined"
+    assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_fused"  # the one launch leads it
+    fits["fused"] = False
+    assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_pipelined"  # where it does not fit
+    assert op.choose(on.with_(VT_ATTN_TILED=False), *args) == "generic"  # it needs VT_ATTN_TILED too
+    fits["pipelined"] = False
+    assert op.choose(on, *args) == "tiled"  # no ready counters (first use under capture): the plain passes
+    assert kernels.flags_of("paged_decode_attention", "tiled_pipelined") == ("VT_ATTN_PV_PIPELINED", "VT_ATTN_TILED")
+
+
 def test_a_quantized_linear_runs_its_methods_op_of_the_table() -> None:
     from engine.ops import quant
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -82,8 +83,13 @@ def run_tiled_fused(splits: int, x: Inputs) -> torch.Tensor:
     return out
 
 
+def run_tiled_pipelined(splits: int, x: Inputs) -> torch.Tensor:
+    """The pipelined P.V pass with its split sum folded (the counters are made outside graph capture here)."""
+    return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, pipelined=True)
+
+
 def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
-    """The default tiled arm, two passes: the fused arm must equal it bit for bit."""
+    """The default tiled arm, two passes: the fused and pipelined arms must equal it bit for bit."""
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, fused=False)
 
 
@@ -117,6 +123,7 @@ ARMS = {  # arm -> (flag, row)
     "splitkv_swap": ("VT_ATTN_SPLITKV_GQA_SWAP", "KERNEL-ATTN-SPLITKV"),
     "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
     "tiled_fused": ("VT_ATTN_TILED_FUSED", "ENGINE-PERF"),
+    "tiled_pipelined": ("VT_ATTN_PV_PIPELINED", "ENGINE-PERF"),
 }
 TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -335,11 +342,12 @@ def long_gate_cases() -> list[KernelCase]:
     return cases
 
 
-def tiled_fused_cases() -> list[KernelCase]:
-    """The one-launch tiled arm (several splits only) against the two-pass arm, bitwise ("exact"), and against
-    the eager reference on a few: every context, both dtypes, head_dim 64/128/256, odd groups and block
-    sizes, windows, and split counts of 2, 7 (more than some contexts have tiles: empty splits) and 64."""
+def bitwise_tiled_cases(arm: str, run: Callable[[int, Inputs], torch.Tensor], min_splits: int) -> list[KernelCase]:
+    """An arm that must equal the two-pass tiled arm bit for bit ("exact"), and the eager reference on a few:
+    every context, both dtypes, head_dim 64/128/256, odd groups and block sizes, windows, and split counts of
+    `min_splits`, 2, 7 (more than some contexts have tiles: empty splits) and 64. `run(splits, inputs)`."""
     cases = []
+    flag, row = ARMS[arm]
 
     def add(
         dt: str,
@@ -351,7 +359,7 @@ def tiled_fused_cases() -> list[KernelCase]:
         splits: int = FORCED_SPLITS,
         tags: tuple[str, ...] = (),
     ) -> None:
-        base = attn_case("tiled_fused", dt, d, group, bs, ctx, window, splits, tags)
+        base = attn_case(arm, dt, d, group, bs, ctx, window, splits, tags)
         cases.append(
             KernelCase(
                 base.name,
@@ -359,7 +367,7 @@ def tiled_fused_cases() -> list[KernelCase]:
                 base.flag,
                 base.dtype,
                 base.make,
-                partial(run_tiled_fused, splits),
+                partial(run, splits),
                 partial(run_tiled_two_pass, splits),
                 "exact",
                 base.row,
@@ -377,20 +385,20 @@ def tiled_fused_cases() -> list[KernelCase]:
         add(dt, 256, 8, 32, 1000, window=100)
     add("bf16", 128, 5, 48, 685)
     for ctx in (1, 100, 685, 4096, 32768):
-        for splits in (2, 64):
+        for splits in sorted({min_splits, 2, 64}):
             add("bf16", 128, 4, 32, ctx, splits=splits)
     for ctx in (33, 1000, 4096):  # and against the reference itself
         cases.append(
             KernelCase(
-                f"attn/tiled_fused-vs-ref/bf16/d128/g4/bs32/ctx{ctx}/s{FORCED_SPLITS}",
-                "tiled_fused",
-                "VT_ATTN_TILED_FUSED",
+                f"attn/{arm}-vs-ref/bf16/d128/g4/bs32/ctx{ctx}/s{FORCED_SPLITS}",
+                arm,
+                flag,
                 torch.bfloat16,
                 partial(paged_inputs, dtype=torch.bfloat16, ctx=ctx, d=128, group=4, block_size=32, window=None),
-                partial(run_tiled_fused, FORCED_SPLITS),
+                partial(run, FORCED_SPLITS),
                 ref_eager,
                 "bf16",
-                "ENGINE-PERF",
+                row,
             )
         )
     return cases
@@ -438,7 +446,8 @@ def build_cases() -> list[KernelCase]:
         )
     cases += tiled_cases()
     cases += long_gate_cases()
-    cases += tiled_fused_cases()
+    cases += bitwise_tiled_cases("tiled_fused", run_tiled_fused, 2)  # one launch: several splits only
+    cases += bitwise_tiled_cases("tiled_pipelined", run_tiled_pipelined, 1)
     for dt in DTYPES:
         for d in (64, 128, 256):
             for bs in (16, 32):

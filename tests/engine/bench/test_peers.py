@@ -66,23 +66,28 @@ def test_flashinfer_peer_says_not_installed():
         prepare(q, k, v, table, lens, scale)
 
 
-def test_fused_flag_is_declared_off_and_measured_by_the_attention_workload():
-    flag = flags.FLAGS["VT_ATTN_TILED_FUSED"]
+@pytest.mark.parametrize("name", ["VT_ATTN_TILED_FUSED", "VT_ATTN_PV_PIPELINED"])
+def test_attention_perf_flags_are_declared_off_and_measured_by_the_attention_workload(name: str):
+    flag = flags.FLAGS[name]
     assert flag.default is False and flag.gates == "ENGINE-PERF"
-    assert for_flag("VT_ATTN_TILED_FUSED").name == "attn-decode"
+    assert for_flag(name).name == "attn-decode"
 
 
-def test_fused_cases_compare_bitwise_with_the_two_pass_arm():
+@pytest.mark.parametrize(
+    ("arm", "flag", "min_splits"),
+    [("tiled_fused", "VT_ATTN_TILED_FUSED", 2), ("tiled_pipelined", "VT_ATTN_PV_PIPELINED", 1)],
+)
+def test_bitwise_arms_cases_compare_with_the_two_pass_arm(arm: str, flag: str, min_splits: int):
     from engine.gates.cases import attention
 
-    fused = [c for c in attention.CASES if c.arm == "tiled_fused"]
+    fused = [c for c in attention.CASES if c.arm == arm]
     against_two_pass = [c for c in fused if "-vs-ref" not in c.name]
     assert len(against_two_pass) >= 40 and all(c.tolerance == "exact" for c in against_two_pass)
     assert all(c.reference.func is attention.run_tiled_two_pass for c in against_two_pass)
     assert {c.tolerance for c in fused if "-vs-ref" in c.name} == {"bf16"}
-    assert all(c.flag == "VT_ATTN_TILED_FUSED" for c in fused)
-    # several splits only (one split keeps the two passes), empty splits included
-    assert all(c.kernel.args[0] >= 2 for c in fused)
+    assert all(c.flag == flag for c in fused)
+    # the fused arm: several splits only (one split keeps the two passes); empty splits included
+    assert min(c.kernel.args[0] for c in fused) == min_splits and any(c.kernel.args[0] == 64 for c in fused)
     assert any("/ctx1/s7" in c.name for c in fused) and any("/ctx32768/" in c.name for c in fused)
 
 

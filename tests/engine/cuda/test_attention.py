@@ -26,6 +26,7 @@ def test_arm_choice_follows_the_flags() -> None:
     # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
         "tiled_fused",
+        "tiled_pipelined",
         "tiled",
         "splitkv_swap",
         "splitkv",

@@ -15,7 +15,12 @@ KERNELS = "the tiled attention kernel"
 
 
 def test_source_compiles_and_exports_its_launchers(compiled) -> None:
-    for symbol in ("vt_paged_attn_tiled_decode", "vt_paged_attn_tiled_num_splits", "vt_paged_attn_tiled_last_error"):
+    for symbol in (
+        "vt_paged_attn_tiled_decode",
+        "vt_paged_attn_tiled_pipelined_decode",
+        "vt_paged_attn_tiled_num_splits",
+        "vt_paged_attn_tiled_last_error",
+    ):
         assert hasattr(compiled, symbol), symbol
 
 
@@ -51,9 +56,10 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     from engine.flags import FlagSnapshot
 
     tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
-    fused = kernels.paged_decode_attention.arms[0]
+    fused, pipelined = kernels.paged_decode_attention.arms[:2]
     assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: first, but OFF by default
-    assert kernels.paged_decode_attention.arms[1] is tiled  # so the two passes take precedence by default
+    assert pipelined.name == "tiled_pipelined" and not pipelined.enabled(on)  # then the pipelined P.V, OFF
+    assert kernels.paged_decode_attention.arms[2] is tiled  # so the two passes take precedence by default
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
     x = cases.paged_inputs(
         3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16, window=None
@@ -232,3 +238,70 @@ def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, m
     )
     compiled.vt_paged_attn_tiled_last_error.restype = ctypes.c_char_p
     assert rc != 0 and re.search(message, compiled.vt_paged_attn_tiled_last_error().decode()), rc
+
+
+def _kernel_names(run) -> list[str]:
+    """The CUDA kernels `run()` launched, by name (torch's profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 7])
+def test_pipelined_pass_folds_the_split_sum_and_equals_the_plain_passes(splits: int) -> None:
+    """Bitwise the plain two passes; with several splits the pipelined P.V pass adds the partial sums itself, so
+    no split-sum kernel is launched, and it leaves the arrival counters zero for the next launch."""
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(
+        4, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
+    )
+    args = cases._args(x)
+    plain = tiled.decode(*args, splits=splits)
+    piped = tiled.decode(*args, splits=splits, pipelined=True)
+    assert torch.equal(plain, piped)
+    names = {
+        False: _kernel_names(lambda: tiled.decode(*args, splits=splits)),
+        True: _kernel_names(lambda: tiled.decode(*args, splits=splits, pipelined=True)),
+    }
+    assert any("tiled_pv_kernel" in n for n in names[True]), names[True]
+    assert any("tiled_sum_kernel" in n for n in names[False]) == (splits > 1), names[False]
+    assert not any("tiled_sum_kernel" in n for n in names[True]), names[True]
+    assert int(tiled._COUNTERS[x["q"].device].abs().sum()) == 0
+    for _ in range(3):  # the counters are reused launch after launch
+        assert torch.equal(tiled.decode(*args, splits=splits, pipelined=True), plain)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_pipelined_arm_replays_in_a_cuda_graph_with_new_lengths() -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(
+        6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
+    )
+    args = cases._args(x)
+    tiled.decode(*args, pipelined=True)  # build, load and make the counters outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tiled.decode(*args, pipelined=True)
+    x["context_lens"].copy_(torch.tensor([1500, 7, 1999], dtype=torch.int32))
+    graph.replay()
+    assert torch.equal(out, tiled.decode(*args))
+
+
+def test_pipelined_launcher_shares_the_argument_checks(compiled) -> None:
+    """The pipelined entry point runs the plain one's host checks before any CUDA call (so without a GPU)."""
+    import ctypes
+
+    fake = ctypes.c_void_p(16)
+    rc = compiled.vt_paged_attn_tiled_pipelined_decode(
+        *([fake] * 5), None, *([fake] * 5), 1, 8, 2, 128, 16, 4, ctypes.c_float(0.1), 0, 65, 1, None
+    )
+    compiled.vt_paged_attn_tiled_last_error.restype = ctypes.c_char_p
+    assert rc != 0 and b"num_splits 65 not in [1, 64]" in compiled.vt_paged_attn_tiled_last_error()
