@@ -272,7 +272,8 @@ def test_pipelined_pass_folds_the_split_sum_and_equals_the_plain_passes(splits: 
     assert any("tiled_pv_kernel" in n for n in names[True]), names[True]
     assert any("tiled_sum_kernel" in n for n in names[False]) == (splits > 1), names[False]
     assert not any("tiled_sum_kernel" in n for n in names[True]), names[True]
-    assert int(tiled._COUNTERS[x["q"].device].abs().sum()) == 0
+    if splits > 1:  # one split needs no counters
+        assert int(tiled._COUNTERS[x["q"].device].abs().sum()) == 0
     for _ in range(3):  # the counters are reused launch after launch
         assert torch.equal(tiled.decode(*args, splits=splits, pipelined=True), plain)
 
