@@ -2,6 +2,8 @@
 // checks, the split count from the device's occupancy, dtype and head_dim dispatch, the split sum.
 // bf16 and fp16; head_dim 64, 128 or 256; 1 to 8 query heads per KV head. Another shape or dtype
 // returns kUnsupported (the binding says which; the caller picks another arm).
+#include <utility>
+
 #include "paged_attn_tiled.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_tiled)
@@ -12,14 +14,15 @@ constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z, which indexes th
 
 template <typename T, int D>
 int opt_in_smem() {
-  for (const void* kernel : {reinterpret_cast<const void*>(vt_tiled::tiled_scores_kernel<T, D>),
-                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, false>),
-                             reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, true>)}) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 vt_tiled::smem_bytes<T, D>());
+  const std::pair<const void*, int> kernels[] = {
+      {reinterpret_cast<const void*>(vt_tiled::tiled_scores_kernel<T, D>), vt_tiled::smem_bytes<T, D>()},
+      {reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, false>), vt_tiled::smem_bytes<T, D>()},
+      {reinterpret_cast<const void*>(vt_tiled::tiled_pv_kernel<T, D, true>), vt_tiled::pipelined_smem_bytes<T, D>()}};
+  for (const auto& [kernel, bytes] : kernels) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess)
-      return vt::fail(static_cast<int>(err), "paged_attn_tiled: %d bytes of shared memory for head_dim %d: %s",
-                      vt_tiled::smem_bytes<T, D>(), D, cudaGetErrorString(err));
+      return vt::fail(static_cast<int>(err), "paged_attn_tiled: %d bytes of shared memory for head_dim %d: %s", bytes,
+                      D, cudaGetErrorString(err));
   }
   return vt::kOk;
 }
@@ -71,7 +74,7 @@ int launch_d(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& b
                                                                               buf.m_part, buf.l_part);
   if (int rc = vt::launch_status("tiled_scores_kernel")) return rc;
   if (buf.pipelined)
-    vt_tiled::tiled_pv_kernel<T, D, true><<<grid, vt_tiled::kThreads, smem, s>>>(
+    vt_tiled::tiled_pv_kernel<T, D, true><<<grid, vt_tiled::kThreads, vt_tiled::pipelined_smem_bytes<T, D>(), s>>>(
         a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part, buf.counters);
   else
     vt_tiled::tiled_pv_kernel<T, D, false><<<grid, vt_tiled::kThreads, smem, s>>>(

@@ -35,7 +35,7 @@ constexpr int kSumThreads = 128;
 // One pass streams one cache (K or V), so a stage is kTile rows of one tensor: 52 KB of shared memory
 // at head_dim 128 for three stages, and four blocks share an SM.
 template <int D> __host__ __device__ constexpr int row_elems() { return D + kRowPad; }
-template <typename T, int D> constexpr int smem_bytes() {
+template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
   constexpr int pipe = static_cast<int>(sizeof(T)) * kTile * row_elems<D>() * kStages;
   constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
@@ -323,13 +323,28 @@ __device__ __forceinline__ bool fold_split_sum(const vt::PagedArgs& a, int b, in
   return true;
 }
 
-// Pass 2. Same grid and shared memory as pass 1. num_splits == 1: out [batch, num_q_heads, D] in T.
-// Else o_part [batch, num_splits, num_q_heads, D] fp32: each split's sum of p * v over its positions.
+// The pipelined P.V pass's shared memory after the pipeline: two probability tiles of kMaxGroup rows of a
+// tile's kTile positions in T (kPRowPad keeps the lanes' 32-bit loads of a fragment on distinct banks), then
+// each row's max and sum over the splits.
+constexpr int kPRowPad = 8;
+constexpr int kPRow = kTile + kPRowPad;
+template <typename T> __host__ __device__ constexpr int p_tile_bytes() {
+  return 2 * kMaxGroup * kPRow * static_cast<int>(sizeof(T)) + 2 * kMaxGroup * static_cast<int>(sizeof(float));
+}
+template <typename T, int D> __host__ __device__ constexpr int pipelined_smem_bytes() { return smem_bytes<T, D>() + p_tile_bytes<T>(); }
+constexpr int kPPerThread = kMaxGroup * kTile / kThreads;  // a tile's probabilities each thread computes, at most
+
+// Pass 2. Same grid and shared memory as pass 1 (pipelined: pipelined_smem_bytes). num_splits == 1: out
+// [batch, num_q_heads, D] in T. Else o_part [batch, num_splits, num_q_heads, D] fp32: each split's sum of
+// p * v over its positions.
 // Pipelined (VT_ATTN_PV_PIPELINED; the same arithmetic in the same order, so bitwise the plain pass): the
-// first V tiles are requested before the split statistics are read, each tile's scores are loaded into
-// registers one tile ahead (the plain pass waits on a global load per tile), and with several splits and
-// `counters` (the fused kernel's: 2 int32 per (sequence, KV head), zero, left zero; the second one is used)
-// the last split adds the partial sums, so there is no tiled_sum_kernel launch.
+// plain pass computes a tile's probabilities in the MMA layout, where the lanes of rows past the group (6 of 8
+// at two query heads per KV head) issue every exp and division for nothing; pipelined, the block's threads
+// compute each probability of the tile once (thread t: position t % kTile of rows t / kTile + 2i), a tile
+// ahead, into a shared-memory tile the warps then read as the MMA's A fragments. The first V tiles are
+// requested before the split statistics are read (by warp 0, in chunks of loads, then shared), and with several
+// splits and `counters` (the fused kernel's: 2 int32 per (sequence, KV head), zero, left zero; the second one
+// is used) the last split adds the partial sums, so there is no tiled_sum_kernel launch.
 template <typename T, int D, bool Pipelined = false>
 __global__ void __launch_bounds__(kThreads)
     tiled_pv_kernel(vt::PagedArgs a, int num_splits, int cap, const T* __restrict__ scores,
@@ -345,52 +360,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
   T* pipe_smem = reinterpret_cast<T*>(smem_raw);
   const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
-  if constexpr (Pipelined) pipeline_prologue<T, D>(pipe_smem, vbase, a, b, sp);
-
-  // The row's max and sum over every split: the softmax's statistics over the whole window.
-  float mx = -CUDART_INF_F, sum = 0.f;
-  if (row_live)
-    merge_split_stats<Pipelined>(m_part, l_part, (int64_t)b * num_splits * a.num_q_heads + kvh * group + row,
-                                 a.num_q_heads, num_splits, mx, sum);
-  const T* srow = scores + q_head * cap;
-  // This lane's four positions of a tile (columns quad*2, quad*2+1 of token tiles 0-7 and 8-15) and their
-  // scores; positions outside the window read nothing and get p = 0.
-  const auto tile_scores = [&](int tile, T (&sv)[4]) {
-    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int pos = pos0 + (e / 2) * 8 + e % 2;
-      sv[e] = row_live && pos >= sp.begin && pos < sp.len ? srow[pos] : vt::from_f32<T>(0.f);
-    }
-  };
-  T next[4];
-  if constexpr (Pipelined)
-    if (sp.n > 0) tile_scores(sp.t_lo, next);
+  const int64_t stats0 = (int64_t)b * num_splits * a.num_q_heads + kvh * group;
   // ldmatrix lane address (O += P V, transposed loads, k = tokens, n = dims): matrices (tokens 0-7,
   // dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
   const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
   float o[D / 8][2], pad[2] = {0.f, 0.f};
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
-  const auto body = [&](int tile, const T* stage) {
+  const auto mma_tile = [&](const T* stage, uint32_t pa0, uint32_t pa2) {
     const T* vs = stage + warp * kWarpTokens * R;
-    const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
-    T sv[4];
-    if constexpr (Pipelined) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sv[e] = next[e];
-      if (tile + 1 < sp.t_lo + sp.n) tile_scores(tile + 1, next);  // lands while this tile computes
-    } else {
-      tile_scores(tile, sv);
-    }
-    float p[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int pos = pos0 + (e / 2) * 8 + e % 2;
-      const bool valid = row_live && pos >= sp.begin && pos < sp.len;
-      p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(sv[e]) - mx) / sum) : 0.f;
-    }
-    const uint32_t pa0 = pack2<T>(p[0], p[1]), pa2 = pack2<T>(p[2], p[3]);  // exact: p are T values
 #pragma unroll
     for (int j = 0; j < D / 16; ++j) {
       uint32_t vb[4];
@@ -399,10 +377,87 @@ __global__ void __launch_bounds__(kThreads)
       mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
     }
   };
-  if constexpr (Pipelined)
-    pipeline_body<T, D>(pipe_smem, vbase, a, b, sp, body);
-  else
-    pipeline<T, D>(pipe_smem, vbase, a, b, sp, body);
+
+  if constexpr (!Pipelined) {
+    // The row's max and sum over every split: the softmax's statistics over the whole window.
+    float mx = -CUDART_INF_F, sum = 0.f;
+    if (row_live) merge_split_stats<false>(m_part, l_part, stats0 + row, a.num_q_heads, num_splits, mx, sum);
+    const T* srow = scores + q_head * cap;
+    pipeline<T, D>(pipe_smem, vbase, a, b, sp, [&](int tile, const T* stage) {
+      const int pos0 = tile * kTile + warp * kWarpTokens + quad * 2;
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int pos = pos0 + (e / 2) * 8 + e % 2;
+        const bool valid = row_live && pos >= sp.begin && pos < sp.len;
+        p[e] = valid ? vt::round_to<T>(expf(vt::to_f32<T>(srow[pos]) - mx) / sum) : 0.f;
+      }
+      mma_tile(stage, pack2<T>(p[0], p[1]), pack2<T>(p[2], p[3]));  // exact: p are T values
+    });
+  } else {
+    pipeline_prologue<T, D>(pipe_smem, vbase, a, b, sp);
+    T* ptile = reinterpret_cast<T*>(smem_raw + smem_bytes<T, D>());  // [2][kMaxGroup][kPRow]
+    float* stat_smem = reinterpret_cast<float*>(ptile + 2 * kMaxGroup * kPRow);
+    float* mx_s = stat_smem;               // [kMaxGroup]
+    float* sum_s = stat_smem + kMaxGroup;  // [kMaxGroup]
+    if (warp == 0 && quad == 0 && row_live) {
+      float mx, sum;
+      merge_split_stats<true>(m_part, l_part, stats0 + row, a.num_q_heads, num_splits, mx, sum);
+      mx_s[row] = mx;
+      sum_s[row] = sum;
+    }
+    __syncthreads();
+    // This thread's probabilities of a tile: position tok of rows r0, r0 + 2, ... below the group.
+    const int tok = threadIdx.x % kTile, r0 = threadIdx.x / kTile;
+    float mx_r[kPPerThread], sum_r[kPPerThread];
+    const T* srow_r[kPPerThread];
+#pragma unroll
+    for (int i = 0; i < kPPerThread; ++i) {
+      const int r = r0 + i * (kThreads / kTile);
+      mx_r[i] = r < group ? mx_s[r] : 0.f;
+      sum_r[i] = r < group ? sum_s[r] : 1.f;
+      srow_r[i] = scores + ((int64_t)b * a.num_q_heads + kvh * group + (r < group ? r : 0)) * cap;
+    }
+    T next[kPPerThread];
+    const auto load_scores = [&](int tile) {
+      const int pos = tile * kTile + tok;
+      const bool in = pos >= sp.begin && pos < sp.len;
+#pragma unroll
+      for (int i = 0; i < kPPerThread; ++i)
+        next[i] = in && r0 + i * (kThreads / kTile) < group ? srow_r[i][pos] : vt::from_f32<T>(0.f);
+    };
+    const auto store_probs = [&](int tile, T* dst) {  // from next[], the scores load_scores(tile) loaded
+      const int pos = tile * kTile + tok;
+      const bool in = pos >= sp.begin && pos < sp.len;
+#pragma unroll
+      for (int i = 0; i < kPPerThread; ++i) {
+        const int r = r0 + i * (kThreads / kTile);
+        if (r < group)
+          dst[r * kPRow + tok] =
+              vt::from_f32<T>(in ? vt::round_to<T>(expf(vt::to_f32<T>(next[i]) - mx_r[i]) / sum_r[i]) : 0.f);
+      }
+    };
+    if (sp.n > 0) {
+      load_scores(sp.t_lo);
+      store_probs(sp.t_lo, ptile);  // tile 0's buffer: the body's first barrier publishes it
+      if (sp.n > 1) load_scores(sp.t_lo + 1);
+    }
+    // The A fragment of rows 0-7 (k = this warp's 16 tokens): rows past the group read zeros.
+    const T* pa_row = ptile + row * kPRow + warp * kWarpTokens + quad * 2;
+    pipeline_body<T, D>(pipe_smem, vbase, a, b, sp, [&](int tile, const T* stage) {
+      const int i = tile - sp.t_lo, buf = i % 2;
+      uint32_t pa0 = 0u, pa2 = 0u;
+      if (row_live) {
+        pa0 = *reinterpret_cast<const uint32_t*>(pa_row + buf * kMaxGroup * kPRow);
+        pa2 = *reinterpret_cast<const uint32_t*>(pa_row + buf * kMaxGroup * kPRow + 8);
+      }
+      mma_tile(stage, pa0, pa2);
+      if (i + 1 < sp.n) {  // the next tile's probabilities into the other buffer, read after the next barrier
+        store_probs(tile + 1, ptile + (1 - buf) * kMaxGroup * kPRow);
+        if (i + 2 < sp.n) load_scores(tile + 2);
+      }
+    });
+  }
 
   // The probabilities are normalised already, so the warps' partial sums simply add (in warp order).
   float* os = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup][D]
