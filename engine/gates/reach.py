@@ -288,7 +288,7 @@ def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[
     """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
     if not splits or not cuda_tiled.supported(model.head_dim, model.group, torch.bfloat16):
         return []
-    tiled = [s for s in wanted if s.default and s.op == "paged_decode_attention" and s.arm == "tiled"]
+    tiled = [s for s in wanted if s.default and s.op == "paged_decode_attention" and s.arm.startswith("tiled")]
     return [Setting(s.op, s.arm, s.flags, n) for s in tiled for n in splits]
 
 

@@ -39,14 +39,19 @@ def test_snapshot_is_read_once_and_frozen() -> None:
         snap.values = {}  # type: ignore[misc]
 
 
-def test_attention_arms_follow_the_snapshot_in_precedence_order() -> None:
-    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.cuda import paged_attn_tiled
+
+    monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: True)
+    op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    base = defaults.with_(VT_ATTN_PV_PIPELINED=False)  # the plain two passes, below
 
     def arm(snap: FlagSnapshot, d: int, group: int, dtype: torch.dtype = torch.bfloat16) -> str:
         q, k_cache = _OnGpu(2, 4 * group, d, dtype=dtype), _OnGpu(9, 16, 4, d)
         return op.choose(snap, q, k_cache, None, None, None, 1.0)  # type: ignore[arg-type]
 
-    assert arm(base, 128, 2) == "tiled"  # ON by default
+    assert arm(defaults, 128, 2) == "tiled_pipelined"  # ON by default
+    assert arm(base, 128, 2) == "tiled"  # its rollback: the plain two passes
     off = base.with_(VT_ATTN_TILED=False)
     assert arm(off, 256, 4) == "generic"  # the fast arms default off
     assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4) == "warp"
@@ -134,7 +139,7 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
 
     fits = [True]
     monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits[0])
-    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False)
     args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
     assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
     fused = base.with_(VT_ATTN_TILED_FUSED=True)
@@ -145,17 +150,16 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
     assert kernels.flags_of("paged_decode_attention", "tiled_fused") == ("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED")
 
 
-def test_the_pipelined_tiled_arm_leads_the_two_passes_only_under_its_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.cuda import paged_attn_tiled
 
     fits = {"fused": True, "pipelined": True}
     monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits["fused"])
     monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: fits["pipelined"])
-    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults()
     args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
-    assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_PV_PIPELINED is off
-    on = base.with_(VT_ATTN_PV_PIPELINED=True)
-    assert op.choose(on, *args) == "tiled_pipelined"
+    assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip
+    assert op.choose(on.with_(VT_ATTN_PV_PIPELINED=False), *args) == "tiled"  # the rollback
     assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_fused"  # the one launch leads it
     fits["fused"] = False
     assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_pipelined"  # where it does not fit

@@ -66,10 +66,10 @@ def test_flashinfer_peer_says_not_installed():
         prepare(q, k, v, table, lens, scale)
 
 
-@pytest.mark.parametrize("name", ["VT_ATTN_TILED_FUSED", "VT_ATTN_PV_PIPELINED"])
-def test_attention_perf_flags_are_declared_off_and_measured_by_the_attention_workload(name: str):
+@pytest.mark.parametrize(("name", "default"), [("VT_ATTN_TILED_FUSED", False), ("VT_ATTN_PV_PIPELINED", True)])
+def test_attention_perf_flags_are_declared_and_measured_by_the_attention_workload(name: str, default: bool):
     flag = flags.FLAGS[name]
-    assert flag.default is False and flag.gates == "ENGINE-PERF"
+    assert flag.default is default and flag.gates == "ENGINE-PERF"
     assert for_flag(name).name == "attn-decode"
 
 

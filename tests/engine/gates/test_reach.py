@@ -40,7 +40,7 @@ def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
         assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
     # the arms the default flags take: the tiled decode arm and, since VT_PREFILL_ATTN's flip, the prefill/extend arms
     assert {s.name for s in settings() if s.default} == {
-        "paged_decode_attention/tiled",
+        "paged_decode_attention/tiled_pipelined",
         "prefill_attention/mma",
         "extend_attention/mma",
         "extend_attention/decode_rows",
@@ -55,7 +55,12 @@ def run(model: str, arm: str, calls: int) -> Run:
 def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
     wanted = [s for s in settings() if s.arm in ("tiled", "warp")]
     rows, missing = reach_table([run("d128-g4", "tiled", 6), run("long", "tiled", 3)], wanted)
-    assert rows[0] == {"arm": "paged_decode_attention/tiled", "flags": "defaults", "calls": 9, "models": "d128-g4 long"}
+    assert rows[0] == {
+        "arm": "paged_decode_attention/tiled",
+        "flags": "VT_ATTN_PV_PIPELINED=0",
+        "calls": 9,
+        "models": "d128-g4 long",
+    }
     assert rows[1]["calls"] == 0 and missing == ["paged_decode_attention/warp"]
 
 
@@ -138,7 +143,10 @@ def test_forced_split_runs_are_reported_not_judged(monkeypatch) -> None:
     count is forced for the run only."""
     wanted = settings()
     forced = reach.forced_split_settings(wanted, GATE_MODELS["long"], [1, 26])
-    assert [s.name for s in forced] == ["paged_decode_attention/tiled@s1", "paged_decode_attention/tiled@s26"]
+    assert [s.name for s in forced] == [
+        "paged_decode_attention/tiled_pipelined@s1",
+        "paged_decode_attention/tiled_pipelined@s26",
+    ]
     assert not any(s.default for s in forced) and all(s.snapshot() == forced[0].snapshot() for s in forced)
     assert reach.forced_split_settings(wanted, GATE_MODELS["d128-g16"], [1]) == []  # group 16: not the tiled arm's
     before = reach.cuda_tiled.num_splits
