@@ -11,7 +11,14 @@ from engine.flags import FlagSnapshot
 from engine.gates import goldens as gold
 from engine.gates.distributional import distributional_gate
 from engine.gates.ledger import head_sha, repo_root, write_record
-from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K, OUT_OF_BAND, near_tie_gate
+from engine.gates.neartie import (
+    DEFAULT_BAND,
+    DEFAULT_MAX_NEAR_TIE_RATE,
+    DEFAULT_MAX_OUT_OF_BAND_RATE,
+    DEFAULT_TOP_K,
+    OUT_OF_BAND,
+    near_tie_gate,
+)
 from engine.gates.oracle import Oracle
 from engine.gates.result import FAIL, PASS, GateResult
 from engine.gates.tokens import token_gate
@@ -65,6 +72,7 @@ def neartie(
     oracle: Oracle | None = None,
     max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
     arbiter: Oracle | None = None,
+    max_out_of_band_rate: float = DEFAULT_MAX_OUT_OF_BAND_RATE,
 ) -> GateResult:
     """The near-tie razor. With `arbiter` (`fp32_twin`), a position out of band against the oracle is judged
     again against it: it fails only when our token is out of band there too (a near-tie otherwise, counted in
@@ -72,7 +80,8 @@ def neartie(
     ours = ours if ours is not None else setup.ours()
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
-    razor = near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate)
+    oob = max_out_of_band_rate
+    razor = near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, max_out_of_band_rate=oob)
     if arbiter is None or not razor.details["counts"][OUT_OF_BAND]:
         return razor
     late = {r["prompt"] for r in razor.details["not_exact"] if r["verdict"] == OUT_OF_BAND}
@@ -80,7 +89,9 @@ def neartie(
         arbiter.teacher_forced_logprobs(p, t) if i in late else None
         for i, (p, t) in enumerate(zip(setup.prompts, ours))
     ]
-    return near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, arbiter=twins)
+    return near_tie_gate(
+        setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, arbiter=twins, max_out_of_band_rate=oob
+    )
 
 
 def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:

@@ -142,6 +142,14 @@ def test_gate_neartie_json(capsys) -> None:
     assert result["verdict"] == "PASS" and [r["dtype"] for r in result["table"]] == ["float32"] * 3 + ["bfloat16"] * 3
 
 
+def test_gate_neartie_takes_an_out_of_band_allowance(capsys) -> None:
+    argv = ["gate", "neartie", "--prompt-ids", "9,8", "--max-new-tokens", "3", "--dtype", "float32"]
+    assert main([*argv, "--max-out-of-band-rate", "0.5"]) == 0
+    assert "0 out of band (at most 1)" in capsys.readouterr().out  # 3 positions x 0.5, rounded down
+    with pytest.raises(SystemExit):
+        main([*argv, "--max-out-of-band-rate", "x"])
+
+
 def test_gate_neartie_fp32_arbiter_builds_a_twin_for_the_rounded_dtypes_only(monkeypatch, capsys) -> None:
     from engine.gates import harness
 

@@ -126,3 +126,28 @@ def test_the_fp32_twin_absolves_only_an_out_of_band_position_it_finds_in_band() 
     far = near_tie_gate([[0]], [[9]], [wide[None]], arbiter=[logprobs({9: 5.0})[None]])
     assert far.table[0]["verdict"] == OUTSIDE_TOP_K and far.verdict == FAIL
     assert near_tie_gate([[0]], [[4]], [oracle[:1]], arbiter=[None]).table[0]["verdict"] == OUT_OF_BAND
+
+
+def test_an_out_of_band_allowance_admits_only_that_many_and_never_outside_the_top_k() -> None:
+    """`max_out_of_band_rate` (the calibrated setting for fp32-probability arms against the SDPA oracle): 1 in
+    1000 positions out of band passes, 2 fail; the default allows none; outside the top-k fails whatever it is."""
+    from engine.gates.neartie import out_of_band_budget
+
+    assert (
+        out_of_band_budget(1024) == 0 and out_of_band_budget(1024, 0.001) == 1 and out_of_band_budget(999, 0.001) == 0
+    )
+    exact, off = logprobs({3: 2.0}), logprobs({3: 2.0, 4: 1.0})  # our token 4 is 1 nat behind, past the band
+    rows = [exact] * 1024
+    one = torch.stack(rows[:-1] + [off])
+    ids = [[3] * 1023 + [4]]
+    assert near_tie_gate([[0]], ids, [one]).verdict == FAIL  # the default: none out of band
+    allowed = near_tie_gate([[0]], ids, [one], max_out_of_band_rate=0.001)
+    assert allowed.verdict == PASS and allowed.details["out_of_band_budget"] == 1
+    assert "1 out of band (at most 1)" in allowed.summary
+    two = torch.stack(rows[:-2] + [off, off])
+    assert near_tie_gate([[0]], [[3] * 1022 + [4, 4]], [two], max_out_of_band_rate=0.001).verdict == FAIL
+    wide = logprobs({i: 2.0 - 0.01 * i for i in range(8)} | {9: 1.0})  # token 9: outside the top-5
+    far = torch.stack(rows[:-1] + [wide])
+    assert near_tie_gate([[0]], [[3] * 1023 + [9]], [far], max_out_of_band_rate=0.5).verdict == FAIL
+    with pytest.raises(ValueError, match="max_out_of_band_rate"):
+        out_of_band_budget(10, 1.5)
