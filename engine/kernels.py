@@ -422,48 +422,34 @@ def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
     return kernel
 
 
-def _tiled_fused_fits(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
-) -> bool:
-    return cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype) and cuda_tiled.fused_fits(
-        q, k_cache, block_tables
-    )
+def _tiled_variant(fits: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
+    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<fits>`, looked up at
+    call time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
+    (`cuda_tiled.decode(**mode)`). The predicate refuses a shape the binding would hand to the plain two passes
+    (no ready counters: first use under graph capture), so the counters name the kernel that ran."""
+
+    def supports(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+    ) -> bool:
+        shape_ok = cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype)
+        return shape_ok and bool(getattr(cuda_tiled, fits)(q, k_cache, block_tables))
+
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, **mode)
+
+    return supports, kernel
 
 
-def _tiled_fused(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    sliding_window: int | None = None,
-) -> torch.Tensor:
-    """The one-launch tiled kernel; `_tiled_fused_fits` refuses a shape it would hand to the two passes (no
-    ready arrival counters: first use under graph capture), so the counters name the kernel that ran."""
-    return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, fused=True)
-
-
-def _tiled_pipelined_fits(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
-) -> bool:
-    return cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype) and cuda_tiled.pipelined_fits(
-        q, k_cache, block_tables
-    )
-
-
-def _tiled_pipelined(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    sliding_window: int | None = None,
-) -> torch.Tensor:
-    """The two passes with the pipelined P.V pass; `_tiled_pipelined_fits` refuses a shape whose split sum it
-    could not fold (no ready arrival counters: first use under graph capture), so the counters name it."""
-    return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, pipelined=True)
+_tiled_fused_fits, _tiled_fused = _tiled_variant("fused_fits", fused=True)  # the one launch
+_tiled_pipelined_fits, _tiled_pipelined = _tiled_variant("pipelined_fits", pipelined=True)  # the pipelined P.V
 
 
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
