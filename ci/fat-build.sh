@@ -6,7 +6,7 @@
 # took 194 s of CPU, 338 s wall while the machine was shared (about 100 s when idle); sources compile
 # concurrently, one nvcc --threads invocation each, the largest (by the bytes each includes) first so the
 # longest do not start last. A cache hit (same sources, flags, nvcc) is free. scripts/test.sh runs this
-# beside pytest.
+# beside pytest, whose sm_90 compile checks take these objects (tests/engine/cuda/nvcc_strict.py).
 # Usage: ci/fat-build.sh [OUT_DIR]   (default: build/cuda-fat)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,9 +4,14 @@
 # skip here with their reason); and compile every CUDA source for every arch in the feature table and
 # audit the objects (gencode).
 #
-# The fat build shares no state with the checks and tests (it writes only build/cuda-fat, which no test
-# reads, and reads the sources), so it runs beside them, niced, on the cores pytest leaves idle; its log is
-# printed after pytest, and either failing fails the script.
+# The fat build runs beside the checks and tests, niced, on the cores pytest leaves idle; its log is printed
+# after pytest, and either failing fails the script. It writes only build/cuda-fat, and pytest reads it: the
+# suite's sm_90 warnings-as-errors compile checks take the fat build's object of each source (named by the
+# hash of the source as it is now, the flags and nvcc; it holds sm_90 SASS) instead of running nvcc again.
+# FAT_BUILD_DIR and FAT_BUILD_PID (exported below) tell pytest where and while which process; those tests
+# run last and wait for their object while the build runs (FAT_BUILD_WAIT_S, default 1800 s); a source the
+# fat build wrote no object for (it failed there) is compiled by its test, which fails with nvcc's message
+# (tests/engine/cuda/nvcc_strict.py).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,6 +26,7 @@ else
   nice -n 10 env PYTHON=.venv/bin/python bash ci/fat-build.sh build/cuda-fat >"$fat_log" 2>&1 &
   fat_pid=$!
   set +m
+  export FAT_BUILD_DIR="$root/build/cuda-fat" FAT_BUILD_PID="$fat_pid"
   trap '[ -n "$fat_pid" ] && kill -- "-$fat_pid" 2>/dev/null; true' EXIT
   echo "fat build and gencode audit: started beside the tests (log: $fat_log)"
 fi

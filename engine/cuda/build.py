@@ -3,6 +3,11 @@
 `python -m engine.cuda.build --fat --out DIR` compiles every source for every arch the table
 allows (CI); `load("paged_attn.cu")` compiles for the local GPU on first use (JIT) and returns
 the ctypes library.
+
+An object's name is the hash of its source, headers, flags and nvcc (`object_path`), so an output directory
+is a cache. The suite's sm_90 warnings-as-errors compile tests take the fat `--werror` build's object of a
+source (found by that name, which covers sm_90) instead of compiling it again; scripts/test.sh tells pytest
+where its fat build writes and while which process runs it (tests/engine/cuda/nvcc_strict.py).
 """
 
 from __future__ import annotations
@@ -215,13 +220,22 @@ def cache_dir(settings: flags.FlagSnapshot | None = None) -> Path:
 NVLINK_TEMP_RACE = "nvlink fatal   : Could not read file"  # nvcc --threads losing a temporary file
 
 
+def compile_flags(archs: tuple[str, ...], *, werror: bool) -> list[str]:
+    return [*BASE_FLAGS, *(WERROR_FLAGS if werror else ()), *gencode_flags(archs)]
+
+
+def object_path(source: Path, archs: tuple[str, ...], out_dir: Path, *, werror: bool = False) -> Path:
+    """Where compile_source writes, and looks for, the object of the source as it is now, these archs and flags."""
+    digest = content_hash(source, compile_flags(archs, werror=werror), compiler_version())
+    return out_dir / f"{source.stem}-{digest[:16]}.so"
+
+
 def compile_source(source: Path, archs: tuple[str, ...], out_dir: Path, *, werror: bool = False) -> BuildResult:
     """One nvcc invocation per source; a hit in out_dir (same content hash) skips nvcc."""
     t0 = time.perf_counter()
-    nvcc_flags = [*BASE_FLAGS, *(WERROR_FLAGS if werror else ()), *gencode_flags(archs)]
-    digest = content_hash(source, nvcc_flags, compiler_version())
+    nvcc_flags = compile_flags(archs, werror=werror)
+    obj = object_path(source, archs, out_dir, werror=werror)
     out_dir.mkdir(parents=True, exist_ok=True)
-    obj = out_dir / f"{source.stem}-{digest[:16]}.so"
     if obj.exists():
         return BuildResult(source, obj, archs, True, time.perf_counter() - t0)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from engine.cuda import build
+from tests.engine.cuda.nvcc_strict import FatBuild, compile_strict, strict_last
 
 
 @pytest.fixture
@@ -25,7 +26,8 @@ def cuda(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tor
 def sm90_werror_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The one output directory of the session's sm_90 builds with warnings as errors: build.py names an
     object by the hash of its source, headers, flags and nvcc, so a source that several tests compile
-    (`compiled`, `compile_strict`, test_build's every-source build) runs nvcc once."""
+    (`compiled`, `compile_strict`, test_build's every-source build) runs nvcc once, and none where the fat
+    build's object of it is taken instead (nvcc_strict)."""
     return tmp_path_factory.mktemp("cuda-sm90-werror")
 
 
@@ -34,6 +36,13 @@ def compiled(request: pytest.FixtureRequest, sm90_werror_dir: Path) -> ctypes.CD
     """The family's source compiled for sm_90 with warnings as errors (no GPU needed)."""
     if shutil.which("nvcc") is None and not Path(build.NVCC).exists():
         pytest.skip("nvcc not found: the CUDA sources cannot be compiled here")
-    family = request.module.FAMILY
-    result = build.compile_source(build.CUDA_DIR / f"{family}.cu", ("9.0",), sm90_werror_dir, werror=True)
-    return ctypes.CDLL(str(result.obj))
+    return ctypes.CDLL(str(compile_strict(f"{request.module.FAMILY}.cu", sm90_werror_dir)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """While a fat build runs beside pytest (FAT_BUILD_PID), the tests that take its objects run last, so that the
+    rest of the suite runs while it compiles; the sort is stable, so every test keeps its order otherwise."""
+    fat = FatBuild.from_env()
+    if fat is None or fat.pid is None:
+        return
+    items[:] = strict_last(items)
