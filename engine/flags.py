@@ -201,6 +201,12 @@ declare(
     "With VT_ATTN_TILED: the tiled attention's P.V pass computes each probability once with all of the block's threads (a tile ahead, into a shared tile the MMAs read), requests its first V tiles before it reads the split statistics, and its last split adds the partial sums (no split-sum launch); the same arithmetic in the same order, so bitwise the plain two passes' output. ON after the flip protocol (A/B 1.028-1.091x at the six peer shapes); `0` is the rollback.",
 )
 declare(
+    "VT_ATTN_ONEPASS",
+    False,
+    "ENGINE-PERF",
+    "With VT_ATTN_TILED: one-pass tiled decode attention (bf16/fp16, head_dim 64/128, up to 8 query heads per KV head): K and V of each tile in one cp.async pipeline, an online softmax in fp32 with the probabilities rounded only as the P.V operand (as production decode kernels round), the split combine in the last split, one launch; held to the fp32 reference and the near-tie razor's fp32-probabilities setting; takes precedence over the other tiled arms.",
+)
+declare(
     "VT_PREFILL_ATTN",
     True,
     "ENGINE-GATE-REACH",

@@ -51,6 +51,7 @@ from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
 from engine.cuda import paged_attn as cuda_paged_attn
+from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import quant as cuda_quant
@@ -448,6 +449,13 @@ def _tiled_variant(fits: str, **mode: bool) -> tuple[Callable[..., bool], Callab
     return supports, kernel
 
 
+def _onepass_fits(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
+    """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail)."""
+    return cuda_onepass.fits(q, k_cache, block_tables)
+
+
 _tiled_fused_fits, _tiled_fused = _tiled_variant("fused_fits", fused=True)  # the one launch
 _tiled_pipelined_fits, _tiled_pipelined = _tiled_variant("pipelined_fits", pipelined=True)  # the pipelined P.V
 
@@ -733,13 +741,21 @@ extend_attention = Op(
         ),
     ],
 )
-# Precedence: the one-launch tiled arm and the pipelined two passes (both OFF by default, so the two-pass tiled
-# arm is the default choice), tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
+# Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
+# tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
 # warp-split-KV arms, then the generic kernel.
 paged_decode_attention = Op(
     paged_attn.paged_decode_attention,
     paged_attn.check_paged_decode_attention,
     [
+        Arm(
+            "tiled_onepass",
+            gated_by("VT_ATTN_ONEPASS", "VT_ATTN_TILED"),
+            _onepass_fits,
+            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
+            "head; with several KV splits, ready arrival counters",
+            cuda_onepass.decode,
+        ),
         Arm(
             "tiled_fused",
             gated_by("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"),

@@ -119,6 +119,7 @@ ATTN = Workload(
         "VT_ATTN_TILED",
         "VT_ATTN_TILED_FUSED",
         "VT_ATTN_PV_PIPELINED",
+        "VT_ATTN_ONEPASS",
         "VT_KERNELS",
     ),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
@@ -142,9 +143,25 @@ ATTN = Workload(
         "gqa-fused": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_GQA": "1"},
         "split-kv": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"},
         "split-kv-swap": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
-        "tiled": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "0", "VT_ATTN_PV_PIPELINED": "0"},
-        "tiled-fused": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "1", "VT_ATTN_PV_PIPELINED": "0"},
-        "tiled-pipelined": {"VT_ATTN_TILED": "1", "VT_ATTN_TILED_FUSED": "0", "VT_ATTN_PV_PIPELINED": "1"},
+        "tiled": {
+            "VT_ATTN_TILED": "1",
+            "VT_ATTN_TILED_FUSED": "0",
+            "VT_ATTN_PV_PIPELINED": "0",
+            "VT_ATTN_ONEPASS": "0",
+        },
+        "tiled-fused": {
+            "VT_ATTN_TILED": "1",
+            "VT_ATTN_TILED_FUSED": "1",
+            "VT_ATTN_PV_PIPELINED": "0",
+            "VT_ATTN_ONEPASS": "0",
+        },
+        "tiled-pipelined": {
+            "VT_ATTN_TILED": "1",
+            "VT_ATTN_TILED_FUSED": "0",
+            "VT_ATTN_PV_PIPELINED": "1",
+            "VT_ATTN_ONEPASS": "0",
+        },
+        "tiled-onepass": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"},
     },
     # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
     shape_sets={

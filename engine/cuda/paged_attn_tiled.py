@@ -97,7 +97,7 @@ def fused_stages(
     return out.value
 
 
-class _Shape(NamedTuple):
+class Shape(NamedTuple):
     """The launch geometry every binding reads off q, the cache and the block tables."""
 
     batch: int
@@ -110,7 +110,7 @@ class _Shape(NamedTuple):
     device_index: int
 
     @classmethod
-    def of(cls, q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> _Shape:
+    def of(cls, q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> Shape:
         batch, hq, d = q.shape
         hkv, block_size = k_cache.shape[2], k_cache.shape[1]
         return cls(batch, hq, hkv, d, block_size, block_tables.shape[1], q.dtype, q.device.index or 0)
@@ -142,12 +142,12 @@ def check_inputs(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     sliding_window: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, _Shape]:
+) -> tuple[torch.Tensor, torch.Tensor, Shape]:
     """The checks every decode binding runs (`paged_attn.check_inputs`, then the shapes and dtypes the tiled
     kernels are compiled for and the window), naming the bad argument; returns the int32 tables and lengths
     and the launch geometry."""
     tables, lens = paged_attn.check_inputs(q, k_cache, v_cache, block_tables, context_lens)
-    shape = _Shape.of(q, k_cache, tables)
+    shape = Shape.of(q, k_cache, tables)
     if not supported(shape.d, shape.hq // shape.hkv, q.dtype):
         raise ValueError(
             f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
@@ -161,21 +161,21 @@ def check_inputs(
 def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the one-launch kernel takes this decode: its stages fit and its arrival counters are ready (not
     first made under graph capture); no host read of the lengths."""
-    shape = _Shape.of(q, k_cache, block_tables)
+    shape = Shape.of(q, k_cache, block_tables)
     if shape.stages(shape.splits()) == 0:
         return False
     # without ready counters the call would run the two passes: the table must count that as the fallback
-    return _counters(q.device, 2 * shape.batch * shape.hkv) is not None
+    return arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
 def pipelined_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the pipelined P.V pass takes this decode with its split sum folded: one split, or arrival counters
     that are ready (not first made under graph capture); no host read of the lengths."""
-    shape = _Shape.of(q, k_cache, block_tables)
-    return shape.splits() == 1 or _counters(q.device, 2 * shape.batch * shape.hkv) is not None
+    shape = Shape.of(q, k_cache, block_tables)
+    return shape.splits() == 1 or arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
-def _counters(dev: torch.device, need: int) -> torch.Tensor | None:
+def arrival_counters(dev: torch.device, need: int) -> torch.Tensor | None:
     """The device's zeroed arrival counters; None under CUDA graph capture before their first use (a zeroing
     memset captured into a graph would not run until replay), or when a call needs more than there are."""
     counters = _COUNTERS.get(dev)
@@ -221,7 +221,7 @@ def decode(
         None if o_part is None else ffi.ptr(o_part),
     ]
     if pipelined:
-        counters = _counters(q.device, 2 * batch * hkv) if splits > 1 else None
+        counters = arrival_counters(q.device, 2 * batch * hkv) if splits > 1 else None
         entry, name = lib.vt_paged_attn_tiled_pipelined_decode, "vt_paged_attn_tiled_pipelined_decode"
         buffers.append(None if counters is None else ffi.ptr(counters))
     else:
@@ -275,7 +275,7 @@ def _fused(
     scale: float,
     sliding_window: int | None,
     splits: int | None,
-    shape: _Shape,
+    shape: Shape,
     required: bool,
 ) -> torch.Tensor | None:
     """`decode_fused` on inputs `check_inputs` passed."""
@@ -286,7 +286,7 @@ def _fused(
     stages = shape.stages(splits)
     if stages == 0:
         why = "one split, or its shared memory or its grid does not fit this shape"
-    counters = _counters(q.device, 2 * batch * hkv) if why is None else None
+    counters = arrival_counters(q.device, 2 * batch * hkv) if why is None else None
     if why is None and counters is None:
         why = "no arrival counters (first use under graph capture, or too many sequences)"
     if why is not None:

@@ -8,7 +8,7 @@ from functools import partial
 
 import torch
 
-from engine.cuda import kv_store, paged_attn, paged_attn_tiled, splitkv
+from engine.cuda import kv_store, paged_attn, paged_attn_onepass, paged_attn_tiled, splitkv
 from engine.gates.cases import Inputs, KernelCase
 from engine.gates.tokens import RAZOR_PROMPT_LENS
 from engine.ops import kv_store as ref_kv
@@ -93,6 +93,10 @@ def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, fused=False)
 
 
+def run_onepass(splits: int | None, x: Inputs) -> torch.Tensor:
+    return paged_attn_onepass.decode(*_args(x), x["window"], splits=splits)
+
+
 def ref_eager(x: Inputs) -> torch.Tensor:
     return ref_attn.paged_decode_attention(*_args(x), x["window"])
 
@@ -104,6 +108,13 @@ def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
         rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
         splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
+    return ref_split.splitkv_combine(out, lse, x["q"].dtype)
+
+
+def ref_fp32(x: Inputs) -> torch.Tensor:
+    """Attention with fp32 scores and probabilities, rounded once at the output (the split-KV reference with one
+    split): what an online-softmax kernel approximates."""
+    out, lse = ref_split.splitkv_partial(*_args(x), 1, x["window"])
     return ref_split.splitkv_combine(out, lse, x["q"].dtype)
 
 
@@ -124,6 +135,7 @@ ARMS = {  # arm -> (flag, row)
     "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
     "tiled_fused": ("VT_ATTN_TILED_FUSED", "ENGINE-PERF"),
     "tiled_pipelined": ("VT_ATTN_PV_PIPELINED", "ENGINE-PERF"),
+    "tiled_onepass": ("VT_ATTN_ONEPASS", "ENGINE-PERF"),
 }
 TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -404,6 +416,70 @@ def bitwise_tiled_cases(arm: str, run: Callable[[int, Inputs], torch.Tensor], mi
     return cases
 
 
+def onepass_cases() -> list[KernelCase]:
+    """The one-pass arm (bf16 and fp16, head_dim 64 and 128) against the fp32 reference (its rounding is an online
+    softmax's, not the eager reference's): every context, odd groups and block sizes, windows, split counts 1, 2, 7
+    (empty splits) and 64 up to context 32768; three cases against the eager reference itself; and the `long` gate
+    model's decode shape, plain and sharp."""
+    cases = []
+    flag, row = ARMS["tiled_onepass"]
+
+    def add(
+        dt: str,
+        d: int,
+        group: int,
+        bs: int,
+        ctx: int,
+        window: int | None = None,
+        splits: int | None = None,
+        tags: tuple[str, ...] = (),
+        reference: Callable[[Inputs], torch.Tensor] = ref_fp32,
+        suffix: str = "",
+    ) -> None:
+        base = attn_case("tiled_onepass", dt, d, group, bs, ctx, window, splits, tags)
+        name = base.name.replace("attn/tiled_onepass/", f"attn/tiled_onepass{suffix}/")
+        cases.append(
+            KernelCase(
+                name, base.arm, flag, base.dtype, base.make, partial(run_onepass, splits), reference, dt, row, base.tags
+            )
+        )
+
+    for dt in TILED_DTYPES:
+        for ctx in CONTEXTS + LONG_CONTEXTS:
+            add(dt, 128, 4, 32, ctx, tags=("small",) if ctx == 33 else ("long",) if ctx in LONG_CONTEXTS else ())
+        for d in paged_attn_onepass.HEAD_DIMS:
+            for group in (1, 2, 3, 8):
+                for bs in (16, 32):
+                    add(dt, d, group, bs, 100)
+        add(dt, 128, 4, 16, 685, window=256)
+        add(dt, 128, 4, 32, 100, window=1000)
+        add(dt, 128, 8, 32, 1000, window=100)
+    add("bf16", 128, 5, 48, 685)  # a block size that does not divide a tile
+    for ctx in (1, 100, 685, 4096, 32768):
+        for splits in (1, 2, FORCED_SPLITS, 64):
+            add("bf16", 128, 4, 32, ctx, splits=splits, tags=("long",) if ctx == 32768 else ())
+    for ctx in (33, 1000, 4096):  # and against the eager reference, within its bf16 tolerance
+        add("bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS, reference=ref_eager, suffix="-vs-eager")
+    for window in (None, 40):  # the `long` gate model's decode, at the scale its q/k norms give
+        for sharp in (False, True):
+            shape = "bf16/d128/g4/bs16/long-gate" + (f"/w{window}" if window else "") + ("/sharp" if sharp else "")
+            cases.append(
+                KernelCase(
+                    f"attn/tiled_onepass/{shape}",
+                    "tiled_onepass",
+                    flag,
+                    torch.bfloat16,
+                    partial(long_gate_inputs, window=window, sharp=sharp),
+                    partial(run_onepass, None),
+                    ref_fp32,
+                    "bf16",
+                    row,
+                    ("long-gate",),
+                )
+            )
+    return cases
+
+
 def build_cases() -> list[KernelCase]:
     cases: list[KernelCase] = []
     canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4), "splitkv_swap": (128, 8)}
@@ -448,6 +524,7 @@ def build_cases() -> list[KernelCase]:
     cases += long_gate_cases()
     cases += bitwise_tiled_cases("tiled_fused", run_tiled_fused, 2)  # one launch: several splits only
     cases += bitwise_tiled_cases("tiled_pipelined", run_tiled_pipelined, 1)
+    cases += onepass_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):
             for bs in (16, 32):

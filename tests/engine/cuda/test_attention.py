@@ -25,6 +25,7 @@ def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
 def test_arm_choice_follows_the_flags() -> None:
     # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
+        "tiled_onepass",
         "tiled_fused",
         "tiled_pipelined",
         "tiled",
@@ -177,7 +178,13 @@ def test_exact_sum_reference_keeps_the_eager_rounding_points_and_the_window() ->
 
 def test_long_gate_cases_are_the_gate_models_decode_shape() -> None:
     long = [c for c in cases.CASES if "long-gate" in c.tags]
-    assert {c.name.split("/")[1] for c in long} == {"tiled", "tiled-s13-vs-s1", "tiled-vs-exact", "eager-vs-exact"}
+    assert {c.name.split("/")[1] for c in long} == {
+        "tiled",
+        "tiled-s13-vs-s1",
+        "tiled-vs-exact",
+        "eager-vs-exact",
+        "tiled_onepass",
+    }
     x = long[0].make(0, torch.device("cpu"))
     assert x["q"].shape == (16, 8, 128) and x["k_cache"].shape[1:] == (16, 2, 128)
     assert 1580 in x["context_lens"].tolist() and x["block_tables"].shape == (16, cases.LONG_GATE_BLOCKS)

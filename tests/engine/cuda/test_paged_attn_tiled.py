@@ -56,10 +56,11 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     from engine.flags import FlagSnapshot
 
     tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
-    fused, pipelined = kernels.paged_decode_attention.arms[:2]
-    assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: first, but OFF by default
+    onepass, fused, pipelined = kernels.paged_decode_attention.arms[:3]
+    assert onepass.name == "tiled_onepass" and not onepass.enabled(on)  # the online softmax: first, OFF
+    assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: OFF by default
     assert pipelined.name == "tiled_pipelined" and pipelined.enabled(on)  # then the pipelined P.V, ON
-    assert kernels.paged_decode_attention.arms[2] is tiled  # the plain two passes: its rollback and fallback
+    assert kernels.paged_decode_attention.arms[3] is tiled  # the plain two passes: its rollback and fallback
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
     x = cases.paged_inputs(
         3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16, window=None

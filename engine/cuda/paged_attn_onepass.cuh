@@ -1,0 +1,296 @@
+// One-pass paged decode attention on tensor cores (VT_ATTN_ONEPASS): the tiled arm's geometry (one block
+// per (KV head, split, sequence); the group's query heads are rows 0..7 of a 16-row mma.sync tile; 64-token
+// tiles, 16 tokens per warp) with K and V of each tile in one cp.async pipeline stage and an online softmax.
+//
+// Numerics differ from the two-pass arms on purpose, as production decode kernels do: scores stay in fp32,
+// each warp keeps a running max and sum (in log2 units, exp2), and the probabilities are rounded to the
+// dtype only as the P.V MMA's A operand; the sum of exponentials is fp32 and unrounded. So the arm is held
+// to the near-tie razor's fp32-probabilities setting, not to bitwise agreement with the eager reference.
+//
+// At the end of a split the four warps merge their (max, sum, O) in shared memory. One split writes the
+// output; several write their (max, sum, unnormalised O) and the last split of a (sequence, KV head) to
+// finish (the tiled arms' arrival counters) combines them, so a call is one launch.
+#pragma once
+
+#include <cstdint>
+
+#include "paged_attn_tiled.cuh"
+
+namespace vt_onepass {
+
+using vt_tiled::kMaxGroup;
+using vt_tiled::kMaxSplits;
+using vt_tiled::kThreads;
+using vt_tiled::kTile;
+using vt_tiled::kWarps;
+using vt_tiled::kWarpTokens;
+using vt_tiled::row_elems;
+
+constexpr int kStages = 3;  // K+V of two tiles in flight while one is computed: 104 KB at head_dim 128
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T, int D> __host__ __device__ constexpr int stage_elems() { return 2 * kTile * row_elems<D>(); }
+// The pipeline, later reused for the warps' merge: fp32 O [kWarps][kMaxGroup][D], then max and sum.
+template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
+  constexpr int pipe = static_cast<int>(sizeof(T)) * stage_elems<T, D>() * kStages;
+  constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
+  return pipe > merge ? pipe : merge;
+}
+
+// The cache rows of the tile positions this thread copies, read from the block table one tile before the
+// copies are issued, so that the table load's latency is not paid in front of every tile's cp.async.
+// Thread t copies chunk t % kChunks of positions tile * kTile + t / kChunks + i * kStep.
+template <int D> struct TileRows {
+  static constexpr int kChunks = D / 8, kStep = kThreads / kChunks, kN = kTile / kStep;
+  int block[kN];  // the block-table entry (a load in flight until first used)
+  int off[kN];    // the offset inside the block; -1: past the context (zero-filled, never read)
+
+  __device__ __forceinline__ void fetch(const int* table, int block_size, int len, int tile) {
+    int pos = tile * kTile + static_cast<int>(threadIdx.x) / kChunks;
+    int blk = pos / block_size, o = pos - blk * block_size;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool live = pos < len;
+      block[i] = live ? __ldg(table + blk) : 0;
+      off[i] = live ? o : -1;
+      pos += kStep;
+      for (o += kStep; o >= block_size; o -= block_size) ++blk;
+    }
+  }
+
+  // One cache's rows of the tile into `dst` (kTile rows of row_elems<D>()).
+  template <typename T>
+  __device__ __forceinline__ void copy(T* dst, const T* base, int block_size, int64_t row_stride) const {
+    constexpr int R = row_elems<D>();
+    const int chunk = static_cast<int>(threadIdx.x) % kChunks, tok = static_cast<int>(threadIdx.x) / kChunks;
+    T* d = dst + tok * R + chunk * 8;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool live = off[i] >= 0;
+      const int64_t src = live ? ((int64_t)block[i] * block_size + off[i]) * row_stride + chunk * 8 : 0;
+      vt_tiled::cp_async16(d + i * kStep * R, base + src, live);
+    }
+  }
+};
+
+// The split combine, folded into the kernel: the last block of this (sequence, KV head) to arrive (after its
+// partials are written) weighs each split's unnormalised O by exp2(max_s - max) / sum over the splits, in
+// split order, writes the output and sets *done back to zero for the next launch.
+template <typename T, int D>
+__device__ __forceinline__ void fold_combine(const vt::PagedArgs& a, int b, int kvh, int group, int num_splits,
+                                             const float* __restrict__ m_part, const float* __restrict__ l_part,
+                                             const float* __restrict__ o_part, T* __restrict__ out, int* done,
+                                             float* weights /* smem [kMaxGroup][kMaxSplits] */) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1) == num_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t head0 = (int64_t)b * num_splits * a.num_q_heads + kvh * group;
+  for (int g = warp; g < group; g += kWarps) {  // a warp per row: lanes over the splits (at most 64)
+    float m0 = -CUDART_INF_F, m1 = -CUDART_INF_F, l0 = 0.f, l1 = 0.f;
+    if (lane < num_splits) m0 = __ldcg(m_part + head0 + (int64_t)lane * a.num_q_heads + g);
+    if (lane + 32 < num_splits) m1 = __ldcg(m_part + head0 + (int64_t)(lane + 32) * a.num_q_heads + g);
+    if (lane < num_splits) l0 = __ldcg(l_part + head0 + (int64_t)lane * a.num_q_heads + g);
+    if (lane + 32 < num_splits) l1 = __ldcg(l_part + head0 + (int64_t)(lane + 32) * a.num_q_heads + g);
+    float mx = fmaxf(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float w0 = m0 == -CUDART_INF_F ? 0.f : exp2f(m0 - mx), w1 = m1 == -CUDART_INF_F ? 0.f : exp2f(m1 - mx);
+    const float sum = vt::warp_sum(l0 * w0 + l1 * w1);  // > 0: every context has a position in its window
+    if (lane < num_splits) weights[g * kMaxSplits + lane] = w0 / sum;
+    if (lane + 32 < num_splits) weights[g * kMaxSplits + lane + 32] = w1 / sum;
+  }
+  __syncthreads();
+  constexpr int kPer = kMaxGroup * D / kThreads;
+  const int n = group * D;
+  float acc[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float* src = o_part + (head0 + (int64_t)s * a.num_q_heads) * D;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = threadIdx.x + k * kThreads;
+      if (idx < n) acc[k] += __ldcg(src + idx) * weights[(idx / D) * kMaxSplits + s];
+    }
+  }
+  T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    if (idx < n) dst[idx] = vt::from_f32<T>(acc[k]);
+  }
+  if (threadIdx.x == 0) *done = 0;
+}
+
+// grid (num_kv_heads, num_splits, batch), kThreads threads, smem_bytes<T, D>() dynamic smem.
+// num_splits == 1: out [batch, num_q_heads, D]. Else m_part, l_part [batch, num_splits, num_q_heads] fp32 (the
+// split's max score in log2 units and sum of exp2(score - max); -inf and 0 if empty), o_part [batch,
+// num_splits, num_q_heads, D] fp32 (sum of exp2(score - max) v), and counters: 2 int32 per (sequence, KV head),
+// zero before the launch and left zero (the second is used).
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    onepass_kernel(vt::PagedArgs a, int num_splits, T* __restrict__ out, float* __restrict__ m_part,
+                   float* __restrict__ l_part, float* __restrict__ o_part, int* __restrict__ counters) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int R = row_elems<D>(), kStage = stage_elems<T, D>();
+  const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const vt_tiled::Span sp = vt_tiled::split_span(a, b, split, num_splits);
+  const bool row_live = row < group;
+  T* smem = reinterpret_cast<T*>(smem_raw);
+
+  const int* table = a.block_tables + (int64_t)b * a.max_blocks;
+  const int64_t row_stride = (int64_t)a.num_kv_heads * D;
+  const T* kbase = static_cast<const T*>(a.k_cache) + (int64_t)kvh * D;
+  const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
+  TileRows<D> rows;
+  if (sp.n > 0) rows.fetch(table, a.block_size, sp.len, sp.t_lo);
+  const auto issue = [&](int i) {  // tile i of the span into its stage; then the next tile's rows
+    T* st = smem + (i % kStages) * kStage;
+    rows.copy(st, kbase, a.block_size, row_stride);
+    rows.copy(st + kTile * R, vbase, a.block_size, row_stride);
+    if (i + 1 < sp.n) rows.fetch(table, a.block_size, sp.len, sp.t_lo + i + 1);
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < sp.n) issue(i);
+    vt_tiled::cp_async_commit();
+  }
+
+  // Q as the A operand (rows past the group are zero), as the tiled scores pass loads it.
+  const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+  const T* qrow = static_cast<const T*>(a.q) + q_head * D;
+  uint32_t qa[D / 16][2];
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    qa[k][0] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + quad * 2) : 0u;
+    qa[k][1] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + 8 + quad * 2) : 0u;
+  }
+  const float scale2 = a.scale * kLog2e;
+  const int k_tok = (lane % 8) + (lane / 16) * 8, k_dim = ((lane / 8) % 2) * 8;
+  const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
+  float m = -CUDART_INF_F, l = 0.f, pad[2] = {0.f, 0.f};
+  float o[D / 8][2];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
+
+  for (int i = 0; i < sp.n; ++i) {
+    vt_tiled::cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile i has landed for every warp, and every warp is done with stage (i - 1) % kStages
+    if (i + kStages - 1 < sp.n) issue(i + kStages - 1);
+    vt_tiled::cp_async_commit();
+    const T* ks = smem + (i % kStages) * kStage + warp * kWarpTokens * R;
+    const T* vs = ks + kTile * R;
+    float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // tokens 0-7 and 8-15 of the warp: columns quad*2, quad*2+1
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      uint32_t kb[4];
+      vt_tiled::ldmatrix_x4(kb, ks + k_tok * R + k * 16 + k_dim);
+      vt_tiled::mma_rows8<T>(s[0][0], s[0][1], pad, qa[k][0], qa[k][1], kb[0], kb[1]);
+      vt_tiled::mma_rows8<T>(s[1][0], s[1][1], pad, qa[k][0], qa[k][1], kb[2], kb[3]);
+    }
+    const int pos0 = (sp.t_lo + i) * kTile + warp * kWarpTokens + quad * 2;
+    float x[4], mt = -CUDART_INF_F;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = pos0 + (e / 2) * 8 + e % 2;
+      x[e] = pos >= sp.begin && pos < sp.len ? s[e / 2][e % 2] * scale2 : -CUDART_INF_F;
+      mt = fmaxf(mt, x[e]);
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m, mt);
+    // branch-free (ldmatrix and mma.sync need the whole warp): a row with no position yet keeps O = 0, l = 0
+    const float base = m_new == -CUDART_INF_F ? 0.f : m_new;
+    const float alpha = exp2f(m - base);  // 0 while m is -inf (O and l are still 0)
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = exp2f(x[e] - base);
+    l = l * alpha + ((p[0] + p[1]) + (p[2] + p[3]));
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o[j][0] *= alpha, o[j][1] *= alpha;
+    m = m_new;
+    const uint32_t pa0 = vt_tiled::pack2<T>(p[0], p[1]), pa2 = vt_tiled::pack2<T>(p[2], p[3]);
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      uint32_t vb[4];
+      vt_tiled::ldmatrix_x4_trans(vb, vs + v_tok * R + j * 16 + v_dim);
+      vt_tiled::mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
+      vt_tiled::mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
+    }
+  }
+  vt_tiled::cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory is free for the merge
+
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* os = reinterpret_cast<float*>(smem_raw);  // [kWarps][kMaxGroup][D]
+  float* ms = os + kWarps * kMaxGroup * D;         // [kWarps][kMaxGroup]
+  float* ls = ms + kWarps * kMaxGroup;             // [kWarps][kMaxGroup]
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    os[(warp * kMaxGroup + row) * D + j * 8 + quad * 2] = o[j][0];
+    os[(warp * kMaxGroup + row) * D + j * 8 + quad * 2 + 1] = o[j][1];
+  }
+  if (quad == 0) {
+    ms[warp * kMaxGroup + row] = m;
+    ls[warp * kMaxGroup + row] = l;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * D; idx += kThreads) {
+    const int g = idx / D, d = idx % D;
+    float mx = -CUDART_INF_F;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, ms[w * kMaxGroup + g]);
+    float val = 0.f, sum = 0.f;
+    if (mx != -CUDART_INF_F) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = ms[w * kMaxGroup + g];
+        const float wt = mw == -CUDART_INF_F ? 0.f : exp2f(mw - mx);
+        val += os[(w * kMaxGroup + g) * D + d] * wt;
+        sum += ls[w * kMaxGroup + g] * wt;
+      }
+    }
+    const int64_t qh = (int64_t)b * a.num_q_heads + kvh * group + g;
+    if (num_splits == 1) {
+      out[qh * D + d] = vt::from_f32<T>(val / sum);
+    } else {
+      const int64_t part = ((int64_t)b * num_splits + split) * a.num_q_heads + kvh * group + g;
+      o_part[part * D + d] = val;
+      if (d == 0) m_part[part] = mx, l_part[part] = sum;
+    }
+  }
+  if (num_splits == 1) return;
+  // (fold_combine's first barrier orders the merge's reads before its weights overwrite shared memory)
+  fold_combine<T, D>(a, b, kvh, group, num_splits, m_part, l_part, o_part, out,
+                     counters + 2 * ((int64_t)b * a.num_kv_heads + kvh) + 1, reinterpret_cast<float*>(smem_raw));
+}
+
+// Splits for `rows` = batch * num_kv_heads blocks over `slots` = SMs * resident blocks per SM, by a cost in
+// tile times: the waves a launch runs times the tiles per split, plus a quarter tile per split for its partial
+// write and its share of the combine. It picks the measured best count at the six peer shapes (H200; e.g.
+// batch 1, context 32768: 32 splits, 58.4 us against 64.0 at the 30 a wave-fill rule picks).
+constexpr float kSplitCost = 0.25f;
+inline int onepass_num_splits(int rows, int max_context, int sm_count, int blocks_per_sm) {
+  if (rows <= 0 || max_context <= 0 || sm_count <= 0) return 1;
+  const long long slots = (long long)sm_count * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+  const int tiles = vt::ceil_div(max_context, kTile);
+  const int limit = tiles < kMaxSplits ? tiles : kMaxSplits;
+  int best = 1;
+  float best_cost = 0.f;
+  for (int s = 1; s <= limit; ++s) {
+    const long long waves = ((long long)rows * s + slots - 1) / slots;
+    const float cost = static_cast<float>(waves * vt::ceil_div(tiles, s)) + kSplitCost * s;
+    if (s == 1 || cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+}  // namespace vt_onepass
