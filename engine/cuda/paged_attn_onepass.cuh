@@ -26,7 +26,9 @@ using vt_tiled::kWarps;
 using vt_tiled::kWarpTokens;
 using vt_tiled::row_elems;
 
-constexpr int kStages = 3;  // K+V of two tiles in flight while one is computed: 104 KB at head_dim 128
+// K+V of two tiles in flight while one is computed: 104 KB at head_dim 128, 2 blocks per SM. Two stages (70 KB, 3
+// blocks per SM) measured no faster at any peer shape (H200): occupancy is not what limits this kernel.
+constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename T, int D> __host__ __device__ constexpr int stage_elems() { return 2 * kTile * row_elems<D>(); }
@@ -110,14 +112,9 @@ __device__ __forceinline__ void fold_combine(const vt::PagedArgs& a, int b, int 
   float acc[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float* src = o_part + (head0 + (int64_t)s * a.num_q_heads) * D;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int idx = threadIdx.x + k * kThreads;
-      if (idx < n) acc[k] += __ldcg(src + idx) * weights[(idx / D) * kMaxSplits + s];
-    }
-  }
+  vt_tiled::add_split_rows<D>(o_part, head0, a.num_q_heads, num_splits, n, acc, [&](float sum, float v, int g, int s) {
+    return sum + v * weights[g * kMaxSplits + s];
+  });
   T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
