@@ -1,7 +1,7 @@
 // Launcher for the one-pass paged decode attention (VT_ATTN_ONEPASS): argument checks, the split count from
-// the device's occupancy, dtype and head_dim dispatch. bf16 and fp16; head_dim 64, 128 or 256 (at 256 the three
-// K+V stages take 198 KB: one block per SM); 1 to 8 query heads per KV head. Another shape or dtype returns
-// kUnsupported (the caller picks another arm).
+// the device's occupancy, dtype and head_dim dispatch. bf16 and fp16; head_dim 64 or 128 (at 256 the K+V
+// stages leave one block per SM and the two-pass arms are faster); 1 to 8 query heads per KV head. Another
+// shape or dtype returns kUnsupported (the caller picks another arm).
 #include "paged_attn_onepass.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_onepass)
@@ -36,8 +36,7 @@ int blocks_per_sm_for(int head_dim, int* out) {
   switch (head_dim) {
     case 64: return blocks_per_sm<T, 64>(out);
     case 128: return blocks_per_sm<T, 128>(out);
-    case 256: return blocks_per_sm<T, 256>(out);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", head_dim);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128}", head_dim);
   }
 }
 
@@ -63,8 +62,7 @@ int launch(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf
   switch (a.head_dim) {
     case 64: return launch_d<T, 64>(a, batch, num_splits, buf, s);
     case 128: return launch_d<T, 128>(a, batch, num_splits, buf, s);
-    case 256: return launch_d<T, 256>(a, batch, num_splits, buf, s);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", a.head_dim);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128}", a.head_dim);
   }
 }
 

@@ -17,7 +17,7 @@ from engine.cuda import build, ffi
 from engine.cuda import paged_attn_tiled as tiled
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-HEAD_DIMS = (64, 128, 256)  # at 256 the three K+V stages take 198 KB: one block per SM
+HEAD_DIMS = (64, 128)  # at 256 the K+V stages leave one block per SM: the two-pass arms are faster there
 MAX_GROUP = tiled.MAX_GROUP
 DTYPES = tiled.DTYPES
 MAX_SPLITS = 64  # kMaxSplits (paged_attn_tiled.cuh)

@@ -107,7 +107,7 @@ def settings(ops: tuple[str, ...] = ATTENTION_OPS) -> list[Setting]:
 def takes(setting: Setting, model: GateModel) -> bool:
     d, g = model.head_dim, model.group
     rules = {
-        "tiled_onepass": d in (64, 128, 256) and g <= 8,  # its compiled shapes
+        "tiled_onepass": d in (64, 128) and g <= 8,  # its compiled shapes
         "tiled_fused": model.name in ("long", "d128-g4"),
         "tiled_pipelined": g <= 8,  # the tiled arm's groups
         "tiled": True,  # d128-g16 falls to the generic arm (more than 8 query heads per KV head): the notice

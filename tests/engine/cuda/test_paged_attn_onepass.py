@@ -59,8 +59,7 @@ def test_supported_shapes() -> None:
     from engine.cuda import paged_attn_onepass as onepass
 
     assert onepass.supported(128, 4, torch.bfloat16) and onepass.supported(64, 3, torch.float16)
-    assert onepass.supported(256, 8, torch.bfloat16)
-    assert not onepass.supported(96, 4, torch.bfloat16)  # not compiled
+    assert not onepass.supported(256, 4, torch.bfloat16)  # the two-pass arms are faster there
     assert not onepass.supported(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
     assert not onepass.supported(128, 4, torch.float32)
 
@@ -122,13 +121,13 @@ def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, m
     assert rc != 0 and re.search(message, compiled.vt_paged_attn_onepass_last_error().decode()), rc
 
 
-def test_binding_refuses_an_uncompiled_head_dim_naming_it() -> None:
+def test_binding_refuses_head_dim_256_naming_it() -> None:
     from engine.cuda import paged_attn_onepass as onepass
 
     x = cases.paged_inputs(
-        2, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=96, group=4, block_size=16, window=None
+        2, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=256, group=4, block_size=16, window=None
     )
-    with pytest.raises(ValueError, match=r"takes head_dim in \(64, 128, 256\).*got head_dim 96"):
+    with pytest.raises(ValueError, match=r"one-pass arm takes head_dim in \(64, 128\); got head_dim 256"):
         onepass.decode(*cases._args(x))
 
 
