@@ -79,8 +79,12 @@
 #   flip: the flip protocol (AGENTS.md) with the flag settings under test, all steps with them set; the
 #   near-tie and token gates fail when no arm of a flag set on ran (the table's selection counters):
 #   a flag whose ops a model never calls is n/a there and must run on another model (flip-ran-VT_X); the
-#   head_dim-128 model's razor (336-position contexts) has the bf16 oracle's fp32 twin as second judge.
-#   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe"] bash ci/gpu.sh flip
+#   head_dim-128 model's razor (336-position contexts) has the bf16 oracle's fp32 twin as second judge. The razor's
+#   setting (oracle attention, budgets) is the one the kernel table names for the arms under test (`Arm.razor`,
+#   picked by `gate neartie --require-arm`). Models: dense d128 moe; a flip whose flags are all VT_ATTN_* (decode
+#   attention alone): d128 and the gate models d128-g4 and long (1500+-token prompts, fp32 twin as second judge).
+#   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe d128-g4 long"]
+#   bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"
@@ -101,8 +105,8 @@ if [[ " $PHASES " == *" flip "* ]]; then  # checked before any phase runs
     fi
   done
   for m in ${FLIP_MODELS:-}; do
-    if [[ ! " dense d128 moe " == *" $m "* ]]; then
-      echo "ci/gpu.sh flip: FLIP_MODELS entry '$m' is not dense, d128 or moe" >&2
+    if [[ ! " dense d128 moe d128-g4 long " == *" $m "* ]]; then
+      echo "ci/gpu.sh flip: FLIP_MODELS entry '$m' is not dense, d128, moe, d128-g4 or long" >&2
       exit 2
     fi
   done
@@ -149,6 +153,7 @@ MOE=/tmp/tiny-qwen3-moe
 # head_dim 128: the embedded tiny model's 32 runs only the generic attention arm; the warp, GQA-fused
 # and split-KV arms need 64, 128 or 256
 D128=/tmp/tiny-qwen3-d128
+GATES=/tmp/flip-gate-models  # engine/data/gate_models.py's d128-g4 and long, for the flip phase
 # Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
 FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
 
@@ -394,18 +399,29 @@ if [[ " $PHASES " == *" flip "* ]]; then
   # every flag turned on must show an arm of its own among the arms the gates ran
   REQ=()
   for kv in $FLIP; do [[ ${kv#*=} =~ ^(1|true|on|yes)$ ]] && REQ+=(--require-arm "${kv%%=*}"); done
-  echo "flip protocol with: $FLIP"
+  # a flip of decode attention alone (every flag VT_ATTN_*) gates the models whose shapes take its arms
+  FM="dense d128 moe"
+  [[ -z "$(for kv in $FLIP; do [[ $kv == VT_ATTN_* ]] || echo x; done)" ]] && FM="d128 d128-g4 long"
+  FM="${FLIP_MODELS:-$FM}"
+  echo "flip protocol with: $FLIP (models: $FM)"
   build_once
-  step flip-models 120 $PY -c "from engine.data.make_tiny import build, build_moe
-build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')"
+  step flip-models 120 $PY -c "from pathlib import Path
+from engine.data.gate_models import write_gate_models
+from engine.data.make_tiny import build, build_moe
+build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')
+write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
+  # the long model's prompts: 1500+ tokens, so the tiled arms run several KV splits and their combine
+  LONG_LENS=$($PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')")
   step flip-kernels 300 "${F[@]}" $PY -m engine gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
-  for m in ${FLIP_MODELS:-dense d128 moe}; do
+  for m in $FM; do
     case $m in
       dense) M=() A=() ;;
       moe) M=(--model "$MOE") A=() ;;
       # 300 new tokens: a table capacity of 336 positions, so split-KV runs 2 splits and their combine; at those
       # contexts the bf16 oracle's own rounding moves margins past the band, so its fp32 twin judges again
       d128) M=(--model "$D128" --max-new-tokens 300) A=(--fp32-arbiter) ;;
+      d128-g4) M=(--model "$GATES/d128-g4") A=() ;;
+      long) M=(--model "$GATES/long" --prompt-lens "$LONG_LENS") A=(--fp32-arbiter) ;;
     esac
     step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${A[@]}" "${REQ[@]}"
     step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
@@ -422,7 +438,7 @@ build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128'
     f=${kv%%=*}
     [[ ${kv#*=} =~ ^(1|true|on|yes)$ ]] || continue
     ran=0
-    for m in ${FLIP_MODELS:-dense d128 moe}; do
+    for m in $FM; do
       log="$OUT/logs/flip-neartie-$m.log"
       [[ -f $log ]] && ! grep -q "^n/a: $f:" "$log" && ! grep -q "^FAIL: no arm gated by $f " "$log" && ran=1
     done

@@ -89,6 +89,24 @@ def gated_by(*names: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Razor:
+    """The near-tie razor's setting an arm is judged with (`gate neartie --require-arm VT_X` takes it from the
+    arms VT_X gates): the oracle's attention and the two budgets. The oracle must round as the arm does."""
+
+    name: str
+    oracle_attn: str  # transformers' attention: "eager" (scores and probabilities in the dtype) or "sdpa" (fp32)
+    max_near_tie_rate: float
+    max_out_of_band_rate: float
+
+
+# the reference's rounding: every arm that rounds scores and probabilities to the dtype, as the eager oracle does
+EAGER_RAZOR = Razor("eager", "eager", 0.01, 0.0)
+# an arm that keeps fp32 probabilities (an online softmax), against the fp32 SDPA oracle; the budgets FlashInfer
+# and cuDNN pass there (ENGINE-PERF spec: production kernels are 0-1 in 1024 positions out of band)
+FP32_PROBS_RAZOR = Razor("fp32-probs", "sdpa", 0.02, 0.001)
+
+
+@dataclass(frozen=True)
 class Arm:
     """One fast implementation of an op: taken when all its `flags` are on and `supports(*args)` is true."""
 
@@ -99,6 +117,7 @@ class Arm:
     kernel: Callable[..., Any]
     composite: bool = False  # the kernel takes the snapshot first (it runs other ops of the table)
     notice: bool = False  # a call that falls to this arm past an enabled arm says so on stderr, once (`NOTICED`)
+    razor: Razor = EAGER_RAZOR  # the near-tie razor's setting its flip is judged with
 
     def enabled(self, snapshot: FlagSnapshot) -> bool:
         return all(snapshot.enabled(f) for f in self.flags)
@@ -257,6 +276,19 @@ def ops_gated_by(flag: str) -> set[str]:
     """The ops that have an arm gated by `flag` (an arm's own flags, or a switch's)."""
     ops = {op.name for op in TABLE.values() for a in op.arms if flag in a.flags}
     return ops | {s.name for s in SWITCHES.values() if flag in s.flags}
+
+
+def razors_gated_by(flag: str, snapshot: FlagSnapshot) -> dict[str, Razor]:
+    """The razor settings of the arms gated by `flag` that `snapshot` enables, by `op/arm` (a switch: eager)."""
+    found = {}
+    for op in TABLE.values():
+        for arm in op.arms:
+            if flag in arm.flags and arm.enabled(snapshot):
+                found[f"{op.name}/{arm.name}"] = arm.razor
+    for switch in SWITCHES.values():
+        if flag in switch.flags and all(snapshot.enabled(f) for f in switch.flags):
+            found[f"{switch.name}/{switch.arm}"] = EAGER_RAZOR
+    return found
 
 
 def op_calls(ops: set[str], seen: Counts | None = None) -> int:
@@ -755,6 +787,7 @@ paged_decode_attention = Op(
             f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
             "head; with several KV splits, ready arrival counters",
             cuda_onepass.decode,
+            razor=FP32_PROBS_RAZOR,
         ),
         Arm(
             "tiled_fused",

@@ -21,7 +21,7 @@ from engine.gates import harness, peer_attention
 from engine.gates.distributional import DEFAULT_RUNS
 from engine.gates.goldens import GOLDENS_DIR
 from engine.gates.ledger import head_sha, repo_root, write_record
-from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_MAX_OUT_OF_BAND_RATE, DEFAULT_TOP_K
+from engine.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
 from engine.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
 from engine.gates.result import GateResult
 from engine.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
@@ -51,6 +51,13 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             help="a prompt's token ids; repeat for a batch (default: seeded random prompts of lengths 1, 6, 13, 31)",
         )
         p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
+        p.add_argument(
+            "--prompt-lens",
+            type=parse_lens,
+            metavar="N,N,..",
+            help="lengths of the seeded default prompts (default: 1,6,13,31; the near-tie razor's: its 16 lengths "
+            "from 1 to 63); e.g. 1500 and more for the tiled arms' several KV splits",
+        )
         p.set_defaults(prompt_lens=DEFAULT_PROMPT_LENS)
         p.add_argument(
             "--oracle-model",
@@ -94,10 +101,10 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--max-near-tie-rate",
             type=float,
-            default=DEFAULT_MAX_NEAR_TIE_RATE,
+            default=None,
             metavar="FRACTION",
-            help=f"fail when near-ties exceed this fraction of the positions, at least one allowed "
-            f"(default {DEFAULT_MAX_NEAR_TIE_RATE})",
+            help=f"fail when near-ties exceed this fraction of the positions, at least one allowed (default "
+            f"{DEFAULT_MAX_NEAR_TIE_RATE}; neartie: the setting of the arms under test, see --require-arm)",
         )
         p.set_defaults(handler=handler)
         if name == "neartie":
@@ -106,7 +113,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--max-out-of-band-rate",
                 type=float,
-                default=DEFAULT_MAX_OUT_OF_BAND_RATE,
+                default=None,
                 metavar="FRACTION",
                 help="allow this fraction of the positions out of band, rounded down (default 0: none). The setting "
                 "for an arm that keeps fp32 probabilities, judged with --oracle-attn sdpa: production kernels are "
@@ -123,7 +130,9 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             p.description = (
                 f"{help_} Defaults: {len(RAZOR_PROMPT_LENS)} seeded prompts x {RAZOR_NEW_TOKENS} new tokens; "
                 "without --dtype, the checkpoint's dtype and bfloat16 (a bf16 rounding bug is invisible in "
-                "fp32), each judged on its own."
+                "fp32), each judged on its own. With --require-arm, the oracle attention and the two budgets are "
+                "the setting the kernel table names for the arms under test (engine/kernels.py `Arm.razor`: eager, "
+                "or fp32-probs for an arm that keeps fp32 probabilities); each option given here wins over it."
             )
         if name == "regen":
             p.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="golden file to write")
@@ -194,6 +203,48 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def parse_lens(text: str) -> tuple[int, ...]:
+    try:
+        lens = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated prompt lengths, e.g. 1,6,13") from None
+    if not lens or min(lens) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every prompt length must be at least 1")
+    return lens
+
+
+def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
+    """Fill in the near-tie razor's setting (oracle attention, budgets) the options leave open: that of the
+    arms `--require-arm` names (the flip's arms under test), else eager. Arms of different settings are a usage
+    error unless all three options are given. Returns the setting, described."""
+    arms: dict[str, kernels.Razor] = {}
+    for flag in args.require_arm:
+        arms |= kernels.razors_gated_by(flag, snapshot)
+    settings = set(arms.values())
+    given = [bool(args.oracle_attn), args.max_near_tie_rate is not None, args.max_out_of_band_rate is not None]
+    if len(settings) > 1 and not all(given):
+        named = "; ".join(f"{arm}: {razor.name}" for arm, razor in sorted(arms.items()))
+        raise ValueError(
+            f"the arms under test are judged with different razor settings ({named}): flip them apart, or give "
+            "--oracle-attn, --max-near-tie-rate and --max-out-of-band-rate"
+        )
+    if len(settings) == 1:
+        razor = settings.pop()
+        source = f"{razor.name}, the setting of {', '.join(sorted(arms))}"
+    else:  # no arm under test, or every option given
+        razor, source = kernels.EAGER_RAZOR, "eager, the default"
+    args.oracle_attn = args.oracle_attn or [razor.oracle_attn]
+    if args.max_near_tie_rate is None:
+        args.max_near_tie_rate = razor.max_near_tie_rate
+    if args.max_out_of_band_rate is None:
+        args.max_out_of_band_rate = razor.max_out_of_band_rate
+    return (
+        f"{source}{', options given here winning' if any(given) else ''}: oracle attention "
+        f"{'/'.join(args.oracle_attn)}, near-ties at most {args.max_near_tie_rate}, out of band at most "
+        f"{args.max_out_of_band_rate}"
+    )
+
+
 def setup_from(args: argparse.Namespace) -> harness.Setup:
     kernels.reset_counts()  # the counters the gate reports are its own run's
     prompts = [parse_ids(t) for t in args.prompt_ids]
@@ -224,6 +275,7 @@ def report(
     columns: list[str] | None = None,
     require: list[str] | None = None,
     peers: list[str] | None = None,
+    razor: str | None = None,
 ) -> int:
     """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
     whose arms never ran fails the gate, whatever its verdict, and so does a peer in `peers` (`--attn-peer`)
@@ -242,6 +294,8 @@ def report(
         out["arms_missing"] = missing
         out["arms_not_applicable"] = not_applicable
         out["peers_idle"] = idle
+        if razor is not None:
+            out["razor"] = razor
         print(json.dumps(out))
     else:
         table, _, verdict = result.render(columns).rpartition("\n")
@@ -272,6 +326,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 def cmd_neartie(args: argparse.Namespace) -> int:
     setup = setup_from(args)  # resets the counters: they cover every dtype's and every peer's run
+    args.razor = pick_razor(args, setup.flags or FlagSnapshot.from_env())  # said once the runs are planned
 
     twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
 
@@ -312,6 +367,9 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 print(f"{args.gate}: {peer} skips {dt}: {reason}", file=sys.stderr)
             else:
                 plan.append((peer, dt))
+    razor = getattr(args, "razor", None)  # the near-tie razor's setting (neartie only)
+    if razor is not None:
+        print(f"razor: {razor}", file=sys.stderr)
     plain = peers == [peer_attention.ENGINE] and attns == ["eager"]  # the gate as it always ran: no run lines
     base, oracles, results = setup.flags, {}, {}
     for peer, dt in plan:
@@ -334,13 +392,14 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
             results[dt if plain else run.replace(" ", "/")] = result
             if not plain:
                 print(
-                    f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}; {seconds:.1f} s]"
+                    f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}; {seconds:.1f} s]",
+                    file=sys.stderr if args.json else sys.stdout,  # --json: stdout is the one JSON object
                 )
             if args.ledger:
                 record = write_run_record(args, setup, peer, attn, result, ran)
                 print(f"ledger: {record}", file=sys.stderr)
     key = "dtype" if plain else "peer/dtype/oracle"
-    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers)
+    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers, razor=razor)
 
 
 def write_run_record(
@@ -372,6 +431,7 @@ def write_run_record(
             "oracle_attn": attn,
             "verdict": verdict,
             "peer_idle": idle,
+            "razor": getattr(args, "razor", None),
             "summary": result.summary,
             "details": result.details,
             "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},
@@ -409,9 +469,8 @@ def cmd_regen(args: argparse.Namespace) -> int:
     setup = setup_from(args)
     name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
     command = "python -m engine " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m engine gate regen"
-    result, record = harness.regen(
-        args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, args.max_near_tie_rate
-    )
+    rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate
+    result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, rate)
     code = report(result, args.json, require=args.require_arm)
     if record is None:
         print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)

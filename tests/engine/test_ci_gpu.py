@@ -17,6 +17,7 @@ SCRIPT = ROOT / "ci" / "gpu.sh"
 # stands in for python: prints its arguments and the flags it sees; the distributional gate refuses; a gate
 # requiring VT_GEMV on a model named in NA_MODELS says the flag is not applicable there
 FAKE_PY = """#!/usr/bin/env bash
+case " $* " in *"GATE_MODELS as G"*) echo 1537,1542; exit 0 ;; esac  # the long gate model's prompt lengths
 echo "argv: $*"
 echo "flags: VT_ATTN_SPLITKV=${VT_ATTN_SPLITKV-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
 printf 'arms (calls; a replayed CUDA graph is not counted again):\n  linear/gemv 7 [VT_GEMV]\n'
@@ -58,7 +59,7 @@ def test_script_parses() -> None:
     [
         ("", "", "set FLIP to the flag settings under test"),
         ("VT_GEMV=1 gemv", "", "FLIP entry 'gemv' is not VT_NAME=VALUE"),
-        ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128 or moe"),
+        ("VT_GEMV=1", "dense llama", "FLIP_MODELS entry 'llama' is not dense, d128, moe, d128-g4 or long"),
     ],
 )
 def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, models: str, message: str) -> None:
@@ -124,6 +125,25 @@ def test_flip_fails_a_flag_not_applicable_on_every_model(tmp_path: Path, na_mode
     table = done.stdout[done.stdout.rindex("step ") :]
     assert re.search(rf"^flip-ran-VT_GEMV +{verdict}$", table, re.MULTILINE), table
     assert "flip-ran-VT_EAGER" not in table  # a flag set off owes no arm
+
+
+def test_a_decode_attention_flip_gates_the_attention_models_with_long_prompts(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_ONEPASS=1 VT_ATTN_TILED=1")
+    assert done.returncode == 0, done.stderr
+    assert "(models: d128 d128-g4 long)" in done.stdout
+    logs = {p.stem for p in (tmp_path / "out" / "logs").glob("*.log")}
+    assert {"flip-neartie-d128", "flip-neartie-d128-g4", "flip-tokens-long-eager"} <= logs
+    assert not any("moe" in n for n in logs)
+    require = "--require-arm VT_ATTN_ONEPASS --require-arm VT_ATTN_TILED"
+    long = "--model /tmp/flip-gate-models/long --prompt-lens 1537,1542"
+    assert f"argv: -m engine gate neartie --device cuda --dtype bfloat16 {long} --fp32-arbiter {require}\n" in log(
+        tmp_path, "flip-neartie-long"
+    )
+    assert f"--model /tmp/flip-gate-models/d128-g4 {require}\n" in log(tmp_path, "flip-tokens-d128-g4-graph")
+    assert "write_gate_models(Path('/tmp/flip-gate-models'), ['d128-g4', 'long'])" in log(tmp_path, "flip-models")
+    # one flag outside decode attention: the default models
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_ONEPASS=1 VT_GEMV=1")
+    assert "(models: dense d128 moe)" in done.stdout
 
 
 def test_flip_models_select_the_models(tmp_path: Path) -> None:
