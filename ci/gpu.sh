@@ -83,8 +83,9 @@
 #   setting (oracle attention, budgets) is the one the kernel table names for the arms under test (`Arm.razor`,
 #   picked by `gate neartie --require-arm`). Models: dense d128 moe; a flip whose flags are all VT_ATTN_* (decode
 #   attention alone): d128 and the gate models d128-g4 and long (1500+-token prompts, fp32 twin as second judge).
+#   FLIP_PROMPT_LENS="1,6,13,31,2,9,17,33" sets the razor's prompts but long's (8: a GEMV arm takes 8 rows at most).
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe d128-g4 long"]
-#   bash ci/gpu.sh flip
+#   [FLIP_PROMPT_LENS=N,..] bash ci/gpu.sh flip
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"
@@ -423,7 +424,9 @@ write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
       d128-g4) M=(--model "$GATES/d128-g4") A=() ;;
       long) M=(--model "$GATES/long" --prompt-lens "$LONG_LENS") A=(--fp32-arbiter) ;;
     esac
-    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${A[@]}" "${REQ[@]}"
+    PL=()  # FLIP_PROMPT_LENS: the razor's prompts (its 16 decode 16 rows at once, past the GEMV arms' 8)
+    [[ -n ${FLIP_PROMPT_LENS:-} && $m != long ]] && PL=(--prompt-lens "$FLIP_PROMPT_LENS")
+    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${PL[@]}" "${A[@]}" "${REQ[@]}"
     step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
     na_if_refused "flip-distributional-$m"
     step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"

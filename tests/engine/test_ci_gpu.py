@@ -146,6 +146,17 @@ def test_a_decode_attention_flip_gates_the_attention_models_with_long_prompts(tm
     assert "(models: dense d128 moe)" in done.stdout
 
 
+def test_flip_prompt_lens_set_the_razors_prompts_but_the_long_models(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_GEMV=1", FLIP_MODELS="dense long", FLIP_PROMPT_LENS="1,6,13")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "argv: -m engine gate neartie --device cuda --dtype bfloat16 --prompt-lens 1,6,13 --require-arm VT_GEMV\n"
+        in (log(tmp_path, "flip-neartie-dense"))
+    )
+    assert "--prompt-lens 1537,1542 --fp32-arbiter" in log(tmp_path, "flip-neartie-long")
+    assert "1,6,13" not in log(tmp_path, "flip-neartie-long") + log(tmp_path, "flip-tokens-dense-graph")
+
+
 def test_flip_models_select_the_models(tmp_path: Path) -> None:
     done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_GEMV=1", FLIP_MODELS="moe")
     assert done.returncode == 0, done.stderr
