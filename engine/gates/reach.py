@@ -7,6 +7,8 @@ that arm first (its own flags on, each earlier arm's off), runs every gate model
 table's selection counters). The reach table comes last: per arm, its calls and the models that reached
 it. Exit 1 when an arm has 0 calls, or when a run with the default flags fails the near-tie razor (a run
 with a default-OFF flag on is reported, not judged: it is the evidence a flip owes); 2 on usage errors.
+Each run's razor has its arm's setting (engine/kernels.py `Arm.razor`: the one-pass arm, which keeps fp32
+probabilities, against the SDPA oracle at the fp32-probs budgets), named in its line when not eager.
 Arms run only on CUDA tensors, so on a CPU every arm shows 0 and the gate fails.
 
 In bf16 a position out of band against the oracle is judged again by the oracle's fp32 twin (the same
@@ -79,6 +81,12 @@ class Setting:
 
     def snapshot(self) -> FlagSnapshot:
         return FlagSnapshot.defaults().with_(**self.flags)
+
+    def razor(self) -> kernels.Razor:
+        """The near-tie razor's setting the arm is judged with (the kernel table's `Arm.razor`; eager for a name
+        that is not an arm of the table)."""
+        op = kernels.TABLE.get(self.op)
+        return op.arm(self.arm).razor if op and self.arm in [a.name for a in op.arms] else kernels.EAGER_RAZOR
 
     def describe(self) -> str:
         changed = [f"{f}={int(v)}" for f, v in sorted(self.flags.items()) if FLAGS[f].default != v]
@@ -155,8 +163,10 @@ def run_model(
     device: str,
     dtype: str,
     arbiter: Oracle | None = None,
+    judge: Oracle | None = None,
 ) -> Run:
-    """One gate model under one setting: our greedy ids through the token gate and the razor; the counters.
+    """One gate model under one setting: our greedy ids through the token gate and the razor (teacher-forcing
+    `judge`, the oracle with the attention of the arm's razor setting; default `oracle`); the counters.
     With `arbiter` (`harness.fp32_twin`), each position out of band against the oracle is judged again against it
     (`harness.neartie`), and every position that is not exact carries its view (`fp32_rows`)."""
     t0 = time.perf_counter()
@@ -166,8 +176,14 @@ def run_model(
         ours = served(setup) if setting.op == "extend_attention" else setup.ours()
     seen = kernels.counts()
     tokens = token_gate(prompts, ours, theirs)
+    bar = setting.razor()
     razor = harness.neartie(
-        setup, ours=ours, oracle=oracle, max_near_tie_rate=DEFAULT_MAX_NEAR_TIE_RATE, arbiter=arbiter
+        setup,
+        ours=ours,
+        oracle=judge or oracle,
+        max_near_tie_rate=bar.max_near_tie_rate,
+        arbiter=arbiter,
+        max_out_of_band_rate=bar.max_out_of_band_rate,
     )
     rows = [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]]
     return Run(
@@ -345,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         model = GATE_MODELS[name]
         prompts = default_prompts(load_config(dirs[name]).vocab_size, args.seed, model.prompt_lens[: args.prompts])
         oracles: dict[str, tuple[Oracle, list[list[int]]]] = {}  # per dtype: the same for every arm
+        judges: dict[tuple[str, str], Oracle] = {}  # per (dtype, oracle attention): the razor's oracle
         arbiter = None  # fp32_twin: judges the positions that are not exact (bf16 and fp16 runs), reported only
         for s in [*(s for s in wanted if takes(s, model)), *forced_split_settings(wanted, model, args.tiled_splits)]:
             dtype = ARM_DTYPES.get((s.op, s.arm), args.dtype)
@@ -366,18 +383,34 @@ def main(argv: list[str] | None = None) -> int:
                         log,
                     )
             oracle, theirs = oracles[dtype]
-            judge = arbiter if dtype != "float32" else None
+            attn = s.razor().oracle_attn  # an arm that keeps fp32 probabilities is judged by the SDPA oracle
+            judges.setdefault((dtype, "eager"), oracle)
+            if (dtype, attn) not in judges:
+                judges[dtype, attn] = Oracle(dirs[name], harness.DTYPES[dtype], args.device, attn)
+            twin = arbiter if dtype != "float32" else None
             run = run_model(
-                model, dirs[name], s, oracle, theirs, prompts, args.max_new_tokens, args.device, dtype, judge
+                model,
+                dirs[name],
+                s,
+                oracle,
+                theirs,
+                prompts,
+                args.max_new_tokens,
+                args.device,
+                dtype,
+                twin,
+                judge=judges[dtype, attn],
             )
             runs.append(run)
             kind = "default" if s.default else "forced" if s.splits else "flag on"
+            bar = "" if s.razor() == kernels.EAGER_RAZOR else f" ({s.razor().name})"  # the razor's setting
             line = (
                 f"{name:9s} {s.name:36s} {dtype:8s} {kind:8s} {run.seconds:5.1f}s  "
-                f"tokens {run.tokens.split(':')[0]}  neartie {run.neartie.split(':')[0]}  [{run.attention_arms()}]"
+                f"tokens {run.tokens.split(':')[0]}  neartie {run.neartie.split(':')[0]}{bar}  [{run.attention_arms()}]"
             )
             log_run(run, line, log)
         oracles.clear()
+        judges.clear()
     log.close()
     rows, missing = reach_table(runs, wanted)
     bad_default = [r for r in runs if r.setting.default and not r.razor_passed]
