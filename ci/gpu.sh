@@ -504,7 +504,9 @@ warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1;
   R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m engine gate neartie)
   step calib-d128-g4 40 "${R[@]}" --model "$CALIB/d128-g4" "${C[@]}"
   step calib-d128 40 "${R[@]}" --model "$CALIB/d128" "${C[@]}"
-  step calib-long 40 "${R[@]}" --model "$CALIB/long" "${C[@]}"
+  # its own prompts (1500+ tokens: the tiled arms' several KV splits), not the razor's short defaults
+  LONG_LENS=$($PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')")
+  step calib-long 40 "${R[@]}" --model "$CALIB/long" --prompt-lens "$LONG_LENS" "${C[@]}"
 fi
 
 NEXT=/tmp/tiny-qwen3-next

@@ -657,6 +657,7 @@ def test_the_baselines_run_each_gate_with_the_flags_off_or_one_arm_alone(tmp_pat
 
 # a neartie gate with --attn-peer prints one run line per peer; the long model's FlashInfer run fails
 CALIB_PY = """#!/usr/bin/env bash
+case " $* " in *"GATE_MODELS as G"*) echo 1537,1542; exit 0 ;; esac  # the long gate model's prompt lengths
 echo "argv: $*"
 set -- "$@"
 model=
@@ -681,8 +682,9 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
     peers = "--attn-peer engine --attn-peer sdpa-cudnn --attn-peer flashinfer-tc --attn-peer flashinfer"
     for m in ("d128-g4", "d128", "long"):
         argv = log(tmp_path, f"calib-{m}").splitlines()[0]
+        lens = " --prompt-lens 1537,1542" if m == "long" else ""  # the long model's own prompts
         assert argv == (
-            f"argv: -m engine gate neartie --model /tmp/calib-models/{m} --device cuda --dtype bfloat16 {peers} "
+            f"argv: -m engine gate neartie --model /tmp/calib-models/{m}{lens} --device cuda --dtype bfloat16 {peers} "
             f"--oracle-attn eager --oracle-attn sdpa --ledger {tmp_path}/out/ledger"
         )
     assert log(tmp_path, "calib-jit").startswith(
