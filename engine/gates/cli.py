@@ -58,7 +58,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             help="lengths of the seeded default prompts (default: 1,6,13,31; the near-tie razor's: its 16 lengths "
             "from 1 to 63); e.g. 1500 and more for the tiled arms' several KV splits",
         )
-        p.set_defaults(prompt_lens=DEFAULT_PROMPT_LENS)
+        p.set_defaults(default_lens=DEFAULT_PROMPT_LENS)
         p.add_argument(
             "--oracle-model",
             type=Path,
@@ -109,7 +109,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=handler)
         if name == "neartie":
             add_peer_args(p)
-            p.set_defaults(prompt_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
+            p.set_defaults(default_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
             p.add_argument(
                 "--max-out-of-band-rate",
                 type=float,
@@ -248,8 +248,11 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
 def setup_from(args: argparse.Namespace) -> harness.Setup:
     kernels.reset_counts()  # the counters the gate reports are its own run's
     prompts = [parse_ids(t) for t in args.prompt_ids]
+    if prompts and args.prompt_lens:
+        raise ValueError("--prompt-lens sets the seeded prompts; with --prompt-ids there are none")
     if not prompts:
-        prompts = default_prompts(load_config(args.model).vocab_size, args.seed, args.prompt_lens)
+        lens = args.prompt_lens or args.default_lens
+        prompts = default_prompts(load_config(args.model).vocab_size, args.seed, lens)
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     return harness.Setup(

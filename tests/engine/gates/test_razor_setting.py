@@ -81,3 +81,5 @@ def test_prompt_lens_must_be_positive_lengths(capsys) -> None:
         with pytest.raises(SystemExit):
             main(["gate", "neartie", "--prompt-lens", bad])
         assert "--prompt-lens" in capsys.readouterr().err
+    assert main(["gate", "tokens", "--prompt-lens", "3", "--prompt-ids", "1,2"]) == 2
+    assert "with --prompt-ids there are none" in capsys.readouterr().err
