@@ -41,14 +41,19 @@ template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
 
 // The cache rows of the tile positions this thread copies, read from the block table one tile before the
 // copies are issued, so that the table load's latency is not paid in front of every tile's cp.async.
-// Thread t copies chunk t % kChunks of positions tile * kTile + t / kChunks + i * kStep.
+// Each warp copies the 16 positions it computes (lane l: chunk l % kChunks of positions warp * kWarpTokens +
+// l / kChunks + i * kStep), so a warp waits for its own copies only: no block-wide barrier per tile.
 template <int D> struct TileRows {
-  static constexpr int kChunks = D / 8, kStep = kThreads / kChunks, kN = kTile / kStep;
+  static constexpr int kChunks = D / 8, kStep = 32 / kChunks, kN = kWarpTokens / kStep;
   int block[kN];  // the block-table entry (a load in flight until first used)
   int off[kN];    // the offset inside the block; -1: past the context (zero-filled, never read)
 
+  __device__ __forceinline__ static int first_token() {
+    return static_cast<int>(threadIdx.x) / 32 * kWarpTokens + static_cast<int>(threadIdx.x) % 32 / kChunks;
+  }
+
   __device__ __forceinline__ void fetch(const int* table, int block_size, int len, int tile) {
-    int pos = tile * kTile + static_cast<int>(threadIdx.x) / kChunks;
+    int pos = tile * kTile + first_token();
     int blk = pos / block_size, o = pos - blk * block_size;
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
@@ -64,8 +69,8 @@ template <int D> struct TileRows {
   template <typename T>
   __device__ __forceinline__ void copy(T* dst, const T* base, int block_size, int64_t row_stride) const {
     constexpr int R = row_elems<D>();
-    const int chunk = static_cast<int>(threadIdx.x) % kChunks, tok = static_cast<int>(threadIdx.x) / kChunks;
-    T* d = dst + tok * R + chunk * 8;
+    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
+    T* d = dst + first_token() * R + chunk * 8;
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const bool live = off[i] >= 0;
@@ -179,7 +184,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int i = 0; i < sp.n; ++i) {
     vt_tiled::cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile i has landed for every warp, and every warp is done with stage (i - 1) % kStages
+    __syncwarp();  // the warp's slice of tile i has landed for all its lanes, which are done with stage (i - 1)
     if (i + kStages - 1 < sp.n) issue(i + kStages - 1);
     vt_tiled::cp_async_commit();
     const T* ks = smem + (i % kStages) * kStage + warp * kWarpTokens * R;
