@@ -155,6 +155,9 @@ MOE=/tmp/tiny-qwen3-moe
 # and split-KV arms need 64, 128 or 256
 D128=/tmp/tiny-qwen3-d128
 GATES=/tmp/flip-gate-models  # engine/data/gate_models.py's d128-g4 and long, for the flip phase
+long_lens() {  # the long gate model's own prompt lengths (1500+ tokens: the tiled arms' several KV splits)
+  $PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')"
+}
 # Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
 FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
 
@@ -411,8 +414,7 @@ from engine.data.gate_models import write_gate_models
 from engine.data.make_tiny import build, build_moe
 build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')
 write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
-  # the long model's prompts: 1500+ tokens, so the tiled arms run several KV splits and their combine
-  LONG_LENS=$($PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')")
+  LONG_LENS=$(long_lens)
   step flip-kernels 300 "${F[@]}" $PY -m engine gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
   for m in $FM; do
     case $m in
@@ -504,9 +506,7 @@ warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1;
   R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m engine gate neartie)
   step calib-d128-g4 40 "${R[@]}" --model "$CALIB/d128-g4" "${C[@]}"
   step calib-d128 40 "${R[@]}" --model "$CALIB/d128" "${C[@]}"
-  # its own prompts (1500+ tokens: the tiled arms' several KV splits), not the razor's short defaults
-  LONG_LENS=$($PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')")
-  step calib-long 40 "${R[@]}" --model "$CALIB/long" --prompt-lens "$LONG_LENS" "${C[@]}"
+  step calib-long 40 "${R[@]}" --model "$CALIB/long" --prompt-lens "$(long_lens)" "${C[@]}"  # not the short defaults
 fi
 
 NEXT=/tmp/tiny-qwen3-next

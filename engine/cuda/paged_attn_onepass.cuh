@@ -45,6 +45,7 @@ template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
 // l / kChunks + i * kStep), so a warp waits for its own copies only: no block-wide barrier per tile.
 template <int D> struct TileRows {
   static constexpr int kChunks = D / 8, kStep = 32 / kChunks, kN = kWarpTokens / kStep;
+  static_assert(32 % kChunks == 0 && kWarpTokens % kStep == 0, "a warp's lanes tile its tokens' 16-byte chunks");
   int block[kN];  // the block-table entry (a load in flight until first used)
   int off[kN];    // the offset inside the block; -1: past the context (zero-filled, never read)
 

@@ -58,7 +58,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             help="lengths of the seeded default prompts (default: 1,6,13,31; the near-tie razor's: its 16 lengths "
             "from 1 to 63); e.g. 1500 and more for the tiled arms' several KV splits",
         )
-        p.set_defaults(default_lens=DEFAULT_PROMPT_LENS)
+        p.set_defaults(default_lens=DEFAULT_PROMPT_LENS, razor=None)  # razor: the neartie gate's setting, described
         p.add_argument(
             "--oracle-model",
             type=Path,
@@ -231,16 +231,19 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
     if len(settings) == 1:
         razor = settings.pop()
         source = f"{razor.name}, the setting of {', '.join(sorted(arms))}"
-    else:  # no arm under test, or every option given
-        razor, source = kernels.EAGER_RAZOR, "eager, the default"
+        source += ", options given here winning" if any(given) else ""
+    elif all(given):
+        razor, source = kernels.EAGER_RAZOR, "the options given"  # every field is the command line's
+    else:  # no arm under test
+        razor = kernels.EAGER_RAZOR
+        source = "eager, the default" + (", options given here winning" if any(given) else "")
     args.oracle_attn = args.oracle_attn or [razor.oracle_attn]
     if args.max_near_tie_rate is None:
         args.max_near_tie_rate = razor.max_near_tie_rate
     if args.max_out_of_band_rate is None:
         args.max_out_of_band_rate = razor.max_out_of_band_rate
     return (
-        f"{source}{', options given here winning' if any(given) else ''}: oracle attention "
-        f"{'/'.join(args.oracle_attn)}, near-ties at most {args.max_near_tie_rate}, out of band at most "
+        f"{source}: oracle attention {'/'.join(args.oracle_attn)}, near-ties at most {args.max_near_tie_rate}, out of band at most "
         f"{args.max_out_of_band_rate}"
     )
 
@@ -370,9 +373,8 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 print(f"{args.gate}: {peer} skips {dt}: {reason}", file=sys.stderr)
             else:
                 plan.append((peer, dt))
-    razor = getattr(args, "razor", None)  # the near-tie razor's setting (neartie only)
-    if razor is not None:
-        print(f"razor: {razor}", file=sys.stderr)
+    if args.razor is not None:
+        print(f"razor: {args.razor}", file=sys.stderr)
     plain = peers == [peer_attention.ENGINE] and attns == ["eager"]  # the gate as it always ran: no run lines
     base, oracles, results = setup.flags, {}, {}
     for peer, dt in plan:
@@ -402,7 +404,7 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 record = write_run_record(args, setup, peer, attn, result, ran)
                 print(f"ledger: {record}", file=sys.stderr)
     key = "dtype" if plain else "peer/dtype/oracle"
-    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers, razor=razor)
+    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers, razor=args.razor)
 
 
 def write_run_record(
@@ -434,7 +436,7 @@ def write_run_record(
             "oracle_attn": attn,
             "verdict": verdict,
             "peer_idle": idle,
-            "razor": getattr(args, "razor", None),
+            "razor": args.razor,
             "summary": result.summary,
             "details": result.details,
             "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},

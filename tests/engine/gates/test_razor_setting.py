@@ -58,7 +58,7 @@ def test_arms_of_different_settings_are_a_usage_error_unless_every_option_is_giv
     with pytest.raises(ValueError, match="tiled_onepass: fp32-probs.*tiled_pipelined: eager"):
         pick_razor(options("VT_ATTN_TILED", oracle_attn=["sdpa"]), ONEPASS_ON)
     args = options("VT_ATTN_TILED", oracle_attn=["sdpa"], max_near_tie_rate=0.05, max_out_of_band_rate=0.0)
-    assert pick_razor(args, ONEPASS_ON).startswith("eager, the default, options given here winning")
+    assert pick_razor(args, ONEPASS_ON).startswith("the options given: oracle attention sdpa, near-ties at most 0.05")
     assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["sdpa"], 0.05, 0.0)
 
 
