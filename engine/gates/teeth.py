@@ -9,6 +9,12 @@ reorderings a correct kernel may make (fp32 accumulation in another order): the 
 
 The bugs patch the pure-torch references (engine/ops/, and the kernel table's pointers to them) for the
 duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
+
+`--razor fp32-probs` measures the razor's other setting (engine/kernels.py FP32_PROBS_RAZOR: the SDPA oracle,
+wider budgets) the same way, on an engine whose attention keeps fp32 scores and probabilities as an
+online-softmax arm does: the bugs outside attention on top of it, the reference's bf16 rounding of scores and
+probabilities as a bug, and an online softmax over two splits (probabilities rounded for the P.V product, as
+tensor-core kernels do) as the good twin.
 """
 
 from __future__ import annotations
@@ -87,6 +93,20 @@ def _rope_fp32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos.float()[:, None, :] + rotated * sin.float()[:, None, :]).to(x.dtype)
 
 
+_EAGER_ATTEND = paged_attn._attend  # the reference: scores and probabilities rounded to the dtype
+
+
+def _attend_fp32(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention as SDPA keeps it: fp32 scores, probabilities and P@V, one rounding at the end."""
+    group = qh.shape[0] // k.shape[1]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).float()
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).float()
+    scores = (torch.einsum("hqd,hkd->hqk", qh.float(), kh) * scale).masked_fill(~allowed, float("-inf"))
+    return torch.einsum("hqk,hkd->hqd", torch.softmax(scores, dim=-1), vh).to(qh.dtype)
+
+
 def _window_off_by_one(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
     """The sliding-window mask one key too wide: W + 1 most recent positions."""
     diff = q_pos[:, None] - k_pos[None, :]
@@ -118,6 +138,31 @@ def _attend_split_pv(
     return out.to(qh.dtype)
 
 
+def _attend_online_split(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """An online softmax over two KV splits, as a tensor-core decode kernel runs it: fp32 scores, each split's
+    exp(s - max) rounded to the dtype for its P.V product, the fp32 partials rescaled and merged, one division."""
+    group = qh.shape[0] // k.shape[1]
+    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).float()
+    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).float()
+    scores = (torch.einsum("hqd,hkd->hqk", qh.float(), kh) * scale).masked_fill(~allowed, float("-inf"))
+    half = (scores.shape[-1] + 1) // 2
+    parts = []
+    for keys in (slice(0, half), slice(half, None)):
+        s = scores[..., keys]
+        if s.shape[-1] == 0:
+            continue
+        m = s.amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # a split with every key masked adds nothing
+        p = torch.exp(s - m)
+        parts.append((m, p.sum(-1, keepdim=True), torch.einsum("hqk,hkd->hqd", p.to(qh.dtype).float(), vh[:, keys])))
+    top = torch.stack([m for m, _, _ in parts]).amax(0)
+    out = torch.stack([o * torch.exp(m - top) for m, _, o in parts]).sum(0)
+    total = torch.stack([lsum * torch.exp(m - top) for m, lsum, _ in parts]).sum(0)
+    return (out / total).to(qh.dtype)
+
+
 @dataclass(frozen=True)
 class Seeded:
     name: str
@@ -125,8 +170,10 @@ class Seeded:
     patch: Callable[[], contextlib.AbstractContextManager[None]]
     good: bool = False  # a twin the razor must pass
     window: bool = False  # runs on the window gate model (a window bug is invisible without one)
+    razors: tuple[str, ...] = ("eager",)  # the razor settings (kernels.RAZORS) it is measured under
 
 
+BOTH = ("eager", "fp32-probs")
 SEEDED: dict[str, Seeded] = {
     s.name: s
     for s in (
@@ -139,20 +186,34 @@ SEEDED: dict[str, Seeded] = {
             "rmsnorm-round-after-weight",
             "RMSNorm rounds after the weight multiply",
             lambda: patched(norm, "rms_norm", _rms_round_after_weight),
+            razors=BOTH,
         ),
-        Seeded("eps-x10", "RMSNorm eps x10", lambda: patched(norm, "rms_norm", _rms_eps_x10)),
-        Seeded("rope-fp32", "RoPE in fp32, one rounding", lambda: patched(rope, "apply_rope_neox", _rope_fp32)),
+        Seeded("eps-x10", "RMSNorm eps x10", lambda: patched(norm, "rms_norm", _rms_eps_x10), razors=BOTH),
+        Seeded(
+            "rope-fp32",
+            "RoPE in fp32, one rounding",
+            lambda: patched(rope, "apply_rope_neox", _rope_fp32),
+            razors=BOTH,
+        ),
         Seeded(
             "window-off-by-one",
             "sliding window one key too wide",
             lambda: patched(paged_attn, "_allowed", _window_off_by_one),
             window=True,
+            razors=BOTH,
+        ),
+        Seeded(
+            "probs-rounded",
+            "attention scores and probabilities rounded to the dtype (the reference's rounding)",
+            lambda: patched(paged_attn, "_attend", _EAGER_ATTEND),
+            razors=("fp32-probs",),
         ),
         Seeded(
             "good-linear-fp32-accumulate",
             "linear as a GEMV: fp32 accumulation, one rounding",
             lambda: patched(gemv, "linear", _linear_fp32_accumulate),
             good=True,
+            razors=BOTH,
         ),
         Seeded(
             "good-attention-split-pv",
@@ -160,32 +221,59 @@ SEEDED: dict[str, Seeded] = {
             lambda: patched(paged_attn, "_attend", _attend_split_pv),
             good=True,
         ),
+        Seeded(
+            "good-online-split",
+            "an online softmax over two splits, probabilities rounded for P.V",
+            lambda: patched(paged_attn, "_attend", _attend_online_split),
+            good=True,
+            razors=("fp32-probs",),
+        ),
     )
 }
-BUGS = [s for s in SEEDED.values() if not s.good]
+BUGS = [s for s in SEEDED.values() if not s.good and "eager" in s.razors]
+# the engine each setting is measured on: its own reference, or attention that keeps fp32 probabilities
+BASES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "eager": contextlib.nullcontext,
+    "fp32-probs": lambda: patched(paged_attn, "_attend", _attend_fp32),
+}
+
+
+def seeded_for(razor: str) -> list[Seeded]:
+    """The bugs and twins measured under one razor setting."""
+    return [s for s in SEEDED.values() if razor in s.razors]
 
 
 class Oracles:
-    """One transformers model per (directory, dtype), loaded on first use."""
+    """One transformers model per (directory, dtype, attention), loaded on first use."""
 
     def __init__(self) -> None:
-        self._loaded: dict[tuple[Path, str], Oracle] = {}
+        self._loaded: dict[tuple[Path, str, str], Oracle] = {}
 
-    def __call__(self, model_dir: Path, dtype: str) -> Oracle:
-        key = (model_dir, dtype)
+    def __call__(self, model_dir: Path, dtype: str, attn: str = "eager") -> Oracle:
+        key = (model_dir, dtype, attn)
         if key not in self._loaded:
-            self._loaded[key] = Oracle(model_dir, harness.DTYPES[dtype])
+            self._loaded[key] = Oracle(model_dir, harness.DTYPES[dtype], attn_implementation=attn)
         return self._loaded[key]
 
 
-def razor_caught(seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles) -> bool:
-    """Whether the near-tie razor at its defaults fails with the bug in: 16 x 64, each default dtype."""
+def razor_caught(
+    seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles, razor: kernels.Razor = kernels.EAGER_RAZOR
+) -> bool:
+    """Whether the near-tie razor at `razor`'s setting fails with the bug in, on that setting's engine
+    (BASES): 16 x 64, each default dtype."""
     prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS)
     for dtype in dict.fromkeys([checkpoint_dtype(load_config(model_dir)), "bfloat16"]):
         setup = harness.Setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype)
-        with seeded.patch():
+        with BASES[razor.name](), seeded.patch():
             ours = setup.ours()
-        if not harness.neartie(setup, ours=ours, oracle=oracles(model_dir, dtype)).passed:
+        result = harness.neartie(
+            setup,
+            ours=ours,
+            oracle=oracles(model_dir, dtype, razor.oracle_attn),
+            max_near_tie_rate=razor.max_near_tie_rate,
+            max_out_of_band_rate=razor.max_out_of_band_rate,
+        )
+        if not result.passed:
             return True
     return False
 
@@ -218,27 +306,49 @@ def window_model_dir(out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine gate teeth", description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=10, help="prompt seeds per bug (default 10)")
-    p.add_argument("--bugs", nargs="+", metavar="NAME", help=f"seeded bugs and twins (default all: {' '.join(SEEDED)})")
+    p.add_argument(
+        "--bugs",
+        nargs="+",
+        metavar="NAME",
+        help="seeded bugs and twins of the --razor setting (default all of them; eager: "
+        f"{' '.join(s.name for s in seeded_for('eager'))}; fp32-probs: {' '.join(s.name for s in seeded_for('fp32-probs'))})",
+    )
     p.add_argument(
         "--former", action="store_true", help="also the token gate and the razor at the former defaults, in bfloat16"
     )
     p.add_argument("--models-dir", type=Path, default=Path("/tmp/rowgate-gate-models"), help="window gate model")
+    p.add_argument(
+        "--razor",
+        choices=list(kernels.RAZORS),
+        default="eager",
+        help="the razor setting measured (engine/kernels.py RAZORS): eager (the default), or fp32-probs, on an "
+        "engine whose attention keeps fp32 probabilities, against the SDPA oracle",
+    )
     args = p.parse_args(argv)
-    names = args.bugs or list(SEEDED)
-    unknown = [n for n in names if n not in SEEDED]
-    if unknown or args.seeds < 1:
-        print(f"error: no seeded bug {', '.join(unknown)} (known: {', '.join(SEEDED)})" if unknown else "--seeds < 1")
+    razor = kernels.RAZORS[args.razor]
+    known = [s.name for s in seeded_for(razor.name)]
+    names = args.bugs or known
+    unknown = [n for n in names if n not in known]
+    if unknown or args.seeds < 1 or (args.former and razor.name != "eager"):
+        if unknown:
+            print(f"error: no seeded bug {', '.join(unknown)} under --razor {razor.name} (known: {', '.join(known)})")
+        else:
+            print("error: --seeds < 1" if args.seeds < 1 else "error: --former measures the eager setting only")
         return 2
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
     oracles = Oracles()
     window_dir = window_model_dir(args.models_dir) if any(SEEDED[n].window for n in names) else None
+    print(
+        f"razor: {razor.name}: oracle attention {razor.oracle_attn}, near-ties at most {razor.max_near_tie_rate}, "
+        f"out of band at most {razor.max_out_of_band_rate}"
+    )
     print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")
     worst = 0
     for name in names:
         s = SEEDED[name]
         t0 = time.perf_counter()
         model = model_for(s, window_dir)
-        caught = [razor_caught(s, model, seed, oracles) for seed in range(args.seeds)]
+        caught = [razor_caught(s, model, seed, oracles, razor) for seed in range(args.seeds)]
         rate = f"{sum(caught)}/{args.seeds}"
         cols = f"{name:30s} {rate:>6s}"
         if args.former:

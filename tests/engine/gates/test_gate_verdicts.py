@@ -151,3 +151,18 @@ def test_an_out_of_band_allowance_admits_only_that_many_and_never_outside_the_to
     assert near_tie_gate([[0]], [[3] * 1023 + [9]], [far], max_out_of_band_rate=0.5).verdict == FAIL
     with pytest.raises(ValueError, match="max_out_of_band_rate"):
         out_of_band_budget(10, 1.5)
+
+
+def test_the_out_of_band_allowance_grows_with_context_as_the_near_tie_budget_does() -> None:
+    """Four positions out of band in 1024 pass at rate 0.001 after a 1536-token prompt (each position weighs
+    sqrt(context / 128), about 3.9 on average) and fail after a 1-token prompt, where the budget is 1."""
+    from engine.gates.neartie import context_weight
+
+    exact, off = logprobs({3: 2.0}), logprobs({3: 2.0, 4: 1.0})
+    lps = torch.stack([exact] * 1020 + [off] * 4)
+    ids = [[3] * 1020 + [4] * 4]
+    long = near_tie_gate([[0] * 1536], ids, [lps], max_out_of_band_rate=0.001)
+    weight = sum(context_weight(1536 + pos) for pos in range(1024))
+    assert long.details["out_of_band_budget"] == int(weight * 0.001) == 4 and long.verdict == PASS
+    short = near_tie_gate([[0]], ids, [lps], max_out_of_band_rate=0.001)
+    assert short.details["out_of_band_budget"] == 1 and short.verdict == FAIL

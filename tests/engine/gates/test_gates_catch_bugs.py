@@ -109,3 +109,21 @@ def test_seeded_bugs_leave_the_references_as_they_were() -> None:
         with seeded.patch():
             pass
     assert {name: op.reference for name, op in kernels.TABLE.items()} == before
+
+
+# --- the razor's fp32-probs setting (kernels.FP32_PROBS_RAZOR), on an engine whose attention keeps fp32
+# probabilities: the bugs it is known to separate must fail it (eps-x10 and the correct twins are measured by
+# `python -m engine gate teeth --razor fp32-probs`; see the ENGINE-PERF spec)
+@pytest.mark.parametrize("bug", ["probs-rounded", "rmsnorm-round-after-weight", "window-off-by-one"])
+def test_seeded_bug_fails_the_razor_at_its_fp32_probs_setting(oracles, window_dir, bug: str) -> None:
+    seeded = teeth.SEEDED[bug]
+    model = teeth.model_for(seeded, window_dir)
+    assert teeth.razor_caught(seeded, model, 0, oracles, kernels.FP32_PROBS_RAZOR), bug
+
+
+def test_the_fp32_probs_bugs_and_twins_stay_out_of_the_eager_teeth() -> None:
+    eager = {s.name for s in teeth.seeded_for("eager")}
+    assert "probs-rounded" not in eager and "good-online-split" not in eager
+    assert {b.name for b in teeth.BUGS} <= eager
+    assert teeth.main(["--razor", "fp32-probs", "--former"]) == 2
+    assert teeth.main(["--razor", "eager", "--bugs", "probs-rounded"]) == 2
