@@ -320,7 +320,8 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
-# the arms that won their whole-step A/B (VT_GEMV_PDL and VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set)
+# the arms that won their whole-step A/B (VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set; VT_GEMV_PDL, ON since
+# with VT_GEMV_STREAM, is A/B'd on its own)
 FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")

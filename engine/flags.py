@@ -340,9 +340,9 @@ declare(
 )
 declare(
     "VT_GEMV_PDL",
-    False,
+    True,
     "ENGINE-PERF",
-    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic; never after a kernel that writes its W (a dequant). Wins between GEMVs (1.07-1.13x); on the whole step 0.946x before the norms triggered early, 1.006x after (the defaults): OFF until the flip protocol runs.",
+    "Launch the decode GEMVs (plain and prologue) as programmatic dependents (sm_90): a GEMV's blocks start and issue their weight loads while the kernel before it drains, then wait for their input; the same arithmetic; never after a kernel that writes its W (a dequant). Wins between GEMVs (1.07-1.13x); on the whole step 1.004x over the former defaults, and the streamed GEMV needs it (VT_GEMV_STREAM). ON with it after the flip protocol; `0` is the rollback.",
 )
 declare(
     "VT_GLU_GEMV",
@@ -359,9 +359,9 @@ declare(
 
 declare(
     "VT_GEMV_STREAM",
-    False,
+    True,
     "ENGINE-PERF",
-    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits. Whole decode step over the three fused arms and VT_GEMV_PDL: 1.041x; over the defaults alone 0.959x (a loss without PDL): OFF.",
+    "With VT_GEMV: the decode GEMVs (plain, GLU epilogue, norm prologue) with W streamed through shared memory (sm_90 bulk copies into a ring per warp, one resident block per SM), so bytes in flight cost no registers and the next GEMV's block fits beside it; the first W copies are issued before the input wait and the next grid is let in at once. The fast path's sum order, so its bits. Whole decode step over the three fused arms and VT_GEMV_PDL: 1.038-1.041x; without PDL 0.959x (a loss). ON with VT_GEMV_PDL after the flip protocol; `0` is the rollback.",
 )
 
 
