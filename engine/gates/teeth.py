@@ -14,7 +14,8 @@ duration of one run; they are the engine's own rounding points moved, as a fast 
 wider budgets) the same way, on an engine whose attention keeps fp32 scores and probabilities as an
 online-softmax arm does: the bugs outside attention on top of it, the reference's bf16 rounding of scores and
 probabilities as a bug, and an online softmax over two splits (probabilities rounded for the P.V product, as
-tensor-core kernels do) as the good twin.
+tensor-core kernels do) as the good twin. `--device cuda` runs the references and the oracle on the GPU, where
+the razor meets the oracle's production numerics.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 
 from engine import kernels
 from engine.data.gate_models import write_gate_models
+from engine.flags import REFERENCE
 from engine.gates import harness
 from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
 from engine.gates.oracle import Oracle
@@ -244,15 +246,16 @@ def seeded_for(razor: str) -> list[Seeded]:
 
 
 class Oracles:
-    """One transformers model per (directory, dtype, attention), loaded on first use."""
+    """One transformers model per (directory, dtype, attention) on one device, loaded on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
         self._loaded: dict[tuple[Path, str, str], Oracle] = {}
 
     def __call__(self, model_dir: Path, dtype: str, attn: str = "eager") -> Oracle:
         key = (model_dir, dtype, attn)
         if key not in self._loaded:
-            self._loaded[key] = Oracle(model_dir, harness.DTYPES[dtype], attn_implementation=attn)
+            self._loaded[key] = Oracle(model_dir, harness.DTYPES[dtype], self.device, attn_implementation=attn)
         return self._loaded[key]
 
 
@@ -260,10 +263,10 @@ def razor_caught(
     seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles, razor: kernels.Razor = kernels.EAGER_RAZOR
 ) -> bool:
     """Whether the near-tie razor at `razor`'s setting fails with the bug in, on that setting's engine
-    (BASES): 16 x 64, each default dtype."""
+    (BASES): 16 x 64, each default dtype, on the oracles' device."""
     prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS)
     for dtype in dict.fromkeys([checkpoint_dtype(load_config(model_dir)), "bfloat16"]):
-        setup = harness.Setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype)
+        setup = _setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype, oracles.device)
         with BASES[razor.name](), seeded.patch():
             ours = setup.ours()
         result = harness.neartie(
@@ -282,13 +285,20 @@ def former_razor_caught(seeded: Seeded, model_dir: Path, seed: int, oracles: Ora
     """(token gate, former razor) at the former defaults in bfloat16 (in float32 neither sees a bf16 bug):
     4 prompts x 16 tokens, no near-tie budget."""
     prompts = default_prompts(load_config(model_dir).vocab_size, seed, DEFAULT_PROMPT_LENS)
-    setup = harness.Setup(model_dir, prompts, 16, "bfloat16")
+    setup = _setup(model_dir, prompts, 16, "bfloat16", oracles.device)
     oracle = oracles(model_dir, setup.dtype)
     with seeded.patch():
         ours = setup.ours()
     tokens = token_gate(prompts, ours, [oracle.greedy(p, 16) for p in prompts])
     razor = harness.neartie(setup, DEFAULT_BAND, DEFAULT_TOP_K, ours=ours, oracle=oracle, max_near_tie_rate=1.0)
     return not tokens.passed, not razor.passed
+
+
+def _setup(model_dir: Path, prompts: list[list[int]], new: int, dtype: str, device: str) -> harness.Setup:
+    """The engine side of one run. On a GPU every op runs its torch reference (the bugs patch those), so the
+    device changes only where the oracle and the references compute, not which code is judged."""
+    flags = REFERENCE if device != "cpu" else None
+    return harness.Setup(model_dir, prompts, new, dtype, device=device, flags=flags)
 
 
 def model_for(seeded: Seeded, window_dir: Path | None) -> Path:
@@ -324,8 +334,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the razor setting measured (engine/kernels.py RAZORS): eager (the default), or fp32-probs, on an "
         "engine whose attention keeps fp32 probabilities, against the SDPA oracle",
     )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where the engine's references and the oracle run (default cpu; cuda: the oracle's GPU numerics, as "
+        "the razor meets them in a flip)",
+    )
     args = p.parse_args(argv)
     razor = kernels.RAZORS[args.razor]
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: --device {args.device}: no CUDA device here")
+        return 2
     known = [s.name for s in seeded_for(razor.name)]
     names = args.bugs or known
     unknown = [n for n in names if n not in known]
@@ -336,10 +355,10 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --seeds < 1" if args.seeds < 1 else "error: --former measures the eager setting only")
         return 2
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
-    oracles = Oracles()
+    oracles = Oracles(args.device)
     window_dir = window_model_dir(args.models_dir) if any(SEEDED[n].window for n in names) else None
     print(
-        f"razor: {razor.name}: oracle attention {razor.oracle_attn}, near-ties at most {razor.max_near_tie_rate}, "
+        f"razor: {razor.name} on {args.device}: oracle attention {razor.oracle_attn}, near-ties at most {razor.max_near_tie_rate}, "
         f"out of band at most {razor.max_out_of_band_rate}"
     )
     print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")

@@ -127,3 +127,10 @@ def test_the_fp32_probs_bugs_and_twins_stay_out_of_the_eager_teeth() -> None:
     assert {b.name for b in teeth.BUGS} <= eager
     assert teeth.main(["--razor", "fp32-probs", "--former"]) == 2
     assert teeth.main(["--razor", "eager", "--bugs", "probs-rounded"]) == 2
+
+
+def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: --device cuda runs")
+    assert teeth.main(["--device", "cuda", "--seeds", "1"]) == 2
+    assert "no CUDA device here" in capsys.readouterr().out
