@@ -11,11 +11,13 @@ The bugs patch the pure-torch references (engine/ops/, and the kernel table's po
 duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
 
 `--razor fp32-probs` measures the razor's other setting (engine/kernels.py FP32_PROBS_RAZOR: the SDPA oracle,
-wider budgets) the same way, on an engine whose attention keeps fp32 scores and probabilities as an
-online-softmax arm does: the bugs outside attention on top of it, the reference's bf16 rounding of scores and
-probabilities as a bug, and an online softmax over two splits (probabilities rounded for the P.V product, as
-tensor-core kernels do) as the good twin. `--device cuda` runs the references and the oracle on the GPU, where
-the razor meets the oracle's production numerics.
+wider budgets) the same way, on an engine whose attention is an online softmax as a tensor-core arm (and SDPA's
+own kernels) computes it: fp32 scores and statistics, the probabilities rounded only for the P.V product. The
+bugs outside attention go on top of it, the reference's bf16 rounding of scores and probabilities is a bug, and
+the same softmax over two KV splits is the good twin. An engine that keeps P.V in fp32 as well sits 0-2 positions
+out of band from the SDPA oracle by itself, so it is not the base. `--prompt-sets 4` judges 4 x 16 prompts, the
+sample at which the setting separates bugs from twins; `--device cuda` runs the references and the oracle on the
+GPU, where the razor meets the oracle's production numerics.
 """
 
 from __future__ import annotations
@@ -98,17 +100,6 @@ def _rope_fp32(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 _EAGER_ATTEND = paged_attn._attend  # the reference: scores and probabilities rounded to the dtype
 
 
-def _attend_fp32(
-    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Attention as SDPA keeps it: fp32 scores, probabilities and P@V, one rounding at the end."""
-    group = qh.shape[0] // k.shape[1]
-    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).float()
-    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).float()
-    scores = (torch.einsum("hqd,hkd->hqk", qh.float(), kh) * scale).masked_fill(~allowed, float("-inf"))
-    return torch.einsum("hqk,hkd->hqd", torch.softmax(scores, dim=-1), vh).to(qh.dtype)
-
-
 def _window_off_by_one(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
     """The sliding-window mask one key too wide: W + 1 most recent positions."""
     diff = q_pos[:, None] - k_pos[None, :]
@@ -140,21 +131,21 @@ def _attend_split_pv(
     return out.to(qh.dtype)
 
 
-def _attend_online_split(
-    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+def _attend_online(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float, splits: int = 1
 ) -> torch.Tensor:
-    """An online softmax over two KV splits, as a tensor-core decode kernel runs it: fp32 scores, each split's
-    exp(s - max) rounded to the dtype for its P.V product, the fp32 partials rescaled and merged, one division."""
+    """Attention as a tensor-core kernel with an online softmax computes it (and SDPA's flash and cuDNN kernels):
+    fp32 scores, each KV split's exp(s - max) rounded to the dtype for its P.V product, the fp32 partials
+    rescaled and merged, one division and one rounding at the end."""
     group = qh.shape[0] // k.shape[1]
     kh = k.transpose(0, 1).repeat_interleave(group, dim=0).float()
     vh = v.transpose(0, 1).repeat_interleave(group, dim=0).float()
     scores = (torch.einsum("hqd,hkd->hqk", qh.float(), kh) * scale).masked_fill(~allowed, float("-inf"))
-    half = (scores.shape[-1] + 1) // 2
+    step = -(-scores.shape[-1] // splits)
     parts = []
-    for keys in (slice(0, half), slice(half, None)):
+    for start in range(0, scores.shape[-1], step):
+        keys = slice(start, start + step)
         s = scores[..., keys]
-        if s.shape[-1] == 0:
-            continue
         m = s.amax(-1, keepdim=True)
         m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # a split with every key masked adds nothing
         p = torch.exp(s - m)
@@ -163,6 +154,13 @@ def _attend_online_split(
     out = torch.stack([o * torch.exp(m - top) for m, _, o in parts]).sum(0)
     total = torch.stack([lsum * torch.exp(m - top) for m, lsum, _ in parts]).sum(0)
     return (out / total).to(qh.dtype)
+
+
+def _attend_online_split(
+    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """The online softmax over two KV splits (a split-KV kernel's order)."""
+    return _attend_online(qh, k, v, allowed, scale, splits=2)
 
 
 @dataclass(frozen=True)
@@ -233,10 +231,10 @@ SEEDED: dict[str, Seeded] = {
     )
 }
 BUGS = [s for s in SEEDED.values() if not s.good and "eager" in s.razors]
-# the engine each setting is measured on: its own reference, or attention that keeps fp32 probabilities
+# the engine each setting is measured on: its own reference, or an online softmax (fp32 statistics, P rounded for P.V)
 BASES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "eager": contextlib.nullcontext,
-    "fp32-probs": lambda: patched(paged_attn, "_attend", _attend_fp32),
+    "fp32-probs": lambda: patched(paged_attn, "_attend", _attend_online),
 }
 
 
@@ -260,11 +258,16 @@ class Oracles:
 
 
 def razor_caught(
-    seeded: Seeded, model_dir: Path, seed: int, oracles: Oracles, razor: kernels.Razor = kernels.EAGER_RAZOR
+    seeded: Seeded,
+    model_dir: Path,
+    seed: int,
+    oracles: Oracles,
+    razor: kernels.Razor = kernels.EAGER_RAZOR,
+    prompt_sets: int = 1,
 ) -> bool:
     """Whether the near-tie razor at `razor`'s setting fails with the bug in, on that setting's engine
-    (BASES): 16 x 64, each default dtype, on the oracles' device."""
-    prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS)
+    (BASES): 16 x 64 (`prompt_sets` times the 16 prompt lengths), each default dtype, on the oracles' device."""
+    prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS * prompt_sets)
     for dtype in dict.fromkeys([checkpoint_dtype(load_config(model_dir)), "bfloat16"]):
         setup = _setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype, oracles.device)
         with BASES[razor.name](), seeded.patch():
@@ -332,13 +335,21 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(kernels.RAZORS),
         default="eager",
         help="the razor setting measured (engine/kernels.py RAZORS): eager (the default), or fp32-probs, on an "
-        "engine whose attention keeps fp32 probabilities, against the SDPA oracle",
+        "engine whose attention is an online softmax (fp32 statistics), against the SDPA oracle",
     )
     p.add_argument(
         "--device",
         default="cpu",
         help="where the engine's references and the oracle run (default cpu; cuda: the oracle's GPU numerics, as "
         "the razor meets them in a flip)",
+    )
+    p.add_argument(
+        "--prompt-sets",
+        type=int,
+        default=1,
+        metavar="K",
+        help="judge K x 16 prompts of the razor's lengths per run (default 1: the razor's own 16 x 64; the budgets "
+        "are rates, so a larger sample separates a bug's count from a correct reordering's)",
     )
     args = p.parse_args(argv)
     razor = kernels.RAZORS[args.razor]
@@ -348,11 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     known = [s.name for s in seeded_for(razor.name)]
     names = args.bugs or known
     unknown = [n for n in names if n not in known]
-    if unknown or args.seeds < 1 or (args.former and razor.name != "eager"):
+    if unknown or args.seeds < 1 or args.prompt_sets < 1 or (args.former and razor.name != "eager"):
         if unknown:
             print(f"error: no seeded bug {', '.join(unknown)} under --razor {razor.name} (known: {', '.join(known)})")
         else:
-            print("error: --seeds < 1" if args.seeds < 1 else "error: --former measures the eager setting only")
+            print(
+                "error: --seeds < 1"
+                if args.seeds < 1
+                else "error: --prompt-sets < 1"
+                if args.prompt_sets < 1
+                else "error: --former measures the eager setting only"
+            )
         return 2
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
     oracles = Oracles(args.device)
@@ -367,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         s = SEEDED[name]
         t0 = time.perf_counter()
         model = model_for(s, window_dir)
-        caught = [razor_caught(s, model, seed, oracles, razor) for seed in range(args.seeds)]
+        caught = [razor_caught(s, model, seed, oracles, razor, args.prompt_sets) for seed in range(args.seeds)]
         rate = f"{sum(caught)}/{args.seeds}"
         cols = f"{name:30s} {rate:>6s}"
         if args.former:

@@ -127,6 +127,7 @@ def test_the_fp32_probs_bugs_and_twins_stay_out_of_the_eager_teeth() -> None:
     assert {b.name for b in teeth.BUGS} <= eager
     assert teeth.main(["--razor", "fp32-probs", "--former"]) == 2
     assert teeth.main(["--razor", "eager", "--bugs", "probs-rounded"]) == 2
+    assert teeth.main(["--prompt-sets", "0"]) == 2
 
 
 def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
