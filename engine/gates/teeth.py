@@ -359,17 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     known = [s.name for s in seeded_for(razor.name)]
     names = args.bugs or known
     unknown = [n for n in names if n not in known]
-    if unknown or args.seeds < 1 or args.prompt_sets < 1 or (args.former and razor.name != "eager"):
-        if unknown:
-            print(f"error: no seeded bug {', '.join(unknown)} under --razor {razor.name} (known: {', '.join(known)})")
-        else:
-            print(
-                "error: --seeds < 1"
-                if args.seeds < 1
-                else "error: --prompt-sets < 1"
-                if args.prompt_sets < 1
-                else "error: --former measures the eager setting only"
-            )
+    errors = [
+        *(
+            [f"no seeded bug {', '.join(unknown)} under --razor {razor.name} (known: {', '.join(known)})"]
+            * bool(unknown)
+        ),
+        *(["--seeds < 1"] * (args.seeds < 1)),
+        *(["--prompt-sets < 1"] * (args.prompt_sets < 1)),
+        *(["--former measures the eager setting only"] * (args.former and razor.name != "eager")),
+    ]
+    if errors:
+        print("\n".join(f"error: {e}" for e in errors))
         return 2
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
     oracles = Oracles(args.device)

@@ -7,6 +7,7 @@ import contextlib
 import pytest
 import torch
 
+import engine.ops.paged_attn as paged_attn
 import engine.ops.rope as rope_ops
 from engine import kernels
 from engine.gates import harness, teeth
@@ -111,8 +112,8 @@ def test_seeded_bugs_leave_the_references_as_they_were() -> None:
     assert {name: op.reference for name, op in kernels.TABLE.items()} == before
 
 
-# --- the razor's fp32-probs setting (kernels.FP32_PROBS_RAZOR), on an engine whose attention keeps fp32
-# probabilities: the bugs it is known to separate must fail it (eps-x10 and the correct twins are measured by
+# --- the razor's fp32-probs setting (kernels.FP32_PROBS_RAZOR), on an engine whose attention is an online
+# softmax (teeth.BASES): the bugs it is known to separate must fail it (eps-x10 and the correct twins are measured by
 # `python -m engine gate teeth --razor fp32-probs`; see the ENGINE-PERF spec)
 @pytest.mark.parametrize("bug", ["probs-rounded", "rmsnorm-round-after-weight", "window-off-by-one"])
 def test_seeded_bug_fails_the_razor_at_its_fp32_probs_setting(oracles, window_dir, bug: str) -> None:
@@ -128,6 +129,9 @@ def test_the_fp32_probs_bugs_and_twins_stay_out_of_the_eager_teeth() -> None:
     assert teeth.main(["--razor", "fp32-probs", "--former"]) == 2
     assert teeth.main(["--razor", "eager", "--bugs", "probs-rounded"]) == 2
     assert teeth.main(["--prompt-sets", "0"]) == 2
+    with teeth.BASES["fp32-probs"]():  # the setting's engine is the online softmax, not the reference
+        assert paged_attn._attend is teeth._attend_online
+    assert paged_attn._attend is teeth._EAGER_ATTEND
 
 
 def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
