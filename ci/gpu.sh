@@ -31,9 +31,10 @@
 #   the Qwen3-Next serving GPU tests (tests/engine/test_llm_qwen3_next.py: engine.LLM's graphed steps with the
 #   gated delta net's state slots, fp32 token-exact against transformers, bf16 graphed equal to eager).
 #   peers: paged decode attention on the six shapes against FlashInfer (with and without tensor cores, on
-#   the same paged cache; a "not installed" row where it is absent) and the SDPA peers, with the fused
-#   tiled arm and its A/B; then the decode step at batch 1 and 32 against its floor and transformers with
-#   a static cache, torch.compile(fullgraph=True) and a CUDA graph. Both tables are printed last.
+#   the same paged cache; a "not installed" row where it is absent) and the SDPA peers: the default tiled arm
+#   (the table's ratios) and the one-pass arm (OFF); then the decode step at batch 1 (with its kernel profile)
+#   and 32 against its floor and transformers with a static cache, torch.compile(fullgraph=True) and a CUDA
+#   graph. Both tables are printed last.
 #   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
 #   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
@@ -312,11 +313,9 @@ fi
 if [[ " $PHASES " == *" peers "* ]]; then
   L=(--ledger "$OUT/ledger")  # kernels build on first use (VT_CUDA_CACHE may hold them already)
   step peers-attn 420 $PY -m engine bench bandwidth --workload attn-decode --shapes peers \
-    --arms tiled,tiled-fused,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" "${L[@]}"
-  for s in batch=1,ctx=1024,hq=16,hkv=8 batch=32,ctx=1024,hq=16,hkv=8 hq=16,hkv=2,d=256; do
-    step "ab-fused-$s" 120 $PY -m engine bench ab --flag VT_ATTN_TILED_FUSED --shape "$s" "${L[@]}"
-  done
-  step peers-decode-b1 420 $PY -m engine bench decode --no-oracle --hf-compiled "${L[@]}"
+    --arms tiled-pipelined,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" \
+    "${L[@]}"
+  step peers-decode-b1 420 $PY -m engine bench decode --no-oracle --hf-compiled --profile "${L[@]}"
   step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
@@ -744,9 +743,6 @@ fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo
   sed -n '/^shape (us)/,$p' "$OUT/logs/peers-attn.log"
-  for n in "${ORDER[@]}"; do
-    [[ $n == ab-fused-* ]] && grep -E '^verdict' "$OUT/logs/$n.log" | sed "s/^/$n: /"
-  done
   for b in b1 b32; do
     echo
     sed -n '/^decode step at batch/,/^engine tok/p' "$OUT/logs/peers-decode-$b.log"

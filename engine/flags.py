@@ -201,6 +201,12 @@ declare(
     "With VT_ATTN_TILED: the tiled attention's P.V pass computes each probability once with all of the block's threads (a tile ahead, into a shared tile the MMAs read), requests its first V tiles before it reads the split statistics, and its last split adds the partial sums (no split-sum launch); the same arithmetic in the same order, so bitwise the plain two passes' output. ON after the flip protocol (A/B 1.028-1.091x at the six peer shapes); `0` is the rollback.",
 )
 declare(
+    "VT_ATTN_PDL",
+    False,
+    "ENGINE-PERF",
+    "With VT_ATTN_PV_PIPELINED: the P.V pass launched as a programmatic dependent of the scores pass (sm_90): its blocks start once every scores block has, issue their first V tiles (which neither pass writes) and wait for the scores before reading them, so the launch gap and the V loads' latency overlap the scores pass. The same arithmetic, so the same bits. OFF until its A/B on the whole step and the flip protocol.",
+)
+declare(
     "VT_ATTN_ONEPASS",
     False,
     "ENGINE-PERF",

@@ -492,6 +492,7 @@ def _onepass_fits(
 
 _tiled_fused_fits, _tiled_fused = _tiled_variant("fused_fits", fused=True)  # the one launch
 _tiled_pipelined_fits, _tiled_pipelined = _tiled_variant("pipelined_fits", pipelined=True)  # the pipelined P.V
+_tiled_pdl_fits, _tiled_pipelined_pdl = _tiled_variant("pdl_fits", pipelined=True, pdl=True)  # ... chained
 
 
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
@@ -797,6 +798,14 @@ paged_decode_attention = Op(
             _tiled_fused_fits,
             "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
             _tiled_fused,
+        ),
+        Arm(
+            "tiled_pipelined_pdl",
+            gated_by("VT_ATTN_PDL", "VT_ATTN_PV_PIPELINED", "VT_ATTN_TILED"),
+            _tiled_pdl_fits,
+            "the tiled arm's shapes; with several KV splits, ready arrival counters; at most "
+            f"{cuda_tiled.PDL_BLOCKS_PER_SM} blocks per SM (both passes' grids resident)",
+            _tiled_pipelined_pdl,
         ),
         Arm(
             "tiled_pipelined",

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print_table(record)
     if args.shapes:
-        record["per_shape"] = per_shape(rows)
+        record["per_shape"] = per_shape(rows, work.default_arm())
         print()
         print(render_per_shape(record["per_shape"]))
     if not any("fraction" in r for r in rows):  # a benchmark that measured nothing has no result
@@ -172,7 +172,6 @@ def listed_shapes(work, shape_text: str | None, shapes: str) -> list[dict[str, i
     return [parse_shape(part, base) for part in shapes.split(";") if part.strip()]
 
 
-ENGINE_ARM = "tiled"  # the default arm the per-shape table holds against the peers
 FLASHINFER_TC = "flashinfer-tc"
 
 
@@ -183,9 +182,10 @@ def shape_label(shape: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
-def per_shape(rows: list[dict]) -> list[dict]:
+def per_shape(rows: list[dict], engine: str | None) -> list[dict]:
     """One entry per shape: each arm's and peer's median seconds (or why it did not run), and the engine's
-    default arm over FlashInfer with tensor cores and over the fastest peer (time ratios, >1 = engine faster)."""
+    default arm (`engine`; None: no ratios) over FlashInfer with tensor cores and over the fastest peer (time
+    ratios, >1 = engine faster)."""
     out: list[dict] = []
     for r in rows:
         label = shape_label(r["shape"])
@@ -201,17 +201,20 @@ def per_shape(rows: list[dict]) -> list[dict]:
     for e in out:
         t = e["median_s"]
         peers = {k: v for k, v in t.items() if kinds.get(k) == "peer"}
-        if ENGINE_ARM in t and FLASHINFER_TC in t:
-            e["engine_over_flashinfer_tc"] = t[FLASHINFER_TC] / t[ENGINE_ARM]
-        if ENGINE_ARM in t and peers:
+        if engine not in t:
+            continue
+        e["engine_arm"] = engine
+        if FLASHINFER_TC in t:
+            e["engine_over_flashinfer_tc"] = t[FLASHINFER_TC] / t[engine]
+        if peers:
             best = min(peers, key=lambda k: peers[k])
             e["fastest_peer"] = best
-            e["engine_over_fastest_peer"] = peers[best] / t[ENGINE_ARM]
-        arms = {k: v for k, v in t.items() if kinds.get(k) == "arm" and k != ENGINE_ARM}
-        if ENGINE_ARM in t and arms:
+            e["engine_over_fastest_peer"] = peers[best] / t[engine]
+        arms = {k: v for k, v in t.items() if kinds.get(k) == "arm" and k != engine}
+        if arms:
             best = min(arms, key=lambda k: arms[k])
             e["best_other_arm"] = best
-            e["best_other_arm_over_engine"] = t[ENGINE_ARM] / arms[best]
+            e["best_other_arm_over_engine"] = t[engine] / arms[best]
     return out
 
 
@@ -229,7 +232,11 @@ def render_per_shape(entries: list[dict]) -> str:
         fi, fast = (e.get(k) for k in ("engine_over_flashinfer_tc", "engine_over_fastest_peer"))
         fi_s, fast_s = ("-" if x is None else f"{x:.2f}x" for x in (fi, fast))
         lines.append(f"{e['label']:<26} " + " ".join(cells) + f" {fi_s:>9} {fast_s:>11}")
-    lines.append("eng/X: X's time over the engine's default arm (tiled); above 1 the engine is faster")
+    engine = next((e["engine_arm"] for e in entries if "engine_arm" in e), None)
+    if engine is None:
+        lines.append("eng/X: not computed: the engine's default arm did not run")
+    else:
+        lines.append(f"eng/X: X's time over the engine's default arm ({engine}); above 1 the engine is faster")
     for e in entries:
         for n, why in e["unavailable"].items():
             lines.append(f"  {e['label']}: {n}: {why}")

@@ -43,6 +43,13 @@ class Workload:
         """`run` bound to the snapshot of arm `name`: `base` with the arm's flag settings."""
         return partial(self.run, with_settings(base, self.arms[name]))
 
+    def default_arm(self) -> str | None:
+        """The arm whose settings are what the flags' defaults already are: the one the engine runs out of the box
+        (None when no arm, or more than one, says so)."""
+        defaults = FlagSnapshot.defaults()
+        same = [n for n, s in self.arms.items() if with_settings(defaults, s) == defaults]
+        return same[0] if len(same) == 1 else None
+
 
 def with_settings(base: FlagSnapshot, settings: dict[str, str]) -> FlagSnapshot:
     """`base` with flag settings written as the environment writes them (`{"VT_GEMV": "0"}`)."""
@@ -119,6 +126,7 @@ ATTN = Workload(
         "VT_ATTN_TILED",
         "VT_ATTN_TILED_FUSED",
         "VT_ATTN_PV_PIPELINED",
+        "VT_ATTN_PDL",
         "VT_ATTN_ONEPASS",
         "VT_KERNELS",
     ),
@@ -159,6 +167,14 @@ ATTN = Workload(
             "VT_ATTN_TILED": "1",
             "VT_ATTN_TILED_FUSED": "0",
             "VT_ATTN_PV_PIPELINED": "1",
+            "VT_ATTN_PDL": "0",
+            "VT_ATTN_ONEPASS": "0",
+        },
+        "tiled-pipelined-pdl": {
+            "VT_ATTN_TILED": "1",
+            "VT_ATTN_TILED_FUSED": "0",
+            "VT_ATTN_PV_PIPELINED": "1",
+            "VT_ATTN_PDL": "1",
             "VT_ATTN_ONEPASS": "0",
         },
         "tiled-onepass": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"},

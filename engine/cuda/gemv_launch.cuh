@@ -52,7 +52,7 @@ inline int launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
-  if (err != cudaSuccess) return vt::fail(static_cast<int>(err), "gemv: PDL launch: %s", cudaGetErrorString(err));
+  if (err != cudaSuccess) return vt::fail(static_cast<int>(err), "PDL launch: %s", cudaGetErrorString(err));
   return vt::kOk;
 }
 

@@ -4,6 +4,7 @@
 // returns kUnsupported (the binding says which; the caller picks another arm).
 #include <utility>
 
+#include "gemv_launch.cuh"
 #include "paged_attn_tiled.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_tiled)
@@ -62,6 +63,7 @@ struct Buffers {
   int cap;
   bool pipelined = false;     // the pipelined P.V pass (VT_ATTN_PV_PIPELINED)
   int* counters = nullptr;  // with it and several splits: its last split adds the partial sums
+  bool pdl = false;         // with it: the P.V pass a programmatic dependent of the scores pass (VT_ATTN_PDL)
 };
 
 template <typename T, int D>
@@ -73,10 +75,15 @@ int launch_d(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& b
   vt_tiled::tiled_scores_kernel<T, D><<<grid, vt_tiled::kThreads, smem, s>>>(a, num_splits, buf.cap, scores,
                                                                               buf.m_part, buf.l_part);
   if (int rc = vt::launch_status("tiled_scores_kernel")) return rc;
-  if (buf.pipelined)
-    vt_tiled::tiled_pv_kernel<T, D, true><<<grid, vt_tiled::kThreads, vt_tiled::pipelined_smem_bytes<T, D>(), s>>>(
-        a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part, buf.counters);
-  else
+  if (buf.pipelined) {
+    const int rc = vt_gemv_launch::launch_kernel(vt_tiled::tiled_pv_kernel<T, D, true>, grid, dim3(vt_tiled::kThreads),
+                                                 vt_tiled::pipelined_smem_bytes<T, D>(), s, buf.pdl, a, num_splits,
+                                                 buf.cap, static_cast<const T*>(scores),
+                                                 static_cast<const float*>(buf.m_part),
+                                                 static_cast<const float*>(buf.l_part), static_cast<T*>(buf.out),
+                                                 buf.o_part, buf.counters);
+    if (rc != vt::kOk) return rc;
+  } else
     vt_tiled::tiled_pv_kernel<T, D, false><<<grid, vt_tiled::kThreads, smem, s>>>(
         a, num_splits, buf.cap, scores, buf.m_part, buf.l_part, static_cast<T*>(buf.out), buf.o_part);
   if (int rc = vt::launch_status("tiled_pv_kernel")) return rc;
@@ -221,7 +228,7 @@ namespace {
 int tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o_part, const void* q,
                  const void* k_cache, const void* v_cache, const int* block_tables, const int* context_lens, int batch,
                  int num_q_heads, int num_kv_heads, int head_dim, int block_size, int max_blocks, float scale,
-                 int window, int num_splits, int dtype, void* stream, bool pipelined, int* counters) {
+                 int window, int num_splits, int dtype, void* stream, bool pipelined, int* counters, bool pdl) {
   if (batch < 0 || batch > kMaxGridZ || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 ||
       max_blocks <= 0 || window < 0)
     return vt::fail(vt::kBadArgument,
@@ -249,7 +256,7 @@ int tiled_decode(void* out, void* scores, float* m_part, float* l_part, float* o
   const vt::PagedArgs a{q, k_cache, v_cache, block_tables, context_lens, num_q_heads, num_kv_heads,
                         head_dim, block_size, max_blocks, scale, window};
   auto s = static_cast<cudaStream_t>(stream);
-  const Buffers buf{out, scores, m_part, l_part, o_part, max_blocks * block_size, pipelined, counters};
+  const Buffers buf{out, scores, m_part, l_part, o_part, max_blocks * block_size, pipelined, counters, pdl};
   switch (dtype) {
     case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, buf, s);
     case vt::kF16: return launch<__half>(a, batch, num_splits, buf, s);
@@ -265,20 +272,22 @@ VT_EXPORT int vt_paged_attn_tiled_decode(void* out, void* scores, float* m_part,
                                          void* stream) {
   return tiled_decode(out, scores, m_part, l_part, o_part, q, k_cache, v_cache, block_tables, context_lens, batch,
                       num_q_heads, num_kv_heads, head_dim, block_size, max_blocks, scale, window, num_splits, dtype,
-                      stream, false, nullptr);
+                      stream, false, nullptr, false);
 }
 // The same with the pipelined P.V pass (VT_ATTN_PV_PIPELINED): bitwise the same output. counters: the
 // fused arm's (int32 [2 * batch * num_kv_heads], zero, left zero), or null, where the split sum is a launch
-// of its own as in vt_paged_attn_tiled_decode.
+// of its own as in vt_paged_attn_tiled_decode. pdl != 0 (VT_ATTN_PDL): the P.V pass is launched as a
+// programmatic dependent of the scores pass (sm_90; a plain launch elsewhere), the same bits.
 VT_EXPORT int vt_paged_attn_tiled_pipelined_decode(void* out, void* scores, float* m_part, float* l_part,
                                                    float* o_part, int* counters, const void* q, const void* k_cache,
                                                    const void* v_cache, const int* block_tables,
                                                    const int* context_lens, int batch, int num_q_heads,
                                                    int num_kv_heads, int head_dim, int block_size, int max_blocks,
-                                                   float scale, int window, int num_splits, int dtype, void* stream) {
+                                                   float scale, int window, int num_splits, int dtype, int pdl,
+                                                   void* stream) {
   return tiled_decode(out, scores, m_part, l_part, o_part, q, k_cache, v_cache, block_tables, context_lens, batch,
                       num_q_heads, num_kv_heads, head_dim, block_size, max_blocks, scale, window, num_splits, dtype,
-                      stream, true, counters);
+                      stream, true, counters, pdl != 0);
 }
 
 // The pipeline stages vt_paged_attn_tiled_fused_decode runs this shape with on the current device (3 or

@@ -45,7 +45,7 @@ def _lib() -> ctypes.CDLL:
     ffi.bind(
         lib,
         "vt_paged_attn_tiled_pipelined_decode",
-        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P],
+        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P],
     )
     ffi.bind(lib, "vt_paged_attn_tiled_fused_stages", [ctypes.POINTER(_I), _I, _I, _I, _I, _I, _I, _I, _I])
     ffi.bind(
@@ -175,6 +175,20 @@ def pipelined_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.T
     return shape.splits() == 1 or arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
+PDL_BLOCKS_PER_SM = 2  # a dependent P.V grid of at most this many blocks per SM is resident beside its scores grid
+
+
+def pdl_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+    """Where the P.V pass gains as a programmatic dependent of the scores pass (VT_ATTN_PDL): `pipelined_fits`, and
+    a grid of at most PDL_BLOCKS_PER_SM blocks per SM, so both passes' grids are resident at once (each pass takes
+    4 blocks of an SM at head_dim 128). Past it (batch 32 at context 1024) the dependent's waiting blocks cost the
+    whole step more than the overlap gains (the row's spec)."""
+    shape = Shape.of(q, k_cache, block_tables)
+    sms = torch.cuda.get_device_properties(shape.device_index).multi_processor_count
+    blocks = shape.batch * shape.hkv * shape.splits()
+    return blocks <= PDL_BLOCKS_PER_SM * sms and pipelined_fits(q, k_cache, block_tables)
+
+
 def arrival_counters(dev: torch.device, need: int) -> torch.Tensor | None:
     """The device's zeroed arrival counters; None under CUDA graph capture before their first use (a zeroing
     memset captured into a graph would not run until replay), or when a call needs more than there are."""
@@ -197,6 +211,7 @@ def decode(
     splits: int | None = None,  # None: num_splits over the tables' capacity
     fused: bool = False,  # the one-launch kernel where it fits (`fused_fits`), else the two passes
     pipelined: bool = False,  # the pipelined P.V pass; its split sum folded where counters are ready
+    pdl: bool = False,  # with it: the P.V pass a programmatic dependent of the scores pass (sm_90), the same bits
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens, shape = check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
     batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
@@ -224,8 +239,11 @@ def decode(
         counters = arrival_counters(q.device, 2 * batch * hkv) if splits > 1 else None
         entry, name = lib.vt_paged_attn_tiled_pipelined_decode, "vt_paged_attn_tiled_pipelined_decode"
         buffers.append(None if counters is None else ffi.ptr(counters))
+    elif pdl:
+        raise ValueError("pdl: the programmatic dependent launch is the pipelined P.V pass's (pipelined=True)")
     else:
         entry, name = lib.vt_paged_attn_tiled_decode, "vt_paged_attn_tiled_decode"
+    tail = [int(pdl)] if pipelined else []
     rc = entry(
         *buffers,
         ffi.ptr(q),
@@ -243,6 +261,7 @@ def decode(
         sliding_window or 0,
         splits,
         ffi.dtype_code(q, "q"),
+        *tail,
         ffi.stream(q.device),
     )
     ffi.check(rc, name, lib, "paged_attn_tiled")

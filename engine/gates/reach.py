@@ -117,6 +117,7 @@ def takes(setting: Setting, model: GateModel) -> bool:
     rules = {
         "tiled_onepass": d in (64, 128) and g <= 8,  # its compiled shapes
         "tiled_fused": model.name in ("long", "d128-g4"),
+        "tiled_pipelined_pdl": g <= 8 and model.name != "long",  # long's batch of grids is past 2 blocks per SM
         "tiled_pipelined": g <= 8,  # the tiled arm's groups
         "tiled": True,  # d128-g16 falls to the generic arm (more than 8 query heads per KV head): the notice
         "splitkv_swap": g in (1, 2, 4, 8),

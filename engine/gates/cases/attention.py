@@ -88,6 +88,11 @@ def run_tiled_pipelined(splits: int, x: Inputs) -> torch.Tensor:
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, pipelined=True)
 
 
+def run_tiled_pipelined_pdl(splits: int, x: Inputs) -> torch.Tensor:
+    """The same with its P.V pass a programmatic dependent of the scores pass (VT_ATTN_PDL)."""
+    return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, pipelined=True, pdl=True)
+
+
 def run_tiled_two_pass(splits: int | None, x: Inputs) -> torch.Tensor:
     """The default tiled arm, two passes: the fused and pipelined arms must equal it bit for bit."""
     return paged_attn_tiled.decode(*_args(x), x["window"], splits=splits, fused=False)
@@ -135,6 +140,7 @@ ARMS = {  # arm -> (flag, row)
     "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
     "tiled_fused": ("VT_ATTN_TILED_FUSED", "ENGINE-PERF"),
     "tiled_pipelined": ("VT_ATTN_PV_PIPELINED", "ENGINE-PERF"),
+    "tiled_pipelined_pdl": ("VT_ATTN_PDL", "ENGINE-PERF"),
     "tiled_onepass": ("VT_ATTN_ONEPASS", "ENGINE-PERF"),
 }
 TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -524,6 +530,7 @@ def build_cases() -> list[KernelCase]:
     cases += long_gate_cases()
     cases += bitwise_tiled_cases("tiled_fused", run_tiled_fused, 2)  # one launch: several splits only
     cases += bitwise_tiled_cases("tiled_pipelined", run_tiled_pipelined, 1)
+    cases += bitwise_tiled_cases("tiled_pipelined_pdl", run_tiled_pipelined_pdl, 1)
     cases += onepass_cases()
     for dt in DTYPES:
         for d in (64, 128, 256):

@@ -5,6 +5,7 @@ peer's "not installed" row, the transformers static-cache peer, the fused tiled 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 
 import pytest
 import torch
@@ -48,12 +49,25 @@ def test_per_shape_table_ratios_and_unavailable_peers():
             "unavailable": "RuntimeError: not installed (pip install flashinfer-python==0.5.3)",
         },
     ]
-    (entry,) = bw.per_shape(rows)
+    (entry,) = bw.per_shape(rows, "tiled")
     assert entry["engine_over_flashinfer_tc"] == pytest.approx(0.5)
     assert entry["fastest_peer"] == "sdpa-cudnn" and entry["engine_over_fastest_peer"] == pytest.approx(0.4)
     assert entry["best_other_arm"] == "tiled-fused" and entry["best_other_arm_over_engine"] == pytest.approx(1.25)
     text = bw.render_per_shape([entry])
     assert "b1 ctx1024 16/8 d128" in text and "not installed" in text and "0.50x" in text and "0.40x" in text
+    assert "default arm (tiled)" in text
+    (none,) = bw.per_shape(rows, None)
+    assert "engine_over_flashinfer_tc" not in none
+    assert "not computed: the engine's default arm did not run" in bw.render_per_shape([none])
+
+
+def test_the_attention_table_holds_the_arm_the_flag_defaults_run_against_the_peers():
+    # the default tiled arm is the pipelined P.V pass since its flip; the rollback and the OFF arms are not it
+    assert ATTN.default_arm() == "tiled-pipelined"
+    onepass_on = {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"}
+    assert replace(ATTN, arms={"onepass": onepass_on}).default_arm() is None  # no arm is the defaults
+    twice = {"a": {"VT_ATTN_TILED": "1"}, "b": {"VT_ATTN_ONEPASS": "0"}}
+    assert replace(ATTN, arms=twice).default_arm() is None  # two arms are: the table cannot tell which
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flashinfer") is not None, reason="flashinfer is installed here")

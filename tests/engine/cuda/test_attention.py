@@ -27,6 +27,7 @@ def test_arm_choice_follows_the_flags() -> None:
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
         "tiled_onepass",
         "tiled_fused",
+        "tiled_pipelined_pdl",
         "tiled_pipelined",
         "tiled",
         "splitkv_swap",
@@ -133,6 +134,7 @@ def test_reference_window_semantics_match_the_cases() -> None:
         ("gqa", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_GQA": True}),
         ("tiled", {"VT_ATTN_TILED": True, "VT_ATTN_PV_PIPELINED": False}),
         ("tiled_pipelined", {"VT_ATTN_TILED": True}),
+        ("tiled_pipelined_pdl", {"VT_ATTN_TILED": True, "VT_ATTN_PDL": True}),
         ("splitkv", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True}),
         ("splitkv_swap", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True, "VT_ATTN_SPLITKV_GQA_SWAP": True}),
     ],

@@ -56,11 +56,13 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     from engine.flags import FlagSnapshot
 
     tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
-    onepass, fused, pipelined = kernels.paged_decode_attention.arms[:3]
+    onepass, fused, pdl, pipelined = kernels.paged_decode_attention.arms[:4]
     assert onepass.name == "tiled_onepass" and not onepass.enabled(on)  # the online softmax: first, OFF
     assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: OFF by default
+    assert pdl.name == "tiled_pipelined_pdl" and not pdl.enabled(on)  # its passes chained by PDL: OFF
+    assert pdl.enabled(on.with_(VT_ATTN_PDL=True)) and not pdl.enabled(on.with_(VT_ATTN_PDL=True, VT_ATTN_TILED=False))
     assert pipelined.name == "tiled_pipelined" and pipelined.enabled(on)  # then the pipelined P.V, ON
-    assert kernels.paged_decode_attention.arms[3] is tiled  # the plain two passes: its rollback and fallback
+    assert kernels.paged_decode_attention.arms[4] is tiled  # the plain two passes: its rollback and fallback
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))
     x = cases.paged_inputs(
         3, torch.device("cpu"), dtype=torch.bfloat16, ctx=40, d=128, group=4, block_size=16, window=None
@@ -297,13 +299,59 @@ def test_pipelined_arm_replays_in_a_cuda_graph_with_new_lengths() -> None:
     assert torch.equal(out, tiled.decode(*args))
 
 
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 7, 64])
+def test_the_dependent_p_v_launch_keeps_the_bits_eager_and_replayed(splits: int) -> None:
+    """VT_ATTN_PDL: the P.V pass launched as a programmatic dependent of the scores pass reads the scores only after
+    they are written: bitwise the plain two passes, launch after launch, and replayed with new lengths and a new
+    query written just before (each replay rewrites what both passes read)."""
+    from engine.cuda import paged_attn_tiled as tiled
+
+    x = cases.paged_inputs(
+        5, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
+    )
+    args = cases._args(x)
+    for _ in range(3):
+        assert torch.equal(
+            tiled.decode(*args, splits=splits, pipelined=True, pdl=True), tiled.decode(*args, splits=splits)
+        )
+    fresh = torch.randn_like(x["q"])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x["q"].copy_(fresh)  # the kernel before the scores pass writes what it reads
+        out = tiled.decode(*args, splits=splits, pipelined=True, pdl=True)
+    x["context_lens"].copy_(torch.tensor([1500, 7, 1999], dtype=torch.int32))
+    fresh.copy_(torch.randn_like(fresh))
+    graph.replay()
+    assert torch.equal(out, tiled.decode(*args, splits=splits))
+    with pytest.raises(ValueError, match="pipelined=True"):
+        tiled.decode(*args, pdl=True)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "fits"), [(1, True), (32, False)])
+def test_the_dependent_launch_takes_grids_resident_beside_the_scores_pass(batch: int, fits: bool) -> None:
+    from engine.cuda import paged_attn_tiled as tiled
+
+    dev = torch.device("cuda")
+    q = torch.empty(batch, 16, 128, dtype=torch.bfloat16, device=dev)  # Qwen3-0.6B at context 1024
+    cache = torch.empty(1, 32, 8, 128, dtype=torch.bfloat16, device=dev)
+    tables = torch.zeros(batch, 33, dtype=torch.int32, device=dev)
+    shape = tiled.Shape.of(q, cache, tables)
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    assert (batch * 8 * shape.splits() <= tiled.PDL_BLOCKS_PER_SM * sms) is fits
+    assert tiled.pdl_fits(q, cache, tables) is fits
+
+
 def test_pipelined_launcher_shares_the_argument_checks(compiled) -> None:
     """The pipelined entry point runs the plain one's host checks before any CUDA call (so without a GPU)."""
     import ctypes
 
     fake = ctypes.c_void_p(16)
     rc = compiled.vt_paged_attn_tiled_pipelined_decode(
-        *([fake] * 5), None, *([fake] * 5), 1, 8, 2, 128, 16, 4, ctypes.c_float(0.1), 0, 65, 1, None
+        *([fake] * 5), None, *([fake] * 5), 1, 8, 2, 128, 16, 4, ctypes.c_float(0.1), 0, 65, 1, 1, None
     )
     compiled.vt_paged_attn_tiled_last_error.restype = ctypes.c_char_p
     assert rc != 0 and b"num_splits 65 not in [1, 64]" in compiled.vt_paged_attn_tiled_last_error()
