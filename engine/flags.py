@@ -202,9 +202,9 @@ declare(
 )
 declare(
     "VT_ATTN_PDL",
-    False,
+    True,
     "ENGINE-PERF",
-    "With VT_ATTN_PV_PIPELINED: the P.V pass launched as a programmatic dependent of the scores pass (sm_90): its blocks start once every scores block has, issue their first V tiles (which neither pass writes) and wait for the scores before reading them, so the launch gap and the V loads' latency overlap the scores pass. The same arithmetic, so the same bits. OFF until its A/B on the whole step and the flip protocol.",
+    "With VT_ATTN_PV_PIPELINED: the P.V pass launched as a programmatic dependent of the scores pass (sm_90): its blocks start once every scores block has, issue their first V tiles (which neither pass writes) and wait for the scores before reading them, so the launch gap and the V loads' latency overlap the scores pass. The same arithmetic, so the same bits. Only grids of at most 2 blocks per SM (both passes resident; taken everywhere it lost 0.935x on the batch-32 step). Whole decode step at batch 1 1.051x; ON after the flip protocol; `0` is the rollback.",
 )
 declare(
     "VT_ATTN_ONEPASS",

@@ -42,7 +42,9 @@ def test_snapshot_is_read_once_and_frozen() -> None:
 def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.cuda import paged_attn_tiled
 
+    resident = [True]
     monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: True)
+    monkeypatch.setattr(paged_attn_tiled, "pdl_fits", lambda q, k_cache, block_tables: resident[0])
     op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
     base = defaults.with_(VT_ATTN_PV_PIPELINED=False)  # the plain two passes, below
 
@@ -50,8 +52,11 @@ def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pyt
         q, k_cache = _OnGpu(2, 4 * group, d, dtype=dtype), _OnGpu(9, 16, 4, d)
         return op.choose(snap, q, k_cache, None, None, None, 1.0)  # type: ignore[arg-type]
 
-    assert arm(defaults, 128, 2) == "tiled_pipelined"  # ON by default
-    assert arm(base, 128, 2) == "tiled"  # its rollback: the plain two passes
+    assert arm(defaults, 128, 2) == "tiled_pipelined_pdl"  # ON by default: the passes chained by PDL
+    assert arm(defaults.with_(VT_ATTN_PDL=False), 128, 2) == "tiled_pipelined"  # its rollback
+    resident[0] = False
+    assert arm(defaults, 128, 2) == "tiled_pipelined"  # grids past 2 blocks per SM: the plain launch
+    assert arm(base, 128, 2) == "tiled"  # the pipelined pass's rollback: the plain two passes
     off = base.with_(VT_ATTN_TILED=False)
     assert arm(off, 256, 4) == "generic"  # the fast arms default off
     assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4) == "warp"
@@ -156,7 +161,7 @@ def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch
     fits = {"fused": True, "pipelined": True}
     monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits["fused"])
     monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: fits["pipelined"])
-    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False)
     args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
     assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip
     assert op.choose(on.with_(VT_ATTN_PV_PIPELINED=False), *args) == "tiled"  # the rollback

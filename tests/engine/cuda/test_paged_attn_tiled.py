@@ -59,8 +59,8 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
     onepass, fused, pdl, pipelined = kernels.paged_decode_attention.arms[:4]
     assert onepass.name == "tiled_onepass" and not onepass.enabled(on)  # the online softmax: first, OFF
     assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: OFF by default
-    assert pdl.name == "tiled_pipelined_pdl" and not pdl.enabled(on)  # its passes chained by PDL: OFF
-    assert pdl.enabled(on.with_(VT_ATTN_PDL=True)) and not pdl.enabled(on.with_(VT_ATTN_PDL=True, VT_ATTN_TILED=False))
+    assert pdl.name == "tiled_pipelined_pdl" and pdl.enabled(on)  # its passes chained by PDL: ON since its flip
+    assert not pdl.enabled(on.with_(VT_ATTN_PDL=False)) and not pdl.enabled(on.with_(VT_ATTN_TILED=False))
     assert pipelined.name == "tiled_pipelined" and pipelined.enabled(on)  # then the pipelined P.V, ON
     assert kernels.paged_decode_attention.arms[4] is tiled  # the plain two passes: its rollback and fallback
     assert tiled.enabled(on) and not tiled.enabled(on.with_(VT_ATTN_TILED=False))

@@ -40,7 +40,7 @@ def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
         assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
     # the arms the default flags take: the tiled decode arm and, since VT_PREFILL_ATTN's flip, the prefill/extend arms
     assert {s.name for s in settings() if s.default} == {
-        "paged_decode_attention/tiled_pipelined",
+        "paged_decode_attention/tiled_pipelined_pdl",
         "prefill_attention/mma",
         "extend_attention/mma",
         "extend_attention/decode_rows",
@@ -57,7 +57,7 @@ def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
     rows, missing = reach_table([run("d128-g4", "tiled", 6), run("long", "tiled", 3)], wanted)
     assert rows[0] == {
         "arm": "paged_decode_attention/tiled",
-        "flags": "VT_ATTN_PV_PIPELINED=0",
+        "flags": "VT_ATTN_PDL=0 VT_ATTN_PV_PIPELINED=0",
         "calls": 9,
         "models": "d128-g4 long",
     }
@@ -159,8 +159,8 @@ def test_forced_split_runs_are_reported_not_judged(monkeypatch) -> None:
     wanted = settings()
     forced = reach.forced_split_settings(wanted, GATE_MODELS["long"], [1, 26])
     assert [s.name for s in forced] == [
-        "paged_decode_attention/tiled_pipelined@s1",
-        "paged_decode_attention/tiled_pipelined@s26",
+        "paged_decode_attention/tiled_pipelined_pdl@s1",
+        "paged_decode_attention/tiled_pipelined_pdl@s26",
     ]
     assert not any(s.default for s in forced) and all(s.snapshot() == forced[0].snapshot() for s in forced)
     assert reach.forced_split_settings(wanted, GATE_MODELS["d128-g16"], [1]) == []  # group 16: not the tiled arm's
