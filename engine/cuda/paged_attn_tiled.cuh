@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "gemv.cuh"  // the programmatic-dependent-launch helpers
 #include "paged_attn.cuh"
 
 namespace vt_tiled {
@@ -86,20 +87,6 @@ template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, f
 template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Programmatic dependent launch (sm_90; no-ops elsewhere and when the launch did not ask for it): the scores pass
-// lets the P.V pass launch once all its blocks have started; the P.V pass issues its first V tiles (which no pass
-// writes) and then waits for the scores pass to finish before it reads the scores and statistics.
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 // The positions a block covers: tiles [t_lo, t_lo + n) of the window [begin, len) of its sequence.
@@ -192,7 +179,8 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
   const int group = a.num_q_heads / a.num_kv_heads;
   const Span sp = split_span(a, b, split, num_splits);
-  allow_dependents();  // a P.V pass launched as a programmatic dependent may start its V loads now
+  // the P.V pass, a programmatic dependent (sm_90), may launch now and issue its V loads (no-op otherwise)
+  vt_gemv::allow_dependents();
 
   // Q as the A operand: this lane's row (query head kvh*group + row) at columns quad*2 and quad*2+8
   // of each 16-wide k step; rows past the group stay zero.
@@ -433,7 +421,7 @@ __global__ void __launch_bounds__(kThreads)
     });
   } else {
     pipeline_prologue<T, D>(pipe_smem, vbase, a, b, sp);
-    wait_for_primary();  // V is the cache as the step stored it; the scores and statistics are the scores pass's
+    vt_gemv::wait_for_inputs();  // V is the cache as the step stored it; the scores are the scores pass's to finish
     T* ptile = reinterpret_cast<T*>(smem_raw + smem_bytes<T, D>());  // [2][kMaxGroup][kPRow]
     float* stat_smem = reinterpret_cast<float*>(ptile + 2 * kMaxGroup * kPRow);
     float* mx_s = stat_smem;               // [kMaxGroup]
