@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from .config import State, Strict
 from .ids import ROW_ID, SHA
-from .yamlio import RecordError, load_model, load_text, validate
+from .yamlio import RecordError, load_model, load_text, read_yaml, validate
 
 AGENTS = ".agents"
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d+)\b")
@@ -129,7 +129,7 @@ def load_records(root: Path) -> Records:
         if loaded:
             rec.issues.append(loaded)
     for path in sorted((base / "ledger").glob("*.json")):
-        loaded = _load(rec, root, path, LedgerEntry)
+        loaded = _load_ledger(rec, root, path)
         if loaded:
             rec.ledger[loaded.path] = loaded
     for path in sorted((base / "specs").glob("*.md")):
@@ -159,6 +159,20 @@ def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loade
         rec.problems.append(exc)
         return None
     return Loaded(_rel(root, path), obj, doc)
+
+
+def _load_ledger(rec: Records, root: Path, path: Path) -> Loaded | None:
+    """A ledger entry by its `schema`: 1 (legacy) or 2 (with provenance, checkers.ledger_schema)."""
+    from .ledger_schema import LedgerRecord2
+
+    rel = _rel(root, path)
+    try:
+        doc = read_yaml(path, rel)
+        model: type[BaseModel] = LedgerRecord2 if isinstance(doc, dict) and doc.get("schema") == 2 else LedgerEntry
+        return Loaded(rel, validate(model, doc, rel), doc)
+    except RecordError as exc:
+        rec.problems.append(exc)
+        return None
 
 
 def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
