@@ -12,7 +12,7 @@ from engine.llm import TINY_MODEL as EMBEDDED_MODEL
 from engine.runner import DTYPES, Runner
 from lab.gates import goldens as gold
 from lab.gates.distributional import distributional_gate
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import repo_root, write_record
 from lab.gates.neartie import (
     DEFAULT_BAND,
     DEFAULT_MAX_NEAR_TIE_RATE,
@@ -144,6 +144,7 @@ def regen(
     ledger_dir: Path | None,
     command: str,
     max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
+    allow_dirty: bool = False,
 ) -> tuple[GateResult, Path | None]:
     """Rewrite a golden from our current ids only if they pass the near-tie gate; then write a ledger record."""
     ours = setup.ours()
@@ -170,7 +171,8 @@ def regen(
             "changed_prompts": changed,
             "neartie": result.details,
         },
-        head_sha(root),
+        flags=setup.flags,
+        allow_dirty=allow_dirty,
     )
     return result, record
 
