@@ -453,6 +453,7 @@ def write_run_record(
             "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},
         },
         flags=setup.flags,
+        selftest=harness.selftest_counts(result),
         allow_dirty=getattr(args, "allow_dirty", False),
     )
 

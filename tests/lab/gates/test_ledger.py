@@ -13,8 +13,10 @@ import torch
 
 from checkers.ledger_schema import SIZE_CAP, LedgerRecord2
 from engine.flags import FLAGS, FlagSnapshot
-from lab.gates import kernels, numerics
+from lab.cli import main
+from lab.gates import kernels, neartie, numerics
 from lab.gates.ledger import DirtyTreeError, figure, write_record
+from lab.gates.tokens import token_gate, token_selftest
 
 
 def _git(root: Path, *args: str) -> str:
@@ -95,3 +97,28 @@ def test_the_kernel_gate_records_its_comparator_self_test(tmp_path: Path):
         LedgerRecord2.model_validate(data)
         assert path == target
         assert data["comparator_selftest"] == {"seeded": numerics.SELF_TEST_SEEDED, "caught": caught}
+
+
+def test_the_token_gate_writes_a_schema_2_record_with_its_self_test(tmp_path: Path, capsys):
+    argv = ["gate", "tokens", "--prompt-lens", "3,5", "--max-new-tokens", "3", "--ledger", str(tmp_path)]
+    assert main([*argv, "--allow-dirty"]) == 0
+    [path] = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    LedgerRecord2.model_validate(data)
+    assert (data["kind"], data["comparator_selftest"]) == ("gate", {"seeded": 2, "caught": 2})
+
+
+def test_the_token_self_test_catches_every_seed_and_a_blind_comparison_none(monkeypatch):
+    oracle = [[5, 6, 7], [8, 9]]
+    assert token_selftest([[1], [2]], oracle) == {"seeded": 2, "caught": 2}
+    assert token_gate([[1], [2]], oracle, oracle).passed
+    blind = lambda prompts, ours, theirs: token_gate(prompts, theirs, theirs)  # noqa: E731 -- sees no change
+    monkeypatch.setattr("lab.gates.tokens.token_gate", blind)
+    assert token_selftest([[1], [2]], oracle) == {"seeded": 2, "caught": 0}
+
+
+def test_the_razor_self_test_catches_the_least_likely_token_and_a_blind_classify_none(monkeypatch):
+    logprobs = [torch.log_softmax(torch.tensor([[4.0, 1.0, 0.5, -3.0, 2.0, 0.0, -1.0]]), dim=-1)] * 3
+    assert neartie.razor_selftest(logprobs, 0.5, 5) == {"seeded": 3, "caught": 3}
+    monkeypatch.setattr(neartie, "classify", lambda lp, tok, band, top_k: {"verdict": neartie.EXACT})
+    assert neartie.razor_selftest(logprobs, 0.5, 5) == {"seeded": 3, "caught": 0}
