@@ -10,6 +10,7 @@ import argparse
 import io
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
         write_ledger(
             args.ledger,
             ["GOV-EVIDENCE"],
-            ".venv/bin/python scripts/bench-checkers.py evidence",
+            ".venv/bin/python scripts/bench-checkers.py evidence " + shlex.join(argv),
             f"rowgate check evidence on this repository: {whole['median_s']:.3f}s whole CLI median "
             f"(goal < {GOAL_S:g}s: {verdict}); in process {results[1]['ratio']:.2f}x its floor; {result.summary}",
             {"reps": args.reps, "arms": results, "check": result.summary},
