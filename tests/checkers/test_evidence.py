@@ -245,3 +245,12 @@ def test_schema_2_record_backs_only_its_figures(repo: GitRepo):
     repo.write({"x": ""})
     (repo.path / ".agents/ledger/clean.json").write_text(_record(v2(repo.head(), results={"tok_per_s": 17900})))
     assert [f.rule for f in _check(repo, "value-mismatch.md").findings] == ["EV001"]
+
+
+def test_config_schema_prints_the_ledger_schema(capsys):
+    from checkers.cli import main
+
+    assert main(["config", "schema", "--ledger"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"].startswith("rowgate ledger record, schema 2")
+    assert {"commit", "clean", "flags", "figures", "comparator_selftest"} <= set(schema["properties"])
