@@ -13,8 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import platform
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +28,7 @@ from engine.flags import FlagSnapshot
 
 SCHEMA = 2
 SIZE_CAP = 8192  # bytes, as checkers.ledger_schema.SIZE_CAP
+MANIFEST = ".tree-manifest.json"  # beside a copy of the tree: its commit and blob ids (see manifest())
 LIBRARIES = ("torch", "transformers", "safetensors", "flashinfer-python", "numpy")
 
 
@@ -49,25 +52,72 @@ def head_sha(root: Path | None) -> str | None:
 
 def provenance(root: Path | None, allow_dirty: bool = False) -> dict[str, Any] | None:
     """`commit`, `clean` and, for a dirty tree, `dirty_allowed` and `diff` (sha256 of `git diff HEAD --binary`
-    and the changed paths); None outside a git checkout. A dirty tree without `allow_dirty` raises."""
+    and the changed paths). A copy of a tree without its git metadata (a device machine's) proves its commit by
+    the manifest `manifest()` wrote beside it. None where neither is there; a dirty tree without `allow_dirty`
+    raises."""
     if root is None:
         return None
     commit = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no", "-z")
     if commit is None or status is None:
-        return None
+        return _from_manifest(root, allow_dirty)
     paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
-    out: dict[str, Any] = {"commit": commit.strip(), "clean": not paths}
+    diff = _git(root, "diff", "HEAD", "--binary", "--no-ext-diff", raw=True) if paths else b""
+    return _judged(commit.strip(), paths, diff if isinstance(diff, bytes) else b"", allow_dirty)
+
+
+def _judged(commit: str, paths: list[str], diff: bytes, allow_dirty: bool) -> dict[str, Any]:
     if not paths:
-        return out
+        return {"commit": commit, "clean": True}
     if not allow_dirty:
         raise DirtyTreeError(
-            f"the tree differs from {commit.strip()[:12]} in {len(paths)} files ({', '.join(paths[:3])}"
+            f"the tree differs from {commit[:12]} in {len(paths)} files ({', '.join(paths[:3])}"
             f"{', ...' if len(paths) > 3 else ''}): commit first, or pass --allow-dirty to record it as dirty"
         )
-    diff = _git(root, "diff", "HEAD", "--binary", "--no-ext-diff", raw=True)
-    digest = hashlib.sha256(diff if isinstance(diff, bytes) else b"").hexdigest()
-    return {**out, "dirty_allowed": True, "diff": {"sha256": digest, "paths": paths}}
+    digest = hashlib.sha256(diff).hexdigest()
+    return {"commit": commit, "clean": False, "dirty_allowed": True, "diff": {"sha256": digest, "paths": paths}}
+
+
+def manifest(root: Path) -> dict[str, Any]:
+    """HEAD and the blob id of every file it tracks, to carry with a copy of the tree (MANIFEST, untracked):
+    the copy then proves which commit it is, file by file, without git. Written from a clean tree only."""
+    commit = _git(root, "rev-parse", "HEAD")
+    listing = _git(root, "ls-tree", "-r", "-z", "HEAD")
+    if commit is None or listing is None:
+        raise DirtyTreeError(f"{root} is not a git checkout")
+    _judged(commit.strip(), sorted(_dirty_paths(root)), b"", allow_dirty=False)  # raises on a dirty tree
+    blobs = {}
+    for entry in listing.split("\0"):
+        if entry:
+            meta, path = entry.split("\t", 1)
+            mode, kind, sha = meta.split()
+            if kind == "blob":
+                blobs[path] = [mode, sha]
+    return {"commit": commit.strip(), "blobs": blobs}
+
+
+def _dirty_paths(root: Path) -> list[str]:
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "-z") or ""
+    return [entry[3:] for entry in status.split("\0") if len(entry) > 3]
+
+
+def _from_manifest(root: Path, allow_dirty: bool) -> dict[str, Any] | None:
+    """A copy's provenance from its manifest: each tracked file hashed as git hashes a blob and compared."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    changed, h = [], hashlib.sha256()
+    for rel, (mode, sha) in sorted(data["blobs"].items()):
+        f = root / rel
+        try:
+            body = os.readlink(f).encode() if mode == "120000" else f.read_bytes()
+        except OSError:
+            body = None  # deleted in the copy
+        if body is None or hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest() != sha:
+            changed.append(rel)
+            h.update(rel.encode() + b"\0" + (body or b""))
+    return _judged(data["commit"], changed, h.digest(), allow_dirty)
 
 
 def device_info(device: str) -> dict[str, str | None]:
@@ -125,7 +175,10 @@ def write_record(
     root = root or repo_root(Path(__file__).resolve().parent)  # the checkout whose code ran
     prov = provenance(root, allow_dirty)
     if prov is None:
-        raise DirtyTreeError("not in a git checkout: a record must name the commit it measured")
+        raise DirtyTreeError(
+            f"not in a git checkout and no {MANIFEST}: a record must name the commit it measured (in the checkout, "
+            f"`python -m lab.gates.ledger manifest` writes the manifest to carry with a copy of the tree)"
+        )
     date = (today or dt.datetime.now(dt.UTC).date()).isoformat()
     snapshot = flags or FlagSnapshot.from_env()
     record: dict[str, Any] = {
@@ -186,3 +239,24 @@ def _run(cmd: list[str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout if out.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lab.gates.ledger manifest [ROOT]`: write ROOT/.tree-manifest.json from its clean checkout."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "manifest":
+        print("usage: python -m lab.gates.ledger manifest [ROOT]", file=sys.stderr)
+        return 2
+    root = Path(args[1]) if len(args) > 1 else (repo_root() or Path.cwd())
+    try:
+        data = manifest(root)
+    except DirtyTreeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    (root / MANIFEST).write_text(json.dumps(data) + "\n")
+    print(f"{root / MANIFEST}: {data['commit'][:12]}, {len(data['blobs'])} files")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,7 +15,8 @@ from checkers.ledger_schema import SIZE_CAP, LedgerRecord2
 from engine.flags import FLAGS, FlagSnapshot
 from lab.cli import main
 from lab.gates import kernels, neartie, numerics
-from lab.gates.ledger import DirtyTreeError, figure, write_record
+from lab.gates.ledger import MANIFEST, DirtyTreeError, figure, write_record
+from lab.gates.ledger import main as ledger_main
 from lab.gates.tokens import token_gate, token_selftest
 
 
@@ -122,3 +123,30 @@ def test_the_razor_self_test_catches_the_least_likely_token_and_a_blind_classify
     assert neartie.razor_selftest(logprobs, 0.5, 5) == {"seeded": 3, "caught": 3}
     monkeypatch.setattr(neartie, "classify", lambda lp, tok, band, top_k: {"verdict": neartie.EXACT})
     assert neartie.razor_selftest(logprobs, 0.5, 5) == {"seeded": 3, "caught": 0}
+
+
+def test_a_copy_without_git_proves_its_commit_by_the_manifest(checkout: Path, tmp_path: Path):
+    import shutil
+
+    (checkout / "link").symlink_to("kernel.py")
+    _git(checkout, "add", "link")
+    _git(checkout, "commit", "-q", "-m", "link")
+    assert ledger_main(["manifest", str(checkout)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    head = _git(checkout, "rev-parse", "HEAD").strip()
+    assert (_write(copy)["commit"], _write(copy)["clean"]) == (head, True)
+    (copy / "kernel.py").write_text("x = 3\n")
+    with pytest.raises(DirtyTreeError, match="--allow-dirty"):
+        _write(copy)
+    data = _write(copy, allow_dirty=True)
+    assert (data["commit"], data["clean"], data["diff"]["paths"]) == (head, False, ["kernel.py"])
+    (copy / MANIFEST).unlink()
+    with pytest.raises(DirtyTreeError, match="not in a git checkout and no .tree-manifest.json"):
+        _write(copy)
+
+
+def test_the_manifest_is_written_from_a_clean_tree_only(checkout: Path, capsys):
+    (checkout / "kernel.py").write_text("x = 9\n")
+    assert ledger_main(["manifest", str(checkout)]) == 1
+    assert "pass --allow-dirty" in capsys.readouterr().err and not (checkout / MANIFEST).exists()
