@@ -100,7 +100,7 @@ class Scheduler:
             seq = self.waiting[0]
             if self.num_state_slots and not self._free_slots:
                 break
-            cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0)
+            cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0, seq.params.prompt_logprobs is None)
             if cached is None:
                 break
             # the chunk is sized after the cache lookup: cached tokens cost no budget
