@@ -265,8 +265,10 @@ class LLM:
         t1 = time.perf_counter()
         sampled = self.runner.run_step(rows, plan.decode)
         t2 = time.perf_counter()
+        # a row takes a token when its step reaches the end of its known tokens (not a chunk short of it)
+        took = [seq.num_computed + n == len(seq.token_ids) for seq, n in plan.rows]
         done = self.scheduler.postprocess(plan, sampled)
-        self._took(plan, self.runner.last_logprobs, self.runner.last_prompt_logprobs, done)
+        self._took(plan, took, self.runner.last_logprobs, self.runner.last_prompt_logprobs, done)
         self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
 
     def _step_overlapped(self) -> None:
@@ -297,7 +299,7 @@ class LLM:
             lps = runner.read_logprobs(out, ks, sampled)
             inside += time.perf_counter() - t
             stopped = self.scheduler.settle(last, sampled)
-            stopped += self._took(last, lps, [], ended + stopped)
+            stopped += self._took(last, [True] * len(last.rows), lps, [], ended + stopped)
             if stopped:  # those rows leave the next step: stage it again without them
                 plan.rows = [(s, n) for s, n in plan.rows if s.status is Status.RUNNING]
                 prepared = None
@@ -317,6 +319,7 @@ class LLM:
     def _took(
         self,
         plan: ScheduledStep,
+        took: list[bool],  # per row: whether it took a token (its step reached the end of its known tokens)
         logprobs: list[Any],
         prompt_logprobs: list[Any],
         finished: list[Sequence],
@@ -334,8 +337,8 @@ class LLM:
                 start = seq.num_computed - n + 1
                 for j, entry in enumerate(prompt_logprobs[i]):
                     req.prompt_logprobs[start + j] = entry
-            if seq.num_computed != len(seq.token_ids) - 1:
-                continue  # a prefill chunk short of the prompt's end: no token taken
+            if not took[i]:
+                continue  # a prefill chunk short of the prompt's end
             if seq.params.logprobs is not None and i < len(logprobs):
                 seq.logprobs.append(logprobs[i])
             if req.metrics.first_token_time is None:
