@@ -431,6 +431,11 @@ class LLM:
         self.runner.inputs_s = [0.0, 0.0]
 
     # --- requests -------------------------------------------------------------
+    def check_request(self, prompt: str | Seq[int], params: SamplingParams) -> list[int]:
+        """The prompt's token ids if the request is valid; else the ValueError or TypeError add_request would
+        raise (naming the field). Reads nothing the engine's steps change: a server's handlers call it."""
+        return self._check(0, prompt, params)[0]
+
     def _enqueue_all(self, caller: str, prompts: Any, params: Any, owner: object) -> list[Request]:
         """Every prompt checked before any is queued: a bad one raises naming it and its field."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
