@@ -42,12 +42,19 @@ def render(
 
 
 def finding_lines(result: Result) -> list[str]:
+    """The findings, each hint printed once per run under the first finding that carries it (a range of
+    58 unsigned commits shares one fix); JSON and SARIF keep the hint on every finding."""
+    shared: dict[str, int] = {}
+    for f in result.findings:
+        if f.hint:
+            shared[f.hint] = shared.get(f.hint, 0) + 1
     lines = []
     for f in result.findings:  # every field escaped: data never breaks or forges a line
         loc = _esc(f.location() or "")
         lines.append(f"{loc + ': ' if loc else ''}{f.rule} {f.name}: {_esc(f.message)}")
-        if f.hint:
-            lines.append(f"    fix: {_esc(f.hint)}")
+        n = shared.pop(f.hint, 0) if f.hint else 0
+        if f.hint and n:
+            lines.append(f"    fix{f' (all {n} findings with this hint)' if n > 1 else ''}: {_esc(f.hint)}")
     return lines
 
 
