@@ -286,6 +286,18 @@ class RoleConfig(Strict):
         "trailer: every commit names its row in a Row: trailer",
     )
     branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode")
+    protected: str = Field("main", description="the branch changes land on; a run on it (or a push to it) lands")
+    protected_ref: str | None = Field(
+        None, description="the ref holding the protected branch's tip; unset: base.ref, else the detected upstream"
+    )
+    pending: bool = Field(
+        True,
+        description="commits not yet on the protected branch are pending: a branch is judged from its merge "
+        "base, and a pending commit may name an issue (Refs #N) or carry outside_marker instead of a row",
+    )
+    outside_marker: str | None = Field(
+        None, description="a trailer line marking an outside contribution, e.g. 'Contribution: outside'"
+    )
 
 
 class GencodeConfig(Strict):
