@@ -37,6 +37,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "claim": ".commands.claim",
     "trailers": ".commands.trailers",
     "init": ".commands.init",
+    "ci": ".commands.ci_base",
 }
 
 EXIT_OUTPUT_CLOSED = 141  # what a shell reports for a command that SIGPIPE ended

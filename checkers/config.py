@@ -340,6 +340,16 @@ class DocsConfig(Strict):
     since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
+class CiConfig(Strict):
+    """Where `rowgate ci base` looks for the base a CI job judges, and the oldest base it may pick."""
+
+    floor: str | None = Field(
+        None, description="full sha of the reviewed enforcement floor: no CI base is ever older than it"
+    )
+    green_ref: str = Field("refs/rowgate/last-green", description="ref the job moves to each commit it passed")
+    green_file: RepoPath | None = Field(None, description="file holding the last green sha (e.g. a CI cache)")
+
+
 class CheckControl(Strict):
     """Whether a check runs (`rowgate preflight` and its hook name a disabled check and do not run it)."""
 
@@ -371,6 +381,7 @@ class Config(Strict):
     gencode: GencodeConfig = Field(default_factory=GencodeConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
+    ci: CiConfig = Field(default_factory=CiConfig)
 
 
 def load_config(root: Path, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
