@@ -159,6 +159,25 @@ class LLM:
             self._touched.pop(r.request_id, None)
         return [self._output(r) for r in reqs]
 
+    def chat(
+        self,
+        messages: Seq[dict[str, Any]] | Seq[Seq[dict[str, Any]]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """generate() on one conversation (a list of {"role", "content"} messages) or several, each rendered by
+        the checkpoint's chat template (tokenizer_config.json), as vLLM's LLM.chat."""
+        from engine.serve.chat import (  # why: jinja2 loads only for chat
+            load_chat_template,
+            render_chat,
+        )
+
+        template, special = load_chat_template(self.model_dir)
+        if template is None:
+            raise ValueError(f"{self.model_dir} has no chat_template in tokenizer_config.json")
+        convs: list[Any] = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        return self.generate([render_chat(template, list(c), special, add_generation_prompt) for c in convs], params)
+
     def stream(
         self,
         prompts: str | Seq[int] | Seq[str | Seq[int]],
