@@ -37,6 +37,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "claim": ".commands.claim",
     "trailers": ".commands.trailers",
     "init": ".commands.init",
+    "ci": ".commands.ci_base",
 }
 
 EXIT_OUTPUT_CLOSED = 141  # what a shell reports for a command that SIGPIPE ended
@@ -133,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", metavar="REF", help="base for the range checks (see `rowgate check ID --help`)")
     p.add_argument("--only", metavar="ID", action="append", help="run only this check (repeatable)")
     p.add_argument("--fail-on-skip", action="store_true", help="a skipped gate fails the run (for CI)")
+    p.add_argument(
+        "--baseline",
+        nargs="?",
+        const="",
+        metavar="REF",
+        help="also run every gate on the merge base with REF (default: the resolved base) and report each "
+        "finding as new, inherited or fixed; only new failures fail the run",
+    )
+    p.add_argument("--fail-on-inherited", action="store_true", help="with --baseline: inherited failures count too")
     p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("rules", help="list every rule id and name, or explain one")
@@ -254,6 +264,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    if args.baseline is not None:
+        from .commands.baseline import run_baseline_command
+
+        return run_baseline_command(ctx, args)
     not_run: list[tuple[str, str]] = []
     results = run_preflight(ctx, args.only, args.base, not_run)
     sys.stdout.write(

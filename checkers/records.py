@@ -58,6 +58,7 @@ class IssueRecord(Strict):
     row: str = Field(pattern=ROW_ID)
     filed: dt.date
     title: str | None = None
+    state: Literal["open", "closed"] = "open"  # closed in the change that closes it (`Closes #N`, pr-body)
 
 
 class LedgerEntry(Strict):
