@@ -21,7 +21,7 @@ from .context import Context
 from .gitio import Git, GitError, discover, discover_repo
 from .output import FORMATS, render
 from .preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
-from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
+from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, Result, exit_code
 
 # The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
 # once instead (scripts/_rowgate.py re-runs under the checkout's .venv on this ModuleNotFoundError).
@@ -235,17 +235,25 @@ def cmd_check(rest: list[str]) -> int:
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     result = run_check(spec, ctx, args)
-    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format)))
+    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format, [result])))
     return result.exit_code
 
 
-def _anchors(ctx: Context, fmt: str) -> dict[str, tuple[str, int | None]] | None:
-    """For SARIF: per check, the config file and line that configure it."""
+def _anchors(ctx: Context, fmt: str, results: list[Result]) -> dict[str, tuple[str, int | None]] | None:
+    """For SARIF: per check, the config file and line that configure it, where that file exists; else, per
+    commit a finding is about, a file that commit changes (keyed by the sha)."""
     if fmt != "sarif":
         return None
-    from .sarif_anchors import config_anchors
+    from .sarif_anchors import commit_paths, config_anchors
 
-    return config_anchors(ctx.source)
+    anchors = {k: v for k, v in config_anchors(ctx.source).items() if (ctx.root / v[0]).is_file()}
+    shas = list(
+        dict.fromkeys(
+            f.commit for r in results for f in r.findings if f.commit and not f.path and r.check not in anchors
+        )
+    )
+    anchors.update({sha: (path, None) for sha, path in commit_paths(ctx.git, ctx.root, shas).items()})
+    return anchors
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -270,7 +278,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             args.fail_on_skip,
             preflight=True,
             not_run=not_run,
-            anchors=_anchors(ctx, args.format),
+            anchors=_anchors(ctx, args.format, results),
         )
     )
     if not results:

@@ -147,6 +147,12 @@ class TrailersConfig(TrailerContract):
         "by the legacy rule (`rowgate init` sets the cutover to the HEAD it found, which predates the contract)",
     )
     exceptions: list[TrailerDebt] = Field(default_factory=list)
+    exempt_authors: list[ConfigPattern] = Field(
+        default_factory=list,
+        description="regexes searched in a commit's author (`Name <email>`, after .mailmap): a matching commit "
+        "is not judged (bots such as Dependabot, whose sign-off names another address); `rowgate init` writes "
+        "the known bots",
+    )
 
 
 class PathClass(Strict):
