@@ -360,7 +360,7 @@ class EvidenceConfig(Strict):
         "optional group `label` its dated label (`DATE SHA [dirty]`)",
     )
     file_names: bool = Field(
-        True, description="a record's file name (`<name>.json`) in a line cites it too (existence and staleness only)"
+        True, description="a record's file name (`<name>.json`) in the text is a reference: the record must exist"
     )
     headline_sections: list[str] = Field(
         default_factory=lambda: ["Numbers"],
@@ -435,7 +435,6 @@ class Config(Strict):
     record: RecordConfig = Field(default_factory=RecordConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
     evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
-
 
     ci: CiConfig = Field(default_factory=CiConfig)
 

@@ -254,3 +254,26 @@ def test_config_schema_prints_the_ledger_schema(capsys):
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"].startswith("rowgate ledger record, schema 2")
     assert {"commit", "clean", "flags", "figures", "comparator_selftest"} <= set(schema["properties"])
+
+
+def test_a_headline_record_whose_commit_is_not_in_the_history_cannot_be_judged_fresh(repo: GitRepo):
+    c = "b" * 40
+    repo.write({".agents/ledger/clean.json": _record(v2(c))})
+    assert _lines(_check(repo, "stale.md")) == [
+        (
+            "EV004",
+            "DOC.md",
+            3,
+            f".agents/ledger/clean.json names commit {c[:12]}, which this history does not hold: whether it is stale "
+            "cannot be told",
+        )
+    ]
+
+
+def test_a_headline_record_that_measured_nothing_cannot_be_judged_fresh(repo: GitRepo):
+    c = repo.git("log", "--format=%H", "--reverse", "HEAD", "--", "src/kernel.py").split()[0]
+    repo.write({".agents/ledger/clean.json": _record(v2(c, paths=[], rows=["GOV-NONE"]))})
+    assert [f.message for f in _check(repo, "stale.md").findings] == [
+        ".agents/ledger/clean.json names no path it measured, and its rows have no anchors: whether it is stale "
+        "cannot be told"
+    ]

@@ -215,6 +215,19 @@ def _judge(
                 out.append(finding)
     if cite.marker and current and block.headline and not legacy:
         since = measured.changes_since(rec)
+        if since is None:
+            held = measured.in_history(rec)
+            why = (
+                f"names commit {rec.commit and rec.commit[:12]}, which this history does not hold"
+                if not held
+                else "names no path it measured, and its rows have no anchors"
+            )
+            fix = (
+                "fetch the full history (a shallow clone cuts it), or re-run the record at HEAD"
+                if not held
+                else "list the measured files in the record's `paths`, or give its rows anchors"
+            )
+            out.append(R_STALE.finding(f"{rec.path} {why}: whether it is stale cannot be told", *where, fix))
         if since:
             finding = R_STALE.finding(
                 f"{rec.path} (at {rec.commit and rec.commit[:7]}) is stale: {len(since)} commits since changed what "

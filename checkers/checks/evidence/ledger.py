@@ -183,6 +183,10 @@ class Measured:
             out += self._row_anchors(row)
         return sorted({p.split(":", 1)[0] for p in out if p})
 
+    def in_history(self, record: Record) -> bool:
+        """The record's commit is one HEAD reaches (not a shallow clone's cut, a rewritten or a foreign sha)."""
+        return record.commit is not None and any(sha == record.commit for sha, _, _ in self._history())
+
     def changes_since(self, record: Record) -> list[str] | None:
         """`short subject` of each commit after the record's that changed a measured path, newest first;
         None when the record names no commit in this history, or measured nothing."""
