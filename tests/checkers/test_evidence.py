@@ -277,3 +277,27 @@ def test_a_headline_record_that_measured_nothing_cannot_be_judged_fresh(repo: Gi
         ".agents/ledger/clean.json names no path it measured, and its rows have no anchors: whether it is stale "
         "cannot be told"
     ]
+
+
+def test_another_repository_layout_from_the_config(git_repo: GitRepo):
+    """The docs page's example: records under bench/records/, numbers in PERF.md cited as `(run: NAME)`, no flag
+    registry and no rows."""
+    c = git_repo.commit("Kernel\n", {"src/kernel.py": "x = 1\n"})
+    git_repo.commit(
+        "Record\n",
+        {
+            "bench/records/serve.json": _record(v2(c)),
+            "PERF.md": "## Results\n\n- Serving: **17,873** tok/s (run: serve).\n- Cited wrong: **18,000** (run: serve).\n",
+            ".agents/config.yaml": (
+                "version: 1\nevidence:\n  ledger_dir: bench/records\n  documents: [PERF.md]\n"
+                "  marker: '\\(run:\\s*(?P<name>[A-Za-z0-9._-]+?)(?:\\s*@\\s*(?P<label>[^)]*))?\\)'\n"
+                "  headline_sections: [Results]\n  flags_file: null\n  anchors_from: null\n"
+            ),
+        },
+    )
+    ctx = Context(root=git_repo.path, config=load_config(git_repo.path), env={})
+    result = evidence.run(ctx, argparse.Namespace())
+    assert _lines(result) == [
+        ("EV001", "PERF.md", 4, "18,000 is not in bench/records/serve.json (to the printed precision)")
+    ]
+    assert result.examined == 1 + 2  # one record, two citations
