@@ -301,3 +301,16 @@ def test_another_repository_layout_from_the_config(git_repo: GitRepo):
         ("EV001", "PERF.md", 4, "18,000 is not in bench/records/serve.json (to the printed precision)")
     ]
     assert result.examined == 1 + 2  # one record, two citations
+
+
+def test_a_schema_2_record_that_validated_is_not_validated_again_until_it_changes(repo: GitRepo, monkeypatch):
+    from checkers.checks.evidence import ledger
+
+    assert _check(repo, "good.md").status.value == "pass"  # validates the four records and remembers them
+    seen: list[str] = []
+    monkeypatch.setattr(ledger, "validate_v2", lambda rec: seen.append(rec.name) or [])
+    assert _check(repo, "good.md").status.value == "pass"
+    assert seen == []  # every record came from the cache, without pydantic
+    repo.write({".agents/ledger/clean.json": _record(v2(repo.head(), summary="changed"))})
+    _check(repo, "good.md")
+    assert seen == ["clean"]

@@ -18,7 +18,7 @@ from ...paths import confine
 from ...results import CheckError, Finding, Result, Rule
 from ...safe_regex import compile_pattern
 from .citations import Block, Citation, scan
-from .ledger import Measured, Record, flag_differences, read_ledger, today_defaults, validate_v2
+from .ledger import Measured, Record, ValidCache, flag_differences, read_ledger, today_defaults, validate_v2
 
 if TYPE_CHECKING:  # the config cache hands the check its section without importing pydantic
     from ...config import EvidenceConfig
@@ -53,7 +53,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     texts = {doc: _read(ctx.root, doc) for doc in cfg.documents}
     defaults = _defaults(ctx.root, cfg)
     measured = Measured(ctx.root, ctx.git, cfg.anchors_from)
-    findings, notes = check_records(records, unreadable, cfg)
+    cache = ValidCache(_cache_path(ctx))
+    findings, notes = check_records(records, unreadable, cfg, cache)
+    cache.save()
     judged = 0
     for doc, text in texts.items():
         blocks = scan(text, compile_pattern(cfg.marker), cfg.file_names, cfg.headline_sections, cfg.defaults_words)
@@ -72,7 +74,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 
 def check_records(
-    records: dict[str, Record], unreadable: list[tuple[str, str]], cfg: EvidenceConfig
+    records: dict[str, Record], unreadable: list[tuple[str, str]], cfg: EvidenceConfig, cache: ValidCache | None = None
 ) -> tuple[list[Finding], list[str]]:
     """Each record on its own: it parses; a schema-2 record is valid, small, and a gate's self-test caught."""
     findings = [R_INVALID.finding(why, path, None, "rewrite it as a JSON object") for path, why in unreadable]
@@ -81,7 +83,7 @@ def check_records(
         if rec.schema == 1:
             legacy_big += rec.size > cfg.size_cap
             continue
-        for problem in validate_v2(rec):
+        for problem in cache.problems(rec) if cache is not None else validate_v2(rec):
             findings.append(
                 R_INVALID.finding(
                     f"schema-2 record: {problem}", rec.path, None, "`rowgate config schema --ledger` prints the schema"
@@ -272,6 +274,15 @@ def _looks_dated(name: str) -> bool:
 def _quote(text: str) -> str:
     flat = " ".join(text.split())
     return f"'{flat[:60]}...'" if len(flat) > 60 else f"'{flat}'"
+
+
+def _cache_path(ctx: Context) -> Path | None:
+    """Where validated schema-2 records are remembered: under the git directory, per work tree."""
+    try:
+        git_dir = ctx.git.text("rev-parse", "--absolute-git-dir").strip()
+    except CheckError:
+        return None
+    return Path(git_dir) / "rowgate" / "ledger-valid" if git_dir else None
 
 
 def _read(root: Path, doc: str) -> str:
