@@ -66,6 +66,12 @@ def test_bad_chat_requests_and_bodies(served: Served) -> None:
     status, out = post(served.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                              "logprobs": True, "top_logprobs": 30})  # fmt: skip
     assert (status, out["error"]["param"]) == (400, "top_logprobs"), out
+    parts = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    status, out = post(served.url + "/v1/chat/completions", {"messages": parts})
+    assert (status, out["error"]["param"]) == (400, "messages"), out
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    status, out = post(served.url + "/v1/chat/completions", {"messages": parts, "max_tokens": 2})
+    assert status == 200 and out["choices"][0]["message"]["role"] == "assistant", out
     status, out = post(served.url + "/v1/completions", b"{not json")
     assert status == 400 and out["error"]["type"] == "invalid_request_error"
 
