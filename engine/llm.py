@@ -364,8 +364,8 @@ class LLM:
                 seq.logprobs.append(logprobs[i])
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
-            k = req.seqs.index(seq)
             if seq.params.stop_strings or req.stream:
+                k = req.seqs.index(seq)
                 hit = req.update_text(k, self.tokenizer)
                 if hit is not None and seq.status is not Status.FINISHED:
                     self.scheduler.finish(seq, "stop")
