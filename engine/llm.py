@@ -33,6 +33,7 @@ TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 DEFAULT_MAX_MODEL_LEN = 4096
 GPU_MEMORY_UTILIZATION = 0.9  # the fraction of free device memory the weights and the KV cache may take
 ACTIVATION_RESERVE = 2 << 30  # bytes kept free for activations besides the per-row logits
+DEFAULT_TP_TIMEOUT_S = 300.0  # a tensor-parallel collective that takes longer is an error, not a hang
 
 
 @dataclass
@@ -55,6 +56,9 @@ class LLM:
     (prompts longer than it are prefilled in chunks). enable_prefix_caching: share the KV blocks of equal
     prompt prefixes; always off for a model with recurrent layers (Qwen3-Next), whose state after a prefix
     is not cached with its blocks. seed: the generator of requests without a seed.
+    tensor_parallel_size: ranks the model is split over (one process each, rank 0 this one; gloo on the CPU,
+    NCCL with one CUDA device per rank); tp_timeout_s bounds every collective (engine.distributed). Call
+    `shutdown()` to stop the other ranks (they stop with this process in any case).
     """
 
     def __init__(
@@ -70,6 +74,8 @@ class LLM:
         enable_prefix_caching: bool = True,
         seed: int = 0,
         flags: FlagSnapshot | None = None,  # the kernel arms' flags (default: the environment, read once)
+        tensor_parallel_size: int = 1,
+        tp_timeout_s: float = DEFAULT_TP_TIMEOUT_S,
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -84,16 +90,21 @@ class LLM:
         if num_blocks is None and device.startswith("cuda"):
             num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
         max_blocks = -(-self.max_model_len // block_size)
-        self.runner = Runner(
-            self.model_dir,
-            torch_dtype,
-            device,
+        runner_kw: dict[str, Any] = dict(
             max_batch=max_num_seqs,
             max_model_len=self.max_model_len,
             block_size=block_size,
             num_blocks=num_blocks or max_num_seqs * max_blocks,
             flags=flags,
         )
+        if tensor_parallel_size != 1:
+            from engine import distributed  # why: spawning ranks is only for tensor parallelism
+
+            self.runner: Runner = distributed.start(
+                tensor_parallel_size, str(self.model_dir), torch_dtype, device, tp_timeout_s, **runner_kw
+            )
+        else:
+            self.runner = Runner(self.model_dir, torch_dtype, device, **runner_kw)
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
@@ -112,6 +123,12 @@ class LLM:
         self._next_id = 0
         self._scheduler_s = {True: 0.0, False: 0.0}
         self._inflight: tuple[ScheduledStep, torch.Tensor] | None = None  # a decode step launched, not read
+
+    def shutdown(self) -> None:
+        """Stop the other tensor-parallel ranks (nothing to do on one device)."""
+        stop = getattr(self.runner, "shutdown", None)
+        if stop is not None:
+            stop()
 
     @property
     def stats(self) -> dict[str, int]:
