@@ -88,7 +88,9 @@ class LLM:
                 f"{config.max_position_embeddings}"
             )
         if num_blocks is None and device.startswith("cuda"):
-            num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
+            num_blocks = cuda_num_blocks(
+                self.model_dir, config, torch_dtype, block_size, max_num_seqs, device, tensor_parallel_size
+            )
         max_blocks = -(-self.max_model_len // block_size)
         runner_kw: dict[str, Any] = dict(
             max_batch=max_num_seqs,
@@ -354,17 +356,19 @@ def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
 
 
 def cuda_num_blocks(
-    model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int, device: str
+    model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int, device: str, tp: int = 1
 ) -> int:
-    """KV blocks that fit beside the weights and the step's activations in the free device memory."""
+    """KV blocks that fit beside the weights and the step's activations in the free device memory (of each of
+    `tp` ranks alike: a rank holds about 1/tp of the weights, of the KV heads (at least one) and of the state)."""
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     elem = torch.empty((), dtype=dtype).element_size()
-    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) // tp
     logits = max_num_seqs * config.vocab_size * 48  # fp32 logits and the sampler's temporaries per row
     kv_layers = sum(1 for i in range(config.num_hidden_layers) if config.has_kv_cache(i))
-    per_block = 2 * kv_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+    kv_heads = max(1, config.num_key_value_heads // tp)
+    per_block = 2 * kv_layers * block_size * kv_heads * config.head_dim * elem
     budget = int(free * GPU_MEMORY_UTILIZATION) - weights - logits - ACTIVATION_RESERVE
-    budget -= recurrent_state_bytes(config, max_num_seqs + 1, elem)
+    budget -= recurrent_state_bytes(config, max_num_seqs + 1, elem) // tp
     if budget < per_block:
         raise ValueError(
             f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "

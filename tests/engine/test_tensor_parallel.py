@@ -37,8 +37,8 @@ def prompts(seed: int = 1, lens: tuple[int, ...] = (8, 24, 15, 30)) -> list[list
     return [[rng.randrange(211) for _ in range(n)] for n in lens]
 
 
-def run(path: Path, size: int, **kw: object) -> tuple[list[list[int]], dict[str, int]]:
-    llm = LLM(path, "float32", "cpu", tensor_parallel_size=size, **{**SERVE, **kw})  # type: ignore[arg-type]
+def run(path: Path, size: int, device: str = "cpu", **kw: object) -> tuple[list[list[int]], dict[str, int]]:
+    llm = LLM(path, "float32", device, tensor_parallel_size=size, **{**SERVE, **kw})  # type: ignore[arg-type]
     try:
         outs = llm.generate(prompts(), GREEDY)
         llm.scheduler.check_empty()
@@ -71,8 +71,8 @@ def test_qwen3_next_two_ranks_split_the_delta_net_heads(next_checkpoint: Callabl
 
 @pytest.mark.parametrize("method", ["awq", "gptq", "nvfp4"])
 def test_quantized_two_ranks_cut_along_the_packing(method: str, tmp_path: Path) -> None:
-    from engine.data.make_tiny import build
-    from engine.data.make_tiny_quant import write_pair
+    from lab.data.make_tiny import build
+    from lab.data.make_tiny_quant import write_pair
     from tests.engine.conftest import TINY
 
     quantized, _ = write_pair(build(5, **{**TINY, **QUANT_TINY}), method, tmp_path)
