@@ -29,7 +29,8 @@ from engine.model import parallel
 from engine.model.config import load_config
 from engine.runner import PreparedDecode, Runner, StepRow
 
-DEFAULT_TIMEOUT_S = 300.0  # a collective (or a rank's start-up) that takes longer is an error, not a hang
+DEFAULT_TIMEOUT_S = 300.0  # a collective that takes longer is an error, not a hang
+START_TIMEOUT_S = 600.0  # at least this long for a rank to start (import torch) and to load its shard
 REPORT_WAIT_S = 5.0  # how long rank 0 waits, after a failed collective, for the failed rank's own report
 
 
@@ -103,7 +104,7 @@ def start(
     parallel.check(load_config(model_dir), size)
     check_devices(size, device)
     flags = runner_kw.pop("flags", None) or FlagSnapshot.from_env()
-    timeout = datetime.timedelta(seconds=timeout_s)
+    timeout = datetime.timedelta(seconds=max(timeout_s, START_TIMEOUT_S))
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False
     )
@@ -111,6 +112,9 @@ def start(
     ctx = mp.get_context("spawn")
     workers = Workers(ctx, spec)
     try:
+        # every other rank is joining when rank 0 does: the group's connect, timed by the collectives'
+        # timeout, does not wait for a process to start
+        workers.wait_for("joining")
         try:
             group = Group(0, size, store, torch.device(device), timeout_s)
         except Exception as exc:
@@ -121,7 +125,7 @@ def start(
             workers.stop()
             raise
         assert isinstance(runner, ShardedRunner)
-        workers.wait_ready()
+        workers.wait_for("ready")
     except BaseException:
         workers.kill()
         raise
@@ -137,6 +141,7 @@ class Workers:
         self.procs: list[Any] = []
         self.pipes: list[Connection] = []
         self.timeout_s = spec.timeout_s
+        self.start_timeout_s = max(spec.timeout_s, START_TIMEOUT_S)
         for rank in range(1, spec.size):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(rank, spec, theirs), name=f"engine-tp-rank{rank}", daemon=True)
@@ -146,13 +151,14 @@ class Workers:
             self.pipes.append(mine)
         self.closed = False
 
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
+    def wait_for(self, state: str) -> None:
+        """Every rank's report that it is `state` ("joining" the group, "ready" to serve), or a RankError."""
+        deadline = time.monotonic() + self.start_timeout_s
         for rank, pipe in enumerate(self.pipes, 1):
             if not pipe.poll(max(0.0, deadline - time.monotonic())):
-                raise self._error(f"rank {rank} not ready after {self.timeout_s:.0f} s (timeout)")
+                raise self._error(f"rank {rank} not {state} after {self.start_timeout_s:.0f} s (timeout)")
             msg = self._recv(rank, pipe)
-            if msg[0] != "ready":
+            if msg[0] != state:
                 raise self._error(f"rank {rank} failed at start-up: {msg[1]}")
 
     def send(self, message: tuple[Any, ...]) -> None:
@@ -172,7 +178,12 @@ class Workers:
             if cause is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        message = cause or f"a collective failed during {during}: {first_line(exc)}"
+        if cause is not None:
+            message = cause
+        elif "timed out" in str(exc).lower():  # a rank that hangs keeps its connections open: only this ends it
+            message = f"a collective timed out after {self.timeout_s:g} s (tp_timeout_s) during {during}"
+        else:
+            message = f"a collective failed during {during}: {first_line(exc)}"
         self.kill()
         raise RankError(f"tensor parallel: {message}; every rank was stopped") from exc
 
@@ -283,13 +294,14 @@ class ShardedRunner(Runner):
 def worker_main(rank: int, spec: Spec, pipe: Connection) -> None:
     """Rank `rank`: join the group, build its shard of the model, then run every step rank 0 sends."""
     try:
-        timeout = datetime.timedelta(seconds=spec.timeout_s)
+        timeout = datetime.timedelta(seconds=max(spec.timeout_s, START_TIMEOUT_S))
         store = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", spec.port, spec.size, is_master=False, timeout=timeout
         )
         device = torch.device(f"cuda:{rank}" if torch.device(spec.device).type == "cuda" else "cpu")
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        pipe.send(("joining", ""))
         group = Group(rank, spec.size, store, device, spec.timeout_s)
         runner = spec.runner(rank, group)
         pipe.send(("ready", ""))

@@ -122,3 +122,19 @@ def test_a_killed_rank_ends_the_run_with_its_error(tiny_checkpoint: Callable[...
             llm.step()
     assert str(err.value) == "tensor parallel: rank 1 died (killed by SIGKILL); every rank was stopped"
     assert all(not p.is_alive() for p in workers.procs)
+
+
+def test_a_hung_rank_ends_the_run_on_the_collective_timeout(tiny_checkpoint: Callable[..., Path]) -> None:
+    # a stopped process keeps its connections open: only the timeout on the collective ends the wait
+    llm = LLM(tiny_checkpoint("dense", seed=3), "float32", "cpu", tensor_parallel_size=2, tp_timeout_s=2, **SERVE)  # type: ignore[arg-type]
+    workers = llm.runner.workers  # type: ignore[attr-defined]
+    llm.add_request(prompts()[1], GREEDY)
+    llm.step()
+    os.kill(workers.procs[0].pid, signal.SIGSTOP)
+    with pytest.raises(RankError) as err:
+        while llm.has_unfinished_requests():
+            llm.step()
+    assert str(err.value) == (
+        "tensor parallel: a collective timed out after 2 s (tp_timeout_s) during a step; every rank was stopped"
+    )
+    assert all(not p.is_alive() for p in workers.procs)
