@@ -280,7 +280,7 @@ class ShardedRunner(Runner):
             self.workers.fail(exc, "a step")
             raise
 
-    def read_tokens(self, out: torch.Tensor, n: int) -> list[int]:
+    def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
         try:
             return super().read_tokens(out, n)
         except RuntimeError as exc:
