@@ -8,9 +8,16 @@ small batch; N=4 runs once, on the dense model, where it also replicates the 2 K
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +26,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.distributed import RankError, check_devices
 from engine.flags import FlagSnapshot
+from engine.llm import TINY_MODEL
 from engine.model import parallel
 from tests.engine.model.qwen3_next_tiny import next_checkpoint
 
@@ -138,3 +146,35 @@ def test_a_hung_rank_ends_the_run_on_the_collective_timeout(tiny_checkpoint: Cal
         "tensor parallel: a collective timed out after 2 s (tp_timeout_s) during a step; every rank was stopped"
     )
     assert all(not p.is_alive() for p in workers.procs)
+
+
+def test_serve_over_two_ranks_answers_with_the_tokens_of_one() -> None:
+    """`python -m engine serve --tensor-parallel-size 2`: a greedy completion as LLM on one process gives it."""
+    ids = prompts()[1]
+    one = LLM(TINY_MODEL, "float32", "cpu", max_num_seqs=1).generate([ids], GREEDY)[0].token_ids
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "-m", "engine", "serve", "--device", "cpu", "--dtype", "float32", "--port", str(port)]
+    proc = subprocess.Popen([*argv, "--tensor-parallel-size", "2"], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    body = {"prompt": ids, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        end = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=60) as r:
+                    out = json.loads(r.read())
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < end, proc.stderr.read().decode()  # type: ignore[union-attr]
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert out["choices"][0]["token_ids"] == one
