@@ -27,7 +27,9 @@ from engine import LLM, SamplingParams
 from engine.distributed import RankError, check_devices
 from engine.flags import FlagSnapshot
 from engine.llm import TINY_MODEL
+from engine.logprobs import Logprob
 from engine.model import parallel
+from engine.requests import RequestOutput
 from tests.engine.model.qwen3_next_tiny import next_checkpoint
 
 __all__ = ["next_checkpoint"]  # the fixture, imported
@@ -178,3 +180,31 @@ def test_serve_over_two_ranks_answers_with_the_tokens_of_one() -> None:
         proc.terminate()
         proc.wait(timeout=30)
     assert out["choices"][0]["token_ids"] == one
+
+
+def test_seeded_sampling_logprobs_and_penalties_match_one_rank(tiny_checkpoint: Callable[..., Path]) -> None:
+    """Every rank samples from the gathered logits with the request's seed: the same tokens and logprobs."""
+    path = tiny_checkpoint("dense", seed=3)
+    params = [
+        SamplingParams(max_tokens=5, temperature=0.9, top_p=0.9, seed=7, logprobs=2, prompt_logprobs=1),
+        SamplingParams(max_tokens=5, temperature=0.7, top_k=20, seed=8, repetition_penalty=1.3, ignore_eos=True),
+    ]
+    outs = {}
+    for size in (1, 2):
+        llm = LLM(path, "float32", "cpu", tensor_parallel_size=size, **SERVE)  # type: ignore[arg-type]
+        try:
+            outs[size] = llm.generate(prompts()[:2], params)
+        finally:
+            llm.shutdown()
+    assert [o.token_ids for o in outs[2]] == [o.token_ids for o in outs[1]]
+    one, two = outs[1][0], outs[2][0]
+    # the same tokens and ranks at every position; the values up to fp32 summation order (row-parallel sums)
+    for mine, theirs in zip(flat(one), flat(two), strict=True):
+        assert {t: lp.rank for t, lp in mine.items()} == {t: lp.rank for t, lp in theirs.items()}
+        assert [lp.logprob for lp in mine.values()] == pytest.approx([lp.logprob for lp in theirs.values()], abs=1e-4)
+
+
+def flat(out: RequestOutput) -> list[dict[int, Logprob]]:
+    positions = [*(out.prompt_logprobs or []), *(out.outputs[0].logprobs or [])]
+    assert len(positions) == len(prompts()[0]) + 5  # a None for the first prompt token, then every one
+    return [p for p in positions if p is not None]
