@@ -150,6 +150,12 @@ def row(module: M, ranges: Ranges) -> M:
 def _shard_linear(module: nn.Module, dim: str, ranges: Ranges, shard: Shard) -> None:
     if hasattr(module, "quant"):  # a QuantLinear: its packed tensors are cut as they load
         module.shard = (dim, ranges)  # type: ignore[assignment]
+        q = module.quant
+        if dim == "in" and q.method == "gptq" and q.desc_act:  # every group's scales and zeros stay (quant_slice)
+            groups = -(-sum(b - a for a, b in ranges) * shard.size // q.group_size)
+            for key in ("scales", "qzeros"):
+                dtypes, shape = module.expected[key]
+                module.expected[key] = (dtypes, (groups, *shape[1:]))
     else:
         module.weight.weight_loader = slicer(0 if dim == "out" else 1, ranges)  # type: ignore[union-attr]
     bias = getattr(module, "bias", None)
@@ -213,23 +219,22 @@ def quant_slice(q: QuantConfig, key: str, t: torch.Tensor, shard: tuple[str, Ran
         return cut(t, 0 if side == "out" else 1, ranges, name)
     dims = _QUANT_DIMS[(q.method, key)]
     how = dims[0] if side == "out" else dims[1]
-    if q.method == "gptq" and side == "in" and q.desc_act:
-        # its groups are scattered over the input features: a slice of them needs every group's scales
-        raise ValueError(f"{name}: a GPTQ act-order layer cannot be split along its input (tensor parallel)")
     if how is None:
         return t
     dim, unit = how
-    group = q.group_size or 0
+    group = q.group_size
+    if unit == "group" and (group == 0 or (q.method == "gptq" and q.desc_act)):
+        # one group over all of K, or act order (a slice of K reads groups from anywhere, by g_idx): every
+        # rank keeps every group's scales and zeros
+        return t
     per = {"1": 1, "2": 2, "16": 16, "pack": 32 // q.bits, "group": group}[unit]
-    if per <= 0:
-        raise ValueError(f"{name}: a layer quantized in one group cannot be split along its input")
     if any(a % per or b % per for a, b in ranges):
         raise ValueError(
             f"{name}: this rank's features {list(ranges)} do not fall on the {q.method.upper()} "
             f"{'group' if unit == 'group' else 'packing'} of {per}; use fewer ranks"
         )
     piece = cut(t, dim, tuple((a // per, b // per) for a, b in ranges), name)
-    if key == "g_idx":
+    if key == "g_idx" and group and not q.desc_act:
         piece = piece - ranges[0][0] // group  # the group numbers of this rank's slice start at 0
     return piece
 

@@ -79,7 +79,7 @@ def test_qwen3_next_two_ranks_split_the_delta_net_heads(next_checkpoint: Callabl
     assert_same_as_one(next_checkpoint("moe-shared-expert"), 2)
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq", "nvfp4"])
+@pytest.mark.parametrize("method", ["awq", "gptq", "gptq-act-order", "gptq-8bit", "nvfp4"])
 def test_quantized_two_ranks_cut_along_the_packing(method: str, tmp_path: Path) -> None:
     from lab.data.make_tiny import build
     from lab.data.make_tiny_quant import write_pair
