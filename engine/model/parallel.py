@@ -20,7 +20,7 @@ import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -150,12 +150,13 @@ def row(module: M, ranges: Ranges) -> M:
 def _shard_linear(module: nn.Module, dim: str, ranges: Ranges, shard: Shard) -> None:
     if hasattr(module, "quant"):  # a QuantLinear: its packed tensors are cut as they load
         module.shard = (dim, ranges)  # type: ignore[assignment]
-        q = module.quant
+        q = cast(QuantConfig, module.quant)
         if dim == "in" and q.method == "gptq" and q.desc_act:  # every group's scales and zeros stay (quant_slice)
             groups = -(-sum(b - a for a, b in ranges) * shard.size // q.group_size)
+            expected = cast(dict[str, tuple[Any, tuple[int, ...]]], module.expected)
             for key in ("scales", "qzeros"):
-                dtypes, shape = module.expected[key]
-                module.expected[key] = (dtypes, (groups, *shape[1:]))
+                dtypes, shape = expected[key]
+                expected[key] = (dtypes, (groups, *shape[1:]))
     else:
         module.weight.weight_loader = slicer(0 if dim == "out" else 1, ranges)  # type: ignore[union-attr]
     bias = getattr(module, "bias", None)
