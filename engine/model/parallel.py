@@ -269,4 +269,5 @@ def gather_logits(logits: torch.Tensor, vocab: int, comm: Collectives | None) ->
     alike; only rank 0's sampled tokens are read."""
     if comm is None:
         return logits
-    return comm.all_gather(logits)[:, :vocab]
+    full = comm.all_gather(logits)
+    return full if full.shape[-1] == vocab else full[:, :vocab].contiguous()  # the kernels take dense rows
