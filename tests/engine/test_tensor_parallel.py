@@ -89,9 +89,10 @@ def test_quantized_two_ranks_cut_along_the_packing(method: str, tmp_path: Path) 
     assert_same_as_one(quantized, 2)
 
 
-def test_async_scheduling_drives_the_ranks_alike(tiny_checkpoint: Callable[..., Path]) -> None:
-    """VT_ASYNC_SCHEDULE: rank 0 prepares a decode step before it reads the last; the ranks follow."""
-    flags = FlagSnapshot.defaults().with_(VT_ASYNC_SCHEDULE=True)
+def test_synchronous_scheduling_drives_the_ranks_alike(tiny_checkpoint: Callable[..., Path]) -> None:
+    """VT_ASYNC_SCHEDULE off: every decode step is one run_step message (the other tests run the default,
+    where rank 0 prepares a decode step before it reads the last and sends it at launch)."""
+    flags = FlagSnapshot.defaults().with_(VT_ASYNC_SCHEDULE=False)
     assert_same_as_one(tiny_checkpoint("dense", seed=3), 2, flags=flags)
 
 
