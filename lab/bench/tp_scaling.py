@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    llms = {n: LLM(args.model, args.dtype, args.device, max_num_seqs=args.batch, tensor_parallel_size=n) for n in sizes}
+    # every size is alive at once (interleaved reps) on the same first device: each takes a bounded share
+    kw = dict(max_num_seqs=args.batch, max_model_len=args.tokens + 8, gpu_memory_utilization=0.8 / len(sizes))
+    llms = {n: LLM(args.model, args.dtype, args.device, tensor_parallel_size=n, **kw) for n in sizes}
     try:
         prompts = [[1 + i % 7] for i in range(args.batch)]
         params = SamplingParams(max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
