@@ -265,6 +265,9 @@ class ShardedRunner(Runner):
         except RuntimeError as exc:  # gloo and NCCL raise RuntimeError (or a subclass) for a failed collective
             self.workers.fail(exc, "a step")
             raise  # not reached: fail raises
+        except BaseException:  # any other error leaves the ranks mid-step: none can go on
+            self.workers.kill()
+            raise
 
     @torch.inference_mode()
     def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
@@ -278,6 +281,9 @@ class ShardedRunner(Runner):
             return super().launch_decode(prepared, tokens)
         except RuntimeError as exc:
             self.workers.fail(exc, "a step")
+            raise
+        except BaseException:
+            self.workers.kill()
             raise
 
     def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
@@ -309,7 +315,8 @@ def worker_main(rank: int, spec: Spec, pipe: Connection) -> None:
     except (EOFError, KeyboardInterrupt):
         pass  # rank 0 is gone: nothing to report to
     except Exception as exc:
-        collective = "gloo" in str(exc).lower() or "nccl" in str(exc).lower() or "timed out" in str(exc).lower()
+        lowered = str(exc).lower()
+        collective = isinstance(exc, dist.DistError) or any(w in lowered for w in ("gloo", "nccl", "timed out"))
         text = ("collective failed: " if collective else "") + first_line(exc)
         traceback.print_exc()  # the whole story on this rank's stderr; rank 0 raises the one line
         try:
