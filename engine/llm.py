@@ -102,7 +102,7 @@ class LLM:
                     self.model_dir, local, torch_dtype, max_num_seqs, device, gpu_memory_utilization, tp
                 )
             else:
-                budget = CPU_KV_CACHE_MEMORY
+                budget = CPU_KV_CACHE_MEMORY // tp  # the ranks' caches share the host's memory
             if budget < per_block:
                 raise ValueError(f"kv_cache_memory={budget} bytes holds no KV block ({per_block} bytes)")
             num_blocks = min(budget // per_block, max_num_seqs * max_blocks)
