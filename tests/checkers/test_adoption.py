@@ -293,8 +293,9 @@ def test_first_push_to_an_empty_remote_judges_the_pushed_commits(tmp_path: Path)
     proc = rowgate("check", "commit-trailers", "--preset", "dco", cwd=repo.path, **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
-        f"rowgate: base none (pre-push to origin: the remote has none of its "
-        f"history): every commit of head {repo.head()[:12]}, from the root"
+        "rowgate: base none (pre-push to origin: the remote has none of its history; for a new fork or mirror "
+        "that already holds it, `git fetch origin` first (or set $ROWGATE_BASE) so only new commits are judged): "
+        f"every commit of head {repo.head()[:12]}, from the root"
     )
     assert proc.stdout.startswith(f"TR001 trailer-missing: {repo.head()[:12]}: no Signed-off-by")
     repo.git("commit", "-q", "--amend", "-s", "--no-edit")
