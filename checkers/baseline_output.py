@@ -66,16 +66,18 @@ def verdict(report: Baseline, fail_on_inherited: bool = False) -> str:
     code = report.exit_code(fail_on_inherited)
     parts = []
     if new:
-        parts.append(f"{sum(len(report_gate.of(NEW)) for report_gate in report.gates)} new ({', '.join(new)})")
+        parts.append(f"{sum(len(g.of(NEW)) for g in report.gates)} new ({', '.join(new)})")
     if inherited:
         fixed = [g for g in report.gates if g.fixed_by]
         tail = "; fixed upstream: " + ", ".join(f"{g.check} at {g.fixed_by[:12]}" for g in fixed if g.fixed_by)
         parts.append(f"inherited from the base ({', '.join(inherited)}){tail if fixed else ''}")
     if code:
         return "NOT green: " + "; ".join(parts) + ("" if fail_on_inherited else " (only new failures count)")
+    fixed = sum(len(g.of(FIXED)) for g in report.gates)
+    also = f"; the branch fixes {fixed} the base has" if fixed else ""
     if inherited:
-        return "No new failures: " + "; ".join(parts) + " (--fail-on-inherited makes them count)"
-    return "No new failures: the branch adds none and the base has none"
+        return "No new failures: " + "; ".join(parts) + also + " (--fail-on-inherited makes them count)"
+    return f"No new failures: the branch adds none{also or ' and the base has none'}"
 
 
 def render_json(report: Baseline, fail_on_inherited: bool = False) -> str:
