@@ -129,3 +129,16 @@ def test_identity_ignores_lines_and_shas_but_not_commits_or_paths():
     assert identity(a) != identity(a._replace(path="src/b.py"))
     assert identity(a) != identity(a._replace(commit="f" * 40))
     assert identity(a) != identity(a._replace(message="VT_Y read at src/a.py:2"))
+
+
+def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
+    """The commit gates have nothing to judge there: a skip that says so, not an error of the branch's."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "SKIP  role-discipline  base: not run (judges the branch's own commits); this branch skips: the branch "
+        "has no commits of its own (head is the merge base)"
+    ) in proc.stdout.splitlines()
+    assert proc.stdout.splitlines()[-1] == "No new failures: the branch adds none and the base has none"
