@@ -142,3 +142,17 @@ def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
         "has no commits of its own (head is the merge base)"
     ) in proc.stdout.splitlines()
     assert proc.stdout.splitlines()[-1] == "No new failures: the branch adds none and the base has none"
+
+
+def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path):
+    """A pending commit that names nothing: RD004 on the commit, new, anchored where plain SARIF anchors it."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    sha = c.clone.commit("Nothing named\n", {"README.md": "x\n"})
+    proc = rowgate("preflight", "--baseline", "--format", "sarif", cwd=c.clone.path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [result] = accepted(json.loads(proc.stdout))
+    location = result["locations"][0]
+    assert (result["ruleId"], result["baselineState"]) == ("RD004", "new")
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == ".agents/config.yaml"
+    assert location["logicalLocations"][0]["name"] == sha
