@@ -19,7 +19,9 @@ DEFAULT_TIMEOUT_S = 60.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Settings a repository's own config could use to change what rowgate parses: every call overrides them
 # (user and system config are not read at all). Trailer parsing, log and diff output shape, encodings,
-# path quoting, and the fsmonitor program a status would otherwise run.
+# path quoting, and every program-valued key with a fixed name (a repository's config is a branch's
+# content: no program it names may run). Keys whose names the repository chooses (filter, diff and merge
+# drivers) are neutralised per repository (Git._driver_overrides).
 CONFIG_OVERRIDES = (
     "trailer.separators=:",
     "trailer.where=end",
@@ -37,6 +39,17 @@ CONFIG_OVERRIDES = (
     "core.quotePath=false",
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
+    "core.pager=cat",
+    "core.askPass=",
+    "core.sshCommand=",
+    "core.editor=:",
+    "core.alternateRefsCommand=",
+    "sequence.editor=:",
+    "diff.external=",
+    "credential.helper=",
+    "gpg.program=false",
+    "protocol.allow=never",
+    "uploadpack.packObjectsHook=",
     "diff.noprefix=false",
     "diff.mnemonicPrefix=false",
     "diff.relative=false",
@@ -45,6 +58,8 @@ CONFIG_OVERRIDES = (
     "notes.displayRef=",
 )
 _CONFIG_ARGS = tuple(a for kv in CONFIG_OVERRIDES for a in ("-c", kv))
+# Driver keys that name a program, by section: `<section>.<driver>.<key>`, the driver named by the repository.
+_DRIVER_PROGRAMS = {"filter": ("clean", "smudge", "process"), "diff": ("textconv", "command"), "merge": ("driver",)}
 # What locates a repository from the environment: honoured only when no --repo was given and nothing else
 # finds one (a hook run with GIT_DIR set outside its work tree).
 _LOCATORS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
@@ -176,11 +191,55 @@ class TrailedCommit(NamedTuple):
         return self.trailers.get("Row", ())
 
 
+def driver_overrides(config_list: bytes) -> dict[str, str]:
+    """From `git config --list -z`, every program-valued driver key the config defines (a filter's clean,
+    smudge and process, a diff driver's textconv and command, a merge driver), set empty (git then runs
+    nothing), and each filter made optional, so the file passes through unfiltered instead of failing."""
+    out: dict[str, str] = {}
+    for entry in config_list.decode("utf-8", errors="surrogateescape").split("\0"):
+        name = entry.split("\n", 1)[0]
+        section, _, rest = name.partition(".")
+        driver, _, key = rest.rpartition(".")
+        if driver and key.lower() in _DRIVER_PROGRAMS.get(section.lower(), ()):
+            out[f"{section}.{driver}.{key}"] = ""
+            if section.lower() == "filter":
+                out[f"{section}.{driver}.required"] = "false"
+    return out
+
+
+def _config_env(overrides: dict[str, str]) -> dict[str, str]:
+    """`overrides` as GIT_CONFIG_COUNT/KEY_n/VALUE_n: unlike `-c`, a key may hold `=` or any byte."""
+    env = {"GIT_CONFIG_COUNT": str(len(overrides))}
+    for i, (key, value) in enumerate(overrides.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
 class Git:
     def __init__(self, root: Path, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.root = Path(root)
         self.timeout_s = timeout_s
-        self._env = git_env(_located_by_env.get(str(self.root)))
+        self._base_env = git_env(_located_by_env.get(str(self.root)))
+        self._env_ready: dict[str, str] | None = None
+
+    @property
+    def _env(self) -> dict[str, str]:
+        """The environment of this repository's git calls: git_env() plus the repository's own driver
+        programs switched off (one `git config --list` the first time)."""
+        if self._env_ready is None:
+            try:
+                listed = subprocess.run(
+                    git_command("-C", str(self.root), "config", "--list", "-z"),
+                    capture_output=True,
+                    env=self._base_env,
+                    timeout=self.timeout_s,
+                    check=False,
+                ).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                listed = b""  # the call that needs git reports the failure
+            self._env_ready = {**self._base_env, **_config_env(driver_overrides(listed))}
+        return self._env_ready
 
     def run(
         self, *args: str, input: bytes | None = None, ok_codes: tuple[int, ...] = (0,), timeout_s: float | None = None
@@ -608,7 +667,16 @@ class Git:
         """Per commit, the YAML files under `directory` whose top-level `key` changed: path -> (old, new);
         a created file has old None, a deleted one new None. One `git log -p -U0` for the range."""
         out = self.text(
-            "log", "-p", "-U0", "--no-renames", "--no-ext-diff", "--format=%x01%H", rev_range, "--", directory
+            "log",
+            "-p",
+            "-U0",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--format=%x01%H",
+            rev_range,
+            "--",
+            directory,
         )
         pattern = f"{key}:"
         result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
