@@ -464,3 +464,12 @@ def test_a_pairing_rule_with_several_uncaptured_placeholders_names_the_first_it_
         "error",
         "pairing rule 'checker-test': require uses {zone}, which when does not capture",
     )
+
+
+def test_a_pairing_rule_captures_in_one_pass_on_a_long_path():
+    """`when` placeholders are captured by the linear matcher (checkers.globmatch), shortest first as the
+    regex `[^/]+?` did; a long path that does not match ends at once instead of backtracking."""
+    rule = PairRule(name="deep", when="**/{a}{b}*x*x*x*x.py", require="tests/{a}/{b}.py")
+    pairing = Pairing.compile(rule)
+    assert pairing.required("src/mxxxxx.py") == ["tests/m/x.py"]
+    assert pairing.required("src/" + "x" * 5000 + ".pyc") is None
