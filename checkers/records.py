@@ -133,8 +133,10 @@ def load_records(root: Path) -> Records:
         if loaded:
             rec.ledger[loaded.path] = loaded
     for path in sorted((base / "specs").glob("*.md")):
-        spec = parse_spec(path.read_text(encoding="utf-8"), _rel(root, path))
-        rec.specs[spec.path] = spec
+        text = _read_text(rec, root, path)
+        if text is not None:
+            spec = parse_spec(text, _rel(root, path))
+            rec.specs[spec.path] = spec
     return rec
 
 
@@ -151,10 +153,23 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
+def _read_text(rec: Records, root: Path, path: Path) -> str | None:
+    """A markdown record's text, read bounded and inside the repository; a refusal (too big, a link out,
+    a directory or FIFO named like a record, invalid UTF-8) is one problem of that record, not a stop."""
+    from .boundedio import RECORD_CAP, Unreadable, read_text
+
+    rel = _rel(root, path)
+    try:
+        return read_text(path, RECORD_CAP, root, rel).replace("\r\n", "\n")
+    except (Unreadable, FileNotFoundError) as exc:
+        rec.problems.append(RecordError(rel, [(None, "", getattr(exc, "why", "file not found"))]))
+        return None
+
+
 def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loaded | None:
     # JSON ledger entries are read by the YAML loader too: JSON is YAML, and it keeps line numbers.
     try:
-        obj, doc = load_model(model, path, _rel(root, path))
+        obj, doc = load_model(model, path, _rel(root, path), root)
     except RecordError as exc:
         rec.problems.append(exc)
         return None
@@ -163,7 +178,9 @@ def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loade
 
 def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
     rel = _rel(root, path)
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(rec, root, path)
+    if text is None:
+        return None
     if not text.startswith("---\n") or "\n---\n" not in text[4:]:
         rec.problems.append(RecordError(rel, [(1, "", "missing YAML front matter (--- number/row/filed ---)")]))
         return None
