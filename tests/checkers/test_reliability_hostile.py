@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
 import stat
 from collections.abc import Iterator
@@ -223,3 +224,245 @@ def test_configured_patterns_share_one_time_budget_per_check_run(rowgate_repo: G
         "error",
         f"configured patterns ran past their budget of 0.3s for this check run (last: '{slow}')",
     )
+
+
+# --- 3. reads are bounded, confined, and only of regular files -------------------------------------------
+
+
+def _records_problems(repo: GitRepo) -> list[str]:
+    from checkers.records import load_records
+
+    with no_hang(30):
+        rec = load_records(repo.path)
+    return [line for p in rec.problems for line in p.lines()]
+
+
+@pytest.mark.parametrize("where", [".agents/rows/GOV-ZERO.yaml", ".agents/specs/GOV-ZERO.md"])
+def test_a_record_linked_to_dev_zero_is_one_problem_not_a_read_without_end(rowgate_repo: GitRepo, where: str):
+    (rowgate_repo.path / where).symlink_to("/dev/zero")
+    assert _records_problems(rowgate_repo) == [
+        f"{where}: is a symlink that leads out of the repository (to /dev/zero); not read"
+    ]
+
+
+def test_a_record_linked_out_of_the_repository_is_never_read(rowgate_repo: GitRepo, tmp_path: Path):
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(row_yaml("GOV-OUT").replace('"Row GOV-OUT"', '"secret outside title"'))
+    (rowgate_repo.path / ".agents/rows/GOV-OUT.yaml").symlink_to(outside)
+    assert _records_problems(rowgate_repo) == [
+        f".agents/rows/GOV-OUT.yaml: is a symlink that leads out of the repository (to {outside}); not read"
+    ]
+    code, out = quiet_main(["render", "--repo", str(rowgate_repo.path)])
+    assert "secret outside title" not in out
+    roadmap = rowgate_repo.path / "docs" / "ROADMAP.md"
+    assert not roadmap.exists() or "secret outside title" not in roadmap.read_text()
+
+
+def test_fifos_directories_and_bad_bytes_are_one_problem_each(rowgate_repo: GitRepo):
+    agents = rowgate_repo.path / ".agents"
+    os.mkfifo(agents / "rows" / "GOV-FIFO.yaml")
+    (agents / "rows" / "GOV-DIR.yaml").mkdir()
+    (agents / "specs" / "GOV-DIR.md").mkdir()
+    (agents / "specs" / "GOV-BAD.md").write_bytes(b"# GOV-BAD\n\n## Goal\n\xff\n")
+    (agents / "rows" / "GOV-FF.yaml").write_bytes(row_yaml("GOV-FF").encode().replace(b"Row GOV-FF", b"\xff"))
+    (agents / "issues" / "2026").mkdir(parents=True)
+    (agents / "issues" / "2026" / "ISSUE-1.md").write_bytes(b"---\nnumber: 1\n---\n\xfe\n")
+    assert sorted(_records_problems(rowgate_repo)) == [
+        ".agents/issues/2026/ISSUE-1.md: is not UTF-8 text (byte 18: invalid start byte)",
+        ".agents/rows/GOV-DIR.yaml: is a directory, not a file; not read",
+        ".agents/rows/GOV-FF.yaml: not UTF-8 text (invalid start byte)",
+        ".agents/rows/GOV-FIFO.yaml: is a FIFO, not a file; not read",
+        ".agents/specs/GOV-BAD.md: is not UTF-8 text (byte 19: invalid start byte)",
+        ".agents/specs/GOV-DIR.md: is a directory, not a file; not read",
+    ]
+    # every record command goes on: the other rows are judged and written
+    r = str(rowgate_repo.path)
+    with no_hang(60):
+        for argv in (
+            ["check", "agent-record", "--repo", r],
+            ["check", "live-rows", "--repo", r],
+            ["render", "--repo", r],
+            ["row", "set", "GOV-CORE", "--state", "READY", "--repo", r],
+        ):
+            code, out = quiet_main(argv)
+            assert "internal error" not in out and "Traceback" not in out, (argv, out)
+    assert quiet_main(["row", "set", "GOV-CORE", "--state", "READY", "--repo", r])[0] == 0
+
+
+@pytest.mark.parametrize("name", [".agents/config.yaml", "pyproject.toml"])
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_config_that_is_dev_zero_or_a_fifo_is_a_one_line_error(tmp_path: Path, name: str, kind: str):
+    repo = init_repo(tmp_path / "repo")
+    repo.commit("Initial", {"a.txt": "a\n"})
+    target = repo.path / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    with no_hang(30):
+        code, out = quiet_main(["config", "check", "--repo", str(repo.path)])
+    if name == "pyproject.toml":  # no readable pyproject.toml: the defaults
+        assert code == 0, out
+        return
+    why = "is a FIFO, not a file" if kind == "fifo" else "is a symlink that leads out of the repository (to /dev/zero)"
+    assert code == 3 and f"{name}: {why}; not read" in out, out
+    assert "Traceback" not in out
+
+
+def test_env_doc_refuses_a_source_past_its_cap_before_reading_it(tmp_path: Path):
+    from checkers import boundedio
+
+    repo = init_repo(tmp_path / "repo")
+    repo.commit(
+        "Sources",
+        {
+            "docs/ENVIRONMENT.md": "| Variable | Meaning |\n|---|---|\n| VT_A | a |\n",
+            "engine/a.py": 'import os\nos.environ.get("VT_A")\n',
+            "engine/huge.cu": "x" * 64,
+        },
+    )
+    with open(repo.path / "engine/huge.cu", "r+b") as f:  # sparse: a size without the bytes
+        f.truncate(boundedio.SOURCE_CAP + 1)
+    code, out = quiet_main(["check", "env-doc", "--repo", str(repo.path)])
+    assert code == 3, out
+    assert f"engine/huge.cu is {boundedio.SOURCE_CAP + 1:,} bytes (limit {boundedio.SOURCE_CAP:,}); not read" in out
+
+
+def test_a_binary_compile_commands_file_is_a_one_line_error(tmp_path: Path):
+    """It raised UnicodeDecodeError (an internal error); now gencode's own FlagError, one line."""
+    from checkers.checks.gencode.nvcc_flags import FlagError, load_compile_commands
+
+    blob = tmp_path / "compile_commands.json"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe" * 10)
+    with pytest.raises(FlagError) as err:
+        load_compile_commands(blob)
+    assert str(err.value) == f"cannot read compile commands: {blob} is not UTF-8 text (byte 8: invalid start byte)"
+
+
+# --- 6. the records lock: stale locks broken safely, row new all or nothing, temporary files swept ------
+
+
+def _lock_line(**fields: object) -> str:
+    return " ".join(f"{k}={v}" for k, v in fields.items()) + "\n"
+
+
+def _held(agents: Path) -> bool:
+    """Whether a writer waiting no time at all finds the lock held."""
+    from checkers import atomicio
+
+    try:
+        with atomicio.records_lock(agents, timeout_s=0):
+            return False
+    except atomicio.LockTimeout:
+        return True
+
+
+def test_stale_locks_are_broken_and_live_ones_kept(tmp_path: Path):
+    from checkers import atomicio
+
+    host, me, lock = os.uname().nodename, os.getpid(), tmp_path / "rowgate.lock"
+    boot, start = atomicio._boot_id(), atomicio._start_ticks(os.getpid())
+    cases = {
+        "a live process on this host": (_lock_line(pid=me, host=host, boot=boot, start=start), None, True),
+        "a young lock of another host": (_lock_line(pid=1, host="elsewhere"), None, True),
+        "an old lock of another host": (_lock_line(pid=1, host="elsewhere"), atomicio.STALE_AFTER_S + 5, False),
+        "a reused pid (another start time)": (_lock_line(pid=me, host=host, boot=boot, start="1"), None, False),
+        "a previous boot of this host": (_lock_line(pid=me, host=host, boot="another-boot", start=start), None, False),
+        "an empty lock file": ("", None, False),
+        "a lock without a pid": ("garbage\n", None, False),
+    }
+    for what, (text, age, held) in cases.items():
+        lock.write_text(text)
+        if age is not None:
+            old = os.stat(lock).st_mtime - age
+            os.utime(lock, (old, old))
+        with no_hang(20):
+            assert _held(tmp_path) == held, what
+        lock.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dev-zero"])
+def test_a_lock_that_is_no_file_is_broken_without_blocking(tmp_path: Path, kind: str):
+    lock = tmp_path / "rowgate.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to("/dev/zero")
+    with no_hang(20):
+        assert not _held(tmp_path)
+    assert not os.path.lexists(lock)
+
+
+def test_temporary_files_of_killed_writers_are_swept_once_the_lock_is_held(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    from checkers import atomicio
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    left = rows / f".GOV-CORE.yaml.{dead.pid}.0123abcd.tmp"
+    live = rows / f".GOV-CORE.yaml.{os.getpid()}.0123abcd.tmp"
+    ancient = rows / ".GOV-X.yaml.1.0123abcd.tmp"
+    for p in (left, live, ancient):
+        p.write_text("half\n")
+    old = os.stat(ancient).st_mtime - atomicio.STALE_AFTER_S - 5
+    os.utime(ancient, (old, old))
+    monkeypatch.setattr(atomicio, "TEMP_GRACE_S", 0.0)
+    with atomicio.records_lock(tmp_path, timeout_s=0):
+        pass
+    assert sorted(p.name for p in rows.iterdir()) == [live.name]
+
+
+def test_a_kill_at_any_step_of_row_new_leaves_nothing_or_a_complete_row(rowgate_repo: GitRepo, monkeypatch):
+    """kill -9 before each file-system step of `row new` (each link, rename, unlink, mkdir): afterwards there
+    is no row, or the row and its spec; a re-run succeeds and sweeps what the kill left."""
+    import signal as sig
+
+    from checkers import atomicio
+    from tests.checkers.test_reliability_records import _forked
+
+    monkeypatch.setattr(atomicio, "TEMP_GRACE_S", 0.0)
+    events = ("os.link", "os.rename", "os.remove", "os.mkdir")
+    row = rowgate_repo.path / ".agents/rows/GOV-NEW.yaml"
+    spec = rowgate_repo.path / ".agents/specs/GOV-NEW.md"
+    argv = ["row", "new", "GOV-NEW", "--area", "GOV", "--title", "New", "--repo", str(rowgate_repo.path)]
+
+    def killed_at(n: int) -> int:
+        import sys
+
+        seen = [0]
+
+        def hook(event: str, _args: object) -> None:
+            if event in events:
+                seen[0] += 1
+                if seen[0] == n:
+                    os.kill(os.getpid(), sig.SIGKILL)
+
+        sys.addaudithook(hook)
+        return main(argv)
+
+    kills = 0
+    for n in range(1, 40):
+        rc, err = _forked(killed_at, n)
+        assert os.path.lexists(row) <= os.path.lexists(spec), (n, rc)  # never a row without its spec
+        if rc == 0:
+            break
+        assert rc == -sig.SIGKILL, (n, rc, err)
+        kills += 1
+        if not os.path.lexists(row):  # killed before the row: a re-run completes whatever the kill left
+            rc, err = _forked(lambda: main(argv))
+            assert rc == 0, (n, err)
+        assert row.is_file() and spec.is_file(), n
+        rc, err = _forked(lambda: main(["row", "set", "GOV-NEW", "--state", "READY", "--repo", argv[-1]]))
+        assert rc == 0, (n, err)  # the next writer takes the lock the kill left, and sweeps its temporary files
+        assert not list((rowgate_repo.path / ".agents").rglob("*.tmp")), n
+        assert not os.path.lexists(rowgate_repo.path / ".agents/rowgate.lock")
+        row.unlink()
+        spec.unlink()
+    assert kills >= 4
