@@ -662,37 +662,71 @@ class Git:
         return changed
 
     def key_changes(
-        self, rev_range: str, directory: str, key: str
+        self, rev_range: str, directory: str, key: str, cap: int = 1 << 20
     ) -> dict[str, dict[str, tuple[str | None, str | None]]]:
         """Per commit, the YAML files under `directory` whose top-level `key` changed: path -> (old, new);
-        a created file has old None, a deleted one new None. One `git log -p -U0` for the range."""
-        out = self.text(
-            "log",
-            "-p",
-            "-U0",
-            "--no-renames",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--format=%x01%H",
-            rev_range,
-            "--",
-            directory,
-        )
-        pattern = f"{key}:"
+        a created file has old None, a deleted one new None.
+
+        Read from the blobs, never from diff text: `.gitattributes` (`binary`, a textconv driver) changes
+        what `git log -p` prints, and so what a diff parser sees; a blob is what was committed. One
+        `git log --raw` for the blob ids of the range, then one `git cat-file --batch` for the blobs up to
+        `cap` bytes (a larger one counts as having no value)."""
+        out = self.run(
+            "log", "-z", "--no-renames", "--raw", "--no-abbrev", "--format=%x00%H", rev_range, "--", directory
+        ).stdout.decode("utf-8", errors="surrogateescape")
+        fields = out.split("\0")
+        touched: dict[str, list[tuple[str, str, str]]] = {}  # sha -> (path, old blob, new blob)
+        files: list[tuple[str, str, str]] = []
+        i = 0
+        while i < len(fields):
+            field = fields[i].lstrip("\n")
+            if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
+                files = touched.setdefault(fields[i + 1], [])
+                i += 2
+                continue
+            if field.startswith(":") and i + 1 < len(fields):
+                meta = field[1:].split()
+                if len(meta) >= 4:
+                    files.append((fields[i + 1], meta[2], meta[3]))
+                i += 2
+                continue
+            i += 1
+        blobs = {b for entries in touched.values() for _, old, new in entries for b in (old, new) if set(b) != {"0"}}
+        values = self._key_values(sorted(blobs), key, cap)
         result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
-        for chunk in out.split("\x01")[1:]:
-            lines = chunk.split("\n")
-            sha, path = lines[0].strip(), None
-            changes: dict[str, list[str | None]] = {}
-            for line in lines[1:]:
-                if line.startswith("diff --git "):
-                    path = line.split(" b/", 1)[-1]
-                    changes[path] = [None, None]
-                elif path and line[:1] in "+-" and line[1:].startswith(pattern):
-                    value = line[1 + len(pattern) :].split("#", 1)[0].strip().strip("\"'")
-                    changes[path][0 if line[0] == "-" else 1] = value
-            result[sha] = {p: (old, new) for p, (old, new) in changes.items() if old != new}
+        for sha, entries in touched.items():
+            changed = {}
+            for path, old, new in entries:
+                before, after = values.get(old), values.get(new)
+                if before != after:
+                    changed[path] = (before, after)
+            result[sha] = changed
         return result
+
+    def _key_values(self, blobs: list[str], key: str, cap: int) -> dict[str, str | None]:
+        """The top-level `key:` value of each blob (None when it has none or is over `cap` bytes), read by
+        `git cat-file --batch-check` for the sizes and one `--batch` for the small ones (no filter runs)."""
+        if not blobs:
+            return {}
+        sizes = self.blob_sizes(blobs)
+        small = [b for b in blobs if (sizes.get(b) or 0) <= cap and sizes.get(b) is not None]
+        values: dict[str, str | None] = dict.fromkeys(blobs)
+        if not small:
+            return values
+        data = self.run("cat-file", "--batch", input=("\n".join(small) + "\n").encode()).stdout
+        pos, prefix = 0, f"{key}:".encode()
+        for blob in small:
+            end = data.index(b"\n", pos)
+            header = data[pos:end].split()
+            size = int(header[2]) if len(header) == 3 and header[1] == b"blob" else 0
+            body = data[end + 1 : end + 1 + size]
+            pos = end + 1 + size + 1
+            for line in body.split(b"\n"):
+                if line.startswith(prefix):
+                    text = line[len(prefix) :].decode("utf-8", errors="replace")
+                    values[blob] = text.split("#", 1)[0].strip().strip("\"'")
+                    break
+        return values
 
     def refs(self, *patterns: str) -> dict[str, str]:
         """Ref name (refs/heads/..., refs/remotes/...) -> sha for the refs under `patterns`, one call."""
