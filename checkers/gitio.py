@@ -578,13 +578,34 @@ class Git:
         ]
         return parse_numstat_z(self.run(*args).stdout)
 
-    def attr_set(self, paths: list[str], attr: str) -> set[str]:
-        """The paths whose attribute `attr` is set or true, from one `git check-attr --stdin -z` call
-        (attributes as the work tree's .gitattributes declare them)."""
+    def attr_set(self, paths: list[str], attr: str, rev: str | None = None) -> set[str]:
+        """The paths whose attribute `attr` is set or true, from one `git check-attr --stdin -z` call:
+        attributes as the work tree's .gitattributes declare them, or with `rev` as that commit's do (a
+        temporary index of its tree, never the work tree: a branch's own .gitattributes cannot speak for
+        the base)."""
         if not paths:
             return set()
         data = "\0".join(paths).encode("utf-8", errors="surrogateescape") + b"\0"
-        out = self.run("check-attr", "--stdin", "-z", attr, input=data).stdout
+        if rev is None:
+            out = self.run("check-attr", "--stdin", "-z", attr, input=data).stdout
+        else:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="rowgate-attr-") as tmp:
+                index = os.path.join(tmp, "index")
+                self.run("read-tree", f"--index-output={index}", rev)
+                env = {**self._env, "GIT_INDEX_FILE": index}
+                try:
+                    out = subprocess.run(
+                        git_command("-C", str(self.root), "check-attr", "--cached", "--stdin", "-z", attr),
+                        input=data,
+                        capture_output=True,
+                        env=env,
+                        timeout=self.timeout_s,
+                        check=True,
+                    ).stdout
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                    raise GitError(f"git check-attr --cached at {rev[:12]} failed: {exc}") from None
         fields = out.decode("utf-8", errors="surrogateescape").split("\0")
         return {fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] in ("set", "true")}
 

@@ -209,12 +209,15 @@ def test_binary_files_are_listed_apart_with_byte_sizes(repo: GitRepo):
 
 
 def test_generated_files_are_excluded_and_listed(repo: GitRepo):
+    repo.git("checkout", "-q", "main")
+    repo.commit("Mark generated code", {".gitattributes": "engine/gen/** linguist-generated\n"})
+    repo.git("checkout", "-q", "-B", "feature")
     repo.commit(
         "Generated code",
         {
-            ".gitattributes": "engine/gen/** linguist-generated\n",
             "engine/gen/tables.py": lines(500, "gen"),
             "engine/gen/odd name.txt": "x\n",
+            "scripts/run.sh": lines(4, "echo"),
         },
     )
     result = check(repo, "--base", "main")
@@ -223,6 +226,24 @@ def test_generated_files_are_excluded_and_listed(repo: GitRepo):
         "generated (excluded) engine/gen/odd name.txt: +1 -0",
         "generated (excluded) engine/gen/tables.py: +500 -0",
     ]
+
+
+def test_a_branch_cannot_mark_its_own_files_generated(repo: GitRepo):
+    """linguist-generated is judged by the base's .gitattributes: a branch that marks its own files counts
+    them, and the details say why."""
+    repo.commit(
+        "Generated code",
+        {".gitattributes": "engine/** linguist-generated\n", "engine/cuda/big.cu": lines(300, "kernel")},
+    )
+    result = check(repo, "--base", "main")
+    assert (result.status.value, [(f.rule, f.message) for f in result.findings]) == (
+        "fail",
+        [("PS002", "engine-cuda changes 259 lines (budget 30)")],
+    ), result.findings
+    assert result.details[-1] == (
+        "counted engine/cuda/big.cu: marked linguist-generated only by this branch's .gitattributes "
+        "(judged by the base's)"
+    )
 
 
 def test_all_files_classifies_the_whole_tree(repo: GitRepo):
