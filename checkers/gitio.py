@@ -191,6 +191,17 @@ class TrailedCommit(NamedTuple):
         return self.trailers.get("Row", ())
 
 
+_EMPTY: list[Any] = []  # the empty directory of this process's mailmap reads (removed at exit)
+
+
+def _empty_dir() -> str:
+    if not _EMPTY:
+        import tempfile
+
+        _EMPTY.append(tempfile.TemporaryDirectory(prefix="rowgate-empty-"))
+    return str(_EMPTY[0].name)
+
+
 def driver_overrides(config_list: bytes) -> dict[str, str]:
     """From `git config --list -z`, every program-valued driver key the config defines (a filter's clean,
     smudge and process, a diff driver's textconv and command, a merge driver), set empty (git then runs
@@ -222,6 +233,22 @@ class Git:
         self.timeout_s = timeout_s
         self._base_env = git_env(_located_by_env.get(str(self.root)))
         self._env_ready: dict[str, str] | None = None
+        # Where .mailmap is read from for the mapped reads (`mailmap=True`, check_mailmap): None for the work
+        # tree's, or a commit (the base of a range) whose .mailmap blob alone is used, so a branch's own
+        # .mailmap change cannot map its identities (it takes effect once it is on the base).
+        self.mailmap_rev: str | None = None
+
+    def _mailmap_opts(self) -> tuple[str, ...]:
+        """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in an empty
+        directory with the git directory named, git finds no work-tree .mailmap (it looks in the current
+        directory), and mailmap.blob names the base's."""
+        if self.mailmap_rev is None:
+            return ()
+        git_dir = _discovered.get(str(self.root))
+        if git_dir is None:
+            git_dir = Path(self.text("rev-parse", "--absolute-git-dir").strip())
+        blob = "" if self.mailmap_rev == EMPTY_TREE else f"{self.mailmap_rev}:.mailmap"
+        return ("-C", _empty_dir(), "--git-dir", str(git_dir), "-c", f"mailmap.blob={blob}", "-c", "mailmap.file=")
 
     @property
     def _env(self) -> dict[str, str]:
@@ -445,7 +472,8 @@ class Git:
         """Every commit in `rev_range`, oldest first, read by one `git log`. The message is the raw `%B`;
         `mailmap` maps the author through .mailmap (`%aN`, `%aE`)."""
         author = "%aN%x1f%aE" if mailmap else "%an%x1f%ae"
-        args = ["log", "-z", "--reverse", f"--format=%H%x1f%P%x1f{author}%x1f%B"]
+        args = [*(self._mailmap_opts() if mailmap else ()), "log", "-z", "--reverse"]
+        args.append(f"--format=%H%x1f%P%x1f{author}%x1f%B")
         if first_parent:
             args.append("--first-parent")
         # Raw bytes kept (surrogate escapes, never replacement characters), so identities compare as stored.
@@ -494,8 +522,9 @@ class Git:
         boundary = []
         add, add_read = commits.append, read_out.append
         new = tuple.__new__  # Commit(...) without its Python-level __new__: this loop runs once per commit
+        mm = self._mailmap_opts() if mailmap and authors else ()
         for record in self.records(
-            "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
+            *mm, "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
         ):
             if not record:
                 continue
@@ -550,7 +579,9 @@ class Git:
         mapped: dict[str, str] = {}
         for i in range(0, len(contacts), batch):
             chunk = contacts[i : i + batch]
-            raw = self.run("check-mailmap", "--", *chunk).stdout.decode("utf-8", errors="surrogateescape")
+            raw = self.run(*self._mailmap_opts(), "check-mailmap", "--", *chunk).stdout.decode(
+                "utf-8", errors="surrogateescape"
+            )
             out = raw.split("\n")[:-1] if raw.endswith("\n") else raw.split("\n")
             if len(out) == len(chunk):
                 mapped.update(zip(chunk, out))
@@ -608,6 +639,10 @@ class Git:
                     raise GitError(f"git check-attr --cached at {rev[:12]} failed: {exc}") from None
         fields = out.decode("utf-8", errors="surrogateescape").split("\0")
         return {fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] in ("set", "true")}
+
+    def changes(self, a: str, b: str, path: str) -> bool:
+        """Whether `path` differs between commits `a` and `b` (trees compared; no content is diffed)."""
+        return self.run("diff-tree", "--quiet", a, b, "--", path, ok_codes=(0, 1)).returncode == 1
 
     def blob_sizes(self, specs: list[str]) -> dict[str, int | None]:
         """Byte sizes of `REV:PATH` blobs from one `git cat-file --batch-check` (None when missing)."""
