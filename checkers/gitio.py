@@ -117,16 +117,34 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
             out = proc.stdout.decode().split("\n")
             if len(out) >= 3 and out[1]:
                 _located_by_env[str(Path(out[1]))] = locators
-    out = proc.stdout.decode().split("\n")
+    out = proc.stdout.decode("utf-8", errors="surrogateescape").split("\n")
     if proc.returncode != 0:
         raise GitError(
             f"{start} is not inside a git repository", hint="run rowgate from a git work tree, or pass --repo PATH"
         )
     if out[0] == "true" or len(out) < 3 or not out[1]:
         raise GitError(f"{start} is in a bare repository", hint="run rowgate in a work tree")
+    if len(out) != 4:  # a path holds a newline: ask for each alone, so its one line is the whole output
+        out = [out[0], _rev_parse_one(start, "--show-toplevel"), _rev_parse_one(start, "--absolute-git-dir")]
     root, git_dir = Path(out[1]), Path(out[2])
     _discovered[str(root)] = git_dir
     return root, git_dir
+
+
+def _rev_parse_one(start: Path, option: str) -> str:
+    """One path from `git rev-parse OPTION`, exactly: the output less its final newline (a newline inside
+    the path stays; cutting at the first one would name a neighbour directory)."""
+    locators = _located_by_env.get(str(start))
+    proc = subprocess.run(
+        git_command("rev-parse", option),
+        cwd=start,
+        capture_output=True,
+        env=git_env(locators),
+        timeout=DEFAULT_TIMEOUT_S,
+        check=False,
+    )
+    text = proc.stdout.decode("utf-8", errors="surrogateescape")
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subprocess.CompletedProcess[bytes]:

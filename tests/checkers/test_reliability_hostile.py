@@ -466,3 +466,33 @@ def test_a_kill_at_any_step_of_row_new_leaves_nothing_or_a_complete_row(rowgate_
         row.unlink()
         spec.unlink()
     assert kills >= 4
+
+
+# --- 5. a newline in the repository's path ------------------------------------------------------------------
+
+
+def test_a_newline_in_the_repository_path_names_that_repository(tmp_path: Path):
+    """`rev-parse --show-toplevel` cut at the newline named the neighbour `repo`, which rowgate then
+    judged and wrote into."""
+    from checkers.gitio import discover_repo
+
+    neighbour = init_repo(tmp_path / "repo")
+    neighbour.commit(
+        "Neighbour", {".agents/config.yaml": MINIMAL_CONFIG, ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE")}
+    )
+    odd = init_repo(tmp_path / "repo\nevil")
+    odd.commit(
+        "Odd",
+        {
+            ".agents/config.yaml": MINIMAL_CONFIG,
+            ".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", state="INVENTORIED"),
+            ".agents/specs/GOV-CORE.md": "# GOV-CORE\n\n## Goal\nx\n\n## Acceptance\ny\n\n## Issues\n- #1\n",
+        },
+    )
+    root, git_dir = discover_repo(odd.path)
+    assert (root, git_dir) == (odd.path.resolve(), (odd.path / ".git").resolve())
+    before = (neighbour.path / ".agents/rows/GOV-CORE.yaml").read_bytes()
+    code, out = quiet_main(["row", "set", "GOV-CORE", "--state", "READY", "--repo", str(odd.path)])
+    assert code == 0, out
+    assert "state: READY" in (odd.path / ".agents/rows/GOV-CORE.yaml").read_text()
+    assert (neighbour.path / ".agents/rows/GOV-CORE.yaml").read_bytes() == before
