@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import stat
 from collections.abc import Iterator
@@ -496,3 +497,49 @@ def test_a_newline_in_the_repository_path_names_that_repository(tmp_path: Path):
     assert code == 0, out
     assert "state: READY" in (odd.path / ".agents/rows/GOV-CORE.yaml").read_text()
     assert (neighbour.path / ".agents/rows/GOV-CORE.yaml").read_bytes() == before
+
+
+# --- 7. output: any input gives valid output in every format, with nothing that reorders or hides text ---
+
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def test_every_format_escapes_c1_bidi_and_undecodable_names():
+    """An invalid-UTF-8 file name (a lone surrogate after surrogateescape), a CSI (U+009B) and a
+    right-to-left override in a finding: JUnit stays valid XML, and no format writes any of them raw."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    from checkers.output import FORMATS, render
+    from checkers.results import Result, Rule
+
+    finding = Rule("XX001", "demo", "a demo rule").finding(
+        "value \x9b2J cleared \u202eexe.txt <!-- hidden", "docs/\udcff\udcfe.md", 3, "fix \u2066it\u2069"
+    )
+    results = [
+        Result.judge("demo", [finding], 1, "files", "OK"),
+        Result.error("other", "summary \u009b \u202e", "hint \udcff"),
+    ]
+    for fmt in FORMATS:
+        out = render(fmt, results, [])
+        out.encode("utf-8")  # no lone surrogate: the output can be written
+        assert not UNSAFE.search(out.replace("\n", "").replace("\t", "")), (fmt, out)
+    junit = render("junit", results, [])
+    ET.fromstring(junit.encode("utf-8"))  # valid XML
+    assert "docs/\\xff\\xfe.md:3" in junit and "\\x9b2J" in junit and "\\u202eexe" in junit
+    doc = json.loads(render("json", results, []))
+    assert doc["results"][0]["findings"][0]["message"].startswith("value \x9b2J")  # JSON keeps data, escaped
+
+
+def test_a_row_title_cannot_hide_the_rendered_page(rowgate_repo: GitRepo):
+    """`<!--` in a title opened an HTML comment that hid the rest of docs/ROADMAP.md; bidi and C1 controls
+    reached it raw."""
+    title = "Evil <!-- hides the rest \\u202e\\x9b"  # YAML escapes: the record holds the characters
+    rowgate_repo.write({".agents/rows/GOV-EVIL.yaml": row_yaml("GOV-EVIL").replace('"Row GOV-EVIL"', f'"{title}"')})
+    (rowgate_repo.path / ".agents/specs/GOV-EVIL.md").write_text("# GOV-EVIL\n\n## Goal\nx\n")
+    code, out = quiet_main(["render", "--repo", str(rowgate_repo.path)])
+    assert code == 0, out
+    views = [p for p in (rowgate_repo.path / "docs").rglob("*.md")]
+    texts = {p.name: p.read_text() for p in views}
+    assert any("Evil &lt;!-- hides the rest \\u202e\\x9b" in t for t in texts.values()), texts
+    assert not any("<!-- hides" in t or UNSAFE.search(t) for t in texts.values())
