@@ -1,34 +1,22 @@
-"""The engine's command line: `generate`, `gate <name>` and `bench <name>`; exit 0 pass, 1 fail, 2 usage."""
+"""The engine's command line: `generate` and `serve`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
-from engine.cli_args import add_model_args, parse_ids
-from engine.gates.cli import add_gate_parser
+from engine.cli_args import TINY_MODEL, add_model_args, parse_ids
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
-
-BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "step_arms", "throughput")
+from engine.serve.cli import add_serve_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    # kernels and bench hand their whole argument list (--help included) to the module they load
-    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
-        return run_module(f"engine.gates.{argv[1]}", argv[2:])
-    if argv[:1] == ["bench"] or argv[:2] == ["gate", "bench"]:
-        rest = argv[1:] if argv[0] == "bench" else argv[2:]
-        if not rest or rest[0] not in BENCHES:
-            parser.parse_args(["bench", "--help"] if not rest or rest[0] in ("-h", "--help") else ["bench", *rest])
-            return 2
-        return run_module(f"engine.bench.{rest[0]}", rest[1:])
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -84,13 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
     )
     gen.set_defaults(handler=cmd_generate)
-    add_gate_parser(sub)
-    bench = sub.add_parser(
-        "bench",
-        help="benchmarks: " + ", ".join(BENCHES),
-        description="Run a benchmark module's main(argv): python -m engine bench NAME [ARGS]",
-    )
-    bench.add_argument("name", choices=BENCHES)
+    add_serve_parser(sub)
     return parser
 
 
@@ -147,20 +129,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if Path(args.model).resolve() == Path(TINY_MODEL).resolve():
+        print("model: the embedded tiny Qwen3, a toy with random weights: its text is not language")
     for i, o in enumerate(outs):
-        text = f"  {o.text!r}" if o.text is not None and is_text[i] else ""
-        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}")
+        text = f"  {o.text!r}" if o.text is not None else ""  # a token-id prompt's output decodes too
+        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}  (finish: {o.finish_reason})")
     print(f"{total} tokens, {rate:.1f} tok/s")
     return 0
-
-
-def run_module(name: str, argv: list[str]) -> int:
-    """Import an optional module lazily and hand it argv; a missing module is a clear error."""
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            print(f"error: {name} is not available in this installation ({exc})", file=sys.stderr)
-            return 2
-        raise
-    return int(module.main(argv) or 0)
