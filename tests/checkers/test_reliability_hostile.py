@@ -330,17 +330,6 @@ def test_env_doc_refuses_a_source_past_its_cap_before_reading_it(tmp_path: Path)
     assert f"engine/huge.cu is {boundedio.SOURCE_CAP + 1:,} bytes (limit {boundedio.SOURCE_CAP:,}); not read" in out
 
 
-def test_a_binary_compile_commands_file_is_a_one_line_error(tmp_path: Path):
-    """It raised UnicodeDecodeError (an internal error); now gencode's own FlagError, one line."""
-    from checkers.checks.gencode.nvcc_flags import FlagError, load_compile_commands
-
-    blob = tmp_path / "compile_commands.json"
-    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe" * 10)
-    with pytest.raises(FlagError) as err:
-        load_compile_commands(blob)
-    assert str(err.value) == f"cannot read compile commands: {blob} is not UTF-8 text (byte 8: invalid start byte)"
-
-
 # --- 6. the records lock: stale locks broken safely, row new all or nothing, temporary files swept ------
 
 
