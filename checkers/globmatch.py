@@ -136,7 +136,9 @@ class GlobSet:
         self._states: dict[frozenset[int], int] = {}
         self._nodes: list[list[_Node]] = []
         self._winner: list[int | None] = []
-        self._next: list[dict[str | None, int]] = []
+        self._next: list[dict[str, int]] = []  # per state: character -> state
+        self._by_class: list[dict[str | None, int]] = []  # per state: character class -> state
+        self._dirs: dict[str, int] = {}  # directory prefix (`a/b/`) -> the state after it
         self._start_nodes = _closure(starts)
         self._start = self._state(self._start_nodes)
 
@@ -150,28 +152,45 @@ class GlobSet:
         owners = [n.owner for n in nodes if n.kind == ACCEPT]
         self._winner.append(min(owners) if owners else None)
         self._next.append({})
+        self._by_class.append({})
         return len(self._nodes) - 1
 
     def first(self, path: str) -> int | None:
         if not self.patterns:
             return None
-        if len(self._nodes) > _MAX_DFA_STATES:
+        if len(self._nodes) > _MAX_DFA_STATES or len(self._dirs) > _MAX_DFA_STATES:
             self._states.clear()
             self._nodes.clear()
             self._winner.clear()
             self._next.clear()
+            self._by_class.clear()
+            self._dirs.clear()
             self._start = self._state(self._start_nodes)
-        state, literals, table = self._start, self._literals, self._next
-        for ch in path:
-            key = ch if ch == "/" or ch in literals else None  # every other character moves alike
-            nxt = table[state].get(key)
+        # Paths share their directories: the state after a directory prefix is looked up, not re-run.
+        cut = path.rfind("/") + 1
+        state = self._dirs.get(path[:cut]) if cut else self._start
+        if state is None:
+            state = self._dirs[path[:cut]] = self._run(self._start, path[:cut])
+        return self._winner[self._run(state, path[cut:])]
+
+    def _run(self, state: int, text: str) -> int:
+        table = self._next
+        for ch in text:
+            nxt = table[state].get(ch)  # keyed by the character itself: the alphabet a tree uses is small
             if nxt is None:
-                probe = ch if key is not None else self._other
-                moved = [n.out for n in self._nodes[state] if n.kind != ACCEPT and _step(n, probe)]
-                nxt = self._state(_closure([m for m in moved if m is not None]))
-                table[state][key] = nxt
+                nxt = table[state][ch] = self._move(state, ch)
             state = nxt
-        return self._winner[state]
+        return state
+
+    def _move(self, state: int, ch: str) -> int:
+        # every character no pattern names (and not `/`) moves alike: computed once, as self._other
+        key = ch if ch == "/" or ch in self._literals else None
+        by_class = self._by_class[state]
+        if key not in by_class:
+            probe = ch if key is not None else self._other
+            moved = [n.out for n in self._nodes[state] if n.kind != ACCEPT and _step(n, probe)]
+            by_class[key] = self._state(_closure([m for m in moved if m is not None]))
+        return by_class[key]
 
     def matches(self, path: str) -> bool:
         return self.first(path) is not None
