@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...boundedio import SOURCE_CAP, read_text
 from ...context import Context
 from ...flagdecls import FlagDeclError, read_flag_decls
 from ...paths import confine
@@ -289,7 +290,7 @@ def _read(root: Path, doc: str) -> str:
     path = confine(root, doc, "evidence.documents")
     if not path.is_file():
         raise CheckError(f"{doc} not found", hint="fix evidence.documents in the config")
-    return path.read_text(encoding="utf-8")
+    return read_text(path, SOURCE_CAP, root, doc)
 
 
 def _defaults(root: Path, cfg: EvidenceConfig) -> dict[str, bool | str] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...atomicio import write_atomic
+from ...boundedio import RECORD_CAP, Unreadable, read_bytes
 from ...configcache import validator_stamps
 from ...flagdecls import FlagDecl
 from ...gitio import Git
@@ -117,8 +118,11 @@ def read_ledger(root: Path, ledger_dir: str) -> tuple[dict[str, Record], list[tu
         if not entry.name.endswith(".json") or not entry.is_file(follow_symlinks=False):
             continue
         rel = f"{ledger_dir.rstrip('/')}/{entry.name}"
-        with open(entry.path, "rb") as f:
-            raw = f.read()
+        try:  # bounded, and only a regular file inside the repository
+            raw = read_bytes(Path(entry.path), RECORD_CAP, root, rel)
+        except (Unreadable, FileNotFoundError) as exc:
+            problems.append((rel, getattr(exc, "why", "file not found")))
+            continue
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError) as exc:
