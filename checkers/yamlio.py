@@ -40,12 +40,18 @@ def yaml_rt() -> YAML:
     return y
 
 
-def read_yaml(path: Path, display: str | None = None) -> Any:
+def read_yaml(path: Path, display: str | None = None, root: Path | None = None) -> Any:
+    """Parse one YAML file, read bounded (MAX_YAML_BYTES, from its size before reading) and, with `root`,
+    only when it resolves inside `root` and is a regular file (checkers.boundedio)."""
+    from .boundedio import Unreadable, read_bytes
+
     display = display or str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, MAX_YAML_BYTES, root, display)
     except FileNotFoundError:
         raise RecordError(display, [(None, "", "file not found")]) from None
+    except Unreadable as exc:
+        raise RecordError(display, [(None, "", exc.why)]) from None
     return parse_yaml(raw, display)
 
 
@@ -131,10 +137,10 @@ def validate(model: type[M], data: Any, display: str) -> M:
         raise RecordError(display, problems) from None
 
 
-def load_model(model: type[M], path: Path, display: str | None = None) -> tuple[M, Any]:
-    """Read and validate one YAML file; returns the model and the round-trip document."""
+def load_model(model: type[M], path: Path, display: str | None = None, root: Path | None = None) -> tuple[M, Any]:
+    """Read and validate one YAML file (read_yaml's bounds); returns the model and the round-trip document."""
     display = display or str(path)
-    doc = read_yaml(path, display)
+    doc = read_yaml(path, display, root)
     return validate(model, doc, display), doc
 
 
