@@ -156,3 +156,16 @@ def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path
     assert (result["ruleId"], result["baselineState"]) == ("RD004", "new")
     assert location["physicalLocation"]["artifactLocation"]["uri"] == ".agents/config.yaml"
     assert location["logicalLocations"][0]["name"] == sha
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-on-inherited"], "rowgate: --fail-on-inherited needs --baseline\n"),
+        (["--baseline", "--format", "junit"], "rowgate: --baseline writes text, json or sarif, not junit\n"),
+        (["--baseline", "main", "--base", "main"], "rowgate: give the base once: --baseline REF or --base REF\n"),
+    ],
+)
+def test_usage_errors(contrib: Contrib, args: list[str], message: str):
+    proc = rowgate("preflight", *args, cwd=contrib.clone.path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message)
