@@ -3,6 +3,7 @@ the contributor's own failure is new, the upstream's is inherited with the commi
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -169,3 +170,21 @@ def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path
 def test_usage_errors(contrib: Contrib, args: list[str], message: str):
     proc = rowgate("preflight", *args, cwd=contrib.clone.path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message)
+
+
+def test_the_fix_search_says_when_its_probe_bound_stopped_it(contrib: Contrib):
+    from checkers.baseline import run_baseline
+    from checkers.config import load_config
+    from checkers.context import Context
+
+    root = contrib.clone.path
+    ctx = Context(root=root, config=load_config(root), env={}, notes=io.StringIO())
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=2)
+    [gate] = report.gates
+    s = contrib.shas
+    assert (gate.fixed_by, gate.fixed_note) == (
+        s["U3"],
+        f"fixed by {s['U3'][:12]} or an earlier commit after the merge base (probe bound 2 reached)",
+    )
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=0)
+    assert (report.gates[0].fixed_by, report.gates[0].fixed_note) == (None, None)
