@@ -130,6 +130,7 @@ def test_identity_ignores_lines_and_shas_but_not_commits_or_paths():
     assert identity(a) != identity(a._replace(path="src/b.py"))
     assert identity(a) != identity(a._replace(commit="f" * 40))
     assert identity(a) != identity(a._replace(message="VT_Y read at src/a.py:2"))
+    assert identity(a._replace(message="a defaced row")) != identity(a._replace(message="a effaced row"))
 
 
 def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
