@@ -265,6 +265,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    if args.fail_on_inherited and args.baseline is None:
+        return _usage_error("--fail-on-inherited needs --baseline")
     if args.baseline is not None:
         from .commands.baseline import run_baseline_command
 
