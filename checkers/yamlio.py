@@ -130,7 +130,10 @@ def validate(model: type[M], data: Any, display: str) -> M:
         for err in exc.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "(top level)"
-            problems.append((line_of(data, loc), field, _message(err)))
+            message = _message(err)
+            if err["type"] == "extra_forbidden" and loc:
+                message += _nearest_field(model, loc)
+            problems.append((line_of(data, loc), field, message))
         raise RecordError(display, problems) from None
 
 
@@ -167,6 +170,32 @@ def line_of(doc: Any, loc: tuple[int | str, ...]) -> int | None:
     if line is None and isinstance(doc, (CommentedMap, CommentedSeq)):
         line = doc.lc.line + 1
     return line
+
+
+def _nearest_field(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """` (did you mean 'presets'?)` for a mistyped key: the closest field of the model the key sits in,
+    found by walking `loc` through the models' annotations (lists and dicts of models included)."""
+    import difflib
+    import typing
+
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue  # a list index, or a dict key under a dict field: the element model is already current
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return ""
+        current = field.annotation
+        for _ in range(3):  # list[M], dict[str, M], M | None: down to the model
+            args = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if isinstance(current, type) and issubclass(current, BaseModel):
+                break
+            current = args[0] if args else current
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return ""
+    names = list(current.model_fields) + [f.alias for f in current.model_fields.values() if f.alias]
+    near = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _message(err: ErrorDetails) -> str:

@@ -122,7 +122,7 @@ def test_ps002_budget_counts_deletions_at_the_class_weight(repo: GitRepo):
         ("PS002", None, "checkers changes 41 lines (budget 40)"),
         ("PS002", None, "engine-cuda changes 35 lines (budget 30)"),
     ]
-    assert result.findings[0].hint.startswith("split the change into smaller ranges")
+    assert result.findings[0].hint.startswith("split the change into smaller pull requests")
     assert result.details == [
         "class                 files   lines  budget  verdict",
         "checkers                  1      41      40  over by 1",
@@ -339,7 +339,7 @@ def test_text_output_prints_the_table_then_the_findings(repo: GitRepo):
         "class                 files   lines  budget  verdict",
         "engine-cuda               1      31      30  over by 1",
         "PS002 class-over-budget: engine-cuda changes 31 lines (budget 30)",
-        "    fix: split the change into smaller ranges, one row each, or raise the budget of engine-cuda in "
+        "    fix: split the change into smaller pull requests, or raise the budget of engine-cuda in "
         "pr_size.classes in .agents/config.yaml with a reason",
         "FAIL: pr-size: 1 finding in 1 changed files",
     ]

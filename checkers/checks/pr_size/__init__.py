@@ -139,7 +139,7 @@ def judge_range(stats: list[DiffStat], generated: set[str], classifier: Classifi
                     f"{t.name} changes {t.lines} lines (budget {t.budget})",
                     None,
                     None,
-                    f"split the change into smaller ranges, one row each, or raise the budget of {t.name} "
+                    f"split the change into smaller pull requests, or raise the budget of {t.name} "
                     f"in {CLASSES_AT} with a reason",
                 )
             )
