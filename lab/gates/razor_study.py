@@ -54,9 +54,11 @@ def collect_run(
     prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS * sets)
     setup = teeth._setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype, oracles.device)
     with teeth.BASES[razor.name](), seeded.patch():
-        ours = setup.ours()
+        ours, steps = generate_with_logprobs(setup)
     oracle = oracles(model_dir, dtype, razor.oracle_attn)
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(prompts, ours, strict=True)]
+    # each position's largest |log-prob difference| over the vocabulary, ours (the decode step's) against the oracle's
+    dist = torch.stack([(steps[i][b] - lp[i]).abs().max() for b, lp in enumerate(logprobs) for i in range(lp.shape[0])])
     result = near_tie_gate(prompts, ours, logprobs, max_near_tie_rate=1.0, max_out_of_band_rate=1.0)
     rows = result.details["not_exact"]
     twin = _twin(oracles, model_dir, dtype)
@@ -76,7 +78,23 @@ def collect_run(
         "positions": sum(len(t) for t in ours),
         "weight": weight,
         "rows": rows,
+        "logprob_dist": {"mean": dist.mean().item(), "max": dist.max().item()},
     }
+
+
+def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """The engine's greedy ids and, per step, its own fp32 log-probs [batch, vocab] (prefill, then each decode
+    step), read where it picks its token: the decode path an arm runs, not a teacher-forced prefill."""
+    runner = setup.runner()
+    steps: list[torch.Tensor] = []
+    pick = runner.model.greedy
+
+    def greedy(hidden: torch.Tensor, flags: Any) -> torch.Tensor:
+        steps.append(torch.log_softmax(runner.model.compute_logits(hidden, flags).float(), -1).cpu())
+        return pick(hidden, flags)
+
+    runner.model.greedy = greedy  # type: ignore[method-assign]  # an instance attribute, for this runner only
+    return runner.generate(setup.prompts, setup.max_new_tokens).tokens, steps
 
 
 # the setting's base engine with nothing changed: what the oracle's own numerics leave out of band by themselves
@@ -147,12 +165,28 @@ def twin_rule(rate: float) -> Rule:
     return rule
 
 
+def logprob_rule(fp32: float, bf16: float) -> Rule:
+    """The mean over positions of the largest |log-prob difference| (ours against the oracle's, same ids) over a
+    threshold per dtype: in fp32 a correct reordering sits at fp32 noise and a changed function above it; in
+    bf16 a moved rounding point adds more than a reordering of fp32 sums does."""
+
+    def rule(run: Run) -> bool:
+        limit = fp32 if run["dtype"] == "float32" else bf16
+        return bool(run["logprob_dist"]["mean"] > limit)
+
+    return rule
+
+
 RULES: dict[str, Rule] = {
     "budget nt0.02 oob0.0015 (today)": budget_rule(0.02, 0.0015),
     "budget nt0.02 oob0.0015 +arbiter": budget_rule(0.02, 0.0015, arbiter=True),
     **{f"not-exact rate {r}": not_exact_rule(r) for r in (0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02)},
     **{f"gap-sum {g} nats/pos": gap_sum_rule(g) for g in (0.001, 0.0015, 0.002, 0.003, 0.004)},
     **{f"twin-not-exact rate {r}": twin_rule(r) for r in (0.003, 0.005, 0.0075, 0.01)},
+}
+LOGPROB_RULES: dict[str, Rule] = {
+    f"logprob-dist fp32 {a:g} bf16 {b:g}": logprob_rule(a, b)
+    for a, b in ((1.5e-4, 0.9), (2.5e-4, 0.95), (2.5e-4, 1.0), (4e-4, 1.0), (2.5e-4, 1.05))
 }
 
 
@@ -200,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             print("error: no runs in the files: nothing was scored")
             return 2
-        names, rows = rules_table(runs)
+        rules = RULES | (LOGPROB_RULES if all("logprob_dist" in r for r in runs) else {})
+        names, rows = rules_table(runs, rules)
         print(f"{len(runs)} runs; columns: {', '.join(names)}")
         for label, ok, cells in rows:
             print(f"{label:40s} {'MEETS' if ok else 'misses':6s} " + " ".join(f"{x:>5s}" for x in cells))

@@ -3,6 +3,7 @@ and decode alike, and the study that scores razor rules on collected runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -99,3 +100,22 @@ def test_rules_table_scores_bugs_and_twins_by_seed(tmp_path, capsys) -> None:
     assert "20 runs; columns: bug, twin" in capsys.readouterr().out
     (tmp_path / "empty.jsonl").write_text("")
     assert razor_study.main(["rules", str(tmp_path / "empty.jsonl")]) == 2
+
+
+@pytest.fixture(scope="module")
+def online_oracles() -> teeth.Oracles:
+    return teeth.Oracles()
+
+
+@pytest.mark.parametrize(("name", "caught"), [("none", False), ("good-online-split", False), ("eps-x10", True)])
+def test_fp32_logprob_distance_separates_eps_x10_from_a_split_reordering(
+    online_oracles, name: str, caught: bool
+) -> None:
+    """In fp32 the engine's own decode log-probs sit at fp32 noise from the online oracle's (about 6e-5 nats per
+    position, a two-split reordering included); RMSNorm's eps x10 moves them about 8e-4: the candidate rule's
+    fp32 half (razor_study.logprob_rule) at its threshold."""
+    seeded = razor_study.CONTROL if name == "none" else teeth.SEEDED[name]
+    razor = dataclasses.replace(kernels.FP32_PROBS_RAZOR, oracle_attn="online")
+    run = razor_study.collect_run(seeded, teeth.harness.TINY_MODEL, 0, "float32", online_oracles, razor, 1)
+    assert run["positions"] == 1024 and run["logprob_dist"]["mean"] > 0  # judged, and not vacuously equal
+    assert razor_study.logprob_rule(2.5e-4, 1.0)(run) is caught, run["logprob_dist"]
