@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +69,7 @@ class LLM:
         enable_prefix_caching: bool = True,
         seed: int = 0,
         flags: FlagSnapshot | None = None,  # the kernel arms' flags (default: the environment, read once)
+        runner_class: type[Runner] = Runner,  # a Runner subclass: a benchmark's, timing its public step methods
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -84,7 +84,7 @@ class LLM:
         if num_blocks is None and device.startswith("cuda"):
             num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
         max_blocks = -(-self.max_model_len // block_size)
-        self.runner = Runner(
+        self.runner = runner_class(
             self.model_dir,
             torch_dtype,
             device,
@@ -110,8 +110,12 @@ class LLM:
         )
         self._rng = random.Random(seed)
         self._next_id = 0
-        self._scheduler_s = {True: 0.0, False: 0.0}
         self._inflight: tuple[ScheduledStep, torch.Tensor] | None = None  # a decode step launched, not read
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a decode step is launched and not yet read back (VT_ASYNC_SCHEDULE)."""
+        return self._inflight is not None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -168,9 +172,7 @@ class LLM:
         return self._run(self._schedule())
 
     def _schedule(self) -> ScheduledStep:
-        t0 = time.perf_counter()
         plan = self.scheduler.schedule()
-        self._scheduler_s[plan.decode] += time.perf_counter() - t0
         if not plan.rows:
             raise RuntimeError(
                 f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
@@ -180,56 +182,41 @@ class LLM:
 
     def _run(self, plan: ScheduledStep) -> list[RequestOutput]:
         """A scheduled step synchronously: its rows through the runner, its tokens read and postprocessed."""
-        t0 = time.perf_counter()
-        rows = self._rows(plan)
-        t1 = time.perf_counter()
-        sampled = self.runner.run_step(rows, plan.decode)
-        t2 = time.perf_counter()
-        done = [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
-        self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
-        return done
+        sampled = self.runner.run_step(self._rows(plan), plan.decode)
+        return [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
 
     def _step_overlapped(self) -> list[RequestOutput]:
         """Read back the decode step in flight only once the next step is scheduled and its inputs staged, so
         that host work overlaps the device's. Token counts are all the scheduler needs (advance gives the
         rows placeholder tokens); a row whose token turns out to stop it is dropped from the staged step,
         which is then staged again. Mixed steps run synchronously."""
-        t0, runner = time.perf_counter(), self.runner
-        inside = 0.0  # seconds in the runner (its own inputs_s, the device wait, the launch) or in _run
+        runner = self.runner
         done: list[RequestOutput] = []
         if self._inflight is None:
-            plan = self._schedule()  # counts its own time
-            t0 = time.perf_counter()
+            plan = self._schedule()
             if not plan.decode:
                 return self._run(plan)
-            t = time.perf_counter()
             prepared: PreparedDecode | None = runner.prepare_decode(self._rows(plan))
         else:
             last, out = self._inflight
             self._inflight = None
             ended = self.scheduler.advance(last)
             plan = self.scheduler.schedule()
-            t = time.perf_counter()
             prepared = runner.prepare_decode(self._rows(plan)) if plan.decode and plan.rows else None
             sampled = runner.read_tokens(out, len(last.rows))  # waits for the device
-            inside += time.perf_counter() - t
             stopped = self.scheduler.settle(last, sampled)
             done = [self._output(s) for s in ended + stopped]
             if stopped:  # those rows leave the next step: stage it again without them
                 plan.rows = [(s, n) for s, n in plan.rows if s.status is Status.RUNNING]
                 prepared = None
             if plan.rows and not plan.decode:
-                self._scheduler_s[True] += time.perf_counter() - t0 - inside
                 return done + self._run(plan)
-            t = time.perf_counter()
             if plan.rows and prepared is None:
                 prepared = runner.prepare_decode(self._rows(plan))
         if plan.rows:
             assert prepared is not None
             tokens = [seq.token_ids[-1] for seq, _ in plan.rows]  # a decode row computes its last token
             self._inflight = (plan, runner.launch_decode(prepared, tokens))
-        inside += time.perf_counter() - t
-        self._scheduler_s[True] += time.perf_counter() - t0 - inside
         return done
 
     def _rows(self, plan: ScheduledStep) -> list[StepRow]:
@@ -252,24 +239,6 @@ class LLM:
                 )
             )
         return rows
-
-    def host_time(self) -> dict[str, float]:
-        """Host seconds of the serving steps since construction (or reset_host_time) outside the model: the
-        scheduler and the step's rows and outputs (`*_scheduler_s`), and the runner's work before it launches
-        the forward (`*_inputs_s`: state resets, sampling mode, inputs filled and uploaded), for decode and
-        mixed steps. On a GPU none of it overlaps the device, except a decode step's under VT_ASYNC_SCHEDULE
-        (scheduled and staged while the step before it runs)."""
-        r = self.runner.inputs_s
-        return {
-            "decode_scheduler_s": self._scheduler_s[True],
-            "decode_inputs_s": r[1],
-            "mixed_scheduler_s": self._scheduler_s[False],
-            "mixed_inputs_s": r[0],
-        }
-
-    def reset_host_time(self) -> None:
-        self._scheduler_s = {True: 0.0, False: 0.0}
-        self.runner.inputs_s = [0.0, 0.0]
 
     # --- requests -------------------------------------------------------------
     def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:

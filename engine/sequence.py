@@ -38,13 +38,5 @@ class Sequence:
         return len(self.token_ids)
 
     @property
-    def num_output(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
-
-    @property
-    def num_uncomputed(self) -> int:
-        return self.num_tokens - self.num_computed
