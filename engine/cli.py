@@ -1,4 +1,4 @@
-"""The engine's command line: `generate`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
+"""The engine's command line: `generate` and `serve`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from engine.cli_args import add_model_args, parse_ids
+from engine.cli_args import TINY_MODEL, add_model_args, parse_ids
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
+from engine.serve.cli import add_serve_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
     )
     gen.set_defaults(handler=cmd_generate)
+    add_serve_parser(sub)
     return parser
 
 
@@ -127,8 +129,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if Path(args.model).resolve() == Path(TINY_MODEL).resolve():
+        print("model: the embedded tiny Qwen3, a toy with random weights: its text is not language")
     for i, o in enumerate(outs):
-        text = f"  {o.text!r}" if o.text is not None and is_text[i] else ""
-        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}")
+        text = f"  {o.text!r}" if o.text is not None else ""  # a token-id prompt's output decodes too
+        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}  (finish: {o.finish_reason})")
     print(f"{total} tokens, {rate:.1f} tok/s")
     return 0

@@ -18,11 +18,13 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.flags import FlagSnapshot
+from engine.logprobs import PositionLogprobs, device_logprobs, host_rows
 from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.model.qwen3_next import make_recurrent_state
-from engine.sampler import Mode, SamplingInputs, sample
+from engine.penalties import RowProcessors
+from engine.sampler import Mode, SamplingInputs, StepExtras, sample, sample_with_extras
 from engine.step_inputs import StepInputs
 
 if TYPE_CHECKING:
@@ -47,6 +49,10 @@ class StepRow:
     seed: int = 0
     step: int = 0  # index of the token being generated within its request
     state_slot: int = -1  # its recurrent-state slot (models with gated delta net layers; the scheduler's)
+    logprobs: int = -1  # top-k logprobs of the sampled token (engine.logprobs); -1: none
+    processors: RowProcessors | None = None  # penalties, bans, min_p (engine.penalties); None: none
+    prompt_logprobs: int = -1  # top-k logprobs of prompt_targets, predicted by this row's positions
+    prompt_targets: list[int] | None = None  # the prompt tokens after this row's first len() positions
 
 
 @dataclass
@@ -57,10 +63,11 @@ class PreparedDecode:
     mode: Mode
     inputs: StepInputs
     sampling: SamplingInputs
+    extras: StepExtras
 
     def device_inputs(self) -> dict[str, torch.Tensor]:
         """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is."""
-        return {**self.inputs.upload(), **self.sampling.upload()}
+        return {**self.inputs.upload(), **self.sampling.upload(), **self.extras.upload()}
 
 
 class Runner:
@@ -119,16 +126,21 @@ class Runner:
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
         self._static: dict[int, StepInputs] = {}
-        # the captured decode program per (padded batch size, sampling mode, flag snapshot): `flags` may be
-        # replaced between steps (a benchmark's A/B arms on one runner), and each snapshot replays its own graphs
-        self._sample_graphs: dict[tuple[int, Mode, FlagSnapshot], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        # the captured decode program per (padded batch size, sampling mode, the step's extras, flag snapshot):
+        # `flags` may be replaced between steps (a benchmark's A/B arms on one runner), each snapshot replaying
+        # its own graphs
+        self._sample_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
         self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
+        self._extras_cache: dict = {}  # StepExtras' device tensors by name and shape
+        # the last synchronous step's logprobs per row (None: the row asked for none), and its prompt logprobs
+        self.last_logprobs: list[PositionLogprobs | None] = []
+        self.last_prompt_logprobs: list[list[PositionLogprobs] | None] = []
 
     @property
     def captured(self) -> list[tuple[int, Mode]]:
         """The (padded batch size, sampling mode) of every decode step captured under the current flags."""
-        return [(padded, mode) for padded, mode, flags in self._sample_graphs if flags == self.flags]
+        return list(dict.fromkeys((key[0], key[1]) for key in self._sample_graphs if key[-1] == self.flags))
 
     # --- serving steps (engine.llm) ---------------------------------------------
     @torch.inference_mode()
@@ -140,8 +152,12 @@ class Runner:
         rows beside them) runs eagerly, attention reading each row's cached prefix. With recurrent layers
         every row names its state slot; a row starting at token 0 starts from a zero state.
         """
+        self.last_prompt_logprobs = []
         if decode:
-            return self._launch_decode(self.prepare_decode(rows))[: len(rows)].tolist()
+            out = self._launch_decode(self.prepare_decode(rows))
+            tokens = _tokens(out, len(rows))
+            self.last_logprobs = self.read_logprobs(out, [r.logprobs for r in rows], tokens)
+            return tokens
         if self.recurrent is not None:
             self.reset_states(rows)
         return self._mixed_step(rows, rows_mode(rows, self.config.vocab_size))
@@ -198,10 +214,44 @@ class Runner:
         inputs = self._mixed_sampling[n]
         inputs.fill(*_sampling_columns(ordered))
         logits = self.model.compute_logits(hidden[i64[3]], self.flags)
-        sampled = sample(self.flags, logits, mode=mode, **inputs.upload()).tolist()
+        extras = StepExtras.build(ordered, n, self.config.vocab_size, self.device, self._extras_cache)
+        result = sample_with_extras(self.flags, logits, mode, inputs.upload(), extras)
+        sampled = _tokens(result, n)
+        lps = self.read_logprobs(result, [r.logprobs for r in ordered], sampled)
+        prompt_lps = self._prompt_logprobs(hidden, ordered, lens)
         out = [0] * n
+        self.last_logprobs = [None] * n
+        self.last_prompt_logprobs = [None] * n
         for j, i in enumerate(order):
-            out[i] = sampled[j]
+            out[i], self.last_logprobs[i], self.last_prompt_logprobs[i] = sampled[j], lps[j], prompt_lps[j]
+        return out
+
+    def _prompt_logprobs(
+        self, hidden: torch.Tensor, rows: list[StepRow], lens: list[int]
+    ) -> list[list[PositionLogprobs] | None]:
+        """Each asking row's prompt logprobs: its first len(prompt_targets) positions' logits judged against
+        the prompt tokens that follow them (one log_softmax and one topk over the asking rows' positions)."""
+        out: list[list[PositionLogprobs] | None] = [None] * len(rows)
+        at, index, targets, ks = 0, list[int](), list[int](), list[int]()
+        for r, n in zip(rows, lens):
+            if r.prompt_logprobs >= 0 and r.prompt_targets:
+                m = len(r.prompt_targets)
+                index += range(at, at + m)
+                targets += r.prompt_targets
+                ks += [r.prompt_logprobs] * m
+            at += n
+        if not index:
+            return out
+        dev = self.device
+        logits = self.model.compute_logits(hidden[torch.tensor(index, device=dev)], self.flags)
+        chosen = torch.tensor(targets, dtype=torch.int64, device=dev)
+        flat = host_rows(device_logprobs(logits, chosen, max(ks)), targets, ks)
+        pos = 0
+        for i, r in enumerate(rows):
+            if r.prompt_logprobs >= 0 and r.prompt_targets:
+                m = len(r.prompt_targets)
+                out[i] = [p for p in flat[pos : pos + m] if p is not None]
+                pos += m
         return out
 
     def _upload(self, dtype: torch.dtype, *columns: list[int]) -> list[torch.Tensor]:
@@ -228,8 +278,16 @@ class Runner:
         prepared.inputs.set_tokens(tokens)
         return self._launch_decode(prepared)
 
-    def read_tokens(self, out: torch.Tensor, n: int) -> list[int]:
-        return out[:n].tolist()
+    def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
+        return _tokens(out, n)
+
+    def read_logprobs(
+        self, out: torch.Tensor | tuple[torch.Tensor, ...], ks: list[int], tokens: list[int]
+    ) -> list[PositionLogprobs | None]:
+        """A step's logprobs per row (its own k, -1: None), read back after its tokens."""
+        if not isinstance(out, tuple):
+            return [None] * len(ks)
+        return host_rows((out[1], out[2], out[3], out[4]), tokens, ks)
 
     def _prepare_decode(self, rows: list[StepRow], mode: Mode) -> PreparedDecode:
         n, bs = len(rows), self.block_size
@@ -246,18 +304,19 @@ class Runner:
             self._sampling[padded] = SamplingInputs(padded, self.device)
         sampling = self._sampling[padded]
         sampling.fill(*_sampling_columns(rows))
-        return PreparedDecode(padded, mode, inputs, sampling)
+        extras = StepExtras.build(rows, padded, self.config.vocab_size, self.device, self._extras_cache)
+        return PreparedDecode(padded, mode, inputs, sampling, extras)
 
     def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
-        padded, mode, flags = prepared.padded, prepared.mode, self.flags
+        padded, mode, extras, flags = prepared.padded, prepared.mode, prepared.extras, self.flags
         buf = prepared.device_inputs()
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
-            return self.sample_step(mode, flags=flags, **kw)
+            return self.sample_step(mode, extras=extras, flags=flags, **kw)
 
         if not self.use_graph:
             return step(**buf)
-        key = (padded, mode, flags)
+        key = (padded, mode, *extras.key, flags)
         if key not in self._sample_graphs:
             captured = self._capture_fn(step, buf)
             if captured is None:
@@ -281,8 +340,10 @@ class Runner:
         seeds: torch.Tensor,  # [batch] int64
         steps: torch.Tensor,  # [batch] int64
         state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
+        extras: StepExtras | None = None,  # logprobs and logits processors (their device tensors in **procs)
         flags: FlagSnapshot | None = None,  # default: the runner's; a benchmark's A/B passes one arm's
-    ) -> torch.Tensor:  # [batch] int64
+        **procs: torch.Tensor,
+    ) -> torch.Tensor:  # [batch] int64, or with extras' logprobs a tuple (engine.sampler.sample_with_extras)
         """The decode program: the model's step over every row, then one token sampled per row (the argmax at
         temperature 0). Device tensors only, so it can be captured; a prepared step's `device_inputs()` are its
         tensor arguments."""
@@ -298,7 +359,10 @@ class Runner:
             state_index=state_index,
         )
         logits = self.model.compute_logits(self.model(input_ids, positions, batch), flags)
-        return sample(flags, logits, temperature, top_k, top_p, seeds, steps, mode)
+        if extras is None or extras.none:
+            return sample(flags, logits, temperature, top_k, top_p, seeds, steps, mode)
+        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seeds": seeds, "steps": steps}
+        return sample_with_extras(flags, logits, mode, sampling, extras, procs)
 
     def padded_batch(self, n: int) -> int:
         """The batch size a decode step of n rows runs at: on CUDA the graph bucket at or above n (eager too)."""
@@ -360,6 +424,11 @@ class Runner:
             self.use_graph = False
             return None
         return graph, out
+
+
+def _tokens(out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
+    """A step's first n tokens read back (a step with logprobs returns them first in a tuple)."""
+    return (out[0] if isinstance(out, tuple) else out)[:n].tolist()
 
 
 def rows_mode(rows: list[StepRow], vocab: int) -> Mode:

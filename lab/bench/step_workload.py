@@ -195,7 +195,7 @@ def reset(runner: Runner, inputs: dict[str, torch.Tensor]) -> None:
 def run(snapshot: FlagSnapshot, runner: Runner, inputs: dict[str, torch.Tensor]) -> torch.Tensor:  # -> [batch] int64
     """One greedy decode step of the shared runner under this arm's flags (the next tokens): the engine's decode
     program, Runner.sample_step, at temperature 0."""
-    return runner.sample_step(Mode.GREEDY, **inputs, flags=snapshot)
+    return runner.sample_step(Mode.GREEDY, extras=None, flags=snapshot, **inputs)
 
 
 def bytes_moved(s: dict[str, int], dtype: torch.dtype, method: str | None = None) -> int:

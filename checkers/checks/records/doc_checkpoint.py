@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from ...checks.records.pending import record_range
 from ...config import DocsConfig
 from ...context import Context, NoRange, add_range_arguments
 from ...flagdecls import FlagDeclError
@@ -57,7 +58,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     details = [line for diff in stale.values() for line in diff.splitlines()]
     since, source = (docs.since, "docs.since") if docs.since else (ctx.config.cutover, "config cutover")
     try:
-        changes = load_changes(ctx, ctx.range(args.base, args.head, since=since, since_source=source).spec)
+        changes = load_changes(ctx, record_range(ctx, args, since, source).spec)
     except NoRange:
         changes = []  # no cutover, no start and no base: the rendered files are all there is to check
     findings += check_changes(changes, ctx.records, docs)
