@@ -292,6 +292,3 @@ class Qwen3ForCausalLM(nn.Module):
         self, hidden: torch.Tensor, flags: FlagSnapshot
     ) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
         return self.lm_head(hidden, flags)
-
-    def greedy(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows] int64
-        return kernels.greedy_argmax(flags, self.compute_logits(hidden, flags))
