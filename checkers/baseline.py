@@ -226,11 +226,13 @@ def worktree(git: Git, commit: str) -> Iterator[Path]:
         materialize(Git(tree, git.timeout_s), tree, commit)
         yield tree
     finally:
-        with contextlib.suppress(GitError):
+        try:
             git.run("worktree", "remove", "--force", str(tree))
+        except GitError:  # half made: its folder goes, then prune drops the entry of a folder that is gone
+            shutil.rmtree(parent, ignore_errors=True)
+            with contextlib.suppress(GitError):
+                git.run("worktree", "prune")
         shutil.rmtree(parent, ignore_errors=True)
-        with contextlib.suppress(GitError):
-            git.run("worktree", "prune")
 
 
 def materialize(git: Git, tree: Path, commit: str) -> None:
