@@ -132,12 +132,14 @@ def load_records(root: Path) -> Records:
         if loaded:
             rec.issues.append(loaded)
     for path in sorted((base / "ledger").glob("*.json")):
-        loaded = _load(rec, root, path, LedgerEntry)
+        loaded = _load(rec, root, path, _ledger_model(path))
         if loaded:
             rec.ledger[loaded.path] = loaded
     for path in sorted((base / "specs").glob("*.md")):
-        spec = parse_spec(path.read_text(encoding="utf-8"), _rel(root, path))
-        rec.specs[spec.path] = spec
+        text = _read_text(rec, root, path)
+        if text is not None:
+            spec = parse_spec(text, _rel(root, path))
+            rec.specs[spec.path] = spec
     return rec
 
 
@@ -154,12 +156,43 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
+_SCHEMA_2 = re.compile(rb'^\s*\{\s*"schema"\s*:\s*2\s*[,}]')
+
+
+def _ledger_model(path: Path) -> type[BaseModel]:
+    """A ledger entry's model by its `schema`, which writers put first: 2 (with provenance,
+    checkers.ledger_schema) or 1 (legacy). A record that puts it later is judged as schema 1 and told so."""
+    from .ledger_schema import LedgerRecord2
+
+    if path.is_symlink() or not path.is_file():
+        return LedgerEntry  # the bounded loader refuses a link or a non-file and reports it; read nothing here
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return LedgerEntry  # the loader reports the unreadable file
+    return LedgerRecord2 if _SCHEMA_2.match(head) else LedgerEntry
+
+
+def _read_text(rec: Records, root: Path, path: Path) -> str | None:
+    """A markdown record's text, read bounded and inside the repository; a refusal (too big, a link out,
+    a directory or FIFO named like a record, invalid UTF-8) is one problem of that record, not a stop."""
+    from .boundedio import RECORD_CAP, Unreadable, read_text
+
+    rel = _rel(root, path)
+    try:
+        return read_text(path, RECORD_CAP, root, rel).replace("\r\n", "\n")
+    except (Unreadable, FileNotFoundError) as exc:
+        rec.problems.append(RecordError(rel, [(None, "", getattr(exc, "why", "file not found"))]))
+        return None
+
+
 def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loaded | None:
     try:
         if path.suffix == ".json":
-            obj, doc = load_json_model(model, path, _rel(root, path))
+            obj, doc = load_json_model(model, path, _rel(root, path), root)
         else:
-            obj, doc = load_model(model, path, _rel(root, path))
+            obj, doc = load_model(model, path, _rel(root, path), root)
     except RecordError as exc:
         rec.problems.append(exc)
         return None
@@ -176,16 +209,18 @@ class JsonDoc(dict[str, Any]):
         return self.text.count("\n", 0, m.start()) + 1 if m else None
 
 
-def load_json_model(model: type[M], path: Path, display: str) -> tuple[M, JsonDoc]:
+def load_json_model(model: type[M], path: Path, display: str, root: Path | None = None) -> tuple[M, JsonDoc]:
     """Read one JSON record with `json` (the round-trip YAML loader takes 300x longer on the 2.8 MB ledger)
     and validate it with the schema; errors name the line of the top-level key they are under. The same
     size bound as a YAML record; nesting too deep for the parser is refused, not a crash."""
-    try:
-        raw = path.read_bytes()
+    from .boundedio import Unreadable, read_bytes
+
+    try:  # bounded before reading, and (with `root`) only a regular file inside the repository
+        raw = read_bytes(path, MAX_YAML_BYTES, root, display)
     except FileNotFoundError:
         raise RecordError(display, [(None, "", "file not found")]) from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise RecordError(display, [(None, "", f"file is {len(raw)} bytes (limit {MAX_YAML_BYTES})")])
+    except Unreadable as exc:
+        raise RecordError(display, [(None, "", exc.why)]) from None
     try:
         text = raw.decode("utf-8")
         data = json.loads(text)
@@ -210,7 +245,9 @@ def load_json_model(model: type[M], path: Path, display: str) -> tuple[M, JsonDo
 
 def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
     rel = _rel(root, path)
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(rec, root, path)
+    if text is None:
+        return None
     if not text.startswith("---\n") or "\n---\n" not in text[4:]:
         rec.problems.append(RecordError(rel, [(1, "", "missing YAML front matter (--- number/row/filed ---)")]))
         return None

@@ -84,7 +84,7 @@ class Request:
         self.sent_tokens = [0] * n  # what a stream has handed out
         self.sent_text = [0] * n
         self.stop_reason: list[int | str | None] = [None] * n
-        self.aborted = False
+        self.aborted = False  # ended by LLM.abort or an engine error
 
     @property
     def finished(self) -> bool:
@@ -98,7 +98,7 @@ class Request:
         ids = [t for t in seq.output_ids if t >= 0]  # an aborted step's placeholder is no token
         text = tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
         stops = p.stop_strings
-        if stops and seq.num_output >= p.min_tokens:
+        if stops and len(ids) >= p.min_tokens:
             start = max(0, len(self.text[i]) - max(map(len, stops)) + 1)
             hits = [(text.find(s, start), s) for s in stops]
             hits = [(at, s) for at, s in hits if at >= 0]
@@ -126,7 +126,8 @@ class Request:
                 if text is not None:
                     end = len(text) if done else self._safe_end(text)
                     text, self.sent_text[i] = text[self.sent_text[i] : end], max(end, self.sent_text[i])
-            reason = ("abort" if self.aborted else seq.finish_reason) if done else None
+            # a sample that ended before an abort keeps its reason; the abort ended the others ("abort")
+            reason = seq.finish_reason if done else None
             outs.append(CompletionOutput(i, text, tokens, cum, lps, reason, self.stop_reason[i] if done else None))
         first = self.seqs[0]
         prompt_lps = None

@@ -213,7 +213,7 @@ ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
         {"engine", "engine.__main__", "engine.cli"},  # the command line and the package's lazy API
         {"engine.serve"},  # the OpenAI-compatible server, a client of LLM
         {"engine.llm", "engine.cli_args"},  # the serving API
-        {"engine.scheduler", "engine.requests"},
+        {"engine.scheduler", "engine.requests", "engine.distributed"},  # distributed: the ranks of a sharded runner
         {"engine.runner"},  # the one decode program and the serving steps
         {
             "engine.sampler",

@@ -119,6 +119,7 @@ def detect(root: Path) -> Plan:
     paths = git.ls_files()
     _shallow(git, plan)
     _records(root, plan)
+    _evidence(root, plan)
     _trailers(git, plan)
     _path_classes(paths, plan)
     _gencode(root, paths, plan)
@@ -136,6 +137,16 @@ def _records(root: Path, plan: Plan) -> None:
         return
     for check in record_checks:
         plan.disabled[check] = "no records in .agents/rows/ (the rows workflow is not used here)"
+
+
+def _evidence(root: Path, plan: Plan) -> None:
+    """evidence runs where a ledger is: it holds the documents' cited numbers to the records there."""
+    ledger = root / ".agents" / "ledger"
+    found = sum(1 for _ in ledger.glob("*.json")) if ledger.is_dir() else 0
+    if found:
+        plan.enabled["evidence"] = f"the {found} ledger records in .agents/ledger/"
+    else:
+        plan.disabled["evidence"] = "no ledger records in .agents/ledger/ (no numbers to hold to a record)"
 
 
 def _trailers(git: Git, plan: Plan) -> None:
@@ -416,6 +427,12 @@ def describe(plan: Plan) -> list[str]:
             out.append(f"  {spec.id:<16} disabled: {plan.disabled[spec.id]}")
         else:
             out.append(f"  {spec.id:<16} enabled: {plan.enabled.get(spec.id, 'its defaults')}")
+    hooked = [spec.hook_id for spec in registry.CHECKS if spec.id in plan.disabled and not spec.records]
+    if hooked:  # pre-commit shows a skipped hook's exit 0 as "Passed" and hides its line
+        out.append(
+            f"note: the hook of a disabled check passes without running (pre-commit prints Passed): "
+            f"leave {', '.join(hooked)} out of .pre-commit-config.yaml"
+        )
     return out
 
 

@@ -3,6 +3,7 @@ the contributor's own failure is new, the upstream's is inherited with the commi
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -83,23 +84,26 @@ def test_sarif_validates_and_carries_baseline_state(contrib: Contrib):
 
 def test_the_run_passes_once_the_new_failure_is_fixed_and_reports_what_the_branch_fixed(tmp_path: Path):
     c = build(tmp_path)
-    c.clone.commit(
-        "Document VT_NEW here too\n\nRefs #1\n",
-        {"docs/ENV.md": c.clone.path.joinpath("docs/ENV.md").read_text() + "| `VT_NEW` | new |\n"},
+    anchored = row_yaml("GOV-CORE", issues="[1]", anchors="[src/ok.py]")
+    c.clone.commit("Anchor to code that exists\n\nRefs #1\n", {".agents/rows/GOV-CORE.yaml": anchored})
+    proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    u3 = c.shas["U3"][:12]
+    assert proc.stdout.splitlines()[-1] == (
+        f"No new failures: inherited from the base (env-doc); fixed upstream: env-doc at {u3} "
+        "(--fail-on-inherited makes them count)"
     )
-    c.clone.commit(
-        "Anchor to code that exists\n\nRefs #1\n",
-        {".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", issues="[1]", anchors="[src/ok.py]")},
-    )
+    documented = (c.clone.path / "docs/ENV.md").read_text() + "| `VT_NEW` | new |\n"
+    c.clone.commit("Document VT_NEW here too\n\nRefs #1\n", {"docs/ENV.md": documented})
     proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert "ok    env-doc          base fails 1; this branch passes (fixes 1)" in lines
     assert (
         "FIXED     src/new.py:2: ED001 env-undocumented: VT_NEW read at src/new.py:2 is not documented in "
-        "docs/ENV.md nor classified in env-allow.txt [file not touched by this branch]" in lines
-    )
-    assert lines[-1] == "No new failures: the branch adds none and the base has none"
+        "docs/ENV.md nor classified in env-allow.txt [file not touched by this branch]"
+    ) in lines
+    assert lines[-1] == "No new failures: the branch adds none; the branch fixes 1 the base has"
     sarif = json.loads(rowgate("preflight", "--baseline", "--format", "sarif", cwd=c.clone.path).stdout)
     jsonschema.Draft4Validator(SCHEMA).validate(sarif)
     assert [r["baselineState"] for r in sarif["runs"][0]["results"]] == ["absent"]
@@ -126,3 +130,62 @@ def test_identity_ignores_lines_and_shas_but_not_commits_or_paths():
     assert identity(a) != identity(a._replace(path="src/b.py"))
     assert identity(a) != identity(a._replace(commit="f" * 40))
     assert identity(a) != identity(a._replace(message="VT_Y read at src/a.py:2"))
+    assert identity(a._replace(message="a defaced row")) != identity(a._replace(message="a effaced row"))
+
+
+def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
+    """The commit gates have nothing to judge there: a skip that says so, not an error of the branch's."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "SKIP  role-discipline  base: not run (judges the branch's own commits); this branch skips: the branch "
+        "has no commits of its own (head is the merge base)"
+    ) in proc.stdout.splitlines()
+    assert proc.stdout.splitlines()[-1] == "No new failures: the branch adds none and the base has none"
+
+
+def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path):
+    """A pending commit that names nothing: RD004 on the commit, new, anchored where plain SARIF anchors it."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    sha = c.clone.commit("Nothing named\n", {"README.md": "x\n"})
+    proc = rowgate("preflight", "--baseline", "--format", "sarif", cwd=c.clone.path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [result] = accepted(json.loads(proc.stdout))
+    location = result["locations"][0]
+    assert (result["ruleId"], result["baselineState"]) == ("RD004", "new")
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == ".agents/config.yaml"
+    assert location["logicalLocations"][0]["name"] == sha
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-on-inherited"], "rowgate: --fail-on-inherited needs --baseline\n"),
+        (["--baseline", "--format", "junit"], "rowgate: --baseline writes text, json or sarif, not junit\n"),
+        (["--baseline", "main", "--base", "main"], "rowgate: give the base once: --baseline REF or --base REF\n"),
+    ],
+)
+def test_usage_errors(contrib: Contrib, args: list[str], message: str):
+    proc = rowgate("preflight", *args, cwd=contrib.clone.path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message)
+
+
+def test_the_fix_search_says_when_its_probe_bound_stopped_it(contrib: Contrib):
+    from checkers.baseline import run_baseline
+    from checkers.config import load_config
+    from checkers.context import Context
+
+    root = contrib.clone.path
+    ctx = Context(root=root, config=load_config(root), env={}, notes=io.StringIO())
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=2)
+    [gate] = report.gates
+    s = contrib.shas
+    assert (gate.fixed_by, gate.fixed_note) == (
+        s["U3"],
+        f"fixed by {s['U3'][:12]} or an earlier commit after the merge base (probe bound 2 reached)",
+    )
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=0)
+    assert (report.gates[0].fixed_by, report.gates[0].fixed_note) == (None, None)

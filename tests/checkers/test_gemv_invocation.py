@@ -529,6 +529,21 @@ def test_a_launch_looks_back_for_its_kernel_no_further_than_the_previous_launch(
     ]
 
 
+def test_a_source_linked_out_of_the_repository_is_an_error_and_not_read(tmp_path: Path):
+    """A tracked symlink to a file outside (or to /dev/zero) was read wherever it pointed; now the check
+    cannot verify and says which source and where it leads."""
+    from checkers.results import CheckError
+
+    outside = tmp_path / "outside.py"
+    outside.write_text("import torch\n")
+    root = tmp_path / "repo"
+    (root / "engine").mkdir(parents=True)
+    (root / "engine" / "ops.py").symlink_to(outside)
+    with pytest.raises(CheckError) as err:
+        run_on(root)
+    assert str(err.value) == (f"engine/ops.py is a symlink that leads out of the repository (to {outside}); not read")
+
+
 def test_a_call_whose_parenthesis_never_closes_is_no_site_and_the_next_call_still_is():
     """Each `(` is paired with its `)` in one scan (cuda_sites._close_parens); an unclosed one pairs with
     nothing, so its call is not read (no arguments to judge) while the calls after it are."""
