@@ -93,10 +93,10 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
     out = {}
     for cid, claim in records.claims.items():
         c = claim.model
-        branches = {c.branch.removeprefix("refs/heads/"), f"{cfg.branch_prefix}{c.row}"}
+        branches = {c.branch.removeprefix("refs/heads/")} | {f"{cfg.branch_prefix}{r}" for r in c.row_ids}
         local = any(f"refs/heads/{b}" in refs for b in branches)
         on_remote = any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs else unknown_remote
-        times = [x.time for x in commits if c.row in x.rows]
+        times = [x.time for x in commits if any(r in x.rows for r in c.row_ids)]
         start = _day_start(c.since).timestamp()
         last = dt.datetime.fromtimestamp(max(times), dt.UTC) if times else None
         looked = f"locally or on {remote}" if has_remote_refs else "locally"
@@ -115,7 +115,7 @@ def check_live(
 ) -> tuple[list[Finding], list[str]]:
     """Findings, and the claims whose liveness could not be verified (no remote refs to look at)."""
     findings, unverified = [], []
-    claimed = {c.model.row for c in records.claims.values()}
+    claimed = {r for c in records.claims.values() for r in c.model.row_ids}
     for row in records.rows.values():
         m = row.model
         if m.state in active and not (m.claim and m.claim in records.claims) and m.id not in claimed:
@@ -129,17 +129,21 @@ def check_live(
                 )
             )
     for cid, claim in records.claims.items():
-        c, target = claim.model, records.rows.get(claim.model.row)
-        if target is None or target.model.state not in active:
-            what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
-            findings.append(
-                R_INACTIVE.finding(
-                    f"claim {cid} points at row {c.row}, which {what}",
-                    claim.path,
-                    key_line(claim.doc, "row"),
-                    "remove the claim (rowgate row set releases it) or move the row to an active state",
+        c, stale = claim.model, False
+        for row_id in c.row_ids:
+            target = records.rows.get(row_id)
+            if target is None or target.model.state not in active:
+                what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
+                findings.append(
+                    R_INACTIVE.finding(
+                        f"claim {cid} points at row {row_id}, which {what}",
+                        claim.path,
+                        key_line(claim.doc, "row" if row_id == c.row else "rows"),
+                        "remove the claim (rowgate row set releases it) or move the row to an active state",
+                    )
                 )
-            )
+                stale = True
+        if stale:
             continue
         live = liveness.get(cid)
         if live is None or live.local or live.remote or live.since_claim:
@@ -149,8 +153,8 @@ def check_live(
             continue
         findings.append(
             R_DEAD.finding(
-                f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
-                f"and no commit has named {c.row} since {c.since}",
+                f"claim {cid} on {', '.join(c.row_ids)}: branch {c.branch} is not found {live.looked}, "
+                f"and no commit has named {' or '.join(c.row_ids)} since {c.since}",
                 claim.path,
                 key_line(claim.doc, "branch"),
                 "push the branch, or release the claim (rowgate row set ID --state READY)",
