@@ -5,7 +5,7 @@
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
 #   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [ncu2] [reach] [qwen3next] [qwen3next-bf16]
 #   [qwen3next-bench] [gdn-flip] [calib]
-#   reach: every attention arm of the kernel table reached by a gate model (engine/data/gate_models.py: head_dim
+#   reach: every attention arm of the kernel table reached by a gate model (lab/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
 #   (every run's verdicts in $OUT/reach/reach-runs.txt); fails when an arm has 0 calls. Before it, the tiled arm's
@@ -22,7 +22,7 @@
 #   seeds reproduce), then the throughput benchmark (256 requests, lengths uniform in [100, 1024],
 #   Qwen3-0.6B's shape, against transformers' batched generate) with its plot and ledger record.
 #   prefill: the varlen prefill/extend attention kernel (VT_PREFILL_ATTN) and the serving sampler's fused draw
-#   (VT_SAMPLE_ROWS_KERNEL): their numerics cases against the references (engine/gates/cases/prefill.py and
+#   (VT_SAMPLE_ROWS_KERNEL): their numerics cases against the references (lab/gates/cases/prefill.py and
 #   sample_rows.py, one ledger record), memcheck on the small ones, their GPU tests, the serving GPU tests
 #   with VT_PREFILL_ATTN on (tokens equal to the flag-off run, counters showing its arms ran), then the
 #   throughput benchmark with all three off, the first on, the first two on, then VT_ASYNC_SCHEDULE on top
@@ -155,9 +155,9 @@ MOE=/tmp/tiny-qwen3-moe
 # head_dim 128: the embedded tiny model's 32 runs only the generic attention arm; the warp, GQA-fused
 # and split-KV arms need 64, 128 or 256
 D128=/tmp/tiny-qwen3-d128
-GATES=/tmp/flip-gate-models  # engine/data/gate_models.py's d128-g4 and long, for the flip phase
+GATES=/tmp/flip-gate-models  # lab/data/gate_models.py's d128-g4 and long, for the flip phase
 long_lens() {  # the long gate model's own prompt lengths (1500+ tokens: the tiled arms' several KV splits)
-  $PY -c "from engine.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')"
+  $PY -c "from lab.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')"
 }
 # Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
 FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
@@ -165,17 +165,17 @@ FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
 if [[ " $PHASES " == *" gates "* ]]; then
   build_once
   step runner-gpu-tests 180 $PY -m pytest tests/engine/test_runner.py tests/engine/test_graph_splitkv.py \
-    tests/engine/bench/test_decode_profile.py -m gpu -q -p no:cacheprovider
-  step make-moe 60 $PY -c "from engine.data.make_tiny import build, build_moe
+    tests/lab/bench/test_decode_profile.py -m gpu -q -p no:cacheprovider
+  step make-moe 60 $PY -c "from lab.data.make_tiny import build, build_moe
 build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')"
-  step tokens-dense-graph 120 $PY -m engine gate tokens --device cuda --dtype bfloat16
-  step tokens-dense-eager 120 env VT_EAGER=1 $PY -m engine gate tokens --device cuda --dtype bfloat16
-  step tokens-moe 120 $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$MOE"
-  step tokens-moe-kernels 120 env VT_MOE_KERNELS=1 $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$MOE"
-  step neartie-dense-fast 120 env $FAST $PY -m engine gate neartie --device cuda --dtype bfloat16
-  step neartie-moe-fast 120 env $FAST $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$MOE"
+  step tokens-dense-graph 120 $PY -m lab gate tokens --device cuda --dtype bfloat16
+  step tokens-dense-eager 120 env VT_EAGER=1 $PY -m lab gate tokens --device cuda --dtype bfloat16
+  step tokens-moe 120 $PY -m lab gate tokens --device cuda --dtype bfloat16 --model "$MOE"
+  step tokens-moe-kernels 120 env VT_MOE_KERNELS=1 $PY -m lab gate tokens --device cuda --dtype bfloat16 --model "$MOE"
+  step neartie-dense-fast 120 env $FAST $PY -m lab gate neartie --device cuda --dtype bfloat16
+  step neartie-moe-fast 120 env $FAST $PY -m lab gate neartie --device cuda --dtype bfloat16 --model "$MOE"
   # head_dim 32 takes the generic attention arm; the head_dim-128 model runs the default tiled arm
-  step neartie-d128 180 $PY -m engine gate neartie --device cuda --dtype bfloat16 --model "$D128" \
+  step neartie-d128 180 $PY -m lab gate neartie --device cuda --dtype bfloat16 --model "$D128" \
     --max-new-tokens 300
   step memcheck-dense 180 compute-sanitizer --tool memcheck --error-exitcode 9 \
     $PY -m engine generate --device cuda --dtype bfloat16 --max-new-tokens 4
@@ -185,62 +185,62 @@ fi
 
 if [[ " $PHASES " == *" bench "* ]]; then
   L=(--ledger "$OUT/ledger")
-  step bw-attn-b64 150 $PY -m engine bench bandwidth --workload attn-decode "${L[@]}" \
+  step bw-attn-b64 150 $PY -m lab bench bandwidth --workload attn-decode "${L[@]}" \
     --sweep ctx=1024,4096,16384 --plot "$OUT/attn-bandwidth.png"
-  step bw-attn-b1-32k 120 $PY -m engine bench bandwidth --workload attn-decode --shape batch=1,ctx=32768 "${L[@]}"
-  step bw-attn-d256 120 $PY -m engine bench bandwidth --workload attn-decode --shape hq=16,hkv=2,d=256 "${L[@]}"
+  step bw-attn-b1-32k 120 $PY -m lab bench bandwidth --workload attn-decode --shape batch=1,ctx=32768 "${L[@]}"
+  step bw-attn-d256 120 $PY -m lab bench bandwidth --workload attn-decode --shape hq=16,hkv=2,d=256 "${L[@]}"
   for s in n=4096,k=4096 n=14336,k=4096 n=4096,k=14336; do
-    step "bw-gemv-$s" 60 $PY -m engine bench bandwidth --workload gemv --shape "$s" "${L[@]}"
+    step "bw-gemv-$s" 60 $PY -m lab bench bandwidth --workload gemv --shape "$s" "${L[@]}"
   done
-  step ab-splitkv-swap 90 env VT_ATTN_TILED=0 VT_ATTN_SPLITKV=1 $PY -m engine bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
+  step ab-splitkv-swap 90 env VT_ATTN_TILED=0 VT_ATTN_SPLITKV=1 $PY -m lab bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
     --shape batch=1,ctx=32768 "${L[@]}"
-  step ab-gemv 60 $PY -m engine bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
-  step ab-tiled 90 $PY -m engine bench ab --flag VT_ATTN_TILED "${L[@]}"
+  step ab-gemv 60 $PY -m lab bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
+  step ab-tiled 90 $PY -m lab bench ab --flag VT_ATTN_TILED "${L[@]}"
   for q in awq-gemv gptq-gemv nvfp4-gemv; do  # dequant-GEMV against dequant-then-linear and a dense F.linear
-    step "bw-$q" 90 $PY -m engine bench bandwidth --workload "$q" "${L[@]}"
+    step "bw-$q" 90 $PY -m lab bench bandwidth --workload "$q" "${L[@]}"
   done
-  step ab-norm 60 $PY -m engine bench ab --flag VT_NORM_KERNEL "${L[@]}"
-  step decode-0.6b 240 $PY -m engine bench decode "${L[@]}"
-  step decode-0.6b-profile 240 $PY -m engine bench decode --profile --no-oracle "${L[@]}"
+  step ab-norm 60 $PY -m lab bench ab --flag VT_NORM_KERNEL "${L[@]}"
+  step decode-0.6b 240 $PY -m lab bench decode "${L[@]}"
+  step decode-0.6b-profile 240 $PY -m lab bench decode --profile --no-oracle "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" step "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
   for f in VT_MERGED_PROJ VT_QK_NORM_ROPE_FUSED VT_GEMV; do
-    step "ab-step-$f" 150 $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
+    step "ab-step-$f" 150 $PY -m lab bench ab --flag "$f" --workload decode-step "${L[@]}"
   done
   # Qwen3-0.6B's decode GEMVs: q/k/v merged, o, gate/up merged, down, the tied head
   for s in n=4096,k=1024 n=1024,k=2048 n=6144,k=1024 n=1024,k=3072 n=151936,k=1024; do
-    step "bw-gemv-$s" 60 $PY -m engine bench bandwidth --workload gemv --shape "$s" "${L[@]}"
+    step "bw-gemv-$s" 60 $PY -m lab bench bandwidth --workload gemv --shape "$s" "${L[@]}"
   done
-  step bw-attn-step 60 $PY -m engine bench bandwidth --workload attn-decode --shape batch=1,ctx=1024,hq=16,hkv=8 \
+  step bw-attn-step 60 $PY -m lab bench bandwidth --workload attn-decode --shape batch=1,ctx=1024,hq=16,hkv=8 \
     "${L[@]}"
   step decode-fast-profile 240 env VT_MERGED_PROJ=1 VT_QK_NORM_ROPE_FUSED=1 VT_GEMV=1 \
-    $PY -m engine bench decode --profile --no-oracle "${L[@]}"
+    $PY -m lab bench decode --profile --no-oracle "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" serve "* ]]; then
   build_once
   step serve-gpu-tests 300 $PY -m pytest tests/engine/test_llm.py tests/engine/test_sampler.py \
     tests/engine/test_llm_qwen3_next.py -m gpu -q -p no:cacheprovider
-  step serve-throughput 570 $PY -m engine bench throughput --requests 256 --sweep 64,256 \
+  step serve-throughput 570 $PY -m lab bench throughput --requests 256 --sweep 64,256 \
     --plot "$OUT/throughput.svg" --ledger "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" prefill "* || " $PHASES " == *" throughput-ab "* ]]; then
   build_once
   if [[ " $PHASES " == *" prefill "* ]]; then
-    step prefill-numerics 120 $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ \
+    step prefill-numerics 120 $PY -m lab gate kernels --filter prefill/ --filter sample_rows/ \
       --ledger "$OUT/ledger/prefill-kernels.json"
     step prefill-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      $PY -m engine gate kernels --filter prefill/ --filter sample_rows/ --tag small
+      $PY -m lab gate kernels --filter prefill/ --filter sample_rows/ --tag small
     step prefill-gpu-tests 150 $PY -m pytest tests/engine/cuda/test_prefill_attn.py \
       tests/engine/cuda/test_sample_rows.py tests/engine/test_llm.py -m gpu -k "(prefill or sample_rows) and not test_case_" \
       -q -p no:cacheprovider -rs
   fi
   step serve-qwen3next 180 $PY -m pytest tests/engine/test_llm_qwen3_next.py -m gpu -q -rA -p no:cacheprovider
-  step prefill-throughput 360 $PY -m engine bench throughput --requests 256 --sweep 256 \
+  step prefill-throughput 360 $PY -m lab bench throughput --requests 256 --sweep 256 \
     --ab-flag VT_PREFILL_ATTN,VT_SAMPLE_ROWS_KERNEL,VT_ASYNC_SCHEDULE --ab-reps 2 --peer-budget-s 30 \
     --ledger "$OUT/ledger"
 fi
@@ -252,7 +252,7 @@ if [[ " $PHASES " == *" quant "* ]]; then
   step quant-gpu-tests 900 $PY -m pytest tests/engine/model/test_quant_gpu.py -m gpu -q -p no:cacheprovider \
     --junitxml "$OUT/logs/quant-gpu-tests.xml"
   for m in awq gptq gptq-act-order nvfp4 nvfp4-ct; do
-    step "quant-make-$m" 120 $PY -m engine.data.make_tiny_quant --method "$m" --out "$QUANT/$m"
+    step "quant-make-$m" 120 $PY -m lab.data.make_tiny_quant --method "$m" --out "$QUANT/$m"
     step "quant-generate-$m" 120 $PY -m engine generate --device cuda --model "$QUANT/$m/quant" --max-new-tokens 8
   done
   for m in awq gptq-act-order nvfp4; do  # one checkpoint per dequant kernel family
@@ -263,16 +263,16 @@ if [[ " $PHASES " == *" quant "* ]]; then
   # quantized checkpoint against transformers on its dequantized twin, with the fused GEMVs on
   for m in awq gptq-act-order nvfp4; do
     Q=(--device cuda --dtype bfloat16 --model "$QUANT/$m/quant" --oracle-model "$QUANT/$m/dense")
-    step "quant-neartie-gemv-$m" 180 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m engine gate neartie "${Q[@]}"
-    step "quant-distributional-gemv-$m" 240 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m engine gate \
+    step "quant-neartie-gemv-$m" 180 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m lab gate neartie "${Q[@]}"
+    step "quant-distributional-gemv-$m" 240 env VT_DEQUANT_KERNEL=1 VT_DEQUANT_GEMV=1 $PY -m lab gate \
       distributional "${Q[@]}"
     na_if_refused "quant-distributional-gemv-$m"
   done
   for m in awq gptq nvfp4; do  # the fused GEMV against the dequant kernel then the GEMM, on the whole step
-    step "ab-step-dequant-gemv-$m" 480 env VT_DEQUANT_KERNEL=1 $PY -m engine bench ab --flag VT_DEQUANT_GEMV \
+    step "ab-step-dequant-gemv-$m" 480 env VT_DEQUANT_KERNEL=1 $PY -m lab bench ab --flag VT_DEQUANT_GEMV \
       --workload "decode-step-$m" "${L[@]}"
   done
-  step ab-step-dequant-kernel-awq 480 env VT_DEQUANT_GEMV=0 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL \
+  step ab-step-dequant-kernel-awq 480 env VT_DEQUANT_GEMV=0 $PY -m lab bench ab --flag VT_DEQUANT_KERNEL \
     --workload decode-step-awq "${L[@]}"
 fi
 
@@ -281,23 +281,23 @@ QFLIP=(awq gptq-act-order nvfp4)  # one checkpoint per dequant kernel family; ac
 if [[ " $PHASES " == *" quant-flip "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once 50
-  step quant-flip-make 35 $PY -c "from engine.data.make_tiny_quant import main
+  step quant-flip-make 35 $PY -c "from lab.data.make_tiny_quant import main
 for m in '${QFLIP[*]}'.split(): main(['--method', m, '--out', '$QUANT/' + m])"
   for m in "${QFLIP[@]}"; do  # batched prompts: prefill and decode at M > 1, the arm under test
     Q=(--device cuda --dtype bfloat16 --model "$QUANT/$m/quant" --oracle-model "$QUANT/$m/dense"
        --require-arm VT_DEQUANT_KERNEL)
-    step "quant-flip-tokens-$m" 25 env VT_DEQUANT_KERNEL=1 $PY -m engine gate tokens "${Q[@]}"
-    step "quant-flip-neartie-$m" 30 env VT_DEQUANT_KERNEL=1 $PY -m engine gate neartie "${Q[@]}"
+    step "quant-flip-tokens-$m" 25 env VT_DEQUANT_KERNEL=1 $PY -m lab gate tokens "${Q[@]}"
+    step "quant-flip-neartie-$m" 30 env VT_DEQUANT_KERNEL=1 $PY -m lab gate neartie "${Q[@]}"
   done
   # the fused GEMV (M = 1, default ON) does not take 32 rows: every projection dequantizes, then the GEMM
-  step quant-flip-ab-awq-b32 100 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL --workload decode-step-awq \
+  step quant-flip-ab-awq-b32 100 $PY -m lab bench ab --flag VT_DEQUANT_KERNEL --workload decode-step-awq \
     --shape batch=32 "${L[@]}"
 fi
 if [[ " $PHASES " == *" quant-flip-ab "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once 60
   for m in gptq nvfp4; do
-    step "quant-flip-ab-$m-b32" 120 $PY -m engine bench ab --flag VT_DEQUANT_KERNEL --workload "decode-step-$m" \
+    step "quant-flip-ab-$m-b32" 120 $PY -m lab bench ab --flag VT_DEQUANT_KERNEL --workload "decode-step-$m" \
       --shape batch=32 "${L[@]}"
   done
 fi
@@ -306,17 +306,17 @@ fi
 # razor verdict equal to the flag-on one (quant-flip) belongs to the M > 1 bf16 path, not to the arm
 if [[ " $PHASES " == *" quant-flip-baseline "* ]]; then
   build_once 50
-  step quant-flip-base-make 30 $PY -m engine.data.make_tiny_quant --method awq --out "$QUANT/awq"
-  step quant-flip-base-neartie-awq 30 env VT_DEQUANT_KERNEL=0 $PY -m engine gate neartie --device cuda \
+  step quant-flip-base-make 30 $PY -m lab.data.make_tiny_quant --method awq --out "$QUANT/awq"
+  step quant-flip-base-neartie-awq 30 env VT_DEQUANT_KERNEL=0 $PY -m lab gate neartie --device cuda \
     --dtype bfloat16 --model "$QUANT/awq/quant" --oracle-model "$QUANT/awq/dense"
 fi
 if [[ " $PHASES " == *" peers "* ]]; then
   L=(--ledger "$OUT/ledger")  # kernels build on first use (VT_CUDA_CACHE may hold them already)
-  step peers-attn 420 $PY -m engine bench bandwidth --workload attn-decode --shapes peers \
+  step peers-attn 420 $PY -m lab bench bandwidth --workload attn-decode --shapes peers \
     --arms tiled-pipelined,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" \
     "${L[@]}"
-  step peers-decode-b1 420 $PY -m engine bench decode --no-oracle --hf-compiled --profile "${L[@]}"
-  step peers-decode-b32 420 $PY -m engine bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
+  step peers-decode-b1 420 $PY -m lab bench decode --no-oracle --hf-compiled --profile "${L[@]}"
+  step peers-decode-b32 420 $PY -m lab bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
 # the arms that won their whole-step A/B (VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set; VT_GEMV_PDL, ON since
@@ -325,36 +325,36 @@ FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
-  step fuse-numerics 150 $PY -m engine gate kernels --filter fused/ --ledger "$OUT/ledger/fuse-numerics.json"
+  step fuse-numerics 150 $PY -m lab gate kernels --filter fused/ --ledger "$OUT/ledger/fuse-numerics.json"
   # the fused ops chained under PDL, eager and replayed from a captured CUDA graph, against the default kernels
   step fuse-gpu-tests 120 $PY -m pytest tests/engine/cuda/test_gemv_prologue.py -m gpu -q -p no:cacheprovider
-  step ab-fuse-qkv 60 $PY -m engine bench ab --flag VT_QKV_ROPE_STORE --workload qkv-rope-store "${L[@]}"
-  step ab-fuse-norm-qkv 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv "${L[@]}"
-  step ab-fuse-norm-gateup 60 $PY -m engine bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
-  step ab-fuse-glu 60 $PY -m engine bench ab --flag VT_GLU_GEMV --workload glu-gemv "${L[@]}"
-  step ab-fuse-norm-glu 60 env VT_NORM_GEMV=1 $PY -m engine bench ab --flag VT_GLU_GEMV --workload norm-glu-gemv \
+  step ab-fuse-qkv 60 $PY -m lab bench ab --flag VT_QKV_ROPE_STORE --workload qkv-rope-store "${L[@]}"
+  step ab-fuse-norm-qkv 60 $PY -m lab bench ab --flag VT_NORM_GEMV --workload norm-gemv "${L[@]}"
+  step ab-fuse-norm-gateup 60 $PY -m lab bench ab --flag VT_NORM_GEMV --workload norm-gemv --shape n=6144 "${L[@]}"
+  step ab-fuse-glu 60 $PY -m lab bench ab --flag VT_GLU_GEMV --workload glu-gemv "${L[@]}"
+  step ab-fuse-norm-glu 60 env VT_NORM_GEMV=1 $PY -m lab bench ab --flag VT_GLU_GEMV --workload norm-glu-gemv \
     "${L[@]}"
-  step ab-fuse-pdl-o 60 $PY -m engine bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
-  step ab-fuse-persistent-head 60 $PY -m engine bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
+  step ab-fuse-pdl-o 60 $PY -m lab bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
+  step ab-fuse-persistent-head 60 $PY -m lab bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
     --shape n=151936,k=1024 "${L[@]}"
-  step ab-fuse-persistent-gateup 60 $PY -m engine bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
+  step ab-fuse-persistent-gateup 60 $PY -m lab bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
     --shape n=6144,k=1024 "${L[@]}"
-  step ab-fuse-pdl-prologue 60 env VT_NORM_GEMV=1 $PY -m engine bench ab --flag VT_GEMV_PDL --workload norm-gemv \
+  step ab-fuse-pdl-prologue 60 env VT_NORM_GEMV=1 $PY -m lab bench ab --flag VT_GEMV_PDL --workload norm-gemv \
     "${L[@]}"
   # shellcheck disable=SC2086  # FUSE_ON is a list of NAME=VALUE words
-  step fuse-tokens-b1 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --steps 16
+  step fuse-tokens-b1 180 $PY -m lab bench step_arms --flags "${FUSE_ON// /,}" --steps 16
   # at batch 32 the GEMV arms (at most 8 rows) cannot run: only the q/k/v launch is required
-  step fuse-tokens-b32 180 $PY -m engine bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8 \
+  step fuse-tokens-b32 180 $PY -m lab bench step_arms --flags "${FUSE_ON// /,}" --batch 32 --steps 8 \
     --require VT_QKV_ROPE_STORE
   for f in ${FUSE_ON//=1/} VT_GEMV_PDL; do  # each flag alone on the whole step, against the defaults (the flip's A/B)
-    step "ab-step-$f" 150 $PY -m engine bench ab --flag "$f" --workload decode-step "${L[@]}"
+    step "ab-step-$f" 150 $PY -m lab bench ab --flag "$f" --workload decode-step "${L[@]}"
   done
-  step fuse-decode-b1-off 150 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  step fuse-decode-b1-off 150 $PY -m lab bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
-  step fuse-decode-b1-on 240 env $FUSE_ON $PY -m engine bench decode --no-oracle --steps 32 --profile "${L[@]}"
-  step fuse-decode-b32-off 150 $PY -m engine bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
+  step fuse-decode-b1-on 240 env $FUSE_ON $PY -m lab bench decode --no-oracle --steps 32 --profile "${L[@]}"
+  step fuse-decode-b32-off 150 $PY -m lab bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
   # shellcheck disable=SC2086
-  step fuse-decode-b32-on 150 env $FUSE_ON $PY -m engine bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
+  step fuse-decode-b32-on 150 env $FUSE_ON $PY -m lab bench decode --no-oracle --batch 32 --steps 16 "${L[@]}"
 fi
 
 # step2: the decode step outside attention, second round: the streamed GEMV (VT_GEMV_STREAM: W through shared memory
@@ -364,34 +364,34 @@ STEP_BASE="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
 if [[ " $PHASES " == *" step2 "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
-  step step2-numerics 120 $PY -m engine gate kernels --filter _stream/ --ledger "$OUT/ledger/step2-numerics.json"
+  step step2-numerics 120 $PY -m lab gate kernels --filter _stream/ --ledger "$OUT/ledger/step2-numerics.json"
   step step2-gpu-tests 90 $PY -m pytest tests/engine/cuda/test_gemv_stream.py -m gpu -q -p no:cacheprovider
   for nk in n=4096,k=1024 n=1024,k=2048 n=6144,k=1024 n=1024,k=3072 n=151936,k=1024; do  # Qwen3-0.6B's five
-    step "ab-op-stream-${nk//[=,]/}" 40 $PY -m engine bench ab --flag VT_GEMV_STREAM --workload gemv --shape "$nk" \
+    step "ab-op-stream-${nk//[=,]/}" 40 $PY -m lab bench ab --flag VT_GEMV_STREAM --workload gemv --shape "$nk" \
       "${L[@]}"
-    step "ab-op-stream-pdl-${nk//[=,]/}" 40 env VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+    step "ab-op-stream-pdl-${nk//[=,]/}" 40 env VT_GEMV_PDL=1 $PY -m lab bench ab --flag VT_GEMV_STREAM \
       --workload gemv --shape "$nk" "${L[@]}"
   done
-  step ab-op-stream-norm-qkv 40 env VT_NORM_GEMV=1 VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+  step ab-op-stream-norm-qkv 40 env VT_NORM_GEMV=1 VT_GEMV_PDL=1 $PY -m lab bench ab --flag VT_GEMV_STREAM \
     --workload norm-gemv "${L[@]}"
-  step ab-op-stream-norm-glu 40 env VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 $PY -m engine bench ab \
+  step ab-op-stream-norm-glu 40 env VT_NORM_GEMV=1 VT_GLU_GEMV=1 VT_GEMV_PDL=1 $PY -m lab bench ab \
     --flag VT_GEMV_STREAM --workload norm-glu-gemv "${L[@]}"
   # shellcheck disable=SC2086  # STEP_BASE is a list of NAME=VALUE words
-  step ab-step-stream-pdl 90 env $STEP_BASE VT_GEMV_PDL=1 $PY -m engine bench ab --flag VT_GEMV_STREAM \
+  step ab-step-stream-pdl 90 env $STEP_BASE VT_GEMV_PDL=1 $PY -m lab bench ab --flag VT_GEMV_STREAM \
     --workload decode-step "${L[@]}"
   # shellcheck disable=SC2086
-  step decode-base 60 env $STEP_BASE $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  step decode-base 60 env $STEP_BASE $PY -m lab bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
-  step decode-stream-pdl 90 env $STEP_BASE VT_GEMV_STREAM=1 VT_GEMV_PDL=1 $PY -m engine bench decode --no-oracle \
+  step decode-stream-pdl 90 env $STEP_BASE VT_GEMV_STREAM=1 VT_GEMV_PDL=1 $PY -m lab bench decode --no-oracle \
     --steps 32 --profile "${L[@]}"
   # shellcheck disable=SC2086
-  step decode-stream 60 env $STEP_BASE VT_GEMV_STREAM=1 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  step decode-stream 60 env $STEP_BASE VT_GEMV_STREAM=1 $PY -m lab bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
-  step decode-pdl 60 env $STEP_BASE VT_GEMV_PDL=1 $PY -m engine bench decode --no-oracle --steps 32 "${L[@]}"
+  step decode-pdl 60 env $STEP_BASE VT_GEMV_PDL=1 $PY -m lab bench decode --no-oracle --steps 32 "${L[@]}"
   # shellcheck disable=SC2086
-  step ab-step-stream 90 env $STEP_BASE $PY -m engine bench ab --flag VT_GEMV_STREAM --workload decode-step "${L[@]}"
+  step ab-step-stream 90 env $STEP_BASE $PY -m lab bench ab --flag VT_GEMV_STREAM --workload decode-step "${L[@]}"
   # shellcheck disable=SC2086
-  step ab-step-pdl 90 env $STEP_BASE $PY -m engine bench ab --flag VT_GEMV_PDL --workload decode-step "${L[@]}"
+  step ab-step-pdl 90 env $STEP_BASE $PY -m lab bench ab --flag VT_GEMV_PDL --workload decode-step "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" flip "* ]]; then
@@ -410,12 +410,12 @@ if [[ " $PHASES " == *" flip "* ]]; then
   echo "flip protocol with: $FLIP (models: $FM)"
   build_once
   step flip-models 120 $PY -c "from pathlib import Path
-from engine.data.gate_models import write_gate_models
-from engine.data.make_tiny import build, build_moe
+from lab.data.gate_models import write_gate_models
+from lab.data.make_tiny import build, build_moe
 build_moe().save_pretrained('$MOE'); build(head_dim=128).save_pretrained('$D128')
 write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
   LONG_LENS=$(long_lens)
-  step flip-kernels 300 "${F[@]}" $PY -m engine gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
+  step flip-kernels 300 "${F[@]}" $PY -m lab gate kernels "${KF[@]}" --ledger "$OUT/ledger/flip-kernels.json"
   for m in $FM; do
     case $m in
       dense) M=() A=() ;;
@@ -428,14 +428,14 @@ write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
     esac
     PL=()  # FLIP_PROMPT_LENS: the razor's prompts (its 16 decode 16 rows at once, past the GEMV arms' 8)
     [[ -n ${FLIP_PROMPT_LENS:-} && $m != long ]] && PL=(--prompt-lens "$FLIP_PROMPT_LENS")
-    step "flip-neartie-$m" 180 "${F[@]}" $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${PL[@]}" "${A[@]}" "${REQ[@]}"
-    step "flip-distributional-$m" 240 "${F[@]}" $PY -m engine gate distributional "${G[@]}" "${M[@]}"
+    step "flip-neartie-$m" 180 "${F[@]}" $PY -m lab gate neartie "${G[@]}" "${M[@]}" "${PL[@]}" "${A[@]}" "${REQ[@]}"
+    step "flip-distributional-$m" 240 "${F[@]}" $PY -m lab gate distributional "${G[@]}" "${M[@]}"
     na_if_refused "flip-distributional-$m"
-    step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
-    step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m engine gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
+    step "flip-tokens-$m-graph" 180 "${F[@]}" $PY -m lab gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
+    step "flip-tokens-$m-eager" 180 "${F[@]}" VT_EAGER=1 $PY -m lab gate tokens "${G[@]}" "${M[@]}" "${REQ[@]}"
     if [[ $m == d128 ]]; then  # no gates run gave this model a baseline: its gates with the flags unset
-      step flip-neartie-d128-noflags 180 $PY -m engine gate neartie "${G[@]}" "${M[@]}" "${A[@]}"
-      step flip-tokens-d128-noflags 180 $PY -m engine gate tokens "${G[@]}" "${M[@]}"
+      step flip-neartie-d128-noflags 180 $PY -m lab gate neartie "${G[@]}" "${M[@]}" "${A[@]}"
+      step flip-tokens-d128-noflags 180 $PY -m lab gate tokens "${G[@]}" "${M[@]}"
     fi
   done
   # a flag not applicable on one model (no call of its ops there) must have run its arm on another
@@ -453,31 +453,31 @@ write_gate_models(Path('$GATES'), ['d128-g4', 'long'])"
   done
   # the golden of the embedded model on the GPU, rewritten only if the near-tie gate passes
   mkdir -p "$OUT/goldens"
-  step flip-regen-dense 180 "${F[@]}" $PY -m engine gate regen "${G[@]}" \
+  step flip-regen-dense 180 "${F[@]}" $PY -m lab gate regen "${G[@]}" \
     --golden "$OUT/goldens/tiny-qwen3-bfloat16-cuda.json" --ledger-dir "$OUT/ledger"
 fi
 
 if [[ " $PHASES " == *" reach "* ]]; then
   build_once
-  # the long gate model's decode shape first (engine/gates/cases/attention.py long_gate_cases): the tiled arm against
+  # the long gate model's decode shape first (lab/gates/cases/attention.py long_gate_cases): the tiled arm against
   # the eager reference and both against the exact-sum reference; then the gate, with the tiled arm's split count
   # also forced to 1, 4 and 26 (reported, not judged), the oracle against itself and the fp32 twin's view
-  step reach-numerics 120 $PY -m engine gate kernels --filter long-gate --ledger "$OUT/ledger/reach-long-gate.json"
-  step reach 300 $PY -m engine gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 220 \
+  step reach-numerics 120 $PY -m lab gate kernels --filter long-gate --ledger "$OUT/ledger/reach-long-gate.json"
+  step reach 300 $PY -m lab gate reach --device cuda --dtype bfloat16 --out "$OUT/reach" --time-limit 220 \
     --tiled-splits 1 4 26
   for seed in 1 2 3; do  # more positions on `long`: the tiled arm, one split of it, and the generic arm, per prompt seed
-    step "reach-long-seed$seed" 90 $PY -m engine gate reach --device cuda --dtype bfloat16 --models long \
+    step "reach-long-seed$seed" 90 $PY -m lab gate reach --device cuda --dtype bfloat16 --models long \
       --arms tiled generic --seed "$seed" --tiled-splits 1 --out "$OUT/reach-seed$seed"
   done
 fi
 
-# the razor on production kernels: each model through the razor once per decode attention (engine/gates/peer_attention.py)
+# the razor on production kernels: each model through the razor once per decode attention (lab/gates/peer_attention.py)
 CALIB=/tmp/calib-models
 CALIB_MODELS=(d128-g4 d128 long)  # the order of the steps and of the table
 CALIB_PEERS=(engine sdpa-cudnn flashinfer-tc flashinfer)  # a run line is logged when judged: a timeout keeps these
 # FlashInfer's bf16 head_dim-128 decode, with tensor cores or not, a window or not: four modules, compiled at once
 CALIB_JIT="import torch
-from engine.bench.attn_peers import FlashInferDecode
+from lab.bench.attn_peers import FlashInferDecode
 def warm(tc, window):
     q = torch.randn(2, 8, 128, dtype=torch.bfloat16, device='cuda')
     k = torch.randn(8, 16, 2, 128, dtype=torch.bfloat16, device='cuda')
@@ -489,8 +489,8 @@ def warm(tc, window):
 if [[ " $PHASES " == *" calib "* ]]; then
   build_once 45
   step calib-make 25 $PY -c "from pathlib import Path
-from engine.data.gate_models import write_gate_models
-from engine.data.make_tiny import build
+from lab.data.gate_models import write_gate_models
+from lab.data.make_tiny import build
 write_gate_models(Path('$CALIB'), ['d128-g4', 'long'])
 build(head_dim=128).save_pretrained('$CALIB/d128')"
   # more than a minute each on the H200 (window 2); a model step that finds one unfinished resumes it (ninja keeps
@@ -503,7 +503,7 @@ warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1;
   # each model's ids judged against the razor's eager oracle and against transformers' SDPA (fp32 scores)
   C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --oracle-attn eager --oracle-attn sdpa --ledger "$OUT/ledger")
   # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
-  R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m engine gate neartie)
+  R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m lab gate neartie)
   step calib-d128-g4 40 "${R[@]}" --model "$CALIB/d128-g4" "${C[@]}"
   step calib-d128 40 "${R[@]}" --model "$CALIB/d128" "${C[@]}"
   step calib-long 40 "${R[@]}" --model "$CALIB/long" --prompt-lens "$(long_lens)" "${C[@]}"  # not the short defaults
@@ -516,7 +516,7 @@ GDN_REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
 # chunked form, and transformers' own greedy ids fail it (test_bf16_razor_prompts_..., the row's spec)
 if [[ " $PHASES " == *" qwen3next "* ]]; then
   build_once
-  step qwen3next-kernels 90 $PY -m engine gate kernels --filter gdn/ --ledger "$OUT/ledger/qwen3next-kernels.json"
+  step qwen3next-kernels 90 $PY -m lab gate kernels --filter gdn/ --ledger "$OUT/ledger/qwen3next-kernels.json"
   step qwen3next-cuda-tests 90 $PY -m pytest tests/engine/cuda/test_gdn.py -m gpu -q -p no:cacheprovider
   step qwen3next-gpu-tests 240 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
     --junitxml "$OUT/logs/qwen3next-gpu-tests.xml"
@@ -527,45 +527,45 @@ if [[ " $PHASES " == *" qwen3next-bf16 "* ]]; then  # the bf16 evidence alone
     -k razor
 fi
 if [[ " $PHASES " == *" qwen3next "* || " $PHASES " == *" qwen3next-bf16 "* ]]; then
-  step qwen3next-make 60 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
-  step qwen3next-tokens-fp32 120 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype float32 --model "$NEXT" \
+  step qwen3next-make 60 $PY -c "from lab.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step qwen3next-tokens-fp32 120 "${GDN[@]}" $PY -m lab gate tokens --device cuda --dtype float32 --model "$NEXT" \
     --max-new-tokens 40 "${GDN_REQ[@]}"
-  step qwen3next-tokens-bf16 120 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
+  step qwen3next-tokens-bf16 120 "${GDN[@]}" $PY -m lab gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
     --max-new-tokens 64 "${GDN_REQ[@]}"
 fi
 
 if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
-  step ab-gdn-decode-b32 60 $PY -m engine bench ab --flag VT_GDN_KERNEL "${L[@]}"
-  step ab-gdn-chunked-t1024 60 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
+  step ab-gdn-decode-b32 60 $PY -m lab bench ab --flag VT_GDN_KERNEL "${L[@]}"
+  step ab-gdn-chunked-t1024 60 $PY -m lab bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" gdn-flip "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once 60
-  step gdn-flip-kernels 20 $PY -m engine gate kernels --filter gdn/ --ledger "$OUT/ledger/gdn-flip-kernels.json"
+  step gdn-flip-kernels 20 $PY -m lab gate kernels --filter gdn/ --ledger "$OUT/ledger/gdn-flip-kernels.json"
   # token-exact against transformers (fp32, bf16; arms off and on, graphed), graphed decode equal to eager
   step gdn-flip-gpu-tests 75 $PY -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu -q -rA -p no:cacheprovider \
     --junitxml "$OUT/logs/gdn-flip-gpu-tests.xml"
-  step gdn-flip-make 25 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
-  step gdn-flip-tokens-fp32 30 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype float32 --model "$NEXT" \
+  step gdn-flip-make 25 $PY -c "from lab.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step gdn-flip-tokens-fp32 30 "${GDN[@]}" $PY -m lab gate tokens --device cuda --dtype float32 --model "$NEXT" \
     --max-new-tokens 40 "${GDN_REQ[@]}"
-  step gdn-flip-tokens-bf16 30 "${GDN[@]}" $PY -m engine gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
+  step gdn-flip-tokens-bf16 30 "${GDN[@]}" $PY -m lab gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
     --max-new-tokens 64 "${GDN_REQ[@]}"
   # the whole captured step, the kernel against the reference; the prefill (make) takes the chunked kernel
-  step gdn-flip-ab-step-b32 80 env VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 $PY -m engine bench ab --flag VT_GDN_KERNEL \
+  step gdn-flip-ab-step-b32 80 env VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 $PY -m lab bench ab --flag VT_GDN_KERNEL \
     --workload decode-step-qwen3next "${L[@]}"
-  step gdn-flip-ab-chunked-t1024 35 $PY -m engine bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
+  step gdn-flip-ab-chunked-t1024 35 $PY -m lab bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 # which arm parts the bf16 ids from transformers': the decode kernel alone, then neither (the MoE kernels stay on: the
 # MoE step captures only with them)
 if [[ " $PHASES " == *" gdn-flip-decode "* ]]; then
   build_once 50
-  step gdn-flip-make 25 $PY -c "from engine.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
-  step gdn-flip-tokens-bf16-decode 30 env VT_GDN_KERNEL=1 VT_MOE_KERNELS=1 $PY -m engine gate tokens --device cuda \
+  step gdn-flip-make 25 $PY -c "from lab.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
+  step gdn-flip-tokens-bf16-decode 30 env VT_GDN_KERNEL=1 VT_MOE_KERNELS=1 $PY -m lab gate tokens --device cuda \
     --dtype bfloat16 --model "$NEXT" --max-new-tokens 64 --require-arm VT_GDN_KERNEL
-  step gdn-flip-tokens-bf16-refs 30 env VT_GDN_KERNEL=0 VT_GDN_CHUNKED_KERNEL=0 VT_MOE_KERNELS=1 $PY -m engine gate \
+  step gdn-flip-tokens-bf16-refs 30 env VT_GDN_KERNEL=0 VT_GDN_CHUNKED_KERNEL=0 VT_MOE_KERNELS=1 $PY -m lab gate \
     tokens --device cuda --dtype bfloat16 --model "$NEXT" --max-new-tokens 64
 fi
 
@@ -577,7 +577,7 @@ if [[ " $PHASES " == *" ncu "* ]]; then
   else
     N=(ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats
        --section WarpStateStats)
-    B=($PY -m engine bench launch --calls 3)
+    B=($PY -m lab bench launch --calls 3)
     # -s skips the first call's kernels (module load, first launch); -c covers one whole call
     step ncu-attn-b64 240 "${N[@]}" -k regex:tiled_ -s 2 -c 2 "${B[@]}" --workload attn-decode --arm tiled
     step ncu-attn-b1-32k 240 "${N[@]}" -k regex:tiled_ -s 3 -c 3 "${B[@]}" --workload attn-decode --arm tiled \
@@ -614,7 +614,7 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
         return
       fi
       (( limit > left )) && limit=$left
-      STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" "${NVTX[@]}" $PY -m engine bench launch --calls $CALLS "$@"
+      STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" "${NVTX[@]}" $PY -m lab bench launch --calls $CALLS "$@"
       if (( ${#NVTX[@]} )) && grep -q '^launch: ' "$OUT/logs/$name.log" \
         && ! grep -q '^"ID","Process ID"' "$OUT/logs/$name.log"; then
         # the launcher ran but ncu took nothing from its range: profile one call whole from here on
@@ -622,7 +622,7 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
         NVTX=()
         CALLS=1
         ORDER=("${ORDER[@]:0:${#ORDER[@]}-1}")
-        STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" $PY -m engine bench launch --calls $CALLS "$@"
+        STEP_TAIL=0 step "$name" "$limit" "${N2[@]}" $PY -m lab bench launch --calls $CALLS "$@"
       fi
       grep -m 2 -E '==ERROR==|No kernels were profiled|^error' "$OUT/logs/$name.log" | cut -c 1-200 | sed 's/^/   /'
     }
@@ -663,7 +663,7 @@ if [[ " $PHASES " == *" ncu2 "* ]]; then
     done
     LOGS=()  # in run order, the skipped runs too: the table names each run it has no kernel of
     for n in "${ORDER[@]}"; do [[ $n == ncu2-* ]] && LOGS+=("$OUT/logs/$n.log"); done
-    STEP_TAIL=0 step table-ncu2 30 $PY -m engine bench ncu_table "${LOGS[@]}" --markdown "$OUT/ncu2-table.md" \
+    STEP_TAIL=0 step table-ncu2 30 $PY -m lab bench ncu_table "${LOGS[@]}" --markdown "$OUT/ncu2-table.md" \
       --ledger "$OUT/ledger" --slug ncu2-limiters --command "OUT=DIR bash ci/gpu.sh ncu2"
   fi
 fi

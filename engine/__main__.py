@@ -1,4 +1,4 @@
-"""`python -m engine`: the engine's command line (generate, gate, bench)."""
+"""`python -m engine`: the engine's command line (generate); the gates and benchmarks are `python -m lab`."""
 
 from engine.cli import main
 

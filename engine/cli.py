@@ -1,34 +1,21 @@
-"""The engine's command line: `generate`, `gate <name>` and `bench <name>`; exit 0 pass, 1 fail, 2 usage."""
+"""The engine's command line: `generate`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
 from engine.cli_args import add_model_args, parse_ids
-from engine.gates.cli import add_gate_parser
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
-
-BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "step_arms", "throughput")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    # kernels and bench hand their whole argument list (--help included) to the module they load
-    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
-        return run_module(f"engine.gates.{argv[1]}", argv[2:])
-    if argv[:1] == ["bench"] or argv[:2] == ["gate", "bench"]:
-        rest = argv[1:] if argv[0] == "bench" else argv[2:]
-        if not rest or rest[0] not in BENCHES:
-            parser.parse_args(["bench", "--help"] if not rest or rest[0] in ("-h", "--help") else ["bench", *rest])
-            return 2
-        return run_module(f"engine.bench.{rest[0]}", rest[1:])
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -84,13 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
     )
     gen.set_defaults(handler=cmd_generate)
-    add_gate_parser(sub)
-    bench = sub.add_parser(
-        "bench",
-        help="benchmarks: " + ", ".join(BENCHES),
-        description="Run a benchmark module's main(argv): python -m engine bench NAME [ARGS]",
-    )
-    bench.add_argument("name", choices=BENCHES)
     return parser
 
 
@@ -152,15 +132,3 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"[{i}] {','.join(map(str, o.token_ids))}{text}")
     print(f"{total} tokens, {rate:.1f} tok/s")
     return 0
-
-
-def run_module(name: str, argv: list[str]) -> int:
-    """Import an optional module lazily and hand it argv; a missing module is a clear error."""
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            print(f"error: {name} is not available in this installation ({exc})", file=sys.stderr)
-            return 2
-        raise
-    return int(module.main(argv) or 0)

@@ -1,4 +1,4 @@
-"""Command-line pieces that `generate` (engine/cli.py) and the gates (engine/gates/cli.py) share."""
+"""Command-line pieces that `generate` (engine/cli.py) and the gates (lab/gates/cli.py) share."""
 
 from __future__ import annotations
 

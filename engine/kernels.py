@@ -20,7 +20,7 @@ The contract (what model code, gates and benchmarks may rely on):
   check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
   which arm a call would run, without running or counting it.
 - `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
-  peer in place of the op's arms with it (engine/gates/peer_attention.py), counted as `(op, its name)`.
+  peer in place of the op's arms with it (lab/gates/peer_attention.py), counted as `(op, its name)`.
 - Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
   `COUNTS.fallbacks[(op, arm, needs)]` for each arm that was enabled but declined the inputs. Reset them
   with `reset_counts()`, read a copy with `counts()`, print them with `render_counts()`, and ask
@@ -155,7 +155,7 @@ class Op(Generic[P, R]):
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names) or REFERENCE_ARM in names:
             raise ValueError(f"{self.name}: arm names must be unique and not {REFERENCE_ARM!r}: {names}")
-        # an arm that takes every call, whatever the flags and the device (a gate's peer, engine/gates/
+        # an arm that takes every call, whatever the flags and the device (a gate's peer, lab/gates/
         # peer_attention.py); set and cleared by the gate around its run, counted like any arm
         self.injected: Arm | None = None
 

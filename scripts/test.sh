@@ -34,6 +34,7 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/mypy checkers
 .venv/bin/mypy engine
+.venv/bin/mypy lab
 .venv/bin/python -m pytest "$@"
 if [ -n "$fat_pid" ]; then
   rc=0

@@ -1,4 +1,5 @@
-"""The import graph of `checkers` and `engine`, read from the AST: no circle, and no lazy import without a reason.
+"""The import graph of `checkers`, `engine` and `lab`, read from the AST: no circle, `engine` never imports `lab`,
+and no lazy import without a reason.
 
 Every `import` and `from ... import` counts, at module level and inside functions: a circle hidden
 behind a function-level import is still a circle. A function-level import in `engine` must say why it
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("checkers", "engine")
-WHY_PACKAGES = ("engine",)  # checkers' function-level imports are reasoned in its own layout work
+PACKAGES = ("checkers", "engine", "lab")
+WHY_PACKAGES = ("engine", "lab")  # checkers' function-level imports are reasoned in its own layout work
 
 
 def module_name(path: Path) -> str:
@@ -130,10 +131,10 @@ def test_the_finder_names_a_seeded_circle() -> None:
 
 def test_function_level_imports_are_seen(tmp_path: Path) -> None:
     """The graph counts an import inside a function, so a circle cannot hide behind one."""
-    path = ROOT / "engine" / "cli.py"
-    found = imports("engine.cli", path, set(modules()))
-    line = path.read_text().splitlines().index("from engine.gates.cli import add_gate_parser") + 1
-    assert ("engine.gates.cli", line, False) in [(t, n, lazy) for t, n, lazy in found if t == "engine.gates.cli"]
+    path = ROOT / "lab" / "cli.py"
+    found = imports("lab.cli", path, set(modules()))
+    line = path.read_text().splitlines().index("from lab.gates.cli import add_gate_parser") + 1
+    assert ("lab.gates.cli", line, False) in [(t, n, lazy) for t, n, lazy in found if t == "lab.gates.cli"]
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from engine import kernels\n")
     assert imports("engine.m", src, {"engine", "engine.kernels"}) == [("engine.kernels", 2, True)]
@@ -178,6 +179,27 @@ def test_engine_ops_imports_neither_the_bindings_nor_the_flags() -> None:
     assert edges["engine.ops.norm"] == {"engine.ops._check"}  # the graph does see ops' own imports
 
 
+# The one arrow between the top-level packages: the lab drives the engine. The engine never imports the lab
+# (a user's install runs without it), and checkers imports neither (it is the governance toolkit).
+ALLOWED_ACROSS = {("lab", "engine")}
+
+
+def crossings(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each import from one top-level package into another that ALLOWED_ACROSS does not allow."""
+    return sorted(
+        (m, t)
+        for m, ts in edges.items()
+        for t in ts
+        if m.split(".")[0] != t.split(".")[0] and (m.split(".")[0], t.split(".")[0]) not in ALLOWED_ACROSS
+    )
+
+
 def test_the_halves_stay_apart() -> None:
     edges = graph()
-    assert not [(m, t) for m, ts in edges.items() for t in ts if m.split(".")[0] != t.split(".")[0]]
+    assert not crossings(edges)
+    assert any(t.startswith("engine") for m, ts in edges.items() if m.startswith("lab") for t in ts)  # sees lab
+
+
+def test_an_engine_import_of_the_lab_is_named() -> None:
+    edges = {"lab.gates.tokens": {"engine.llm"}, "engine.runner": {"lab.bench.timing", "engine.flags"}}
+    assert crossings(edges) == [("engine.runner", "lab.bench.timing")]

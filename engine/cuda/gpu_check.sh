@@ -32,11 +32,11 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember rc and
 
 step build 200 "$PY" -m engine.cuda.build --out "$VT_CUDA_CACHE" "${SOURCES[@]}"
 
-step gate 150 "$PY" -m engine.gates.kernels "${FILTERS[@]}" --ledger "$OUT/kernels.json" "${SHA_ARGS[@]}"
+step gate 150 "$PY" -m lab.gates.kernels "${FILTERS[@]}" --ledger "$OUT/kernels.json" "${SHA_ARGS[@]}"
 
 if command -v compute-sanitizer > /dev/null; then
   step memcheck 150 compute-sanitizer --tool memcheck --print-limit 20 \
-    "$PY" -m engine.gates.kernels --tag small "${FILTERS[@]}"
+    "$PY" -m lab.gates.kernels --tag small "${FILTERS[@]}"
   if grep -qi "not supported" "$OUT/memcheck.log"; then
     RESULT[memcheck]="unsupported: $(grep -i -m1 'not supported' "$OUT/memcheck.log")"
   else

@@ -1,1 +1,1 @@
-"""The embedded tiny model and the script that builds it."""
+"""The embedded tiny model (tiny-qwen3/, what `LLM()` loads); lab/data/make_tiny.py builds it."""

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench hel
 
 from _measure import Progress  # noqa: E402
 
-from engine.bench.timing import arm_timer, sets_for  # noqa: E402
-from engine.bench.workloads import ATTN, parse_shape  # noqa: E402
 from engine.cuda import paged_attn_tiled  # noqa: E402
-from engine.gates.ledger import head_sha, repo_root, write_record  # noqa: E402
+from lab.bench.timing import arm_timer, sets_for  # noqa: E402
+from lab.bench.workloads import ATTN, parse_shape  # noqa: E402
+from lab.gates.ledger import head_sha, repo_root, write_record  # noqa: E402
 
 # batch 1 at a decode step's contexts, batch 64 (split 1 fills the GPU), head_dim 256
 SHAPES = [

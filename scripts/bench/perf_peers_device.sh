@@ -18,7 +18,7 @@ python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 W=/tmp/perf-work
 mkdir -p "$W"
-timeout "${GATE_LIMIT:-200}" python3 -m engine gate kernels --filter attn/tiled --ledger "$OUT/kernels-attn-tiled.json" \
+timeout "${GATE_LIMIT:-200}" python3 -m lab gate kernels --filter attn/tiled --ledger "$OUT/kernels-attn-tiled.json" \
   > "$W/gate.log" 2>&1
 echo "gate kernels attn/tiled: rc=$?"
 grep -E " (fail|error)$|error" "$W/gate.log" | head -8

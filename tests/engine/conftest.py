@@ -28,7 +28,7 @@ MOE = dict(num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40)
 
 def save_tiny(path: Path, kind: str, seed: int, **overrides: object) -> Path:
     """Build a random `kind` ("dense" or "moe") model with transformers and save_pretrained it to `path`."""
-    from engine.data.make_tiny import build, build_moe
+    from lab.data.make_tiny import build, build_moe
 
     config = {**TINY, **overrides}
     model = build(seed, **config) if kind == "dense" else build_moe(seed, **{**MOE, **config})
@@ -52,6 +52,6 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    from engine.gates.harness import TINY_MODEL
+    from engine.llm import TINY_MODEL
 
     return TINY_MODEL

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from engine.flags import FlagSnapshot
-from engine.gates.tokens import default_prompts
 from engine.runner import Runner
+from lab.gates.tokens import default_prompts
 
 # head_dim 64: a shape split-KV is compiled for (the embedded tiny model's 32 falls back to the generic arm)
 SHAPE = dict(head_dim=64, max_position_embeddings=2048)

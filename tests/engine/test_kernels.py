@@ -7,8 +7,8 @@ import torch
 
 from engine import kernels
 from engine.flags import REFERENCE, FlagSnapshot
-from engine.gates.cli import report
-from engine.gates.result import PASS, GateResult
+from lab.gates.cli import report
+from lab.gates.result import PASS, GateResult
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +127,7 @@ def test_a_gate_prints_the_arms_that_ran_and_fails_when_the_arm_under_test_never
 
 
 def test_the_gate_command_prints_its_own_arms_and_a_flip_fails_on_a_zero_count(capsys) -> None:
-    from engine.cli import main
+    from lab.cli import main
 
     kernels.COUNTS.ran[("rms_norm", "cuda")] += 5  # left over from earlier work in this process: reset by the gate
     argv = ["gate", "tokens", "--prompt-ids", "5,6,7", "--max-new-tokens", "2"]

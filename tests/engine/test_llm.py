@@ -301,12 +301,12 @@ def assert_partings_are_near_ties(
     model: Path, prompts: list[list[int]], params: list[SamplingParams], ours: list[list[int]], base: list[list[int]]
 ) -> int:
     """Where two runs' tokens part, the oracle (transformers, eager, bf16, teacher-forced on the shared prefix)
-    cannot separate the two tokens there: each is exact or a near tie by the razor (engine/gates/neartie.py),
+    cannot separate the two tokens there: each is exact or a near tie by the razor (lab/gates/neartie.py),
     judged on the log-probs for a greedy row and on log-probs / T plus the request's Gumbel noise (what the
     sampler's argmax sees) for a sampled one. Returns how many requests parted."""
-    from engine.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K, EXACT, NEAR_TIE, classify
-    from engine.gates.oracle import Oracle
     from engine.sampler import gumbel, seed_bits
+    from lab.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K, EXACT, NEAR_TIE, classify
+    from lab.gates.oracle import Oracle
 
     oracle = None
     parted = 0
@@ -337,8 +337,8 @@ def test_the_prefill_kernel_serves_the_flag_off_tokens(head_dim: int | None, tmp
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the prefill attention kernel runs only on a GPU")
     from engine import kernels
-    from engine.data.make_tiny import build
     from engine.flags import FlagSnapshot
+    from lab.data.make_tiny import build
 
     model = TINY_MODEL
     if head_dim is not None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams, kernels
-from engine.gates.oracle import Oracle
+from lab.gates.oracle import Oracle
 from tests.engine.model.qwen3_next_tiny import next_checkpoint
 
 __all__ = ["next_checkpoint"]  # the fixture, imported

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from engine.flags import FlagSnapshot
-from engine.gates.tokens import default_prompts
 from engine.runner import Runner
+from lab.gates.tokens import default_prompts
 
 LENS = (3, 16, 1, 21, 9)  # unsorted, one exactly a block, one crossing it
 

@@ -7,9 +7,9 @@ import torch
 
 from engine import kernels
 from engine.flags import REFERENCE, FlagSnapshot
-from engine.gates import numerics
-from engine.gates.cases import attention as cases
 from engine.ops import paged_attn as ref
+from lab.gates import numerics
+from lab.gates.cases import attention as cases
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the kernels run on a GPU")
 ATTN = [c for c in cases.CASES if c.name.startswith("attn/") and "long" not in c.tags]

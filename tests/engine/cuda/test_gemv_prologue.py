@@ -140,7 +140,7 @@ def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl
 
 
 def test_the_case_set_holds_every_fused_form_in_each_dtype():
-    from engine.gates.cases import decode_fused as cases
+    from lab.gates.cases import decode_fused as cases
 
     names = [c.name for c in cases.CASES]
     assert len(set(names)) == len(names) == 316

@@ -141,7 +141,7 @@ def test_streamed_forms_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda
 
 
 def test_the_case_set_offers_only_shapes_the_arm_takes():
-    from engine.gates.cases import gemv_stream as cases
+    from lab.gates.cases import gemv_stream as cases
 
     names = {c.name for c in cases.CASES}
     assert len(names) == len(cases.CASES) == 195

@@ -8,8 +8,8 @@ import torch
 from engine import kernels
 from engine.cuda import build
 from engine.flags import FlagSnapshot
-from engine.gates.cases.moe import dense_routing, distinct_logits
 from engine.ops.moe import moe_experts, moe_route
+from lab.gates.cases.moe import dense_routing, distinct_logits
 from tests.engine.cuda.nvcc_strict import compile_strict, needs_nvcc
 
 gpu = pytest.mark.gpu

@@ -1,6 +1,6 @@
 """The one-pass paged decode attention arm: compile (nvcc), the split-count rule and the host checks (no GPU),
 routing by VT_ATTN_ONEPASS (CPU), and on a GPU split-count agreement, the window, the folded combine and
-capture in a CUDA graph. Its numerics cases (engine/gates/cases/attention.py, arm "tiled_onepass") run in
+capture in a CUDA graph. Its numerics cases (lab/gates/cases/attention.py, arm "tiled_onepass") run in
 test_attention.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import ctypes
 import pytest
 import torch
 
-from engine.gates import numerics
-from engine.gates.cases import attention as cases
+from lab.gates import numerics
+from lab.gates.cases import attention as cases
 
 FAMILY = "paged_attn_onepass"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the one-pass attention kernel"

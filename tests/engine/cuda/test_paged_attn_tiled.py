@@ -1,14 +1,14 @@
 """The tiled paged decode attention arm: compile (nvcc), routing by VT_ATTN_TILED (CPU), and on a GPU the
 split heuristic, split-count invariance, the window, and capture in a CUDA graph without a host read.
-Its numerics cases (engine/gates/cases/attention.py, arm "tiled") run in test_attention.py."""
+Its numerics cases (lab/gates/cases/attention.py, arm "tiled") run in test_attention.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.gates import numerics
-from engine.gates.cases import attention as cases
+from lab.gates import numerics
+from lab.gates.cases import attention as cases
 
 FAMILY = "paged_attn_tiled"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the tiled attention kernel"

@@ -1,5 +1,5 @@
 """The varlen prefill/extend attention arms (VT_PREFILL_ATTN): compile (nvcc), the table's rows and the fp32
-arm's per-token lengths (CPU), and on a GPU every numerics case of engine/gates/cases/prefill.py, prefill
+arm's per-token lengths (CPU), and on a GPU every numerics case of lab/gates/cases/prefill.py, prefill
 equal to extend over the same K/V bit for bit, and capture in a CUDA graph without a host read."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import torch
 
 from engine import kernels
 from engine.flags import FlagSnapshot
-from engine.gates import numerics
-from engine.gates.cases import prefill as cases
 from engine.ops import kv_store
 from engine.ops import paged_attn as ref
+from lab.gates import numerics
+from lab.gates.cases import prefill as cases
 
 FAMILY = "prefill_attn"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the prefill attention kernels"

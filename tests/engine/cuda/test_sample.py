@@ -12,8 +12,8 @@ import torch
 from engine import kernels
 from engine.cuda import build
 from engine.flags import FlagSnapshot
-from engine.gates.cases.sample import kept_set
 from engine.ops.sample import greedy_argmax, sample_top_k_top_p
+from lab.gates.cases.sample import kept_set
 
 needs_nvcc = pytest.mark.skipif(
     shutil.which("nvcc") is None and not Path(build.NVCC).exists(),

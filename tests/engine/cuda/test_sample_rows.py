@@ -1,5 +1,5 @@
 """The serving sampler's fused draw (VT_SAMPLE_ROWS_KERNEL): compile (nvcc), the table's row (CPU), and on a
-GPU every numerics case of engine/gates/cases/sample_rows.py bitwise, the sampler's RANDOM mode through it,
+GPU every numerics case of lab/gates/cases/sample_rows.py bitwise, the sampler's RANDOM mode through it,
 and capture in a CUDA graph."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 
 from engine import kernels
 from engine.flags import FlagSnapshot
-from engine.gates import numerics
-from engine.gates.cases import sample_rows as cases
 from engine.sampler import Mode, sample
+from lab.gates import numerics
+from lab.gates.cases import sample_rows as cases
 
 FAMILY = "sample_rows"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the fused sampling kernels"

@@ -23,8 +23,8 @@ QUANT_TINY = {
 @pytest.fixture(scope="session")
 def quant_pair(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
     """quant_pair("awq") -> (quantized dir, dequantized twin dir), built once per method."""
-    from engine.data.make_tiny import build
-    from engine.data.make_tiny_quant import write_pair
+    from lab.data.make_tiny import build
+    from lab.data.make_tiny_quant import write_pair
 
     cache: dict[str, tuple[Path, Path]] = {}
 

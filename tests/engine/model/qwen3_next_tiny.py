@@ -51,7 +51,7 @@ CASES = {
 
 
 def save_next(path: Path, seed: int, **overrides: object) -> Path:
-    from engine.data.make_tiny import build_next
+    from lab.data.make_tiny import build_next
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     if "partial_rotary_factor" in overrides:

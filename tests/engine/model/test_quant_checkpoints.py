@@ -11,14 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.data.make_tiny_quant import METHODS, PROJECTIONS
 from engine.flags import REFERENCE
-from engine.gates.oracle import Oracle
-from engine.gates.tokens import default_prompts, token_gate
 from engine.model.config import ConfigError
 from engine.model.layers import QuantLinear
 from engine.model.loader import LoadError, load_model
 from engine.runner import Runner
+from lab.data.make_tiny_quant import METHODS, PROJECTIONS
+from lab.gates.oracle import Oracle
+from lab.gates.tokens import default_prompts, token_gate
 
 LENS = (1, 5, 17, 23)
 NEW = 12
@@ -216,7 +216,7 @@ def test_a_projection_the_checkpoint_left_dense_loads_dense(quant_pair, tmp_path
 
 @pytest.mark.parametrize("gate", ["tokens", "neartie"])
 def test_the_gates_hold_a_quantized_model_to_its_twin(quant_pair, capsys, gate: str) -> None:
-    from engine.cli import main
+    from lab.cli import main
 
     quant, dense = quant_pair("gptq-act-order")
     argv = [

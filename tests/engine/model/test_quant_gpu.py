@@ -9,9 +9,9 @@ import torch
 
 from engine import kernels
 from engine.flags import FlagSnapshot
-from engine.gates.oracle import Oracle
-from engine.gates.tokens import default_prompts, token_gate
 from engine.runner import Runner
+from lab.gates.oracle import Oracle
+from lab.gates.tokens import default_prompts, token_gate
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +66,7 @@ def test_the_fused_gemv_passes_the_near_tie_razor_at_batch_one(quant_pair, metho
     GEMV is the M = 1 arm), held to transformers on the dequantized twin; the counter proves the arm ran."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the fused GEMV runs only on a GPU")
-    from engine.gates import harness
+    from lab.gates import harness
 
     quant, dense = quant_pair(method)
     prompts = default_prompts(211, 5)

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from engine import kernels
-from engine.gates.oracle import Oracle
-from engine.gates.tokens import default_prompts, token_gate
 from engine.model.config import ConfigError, parse_config
 from engine.ops import gdn
 from engine.runner import Runner, StepRow
+from lab.gates.oracle import Oracle
+from lab.gates.tokens import default_prompts, token_gate
 from tests.engine.model.qwen3_next_tiny import CASES, LENS, NEW, NEXT_TINY, next_checkpoint
 
 __all__ = ["next_checkpoint"]  # the fixture, imported

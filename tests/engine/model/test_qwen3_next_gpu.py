@@ -13,10 +13,10 @@ import torch
 
 from engine import kernels
 from engine.flags import FlagSnapshot
-from engine.gates.neartie import near_tie_gate
-from engine.gates.oracle import Oracle
-from engine.gates.tokens import default_prompts, token_gate
 from engine.runner import Runner
+from lab.gates.neartie import near_tie_gate
+from lab.gates.oracle import Oracle
+from lab.gates.tokens import default_prompts, token_gate
 from tests.engine.model.qwen3_next_tiny import LENS, NEW, next_checkpoint
 
 __all__ = ["next_checkpoint"]  # the fixture, imported

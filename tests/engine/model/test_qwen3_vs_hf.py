@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.gates.oracle import Oracle
-from engine.gates.tokens import default_prompts, token_gate
 from engine.runner import Runner
+from lab.gates.oracle import Oracle
+from lab.gates.tokens import default_prompts, token_gate
 
 LENS = (1, 5, 17, 23)  # different lengths; 17 and 23 cross the 16-token KV block while decoding past 32
 NEW = 12

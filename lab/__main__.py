@@ -1,0 +1,5 @@
+"""`python -m lab`: the gates and the benchmarks (gate, bench)."""
+
+from lab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""Same-binary A/B: one process, one flag toggled between two arms (two flag snapshots), arms interleaved, repetition 0
+dropped, medians with min-max bands, per-pair ratios, and a verdict that needs non-overlapping bands
+and no reversed pair to call a win.
+
+    python -m lab bench ab --flag VT_ATTN_DECODE_GQA [--shape batch=64,ctx=4096] [--reps 12]
+
+On CUDA each arm is timed by replaying one captured CUDA graph over a cycle of rotating input sets
+(`--timing graph`, the default; see lab/bench/timing.py); an arm that refuses capture is timed in an
+eager loop and the report and the record say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from engine import flags, kernels
+from engine.flags import FlagSnapshot
+from lab.bench.stats import ab_verdict, drop_warmup
+from lab.bench.timing import MODES, arm_timer, clocks, describe, device_name, sets_for
+from lab.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
+from lab.gates.ledger import head_sha, repo_root, write_record
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m lab bench ab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--flag", required=True, help="the VT_* flag whose OFF and ON arms are compared")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), help="default: the workload that measures --flag")
+    p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    p.add_argument("--reps", type=int, default=12, help="repetitions per arm, the first dropped (default 12)")
+    p.add_argument(
+        "--inner",
+        type=int,
+        default=0,
+        help="calls per eager timing sample (default: 20 on GPU, 1 on CPU); graph samples replay whole "
+        "cycles of the input sets",
+    )
+    p.add_argument(
+        "--timing",
+        choices=MODES,
+        default="graph",
+        help="graph: replay one captured CUDA graph per arm, eager where capture fails (default); "
+        "eager: back-to-back Python calls between events. Graphs need CUDA: the CPU is always eager",
+    )
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR (e.g. .agents/ledger)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.flag not in flags.FLAGS or not flags.FLAGS[args.flag].is_bool:
+        print(f"error: {args.flag} is not a boolean flag declared in engine/flags.py", file=sys.stderr)
+        return 2
+    if args.reps < 3:
+        print("error: --reps must be at least 3 (the first is dropped; a verdict needs pairs)", file=sys.stderr)
+        return 2
+    try:
+        work = WORKLOADS[args.workload] if args.workload else for_flag(args.flag)
+        shape = parse_shape(args.shape, work.defaults)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = DTYPES[args.dtype]
+    inner = args.inner or (20 if device.type == "cuda" else 1)
+    record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner, args.timing)
+    print_report(record)
+    if args.ledger:
+        path = write_ledger(record, args.ledger, argv)
+        print(f"ledger: {path}")
+    return 0
+
+
+def run_ab(
+    work,
+    shape,
+    flag: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    reps: int,
+    inner: int,
+    timing: str = "graph",
+    base: FlagSnapshot | None = None,
+) -> dict:
+    """Both arms are `base` (default: the environment, read once) with `flag` off and on."""
+    base = FlagSnapshot.from_env() if base is None else base
+    n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
+    sets = [work.make(shape, device, dtype, seed) for seed in range(n_sets)]
+    arms = {"off": partial(work.run, base.with_(**{flag: False})), "on": partial(work.run, base.with_(**{flag: True}))}
+    outs, flag_calls = {}, {}
+    for name, run in arms.items():  # warm both arms and keep one output each for the correctness note
+        if work.reset is not None:  # both from the same state (a recurrent model's step advances it)
+            work.reset(*sets[0])
+        calls = kernels.arms_ran(flag)
+        outs[name] = run(*sets[0])
+        flag_calls[name] = kernels.arms_ran(flag) - calls  # the table's counters: did the flag's arm run?
+    max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
+    timers = {}
+    for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
+        timers[name] = arm_timer(run, sets, device, timing, inner)
+    before = clocks()
+    samples: dict[str, list[float]] = {"off": [], "on": []}
+    for rep in range(reps):
+        order = ("off", "on") if rep % 2 == 0 else ("on", "off")  # alternate who goes first
+        for name in order:
+            samples[name].append(timers[name].sample(rep))
+    verdict = ab_verdict(drop_warmup(samples["off"]), drop_warmup(samples["on"]))
+    return {
+        "flag": flag,
+        "workload": work.name,
+        "shape": shape,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device_name(device),
+        "reps": reps,
+        "inner": inner,
+        "input_sets": n_sets,
+        "timing": {name: t.as_record() for name, t in timers.items()},
+        "clocks_before": before,
+        "clocks_after": clocks(),
+        "samples_s": samples,
+        "max_abs_on_vs_off": max_abs,
+        "flag_arm_calls": flag_calls,  # calls of the arms `flag` gates in each arm's first (eager) call
+        "off": vars(verdict.base),
+        "on": vars(verdict.test),
+        "pair_ratios_off_over_on": verdict.ratios,
+        "median_ratio": verdict.median_ratio,
+        "verdict": verdict.label,
+    }
+
+
+def print_report(r: dict) -> None:
+    print(
+        f"A/B {r['flag']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
+        f"{r['reps']} reps, first dropped, {r['input_sets']} input sets)"
+    )
+    print(f"{'arm':<5} {'median ms':>10} {'min ms':>10} {'max ms':>10}  timing")
+    for arm in ("off", "on"):
+        b = r[arm]
+        print(
+            f"{arm:<5} {b['median'] * 1e3:>10.4f} {b['low'] * 1e3:>10.4f} {b['high'] * 1e3:>10.4f}  "
+            f"{describe(r['timing'][arm])}"
+        )
+    ratios = " ".join(f"{x:.3f}" for x in r["pair_ratios_off_over_on"])
+    print(f"pair ratios off/on: {ratios}")
+    print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
+    calls = r["flag_arm_calls"]
+    print(f"arms gated by {r['flag']}: on {calls['on']}, off {calls['off']} calls (each arm's first call)")
+    print(f"verdict: {r['verdict']} (median ratio off/on {r['median_ratio']:.3f})")
+
+
+def write_ledger(r: dict, target: Path, argv: list[str] | None) -> Path:
+    root = repo_root()
+    command = "python -m lab bench ab " + " ".join(argv if argv is not None else sys.argv[1:])
+    summary = f"{r['flag']} on {r['workload']}: {r['verdict']}, off/on median ratio {r['median_ratio']:.3f}"
+    row = flags.FLAGS[r["flag"]].gates
+    return write_record(
+        target,
+        f"ab-{r['flag'].lower().replace('_', '-')}",
+        [row, "ENGINE-BENCH"],
+        command,
+        r["device"],
+        summary,
+        r,
+        head_sha(root),
+        kind="bench",
+    )

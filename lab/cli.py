@@ -1,0 +1,61 @@
+"""The lab's command line: `gate <name>` and `bench <name>`; exit 0 pass, 1 fail, 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lab.gates.cli import add_gate_parser
+
+BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "step_arms", "throughput")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    # kernels and bench hand their whole argument list (--help included) to the module they load
+    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
+        return run_module(f"lab.gates.{argv[1]}", argv[2:])
+    if argv[:1] == ["bench"] or argv[:2] == ["gate", "bench"]:
+        rest = argv[1:] if argv[0] == "bench" else argv[2:]
+        if not rest or rest[0] not in BENCHES:
+            parser.parse_args(["bench", "--help"] if not rest or rest[0] in ("-h", "--help") else ["bench", *rest])
+            return 2
+        return run_module(f"lab.bench.{rest[0]}", rest[1:])
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab", description="The reference engine's gates and benchmarks (its proving ground)."
+    )
+    sub = parser.add_subparsers(dest="command")
+    add_gate_parser(sub)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks: " + ", ".join(BENCHES),
+        description="Run a benchmark module's main(argv): python -m lab bench NAME [ARGS]",
+    )
+    bench.add_argument("name", choices=BENCHES)
+    return parser
+
+
+def run_module(name: str, argv: list[str]) -> int:
+    """Import an optional module lazily and hand it argv; a missing module is a clear error."""
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            print(f"error: {name} is not available in this installation ({exc})", file=sys.stderr)
+            return 2
+        raise
+    return int(module.main(argv) or 0)

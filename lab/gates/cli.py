@@ -1,0 +1,485 @@
+"""`python -m lab gate <name>`: the gates' subcommands, each printing its table and verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from engine import kernels
+from engine.cli_args import add_model_args, parse_ids
+from engine.flags import FlagSnapshot
+from engine.model.config import checkpoint_dtype, load_config
+from engine.runner import DTYPES, resolve_dtype
+from lab.bench.attn_peers import FLASHINFER_WANTED
+from lab.gates import harness, peer_attention
+from lab.gates.distributional import DEFAULT_RUNS
+from lab.gates.goldens import GOLDENS_DIR
+from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
+from lab.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
+from lab.gates.result import GateResult
+from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
+
+DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
+
+
+def add_gate_parser(sub: argparse._SubParsersAction) -> None:
+    gate = sub.add_parser(
+        "gate",
+        help="gates against the transformers oracle",
+        description="Gates that hold the engine to the transformers oracle. "
+        "Also: `gate kernels ...` (kernel numerics), `gate reach ...` (attention arms reached) and `gate bench NAME ...`.",
+    )
+    gsub = gate.add_subparsers(dest="gate", required=True)
+
+    def case(name: str, help_: str) -> argparse.ArgumentParser:
+        p = gsub.add_parser(name, help=help_, description=help_)
+        add_model_args(p)
+        p.add_argument(
+            "--prompt-ids",
+            action="append",
+            default=[],
+            metavar="1,2,3",
+            help="a prompt's token ids; repeat for a batch (default: seeded random prompts of lengths 1, 6, 13, 31)",
+        )
+        p.add_argument("--seed", type=int, default=0, help="seed of the default prompts")
+        p.add_argument(
+            "--prompt-lens",
+            type=parse_lens,
+            metavar="N,N,..",
+            help="lengths of the seeded default prompts (default: 1,6,13,31; the near-tie razor's: its 16 lengths "
+            "from 1 to 63); e.g. 1500 and more for the tiled arms' several KV splits",
+        )
+        p.set_defaults(default_lens=DEFAULT_PROMPT_LENS, razor=None)  # razor: the neartie gate's setting, described
+        p.add_argument(
+            "--oracle-model",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="the directory transformers loads (default: --model); for a quantized --model, its "
+            "dequantized twin (python -m lab.data.make_tiny_quant writes both)",
+        )
+        p.add_argument("--max-new-tokens", type=int, default=16)
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument(
+            "--require-arm",
+            action="append",
+            default=[],
+            metavar="VT_FLAG",
+            help="fail unless an arm gated by this flag ran (the flip protocol's proof that the arm "
+            "under test was exercised); repeat for several",
+        )
+        return p
+
+    add_peer_args(
+        case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt.")
+    ).set_defaults(handler=cmd_tokens)
+    for name, handler, help_ in (
+        (
+            "neartie",
+            cmd_neartie,
+            "Near-tie razor: the oracle teacher-forced on our ids; a gap is tolerated "
+            "only where the oracle's top two are within the band.",
+        ),
+        (
+            "regen",
+            cmd_regen,
+            "Regenerate a golden from our ids, only if they pass the near-tie gate; writes a ledger record.",
+        ),
+    ):
+        p = case(name, help_)
+        p.add_argument("--band", type=float, default=DEFAULT_BAND, help="near-tie band in nats (default 0.5)")
+        p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="outside the oracle's top-k is a divergence")
+        p.add_argument(
+            "--max-near-tie-rate",
+            type=float,
+            default=None,
+            metavar="FRACTION",
+            help=f"fail when near-ties exceed this fraction of the positions, at least one allowed (default "
+            f"{DEFAULT_MAX_NEAR_TIE_RATE}; neartie: the setting of the arms under test, see --require-arm)",
+        )
+        p.set_defaults(handler=handler)
+        if name == "neartie":
+            add_peer_args(p)
+            p.set_defaults(default_lens=RAZOR_PROMPT_LENS, max_new_tokens=RAZOR_NEW_TOKENS, dtype=None)
+            p.add_argument(
+                "--max-out-of-band-rate",
+                type=float,
+                default=None,
+                metavar="FRACTION",
+                help="allow this fraction of the positions out of band, weighted by context as near-ties are, rounded "
+                "down (default 0: none; neartie: the setting of the arms under test). The fp32-probs setting, for an "
+                "arm that keeps fp32 probabilities and judged with --oracle-attn sdpa, allows 0.0015: production "
+                "kernels are 0-1 in 1024 out of band there under 128 tokens, 0-4 at 1600",
+            )
+            p.add_argument(
+                "--fp32-arbiter",
+                action="store_true",
+                help="judge each position out of band against the bf16/fp16 oracle again against its fp32 twin "
+                "(the same rounded weights, fp32 arithmetic): it fails only when out of band there too, else it "
+                "counts as a near-tie; for long contexts, where the oracle's own rounding moves margins past the "
+                "band (off by default: the seeded-bug suite's catch rates are measured without it)",
+            )
+            p.description = (
+                f"{help_} Defaults: {len(RAZOR_PROMPT_LENS)} seeded prompts x {RAZOR_NEW_TOKENS} new tokens; "
+                "without --dtype, the checkpoint's dtype and bfloat16 (a bf16 rounding bug is invisible in "
+                "fp32), each judged on its own. With --require-arm, the oracle attention and the two budgets are "
+                "the setting the kernel table names for the arms under test (engine/kernels.py `Arm.razor`: eager, "
+                "or fp32-probs for an arm that keeps fp32 probabilities); each option given here wins over it."
+            )
+        if name == "regen":
+            p.add_argument("--golden", type=Path, default=DEFAULT_GOLDEN, help="golden file to write")
+            p.add_argument(
+                "--ledger-dir", type=Path, default=None, help="where the record goes (default: <repo>/.agents/ledger)"
+            )
+    p = case(
+        "distributional",
+        "Relaxed gate, allowed only where the oracle's own greedy decoding is "
+        "measured non-deterministic over K runs; refuses otherwise.",
+    )
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="oracle runs per prompt (K, at least 2)")
+    p.set_defaults(handler=cmd_distributional)
+    p = gsub.add_parser(
+        "goldens",
+        help="our ids against the committed goldens",
+        description="Check our ids against committed golden files (sha256 verified).",
+    )
+    p.add_argument(
+        "--golden",
+        type=Path,
+        action="append",
+        default=[],
+        help="golden file (default: every file in lab/gates/goldens)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_goldens)
+    gsub.add_parser("kernels", help="kernel numerics gate (lab.gates.kernels; its own --help)", add_help=False)
+    gsub.add_parser(
+        "teeth",
+        help="seeded-bug catch rates of the near-tie razor (lab.gates.teeth; its own --help)",
+        add_help=False,
+    )
+    gsub.add_parser(
+        "reach", help="every attention arm reached by a gate model (lab.gates.reach; its own --help)", add_help=False
+    )
+    gsub.add_parser("bench", help="benchmarks (lab.bench.NAME; its own --help)", add_help=False)
+
+
+def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    peers = "; ".join(f"{n}: {peer.what}" for n, peer in peer_attention.PEERS.items())
+    p.add_argument(
+        "--attn-peer",
+        action="append",
+        choices=peer_attention.CHOICES,
+        default=[],
+        metavar="NAME",
+        help=f"run the model with its paged decode attention taken by a peer, on the engine's paged cache and "
+        f"block tables ({peers}); `engine`: the engine's own arms (the default). Repeat to judge several, each on "
+        "its own, in one process. Decode steps run eager with a peer (its host reads cannot be captured); prefill "
+        "attention stays the engine's. The gate fails when the peer ran 0 times. A dtype the peer does not take "
+        f"is skipped, with the reason. FlashInfer: pip install {FLASHINFER_WANTED} (its kernels JIT-compile on first "
+        "use). sdpa-cudnn: set TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1, or cuDNN builds a graph per context length.",
+    )
+    p.add_argument(
+        "--oracle-attn",
+        action="append",
+        choices=ATTN_IMPLEMENTATIONS,
+        default=[],
+        metavar="IMPL",
+        help="transformers' attention in the oracle: eager (the default: it rounds scores and probabilities to the "
+        "dtype, as the engine's reference does) or sdpa (fp32 scores and probabilities, as FlashInfer and cuDNN "
+        "keep them); repeat to judge the same ids against each",
+    )
+    p.add_argument(
+        "--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype x oracle) into DIR"
+    )
+    return p
+
+
+def parse_lens(text: str) -> tuple[int, ...]:
+    try:
+        lens = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated prompt lengths, e.g. 1,6,13") from None
+    if not lens or min(lens) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every prompt length must be at least 1")
+    return lens
+
+
+def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
+    """Fill in the near-tie razor's setting (oracle attention, budgets) the options leave open: that of the
+    arms `--require-arm` names (the flip's arms under test), else eager. Arms of different settings are a usage
+    error unless all three options are given. Returns the setting, described."""
+    arms: dict[str, kernels.Razor] = {}
+    for flag in args.require_arm:
+        arms |= kernels.razors_gated_by(flag, snapshot)
+    settings = set(arms.values())
+    given = [bool(args.oracle_attn), args.max_near_tie_rate is not None, args.max_out_of_band_rate is not None]
+    if len(settings) > 1 and not all(given):
+        named = "; ".join(f"{arm}: {razor.name}" for arm, razor in sorted(arms.items()))
+        raise ValueError(
+            f"the arms under test are judged with different razor settings ({named}): flip them apart, or give "
+            "--oracle-attn, --max-near-tie-rate and --max-out-of-band-rate"
+        )
+    if len(settings) == 1:
+        razor = settings.pop()
+        source = f"{razor.name}, the setting of {', '.join(sorted(arms))}"
+        source += ", options given here winning" if any(given) else ""
+    elif all(given):
+        razor, source = kernels.EAGER_RAZOR, "the options given"  # every field is the command line's
+    else:  # no arm under test
+        razor = kernels.EAGER_RAZOR
+        source = "eager, the default" + (", options given here winning" if any(given) else "")
+    args.oracle_attn = args.oracle_attn or [razor.oracle_attn]
+    if args.max_near_tie_rate is None:
+        args.max_near_tie_rate = razor.max_near_tie_rate
+    if args.max_out_of_band_rate is None:
+        args.max_out_of_band_rate = razor.max_out_of_band_rate
+    return (
+        f"{source}: oracle attention {'/'.join(args.oracle_attn)}, near-ties at most {args.max_near_tie_rate}, out of band at most "
+        f"{args.max_out_of_band_rate}"
+    )
+
+
+def setup_from(args: argparse.Namespace) -> harness.Setup:
+    kernels.reset_counts()  # the counters the gate reports are its own run's
+    prompts = [parse_ids(t) for t in args.prompt_ids]
+    if prompts and args.prompt_lens:
+        raise ValueError("--prompt-lens sets the seeded prompts; with --prompt-ids there are none")
+    if not prompts:
+        lens = args.prompt_lens or args.default_lens
+        prompts = default_prompts(load_config(args.model).vocab_size, args.seed, lens)
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
+    return harness.Setup(
+        args.model,
+        prompts,
+        args.max_new_tokens,
+        resolve_dtype(args.dtype or "auto", args.model),
+        args.device,
+        oracle_dir=args.oracle_model,
+    )
+
+
+def razor_dtypes(args: argparse.Namespace) -> list[str]:
+    """`--dtype` if given; else the checkpoint's dtype and bfloat16 (fp32 hides every bf16 rounding point)."""
+    if args.dtype is not None:
+        return [resolve_dtype(args.dtype, args.model)]
+    return list(dict.fromkeys([checkpoint_dtype(load_config(args.model)), "bfloat16"]))
+
+
+def report(
+    result: GateResult,
+    as_json: bool,
+    columns: list[str] | None = None,
+    require: list[str] | None = None,
+    peers: list[str] | None = None,
+    razor: str | None = None,
+) -> int:
+    """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
+    whose arms never ran fails the gate, whatever its verdict, and so does a peer in `peers` (`--attn-peer`)
+    that ran 0 times. A flag none of whose ops the model calls (a dense-MLP arm on an MoE model) is not
+    applicable there: reported, and left to the models that do."""
+    seen = kernels.counts()
+    required = require or []
+    ops_of = {f: kernels.ops_gated_by(f) for f in required}  # empty for a flag that gates no arm: it fails
+    not_applicable = [f for f in required if ops_of[f] and kernels.op_calls(ops_of[f], seen) == 0]
+    missing = [f for f in required if f not in not_applicable and kernels.arms_ran(f, seen) == 0]
+    idle = [p for p in peers or [] if p != peer_attention.ENGINE and peer_attention.calls(p, seen) == 0]
+    if as_json:
+        out = result.to_json()
+        out["arms"] = {f"{op}/{arm}": n for (op, arm), n in sorted(seen.ran.items())}
+        out["fallbacks"] = {f"{op}/{arm}: {needs}": n for (op, arm, needs), n in sorted(seen.fallbacks.items())}
+        out["arms_missing"] = missing
+        out["arms_not_applicable"] = not_applicable
+        out["peers_idle"] = idle
+        if razor is not None:
+            out["razor"] = razor
+        print(json.dumps(out))
+    else:
+        table, _, verdict = result.render(columns).rpartition("\n")
+        for block in (table, kernels.render_counts(seen)):
+            if block:
+                print(block)
+        for flag in not_applicable:
+            ops = ", ".join(sorted(ops_of[flag]))
+            print(f"n/a: {flag}: this model never calls its ops ({ops}); another model must run its arm")
+        for flag in missing:
+            print(f"FAIL: no arm gated by {flag} ran (0 calls): the gate did not exercise the arm under test")
+        for name in idle:
+            print(
+                f"FAIL: --attn-peer {name} ran 0 times ({peer_attention.OP}/{peer_attention.PEERS[name].arm}): "
+                "the gate judged no output of the peer"
+            )
+        print(verdict)  # the verdict stays the last line
+    return 0 if result.passed and not missing and not idle else 1
+
+
+Gate = Callable[[harness.Setup, Oracle, list[list[int]]], GateResult]  # (setup, oracle, our ids) -> verdict
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    setup = setup_from(args)
+    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours: harness.tokens(s, oracle, ours))
+
+
+def cmd_neartie(args: argparse.Namespace) -> int:
+    setup = setup_from(args)  # resets the counters: they cover every dtype's and every peer's run
+    args.razor = pick_razor(args, setup.flags or FlagSnapshot.from_env())  # said once the runs are planned
+
+    twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
+
+    def gate(s: harness.Setup, oracle: Oracle, ours: list[list[int]]) -> GateResult:
+        twin = None
+        if args.fp32_arbiter and s.dtype != "float32":
+            if s.dtype not in twins:
+                twins[s.dtype] = harness.fp32_twin(s.oracle_dir or s.model_dir, harness.DTYPES[s.dtype], s.device)
+            twin = twins[s.dtype]
+        return harness.neartie(
+            s,
+            args.band,
+            args.top_k,
+            ours=ours,
+            oracle=oracle,
+            max_near_tie_rate=args.max_near_tie_rate,
+            arbiter=twin,
+            max_out_of_band_rate=args.max_out_of_band_rate,
+        )
+
+    return run_peers(args, setup, razor_dtypes(args), gate)
+
+
+def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str], gate: Gate) -> int:
+    """`gate` once per (--attn-peer, dtype, --oracle-attn), each judged on its own: our ids generated once per
+    (peer, dtype), each oracle loaded once per dtype; one line per run when a peer or an oracle is named, one ledger
+    record per run with --ledger; then the report of them all."""
+    peers = list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE]
+    attns = list(dict.fromkeys(args.oracle_attn)) or ["eager"]
+    config = load_config(args.model)
+    plan = []
+    for peer in peers:
+        why = {dt: peer_attention.refusal(peer, config, DTYPES[dt], args.device) for dt in dtypes}
+        if all(why.values()):  # nothing this peer can run: a usage error, named
+            raise ValueError(next(iter(why.values())))
+        for dt, reason in why.items():
+            if reason:
+                print(f"{args.gate}: {peer} skips {dt}: {reason}", file=sys.stderr)
+            else:
+                plan.append((peer, dt))
+    if args.razor is not None:
+        print(f"razor: {args.razor}", file=sys.stderr)
+    plain = peers == [peer_attention.ENGINE] and attns == ["eager"]  # the gate as it always ran: no run lines
+    base, oracles, results = setup.flags, {}, {}
+    for peer, dt in plan:
+        setup.dtype = dt
+        setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
+        before, t0 = kernels.counts(), time.perf_counter()
+        with peer_attention.injected(peer, setup.device):
+            ours = setup.ours()
+        ran, seconds = kernels.counts().ran - before.ran, time.perf_counter() - t0
+        # what took the decode attention: the peer's calls, or the engine's arms (a graph replay is not counted)
+        took = ", ".join(f"{arm} {n}" for (op, arm), n in sorted(ran.items()) if op == peer_attention.OP)
+        if peer in peer_attention.PEERS:
+            took = f"peer calls {ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)]}"
+        for attn in attns:
+            if (dt, attn) not in oracles:
+                setup.oracle_attn = attn
+                oracles[dt, attn] = setup.oracle()
+            result = gate(setup, oracles[dt, attn], ours)
+            run = f"{peer} {dt}" + ("" if attn == "eager" else f" oracle-{attn}")
+            results[dt if plain else run.replace(" ", "/")] = result
+            if not plain:
+                print(
+                    f"run {run}: {result.verdict}: {result.summary} [{took or 'no decode attention call'}; {seconds:.1f} s]",
+                    file=sys.stderr if args.json else sys.stdout,  # --json: stdout is the one JSON object
+                )
+            if args.ledger:
+                record = write_run_record(args, setup, peer, attn, result, ran)
+                print(f"ledger: {record}", file=sys.stderr)
+    key = "dtype" if plain else "peer/dtype/oracle"
+    return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers, razor=args.razor)
+
+
+def write_run_record(
+    args: argparse.Namespace,
+    setup: harness.Setup,
+    peer: str,
+    attn: str,
+    result: GateResult,
+    ran: Counter[tuple[str, str]],
+) -> Path:
+    """One run's ledger record: the verdict, its counts and the arms it ran (a peer that ran 0 times: FAIL)."""
+    idle = peer != peer_attention.ENGINE and ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)] == 0
+    verdict = "FAIL" if idle else result.verdict
+    model = Path(args.model).name
+    command = "python -m lab " + shlex.join(sys.argv[1:]) if sys.argv[1:] else f"python -m lab gate {args.gate}"
+    oracle = "" if attn == "eager" else f"-oracle-{attn}"
+    return write_record(
+        args.ledger,
+        f"{args.gate}-{model}-{peer}-{setup.dtype}{oracle}",
+        ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"],
+        command,
+        harness.device_name(setup.device),
+        f"{args.gate} on {model} ({setup.dtype}, decode attention: {peer}, oracle attention: {attn}): {verdict}: "
+        f"{result.summary}",
+        {
+            "model": str(args.model),
+            "dtype": setup.dtype,
+            "attn_peer": peer,
+            "oracle_attn": attn,
+            "verdict": verdict,
+            "peer_idle": idle,
+            "razor": args.razor,
+            "summary": result.summary,
+            "details": result.details,
+            "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},
+        },
+        head_sha(repo_root()),
+    )
+
+
+def cmd_distributional(args: argparse.Namespace) -> int:
+    if args.runs < 2:
+        raise ValueError(f"--runs {args.runs}: determinism needs at least 2 runs")
+    return report(harness.distributional(setup_from(args), args.runs), args.json, require=args.require_arm)
+
+
+def cmd_goldens(args: argparse.Namespace) -> int:
+    kernels.reset_counts()
+    paths = args.golden or sorted(GOLDENS_DIR.glob("*.json"))
+    if not paths:
+        print(f"error: no golden files in {GOLDENS_DIR}", file=sys.stderr)
+        return 1
+    worst, checked = 0, 0
+    for path in paths:
+        if json.loads(Path(path).read_text()).get("device") == "cuda" and not torch.cuda.is_available():
+            print(f"goldens: SKIP: {Path(path).name}: recorded on a CUDA device; none here")
+            continue
+        worst = max(worst, report(harness.check_golden(path), args.json))
+        checked += 1
+    if not checked:  # a gate that examined nothing has not passed
+        print("error: every golden was skipped; none was checked", file=sys.stderr)
+        return 1
+    return worst
+
+
+def cmd_regen(args: argparse.Namespace) -> int:
+    setup = setup_from(args)
+    name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
+    command = "python -m lab " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m lab gate regen"
+    rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate
+    result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, rate)
+    code = report(result, args.json, require=args.require_arm)
+    if record is None:
+        print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)
+    else:
+        print(f"wrote {args.golden}; ledger record {record}", file=sys.stderr)
+    return code

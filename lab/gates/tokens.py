@@ -1,0 +1,49 @@
+"""Token-exact gate: our greedy ids equal the oracle's, prompt by prompt (lowest index wins a tie in both)."""
+
+from __future__ import annotations
+
+import random
+
+from lab.gates.result import FAIL, PASS, GateResult
+
+DEFAULT_PROMPT_LENS = (1, 6, 13, 31)  # different lengths, straddling a 16-token KV block
+# the near-tie razor's: 16 prompts x 64 new tokens (1024 positions), enough to see a near-tie rate
+RAZOR_PROMPT_LENS = (1, 6, 13, 31, 2, 9, 17, 33, 4, 15, 24, 47, 8, 20, 40, 63)
+RAZOR_NEW_TOKENS = 64
+
+
+def default_prompts(vocab: int, seed: int = 0, lens: tuple[int, ...] = DEFAULT_PROMPT_LENS) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lens]
+
+
+def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[list[int]]) -> GateResult:
+    """Pass only when every prompt's ids match exactly; the table shows the first divergence of each."""
+    if not prompts:
+        return GateResult("tokens", FAIL, "no prompts: nothing was compared")
+    table = []
+    for i, (p, a, b) in enumerate(zip(prompts, ours, oracle, strict=True)):
+        first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if first is None and len(a) != len(b):
+            first = min(len(a), len(b))
+        table.append(
+            {
+                "prompt": i,
+                "prompt_len": len(p),
+                "new_tokens": len(a),
+                "first_divergence": first,
+                "ours": None if first is None else a[first : first + 4],
+                "oracle": None if first is None else b[first : first + 4],
+            }
+        )
+    bad = [r for r in table if r["first_divergence"] is not None]
+    total = sum(len(a) for a in ours)
+    if bad:
+        return GateResult(
+            "tokens",
+            FAIL,
+            f"{len(bad)} of {len(prompts)} prompts diverge from the oracle "
+            f"(first at prompt {bad[0]['prompt']}, token {bad[0]['first_divergence']})",
+            table,
+        )
+    return GateResult("tokens", PASS, f"{total} tokens over {len(prompts)} prompts equal the oracle's", table)

@@ -1,0 +1,197 @@
+"""bench throughput: the CPU smoke run measures both sides, plots and records; bad arguments are usage errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.bench import throughput
+
+
+def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path, capsys) -> None:
+    plot, ledger = tmp_path / "tps.svg", tmp_path / "ledger"
+    argv = [
+        "--smoke",
+        "--requests",
+        "4",
+        "--sweep",
+        "2,4",
+        "--min-len",
+        "40",  # the peer's rate needs 8 + 32 steps
+        "--max-len",
+        "48",
+        "--plot",
+        str(plot),
+        "--ledger",
+        str(ledger),
+        "--json",
+    ]
+    assert throughput.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    record = json.loads(out[-2 if out[-1].startswith("ledger:") else -1])
+    assert [p["requests"] for p in record["points"]] == [2, 4]
+    for p in record["points"]:
+        assert p["engine_tok_per_s"] > 0 and p["peer_tok_per_s"] > 0 and p["ratio"] > 0
+        assert p["output_tokens"] >= 40 * p["requests"]  # lengths uniform in [40, 48]
+        # the host's share of a decode step, both parts measured, and below the whole step
+        assert 0 < p["decode_scheduler_s"] and 0 < p["decode_inputs_s"]
+        assert 0 < p["host_ms_per_decode_step"] < p["decode_ms_per_step"]
+    assert sum("ms per decode step (scheduler" in line for line in out) == 2
+    assert sum(" requests, tokens " in line for line in out) == 2  # one digest line per point (one arm)
+    assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
+    svg = plot.read_text()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2
+    (path,) = ledger.iterdir()
+    saved = json.loads(path.read_text())
+    assert saved["kind"] == "bench" and saved["rows"] == ["ENGINE-SERVE"]
+    assert saved["summary"].startswith("4 requests: engine ")
+
+
+def test_the_workload_is_seeded_and_within_its_lengths() -> None:
+    prompts, outs = throughput.workload(50, 100, 1024, 151936, 3)
+    assert (prompts, outs) == throughput.workload(50, 100, 1024, 151936, 3)
+    assert all(100 <= len(p) <= 1024 for p in prompts) and all(100 <= n <= 1024 for n in outs)
+    assert throughput.workload(50, 100, 1024, 151936, 4)[0] != prompts
+
+
+def test_bad_lengths_and_sweep_are_usage_errors(capsys) -> None:
+    assert throughput.main(["--smoke", "--min-len", "9", "--max-len", "4"]) == 2
+    assert "need 1 <= --min-len (9) <= --max-len (4)" in capsys.readouterr().err
+    assert throughput.main(["--smoke", "--sweep", "4,x"]) == 2
+    assert "--sweep '4,x': expected comma-separated integers" in capsys.readouterr().err
+
+
+def test_ab_arms_turn_one_more_flag_on_each() -> None:
+    from engine.flags import FlagSnapshot
+
+    arms = throughput.ab_arms(FlagSnapshot.defaults(), ["VT_PREFILL_ATTN", "VT_SAMPLE_ROWS_KERNEL"])
+    assert [label for label, _ in arms] == [
+        "VT_PREFILL_ATTN=0 VT_SAMPLE_ROWS_KERNEL=0",
+        "VT_PREFILL_ATTN=1 VT_SAMPLE_ROWS_KERNEL=0",
+        "VT_PREFILL_ATTN=1 VT_SAMPLE_ROWS_KERNEL=1",
+    ]
+    assert [snap.enabled("VT_SAMPLE_ROWS_KERNEL") for _, snap in arms] == [False, False, True]
+
+
+def test_bad_ab_flag_and_peer_budget_are_usage_errors(capsys) -> None:
+    assert throughput.main(["--smoke", "--ab-flag", "VT_PREFILL_ATTN,VT_NOPE"]) == 2
+    assert "--ab-flag VT_NOPE: not a boolean flag" in capsys.readouterr().err
+    assert throughput.main(["--smoke", "--peer-budget-s", "0"]) == 2
+    assert "--peer-budget-s 0.0: must be positive" in capsys.readouterr().err
+
+
+def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None:
+    steady = throughput.PEER_SKIP_STEPS + throughput.PEER_MIN_STEADY_STEPS  # steps, 0.1 s each
+    times = [0.1 * (s + 1) for s in range(steady)]
+    monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (0.1 * steady, steady, times))
+    record = throughput.measure(
+        throughput.TINY_MODEL,
+        [3],
+        device="cpu",
+        min_len=3,
+        max_len=12,
+        temperature=0.6,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        peer=True,
+        peer_compile=False,
+        seed=0,
+    )
+    (point,) = record["points"]
+    outs = throughput.workload(3, 3, 12, 512, 0)[1]
+    skip = throughput.PEER_SKIP_STEPS
+    made = sum(max(0, min(steady, m) - skip) for m in outs)  # each request's own tokens after the skipped steps
+    assert point["peer_tok_per_s"] == pytest.approx(made / (times[steady - 1] - times[skip - 1]))
+    assert point["ratio"] == pytest.approx(point["engine_tok_per_s"] / point["peer_tok_per_s"])
+    assert point["peer_complete"] is (max(outs) <= steady)
+
+
+def test_arm_switch_keeps_each_arms_graphs_and_destroys_none() -> None:
+    from types import SimpleNamespace
+
+    from engine.flags import FlagSnapshot
+
+    runner = SimpleNamespace(flags=None, _graphs={}, _sample_graphs={})
+    switch = throughput.ArmSwitch(runner)
+    off, on = FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=False), FlagSnapshot.defaults().with_(VT_PREFILL_ATTN=True)
+    assert switch.use("off", off) is True  # first use: capture
+    runner._graphs[1] = "graph-off"
+    assert switch.use("on", on) is True and runner._graphs == {} and runner.flags is on
+    runner._graphs[1] = "graph-on"
+    assert switch.use("off", off) is False and runner._graphs == {1: "graph-off"}  # its own, kept alive
+    assert switch.use("off", off) is False
+    assert switch.use("on", on) is False and runner._graphs == {1: "graph-on"}
+    assert switch.saved == {"off": ({1: "graph-off"}, {})}
+
+
+def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
+    """The peer needs the device's memory: by the time it starts, nothing holds the engine's runner (its KV cache
+    and graphs), not even the step clock's wrapper or the arm switch."""
+    import gc
+    import weakref
+
+    made: list[weakref.ref] = []
+    real_llm = throughput.LLM
+
+    def llm(*args, **kwargs):
+        out = real_llm(*args, **kwargs)
+        made.append(weakref.ref(out.runner))
+        return out
+
+    def peer(*args, **kwargs):
+        gc.collect()
+        assert made and made[0]() is None, "the engine's runner is still alive when the peer starts"
+        return 1.0, 3, [0.1, 0.2, 0.3]
+
+    monkeypatch.setattr(throughput, "LLM", llm)
+    monkeypatch.setattr(throughput, "run_peer", peer)
+    record = throughput.measure(
+        throughput.TINY_MODEL,
+        [2],
+        device="cpu",
+        min_len=3,
+        max_len=8,
+        temperature=0.6,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        peer=True,
+        peer_compile=False,
+        seed=0,
+        ab_flags=["VT_PREFILL_ATTN"],
+        ab_reps=1,
+    )
+    assert record["points"][0]["peer_steps"] == 3  # the peer ran (too few steps for a rate)
+
+
+def test_a_peer_cut_before_its_steady_state_gives_no_rate_and_no_ratio(capsys) -> None:
+    """A budget spent on warm-up (here 0.01 s) must not turn into a rate: the point says why, no ratio is printed,
+    and the target is not met."""
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--min-len", "60", "--max-len", "64"]
+    assert throughput.main([*argv, "--peer-budget-s", "0.01", "--json"]) == 0
+    captured = capsys.readouterr()
+    record = json.loads(captured.out.splitlines()[-1])
+    (point,) = record["points"]
+    assert point["peer_complete"] is False and point["peer_steps"] < 60
+    assert point["peer_error"].startswith(f"no steady state: {point['peer_steps']} steps in ")
+    assert "ratio" not in point and "peer_tok_per_s" not in point and not record["targets"]["met"]
+    assert "peer warm-up: 8 steps" in captured.err
+
+
+def test_the_peer_rate_is_its_steady_state() -> None:
+    skip, need = throughput.PEER_SKIP_STEPS, throughput.PEER_MIN_STEADY_STEPS
+    times = [100.0] + [100.0 + 0.5 * s for s in range(1, skip + need)]  # a 100 s first step: compilation
+    assert throughput.peer_rate([1000, 1000], skip + need, times) == pytest.approx(2 * need / (0.5 * need))
+    assert throughput.peer_rate([1000, 1000], skip + need - 1, times) is None  # one step short
+    assert throughput.peer_rate([skip + 1, 1000], skip + need, times) == pytest.approx((1 + need) / (0.5 * need))
+
+
+def test_the_async_arm_gives_the_same_tokens_and_the_report_says_so(capsys) -> None:
+    argv = ["--smoke", "--requests", "6", "--sweep", "6", "--max-len", "16", "--no-peer"]
+    assert throughput.main([*argv, "--ab-flag", "VT_ASYNC_SCHEDULE", "--ab-reps", "1", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    (point,) = json.loads(out[-1])["points"]
+    arms = point["arms"]
+    assert arms["VT_ASYNC_SCHEDULE=0"]["tokens"] == arms["VT_ASYNC_SCHEDULE=1"]["tokens"]
+    assert all(a["decode_steps"] > 0 for a in arms.values())  # the async arm's steps are counted too
+    assert any(line.endswith(": VT_ASYNC_SCHEDULE=0 == VT_ASYNC_SCHEDULE=1") for line in out)

@@ -1,0 +1,141 @@
+"""Every gate shown able to fail: seeded engine bugs must fail the token and near-tie gates on the tiny model."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+import engine.ops.paged_attn as paged_attn
+import engine.ops.rope as rope_ops
+from engine import kernels
+from engine.runner import Runner
+from lab.gates import harness, teeth
+from lab.gates.harness import Setup
+from lab.gates.neartie import EXACT
+from lab.gates.result import FAIL, PASS, REFUSED
+from lab.gates.tokens import default_prompts
+
+NEW = 10
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir) -> Setup:
+    return Setup(tiny_model_dir, default_prompts(512, seed=5), NEW)
+
+
+@pytest.fixture(scope="module")
+def oracle(setup: Setup):
+    return setup.oracle()
+
+
+def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RoPE applied to the head with its two halves swapped (and swapped back): a rotation the wrong way."""
+    real = rope_ops.apply_rope_neox
+
+    def wrong(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        y = real(torch.cat([x[..., half:], x[..., :half]], dim=-1), cos, sin)
+        return torch.cat([y[..., half:], y[..., :half]], dim=-1)
+
+    monkeypatch.setattr(rope_ops, "apply_rope_neox", wrong)  # the reference path of the model's qk_norm_rope
+
+
+def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode reads every sequence's K/V one block over from where prefill and decode stored it."""
+    real = Runner.block_table
+
+    def wrong(self: Runner, seq_id: int) -> list[int]:
+        return [(b + 1) % self.blocks.num_blocks for b in real(self, seq_id)]
+
+    monkeypatch.setattr(Runner, "block_table", wrong)
+
+
+BUGS = {"swapped-rope-halves": swapped_rope_halves, "block-table-off-by-one": block_table_off_by_one}
+
+
+def test_unperturbed_engine_passes_both_gates(setup: Setup, oracle) -> None:
+    assert harness.tokens(setup, oracle).verdict == PASS
+    result = harness.neartie(setup, oracle=oracle)
+    assert result.verdict == PASS
+    assert result.details["counts"][EXACT] == len(setup.prompts) * NEW
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_seeded_bug_fails_token_and_near_tie_gates(setup: Setup, oracle, monkeypatch, bug: str) -> None:
+    BUGS[bug](monkeypatch)
+    tokens = harness.tokens(setup, oracle)
+    assert tokens.verdict == FAIL, tokens.render()
+    neartie = harness.neartie(setup, oracle=oracle)
+    assert neartie.verdict == FAIL, neartie.render()
+    assert neartie.details["max_gap"] > 0.5
+
+
+def test_distributional_gate_refuses_on_cpu(setup: Setup, oracle) -> None:
+    small = Setup(setup.model_dir, setup.prompts[:2], 6)
+    result = harness.distributional(small, runs=3, oracle=oracle)
+    assert result.verdict == REFUSED, result.render()
+    assert all(row["deterministic"] for row in result.table)
+
+
+# --- the seeded bf16 bugs of lab/gates/teeth.py: each must fail the near-tie razor at its defaults -------
+@pytest.fixture(scope="module")
+def oracles() -> teeth.Oracles:
+    return teeth.Oracles()
+
+
+@pytest.fixture(scope="module")
+def window_dir(tmp_path_factory: pytest.TempPathFactory):
+    return teeth.window_model_dir(tmp_path_factory.mktemp("window"))
+
+
+@pytest.mark.parametrize("name", ["none", "good-linear-fp32-accumulate"])
+def test_razor_at_defaults_passes_the_engine_and_a_reordering(oracles, window_dir, name: str) -> None:
+    seeded = teeth.Seeded("none", "no change", contextlib.nullcontext) if name == "none" else teeth.SEEDED[name]
+    models = [harness.TINY_MODEL, window_dir] if name == "none" else [harness.TINY_MODEL]
+    for model in models:
+        assert not teeth.razor_caught(seeded, model, 0, oracles), (name, model)
+
+
+@pytest.mark.parametrize("bug", [b.name for b in teeth.BUGS])
+def test_seeded_bf16_bug_fails_the_razor_at_defaults(oracles, window_dir, bug: str) -> None:
+    seeded = teeth.SEEDED[bug]
+    assert teeth.razor_caught(seeded, teeth.model_for(seeded, window_dir), 0, oracles), bug
+
+
+def test_seeded_bugs_leave_the_references_as_they_were() -> None:
+    before = {name: op.reference for name, op in kernels.TABLE.items()}
+    for seeded in teeth.SEEDED.values():
+        with seeded.patch():
+            pass
+    assert {name: op.reference for name, op in kernels.TABLE.items()} == before
+
+
+# --- the razor's fp32-probs setting (kernels.FP32_PROBS_RAZOR), on an engine whose attention is an online
+# softmax (teeth.BASES): the bugs it is known to separate must fail it (eps-x10 and the correct twins are measured by
+# `python -m lab gate teeth --razor fp32-probs`; see the ENGINE-PERF spec)
+@pytest.mark.parametrize("bug", ["probs-rounded", "rmsnorm-round-after-weight", "window-off-by-one"])
+def test_seeded_bug_fails_the_razor_at_its_fp32_probs_setting(oracles, window_dir, bug: str) -> None:
+    seeded = teeth.SEEDED[bug]
+    model = teeth.model_for(seeded, window_dir)
+    assert teeth.razor_caught(seeded, model, 0, oracles, kernels.FP32_PROBS_RAZOR), bug
+
+
+def test_the_fp32_probs_bugs_and_twins_stay_out_of_the_eager_teeth() -> None:
+    eager = {s.name for s in teeth.seeded_for("eager")}
+    assert "probs-rounded" not in eager and "good-online-split" not in eager
+    assert {b.name for b in teeth.BUGS} <= eager
+    assert teeth.main(["--razor", "fp32-probs", "--former"]) == 2
+    assert teeth.main(["--razor", "eager", "--bugs", "probs-rounded"]) == 2
+    assert teeth.main(["--prompt-sets", "0"]) == 2
+    with teeth.BASES["fp32-probs"]():  # the setting's engine is the online softmax, not the reference
+        assert paged_attn._attend is teeth._attend_online
+    assert paged_attn._attend is teeth._EAGER_ATTEND
+
+
+def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: --device cuda runs")
+    assert teeth.main(["--device", "cuda", "--seeds", "1"]) == 2
+    assert "no CUDA device here" in capsys.readouterr().out
