@@ -379,7 +379,21 @@ class RoleConfig(Strict):
         description="branch: main's first-parent history is merges of <prefix><ROW-ID> branches; "
         "trailer: every commit names its row in a Row: trailer",
     )
-    branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode")
+    branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode (compared case-exact)")
+    topic_branches: bool = Field(
+        False,
+        description="branch mode: a merge of any <prefix><name> branch counts (topic branches such as port/x); "
+        "false: the name must be an existing row",
+    )
+    pr_refs: bool = Field(
+        False,
+        description="a first-parent commit whose subject names a pull request (`#12`, `(#12)`, `Merge pull "
+        "request #12`) reached main through review",
+    )
+    exempt: list[str] = Field(
+        default_factory=list,
+        description="globs of integration paths (records, docs): a commit that changes only these needs no row",
+    )
 
 
 class GencodeConfig(Strict):
@@ -410,7 +424,24 @@ class RecordConfig(Strict):
     )
 
 
+class CheckpointRule(Strict):
+    """A change to any `when` path is a checkpoint: the same commit must also change every `require` path."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    when: list[str] = Field(min_length=1, description="globs of checkpoint paths (`src/**`, `.agents/state.md`)")
+    require: list[RepoPath] = Field(min_length=1, description="paths every checkpoint commit must also change")
+    exclude: list[str] = Field(default_factory=list, description="globs that are no checkpoint")
+
+
 class DocsConfig(Strict):
+    views: list[Literal["matrices", "roadmap", "environment"]] = Field(
+        default_factory=lambda: list[Literal["matrices", "roadmap", "environment"]](
+            ["matrices", "roadmap", "environment"]
+        ),
+        description="the views `rowgate render` writes and DC001 compares; empty where the records are "
+        "themselves the public tables",
+    )
+    checkpoints: list[CheckpointRule] = Field(default_factory=list, description="path rules judged per commit (DC005)")
     matrices_dir: RepoPath = Field("docs/matrices", description="one rendered matrix per area")
     roadmap: RepoPath = Field("docs/ROADMAP.md", description="the rendered roadmap table")
     environment: RepoPath = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from checkers.checks.records import agent_record, live_rows
+from checkers.checks.records import agent_record, doc_checkpoint, live_rows
 from checkers.config import load_config
 from checkers.context import Context
 from checkers.records import load_records
@@ -185,3 +185,31 @@ def test_live_rows_judges_a_multi_row_claim_on_each_row(tmp_path: Path):
 def test_without_sources_the_records_are_the_files(rowgate_repo):
     rec = load_records(rowgate_repo.path, load_config(rowgate_repo.path))
     assert list(rec.rows) == ["GOV-CORE"] and rec.tables == {}
+
+
+def _doc_checkpoint(repo, base: str):
+    return doc_checkpoint.run(_ctx(repo), argparse.Namespace(base=base, head="HEAD"))
+
+
+def test_a_checkpoint_commit_without_its_documents_is_a_finding(tmp_path: Path):
+    repo = excerpt_repo(tmp_path / "repo")
+    base = repo.head()
+    sha = repo.commit("state: note", {".agents/state.md": "## 2026-07-24\n", "README.md": "# vllm.cpp\n"})
+    result = _doc_checkpoint(repo, base)
+    assert [(f.rule, f.message) for f in result.findings] == [
+        (
+            "DC005",
+            f"commit {sha[:12]} changes feature checkpoint paths (.agents/state.md) but does not update "
+            "docs/BENCHMARKS.md in the same change",
+        )
+    ]
+
+
+def test_a_checkpoint_commit_with_its_documents_passes(tmp_path: Path):
+    repo = excerpt_repo(tmp_path / "repo")
+    base = repo.head()
+    files = {".agents/state.md": "x\n", "src/a.cpp": "x\n", "README.md": "r\n", "docs/BENCHMARKS.md": "b\n"}
+    repo.commit("feat: checkpoint", files)
+    repo.commit("chore: not a checkpoint", {"notes.txt": "x\n"})
+    result = _doc_checkpoint(repo, base)
+    assert (result.status.value, result.summary) == ("pass", "OK: 0 rendered files up to date; 2 commits checked")
