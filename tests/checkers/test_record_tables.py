@@ -213,3 +213,20 @@ def test_a_checkpoint_commit_with_its_documents_passes(tmp_path: Path):
     repo.commit("chore: not a checkpoint", {"notes.txt": "x\n"})
     result = _doc_checkpoint(repo, base)
     assert (result.status.value, result.summary) == ("pass", "OK: 0 rendered files up to date; 2 commits checked")
+
+
+def test_live_rows_classifies_each_claim_from_git_evidence(tmp_path: Path):
+    from tests.checkers.vllmcpp_excerpt import COORDINATION
+
+    dated = COORDINATION.replace("2026-07-22", "2025-12-31").replace("2026-07-23", "2025-12-31")
+    repo = excerpt_repo(tmp_path / "repo", **{".agents/coordination.md": dated})
+    args = argparse.Namespace(check=False, report=True)
+    verdicts = live_rows.run(_ctx(repo), args).details[-1]
+    assert verdicts == "claims: IN-FLIGHT=0 LANDED=0 ABANDONED=2"
+    repo.git("checkout", "-q", "-b", "feat/second")
+    repo.commit("wip on the second claim", {"src/x.cpp": "x\n"})
+    repo.git("checkout", "-q", "main")
+    landed = repo.commit("KV-OFFLOAD: CPU tier lands", {"src/kv.cpp": "x\n"})
+    details = live_rows.run(_ctx(repo), args).details
+    assert details[-1] == "claims: IN-FLIGHT=1 LANDED=1 ABANDONED=0"
+    assert f"| LANDED: commit {landed[:12]} on HEAD names it (2026-01-01) |" in details[2]
