@@ -415,10 +415,23 @@ class GencodeConfig(Strict):
     )
 
 
+class Rollup(Strict):
+    """A hand-written summary table whose counts must agree with the detailed rows' states."""
+
+    path: RepoPath = Field(description="the file holding the summary table")
+    header: str = Field(description="the summary table's first header cell, e.g. Area")
+    total: str = Field("Total", description="the first cell of the line holding the totals")
+    rows_from: list[RepoPath] = Field(
+        default_factory=list, description="the record tables whose rows it sums; empty: `path` itself"
+    )
+    count_column: str = Field("Rows", description="the column holding the number of all rows")
+
+
 class RecordConfig(Strict):
     ref_keywords: list[str] = Field(
         default_factory=lambda: ["Refs", "Closes", "Fixes"], description="words before #N that make an issue reference"
     )
+    rollups: list[Rollup] = Field(default_factory=list, description="summary tables checked against the rows (AR008)")
     count_areas: list[str] | None = Field(
         None, description="the areas whose row counts the OK line prints; unset: rows.areas"
     )

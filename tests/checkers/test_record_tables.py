@@ -109,7 +109,8 @@ def test_a_state_outside_the_configured_set_is_a_finding(tmp_path: Path):
     engine = ENGINE.replace("`ANCHOR-BACKFILL` | - |", "`BACKFILLED` | - |")
     result = _agent_record(excerpt_repo(tmp_path / "repo", **{".agents/engine-matrix.md": engine}))
     # the row is not read, so the claim that names it points at nothing (AR003 at the claim's line)
-    f, claim = _findings(result)
+    f, claim, *rollup = _findings(result)
+    assert [x[3] for x in rollup] == ["summary rows=3; actual 2", "summary anchor backfill=1; actual 0"]
     assert claim[:3] == ("AR003", ".agents/coordination.md", 5)
     assert f[:3] == ("AR001", ".agents/engine-matrix.md", 11)
     assert f[3].startswith("state: 'BACKFILLED' is not one of INVENTORIED, SPIKE, READY, ACTIVE, GATING, PARTIAL, DONE")
@@ -230,3 +231,11 @@ def test_live_rows_classifies_each_claim_from_git_evidence(tmp_path: Path):
     details = live_rows.run(_ctx(repo), args).details
     assert details[-1] == "claims: IN-FLIGHT=1 LANDED=1 ABANDONED=0"
     assert f"| LANDED: commit {landed[:12]} on HEAD names it (2026-01-01) |" in details[2]
+
+
+def test_a_summary_that_drifts_from_the_rows_is_a_finding(tmp_path: Path):
+    engine = ENGINE.replace(
+        "| **Total** | **3** | **1** | **1** | **1** |", "| **Total** | **3** | **1** | **2** | **1** |"
+    )
+    result = _agent_record(excerpt_repo(tmp_path / "repo", **{".agents/engine-matrix.md": engine}))
+    assert _findings(result) == [("AR008", ".agents/engine-matrix.md", 5, "summary active=2; actual 1")]

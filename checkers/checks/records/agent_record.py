@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ...checks.records import rowreqs
 from ...checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
+from ...checks.records.rollup import check_rollups
 from ...checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
 from ...context import Context, NoRange, add_range_arguments
 from ...records import Records, key_line
@@ -33,6 +34,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     areas = ctx.config.rows.areas
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, records, ctx.git)
     findings = check_records(records, areas) + check_rows(tree) + check_links(records, ctx.config.rows.orphan_specs)
+    findings += check_rollups(ctx.root, records, ctx.config.record.rollups, ctx.config.rows.state_order)
     n_records = records.examined + len(records.problems)
     pattern = ref_pattern(ctx.config.record.ref_keywords)
     message_file = getattr(args, "message_file", None)
