@@ -132,8 +132,44 @@ def _records(root: Path, plan: Plan) -> None:
         for check in record_checks:
             plan.enabled[check] = "the records in .agents/rows/"
         return
+    if _record_tables(root, plan):
+        for check in record_checks:
+            plan.enabled[check] = "the records in the markdown tables under .agents/ (sources:)"
+        return
     for check in record_checks:
         plan.disabled[check] = "no records in .agents/rows/ (the rows workflow is not used here)"
+
+
+def _record_tables(root: Path, plan: Plan) -> bool:
+    """Rows and claims kept as markdown tables (checkers.detect_records): their config sections, each choice
+    with its reason under the `sources` section."""
+    from ..detect_records import checkpoint_rule, history, merge_prefix, record_tables
+
+    git = Git(root)
+    found = record_tables(root, git.ls_files())
+    if found is None:
+        return False
+    rule = checkpoint_rule(history(git))
+    merged = merge_prefix(git)
+    if merged is not None:
+        prefix, count, total = merged
+        found.sections["role"] = {
+            "mode": "branch",
+            "branch_prefix": prefix,
+            "topic_branches": True,
+            "pr_refs": True,
+            "exempt": [".agents/**"],
+        }
+        found.reasons.append(
+            f"role: branch mode, {count} of {total} merges land a {prefix}<topic> branch; pull request "
+            "subjects (#N) count; a commit that changes only .agents/ records needs no branch"
+        )
+    if rule is not None:
+        found.sections["docs"]["checkpoints"] = [rule[0]]
+        found.reasons += [f"docs.checkpoints, read from the history (review it): {r}" for r in rule[1]]
+    for key, value in found.sections.items():
+        plan.sections.append(Section(key, value, found.reasons if key == "sources" else []))
+    return True
 
 
 def _trailers(git: Git, plan: Plan) -> None:
@@ -350,7 +386,8 @@ def render(plan: Plan, root: Path) -> str:
     doc = CommentedMap()
     doc["version"] = 1
     for s in plan.sections:
-        doc[s.key] = _flow(s.value, CommentedMap, CommentedSeq, top=True)
+        # record sources nest maps in lists several levels deep: block style keeps them readable
+        doc[s.key] = _flow(s.value, CommentedMap, CommentedSeq, top=True) if s.key != "sources" else s.value
         doc.yaml_set_comment_before_after_key(s.key, before="\n" + "\n".join(s.reasons))
     if plan.disabled:
         checks = CommentedMap()

@@ -62,12 +62,19 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     findings = check_rendered(stale)
     details = [line for diff in stale.values() for line in diff.splitlines()]
     since, source = (docs.since, "docs.since") if docs.since else (ctx.config.cutover, "config cutover")
+    scope = ""
     try:
-        changes = load_changes(ctx, ctx.range(args.base, args.head, since=since, since_source=source).spec)
+        rng = ctx.range(args.base, args.head, since=since, since_source=source)
+        changes = load_changes(ctx, rng.spec)
     except NoRange:
-        changes = []  # no cutover, no start and no base: the rendered files are all there is to check
+        rng, changes = None, []  # no cutover, no start and no base: the rendered files are all there is to check
+    if not changes and docs.checkpoints and (head := ctx.git.resolve(rng.head if rng else "HEAD")):
+        # an empty range (a fresh clone at its upstream): the checkpoint rules judge the head commit itself,
+        # as a checkpoint script run on the last commit does
+        changes = load_changes(ctx, f"{head}^!" if ctx.git.resolve(f"{head}^") else head)
+        scope = f" (the range is empty: {head[:12]}, the head commit, checked)"
     findings += check_changes(changes, ctx.records, docs) + check_checkpoints(changes, docs)
-    ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked"
+    ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked{scope}"
     unit = f"items ({len(views)} rendered files, {len(changes)} commits)"
     return Result.judge(ID, findings, len(views) + len(changes), unit, ok, details)
 

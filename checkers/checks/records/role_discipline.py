@@ -41,6 +41,13 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     except NoRange as exc:
         return Result.error(ID, str(exc), hint=exc.hint)
     rows = set(ctx.records.rows)
+    scope = ""
+    if not ctx.git.commits_with_trailers(rng, first_parent=True, extra=("--max-count=1",)):
+        # an empty range (a fresh clone at its upstream): judge the head commit itself rather than nothing
+        head = ctx.git.resolve(rng.rsplit("..", 1)[-1])
+        if head is not None:
+            rng = f"{head}^!" if ctx.git.resolve(f"{head}^") else head
+            scope = f"; the range was empty, so the head commit {head[:12]} was judged"
     exempt = _exempt(ctx, rng, cfg.exempt)
     if cfg.mode == "branch":
         commits = ctx.git.commits_with_trailers(rng, first_parent=True)
@@ -49,7 +56,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         commits = ctx.git.commits_with_trailers(rng)
         findings = check_trailer_mode(commits, rows, exempt)
     merges = sum(c.commit.is_merge for c in commits)
-    ok = f"OK: {len(commits)} commits ({merges} merges) reach main through a row ({cfg.mode} mode)"
+    ok = f"OK: {len(commits)} commits ({merges} merges) reach main through a row ({cfg.mode} mode){scope}"
     # trailer mode judges the non-merge commits (a merge only vouches for them): a range of merges alone
     # examined nothing
     judged = len(commits) if cfg.mode == "branch" else len(commits) - merges

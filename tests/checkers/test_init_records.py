@@ -1,0 +1,62 @@
+"""`rowgate init` on a repository whose records are markdown tables (the vllm.cpp excerpt): it finds the
+matrices and the claims table, says why, and the config it writes makes the record checks run."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from checkers.checks.records import agent_record
+from checkers.config import load_config
+from checkers.context import Context
+from tests.checkers.vllmcpp_excerpt import excerpt_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = "# Agents\n\nRows live in engine-matrix.md, model-matrix.md, quantization-matrix.md, kernel-matrix.md and backend-matrix.md.\n"
+
+
+def _init(repo, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "checkers", "init", *extra],
+        cwd=repo.path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _repo(tmp_path: Path):
+    repo = excerpt_repo(tmp_path / "repo", **{"AGENTS.md": AGENTS})
+    repo.git("rm", "-q", ".agents/config.yaml")
+    repo.commit("no config yet")
+    return repo
+
+
+def test_init_finds_the_tables_and_says_why(tmp_path: Path):
+    out = _init(_repo(tmp_path), "--yes")
+    assert out.returncode == 0, out.stderr
+    assert ".agents/engine-matrix.md: 3 rows in 1 tables (ID, State and Owner columns); area ENGINE" in out.stdout
+    assert ".agents/coordination.md: the claims table (header line 3), CLAIM-* ids" in out.stdout
+    assert "areas in the order AGENTS.md names their files: ENGINE, MODEL, QUANT, KERNEL, BACKEND" in out.stdout
+    assert ".agents/engine-matrix.md: a per-state summary table (Area | Rows | states, a Total line)" in out.stdout
+    assert "agent-record     enabled: the records in the markdown tables under .agents/ (sources:)" in out.stdout
+
+
+def test_the_config_init_writes_makes_agent_record_count_the_matrices(tmp_path: Path):
+    repo = _repo(tmp_path)
+    assert _init(repo, "--yes").returncode == 0
+    ctx = Context(root=repo.path, config=load_config(repo.path))
+    result = agent_record.run(ctx, argparse.Namespace(base=None, head=None, message_file=None))
+    assert (result.status.value, result.summary) == ("pass", "OK: ENGINE=3 MODEL=2 QUANT=1 KERNEL=1 BACKEND=1")
+    config = load_config(repo.path)
+    assert config.rows.active_states == ["ACTIVE"] and config.sources.claims.tables
+    assert config.rows.state_order[:3] == ["INVENTORIED", "ACTIVE", "PARTIAL"]
+
+
+def test_without_tables_the_record_checks_stay_disabled(git_repo):
+    git_repo.commit("init", {"README.md": "# x\n", ".agents/notes.md": "| a | b |\n|---|---|\n| 1 | 2 |\n"})
+    out = _init(git_repo, "--dry-run")
+    assert "agent-record: {enabled: false}" in out.stdout
