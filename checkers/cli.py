@@ -21,7 +21,7 @@ from .context import Context
 from .gitio import Git, GitError, discover, discover_repo
 from .output import FORMATS, render
 from .preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
-from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
+from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, Result, exit_code
 
 # The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
 # once instead (scripts/_rowgate.py re-runs under the checkout's .venv on this ModuleNotFoundError).
@@ -37,6 +37,7 @@ EXTRA_COMMANDS: dict[str, str] = {
     "claim": ".commands.claim",
     "trailers": ".commands.trailers",
     "init": ".commands.init",
+    "ci": ".commands.ci_base",
 }
 
 EXIT_OUTPUT_CLOSED = 141  # what a shell reports for a command that SIGPIPE ended
@@ -133,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", metavar="REF", help="base for the range checks (see `rowgate check ID --help`)")
     p.add_argument("--only", metavar="ID", action="append", help="run only this check (repeatable)")
     p.add_argument("--fail-on-skip", action="store_true", help="a skipped gate fails the run (for CI)")
+    p.add_argument(
+        "--baseline",
+        nargs="?",
+        const="",
+        metavar="REF",
+        help="also run every gate on the merge base with REF (default: the resolved base) and report each "
+        "finding as new, inherited or fixed; only new failures fail the run",
+    )
+    p.add_argument("--fail-on-inherited", action="store_true", help="with --baseline: inherited failures count too")
     p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("rules", help="list every rule id and name, or explain one")
@@ -225,17 +235,25 @@ def cmd_check(rest: list[str]) -> int:
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     result = run_check(spec, ctx, args)
-    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format)))
+    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format, [result])))
     return result.exit_code
 
 
-def _anchors(ctx: Context, fmt: str) -> dict[str, tuple[str, int | None]] | None:
-    """For SARIF: per check, the config file and line that configure it."""
+def _anchors(ctx: Context, fmt: str, results: list[Result]) -> dict[str, tuple[str, int | None]] | None:
+    """For SARIF: per check, the config file and line that configure it, where that file exists; else, per
+    commit a finding is about, a file that commit changes (keyed by the sha)."""
     if fmt != "sarif":
         return None
-    from .sarif_anchors import config_anchors
+    from .sarif_anchors import commit_paths, config_anchors
 
-    return config_anchors(ctx.source)
+    anchors = {k: v for k, v in config_anchors(ctx.source).items() if (ctx.root / v[0]).is_file()}
+    shas = list(
+        dict.fromkeys(
+            f.commit for r in results for f in r.findings if f.commit and not f.path and r.check not in anchors
+        )
+    )
+    anchors.update({sha: (path, None) for sha, path in commit_paths(ctx.git, ctx.root, shas).items()})
+    return anchors
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -246,6 +264,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    if args.baseline is not None:
+        from .commands.baseline import run_baseline_command
+
+        return run_baseline_command(ctx, args)
     not_run: list[tuple[str, str]] = []
     results = run_preflight(ctx, args.only, args.base, not_run)
     sys.stdout.write(
@@ -256,7 +278,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             args.fail_on_skip,
             preflight=True,
             not_run=not_run,
-            anchors=_anchors(ctx, args.format),
+            anchors=_anchors(ctx, args.format, results),
         )
     )
     if not results:

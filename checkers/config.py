@@ -241,6 +241,12 @@ class TrailersConfig(TrailerContract):
         "by the legacy rule (`rowgate init` sets the cutover to the HEAD it found, which predates the contract)",
     )
     exceptions: list[TrailerDebt] = Field(default_factory=list)
+    exempt_authors: list[ConfigPattern] = Field(
+        default_factory=list,
+        description="regexes searched in a commit's author (`Name <email>`, after .mailmap): a matching commit "
+        "is not judged (bots such as Dependabot, whose sign-off names another address); `rowgate init` writes "
+        "the known bots",
+    )
 
 
 class PathClass(Strict):
@@ -394,6 +400,18 @@ class RoleConfig(Strict):
         default_factory=list,
         description="globs of integration paths (records, docs): a commit that changes only these needs no row",
     )
+    protected: str = Field("main", description="the branch changes land on; a run on it (or a push to it) lands")
+    protected_ref: str | None = Field(
+        None, description="the ref holding the protected branch's tip; unset: base.ref, else the detected upstream"
+    )
+    pending: bool = Field(
+        True,
+        description="commits not yet on the protected branch are pending: a branch is judged from its merge "
+        "base, and a pending commit may name an issue (Refs #N) or carry outside_marker instead of a row",
+    )
+    outside_marker: str | None = Field(
+        None, description="a trailer line marking an outside contribution, e.g. 'Contribution: outside'"
+    )
 
 
 class GencodeConfig(Strict):
@@ -469,6 +487,16 @@ class DocsConfig(Strict):
     since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
+class CiConfig(Strict):
+    """Where `rowgate ci base` looks for the base a CI job judges, and the oldest base it may pick."""
+
+    floor: str | None = Field(
+        None, description="full sha of the reviewed enforcement floor: no CI base is ever older than it"
+    )
+    green_ref: str = Field("refs/rowgate/last-green", description="ref the job moves to each commit it passed")
+    green_file: RepoPath | None = Field(None, description="file holding the last green sha (e.g. a CI cache)")
+
+
 class CheckControl(Strict):
     """Whether a check runs (`rowgate preflight` and its hook name a disabled check and do not run it)."""
 
@@ -501,6 +529,7 @@ class Config(Strict):
     gencode: GencodeConfig = Field(default_factory=GencodeConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
+    ci: CiConfig = Field(default_factory=CiConfig)
 
 
 def load_config(root: Path, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import __version__
 from .paths import escape as _esc
-from .results import Result, Rule, Status, exit_code
+from .results import Finding, Result, Rule, Status, exit_code
 
 FORMATS = ("text", "json", "github", "sarif", "junit")
 JSON_SCHEMA_ID = "rowgate.results/1"
@@ -42,12 +42,19 @@ def render(
 
 
 def finding_lines(result: Result) -> list[str]:
+    """The findings, each hint printed once per run under the first finding that carries it (a range of
+    58 unsigned commits shares one fix); JSON and SARIF keep the hint on every finding."""
+    shared: dict[str, int] = {}
+    for f in result.findings:
+        if f.hint:
+            shared[f.hint] = shared.get(f.hint, 0) + 1
     lines = []
     for f in result.findings:  # every field escaped: data never breaks or forges a line
         loc = _esc(f.location() or "")
         lines.append(f"{loc + ': ' if loc else ''}{f.rule} {f.name}: {_esc(f.message)}")
-        if f.hint:
-            lines.append(f"    fix: {_esc(f.hint)}")
+        n = shared.pop(f.hint, 0) if f.hint else 0
+        if f.hint and n:
+            lines.append(f"    fix{f' (all {n} findings with this hint)' if n > 1 else ''}: {_esc(f.hint)}")
     return lines
 
 
@@ -167,7 +174,10 @@ def render_sarif(
     logical location."""
     ordered = sorted({r.id: r for r in rules}.values(), key=lambda r: r.id)
     index = {r.id: i for i, r in enumerate(ordered)}
+    checks = _rule_checks(ordered, results)
+    anchors = anchors or {}
     sarif_results = []
+    seen: dict[str, int] = {}
     for r in results:
         for f in r.findings:
             item: dict[str, Any] = {
@@ -175,10 +185,14 @@ def render_sarif(
                 "level": "error",
                 "message": {"text": _esc(f.message + (f" (fix: {f.hint})" if f.hint else ""))},
                 "properties": {"check": r.check},
+                "partialFingerprints": {"rowgate/v1": _fingerprint(f, seen)},
             }
             if f.rule in index:
                 item["ruleIndex"] = index[f.rule]
-            path, line = (f.path, f.line) if f.path else (anchors or {}).get(r.check, (CONFIG_FILE, None))
+            if f.path:
+                path, line = f.path, f.line
+            else:  # the config line of its check, else (no config file) a file its commit changes
+                path, line = anchors.get(r.check) or anchors.get(f.commit or "") or (CONFIG_FILE, None)
             phys: dict[str, Any] = {"artifactLocation": {"uri": _uri(path), "uriBaseId": "%SRCROOT%"}}
             if line:
                 phys["region"] = {"startLine": line}
@@ -206,7 +220,7 @@ def render_sarif(
                     "driver": {
                         "name": "rowgate",
                         "version": __version__,
-                        "rules": [_sarif_rule(r) for r in ordered],
+                        "rules": [_sarif_rule(r, checks.get(r.id)) for r in ordered],
                     }
                 },
                 "invocations": [
@@ -234,12 +248,42 @@ def _uri(path: str) -> str:
     return "".join(enc(ch) for ch in path)
 
 
-def _sarif_rule(rule: Rule) -> dict[str, Any]:
+# Where each check's page is published: docs/checks/<check>.md of the release this version was cut from
+# (the tag v<version>, docs/RELEASING.md).
+DOCS_URL = "https://github.com/rowgate/rowgate/blob/v{version}/docs/checks/{check}.md"
+
+
+def _rule_checks(rules: list[Rule], results: list[Result]) -> dict[str, str]:
+    """Rule id -> the check that owns it: from the results, else from the registry."""
+    from . import registry
+
+    owner = {f.rule: r.check for r in results for f in r.findings}
+    for spec in registry.CHECKS:
+        if all(rule.id in owner for rule in rules):
+            break
+        for rule in spec.load().RULES:
+            owner.setdefault(rule.id, spec.id)
+    return owner
+
+
+def _fingerprint(f: Finding, seen: dict[str, int]) -> str:
+    """Stable across runs and unique per result: the rule and the commit for a commit-level finding (a
+    second finding of the same rule on the same commit gets `:2`), else the rule, the path and the message
+    (not the line, which moves with unrelated edits)."""
+    import hashlib
+
+    key = f"{f.rule}\0commit\0{f.commit}" if f.commit else f"{f.rule}\0{f.path or ''}\0{f.message}"
+    seen[key] = seen.get(key, 0) + 1
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return digest if seen[key] == 1 else f"{digest}:{seen[key]}"
+
+
+def _sarif_rule(rule: Rule, check: str | None) -> dict[str, Any]:
     text = (
         f"{rule.summary}. `rowgate rules {rule.id}` explains it; `ignore: [{rule.id}]` in the config turns "
         f"it off, `per_file_ignores` for some paths."
     )
-    return {
+    out: dict[str, Any] = {
         "id": rule.id,
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
@@ -247,6 +291,17 @@ def _sarif_rule(rule: Rule) -> dict[str, Any]:
         "help": {"text": text, "markdown": text},
         "defaultConfiguration": {"level": "error"},
     }
+    if check:
+        url = DOCS_URL.format(version=__version__, check=check)
+        out["helpUri"] = url
+        out["help"]["text"] += f" The check: {url}"
+        out["help"]["markdown"] = (
+            f"**{rule.id} {rule.name}**: {rule.summary}.\n\n"
+            f"- explain: `rowgate rules {rule.id}`\n"
+            f"- turn off: `ignore: [{rule.id}]` in the config, or `per_file_ignores` for some paths\n"
+            f"- the check `{check}`: [docs/checks/{check}.md]({url})"
+        )
+    return out
 
 
 # --- JUnit XML ------------------------------------------------------------------

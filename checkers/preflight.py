@@ -94,7 +94,7 @@ def run_preflight(
     """Every enabled check in registry order; the disabled ones go to `not_run` as (id, why)."""
     results = []
     for spec in registry.CHECKS:
-        if only and spec.id not in only:
+        if only and spec.id not in only or not spec.preflight:
             continue
         reason = disabled(spec, ctx)
         if reason:

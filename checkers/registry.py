@@ -20,6 +20,7 @@ class CheckSpec(NamedTuple):
     summary: str
     pass_filenames: bool = False  # a commit-msg hook receives the message file
     records: bool = False  # reads .agents/ records: skips, not configured, in a repository without them
+    preflight: bool = True  # False: judges an input the preflight does not have (a PR body); run on its own
 
     @property
     def name(self) -> str:
@@ -100,6 +101,16 @@ CHECKS: tuple[CheckSpec, ...] = (
         ("commit-msg",),
         "every commit in the range, or one message, carries the trailer contract",
         pass_filenames=True,
+    ),
+    CheckSpec(
+        "pr-body",
+        "pr_body",
+        "commits",
+        "scripts/check-pr-body.py",
+        ("manual",),
+        "a PR body carries the trailer contract and its Closes/Refs issue references hold",
+        records=True,
+        preflight=False,
     ),
     CheckSpec(
         "pr-size",

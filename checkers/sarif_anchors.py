@@ -2,14 +2,18 @@
 
 A commit-level finding has no file of its own; code scanning accepts only results that point at a file
 in the repository, so such a finding points at the config line of the rule it broke (and names its
-commit in a logical location). Found by a line scan of the file, without parsing it again.
+commit in a logical location). Found by a line scan of the file, without parsing it again. Where no
+config file exists, it points at the first file the commit changes that is still in the work tree, else
+at the first tracked file (`commit_paths`): always something that exists.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from .configsource import CONFIG_PATH, ConfigSource
+from .gitio import Git
 
 # check id -> (its config section, the key in it that states the rule, if one does)
 SECTIONS: dict[str, tuple[str, str | None]] = {
@@ -62,3 +66,25 @@ def _toml_line(lines: list[str], section: str, key: str | None) -> int | None:
         if header.match(text) or dotted.match(text):
             return i + 1
     return None
+
+
+def commit_paths(git: Git, root: Path, shas: list[str]) -> dict[str, str]:
+    """Per commit: the first file it changes that exists in the work tree, else the first tracked file
+    (one `git log --no-walk` for all of them). A sha that names no path (an empty repository) is left out."""
+    if not shas:
+        return {}
+    out = git.text("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames", *shas)
+    found: dict[str, str] = {}
+    sha = None
+    for part in out.split("\0"):
+        part = part.strip("\n")
+        if part.startswith("\x01"):
+            sha, _, part = part[1:].partition("\n")
+        if sha and part and sha not in found and (root / part).is_file():
+            found[sha] = part
+    missing = [s for s in shas if s not in found]
+    if missing:
+        tracked = next((p for p in git.ls_files() if (root / p).is_file()), None)
+        if tracked is not None:
+            found.update(dict.fromkeys(missing, tracked))
+    return found

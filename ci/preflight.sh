@@ -4,7 +4,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 fmt=text
-# On a pull request the base is the target branch as fetched, not a local main the runner lacks.
-if [ -n "${GITHUB_BASE_REF:-}" ]; then export ROWGATE_BASE="origin/${GITHUB_BASE_REF}"; fi
-if [ -n "${GITHUB_ACTIONS:-}" ]; then fmt=github; fi
+if [ -n "${GITHUB_ACTIONS:-}" ]; then
+  fmt=github
+  # The base CI judges: the last green commit (the file the workflow restores), else the push's `before`,
+  # else the merge base with the pull request's target or the default branch; never older than ci.floor.
+  # `rowgate ci base` prints it and says on stderr which rule chose it.
+  green=()
+  if [ -f "${ROWGATE_GREEN_FILE:-}" ]; then green=(--green-file "$ROWGATE_GREEN_FILE"); fi
+  ROWGATE_BASE="$(.venv/bin/rowgate ci base "${green[@]}")"
+  export ROWGATE_BASE
+fi
 exec .venv/bin/rowgate preflight --fail-on-skip --format "$fmt" "$@"

@@ -93,14 +93,17 @@ class BlockManager:
         self._hashed.pop(seq_id, None)
 
     # --- the scheduler's allocation, with the prefix cache ------------------------------
-    def allocate_prompt(self, seq_id: int, token_ids: Sequence[int], first_chunk: int) -> int | None:
+    def allocate_prompt(
+        self, seq_id: int, token_ids: Sequence[int], first_chunk: int, lookup: bool = True
+    ) -> int | None:
         """Give a new sequence its cached prefix blocks plus fresh blocks for its first `first_chunk`
         uncached tokens; returns how many leading tokens are already cached, or None (and changes
         nothing) when the free pool is too small. The last token is never taken from the cache: its
-        logits are needed."""
+        logits are needed. lookup=False takes nothing from the cache (a request whose every prompt
+        position must be computed: prompt logprobs)."""
         if seq_id in self.tables:
             raise ValueError(f"sequence {seq_id} already has blocks")
-        hits, parent = self._lookup(token_ids)
+        hits, parent = self._lookup(token_ids) if lookup else ([], b"")
         cached = len(hits) * self.block_size
         need = self.blocks_needed(cached + first_chunk) - len(hits)
         revived = sum(1 for b in hits if self._refs[b] == 0)

@@ -1,4 +1,4 @@
-"""The engine's command line: `generate`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
+"""The engine's command line: `generate` and `serve`; exit 0 done, 2 usage. The gates and benchmarks are `python -m lab`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.cli_args import add_model_args, parse_ids
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
+from engine.serve.cli import add_serve_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
     )
     gen.set_defaults(handler=cmd_generate)
+    add_serve_parser(sub)
     return parser
 
 

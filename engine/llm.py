@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +26,20 @@ import torch
 
 from engine.flags import FlagSnapshot
 from engine.model.config import checkpoint_dtype, load_config
+from engine.penalties import RowProcessors
+from engine.requests import CompletionOutput, Request, RequestMetrics, RequestOutput
 from engine.runner import DTYPES, PreparedDecode, Runner, StepRow
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, sample_seed
 from engine.scheduler import ScheduledStep, Scheduler
 from engine.sequence import Sequence, Status
+
+__all__ = ["LLM", "CompletionOutput", "RequestMetrics", "RequestOutput"]
 
 TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 DEFAULT_MAX_MODEL_LEN = 4096
 GPU_MEMORY_UTILIZATION = 0.9  # the fraction of free device memory the weights and the KV cache may take
 ACTIVATION_RESERVE = 2 << 30  # bytes kept free for activations besides the per-row logits
-
-
-@dataclass
-class RequestOutput:
-    index: int  # the request's place in the prompt list (generate) or its id (add_request)
-    prompt_token_ids: list[int]
-    token_ids: list[int]  # generated tokens; a stop token or EOS that ended the request is included
-    text: str | None  # the generated tokens decoded (special tokens skipped); None without a tokenizer
-    finish_reason: str  # "stop" (EOS or a stop token) or "length" (max_tokens or max_model_len)
-    num_cached_tokens: int  # prompt tokens the prefix cache supplied at the last admission
+CPU_KV_CACHE_MEMORY = 4 << 30  # the KV cache's budget on the CPU (vLLM's VLLM_CPU_KVCACHE_SPACE default)
 
 
 class LLM:
@@ -50,8 +47,9 @@ class LLM:
 
     model: a Hugging Face model directory (None: the embedded tiny Qwen3). dtype: "auto" takes the
     checkpoint's dtype on CUDA and float32 on the CPU. device: None picks CUDA when available.
-    num_blocks: KV-cache blocks (None: on the CPU every sequence's worst case, on CUDA what fits in
-    GPU_MEMORY_UTILIZATION of the free memory). max_num_batched_tokens: the token budget of one step
+    num_blocks: KV-cache blocks (None: what fits in kv_cache_memory bytes, by default on the CPU
+    CPU_KV_CACHE_MEMORY and on CUDA what fits in gpu_memory_utilization of the free memory beside the weights
+    and activations; never more than every sequence's worst case). The engine prints how many tokens fit. max_num_batched_tokens: the token budget of one step
     (prompts longer than it are prefilled in chunks). enable_prefix_caching: share the KV blocks of equal
     prompt prefixes; always off for a model with recurrent layers (Qwen3-Next), whose state after a prefix
     is not cached with its blocks. seed: the generator of requests without a seed.
@@ -70,6 +68,8 @@ class LLM:
         enable_prefix_caching: bool = True,
         seed: int = 0,
         flags: FlagSnapshot | None = None,  # the kernel arms' flags (default: the environment, read once)
+        kv_cache_memory: int | None = None,  # bytes for the KV cache (overrides the defaults below)
+        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -81,9 +81,25 @@ class LLM:
                 f"max_model_len={self.max_model_len} exceeds the model's max_position_embeddings="
                 f"{config.max_position_embeddings}"
             )
-        if num_blocks is None and device.startswith("cuda"):
-            num_blocks = cuda_num_blocks(self.model_dir, config, torch_dtype, block_size, max_num_seqs, device)
         max_blocks = -(-self.max_model_len // block_size)
+        if num_blocks is None:
+            per_block = kv_block_bytes(config, torch_dtype, block_size)
+            if kv_cache_memory is not None:
+                budget = kv_cache_memory
+            elif device.startswith("cuda"):
+                budget = cuda_kv_budget(
+                    self.model_dir, config, torch_dtype, max_num_seqs, device, gpu_memory_utilization
+                )
+            else:
+                budget = CPU_KV_CACHE_MEMORY
+            if budget < per_block:
+                raise ValueError(f"kv_cache_memory={budget} bytes holds no KV block ({per_block} bytes)")
+            num_blocks = min(budget // per_block, max_num_seqs * max_blocks)
+            print(
+                f"engine: KV cache of {num_blocks} blocks x {block_size} = {num_blocks * block_size} tokens "
+                f"({num_blocks * per_block / 2**30:.2f} GiB)",
+                file=sys.stderr,
+            )
         self.runner = Runner(
             self.model_dir,
             torch_dtype,
@@ -91,7 +107,7 @@ class LLM:
             max_batch=max_num_seqs,
             max_model_len=self.max_model_len,
             block_size=block_size,
-            num_blocks=num_blocks or max_num_seqs * max_blocks,
+            num_blocks=num_blocks,
             flags=flags,
         )
         self.config = self.runner.config
@@ -111,7 +127,12 @@ class LLM:
         self._rng = random.Random(seed)
         self._next_id = 0
         self._scheduler_s = {True: 0.0, False: 0.0}
-        self._inflight: tuple[ScheduledStep, torch.Tensor] | None = None  # a decode step launched, not read
+        self._inflight: tuple[ScheduledStep, Any] | None = None  # a decode step launched, not read
+        self._requests: dict[str, Request] = {}  # unfinished requests by id
+        self._of_seq: dict[int, Request] = {}  # seq_id -> its request
+        self._unclaimed: list[RequestOutput] = []  # finished requests of add_request, for the next step()
+        self._touched: dict[str, Request] = {}  # requests with a new token or finished since the last look
+        self._stream_text = False  # a stream is open: decode every step's text, not only at the end
 
     @property
     def stats(self) -> dict[str, int]:
@@ -127,45 +148,104 @@ class LLM:
 
         Every request is checked before any runs: a bad one raises a ValueError naming it and its field,
         and nothing is queued."""
-        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
-        plist: list[Any] = [prompts] if single else list(prompts)
-        if not plist:
-            raise ValueError("generate: no prompts given")
-        if params is None or isinstance(params, SamplingParams):
-            per = [params or SamplingParams()] * len(plist)
-        else:
-            per = list(params)
-            if len(per) != len(plist):
-                raise ValueError(f"generate: {len(per)} SamplingParams for {len(plist)} prompts")
-        checked = [self._check(i, p, sp) for i, (p, sp) in enumerate(zip(plist, per))]
-        seqs = [self._enqueue(i, ids, sp) for i, (ids, sp) in enumerate(checked)]
-        done: dict[int, RequestOutput] = {}
+        owner = object()  # the requests belong to this call: step() never hands them to anyone else
+        reqs = self._enqueue_all("generate", prompts, params, owner)
         try:
-            while len(done) < len(seqs):
-                for out in self.step():
-                    done[out.index] = out
+            while not all(r.finished for r in reqs):
+                self._advance()
         except BaseException:
-            self._inflight = None
-            self.scheduler.abort_all()
+            self._fail()
             raise
-        return [done[s.index] for s in seqs]
+        for r in reqs:
+            self._touched.pop(r.request_id, None)
+        return [self._output(r) for r in reqs]
 
-    def add_request(self, prompt: str | Seq[int], params: SamplingParams | None = None) -> int:
-        """Queue one request; returns its id. A bad request raises here and queues nothing."""
+    def stream(
+        self,
+        prompts: str | Seq[int] | Seq[str | Seq[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+    ) -> Iterator[RequestOutput]:
+        """generate(), yielding each request's increments as they come: every output holds only the tokens,
+        logprobs and text not yet yielded (text is held back while it could begin a stop string), and the
+        last one of a request has finished=True. Closing the generator early aborts its unfinished requests."""
+        reqs = self._enqueue_all("stream", prompts, params, object())
+        self._stream_text = True
+        try:
+            while any(not r.finished for r in reqs):
+                self._advance()
+                for r in reqs:
+                    if self._touched.pop(r.request_id, None) is not None:
+                        yield self._output(r, delta=True)
+        except GeneratorExit:
+            for r in reqs:
+                self.abort(r.request_id)
+            raise
+        except BaseException:
+            self._fail()
+            raise
+
+    def add_request(
+        self, prompt: str | Seq[int], params: SamplingParams | None = None, request_id: str | None = None
+    ) -> int:
+        """Queue one request; returns its index (its request_id is str(index) unless given). A bad request
+        raises here and queues nothing. Its output comes from step() (the call that finishes it, or the
+        next one) or from take_updates(), never from another caller's generate()."""
         rid = self._next_id
+        if request_id is not None and request_id in self._requests:
+            raise ValueError(f"request_id {request_id!r} is already running")
         ids, sp = self._check(rid, prompt, params or SamplingParams())
-        self._enqueue(rid, ids, sp)
+        self._enqueue(rid, ids, sp, None, request_id)
         return rid
+
+    def abort(self, request_id: str | int) -> bool:
+        """End a request now (finish_reason "abort"), its KV blocks freed at once; False if it is not running."""
+        req = self._requests.pop(str(request_id), None)
+        if req is None:
+            return False
+        req.aborted = True
+        for seq in req.seqs:
+            if seq.status is not Status.FINISHED:
+                self.scheduler.finish(seq, "abort")
+        self._close(req)
+        return True
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work()
 
     def step(self) -> list[RequestOutput]:
-        """One scheduled step; returns the requests it finished. With VT_ASYNC_SCHEDULE a decode step is
-        launched and read back by the next call, which schedules and stages its own step first."""
+        """One scheduled step (if any work is queued); returns the add_request requests finished by it or by
+        an earlier generate() call. With VT_ASYNC_SCHEDULE a decode step is launched and read back by the next
+        call, which schedules and stages its own step first."""
+        if self.scheduler.has_work() or self._inflight is not None:
+            self._advance()
+        out, self._unclaimed = self._unclaimed, []
+        return out
+
+    def take_updates(self, delta: bool = True) -> list[RequestOutput]:
+        """Every add_request request with a new token or finished since the last call (a server's loop):
+        with delta, only what is new in each."""
+        self._stream_text = True
+        outs = []
+        for rid in list(self._touched):
+            req = self._touched.pop(rid)
+            if req.owner is None:
+                outs.append(self._output(req, delta=delta))
+        self._unclaimed = [o for o in self._unclaimed if o.request_id not in {x.request_id for x in outs}]
+        return outs
+
+    def _advance(self) -> None:
         if self._inflight is not None or self.runner.flags.enabled("VT_ASYNC_SCHEDULE"):
-            return self._step_overlapped()
-        return self._run(self._schedule())
+            self._step_overlapped()
+        else:
+            self._run(self._schedule())
+
+    def _fail(self) -> None:
+        """An error mid-run: every queued request ends and frees its blocks (the cache must not leak)."""
+        self._inflight = None
+        self.scheduler.abort_all()
+        for req in list(self._requests.values()):
+            req.aborted = True
+            self._close(req)
 
     def _schedule(self) -> ScheduledStep:
         t0 = time.perf_counter()
@@ -178,25 +258,26 @@ class LLM:
             )
         return plan
 
-    def _run(self, plan: ScheduledStep) -> list[RequestOutput]:
+    def _run(self, plan: ScheduledStep) -> None:
         """A scheduled step synchronously: its rows through the runner, its tokens read and postprocessed."""
         t0 = time.perf_counter()
         rows = self._rows(plan)
         t1 = time.perf_counter()
         sampled = self.runner.run_step(rows, plan.decode)
         t2 = time.perf_counter()
-        done = [self._output(s) for s in self.scheduler.postprocess(plan, sampled)]
+        # a row takes a token when its step reaches the end of its known tokens (not a chunk short of it)
+        took = [seq.num_computed + n == len(seq.token_ids) for seq, n in plan.rows]
+        done = self.scheduler.postprocess(plan, sampled)
+        self._took(plan, took, self.runner.last_logprobs, self.runner.last_prompt_logprobs, done)
         self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
-        return done
 
-    def _step_overlapped(self) -> list[RequestOutput]:
+    def _step_overlapped(self) -> None:
         """Read back the decode step in flight only once the next step is scheduled and its inputs staged, so
         that host work overlaps the device's. Token counts are all the scheduler needs (advance gives the
         rows placeholder tokens); a row whose token turns out to stop it is dropped from the staged step,
         which is then staged again. Mixed steps run synchronously."""
         t0, runner = time.perf_counter(), self.runner
         inside = 0.0  # seconds in the runner (its own inputs_s, the device wait, the launch) or in _run
-        done: list[RequestOutput] = []
         if self._inflight is None:
             plan = self._schedule()  # counts its own time
             t0 = time.perf_counter()
@@ -210,17 +291,21 @@ class LLM:
             ended = self.scheduler.advance(last)
             plan = self.scheduler.schedule()
             t = time.perf_counter()
-            prepared = runner.prepare_decode(self._rows(plan)) if plan.decode and plan.rows else None
+            # a row whose logits processors read its output tokens is staged once its token is read
+            early = plan.decode and plan.rows and not any(_reads_output(s.params) for s, _ in plan.rows)
+            prepared = runner.prepare_decode(self._rows(plan)) if early else None
             sampled = runner.read_tokens(out, len(last.rows))  # waits for the device
+            ks = [-1 if s.params.logprobs is None else s.params.logprobs for s, _ in last.rows]
+            lps = runner.read_logprobs(out, ks, sampled)
             inside += time.perf_counter() - t
             stopped = self.scheduler.settle(last, sampled)
-            done = [self._output(s) for s in ended + stopped]
+            stopped += self._took(last, [True] * len(last.rows), lps, [], ended + stopped)
             if stopped:  # those rows leave the next step: stage it again without them
                 plan.rows = [(s, n) for s, n in plan.rows if s.status is Status.RUNNING]
                 prepared = None
             if plan.rows and not plan.decode:
                 self._scheduler_s[True] += time.perf_counter() - t0 - inside
-                return done + self._run(plan)
+                return self._run(plan)
             t = time.perf_counter()
             if plan.rows and prepared is None:
                 prepared = runner.prepare_decode(self._rows(plan))
@@ -230,7 +315,66 @@ class LLM:
             self._inflight = (plan, runner.launch_decode(prepared, tokens))
         inside += time.perf_counter() - t
         self._scheduler_s[True] += time.perf_counter() - t0 - inside
-        return done
+
+    def _took(
+        self,
+        plan: ScheduledStep,
+        took: list[bool],  # per row: whether it took a token (its step reached the end of its known tokens)
+        logprobs: list[Any],
+        prompt_logprobs: list[Any],
+        finished: list[Sequence],
+    ) -> list[Sequence]:
+        """After a step's tokens are in its sequences: their logprobs, text and stop strings, metrics, and the
+        requests they finished. Returns the sequences a stop string ended here (the scheduler's are in
+        `finished`)."""
+        now = time.time()
+        stopped: list[Sequence] = []
+        for i, (seq, n) in enumerate(plan.rows):
+            req = self._of_seq.get(seq.seq_id)
+            if req is None:
+                continue  # aborted while its step ran
+            if i < len(prompt_logprobs) and prompt_logprobs[i]:
+                start = seq.num_computed - n + 1
+                for j, entry in enumerate(prompt_logprobs[i]):
+                    req.prompt_logprobs[start + j] = entry
+            if not took[i]:
+                continue  # a prefill chunk short of the prompt's end
+            if seq.params.logprobs is not None and i < len(logprobs):
+                seq.logprobs.append(logprobs[i])
+            if req.metrics.first_token_time is None:
+                req.metrics.first_token_time = now
+            k = req.seqs.index(seq)
+            if seq.params.stop_strings or self._stream_text:
+                hit = req.update_text(k, self.tokenizer)
+                if hit is not None and seq.status is not Status.FINISHED:
+                    self.scheduler.finish(seq, "stop")
+                    stopped.append(seq)
+                if hit is not None:
+                    seq.finish_reason, req.stop_reason[k] = "stop", hit
+            self._touched[req.request_id] = req
+        for seq in finished + stopped:
+            req = self._of_seq.get(seq.seq_id)
+            if req is None:
+                continue
+            k = req.seqs.index(seq)
+            if req.stop_reason[k] is None and seq.finish_reason == "stop" and seq.token_ids[-1] in seq.stop_ids:
+                if seq.token_ids[-1] not in self.eos_token_ids or seq.params.ignore_eos:
+                    req.stop_reason[k] = seq.token_ids[-1]
+            if req.finished:
+                self._close(req)
+        return stopped
+
+    def _close(self, req: Request) -> None:
+        """A finished (or aborted) request: its final text, its metrics, and its output to whoever owns it."""
+        req.metrics.finished_time = time.time()
+        self._requests.pop(req.request_id, None)
+        for k, seq in enumerate(req.seqs):
+            self._of_seq.pop(seq.seq_id, None)
+            if req.stop_reason[k] is None or not isinstance(req.stop_reason[k], str):
+                req.update_text(k, self.tokenizer)
+        self._touched[req.request_id] = req
+        if req.owner is None:
+            self._unclaimed.append(self._output(req))
 
     def _rows(self, plan: ScheduledStep) -> list[StepRow]:
         tables = self.runner.blocks.tables
@@ -238,19 +382,34 @@ class LLM:
         for seq, n in plan.rows:
             c, ids = seq.num_computed, seq.token_ids
             p = seq.params
-            rows.append(
-                StepRow(
-                    ids[c : c + n],
-                    c,
-                    tables[seq.seq_id],
-                    p.temperature,
-                    p.top_k,
-                    p.top_p,
-                    seq.seed,
-                    len(ids) - seq.num_prompt_tokens,
-                    seq.state_slot,
-                )
+            row = StepRow(
+                ids[c : c + n],
+                c,
+                tables[seq.seq_id],
+                p.effective_temperature,
+                p.top_k,
+                p.top_p,
+                seq.seed,
+                len(ids) - seq.num_prompt_tokens,
+                seq.state_slot,
             )
+            if p.logprobs is not None:
+                row.logprobs = p.logprobs
+            if p.prompt_logprobs is not None and c + 1 < seq.num_prompt_tokens:
+                row.prompt_logprobs = p.prompt_logprobs
+                row.prompt_targets = ids[c + 1 : min(c + n + 1, seq.num_prompt_tokens)]
+            if _processed(p):
+                out = len(ids) - seq.num_prompt_tokens
+                row.processors = RowProcessors(
+                    p.presence_penalty,
+                    p.frequency_penalty,
+                    p.repetition_penalty,
+                    p.min_p,
+                    ids[: seq.num_prompt_tokens],
+                    ids[seq.num_prompt_tokens :],
+                    seq.stop_ids if out < p.min_tokens else (),
+                )
+            rows.append(row)
         return rows
 
     def host_time(self) -> dict[str, float]:
@@ -272,6 +431,26 @@ class LLM:
         self.runner.inputs_s = [0.0, 0.0]
 
     # --- requests -------------------------------------------------------------
+    def check_request(self, prompt: str | Seq[int], params: SamplingParams) -> list[int]:
+        """The prompt's token ids if the request is valid; else the ValueError or TypeError add_request would
+        raise (naming the field). Reads nothing the engine's steps change: a server's handlers call it."""
+        return self._check(0, prompt, params)[0]
+
+    def _enqueue_all(self, caller: str, prompts: Any, params: Any, owner: object) -> list[Request]:
+        """Every prompt checked before any is queued: a bad one raises naming it and its field."""
+        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
+        plist: list[Any] = [prompts] if single else list(prompts)
+        if not plist:
+            raise ValueError(f"{caller}: no prompts given")
+        if params is None or isinstance(params, SamplingParams):
+            per = [params or SamplingParams()] * len(plist)
+        else:
+            per = list(params)
+            if len(per) != len(plist):
+                raise ValueError(f"{caller}: {len(per)} SamplingParams for {len(plist)} prompts")
+        checked = [self._check(i, p, sp) for i, (p, sp) in enumerate(zip(plist, per))]
+        return [self._enqueue(i, ids, sp, owner) for i, (ids, sp) in enumerate(checked)]
+
     def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"request {index}: params must be a SamplingParams, got {type(params).__name__}")
@@ -308,19 +487,55 @@ class LLM:
             raise ValueError(f"request {index}: SamplingParams.stop_token_ids has {bad_stop[0]}, outside [0, {vocab})")
         return ids, params
 
-    def _enqueue(self, index: int, ids: list[int], params: SamplingParams) -> Sequence:
+    def _enqueue(
+        self, index: int, ids: list[int], params: SamplingParams, owner: object | None, request_id: str | None = None
+    ) -> Request:
+        """A request of params.n sequences (sample i draws from sample_seed(seed, i)) into the scheduler."""
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-        seq = Sequence(self._next_id, index, list(ids), len(ids), params, seed)
-        self._next_id += 1
-        self.scheduler.add(seq)
-        return seq
+        rid = request_id if request_id is not None else str(self._next_id)
+        req = Request(rid, index, params, owner)
+        for i in range(params.n):
+            seq = Sequence(self._next_id, index, list(ids), len(ids), params, sample_seed(seed, i))
+            self._next_id += 1
+            req.seqs.append(seq)
+            self._of_seq[seq.seq_id] = req
+            self.scheduler.add(seq)
+        self._requests[rid] = req
+        return req
 
-    def _output(self, seq: Sequence) -> RequestOutput:
-        out = seq.output_ids
-        text = self.tokenizer.decode(out, skip_special_tokens=True) if self.tokenizer is not None else None
-        return RequestOutput(
-            seq.index, seq.token_ids[: seq.num_prompt_tokens], out, text, seq.finish_reason or "length", seq.num_cached
-        )
+    def _output(self, req: Request, delta: bool = False) -> RequestOutput:
+        out = req.output(self.tokenizer, req.seqs[0].num_cached, delta)
+        if req.params.logprobs is not None or req.params.prompt_logprobs is not None:
+            self._decode_logprobs(out)
+        return out
+
+    def _decode_logprobs(self, out: RequestOutput) -> None:
+        """Fill each Logprob's decoded_token (the token alone, decoded), as vLLM does."""
+        if self.tokenizer is None:
+            return
+        positions = [p for c in out.outputs for p in (c.logprobs or [])] + list(out.prompt_logprobs or [])
+        for pos in positions:
+            if pos is None:
+                continue
+            for tid, lp in list(pos.items()):
+                if lp.decoded_token is None:
+                    pos[tid] = replace(lp, decoded_token=self.tokenizer.decode([tid], skip_special_tokens=False))
+
+
+def _processed(p: SamplingParams) -> bool:
+    """Whether a request's step needs the logits processors (engine.penalties)."""
+    return (
+        p.presence_penalty != 0
+        or p.frequency_penalty != 0
+        or p.repetition_penalty != 1
+        or p.min_p > 0
+        or p.min_tokens > 0
+    )
+
+
+def _reads_output(p: SamplingParams) -> bool:
+    """Whether a request's logits processors read its output tokens (a step cannot be staged before them)."""
+    return p.presence_penalty != 0 or p.frequency_penalty != 0 or p.repetition_penalty != 1 or p.min_tokens > 0
 
 
 def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
@@ -336,24 +551,30 @@ def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
     return DTYPES[checkpoint] if checkpoint in ("bfloat16", "float16") else torch.bfloat16
 
 
-def cuda_num_blocks(
-    model_dir: Path, config: Any, dtype: torch.dtype, block_size: int, max_num_seqs: int, device: str
+def kv_block_bytes(config: Any, dtype: torch.dtype, block_size: int) -> int:
+    """Bytes of one KV block over every layer with a KV cache (keys and values)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    kv_layers = sum(1 for i in range(config.num_hidden_layers) if config.has_kv_cache(i))
+    return 2 * kv_layers * block_size * config.num_key_value_heads * config.head_dim * elem
+
+
+def cuda_kv_budget(
+    model_dir: Path, config: Any, dtype: torch.dtype, max_num_seqs: int, device: str, utilization: float
 ) -> int:
-    """KV blocks that fit beside the weights and the step's activations in the free device memory."""
+    """Bytes the KV cache may take: `utilization` of the free device memory less the weights, the step's
+    logits and activations and the recurrent state."""
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     elem = torch.empty((), dtype=dtype).element_size()
     weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     logits = max_num_seqs * config.vocab_size * 48  # fp32 logits and the sampler's temporaries per row
-    kv_layers = sum(1 for i in range(config.num_hidden_layers) if config.has_kv_cache(i))
-    per_block = 2 * kv_layers * block_size * config.num_key_value_heads * config.head_dim * elem
-    budget = int(free * GPU_MEMORY_UTILIZATION) - weights - logits - ACTIVATION_RESERVE
+    budget = int(free * utilization) - weights - logits - ACTIVATION_RESERVE
     budget -= recurrent_state_bytes(config, max_num_seqs + 1, elem)
-    if budget < per_block:
+    if budget < kv_block_bytes(config, dtype, 1):
         raise ValueError(
             f"no device memory left for the KV cache ({free / 2**30:.1f} GiB free, "
-            f"weights {weights / 2**30:.1f} GiB); pass num_blocks"
+            f"weights {weights / 2**30:.1f} GiB); pass num_blocks or kv_cache_memory"
         )
-    return int(budget // per_block)
+    return budget
 
 
 def recurrent_state_bytes(config: Any, slots: int, elem: int) -> int:

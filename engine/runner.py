@@ -15,11 +15,13 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.flags import FlagSnapshot
+from engine.logprobs import PositionLogprobs, device_logprobs, host_rows
 from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.model.qwen3_next import make_recurrent_state
-from engine.sampler import Mode, SamplingInputs, sample
+from engine.penalties import RowProcessors
+from engine.sampler import Mode, SamplingInputs, StepExtras, sample, sample_with_extras
 from engine.step_inputs import StepInputs
 
 if TYPE_CHECKING:
@@ -44,6 +46,10 @@ class StepRow:
     seed: int = 0
     step: int = 0  # index of the token being generated within its request
     state_slot: int = -1  # its recurrent-state slot (models with gated delta net layers; the scheduler's)
+    logprobs: int = -1  # top-k logprobs of the sampled token (engine.logprobs); -1: none
+    processors: RowProcessors | None = None  # penalties, bans, min_p (engine.penalties); None: none
+    prompt_logprobs: int = -1  # top-k logprobs of prompt_targets, predicted by this row's positions
+    prompt_targets: list[int] | None = None  # the prompt tokens after this row's first len() positions
 
 
 @dataclass
@@ -54,6 +60,7 @@ class PreparedDecode:
     mode: Mode
     inputs: StepInputs
     sampling: SamplingInputs
+    extras: StepExtras
 
 
 @dataclass
@@ -123,13 +130,17 @@ class Runner:
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
         self._static: dict[int, StepInputs] = {}
-        self._sample_graphs: dict[tuple[int, Mode], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._sample_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
         self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
+        self._extras_cache: dict = {}  # StepExtras' device tensors by name and shape
         # host seconds of serving steps before their forward is launched (the state resets, the sampling mode,
         # the inputs filled and uploaded), mixed steps [0] and decode steps [1]: what LLM.host_time reports
         self.inputs_s = [0.0, 0.0]
         self._t_enter = 0.0
+        # the last synchronous step's logprobs per row (None: the row asked for none), and its prompt logprobs
+        self.last_logprobs: list[PositionLogprobs | None] = []
+        self.last_prompt_logprobs: list[list[PositionLogprobs] | None] = []
 
     # --- public entry ---------------------------------------------------------
     @torch.inference_mode()
@@ -247,8 +258,12 @@ class Runner:
         if self.recurrent is not None:
             self._reset_states(rows)
         mode = rows_mode(rows, self.config.vocab_size)
+        self.last_prompt_logprobs = []
         if decode:
-            return self._decode_rows(rows, mode)[: len(rows)].tolist()
+            out = self._decode_rows(rows, mode)
+            tokens = _tokens(out, len(rows))
+            self.last_logprobs = self.read_logprobs(out, [r.logprobs for r in rows], tokens)
+            return tokens
         return self._mixed_step(rows, mode)
 
     def _mixed_step(self, rows: list[StepRow], mode: Mode) -> list[int]:
@@ -304,10 +319,44 @@ class Runner:
         inputs = self._mixed_sampling[n]
         inputs.fill(*_sampling_columns(ordered))
         logits = self.model.compute_logits(hidden[i64[3]], self.flags)
-        sampled = sample(self.flags, logits, mode=mode, **inputs.upload()).tolist()
+        extras = StepExtras.build(ordered, n, self.config.vocab_size, self.device, self._extras_cache)
+        result = sample_with_extras(self.flags, logits, mode, inputs.upload(), extras)
+        sampled = _tokens(result, n)
+        lps = self.read_logprobs(result, [r.logprobs for r in ordered], sampled)
+        prompt_lps = self._prompt_logprobs(hidden, ordered, lens)
         out = [0] * n
+        self.last_logprobs = [None] * n
+        self.last_prompt_logprobs = [None] * n
         for j, i in enumerate(order):
-            out[i] = sampled[j]
+            out[i], self.last_logprobs[i], self.last_prompt_logprobs[i] = sampled[j], lps[j], prompt_lps[j]
+        return out
+
+    def _prompt_logprobs(
+        self, hidden: torch.Tensor, rows: list[StepRow], lens: list[int]
+    ) -> list[list[PositionLogprobs] | None]:
+        """Each asking row's prompt logprobs: its first len(prompt_targets) positions' logits judged against
+        the prompt tokens that follow them (one log_softmax and one topk over the asking rows' positions)."""
+        out: list[list[PositionLogprobs] | None] = [None] * len(rows)
+        at, index, targets, ks = 0, list[int](), list[int](), list[int]()
+        for r, n in zip(rows, lens):
+            if r.prompt_logprobs >= 0 and r.prompt_targets:
+                m = len(r.prompt_targets)
+                index += range(at, at + m)
+                targets += r.prompt_targets
+                ks += [r.prompt_logprobs] * m
+            at += n
+        if not index:
+            return out
+        dev = self.device
+        logits = self.model.compute_logits(hidden[torch.tensor(index, device=dev)], self.flags)
+        chosen = torch.tensor(targets, dtype=torch.int64, device=dev)
+        flat = host_rows(device_logprobs(logits, chosen, max(ks)), targets, ks)
+        pos = 0
+        for i, r in enumerate(rows):
+            if r.prompt_logprobs >= 0 and r.prompt_targets:
+                m = len(r.prompt_targets)
+                out[i] = [p for p in flat[pos : pos + m] if p is not None]
+                pos += m
         return out
 
     def _upload(self, dtype: torch.dtype, *columns: list[int]) -> list[torch.Tensor]:
@@ -339,8 +388,16 @@ class Runner:
         self.inputs_s[1] += time.perf_counter() - t0
         return self._launch_decode(prepared)
 
-    def read_tokens(self, out: torch.Tensor, n: int) -> list[int]:
-        return out[:n].tolist()
+    def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
+        return _tokens(out, n)
+
+    def read_logprobs(
+        self, out: torch.Tensor | tuple[torch.Tensor, ...], ks: list[int], tokens: list[int]
+    ) -> list[PositionLogprobs | None]:
+        """A step's logprobs per row (its own k, -1: None), read back after its tokens."""
+        if not isinstance(out, tuple):
+            return [None] * len(ks)
+        return host_rows((out[1], out[2], out[3], out[4]), tokens, ks)
 
     def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
         prepared = self._prepare_decode(rows, mode)
@@ -362,18 +419,19 @@ class Runner:
             self._sampling[padded] = SamplingInputs(padded, self.device)
         sampling = self._sampling[padded]
         sampling.fill(*_sampling_columns(rows))
-        return PreparedDecode(padded, mode, inputs, sampling)
+        extras = StepExtras.build(rows, padded, self.config.vocab_size, self.device, self._extras_cache)
+        return PreparedDecode(padded, mode, inputs, sampling, extras)
 
     def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
-        padded, mode = prepared.padded, prepared.mode
-        buf = {**prepared.inputs.upload(), **prepared.sampling.upload()}
+        padded, mode, extras = prepared.padded, prepared.mode, prepared.extras
+        buf = {**prepared.inputs.upload(), **prepared.sampling.upload(), **extras.upload()}
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
-            return self.sample_step(mode, **kw)
+            return self.sample_step(mode, extras=extras, **kw)
 
         if not self.use_graph:
             return step(**buf)
-        key = (padded, mode)
+        key = (padded, mode, *extras.key)
         if key not in self._sample_graphs:
             captured = self._capture_fn(step, buf)
             if captured is None:
@@ -397,7 +455,9 @@ class Runner:
         seeds: torch.Tensor,  # [batch] int64
         steps: torch.Tensor,  # [batch] int64
         state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
-    ) -> torch.Tensor:  # [batch] int64
+        extras: StepExtras | None = None,  # logprobs and logits processors (their device tensors in **procs)
+        **procs: torch.Tensor,
+    ) -> torch.Tensor:  # [batch] int64, or with extras' logprobs a tuple (engine.sampler.sample_with_extras)
         """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
         batch = ForwardBatch(
             is_prefill=False,
@@ -410,7 +470,10 @@ class Runner:
             state_index=state_index,
         )
         logits = self.model.compute_logits(self.model(input_ids, positions, batch), self.flags)
-        return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
+        if extras is None or extras.none:
+            return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
+        sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seeds": seeds, "steps": steps}
+        return sample_with_extras(self.flags, logits, mode, sampling, extras, procs)
 
     def _padded_batch(self, n: int) -> int:
         if self.device.type != "cuda":
@@ -521,6 +584,11 @@ class Runner:
                 raise ValueError(
                     f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed max_model_len={self.max_model_len}"
                 )
+
+
+def _tokens(out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
+    """A step's first n tokens read back (a step with logprobs returns them first in a tuple)."""
+    return (out[0] if isinstance(out, tuple) else out)[:n].tolist()
 
 
 def rows_mode(rows: list[StepRow], vocab: int) -> Mode:

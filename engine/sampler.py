@@ -11,14 +11,16 @@ Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greed
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 import torch
 
-from engine import kernels
+from engine import kernels, penalties
 from engine.flags import FlagSnapshot
+from engine.logprobs import device_logprobs, graph_width
 from engine.ops.sample import gumbel
 
-__all__ = ["Mode", "SamplingInputs", "batch_mode", "gumbel", "sample", "seed_bits"]
+__all__ = ["Mode", "SamplingInputs", "StepExtras", "batch_mode", "gumbel", "sample", "sample_with_extras", "seed_bits"]
 
 
 class Mode(str, Enum):
@@ -104,3 +106,76 @@ class SamplingInputs:
             self.dev_i.copy_(self.host_i, non_blocking=True)
             self._uploaded.record()
         return self.device_views
+
+
+class StepExtras:
+    """What a step computes besides its tokens: logprobs (a top-k width for the batch) and logits processors
+    (penalties, bans, min_p; engine.penalties). `key` names the captured graph that computes exactly this;
+    a batch that asks for none of it has `none` set and runs the plain sampler.
+
+    Built from the step's rows (anything with `logprobs` and `processors` attributes: StepRow); its device
+    tensors live in `cache` (the runner's), one per name and shape, so a captured graph reads the same
+    addresses at every replay."""
+
+    def __init__(
+        self, width: int, packed: dict[str, torch.Tensor] | None, penalize: bool, device: torch.device, cache: dict
+    ) -> None:
+        self.width, self.packed, self.penalize = width, packed, penalize
+        self._device, self._cache = device, cache
+        tokens = 0 if packed is None else packed["tokens"].shape[1]
+        self.key = (width, packed is not None, penalize, tokens)
+        self.none = width < 0 and packed is None
+
+    @classmethod
+    def build(cls, rows: list[Any], padded: int, vocab: int, device: torch.device, cache: dict) -> StepExtras:
+        width = graph_width(max((r.logprobs for r in rows), default=-1))
+        procs = [r.processors for r in rows]
+        if all(p is None for p in procs):
+            return cls(width, None, False, device, cache)
+        penalize = any(p is not None and p.penalized for p in procs)
+        return cls(width, penalties.pack(procs, padded, vocab), penalize, device, cache)
+
+    def upload(self) -> dict[str, torch.Tensor]:
+        """The processors' tensors on the device, named as sample_step's keyword arguments (proc_*)."""
+        if self.packed is None:
+            return {}
+        if self._device.type != "cuda":
+            return {"proc_" + name: t for name, t in self.packed.items()}
+        out = {}
+        for name, host in self.packed.items():
+            key = (name, tuple(host.shape))
+            dev = self._cache.get(key)
+            if dev is None:
+                dev = self._cache[key] = torch.empty_like(host, device=self._device)
+            dev.copy_(host.pin_memory(), non_blocking=True)
+            out["proc_" + name] = dev
+        return out
+
+
+def sample_with_extras(
+    flags: FlagSnapshot,
+    logits: torch.Tensor,  # [batch, vocab]
+    mode: Mode,
+    sampling: dict[str, torch.Tensor],  # SamplingInputs' device views (temperature, top_k, top_p, seeds, steps)
+    extras: StepExtras,
+    procs: dict[str, torch.Tensor] | None = None,  # extras' device tensors (default: extras.upload())
+) -> Any:  # [batch] int64, or (tokens, logprob, rank, top values, top ids) with logprobs
+    """The logits processors, then the sampler, then the raw logprobs of what it drew: device ops only."""
+    raw = logits
+    if extras.packed is not None:
+        d = extras.upload() if procs is None else procs
+        logits = penalties.apply(
+            logits,
+            sampling["temperature"],
+            d["proc_tokens"],
+            d["proc_weights"],
+            d["proc_presence"],
+            d["proc_frequency"],
+            d["proc_repetition"],
+            d["proc_min_p"],
+            penalize=extras.penalize,
+        )
+    tokens = sample(flags, logits, mode=mode, **sampling)
+    if extras.width < 0:
+        return tokens
+    return (tokens, *device_logprobs(raw, tokens, extras.width))

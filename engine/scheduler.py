@@ -100,7 +100,7 @@ class Scheduler:
             seq = self.waiting[0]
             if self.num_state_slots and not self._free_slots:
                 break
-            cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0)
+            cached = self.blocks.allocate_prompt(seq.seq_id, seq.token_ids, 0, seq.params.prompt_logprobs is None)
             if cached is None:
                 break
             # the chunk is sized after the cache lookup: cached tokens cost no budget
@@ -155,6 +155,8 @@ class Scheduler:
         caching = self.blocks.prefix_caching
         ended = []
         for seq, _ in step.rows:
+            if seq.status is Status.FINISHED:
+                continue  # aborted while its step ran: its blocks are gone
             seq.num_computed += 1
             if caching:  # the tokens up to num_computed are known: the placeholder comes after them
                 self.blocks.mark_computed(seq.seq_id, seq.token_ids, seq.num_computed)
@@ -169,6 +171,8 @@ class Scheduler:
         ends with "stop" (also one that advance ended by length). Returns the sequences ended here."""
         stopped = []
         for (seq, _), token in zip(step.rows, sampled):
+            if seq.finish_reason == "abort":
+                continue  # aborted while its step ran (advance skipped it)
             assert seq.token_ids[-1] == PLACEHOLDER, "settle: the sequence moved on before its token was read"
             seq.token_ids[-1] = token
             if token in seq.stop_ids:

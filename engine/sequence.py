@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from engine.sampling_params import SamplingParams
 
@@ -32,6 +33,7 @@ class Sequence:
     stop_ids: frozenset[int] = frozenset()
     length_limit: int = 1 << 62
     stats: dict[str, int] = field(default_factory=lambda: {"preemptions": 0})
+    logprobs: list[Any] = field(default_factory=list)  # per output token, with SamplingParams.logprobs
 
     @property
     def num_tokens(self) -> int:

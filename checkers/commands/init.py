@@ -47,6 +47,7 @@ class Plan:
     sections: list[Section] = field(default_factory=list)
     disabled: dict[str, str] = field(default_factory=dict)  # check id -> why
     enabled: dict[str, str] = field(default_factory=dict)  # check id -> what it will check
+    notes: list[str] = field(default_factory=list)  # printed first: what limits what init could see
 
     def section(self, key: str) -> Section | None:
         return next((s for s in self.sections if s.key == key), None)
@@ -116,6 +117,7 @@ def detect(root: Path) -> Plan:
     git = Git(root)
     plan = Plan()
     paths = git.ls_files()
+    _shallow(git, plan)
     _records(root, plan)
     _trailers(git, plan)
     _path_classes(paths, plan)
@@ -174,8 +176,10 @@ def _record_tables(root: Path, plan: Plan) -> bool:
 
 def _trailers(git: Git, plan: Plan) -> None:
     """Presets from the history: most commits signed off by their author -> dco; Assisted-by trailers or
-    the FOLLOWING_AGENTS_PROTOCOL paragraph -> agents-protocol; Row trailers (with records) -> row. Older
-    commits that break the chosen presets are put before a cutover, so they are not judged by them."""
+    the FOLLOWING_AGENTS_PROTOCOL paragraph -> agents-protocol; Row trailers (with records) -> row. Bot
+    commits are left out of the counts (the config exempts them). The cutover is HEAD as found and the
+    default range starts there, so CI judges what lands after init; merges are skipped where the history
+    merges through a forge's button (its merge commits carry no trailers)."""
     from ..trailers.message import read_message
 
     head = git.resolve("HEAD")
@@ -184,6 +188,8 @@ def _trailers(git: Git, plan: Plan) -> None:
         return
     out = git.text("log", "-z", f"--max-count={HISTORY}", "--no-merges", "--format=%H%x1f%aN <%aE>%x1f%B", "HEAD")
     commits = [record.split("\x1f", 2) for record in out.split("\0") if record.strip()]
+    bot_commits = [c for c in commits if _is_bot(c[1])]
+    commits = [c for c in commits if not _is_bot(c[1])]
     n = len(commits)
     signed = protocol = rows = 0
     breaks: dict[str, list[str]] = {"dco": [], "agents-protocol": [], "row": []}
@@ -209,7 +215,10 @@ def _trailers(git: Git, plan: Plan) -> None:
     presets = [name for name in ("row", "dco", "agents-protocol") if n and counts[name] >= MOST * n]
     if "row" in presets and "agent-record" in plan.disabled:
         presets.remove("row")  # a Row trailer must name a row in .agents/rows/: there are none
-    scope = f"of the last {n} commits" if n == HISTORY else f"of {n} commits"
+    read = n + len(bot_commits)
+    scope = f"of the last {n} commits" if read == HISTORY else f"of {n} commits"
+    if bot_commits:
+        scope += " by people"
     reasons = [f"{counts[name]} {scope} {what[name]}" for name in ("dco", "agents-protocol", "row")]
     if not presets:
         plan.disabled["commit-trailers"] = (
@@ -222,19 +231,88 @@ def _trailers(git: Git, plan: Plan) -> None:
     why = [r for r, name in zip(reasons, ("dco", "agents-protocol", "row")) if name in presets]
     chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
     old = sorted({sha for name in presets for sha in breaks[name]})
-    if old:  # the cutover below is HEAD as found, which predates the contract: the legacy rule judges it too
-        value["cutover_judged"] = "legacy"
-        plan.sections.append(
-            Section(
-                "cutover",
-                head,
-                [
-                    f"cutover: HEAD when init ran ({head[:12]}); it and its ancestors are not judged by the presets",
-                    f"({len(old)} older commits break them)",
-                ],
-            )
-        )
+    value["default_range"] = "cutover"
+    value["cutover_judged"] = "legacy"  # the cutover is HEAD as found, which predates the contract
+    chosen.append("default_range: cutover: a run with no range judges the commits after the cutover")
+    chosen += _merge_policy(git, presets, value)
+    chosen += _bot_policy(value, len(bot_commits))
+    plan.sections.append(Section("cutover", head, _cutover_reasons(git, head, n, len(old), read)))
     plan.sections.append(Section("trailers", value, chosen))
+
+
+def _cutover_reasons(git: Git, head: str, judged: int, broken: int, read: int) -> list[str]:
+    """Why the cutover is where it is, with the honest count of what it puts out of judgement."""
+    total = git.text("rev-list", "--count", "HEAD").strip()
+    return [
+        f"cutover: HEAD when init ran ({head[:12]}); it and its {int(total) - 1} ancestors are not judged by the "
+        "presets",
+        f"({broken} of the {judged} commits by people read break them; merges and bots not counted"
+        + (f"; the newest {read} non-merge commits of {total} read)" if read == HISTORY else ")"),
+    ]
+
+
+def _shallow(git: Git, plan: Plan) -> None:
+    """A shallow clone shows init only part of the history: say so before anything counted from it."""
+    if git.is_shallow():
+        total = git.text("rev-list", "--count", "HEAD").strip()
+        plan.notes.append(
+            f"note: the clone is shallow ({total} commits fetched): the counts below cover only those; "
+            "`git fetch --unshallow` gives the whole history"
+        )
+
+
+# Merges: skipped when at least this share of the newest first-parent commits are merges that break the presets.
+MERGE_BASED = 0.1
+
+
+def _merge_policy(git: Git, presets: list[str], value: dict[str, object]) -> list[str]:
+    """`merges: skip` for a history that merges through a forge's button (merge commits without the
+    presets' trailers), as gitlint and the DCO app do; merges that carry them keep the contract."""
+    from ..trailers.message import read_message
+
+    out = git.text("log", "-z", "--first-parent", f"--max-count={HISTORY}", "--format=%P%x1f%aN <%aE>%x1f%B", "HEAD")
+    records = [r.split("\x1f", 2) for r in out.split("\0") if r.strip()]
+    merges = [(author, body) for parents, author, body in records if len(parents.split()) > 1]
+    if not records or not merges:
+        return []
+    bare = 0
+    for author, body in merges:
+        keys = {t.key.lower(): t.value for t in read_message(body, "range").trailers}
+        signed = _ident(author) in {_ident(v) for k, v in keys.items() if k == "signed-off-by"}
+        ok = ("dco" not in presets or signed) and ("row" not in presets or "row" in keys)
+        bare += not ok
+    if bare < MERGE_BASED * len(records):
+        return [
+            f"merges: judged ({len(merges)} of the last {len(records)} first-parent commits are merges; "
+            f"{bare} break the presets)"
+        ]
+    value["merges"] = "skip"
+    return [
+        f"merges: skip: {len(merges)} of the last {len(records)} first-parent commits are merges, {bare} without "
+        "the presets' trailers",
+        "(a forge's merge button writes none, and gitlint and the DCO app skip merges); the merged commits are judged",
+    ]
+
+
+# Known bots, as a commit's author (`Name <email>` after .mailmap): Dependabot, Renovate, github-actions and
+# any GitHub App (`name[bot]`), whose sign-off, if any, names another address than the author's.
+BOT_AUTHORS = (
+    r"\[bot\] <",
+    r"(?i)\[bot\]@users\.noreply\.github\.com>$",
+    r"(?i)<bot@renovateapp\.com>$",
+)
+
+
+def _is_bot(author: str) -> bool:
+    return any(re.search(p, author) for p in BOT_AUTHORS)
+
+
+def _bot_policy(value: dict[str, object], seen: int) -> list[str]:
+    value["exempt_authors"] = list(BOT_AUTHORS)
+    return [
+        "exempt_authors: commits by known bots (Dependabot, Renovate, github-actions, any *[bot]) are not "
+        f"judged ({seen} in the history read); a config exemption, not .mailmap lines"
+    ]
 
 
 def _ident(contact: str) -> str:
@@ -364,7 +442,7 @@ def _dco(plan: Plan) -> bool:
 
 def describe(plan: Plan) -> list[str]:
     """What init chose and why, as it prints it."""
-    out = []
+    out = list(plan.notes)
     for s in plan.sections:
         out.append(f"{s.key}:")
         out += [f"  {line}" for line in s.reasons]

@@ -158,6 +158,13 @@ def build_tokenizer(vocab_size: int) -> Tokenizer:
     return tok
 
 
+# ChatML, as Qwen's checkpoints write it: the server's /v1/chat/completions renders it with jinja2
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+    " + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
 def save_tokenizer(out: Path, vocab_size: int) -> int:
     """Write tokenizer.json, tokenizer_config.json and the EOS in generation_config.json; returns the EOS id."""
     tok = build_tokenizer(vocab_size)
@@ -171,6 +178,7 @@ def save_tokenizer(out: Path, vocab_size: int) -> int:
         "pad_token": EOS,
         "model_max_length": CONFIG["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
     gen_path = out / "generation_config.json"

@@ -598,3 +598,50 @@ def test_a_name_that_is_both_a_branch_and_a_tag_is_an_error_naming_both(rowgate_
     assert proc.returncode == 3
     assert "base 'release' is ambiguous: it names refs/heads/release and refs/tags/release" in proc.stdout
     assert run_cli(rowgate_repo, "--range", "refs/heads/release..HEAD").returncode == 0
+
+
+# --- range: exempt authors and an empty range ----------------------------------------------------------
+
+
+def test_an_exempt_author_is_skipped_and_a_person_is_not(rowgate_repo: GitRepo):
+    base = rowgate_repo.head()
+    bot = ("dependabot[bot]", "49699333+dependabot[bot]@users.noreply.github.com")
+    rowgate_repo.commit("Bump x\n\nSigned-off-by: dependabot[bot] <support@github.com>\n", {"x": "1"}, author=bot)
+    exempt = "  exempt_authors: ['\\[bot\\]@users\\.noreply\\.github\\.com>$']\n"
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n" + exempt})
+    result = check(rowgate_repo, "--range", f"{base}..HEAD")
+    span = f"{base[:12]}..{rowgate_repo.head()[:12]}"
+    assert (result.status.value, result.summary) == (
+        "pass",
+        f"OK: none of the 1 commits in {span} is under the contract: 1 by exempt authors (bots) skipped",
+    )
+    # the seeded twin: the same commit by a person who signed off as someone else fails
+    person = rowgate_repo.commit("Bump y\n\nSigned-off-by: x <support@github.com>\n", {"y": "1"})
+    assert findings(check(rowgate_repo, "--range", f"{base}..HEAD")) == [
+        (
+            "TR009",
+            f"{person[:12]}: no Signed-off-by matches the author Ada Tester <ada@example.com> "
+            "(found: x <support@github.com>)",
+        )
+    ]
+
+
+def test_an_invalid_exempt_author_pattern_is_an_error(rowgate_repo: GitRepo):
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n"})
+    rowgate_repo.commit("x\n\nSigned-off-by: Ada Tester <ada@example.com>\n")
+    rowgate_repo.write(
+        {".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n  exempt_authors: ['(']\n"}
+    )
+    with pytest.raises(RecordError, match="exempt_authors"):
+        check(rowgate_repo, "--range", "HEAD~1..HEAD")
+
+
+def test_an_empty_range_passes_and_names_its_base(rowgate_repo: GitRepo):
+    rowgate_repo.git("branch", "upstream")
+    rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n"})
+    result = check(rowgate_repo, "--range", "upstream..HEAD")
+    assert (result.status.value, result.examined, result.summary) == (
+        "pass",
+        0,
+        f"OK: upstream is the base: nothing new since {rowgate_repo.head()[:12]} (0 commits to judge)",
+    )

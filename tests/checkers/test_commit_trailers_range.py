@@ -203,7 +203,11 @@ def test_cutover_outside_the_range_still_marks_its_ancestors(rowgate_repo: GitRe
     config(rowgate_repo, "  presets: [row]\n")
     result = check(rowgate_repo, "--range", f"{base}..{old}", "--cutover", cut)
     # the one commit is legacy and no legacy rule applies: nothing was judged, which is not a pass
-    assert (result.status.value, result.summary) == ("error", "examined 0 commits: nothing was verified")
+    assert (result.status.value, result.summary) == (
+        "error",
+        f"examined 0 commits: 1 of the 1 commits in {base[:12]}..{old[:12]} lie before the cutover "
+        "(trailers.legacy sets no rule): nothing was verified",
+    )
 
 
 def test_default_range_cutover_starts_after_the_configured_cutover(rowgate_repo: GitRepo):

@@ -52,7 +52,8 @@ def test_init_then_a_commit_then_preflight_is_green(signed: GitRepo):
         "then run `rowgate preflight`"
     )
     config = parse_config((signed.path / ".agents/config.yaml").read_bytes())
-    assert config.trailers.presets == ["dco"] and config.cutover is None
+    assert (config.trailers.presets, config.cutover) == (["dco"], signed.head())
+    assert (config.trailers.default_range, config.trailers.merges) == ("cutover", "contract")
     assert [c.name for c in config.pr_size.classes] == ["agents", "docs", "src", "top-level"]
     assert not config.checks["gencode"].enabled and "commit-trailers" not in config.checks
     signed.commit("Add the rowgate config" + SIGNED)
@@ -105,7 +106,12 @@ def test_presets_from_protocol_and_row_trailers(tmp_path: Path):
         repo.commit(f"C{i}\n\nFOLLOWING_AGENTS_PROTOCOL\n\nRow: GOV-A\nAssisted-by: a:b [c]\n")
     plan = init.detect(repo.path)
     trailers = plan.section("trailers")
-    assert trailers is not None and trailers.value == {"presets": ["row", "agents-protocol"]}
+    assert trailers is not None and trailers.value == {
+        "presets": ["row", "agents-protocol"],
+        "default_range": "cutover",
+        "cutover_judged": "legacy",
+        "exempt_authors": list(init.BOT_AUTHORS),
+    }
     assert "agent-record" not in plan.disabled  # there are records
 
 
@@ -207,7 +213,8 @@ def test_a_head_that_breaks_the_presets_is_judged_by_the_legacy_rule(tmp_path: P
     repo.commit("Add the config" + SIGNED)
     assert rowgate("preflight", cwd=repo.path).returncode == 0
     # the seeded twin: the cutover judged by the contract fails on that very commit
-    config_file.write_text(config_file.read_text().replace("cutover_judged: legacy", "cutover_judged: contract"))
+    strict = config_file.read_text().replace("cutover_judged: legacy", "cutover_judged: contract")
+    config_file.write_text(strict.replace("default_range: cutover", "default_range: base"))  # the cutover in range
     repo.commit("Judge the cutover strictly" + SIGNED)
     proc = rowgate("preflight", cwd=repo.path)
     assert proc.returncode == 1 and f"{head[:12]}: no Signed-off-by trailer" in proc.stdout

@@ -274,22 +274,30 @@ def test_head_behind_the_base_is_an_error(repo: GitRepo):
     assert result.hint == "check out the branch to measure, or pass the --base it was built on"
 
 
-def test_shallow_clone_is_an_error(repo: GitRepo, tmp_path: Path):
-    repo.commit("one", {"scripts/a.py": "a\n"})
+def test_a_shallow_clone_is_judged_inside_its_history_and_refused_across_the_cut(repo: GitRepo, tmp_path: Path):
+    one = repo.commit("one", {"scripts/a.py": "a\n"})
     repo.commit("two", {"scripts/b.py": "b\n"})
+    repo.commit("three", {"scripts/c.py": "c\n"})
+    repo.git("branch", "side", one)
     subprocess.run(
-        ["git", "clone", "-q", "--depth", "1", "--no-single-branch", f"file://{repo.path}", str(tmp_path / "shallow")],
+        ["git", "clone", "-q", "--depth", "2", "--no-single-branch", f"file://{repo.path}", str(tmp_path / "shallow")],
         check=True,
         env=repo.env,
         capture_output=True,
         timeout=60,
     )
-    result = check(GitRepo(tmp_path / "shallow"), "--base", "origin/main")
+    shallow = GitRepo(tmp_path / "shallow")
+    result = check(shallow, "--base", "HEAD~1")  # CI's fetch-depth: 2 on a one-commit change
+    assert (result.status.value, result.summary) == (
+        "pass",
+        "OK: every path class is within its review budget (1 files, 1 lines)",
+    )
+    result = check(shallow, "--base", "origin/side")  # the merge base lies behind the cut
     assert (result.status.value, result.summary) == (
         "error",
-        "this is a shallow clone: the merge base and the diff cannot be trusted",
+        f"no merge base between {one[:12]} and {repo.head()[:12]} in this shallow clone",
     )
-    assert "--unshallow" in result.hint
+    assert result.hint == "run git fetch --unshallow (CI: fetch-depth: 0)"
 
 
 def test_no_classes_configured_is_one_default_class(git_repo: GitRepo):

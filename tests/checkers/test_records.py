@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from checkers.records import load_records
+from checkers.records import key_line, load_records
 from tests.conftest import GitRepo, row_yaml
 
 
@@ -52,3 +52,26 @@ def test_issue_front_matter_and_ledger_json_errors_carry_lines(rowgate_repo: Git
         ".agents/issues/GOV-CORE/ISSUE-1.md:2: number: Input should be a valid integer, unable to parse string as an integer",
         ".agents/ledger/2026-11-29-x.json:10: surprise: unknown key",
     ]
+
+
+def test_a_json_record_is_read_as_json_and_its_errors_name_lines(rowgate_repo: GitRepo):
+    """The ledger's JSON records skip the YAML loader; broken JSON, a non-object and a bad field each name
+    their line, and the records that load keep their key lines for messages."""
+    good = {"schema": 1, "date": "2026-11-29", "kind": "gate", "rows": ["GOV-CORE"], "command": "x", "summary": "s"}
+    rowgate_repo.write(
+        {
+            ".agents/ledger/a-good.json": json.dumps(good, indent=1),
+            ".agents/ledger/b-broken.json": '{\n "schema": 1,\n "date": \n}\n',
+            ".agents/ledger/c-list.json": "[1, 2]\n",
+            ".agents/ledger/d-kind.json": json.dumps({**good, "kind": "guess"}, indent=1),
+        }
+    )
+    rec = load_records(rowgate_repo.path)
+    lines = sorted(line for p in rec.problems for line in p.lines())
+    assert lines == [
+        ".agents/ledger/b-broken.json:4: invalid JSON: Expecting value",
+        ".agents/ledger/c-list.json:1: a record is a JSON object, not list",
+        ".agents/ledger/d-kind.json:4: kind: Input should be 'gate', 'bench', 'flip' or 'note'",
+    ]
+    entry = rec.ledger[".agents/ledger/a-good.json"]
+    assert (entry.model.kind, key_line(entry.doc, "rows"), key_line(entry.doc, "nope")) == ("gate", 5, None)

@@ -174,9 +174,11 @@ def test_in_a_push_of_a_new_branch_the_base_is_the_configured_base_not_the_cutov
     result = role_discipline.run(ctx, argparse.Namespace(base=None, head=None))
     assert (result.status.value, result.summary) == (
         "pass",
-        "OK: 1 commits (0 merges) reach main through a row (trailer mode)",
+        "OK: 1 commits (0 merges; 1 pending) reach main through a row (trailer mode)",
     )
     assert notes.getvalue() == (
         f"rowgate: base main (config base.ref) = {main[:12]}; merge base {main[:12]}; head {tip[:12]}\n"
     )
-    assert _run(trailer).status.value == "fail"  # outside a push: every commit since the cutover
+    assert _run(trailer).status.value == "pass"  # outside a push, on a branch: from its merge base too
+    trailer.git("checkout", "-q", "main")
+    assert _run(trailer).status.value == "fail"  # on main: every commit since the cutover

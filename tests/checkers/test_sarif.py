@@ -37,8 +37,9 @@ def sarif(*args: str, cwd: Path) -> dict[str, Any]:
     return doc
 
 
-def accepted(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Validate against the schema and code scanning's requirements; return the results."""
+def accepted(doc: dict[str, Any], root: Path | None = None) -> list[dict[str, Any]]:
+    """Validate against the schema and code scanning's requirements; return the results. With `root`, every
+    location must name a file that exists there, and every result carry a fingerprint."""
     jsonschema.Draft4Validator(SCHEMA).validate(doc)
     assert doc["version"] == "2.1.0" and 1 <= len(doc["runs"]) <= MAX_RUNS
     results = []
@@ -55,6 +56,9 @@ def accepted(doc: dict[str, Any]) -> list[dict[str, Any]]:
             for loc in result["locations"]:
                 uri = loc["physicalLocation"]["artifactLocation"]["uri"]
                 assert uri and not uri.startswith("/") and not re.match(r"^[a-z][a-z0-9+.-]*:", uri), uri
+                if root is not None:
+                    assert (root / uri).is_file(), uri
+                    assert result["partialFingerprints"]["rowgate/v1"]
                 if "region" in loc["physicalLocation"]:
                     assert loc["physicalLocation"]["region"]["startLine"] >= 1
             results.append(result)
@@ -71,16 +75,34 @@ def unsigned(tmp_path: Path) -> GitRepo:
     return repo
 
 
-def test_a_failing_range_check_without_config_points_at_the_config_it_would_read(unsigned: GitRepo):
-    results = accepted(
-        sarif("check", "commit-trailers", "--preset", "dco", "--range", "HEAD~2..HEAD", cwd=unsigned.path)
-    )
-    assert [r["ruleId"] for r in results] == ["TR001", "TR001"]
-    shas = [unsigned.head("HEAD~1"), unsigned.head()]
-    for result, sha in zip(results, shas):
+def test_without_a_config_a_commit_finding_points_at_a_file_its_commit_changes(unsigned: GitRepo):
+    unsigned.commit("Unsigned and empty\n")  # changes no file: the first tracked file instead
+    doc = sarif("check", "commit-trailers", "--preset", "dco", "--range", "HEAD~3..HEAD", cwd=unsigned.path)
+    results = accepted(doc, unsigned.path)
+    assert [r["ruleId"] for r in results] == ["TR001", "TR001", "TR001"]
+    shas = [unsigned.head("HEAD~2"), unsigned.head("HEAD~1"), unsigned.head()]
+    for result, sha, uri in zip(results, shas, ["a.txt", "b.txt", "README.md"]):
         [loc] = result["locations"]
-        assert loc["physicalLocation"] == {"artifactLocation": {"uri": ".agents/config.yaml", "uriBaseId": "%SRCROOT%"}}
+        assert loc["physicalLocation"] == {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}}
         assert loc["logicalLocations"] == [{"name": sha, "fullyQualifiedName": f"commit/{sha}", "kind": "resource"}]
+    rules = doc["runs"][0]["tool"]["driver"]["rules"]
+    assert {r["helpUri"].rsplit("/", 1)[1] for r in rules} == {"commit-trailers.md"}  # every rule of the check
+    [rule] = [r for r in rules if r["id"] == "TR001"]
+    assert "[docs/checks/commit-trailers.md](" in rule["help"]["markdown"]
+
+
+def test_fingerprints_are_unique_per_rule_and_commit_and_stable(unsigned: GitRepo):
+    unsigned.write({".agents/config.yaml": "version: 1\ntrailers:\n  presets: [dco]\n"})
+    unsigned.commit("Two bad keys\n\nRow: x\nSigned-off-by: nobody\nSigned-off-by: also nobody\n")
+    args = ("check", "commit-trailers", "--range", "HEAD~3..HEAD")
+    first = accepted(sarif(*args, cwd=unsigned.path), unsigned.path)
+    prints = [r["partialFingerprints"]["rowgate/v1"] for r in first]
+    assert len(set(prints)) == len(prints) == len(first)
+    pairs = [(r["ruleId"], r["locations"][0]["logicalLocations"][0]["name"]) for r in first]
+    repeated = [p for p in prints if ":" in p]  # a second finding of one rule on one commit
+    assert len(repeated) == len(pairs) - len(set(pairs))
+    again = accepted(sarif(*args, cwd=unsigned.path), unsigned.path)
+    assert [r["partialFingerprints"] for r in again] == [r["partialFingerprints"] for r in first]
 
 
 def test_a_failing_range_check_points_at_the_config_line_of_its_rule(unsigned: GitRepo):

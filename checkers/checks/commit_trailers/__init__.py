@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from ...context import Context, NoRange, Range, add_range_arguments
 from ...gitio import EMPTY_TREE, Commit
 from ...paths import OutsideRepo, confine
-from ...results import CheckError, Finding, Result
+from ...results import CheckError, Finding, Result, Status
+from ...safe_regex import SafePattern, compile_pattern
 from ...trailers.contract import RULES, Compiled, Facts, R, compile_contract, judge
 from ...trailers.message import Message, read_message
 from ...trailers.presets import DCO_FIX, PRESETS
@@ -134,8 +135,11 @@ def _run_range(
     # Read only what the rules use: parents for a merge policy or a cutover, authors for a sign-off rule.
     cutover = args.cutover or ctx.config.cutover
     parents = cfg.merges != "contract" or bool(cutover)
-    authors = contract.needs_author or bool(cutover and legacy.needs_author)
+    bots = _exempt_authors(cfg.exempt_authors)
+    authors = contract.needs_author or bool(cutover and legacy.needs_author) or bool(bots)
     rng, commits, messages = _read_range(ctx, args, cfg, parents=parents, authors=authors)
+    if not commits:
+        return _nothing_new(rng)
     legacy_shas = _legacy(ctx, args, rng, commits)
     # the values to map through .mailmap, each once: a range repeats the same few sign-offs
     values = list({t.value for m in messages for t in m.trailers}) if authors else []
@@ -143,7 +147,7 @@ def _run_range(
     debt = {(e.sha, e.error): e for e in cfg.exceptions}
     used: set[tuple[str, str]] = set()
     findings: list[Finding] = []
-    merges_skipped = judged = 0
+    merges_skipped = bots_skipped = judged = 0
     merge_policy = cfg.merges != "contract"
     examines_contract, examines_legacy = not contract.empty, not legacy.empty
     for c, msg in zip(commits, messages):
@@ -158,6 +162,9 @@ def _run_range(
                     commit=c.sha,
                 )
             )
+            continue
+        if bots and any(p.search(f"{c.author_name} <{c.author_email}>") for p in bots):
+            bots_skipped += 1  # an exempt author (a bot): not judged, and counted in the summary
             continue
         is_legacy = bool(legacy_shas) and c.sha in legacy_shas
         rules, examines = (legacy, examines_legacy) if is_legacy else (contract, examines_contract)
@@ -185,12 +192,55 @@ def _run_range(
     ]
     extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
     extra += [f"{merges_skipped} merges skipped"] if merges_skipped else []
+    extra += [f"{bots_skipped} by exempt authors (bots) skipped"] if bots_skipped else []
     extra += [f"{len(debt)} exceptions are debt"] if debt else []
     start = "the root" if rng.merge_base == EMPTY_TREE else rng.merge_base[:12]
     ok = f"OK: {len(commits)} commits in {start}..{rng.head[:12]} carry the trailer contract ({_names(contract)})" + (
         f"; {', '.join(extra)}" if extra else ""
     )
+    if not findings and not judged:
+        return _none_judged(rng, commits, extra, details)
     return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok, details)
+
+
+def _nothing_new(rng: Range) -> Result:
+    """An empty range (CI on an up-to-date main, a branch with nothing new): a pass that names what it
+    judged, the base and the commit the range would start after, rather than a silent zero."""
+    base = rng.ref if rng.ref != rng.base else rng.base[:12]
+    if rng.source == "config cutover" or rng.source == "--cutover":
+        what = f"the head is the cutover {rng.base[:12]}: nothing new since it"
+    else:
+        what = f"{base} is the base: nothing new since {rng.merge_base[:12]}"
+    return Result(ID, Status.PASS, f"OK: {what} (0 commits to judge)", examined=0, unit="commits")
+
+
+def _none_judged(rng: Range, commits: list[Commit], extra: list[str], details: list[str]) -> Result:
+    """Commits in the range, none of them under a rule. Skipped merges and exempt authors (a Dependabot
+    pull request) are a policy applied to each commit: a pass that says so. A range wholly before the
+    cutover, with no legacy rule, had nothing judged: not a pass, and the message says why."""
+    span = f"{'the root' if rng.merge_base == EMPTY_TREE else rng.merge_base[:12]}..{rng.head[:12]}"
+    if any(e.endswith("before the cutover") for e in extra):
+        legacy = extra[0].split()[0]
+        return Result(
+            ID,
+            Status.ERROR,
+            f"examined 0 commits: {legacy} of the {len(commits)} commits in {span} lie before the cutover "
+            "(trailers.legacy sets no rule)"
+            + (f", {', '.join(extra[1:])}" if extra[1:] else "")
+            + ": nothing was verified",
+            unit="commits",
+            details=details,
+            hint="judge the commits after the cutover (--range CUTOVER..HEAD), or set a trailers.legacy rule",
+        )
+    summary = f"OK: none of the {len(commits)} commits in {span} is under the contract: {'; '.join(extra)}"
+    return Result(ID, Status.PASS, summary, examined=0, unit="commits", details=details)
+
+
+def _exempt_authors(patterns: list[str]) -> list[SafePattern]:
+    try:
+        return [compile_pattern(p) for p in patterns]
+    except ValueError as exc:
+        raise CheckError(str(exc), hint="fix trailers.exempt_authors in .agents/config.yaml") from None
 
 
 def _read_range(

@@ -64,11 +64,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     classifier, git = Classifier(cfg.classes), ctx.git
     if args.all_files:
         return _tree_result(ctx, classifier, git.must_resolve(args.head or "HEAD", "head"), None)
-    if git.is_shallow():
-        raise CheckError(
-            "this is a shallow clone: the merge base and the diff cannot be trusted",
-            hint="run git fetch --unshallow (CI: actions/checkout with fetch-depth: 0)",
-        )
+    # A shallow clone is judged where the range lies in the fetched history: a merge base found there is the
+    # true one (a shallow cut hides only ancestors), and the range refuses when a cut lies inside it.
     rng = ctx.range(args.base, args.head)
     if rng.merge_base == rng.head:
         if rng.base != rng.head:

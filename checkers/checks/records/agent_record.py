@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from ...checks.records import rowreqs
-from ...checks.records.issuerefs import body_rows, check_refs, issue_refs, ref_pattern
+from ...checks.records.issuerefs import body_rows, check_refs, filed_under, issue_refs, ref_pattern
+from ...checks.records.pending import pending_shas, record_range
 from ...checks.records.rollup import check_rollups
 from ...checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
 from ...context import Context, NoRange, add_range_arguments
@@ -49,13 +50,18 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
         findings += check_message(text, body_rows(text), records, pattern, str(message_file), None)
         examined, unit = n_records + 1, f"items ({n_records} records, 1 message)"
     else:
+        pending: set[str] = set()
         try:
-            rng = ctx.range(args.base, args.head, since=ctx.config.cutover, since_source="config cutover")
+            rng = record_range(ctx, args, ctx.config.cutover, "config cutover")
             commits = ctx.git.commits_with_trailers(rng.spec)
+            pending = pending_shas(ctx, rng)
         except NoRange:
             commits = []  # no cutover and no base: the records are all there is to check
         for c in commits:
-            findings += check_message(c.commit.message, c.rows, records, pattern, None, c.commit.short)
+            rows = c.rows
+            if not rows and c.commit.sha in pending:
+                rows = filed_under(records, issue_refs(c.commit.message, pattern))  # an outside contribution
+            findings += check_message(c.commit.message, rows, records, pattern, None, c.commit.short)
         examined, unit = n_records + len(commits), f"items ({n_records} records, {len(commits)} commits)"
     counts = area_counts(records, ctx.config.record.count_areas or areas)
     line = " ".join(f"{area}={n}" for area, n in counts.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from ...checks.records.pending import record_range
 from ...config import DocsConfig
 from ...context import Context, NoRange, add_range_arguments
 from ...files import select
@@ -64,7 +65,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     since, source = (docs.since, "docs.since") if docs.since else (ctx.config.cutover, "config cutover")
     scope = ""
     try:
-        rng = ctx.range(args.base, args.head, since=since, since_source=source)
+        rng = record_range(ctx, args, since, source)
         changes = load_changes(ctx, rng.spec)
     except NoRange:
         rng, changes = None, []  # no cutover, no start and no base: the rendered files are all there is to check

@@ -75,6 +75,11 @@ def check_refs(
     return out
 
 
+def filed_under(records: Records, numbers: list[int]) -> tuple[str, ...]:
+    """The rows the issues `numbers` are filed under (a pending outside commit names its issue, not a row)."""
+    return tuple(dict.fromkeys(i.model.row for i in records.issues if i.model.number in numbers))
+
+
 def _spec_path(records: Records, row_id: str) -> str:
     row = records.rows.get(row_id)
     return (row.model.spec if row else None) or f".agents/specs/{row_id}.md"

@@ -1,7 +1,10 @@
 """Changes reach main through a row: in `trailer` mode every commit since the cutover names an existing row in a `Row:` trailer; in `branch` mode main's first-parent history is merges of `row/<ID>` branches.
 
-An outside contribution without a row has one path in: a maintainer files its row and merges it with a
-merge commit that names the row (`Row: <ID>`); that merge covers every commit it brings in.
+An outside contribution has a path on its own branch: its commits are *pending* until they reach the
+protected branch (checks.records.pending), and a pending commit passes when it names a row, an issue
+(`Refs #N`) or carries the configured outside-contribution marker. Landing it is judged as today: a
+maintainer files its row and merges it with a merge commit that names the row (`Row: <ID>`); that merge
+covers every commit it brings in.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from ...files import select
 from ...gitio import TrailedCommit
 from ...ids import ROW_ID
 from ...results import Finding, Result, Rule
+from .issuerefs import ref_pattern
+from .pending import has_marker, names_issue, pending_shas, record_range
 
 ID = "role-discipline"
 RULES = (
@@ -25,8 +30,13 @@ RULES = (
         "commit-outside-row-branch",
         "a first-parent commit on main is not a merge of a row branch (branch mode)",
     ),
+    Rule(
+        "RD004",
+        "pending-without-reference",
+        "a pending commit (not yet on the protected branch) names no row, no issue and no outside marker",
+    ),
 )
-R_NOROW, R_UNKNOWN, R_DIRECT = RULES
+R_NOROW, R_UNKNOWN, R_DIRECT, R_PENDING = RULES
 _HINT_OUTSIDE = "or, for an outside contribution, file its row and merge it with a `Row: <ID>` merge commit"
 
 
@@ -37,26 +47,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.role
     try:
-        rng = ctx.range(args.base, args.head, since=ctx.config.cutover, since_source="config cutover").spec
+        rng = record_range(ctx, args, ctx.config.cutover, "config cutover")
+        spec = rng.spec
     except NoRange as exc:
         return Result.error(ID, str(exc), hint=exc.hint)
     rows = set(ctx.records.rows)
     scope = ""
-    if not ctx.git.commits_with_trailers(rng, first_parent=True, extra=("--max-count=1",)):
+    if not ctx.git.commits_with_trailers(spec, first_parent=True, extra=("--max-count=1",)):
         # an empty range (a fresh clone at its upstream): judge the head commit itself rather than nothing
-        head = ctx.git.resolve(rng.rsplit("..", 1)[-1])
+        head = ctx.git.resolve(rng.head)
         if head is not None:
-            rng = f"{head}^!" if ctx.git.resolve(f"{head}^") else head
+            spec = f"{head}^!" if ctx.git.resolve(f"{head}^") else head
             scope = f"; the range was empty, so the head commit {head[:12]} was judged"
-    exempt = _exempt(ctx, rng, cfg.exempt)
+    exempt = _exempt(ctx, spec, cfg.exempt)
+    commits = ctx.git.commits_with_trailers(spec, first_parent=cfg.mode == "branch")
+    pending = pending_shas(ctx, rng)
+    landed = [c for c in commits if c.commit.sha not in pending]
+    pattern = ref_pattern(ctx.config.record.ref_keywords)
+    findings = check_pending([c for c in commits if c.commit.sha in pending], rows, pattern, cfg.outside_marker)
     if cfg.mode == "branch":
-        commits = ctx.git.commits_with_trailers(rng, first_parent=True)
-        findings = check_branch_mode(commits, rows, cfg.branch_prefix, Scope(ctx.config.rows.id_pattern, cfg, exempt))
+        findings += check_branch_mode(landed, rows, cfg.branch_prefix, Scope(ctx.config.rows.id_pattern, cfg, exempt))
     else:
-        commits = ctx.git.commits_with_trailers(rng)
-        findings = check_trailer_mode(commits, rows, exempt)
+        findings += check_trailer_mode(landed, rows, exempt)
     merges = sum(c.commit.is_merge for c in commits)
-    ok = f"OK: {len(commits)} commits ({merges} merges) reach main through a row ({cfg.mode} mode){scope}"
+    how = f"; {len(pending)} pending" if pending else ""
+    ok = f"OK: {len(commits)} commits ({merges} merges{how}) reach main through a row ({cfg.mode} mode){scope}"
     # trailer mode judges the non-merge commits (a merge only vouches for them): a range of merges alone
     # examined nothing
     judged = len(commits) if cfg.mode == "branch" else len(commits) - merges
@@ -95,6 +110,34 @@ def check_trailer_mode(commits: list[TrailedCommit], rows: set[str], exempt: set
                 None,
                 None,
                 f"add a `Row: <ROW-ID>` trailer naming a row in .agents/rows/, {_HINT_OUTSIDE}",
+            )
+        )
+    return findings
+
+
+def check_pending(
+    commits: list[TrailedCommit], rows: set[str], pattern: re.Pattern[str], marker: str | None
+) -> list[Finding]:
+    """A pending commit (a contribution not yet landed) names an existing row, an issue, or carries the
+    outside-contribution marker; merges within the pending work vouch for nothing and need nothing."""
+    findings = _unknown_rows(commits, rows)
+    for c in commits:
+        if (
+            c.commit.is_merge
+            or c.rows
+            or names_issue(c.commit.message, pattern)
+            or has_marker(c.commit.message, marker)
+        ):
+            continue
+        also = f", or a `{marker}` trailer" if marker else ""
+        findings.append(
+            R_PENDING.finding(
+                f"commit {c.commit.short} is pending (not yet on the protected branch) and names no row, "
+                f"no issue and no outside-contribution marker",
+                None,
+                None,
+                f"add `Row: <ROW-ID>` (a row in .agents/rows/) or `Refs #<issue>` (the issue your change answers)"
+                f"{also}; a maintainer lands it with a `Row: <ID>` merge commit",
             )
         )
     return findings
