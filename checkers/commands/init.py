@@ -103,11 +103,47 @@ def run(args: argparse.Namespace) -> int:
     _write(target, text)
     rel = _rel(root, target)
     flag = "" if target == root / CONFIG_PATH else f" --config {rel}"
-    print(
-        f"wrote {rel}; commit it (git add {rel} && git commit{' -s' if _dco(plan) else ''}), then run "
-        f"`rowgate preflight{flag}`"
-    )
+    for line in commit_hint(plan, rel, flag):
+        print(line)
     return EXIT_PASS
+
+
+def commit_hint(plan: Plan, rel: str, flag: str) -> list[str]:
+    """How to commit the config with a message that the contract just configured accepts (the commit comes
+    after the cutover, so it is judged): the message is checked against that contract before it is shown."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    trailers = plan.section("trailers")
+    presets = list(trailers.value.get("presets", [])) if trailers and isinstance(trailers.value, dict) else []
+    lines = ["Add the rowgate configuration", ""]
+    if "agents-protocol" in presets:
+        lines += ["FOLLOWING_AGENTS_PROTOCOL", "", "Following-Agents-Protocol: true", "AI-Assisted: false"]
+    sign = " -s" if "dco" in presets else ""
+    body = "\n".join(lines).rstrip("\n") + "\n"
+    # the sign-off `git commit -s` adds, with a stand-in author: the author rule compares it to the commit's
+    author = "Init Check <init@example.invalid>"
+    checked = body + (("\n" if "agents-protocol" not in presets else "") + f"Signed-off-by: {author}\n" if sign else "")
+    problems = (
+        []
+        if "row" in presets
+        else judge(read_message(checked, "hook"), compile_contract(TrailerContract(), presets), Facts(author=author))
+    )
+    if "agents-protocol" not in presets and "row" not in presets and not problems:  # a subject (and -s) is enough
+        return [f"wrote {rel}; commit it (git add {rel} && git commit{sign}), then run `rowgate preflight{flag}`"]
+    if "row" in presets or problems:
+        return [
+            f"wrote {rel}; commit it (git add {rel} && git commit{sign}) with a message the trailer contract "
+            f"accepts (presets {', '.join(presets)}), then run `rowgate preflight{flag}`"
+        ]
+    return [
+        f"wrote {rel}; commit it with a message the trailer contract you configured accepts:",
+        f"  git add {rel} && git commit{sign} -F - <<'EOF'",
+        *[f"  {line}" if line else "" for line in body.splitlines()],
+        "  EOF",
+        f"then run `rowgate preflight{flag}`",
+    ]
 
 
 # --- detection ------------------------------------------------------------------------------------

@@ -328,3 +328,19 @@ def test_the_c_tokenizer_meter_counts_each_token_once():
     reads = c_reads(source, "f.cu", ("VT_",), ("EnvOr",), meter)
     assert [(r.name, r.line) for r in reads] == [("VT_A_B", 1), ("VT_D", 1)]
     assert meter.scanned <= 2 * len(source) and meter.steps <= len(source)
+
+
+def test_ed001_hint_without_a_flag_registry_names_the_doc_table(repo: GitRepo):
+    # flags_file unset (a repository with no flag registry): the hint must not say "declare it in None"
+    repo.commit(
+        "No registry",
+        {
+            ".agents/config.yaml": CONFIG + "  flags_file: null\n",
+            "engine/runner.py": "import os\nos.getenv('VT_NEW')\n",
+        },
+    )
+    hints = {f.hint for f in check(repo).findings if f.rule == "ED001"}
+    assert hints == {
+        "add a row for it to docs/ENVIRONMENT.md, or classify it in scripts/env-doc-allowlist.txt as "
+        "`NAME  CLASS  reason` (--fix adds a stub)"
+    }

@@ -60,3 +60,35 @@ def test_without_tables_the_record_checks_stay_disabled(git_repo):
     git_repo.commit("init", {"README.md": "# x\n", ".agents/notes.md": "| a | b |\n|---|---|\n| 1 | 2 |\n"})
     out = _init(git_repo, "--dry-run")
     assert "agent-record: {enabled: false}" in out.stdout
+
+
+PROTOCOL = "Work {n}\n\nFOLLOWING_AGENTS_PROTOCOL\n\nFollowing-Agents-Protocol: true\nAI-Assisted: false\n"
+
+
+def _trailers(repo) -> tuple[int, str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "checkers", "check", "commit-trailers"],
+        cwd=repo.path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return out.returncode, out.stdout
+
+
+def test_the_commit_init_tells_the_user_to_make_passes_the_contract_it_configured(git_repo):
+    for n in range(5):
+        git_repo.commit(PROTOCOL.format(n=n), {f"f{n}.txt": "x\n"})
+    out = _init(git_repo, "--yes")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = lines.index("  git add .agents/config.yaml && git commit -F - <<'EOF'")
+    message = "\n".join(line[2:] for line in lines[start + 1 : lines.index("  EOF")]) + "\n"
+    assert message.startswith("Add the rowgate configuration\n\nFOLLOWING_AGENTS_PROTOCOL\n")
+    git_repo.commit(message)
+    assert _trailers(git_repo)[0] == 0
+    # the twin: the bare `git commit` init used to suggest is judged by the contract, and fails it
+    git_repo.commit("Add the rowgate configuration\n", {"g.txt": "x\n"})
+    code, text = _trailers(git_repo)
+    assert code == 1 and "Following-Agents-Protocol" in text
