@@ -228,8 +228,7 @@ def _trailers(git: Git, plan: Plan) -> None:
     commits = [c for c in commits if not _is_bot(c[1])]
     n = len(commits)
     signed = protocol = rows = 0
-    breaks: dict[str, list[str]] = {"dco": [], "agents-protocol": [], "row": []}
-    for sha, author, message in commits:
+    for _sha, author, message in commits:
         msg = read_message(message, "range")
         keys = {t.key.lower(): t.value for t in msg.trailers}
         sign_offs = [t.value for t in msg.trailers if t.key.lower() == "signed-off-by"]
@@ -239,9 +238,6 @@ def _trailers(git: Git, plan: Plan) -> None:
         signed += is_signed
         protocol += has_protocol
         rows += has_row
-        for name, ok in (("dco", is_signed), ("agents-protocol", has_protocol), ("row", has_row)):
-            if not ok:
-                breaks[name].append(sha)
     counts = {"dco": signed, "agents-protocol": protocol, "row": rows}
     what = {
         "dco": "signed off by their author",
@@ -266,7 +262,7 @@ def _trailers(git: Git, plan: Plan) -> None:
     plan.enabled["commit-trailers"] = f"presets {', '.join(presets)}"
     why = [r for r, name in zip(reasons, ("dco", "agents-protocol", "row")) if name in presets]
     chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
-    old = sorted({sha for name in presets for sha in breaks[name]})
+    old = contract_breaks(git, presets, commits)
     value["default_range"] = "cutover"
     value["cutover_judged"] = "legacy"  # the cutover is HEAD as found, which predates the contract
     chosen.append("default_range: cutover: a run with no range judges the commits after the cutover")
@@ -274,6 +270,25 @@ def _trailers(git: Git, plan: Plan) -> None:
     chosen += _bot_policy(value, len(bot_commits))
     plan.sections.append(Section("cutover", head, _cutover_reasons(git, head, n, len(old), read)))
     plan.sections.append(Section("trailers", value, chosen))
+
+
+def contract_breaks(git: Git, presets: list[str], commits: list[list[str]]) -> list[str]:
+    """The commits read (sha, author, message) that the chosen presets' contract rejects, judged by the
+    contract itself (a Row trailer must name a row file, a sign-off must be the author's), not by the
+    markers that chose the presets."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    contract = compile_contract(TrailerContract(), presets)
+    root = git.root
+    facts = Facts(exists=lambda rel: (root / rel).is_file())
+    out = []
+    for sha, author, message in commits:
+        facts.author = author
+        if judge(read_message(message, "range"), contract, facts):
+            out.append(sha)
+    return out
 
 
 def _cutover_reasons(git: Git, head: str, judged: int, broken: int, read: int) -> list[str]:

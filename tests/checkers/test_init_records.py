@@ -92,3 +92,12 @@ def test_the_commit_init_tells_the_user_to_make_passes_the_contract_it_configure
     git_repo.commit("Add the rowgate configuration\n", {"g.txt": "x\n"})
     code, text = _trailers(git_repo)
     assert code == 1 and "Following-Agents-Protocol" in text
+
+
+def test_init_counts_the_commits_the_chosen_contract_rejects(git_repo):
+    # Assisted-by trailers choose the agents-protocol preset, but these messages lack its paragraph and
+    # its two trailers: every one of them breaks the contract, and init says so
+    for n in range(5):
+        git_repo.commit(f"Work {n}\n\nAssisted-by: Claude:opus [tool]\n", {f"f{n}.txt": "x\n"})
+    out = _init(git_repo, "--dry-run")
+    assert "(5 of the 5 commits by people read break them; merges and bots not counted)" in out.stdout
