@@ -151,7 +151,7 @@ def run_baseline(ctx: Context, ref: str | None = None, only: list[str] | None = 
             for r in run_preflight(context_at(tree, ctx), base_only, rng.ref):
                 base_results[r.check] = r
         gates = [_compare(r, base_results.get(r.check), touched) for r in head_results]
-        if rng.base != merge_base:
+        if rng.base != merge_base and max_probes > 0:  # 0: no search for upstream fixes
             from .baseline_fix import find_fixes
 
             find_fixes(ctx, tree, gates, merge_base, rng.base, max_probes)

@@ -15,11 +15,18 @@ JSON_SCHEMA_ID = "rowgate.baseline/1"
 _LABEL = {NEW: "NEW", INHERITED: "INHERITED", FIXED: "FIXED"}
 
 
-def render_baseline(fmt: str, report: Baseline, rules: list[Rule], fail_on_inherited: bool = False) -> str:
+def render_baseline(
+    fmt: str,
+    report: Baseline,
+    rules: list[Rule],
+    fail_on_inherited: bool = False,
+    anchors: dict[str, tuple[str, int | None]] | None = None,
+) -> str:
+    """`anchors`: for SARIF, where a finding without a file points (checkers.cli._anchors)."""
     if fmt == "json":
         return render_json(report, fail_on_inherited)
     if fmt == "sarif":
-        return render_sarif_baseline(report, rules)
+        return render_sarif_baseline(report, rules, anchors)
     if fmt == "text":
         return render_text(report, fail_on_inherited)
     raise ValueError(f"--baseline writes text, json or sarif, not {fmt!r}")
@@ -95,10 +102,9 @@ def render_json(report: Baseline, fail_on_inherited: bool = False) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def render_sarif_baseline(report: Baseline, rules: list[Rule]) -> str:
-    """The plain SARIF of the judged findings (head findings, then the base's fixed ones), each result given
-    its `baselineState`: new, unchanged (inherited) or absent (fixed); inherited ones on files the branch
-    did not touch say so in their properties."""
+def sarif_results(report: Baseline) -> tuple[list[Result], list[Judged]]:
+    """Per gate, a result holding its judged findings (the head's, then the base's fixed ones), and the
+    judged findings in the same order."""
     results: list[Result] = []
     states: list[Judged] = []
     for g in report.gates:
@@ -106,7 +112,17 @@ def render_sarif_baseline(report: Baseline, rules: list[Rule]) -> str:
         copy = Result(g.check, g.head.status, g.head.summary, g.head.examined, g.head.unit, _findings(judged))
         results.append(copy)
         states.extend(judged)
-    doc: dict[str, Any] = json.loads(render_sarif(results, rules))
+    return results, states
+
+
+def render_sarif_baseline(
+    report: Baseline, rules: list[Rule], anchors: dict[str, tuple[str, int | None]] | None = None
+) -> str:
+    """The plain SARIF of the judged findings (head findings, then the base's fixed ones), each result given
+    its `baselineState`: new, unchanged (inherited) or absent (fixed); inherited ones on files the branch
+    did not touch say so in their properties."""
+    results, states = sarif_results(report)
+    doc: dict[str, Any] = json.loads(render_sarif(results, rules, anchors))
     for item, j in zip(doc["runs"][0]["results"], states, strict=True):
         item["baselineState"] = SARIF_STATE[j.state]
         item["properties"]["baseline"] = j.state

@@ -104,8 +104,23 @@ def run_preflight(
         args = check_parser(spec).parse_args([])
         if base is not None and hasattr(args, "base"):
             args.base = base
+        why = _not_run_here(spec, ctx, args)
+        if why:  # the check's inputs are made elsewhere (a build): named as not run, not a skip
+            if not_run is not None:
+                not_run.append((spec.id, why))
+            continue
         results.append(run_check(spec, ctx, args))
     return results
+
+
+def _not_run_here(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> str | None:
+    """A check whose inputs another job makes (gencode audits a build) says, through its module's
+    `not_run(ctx, args)`, when there is nothing of them here; its own errors still come from running it."""
+    hook = getattr(spec.load(), "not_run", None)
+    try:
+        return hook(ctx, args) if hook is not None else None
+    except Exception:  # noqa: BLE001 -- a broken config or table: run the check, which reports it
+        return None
 
 
 def disabled(spec: CheckSpec, ctx: Context) -> str | None:

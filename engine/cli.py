@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.cli_args import add_model_args, parse_ids
+from engine.cli_args import TINY_MODEL, add_model_args, parse_ids
 from engine.llm import LLM, load_tokenizer
 from engine.sampling_params import SamplingParams
 from engine.serve.cli import add_serve_parser
@@ -129,8 +129,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if Path(args.model).resolve() == Path(TINY_MODEL).resolve():
+        print("model: the embedded tiny Qwen3, a toy with random weights: its text is not language")
     for i, o in enumerate(outs):
-        text = f"  {o.text!r}" if o.text is not None and is_text[i] else ""
-        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}")
+        text = f"  {o.text!r}" if o.text is not None else ""  # a token-id prompt's output decodes too
+        print(f"[{i}] {','.join(map(str, o.token_ids))}{text}  (finish: {o.finish_reason})")
     print(f"{total} tokens, {rate:.1f} tok/s")
     return 0

@@ -132,7 +132,6 @@ class LLM:
         self._of_seq: dict[int, Request] = {}  # seq_id -> its request
         self._unclaimed: list[RequestOutput] = []  # finished requests of add_request, for the next step()
         self._touched: dict[str, Request] = {}  # requests with a new token or finished since the last look
-        self._stream_text = False  # a stream is open: decode every step's text, not only at the end
 
     @property
     def stats(self) -> dict[str, int]:
@@ -160,6 +159,25 @@ class LLM:
             self._touched.pop(r.request_id, None)
         return [self._output(r) for r in reqs]
 
+    def chat(
+        self,
+        messages: Seq[dict[str, Any]] | Seq[Seq[dict[str, Any]]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """generate() on one conversation (a list of {"role", "content"} messages) or several, each rendered by
+        the checkpoint's chat template (tokenizer_config.json), as vLLM's LLM.chat."""
+        from engine.serve.chat import (  # why: jinja2 loads only for chat
+            load_chat_template,
+            render_chat,
+        )
+
+        template, special = load_chat_template(self.model_dir)
+        if template is None:
+            raise ValueError(f"{self.model_dir} has no chat_template in tokenizer_config.json")
+        convs: list[Any] = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        return self.generate([render_chat(template, list(c), special, add_generation_prompt) for c in convs], params)
+
     def stream(
         self,
         prompts: str | Seq[int] | Seq[str | Seq[int]],
@@ -168,8 +186,7 @@ class LLM:
         """generate(), yielding each request's increments as they come: every output holds only the tokens,
         logprobs and text not yet yielded (text is held back while it could begin a stop string), and the
         last one of a request has finished=True. Closing the generator early aborts its unfinished requests."""
-        reqs = self._enqueue_all("stream", prompts, params, object())
-        self._stream_text = True
+        reqs = self._enqueue_all("stream", prompts, params, object(), stream=True)
         try:
             while any(not r.finished for r in reqs):
                 self._advance()
@@ -185,16 +202,21 @@ class LLM:
             raise
 
     def add_request(
-        self, prompt: str | Seq[int], params: SamplingParams | None = None, request_id: str | None = None
+        self,
+        prompt: str | Seq[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        stream: bool = False,
     ) -> int:
         """Queue one request; returns its index (its request_id is str(index) unless given). A bad request
         raises here and queues nothing. Its output comes from step() (the call that finishes it, or the
-        next one) or from take_updates(), never from another caller's generate()."""
+        next one) or from take_updates() (every step's increment with stream=True, else once finished),
+        never from another caller's generate()."""
         rid = self._next_id
         if request_id is not None and request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
         ids, sp = self._check(rid, prompt, params or SamplingParams())
-        self._enqueue(rid, ids, sp, None, request_id)
+        self._enqueue(rid, ids, sp, None, request_id, stream)
         return rid
 
     def abort(self, request_id: str | int) -> bool:
@@ -222,9 +244,8 @@ class LLM:
         return out
 
     def take_updates(self, delta: bool = True) -> list[RequestOutput]:
-        """Every add_request request with a new token or finished since the last call (a server's loop):
-        with delta, only what is new in each."""
-        self._stream_text = True
+        """Every add_request request with a new token (stream=True) or finished since the last call (a server's
+        loop): with delta, only what is new in each."""
         outs = []
         for rid in list(self._touched):
             req = self._touched.pop(rid)
@@ -344,14 +365,15 @@ class LLM:
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
             k = req.seqs.index(seq)
-            if seq.params.stop_strings or self._stream_text:
+            if seq.params.stop_strings or req.stream:
                 hit = req.update_text(k, self.tokenizer)
                 if hit is not None and seq.status is not Status.FINISHED:
                     self.scheduler.finish(seq, "stop")
                     stopped.append(seq)
                 if hit is not None:
                     seq.finish_reason, req.stop_reason[k] = "stop", hit
-            self._touched[req.request_id] = req
+            if req.stream:
+                self._touched[req.request_id] = req
         for seq in finished + stopped:
             req = self._of_seq.get(seq.seq_id)
             if req is None:
@@ -436,7 +458,9 @@ class LLM:
         raise (naming the field). Reads nothing the engine's steps change: a server's handlers call it."""
         return self._check(0, prompt, params)[0]
 
-    def _enqueue_all(self, caller: str, prompts: Any, params: Any, owner: object) -> list[Request]:
+    def _enqueue_all(
+        self, caller: str, prompts: Any, params: Any, owner: object, stream: bool = False
+    ) -> list[Request]:
         """Every prompt checked before any is queued: a bad one raises naming it and its field."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
         plist: list[Any] = [prompts] if single else list(prompts)
@@ -449,7 +473,7 @@ class LLM:
             if len(per) != len(plist):
                 raise ValueError(f"{caller}: {len(per)} SamplingParams for {len(plist)} prompts")
         checked = [self._check(i, p, sp) for i, (p, sp) in enumerate(zip(plist, per))]
-        return [self._enqueue(i, ids, sp, owner) for i, (ids, sp) in enumerate(checked)]
+        return [self._enqueue(i, ids, sp, owner, stream=stream) for i, (ids, sp) in enumerate(checked)]
 
     def _check(self, index: int, prompt: Any, params: SamplingParams) -> tuple[list[int], SamplingParams]:
         if not isinstance(params, SamplingParams):
@@ -488,12 +512,18 @@ class LLM:
         return ids, params
 
     def _enqueue(
-        self, index: int, ids: list[int], params: SamplingParams, owner: object | None, request_id: str | None = None
+        self,
+        index: int,
+        ids: list[int],
+        params: SamplingParams,
+        owner: object | None,
+        request_id: str | None = None,
+        stream: bool = False,
     ) -> Request:
         """A request of params.n sequences (sample i draws from sample_seed(seed, i)) into the scheduler."""
         seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
         rid = request_id if request_id is not None else str(self._next_id)
-        req = Request(rid, index, params, owner)
+        req = Request(rid, index, params, owner, stream)
         for i in range(params.n):
             seq = Sequence(self._next_id, index, list(ids), len(ids), params, sample_seed(seed, i))
             self._next_id += 1

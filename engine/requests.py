@@ -71,8 +71,11 @@ class RequestOutput:
 
 
 class Request:
-    def __init__(self, request_id: str, index: int, params: SamplingParams, owner: object | None) -> None:
+    def __init__(
+        self, request_id: str, index: int, params: SamplingParams, owner: object | None, stream: bool = False
+    ) -> None:
         self.request_id, self.index, self.params, self.owner = request_id, index, params, owner
+        self.stream = stream  # its caller takes increments: its text is decoded every step, not only at the end
         self.seqs: list[Sequence] = []
         self.metrics = RequestMetrics(time.time())
         self.prompt_logprobs: dict[int, PositionLogprobs] = {}

@@ -20,5 +20,11 @@ def run_baseline_command(ctx: Context, args: argparse.Namespace) -> int:
         print("rowgate: give the base once: --baseline REF or --base REF", file=sys.stderr)
         return EXIT_USAGE
     report = run_baseline(ctx, args.baseline or args.base or None, args.only)
-    sys.stdout.write(render_baseline(args.format, report, registry.all_rules(), args.fail_on_inherited))
+    anchors = None
+    if args.format == "sarif":
+        from ..baseline_output import sarif_results
+        from ..cli import _anchors
+
+        anchors = _anchors(ctx, "sarif", sarif_results(report)[0])
+    sys.stdout.write(render_baseline(args.format, report, registry.all_rules(), args.fail_on_inherited, anchors))
     return report.exit_code(args.fail_on_inherited)

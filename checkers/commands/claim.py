@@ -23,6 +23,7 @@ from ..commands.row import (
     _transaction,
     dump_yaml,
 )
+from ..context import Context
 from ..records import Claim, Loaded, Row
 from ..results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
 from ..yamlio import RecordError, validate
@@ -32,7 +33,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     p = sub.add_parser(name, help="claim a row: write .agents/claims/ID.yaml and make the row active")
     p.add_argument("id", help="row id")
     p.add_argument("--branch", required=True, help="the branch the work happens on (row/<ID> by convention)")
-    p.add_argument("--owner", help="who works on it (default: $ROWGATE_OWNER, then $USER)")
+    p.add_argument(
+        "--owner", help="who works on it (default: $ROWGATE_OWNER, then git's user.name, then the login name)"
+    )
     p.add_argument("--claim-id", help="claim id (default: the row id)")
     p.add_argument(
         "--state",
@@ -43,12 +46,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     p.set_defaults(func=cmd_claim)
 
 
+def _default_owner(ctx: Context) -> str | None:
+    """Who runs the command, as git names them (user.name, from the user's own config too), else the login
+    name ($LOGNAME, $USER, then the password database): a container or CI job often has no $USER."""
+    import getpass
+    import subprocess
+
+    try:
+        name = subprocess.run(
+            ["git", "config", "user.name"], cwd=ctx.root, capture_output=True, text=True, timeout=30, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        name = ""
+    if name:
+        return name
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError):  # no login name and no password entry for the uid
+        return None
+
+
 @_reported
 def cmd_claim(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if ctx is None:
         return EXIT_ERROR
-    owner = args.owner or os.environ.get("ROWGATE_OWNER") or os.environ.get("USER")
+    owner = args.owner or os.environ.get("ROWGATE_OWNER") or _default_owner(ctx)
     if not owner:
         return _refuse("no owner: pass --owner NAME (or set $ROWGATE_OWNER)", EXIT_USAGE)
     if args.state not in ctx.config.rows.active_states:

@@ -123,11 +123,13 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
             raise bad_field(exc, names) from exc
         return ids
 
-    async def run(prompts: list[list[int]], params: SamplingParams) -> AsyncIterator[tuple[int, RequestOutput]]:
+    async def run(
+        prompts: list[list[int]], params: SamplingParams, stream: bool
+    ) -> AsyncIterator[tuple[int, RequestOutput]]:
         """Each prompt's outputs (deltas) as the engine makes them; an unfinished request is aborted when the
         caller stops listening (a client that disconnects)."""
         base = uuid.uuid4().hex
-        queues = [engine.submit(f"{base}-{i}", ids, params) for i, ids in enumerate(prompts)]
+        queues = [engine.submit(f"{base}-{i}", ids, params, stream) for i, ids in enumerate(prompts)]
         done = [False] * len(queues)
         merged: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
@@ -204,7 +206,7 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
 
         if not body.stream:
             samples = [[Sample() for _ in range(n)] for _ in prompts]
-            async for i, out in run(prompts, params):
+            async for i, out in run(prompts, params, False):
                 for c in out.outputs:
                     s = samples[i][c.index]
                     s.text += c.text or ""
@@ -242,7 +244,7 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
                           "finish_reason": None} for i in range(len(prompts)) for j in range(n)]  # fmt: skip
                 yield chunk(first)
             try:
-                async for i, out in run(prompts, params):
+                async for i, out in run(prompts, params, True):
                     choices = []
                     for c in out.outputs:
                         if not c.token_ids and not c.text and c.finish_reason is None:

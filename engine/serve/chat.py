@@ -29,7 +29,7 @@ def load_chat_template(model_dir: Path) -> tuple[str | None, dict[str, str]]:
 
 
 def _raise(message: str) -> None:
-    raise ChatTemplateError(message)
+    raise ChatTemplateError(f"the chat template refused the messages: {message}")
 
 
 def render_chat(

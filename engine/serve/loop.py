@@ -33,13 +33,15 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
 
-    def submit(self, request_id: str, prompt: list[int], params: SamplingParams) -> asyncio.Queue[Any]:
+    def submit(
+        self, request_id: str, prompt: list[int], params: SamplingParams, stream: bool = True
+    ) -> asyncio.Queue[Any]:
         """Queue a request (already checked: LLM.check_request); its outputs, deltas then a finished one, arrive
         on the returned queue (an EngineError instead if the engine fails)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         with self._lock:
             self._queues[request_id] = (asyncio.get_running_loop(), queue)
-            self._commands.append(("add", (request_id, prompt, params)))
+            self._commands.append(("add", (request_id, prompt, params, stream)))
         self._wake.set()
         return queue
 
@@ -73,9 +75,9 @@ class EngineLoop:
                 commands, self._commands = self._commands, []
             for kind, arg in commands:
                 if kind == "add":
-                    rid, prompt, params = arg
+                    rid, prompt, params, stream = arg
                     try:
-                        llm.add_request(prompt, params, request_id=rid)
+                        llm.add_request(prompt, params, request_id=rid, stream=stream)
                     except ValueError as exc:
                         self._deliver(rid, EngineError(str(exc)))
                 else:

@@ -21,7 +21,7 @@ import torch
 from engine import flags, kernels
 from engine.flags import FlagSnapshot
 from lab.bench.stats import ab_verdict, drop_warmup
-from lab.bench.timing import MODES, arm_timer, clocks, describe, device_name, sets_for
+from lab.bench.timing import MODES, arm_timer, clocks, describe, device_name, gpu_device, sets_for
 from lab.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
 from lab.gates.ledger import head_sha, repo_root, write_record
 
@@ -68,14 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    where = gpu_device(args.device, "bench ab", "the torch references: a flag that gates a CUDA arm runs none there")
+    if where is None:
+        return 2
+    device = torch.device(where)
     dtype = DTYPES[args.dtype]
     inner = args.inner or (20 if device.type == "cuda" else 1)
     record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner, args.timing)
+    unreached = not any(record["flag_arm_calls"].values())
+    if unreached:  # both sides ran the same code: whatever the timing says, the flag was not measured
+        record["verdict"] = f"not measured: the arms {args.flag} gates ran on neither side"
     print_report(record)
     if args.ledger:
         path = write_ledger(record, args.ledger, argv)
         print(f"ledger: {path}")
+    if unreached:
+        print(
+            f"error: the arms {args.flag} gates ran 0 times on both sides: the A/B compared the same code "
+            "(on a GPU, with a --workload that reaches them)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -33,7 +33,7 @@ from lab.bench.bandwidth import copy_bandwidth
 from lab.bench.hf_peer import time_compiled_graph
 from lab.bench.profile import profile_decode, render
 from lab.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
-from lab.bench.timing import clocks, device_name
+from lab.bench.timing import clocks, device_name, gpu_device
 from lab.gates.ledger import head_sha, repo_root, write_record
 from lab.gates.oracle import Oracle
 
@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch < 1 or args.steps < 1 or args.context < 1:
         print("error: --batch, --steps and --context must be at least 1", file=sys.stderr)
         return 2
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = gpu_device(args.device, "bench decode", "the Python host path and the reference ops, not the GPU step")
+    if device is None:
+        return 2
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = save_random_model(Path(tmp), TINY if args.tiny else QWEN3_0_6B)

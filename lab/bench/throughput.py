@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     smoke = args.smoke or not torch.cuda.is_available()
+    if not args.smoke and smoke:  # said first, before any model loads: a CPU run measures no GPU speed
+        print(
+            "bench throughput: no CUDA device: the CPU smoke run on the tiny model (it checks the harness and the "
+            "outputs; its tok/s is no measure of the engine's GPU speed)",
+            file=sys.stderr,  # stderr: --json keeps stdout one record
+        )
     requests = args.requests or (8 if smoke else 256)
     max_len = args.max_len or (32 if smoke else 1024)
     min_len = args.min_len or (max(1, max_len // 4) if smoke else min(100, max_len))

@@ -179,3 +179,23 @@ def clocks() -> dict[str, str]:
         timeout=20,
     )
     return {"nvidia-smi": out.stdout.strip() or out.stderr.strip()}
+
+
+def gpu_device(requested: str | None, command: str, on_cpu: str) -> str | None:
+    """The device a GPU benchmark runs on. Without a CUDA device it refuses at once, in one line on stderr
+    (None: the caller exits 2), unless `--device cpu` asked for the CPU; then its first line says so and
+    what a CPU run measures (`on_cpu`), before any model is loaded."""
+    import sys
+
+    has_gpu = torch.cuda.is_available()
+    if requested != "cpu" and not has_gpu:
+        print(
+            f"error: {command} measures a CUDA device and there is none here; --device cpu runs it on the CPU, "
+            f"where it measures {on_cpu}",
+            file=sys.stderr,
+        )
+        return None
+    if requested == "cpu":
+        print(f"{command}: on the CPU (--device cpu): this measures {on_cpu}", flush=True)
+        return "cpu"
+    return "cuda"

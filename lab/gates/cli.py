@@ -26,6 +26,7 @@ from lab.gates.ledger import head_sha, repo_root, write_record
 from lab.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
 from lab.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
 from lab.gates.result import GateResult
+from lab.gates.served import DEFAULT_LOGPROB_TOL
 from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
 
 DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
@@ -119,6 +120,27 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 "down (default 0: none; neartie: the setting of the arms under test). The fp32-probs setting, for an "
                 "arm that keeps fp32 probabilities and judged with --oracle-attn sdpa, allows 0.0015: production "
                 "kernels are 0-1 in 1024 out of band there under 128 tokens, 0-4 at 1600",
+            )
+            p.add_argument(
+                "--served",
+                metavar="URL",
+                help="judge an OpenAI-compatible server's outputs instead of the engine's: each prompt through "
+                "URL's /v1/completions (greedy, top_logprobs by token id), the oracle teacher-forced on its tokens, "
+                "and its top_logprobs held to the oracle's (lab/gates/served.py)",
+            )
+            p.add_argument(
+                "--outputs",
+                type=Path,
+                metavar="FILE",
+                help="judge saved served outputs (JSON lines: prompt, tokens, top_logprobs) instead of a live server",
+            )
+            p.add_argument("--save-outputs", type=Path, metavar="FILE", help="with --served: write what it returned")
+            p.add_argument(
+                "--logprob-tol",
+                type=float,
+                default=DEFAULT_LOGPROB_TOL,
+                help=f"with --served/--outputs: a served logprob further than this (nats) from the oracle's fails "
+                f"(default {DEFAULT_LOGPROB_TOL})",
             )
             p.add_argument(
                 "--fp32-arbiter",
@@ -332,6 +354,8 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
+    if args.served or args.outputs:
+        return cmd_neartie_served(args)
     setup = setup_from(args)  # resets the counters: they cover every dtype's and every peer's run
     args.razor = pick_razor(args, setup.flags or FlagSnapshot.from_env())  # said once the runs are planned
 
@@ -355,6 +379,30 @@ def cmd_neartie(args: argparse.Namespace) -> int:
         )
 
     return run_peers(args, setup, razor_dtypes(args), gate)
+
+
+def cmd_neartie_served(args: argparse.Namespace) -> int:
+    """The razor on a server's outputs (lab/gates/served.py): the fp32 oracle teacher-forced on its tokens."""
+    from lab.gates import served  # why: urllib and the served format only for this mode
+
+    if args.served and args.outputs:
+        raise ValueError("--served and --outputs: judge one source at a time")
+    if args.outputs:
+        runs = served.load_outputs(args.outputs)
+    else:
+        setup = setup_from(args)
+        runs = served.fetch(args.served, setup.prompts, args.max_new_tokens, max(args.top_k, 1))
+        if args.save_outputs:
+            served.save_outputs(args.save_outputs, runs)
+    oracle = Oracle(args.oracle_model or args.model, torch.float32, args.device, (args.oracle_attn or ["eager"])[0])
+    logprobs = [oracle.teacher_forced_logprobs(r.prompt, r.tokens) for r in runs]
+    rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate
+    result = served.served_gate(runs, logprobs, args.band, args.top_k, rate, args.logprob_tol)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(f"{result.gate}: {result.verdict}: {result.summary}")
+    return 0 if result.passed else 1
 
 
 def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str], gate: Gate) -> int:

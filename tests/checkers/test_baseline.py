@@ -107,12 +107,12 @@ def test_the_run_passes_once_the_new_failure_is_fixed_and_reports_what_the_branc
 
 def test_the_base_tree_is_written_from_the_object_store_without_running_filters(tmp_path: Path):
     c = build(tmp_path)
-    witness = tmp_path / "filter-ran"
-    c.clone.git("config", "filter.evil.smudge", f"touch {witness}; cat")
-    c.clone.git("config", "filter.evil.process", f"touch {witness}")
     c.upstream.commit("Filter\n\nRow: GOV-CORE\n", {".gitattributes": "*.py filter=evil\n"})
     c.clone.git("fetch", "-q", "upstream")
     c.clone.git("rebase", "-q", "upstream/main")
+    witness = tmp_path / "filter-ran"  # the clone's config names a program for the filter the base's tree uses
+    c.clone.git("config", "filter.evil.smudge", f"touch {witness}; cat")
+    c.clone.git("config", "filter.evil.process", f"touch {witness}")
     proc = rowgate("preflight", "--baseline", "--only", "env-doc", cwd=c.clone.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not witness.exists()

@@ -13,7 +13,7 @@ from checkers import registry
 from checkers.checks import gencode
 from checkers.config import Config, GencodeConfig
 from checkers.context import Context
-from checkers.preflight import run_check
+from checkers.preflight import run_check, run_preflight
 from tests.checkers.test_fatbin import FIXTURES, compile_set, compile_tiny, needs_nvcc
 from tests.conftest import stage
 
@@ -276,3 +276,40 @@ def test_a_configured_path_through_a_symlink_out_of_the_repository_is_an_error(t
         f"config gencode.{field}: link/x leads out of the repository through a symlink (to {outside / 'x'})",
         f"set gencode.{field} to a path inside the repository, relative to its root",
     )
+
+
+def test_a_half_written_temporary_object_is_not_audited(tmp_path: Path) -> None:
+    """A build in progress leaves mkstemp's tmpXXXXXXXX.so beside the objects: never audited, never GC008;
+    the seeded twin, the same bytes under an object's name, is GC008."""
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    (tmp_path / "build" / "tmpa1b2c3d4.so").write_bytes(b"\x7fELF half")
+    args = argparse.Namespace(build_dir=tmp_path / "build", compile_commands=None, archs=None)
+    stage(tmp_path)
+    ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={})
+    result = run_check(registry.get("gencode"), ctx, args)
+    assert (result.status.value, result.summary) == ("error", "no CUDA objects found to audit")
+    (tmp_path / "build" / "paged_attn-0123456789abcdef.so").write_bytes(b"\x7fELF half")
+    assert [r for r, _ in pairs(run(tmp_path, archs="9.0"))] == ["GC008", "GC006"]  # unreadable, so no object
+    assert not gencode._built(tmp_path / "nothing") and gencode._TEMPORARY.match("tmpa1b2c3d4.so")
+
+
+def test_the_preflight_lists_gencode_as_not_run_where_nothing_was_built(tmp_path: Path) -> None:
+    make_repo(tmp_path, '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], {})
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "tmpa1b2c3d4.so").write_bytes(b"\x7fELF half")  # a build in progress has built nothing yet
+    stage(tmp_path)
+    ctx = Context(root=tmp_path, config=Config(gencode=GencodeConfig()), env={"VT_CUDA_CACHE": str(cache)})
+    not_run: list[tuple[str, str]] = []
+    assert run_preflight(ctx, ["gencode"], not_run=not_run) == []
+    assert not_run == [
+        (
+            "gencode",
+            f"no build: no CUDA build to audit ({cache} holds no objects); "
+            "ci/fat-build.sh builds every source and runs this check on the result",
+        )
+    ]
+    (cache / "kv_store-0123456789abcdef.so").write_bytes(b"\x7fELF")  # built: the preflight runs it
+    not_run.clear()
+    [result] = run_preflight(ctx, ["gencode"], not_run=not_run)
+    assert not_run == [] and "GC008" in [f.rule for f in result.findings]

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 import sys
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def test_the_snippet_names_real_hooks_and_a_real_revision():
     [repo] = YAML(typ="safe").load(yaml_blocks()[1])["repos"]
     hooks = {h["id"] for h in YAML(typ="safe").load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert {h["id"] for h in repo["hooks"]} <= hooks
-    assert repo["rev"] == "main"  # the branch every clone has; a tag would have to exist
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert repo["rev"] == f"v{version}"  # the release tag of this version (docs/RELEASING.md), never a branch
     assert repo["repo"] == PLACEHOLDER  # no invented URL: the reader's own clone (or the URL they cloned from)
 
 
@@ -72,9 +74,13 @@ def test_each_hook_of_the_readme_snippet_through_pre_commit_try_repo(tmp_path: P
     )
     [snippet] = YAML(typ="safe").load(yaml_blocks()[1])["repos"]
     rev = snippet["rev"]
-    # update-ref, not `branch -f`: the clone may have that branch checked out (a clone of main)
+    # the release tag as docs/RELEASING.md cuts it (annotated), on the clone's HEAD: the tag of this version
+    # may not exist yet, and the commit under test is this one
     subprocess.run(
-        ["git", "-C", str(clone), "update-ref", f"refs/heads/{rev}", "HEAD"], check=True, capture_output=True, env=env
+        ["git", "-C", str(clone), "tag", "-f", "-a", rev, "-m", f"rowgate {rev}", "HEAD"],
+        check=True,
+        capture_output=True,
+        env=env,
     )
 
     # the scratch repository: signed-off history, a remote, then the README's commands

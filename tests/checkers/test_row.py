@@ -154,3 +154,13 @@ def test_claim_refuses_a_non_active_target_state(repo: GitRepo, capsys):
     assert rowgate(repo, "claim", "GOV-CORE", "--branch", "b", "--owner", "ada", "--state", "DONE") == 2
     assert capsys.readouterr().err == "rowgate: --state DONE is not an active state (SPIKE, ACTIVE, GATING)\n"
     assert not (repo.path / ".agents/claims").exists()
+
+
+def test_claim_without_owner_takes_gits_user_name(repo: GitRepo, monkeypatch, capsys):
+    """The README's `rowgate claim GOV-X --branch row/GOV-X` as written: no --owner, no $USER (a container)."""
+    for var in ("ROWGATE_OWNER", "USER", "LOGNAME"):
+        monkeypatch.delenv(var, raising=False)
+    repo.git("config", "user.name", "Ada Tester")
+    assert rowgate(repo, "claim", "GOV-CORE", "--branch", "row/GOV-CORE") == 0
+    assert 'owner: "Ada Tester"\n' in (repo.path / ".agents/claims/GOV-CORE.yaml").read_text()
+    assert "GOV-CORE: claimed as GOV-CORE by Ada Tester on row/GOV-CORE" in capsys.readouterr().out

@@ -54,8 +54,11 @@ def test_batch_repeats_one_prompt_identically(capsys) -> None:
 def test_text_output_and_bfloat16(capsys) -> None:
     assert main(["generate", "--max-new-tokens", "3", "--dtype", "bfloat16"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("[0] ") and len(lines[0][4:].split(",")) == 3
-    assert lines[1].startswith("3 tokens, ")
+    assert lines[0] == "model: the embedded tiny Qwen3, a toy with random weights: its text is not language"
+    ids, _, rest = lines[1][4:].partition("  ")
+    assert lines[1].startswith("[0] ") and len(ids.split(",")) == 3
+    assert rest.startswith("'") and rest.endswith("'  (finish: length)")  # the decoded text, then why it ended
+    assert lines[2].startswith("3 tokens, ")
 
 
 @pytest.mark.parametrize(
@@ -141,4 +144,4 @@ def test_text_prompt_with_a_tokenizer_in_the_model_dir(tiny_model_dir, tmp_path,
     first = capsys.readouterr().out.splitlines()[0]
     assert main(["generate", "--prompt-ids", "4,2", "--max-new-tokens", "3", "--json"]) == 0
     ids = json.loads(capsys.readouterr().out)["tokens"][0]
-    assert first == f"[0] {','.join(map(str, ids))}  {' '.join(f'w{i}' for i in ids)!r}"
+    assert first == f"[0] {','.join(map(str, ids))}  {' '.join(f'w{i}' for i in ids)!r}  (finish: length)"

@@ -33,6 +33,9 @@ RULES = (
 R_GENCODE, R_PTX, R_UNLISTED, R_EMPTY, R_MISSING_SRC, R_NO_OBJECT, R_TABLE, R_UNREADABLE = RULES
 _ARCH = re.compile(r"^\d{1,3}\.\d[af]?$")
 _HASHED = re.compile(r"^(?P<stem>.+)-[0-9a-f]{16}\.so$")  # engine/cuda/build.py's cache names
+# What a build writes before it renames the object into place (tempfile.mkstemp's `tmpXXXXXXXX.so`, a
+# dotted name): half-written while nvcc runs, never an object to audit.
+_TEMPORARY = re.compile(r"^(tmp[A-Za-z0-9_]{6,}|\..*)\.(so|o|fatbin)$")
 REBUILD = "rebuild (python -m engine.cuda.build --fat --out DIR) or fix the table entry"
 
 
@@ -86,14 +89,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     else:
         chosen = getattr(args, "build_dir", None) or cfg.build_dir
         build_dir = getattr(args, "build_dir", None) or _default_build_dir(ctx, cfg.build_dir)
-        if not chosen and not (build_dir.is_dir() and any(build_dir.glob("*.so"))):
+        if not chosen and not _built(build_dir):
             # Nothing was built on this machine: an honest skip, not a pass. CI builds, then audits.
-            state = "holds no objects" if build_dir.is_dir() else "does not exist"
-            return Result.skip(
-                ID,
-                f"no CUDA build to audit ({build_dir} {state}); "
-                "ci/fat-build.sh builds every source and runs this check on the result",
-            )
+            return Result.skip(ID, _no_build(build_dir))
         compiled, examined, built_for = from_build_dir(build_dir, findings, notes)
         unit = "objects"
     if explicit:
@@ -255,7 +253,9 @@ def from_build_dir(
                 "rebuild: python -m engine.cuda.build --fat --out DIR",
             ) from None
     else:
-        candidates = [p for ext in ("*.so", "*.o", "*.fatbin") for p in build_dir.rglob(ext)]
+        candidates = [
+            p for ext in ("*.so", "*.o", "*.fatbin") for p in build_dir.rglob(ext) if not _TEMPORARY.match(p.name)
+        ]
         for path in sorted(candidates, key=lambda p: p.stat().st_mtime):
             m = _HASHED.match(path.name)
             objects[(m.group("stem") if m else path.name.split(".")[0]) + ".cu"] = path
@@ -272,6 +272,30 @@ def from_build_dir(
         except (OSError, fatbin.FatbinError) as exc:
             findings.append(R_UNREADABLE.finding(f"{path}: {exc}", None, None, "rebuild the object"))
     return compiled, len(objects), built_for
+
+
+def not_run(ctx: Context, args: argparse.Namespace) -> str | None:
+    """Why the preflight leaves this check out here: no build dir or compile commands were named and none was
+    built on this machine (a fresh clone, a CI job that does not build). Listed as not run, with the reason,
+    so that it neither passes nor turns the verdict; ci/fat-build.sh builds and then runs it."""
+    cfg = ctx.config.gencode
+    named = getattr(args, "build_dir", None) or getattr(args, "compile_commands", None)
+    if named or cfg.build_dir or cfg.compile_commands or not (ctx.root / cfg.table).is_file():
+        return None
+    build_dir = _default_build_dir(ctx, None)
+    return None if _built(build_dir) else "no build: " + _no_build(build_dir)
+
+
+def _built(build_dir: Path) -> bool:
+    return build_dir.is_dir() and any(not _TEMPORARY.match(p.name) for p in build_dir.glob("*.so"))
+
+
+def _no_build(build_dir: Path) -> str:
+    state = "holds no objects" if build_dir.is_dir() else "does not exist"
+    return (
+        f"no CUDA build to audit ({build_dir} {state}); "
+        "ci/fat-build.sh builds every source and runs this check on the result"
+    )
 
 
 def _special(path: Path) -> str | None:
@@ -341,7 +365,7 @@ def _default_build_dir(ctx: Context, configured: str | None) -> Path:
     if env:
         return Path(env).expanduser()
     fat = ctx.root / FAT_BUILD_DIR
-    if fat.is_dir() and any(fat.glob("*.so")):
+    if _built(fat):
         return fat
     return Path.home() / ".cache" / "rowgate" / "cuda"
 

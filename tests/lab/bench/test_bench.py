@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from engine import flags
 from lab.bench import ab
@@ -80,8 +81,15 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
             str(tmp_path),
         ]
     )
-    out = capsys.readouterr().out
-    assert rc == 0 and "verdict:" in out and "pair ratios off/on:" in out
+    captured = capsys.readouterr()
+    out = captured.out
+    # on the CPU the CUDA arm VT_GEMV gates runs on neither side: the A/B says so and fails, its record too
+    assert rc == 1 and "verdict: not measured: the arms VT_GEMV gates ran on neither side" in out
+    assert out.splitlines()[0] == (
+        "bench ab: on the CPU (--device cpu): this measures the torch references: a flag that gates a CUDA arm "
+        "runs none there"
+    )
+    assert captured.err.startswith("error: the arms VT_GEMV gates ran 0 times on both sides")
     [path] = tmp_path.glob("*-ab-vt-gemv.json")
     record = json.loads(path.read_text())
     assert record["kind"] == "bench" and record["rows"] == ["KERNEL-GEMV", "ENGINE-BENCH"]
@@ -106,7 +114,7 @@ def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
             str(tmp_path),
         ]
     )
-    assert rc == 0 and "verdict:" in capsys.readouterr().out
+    assert rc == 1 and "verdict: not measured" in capsys.readouterr().out  # no CUDA arm on the CPU
     [path] = tmp_path.glob("*-ab-vt-norm-kernel.json")
     assert json.loads(path.read_text())["results"]["max_abs_on_vs_off"] == 0.0  # the CPU runs the reference twice
 
@@ -114,6 +122,21 @@ def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
 def test_ab_rejects_unknown_flags(capsys):
     assert ab.main(["--flag", "VT_NOPE"]) == 2
     assert ab.main(["--flag", "VT_CUDA_ARCHS"]) == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a CUDA device")
+def test_gpu_benchmarks_refuse_at_once_without_a_gpu(capsys):
+    from lab.bench import decode
+
+    for main, argv, command in (
+        (decode.main, ["--profile"], "bench decode"),
+        (decode.main, ["--hf-compiled", "--device", "cuda"], "bench decode"),
+        (ab.main, ["--flag", "VT_ATTN_TILED"], "bench ab"),
+    ):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.splitlines()) == 1
+        assert captured.err.startswith(f"error: {command} measures a CUDA device and there is none here;")
 
 
 def test_decode_bench_runs_on_a_tiny_model(capsys):
@@ -232,4 +255,4 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
             str(tmp_path),
         ]
     )
-    assert rc == 0 and "verdict:" in capsys.readouterr().out
+    assert rc == 1 and "verdict: not measured" in capsys.readouterr().out  # the fused CUDA arm: not on the CPU

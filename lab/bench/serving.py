@@ -1,0 +1,140 @@
+"""What serving features cost, as ratios in one run on one engine: logprobs (k=5) and penalties against plain
+requests offline, and the OpenAI server (`python -m engine serve`'s app, concurrent clients) against the offline
+LLM.generate, on the throughput benchmark's workload (lab/bench/throughput.py: random prompts, uniform input
+and output lengths, EOS ignored). Each arm runs --reps times interleaved; the median stands.
+
+    python -m lab bench serving --smoke --requests 32 --max-len 64      # CPU, the embedded tiny model
+    python -m lab bench serving --requests 256                           # GPU, Qwen3-0.6B's shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.llm import LLM
+from engine.sampling_params import SamplingParams
+from lab.bench.throughput import model_for, workload
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lab bench serving", description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="the embedded tiny model on the CPU (default without CUDA)")
+    p.add_argument("--requests", type=int, help="requests (default 256; smoke 32)")
+    p.add_argument("--max-len", type=int, help="longest input and output (default 1024; smoke 64)")
+    p.add_argument("--reps", type=int, default=3, help="interleaved rounds of every arm (the median stands)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def offline(llm: LLM, prompts: list[list[int]], outs: list[int], **extra: Any) -> float:
+    params = [
+        SamplingParams(temperature=0.8, seed=i, max_tokens=m, ignore_eos=True, **extra) for i, m in enumerate(outs)
+    ]
+    t0 = time.perf_counter()
+    got = llm.generate(prompts, params)
+    seconds = time.perf_counter() - t0
+    assert [len(o.token_ids) for o in got] == outs
+    return sum(outs) / seconds
+
+
+# the clients run in their own process, as a server's clients do: in this one they would share its GIL
+CLIENTS = """
+import json, sys, threading, time, urllib.request
+url, reqs = json.loads(sys.stdin.read())
+done = [0] * len(reqs)
+def one(i):
+    r = urllib.request.Request(url, json.dumps(reqs[i]).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=600) as f:
+        done[i] = json.loads(f.read())["usage"]["completion_tokens"]
+threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
+t0 = time.perf_counter()
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps([time.perf_counter() - t0, done]))
+"""
+
+
+def served(url: str, prompts: list[list[int]], outs: list[int]) -> float:
+    """Every request at once from concurrent HTTP clients (one thread each, in another process), timed until
+    the last answer."""
+    reqs = [{"prompt": p, "max_tokens": m, "temperature": 0.8, "seed": i, "ignore_eos": True}
+            for i, (p, m) in enumerate(zip(prompts, outs))]  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", CLIENTS], input=json.dumps([url + "/v1/completions", reqs]),
+                         capture_output=True, text=True, check=True, timeout=1200)  # fmt: skip
+    seconds, done = json.loads(run.stdout)
+    if done != outs:
+        raise RuntimeError("the server generated other lengths than asked")
+    return sum(outs) / seconds
+
+
+def start_server(llm: LLM) -> tuple[str, Any]:
+    import uvicorn  # why: the server's dependencies load only for this benchmark
+
+    from engine.serve.app import build_app  # why: the same
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(build_app(llm, "bench"), log_level="warning"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", server
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    smoke = args.smoke or not torch.cuda.is_available()
+    n = args.requests or (32 if smoke else 256)
+    max_len = args.max_len or (64 if smoke else 1024)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = model_for(Path(tmp), smoke)
+        llm = LLM(model, device="cpu" if smoke else "cuda", max_num_seqs=n, max_model_len=2 * max_len + 8)
+        vocab = llm.config.vocab_size
+        offline(llm, *workload(n, 4, 8, vocab, args.seed + 99))  # warm-up: graphs, lazy inits
+        rates: dict[str, list[float]] = {"plain": [], "logprobs=5": [], "penalties": []}
+        for rep in range(args.reps):
+            prompts, outs = workload(n, max(1, max_len // 4), max_len, vocab, args.seed + rep)
+            rates["plain"].append(offline(llm, prompts, outs))
+            rates["logprobs=5"].append(offline(llm, prompts, outs, logprobs=5))
+            rates["penalties"].append(offline(llm, prompts, outs, presence_penalty=0.5, repetition_penalty=1.1))
+        url, server = start_server(llm)  # the same engine, now owned by the server's thread
+        rates["server"] = []
+        for rep in range(args.reps):
+            prompts, outs = workload(n, max(1, max_len // 4), max_len, vocab, args.seed + rep)
+            rates["server"].append(served(url, prompts, outs))
+        server.should_exit = True
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    result = {
+        "requests": n,
+        "max_len": max_len,
+        "device": "cpu" if smoke else torch.cuda.get_device_name(),
+        "tok_per_s": med,
+        "logprobs_ratio": med["logprobs=5"] / med["plain"],
+        "penalties_ratio": med["penalties"] / med["plain"],
+        "server_ratio": med["server"] / med["plain"],
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in med.items():
+            print(f"{k:>11}: {v:9.1f} tok/s (median of {args.reps})")
+        print(f"logprobs=5 / plain {result['logprobs_ratio']:.3f}x; penalties / plain {result['penalties_ratio']:.3f}x; "
+              f"server / offline {result['server_ratio']:.3f}x")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
