@@ -12,8 +12,8 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest

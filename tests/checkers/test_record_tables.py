@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from checkers.checks.records import agent_record, doc_checkpoint, live_rows
+from checkers.checks.records import agent_record, live_rows
 from checkers.config import load_config
 from checkers.context import Context
 from checkers.records import load_records
@@ -188,34 +188,6 @@ def test_without_sources_the_records_are_the_files(rowgate_repo):
     assert list(rec.rows) == ["GOV-CORE"] and rec.tables == {}
 
 
-def _doc_checkpoint(repo, base: str):
-    return doc_checkpoint.run(_ctx(repo), argparse.Namespace(base=base, head="HEAD"))
-
-
-def test_a_checkpoint_commit_without_its_documents_is_a_finding(tmp_path: Path):
-    repo = excerpt_repo(tmp_path / "repo")
-    base = repo.head()
-    sha = repo.commit("state: note", {".agents/state.md": "## 2026-07-24\n", "README.md": "# vllm.cpp\n"})
-    result = _doc_checkpoint(repo, base)
-    assert [(f.rule, f.message) for f in result.findings] == [
-        (
-            "DC005",
-            f"commit {sha[:12]} changes feature checkpoint paths (.agents/state.md) but does not update "
-            "docs/BENCHMARKS.md in the same change",
-        )
-    ]
-
-
-def test_a_checkpoint_commit_with_its_documents_passes(tmp_path: Path):
-    repo = excerpt_repo(tmp_path / "repo")
-    base = repo.head()
-    files = {".agents/state.md": "x\n", "src/a.cpp": "x\n", "README.md": "r\n", "docs/BENCHMARKS.md": "b\n"}
-    repo.commit("feat: checkpoint", files)
-    repo.commit("chore: not a checkpoint", {"notes.txt": "x\n"})
-    result = _doc_checkpoint(repo, base)
-    assert (result.status.value, result.summary) == ("pass", "OK: 0 rendered files up to date; 2 commits checked")
-
-
 def test_live_rows_classifies_each_claim_from_git_evidence(tmp_path: Path):
     from tests.checkers.vllmcpp_excerpt import COORDINATION
 
@@ -231,11 +203,3 @@ def test_live_rows_classifies_each_claim_from_git_evidence(tmp_path: Path):
     details = live_rows.run(_ctx(repo), args).details
     assert details[-1] == "claims: IN-FLIGHT=1 LANDED=1 ABANDONED=0"
     assert f"| LANDED: commit {landed[:12]} on HEAD names it (2026-01-01) |" in details[2]
-
-
-def test_a_summary_that_drifts_from_the_rows_is_a_finding(tmp_path: Path):
-    engine = ENGINE.replace(
-        "| **Total** | **3** | **1** | **1** | **1** |", "| **Total** | **3** | **1** | **2** | **1** |"
-    )
-    result = _agent_record(excerpt_repo(tmp_path / "repo", **{".agents/engine-matrix.md": engine}))
-    assert _findings(result) == [("AR008", ".agents/engine-matrix.md", 5, "summary active=2; actual 1")]
