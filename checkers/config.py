@@ -428,6 +428,11 @@ class GencodeConfig(Strict):
     compile_commands: RepoPath | None = Field(
         None, description="a CMake compile_commands.json to audit instead of objects (as --compile-commands)"
     )
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="source file -> feature, for a CMake feature table (`table: cmake/CudaArchFeatures.cmake`), "
+        "which names features and archs but no sources",
+    )
     ptx: Literal["all", "subset", "none"] = Field(
         "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited"
     )
