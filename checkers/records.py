@@ -160,7 +160,9 @@ def load_records(root: Path, config: Config | None = None) -> Records:
 def check_rows(rec: Records, config: Config) -> None:
     """Each row's id and state against the configured id pattern and states; a row that fails is a
     problem and is no record."""
-    pattern = re.compile(config.rows.id_pattern)
+    from .safe_regex import compile_pattern  # a configured pattern runs under a time limit
+
+    pattern = compile_pattern(config.rows.id_pattern)
     states = config.rows.state_order
     for row_id, loaded in list(rec.rows.items()):
         bad: list[tuple[int | None, str, str]] = []

@@ -15,6 +15,7 @@ from typing import Any
 from ..config import TableColumn, TableSource
 from ..paths import OutsideRepo, confine
 from ..results import RecordError
+from ..safe_regex import compile_pattern
 from .tables import Table, TableLine, clean, normalize, read_tables
 
 _CODE_SPAN = re.compile(r"`([^`]+)`")
@@ -103,7 +104,7 @@ def _read_table(
     list_fields: Collection[str],
 ) -> None:
     key = "id" if "id" in columns else "number"
-    id_pattern = re.compile(source.id_pattern) if source.id_pattern else None
+    id_pattern = compile_pattern(source.id_pattern) if source.id_pattern else None
     placeholders = {p.lower() for p in source.placeholders}
     for line in table.lines:
         first = columns[key][0]
@@ -142,7 +143,7 @@ def _field_value(
         if clean(cell).lower() in placeholders:
             continue
         if col.pattern is not None:
-            found += [m.group(1) if m.groups() else m.group(0) for m in re.finditer(col.pattern, cell)]
+            found += [m.group(1) if m.groups() else m.group(0) for m in compile_pattern(col.pattern).finditer(cell)]
         elif is_list:
             spans = _CODE_SPAN.findall(cell)
             found += spans if spans else [p.strip() for p in cell.split(",") if p.strip()]

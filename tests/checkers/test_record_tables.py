@@ -203,3 +203,19 @@ def test_live_rows_classifies_each_claim_from_git_evidence(tmp_path: Path):
     details = live_rows.run(_ctx(repo), args).details
     assert details[-1] == "claims: IN-FLIGHT=1 LANDED=1 ABANDONED=0"
     assert f"| LANDED: commit {landed[:12]} on HEAD names it (2026-01-01) |" in details[2]
+
+
+def test_a_backtracking_column_pattern_is_stopped_not_run_to_the_end(tmp_path: Path):
+    # the config is the repository's, so branch content: a nested quantifier on a long cell must not hang
+    from checkers.safe_regex import PatternTimeout
+    from tests.checkers.vllmcpp_excerpt import CONFIG, KERNEL
+
+    config = CONFIG.read_text().replace("pattern: 'CLAIM-[A-Za-z0-9_.-]+'}", "pattern: '(a|aa)+$'}")
+    kernel = KERNEL.replace("| `INVENTORIED` | - |", "| `INVENTORIED` | " + "a" * 40 + "! |")
+    repo = excerpt_repo(tmp_path / "repo", **{".agents/config.yaml": config, ".agents/kernel-matrix.md": kernel})
+    try:
+        load_records(repo.path, load_config(repo.path))
+    except PatternTimeout as exc:
+        assert "ran past" in str(exc)
+    else:
+        raise AssertionError("the pattern ran to its end")

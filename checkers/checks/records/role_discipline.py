@@ -18,6 +18,7 @@ from ...files import select
 from ...gitio import TrailedCommit
 from ...ids import ROW_ID
 from ...results import Finding, Result, Rule
+from ...safe_regex import compile_pattern
 from .issuerefs import ref_pattern
 from .pending import has_marker, names_issue, pending_shas, record_range
 
@@ -83,7 +84,7 @@ class Scope:
     request references, and the commits that change only integration paths."""
 
     def __init__(self, id_pattern: str, cfg: RoleConfig | None = None, exempt: set[str] | None = None):
-        self.id_pattern = re.compile(id_pattern)
+        self.id_pattern = compile_pattern(id_pattern, trusted=id_pattern == ROW_ID)
         self.topic_branches = bool(cfg and cfg.topic_branches)
         self.pr_refs = bool(cfg and cfg.pr_refs)
         self.exempt = exempt or set()
