@@ -415,6 +415,16 @@ def _gencode(root: Path, paths: list[str], plan: Plan) -> None:
         plan.disabled["gencode"] = "no CUDA sources (*.cu) in the tree"
         return
     if not tables:
+        from ..checks.gencode.cmake_table import find_cmake_table
+
+        cmake = find_cmake_table(root, paths)
+        if cmake is not None:
+            plan.disabled["gencode"] = (
+                f"{len(cuda)} CUDA sources and the CMake feature table {cmake[0]} ({', '.join(cmake[1])}); "
+                "it names no sources: set gencode.table to it and map each source to its feature under "
+                "gencode.sources, then enable the check"
+            )
+            return
         found = f"; found {commands[0]}" if commands else ""
         plan.disabled["gencode"] = (
             f"{len(cuda)} CUDA sources but no arch feature table (arch_features.yaml) "

@@ -101,3 +101,14 @@ def test_init_counts_the_commits_the_chosen_contract_rejects(git_repo):
         git_repo.commit(f"Work {n}\n\nAssisted-by: Claude:opus [tool]\n", {f"f{n}.txt": "x\n"})
     out = _init(git_repo, "--dry-run")
     assert "(5 of the 5 commits by people read break them; merges and bots not counted)" in out.stdout
+
+
+def test_init_names_a_cmake_feature_table_and_what_it_lacks(git_repo):
+    from tests.checkers.test_gencode import CMAKE_TABLE
+
+    git_repo.commit("cuda", {"cmake/CudaArchFeatures.cmake": CMAKE_TABLE, "src/vt/cuda/a.cu": "// a\n"})
+    out = _init(git_repo, "--dry-run")
+    assert (
+        "1 CUDA sources and the CMake feature table cmake/CudaArchFeatures.cmake (fp4-mma, marlin-nvfp4); "
+        "it names no sources: set gencode.table to it and map each source to its feature under gencode.sources"
+    ) in out.stdout

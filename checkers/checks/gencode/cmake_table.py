@@ -51,6 +51,19 @@ def load_cmake_table(root: Path, rel: str, sources: dict[str, str]) -> tuple[dic
     return archs, lines
 
 
+def find_cmake_table(root: Path, paths: list[str]) -> tuple[str, list[str]] | None:
+    """A tracked CMake file that declares a feature table, and its feature names (for `rowgate init`)."""
+    for rel in sorted(p for p in paths if p.endswith(".cmake") or p.endswith("CMakeLists.txt")):
+        path = root / rel
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_BYTES:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        names = [m.group(1) for line in text.splitlines() for m in _CELL.finditer(_uncommented(line))]
+        if len(names) >= 2:  # one cell could be anything; a table has rows
+            return rel, names
+    return None
+
+
 def _uncommented(line: str) -> str:
     """The line up to a `#` that is outside a quoted string."""
     quoted = False
