@@ -19,6 +19,12 @@ from .results import CheckError
 LOCK_NAME = "rowgate.lock"
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 _POLL_S = 0.02
+# A lock older than this is stale whoever holds it: a holder keeps it only for a write (milliseconds), and
+# a holder on another host cannot be asked whether it still runs.
+STALE_AFTER_S = 300.0
+# A temporary file a killed writer left is removed once its pid is gone and it is this old (or, from
+# another host, after STALE_AFTER_S).
+TEMP_GRACE_S = 10.0
 
 
 class LockTimeout(CheckError):
@@ -95,16 +101,20 @@ def _unlink(path: Path) -> None:
 
 @contextlib.contextmanager
 def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[Path]:
-    """Hold `<agents_dir>/rowgate.lock` for a read-modify-write. A second writer waits up to `timeout_s`
-    (default $ROWGATE_LOCK_TIMEOUT or 10 s), then fails with LockTimeout naming the holder. A lock left
-    by a process that died on this host is broken (its pid no longer runs)."""
+    """Hold `<agents_dir>/rowgate.lock` for a write (callers load and validate before taking it and re-check
+    under it). A second writer waits up to `timeout_s` (default $ROWGATE_LOCK_TIMEOUT or 10 s), then fails
+    with LockTimeout naming the holder. A stale lock is broken (_stale_reason): its process is gone on this
+    host, the host has rebooted since, its pid now belongs to another process, it is older than
+    STALE_AFTER_S, or it is not a lock rowgate writes (empty, no pid, a FIFO, a directory). Temporary files
+    that killed writers left are removed once the lock is held."""
     if timeout_s is None:
         timeout_s = _env_timeout()
     lock = agents_dir / LOCK_NAME
     agents_dir.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
     token = (
-        f"pid={os.getpid()} host={socket.gethostname()} since={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-        f" token={secrets.token_hex(8)}\n"
+        f"pid={me} host={socket.gethostname()} since={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        f" boot={_boot_id()} start={_start_ticks(me)} token={secrets.token_hex(8)}\n"
     )
     deadline = time.monotonic() + timeout_s
     # The holder's name is written before the lock appears (a complete file hard-linked into place),
@@ -117,7 +127,7 @@ def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[P
                 break
             except FileExistsError:
                 holder = _read(lock)
-            if holder is not None and _is_stale(holder):
+            if holder is not None and _stale_reason(lock, holder):
                 _break_stale(lock, holder)
             elif time.monotonic() >= deadline:
                 raise LockTimeout(
@@ -128,6 +138,7 @@ def records_lock(agents_dir: Path, timeout_s: float | None = None) -> Iterator[P
                 time.sleep(_POLL_S)
     finally:
         _unlink(tmp)
+    _sweep_temps(agents_dir)
     try:
         yield lock
     finally:
@@ -142,11 +153,39 @@ def _env_timeout() -> float:
         return DEFAULT_LOCK_TIMEOUT_S
 
 
+NOT_A_LOCK = "\0not a lock file\0"  # what _read() gives for a FIFO, a directory or a huge file
+
+
 def _read(path: Path) -> str | None:
+    """The lock's text, bounded and never blocking (a FIFO as the lock is not opened for reading)."""
+    from .boundedio import LOCK_CAP, Unreadable, read_bytes
+
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_bytes(path, LOCK_CAP).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
+    except Unreadable:
+        return NOT_A_LOCK
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux); a lock naming another boot of this host was left before a restart."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read(64).strip() or "-"
+    except OSError:
+        return "-"
+
+
+def _start_ticks(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot, Linux): a pid reused by a later process has
+    another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        return stat[stat.rindex(b")") + 2 :].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        return "-"
 
 
 def _fields(holder: str) -> dict[str, str]:
@@ -160,17 +199,67 @@ def _describe(holder: str | None) -> str:
     return f"pid {f.get('pid', '?')} on {f.get('host', '?')} since {f.get('since', '?')}"
 
 
-def _is_stale(holder: str) -> bool:
+def _stale_reason(lock: Path, holder: str) -> str | None:
+    """Why the lock holding `holder` is stale, or None while its holder may still run."""
     f = _fields(holder)
-    if f.get("host") != socket.gethostname() or not f.get("pid", "").isdigit():
-        return False
+    if holder == NOT_A_LOCK or not f.get("pid", "").isdigit():
+        return "not a lock rowgate writes"
     try:
-        os.kill(int(f["pid"]), 0)
+        age = time.time() - os.lstat(lock).st_mtime
+    except FileNotFoundError:
+        return None  # released meanwhile: the next link attempt takes it
+    if age > STALE_AFTER_S:
+        return f"older than {STALE_AFTER_S:g}s"
+    if f.get("host") != socket.gethostname():
+        return None
+    if f.get("boot", "-") not in ("-", _boot_id()):
+        return "left before this host restarted"
+    pid = int(f["pid"])
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
+        return "its process is gone"
     except PermissionError:
+        pass  # runs, as another user
+    if f.get("start", "-") not in ("-", _start_ticks(pid)):
+        return "its pid now belongs to another process"
+    return None
+
+
+def _is_stale(holder: str) -> bool:
+    """Whether a lock holding `holder` (as if just written) is stale."""
+    return _stale_reason(Path(os.devnull), holder) is not None
+
+
+def _sweep_temps(agents_dir: Path) -> None:
+    """Remove the temporary twins (`.NAME.PID.HEX.tmp`) and set-aside stale locks that killed writers left
+    under `agents_dir`: their pid is gone and they are TEMP_GRACE_S old, or they are STALE_AFTER_S old.
+    Called with the lock held, so no live writer of this repository is between its write and rename."""
+    now = time.time()
+    for path in [*agents_dir.glob(".*.tmp"), *agents_dir.glob("*/.*.tmp"), *agents_dir.glob("*/*/.*.tmp")]:
+        parts = path.name.rsplit(".", 3)
+        pid = parts[1] if len(parts) == 4 else ""
+        try:
+            age = now - os.lstat(path).st_mtime
+        except FileNotFoundError:
+            continue
+        gone = pid.isdigit() and not _runs(int(pid))
+        if (gone and age > TEMP_GRACE_S) or age > STALE_AFTER_S:
+            _unlink(path)
+    for path in agents_dir.glob(f"{LOCK_NAME}.stale.*"):
+        with contextlib.suppress(OSError):
+            if now - os.lstat(path).st_mtime > TEMP_GRACE_S:
+                _unlink(path)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _break_stale(lock: Path, holder: str) -> None:
@@ -182,9 +271,13 @@ def _break_stale(lock: Path, holder: str) -> None:
     except FileNotFoundError:
         return
     if _read(aside) != holder:
-        with contextlib.suppress(FileExistsError):
+        with contextlib.suppress(OSError):
             os.link(aside, lock)
-    _unlink(aside)
+    with contextlib.suppress(OSError):
+        if os.path.isdir(aside) and not os.path.islink(aside):
+            os.rmdir(aside)  # a directory named like the lock: removed when empty, else left aside
+        else:
+            _unlink(aside)
 
 
 # --- multi-file transactions ----------------------------------------------------------------------

@@ -143,6 +143,9 @@ def run_baseline(ctx: Context, ref: str | None = None, only: list[str] | None = 
     finally:
         ctx.notes = notes
     head_results = run_preflight(ctx, only, rng.ref)
+    if merge_base == head:  # nothing of its own: the commit gates had no range, which is not a failure here
+        why = "the branch has no commits of its own (head is the merge base)"
+        head_results = [r if _tree_gate(r.check) else Result.skip(r.check, why) for r in head_results]
     base_only = [r.check for r in head_results if _tree_gate(r.check)]
     base_results: dict[str, Result] = {}
     touched = set(ctx.git.text("diff", "--name-only", "-z", "--no-renames", merge_base, head).split("\0")) - {""}

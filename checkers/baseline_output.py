@@ -66,16 +66,23 @@ def verdict(report: Baseline, fail_on_inherited: bool = False) -> str:
     code = report.exit_code(fail_on_inherited)
     parts = []
     if new:
-        parts.append(f"{sum(len(report_gate.of(NEW)) for report_gate in report.gates)} new ({', '.join(new)})")
+        count = sum(len(g.of(NEW)) for g in report.gates)
+        errors = sum(g.new_error for g in report.gates)
+        what = ", ".join(
+            x for x in (f"{count} new" if count else "", f"{errors} could not verify" if errors else "") if x
+        )
+        parts.append(f"{what} ({', '.join(new)})")
     if inherited:
-        fixed = [g for g in report.gates if g.fixed_by]
-        tail = "; fixed upstream: " + ", ".join(f"{g.check} at {g.fixed_by[:12]}" for g in fixed if g.fixed_by)
-        parts.append(f"inherited from the base ({', '.join(inherited)}){tail if fixed else ''}")
+        upstream = [f"{g.check} at {g.fixed_by[:12]}" for g in report.gates if g.fixed_by]
+        tail = "; fixed upstream: " + ", ".join(upstream) if upstream else ""
+        parts.append(f"inherited from the base ({', '.join(inherited)}){tail}")
     if code:
         return "NOT green: " + "; ".join(parts) + ("" if fail_on_inherited else " (only new failures count)")
+    fixes = sum(len(g.of(FIXED)) for g in report.gates)
+    also = f"; the branch fixes {fixes} the base has" if fixes else ""
     if inherited:
-        return "No new failures: " + "; ".join(parts) + " (--fail-on-inherited makes them count)"
-    return "No new failures: the branch adds none and the base has none"
+        return "No new failures: " + "; ".join(parts) + also + " (--fail-on-inherited makes them count)"
+    return f"No new failures: the branch adds none{also or ' and the base has none'}"
 
 
 def render_json(report: Baseline, fail_on_inherited: bool = False) -> str:

@@ -372,7 +372,11 @@ def _describe_head(git: Git) -> str:
         return "no commits yet"
     branch = git.current_branch()
     where = f"branch {branch}" if branch else "detached HEAD"
-    status = git.run("status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules").stdout
+    # diff-index, not status: it compares by the index's file times and hashes nothing, so no clean filter
+    # (nor any other program) runs; a file only touched counts as changed.
+    status = git.run(
+        "diff-index", "--name-only", "-z", "--no-ext-diff", "--no-textconv", "--ignore-submodules", "HEAD", "--"
+    ).stdout
     dirty = ", uncommitted changes" if status else ""
     refs = git.refs("refs/remotes/")
     remotes = (

@@ -8,6 +8,7 @@ key fails with its file and line instead of being ignored.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -591,7 +592,8 @@ def check_names(config: Config, display: str, line: Callable[[tuple[str | int, .
                 (
                     line(("checks", check_id)),
                     f"checks.{check_id}",
-                    f"unknown check {check_id!r}; known checks: {', '.join(checks)}",
+                    f"unknown check {check_id!r}{_did_you_mean(check_id, list(checks))}; "
+                    f"known checks: {', '.join(checks)}",
                 )
             )
     named: list[tuple[tuple[str | int, ...], str, str]] = [
@@ -604,11 +606,19 @@ def check_names(config: Config, display: str, line: Callable[[tuple[str | int, .
     ]
     for loc, field_, key in named:
         if key not in known and key.upper() not in known:
-            listed = ", ".join(f"{r.id} {r.name}" for r in rules)
-            why = f"unknown rule {key!r}; known rules: {listed} (`rowgate rules` explains each)"
+            # the nearest id or name, not all of them on one line: `rowgate rules` lists them
+            names = {r.id: f"{r.id} {r.name}" for r in rules} | {r.name: f"{r.id} {r.name}" for r in rules}
+            near = difflib.get_close_matches(key.upper() if key[:1].isupper() else key, list(names), n=1, cutoff=0.6)
+            hint = f" (did you mean {names[near[0]]}?)" if near else ""
+            why = f"unknown rule {key!r}{hint}; `rowgate rules` lists the {len(rules)} rules and explains each"
             problems.append((line(loc), field_, why))
     if problems:
         raise RecordError(display, problems)
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    near = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def json_schema() -> dict[str, Any]:

@@ -48,7 +48,7 @@ def locate(root: Path, flag: str | Path | None = None, env: Mapping[str, str] | 
             path = path if path.is_absolute() else Path.cwd() / path
             display = _display(root, path)
             try:
-                raw = path.read_bytes()
+                raw = _read(path, display, None)
             except OSError as exc:
                 why = exc.strerror.lower() if exc.strerror else str(exc)
                 raise RecordError(display, [(None, "", f"{why} (the config named by {origin})")]) from None
@@ -56,19 +56,30 @@ def locate(root: Path, flag: str | Path | None = None, env: Mapping[str, str] | 
             return ConfigSource(path, display, origin, kind, raw)
     path = root / CONFIG_PATH
     try:
-        return ConfigSource(path, CONFIG_PATH, "found", "yaml", path.read_bytes())
+        return ConfigSource(path, CONFIG_PATH, "found", "yaml", _read(path, CONFIG_PATH, root))
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise RecordError(CONFIG_PATH, [(None, "", str(exc.strerror or exc))]) from None
     pyproject = root / PYPROJECT
     try:
-        raw = pyproject.read_bytes()
-    except OSError:
-        raw = b""
+        raw = _read(pyproject, PYPROJECT, root)
+    except (OSError, RecordError):
+        raw = b""  # no readable pyproject.toml: no config there
     if _TOOL_TABLE.search(raw):
         return ConfigSource(pyproject, PYPROJECT, "found", "pyproject", raw)
     return ConfigSource(None, "(defaults)", "none", "none", b"")
+
+
+def _read(path: Path, display: str, root: Path | None) -> bytes:
+    """The config file's bytes, bounded (and, for one found in the repository, confined to it): a link to
+    /dev/zero or a FIFO is a one-line config error, never a read without end."""
+    from .boundedio import RECORD_CAP, Unreadable, read_bytes
+
+    try:
+        return read_bytes(path, RECORD_CAP, root, display)
+    except Unreadable as exc:
+        raise RecordError(display, [(None, "", exc.why)]) from None
 
 
 def _display(root: Path, path: Path) -> str:

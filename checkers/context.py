@@ -224,7 +224,12 @@ class Context:
         if remote and remote in self.git.remotes():
             start = self.git.unpushed_base(head, remote)
             if start is not None:
-                what = "the remote has none of its history" if start == EMPTY_TREE else "the commits it lacks"
+                what = (
+                    "the remote has none of its history; for a new fork or mirror that already holds it, "
+                    f"`git fetch {remote}` first (or set ${self.config.base.env}) so only new commits are judged"
+                    if start == EMPTY_TREE
+                    else "the commits it lacks"
+                )
                 return start, f"pre-push to {remote}: {what}"
         return None, "pre-push"
 

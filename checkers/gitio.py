@@ -19,7 +19,9 @@ DEFAULT_TIMEOUT_S = 60.0
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Settings a repository's own config could use to change what rowgate parses: every call overrides them
 # (user and system config are not read at all). Trailer parsing, log and diff output shape, encodings,
-# path quoting, and the fsmonitor program a status would otherwise run.
+# path quoting, and every program-valued key with a fixed name (a repository's config is a branch's
+# content: no program it names may run). Keys whose names the repository chooses (filter, diff and merge
+# drivers) are neutralised per repository (Git._driver_overrides).
 CONFIG_OVERRIDES = (
     "trailer.separators=:",
     "trailer.where=end",
@@ -37,6 +39,17 @@ CONFIG_OVERRIDES = (
     "core.quotePath=false",
     "core.fsmonitor=false",
     "core.hooksPath=/dev/null",
+    "core.pager=cat",
+    "core.askPass=",
+    "core.sshCommand=",
+    "core.editor=:",
+    "core.alternateRefsCommand=",
+    "sequence.editor=:",
+    "diff.external=",
+    "credential.helper=",
+    "gpg.program=false",
+    "protocol.allow=never",
+    "uploadpack.packObjectsHook=",
     "diff.noprefix=false",
     "diff.mnemonicPrefix=false",
     "diff.relative=false",
@@ -45,6 +58,8 @@ CONFIG_OVERRIDES = (
     "notes.displayRef=",
 )
 _CONFIG_ARGS = tuple(a for kv in CONFIG_OVERRIDES for a in ("-c", kv))
+# Driver keys that name a program, by section: `<section>.<driver>.<key>`, the driver named by the repository.
+_DRIVER_PROGRAMS = {"filter": ("clean", "smudge", "process"), "diff": ("textconv", "command"), "merge": ("driver",)}
 # What locates a repository from the environment: honoured only when no --repo was given and nothing else
 # finds one (a hook run with GIT_DIR set outside its work tree).
 _LOCATORS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
@@ -102,16 +117,34 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
             out = proc.stdout.decode().split("\n")
             if len(out) >= 3 and out[1]:
                 _located_by_env[str(Path(out[1]))] = locators
-    out = proc.stdout.decode().split("\n")
+    out = proc.stdout.decode("utf-8", errors="surrogateescape").split("\n")
     if proc.returncode != 0:
         raise GitError(
             f"{start} is not inside a git repository", hint="run rowgate from a git work tree, or pass --repo PATH"
         )
     if out[0] == "true" or len(out) < 3 or not out[1]:
         raise GitError(f"{start} is in a bare repository", hint="run rowgate in a work tree")
+    if len(out) != 4:  # a path holds a newline: ask for each alone, so its one line is the whole output
+        out = [out[0], _rev_parse_one(start, "--show-toplevel"), _rev_parse_one(start, "--absolute-git-dir")]
     root, git_dir = Path(out[1]), Path(out[2])
     _discovered[str(root)] = git_dir
     return root, git_dir
+
+
+def _rev_parse_one(start: Path, option: str) -> str:
+    """One path from `git rev-parse OPTION`, exactly: the output less its final newline (a newline inside
+    the path stays; cutting at the first one would name a neighbour directory)."""
+    locators = _located_by_env.get(str(start))
+    proc = subprocess.run(
+        git_command("rev-parse", option),
+        cwd=start,
+        capture_output=True,
+        env=git_env(locators),
+        timeout=DEFAULT_TIMEOUT_S,
+        check=False,
+    )
+    text = proc.stdout.decode("utf-8", errors="surrogateescape")
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _rev_parse_toplevel(start: Path, locators: dict[str, str] | None) -> subprocess.CompletedProcess[bytes]:
@@ -176,11 +209,82 @@ class TrailedCommit(NamedTuple):
         return self.trailers.get("Row", ())
 
 
+_EMPTY: list[Any] = []  # the empty directory of this process's mailmap reads (removed at exit)
+
+
+def _empty_dir() -> str:
+    if not _EMPTY:
+        import tempfile
+
+        _EMPTY.append(tempfile.TemporaryDirectory(prefix="rowgate-empty-"))
+    return str(_EMPTY[0].name)
+
+
+def driver_overrides(config_list: bytes) -> dict[str, str]:
+    """From `git config --list -z`, every program-valued driver key the config defines (a filter's clean,
+    smudge and process, a diff driver's textconv and command, a merge driver), set empty (git then runs
+    nothing), and each filter made optional, so the file passes through unfiltered instead of failing."""
+    out: dict[str, str] = {}
+    for entry in config_list.decode("utf-8", errors="surrogateescape").split("\0"):
+        name = entry.split("\n", 1)[0]
+        section, _, rest = name.partition(".")
+        driver, _, key = rest.rpartition(".")
+        if driver and key.lower() in _DRIVER_PROGRAMS.get(section.lower(), ()):
+            out[f"{section}.{driver}.{key}"] = ""
+            if section.lower() == "filter":
+                out[f"{section}.{driver}.required"] = "false"
+    return out
+
+
+def _config_env(overrides: dict[str, str]) -> dict[str, str]:
+    """`overrides` as GIT_CONFIG_COUNT/KEY_n/VALUE_n: unlike `-c`, a key may hold `=` or any byte."""
+    env = {"GIT_CONFIG_COUNT": str(len(overrides))}
+    for i, (key, value) in enumerate(overrides.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
 class Git:
     def __init__(self, root: Path, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.root = Path(root)
         self.timeout_s = timeout_s
-        self._env = git_env(_located_by_env.get(str(self.root)))
+        self._base_env = git_env(_located_by_env.get(str(self.root)))
+        self._env_ready: dict[str, str] | None = None
+        # Where .mailmap is read from for the mapped reads (`mailmap=True`, check_mailmap): None for the work
+        # tree's, or a commit (the base of a range) whose .mailmap blob alone is used, so a branch's own
+        # .mailmap change cannot map its identities (it takes effect once it is on the base).
+        self.mailmap_rev: str | None = None
+
+    def _mailmap_opts(self) -> tuple[str, ...]:
+        """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in an empty
+        directory with the git directory named, git finds no work-tree .mailmap (it looks in the current
+        directory), and mailmap.blob names the base's."""
+        if self.mailmap_rev is None:
+            return ()
+        git_dir = _discovered.get(str(self.root))
+        if git_dir is None:
+            git_dir = Path(self.text("rev-parse", "--absolute-git-dir").strip())
+        blob = "" if self.mailmap_rev == EMPTY_TREE else f"{self.mailmap_rev}:.mailmap"
+        return ("-C", _empty_dir(), "--git-dir", str(git_dir), "-c", f"mailmap.blob={blob}", "-c", "mailmap.file=")
+
+    @property
+    def _env(self) -> dict[str, str]:
+        """The environment of this repository's git calls: git_env() plus the repository's own driver
+        programs switched off (one `git config --list` the first time)."""
+        if self._env_ready is None:
+            try:
+                listed = subprocess.run(
+                    git_command("-C", str(self.root), "config", "--list", "-z"),
+                    capture_output=True,
+                    env=self._base_env,
+                    timeout=self.timeout_s,
+                    check=False,
+                ).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                listed = b""  # the call that needs git reports the failure
+            self._env_ready = {**self._base_env, **_config_env(driver_overrides(listed))}
+        return self._env_ready
 
     def run(
         self, *args: str, input: bytes | None = None, ok_codes: tuple[int, ...] = (0,), timeout_s: float | None = None
@@ -386,7 +490,8 @@ class Git:
         """Every commit in `rev_range`, oldest first, read by one `git log`. The message is the raw `%B`;
         `mailmap` maps the author through .mailmap (`%aN`, `%aE`)."""
         author = "%aN%x1f%aE" if mailmap else "%an%x1f%ae"
-        args = ["log", "-z", "--reverse", f"--format=%H%x1f%P%x1f{author}%x1f%B"]
+        args = [*(self._mailmap_opts() if mailmap else ()), "log", "-z", "--reverse"]
+        args.append(f"--format=%H%x1f%P%x1f{author}%x1f%B")
         if first_parent:
             args.append("--first-parent")
         # Raw bytes kept (surrogate escapes, never replacement characters), so identities compare as stored.
@@ -435,8 +540,9 @@ class Git:
         boundary = []
         add, add_read = commits.append, read_out.append
         new = tuple.__new__  # Commit(...) without its Python-level __new__: this loop runs once per commit
+        mm = self._mailmap_opts() if mailmap and authors else ()
         for record in self.records(
-            "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
+            *mm, "log", "-z", "--reverse", "--boundary", f"--format={'%x1f'.join(fields)}%x1f%B", spec, "--"
         ):
             if not record:
                 continue
@@ -491,7 +597,9 @@ class Git:
         mapped: dict[str, str] = {}
         for i in range(0, len(contacts), batch):
             chunk = contacts[i : i + batch]
-            raw = self.run("check-mailmap", "--", *chunk).stdout.decode("utf-8", errors="surrogateescape")
+            raw = self.run(*self._mailmap_opts(), "check-mailmap", "--", *chunk).stdout.decode(
+                "utf-8", errors="surrogateescape"
+            )
             out = raw.split("\n")[:-1] if raw.endswith("\n") else raw.split("\n")
             if len(out) == len(chunk):
                 mapped.update(zip(chunk, out))
@@ -519,15 +627,40 @@ class Git:
         ]
         return parse_numstat_z(self.run(*args).stdout)
 
-    def attr_set(self, paths: list[str], attr: str) -> set[str]:
-        """The paths whose attribute `attr` is set or true, from one `git check-attr --stdin -z` call
-        (attributes as the work tree's .gitattributes declare them)."""
+    def attr_set(self, paths: list[str], attr: str, rev: str | None = None) -> set[str]:
+        """The paths whose attribute `attr` is set or true, from one `git check-attr --stdin -z` call:
+        attributes as the work tree's .gitattributes declare them, or with `rev` as that commit's do (a
+        temporary index of its tree, never the work tree: a branch's own .gitattributes cannot speak for
+        the base)."""
         if not paths:
             return set()
         data = "\0".join(paths).encode("utf-8", errors="surrogateescape") + b"\0"
-        out = self.run("check-attr", "--stdin", "-z", attr, input=data).stdout
+        if rev is None:
+            out = self.run("check-attr", "--stdin", "-z", attr, input=data).stdout
+        else:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="rowgate-attr-") as tmp:
+                index = os.path.join(tmp, "index")
+                self.run("read-tree", f"--index-output={index}", rev)
+                env = {**self._env, "GIT_INDEX_FILE": index}
+                try:
+                    out = subprocess.run(
+                        git_command("-C", str(self.root), "check-attr", "--cached", "--stdin", "-z", attr),
+                        input=data,
+                        capture_output=True,
+                        env=env,
+                        timeout=self.timeout_s,
+                        check=True,
+                    ).stdout
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+                    raise GitError(f"git check-attr --cached at {rev[:12]} failed: {exc}") from None
         fields = out.decode("utf-8", errors="surrogateescape").split("\0")
         return {fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] in ("set", "true")}
+
+    def changes(self, a: str, b: str, path: str) -> bool:
+        """Whether `path` differs between commits `a` and `b` (trees compared; no content is diffed)."""
+        return self.run("diff-tree", "--quiet", a, b, "--", path, ok_codes=(0, 1)).returncode == 1
 
     def blob_sizes(self, specs: list[str]) -> dict[str, int | None]:
         """Byte sizes of `REV:PATH` blobs from one `git cat-file --batch-check` (None when missing)."""
@@ -603,28 +736,71 @@ class Git:
         return changed
 
     def key_changes(
-        self, rev_range: str, directory: str, key: str
+        self, rev_range: str, directory: str, key: str, cap: int = 1 << 20
     ) -> dict[str, dict[str, tuple[str | None, str | None]]]:
         """Per commit, the YAML files under `directory` whose top-level `key` changed: path -> (old, new);
-        a created file has old None, a deleted one new None. One `git log -p -U0` for the range."""
-        out = self.text(
-            "log", "-p", "-U0", "--no-renames", "--no-ext-diff", "--format=%x01%H", rev_range, "--", directory
-        )
-        pattern = f"{key}:"
+        a created file has old None, a deleted one new None.
+
+        Read from the blobs, never from diff text: `.gitattributes` (`binary`, a textconv driver) changes
+        what `git log -p` prints, and so what a diff parser sees; a blob is what was committed. One
+        `git log --raw` for the blob ids of the range, then one `git cat-file --batch` for the blobs up to
+        `cap` bytes (a larger one counts as having no value)."""
+        out = self.run(
+            "log", "-z", "--no-renames", "--raw", "--no-abbrev", "--format=%x00%H", rev_range, "--", directory
+        ).stdout.decode("utf-8", errors="surrogateescape")
+        fields = out.split("\0")
+        touched: dict[str, list[tuple[str, str, str]]] = {}  # sha -> (path, old blob, new blob)
+        files: list[tuple[str, str, str]] = []
+        i = 0
+        while i < len(fields):
+            field = fields[i].lstrip("\n")
+            if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
+                files = touched.setdefault(fields[i + 1], [])
+                i += 2
+                continue
+            if field.startswith(":") and i + 1 < len(fields):
+                meta = field[1:].split()
+                if len(meta) >= 4:
+                    files.append((fields[i + 1], meta[2], meta[3]))
+                i += 2
+                continue
+            i += 1
+        blobs = {b for entries in touched.values() for _, old, new in entries for b in (old, new) if set(b) != {"0"}}
+        values = self._key_values(sorted(blobs), key, cap)
         result: dict[str, dict[str, tuple[str | None, str | None]]] = {}
-        for chunk in out.split("\x01")[1:]:
-            lines = chunk.split("\n")
-            sha, path = lines[0].strip(), None
-            changes: dict[str, list[str | None]] = {}
-            for line in lines[1:]:
-                if line.startswith("diff --git "):
-                    path = line.split(" b/", 1)[-1]
-                    changes[path] = [None, None]
-                elif path and line[:1] in "+-" and line[1:].startswith(pattern):
-                    value = line[1 + len(pattern) :].split("#", 1)[0].strip().strip("\"'")
-                    changes[path][0 if line[0] == "-" else 1] = value
-            result[sha] = {p: (old, new) for p, (old, new) in changes.items() if old != new}
+        for sha, entries in touched.items():
+            changed = {}
+            for path, old, new in entries:
+                before, after = values.get(old), values.get(new)
+                if before != after:
+                    changed[path] = (before, after)
+            result[sha] = changed
         return result
+
+    def _key_values(self, blobs: list[str], key: str, cap: int) -> dict[str, str | None]:
+        """The top-level `key:` value of each blob (None when it has none or is over `cap` bytes), read by
+        `git cat-file --batch-check` for the sizes and one `--batch` for the small ones (no filter runs)."""
+        if not blobs:
+            return {}
+        sizes = self.blob_sizes(blobs)
+        small = [b for b in blobs if (sizes.get(b) or 0) <= cap and sizes.get(b) is not None]
+        values: dict[str, str | None] = dict.fromkeys(blobs)
+        if not small:
+            return values
+        data = self.run("cat-file", "--batch", input=("\n".join(small) + "\n").encode()).stdout
+        pos, prefix = 0, f"{key}:".encode()
+        for blob in small:
+            end = data.index(b"\n", pos)
+            header = data[pos:end].split()
+            size = int(header[2]) if len(header) == 3 and header[1] == b"blob" else 0
+            body = data[end + 1 : end + 1 + size]
+            pos = end + 1 + size + 1
+            for line in body.split(b"\n"):
+                if line.startswith(prefix):
+                    text = line[len(prefix) :].decode("utf-8", errors="replace")
+                    values[blob] = text.split("#", 1)[0].strip().strip("\"'")
+                    break
+        return values
 
     def refs(self, *patterns: str) -> dict[str, str]:
         """Ref name (refs/heads/..., refs/remotes/...) -> sha for the refs under `patterns`, one call."""

@@ -5,6 +5,7 @@ the config's path fields are checked for the first three when it loads (repo_rel
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path
 
 from .results import CheckError
@@ -55,9 +56,25 @@ def checked_relative(rel: str) -> str:
     return rel
 
 
+# What escape() writes as an escape: C0 controls and DEL, C1 controls (U+009B is a terminal's CSI), the
+# bidirectional controls that reorder how a line displays (Trojan Source), lone surrogates (an undecodable
+# byte of a file name, kept by surrogateescape: no UTF-8 output and no XML can hold one) and the two
+# non-characters XML 1.0 refuses.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # the byte that surrogateescape kept
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def escape(text: str, keep: str = "") -> str:
-    """`text` with each control character (but those in `keep`) written as \\xNN, so a file name or a
-    trailer value cannot break a line, forge one, or reach the terminal as an escape sequence."""
-    if not any(ch in CONTROL and ch not in keep for ch in text):
+    """`text` with each control character (but those in `keep`), C1 control, bidirectional control, lone
+    surrogate and XML-forbidden non-character written as `\\xNN` or `\\uNNNN` (an undecodable byte as
+    `\\xNN` of that byte), so a file name or a trailer value cannot break a line, forge one, reorder
+    what a reader sees, reach the terminal as an escape sequence, or make XML invalid."""
+    if not _UNSAFE.search(text):
         return text
-    return "".join(f"\\x{ord(ch):02x}" if ch in CONTROL and ch not in keep else ch for ch in text)
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escaped(m.group()), text)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -63,7 +62,10 @@ def terminal_width() -> int:
 def run_check(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> Result:
     """Run one check; a CheckError is `error` (could not verify), and so is a crash, with its origin.
     A disabled check, or one with nothing configured to work on, is a `skip` with the reason."""
+    from .safe_regex import start_run
+
     start = time.perf_counter()
+    start_run()  # the configured patterns' time budget is per check run
     reason = disabled(spec, ctx) or not_configured(spec, ctx, args)
     if reason:
         result = Result.skip(spec.id, reason)
@@ -171,15 +173,15 @@ def suppress(result: Result, ctx: Context) -> Result:
     per_file = per_file if isinstance(per_file, dict) else vars(per_file)
     if not result.findings or not (everywhere or per_file):
         return result
-    from .files import glob_regex  # only where something is ignored
+    from .globmatch import GlobSet  # only where something is ignored
 
-    globs = [(re.compile(glob_regex(g)), set(keys)) for g, keys in per_file.items()]
+    globs = [(GlobSet([g]), set(keys)) for g, keys in per_file.items()]
 
     def ignored(f: Finding) -> bool:
         names = {f.rule, f.name}
         if names & everywhere:
             return True
-        return f.path is not None and any(names & keys and rx.fullmatch(f.path) for rx, keys in globs)
+        return f.path is not None and any(names & keys and glob.matches(f.path) for glob, keys in globs)
 
     kept = [f for f in result.findings if not ignored(f)]
     dropped = len(result.findings) - len(kept)

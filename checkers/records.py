@@ -152,17 +152,21 @@ def load_records(root: Path, config: Config | None = None) -> Records:
         load_tables(rec, root, sources)
     check_rows(rec, config)
     for path in sorted((base / "specs").glob("*.md")):
-        spec = parse_spec(path.read_text(encoding="utf-8"), _rel(root, path))
-        rec.specs[spec.path] = spec
+        text = _read_text(rec, root, path)
+        if text is not None:
+            spec = parse_spec(text, _rel(root, path))
+            rec.specs[spec.path] = spec
     return rec
 
 
 def check_rows(rec: Records, config: Config) -> None:
     """Each row's id and state against the configured id pattern and states; a row that fails is a
     problem and is no record."""
+    from .ids import ROW_ID
     from .safe_regex import compile_pattern  # a configured pattern runs under a time limit
 
-    pattern = compile_pattern(config.rows.id_pattern)
+    # the default is rowgate's own, linear pattern: it runs on `re`, outside the configured patterns' budget
+    pattern = compile_pattern(config.rows.id_pattern, trusted=config.rows.id_pattern == ROW_ID)
     states = config.rows.state_order
     for row_id, loaded in list(rec.rows.items()):
         bad: list[tuple[int | None, str, str]] = []
@@ -232,12 +236,25 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
+def _read_text(rec: Records, root: Path, path: Path) -> str | None:
+    """A markdown record's text, read bounded and inside the repository; a refusal (too big, a link out,
+    a directory or FIFO named like a record, invalid UTF-8) is one problem of that record, not a stop."""
+    from .boundedio import RECORD_CAP, Unreadable, read_text
+
+    rel = _rel(root, path)
+    try:
+        return read_text(path, RECORD_CAP, root, rel).replace("\r\n", "\n")
+    except (Unreadable, FileNotFoundError) as exc:
+        rec.problems.append(RecordError(rel, [(None, "", getattr(exc, "why", "file not found"))]))
+        return None
+
+
 def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loaded | None:
     try:
         if path.suffix == ".json":
-            obj, doc = load_json_model(model, path, _rel(root, path))
+            obj, doc = load_json_model(model, path, _rel(root, path), root)
         else:
-            obj, doc = load_model(model, path, _rel(root, path))
+            obj, doc = load_model(model, path, _rel(root, path), root)
     except RecordError as exc:
         rec.problems.append(exc)
         return None
@@ -254,16 +271,18 @@ class JsonDoc(dict[str, Any]):
         return self.text.count("\n", 0, m.start()) + 1 if m else None
 
 
-def load_json_model(model: type[M], path: Path, display: str) -> tuple[M, JsonDoc]:
+def load_json_model(model: type[M], path: Path, display: str, root: Path | None = None) -> tuple[M, JsonDoc]:
     """Read one JSON record with `json` (the round-trip YAML loader takes 300x longer on the 2.8 MB ledger)
     and validate it with the schema; errors name the line of the top-level key they are under. The same
     size bound as a YAML record; nesting too deep for the parser is refused, not a crash."""
-    try:
-        raw = path.read_bytes()
+    from .boundedio import Unreadable, read_bytes
+
+    try:  # bounded before reading, and (with `root`) only a regular file inside the repository
+        raw = read_bytes(path, MAX_YAML_BYTES, root, display)
     except FileNotFoundError:
         raise RecordError(display, [(None, "", "file not found")]) from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise RecordError(display, [(None, "", f"file is {len(raw)} bytes (limit {MAX_YAML_BYTES})")])
+    except Unreadable as exc:
+        raise RecordError(display, [(None, "", exc.why)]) from None
     try:
         text = raw.decode("utf-8")
         data = json.loads(text)
@@ -288,7 +307,9 @@ def load_json_model(model: type[M], path: Path, display: str) -> tuple[M, JsonDo
 
 def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
     rel = _rel(root, path)
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(rec, root, path)
+    if text is None:
+        return None
     if not text.startswith("---\n") or "\n---\n" not in text[4:]:
         rec.problems.append(RecordError(rel, [(1, "", "missing YAML front matter (--- number/row/filed ---)")]))
         return None

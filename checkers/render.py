@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .config import STATES, Config
 from .flagdecls import FlagDecl, read_flag_decls
-from .paths import confine
+from .paths import confine, escape
 from .records import Records
 
 BANNER = "<!-- Rendered by `rowgate render` from {source}; edit those, never this file. -->"
@@ -119,7 +119,14 @@ def load_views(root: Path, records: Records, config: Config) -> dict[str, str]:
 
 
 def _cells(*values: str) -> str:
-    return "| " + " | ".join(v.replace("|", "\\|").replace("\n", " ") for v in values) + " |"
+    """One table row. A value from a record is data, not markup: control, C1 and bidirectional
+    characters are escaped (checkers.paths.escape) and `<` written as `&lt;`, so a title cannot open an
+    HTML comment (`<!--`) that hides the rest of the page, nor any other tag."""
+    return "| " + " | ".join(_cell(v) for v in values) + " |"
+
+
+def _cell(value: str) -> str:
+    return escape(value.replace("\n", " "), keep="\t").replace("<", "&lt;").replace("|", "\\|")
 
 
 def _order(areas: list[str], area: str) -> int:

@@ -1,6 +1,8 @@
 """Patterns from the config, compiled once at config load and run with a time limit: the `regex`
 package's `timeout=` stops a catastrophic backtrack (`(a+)+$` on a long value) and the check reports
-`error` naming the pattern, instead of hanging.
+`error` naming the pattern, instead of hanging. The limit is per value and, for all configured patterns
+together, per check run (RUN_BUDGET_S): 140 values that each take just under the per-value limit would
+otherwise add up to minutes.
 
 rowgate's own patterns (the built-in presets' and literals it escapes itself) are linear by construction: they
 are compiled `trusted`, with the standard library's `re` and no limit, so a contract of presets alone starts
@@ -9,12 +11,21 @@ without loading the regex package."""
 from __future__ import annotations
 
 import re
+import time
 from functools import cache
 from typing import Any
 
 from .results import CheckError
 
 TIMEOUT_S = 1.0  # per match; a linear pattern on a trailer value takes microseconds
+RUN_BUDGET_S = 5.0  # every configured pattern's matches of one check run together
+_budget = {"total": RUN_BUDGET_S, "left": RUN_BUDGET_S}  # the current run's (start_run() resets it)
+
+
+def start_run(budget_s: float | None = None) -> None:
+    """Give the check run that starts now its whole budget (RUN_BUDGET_S, or `budget_s`)."""
+    total = RUN_BUDGET_S if budget_s is None else budget_s
+    _budget.update(total=total, left=total)
 
 
 class PatternTimeout(CheckError):
@@ -51,14 +62,33 @@ class SafePattern:
         return self._run(lambda t, **kw: list(self._compiled.finditer(t, **kw)), text)  # type: ignore[no-any-return]
 
     def _run(self, method: Any, text: str) -> Any:
+        if not self._limit:
+            return method(text)
+        left = _budget["left"]
+        if left <= 0:
+            raise self._over_budget()
+        limit = min(TIMEOUT_S, left)
+        start = time.perf_counter()
         try:
-            return method(text, **self._limit)
+            return method(text, timeout=limit)
         except TimeoutError:
+            if limit < TIMEOUT_S:
+                raise self._over_budget() from None
             raise PatternTimeout(
                 f"pattern {self.pattern!r} ran past {TIMEOUT_S:g}s on a {len(text)}-character value",
                 hint="simplify the pattern in .agents/config.yaml: nested quantifiers such as "
                 "(a+)+ backtrack without end",
             ) from None
+        finally:
+            _budget["left"] -= time.perf_counter() - start
+
+    def _over_budget(self) -> PatternTimeout:
+        return PatternTimeout(
+            f"configured patterns ran past their budget of {_budget['total']:g}s for this check run "
+            f"(last: {self.pattern!r})",
+            hint="simplify the patterns in .agents/config.yaml: nested quantifiers such as (a+)+ backtrack "
+            "on every value",
+        )
 
 
 @cache

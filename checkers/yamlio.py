@@ -40,12 +40,18 @@ def yaml_rt() -> YAML:
     return y
 
 
-def read_yaml(path: Path, display: str | None = None) -> Any:
+def read_yaml(path: Path, display: str | None = None, root: Path | None = None) -> Any:
+    """Parse one YAML file, read bounded (MAX_YAML_BYTES, from its size before reading) and, with `root`,
+    only when it resolves inside `root` and is a regular file (checkers.boundedio)."""
+    from .boundedio import Unreadable, read_bytes
+
     display = display or str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, MAX_YAML_BYTES, root, display)
     except FileNotFoundError:
         raise RecordError(display, [(None, "", "file not found")]) from None
+    except Unreadable as exc:
+        raise RecordError(display, [(None, "", exc.why)]) from None
     return parse_yaml(raw, display)
 
 
@@ -124,14 +130,17 @@ def validate(model: type[M], data: Any, display: str) -> M:
         for err in exc.errors():
             loc = tuple(err["loc"])
             field = ".".join(str(p) for p in loc) or "(top level)"
-            problems.append((line_of(data, loc), field, _message(err)))
+            message = _message(err)
+            if err["type"] == "extra_forbidden" and loc:
+                message += _nearest_field(model, loc)
+            problems.append((line_of(data, loc), field, message))
         raise RecordError(display, problems) from None
 
 
-def load_model(model: type[M], path: Path, display: str | None = None) -> tuple[M, Any]:
-    """Read and validate one YAML file; returns the model and the round-trip document."""
+def load_model(model: type[M], path: Path, display: str | None = None, root: Path | None = None) -> tuple[M, Any]:
+    """Read and validate one YAML file (read_yaml's bounds); returns the model and the round-trip document."""
     display = display or str(path)
-    doc = read_yaml(path, display)
+    doc = read_yaml(path, display, root)
     return validate(model, doc, display), doc
 
 
@@ -161,6 +170,32 @@ def line_of(doc: Any, loc: tuple[int | str, ...]) -> int | None:
     if line is None and isinstance(doc, (CommentedMap, CommentedSeq)):
         line = doc.lc.line + 1
     return line
+
+
+def _nearest_field(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """` (did you mean 'presets'?)` for a mistyped key: the closest field of the model the key sits in,
+    found by walking `loc` through the models' annotations (lists and dicts of models included)."""
+    import difflib
+    import typing
+
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue  # a list index, or a dict key under a dict field: the element model is already current
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return ""
+        current = field.annotation
+        for _ in range(3):  # list[M], dict[str, M], M | None: down to the model
+            args = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if isinstance(current, type) and issubclass(current, BaseModel):
+                break
+            current = args[0] if args else current
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return ""
+    names = list(current.model_fields) + [f.alias for f in current.model_fields.values() if f.alias]
+    near = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _message(err: ErrorDetails) -> str:

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ignore-eos", action="store_true", help="keep going past the model's EOS")
     gen.add_argument("--batch", type=int, default=1, help="run the single given prompt N times as one batch")
     gen.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="ranks to split the model over (one process each)"
+    )
+    gen.add_argument(
         "--json",
         action="store_true",
         help='print {"tokens": [[...]], "texts": [...], "finish_reasons": [...], "tok_per_s": ...}',
@@ -111,10 +114,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         max_model_len=longest + 1,
         block_size=block,
         num_blocks=len(prompts) * -(-(longest + 1) // block),
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     start = time.perf_counter()
-    outs = llm.generate(prompts, params)
-    seconds = time.perf_counter() - start
+    try:
+        outs = llm.generate(prompts, params)
+        seconds = time.perf_counter() - start
+    finally:
+        llm.shutdown()
     total = sum(len(o.token_ids) for o in outs)
     rate = total / seconds if seconds > 0 else float("inf")
     if args.json:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from engine.flags import FlagSnapshot
+from engine.model import parallel
 from engine.model.config import checkpoint_dtype, load_config
 from engine.penalties import RowProcessors
 from engine.requests import CompletionOutput, Request, RequestMetrics, RequestOutput
@@ -39,6 +40,7 @@ TINY_MODEL = Path(__file__).resolve().parent / "data" / "tiny-qwen3"
 DEFAULT_MAX_MODEL_LEN = 4096
 GPU_MEMORY_UTILIZATION = 0.9  # the fraction of free device memory the weights and the KV cache may take
 ACTIVATION_RESERVE = 2 << 30  # bytes kept free for activations besides the per-row logits
+DEFAULT_TP_TIMEOUT_S = 300.0  # a tensor-parallel collective that takes longer is an error, not a hang
 CPU_KV_CACHE_MEMORY = 4 << 30  # the KV cache's budget on the CPU (vLLM's VLLM_CPU_KVCACHE_SPACE default)
 
 
@@ -53,6 +55,9 @@ class LLM:
     (prompts longer than it are prefilled in chunks). enable_prefix_caching: share the KV blocks of equal
     prompt prefixes; always off for a model with recurrent layers (Qwen3-Next), whose state after a prefix
     is not cached with its blocks. seed: the generator of requests without a seed.
+    tensor_parallel_size: ranks the model is split over (one process each, rank 0 this one; gloo on the CPU,
+    NCCL with one CUDA device per rank; the KV budget is each rank's); tp_timeout_s bounds every collective
+    (engine.distributed). `shutdown()` stops the other ranks (they stop with this process in any case).
     """
 
     def __init__(
@@ -70,6 +75,8 @@ class LLM:
         flags: FlagSnapshot | None = None,  # the kernel arms' flags (default: the environment, read once)
         kv_cache_memory: int | None = None,  # bytes for the KV cache (overrides the defaults below)
         gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+        tensor_parallel_size: int = 1,
+        tp_timeout_s: float = DEFAULT_TP_TIMEOUT_S,
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -82,16 +89,20 @@ class LLM:
                 f"{config.max_position_embeddings}"
             )
         max_blocks = -(-self.max_model_len // block_size)
+        tp = tensor_parallel_size
+        if tp != 1:
+            parallel.check(config, tp)  # a count the ranks cannot split: one line, before any rank starts
+        local = parallel.local_config(config, parallel.Shard(0, tp))  # a rank's KV heads and state: its budget
         if num_blocks is None:
-            per_block = kv_block_bytes(config, torch_dtype, block_size)
+            per_block = kv_block_bytes(local, torch_dtype, block_size)
             if kv_cache_memory is not None:
                 budget = kv_cache_memory
             elif device.startswith("cuda"):
                 budget = cuda_kv_budget(
-                    self.model_dir, config, torch_dtype, max_num_seqs, device, gpu_memory_utilization
+                    self.model_dir, local, torch_dtype, max_num_seqs, device, gpu_memory_utilization, tp
                 )
             else:
-                budget = CPU_KV_CACHE_MEMORY
+                budget = CPU_KV_CACHE_MEMORY // tp  # the ranks' caches share the host's memory
             if budget < per_block:
                 raise ValueError(f"kv_cache_memory={budget} bytes holds no KV block ({per_block} bytes)")
             num_blocks = min(budget // per_block, max_num_seqs * max_blocks)
@@ -100,16 +111,21 @@ class LLM:
                 f"({num_blocks * per_block / 2**30:.2f} GiB)",
                 file=sys.stderr,
             )
-        self.runner = Runner(
-            self.model_dir,
-            torch_dtype,
-            device,
+        runner_kw: dict[str, Any] = dict(
             max_batch=max_num_seqs,
             max_model_len=self.max_model_len,
             block_size=block_size,
             num_blocks=num_blocks,
             flags=flags,
         )
+        if tp != 1:
+            from engine import distributed  # why: spawning ranks is only for tensor parallelism
+
+            self.runner: Runner = distributed.start(
+                tp, str(self.model_dir), torch_dtype, device, tp_timeout_s, **runner_kw
+            )
+        else:
+            self.runner = Runner(self.model_dir, torch_dtype, device, **runner_kw)
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
@@ -132,6 +148,12 @@ class LLM:
         self._of_seq: dict[int, Request] = {}  # seq_id -> its request
         self._unclaimed: list[RequestOutput] = []  # finished requests of add_request, for the next step()
         self._touched: dict[str, Request] = {}  # requests with a new token or finished since the last look
+
+    def shutdown(self) -> None:
+        """Stop the other tensor-parallel ranks (nothing to do on one device)."""
+        stop = getattr(self.runner, "shutdown", None)
+        if stop is not None:
+            stop()
 
     @property
     def stats(self) -> dict[str, int]:
@@ -364,8 +386,8 @@ class LLM:
                 seq.logprobs.append(logprobs[i])
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
-            k = req.seqs.index(seq)
             if seq.params.stop_strings or req.stream:
+                k = req.seqs.index(seq)
                 hit = req.update_text(k, self.tokenizer)
                 if hit is not None and seq.status is not Status.FINISHED:
                     self.scheduler.finish(seq, "stop")
@@ -589,13 +611,13 @@ def kv_block_bytes(config: Any, dtype: torch.dtype, block_size: int) -> int:
 
 
 def cuda_kv_budget(
-    model_dir: Path, config: Any, dtype: torch.dtype, max_num_seqs: int, device: str, utilization: float
+    model_dir: Path, config: Any, dtype: torch.dtype, max_num_seqs: int, device: str, utilization: float, tp: int = 1
 ) -> int:
     """Bytes the KV cache may take: `utilization` of the free device memory less the weights, the step's
-    logits and activations and the recurrent state."""
+    logits and activations and the recurrent state (`config` a rank's, holding about 1/tp of the weights)."""
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     elem = torch.empty((), dtype=dtype).element_size()
-    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    weights = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) // tp
     logits = max_num_seqs * config.vocab_size * 48  # fp32 logits and the sampler's temporaries per row
     budget = int(free * utilization) - weights - logits - ACTIVATION_RESERVE
     budget -= recurrent_state_bytes(config, max_num_seqs + 1, elem)

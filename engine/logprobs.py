@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-MAX_LOGPROBS = 20  # vLLM's default max_logprobs: a request asking for more is refused
+from engine.sampling_params import MAX_LOGPROBS
 
 
 @dataclass(frozen=True, slots=True)

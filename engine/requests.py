@@ -98,7 +98,7 @@ class Request:
         ids = [t for t in seq.output_ids if t >= 0]  # an aborted step's placeholder is no token
         text = tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
         stops = p.stop_strings
-        if stops and seq.num_output >= p.min_tokens:
+        if stops and len(ids) >= p.min_tokens:
             start = max(0, len(self.text[i]) - max(map(len, stops)) + 1)
             hits = [(text.find(s, start), s) for s in stops]
             hits = [(at, s) for at, s in hits if at >= 0]

@@ -16,6 +16,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.flags import FlagSnapshot
 from engine.logprobs import PositionLogprobs, device_logprobs, host_rows
+from engine.model import parallel
 from engine.model.batch import ForwardBatch
 from engine.model.config import checkpoint_dtype, load_config
 from engine.model.loader import load_model
@@ -91,8 +92,10 @@ class Runner:
         block_size: int = 16,
         num_blocks: int | None = None,
         flags: FlagSnapshot | None = None,
+        shard: parallel.Shard | None = None,  # this rank's place under tensor parallelism (engine.distributed)
     ) -> None:
         self.flags = FlagSnapshot.from_env() if flags is None else flags
+        self.shard = shard or parallel.ONE
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: no CUDA device is available to torch")
@@ -110,14 +113,15 @@ class Runner:
         if self.device.type == "cpu":
             set_cpu_threads(self.config.hidden_size)
         self.dtype = dtype
-        self.model = load_model(model_dir, dtype, self.device)
+        with parallel.building(self.shard):
+            self.model = load_model(model_dir, dtype, self.device)
         self.max_batch = max_batch
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.max_blocks_per_seq = -(-max_model_len // block_size)
         num_blocks = num_blocks or max_batch * self.max_blocks_per_seq
         self.blocks = BlockManager(num_blocks, block_size)
-        cfg = self.config
+        cfg = parallel.local_config(self.config, self.shard)  # this rank's KV heads and delta net heads
         shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
         # zero-filled so padded decode rows read finite values; a gated delta net layer (Qwen3-Next) has no KV
         # cache (an empty one) but a recurrent state per sequence slot, held beside it

@@ -8,7 +8,7 @@ import sys
 
 from lab.gates.cli import add_gate_parser
 
-BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "serving", "step_arms", "throughput")
+BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "serving", "step_arms", "throughput", "tp_scaling")
 
 
 def main(argv: list[str] | None = None) -> int:

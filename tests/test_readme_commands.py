@@ -30,6 +30,11 @@ NOT_RUN = {
     "python -m engine.cuda.build": "needs nvcc (the fat-build CI job runs it)",
     "python -m engine generate --model DIR": "DIR is made by the lab's quantizer in the line before",
     "git add .agents/config.yaml": "run as part of the adoption recipe (test_the_adoption_recipe)",
+    "pip install": "installs into the reader's environment",
+    "python -m engine serve": "a server that runs until stopped: tests/engine/serve/test_http.py starts it on a free "
+    "port and drives it",
+    "curl -s localhost:8000": "needs the server of the line before; tests/engine/serve/test_http.py sends the same "
+    "requests",
 }
 # What a placeholder stands for when the command runs.
 MESSAGE = "Add the widget\n\nRow: GOV-X\n"

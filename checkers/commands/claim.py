@@ -88,6 +88,7 @@ def cmd_claim(args: argparse.Namespace) -> int:
         claim = validate(Claim, _loads(text), ctx.rel(claim_path))
     except (RecordError, YAMLError) as exc:
         return _refuse(f"bad claim: {exc}", EXIT_USAGE)
+    ctx.records  # noqa: B018 -- loaded before the lock, which is held only for the check and the write
     with _transaction(ctx) as txn:  # one claim per row: checked and created under the records lock
         path, doc = _row_doc(ctx, args.id)
         if doc is None:

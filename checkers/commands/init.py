@@ -513,6 +513,12 @@ def describe(plan: Plan) -> list[str]:
             out.append(f"  {spec.id:<16} disabled: {plan.disabled[spec.id]}")
         else:
             out.append(f"  {spec.id:<16} enabled: {plan.enabled.get(spec.id, 'its defaults')}")
+    hooked = [spec.hook_id for spec in registry.CHECKS if spec.id in plan.disabled and not spec.records]
+    if hooked:  # pre-commit shows a skipped hook's exit 0 as "Passed" and hides its line
+        out.append(
+            f"note: the hook of a disabled check passes without running (pre-commit prints Passed): "
+            f"leave {', '.join(hooked)} out of .pre-commit-config.yaml"
+        )
     return out
 
 

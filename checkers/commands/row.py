@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import State
 from ..records import Row
 from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
-from ..yamlio import RecordError, read_yaml, validate, yaml_rt
+from ..yamlio import RecordError, parse_yaml, read_yaml, validate, yaml_rt
 
 if TYPE_CHECKING:
     from ..context import Context
@@ -99,19 +100,25 @@ def cmd_new(args: argparse.Namespace) -> int:
     spec = ctx.root / ".agents" / "specs" / f"{args.id}.md"
     title = '"' + args.title.replace("\\", "\\\\").replace('"', '\\"') + '"'
     text = ROW_TEMPLATE.format(id=args.id, area=args.area, title=title, state=args.state)
+    if os.path.lexists(path):
+        return _refuse(f"{ctx.rel(path)} already exists", EXIT_USAGE)
+    # Validated (the records loaded) before the lock is taken: the lock is held only for the write.
+    doc = _loads(text)
+    problems = _requirements(ctx, validate(Row, doc, ctx.rel(path)), args.state, skip_spec=not spec.exists())
+    if problems:
+        return _refuse_state(args.id, args.state, problems)
     with _transaction(ctx) as txn:
-        if path.exists():
+        if os.path.lexists(path):  # re-checked under the lock
             return _refuse(f"{ctx.rel(path)} already exists", EXIT_USAGE)
-        doc = _loads(text)
-        problems = _requirements(ctx, validate(Row, doc, ctx.rel(path)), args.state, skip_spec=not spec.exists())
-        if problems:
-            return _refuse_state(args.id, args.state, problems)
-        txn.create(path, text)
-        written = [ctx.rel(path)]
-        if not spec.exists():
+        # The spec first, the row last: a kill between them leaves no row (a spec alone, which a re-run
+        # keeps), never a row without its spec.
+        written = []
+        if not os.path.lexists(spec):
             sections = "".join(f"## {s}\n\n" for s in ctx.config.rows.spec_sections)
             txn.create(spec, f"# {args.id}: {args.title}\n\n{sections}")
             written.append(ctx.rel(spec))
+        txn.create(path, text)
+        written.insert(0, ctx.rel(path))
     for rel in written:
         print(f"wrote {rel}")
     return EXIT_PASS
@@ -124,43 +131,70 @@ def cmd_set(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if (args.blocker is None) != (args.unblock_when is None):
         return _refuse("--blocker and --unblock-when go together", EXIT_USAGE)
-    if args.state not in ctx.config.rows.state_order:
-        return _refuse(f"--state {args.state} is not one of {', '.join(ctx.config.rows.state_order)}", EXIT_USAGE)
-    with _transaction(ctx) as txn:  # the row is read, checked and written under the records lock
-        path, doc = _row_doc(ctx, args.id)
-        if doc is None:
-            return EXIT_USAGE
-        doc["state"] = args.state
-        for key, values in (("anchors", args.anchor), ("evidence", args.evidence)):
-            for v in values:
-                if v not in doc.setdefault(key, []):
-                    doc[key].append(v)
-        if args.closing_commit:
-            doc["closing_commit"] = args.closing_commit
-        if args.blocker:
-            doc["blocker"] = {"reason": args.blocker, "unblock_when": args.unblock_when}
-        released = None
-        if args.state not in ctx.config.rows.active_states and doc.get("claim"):
-            released, doc["claim"] = doc["claim"], None  # a claim lives only while its row is active
-        try:
-            row = validate(Row, doc, ctx.rel(path))
-        except RecordError as exc:
-            return _refuse("; ".join(exc.lines()))
-        problems = _requirements(ctx, row, args.state)
-        if problems:
-            return _refuse_state(args.id, args.state, problems)
+    # Read, changed and checked (the records loaded) before the lock; under the lock the row is read again
+    # and, when another writer changed it meanwhile, changed and checked again on its new bytes. The lock
+    # is held for milliseconds, not for the records' load.
+    planned = _plan_set(ctx, args)
+    if isinstance(planned, int):
+        return planned
+    with _transaction(ctx) as txn:
+        if _row_bytes(ctx, args.id) != planned[2]:
+            planned = _plan_set(ctx, args)
+            if isinstance(planned, int):
+                return planned
+        path, doc, _, released = planned
         txn.write(path, dump_yaml(doc))
         removed = []
         if args.state not in ctx.config.rows.active_states:
             # the row's claim, and any orphan claim on this row that an interrupted `claim` left behind
             for cid, loaded in ctx.records.claims.items():
-                if cid == released or args.id in loaded.model.row_ids:
+                if (cid == released or args.id in loaded.model.row_ids) and (ctx.root / loaded.path).exists():
                     txn.remove(ctx.root / loaded.path)
                     removed.append((cid, loaded.path))
     print(f"{args.id}: state {args.state} (wrote {ctx.rel(path)})")
     for cid, rel in removed:
         print(f"released claim {cid} (removed {rel})")
     return EXIT_PASS
+
+
+def _row_bytes(ctx: Context, row_id: str) -> bytes | None:
+    from ..boundedio import RECORD_CAP, Unreadable, read_bytes
+
+    try:
+        return read_bytes(ctx.root / ".agents" / "rows" / f"{row_id}.yaml", RECORD_CAP, ctx.root)
+    except (OSError, Unreadable):
+        return None
+
+
+def _plan_set(ctx: Context, args: argparse.Namespace) -> tuple[Path, Any, bytes | None, str | None] | int:
+    """The row `row set` would write: its path, the changed document, the bytes it was read from and the
+    claim it releases; or the exit status after saying why not."""
+    if args.state not in ctx.config.rows.state_order:
+        return _refuse(f"--state {args.state} is not one of {', '.join(ctx.config.rows.state_order)}", EXIT_USAGE)
+    raw = _row_bytes(ctx, args.id)
+    path, doc = _row_doc(ctx, args.id, raw)
+    if doc is None:
+        return EXIT_USAGE
+    doc["state"] = args.state
+    for key, values in (("anchors", args.anchor), ("evidence", args.evidence)):
+        for v in values:
+            if v not in doc.setdefault(key, []):
+                doc[key].append(v)
+    if args.closing_commit:
+        doc["closing_commit"] = args.closing_commit
+    if args.blocker:
+        doc["blocker"] = {"reason": args.blocker, "unblock_when": args.unblock_when}
+    released = None
+    if args.state not in ctx.config.rows.active_states and doc.get("claim"):
+        released, doc["claim"] = doc["claim"], None  # a claim lives only while its row is active
+    try:
+        row = validate(Row, doc, ctx.rel(path))
+    except RecordError as exc:
+        return _refuse("; ".join(exc.lines()))
+    problems = _requirements(ctx, row, args.state)
+    if problems:
+        return _refuse_state(args.id, args.state, problems)
+    return path, doc, raw, released
 
 
 _CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
@@ -195,13 +229,14 @@ def _requirements(ctx: Context, row: Row, state: State, skip_spec: bool = False)
     return rowreqs.row_findings(row, state, tree, skip_spec=skip_spec)
 
 
-def _row_doc(ctx: Context, row_id: str) -> tuple[Path, Any]:
+def _row_doc(ctx: Context, row_id: str, raw: bytes | None = None) -> tuple[Path, Any]:
+    """The row's document parsed from `raw` (its bytes as read once), or None after saying why not."""
     path = ctx.root / ".agents" / "rows" / f"{row_id}.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):
         _refuse(f"no row {row_id}: {ctx.rel(path)} does not exist (create it with `rowgate row new`)")
         return path, None
     try:
-        return path, read_yaml(path, ctx.rel(path))
+        return path, read_yaml(path, ctx.rel(path), ctx.root) if raw is None else parse_yaml(raw, ctx.rel(path))
     except RecordError as exc:
         _refuse("; ".join(exc.lines()))
         return path, None

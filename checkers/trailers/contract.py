@@ -12,6 +12,7 @@ from ..trailers import parser
 from ..trailers.message import Message, paragraphs
 from ..trailers.parser import Trailer
 from ..trailers.presets import BUILTIN_PATTERNS, PRESETS
+from ..trailers.skeleton import skeleton
 
 if TYPE_CHECKING:
     # The rules arrive as these validated models, or as their cached sections (checkers.configcache):
@@ -303,7 +304,8 @@ def _forbid_problems(contract: Compiled, by_key: dict[str, list[Trailer]]) -> li
             for t in by_key.get(key.lower(), []):
                 if any(e.key.lower() == key.lower() and _re(e.pattern).search(t.value) for e in rule.exempt):
                     continue
-                hit = pat.search(t.value) if pat else None
+                # matched as written and in its skeleton: a lookalike (`Claude3`, a Cyrillic `а`) is the name
+                hit = (pat.search(t.value) or pat.search(skeleton(t.value))) if pat else None
                 if hit:
                     why = f"names {rule.what} ({hit.group(0)})"
                 else:

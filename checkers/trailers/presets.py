@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # what each builder's section reads as
 # is refused.
 AI_IDENTITY = (
     r"\b(ai|agent|bot|llm|claude|claudecode|anthropic|chatgpt|openai|gpt(-?\d[\w.-]*)?|codex|copilot"
-    r"|gemini|bard|llama|mistral|devin|aider|cursor|windsurf|codeium|tabnine|codewhisperer|amazon q)\b"
+    r"|gemini|bard|llama|mistral|devin|aider|cursor|windsurf|codeium|tabnine|codewhisperer|amazon q"
+    r"|qwen|deepseek|grok|kimi|gemma)\b"
 )
 ASSISTED_BY = r"[^\s:\[\]]+:[^\s\[\]]+( \[[^\[\]]+\])+"
 # A forge's own account address (what a web squash writes for the pull request's author): any case, and only

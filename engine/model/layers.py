@@ -7,6 +7,7 @@ from torch import nn
 
 from engine import kernels
 from engine.flags import FlagSnapshot
+from engine.model import parallel
 from engine.model.config import QuantConfig
 from engine.ops._packing import pack_int32, unpack_int32
 
@@ -31,9 +32,14 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = new_param(out_features, in_features, dtype=dtype)
         self.bias = new_param(out_features, dtype=dtype) if bias else None
+        self.all_reduce: parallel.Reduce | None = None  # a row-parallel layer's sum over ranks (parallel.row)
 
     def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in_features]
-        return kernels.linear(flags, x, self.weight, self.bias)
+        return self.reduced(kernels.linear(flags, x, self.weight, self.bias))
+
+    def reduced(self, y: torch.Tensor) -> torch.Tensor:
+        """The output summed over the ranks of a row-parallel layer (as is with one rank)."""
+        return y if self.all_reduce is None else self.all_reduce(y)
 
 
 class MergedLinear(nn.Module):
@@ -117,9 +123,13 @@ class QuantLinear(nn.Module):
         self.register_buffer("input_perm", None)  # GPTQ act order: x[..., input_perm] meets the sorted rows
         self.device = torch.empty(0).device  # the enclosing `with torch.device(...)` of the loader
         self.expected = quant_shapes(quant, in_features, out_features)
+        self.all_reduce: parallel.Reduce | None = None  # a row-parallel layer's sum over ranks (parallel.row)
+        self.shard: tuple[str, parallel.Ranges] | None = None  # the features this rank holds (parallel.column/row)
 
     def load_tensor(self, key: str, loaded: torch.Tensor, name: str) -> None:
         """Take one checkpoint tensor under the engine's name `key`; a wrong dtype or shape names `name`."""
+        if self.shard is not None:
+            loaded = parallel.quant_slice(self.quant, key, loaded, self.shard, name)
         if key == "weight":
             self.weight = nn.Parameter(
                 torch.empty(self.out_features, self.in_features, dtype=self.dtype, device=self.device),
@@ -186,6 +196,10 @@ class QuantLinear(nn.Module):
         self.register_buffer("input_perm", perm)
 
     def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, in_features]
+        y = self._forward(x, flags)
+        return y if self.all_reduce is None else self.all_reduce(y)
+
+    def _forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:
         if self.weight is not None:
             return kernels.linear(flags, x, self.weight, self.bias)
         if self.input_perm is not None:
@@ -269,9 +283,17 @@ class RMSNorm(nn.Module):
 
 
 class Embedding(nn.Module):
+    """The token embedding; under tensor parallelism each rank holds a slice of the vocabulary's rows."""
+
     def __init__(self, vocab: int, hidden: int, dtype: torch.dtype) -> None:
         super().__init__()
-        self.weight = new_param(vocab, hidden, dtype=dtype)
+        self.start, rows = parallel.vocab_rows(vocab)
+        self.rows, self.comm = rows, parallel.current().comm
+        self.weight = new_param(rows, hidden, dtype=dtype)
+        if self.comm is not None:
+            self.weight.weight_loader = parallel.vocab_loader(vocab)  # type: ignore[attr-defined]
 
     def forward(self, ids: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # ids: [tokens]
-        return kernels.embedding(flags, ids, self.weight)
+        if self.comm is None:
+            return kernels.embedding(flags, ids, self.weight)
+        return parallel.embed(lambda i: kernels.embedding(flags, i, self.weight), ids, self.start, self.rows, self.comm)

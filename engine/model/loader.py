@@ -116,8 +116,8 @@ def load_weights(model: Qwen3ForCausalLM, tensors: Iterator[tuple[str, torch.Ten
             continue
         if name not in params:
             raise LoadError(f"{name}: unexpected tensor in the checkpoint (no such parameter in {config.architecture})")
-        try:
-            default_weight_loader(params[name], tensor, name)
+        try:  # a sharded parameter (tensor parallel) cuts its slice out of the tensor
+            getattr(params[name], "weight_loader", default_weight_loader)(params[name], tensor, name)
         except ValueError as exc:
             raise LoadError(str(exc)) from exc
         loaded.add(name)

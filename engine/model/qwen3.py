@@ -7,9 +7,11 @@ from torch import nn
 
 from engine import kernels
 from engine.flags import FlagSnapshot
+from engine.model import parallel
 from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig, QuantConfig
 from engine.model.layers import Embedding, Linear, MergedLinear, RMSNorm, make_linear
+from engine.model.parallel import spans
 from engine.ops.rope import rope_cos_sin
 
 
@@ -23,8 +25,10 @@ class Qwen3Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        tp = parallel.current()  # this rank's heads (all of them on one device)
+        heads, kv = tp.even(config.num_attention_heads, "num_attention_heads"), tp.kv_heads(config.num_key_value_heads)
+        self.num_heads = len(heads)
+        self.num_kv_heads = len(kv)
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
         self.sliding_window = config.sliding_windows[layer_idx]
@@ -34,8 +38,10 @@ class Qwen3Attention(nn.Module):
         self.qkv_proj = MergedLinear(
             h, [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], bias, dtype, config.quant
         )
+        kv_rows = (spans(kv, d),)
+        parallel.column(self.qkv_proj, (spans(heads, d),), kv_rows, kv_rows)
         self.q_proj, self.k_proj, self.v_proj = self.qkv_proj.parts
-        self.o_proj = make_linear(self.num_heads * d, h, bias, dtype, config.quant)
+        self.o_proj = parallel.row(make_linear(self.num_heads * d, h, bias, dtype, config.quant), (spans(heads, d),))
         # Qwen3 normalises q and k per head before RoPE
         self.q_norm = RMSNorm(d, config.rms_norm_eps, dtype)
         self.k_norm = RMSNorm(d, config.rms_norm_eps, dtype)
@@ -168,10 +174,12 @@ def step_attention(
 class Qwen3MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int, dtype: torch.dtype, quant: QuantConfig | None = None) -> None:
         super().__init__()
+        part = parallel.current().even(intermediate, "intermediate_size")  # this rank's slice
+        n, rows = len(part), (spans(part, 1),)
         # gate and up side by side: one GEMM under VT_MERGED_PROJ (on a GPU), two otherwise
-        self.gate_up_proj = MergedLinear(hidden, [intermediate, intermediate], False, dtype, quant)
+        self.gate_up_proj = parallel.column(MergedLinear(hidden, [n, n], False, dtype, quant), rows, rows)
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
-        self.down_proj = make_linear(intermediate, hidden, False, dtype, quant)
+        self.down_proj = parallel.row(make_linear(n, hidden, False, dtype, quant), rows)
 
     def forward(self, x: torch.Tensor, flags: FlagSnapshot, merged: bool | None = None) -> torch.Tensor:
         if merged_projections(x, flags) if merged is None else merged:  # x: [tokens, hidden]
@@ -185,7 +193,8 @@ class Qwen3MLP(nn.Module):
     ) -> torch.Tensor:  # [tokens, 2 * inter] -> [tokens, hidden]
         """SiLU-and-mul then down_proj: one launch under VT_ACT_GEMV (a dense down_proj)."""
         if isinstance(self.down_proj, Linear):
-            return kernels.silu_mul_linear(flags, gate_up, self.down_proj.weight, self.down_proj.bias)
+            out = kernels.silu_mul_linear(flags, gate_up, self.down_proj.weight, self.down_proj.bias)
+            return self.down_proj.reduced(out)
         return self.down_proj(kernels.silu_and_mul(flags, gate_up), flags)
 
 
@@ -281,7 +290,12 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = self.model_class(config, dtype)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, False, dtype)
+        # vocabulary-parallel: this rank's rows of the head, the logits gathered (parallel.gather_logits)
+        _, rows = parallel.vocab_rows(config.vocab_size)
+        self.lm_head = Linear(config.hidden_size, rows, False, dtype)
+        self.comm = parallel.current().comm
+        if self.comm is not None:
+            self.lm_head.weight.weight_loader = parallel.vocab_loader(config.vocab_size)  # type: ignore[attr-defined]
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight  # one tensor, loaded once
 
@@ -291,7 +305,7 @@ class Qwen3ForCausalLM(nn.Module):
     def compute_logits(
         self, hidden: torch.Tensor, flags: FlagSnapshot
     ) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
-        return self.lm_head(hidden, flags)
+        return parallel.gather_logits(self.lm_head(hidden, flags), self.config.vocab_size, self.comm)
 
     def greedy(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows] int64
         return kernels.greedy_argmax(flags, self.compute_logits(hidden, flags))

@@ -7,6 +7,7 @@ from torch import nn
 
 from engine import kernels
 from engine.flags import FlagSnapshot
+from engine.model import parallel
 from engine.model.config import ModelConfig
 from engine.model.layers import Linear, new_param
 from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3MLP, Qwen3Model
@@ -16,11 +17,17 @@ EXPERT_SHARDS = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1
 
 
 class Qwen3MoeExperts(nn.Module):
-    """All experts' weights as two stacked tensors (the transformers 5 fused layout)."""
+    """All experts' weights as two stacked tensors (the transformers 5 fused layout).
+
+    Tensor-parallel: every rank holds every expert's slice `part` of the intermediate size (gate and up rows,
+    down columns); the block sums the ranks' outputs once."""
 
     def __init__(self, num_experts: int, hidden: int, intermediate: int, dtype: torch.dtype) -> None:
         super().__init__()
         self.num_experts = num_experts
+        self.part = parallel.current().even(intermediate, "moe_intermediate_size")
+        self.full = intermediate
+        intermediate = len(self.part)
         self.intermediate = intermediate
         self.gate_up_proj = new_param(num_experts, 2 * intermediate, hidden, dtype=dtype)  # gate rows first
         self.down_proj = new_param(num_experts, hidden, intermediate, dtype=dtype)
@@ -33,6 +40,8 @@ class Qwen3MoeExperts(nn.Module):
         param = getattr(self, param_name)
         i = self.intermediate
         target = param[expert, shard * i : (shard + 1) * i] if param_name == "gate_up_proj" else param[expert]
+        if self.full != len(self.part) and loaded.shape[-1 if param_name == "down_proj" else 0] == self.full:
+            loaded = loaded.narrow(-1 if param_name == "down_proj" else 0, self.part.start, len(self.part))
         if tuple(target.shape) != tuple(loaded.shape):
             raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != model shape {tuple(target.shape)}")
         with torch.no_grad():
@@ -56,11 +65,13 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         self.norm_topk_prob = config.norm_topk_prob
         self.gate = Linear(config.hidden_size, config.num_experts, False, dtype)  # the router
         self.experts = Qwen3MoeExperts(config.num_experts, config.hidden_size, config.moe_intermediate_size, dtype)
+        self.comm = parallel.current().comm  # the ranks' partial expert outputs are summed (tensor parallel)
 
     def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, hidden]
         router_logits = self.gate(x, flags)  # [tokens, num_experts]
         weights, ids = kernels.moe_route(flags, router_logits, self.top_k, self.norm_topk_prob, x.dtype)
-        return self.experts(x, weights, ids, flags)
+        out = self.experts(x, weights, ids, flags)
+        return out if self.comm is None else self.comm.all_reduce(out)
 
 
 class Qwen3MoeDecoderLayer(Qwen3DecoderLayer):

@@ -13,9 +13,11 @@ from torch import nn
 
 from engine import kernels
 from engine.flags import FlagSnapshot
+from engine.model import parallel
 from engine.model.batch import ForwardBatch
 from engine.model.config import GDNConfig, ModelConfig
 from engine.model.layers import Embedding, Linear, RMSNorm, make_linear, new_param
+from engine.model.parallel import spans
 from engine.model.qwen3 import Qwen3ForCausalLM, Qwen3MLP, Qwen3Model, step_attention
 from engine.model.qwen3_moe import Qwen3MoeSparseMoeBlock
 from engine.ops.rope import rope_cos_sin
@@ -90,22 +92,35 @@ class Qwen3NextGatedDeltaNet(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> None:
         super().__init__()
-        gdn = config.gdn
-        assert gdn is not None
-        self.gdn: GDNConfig = gdn
+        full = config.gdn
+        assert full is not None
+        tp = parallel.current()  # tensor parallel: this rank's key heads, each with its value heads
+        keys = tp.even(full.num_key_heads, "linear_num_key_heads")
+        gdn: GDNConfig = parallel.local_gdn(full, tp) if tp.size > 1 else full
+        self.gdn = gdn
         self.layer_idx = layer_idx
         nk, nv, dk, dv = gdn.num_key_heads, gdn.num_value_heads, gdn.key_head_dim, gdn.value_head_dim
         self.key_dim, self.value_dim = nk * dk, nv * dv
         self.eps = config.rms_norm_eps
-        h = config.hidden_size
+        h, per = config.hidden_size, nv // nk
+        values = range(keys.start * per, keys.stop * per)
         # per key head: q, k, then the v and z of its value heads (Hugging Face's grouped layout)
-        self.in_proj_qkvz = make_linear(h, 2 * self.key_dim + 2 * self.value_dim, False, dtype, config.quant)
-        self.in_proj_ba = make_linear(h, 2 * nv, False, dtype, config.quant)  # per key head: b, then a
+        qkvz = make_linear(h, 2 * self.key_dim + 2 * self.value_dim, False, dtype, config.quant)
+        self.in_proj_qkvz = parallel.column(qkvz, (spans(keys, 2 * dk + 2 * per * dv),))
+        ba = make_linear(h, 2 * nv, False, dtype, config.quant)  # per key head: b, then a
+        self.in_proj_ba = parallel.column(ba, (spans(keys, 2 * per),))
         self.conv1d = Conv1dWeight(gdn.conv_dim, gdn.conv_kernel, dtype)
         self.dt_bias = new_param(nv, dtype=dtype)
         self.A_log = new_param(nv, dtype=dtype)
+        if tp.size > 1:  # the convolution's channels are q, k, v of every head, each block cut to this rank's
+            full_key = full.num_key_heads * dk
+            conv = (spans(keys, dk), spans(keys, dk, full_key), spans(values, dv, 2 * full_key))
+            self.conv1d.weight.weight_loader = parallel.slicer(0, conv)  # type: ignore[attr-defined]
+            for p in (self.dt_bias, self.A_log):
+                p.weight_loader = parallel.slicer(0, (spans(values, 1),))  # type: ignore[attr-defined]
         self.norm = RMSNorm(dv, config.rms_norm_eps, dtype)  # the gated norm's plain weight
-        self.out_proj = make_linear(self.value_dim, h, False, dtype, config.quant)
+        out = make_linear(self.value_dim, h, False, dtype, config.quant)
+        self.out_proj = parallel.row(out, (spans(values, dv),))
 
     def forward(self, hidden: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:  # [tokens, hidden]
         flags, g = batch.flags, self.gdn
@@ -217,16 +232,19 @@ class Qwen3NextAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> None:
         super().__init__()
         self.layer_idx = layer_idx
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        tp = parallel.current()  # this rank's heads (all of them on one device)
+        heads, kv = tp.even(config.num_attention_heads, "num_attention_heads"), tp.kv_heads(config.num_key_value_heads)
+        self.num_heads = len(heads)
+        self.num_kv_heads = len(kv)
         self.head_dim = d = config.head_dim
         self.scaling = d**-0.5
         self.eps = config.rms_norm_eps
         h, bias, quant = config.hidden_size, config.attention_bias, config.quant
-        self.q_proj = make_linear(h, self.num_heads * d * 2, bias, dtype, quant)  # per head: query, then gate
-        self.k_proj = make_linear(h, self.num_kv_heads * d, bias, dtype, quant)
-        self.v_proj = make_linear(h, self.num_kv_heads * d, bias, dtype, quant)
-        self.o_proj = make_linear(self.num_heads * d, h, bias, dtype, quant)
+        q = make_linear(h, self.num_heads * d * 2, bias, dtype, quant)  # per head: query, then gate
+        self.q_proj = parallel.column(q, (spans(heads, 2 * d),))
+        self.k_proj = parallel.column(make_linear(h, self.num_kv_heads * d, bias, dtype, quant), (spans(kv, d),))
+        self.v_proj = parallel.column(make_linear(h, self.num_kv_heads * d, bias, dtype, quant), (spans(kv, d),))
+        self.o_proj = parallel.row(make_linear(self.num_heads * d, h, bias, dtype, quant), (spans(heads, d),))
         self.q_norm = Qwen3NextRMSNorm(d, config.rms_norm_eps, dtype)
         self.k_norm = Qwen3NextRMSNorm(d, config.rms_norm_eps, dtype)
 

@@ -39,7 +39,18 @@ def render_chat(
     env.globals["raise_exception"] = _raise
     try:
         return env.from_string(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **special
+            messages=[text_content(m) for m in messages], add_generation_prompt=add_generation_prompt, **special
         )
-    except TemplateError as exc:
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ChatTemplateError(f"the chat template failed: {exc}") from exc
+
+
+def text_content(message: dict[str, Any]) -> dict[str, Any]:
+    """A message whose content is OpenAI's list of parts, as one string (text parts only: this engine reads
+    no images or audio)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+        raise ChatTemplateError("messages: only text content parts are supported")
+    return {**message, "content": "".join(str(p.get("text", "")) for p in content)}

@@ -27,6 +27,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--kv-cache-memory", type=int, default=None, help="bytes for the KV cache (default: see engine.LLM)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="ranks to split the model over (one process each)"
+    )
     p.set_defaults(handler=cmd_serve)
 
 
@@ -46,7 +49,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         seed=args.seed,
         kv_cache_memory=args.kv_cache_memory,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     app = build_app(llm, args.served_model_name or Path(args.model).name)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        llm.shutdown()
     return 0

@@ -394,7 +394,9 @@ def cmd_neartie_served(args: argparse.Namespace) -> int:
         runs = served.fetch(args.served, setup.prompts, args.max_new_tokens, max(args.top_k, 1))
         if args.save_outputs:
             served.save_outputs(args.save_outputs, runs)
-    oracle = Oracle(args.oracle_model or args.model, torch.float32, args.device, (args.oracle_attn or ["eager"])[0])
+    # the oracle in --dtype when given (a bf16 server judged by a bf16 oracle rounds where it rounds), else fp32
+    dtype = DTYPES[resolve_dtype(args.dtype, args.model)] if args.dtype else torch.float32
+    oracle = Oracle(args.oracle_model or args.model, dtype, args.device, (args.oracle_attn or ["eager"])[0])
     logprobs = [oracle.teacher_forced_logprobs(r.prompt, r.tokens) for r in runs]
     rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate
     result = served.served_gate(runs, logprobs, args.band, args.top_k, rate, args.logprob_tol)

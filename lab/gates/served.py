@@ -1,6 +1,7 @@
 """The near-tie razor run from a server's outputs: `gate neartie --served URL` or `--outputs FILE`.
 
-The oracle is teacher-forced on the tokens the server returned, and each position is judged twice:
+The oracle (fp32, or --dtype's) is teacher-forced on the tokens the server returned, and each position is
+judged twice:
 - the tokens, by the razor (lab/gates/neartie.py): the server's token is the oracle's best, or a near-tie
   where the oracle's own top two are within the band;
 - the server's own distribution, by its top_logprobs: every token it lists has its logprob within

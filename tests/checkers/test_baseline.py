@@ -83,23 +83,26 @@ def test_sarif_validates_and_carries_baseline_state(contrib: Contrib):
 
 def test_the_run_passes_once_the_new_failure_is_fixed_and_reports_what_the_branch_fixed(tmp_path: Path):
     c = build(tmp_path)
-    c.clone.commit(
-        "Document VT_NEW here too\n\nRefs #1\n",
-        {"docs/ENV.md": c.clone.path.joinpath("docs/ENV.md").read_text() + "| `VT_NEW` | new |\n"},
+    anchored = row_yaml("GOV-CORE", issues="[1]", anchors="[src/ok.py]")
+    c.clone.commit("Anchor to code that exists\n\nRefs #1\n", {".agents/rows/GOV-CORE.yaml": anchored})
+    proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    u3 = c.shas["U3"][:12]
+    assert proc.stdout.splitlines()[-1] == (
+        f"No new failures: inherited from the base (env-doc); fixed upstream: env-doc at {u3} "
+        "(--fail-on-inherited makes them count)"
     )
-    c.clone.commit(
-        "Anchor to code that exists\n\nRefs #1\n",
-        {".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", issues="[1]", anchors="[src/ok.py]")},
-    )
+    documented = (c.clone.path / "docs/ENV.md").read_text() + "| `VT_NEW` | new |\n"
+    c.clone.commit("Document VT_NEW here too\n\nRefs #1\n", {"docs/ENV.md": documented})
     proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert "ok    env-doc          base fails 1; this branch passes (fixes 1)" in lines
     assert (
         "FIXED     src/new.py:2: ED001 env-undocumented: VT_NEW read at src/new.py:2 is not documented in "
-        "docs/ENV.md nor classified in env-allow.txt [file not touched by this branch]" in lines
-    )
-    assert lines[-1] == "No new failures: the branch adds none and the base has none"
+        "docs/ENV.md nor classified in env-allow.txt [file not touched by this branch]"
+    ) in lines
+    assert lines[-1] == "No new failures: the branch adds none; the branch fixes 1 the base has"
     sarif = json.loads(rowgate("preflight", "--baseline", "--format", "sarif", cwd=c.clone.path).stdout)
     jsonschema.Draft4Validator(SCHEMA).validate(sarif)
     assert [r["baselineState"] for r in sarif["runs"][0]["results"]] == ["absent"]
@@ -126,3 +129,30 @@ def test_identity_ignores_lines_and_shas_but_not_commits_or_paths():
     assert identity(a) != identity(a._replace(path="src/b.py"))
     assert identity(a) != identity(a._replace(commit="f" * 40))
     assert identity(a) != identity(a._replace(message="VT_Y read at src/a.py:2"))
+
+
+def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
+    """The commit gates have nothing to judge there: a skip that says so, not an error of the branch's."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    proc = rowgate("preflight", "--baseline", cwd=c.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "SKIP  role-discipline  base: not run (judges the branch's own commits); this branch skips: the branch "
+        "has no commits of its own (head is the merge base)"
+    ) in proc.stdout.splitlines()
+    assert proc.stdout.splitlines()[-1] == "No new failures: the branch adds none and the base has none"
+
+
+def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path):
+    """A pending commit that names nothing: RD004 on the commit, new, anchored where plain SARIF anchors it."""
+    c = build(tmp_path)
+    c.clone.git("reset", "-q", "--hard", "upstream/main")
+    sha = c.clone.commit("Nothing named\n", {"README.md": "x\n"})
+    proc = rowgate("preflight", "--baseline", "--format", "sarif", cwd=c.clone.path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [result] = accepted(json.loads(proc.stdout))
+    location = result["locations"][0]
+    assert (result["ruleId"], result["baselineState"]) == ("RD004", "new")
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == ".agents/config.yaml"
+    assert location["logicalLocations"][0]["name"] == sha

@@ -48,7 +48,10 @@ def test_check_fails_with_exit_1(rowgate_repo: GitRepo):
 def test_bad_config_exits_3_naming_file_and_line(rowgate_repo: GitRepo):
     rowgate_repo.write({".agents/config.yaml": "version: 1\nrowz: {}\n"})
     proc = rowgate("preflight", cwd=rowgate_repo.path)
-    assert (proc.returncode, proc.stderr) == (3, "rowgate: .agents/config.yaml:2: rowz: unknown key\n")
+    assert (proc.returncode, proc.stderr) == (
+        3,
+        "rowgate: .agents/config.yaml:2: rowz: unknown key (did you mean 'rows'?)\n",
+    )
 
 
 def test_bad_option_exits_2(rowgate_repo: GitRepo):

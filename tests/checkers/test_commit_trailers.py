@@ -626,6 +626,24 @@ def test_an_exempt_author_is_skipped_and_a_person_is_not(rowgate_repo: GitRepo):
     ]
 
 
+def test_a_branch_cannot_exempt_its_own_author_through_its_mailmap(rowgate_repo: GitRepo):
+    """exempt_authors is searched in the author after .mailmap: a branch that maps itself to a bot in its
+    own .mailmap was exempt. The base's .mailmap maps now, so the commit is judged."""
+    exempt = "  exempt_authors: ['\\[bot\\]@users\\.noreply\\.github\\.com>$']\n"
+    rowgate_repo.commit(
+        "Config\n\nSigned-off-by: Ada Tester <ada@example.com>\n",
+        {".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n" + exempt},
+    )
+    base = rowgate_repo.head()
+    sha = rowgate_repo.commit(
+        "Unsigned work\n",
+        {".mailmap": "x[bot] <1+x[bot]@users.noreply.github.com> Ada Tester <ada@example.com>\n", "w": "1"},
+    )
+    result = check(rowgate_repo, "--range", f"{base}..HEAD")
+    assert findings(result) == [("TR001", f"{sha[:12]}: no Signed-off-by trailer (need at least 1)")]
+    assert result.details[-1].startswith("this range changes .mailmap: identities were mapped through the base's")
+
+
 def test_an_invalid_exempt_author_pattern_is_an_error(rowgate_repo: GitRepo):
     rowgate_repo.write({".agents/config.yaml": MINIMAL_CONFIG + "trailers:\n  presets: [dco]\n"})
     rowgate_repo.commit("x\n\nSigned-off-by: Ada Tester <ada@example.com>\n")

@@ -318,7 +318,20 @@ def test_dco_over_a_range_honours_the_mailmap(rowgate_repo: GitRepo):
     )
     rowgate_repo.write({".mailmap": "Ada Tester <ada@example.com> <ada@old.example.com>\n"})
     rowgate_repo.commit("Add the mailmap\n\nSigned-off-by: Ada Tester <ada@example.com>\n")
-    assert check(rowgate_repo, "--range", f"{base}..HEAD").status.value == "pass"
+    # the branch's own .mailmap does not map its own identities: the base's does (none here)
+    assert check(rowgate_repo, "--range", f"{base}..HEAD").status.value == "fail"
+    result = check(rowgate_repo, "--range", f"{base}..HEAD")
+    assert findings(result) == [(rule, message)]
+    assert result.details[-1] == (
+        f"this range changes .mailmap: identities were mapped through the base's .mailmap ({base[:12]}); "
+        "the change applies once it is on the base"
+    )
+    # once the .mailmap is on the base, it maps
+    with_map = rowgate_repo.head()
+    rowgate_repo.commit(
+        "Add b\n\nSigned-off-by: Ada Tester <ada@example.com>\n", {"b": "1"}, author=("Ada T", "ada@old.example.com")
+    )
+    assert check(rowgate_repo, "--range", f"{with_map}..HEAD").status.value == "pass"
 
 
 def test_the_repository_own_history_passes():

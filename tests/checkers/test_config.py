@@ -20,7 +20,9 @@ def test_misspelled_key_names_file_line_and_field(tmp_path: Path):
     root = _write(tmp_path, "version: 1\nrows:\n  areas: [GOV]\n  activ_states: [ACTIVE]\n")
     with pytest.raises(RecordError) as exc:
         load_config(root)
-    assert exc.value.lines() == [".agents/config.yaml:4: rows.activ_states: unknown key"]
+    assert exc.value.lines() == [
+        ".agents/config.yaml:4: rows.activ_states: unknown key (did you mean 'active_states'?)"
+    ]
 
 
 def test_wrong_type_names_the_field(tmp_path: Path):
@@ -67,3 +69,25 @@ def test_schema_is_exported_and_forbids_unknown_keys():
     schema = json_schema()
     assert schema["additionalProperties"] is False
     assert set(Config.model_fields) <= set(schema["properties"])
+
+
+def test_a_mistyped_key_rule_or_check_names_the_nearest_one():
+    from checkers.config import parse_config
+
+    with pytest.raises(RecordError) as bad_keys:
+        parse_config(
+            b"version: 1\ntrailers:\n  preset: [dco]\npr_size:\n  classes:\n    - {name: a, paths: ['**'], budgt: 3}\n",
+            "c.yaml",
+        )
+    assert bad_keys.value.lines() == [
+        "c.yaml:3: trailers.preset: unknown key (did you mean 'presets'?)",
+        "c.yaml:6: pr_size.classes.0.budgt: unknown key (did you mean 'budget'?)",
+    ]
+    with pytest.raises(RecordError) as bad_names:
+        parse_config(b"version: 1\nignore: [trailer-mising, XYZ]\nchecks:\n  pr-sise: {enabled: false}\n", "c.yaml")
+    lines = bad_names.value.lines()
+    assert lines[0].startswith("c.yaml:4: checks.pr-sise: unknown check 'pr-sise' (did you mean 'pr-size'?); ")
+    assert lines[1].startswith(
+        "c.yaml:2: ignore.0: unknown rule 'trailer-mising' (did you mean TR001 trailer-missing?)"
+    )
+    assert lines[2].startswith("c.yaml:2: ignore.1: unknown rule 'XYZ'; `rowgate rules` lists the ")

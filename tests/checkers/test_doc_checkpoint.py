@@ -229,3 +229,27 @@ def test_a_checkpoint_commit_with_its_documents_passes(tmp_path: Path):
     repo.commit("chore: not a checkpoint", {"notes.txt": "x\n"})
     result = _doc_checkpoint(repo, base)
     assert (result.status.value, result.summary) == ("pass", "OK: 0 rendered files up to date; 2 commits checked")
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [".agents/rows/*.yaml binary\n", ".agents/rows/*.yaml diff=hide\n", ".agents/rows/*.yaml -diff\n"],
+)
+def test_dc002_committed_attributes_cannot_hide_a_state_change(repo: GitRepo, attributes: str):
+    """The branch marks the rows binary (or routes them to a textconv that hides the state line): `git log
+    -p` then prints "Binary files differ" or the textconv's output. State changes are read from the blobs,
+    so the change is still seen."""
+    repo.commit("Attributes\n\nRow: GOV-CORE\n", {".gitattributes": attributes})
+    repo.git("config", "diff.hide.textconv", "grep -v state")
+    sha = repo.commit(
+        "Start it\n\nRow: GOV-CORE\n", {".agents/rows/GOV-CORE.yaml": row_yaml("GOV-CORE", state="INVENTORIED")}
+    )
+    _render(repo)
+    repo.commit("Render later\n\nRow: GOV-CORE\n")
+    assert [(f.rule, f.message) for f in _run(repo).findings] == [
+        (
+            "DC002",
+            f"commit {sha[:12]} moves GOV-CORE from READY to INVENTORIED but "
+            "does not update docs/ROADMAP.md, docs/matrices/GOV.md",
+        )
+    ]

@@ -344,3 +344,22 @@ def test_ed001_hint_without_a_flag_registry_names_the_doc_table(repo: GitRepo):
         "add a row for it to docs/ENVIRONMENT.md, or classify it in scripts/env-doc-allowlist.txt as "
         "`NAME  CLASS  reason` (--fix adds a stub)"
     }
+
+
+def test_reads_after_a_raw_string_and_a_digit_separator_are_found():
+    """A C++ raw string (`R"d(...)d"`, holding quotes and `/*`) and a number with digit separators
+    (`1'000'000`) are tokens of their own: the tokenizer took the first for a string that ends at its inner
+    quote (and a comment that ran to the end of the file), the second for a char literal to the end of the
+    line, and missed the reads after them."""
+    from checkers.checks.env_doc.envscan import c_reads
+
+    src = (
+        'auto s = R"x(/* not a comment " getenv("VT_NOT") )x"; const char* a = getenv("VT_AFTER_RAW");\n'
+        "int n = 1'000'000; const char* b = getenv(\"VT_AFTER_SEP\");\n"
+        'auto t = u8R"(a)"; auto f = 0x1\'0p+1\'0; getenv("VT_LAST");\n'
+    )
+    assert [(r.name, r.line) for r in c_reads(src, "a.cu", ("VT_",))] == [
+        ("VT_AFTER_RAW", 1),
+        ("VT_AFTER_SEP", 2),
+        ("VT_LAST", 3),
+    ]

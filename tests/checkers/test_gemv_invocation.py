@@ -527,3 +527,18 @@ def test_a_launch_looks_back_for_its_kernel_no_further_than_the_previous_launch(
         ("a", ("float",), ("1", "2")),
         ("b", (), ("3", "4")),
     ]
+
+
+def test_a_source_linked_out_of_the_repository_is_an_error_and_not_read(tmp_path: Path):
+    """A tracked symlink to a file outside (or to /dev/zero) was read wherever it pointed; now the check
+    cannot verify and says which source and where it leads."""
+    from checkers.results import CheckError
+
+    outside = tmp_path / "outside.py"
+    outside.write_text("import torch\n")
+    root = tmp_path / "repo"
+    (root / "engine").mkdir(parents=True)
+    (root / "engine" / "ops.py").symlink_to(outside)
+    with pytest.raises(CheckError) as err:
+        run_on(root)
+    assert str(err.value) == (f"engine/ops.py is a symlink that leads out of the repository (to {outside}); not read")

@@ -369,3 +369,31 @@ def test_a_cmake_feature_source_built_for_an_arch_its_cell_lacks_fails(tmp_path:
     )
     result = _cmake_run(tmp_path, _cmake_repo(tmp_path, both))
     assert pairs(result)[0] == ("GC001", "src/vt/cuda/marlin.cu: gencode ['120a','121a'] != expected ['121a']")
+
+
+def test_a_binary_compile_commands_file_is_a_one_line_error_not_a_decode_crash(tmp_path: Path) -> None:
+    from checkers.checks.gencode.nvcc_flags import FlagError, load_compile_commands
+
+    blob = tmp_path / "compile_commands.json"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe" * 10)
+    with pytest.raises(FlagError) as err:
+        load_compile_commands(blob)
+    assert str(err.value) == f"cannot read compile commands: {blob} is not UTF-8 text (byte 8: invalid start byte)"
+
+
+def test_a_fifo_or_an_oversized_object_is_refused_before_reading(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    from checkers import boundedio
+    from checkers.checks.gencode.fatbin import read_object
+    from checkers.results import CheckError
+
+    fifo = tmp_path / "kernel.o"
+    os.mkfifo(fifo)
+    with pytest.raises(CheckError, match="is a FIFO, not a file; not read"):
+        read_object(fifo)  # opened without blocking, never read
+    big = tmp_path / "big.o"
+    with open(big, "wb") as f:
+        f.truncate(boundedio.BUILD_CAP + 1)  # sparse: a size without the bytes
+    with pytest.raises(CheckError, match=f"is {boundedio.BUILD_CAP + 1:,} bytes"):
+        read_object(big)

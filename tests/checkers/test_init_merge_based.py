@@ -110,6 +110,10 @@ def test_init_skips_button_merges_exempts_bots_and_counts_honestly(upstream: Pat
     assert f"  cutover: HEAD when init ran ({head[:12]}); it and its 10 ancestors are not judged by the presets" in out
     assert "  (0 of the 5 commits by people read break them; merges and bots not counted)" in out
     assert not any("shallow" in line for line in out)
+    assert out[-2] == (  # the last line is "wrote ..."
+        "note: the hook of a disabled check passes without running (pre-commit prints Passed): leave "
+        "rowgate-env-doc, rowgate-gemv-invocation, rowgate-gencode out of .pre-commit-config.yaml"
+    )
 
 
 def test_ci_on_main_a_pull_request_and_the_pre_push_hook(upstream: Path, tmp_path: Path):

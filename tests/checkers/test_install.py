@@ -1,7 +1,8 @@
-"""A governance-only install: the wheel built from this work tree holds the toolkit as the one import
-package `rowgate` (the folder `checkers/`, mapped by pyproject's package-dir) and its console script, and
-neither the engine package nor model weights. Installed with `pip install --target`, it runs a real check
-with this checkout off sys.path."""
+"""The install: the wheel built from this work tree holds the toolkit as the import package `rowgate` (the
+folder `checkers/`, mapped by pyproject's package-dir) with its console script, and the engine as `engine`
+with its kernels and the embedded tiny model (its dependencies only through the `engine` extra). Installed
+with `pip install --target`, it runs a real check, and `import engine` generates, with this checkout off
+sys.path."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ from tests.conftest import GIT_ENV, ROOT, init_repo
 SIGNED = "\n\nSigned-off-by: Ada Tester <ada@example.com>\n"
 
 
-def test_every_package_under_checkers_is_installed_as_rowgate():
+def test_every_package_under_checkers_and_engine_is_installed():
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert setuptools["package-dir"] == {"rowgate": "checkers"}
+    assert setuptools["package-dir"] == {"rowgate": "checkers", "engine": "engine"}
     folders = sorted(
-        ".".join(["rowgate", *p.parent.relative_to(ROOT / "checkers").parts])
-        for p in (ROOT / "checkers").rglob("__init__.py")
+        ".".join([name, *p.parent.relative_to(ROOT / folder).parts])
+        for name, folder in (("rowgate", "checkers"), ("engine", "engine"))
+        for p in (ROOT / folder).rglob("__init__.py")
     )
     missing = sorted(set(folders) - set(setuptools["packages"]))
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
@@ -84,12 +86,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_wheel_is_the_toolkit_as_rowgate_without_the_engine_or_weights(wheel: Path):
+def test_the_wheel_is_the_toolkit_and_the_engine_with_its_kernels_and_tiny_model(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
-    assert tops == {"rowgate"}, tops
+    assert tops == {"rowgate", "engine"}, tops
     assert {"rowgate/commands/init.py", "rowgate/config.py", "rowgate/checks/records/__init__.py"} <= set(names)
-    assert not [n for n in names if n.endswith((".safetensors", ".cu", ".pt", ".bin"))]
+    tracked = {p.relative_to(ROOT).as_posix() for p in (ROOT / "engine" / "cuda").glob("*.cu*")}
+    assert tracked and tracked <= set(names)  # every kernel source, for a JIT or fat build from the install
+    assert {"engine/data/tiny-qwen3/model.safetensors", "engine/cuda/arch_features.yaml"} <= set(names)
+    assert not [n for n in names if n.startswith(("lab/", "tests/")) or n.endswith((".pt", ".bin"))]
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    torch_req = [line for line in meta.splitlines() if line.startswith("Requires-Dist: torch")]
+    assert torch_req and all('extra == "engine"' in line for line in torch_req)  # only through the extra
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "rowgate = rowgate.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
@@ -103,7 +111,7 @@ def test_the_installed_package_runs_a_check_with_the_checkout_off_sys_path(wheel
         capture_output=True,
         timeout=300,
     )
-    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["bin", "rowgate"]
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["bin", "engine", "rowgate"]
 
     repo = init_repo(tmp_path / "plain")
     for i in range(3):
@@ -129,3 +137,27 @@ def test_the_installed_package_runs_a_check_with_the_checkout_off_sys_path(wheel
     repo.commit("Unsigned change\n")
     bad = run("-m", "rowgate", "check", "commit-trailers", "--preset", "dco", "--range", "HEAD~1..HEAD")
     assert bad.returncode == 1 and bad.stdout.startswith(f"TR001 trailer-missing: {repo.head()[:12]}: "), bad.stdout
+
+
+@pytest.mark.slow
+def test_the_installed_engine_generates_from_anywhere(wheel: Path, tmp_path: Path):
+    """`pip install ".[engine]"`: `import engine` from a directory outside the checkout finds the installed
+    package and its embedded model (the dependencies come from this environment, as the extra installs them)."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    deps = sysconfig.get_paths()["purelib"]
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{target}{os.pathsep}{deps}"}
+    code = (
+        "import engine; from engine import LLM, SamplingParams; print(engine.__file__); "
+        "out = LLM().generate([[1, 2, 3]], SamplingParams(max_tokens=2)); print(len(out[0].token_ids))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(target / "engine" / "__init__.py"), "2"]

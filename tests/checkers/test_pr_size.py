@@ -122,7 +122,7 @@ def test_ps002_budget_counts_deletions_at_the_class_weight(repo: GitRepo):
         ("PS002", None, "checkers changes 41 lines (budget 40)"),
         ("PS002", None, "engine-cuda changes 35 lines (budget 30)"),
     ]
-    assert result.findings[0].hint.startswith("split the change into smaller ranges")
+    assert result.findings[0].hint.startswith("split the change into smaller pull requests")
     assert result.details == [
         "class                 files   lines  budget  verdict",
         "checkers                  1      41      40  over by 1",
@@ -209,12 +209,15 @@ def test_binary_files_are_listed_apart_with_byte_sizes(repo: GitRepo):
 
 
 def test_generated_files_are_excluded_and_listed(repo: GitRepo):
+    repo.git("checkout", "-q", "main")
+    repo.commit("Mark generated code", {".gitattributes": "engine/gen/** linguist-generated\n"})
+    repo.git("checkout", "-q", "-B", "feature")
     repo.commit(
         "Generated code",
         {
-            ".gitattributes": "engine/gen/** linguist-generated\n",
             "engine/gen/tables.py": lines(500, "gen"),
             "engine/gen/odd name.txt": "x\n",
+            "scripts/run.sh": lines(4, "echo"),
         },
     )
     result = check(repo, "--base", "main")
@@ -223,6 +226,24 @@ def test_generated_files_are_excluded_and_listed(repo: GitRepo):
         "generated (excluded) engine/gen/odd name.txt: +1 -0",
         "generated (excluded) engine/gen/tables.py: +500 -0",
     ]
+
+
+def test_a_branch_cannot_mark_its_own_files_generated(repo: GitRepo):
+    """linguist-generated is judged by the base's .gitattributes: a branch that marks its own files counts
+    them, and the details say why."""
+    repo.commit(
+        "Generated code",
+        {".gitattributes": "engine/** linguist-generated\n", "engine/cuda/big.cu": lines(300, "kernel")},
+    )
+    result = check(repo, "--base", "main")
+    assert (result.status.value, [(f.rule, f.message) for f in result.findings]) == (
+        "fail",
+        [("PS002", "engine-cuda changes 259 lines (budget 30)")],
+    ), result.findings
+    assert result.details[-1] == (
+        "counted engine/cuda/big.cu: marked linguist-generated only by this branch's .gitattributes "
+        "(judged by the base's)"
+    )
 
 
 def test_all_files_classifies_the_whole_tree(repo: GitRepo):
@@ -318,7 +339,7 @@ def test_text_output_prints_the_table_then_the_findings(repo: GitRepo):
         "class                 files   lines  budget  verdict",
         "engine-cuda               1      31      30  over by 1",
         "PS002 class-over-budget: engine-cuda changes 31 lines (budget 30)",
-        "    fix: split the change into smaller ranges, one row each, or raise the budget of engine-cuda in "
+        "    fix: split the change into smaller pull requests, or raise the budget of engine-cuda in "
         "pr_size.classes in .agents/config.yaml with a reason",
         "FAIL: pr-size: 1 finding in 1 changed files",
     ]
@@ -472,3 +493,12 @@ def test_a_pairing_rule_with_several_uncaptured_placeholders_names_the_first_it_
         "error",
         "pairing rule 'checker-test': require uses {zone}, which when does not capture",
     )
+
+
+def test_a_pairing_rule_captures_in_one_pass_on_a_long_path():
+    """`when` placeholders are captured by the linear matcher (checkers.globmatch), shortest first as the
+    regex `[^/]+?` did; a long path that does not match ends at once instead of backtracking."""
+    rule = PairRule(name="deep", when="**/{a}{b}*x*x*x*x.py", require="tests/{a}/{b}.py")
+    pairing = Pairing.compile(rule)
+    assert pairing.required("src/mxxxxx.py") == ["tests/m/x.py"]
+    assert pairing.required("src/" + "x" * 5000 + ".pyc") is None

@@ -126,6 +126,32 @@ def test_generic_ai_tokens_are_forbidden_as_whole_words(who: str, token: str):
 
 
 @pytest.mark.parametrize(
+    "who,token",
+    [
+        ("Claude3 <c@example.com>", "Claude"),
+        ("Cl\u0430ude <c@example.com>", "Claude"),  # a Cyrillic a
+        ("\u0421laude Opus <c@example.com>", "Claude"),  # a Cyrillic C
+        ("Qwen3-Coder <q@example.com>", "Qwen"),
+        ("\uff43\uff4c\uff41\uff55\uff44\uff45 <c@example.com>", "claude"),  # fullwidth
+        ("Cl\u200baude <c@example.com>", "Claude"),  # a zero-width space inside
+        ("Gemini2.5 <g@example.com>", "Gemini"),
+        ("DeepSeek-V3 <d@example.com>", "DeepSeek"),
+    ],
+)
+def test_lookalikes_of_ai_names_are_forbidden(who: str, token: str):
+    """Matched as written and in the skeleton (NFKC, Cyrillic and Greek lookalikes, invisible characters
+    dropped, letters and digits apart): each of these passed before."""
+    assert problems(BODY + TRAILERS + f"Co-authored-by: {who}\n") == [
+        ("TR004", f"Co-authored-by: {who} names an AI ({token})")
+    ]
+
+
+@pytest.mark.parametrize("who", ["Alice <a@example.com>", "Kai2 Abbott <k@example.com>", "Ada Tester3 <a@example.com>"])
+def test_skeleton_matching_leaves_human_names_alone(who: str):
+    assert problems(BODY + TRAILERS + f"Co-authored-by: {who}\n") == []
+
+
+@pytest.mark.parametrize(
     "who",
     [
         "Alice Abbott <alice@example.com>",

@@ -120,3 +120,41 @@ def test_the_kv_cache_is_sized_from_its_memory_budget(capsys: pytest.CaptureFixt
         tiny.generate([[1] * 40], SamplingParams(max_tokens=20))
     with pytest.raises(ValueError, match="holds no KV block"):
         LLM(max_model_len=128, kv_cache_memory=per_block - 1)
+
+
+def flat(positions: list | None) -> list[tuple[tuple[int, int], float]]:
+    """Logprob dicts as ((position, token), logprob) pairs in order."""
+    return [((i, t), lp.logprob) for i, p in enumerate(positions or []) if p for t, lp in p.items()]
+
+
+def test_the_overlapped_and_the_synchronous_step_agree_on_every_feature() -> None:
+    from engine.flags import FlagSnapshot
+
+    params = [
+        SamplingParams(temperature=0.9, seed=1, max_tokens=12, logprobs=3, presence_penalty=1.0, ignore_eos=True),
+        SamplingParams(temperature=0, max_tokens=12, repetition_penalty=1.5, frequency_penalty=0.5, min_tokens=4),
+        SamplingParams(temperature=1.2, seed=2, n=2, max_tokens=12, min_p=0.1, prompt_logprobs=2, ignore_eos=True),
+        SamplingParams(temperature=0, max_tokens=12, stop=["e"], logprobs=0),
+    ]
+    prompts = [[5, 6, 7, 5, 6], "Once upon a time", [9] * 20, "The cat"]
+    runs = []
+    for overlap in (False, True):
+        flags = FlagSnapshot.from_env().with_(VT_ASYNC_SCHEDULE=overlap)
+        llm = LLM(max_model_len=128, max_num_seqs=3, max_num_batched_tokens=8, flags=flags)  # chunked, queued
+        outs = llm.generate(prompts, params)
+        runs.append(
+            [
+                (c.token_ids, c.text, c.finish_reason, flat(c.logprobs), flat(o.prompt_logprobs))
+                for o in outs
+                for c in o.outputs
+            ]
+        )
+        llm.runner.blocks.check_empty()
+    # tokens, text and finish exactly; logprobs to fp32 noise (the two paths batch rows differently, and a
+    # batch's shape moves fp32 sums by ulps)
+    assert [r[:3] for r in runs[0]] == [r[:3] for r in runs[1]]
+    for a, b in zip(runs[0], runs[1]):
+        for x, y in ((a[3], b[3]), (a[4], b[4])):
+            assert [k for k, _ in x] == [k for k, _ in y]
+            assert all(abs(p - q) < 1e-4 for (_, p), (_, q) in zip(x, y))
+    assert all(r[0] for r in runs[0]) and all(r[3] for r in runs[0][:1]) and runs[0][2][4]

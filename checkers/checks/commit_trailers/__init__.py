@@ -190,6 +190,11 @@ def _run_range(
     details = [
         f"debt: {e.sha[:12]} {e.error} ({e.reason})" + (" [applied]" if k in used else "") for k, e in debt.items()
     ]
+    if rng.base != EMPTY_TREE and ctx.git.changes(rng.base, rng.head, ".mailmap"):
+        details.append(
+            "this range changes .mailmap: identities were mapped through the base's .mailmap "
+            f"({rng.base[:12]}); the change applies once it is on the base"
+        )
     extra = [f"{len(legacy_shas)} before the cutover"] if legacy_shas else []
     extra += [f"{merges_skipped} merges skipped"] if merges_skipped else []
     extra += [f"{bots_skipped} by exempt authors (bots) skipped"] if bots_skipped else []
@@ -265,6 +270,8 @@ def _read_range(
                 "trailers.default_range is cutover but no cutover is configured",
                 hint="set cutover: in .agents/config.yaml, or pass --range BASE..HEAD",
             ) from None
+    # identities map through the base's .mailmap: a branch cannot map its own signer to its author
+    ctx.git.mailmap_rev = rng.base
     commits, messages = rng.read(partial(read_message, mode="range"), mailmap=True, parents=parents, authors=authors)
     return rng, commits, messages
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from ...atomicio import write_atomic
+from ...boundedio import SOURCE_CAP, Unreadable, read_bytes, read_text
 from ...checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
 from ...checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
 from ...config import EnvDocConfig
@@ -43,7 +44,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     reads, scanned = scan_repository(ctx, cfg)
     documented = _documented(ctx, cfg)
     allow_path = confine(ctx.root, cfg.allowlist, "env_doc.allowlist")
-    allow_text = allow_path.read_text(encoding="utf-8") if allow_path.is_file() else ""
+    allow_text = read_text(allow_path, SOURCE_CAP, ctx.root, cfg.allowlist) if allow_path.is_file() else ""
     allow = parse_allowlist(allow_text, cfg.classes, prefixes, cfg.allowlist_format)
     if getattr(args, "fix", False):
         missing = [r for r in reads if r.name not in documented and r.name not in allow.names()]
@@ -73,10 +74,14 @@ def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int
     paths = ctx.files(SOURCE_GLOBS, cfg.exclude)
     for path in select(paths, cfg.include, ()) if cfg.include else paths:
         try:
-            with open(os.path.join(root, path), "rb") as f:  # plain open: pathlib costs more than the read
-                data = f.read()
-        except (FileNotFoundError, IsADirectoryError):
+            data = read_bytes(Path(root, path), SOURCE_CAP, ctx.root, path)
+        except FileNotFoundError:
             continue  # deleted in the work tree but still in the index
+        except Unreadable as exc:
+            if not exc.special:
+                raise  # too big or a link out: the check cannot say it scanned everything
+            print(f"rowgate: env-doc: skipped {exc}", file=ctx.notes)
+            continue
         scanned += 1
         reads += scan_source(data, path, prefixes, readers)
     return reads, scanned
@@ -182,7 +187,7 @@ def _documented(ctx: Context, cfg: EnvDocConfig) -> dict[str, tuple[str, int]]:
         )
         if not path.is_file():
             raise CheckError(f"{doc} not found", hint=hint)
-        found = documented_names(path.read_text(encoding="utf-8"), tuple(cfg.table_headers))
+        found = documented_names(read_text(path, SOURCE_CAP, ctx.root, doc), tuple(cfg.table_headers))
         if found is None:
             raise CheckError(f"{doc} has no table of names (a header `| {headers} | ...`)", hint=hint)
         for name, line in found.items():

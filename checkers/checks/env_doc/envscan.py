@@ -165,11 +165,13 @@ def _is_getenv(expr: ast.expr, os_names: set[str], getenv_names: set[str]) -> bo
 _C_TOKEN = re.compile(
     r"""
     (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
+  | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^()\\\s"]{0,16})\((?:.*?\)(?P=delim)"|.*\Z))
+  | (?P<number>\.?[0-9](?:[eEpP][+-]|'?[0-9A-Za-z_.])*+)
   | (?P<string>(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*+"?)
   | (?P<char>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*+'?)
   | (?P<ident>[A-Za-z_]\w*)
   | (?P<punct>[(),])
-  | (?P<other>[^\s"'A-Za-z_(),/]+|/)
+  | (?P<other>[^\s"'A-Za-z0-9_(),/.]+|[/.])
 """,
     re.S | re.X,
 )
@@ -181,7 +183,8 @@ def c_reads(
 ) -> list[EnvRead]:
     """`getenv("X")`, `std::getenv("X")`, `secure_getenv`, and `READER("X", ...)` for each of the
     repository's wrappers in `readers`: comments and string and char literals are tokens of their own (so
-    a `getenv` inside them is no read), line splices are joined first, and adjacent string literals are
+    a `getenv` inside them is no read; C++ raw strings `R"d(...)d"` and numbers with digit separators
+    `1'000` too), line splices are joined first, and adjacent string literals are
     concatenated, as the compiler does. `meter` counts the tokenizer's spans and each token a loop visits."""
     text, splices = _join_splices(source.replace("\r\n", "\n"))
     tokens = []

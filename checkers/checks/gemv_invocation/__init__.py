@@ -80,9 +80,11 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 
 def _read(ctx: Context, globs: list[str]) -> list[Source]:
+    from ...boundedio import SOURCE_CAP, read_text
+
     try:
-        return [Source(p, (ctx.root / p).read_text(encoding="utf-8")) for p in sorted(ctx.files(globs))]
-    except (OSError, UnicodeDecodeError) as exc:
+        return [Source(p, read_text(ctx.root / p, SOURCE_CAP, ctx.root, p)) for p in sorted(ctx.files(globs))]
+    except OSError as exc:
         raise CheckError(f"cannot read an engine source: {exc}") from None
 
 

@@ -41,7 +41,9 @@ class FatbinEntry:
 
 def read_object(path: Path) -> list[FatbinEntry]:
     """The fatbin entries of an ELF object/library (.o, .so) or of a raw .fatbin file; [] when it has none."""
-    data = Path(path).read_bytes()
+    from ...boundedio import BUILD_CAP, read_bytes
+
+    data = read_bytes(Path(path), BUILD_CAP)
     if data[:4] == _CONTAINER.pack(FATBIN_MAGIC, 0, 0, 0)[:4]:
         return parse_fatbin(data)
     blob = fatbin_section(data)

@@ -30,8 +30,13 @@ class CompileCommand:
 
 def load_compile_commands(path: Path) -> list[CompileCommand]:
     """The CUDA (.cu) entries of a CMake compile_commands.json; raises FlagError naming the file."""
+    from ...boundedio import BUILD_CAP, read_text
+    from ...results import CheckError
+
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_text(Path(path), BUILD_CAP))
+    except CheckError as exc:  # too big, not a file, not UTF-8 (a binary file)
+        raise FlagError(f"cannot read compile commands: {exc}") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise FlagError(f"{path}: cannot read compile commands ({exc})") from None
     if not isinstance(data, list):

@@ -80,7 +80,11 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
             f"empty range (head {rng.head[:12]} is the merge base with {rng.ref}), so the whole tree was classified",
         )
     stats = git.numstat(rng.merge_base, rng.head, renames=cfg.renames == "edits")
-    generated = git.attr_set([s.path for s in stats], GENERATED_ATTR)
+    # Generated files are excluded as the base's .gitattributes marks them: the branch's own change to
+    # them (marking its files linguist-generated) is not the branch's to judge, so it is counted and said.
+    paths = [s.path for s in stats]
+    generated = git.attr_set(paths, GENERATED_ATTR, rev=rng.merge_base)
+    self_marked = sorted(git.attr_set(paths, GENERATED_ATTR) - generated)
     report = judge_range(stats, generated, classifier, cfg)
     if report.files == 0:
         return _tree_result(
@@ -101,6 +105,10 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     ]
     details += [
         f"generated (excluded) {s.path}: +{s.added or 0} -{s.deleted or 0}" for s in stats if s.path in generated
+    ]
+    details += [
+        f"counted {p}: marked linguist-generated only by this branch's .gitattributes (judged by the base's)"
+        for p in self_marked
     ]
     ok = f"OK: every path class is within its review budget ({report.files} files, {report.lines} lines)"
     return Result.judge(ID, report.findings, report.files, "changed files", ok, details)
@@ -131,7 +139,7 @@ def judge_range(stats: list[DiffStat], generated: set[str], classifier: Classifi
                     f"{t.name} changes {t.lines} lines (budget {t.budget})",
                     None,
                     None,
-                    f"split the change into smaller ranges, one row each, or raise the budget of {t.name} "
+                    f"split the change into smaller pull requests, or raise the budget of {t.name} "
                     f"in {CLASSES_AT} with a reason",
                 )
             )

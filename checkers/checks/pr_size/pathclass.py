@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ...config import PairRule, PathClass
-from ...files import PLACEHOLDER, glob_regex
+from ...globmatch import PLACEHOLDER, CaptureGlob, GlobSet
 from ...results import CheckError
 
 _TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)((?:\|[a-z]+)*)\}")  # `{name}`, `{name|snake}`
@@ -19,16 +19,15 @@ class Classifier:
 
     def __init__(self, classes: list[PathClass]):
         self.classes = classes
-        alternatives = [f"(?P<c{k}>{'|'.join(glob_regex(p) for p in c.paths)})" for k, c in enumerate(classes)]
-        # One alternation for all classes: the regex engine tries them in order, so one match per path.
-        self._regex = re.compile("|".join(alternatives)) if classes else None
+        # Every class's patterns in one set, in class order: the first pattern that matches names the class,
+        # in one linear pass per path (checkers.globmatch).
+        self._owner = [k for k, c in enumerate(classes) for _ in c.paths]
+        self._globs = GlobSet([p for c in classes for p in c.paths])
         self._hints = [(c.name, _literal_segments(p), _extension(p), _literal_dir(p)) for c in classes for p in c.paths]
 
     def classify(self, path: str) -> str | None:
-        m = self._regex.fullmatch(path) if self._regex else None
-        if m is None or m.lastgroup is None:  # a match is always inside one class's group `c<k>`
-            return None
-        return self.classes[int(m.lastgroup[1:])].name
+        k = self._globs.first(path)
+        return None if k is None else self.classes[self._owner[k]].name
 
     def closest(self, path: str) -> str:
         """The class whose patterns come closest to an unclassified path: most leading directories
@@ -79,8 +78,8 @@ class Pairing:
     that template's transforms (`{name|snake}`: kebab-case to snake_case)."""
 
     rule: PairRule
-    when: re.Pattern[str]
-    exclude: re.Pattern[str] | None
+    when: CaptureGlob
+    exclude: GlobSet | None
 
     @property
     def templates(self) -> list[str]:
@@ -102,17 +101,17 @@ class Pairing:
                         f"pairing rule {rule.name!r}: unknown transform {unknown[0]!r} in {template}",
                         hint=f"use one of {', '.join(TRANSFORMS)}",
                     )
-        exclude = re.compile("|".join(glob_regex(p) for p in rule.exclude)) if rule.exclude else None
-        return cls(rule, re.compile(glob_regex(rule.when, placeholders=True)), exclude)
+        exclude = GlobSet(rule.exclude) if rule.exclude else None
+        return cls(rule, CaptureGlob(rule.when), exclude)
 
     def required(self, path: str) -> list[str] | None:
         """The paths one of which must change with `path`, or None when the rule does not apply to it."""
-        m = self.when.fullmatch(path)
-        if not m or (self.exclude and self.exclude.fullmatch(path)):
+        m = self.when.match(path)
+        if m is None or (self.exclude and self.exclude.matches(path)):
             return None
 
         def fill(field: re.Match[str]) -> str:
-            value = m.group(field.group(1))
+            value = m[field.group(1)]
             for t in field.group(2).split("|")[1:]:
                 value = TRANSFORMS[t](value)
             return value

@@ -139,6 +139,7 @@ def check_pending(
                 None,
                 f"add `Row: <ROW-ID>` (a row in .agents/rows/) or `Refs #<issue>` (the issue your change answers)"
                 f"{also}; a maintainer lands it with a `Row: <ID>` merge commit",
+                c.commit.sha,
             )
         )
     return findings

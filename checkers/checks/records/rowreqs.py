@@ -32,8 +32,12 @@ class Tree:
     def line_count(self, rel: str) -> int | None:
         """Lines in a tracked-tree file, None when it is not a file (cached: each file read once)."""
         if rel not in self._lines:
-            p = self.root / rel
-            self._lines[rel] = len(p.read_bytes().splitlines()) if p.is_file() else None
+            from ...boundedio import SOURCE_CAP, Unreadable, read_bytes
+
+            try:  # an anchor that is too big, a FIFO or a link out counts as no file
+                self._lines[rel] = len(read_bytes(self.root / rel, SOURCE_CAP, self.root, rel).splitlines())
+            except (FileNotFoundError, Unreadable):
+                self._lines[rel] = None
         return self._lines[rel]
 
 

@@ -4,6 +4,7 @@ that disconnects mid-stream, a bounded load of concurrent streaming clients, and
 from __future__ import annotations
 
 import asyncio
+import gc
 import http.client
 import json
 import os
@@ -65,6 +66,12 @@ def test_bad_chat_requests_and_bodies(served: Served) -> None:
     status, out = post(served.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                              "logprobs": True, "top_logprobs": 30})  # fmt: skip
     assert (status, out["error"]["param"]) == (400, "top_logprobs"), out
+    parts = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    status, out = post(served.url + "/v1/chat/completions", {"messages": parts})
+    assert (status, out["error"]["param"]) == (400, "messages"), out
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    status, out = post(served.url + "/v1/chat/completions", {"messages": parts, "max_tokens": 2})
+    assert status == 200 and out["choices"][0]["message"]["role"] == "assistant", out
     status, out = post(served.url + "/v1/completions", b"{not json")
     assert status == 400 and out["error"]["type"] == "invalid_request_error"
 
@@ -114,10 +121,20 @@ def test_a_load_of_concurrent_streaming_clients_all_complete(served: Served) -> 
         client = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key="none", max_retries=0, timeout=60)
         return await asyncio.wait_for(asyncio.gather(*(one(client, i) for i in range(clients))), timeout=60)
 
-    outs = asyncio.run(main())
-    assert len(outs) == clients and all(reason in ("stop", "length") for _, reason in outs)
-    served.idle()
-    served.llm.runner.blocks.check_empty()
+    rss = []
+    for _ in range(2):  # memory after a second load is where the first left it (within allocator slack)
+        outs = asyncio.run(main())
+        assert len(outs) == clients and all(reason in ("stop", "length") for _, reason in outs)
+        served.idle()
+        served.llm.runner.blocks.check_empty()
+        gc.collect()
+        rss.append(resident_bytes())
+    assert rss[1] - rss[0] < 64 << 20, f"resident memory grew {(rss[1] - rss[0]) >> 20} MiB over a second load"
+
+
+def resident_bytes() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.M).group(1)) * 1024  # type: ignore[union-attr]
 
 
 def test_python_m_engine_serve_answers_on_its_port() -> None:
