@@ -3,8 +3,9 @@ finding is *new* (only on the head), *inherited* (on both) or *fixed* (only on t
 
 The base's tree is a temporary detached worktree (`git worktree add --detach --no-checkout`) filled from
 the object store (no hook, filter or checkout program runs) and removed afterwards; the base is judged
-with its own config. The gates that judge commits (the `commits` group) have no commits of their own on the base: the
-branch's range is the head's alone, so their findings are new by definition and they are not run there.
+with its own config. The gates that judge commits (the `commits` group) have no commits of their own on
+the base: the branch's range is the head's alone, so their findings are new by definition and they are
+not run there.
 
 Finding identity (what matches a head finding to a base finding) is stable across trees: the rule id,
 the path, the commit a commit-level finding is about (a commit keeps its sha in every tree), and the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -34,9 +36,10 @@ from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, Finding, Result, Status
 
 NEW, INHERITED, FIXED = "new", "inherited", "fixed"
 SARIF_STATE = {NEW: "new", INHERITED: "unchanged", FIXED: "absent"}
-# Blanked in a message before findings are matched: abbreviated or full shas, `path:LINE` and `line N`.
-_SHA = r"\b[0-9a-f]{7,40}\b"
-_LINE = r"(?<=\w):[0-9]+(?::[0-9]+)?\b|\bline [0-9]+\b|\blines [0-9]+-[0-9]+\b"
+# Blanked in a message before findings are matched: abbreviated or full shas (hex with a digit, so a word
+# such as "defaced" stays), `path:LINE` and `line N`.
+_SHA = re.compile(r"\b(?=[a-f]*[0-9])[0-9a-f]{7,40}\b")
+_LINE = re.compile(r"(?<=\w):[0-9]+(?::[0-9]+)?\b|\bline [0-9]+\b|\blines [0-9]+-[0-9]+\b")
 
 
 class Judged:
@@ -197,9 +200,7 @@ def findings_of(result: Result) -> list[Finding]:
 
 def identity(f: Finding) -> str:
     """What makes two findings in two trees the same finding (documented in docs/checks/baseline.md)."""
-    import re
-
-    message = re.sub(_SHA, "<sha>", re.sub(_LINE, "", f.message))
+    message = _SHA.sub("<sha>", _LINE.sub("", f.message))
     return "\x1f".join((f.rule, f.path or "", f.commit or "", message))
 
 
@@ -225,11 +226,13 @@ def worktree(git: Git, commit: str) -> Iterator[Path]:
         materialize(Git(tree, git.timeout_s), tree, commit)
         yield tree
     finally:
-        with contextlib.suppress(GitError):
+        try:
             git.run("worktree", "remove", "--force", str(tree))
+        except GitError:  # half made: its folder goes, then prune drops the entry of a folder that is gone
+            shutil.rmtree(parent, ignore_errors=True)
+            with contextlib.suppress(GitError):
+                git.run("worktree", "prune")
         shutil.rmtree(parent, ignore_errors=True)
-        with contextlib.suppress(GitError):
-            git.run("worktree", "prune")
 
 
 def materialize(git: Git, tree: Path, commit: str) -> None:

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("config", help="validate the config or print its JSON Schema")
     p.add_argument("action", choices=("check", "schema"))
+    p.add_argument("--ledger", action="store_true", help="with schema: print the ledger record schema (2) instead")
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     _config_arg(p)
     p.set_defaults(func=cmd_config)
@@ -264,6 +265,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         ctx = load_context(args.repo, config=args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    if args.fail_on_inherited and args.baseline is None:
+        return _usage_error("--fail-on-inherited needs --baseline")
     if args.baseline is not None:
         from .commands.baseline import run_baseline_command
 
@@ -305,6 +308,11 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     from .config import json_schema
 
+    if args.action == "schema" and args.ledger:
+        from .ledger_schema import json_schema as ledger_schema
+
+        print(json.dumps(ledger_schema(), indent=2))
+        return EXIT_PASS
     if args.action == "schema":
         print(json.dumps(json_schema(), indent=2))
         return EXIT_PASS

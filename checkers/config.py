@@ -8,6 +8,7 @@ key fails with its file and line instead of being ignored.
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -493,6 +494,52 @@ class DocsConfig(Strict):
     since: str | None = Field(None, description="full sha after which the range rule applies; unset: cutover")
 
 
+class EvidenceConfig(Strict):
+    """evidence: which documents cite which ledger records, and how strictly the records must back them."""
+
+    ledger_dir: RepoPath = Field(".agents/ledger", description="the folder of ledger records (<name>.json)")
+    documents: list[RepoPath] = Field(
+        default_factory=lambda: ["README.md", "docs/BENCHMARKS.md"], description="the documents whose numbers are held"
+    )
+    marker: ConfigPattern = Field(
+        r"\[ledger:\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*?)(?:\.json)?(?:\s*@\s*(?P<label>[^\]]*))?\]",
+        description="a citation beside a number: group `name` is the record's file name (without .json), "
+        "optional group `label` its dated label (`DATE SHA [dirty]`)",
+    )
+    file_names: bool = Field(
+        True, description="a record's file name (`<name>.json`) in the text is a reference: the record must exist"
+    )
+    headline_sections: list[str] = Field(
+        default_factory=lambda: ["Numbers"],
+        description="headings whose every list item is a headline (it must cite a record)",
+    )
+    defaults_words: list[str] = Field(
+        default_factory=lambda: ["the defaults", "default flags", "default settings"],
+        description="phrases that present a number as what the defaults give",
+    )
+    legacy: Literal["fail", "note"] = Field(
+        "fail",
+        description="a headline backed by a schema-1 (legacy) record, or one dated before `legacy_before`: fail, "
+        "or a printed note",
+    )
+    legacy_before: dt.date | None = Field(None, description="records dated before this day are legacy too")
+    stale: Literal["fail", "note"] = Field(
+        "fail", description="a current (undated) citation of a record whose measured paths changed since its commit"
+    )
+    require_selftest: list[Literal["gate", "bench", "flip", "note"]] = Field(
+        default_factory=lambda: list[Literal["gate", "bench", "flip", "note"]](["gate"]),
+        description="record kinds whose schema-2 records must carry a comparator self-test that caught every seed",
+    )
+    size_cap: int = Field(8192, ge=256, description="bytes a schema-2 record may take; legacy records are exempt")
+    flags_file: RepoPath | None = Field(
+        "engine/flags.py", description="today's flag defaults (declare() calls, read as AST); null: no defaults rule"
+    )
+    anchors_from: RepoPath | None = Field(
+        ".agents/rows",
+        description="where rows (<ROW-ID>.yaml with `anchors`) live: a record measured its rows' anchors",
+    )
+
+
 class CiConfig(Strict):
     """Where `rowgate ci base` looks for the base a CI job judges, and the oldest base it may pick."""
 
@@ -535,6 +582,8 @@ class Config(Strict):
     gencode: GencodeConfig = Field(default_factory=GencodeConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
+    evidence: EvidenceConfig = Field(default_factory=EvidenceConfig)
+
     ci: CiConfig = Field(default_factory=CiConfig)
 
 

@@ -209,17 +209,6 @@ class TrailedCommit(NamedTuple):
         return self.trailers.get("Row", ())
 
 
-_EMPTY: list[Any] = []  # the empty directory of this process's mailmap reads (removed at exit)
-
-
-def _empty_dir() -> str:
-    if not _EMPTY:
-        import tempfile
-
-        _EMPTY.append(tempfile.TemporaryDirectory(prefix="rowgate-empty-"))
-    return str(_EMPTY[0].name)
-
-
 def driver_overrides(config_list: bytes) -> dict[str, str]:
     """From `git config --list -z`, every program-valued driver key the config defines (a filter's clean,
     smudge and process, a diff driver's textconv and command, a merge driver), set empty (git then runs
@@ -257,16 +246,16 @@ class Git:
         self.mailmap_rev: str | None = None
 
     def _mailmap_opts(self) -> tuple[str, ...]:
-        """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in an empty
-        directory with the git directory named, git finds no work-tree .mailmap (it looks in the current
-        directory), and mailmap.blob names the base's."""
+        """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in the git
+        directory with it named, git finds no work-tree .mailmap (it looks in the current directory, where
+        no checkout writes one), and mailmap.blob names the base's."""
         if self.mailmap_rev is None:
             return ()
         git_dir = _discovered.get(str(self.root))
         if git_dir is None:
             git_dir = Path(self.text("rev-parse", "--absolute-git-dir").strip())
         blob = "" if self.mailmap_rev == EMPTY_TREE else f"{self.mailmap_rev}:.mailmap"
-        return ("-C", _empty_dir(), "--git-dir", str(git_dir), "-c", f"mailmap.blob={blob}", "-c", "mailmap.file=")
+        return ("-C", str(git_dir), "--git-dir", str(git_dir), "-c", f"mailmap.blob={blob}", "-c", "mailmap.file=")
 
     @property
     def _env(self) -> dict[str, str]:

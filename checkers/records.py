@@ -218,7 +218,7 @@ def _claims_issues_ledger(
         if loaded:
             rec.issues.append(loaded)
     for path in sorted((base / "ledger").glob("*.json")) if ledger.files else []:
-        loaded = _load(rec, root, path, LedgerEntry)
+        loaded = _load(rec, root, path, _ledger_model(path))
         if loaded:
             rec.ledger[loaded.path] = loaded
 
@@ -234,6 +234,24 @@ def parse_spec(text: str, path: str) -> Spec:
 
 def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
+
+
+_SCHEMA_2 = re.compile(rb'^\s*\{\s*"schema"\s*:\s*2\s*[,}]')
+
+
+def _ledger_model(path: Path) -> type[BaseModel]:
+    """A ledger entry's model by its `schema`, which writers put first: 2 (with provenance,
+    checkers.ledger_schema) or 1 (legacy). A record that puts it later is judged as schema 1 and told so."""
+    from .ledger_schema import LedgerRecord2
+
+    if path.is_symlink() or not path.is_file():
+        return LedgerEntry  # the bounded loader refuses a link or a non-file and reports it; read nothing here
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return LedgerEntry  # the loader reports the unreadable file
+    return LedgerRecord2 if _SCHEMA_2.match(head) else LedgerEntry
 
 
 def _read_text(rec: Records, root: Path, path: Path) -> str | None:

@@ -66,6 +66,14 @@ CHECKS: tuple[CheckSpec, ...] = (
         "rendered documents match the records; a change that moves a row's state updates them",
         records=True,
     ),
+    CheckSpec(
+        "evidence",
+        "evidence",
+        "records",
+        "scripts/check-evidence.py",
+        ("pre-commit",),
+        "numbers cited from the ledger are in their records; headlines stand on clean, current records",
+    ),
     # tree
     CheckSpec(
         "env-doc",

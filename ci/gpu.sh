@@ -87,6 +87,10 @@
 #   FLIP_PROMPT_LENS="1,6,13,31,2,9,17,33" sets the razor's prompts but long's (8: a GEMV arm takes 8 rows at most).
 #   OUT=DIR FLIP="VT_X=1 VT_Y=1" [FLIP_FILTER="attn/ kv_store/"] [FLIP_MODELS="dense d128 moe d128-g4 long"]
 #   [FLIP_PROMPT_LENS=N,..] bash ci/gpu.sh flip
+# Ledger records (schema 2) name the commit they measured and refuse a tree that differs from it. On a copy of
+# the tree without .git (a device machine), write the manifest in the clean checkout first and carry it:
+# `python -m lab.gates.ledger manifest` (.tree-manifest.json, git-ignored); a tool given --allow-dirty records
+# a modified copy as dirty instead of refusing it.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"

@@ -105,6 +105,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ignore_eos=args.ignore_eos,
     )
     longest = max(len(p) for p in prompts) + args.max_tokens
+    limit = _max_positions(Path(args.model))
+    if limit is not None and longest + 1 > limit:  # named in the user's terms: the CLI sets max_model_len itself
+        room = limit - 1 - max(len(p) for p in prompts)
+        raise ValueError(
+            f"a {max(len(p) for p in prompts)}-token prompt and --max-tokens {args.max_tokens} need "
+            f"{longest + 1} positions; the model has {limit} (max_position_embeddings)"
+            + (f": pass --max-tokens {room} or fewer" if room > 0 else ": the prompt alone fills them")
+        )
     block = 16
     llm = LLM(
         args.model,
@@ -143,3 +151,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"[{i}] {','.join(map(str, o.token_ids))}{text}  (finish: {o.finish_reason})")
     print(f"{total} tokens, {rate:.1f} tok/s")
     return 0
+
+
+def _max_positions(model: Path) -> int | None:
+    """The checkpoint's max_position_embeddings, or None (LLM() reports a missing or broken config)."""
+    try:
+        value = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None

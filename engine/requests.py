@@ -84,7 +84,7 @@ class Request:
         self.sent_tokens = [0] * n  # what a stream has handed out
         self.sent_text = [0] * n
         self.stop_reason: list[int | str | None] = [None] * n
-        self.aborted = False
+        self.aborted = False  # ended by LLM.abort or an engine error
 
     @property
     def finished(self) -> bool:
@@ -126,7 +126,8 @@ class Request:
                 if text is not None:
                     end = len(text) if done else self._safe_end(text)
                     text, self.sent_text[i] = text[self.sent_text[i] : end], max(end, self.sent_text[i])
-            reason = ("abort" if self.aborted else seq.finish_reason) if done else None
+            # a sample that ended before an abort keeps its reason; the abort ended the others ("abort")
+            reason = seq.finish_reason if done else None
             outs.append(CompletionOutput(i, text, tokens, cum, lps, reason, self.stop_reason[i] if done else None))
         first = self.seqs[0]
         prompt_lps = None

@@ -155,6 +155,7 @@ def detect(root: Path) -> Plan:
     paths = git.ls_files()
     _shallow(git, plan)
     _records(root, plan)
+    _evidence(root, plan)
     _trailers(git, plan)
     _path_classes(paths, plan)
     _gencode(root, paths, plan)
@@ -208,6 +209,16 @@ def _record_tables(root: Path, plan: Plan) -> bool:
     for key, value in found.sections.items():
         plan.sections.append(Section(key, value, found.reasons if key == "sources" else []))
     return True
+
+
+def _evidence(root: Path, plan: Plan) -> None:
+    """evidence runs where a ledger is: it holds the documents' cited numbers to the records there."""
+    ledger = root / ".agents" / "ledger"
+    found = sum(1 for _ in ledger.glob("*.json")) if ledger.is_dir() else 0
+    if found:
+        plan.enabled["evidence"] = f"the {found} ledger records in .agents/ledger/"
+    else:
+        plan.disabled["evidence"] = "no ledger records in .agents/ledger/ (no numbers to hold to a record)"
 
 
 def _trailers(git: Git, plan: Plan) -> None:

@@ -106,6 +106,37 @@ def check(config: ModelConfig, size: int) -> None:
             s.even(config.shared_expert_intermediate_size, "shared_expert_intermediate_size")
         if config.gdn is not None:
             s.even(config.gdn.num_key_heads, "linear_num_key_heads")
+    if config.quant is not None and size > 1:
+        _check_quant(config, config.quant, size)
+
+
+def _check_quant(config: ModelConfig, q: QuantConfig, size: int) -> None:
+    """Each quantized projection's per-rank features fall on its packing and groups (every rank's slice is
+    the same size, so rank 0's decides), or the one-line error names the projection."""
+    d, heads = config.head_dim, config.num_attention_heads // size
+    kv = len(Shard(0, size).kv_heads(config.num_key_value_heads))
+    gated = 2 if config.gdn is not None else 1  # Qwen3-Next's q_proj: query and gate per head
+    layers = [("q_proj", "out", heads * d * gated), ("k_proj", "out", kv * d), ("o_proj", "in", heads * d)]
+    dense = any(not config.layer_is_sparse(i) for i in range(config.num_hidden_layers))  # a Qwen3MLP layer
+    mlps = [("", config.intermediate_size)] if dense else []
+    if config.shared_expert_intermediate_size:
+        mlps.append(("shared_expert.", config.shared_expert_intermediate_size))
+    for prefix, inter in mlps:
+        layers += [(f"{prefix}gate_proj", "out", inter // size), (f"{prefix}down_proj", "in", inter // size)]
+    if config.gdn is not None:
+        g = config.gdn
+        keys, per = g.num_key_heads // size, g.num_value_heads // g.num_key_heads
+        qkvz = keys * (2 * g.key_head_dim + 2 * per * g.value_head_dim)
+        layers += [("in_proj_qkvz", "out", qkvz), ("in_proj_ba", "out", keys * 2 * per)]
+        layers += [("out_proj", "in", keys * per * g.value_head_dim)]
+    for name, side, n in layers:
+        for (method, key), _ in _QUANT_DIMS.items():
+            step = quant_step(q, key, side) if method == q.method else None
+            if step is not None and n % step:
+                raise ValueError(
+                    f"tensor_parallel_size={size}: {name} would hold {n} {side}put features per rank, not a "
+                    f"multiple of {q.method.upper()} {key}'s {step}; use fewer ranks"
+                )
 
 
 def local_config(config: ModelConfig, shard: Shard | None) -> ModelConfig:
@@ -213,22 +244,31 @@ _QUANT_DIMS: dict[tuple[str, str], tuple[tuple[int, str] | None, tuple[int, str]
 }
 
 
+def quant_step(q: QuantConfig, key: str, side: str) -> int | None:
+    """Features per element of quantized tensor `key` along `side` ("out" or "in"); None: not cut that way."""
+    how = _QUANT_DIMS[(q.method, key)][0 if side == "out" else 1]
+    if how is None:
+        return None
+    unit = how[1]
+    if unit == "group" and (q.group_size == 0 or (q.method == "gptq" and q.desc_act)):
+        # one group over all of K, or act order (a slice of K reads groups from anywhere, by g_idx): every
+        # rank keeps every group's scales and zeros
+        return None
+    return {"1": 1, "2": 2, "16": 16, "pack": 32 // q.bits, "group": q.group_size}[unit]
+
+
 def quant_slice(q: QuantConfig, key: str, t: torch.Tensor, shard: tuple[str, Ranges], name: str) -> torch.Tensor:
     """This rank's piece of one quantized-linear tensor under the engine's name `key` (see QuantLinear)."""
     side, ranges = shard
     if key == "weight":  # a module the checkpoint left dense
         return cut(t, 0 if side == "out" else 1, ranges, name)
-    dims = _QUANT_DIMS[(q.method, key)]
-    how = dims[0] if side == "out" else dims[1]
-    if how is None:
+    per = quant_step(q, key, side)
+    if per is None:
         return t
+    how = _QUANT_DIMS[(q.method, key)][0 if side == "out" else 1]
+    assert how is not None  # quant_step gave a step
     dim, unit = how
     group = q.group_size
-    if unit == "group" and (group == 0 or (q.method == "gptq" and q.desc_act)):
-        # one group over all of K, or act order (a slice of K reads groups from anywhere, by g_idx): every
-        # rank keeps every group's scales and zeros
-        return t
-    per = {"1": 1, "2": 2, "16": 16, "pack": 32 // q.bits, "group": group}[unit]
     if any(a % per or b % per for a, b in ranges):
         raise ValueError(
             f"{name}: this rank's features {list(ranges)} do not fall on the {q.method.upper()} "

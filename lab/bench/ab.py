@@ -23,7 +23,7 @@ from engine.flags import FlagSnapshot
 from lab.bench.stats import ab_verdict, drop_warmup
 from lab.bench.timing import MODES, arm_timer, clocks, describe, device_name, gpu_device, sets_for
 from lab.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import figure, write_record
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda when available")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR (e.g. .agents/ledger)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     return p
 
 
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         record["verdict"] = f"not measured: the arms {args.flag} gates ran on neither side"
     print_report(record)
     if args.ledger:
-        path = write_ledger(record, args.ledger, argv)
+        path = write_ledger(record, args.ledger, argv, args.allow_dirty)
         print(f"ledger: {path}")
     if unreached:
         print(
@@ -169,8 +174,7 @@ def print_report(r: dict) -> None:
     print(f"verdict: {r['verdict']} (median ratio off/on {r['median_ratio']:.3f})")
 
 
-def write_ledger(r: dict, target: Path, argv: list[str] | None) -> Path:
-    root = repo_root()
+def write_ledger(r: dict, target: Path, argv: list[str] | None, allow_dirty: bool = False) -> Path:
     command = "python -m lab bench ab " + " ".join(argv if argv is not None else sys.argv[1:])
     summary = f"{r['flag']} on {r['workload']}: {r['verdict']}, off/on median ratio {r['median_ratio']:.3f}"
     row = flags.FLAGS[r["flag"]].gates
@@ -182,6 +186,7 @@ def write_ledger(r: dict, target: Path, argv: list[str] | None) -> Path:
         r["device"],
         summary,
         r,
-        head_sha(root),
         kind="bench",
+        figures=[figure("median_ratio", r["median_ratio"], "x")],
+        allow_dirty=allow_dirty,
     )

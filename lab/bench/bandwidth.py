@@ -39,7 +39,7 @@ from lab.bench.timing import (
     time_once,
 )
 from lab.bench.workloads import DTYPES, WORKLOADS, parse_shape
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import write_record
 
 COPY_BYTES = 1 << 30  # 1 GiB each way: far past the L2, long enough to time well
 
@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--plot", type=Path, help="write the PNG plot here")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     return p
 
 
@@ -144,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             record["device"],
             summary,
             record,
-            head_sha(repo_root()),
             kind="bench",
+            allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")
     return 0

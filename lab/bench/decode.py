@@ -34,7 +34,7 @@ from lab.bench.hf_peer import time_compiled_graph
 from lab.bench.profile import profile_decode, render
 from lab.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
 from lab.bench.timing import clocks, device_name, gpu_device
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import write_record
 from lab.gates.oracle import Oracle
 
 
@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time transformers with a static cache, torch.compile(fullgraph=True) and a CUDA graph",
     )
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     p.add_argument(
         "--profile",
         action="store_true",
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         slug = "decode-step-profile" if args.profile else "decode-step"
         rows = ["ENGINE-BENCH", "ENGINE-GRAPH"] + (["ENGINE-PERF"] if args.hf_compiled or args.batch > 1 else [])
         path = write_record(
-            args.ledger, slug, rows, cmd, record["device"], summary, record, head_sha(repo_root()), kind="bench"
+            args.ledger, slug, rows, cmd, record["device"], summary, record, kind="bench", allow_dirty=args.allow_dirty
         )
         print(f"ledger: {path}")
     return 0

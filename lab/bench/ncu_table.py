@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import write_record
 
 HEADER_START = '"ID","Process ID"'
 LAUNCH_LINE = re.compile(r"^launch: (\S+) (\S+) (\S+) x\d+ on ")
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernels": [asdict(k) for k in kernels],
             "per_run": per_run(kernels),
             "not_measured": missing,
+            "logs_commit": args.sha,  # the tree the logs came from, as given; the record names this one
         }
         command = args.command or "python -m lab bench ncu_table " + " ".join(map(str, args.logs))
         path = write_record(
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             device,
             summary,
             results,
-            args.sha or head_sha(repo_root()),
             kind="bench",
+            allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")
     return 1 if missing else 0
@@ -134,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="ncu --csv --page raw output, one run per log")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="write the table to FILE too")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write a ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     p.add_argument("--slug", default="ncu-table", help="the record's file name after its date (default ncu-table)")
     p.add_argument("--command", help="the record's command (default: this command line)")
     p.add_argument("--device", help="the record's device (default: ncu's device__attribute_display_name)")

@@ -46,7 +46,7 @@ from engine.model.config import load_config
 from engine.sampling_params import SamplingParams
 from lab.bench.step_workload import QWEN3_0_6B, save_random_model
 from lab.bench.timing import device_name
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import write_record
 
 TARGET_TOK_PER_S = 10_000  # issue #18's H200 target, and at least TARGET_RATIO x the transformers peer
 TARGET_RATIO = 5.0
@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     return p
 
 
@@ -165,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             record["device"],
             summary,
             record,
-            head_sha(repo_root()),
             kind="bench",
+            allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")
     return 0

@@ -22,7 +22,7 @@ from lab.bench.attn_peers import FLASHINFER_WANTED
 from lab.gates import harness, peer_attention
 from lab.gates.distributional import DEFAULT_RUNS
 from lab.gates.goldens import GOLDENS_DIR
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import write_record
 from lab.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
 from lab.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
 from lab.gates.result import GateResult
@@ -162,6 +162,11 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--ledger-dir", type=Path, default=None, help="where the record goes (default: <repo>/.agents/ledger)"
             )
+            p.add_argument(
+                "--allow-dirty",
+                action="store_true",
+                help="write the record from a tree that differs from HEAD (recorded)",
+            )
     p = case(
         "distributional",
         "Relaxed gate, allowed only where the oracle's own greedy decoding is "
@@ -222,6 +227,11 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype x oracle) into DIR"
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded)",
     )
     return p
 
@@ -492,7 +502,9 @@ def write_run_record(
             "details": result.details,
             "arms": {f"{op}/{arm}": n for (op, arm), n in sorted(ran.items())},
         },
-        head_sha(repo_root()),
+        flags=setup.flags,
+        selftest=harness.selftest_counts(result),
+        allow_dirty=getattr(args, "allow_dirty", False),
     )
 
 
@@ -526,7 +538,9 @@ def cmd_regen(args: argparse.Namespace) -> int:
     name = "tiny-qwen3" if Path(args.model).resolve() == harness.TINY_MODEL else str(args.model)
     command = "python -m lab " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "python -m lab gate regen"
     rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate
-    result, record = harness.regen(args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, rate)
+    result, record = harness.regen(
+        args.golden, setup, name, args.band, args.top_k, args.ledger_dir, command, rate, args.allow_dirty
+    )
     code = report(result, args.json, require=args.require_arm)
     if record is None:
         print(f"regen refused: {args.golden} left unchanged (the near-tie gate failed)", file=sys.stderr)

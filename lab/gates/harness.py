@@ -12,7 +12,7 @@ from engine.llm import TINY_MODEL as EMBEDDED_MODEL
 from engine.runner import DTYPES, Runner
 from lab.gates import goldens as gold
 from lab.gates.distributional import distributional_gate
-from lab.gates.ledger import head_sha, repo_root, write_record
+from lab.gates.ledger import repo_root, write_record
 from lab.gates.neartie import (
     DEFAULT_BAND,
     DEFAULT_MAX_NEAR_TIE_RATE,
@@ -20,10 +20,11 @@ from lab.gates.neartie import (
     DEFAULT_TOP_K,
     OUT_OF_BAND,
     near_tie_gate,
+    razor_selftest,
 )
 from lab.gates.oracle import Oracle
 from lab.gates.result import FAIL, PASS, GateResult
-from lab.gates.tokens import token_gate
+from lab.gates.tokens import token_gate, token_selftest
 
 TINY_MODEL = EMBEDDED_MODEL  # the engine's own tiny model, the gates' default
 
@@ -62,7 +63,9 @@ class Setup:
 def tokens(setup: Setup, oracle: Oracle | None = None, ours: list[list[int]] | None = None) -> GateResult:
     oracle = oracle or setup.oracle()
     theirs = [oracle.greedy(p, setup.max_new_tokens) for p in setup.prompts]
-    return token_gate(setup.prompts, setup.ours() if ours is None else ours, theirs)
+    result = token_gate(setup.prompts, setup.ours() if ours is None else ours, theirs)
+    result.details["comparator_selftest"] = token_selftest(setup.prompts, theirs)
+    return result
 
 
 def neartie(
@@ -83,6 +86,7 @@ def neartie(
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
     oob = max_out_of_band_rate
     razor = near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, max_out_of_band_rate=oob)
+    razor.details["comparator_selftest"] = razor_selftest(logprobs, band, top_k)
     if arbiter is None or not razor.details["counts"][OUT_OF_BAND]:
         return razor
     late = {r["prompt"] for r in razor.details["not_exact"] if r["verdict"] == OUT_OF_BAND}
@@ -90,9 +94,11 @@ def neartie(
         arbiter.teacher_forced_logprobs(p, t) if i in late else None
         for i, (p, t) in enumerate(zip(setup.prompts, ours))
     ]
-    return near_tie_gate(
+    judged = near_tie_gate(
         setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, arbiter=twins, max_out_of_band_rate=oob
     )
+    judged.details["comparator_selftest"] = razor.details["comparator_selftest"]
+    return judged
 
 
 def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:
@@ -144,6 +150,7 @@ def regen(
     ledger_dir: Path | None,
     command: str,
     max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
+    allow_dirty: bool = False,
 ) -> tuple[GateResult, Path | None]:
     """Rewrite a golden from our current ids only if they pass the near-tie gate; then write a ledger record."""
     ours = setup.ours()
@@ -170,9 +177,17 @@ def regen(
             "changed_prompts": changed,
             "neartie": result.details,
         },
-        head_sha(root),
+        flags=setup.flags,
+        selftest=selftest_counts(result),
+        allow_dirty=allow_dirty,
     )
     return result, record
+
+
+def selftest_counts(result: GateResult) -> tuple[int, int] | None:
+    """(seeded, caught) of the comparator self-test a gate ran beside its comparison, if it ran one."""
+    test = result.details.get("comparator_selftest")
+    return (test["seeded"], test["caught"]) if isinstance(test, dict) and test.get("seeded") else None
 
 
 def resolve_model(name: str) -> Path:

@@ -8,8 +8,6 @@ a gate that ran nothing has not passed), 2 on usage errors.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import shlex
 import sys
 import time
@@ -20,7 +18,7 @@ import torch
 
 from lab.gates import numerics
 from lab.gates.cases import KernelCase, discover
-from lab.gates.ledger import head_sha, repo_root
+from lab.gates.ledger import figure, write_record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(summary)
     if args.ledger:
-        write_ledger(args.ledger, cases, rows, problems, summary, device, argv, args.sha)
+        write_ledger(args.ledger, cases, rows, problems, summary, device, argv, args.sha, args.allow_dirty)
         print(f"ledger: {args.ledger}")
     return 0 if rows and not failed and not problems else 1
 
@@ -54,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lab gate kernels", description=__doc__.splitlines()[0])
     p.add_argument("--ledger", type=Path, help="write the ledger record (JSON) to this path")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded)",
+    )
     p.add_argument("--filter", action="append", default=[], help="run cases whose name contains this (repeatable)")
     p.add_argument("--tag", help="run only cases with this tag (small, long)")
     p.add_argument("--skip-long", action="store_true", help="leave out the long-context cases")
@@ -133,21 +136,24 @@ def write_ledger(
     device: torch.device,
     argv: list[str] | None,
     sha: str | None,
-) -> None:
-    root = repo_root(Path(__file__).resolve().parent)
-    record = {
-        "schema": 1,
-        "date": dt.datetime.now(dt.UTC).date().isoformat(),
-        "kind": "gate",
-        "rows": sorted({c.row for c in cases}),
-        "command": "python -m lab gate kernels " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "sha": sha or head_sha(root),
-        "device": f"{torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})",
-        "summary": summary,
-        "results": {"self_test": problems or "ok", "arms": arm_summary(rows), "cases": rows},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    allow_dirty: bool = False,
+) -> Path:
+    """The gate's schema-2 record at `path`, with its comparator self-test (seeded, caught) and its figures."""
+    caught = numerics.SELF_TEST_SEEDED - sum("1-ULP change" in p for p in problems)
+    passed = sum(r["verdict"] == "pass" for r in rows)
+    return write_record(
+        path.parent,
+        path.stem,
+        sorted({c.row for c in cases}),
+        "python -m lab gate kernels " + shlex.join(sys.argv[1:] if argv is None else argv),
+        str(device),
+        summary,
+        {"self_test": problems or "ok", "sha_given": sha, "arms": arm_summary(rows), "cases": rows},
+        figures=[figure("cases", len(rows), "count"), figure("cases_within_tolerance", passed, "count")],
+        selftest=(numerics.SELF_TEST_SEEDED, caught),
+        allow_dirty=allow_dirty,
+        at=path,
+    )
 
 
 if __name__ == "__main__":

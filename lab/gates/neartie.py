@@ -145,3 +145,16 @@ def context_weight(context: int) -> float:
     """What one position with `context` tokens before it counts in the near-tie and out-of-band budgets: 1 up
     to REF_CONTEXT."""
     return max(1.0, context / REF_CONTEXT) ** 0.5
+
+
+def razor_selftest(logprobs: list[torch.Tensor], band: float, top_k: int) -> dict[str, int]:
+    """The razor's comparison shown able to fail in the same run: per prompt, the oracle's least likely token at
+    the last position (its context unchanged) must be judged out of band or outside the top-k."""
+    seeded = caught = 0
+    for lp in logprobs:
+        if lp.shape[0] == 0:
+            continue
+        seeded += 1
+        worst = int(torch.argmin(lp[-1]).item())
+        caught += classify(lp[-1], worst, band, top_k)["verdict"] in (OUT_OF_BAND, OUTSIDE_TOP_K)
+    return {"seeded": seeded, "caught": caught}

@@ -47,3 +47,20 @@ def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[lis
             table,
         )
     return GateResult("tokens", PASS, f"{total} tokens over {len(prompts)} prompts equal the oracle's", table)
+
+
+def token_selftest(prompts: list[list[int]], oracle: list[list[int]]) -> dict[str, int]:
+    """The comparison shown able to fail in the same run: per prompt, the oracle's own ids with the last one
+    changed must fail at exactly that prompt and position. `seeded`, and how many the gate `caught`."""
+    seeded = caught = 0
+    for i, theirs in enumerate(oracle):
+        if not theirs:
+            continue
+        bad = [list(t) for t in oracle]
+        bad[i][-1] = theirs[-1] + 1
+        seeded += 1
+        table = token_gate(prompts, bad, oracle).table
+        caught += [r["first_divergence"] for r in table] == [
+            len(theirs) - 1 if j == i else None for j in range(len(oracle))
+        ]
+    return {"seeded": seeded, "caught": caught}

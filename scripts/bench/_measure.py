@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -97,22 +99,50 @@ def table(
     return "\n".join(rows), results
 
 
-def write_ledger(path: Path, rows: list[str], command: str, summary: str, results: dict) -> None:
-    sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+def write_ledger(
+    path: Path,
+    rows: list[str],
+    command: str,
+    summary: str,
+    results: dict,
+    figures: list[dict] | None = None,
+    allow_dirty: bool = False,
+) -> None:
+    """A schema-2 record (checkers/ledger_schema.py), validated before it is written: this checkout's commit and
+    whether it is clean (a dirty tree only with `allow_dirty`, its diff's hash and paths recorded). The checkers
+    read no VT_* flag, so the flag snapshot is empty."""
+    from checkers.ledger_schema import LedgerRecord2  # the bench helpers load before the checkout is on sys.path
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, check=True).stdout
+
+    commit = git("rev-parse", "HEAD").decode().strip()
+    status = git("status", "--porcelain", "--untracked-files=no", "-z").decode()
+    changed = sorted({e[3:] for e in status.split("\0") if len(e) > 3})
+    if changed and not allow_dirty:
+        raise SystemExit(f"bench: the tree differs from HEAD in {len(changed)} files: commit, or pass --allow-dirty")
+    provenance: dict = {"commit": commit, "clean": not changed}
+    if changed:
+        digest = hashlib.sha256(git("diff", "HEAD", "--binary", "--no-ext-diff")).hexdigest()
+        provenance.update(dirty_allowed=True, diff={"sha256": digest, "paths": changed})
     results = {**results, "load_average_1m": round(os.getloadavg()[0], 2)}  # a shared machine is noisy: say so
     record = {
-        "schema": 1,
+        "schema": 2,
         "date": dt.date.today().isoformat(),
         "kind": "bench",
         "rows": rows,
         "command": command,
-        "sha": sha.strip() or None,
-        "device": f"cpu: {os.cpu_count()} cores",
+        **provenance,
+        "flags": {},
+        "device": {"name": f"cpu: {os.cpu_count()} cores", "driver": None, "cuda": None},
+        "versions": {"python": platform.python_version(), "git": git("--version").decode().split()[-1]},
         "summary": summary,
+        "figures": figures or [],
         "results": results,
     }
+    LedgerRecord2.model_validate(record)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
 

@@ -25,7 +25,7 @@ from _measure import Progress  # noqa: E402
 from engine.cuda import paged_attn_tiled  # noqa: E402
 from lab.bench.timing import arm_timer, sets_for  # noqa: E402
 from lab.bench.workloads import ATTN, parse_shape  # noqa: E402
-from lab.gates.ledger import head_sha, repo_root, write_record  # noqa: E402
+from lab.gates.ledger import write_record  # noqa: E402
 
 # batch 1 at a decode step's contexts, batch 64 (split 1 fills the GPU), head_dim 256
 SHAPES = [
@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         help="KEY=INT,... over attn-decode's defaults (repeatable; default: the built-in list)",
     )
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty", action="store_true", help="write the ledger record from a tree that differs from HEAD"
+    )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("attn_split_sweep: needs a CUDA device", file=sys.stderr)
@@ -104,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             "attn-split-sweep",
             ["KERNEL-ATTN-PAGED", "ENGINE-BENCH"],
             cmd,
-            torch.cuda.get_device_name(device),
+            str(device),
             summary,
             rows,
-            head_sha(repo_root()),
             kind="bench",
+            allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")
     return 0

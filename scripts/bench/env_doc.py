@@ -33,6 +33,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--files", type=int, default=20_000, help="files in the generated repository")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions after a warm-up one")
     parser.add_argument("--ledger", type=Path, help="also write a ledger record (JSON) here")
+    parser.add_argument(
+        "--allow-dirty", action="store_true", help="write the ledger record from a tree that differs from HEAD"
+    )
     args = parser.parse_args(argv)
     spec = registry.get("env-doc")
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp:
@@ -86,5 +89,6 @@ def main(argv: list[str]) -> int:
                 "goal_ratio": GOAL,
                 "arms": results,
             },
+            allow_dirty=args.allow_dirty,
         )
     return 0

@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lines", type=int, default=200_000, help="changed lines (added + deleted)")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions after a warm-up one")
     parser.add_argument("--ledger", type=Path, help="also write a ledger record (JSON) here")
+    parser.add_argument(
+        "--allow-dirty", action="store_true", help="write the ledger record from a tree that differs from HEAD"
+    )
     args = parser.parse_args(argv)
     spec = registry.get("pr-size")
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-") as tmp:
@@ -80,5 +83,6 @@ def main(argv: list[str]) -> int:
                 "goal_ratio": GOAL,
                 "arms": results,
             },
+            allow_dirty=args.allow_dirty,
         )
     return 0

@@ -72,6 +72,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reps", type=int, default=5, help="repetitions of the rowgate and git runs (default 5)")
     p.add_argument("--ledger", type=Path, metavar="PATH", help="also write a ledger record (JSON) here")
     p.add_argument(
+        "--allow-dirty", action="store_true", help="write the ledger record from a tree that differs from HEAD"
+    )
+    p.add_argument(
         "--row", action="append", metavar="ROW-ID", help="the row(s) the ledger record is for (default CHECK-TRAILERS)"
     )
     p.add_argument("--no-config", action="store_true", help="no config in the repository; judge with --preset dco")
@@ -177,6 +180,7 @@ def main(argv: list[str]) -> int:
                 command.strip(),
                 summary(args.commits, times, t_gitlint, goal),
                 {**results(args, times, t_gitlint), "best_s": best, **({"baseline": paired} if paired else {})},
+                allow_dirty=args.allow_dirty,
             )
     return 0
 

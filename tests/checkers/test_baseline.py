@@ -3,6 +3,7 @@ the contributor's own failure is new, the upstream's is inherited with the commi
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def test_identity_ignores_lines_and_shas_but_not_commits_or_paths():
     assert identity(a) != identity(a._replace(path="src/b.py"))
     assert identity(a) != identity(a._replace(commit="f" * 40))
     assert identity(a) != identity(a._replace(message="VT_Y read at src/a.py:2"))
+    assert identity(a._replace(message="a defaced row")) != identity(a._replace(message="a effaced row"))
 
 
 def test_a_branch_with_no_commits_of_its_own(tmp_path: Path):
@@ -156,3 +158,34 @@ def test_sarif_of_a_new_commit_level_finding_points_at_the_config(tmp_path: Path
     assert (result["ruleId"], result["baselineState"]) == ("RD004", "new")
     assert location["physicalLocation"]["artifactLocation"]["uri"] == ".agents/config.yaml"
     assert location["logicalLocations"][0]["name"] == sha
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-on-inherited"], "rowgate: --fail-on-inherited needs --baseline\n"),
+        (["--baseline", "--format", "junit"], "rowgate: --baseline writes text, json or sarif, not junit\n"),
+        (["--baseline", "main", "--base", "main"], "rowgate: give the base once: --baseline REF or --base REF\n"),
+    ],
+)
+def test_usage_errors(contrib: Contrib, args: list[str], message: str):
+    proc = rowgate("preflight", *args, cwd=contrib.clone.path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message)
+
+
+def test_the_fix_search_says_when_its_probe_bound_stopped_it(contrib: Contrib):
+    from checkers.baseline import run_baseline
+    from checkers.config import load_config
+    from checkers.context import Context
+
+    root = contrib.clone.path
+    ctx = Context(root=root, config=load_config(root), env={}, notes=io.StringIO())
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=2)
+    [gate] = report.gates
+    s = contrib.shas
+    assert (gate.fixed_by, gate.fixed_note) == (
+        s["U3"],
+        f"fixed by {s['U3'][:12]} or an earlier commit after the merge base (probe bound 2 reached)",
+    )
+    report = run_baseline(ctx, None, ["env-doc"], max_probes=0)
+    assert (report.gates[0].fixed_by, report.gates[0].fixed_note) == (None, None)

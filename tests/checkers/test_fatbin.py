@@ -108,3 +108,25 @@ def test_parser_agrees_with_cuobjdump(tmp_path: Path, objects: dict[str, Path]) 
             listed += [(kind, m) for m in re.findall(r"\.sm_(\d+[af]?)\.(?:cubin|ptx)", out)]
         ours = [(e.kind, e.arch) for e in fatbin.read_object(obj)]
         assert sorted(ours) == sorted(listed), obj.name
+
+
+def test_a_malformed_elf_of_many_headers_over_one_huge_section_is_read_once():
+    """65,535 section headers that all point at one 8 MB section named by an unterminated string: the reader
+    copied the section once per header and searched the whole name table for each name (a 32 MB file ran
+    past 120 s). Now each header is one bounds check; only the fatbin sections are copied out."""
+    import struct
+
+    shnum, body = 0xFFFF, 8 << 20
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    shoff = 64 + body
+    struct.pack_into("<Q", header, 0x28, shoff)
+    struct.pack_into("<HHH", header, 0x3A, 64, shnum, 0)
+    section = struct.pack("<IIQQQQ", 0, 1, 0, 0, 64, body) + bytes(24)  # name at 0 of a table without a NUL
+    data = bytes(header) + b"A" * body + section * shnum
+    assert fatbin.fatbin_section(data) is None
+    assert fatbin.elf_sections(data, wanted=()) == {}
+    few = bytearray(data[:shoff] + section * 2)
+    struct.pack_into("<H", few, 0x3C, 2)
+    everything = fatbin.elf_sections(bytes(few))
+    assert list(everything) == ["A" * fatbin.MAX_SECTION_NAME] and len(everything["A" * 4096]) == body

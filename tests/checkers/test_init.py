@@ -218,3 +218,14 @@ def test_a_head_that_breaks_the_presets_is_judged_by_the_legacy_rule(tmp_path: P
     repo.commit("Judge the cutover strictly" + SIGNED)
     proc = rowgate("preflight", cwd=repo.path)
     assert proc.returncode == 1 and f"{head[:12]}: no Signed-off-by trailer" in proc.stdout
+
+
+def test_evidence_is_enabled_where_a_ledger_is_and_disabled_where_none_is(tmp_path: Path):
+    repo = init_repo(tmp_path / "ledger")
+    repo.commit("One\n", {"x/a.txt": "a\n"})
+    assert init.detect(repo.path).disabled["evidence"] == (
+        "no ledger records in .agents/ledger/ (no numbers to hold to a record)"
+    )
+    repo.commit("Two\n", {".agents/ledger/2026-01-01-run.json": "{}\n"})
+    plan = init.detect(repo.path)
+    assert (plan.enabled["evidence"], "evidence" in plan.disabled) == ("the 1 ledger records in .agents/ledger/", False)

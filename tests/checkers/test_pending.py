@@ -84,3 +84,14 @@ def test_on_the_protected_branch_nothing_is_pending(contrib: Contrib):
     proc = rowgate("check", "role-discipline", "--base", contrib.shas["U4"], cwd=contrib.clone.path)
     assert proc.returncode == 1
     assert proc.stdout.startswith(f"RD001 commit-without-row: commit {contrib.shas['C1'][:12]} names no row")
+
+
+def test_a_ci_checkout_without_the_local_base_branch_finds_the_protected_branch_upstream(contrib: Contrib):
+    """base.ref names a local `main` the checkout lacks (a CI checkout of a pull request): the detected
+    upstream holds the protected tip, and the outside commit is still pending."""
+    config = contrib.clone.path / ".agents/config.yaml"
+    contrib.clone.commit("Base ref\n\nRefs #1\n", {".agents/config.yaml": config.read_text() + "base:\n  ref: main\n"})
+    contrib.clone.git("branch", "-q", "-D", "main")
+    proc = rowgate("check", "role-discipline", "--base", contrib.shas["U4"], cwd=contrib.clone.path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == "OK: 2 commits (0 merges; 2 pending) reach main through a row (trailer mode)\n"

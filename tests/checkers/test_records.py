@@ -54,6 +54,34 @@ def test_issue_front_matter_and_ledger_json_errors_carry_lines(rowgate_repo: Git
     ]
 
 
+def test_a_ledger_record_is_read_by_its_schema(rowgate_repo: GitRepo):
+    from checkers.ledger_schema import LedgerRecord2
+
+    two = {
+        "schema": 2,
+        "date": "2026-01-01",
+        "kind": "bench",
+        "rows": ["GOV-X"],
+        "command": "c",
+        "commit": "a" * 40,
+        "clean": True,
+        "flags": {},
+        "device": {"name": "cpu"},
+        "versions": {"python": "3.11"},
+        "summary": "s",
+    }
+    rowgate_repo.write(
+        {
+            ".agents/ledger/two.json": json.dumps(two),
+            ".agents/ledger/two-bad.json": json.dumps({**two, "clean": False}),
+        }
+    )
+    rec = load_records(rowgate_repo.path)
+    assert isinstance(rec.ledger[".agents/ledger/two.json"].model, LedgerRecord2)
+    [problem] = [p for p in rec.problems if p.path == ".agents/ledger/two-bad.json"]
+    assert "a record from a dirty tree (clean: false) needs `diff`" in problem.lines()[0]
+
+
 def test_a_json_record_is_read_as_json_and_its_errors_name_lines(rowgate_repo: GitRepo):
     """The ledger's JSON records skip the YAML loader; broken JSON, a non-object and a bad field each name
     their line, and the records that load keep their key lines for messages."""

@@ -71,6 +71,11 @@ def test_text_output_and_bfloat16(capsys) -> None:
         (["generate", "--prompt-ids", "1,999999"], "token id 999999 outside the vocabulary [0, 512)"),
         (["generate", "--prompt-ids", "1", "--prompt-ids", "2", "--batch", "2"], "--batch N repeats one prompt"),
         (["generate", "--model", "/nonexistent/m"], "/nonexistent/m/config.json: no config.json"),
+        (
+            ["generate", "--prompt-ids", "1,2", "--max-new-tokens", "5000"],
+            "a 2-token prompt and --max-tokens 5000 need 5003 positions; the model has 1024 "
+            "(max_position_embeddings): pass --max-tokens 1021 or fewer",
+        ),
     ],
 )
 def test_bad_input_is_a_usage_error(capsys, argv: list[str], message: str) -> None:

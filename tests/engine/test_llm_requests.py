@@ -158,3 +158,15 @@ def test_the_overlapped_and_the_synchronous_step_agree_on_every_feature() -> Non
             assert [k for k, _ in x] == [k for k, _ in y]
             assert all(abs(p - q) < 1e-4 for (_, p), (_, q) in zip(x, y))
     assert all(r[0] for r in runs[0]) and all(r[3] for r in runs[0][:1]) and runs[0][2][4]
+
+
+def test_an_abort_leaves_a_finished_samples_reason(llm: LLM) -> None:
+    sp = SamplingParams(n=2, temperature=1.0, seed=4, max_tokens=40, ignore_eos=True)
+    rid = llm.add_request([3, 1, 4], sp, request_id="two")
+    llm.step()
+    seqs = [s for s in llm.scheduler.running if s.index == rid]
+    llm.scheduler.finish(seqs[0], "length")  # one sample done, as a length limit would end it
+    llm.abort("two")
+    (out,) = [o for o in llm.step() if o.request_id == "two"]
+    assert sorted(c.finish_reason for c in out.outputs) == ["abort", "length"]
+    llm.runner.blocks.check_empty()

@@ -8,6 +8,7 @@ small batch; N=4 runs once, on the dense model, where it also replicates the 2 K
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -29,7 +30,9 @@ from engine.flags import FlagSnapshot
 from engine.llm import TINY_MODEL
 from engine.logprobs import Logprob
 from engine.model import parallel
+from engine.model.config import QuantConfig, parse_config
 from engine.requests import RequestOutput
+from tests.engine.conftest import TINY
 from tests.engine.model.qwen3_next_tiny import next_checkpoint
 
 __all__ = ["next_checkpoint"]  # the fixture, imported
@@ -83,7 +86,6 @@ def test_qwen3_next_two_ranks_split_the_delta_net_heads(next_checkpoint: Callabl
 def test_quantized_two_ranks_cut_along_the_packing(method: str, tmp_path: Path) -> None:
     from lab.data.make_tiny import build
     from lab.data.make_tiny_quant import write_pair
-    from tests.engine.conftest import TINY
 
     quantized, _ = write_pair(build(5, **{**TINY, **QUANT_TINY}), method, tmp_path)
     assert_same_as_one(quantized, 2)
@@ -209,3 +211,21 @@ def flat(out: RequestOutput) -> list[dict[int, Logprob]]:
     positions = [*(out.prompt_logprobs or []), *(out.outputs[0].logprobs or [])]
     assert len(positions) == len(prompts()[0]) + 5  # a None for the first prompt token, then every one
     return [p for p in positions if p is not None]
+
+
+def test_a_quantized_slice_off_its_groups_is_one_line_before_any_rank_starts() -> None:
+    # the quantized tiny shape: 4 ranks leave down_proj 24 input features each, off AWQ's groups of 16
+    config = dataclasses.replace(
+        parse_config(
+            {"architectures": ["Qwen3ForCausalLM"], **TINY, **QUANT_TINY, "rms_norm_eps": 1e-6, "rope_theta": 1e4}
+        ),
+        quant=QuantConfig("awq", bits=4, group_size=16),
+    )
+    parallel.check(config, 2)
+    with pytest.raises(ValueError) as err:
+        parallel.check(config, 4)
+    assert str(err.value) == (
+        "tensor_parallel_size=4: down_proj would hold 24 input features per rank, not a multiple of AWQ "
+        "qzeros's 16; use fewer ranks"
+    )
+    parallel.check(dataclasses.replace(config, quant=QuantConfig("gptq", group_size=16, desc_act=True)), 4)

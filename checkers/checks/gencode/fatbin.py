@@ -12,7 +12,9 @@ Only headers are read, so compressed payloads need no decompression.
 
 from __future__ import annotations
 
+import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,17 +52,24 @@ def read_object(path: Path) -> list[FatbinEntry]:
     return [] if blob is None else parse_fatbin(blob)
 
 
+MAX_SECTION_NAME = 4096  # bytes of a section name read; real names are a few dozen
+_NONZERO = re.compile(rb"[^\0]")
+
+
 def fatbin_section(data: bytes) -> bytes | None:
     """The bytes of the object's fatbin section (`.nv_fatbin` or `__nv_relfatbin`), or None."""
-    sections = elf_sections(data)
+    sections = elf_sections(data, wanted=FATBIN_SECTIONS)
     for name in FATBIN_SECTIONS:
         if name in sections:
             return sections[name]
     return None
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """Section name -> contents of a little-endian ELF64 file (NOBITS sections map to b"")."""
+def elf_sections(data: bytes, wanted: Sequence[str] | None = None) -> dict[str, bytes]:
+    """Section name -> contents of a little-endian ELF64 file (NOBITS sections map to b""); with `wanted`,
+    only those sections are copied out (every header is still checked). Linear in the file whatever its
+    headers say: a name is read up to MAX_SECTION_NAME bytes, and a malformed file of 65,535 headers that
+    all point at one huge section costs one check each, not one copy each."""
     if data[:4] != b"\x7fELF":
         raise FatbinError("not an ELF file (bad magic)")
     if len(data) < 0x40:
@@ -78,9 +87,14 @@ def elf_sections(data: bytes) -> dict[str, bytes]:
     strtab = _slice(data, headers[shstrndx][4], headers[shstrndx][5], "section-name table")
     out: dict[str, bytes] = {}
     for name_off, sh_type, _flags, _addr, offset, size in headers:
-        end = strtab.find(b"\0", name_off)
-        name = strtab[name_off : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
-        out[name] = b"" if sh_type == 8 else _slice(data, offset, size, f"section {name!r}")  # 8: SHT_NOBITS
+        end = strtab.find(b"\0", name_off, name_off + MAX_SECTION_NAME)
+        name = strtab[name_off : end if end >= 0 else name_off + MAX_SECTION_NAME].decode("utf-8", "replace")
+        if sh_type == 8:  # SHT_NOBITS
+            out[name] = b""
+        elif offset + size > len(data):
+            _slice(data, offset, size, f"section {name!r}")  # raises, naming the section
+        elif wanted is None or name in wanted:
+            out[name] = data[offset : offset + size]
     return out
 
 
@@ -99,8 +113,8 @@ def parse_fatbin(blob: bytes) -> list[FatbinEntry]:
             raise FatbinError(f"fatbin container at offset {pos}: size {body} runs past the end ({len(blob)} bytes)")
         entries += _entries(blob, start, end)
         pos = end
-        while pos < len(blob) and blob[pos] == 0:  # padding between containers
-            pos += 1
+        more = _NONZERO.search(blob, pos)  # padding between containers, skipped in one scan
+        pos = more.start() if more else len(blob)
     return entries
 
 

@@ -15,9 +15,12 @@ from ...context import Context, Range
 
 
 def protected_ref(ctx: Context) -> str | None:
-    """The ref holding the protected branch's tip, if it resolves here."""
-    ref = ctx.config.role.protected_ref or ctx.config.base.ref or ctx.git.default_upstream(ctx.config.base.remote)
-    return ref if ref and ctx.git.resolve(ref) else None
+    """The ref holding the protected branch's tip: the first of role.protected_ref, base.ref and the detected
+    upstream that resolves here (a CI checkout of a pull request has `origin/main` but no local `main`)."""
+    for ref in (ctx.config.role.protected_ref, ctx.config.base.ref):
+        if ref and ctx.git.resolve(ref):
+            return ref
+    return ctx.git.default_upstream(ctx.config.base.remote)
 
 
 def landing(ctx: Context) -> bool:

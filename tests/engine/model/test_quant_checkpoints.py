@@ -108,7 +108,10 @@ def test_max_position_embeddings_is_checked(quant_pair, capsys) -> None:
         Runner(quant, max_model_len=300)
     assert Runner(quant, max_batch=1).max_model_len == 256  # the default stays within the model
     assert main(["generate", "--model", str(quant), "--prompt-ids", "1,2", "--max-new-tokens", "255"]) == 2
-    assert "exceeds the model's max_position_embeddings=256" in capsys.readouterr().err
+    assert (  # in the command line's terms: the CLI sets max_model_len itself
+        "a 2-token prompt and --max-tokens 255 need 258 positions; the model has 256 (max_position_embeddings): "
+        "pass --max-tokens 253 or fewer"
+    ) in capsys.readouterr().err
 
 
 Q = "model.layers.0.self_attn.q_proj"

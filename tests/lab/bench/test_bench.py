@@ -3,8 +3,6 @@ No timing is asserted: only the structure and the verdict rule."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -13,6 +11,7 @@ from lab.bench import ab
 from lab.bench.stats import Band, ab_verdict, drop_warmup
 from lab.bench.timing import sets_for
 from lab.bench.workloads import GEMV, for_flag, parse_shape
+from tests.lab.ledger_record import read_record
 
 
 def test_win_needs_separate_bands_and_no_reversed_pair():
@@ -79,6 +78,7 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
             "float32",
             "--ledger",
             str(tmp_path),
+            "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
     captured = capsys.readouterr()
@@ -91,7 +91,7 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
     )
     assert captured.err.startswith("error: the arms VT_GEMV gates ran 0 times on both sides")
     [path] = tmp_path.glob("*-ab-vt-gemv.json")
-    record = json.loads(path.read_text())
+    record = read_record(path)
     assert record["kind"] == "bench" and record["rows"] == ["KERNEL-GEMV", "ENGINE-BENCH"]
     assert len(record["results"]["samples_s"]["on"]) == 4 and record["results"]["max_abs_on_vs_off"] == 0.0
     assert dict(__import__("os").environ) == before  # the arms are snapshots: the environment is never written
@@ -112,11 +112,12 @@ def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
             "float32",
             "--ledger",
             str(tmp_path),
+            "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
     assert rc == 1 and "verdict: not measured" in capsys.readouterr().out  # no CUDA arm on the CPU
     [path] = tmp_path.glob("*-ab-vt-norm-kernel.json")
-    assert json.loads(path.read_text())["results"]["max_abs_on_vs_off"] == 0.0  # the CPU runs the reference twice
+    assert read_record(path)["results"]["max_abs_on_vs_off"] == 0.0  # the CPU runs the reference twice
 
 
 def test_ab_rejects_unknown_flags(capsys):
@@ -253,6 +254,7 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
             "float32",
             "--ledger",
             str(tmp_path),
+            "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
     assert rc == 1 and "verdict: not measured" in capsys.readouterr().out  # the fused CUDA arm: not on the CPU

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 
 from lab.bench import profile as prof
 from lab.bench.profile import Event, breakdown, kernel_family, split_phases
+from tests.lab.ledger_record import read_record
 
 NAMES = [
     (
@@ -176,12 +176,13 @@ def test_decode_bench_profile_prints_and_records_the_breakdown(tmp_path, capsys)
         "2",
         "--ledger",
         str(tmp_path),
+        "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
     ]
     assert decode.main(argv) == 0
     out = capsys.readouterr().out
     assert "profile of 2 decode steps: eager (CPU: aten ops" in out and "ops per step" in out
     (path,) = tmp_path.glob("*-decode-step-profile.json")
-    record = json.loads(path.read_text())
+    record = read_record(path)
     p = record["results"]["profile"]
     assert {"mode", "unit", "steps", "kernels_per_step", "device_ms_per_step", "top", "busy_fraction"} <= set(p)
     assert p["unit"] == "op" and p["steps"] == 2
@@ -191,7 +192,7 @@ def test_decode_bench_profile_prints_and_records_the_breakdown(tmp_path, capsys)
     assert all(float(r["count_per_step"] * 2).is_integer() for r in p["top"])
     assert 0 < sum(r["share"] for r in p["top"]) <= 1 + 1e-9
     assert "ops and" in record["summary"]
-    assert decode.main(argv[:-2] + ["--profile-steps", "0"]) == 2
+    assert decode.main(argv[:-3] + ["--profile-steps", "0"]) == 2
 
 
 @pytest.mark.gpu

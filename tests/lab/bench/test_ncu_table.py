@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checkers.records import LedgerEntry
+from checkers.ledger_schema import LedgerRecord2
 from lab.bench import ncu_table
 from lab.bench.ncu_table import Kernel, NcuError, number, parse_log, short_name, short_shape, top_stalls
 
@@ -147,7 +147,7 @@ def test_shape_labels_shortened() -> None:
 def test_cli_prints_the_table_and_writes_markdown_and_a_valid_ledger_record(tmp_path: Path, capsys) -> None:
     md, ledger = tmp_path / "table.md", tmp_path / "ledger"
     argv = [str(TILED), "--markdown", str(md), "--ledger", str(ledger), "--slug", "ncu2", "--command", "OUT=D bash x"]
-    argv += ["--sha", "17944c8a5c57cb6df195d7df7195b72f9cafe830"]  # the tree the logs came from
+    argv += ["--sha", "17944c8a5c57cb6df195d7df7195b72f9cafe830", "--allow-dirty"]  # the tree the logs came from
     assert ncu_table.main(argv) == 0
     out = capsys.readouterr().out
     row = (
@@ -159,22 +159,22 @@ def test_cli_prints_the_table_and_writes_markdown_and_a_valid_ledger_record(tmp_
     assert md.read_text() == out[: out.index("ledger: ")]
     (record,) = ledger.glob("*-ncu2.json")
     data = json.loads(record.read_text())
-    entry = LedgerEntry.model_validate(data)  # the ledger's own model: unknown keys are refused
-    assert (entry.kind, entry.rows, entry.command, entry.device) == (
+    entry = LedgerRecord2.model_validate(data)  # the toolkit's schema 2: unknown keys are refused
+    assert (entry.kind, entry.rows, entry.command, entry.device.name) == (
         "bench",
         ["ENGINE-PERF"],
         "OUT=D bash x",
         "NVIDIA H200",
     )
     assert entry.summary == "ncu limiter table: 2 kernels of 1 arm/shape runs"
-    assert entry.sha == "17944c8a5c57cb6df195d7df7195b72f9cafe830"
+    assert data["results"]["logs_commit"] == "17944c8a5c57cb6df195d7df7195b72f9cafe830"  # the record names HERE
     assert [k["kernel"] for k in data["results"]["kernels"]] == ["tiled_scores_kernel", "tiled_pv_kernel"]
     assert data["results"]["per_run"] == [{"label": LABEL, "kernels": 2, "total_us": 334.144, "dram_pct": 69.12}]
 
 
 def test_cli_fails_when_a_log_holds_no_kernel_and_when_none_does(tmp_path: Path, capsys) -> None:
     ledger = tmp_path / "ledger"
-    assert ncu_table.main([str(TILED), str(FIXTURES / "no-kernels.log"), "--ledger", str(ledger)]) == 1
+    assert ncu_table.main([str(TILED), str(FIXTURES / "no-kernels.log"), "--ledger", str(ledger), "--allow-dirty"]) == 1
     captured = capsys.readouterr()
     assert (
         "\nnot measured: " in captured.out and "no-kernels.log: no ncu raw page" in captured.out

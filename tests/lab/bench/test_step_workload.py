@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from lab.bench import ab, step_workload
 from lab.bench.workloads import WORKLOADS, for_flag
+from tests.lab.ledger_record import read_record
 
 SHAPE = {"ctx": 37, "batch": 2, "layers": 1}
 
@@ -49,12 +48,13 @@ def test_ab_on_the_decode_step_writes_a_record(tmp_path, capsys) -> None:
             "cpu",
             "--ledger",
             str(tmp_path),
+            "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
     assert rc == 0
     out = capsys.readouterr().out
     assert "A/B VT_MERGED_PROJ on decode-step" in out
-    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    record = read_record(next(tmp_path.glob("*.json")))
     assert record["results"]["workload"] == "decode-step"
     assert record["rows"][0] == "MODEL-MERGED-PROJ"
     assert len(record["results"]["samples_s"]["on"]) == 3
@@ -102,11 +102,12 @@ def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, ca
             "cpu",
             "--ledger",
             str(tmp_path),
+            "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
     assert rc == 0
     assert "A/B VT_DEQUANT_GEMV on decode-step-awq" in capsys.readouterr().out
-    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    record = read_record(next(tmp_path.glob("*.json")))
     assert record["results"]["workload"] == "decode-step-awq"
     assert for_flag("VT_DEQUANT_GEMV") is WORKLOADS["awq-gemv"]  # the kernel's own workload stays the default
 
@@ -159,11 +160,11 @@ def test_the_qwen3next_step_reads_its_state_slots_and_reset_restores_the_state(m
 def test_ab_of_the_gdn_kernel_on_the_qwen3next_step_writes_a_record(monkeypatch, tmp_path, capsys) -> None:
     monkeypatch.setattr(step_workload, "QWEN3_NEXT", TINY_NEXT)
     argv = ["--flag", "VT_GDN_KERNEL", "--workload", "decode-step-qwen3next", "--shape", "ctx=37,batch=2,layers=4"]
-    assert ab.main([*argv, "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path)]) == 0
+    assert ab.main([*argv, "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path), "--allow-dirty"]) == 0
     out = capsys.readouterr().out
     assert "A/B VT_GDN_KERNEL on decode-step-qwen3next" in out
     assert "max |on - off| = 0\n" in out  # on the CPU both arms run the reference, from the same reset state
     assert "arms gated by VT_GDN_KERNEL: on 0, off 0 calls (each arm's first call)\n" in out  # no CUDA arm here
-    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    record = read_record(next(tmp_path.glob("*.json")))
     assert record["results"]["workload"] == "decode-step-qwen3next" and record["rows"][0] == "KERNEL-GDN"
     assert record["results"]["flag_arm_calls"] == {"off": 0, "on": 0}

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from lab.bench import throughput
+from tests.lab.ledger_record import read_record
 
 
 def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path, capsys) -> None:
@@ -25,6 +26,7 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
         str(plot),
         "--ledger",
         str(ledger),
+        "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         "--json",
     ]
     assert throughput.main(argv) == 0
@@ -43,7 +45,7 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
     (path,) = ledger.iterdir()
-    saved = json.loads(path.read_text())
+    saved = read_record(path)
     assert saved["kind"] == "bench" and saved["rows"] == ["ENGINE-SERVE"]
     assert saved["summary"].startswith("4 requests: engine ")
 

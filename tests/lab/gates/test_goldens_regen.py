@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import engine.ops.rope as rope_ops
+from checkers.ledger_schema import LedgerRecord2
+from engine.flags import FlagSnapshot
 from lab.gates import goldens as gold
 from lab.gates import harness
 from lab.gates.harness import Setup
@@ -60,13 +62,18 @@ def test_regen_writes_the_golden_and_a_ledger_record(tiny_model_dir, tmp_path) -
     setup = Setup(tiny_model_dir, [[3, 1, 4], [1, 5, 9, 2, 6]], 5)
     path = tmp_path / "goldens" / "t.json"
     command = "python -m lab gate regen"
-    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", command)
+    result, record = harness.regen(path, setup, "tiny-qwen3", 0.5, 5, tmp_path / "ledger", command, allow_dirty=True)
     assert result.verdict == PASS and record is not None
     case = gold.read_golden(path)
     assert case["tokens"] == setup.ours() and case["prompts"] == setup.prompts
     entry = json.loads(record.read_text())
-    assert set(entry) == {"schema", "date", "kind", "rows", "command", "sha", "device", "summary", "results"}
-    assert (entry["schema"], entry["kind"], entry["rows"], entry["device"]) == (1, "gate", ["ENGINE-GATES"], "cpu")
+    valid = LedgerRecord2.model_validate(entry)  # the toolkit's schema 2
+    assert (valid.kind, valid.rows, valid.device.name, valid.flags == dict(FlagSnapshot.from_env().values)) == (
+        "gate",
+        ["ENGINE-GATES"],
+        "cpu",
+        True,
+    )
     assert entry["results"]["sha256"] == case["sha256"]
     assert record.name == f"{entry['date']}-regen-t.json"
 
@@ -82,8 +89,8 @@ def test_regen_refuses_when_the_near_tie_gate_fails(tiny_model_dir, tmp_path, mo
 
 def test_ledger_never_overwrites(tmp_path) -> None:
     day = dt.date(2026, 1, 2)
-    a = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
-    b = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, None, day)
+    a = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, day, allow_dirty=True)
+    b = write_record(tmp_path, "x", ["ENGINE-GATES"], "c", "cpu", "s", {}, day, allow_dirty=True)
     assert (a.name, b.name) == ("2026-01-02-x.json", "2026-01-02-x-2.json")
 
 

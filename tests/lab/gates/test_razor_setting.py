@@ -12,6 +12,7 @@ from engine.flags import FlagSnapshot
 from lab.cli import main
 from lab.gates import neartie
 from lab.gates.cli import pick_razor
+from tests.lab.ledger_record import read_record
 
 ONEPASS_ON = FlagSnapshot.defaults().with_(VT_ATTN_ONEPASS=True)
 
@@ -66,14 +67,16 @@ def test_the_gate_judges_with_the_arms_setting_and_records_it(monkeypatch, capsy
     """On the CPU the one-pass arm cannot run: the gate fails for that, after judging with the sdpa oracle."""
     monkeypatch.setenv("VT_ATTN_ONEPASS", "1")
     argv = ["gate", "neartie", "--require-arm", "VT_ATTN_ONEPASS", "--dtype", "float32", "--prompt-lens", "3,5"]
-    assert main([*argv, "--max-new-tokens", "3", "--json", "--ledger", str(tmp_path)]) == 1
+    assert main([*argv, "--max-new-tokens", "3", "--json", "--ledger", str(tmp_path), "--allow-dirty"]) == 1
     captured = capsys.readouterr()
     out = json.loads(captured.out)  # stdout is the JSON object alone
     assert out["arms_missing"] == ["VT_ATTN_ONEPASS"] and out["razor"].startswith("fp32-probs")
     assert out["summary"].startswith("6 positions over 2 prompts")  # --prompt-lens 3,5, 3 new tokens each
     assert "razor: fp32-probs" in captured.err and "run engine float32 oracle-sdpa: PASS" in captured.err
-    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    [record] = [read_record(p) for p in tmp_path.glob("*.json")]
     assert record["results"]["oracle_attn"] == "sdpa" and record["results"]["razor"].startswith("fp32-probs")
+    assert record["flags"]["VT_ATTN_ONEPASS"] is True  # the run's snapshot, recorded
+    assert record["comparator_selftest"] == {"seeded": 2, "caught": 2}
 
 
 def test_prompt_lens_must_be_positive_lengths(capsys) -> None:

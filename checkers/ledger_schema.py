@@ -1,0 +1,95 @@
+"""Ledger record schema 2: a record that proves where its numbers came from.
+
+A schema-1 record (legacy) names a command, a device and, at best, a sha with `-dirty` appended. Schema 2
+adds what a reader needs to trust or re-run a number: the full commit and whether the tree was clean (the
+diff's hash and paths when not), every resolved `VT_*` flag (defaults included), device, driver and library
+versions, the figures with units, and, for a numerics or token gate, whether its comparator was shown able to
+fail in the same run. Per-case arrays go in a side file (`details`); the record stays under `SIZE_CAP` bytes.
+
+The engine writes these records without importing this module (it must not import the toolkit); its tests
+validate what it writes against `LedgerRecord2`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SIZE_CAP = 8192  # bytes of one schema-2 record file; per-case arrays go in its `details` file
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Diff(_Strict):
+    """What made a tree dirty: enough to tell two dirty runs apart and to see what was edited."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of `git diff HEAD --binary`")
+    paths: list[str] = Field(min_length=1, description="the tracked paths that differ from the commit")
+
+
+class Device(_Strict):
+    name: str = Field(min_length=1, description="e.g. NVIDIA H200, or cpu")
+    driver: str | None = Field(None, description="the GPU driver version; null on the CPU")
+    cuda: str | None = Field(None, description="the CUDA runtime torch was built with; null on the CPU")
+
+
+class Figure(_Strict):
+    """One number the record stands behind, as a document may cite it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.:/=-]*$", description="stable id, e.g. tok_per_s.256")
+    value: float
+    unit: str = Field(min_length=1, description="e.g. tok/s, ms, x (a ratio), % , count")
+
+
+class SelfTest(_Strict):
+    """The comparator self-test: corruption seeded into known outputs, and how many the comparator caught.
+    A comparison that never failed on a seeded error has not shown it can fail."""
+
+    seeded: int = Field(ge=1, description="corruptions seeded in this run")
+    caught: int = Field(ge=0, description="of them, the ones the comparison reported")
+
+
+class LedgerRecord2(_Strict):
+    schema_: Literal[2] = Field(alias="schema")
+    date: dt.date
+    kind: Literal["gate", "bench", "flip", "note"]
+    rows: list[str] = Field(min_length=1)
+    command: str = Field(min_length=1, description="the exact command line that reproduces the record")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="the full sha of HEAD when the run started")
+    clean: bool = Field(description="the tracked files equal the commit's")
+    dirty_allowed: bool = Field(False, description="written from a dirty tree by an explicit switch")
+    diff: Diff | None = Field(None, description="required when clean is false")
+    flags: dict[str, bool | str] = Field(description="every declared VT_* flag as the run resolved it")
+    device: Device
+    versions: dict[str, str] = Field(description="python, torch and the other libraries that shaped the run")
+    summary: str = Field(min_length=1)
+    figures: list[Figure] = Field(default_factory=list)
+    paths: list[str] = Field(default_factory=list, description="files the record measured, beyond its rows' anchors")
+    comparator_selftest: SelfTest | None = None
+    details: str | None = Field(None, description="repository path of the per-case arrays, if any")
+    results: Any = None
+
+    @model_validator(mode="after")
+    def _provenance(self) -> LedgerRecord2:
+        if not self.clean and self.diff is None:
+            raise ValueError("a record from a dirty tree (clean: false) needs `diff` (its sha256 and paths)")
+        if not self.clean and not self.dirty_allowed:
+            raise ValueError("a record from a dirty tree needs dirty_allowed: true (the writer's explicit switch)")
+        if self.clean and self.diff is not None:
+            raise ValueError("a clean record has no diff")
+        names = [f.name for f in self.figures]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"figure {dupes[0]!r} appears twice")
+        return self
+
+
+def json_schema() -> dict[str, Any]:
+    schema = LedgerRecord2.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rowgate ledger record, schema 2 (.agents/ledger/<date>-<slug>.json)"
+    return schema
