@@ -279,6 +279,7 @@ def _trailers(git: Git, plan: Plan) -> None:
     chosen.append("default_range: cutover: a run with no range judges the commits after the cutover")
     chosen += _merge_policy(git, presets, value)
     chosen += _bot_policy(value, len(bot_commits))
+    chosen += legacy_rule(git, presets, commits, old, value)
     plan.sections.append(Section("cutover", head, _cutover_reasons(git, head, n, len(old), read)))
     plan.sections.append(Section("trailers", value, chosen))
 
@@ -300,6 +301,47 @@ def contract_breaks(git: Git, presets: list[str], commits: list[list[str]]) -> l
         if judge(read_message(message, "range"), contract, facts):
             out.append(sha)
     return out
+
+
+# The conventions an older era may have kept, weakest claim first: (name, legacy rule, what it checks).
+_LEGACY_CANDIDATES: tuple[tuple[str, dict[str, object], str], ...] = (
+    (
+        "marker",
+        {"paragraphs": [{"pattern": "FOLLOWING_AGENTS_PROTOCOL", "whole": True, "max": None}]},
+        "the FOLLOWING_AGENTS_PROTOCOL paragraph",
+    ),
+    ("assisted", {"keys": [{"key": "Assisted-by", "min": 1}]}, "an Assisted-by trailer"),
+    ("signed", {"presets": ["dco"]}, "a sign-off by the author"),
+)
+
+
+def legacy_rule(
+    git: Git, presets: list[str], commits: list[list[str]], broken: list[str], value: dict[str, object]
+) -> list[str]:
+    """A `legacy` rule for the commits before the cutover, where they break the presets but most of them keep
+    an older convention: a history run then judges them by it (an empty legacy rule examines nothing, and
+    the run would end in `examined 0 commits`)."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    if not broken or not commits:
+        return []
+    root = git.root
+    for _name, rule, what in _LEGACY_CANDIDATES:
+        contract = compile_contract(TrailerContract.model_validate(rule))
+        facts = Facts(exists=lambda rel: (root / rel).is_file())
+        kept = 0
+        for _sha, author, message in commits:
+            facts.author = author
+            kept += not judge(read_message(message, "range"), contract, facts)
+        if kept >= MOST * len(commits):
+            value["legacy"] = rule
+            return [
+                f"legacy: {what}: {kept} of the {len(commits)} commits read keep it, where {len(broken)} break the "
+                "presets; a history run judges the commits before the cutover by it"
+            ]
+    return []
 
 
 def _cutover_reasons(git: Git, head: str, judged: int, broken: int, read: int) -> list[str]:

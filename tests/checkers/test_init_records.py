@@ -112,3 +112,26 @@ def test_init_names_a_cmake_feature_table_and_what_it_lacks(git_repo):
         "1 CUDA sources and the CMake feature table cmake/CudaArchFeatures.cmake (fp4-mma, marlin-nvfp4); "
         "it names no sources: set gencode.table to it and map each source to its feature under gencode.sources"
     ) in out.stdout
+
+
+MARKED = "Work {n}\n\nFOLLOWING_AGENTS_PROTOCOL\n"
+
+
+def test_init_writes_the_legacy_rule_the_older_commits_keep_so_a_history_run_examines_them(git_repo):
+    # every commit keeps the marker paragraph but not the preset's trailers: the contract breaks all of them,
+    # and the legacy rule (the marker) is what a run over the history judges them by
+    for n in range(5):
+        git_repo.commit(MARKED.format(n=n), {f"f{n}.txt": "x\n"})
+    out = _init(git_repo, "--yes")
+    assert "legacy: the FOLLOWING_AGENTS_PROTOCOL paragraph: 5 of the 5 commits read keep it" in out.stdout
+    # the commits before the cutover alone: with no legacy rule this run examined nothing (exit 3)
+    history = subprocess.run(
+        [sys.executable, "-m", "checkers", "check", "commit-trailers", "--range", "HEAD~4..HEAD"],
+        cwd=git_repo.path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert history.returncode == 0, history.stdout + history.stderr
+    assert "OK: 4 commits" in history.stdout and "4 before the cutover" in history.stdout
