@@ -113,9 +113,11 @@ class Context:
     @property
     def records(self) -> Records:
         if self._records is None:
+            from .config import Config
             from .records import load_records  # pydantic models: only for the checks that read records
 
-            self._records = load_records(self.root)
+            # a check given only some config sections (configcache) reads records from the default places
+            self._records = load_records(self.root, self.config if isinstance(self.config, Config) else None)
         return self._records
 
     def files(self, include: Sequence[str] = ("**",), exclude: Sequence[str] = ()) -> list[str]:

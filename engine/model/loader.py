@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from engine.model.config import ModelConfig, QuantConfig, load_config
-from engine.model.layers import QuantLinear, default_weight_loader
+from engine.model.layers import QuantLinear
+from engine.model.parallel import default_weight_loader
 from engine.model.qwen3 import Qwen3ForCausalLM
 from engine.model.qwen3_moe import Qwen3MoeExperts, Qwen3MoeForCausalLM
 from engine.model.qwen3_next import Qwen3NextForCausalLM

@@ -84,7 +84,7 @@ def test_unmutated_engine_passes_and_counts_its_sites(engine_copy: Path):
 
 
 # Linear.forward's call (MergedLinear.forward makes the same call on its merged weight)
-LINEAR_SITE = "return kernels.linear(flags, x, self.weight, self.bias)\n\n\nclass MergedLinear"
+LINEAR_SITE = "return self.reduced(kernels.linear(flags, x, self.weight, self.bias))"
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ LINEAR_SITE = "return kernels.linear(flags, x, self.weight, self.bias)\n\n\nclas
         (
             "engine/model/layers.py",
             LINEAR_SITE,
-            LINEAR_SITE.replace("self.bias)", "self.bias, out_dtype=torch.float32)"),
+            LINEAR_SITE.replace("self.bias))", "self.bias, out_dtype=torch.float32))"),
             "GV001",
             "engine.kernels.linear is called with out_dtype=torch.float32: the output dtype must come from the caller's "
             "out dtype",
