@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .baseline_fix import find_fixes
 from .context import Context
 from .gitio import Git, GitError
 from .preflight import run_preflight
@@ -158,9 +159,16 @@ def run_baseline(ctx: Context, ref: str | None = None, only: list[str] | None = 
                 base_results[r.check] = r
         gates = [_compare(r, base_results.get(r.check), touched) for r in head_results]
         if rng.base != merge_base and max_probes > 0:  # 0: no search for upstream fixes
-            from .baseline_fix import find_fixes
 
-            find_fixes(ctx, tree, gates, merge_base, rng.base, max_probes)
+            def probe(sha: str, check: str) -> Counter[str] | None:
+                checkout(ctx.git, tree, sha)
+                results = run_preflight(context_at(tree, ctx), [check], sha)
+                if not results or results[0].status == Status.ERROR:
+                    return None
+                return Counter(identity(f) for f in findings_of(results[0]))
+
+            pending = [(g, Counter(identity(j.finding) for j in g.of(INHERITED))) for g in gates if g.of(INHERITED)]
+            find_fixes(ctx.git, pending, merge_base, rng.base, max_probes, probe)
     return Baseline(rng.ref, rng.source, rng.base, merge_base, head, gates)
 
 
@@ -226,11 +234,13 @@ def worktree(git: Git, commit: str) -> Iterator[Path]:
         materialize(Git(tree, git.timeout_s), tree, commit)
         yield tree
     finally:
-        with contextlib.suppress(GitError):
+        try:
             git.run("worktree", "remove", "--force", str(tree))
+        except GitError:  # half made: its folder goes, then prune drops the entry of a folder that is gone
+            shutil.rmtree(parent, ignore_errors=True)
+            with contextlib.suppress(GitError):
+                git.run("worktree", "prune")
         shutil.rmtree(parent, ignore_errors=True)
-        with contextlib.suppress(GitError):
-            git.run("worktree", "prune")
 
 
 def materialize(git: Git, tree: Path, commit: str) -> None:

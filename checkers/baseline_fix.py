@@ -8,41 +8,51 @@ probe that cannot verify (the gate errors there) counts as not fixed."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from .preflight import run_preflight
-from .results import Status
-
-if TYPE_CHECKING:
-    from .baseline import Gate
-    from .context import Context
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 MAX_LINE = 4096  # first-parent commits considered between the merge base and the upstream tip
 
 
-def find_fixes(ctx: Context, tree: Path, gates: list[Gate], merge_base: str, tip: str, max_probes: int) -> None:
-    """Set `fixed_by` (and `fixed_note`) on every gate with inherited findings that the tip has fixed."""
-    from .baseline import INHERITED, checkout, context_at, findings_of, identity
+class Git(Protocol):
+    def text(self, *args: str) -> str: ...
 
-    pending = [g for g in gates if g.of(INHERITED)]
+
+class FixTarget(Protocol):
+    """A gate with inherited findings (checkers.baseline.Gate); the search sets its two fields."""
+
+    check: str
+    fixed_by: str | None
+    fixed_note: str | None
+
+
+# (commit, check) -> the identities of that check's findings on the commit's tree; None: it could not verify
+Probe = Callable[[str, str], "Counter[str] | None"]
+
+
+def find_fixes(
+    git: Git,
+    pending: Sequence[tuple[FixTarget, Counter[str]]],
+    merge_base: str,
+    tip: str,
+    max_probes: int,
+    probe: Probe,
+) -> None:
+    """Set `fixed_by` (and `fixed_note`) on every gate whose inherited findings (`pending`: each gate with the
+    identities it inherited) the tip has fixed."""
     if not pending:
         return
-    line = ctx.git.text("rev-list", "--first-parent", "--reverse", f"--max-count={MAX_LINE}", f"{merge_base}..{tip}")
+    line = git.text("rev-list", "--first-parent", "--reverse", f"--max-count={MAX_LINE}", f"{merge_base}..{tip}")
     commits = line.split()
     if not commits or commits[-1] != tip:
-        for g in pending:
+        for g, _ in pending:
             g.fixed_note = "the upstream's line from the merge base is too long to search"
         return
-    for gate in pending:
-        wanted = Counter(identity(j.finding) for j in gate.of(INHERITED))
+    for gate, wanted in pending:
 
-        def fixed(sha: str, gate: Gate = gate, wanted: Counter[str] = wanted) -> bool:
-            checkout(ctx.git, tree, sha)
-            results = run_preflight(context_at(tree, ctx), [gate.check], sha)
-            if not results or results[0].status == Status.ERROR:
-                return False
-            return not (Counter(identity(f) for f in findings_of(results[0])) & wanted)
+        def fixed(sha: str, gate: FixTarget = gate, wanted: Counter[str] = wanted) -> bool:
+            found = probe(sha, gate.check)
+            return found is not None and not (found & wanted)
 
         probes = 1
         if not fixed(tip):

@@ -22,7 +22,7 @@ def render_baseline(
     fail_on_inherited: bool = False,
     anchors: dict[str, tuple[str, int | None]] | None = None,
 ) -> str:
-    """`anchors`: for SARIF, where a finding without a file points (checkers.cli._anchors)."""
+    """`anchors`: for SARIF, where a finding without a file points (checkers.sarif_anchors.for_results)."""
     if fmt == "json":
         return render_json(report, fail_on_inherited)
     if fmt == "sarif":

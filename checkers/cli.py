@@ -14,14 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, registry
+from . import __version__, registry, sarif_anchors
 from .configcache import load_sections
 from .configsource import locate
 from .context import Context
 from .gitio import Git, GitError, discover, discover_repo
 from .output import FORMATS, render
 from .preflight import CONTROL_SECTIONS, check_parser, run_check, run_preflight
-from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, Result, exit_code
+from .results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, RecordError, exit_code
 
 # The dependencies load lazily, so a missing one would surface only when the config cache misses: fail at
 # once instead (scripts/_rowgate.py re-runs under the checkout's .venv on this ModuleNotFoundError).
@@ -236,25 +236,10 @@ def cmd_check(rest: list[str]) -> int:
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
     result = run_check(spec, ctx, args)
-    sys.stdout.write(render(args.format, [result], list(module.RULES), anchors=_anchors(ctx, args.format, [result])))
-    return result.exit_code
-
-
-def _anchors(ctx: Context, fmt: str, results: list[Result]) -> dict[str, tuple[str, int | None]] | None:
-    """For SARIF: per check, the config file and line that configure it, where that file exists; else, per
-    commit a finding is about, a file that commit changes (keyed by the sha)."""
-    if fmt != "sarif":
-        return None
-    from .sarif_anchors import commit_paths, config_anchors
-
-    anchors = {k: v for k, v in config_anchors(ctx.source).items() if (ctx.root / v[0]).is_file()}
-    shas = list(
-        dict.fromkeys(
-            f.commit for r in results for f in r.findings if f.commit and not f.path and r.check not in anchors
-        )
+    sys.stdout.write(
+        render(args.format, [result], list(module.RULES), anchors=sarif_anchors.for_results(ctx, args.format, [result]))
     )
-    anchors.update({sha: (path, None) for sha, path in commit_paths(ctx.git, ctx.root, shas).items()})
-    return anchors
+    return result.exit_code
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -281,7 +266,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
             args.fail_on_skip,
             preflight=True,
             not_run=not_run,
-            anchors=_anchors(ctx, args.format, results),
+            anchors=sarif_anchors.for_results(ctx, args.format, results),
         )
     )
     if not results:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from .configsource import ConfigSource, locate
+from .ids import ROW_ID
 from .paths import checked_relative
 from .results import RecordError
 from .safe_regex import checked
@@ -32,7 +33,7 @@ ConfigPattern = Annotated[str, AfterValidator(checked)]
 RepoPath = Annotated[str, AfterValidator(checked_relative)]
 
 STATES = ("INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED")
-State = Literal["INVENTORIED", "SPIKE", "READY", "ACTIVE", "GATING", "PARTIAL", "DONE", "BLOCKED"]
+State = str  # one of rows.state_order (default STATES): the set is configuration, checked when records load
 
 
 class Strict(BaseModel):
@@ -60,9 +61,102 @@ class StateRule(Strict):
 
 class RowsConfig(Strict):
     areas: list[str] = Field(default_factory=lambda: ["ENGINE", "MODEL", "QUANT", "KERNEL", "BACKEND", "GOV"])
-    states: dict[State, StateRule] = Field(default_factory=dict)
-    active_states: list[State] = Field(default_factory=lambda: list[State](["SPIKE", "ACTIVE", "GATING"]))
+    id_pattern: ConfigPattern = Field(ROW_ID, description="regex every row id must fully match")
+    state_order: list[str] = Field(
+        default_factory=lambda: list(STATES), min_length=1, description="the states a row may be in, in order"
+    )
+    states: dict[str, StateRule] = Field(default_factory=dict, description="what a row needs in each state")
+    active_states: list[str] = Field(default_factory=lambda: ["SPIKE", "ACTIVE", "GATING"])
     spec_sections: list[str] = Field(default_factory=lambda: ["Goal", "Acceptance", "Issues"])
+    orphan_specs: bool = Field(True, description="a spec that no row names is a finding (AR003)")
+    inactive_claims: Literal["checked", "ignored"] = Field(
+        "checked",
+        description="a claim named by a row outside the active states: must exist and name the row (checked), "
+        "or is history and not looked up (ignored, for tables that keep the last claim's name)",
+    )
+    code_anchors: list[str] | None = Field(
+        None, description="globs of the anchors that count as code; unset: every anchor that is not a test"
+    )
+    test_anchors: list[str] | None = Field(
+        None, description="globs of the anchors that count as tests; unset: tests/ paths and test_*/*_test.py files"
+    )
+
+    @field_validator("states", "active_states")
+    @classmethod
+    def _known_states(cls, value: Any, info: ValidationInfo) -> Any:
+        order = info.data.get("state_order")
+        unknown = [s for s in value if order is not None and s not in order]
+        if unknown:
+            raise ValueError(f"state {unknown[0]!r} is not in rows.state_order ({', '.join(order or ())})")
+        return value
+
+
+# --- record sources: one file per record, or markdown tables ----------------
+
+
+def _column_shorthand(value: Any) -> Any:
+    # `state: State` and `anchors: [Our code, Tests/evidence]` are header names only
+    if isinstance(value, str):
+        return {"headers": [value]}
+    if isinstance(value, list):
+        return {"headers": value}
+    return value
+
+
+class TableColumn(Strict):
+    """Where one record field comes from in a table: the columns whose header is one of `headers`."""
+
+    headers: list[str] = Field(min_length=1, description="header names, compared without case, markup or punctuation")
+    pattern: ConfigPattern | None = Field(
+        None,
+        description="take what this regex finds in the cell (its first group, if it has one); unset: the "
+        "cell's text, or for a list field each code span (else each comma-separated item)",
+    )
+    relative: bool = Field(False, description="the values are paths relative to the table's file (link targets)")
+    links: bool = Field(
+        False,
+        description="also take the cell's local markdown link targets, relative to the table's file "
+        "(a `#L12` or `#L12-L20` fragment becomes `:12` or `:12-20`)",
+    )
+    optional: bool = Field(False, description="a table without this column is still read (the field stays unset)")
+
+
+class TableSource(Strict):
+    """Markdown tables that hold records: every table, in the named files, whose header has the columns of
+    all its non-optional fields."""
+
+    paths: list[str] = Field(min_length=1, description="markdown files or root-anchored globs of them")
+    columns: dict[str, Annotated[TableColumn, BeforeValidator(_column_shorthand)]] = Field(
+        description="record field -> its column(s); the `id` field's column is required"
+    )
+    id_pattern: ConfigPattern | None = Field(
+        None, description="lines whose id cell does not fully match are not records (summary lines, notes)"
+    )
+    values: dict[str, str] = Field(default_factory=dict, description="fields every record here gets, e.g. area")
+    placeholders: list[str] = Field(
+        default_factory=lambda: ["", "-", "none"], description="cell texts that leave a field unset (any case)"
+    )
+
+    @field_validator("columns")
+    @classmethod
+    def _has_id(cls, columns: dict[str, TableColumn]) -> dict[str, TableColumn]:
+        if "id" not in columns and "number" not in columns:
+            raise ValueError("a table source needs an `id` column (`number` for issue records)")
+        return columns
+
+
+class KindSource(Strict):
+    files: bool = Field(True, description="read the one-file-per-record folder under .agents/")
+    tables: list[TableSource] = Field(default_factory=list)
+
+
+class SourcesConfig(Strict):
+    """Where each record kind is read from; several table sources may feed one kind."""
+
+    rows: KindSource = Field(default_factory=KindSource)
+    claims: KindSource = Field(default_factory=KindSource)
+    issues: KindSource = Field(default_factory=KindSource)
+    ledger: KindSource = Field(default_factory=KindSource)
 
 
 # --- per-check sections (each check module reads only its own) -------------
@@ -293,7 +387,21 @@ class RoleConfig(Strict):
         description="branch: main's first-parent history is merges of <prefix><ROW-ID> branches; "
         "trailer: every commit names its row in a Row: trailer",
     )
-    branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode")
+    branch_prefix: str = Field("row/", description="the prefix of row branches in branch mode (compared case-exact)")
+    topic_branches: bool = Field(
+        False,
+        description="branch mode: a merge of any <prefix><name> branch counts (topic branches such as port/x); "
+        "false: the name must be an existing row",
+    )
+    pr_refs: bool = Field(
+        False,
+        description="a first-parent commit whose subject names a pull request (`#12`, `(#12)`, `Merge pull "
+        "request #12`) reached main through review",
+    )
+    exempt: list[str] = Field(
+        default_factory=list,
+        description="globs of integration paths (records, docs): a commit that changes only these needs no row",
+    )
     protected: str = Field("main", description="the branch changes land on; a run on it (or a push to it) lands")
     protected_ref: str | None = Field(
         None, description="the ref holding the protected branch's tip; unset: base.ref, else the detected upstream"
@@ -322,18 +430,56 @@ class GencodeConfig(Strict):
     compile_commands: RepoPath | None = Field(
         None, description="a CMake compile_commands.json to audit instead of objects (as --compile-commands)"
     )
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="source file -> feature, for a CMake feature table (`table: cmake/CudaArchFeatures.cmake`), "
+        "which names features and archs but no sources",
+    )
     ptx: Literal["all", "subset", "none"] = Field(
         "all", description="all: PTX for exactly the expected archs; subset: no PTX beyond them; none: PTX not audited"
     )
+
+
+class Rollup(Strict):
+    """A hand-written summary table whose counts must agree with the detailed rows' states."""
+
+    path: RepoPath = Field(description="the file holding the summary table")
+    header: str = Field(description="the summary table's first header cell, e.g. Area")
+    total: str = Field("Total", description="the first cell of the line holding the totals")
+    rows_from: list[RepoPath] = Field(
+        default_factory=list, description="the record tables whose rows it sums; empty: `path` itself"
+    )
+    count_column: str = Field("Rows", description="the column holding the number of all rows")
 
 
 class RecordConfig(Strict):
     ref_keywords: list[str] = Field(
         default_factory=lambda: ["Refs", "Closes", "Fixes"], description="words before #N that make an issue reference"
     )
+    rollups: list[Rollup] = Field(default_factory=list, description="summary tables checked against the rows (AR008)")
+    count_areas: list[str] | None = Field(
+        None, description="the areas whose row counts the OK line prints; unset: rows.areas"
+    )
+
+
+class CheckpointRule(Strict):
+    """A change to any `when` path is a checkpoint: the same commit must also change every `require` path."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    when: list[str] = Field(min_length=1, description="globs of checkpoint paths (`src/**`, `.agents/state.md`)")
+    require: list[RepoPath] = Field(min_length=1, description="paths every checkpoint commit must also change")
+    exclude: list[str] = Field(default_factory=list, description="globs that are no checkpoint")
 
 
 class DocsConfig(Strict):
+    views: list[Literal["matrices", "roadmap", "environment"]] = Field(
+        default_factory=lambda: list[Literal["matrices", "roadmap", "environment"]](
+            ["matrices", "roadmap", "environment"]
+        ),
+        description="the views `rowgate render` writes and DC001 compares; empty where the records are "
+        "themselves the public tables",
+    )
+    checkpoints: list[CheckpointRule] = Field(default_factory=list, description="path rules judged per commit (DC005)")
     matrices_dir: RepoPath = Field("docs/matrices", description="one rendered matrix per area")
     roadmap: RepoPath = Field("docs/ROADMAP.md", description="the rendered roadmap table")
     environment: RepoPath = Field("docs/ENVIRONMENT.md", description="rendered from the engine's flag registry")
@@ -426,6 +572,7 @@ class Config(Strict):
     cutover: str | None = Field(None, description="full sha of the first commit the contract applies after")
     base: BaseRefConfig = Field(default_factory=BaseRefConfig)
     rows: RowsConfig = Field(default_factory=RowsConfig)
+    sources: SourcesConfig = Field(default_factory=SourcesConfig)
     trailers: TrailersConfig = Field(default_factory=TrailersConfig)
     pr_size: PrSizeConfig = Field(default_factory=PrSizeConfig)
     env_doc: EnvDocConfig = Field(default_factory=EnvDocConfig)

@@ -138,7 +138,7 @@ def not_configured(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> s
     """Why a check has nothing to work on here, or None. A check that needs records skips where the
     repository has none; with no config file, the checks whose inputs are specific to a code base skip
     unless those inputs are there."""
-    if spec.records and not has_records(ctx.root):
+    if spec.records and not has_records(ctx.root) and not _record_tables(ctx):
         return f"{NOT_CONFIGURED}: no records in .agents/rows/"
     if ctx.source is None or ctx.source.path is not None:
         return None  # a config file says what to run: a missing input is the check's own error
@@ -153,6 +153,11 @@ def not_configured(spec: CheckSpec, ctx: Context, args: argparse.Namespace) -> s
     if spec.id == "gencode" and not (ctx.root / ctx.config.gencode.table).is_file():
         return f"{NOT_CONFIGURED}: no arch feature table ({ctx.config.gencode.table})"
     return None
+
+
+def _record_tables(ctx: Context) -> bool:
+    sources = getattr(ctx.config, "sources", None)
+    return sources is not None and bool(sources.rows.tables)
 
 
 def has_records(root: Path) -> bool:

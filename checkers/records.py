@@ -1,7 +1,8 @@
 """The `.agents/` records: rows, specs, claims, issue intake records and ledger entries.
 
-One file per record, so no change has to edit a shared table. Loading never raises on a bad
-record: each problem is kept as a RecordError (file, line, field) for the agent-record check to report,
+One file per record by default, so no change has to edit a shared table; a repository that keeps its
+records as markdown tables names them in the config (`sources:`, read by checkers.recordsources). Loading
+never raises on a bad record: each problem is kept as a RecordError (file, line, field) for the agent-record check to report,
 and the records that did load stay usable by every other check.
 """
 
@@ -14,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from .config import State, Strict
-from .ids import ROW_ID, SHA
+from .config import Config, KindSource, State, Strict
 from .yamlio import MAX_YAML_BYTES, RecordError, load_model, load_text, validate
 
 AGENTS = ".agents"
@@ -32,30 +32,44 @@ class Blocker(Strict):
 
 
 class Row(Strict):
-    id: str = Field(pattern=ROW_ID)
+    id: str = Field(min_length=1, description="fully matches rows.id_pattern (checked when records load)")
     area: str
     title: str = Field(min_length=1)
-    state: State
-    anchors: list[str] = Field(default_factory=list, description="code and test paths, optionally path:line")
+    state: State = Field(min_length=1, description="one of rows.state_order (checked when records load)")
+    anchors: list[str] = Field(
+        default_factory=list, description="code and test paths, optionally path:line or path:line,line"
+    )
     spec: str | None = None
     issues: list[int] = Field(default_factory=list)
     claim: str | None = None
     evidence: list[str] = Field(default_factory=list, description="ledger entry paths")
-    closing_commit: str | None = Field(None, pattern=SHA)
+    closing_commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$")
     blocker: Blocker | None = None
 
 
 class Claim(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    row: str = Field(pattern=ROW_ID)
+    row: str | None = Field(None, min_length=1, description="the row claimed")
+    rows: list[str] = Field(default_factory=list, description="further rows of the same claim")
     branch: str = Field(min_length=1)
     owner: str = Field(min_length=1)
     since: dt.date
 
+    @model_validator(mode="after")
+    def _names_a_row(self) -> Claim:
+        if self.row is None and not self.rows:
+            raise ValueError("a claim names at least one row (row: or rows:)")
+        return self
+
+    @property
+    def row_ids(self) -> list[str]:
+        """Every row the claim holds, the `row:` first."""
+        return list(dict.fromkeys(([self.row] if self.row else []) + self.rows))
+
 
 class IssueRecord(Strict):
     number: int = Field(gt=0)
-    row: str = Field(pattern=ROW_ID)
+    row: str = Field(min_length=1)
     filed: dt.date
     title: str | None = None
     state: Literal["open", "closed"] = "open"  # closed in the change that closes it (`Closes #N`, pr-body)
@@ -82,11 +96,32 @@ class Spec:
 
 @dataclass
 class Loaded:
-    """A record that validated, with its repository-relative path and its round-trip document."""
+    """A record that validated, with its repository-relative path and its round-trip document (for a
+    table line: a TablePosition, and `line` is the line)."""
 
     path: str
     model: Any
     doc: Any = None
+    line: int | None = None
+
+
+class _LineMap:
+    def __init__(self, line: int):
+        self.line = line - 1  # 0-based, as ruamel's
+
+    def key(self, key: Any) -> tuple[int, int]:
+        return (self.line, 0)
+
+    def item(self, index: int) -> tuple[int, int]:
+        return (self.line, 0)
+
+
+class TablePosition:
+    """Where a table-line record is, answering `lc.key(...)` as a ruamel map does, so that every field
+    of the record is placed at its table line."""
+
+    def __init__(self, line: int):
+        self.lc = _LineMap(line)
 
 
 @dataclass
@@ -97,15 +132,60 @@ class Records:
     ledger: dict[str, Loaded] = field(default_factory=dict)
     specs: dict[str, Spec] = field(default_factory=dict)  # by path
     problems: list[RecordError] = field(default_factory=list)
+    tables: dict[str, list[str]] = field(default_factory=dict)  # record table file -> the row ids read from it
 
     @property
     def examined(self) -> int:
         return len(self.rows) + len(self.claims) + len(self.issues) + len(self.ledger) + len(self.specs)
 
 
-def load_records(root: Path) -> Records:
+def load_records(root: Path, config: Config | None = None) -> Records:
+    """Every record, from the places `config.sources` names (default: one file per record under .agents/)."""
+    config = config if config is not None else Config()
+    sources = config.sources
     rec = Records()
     base = root / AGENTS
+    _files_of(rec, root, base, sources.rows, sources.claims, sources.issues, sources.ledger)
+    if any(k.tables for k in (sources.rows, sources.claims, sources.issues, sources.ledger)):
+        from .recordsources.load import load_tables  # only where the config names record tables
+
+        load_tables(rec, root, sources)
+    check_rows(rec, config)
+    for path in sorted((base / "specs").glob("*.md")):
+        text = _read_text(rec, root, path)
+        if text is not None:
+            spec = parse_spec(text, _rel(root, path))
+            rec.specs[spec.path] = spec
+    return rec
+
+
+def check_rows(rec: Records, config: Config) -> None:
+    """Each row's id and state against the configured id pattern and states; a row that fails is a
+    problem and is no record."""
+    from .ids import ROW_ID
+    from .safe_regex import compile_pattern  # a configured pattern runs under a time limit
+
+    # the default is rowgate's own, linear pattern: it runs on `re`, outside the configured patterns' budget
+    pattern = compile_pattern(config.rows.id_pattern, trusted=config.rows.id_pattern == ROW_ID)
+    states = config.rows.state_order
+    for row_id, loaded in list(rec.rows.items()):
+        bad: list[tuple[int | None, str, str]] = []
+        if not pattern.fullmatch(row_id):
+            bad.append((key_line(loaded.doc, "id"), "id", f"{row_id!r} does not match rows.id_pattern"))
+        if loaded.model.state not in states:
+            bad.append(
+                (key_line(loaded.doc, "state"), "state", f"{loaded.model.state!r} is not one of {', '.join(states)}")
+            )
+        if bad:
+            rec.problems.append(RecordError(loaded.path, bad))
+            del rec.rows[row_id]
+
+
+def _files_of(
+    rec: Records, root: Path, base: Path, rows: KindSource, claims: KindSource, issues: KindSource, ledger: KindSource
+) -> None:
+    if not rows.files:
+        return _claims_issues_ledger(rec, root, base, claims, issues, ledger)
     for path in sorted((base / "rows").glob("*.yaml")):
         loaded = _load(rec, root, path, Row)
         if loaded and loaded.model.id != path.stem:
@@ -123,24 +203,24 @@ def load_records(root: Path) -> Records:
             )
         elif loaded:
             rec.rows[loaded.model.id] = loaded
-    for path in sorted((base / "claims").glob("*.yaml")):
+    return _claims_issues_ledger(rec, root, base, claims, issues, ledger)
+
+
+def _claims_issues_ledger(
+    rec: Records, root: Path, base: Path, claims: KindSource, issues: KindSource, ledger: KindSource
+) -> None:
+    for path in sorted((base / "claims").glob("*.yaml")) if claims.files else []:
         loaded = _load(rec, root, path, Claim)
         if loaded:
             rec.claims[loaded.model.id] = loaded
-    for path in sorted((base / "issues").glob("*/ISSUE-*.md")):
+    for path in sorted((base / "issues").glob("*/ISSUE-*.md")) if issues.files else []:
         loaded = _load_front_matter(rec, root, path)
         if loaded:
             rec.issues.append(loaded)
-    for path in sorted((base / "ledger").glob("*.json")):
+    for path in sorted((base / "ledger").glob("*.json")) if ledger.files else []:
         loaded = _load(rec, root, path, _ledger_model(path))
         if loaded:
             rec.ledger[loaded.path] = loaded
-    for path in sorted((base / "specs").glob("*.md")):
-        text = _read_text(rec, root, path)
-        if text is not None:
-            spec = parse_spec(text, _rel(root, path))
-            rec.specs[spec.path] = spec
-    return rec
 
 
 def parse_spec(text: str, path: str) -> Spec:

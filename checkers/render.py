@@ -4,6 +4,7 @@ table from the engine's flag registry. Pure functions: records in, {path: text} 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from pathlib import Path
 
 from .config import STATES, Config
@@ -18,9 +19,13 @@ ENV_HEADER = "| flag | default | gates | description |"
 def render_all(records: Records, decls: list[FlagDecl], config: Config) -> dict[str, str]:
     """Every rendered file, keyed by its repository-relative path."""
     docs = config.docs
-    views = {f"{docs.matrices_dir}/{area}.md": render_matrix(records, area) for area in config.rows.areas}
-    views[docs.roadmap] = render_roadmap(records, config.rows.areas)
-    views[docs.environment] = render_environment(decls, docs.flags_file)
+    views: dict[str, str] = {}
+    if "matrices" in docs.views:
+        views.update({f"{docs.matrices_dir}/{area}.md": render_matrix(records, area) for area in config.rows.areas})
+    if "roadmap" in docs.views:
+        views[docs.roadmap] = render_roadmap(records, config.rows.areas, config.rows.state_order)
+    if "environment" in docs.views:
+        views[docs.environment] = render_environment(decls, docs.flags_file)
     return views
 
 
@@ -45,7 +50,7 @@ def render_matrix(records: Records, area: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_roadmap(records: Records, areas: list[str]) -> str:
+def render_roadmap(records: Records, areas: list[str], states: Sequence[str] = STATES) -> str:
     models = sorted((r.model for r in records.rows.values()), key=lambda r: (_order(areas, r.area), r.id))
     lines = [
         BANNER.format(source=".agents/rows"),
@@ -54,11 +59,11 @@ def render_roadmap(records: Records, areas: list[str]) -> str:
         "",
         "Rows per area and state, derived from `.agents/rows/` (never counted by hand).",
         "",
-        "| area | " + " | ".join(STATES) + " | total |",
-        "|---" * (len(STATES) + 2) + "|",
+        "| area | " + " | ".join(states) + " | total |",
+        "|---" * (len(states) + 2) + "|",
     ]
     for area in areas:
-        counts = [sum(1 for m in models if m.area == area and m.state == s) for s in STATES]
+        counts = [sum(1 for m in models if m.area == area and m.state == s) for s in states]
         lines.append(_cells(f"[{area}](matrices/{area}.md)", *(str(c) if c else "" for c in counts), str(sum(counts))))
     lines += ["", "| row | area | state | title | issues |", "|---|---|---|---|---|"]
     for m in models:
@@ -108,7 +113,9 @@ def load_views(root: Path, records: Records, config: Config) -> dict[str, str]:
     repository (stale_views and the writer confine each path again)."""
     for field in ("matrices_dir", "roadmap", "environment"):
         confine(root, getattr(config.docs, field), f"docs.{field}")
-    return render_all(records, read_flag_decls(root, config.docs.flags_file, "docs.flags_file"), config)
+    wanted = config.docs.views
+    decls = read_flag_decls(root, config.docs.flags_file, "docs.flags_file") if "environment" in wanted else []
+    return render_all(records, decls, config)
 
 
 def _cells(*values: str) -> str:

@@ -57,6 +57,10 @@ class SafePattern:
     def match(self, text: str) -> Any:
         return self._run(self._compiled.match, text)
 
+    def finditer(self, text: str) -> list[Any]:
+        """Every match, collected under the same limit (the iteration is where the time is spent)."""
+        return self._run(lambda t, **kw: list(self._compiled.finditer(t, **kw)), text)  # type: ignore[no-any-return]
+
     def _run(self, method: Any, text: str) -> Any:
         if not self._limit:
             return method(text)

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .configsource import CONFIG_PATH, ConfigSource
 from .gitio import Git
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .results import Result
 
 # check id -> (its config section, the key in it that states the rule, if one does)
 SECTIONS: dict[str, tuple[str, str | None]] = {
@@ -88,3 +93,18 @@ def commit_paths(git: Git, root: Path, shas: list[str]) -> dict[str, str]:
         if tracked is not None:
             found.update(dict.fromkeys(missing, tracked))
     return found
+
+
+def for_results(ctx: Context, fmt: str, results: list[Result]) -> dict[str, tuple[str, int | None]] | None:
+    """For SARIF: per check, the config file and line that configure it, where that file exists; else, per
+    commit a finding is about, a file that commit changes (keyed by the sha)."""
+    if fmt != "sarif":
+        return None
+    anchors = {k: v for k, v in config_anchors(ctx.source).items() if (ctx.root / v[0]).is_file()}
+    shas = list(
+        dict.fromkeys(
+            f.commit for r in results for f in r.findings if f.commit and not f.path and r.check not in anchors
+        )
+    )
+    anchors.update({sha: (path, None) for sha, path in commit_paths(ctx.git, ctx.root, shas).items()})
+    return anchors

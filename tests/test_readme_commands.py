@@ -104,7 +104,7 @@ EXPECTED: dict[str, tuple[int, str]] = {}
 def test_the_readme_commands_on_this_repository(tmp_path: Path):
     clone = tmp_path / "rowgate"
     subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(clone)], check=True, env={**os.environ, **GIT_ENV})
-    subprocess.run(["git", "branch", "-q", "-f", "main", "HEAD"], cwd=clone, check=True)  # base.ref main
+    subprocess.run(["git", "checkout", "-q", "-B", "main", "HEAD"], cwd=clone, check=True)  # base.ref main
     (clone / "pr-body.md").write_text("The widget.\n\nRow: GOV-X\n")
     readme = commands((ROOT / "README.md").read_text())
     start = readme.index("rowgate preflight")

@@ -23,8 +23,8 @@ def run_baseline_command(ctx: Context, args: argparse.Namespace) -> int:
     anchors = None
     if args.format == "sarif":
         from ..baseline_output import sarif_results
-        from ..cli import _anchors
+        from ..sarif_anchors import for_results
 
-        anchors = _anchors(ctx, "sarif", sarif_results(report)[0])
+        anchors = for_results(ctx, "sarif", sarif_results(report)[0])
     sys.stdout.write(render_baseline(args.format, report, registry.all_rules(), args.fail_on_inherited, anchors))
     return report.exit_code(args.fail_on_inherited)

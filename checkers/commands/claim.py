@@ -23,7 +23,6 @@ from ..commands.row import (
     _transaction,
     dump_yaml,
 )
-from ..config import STATES
 from ..context import Context
 from ..records import Claim, Loaded, Row
 from ..results import EXIT_ERROR, EXIT_PASS, EXIT_USAGE
@@ -39,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     )
     p.add_argument("--claim-id", help="claim id (default: the row id)")
     p.add_argument(
-        "--state", choices=STATES, default="ACTIVE", help="state to move a non-active row to (default ACTIVE)"
+        "--state",
+        default="ACTIVE",
+        help="active state to move a non-active row to (default ACTIVE; rows.active_states)",
     )
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     p.set_defaults(func=cmd_claim)
@@ -98,9 +99,9 @@ def cmd_claim(args: argparse.Namespace) -> int:
                 f"release it with `rowgate row set {args.id} --state READY` first"
             )
         existing = ctx.records.claims.get(claim_id)
-        if claim_path.exists() and (existing is None or existing.model.row != args.id):
+        if claim_path.exists() and (existing is None or args.id not in existing.model.row_ids):
             return _refuse(f"claim id {claim_id} is taken ({ctx.rel(claim_path)}); pass another --claim-id")
-        orphans = [loaded for loaded in ctx.records.claims.values() if loaded.model.row == args.id]
+        orphans = [loaded for loaded in ctx.records.claims.values() if args.id in loaded.model.row_ids]
         state = doc["state"] if doc["state"] in ctx.config.rows.active_states else args.state
         doc["claim"], doc["state"] = claim_id, state
         row = validate(Row, doc, ctx.rel(path))

@@ -103,11 +103,47 @@ def run(args: argparse.Namespace) -> int:
     _write(target, text)
     rel = _rel(root, target)
     flag = "" if target == root / CONFIG_PATH else f" --config {rel}"
-    print(
-        f"wrote {rel}; commit it (git add {rel} && git commit{' -s' if _dco(plan) else ''}), then run "
-        f"`rowgate preflight{flag}`"
-    )
+    for line in commit_hint(plan, rel, flag):
+        print(line)
     return EXIT_PASS
+
+
+def commit_hint(plan: Plan, rel: str, flag: str) -> list[str]:
+    """How to commit the config with a message that the contract just configured accepts (the commit comes
+    after the cutover, so it is judged): the message is checked against that contract before it is shown."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    trailers = plan.section("trailers")
+    presets = list(trailers.value.get("presets", [])) if trailers and isinstance(trailers.value, dict) else []
+    lines = ["Add the rowgate configuration", ""]
+    if "agents-protocol" in presets:
+        lines += ["FOLLOWING_AGENTS_PROTOCOL", "", "Following-Agents-Protocol: true", "AI-Assisted: false"]
+    sign = " -s" if "dco" in presets else ""
+    body = "\n".join(lines).rstrip("\n") + "\n"
+    # the sign-off `git commit -s` adds, with a stand-in author: the author rule compares it to the commit's
+    author = "Init Check <init@example.invalid>"
+    checked = body + (("\n" if "agents-protocol" not in presets else "") + f"Signed-off-by: {author}\n" if sign else "")
+    problems = (
+        []
+        if "row" in presets
+        else judge(read_message(checked, "hook"), compile_contract(TrailerContract(), presets), Facts(author=author))
+    )
+    if "agents-protocol" not in presets and "row" not in presets and not problems:  # a subject (and -s) is enough
+        return [f"wrote {rel}; commit it (git add {rel} && git commit{sign}), then run `rowgate preflight{flag}`"]
+    if "row" in presets or problems:
+        return [
+            f"wrote {rel}; commit it (git add {rel} && git commit{sign}) with a message the trailer contract "
+            f"accepts (presets {', '.join(presets)}), then run `rowgate preflight{flag}`"
+        ]
+    return [
+        f"wrote {rel}; commit it with a message the trailer contract you configured accepts:",
+        f"  git add {rel} && git commit{sign} -F - <<'EOF'",
+        *[f"  {line}" if line else "" for line in body.splitlines()],
+        "  EOF",
+        f"then run `rowgate preflight{flag}`",
+    ]
 
 
 # --- detection ------------------------------------------------------------------------------------
@@ -135,8 +171,44 @@ def _records(root: Path, plan: Plan) -> None:
         for check in record_checks:
             plan.enabled[check] = "the records in .agents/rows/"
         return
+    if _record_tables(root, plan):
+        for check in record_checks:
+            plan.enabled[check] = "the records in the markdown tables under .agents/ (sources:)"
+        return
     for check in record_checks:
         plan.disabled[check] = "no records in .agents/rows/ (the rows workflow is not used here)"
+
+
+def _record_tables(root: Path, plan: Plan) -> bool:
+    """Rows and claims kept as markdown tables (checkers.detect_records): their config sections, each choice
+    with its reason under the `sources` section."""
+    from ..detect_records import checkpoint_rule, history, merge_prefix, record_tables
+
+    git = Git(root)
+    found = record_tables(root, git.ls_files())
+    if found is None:
+        return False
+    rule = checkpoint_rule(history(git))
+    merged = merge_prefix(git)
+    if merged is not None:
+        prefix, count, total = merged
+        found.sections["role"] = {
+            "mode": "branch",
+            "branch_prefix": prefix,
+            "topic_branches": True,
+            "pr_refs": True,
+            "exempt": [".agents/**"],
+        }
+        found.reasons.append(
+            f"role: branch mode, {count} of {total} merges land a {prefix}<topic> branch; pull request "
+            "subjects (#N) count; a commit that changes only .agents/ records needs no branch"
+        )
+    if rule is not None:
+        found.sections["docs"]["checkpoints"] = [rule[0]]
+        found.reasons += [f"docs.checkpoints, read from the history (review it): {r}" for r in rule[1]]
+    for key, value in found.sections.items():
+        plan.sections.append(Section(key, value, found.reasons if key == "sources" else []))
+    return True
 
 
 def _evidence(root: Path, plan: Plan) -> None:
@@ -167,8 +239,7 @@ def _trailers(git: Git, plan: Plan) -> None:
     commits = [c for c in commits if not _is_bot(c[1])]
     n = len(commits)
     signed = protocol = rows = 0
-    breaks: dict[str, list[str]] = {"dco": [], "agents-protocol": [], "row": []}
-    for sha, author, message in commits:
+    for _sha, author, message in commits:
         msg = read_message(message, "range")
         keys = {t.key.lower(): t.value for t in msg.trailers}
         sign_offs = [t.value for t in msg.trailers if t.key.lower() == "signed-off-by"]
@@ -178,9 +249,6 @@ def _trailers(git: Git, plan: Plan) -> None:
         signed += is_signed
         protocol += has_protocol
         rows += has_row
-        for name, ok in (("dco", is_signed), ("agents-protocol", has_protocol), ("row", has_row)):
-            if not ok:
-                breaks[name].append(sha)
     counts = {"dco": signed, "agents-protocol": protocol, "row": rows}
     what = {
         "dco": "signed off by their author",
@@ -205,14 +273,75 @@ def _trailers(git: Git, plan: Plan) -> None:
     plan.enabled["commit-trailers"] = f"presets {', '.join(presets)}"
     why = [r for r, name in zip(reasons, ("dco", "agents-protocol", "row")) if name in presets]
     chosen = [f"presets [{', '.join(presets)}]: {'; '.join(why)}"]
-    old = sorted({sha for name in presets for sha in breaks[name]})
+    old = contract_breaks(git, presets, commits)
     value["default_range"] = "cutover"
     value["cutover_judged"] = "legacy"  # the cutover is HEAD as found, which predates the contract
     chosen.append("default_range: cutover: a run with no range judges the commits after the cutover")
     chosen += _merge_policy(git, presets, value)
     chosen += _bot_policy(value, len(bot_commits))
+    chosen += legacy_rule(git, presets, commits, old, value)
     plan.sections.append(Section("cutover", head, _cutover_reasons(git, head, n, len(old), read)))
     plan.sections.append(Section("trailers", value, chosen))
+
+
+def contract_breaks(git: Git, presets: list[str], commits: list[list[str]]) -> list[str]:
+    """The commits read (sha, author, message) that the chosen presets' contract rejects, judged by the
+    contract itself (a Row trailer must name a row file, a sign-off must be the author's), not by the
+    markers that chose the presets."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    contract = compile_contract(TrailerContract(), presets)
+    root = git.root
+    facts = Facts(exists=lambda rel: (root / rel).is_file())
+    out = []
+    for sha, author, message in commits:
+        facts.author = author
+        if judge(read_message(message, "range"), contract, facts):
+            out.append(sha)
+    return out
+
+
+# The conventions an older era may have kept, weakest claim first: (name, legacy rule, what it checks).
+_LEGACY_CANDIDATES: tuple[tuple[str, dict[str, object], str], ...] = (
+    (
+        "marker",
+        {"paragraphs": [{"pattern": "FOLLOWING_AGENTS_PROTOCOL", "whole": True, "max": None}]},
+        "the FOLLOWING_AGENTS_PROTOCOL paragraph",
+    ),
+    ("assisted", {"keys": [{"key": "Assisted-by", "min": 1}]}, "an Assisted-by trailer"),
+    ("signed", {"presets": ["dco"]}, "a sign-off by the author"),
+)
+
+
+def legacy_rule(
+    git: Git, presets: list[str], commits: list[list[str]], broken: list[str], value: dict[str, object]
+) -> list[str]:
+    """A `legacy` rule for the commits before the cutover, where they break the presets but most of them keep
+    an older convention: a history run then judges them by it (an empty legacy rule examines nothing, and
+    the run would end in `examined 0 commits`)."""
+    from ..config import TrailerContract
+    from ..trailers.contract import Facts, compile_contract, judge
+    from ..trailers.message import read_message
+
+    if not broken or not commits:
+        return []
+    root = git.root
+    for _name, rule, what in _LEGACY_CANDIDATES:
+        contract = compile_contract(TrailerContract.model_validate(rule))
+        facts = Facts(exists=lambda rel: (root / rel).is_file())
+        kept = 0
+        for _sha, author, message in commits:
+            facts.author = author
+            kept += not judge(read_message(message, "range"), contract, facts)
+        if kept >= MOST * len(commits):
+            value["legacy"] = rule
+            return [
+                f"legacy: {what}: {kept} of the {len(commits)} commits read keep it, where {len(broken)} break the "
+                "presets; a history run judges the commits before the cutover by it"
+            ]
+    return []
 
 
 def _cutover_reasons(git: Git, head: str, judged: int, broken: int, read: int) -> list[str]:
@@ -339,6 +468,16 @@ def _gencode(root: Path, paths: list[str], plan: Plan) -> None:
         plan.disabled["gencode"] = "no CUDA sources (*.cu) in the tree"
         return
     if not tables:
+        from ..checks.gencode.cmake_table import find_cmake_table
+
+        cmake = find_cmake_table(root, paths)
+        if cmake is not None:
+            plan.disabled["gencode"] = (
+                f"{len(cuda)} CUDA sources and the CMake feature table {cmake[0]} ({', '.join(cmake[1])}); "
+                "it names no sources: set gencode.table to it and map each source to its feature under "
+                "gencode.sources, then enable the check"
+            )
+            return
         found = f"; found {commands[0]}" if commands else ""
         plan.disabled["gencode"] = (
             f"{len(cuda)} CUDA sources but no arch feature table (arch_features.yaml) "
@@ -445,7 +584,8 @@ def render(plan: Plan, root: Path) -> str:
     doc = CommentedMap()
     doc["version"] = 1
     for s in plan.sections:
-        doc[s.key] = _flow(s.value, CommentedMap, CommentedSeq, top=True)
+        # record sources nest maps in lists several levels deep: block style keeps them readable
+        doc[s.key] = _flow(s.value, CommentedMap, CommentedSeq, top=True) if s.key != "sources" else s.value
         doc.yaml_set_comment_before_after_key(s.key, before="\n" + "\n".join(s.reasons))
     if plan.disabled:
         checks = CommentedMap()

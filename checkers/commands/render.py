@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _render(ctx: Context, check: bool) -> int:
-    records = load_records(ctx.root)
+    records = load_records(ctx.root, ctx.config)
     views = load_views(ctx.root, records, ctx.config)
     if records.problems:
         print(

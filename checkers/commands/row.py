@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import STATES, State
-from ..ids import ROW_ID
+from ..config import State
 from ..records import Row
 from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 from ..yamlio import RecordError, parse_yaml, read_yaml, validate, yaml_rt
@@ -65,12 +64,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     n.add_argument("id", help="row id, AREA-NAME")
     n.add_argument("--area", required=True, help="one of rows.areas in .agents/config.yaml")
     n.add_argument("--title", required=True, help="one line")
-    n.add_argument("--state", default="INVENTORIED", choices=STATES, help="initial state (default INVENTORIED)")
+    n.add_argument("--state", default="INVENTORIED", help="initial state (default INVENTORIED; rows.state_order)")
     n.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     n.set_defaults(func=cmd_new)
     s = rs.add_parser("set", help="move a row to a state whose requirements it meets")
     s.add_argument("id", help="row id")
-    s.add_argument("--state", required=True, choices=STATES, help="the new state")
+    s.add_argument("--state", required=True, help="the new state, one of rows.state_order")
     s.add_argument("--anchor", action="append", default=[], help="add a code or test anchor (path[:line])")
     s.add_argument("--evidence", action="append", default=[], help="add a ledger entry path")
     s.add_argument("--closing-commit", metavar="SHA", help="full sha of the commit that finished the row")
@@ -85,13 +84,16 @@ def cmd_new(args: argparse.Namespace) -> int:
     ctx = _context(args)
     if ctx is None:
         return EXIT_ERROR
-    if not re.fullmatch(ROW_ID, args.id) or args.area not in ctx.config.rows.areas:
+    rows = ctx.config.rows
+    if not re.fullmatch(rows.id_pattern, args.id) or args.area not in rows.areas:
         return _refuse(
-            f"row id {args.id!r} must be AREA-NAME with AREA one of {ctx.config.rows.areas}"
-            if not re.fullmatch(ROW_ID, args.id)
-            else f"area {args.area!r} is not one of {ctx.config.rows.areas}",
+            f"row id {args.id!r} must be AREA-NAME with AREA one of {rows.areas}"
+            if not re.fullmatch(rows.id_pattern, args.id)
+            else f"area {args.area!r} is not one of {rows.areas}",
             EXIT_USAGE,
         )
+    if args.state not in rows.state_order:
+        return _refuse(f"--state {args.state} is not one of {', '.join(rows.state_order)}", EXIT_USAGE)
     if not args.title.strip() or any(ch in args.title for ch in _CONTROL):
         return _refuse(f"title {args.title!r} must be one non-empty line without control characters", EXIT_USAGE)
     path = ctx.root / ".agents" / "rows" / f"{args.id}.yaml"
@@ -146,7 +148,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         if args.state not in ctx.config.rows.active_states:
             # the row's claim, and any orphan claim on this row that an interrupted `claim` left behind
             for cid, loaded in ctx.records.claims.items():
-                if (cid == released or loaded.model.row == args.id) and (ctx.root / loaded.path).exists():
+                if (cid == released or args.id in loaded.model.row_ids) and (ctx.root / loaded.path).exists():
                     txn.remove(ctx.root / loaded.path)
                     removed.append((cid, loaded.path))
     print(f"{args.id}: state {args.state} (wrote {ctx.rel(path)})")
@@ -167,6 +169,8 @@ def _row_bytes(ctx: Context, row_id: str) -> bytes | None:
 def _plan_set(ctx: Context, args: argparse.Namespace) -> tuple[Path, Any, bytes | None, str | None] | int:
     """The row `row set` would write: its path, the changed document, the bytes it was read from and the
     claim it releases; or the exit status after saying why not."""
+    if args.state not in ctx.config.rows.state_order:
+        return _refuse(f"--state {args.state} is not one of {', '.join(ctx.config.rows.state_order)}", EXIT_USAGE)
     raw = _row_bytes(ctx, args.id)
     path, doc = _row_doc(ctx, args.id, raw)
     if doc is None:

@@ -9,15 +9,8 @@ from engine import kernels
 from engine.flags import FlagSnapshot
 from engine.model import parallel
 from engine.model.config import QuantConfig
+from engine.model.parallel import default_weight_loader
 from engine.ops._packing import pack_int32, unpack_int32
-
-
-def default_weight_loader(param: nn.Parameter, loaded: torch.Tensor, name: str) -> None:
-    """Copy a checkpoint tensor into `param`, converting dtype; a shape mismatch names the tensor."""
-    if tuple(param.shape) != tuple(loaded.shape):
-        raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != model shape {tuple(param.shape)}")
-    with torch.no_grad():
-        param.copy_(loaded)
 
 
 def new_param(*shape: int, dtype: torch.dtype) -> nn.Parameter:

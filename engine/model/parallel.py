@@ -195,12 +195,18 @@ def _shard_linear(module: nn.Module, dim: str, ranges: Ranges, shard: Shard) -> 
         bias.weight_loader = slicer(0, ranges) if dim == "out" else (_copy if shard.rank == 0 else _zero)
 
 
+def default_weight_loader(param: nn.Parameter, loaded: torch.Tensor, name: str) -> None:
+    """The plain weight_loader: copy a checkpoint tensor into `param`, converting dtype; a shape mismatch names the tensor."""
+    if tuple(param.shape) != tuple(loaded.shape):
+        raise ValueError(f"{name}: checkpoint shape {tuple(loaded.shape)} != model shape {tuple(param.shape)}")
+    with torch.no_grad():
+        param.copy_(loaded)
+
+
 def slicer(dim: int, ranges: Ranges, pad_to: int = 0) -> Callable[[nn.Parameter, torch.Tensor, str], None]:
     """A weight_loader that copies the spans `ranges` of dimension `dim` (zero rows up to `pad_to`)."""
 
     def load(param: nn.Parameter, loaded: torch.Tensor, name: str) -> None:
-        from engine.model.layers import default_weight_loader  # why: layers imports this module
-
         piece = cut(loaded, dim, ranges, name)
         if pad_to > piece.shape[dim]:
             pad = list(piece.shape)
@@ -219,8 +225,6 @@ def cut(t: torch.Tensor, dim: int, ranges: Ranges, name: str) -> torch.Tensor:
 
 
 def _copy(param: nn.Parameter, loaded: torch.Tensor, name: str) -> None:
-    from engine.model.layers import default_weight_loader  # why: layers imports this module
-
     default_weight_loader(param, loaded, name)
 
 

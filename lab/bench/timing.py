@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -185,8 +186,6 @@ def gpu_device(requested: str | None, command: str, on_cpu: str) -> str | None:
     """The device a GPU benchmark runs on. Without a CUDA device it refuses at once, in one line on stderr
     (None: the caller exits 2), unless `--device cpu` asked for the CPU; then its first line says so and
     what a CPU run measures (`on_cpu`), before any model is loaded."""
-    import sys
-
     has_gpu = torch.cuda.is_available()
     if requested != "cpu" and not has_gpu:
         print(

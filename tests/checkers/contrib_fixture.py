@@ -26,6 +26,7 @@ env_doc:
   flags_file: null
 checks:
   doc-checkpoint: {enabled: false}
+  evidence: {enabled: false}
   gemv-invocation: {enabled: false}
   gencode: {enabled: false}
   pr-size: {enabled: false}

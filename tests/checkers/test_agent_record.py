@@ -99,7 +99,7 @@ def test_ar001_record_invalid(rowgate_repo: GitRepo):
     rowgate_repo.write({".agents/rows/GOV-X.yaml": row_yaml("GOV-X", state="WIP")})
     [f] = _run(rowgate_repo).findings
     assert (f.rule, f.path, f.line) == ("AR001", ".agents/rows/GOV-X.yaml", 4)
-    assert f.message.startswith("state: Input should be 'INVENTORIED', 'SPIKE'")
+    assert f.message.startswith("state: 'WIP' is not one of INVENTORIED, SPIKE")
 
 
 def test_ar002_row_unknown_area(rowgate_repo: GitRepo):

@@ -37,7 +37,7 @@ def test_unknown_state_is_rejected(tmp_path: Path):
     root = _write(tmp_path, "version: 1\nrows:\n  states:\n    DONEISH: {}\n")
     with pytest.raises(RecordError) as exc:
         load_config(root)
-    assert exc.value.lines()[0].startswith(".agents/config.yaml:4: rows.states.DONEISH")
+    assert exc.value.lines()[0].startswith(".agents/config.yaml:3: rows.states: Value error, state 'DONEISH' is not")
 
 
 def test_no_config_file_is_the_defaults(tmp_path: Path):

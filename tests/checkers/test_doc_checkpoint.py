@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from checkers.context import Context
 from checkers.flagdecls import parse_flag_decls
 from checkers.records import load_records
 from checkers.render import load_views, render_environment
+from tests.checkers.vllmcpp_excerpt import excerpt_repo
 from tests.conftest import MINIMAL_CONFIG, GitRepo, row_yaml
 
 FLAGS = 'declare("VT_FAST", False, "GOV-CORE", "A fast arm | with a pipe.")\ndeclare("VT_DIR", "", "GOV-CORE", "x")\n'
@@ -194,6 +196,39 @@ def test_without_a_cutover_or_a_base_only_the_rendered_files_are_checked(rowgate
         "OK: 4 rendered files up to date; 0 commits checked",
         4,
     )
+
+
+# --- checkpoint path rules (DC005), on the excerpt of vllm.cpp's records -------------------------------
+
+
+def _doc_checkpoint(repo, base: str):
+    return doc_checkpoint.run(
+        Context(root=repo.path, config=load_config(repo.path)), argparse.Namespace(base=base, head="HEAD")
+    )
+
+
+def test_a_checkpoint_commit_without_its_documents_is_a_finding(tmp_path: Path):
+    repo = excerpt_repo(tmp_path / "repo")
+    base = repo.head()
+    sha = repo.commit("state: note", {".agents/state.md": "## 2026-07-24\n", "README.md": "# vllm.cpp\n"})
+    result = _doc_checkpoint(repo, base)
+    assert [(f.rule, f.message) for f in result.findings] == [
+        (
+            "DC005",
+            f"commit {sha[:12]} changes feature checkpoint paths (.agents/state.md) but does not update "
+            "docs/BENCHMARKS.md in the same change",
+        )
+    ]
+
+
+def test_a_checkpoint_commit_with_its_documents_passes(tmp_path: Path):
+    repo = excerpt_repo(tmp_path / "repo")
+    base = repo.head()
+    files = {".agents/state.md": "x\n", "src/a.cpp": "x\n", "README.md": "r\n", "docs/BENCHMARKS.md": "b\n"}
+    repo.commit("feat: checkpoint", files)
+    repo.commit("chore: not a checkpoint", {"notes.txt": "x\n"})
+    result = _doc_checkpoint(repo, base)
+    assert (result.status.value, result.summary) == ("pass", "OK: 0 rendered files up to date; 2 commits checked")
 
 
 @pytest.mark.parametrize(

@@ -330,6 +330,22 @@ def test_the_c_tokenizer_meter_counts_each_token_once():
     assert meter.scanned <= 2 * len(source) and meter.steps <= len(source)
 
 
+def test_ed001_hint_without_a_flag_registry_names_the_doc_table(repo: GitRepo):
+    # flags_file unset (a repository with no flag registry): the hint must not say "declare it in None"
+    repo.commit(
+        "No registry",
+        {
+            ".agents/config.yaml": CONFIG + "  flags_file: null\n",
+            "engine/runner.py": "import os\nos.getenv('VT_NEW')\n",
+        },
+    )
+    hints = {f.hint for f in check(repo).findings if f.rule == "ED001"}
+    assert hints == {
+        "add a row for it to docs/ENVIRONMENT.md, or classify it in scripts/env-doc-allowlist.txt as "
+        "`NAME  CLASS  reason` (--fix adds a stub)"
+    }
+
+
 def test_reads_after_a_raw_string_and_a_digit_separator_are_found():
     """A C++ raw string (`R"d(...)d"`, holding quotes and `/*`) and a number with digit separators
     (`1'000'000`) are tokens of their own: the tokenizer took the first for a string that ends at its inner

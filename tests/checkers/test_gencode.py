@@ -315,6 +315,62 @@ def test_the_preflight_lists_gencode_as_not_run_where_nothing_was_built(tmp_path
     assert not_run == [] and "GC008" in [f.rule for f in result.findings]
 
 
+# --- a CMake feature table (vllm.cpp's cmake/CudaArchFeatures.cmake form) --------------------------------
+
+CMAKE_TABLE = """\
+# CUDA architecture -> capability FEATURE TABLE (an excerpt of vllm.cpp's, d85906ae).
+set(VT_CUDA_FEATURE_TABLE
+  # native block-scaled fp4xfp4 mma.sync (cuda_matmul_nvfp4.cu). "not|a|cell" in a comment
+  "fp4-mma|12.0a,12.1a|native block-scaled fp4xfp4 MMA (VT_FP4_MMA_SM120A)"
+  "marlin-nvfp4|8.0+PTX,12.1a|vendored Marlin NVFP4 W4A16 MoE GEMM (VT_MARLIN_NVFP4)")
+"""
+
+
+def _cmake_repo(root: Path, marlin_code: str) -> Path:
+    (root / "cmake").mkdir(parents=True)
+    (root / "cmake" / "CudaArchFeatures.cmake").write_text(CMAKE_TABLE)
+    cuda = root / "src" / "vt" / "cuda"
+    cuda.mkdir(parents=True)
+    for name in ("cuda_matmul_nvfp4.cu", "marlin.cu"):
+        (cuda / name).write_text("// source\n")
+    gencode_fp4 = (
+        "-gencode arch=compute_120a,code=[sm_120a,compute_120a] -gencode arch=compute_121a,code=[sm_121a,compute_121a]"
+    )
+    commands = [
+        {"directory": str(root), "file": str(cuda / "cuda_matmul_nvfp4.cu"), "command": f"nvcc {gencode_fp4} -c x.cu"},
+        {"directory": str(root), "file": str(cuda / "marlin.cu"), "command": f"nvcc {marlin_code} -c y.cu"},
+    ]
+    cc = root / "compile_commands.json"
+    cc.write_text(json.dumps(commands))
+    return cc
+
+
+def _cmake_run(root: Path, cc: Path) -> gencode.Result:
+    stage(root)
+    cfg = GencodeConfig(
+        table="cmake/CudaArchFeatures.cmake",
+        source_dir="src/vt/cuda",
+        sources={"cuda_matmul_nvfp4.cu": "fp4-mma", "marlin.cu": "marlin-nvfp4"},
+    )
+    ctx = Context(root=root, config=Config(gencode=cfg), env={})
+    return gencode.run(ctx, argparse.Namespace(build_dir=None, compile_commands=cc, archs="12.0a,12.1a"))
+
+
+def test_a_cmake_feature_table_is_read_and_judged(tmp_path: Path) -> None:
+    cc = _cmake_repo(tmp_path, "-gencode arch=compute_121a,code=[sm_121a,compute_121a]")
+    result = _cmake_run(tmp_path, cc)
+    assert (result.status.value, result.examined) == ("pass", 2), pairs(result)
+    assert result.summary == "OK: 2 sources match cmake/CudaArchFeatures.cmake for ['120a','121a']"
+
+
+def test_a_cmake_feature_source_built_for_an_arch_its_cell_lacks_fails(tmp_path: Path) -> None:
+    both = (
+        "-gencode arch=compute_120a,code=[sm_120a,compute_120a] -gencode arch=compute_121a,code=[sm_121a,compute_121a]"
+    )
+    result = _cmake_run(tmp_path, _cmake_repo(tmp_path, both))
+    assert pairs(result)[0] == ("GC001", "src/vt/cuda/marlin.cu: gencode ['120a','121a'] != expected ['121a']")
+
+
 def test_a_binary_compile_commands_file_is_a_one_line_error_not_a_decode_crash(tmp_path: Path) -> None:
     from checkers.checks.gencode.nvcc_flags import FlagError, load_compile_commands
 

@@ -111,6 +111,8 @@ def test_presets_from_protocol_and_row_trailers(tmp_path: Path):
         "default_range": "cutover",
         "cutover_judged": "legacy",
         "exempt_authors": list(init.BOT_AUTHORS),
+        # the three lack the preset's Following-Agents-Protocol and AI-Assisted trailers but keep its marker
+        "legacy": {"paragraphs": [{"pattern": "FOLLOWING_AGENTS_PROTOCOL", "whole": True, "max": None}]},
     }
     assert "agent-record" not in plan.disabled  # there are records
 

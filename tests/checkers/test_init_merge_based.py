@@ -112,7 +112,7 @@ def test_init_skips_button_merges_exempts_bots_and_counts_honestly(upstream: Pat
     assert not any("shallow" in line for line in out)
     assert out[-2] == (  # the last line is "wrote ..."
         "note: the hook of a disabled check passes without running (pre-commit prints Passed): leave "
-        "rowgate-env-doc, rowgate-gemv-invocation, rowgate-gencode out of .pre-commit-config.yaml"
+        "rowgate-evidence, rowgate-env-doc, rowgate-gemv-invocation, rowgate-gencode out of .pre-commit-config.yaml"
     )
 
 

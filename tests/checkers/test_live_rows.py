@@ -93,7 +93,7 @@ def test_lr002_claim_not_live(cloned: GitRepo):
         "LR002",
         ".agents/claims/c1.yaml",
         3,
-        "claim c1 on GOV-X: branch row/GOV-X is not found locally or on "
+        "claim c1 on GOV-X is ABANDONED: branch row/GOV-X is not found locally or on "
         "origin, and no commit has named GOV-X since 2026-11-29",
     )
 
@@ -107,7 +107,7 @@ def test_lr002_local_only_mode_fails_without_a_remote(rowgate_repo: GitRepo):
     [f] = _run(rowgate_repo).findings
     assert (f.rule, f.message) == (
         "LR002",
-        "claim c1 on GOV-X: branch row/GOV-X is not found locally, and no commit has named GOV-X since 2026-11-29",
+        "claim c1 on GOV-X is ABANDONED: branch row/GOV-X is not found locally, and no commit has named GOV-X since 2026-11-29",
     )
 
 
@@ -143,9 +143,10 @@ def test_report_prints_the_table_and_never_fails(cloned: GitRepo):
     result = _run(cloned, report=True)
     assert (result.status.value, result.summary) == ("pass", "OK: 1 active rows, 1 claims (2 rows read)")
     assert result.details == [
-        "| row | state | claim | owner | branch | where | last activity |",
-        "|---|---|---|---|---|---|---|",
-        "| GOV-X | ACTIVE | c1 | ada | row/GOV-X | local |  |",
+        "| row | state | claim | owner | branch | where | verdict | last activity |",
+        "|---|---|---|---|---|---|---|---|",
+        "| GOV-X | ACTIVE | c1 | ada | row/GOV-X | local | IN-FLIGHT: branch row/GOV-X exists, no commits of its own yet |  |",
+        "claims: IN-FLIGHT=1 LANDED=0 ABANDONED=0",
     ]
     cloned.git("branch", "-D", "row/GOV-X")
     result = _run(cloned, report=True)
@@ -158,7 +159,11 @@ def test_script_reports_without_check_and_gates_with_it(cloned: GitRepo):
     env = {"PATH": "/usr/bin:/bin:/usr/local/bin"}
     script = [sys.executable, str(ROOT / "scripts" / "audit-live-rows.py")]
     report = subprocess.run(script, cwd=cloned.path, capture_output=True, text=True, env=env, timeout=120)
-    assert report.returncode == 0 and "| GOV-X | ACTIVE | c1 | ada | row/GOV-X | missing |  |" in report.stdout
+    assert (
+        report.returncode == 0
+        and "| GOV-X | ACTIVE | c1 | ada | row/GOV-X | missing | ABANDONED: no branch, and no commit names it since "
+        in report.stdout
+    )
     gate = subprocess.run([*script, "--check"], cwd=cloned.path, capture_output=True, text=True, env=env, timeout=120)
     assert gate.returncode == 1 and ".agents/claims/c1.yaml:3: LR002 claim-not-live: " in gate.stdout
 

@@ -20,7 +20,7 @@ def test_malformed_row_is_reported_with_path_and_line(rowgate_repo: GitRepo):
     rec = load_records(rowgate_repo.path)
     assert "GOV-BAD" not in rec.rows and "GOV-CORE" in rec.rows
     [problem] = rec.problems
-    assert problem.lines()[0].startswith(".agents/rows/GOV-BAD.yaml:4: state: Input should be 'INVENTORIED'")
+    assert problem.lines()[0].startswith(".agents/rows/GOV-BAD.yaml:4: state: 'FINISHED' is not one of INVENTORIED")
 
 
 def test_row_id_must_match_file_name(rowgate_repo: GitRepo):

@@ -116,8 +116,7 @@ def check_env_doc(
                     f"classified in {cfg.allowlist}",
                     r.path,
                     r.line,
-                    f"declare it in {cfg.flags_file} and render {cfg.doc}, or classify it in "
-                    f"{cfg.allowlist} as `NAME  CLASS  reason` (--fix adds a stub)",
+                    _undocumented_hint(cfg),
                 )
             )
     flags = {d.name for d in declared}  # an unread declared flag is ED006's, once
@@ -203,3 +202,11 @@ def _declared(ctx: Context, cfg: EnvDocConfig) -> list[FlagDecl]:
         return read_flag_decls(ctx.root, cfg.flags_file, "env_doc.flags_file")
     except (FlagDeclError, SyntaxError) as exc:
         raise CheckError(str(exc)) from None
+
+
+def _undocumented_hint(cfg: EnvDocConfig) -> str:
+    """Where an undocumented read goes: the flag registry where there is one, else a row of the doc table."""
+    where = (
+        f"declare it in {cfg.flags_file} and render {cfg.doc}" if cfg.flags_file else f"add a row for it to {cfg.doc}"
+    )
+    return f"{where}, or classify it in {cfg.allowlist} as `NAME  CLASS  reason` (--fix adds a stub)"

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(ctx: Context, args: argparse.Namespace) -> Result:
     cfg = ctx.config.gencode
-    table = load_table(ctx.root, cfg.table)
+    table = load_table(ctx.root, cfg.table, cfg.sources)
     source_dir = confine(ctx.root, cfg.source_dir or str(Path(cfg.table).parent), "gencode.source_dir")
     explicit = getattr(args, "archs", None) or cfg.archs
     requested = _requested(getattr(args, "archs", None), cfg.archs, table)
@@ -115,7 +115,13 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     return result
 
 
-def load_table(root: Path, rel: str) -> Table:
+def load_table(root: Path, rel: str, sources: dict[str, str] | None = None) -> Table:
+    if rel.endswith(".cmake") or rel.endswith("CMakeLists.txt"):
+        from .cmake_table import load_cmake_table
+
+        archs, lines = load_cmake_table(root, rel, sources or {})
+        src = dict(sources or {})
+        return Table(rel, archs, src, {name: lines.get(feature, 0) or 1 for name, feature in src.items()})
     try:
         data = read_yaml(confine(root, rel, "gencode.table"), rel)
     except RecordError as exc:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...checks.records.pending import record_range
 from ...config import DocsConfig
 from ...context import Context, NoRange, add_range_arguments
+from ...files import select
 from ...flagdecls import FlagDeclError
 from ...gitio import TrailedCommit
 from ...paths import CONTROL, escape
@@ -25,8 +26,13 @@ RULES = (
         "a commit changes engine code without a benchmark note, a ledger entry of its row, or a trailer saying why not",
     ),
     Rule("DC004", "path-control-character", "a commit changes a file whose name holds a control character or newline"),
+    Rule(
+        "DC005",
+        "checkpoint-without-docs",
+        "a commit changes checkpoint paths but not every document its rule (docs.checkpoints) requires",
+    ),
 )
-R_STALE, R_STATE, R_BENCH, R_CONTROL = RULES
+R_STALE, R_STATE, R_BENCH, R_CONTROL, R_CHECKPOINT = RULES
 ROWS_DIR = ".agents/rows"
 
 
@@ -57,12 +63,19 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     findings = check_rendered(stale)
     details = [line for diff in stale.values() for line in diff.splitlines()]
     since, source = (docs.since, "docs.since") if docs.since else (ctx.config.cutover, "config cutover")
+    scope = ""
     try:
-        changes = load_changes(ctx, record_range(ctx, args, since, source).spec)
+        rng = record_range(ctx, args, since, source)
+        changes = load_changes(ctx, rng.spec)
     except NoRange:
-        changes = []  # no cutover, no start and no base: the rendered files are all there is to check
-    findings += check_changes(changes, ctx.records, docs)
-    ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked"
+        rng, changes = None, []  # no cutover, no start and no base: the rendered files are all there is to check
+    if not changes and docs.checkpoints and (head := ctx.git.resolve(rng.head if rng else "HEAD")):
+        # an empty range (a fresh clone at its upstream): the checkpoint rules judge the head commit itself,
+        # as a checkpoint script run on the last commit does
+        changes = load_changes(ctx, f"{head}^!" if ctx.git.resolve(f"{head}^") else head)
+        scope = f" (the range is empty: {head[:12]}, the head commit, checked)"
+    findings += check_changes(changes, ctx.records, docs) + check_checkpoints(changes, docs)
+    ok = f"OK: {len(views)} rendered files up to date; {len(changes)} commits checked{scope}"
     unit = f"items ({len(views)} rendered files, {len(changes)} commits)"
     return Result.judge(ID, findings, len(views) + len(changes), unit, ok, details)
 
@@ -140,6 +153,31 @@ def check_changes(changes: list[CommitChange], records: Records, docs: DocsConfi
                     f"add the benchmark result, or a trailer `{docs.bench_trailer}: none (reason)`",
                 )
             )
+    return out
+
+
+def check_checkpoints(changes: list[CommitChange], docs: DocsConfig) -> list[Finding]:
+    """Each checkpoint rule on each commit: one finding per required path the commit leaves unchanged."""
+    out = []
+    for rule in docs.checkpoints:
+        for ch in changes:
+            triggers = sorted(set(select(ch.paths, rule.when, rule.exclude)))
+            if not triggers:
+                continue
+            preview = ", ".join(escape(t) for t in triggers[:5]) + (
+                f", ... (+{len(triggers) - 5})" if len(triggers) > 5 else ""
+            )
+            for need in rule.require:
+                if need not in ch.paths:
+                    out.append(
+                        R_CHECKPOINT.finding(
+                            f"commit {ch.sha[:12]} changes {rule.name} checkpoint paths ({preview}) but does not "
+                            f"update {need} in the same change",
+                            None,
+                            None,
+                            f"update {need} with the current stage or result in the same commit",
+                        )
+                    )
     return out
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...context import Context
+from ...gitio import TrailedCommit
 from ...records import Records, key_line
 from ...results import Finding, Result, Rule, Status
 
@@ -34,6 +36,8 @@ class Liveness:
     last_activity: dt.datetime | None  # newest commit naming the row (any ref)
     since_claim: bool  # a commit named the row on or after the claim's date
     looked: str = "locally"  # where the branch was looked for
+    verdict: str = ""  # IN-FLIGHT, LANDED or ABANDONED
+    evidence: str = ""  # the git fact the verdict rests on
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +59,9 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     liveness = probe(ctx, records) if records.claims else {}
     findings, unverified = check_live(records, active, liveness)
     table = render_table(records, active, liveness)
+    if liveness:
+        verdicts = [v.verdict for v in liveness.values()]
+        table.append("claims: " + " ".join(f"{v}={verdicts.count(v)}" for v in ("IN-FLIGHT", "LANDED", "ABANDONED")))
     n_active = sum(1 for r in records.rows.values() if r.model.state in active)
     counts = f"{n_active} active rows, {len(records.claims)} claims ({len(records.rows)} rows read)"
     if getattr(args, "report", False) and not getattr(args, "check", False):
@@ -89,19 +96,52 @@ def probe(ctx: Context, records: Records) -> dict[str, Liveness]:
     oldest = min(c.model.since for c in records.claims.values())
     # a whole day: git reads a bare date as that day at the current time of day, which drops the day's
     # earlier commits; the day starts where it starts first, at UTC+14
-    commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(f"--since={_day_start(oldest).isoformat()}",))
+    since = f"--since={_day_start(oldest).isoformat()}"
+    commits = ctx.git.commits_with_trailers("--all", ("Row",), extra=(since,))
+    on_head = set(ctx.git.text("rev-list", since, "HEAD", "--").split()) if ctx.git.resolve("HEAD") else set()
     out = {}
     for cid, claim in records.claims.items():
         c = claim.model
-        branches = {c.branch.removeprefix("refs/heads/"), f"{cfg.branch_prefix}{c.row}"}
-        local = any(f"refs/heads/{b}" in refs for b in branches)
-        on_remote = any(f"refs/remotes/{remote}/{b}" in refs for b in branches) if has_remote_refs else unknown_remote
-        times = [x.time for x in commits if c.row in x.rows]
+        branches = {c.branch.removeprefix("refs/heads/")} | {f"{cfg.branch_prefix}{r}" for r in c.row_ids}
+        found = sorted(
+            ref
+            for b in branches
+            for ref in (f"refs/heads/{b}", f"refs/remotes/{remote}/{b}")
+            if ref in refs and (has_remote_refs or ref.startswith("refs/heads/"))
+        )
+        local = any(ref.startswith("refs/heads/") for ref in found)
+        on_remote = any(not ref.startswith("refs/heads/") for ref in found) if has_remote_refs else unknown_remote
+        # a commit names the claim when a Row: trailer names one of its rows, or its message names a row or the claim
+        named = re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(x) for x in (*c.row_ids, cid)) + r")(?![\w-])")
+        naming = [x for x in commits if any(r in x.rows for r in c.row_ids) or named.search(x.commit.message)]
         start = _day_start(c.since).timestamp()
-        last = dt.datetime.fromtimestamp(max(times), dt.UTC) if times else None
+        last = dt.datetime.fromtimestamp(max(x.time for x in naming), dt.UTC) if naming else None
+        recent = [x for x in naming if x.time >= start]
         looked = f"locally or on {remote}" if has_remote_refs else "locally"
-        out[cid] = Liveness(local, on_remote, last, any(t >= start for t in times), looked)
+        verdict, evidence = classify(ctx, found, recent, on_head, c.since)
+        out[cid] = Liveness(local, on_remote, last, bool(recent), looked, verdict, evidence)
     return out
+
+
+def classify(
+    ctx: Context, found: list[str], recent: list[TrailedCommit], on_head: set[str], since: dt.date
+) -> tuple[str, str]:
+    """IN-FLIGHT (a branch with work not on HEAD, or a new branch, or commits on other refs), LANDED (the
+    claim's commits are on HEAD), ABANDONED (no branch, and no commit names it since the claim)."""
+    head = ctx.git.resolve("HEAD")
+    for ref in found:
+        if not head or not ctx.git.is_ancestor(ref, head):
+            return "IN-FLIGHT", f"{ref.removeprefix('refs/heads/')} has commits not on HEAD"
+    landed = [x for x in recent if x.commit.sha in on_head]
+    if landed:
+        newest = landed[-1]
+        day = dt.datetime.fromtimestamp(newest.time, dt.UTC).date()
+        return "LANDED", f"commit {newest.commit.short} on HEAD names it ({day})"
+    if found:
+        return "IN-FLIGHT", f"branch {found[0].removeprefix('refs/heads/')} exists, no commits of its own yet"
+    if recent:
+        return "IN-FLIGHT", f"commit {recent[-1].commit.short} names it on another ref"
+    return "ABANDONED", f"no branch, and no commit names it since {since}"
 
 
 def _day_start(day: dt.date) -> dt.datetime:
@@ -115,7 +155,7 @@ def check_live(
 ) -> tuple[list[Finding], list[str]]:
     """Findings, and the claims whose liveness could not be verified (no remote refs to look at)."""
     findings, unverified = [], []
-    claimed = {c.model.row for c in records.claims.values()}
+    claimed = {r for c in records.claims.values() for r in c.model.row_ids}
     for row in records.rows.values():
         m = row.model
         if m.state in active and not (m.claim and m.claim in records.claims) and m.id not in claimed:
@@ -129,17 +169,21 @@ def check_live(
                 )
             )
     for cid, claim in records.claims.items():
-        c, target = claim.model, records.rows.get(claim.model.row)
-        if target is None or target.model.state not in active:
-            what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
-            findings.append(
-                R_INACTIVE.finding(
-                    f"claim {cid} points at row {c.row}, which {what}",
-                    claim.path,
-                    key_line(claim.doc, "row"),
-                    "remove the claim (rowgate row set releases it) or move the row to an active state",
+        c, stale = claim.model, False
+        for row_id in c.row_ids:
+            target = records.rows.get(row_id)
+            if target is None or target.model.state not in active:
+                what = "does not exist" if target is None else f"is {target.model.state} (active: {', '.join(active)})"
+                findings.append(
+                    R_INACTIVE.finding(
+                        f"claim {cid} points at row {row_id}, which {what}",
+                        claim.path,
+                        key_line(claim.doc, "row" if row_id == c.row else "rows"),
+                        "remove the claim (rowgate row set releases it) or move the row to an active state",
+                    )
                 )
-            )
+                stale = True
+        if stale:
             continue
         live = liveness.get(cid)
         if live is None or live.local or live.remote or live.since_claim:
@@ -149,8 +193,8 @@ def check_live(
             continue
         findings.append(
             R_DEAD.finding(
-                f"claim {cid} on {c.row}: branch {c.branch} is not found {live.looked}, "
-                f"and no commit has named {c.row} since {c.since}",
+                f"claim {cid} on {', '.join(c.row_ids)} is ABANDONED: branch {c.branch} is not found {live.looked}, "
+                f"and no commit has named {' or '.join(c.row_ids)} since {c.since}",
                 claim.path,
                 key_line(claim.doc, "branch"),
                 "push the branch, or release the claim (rowgate row set ID --state READY)",
@@ -159,8 +203,15 @@ def check_live(
     return findings, unverified
 
 
+def _verdict(live: Liveness | None) -> str:
+    return f"{live.verdict}: {live.evidence}" if live is not None and live.verdict else ""
+
+
 def render_table(records: Records, active: Sequence[str], liveness: dict[str, Liveness]) -> list[str]:
-    lines = ["| row | state | claim | owner | branch | where | last activity |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | state | claim | owner | branch | where | verdict | last activity |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in sorted((r for r in records.rows.values() if r.model.state in active), key=lambda r: r.model.id):
         m = row.model
         claim = records.claims.get(m.claim) if m.claim else None
@@ -173,6 +224,6 @@ def render_table(records: Records, active: Sequence[str], liveness: dict[str, Li
         last = live.last_activity.strftime("%Y-%m-%d %H:%M") if live and live.last_activity else ""
         lines.append(
             f"| {m.id} | {m.state} | {m.claim or ''} | {claim.model.owner if claim else ''} | "
-            f"{claim.model.branch if claim else ''} | {where} | {last} |"
+            f"{claim.model.branch if claim else ''} | {where} | {_verdict(live)} | {last} |"
         )
     return lines

@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import re
 
+from ...config import RoleConfig
 from ...context import Context, NoRange, add_range_arguments
+from ...files import select
 from ...gitio import TrailedCommit
+from ...ids import ROW_ID
 from ...results import Finding, Result, Rule
+from ...safe_regex import compile_pattern
 from .issuerefs import ref_pattern
 from .pending import has_marker, names_issue, pending_shas, record_range
 
@@ -49,29 +53,57 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     except NoRange as exc:
         return Result.error(ID, str(exc), hint=exc.hint)
     rows = set(ctx.records.rows)
+    scope = ""
+    if not ctx.git.commits_with_trailers(spec, first_parent=True, extra=("--max-count=1",)):
+        # an empty range (a fresh clone at its upstream): judge the head commit itself rather than nothing
+        head = ctx.git.resolve(rng.head)
+        if head is not None:
+            spec = f"{head}^!" if ctx.git.resolve(f"{head}^") else head
+            scope = f"; the range was empty, so the head commit {head[:12]} was judged"
+    exempt = _exempt(ctx, spec, cfg.exempt)
     commits = ctx.git.commits_with_trailers(spec, first_parent=cfg.mode == "branch")
     pending = pending_shas(ctx, rng)
     landed = [c for c in commits if c.commit.sha not in pending]
     pattern = ref_pattern(ctx.config.record.ref_keywords)
     findings = check_pending([c for c in commits if c.commit.sha in pending], rows, pattern, cfg.outside_marker)
     if cfg.mode == "branch":
-        findings += check_branch_mode(landed, rows, cfg.branch_prefix)
+        findings += check_branch_mode(landed, rows, cfg.branch_prefix, Scope(ctx.config.rows.id_pattern, cfg, exempt))
     else:
-        findings += check_trailer_mode(landed, rows)
+        findings += check_trailer_mode(landed, rows, exempt)
     merges = sum(c.commit.is_merge for c in commits)
     how = f"; {len(pending)} pending" if pending else ""
-    ok = f"OK: {len(commits)} commits ({merges} merges{how}) reach main through a row ({cfg.mode} mode)"
+    ok = f"OK: {len(commits)} commits ({merges} merges{how}) reach main through a row ({cfg.mode} mode){scope}"
     # trailer mode judges the non-merge commits (a merge only vouches for them): a range of merges alone
     # examined nothing
     judged = len(commits) if cfg.mode == "branch" else len(commits) - merges
     return Result.judge(ID, findings, judged if not findings else len(commits), "commits", ok)
 
 
-def check_trailer_mode(commits: list[TrailedCommit], rows: set[str]) -> list[Finding]:
+class Scope:
+    """What branch mode accepts besides a merge of a row branch: the row id pattern, topic branches, pull
+    request references, and the commits that change only integration paths."""
+
+    def __init__(self, id_pattern: str, cfg: RoleConfig | None = None, exempt: set[str] | None = None):
+        self.id_pattern = compile_pattern(id_pattern, trusted=id_pattern == ROW_ID)
+        self.topic_branches = bool(cfg and cfg.topic_branches)
+        self.pr_refs = bool(cfg and cfg.pr_refs)
+        self.exempt = exempt or set()
+
+
+def _exempt(ctx: Context, rng: str, globs: list[str]) -> set[str]:
+    """The non-merge commits of the range whose every changed path is an integration path."""
+    if not globs:
+        return set()
+    return {
+        sha for sha, paths in ctx.git.changed_paths(rng).items() if paths and len(select(paths, globs)) == len(paths)
+    }
+
+
+def check_trailer_mode(commits: list[TrailedCommit], rows: set[str], exempt: set[str] | None = None) -> list[Finding]:
     findings = _unknown_rows(commits, rows)
     covered = _covered_by_row_merges(commits, rows)
     for c in commits:
-        if c.commit.is_merge or c.rows or c.commit.sha in covered:
+        if c.commit.is_merge or c.rows or c.commit.sha in covered or c.commit.sha in (exempt or ()):
             continue
         findings.append(
             R_NOROW.finding(
@@ -113,10 +145,20 @@ def check_pending(
     return findings
 
 
-def check_branch_mode(first_parent: list[TrailedCommit], rows: set[str], prefix: str) -> list[Finding]:
+_PR_REF = re.compile(r"(?<![\w&])#\d+\b")
+
+
+def check_branch_mode(
+    first_parent: list[TrailedCommit], rows: set[str], prefix: str, scope: Scope | None = None
+) -> list[Finding]:
+    scope = scope or Scope(ROW_ID)
     findings = _unknown_rows(first_parent, rows)
-    pattern = re.compile(rf"(?<![\w-]){re.escape(prefix)}([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\b")
+    # the prefix compares case-exact (row/ is not Row/); the name is any branch name, a row id or a topic
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(prefix)}([\w.-]+(?:/[\w.-]+)*)")
     for c in first_parent:
+        subject = c.commit.message.splitlines()[0] if c.commit.message else ""
+        if c.commit.sha in scope.exempt or (scope.pr_refs and _PR_REF.search(subject)):
+            continue
         if not c.commit.is_merge:
             findings.append(
                 R_DIRECT.finding(
@@ -127,8 +169,10 @@ def check_branch_mode(first_parent: list[TrailedCommit], rows: set[str], prefix:
                 )
             )
             continue
-        subject = c.commit.message.splitlines()[0] if c.commit.message else ""
-        named = pattern.findall(subject)
+        names = [n.rstrip(".") for n in pattern.findall(c.commit.message or "")]
+        named = [n for n in names if n in rows or (not scope.topic_branches and scope.id_pattern.fullmatch(n))]
+        if scope.topic_branches and names and not named:
+            continue  # a topic branch under the prefix: the merge is the reviewed path
         if named and all(n not in rows for n in named):
             findings.append(
                 R_UNKNOWN.finding(

@@ -3,6 +3,7 @@ that both the agent-record check and the `rowgate row`/`claim` commands use."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from ...checks.records.rules import R_DANGLING, R_STATE
 from ...config import RowsConfig, State
+from ...files import select
 from ...gitio import Git
 from ...paths import OutsideRepo, confine, escape
 from ...records import Records, Row, key_line
@@ -45,9 +47,11 @@ def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: S
         {r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
         | {r.closing_commit for r in extra if r.closing_commit}
     )
-    known = git.existing_commits(shas)
+    full = git.existing_commits(shas)
+    # an abbreviated sha (as a markdown table writes it) counts when it names an existing commit
+    known = {s for s in shas if s in full or any(f.startswith(s) for f in full)}
     head = git.resolve("HEAD")
-    ancestors = {s for s in known if head and git.is_ancestor(s, head)}
+    ancestors = {s for s in known if head and git.is_ancestor(s, head)}  # git resolves abbreviations
     return Tree(root, records, rows, known, ancestors)
 
 
@@ -91,9 +95,9 @@ def state_findings(
                 )
     if rule.anchors:
         paths = [split_anchor(a)[0] for a in row.anchors]
-        tests = [p for p in paths if _is_test(p)]
-        if not tests or len(tests) == len(paths):
-            kind = "test" if not tests else "code"
+        has_test, has_code = _anchor_classes(paths, tree.rows)
+        if not (has_test and has_code):
+            kind = "test" if not has_test else "code"
             need(
                 "anchors",
                 "code and test anchors",
@@ -142,7 +146,7 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None, doc: A
 
     if row.spec and row.spec not in rec.specs:
         bad("spec", f"spec {row.spec} does not exist", f"write it, or set spec: .agents/specs/{row.id}.md")
-    if row.claim:
+    if row.claim and (tree.rows.inactive_claims == "checked" or row.state in tree.rows.active_states):
         claim = rec.claims.get(row.claim)
         if claim is None:
             bad(
@@ -150,10 +154,10 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None, doc: A
                 f"claim {row.claim} does not exist in .agents/claims/",
                 f"claim the row (rowgate claim {row.id} --branch row/{row.id}) or set claim: null",
             )
-        elif claim.model.row != row.id:
+        elif row.id not in claim.model.row_ids:
             bad(
                 "claim",
-                f"claim {row.claim} is for row {claim.model.row}, not {row.id}",
+                f"claim {row.claim} is for row {', '.join(claim.model.row_ids)}, not {row.id}",
                 "point claim: at this row's own claim",
             )
     for anchor in row.anchors:
@@ -168,9 +172,10 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None, doc: A
             )
             continue
         count = tree.line_count(path)
+        lines = anchor_lines(anchor)
         if count is None and not (tree.root / path).is_dir():
             bad("anchors", f"anchor {anchor} does not exist in the tree", "fix the path or remove the anchor")
-        elif line is not None and (count is None or not 1 <= line <= count):
+        elif lines and (count is None or not all(1 <= n <= count for n in lines)):
             bad(
                 "anchors",
                 f"anchor {anchor} is out of range ({path} has {count or 0} lines)",
@@ -221,10 +226,31 @@ def reference_findings(row: Row, tree: Tree, row_path: str | None = None, doc: A
     return out
 
 
+_LINES = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+
+
 def split_anchor(anchor: str) -> tuple[str, int | None]:
-    """`path:line` -> (path, line); a plain path -> (path, None)."""
+    """`path:line` or `path:line,line-line` -> (path, first line); a plain path -> (path, None)."""
     head, _, tail = anchor.rpartition(":")
-    return (head, int(tail)) if head and tail.isdigit() else (anchor, None)
+    if head and _LINES.fullmatch(tail):
+        return head, int(re.split(r"[,-]", tail, maxsplit=1)[0])
+    return anchor, None
+
+
+def anchor_lines(anchor: str) -> list[int]:
+    """Every line an anchor names: `a.cpp:3,10-12` -> [3, 10, 12] (a range's two ends)."""
+    head, _, tail = anchor.rpartition(":")
+    if not head or not _LINES.fullmatch(tail):
+        return []
+    return [int(n) for n in re.split(r"[,-]", tail)]
+
+
+def _anchor_classes(paths: list[str], rows: RowsConfig) -> tuple[bool, bool]:
+    """Whether some anchor is a test, and whether some anchor is code (configured globs may overlap)."""
+    tests = select(paths, rows.test_anchors) if rows.test_anchors is not None else [p for p in paths if _is_test(p)]
+    if rows.code_anchors is not None:
+        return bool(tests), bool(select(paths, rows.code_anchors))
+    return bool(tests), len(tests) < len(paths)
 
 
 def _is_test(path: str) -> bool:

@@ -18,5 +18,6 @@ RULES = (
     Rule("AR005", "issue-ref-unfiled", "a referenced issue has no intake record under the row the body names"),
     Rule("AR006", "issue-ref-not-in-spec", "a referenced issue's row spec does not list it"),
     Rule("AR007", "issue-ref-without-row", "a commit or PR body references an issue but names no row"),
+    Rule("AR008", "rollup-drift", "a summary table's counts differ from the detailed rows' states (record.rollups)"),
 )
-R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW = RULES
+R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW, R_ROLLUP = RULES
