@@ -23,6 +23,7 @@ import torch
 
 from engine import kernels
 from engine.model.config import checkpoint_dtype, load_config
+from engine.sampling_params import SamplingParams
 from lab.gates import harness, teeth
 from lab.gates.neartie import (
     EXACT,
@@ -57,8 +58,14 @@ def collect_run(
         ours, steps = generate_with_logprobs(setup)
     oracle = oracles(model_dir, dtype, razor.oracle_attn)
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(prompts, ours, strict=True)]
-    # each position's largest |log-prob difference| over the vocabulary, ours (the decode step's) against the oracle's
-    dist = torch.stack([(steps[i][b] - lp[i]).abs().max() for b, lp in enumerate(logprobs) for i in range(lp.shape[0])])
+    # each position's largest |log-prob difference| over our most probable tokens, ours against the oracle's
+    dist = torch.tensor(
+        [
+            max(abs(v - lp[i, t].item()) for t, v in steps[b][i].items())
+            for b, lp in enumerate(logprobs)
+            for i in range(lp.shape[0])
+        ]
+    )
     result = near_tie_gate(prompts, ours, logprobs, max_near_tie_rate=1.0, max_out_of_band_rate=1.0)
     rows = result.details["not_exact"]
     twin = _twin(oracles, model_dir, dtype)
@@ -82,19 +89,16 @@ def collect_run(
     }
 
 
-def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """The engine's greedy ids and, per step, its own fp32 log-probs [batch, vocab] (prefill, then each decode
-    step), read where it picks its token: the decode path an arm runs, not a teacher-forced prefill."""
-    runner = setup.runner()
-    steps: list[torch.Tensor] = []
-    pick = runner.model.greedy
+TOP_LOGPROBS = 20  # the engine's most probable tokens per position that the distance compares (its maximum)
 
-    def greedy(hidden: torch.Tensor, flags: Any) -> torch.Tensor:
-        steps.append(torch.log_softmax(runner.model.compute_logits(hidden, flags).float(), -1).cpu())
-        return pick(hidden, flags)
 
-    runner.model.greedy = greedy  # type: ignore[method-assign]  # an instance attribute, for this runner only
-    return runner.generate(setup.prompts, setup.max_new_tokens).tokens, steps
+def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], list[list[dict[int, float]]]]:
+    """The engine's greedy ids through its public API (`LLM.generate`, the decode program users run) and, per
+    prompt and position, its own log-probs of its TOP_LOGPROBS most probable tokens (raw, before sampling)."""
+    params = SamplingParams(temperature=0.0, max_tokens=setup.max_new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
+    outs = setup.llm().generate([list(p) for p in setup.prompts], params)
+    tops = [[{t: lp.logprob for t, lp in pos.items()} for pos in out.logprobs] for out in outs]
+    return [out.token_ids for out in outs], tops
 
 
 # the setting's base engine with nothing changed: what the oracle's own numerics leave out of band by themselves
