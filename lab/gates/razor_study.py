@@ -97,7 +97,11 @@ def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], list[
     prompt and position, its own log-probs of its TOP_LOGPROBS most probable tokens (raw, before sampling)."""
     params = SamplingParams(temperature=0.0, max_tokens=setup.max_new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
     outs = setup.llm().generate([list(p) for p in setup.prompts], params)
-    tops = [[{t: lp.logprob for t, lp in pos.items()} for pos in out.logprobs] for out in outs]
+    tops = []
+    for out in outs:
+        if out.logprobs is None or any(pos is None for pos in out.logprobs):
+            raise RuntimeError("the engine returned no logprobs where they were asked for: nothing to compare")
+        tops.append([{t: lp.logprob for t, lp in pos.items()} for pos in out.logprobs if pos is not None])
     return [out.token_ids for out in outs], tops
 
 
