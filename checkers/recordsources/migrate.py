@@ -284,8 +284,11 @@ def _line_for(record: Any, sl: SourceLine | None, rel: str, fields: set[str], no
         if fld in fields:
             cells[idx[0]] = _add_items(cells[idx[0]], [w for w in want if w not in now], placeholders)
             gone = [n for n in now if n not in want]
-            if gone:
-                notes.append(f"{rel}: {record.id}: {fld} {', '.join(gone)} left the record; edit the cell by hand")
+            for item in gone:
+                cells[idx[0]] = _drop_item(cells[idx[0]], item)
+            still = [n for n in _now(cells, idx, col, True, placeholders, rel, None) or [] if n not in want]
+            if still:
+                notes.append(f"{rel}: {record.id}: {fld} {', '.join(still)} left the record; edit the cell by hand")
         else:
             cells[idx[0]] = _set_value(cells[idx[0]], want, col, rel)
             if _now(cells, idx, col, False, placeholders, rel, source.values.get(fld)) != want:
@@ -323,6 +326,13 @@ def _add_items(cell: str, items: list[str], placeholders: set[str]) -> str:
         return cell
     spans = ", ".join(f"`{i}`" for i in items)
     return spans if clean(cell).lower() in placeholders else f"{cell}, {spans}"
+
+
+def _drop_item(cell: str, item: str) -> str:
+    """The cell without the code span `item` and its comma (other text is left alone); "-" when empty."""
+    span = re.escape(f"`{item}`")
+    out = re.sub(rf"{span}\s*,\s*|\s*,\s*{span}|{span}", "", cell, count=1)
+    return out if out.strip() else "-"
 
 
 def _set_value(cell: str, want: Any, col: TableColumn, rel: str) -> str:

@@ -85,10 +85,15 @@ def test_row_set_and_claim_on_imported_records_reach_the_tables(tmp_path: Path, 
         "| `KV-OFFLOAD` | KV offload tiering | T1 | `vllm/v1/kv_offload/` | - | - | "
         "[spike](specs/kv-persistence-lmcache.md) | `READY` | - |"
     )
-    # the released claim's file is gone; its table line is kept, and render says so
-    assert ".agents/coordination.md:5: CLAIM-KV-PERSISTENCE-LMCACHE has no record file; the line is kept" in err
+    # the two-row claim lets go of KV-OFFLOAD and keeps its other row; the one-row claim is released, its
+    # table line kept, and render says so
+    coordination = (repo.path / ".agents/coordination.md").read_text().splitlines()
+    assert coordination[4].startswith("| `CLAIM-KV-PERSISTENCE-LMCACHE` | `ENG-CHUNKED-PREFILL` | Claude Code")
+    assert ".agents/coordination.md:9: CLAIM-SECOND has no record file; the line is kept" in err
     assert main(["check", "agent-record", "--repo", str(repo.path)]) in (0, 1)  # the records still load
-    assert load_records(repo.path, load_config(repo.path)).problems == []
+    rec = load_records(repo.path, load_config(repo.path))
+    assert rec.problems == [] and sorted(rec.claims) == ["CLAIM-GEMM", "CLAIM-KV-PERSISTENCE-LMCACHE"]
+    assert rec.claims["CLAIM-KV-PERSISTENCE-LMCACHE"].model.row_ids == ["ENG-CHUNKED-PREFILL"]
 
 
 def test_a_malformed_line_is_reported_and_skipped(tmp_path: Path, capsys):
