@@ -271,6 +271,9 @@ def _line_for(record: Any, sl: SourceLine | None, rel: str, fields: set[str], no
         return "| " + " | ".join(table.cells.values()) + " |"
     keys = _keys(sl.header)
     cells = [table.cells.get(k, "") for k in keys]
+    lost = [k for k in table.cells if k not in keys]
+    if lost:  # the header was renamed since the import: say which cells have no column now
+        notes.append(f"{rel}: {record.id}: no column {', '.join(repr(k) for k in lost)} in the table; not written")
     source = sl.source
     placeholders = {p.lower() for p in source.placeholders}
     for fld, idx in sl.columns.items():

@@ -146,3 +146,16 @@ def test_an_id_that_is_no_file_name_is_skipped(tmp_path: Path, capsys):
     assert _import(repo) == 1
     assert ".agents/kernel-matrix.md:3: skipped: id: '../../x' is not a usable file name" in capsys.readouterr().err
     assert sorted(p.name for p in (repo.path / ".agents").rglob("*.yaml") if "x" == p.stem) == []
+
+
+def test_a_header_renamed_after_the_import_is_a_note_not_a_silent_loss(tmp_path: Path, capsys):
+    repo = excerpt_repo(tmp_path / "repo")
+    assert _import(repo) == 0
+    _imported(repo.path)
+    engine = repo.path / ".agents/engine-matrix.md"
+    engine.write_text(engine.read_text().replace("| Item | Tier |", "| Item | Level |"))
+    capsys.readouterr()
+    assert main(["render", "--tables", "--check", "--repo", str(repo.path)]) == 1
+    assert ".agents/engine-matrix.md: ENG-SCHED-CORE: no column 'Tier' in the table; not written" in (
+        capsys.readouterr().err
+    )
