@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from .files import select
-from .gitio import EMPTY_TREE, Commit, Git, GitError
+from .gitio import EMPTY_TREE, Commit, Git, GitError, ignore_message
 
 if TYPE_CHECKING:
     from .config import Config
@@ -21,10 +21,6 @@ if TYPE_CHECKING:
 
 ZERO_SHA = "0" * 40  # what git hands a pre-push hook for a ref the remote does not have
 T = TypeVar("T")
-
-
-def _nothing(message: str) -> None:
-    return None
 
 
 class Range:
@@ -57,7 +53,7 @@ class Range:
     def commits(self, mailmap: bool = False, parents: bool = True, authors: bool = True) -> list[Commit]:
         """The commits of merge_base..head, oldest first, from one `git log` that usually also finds the
         merge base."""
-        return self.read(_nothing, mailmap, parents, authors)[0]
+        return self.read(ignore_message, mailmap, parents, authors)[0]
 
     def read(
         self, read: Callable[[str], T], mailmap: bool = False, parents: bool = True, authors: bool = True

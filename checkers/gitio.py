@@ -498,7 +498,7 @@ class Git:
     ) -> tuple[str, list[Commit]]:
         """The merge base of two commits and the commits of merge_base..head, oldest first (range_read
         without a per-message function)."""
-        merge_base, commits, _ = self.range_read(base, head, _nothing, mailmap, parents, authors)
+        merge_base, commits, _ = self.range_read(base, head, ignore_message, mailmap, parents, authors)
         return merge_base, commits
 
     def range_read(
@@ -806,7 +806,8 @@ class Git:
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
 
 
-def _nothing(message: str) -> None:
+def ignore_message(message: str) -> None:
+    """A progress callback that drops the message (a read nobody watches)."""
     return None
 
 

@@ -45,7 +45,7 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    # --- plain allocation (Runner.generate) -------------------------------------------
+    # --- plain allocation (a benchmark's own sequences) -------------------------------------------
     def allocate(self, seq_id: int, num_tokens: int) -> list[int]:
         """Reserve blocks for a new sequence of `num_tokens` tokens; returns its block table."""
         if seq_id in self.tables:

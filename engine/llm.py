@@ -77,6 +77,9 @@ class LLM:
         gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
         tensor_parallel_size: int = 1,
         tp_timeout_s: float = DEFAULT_TP_TIMEOUT_S,
+        runner_class: type[
+            Runner
+        ] = Runner,  # a Runner subclass: a benchmark's, timing its public step methods (one device)
     ) -> None:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -125,7 +128,7 @@ class LLM:
                 tp, str(self.model_dir), torch_dtype, device, tp_timeout_s, **runner_kw
             )
         else:
-            self.runner = Runner(self.model_dir, torch_dtype, device, **runner_kw)
+            self.runner = runner_class(self.model_dir, torch_dtype, device, **runner_kw)
         self.config = self.runner.config
         self.tokenizer = load_tokenizer(self.model_dir)
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir))
@@ -142,7 +145,6 @@ class LLM:
         )
         self._rng = random.Random(seed)
         self._next_id = 0
-        self._scheduler_s = {True: 0.0, False: 0.0}
         self._inflight: tuple[ScheduledStep, Any] | None = None  # a decode step launched, not read
         self._requests: dict[str, Request] = {}  # unfinished requests by id
         self._of_seq: dict[int, Request] = {}  # seq_id -> its request
@@ -154,6 +156,11 @@ class LLM:
         stop = getattr(self.runner, "shutdown", None)
         if stop is not None:
             stop()
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a decode step is launched and not yet read back (VT_ASYNC_SCHEDULE)."""
+        return self._inflight is not None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -291,9 +298,7 @@ class LLM:
             self._close(req)
 
     def _schedule(self) -> ScheduledStep:
-        t0 = time.perf_counter()
         plan = self.scheduler.schedule()
-        self._scheduler_s[plan.decode] += time.perf_counter() - t0
         if not plan.rows:
             raise RuntimeError(
                 f"scheduler: no step possible with {len(self.scheduler.waiting)} waiting, "
@@ -303,61 +308,47 @@ class LLM:
 
     def _run(self, plan: ScheduledStep) -> None:
         """A scheduled step synchronously: its rows through the runner, its tokens read and postprocessed."""
-        t0 = time.perf_counter()
-        rows = self._rows(plan)
-        t1 = time.perf_counter()
-        sampled = self.runner.run_step(rows, plan.decode)
-        t2 = time.perf_counter()
+        sampled = self.runner.run_step(self._rows(plan), plan.decode)
         # a row takes a token when its step reaches the end of its known tokens (not a chunk short of it)
         took = [seq.num_computed + n == len(seq.token_ids) for seq, n in plan.rows]
         done = self.scheduler.postprocess(plan, sampled)
         self._took(plan, took, self.runner.last_logprobs, self.runner.last_prompt_logprobs, done)
-        self._scheduler_s[plan.decode] += (t1 - t0) + (time.perf_counter() - t2)
 
     def _step_overlapped(self) -> None:
         """Read back the decode step in flight only once the next step is scheduled and its inputs staged, so
         that host work overlaps the device's. Token counts are all the scheduler needs (advance gives the
         rows placeholder tokens); a row whose token turns out to stop it is dropped from the staged step,
         which is then staged again. Mixed steps run synchronously."""
-        t0, runner = time.perf_counter(), self.runner
-        inside = 0.0  # seconds in the runner (its own inputs_s, the device wait, the launch) or in _run
+        runner = self.runner
         if self._inflight is None:
-            plan = self._schedule()  # counts its own time
-            t0 = time.perf_counter()
+            plan = self._schedule()
             if not plan.decode:
                 return self._run(plan)
-            t = time.perf_counter()
             prepared: PreparedDecode | None = runner.prepare_decode(self._rows(plan))
         else:
             last, out = self._inflight
             self._inflight = None
             ended = self.scheduler.advance(last)
             plan = self.scheduler.schedule()
-            t = time.perf_counter()
             # a row whose logits processors read its output tokens is staged once its token is read
             early = plan.decode and plan.rows and not any(_reads_output(s.params) for s, _ in plan.rows)
             prepared = runner.prepare_decode(self._rows(plan)) if early else None
             sampled = runner.read_tokens(out, len(last.rows))  # waits for the device
             ks = [-1 if s.params.logprobs is None else s.params.logprobs for s, _ in last.rows]
             lps = runner.read_logprobs(out, ks, sampled)
-            inside += time.perf_counter() - t
             stopped = self.scheduler.settle(last, sampled)
             stopped += self._took(last, [True] * len(last.rows), lps, [], ended + stopped)
             if stopped:  # those rows leave the next step: stage it again without them
                 plan.rows = [(s, n) for s, n in plan.rows if s.status is Status.RUNNING]
                 prepared = None
             if plan.rows and not plan.decode:
-                self._scheduler_s[True] += time.perf_counter() - t0 - inside
                 return self._run(plan)
-            t = time.perf_counter()
             if plan.rows and prepared is None:
                 prepared = runner.prepare_decode(self._rows(plan))
         if plan.rows:
             assert prepared is not None
             tokens = [seq.token_ids[-1] for seq, _ in plan.rows]  # a decode row computes its last token
             self._inflight = (plan, runner.launch_decode(prepared, tokens))
-        inside += time.perf_counter() - t
-        self._scheduler_s[True] += time.perf_counter() - t0 - inside
 
     def _took(
         self,
@@ -455,24 +446,6 @@ class LLM:
                 )
             rows.append(row)
         return rows
-
-    def host_time(self) -> dict[str, float]:
-        """Host seconds of the serving steps since construction (or reset_host_time) outside the model: the
-        scheduler and the step's rows and outputs (`*_scheduler_s`), and the runner's work before it launches
-        the forward (`*_inputs_s`: state resets, sampling mode, inputs filled and uploaded), for decode and
-        mixed steps. On a GPU none of it overlaps the device, except a decode step's under VT_ASYNC_SCHEDULE
-        (scheduled and staged while the step before it runs)."""
-        r = self.runner.inputs_s
-        return {
-            "decode_scheduler_s": self._scheduler_s[True],
-            "decode_inputs_s": r[1],
-            "mixed_scheduler_s": self._scheduler_s[False],
-            "mixed_inputs_s": r[0],
-        }
-
-    def reset_host_time(self) -> None:
-        self._scheduler_s = {True: 0.0, False: 0.0}
-        self.runner.inputs_s = [0.0, 0.0]
 
     # --- requests -------------------------------------------------------------
     def check_request(self, prompt: str | Seq[int], params: SamplingParams) -> list[int]:

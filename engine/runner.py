@@ -1,11 +1,14 @@
-"""Batched prefill and greedy decode over a paged KV cache; the only owner of device tensors."""
+"""One serving step at a time over a paged KV cache (`run_step`); the only owner of device tensors.
+
+There is one decode program: `sample_step`, captured per padded batch size and sampling mode on CUDA. Greedy
+is that program at temperature 0 (its own captured mode, `Mode.GREEDY`), so what a gate proves through
+`engine.LLM` is what a user runs."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,23 +66,17 @@ class PreparedDecode:
     sampling: SamplingInputs
     extras: StepExtras
 
-
-@dataclass
-class Generation:
-    tokens: list[list[int]]  # generated ids per prompt, prompt excluded
-    seconds: float  # wall time of prefill plus decode
-
-    @property
-    def tok_per_s(self) -> float:
-        total = sum(len(t) for t in self.tokens)
-        return total / self.seconds if self.seconds > 0 else float("inf")
+    def device_inputs(self) -> dict[str, torch.Tensor]:
+        """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is."""
+        return {**self.inputs.upload(), **self.sampling.upload(), **self.extras.upload()}
 
 
 class Runner:
-    """Loads a model onto a device, owns its KV cache, and greedily decodes batches of prompts.
+    """Loads a model onto a device, owns its KV cache, and runs the serving steps `engine.LLM` schedules.
 
     `flags` (default: the environment, read once here) is the one snapshot every step of this runner
-    passes down to the kernel table, so eager steps, CUDA-graph capture and replay pick the same arms.
+    passes down to the kernel table, so eager steps, CUDA-graph capture and replay pick the same arms. It may
+    be replaced between steps (a benchmark's A/B arms): graphs are captured and replayed per snapshot.
     """
 
     def __init__(
@@ -131,122 +128,23 @@ class Runner:
         ]
         self.recurrent = make_recurrent_state(cfg, max_batch, dtype, self.device)
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
         self._static: dict[int, StepInputs] = {}
+        # the captured decode program per (padded batch size, sampling mode, the step's extras, flag snapshot):
+        # `flags` may be replaced between steps (a benchmark's A/B arms on one runner), each snapshot replaying
+        # its own graphs
         self._sample_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._sampling: dict[int, SamplingInputs] = {}
         self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
         self._extras_cache: dict = {}  # StepExtras' device tensors by name and shape
-        # host seconds of serving steps before their forward is launched (the state resets, the sampling mode,
-        # the inputs filled and uploaded), mixed steps [0] and decode steps [1]: what LLM.host_time reports
-        self.inputs_s = [0.0, 0.0]
-        self._t_enter = 0.0
         # the last synchronous step's logprobs per row (None: the row asked for none), and its prompt logprobs
         self.last_logprobs: list[PositionLogprobs | None] = []
         self.last_prompt_logprobs: list[list[PositionLogprobs] | None] = []
 
-    # --- public entry ---------------------------------------------------------
-    @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> Generation:
-        self._check_request(prompts, max_new_tokens)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        start = time.perf_counter()
-        seq_ids = list(range(len(prompts)))
-        try:
-            for sid, prompt in zip(seq_ids, prompts):  # inside the try: a failed allocation frees the earlier
-                self.blocks.allocate(sid, len(prompt))
-            out = [[t] for t in self.prefill(seq_ids, prompts).tolist()]
-            for _ in range(max_new_tokens - 1):
-                last = [toks[-1] for toks in out]
-                for toks, t in zip(out, self.decode(seq_ids, last).tolist()):
-                    toks.append(t)
-        finally:
-            for sid in seq_ids:
-                if sid in self.blocks.tables:
-                    self.blocks.free(sid)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return Generation(out, time.perf_counter() - start)
-
-    # --- prefill --------------------------------------------------------------
-    def prefill(self, seq_ids: list[int], prompts: list[list[int]]) -> torch.Tensor:  # -> [batch] int64
-        """Run whole prompts packed back to back; writes their K/V and returns each one's next token."""
-        lens = [len(p) for p in prompts]
-        ids = [t for p in prompts for t in p]
-        positions = [i for n in lens for i in range(n)]
-        slots = [self.blocks.slot(sid, i) for sid, n in zip(seq_ids, lens) for i in range(n)]
-        dev = self.device
-        batch = ForwardBatch(
-            is_prefill=True,
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            kv_caches=self.kv_caches,
-            seq_lens=lens,
-            flags=self.flags,
-            recurrent=self.recurrent,
-            state_slots=[self._state_slot(sid) for sid in seq_ids] if self.recurrent is not None else None,
-        )
-        hidden = self.model(
-            torch.tensor(ids, dtype=torch.int64, device=dev),
-            torch.tensor(positions, dtype=torch.int64, device=dev),
-            batch,
-        )
-        last = torch.tensor(lens, device=dev).cumsum(0) - 1  # each prompt's last token
-        return self.model.greedy(hidden[last], self.flags)
-
-    # --- decode ---------------------------------------------------------------
-    def decode(self, seq_ids: list[int], last_tokens: list[int]) -> torch.Tensor:  # -> [batch] int64
-        """One greedy step for every sequence: fills the static buffers, then runs or replays the step."""
-        n = len(seq_ids)
-        padded = self._padded_batch(n)
-        inputs = self._step_inputs(padded)
-        self._fill(inputs, seq_ids, last_tokens)
-        buf = inputs.upload()
-        if self.use_graph:
-            out = self._replay(padded, buf)
-        else:
-            out = self._eager_step(buf)
-        return out[:n]
-
-    def decode_inputs(self, seq_ids: list[int], last_tokens: list[int], padded: int) -> dict[str, torch.Tensor]:
-        """decode_step's inputs on the host for one step of these sequences; appends each one's token slot."""
-        inputs = StepInputs(padded, self.max_blocks_per_seq, torch.device("cpu"))
-        self._fill(inputs, seq_ids, last_tokens)
-        return {key: t.clone() for key, t in inputs.host_views().items()}
-
-    def _fill(self, inputs: StepInputs, seq_ids: list[int], last_tokens: list[int]) -> None:
-        positions = [self.blocks.lengths[sid] for sid in seq_ids]
-        slots = [self.blocks.append_token(sid) for sid in seq_ids]
-        states = None if inputs.state_scratch is None else [self._state_slot(sid) for sid in seq_ids]
-        inputs.fill(last_tokens, positions, slots, [self.block_table(sid) for sid in seq_ids], states)
-
-    def block_table(self, seq_id: int) -> list[int]:
-        return self.blocks.tables[seq_id]
-
-    def decode_step(
-        self,
-        input_ids: torch.Tensor,  # [batch] int64
-        positions: torch.Tensor,  # [batch] int64
-        slot_mapping: torch.Tensor,  # [batch] int64
-        block_tables: torch.Tensor,  # [batch, max_blocks_per_seq] int32
-        context_lens: torch.Tensor,  # [batch] int32
-        flags: FlagSnapshot | None = None,  # default: the runner's; a benchmark passes one arm's
-        state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
-    ) -> torch.Tensor:  # [batch] int64
-        """The whole decode step on device tensors only: no host reads, so it can be captured."""
-        flags = self.flags if flags is None else flags
-        batch = ForwardBatch(
-            is_prefill=False,
-            slot_mapping=slot_mapping,
-            kv_caches=self.kv_caches,
-            block_tables=block_tables,
-            context_lens=context_lens,
-            flags=flags,
-            recurrent=self.recurrent,
-            state_index=state_index,
-        )
-        return self.model.greedy(self.model(input_ids, positions, batch), flags)
+    @property
+    def captured(self) -> list[tuple[int, Mode]]:
+        """The (padded batch size, sampling mode) of every decode step captured under the current flags."""
+        return list(dict.fromkeys((key[0], key[1]) for key in self._sample_graphs if key[-1] == self.flags))
 
     # --- serving steps (engine.llm) ---------------------------------------------
     @torch.inference_mode()
@@ -258,17 +156,15 @@ class Runner:
         rows beside them) runs eagerly, attention reading each row's cached prefix. With recurrent layers
         every row names its state slot; a row starting at token 0 starts from a zero state.
         """
-        self._t_enter = time.perf_counter()
-        if self.recurrent is not None:
-            self._reset_states(rows)
-        mode = rows_mode(rows, self.config.vocab_size)
         self.last_prompt_logprobs = []
         if decode:
-            out = self._decode_rows(rows, mode)
+            out = self._launch_decode(self.prepare_decode(rows))
             tokens = _tokens(out, len(rows))
             self.last_logprobs = self.read_logprobs(out, [r.logprobs for r in rows], tokens)
             return tokens
-        return self._mixed_step(rows, mode)
+        if self.recurrent is not None:
+            self.reset_states(rows)
+        return self._mixed_step(rows, rows_mode(rows, self.config.vocab_size))
 
     def _mixed_step(self, rows: list[StepRow], mode: Mode) -> list[int]:
         """Prefill chunks, with or without decode rows beside them, eagerly: the one-token rows first (the
@@ -315,7 +211,6 @@ class Runner:
             state_slots=[r.state_slot for r in extend] if recurrent else None,
             state_index=i64[4] if recurrent else None,
         )
-        self.inputs_s[0] += time.perf_counter() - self._t_enter
         hidden = self.model(i64[0], i64[1], batch)
         n = len(rows)
         if n not in self._mixed_sampling:
@@ -377,19 +272,14 @@ class Runner:
     # launch_decode writes the final tokens, uploads and runs or replays the step; read_tokens is its host read
     @torch.inference_mode()
     def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
-        self._t_enter = time.perf_counter()
         if self.recurrent is not None:
-            self._reset_states(rows)
-        prepared = self._prepare_decode(rows, rows_mode(rows, self.config.vocab_size))
-        self.inputs_s[1] += time.perf_counter() - self._t_enter
-        return prepared
+            self.reset_states(rows)
+        return self._prepare_decode(rows, rows_mode(rows, self.config.vocab_size))
 
     @torch.inference_mode()
     def launch_decode(self, prepared: PreparedDecode, tokens: list[int]) -> torch.Tensor:  # -> [padded] int64
         """Run a prepared decode step with these tokens as its rows' inputs; the result is read by read_tokens."""
-        t0 = time.perf_counter()
         prepared.inputs.set_tokens(tokens)
-        self.inputs_s[1] += time.perf_counter() - t0
         return self._launch_decode(prepared)
 
     def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
@@ -403,14 +293,9 @@ class Runner:
             return [None] * len(ks)
         return host_rows((out[1], out[2], out[3], out[4]), tokens, ks)
 
-    def _decode_rows(self, rows: list[StepRow], mode: Mode) -> torch.Tensor:  # -> [padded] int64
-        prepared = self._prepare_decode(rows, mode)
-        self.inputs_s[1] += time.perf_counter() - self._t_enter
-        return self._launch_decode(prepared)
-
     def _prepare_decode(self, rows: list[StepRow], mode: Mode) -> PreparedDecode:
         n, bs = len(rows), self.block_size
-        padded = self._padded_batch(n)
+        padded = self.padded_batch(n)
         inputs = self._step_inputs(padded)
         inputs.fill(
             [r.token_ids[0] for r in rows],
@@ -427,15 +312,15 @@ class Runner:
         return PreparedDecode(padded, mode, inputs, sampling, extras)
 
     def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
-        padded, mode, extras = prepared.padded, prepared.mode, prepared.extras
-        buf = {**prepared.inputs.upload(), **prepared.sampling.upload(), **extras.upload()}
+        padded, mode, extras, flags = prepared.padded, prepared.mode, prepared.extras, self.flags
+        buf = prepared.device_inputs()
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
-            return self.sample_step(mode, extras=extras, **kw)
+            return self.sample_step(mode, extras=extras, flags=flags, **kw)
 
         if not self.use_graph:
             return step(**buf)
-        key = (padded, mode, *extras.key)
+        key = (padded, mode, *extras.key, flags)
         if key not in self._sample_graphs:
             captured = self._capture_fn(step, buf)
             if captured is None:
@@ -460,26 +345,31 @@ class Runner:
         steps: torch.Tensor,  # [batch] int64
         state_index: torch.Tensor | None = None,  # [batch] int64: each row's recurrent state slot (Qwen3-Next)
         extras: StepExtras | None = None,  # logprobs and logits processors (their device tensors in **procs)
+        flags: FlagSnapshot | None = None,  # default: the runner's; a benchmark's A/B passes one arm's
         **procs: torch.Tensor,
     ) -> torch.Tensor:  # [batch] int64, or with extras' logprobs a tuple (engine.sampler.sample_with_extras)
-        """decode_step with per-row sampling in place of the argmax; device tensors only, so it can be captured."""
+        """The decode program: the model's step over every row, then one token sampled per row (the argmax at
+        temperature 0). Device tensors only, so it can be captured; a prepared step's `device_inputs()` are its
+        tensor arguments."""
+        flags = self.flags if flags is None else flags
         batch = ForwardBatch(
             is_prefill=False,
             slot_mapping=slot_mapping,
             kv_caches=self.kv_caches,
             block_tables=block_tables,
             context_lens=context_lens,
-            flags=self.flags,
+            flags=flags,
             recurrent=self.recurrent,
             state_index=state_index,
         )
-        logits = self.model.compute_logits(self.model(input_ids, positions, batch), self.flags)
+        logits = self.model.compute_logits(self.model(input_ids, positions, batch), flags)
         if extras is None or extras.none:
-            return sample(self.flags, logits, temperature, top_k, top_p, seeds, steps, mode)
+            return sample(flags, logits, temperature, top_k, top_p, seeds, steps, mode)
         sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seeds": seeds, "steps": steps}
-        return sample_with_extras(self.flags, logits, mode, sampling, extras, procs)
+        return sample_with_extras(flags, logits, mode, sampling, extras, procs)
 
-    def _padded_batch(self, n: int) -> int:
+    def padded_batch(self, n: int) -> int:
+        """The batch size a decode step of n rows runs at: on CUDA the graph bucket at or above n (eager too)."""
         if self.device.type != "cuda":
             return n
         # eager and graph runs pad alike on CUDA, so both see the same GEMM shapes and give the same tokens
@@ -491,25 +381,8 @@ class Runner:
             self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device, scratch)
         return self._static[padded]
 
-    def _eager_step(self, buf: dict[str, torch.Tensor]) -> torch.Tensor:
-        """decode_step on StepInputs' device views, by name (their keys are its tensor arguments)."""
-        return self.decode_step(
-            buf["input_ids"],
-            buf["positions"],
-            buf["slot_mapping"],
-            buf["block_tables"],
-            buf["context_lens"],
-            state_index=buf.get("state_index"),
-        )
-
     # --- recurrent state (gated delta net layers) -------------------------------
-    def _state_slot(self, seq_id: int) -> int:
-        """A sequence's slot in the recurrent state: Runner.generate numbers its sequences 0..max_batch-1."""
-        if not 0 <= seq_id < self.max_batch:
-            raise ValueError(f"sequence {seq_id}: no recurrent state slot (slots 0..{self.max_batch - 1})")
-        return seq_id
-
-    def _reset_states(self, rows: list[StepRow]) -> None:
+    def reset_states(self, rows: list[StepRow]) -> None:
         """Zero the state slots of rows that start at token 0 (a new or a recomputed sequence): the slot may
         hold a finished or a preempted sequence's state."""
         assert self.recurrent is not None
@@ -524,20 +397,6 @@ class Runner:
                 index = index.pin_memory().to(self.device, non_blocking=True)
             for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
                 t.index_fill_(0, index, 0)
-
-    def _replay(self, padded: int, buf: dict[str, torch.Tensor]) -> torch.Tensor:
-        if padded not in self._graphs:
-            captured = self._capture(padded, buf)
-            if captured is None:
-                return self._eager_step(buf)
-            self._graphs[padded] = captured
-        graph, out = self._graphs[padded]
-        graph.replay()
-        return out
-
-    def _capture(self, padded: int, buf: dict[str, torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
-        """Capture decode_step for one padded batch size; None (and eager from then on) if an op cannot be captured."""
-        return self._capture_fn(self.decode_step, buf)
 
     def _capture_fn(
         self, fn: Callable[..., torch.Tensor], buf: dict[str, torch.Tensor]
@@ -570,25 +429,6 @@ class Runner:
             return None
         return graph, out
 
-    def _check_request(self, prompts: list[list[int]], max_new_tokens: int) -> None:
-        if not prompts:
-            raise ValueError("no prompts given")
-        if len(prompts) > self.max_batch:
-            raise ValueError(f"{len(prompts)} prompts exceed max_batch={self.max_batch}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be at least 1")
-        vocab = self.config.vocab_size
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"prompt {i} is empty")
-            bad = [t for t in p if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(f"prompt {i}: token id {bad[0]} outside the vocabulary [0, {vocab})")
-            if len(p) + max_new_tokens > self.max_model_len:
-                raise ValueError(
-                    f"prompt {i}: {len(p)} tokens + {max_new_tokens} new exceed max_model_len={self.max_model_len}"
-                )
-
 
 def _tokens(out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
     """A step's first n tokens read back (a step with logprobs returns them first in a tuple)."""
@@ -596,7 +436,8 @@ def _tokens(out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
 
 
 def rows_mode(rows: list[StepRow], vocab: int) -> Mode:
-    """batch_mode of the rows' settings in one pass."""
+    """The cheapest sampling mode that serves every row: GREEDY when no row samples, FILTERED when a sampled
+    row restricts top-k (below the vocabulary) or top-p, else RANDOM."""
     sampled = False
     for r in rows:
         if r.temperature > 0:
@@ -630,12 +471,6 @@ def set_cpu_threads(hidden_size: int, environ: Mapping[str, str] | None = None) 
     if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
     return threads
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise ValueError(f"--dtype {name!r}: expected one of {', '.join(DTYPES)}")
-    return DTYPES[name]
 
 
 def resolve_dtype(name: str, model_dir: str | Path) -> str:

@@ -20,7 +20,7 @@ from engine.flags import FlagSnapshot
 from engine.logprobs import device_logprobs, graph_width
 from engine.ops.sample import gumbel
 
-__all__ = ["Mode", "SamplingInputs", "StepExtras", "batch_mode", "gumbel", "sample", "sample_with_extras", "seed_bits"]
+__all__ = ["Mode", "SamplingInputs", "StepExtras", "gumbel", "sample", "sample_with_extras", "seed_bits"]
 
 
 class Mode(str, Enum):
@@ -29,13 +29,6 @@ class Mode(str, Enum):
     GREEDY = "greedy"  # every row has temperature 0
     RANDOM = "random"  # some row samples; no row restricts top-k or top-p
     FILTERED = "filtered"  # some row samples with top-k < vocab or top-p < 1
-
-
-def batch_mode(temperatures: list[float], top_ks: list[int], top_ps: list[float], vocab: int) -> Mode:
-    if all(t == 0 for t in temperatures):
-        return Mode.GREEDY
-    filtered = any(t > 0 and (0 < k < vocab or p < 1) for t, k, p in zip(temperatures, top_ks, top_ps))
-    return Mode.FILTERED if filtered else Mode.RANDOM
 
 
 def sample(

@@ -46,7 +46,3 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
-
-    @property
-    def num_uncomputed(self) -> int:
-        return self.num_tokens - self.num_computed

@@ -107,6 +107,3 @@ class StepInputs:
             self.dev32.copy_(self.host32, non_blocking=True)
             self._uploaded.record()
         return self.device_views
-
-    def host_views(self) -> dict[str, torch.Tensor]:
-        return self._views(self.host64, self.host32)

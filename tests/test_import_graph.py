@@ -1,5 +1,5 @@
 """The import graph of `checkers`, `engine` and `lab`, read from the AST: no circle, `engine` never imports `lab`,
-and no lazy import without a reason.
+no import running up the engine's layers (ENGINE_LAYERS), and no lazy import without a reason.
 
 Every `import` and `from ... import` counts, at module level and inside functions: a circle hidden
 behind a function-level import is still a circle. A function-level import in `engine` must say why it
@@ -203,3 +203,65 @@ def test_the_halves_stay_apart() -> None:
 def test_an_engine_import_of_the_lab_is_named() -> None:
     edges = {"lab.gates.tokens": {"engine.llm"}, "engine.runner": {"lab.bench.timing", "engine.flags"}}
     assert crossings(edges) == [("engine.runner", "lab.bench.timing")]
+
+
+# The engine's layers, top to bottom: an import runs down (or within a layer), never up. A module's layer is
+# that of its top-level part (engine.model.qwen3 is engine.model's).
+ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(layer)
+    for layer in (
+        {"engine", "engine.__main__", "engine.cli"},  # the command line and the package's lazy API
+        {"engine.serve"},  # the OpenAI-compatible server, a client of LLM
+        {"engine.llm", "engine.cli_args"},  # the serving API
+        {"engine.scheduler", "engine.requests", "engine.distributed"},  # distributed: the ranks of a sharded runner
+        {"engine.runner"},  # the one decode program and the serving steps
+        {
+            "engine.sampler",
+            "engine.block_manager",
+            "engine.sequence",
+            "engine.step_inputs",
+            "engine.penalties",
+            "engine.logprobs",
+            "engine.sampling_params",
+            "engine.data",
+        },
+        {"engine.model"},
+        {"engine.kernels"},  # the kernel table
+        {"engine.ops", "engine.cuda"},  # the references and the kernels' bindings
+        {"engine.flags"},
+    )
+)
+# Up-arrows that exist, each with its reason; a new one fails the test below, a fixed one must leave this list.
+KNOWN_UP = {
+    ("engine.llm", "engine.serve"): "LLM.chat renders the chat template with engine/serve/chat.py (lazily)",
+}
+
+
+def engine_layer(module: str) -> int:
+    head = ".".join(module.split(".")[:2])
+    for i, layer in enumerate(ENGINE_LAYERS):
+        if head in layer or module in layer:
+            return i
+    raise KeyError(f"{module}: in no layer of ENGINE_LAYERS (add its top-level part to one)")
+
+
+def up_arrows(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer's part, imported part) of each engine import that runs up a layer."""
+    return {
+        (".".join(m.split(".")[:2]), ".".join(t.split(".")[:2]))
+        for m, ts in edges.items()
+        if m.startswith("engine")
+        for t in ts
+        if t.startswith("engine") and engine_layer(t) < engine_layer(m)
+    }
+
+
+def test_no_arrow_runs_back_up_inside_the_engine() -> None:
+    edges = graph()
+    assert {m for m in edges if m.startswith("engine")}, "the graph read no engine module"
+    assert up_arrows(edges) == set(KNOWN_UP), "engine imports that run up a layer (see ENGINE_LAYERS)"
+
+
+def test_an_arrow_up_is_named() -> None:
+    edges = {"engine.kernels": {"engine.model.qwen3", "engine.flags"}, "engine.runner": {"engine.model"}}
+    assert up_arrows(edges) == {("engine.kernels", "engine.model")}

@@ -10,7 +10,6 @@ from ..trailers import parser
 from ..trailers.parser import Mode, Trailer, TrailerBlock
 
 SEPARATOR = re.compile(r"-{3,}[ \t\r]*")  # a rule of hyphens alone on its line (GitHub's squash writes nine)
-SQUASH_SEPARATOR = SEPARATOR  # the older name
 FORGE_KEYS = frozenset({"co-authored-by"})  # what a forge appends in paragraphs of its own
 
 

@@ -54,11 +54,6 @@ def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, d
     return out.value
 
 
-def split_rule(rows: int, max_context: int, sm_count: int, blocks_per_sm: int) -> int:
-    """The split-count rule alone, for a given device shape (no device needed)."""
-    return int(_lib().vt_paged_attn_onepass_split_rule(rows, max_context, sm_count, blocks_per_sm))
-
-
 def _splits(shape: tiled.Shape) -> int:
     return num_splits(
         shape.batch * shape.hkv, shape.max_blocks * shape.block_size, shape.d, shape.dtype, shape.device_index

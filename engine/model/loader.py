@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from engine.model.config import ModelConfig, QuantConfig, load_config
 from engine.model.layers import QuantLinear
@@ -149,7 +148,3 @@ def quant_key(quant: QuantConfig, suffix: str, tensor: torch.Tensor) -> str | No
         return "packed" if quant.layout == "modelopt" and tensor.dtype == torch.uint8 else "weight"
     names = QUANT_NAMES[quant.layout or quant.method]
     return names.get(suffix, suffix)
-
-
-def param_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

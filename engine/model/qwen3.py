@@ -306,6 +306,3 @@ class Qwen3ForCausalLM(nn.Module):
         self, hidden: torch.Tensor, flags: FlagSnapshot
     ) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab]
         return parallel.gather_logits(self.lm_head(hidden, flags), self.config.vocab_size, self.comm)
-
-    def greedy(self, hidden: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # [rows, hidden] -> [rows] int64
-        return kernels.greedy_argmax(flags, self.compute_logits(hidden, flags))

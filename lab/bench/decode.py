@@ -28,12 +28,14 @@ from typing import Any
 
 import torch
 
-from engine.runner import Runner
+from engine.llm import LLM
+from engine.model.config import load_config
 from lab.bench.bandwidth import copy_bandwidth
 from lab.bench.hf_peer import time_compiled_graph
 from lab.bench.profile import profile_decode, render
 from lab.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
 from lab.bench.timing import clocks, device_name, gpu_device
+from lab.drive import greedy, greedy_llm
 from lab.gates.ledger import write_record
 from lab.gates.oracle import Oracle
 
@@ -137,19 +139,14 @@ def measure(
     hf_compiled: bool = False,
 ) -> dict:
     # a profile runs 2 warm-up steps and profile_steps per phase (graph, eager) on one sequence
-    runner = Runner(
-        model_dir,
-        dtype=dtype,
-        device=device,
-        max_batch=batch,
-        max_model_len=context + max(steps, 2 * profile_steps + 3) + 8,
-        block_size=32,
-    )
     g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, runner.config.vocab_size, (context,), generator=g).tolist() for _ in range(batch)]
+    vocab = load_config(model_dir).vocab_size
+    prompts = [torch.randint(0, vocab, (context,), generator=g).tolist() for _ in range(batch)]
     prompt = prompts[0]
-    warm = runner.generate(prompts, 4)  # warm-up: module load, kernel builds, graph capture
-    step_s = _time_decode(runner, prompts, steps, device)
+    llm = greedy_llm(model_dir, dtype, device, prompts, max(steps, 2 * profile_steps + 3) + 8, block_size=32)
+    runner = llm.runner
+    warm = greedy(llm, prompts, 4)  # warm-up: module load, kernel builds, graph capture
+    step_s = _time_decode(llm, prompts, steps, device)
     weight_bytes = sum(p.numel() * p.element_size() for p in runner.model.parameters())
     c = runner.config
     kv_bytes = (
@@ -192,7 +189,7 @@ def measure(
                 f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             )
         else:
-            agree = sum(a[:4] == b[:4] for a, b in zip(warm.tokens, hf["tokens"]))  # sequences, not asserted
+            agree = sum(a[:4] == b[:4] for a, b in zip(warm, hf["tokens"]))  # sequences, not asserted
             record.update(
                 hf_compiled_mode=hf["mode"],
                 hf_compiled_compile_s=hf["compile_s"],
@@ -209,14 +206,14 @@ def measure(
     return record
 
 
-def _time_decode(runner, prompts: list[list[int]], steps: int, device: str) -> float:
+def _time_decode(llm: LLM, prompts: list[list[int]], steps: int, device: str) -> float:
     """Seconds per decode step: generate(steps+1) minus generate(1) isolates the decode steps."""
 
     def run(n: int) -> float:
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        runner.generate(prompts, n)
+        greedy(llm, prompts, n)
         if device == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - t0

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lab.drive import Session
+
 TOP = 15
 PHASE = "vt_profile_phase:"  # the record_function label around each phase's steps
 _LAUNCH = re.compile(r"^cu(da)?(Graph)?Launch")  # host API calls that start device work
@@ -139,17 +141,17 @@ def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event
     sid = max(runner.blocks.lengths, default=-1) + 1  # a sequence id nobody holds
     note, graphed = "", runner.use_graph
     with torch.inference_mode():
-        runner.blocks.allocate(sid, len(prompt))
+        session = Session(runner, [sid], [prompt])
         try:
-            token = int(runner.prefill([sid], [prompt])[0])
-            token = int(runner.decode([sid], [token])[0])  # captures the graph when graphed (the warm-up step)
+            session.prefill()
+            session.decode()  # captures the graph when graphed (the warm-up step)
             graphed = runner.use_graph  # False from here on if the capture was refused
             if cuda and not graphed:
                 note = "the runner runs eagerly (VT_EAGER=1, or the step could not be captured)"
             phases = [("graph", True)] if graphed else []
             phases.append(("eager", False))
             runner.use_graph = False
-            token = int(runner.decode([sid], [token])[0])  # warm the eager path too
+            session.decode()  # warm the eager path too
             _sync(runner.device)
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             with profile(activities=acts) as prof:
@@ -157,11 +159,11 @@ def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event
                     runner.use_graph = use_graph
                     with record_function(PHASE + label):
                         for _ in range(steps):
-                            token = int(runner.decode([sid], [token])[0])
+                            session.decode()
                         _sync(runner.device)
         finally:
             runner.use_graph = graphed
-            runner.blocks.free(sid)
+            session.close()
     return split_phases(prof.events(), [label for label, _ in phases]), note
 
 

@@ -21,8 +21,8 @@ import torch
 
 from engine import flags, kernels
 from engine.flags import FlagSnapshot
-from engine.runner import Runner
 from lab.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
+from lab.drive import greedy, greedy_llm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,19 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         tokens = {}
         seen = kernels.counts()
         for name, snap in (("defaults", base), ("flagged", flagged)):
-            runner = Runner(
-                model_dir,
-                dtype,
-                device,
-                max_batch=args.batch,
-                max_model_len=args.context + args.steps + 8,
-                block_size=32,
-                flags=snap,
-            )
+            llm = greedy_llm(model_dir, dtype, device, prompts, args.steps + 8, flags=snap, block_size=32)
             kernels.reset_counts()
-            tokens[name] = runner.generate(prompts, args.steps).tokens
+            tokens[name] = greedy(llm, prompts, args.steps)
             seen = kernels.counts()
-            del runner
+            del llm
     same = sum(a == b for a, b in zip(tokens["defaults"], tokens["flagged"]))
     print(f"step-arms: batch {args.batch}, context {args.context}, {args.steps} tokens, flags {args.flags}")
     print(f"tokens equal: {same} of {args.batch} sequences")

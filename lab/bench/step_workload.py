@@ -1,8 +1,8 @@
 """The whole decode step as a benchmark workload, so `bench ab` can A/B a flag that acts across the model.
 
 A Qwen3-0.6B-shaped model with random weights (fewer layers with `layers=`), `batch` sequences
-prefilled to `ctx` tokens, then one greedy decode step from device inputs (`Runner.decode_step`,
-capturable). Bytes that must move: every weight once (a tied head read as the head) and the K/V of
+prefilled to `ctx` tokens, then one greedy decode step from device inputs (`Runner.sample_step`, the
+engine's one decode program, capturable). Bytes that must move: every weight once (a tied head read as the head) and the K/V of
 every cached token once.
 
     python -m lab bench ab --flag VT_MERGED_PROJ --workload decode-step [--shape ctx=1024,layers=28]
@@ -32,7 +32,9 @@ import torch
 
 from engine.flags import FlagSnapshot
 from engine.runner import Runner
+from engine.sampler import Mode
 from lab.data.make_tiny_quant import write_pair
+from lab.drive import Session
 
 QWEN3_0_6B = dict(
     hidden_size=1024,
@@ -171,16 +173,13 @@ def make(s: dict[str, int], device: torch.device, dtype: torch.dtype, seed: int,
     seq_ids = list(range(first, first + s["batch"]))
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, runner.config.vocab_size, (s["ctx"],), generator=g).tolist() for _ in seq_ids]
-    for sid in seq_ids:
-        if sid in runner.blocks.tables:  # a later set on the same sequences starts them afresh
-            runner.blocks.free(sid)
-        runner.blocks.allocate(sid, s["ctx"])
-    last = runner.prefill(seq_ids, prompts).tolist()
-    inputs = runner.decode_inputs(seq_ids, last, s["batch"])
-    if runner.recurrent is not None:  # Qwen3-Next: each row's recurrent state slot (its sequence id)
-        inputs["state_index"] = torch.tensor(seq_ids, dtype=torch.int64)
-        _SNAPSHOTS[id(runner)] = runner.recurrent.copy()  # the sets use disjoint slots: the last copy has them all
-    return runner, {k: v.to(device) for k, v in inputs.items()}
+    session = Session(runner, seq_ids, prompts)
+    session.prefill()
+    # the staging is the runner's, one per padded size: this set keeps a copy of its inputs
+    inputs = {k: v.clone() for k, v in session.prepare().device_inputs().items()}
+    if runner.recurrent is not None:  # Qwen3-Next: the sets use disjoint slots, so the last copy has them all
+        _SNAPSHOTS[id(runner)] = runner.recurrent.copy()
+    return runner, inputs
 
 
 @torch.inference_mode()  # the state is an inference tensor
@@ -194,8 +193,9 @@ def reset(runner: Runner, inputs: dict[str, torch.Tensor]) -> None:
 
 @torch.inference_mode()
 def run(snapshot: FlagSnapshot, runner: Runner, inputs: dict[str, torch.Tensor]) -> torch.Tensor:  # -> [batch] int64
-    """One decode step of the shared runner under this arm's flags (the next tokens)."""
-    return runner.decode_step(**inputs, flags=snapshot)
+    """One greedy decode step of the shared runner under this arm's flags (the next tokens): the engine's decode
+    program, Runner.sample_step, at temperature 0."""
+    return runner.sample_step(Mode.GREEDY, extras=None, flags=snapshot, **inputs)
 
 
 def bytes_moved(s: dict[str, int], dtype: torch.dtype, method: str | None = None) -> int:

@@ -14,8 +14,8 @@ the peer). Fewer than 32 such steps within the budget: no rate and no ratio. Pro
 on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
 for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
 also splits the engine's time into its decode and mixed (prefill) steps, and reports the host's share of a
-decode step: the milliseconds per step spent outside the model (the scheduler, the step's rows and outputs,
-the inputs filled and uploaded: LLM.host_time), which on a GPU do not overlap the device.
+decode step: the milliseconds per step spent outside the model (the scheduler, the step's rows and outputs, the
+inputs staged), clocked by this benchmark's TimedRunner, which on a GPU do not overlap the device.
 Each point of --sweep (numbers of requests) uses fresh prompts, so no point hits the prefix cache of
 another. The CPU smoke mode (--smoke, the default without CUDA) runs the embedded tiny model.
 
@@ -43,6 +43,7 @@ import torch
 from engine.flags import FLAGS, FlagSnapshot
 from engine.llm import LLM, TINY_MODEL
 from engine.model.config import load_config
+from engine.runner import PreparedDecode, Runner, StepRow
 from engine.sampling_params import SamplingParams
 from lab.bench.step_workload import QWEN3_0_6B, save_random_model
 from lab.bench.timing import device_name
@@ -278,53 +279,66 @@ def ab_arms(base: FlagSnapshot, flags: list[str]) -> list[tuple[str, FlagSnapsho
     return arms
 
 
-class StepClock:
-    """Wall seconds of the runner's decode and mixed steps (each ends in its one host read, so the host clock
-    is the device's), by wrapping run_step; with VT_ASYNC_SCHEDULE a decode step's seconds run from its launch
-    to its read (launch_decode to read_tokens)."""
+class TimedRunner(Runner):
+    """The engine's Runner with a wall clock on its public step methods (LLM(runner_class=TimedRunner)): seconds
+    of the decode and mixed steps (each ends in its one host read, so the host clock is the device's; with
+    VT_ASYNC_SCHEDULE a decode step's seconds run from its launch to its read, launch_decode to read_tokens),
+    the host seconds that stage a decode step's inputs (prepare_decode), and the host's seconds between two
+    calls into the runner (the scheduler, the step's rows, the last step's outputs), each gap counted to the
+    kind of step it leads to. On a GPU none of that host time overlaps the device, except under
+    VT_ASYNC_SCHEDULE."""
 
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last_exit: float | None = None  # when the last outermost call returned; None: no gap to count
+        self.reset_clock()
+        self._depth = 0  # only the outermost call is clocked for the gaps (run_step calls prepare_decode)
+
+    def _timed(self, decode: bool, fn: Any, *args: Any) -> tuple[Any, float, float]:
+        t0 = time.perf_counter()
+        if not self._depth and self.last_exit is not None:
+            self.scheduler_s[decode] += t0 - self.last_exit
+        self._depth += 1
+        try:
+            out = fn(*args)
+        finally:
+            self._depth -= 1
+            t1 = time.perf_counter()
+            if not self._depth:
+                self.last_exit = t1
+        return out, t0, t1
+
+    def run_step(self, rows: list[StepRow], decode: bool) -> list[int]:
+        out, t0, t1 = self._timed(decode, super().run_step, rows, decode)
+        self.seconds[decode] += t1 - t0
+        self.count[decode] += 1
+        return out
+
+    def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
+        out, t0, t1 = self._timed(True, super().prepare_decode, rows)
+        self.decode_inputs_s += t1 - t0
+        return out
+
+    def launch_decode(self, prepared: PreparedDecode, tokens: list[int]) -> torch.Tensor:
+        out, _, t1 = self._timed(True, super().launch_decode, prepared, tokens)
+        self.launched.append(t1)
+        return out
+
+    def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
+        tokens, _, t1 = self._timed(True, super().read_tokens, out, n)
+        if self.launched:
+            self.seconds[True] += t1 - self.launched.pop()
+            self.count[True] += 1
+        return tokens
+
+    def reset_clock(self) -> None:
+        """Zero the clock; the host time before the next call (a run's request checks) is not a gap."""
         self.seconds = {True: 0.0, False: 0.0}
         self.count = {True: 0, False: 0}
-        self.runner = runner
-        inner = runner.run_step
-        launch, read = runner.launch_decode, runner.read_tokens
-        launched: list[float] = []
-
-        def timed_launch(*args: Any) -> Any:
-            try:
-                return launch(*args)
-            finally:
-                launched.append(time.perf_counter())
-
-        def timed_read(*args: Any) -> Any:
-            try:
-                return read(*args)
-            finally:
-                if launched:
-                    self.seconds[True] += time.perf_counter() - launched.pop()
-                    self.count[True] += 1
-
-        runner.launch_decode, runner.read_tokens = timed_launch, timed_read
-
-        def timed(rows: Any, decode: bool) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return inner(rows, decode)
-            finally:
-                self.seconds[decode] += time.perf_counter() - t0
-                self.count[decode] += 1
-
-        runner.run_step = timed
-
-    def detach(self) -> None:
-        """Remove the wrapper (it holds the runner: a reference cycle that would keep the runner alive)."""
-        for name in ("run_step", "launch_decode", "read_tokens"):
-            self.runner.__dict__.pop(name, None)
-
-    def reset(self) -> None:
-        self.seconds = {True: 0.0, False: 0.0}
-        self.count = {True: 0, False: 0}
+        self.scheduler_s = {True: 0.0, False: 0.0}
+        self.decode_inputs_s = 0.0
+        self.last_exit = None
+        self.launched: list[float] = []
 
     def split(self) -> dict[str, float]:
         return {
@@ -332,30 +346,26 @@ class StepClock:
             "decode_steps": self.count[True],
             "mixed_s": self.seconds[False],
             "mixed_steps": self.count[False],
+            "decode_inputs_s": self.decode_inputs_s,
+            "decode_scheduler_s": self.scheduler_s[True],
+            "mixed_scheduler_s": self.scheduler_s[False],
         }
 
 
 class ArmSwitch:
-    """Swaps the runner's flag snapshot between A/B arms, each arm with its own captured decode graphs.
+    """Sets the runner's flag snapshot to an A/B arm's. The runner keeps each snapshot's captured decode graphs
+    apart (and destroys none: they share its graph pool), so an arm used again replays its own graphs."""
 
-    No graph is ever destroyed (they share the runner's graph pool, which must outlive every capture into
-    it), so a later arm captures into a live pool and an arm used again replays its own graphs."""
-
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.current: str | None = None
-        self.saved: dict[str, tuple[dict[Any, Any], dict[Any, Any]]] = {}  # arm -> its graphs while another runs
         self.seen: set[str] = set()
 
     def use(self, label: str, flags: FlagSnapshot) -> bool:
         """Switch to the arm; True on its first use (its graphs are yet to be captured)."""
-        r = self.runner
         if self.current == label:
             return False
-        if self.current is not None:
-            self.saved[self.current] = (r._graphs, r._sample_graphs)
-            r._graphs, r._sample_graphs = self.saved.pop(label, ({}, {}))
-        r.flags = flags
+        self.runner.flags = flags
         self.current = label
         first = label not in self.seen
         self.seen.add(label)
@@ -404,18 +414,14 @@ def engine_record(
         max_num_batched_tokens=max_num_batched_tokens,
         enable_prefix_caching=False,  # random prompts share no prefix; two arms must not share blocks
         flags=base,
+        runner_class=TimedRunner,
     )
-    steps = StepClock(llm.runner)  # detached (its wrapper removed) when this frame ends: see the finally
-    switch = ArmSwitch(llm.runner)
+    steps = llm.runner
+    assert isinstance(steps, TimedRunner)
+    switch = ArmSwitch(steps)
     reps = ab_reps if ab_flags else 1
     warm = min(max(sweep), max_num_seqs)  # the largest batch a point runs: every graph it replays is captured
-    try:
-        points = [
-            engine_point(llm, steps, switch, n, loads[n], arms, reps, device, warm, temperature, seed) for n in sweep
-        ]
-    finally:
-        steps.detach()  # the runner's run_step wrapper, a reference cycle through the runner
-        switch.saved.clear()
+    points = [engine_point(llm, steps, switch, n, loads[n], arms, reps, device, warm, temperature, seed) for n in sweep]
     return {
         "device": device_name(torch.device(device)),
         "on_gpu": device == "cuda",
@@ -435,7 +441,7 @@ def engine_record(
 
 def engine_point(
     llm: Any,
-    steps: StepClock,
+    steps: TimedRunner,
     switch: ArmSwitch,
     n: int,
     load: tuple[list[list[int]], list[int]],
@@ -455,20 +461,16 @@ def engine_point(
         for label, flags in arms:
             if switch.use(label, flags):  # first use: its graphs are captured before any timing
                 warm_up(llm, warm, vocab, temperature)
-            steps.reset()
-            llm.reset_host_time()
+            steps.reset_clock()
             digest: list[str] = []
             seconds = _timed(device, functools.partial(run_engine, llm, prompts, outs, temperature, seed, digest))
             split = steps.split()
-            host = llm.host_time()
             runs[label].append(
                 {
                     "engine_s": seconds,
                     "engine_tok_per_s": sum(outs) / seconds,
                     **split,
-                    **host,
-                    "host_ms_per_decode_step": host_ms(host, "decode", split["decode_steps"]),
-                    "host_ms_per_mixed_step": host_ms(host, "mixed", split["mixed_steps"]),
+                    "host_ms_per_decode_step": host_ms(split),
                     "graph": llm.runner.use_graph,  # False: a capture failed and decode steps ran eagerly
                     "tokens": digest[0],
                 }
@@ -488,9 +490,10 @@ def engine_point(
     return point
 
 
-def host_ms(host: dict[str, float], kind: str, steps: float) -> float:
-    """Host milliseconds per step of a kind ("decode" or "mixed") outside the model, from LLM.host_time."""
-    return 1e3 * (host[f"{kind}_scheduler_s"] + host[f"{kind}_inputs_s"]) / max(1, steps)
+def host_ms(split: dict[str, float]) -> float:
+    """Host milliseconds per decode step outside the model: its inputs staged, and the host's time before it
+    (the scheduler, its rows, the last step's outputs)."""
+    return 1e3 * (split["decode_inputs_s"] + split["decode_scheduler_s"]) / max(1, split["decode_steps"])
 
 
 def warm_up(llm: Any, n: int, vocab: int, temperature: float) -> None:
@@ -685,8 +688,7 @@ def print_report(r: dict[str, Any]) -> None:
             print(
                 f"  {p['requests']} requests{', ' + label if label else ''}: host {a['host_ms_per_decode_step']:.2f} "
                 f"ms per decode step (scheduler {1e3 * a['decode_scheduler_s'] / steps:.2f}, inputs "
-                f"{1e3 * a['decode_inputs_s'] / steps:.2f}) of {a['decode_ms_per_step']:.2f}; "
-                f"{a['host_ms_per_mixed_step']:.2f} ms per mixed step"
+                f"{1e3 * a['decode_inputs_s'] / steps:.2f}) of {a['decode_ms_per_step']:.2f}"
             )
     for p in r["points"]:  # arms whose sampled tokens are the same (same seeds): equal digests
         arms = p.get("arms") or {"": p}

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 from engine.flags import FlagSnapshot
+from engine.llm import LLM
 from engine.llm import TINY_MODEL as EMBEDDED_MODEL
-from engine.runner import DTYPES, Runner
+from engine.runner import DTYPES
+from lab.drive import greedy, greedy_llm
 from lab.gates import goldens as gold
 from lab.gates.distributional import distributional_gate
 from lab.gates.ledger import repo_root, write_record
@@ -42,22 +44,15 @@ class Setup:
     flags: FlagSnapshot | None = None  # the engine's flags (default: the environment, read once by the Runner)
     oracle_attn: str = "eager"  # transformers' attention: eager rounds as the engine's reference; sdpa as production
 
-    def runner(self) -> Runner:
-        longest = max(len(p) for p in self.prompts) + self.max_new_tokens
-        return Runner(
-            self.model_dir,
-            DTYPES[self.dtype],
-            self.device,
-            max_batch=len(self.prompts),
-            max_model_len=longest,
-            flags=self.flags,
-        )
+    def llm(self) -> LLM:
+        return greedy_llm(self.model_dir, self.dtype, self.device, self.prompts, self.max_new_tokens, self.flags)
 
     def oracle(self) -> Oracle:
         return Oracle(self.oracle_dir or self.model_dir, DTYPES[self.dtype], self.device, self.oracle_attn)
 
     def ours(self) -> list[list[int]]:
-        return self.runner().generate(self.prompts, self.max_new_tokens).tokens
+        """Our greedy ids through engine.LLM.generate: the decode program users run, at temperature 0."""
+        return greedy(self.llm(), self.prompts, self.max_new_tokens)
 
 
 def tokens(setup: Setup, oracle: Oracle | None = None, ours: list[list[int]] | None = None) -> GateResult:

@@ -269,8 +269,8 @@ SERVE_CHUNK = 32  # tokens per serving step at least; a third of the longest con
 
 def served(setup: harness.Setup) -> list[list[int]]:
     """Our greedy ids through engine.LLM with chunked prefill (each step's token budget a third of the longest
-    context, decode rows beside prefill chunks): the path that runs extend_attention, which Runner.generate's
-    whole-prompt prefill does not."""
+    context, decode rows beside prefill chunks): the path that runs extend_attention, which the other gates'
+    one-step prefill of the whole batch (harness.Setup.ours) does not."""
     longest = max(len(p) for p in setup.prompts) + setup.max_new_tokens
     llm = LLM(
         setup.model_dir,

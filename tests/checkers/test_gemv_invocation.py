@@ -542,3 +542,12 @@ def test_a_source_linked_out_of_the_repository_is_an_error_and_not_read(tmp_path
     with pytest.raises(CheckError) as err:
         run_on(root)
     assert str(err.value) == (f"engine/ops.py is a symlink that leads out of the repository (to {outside}); not read")
+
+
+def test_a_call_whose_parenthesis_never_closes_is_no_site_and_the_next_call_still_is():
+    """Each `(` is paired with its `)` in one scan (cuda_sites._close_parens); an unclosed one pairs with
+    nothing, so its call is not read (no arguments to judge) while the calls after it are."""
+    from checkers.checks.gemv_invocation import cuda_sites as cu
+
+    code = "void f() {\n  cublasSetX(h, (2);\n  cublasGetY(h, 7);\n}\n"
+    assert [(c.name, c.args) for c in cu.library_calls(code, gv.LIBRARY_CALL)] == [("cublasGetY", ("h", "7"))]

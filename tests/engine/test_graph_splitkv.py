@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from engine.flags import FlagSnapshot
-from engine.runner import Runner
+from engine.llm import LLM
+from engine.sampler import Mode
+from lab.drive import greedy
 from lab.gates.tokens import default_prompts
 
 # head_dim 64: a shape split-KV is compiled for (the embedded tiny model's 32 falls back to the generic arm)
@@ -28,25 +30,13 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
     # the tiled arm takes precedence where it is compiled
     split = FlagSnapshot.from_env().with_(VT_ATTN_TILED=False, VT_ATTN_SPLITKV=True)
-    eager = Runner(
-        model,
-        dtype=torch.bfloat16,
-        device="cuda",
-        max_batch=4,
-        max_model_len=MAX_MODEL_LEN,
-        flags=split.with_(VT_EAGER=True),
-    )
-    graph = Runner(
-        model,
-        dtype=torch.bfloat16,
-        device="cuda",
-        max_batch=4,
-        max_model_len=MAX_MODEL_LEN,
-        flags=split.with_(VT_EAGER=False),
+    eager, graph = (
+        LLM(model, "bfloat16", "cuda", max_num_seqs=4, max_model_len=MAX_MODEL_LEN, flags=split.with_(VT_EAGER=e))
+        for e in (True, False)
     )
     prompts = default_prompts(211, 17, LENS)
-    got = graph.generate(prompts, 10).tokens
+    got = greedy(graph, prompts, 10)
     # fails while split-KV reads context_lens on the host: the capture breaks and the runner goes eager
-    assert graph.use_graph and set(graph._graphs) == {4}, "the split-KV decode step was not captured"
-    assert got == eager.generate(prompts, 10).tokens
+    assert graph.runner.use_graph and graph.runner.captured == [(4, Mode.GREEDY)], "split-KV step not captured"
+    assert got == greedy(eager, prompts, 10)
     assert counts and min(counts) == max(counts) > 1  # the capacity, not the context, sized every call

@@ -90,12 +90,13 @@ def test_the_inputs_are_checked_once_at_the_table_naming_the_tensor() -> None:
 
 
 def test_a_runner_passes_its_snapshot_down_and_every_op_is_counted(tiny_model_dir) -> None:
-    from engine.runner import Runner
+    from engine.llm import LLM
+    from lab.drive import greedy
 
-    runner = Runner(tiny_model_dir, flags=REFERENCE)
-    runner.generate([[1, 2, 3]], 3)
+    llm = LLM(tiny_model_dir, max_num_seqs=1, max_model_len=16, flags=REFERENCE)
+    greedy(llm, [[1, 2, 3]], 3)
     ran = kernels.counts().ran
-    assert runner.flags is REFERENCE
+    assert llm.runner.flags is REFERENCE
     for op in (
         "embedding",
         "linear",
@@ -107,7 +108,7 @@ def test_a_runner_passes_its_snapshot_down_and_every_op_is_counted(tiny_model_di
         "greedy_argmax",
     ):
         assert ran[(op, "reference")] > 0, op
-    assert ran[("paged_decode_attention", "reference")] == 2 * runner.config.num_hidden_layers  # 2 decode steps
+    assert ran[("paged_decode_attention", "reference")] == 2 * llm.runner.config.num_hidden_layers  # 2 decode steps
 
 
 def test_a_gate_prints_the_arms_that_ran_and_fails_when_the_arm_under_test_never_ran(capsys) -> None:

@@ -12,8 +12,8 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.llm import TINY_MODEL
-from engine.runner import Runner
 from engine.sampler import Mode
+from lab.drive import greedy_tokens
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
 
@@ -24,15 +24,16 @@ def random_prompts(n: int, seed: int, lo: int = 1, hi: int = 40) -> list[list[in
 
 
 @pytest.fixture(scope="module")
-def solo() -> Runner:
-    return Runner(TINY_MODEL, max_batch=1, max_model_len=128)
+def solo() -> LLM:
+    """One request at a time, nothing cached between them: the reference each scheduled run must equal."""
+    return LLM(max_num_seqs=1, max_model_len=128, enable_prefix_caching=False)
 
 
-def solo_tokens(runner: Runner, prompt: list[int], n: int) -> list[int]:
-    return runner.generate([prompt], n).tokens[0]
+def solo_tokens(llm: LLM, prompt: list[int], n: int) -> list[int]:
+    return llm.generate([prompt], SamplingParams(max_tokens=n, **GREEDY))[0].token_ids
 
 
-def test_ten_requests_through_three_slots_give_the_solo_greedy_tokens(solo: Runner) -> None:
+def test_ten_requests_through_three_slots_give_the_solo_greedy_tokens(solo: LLM) -> None:
     prompts = random_prompts(10, 1)
     limits = [random.Random(2).randint(1, 20) for _ in range(10)]
     llm = LLM(max_num_seqs=3, max_model_len=128, max_num_batched_tokens=24)  # prompts of 25+ are chunked
@@ -45,7 +46,7 @@ def test_ten_requests_through_three_slots_give_the_solo_greedy_tokens(solo: Runn
     llm.runner.blocks.check_empty()
 
 
-def test_a_stop_token_ends_the_request_with_stop(solo: Runner) -> None:
+def test_a_stop_token_ends_the_request_with_stop(solo: LLM) -> None:
     prompt = random_prompts(1, 3)[0]
     plain = solo_tokens(solo, prompt, 12)
     i = next(i for i in range(2, 12) if plain[i] not in plain[:i])
@@ -58,7 +59,7 @@ def test_a_stop_token_ends_the_request_with_stop(solo: Runner) -> None:
     assert (out[1].token_ids, out[1].finish_reason) == (plain, "length")
 
 
-def test_the_generation_configs_eos_ends_a_request_unless_ignored(solo: Runner, tmp_path: Path) -> None:
+def test_the_generation_configs_eos_ends_a_request_unless_ignored(solo: LLM, tmp_path: Path) -> None:
     prompt = random_prompts(1, 4)[0]
     plain = solo_tokens(solo, prompt, 12)
     i = next(i for i in range(2, 12) if plain[i] not in plain[:i])
@@ -114,7 +115,7 @@ def test_a_seed_reproduces_its_sample_whatever_runs_beside_it() -> None:
     assert all(o.token_ids != alone for o in reseeded) and reseeded[0].token_ids != reseeded[1].token_ids
 
 
-def test_temperature_zero_with_filters_is_the_greedy_run(solo: Runner) -> None:
+def test_temperature_zero_with_filters_is_the_greedy_run(solo: LLM) -> None:
     prompts = random_prompts(3, 7)
     outs = LLM(max_model_len=128).generate(
         prompts, SamplingParams(temperature=0, top_k=3, top_p=0.5, max_tokens=10, ignore_eos=True)
@@ -123,7 +124,7 @@ def test_temperature_zero_with_filters_is_the_greedy_run(solo: Runner) -> None:
 
 
 @pytest.mark.parametrize("num_blocks", range(4, 18))
-def test_a_small_block_budget_completes_every_request_by_preemption(solo: Runner, num_blocks: int) -> None:
+def test_a_small_block_budget_completes_every_request_by_preemption(solo: LLM, num_blocks: int) -> None:
     # 6 requests of up to 12 + 16 tokens, blocks of 8: 4 blocks each at most, 17 for all of them at once;
     # below 10 blocks this workload must preempt (measured), from 17 it never needs to
     prompts = random_prompts(6, 8, 1, 12)
@@ -146,7 +147,7 @@ def test_a_small_block_budget_completes_every_request_by_preemption(solo: Runner
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("fail_at", [0, 1, 3, 6, 10])
 def test_an_error_mid_run_frees_every_block(
-    solo: Runner, monkeypatch: pytest.MonkeyPatch, fail_at: int, overlap: bool
+    solo: LLM, monkeypatch: pytest.MonkeyPatch, fail_at: int, overlap: bool
 ) -> None:
     from engine.flags import FlagSnapshot
 
@@ -178,7 +179,7 @@ def test_an_error_mid_run_frees_every_block(
     assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 12) for p in prompts]
 
 
-def test_prefix_caching_computes_a_shared_prefix_once(solo: Runner) -> None:
+def test_prefix_caching_computes_a_shared_prefix_once(solo: LLM) -> None:
     rng = random.Random(10)
     prefix = [rng.randrange(512) for _ in range(48)]  # 3 full blocks of 16
     prompts = [prefix + [rng.randrange(512) for _ in range(n)] for n in (5, 9, 1)]
@@ -214,7 +215,7 @@ def test_prefix_caching_computes_a_shared_prefix_once(solo: Runner) -> None:
         ("text", None, None),  # a good text prompt: the control
     ],
 )
-def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: Runner, prompt, params, message) -> None:
+def test_bad_input_names_the_request_and_field_and_fails_only_it(solo: LLM, prompt, params, message) -> None:
     llm = LLM(max_model_len=64)
     good = [3, 4, 5]
     if message is None:
@@ -287,14 +288,13 @@ def test_cuda_graph_steps_sample_deterministically() -> None:
     llm = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64, enable_prefix_caching=False)
     first = [o.token_ids for o in llm.generate(prompts, params)]
     assert llm.runner.use_graph, "the sampling decode step fell back to eager: an op in it is not capturable"
-    assert Mode.FILTERED in {mode for _, mode in llm.runner._sample_graphs}
+    assert Mode.FILTERED in {mode for _, mode in llm.runner.captured}
     assert [o.token_ids for o in llm.generate(prompts, params)] == first  # replay is deterministic
     eager = LLM(device="cuda", dtype="bfloat16", max_model_len=128, num_blocks=64, enable_prefix_caching=False)
     eager.runner.use_graph = False
     assert [o.token_ids for o in eager.generate(prompts, params)] == first  # the graph samples what eager does
-    # the greedy row equals Runner.generate's over the same batch (the same padded GEMM shapes)
-    greedy = Runner(TINY_MODEL, torch.bfloat16, "cuda", max_batch=6, max_model_len=128)
-    assert first[0] == greedy.generate(prompts, 24).tokens[0]
+    # the greedy row equals an all-greedy run's over the same batch (the same padded GEMM shapes)
+    assert first[0] == greedy_tokens(TINY_MODEL, prompts, 24, "bfloat16", "cuda")[0]
 
 
 def assert_partings_are_near_ties(
@@ -383,7 +383,7 @@ def async_flags():  # type: ignore[no-untyped-def]
         {"max_num_seqs": 6, "max_model_len": 64, "num_blocks": 7, "block_size": 8},  # preemption
     ],
 )
-def test_async_scheduling_gives_the_synchronous_outputs(solo: Runner, config: dict) -> None:
+def test_async_scheduling_gives_the_synchronous_outputs(solo: LLM, config: dict) -> None:
     """VT_ASYNC_SCHEDULE: the next step is scheduled and staged before the step in flight is read back; every
     request's tokens and finish reason are the synchronous run's, stop tokens and EOS included."""
     prompts = random_prompts(10, 14, 1, 30)
@@ -417,11 +417,11 @@ def test_async_scheduling_gives_the_synchronous_outputs(solo: Runner, config: di
     if config.get("num_blocks"):
         assert llm.stats["preemptions"] > 0
     llm.scheduler.check_empty()
-    assert not llm.has_unfinished_requests() and llm._inflight is None
+    assert not llm.has_unfinished_requests() and not llm.in_flight
 
 
 @pytest.mark.parametrize("fail_at", [0, 2, 5, 9])
-def test_async_scheduling_frees_everything_when_a_read_fails(solo: Runner, monkeypatch, fail_at: int) -> None:
+def test_async_scheduling_frees_everything_when_a_read_fails(solo: LLM, monkeypatch, fail_at: int) -> None:
     llm = LLM(max_num_seqs=3, max_model_len=64, num_blocks=8, block_size=8, flags=async_flags())
     prompts = random_prompts(5, 9, 5, 20)
     real, calls = llm.runner.read_tokens, []
@@ -436,7 +436,7 @@ def test_async_scheduling_frees_everything_when_a_read_fails(solo: Runner, monke
     with pytest.raises(RuntimeError, match="device lost"):
         llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
     llm.scheduler.check_empty()
-    assert not llm.has_unfinished_requests() and llm._inflight is None
+    assert not llm.has_unfinished_requests() and not llm.in_flight
     monkeypatch.setattr(llm.runner, "read_tokens", real)
     outs = llm.generate(prompts, SamplingParams(max_tokens=12, **GREEDY))
     assert [o.token_ids for o in outs] == [solo_tokens(solo, p, 12) for p in prompts]

@@ -126,7 +126,7 @@ def test_a_one_token_prompt_in_a_reused_slot_starts_from_zeros(case, monkeypatch
     llm = serve(path, max_num_seqs=1)
     outs = llm.generate([first, one], [SamplingParams(max_tokens=n, **GREEDY) for n in (LIMITS[3], LIMITS[0])])
     assert [o.token_ids for o in outs] == [theirs[3], theirs[0]]
-    monkeypatch.setattr(llm.runner, "_reset_states", lambda rows: None)
+    monkeypatch.setattr(llm.runner, "reset_states", lambda rows: None)
     outs = llm.generate([first, one], [SamplingParams(max_tokens=n, **GREEDY) for n in (LIMITS[3], LIMITS[0])])
     assert outs[1].token_ids != theirs[0]
 
@@ -176,10 +176,10 @@ def test_graphed_serving_equals_transformers_on_the_gpu(next_checkpoint, model: 
               max_num_batched_tokens=24, flags=flags)  # fmt: skip
     outs = [o.token_ids for o in llm.generate(prompts, params())]
     seen = kernels.counts()
-    print(f"{model} fp32 {sorted(arms) or 'defaults'}: stats={llm.stats} graphs={sorted(llm.runner._sample_graphs)}")
+    print(f"{model} fp32 {sorted(arms) or 'defaults'}: stats={llm.stats} graphs={llm.runner.captured}")
     print(kernels.render_counts(seen))
     assert outs == theirs
-    assert llm.runner.use_graph and llm.runner._sample_graphs, "the decode step fell back to eager"
+    assert llm.runner.use_graph and llm.runner.captured, "the decode step fell back to eager"
     assert llm.stats["preemptions"] > 0 and llm.stats["decode_steps"] > 0
     if arms:
         assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0 and kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", seen) > 0
@@ -189,6 +189,6 @@ def test_graphed_serving_equals_transformers_on_the_gpu(next_checkpoint, model: 
         bf16 = LLM(path, "bfloat16", "cuda", max_num_seqs=3, max_model_len=96, block_size=8, num_blocks=16,
                    max_num_batched_tokens=24, flags=flags.with_(VT_EAGER=eager))  # fmt: skip
         runs.append([o.token_ids for o in bf16.generate(prompts, params())])
-        assert bool(bf16.runner._sample_graphs) is not eager
+        assert bool(bf16.runner.captured) is not eager
         bf16.scheduler.check_empty()
     assert runs[0] == runs[1], "bf16: the graphed serving steps give other tokens than the eager ones"

@@ -7,7 +7,8 @@ import torch
 
 from engine.flags import FlagSnapshot
 from engine.ops.sample import _top_k_set, _top_p_set, sample_top_k_top_p
-from engine.sampler import Mode, SamplingInputs, batch_mode, sample
+from engine.runner import StepRow, rows_mode
+from engine.sampler import Mode, SamplingInputs, sample
 
 SNAP = FlagSnapshot.defaults()  # the default arms (on the CPU: the references)
 
@@ -142,7 +143,12 @@ def test_a_seed_gives_the_same_token_whatever_is_beside_it() -> None:
     assert len(set(many)) > 10
 
 
-def test_batch_mode_picks_the_cheapest_step_that_serves_every_row() -> None:
+def batch_mode(temperatures: list[float], top_ks: list[int], top_ps: list[float], vocab: int) -> Mode:
+    rows = [StepRow([1], 0, [0], t, k, p) for t, k, p in zip(temperatures, top_ks, top_ps)]
+    return rows_mode(rows, vocab)
+
+
+def test_rows_mode_picks_the_cheapest_step_that_serves_every_row() -> None:
     assert batch_mode([0.0, 0.0], [5, -1], [0.5, 1.0], 100) is Mode.GREEDY  # greedy rows ignore k and p
     assert batch_mode([0.0, 0.8], [-1, 0], [1.0, 1.0], 100) is Mode.RANDOM
     assert batch_mode([0.8], [100], [1.0], 100) is Mode.RANDOM  # k >= vocab keeps everything

@@ -120,10 +120,6 @@ def _matching_open(text: str, close: int, open_ch: str, close_ch: str) -> int:
     return -1
 
 
-def _matching_close(text: str, open_: int) -> int:
-    return _close_parens(text).get(open_, -1)
-
-
 @lru_cache(maxsize=16)
 def _close_parens(text: str) -> dict[int, int]:
     """Offset of each `(` -> offset of its matching `)`, from one pass over `text` (an unclosed `(` is

@@ -12,7 +12,7 @@ from engine.flags import FlagSnapshot
 from engine.model import qwen3
 from engine.model.layers import MergedLinear
 from engine.model.loader import load_model
-from engine.runner import Runner
+from lab.drive import greedy_tokens
 
 
 def test_flag_is_on_after_its_flip() -> None:
@@ -64,7 +64,7 @@ def test_loading_a_checkpoint_fills_the_merged_weights(tiny_checkpoint) -> None:
 def test_merged_path_decodes_the_same_tokens(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tiny_checkpoint("dense", 1)
     prompts = [[3, 17, 29, 101, 7], [11, 5]]
-    separate = Runner(path, torch.float32, max_batch=2, max_model_len=32).generate(prompts, 8).tokens
+    separate = greedy_tokens(path, prompts, 8, torch.float32)
     calls = []
     real = MergedLinear.forward
 
@@ -81,7 +81,7 @@ def test_merged_path_decodes_the_same_tokens(tiny_checkpoint, monkeypatch: pytes
     monkeypatch.setattr(qwen3, "merged_projections", lambda x, flags: True)  # the GPU route, forced on the CPU
     monkeypatch.setattr(MergedLinear, "forward", counted)
     monkeypatch.setattr(qwen3, "norm_linear", counted_norm_linear)
-    merged = Runner(path, torch.float32, max_batch=2, max_model_len=32).generate(prompts, 8).tokens
+    merged = greedy_tokens(path, prompts, 8, torch.float32)
     assert merged == separate
     assert calls, "the merged GEMMs never ran"
     assert len(set(sum(separate, []))) > 3, separate  # not one repeated token

@@ -17,6 +17,7 @@ from engine.model.layers import QuantLinear
 from engine.model.loader import LoadError, load_model
 from engine.runner import Runner
 from lab.data.make_tiny_quant import METHODS, PROJECTIONS
+from lab.drive import greedy, greedy_llm, greedy_tokens
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
 
@@ -60,7 +61,7 @@ def test_dequantized_weights_equal_the_quantizers_values(quant_pair, method: str
 def test_greedy_ids_equal_transformers_on_the_dequantized_twin(quant_pair, method: str, dtype: torch.dtype) -> None:
     quant, dense = quant_pair(method)
     prompts = default_prompts(211, 3, LENS)
-    ours = Runner(quant, dtype, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    ours = greedy_tokens(quant, prompts, NEW, dtype)
     oracle = Oracle(dense, dtype)
     result = token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts])
     assert result.passed, result.render()
@@ -74,7 +75,7 @@ def test_a_misread_zero_offset_fails_the_gate(quant_pair, tmp_path) -> None:
         quant, tmp_path / "v2", edit_config=lambda c: c["quantization_config"].update(checkpoint_format="gptq_v2")
     )
     prompts = default_prompts(211, 3, LENS)
-    ours = Runner(wrong, torch.float32, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    ours = greedy_tokens(wrong, prompts, NEW, torch.float32)
     oracle = Oracle(dense, torch.float32)
     assert not token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts]).passed
 
@@ -264,13 +265,13 @@ def test_sorted_act_order_rows_without_the_input_permutation_fail_the_gate(quant
     # seeded bug: rows sorted by g_idx but x left in checkpoint order
     quant, dense = quant_pair("gptq-act-order")
     prompts = default_prompts(211, 3, LENS)
-    runner = Runner(quant, torch.float32, max_batch=len(prompts), max_model_len=64)
+    llm = greedy_llm(quant, torch.float32, "cpu", prompts, NEW)
     dropped = 0
-    for module in runner.model.modules():
+    for module in llm.runner.model.modules():
         if isinstance(module, QuantLinear) and module.input_perm is not None:
             module.input_perm = None
             dropped += 1
     assert dropped == 2 * len(PROJECTIONS)
     oracle = Oracle(dense, torch.float32)
-    ours = runner.generate(prompts, NEW).tokens
+    ours = greedy(llm, prompts, NEW)
     assert not token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts]).passed

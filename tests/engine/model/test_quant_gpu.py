@@ -9,7 +9,7 @@ import torch
 
 from engine import kernels
 from engine.flags import FlagSnapshot
-from engine.runner import Runner
+from lab.drive import greedy_tokens
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
 
@@ -40,18 +40,15 @@ def test_bf16_greedy_ids_equal_transformers_on_the_gpu(quant_pair, method: str, 
     quant, dense = quant_pair(method)
     prompts = default_prompts(211, 3, LENS)
     kernels.reset_counts()
-    runner = Runner(
-        quant,
-        torch.bfloat16,
-        "cuda",
-        max_batch=len(prompts),
-        max_model_len=64,
-        flags=FlagSnapshot.defaults().with_(**settings),
-    )
+    flags = FlagSnapshot.defaults().with_(**settings)
+
+    def run(batch: list[list[int]]) -> list[list[int]]:
+        return greedy_tokens(quant, batch, NEW, torch.bfloat16, "cuda", flags)
+
     # The fused GEMV is the M = 1 arm: a batch of three decodes at M = 3 and takes dequant-then-GEMM, so that
     # arm's gate decodes each prompt alone.
     solo = arm == "dequant-gemv"
-    tokens = [runner.generate([p], NEW).tokens[0] for p in prompts] if solo else runner.generate(prompts, NEW).tokens
+    tokens = [run([p])[0] for p in prompts] if solo else run(prompts)
     oracle = Oracle(dense, torch.bfloat16, "cuda")
     result = token_gate(prompts, tokens, [oracle.greedy(p, NEW) for p in prompts])
     assert result.passed, result.render()
@@ -72,15 +69,8 @@ def test_the_fused_gemv_passes_the_near_tie_razor_at_batch_one(quant_pair, metho
     prompts = default_prompts(211, 5)
     new = 32
     kernels.reset_counts()
-    runner = Runner(
-        quant,
-        torch.bfloat16,
-        "cuda",
-        max_batch=1,
-        max_model_len=max(len(p) for p in prompts) + new,
-        flags=FlagSnapshot.defaults().with_(VT_DEQUANT_GEMV=True),
-    )
-    ours = [runner.generate([p], new).tokens[0] for p in prompts]
+    flags = FlagSnapshot.defaults().with_(VT_DEQUANT_GEMV=True)
+    ours = [greedy_tokens(quant, [p], new, torch.bfloat16, "cuda", flags)[0] for p in prompts]
     op = f"{family(method)}_linear"
     assert kernels.counts().ran[(op, "gemv")], f"{op}/gemv never ran\n{kernels.render_counts()}"
     setup = harness.Setup(quant, prompts, new, "bfloat16", "cuda", oracle_dir=dense)

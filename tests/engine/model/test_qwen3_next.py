@@ -11,6 +11,7 @@ from engine import kernels
 from engine.model.config import ConfigError, parse_config
 from engine.ops import gdn
 from engine.runner import Runner, StepRow
+from lab.drive import Session, greedy_tokens
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
 from tests.engine.model.qwen3_next_tiny import CASES, LENS, NEW, NEXT_TINY, next_checkpoint
@@ -19,7 +20,7 @@ __all__ = ["next_checkpoint"]  # the fixture, imported
 
 
 def generate_both(path: Path, dtype: torch.dtype, prompts: list[list[int]]) -> tuple[list, list]:
-    ours = Runner(path, dtype, max_batch=len(prompts), max_model_len=128).generate(prompts, NEW).tokens
+    ours = greedy_tokens(path, prompts, NEW, dtype)
     oracle = Oracle(path, dtype)
     return ours, [oracle.greedy(p, NEW) for p in prompts]
 
@@ -34,10 +35,12 @@ def test_greedy_ids_equal_transformers_generate(next_checkpoint, name: str) -> N
     assert result.passed, result.render()
     assert all(len(set(t)) > 3 for t in ours), ours  # teeth: not one repeated token
     ran = kernels.counts().ran
-    # every prompt went through the chunked prefill and every later token through the decode step
+    # every prompt went through the chunked prefill and every later token through the decode step; a one-token
+    # prompt is a decode row of the serving step (its state starts from zero)
     linear_layers = sum(1 for t in parse_config_of(path).gdn.layer_types if t == "linear_attention")
-    assert ran[("gated_delta_chunked", "reference")] == len(LENS) * linear_layers
-    assert ran[("gated_delta_decode", "reference")] == (NEW - 1) * linear_layers
+    single = sum(n == 1 for n in LENS)
+    assert ran[("gated_delta_chunked", "reference")] == (len(LENS) - single) * linear_layers
+    assert ran[("gated_delta_decode", "reference")] == (NEW - 1 + single) * linear_layers
 
 
 def parse_config_of(path: Path):
@@ -83,7 +86,7 @@ def test_the_token_gate_catches_a_seeded_bug(next_checkpoint, monkeypatch, bug: 
             return decode(*args, **{**kw, "use_qk_l2norm": False})
 
         monkeypatch.setattr(kernels.gated_delta_decode, "reference", no_l2)
-    ours = Runner(path, torch.float32, max_batch=len(prompts), max_model_len=128).generate(prompts, NEW).tokens
+    ours = greedy_tokens(path, prompts, NEW, torch.float32)
     assert not token_gate(prompts, ours, theirs).passed
 
 
@@ -130,7 +133,9 @@ def test_runner_holds_the_state_beside_an_attention_only_kv_cache(next_checkpoin
     assert state is not None and sorted(state.ssm) == [0, 2] and state.slots == 3  # two sequences and scratch
     assert state.ssm[0].shape == (3, 4, 16, 12) and state.ssm[0].dtype == torch.float32
     assert state.conv[0].shape == (3, 2 * 2 * 16 + 4 * 12, 4)
-    runner.generate([[1, 2, 3]], 2)
+    session = Session(runner, [0], [[1, 2, 3]])
+    session.prefill()
+    session.decode()
     assert state.ssm[0][0].abs().sum() > 0 and state.ssm[0][1].abs().sum() == 0  # only sequence 0's slot
     with pytest.raises(ValueError, match="a serving row has state slot -1, not in 0..1"):
         runner.run_step([StepRow([1, 2], 0, [0])], decode=False)  # serving rows name their state slot

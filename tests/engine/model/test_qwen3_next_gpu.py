@@ -14,6 +14,7 @@ import torch
 from engine import kernels
 from engine.flags import FlagSnapshot
 from engine.runner import Runner
+from lab.drive import greedy, greedy_llm, greedy_tokens
 from lab.gates.neartie import near_tie_gate
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
@@ -38,10 +39,12 @@ def cuda() -> None:
 
 
 def generate(path, dtype: torch.dtype, prompts: list[list[int]], settings: dict[str, bool]) -> Runner:
+    """The greedy ids through LLM (as `.tokens` on its runner, returned)."""
     flags = FlagSnapshot.defaults().with_(**settings)
-    runner = Runner(path, dtype, device="cuda", max_batch=len(prompts), max_model_len=128, flags=flags)
-    runner.tokens = runner.generate(prompts, NEW).tokens  # type: ignore[attr-defined]
-    return runner
+    llm = greedy_llm(path, dtype, "cuda", prompts, NEW, flags)
+    tokens = greedy(llm, prompts, NEW)
+    llm.runner.tokens = tokens  # type: ignore[attr-defined]
+    return llm.runner
 
 
 @pytest.mark.parametrize("arm", list(ARMS))
@@ -53,13 +56,13 @@ def test_greedy_ids_equal_transformers_on_the_gpu(next_checkpoint, model: str, d
     kernels.reset_counts()
     runner = generate(path, DTYPES[dtype], prompts, ARMS[arm])
     seen = kernels.counts()
-    print(f"{model} {dtype} {arm}: graphed={bool(runner._graphs)}\n{kernels.render_counts(seen)}")
+    print(f"{model} {dtype} {arm}: graphed={runner.captured}\n{kernels.render_counts(seen)}")
     oracle = Oracle(path, DTYPES[dtype], device="cuda")
     theirs = [oracle.greedy(p, NEW) for p in prompts]
     result = token_gate(prompts, runner.tokens, theirs)  # type: ignore[attr-defined]
     assert result.passed, result.render()
     if arm == "gdn-kernels":
-        assert runner._graphs and runner.use_graph  # the decode step was captured with the GDN kernel in it
+        assert runner.captured and runner.use_graph  # the decode step was captured with the GDN kernel in it
         assert seen.ran[("gated_delta_chunked", "cuda")] == len(prompts) * 2  # every prompt, both delta net layers
         assert seen.ran[("gated_delta_decode", "cuda")] > 0
         assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0 and kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", seen) > 0
@@ -73,7 +76,7 @@ def test_graphed_decode_equals_eager_with_the_gdn_kernel(next_checkpoint, model:
     prompts = default_prompts(211, 12, LENS)
     graphed = generate(path, torch.bfloat16, prompts, GDN_ARMS)
     eager = generate(path, torch.bfloat16, prompts, {**GDN_ARMS, "VT_EAGER": True})
-    assert graphed._graphs and graphed.use_graph and not eager._graphs
+    assert graphed.captured and graphed.use_graph and not eager.captured
     assert graphed.tokens == eager.tokens  # type: ignore[attr-defined]
     assert graphed.recurrent is not None and eager.recurrent is not None
     rows = len(prompts)  # the sequences' slots, after the last decode step; the scratch slot may differ
@@ -92,9 +95,8 @@ def test_bf16_razor_prompts_token_exact_and_the_oracles_own_razor(next_checkpoin
     path = next_checkpoint(model)
     prompts = default_prompts(211, 0, RAZOR_LENS)
     flags = FlagSnapshot.defaults().with_(**GDN_ARMS)
-    runner = Runner(path, torch.bfloat16, device="cuda", max_batch=len(prompts), max_model_len=160, flags=flags)
     kernels.reset_counts()
-    ours = runner.generate(prompts, 64).tokens
+    ours = greedy_tokens(path, prompts, 64, torch.bfloat16, "cuda", flags)
     assert kernels.arms_ran("VT_GDN_KERNEL") > 0 and kernels.arms_ran("VT_GDN_CHUNKED_KERNEL") > 0
     oracle = Oracle(path, torch.bfloat16, device="cuda")
     theirs = [oracle.greedy(p, 64) for p in prompts]

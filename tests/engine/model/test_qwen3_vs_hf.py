@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.runner import Runner
+from lab.drive import greedy_tokens
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
 
@@ -23,7 +23,7 @@ CASES = {
 
 
 def generate_both(path, dtype: torch.dtype, prompts: list[list[int]]) -> tuple[list, list]:
-    ours = Runner(path, dtype, max_batch=len(prompts), max_model_len=64).generate(prompts, NEW).tokens
+    ours = greedy_tokens(path, prompts, NEW, dtype)
     oracle = Oracle(path, dtype)
     return ours, [oracle.greedy(p, NEW) for p in prompts]
 

@@ -51,8 +51,11 @@ def test_ab_on_the_decode_step_writes_a_record(tmp_path, capsys) -> None:
             "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
-    assert rc == 0
-    out = capsys.readouterr().out
+    # on the CPU the merged projections (a GPU arm) run on neither side: the record is written, the A/B fails
+    assert rc == 1
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "the arms VT_MERGED_PROJ gates ran 0 times on both sides" in captured.err
     assert "A/B VT_MERGED_PROJ on decode-step" in out
     record = read_record(next(tmp_path.glob("*.json")))
     assert record["results"]["workload"] == "decode-step"
@@ -105,7 +108,7 @@ def test_ab_of_the_dequant_gemv_on_a_quantized_step_writes_a_record(tmp_path, ca
             "--allow-dirty",  # a test run, not evidence: the tree may be mid-edit
         ]
     )
-    assert rc == 0
+    assert rc == 1  # the CPU runs no dequant GEMV on either side: recorded, and refused as a measurement
     assert "A/B VT_DEQUANT_GEMV on decode-step-awq" in capsys.readouterr().out
     record = read_record(next(tmp_path.glob("*.json")))
     assert record["results"]["workload"] == "decode-step-awq"
@@ -160,7 +163,9 @@ def test_the_qwen3next_step_reads_its_state_slots_and_reset_restores_the_state(m
 def test_ab_of_the_gdn_kernel_on_the_qwen3next_step_writes_a_record(monkeypatch, tmp_path, capsys) -> None:
     monkeypatch.setattr(step_workload, "QWEN3_NEXT", TINY_NEXT)
     argv = ["--flag", "VT_GDN_KERNEL", "--workload", "decode-step-qwen3next", "--shape", "ctx=37,batch=2,layers=4"]
-    assert ab.main([*argv, "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path), "--allow-dirty"]) == 0
+    assert (
+        ab.main([*argv, "--reps", "3", "--device", "cpu", "--ledger", str(tmp_path), "--allow-dirty"]) == 1
+    )  # no CUDA arm
     out = capsys.readouterr().out
     assert "A/B VT_GDN_KERNEL on decode-step-qwen3next" in out
     assert "max |on - off| = 0\n" in out  # on the CPU both arms run the reference, from the same reset state

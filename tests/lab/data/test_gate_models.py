@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine.model.config import load_config
-from engine.runner import Runner
 from lab.data.gate_models import GATE_MODELS, WINDOW, write_gate_models
+from lab.drive import greedy, greedy_llm, greedy_tokens
 from lab.gates.oracle import Oracle
 from lab.gates.tokens import default_prompts, token_gate
 
@@ -37,7 +37,7 @@ def test_gate_model_is_token_exact(gate_dirs, name: str, dtype: torch.dtype) -> 
     assert config.sliding_windows == (None, WINDOW, None)
     assert json.loads((path / "config.json").read_text())["layer_types"][1] == "sliding_attention"
     prompts = default_prompts(config.vocab_size, 3, LENS)
-    ours = Runner(path, dtype, max_batch=len(prompts), max_model_len=LENS[-1] + NEW).generate(prompts, NEW).tokens
+    ours = greedy_tokens(path, prompts, NEW, dtype)
     oracle = Oracle(path, dtype)
     result = token_gate(prompts, ours, [oracle.greedy(p, NEW) for p in prompts])
     assert result.passed, result.render()
@@ -47,7 +47,7 @@ def test_gate_model_is_token_exact(gate_dirs, name: str, dtype: torch.dtype) -> 
 def test_long_model_is_token_exact_past_its_window(gate_dirs) -> None:
     path = gate_dirs["long"]
     prompts = default_prompts(load_config(path).vocab_size, 4, (700, 45))
-    ours = Runner(path, torch.float32, max_batch=2, max_model_len=720).generate(prompts, 6).tokens
+    ours = greedy_tokens(path, prompts, 6, torch.float32)
     oracle = Oracle(path, torch.float32)
     result = token_gate(prompts, ours, [oracle.greedy(p, 6) for p in prompts])
     assert result.passed, result.render()
@@ -57,8 +57,8 @@ def test_window_matters(gate_dirs) -> None:
     """Without its window the model's greedy ids change: the window is not a no-op on these prompts."""
     path = gate_dirs["d128-g4"]
     prompts = default_prompts(load_config(path).vocab_size, 3, LENS)
-    with_window = Runner(path, torch.float32, max_batch=3, max_model_len=80).generate(prompts, NEW).tokens
-    runner = Runner(path, torch.float32, max_batch=3, max_model_len=80)
-    for layer in runner.model.model.layers:
+    with_window = greedy_tokens(path, prompts, NEW, torch.float32)
+    llm = greedy_llm(path, torch.float32, "cpu", prompts, NEW)
+    for layer in llm.runner.model.model.layers:
         layer.self_attn.sliding_window = None
-    assert runner.generate(prompts, NEW).tokens != with_window
+    assert greedy(llm, prompts, NEW) != with_window

@@ -10,7 +10,7 @@ import torch
 import engine.ops.paged_attn as paged_attn
 import engine.ops.rope as rope_ops
 from engine import kernels
-from engine.runner import Runner
+from engine.step_inputs import StepInputs
 from lab.gates import harness, teeth
 from lab.gates.harness import Setup
 from lab.gates.neartie import EXACT
@@ -43,13 +43,14 @@ def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode reads every sequence's K/V one block over from where prefill and decode stored it."""
-    real = Runner.block_table
+    """Decode reads every sequence's K/V one block over from where prefill and decode stored it (the decode
+    step's staged block tables rotated by one: a sequence of one block is untouched, the longer ones are not)."""
+    real = StepInputs.fill
 
-    def wrong(self: Runner, seq_id: int) -> list[int]:
-        return [(b + 1) % self.blocks.num_blocks for b in real(self, seq_id)]
+    def wrong(self: StepInputs, tokens, positions, slots, tables, state_slots=None) -> None:  # type: ignore[no-untyped-def]
+        return real(self, tokens, positions, slots, [t[1:] + t[:1] for t in tables], state_slots)
 
-    monkeypatch.setattr(Runner, "block_table", wrong)
+    monkeypatch.setattr(StepInputs, "fill", wrong)
 
 
 BUGS = {"swapped-rope-halves": swapped_rope_halves, "block-table-off-by-one": block_table_off_by_one}

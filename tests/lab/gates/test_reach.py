@@ -136,7 +136,7 @@ def test_a_fall_to_a_notice_arm_is_said_once_per_reason(capsys, monkeypatch) -> 
 
 
 def test_an_extend_attention_setting_runs_chunked_prefill(tmp_path) -> None:
-    """Runner.generate never calls extend_attention; a setting of that op generates through engine.LLM in chunks."""
+    """The gates' one-step prefill of the whole batch never calls extend_attention; a setting of that op generates through engine.LLM in chunks."""
     from lab.data.gate_models import write_gate_models
     from lab.gates.oracle import Oracle
     from lab.gates.tokens import default_prompts
