@@ -34,6 +34,7 @@ for _dep in ("pydantic", "ruamel.yaml"):
 EXTRA_COMMANDS: dict[str, str] = {
     "render": ".commands.render",
     "row": ".commands.row",
+    "records": ".commands.records",
     "claim": ".commands.claim",
     "trailers": ".commands.trailers",
     "init": ".commands.init",

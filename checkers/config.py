@@ -136,6 +136,11 @@ class TableSource(Strict):
     placeholders: list[str] = Field(
         default_factory=lambda: ["", "-", "none"], description="cell texts that leave a field unset (any case)"
     )
+    imported: bool = Field(
+        False,
+        description="its records were imported into record files (`rowgate records import`): the table is no "
+        "longer read as records, the kind's record files are, and `rowgate render --tables` writes it back",
+    )
 
     @field_validator("columns")
     @classmethod

@@ -31,6 +31,14 @@ class Blocker(Strict):
     unblock_when: str = Field(min_length=1, description="the condition that unblocks the row")
 
 
+class TableCells(Strict):
+    """The markdown table line a record was imported from (`rowgate records import`): every cell as written,
+    by its header, so that `rowgate render --tables` writes the line back without losing a column."""
+
+    path: str = Field(min_length=1, description="the table's file")
+    cells: dict[str, str] = Field(description="header (as written; a repeated one gets ' #2') -> cell text")
+
+
 class Row(Strict):
     id: str = Field(min_length=1, description="fully matches rows.id_pattern (checked when records load)")
     area: str
@@ -45,6 +53,7 @@ class Row(Strict):
     evidence: list[str] = Field(default_factory=list, description="ledger entry paths")
     closing_commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,40}$")
     blocker: Blocker | None = None
+    table: TableCells | None = None
 
 
 class Claim(Strict):
@@ -54,6 +63,7 @@ class Claim(Strict):
     branch: str = Field(min_length=1)
     owner: str = Field(min_length=1)
     since: dt.date
+    table: TableCells | None = None
 
     @model_validator(mode="after")
     def _names_a_row(self) -> Claim:
@@ -145,7 +155,9 @@ def load_records(root: Path, config: Config | None = None) -> Records:
     sources = config.sources
     rec = Records()
     base = root / AGENTS
-    _files_of(rec, root, base, sources.rows, sources.claims, sources.issues, sources.ledger)
+    _files_of(
+        rec, root, base, *(_reads_files(k) for k in (sources.rows, sources.claims, sources.issues, sources.ledger))
+    )
     if any(k.tables for k in (sources.rows, sources.claims, sources.issues, sources.ledger)):
         from .recordsources.load import load_tables  # only where the config names record tables
 
@@ -157,6 +169,13 @@ def load_records(root: Path, config: Config | None = None) -> Records:
             spec = parse_spec(text, _rel(root, path))
             rec.specs[spec.path] = spec
     return rec
+
+
+def _reads_files(kind: KindSource) -> KindSource:
+    """A kind whose tables were imported reads its record files, whatever `files` says."""
+    if kind.files or not any(t.imported for t in kind.tables):
+        return kind
+    return kind.model_copy(update={"files": True})
 
 
 def check_rows(rec: Records, config: Config) -> None:
@@ -203,6 +222,8 @@ def _files_of(
             )
         elif loaded:
             rec.rows[loaded.model.id] = loaded
+            if loaded.model.table is not None:  # imported from a table: counted with that table's rows
+                rec.tables.setdefault(loaded.model.table.path, []).append(loaded.model.id)
     return _claims_issues_ledger(rec, root, base, claims, issues, ledger)
 
 

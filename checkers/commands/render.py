@@ -1,4 +1,6 @@
-"""`rowgate render [--check]`: write the public views from the records, or fail with a diff when stale."""
+"""`rowgate render [--check] [--tables]`: write the public views from the records, or fail with a diff when
+stale. Markdown record tables whose records were imported into record files (`imported: true` in
+`sources:`) are views too: their record lines are written back from the record files."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ from ..atomicio import Transaction
 from ..paths import confine
 from ..records import load_records
 from ..render import load_views, stale_views
-from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS
+from ..results import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 
 if TYPE_CHECKING:
     from ..context import Context
+    from ..records import Records
+    from ..recordsources.migrate import Rendered
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
@@ -29,6 +33,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         "--check",
         action="store_true",
         help="write nothing; fail (exit 1) with a diff when a rendered file is out of date",
+    )
+    p.add_argument(
+        "--tables",
+        action="store_true",
+        help="only the imported markdown record tables (`imported: true` in `sources:`), not the other views",
     )
     p.add_argument("--repo", type=Path, help="repository (default: the one containing the cwd)")
     p.set_defaults(func=run)
@@ -51,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     lock = contextlib.nullcontext() if args.check else records_lock(ctx.root / ".agents")
     try:
         with lock:
-            return _render(ctx, args.check)
+            return _render(ctx, args.check, args.tables)
     except (RecordError, FlagDeclError, OutsideRepo, LockTimeout) as exc:
         return _setup_error(exc)
     except OSError as exc:
@@ -59,9 +68,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def _render(ctx: Context, check: bool) -> int:
+def _render(ctx: Context, check: bool, tables_only: bool = False) -> int:
     records = load_records(ctx.root, ctx.config)
-    views = load_views(ctx.root, records, ctx.config)
+    views = {} if tables_only else load_views(ctx.root, records, ctx.config)
+    sources = ctx.config.sources
+    imported = any(t.imported for kind in (sources.rows, sources.claims) for t in kind.tables)
+    if tables_only and not imported:
+        print("rowgate: no table source has `imported: true`; run `rowgate records import` first", file=sys.stderr)
+        return EXIT_USAGE
+    tables = _tables(ctx, records, views) if imported else {}
     if records.problems:
         print(
             f"rowgate: {len(records.problems)} record(s) do not validate; run `rowgate check agent-record` first",
@@ -69,6 +84,10 @@ def _render(ctx: Context, check: bool) -> int:
         )
         return EXIT_ERROR
     stale = stale_views(ctx.root, views)
+    for rel, table in tables.items():
+        views[rel] = table.new
+        if table.new != table.old:
+            stale[rel] = _diff(rel, table.old, table.new)
     if check:
         for diff in stale.values():
             sys.stdout.write(diff if diff.endswith("\n") else diff + "\n")
@@ -94,3 +113,26 @@ def _render(ctx: Context, check: bool) -> int:
         print(f"wrote {rel}")
     print(f"OK: {len(views)} rendered files, {len(stale)} updated")
     return EXIT_PASS
+
+
+def _tables(ctx: Context, records: Records, views: dict[str, str]) -> dict[str, Rendered]:
+    """The imported record tables written back from the record files; what could not be carried over is
+    printed on stderr (a line without a record, a cell that cannot show a changed field)."""
+    from ..recordsources.migrate import render_tables
+
+    tables = render_tables(ctx.root, ctx.config, {"rows": records.rows, "claims": records.claims})
+    for rel, table in tables.items():
+        if rel in views:
+            raise OSError(f"{rel} is both a rendered view and a record table")
+        for note in table.notes:
+            print(f"note: {note}", file=sys.stderr)
+    return tables
+
+
+def _diff(rel: str, old: str, new: str) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}", n=1
+    )
+    return "".join(lines)

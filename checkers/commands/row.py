@@ -144,17 +144,38 @@ def cmd_set(args: argparse.Namespace) -> int:
                 return planned
         path, doc, _, released = planned
         txn.write(path, dump_yaml(doc))
-        removed = []
+        removed: list[tuple[str, str]] = []
+        kept: list[tuple[str, str, list[str]]] = []
         if args.state not in ctx.config.rows.active_states:
             # the row's claim, and any orphan claim on this row that an interrupted `claim` left behind
             for cid, loaded in ctx.records.claims.items():
                 if (cid == released or args.id in loaded.model.row_ids) and (ctx.root / loaded.path).exists():
+                    others = [r for r in loaded.model.row_ids if r != args.id]
+                    if others and loaded.path.endswith(".yaml"):
+                        # a claim on several rows (imported from a claims table) keeps holding the others
+                        txn.write(ctx.root / loaded.path, _without_row(ctx.root / loaded.path, args.id))
+                        kept.append((cid, loaded.path, others))
+                        continue
                     txn.remove(ctx.root / loaded.path)
                     removed.append((cid, loaded.path))
     print(f"{args.id}: state {args.state} (wrote {ctx.rel(path)})")
     for cid, rel in removed:
         print(f"released claim {cid} (removed {rel})")
+    for cid, rel, others in kept:
+        print(f"claim {cid} let go of {args.id}; it still holds {', '.join(others)} (wrote {rel})")
     return EXIT_PASS
+
+
+def _without_row(path: Path, row_id: str) -> str:
+    """A multi-row claim file with one row taken out (round trip: comments and key order kept)."""
+    from ..yamlio import dump_yaml
+
+    doc = read_yaml(path)
+    rows = [r for r in (doc.get("rows") or []) if r != row_id]
+    if doc.get("row") == row_id:
+        doc["row"] = rows.pop(0) if rows else None
+    doc["rows"] = rows
+    return dump_yaml(doc)
 
 
 def _row_bytes(ctx: Context, row_id: str) -> bytes | None:

@@ -55,6 +55,8 @@ def _each(
 ) -> typing.Iterator[tuple[TableRecord, Loaded]]:
     fields = list_fields(model)
     for source in tables:
+        if source.imported:  # its records are record files now; the table is only written back
+            continue
         read = read_source(root, source, fields)
         rec.problems += read.problems
         for item in read.records:

@@ -128,13 +128,13 @@ def _read_table(
             continue
         data: dict[str, Any] = dict(source.values)
         for fld, idx in columns.items():
-            value = _field_value(line, idx, source.columns[fld], fld in list_fields, placeholders, rel)
+            value = field_value(line, idx, source.columns[fld], fld in list_fields, placeholders, rel)
             if value is not None:
                 data[fld] = value
         out.records.append(TableRecord(rel, line.line, data, index, line.raw))
 
 
-def _field_value(
+def field_value(
     line: TableLine, idx: list[int], col: TableColumn, is_list: bool, placeholders: set[str], rel: str
 ) -> Any:
     found: list[str] = []

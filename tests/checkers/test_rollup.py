@@ -27,3 +27,17 @@ def test_a_summary_without_its_total_line_is_a_finding(tmp_path: Path):
     assert _findings(result) == [
         ("AR008", ".agents/engine-matrix.md", 3, "summary table has no well-formed Total line")
     ]
+
+
+def test_imported_rows_count_for_the_table_they_came_from(tmp_path: Path):
+    from checkers.cli import main
+    from tests.checkers.test_records_import import _imported
+
+    repo = excerpt_repo(tmp_path / "repo")
+    assert main(["records", "import", "--repo", str(repo.path)]) == 0
+    _imported(repo.path)
+    assert _agent_record(repo).status.value == "pass"  # the rows are record files now, summed for their table
+    assert main(["row", "set", "ENG-CHUNKED-PREFILL", "--state", "PARTIAL", "--repo", str(repo.path)]) == 0
+    assert _findings(_agent_record(repo)) == [
+        ("AR008", ".agents/engine-matrix.md", 5, "summary anchor backfill=1; actual 0")
+    ]

@@ -24,7 +24,8 @@ def check_rollup(root: Path, records: Records, rollup: Rollup, states: list[str]
     except (OSError, OutsideRepo) as exc:
         return [R_ROLLUP.finding(f"cannot read the summary table: {exc}", rollup.path, None, hint)]
     sources = set(rollup.rows_from or [rollup.path])
-    rows = [r.model for r in records.rows.values() if r.path in sources]
+    # an imported row (`rowgate records import`) counts for the table it came from and is written back to
+    rows = [r.model for r in records.rows.values() if (r.model.table.path if r.model.table else r.path) in sources]
     expected = {normalize(rollup.count_column): len(rows)}
     expected.update({normalize(s): sum(r.state == s for r in rows) for s in states})
     for table in read_tables(text):
