@@ -222,8 +222,9 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=[],
         metavar="IMPL",
         help="transformers' attention in the oracle: eager (the default: it rounds scores and probabilities to the "
-        "dtype, as the engine's reference does) or sdpa (fp32 scores and probabilities, as FlashInfer and cuDNN "
-        "keep them); repeat to judge the same ids against each",
+        "dtype, as the engine's reference does), sdpa (fp32 scores and probabilities, as FlashInfer and cuDNN "
+        "keep them), or online (an online softmax's rounding points on every device: fp32 statistics, the "
+        "probabilities rounded only for P.V; lab/gates/oracle.py); repeat to judge the same ids against each",
     )
     p.add_argument(
         "--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype x oracle) into DIR"

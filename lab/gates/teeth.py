@@ -41,7 +41,7 @@ from engine.ops import gemv, norm, paged_attn, rope
 from lab.data.gate_models import write_gate_models
 from lab.gates import harness
 from lab.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
-from lab.gates.oracle import Oracle
+from lab.gates.oracle import Oracle, attend_online
 from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts, token_gate
 
 WINDOW_MODEL = "d64-g1"  # the gate model the window bug runs on (lab/data/gate_models.py): a window of 40
@@ -131,29 +131,40 @@ def _attend_split_pv(
     return out.to(qh.dtype)
 
 
-def _attend_online(
-    qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float, splits: int = 1
-) -> torch.Tensor:
-    """Attention as a tensor-core kernel with an online softmax computes it (and SDPA's flash and cuDNN kernels):
-    fp32 scores, each KV split's exp(s - max) rounded to the dtype for its P.V product, the fp32 partials
-    rescaled and merged, one division and one rounding at the end."""
-    group = qh.shape[0] // k.shape[1]
-    kh = k.transpose(0, 1).repeat_interleave(group, dim=0).float()
-    vh = v.transpose(0, 1).repeat_interleave(group, dim=0).float()
-    scores = (torch.einsum("hqd,hkd->hqk", qh.float(), kh) * scale).masked_fill(~allowed, float("-inf"))
-    step = -(-scores.shape[-1] // splits)
-    parts = []
-    for start in range(0, scores.shape[-1], step):
-        keys = slice(start, start + step)
-        s = scores[..., keys]
-        m = s.amax(-1, keepdim=True)
-        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # a split with every key masked adds nothing
-        p = torch.exp(s - m)
-        parts.append((m, p.sum(-1, keepdim=True), torch.einsum("hqk,hkd->hqd", p.to(qh.dtype).float(), vh[:, keys])))
-    top = torch.stack([m for m, _, _ in parts]).amax(0)
-    out = torch.stack([o * torch.exp(m - top) for m, _, o in parts]).sum(0)
-    total = torch.stack([lsum * torch.exp(m - top) for m, lsum, _ in parts]).sum(0)
-    return (out / total).to(qh.dtype)
+_attend_online = attend_online  # the fp32-probs setting's base: the online oracle's own attention
+
+
+def _decode_per_sequence(
+    q: torch.Tensor,  # [batch, Hq, D]
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [batch, Hq, D]
+    """The decode reference through `paged_attn._attend` and `_allowed`, one sequence at a time. The reference
+    decodes with its own batched copy of the eager rounding, so a patch of `_attend` (the fp32-probs base, the
+    attention bugs and twins) or of `_allowed` would reach only the prefill without this."""
+    k_flat = k_cache.reshape(-1, *k_cache.shape[2:])
+    v_flat = v_cache.reshape(-1, *v_cache.shape[2:])
+    out = torch.empty_like(q)
+    for b, n in enumerate(context_lens.tolist()):
+        k_seq, v_seq = paged_attn.gather_sequence(k_flat, v_flat, block_tables[b], n, k_cache.shape[1])
+        pos = torch.arange(n, device=q.device)
+        allowed = paged_attn._allowed(pos[-1:], pos, sliding_window)
+        out[b] = paged_attn._attend(q[b][:, None, :], k_seq, v_seq, allowed, scale)[:, 0, :]
+    return out
+
+
+@contextlib.contextmanager
+def _online_base() -> Iterator[None]:
+    """The fp32-probs setting's engine: prefill and decode attention as an online softmax."""
+    with (
+        patched(paged_attn, "paged_decode_attention", _decode_per_sequence),
+        patched(paged_attn, "_attend", _attend_online),
+    ):
+        yield
 
 
 def _attend_online_split(
@@ -234,7 +245,7 @@ BUGS = [s for s in SEEDED.values() if not s.good and "eager" in s.razors]
 # the engine each setting is measured on: its own reference, or an online softmax (fp32 statistics, P rounded for P.V)
 BASES: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "eager": contextlib.nullcontext,
-    "fp32-probs": lambda: patched(paged_attn, "_attend", _attend_online),
+    "fp32-probs": _online_base,
 }
 
 
