@@ -33,6 +33,10 @@ NOT_RUN = {
     "pip install": "installs into the reader's environment",
     "python -m engine serve": "a server that runs until stopped: tests/engine/serve/test_http.py starts it on a free "
     "port and drives it",
+    "rowgate records import": "this repository keeps its records as files, with no table source to import; "
+    "tests/checkers/test_records_import.py runs it on an excerpt of vllm.cpp's tables",
+    "rowgate render --tables": "writes back imported tables, which this repository has none of; "
+    "tests/checkers/test_records_import.py runs it after the import",
     "curl -s localhost:8000": "needs the server of the line before; tests/engine/serve/test_http.py sends the same "
     "requests",
 }

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config import SourcesConfig, TableSource
-from ..records import Claim, IssueRecord, LedgerEntry, Loaded, Records, Row, TablePosition
+from ..recordmodels import Claim, IssueRecord, LedgerEntry, Loaded, Records, Row, TablePosition
 from ..results import RecordError
 from ..yamlio import validate
 from .mapping import TableRecord, read_source

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from ..config import Config, TableColumn, TableSource
 from ..paths import OutsideRepo, confine
-from ..records import Claim, Loaded, Row, TableCells
+from ..recordmodels import Claim, Loaded, Row, TableCells
 from ..results import RecordError
 from ..safe_regex import compile_pattern
 from ..yamlio import validate

@@ -151,7 +151,19 @@ def paged_decode_attention(
     k_flat, v_flat = check_paged(q, k_cache, v_cache, block_tables, context_lens)
     if q.shape[0] == 0:
         return torch.empty_like(q)
-    # every sequence at once, padded to the longest: a padded key is masked (-inf, probability exactly 0), so
+    if q.dtype == torch.float32:
+        # fp32 is the oracle's own dtype in the token gates: one sequence at a time, so the P.V sum runs over
+        # exactly its keys (padding to the batch's longest changes the sum's blocking by up to 1e-6, enough to
+        # flip a near-tie token against transformers)
+        out = torch.empty_like(q)
+        for b in range(q.shape[0]):
+            n = int(context_lens[b])
+            k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], n, k_cache.shape[1])
+            keys = torch.arange(n, device=q.device)
+            allowed_b = _allowed(keys[-1:], keys, sliding_window)
+            out[b] = _attend(q[b][:, None, :], k_seq, v_seq, allowed_b, scale)[:, 0, :]
+        return out
+    # bf16/fp16 (bitwise the per-sequence loop's): every sequence at once, padded to the longest: a padded key is masked (-inf, probability exactly 0), so
     # it adds exact zeros to the P.V sums; one batched matmul per rounding point instead of one per sequence
     bs, lens = k_cache.shape[1], context_lens.long()
     pos = torch.arange(int(lens.max()), device=q.device)
