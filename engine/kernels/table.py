@@ -638,7 +638,7 @@ def _dequant_nvfp4_kernel(
 class _TableOps:
     """The table's ops under one snapshot, by name: the parts over which a composite arm runs its reference's glue.
     `instead` names another op of the table for a part ({"linear": "linear_silu_mul"}); `under` gives a part other
-    flags ({"linear": _weights_just_written}). Each op is this module's name for it, looked up at the call."""
+    flags ({"linear": _weights_just_written}). Each op is looked up in `TABLE` at the call."""
 
     def __init__(
         self,
@@ -653,7 +653,7 @@ class _TableOps:
         if op not in TABLE:
             raise AttributeError(f"no op {op!r} in the kernel table")
         flags = self.under[name](self.snapshot) if name in self.under else self.snapshot
-        return partial(globals()[op], flags)
+        return partial(TABLE[op], flags)
 
 
 def _by_parts(
