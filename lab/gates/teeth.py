@@ -10,7 +10,7 @@ reorderings a correct kernel may make (fp32 accumulation in another order): the 
 The bugs patch the pure-torch references (engine/ops/, and the kernel table's pointers to them) for the
 duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
 
-`--razor fp32-probs` measures the razor's other setting (engine/kernels.py FP32_PROBS_RAZOR: the SDPA oracle,
+`--razor fp32-probs` measures the razor's other setting (engine/kernels/table.py FP32_PROBS_RAZOR: the SDPA oracle,
 wider budgets) the same way, on an engine whose attention is an online softmax as a tensor-core arm (and SDPA's
 own kernels) computes it: fp32 scores and statistics, the probabilities rounded only for the P.V product. The
 bugs outside attention go on top of it, the reference's bf16 rounding of scores and probabilities is a bug, and
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "--razor",
         choices=list(kernels.RAZORS),
         default="eager",
-        help="the razor setting measured (engine/kernels.py RAZORS): eager (the default), or fp32-probs, on an "
+        help="the razor setting measured (engine/kernels/table.py RAZORS): eager (the default), or fp32-probs, on an "
         "engine whose attention is an online softmax (fp32 statistics), against the SDPA oracle",
     )
     p.add_argument(
