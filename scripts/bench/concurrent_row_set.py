@@ -90,9 +90,9 @@ def main(argv: list[str]) -> int:
             summary,
             {"writers": len(results), "succeeded": len(ok), "gave_up_on_lock": len(on_lock)},
             figures=[
-                {"name": "all writers done", "value": round(wall, 1), "unit": "s"},
-                {"name": "slowest writer", "value": round(slowest, 1), "unit": "s"},
-                {"name": "one writer alone", "value": round(lone, 1), "unit": "s"},
+                {"name": "all_writers_done", "value": round(wall, 1), "unit": "s"},
+                {"name": "slowest_writer", "value": round(slowest, 1), "unit": "s"},
+                {"name": "one_writer_alone", "value": round(lone, 1), "unit": "s"},
             ],
         )
     return 0 if len(ok) == len(results) else 1

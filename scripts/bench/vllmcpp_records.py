@@ -136,9 +136,9 @@ def main(argv: list[str]) -> int:
                 ],
             },
             figures=[
-                {"name": "doc-checkpoint verdicts agreeing", "value": agree, "unit": "commits"},
-                {"name": "agent-record, rowgate", "value": round(rows[0][1], 2), "unit": "s"},
-                {"name": "agent-record, vllm.cpp's script", "value": round(rows[0][3], 2), "unit": "s"},
+                {"name": "doc-checkpoint_verdicts_agreeing", "value": agree, "unit": "commits"},
+                {"name": "agent-record_rowgate", "value": round(rows[0][1], 2), "unit": "s"},
+                {"name": "agent-record_vllmcpp_script", "value": round(rows[0][3], 2), "unit": "s"},
             ],
         )
     return 0
