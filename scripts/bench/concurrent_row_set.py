@@ -5,7 +5,7 @@ Runs on a temporary clone of the repository (its committed records), so nothing 
 each writer's exit status and wall time, how many succeeded, the slowest, and the ratio of the slowest
 concurrent writer to the lone one.
 
-Usage: scripts/bench/concurrent_row_set.py [--writers 30] [--repo PATH]
+Usage: scripts/bench-checkers.py concurrent-row-set [--writers 30] [--repo PATH] [--ledger PATH]
 """
 
 from __future__ import annotations
@@ -45,8 +45,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--writers", type=int, default=30)
     parser.add_argument("--repo", type=Path, default=ROOT, help="repository whose records are cloned")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds before a writer is killed")
+    parser.add_argument("--ledger", type=Path, help="also write a schema-2 ledger record (JSON) here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
+    from _measure import write_ledger
+
     from checkers.records import load_records
 
     with tempfile.TemporaryDirectory(prefix="rowgate-bench-rowset-") as tmp:
@@ -72,11 +76,25 @@ def main(argv: list[str]) -> int:
         tail = "" if code == 0 else f"  {err.strip().splitlines()[0] if err else ''}"
         print(f"  {row:28s} exit {code}  {took:6.1f}s{tail}")
     slowest = max(t for _, _, t, _ in results)
-    print(
+    summary = (
         f"{len(ok)}/{len(results)} concurrent `row set` succeeded; all done in {wall:.1f}s, slowest {slowest:.1f}s "
         f"= {slowest / lone:.1f} x one writer alone ({lone:.1f}s); {len(on_lock)} gave up waiting for the lock; "
         f"{os.cpu_count()} CPUs"
     )
+    print(summary)
+    if args.ledger:
+        write_ledger(
+            args.ledger,
+            ["GOV-HOSTILE"],
+            f"scripts/bench-checkers.py concurrent-row-set --writers {args.writers}",
+            summary,
+            {"writers": len(results), "succeeded": len(ok), "gave_up_on_lock": len(on_lock)},
+            figures=[
+                {"name": "all_writers_done", "value": round(wall, 1), "unit": "s"},
+                {"name": "slowest_writer", "value": round(slowest, 1), "unit": "s"},
+                {"name": "one_writer_alone", "value": round(lone, 1), "unit": "s"},
+            ],
+        )
     return 0 if len(ok) == len(results) else 1
 
 

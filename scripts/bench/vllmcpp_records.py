@@ -1,6 +1,6 @@
 """The record checks on a full vllm.cpp clone, timed beside vllm.cpp's own scripts in the same run.
 
-Usage: python scripts/bench/vllmcpp_records.py PATH [--config FILE] [--commits N] [--reps N]
+Usage: scripts/bench-checkers.py vllmcpp-records PATH [--config FILE] [--commits N] [--reps N] [--ledger FILE]
 
 PATH is a clean clone of github.com/mudler/vllm.cpp (measured at d85906ae). The config is the documented
 example, docs/checks/examples/vllm.cpp.records.yaml, passed with --config (the clone is not changed). It
@@ -51,6 +51,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", type=Path, default=EXAMPLE, help="rowgate config (default: the documented example)")
     parser.add_argument("--commits", type=int, default=40, help="non-merge commits for the doc-checkpoint comparison")
     parser.add_argument("--reps", type=int, default=3, help="timed runs of each command (median)")
+    parser.add_argument("--ledger", type=Path, help="also write a schema-2 ledger record (JSON) here")
     args = parser.parse_args(argv)
     clone, config = args.clone.resolve(), args.config.resolve()
     rows = []
@@ -115,6 +116,31 @@ def main(argv: list[str]) -> int:
         ratio = f"{t_theirs / t_ours:.2f}x" if t_theirs else ""
         their_t = f"{t_theirs:.2f}" if t_theirs else ""
         print(f"| {name} | {t_ours:.2f} | {v_ours[:90]} | {their_t} | {v_theirs[:60]} | {ratio} |")
+    if args.ledger:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bench helpers beside this file
+        from _measure import write_ledger
+
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+        write_ledger(
+            args.ledger,
+            ["GOV-RECORD-SOURCES"],
+            f"scripts/bench-checkers.py vllmcpp-records CLONE --commits {args.commits} --reps {args.reps}",
+            f"the record checks on vllm.cpp {head[:12]} beside its own scripts; per-matrix counts agree: "
+            f"{ours_counts == theirs_counts}; doc-checkpoint verdicts agree on {agree} of {len(shas)} commits",
+            {
+                "vllmcpp_commit": head,
+                "counts": {"rowgate": ours_counts, "vllm.cpp": theirs_counts},
+                "rows": [
+                    {"check": n, "rowgate_s": round(a, 3), "verdict": v, "vllmcpp_s": b and round(b, 3)}
+                    for n, a, v, b, _ in rows
+                ],
+            },
+            figures=[
+                {"name": "doc-checkpoint_verdicts_agreeing", "value": agree, "unit": "commits"},
+                {"name": "agent-record_rowgate", "value": round(rows[0][1], 2), "unit": "s"},
+                {"name": "agent-record_vllmcpp_script", "value": round(rows[0][3], 2), "unit": "s"},
+            ],
+        )
     return 0
 
 
