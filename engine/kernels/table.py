@@ -68,20 +68,28 @@ def gated_by(*names: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Razor:
     """The near-tie razor's setting an arm is judged with (`gate neartie --require-arm VT_X` takes it from the
-    arms VT_X gates): the oracle's attention and the two budgets. The oracle must round as the arm does."""
+    arms VT_X gates): the oracle's attention, the two budgets and the log-prob limits. The oracle must round as the
+    arm does."""
 
     name: str
-    oracle_attn: str  # transformers' attention: "eager" (scores and probabilities in the dtype) or "sdpa" (fp32)
+    oracle_attn: str  # "eager" (scores and probabilities in the dtype), "sdpa" (fp32), "online" (P rounded for P.V)
     max_near_tie_rate: float
     max_out_of_band_rate: float
+    # per dtype: the most the run's mean log-prob distance (lab/gates/harness.py logprob_distance) may be, in
+    # nats, against this setting's oracle; a dtype not named here is judged by the budgets alone
+    max_logprob_dist: tuple[tuple[str, float], ...] = ()
+
+    def logprob_limit(self, dtype: str) -> float | None:
+        return dict(self.max_logprob_dist).get(dtype)
 
 
 # the reference's rounding: every arm that rounds scores and probabilities to the dtype, as the eager oracle does
 EAGER_RAZOR = Razor("eager", "eager", 0.01, 0.0)
-# an arm that keeps fp32 probabilities (an online softmax), against the fp32 SDPA oracle; the budgets FlashInfer
-# and cuDNN pass there (ENGINE-PERF spec: at most 16 near-ties in 1024 positions; out of band, weighted by
-# context, cuDNN's worst of 9 prompt seeds at 1600 tokens is 4 where 0.0015 allows 5, and 1 under 128 tokens)
-FP32_PROBS_RAZOR = Razor("fp32-probs", "sdpa", 0.02, 0.0015)
+# an arm that keeps fp32 probabilities (an online softmax), against the oracle at its rounding points ("online").
+# The log-prob distance separates the seeded bugs from the correct twins (ENGINE-PERSISTENT spec: every bug 10/10,
+# twins 0/10, CPU seeds 0-19); the token budgets stay as a backstop, wide enough that the two-split twin's 10-27
+# near-ties and 1-3 out of band in 1024 positions pass (at 0.02 / 0.0015 it false-alarmed 3/10)
+FP32_PROBS_RAZOR = Razor("fp32-probs", "online", 0.04, 0.004, (("float32", 2.5e-4), ("bfloat16", 0.7)))
 RAZORS = {r.name: r for r in (EAGER_RAZOR, FP32_PROBS_RAZOR)}
 
 

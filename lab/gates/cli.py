@@ -118,8 +118,8 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 metavar="FRACTION",
                 help="allow this fraction of the positions out of band, weighted by context as near-ties are, rounded "
                 "down (default 0: none; neartie: the setting of the arms under test). The fp32-probs setting, for an "
-                "arm that keeps fp32 probabilities and judged with --oracle-attn sdpa, allows 0.0015: production "
-                "kernels are 0-1 in 1024 out of band there under 128 tokens, 0-4 at 1600",
+                "arm that keeps fp32 probabilities, judged against the online oracle, allows 0.004 and adds the "
+                "log-prob rule (engine/kernels/table.py FP32_PROBS_RAZOR)",
             )
             p.add_argument(
                 "--served",
@@ -272,14 +272,23 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
         razor = kernels.EAGER_RAZOR
         source = "eager, the default" + (", options given here winning" if any(given) else "")
     args.oracle_attn = args.oracle_attn or [razor.oracle_attn]
+    args.razor_setting = razor  # its log-prob limits apply against its own oracle (`logprob_limit`)
     if args.max_near_tie_rate is None:
         args.max_near_tie_rate = razor.max_near_tie_rate
     if args.max_out_of_band_rate is None:
         args.max_out_of_band_rate = razor.max_out_of_band_rate
+    limits = ", ".join(f"{dt} {v:g}" for dt, v in razor.max_logprob_dist)
     return (
         f"{source}: oracle attention {'/'.join(args.oracle_attn)}, near-ties at most {args.max_near_tie_rate}, out of band at most "
         f"{args.max_out_of_band_rate}"
+        + (f", log-prob distance at most {limits} nats against the {razor.oracle_attn} oracle" if limits else "")
     )
+
+
+def logprob_limit(args: argparse.Namespace, dtype: str, attn: str) -> float | None:
+    """The razor setting's log-prob limit for one run: only against the oracle it was measured with."""
+    razor: kernels.Razor | None = getattr(args, "razor_setting", None)
+    return razor.logprob_limit(dtype) if razor is not None and attn == razor.oracle_attn else None
 
 
 def setup_from(args: argparse.Namespace) -> harness.Setup:
@@ -356,12 +365,13 @@ def report(
     return 0 if result.passed and not missing and not idle else 1
 
 
-Gate = Callable[[harness.Setup, Oracle, list[list[int]]], GateResult]  # (setup, oracle, our ids) -> verdict
+# (setup, oracle, our ids, the engine's top log-probs on them or None) -> verdict
+Gate = Callable[[harness.Setup, Oracle, list[list[int]], harness.EngineLogprobs | None], GateResult]
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     setup = setup_from(args)
-    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours: harness.tokens(s, oracle, ours))
+    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours, _: harness.tokens(s, oracle, ours))
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
@@ -372,13 +382,15 @@ def cmd_neartie(args: argparse.Namespace) -> int:
 
     twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
 
-    def gate(s: harness.Setup, oracle: Oracle, ours: list[list[int]]) -> GateResult:
+    def gate(
+        s: harness.Setup, oracle: Oracle, ours: list[list[int]], tops: harness.EngineLogprobs | None
+    ) -> GateResult:
         twin = None
         if args.fp32_arbiter and s.dtype != "float32":
             if s.dtype not in twins:
                 twins[s.dtype] = harness.fp32_twin(s.oracle_dir or s.model_dir, harness.DTYPES[s.dtype], s.device)
             twin = twins[s.dtype]
-        return harness.neartie(
+        result = harness.neartie(
             s,
             args.band,
             args.top_k,
@@ -387,7 +399,15 @@ def cmd_neartie(args: argparse.Namespace) -> int:
             max_near_tie_rate=args.max_near_tie_rate,
             arbiter=twin,
             max_out_of_band_rate=args.max_out_of_band_rate,
+            engine_logprobs=tops,
+            max_logprob_dist=logprob_limit(args, s.dtype, s.oracle_attn),
         )
+        razor: kernels.Razor | None = getattr(args, "razor_setting", None)
+        if razor is not None and razor.logprob_limit(s.dtype) is not None and s.oracle_attn != razor.oracle_attn:
+            result.summary += (
+                f"; log-prob rule not applied: its limit is measured against the {razor.oracle_attn} oracle"
+            )
+        return result
 
     return run_peers(args, setup, razor_dtypes(args), gate)
 
@@ -443,8 +463,9 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
         setup.dtype = dt
         setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
         before, t0 = kernels.counts(), time.perf_counter()
+        wants = any(logprob_limit(args, dt, attn) is not None for attn in attns)  # the rule needs our log-probs
         with peer_attention.injected(peer, setup.device):
-            ours = setup.ours()
+            ours, tops = setup.ours_with_logprobs() if wants else (setup.ours(), None)
         ran, seconds = kernels.counts().ran - before.ran, time.perf_counter() - t0
         # what took the decode attention: the peer's calls, or the engine's arms (a graph replay is not counted)
         took = ", ".join(f"{arm} {n}" for (op, arm), n in sorted(ran.items()) if op == peer_attention.OP)
@@ -454,7 +475,8 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
             if (dt, attn) not in oracles:
                 setup.oracle_attn = attn
                 oracles[dt, attn] = setup.oracle()
-            result = gate(setup, oracles[dt, attn], ours)
+            setup.oracle_attn = attn
+            result = gate(setup, oracles[dt, attn], ours, tops)
             run = f"{peer} {dt}" + ("" if attn == "eager" else f" oracle-{attn}")
             results[dt if plain else run.replace(" ", "/")] = result
             if not plain:

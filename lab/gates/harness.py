@@ -11,6 +11,7 @@ from engine.flags import FlagSnapshot
 from engine.llm import LLM
 from engine.llm import TINY_MODEL as EMBEDDED_MODEL
 from engine.runner import DTYPES
+from engine.sampling_params import SamplingParams
 from lab.drive import greedy, greedy_llm
 from lab.gates import goldens as gold
 from lab.gates.distributional import distributional_gate
@@ -29,6 +30,9 @@ from lab.gates.result import FAIL, PASS, GateResult
 from lab.gates.tokens import token_gate, token_selftest
 
 TINY_MODEL = EMBEDDED_MODEL  # the engine's own tiny model, the gates' default
+TOP_LOGPROBS = 20  # the engine's most probable tokens per position the log-prob distance compares (its maximum)
+# per prompt and position: the engine's own log-probs of its TOP_LOGPROBS most probable tokens, by token id
+EngineLogprobs = list[list[dict[int, float]]]
 
 
 @dataclass
@@ -54,6 +58,18 @@ class Setup:
         """Our greedy ids through engine.LLM.generate: the decode program users run, at temperature 0."""
         return greedy(self.llm(), self.prompts, self.max_new_tokens)
 
+    def ours_with_logprobs(self) -> tuple[list[list[int]], EngineLogprobs]:
+        """Our greedy ids through `LLM.generate` and, per position, the engine's own log-probs of its TOP_LOGPROBS
+        most probable tokens (raw, before sampling: engine/logprobs.py)."""
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
+        outs = self.llm().generate([list(p) for p in self.prompts], params)
+        tops: EngineLogprobs = []
+        for out in outs:
+            if out.logprobs is None or any(pos is None for pos in out.logprobs):
+                raise RuntimeError("the engine returned no logprobs where they were asked for: nothing to compare")
+            tops.append([{t: lp.logprob for t, lp in pos.items()} for pos in out.logprobs if pos is not None])
+        return [out.token_ids for out in outs], tops
+
 
 def tokens(setup: Setup, oracle: Oracle | None = None, ours: list[list[int]] | None = None) -> GateResult:
     oracle = oracle or setup.oracle()
@@ -72,14 +88,35 @@ def neartie(
     max_near_tie_rate: float = DEFAULT_MAX_NEAR_TIE_RATE,
     arbiter: Oracle | None = None,
     max_out_of_band_rate: float = DEFAULT_MAX_OUT_OF_BAND_RATE,
+    engine_logprobs: EngineLogprobs | None = None,
+    max_logprob_dist: float | None = None,
 ) -> GateResult:
     """The near-tie razor. With `arbiter` (`fp32_twin`), a position out of band against the oracle is judged
     again against it: it fails only when our token is out of band there too (a near-tie otherwise, counted in
-    the budget). Only the prompts with such a position are teacher-forced through the twin."""
+    the budget). Only the prompts with such a position are teacher-forced through the twin. With
+    `max_logprob_dist` the run also fails when the mean log-prob distance of `engine_logprobs` (our ids' own,
+    `Setup.ours_with_logprobs`) from the oracle's exceeds it (`logprob_distance`); the token judgement is unchanged."""
+    if max_logprob_dist is not None and (engine_logprobs is None or ours is None):
+        raise ValueError("max_logprob_dist: needs the engine's log-probs on our ids (Setup.ours_with_logprobs)")
     ours = ours if ours is not None else setup.ours()
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
-    oob = max_out_of_band_rate
+    result = _token_razor(setup, ours, logprobs, band, top_k, max_near_tie_rate, arbiter, max_out_of_band_rate)
+    if max_logprob_dist is not None and engine_logprobs is not None:
+        logprob_rule(result, logprob_distance(engine_logprobs, logprobs), max_logprob_dist)
+    return result
+
+
+def _token_razor(
+    setup: Setup,
+    ours: list[list[int]],
+    logprobs: list[torch.Tensor],
+    band: float,
+    top_k: int,
+    max_near_tie_rate: float,
+    arbiter: Oracle | None,
+    oob: float,
+) -> GateResult:
     razor = near_tie_gate(setup.prompts, ours, logprobs, band, top_k, max_near_tie_rate, max_out_of_band_rate=oob)
     razor.details["comparator_selftest"] = razor_selftest(logprobs, band, top_k)
     if arbiter is None or not razor.details["counts"][OUT_OF_BAND]:
@@ -94,6 +131,35 @@ def neartie(
     )
     judged.details["comparator_selftest"] = razor.details["comparator_selftest"]
     return judged
+
+
+def logprob_distance(engine: EngineLogprobs, oracle: list[torch.Tensor]) -> dict[str, float]:
+    """Per position, the largest |our log-prob - the oracle's| over our most probable tokens (same ids, the
+    oracle teacher-forced on ours); its mean over the run (what the rule judges) and its max. A changed function
+    moves it in fp32 far above fp32 noise, a moved bf16 rounding point more than a reordering of fp32 sums does."""
+    per = [
+        max(abs(v - lp[i, t].item()) for t, v in tops[i].items())
+        for tops, lp in zip(engine, oracle, strict=True)
+        for i in range(lp.shape[0])
+    ]
+    if not per:
+        raise ValueError("logprob_distance: no positions: nothing was compared")
+    return {"mean": sum(per) / len(per), "max": max(per), "positions": len(per)}
+
+
+def logprob_rule(result: GateResult, dist: dict[str, float], limit: float) -> None:
+    """Apply the log-prob rule to a token razor's result in place: over `limit` fails it, named in the summary."""
+    over = dist["mean"] > limit
+    result.details["logprob_dist"] = {**dist, "limit": limit, "passed": not over}
+    said = (
+        f"log-prob distance {dist['mean']:.3g} nats (mean over {dist['positions']} positions of the largest "
+        f"|ours - oracle| over our top {TOP_LOGPROBS}) {'exceeds' if over else 'within'} the limit {limit:g}"
+    )
+    if over:  # the failure first, where a reader looks for it
+        result.verdict = FAIL
+        result.summary = f"{said}; {result.summary}"
+    else:
+        result.summary += f"; {said}"
 
 
 def fp32_twin(model_dir: Path, dtype: torch.dtype, device: str) -> Oracle:

@@ -23,7 +23,6 @@ import torch
 
 from engine import kernels
 from engine.model.config import checkpoint_dtype, load_config
-from engine.sampling_params import SamplingParams
 from lab.gates import harness, teeth
 from lab.gates.neartie import (
     EXACT,
@@ -59,13 +58,7 @@ def collect_run(
     oracle = oracles(model_dir, dtype, razor.oracle_attn)
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(prompts, ours, strict=True)]
     # each position's largest |log-prob difference| over our most probable tokens, ours against the oracle's
-    dist = torch.tensor(
-        [
-            max(abs(v - lp[i, t].item()) for t, v in steps[b][i].items())
-            for b, lp in enumerate(logprobs)
-            for i in range(lp.shape[0])
-        ]
-    )
+    dist = harness.logprob_distance(steps, logprobs)
     result = near_tie_gate(prompts, ours, logprobs, max_near_tie_rate=1.0, max_out_of_band_rate=1.0)
     rows = result.details["not_exact"]
     twin = _twin(oracles, model_dir, dtype)
@@ -85,24 +78,16 @@ def collect_run(
         "positions": sum(len(t) for t in ours),
         "weight": weight,
         "rows": rows,
-        "logprob_dist": {"mean": dist.mean().item(), "max": dist.max().item()},
+        "logprob_dist": {"mean": dist["mean"], "max": dist["max"]},
     }
 
 
-TOP_LOGPROBS = 20  # the engine's most probable tokens per position that the distance compares (its maximum)
+TOP_LOGPROBS = harness.TOP_LOGPROBS
 
 
-def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], list[list[dict[int, float]]]]:
-    """The engine's greedy ids through its public API (`LLM.generate`, the decode program users run) and, per
-    prompt and position, its own log-probs of its TOP_LOGPROBS most probable tokens (raw, before sampling)."""
-    params = SamplingParams(temperature=0.0, max_tokens=setup.max_new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
-    outs = setup.llm().generate([list(p) for p in setup.prompts], params)
-    tops = []
-    for out in outs:
-        if out.logprobs is None or any(pos is None for pos in out.logprobs):
-            raise RuntimeError("the engine returned no logprobs where they were asked for: nothing to compare")
-        tops.append([{t: lp.logprob for t, lp in pos.items()} for pos in out.logprobs if pos is not None])
-    return [out.token_ids for out in outs], tops
+def generate_with_logprobs(setup: harness.Setup) -> tuple[list[list[int]], harness.EngineLogprobs]:
+    """The engine's greedy ids and its own top log-probs per position (`harness.Setup.ours_with_logprobs`)."""
+    return setup.ours_with_logprobs()
 
 
 # the setting's base engine with nothing changed: what the oracle's own numerics leave out of band by themselves

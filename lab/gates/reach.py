@@ -173,11 +173,19 @@ def run_model(
     t0 = time.perf_counter()
     kernels.reset_counts()
     setup = harness.Setup(path, prompts, new_tokens, dtype, device, flags=setting.snapshot())
+    bar = setting.razor()
+    # the setting's log-prob rule, against its own oracle (`judge`); a served extend run has no engine log-probs
+    limit = bar.logprob_limit(dtype) if judge is not None and setting.op != "extend_attention" else None
+    tops = None
     with forced_tiled_splits(setting.splits):
-        ours = served(setup) if setting.op == "extend_attention" else setup.ours()
+        if setting.op == "extend_attention":
+            ours = served(setup)
+        elif limit is not None:
+            ours, tops = setup.ours_with_logprobs()
+        else:
+            ours = setup.ours()
     seen = kernels.counts()
     tokens = token_gate(prompts, ours, theirs)
-    bar = setting.razor()
     razor = harness.neartie(
         setup,
         ours=ours,
@@ -185,6 +193,8 @@ def run_model(
         max_near_tie_rate=bar.max_near_tie_rate,
         arbiter=arbiter,
         max_out_of_band_rate=bar.max_out_of_band_rate,
+        engine_logprobs=tops,
+        max_logprob_dist=limit,
     )
     rows = [{**r, "context": len(prompts[r["prompt"]]) + r["pos"]} for r in razor.details["not_exact"]]
     return Run(
@@ -384,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                         log,
                     )
             oracle, theirs = oracles[dtype]
-            attn = s.razor().oracle_attn  # an arm that keeps fp32 probabilities is judged by the SDPA oracle
+            attn = s.razor().oracle_attn  # an arm that keeps fp32 probabilities: the online oracle
             judges.setdefault((dtype, "eager"), oracle)
             if (dtype, attn) not in judges:
                 judges[dtype, attn] = Oracle(dirs[name], harness.DTYPES[dtype], args.device, attn)

@@ -10,12 +10,12 @@ reorderings a correct kernel may make (fp32 accumulation in another order): the 
 The bugs patch the pure-torch references (engine/ops/, and the kernel table's pointers to them) for the
 duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
 
-`--razor fp32-probs` measures the razor's other setting (engine/kernels/table.py FP32_PROBS_RAZOR: the SDPA oracle,
-wider budgets) the same way, on an engine whose attention is an online softmax as a tensor-core arm (and SDPA's
-own kernels) computes it: fp32 scores and statistics, the probabilities rounded only for the P.V product. The
-bugs outside attention go on top of it, the reference's bf16 rounding of scores and probabilities is a bug, and
-the same softmax over two KV splits is the good twin. An engine that keeps P.V in fp32 as well sits 0-2 positions
-out of band from the SDPA oracle by itself, so it is not the base. `--prompt-sets 4` judges 4 x 16 prompts, the
+`--razor fp32-probs` measures the razor's other setting (engine/kernels/table.py FP32_PROBS_RAZOR: the online oracle,
+wider budgets, and the log-prob distance of the engine's own top-20 log-probs from the oracle's, per dtype) the same
+way, on an engine whose attention is an online softmax as a tensor-core arm (and SDPA's own kernels) computes it:
+fp32 scores and statistics, the probabilities rounded only for the P.V product. The bugs outside attention go on top
+of it, the reference's bf16 rounding of scores and probabilities is a bug, and the same softmax over two KV splits
+is the good twin. `--prompt-sets 4` judges 4 x 16 prompts, the
 sample at which the setting separates bugs from twins; `--device cuda` runs the references and the oracle on the
 GPU, where the razor meets the oracle's production numerics.
 """
@@ -281,14 +281,17 @@ def razor_caught(
     prompts = default_prompts(load_config(model_dir).vocab_size, seed, RAZOR_PROMPT_LENS * prompt_sets)
     for dtype in dict.fromkeys([checkpoint_dtype(load_config(model_dir)), "bfloat16"]):
         setup = _setup(model_dir, prompts, RAZOR_NEW_TOKENS, dtype, oracles.device)
+        limit = razor.logprob_limit(dtype)
         with BASES[razor.name](), seeded.patch():
-            ours = setup.ours()
+            ours, tops = setup.ours_with_logprobs() if limit is not None else (setup.ours(), None)
         result = harness.neartie(
             setup,
             ours=ours,
             oracle=oracles(model_dir, dtype, razor.oracle_attn),
             max_near_tie_rate=razor.max_near_tie_rate,
             max_out_of_band_rate=razor.max_out_of_band_rate,
+            engine_logprobs=tops,
+            max_logprob_dist=limit,
         )
         if not result.passed:
             return True
@@ -346,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(kernels.RAZORS),
         default="eager",
         help="the razor setting measured (engine/kernels/table.py RAZORS): eager (the default), or fp32-probs, on an "
-        "engine whose attention is an online softmax (fp32 statistics), against the SDPA oracle",
+        "engine whose attention is an online softmax (fp32 statistics), against the online oracle",
     )
     p.add_argument(
         "--device",
@@ -385,9 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and the results do not depend on it
     oracles = Oracles(args.device)
     window_dir = window_model_dir(args.models_dir) if any(SEEDED[n].window for n in names) else None
+    limits = ", ".join(f"{dt} {v:g}" for dt, v in razor.max_logprob_dist)
     print(
         f"razor: {razor.name} on {args.device}: oracle attention {razor.oracle_attn}, near-ties at most {razor.max_near_tie_rate}, "
         f"out of band at most {razor.max_out_of_band_rate}"
+        + (f", log-prob distance at most {limits} nats" if limits else "")
     )
     print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")
     worst = 0

@@ -3,7 +3,6 @@ and decode alike, and the study that scores razor rules on collected runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -116,7 +115,8 @@ def test_fp32_logprob_distance_separates_eps_x10_from_a_split_reordering(
     about 6e-4: the candidate rule's
     fp32 half (razor_study.logprob_rule) at its threshold."""
     seeded = razor_study.CONTROL if name == "none" else teeth.SEEDED[name]
-    razor = dataclasses.replace(kernels.FP32_PROBS_RAZOR, oracle_attn="online")
+    razor = kernels.FP32_PROBS_RAZOR
     run = razor_study.collect_run(seeded, teeth.harness.TINY_MODEL, 0, "float32", online_oracles, razor, 1)
     assert run["positions"] == 1024 and run["logprob_dist"]["mean"] > 0  # judged, and not vacuously equal
-    assert razor_study.logprob_rule(2.5e-4, 0.7)(run) is caught, run["logprob_dist"]
+    rule = razor_study.logprob_rule(razor.logprob_limit("float32") or 0.0, razor.logprob_limit("bfloat16") or 0.0)
+    assert rule(run) is caught, run["logprob_dist"]

@@ -39,7 +39,7 @@ def test_the_razors_of_a_flag_are_those_of_its_enabled_arms() -> None:
 def test_the_arm_under_test_names_the_setting() -> None:
     args = options("VT_ATTN_ONEPASS")
     said = pick_razor(args, ONEPASS_ON)
-    assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["sdpa"], 0.02, 0.0015)
+    assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["online"], 0.04, 0.004)
     assert said.startswith("fp32-probs, the setting of paged_decode_attention/tiled_onepass:")
 
 
@@ -52,7 +52,7 @@ def test_without_an_arm_under_test_the_setting_is_eager() -> None:
 def test_an_option_given_wins_over_the_arms_setting() -> None:
     args = options("VT_ATTN_ONEPASS", max_out_of_band_rate=0.0)
     assert "options given here winning" in pick_razor(args, ONEPASS_ON)
-    assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["sdpa"], 0.02, 0.0)
+    assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["online"], 0.04, 0.0)
 
 
 def test_arms_of_different_settings_are_a_usage_error_unless_every_option_is_given() -> None:
@@ -64,7 +64,8 @@ def test_arms_of_different_settings_are_a_usage_error_unless_every_option_is_giv
 
 
 def test_the_gate_judges_with_the_arms_setting_and_records_it(monkeypatch, capsys, tmp_path) -> None:
-    """On the CPU the one-pass arm cannot run: the gate fails for that, after judging with the sdpa oracle."""
+    """On the CPU the one-pass arm cannot run: the gate fails for that, after judging with the online oracle and
+    the setting's log-prob rule."""
     monkeypatch.setenv("VT_ATTN_ONEPASS", "1")
     argv = ["gate", "neartie", "--require-arm", "VT_ATTN_ONEPASS", "--dtype", "float32", "--prompt-lens", "3,5"]
     assert main([*argv, "--max-new-tokens", "3", "--json", "--ledger", str(tmp_path), "--allow-dirty"]) == 1
@@ -72,11 +73,21 @@ def test_the_gate_judges_with_the_arms_setting_and_records_it(monkeypatch, capsy
     out = json.loads(captured.out)  # stdout is the JSON object alone
     assert out["arms_missing"] == ["VT_ATTN_ONEPASS"] and out["razor"].startswith("fp32-probs")
     assert out["summary"].startswith("6 positions over 2 prompts")  # --prompt-lens 3,5, 3 new tokens each
-    assert "razor: fp32-probs" in captured.err and "run engine float32 oracle-sdpa: PASS" in captured.err
+    assert "razor: fp32-probs" in captured.err and "run engine float32 oracle-online: PASS" in captured.err
     [record] = [read_record(p) for p in tmp_path.glob("*.json")]
-    assert record["results"]["oracle_attn"] == "sdpa" and record["results"]["razor"].startswith("fp32-probs")
+    assert "log-prob distance" in out["summary"] and "within the limit 0.00025" in out["summary"]
+    assert record["results"]["details"]["logprob_dist"]["positions"] == 6
+    assert record["results"]["oracle_attn"] == "online" and record["results"]["razor"].startswith("fp32-probs")
     assert record["flags"]["VT_ATTN_ONEPASS"] is True  # the run's snapshot, recorded
     assert record["comparator_selftest"] == {"seeded": 2, "caught": 2}
+
+
+def test_against_another_oracle_the_logprob_rule_says_it_was_not_applied(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("VT_ATTN_ONEPASS", "1")
+    argv = ["gate", "neartie", "--require-arm", "VT_ATTN_ONEPASS", "--dtype", "float32", "--prompt-lens", "3"]
+    assert main([*argv, "--oracle-attn", "sdpa", "--max-new-tokens", "2", "--json"]) == 1  # the arm did not run
+    out = json.loads(capsys.readouterr().out)
+    assert "log-prob rule not applied: its limit is measured against the online oracle" in out["summary"]
 
 
 def test_prompt_lens_must_be_positive_lengths(capsys) -> None:

@@ -80,7 +80,7 @@ def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
 
 
 def test_an_arm_is_judged_with_its_razor_setting(tmp_path, capsys, monkeypatch) -> None:
-    """The one-pass arm keeps fp32 probabilities: its runs are judged by the SDPA oracle at its budgets."""
+    """The one-pass arm keeps fp32 probabilities: its runs are judged by the online oracle at its setting."""
     onepass = next(s for s in reach.settings() if s.arm == "tiled_onepass")
     assert onepass.razor() == kernels.FP32_PROBS_RAZOR
     assert Setting("paged_decode_attention", "tiled", {}).razor() == kernels.EAGER_RAZOR
@@ -91,7 +91,7 @@ def test_an_arm_is_judged_with_its_razor_setting(tmp_path, capsys, monkeypatch) 
     argv = ["--device", "cpu", "--models", "d64-g1", "--arms", "tiled_onepass", "--prompts", "1"]
     assert reach.main([*argv, "--max-new-tokens", "2", "--out", str(tmp_path)]) == 1  # 0 calls on a CPU
     assert "neartie PASS (fp32-probs)" in capsys.readouterr().out.splitlines()[1]
-    assert made == [(), ("sdpa",)]  # the eager oracle's generate for the token gate, the SDPA one judges
+    assert made == [(), ("online",)]  # the eager oracle's generate for the token gate, the online one judges
 
 
 def test_unknown_model_or_arm_is_a_usage_error(capsys) -> None:
