@@ -132,7 +132,7 @@ step() {  # step NAME LIMIT CMD...: log to $OUT/logs/NAME.log, keep rc and secon
   tail -n "${STEP_TAIL:-12}" "$OUT/logs/$name.log"
   arms_of "$OUT/logs/$name.log"
 }
-arms_of() {  # LOG: the kernel arms a gate ran (engine/kernels.py's counters), when it printed them
+arms_of() {  # LOG: the kernel arms a gate ran (engine/kernels/table.py's counters), when it printed them
   awk '/^arms/ {p = 1; print; next} p && /^  / {print; next} {p = 0}' "$1" | sed 's/^/   /'
 }
 na_if_refused() {  # NAME: the distributional gate refuses where the oracle is deterministic: not applicable

@@ -6,7 +6,7 @@ when it is declared here.
 
 The environment is the user's switchboard; it is read once, into a `FlagSnapshot`
 (`FlagSnapshot.from_env()`, when a Runner, a gate or a benchmark starts). Kernel
-choice reads only snapshots (engine/kernels.py). Tests and benchmarks build
+choice reads only snapshots (engine/kernels/). Tests and benchmarks build
 their own (`FlagSnapshot.defaults().with_(VT_GEMV=False)`, `REFERENCE`) and never
 write the environment. `enabled`/`value` read one flag now, for start-up settings
 (the build's arch list and cache), never for kernel choice.

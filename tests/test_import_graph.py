@@ -206,7 +206,8 @@ def test_an_engine_import_of_the_lab_is_named() -> None:
 
 
 # The engine's layers, top to bottom: an import runs down (or within a layer), never up. A module's layer is
-# that of its top-level part (engine.model.qwen3 is engine.model's).
+# that of its top-level part (engine.model.qwen3 is engine.model's), or its own where a layer names it
+# (the kernel table's package, its families and its machinery).
 ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
@@ -226,7 +227,20 @@ ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
             "engine.data",
         },
         {"engine.model"},
-        {"engine.kernels"},  # the kernel table
+        {"engine.kernels"},  # the kernel table, assembled (engine/kernels/__init__.py registers the families' ops)
+        {  # one module per family: its predicates, adapters and ops; none imports another
+            "engine.kernels.act",
+            "engine.kernels.attention",
+            "engine.kernels.gdn",
+            "engine.kernels.gemv",
+            "engine.kernels.kv_store",
+            "engine.kernels.moe",
+            "engine.kernels.norm",
+            "engine.kernels.quant",
+            "engine.kernels.rope",
+            "engine.kernels.sample",
+        },
+        {"engine.kernels.table"},  # the machinery: Op, Arm, the table, the counters
         {"engine.ops", "engine.cuda"},  # the references and the kernels' bindings
         {"engine.flags"},
     )
@@ -237,10 +251,18 @@ KNOWN_UP = {
 }
 
 
+def engine_part(module: str) -> str:
+    """The part of ENGINE_LAYERS a module belongs to: itself where a layer names it (engine.kernels.table), else
+    its top-level part (engine.model.qwen3 is engine.model)."""
+    if any(module in layer for layer in ENGINE_LAYERS):
+        return module
+    return ".".join(module.split(".")[:2])
+
+
 def engine_layer(module: str) -> int:
-    head = ".".join(module.split(".")[:2])
+    part = engine_part(module)
     for i, layer in enumerate(ENGINE_LAYERS):
-        if head in layer or module in layer:
+        if part in layer:
             return i
     raise KeyError(f"{module}: in no layer of ENGINE_LAYERS (add its top-level part to one)")
 
@@ -248,7 +270,7 @@ def engine_layer(module: str) -> int:
 def up_arrows(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
     """(importer's part, imported part) of each engine import that runs up a layer."""
     return {
-        (".".join(m.split(".")[:2]), ".".join(t.split(".")[:2]))
+        (engine_part(m), engine_part(t))
         for m, ts in edges.items()
         if m.startswith("engine")
         for t in ts
@@ -265,3 +287,22 @@ def test_no_arrow_runs_back_up_inside_the_engine() -> None:
 def test_an_arrow_up_is_named() -> None:
     edges = {"engine.kernels": {"engine.model.qwen3", "engine.flags"}, "engine.runner": {"engine.model"}}
     assert up_arrows(edges) == {("engine.kernels", "engine.model")}
+
+
+def test_the_kernel_tables_machinery_never_imports_a_family() -> None:
+    """The table's own modules are layered finer than their top-level part: table below the families below the
+    package that registers them."""
+    edges = {"engine.kernels.table": {"engine.kernels.gemv"}, "engine.kernels.gemv": {"engine.kernels.table"}}
+    assert up_arrows(edges) == {("engine.kernels.table", "engine.kernels.gemv")}
+    assert up_arrows({"engine.kernels.gemv": {"engine.kernels"}}) == {("engine.kernels.gemv", "engine.kernels")}
+
+
+def test_every_kernel_module_is_named_and_each_family_stands_alone() -> None:
+    edges = graph()
+    kernel_modules = [m for m in edges if m.startswith("engine.kernels.")]
+    assert kernel_modules, "the graph read no module of engine/kernels/"
+    unnamed = [m for m in kernel_modules if engine_part(m) != m]
+    assert not unnamed, f"name these in ENGINE_LAYERS: {unnamed}"
+    families = next(layer for layer in ENGINE_LAYERS if "engine.kernels.gemv" in layer)
+    crossing = sorted((m, t) for m in families for t in edges[m] if t in families)
+    assert not crossing, f"a kernel family imports another (share it through engine/kernels/table.py): {crossing}"

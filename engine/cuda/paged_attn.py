@@ -1,6 +1,6 @@
 """Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms.
 
-Which arm runs is the kernel table's choice (engine/kernels.py); this module launches the one it is told to."""
+Which arm runs is the kernel table's choice (engine/kernels/); this module launches the one it is told to."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ class ForwardBatch:
     # the same two lists on the device, uploaded once for every layer's varlen attention call
     num_decode: int = 0
     device_lens: torch.Tensor | None = None
-    flags: FlagSnapshot = field(default_factory=FlagSnapshot.defaults)  # the kernel arms' flags (engine/kernels.py)
+    flags: FlagSnapshot = field(default_factory=FlagSnapshot.defaults)  # the kernel arms' flags (engine/kernels/)
     # gated delta net layers (Qwen3-Next): the runner's per-sequence recurrent state (a
     # qwen3_next.RecurrentState) and each sequence's slot in it: `state_slots` for a prefill (one per
     # sequence, host ints), `state_index` for a decode step ([batch] int64 on the device; padding rows

@@ -3,7 +3,7 @@
 Every layer is either a gated delta net (`linear_attn`, a recurrence with a per-sequence state the runner
 holds in a `RecurrentState`) or full attention (`self_attn`, over the paged KV cache) as
 `config.gdn.layer_types` says. The norms are zero-centred (scale 1 + weight), except the gated norm on
-the delta net's output. Each op runs through the kernel table (engine/kernels.py).
+the delta net's output. Each op runs through the kernel table (engine/kernels/).
 """
 
 from __future__ import annotations

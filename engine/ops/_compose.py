@@ -1,5 +1,5 @@
 """Composite references written once over the ops they run, so that the kernel table's arms that run a composite op
-by its parts (engine/kernels.py) run the reference's own glue over the table's ops."""
+by its parts (engine/kernels/) run the reference's own glue over the table's ops."""
 
 from __future__ import annotations
 

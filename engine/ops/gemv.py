@@ -2,7 +2,7 @@
 linear with the op before it (a pre-norm, the gated activation) that the prologue GEMVs fold in (row ENGINE-PERF).
 
 Each op has its reference and, beside it, its entry check (`check_<op>`), which the kernel table
-(engine/kernels.py) runs once before it picks an arm.
+(engine/kernels/) runs once before it picks an arm.
 """
 
 from __future__ import annotations

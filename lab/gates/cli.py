@@ -119,7 +119,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 help="allow this fraction of the positions out of band, weighted by context as near-ties are, rounded "
                 "down (default 0: none; neartie: the setting of the arms under test). The fp32-probs setting, for an "
                 "arm that keeps fp32 probabilities, judged against the online oracle, allows 0.004 and adds the "
-                "log-prob rule (engine/kernels.py FP32_PROBS_RAZOR)",
+                "log-prob rule (engine/kernels/table.py FP32_PROBS_RAZOR)",
             )
             p.add_argument(
                 "--served",
@@ -154,7 +154,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 f"{help_} Defaults: {len(RAZOR_PROMPT_LENS)} seeded prompts x {RAZOR_NEW_TOKENS} new tokens; "
                 "without --dtype, the checkpoint's dtype and bfloat16 (a bf16 rounding bug is invisible in "
                 "fp32), each judged on its own. With --require-arm, the oracle attention and the two budgets are "
-                "the setting the kernel table names for the arms under test (engine/kernels.py `Arm.razor`: eager, "
+                "the setting the kernel table names for the arms under test (engine/kernels/table.py `Arm.razor`: eager, "
                 "or fp32-probs for an arm that keeps fp32 probabilities); each option given here wins over it."
             )
         if name == "regen":
@@ -326,7 +326,7 @@ def report(
     peers: list[str] | None = None,
     razor: str | None = None,
 ) -> int:
-    """Print the verdict and the kernel arms that ran (engine/kernels.py's counters); a flag in `require`
+    """Print the verdict and the kernel arms that ran (engine/kernels/table.py's counters); a flag in `require`
     whose arms never ran fails the gate, whatever its verdict, and so does a peer in `peers` (`--attn-peer`)
     that ran 0 times. A flag none of whose ops the model calls (a dense-MLP arm on an MoE model) is not
     applicable there: reported, and left to the models that do."""

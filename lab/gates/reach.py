@@ -1,13 +1,13 @@
 """Attention reach gate: every gate model through the token gate and the near-tie razor, once per attention arm.
 
 `python -m lab gate reach [--out DIR] [--models ...] [--arms ...]` (or `python -m lab.gates.reach`).
-For each arm of the kernel table's attention ops (engine/kernels.py) it derives the flag setting that puts
+For each arm of the kernel table's attention ops (engine/kernels/) it derives the flag setting that puts
 that arm first (its own flags on, each earlier arm's off), runs every gate model
 (lab/data/gate_models.py) that the arm takes under it, and records which arms each run reached (the
 table's selection counters). The reach table comes last: per arm, its calls and the models that reached
 it. Exit 1 when an arm has 0 calls, or when a run with the default flags fails the near-tie razor (a run
 with a default-OFF flag on is reported, not judged: it is the evidence a flip owes); 2 on usage errors.
-Each run's razor has its arm's setting (engine/kernels.py `Arm.razor`: the one-pass arm, which keeps fp32
+Each run's razor has its arm's setting (engine/kernels/table.py `Arm.razor`: the one-pass arm, which keeps fp32
 probabilities, against the SDPA oracle at the fp32-probs budgets), named in its line when not eager.
 Arms run only on CUDA tensors, so on a CPU every arm shows 0 and the gate fails.
 

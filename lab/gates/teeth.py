@@ -10,7 +10,7 @@ reorderings a correct kernel may make (fp32 accumulation in another order): the 
 The bugs patch the pure-torch references (engine/ops/, and the kernel table's pointers to them) for the
 duration of one run; they are the engine's own rounding points moved, as a fast kernel could move them.
 
-`--razor fp32-probs` measures the razor's other setting (engine/kernels.py FP32_PROBS_RAZOR: the online oracle,
+`--razor fp32-probs` measures the razor's other setting (engine/kernels/table.py FP32_PROBS_RAZOR: the online oracle,
 wider budgets, and the log-prob distance of the engine's own top-20 log-probs from the oracle's, per dtype) the same
 way, on an engine whose attention is an online softmax as a tensor-core arm (and SDPA's own kernels) computes it:
 fp32 scores and statistics, the probabilities rounded only for the P.V product. The bugs outside attention go on top
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "--razor",
         choices=list(kernels.RAZORS),
         default="eager",
-        help="the razor setting measured (engine/kernels.py RAZORS): eager (the default), or fp32-probs, on an "
+        help="the razor setting measured (engine/kernels/table.py RAZORS): eager (the default), or fp32-probs, on an "
         "engine whose attention is an online softmax (fp32 statistics), against the online oracle",
     )
     p.add_argument(

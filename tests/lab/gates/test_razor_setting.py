@@ -1,4 +1,4 @@
-"""The near-tie razor's setting per arm (engine/kernels.py `Arm.razor`), as `gate neartie --require-arm` picks it."""
+"""The near-tie razor's setting per arm (engine/kernels/table.py `Arm.razor`), as `gate neartie --require-arm` picks it."""
 
 from __future__ import annotations
 

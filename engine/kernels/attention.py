@@ -1,0 +1,317 @@
+"""Attention's rows: prefill and extend (varlen on tensor cores), and the paged decode attention with its
+ordered arms (tiled, split-KV, GQA-fused, warp, generic); predicates over (head_dim, group, dtype)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from engine.cuda import paged_attn as cuda_paged_attn
+from engine.cuda import paged_attn_onepass as cuda_onepass
+from engine.cuda import paged_attn_tiled as cuda_tiled
+from engine.cuda import prefill_attn as cuda_prefill
+from engine.cuda import splitkv as cuda_splitkv
+from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, gated_by
+from engine.ops import paged_attn
+
+
+def _group(q: torch.Tensor, k_cache: torch.Tensor) -> int:
+    return q.shape[1] // k_cache.shape[2]
+
+
+def supports_heads(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..., bool]:
+    """A predicate over (head_dim, group, dtype) as one over paged_decode_attention's arguments."""
+
+    def supports(q: torch.Tensor, k_cache: torch.Tensor, *_: Any, **__: Any) -> bool:
+        return pred(q.shape[2], _group(q, k_cache), q.dtype)
+
+    return supports
+
+
+_PA = cuda_paged_attn
+_SWAP_GROUPS = (1, 2, 4, 8)
+
+
+def supports_splitkv(d: int, group: int, dtype: torch.dtype) -> bool:
+    return _PA.supported(_PA.GQA, d, 1, dtype)  # the split-KV kernel's head dims and dtypes
+
+
+# --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
+def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return _PA.paged_decode_attention(
+            q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm=arm
+        )
+
+    return kernel
+
+
+def _tiled_variant(fits: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
+    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<fits>`, looked up at
+    call time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
+    (`cuda_tiled.decode(**mode)`). The predicate refuses a shape the binding would hand to the plain two passes
+    (no ready counters: first use under graph capture), so the counters name the kernel that ran."""
+
+    def supports(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+    ) -> bool:
+        shape_ok = cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype)
+        return shape_ok and bool(getattr(cuda_tiled, fits)(q, k_cache, block_tables))
+
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, **mode)
+
+    return supports, kernel
+
+
+def supports_onepass(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
+    """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail)."""
+    return cuda_onepass.fits(q, k_cache, block_tables)
+
+
+supports_tiled_fused, _tiled_fused = _tiled_variant("fused_fits", fused=True)  # the one launch
+supports_tiled_pipelined, _tiled_pipelined = _tiled_variant("pipelined_fits", pipelined=True)  # the pipelined P.V
+supports_tiled_pdl, _tiled_pipelined_pdl = _tiled_variant("pdl_fits", pipelined=True, pdl=True)  # ... chained
+
+
+def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
+    """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
+
+    def kernel(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        sliding_window: int | None = None,
+    ) -> torch.Tensor:
+        return cuda_splitkv.decode(
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            context_lens,
+            scale,
+            sliding_window,
+            swap=swap,
+            max_context=cuda_splitkv.capacity(block_tables, k_cache),
+        )
+
+    return kernel
+
+
+def supports_mma(q: torch.Tensor, *_: Any, **__: Any) -> bool:
+    return cuda_prefill.supported(q.shape[2], q.dtype)
+
+
+def _device_lens(q: torch.Tensor, device_lens: torch.Tensor | None, *lists: Sequence[int]) -> torch.Tensor:
+    """The lengths as the kernel's [rows, seqs] int32 device tensor: the step's upload, else a copy of the lists
+    (a host-to-device copy: tests and benchmarks of the op alone)."""
+    if device_lens is not None:
+        return device_lens
+    return torch.tensor([list(x) for x in lists], dtype=torch.int32).to(q.device)
+
+
+def _prefill_mma(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    return cuda_prefill.prefill(
+        q, k.contiguous(), v.contiguous(), _device_lens(q, device_lens, seq_lens), scale, sliding_window
+    )
+
+
+def _extend_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    lens = _device_lens(q, device_lens, seq_lens, prefix_lens)
+    return cuda_prefill.extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
+
+
+_DECODE_ROWS_WS = 1 << 26  # fp32 elements of the generic decode kernel's logits workspace the arm may take
+
+
+def supports_decode_rows(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+) -> bool:
+    cap = block_tables.shape[1] * k_cache.shape[1]
+    return _PA.supported(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
+
+
+def _extend_decode_rows(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Every new token as one decode row (its sequence's table, its own position + 1 as the context): the
+    generic decode kernel, which takes fp32; per-token tables and lengths built on the device, no host read."""
+    seq, ctx = decode_row_lens(_device_lens(q, device_lens, seq_lens, prefix_lens), q.shape[0])
+    tables = block_tables[seq].to(torch.int32)
+    return _PA.paged_decode_attention(
+        q.contiguous(), k_cache, v_cache, tables, ctx, scale, sliding_window, arm=_PA.GENERIC
+    )
+
+
+def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:  # each [tokens]
+    """Per packed token of a varlen batch (lens: [2, seqs], new and cached tokens): its sequence (int64) and its
+    context as a decode row, its position + 1 (int32). Device ops only, no host read."""
+    lens = lens.long()
+    seq = torch.repeat_interleave(torch.arange(lens.shape[1], device=lens.device), lens[0], output_size=tokens)
+    first = torch.cumsum(lens[0], 0) - lens[0]  # each sequence's first packed token
+    ctx = lens[1][seq] + torch.arange(tokens, device=lens.device) - first[seq] + 1
+    return seq, ctx.to(torch.int32)
+
+
+_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}"
+prefill_attention = Op(
+    paged_attn.prefill_attention,
+    paged_attn.check_prefill_attention,
+    [
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _prefill_mma),
+    ],
+)
+# The varlen kernel on tensor cores, then (fp32, small steps) one generic decode row per new token.
+extend_attention = Op(
+    paged_attn.extend_attention,
+    paged_attn.check_extend_attention,
+    [
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _extend_mma),
+        Arm(
+            "decode_rows",
+            gated_by("VT_PREFILL_ATTN"),
+            supports_decode_rows,
+            f"head_dim at most 256, a multiple of 8, tokens x heads x table capacity at most {_DECODE_ROWS_WS}",
+            _extend_decode_rows,
+        ),
+    ],
+)
+# Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
+# tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
+# warp-split-KV arms, then the generic kernel.
+paged_decode_attention = Op(
+    paged_attn.paged_decode_attention,
+    paged_attn.check_paged_decode_attention,
+    [
+        Arm(
+            "tiled_onepass",
+            gated_by("VT_ATTN_ONEPASS", "VT_ATTN_TILED"),
+            supports_onepass,
+            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
+            "head; with several KV splits, ready arrival counters",
+            cuda_onepass.decode,
+            razor=FP32_PROBS_RAZOR,
+        ),
+        Arm(
+            "tiled_fused",
+            gated_by("VT_ATTN_TILED_FUSED", "VT_ATTN_TILED"),
+            supports_tiled_fused,
+            "the tiled arm's shapes, several KV splits, scores in shared memory and a grid resident at once",
+            _tiled_fused,
+        ),
+        Arm(
+            "tiled_pipelined_pdl",
+            gated_by("VT_ATTN_PDL", "VT_ATTN_PV_PIPELINED", "VT_ATTN_TILED"),
+            supports_tiled_pdl,
+            "the tiled arm's shapes; with several KV splits, ready arrival counters; at most "
+            f"{cuda_tiled.PDL_BLOCKS_PER_SM} blocks per SM (both passes' grids resident)",
+            _tiled_pipelined_pdl,
+        ),
+        Arm(
+            "tiled_pipelined",
+            gated_by("VT_ATTN_PV_PIPELINED", "VT_ATTN_TILED"),
+            supports_tiled_pipelined,
+            "the tiled arm's shapes; with several KV splits, ready arrival counters",
+            _tiled_pipelined,
+        ),
+        Arm(
+            "tiled",
+            gated_by("VT_ATTN_TILED"),
+            supports_heads(cuda_tiled.supported),
+            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
+            cuda_tiled.decode,
+        ),
+        Arm(
+            "splitkv_swap",
+            gated_by("VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_SPLITKV"),
+            supports_heads(lambda d, g, t: supports_splitkv(d, g, t) and g in _SWAP_GROUPS),
+            f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head",
+            _splitkv(swap=True),
+        ),
+        Arm(
+            "splitkv",
+            gated_by("VT_ATTN_SPLITKV"),
+            supports_heads(supports_splitkv),
+            "fp32/bf16, head_dim 64/128/256",
+            _splitkv(swap=False),
+        ),
+        Arm(
+            "gqa",
+            gated_by("VT_ATTN_DECODE_GQA"),
+            supports_heads(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
+            "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head",
+            _paged_arm(_PA.GQA),
+        ),
+        Arm(
+            "warp",
+            gated_by("VT_ATTN_DECODE_OPT"),
+            supports_heads(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
+            "fp32/bf16, head_dim 256",
+            _paged_arm(_PA.WARP),
+        ),
+        Arm(
+            "warp_d128",
+            gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
+            supports_heads(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)),
+            "fp32/bf16, head_dim 128",
+            _paged_arm(_PA.WARP),
+        ),
+        Arm(
+            "generic",
+            gated_by(),
+            supports_heads(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
+            "head_dim at most 256, a multiple of 8",
+            _paged_arm(_PA.GENERIC),
+            notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
+        ),
+    ],
+)

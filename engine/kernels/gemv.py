@@ -1,0 +1,243 @@
+"""The GEMV family: `linear` (the streamed, persistent and plain GEMV, each also as a programmatic dependent
+launch), `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm or the activation in a
+GEMV's prologue, the gated MLP's activation in its epilogue; each fused op's last arm runs the table's own ops
+one by one. And the model-level switches over these GEMVs (merged projections, the GLU epilogue)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from engine.cuda import gemv as cuda_gemv
+from engine.cuda import gemv_stream as cuda_stream
+from engine.kernels.table import KERNEL, Arm, Op, Switch, by_parts, gated_by, supports_any
+from engine.ops import gemv
+
+
+def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Decode rows (at most MAX_ROWS) of a row-major W take the GEMV, which streams W by rows; a prefill, or
+    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place."""
+    return x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+
+
+def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    return supports_rows(x, weight, bias) and cuda_gemv.persistent_fits(x, weight)
+
+
+def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return supports_rows(x, weight, bias) and cuda_stream.fits(x2.shape[0], weight, x2)
+
+
+_STREAM_NEEDS = (
+    f"sm_90, 1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
+    f"a ring of two W rows (GLU: two gate/up pairs) per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
+)
+
+
+_PERSISTENT_NEEDS = (
+    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight, a row in one batch of loads (K at most 1024 in bf16), "
+    f"and at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
+)
+
+
+_PDL = gated_by("VT_GEMV_PDL")
+
+
+def _with_pdl(name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable) -> list:
+    """A GEMV arm after its programmatic dependent launch: `<name>_pdl`, gated by VT_GEMV_PDL too (before the
+    last flag, VT_GEMV), with the same support and the kernel called with pdl=True."""
+    with_pdl = (*flags[:-1], *_PDL, flags[-1])
+    return [
+        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True)),
+        Arm(name, flags, supports, needs, kernel),
+    ]
+
+
+linear = Op(
+    gemv.linear,
+    gemv.check_linear,
+    [
+        *_with_pdl(
+            "gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), supports_stream, _STREAM_NEEDS, cuda_stream.linear
+        ),
+        *_with_pdl(
+            "gemv_persistent",
+            gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
+            supports_persistent,
+            _PERSISTENT_NEEDS,
+            partial(cuda_gemv.linear, persistent=True),
+        ),
+        *_with_pdl(
+            "gemv",
+            gated_by("VT_GEMV"),
+            supports_rows,
+            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
+            cuda_gemv.linear,
+        ),
+    ],
+)
+embedding = Op(gemv.embedding, gemv.check_embedding)
+
+
+# --- the decode step's fused launches (ENGINE-PERF): each op's last arm runs the table's own ops one by one ---
+def supports_norm_prologue(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    k = x.shape[-1]
+    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
+    return cuda_gemv.prologue_fits(rows[0].shape[0], k, weight, *rows)
+
+
+def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    g = gate_up.reshape(-1, gate_up.shape[-1])
+    return cuda_gemv.prologue_fits(g.shape[0], weight.shape[1], weight, g)
+
+
+def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return cuda_gemv.glu_fits(x2.shape[0], weight, x2)
+
+
+def supports_norm_stream(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    glu: bool = False,
+) -> bool:
+    k = x.shape[-1]
+    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
+    return cuda_stream.fits(rows[0].shape[0], weight, *rows, glu=glu)
+
+
+def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    x2 = x.reshape(-1, x.shape[-1])
+    return cuda_stream.fits(x2.shape[0], weight, x2, glu=True)
+
+
+def supports_norm_glu(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    return supports_norm_prologue(x, residual, norm_weight, eps, weight, bias) and supports_glu(x, weight, bias)
+
+
+_GLU_NEEDS = (
+    f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major gate/up W "
+    f"with at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
+)
+_PROLOGUE_NEEDS = f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W"
+add_rms_norm_linear = Op(
+    gemv.add_rms_norm_linear,
+    gemv.check_add_rms_norm_linear,
+    [
+        *_with_pdl(
+            "prologue_stream",
+            gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            supports_norm_stream,
+            _STREAM_NEEDS,
+            cuda_stream.add_rms_norm_linear,
+        ),
+        *_with_pdl(
+            "prologue",
+            gated_by("VT_NORM_GEMV", "VT_GEMV"),
+            supports_norm_prologue,
+            _PROLOGUE_NEEDS,
+            cuda_gemv.add_rms_norm_linear,
+        ),
+        Arm(
+            "norm_then_linear",
+            gated_by(),
+            supports_any,
+            KERNEL,
+            by_parts(gemv.add_rms_norm_linear.glue),
+            composite=True,
+        ),
+    ],
+)
+silu_mul_linear = Op(
+    gemv.silu_mul_linear,
+    gemv.check_silu_mul_linear,
+    [
+        *_with_pdl(
+            "prologue",
+            gated_by("VT_ACT_GEMV", "VT_GEMV"),
+            supports_act_prologue,
+            _PROLOGUE_NEEDS,
+            cuda_gemv.silu_mul_linear,
+        ),
+        Arm("act_then_linear", gated_by(), supports_any, KERNEL, by_parts(gemv.silu_mul_linear.glue), composite=True),
+    ],
+)
+linear_silu_mul = Op(
+    gemv.linear_silu_mul,
+    gemv.check_linear_silu_mul,
+    [
+        *_with_pdl(
+            "glu_stream",
+            gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            supports_glu_stream,
+            _STREAM_NEEDS,
+            partial(cuda_stream.linear, glu=True),
+        ),
+        *_with_pdl("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
+        Arm("linear_then_act", gated_by(), supports_any, KERNEL, by_parts(gemv.linear_silu_mul.glue), composite=True),
+    ],
+)
+add_rms_norm_linear_silu_mul = Op(
+    gemv.add_rms_norm_linear_silu_mul,
+    gemv.check_add_rms_norm_linear_silu_mul,
+    [
+        *_with_pdl(
+            "prologue_glu_stream",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
+            partial(supports_norm_stream, glu=True),
+            _STREAM_NEEDS,
+            partial(cuda_stream.add_rms_norm_linear, glu=True),
+        ),
+        *_with_pdl(
+            "prologue_glu",
+            gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV"),
+            supports_norm_glu,
+            _GLU_NEEDS,
+            partial(cuda_gemv.add_rms_norm_linear, glu=True),
+        ),
+        Arm(
+            "norm_gemv_then_act",
+            gated_by("VT_NORM_GEMV"),
+            supports_any,
+            KERNEL,
+            by_parts(gemv.add_rms_norm_linear_silu_mul.glue),
+            composite=True,
+        ),
+        Arm(  # the pre-norm, then the GLU GEMV op
+            "norm_then_glu",
+            gated_by(),
+            supports_any,
+            KERNEL,
+            by_parts(gemv.add_rms_norm_linear.glue, instead={"linear": "linear_silu_mul"}),
+            composite=True,
+        ),
+    ],
+)
+
+
+# One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
+merged_projections = Switch("merged_projections", gated_by("VT_MERGED_PROJ"), "merged")
+# The gated MLP's activation in its gate/up GEMV's epilogue (engine/model/qwen3.py): the down GEMV then takes it.
+glu_epilogue = Switch("glu_epilogue", gated_by("VT_GLU_GEMV"), "glu")

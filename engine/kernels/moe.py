@@ -1,0 +1,39 @@
+"""The mixture of experts' rows: routing and the experts' GEMVs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.cuda import moe as cuda_moe
+from engine.kernels.table import cuda_op, gated_by
+from engine.ops import moe
+
+
+def supports_route(router_logits: torch.Tensor, top_k: int, *_: Any) -> bool:
+    return cuda_moe.supports(router_logits.shape[1], top_k)
+
+
+def supports_experts(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> bool:
+    return cuda_moe.supports(gate_up.shape[0], ids.shape[1])
+
+
+moe_route = cuda_op(
+    moe.moe_route,
+    moe.check_moe_route,
+    gated_by("VT_MOE_KERNELS"),
+    cuda_moe.route,
+    supports_route,
+    f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
+)
+moe_experts = cuda_op(
+    moe.moe_experts,
+    moe.check_moe_experts,
+    gated_by("VT_MOE_KERNELS"),
+    cuda_moe.experts,
+    supports_experts,
+    f"at most {cuda_moe.MAX_ROUTE_EXPERTS} experts, top_k at most {cuda_moe.MAX_TOP_K}",
+)

@@ -1,0 +1,123 @@
+"""The quantized formats' rows: dequantize (AWQ, GPTQ, NVFP4) and each format's linear (the fused dequant-GEMV
+for one row, else dequant then the table's `linear`), and `quantized_linear`, a quantized layer's entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.cuda import quant as cuda_quant
+from engine.flags import FlagSnapshot
+from engine.kernels.table import KERNEL, Arm, Op, by_parts, cuda_op, gated_by, supports_any, weights_just_written
+from engine.ops import quant
+
+
+def supports_one_row(x: torch.Tensor, *_: Any, **__: Any) -> bool:
+    return x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
+
+
+def supports_gptq_gemv(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    *_: Any,
+    **__: Any,
+) -> bool:
+    return supports_one_row(x) and bits == 4
+
+
+def supports_int4(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    *_: Any,
+    **__: Any,
+) -> bool:
+    return bits == 4
+
+
+def _dequant_nvfp4_kernel(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> torch.Tensor:
+    gs = quant.nvfp4_global_scale(global_scale, packed.device)
+    return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
+
+
+dequant_awq = cuda_op(quant.dequant_awq, quant.check_dequant_awq, gated_by("VT_DEQUANT_KERNEL"), cuda_quant.dequant_awq)
+dequant_gptq = cuda_op(
+    quant.dequant_gptq,
+    quant.check_dequant_gptq,
+    gated_by("VT_DEQUANT_KERNEL"),
+    cuda_quant.dequant_gptq,
+    supports_int4,
+    "4-bit weights",
+)
+dequant_nvfp4 = cuda_op(
+    quant.dequant_nvfp4, quant.check_dequant_nvfp4, gated_by("VT_DEQUANT_KERNEL"), _dequant_nvfp4_kernel
+)
+# The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
+_DEQUANT_THEN_LINEAR = {  # their linear never a programmatic dependent of the dequant writing its W
+    m: by_parts(getattr(quant, f"{m}_linear").glue, under={"linear": weights_just_written})
+    for m in ("awq", "gptq", "nvfp4")
+}
+awq_linear = Op(
+    quant.awq_linear,
+    quant.check_awq_linear,
+    [
+        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), supports_one_row, "one row of x", cuda_quant.awq_linear),
+        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["awq"], composite=True),
+    ],
+)
+gptq_linear = Op(
+    quant.gptq_linear,
+    quant.check_gptq_linear,
+    [
+        Arm(
+            "gemv",
+            gated_by("VT_DEQUANT_GEMV"),
+            supports_gptq_gemv,
+            "one row of x, 4-bit weights",
+            cuda_quant.gptq_linear,
+        ),
+        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["gptq"], composite=True),
+    ],
+)
+nvfp4_linear = Op(
+    quant.nvfp4_linear,
+    quant.check_nvfp4_linear,
+    [
+        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), supports_one_row, "one row of x", cuda_quant.nvfp4_linear),
+        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["nvfp4"], composite=True),
+    ],
+)
+
+
+def quantized_linear(
+    snapshot: FlagSnapshot,
+    x: torch.Tensor,
+    method: str,
+    weights: dict[str, torch.Tensor],
+    bias: torch.Tensor | None = None,
+    group_size: int = 0,
+    bits: int = 4,
+    version: int = 1,
+) -> torch.Tensor:  # x: [..., in_features] -> [..., out_features]
+    """A quantized linear layer (engine/model/layers.py `QuantLinear`) as the table's `<method>_linear` op.
+
+    `weights` are the layer's packed tensors under the engine's names. The op's arms decide: one row (M = 1)
+    takes the fused dequant-GEMV under VT_DEQUANT_GEMV; more rows on CUDA dequantize (VT_DEQUANT_KERNEL)
+    and then run the `linear` op; on the CPU the reference (engine/ops/quant.py) does both."""
+    w = weights
+    if method == "awq":
+        return awq_linear(snapshot, x, w["qweight"], w["qzeros"], w["scales"], group_size, bias)
+    if method == "gptq":
+        return gptq_linear(snapshot, x, w["qweight"], w["qzeros"], w["scales"], w["g_idx"], bits, version, bias)
+    if method == "nvfp4":
+        return nvfp4_linear(snapshot, x, w["packed"], w["block_scales"], w["global_scale"], bias)
+    raise ValueError(f"method: {method!r} is not a quantized linear (awq, gptq or nvfp4)")

@@ -1,0 +1,391 @@
+"""The kernel table's machinery: `Op`, `Arm`, the table, its counters and the flag snapshot's plumbing.
+
+The table is per op its pure-torch reference and its ordered CUDA arms; every call goes through it. The ops live
+one module per family beside this one (engine/kernels/<family>.py: its predicates, adapters and ops) and
+engine/kernels/__init__.py registers them here and re-exports every name, so `from engine import kernels` reads
+the table as one module.
+
+The contract (what model code, gates and benchmarks may rely on):
+
+- An `Op` joins one reference from `engine/ops/` (the semantics, runs anywhere), its entry check (the
+  `check_<op>` beside the reference: shapes and dtypes, naming the tensor) and its `Arm`s in order. An
+  `Arm` is a name, the flags that must all be on (`gated_by("VT_X", ...)`, from engine/flags.py), a `supports`
+  predicate over the op's own arguments (shapes, dtypes, strides; a family names each `supports_<what>`; `needs`
+  says it in words) and the kernel (a binding in `engine/cuda/`, called with the op's arguments). A `composite` arm's kernel takes the
+  snapshot first, because it runs other ops of this table (dequant, then linear); `by_parts(glue)` makes
+  one from a composite reference's own glue (`engine/ops/_compose.py`), run over the table's ops.
+- `kernels.<op>(snapshot, *args)` (or `kernels.call("<op>", snapshot, *args)`) validates the inputs once,
+  then runs the first arm whose flags are on in `snapshot` and whose `supports` accepts the inputs, and
+  the reference when none does. Arms run only on CUDA tensors (the op's first argument) and only while
+  VT_KERNELS is on; otherwise the reference runs and no arm is tried. A snapshot is a frozen
+  `engine.flags.FlagSnapshot`: a Runner builds one when it starts and passes it down, so eager steps,
+  graph capture and replay make the same choice; tests and benchmarks build their own, nothing reads or
+  writes the environment here.
+- `Op.run_arm(name, *args)` runs one named arm (or "reference") whatever the flags say, after the same
+  check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
+  which arm a call would run, without running or counting it.
+- `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
+  peer in place of the op's arms with it (lab/gates/peer_attention.py), counted as `(op, its name)`.
+- Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
+  `COUNTS.fallbacks[(op, arm, needs)]` for each arm that was enabled but declined the inputs. Reset them
+  with `reset_counts()`, read a copy with `counts()`, print them with `render_counts()`, and ask
+  `arms_ran(flag)` how often an arm gated by a flag ran (the flip protocol fails on 0). Counts are Python
+  calls: a replayed CUDA graph runs its captured arms without counting again.
+- `quantized_linear(snapshot, x, method, weights, ...)` is a quantized layer's entry: it runs the
+  `<method>_linear` op of the table (engine/model/layers.py `QuantLinear`).
+- A new op is one `Op(...)` in its family's module, registered in `TABLE` by its name (the reference's name) by
+  engine/kernels/__init__.py; a new arm is one `Arm(...)` in its op's list, in the place of its precedence.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import torch
+
+from engine.flags import FLAGS, FlagSnapshot
+
+P = ParamSpec("P")
+R = TypeVar("R")
+REFERENCE_ARM = "reference"
+
+
+def gated_by(*names: str) -> tuple[str, ...]:
+    """The flags an arm needs, all on (none: on whenever VT_KERNELS is); each must be declared in engine/flags.py.
+
+    The env-doc check counts `gated_by("VT_X", ...)` as the place that consults VT_X (its first name)."""
+    unknown = [n for n in names if n not in FLAGS or not FLAGS[n].is_bool]
+    if unknown:
+        raise KeyError(f"gated_by: {', '.join(unknown)} not a boolean flag declared in engine/flags.py")
+    return names
+
+
+@dataclass(frozen=True)
+class Razor:
+    """The near-tie razor's setting an arm is judged with (`gate neartie --require-arm VT_X` takes it from the
+    arms VT_X gates): the oracle's attention, the two budgets and the log-prob limits. The oracle must round as the
+    arm does."""
+
+    name: str
+    oracle_attn: str  # "eager" (scores and probabilities in the dtype), "sdpa" (fp32), "online" (P rounded for P.V)
+    max_near_tie_rate: float
+    max_out_of_band_rate: float
+    # per dtype: the most the run's mean log-prob distance (lab/gates/harness.py logprob_distance) may be, in
+    # nats, against this setting's oracle; a dtype not named here is judged by the budgets alone
+    max_logprob_dist: tuple[tuple[str, float], ...] = ()
+
+    def logprob_limit(self, dtype: str) -> float | None:
+        return dict(self.max_logprob_dist).get(dtype)
+
+
+# the reference's rounding: every arm that rounds scores and probabilities to the dtype, as the eager oracle does
+EAGER_RAZOR = Razor("eager", "eager", 0.01, 0.0)
+# an arm that keeps fp32 probabilities (an online softmax), against the oracle at its rounding points ("online").
+# The log-prob distance separates the seeded bugs from the correct twins (ENGINE-PERSISTENT spec: every bug 10/10,
+# twins 0/10, CPU seeds 0-19); the token budgets stay as a backstop, wide enough that the two-split twin's 10-27
+# near-ties and 1-3 out of band in 1024 positions pass (at 0.02 / 0.0015 it false-alarmed 3/10)
+FP32_PROBS_RAZOR = Razor("fp32-probs", "online", 0.04, 0.004, (("float32", 2.5e-4), ("bfloat16", 0.7)))
+RAZORS = {r.name: r for r in (EAGER_RAZOR, FP32_PROBS_RAZOR)}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One fast implementation of an op: taken when all its `flags` are on and `supports(*args)` is true."""
+
+    name: str
+    flags: tuple[str, ...]  # every one must be on (`gated_by(...)`); () = on whenever VT_KERNELS is
+    supports: Callable[..., bool]  # over the op's arguments, as the op is called
+    needs: str  # what `supports` demands, in words: the reason recorded when the arm declines
+    kernel: Callable[..., Any]
+    composite: bool = False  # the kernel takes the snapshot first (it runs other ops of the table)
+    notice: bool = False  # a call that falls to this arm past an enabled arm says so on stderr, once (`NOTICED`)
+    razor: Razor = EAGER_RAZOR  # the near-tie razor's setting its flip is judged with
+
+    def enabled(self, snapshot: FlagSnapshot) -> bool:
+        return all(snapshot.enabled(f) for f in self.flags)
+
+
+@dataclass
+class Counts:
+    """Selection counters: which arm each op ran, and every enabled arm that declined (with its reason)."""
+
+    ran: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op, arm) -> calls
+    fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (op, arm, needs) -> calls
+
+    def copy(self) -> Counts:
+        return Counts(Counter(self.ran), Counter(self.fallbacks))
+
+    def clear(self) -> None:
+        self.ran.clear()
+        self.fallbacks.clear()
+
+
+COUNTS = Counts()
+NOTICED: set[tuple[str, str, str]] = set()  # (op, declined arm, needs): each fall to a notice arm said once
+
+
+class Op(Generic[P, R]):
+    """One row of the table: `op(snapshot, *args)` checks, picks the first enabled supported arm, counts, runs."""
+
+    def __init__(self, reference: Callable[P, R], check: Callable[P, None], arms: Sequence[Arm] = ()) -> None:
+        self.name = reference.__name__
+        self.reference = reference
+        self.check = check
+        self.arms = tuple(arms)
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names) or REFERENCE_ARM in names:
+            raise ValueError(f"{self.name}: arm names must be unique and not {REFERENCE_ARM!r}: {names}")
+        # an arm that takes every call, whatever the flags and the device (a gate's peer, lab/gates/
+        # peer_attention.py); set and cleared by the gate around its run, counted like any arm
+        self.injected: Arm | None = None
+
+    def __call__(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> R:
+        self.check(*args, **kwargs)
+        if self.injected is not None:
+            COUNTS.ran[(self.name, self.injected.name)] += 1
+            return self.injected.kernel(*args, **kwargs)
+        arm = self._select(snapshot, args, kwargs, count=True)
+        if arm is None:
+            COUNTS.ran[(self.name, REFERENCE_ARM)] += 1
+            return self.reference(*args, **kwargs)
+        COUNTS.ran[(self.name, arm.name)] += 1
+        if arm.composite:
+            return arm.kernel(snapshot, *args, **kwargs)
+        return arm.kernel(*args, **kwargs)
+
+    def choose(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> str:
+        """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
+        if self.injected is not None:
+            return self.injected.name
+        arm = self._select(snapshot, args, kwargs, count=False)
+        return REFERENCE_ARM if arm is None else arm.name
+
+    def run_arm(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the arm `name` (or "reference") whatever the flags say; inputs checked, the call counted.
+
+        A composite arm runs its inner ops with the default flags. An arm that does not support the
+        inputs is an error naming what it needs."""
+        self.check(*args, **kwargs)
+        COUNTS.ran[(self.name, name)] += 1
+        if name == REFERENCE_ARM:
+            return self.reference(*args, **kwargs)
+        arm = self.arm(name)
+        if not arm.supports(*args, **kwargs):
+            raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
+        if arm.composite:
+            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
+        return arm.kernel(*args, **kwargs)
+
+    def arm(self, name: str) -> Arm:
+        for arm in (*self.arms, *filter(None, [self.injected])):
+            if arm.name == name:
+                return arm
+        known = ", ".join([a.name for a in self.arms] + [REFERENCE_ARM])
+        raise KeyError(f"{self.name}: no arm {name!r} (arms: {known})")
+
+    def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any], count: bool) -> Arm | None:
+        if not self.arms or not snapshot.kernels or not args[0].is_cuda:
+            return None
+        declined: list[Arm] = []
+        for arm in self.arms:
+            if not arm.enabled(snapshot):
+                continue
+            if arm.supports(*args, **kwargs):
+                if count and arm.notice:
+                    self._notice(arm, declined)
+                return arm
+            if count:
+                COUNTS.fallbacks[(self.name, arm.name, arm.needs)] += 1
+                declined.append(arm)
+        return None
+
+    def _notice(self, taken: Arm, declined: list[Arm]) -> None:
+        """One stderr line per (op, declined arm, reason) in a process: the call fell to a slow arm."""
+        for arm in declined:
+            key = (self.name, arm.name, arm.needs)
+            if key not in NOTICED:
+                NOTICED.add(key)
+                print(
+                    f"engine: {self.name} falls to its {taken.name} arm: {arm.name} needs {arm.needs} "
+                    "(said once per process; the selection counters count every call)",
+                    file=sys.stderr,
+                )
+
+    def __repr__(self) -> str:
+        return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'})"
+
+
+# The table and the switches by name: each family module declares its ops, engine/kernels/__init__.py registers
+# them here (in the order a listing shows), where `call`, the counters and a composite arm's parts read them.
+TABLE: dict[str, Op[..., Any]] = {}
+SWITCHES: dict[str, Switch] = {}
+
+
+def register(ops: Sequence[Op[..., Any]], switches: Sequence[Switch] = ()) -> None:
+    """Add ops and switches to the table, by name; a name taken twice is an error."""
+    for op in ops:
+        if op.name in TABLE:
+            raise ValueError(f"op {op.name!r} registered twice")
+        TABLE[op.name] = op
+    for switch in switches:
+        if switch.name in SWITCHES:
+            raise ValueError(f"switch {switch.name!r} registered twice")
+        SWITCHES[switch.name] = switch
+
+
+def call(name: str, snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> Any:
+    """`TABLE[name](snapshot, *args, **kwargs)`: the table's ops by name."""
+    if name not in TABLE:
+        raise KeyError(f"no op {name!r} in the kernel table (ops: {', '.join(TABLE)})")
+    return TABLE[name](snapshot, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A model-level choice behind a flag that is not one kernel (merged projections): counted like an arm."""
+
+    name: str
+    flags: tuple[str, ...]  # every one must be on
+    arm: str  # the name counted when the switch is on; "reference" when off
+
+    def __call__(self, snapshot: FlagSnapshot, x: torch.Tensor) -> bool:
+        on = x.is_cuda and snapshot.kernels and all(snapshot.enabled(f) for f in self.flags)
+        COUNTS.ran[(self.name, self.arm if on else REFERENCE_ARM)] += 1
+        return on
+
+
+# --- counters ---------------------------------------------------------------------------------------------
+def reset_counts() -> None:
+    COUNTS.clear()
+
+
+def counts() -> Counts:
+    """A copy of the selection counters as they stand."""
+    return COUNTS.copy()
+
+
+def arms_ran(flag: str, seen: Counts | None = None) -> int:
+    """Calls of every arm gated by `flag` (an arm's own flags, or a switch's), in `seen` (default: now)."""
+    seen = seen or COUNTS
+    gated = {(op.name, a.name) for op in TABLE.values() for a in op.arms if flag in a.flags}
+    gated |= {(s.name, s.arm) for s in SWITCHES.values() if flag in s.flags}
+    return sum(n for key, n in seen.ran.items() if key in gated)
+
+
+def ops_gated_by(flag: str) -> set[str]:
+    """The ops that have an arm gated by `flag` (an arm's own flags, or a switch's)."""
+    ops = {op.name for op in TABLE.values() for a in op.arms if flag in a.flags}
+    return ops | {s.name for s in SWITCHES.values() if flag in s.flags}
+
+
+def razors_gated_by(flag: str, snapshot: FlagSnapshot) -> dict[str, Razor]:
+    """The razor settings of the arms gated by `flag` that `snapshot` enables, by `op/arm` (a switch: eager)."""
+    found = {}
+    for op in TABLE.values():
+        for arm in op.arms:
+            if flag in arm.flags and arm.enabled(snapshot):
+                found[f"{op.name}/{arm.name}"] = arm.razor
+    for switch in SWITCHES.values():
+        if flag in switch.flags and all(snapshot.enabled(f) for f in switch.flags):
+            found[f"{switch.name}/{switch.arm}"] = EAGER_RAZOR
+    return found
+
+
+def op_calls(ops: set[str], seen: Counts | None = None) -> int:
+    """Calls of `ops` in `seen`, whichever arm ran them (the reference included)."""
+    seen = seen or COUNTS
+    return sum(n for (op, _), n in seen.ran.items() if op in ops)
+
+
+def flags_of(op: str, arm: str) -> tuple[str, ...]:
+    """The flags that gate one arm of the table ((), for the reference and for an arm injected by a gate)."""
+    if op in SWITCHES and arm == SWITCHES[op].arm:
+        return SWITCHES[op].flags
+    if op in TABLE and any(a.name == arm for a in TABLE[op].arms):
+        return TABLE[op].arm(arm).flags
+    return ()
+
+
+def render_counts(seen: Counts | None = None) -> str:
+    """One line per (op, arm) that ran, then one per fallback: `arms: rms_norm/cuda 12 [VT_NORM_KERNEL]`."""
+    seen = seen or COUNTS
+    if not seen.ran:
+        return "arms: none ran"
+    lines = ["arms (calls; a replayed CUDA graph is not counted again):"]
+    for (op, arm), n in sorted(seen.ran.items()):
+        gated = flags_of(op, arm)
+        lines.append(f"  {op}/{arm} {n}" + (f" [{' '.join(gated)}]" if gated else ""))
+    for (op, arm, needs), n in sorted(seen.fallbacks.items()):
+        lines.append(f"  fallback {op}/{arm} {n}: needs {needs}")
+    return "\n".join(lines)
+
+
+# --- the parts the families build their rows from: the predicate that takes any input, composite arms, one-arm ops
+def supports_any(*_: Any, **__: Any) -> bool:
+    return True
+
+
+class _TableOps:
+    """The table's ops under one snapshot, by name: the parts over which a composite arm runs its reference's glue.
+    `instead` names another op of the table for a part ({"linear": "linear_silu_mul"}); `under` gives a part other
+    flags ({"linear": weights_just_written}). Each op is looked up in `TABLE` at the call."""
+
+    def __init__(
+        self,
+        snapshot: FlagSnapshot,
+        instead: dict[str, str],
+        under: dict[str, Callable[[FlagSnapshot], FlagSnapshot]],
+    ) -> None:
+        self.snapshot, self.instead, self.under = snapshot, instead, under
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        op = self.instead.get(name, name)
+        if op not in TABLE:
+            raise AttributeError(f"no op {op!r} in the kernel table")
+        flags = self.under[name](self.snapshot) if name in self.under else self.snapshot
+        return partial(TABLE[op], flags)
+
+
+def by_parts(
+    glue: Callable[..., R],
+    *,
+    instead: dict[str, str] | None = None,
+    under: dict[str, Callable[[FlagSnapshot], FlagSnapshot]] | None = None,
+) -> Callable[..., R]:
+    """A composite arm's kernel: `glue(parts, *args)` from engine/ops (a composite reference's `.glue`) over the
+    table's own ops, each choosing its arm under the snapshot (see `_TableOps` for `instead` and `under`)."""
+    swaps, flags = instead or {}, under or {}
+
+    def kernel(snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> R:
+        return glue(_TableOps(snapshot, swaps, flags), *args, **kwargs)
+
+    told = [f"{part}={op}" for part, op in swaps.items()] + [f"{part} under {f.__name__}" for part, f in flags.items()]
+    kernel.__name__ = kernel.__qualname__ = f"by_parts({', '.join([glue.__qualname__, *told])})"
+    return kernel
+
+
+def weights_just_written(snapshot: FlagSnapshot) -> FlagSnapshot:
+    """The flags for a linear whose W the kernel before it wrote: a programmatic-dependent GEMV issues its W
+    loads before `griddepcontrol.wait`, so it may read W only when no kernel in flight writes it."""
+    return snapshot.with_(VT_GEMV_PDL=False) if snapshot.enabled("VT_GEMV_PDL") else snapshot
+
+
+KERNEL = "a CUDA tensor"  # the needs of an arm that takes every CUDA input the op's check accepts
+
+
+def cuda_op(
+    reference: Callable[P, R],
+    check: Callable[P, None],
+    flags: tuple[str, ...],
+    kernel: Callable[..., Any],
+    supports: Callable[..., bool] = supports_any,
+    needs: str = KERNEL,
+) -> Op[P, R]:
+    """An op with one arm, "cuda" (its family's binding), gated by `flags`: by default it takes every CUDA input that
+    the op's check accepts."""
+    return Op(reference, check, [Arm("cuda", flags, supports, needs, kernel)])
