@@ -50,7 +50,8 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
     except SyntaxError:
         return _python_text_reads(source, path, prefixes)
     os_names, environ_names, getenv_names, consts = {"os"}, set(), set(), {}
-    for node in ast.walk(tree):
+    nodes = list(ast.walk(tree))  # walked once: the three passes below each read every node
+    for node in nodes:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name == "os" or (a.name.startswith("os.") and not a.asname):
@@ -69,7 +70,7 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
             and isinstance(node.value.value, str)
         ):
             consts[node.targets[0].id] = node.value.value
-    for node in ast.walk(tree):  # `env = os.environ` style aliases, once the imports are known
+    for node in nodes:  # `env = os.environ` style aliases, once the imports are known
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if _is_environ(node.value, os_names, environ_names):
                 environ_names.add(node.targets[0].id)
@@ -82,7 +83,7 @@ def python_reads(source: str, path: str, prefixes: tuple[str, ...], readers: tup
         return consts.get(expr.id) if isinstance(expr, ast.Name) else None
 
     reads = []
-    for node in ast.walk(tree):
+    for node in nodes:
         name = None
         if isinstance(node, ast.Call) and node.args:
             f = node.func
