@@ -46,27 +46,28 @@
 #   prefill and decode at M > 1), then its A/B on the whole decode step at batch 32 of the Qwen3-0.6B-shaped AWQ model;
 #   a verdict table last. quant-flip-ab: that A/B on the GPTQ and NVFP4 models (about 4 minutes). quant-flip-baseline:
 #   the AWQ razor with the flag off (its dequant is bitwise equal to the reference: the same verdict shows the path's).
-#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL,
-#   VT_GEMV_PERSISTENT; VT_ACT_GEMV by numerics only): their numerics cases, each arm's op-level A/B against the
+#   fuse: the decode step's fused launches (VT_QKV_ROPE_STORE, VT_NORM_GEMV, VT_GLU_GEMV, VT_GEMV_PDL; the persistent
+#   GEMV and the activation prologue lost their A/Bs and were retired): their numerics cases, each arm's op-level A/B against the
 #   default kernels in the same run, each flag's A/B on the whole decode step against the defaults, the greedy tokens
 #   of the step with all on against the defaults at batch 1 and 32 (with the arms' counters), and the decode step off
 #   and on against its floor; a compact table last.
 #   step2: the streamed GEMV (VT_GEMV_STREAM) and the norm kernels' early PDL trigger (VT_GEMV_PDL) over the three
 #   winning fused arms: their numerics, GPU tests, op-level A/Bs at Qwen3-0.6B's five GEMV shapes (and the norm / GLU
 #   forms), whole-step A/Bs, the decode step with and without them against its floor; a compact table last.
-#   qwen3next: the gated delta net kernels' numerics (decode step and chunked prefill against their references),
+#   qwen3next: the gated delta net kernel's numerics (the decode step against its reference; the chunked prefill's
+#   kernel was retired),
 #   their CUDA tests, then the tiny Qwen3-Next checkpoints token-exact against transformers on the GPU (fp32 and
 #   bf16, GDN arms off and on, graphed decode equal to eager), the fp32 and bf16 token gates with the GDN arms
 #   on (--require-arm: their counters must be nonzero); verdict lines last. qwen3next-bf16: the bf16 evidence
 #   alone (the razor-prompt test, with the oracle's own razor printed, and the token gates).
-#   qwen3next-bench: the same-binary A/B of each GDN kernel against its torch reference at Qwen3-Next-80B's heads
-#   (decode at batch 32, the chunked prefill of 1024 tokens), ledger records.
-#   gdn-flip: the flip protocol of VT_GDN_KERNEL and VT_GDN_CHUNKED_KERNEL within 6 minutes: their numerics, the model
+#   qwen3next-bench: the same-binary A/B of the GDN decode kernel against its torch reference at Qwen3-Next-80B's heads
+#   (batch 32), a ledger record.
+#   gdn-flip: the flip protocol of VT_GDN_KERNEL within 6 minutes: its numerics, the model
 #   GPU tests (token-exact against transformers fp32 and bf16, graphed decode equal to eager), the fp32 and bf16 token
 #   gates with both arms required (bf16: token-exact against generate, not the razor; the row's spec), the A/B of
 #   VT_GDN_KERNEL on the whole decode step of a Qwen3-Next with Qwen3-Next-80B's layer shapes (decode-step-qwen3next,
-#   batch 32) and the chunked prefill's A/B (1024 tokens); a verdict table last. gdn-flip-decode: the bf16 token gate
-#   with the decode kernel alone (required), then with both references (about a minute).
+#   batch 32); a verdict table last. gdn-flip-decode: the bf16 token gate with the decode kernel (required), then
+#   with the reference (about a minute).
 #   ncu: Nsight Compute on the default attention arm (three shapes) and the GEMV kernel, the
 #   speed-of-light, occupancy, launch and warp-state sections; key lines in $OUT/ncu-summary.txt.
 #   ncu2: the limiter of each ENGINE-PERF miss, measured with Nsight Compute within 5 minutes (NCU2_BUDGET seconds
@@ -101,7 +102,7 @@ PHASES="${*:-gates bench}"
 FLIP="${FLIP:-}"
 if [[ " $PHASES " == *" flip "* ]]; then  # checked before any phase runs
   if [[ -z "$FLIP" ]]; then
-    echo "ci/gpu.sh flip: set FLIP to the flag settings under test, e.g. FLIP=\"VT_ATTN_SPLITKV=1\"" >&2
+    echo "ci/gpu.sh flip: set FLIP to the flag settings under test, e.g. FLIP=\"VT_ATTN_ONEPASS=1\"" >&2
     exit 2
   fi
   for kv in $FLIP; do
@@ -163,8 +164,9 @@ GATES=/tmp/flip-gate-models  # lab/data/gate_models.py's d128-g4 and long, for t
 long_lens() {  # the long gate model's own prompt lengths (1500+ tokens: the tiled arms' several KV splits)
   $PY -c "from lab.data.gate_models import GATE_MODELS as G; print(*G['long'].prompt_lens, sep=',')"
 }
-# Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
-FAST="VT_ATTN_SPLITKV=1 VT_ATTN_SPLITKV_GQA_SWAP=1 VT_MOE_KERNELS=1"
+# Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle. (The split-KV
+# arms are by name only since the retire rule: `lab bench ab --arm`, `lab gate reach`.)
+FAST="VT_MOE_KERNELS=1"
 
 if [[ " $PHASES " == *" gates "* ]]; then
   build_once
@@ -196,7 +198,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
   for s in n=4096,k=4096 n=14336,k=4096 n=4096,k=14336; do
     step "bw-gemv-$s" 60 $PY -m lab bench bandwidth --workload gemv --shape "$s" "${L[@]}"
   done
-  step ab-splitkv-swap 90 env VT_ATTN_TILED=0 VT_ATTN_SPLITKV=1 $PY -m lab bench ab --flag VT_ATTN_SPLITKV_GQA_SWAP \
+  step ab-splitkv-swap 90 $PY -m lab bench ab --arm paged_decode_attention/splitkv_swap \
     --shape batch=1,ctx=32768 "${L[@]}"
   step ab-gemv 60 $PY -m lab bench ab --flag VT_GEMV --shape n=4096,k=14336 "${L[@]}"
   step ab-tiled 90 $PY -m lab bench ab --flag VT_ATTN_TILED "${L[@]}"
@@ -323,8 +325,7 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m lab bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
 fi
 
-# the arms that won their whole-step A/B (VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set; VT_GEMV_PDL, ON since
-# with VT_GEMV_STREAM, is A/B'd on its own)
+# the arms that won their whole-step A/B (VT_GEMV_PDL, ON since with VT_GEMV_STREAM, is A/B'd on its own)
 FUSE_ON="VT_QKV_ROPE_STORE=1 VT_NORM_GEMV=1 VT_GLU_GEMV=1"
 if [[ " $PHASES " == *" fuse "* ]]; then
   L=(--ledger "$OUT/ledger")
@@ -339,10 +340,6 @@ if [[ " $PHASES " == *" fuse "* ]]; then
   step ab-fuse-norm-glu 60 env VT_NORM_GEMV=1 $PY -m lab bench ab --flag VT_GLU_GEMV --workload norm-glu-gemv \
     "${L[@]}"
   step ab-fuse-pdl-o 60 $PY -m lab bench ab --flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048 "${L[@]}"
-  step ab-fuse-persistent-head 60 $PY -m lab bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
-    --shape n=151936,k=1024 "${L[@]}"
-  step ab-fuse-persistent-gateup 60 $PY -m lab bench ab --flag VT_GEMV_PERSISTENT --workload gemv \
-    --shape n=6144,k=1024 "${L[@]}"
   step ab-fuse-pdl-prologue 60 env VT_NORM_GEMV=1 $PY -m lab bench ab --flag VT_GEMV_PDL --workload norm-gemv \
     "${L[@]}"
   # shellcheck disable=SC2086  # FUSE_ON is a list of NAME=VALUE words
@@ -514,8 +511,8 @@ warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1;
 fi
 
 NEXT=/tmp/tiny-qwen3-next
-GDN=(env VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
-GDN_REQ=(--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL)
+GDN=(env VT_GDN_KERNEL=1 VT_MOE_KERNELS=1)  # MoE kernels: the MoE step captures
+GDN_REQ=(--require-arm VT_GDN_KERNEL)
 # bf16: token-exact against transformers' generate; the near-tie razor teacher-forces the oracle through its
 # chunked form, and transformers' own greedy ids fail it (test_bf16_razor_prompts_..., the row's spec)
 if [[ " $PHASES " == *" qwen3next "* ]]; then
@@ -542,7 +539,6 @@ if [[ " $PHASES " == *" qwen3next-bench "* ]]; then
   L=(--ledger "$OUT/ledger")
   build_once
   step ab-gdn-decode-b32 60 $PY -m lab bench ab --flag VT_GDN_KERNEL "${L[@]}"
-  step ab-gdn-chunked-t1024 60 $PY -m lab bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
 
 if [[ " $PHASES " == *" gdn-flip "* ]]; then
@@ -557,19 +553,18 @@ if [[ " $PHASES " == *" gdn-flip "* ]]; then
     --max-new-tokens 40 "${GDN_REQ[@]}"
   step gdn-flip-tokens-bf16 30 "${GDN[@]}" $PY -m lab gate tokens --device cuda --dtype bfloat16 --model "$NEXT" \
     --max-new-tokens 64 "${GDN_REQ[@]}"
-  # the whole captured step, the kernel against the reference; the prefill (make) takes the chunked kernel
-  step gdn-flip-ab-step-b32 80 env VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 $PY -m lab bench ab --flag VT_GDN_KERNEL \
+  # the whole captured step, the kernel against the reference
+  step gdn-flip-ab-step-b32 80 env VT_MOE_KERNELS=1 $PY -m lab bench ab --flag VT_GDN_KERNEL \
     --workload decode-step-qwen3next "${L[@]}"
-  step gdn-flip-ab-chunked-t1024 35 $PY -m lab bench ab --flag VT_GDN_CHUNKED_KERNEL "${L[@]}"
 fi
-# which arm parts the bf16 ids from transformers': the decode kernel alone, then neither (the MoE kernels stay on: the
+# which arm parts the bf16 ids from transformers': the decode kernel, then the reference (the MoE kernels stay on: the
 # MoE step captures only with them)
 if [[ " $PHASES " == *" gdn-flip-decode "* ]]; then
   build_once 50
   step gdn-flip-make 25 $PY -c "from lab.data.make_tiny import build_next; build_next().save_pretrained('$NEXT')"
   step gdn-flip-tokens-bf16-decode 30 env VT_GDN_KERNEL=1 VT_MOE_KERNELS=1 $PY -m lab gate tokens --device cuda \
     --dtype bfloat16 --model "$NEXT" --max-new-tokens 64 --require-arm VT_GDN_KERNEL
-  step gdn-flip-tokens-bf16-refs 30 env VT_GDN_KERNEL=0 VT_GDN_CHUNKED_KERNEL=0 VT_MOE_KERNELS=1 $PY -m lab gate \
+  step gdn-flip-tokens-bf16-refs 30 env VT_GDN_KERNEL=0 VT_MOE_KERNELS=1 $PY -m lab gate \
     tokens --device cuda --dtype bfloat16 --model "$NEXT" --max-new-tokens 64
 fi
 
@@ -740,9 +735,9 @@ if [[ " $PHASES " =~ " quant-flip"(-ab|-baseline)?" " ]]; then  # the verdicts, 
 fi
 if [[ " $PHASES " =~ " gdn-flip"(-decode)?" " ]]; then  # the verdicts, last
   echo
-  echo "gdn-flip: VT_GDN_KERNEL=1 VT_GDN_CHUNKED_KERNEL=1 (with VT_MOE_KERNELS=1), both arms required in the token gates"
+  echo "gdn-flip: VT_GDN_KERNEL=1 (with VT_MOE_KERNELS=1), its arm required in the token gates"
   verdicts gdn-flip-kernels gdn-flip-gpu-tests gdn-flip-make gdn-flip-tokens-fp32 gdn-flip-tokens-bf16 \
-    gdn-flip-ab-step-b32 gdn-flip-ab-chunked-t1024 gdn-flip-tokens-bf16-decode gdn-flip-tokens-bf16-refs
+    gdn-flip-ab-step-b32 gdn-flip-tokens-bf16-decode gdn-flip-tokens-bf16-refs
 fi
 if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
   echo

@@ -1,5 +1,5 @@
 """Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype; and
-the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and-mul; gemv_prologue.cu)."""
+the GEMV with the residual add + RMSNorm before it in its prologue (gemv_prologue.cu)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,16 @@ _F = ctypes.c_float
 MAX_ROWS = 8  # the GEMV reads W once per row of x: past a few rows a GEMM is the better kernel
 MAX_STAGED_BYTES = 46 * 1024  # kMaxSmemXBytes: a prologue GEMV builds all its rows of x in shared memory
 VECTOR_BYTES = 16  # kVectorBytes: the prologue GEMVs take the 16-byte path only
-PERSISTENT_MAX_ROW_BYTES = 4 * 32 * VECTOR_BYTES  # kUnroll chunks of a warp's loads: a row in one batch
-SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per SM split K (no persistent path)
+SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per SM split K
 
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
-    "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _I, _P],
+    "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
     "vt_gemv_gemv_glu": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
 }
-PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launchers
+PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launcher
     "vt_gemv_prologue_add_rms_norm": [_P] * 7 + [_I] * 3 + [_L] * 5 + [_F, _F] + [_I] * 4 + [_P],
-    "vt_gemv_prologue_silu_mul": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
 }
 
 
@@ -58,7 +56,6 @@ def linear(
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
-    persistent: bool = False,  # the persistent fast path where it applies (persistent_fits), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
     """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
     if not x.is_cuda:
@@ -100,8 +97,8 @@ def linear(
         ffi.dtype_code(x, "x"),
         ffi.dtype_code(y, "out_dtype"),
     ]
-    name = "vt_gemv_gemv_ex" if pdl or persistent else "vt_gemv_gemv"
-    options = [int(pdl), int(persistent)] if name == "vt_gemv_gemv_ex" else []
+    name = "vt_gemv_gemv_ex" if pdl else "vt_gemv_gemv"
+    options = [int(pdl)] if pdl else []
     rc = getattr(lib, name)(*args, *options, ffi.stream(x.device))
     ffi.check(rc, name, lib, "gemv")
     return y.view(*x.shape[:-1], n)
@@ -110,18 +107,6 @@ def linear(
 @cache
 def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
-    (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
-    n, k = weight.shape
-    rows = x.numel() // max(k, 1)
-    if k * x.element_size() > PERSISTENT_MAX_ROW_BYTES or not x.is_cuda:
-        return False
-    if n < SPLIT_BELOW_WARPS_PER_SM * sm_count(x.device.index or 0):
-        return False
-    return prologue_fits(rows, k, weight, x.reshape(-1, k))
 
 
 def glu_fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
@@ -315,44 +300,3 @@ def linear_silu_mul(
     )
     ffi.check(rc, "vt_gemv_gemv_glu", lib, "gemv")
     return y.view(*x.shape[:-1], n // 2)
-
-
-def silu_mul_linear(
-    gate_up: torch.Tensor,  # gate_up: [..., 2 * intermediate] (gate first)
-    weight: torch.Tensor,  # weight: [out_features, intermediate], gate_up.dtype, row-major
-    bias: torch.Tensor | None = None,  # bias: [out_features]
-    pdl: bool = False,
-) -> torch.Tensor:  # [..., out_features], gate_up.dtype
-    """`linear(silu_and_mul(gate_up), weight, bias)` in one launch; the same bits as the two kernels."""
-    if gate_up.dim() < 1 or gate_up.shape[-1] % 2:
-        raise ValueError(f"gate_up: last dim must be even (gate, up), got shape {tuple(gate_up.shape)}")
-    k = gate_up.shape[-1] // 2
-    if not gate_up.is_cuda:
-        raise ValueError(f"gate_up: expected a CUDA tensor, got device {gate_up.device}")
-    n = _check_weight(weight, gate_up, k, bias)
-    g2 = _rows(gate_up, "gate_up", 2 * k)
-    m = g2.shape[0]
-    if not prologue_fits(m, k, weight, g2):
-        raise ValueError(
-            f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
-        )
-    y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
-    lib = _prologue_lib()
-    rc = lib.vt_gemv_prologue_silu_mul(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(bias) if bias is not None else None,
-        ffi.ptr(g2),
-        m,
-        n,
-        k,
-        weight.stride(0) if n > 1 else k,
-        _row_stride(g2),
-        n,
-        ffi.dtype_code(gate_up, "gate_up"),
-        ffi.dtype_code(y, "y"),
-        int(pdl),
-        ffi.stream(gate_up.device),
-    )
-    ffi.check(rc, "vt_gemv_prologue_silu_mul", lib, "gemv_prologue")
-    return y.view(*gate_up.shape[:-1], n)

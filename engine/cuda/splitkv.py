@@ -11,6 +11,14 @@ from engine.cuda import build, ffi
 from engine.cuda.paged_attn import check_inputs
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+HEAD_DIMS = (64, 128, 256)  # the launcher's instantiations
+SWAP_GROUPS = (1, 2, 4, 8)  # query heads per KV head the group swap packs as rows
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def supported(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+    """Shapes and dtypes the group-swap kernel is compiled for (the kernel table's by-name `splitkv_swap` arm)."""
+    return head_dim in HEAD_DIMS and group in SWAP_GROUPS and dtype in DTYPES
 
 
 @cache

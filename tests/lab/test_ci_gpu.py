@@ -19,7 +19,7 @@ SCRIPT = ROOT / "ci" / "gpu.sh"
 FAKE_PY = """#!/usr/bin/env bash
 case " $* " in *"GATE_MODELS as G"*) echo 1537,1542; exit 0 ;; esac  # the long gate model's prompt lengths
 echo "argv: $*"
-echo "flags: VT_ATTN_SPLITKV=${VT_ATTN_SPLITKV-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
+echo "flags: VT_ATTN_ONEPASS=${VT_ATTN_ONEPASS-unset} VT_GEMV=${VT_GEMV-unset} VT_EAGER=${VT_EAGER-unset}"
 printf 'arms (calls; a replayed CUDA graph is not counted again):\n  linear/gemv 7 [VT_GEMV]\n'
 model=dense
 case " $* " in *tiny-qwen3-d128*) model=d128 ;; *tiny-qwen3-moe*) model=moe ;; esac
@@ -69,7 +69,7 @@ def test_flip_refuses_missing_or_malformed_settings(tmp_path: Path, flip: str, m
 
 
 def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
-    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_SPLITKV=1 VT_GEMV=1", FLIP_FILTER="attn/ kv_store/")
+    done = run_gpu_sh(tmp_path, ["flip"], FLIP="VT_ATTN_ONEPASS=1 VT_GEMV=1", FLIP_FILTER="attn/ kv_store/")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     models = {
@@ -83,7 +83,7 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
         "flip-regen-dense": f"-m lab gate regen --device cuda --dtype bfloat16 --golden "
         f"{out}/goldens/tiny-qwen3-bfloat16-cuda.json --ledger-dir {out}/ledger",
     }
-    require = " --require-arm VT_ATTN_SPLITKV --require-arm VT_GEMV"  # each flag set on must show its arm
+    require = " --require-arm VT_ATTN_ONEPASS --require-arm VT_GEMV"  # each flag set on must show its arm
     for m, extra in models.items():
         for gate, step in (
             ("neartie", f"flip-neartie-{m}"),
@@ -100,15 +100,15 @@ def test_flip_runs_every_gate_with_the_flags_set(tmp_path: Path) -> None:
         text = log(tmp_path, step)
         assert f"argv: {args}\n" in text, (step, text)
         eager = "1" if step.endswith("-eager") else "unset"
-        assert f"flags: VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
+        assert f"flags: VT_ATTN_ONEPASS=1 VT_GEMV=1 VT_EAGER={eager}\n" in text, (step, text)
     baseline = log(tmp_path, "flip-tokens-d128-noflags")
     assert f"argv: {expected['flip-tokens-d128-graph'].removesuffix(require)}\n" in baseline
     neartie_baseline = log(tmp_path, "flip-neartie-d128-noflags")
     assert f"argv: {expected['flip-neartie-d128'].removesuffix(require)}\n" in neartie_baseline
     # every step prints the arms its gate ran, after its log's tail
     assert done.stdout.count("\n     linear/gemv 7 [VT_GEMV]\n") == len(expected) + 4  # build, flip-models, 2 noflags
-    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
-    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset VT_EAGER=unset\n" in neartie_baseline
+    assert "flags: VT_ATTN_ONEPASS=unset VT_GEMV=unset VT_EAGER=unset\n" in baseline
+    assert "flags: VT_ATTN_ONEPASS=unset VT_GEMV=unset VT_EAGER=unset\n" in neartie_baseline
     table = done.stdout[done.stdout.rindex("step ") :]
     assert "flip-distributional-moe" in table and "n/a: oracle deterministic (rc=1" in table
     assert "flip-tokens-d128-eager       rc=0" in table
@@ -429,15 +429,15 @@ def test_fuse_phase_runs_numerics_each_arms_ab_the_token_check_and_the_step_off_
         ("ab-step-VT_NORM_GEMV", "--flag VT_NORM_GEMV --workload decode-step"),
         ("ab-fuse-pdl-o", "--flag VT_GEMV_PDL --workload gemv --shape n=1024,k=2048"),
         ("ab-fuse-pdl-prologue", "--flag VT_GEMV_PDL --workload norm-gemv"),
-        ("ab-fuse-persistent-head", "--flag VT_GEMV_PERSISTENT --workload gemv --shape n=151936,k=1024"),
     ):
         assert args in log(tmp_path, step), step
+    assert "ab-fuse-persistent" not in done.stdout  # the persistent GEMV lost its A/Bs and was retired
     on = "VT_QKV_ROPE_STORE=1,VT_NORM_GEMV=1,VT_GLU_GEMV=1"
     assert f"bench step_arms --flags {on} --steps 16" in log(tmp_path, "fuse-tokens-b1")
     assert f"bench step_arms --flags {on} --batch 32 --steps 8 --require VT_QKV_ROPE_STORE" in log(
         tmp_path, "fuse-tokens-b32"
     )
-    assert "flags: VT_ATTN_SPLITKV=unset VT_GEMV=unset" in log(tmp_path, "fuse-decode-b1-off")
+    assert "flags: VT_ATTN_ONEPASS=unset VT_GEMV=unset" in log(tmp_path, "fuse-decode-b1-off")
     assert "bench decode --no-oracle --steps 32 --profile" in log(tmp_path, "fuse-decode-b1-on")
     assert "--batch 32 --steps 16" in log(tmp_path, "fuse-decode-b32-on")
     assert done.stdout.splitlines()[-1].startswith(("decode-b32-on", "profile-b1-on", "tokens-b32", "fuse:"))
@@ -453,7 +453,7 @@ def test_qwen3next_phase_runs_the_gdn_numerics_tests_and_gates_with_their_arms_r
         tmp_path, "qwen3next-kernels"
     )
     assert "argv: -m pytest tests/engine/model/test_qwen3_next_gpu.py -m gpu" in log(tmp_path, "qwen3next-gpu-tests")
-    req = "--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL"
+    req = "--require-arm VT_GDN_KERNEL"
     model = "--model /tmp/tiny-qwen3-next"
     assert f"-m lab gate tokens --device cuda --dtype float32 {model} --max-new-tokens 40 {req}\n" in log(
         tmp_path, "qwen3next-tokens-fp32"
@@ -480,12 +480,12 @@ def test_qwen3next_bf16_phase_runs_only_the_bf16_evidence(tmp_path: Path) -> Non
     ]
 
 
-def test_qwen3next_bench_phase_ab_tests_each_gdn_kernel(tmp_path: Path) -> None:
+def test_qwen3next_bench_phase_ab_tests_the_gdn_decode_kernel(tmp_path: Path) -> None:
     done = run_gpu_sh(tmp_path, ["qwen3next-bench"])
     assert done.returncode == 0, done.stderr
     ledger = f"--ledger {tmp_path / 'out'}/ledger\n"
     assert f"argv: -m lab bench ab --flag VT_GDN_KERNEL {ledger}" in log(tmp_path, "ab-gdn-decode-b32")
-    assert f"argv: -m lab bench ab --flag VT_GDN_CHUNKED_KERNEL {ledger}" in log(tmp_path, "ab-gdn-chunked-t1024")
+    assert "ab-gdn-chunked" not in done.stdout  # the chunked kernel lost its A/B and was retired
     assert "qwen3next-kernels" not in done.stdout  # the gates phase did not run
 
 
@@ -507,14 +507,14 @@ def test_step2_phase_measures_the_streamed_gemv_and_prints_its_table_last(tmp_pa
     )
 
 
-# stands in for python with verdict lines like the gates' and the A/B's, the gate's missing-arm line where the
-# require flag names an arm that this stand-in "did not run" (VT_GDN_CHUNKED_KERNEL)
+# stands in for python with verdict lines like the gates' and the A/B's, the gate's missing-arm line where a bf16
+# gate requires an arm that this stand-in "did not run" (VT_GDN_KERNEL)
 VERDICT_PY = """#!/usr/bin/env bash
 echo "argv: $*"
 echo "flags: VT_DEQUANT_KERNEL=${VT_DEQUANT_KERNEL-unset} VT_GDN_KERNEL=${VT_GDN_KERNEL-unset}"
 case " $* " in
-  *" gate tokens "*) [[ " $* " == *" VT_GDN_CHUNKED_KERNEL "* ]] && { echo "FAIL: no arm gated by \
-VT_GDN_CHUNKED_KERNEL ran (0 calls): the gate did not exercise the arm under test"; echo "tokens: PASS: 64 tokens"; \
+  *" gate tokens "*) [[ " $* " == *" bfloat16 "*" --require-arm VT_GDN_KERNEL "* ]] && { echo "FAIL: no arm gated by \
+VT_GDN_KERNEL ran (0 calls): the gate did not exercise the arm under test"; echo "tokens: PASS: 64 tokens"; \
 exit 1; }; echo "tokens: PASS: 64 tokens" ;;
   *" gate neartie "*) echo "neartie: PASS: 1024 positions" ;;
   *" bench ab "*) echo "max |on - off| = 0"; echo "arms gated by VT_X: on 3, off 0 calls (each arm's first call)"; \
@@ -600,11 +600,11 @@ def test_quant_flip_ab_runs_the_gptq_and_nvfp4_steps(tmp_path: Path) -> None:
     assert "quant-flip-tokens-awq" not in done.stdout
 
 
-def test_gdn_flip_requires_both_arms_and_its_table_shows_a_missing_arm(tmp_path: Path) -> None:
+def test_gdn_flip_requires_its_arm_and_its_table_shows_a_missing_arm(tmp_path: Path) -> None:
     done = run_with(tmp_path, VERDICT_PY, ["gdn-flip"])
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
-    req = "--require-arm VT_GDN_KERNEL --require-arm VT_GDN_CHUNKED_KERNEL"
+    req = "--require-arm VT_GDN_KERNEL"
     for dtype, new in (("float32", 40), ("bfloat16", 64)):
         text = log(tmp_path, f"gdn-flip-tokens-{'fp32' if dtype == 'float32' else 'bf16'}")
         assert f"--device cuda --dtype {dtype} --model /tmp/tiny-qwen3-next --max-new-tokens {new} {req}\n" in text
@@ -614,7 +614,6 @@ def test_gdn_flip_requires_both_arms_and_its_table_shows_a_missing_arm(tmp_path:
         tmp_path, "gdn-flip-ab-step-b32"
     )
     assert "flags: VT_DEQUANT_KERNEL=unset VT_GDN_KERNEL=unset" in log(tmp_path, "gdn-flip-ab-step-b32")
-    assert f"--flag VT_GDN_CHUNKED_KERNEL --ledger {out}/ledger\n" in log(tmp_path, "gdn-flip-ab-chunked-t1024")
     table = done.stdout[done.stdout.rindex("\ngdn-flip: ") :].splitlines()[2:]
     rows = {line.split()[0]: line for line in table}
     assert list(rows) == [
@@ -624,12 +623,12 @@ def test_gdn_flip_requires_both_arms_and_its_table_shows_a_missing_arm(tmp_path:
         "gdn-flip-tokens-fp32",
         "gdn-flip-tokens-bf16",
         "gdn-flip-ab-step-b32",
-        "gdn-flip-ab-chunked-t1024",
     ]
     assert rows["gdn-flip-kernels"].endswith("36/36 cases within tolerance; self-test ok")
-    # the stand-in ran no chunked arm: the row shows rc=1 and the gate's own line, beside its verdict
+    # the stand-in ran no GDN arm in bf16: the row shows rc=1 and the gate's own line, beside its verdict
+    assert " rc=0 " in rows["gdn-flip-tokens-fp32"]
     assert " rc=1 " in rows["gdn-flip-tokens-bf16"] and rows["gdn-flip-tokens-bf16"].endswith(
-        "tokens: PASS: 64 tokens; FAIL: no arm gated by VT_GDN_CHUNKED_KERNEL ran (0 calls): the gate did not "
+        "tokens: PASS: 64 tokens; FAIL: no arm gated by VT_GDN_KERNEL ran (0 calls): the gate did not "
         "exercise the arm under test"
     )
     assert rows["gdn-flip-make"].endswith("(no verdict line: logs/gdn-flip-make.log)")

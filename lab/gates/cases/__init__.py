@@ -17,7 +17,7 @@ Inputs = dict[str, Any]
 class KernelCase:
     name: str  # unique, "/"-separated: family/arm/dtype/shape
     arm: str  # the kernel arm ("generic", "warp", "gqa", "splitkv", ...)
-    flag: str | None  # the VT_* flag that selects the arm (None: on under VT_KERNELS alone)
+    flag: str | None  # the VT_* flag that selects the arm (None: on under VT_KERNELS alone, or a by-name arm)
     dtype: torch.dtype
     make: Callable[[int, torch.device], Inputs]  # (seed, device) -> inputs
     kernel: Callable[[Inputs], torch.Tensor]
