@@ -3,7 +3,9 @@
 A record proves where its numbers came from: the full commit and whether the tree was clean (a dirty tree only
 by the caller's explicit `allow_dirty`, and then with its diff's hash and paths), every resolved `VT_*` flag,
 device, driver and library versions, the exact command, and the figures with units. The record stays under
-`SIZE_CAP` bytes: a bulky `results` goes to `details/<name>.json` beside it and the record names that file.
+`SIZE_CAP` bytes (`rowgate check agent-record`, AR009): where it would not, the per-case arrays of `results` go
+to a side file outside the repository (`details_dir`), largest first, and the record names it by sha256; the
+summary, figures and per-arm tables stay.
 The toolkit's `checkers.ledger_schema.LedgerRecord2` is the schema (the lab does not import the toolkit; its
 tests validate what this module writes against that model).
 """
@@ -17,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -34,6 +37,10 @@ LIBRARIES = ("torch", "transformers", "safetensors", "flashinfer-python", "numpy
 
 class DirtyTreeError(RuntimeError):
     """A record from a tree that differs from its commit, without the caller's explicit switch."""
+
+
+class RecordTooBigError(ValueError):
+    """A record over SIZE_CAP bytes even with every per-case array moved to its side file."""
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -167,11 +174,14 @@ def write_record(
     allow_dirty: bool = False,
     root: Path | None = None,
     at: Path | None = None,
+    details_dir: Path | None = None,
 ) -> Path:
     """One JSON file per record; an existing name for the same day gets a numeric suffix, never overwritten.
     `device` is the torch device the run used (`cuda`, `cuda:1`, `cpu`); `flags` the snapshot it ran with
     (default: the environment's, read now); `selftest` (seeded, caught) for a gate's comparator; `at` an exact
-    file name instead of `<date>-<slug>.json`."""
+    file name instead of `<date>-<slug>.json`; `details_dir` where per-case arrays go when the record would be
+    over SIZE_CAP (default: `details/` beside a record written outside the checkout, else a temporary folder:
+    never the repository's ledger)."""
     root = root or repo_root(Path(__file__).resolve().parent)  # the checkout whose code ran
     prov = provenance(root, allow_dirty)
     if prov is None:
@@ -203,24 +213,86 @@ def write_record(
     while at is None and path.exists():
         path = ledger_dir / f"{date}-{slug}-{n}.json"
         n += 1
-    record["results"] = results
-    text = json.dumps(record, indent=1) + "\n"
-    if len(text.encode()) > SIZE_CAP:  # per-case arrays go beside the record, which keeps its figures
-        details = ledger_dir / "details" / path.name
-        details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(json.dumps(results, indent=1) + "\n")
-        record["results"] = None
-        record["details"] = _relative(details, root)
-        text = json.dumps(record, indent=1) + "\n"
+    folder = details_dir or _details_dir(path.parent, root)
+    side = folder / f"{path.stem}.details.json"
+    kept, moved = split_results(record, results, {"path": str(side), "sha256": "0" * 64, "bytes": 10**12})
+    body = (json.dumps(moved, indent=1) + "\n").encode()
+    if moved:  # per-case arrays go to a side file outside the repository; the record keeps the rest
+        record["details"] = {"path": str(side), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
+    record["results"] = kept
+    text = _render(record)
+    if len(text.encode()) > SIZE_CAP:
+        raise RecordTooBigError(
+            f"{path.name}: {len(text.encode())} bytes with its per-case arrays moved out (cap {SIZE_CAP}): "
+            "shorten the summary, figures or paths"
+        )
+    if moved:
+        folder.mkdir(parents=True, exist_ok=True)
+        side.write_bytes(body)
     path.write_text(text)
     return path
 
 
-def _relative(path: Path, root: Path | None) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix() if root else path.as_posix()
-    except ValueError:
-        return path.as_posix()
+def _render(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=1) + "\n"
+
+
+def split_results(record: dict[str, Any], results: Any, details: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """`results` as the record keeps it, and the arrays moved out by their dotted path (`results.cases`): none
+    where the record fits; else the largest arrays under `results` first, until the record with `details`
+    (a stand-in as long as the real one) fits; else all of it."""
+    if len(_render({**record, "results": results}).encode()) <= SIZE_CAP:
+        return results, {}
+    if not isinstance(results, dict):
+        return None, {"results": results}
+    kept = json.loads(json.dumps(results))  # a deep copy the moves may edit
+    arrays = sorted(_arrays(kept, "results"), key=lambda a: len(json.dumps(a[1][a[2]])), reverse=True)
+    moved: dict[str, Any] = {}
+    for dotted, parent, key in arrays:
+        moved[dotted] = parent.pop(key)
+        if len(_render({**record, "details": details, "results": kept}).encode()) <= SIZE_CAP:
+            return kept, moved
+    return None, {"results": results}
+
+
+def join_details(record: dict[str, Any], side: Path | None = None) -> Any:
+    """A record's `results` with the arrays its side file holds put back (`side`: where the file is kept now,
+    default the path the record names). The file must be the one the record names: its sha256 is checked."""
+    details = record.get("details")
+    if not details:
+        return record.get("results")
+    body = (side or Path(details["path"])).read_bytes()
+    if hashlib.sha256(body).hexdigest() != details["sha256"]:
+        raise ValueError(f"{side or details['path']} is not the side file this record names (sha256 differs)")
+    moved = json.loads(body)
+    if "results" in moved:
+        return moved["results"]
+    results = json.loads(json.dumps(record.get("results")))
+    for dotted, value in moved.items():
+        node = results
+        *parents, key = dotted.split(".")[1:]
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[key] = value
+    return results
+
+
+def _arrays(node: dict[str, Any], at: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Every array held by a key of a dict under `node` (not those inside other arrays): path, parent, key."""
+    out: list[tuple[str, dict[str, Any], str]] = []
+    for key, value in node.items():
+        if isinstance(value, list):
+            out.append((f"{at}.{key}", node, key))
+        elif isinstance(value, dict):
+            out += _arrays(value, f"{at}.{key}")
+    return out
+
+
+def _details_dir(ledger_dir: Path, root: Path | None) -> Path:
+    """`details/` beside a record written outside the checkout (a device run's output folder), else a temporary
+    folder: per-case arrays never land in the repository."""
+    inside = root is not None and ledger_dir.resolve().is_relative_to(root.resolve())
+    return Path(tempfile.gettempdir()) / "ledger-details" if inside else ledger_dir / "details"
 
 
 def _git(cwd: Path, *args: str, raw: bool = False) -> Any:
