@@ -1,5 +1,6 @@
-"""agent-record AR009: a ledger record file over record.ledger_size_cap fails, naming the file, its size and the
-cap; a reviewed exemption lets one through, and an exemption no longer needed fails."""
+"""agent-record AR009 (checkers/checks/records/ledger_size.py): a ledger record file over
+record.ledger_size_cap fails, naming the file, its size and the cap; a reviewed exemption lets one through,
+and an exemption no longer needed fails."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from checkers.checks.records import agent_record
 from checkers.config import json_schema, load_config
 from checkers.context import Context
+from checkers.ledger_schema import SIZE_CAP
 from tests.conftest import MINIMAL_CONFIG, GitRepo
 
 BIG = ".agents/ledger/2026-12-05-big.json"
@@ -86,6 +88,6 @@ def test_a_trimmed_record_says_what_it_dropped_and_validates(rowgate_repo: GitRe
 
 def test_the_config_schema_documents_the_cap():
     props = json_schema()["$defs"]["RecordConfig"]["properties"]
-    assert props["ledger_size_cap"]["default"] == 8192
+    assert props["ledger_size_cap"]["default"] == 8192 == SIZE_CAP  # the writers' constant is the default
     assert "AR009" in props["ledger_size_cap"]["description"]
     assert props["ledger_size_exempt"]["type"] == "object"
