@@ -101,3 +101,32 @@ def test_a_record_history_does_not_hold_is_left_as_it_was(rowgate_repo: GitRepo)
 def test_dropped_entries_are_not_written_into_the_repository(rowgate_repo: GitRepo):
     out = _trim(rowgate_repo, "--out", str(rowgate_repo.path / "dropped"))
     assert out.returncode == 2 and "is inside the repository" in out.stderr
+
+
+def test_decimals_printed_beside_a_file_name_reference_are_kept_too(rowgate_repo: GitRepo):
+    big = _big()
+    big["results"]["cases"][90]["max_abs"] = 0.417  # printed near the record's file name, no marker
+    rowgate_repo.commit(
+        "Big record",
+        {
+            REL: json.dumps(big, indent=1) + "\n",
+            "README.md": f"The worst tiled case, 0.417, is in `{NAME}.json`.\n",
+            ".agents/config.yaml": MINIMAL_CONFIG + "evidence:\n  documents: [README.md]\n",
+        },
+    )
+    assert _trim(rowgate_repo).returncode == 0
+    data = json.loads((rowgate_repo.path / REL).read_text())
+    assert [c["max_abs"] for c in data["results"]["cases"]] == [0.417]
+
+
+def test_a_record_that_cannot_fit_is_left_as_it_was(rowgate_repo: GitRepo):
+    big = _big()
+    big["summary"] = "s" * 9000  # no per-case array holds the bulk
+    text = json.dumps(big, indent=1) + "\n"
+    rowgate_repo.commit("Big record", {REL: text})
+    out = _trim(rowgate_repo)
+    assert out.returncode == 1
+    emptied = len((json.dumps({**big, "results": {**big["results"], "cases": []}}, indent=1) + "\n").encode())
+    path = rowgate_repo.path / REL
+    assert out.stderr == f"{path}: left as it was: {emptied} bytes with every per-case array trimmed\n"
+    assert (rowgate_repo.path / REL).read_text() == text
