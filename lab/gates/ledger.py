@@ -19,7 +19,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -28,9 +27,9 @@ from typing import Any
 import torch
 
 from engine.flags import FlagSnapshot
+from lab.gates.ledger_details import SIZE_CAP, default_dir, render, split_results
 
 SCHEMA = 2
-SIZE_CAP = 8192  # bytes, as checkers.ledger_schema.SIZE_CAP
 MANIFEST = ".tree-manifest.json"  # beside a copy of the tree: its commit and blob ids (see manifest())
 LIBRARIES = ("torch", "transformers", "safetensors", "flashinfer-python", "numpy")
 
@@ -213,14 +212,14 @@ def write_record(
     while at is None and path.exists():
         path = ledger_dir / f"{date}-{slug}-{n}.json"
         n += 1
-    folder = details_dir or _details_dir(path.parent, root)
+    folder = details_dir or default_dir(path.parent, root)
     side = folder / f"{path.stem}.details.json"
     kept, moved = split_results(record, results, {"path": str(side), "sha256": "0" * 64, "bytes": 10**12})
     body = (json.dumps(moved, indent=1) + "\n").encode()
     if moved:  # per-case arrays go to a side file outside the repository; the record keeps the rest
         record["details"] = {"path": str(side), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
     record["results"] = kept
-    text = _render(record)
+    text = render(record)
     if len(text.encode()) > SIZE_CAP:
         raise RecordTooBigError(
             f"{path.name}: {len(text.encode())} bytes with its per-case arrays moved out (cap {SIZE_CAP}): "
@@ -231,68 +230,6 @@ def write_record(
         side.write_bytes(body)
     path.write_text(text)
     return path
-
-
-def _render(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=1) + "\n"
-
-
-def split_results(record: dict[str, Any], results: Any, details: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """`results` as the record keeps it, and the arrays moved out by their dotted path (`results.cases`): none
-    where the record fits; else the largest arrays under `results` first, until the record with `details`
-    (a stand-in as long as the real one) fits; else all of it."""
-    if len(_render({**record, "results": results}).encode()) <= SIZE_CAP:
-        return results, {}
-    if not isinstance(results, dict):
-        return None, {"results": results}
-    kept = json.loads(json.dumps(results))  # a deep copy the moves may edit
-    arrays = sorted(_arrays(kept, "results"), key=lambda a: len(json.dumps(a[1][a[2]])), reverse=True)
-    moved: dict[str, Any] = {}
-    for dotted, parent, key in arrays:
-        moved[dotted] = parent.pop(key)
-        if len(_render({**record, "details": details, "results": kept}).encode()) <= SIZE_CAP:
-            return kept, moved
-    return None, {"results": results}
-
-
-def join_details(record: dict[str, Any], side: Path | None = None) -> Any:
-    """A record's `results` with the arrays its side file holds put back (`side`: where the file is kept now,
-    default the path the record names). The file must be the one the record names: its sha256 is checked."""
-    details = record.get("details")
-    if not details:
-        return record.get("results")
-    body = (side or Path(details["path"])).read_bytes()
-    if hashlib.sha256(body).hexdigest() != details["sha256"]:
-        raise ValueError(f"{side or details['path']} is not the side file this record names (sha256 differs)")
-    moved = json.loads(body)
-    if "results" in moved:
-        return moved["results"]
-    results = json.loads(json.dumps(record.get("results")))
-    for dotted, value in moved.items():
-        node = results
-        *parents, key = dotted.split(".")[1:]
-        for name in parents:
-            node = node.setdefault(name, {})
-        node[key] = value
-    return results
-
-
-def _arrays(node: dict[str, Any], at: str) -> list[tuple[str, dict[str, Any], str]]:
-    """Every array held by a key of a dict under `node` (not those inside other arrays): path, parent, key."""
-    out: list[tuple[str, dict[str, Any], str]] = []
-    for key, value in node.items():
-        if isinstance(value, list):
-            out.append((f"{at}.{key}", node, key))
-        elif isinstance(value, dict):
-            out += _arrays(value, f"{at}.{key}")
-    return out
-
-
-def _details_dir(ledger_dir: Path, root: Path | None) -> Path:
-    """`details/` beside a record written outside the checkout (a device run's output folder), else a temporary
-    folder: per-case arrays never land in the repository."""
-    inside = root is not None and ledger_dir.resolve().is_relative_to(root.resolve())
-    return Path(tempfile.gettempdir()) / "ledger-details" if inside else ledger_dir / "details"
 
 
 def _git(cwd: Path, *args: str, raw: bool = False) -> Any:

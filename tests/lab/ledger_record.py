@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.ledger_schema import LedgerRecord2
-from lab.gates.ledger import join_details
+from lab.gates.ledger_details import join_details
 
 
 def read_record(path: Path) -> dict[str, Any]:

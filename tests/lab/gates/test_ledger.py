@@ -17,8 +17,9 @@ from checkers.ledger_schema import SIZE_CAP, LedgerRecord2
 from engine.flags import FLAGS, FlagSnapshot
 from lab.cli import main
 from lab.gates import kernels, neartie, numerics
-from lab.gates.ledger import MANIFEST, DirtyTreeError, RecordTooBigError, figure, join_details, write_record
+from lab.gates.ledger import MANIFEST, DirtyTreeError, RecordTooBigError, figure, write_record
 from lab.gates.ledger import main as ledger_main
+from lab.gates.ledger_details import join_details
 from lab.gates.tokens import token_gate, token_selftest
 
 
@@ -100,17 +101,6 @@ def test_per_case_arrays_go_to_a_side_file_named_by_sha256(checkout: Path, tmp_p
     side.write_bytes(body.replace(b"0.001", b"0.002"))
     with pytest.raises(ValueError, match="is not the side file this record names"):
         join_details(data)
-
-
-def test_a_nested_per_case_array_moves_and_its_siblings_stay(checkout: Path, tmp_path: Path):
-    results = {"verdict": "PASS", "details": {"counts": {"exact": 4694}, "not_exact": CASES}}
-    path = write_record(
-        checkout / "ledger", "razor", ["ENGINE-GATES"], "c", "cpu", "s", results, root=checkout, details_dir=tmp_path
-    )
-    data = json.loads(path.read_text())
-    assert data["results"] == {"verdict": "PASS", "details": {"counts": {"exact": 4694}}}
-    assert json.loads(Path(data["details"]["path"]).read_text()) == {"results.details.not_exact": CASES}
-    assert join_details(data) == results
 
 
 def test_side_files_default_outside_the_checkout(checkout: Path, tmp_path: Path, monkeypatch):
