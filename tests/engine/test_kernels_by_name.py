@@ -182,3 +182,18 @@ def test_the_counters_mark_a_by_name_arm() -> None:
         "  paged_decode_attention/tiled 1 [VT_ATTN_TILED]",
         "  paged_decode_attention/warp_d128 3 [by name]",
     ]
+
+
+def test_a_runner_holds_the_named_snapshot_it_was_given(tiny_model_dir) -> None:
+    """LLM -> Runner keep the snapshot whole, named arms included (eager steps, capture and replay read it); on the
+    CPU no arm runs, so the tokens are the defaults'."""
+    from engine.llm import LLM
+    from lab.drive import greedy
+
+    named = kernels.naming(FlagSnapshot.defaults(), "paged_decode_attention", "warp_d128")
+    runs = {}
+    for name, flags in (("named", named), ("defaults", FlagSnapshot.defaults())):
+        llm = LLM(tiny_model_dir, max_num_seqs=1, max_model_len=16, flags=flags)
+        runs[name] = greedy(llm, [[1, 2, 3]], 3)
+        assert llm.runner.flags == flags and llm.runner.flags.named == flags.named
+    assert runs["named"] == runs["defaults"]

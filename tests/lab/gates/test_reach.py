@@ -74,6 +74,21 @@ def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
     assert missing == ["paged_decode_attention/warp_d128"]
 
 
+def test_a_by_name_arm_runs_named_in_the_snapshot_and_fails_where_it_does_not_run(tmp_path, capsys) -> None:
+    """On the CPU the named arm runs nowhere: the gate says so; the run line calls it a by-name run, not judged."""
+    code = reach.main(
+        ["--device", "cpu", "--models", "d128-g4", "--arms", "warp_d128", "--prompts", "1", "--max-new-tokens", "2"]
+        + ["--out", str(tmp_path)]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    run = next(line for line in lines if "paged_decode_attention/warp_d128" in line and "tokens" in line)
+    assert " by name " in run and "tokens PASS" in run
+    assert lines[-2] == "FAIL: no gate model reached paged_decode_attention/warp_d128 (0 calls)"
+    record = json.loads((tmp_path / "reach.json").read_text())
+    assert [r["flags"] for r in record["runs"]] == ["by name"]
+
+
 def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
     """On the CPU every arm shows 0 calls: the gate fails and says which, the table last but one line."""
     code = reach.main(
