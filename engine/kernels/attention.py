@@ -109,7 +109,6 @@ def _splitkv_swap(
         context_lens,
         scale,
         sliding_window,
-        swap=True,
         max_context=cuda_splitkv.capacity(block_tables, k_cache),
     )
 

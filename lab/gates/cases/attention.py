@@ -78,7 +78,7 @@ def run_by_name(arm: str, x: Inputs) -> torch.Tensor:
 def run_splitkv_swap(splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:
         return run_by_name("splitkv_swap", x)
-    o_part, lse = splitkv.partial(*_args(x), splits, x["window"], True)
+    o_part, lse = splitkv.partial(*_args(x), splits, x["window"])
     return splitkv.combine(o_part, lse, x["q"].dtype)
 
 
@@ -115,11 +115,11 @@ def ref_eager(x: Inputs) -> torch.Tensor:
     return ref_attn.paged_decode_attention(*_args(x), x["window"])
 
 
-def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
+def ref_splitkv(splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:  # the split count the kernel's heuristic picks for this shape
         q = x["q"]
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
+        rows = q.shape[0] * x["k_cache"].shape[2]  # the group swap: one block per (sequence, KV head)
         splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
     return ref_split.splitkv_combine(out, lse, x["q"].dtype)
@@ -133,7 +133,7 @@ def ref_fp32(x: Inputs) -> torch.Tensor:
 
 
 def run_splitkv_partial(x: Inputs) -> torch.Tensor:
-    return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"], True)[0]
+    return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"])[0]
 
 
 def ref_splitkv_partial(x: Inputs) -> torch.Tensor:
@@ -186,7 +186,7 @@ def attn_case(
     if arm == "tiled":
         kernel, reference = partial(run_tiled, splits), ref_eager
     elif arm == "splitkv_swap":
-        kernel, reference = partial(run_splitkv_swap, splits), partial(ref_splitkv, True, splits)
+        kernel, reference = partial(run_splitkv_swap, splits), partial(ref_splitkv, splits)
     elif arm in BY_NAME:
         kernel, reference = partial(run_by_name, arm), ref_eager
     else:
