@@ -3,12 +3,15 @@ run_step equals LLM.generate, padding and graph capture per padded batch size.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from engine.flags import FlagSnapshot
 from engine.llm import LLM
-from engine.runner import Runner
+from engine.model.config import load_config
+from engine.runner import Runner, resolve_dtype
 from engine.sampler import Mode
 from lab.drive import Session, greedy, greedy_tokens
 from lab.gates.tokens import default_prompts
@@ -89,3 +92,27 @@ def test_decode_step_is_captured_once_per_padded_batch(tiny_model_dir) -> None:
     # fails while an op inside the step syncs with the host (the torch references check values on the host)
     assert graph.runner.use_graph, "the decode step fell back to eager: an op in it is not capturable"
     assert set(graph.runner.captured) == {(8, Mode.GREEDY), (2, Mode.GREEDY)}
+
+
+@pytest.mark.parametrize(
+    "name, checkpoint, device, want",
+    [
+        ("auto", "float32", None, "float32"),  # the gates: the checkpoint's own dtype wherever they run
+        ("auto", "float32", "cpu", "float32"),
+        ("auto", "float32", "cuda", "bfloat16"),  # vLLM's auto: half precision on a GPU
+        ("auto", None, "cuda:1", "bfloat16"),
+        ("auto", "float16", "cuda", "float16"),
+        ("auto", "bfloat16", "cpu", "bfloat16"),
+        ("float16", "float32", "cuda", "float16"),  # a named dtype is taken as it is
+    ],
+)
+def test_resolve_dtype_is_one_contract_for_the_engine_and_the_lab(
+    tiny_model_dir, name: str, checkpoint: str | None, device: str | None, want: str
+) -> None:
+    config = dataclasses.replace(load_config(tiny_model_dir), torch_dtype=checkpoint)
+    assert resolve_dtype(name, config, device) == want
+
+
+def test_resolve_dtype_names_a_dtype_it_does_not_run(tiny_model_dir) -> None:
+    with pytest.raises(ValueError, match="dtype 'int8': expected auto or one of float32, bfloat16, float16"):
+        resolve_dtype("int8", load_config(tiny_model_dir), "cpu")
