@@ -123,9 +123,11 @@ class StepStaging:
 
     def upload(self) -> dict[str, torch.Tensor]:
         """Copy the staged inputs to the device (one copy, on the current stream); the device views by name."""
-        self._dev[: self._used].copy_(self._host[: self._used], non_blocking=self._pin)
         if self._uploaded is not None:
+            self._dev[: self._used].copy_(self._host[: self._used], non_blocking=True)
             self._uploaded.record()
+        else:  # a plain memcpy: torch's CPU copy of a few dozen KB splits across threads and waits on them
+            self._dev.numpy()[: self._used] = self._host.numpy()[: self._used]
         return self.views
 
     # --- what a step stages ----------------------------------------------------------

@@ -11,7 +11,8 @@ import torch
 from engine.flags import FlagSnapshot
 from engine.llm import LLM
 from engine.model.config import load_config
-from engine.runner import Runner, resolve_dtype
+from engine.penalties import RowProcessors
+from engine.runner import Runner, StepRow, resolve_dtype
 from engine.sampler import Mode
 from lab.drive import Session, greedy, greedy_tokens
 from lab.gates.tokens import default_prompts
@@ -116,3 +117,27 @@ def test_resolve_dtype_is_one_contract_for_the_engine_and_the_lab(
 def test_resolve_dtype_names_a_dtype_it_does_not_run(tiny_model_dir) -> None:
     with pytest.raises(ValueError, match="dtype 'int8': expected auto or one of float32, bfloat16, float16"):
         resolve_dtype("int8", load_config(tiny_model_dir), "cpu")
+
+
+def test_a_decode_shape_is_staged_into_the_same_device_tensors_every_step(tiny_model_dir) -> None:
+    # what a captured graph relies on (checked here on the CPU, where nothing is captured): a decode step of one
+    # padded size and one processors' width reads the tensors the last one of that shape read; another width
+    # is another staging, and a mixed step between them moves neither
+    runner = Runner(tiny_model_dir, max_batch=2, max_model_len=48)
+    session = Session(runner, [0, 1], default_prompts(512, 5, (3, 6)))
+    session.prefill()
+
+    def staged(processors: RowProcessors | None = None) -> dict[str, int]:
+        rows = session.decode_rows()
+        rows[0].processors = processors
+        return {k: t.data_ptr() for k, t in runner.prepare_decode(rows).device_inputs().items()}
+
+    plain = staged()
+    penalized = staged(RowProcessors(presence=0.5, output=[1, 2]))
+    assert "proc_tokens" in penalized and "proc_tokens" not in plain
+    assert set(plain.values()).isdisjoint(penalized.values())
+    session.last = session.decode()  # a decode step through run_step
+    runner.run_step([StepRow([7, 8], 0, runner.blocks.allocate(5, 2))], decode=False)  # a mixed step
+    assert staged() == plain
+    assert staged(RowProcessors(presence=0.5, output=[3, 4])) == penalized  # the same width: the same staging
+    session.close()
