@@ -45,8 +45,9 @@ class PreparedDecode:
     extras: StepExtras
 
     def device_inputs(self) -> dict[str, torch.Tensor]:
-        """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is."""
-        return self.staging.upload()
+        """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is
+        (the state slots the step zeroes first, `reset_slots`, are the runner's: Runner.reset_states)."""
+        return {k: t for k, t in self.staging.upload().items() if k != "reset_slots"}
 
 
 class Runner:
@@ -141,7 +142,7 @@ class Runner:
             self.last_logprobs = self.read_logprobs(out, [r.logprobs for r in rows], tokens)
             return tokens
         if self.recurrent is not None:
-            self.reset_states(rows)
+            self._check_state_slots(rows)
         return self._mixed_step(rows, rows_mode(rows, self.config.vocab_size))
 
     def _mixed_step(self, rows: list[StepRow], mode: Mode) -> list[int]:
@@ -155,8 +156,11 @@ class Runner:
         recurrent = self.recurrent is not None
         extras = StepExtras.of(ordered)
         staging = self._mixed_staging
-        staging.stage_mixed(ordered, nd, self.block_size, extras, self.config.vocab_size, recurrent)
+        scratch = None if self.recurrent is None else self.recurrent.scratch
+        staging.stage_mixed(ordered, nd, self.block_size, extras, self.config.vocab_size, scratch)
         v = staging.upload()
+        if staging.resets:
+            self.reset_states(v["reset_slots"])
         lens = [len(r.token_ids) for r in ordered]
         batch = ForwardBatch(
             is_prefill=True,
@@ -221,7 +225,7 @@ class Runner:
     @torch.inference_mode()
     def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
         if self.recurrent is not None:
-            self.reset_states(rows)
+            self._check_state_slots(rows)
         return self._prepare_decode(rows, rows_mode(rows, self.config.vocab_size))
 
     @torch.inference_mode()
@@ -256,6 +260,8 @@ class Runner:
     def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
         padded, mode, extras, flags = prepared.padded, prepared.mode, prepared.extras, self.flags
         buf = prepared.device_inputs()
+        if prepared.staging.resets:
+            self.reset_states(prepared.staging.views["reset_slots"])
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
             return self.sample_step(mode, extras=extras, flags=flags, **kw)
@@ -316,21 +322,19 @@ class Runner:
         return next((b for b in GRAPH_BATCH_SIZES if b >= n), n)  # past the largest bucket: its own size
 
     # --- recurrent state (gated delta net layers) -------------------------------
-    def reset_states(self, rows: list[StepRow]) -> None:
-        """Zero the state slots of rows that start at token 0 (a new or a recomputed sequence): the slot may
-        hold a finished or a preempted sequence's state."""
+    def _check_state_slots(self, rows: list[StepRow]) -> None:
         assert self.recurrent is not None
         limit = self.recurrent.scratch
         bad = next((r.state_slot for r in rows if not 0 <= r.state_slot < limit), None)
         if bad is not None:
             raise ValueError(f"{self.config.architecture}: a serving row has state slot {bad}, not in 0..{limit - 1}")
-        fresh = [r.state_slot for r in rows if r.start == 0]
-        if fresh:
-            index = torch.tensor(fresh, dtype=torch.int64)
-            if self.device.type == "cuda":  # pinned: the host does not wait for the device (VT_ASYNC_SCHEDULE)
-                index = index.pin_memory().to(self.device, non_blocking=True)
-            for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
-                t.index_fill_(0, index, 0)
+
+    def reset_states(self, slots: torch.Tensor) -> None:
+        """Zero these state slots (a staged step's `reset_slots`: its rows that start at token 0, then the
+        scratch slot) before the step runs."""
+        assert self.recurrent is not None
+        for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
+            t.index_fill_(0, slots, 0)
 
     def _capture_fn(
         self, fn: Callable[..., torch.Tensor], buf: dict[str, torch.Tensor]

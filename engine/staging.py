@@ -2,7 +2,8 @@
 
 One class stages every step: a decode step (one token per row, padded to its graph bucket), a mixed step
 (prefill chunks, with or without decode rows) and, in either, the sampler's inputs (temperature, top-k, top-p,
-seed, step index) and the logits processors' tensors (engine.penalties). A staging lays its named inputs out in
+seed, step index), the logits processors' tensors (engine.penalties) and, for a model with recurrent layers,
+the state slots and the slots to zero before the step. A staging lays its named inputs out in
 one byte buffer (pinned on CUDA), sends it in one non_blocking copy to one device buffer, and hands out typed
 views of that buffer. While its layout stays the same the views are the same tensors, so a captured graph reads
 the same addresses at every replay: the runner keeps one staging per captured shape. On the CPU the device
@@ -91,6 +92,7 @@ class StepStaging:
         # rewritten; holding the list keeps it alive, so `is` cannot match a new list at a recycled address
         self._tables: list[list[int] | None] = []
         self._table_lens: list[int] = []
+        self.resets = 0  # state slots the staged step zeroes before it runs (`reset_slots`; recurrent models)
 
     # --- the buffer ---------------------------------------------------------------
     def lay_out(self, fields: Sequence[Field]) -> None:
@@ -154,7 +156,7 @@ class StepStaging:
             ("block_tables", torch.int32, (padded, max_blocks)),
         ]
         if state_scratch is not None:
-            fields.append(("state_index", torch.int64, (padded,)))
+            fields += [("state_index", torch.int64, (padded,)), ("reset_slots", torch.int64, (padded,))]
         self.lay_out(fields + sampling_fields(padded, extras))
         h = self.host
         starts = [r.start for r in rows]
@@ -165,15 +167,16 @@ class StepStaging:
         h["context_lens"][:n], h["context_lens"][n:] = [s + 1 for s in starts], 1
         if state_scratch is not None:
             h["state_index"][:n], h["state_index"][n:] = [r.state_slot for r in rows], state_scratch
+            self._stage_resets(rows, state_scratch)
         self.write_tables([r.table for r in rows])
         self._stage_sampling(rows, extras, vocab)
 
     def stage_mixed(self, rows: list[StepRow], num_decode: int, block_size: int, extras: StepExtras, vocab: int,
-                    recurrent: bool = False) -> None:  # fmt: skip
+                    state_scratch: int | None = None) -> None:  # fmt: skip
         """A mixed step, its one-token rows first (`num_decode` of them, the decode kernel reads them), then the
         prefill chunks. Besides a decode step's inputs (unpadded, one per token): `last`, each row's last
-        token; `device_lens`, the chunks' lengths then their cached prefixes; with `recurrent`, `state_index`
-        holds the decode rows' state slots only."""
+        token; `device_lens`, the chunks' lengths then their cached prefixes; with a recurrent state,
+        `state_index` holds the decode rows' state slots only."""
         n, nd = len(rows), num_decode
         lens = [len(r.token_ids) for r in rows]
         tokens, width = sum(lens), max(len(r.table) for r in rows)
@@ -186,8 +189,8 @@ class StepStaging:
             ("device_lens", torch.int32, (2, n - nd)),
             ("block_tables", torch.int32, (n, width)),
         ]
-        if recurrent:
-            fields.append(("state_index", torch.int64, (nd,)))
+        if state_scratch is not None:
+            fields += [("state_index", torch.int64, (nd,)), ("reset_slots", torch.int64, (n,))]
         self.lay_out(fields + sampling_fields(n, extras))
         h, bs = self.host, block_size
         ids: list[int] = []
@@ -202,8 +205,9 @@ class StepStaging:
         h["last"][:] = list(itertools.accumulate(lens, initial=-1))[1:]
         h["context_lens"][:] = [r.start + 1 for r in rows[:nd]]
         h["device_lens"][0], h["device_lens"][1] = lens[nd:], [r.start for r in rows[nd:]]
-        if recurrent:
+        if state_scratch is not None:
             h["state_index"][:] = [r.state_slot for r in rows[:nd]]
+            self._stage_resets(rows, state_scratch)
         self.write_tables([r.table for r in rows])
         self._stage_sampling(rows, extras, vocab)
 
@@ -236,6 +240,14 @@ class StepStaging:
             if held_lens[row] or held[row] is not None:
                 out[row, : held_lens[row]] = 0
                 held[row], held_lens[row] = None, 0
+
+    def _stage_resets(self, rows: list[StepRow], state_scratch: int) -> None:
+        """`reset_slots`: the state slots of the rows that start at token 0 (a new or a recomputed sequence, whose
+        slot may hold a finished or a preempted sequence's state), then the scratch slot; `resets` counts them."""
+        fresh = [r.state_slot for r in rows if r.start == 0]
+        self.resets = len(fresh)
+        out = self.host["reset_slots"]
+        out[: self.resets], out[self.resets :] = fresh, state_scratch
 
     def _stage_sampling(self, rows: list[StepRow], extras: StepExtras, vocab: int) -> None:
         """The sampler's inputs; rows past len(rows) are greedy padding (temperature 0, no top-k or top-p)."""

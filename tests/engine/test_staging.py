@@ -112,17 +112,22 @@ def test_a_grown_or_replaced_table_is_rewritten_and_an_unchanged_one_kept() -> N
     assert fresh["block_tables"].tolist() == v["block_tables"].tolist()
 
 
-def test_the_state_slots_pad_with_the_scratch_slot() -> None:
+def test_the_state_slots_pad_with_the_scratch_slot_and_the_fresh_ones_are_reset() -> None:
+    s = StepStaging(CPU)
     rs = rows([1, 2], [0, 4], [[0], [1, 2]])
     rs[0].state_slot, rs[1].state_slot = 3, 0
-    assert decode(StepStaging(CPU), rs, 3, state_scratch=9)["state_index"].tolist() == [3, 0, 9]
+    v = decode(s, rs, 3, state_scratch=9)
+    assert v["state_index"].tolist() == [3, 0, 9]
+    assert (s.resets, v["reset_slots"].tolist()) == (1, [3, 9, 9])  # row 0 starts at token 0: its slot is zeroed
+    rs[0].start = 1
+    assert (decode(s, rs, 3, state_scratch=9)["reset_slots"].tolist(), s.resets) == ([9, 9, 9], 0)
 
 
 def test_a_mixed_step_stages_every_token_and_the_chunks_lengths() -> None:
     s = StepStaging(CPU)
     rs = [StepRow([40], 6, [2, 3], state_slot=1), StepRow([7, 8, 9], 0, [5], state_slot=0),
           StepRow([1, 2], 4, [6, 4], temperature=0.5, state_slot=2)]  # fmt: skip
-    s.stage_mixed(rs, 1, 4, NO_EXTRAS, VOCAB, recurrent=True)
+    s.stage_mixed(rs, 1, 4, NO_EXTRAS, VOCAB, state_scratch=9)
     v = s.upload()
     assert v["input_ids"].tolist() == [40, 7, 8, 9, 1, 2]
     assert v["positions"].tolist() == [6, 0, 1, 2, 4, 5]
@@ -132,6 +137,7 @@ def test_a_mixed_step_stages_every_token_and_the_chunks_lengths() -> None:
     assert v["device_lens"].tolist() == [[3, 2], [0, 4]]  # the chunks' lengths, then their cached prefixes
     assert v["block_tables"].tolist() == [[2, 3], [5, 0], [6, 4]]
     assert v["state_index"].tolist() == [1]  # the decode row's state slot; the chunks' go by list
+    assert (s.resets, v["reset_slots"].tolist()) == (1, [0, 9, 9])  # the chunk at token 0 starts from zeros
     assert v["temperature"].tolist() == [0.0, 0.0, 0.5]
     # the next mixed step, of other sizes, is laid out anew in the same staging
     s.stage_mixed([StepRow([3, 4], 0, [1])], 0, 4, NO_EXTRAS, VOCAB)
