@@ -36,10 +36,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+POLL = 0.2  # seconds between looks at the running steps
 MIN_LEFT = 10  # seconds: a step with less of its phase's budget left is not started (it would measure nothing)
 DEFAULT_PHASES = ("gates", "bench")
 FLIP_MODELS = ("dense", "d128", "moe", "d128-g4", "long")
@@ -78,6 +79,7 @@ class Step:
     reader: Reader
     env: Mapping[str, str] = field(default_factory=dict)
     stdout: Path | None = None  # where stdout goes when it is the result (a gate's --json); else the log
+    barrier: bool = False  # runs alone, after every step before it (what later steps load: the build, models)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Phase:
     steps: Callable[[Context], list[Step]]
     derive: Callable[[Context], list[tuple[str, Verdict]]] | None = None  # verdicts judged across steps
     needs: str | None = None  # a program that must be on PATH, else the phase is skipped with the reason
+    jobs: int = 1  # steps at once: gates on tiny models share the GPU; benchmarks and profiles never do
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,8 @@ def ncu_page(log: Path) -> Reader:
 def build_step(ctx: Context, limit: int = 240) -> Step:
     """The CUDA build, run once per invocation (a later phase reuses its verdict)."""
     report = ctx.result("build")
-    return Step("build", limit, (PY, "-m", "engine.cuda.build", "--json", str(report)), report_json(report))
+    argv = (PY, "-m", "engine.cuda.build", "--json", str(report))
+    return Step("build", limit, argv, report_json(report), barrier=True)
 
 
 def gate(
@@ -361,7 +365,7 @@ def make_models(ctx: Context, name: str, limit: int, tiny: Sequence[str] = (), g
     """Write the tiny models (moe, d128) and the gate models (lab/data/gate_models.py) under $OUT/models."""
     code = "import sys, lab.ci; lab.ci.write_models(*sys.argv[1:])"
     argv = (PY, "-c", code, str(ctx.models), " ".join(tiny), " ".join(gates))
-    return Step(name, limit, argv, wrote(*(ctx.models / n / "config.json" for n in (*tiny, *gates))))
+    return Step(name, limit, argv, wrote(*(ctx.models / n / "config.json" for n in (*tiny, *gates))), barrier=True)
 
 
 def write_models(root: str, tiny: str, gates: str) -> None:
@@ -738,6 +742,7 @@ PHASES = {
             480,
             "the CUDA build, token and near-tie gates (dense, MoE, d128), memcheck, runner GPU tests",
             gates_steps,
+            jobs=4,
         ),
         Phase("bench", 1200, "bandwidth and A/B benchmarks, the Qwen3-0.6B decode step (ledger records)", bench_steps),
         Phase("serve", 900, "engine.LLM's GPU tests, the throughput benchmark against transformers", serve_steps),
@@ -747,7 +752,9 @@ PHASES = {
             "every attention arm reached by a gate model, through the token gate and the razor",
             reach_steps,
         ),
-        Phase("flip", 3600, "the flip protocol with FLIP's flag settings (AGENTS.md)", flip_steps, derive=flip_ran),
+        Phase(
+            "flip", 3600, "the flip protocol with FLIP's flag settings (AGENTS.md)", flip_steps, derive=flip_ran, jobs=3
+        ),
         Phase(
             "ncu",
             600,
@@ -777,77 +784,136 @@ class Outcome:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def run_step(step: Step, limit: int, ctx: Context) -> tuple[Verdict, int | None, float]:
-    """Run one step as its own process group, killed at `limit` seconds; its reader judges what it wrote."""
+@dataclass
+class Running:
+    step: Step
+    limit: int
+    proc: subprocess.Popen[Any]
+    t0: float
+    log: Path
+    before: frozenset[str]
+    files: Sequence[IO[str]]
+
+    def poll(self) -> tuple[Verdict, int | None, float] | None:
+        """None while it runs; else its verdict, exit status (None: timed out) and seconds."""
+        rc = self.proc.poll()
+        seconds = time.monotonic() - self.t0
+        if rc is None and seconds <= self.limit:
+            return None
+        if rc is None:
+            stop(self.proc)
+        for f in self.files:
+            f.close()
+        if rc is None:
+            return Verdict("fail", f"timed out after {self.limit}s ({self.log.name})"), None, seconds
+        return self.step.reader(Finished(rc, self.log, self.before)), rc, seconds
+
+
+def start(step: Step, limit: int, ctx: Context) -> Running | Verdict:
+    """Start one step as its own process group (a timeout ends its children too), output to its log."""
     logs = ctx.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{step.name}.log"
     before = frozenset(p.name for p in ctx.ledger.glob("*.json"))
-    for stale in (step.stdout,):  # a result from an earlier run must not judge this one
-        if stale is not None:
-            stale.unlink(missing_ok=True)
-            stale.parent.mkdir(parents=True, exist_ok=True)
+    if step.stdout is not None:  # a result from an earlier run must not judge this one
+        step.stdout.unlink(missing_ok=True)
+        step.stdout.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **step.env}
-    t0 = time.monotonic()
-    with log.open("w") as err, step.stdout.open("w") if step.stdout else err as out:
-        try:
-            proc = subprocess.Popen(
-                step.argv,
-                stdout=out,
-                stderr=err if step.stdout else subprocess.STDOUT,
-                env=env,
-                cwd=ROOT,
-                start_new_session=True,  # its own process group: a timeout ends its children too
-            )
-        except OSError as exc:
-            return Verdict("fail", f"did not start: {exc}"), None, 0.0
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            stop(proc)
-            return Verdict("fail", f"timed out after {limit}s ({log.name})"), None, time.monotonic() - t0
-    seconds = time.monotonic() - t0
-    return step.reader(Finished(rc, log, before)), rc, seconds
+    err = log.open("w")
+    out = step.stdout.open("w") if step.stdout else err
+    files = [err, out] if step.stdout else [err]
+    try:
+        proc = subprocess.Popen(
+            step.argv,
+            stdout=out,
+            stderr=err if step.stdout else subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        for f in files:
+            f.close()
+        return Verdict("fail", f"did not start: {exc}")
+    return Running(step, limit, proc, time.monotonic(), log, before, files)
+
+
+def run_step(step: Step, limit: int, ctx: Context) -> tuple[Verdict, int | None, float]:
+    """Run one step to its end or its limit; its reader judges what it wrote."""
+    running = start(step, limit, ctx)
+    if isinstance(running, Verdict):
+        return running, None, 0.0
+    while (done := running.poll()) is None:
+        time.sleep(POLL)
+    return done
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
     """End the step's whole process group (a gate's workers too): TERM, then KILL after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=wait)
+            proc.wait(timeout=5)
             return
         except subprocess.TimeoutExpired:
             continue
 
 
-def run_phase(phase: Phase, ctx: Context, done: dict[str, Outcome], only: Sequence[str] = ()) -> list[Outcome]:
-    """Each step in order within the phase's budget; a step already run in this invocation (the build) is reused."""
+def run_phase(
+    phase: Phase, ctx: Context, done: dict[str, Outcome], only: Sequence[str] = (), jobs: int | None = None
+) -> list[Outcome]:
+    """The steps in order, up to `jobs` (default: the phase's) at once within the phase's budget; a barrier step
+    (the build, a model maker) runs alone, after what came before it. A step already run in this invocation (the
+    build) is reused."""
     if phase.needs and shutil.which(phase.needs) is None:
         skip = Outcome(phase.name, phase.name, Verdict("skip", f"{phase.needs} not found on PATH"))
         print(f"== {phase.name}: skip: {skip.verdict.detail}", flush=True)
         return [skip]
-    print(f"== phase {phase.name} (budget {phase.budget}s): {phase.what}", flush=True)
+    width = max(1, jobs or phase.jobs)
+    print(f"== phase {phase.name} (budget {phase.budget}s, {width} at once): {phase.what}", flush=True)
     deadline = time.monotonic() + phase.budget
-    outcomes = []
-    for step in phase.steps(ctx):
-        if only and step.name != "build" and not any(fnmatch.fnmatch(step.name, p) for p in only):
-            continue
-        if step.name in done:
-            continue
-        left = int(deadline - time.monotonic())
-        limit = min(step.limit, left)
-        if limit < MIN_LEFT:
-            outcome = Outcome(phase.name, step.name, Verdict("fail", f"not run: past the {phase.budget}s budget"))
-        else:
-            verdict, rc, seconds = run_step(step, limit, ctx)
-            outcome = Outcome(phase.name, step.name, verdict, seconds, rc, limit, list(step.argv), dict(step.env))
-        done[step.name] = outcome
+    pending = [
+        s
+        for s in phase.steps(ctx)
+        if s.name not in done and (not only or s.name == "build" or any(fnmatch.fnmatch(s.name, p) for p in only))
+    ]
+    order = {s.name: i for i, s in enumerate(pending)}
+    outcomes: list[Outcome] = []
+    running: list[Running] = []
+
+    def record(outcome: Outcome) -> None:
+        done[outcome.step] = outcome
         outcomes.append(outcome)
-        print(f"== {step.name}: {line(outcome)}", flush=True)
+        print(f"== {outcome.step}: {line(outcome)}", flush=True)
+
+    while pending or running:
+        while pending and len(running) < width:
+            step = pending[0]
+            if running and (step.barrier or running[-1].step.barrier):
+                break  # a barrier step runs alone
+            pending.pop(0)
+            limit = min(step.limit, int(deadline - time.monotonic()))
+            if limit < MIN_LEFT:
+                record(Outcome(phase.name, step.name, Verdict("fail", f"not run: past the {phase.budget}s budget")))
+                continue
+            started = start(step, limit, ctx)
+            if isinstance(started, Verdict):
+                record(Outcome(phase.name, step.name, started, 0.0, None, limit, list(step.argv), dict(step.env)))
+                continue
+            running.append(started)
+        for r in list(running):
+            if (result := r.poll()) is not None:
+                running.remove(r)
+                verdict, rc, seconds = result
+                record(
+                    Outcome(phase.name, r.step.name, verdict, seconds, rc, r.limit, list(r.step.argv), dict(r.step.env))
+                )
+        if running:
+            time.sleep(POLL)
+    outcomes.sort(key=lambda o: order[o.step])
     if phase.derive is not None:
         for name, verdict in phase.derive(ctx):
             outcomes.append(Outcome(phase.name, name, verdict))
@@ -898,10 +964,10 @@ def write_verdicts(ctx: Context, phases: Sequence[str], outcomes: Sequence[Outco
                 tar.add(ctx.out / d, arcname=d)
 
 
-def run(phases: Sequence[Phase], ctx: Context, only: Sequence[str] = ()) -> int:
+def run(phases: Sequence[Phase], ctx: Context, only: Sequence[str] = (), jobs: int | None = None) -> int:
     ctx.ledger.mkdir(parents=True, exist_ok=True)
     done: dict[str, Outcome] = {}
-    outcomes = [o for p in phases for o in run_phase(p, ctx, done, only)]
+    outcomes = [o for p in phases for o in run_phase(p, ctx, done, only, jobs)]
     write_verdicts(ctx, [p.name for p in phases], outcomes)
     print()
     print(render(outcomes))
@@ -958,6 +1024,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GLOB",
         help="run only the steps matching GLOB (repeatable; the build always runs)",
     )
+    p.add_argument(
+        "--jobs", type=int, default=None, metavar="N", help="steps at once (default: each phase's; 1 for benchmarks)"
+    )
     p.add_argument("--list", action="store_true", help="print each phase's steps (limit, env, argv) and exit")
     p.add_argument(
         "--flip",
@@ -1012,7 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = [PHASES[n] for n in names]
     if args.list:
         for phase in phases:
-            print(f"{phase.name} (budget {phase.budget}s): {phase.what}")
+            print(f"{phase.name} (budget {phase.budget}s, {phase.jobs} at once): {phase.what}")
             for s in phase.steps(ctx):
                 env = " ".join(f"{k}={v}" for k, v in s.env.items())
                 cmd = " ".join(s.argv).replace("\n", "; ")
@@ -1027,4 +1096,4 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     print(f"lab ci: {' '.join(names)} -> {out}", flush=True)
-    return run(phases, ctx, args.step)
+    return run(phases, ctx, args.step, args.jobs)

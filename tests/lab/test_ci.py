@@ -190,6 +190,24 @@ def test_gate_json_passes_only_a_pass_with_its_arms_and_fails_when_nothing_was_w
     assert refused == ci.Verdict("skip", "n/a: distributional: REFUSED: the oracle is deterministic")
 
 
+def test_gate_json_reads_what_the_gates_report_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.gates.cli import report  # the real printer of `gate tokens|neartie|distributional|regen --json`
+    from lab.gates.result import GateResult
+
+    path = tmp_path / "g.json"
+    result = GateResult("tokens", "PASS", "4/4 prompts token-exact")
+    assert report(result, as_json=True, require=["VT_GEMV"]) == 0  # no linear op called here: n/a, left to others
+    path.write_text(capsys.readouterr().out)
+    assert ci.gate_json(path)(finished(tmp_path)) == ci.Verdict(
+        "pass", "tokens: PASS: 4/4 prompts token-exact; n/a here: VT_GEMV"
+    )
+    assert report(result, as_json=True, require=["VT_NO_SUCH_FLAG"]) == 1  # gates no arm: none of its arms ran
+    path.write_text(capsys.readouterr().out)
+    assert ci.gate_json(path)(finished(tmp_path, rc=1)) == ci.Verdict(
+        "fail", "tokens: PASS: 4/4 prompts token-exact; no arm gated by VT_NO_SUCH_FLAG ran"
+    )
+
+
 def test_junit_counts_the_tests_that_ran(tmp_path: Path) -> None:
     path = tmp_path / "t.xml"
     read = ci.junit(path)
@@ -316,6 +334,43 @@ def test_a_phase_starts_no_step_past_its_budget_and_runs_the_build_once(tmp_path
     assert ci.run_phase(roomy, c, done) == []  # a step already run in this invocation is not run again
 
 
+# stands in for a gate that passes only when its twin runs at the same time and the barrier step ran before both
+MEET = """import json, os, sys, time
+mine, theirs, barrier = sys.argv[1:4]
+open(mine, 'w').close()
+for _ in range(50):
+    if os.path.exists(theirs):
+        break
+    time.sleep(0.1)
+met = os.path.exists(theirs) and os.path.exists(barrier)
+print(json.dumps({'gate': 'meet', 'verdict': 'PASS' if met else 'FAIL', 'summary': 'met' if met else 'alone'}))
+"""
+
+
+@pytest.mark.parametrize(("jobs", "verdicts"), [(2, ["pass", "pass", "pass"]), (1, ["pass", "fail", "pass"])])
+def test_steps_run_side_by_side_after_their_barrier(tmp_path: Path, jobs: int, verdicts: list[str]) -> None:
+    c = ctx(tmp_path)
+    a, b, barrier = (str(tmp_path / n) for n in ("a", "b", "barrier"))
+
+    def table(c: ci.Context) -> list[ci.Step]:
+        code = f"import time; time.sleep(1); open({barrier!r}, 'w').close()"
+        first = ci.Step("models", 30, (sys.executable, "-c", code), ci.wrote(Path(barrier)), barrier=True)
+        meet = [
+            ci.Step(
+                n,
+                30,
+                (sys.executable, "-c", MEET, mine, theirs, barrier),
+                ci.gate_json(c.result(n)),
+                stdout=c.result(n),
+            )
+            for n, mine, theirs in (("meet-a", a, b), ("meet-b", b, a))
+        ]
+        return [first, *meet]
+
+    outcomes = ci.run_phase(ci.Phase("meet", 120, "two gates that meet", table, jobs=jobs), c, {})
+    assert [o.verdict.status for o in outcomes] == verdicts  # one at a time: the first gate waits alone
+
+
 def test_a_phase_needing_a_missing_program_is_skipped_with_the_reason(tmp_path: Path) -> None:
     phase = ci.Phase("ncu-like", 60, "profiles", lambda c: [], needs="no-such-program-here")
     (outcome,) = ci.run_phase(phase, ctx(tmp_path), {})
@@ -330,7 +385,10 @@ def test_list_prints_the_steps_and_unknown_phases_name_the_docs(
 ) -> None:
     assert ci.main(["--list", "gates", "--out", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
-    assert "gates (budget 480s)" in listed and "  memcheck-moe 150s VT_MOE_KERNELS=1 compute-sanitizer" in listed
+    assert (
+        "gates (budget 480s, 4 at once)" in listed
+        and "  memcheck-moe 150s VT_MOE_KERNELS=1 compute-sanitizer" in listed
+    )
     assert ci.main(["quant-flip", "--out", str(tmp_path)]) == 2
     assert "unknown phase quant-flip" in capsys.readouterr().err and "docs/CI.md" in ci.__doc__
 
@@ -341,4 +399,4 @@ def test_ci_gpu_sh_hands_its_arguments_to_lab_ci(tmp_path: Path) -> None:
         ["bash", str(ROOT / "ci" / "gpu.sh"), "--list", "serve"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert "serve (budget 900s)" in done.stdout and f"--plot {tmp_path}/throughput.svg" in done.stdout
+    assert "serve (budget 900s, 1 at once)" in done.stdout and f"--plot {tmp_path}/throughput.svg" in done.stdout
