@@ -370,8 +370,8 @@ def make_models(ctx: Context, name: str, limit: int, tiny: Sequence[str] = (), g
 
 def write_models(root: str, tiny: str, gates: str) -> None:
     """The makers behind `make_models` (run in the step's own process: they load transformers)."""
-    from lab.data.gate_models import write_gate_models
-    from lab.data.make_tiny import build, build_moe
+    from lab.data.gate_models import write_gate_models  # why: the makers load transformers
+    from lab.data.make_tiny import build, build_moe  # why: as above
 
     makers = {"moe": build_moe, "d128": lambda: build(head_dim=128)}
     for name in tiny.split():
@@ -878,7 +878,7 @@ def run_phase(
     pending = [
         s
         for s in phase.steps(ctx)
-        if s.name not in done and (not only or s.name == "build" or any(fnmatch.fnmatch(s.name, p) for p in only))
+        if s.name not in done and (not only or s.barrier or any(fnmatch.fnmatch(s.name, p) for p in only))
     ]
     order = {s.name: i for i, s in enumerate(pending)}
     outcomes: list[Outcome] = []
@@ -1022,7 +1022,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="GLOB",
-        help="run only the steps matching GLOB (repeatable; the build always runs)",
+        help="run only the steps matching GLOB (repeatable; the barrier steps, the build and the model makers, always run)",
     )
     p.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="steps at once (default: each phase's; 1 for benchmarks)"

@@ -350,9 +350,10 @@ print(json.dumps({'gate': 'meet', 'verdict': 'PASS' if met else 'FAIL', 'summary
 @pytest.mark.parametrize(("jobs", "verdicts"), [(2, ["pass", "pass", "pass"]), (1, ["pass", "fail", "pass"])])
 def test_steps_run_side_by_side_after_their_barrier(tmp_path: Path, jobs: int, verdicts: list[str]) -> None:
     c = ctx(tmp_path)
-    a, b, barrier = (str(tmp_path / n) for n in ("a", "b", "barrier"))
 
     def table(c: ci.Context) -> list[ci.Step]:
+        c.out.mkdir(parents=True, exist_ok=True)
+        a, b, barrier = (str(c.out / n) for n in ("a", "b", "barrier"))
         code = f"import time; time.sleep(1); open({barrier!r}, 'w').close()"
         first = ci.Step("models", 30, (sys.executable, "-c", code), ci.wrote(Path(barrier)), barrier=True)
         meet = [
@@ -369,6 +370,9 @@ def test_steps_run_side_by_side_after_their_barrier(tmp_path: Path, jobs: int, v
 
     outcomes = ci.run_phase(ci.Phase("meet", 120, "two gates that meet", table, jobs=jobs), c, {})
     assert [o.verdict.status for o in outcomes] == verdicts  # one at a time: the first gate waits alone
+    if jobs == 2:  # --step picks steps; the barrier step they load after runs too
+        picked = ci.run_phase(ci.Phase("meet", 120, "again", table, jobs=jobs), ctx(tmp_path / "again"), {}, ["*-a"])
+        assert [(o.step, o.verdict.status) for o in picked] == [("models", "pass"), ("meet-a", "fail")]
 
 
 def test_a_phase_needing_a_missing_program_is_skipped_with_the_reason(tmp_path: Path) -> None:
