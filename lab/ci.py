@@ -310,21 +310,7 @@ def gate(
 
 def pytest_step(ctx: Context, name: str, limit: int, tests: Sequence[str], *extra: str) -> Step:
     xml = ctx.result(name, ".xml")
-    argv = (
-        PY,
-        "-m",
-        "pytest",
-        *tests,
-        "-m",
-        "gpu",
-        "-q",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
-        "--junitxml",
-        str(xml),
-        *extra,
-    )
+    argv = (PY, "-m", "pytest", *tests, *"-m gpu -q -rs -p no:cacheprovider --junitxml".split(), str(xml), *extra)
     return Step(name, limit, argv, junit(xml))
 
 
@@ -341,23 +327,8 @@ def kernels(ctx: Context, name: str, limit: int, filters: Sequence[str], env: Ma
 
 def memcheck(ctx: Context, name: str, limit: int, args: Sequence[str], env: Mapping[str, str] | None = None) -> Step:
     out, log = ctx.result(name), ctx.out / "logs" / f"{name}.sanitizer.log"
-    argv = (
-        "compute-sanitizer",
-        "--tool",
-        "memcheck",
-        "--error-exitcode",
-        "9",
-        "--log-file",
-        str(log),
-        PY,
-        "-m",
-        "engine",
-        "generate",
-        "--device",
-        "cuda",
-        *args,
-        "--json",
-    )
+    sanitizer = "compute-sanitizer --tool memcheck --error-exitcode 9 --log-file".split()
+    argv = (*sanitizer, str(log), PY, *"-m engine generate --device cuda".split(), *args, "--json")
     return Step(name, limit, argv, generated(out, log), dict(env or {}), stdout=out)
 
 
@@ -486,7 +457,7 @@ def serve_steps(ctx: Context) -> list[Step]:
 
 
 def reach_steps(ctx: Context) -> list[Step]:
-    g = ("--device", "cuda", "--dtype", "bfloat16")
+    reach = (PY, *"-m lab gate reach --device cuda --dtype bfloat16".split())
     main = ctx.out / "reach"
     steps = [
         build_step(ctx),
@@ -496,46 +467,14 @@ def reach_steps(ctx: Context) -> list[Step]:
         Step(
             "reach",
             300,
-            (
-                PY,
-                "-m",
-                "lab",
-                "gate",
-                "reach",
-                *g,
-                "--out",
-                str(main),
-                "--time-limit",
-                "220",
-                "--tiled-splits",
-                "1",
-                "4",
-                "26",
-            ),
+            (*reach, "--out", str(main), *"--time-limit 220 --tiled-splits 1 4 26".split()),
             report_json(main / "reach.json"),
         ),
     ]
     for seed in (1, 2, 3):  # more positions on `long`: the tiled arm, one split of it, the generic arm
         out = ctx.out / f"reach-seed{seed}"
-        argv = (
-            PY,
-            "-m",
-            "lab",
-            "gate",
-            "reach",
-            *g,
-            "--models",
-            "long",
-            "--arms",
-            "tiled",
-            "generic",
-            "--seed",
-            str(seed),
-            "--tiled-splits",
-            "1",
-            "--out",
-            str(out),
-        )
+        picked = "--models long --arms tiled generic --tiled-splits 1 --seed".split()
+        argv = (*reach, *picked, str(seed), "--out", str(out))
         steps.append(Step(f"reach-long-seed{seed}", 90, argv, report_json(out / "reach.json")))
     return steps
 
@@ -635,20 +574,8 @@ def calib_steps(ctx: Context) -> list[Step]:
     transformers' SDPA (fp32 scores), one process per model, one ledger record per run."""
     jit = ctx.result("calib-jit")
     peers = tuple(a for p in CALIB_PEERS for a in ("--attn-peer", p))
-    common = (
-        "neartie",
-        "--device",
-        "cuda",
-        "--dtype",
-        "bfloat16",
-        *peers,
-        "--oracle-attn",
-        "eager",
-        "--oracle-attn",
-        "sdpa",
-        "--ledger",
-        str(ctx.ledger),
-    )
+    oracles = "--oracle-attn eager --oracle-attn sdpa".split()
+    common = ("neartie", *"--device cuda --dtype bfloat16".split(), *peers, *oracles, "--ledger", str(ctx.ledger))
     # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
     env = {"TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
     steps = [
@@ -662,28 +589,10 @@ def calib_steps(ctx: Context) -> list[Step]:
     return steps
 
 
-NCU = (
-    "ncu",
-    "--clock-control",
-    "none",
-    "--csv",
-    "--page",
-    "raw",
-    "--print-units",
-    "base",
-    "--section",
-    "SpeedOfLight",
-    "--section",
-    "Occupancy",
-    "--section",
-    "LaunchStats",
-    "--section",
-    "WarpStateStats",
-    "-c",
-    "8",
-    "--nvtx",
-    "--nvtx-include",
-    "profile/",
+# the sections that name a limiter, raw page, base units (ns, bytes); only the launcher's last call (NVTX `profile`)
+NCU = tuple(
+    "ncu --clock-control none --csv --page raw --print-units base --section SpeedOfLight --section Occupancy "
+    "--section LaunchStats --section WarpStateStats -c 8 --nvtx --nvtx-include profile/".split()
 )
 # (name, workload, arm, shape): the default attention arm at three shapes, the GEMV's default kernel, the head
 NCU_RUNS = (
@@ -703,33 +612,11 @@ def ncu_steps(ctx: Context) -> list[Step]:
     for name, workload, arm, shape in NCU_RUNS:
         log = ctx.out / "logs" / f"{name}.log"
         logs.append(str(log))
-        argv = (
-            *NCU,
-            PY,
-            "-m",
-            "lab",
-            "bench",
-            "launch",
-            "--calls",
-            "2",
-            "--workload",
-            workload,
-            "--arm",
-            arm,
-            "--shape",
-            shape,
-        )
+        launch = (PY, *"-m lab bench launch --calls 2 --workload".split(), workload, "--arm", arm, "--shape", shape)
+        argv = (*NCU, *launch)
         steps.append(Step(name, 60, argv, ncu_page(log)))
-    table = (
-        "ncu_table",
-        *logs,
-        "--markdown",
-        str(ctx.out / "ncu-table.md"),
-        "--slug",
-        "ncu-limiters",
-        "--command",
-        "python -m lab ci ncu",
-    )
+    md = str(ctx.out / "ncu-table.md")
+    table = ("ncu_table", *logs, "--markdown", md, *"--slug ncu-limiters --command".split(), "python -m lab ci ncu")
     steps.append(bench(ctx, "ncu-table", 30, table))
     return steps
 
