@@ -1,7 +1,8 @@
 """`python -m lab ci [PHASE ...]`: the GPU job as a table of phases, each verdict read from what its steps write.
 
-A phase is a list of steps (name, time limit, argv, env) within a time budget. Each step runs as its own
-subprocess with its own limit (clipped to what is left of the phase's budget), logs to $OUT/logs/NAME.log, and
+A phase is a list of steps (name, time limit, argv, env) within a time budget, run in order, one at a time or a
+few side by side (the gates of tiny models), a barrier step (the build, a model maker) alone. Each step runs as its
+own process group with its own limit (clipped to what is left of the phase's budget), logs to $OUT/logs/NAME.log, and
 its verdict comes from the JSON or the ledger record its command writes: a gate's `--json` object, pytest's
 JUnit XML, a kernels or benchmark ledger record, reach.json, Nsight Compute's raw CSV page. A step whose JSON is
 missing examined nothing: it fails. A compact verdict table is printed last and written to
@@ -9,7 +10,7 @@ $OUT/ci-verdicts.json; $OUT/ledger.tgz holds the ledger records, logs and result
 
 Phases: gates (the CUDA build, the runner's GPU tests, the token and near-tie gates, memcheck), bench (the
 bandwidth and A/B benchmarks, the decode step), serve (engine.LLM's GPU tests, the throughput benchmark),
-reach (every attention arm reached by a gate model), flip (the flip protocol, AGENTS.md: FLIP="VT_X=1 ...")
+reach (every attention arm reached by a gate model), flip (the flip protocol, AGENTS.md: FLIP="VT_X=1 ..."),
 ncu (Nsight Compute's limiter table) and calib (the near-tie razor on production kernels: FlashInfer, cuDNN).
 The one-off phases of finished rows left with ci/gpu.sh; docs/CI.md says where their commands are.
 
