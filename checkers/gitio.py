@@ -131,6 +131,19 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
     return root, git_dir
 
 
+def git_dir_of(root: Path) -> Path | None:
+    """The git directory of the work tree `root` (where rowgate keeps its caches), as discovery found it,
+    else asked of git; None where `root` is no work tree's root."""
+    known = _discovered.get(str(root))
+    if known is not None:
+        return known
+    try:
+        found, git_dir = discover_repo(root, explicit=True)
+    except GitError:
+        return None
+    return git_dir if Path(os.path.realpath(found)) == Path(os.path.realpath(root)) else None
+
+
 def _rev_parse_one(start: Path, option: str) -> str:
     """One path from `git rev-parse OPTION`, exactly: the output less its final newline (a newline inside
     the path stays; cutting at the first one would name a neighbour directory)."""

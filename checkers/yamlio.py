@@ -119,12 +119,13 @@ def dump_yaml(data: Any) -> str:
     return buf.getvalue()
 
 
-def validate(model: type[M], data: Any, display: str) -> M:
-    """Validate `data` (as loaded by ruamel) against `model`; errors carry YAML line numbers."""
+def validate(model: type[M], data: Any, display: str, plain: bool = False) -> M:
+    """Validate `data` (as loaded by ruamel, or `plain` JSON data) against `model`; errors carry YAML line
+    numbers."""
     if data is None:
         data = {}
     try:
-        return model.model_validate(to_plain(data))
+        return model.model_validate(data if plain else to_plain(data))
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
