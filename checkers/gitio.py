@@ -8,7 +8,7 @@ import re
 import selectors
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -467,6 +467,16 @@ class Git:
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         return self.run("merge-base", "--is-ancestor", ancestor, descendant, ok_codes=(0, 1)).returncode == 0
+
+    def ancestors_among(self, commits: Sequence[str], descendant: str) -> set[str]:
+        """Those of `commits` (full names of existing commits) that are ancestors of `descendant` (or it), in
+        one `git rev-list`: what it lists is reachable from the commits but not from `descendant`, so a
+        commit it does not list is an ancestor."""
+        if not commits:
+            return set()
+        revs = "".join(f"{c}\n" for c in commits) + f"^{descendant}\n"
+        outside = set(self.text("rev-list", "--stdin", input=revs.encode()).split())
+        return {c for c in commits if c not in outside}
 
     def remotes(self) -> list[str]:
         return self.text("remote").split()

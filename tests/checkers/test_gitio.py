@@ -208,3 +208,18 @@ def test_graft_files_of_a_discovered_repository_are_gits_own_without_a_git_proce
         with pytest.raises(GitError, match="crosses the shallow boundary"):
             git.require_complete_history("HEAD")
         monkeypatch.undo()
+
+
+def test_ancestors_among_answers_as_is_ancestor_does_for_each(git_repo: GitRepo):
+    root = git_repo.commit("root")
+    a = git_repo.commit("A")
+    git_repo.git("checkout", "-q", "-b", "side")
+    side = git_repo.commit("side")
+    git_repo.git("checkout", "-q", "main")
+    b = git_repo.commit("B")
+    git = Git(git_repo.path)
+    commits = [root, a, side, b]
+    for head in commits:
+        assert git.ancestors_among(commits, head) == {c for c in commits if git.is_ancestor(c, head)}, head
+    assert git.ancestors_among(commits, b) == {root, a, b}
+    assert git.ancestors_among([], b) == set()
