@@ -194,7 +194,7 @@ def load_context(repo: Path | None, sections: tuple[str, ...] | None = None, con
         return Context(root=root, config=view, source=source)
     from .config import parse_source
 
-    return Context(root=root, config=parse_source(source), source=source)
+    return Context(root=root, config=parse_source(source, git_dir), source=source)
 
 
 def _usage_error(message: str) -> int:

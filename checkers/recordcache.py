@@ -51,11 +51,17 @@ class ParsedCache:
 
     @classmethod
     def of(cls, root: Path) -> ParsedCache:
-        from .configcache import validator_stamps
+        """The records' cache of the work tree at `root`."""
         from .gitio import git_dir_of
 
+        return cls.at(git_dir_of(root), "records")
+
+    @classmethod
+    def at(cls, git_dir: Path | None, name: str) -> ParsedCache:
+        from .configcache import validator_stamps
+
         stamp = [*source_stamp("yamlio.py", "recordcache.py"), *validator_stamps()]
-        return cls(ContentCache(git_dir_of(root), "records", stamp, MAX_ENTRIES))
+        return cls(ContentCache(git_dir, name, stamp, MAX_ENTRIES))
 
     def __enter__(self) -> ParsedCache:
         return self
@@ -84,8 +90,18 @@ class ParsedCache:
         key = ContentCache.key("text", text.encode("utf-8", "surrogateescape"))
         return self._parsed(model, key, display, lambda: load_text(text, display))
 
+    def hit(self, key: str) -> tuple[dict[str, Any], dict[str, int]] | None:
+        """The plain data and the top-level key lines of the document kept under `key`, if any."""
+        return _decoded(self.cache.get(key))
+
+    def keep(self, key: str, doc: Any) -> None:
+        """Keep a round-trip document that validated under `key` (unless JSON cannot give it back)."""
+        entry = _entry(doc)
+        if entry is not None:
+            self.cache.put(key, entry)
+
     def _parsed(self, model: type[M], key: str, display: str, parse: Callable[[], Any]) -> tuple[M, Any]:
-        hit = _decoded(self.cache.get(key))
+        hit = self.hit(key)
         if hit is not None:
             data, lines = hit
             try:
@@ -94,9 +110,7 @@ class ParsedCache:
                 pass  # the model changed since: the fresh parse below reports the problems with their lines
         doc = parse()
         obj = validate(model, doc, display)
-        entry = _entry(doc)
-        if entry is not None:
-            self.cache.put(key, entry)
+        self.keep(key, doc)
         return obj, doc
 
 
