@@ -8,6 +8,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from checkers.checks.records import agent_record
@@ -144,3 +146,64 @@ def test_no_git_directory_means_no_cache(tmp_path: Path):
     cache.put(ContentCache.key("x"), 1)
     cache.save()
     assert cache.path is None and ContentCache(None, "records", ["test"]).get(ContentCache.key("x")) is None
+
+
+YAML_TEXTS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.sampled_from(
+            [
+                "1",
+                "0x1f",
+                "1_000",
+                "1.5",
+                "1e3",
+                ".inf",
+                ".nan",
+                "true",
+                "no",
+                "null",
+                "~",
+                "2026-01-02",
+                "2026-01-02T03:04:05Z",
+                "'quoted'",
+                '"tab\\there"',
+                "|\n  block\n",
+                ">\n  folded\n",
+                "[1, 2026-01-02, x]",
+                "{k: v}",
+                "\n  - 1\n  - two\n",
+                "\n  k: 2026-03-04\n",
+                '"\\0date"',
+                "x # note",
+            ]
+        ),
+    ),
+    max_size=5,
+    unique_by=lambda kv: kv[0],
+)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(YAML_TEXTS)
+def test_whatever_a_record_holds_a_hit_validates_as_the_fresh_parse(tmp_path_factory, pairs) -> None:
+    """Random top-level keys and YAML scalar forms (numbers in bases, floats, bools, dates, timestamps, block
+    and flow values): a cached parse, when kept, gives the same model dump and the same key lines."""
+
+    class Free(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+    text = "".join(f"{k}: {v}\n" if not v.startswith("\n") else f"{k}:{v}" for k, v in pairs) or "{}\n"
+    git_dir = tmp_path_factory.mktemp("git")
+    fresh, fresh_doc = ParsedCache(ContentCache(git_dir, "r", ["t"])).load_text_model(Free, text, "r")
+    first = ParsedCache(ContentCache(git_dir, "r", ["t"]))
+    first.load_text_model(Free, text, "r")
+    first.cache.save()
+    again, doc = ParsedCache(ContentCache(git_dir, "r", ["t"])).load_text_model(Free, text, "r")
+    assert isinstance(doc, CachedDoc) == (not any("T03" in v for _, v in pairs))  # only timestamps are not kept
+    dump = again.model_dump()
+    assert json.dumps(dump, default=repr, sort_keys=True) == json.dumps(
+        fresh.model_dump(), default=repr, sort_keys=True
+    )
+    for key in dump:
+        assert key_line(doc, key) == key_line(fresh_doc, key)
