@@ -258,6 +258,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
         return run_baseline_command(ctx, args)
     not_run: list[tuple[str, str]] = []
+    ctx.git.freeze_refs()  # the gates only read: each asks for the same refs and merge bases, git answers once
     results = run_preflight(ctx, args.only, args.base, not_run)
     sys.stdout.write(
         render(

@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .results import CheckError
 
@@ -257,6 +257,7 @@ class Git:
         # tree's, or a commit (the base of a range) whose .mailmap blob alone is used, so a branch's own
         # .mailmap change cannot map its identities (it takes effect once it is on the base).
         self.mailmap_rev: str | None = None
+        self._frozen: dict[tuple[str, ...], Any] | None = None  # freeze_refs(): remembered answers
 
     def _mailmap_opts(self) -> tuple[str, ...]:
         """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in the git
@@ -375,7 +376,23 @@ class Git:
         return self.run(*args, **kw).stdout.decode("utf-8", errors="replace")
 
     # --- refs ----------------------------------------------------------------
+    def freeze_refs(self) -> None:
+        """From now on, answer each ref and ancestry question (resolve, ambiguous, current_branch, is_shallow,
+        merge_base, is_ancestor, remotes) once and remember it: for a read-only run such as the preflight,
+        whose checks each resolve the same `main`, `HEAD` and merge base. Nothing may move a ref after."""
+        self._frozen = {}
+
+    def _memo(self, key: tuple[str, ...], answer: Callable[[], T]) -> T:
+        if self._frozen is None:
+            return answer()
+        if key not in self._frozen:
+            self._frozen[key] = answer()
+        return cast(T, self._frozen[key])
+
     def resolve(self, ref: str) -> str | None:
+        return self._memo(("resolve", ref), lambda: self._resolve(ref))
+
+    def _resolve(self, ref: str) -> str | None:
         proc = self.run(
             "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", ok_codes=(0, 1, 128)
         )
@@ -401,6 +418,9 @@ class Git:
     def ambiguous(self, ref: str) -> list[str]:
         """The full ref names a short name (the part before any `~^:@{`) stands for among branches, tags and
         remote-tracking refs; one git call, none for a full ref name or a hex object name."""
+        return self._memo(("ambiguous", ref), lambda: self._ambiguous(ref))
+
+    def _ambiguous(self, ref: str) -> list[str]:
         name = re.match(r"[^~^:@{]*", ref).group(0)  # type: ignore[union-attr]
         if not name or name.startswith("refs/") or name == "HEAD" or re.fullmatch(r"[0-9a-f]{4,64}", name):
             return []
@@ -409,6 +429,9 @@ class Git:
         return [r for r in wanted if r in out]
 
     def is_shallow(self) -> bool:
+        return self._memo(("is_shallow",), self._is_shallow)
+
+    def _is_shallow(self) -> bool:
         return self.text("rev-parse", "--is-shallow-repository").strip() == "true"
 
     def require_complete_history(self, rev_range: str) -> None:
@@ -452,6 +475,9 @@ class Git:
         return [Path(self.root, name.strip()) for name in files]
 
     def merge_base(self, a: str, b: str) -> str:
+        return self._memo(("merge_base", a, b), lambda: self._merge_base(a, b))
+
+    def _merge_base(self, a: str, b: str) -> str:
         proc = self.run("merge-base", a, b, ok_codes=(0, 1))
         if proc.returncode == 1:
             if self.is_shallow():
@@ -466,6 +492,9 @@ class Git:
         return proc.stdout.decode().strip()
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self._memo(("is_ancestor", ancestor, descendant), lambda: self._is_ancestor(ancestor, descendant))
+
+    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
         return self.run("merge-base", "--is-ancestor", ancestor, descendant, ok_codes=(0, 1)).returncode == 0
 
     def ancestors_among(self, commits: Sequence[str], descendant: str) -> set[str]:
@@ -479,9 +508,12 @@ class Git:
         return {c for c in commits if c not in outside}
 
     def remotes(self) -> list[str]:
-        return self.text("remote").split()
+        return self._memo(("remotes",), lambda: self.text("remote").split())
 
     def current_branch(self) -> str | None:
+        return self._memo(("current_branch",), self._current_branch)
+
+    def _current_branch(self) -> str | None:
         name = self.text("symbolic-ref", "--quiet", "--short", "HEAD", ok_codes=(0, 1)).strip()
         return name or None
 

@@ -223,3 +223,28 @@ def test_ancestors_among_answers_as_is_ancestor_does_for_each(git_repo: GitRepo)
         assert git.ancestors_among(commits, head) == {c for c in commits if git.is_ancestor(c, head)}, head
     assert git.ancestors_among(commits, b) == {root, a, b}
     assert git.ancestors_among([], b) == set()
+
+
+def test_frozen_refs_are_asked_of_git_once(git_repo: GitRepo, monkeypatch):
+    """After freeze_refs (the preflight's read-only run) each ref or ancestry question runs git once; before
+    it, every call asks git again and sees a new commit."""
+    first = git_repo.commit("one")
+    git = Git(git_repo.path)
+    calls: list[tuple[str, ...]] = []
+    run = Git.run
+
+    def counting(self: Git, *args: str, **kw: object):
+        calls.append(args)
+        return run(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Git, "run", counting)
+    assert git.resolve("HEAD") == first
+    second = git_repo.commit("two")
+    assert git.resolve("HEAD") == second and len(calls) == 2
+    git.freeze_refs()
+    answers = [git.resolve("HEAD"), git.current_branch(), git.merge_base(first, second), git.is_ancestor(first, second)]
+    assert answers == [second, "main", first, True]
+    asked = len(calls)
+    git_repo.commit("three")
+    again = [git.resolve("HEAD"), git.current_branch(), git.merge_base(first, second), git.is_ancestor(first, second)]
+    assert again == answers and len(calls) == asked

@@ -9,7 +9,7 @@ from pathlib import Path
 from ...atomicio import write_atomic
 from ...boundedio import SOURCE_CAP, Unreadable, read_bytes, read_text
 from ...checks.env_doc.envlists import Allowlist, add_stubs, documented_names, first_unsorted, parse_allowlist
-from ...checks.env_doc.envscan import PYTHON_SUFFIXES, SOURCE_GLOBS, EnvRead, scan_source
+from ...checks.env_doc.envscan import SOURCE_GLOBS, EnvRead, scan_source
 from ...config import EnvDocConfig
 from ...context import Context
 from ...files import select
@@ -69,8 +69,8 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int]:
     """Every read in the tracked Python and C-family sources (each file read once), and how many were read.
-    A Python file's reads are remembered by its bytes (checkers.contentcache): its syntax tree is walked
-    only when it changed."""
+    A file's reads are remembered by its bytes (checkers.contentcache): its syntax tree is walked, or its
+    tokens scanned, only when it changed."""
     from ...contentcache import ContentCache, source_stamp
     from ...gitio import git_dir_of
 
@@ -90,9 +90,6 @@ def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int
             print(f"rowgate: env-doc: skipped {exc}", file=ctx.notes)
             continue
         scanned += 1
-        if not path.endswith(PYTHON_SUFFIXES):
-            reads += scan_source(data, path, prefixes, readers)
-            continue
         key = cache.key(path, options, data)
         found = _cached_reads(cache.get(key), path)
         if found is None:
