@@ -20,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -474,6 +475,13 @@ class RecordConfig(Strict):
     count_areas: list[str] | None = Field(
         None, description="the areas whose row counts the OK line prints; unset: rows.areas"
     )
+    ledger_size_cap: int = Field(
+        8192, ge=256, description="bytes one ledger record file may take (AR009); per-case arrays go in side files"
+    )
+    ledger_size_exempt: dict[RepoPath, Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=dict,
+        description="ledger record path -> why it stays over the cap (reviewed; an entry under the cap is a finding)",
+    )
 
 
 class CheckpointRule(Strict):
@@ -544,7 +552,6 @@ class EvidenceConfig(Strict):
         default_factory=lambda: list[Literal["gate", "bench", "flip", "note"]](["gate"]),
         description="record kinds whose schema-2 records must carry a comparator self-test that caught every seed",
     )
-    size_cap: int = Field(8192, ge=256, description="bytes a schema-2 record may take; legacy records are exempt")
     flags_file: RepoPath | None = Field(
         "engine/flags.py", description="today's flag defaults (declare() calls, read as AST); null: no defaults rule"
     )
