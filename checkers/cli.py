@@ -236,6 +236,7 @@ def cmd_check(rest: list[str]) -> int:
         ctx = load_context(args.repo, getattr(module, "CONFIG_SECTIONS", None), args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    ctx.git.freeze_refs()  # a check only reads refs: each ref and merge base it resolves twice, git answers once
     result = run_check(spec, ctx, args)
     sys.stdout.write(
         render(args.format, [result], list(module.RULES), anchors=sarif_anchors.for_results(ctx, args.format, [result]))
