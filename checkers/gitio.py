@@ -763,21 +763,24 @@ class Git:
         out = self.run("log", "-z", "--no-renames", "--format=%x00%H", "--name-only", rev_range, "--").stdout.decode(
             "utf-8", errors="surrogateescape"
         )
-        changed: dict[str, list[str]] = {}
-        fields = out.split("\0")
-        paths: list[str] = []
-        i = 0
-        while i < len(fields):
-            if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
-                paths = changed.setdefault(fields[i + 1], [])
-                i += 2
-                if i < len(fields) and fields[i].startswith("\n"):
-                    fields[i] = fields[i][1:]  # the newline between a commit's header and its paths
-                continue
-            if fields[i]:
-                paths.append(fields[i])
-            i += 1
-        return changed
+        return _changed_paths(out)
+
+    def changed_paths_of(self, shas: Sequence[str]) -> dict[str, list[str]]:
+        """changed_paths() of exactly the commits `shas` (full names), one `git log --no-walk --stdin`."""
+        if not shas:
+            return {}
+        out = self.run(
+            "log",
+            "-z",
+            "--no-renames",
+            "--format=%x00%H",
+            "--name-only",
+            "--no-walk",
+            "--stdin",
+            "--",
+            input="".join(f"{s}\n" for s in shas).encode(),
+        ).stdout.decode("utf-8", errors="surrogateescape")
+        return _changed_paths(out)
 
     def key_changes(
         self, rev_range: str, directory: str, key: str, cap: int = 1 << 20
@@ -859,6 +862,25 @@ class Git:
             "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(f"{s}\n" for s in shas).encode()
         )
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
+
+
+def _changed_paths(out: str) -> dict[str, list[str]]:
+    """Parse `git log -z --format=%x00%H --name-only` output: each commit is `\\0SHA\\0`, then its paths."""
+    changed: dict[str, list[str]] = {}
+    fields = out.split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
+            paths = changed.setdefault(fields[i + 1], [])
+            i += 2
+            if i < len(fields) and fields[i].startswith("\n"):
+                fields[i] = fields[i][1:]  # the newline between a commit's header and its paths
+            continue
+        if fields[i]:
+            paths.append(fields[i])
+        i += 1
+    return changed
 
 
 def ignore_message(message: str) -> None:

@@ -248,3 +248,13 @@ def test_frozen_refs_are_asked_of_git_once(git_repo: GitRepo, monkeypatch):
     git_repo.commit("three")
     again = [git.resolve("HEAD"), git.current_branch(), git.merge_base(first, second), git.is_ancestor(first, second)]
     assert again == answers and len(calls) == asked
+
+
+def test_changed_paths_of_some_commits_equals_the_whole_log_for_them(git_repo: GitRepo):
+    git_repo.commit("root", {"a.txt": "a\n"})
+    one = git_repo.commit("one", {"b.txt": "b\n", "dir/new\nline.txt": "c\n"})
+    two = git_repo.commit("two", {"a.txt": "a2\n"})
+    git = Git(git_repo.path)
+    whole = git.changed_paths("HEAD")
+    assert git.changed_paths_of([two, one]) == {one: whole[one], two: whole[two]}
+    assert whole[one] == ["b.txt", "dir/new\nline.txt"] and git.changed_paths_of([]) == {}
