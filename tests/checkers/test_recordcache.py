@@ -184,7 +184,9 @@ YAML_TEXTS = st.lists(
 )
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(YAML_TEXTS)
 def test_whatever_a_record_holds_a_hit_validates_as_the_fresh_parse(tmp_path_factory, pairs) -> None:
     """Random top-level keys and YAML scalar forms (numbers in bases, floats, bools, dates, timestamps, block
