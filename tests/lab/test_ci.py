@@ -190,8 +190,11 @@ def test_gate_json_passes_only_a_pass_with_its_arms_and_fails_when_nothing_was_w
 
 
 def test_gate_json_reads_what_the_gates_report_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine import kernels
     from lab.gates.cli import report  # the real printer of `gate tokens|neartie|distributional|regen --json`
     from lab.gates.result import GateResult
+
+    kernels.reset_counts()  # the report reads the table's counters: none left over from an earlier test in the process
 
     path = tmp_path / "g.json"
     result = GateResult("tokens", "PASS", "4/4 prompts token-exact")
