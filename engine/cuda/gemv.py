@@ -10,7 +10,7 @@ from functools import cache
 
 import torch
 
-from engine.cuda import build, ffi
+from engine.cuda import build, device, ffi
 from engine.cuda.norm import mean_scale
 
 _P = ctypes.c_void_p
@@ -107,11 +107,6 @@ def linear(
     return y.view(*x.shape[:-1], n)
 
 
-@cache
-def sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
     (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
@@ -119,7 +114,7 @@ def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     rows = x.numel() // max(k, 1)
     if k * x.element_size() > PERSISTENT_MAX_ROW_BYTES or not x.is_cuda:
         return False
-    if n < SPLIT_BELOW_WARPS_PER_SM * sm_count(x.device.index or 0):
+    if n < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(x).sms:
         return False
     return prologue_fits(rows, k, weight, x.reshape(-1, k))
 
@@ -128,7 +123,7 @@ def glu_fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
     """Where the GLU GEMV applies: prologue_fits, an even number of W rows (gate, then up), and enough of them that
     the plain GEMV would not split K (so each sum is the plain GEMV's)."""
     n2, k = weight.shape
-    if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * sm_count(weight.device.index or 0):
+    if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(weight).sms:
         return False
     return prologue_fits(rows, k, weight, *rows_of)
 

@@ -9,7 +9,7 @@ from functools import cache
 
 import torch
 
-from engine.cuda import build, ffi
+from engine.cuda import build, device, ffi
 from engine.cuda import gemv as cuda_gemv
 
 _P = ctypes.c_void_p
@@ -22,6 +22,9 @@ MAX_SLOTS = 8  # kMaxSlots
 RING_BYTES = 96 * 1024  # kRingBytes: a block's rings at most
 X_ALIGN = 128  # kXAlign
 STATIC_RESERVE = 1024  # kStaticReserve in plan(): the static barriers and norm partials
+CAPABILITY = (9, 0)  # bulk copies into shared memory (cp.async.bulk) and its mbarriers
+# the ring plan() is tuned for: a device that cannot give a block this much runs the other GEMVs
+SMEM_OPTIN = RING_BYTES + STATIC_RESERVE
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv_stream.cu)
     "vt_gemv_stream_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
@@ -37,14 +40,6 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-@cache
-def _device(index: int) -> tuple[bool, int, int]:
-    """(sm_90 or newer, SMs, the dynamic shared memory a block may opt in to) of one device."""
-    props = torch.cuda.get_device_properties(index)
-    optin = getattr(props, "shared_memory_per_block_optin", 48 * 1024)
-    return props.major >= 9, props.multi_processor_count, int(optin)
-
-
 def ring_fits(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int, optin: int) -> bool:
     """plan() in gemv_stream.cu: a warp's ring holds at least 2 items (1 where it takes only one) within RING_BYTES
     and what a block may opt in to, after the staged x."""
@@ -57,18 +52,19 @@ def ring_fits(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int,
 
 
 def fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, glu: bool = False) -> bool:
-    """Where the streamed GEMV applies: an sm_90 device, the prologue GEMVs' needs (prologue_fits), GLU's pair rule
-    (glu_fits), and a ring of at least 2 items per warp in shared memory."""
+    """Where the streamed GEMV applies on W's device: the prologue GEMVs' needs (prologue_fits), GLU's pair rule
+    (glu_fits), and a ring of at least 2 items per warp in the shared memory the device lets a block opt in to. The
+    sm_90 it needs is the table's to check (the arm declares it, CAPABILITY); the launcher refuses older devices."""
     if not weight.is_cuda:
         return False
-    sm90, sms, optin = _device(weight.device.index or 0)
+    dev = device.probe_of(weight)
     n, k = weight.shape
-    if not sm90 or not cuda_gemv.prologue_fits(rows, k, weight, *rows_of):
+    if not cuda_gemv.prologue_fits(rows, k, weight, *rows_of):
         return False
     if glu and not cuda_gemv.glu_fits(rows, weight, *rows_of):
         return False
     items = n // 2 if glu else n
-    return ring_fits(rows, items, k, weight.element_size(), 2 if glu else 1, sms, optin)
+    return ring_fits(rows, items, k, weight.element_size(), 2 if glu else 1, dev.sms, dev.smem_optin)
 
 
 def linear(

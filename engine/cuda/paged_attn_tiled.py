@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from engine.cuda import build, ffi, paged_attn
+from engine.cuda import device as cuda_device
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
@@ -184,7 +185,7 @@ def pdl_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor)
     4 blocks of an SM at head_dim 128). Past it (batch 32 at context 1024) the dependent's waiting blocks cost the
     whole step more than the overlap gains (the row's spec)."""
     shape = Shape.of(q, k_cache, block_tables)
-    sms = torch.cuda.get_device_properties(shape.device_index).multi_processor_count
+    sms = cuda_device.probe(shape.device_index).sms
     blocks = shape.batch * shape.hkv * shape.splits()
     return blocks <= PDL_BLOCKS_PER_SM * sms and pipelined_fits(q, k_cache, block_tables)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -32,7 +33,7 @@ def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 _STREAM_NEEDS = (
-    f"sm_90, 1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
+    f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
     f"a ring of two W rows (GLU: two gate/up pairs) per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
 )
 
@@ -46,14 +47,21 @@ _PERSISTENT_NEEDS = (
 _PDL = gated_by("VT_GEMV_PDL")
 
 
-def _with_pdl(name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable) -> list:
+def _with_pdl(
+    name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable, **device: Any
+) -> list:
     """A GEMV arm after its programmatic dependent launch: `<name>_pdl`, gated by VT_GEMV_PDL too (before the
-    last flag, VT_GEMV), with the same support and the kernel called with pdl=True."""
+    last flag, VT_GEMV), with the same support and device needs (`device`: Arm's capability, smem_optin) and the
+    kernel called with pdl=True."""
     with_pdl = (*flags[:-1], *_PDL, flags[-1])
     return [
-        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True)),
-        Arm(name, flags, supports, needs, kernel),
+        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True), **device),
+        Arm(name, flags, supports, needs, kernel, **device),
     ]
+
+
+# what the streamed GEMV's arms need of the device, checked by the table against its probe
+_STREAM_DEVICE = {"capability": cuda_stream.CAPABILITY, "smem_optin": cuda_stream.SMEM_OPTIN}
 
 
 linear = Op(
@@ -61,7 +69,12 @@ linear = Op(
     gemv.check_linear,
     [
         *_with_pdl(
-            "gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), supports_stream, _STREAM_NEEDS, cuda_stream.linear
+            "gemv_stream",
+            gated_by("VT_GEMV_STREAM", "VT_GEMV"),
+            supports_stream,
+            _STREAM_NEEDS,
+            cuda_stream.linear,
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "gemv_persistent",
@@ -152,6 +165,7 @@ add_rms_norm_linear = Op(
             supports_norm_stream,
             _STREAM_NEEDS,
             cuda_stream.add_rms_norm_linear,
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "prologue",
@@ -194,6 +208,7 @@ linear_silu_mul = Op(
             supports_glu_stream,
             _STREAM_NEEDS,
             partial(cuda_stream.linear, glu=True),
+            **_STREAM_DEVICE,
         ),
         *_with_pdl("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
         Arm("linear_then_act", gated_by(), supports_any, KERNEL, by_parts(gemv.linear_silu_mul.glue), composite=True),
@@ -209,6 +224,7 @@ add_rms_norm_linear_silu_mul = Op(
             partial(supports_norm_stream, glu=True),
             _STREAM_NEEDS,
             partial(cuda_stream.add_rms_norm_linear, glu=True),
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "prologue_glu",
