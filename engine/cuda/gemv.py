@@ -58,7 +58,7 @@ def linear(
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
-    persistent: bool = False,  # the persistent fast path where it applies (persistent_fits), the same bits
+    persistent: bool = False,  # the persistent fast path where it applies (supports_persistent), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
     """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
     if not x.is_cuda:
@@ -107,7 +107,7 @@ def linear(
     return y.view(*x.shape[:-1], n)
 
 
-def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def supports_persistent(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
     (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
     n, k = weight.shape
@@ -116,19 +116,19 @@ def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
         return False
     if n < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(x).sms:
         return False
-    return prologue_fits(rows, k, weight, x.reshape(-1, k))
+    return supports_prologue(rows, k, weight, x.reshape(-1, k))
 
 
-def glu_fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
-    """Where the GLU GEMV applies: prologue_fits, an even number of W rows (gate, then up), and enough of them that
+def supports_glu(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+    """Where the GLU GEMV applies: supports_prologue, an even number of W rows (gate, then up), and enough of them that
     the plain GEMV would not split K (so each sum is the plain GEMV's)."""
     n2, k = weight.shape
     if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(weight).sms:
         return False
-    return prologue_fits(rows, k, weight, *rows_of)
+    return supports_prologue(rows, k, weight, *rows_of)
 
 
-def prologue_fits(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+def supports_prologue(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
     """What a prologue GEMV needs: 1 to MAX_ROWS rows whose K values fit in shared memory, a row-major W, and k,
     W's and each input's row stride multiples of one 16-byte vector (bases aligned)."""
     elt = weight.element_size()
@@ -184,9 +184,9 @@ def add_rms_norm_linear(
     the SiLU-and-mul kernel)."""
 
     def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:
-        if not prologue_fits(m, k, weight, *rows):
+        if not supports_prologue(m, k, weight, *rows):
             return f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
-        if glu and not glu_fits(m, weight, rows[0]):
+        if glu and not supports_glu(m, weight, rows[0]):
             return f"weight: {weight.shape[0]} rows are not a gate/up pair that the plain GEMV leaves unsplit"
         return None
 
@@ -286,7 +286,7 @@ def linear_silu_mul(
     n = _check_weight(weight, x, k, bias)
     x2 = _rows(x, "x", k)
     m = x2.shape[0]
-    if not glu_fits(m, weight, x2):
+    if not supports_glu(m, weight, x2):
         raise ValueError(
             f"weight: {n} x {k} with {m} rows of x is not a gate/up pair the GLU GEMV takes (1 to {MAX_ROWS} rows, "
             f"16-byte rows, at least {SPLIT_BELOW_WARPS_PER_SM} rows per SM)"
@@ -327,7 +327,7 @@ def silu_mul_linear(
     n = _check_weight(weight, gate_up, k, bias)
     g2 = _rows(gate_up, "gate_up", 2 * k)
     m = g2.shape[0]
-    if not prologue_fits(m, k, weight, g2):
+    if not supports_prologue(m, k, weight, g2):
         raise ValueError(
             f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
         )

@@ -40,7 +40,7 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def ring_fits(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int, optin: int) -> bool:
+def supports_ring(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int, optin: int) -> bool:
     """plan() in gemv_stream.cu: a warp's ring holds at least 2 items (1 where it takes only one) within RING_BYTES
     and what a block may opt in to, after the staged x."""
     blocks = min(-(-n // WARPS), sms)
@@ -51,20 +51,20 @@ def ring_fits(rows: int, n: int, k: int, elt: int, rows_per_item: int, sms: int,
     return min(MAX_SLOTS, per_warp, budget // slot_bytes) >= min(2, per_warp)
 
 
-def fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, glu: bool = False) -> bool:
-    """Where the streamed GEMV applies on W's device: the prologue GEMVs' needs (prologue_fits), GLU's pair rule
-    (glu_fits), and a ring of at least 2 items per warp in the shared memory the device lets a block opt in to. The
+def supports(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, glu: bool = False) -> bool:
+    """Where the streamed GEMV applies on W's device: the prologue GEMVs' needs (supports_prologue), GLU's pair rule
+    (supports_glu), and a ring of at least 2 items per warp in the shared memory the device lets a block opt in to. The
     sm_90 it needs is the table's to check (the arm declares it, CAPABILITY); the launcher refuses older devices."""
     if not weight.is_cuda:
         return False
     dev = device.probe_of(weight)
     n, k = weight.shape
-    if not cuda_gemv.prologue_fits(rows, k, weight, *rows_of):
+    if not cuda_gemv.supports_prologue(rows, k, weight, *rows_of):
         return False
-    if glu and not cuda_gemv.glu_fits(rows, weight, *rows_of):
+    if glu and not cuda_gemv.supports_glu(rows, weight, *rows_of):
         return False
     items = n // 2 if glu else n
-    return ring_fits(rows, items, k, weight.element_size(), 2 if glu else 1, dev.sms, dev.smem_optin)
+    return supports_ring(rows, items, k, weight.element_size(), 2 if glu else 1, dev.sms, dev.smem_optin)
 
 
 def linear(
@@ -84,7 +84,7 @@ def linear(
     n = cuda_gemv._check_weight(weight, x, k, bias)
     x2 = cuda_gemv._rows(x, "x", k)
     m = x2.shape[0]
-    if not fits(m, weight, x2, glu=glu):
+    if not supports(m, weight, x2, glu=glu):
         raise ValueError(f"weight: {n} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)")
     n_out = n // 2 if glu else n
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
@@ -126,7 +126,7 @@ def add_rms_norm_linear(
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
 
     def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:
-        if fits(m, weight, *rows, glu=glu):
+        if supports(m, weight, *rows, glu=glu):
             return None
         return f"weight: {weight.shape[0]} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)"
 

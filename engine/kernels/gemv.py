@@ -24,12 +24,12 @@ def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    return supports_rows(x, weight, bias) and cuda_gemv.persistent_fits(x, weight)
+    return supports_rows(x, weight, bias) and cuda_gemv.supports_persistent(x, weight)
 
 
 def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return supports_rows(x, weight, bias) and cuda_stream.fits(x2.shape[0], weight, x2)
+    return supports_rows(x, weight, bias) and cuda_stream.supports(x2.shape[0], weight, x2)
 
 
 _STREAM_NEEDS = (
@@ -106,17 +106,17 @@ def supports_norm_prologue(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_gemv.prologue_fits(rows[0].shape[0], k, weight, *rows)
+    return cuda_gemv.supports_prologue(rows[0].shape[0], k, weight, *rows)
 
 
 def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     g = gate_up.reshape(-1, gate_up.shape[-1])
-    return cuda_gemv.prologue_fits(g.shape[0], weight.shape[1], weight, g)
+    return cuda_gemv.supports_prologue(g.shape[0], weight.shape[1], weight, g)
 
 
 def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_gemv.glu_fits(x2.shape[0], weight, x2)
+    return cuda_gemv.supports_glu(x2.shape[0], weight, x2)
 
 
 def supports_norm_stream(
@@ -131,12 +131,12 @@ def supports_norm_stream(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_stream.fits(rows[0].shape[0], weight, *rows, glu=glu)
+    return cuda_stream.supports(rows[0].shape[0], weight, *rows, glu=glu)
 
 
 def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_stream.fits(x2.shape[0], weight, x2, glu=True)
+    return cuda_stream.supports(x2.shape[0], weight, x2, glu=True)
 
 
 def supports_norm_glu(
