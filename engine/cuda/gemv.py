@@ -11,6 +11,7 @@ from functools import cache
 import torch
 
 from engine.cuda import build, device, ffi
+from engine.cuda import norm as cuda_norm
 from engine.cuda.norm import mean_scale
 
 _P = ctypes.c_void_p
@@ -60,7 +61,8 @@ def linear(
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
     persistent: bool = False,  # the persistent fast path where it applies (supports_persistent), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
-    """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
+    """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`: `launch_linear` after the
+    checks that name the bad tensor (the entry for a direct call)."""
     if not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
     if x.dim() < 1:
@@ -75,16 +77,28 @@ def linear(
             raise ValueError(f"bias: dim 0 is {bias.shape[0]} but weight's out_features is {n}")
     if weight.stride(1) != 1:
         weight = weight.contiguous()
-    x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) < k):  # e.g. rows broadcast by expand()
-        x2 = x2.contiguous()
-    m = x2.shape[0]
+    m = x.numel() // max(k, 1)
     if m > MAX_ROWS:
         raise ValueError(f"x: {m} rows exceed the GEMV's MAX_ROWS={MAX_ROWS}; use a GEMM")
+    return launch_linear(x, weight, bias, out_dtype, pdl=pdl, persistent=persistent)
+
+
+def launch_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    pdl: bool = False,
+    persistent: bool = False,
+) -> torch.Tensor:
+    """The GEMV launch, its inputs already checked (by `linear`, or by the table's check and the arm's
+    `supports`: at most MAX_ROWS rows, a row-major W, every tensor on x's device)."""
+    n, k = weight.shape
+    x2, ldx = cuda_norm.rows(x)
+    m = x2.shape[0]
     out_dtype = out_dtype or x.dtype
     y = torch.empty(m, n, dtype=out_dtype, device=x.device)
     ldw = weight.stride(0) if n > 1 else k
-    ldx = x2.stride(0) if m > 1 else k
     lib = _lib()
     args = [
         ffi.ptr(y),

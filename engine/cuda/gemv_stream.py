@@ -11,6 +11,7 @@ import torch
 
 from engine.cuda import build, device, ffi
 from engine.cuda import gemv as cuda_gemv
+from engine.cuda import norm as cuda_norm
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -75,7 +76,7 @@ def linear(
     glu: bool = False,  # y = silu_and_mul(product): [..., inter]
 ) -> torch.Tensor:  # [..., out_features or inter], x.dtype
     """`linear(x, weight, bias)` (with `glu`, `silu_and_mul` of it) with W streamed through shared memory; the bits
-    of gemv.linear (gemv.linear_silu_mul)."""
+    of gemv.linear (gemv.linear_silu_mul). `launch_linear` after the checks that name the bad tensor."""
     if x.dim() < 1:
         raise ValueError("x: expected at least 1 dim, got a scalar")
     if not x.is_cuda:
@@ -86,6 +87,17 @@ def linear(
     m = x2.shape[0]
     if not supports(m, weight, x2, glu=glu):
         raise ValueError(f"weight: {n} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)")
+    return launch_linear(x, weight, bias, pdl=pdl, glu=glu)
+
+
+def launch_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False, glu: bool = False
+) -> torch.Tensor:
+    """The streamed GEMV's launch, its inputs already checked (by `linear`, or by the table's check and the arm's
+    `supports`, which holds `supports` here and every tensor on x's device)."""
+    n, k = weight.shape
+    x2, ldx = cuda_norm.rows(x)
+    m = x2.shape[0]
     n_out = n // 2 if glu else n
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     lib = _lib()
@@ -98,7 +110,7 @@ def linear(
         n_out,
         k,
         weight.stride(0) if n > 1 else k,
-        cuda_gemv._row_stride(x2),
+        ldx,
         n_out,
         ffi.dtype_code(x, "x"),
         int(glu),

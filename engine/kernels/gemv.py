@@ -19,8 +19,11 @@ from engine.ops import gemv
 
 def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Decode rows (at most MAX_ROWS) of a row-major W take the GEMV, which streams W by rows; a prefill, or
-    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place."""
-    return x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place. W and the bias on x's
+    device: with the op's check (ranks, dtypes, sizes) all the `linear` arms' launches need, so they check nothing
+    again (each tensor is checked once a call)."""
+    same = weight.device == x.device and (bias is None or bias.device == x.device)
+    return same and x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
 
 
 def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -39,7 +42,7 @@ _STREAM_NEEDS = (
 
 
 _PERSISTENT_NEEDS = (
-    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight, a row in one batch of loads (K at most 1024 in bf16), "
+    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight on x's device, a row in one batch of loads (K at most 1024 in bf16), "
     f"and at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
 )
 
@@ -73,7 +76,7 @@ linear = Op(
             gated_by("VT_GEMV_STREAM", "VT_GEMV"),
             supports_stream,
             _STREAM_NEEDS,
-            cuda_stream.linear,
+            cuda_stream.launch_linear,
             **_STREAM_DEVICE,
         ),
         *_with_pdl(
@@ -81,14 +84,14 @@ linear = Op(
             gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
             supports_persistent,
             _PERSISTENT_NEEDS,
-            partial(cuda_gemv.linear, persistent=True),
+            partial(cuda_gemv.launch_linear, persistent=True),
         ),
         *_with_pdl(
             "gemv",
             gated_by("VT_GEMV"),
             supports_rows,
-            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
-            cuda_gemv.linear,
+            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight, on x's device",
+            cuda_gemv.launch_linear,
         ),
     ],
 )
