@@ -116,3 +116,17 @@ def test_the_streamed_gemv_arms_declare_sm90_and_the_portable_ones_sm80() -> Non
             if stream:
                 assert SM80.lacks(arm.capability, arm.smem_optin) == "sm_90 (cuda:0 is sm_80)"
                 assert SM90.lacks(arm.capability, arm.smem_optin) is None
+
+
+def test_the_probe_reads_the_driver_once_per_device() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the probe of a real device needs one")
+    props = torch.cuda.get_device_properties(0)
+    found = cuda_device.probe(0)
+    assert (found.capability, found.sms, found.missing) == (
+        (props.major, props.minor),
+        props.multi_processor_count,
+        None,
+    )
+    assert found.smem_optin == props.shared_memory_per_block_optin >= 48 * 1024
+    assert cuda_device.probe_of(torch.zeros(1, device="cuda:0")) is found  # cached: the same value
