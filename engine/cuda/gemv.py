@@ -208,6 +208,21 @@ def add_rms_norm_linear(
     return launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
+def launch_add_rms_norm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    pdl: bool = False,
+    glu: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`add_rms_norm_linear`'s launch, its inputs already checked (the table's check and the arm's `supports`)."""
+    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
+    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
 @dataclass(frozen=True)
 class Launcher:
     """A residual add + RMSNorm prologue GEMV launcher: its library (loaded after the checks pass), symbol and error
@@ -243,14 +258,34 @@ def launch_prologue(
         raise ValueError(f"norm_weight: shape {tuple(norm_weight.shape)} != (hidden,) = ({k},)")
     if not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
-    n = _check_weight(weight, x, k, bias)
+    _check_weight(weight, x, k, bias)
     ffi.require(norm_weight, "norm_weight", dim=1, dtype=x.dtype, device=x.device)
     x2 = _rows(x, "x", k)
     r2 = _rows(residual, "residual", k) if residual is not None else None
-    m = x2.shape[0]
-    why_not = refusal(m, k, [x2, *([r2] if r2 is not None else [])])
+    why_not = refusal(x2.shape[0], k, [x2, *([r2] if r2 is not None else [])])
     if why_not is not None:
         raise ValueError(why_not)
+    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
+def run_prologue(
+    launcher: Launcher,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    pdl: bool,
+    glu: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The add + RMSNorm prologue GEMVs' launch, its inputs already checked (by `launch_prologue`, or by the
+    table's check and the arm's `supports`): y and the new residual allocated, the call, its error."""
+    n, k = weight.shape
+    x2 = cuda_norm.rows(x)[0]
+    r2 = cuda_norm.rows(residual)[0] if residual is not None else None
+    m = x2.shape[0]
     n_out = n // 2 if glu else n
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None

@@ -142,5 +142,21 @@ def add_rms_norm_linear(
             return None
         return f"weight: {weight.shape[0]} x {k} with {m} rows of x is not a shape the streamed GEMV takes (sm_90)"
 
-    launcher = cuda_gemv.Launcher(_lib, "vt_gemv_stream_add_rms_norm", "gemv_stream")
-    return cuda_gemv.launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+    return cuda_gemv.launch_prologue(_LAUNCHER, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
+_LAUNCHER = cuda_gemv.Launcher(_lib, "vt_gemv_stream_add_rms_norm", "gemv_stream")
+
+
+def launch_add_rms_norm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    pdl: bool = False,
+    glu: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`add_rms_norm_linear`'s launch, its inputs already checked (the table's check and the arm's `supports`)."""
+    return cuda_gemv.run_prologue(_LAUNCHER, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)

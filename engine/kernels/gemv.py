@@ -99,6 +99,19 @@ embedding = Op(gemv.embedding, gemv.check_embedding)
 
 
 # --- the decode step's fused launches (ENGINE-PERF): each op's last arm runs the table's own ops one by one ---
+def _norm_inputs(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> bool:
+    """What a norm-prologue GEMV's launch needs past the op's check and the shape predicate: every tensor on x's
+    device and a contiguous norm weight (its launch then checks nothing again)."""
+    same = all(t is None or t.device == x.device for t in (residual, norm_weight, weight, bias))
+    return same and norm_weight.is_contiguous()
+
+
 def supports_norm_prologue(
     x: torch.Tensor,
     residual: torch.Tensor | None,
@@ -109,7 +122,9 @@ def supports_norm_prologue(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_gemv.supports_prologue(rows[0].shape[0], k, weight, *rows)
+    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemv.supports_prologue(
+        rows[0].shape[0], k, weight, *rows
+    )
 
 
 def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -134,7 +149,9 @@ def supports_norm_stream(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_stream.supports(rows[0].shape[0], weight, *rows, glu=glu)
+    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_stream.supports(
+        rows[0].shape[0], weight, *rows, glu=glu
+    )
 
 
 def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -167,7 +184,7 @@ add_rms_norm_linear = Op(
             gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             supports_norm_stream,
             _STREAM_NEEDS,
-            cuda_stream.add_rms_norm_linear,
+            cuda_stream.launch_add_rms_norm_linear,
             **_STREAM_DEVICE,
         ),
         *_with_pdl(
@@ -175,7 +192,7 @@ add_rms_norm_linear = Op(
             gated_by("VT_NORM_GEMV", "VT_GEMV"),
             supports_norm_prologue,
             _PROLOGUE_NEEDS,
-            cuda_gemv.add_rms_norm_linear,
+            cuda_gemv.launch_add_rms_norm_linear,
         ),
         Arm(
             "norm_then_linear",
@@ -226,7 +243,7 @@ add_rms_norm_linear_silu_mul = Op(
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             partial(supports_norm_stream, glu=True),
             _STREAM_NEEDS,
-            partial(cuda_stream.add_rms_norm_linear, glu=True),
+            partial(cuda_stream.launch_add_rms_norm_linear, glu=True),
             **_STREAM_DEVICE,
         ),
         *_with_pdl(
@@ -234,7 +251,7 @@ add_rms_norm_linear_silu_mul = Op(
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV"),
             supports_norm_glu,
             _GLU_NEEDS,
-            partial(cuda_gemv.add_rms_norm_linear, glu=True),
+            partial(cuda_gemv.launch_add_rms_norm_linear, glu=True),
         ),
         Arm(
             "norm_gemv_then_act",

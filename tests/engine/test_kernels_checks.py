@@ -33,6 +33,9 @@ def test_the_norm_and_linear_arms_launch_without_checking_again() -> None:
         "gemv_pdl": cuda_gemv.launch_linear,
         "gemv": cuda_gemv.launch_linear,
     }
+    for op in (kernels.add_rms_norm_linear, kernels.add_rms_norm_linear_silu_mul):
+        fused = {a.name: _kernel_of(op, a.name) for a in op.arms if not a.composite}
+        assert set(fused.values()) == {cuda_stream.launch_add_rms_norm_linear, cuda_gemv.launch_add_rms_norm_linear}
 
 
 def test_the_norm_predicate_holds_what_the_ops_check_leaves_to_the_kernel() -> None:
@@ -51,3 +54,12 @@ def test_the_gemv_predicate_holds_the_rows_the_layout_and_the_device() -> None:
     assert not gemv_family.supports_rows(x, torch.ones(64, 16).T)  # a transposed W
     assert not gemv_family.supports_rows(x, torch.ones(16, 64, device="meta"))
     assert not gemv_family.supports_rows(x, w, torch.ones(16, device="meta"))  # the bias on another device
+
+
+def test_the_norm_prologue_predicate_holds_the_devices_and_a_contiguous_norm_weight() -> None:
+    x, res, nw, w = torch.ones(1, 64), torch.ones(1, 64), torch.ones(64), torch.ones(16, 64)
+    assert gemv_family.supports_norm_prologue(x, res, nw, 1e-6, w)
+    assert gemv_family.supports_norm_prologue(x, None, nw, 1e-6, w)  # the first layer: no residual yet
+    assert not gemv_family.supports_norm_prologue(x, res, torch.ones(128)[::2], 1e-6, w)  # a strided norm weight
+    assert not gemv_family.supports_norm_prologue(x, torch.ones(1, 64, device="meta"), nw, 1e-6, w)
+    assert not gemv_family.supports_norm_prologue(x, res, nw, 1e-6, w, torch.ones(16, device="meta"))
