@@ -340,6 +340,17 @@ def linear_silu_mul(
             f"weight: {n} x {k} with {m} rows of x is not a gate/up pair the GLU GEMV takes (1 to {MAX_ROWS} rows, "
             f"16-byte rows, at least {SPLIT_BELOW_WARPS_PER_SM} rows per SM)"
         )
+    return launch_linear_silu_mul(x, weight, bias, pdl)
+
+
+def launch_linear_silu_mul(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False
+) -> torch.Tensor:
+    """The GLU GEMV's launch, its inputs already checked (by `linear_silu_mul`, or by the table's check and the
+    arm's `supports`)."""
+    n, k = weight.shape
+    x2 = cuda_norm.rows(x)[0]
+    m = x2.shape[0]
     y = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemv_gemv_glu(
@@ -373,13 +384,24 @@ def silu_mul_linear(
     k = gate_up.shape[-1] // 2
     if not gate_up.is_cuda:
         raise ValueError(f"gate_up: expected a CUDA tensor, got device {gate_up.device}")
-    n = _check_weight(weight, gate_up, k, bias)
+    _check_weight(weight, gate_up, k, bias)
     g2 = _rows(gate_up, "gate_up", 2 * k)
     m = g2.shape[0]
     if not supports_prologue(m, k, weight, g2):
         raise ValueError(
             f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
         )
+    return launch_silu_mul_linear(gate_up, weight, bias, pdl)
+
+
+def launch_silu_mul_linear(
+    gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False
+) -> torch.Tensor:
+    """The SiLU-and-mul prologue GEMV's launch, its inputs already checked (by `silu_mul_linear`, or by the table's
+    check and the arm's `supports`)."""
+    n, k = weight.shape
+    g2 = cuda_norm.rows(gate_up)[0]
+    m = g2.shape[0]
     y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
     lib = _prologue_lib()
     rc = lib.vt_gemv_prologue_silu_mul(

@@ -17,13 +17,17 @@ from engine.kernels.table import KERNEL, Arm, Op, Switch, by_parts, gated_by, su
 from engine.ops import gemv
 
 
+def _on_x_device(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    return weight.device == x.device and (bias is None or bias.device == x.device)
+
+
 def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Decode rows (at most MAX_ROWS) of a row-major W take the GEMV, which streams W by rows; a prefill, or
     a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place. W and the bias on x's
     device: with the op's check (ranks, dtypes, sizes) all the `linear` arms' launches need, so they check nothing
     again (each tensor is checked once a call)."""
-    same = weight.device == x.device and (bias is None or bias.device == x.device)
-    return same and x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+    rows_ok = x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+    return _on_x_device(x, weight, bias) and rows_ok
 
 
 def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -129,12 +133,12 @@ def supports_norm_prologue(
 
 def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     g = gate_up.reshape(-1, gate_up.shape[-1])
-    return cuda_gemv.supports_prologue(g.shape[0], weight.shape[1], weight, g)
+    return _on_x_device(gate_up, weight, bias) and cuda_gemv.supports_prologue(g.shape[0], weight.shape[1], weight, g)
 
 
 def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_gemv.supports_glu(x2.shape[0], weight, x2)
+    return _on_x_device(x, weight, bias) and cuda_gemv.supports_glu(x2.shape[0], weight, x2)
 
 
 def supports_norm_stream(
@@ -156,7 +160,7 @@ def supports_norm_stream(
 
 def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_stream.supports(x2.shape[0], weight, x2, glu=True)
+    return _on_x_device(x, weight, bias) and cuda_stream.supports(x2.shape[0], weight, x2, glu=True)
 
 
 def supports_norm_glu(
@@ -213,7 +217,7 @@ silu_mul_linear = Op(
             gated_by("VT_ACT_GEMV", "VT_GEMV"),
             supports_act_prologue,
             _PROLOGUE_NEEDS,
-            cuda_gemv.silu_mul_linear,
+            cuda_gemv.launch_silu_mul_linear,
         ),
         Arm("act_then_linear", gated_by(), supports_any, KERNEL, by_parts(gemv.silu_mul_linear.glue), composite=True),
     ],
@@ -227,10 +231,12 @@ linear_silu_mul = Op(
             gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             supports_glu_stream,
             _STREAM_NEEDS,
-            partial(cuda_stream.linear, glu=True),
+            partial(cuda_stream.launch_linear, glu=True),
             **_STREAM_DEVICE,
         ),
-        *_with_pdl("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
+        *_with_pdl(
+            "glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.launch_linear_silu_mul
+        ),
         Arm("linear_then_act", gated_by(), supports_any, KERNEL, by_parts(gemv.linear_silu_mul.glue), composite=True),
     ],
 )
