@@ -9,6 +9,7 @@ from functools import cache
 import torch
 
 from engine.cuda import build, ffi
+from engine.cuda import device as cuda_device
 from engine.cuda.paged_attn import check_inputs
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -17,7 +18,7 @@ SWAP_GROUPS = (1, 2, 4, 8)  # query heads per KV head the group swap packs as ro
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-def supported(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
     """Shapes and dtypes the group-swap kernel is compiled for (the kernel table's by-name `splitkv_swap` arm)."""
     return head_dim in HEAD_DIMS and group in SWAP_GROUPS and dtype in DTYPES
 
@@ -150,11 +151,6 @@ def capacity(
     return block_tables.shape[1] * k_cache.shape[1]
 
 
-@cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of `device` (a host-side property query: no stream work, capturable)."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    """Streaming multiprocessors of `device` (the cached device probe: no stream work, capturable)."""
+    return cuda_device.probe(device.index if device.index is not None else torch.cuda.current_device()).sms

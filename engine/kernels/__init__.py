@@ -5,6 +5,7 @@ module. A new op is one `Op(...)` in its family's module and one entry in `_OPS`
 
 from __future__ import annotations
 
+from engine.cuda.device import NO_CUDA, Device, probe
 from engine.flags import FlagSnapshot
 from engine.kernels.act import sigmoid_gate, silu_and_mul
 from engine.kernels.attention import decode_row_lens, extend_attention, paged_decode_attention, prefill_attention
@@ -58,9 +59,11 @@ from engine.kernels.table import (
     arms_ran,
     call,
     counts,
+    device_of,
     flags_of,
     gated_by,
     naming,
+    on_device,
     op_calls,
     ops_gated_by,
     razors_gated_by,
@@ -122,7 +125,9 @@ __all__ = [
     "TABLE",
     "Arm",
     "Counts",
+    "Device",
     "FlagSnapshot",
+    "NO_CUDA",
     "Op",
     "Razor",
     "Switch",
@@ -130,11 +135,14 @@ __all__ = [
     "call",
     "counts",
     "decode_row_lens",
+    "device_of",
     "flags_of",
     "gated_by",
     "naming",
+    "on_device",
     "op_calls",
     "ops_gated_by",
+    "probe",
     "quantized_linear",
     "razors_gated_by",
     "render_counts",

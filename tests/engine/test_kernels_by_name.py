@@ -10,13 +10,17 @@ import torch
 
 from engine import kernels
 from engine.flags import FLAGS, REFERENCE, FlagSnapshot
-from engine.kernels.table import Arm, Op, gated_by, supports_any
+from engine.kernels.table import PORTABLE, Arm, Op, gated_by, supports_any
+
+H200 = kernels.Device(0, (9, 0), 227 * 1024, 132)  # an H200's capability, opt-in ceiling and SMs
 
 
 @pytest.fixture(autouse=True)
 def fresh_counts() -> Iterator[None]:
     kernels.reset_counts()
-    yield
+    # the stand-ins for CUDA tensors below (_OnGpu) sit on an H200 as the table's device probe sees it
+    with kernels.on_device(H200):
+        yield
     kernels.reset_counts()
 
 
@@ -53,16 +57,16 @@ def by_name_chosen(op: Op, inputs: list[tuple[object, ...]]) -> set[str]:
 
 
 @pytest.fixture
-def every_tiled_variant_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+def every_tiled_variant_supports(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each tiled variant takes its shapes (no device to ask): the chain's arms are as eager as they can be."""
     from engine.cuda import paged_attn_onepass, paged_attn_tiled
 
-    for name in ("fused_fits", "pipelined_fits", "pdl_fits"):
+    for name in ("supports_fused", "supports_pipelined", "supports_pdl"):
         monkeypatch.setattr(paged_attn_tiled, name, lambda q, k_cache, block_tables: True)
-    monkeypatch.setattr(paged_attn_onepass, "fits", lambda q, k_cache, block_tables: True)
+    monkeypatch.setattr(paged_attn_onepass, "supports_inputs", lambda q, k_cache, block_tables: True)
 
 
-def test_the_kept_attention_arms_are_by_name_only(every_tiled_variant_fits: None) -> None:
+def test_the_kept_attention_arms_are_by_name_only(every_tiled_variant_supports: None) -> None:
     op = kernels.paged_decode_attention
     assert [a.name for a in op.by_name] == ["splitkv_swap", "warp_d128"]  # vllm.cpp's #48 and #383
     assert [a.name for a in op.arms] == [
@@ -94,7 +98,7 @@ def test_the_check_catches_a_kept_arm_left_in_the_chain() -> None:
     assert by_name_chosen(right, attention_inputs()) == set()
 
 
-def test_a_named_attention_arm_is_chosen_where_it_takes_the_shape(every_tiled_variant_fits: None) -> None:
+def test_a_named_attention_arm_is_chosen_where_it_takes_the_shape(every_tiled_variant_supports: None) -> None:
     op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
     bf16_d128 = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128), None, None, None, 1.0)
     d256 = (_OnGpu(2, 8, 256), _OnGpu(9, 16, 2, 256), None, None, None, 1.0)
@@ -142,6 +146,34 @@ def test_a_named_arm_runs_first_and_its_decline_is_counted_then_the_chain_runs()
     assert op.run_arm("kept", gpu, 4) == "kept"  # and by name alone
     with pytest.raises(ValueError, match="toy: arm 'kept' needs an even n"):
         op.run_arm("kept", gpu, 5)
+
+
+def test_a_named_arm_the_device_lacks_is_counted_as_a_device_decline_then_the_chain_runs() -> None:
+    def toy(x: object) -> str:
+        return "reference"
+
+    fast = Arm("fast", gated_by("VT_GEMV"), supports_any, "anything", lambda x: "fast")
+    kept = Arm("kept", gated_by(), supports_any, "anything", lambda x: "kept", capability=(10, 0))
+    op = Op(toy, lambda x: None, [fast], by_name=[kept])
+    named = FlagSnapshot.defaults().with_arm("toy", "kept")
+    assert op(named, _OnGpu(1)) == "fast"
+    seen = kernels.counts()
+    assert seen.declines == {("toy", "kept", "sm_100 (cuda:0 is sm_90)"): 1} and not seen.fallbacks
+    with pytest.raises(ValueError, match=r"toy: arm 'kept' needs sm_100 \(cuda:0 is sm_90\)"):
+        op.run_arm("kept", _OnGpu(1))
+
+
+def test_the_kept_attention_arms_declare_the_portable_device_needs() -> None:
+    """They run on CUDA like the chain's arms: the table checks their declared needs (static shared memory only)."""
+    kept = {a.name: a for a in kernels.paged_decode_attention.by_name}
+    assert set(kept) == {"splitkv_swap", "warp_d128"}
+    for arm in kept.values():
+        assert (arm.capability, arm.smem_optin) == (PORTABLE, 0)
+    sm75 = kernels.Device(0, (7, 5), 64 * 1024, 40)
+    bf16_d128 = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128), None, None, None, 1.0)
+    with kernels.on_device(sm75):  # below every arm's sm_80: the named arm declines like the rest
+        named = kernels.naming(FlagSnapshot.defaults(), "paged_decode_attention", "warp_d128")
+        assert kernels.paged_decode_attention.choose(named, *bf16_d128) == "reference"
 
 
 def test_a_by_name_arm_has_no_flag_and_a_unique_name() -> None:

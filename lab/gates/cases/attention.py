@@ -118,7 +118,7 @@ def ref_eager(x: Inputs) -> torch.Tensor:
 def ref_splitkv(splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:  # the split count the kernel's heuristic picks for this shape
         q = x["q"]
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = splitkv.sm_count(q.device)  # the cached device probe, as decode reads it
         rows = q.shape[0] * x["k_cache"].shape[2]  # the group swap: one block per (sequence, KV head)
         splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
@@ -156,11 +156,11 @@ TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BY_NAME = ("splitkv_swap", "warp_d128")  # the table's by-name arms (engine/kernels/attention.py)
 
 
-def supported(arm: str, d: int, group: int) -> bool:
+def supports(arm: str, d: int, group: int) -> bool:
     if arm == "warp_d128":
         return d == 128
     if arm == "splitkv_swap":
-        return splitkv.supported(d, group, torch.bfloat16)
+        return splitkv.supports(d, group, torch.bfloat16)
     return True
 
 
@@ -509,7 +509,7 @@ def build_cases() -> list[KernelCase]:
             for d in (64, 128, 256):
                 for group in (1, 4, 8):
                     for bs in (16, 32):
-                        if supported(arm, d, group) and (d, group, bs) != (*canonical[arm], 32):
+                        if supports(arm, d, group) and (d, group, bs) != (*canonical[arm], 32):
                             cases.append(attn_case(arm, dt, d, group, bs, 100))
         for dt in DTYPES:  # sliding windows: inside the context, and wider than it
             d, group = canonical[arm]
