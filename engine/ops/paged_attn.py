@@ -152,19 +152,10 @@ def paged_decode_attention(
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if q.dtype == torch.float32:
-        # fp32 is the oracle's own dtype in the token gates: one sequence at a time, so the P.V sum runs over
-        # exactly its keys (padding to the batch's longest changes the sum's blocking by up to 1e-6, enough to
-        # flip a near-tie token against transformers)
-        out = torch.empty_like(q)
-        for b in range(q.shape[0]):
-            n = int(context_lens[b])
-            k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], n, k_cache.shape[1])
-            keys = torch.arange(n, device=q.device)
-            allowed_b = _allowed(keys[-1:], keys, sliding_window)
-            out[b] = _attend(q[b][:, None, :], k_seq, v_seq, allowed_b, scale)[:, 0, :]
-        return out
-    # bf16/fp16 (bitwise the per-sequence loop's): every sequence at once, padded to the longest: a padded key is masked (-inf, probability exactly 0), so
-    # it adds exact zeros to the P.V sums; one batched matmul per rounding point instead of one per sequence
+        return _decode_by_length(q, k_flat, v_flat, block_tables, context_lens, k_cache.shape[1], scale, sliding_window)
+    # bf16/fp16 (bitwise the per-sequence loop's): every sequence at once, padded to the longest: a padded key
+    # is masked (-inf, probability exactly 0), so it adds exact zeros to the P.V sums; one batched matmul per
+    # rounding point instead of one per sequence
     bs, lens = k_cache.shape[1], context_lens.long()
     pos = torch.arange(int(lens.max()), device=q.device)
     valid = pos[None, :] < lens[:, None]  # [batch, L]
@@ -179,6 +170,52 @@ def paged_decode_attention(
     scores = scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # points 3 and 4
     return torch.matmul(probs, vh)[:, :, 0, :]  # point 5
+
+
+def _decode_by_length(
+    q: torch.Tensor,  # q: [batch, Hq, D] float32
+    k_flat: torch.Tensor,  # k_flat: [num_slots, Hkv, D]
+    v_flat: torch.Tensor,  # v_flat: [num_slots, Hkv, D]
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks]
+    context_lens: torch.Tensor,  # context_lens: [batch]
+    block_size: int,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:  # [batch, Hq, D]
+    """fp32 decode attention, one batched pass per context length: every sum runs over exactly a sequence's
+    own keys, as transformers' eager attention of that one sequence does.
+
+    fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
+    the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
+    keys, and the P.V sums with them (measured; enough to flip a near-tie token of the d256-g8 gate model).
+    Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
+    (tests/engine/ops/test_paged_attn.py holds it to the per-sequence loop over random lengths)."""
+    lens = context_lens.tolist()
+    rows_of: dict[int, list[int]] = {}
+    for b, n in enumerate(lens):
+        rows_of.setdefault(n, []).append(b)
+    # every sequence's keys gathered once, padded to the longest ([batch, Hq, L, D]); each group reads its
+    # first n keys as a view, so no sum ever sees a padded key (padding reads slot 0: a table's unused
+    # entries may hold anything)
+    pos = torch.arange(max(lens), device=q.device)
+    slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
+    slots = torch.where(pos[None, :] < context_lens[:, None], slots, 0)
+    group = q.shape[1] // k_flat.shape[1]
+    kh = k_flat[slots].transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v_flat[slots].transpose(1, 2).repeat_interleave(group, dim=1)
+    qh = q[:, :, None, :]  # [batch, Hq, 1, D]
+    out = torch.empty_like(qh)
+    for n, rows in rows_of.items():
+        # one sequence: a slice (views throughout); several: an index tensor
+        idx: slice | torch.Tensor = (
+            slice(rows[0], rows[0] + 1) if len(rows) == 1 else torch.tensor(rows, device=q.device)
+        )
+        scores = torch.matmul(qh[idx], kh[idx, :, :n].transpose(-1, -2)) * scale  # rounding points 1 and 2
+        if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
+            scores[..., : n - window] = float("-inf")
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)  # points 3 and 4 (fp32: no rounding)
+        out[idx] = torch.matmul(probs, vh[idx, :, :n])  # point 5
+    return out[:, :, 0, :]
 
 
 def check_paged_decode_attention(
