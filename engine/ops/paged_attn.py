@@ -18,7 +18,7 @@ itself included. None means no window.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -200,22 +200,48 @@ def _decode_by_length(
     pos = torch.arange(max(lens), device=q.device)
     slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
     slots = torch.where(pos[None, :] < context_lens[:, None], slots, 0)
-    group = q.shape[1] // k_flat.shape[1]
-    kh = k_flat[slots].transpose(1, 2).repeat_interleave(group, dim=1)
-    vh = v_flat[slots].transpose(1, 2).repeat_interleave(group, dim=1)
+    # one gather per cache straight into [batch, Hq, L, D] (query head h reads KV head h // group): row
+    # (b, h, p) of the result is row slots[b, p] * Hkv + h // group of the cache viewed [slots * Hkv, D]
+    (batch, hq, d), hkv = q.shape, k_flat.shape[1]
+    heads = torch.arange(hq, device=q.device) // (hq // hkv)
+    rows = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
+    vh = v_flat.reshape(-1, d).index_select(0, rows).view(batch, hq, -1, d)
+    # K^T as a transposed view of [batch, Hq, L, D] rows, the operand layout of transformers' q @ k^T
+    kt = k_flat.reshape(-1, d).index_select(0, rows).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
     qh = q[:, :, None, :]  # [batch, Hq, 1, D]
-    out = torch.empty_like(qh)
+    # a sequence attends through views of its rows (cheaper than an index copy); a length shared by
+    # GROUP_BATCH or more sequences is one batched pass over their rows gathered by index
+    qs, kts, vs = qh.unbind(0), kt.unbind(0), vh.unbind(0)
+    outs: list[torch.Tensor | None] = [None] * len(lens)
     for n, rows in rows_of.items():
-        # one sequence: a slice (views throughout); several: an index tensor
-        idx: slice | torch.Tensor = (
-            slice(rows[0], rows[0] + 1) if len(rows) == 1 else torch.tensor(rows, device=q.device)
-        )
-        scores = torch.matmul(qh[idx], kh[idx, :, :n].transpose(-1, -2)) * scale  # rounding points 1 and 2
-        if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
-            scores[..., : n - window] = float("-inf")
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)  # points 3 and 4 (fp32: no rounding)
-        out[idx] = torch.matmul(probs, vh[idx, :, :n])  # point 5
-    return out[:, :, 0, :]
+        if len(rows) >= GROUP_BATCH:
+            idx = torch.tensor(rows, device=q.device)
+            done = _attend_fp32(qh[idx], kt[idx, :, :, :n], vh[idx, :, :n], n, scale, window, torch.matmul)
+            for b, o in zip(rows, done.unbind(0)):
+                outs[b] = o
+            continue
+        for b in rows:  # [Hq, 1, D] @ [Hq, D, n], then [Hq, 1, n] @ [Hq, n, D]
+            outs[b] = _attend_fp32(qs[b], kts[b][:, :, :n], vs[b][:, :n], n, scale, window, torch.bmm)
+    return torch.stack(outs)[:, :, 0, :]  # type: ignore[arg-type]  # every row was filled
+
+
+GROUP_BATCH = 4  # sequences of one length from which one indexed pass beats a pass per sequence
+
+
+def _attend_fp32(
+    q: torch.Tensor,  # q: [..., Hq, 1, D]
+    kt: torch.Tensor,  # kt: [..., Hq, D, n], a transposed view of [..., n, D] rows
+    v: torch.Tensor,  # v: [..., Hq, n, D]
+    n: int,
+    scale: float,
+    window: int | None,
+    mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # torch.bmm (3-d) or torch.matmul (4-d)
+) -> torch.Tensor:  # [..., Hq, 1, D]
+    """One query over exactly n keys, transformers' eager order: q.k, times the scale, softmax, P.V."""
+    scores = mm(q, kt).mul_(scale)  # rounding points 1 and 2
+    if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
+        scores[..., : n - window] = float("-inf")
+    return mm(torch.softmax(scores, dim=-1), v)  # points 3 and 4 (fp32: no rounding), then point 5
 
 
 def check_paged_decode_attention(
