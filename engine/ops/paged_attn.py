@@ -204,10 +204,10 @@ def _decode_by_length(
     # (b, h, p) of the result is row slots[b, p] * Hkv + h // group of the cache viewed [slots * Hkv, D]
     (batch, hq, d), hkv = q.shape, k_flat.shape[1]
     heads = torch.arange(hq, device=q.device) // (hq // hkv)
-    rows = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
-    vh = v_flat.reshape(-1, d).index_select(0, rows).view(batch, hq, -1, d)
+    src = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
+    vh = v_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d)
     # K^T as a transposed view of [batch, Hq, L, D] rows, the operand layout of transformers' q @ k^T
-    kt = k_flat.reshape(-1, d).index_select(0, rows).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
+    kt = k_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
     qh = q[:, :, None, :]  # [batch, Hq, 1, D]
     # a sequence attends through views of its rows (cheaper than an index copy); a length shared by
     # GROUP_BATCH or more sequences is one batched pass over their rows gathered by index

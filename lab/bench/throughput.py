@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VT_X[,VT_Y]",
         help="time the engine with these boolean flags off, then turned on one more at a time",
     )
+    p.add_argument(
+        "--serving",
+        action="store_true",
+        help="then lab bench serving's ratios at the largest point, on a fresh engine: logprobs=5 / plain and "
+        "the OpenAI server / offline LLM.generate (printed last; 3 rounds, the medians)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
@@ -150,8 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             ab_flags=ab_flags,
             ab_reps=args.ab_reps,
         )
+        if args.serving:  # after the peer: the engine and the server own the device alone
+            from lab.bench import serving  # why: it loads the server's dependencies
+
+            record["serving"] = serving.measure(model_dir, device, max(sweep), min_len, max_len, 3, args.seed)
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     print_report(record)
+    if "serving" in record:
+        print(f"serving at {max(sweep)} requests: {serving.ratios_line(record['serving'])}")
     if args.plot:
         args.plot.write_text(svg_plot(record))
         print(f"plot: {args.plot}")
