@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the engine with these boolean flags off, then turned on one more at a time",
     )
     p.add_argument(
+        "--threads",
+        type=int,
+        help="torch's CPU threads for the engine and the peer alike (default: torch's own; one thread keeps a "
+        "CPU smoke on a shared machine from timing the other load's contention)",
+    )
+    p.add_argument(
         "--serving",
         action="store_true",
         help="then lab bench serving's ratios at the largest point, on a fresh engine: logprobs=5 / plain and "
@@ -136,31 +142,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
         return 2
+    if args.threads is not None and args.threads < 1:
+        print(f"error: --threads {args.threads}: must be at least 1", file=sys.stderr)
+        return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = model_for(Path(tmp), smoke)
-        record = measure(
-            model_dir,
-            sweep,
-            device=device,
-            min_len=min_len,
-            max_len=max_len,
-            temperature=args.temperature,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=budget,
-            peer=not args.no_peer,
-            peer_compile=not args.no_peer_compile and not smoke,
-            seed=args.seed,
-            peer_budget_s=args.peer_budget_s,
-            ab_flags=ab_flags,
-            ab_reps=args.ab_reps,
-        )
-        if args.serving:  # after the peer: the engine and the server own the device alone
-            from lab.bench import serving  # why: it loads the server's dependencies
+    threads = torch.get_num_threads()  # restored after: torch's setting is the process's
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = model_for(Path(tmp), smoke)
+            record = measure(
+                model_dir,
+                sweep,
+                device=device,
+                min_len=min_len,
+                max_len=max_len,
+                temperature=args.temperature,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=budget,
+                peer=not args.no_peer,
+                peer_compile=not args.no_peer_compile and not smoke,
+                seed=args.seed,
+                peer_budget_s=args.peer_budget_s,
+                ab_flags=ab_flags,
+                ab_reps=args.ab_reps,
+            )
+            if args.serving:  # after the peer: the engine and the server own the device alone
+                from lab.bench import serving  # why: it loads the server's dependencies
 
-            record["serving"] = serving.measure(model_dir, device, max(sweep), min_len, max_len, 3, args.seed)
+                record["serving"] = serving.measure(model_dir, device, max(sweep), min_len, max_len, 3, args.seed)
+    finally:
+        cpu_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
+    record["cpu_threads"] = cpu_threads
     print_report(record)
     if "serving" in record:
         print(f"serving at {max(sweep)} requests: {serving.ratios_line(record['serving'])}")
@@ -670,6 +687,7 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
         f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}"
+        + (f"; {r['cpu_threads']} CPU thread(s)" if not r["on_gpu"] and "cpu_threads" in r else "")
     )
     print(
         f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "

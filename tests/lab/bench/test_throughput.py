@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from lab.bench import throughput
 from tests.lab.ledger_record import read_record
@@ -205,3 +206,13 @@ def test_the_async_arm_gives_the_same_tokens_and_the_report_says_so(capsys) -> N
     assert arms["VT_ASYNC_SCHEDULE=0"]["tokens"] == arms["VT_ASYNC_SCHEDULE=1"]["tokens"]
     assert all(a["decode_steps"] > 0 for a in arms.values())  # the async arm's steps are counted too
     assert any(line.endswith(": VT_ASYNC_SCHEDULE=0 == VT_ASYNC_SCHEDULE=1") for line in out)
+
+
+def test_threads_pins_the_run_and_is_restored_after(capsys) -> None:
+    before = torch.get_num_threads()
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json"]
+    assert throughput.main([*argv, "--threads", "1"]) == 0
+    record = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert record["cpu_threads"] == 1 and torch.get_num_threads() == before
+    assert throughput.main([*argv, "--threads", "0"]) == 2
+    assert "error: --threads 0: must be at least 1" in capsys.readouterr().err
