@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         "CPU smoke on a shared machine from timing the other load's contention)",
     )
     p.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="the engine's and the peer's seconds: wall (default) or cpu, this process's CPU time (the CPU smoke "
+        "only: with --threads 1, the run's own work, whatever else loads the machine)",
+    )
+    p.add_argument(
         "--serving",
         action="store_true",
         help="then lab bench serving's ratios at the largest point, on a fresh engine: logprobs=5 / plain and "
@@ -142,14 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
         return 2
+    if args.clock == "cpu" and not smoke:
+        print("error: --clock cpu: the CPU smoke only (a GPU's work is not this process's CPU time)", file=sys.stderr)
+        return 2
     if args.threads is not None and args.threads < 1:
         print(f"error: --threads {args.threads}: must be at least 1", file=sys.stderr)
         return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
+    global _clock
     threads = torch.get_num_threads()  # restored after: torch's setting is the process's
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    _clock = CLOCKS[args.clock]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = model_for(Path(tmp), smoke)
@@ -176,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cpu_threads = torch.get_num_threads()
         torch.set_num_threads(threads)
+        _clock = CLOCKS["wall"]
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
-    record["cpu_threads"] = cpu_threads
+    record["cpu_threads"], record["clock"] = cpu_threads, args.clock
     print_report(record)
     if "serving" in record:
         print(f"serving at {max(sweep)} requests: {serving.ratios_line(record['serving'])}")
@@ -324,7 +337,7 @@ class TimedRunner(Runner):
         self._depth = 0  # only the outermost call is clocked for the gaps (run_step calls prepare_decode)
 
     def _timed(self, decode: bool, fn: Any, *args: Any) -> tuple[Any, float, float]:
-        t0 = time.perf_counter()
+        t0 = clock()
         if not self._depth and self.last_exit is not None:
             self.scheduler_s[decode] += t0 - self.last_exit
         self._depth += 1
@@ -332,7 +345,7 @@ class TimedRunner(Runner):
             out = fn(*args)
         finally:
             self._depth -= 1
-            t1 = time.perf_counter()
+            t1 = clock()
             if not self._depth:
                 self.last_exit = t1
         return out, t0, t1
@@ -552,6 +565,14 @@ def run_engine(
     digest.append(h.hexdigest())
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = CLOCKS["wall"]  # --clock: what the engine's and the peer's seconds are
+
+
+def clock() -> float:
+    return _clock()
+
+
 PEER_SKIP_STEPS = 8  # the timed run's first steps (its prefill, any late compilation) are left out of its rate
 PEER_MIN_STEADY_STEPS = 32  # fewer timed steps than this after the skipped ones: no rate
 
@@ -592,17 +613,17 @@ def run_peer(
         EVERY = 64
 
         def __init__(self, label: str, width: int, stop_at: int | None = None) -> None:
-            self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, time.perf_counter()
+            self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, clock()
             self.times: list[float] = []  # when each step ended, seconds from the start
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
             step = input_ids.shape[1] - self.width
-            self.times.append(time.perf_counter() - self.t0)
+            self.times.append(clock() - self.t0)
             if self.stop_at is not None and step >= self.stop_at:
-                print(f"peer {self.label}: {step} steps in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr)
+                print(f"peer {self.label}: {step} steps in {clock() - self.t0:.1f}s", file=sys.stderr)
                 return torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
             if step % self.EVERY == 0:
-                spent = time.perf_counter() - self.t0
+                spent = clock() - self.t0
                 eta = min(spent / step * (max_new - step), max(0.0, budget_s - spent))
                 print(
                     f"peer {self.label}: step {step}/{max_new} of {len(prompts)} rows, {spent:.1f}s, ETA {eta:.0f}s",
@@ -670,11 +691,11 @@ def _peer_generate(
 def _timed(device: str, fn: Any) -> float:
     if device == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def _release(device: str) -> None:
@@ -687,7 +708,7 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
         f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}"
-        + (f"; {r['cpu_threads']} CPU thread(s)" if not r["on_gpu"] and "cpu_threads" in r else "")
+        + (f"; {r['cpu_threads']} CPU thread(s), {r['clock']} clock" if not r["on_gpu"] and "clock" in r else "")
     )
     print(
         f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "
