@@ -26,6 +26,7 @@ import torch
 from engine.llm import LLM
 from engine.sampling_params import SamplingParams
 from lab.bench.throughput import model_for, workload
+from lab.gates.ledger import write_record
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=3, help="interleaved rounds of every arm (the median stands)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write the ledger record from a tree that differs from HEAD (recorded as dirty)",
+    )
     return p
 
 
@@ -161,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in result["tok_per_s"].items():
             print(f"{k:>11}: {v:9.1f} tok/s (median of {args.reps})")
         print(ratios_line(result))
+    if args.ledger:
+        cmd = "python -m lab bench serving " + " ".join(argv if argv is not None else sys.argv[1:])
+        summary = (
+            f"{n} requests: logprobs=5 {result['logprobs_ratio']:.3f}x, penalties {result['penalties_ratio']:.3f}x, "
+            f"server {result['server_ratio']:.3f}x of plain offline LLM.generate"
+        )
+        device = "cpu" if smoke else "cuda"
+        path = write_record(
+            args.ledger, "serving", ["ENGINE-OPENAI"], cmd, device, summary, result, kind="bench",
+            allow_dirty=args.allow_dirty,
+        )  # fmt: skip
+        print(f"ledger: {path}")
     return 0
 
 

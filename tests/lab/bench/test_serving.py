@@ -7,6 +7,7 @@ import json
 import pytest
 
 from lab.bench import serving, throughput
+from tests.lab.ledger_record import read_record
 
 pytest.importorskip("uvicorn", reason="the server arm runs engine.serve's app under uvicorn")
 
@@ -30,8 +31,14 @@ def _arm(name: str) -> str:
     return {"logprobs": "logprobs=5", "penalties": "penalties", "server": "server"}[name]
 
 
-def test_serving_alone_prints_each_arm_then_the_ratios(capsys) -> None:
-    assert serving.main(["--smoke", "--requests", "3", "--max-len", "6", "--reps", "1"]) == 0
+def test_serving_alone_prints_each_arm_then_the_ratios_and_writes_its_record(tmp_path, capsys) -> None:
+    argv = ["--smoke", "--requests", "3", "--max-len", "6", "--reps", "1", "--ledger", str(tmp_path), "--allow-dirty"]
+    assert serving.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0].strip() for line in lines[:-1]] == ["plain", "logprobs=5", "penalties", "server"]
-    assert "logprobs=5 / plain" in lines[-1] and lines[-1].endswith("(goal >= 0.90)")
+    assert lines[-1] == f"ledger: {next(tmp_path.glob('*-serving.json'))}"
+    assert [line.split(":")[0].strip() for line in lines[:-2]] == ["plain", "logprobs=5", "penalties", "server"]
+    assert "logprobs=5 / plain" in lines[-2] and lines[-2].endswith("(goal >= 0.90)")
+    record = read_record(next(tmp_path.glob("*-serving.json")))
+    assert record["kind"] == "bench" and record["rows"] == ["ENGINE-OPENAI"]
+    assert record["command"] == "python -m lab bench serving " + " ".join(argv)
+    assert record["results"]["requests"] == 3 and record["summary"].startswith("3 requests: logprobs=5 ")
