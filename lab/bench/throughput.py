@@ -84,17 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the engine with these boolean flags off, then turned on one more at a time",
     )
     p.add_argument(
-        "--threads",
-        type=int,
-        help="torch's CPU threads for the engine and the peer alike (default: torch's own; one thread keeps a "
-        "CPU smoke on a shared machine from timing the other load's contention)",
-    )
-    p.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
         help="the engine's and the peer's seconds: wall (default) or cpu, this process's CPU time (the CPU smoke "
-        "only: with --threads 1, the run's own work, whatever else loads the machine)",
+        "only: the tiny model runs on one thread, the engine's rule for tiny models, which the peer shares in this "
+        "process, so it is the run's own work, whatever else loads the machine)",
     )
     p.add_argument(
         "--serving",
@@ -152,15 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.clock == "cpu" and not smoke:
         print("error: --clock cpu: the CPU smoke only (a GPU's work is not this process's CPU time)", file=sys.stderr)
         return 2
-    if args.threads is not None and args.threads < 1:
-        print(f"error: --threads {args.threads}: must be at least 1", file=sys.stderr)
-        return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
     global _clock
-    threads = torch.get_num_threads()  # restored after: torch's setting is the process's
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     _clock = CLOCKS[args.clock]
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -186,9 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 record["serving"] = serving.measure(model_dir, device, max(sweep), min_len, max_len, 3, args.seed)
     finally:
-        cpu_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
         _clock = CLOCKS["wall"]
+    cpu_threads = torch.get_num_threads()  # what the peer ran with (the engine sets it: engine/runner.py)
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
     record["cpu_threads"], record["clock"] = cpu_threads, args.clock
     print_report(record)
