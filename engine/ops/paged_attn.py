@@ -182,14 +182,16 @@ def _decode_by_length(
     scale: float,
     window: int | None,
 ) -> torch.Tensor:  # [batch, Hq, D]
-    """fp32 decode attention, one batched pass per context length: every sum runs over exactly a sequence's
-    own keys, as transformers' eager attention of that one sequence does.
+    """fp32 decode attention, a pass per sequence through views of one gather (a length shared by GROUP_BATCH
+    sequences: one pass for them): every sum runs over exactly a sequence's own keys, as transformers' eager
+    attention of that one sequence does.
 
     fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
     the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
     keys, and the P.V sums with them (measured; enough to flip a near-tie token of the d256-g8 gate model).
     Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
-    (tests/engine/ops/test_paged_attn.py holds it to the per-sequence loop over random lengths)."""
+    (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
+    over random lengths)."""
     lens = context_lens.tolist()
     rows_of: dict[int, list[int]] = {}
     for b, n in enumerate(lens):
@@ -225,7 +227,7 @@ def _decode_by_length(
     return torch.stack(outs)[:, :, 0, :]  # type: ignore[arg-type]  # every row was filled
 
 
-GROUP_BATCH = 4  # sequences of one length from which one indexed pass beats a pass per sequence
+GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)
 
 
 def _attend_fp32(

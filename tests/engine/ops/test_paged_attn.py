@@ -164,25 +164,12 @@ def test_paged_decode_equals_hugging_face_eager_decode_bitwise(dtype, gen):
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(4, 2, 32), (8, 8, 64), (16, 2, 128), (8, 1, 256)])
 @pytest.mark.parametrize("window", [None, 13])
 def test_fp32_batched_decode_is_bitwise_transformers_one_sequence_at_a_time(hq, hkv, d, window, gen):
-    """Each row of a batch (random lengths, some shared, five of one length: one indexed pass, some short) equals transformers' eager decode of that
-    sequence alone, and the engine's own call for it alone: batching moves no fp32 bit."""
+    """Each row of a batch (random lengths, some shared, eight of one length: one indexed pass, some short)
+    equals transformers' eager decode of that sequence alone, and the engine's own call for it alone: batching
+    moves no fp32 bit."""
     qwen3 = pytest.importorskip("transformers.models.qwen3.modeling_qwen3")
     module = types.SimpleNamespace(num_key_value_groups=hq // hkv, training=False)
-    ctx = [int(c) for c in torch.randint(1, 90, (21,), generator=gen)] + [
-        5,
-        5,
-        40,
-        40,
-        40,
-        1,
-        16,
-        17,
-        23,
-        23,
-        23,
-        23,
-        23,
-    ]
+    ctx = [int(c) for c in torch.randint(1, 90, (21,), generator=gen)] + [5, 5, 40, 40, 40, 1, 16, 17] + [23] * 8
     k_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
     v_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
     k_cache, v_cache, tables, lens = make_paged(k_seqs, v_seqs, 16, sum(-(-c // 16) for c in ctx) + 3, gen)
