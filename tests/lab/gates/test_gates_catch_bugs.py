@@ -10,7 +10,7 @@ import torch
 import engine.ops.paged_attn as paged_attn
 import engine.ops.rope as rope_ops
 from engine import kernels
-from engine.step_inputs import StepInputs
+from engine.staging import StepStaging
 from lab.gates import harness, teeth
 from lab.gates.harness import Setup
 from lab.gates.neartie import EXACT
@@ -43,14 +43,14 @@ def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode reads every sequence's K/V one block over from where prefill and decode stored it (the decode
-    step's staged block tables rotated by one: a sequence of one block is untouched, the longer ones are not)."""
-    real = StepInputs.fill
+    """Attention reads every sequence's K/V one block over from where it was stored (the staged block tables
+    rotated by one, the KV slots not: a sequence of one block is untouched, the longer ones are not)."""
+    real = StepStaging.write_tables
 
-    def wrong(self: StepInputs, tokens, positions, slots, tables, state_slots=None) -> None:  # type: ignore[no-untyped-def]
-        return real(self, tokens, positions, slots, [t[1:] + t[:1] for t in tables], state_slots)
+    def wrong(self: StepStaging, tables: list[list[int]]) -> None:
+        return real(self, [t[1:] + t[:1] for t in tables])
 
-    monkeypatch.setattr(StepInputs, "fill", wrong)
+    monkeypatch.setattr(StepStaging, "write_tables", wrong)
 
 
 BUGS = {"swapped-rope-halves": swapped_rope_halves, "block-table-off-by-one": block_table_off_by_one}
