@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -205,3 +206,12 @@ def test_the_async_arm_gives_the_same_tokens_and_the_report_says_so(capsys) -> N
     assert arms["VT_ASYNC_SCHEDULE=0"]["tokens"] == arms["VT_ASYNC_SCHEDULE=1"]["tokens"]
     assert all(a["decode_steps"] > 0 for a in arms.values())  # the async arm's steps are counted too
     assert any(line.endswith(": VT_ASYNC_SCHEDULE=0 == VT_ASYNC_SCHEDULE=1") for line in out)
+
+
+def test_the_cpu_clock_times_the_run_and_is_put_back_after(capsys) -> None:
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json"]
+    assert throughput.main([*argv, "--clock", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    record = json.loads(out[-1])
+    assert record["clock"] == "cpu" and f"{record['cpu_threads']} CPU thread(s), cpu clock" in out[0]
+    assert throughput._clock is time.perf_counter  # the wall clock again for the next run in this process
