@@ -25,7 +25,7 @@ import torch
 
 from engine.llm import LLM
 from engine.sampling_params import SamplingParams
-from lab.bench.throughput import model_for, workload
+from lab.bench.requests import model_for, workload
 from lab.gates.ledger import write_record
 
 

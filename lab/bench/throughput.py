@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from engine.flags import FLAGS, FlagSnapshot
-from engine.llm import LLM, TINY_MODEL
+from engine.llm import LLM
 from engine.model.config import load_config
 from engine.runner import PreparedDecode, Runner, StepRow
 from engine.sampling_params import SamplingParams
-from lab.bench.step_workload import QWEN3_0_6B, save_random_model
+from lab.bench.requests import model_for, workload
 from lab.bench.timing import device_name
 from lab.gates.ledger import write_record
 
@@ -206,18 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"ledger: {path}")
     return 0
-
-
-def model_for(tmp: Path, smoke: bool) -> Path:
-    if smoke:
-        return TINY_MODEL
-    return save_random_model(tmp, QWEN3_0_6B)
-
-
-def workload(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
-    rng = random.Random(seed)
-    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)]
-    return prompts, [rng.randint(min_len, max_len) for _ in range(n)]
 
 
 def measure(

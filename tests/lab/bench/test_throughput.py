@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from engine.llm import TINY_MODEL
 from lab.bench import throughput
 from tests.lab.ledger_record import read_record
 
@@ -90,7 +91,7 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     times = [0.1 * (s + 1) for s in range(steady)]
     monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (0.1 * steady, steady, times))
     record = throughput.measure(
-        throughput.TINY_MODEL,
+        TINY_MODEL,
         [3],
         device="cpu",
         min_len=3,
@@ -158,7 +159,7 @@ def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
     monkeypatch.setattr(throughput, "LLM", llm)
     monkeypatch.setattr(throughput, "run_peer", peer)
     record = throughput.measure(
-        throughput.TINY_MODEL,
+        TINY_MODEL,
         [2],
         device="cpu",
         min_len=3,
