@@ -4,7 +4,7 @@
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
 #   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [ncu2] [reach] [qwen3next] [qwen3next-bf16]
-#   [qwen3next-bench] [gdn-flip] [calib]
+#   [qwen3next-bench] [gdn-flip] [calib] [perf-tables]
 #   reach: every attention arm of the kernel table reached by a gate model (lab/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -34,7 +34,12 @@
 #   the same paged cache; a "not installed" row where it is absent) and the SDPA peers: the default tiled arm
 #   (the table's ratios) and the one-pass arm (OFF); then the decode step at batch 1 (with its kernel profile)
 #   and 32 against its floor and transformers with a static cache, torch.compile(fullgraph=True) and a CUDA
-#   graph. Both tables are printed last.
+#   graph. Both tables are printed last, by `lab report perf` over the phase's ledger records.
+#   perf-tables: the two tables of issue #40 within 5 minutes, from ledger records with provenance: the default
+#   attention arm and the four peers at the six shapes, the decode step at batch 1, 8 and 32 against its floor and the
+#   compiled transformers peer (no profile), then `python -m lab report perf --ledger $OUT/ledger` (each row's
+#   record, commit, tree and age; exit 1 while a row has no clean record). PERF_ATTN_LIMIT / PERF_DECODE_LIMIT
+#   (seconds, default 110 / 60) bound the steps; a step cut short leaves its rows `no record`.
 #   step: the decode step's fast arms: each model-wide flag's A/B on the whole step, the GEMV at the
 #   Qwen3-0.6B decode shapes against F.linear, and the step with every such arm on.
 #   quant: the quantized checkpoints: each tiny AWQ/GPTQ/NVFP4 one token-exact in bf16 against transformers on
@@ -317,10 +322,22 @@ fi
 if [[ " $PHASES " == *" peers "* ]]; then
   L=(--ledger "$OUT/ledger")  # kernels build on first use (VT_CUDA_CACHE may hold them already)
   step peers-attn 420 $PY -m lab bench bandwidth --workload attn-decode --shapes peers \
-    --arms tiled-pipelined,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" \
+    --arms default,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --plot "$OUT/attn-peers.png" \
     "${L[@]}"
   step peers-decode-b1 420 $PY -m lab bench decode --no-oracle --hf-compiled --profile "${L[@]}"
+  step peers-decode-b8 420 $PY -m lab bench decode --no-oracle --hf-compiled --batch 8 --steps 32 "${L[@]}"
   step peers-decode-b32 420 $PY -m lab bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
+  step peers-report 60 $PY -m lab report perf --ledger "$OUT/ledger"
+fi
+if [[ " $PHASES " == *" perf-tables "* ]]; then
+  L=(--ledger "$OUT/ledger")
+  step perf-attn "${PERF_ATTN_LIMIT:-110}" $PY -m lab bench bandwidth --workload attn-decode --shapes peers \
+    --arms default,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash --reps 6 "${L[@]}"
+  for b in 1 8 32; do
+    step "perf-decode-b$b" "${PERF_DECODE_LIMIT:-60}" $PY -m lab bench decode --no-oracle --hf-compiled --batch "$b" \
+      --steps 32 "${L[@]}"
+  done
+  step perf-report 60 $PY -m lab report perf --ledger "$OUT/ledger"
 fi
 
 # the arms that won their whole-step A/B (VT_GEMV_PERSISTENT lost it: A/B'd, not in the on-set; VT_GEMV_PDL, ON since
@@ -744,13 +761,15 @@ if [[ " $PHASES " =~ " gdn-flip"(-decode)?" " ]]; then  # the verdicts, last
   verdicts gdn-flip-kernels gdn-flip-gpu-tests gdn-flip-make gdn-flip-tokens-fp32 gdn-flip-tokens-bf16 \
     gdn-flip-ab-step-b32 gdn-flip-ab-chunked-t1024 gdn-flip-tokens-bf16-decode gdn-flip-tokens-bf16-refs
 fi
-if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last
+if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last (the raw per-shape table, then the report)
   echo
   sed -n '/^shape (us)/,$p' "$OUT/logs/peers-attn.log"
-  for b in b1 b32; do
-    echo
-    sed -n '/^decode step at batch/,/^engine tok/p' "$OUT/logs/peers-decode-$b.log"
-  done
+  echo
+  cat "$OUT/logs/peers-report.log"
+fi
+if [[ " $PHASES " == *" perf-tables "* ]]; then  # the report, last
+  echo
+  cat "$OUT/logs/perf-report.log"
 fi
 if [[ " $PHASES " == *" fuse "* ]]; then  # the phase's compact table, last
   echo

@@ -390,12 +390,31 @@ def test_peers_phase_runs_the_six_shapes_and_both_decode_peers(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     attn = log(tmp_path, "peers-attn")
-    arms = "tiled-pipelined,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"
+    arms = "default,tiled-onepass,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"
     assert f"--workload attn-decode --shapes peers --arms {arms}" in attn
     assert f"--plot {out}/attn-peers.png" in attn
     assert not list((out / "logs").glob("ab-fused-*"))
     assert "bench decode --no-oracle --hf-compiled --profile --ledger" in log(tmp_path, "peers-decode-b1")
+    assert "--hf-compiled --batch 8 --steps 32" in log(tmp_path, "peers-decode-b8")
     assert "--hf-compiled --batch 32 --steps 32" in log(tmp_path, "peers-decode-b32")
+    assert f"argv: -m lab report perf --ledger {out}/ledger\n" in log(tmp_path, "peers-report")
+
+
+def test_perf_tables_phase_writes_records_then_reports_them_last(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["perf-tables"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    attn = log(tmp_path, "perf-attn")
+    arms = "default,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"
+    assert f"argv: -m lab bench bandwidth --workload attn-decode --shapes peers --arms {arms} --reps 6 " in attn
+    for b in (1, 8, 32):
+        assert (
+            f"argv: -m lab bench decode --no-oracle --hf-compiled --batch {b} --steps 32 --ledger {out}/ledger\n"
+            in log(tmp_path, f"perf-decode-b{b}")
+        )
+    # the report's log is printed after the step table: the last block of the output
+    last = done.stdout[done.stdout.rindex("perf-report                  rc=0") :].split("\n\n", 1)[1]
+    assert last.startswith(f"argv: -m lab report perf --ledger {out}/ledger\n")
 
 
 def test_reach_phase_builds_runs_the_gate_and_prints_its_table_last(tmp_path: Path) -> None:
