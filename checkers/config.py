@@ -14,7 +14,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
 from .configsource import ConfigSource, locate
 from .ids import ROW_ID
@@ -465,6 +474,13 @@ class RecordConfig(Strict):
     count_areas: list[str] | None = Field(
         None, description="the areas whose row counts the OK line prints; unset: rows.areas"
     )
+    ledger_size_cap: int = Field(
+        8192, ge=256, description="bytes one ledger record file may take (AR009); per-case arrays go in side files"
+    )
+    ledger_size_exempt: dict[RepoPath, Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=dict,
+        description="ledger record path -> why it stays over the cap (reviewed; an entry under the cap is a finding)",
+    )
 
 
 class CheckpointRule(Strict):
@@ -535,7 +551,6 @@ class EvidenceConfig(Strict):
         default_factory=lambda: list[Literal["gate", "bench", "flip", "note"]](["gate"]),
         description="record kinds whose schema-2 records must carry a comparator self-test that caught every seed",
     )
-    size_cap: int = Field(8192, ge=256, description="bytes a schema-2 record may take; legacy records are exempt")
     flags_file: RepoPath | None = Field(
         "engine/flags.py", description="today's flag defaults (declare() calls, read as AST); null: no defaults rule"
     )

@@ -4,7 +4,9 @@ A schema-1 record (legacy) names a command, a device and, at best, a sha with `-
 adds what a reader needs to trust or re-run a number: the full commit and whether the tree was clean (the
 diff's hash and paths when not), every resolved `VT_*` flag (defaults included), device, driver and library
 versions, the figures with units, and, for a numerics or token gate, whether its comparator was shown able to
-fail in the same run. Per-case arrays go in a side file (`details`); the record stays under `SIZE_CAP` bytes.
+fail in the same run. Per-case arrays go in a side file outside the repository, which the record names by its
+sha256 (`details`); the record stays under `SIZE_CAP` bytes (`rowgate check agent-record`, AR009). A record that
+was made smaller after it was written says what was dropped and the original's size and hashes (`trimmed`).
 
 The engine writes these records without importing this module (it must not import the toolkit); its tests
 validate what it writes against `LedgerRecord2`.
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SIZE_CAP = 8192  # bytes of one schema-2 record file; per-case arrays go in its `details` file
+SIZE_CAP = 8192  # bytes of one record file (record.ledger_size_cap); per-case arrays go in its `details` file
 
 
 class _Strict(BaseModel):
@@ -53,6 +55,38 @@ class SelfTest(_Strict):
     caught: int = Field(ge=0, description="of them, the ones the comparison reported")
 
 
+class Details(_Strict):
+    """The side file that holds a record's per-case arrays, kept outside the repository: the sha256 names it
+    wherever it is kept (a CI artifact, a device run's output folder)."""
+
+    path: str = Field(min_length=1, description="where the writer put it (informative; not a repository path)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the side file's bytes")
+    bytes: int = Field(ge=0)
+
+
+class Dropped(_Strict):
+    """One per-case array a trim took out of a record."""
+
+    path: str = Field(min_length=1, description="where the array was, e.g. results.cases")
+    entries: int = Field(ge=0, description="how many entries it had")
+    kept: int = Field(ge=0, description="of them, the ones left in the record (those a document cites)")
+    counts: dict[str, dict[str, int]] | None = Field(
+        None, description="entries per arm and verdict, where the entries name them"
+    )
+
+
+class Trimmed(_Strict):
+    """A record made smaller after it was written: what went, and how to get the original back
+    (`git cat-file -p <git_blob>` in any clone whose history holds it)."""
+
+    bytes: int = Field(ge=0, description="the original file's size")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the original file's bytes")
+    git_blob: str = Field(pattern=r"^[0-9a-f]{40}$", description="the original's git blob id")
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$", description="a commit whose tree holds the original")
+    by: str = Field(min_length=1, description="the program that trimmed it")
+    dropped: list[Dropped] = Field(description="the arrays taken out; empty where re-indenting alone made it fit")
+
+
 class LedgerRecord2(_Strict):
     schema_: Literal[2] = Field(alias="schema")
     date: dt.date
@@ -70,7 +104,8 @@ class LedgerRecord2(_Strict):
     figures: list[Figure] = Field(default_factory=list)
     paths: list[str] = Field(default_factory=list, description="files the record measured, beyond its rows' anchors")
     comparator_selftest: SelfTest | None = None
-    details: str | None = Field(None, description="repository path of the per-case arrays, if any")
+    details: Details | None = Field(None, description="the side file of the per-case arrays, if any")
+    trimmed: Trimmed | None = None
     results: Any = None
 
     @model_validator(mode="after")

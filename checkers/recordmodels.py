@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from .config import State, Strict
+from .ledger_schema import Trimmed
 from .yamlio import RecordError
 
 
@@ -83,6 +84,7 @@ class LedgerEntry(Strict):
     sha: str | None = None
     device: str | None = None
     summary: str = Field(min_length=1)
+    trimmed: Trimmed | None = None
     results: Any = None
 
 

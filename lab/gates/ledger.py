@@ -3,7 +3,9 @@
 A record proves where its numbers came from: the full commit and whether the tree was clean (a dirty tree only
 by the caller's explicit `allow_dirty`, and then with its diff's hash and paths), every resolved `VT_*` flag,
 device, driver and library versions, the exact command, and the figures with units. The record stays under
-`SIZE_CAP` bytes: a bulky `results` goes to `details/<name>.json` beside it and the record names that file.
+`SIZE_CAP` bytes (`rowgate check agent-record`, AR009): where it would not, the per-case arrays of `results` go
+to a side file outside the repository (`details_dir`), largest first, and the record names it by sha256; the
+summary, figures and per-arm tables stay.
 The toolkit's `checkers.ledger_schema.LedgerRecord2` is the schema (the lab does not import the toolkit; its
 tests validate what this module writes against that model).
 """
@@ -25,15 +27,19 @@ from typing import Any
 import torch
 
 from engine.flags import FlagSnapshot
+from lab.gates.ledger_details import SIZE_CAP, default_dir, render, split_results
 
 SCHEMA = 2
-SIZE_CAP = 8192  # bytes, as checkers.ledger_schema.SIZE_CAP
 MANIFEST = ".tree-manifest.json"  # beside a copy of the tree: its commit and blob ids (see manifest())
 LIBRARIES = ("torch", "transformers", "safetensors", "flashinfer-python", "numpy")
 
 
 class DirtyTreeError(RuntimeError):
     """A record from a tree that differs from its commit, without the caller's explicit switch."""
+
+
+class RecordTooBigError(ValueError):
+    """A record over SIZE_CAP bytes even with every per-case array moved to its side file."""
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -167,11 +173,14 @@ def write_record(
     allow_dirty: bool = False,
     root: Path | None = None,
     at: Path | None = None,
+    details_dir: Path | None = None,
 ) -> Path:
     """One JSON file per record; an existing name for the same day gets a numeric suffix, never overwritten.
     `device` is the torch device the run used (`cuda`, `cuda:1`, `cpu`); `flags` the snapshot it ran with
     (default: the environment's, read now); `selftest` (seeded, caught) for a gate's comparator; `at` an exact
-    file name instead of `<date>-<slug>.json`."""
+    file name instead of `<date>-<slug>.json`; `details_dir` where per-case arrays go when the record would be
+    over SIZE_CAP (default: `details/` beside a record written outside the checkout, else a temporary folder:
+    never the repository's ledger)."""
     root = root or repo_root(Path(__file__).resolve().parent)  # the checkout whose code ran
     prov = provenance(root, allow_dirty)
     if prov is None:
@@ -203,24 +212,24 @@ def write_record(
     while at is None and path.exists():
         path = ledger_dir / f"{date}-{slug}-{n}.json"
         n += 1
-    record["results"] = results
-    text = json.dumps(record, indent=1) + "\n"
-    if len(text.encode()) > SIZE_CAP:  # per-case arrays go beside the record, which keeps its figures
-        details = ledger_dir / "details" / path.name
-        details.parent.mkdir(parents=True, exist_ok=True)
-        details.write_text(json.dumps(results, indent=1) + "\n")
-        record["results"] = None
-        record["details"] = _relative(details, root)
-        text = json.dumps(record, indent=1) + "\n"
+    folder = details_dir or default_dir(path.parent, root)
+    side = folder / f"{path.stem}.details.json"
+    kept, moved = split_results(record, results, {"path": str(side), "sha256": "0" * 64, "bytes": 10**12})
+    body = (json.dumps(moved, indent=1) + "\n").encode()
+    if moved:  # per-case arrays go to a side file outside the repository; the record keeps the rest
+        record["details"] = {"path": str(side), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
+    record["results"] = kept
+    text = render(record)
+    if len(text.encode()) > SIZE_CAP:
+        raise RecordTooBigError(
+            f"{path.name}: {len(text.encode())} bytes with its per-case arrays moved out (cap {SIZE_CAP}): "
+            "shorten the summary, figures or paths"
+        )
+    if moved:
+        folder.mkdir(parents=True, exist_ok=True)
+        side.write_bytes(body)
     path.write_text(text)
     return path
-
-
-def _relative(path: Path, root: Path | None) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix() if root else path.as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def _git(cwd: Path, *args: str, raw: bool = False) -> Any:

@@ -10,6 +10,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -107,11 +108,14 @@ def write_ledger(
     results: dict,
     figures: list[dict] | None = None,
     allow_dirty: bool = False,
+    details_dir: Path | None = None,
 ) -> None:
     """A schema-2 record (checkers/ledger_schema.py), validated before it is written: this checkout's commit and
     whether it is clean (a dirty tree only with `allow_dirty`, its diff's hash and paths recorded). The checkers
-    read no VT_* flag, so the flag snapshot is empty."""
-    from checkers.ledger_schema import LedgerRecord2  # the bench helpers load before the checkout is on sys.path
+    read no VT_* flag, so the flag snapshot is empty. A record over the size cap moves its largest arrays of
+    `results` to a side file outside the repository (`details_dir`, default a temporary folder), named by sha256."""
+    # the bench helpers load before the checkout is on sys.path
+    from checkers.ledger_schema import SIZE_CAP, LedgerRecord2
 
     def git(*args: str) -> bytes:
         return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, check=True).stdout
@@ -140,9 +144,28 @@ def write_ledger(
         "figures": figures or [],
         "results": results,
     }
+    side = (details_dir or Path(tempfile.gettempdir()) / "ledger-details") / f"{path.stem}.details.json"
+    text, moved = json.dumps(record, indent=1) + "\n", {}
+    arrays = sorted((k for k, v in results.items() if isinstance(v, list)), key=lambda k: -len(json.dumps(results[k])))
+    for key in arrays if len(text.encode()) > SIZE_CAP else ():
+        moved[f"results.{key}"] = record["results"].pop(key)
+        body = (json.dumps(moved, indent=1) + "\n").encode()
+        record["details"] = {"path": str(side), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
+        record["results"] = record.pop("results")  # after `details`, as the lab writes it
+        text = json.dumps(record, indent=1) + "\n"
+        if len(text.encode()) <= SIZE_CAP:
+            break
+    if len(text.encode()) > SIZE_CAP:
+        raise SystemExit(
+            f"bench: {path.name} would be {len(text.encode())} bytes (cap {SIZE_CAP}): shorten its summary"
+        )
     LedgerRecord2.model_validate(record)
+    if moved:
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_bytes(body)
+        print(f"wrote {side} (per-case arrays, outside the repository)", file=sys.stderr)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path.write_text(text)
     print(f"wrote {path}", file=sys.stderr)
 
 

@@ -438,6 +438,15 @@ def test_missing_message_file_and_unresolvable_cutover_are_errors(ranged: GitRep
     )
 
 
+def test_ar009_ledger_record_oversize(rowgate_repo: GitRepo):
+    """The rule's own cases (the cap from config, exemptions) are in test_ledger_size.py; here it is one
+    finding of the whole check, beside the others."""
+    text = _ledger(["GOV-CORE"])
+    big = text.replace('"green"', '"' + "g" * (9216 - len(text) + 5) + '"')
+    rowgate_repo.write({".agents/ledger/2026-12-05-big.json": big})
+    assert _one(rowgate_repo) == ("AR009", ".agents/ledger/2026-12-05-big.json", None, "9216 bytes (cap 8192)")
+
+
 def test_the_repository_own_records_pass():
     root = Path(__file__).resolve().parents[2]
     result = agent_record.run(

@@ -1,5 +1,5 @@
 """evidence: every rule has a seeded violation on a real repository (a fixture document named for its defect)
-and the good twin passes; schema-2 records are validated, capped and held to their self-test."""
+and the good twin passes; schema-2 records are validated and held to their self-test."""
 
 from __future__ import annotations
 
@@ -172,12 +172,12 @@ def test_dated_label_that_disagrees_with_its_record(repo: GitRepo):
     assert result.findings[0].message.startswith("dated label '2025-12-31 ")
 
 
-def test_schema_2_records_are_validated_capped_and_hold_their_self_test(repo: GitRepo):
+def test_schema_2_records_are_validated_and_hold_their_self_test(repo: GitRepo):
     c = repo.head()
     repo.write(
         {
             ".agents/ledger/bad.json": _record(v2(c, clean=False)),
-            ".agents/ledger/big.json": _record(v2(c, results=["x" * 100] * 90)),
+            ".agents/ledger/big.json": _record(v2(c, results=["x" * 100] * 90)),  # the cap is agent-record's AR009
             ".agents/ledger/gate.json": _record(v2(c, kind="gate")),
             ".agents/ledger/blind.json": _record(v2(c, kind="gate", comparator_selftest={"seeded": 3, "caught": 2})),
             ".agents/ledger/broken.json": "{",
@@ -187,7 +187,6 @@ def test_schema_2_records_are_validated_capped_and_hold_their_self_test(repo: Gi
     assert got == [
         ("EV006", ".agents/ledger/bad.json"),
         ("EV006", ".agents/ledger/broken.json"),
-        ("EV007", ".agents/ledger/big.json"),
         ("EV008", ".agents/ledger/blind.json"),
         ("EV008", ".agents/ledger/gate.json"),
     ]
@@ -314,3 +313,11 @@ def test_a_schema_2_record_that_validated_is_not_validated_again_until_it_change
     repo.write({".agents/ledger/clean.json": _record(v2(repo.head(), summary="changed"))})
     _check(repo, "good.md")
     assert seen == ["clean"]
+
+
+def test_a_trimmed_legacy_record_is_held_to_what_it_kept_not_to_its_trim_note():
+    from checkers.checks.evidence.ledger import Record
+
+    data = {"schema": 1, "summary": "300/300 cases", "trimmed": {"bytes": 124853, "dropped": [{"entries": 411}]}}
+    rec = Record("r", "r.json", 0, data)
+    assert rec.holds("300") and not rec.holds("124,853") and not rec.holds("411")

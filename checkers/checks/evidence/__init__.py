@@ -33,12 +33,12 @@ RULES = (
     Rule("EV004", "evidence-stale", "a headline's record measured paths that changed after its commit"),
     Rule("EV005", "evidence-flags-not-default", "a defaults number stands on a record that ran other flags"),
     Rule("EV006", "evidence-record-invalid", "a ledger record does not parse, or a schema-2 record breaks the schema"),
-    Rule("EV007", "evidence-record-oversize", "a schema-2 record is over the size cap"),
+    # EV007 evidence-record-oversize is retired (reserved): the size cap is agent-record's AR009, for every record
     Rule("EV008", "evidence-selftest-missing", "a gate record does not show its comparator able to fail"),
     Rule("EV009", "evidence-label-mismatch", "a dated citation's date or tree disagrees with its record"),
     Rule("EV010", "evidence-headline-uncited", "a headline number cites no record"),
 )
-R_VALUE, R_MISSING, R_UNPROVEN, R_STALE, R_FLAGS, R_INVALID, R_SIZE, R_SELFTEST, R_LABEL, R_UNCITED = RULES
+R_VALUE, R_MISSING, R_UNPROVEN, R_STALE, R_FLAGS, R_INVALID, R_SELFTEST, R_LABEL, R_UNCITED = RULES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,26 +77,16 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 def check_records(
     records: dict[str, Record], unreadable: list[tuple[str, str]], cfg: EvidenceConfig, cache: ValidCache | None = None
 ) -> tuple[list[Finding], list[str]]:
-    """Each record on its own: it parses; a schema-2 record is valid, small, and a gate's self-test caught."""
+    """Each record on its own: it parses; a schema-2 record is valid and a gate's self-test caught (the size cap
+    is agent-record's, AR009)."""
     findings = [R_INVALID.finding(why, path, None, "rewrite it as a JSON object") for path, why in unreadable]
-    legacy_big = 0
     for rec in records.values():
         if rec.schema == 1:
-            legacy_big += rec.size > cfg.size_cap
             continue
         for problem in cache.problems(rec) if cache is not None else validate_v2(rec):
             findings.append(
                 R_INVALID.finding(
                     f"schema-2 record: {problem}", rec.path, None, "`rowgate config schema --ledger` prints the schema"
-                )
-            )
-        if rec.size > cfg.size_cap:
-            findings.append(
-                R_SIZE.finding(
-                    f"{rec.size} bytes (cap {cfg.size_cap})",
-                    rec.path,
-                    None,
-                    "move per-case arrays into a side file named by `details`; keep the figures",
                 )
             )
         if rec.data.get("kind") in cfg.require_selftest:
@@ -119,8 +109,7 @@ def check_records(
                         "fix the comparator until it reports every seeded corruption",
                     )
                 )
-    notes = [f"{legacy_big} legacy (schema 1) records are over {cfg.size_cap} bytes (the cap binds schema 2)"]
-    return findings, notes if legacy_big else []
+    return findings, []
 
 
 def check_document(

@@ -79,8 +79,8 @@ class Record:
             out: list[float] = []
             if self.schema == 2:  # a schema-2 record stands behind its figures only, not its raw results
                 _collect([f.get("value") for f in self.data.get("figures") or [] if isinstance(f, dict)], out)
-            else:
-                _collect(self.data, out)
+            else:  # `trimmed` says what a trim dropped: sizes and counts, not figures a document may cite
+                _collect({k: v for k, v in self.data.items() if k != "trimmed"}, out)
             self._values = out
         return self._values
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ...checks.records import rowreqs
 from ...checks.records.issuerefs import body_rows, check_refs, filed_under, issue_refs, ref_pattern
+from ...checks.records.ledger_size import check_sizes
 from ...checks.records.pending import pending_shas, record_range
 from ...checks.records.rollup import check_rollups
 from ...checks.records.rules import R_AREA, R_DANGLING, R_INVALID, RULES
@@ -36,6 +37,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     tree = rowreqs.load_tree(ctx.root, ctx.config.rows, records, ctx.git)
     findings = check_records(records, areas) + check_rows(tree) + check_links(records, ctx.config.rows.orphan_specs)
     findings += check_rollups(ctx.root, records, ctx.config.record.rollups, ctx.config.rows.state_order)
+    findings += check_sizes(records, ctx.config.record.ledger_size_cap, ctx.config.record.ledger_size_exempt)
     n_records = records.examined + len(records.problems)
     pattern = ref_pattern(ctx.config.record.ref_keywords)
     message_file = getattr(args, "message_file", None)

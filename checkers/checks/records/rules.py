@@ -19,5 +19,10 @@ RULES = (
     Rule("AR006", "issue-ref-not-in-spec", "a referenced issue's row spec does not list it"),
     Rule("AR007", "issue-ref-without-row", "a commit or PR body references an issue but names no row"),
     Rule("AR008", "rollup-drift", "a summary table's counts differ from the detailed rows' states (record.rollups)"),
+    Rule(
+        "AR009",
+        "ledger-record-oversize",
+        "a ledger record file is over record.ledger_size_cap bytes, or an exemption from the cap is not needed",
+    ),
 )
-R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW, R_ROLLUP = RULES
+R_INVALID, R_AREA, R_DANGLING, R_STATE, R_UNFILED, R_SPEC, R_NOROW, R_ROLLUP, R_SIZE = RULES

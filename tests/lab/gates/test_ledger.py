@@ -1,11 +1,13 @@
 """The lab's ledger writer emits schema 2: each record validates against the toolkit's model, a dirty tree is
 refused without the explicit switch and recorded with it, bulky results go beside the record, and the kernel
-gate records its comparator self-test. Real temporary git repositories; CPU only."""
+gate records its comparator self-test. Per-case arrays go to a side file outside the repository. Real temporary git repositories; CPU only."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,9 @@ from checkers.ledger_schema import SIZE_CAP, LedgerRecord2
 from engine.flags import FLAGS, FlagSnapshot
 from lab.cli import main
 from lab.gates import kernels, neartie, numerics
-from lab.gates.ledger import MANIFEST, DirtyTreeError, figure, write_record
+from lab.gates.ledger import MANIFEST, DirtyTreeError, RecordTooBigError, figure, write_record
 from lab.gates.ledger import main as ledger_main
+from lab.gates.ledger_details import join_details
 from lab.gates.tokens import token_gate, token_selftest
 
 
@@ -76,15 +79,57 @@ def test_a_dirty_tree_needs_the_switch_and_is_recorded_as_dirty(checkout: Path):
     assert len(data["diff"]["sha256"]) == 64
 
 
-def test_bulky_results_go_beside_the_record(checkout: Path):
+CASES = [{"name": f"attn/warp/case{i}", "max_abs": 0.001, "verdict": "pass"} for i in range(200)]
+
+
+def test_per_case_arrays_go_to_a_side_file_named_by_sha256(checkout: Path, tmp_path: Path):
+    results = {"self_test": "ok", "arms": {"warp/float32": {"cases": 200, "failed": 0}}, "cases": CASES}
+    out = tmp_path / "out"
     path = write_record(
-        checkout / "ledger", "big", ["ENGINE-BENCH"], "c", "cpu", "s", {"cases": ["x" * 100] * 200}, root=checkout
+        checkout / "ledger", "big", ["ENGINE-BENCH"], "c", "cpu", "s", results, root=checkout, details_dir=out
     )
     data = json.loads(path.read_text())
     LedgerRecord2.model_validate(data)
-    assert path.stat().st_size <= SIZE_CAP and data["results"] is None
-    assert data["details"] == f"ledger/details/{path.name}"
-    assert json.loads((checkout / data["details"]).read_text()) == {"cases": ["x" * 100] * 200}
+    assert path.stat().st_size <= SIZE_CAP
+    assert data["results"] == {"self_test": "ok", "arms": {"warp/float32": {"cases": 200, "failed": 0}}}
+    side = out / f"{path.stem}.details.json"
+    body = side.read_bytes()
+    assert data["details"] == {"path": str(side), "sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body)}
+    assert json.loads(body) == {"results.cases": CASES}
+    assert sorted(p.name for p in (checkout / "ledger").iterdir()) == [path.name]  # nothing else in the ledger
+    assert join_details(data) == results
+    side.write_bytes(body.replace(b"0.001", b"0.002"))
+    with pytest.raises(ValueError, match="is not the side file this record names"):
+        join_details(data)
+
+
+def test_side_files_default_outside_the_checkout(checkout: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    inside = write_record(checkout / "ledger", "a", ["ENGINE-BENCH"], "c", "cpu", "s", {"cases": CASES}, root=checkout)
+    assert json.loads(inside.read_text())["details"]["path"] == str(
+        tmp_path / "tmp" / "ledger-details" / f"{inside.stem}.details.json"
+    )
+    device_out = tmp_path / "device-out"  # a device run writes its records to its output folder, which comes back
+    outside = write_record(device_out, "b", ["ENGINE-BENCH"], "c", "cpu", "s", {"cases": CASES}, root=checkout)
+    assert json.loads(outside.read_text())["details"]["path"] == str(
+        device_out / "details" / f"{outside.stem}.details.json"
+    )
+
+
+def test_a_record_over_the_cap_without_arrays_to_move_is_refused(checkout: Path, tmp_path: Path):
+    with pytest.raises(RecordTooBigError, match=r"bytes with its per-case arrays moved out \(cap 8192\)"):
+        write_record(
+            checkout / "ledger",
+            "long",
+            ["ENGINE-BENCH"],
+            "c",
+            "cpu",
+            "x" * 9000,
+            {"cases": CASES},
+            root=checkout,
+            details_dir=tmp_path / "out",
+        )
+    assert list((checkout / "ledger").iterdir()) == [] and not (tmp_path / "out").exists()
 
 
 def test_the_kernel_gate_records_its_comparator_self_test(tmp_path: Path):
