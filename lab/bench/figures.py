@@ -41,11 +41,15 @@ def attn_figures(per_shape: list[dict]) -> list[dict[str, Any]]:
     for entry in per_shape:
         times = entry.get("median_s") or {}
         for arm, seconds in times.items():
-            out.append({"name": attn_name(entry["shape"], arm), "value": float(seconds) * 1e6, "unit": "us"})
+            out.append({"name": attn_name(entry["shape"], arm), "value": _us(seconds), "unit": "us"})
         engine = entry.get("engine_arm")
         if engine in times:
-            out.append({"name": attn_name(entry["shape"], ENGINE), "value": float(times[engine]) * 1e6, "unit": "us"})
+            out.append({"name": attn_name(entry["shape"], ENGINE), "value": _us(times[engine]), "unit": "us"})
     return out
+
+
+def _us(seconds: float) -> float:
+    return round(float(seconds) * 1e6, 3)  # a nanosecond is past the timing's resolution; the record stays small
 
 
 def decode_figures(record: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.bench.figures import ENGINE, attn_name, decode_name, from_results
+from lab.gates.ledger_details import join_details
 
 ATTN_PEERS = ("flashinfer-tc", "flashinfer", "sdpa-cudnn", "sdpa-flash")
 # the six shapes of the peer comparison (lab/bench/workloads.py ATTN.shape_sets["peers"]; a test holds them equal)
@@ -100,7 +101,7 @@ def load(dirs: Iterable[Path]) -> tuple[list[Source], list[str]]:
 
 def _source(path: Path, data: dict[str, Any]) -> Source:
     figures: dict[str, float] = {}
-    results = _results(path, data)
+    results = _results(data)
     for f in from_results(results):  # derived first; the record's own figures win
         figures[f["name"]] = float(f["value"])
     for f in data.get("figures") or []:
@@ -132,14 +133,15 @@ def _unavailable(results: Any) -> dict[str, str]:
     return out
 
 
-def _results(path: Path, data: dict[str, Any]) -> Any:
-    if data.get("results") is not None or not data.get("details"):
-        return data.get("results")
-    side = path.parent / "details" / path.name  # where the lab's writer puts a bulky results
-    try:
-        return json.loads(side.read_text())
-    except (OSError, ValueError):
-        return None
+def _results(data: dict[str, Any]) -> Any:
+    """The record's results with its side file's arrays put back where that file is still there (a device run's
+    output folder); else what the record kept (its figures and per-shape tables stay in it)."""
+    if data.get("details"):
+        try:
+            return join_details(data)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return data.get("results")
 
 
 def newest(sources: list[Source], *names: str) -> Source | None:

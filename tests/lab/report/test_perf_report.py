@@ -136,25 +136,31 @@ def test_a_row_no_record_holds_says_so_and_the_report_fails(checkout: Path):
     assert status == 1 and lines[-1].startswith("INCOMPLETE: report perf: 30 rows, 27 from records; 3 without")
 
 
-def test_a_peer_that_could_not_run_is_a_missing_row_with_the_reason(checkout: Path):
+def test_a_peer_that_could_not_run_is_a_missing_row_with_the_reason(checkout: Path, tmp_path: Path):
     per_shape = [
         {
             "shape": {**s, "block": 32},
             "median_s": {"tiled-pipelined-pdl": 20e-6, "sdpa-cudnn": 8e-6},
-            "unavailable": {"flashinfer-tc": "RuntimeError: not installed (pip install flashinfer-python==0.5.3)"},
+            # a traceback's worth of reason: the per-shape table no longer fits the record
+            "unavailable": {
+                "flashinfer-tc": "RuntimeError: not installed (pip install flashinfer-python==0.5.3)" + "." * 900
+            },
             "engine_arm": "tiled-pipelined-pdl",
         }
         for s in perf.ATTN_SHAPES
     ]
-    write_record(
+    path = write_record(
         checkout / "ledger", "bandwidth-attn-decode-shapes", ["ENGINE-PERF"], "python -m lab bench bandwidth", "cpu",
         "s", {"workload": "attn-decode", "per_shape": per_shape}, today=TODAY, kind="bench",
-        figures=attn_figures(per_shape), root=checkout,
+        figures=attn_figures(per_shape), root=checkout, details_dir=tmp_path / "side",
     )  # fmt: skip
+    # the per-case arrays went to the side file; the reasons come back from it, the times from the figures
+    assert "per_shape" not in json.loads(path.read_text())["results"]
     lines, status = _report(checkout)
     assert _row(lines, "b1 ctx1024 16/8 d128   flashinfer-tc ") == (
         "b1 ctx1024 16/8 d128   flashinfer-tc          no record (not run in 2026-12-10-bandwidth-attn-decode-shapes: "
-        "RuntimeError: not installed (pip install flashinfer-python==0.5.3))"
+        "RuntimeError: not installed (pip install flashinfer-python==0.5.3).............."  # its first 80 characters
+        ")"
     )
     assert _row(lines, "b1 ctx1024 16/8 d128   flashinfer ").endswith("no record")  # not asked for: no reason
     assert _row(lines, "b1 ctx1024 16/8 d128   sdpa-cudnn ").split()[7:10] == ["0.40x", "missed", "0.90x"]
