@@ -4,7 +4,7 @@
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
 #   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [ncu2] [reach] [qwen3next] [qwen3next-bf16]
-#   [qwen3next-bench] [gdn-flip] [calib] [perf-tables]
+#   [qwen3next-bench] [gdn-flip] [calib] [perf-tables] [teeth-gpu]
 #   reach: every attention arm of the kernel table reached by a gate model (lab/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -35,6 +35,11 @@
 #   (the table's ratios) and the one-pass arm (OFF); then the decode step at batch 1 (with its kernel profile)
 #   and 32 against its floor and transformers with a static cache, torch.compile(fullgraph=True) and a CUDA
 #   graph. Both tables are printed last, by `lab report perf` over the phase's ledger records.
+#   teeth-gpu: `lab gate teeth --device cuda` (TEETH_RAZOR, default fp32-probs; TEETH_SEEDS, default 10), the seeded
+#   bugs and twins split over four processes at once (the tiny models leave the GPU idle; one CPU thread each),
+#   within TEETH_LIMIT (270) seconds; each bug's catch rate and each twin's false alarms, then how many processes
+#   finished and failed (a FAIL: a bug under 9/10 or a twin over 1/10). calib with CALIB_RAZOR=fp32-probs judges the
+#   production kernels by that setting (`gate neartie --razor-setting fp32-probs`, the online oracle).
 #   perf-tables: the two tables of issue #40 within 5 minutes, from ledger records with provenance: the default
 #   attention arm and the four peers at the six shapes, the decode step at batch 1, 8 and 32 against its floor and the
 #   compiled transformers peer (no profile), then `python -m lab report perf --ledger $OUT/ledger` (each row's
@@ -329,6 +334,21 @@ if [[ " $PHASES " == *" peers "* ]]; then
   step peers-decode-b32 420 $PY -m lab bench decode --no-oracle --hf-compiled --batch 32 --steps 32 "${L[@]}"
   step peers-report 60 $PY -m lab report perf --ledger "$OUT/ledger"
 fi
+if [[ " $PHASES " == *" teeth-gpu "* ]]; then  # the seeded bugs' catch rates on the GPU, four processes at once
+  TEETH_RAZOR="${TEETH_RAZOR:-fp32-probs}"
+  TEETH_SETS=("rmsnorm-round-after-weight eps-x10" "rope-fp32 window-off-by-one")
+  if [[ $TEETH_RAZOR == fp32-probs ]]; then
+    TEETH_SETS+=("probs-rounded" "good-linear-fp32-accumulate good-online-split")
+  else
+    TEETH_SETS+=("probs-fp32" "good-linear-fp32-accumulate good-attention-split-pv")
+  fi
+  # bash -c PY OUT RAZOR SEEDS SET...: one process per set of bugs, all waited for
+  step teeth-gpu "${TEETH_LIMIT:-270}" bash -c 'pids=(); i=0; for b in "${@:5}"; do
+    "$1" -m lab gate teeth --seeds "$4" --razor "$3" --device cuda --bugs $b > "$2/logs/teeth-gpu-$i.log" 2>&1 &
+    pids+=($!); i=$((i + 1)); done
+    rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc' \
+    _ "$PY" "$OUT" "$TEETH_RAZOR" "${TEETH_SEEDS:-10}" "${TEETH_SETS[@]}"
+fi
 if [[ " $PHASES " == *" perf-tables "* ]]; then
   L=(--ledger "$OUT/ledger")
   step perf-attn "${PERF_ATTN_LIMIT:-110}" $PY -m lab bench bandwidth --workload attn-decode --shapes peers \
@@ -495,6 +515,13 @@ fi
 # the razor on production kernels: each model through the razor once per decode attention (lab/gates/peer_attention.py)
 CALIB=/tmp/calib-models
 CALIB_MODELS=(d128-g4 d128 long)  # the order of the steps and of the table
+if [[ "${CALIB_RAZOR:-eager}" == fp32-probs ]]; then
+  CALIB_ORACLES=(online)
+  CALIB_ORACLE_ARGS=(--razor-setting fp32-probs --oracle-attn online)
+else
+  CALIB_ORACLES=(eager sdpa)
+  CALIB_ORACLE_ARGS=(--oracle-attn eager --oracle-attn sdpa)
+fi
 CALIB_PEERS=(engine sdpa-cudnn flashinfer-tc flashinfer)  # a run line is logged when judged: a timeout keeps these
 # FlashInfer's bf16 head_dim-128 decode, with tensor cores or not, a window or not: four modules, compiled at once
 CALIB_JIT="import torch
@@ -521,8 +548,9 @@ build(head_dim=128).save_pretrained('$CALIB/d128')"
 warm($v)" & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc' _ "$PY" "$CALIB_JIT"
   PEER_ARGS=()
   for p in "${CALIB_PEERS[@]}"; do PEER_ARGS+=(--attn-peer "$p"); done
-  # each model's ids judged against the razor's eager oracle and against transformers' SDPA (fp32 scores)
-  C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" --oracle-attn eager --oracle-attn sdpa --ledger "$OUT/ledger")
+  # each model's ids judged against the razor's eager oracle and against transformers' SDPA (fp32 scores); with
+  # CALIB_RAZOR=fp32-probs, by that setting against its own online oracle (budgets and the log-prob rule)
+  C=(--device cuda --dtype bfloat16 "${PEER_ARGS[@]}" "${CALIB_ORACLE_ARGS[@]}" --ledger "$OUT/ledger")
   # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
   R=(env TORCH_CUDNN_SDPA_AVOID_RECOMPILE=1 $PY -m lab gate neartie)
   step calib-d128-g4 40 "${R[@]}" --model "$CALIB/d128-g4" "${C[@]}"
@@ -720,13 +748,18 @@ if [[ " $PHASES " == *" calib "* ]]; then  # the verdicts, then the peer x model
     printf '%-11s %-9s %s\n' "$n" "${RESULT[$n]:-not run}" "$(tail -n 1 "$OUT/logs/$n.log" 2>/dev/null)"
   done
   echo
-  echo "calib: the bf16 near-tie razor at its defaults (16 prompts x 64 new tokens), decode attention by each peer,"
-  echo "judged against the oracle with eager attention (the razor's) and with SDPA"
+  if [[ "${CALIB_RAZOR:-eager}" == fp32-probs ]]; then
+    echo "calib: the bf16 near-tie razor's fp32-probs setting (budgets and the log-prob rule), decode attention by each"
+    echo "peer, judged against the online oracle (the setting's)"
+  else
+    echo "calib: the bf16 near-tie razor at its defaults (16 prompts x 64 new tokens), decode attention by each peer,"
+    echo "judged against the oracle with eager attention (the razor's) and with SDPA"
+  fi
   printf '%-9s %-14s %-6s %s\n' model peer oracle "verdict: positions: exact, near-tie (budget), out of band, outside top-5"
   for m in "${CALIB_MODELS[@]}"; do
     echo "calib-$m: ${RESULT[calib-$m]:-not run}"
     for p in "${CALIB_PEERS[@]}"; do
-      for o in eager sdpa; do
+      for o in "${CALIB_ORACLES[@]}"; do
         run="$p bfloat16"
         [[ $o == eager ]] || run+=" oracle-$o"
         v=$(grep -F "run $run: " "$OUT/logs/calib-$m.log" 2>/dev/null | head -n 1 | sed -E -e "s/^run $run: //" \
@@ -766,6 +799,15 @@ if [[ " $PHASES " == *" peers "* ]]; then  # the phase's two tables, last (the r
   sed -n '/^shape (us)/,$p' "$OUT/logs/peers-attn.log"
   echo
   cat "$OUT/logs/peers-report.log"
+fi
+if [[ " $PHASES " == *" teeth-gpu "* ]]; then  # each process's table rows, then the verdict over all of them
+  echo
+  echo "teeth-gpu: --razor $TEETH_RAZOR --device cuda --seeds ${TEETH_SEEDS:-10} (${RESULT[teeth-gpu]})"
+  grep -hE '^razor: ' "$OUT"/logs/teeth-gpu-0.log 2>/dev/null
+  grep -hE '\((catch|pass) expected' "$OUT"/logs/teeth-gpu-[0-9].log 2>/dev/null
+  bad=$(cat "$OUT"/logs/teeth-gpu-[0-9].log 2>/dev/null | grep -cE '^teeth: FAIL')
+  done_=$(cat "$OUT"/logs/teeth-gpu-[0-9].log 2>/dev/null | grep -cE '^teeth: ')
+  echo "teeth-gpu: $done_ of ${#TEETH_SETS[@]} processes finished, $bad failed"
 fi
 if [[ " $PHASES " == *" perf-tables "* ]]; then  # the report, last
   echo

@@ -732,3 +732,30 @@ def test_calib_phase_runs_each_model_through_the_razor_once_per_peer_and_prints_
 
 def test_calib_phase_cannot_overrun_six_minutes() -> None:
     assert 0 < phase_limits("calib") <= 360
+
+
+def test_teeth_gpu_phase_runs_the_seeded_bugs_in_four_processes_on_the_gpu(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["teeth-gpu"])
+    assert done.returncode == 0, done.stderr
+    runs = sorted(log(tmp_path, f"teeth-gpu-{i}").splitlines()[0] for i in range(4))
+    base = "argv: -m lab gate teeth --seeds 10 --razor fp32-probs --device cuda --bugs "
+    assert runs == [
+        base + "good-linear-fp32-accumulate good-online-split",
+        base + "probs-rounded",
+        base + "rmsnorm-round-after-weight eps-x10",
+        base + "rope-fp32 window-off-by-one",
+    ]
+    assert done.stdout.rstrip().splitlines()[-1] == "teeth-gpu: 0 of 4 processes finished, 0 failed"
+    eager = run_gpu_sh(tmp_path, ["teeth-gpu"], TEETH_RAZOR="eager", TEETH_SEEDS="3")
+    assert "--seeds 3 --razor eager --device cuda --bugs probs-fp32" in log(tmp_path, "teeth-gpu-2")
+    assert eager.returncode == 0
+
+
+def test_calib_judges_by_the_fp32_probs_setting_when_asked(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["calib"], CALIB_RAZOR="fp32-probs")
+    assert done.returncode == 0, done.stderr
+    assert "--attn-peer flashinfer --razor-setting fp32-probs --oracle-attn online --ledger" in log(
+        tmp_path, "calib-d128"
+    )
+    assert "peer, judged against the online oracle (the setting's)" in done.stdout
+    assert "d128      flashinfer     online no run line (logs/calib-d128.log)" in done.stdout
