@@ -4,7 +4,7 @@
 # Each step has its own time limit, so a slow one cannot hide the others; a table comes last.
 # Usage (repository root): OUT=DIR bash ci/gpu.sh [gates] [bench] [step] [serve] [prefill] [throughput-ab] [quant]
 #   [quant-flip] [quant-flip-ab] [peers] [fuse] [step2] [flip] [ncu] [ncu2] [reach] [qwen3next] [qwen3next-bf16]
-#   [qwen3next-bench] [gdn-flip] [calib] [perf-tables] [teeth-gpu]
+#   [qwen3next-bench] [gdn-flip] [calib] [perf-jit] [perf-tables] [teeth-gpu]
 #   reach: every attention arm of the kernel table reached by a gate model (lab/data/gate_models.py: head_dim
 #   64/128/256, 1-16 query heads per KV head, a sliding-window layer in each, 1500+-token prompts in `long`),
 #   each run through the token gate and the near-tie razor in bf16; the per-arm reach table is printed last
@@ -40,6 +40,8 @@
 #   within TEETH_LIMIT (270) seconds; each bug's catch rate and each twin's false alarms, then how many processes
 #   finished and failed (a FAIL: a bug under 9/10 or a twin over 1/10). calib with CALIB_RAZOR=fp32-probs judges the
 #   production kernels by that setting (`gate neartie --razor-setting fp32-probs`, the online oracle).
+#   perf-jit: what perf-tables would otherwise spend its time on, on a fresh machine: the engine's CUDA build and
+#   FlashInfer's JIT modules for the six shapes (four at once; PERF_JIT_LIMIT, 200 s); run it in the call before.
 #   perf-tables: the two tables of issue #40 within 5 minutes, from ledger records with provenance: the default
 #   attention arm and the four peers at the six shapes, the decode step at batch 1, 8 and 32 against its floor and the
 #   compiled transformers peer (no profile), then `python -m lab report perf --ledger $OUT/ledger` (each row's
@@ -348,6 +350,24 @@ if [[ " $PHASES " == *" teeth-gpu "* ]]; then  # the seeded bugs' catch rates on
     pids+=($!); i=$((i + 1)); done
     rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc' \
     _ "$PY" "$OUT" "$TEETH_RAZOR" "${TEETH_SEEDS:-10}" "${TEETH_SETS[@]}"
+fi
+# FlashInfer's modules for the six peer shapes, JIT-compiled on first use: ARGV tc|decode HEAD_DIM
+PERF_JIT="import sys, torch
+from lab.bench.attn_peers import FlashInferDecode
+tc, d = sys.argv[1] == 'tc', int(sys.argv[2])
+for hq, hkv in ((32, 8), (16, 8)) if d == 128 else ((16, 2),):
+    q = torch.randn(2, hq, d, dtype=torch.bfloat16, device='cuda')
+    k = torch.randn(8, 32, hkv, d, dtype=torch.bfloat16, device='cuda')
+    table = torch.arange(8, dtype=torch.int32, device='cuda').view(2, 4)
+    lens = torch.tensor([50, 128], dtype=torch.int32, device='cuda')
+    FlashInferDecode(tc, q.device)(q, k, k, table, lens, d ** -0.5, None)
+torch.cuda.synchronize()
+print('flashinfer ready:', sys.argv[1], 'head_dim', d)"
+if [[ " $PHASES " == *" perf-jit "* ]]; then  # the engine's kernels built, FlashInfer's four modules at once
+  build_once 240
+  step perf-jit "${PERF_JIT_LIMIT:-200}" bash -c 'pids=(); for v in "tc 128" "decode 128" "tc 256" "decode 256"; do
+    "$1" -c "$2" $v & pids+=($!); done; rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done; exit $rc' \
+    _ "$PY" "$PERF_JIT"
 fi
 if [[ " $PHASES " == *" perf-tables "* ]]; then
   L=(--ledger "$OUT/ledger")

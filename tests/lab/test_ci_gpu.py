@@ -759,3 +759,13 @@ def test_calib_judges_by_the_fp32_probs_setting_when_asked(tmp_path: Path) -> No
     )
     assert "peer, judged against the online oracle (the setting's)" in done.stdout
     assert "d128      flashinfer     online no run line (logs/calib-d128.log)" in done.stdout
+
+
+def test_perf_jit_phase_builds_and_warms_flashinfer_for_both_head_dims(tmp_path: Path) -> None:
+    done = run_gpu_sh(tmp_path, ["perf-jit"])
+    assert done.returncode == 0, done.stderr
+    assert "argv: -m engine.cuda.build" in log(tmp_path, "build")
+    warm = log(tmp_path, "perf-jit")
+    assert warm.count("from lab.bench.attn_peers import FlashInferDecode") == 4
+    for v in ("tc 128", "decode 128", "tc 256", "decode 256"):
+        assert f"print('flashinfer ready:', sys.argv[1], 'head_dim', d) {v}\n" in warm
