@@ -12,7 +12,7 @@ import torch
 
 from engine.persistent import Kind, Schedule, build, check
 from lab.persistent import case as C
-from lab.persistent.model import Machine, estimate, qwen3_0_6b
+from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
 from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
 
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)  # odd tails: 640 = 10 x 64, 256 % 48
@@ -147,3 +147,13 @@ def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
     )
     assert lines[2].startswith("seeded bug (task 126, o_proj, without its wait on attention): static check 24 problems")
     assert lines[-1] == "persistent layer: PASS"
+
+
+def test_a_split_pv_spreads_the_same_bytes_over_more_tasks_and_helps_batch_1_in_the_model():
+    sch = build(qwen3_0_6b(1, 1024))
+    split = split_pv(sch, 8)
+    assert check(split) == [] and len(split.tasks) == len(sch.tasks) + 8 * 8  # 8 ranges and a combine per head
+    m = Machine()
+    plain, spread = estimate(sch, m, 2), estimate(split, m, 2)
+    assert spread.by_kind["ATTN_OUT"][2] == plain.by_kind["ATTN_OUT"][2] == 2 * 1024 * 8 * 128 * 2  # V once a layer
+    assert spread.floor_s == plain.floor_s and spread.fraction > plain.fraction
