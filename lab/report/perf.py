@@ -79,8 +79,12 @@ class Row:
     engine: float | None = None
     other: float | None = None
     source: Source | None = None
-    engine_arm: str = ENGINE
-    note: str = ""
+    note: str = ""  # why a missing row is missing, where a record said
+    batch: int = 0  # the decode rows' batch
+
+    def ratio(self) -> float | None:
+        """The peer's number over the engine's, from one record; None for a missing row."""
+        return None if self.engine is None or self.other is None else self.other / self.engine
 
 
 def load(dirs: Iterable[Path]) -> tuple[list[Source], list[str]]:
@@ -175,11 +179,10 @@ def decode_rows(sources: list[Source], context: int) -> list[Row]:
             other = decode_name(b, context, what)
             src = newest(sources, step, other)
             label = f"b{b} ctx{context}"
-            rows.append(
-                Row(label, peer)
-                if src is None
-                else Row(label, peer, src.figures[step], src.figures[other], src, engine_arm="step")
-            )
+            if src is None:
+                rows.append(Row(label, peer, batch=b))
+            else:
+                rows.append(Row(label, peer, src.figures[step], src.figures[other], src, batch=b))
     return rows
 
 
@@ -192,9 +195,9 @@ def render(sources: list[Source], skipped: list[str], context: int, today: dt.da
         _header("shape", "peer us", "eng us", "eng/peer"),
     ]
     for r in attn:
-        target = _attn_target(r, attn)
-        ratio = None if r.source is None else r.other / r.engine  # type: ignore[operator]
-        lines.append(_line(r, f"{r.other or 0:.1f}", f"{r.engine or 0:.1f}", ratio, "x", target, today))
+        lines.append(
+            _line(r, f"{r.other or 0:.1f}", f"{r.engine or 0:.1f}", r.ratio(), "x", _attn_target(r, attn), today)
+        )
     lines += [
         "",
         "(b) decode step against its weight-streaming floor (% of floor = floor / step) and transformers "
@@ -202,13 +205,12 @@ def render(sources: list[Source], skipped: list[str], context: int, today: dt.da
         _header("step", "peer ms", "eng ms", "eng/peer"),
     ]
     for r in dec:
-        if r.peer == "floor":
-            pct = None if r.source is None else 100.0 * r.other / r.engine  # type: ignore[operator]
-            target = FLOOR_TARGET_PCT.get(int(r.label[1:].split()[0]))
-            lines.append(_line(r, f"{r.other or 0:.3f}", f"{r.engine or 0:.3f}", pct, "%", target, today))
+        ratio, cells = r.ratio(), (f"{r.other or 0:.3f}", f"{r.engine or 0:.3f}")
+        if r.peer == "floor":  # floor / step, as a percentage
+            pct = None if ratio is None else 100.0 * ratio
+            lines.append(_line(r, *cells, pct, "%", FLOOR_TARGET_PCT.get(r.batch), today))
         else:
-            ratio = None if r.source is None else r.other / r.engine  # type: ignore[operator]
-            lines.append(_line(r, f"{r.other or 0:.3f}", f"{r.engine or 0:.3f}", ratio, "x", None, today))
+            lines.append(_line(r, *cells, ratio, "x", None, today))
     rows = attn + dec
     missing = [r for r in rows if r.source is None]
     unproven = [r for r in rows if r.source is not None and r.source.marks()]
@@ -233,8 +235,8 @@ def render(sources: list[Source], skipped: list[str], context: int, today: dt.da
 def _attn_target(r: Row, rows: list[Row]) -> float | None:
     """FlashInfer-TC's 1.0x; 0.9x for the shape's fastest peer (the stricter where both apply)."""
     target = ATTN_TARGET.get(r.peer)
-    timed = [x for x in rows if x.label == r.label and x.other is not None]
-    if r.other is not None and min(x.other for x in timed) == r.other:  # type: ignore[type-var]
+    timed = [x.other for x in rows if x.label == r.label and x.other is not None]
+    if r.other is not None and min(timed) == r.other:
         target = max(target or 0.0, FASTEST_PEER_TARGET)
     return target
 
