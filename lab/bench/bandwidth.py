@@ -99,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.arms.split(",")) if args.arms else None
     if wanted and "default" in wanted:  # the default arm by its role, so a flip of the defaults needs no edit here
         engine = work.default_arm()
-        wanted = (wanted - {"default"}) | ({engine} if engine else set())
+        if engine is None:
+            print(
+                f"error: --arms default: no single arm of {work.name} is what the flags' defaults run", file=sys.stderr
+            )
+            return 2
+        wanted = (wanted - {"default"}) | {engine}
     known = {*work.arms, *work.peers}
     if wanted and not wanted <= known:
         print(

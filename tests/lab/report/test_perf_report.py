@@ -222,6 +222,8 @@ def test_bandwidth_takes_default_as_the_engine_arm(capsys):
     # `--arms default,...` names the engine's arm by its role; an unknown name is still refused before any device
     assert bw.main(["--arms", "default,nope"]) == 2
     assert "--arms nope: not an arm or peer of attn-decode" in capsys.readouterr().err
+    assert bw.main(["--workload", "gemv", "--arms", "default"]) == 2  # the GEMV's arms: none is the defaults' alone
+    assert "--arms default: no single arm of gemv is what the flags' defaults run" in capsys.readouterr().err
 
 
 def test_decode_bench_writes_the_step_figure(tmp_path: Path, capsys):
