@@ -114,6 +114,7 @@ class Task:
     reads: tuple[Region, ...]
     writes: tuple[Region, ...]
     weight_elems: int = 0  # weight elements it streams (no dependency: loadable before its waits are met)
+    layer: int = 0  # whose weights and cache (a step's tasks run every layer in turn)
 
 
 @dataclass
@@ -122,26 +123,47 @@ class Schedule:
     tasks: list[Task] = field(default_factory=list)
     counters: list[str] = field(default_factory=list)  # names, by index
     expected: list[int] = field(default_factory=list)  # tasks signalling each counter
+    layers: int = 1  # a step's layers; one layer's schedule names its buffers without a prefix
+
+    def name(self, layer: int, buffer: str) -> str:
+        """A buffer's name in this schedule: `L<layer>.` before it in a step (the inputs `x`, `residual` are the
+        step's own)."""
+        return buffer if self.layers == 1 or buffer in ("x", "residual") else f"L{layer}.{buffer}"
+
+    def buffers(self) -> dict[str, tuple[int, int]]:
+        """Every buffer the tasks read or write, [rows, cols]."""
+        return {self.name(layer, n): size for layer in range(self.layers) for n, size in self.shape.buffers().items()}
 
     def counter(self, name: str) -> int:
         self.counters.append(name)
         self.expected.append(0)
         return len(self.counters) - 1
 
-    def add(self, kind: Kind, args: tuple[int, ...], waits, signal: int, reads, writes, weight_elems: int = 0) -> None:
+    def add(
+        self,
+        kind: Kind,
+        args: tuple[int, ...],
+        waits,
+        signal: int,
+        reads,
+        writes,
+        weight_elems: int = 0,
+        layer: int = 0,
+    ) -> None:
         self.expected[signal] += 1
         self.tasks.append(
-            Task(len(self.tasks), kind, args, tuple(waits), signal, tuple(reads), tuple(writes), weight_elems)
+            Task(len(self.tasks), kind, args, tuple(waits), signal, tuple(reads), tuple(writes), weight_elems, layer)
         )
 
     def encode(self, max_waits: int = 2) -> list[list[int]]:
-        """The table a kernel reads: per task `kind, 4 args, (counter, target) x max_waits, signal`, -1 padded."""
+        """The table a kernel reads: per task `kind, layer, 4 args, (counter, target) x max_waits, signal`, -1
+        padded."""
         rows = []
         for t in self.tasks:
             if len(t.waits) > max_waits or len(t.args) > 4:
                 raise ValueError(f"task {t.index} ({t.kind.name}) does not fit the table's fixed width")
             waits = [x for w in t.waits for x in w] + [-1, -1] * (max_waits - len(t.waits))
-            rows.append([int(t.kind), *t.args, *[-1] * (4 - len(t.args)), *waits, t.signal])
+            rows.append([int(t.kind), t.layer, *t.args, *[-1] * (4 - len(t.args)), *waits, t.signal])
         return rows
 
 
@@ -151,75 +173,107 @@ def _cols(total: int, width: int) -> list[tuple[int, int]]:
 
 def build(s: LayerShape) -> Schedule:
     """The layer's task graph in queue order."""
-    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols:
-        raise ValueError(f"heads {s.heads} / kv_heads {s.kv_heads} and head_dim {s.head_dim} / qkv_cols {s.qkv_cols}")
-    sch, b, d, h, g = Schedule(s), s.batch, s.head_dim, s.hidden, s.group
+    return build_step(s, 1)
+
+
+def build_step(s: LayerShape, layers: int) -> Schedule:
+    """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
+    down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
+    normalises. With `layers` 1, one layer with unprefixed buffer names."""
+    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1:
+        raise ValueError(
+            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}"
+        )
+    sch = Schedule(s, layers=layers)
+    down = None
+    for layer in range(layers):
+        down = _layer(sch, layer, down)
+    return sch
+
+
+def _layer(sch: Schedule, layer: int, before: int | None) -> int:
+    """Append one layer's tasks; `before` is the previous layer's down counter. Returns this layer's."""
+    s, b = sch.shape, sch.shape.batch
+    d, h, g = s.head_dim, s.hidden, s.group
     all_rows = (0, b)
+    prefix = "" if sch.layers == 1 else f"L{layer}."
 
     def reg(buf: str, cols: tuple[int, int], rows: tuple[int, int] = all_rows) -> Region:
-        return Region(buf, rows, cols)
+        return Region(sch.name(layer, buf), rows, cols)
 
-    norm1 = sch.counter("norm1")
+    def counter(name: str) -> int:
+        return sch.counter(prefix + name)
+
+    def add(kind: Kind, args: tuple[int, ...], waits, signal: int, reads, writes, weight_elems: int = 0) -> None:
+        sch.add(kind, args, waits, signal, reads, writes, weight_elems, layer)
+
+    norm1 = counter("norm1")
     for r in range(b):
-        ins = [reg("x", (0, h), (r, r + 1))] + ([] if s.first else [reg("residual", (0, h), (r, r + 1))])
-        sch.add(Kind.NORM1, (r,), [], norm1, ins, [reg("h1", (0, h), (r, r + 1)), reg("res1", (0, h), (r, r + 1))])
+        row = (r, r + 1)
+        if before is None:
+            ins = [reg("x", (0, h), row)] + ([] if s.first else [reg("residual", (0, h), row)])
+            waits = []
+        else:  # the last layer's output and residual, once every down tile has written its columns
+            ins = [Region(sch.name(layer - 1, "mlp"), row, (0, h)), Region(sch.name(layer - 1, "res2"), row, (0, h))]
+            waits = [(before, sch.expected[before])]
+        add(Kind.NORM1, (r,), waits, norm1, ins, [reg("h1", (0, h), row), reg("res1", (0, h), row)])
 
-    qkv = [sch.counter(f"qkv[{kv}]") for kv in range(s.kv_heads)]
+    qkv = [counter(f"qkv[{kv}]") for kv in range(s.kv_heads)]
     for kv in range(s.kv_heads):  # a group's tiles together, so its RoPE can start while the next group's stream
         parts = [(0, "q", hd * d) for hd in range(kv * g, (kv + 1) * g)] + [(1, "k", kv * d), (2, "v", kv * d)]
         for part, buf, base in parts:
             for c0, c1 in _cols(d, s.qkv_cols):
                 cols = (base + c0, base + c1)
-                sch.add(Kind.QKV, (part, *cols), [(norm1, b)], qkv[kv], [reg("h1", (0, h))], [reg(buf, cols)],
+                add(Kind.QKV, (part, *cols), [(norm1, b)], qkv[kv], [reg("h1", (0, h))], [reg(buf, cols)],
                         (c1 - c0) * h)  # fmt: skip
 
-    rope = [sch.counter(f"rope[{kv}]") for kv in range(s.kv_heads)]
+    rope = [counter(f"rope[{kv}]") for kv in range(s.kv_heads)]
     per_group = sch.expected[qkv[0]]
     for kv in range(s.kv_heads):
         qc, kc = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d)
-        sch.add(Kind.ROPE_STORE, (kv,), [(qkv[kv], per_group)], rope[kv],
+        add(Kind.ROPE_STORE, (kv,), [(qkv[kv], per_group)], rope[kv],
                 [reg("q", qc), reg("k", kc), reg("v", kc)],
                 [reg("q_rot", qc), reg("k_new", kc), reg("v_new", kc)])  # fmt: skip
 
     chunks = {}
     for seq, n in enumerate(s.context_lens):
         for kv in range(s.kv_heads):
-            chunks[seq, kv] = sch.counter(f"scores[{seq},{kv}]")
+            chunks[seq, kv] = counter(f"scores[{seq},{kv}]")
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             qc, kc, row = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d), (seq, seq + 1)
             for k0, k1 in _cols(n, s.key_chunk):
                 reads = [reg("q_rot", qc, row)] + ([reg("k_new", kc, row)] if k1 == n else [])  # the new key
-                sch.add(Kind.SCORES, (seq, kv, k0, k1), [(rope[kv], 1)], chunks[seq, kv], reads,
+                add(Kind.SCORES, (seq, kv, k0, k1), [(rope[kv], 1)], chunks[seq, kv], reads,
                         [reg("scores", (k0, k1), heads)])  # fmt: skip
-    attn = sch.counter("attn")
+    attn = counter("attn")
     for seq, n in enumerate(s.context_lens):
         for kv in range(s.kv_heads):
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             row, kc = (seq, seq + 1), (kv * d, (kv + 1) * d)
-            sch.add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], sch.expected[chunks[seq, kv]])], attn,
+            add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], sch.expected[chunks[seq, kv]])], attn,
                     [reg("scores", (0, n), heads), reg("v_new", kc, row)],
                     [reg("attn", (kv * g * d, (kv + 1) * g * d), row)])  # fmt: skip
 
-    o_done = sch.counter("o_proj")
+    o_done = counter("o_proj")
     for cols in _cols(h, s.o_cols):
-        sch.add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads)], o_done,
+        add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads)], o_done,
                 [reg("attn", (0, s.heads * d)), reg("res1", cols)], [reg("res2", cols)],
                 (cols[1] - cols[0]) * s.heads * d)  # fmt: skip
-    norm2 = sch.counter("norm2")
+    norm2 = counter("norm2")
     n_o = sch.expected[o_done]
     for r in range(b):
-        sch.add(Kind.NORM2, (r,), [(o_done, n_o)], norm2, [reg("res2", (0, h), (r, r + 1))],
+        add(Kind.NORM2, (r,), [(o_done, n_o)], norm2, [reg("res2", (0, h), (r, r + 1))],
                 [reg("h2", (0, h), (r, r + 1))])  # fmt: skip
-    gu = sch.counter("gate_up")
+    gu = counter("gate_up")
     for cols in _cols(s.intermediate, s.gu_cols):
-        sch.add(Kind.GATE_UP, cols, [(norm2, b)], gu, [reg("h2", (0, h))], [reg("act", cols)],
+        add(Kind.GATE_UP, cols, [(norm2, b)], gu, [reg("h2", (0, h))], [reg("act", cols)],
                 2 * (cols[1] - cols[0]) * h)  # fmt: skip
-    down = sch.counter("down")
+    down = counter("down")
     n_gu = sch.expected[gu]
     for cols in _cols(h, s.down_cols):
-        sch.add(Kind.DOWN, cols, [(gu, n_gu)], down, [reg("act", (0, s.intermediate)), reg("res2", cols)],
+        add(Kind.DOWN, cols, [(gu, n_gu)], down, [reg("act", (0, s.intermediate)), reg("res2", cols)],
                 [reg("mlp", cols), reg("out", cols)], (cols[1] - cols[0]) * s.intermediate)  # fmt: skip
-    return sch
+    return down
 
 
 def inputs(s: LayerShape) -> set[str]:

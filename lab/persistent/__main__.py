@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import torch
 
-from engine.persistent import Kind, Schedule, build, check
+from engine.persistent import Kind, Schedule, build, build_step, check
 from lab.persistent import case as C
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--batch", default="1,8")
     p.add_argument("--sms", type=int, default=16, help="virtual SMs (seed i uses 1 + (i * 7) % SMS)")
+    p.add_argument("--layers", type=int, default=3, help="layers of the persistent step case (default 3, batch 8)")
     args = p.parse_args(argv)
     ok = True
     for batch in (int(b) for b in args.batch.split(",")):
@@ -42,6 +43,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"batch {batch} {'layer 0' if first else 'layer 1+'}: {len(sch.tasks)} tasks, static check "
                 f"{len(problems)} problems; {equal}/{args.seeds} interleavings bitwise equal to the engine's layer"
             )
+    step_case = C.make(C.SMALL, LENS[8], seed=8, layers=args.layers)
+    sch = build_step(step_case.shape(False, **TILES), args.layers)
+    problems = check(sch)
+    ref = C.reference(step_case, step_case.fresh_step())
+    equal = 0
+    for seed in range(args.seeds):
+        run = simulate(sch, step_case.weights, step_case.fresh_step(), 1 + (seed * 7) % args.sms, seed)
+        equal += all(torch.equal(run.buffers[k], ref[k]) for k in ref)
+    ok &= equal == args.seeds and not problems
+    print(
+        f"step of {args.layers} layers at batch 8: {len(sch.tasks)} tasks, static check {len(problems)} problems; "
+        f"{equal}/{args.seeds} interleavings bitwise equal to the engine's layers"
+    )
     case = C.make(C.SMALL, LENS[8], seed=8)
     sch = build(case.shape(False, **TILES))
     index = next(t.index for t in sch.tasks if t.kind == Kind.O_PROJ)

@@ -21,11 +21,11 @@ QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=
 SMALL = dict(hidden_size=256, intermediate_size=640, num_attention_heads=8, num_key_value_heads=2, head_dim=128)
 
 
-def config(sizes: dict[str, int], window: int | None = None) -> ModelConfig:
+def config(sizes: dict[str, int], window: int | None = None, layers: int = 1) -> ModelConfig:
     raw = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
-        "num_hidden_layers": 1,
+        "num_hidden_layers": layers,
         "vocab_size": 64,
         "tie_word_embeddings": True,
         "max_position_embeddings": 1 << 16,
@@ -40,9 +40,13 @@ def config(sizes: dict[str, int], window: int | None = None) -> ModelConfig:
 
 @dataclass
 class Case:
-    layer: Qwen3DecoderLayer
-    weights: Weights
-    step: Step  # the cache as it is before the step; simulate and reference each take a copy
+    layers: list[Qwen3DecoderLayer]
+    weights: list[Weights]  # one per layer
+    step: Step  # the caches as they are before the step; simulate and reference each take a copy
+
+    @property
+    def layer(self) -> Qwen3DecoderLayer:
+        return self.layers[0]
 
     def shape(self, first: bool, **tiles: int) -> LayerShape:
         c = self.layer.self_attn
@@ -51,27 +55,39 @@ class Case:
             heads=c.num_heads,
             kv_heads=c.num_kv_heads,
             head_dim=c.head_dim,
-            intermediate=self.weights.wd.shape[1],
+            intermediate=self.weights[0].wd.shape[1],
             context_lens=tuple(int(n) for n in self.step.context_lens),
             first=first,
             **tiles,
         )
 
     def fresh_step(self, first: bool = False) -> Step:
-        """The step with its own copy of the cache (and no residual for layer 0)."""
+        """The step with its own copy of the caches (and no residual for layer 0)."""
         s = self.step
-        return replace(s, k_cache=s.k_cache.clone(), v_cache=s.v_cache.clone(), residual=None if first else s.residual)
+        more = [(k.clone(), v.clone()) for k, v in s.more_caches]
+        return replace(
+            s,
+            k_cache=s.k_cache.clone(),
+            v_cache=s.v_cache.clone(),
+            more_caches=more,
+            residual=None if first else s.residual,
+        )
 
 
 def make(
-    sizes: dict[str, int], context_lens: list[int], seed: int, block_size: int = 16, window: int | None = None
+    sizes: dict[str, int],
+    context_lens: list[int],
+    seed: int,
+    block_size: int = 16,
+    window: int | None = None,
+    layers: int = 1,
 ) -> Case:
-    """Random weights (scaled so activations stay O(1)), inputs and a cache holding each sequence's earlier keys."""
-    cfg = config(sizes, window)
+    """Random weights (scaled so activations stay O(1)), inputs and caches holding each sequence's earlier keys."""
+    cfg = config(sizes, window, layers)
     g = torch.Generator().manual_seed(seed)
-    layer = Qwen3DecoderLayer(cfg, 0, torch.float32)
+    stack = [Qwen3DecoderLayer(cfg, i, torch.float32) for i in range(layers)]
     with torch.no_grad():
-        for p in layer.parameters():  # matrices: unit-variance outputs; norm weights: near 1
+        for p in (p for layer in stack for p in layer.parameters()):  # matrices: unit-variance outputs; norms: ~1
             noise = torch.randn(p.shape, generator=g)
             p.copy_(noise / p.shape[-1] ** 0.5 if p.dim() == 2 else 1 + 0.1 * noise)
     b, kv, d = len(context_lens), cfg.num_key_value_heads, cfg.head_dim
@@ -95,21 +111,30 @@ def make(
         slot_mapping=slots,
         cos=cos,
         sin=sin,
+        more_caches=[
+            (torch.randn(blocks, block_size, kv, d, generator=g), torch.randn(blocks, block_size, kv, d, generator=g))
+            for _ in range(layers - 1)
+        ],
     )
-    return Case(layer, Weights.of(layer), step)
+    return Case(stack, [Weights.of(layer) for layer in stack], step)
 
 
 def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
-    """The engine's layer on `step` (its cache written in place): `mlp` (the layer's output delta), `res2` (the
-    residual it returns) and `out` (their sum, which the next layer's norm forms first)."""
+    """The engine's layers on `step`, one after the other (caches written in place): the last layer's `mlp` (its
+    output delta), `res2` (the residual it returns) and `out` (their sum, which a next layer's norm forms first).
+    Keys are the schedule's buffer names (`L<i>.` before them for a step of several layers)."""
     batch = ForwardBatch(
         is_prefill=False,
         slot_mapping=step.slot_mapping,
-        kv_caches=[(step.k_cache, step.v_cache)],
+        kv_caches=step.caches(),
         block_tables=step.block_tables,
         context_lens=step.context_lens,
         flags=FlagSnapshot.defaults(),
     )
+    hidden, residual = step.x, step.residual
     with torch.no_grad():
-        mlp, res2 = case.layer(step.x, step.residual, (step.cos, step.sin), batch)
-    return {"mlp": mlp, "res2": res2, "out": mlp + res2}
+        for layer in case.layers:
+            hidden, residual = layer(hidden, residual, (step.cos, step.sin), batch)
+    assert residual is not None  # every layer returns the residual it formed
+    prefix = "" if len(case.layers) == 1 else f"L{len(case.layers) - 1}."
+    return {prefix + "mlp": hidden, prefix + "res2": residual, prefix + "out": hidden + residual}

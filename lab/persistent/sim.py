@@ -82,6 +82,10 @@ class Step:
     slot_mapping: torch.Tensor  # [batch] int64: this token's slot
     cos: torch.Tensor  # [batch, head_dim]
     sin: torch.Tensor
+    more_caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # a step's later layers
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(self.k_cache, self.v_cache), *self.more_caches]
 
 
 @dataclass
@@ -97,28 +101,35 @@ class Run:
 
 def simulate(
     sch: Schedule,
-    w: Weights,
+    w: Weights | list[Weights],  # a step's: one per layer
     step: Step,
     sms: int,
     seed: int,
     check_reads: bool = True,
 ) -> Run:
-    """Run every task of `sch` on `sms` virtual SMs in the interleaving `seed` draws; the cache is written in place."""
-    s = sch.shape
+    """Run every task of `sch` on `sms` virtual SMs in the interleaving `seed` draws; the caches are written in
+    place."""
+    weights = w if isinstance(w, list) else [w]
+    caches = step.caches()
+    if len(weights) != sch.layers or len(caches) != sch.layers:
+        raise ValueError(f"{sch.layers} layers: {len(weights)} weights and {len(caches)} caches given")
     dtype = step.x.dtype
-    buffers = {name: torch.full(size, float("nan"), dtype=dtype) for name, size in s.buffers().items()}
-    written = {name: torch.zeros(size, dtype=torch.bool) for name, size in s.buffers().items()}
+    sizes = sch.buffers()
+    buffers = {name: torch.full(size, float("nan"), dtype=dtype) for name, size in sizes.items()}
+    written = {name: torch.zeros(size, dtype=torch.bool) for name, size in sizes.items()}
     buffers["x"].copy_(step.x)
     if step.residual is not None:
         buffers["residual"].copy_(step.residual)
-    for name in inputs(s):
+    for name in inputs(sch.shape):
         written[name].fill_(True)
-    k_flat = step.k_cache.view(-1, *step.k_cache.shape[2:])
-    v_flat = step.v_cache.view(-1, *step.v_cache.shape[2:])
-    k_flat[step.slot_mapping] = float("nan")  # this step's slots: poison until the store writes them
-    v_flat[step.slot_mapping] = float("nan")
+    flats = []
+    for k_cache, v_cache in caches:
+        k_flat, v_flat = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+        k_flat[step.slot_mapping] = float("nan")  # this step's slots: poison until the store writes them
+        v_flat[step.slot_mapping] = float("nan")
+        flats.append((k_flat, v_flat))
     run = Run(buffers)
-    ctx = _Context(s, w, step, buffers, k_flat, v_flat)
+    ctx = _Context(sch, weights, step, buffers, flats)
     counters = [0] * len(sch.counters)
     rng = random.Random(seed)
     head = 0
@@ -176,41 +187,43 @@ def _check_reads(task: Task, written: dict[str, torch.Tensor], seed: int) -> Non
 class _Context:
     """Each kind of task on its tile, with the reference ops; returns the writes to publish at its finish."""
 
-    def __init__(self, s, w: Weights, step: Step, buffers, k_flat, v_flat) -> None:
-        self.s, self.w, self.step, self.b = s, w, step, buffers
-        self.k_flat, self.v_flat = k_flat, v_flat
+    def __init__(self, sch: Schedule, weights: list[Weights], step: Step, buffers, flats) -> None:
+        self.sch, self.s, self.ws, self.step, self.b, self.flats = sch, sch.shape, weights, step, buffers, flats
 
     def execute(self, t: Task) -> list[tuple[Region, object]]:
-        return getattr(self, t.kind.name.lower())(t)
+        return getattr(self, t.kind.name.lower())(t, self.ws[t.layer])
 
-    def norm1(self, t: Task):
+    def buf(self, t: Task, name: str) -> torch.Tensor:
+        return self.b[self.sch.name(t.layer, name)]
+
+    def norm1(self, t: Task, w: Weights):
         r = t.args[0]
-        x = self.b["x"][r : r + 1]
-        if self.s.first:
-            res, h = x.clone(), rms_norm(x, self.w.ln1, self.w.eps)
+        x = self.b[t.reads[0].buffer][r : r + 1]  # the step's input, or the last layer's output
+        if len(t.reads) == 1:  # layer 0 of the model: no residual yet
+            res, h = x.clone(), rms_norm(x, w.ln1, w.eps)
         else:
-            h, res = fused_add_rms_norm(x, self.b["residual"][r : r + 1], self.w.ln1, self.w.eps)
+            h, res = fused_add_rms_norm(x, self.b[t.reads[1].buffer][r : r + 1], w.ln1, w.eps)
         return [(t.writes[0], h), (t.writes[1], res)]
 
-    def qkv(self, t: Task):
+    def qkv(self, t: Task, w: Weights):
         part, c0, c1 = t.args
-        weight = (self.w.wq, self.w.wk, self.w.wv)[part]
-        return [(t.writes[0], linear(self.b["h1"], weight[c0:c1]))]
+        weight = (w.wq, w.wk, w.wv)[part]
+        return [(t.writes[0], linear(self.buf(t, "h1"), weight[c0:c1]))]
 
-    def rope_store(self, t: Task):
+    def rope_store(self, t: Task, w: Weights):
         kv, s, d = t.args[0], self.s, self.s.head_dim
         g, rows = s.group, self.s.batch
-        q = self.b["q"][:, kv * g * d : (kv + 1) * g * d].reshape(rows, g, d)
-        k = self.b["k"][:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
-        v = self.b["v"][:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
-        cos, sin, eps = self.step.cos, self.step.sin, self.w.eps
-        q_rot = apply_rope_neox(qk_norm(q, self.w.q_norm, eps), cos, sin)
-        k_rot = apply_rope_neox(qk_norm(k, self.w.k_norm, eps), cos, sin)
-        slots = self.step.slot_mapping
+        q = self.buf(t, "q")[:, kv * g * d : (kv + 1) * g * d].reshape(rows, g, d)
+        k = self.buf(t, "k")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
+        v = self.buf(t, "v")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
+        cos, sin = self.step.cos, self.step.sin
+        q_rot = apply_rope_neox(qk_norm(q, w.q_norm, w.eps), cos, sin)
+        k_rot = apply_rope_neox(qk_norm(k, w.k_norm, w.eps), cos, sin)
+        slots, (k_flat, v_flat) = self.step.slot_mapping, self.flats[t.layer]
 
         def store() -> None:
-            self.k_flat[slots, kv] = k_rot[:, 0]
-            self.v_flat[slots, kv] = v[:, 0]
+            k_flat[slots, kv] = k_rot[:, 0]
+            v_flat[slots, kv] = v[:, 0]
 
         cache = Region("cache", (0, 0), (0, 0))
         return [
@@ -220,55 +233,54 @@ class _Context:
             (cache, store),
         ]
 
-    def _sequence(self, seq: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _sequence(self, t: Task, seq: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         n = int(self.step.context_lens[seq])
-        bs = self.step.k_cache.shape[1]
-        k, v = gather_sequence(self.k_flat, self.v_flat, self.step.block_tables[seq], n, bs)
+        k_flat, v_flat = self.flats[t.layer]
+        k, v = gather_sequence(k_flat, v_flat, self.step.block_tables[seq], n, self.step.k_cache.shape[1])
         return k, v, n
 
-    def scores(self, t: Task):
+    def scores(self, t: Task, w: Weights):
         seq, kv, k0, k1 = t.args
         g, d = self.s.group, self.s.head_dim
-        qh = self.b["q_rot"][seq, kv * g * d : (kv + 1) * g * d].reshape(g, 1, d)
-        keys, _, _ = self._sequence(seq)
+        qh = self.buf(t, "q_rot")[seq, kv * g * d : (kv + 1) * g * d].reshape(g, 1, d)
+        keys, _, _ = self._sequence(t, seq)
         kh = keys[:, kv][None].expand(g, -1, -1)  # [group, n, D]: the group's heads share the KV head
         # Each score is one dot product over D. A GPU tile fixes that sum's order whatever its chunk; CPU BLAS picks
         # it from the call's shape (a chunk of one key runs as a dot product in another order), so this stand-in
         # makes the reference's call, over all n keys, and keeps its chunk: the chunk's values, the reference's bits.
-        sc = torch.matmul(qh, kh.transpose(1, 2))[:, :, k0:k1] * self.w.scale  # the reference's points 1 and 2
+        sc = torch.matmul(qh, kh.transpose(1, 2))[:, :, k0:k1] * w.scale  # the reference's points 1 and 2
         return [(t.writes[0], sc[:, 0, :])]
 
-    def attn_out(self, t: Task):
+    def attn_out(self, t: Task, w: Weights):
         seq, kv = t.args
         g, d = self.s.group, self.s.head_dim
-        _, values, n = self._sequence(seq)
+        _, values, n = self._sequence(t, seq)
         row = seq * self.s.heads + kv * g
-        sc = self.b["scores"][row : row + g, :n][:, None, :]  # [group, 1, n]
-        pos = torch.arange(n)
-        diff = (n - 1) - pos
-        allowed = (diff >= 0) & (diff < self.w.window if self.w.window is not None else diff >= 0)
+        sc = self.buf(t, "scores")[row : row + g, :n][:, None, :]  # [group, 1, n]
+        diff = (n - 1) - torch.arange(n)
+        allowed = (diff >= 0) & (diff < w.window if w.window is not None else diff >= 0)
         sc = sc.masked_fill(~allowed[None, None, :], float("-inf"))
         probs = torch.softmax(sc, dim=-1, dtype=torch.float32).to(sc.dtype)  # points 3 and 4
         vh = values[:, kv][None].expand(g, -1, -1)  # [group, n, D]
         out = torch.matmul(probs, vh)  # point 5
         return [(t.writes[0], out.reshape(1, g * d))]
 
-    def o_proj(self, t: Task):
+    def o_proj(self, t: Task, w: Weights):
         c0, c1 = t.args
-        o = linear(self.b["attn"], self.w.wo[c0:c1])
-        return [(t.writes[0], o + self.b["res1"][:, c0:c1])]  # fused_add_rms_norm's `x + residual`
+        o = linear(self.buf(t, "attn"), w.wo[c0:c1])
+        return [(t.writes[0], o + self.buf(t, "res1")[:, c0:c1])]  # fused_add_rms_norm's `x + residual`
 
-    def norm2(self, t: Task):
+    def norm2(self, t: Task, w: Weights):
         r = t.args[0]
-        return [(t.writes[0], rms_norm(self.b["res2"][r : r + 1], self.w.ln2, self.w.eps))]
+        return [(t.writes[0], rms_norm(self.buf(t, "res2")[r : r + 1], w.ln2, w.eps))]
 
-    def gate_up(self, t: Task):
+    def gate_up(self, t: Task, w: Weights):
         c0, c1 = t.args
-        h2 = self.b["h2"]
-        gate_up = torch.cat([linear(h2, self.w.wg[c0:c1]), linear(h2, self.w.wu[c0:c1])], dim=-1)
+        h2 = self.buf(t, "h2")
+        gate_up = torch.cat([linear(h2, w.wg[c0:c1]), linear(h2, w.wu[c0:c1])], dim=-1)
         return [(t.writes[0], silu_and_mul(gate_up))]
 
-    def down(self, t: Task):
+    def down(self, t: Task, w: Weights):
         c0, c1 = t.args
-        mlp = linear(self.b["act"], self.w.wd[c0:c1])
-        return [(t.writes[0], mlp), (t.writes[1], mlp + self.b["res2"][:, c0:c1])]  # the next layer's sum
+        mlp = linear(self.buf(t, "act"), w.wd[c0:c1])
+        return [(t.writes[0], mlp), (t.writes[1], mlp + self.buf(t, "res2")[:, c0:c1])]  # the next layer's sum

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.persistent import Kind, Schedule, build, check
+from engine.persistent import Kind, Schedule, build, build_step, check
 from lab.persistent import case as C
 from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
 from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
@@ -57,7 +57,7 @@ def test_qwen3_0_6b_layer_and_a_sliding_window_are_bitwise_too():
     assert check(sch) == [] and len(sch.tasks) == 1 + 128 + 8 + 16 + 8 + 128 + 1 + 96 + 128
     assert all(_equal_to_engine(case, sch, False, 132, 0).values())
     windowed = C.make(C.SMALL, [37, 90], seed=5, window=16)
-    assert windowed.weights.window == 16
+    assert windowed.weights[0].window == 16
     assert all(_equal_to_engine(windowed, build(windowed.shape(False, **TILES)), False, 4, 1).values())
 
 
@@ -116,10 +116,10 @@ def test_a_wait_no_task_can_satisfy_is_caught_statically_and_deadlocks():
 def test_the_table_a_kernel_reads():
     sch = build(C.make(C.SMALL, LENS[1], seed=8).shape(False, **TILES))
     rows = sch.encode()
-    assert len(rows) == len(sch.tasks) and {len(r) for r in rows} == {10}
+    assert len(rows) == len(sch.tasks) and {len(r) for r in rows} == {11}
     norm, qkv = rows[0], rows[1]
-    assert norm == [int(Kind.NORM1), 0, -1, -1, -1, -1, -1, -1, -1, 0]  # no wait; signals norm1 (counter 0)
-    assert qkv == [int(Kind.QKV), 0, 0, 32, -1, 0, 1, -1, -1, 1]  # q columns 0-32; waits norm1 >= 1 row
+    assert norm == [int(Kind.NORM1), 0, 0, -1, -1, -1, -1, -1, -1, -1, 0]  # layer 0, row 0; no wait; signals norm1
+    assert qkv == [int(Kind.QKV), 0, 0, 0, 32, -1, 0, 1, -1, -1, 1]  # q columns 0-32; waits norm1 >= 1 row
 
 
 def test_the_time_model_counts_the_floor_and_orders_the_arms():
@@ -140,12 +140,16 @@ def test_the_time_model_counts_the_floor_and_orders_the_arms():
 def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
     from lab.persistent.__main__ import main
 
-    assert main(["--seeds", "3", "--batch", "1", "--sms", "5"]) == 0
+    assert main(["--seeds", "3", "--batch", "1", "--sms", "5", "--layers", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
         "batch 1 layer 1+: 84 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
     )
-    assert lines[2].startswith("seeded bug (task 126, o_proj, without its wait on attention): static check 24 problems")
+    assert lines[2] == (
+        "step of 2 layers at batch 8: 316 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
+        "engine's layers"
+    )
+    assert lines[3].startswith("seeded bug (task 126, o_proj, without its wait on attention): static check 24 problems")
     assert lines[-1] == "persistent layer: PASS"
 
 
@@ -157,3 +161,30 @@ def test_a_split_pv_spreads_the_same_bytes_over_more_tasks_and_helps_batch_1_in_
     plain, spread = estimate(sch, m, 2), estimate(split, m, 2)
     assert spread.by_kind["ATTN_OUT"][2] == plain.by_kind["ATTN_OUT"][2] == 2 * 1024 * 8 * 128 * 2  # V once a layer
     assert spread.floor_s == plain.floor_s and spread.fraction > plain.fraction
+
+
+def test_a_step_of_three_layers_is_bitwise_the_engines_layers_and_its_cross_layer_wait_matters():
+    case = C.make(C.SMALL, LENS[8], seed=9, layers=3)
+    sch = build_step(case.shape(False, **TILES), 3)
+    assert check(sch) == [] and len(sch.tasks) == 3 * len(build(case.shape(False, **TILES)).tasks)
+    assert sch.encode()[len(sch.tasks) // 3][:3] == [int(Kind.NORM1), 1, 0]  # layer 1's first task: its norm of row 0
+    for seed, sms in enumerate((3, 16, 64)):
+        ref_step, sim_step = case.fresh_step(), case.fresh_step()
+        ref = C.reference(case, ref_step)
+        run = simulate(sch, case.weights, sim_step, sms=sms, seed=seed)
+        assert {k: torch.equal(run.buffers[k], ref[k]) for k in ref} == dict.fromkeys(ref, True)
+        assert all(torch.equal(a, b) for x, y in zip(sim_step.caches(), ref_step.caches()) for a, b in zip(x, y))
+    # layer 1's norms without their wait on layer 0's down tiles
+    first = next(t.index for t in sch.tasks if t.kind == Kind.NORM1 and t.layer == 1)
+    tasks = list(sch.tasks)
+    tasks[first] = replace(tasks[first], waits=())
+    bad = Schedule(sch.shape, tasks, sch.counters, sch.expected, layers=3)
+    assert check(bad)[0].startswith(f"task {first} (NORM1) reads L0.mlp written by task ")
+    caught = 0
+    for seed in range(6):
+        try:
+            simulate(bad, case.weights, case.fresh_step(), sms=64, seed=seed)
+        except ReadBeforeWrite as exc:
+            caught += 1
+            assert f"task {first} (NORM1 (0,)) read L0.mlp[0:1, 0:256] before it was written" in str(exc)
+    assert caught
