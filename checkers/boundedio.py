@@ -52,7 +52,7 @@ def read_bytes(path: Path, cap: int, root: Path | None = None, display: str | No
     shown = escape(display or str(path))
     target = Path(os.path.realpath(path))
     if root is not None:
-        base = Path(os.path.realpath(root))
+        base = _real_root(str(root))
         if target != base and base not in target.parents:
             raise Unreadable(
                 shown,
@@ -90,6 +90,19 @@ def read_bytes(path: Path, cap: int, root: Path | None = None, display: str | No
     if len(raw) > cap:  # it grew after the fstat
         raise _too_big(shown, len(raw), cap)
     return raw
+
+
+_roots: dict[str, Path] = {}
+
+
+def _real_root(root: str) -> Path:
+    """The repository root with its symlinks resolved, once per process (a preflight reads about 1,500
+    files under one root). The file's own path is still resolved on every read: only a root that is itself
+    re-pointed while rowgate runs reads differently, and then its files fall outside the remembered place
+    and are refused."""
+    if root not in _roots:
+        _roots[root] = Path(os.path.realpath(root))
+    return _roots[root]
 
 
 def read_text(path: Path, cap: int, root: Path | None = None, display: str | None = None) -> str:

@@ -194,7 +194,7 @@ def load_context(repo: Path | None, sections: tuple[str, ...] | None = None, con
         return Context(root=root, config=view, source=source)
     from .config import parse_source
 
-    return Context(root=root, config=parse_source(source), source=source)
+    return Context(root=root, config=parse_source(source, git_dir), source=source)
 
 
 def _usage_error(message: str) -> int:
@@ -236,6 +236,7 @@ def cmd_check(rest: list[str]) -> int:
         ctx = load_context(args.repo, getattr(module, "CONFIG_SECTIONS", None), args.config)
     except (GitError, RecordError) as exc:
         return _setup_error(exc)
+    ctx.git.freeze_refs()  # a check only reads refs: each ref and merge base it resolves twice, git answers once
     result = run_check(spec, ctx, args)
     sys.stdout.write(
         render(args.format, [result], list(module.RULES), anchors=sarif_anchors.for_results(ctx, args.format, [result]))
@@ -258,6 +259,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
         return run_baseline_command(ctx, args)
     not_run: list[tuple[str, str]] = []
+    ctx.git.freeze_refs()  # the gates only read: each asks for the same refs and merge bases, git answers once
     results = run_preflight(ctx, args.only, args.base, not_run)
     sys.stdout.write(
         render(

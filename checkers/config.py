@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -613,20 +614,40 @@ def load_config(root: Path, path: str | Path | None = None, env: Mapping[str, st
     return parse_source(locate(root, path, env))
 
 
-def parse_source(source: ConfigSource) -> Config:
-    """Validate a located config: exactly the bytes the config cache keys on."""
+def parse_source(source: ConfigSource, git_dir: Path | None = None) -> Config:
+    """Validate a located config: exactly the bytes the config cache keys on (`git_dir`: see parse_config)."""
     if source.kind == "none":
         return Config()
     if source.kind == "pyproject":
         return parse_pyproject(source.raw, source.display)
-    return parse_config(source.raw, source.display)
+    return parse_config(source.raw, source.display, git_dir)
 
 
-def parse_config(raw: bytes, display: str = CONFIG_PATH) -> Config:
-    """Validate the bytes of a YAML config."""
+def parse_config(raw: bytes, display: str = CONFIG_PATH, git_dir: Path | None = None) -> Config:
+    """Validate the bytes of a YAML config. With `git_dir`, bytes that parsed and validated before are
+    validated again from their cached parse (checkers.recordcache), without ruamel.yaml's round trip; a
+    problem found that way is reported from a fresh parse, with its lines."""
+    cache, key = None, ""
+    if git_dir is not None:
+        from .contentcache import ContentCache
+        from .recordcache import ParsedCache
+
+        cache, key = ParsedCache.at(git_dir, "config"), ContentCache.key("config", raw)
+        hit = cache.hit(key)
+        if hit is not None:
+            try:
+                config = Config.model_validate(hit[0])
+                check_names(config, display, lambda loc: None)
+                cache.cache.save()
+                return config
+            except (ValidationError, RecordError):
+                pass  # the schema changed since: the fresh parse below reports where
     doc = parse_yaml(raw, display)
     config = validate(Config, doc, display)
     check_names(config, display, lambda loc: line_of(doc, loc))
+    if cache is not None:
+        cache.keep(key, doc)
+        cache.cache.save()
     return config
 
 

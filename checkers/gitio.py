@@ -8,9 +8,9 @@ import re
 import selectors
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .results import CheckError
 
@@ -131,6 +131,19 @@ def discover_repo(start: Path, explicit: bool = False) -> tuple[Path, Path]:
     return root, git_dir
 
 
+def git_dir_of(root: Path) -> Path | None:
+    """The git directory of the work tree `root` (where rowgate keeps its caches), as discovery found it,
+    else asked of git; None where `root` is no work tree's root."""
+    known = _discovered.get(str(root))
+    if known is not None:
+        return known
+    try:
+        found, git_dir = discover_repo(root, explicit=True)
+    except GitError:
+        return None
+    return git_dir if Path(os.path.realpath(found)) == Path(os.path.realpath(root)) else None
+
+
 def _rev_parse_one(start: Path, option: str) -> str:
     """One path from `git rev-parse OPTION`, exactly: the output less its final newline (a newline inside
     the path stays; cutting at the first one would name a neighbour directory)."""
@@ -244,6 +257,7 @@ class Git:
         # tree's, or a commit (the base of a range) whose .mailmap blob alone is used, so a branch's own
         # .mailmap change cannot map its identities (it takes effect once it is on the base).
         self.mailmap_rev: str | None = None
+        self._frozen: dict[tuple[str, ...], Any] | None = None  # freeze_refs(): remembered answers
 
     def _mailmap_opts(self) -> tuple[str, ...]:
         """Global options that make git read .mailmap only from `mailmap_rev`'s tree: run in the git
@@ -362,7 +376,23 @@ class Git:
         return self.run(*args, **kw).stdout.decode("utf-8", errors="replace")
 
     # --- refs ----------------------------------------------------------------
+    def freeze_refs(self) -> None:
+        """From now on, answer each ref and ancestry question (resolve, ambiguous, current_branch, is_shallow,
+        merge_base, is_ancestor, remotes) once and remember it: for a read-only run such as the preflight,
+        whose checks each resolve the same `main`, `HEAD` and merge base. Nothing may move a ref after."""
+        self._frozen = {}
+
+    def _memo(self, key: tuple[str, ...], answer: Callable[[], T]) -> T:
+        if self._frozen is None:
+            return answer()
+        if key not in self._frozen:
+            self._frozen[key] = answer()
+        return cast(T, self._frozen[key])
+
     def resolve(self, ref: str) -> str | None:
+        return self._memo(("resolve", ref), lambda: self._resolve(ref))
+
+    def _resolve(self, ref: str) -> str | None:
         proc = self.run(
             "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", ok_codes=(0, 1, 128)
         )
@@ -388,6 +418,9 @@ class Git:
     def ambiguous(self, ref: str) -> list[str]:
         """The full ref names a short name (the part before any `~^:@{`) stands for among branches, tags and
         remote-tracking refs; one git call, none for a full ref name or a hex object name."""
+        return self._memo(("ambiguous", ref), lambda: self._ambiguous(ref))
+
+    def _ambiguous(self, ref: str) -> list[str]:
         name = re.match(r"[^~^:@{]*", ref).group(0)  # type: ignore[union-attr]
         if not name or name.startswith("refs/") or name == "HEAD" or re.fullmatch(r"[0-9a-f]{4,64}", name):
             return []
@@ -396,6 +429,9 @@ class Git:
         return [r for r in wanted if r in out]
 
     def is_shallow(self) -> bool:
+        return self._memo(("is_shallow",), self._is_shallow)
+
+    def _is_shallow(self) -> bool:
         return self.text("rev-parse", "--is-shallow-repository").strip() == "true"
 
     def require_complete_history(self, rev_range: str) -> None:
@@ -439,6 +475,9 @@ class Git:
         return [Path(self.root, name.strip()) for name in files]
 
     def merge_base(self, a: str, b: str) -> str:
+        return self._memo(("merge_base", a, b), lambda: self._merge_base(a, b))
+
+    def _merge_base(self, a: str, b: str) -> str:
         proc = self.run("merge-base", a, b, ok_codes=(0, 1))
         if proc.returncode == 1:
             if self.is_shallow():
@@ -453,12 +492,28 @@ class Git:
         return proc.stdout.decode().strip()
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self._memo(("is_ancestor", ancestor, descendant), lambda: self._is_ancestor(ancestor, descendant))
+
+    def _is_ancestor(self, ancestor: str, descendant: str) -> bool:
         return self.run("merge-base", "--is-ancestor", ancestor, descendant, ok_codes=(0, 1)).returncode == 0
 
+    def ancestors_among(self, commits: Sequence[str], descendant: str) -> set[str]:
+        """Those of `commits` (full names of existing commits) that are ancestors of `descendant` (or it), in
+        one `git rev-list`: what it lists is reachable from the commits but not from `descendant`, so a
+        commit it does not list is an ancestor."""
+        if not commits:
+            return set()
+        revs = "".join(f"{c}\n" for c in commits) + f"^{descendant}\n"
+        outside = set(self.text("rev-list", "--stdin", input=revs.encode()).split())
+        return {c for c in commits if c not in outside}
+
     def remotes(self) -> list[str]:
-        return self.text("remote").split()
+        return self._memo(("remotes",), lambda: self.text("remote").split())
 
     def current_branch(self) -> str | None:
+        return self._memo(("current_branch",), self._current_branch)
+
+    def _current_branch(self) -> str | None:
         name = self.text("symbolic-ref", "--quiet", "--short", "HEAD", ok_codes=(0, 1)).strip()
         return name or None
 
@@ -708,21 +763,24 @@ class Git:
         out = self.run("log", "-z", "--no-renames", "--format=%x00%H", "--name-only", rev_range, "--").stdout.decode(
             "utf-8", errors="surrogateescape"
         )
-        changed: dict[str, list[str]] = {}
-        fields = out.split("\0")
-        paths: list[str] = []
-        i = 0
-        while i < len(fields):
-            if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
-                paths = changed.setdefault(fields[i + 1], [])
-                i += 2
-                if i < len(fields) and fields[i].startswith("\n"):
-                    fields[i] = fields[i][1:]  # the newline between a commit's header and its paths
-                continue
-            if fields[i]:
-                paths.append(fields[i])
-            i += 1
-        return changed
+        return _changed_paths(out)
+
+    def changed_paths_of(self, shas: Sequence[str]) -> dict[str, list[str]]:
+        """changed_paths() of exactly the commits `shas` (full names), one `git log --no-walk --stdin`."""
+        if not shas:
+            return {}
+        out = self.run(
+            "log",
+            "-z",
+            "--no-renames",
+            "--format=%x00%H",
+            "--name-only",
+            "--no-walk",
+            "--stdin",
+            "--",
+            input="".join(f"{s}\n" for s in shas).encode(),
+        ).stdout.decode("utf-8", errors="surrogateescape")
+        return _changed_paths(out)
 
     def key_changes(
         self, rev_range: str, directory: str, key: str, cap: int = 1 << 20
@@ -804,6 +862,25 @@ class Git:
             "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(f"{s}\n" for s in shas).encode()
         )
         return {line.split()[0] for line in out.splitlines() if line.endswith(" commit")}
+
+
+def _changed_paths(out: str) -> dict[str, list[str]]:
+    """Parse `git log -z --format=%x00%H --name-only` output: each commit is `\\0SHA\\0`, then its paths."""
+    changed: dict[str, list[str]] = {}
+    fields = out.split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        if fields[i] == "" and i + 1 < len(fields) and _is_sha(fields[i + 1]):
+            paths = changed.setdefault(fields[i + 1], [])
+            i += 2
+            if i < len(fields) and fields[i].startswith("\n"):
+                fields[i] = fields[i][1:]  # the newline between a commit's header and its paths
+            continue
+        if fields[i]:
+            paths.append(fields[i])
+        i += 1
+    return changed
 
 
 def ignore_message(message: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -28,7 +28,10 @@ from .recordmodels import (
     TableCells,
     TablePosition,
 )
-from .yamlio import MAX_YAML_BYTES, RecordError, load_model, load_text, validate
+from .yamlio import MAX_YAML_BYTES, RecordError, validate
+
+if TYPE_CHECKING:
+    from .recordcache import ParsedCache
 
 # The models live in checkers.recordmodels; their names stay public here too, beside the loader's.
 __all__ = [
@@ -58,13 +61,20 @@ M = TypeVar("M", bound=BaseModel)
 
 def load_records(root: Path, config: Config | None = None) -> Records:
     """Every record, from the places `config.sources` names (default: one file per record under .agents/)."""
+    from .recordcache import ParsedCache
+
     config = config if config is not None else Config()
     sources = config.sources
     rec = Records()
     base = root / AGENTS
-    _files_of(
-        rec, root, base, *(_reads_files(k) for k in (sources.rows, sources.claims, sources.issues, sources.ledger))
-    )
+    with ParsedCache.of(root) as cache:
+        _files_of(
+            rec,
+            root,
+            base,
+            cache,
+            *(_reads_files(k) for k in (sources.rows, sources.claims, sources.issues, sources.ledger)),
+        )
     if any(k.tables for k in (sources.rows, sources.claims, sources.issues, sources.ledger)):
         from .recordsources.load import load_tables  # only where the config names record tables
 
@@ -108,12 +118,19 @@ def check_rows(rec: Records, config: Config) -> None:
 
 
 def _files_of(
-    rec: Records, root: Path, base: Path, rows: KindSource, claims: KindSource, issues: KindSource, ledger: KindSource
+    rec: Records,
+    root: Path,
+    base: Path,
+    cache: ParsedCache,
+    rows: KindSource,
+    claims: KindSource,
+    issues: KindSource,
+    ledger: KindSource,
 ) -> None:
     if not rows.files:
-        return _claims_issues_ledger(rec, root, base, claims, issues, ledger)
+        return _claims_issues_ledger(rec, root, base, cache, claims, issues, ledger)
     for path in sorted((base / "rows").glob("*.yaml")):
-        loaded = _load(rec, root, path, Row)
+        loaded = _load(rec, root, path, Row, cache)
         if loaded and loaded.model.id != path.stem:
             rec.problems.append(
                 RecordError(
@@ -131,22 +148,28 @@ def _files_of(
             rec.rows[loaded.model.id] = loaded
             if loaded.model.table is not None:  # imported from a table: counted with that table's rows
                 rec.tables.setdefault(loaded.model.table.path, []).append(loaded.model.id)
-    return _claims_issues_ledger(rec, root, base, claims, issues, ledger)
+    return _claims_issues_ledger(rec, root, base, cache, claims, issues, ledger)
 
 
 def _claims_issues_ledger(
-    rec: Records, root: Path, base: Path, claims: KindSource, issues: KindSource, ledger: KindSource
+    rec: Records,
+    root: Path,
+    base: Path,
+    cache: ParsedCache,
+    claims: KindSource,
+    issues: KindSource,
+    ledger: KindSource,
 ) -> None:
     for path in sorted((base / "claims").glob("*.yaml")) if claims.files else []:
-        loaded = _load(rec, root, path, Claim)
+        loaded = _load(rec, root, path, Claim, cache)
         if loaded:
             rec.claims[loaded.model.id] = loaded
     for path in sorted((base / "issues").glob("*/ISSUE-*.md")) if issues.files else []:
-        loaded = _load_front_matter(rec, root, path)
+        loaded = _load_front_matter(rec, root, path, cache)
         if loaded:
             rec.issues.append(loaded)
     for path in sorted((base / "ledger").glob("*.json")) if ledger.files else []:
-        loaded = _load(rec, root, path, _ledger_model(path))
+        loaded = _load(rec, root, path, _ledger_model(path), cache)
         if loaded:
             rec.ledger[loaded.path] = loaded
 
@@ -195,12 +218,12 @@ def _read_text(rec: Records, root: Path, path: Path) -> str | None:
         return None
 
 
-def _load(rec: Records, root: Path, path: Path, model: type[BaseModel]) -> Loaded | None:
+def _load(rec: Records, root: Path, path: Path, model: type[BaseModel], cache: ParsedCache) -> Loaded | None:
     try:
         if path.suffix == ".json":
             obj, doc = load_json_model(model, path, _rel(root, path), root)
         else:
-            obj, doc = load_model(model, path, _rel(root, path), root)
+            obj, doc = cache.load_model(model, path, _rel(root, path), root)
     except RecordError as exc:
         rec.problems.append(exc)
         return None
@@ -243,7 +266,7 @@ def load_json_model(model: type[M], path: Path, display: str, root: Path | None 
     doc = JsonDoc(data)
     doc.text = text
     try:
-        return validate(model, data, display), doc
+        return validate(model, data, display, plain=True), doc
     except RecordError as exc:
         exc.problems = [
             (line if line else doc.line(field.split(".", 1)[0]), field, msg) for line, field, msg in exc.problems
@@ -251,7 +274,7 @@ def load_json_model(model: type[M], path: Path, display: str, root: Path | None 
         raise RecordError(display, exc.problems) from None
 
 
-def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
+def _load_front_matter(rec: Records, root: Path, path: Path, cache: ParsedCache) -> Loaded | None:
     rel = _rel(root, path)
     text = _read_text(rec, root, path)
     if text is None:
@@ -261,8 +284,7 @@ def _load_front_matter(rec: Records, root: Path, path: Path) -> Loaded | None:
         return None
     head = text[4 : text.index("\n---\n", 4)]
     try:
-        doc = load_text(head, rel)
-        obj = validate(IssueRecord, doc, rel)
+        obj, doc = cache.load_text_model(IssueRecord, head, rel)
     except RecordError as exc:
         # front matter starts on line 2 of the file
         exc.problems = [((ln + 1) if ln else ln, f, m) for ln, f, m in exc.problems]

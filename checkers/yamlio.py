@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from io import StringIO
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 
 from .linear import Meter
 from .results import RecordError  # re-exported: loaders and callers catch it from here
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+    from ruamel.yaml import YAML
+
+# ruamel.yaml is imported where a document is parsed or written, not with this module: a run whose records
+# and config all come from their parse caches (checkers.recordcache) never loads it.
 
 __all__ = [
     "RecordError",
@@ -34,6 +37,8 @@ MAX_YAML_DEPTH = 64  # nesting deeper than this is refused (the parser recurses)
 
 
 def yaml_rt() -> YAML:
+    from ruamel.yaml import YAML
+
     y = YAML(typ="rt")
     y.preserve_quotes = True
     y.width = 4096
@@ -71,6 +76,8 @@ def parse_yaml(raw: bytes, display: str) -> Any:
 
 def load_text(text: str, display: str, line_offset: int = 0) -> Any:
     """Parse YAML text with the bounds of parse_yaml(); errors name `display` and the line."""
+    from ruamel.yaml.error import YAMLError
+
     try:
         _check_tokens(text, display, line_offset)
         return yaml_rt().load(text)
@@ -119,12 +126,13 @@ def dump_yaml(data: Any) -> str:
     return buf.getvalue()
 
 
-def validate(model: type[M], data: Any, display: str) -> M:
-    """Validate `data` (as loaded by ruamel) against `model`; errors carry YAML line numbers."""
+def validate(model: type[M], data: Any, display: str, plain: bool = False) -> M:
+    """Validate `data` (as loaded by ruamel, or `plain` JSON data) against `model`; errors carry YAML line
+    numbers."""
     if data is None:
         data = {}
     try:
-        return model.model_validate(to_plain(data))
+        return model.model_validate(data if plain else to_plain(data))
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -154,6 +162,8 @@ def to_plain(node: Any) -> Any:
 
 def line_of(doc: Any, loc: tuple[int | str, ...]) -> int | None:
     """The 1-based line of the deepest node on `loc` that the document has."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
     line = None
     node = doc
     for part in loc:

@@ -26,10 +26,10 @@ import torch
 
 from engine.flags import FlagSnapshot
 from engine.model import parallel
-from engine.model.config import checkpoint_dtype, load_config
+from engine.model.config import load_config
 from engine.penalties import RowProcessors
 from engine.requests import CompletionOutput, Request, RequestMetrics, RequestOutput
-from engine.runner import DTYPES, PreparedDecode, Runner, StepRow
+from engine.runner import DTYPES, PreparedDecode, Runner, StepRow, resolve_dtype
 from engine.sampling_params import SamplingParams, sample_seed
 from engine.scheduler import ScheduledStep, Scheduler
 from engine.sequence import Sequence, Status
@@ -84,7 +84,7 @@ class LLM:
         self.model_dir = Path(model) if model is not None else TINY_MODEL
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         config = load_config(self.model_dir)
-        torch_dtype = resolve_dtype(dtype, config, device)
+        torch_dtype = DTYPES[resolve_dtype(dtype, config, device)]
         self.max_model_len = max_model_len or min(config.max_position_embeddings, DEFAULT_MAX_MODEL_LEN)
         if self.max_model_len > config.max_position_embeddings:
             raise ValueError(
@@ -561,19 +561,6 @@ def _processed(p: SamplingParams) -> bool:
 def _reads_output(p: SamplingParams) -> bool:
     """Whether a request's logits processors read its output tokens (a step cannot be staged before them)."""
     return p.presence_penalty != 0 or p.frequency_penalty != 0 or p.repetition_penalty != 1 or p.min_tokens > 0
-
-
-def resolve_dtype(name: str, config: Any, device: str) -> torch.dtype:
-    """`auto`: the checkpoint's torch_dtype (float32 if it names none); on CUDA a float32 checkpoint runs in
-    bfloat16, as vLLM's `auto` runs it in half precision."""
-    checkpoint = config.torch_dtype
-    if name != "auto":
-        if name not in DTYPES:
-            raise ValueError(f"dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
-        return DTYPES[name]
-    if not device.startswith("cuda"):
-        return DTYPES[checkpoint_dtype(config)]
-    return DTYPES[checkpoint] if checkpoint in ("bfloat16", "float16") else torch.bfloat16
 
 
 def kv_block_bytes(config: Any, dtype: torch.dtype, block_size: int) -> int:

@@ -13,8 +13,10 @@ The penalties apply to the raw logits, before the temperature, as vLLM applies t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # one token list per row packs three kinds by weight into one int64 scatter: output tokens count 1, prompt
@@ -40,9 +42,12 @@ class RowProcessors:
         return self.presence != 0 or self.frequency != 0 or self.repetition != 1 or bool(self.banned)
 
 
-def pack(rows: list[RowProcessors | None], padded: int, vocab: int) -> dict[str, torch.Tensor]:
-    """Host tensors for `apply`: per row its tokens and their weights (padding: the spare column `vocab`,
-    weight 0), padded to a power-of-two width so a captured step sees few shapes."""
+COLUMNS = ("presence", "frequency", "repetition", "min_p")  # the per-row values, after tokens and weights
+NEUTRAL = (0.0, 0.0, 1.0, 0.0)  # their values in a row without processors
+
+
+def _token_lists(rows: Sequence[RowProcessors | None]) -> list[tuple[list[int], list[int]]]:
+    """Per row the tokens its penalties and bans act on, and their weights."""
     lists: list[tuple[list[int], list[int]]] = []
     for r in rows:
         if r is None or not r.penalized:
@@ -51,19 +56,37 @@ def pack(rows: list[RowProcessors | None], padded: int, vocab: int) -> dict[str,
         ids = list(r.output) + (list(r.prompt) if r.repetition != 1 else []) + list(r.banned)
         w = [1] * len(r.output) + [PROMPT_WEIGHT] * (len(ids) - len(r.output) - len(r.banned))
         lists.append((ids, w + [BANNED_WEIGHT] * len(r.banned)))
-    width = 1 << max(0, max(len(ids) for ids, _ in lists) - 1).bit_length()
-    tokens = torch.full((padded, width), vocab, dtype=torch.int64)
-    weights = torch.zeros((padded, width), dtype=torch.int64)
-    for i, (ids, ws) in enumerate(lists):
-        tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
-        weights[i, : len(ws)] = torch.tensor(ws, dtype=torch.int64)
-    cols = [[0.0, 0.0, 1.0, 0.0]] * padded
-    for i, r in enumerate(rows):
-        if r is not None:
-            cols[i] = [r.presence, r.frequency, r.repetition, r.min_p]
-    f = torch.tensor(cols, dtype=torch.float32)
-    return {"tokens": tokens, "weights": weights, "presence": f[:, 0], "frequency": f[:, 1],
-            "repetition": f[:, 2], "min_p": f[:, 3]}  # fmt: skip
+    return lists
+
+
+def width(rows: Sequence[RowProcessors | None]) -> int:
+    """The token columns `fill` needs for these rows: a power of two (at least 1), so a captured step sees few
+    shapes."""
+    longest = max((len(ids) for ids, _ in _token_lists(rows)), default=0)
+    return 1 << max(0, longest - 1).bit_length()
+
+
+def fill(rows: Sequence[RowProcessors | None], vocab: int, out: dict[str, np.ndarray]) -> None:
+    """Write `apply`'s inputs into host arrays (`tokens` and `weights` [padded, width], each of COLUMNS
+    [padded]): per row its tokens and their weights (padding: the spare column `vocab`, weight 0); rows past
+    len(rows) and rows without processors are neutral."""
+    tokens, weights = out["tokens"], out["weights"]
+    tokens[:], weights[:] = vocab, 0
+    for i, (ids, ws) in enumerate(_token_lists(rows)):
+        tokens[i, : len(ids)] = ids
+        weights[i, : len(ws)] = ws
+    for j, name in enumerate(COLUMNS):
+        out[name][:] = NEUTRAL[j]
+        out[name][: len(rows)] = [NEUTRAL[j] if r is None else getattr(r, name) for r in rows]
+
+
+def pack(rows: list[RowProcessors | None], padded: int, vocab: int) -> dict[str, torch.Tensor]:
+    """`fill` into new host tensors, named as `apply`'s arguments."""
+    w = width(rows)
+    out: dict[str, np.ndarray] = {"tokens": np.zeros((padded, w), np.int64), "weights": np.zeros((padded, w), np.int64)}
+    out |= {name: np.zeros(padded, np.float32) for name in COLUMNS}
+    fill(rows, vocab, out)
+    return {name: torch.from_numpy(a) for name, a in out.items()}
 
 
 def apply(

@@ -6,7 +6,6 @@ is that program at temperature 0 (its own captured mode, `Mode.GREEDY`), so what
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -21,12 +20,11 @@ from engine.flags import FlagSnapshot
 from engine.logprobs import PositionLogprobs, device_logprobs, host_rows
 from engine.model import parallel
 from engine.model.batch import ForwardBatch
-from engine.model.config import checkpoint_dtype, load_config
+from engine.model.config import ModelConfig, checkpoint_dtype, load_config
 from engine.model.loader import load_model
 from engine.model.qwen3_next import make_recurrent_state
-from engine.penalties import RowProcessors
-from engine.sampler import Mode, SamplingInputs, StepExtras, sample, sample_with_extras
-from engine.step_inputs import StepInputs
+from engine.sampler import NO_EXTRAS, Mode, StepExtras, sample_with_extras
+from engine.staging import StepRow, StepStaging
 
 if TYPE_CHECKING:
     from torch.cuda import _POOL_HANDLE  # the handle type CUDAGraph.pool() returns
@@ -37,38 +35,19 @@ GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_MAX_MODEL_LEN = 512  # when none is given: this, or the model's max_position_embeddings if smaller
 
 
-@dataclass(slots=True)
-class StepRow:
-    """One sequence's part of a serving step: `token_ids` at positions start.., then one sampled token."""
-
-    token_ids: list[int]
-    start: int  # tokens of the sequence already in the cache
-    table: list[int]  # its block table, covering start + len(token_ids) tokens
-    temperature: float = 0.0
-    top_k: int = -1
-    top_p: float = 1.0
-    seed: int = 0
-    step: int = 0  # index of the token being generated within its request
-    state_slot: int = -1  # its recurrent-state slot (models with gated delta net layers; the scheduler's)
-    logprobs: int = -1  # top-k logprobs of the sampled token (engine.logprobs); -1: none
-    processors: RowProcessors | None = None  # penalties, bans, min_p (engine.penalties); None: none
-    prompt_logprobs: int = -1  # top-k logprobs of prompt_targets, predicted by this row's positions
-    prompt_targets: list[int] | None = None  # the prompt tokens after this row's first len() positions
-
-
 @dataclass
 class PreparedDecode:
     """A decode step's filled host staging, not yet uploaded (Runner.prepare_decode)."""
 
     padded: int
     mode: Mode
-    inputs: StepInputs
-    sampling: SamplingInputs
+    staging: StepStaging
     extras: StepExtras
 
     def device_inputs(self) -> dict[str, torch.Tensor]:
-        """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is."""
-        return {**self.inputs.upload(), **self.sampling.upload(), **self.extras.upload()}
+        """Upload the staging; the device tensors, by the name of Runner.sample_step's argument each one is
+        (the state slots the step zeroes first, `reset_slots`, are the runner's: Runner.reset_states)."""
+        return {k: t for k, t in self.staging.upload().items() if k != "reset_slots"}
 
 
 class Runner:
@@ -98,7 +77,7 @@ class Runner:
             raise ValueError(f"device {device!r}: no CUDA device is available to torch")
         self.config = load_config(model_dir)
         if dtype is None:
-            dtype = DTYPES[checkpoint_dtype(self.config)]
+            dtype = DTYPES[resolve_dtype("auto", self.config)]
         limit = self.config.max_position_embeddings
         if max_model_len is None:
             max_model_len = min(DEFAULT_MAX_MODEL_LEN, limit)
@@ -129,14 +108,14 @@ class Runner:
         self.recurrent = make_recurrent_state(cfg, max_batch, dtype, self.device)
         self.use_graph = self.device.type == "cuda" and not self.flags.enabled("VT_EAGER")
         self._graph_pool: _POOL_HANDLE | None = None  # shared by every captured step
-        self._static: dict[int, StepInputs] = {}
+        # a decode step's staging per (padded batch size, the processors' token columns): its device views are
+        # what that shape's captured graphs read; a mixed step's staging is laid out anew for each step
+        self._decode_staging: dict[tuple[int, int], StepStaging] = {}
+        self._mixed_staging = StepStaging(self.device)
         # the captured decode program per (padded batch size, sampling mode, the step's extras, flag snapshot):
         # `flags` may be replaced between steps (a benchmark's A/B arms on one runner), each snapshot replaying
         # its own graphs
         self._sample_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._sampling: dict[int, SamplingInputs] = {}
-        self._mixed_sampling: dict[int, SamplingInputs] = {}  # per row count of a mixed step
-        self._extras_cache: dict = {}  # StepExtras' device tensors by name and shape
         # the last synchronous step's logprobs per row (None: the row asked for none), and its prompt logprobs
         self.last_logprobs: list[PositionLogprobs | None] = []
         self.last_prompt_logprobs: list[list[PositionLogprobs] | None] = []
@@ -163,63 +142,45 @@ class Runner:
             self.last_logprobs = self.read_logprobs(out, [r.logprobs for r in rows], tokens)
             return tokens
         if self.recurrent is not None:
-            self.reset_states(rows)
+            self._check_state_slots(rows)
         return self._mixed_step(rows, rows_mode(rows, self.config.vocab_size))
 
     def _mixed_step(self, rows: list[StepRow], mode: Mode) -> list[int]:
         """Prefill chunks, with or without decode rows beside them, eagerly: the one-token rows first (the
         decode kernel reads them), then the others (one varlen attention call per layer). Every input goes
-        up in two host-to-device copies from pinned staging; the sampled tokens are the one host read."""
+        up in one host-to-device copy (engine.staging); the sampled tokens are the one host read."""
         order = sorted(range(len(rows)), key=lambda i: len(rows[i].token_ids) != 1)  # stable: decode rows first
         ordered = [rows[i] for i in order]
         nd = sum(len(r.token_ids) == 1 for r in rows)
-        bs = self.block_size
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        for r in ordered:
-            span = range(r.start, r.start + len(r.token_ids))
-            ids += r.token_ids
-            positions += span
-            slots += [r.table[p // bs] * bs + p % bs for p in span]
-        lens = [len(r.token_ids) for r in ordered]
-        last = list(itertools.accumulate(lens, initial=-1))[1:]  # each row's last token
-        width = max(len(r.table) for r in ordered)
         extend = ordered[nd:]
         recurrent = self.recurrent is not None
-        states = [r.state_slot for r in ordered[:nd]] if recurrent else []
-        i64 = self._upload(torch.int64, ids, positions, slots, last, states)
-        i32 = self._upload(
-            torch.int32,
-            [b for r in ordered for b in r.table + [0] * (width - len(r.table))],
-            [r.start + 1 for r in ordered[:nd]],
-            lens[nd:] + [r.start for r in extend],
-        )
-        tables, context_lens, device_lens = i32
+        extras = StepExtras.of(ordered)
+        staging = self._mixed_staging
+        scratch = None if self.recurrent is None else self.recurrent.scratch
+        staging.stage_mixed(ordered, nd, self.block_size, extras, self.config.vocab_size, scratch)
+        v = staging.upload()
+        if staging.resets:
+            self.reset_states(v["reset_slots"])
+        lens = [len(r.token_ids) for r in ordered]
         batch = ForwardBatch(
             is_prefill=True,
-            slot_mapping=i64[2],
+            slot_mapping=v["slot_mapping"],
             kv_caches=self.kv_caches,
             seq_lens=lens[nd:],
             prefix_lens=[r.start for r in extend],
-            block_tables=tables.view(len(rows), width),
-            context_lens=context_lens,
+            block_tables=v["block_tables"],
+            context_lens=v["context_lens"],
             num_decode=nd,
-            device_lens=device_lens.view(2, len(extend)),
+            device_lens=v["device_lens"],
             flags=self.flags,
             recurrent=self.recurrent,
             state_slots=[r.state_slot for r in extend] if recurrent else None,
-            state_index=i64[4] if recurrent else None,
+            state_index=v["state_index"] if recurrent else None,
         )
-        hidden = self.model(i64[0], i64[1], batch)
+        hidden = self.model(v["input_ids"], v["positions"], batch)
         n = len(rows)
-        if n not in self._mixed_sampling:
-            self._mixed_sampling[n] = SamplingInputs(n, self.device)
-        inputs = self._mixed_sampling[n]
-        inputs.fill(*_sampling_columns(ordered))
-        logits = self.model.compute_logits(hidden[i64[3]], self.flags)
-        extras = StepExtras.build(ordered, n, self.config.vocab_size, self.device, self._extras_cache)
-        result = sample_with_extras(self.flags, logits, mode, inputs.upload(), extras)
+        logits = self.model.compute_logits(hidden[v["last"]], self.flags)
+        result = sample_with_extras(self.flags, logits, mode, v, extras)
         sampled = _tokens(result, n)
         lps = self.read_logprobs(result, [r.logprobs for r in ordered], sampled)
         prompt_lps = self._prompt_logprobs(hidden, ordered, lens)
@@ -258,28 +219,19 @@ class Runner:
                 pos += m
         return out
 
-    def _upload(self, dtype: torch.dtype, *columns: list[int]) -> list[torch.Tensor]:
-        """The columns packed into one tensor on the device (pinned staging, an asynchronous copy), split back."""
-        host = torch.tensor([x for c in columns for x in c], dtype=dtype)
-        if self.device.type == "cuda":
-            dev = host.pin_memory().to(self.device, non_blocking=True)
-        else:
-            dev = host
-        return list(dev.split([len(c) for c in columns]))
-
     # a decode step in two halves, so the host can prepare it while the previous step runs (engine.LLM with
     # VT_ASYNC_SCHEDULE): prepare_decode fills the host staging (the rows' tokens may still be placeholders),
     # launch_decode writes the final tokens, uploads and runs or replays the step; read_tokens is its host read
     @torch.inference_mode()
     def prepare_decode(self, rows: list[StepRow]) -> PreparedDecode:
         if self.recurrent is not None:
-            self.reset_states(rows)
+            self._check_state_slots(rows)
         return self._prepare_decode(rows, rows_mode(rows, self.config.vocab_size))
 
     @torch.inference_mode()
     def launch_decode(self, prepared: PreparedDecode, tokens: list[int]) -> torch.Tensor:  # -> [padded] int64
         """Run a prepared decode step with these tokens as its rows' inputs; the result is read by read_tokens."""
-        prepared.inputs.set_tokens(tokens)
+        prepared.staging.set_tokens(tokens)
         return self._launch_decode(prepared)
 
     def read_tokens(self, out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
@@ -294,26 +246,22 @@ class Runner:
         return host_rows((out[1], out[2], out[3], out[4]), tokens, ks)
 
     def _prepare_decode(self, rows: list[StepRow], mode: Mode) -> PreparedDecode:
-        n, bs = len(rows), self.block_size
-        padded = self.padded_batch(n)
-        inputs = self._step_inputs(padded)
-        inputs.fill(
-            [r.token_ids[0] for r in rows],
-            [r.start for r in rows],
-            [r.table[r.start // bs] * bs + r.start % bs for r in rows],
-            [r.table for r in rows],
-            [r.state_slot for r in rows] if self.recurrent is not None else None,
-        )
-        if padded not in self._sampling:
-            self._sampling[padded] = SamplingInputs(padded, self.device)
-        sampling = self._sampling[padded]
-        sampling.fill(*_sampling_columns(rows))
-        extras = StepExtras.build(rows, padded, self.config.vocab_size, self.device, self._extras_cache)
-        return PreparedDecode(padded, mode, inputs, sampling, extras)
+        padded = self.padded_batch(len(rows))
+        extras = StepExtras.of(rows)
+        key = (padded, extras.proc_width)
+        if key not in self._decode_staging:  # one per shape: its device views are what that shape's graphs read
+            self._decode_staging[key] = StepStaging(self.device)
+        staging = self._decode_staging[key]
+        scratch = None if self.recurrent is None else self.recurrent.scratch
+        vocab = self.config.vocab_size
+        staging.stage_decode(rows, padded, self.block_size, self.max_blocks_per_seq, extras, vocab, scratch)
+        return PreparedDecode(padded, mode, staging, extras)
 
     def _launch_decode(self, prepared: PreparedDecode) -> torch.Tensor:  # -> [padded] int64
         padded, mode, extras, flags = prepared.padded, prepared.mode, prepared.extras, self.flags
         buf = prepared.device_inputs()
+        if prepared.staging.resets:
+            self.reset_states(prepared.staging.views["reset_slots"])
 
         def step(**kw: torch.Tensor) -> torch.Tensor:
             return self.sample_step(mode, extras=extras, flags=flags, **kw)
@@ -363,10 +311,8 @@ class Runner:
             state_index=state_index,
         )
         logits = self.model.compute_logits(self.model(input_ids, positions, batch), flags)
-        if extras is None or extras.none:
-            return sample(flags, logits, temperature, top_k, top_p, seeds, steps, mode)
         sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seeds": seeds, "steps": steps}
-        return sample_with_extras(flags, logits, mode, sampling, extras, procs)
+        return sample_with_extras(flags, logits, mode, sampling | procs, extras or NO_EXTRAS)
 
     def padded_batch(self, n: int) -> int:
         """The batch size a decode step of n rows runs at: on CUDA the graph bucket at or above n (eager too)."""
@@ -375,28 +321,20 @@ class Runner:
         # eager and graph runs pad alike on CUDA, so both see the same GEMM shapes and give the same tokens
         return next((b for b in GRAPH_BATCH_SIZES if b >= n), n)  # past the largest bucket: its own size
 
-    def _step_inputs(self, padded: int) -> StepInputs:
-        if padded not in self._static:  # one per padded size: its device views are what a graph reads
-            scratch = None if self.recurrent is None else self.recurrent.scratch
-            self._static[padded] = StepInputs(padded, self.max_blocks_per_seq, self.device, scratch)
-        return self._static[padded]
-
     # --- recurrent state (gated delta net layers) -------------------------------
-    def reset_states(self, rows: list[StepRow]) -> None:
-        """Zero the state slots of rows that start at token 0 (a new or a recomputed sequence): the slot may
-        hold a finished or a preempted sequence's state."""
+    def _check_state_slots(self, rows: list[StepRow]) -> None:
         assert self.recurrent is not None
         limit = self.recurrent.scratch
         bad = next((r.state_slot for r in rows if not 0 <= r.state_slot < limit), None)
         if bad is not None:
             raise ValueError(f"{self.config.architecture}: a serving row has state slot {bad}, not in 0..{limit - 1}")
-        fresh = [r.state_slot for r in rows if r.start == 0]
-        if fresh:
-            index = torch.tensor(fresh, dtype=torch.int64)
-            if self.device.type == "cuda":  # pinned: the host does not wait for the device (VT_ASYNC_SCHEDULE)
-                index = index.pin_memory().to(self.device, non_blocking=True)
-            for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
-                t.index_fill_(0, index, 0)
+
+    def reset_states(self, slots: torch.Tensor) -> None:
+        """Zero these state slots (a staged step's `reset_slots`: its rows that start at token 0, then the
+        scratch slot) before the step runs."""
+        assert self.recurrent is not None
+        for t in (*self.recurrent.conv.values(), *self.recurrent.ssm.values()):
+            t.index_fill_(0, slots, 0)
 
     def _capture_fn(
         self, fn: Callable[..., torch.Tensor], buf: dict[str, torch.Tensor]
@@ -447,16 +385,6 @@ def rows_mode(rows: list[StepRow], vocab: int) -> Mode:
     return Mode.RANDOM if sampled else Mode.GREEDY
 
 
-def _sampling_columns(rows: list[StepRow]) -> tuple[list[float], list[int], list[float], list[int], list[int]]:
-    return (
-        [r.temperature for r in rows],
-        [r.top_k for r in rows],
-        [r.top_p for r in rows],
-        [r.seed for r in rows],
-        [r.step for r in rows],
-    )
-
-
 TINY_HIDDEN = 256  # at or below this width a matmul is too small to split across threads
 
 
@@ -473,6 +401,15 @@ def set_cpu_threads(hidden_size: int, environ: Mapping[str, str] | None = None) 
     return threads
 
 
-def resolve_dtype(name: str, model_dir: str | Path) -> str:
-    """A `--dtype` value as a dtype name: `auto` is the checkpoint's torch_dtype (float32 if it names none)."""
-    return checkpoint_dtype(load_config(model_dir)) if name == "auto" else name
+def resolve_dtype(name: str, config: ModelConfig, device: str | None = None) -> str:
+    """A `--dtype` value as a dtype name (a key of DTYPES). `auto`: the checkpoint's torch_dtype (float32 if it
+    names none); on a CUDA `device` a float32 checkpoint runs in bfloat16, as vLLM's `auto` runs it in half
+    precision. device None: the checkpoint's own dtype wherever it runs (what the gates hold to the oracle)."""
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"dtype {name!r}: expected auto or one of {', '.join(DTYPES)}")
+        return name
+    checkpoint = checkpoint_dtype(config)
+    if device is None or not device.startswith("cuda") or checkpoint != "float32":
+        return checkpoint
+    return "bfloat16"

@@ -10,6 +10,8 @@ Rows with temperature 0 take greedy_argmax of the unscaled logits: exactly greed
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -20,7 +22,7 @@ from engine.flags import FlagSnapshot
 from engine.logprobs import device_logprobs, graph_width
 from engine.ops.sample import gumbel
 
-__all__ = ["Mode", "SamplingInputs", "StepExtras", "gumbel", "sample", "sample_with_extras", "seed_bits"]
+__all__ = ["NO_EXTRAS", "Mode", "StepExtras", "gumbel", "sample", "sample_with_extras", "seed_bits"]
 
 
 class Mode(str, Enum):
@@ -56,119 +58,60 @@ def seed_bits(seed: int) -> int:
     return bits - (1 << 64) if bits >= 1 << 63 else bits
 
 
-class SamplingInputs:
-    """The sampler's per-row inputs for one padded batch: host staging and the device tensors a graph reads.
-
-    Padding rows are greedy (temperature 0) and their tokens are ignored.
-    """
-
-    def __init__(self, padded: int, device: torch.device) -> None:
-        self.padded = padded
-        pin = device.type == "cuda"
-        self.host_f = torch.zeros(2 * padded, dtype=torch.float32, pin_memory=pin)
-        self.host_i = torch.zeros(3 * padded, dtype=torch.int64, pin_memory=pin)
-        self.dev_f = torch.zeros(2 * padded, dtype=torch.float32, device=device) if pin else self.host_f
-        self.dev_i = torch.zeros(3 * padded, dtype=torch.int64, device=device) if pin else self.host_i
-        self._uploaded = torch.cuda.Event() if pin else None
-        p = padded
-        self.device_views = {
-            "temperature": self.dev_f[:p],
-            "top_p": self.dev_f[p:],
-            "top_k": self.dev_i[:p],
-            "seeds": self.dev_i[p : 2 * p],
-            "steps": self.dev_i[2 * p :],
-        }
-
-    def fill(
-        self, temperature: list[float], top_k: list[int], top_p: list[float], seeds: list[int], steps: list[int]
-    ) -> None:
-        n, p = len(temperature), self.padded
-        if not n == len(top_k) == len(top_p) == len(seeds) == len(steps) or n > p:
-            raise ValueError(f"SamplingInputs.fill: {n} rows of mismatched lengths for a padded batch of {p}")
-        if self._uploaded is not None:
-            self._uploaded.synchronize()
-        f, i = self.host_f.numpy(), self.host_i.numpy()
-        f[:n], f[n:p], f[p : p + n], f[p + n :] = temperature, 0.0, top_p, 1.0
-        i[:n], i[n:p] = top_k, -1
-        i[p : p + n], i[p + n : 2 * p] = [seed_bits(s) for s in seeds], 0
-        i[2 * p : 2 * p + n], i[2 * p + n :] = steps, 0
-
-    def upload(self) -> dict[str, torch.Tensor]:
-        if self._uploaded is not None:
-            self.dev_f.copy_(self.host_f, non_blocking=True)
-            self.dev_i.copy_(self.host_i, non_blocking=True)
-            self._uploaded.record()
-        return self.device_views
-
-
+@dataclass(frozen=True, slots=True)
 class StepExtras:
     """What a step computes besides its tokens: logprobs (a top-k width for the batch) and logits processors
-    (penalties, bans, min_p; engine.penalties). `key` names the captured graph that computes exactly this;
-    a batch that asks for none of it has `none` set and runs the plain sampler.
+    (penalties, bans, min_p; engine.penalties). `key` names the captured graph that computes exactly this; a
+    batch that asks for none of it has `none` set and runs the plain sampler."""
 
-    Built from the step's rows (anything with `logprobs` and `processors` attributes: StepRow); its device
-    tensors live in `cache` (the runner's), one per name and shape, so a captured graph reads the same
-    addresses at every replay."""
-
-    def __init__(
-        self, width: int, packed: dict[str, torch.Tensor] | None, penalize: bool, device: torch.device, cache: dict
-    ) -> None:
-        self.width, self.packed, self.penalize = width, packed, penalize
-        self._device, self._cache = device, cache
-        tokens = 0 if packed is None else packed["tokens"].shape[1]
-        self.key = (width, packed is not None, penalize, tokens)
-        self.none = width < 0 and packed is None
+    width: int = -1  # the logprobs' top-k width (engine.logprobs.graph_width); -1: no logprobs
+    proc_width: int = 0  # token columns of the processors' tensors (engine.penalties.width); 0: no processors
+    penalize: bool = False  # some row has a penalty or a ban (else the processors apply min_p only)
 
     @classmethod
-    def build(cls, rows: list[Any], padded: int, vocab: int, device: torch.device, cache: dict) -> StepExtras:
+    def of(cls, rows: Sequence[Any]) -> StepExtras:
+        """A step's extras from its rows (anything with `logprobs` and `processors` attributes: StepRow)."""
         width = graph_width(max((r.logprobs for r in rows), default=-1))
         procs = [r.processors for r in rows]
         if all(p is None for p in procs):
-            return cls(width, None, False, device, cache)
-        penalize = any(p is not None and p.penalized for p in procs)
-        return cls(width, penalties.pack(procs, padded, vocab), penalize, device, cache)
+            return cls(width)
+        return cls(width, penalties.width(procs), any(p is not None and p.penalized for p in procs))
 
-    def upload(self) -> dict[str, torch.Tensor]:
-        """The processors' tensors on the device, named as sample_step's keyword arguments (proc_*)."""
-        if self.packed is None:
-            return {}
-        if self._device.type != "cuda":
-            return {"proc_" + name: t for name, t in self.packed.items()}
-        out = {}
-        for name, host in self.packed.items():
-            key = (name, tuple(host.shape))
-            dev = self._cache.get(key)
-            if dev is None:
-                dev = self._cache[key] = torch.empty_like(host, device=self._device)
-            dev.copy_(host.pin_memory(), non_blocking=True)
-            out["proc_" + name] = dev
-        return out
+    @property
+    def key(self) -> tuple[int, int, bool]:
+        return (self.width, self.proc_width, self.penalize)
+
+    @property
+    def none(self) -> bool:
+        return self.width < 0 and not self.proc_width
+
+
+NO_EXTRAS = StepExtras()
 
 
 def sample_with_extras(
     flags: FlagSnapshot,
     logits: torch.Tensor,  # [batch, vocab]
     mode: Mode,
-    sampling: dict[str, torch.Tensor],  # SamplingInputs' device views (temperature, top_k, top_p, seeds, steps)
-    extras: StepExtras,
-    procs: dict[str, torch.Tensor] | None = None,  # extras' device tensors (default: extras.upload())
+    inputs: Mapping[str, torch.Tensor],  # a staged step's device views (engine.staging): the sampler's, proc_*
+    extras: StepExtras = NO_EXTRAS,
 ) -> Any:  # [batch] int64, or (tokens, logprob, rank, top values, top ids) with logprobs
     """The logits processors, then the sampler, then the raw logprobs of what it drew: device ops only."""
     raw = logits
-    if extras.packed is not None:
-        d = extras.upload() if procs is None else procs
+    if extras.proc_width:
         logits = penalties.apply(
             logits,
-            sampling["temperature"],
-            d["proc_tokens"],
-            d["proc_weights"],
-            d["proc_presence"],
-            d["proc_frequency"],
-            d["proc_repetition"],
-            d["proc_min_p"],
+            inputs["temperature"],
+            inputs["proc_tokens"],
+            inputs["proc_weights"],
+            inputs["proc_presence"],
+            inputs["proc_frequency"],
+            inputs["proc_repetition"],
+            inputs["proc_min_p"],
             penalize=extras.penalize,
         )
-    tokens = sample(flags, logits, mode=mode, **sampling)
+    temperature, top_k, top_p, seeds, steps = (inputs[k] for k in ("temperature", "top_k", "top_p", "seeds", "steps"))
+    tokens = sample(flags, logits, temperature, top_k, top_p, seeds, steps, mode)
     if extras.width < 0:
         return tokens
     return (tokens, *device_logprobs(raw, tokens, extras.width))

@@ -40,9 +40,5 @@ class Sequence:
         return len(self.token_ids)
 
     @property
-    def num_output(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]

@@ -1,4 +1,4 @@
-"""`python -m lab`: the gates and the benchmarks (gate, bench)."""
+"""`python -m lab`: the gates and the benchmarks (gate, bench, ci)."""
 
 from lab.cli import main
 

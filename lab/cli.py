@@ -1,4 +1,5 @@
-"""The lab's command line: `gate <name>`, `bench <name>` and `report <name>`; exit 0 pass, 1 fail, 2 usage."""
+"""The lab's command line: `gate <name>`, `bench <name>`, `report <name>` and `ci [PHASE ...]`; exit 0 pass, 1 fail,
+2 usage."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     # kernels and bench hand their whole argument list (--help included) to the module they load
     if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
         return run_module(f"lab.gates.{argv[1]}", argv[2:])
+    if argv[:1] == ["ci"]:  # the GPU job's phase table hands its whole argument list to lab.ci
+        return run_module("lab.ci", argv[1:])
     if argv[:1] == ["bench"] or argv[:2] == ["gate", "bench"]:
         rest = argv[1:] if argv[0] == "bench" else argv[2:]
         if not rest or rest[0] not in BENCHES:
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a report module's main(argv): python -m lab report NAME [ARGS]",
     )
     report.add_argument("name", choices=REPORTS)
+    sub.add_parser("ci", help="the GPU job: phases of steps judged by what they write (lab.ci; its own --help)")
     return parser
 
 

@@ -220,7 +220,7 @@ ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
             "engine.sampler",
             "engine.block_manager",
             "engine.sequence",
-            "engine.step_inputs",
+            "engine.staging",
             "engine.penalties",
             "engine.logprobs",
             "engine.sampling_params",

@@ -9,8 +9,6 @@ import os
 import sys
 from pathlib import Path
 
-from ruamel.yaml.error import YAMLError
-
 from ..commands.row import (
     _context,
     _loads,
@@ -84,6 +82,8 @@ def cmd_claim(args: argparse.Namespace) -> int:
         f"# Claim on row {args.id}: who works on it, and where.\nid: {claim_id}\nrow: {args.id}\n"
         f"branch: {_scalar(args.branch)}\nowner: {_scalar(owner)}\nsince: {dt.date.today().isoformat()}\n"
     )
+    from ruamel.yaml.error import YAMLError  # here, not at import: every rowgate command imports this module
+
     try:
         claim = validate(Claim, _loads(text), ctx.rel(claim_path))
     except (RecordError, YAMLError) as exc:

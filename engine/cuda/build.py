@@ -337,6 +337,9 @@ def main(argv: list[str] | None = None, settings: flags.FlagSnapshot | None = No
     p.add_argument("--fat", action="store_true", help="every arch in the table (default: the local GPU's)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: the build cache)")
     p.add_argument("--werror", action="store_true", help="treat nvcc and host-compiler warnings as errors")
+    p.add_argument(
+        "--json", type=Path, metavar="PATH", help='write {"passed", "examined", "summary", "sources"} to PATH'
+    )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     print(
@@ -345,7 +348,7 @@ def main(argv: list[str] | None = None, settings: flags.FlagSnapshot | None = No
         flush=True,
     )
     try:
-        build(
+        results = build(
             args.sources or None,
             fat=args.fat,
             out_dir=args.out,
@@ -355,9 +358,23 @@ def main(argv: list[str] | None = None, settings: flags.FlagSnapshot | None = No
         )
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
+        write_report(args.json, False, [], str(e).splitlines()[0] if str(e) else "build failed")
         return 1
-    print(f"done in {time.perf_counter() - t0:.1f}s")
+    seconds = time.perf_counter() - t0
+    print(f"done in {seconds:.1f}s")
+    built = sum(not r.cached for r in results)
+    write_report(args.json, bool(results), results, f"{len(results)} sources ({built} compiled) in {seconds:.1f}s")
     return 0
+
+
+def write_report(path: Path | None, passed: bool, results: list[BuildResult], summary: str) -> None:
+    """The build's machine-readable verdict for `python -m lab ci` (a build of no source examined nothing)."""
+    if path is None:
+        return
+    sources = [{"source": r.source.name, "archs": list(r.archs), "cached": r.cached} for r in results]
+    report = {"passed": passed, "examined": len(results), "summary": summary, "sources": sources}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report) + "\n")
 
 
 def progress_line(r: BuildResult, done: int, total: int, elapsed: float) -> str:

@@ -27,7 +27,6 @@ MAX_SPLITS = 64  # kMaxSplits (paged_attn_tiled.cuh)
 def _lib() -> ctypes.CDLL:
     lib = build.load("paged_attn_onepass.cu")
     ffi.bind(lib, "vt_paged_attn_onepass_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
-    ffi.bind(lib, "vt_paged_attn_onepass_split_rule", [_I, _I, _I, _I])
     ffi.bind(
         lib,
         "vt_paged_attn_onepass_decode",

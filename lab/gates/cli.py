@@ -321,7 +321,7 @@ def setup_from(args: argparse.Namespace) -> harness.Setup:
         args.model,
         prompts,
         args.max_new_tokens,
-        resolve_dtype(args.dtype or "auto", args.model),
+        resolve_dtype(args.dtype or "auto", load_config(args.model)),
         args.device,
         oracle_dir=args.oracle_model,
     )
@@ -330,7 +330,7 @@ def setup_from(args: argparse.Namespace) -> harness.Setup:
 def razor_dtypes(args: argparse.Namespace) -> list[str]:
     """`--dtype` if given; else the checkpoint's dtype and bfloat16 (fp32 hides every bf16 rounding point)."""
     if args.dtype is not None:
-        return [resolve_dtype(args.dtype, args.model)]
+        return [resolve_dtype(args.dtype, load_config(args.model))]
     return list(dict.fromkeys([checkpoint_dtype(load_config(args.model)), "bfloat16"]))
 
 
@@ -442,7 +442,7 @@ def cmd_neartie_served(args: argparse.Namespace) -> int:
         if args.save_outputs:
             served.save_outputs(args.save_outputs, runs)
     # the oracle in --dtype when given (a bf16 server judged by a bf16 oracle rounds where it rounds), else fp32
-    dtype = DTYPES[resolve_dtype(args.dtype, args.model)] if args.dtype else torch.float32
+    dtype = DTYPES[resolve_dtype(args.dtype, load_config(args.model))] if args.dtype else torch.float32
     oracle = Oracle(args.oracle_model or args.model, dtype, args.device, (args.oracle_attn or ["eager"])[0])
     logprobs = [oracle.teacher_forced_logprobs(r.prompt, r.tokens) for r in runs]
     rate = DEFAULT_MAX_NEAR_TIE_RATE if args.max_near_tie_rate is None else args.max_near_tie_rate

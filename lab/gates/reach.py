@@ -425,9 +425,18 @@ def main(argv: list[str] | None = None) -> int:
     log.close()
     rows, missing = reach_table(runs, wanted)
     bad_default = [r for r in runs if r.setting.default and not r.razor_passed]
+    ok = not missing and not bad_default and bool(runs)
+    late = f", {skipped} models not run (time limit)" if skipped else ""
+    verdict = (
+        f"reach: {'PASS' if ok else 'FAIL'}: {len(rows)} attention arms, {len(runs)} runs, "
+        f"{len(missing)} arms at 0 calls{late}"
+    )
     (out / "reach.json").write_text(
         json.dumps(
             {
+                "passed": ok,  # the verdict `python -m lab ci reach` reads
+                "examined": len(runs),
+                "summary": verdict,
                 "runs": [
                     {
                         "model": r.model,
@@ -455,12 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: {bad.model} with the default flags fails the near-tie razor: {bad.neartie}")
     for arm in missing:
         print(f"FAIL: no gate model reached {arm} (0 calls)")
-    ok = not missing and not bad_default and bool(runs)
-    late = f", {skipped} models not run (time limit)" if skipped else ""
-    print(
-        f"reach: {'PASS' if ok else 'FAIL'}: {len(rows)} attention arms, {len(runs)} runs, "
-        f"{len(missing)} arms at 0 calls{late}"
-    )
+    print(verdict)
     return 0 if ok else 1
 
 

@@ -278,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--context", type=int, default=1024, help="the decode step's prompt length (default 1024)")
     p.add_argument("--today", type=dt.date.fromisoformat, help="the date ages count to (default: today, UTC)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write {passed, examined, summary} here (lab ci)")
     return p
 
 
@@ -291,4 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     sources, skipped = load(dirs)
     text, status = render(sources, skipped, args.context, args.today or dt.datetime.now(dt.UTC).date())
     print(text)
+    if args.json:
+        verdict = text.splitlines()[-1]
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"passed": status == 0, "examined": len(sources), "summary": verdict}) + "\n")
     return status

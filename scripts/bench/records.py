@@ -5,13 +5,16 @@ Usage: scripts/bench-checkers.py records [--reps N] [--ledger PATH]
 A pre-commit gate should answer in about a second. The arms run this checkout's code as a user runs it (a new
 interpreter each, `python -P` so the clone's own copy of the toolkit is not imported) in a shared clone of
 HEAD, where `row set` may write: the floor is a bare interpreter start (`python -c pass`), with
-`git rev-parse HEAD` beside it as a reference.
+`git rev-parse HEAD` beside it as a reference. The preflight and agent-record also run with rowgate's caches
+under .git removed first (the first run in a fresh clone), and the warm-over-cold speed-up is printed from
+the same run's medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,6 +27,10 @@ from _measure import REPO_ROOT, measure, phase, table, write_ledger  # noqa: E40
 
 FLOOR = "floor: python -c pass (a bare interpreter)"
 GIT = "git rev-parse HEAD (reference)"
+# The same commands with no cache under .git (rowgate/: the config, the records' and the scans' content
+# caches, the valid ledger records): what the first run in a fresh clone pays, and what the caches save.
+COLD_PREFLIGHT = "rowgate preflight, no caches (ref)"
+COLD_RECORD = "rowgate check agent-record, no caches (ref)"
 GOAL_S = 1.0  # "about a second": held as a ratio to this run's bare interpreter, as every bench here is
 
 
@@ -42,10 +49,21 @@ def main(argv: list[str]) -> int:
         def rowgate(*cmd: str) -> object:
             return lambda: _run([sys.executable, "-P", "-m", "checkers", *cmd], clone, env)
 
+        def cold(*cmd: str) -> object:
+            """The command as the first run in a fresh clone: every cache rowgate keeps under .git removed."""
+
+            def run() -> object:
+                shutil.rmtree(clone / ".git" / "rowgate", ignore_errors=True)
+                return _run([sys.executable, "-P", "-m", "checkers", *cmd], clone, env)
+
+            return run
+
         arms = {
             FLOOR: lambda: _run([sys.executable, "-c", "pass"], clone, env),
             GIT: lambda: _run(["git", "rev-parse", "HEAD"], clone, env),
+            COLD_PREFLIGHT: cold("preflight"),
             "rowgate preflight": rowgate("preflight"),
+            COLD_RECORD: cold("check", "agent-record"),
             "rowgate check agent-record": rowgate("check", "agent-record"),
             "rowgate render --check": rowgate("render", "--check"),
             f"rowgate row set {args.row} --state {state}": rowgate("row", "set", args.row, "--state", state),
@@ -56,7 +74,7 @@ def main(argv: list[str]) -> int:
         for name, fn in arms.items():  # each arm must work before it is timed: a failing command is fast
             proc = fn()
             assert isinstance(proc, subprocess.CompletedProcess)
-            if proc.returncode not in (0,) and name != "rowgate preflight":
+            if proc.returncode not in (0,) and not name.startswith("rowgate preflight"):
                 print(f"bench: {name} exited {proc.returncode}:\n{proc.stderr.decode()[-2000:]}", file=sys.stderr)
                 return 1
         times = measure(arms, args.reps)
@@ -67,8 +85,12 @@ def main(argv: list[str]) -> int:
         f"(median of {args.reps}, interleaved; goal about {GOAL_S:g} s = {goal:g}x this run's bare interpreter; "
         f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
     )
-    text, results = table(title, times, FLOOR, goal, (GIT,))
+    text, results = table(title, times, FLOOR, goal, (GIT, COLD_PREFLIGHT, COLD_RECORD))
     print(text)
+    speedups = {}
+    for warm, cold_arm in (("rowgate preflight", COLD_PREFLIGHT), ("rowgate check agent-record", COLD_RECORD)):
+        speedups[warm] = round(statistics.median(times[cold_arm]) / statistics.median(times[warm]), 2)
+        print(f"caches: {warm} {speedups[warm]:.2f}x faster warm than cold (medians, same run)")
     if args.ledger:
         by = {r["arm"]: r for r in results}
         write_ledger(
@@ -77,8 +99,16 @@ def main(argv: list[str]) -> int:
             ".venv/bin/python scripts/bench-checkers.py records",
             f"preflight {by['rowgate preflight']['median_s']:.2f}s "
             f"({by['rowgate preflight']['ratio']:.1f}x a bare interpreter); agent-record "
-            f"{by['rowgate check agent-record']['median_s']:.2f}s",
-            {"reps": args.reps, "ledger_records": ledger, "goal_ratio": goal, "arms": results},
+            f"{by['rowgate check agent-record']['median_s']:.2f}s; warm over cold "
+            f"{speedups['rowgate preflight']:.2f}x (preflight), {speedups['rowgate check agent-record']:.2f}x "
+            "(agent-record)",
+            {
+                "reps": args.reps,
+                "ledger_records": ledger,
+                "goal_ratio": goal,
+                "arms": results,
+                "warm_over_cold_speedup": speedups,
+            },
         )
     return 0
 

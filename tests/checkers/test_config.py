@@ -91,3 +91,27 @@ def test_a_mistyped_key_rule_or_check_names_the_nearest_one():
         "c.yaml:2: ignore.0: unknown rule 'trailer-mising' (did you mean TR001 trailer-missing?)"
     )
     assert lines[2].startswith("c.yaml:2: ignore.1: unknown rule 'XYZ'; `rowgate rules` lists the ")
+
+
+def test_a_cached_parse_gives_the_same_config_and_a_tampered_or_changed_one_is_parsed_again(tmp_path: Path):
+    """With a git directory, a config that validated is validated again from its cached parse: the same
+    Config; an entry altered under its seal is ignored; a config changed to a mistake after a cached run
+    fails with the line a fresh parse gives."""
+    import json
+
+    from checkers.config import parse_config
+    from checkers.contentcache import CACHE_DIR
+
+    git_dir = tmp_path / "git"
+    raw = b"version: 1\nrows:\n  areas: [GOV, ENGINE]\nchecks:\n  pr-size: {enabled: false}\n"
+    fresh = parse_config(raw, "c.yaml")
+    assert parse_config(raw, "c.yaml", git_dir) == fresh  # parsed, then kept
+    cache = git_dir / CACHE_DIR / "config.json"
+    assert len(json.loads(cache.read_text())["entries"]) == 1
+    assert parse_config(raw, "c.yaml", git_dir) == fresh  # from the cache
+    cache.write_text(cache.read_text().replace('"ENGINE"', '"MODEL"'))
+    assert parse_config(raw, "c.yaml", git_dir) == fresh
+    bad = raw.replace(b"pr-size", b"pr-sise")
+    with pytest.raises(RecordError) as exc:
+        parse_config(bad, "c.yaml", git_dir)
+    assert exc.value.lines()[0].startswith("c.yaml:5: checks.pr-sise: unknown check 'pr-sise' (did you mean")

@@ -56,9 +56,9 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     seen: list[bytes] = []
     parse = config_module.parse_config
 
-    def counting(raw: bytes, display: str = config_module.CONFIG_PATH) -> Config:
+    def counting(raw: bytes, display: str = config_module.CONFIG_PATH, git_dir: Path | None = None) -> Config:
         seen.append(raw)
-        return parse(raw, display)
+        return parse(raw, display, git_dir)
 
     monkeypatch.setattr(config_module, "parse_config", counting)
     return seen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from checkers import registry
 from checkers.checks.env_doc.envscan import c_reads, python_reads
 from checkers.config import load_config
+from checkers.contentcache import CACHE_DIR
 from checkers.context import Context
 from checkers.flagdecls import parse_flag_decls
 from checkers.preflight import check_parser, run_check
@@ -363,3 +365,27 @@ def test_reads_after_a_raw_string_and_a_digit_separator_are_found():
         ("VT_AFTER_SEP", 2),
         ("VT_LAST", 3),
     ]
+
+
+def test_a_changed_file_fails_after_a_green_cached_run_and_a_tampered_entry_is_ignored(repo: GitRepo):
+    """A Python file's reads are remembered by its bytes: a seeded read after two green runs (the second from
+    the cache) still fails; a cached answer altered by hand (the read dropped, the seal kept) is derived again;
+    and a cache file that is garbage is no cache."""
+    assert check(repo).status.value == "pass"
+    assert check(repo).status.value == "pass"
+    repo.write({"engine/dump.py": "import os\n\n\ndef dump():\n    return os.environ.get('VT_SEEDED_NEW')\n"})
+    stale = ("ED002", f"{ALLOW}:2", "VT_DEBUG_DUMP is allowlisted but nothing reads it")
+    undocumented = (
+        "ED001",
+        "engine/dump.py:5",
+        f"VT_SEEDED_NEW read at engine/dump.py:5 is not documented in docs/ENVIRONMENT.md nor classified in {ALLOW}",
+    )
+    assert sorted(whole(check(repo))) == sorted([undocumented, stale])
+    cache = Path(repo.git("rev-parse", "--absolute-git-dir").strip()) / CACHE_DIR / "env-doc.json"
+    data = json.loads(cache.read_text())
+    for _seal, value in data["entries"].values():
+        value.clear()
+    cache.write_text(json.dumps(data))
+    assert sorted(whole(check(repo))) == sorted([undocumented, stale])
+    cache.write_text("{not json")
+    assert sorted(whole(check(repo))) == sorted([undocumented, stale])

@@ -147,6 +147,26 @@ def test_record_made_stale_by_a_later_change_to_what_it_measured(repo: GitRepo):
     assert result.findings[0].message.endswith(f"1 commits since changed what it measured: {edit[:7]} Kernel: faster")
 
 
+def test_the_history_cache_never_hides_a_change_to_what_was_measured(repo: GitRepo):
+    """Each commit's changed paths are kept by its sha: a commit after a green cached run is diffed and makes
+    the record stale, and a cached entry emptied by hand (its seal kept) is diffed again."""
+    from checkers.contentcache import CACHE_DIR
+
+    assert _check(repo, "stale.md").status.value == "pass"
+    assert _check(repo, "stale.md").status.value == "pass"  # the history from the cache
+    edit = repo.commit("Kernel: faster\n\nRow: GOV-X\n", {"src/kernel.py": "x = 2\n"})
+    stale = [("EV004", 3)]
+    assert [(f.rule, f.line) for f in _check(repo, "stale.md").findings] == stale
+    cache = Path(repo.git("rev-parse", "--absolute-git-dir").strip()) / CACHE_DIR / "evidence-history.json"
+    data = json.loads(cache.read_text())
+    assert "src/kernel.py" in data["entries"][edit][1]
+    data["entries"][edit][1].remove("src/kernel.py")
+    cache.write_text(json.dumps(data))
+    result = _check(repo, "stale.md")
+    assert [(f.rule, f.line) for f in result.findings] == stale
+    assert result.findings[0].message.endswith(f"1 commits since changed what it measured: {edit[:7]} Kernel: faster")
+
+
 def test_dated_citation_of_a_stale_record_is_noted_with_the_commits_since(repo: GitRepo):
     repo.commit("Kernel: faster\n\nRow: GOV-X\n", {"src/kernel.py": "x = 2\n"})
     result = _check(repo, "good.md")

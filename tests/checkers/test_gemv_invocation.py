@@ -4,13 +4,16 @@ copy of the real engine sources), its good twin passes, and the unmutated engine
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from checkers.checks import gemv_invocation as gv
 from checkers.config import Config, CublasLtRules, GemvConfig
+from checkers.contentcache import CACHE_DIR
 from checkers.context import Context
 from tests.conftest import ROOT, stage
 
@@ -551,3 +554,35 @@ def test_a_call_whose_parenthesis_never_closes_is_no_site_and_the_next_call_stil
 
     code = "void f() {\n  cublasSetX(h, (2);\n  cublasGetY(h, 7);\n}\n"
     assert [(c.name, c.args) for c in cu.library_calls(code, gv.LIBRARY_CALL)] == [("cublasGetY", ("h", "7"))]
+
+
+def _tamper_cache(root: Path) -> int:
+    """Empty every cached list of findings, the seals left as they were; how many entries had some."""
+    git_dir = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--absolute-git-dir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cache = Path(git_dir) / CACHE_DIR / "gemv-invocation.json"
+    data = json.loads(cache.read_text())
+    emptied = 0
+    for _seal, value in data["entries"].values():
+        emptied += bool(value[1])
+        value[1] = []
+    cache.write_text(json.dumps(data))
+    return emptied
+
+
+def test_a_changed_file_fails_after_a_green_cached_run_and_a_tampered_entry_is_ignored(engine_copy: Path):
+    """The Python sites are remembered by each file's text: a seeded violation after two green runs (the
+    second from the cache) still fails, and a cached answer altered by hand is derived again."""
+    assert run_on(engine_copy).status.value == "pass"
+    cached = run_on(engine_copy)
+    assert cached.status.value == "pass"
+    rel, old, new = "engine/ops/gemv.py", "F.linear(x, weight, bias)", "F.linear(x.float(), weight, bias)"
+    line = mutate(engine_copy, rel, old, new)
+    failed = run_on(engine_copy)
+    expected = [("GV001", rel, line)]
+    assert [(f.rule, f.path, f.line) for f in failed.findings] == expected
+    assert _tamper_cache(engine_copy) == 1
+    again = run_on(engine_copy)
+    assert [(f.rule, f.path, f.line) for f in again.findings] == expected
+    assert again.examined == failed.examined == cached.examined

@@ -208,3 +208,53 @@ def test_graft_files_of_a_discovered_repository_are_gits_own_without_a_git_proce
         with pytest.raises(GitError, match="crosses the shallow boundary"):
             git.require_complete_history("HEAD")
         monkeypatch.undo()
+
+
+def test_ancestors_among_answers_as_is_ancestor_does_for_each(git_repo: GitRepo):
+    root = git_repo.commit("root")
+    a = git_repo.commit("A")
+    git_repo.git("checkout", "-q", "-b", "side")
+    side = git_repo.commit("side")
+    git_repo.git("checkout", "-q", "main")
+    b = git_repo.commit("B")
+    git = Git(git_repo.path)
+    commits = [root, a, side, b]
+    for head in commits:
+        assert git.ancestors_among(commits, head) == {c for c in commits if git.is_ancestor(c, head)}, head
+    assert git.ancestors_among(commits, b) == {root, a, b}
+    assert git.ancestors_among([], b) == set()
+
+
+def test_frozen_refs_are_asked_of_git_once(git_repo: GitRepo, monkeypatch):
+    """After freeze_refs (the preflight's read-only run) each ref or ancestry question runs git once; before
+    it, every call asks git again and sees a new commit."""
+    first = git_repo.commit("one")
+    git = Git(git_repo.path)
+    calls: list[tuple[str, ...]] = []
+    run = Git.run
+
+    def counting(self: Git, *args: str, **kw: object):
+        calls.append(args)
+        return run(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Git, "run", counting)
+    assert git.resolve("HEAD") == first
+    second = git_repo.commit("two")
+    assert git.resolve("HEAD") == second and len(calls) == 2
+    git.freeze_refs()
+    answers = [git.resolve("HEAD"), git.current_branch(), git.merge_base(first, second), git.is_ancestor(first, second)]
+    assert answers == [second, "main", first, True]
+    asked = len(calls)
+    git_repo.commit("three")
+    again = [git.resolve("HEAD"), git.current_branch(), git.merge_base(first, second), git.is_ancestor(first, second)]
+    assert again == answers and len(calls) == asked
+
+
+def test_changed_paths_of_some_commits_equals_the_whole_log_for_them(git_repo: GitRepo):
+    git_repo.commit("root", {"a.txt": "a\n"})
+    one = git_repo.commit("one", {"b.txt": "b\n", "dir/new\nline.txt": "c\n"})
+    two = git_repo.commit("two", {"a.txt": "a2\n"})
+    git = Git(git_repo.path)
+    whole = git.changed_paths("HEAD")
+    assert git.changed_paths_of([two, one]) == {one: whole[one], two: whole[two]}
+    assert whole[one] == ["b.txt", "dir/new\nline.txt"] and git.changed_paths_of([]) == {}

@@ -3,12 +3,16 @@ run_step equals LLM.generate, padding and graph capture per padded batch size.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from engine.flags import FlagSnapshot
 from engine.llm import LLM
-from engine.runner import Runner
+from engine.model.config import load_config
+from engine.penalties import RowProcessors
+from engine.runner import Runner, StepRow, resolve_dtype
 from engine.sampler import Mode
 from lab.drive import Session, greedy, greedy_tokens
 from lab.gates.tokens import default_prompts
@@ -89,3 +93,51 @@ def test_decode_step_is_captured_once_per_padded_batch(tiny_model_dir) -> None:
     # fails while an op inside the step syncs with the host (the torch references check values on the host)
     assert graph.runner.use_graph, "the decode step fell back to eager: an op in it is not capturable"
     assert set(graph.runner.captured) == {(8, Mode.GREEDY), (2, Mode.GREEDY)}
+
+
+@pytest.mark.parametrize(
+    "name, checkpoint, device, want",
+    [
+        ("auto", "float32", None, "float32"),  # the gates: the checkpoint's own dtype wherever they run
+        ("auto", "float32", "cpu", "float32"),
+        ("auto", "float32", "cuda", "bfloat16"),  # vLLM's auto: half precision on a GPU
+        ("auto", None, "cuda:1", "bfloat16"),
+        ("auto", "float16", "cuda", "float16"),
+        ("auto", "bfloat16", "cpu", "bfloat16"),
+        ("float16", "float32", "cuda", "float16"),  # a named dtype is taken as it is
+    ],
+)
+def test_resolve_dtype_is_one_contract_for_the_engine_and_the_lab(
+    tiny_model_dir, name: str, checkpoint: str | None, device: str | None, want: str
+) -> None:
+    config = dataclasses.replace(load_config(tiny_model_dir), torch_dtype=checkpoint)
+    assert resolve_dtype(name, config, device) == want
+
+
+def test_resolve_dtype_names_a_dtype_it_does_not_run(tiny_model_dir) -> None:
+    with pytest.raises(ValueError, match="dtype 'int8': expected auto or one of float32, bfloat16, float16"):
+        resolve_dtype("int8", load_config(tiny_model_dir), "cpu")
+
+
+def test_a_decode_shape_is_staged_into_the_same_device_tensors_every_step(tiny_model_dir) -> None:
+    # what a captured graph relies on (checked here on the CPU, where nothing is captured): a decode step of one
+    # padded size and one processors' width reads the tensors the last one of that shape read; another width
+    # is another staging, and a mixed step between them moves neither
+    runner = Runner(tiny_model_dir, max_batch=2, max_model_len=48)
+    session = Session(runner, [0, 1], default_prompts(512, 5, (3, 6)))
+    session.prefill()
+
+    def staged(processors: RowProcessors | None = None) -> dict[str, int]:
+        rows = session.decode_rows()
+        rows[0].processors = processors
+        return {k: t.data_ptr() for k, t in runner.prepare_decode(rows).device_inputs().items()}
+
+    plain = staged()
+    penalized = staged(RowProcessors(presence=0.5, output=[1, 2]))
+    assert "proc_tokens" in penalized and "proc_tokens" not in plain
+    assert set(plain.values()).isdisjoint(penalized.values())
+    session.last = session.decode()  # a decode step through run_step
+    runner.run_step([StepRow([7, 8], 0, runner.blocks.allocate(5, 2))], decode=False)  # a mixed step
+    assert staged() == plain
+    assert staged(RowProcessors(presence=0.5, output=[3, 4])) == penalized  # the same width: the same staging
+    session.close()

@@ -8,7 +8,8 @@ import torch
 from engine.flags import FlagSnapshot
 from engine.ops.sample import _top_k_set, _top_p_set, sample_top_k_top_p
 from engine.runner import StepRow, rows_mode
-from engine.sampler import Mode, SamplingInputs, sample
+from engine.sampler import NO_EXTRAS, Mode, sample
+from engine.staging import StepStaging
 
 SNAP = FlagSnapshot.defaults()  # the default arms (on the CPU: the references)
 
@@ -143,34 +144,23 @@ def test_a_seed_gives_the_same_token_whatever_is_beside_it() -> None:
     assert len(set(many)) > 10
 
 
-def batch_mode(temperatures: list[float], top_ks: list[int], top_ps: list[float], vocab: int) -> Mode:
-    rows = [StepRow([1], 0, [0], t, k, p) for t, k, p in zip(temperatures, top_ks, top_ps)]
-    return rows_mode(rows, vocab)
+def mode_of(*rows: tuple[float, int, float]) -> Mode:
+    """rows_mode of rows with these (temperature, top_k, top_p), in a vocabulary of 100."""
+    return rows_mode([StepRow([1], 0, [0], t, k, p) for t, k, p in rows], 100)
 
 
 def test_rows_mode_picks_the_cheapest_step_that_serves_every_row() -> None:
-    assert batch_mode([0.0, 0.0], [5, -1], [0.5, 1.0], 100) is Mode.GREEDY  # greedy rows ignore k and p
-    assert batch_mode([0.0, 0.8], [-1, 0], [1.0, 1.0], 100) is Mode.RANDOM
-    assert batch_mode([0.8], [100], [1.0], 100) is Mode.RANDOM  # k >= vocab keeps everything
-    assert batch_mode([0.0, 0.8], [-1, 40], [1.0, 1.0], 100) is Mode.FILTERED
-    assert batch_mode([0.8], [-1], [0.9], 100) is Mode.FILTERED
+    assert mode_of((0.0, 5, 0.5), (0.0, -1, 1.0)) is Mode.GREEDY  # greedy rows ignore k and p
+    assert mode_of((0.0, -1, 1.0), (0.8, 0, 1.0)) is Mode.RANDOM
+    assert mode_of((0.8, 100, 1.0)) is Mode.RANDOM  # k >= vocab keeps everything
+    assert mode_of((0.0, -1, 1.0), (0.8, 40, 1.0)) is Mode.FILTERED
+    assert mode_of((0.8, -1, 0.9)) is Mode.FILTERED
 
 
 def test_random_mode_equals_filtered_mode_without_filters() -> None:
     logits = torch.randn(16, 50, generator=torch.Generator().manual_seed(2))
     args = (torch.full((16,), 0.9), torch.full((16,), -1), torch.ones(16), torch.arange(16), torch.arange(16))
     assert torch.equal(sample(SNAP, logits, *args, Mode.RANDOM), sample(SNAP, logits, *args, Mode.FILTERED))
-
-
-def test_sampling_inputs_pad_with_greedy_rows() -> None:
-    inputs = SamplingInputs(4, torch.device("cpu"))
-    inputs.fill([0.5, 1.0], [3, -1], [0.9, 1.0], [2**64 - 1, 7], [0, 5])
-    v = inputs.upload()
-    assert v["temperature"].tolist() == [0.5, 1.0, 0.0, 0.0]
-    assert v["top_k"].tolist() == [3, -1, -1, -1] and v["top_p"].tolist()[2:] == [1.0, 1.0]
-    assert v["seeds"].tolist() == [-1, 7, 0, 0] and v["steps"].tolist() == [0, 5, 0, 0]
-    with pytest.raises(ValueError, match="2 rows of mismatched lengths"):
-        inputs.fill([0.5, 1.0], [3], [0.9, 1.0], [1, 2], [0, 0])
 
 
 @pytest.mark.gpu
@@ -180,15 +170,21 @@ def test_sampling_replays_in_a_cuda_graph_with_the_eager_tokens() -> None:
     dev = torch.device("cuda")
     n, vocab = 8, 4096
     logits = torch.randn(n, vocab, device=dev, dtype=torch.bfloat16)
-    inputs = SamplingInputs(n, dev)
-    inputs.fill(
+    staging = StepStaging(dev)
+
+    def stage(temperature: list[float], top_k: list[int], top_p: list[float], seeds: list[int], steps: list[int]):
+        rows = [StepRow([0], 0, [0], *args) for args in zip(temperature, top_k, top_p, seeds, steps)]
+        staging.stage_decode(rows, n, 16, 1, NO_EXTRAS, vocab)
+        views = staging.upload()
+        return {k: views[k] for k in ("temperature", "top_k", "top_p", "seeds", "steps")}
+
+    buf = stage(
         [0.0, 0.7, 1.0, 1.2, 0.9, 1.0, 0.5, 1.0],
         [-1, 5, -1, 50, -1, 2, -1, -1],
         [1.0, 1.0, 0.9, 0.8, 1.0, 1.0, 0.3, 1.0],
         list(range(n)),
         [0] * n,
     )
-    buf = inputs.upload()
     eager = sample(SNAP, logits, mode=Mode.FILTERED, **buf).clone()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -201,7 +197,6 @@ def test_sampling_replays_in_a_cuda_graph_with_the_eager_tokens() -> None:
     graph.replay()
     assert torch.equal(out, eager)
     # new seeds through the same graph: what eager gives for them
-    inputs.fill([1.0] * n, [-1] * n, [1.0] * n, [100 + i for i in range(n)], [3] * n)
-    inputs.upload()
+    stage([1.0] * n, [-1] * n, [1.0] * n, [100 + i for i in range(n)], [3] * n)
     graph.replay()
     assert torch.equal(out, sample(SNAP, logits, mode=Mode.FILTERED, **buf))

@@ -68,9 +68,16 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
 
 
 def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int]:
-    """Every read in the tracked Python and C-family sources (each file read once), and how many were read."""
+    """Every read in the tracked Python and C-family sources (each file read once), and how many were read.
+    A file's reads are remembered by its bytes (checkers.contentcache): its syntax tree is walked, or its
+    tokens scanned, only when it changed."""
+    from ...contentcache import ContentCache, source_stamp
+    from ...gitio import git_dir_of
+
     prefixes, readers = tuple(cfg.prefixes), tuple(cfg.readers)
     reads, scanned, root = [], 0, str(ctx.root)
+    cache = ContentCache(git_dir_of(ctx.root), ID, source_stamp("checks/env_doc/envscan.py", "linear.py"), 65536)
+    options = "\0".join(prefixes) + "\n" + "\0".join(readers)
     paths = ctx.files(SOURCE_GLOBS, cfg.exclude)
     for path in select(paths, cfg.include, ()) if cfg.include else paths:
         try:
@@ -83,8 +90,26 @@ def scan_repository(ctx: Context, cfg: EnvDocConfig) -> tuple[list[EnvRead], int
             print(f"rowgate: env-doc: skipped {exc}", file=ctx.notes)
             continue
         scanned += 1
-        reads += scan_source(data, path, prefixes, readers)
+        key = cache.key(path, options, data)
+        found = _cached_reads(cache.get(key), path)
+        if found is None:
+            found = scan_source(data, path, prefixes, readers)
+            cache.put(key, [[r.name, r.line] for r in found])
+        reads += found
+    cache.save()
     return reads, scanned
+
+
+def _cached_reads(value: object, path: str) -> list[EnvRead] | None:
+    """A cache entry's reads (`[[name, line], ...]`), or None where it is not that shape."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and type(item[1]) is int):
+            return None
+        out.append(EnvRead(item[0], path, item[1]))
+    return out
 
 
 def check_env_doc(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...boundedio import SOURCE_CAP, read_text
+from ...contentcache import ContentCache, source_stamp
 from ...context import Context
 from ...flagdecls import FlagDeclError, read_flag_decls
 from ...paths import confine
@@ -53,7 +54,7 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     records, unreadable = read_ledger(ctx.root, cfg.ledger_dir)
     texts = {doc: _read(ctx.root, doc) for doc in cfg.documents}
     defaults = _defaults(ctx.root, cfg)
-    measured = Measured(ctx.root, ctx.git, cfg.anchors_from)
+    measured = Measured(ctx.root, ctx.git, cfg.anchors_from, _history_cache(ctx))
     cache = ValidCache(_cache_path(ctx))
     findings, notes = check_records(records, unreadable, cfg, cache)
     cache.save()
@@ -264,6 +265,14 @@ def _looks_dated(name: str) -> bool:
 def _quote(text: str) -> str:
     flat = " ".join(text.split())
     return f"'{flat[:60]}...'" if len(flat) > 60 else f"'{flat}'"
+
+
+def _history_cache(ctx: Context) -> ContentCache:
+    """Each commit's changed paths by its sha, under the git directory (checkers.contentcache): the history
+    is listed each run, but only the commits since the last run are diffed."""
+    from ...gitio import git_dir_of
+
+    return ContentCache(git_dir_of(ctx.root), "evidence-history", source_stamp("gitio.py"), 65536)
 
 
 def _cache_path(ctx: Context) -> Path | None:

@@ -17,6 +17,7 @@ from typing import Any
 from ...atomicio import write_atomic
 from ...boundedio import RECORD_CAP, Unreadable, read_bytes
 from ...configcache import validator_stamps
+from ...contentcache import ContentCache
 from ...flagdecls import FlagDecl
 from ...gitio import Git
 
@@ -223,8 +224,9 @@ class Measured:
     The history is read once (two `git log` processes for the whole of it), then each record's commits since
     are the commits HEAD reaches and its commit does not: no process per record."""
 
-    def __init__(self, root: Path, git: Git, rows_dir: str | None):
+    def __init__(self, root: Path, git: Git, rows_dir: str | None, cache: ContentCache | None = None):
         self.root, self.git, self.rows_dir = root, git, rows_dir
+        self.cache = cache  # each commit's changed paths, by its sha (a commit never changes)
         self._anchors: dict[str, list[str]] = {}
         self._since: dict[str, list[str] | None] = {}
         self._log: list[tuple[str, tuple[str, ...], str]] | None = None  # (sha, parents, subject), newest first
@@ -270,8 +272,28 @@ class Measured:
             for line in out.splitlines():
                 sha, ps, subject = (line.split("\x01") + ["", ""])[:3]
                 self._log.append((sha, tuple(ps.split()), subject))
-            self._changed = self.git.changed_paths("HEAD")
+            self._changed = self._changed_paths([sha for sha, _, _ in self._log])
         return self._log
+
+    def _changed_paths(self, shas: list[str]) -> dict[str, list[str]]:
+        """Each commit's changed paths: from the cache for the commits it has, one `git log` for the rest."""
+        if self.cache is None:
+            return self.git.changed_paths("HEAD")
+        changed: dict[str, list[str]] = {}
+        missing = []
+        for sha in shas:
+            paths = self.cache.get(sha)
+            if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+                changed[sha] = paths
+            else:
+                missing.append(sha)
+        fresh = self.git.changed_paths_of(missing)
+        for sha in missing:
+            changed[sha] = fresh.get(sha, [])
+            if sha in fresh:  # only what git said is kept
+                self.cache.put(sha, changed[sha])
+        self.cache.save()
+        return changed
 
     def _row_anchors(self, row: str) -> list[str]:
         if self.rows_dir is None:

@@ -7,11 +7,15 @@ import ast
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from ...checks.gemv_invocation import cuda_sites as cu
 from ...config import CublasLtRules
 from ...context import Context
 from ...results import CheckError, Finding, Result, Rule
+
+if TYPE_CHECKING:
+    from ...contentcache import ContentCache
 
 ID = "gemv-invocation"
 RULES = (
@@ -67,9 +71,16 @@ def run(ctx: Context, args: argparse.Namespace) -> Result:
     py = _read(ctx, cfg.python)
     cuda = _read(ctx, cfg.cuda)
     minimum = getattr(args, "min_sites", None)
+    cache = _python_cache(ctx)
     findings, sites = check_sources(
-        py, cuda, cfg.min_sites if minimum is None else minimum, rule_sets=tuple(cfg.rule_sets), cublaslt=cfg.cublaslt
+        py,
+        cuda,
+        cfg.min_sites if minimum is None else minimum,
+        rule_sets=tuple(cfg.rule_sets),
+        cublaslt=cfg.cublaslt,
+        cache=cache,
     )
+    cache.save()
     return Result.judge(
         ID,
         findings,
@@ -94,16 +105,18 @@ def check_sources(
     min_sites: int,
     rule_sets: tuple[str, ...] = ("engine",),
     cublaslt: CublasLtRules | None = None,
+    cache: ContentCache | None = None,
 ) -> tuple[list[Finding], int]:
     """All findings over the Python and CUDA sources under the selected rule sets, and the number of call
-    sites examined."""
+    sites examined. With a `cache`, a Python file's findings and sites are remembered by its text (a CUDA
+    file's depend on the other files: it is read each run)."""
     findings: list[Finding] = []
     sites = 0
     raw = {s.path: s.text for s in cuda}
     blanked = {s.path: cu.blank_comments(s.text) for s in cuda}
     if "engine" in rule_sets:
         for src in py:
-            f, n = check_python(src)
+            f, n = check_python(src) if cache is None else _check_python_cached(src, cache)
             findings += f
             sites += n
         for src in cuda:
@@ -127,6 +140,38 @@ def check_sources(
 
 
 # --- Python -------------------------------------------------------------------------------------------
+
+
+def _python_cache(ctx: Context) -> ContentCache:
+    from ...contentcache import ContentCache, source_stamp
+    from ...gitio import git_dir_of
+
+    return ContentCache(git_dir_of(ctx.root), ID, source_stamp("checks/gemv_invocation/__init__.py"), 65536)
+
+
+def _check_python_cached(src: Source, cache: ContentCache) -> tuple[list[Finding], int]:
+    """check_python's answer for this path and text, from the cache when it has it (a file that does not
+    parse raises as before, and is never cached)."""
+    key = cache.key(src.path, src.text)
+    value = cache.get(key)
+    if isinstance(value, list) and len(value) == 2 and type(value[0]) is int and isinstance(value[1], list):
+        try:
+            return [_finding(f) for f in value[1]], value[0]
+        except (TypeError, ValueError):
+            pass  # not a shape this function writes: derive it again
+    found, n = check_python(src)
+    cache.put(key, [n, [list(f) for f in found]])
+    return found, n
+
+
+def _finding(value: object) -> Finding:
+    if not (isinstance(value, list) and len(value) == len(Finding._fields)):
+        raise ValueError("not a finding")
+    if not all(v is None or isinstance(v, str) for i, v in enumerate(value) if i != 4):
+        raise ValueError("not a finding")
+    if not (value[4] is None or type(value[4]) is int):
+        raise ValueError("not a finding")
+    return Finding(*value)
 
 
 def check_python(src: Source) -> tuple[list[Finding], int]:

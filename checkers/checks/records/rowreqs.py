@@ -42,7 +42,8 @@ class Tree:
 
 
 def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: Sequence[Row] = ()) -> Tree:
-    """Resolve every closing commit once: one batch existence query, one ancestry test per DONE-style row."""
+    """Resolve every closing commit once: one batch existence query, one ancestry query for the full shas
+    (and one ancestry test per abbreviated one)."""
     shas = sorted(
         {r.model.closing_commit for r in records.rows.values() if r.model.closing_commit}
         | {r.closing_commit for r in extra if r.closing_commit}
@@ -51,7 +52,8 @@ def load_tree(root: Path, rows: RowsConfig, records: Records, git: Git, extra: S
     # an abbreviated sha (as a markdown table writes it) counts when it names an existing commit
     known = {s for s in shas if s in full or any(f.startswith(s) for f in full)}
     head = git.resolve("HEAD")
-    ancestors = {s for s in known if head and git.is_ancestor(s, head)}  # git resolves abbreviations
+    ancestors = git.ancestors_among(sorted(known & full), head) if head else set()
+    ancestors |= {s for s in known - full if head and git.is_ancestor(s, head)}  # git resolves abbreviations
     return Tree(root, records, rows, known, ancestors)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 from pathlib import Path
@@ -204,6 +205,23 @@ def test_cli_builds_into_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "[1/1] engine/cuda/kv_store.cu: cached for ['8.0']" in capsys.readouterr().out
     assert build.main(["--out", str(tmp_path), "nope.cu"], archs("8.0")) == 1
     assert "nope.cu: not listed under 'sources'" in capsys.readouterr().err
+
+
+def test_cli_json_report_says_what_it_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--json PATH`: the verdict `python -m lab ci` reads; a failed build examined nothing."""
+    report = tmp_path / "build.json"
+    assert build.main(["--out", str(tmp_path), "nope.cu", "--json", str(report)], archs("8.0")) == 1
+    failed = json.loads(report.read_text())
+    assert (failed["passed"], failed["examined"]) == (False, 0) and "nope.cu" in failed["summary"]
+
+    def fake_compile(source: Path, archs: tuple[str, ...], out_dir: Path, *, werror: bool = False):
+        return build.BuildResult(source, out_dir / f"{source.stem}.so", archs, False, 0.0)
+
+    monkeypatch.setattr(build, "compile_source", fake_compile)
+    assert build.main(["--out", str(tmp_path), "kv_store.cu", "--json", str(report)], archs("8.0")) == 0
+    built = json.loads(report.read_text())
+    assert (built["passed"], built["examined"]) == (True, 1)
+    assert built["sources"] == [{"source": "kv_store.cu", "archs": ["8.0"], "cached": False}]
 
 
 def test_progress_line_names_the_source_its_time_and_an_eta(tmp_path: Path) -> None:

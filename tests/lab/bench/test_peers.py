@@ -1,6 +1,6 @@
 """The peer comparisons of ENGINE-PERF on the CPU: the six-shape set and its per-shape table, the FlashInfer
 peer's "not installed" row, the transformers static-cache peer, the fused tiled arm's cases and the
-`ci/gpu.sh peers` phase's wiring."""
+former `ci/gpu.sh peers` phase's wiring (scripts/bench/perf_peers_device.sh runs its steps now)."""
 
 from __future__ import annotations
 

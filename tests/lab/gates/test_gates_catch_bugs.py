@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 import engine.ops.paged_attn as paged_attn
 import engine.ops.rope as rope_ops
 from engine import kernels
-from engine.step_inputs import StepInputs
+from engine.staging import StepStaging
 from lab.gates import harness, teeth
 from lab.gates.harness import Setup
 from lab.gates.neartie import EXACT
@@ -43,14 +44,14 @@ def swapped_rope_halves(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def block_table_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Decode reads every sequence's K/V one block over from where prefill and decode stored it (the decode
-    step's staged block tables rotated by one: a sequence of one block is untouched, the longer ones are not)."""
-    real = StepInputs.fill
+    """Attention reads every sequence's K/V one block over from where it was stored (the staged block tables
+    rotated by one, the KV slots not: a sequence of one block is untouched, the longer ones are not)."""
+    real = StepStaging.write_tables
 
-    def wrong(self: StepInputs, tokens, positions, slots, tables, state_slots=None) -> None:  # type: ignore[no-untyped-def]
-        return real(self, tokens, positions, slots, [t[1:] + t[:1] for t in tables], state_slots)
+    def wrong(self: StepStaging, tables: list[list[int]]) -> None:
+        return real(self, [t[1:] + t[:1] for t in tables])
 
-    monkeypatch.setattr(StepInputs, "fill", wrong)
+    monkeypatch.setattr(StepStaging, "write_tables", wrong)
 
 
 BUGS = {"swapped-rope-halves": swapped_rope_halves, "block-table-off-by-one": block_table_off_by_one}
@@ -140,3 +141,10 @@ def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
         pytest.skip("a CUDA device is here: --device cuda runs")
     assert teeth.main(["--device", "cuda", "--seeds", "1"]) == 2
     assert "no CUDA device here" in capsys.readouterr().out
+
+
+def test_teeth_writes_its_verdict_as_json_for_lab_ci(tmp_path, capsys):
+    out = tmp_path / "teeth.json"
+    assert teeth.main(["--seeds", "1", "--bugs", "eps-x10", "--json", str(out)]) == 0
+    assert "teeth: PASS" in capsys.readouterr().out
+    assert json.loads(out.read_text()) == {"passed": True, "examined": 1, "summary": "eager on cpu: eps-x10 1/1 (PASS)"}

@@ -76,7 +76,9 @@ def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
     assert lines[-1].startswith("reach: FAIL: ") and "1 arms at 0 calls" in lines[-1]
     assert (tmp_path / "reach.json").is_file() and "tokens PASS" in lines[1]
     assert lines[0].startswith("d64-g1    oracle/generate") and "neartie PASS" in lines[0]  # the oracle against itself
-    assert json.loads((tmp_path / "reach.json").read_text())["oracle_self"][0]["model"] == "d64-g1"
+    written = json.loads((tmp_path / "reach.json").read_text())
+    assert written["oracle_self"][0]["model"] == "d64-g1"
+    assert (written["passed"], written["summary"]) == (False, lines[-1])  # lab ci reads this verdict
 
 
 def test_an_arm_is_judged_with_its_razor_setting(tmp_path, capsys, monkeypatch) -> None:

@@ -190,9 +190,16 @@ def test_a_record_without_flags_and_a_legacy_record_are_marked(checkout: Path, t
 
 def test_an_empty_ledger_has_every_row_missing(tmp_path: Path, capsys):
     (tmp_path / "ledger").mkdir()
-    assert lab_main(["report", "perf", "--ledger", str(tmp_path / "ledger")]) == 1
+    verdict = tmp_path / "results" / "perf.json"
+    assert lab_main(["report", "perf", "--ledger", str(tmp_path / "ledger"), "--json", str(verdict)]) == 1
     out = capsys.readouterr().out
     assert out.count("no record") == 30 and "records used:\n  none" in out
+    assert json.loads(verdict.read_text()) == {
+        "passed": False,
+        "examined": 0,
+        "summary": "INCOMPLETE: report perf: 30 rows, 0 from records; 30 without a record, 0 from records that do "
+        "not prove their origin (dirty, no commit or no flags)",
+    }
     assert lab_main(["report", "perf", "--ledger", str(tmp_path / "absent")]) == 2
     assert "not a folder" in capsys.readouterr().err
 
