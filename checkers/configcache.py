@@ -16,7 +16,6 @@ cannot be read or written is only a slower run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import __version__
 from .configsource import ConfigSource, locate
+from .contentcache import validator_stamps
 
 if TYPE_CHECKING:
     from .config import Config
@@ -36,7 +36,6 @@ CACHE_DIR = "rowgate/config-cache"  # under the git directory: per work tree, ne
 LEGACY_CACHE = "rowgate/config-cache.json"  # the one entry of earlier versions, removed on the next write
 MAX_ENTRIES = 16  # config files with an entry; a write beyond drops the least recently validated
 _SCHEMA_SOURCES = ("config.py", "yamlio.py")  # the code that decides what a config means
-_VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries it runs on: an upgrade may change the verdict
 FORMAT = 1  # bump when the cache file's layout changes
 
 
@@ -86,18 +85,6 @@ def cache_key(raw: bytes, schema: Iterable[Path] | None = None) -> str:
     parts = [f"rowgate {__version__} config cache {FORMAT}", *validator_stamps()]
     parts += [f"{p.name}\0{p.read_bytes().decode('latin-1')}" for p in paths]
     return "\0".join(parts + [raw.decode("latin-1")])
-
-
-def validator_stamps() -> list[str]:
-    """Each validating library's entry file by path, size and modification time (an upgrade rewrites it),
-    found without importing the library."""
-    stamps = []
-    for name in _VALIDATORS:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            st = os.stat(spec.origin)
-            stamps.append(f"{name} {spec.origin} {st.st_size} {st.st_mtime_ns}")
-    return stamps
 
 
 def to_section(value: Any) -> Any:

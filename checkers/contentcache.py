@@ -16,6 +16,7 @@ atomically, only when that set changed. A cache that cannot be read or written i
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+
+_VALIDATORS = ("pydantic", "ruamel.yaml")  # the libraries records are validated with: an upgrade may change a verdict
 
 FORMAT = 1  # bump when the file's layout changes
 CACHE_DIR = "rowgate/content-cache"  # under the git directory: per work tree, never committed
@@ -107,3 +110,15 @@ def source_stamp(*modules: str) -> list[str]:
     to the code that derives the values derives them again."""
     here = Path(__file__).parent
     return [f"{name}\0{(here / name).read_bytes().decode('latin-1')}" for name in modules]
+
+
+def validator_stamps() -> list[str]:
+    """Each validating library's entry file by path, size and modification time (an upgrade rewrites it),
+    found without importing the library."""
+    stamps = []
+    for name in _VALIDATORS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            st = os.stat(spec.origin)
+            stamps.append(f"{name} {spec.origin} {st.st_size} {st.st_mtime_ns}")
+    return stamps

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .contentcache import ContentCache, source_stamp
+from .contentcache import ContentCache, source_stamp, validator_stamps
 from .yamlio import MAX_YAML_BYTES, RecordError, validate
 
 M = TypeVar("M", bound=BaseModel)
@@ -58,8 +58,6 @@ class ParsedCache:
 
     @classmethod
     def at(cls, git_dir: Path | None, name: str) -> ParsedCache:
-        from .configcache import validator_stamps
-
         stamp = [*source_stamp("yamlio.py", "recordcache.py"), *validator_stamps()]
         return cls(ContentCache(git_dir, name, stamp, MAX_ENTRIES))
 

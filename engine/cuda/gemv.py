@@ -10,7 +10,8 @@ from functools import cache
 
 import torch
 
-from engine.cuda import build, ffi
+from engine.cuda import build, device, ffi
+from engine.cuda import norm as cuda_norm
 from engine.cuda.norm import mean_scale
 
 _P = ctypes.c_void_p
@@ -58,9 +59,10 @@ def linear(
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
-    persistent: bool = False,  # the persistent fast path where it applies (persistent_fits), the same bits
+    persistent: bool = False,  # the persistent fast path where it applies (supports_persistent), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
-    """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`."""
+    """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`: `launch_linear` after the
+    checks that name the bad tensor (the entry for a direct call)."""
     if not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
     if x.dim() < 1:
@@ -75,16 +77,28 @@ def linear(
             raise ValueError(f"bias: dim 0 is {bias.shape[0]} but weight's out_features is {n}")
     if weight.stride(1) != 1:
         weight = weight.contiguous()
-    x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) < k):  # e.g. rows broadcast by expand()
-        x2 = x2.contiguous()
-    m = x2.shape[0]
+    m = x.numel() // max(k, 1)
     if m > MAX_ROWS:
         raise ValueError(f"x: {m} rows exceed the GEMV's MAX_ROWS={MAX_ROWS}; use a GEMM")
+    return launch_linear(x, weight, bias, out_dtype, pdl=pdl, persistent=persistent)
+
+
+def launch_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    pdl: bool = False,
+    persistent: bool = False,
+) -> torch.Tensor:
+    """The GEMV launch, its inputs already checked (by `linear`, or by the table's check and the arm's
+    `supports`: at most MAX_ROWS rows, a row-major W, every tensor on x's device)."""
+    n, k = weight.shape
+    x2, ldx = cuda_norm.rows(x)
+    m = x2.shape[0]
     out_dtype = out_dtype or x.dtype
     y = torch.empty(m, n, dtype=out_dtype, device=x.device)
     ldw = weight.stride(0) if n > 1 else k
-    ldx = x2.stride(0) if m > 1 else k
     lib = _lib()
     args = [
         ffi.ptr(y),
@@ -107,33 +121,28 @@ def linear(
     return y.view(*x.shape[:-1], n)
 
 
-@cache
-def sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def persistent_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def supports_persistent(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
     (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
     n, k = weight.shape
     rows = x.numel() // max(k, 1)
     if k * x.element_size() > PERSISTENT_MAX_ROW_BYTES or not x.is_cuda:
         return False
-    if n < SPLIT_BELOW_WARPS_PER_SM * sm_count(x.device.index or 0):
+    if n < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(x).sms:
         return False
-    return prologue_fits(rows, k, weight, x.reshape(-1, k))
+    return supports_prologue(rows, k, weight, x.reshape(-1, k))
 
 
-def glu_fits(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
-    """Where the GLU GEMV applies: prologue_fits, an even number of W rows (gate, then up), and enough of them that
+def supports_glu(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+    """Where the GLU GEMV applies: supports_prologue, an even number of W rows (gate, then up), and enough of them that
     the plain GEMV would not split K (so each sum is the plain GEMV's)."""
     n2, k = weight.shape
-    if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * sm_count(weight.device.index or 0):
+    if n2 % 2 or not weight.is_cuda or n2 < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(weight).sms:
         return False
-    return prologue_fits(rows, k, weight, *rows_of)
+    return supports_prologue(rows, k, weight, *rows_of)
 
 
-def prologue_fits(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
+def supports_prologue(rows: int, k: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
     """What a prologue GEMV needs: 1 to MAX_ROWS rows whose K values fit in shared memory, a row-major W, and k,
     W's and each input's row stride multiples of one 16-byte vector (bases aligned)."""
     elt = weight.element_size()
@@ -189,14 +198,29 @@ def add_rms_norm_linear(
     the SiLU-and-mul kernel)."""
 
     def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:
-        if not prologue_fits(m, k, weight, *rows):
+        if not supports_prologue(m, k, weight, *rows):
             return f"x: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
-        if glu and not glu_fits(m, weight, rows[0]):
+        if glu and not supports_glu(m, weight, rows[0]):
             return f"weight: {weight.shape[0]} rows are not a gate/up pair that the plain GEMV leaves unsplit"
         return None
 
     launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
     return launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
+def launch_add_rms_norm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    pdl: bool = False,
+    glu: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`add_rms_norm_linear`'s launch, its inputs already checked (the table's check and the arm's `supports`)."""
+    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
+    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
 @dataclass(frozen=True)
@@ -234,14 +258,34 @@ def launch_prologue(
         raise ValueError(f"norm_weight: shape {tuple(norm_weight.shape)} != (hidden,) = ({k},)")
     if not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
-    n = _check_weight(weight, x, k, bias)
+    _check_weight(weight, x, k, bias)
     ffi.require(norm_weight, "norm_weight", dim=1, dtype=x.dtype, device=x.device)
     x2 = _rows(x, "x", k)
     r2 = _rows(residual, "residual", k) if residual is not None else None
-    m = x2.shape[0]
-    why_not = refusal(m, k, [x2, *([r2] if r2 is not None else [])])
+    why_not = refusal(x2.shape[0], k, [x2, *([r2] if r2 is not None else [])])
     if why_not is not None:
         raise ValueError(why_not)
+    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+
+
+def run_prologue(
+    launcher: Launcher,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    pdl: bool,
+    glu: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The add + RMSNorm prologue GEMVs' launch, its inputs already checked (by `launch_prologue`, or by the
+    table's check and the arm's `supports`): y and the new residual allocated, the call, its error."""
+    n, k = weight.shape
+    x2 = cuda_norm.rows(x)[0]
+    r2 = cuda_norm.rows(residual)[0] if residual is not None else None
+    m = x2.shape[0]
     n_out = n // 2 if glu else n
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     r_out = torch.empty(m, k, dtype=x.dtype, device=x.device) if r2 is not None else None
@@ -291,11 +335,22 @@ def linear_silu_mul(
     n = _check_weight(weight, x, k, bias)
     x2 = _rows(x, "x", k)
     m = x2.shape[0]
-    if not glu_fits(m, weight, x2):
+    if not supports_glu(m, weight, x2):
         raise ValueError(
             f"weight: {n} x {k} with {m} rows of x is not a gate/up pair the GLU GEMV takes (1 to {MAX_ROWS} rows, "
             f"16-byte rows, at least {SPLIT_BELOW_WARPS_PER_SM} rows per SM)"
         )
+    return launch_linear_silu_mul(x, weight, bias, pdl)
+
+
+def launch_linear_silu_mul(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False
+) -> torch.Tensor:
+    """The GLU GEMV's launch, its inputs already checked (by `linear_silu_mul`, or by the table's check and the
+    arm's `supports`)."""
+    n, k = weight.shape
+    x2 = cuda_norm.rows(x)[0]
+    m = x2.shape[0]
     y = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemv_gemv_glu(
@@ -329,13 +384,24 @@ def silu_mul_linear(
     k = gate_up.shape[-1] // 2
     if not gate_up.is_cuda:
         raise ValueError(f"gate_up: expected a CUDA tensor, got device {gate_up.device}")
-    n = _check_weight(weight, gate_up, k, bias)
+    _check_weight(weight, gate_up, k, bias)
     g2 = _rows(gate_up, "gate_up", 2 * k)
     m = g2.shape[0]
-    if not prologue_fits(m, k, weight, g2):
+    if not supports_prologue(m, k, weight, g2):
         raise ValueError(
             f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
         )
+    return launch_silu_mul_linear(gate_up, weight, bias, pdl)
+
+
+def launch_silu_mul_linear(
+    gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False
+) -> torch.Tensor:
+    """The SiLU-and-mul prologue GEMV's launch, its inputs already checked (by `silu_mul_linear`, or by the table's
+    check and the arm's `supports`)."""
+    n, k = weight.shape
+    g2 = cuda_norm.rows(gate_up)[0]
+    m = g2.shape[0]
     y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
     lib = _prologue_lib()
     rc = lib.vt_gemv_prologue_silu_mul(

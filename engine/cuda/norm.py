@@ -55,12 +55,29 @@ def _check(x: torch.Tensor, weight: torch.Tensor) -> None:
         raise ValueError(f"weight: dim 0 is {weight.shape[0]} but x's last dim (hidden) is {x.shape[-1]}")
 
 
+def supports(x: torch.Tensor, weight: torch.Tensor, eps: float = 0.0) -> bool:
+    """What the RMSNorm kernel needs of inputs past the op's check (engine/ops/norm.py: ranks, dtypes, hidden): a
+    contiguous weight on x's device. The table's arm asks this, then launches unchecked (`launch_rms_norm`)."""
+    return weight.device == x.device and weight.is_contiguous()
+
+
+def supports_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 0.0) -> bool:
+    """`supports`, and the residual on x's device (the kernel walks it by rows, any row stride)."""
+    return residual.device == x.device and supports(x, weight)
+
+
 def rms_norm(
     x: torch.Tensor,  # x: [..., hidden]
     weight: torch.Tensor,  # weight: [hidden], x.dtype
     eps: float,
 ) -> torch.Tensor:  # [..., hidden], x.dtype
+    """`launch_rms_norm` after the checks that name the bad tensor: the entry for a direct call."""
     _check(x, weight)
+    return launch_rms_norm(x, weight, eps)
+
+
+def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The RMSNorm launch, its inputs already checked (by `rms_norm`, or by the table's check and `supports`)."""
     x2, xs = rows(x)
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     lib = _lib()
@@ -88,11 +105,20 @@ def fused_add_rms_norm(
     eps: float,
     inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), both [..., hidden], x.dtype
-    """`new_residual = (x + residual)` rounded to x.dtype, then rms_norm of it; `inplace` writes it into residual."""
+    """`new_residual = (x + residual)` rounded to x.dtype, then rms_norm of it; `inplace` writes it into residual.
+    `launch_fused_add_rms_norm` after the checks that name the bad tensor."""
     _check(x, weight)
     if residual.shape != x.shape:
         raise ValueError(f"residual: shape {tuple(residual.shape)} != x's {tuple(x.shape)}")
     ffi.require(residual, "residual", dim=x.dim(), dtype=x.dtype, device=x.device, contiguous=False)
+    return launch_fused_add_rms_norm(x, residual, weight, eps, inplace)
+
+
+def launch_fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, inplace: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused add + RMSNorm launch, its inputs already checked (by `fused_add_rms_norm`, or by the table's
+    check and `supports`)."""
     x2, xs = rows(x)
     r_in, rs_in = rows(residual)
     if inplace and r_in.data_ptr() != residual.data_ptr():

@@ -24,7 +24,7 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def supported(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
+def supports(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
     """Shapes and dtypes each arm is compiled for (the generic arm takes every head_dim <= 256, multiple of 8)."""
     if arm == GENERIC:
         return head_dim <= 256 and head_dim % 8 == 0
@@ -79,7 +79,7 @@ def paged_decode_attention(
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, hq, d = q.shape
     group = hq // k_cache.shape[2]
-    if not supported(arm, d, group, q.dtype):
+    if not supports(arm, d, group, q.dtype):
         raise ValueError(f"q: arm {arm} does not support head_dim {d}, group {group}, dtype {q.dtype}")
     if sliding_window is not None and sliding_window < 1:
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")

@@ -35,7 +35,7 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def supported(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
     """The shapes and dtypes the kernel is compiled for."""
     return dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
 
@@ -59,11 +59,11 @@ def _splits(shape: tiled.Shape) -> int:
     )
 
 
-def fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+def supports_inputs(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the kernel takes this decode: its shapes, and with several splits ready arrival counters (not first
     made under graph capture); no host read of the lengths."""
     shape = tiled.Shape.of(q, k_cache, block_tables)
-    if not supported(shape.d, shape.hq // shape.hkv, q.dtype):
+    if not supports(shape.d, shape.hq // shape.hkv, q.dtype):
         return False
     return _splits(shape) == 1 or tiled.arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
@@ -80,7 +80,7 @@ def decode(
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens, shape = tiled.check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
     batch, hq, hkv, d = shape.batch, shape.hq, shape.hkv, shape.d
-    if not supported(d, hq // hkv, q.dtype):
+    if not supports(d, hq // hkv, q.dtype):
         raise ValueError(f"q: the one-pass arm takes head_dim in {HEAD_DIMS}; got head_dim {d}")
     if splits is None:
         splits = _splits(shape)
@@ -93,7 +93,7 @@ def decode(
         if counters is None:
             raise ValueError(
                 f"one-pass arm: {splits} splits need the arrival counters, which are not made under graph capture"
-                f" or cannot hold {batch} x {hkv} (sequence, KV head) pairs; call `fits` first"
+                f" or cannot hold {batch} x {hkv} (sequence, KV head) pairs; call `supports_inputs` first"
             )
         m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
         parts = [

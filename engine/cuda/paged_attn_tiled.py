@@ -3,7 +3,7 @@ pipeline (scores, then probabilities rounded as the reference rounds them times 
 block tables' capacity so that no context length is read on the host.
 
 With `fused=True` (the kernel table's `tiled_fused` arm, under VT_ATTN_TILED_FUSED) the same arithmetic
-runs in one launch where it takes the shape (`fused_stages`, `fused_fits`; several splits only): each block
+runs in one launch where it takes the shape (`fused_stages`, `supports_fused`; several splits only): each block
 keeps its split's scores in shared memory, the splits of a (sequence, KV head) wait for each other's
 statistics, and the last one adds their partial sums, so the output is bitwise the two-pass output.
 Where it does not fit the two passes run.
@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from engine.cuda import build, ffi, paged_attn
+from engine.cuda import device as cuda_device
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
@@ -56,7 +57,7 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def supported(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
     """The shapes and dtypes the kernel is compiled for."""
     return dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
 
@@ -148,7 +149,7 @@ def check_inputs(
     and the launch geometry."""
     tables, lens = paged_attn.check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     shape = Shape.of(q, k_cache, tables)
-    if not supported(shape.d, shape.hq // shape.hkv, q.dtype):
+    if not supports(shape.d, shape.hq // shape.hkv, q.dtype):
         raise ValueError(
             f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
             f"head, bf16 or fp16; got head_dim {shape.d}, group {shape.hq // shape.hkv}, {q.dtype}"
@@ -158,7 +159,7 @@ def check_inputs(
     return tables, lens, shape
 
 
-def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+def supports_fused(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the one-launch kernel takes this decode: its stages fit and its arrival counters are ready (not
     first made under graph capture); no host read of the lengths."""
     shape = Shape.of(q, k_cache, block_tables)
@@ -168,7 +169,7 @@ def fused_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tenso
     return arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 
 
-def pipelined_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+def supports_pipelined(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
     """Whether the pipelined P.V pass takes this decode with its split sum folded: one split, or arrival counters
     that are ready (not first made under graph capture); no host read of the lengths."""
     shape = Shape.of(q, k_cache, block_tables)
@@ -178,15 +179,15 @@ def pipelined_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.T
 PDL_BLOCKS_PER_SM = 2  # a dependent P.V grid of at most this many blocks per SM is resident beside its scores grid
 
 
-def pdl_fits(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
-    """Where the P.V pass gains as a programmatic dependent of the scores pass (VT_ATTN_PDL): `pipelined_fits`, and
+def supports_pdl(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+    """Where the P.V pass gains as a programmatic dependent of the scores pass (VT_ATTN_PDL): `supports_pipelined`, and
     a grid of at most PDL_BLOCKS_PER_SM blocks per SM, so both passes' grids are resident at once (each pass takes
     4 blocks of an SM at head_dim 128). Past it (batch 32 at context 1024) the dependent's waiting blocks cost the
     whole step more than the overlap gains (the row's spec)."""
     shape = Shape.of(q, k_cache, block_tables)
-    sms = torch.cuda.get_device_properties(shape.device_index).multi_processor_count
+    sms = cuda_device.probe(shape.device_index).sms
     blocks = shape.batch * shape.hkv * shape.splits()
-    return blocks <= PDL_BLOCKS_PER_SM * sms and pipelined_fits(q, k_cache, block_tables)
+    return blocks <= PDL_BLOCKS_PER_SM * sms and supports_pipelined(q, k_cache, block_tables)
 
 
 def arrival_counters(dev: torch.device, need: int) -> torch.Tensor | None:
@@ -209,7 +210,7 @@ def decode(
     scale: float,
     sliding_window: int | None = None,
     splits: int | None = None,  # None: num_splits over the tables' capacity
-    fused: bool = False,  # the one-launch kernel where it fits (`fused_fits`), else the two passes
+    fused: bool = False,  # the one-launch kernel where it fits (`supports_fused`), else the two passes
     pipelined: bool = False,  # the pipelined P.V pass; its split sum folded where counters are ready
     pdl: bool = False,  # with it: the P.V pass a programmatic dependent of the scores pass (sm_90), the same bits
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype

@@ -31,7 +31,7 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def supported(head_dim: int, dtype: torch.dtype) -> bool:
+def supports(head_dim: int, dtype: torch.dtype) -> bool:
     """The head dims and dtypes the kernel is compiled for (any GQA group, any window)."""
     return head_dim in HEAD_DIMS and dtype in DTYPES
 
@@ -131,7 +131,7 @@ def _launch(
 
 def _check_q(q: torch.Tensor) -> None:
     ffi.require(q, "q", dim=3, contiguous=False)
-    if not supported(q.shape[2], q.dtype):
+    if not supports(q.shape[2], q.dtype):
         raise ValueError(
             f"q: the prefill kernel takes head_dim in {HEAD_DIMS}, bf16 or fp16; got {tuple(q.shape)} {q.dtype}"
         )

@@ -8,6 +8,7 @@ from functools import cache
 import torch
 
 from engine.cuda import build, ffi
+from engine.cuda import device as cuda_device
 from engine.cuda.paged_attn import check_inputs
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -145,11 +146,6 @@ def capacity(
     return block_tables.shape[1] * k_cache.shape[1]
 
 
-@cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of `device` (a host-side property query: no stream work, capturable)."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    """Streaming multiprocessors of `device` (the cached device probe: no stream work, capturable)."""
+    return cuda_device.probe(device.index if device.index is not None else torch.cuda.current_device()).sms

@@ -5,6 +5,7 @@ module. A new op is one `Op(...)` in its family's module and one entry in `_OPS`
 
 from __future__ import annotations
 
+from engine.cuda.device import NO_CUDA, Device, probe
 from engine.flags import FlagSnapshot
 from engine.kernels.act import sigmoid_gate, silu_and_mul
 from engine.kernels.attention import decode_row_lens, extend_attention, paged_decode_attention, prefill_attention
@@ -58,8 +59,10 @@ from engine.kernels.table import (
     arms_ran,
     call,
     counts,
+    device_of,
     flags_of,
     gated_by,
+    on_device,
     op_calls,
     ops_gated_by,
     razors_gated_by,
@@ -121,7 +124,9 @@ __all__ = [
     "TABLE",
     "Arm",
     "Counts",
+    "Device",
     "FlagSnapshot",
+    "NO_CUDA",
     "Op",
     "Razor",
     "Switch",
@@ -129,10 +134,13 @@ __all__ = [
     "call",
     "counts",
     "decode_row_lens",
+    "device_of",
     "flags_of",
     "gated_by",
+    "on_device",
     "op_calls",
     "ops_gated_by",
+    "probe",
     "quantized_linear",
     "razors_gated_by",
     "render_counts",

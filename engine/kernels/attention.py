@@ -35,7 +35,7 @@ _SWAP_GROUPS = (1, 2, 4, 8)
 
 
 def supports_splitkv(d: int, group: int, dtype: torch.dtype) -> bool:
-    return _PA.supported(_PA.GQA, d, 1, dtype)  # the split-KV kernel's head dims and dtypes
+    return _PA.supports(_PA.GQA, d, 1, dtype)  # the split-KV kernel's head dims and dtypes
 
 
 # --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
@@ -56,8 +56,8 @@ def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
     return kernel
 
 
-def _tiled_variant(fits: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
-    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<fits>`, looked up at
+def _tiled_variant(predicate: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
+    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<predicate>`, looked up at
     call time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
     (`cuda_tiled.decode(**mode)`). The predicate refuses a shape the binding would hand to the plain two passes
     (no ready counters: first use under graph capture), so the counters name the kernel that ran."""
@@ -65,8 +65,8 @@ def _tiled_variant(fits: str, **mode: bool) -> tuple[Callable[..., bool], Callab
     def supports(
         q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
     ) -> bool:
-        shape_ok = cuda_tiled.supported(q.shape[2], _group(q, k_cache), q.dtype)
-        return shape_ok and bool(getattr(cuda_tiled, fits)(q, k_cache, block_tables))
+        shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
+        return shape_ok and bool(getattr(cuda_tiled, predicate)(q, k_cache, block_tables))
 
     def kernel(
         q: torch.Tensor,
@@ -86,12 +86,12 @@ def supports_onepass(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
 ) -> bool:
     """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail)."""
-    return cuda_onepass.fits(q, k_cache, block_tables)
+    return cuda_onepass.supports_inputs(q, k_cache, block_tables)
 
 
-supports_tiled_fused, _tiled_fused = _tiled_variant("fused_fits", fused=True)  # the one launch
-supports_tiled_pipelined, _tiled_pipelined = _tiled_variant("pipelined_fits", pipelined=True)  # the pipelined P.V
-supports_tiled_pdl, _tiled_pipelined_pdl = _tiled_variant("pdl_fits", pipelined=True, pdl=True)  # ... chained
+supports_tiled_fused, _tiled_fused = _tiled_variant("supports_fused", fused=True)  # the one launch
+supports_tiled_pipelined, _tiled_pipelined = _tiled_variant("supports_pipelined", pipelined=True)  # the pipelined P.V
+supports_tiled_pdl, _tiled_pipelined_pdl = _tiled_variant("supports_pdl", pipelined=True, pdl=True)  # ... chained
 
 
 def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
@@ -122,7 +122,7 @@ def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
 
 
 def supports_mma(q: torch.Tensor, *_: Any, **__: Any) -> bool:
-    return cuda_prefill.supported(q.shape[2], q.dtype)
+    return cuda_prefill.supports(q.shape[2], q.dtype)
 
 
 def _device_lens(q: torch.Tensor, device_lens: torch.Tensor | None, *lists: Sequence[int]) -> torch.Tensor:
@@ -169,7 +169,7 @@ def supports_decode_rows(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
 ) -> bool:
     cap = block_tables.shape[1] * k_cache.shape[1]
-    return _PA.supported(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
+    return _PA.supports(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
 
 
 def _extend_decode_rows(
@@ -266,7 +266,7 @@ paged_decode_attention = Op(
         Arm(
             "tiled",
             gated_by("VT_ATTN_TILED"),
-            supports_heads(cuda_tiled.supported),
+            supports_heads(cuda_tiled.supports),
             f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
             cuda_tiled.decode,
         ),
@@ -287,28 +287,28 @@ paged_decode_attention = Op(
         Arm(
             "gqa",
             gated_by("VT_ATTN_DECODE_GQA"),
-            supports_heads(lambda d, g, t: _PA.supported(_PA.GQA, d, g, t)),
+            supports_heads(lambda d, g, t: _PA.supports(_PA.GQA, d, g, t)),
             "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head",
             _paged_arm(_PA.GQA),
         ),
         Arm(
             "warp",
             gated_by("VT_ATTN_DECODE_OPT"),
-            supports_heads(lambda d, g, t: d == 256 and _PA.supported(_PA.WARP, d, g, t)),
+            supports_heads(lambda d, g, t: d == 256 and _PA.supports(_PA.WARP, d, g, t)),
             "fp32/bf16, head_dim 256",
             _paged_arm(_PA.WARP),
         ),
         Arm(
             "warp_d128",
             gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
-            supports_heads(lambda d, g, t: d == 128 and _PA.supported(_PA.WARP, d, g, t)),
+            supports_heads(lambda d, g, t: d == 128 and _PA.supports(_PA.WARP, d, g, t)),
             "fp32/bf16, head_dim 128",
             _paged_arm(_PA.WARP),
         ),
         Arm(
             "generic",
             gated_by(),
-            supports_heads(lambda d, g, t: _PA.supported(_PA.GENERIC, d, g, t)),
+            supports_heads(lambda d, g, t: _PA.supports(_PA.GENERIC, d, g, t)),
             "head_dim at most 256, a multiple of 8",
             _paged_arm(_PA.GENERIC),
             notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why

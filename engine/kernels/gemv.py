@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -16,29 +17,36 @@ from engine.kernels.table import KERNEL, Arm, Op, Switch, by_parts, gated_by, su
 from engine.ops import gemv
 
 
+def _on_x_device(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    return weight.device == x.device and (bias is None or bias.device == x.device)
+
+
 def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Decode rows (at most MAX_ROWS) of a row-major W take the GEMV, which streams W by rows; a prefill, or
-    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place."""
-    return x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+    a transposed W (dequant-then-linear's W.T), keeps the GEMM, which reads it in place. W and the bias on x's
+    device: with the op's check (ranks, dtypes, sizes) all the `linear` arms' launches need, so they check nothing
+    again (each tensor is checked once a call)."""
+    rows_ok = x.numel() <= cuda_gemv.MAX_ROWS * x.shape[-1] and weight.stride(-1) == 1
+    return _on_x_device(x, weight, bias) and rows_ok
 
 
 def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    return supports_rows(x, weight, bias) and cuda_gemv.persistent_fits(x, weight)
+    return supports_rows(x, weight, bias) and cuda_gemv.supports_persistent(x, weight)
 
 
 def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return supports_rows(x, weight, bias) and cuda_stream.fits(x2.shape[0], weight, x2)
+    return supports_rows(x, weight, bias) and cuda_stream.supports(x2.shape[0], weight, x2)
 
 
 _STREAM_NEEDS = (
-    f"sm_90, 1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
+    f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
     f"a ring of two W rows (GLU: two gate/up pairs) per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
 )
 
 
 _PERSISTENT_NEEDS = (
-    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight, a row in one batch of loads (K at most 1024 in bf16), "
+    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight on x's device, a row in one batch of loads (K at most 1024 in bf16), "
     f"and at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
 )
 
@@ -46,14 +54,21 @@ _PERSISTENT_NEEDS = (
 _PDL = gated_by("VT_GEMV_PDL")
 
 
-def _with_pdl(name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable) -> list:
+def _with_pdl(
+    name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable, **device: Any
+) -> list:
     """A GEMV arm after its programmatic dependent launch: `<name>_pdl`, gated by VT_GEMV_PDL too (before the
-    last flag, VT_GEMV), with the same support and the kernel called with pdl=True."""
+    last flag, VT_GEMV), with the same support and device needs (`device`: Arm's capability, smem_optin) and the
+    kernel called with pdl=True."""
     with_pdl = (*flags[:-1], *_PDL, flags[-1])
     return [
-        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True)),
-        Arm(name, flags, supports, needs, kernel),
+        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True), **device),
+        Arm(name, flags, supports, needs, kernel, **device),
     ]
+
+
+# what the streamed GEMV's arms need of the device, checked by the table against its probe
+_STREAM_DEVICE = {"capability": cuda_stream.CAPABILITY, "smem_optin": cuda_stream.SMEM_OPTIN}
 
 
 linear = Op(
@@ -61,21 +76,26 @@ linear = Op(
     gemv.check_linear,
     [
         *_with_pdl(
-            "gemv_stream", gated_by("VT_GEMV_STREAM", "VT_GEMV"), supports_stream, _STREAM_NEEDS, cuda_stream.linear
+            "gemv_stream",
+            gated_by("VT_GEMV_STREAM", "VT_GEMV"),
+            supports_stream,
+            _STREAM_NEEDS,
+            cuda_stream.launch_linear,
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "gemv_persistent",
             gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
             supports_persistent,
             _PERSISTENT_NEEDS,
-            partial(cuda_gemv.linear, persistent=True),
+            partial(cuda_gemv.launch_linear, persistent=True),
         ),
         *_with_pdl(
             "gemv",
             gated_by("VT_GEMV"),
             supports_rows,
-            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight",
-            cuda_gemv.linear,
+            f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight, on x's device",
+            cuda_gemv.launch_linear,
         ),
     ],
 )
@@ -83,6 +103,19 @@ embedding = Op(gemv.embedding, gemv.check_embedding)
 
 
 # --- the decode step's fused launches (ENGINE-PERF): each op's last arm runs the table's own ops one by one ---
+def _norm_inputs(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> bool:
+    """What a norm-prologue GEMV's launch needs past the op's check and the shape predicate: every tensor on x's
+    device and a contiguous norm weight (its launch then checks nothing again)."""
+    same = all(t is None or t.device == x.device for t in (residual, norm_weight, weight, bias))
+    return same and norm_weight.is_contiguous()
+
+
 def supports_norm_prologue(
     x: torch.Tensor,
     residual: torch.Tensor | None,
@@ -93,17 +126,19 @@ def supports_norm_prologue(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_gemv.prologue_fits(rows[0].shape[0], k, weight, *rows)
+    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemv.supports_prologue(
+        rows[0].shape[0], k, weight, *rows
+    )
 
 
 def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     g = gate_up.reshape(-1, gate_up.shape[-1])
-    return cuda_gemv.prologue_fits(g.shape[0], weight.shape[1], weight, g)
+    return _on_x_device(gate_up, weight, bias) and cuda_gemv.supports_prologue(g.shape[0], weight.shape[1], weight, g)
 
 
 def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_gemv.glu_fits(x2.shape[0], weight, x2)
+    return _on_x_device(x, weight, bias) and cuda_gemv.supports_glu(x2.shape[0], weight, x2)
 
 
 def supports_norm_stream(
@@ -118,12 +153,14 @@ def supports_norm_stream(
 ) -> bool:
     k = x.shape[-1]
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return cuda_stream.fits(rows[0].shape[0], weight, *rows, glu=glu)
+    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_stream.supports(
+        rows[0].shape[0], weight, *rows, glu=glu
+    )
 
 
 def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
-    return cuda_stream.fits(x2.shape[0], weight, x2, glu=True)
+    return _on_x_device(x, weight, bias) and cuda_stream.supports(x2.shape[0], weight, x2, glu=True)
 
 
 def supports_norm_glu(
@@ -151,14 +188,15 @@ add_rms_norm_linear = Op(
             gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             supports_norm_stream,
             _STREAM_NEEDS,
-            cuda_stream.add_rms_norm_linear,
+            cuda_stream.launch_add_rms_norm_linear,
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "prologue",
             gated_by("VT_NORM_GEMV", "VT_GEMV"),
             supports_norm_prologue,
             _PROLOGUE_NEEDS,
-            cuda_gemv.add_rms_norm_linear,
+            cuda_gemv.launch_add_rms_norm_linear,
         ),
         Arm(
             "norm_then_linear",
@@ -179,7 +217,7 @@ silu_mul_linear = Op(
             gated_by("VT_ACT_GEMV", "VT_GEMV"),
             supports_act_prologue,
             _PROLOGUE_NEEDS,
-            cuda_gemv.silu_mul_linear,
+            cuda_gemv.launch_silu_mul_linear,
         ),
         Arm("act_then_linear", gated_by(), supports_any, KERNEL, by_parts(gemv.silu_mul_linear.glue), composite=True),
     ],
@@ -193,9 +231,12 @@ linear_silu_mul = Op(
             gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             supports_glu_stream,
             _STREAM_NEEDS,
-            partial(cuda_stream.linear, glu=True),
+            partial(cuda_stream.launch_linear, glu=True),
+            **_STREAM_DEVICE,
         ),
-        *_with_pdl("glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.linear_silu_mul),
+        *_with_pdl(
+            "glu", gated_by("VT_GLU_GEMV", "VT_GEMV"), supports_glu, _GLU_NEEDS, cuda_gemv.launch_linear_silu_mul
+        ),
         Arm("linear_then_act", gated_by(), supports_any, KERNEL, by_parts(gemv.linear_silu_mul.glue), composite=True),
     ],
 )
@@ -208,14 +249,15 @@ add_rms_norm_linear_silu_mul = Op(
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
             partial(supports_norm_stream, glu=True),
             _STREAM_NEEDS,
-            partial(cuda_stream.add_rms_norm_linear, glu=True),
+            partial(cuda_stream.launch_add_rms_norm_linear, glu=True),
+            **_STREAM_DEVICE,
         ),
         *_with_pdl(
             "prologue_glu",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV"),
             supports_norm_glu,
             _GLU_NEEDS,
-            partial(cuda_gemv.add_rms_norm_linear, glu=True),
+            partial(cuda_gemv.launch_add_rms_norm_linear, glu=True),
         ),
         Arm(
             "norm_gemv_then_act",

@@ -24,6 +24,13 @@ The contract (what model code, gates and benchmarks may rely on):
 - `Op.run_arm(name, *args)` runs one named arm (or "reference") whatever the flags say, after the same
   check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
   which arm a call would run, without running or counting it.
+- Device needs are declared, not probed by each binding: an `Arm` states the compute capability (`capability`,
+  default the portable kernels' sm_80) and the opt-in shared memory per block (`smem_optin`) it needs, and the
+  table checks them against one cached probe of the input's device (engine/cuda/device.py `probe`: capability,
+  opt-in ceiling, SM count) before the arm's `supports`. A decline is counted with its reason in
+  `COUNTS.declines[(op, arm, reason)]` ("no CUDA device", "sm_90 (cuda:0 is sm_80)", ...). `on_device(device)`
+  makes the table take every CUDA input to be on `device` (a `Device` value) instead: what a test or a benchmark
+  uses to ask what the table would choose on another GPU.
 - `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
   peer in place of the op's arms with it (lab/gates/peer_attention.py), counted as `(op, its name)`.
 - Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
@@ -41,18 +48,22 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
 
+from engine.cuda.device import Device, probe_of
 from engine.flags import FLAGS, FlagSnapshot
 
 P = ParamSpec("P")
 R = TypeVar("R")
 REFERENCE_ARM = "reference"
+PORTABLE = (8, 0)  # the oldest arch the portable kernels are built for (engine/cuda/arch_features.yaml)
 
 
 def gated_by(*names: str) -> tuple[str, ...]:
@@ -105,9 +116,15 @@ class Arm:
     composite: bool = False  # the kernel takes the snapshot first (it runs other ops of the table)
     notice: bool = False  # a call that falls to this arm past an enabled arm says so on stderr, once (`NOTICED`)
     razor: Razor = EAGER_RAZOR  # the near-tie razor's setting its flip is judged with
+    capability: tuple[int, int] = PORTABLE  # the compute capability the kernel needs at least
+    smem_optin: int = 0  # the dynamic shared memory (bytes) a block of it needs to opt in to, at least
 
     def enabled(self, snapshot: FlagSnapshot) -> bool:
         return all(snapshot.enabled(f) for f in self.flags)
+
+    def lacks(self, device: Device) -> str | None:
+        """Why this arm cannot run on `device` (the reason counted for its decline), or None."""
+        return device.lacks(self.capability, self.smem_optin)
 
 
 @dataclass
@@ -116,17 +133,37 @@ class Counts:
 
     ran: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op, arm) -> calls
     fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (op, arm, needs) -> calls
+    # (op, arm, reason) -> calls an enabled arm declined because the device lacks what it declares it needs
+    declines: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     def copy(self) -> Counts:
-        return Counts(Counter(self.ran), Counter(self.fallbacks))
+        return Counts(Counter(self.ran), Counter(self.fallbacks), Counter(self.declines))
 
     def clear(self) -> None:
         self.ran.clear()
         self.fallbacks.clear()
+        self.declines.clear()
 
 
 COUNTS = Counts()
 NOTICED: set[tuple[str, str, str]] = set()  # (op, declined arm, needs): each fall to a notice arm said once
+_ON_DEVICE: ContextVar[Device | None] = ContextVar("on_device", default=None)
+
+
+@contextmanager
+def on_device(device: Device) -> Iterator[Device]:
+    """Within it, the table takes every CUDA input to be on `device` rather than probing the input's own: a test
+    or benchmark asks what the table would choose on another GPU (engine/cuda/device.py `Device`)."""
+    token = _ON_DEVICE.set(device)
+    try:
+        yield device
+    finally:
+        _ON_DEVICE.reset(token)
+
+
+def device_of(t: torch.Tensor) -> Device:
+    """The device the table checks an arm's needs against for input `t`: `on_device`'s, else `t`'s own probe."""
+    return _ON_DEVICE.get() or probe_of(t)
 
 
 class Op(Generic[P, R]):
@@ -175,6 +212,10 @@ class Op(Generic[P, R]):
         if name == REFERENCE_ARM:
             return self.reference(*args, **kwargs)
         arm = self.arm(name)
+        first: Any = args[0]
+        lacking = arm.lacks(device_of(first)) if first.is_cuda else None
+        if lacking is not None:
+            raise ValueError(f"{self.name}: arm {name!r} needs {lacking}")
         if not arm.supports(*args, **kwargs):
             raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
         if arm.composite:
@@ -191,27 +232,31 @@ class Op(Generic[P, R]):
     def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any], count: bool) -> Arm | None:
         if not self.arms or not snapshot.kernels or not args[0].is_cuda:
             return None
-        declined: list[Arm] = []
+        device = device_of(args[0])
+        declined: list[tuple[str, str]] = []  # (arm, what it needs that this call lacks)
         for arm in self.arms:
             if not arm.enabled(snapshot):
                 continue
-            if arm.supports(*args, **kwargs):
+            lacking = arm.lacks(device)
+            if lacking is None and arm.supports(*args, **kwargs):
                 if count and arm.notice:
                     self._notice(arm, declined)
                 return arm
-            if count:
+            if count and lacking is not None:
+                COUNTS.declines[(self.name, arm.name, lacking)] += 1
+            elif count:
                 COUNTS.fallbacks[(self.name, arm.name, arm.needs)] += 1
-                declined.append(arm)
+            declined.append((arm.name, lacking or arm.needs))
         return None
 
-    def _notice(self, taken: Arm, declined: list[Arm]) -> None:
+    def _notice(self, taken: Arm, declined: list[tuple[str, str]]) -> None:
         """One stderr line per (op, declined arm, reason) in a process: the call fell to a slow arm."""
-        for arm in declined:
-            key = (self.name, arm.name, arm.needs)
+        for arm, needs in declined:
+            key = (self.name, arm, needs)
             if key not in NOTICED:
                 NOTICED.add(key)
                 print(
-                    f"engine: {self.name} falls to its {taken.name} arm: {arm.name} needs {arm.needs} "
+                    f"engine: {self.name} falls to its {taken.name} arm: {arm} needs {needs} "
                     "(said once per process; the selection counters count every call)",
                     file=sys.stderr,
                 )
@@ -312,7 +357,9 @@ def flags_of(op: str, arm: str) -> tuple[str, ...]:
 
 
 def render_counts(seen: Counts | None = None) -> str:
-    """One line per (op, arm) that ran, then one per fallback: `arms: rms_norm/cuda 12 [VT_NORM_KERNEL]`."""
+    """One line per (op, arm) that ran, then one per fallback, then one per device decline:
+    `rms_norm/cuda 12 [VT_NORM_KERNEL]`, `fallback linear/gemv 3: needs ...`, `declined linear/gemv_stream 3: needs
+    sm_90 (cuda:0 is sm_80)`."""
     seen = seen or COUNTS
     if not seen.ran:
         return "arms: none ran"
@@ -322,6 +369,8 @@ def render_counts(seen: Counts | None = None) -> str:
         lines.append(f"  {op}/{arm} {n}" + (f" [{' '.join(gated)}]" if gated else ""))
     for (op, arm, needs), n in sorted(seen.fallbacks.items()):
         lines.append(f"  fallback {op}/{arm} {n}: needs {needs}")
+    for (op, arm, reason), n in sorted(seen.declines.items()):
+        lines.append(f"  declined {op}/{arm} {n}: needs {reason}")
     return "\n".join(lines)
 
 
@@ -387,5 +436,5 @@ def cuda_op(
     needs: str = KERNEL,
 ) -> Op[P, R]:
     """An op with one arm, "cuda" (its family's binding), gated by `flags`: by default it takes every CUDA input that
-    the op's check accepts."""
+    the op's check accepts (on a device the portable kernels run on)."""
     return Op(reference, check, [Arm("cuda", flags, supports, needs, kernel)])

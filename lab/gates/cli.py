@@ -356,6 +356,7 @@ def report(
         out = result.to_json()
         out["arms"] = {f"{op}/{arm}": n for (op, arm), n in sorted(seen.ran.items())}
         out["fallbacks"] = {f"{op}/{arm}: {needs}": n for (op, arm, needs), n in sorted(seen.fallbacks.items())}
+        out["declines"] = {f"{op}/{arm}: {why}": n for (op, arm, why), n in sorted(seen.declines.items())}
         out["arms_missing"] = missing
         out["arms_not_applicable"] = not_applicable
         out["peers_idle"] = idle

@@ -314,7 +314,7 @@ def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, 
 
 def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[int]) -> list[Setting]:
     """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
-    if not splits or not cuda_tiled.supported(model.head_dim, model.group, torch.bfloat16):
+    if not splits or not cuda_tiled.supports(model.head_dim, model.group, torch.bfloat16):
         return []
     tiled = [s for s in wanted if s.default and s.op == "paged_decode_attention" and s.arm.startswith("tiled")]
     return [Setting(s.op, s.arm, s.flags, n) for s in tiled for n in splits]

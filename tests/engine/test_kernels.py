@@ -14,7 +14,9 @@ from lab.gates.result import PASS, GateResult
 @pytest.fixture(autouse=True)
 def fresh_counts():
     kernels.reset_counts()
-    yield
+    # the stand-ins for CUDA tensors below (_OnGpu) sit on an H200 as the table's device probe sees it
+    with kernels.on_device(kernels.Device(0, (9, 0), 227 * 1024, 132)):
+        yield
     kernels.reset_counts()
 
 
@@ -43,8 +45,8 @@ def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pyt
     from engine.cuda import paged_attn_tiled
 
     resident = [True]
-    monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: True)
-    monkeypatch.setattr(paged_attn_tiled, "pdl_fits", lambda q, k_cache, block_tables: resident[0])
+    monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: True)
+    monkeypatch.setattr(paged_attn_tiled, "supports_pdl", lambda q, k_cache, block_tables: resident[0])
     op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
     base = defaults.with_(VT_ATTN_PV_PIPELINED=False)  # the plain two passes, below
 
@@ -144,7 +146,7 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
     from engine.cuda import paged_attn_tiled
 
     fits = [True]
-    monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits[0])
+    monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits[0])
     op, base = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False)
     args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
     assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
@@ -160,8 +162,8 @@ def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch
     from engine.cuda import paged_attn_tiled
 
     fits = {"fused": True, "pipelined": True}
-    monkeypatch.setattr(paged_attn_tiled, "fused_fits", lambda q, k_cache, block_tables: fits["fused"])
-    monkeypatch.setattr(paged_attn_tiled, "pipelined_fits", lambda q, k_cache, block_tables: fits["pipelined"])
+    monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits["fused"])
+    monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: fits["pipelined"])
     op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False)
     args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
     assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip

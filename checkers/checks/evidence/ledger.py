@@ -16,8 +16,7 @@ from typing import Any
 
 from ...atomicio import write_atomic
 from ...boundedio import RECORD_CAP, Unreadable, read_bytes
-from ...configcache import validator_stamps
-from ...contentcache import ContentCache
+from ...contentcache import ContentCache, validator_stamps
 from ...flagdecls import FlagDecl
 from ...gitio import Git
 

@@ -109,7 +109,7 @@ def ref_eager(x: Inputs) -> torch.Tensor:
 def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:  # the split count the kernel's heuristic picks for this shape
         q = x["q"]
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = splitkv.sm_count(q.device)  # the cached device probe, as decode reads it
         rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
         splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])

@@ -276,7 +276,7 @@ def build_cases() -> list[KernelCase]:
     for dt, dtype in DTYPES.items():
         elt = torch.empty((), dtype=dtype).element_size()
         for m, n, k in NORM_SHAPES:
-            if m * k * elt > gemv.MAX_STAGED_BYTES:  # the arm declines (prologue_fits): the table runs two launches
+            if m * k * elt > gemv.MAX_STAGED_BYTES:  # the arm declines (supports_prologue): the table runs two launches
                 continue
             cases += norm_trios(FAST, dt, m, n, k, (m, n, k) in SMALL)
             if (m, n, k) != (2, 4099, 264):

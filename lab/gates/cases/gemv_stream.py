@@ -44,11 +44,11 @@ H200 = (132, 227 * 1024)  # the gate's device: SMs, and the shared memory a bloc
 
 
 def offered(dtype: torch.dtype, m: int, items: int, k: int, rows_per_item: int) -> bool:
-    """The shapes the arm takes on an H200 (gemv_stream.fits on its device): x staged within MAX_STAGED_BYTES and two
+    """The shapes the arm takes on an H200 (gemv_stream.supports on its device): x staged within MAX_STAGED_BYTES and two
     items per warp in the ring. fp32 refuses 8 rows of K 2048 (64 KB of x) and the GLU pairs of K 1024 (two 4 KB rows
     an item: one slot where a warp takes three pairs); there the table runs the other arms."""
     elt = torch.empty((), dtype=dtype).element_size()
-    return m * k * elt <= gemv.MAX_STAGED_BYTES and gemv_stream.ring_fits(m, items, k, elt, rows_per_item, *H200)
+    return m * k * elt <= gemv.MAX_STAGED_BYTES and gemv_stream.supports_ring(m, items, k, elt, rows_per_item, *H200)
 
 
 def run_plain(pdl: bool, x: Inputs) -> torch.Tensor:

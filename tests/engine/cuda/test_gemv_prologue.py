@@ -66,18 +66,18 @@ def test_act_binding_names_the_bad_tensor_before_any_launch(gate_up, w, message)
     ("rows", "k", "fits"),
     [(1, 1024, True), (8, 2048, True), (9, 64, False), (8, 3072, False), (1, 1020, False), (7, 3072, True)],
 )
-def test_prologue_fits_rows_in_shared_memory_and_whole_vectors(rows, k, fits):
+def test_supports_prologue_rows_in_shared_memory_and_whole_vectors(rows, k, fits):
     w = torch.empty(16, k, dtype=torch.bfloat16)
     x = torch.empty(rows, k, dtype=torch.bfloat16)
-    assert gemv.prologue_fits(rows, k, w, x) is fits
+    assert gemv.supports_prologue(rows, k, w, x) is fits
 
 
-def test_prologue_fits_refuses_a_transposed_weight_and_odd_strides():
+def test_supports_prologue_refuses_a_transposed_weight_and_odd_strides():
     w = torch.empty(1024, 16, dtype=torch.bfloat16).T  # [16, 1024], column-major
     x = torch.empty(2, 1024, dtype=torch.bfloat16)
-    assert not gemv.prologue_fits(2, 1024, w, x)
+    assert not gemv.supports_prologue(2, 1024, w, x)
     x_odd = torch.empty(2, 1027, dtype=torch.bfloat16)[:, :1024]  # row stride 1027: not whole 16-byte rows
-    assert not gemv.prologue_fits(2, 1024, w.T.contiguous().T.contiguous(), x_odd)
+    assert not gemv.supports_prologue(2, 1024, w.T.contiguous().T.contiguous(), x_odd)
 
 
 @pytest.mark.parametrize(

@@ -43,18 +43,18 @@ def test_the_source_is_in_the_feature_table():
     ],
 )
 def test_the_ring_holds_two_items_per_warp_or_refuses(rows, n, k, elt, rows_per_item, fits):
-    assert gemv_stream.ring_fits(rows, n, k, elt, rows_per_item, H200["sms"], H200["optin"]) is fits
+    assert gemv_stream.supports_ring(rows, n, k, elt, rows_per_item, H200["sms"], H200["optin"]) is fits
 
 
 def test_the_ring_leaves_room_for_the_staged_rows():
     # 8 rows of K 2048 in bf16 stage 32 KB of x: with a 48 KB opt-in no 32 KB slot is left
-    assert gemv_stream.ring_fits(8, 4096, 2048, 2, 1, 132, 227 * 1024)
-    assert not gemv_stream.ring_fits(8, 4096, 2048, 2, 1, 132, 48 * 1024)
+    assert gemv_stream.supports_ring(8, 4096, 2048, 2, 1, 132, 227 * 1024)
+    assert not gemv_stream.supports_ring(8, 4096, 2048, 2, 1, 132, 48 * 1024)
 
 
-def test_fits_refuses_a_cpu_weight():
+def test_supports_refuses_a_cpu_weight():
     w = torch.empty(4096, 1024, dtype=torch.bfloat16)
-    assert not gemv_stream.fits(1, w, torch.empty(1, 1024, dtype=torch.bfloat16))
+    assert not gemv_stream.supports(1, w, torch.empty(1, 1024, dtype=torch.bfloat16))
 
 
 def test_bindings_name_the_bad_tensor_before_any_launch():

@@ -58,10 +58,10 @@ def test_split_rule_stays_within_the_tiles_and_the_partial_buffers(compiled) -> 
 def test_supported_shapes() -> None:
     from engine.cuda import paged_attn_onepass as onepass
 
-    assert onepass.supported(128, 4, torch.bfloat16) and onepass.supported(64, 3, torch.float16)
-    assert not onepass.supported(256, 4, torch.bfloat16)  # the two-pass arms are faster there
-    assert not onepass.supported(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
-    assert not onepass.supported(128, 4, torch.float32)
+    assert onepass.supports(128, 4, torch.bfloat16) and onepass.supports(64, 3, torch.float16)
+    assert not onepass.supports(256, 4, torch.bfloat16)  # the two-pass arms are faster there
+    assert not onepass.supports(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
+    assert not onepass.supports(128, 4, torch.float32)
 
 
 def test_the_table_takes_the_onepass_arm_first_only_when_flagged() -> None:

@@ -44,11 +44,11 @@ def test_split_rule_fills_waves_within_the_work(
 def test_supported_shapes() -> None:
     from engine.cuda import paged_attn_tiled as tiled
 
-    assert tiled.supported(128, 4, torch.bfloat16) and tiled.supported(256, 8, torch.float16)
-    assert tiled.supported(64, 3, torch.bfloat16)  # any group up to 8, not only powers of two
-    assert not tiled.supported(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
-    assert not tiled.supported(96, 4, torch.bfloat16)
-    assert not tiled.supported(128, 4, torch.float32)
+    assert tiled.supports(128, 4, torch.bfloat16) and tiled.supports(256, 8, torch.float16)
+    assert tiled.supports(64, 3, torch.bfloat16)  # any group up to 8, not only powers of two
+    assert not tiled.supports(128, 9, torch.bfloat16)  # more rows than the 8 live rows of the mma tile
+    assert not tiled.supports(96, 4, torch.bfloat16)
+    assert not tiled.supports(128, 4, torch.float32)
 
 
 def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None:
@@ -342,7 +342,7 @@ def test_the_dependent_launch_takes_grids_resident_beside_the_scores_pass(batch:
     shape = tiled.Shape.of(q, cache, tables)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     assert (batch * 8 * shape.splits() <= tiled.PDL_BLOCKS_PER_SM * sms) is fits
-    assert tiled.pdl_fits(q, cache, tables) is fits
+    assert tiled.supports_pdl(q, cache, tables) is fits
 
 
 def test_pipelined_launcher_shares_the_argument_checks(compiled) -> None:

@@ -26,9 +26,9 @@ def test_source_compiles_and_exports_its_launcher(compiled) -> None:
 def test_supported_shapes() -> None:
     from engine.cuda import prefill_attn
 
-    assert prefill_attn.supported(32, torch.bfloat16) and prefill_attn.supported(256, torch.float16)
-    assert not prefill_attn.supported(96, torch.bfloat16)
-    assert not prefill_attn.supported(128, torch.float32)  # fp32 takes the decode_rows arm
+    assert prefill_attn.supports(32, torch.bfloat16) and prefill_attn.supports(256, torch.float16)
+    assert not prefill_attn.supports(96, torch.bfloat16)
+    assert not prefill_attn.supports(128, torch.float32)  # fp32 takes the decode_rows arm
 
 
 def test_the_arms_are_on_by_default_and_ordered() -> None:

@@ -126,7 +126,8 @@ def test_a_fall_to_a_notice_arm_is_said_once_per_reason(capsys, monkeypatch) -> 
         ],
     )
     snap = kernels.FlagSnapshot.defaults()
-    assert [op(snap, FakeCuda(n)) for n in (1, 9, 9, 2, 9)] == ["fast", "slow", "slow", "fast", "slow"]
+    with kernels.on_device(kernels.Device(0, (9, 0), 227 * 1024, 132)):  # the stand-in's device: an H200's probe
+        assert [op(snap, FakeCuda(n)) for n in (1, 9, 9, 2, 9)] == ["fast", "slow", "slow", "fast", "slow"]
     err = capsys.readouterr().err.splitlines()
     assert err == [
         "engine: ref falls to its slow arm: fast needs n below 4 (said once per process; "
