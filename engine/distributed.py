@@ -88,11 +88,12 @@ class Spec:
     size: int
     port: int
     timeout_s: float
+    named: dict[str, str]  # the snapshot's by-name arms (op -> arm), so every rank chooses as rank 0 does
 
     def runner(self, rank: int, group: Group) -> Runner:
         device = f"cuda:{rank}" if torch.device(self.device).type == "cuda" else "cpu"
         shard = parallel.Shard(rank, self.size, group)
-        flags = FlagSnapshot(self.flags)
+        flags = FlagSnapshot(self.flags, self.named)
         cls = ShardedRunner if rank == 0 else Runner
         return cls(self.model_dir, self.dtype, device, flags=flags, shard=shard, **self.runner_kw)
 
@@ -108,7 +109,9 @@ def start(
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False
     )
-    spec = Spec(str(model_dir), dtype, device, runner_kw, dict(flags.values), size, store.port, timeout_s)
+    spec = Spec(
+        str(model_dir), dtype, device, runner_kw, dict(flags.values), size, store.port, timeout_s, dict(flags.named)
+    )
     ctx = mp.get_context("spawn")
     workers = Workers(ctx, spec)
     try:

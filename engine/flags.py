@@ -83,9 +83,14 @@ class FlagSnapshot:
     Build one with `from_env()` (the user's environment, read once), `defaults()` or `REFERENCE` (every
     compiled kernel off), and derive others with `with_(VT_X=True, ...)`; equal settings compare and hash
     equal. An unknown or mistyped name is an error naming it.
+
+    `named` holds the kernel-table arms a gate or benchmark names (op -> arm, `engine.kernels.naming`): the table
+    tries each before that op's precedence chain. It is never read from the environment: an arm kept out of the
+    default order (the retire rule, docs/BENCHMARKS.md) has no flag, and a user's run names none.
     """
 
     values: Mapping[str, bool | str] = field(default_factory=dict)
+    named: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         full: dict[str, bool | str] = {name: flag.default for name, flag in FLAGS.items()}
@@ -98,6 +103,7 @@ class FlagSnapshot:
                 raise TypeError(f"{name}: a {kind} flag, got {val!r}")
             full[name] = val
         object.__setattr__(self, "values", MappingProxyType(full))
+        object.__setattr__(self, "named", MappingProxyType(dict(self.named)))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> FlagSnapshot:
@@ -110,8 +116,12 @@ class FlagSnapshot:
         return cls()
 
     def with_(self, **changes: bool | str) -> FlagSnapshot:
-        """A copy with `changes` applied (`snap.with_(VT_ATTN_TILED=False)`)."""
-        return FlagSnapshot({**self.values, **changes})
+        """A copy with `changes` applied (`snap.with_(VT_ATTN_TILED=False)`); the named arms kept."""
+        return FlagSnapshot({**self.values, **changes}, self.named)
+
+    def with_arm(self, op: str, arm: str) -> FlagSnapshot:
+        """A copy that names `arm` for the kernel table's `op` (checked by the table: `engine.kernels.naming`)."""
+        return FlagSnapshot(self.values, {**self.named, op: arm})
 
     def enabled(self, name: str) -> bool:
         if not FLAGS[name].is_bool:
@@ -133,14 +143,19 @@ class FlagSnapshot:
         return {n: v for n, v in self.values.items() if v != FLAGS[n].default}
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self.values.items())))
+        return hash((tuple(sorted(self.values.items())), tuple(sorted(self.named.items()))))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FlagSnapshot) and dict(self.values) == dict(other.values)
+        return (
+            isinstance(other, FlagSnapshot)
+            and dict(self.values) == dict(other.values)
+            and dict(self.named) == dict(other.named)
+        )
 
     def __repr__(self) -> str:
-        changed = ", ".join(f"{n}={v!r}" for n, v in sorted(self.changed().items()))
-        return f"FlagSnapshot({changed or 'defaults'})"
+        changed = [f"{n}={v!r}" for n, v in sorted(self.changed().items())]
+        changed += [f"{op}/{arm} by name" for op, arm in sorted(self.named.items())]
+        return f"FlagSnapshot({', '.join(changed) or 'defaults'})"
 
 
 # --- build (BACKEND-CUDA) ---------------------------------------------------
@@ -163,25 +178,7 @@ declare(
     "Use the compiled default-ON CUDA kernels when tensors are on a GPU; `0` runs the torch references everywhere.",
 )
 
-# --- paged attention (KERNEL-ATTN-PAGED, KERNEL-ATTN-SPLITKV) ---------------
-declare(
-    "VT_ATTN_DECODE_OPT",
-    False,
-    "KERNEL-ATTN-PAGED",
-    "Warp-split-KV decode attention arm (EPL 8, head_dim 256), with and without a sliding window.",
-)
-declare(
-    "VT_ATTN_DECODE_D128",
-    False,
-    "KERNEL-ATTN-PAGED",
-    "With VT_ATTN_DECODE_OPT: the EPL 4 instantiation for head_dim 128.",
-)
-declare(
-    "VT_ATTN_DECODE_GQA",
-    False,
-    "KERNEL-ATTN-PAGED",
-    "GQA-fused decode attention arm: each K/V tile loaded once for all query heads of its group.",
-)
+# --- paged attention (KERNEL-ATTN-PAGED) ------------------------------------
 declare(
     "VT_ATTN_TILED",
     True,
@@ -218,13 +215,6 @@ declare(
     "ENGINE-GATE-REACH",
     "Varlen prefill/extend attention kernel for prefill and mixed steps (bf16/fp16 on tensor cores, head_dim 32/64/128/256; fp32 as one decode row per token): every sequence's new tokens in one launch, the cached prefix read through the block table, scores and probabilities rounded as the reference rounds them. ON after the flip protocol (throughput A/B 1.29x at 256 requests); `0` is the rollback.",
 )
-declare("VT_ATTN_SPLITKV", False, "KERNEL-ATTN-SPLITKV", "Split-KV decode attention with an fp32 log-sum-exp combine.")
-declare(
-    "VT_ATTN_SPLITKV_GQA_SWAP",
-    False,
-    "KERNEL-ATTN-SPLITKV",
-    "With VT_ATTN_SPLITKV: pack the query heads of a KV group as rows (GQA group swap).",
-)
 
 # --- runner (ENGINE-GRAPH) --------------------------------------------------
 declare("VT_EAGER", False, "ENGINE-GRAPH", "Run the decode step eagerly instead of replaying its captured CUDA graph.")
@@ -249,12 +239,6 @@ declare(
     True,
     "KERNEL-GDN",
     "Compiled gated delta net decode step (fp32 state; its reduction order differs from the reference). ON after the flip protocol (bf16 razor with the arm required, whole-step A/B 1.168x); `0` is the rollback.",
-)
-declare(
-    "VT_GDN_CHUNKED_KERNEL",
-    False,
-    "MODEL-QWEN3-NEXT",
-    "Compiled chunked gated delta net prefill (the UT-transform form, fp32 state; its reduction order differs from the reference).",
 )
 declare(
     "VT_DEQUANT_KERNEL",
@@ -339,12 +323,6 @@ declare(
     "With VT_GEMV: the residual add + RMSNorm before q/k/v and gate/up folded into the GEMV's prologue (each block normalises the input row in shared memory); the norm and GEMV kernels' arithmetic, so their bits. ON after the flip protocol (decode-step A/B 1.042x); `0` is the rollback.",
 )
 declare(
-    "VT_ACT_GEMV",
-    False,
-    "ENGINE-PERF",
-    "With VT_GEMV: SiLU-and-mul folded into the down projection's GEMV prologue; the activation and GEMV kernels' arithmetic, so their bits.",
-)
-declare(
     "VT_GEMV_PDL",
     True,
     "ENGINE-PERF",
@@ -355,12 +333,6 @@ declare(
     True,
     "ENGINE-PERF",
     "With VT_GEMV and VT_MERGED_PROJ: SiLU-and-mul in the gate/up GEMV's epilogue (a warp sums a gate row and its up row, then writes the activation), so the down projection is a plain GEMV; the GEMV and activation kernels' arithmetic, so their bits. ON after the flip protocol (decode-step A/B 1.030x); `0` is the rollback.",
-)
-declare(
-    "VT_GEMV_PERSISTENT",
-    False,
-    "ENGINE-PERF",
-    "With VT_GEMV: a persistent decode GEMV where a W row fits one batch of loads and K is not split (Qwen3-0.6B's q/k/v, gate/up and head): resident blocks walk the rows with the next row's loads in flight; the same bits as the GEMV kernel. Lost its A/Bs (head 0.71x, step 0.927x): OFF.",
 )
 
 declare(

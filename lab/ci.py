@@ -46,8 +46,9 @@ MIN_LEFT = 10  # seconds: a step with less of its phase's budget left is not sta
 DEFAULT_PHASES = ("gates", "bench")
 FLIP_MODELS = ("dense", "d128", "moe", "d128-g4", "long")
 ON = ("1", "true", "on", "yes")
-# Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle.
-FAST = {"VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1", "VT_MOE_KERNELS": "1"}
+# Flags that are correct but not byte-exact and still OFF: the near-tie razor holds them to the oracle. (The split-KV
+# arms are by name only since the retire rule: `lab bench ab --arm`, `lab gate reach`.)
+FAST = {"VT_MOE_KERNELS": "1"}
 
 
 @dataclass(frozen=True)
@@ -420,12 +421,11 @@ def bench_steps(ctx: Context) -> list[Step]:
     for shape in ("n=4096,k=4096", "n=14336,k=4096", "n=4096,k=14336"):
         steps.append(bench(ctx, f"bw-gemv-{shape}", 60, ("bandwidth", "--workload", "gemv", "--shape", shape)))
     steps += [
-        bench(
+        bench(  # a by-name arm against the default order
             ctx,
             "ab-splitkv-swap",
             90,
-            ("ab", "--flag", "VT_ATTN_SPLITKV_GQA_SWAP", "--shape", "batch=1,ctx=32768"),
-            {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"},
+            ("ab", "--arm", "paged_decode_attention/splitkv_swap", "--shape", "batch=1,ctx=32768"),
         ),
         bench(ctx, "ab-gemv", 60, ("ab", "--flag", "VT_GEMV", "--shape", "n=4096,k=14336")),
         bench(ctx, "ab-tiled", 90, ("ab", "--flag", "VT_ATTN_TILED")),
@@ -962,7 +962,7 @@ def parse_flip(flip: str, models: str = "", filters: str = "", prompt_lens: str 
     """FLIP="VT_X=1 VT_Y=1" and its companions, checked before any phase runs (ValueError names the bad entry)."""
     entries = flip.split()
     if not entries:
-        raise ValueError('flip: set FLIP (or --flip) to the flag settings under test, e.g. FLIP="VT_ATTN_SPLITKV=1"')
+        raise ValueError('flip: set FLIP (or --flip) to the flag settings under test, e.g. FLIP="VT_ATTN_ONEPASS=1"')
     for kv in entries:
         if not FLAG_SETTING.match(kv):
             raise ValueError(f"flip: FLIP entry '{kv}' is not VT_NAME=VALUE")

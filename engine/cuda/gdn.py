@@ -1,4 +1,4 @@
-"""Binding for the gated delta net kernels (gdn.cu): one token's recurrent update, and the chunked prefill; fp32 state."""
+"""Binding for the gated delta net decode kernel (gdn.cu): one token's recurrent update; fp32 state."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int
 _F = ctypes.c_float
 MAX_HEAD_DIM_K = 256  # gdn.cuh kMaxKDim, checked against it by the tests
-MAX_CHUNK = 64  # gdn.cuh kMaxChunk
 
 
 # The launcher's C signature (argument kinds in order), checked against gdn.cu by the tests.
 SIGNATURES: dict[str, list] = {
     "vt_gdn_decode": [_P] * 8 + [_I] * 5 + [_F, _I, _F, _I, _I, _P],
-    "vt_gdn_chunked": [_P] * 8 + [_I] * 7 + [_F, _I, _F, _I, _I, _P],
 }
 
 
@@ -36,11 +34,6 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return q.dtype == k.dtype == v.dtype and q.dim() == 3 and q.shape[-1] <= MAX_HEAD_DIM_K
 
 
-def supports_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int) -> bool:
-    """Whether the chunked kernel takes these operands (one dtype, key dim <= 256, chunks of at most 64 tokens)."""
-    return q.dtype == k.dtype == v.dtype and q.dim() == 4 and q.shape[-1] <= MAX_HEAD_DIM_K and chunk_size <= MAX_CHUNK
-
-
 def check_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -48,17 +41,16 @@ def check_inputs(
     g: torch.Tensor,
     beta: torch.Tensor,
     state: torch.Tensor,
-    rank: int,  # 3: one token ([batch, heads, d], decode); 4: a sequence ([batch, T, heads, d], chunked)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The checks both launchers share, naming the tensor: q, k, v of `rank` dims, one dtype and device; g and beta
-    q's leading dims then heads; an fp32 state [batch, heads, dk, dv]. Returns q, k, v contiguous."""
+    """The launcher's checks, naming the tensor: q, k, v of one token ([batch, heads, d]), one dtype and device; g
+    and beta [batch, heads]; an fp32 state [batch, heads, dk, dv]. Returns q, k, v contiguous."""
     dev = q.device
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    ffi.require(q, "q", dim=rank)
-    ffi.require(k, "k", dim=rank, dtype=q.dtype, device=dev)
-    ffi.require(v, "v", dim=rank, dtype=q.dtype, device=dev)
+    ffi.require(q, "q", dim=3)
+    ffi.require(k, "k", dim=3, dtype=q.dtype, device=dev)
+    ffi.require(v, "v", dim=3, dtype=q.dtype, device=dev)
     ffi.require(state, "state", dim=4, dtype=torch.float32, device=dev)
-    lead, lead_names = tuple(q.shape[:-2]), "[batch, T]" if rank == 4 else "[batch]"
+    lead, lead_names = tuple(q.shape[:-2]), "[batch]"
     batch, dk, heads, dv = q.shape[0], q.shape[-1], v.shape[-2], v.shape[-1]
     if k.shape != q.shape:
         raise ValueError(f"k: shape {tuple(k.shape)} != q's {tuple(q.shape)}")
@@ -73,32 +65,6 @@ def check_inputs(
     if state.shape != (batch, heads, dk, dv):
         raise ValueError(f"state: shape {tuple(state.shape)} != [batch, heads, dk, dv] {(batch, heads, dk, dv)}")
     return q, k, v
-
-
-def chunked(
-    q: torch.Tensor,  # q: [batch, T, k_heads, dk]
-    k: torch.Tensor,  # k: [batch, T, k_heads, dk]
-    v: torch.Tensor,  # v: [batch, T, heads, dv]
-    g: torch.Tensor,  # g: [batch, T, heads], log decay
-    beta: torch.Tensor,  # beta: [batch, T, heads]
-    state: torch.Tensor,  # state: [batch, heads, dk, dv] fp32, before token 0
-    chunk_size: int,
-    *,
-    scale: float = 1.0,
-    use_qk_l2norm: bool = False,
-    eps: float = 1e-6,
-    out_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, T, heads, dv] out_dtype or q.dtype, final_state fp32)
-    """The gated delta rule over T tokens in chunks of `chunk_size` (the UT-transform form); `state` is not modified."""
-    q, k, v = check_inputs(q, k, v, g, beta, state, rank=4)
-    batch, seq, k_heads, dk = q.shape
-    heads, dv = v.shape[2], v.shape[3]
-    state = state.contiguous()
-    out = torch.empty(batch, seq, heads, dv, dtype=out_dtype or q.dtype, device=q.device)
-    new_state = torch.empty_like(state)
-    dims = (batch, seq, heads, k_heads, dk, dv, chunk_size)
-    _launch("vt_gdn_chunked", (q, k, v, g, beta, state, new_state, out), dims, (scale, use_qk_l2norm, eps))
-    return out, new_state
 
 
 def decode(
@@ -116,7 +82,7 @@ def decode(
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] out_dtype or q.dtype, new_state fp32)
     """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state."""
-    q, k, v = check_inputs(q, k, v, g, beta, state, rank=3)
+    q, k, v = check_inputs(q, k, v, g, beta, state)
     batch, k_heads, dk = q.shape
     heads, dv = v.shape[1], v.shape[2]
     new_state = state if inplace else torch.empty_like(state)
@@ -127,7 +93,7 @@ def decode(
 
 
 def _launch(name: str, tensors: tuple[torch.Tensor, ...], dims: tuple[int, ...], options: tuple) -> None:
-    """Both launchers' call on checked inputs: `tensors` (q, k, v, g, beta, state, new_state, out) with the gates as
+    """The launcher's call on checked inputs: `tensors` (q, k, v, g, beta, state, new_state, out) with the gates as
     fp32 (tiny, so the kernel reads one gate dtype), the sizes and (scale, use_qk_l2norm, eps) in their order."""
     q, k, v, g, beta, state, new_state, out = tensors
     gates = g.to(torch.float32).contiguous(), beta.to(torch.float32).contiguous()

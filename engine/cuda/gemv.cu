@@ -1,5 +1,4 @@
 // Launcher for the decode GEMV: argument checks, dispatch on the input and output dtype codes (0=fp32, 1=bf16, 2=fp16).
-#include <algorithm>
 #include <type_traits>
 
 #include "gemv_launch.cuh"
@@ -20,7 +19,7 @@ using vt_gemv_launch::split_for;
 
 template <typename T, typename OutT, int MT>
 int launch_vec(OutT* y, const T* w, const T* x, const T* bias, int m, int n, int k, long long ldw, long long ldx,
-               long long ldy, bool pdl, bool persistent, cudaStream_t stream) {
+               long long ldy, bool pdl, cudaStream_t stream) {
   constexpr int vec = vt_gemv::kVectorBytes / sizeof(T);
   const int split = split_for(n);
   const int rows_per_block = vt_gemv::kWarpsPerBlock / split * vt_gemv::kRowsPerWarp;
@@ -30,18 +29,9 @@ int launch_vec(OutT* y, const T* w, const T* x, const T* bias, int m, int n, int
   constexpr int min_blocks = MT == 1 ? vt_gemv::kMinBlocksPerSm : vt_gemv::kMinBlocksPerSmRows;
   constexpr int rpw = vt_gemv::kRowsPerWarp, unroll = vt_gemv::kUnroll;
   const bool staged = vt_gemv::kStageX && x_bytes <= static_cast<size_t>(vt_gemv::kMaxSmemXBytes);
-  // PDL and the persistent path for the engine's own case (y in x's dtype, x staged: under PDL its copy reads L2,
-  // never a cache filled earlier)
+  // PDL for the engine's own case (y in x's dtype, x staged: under PDL its copy reads L2, never a cache filled
+  // earlier)
   if constexpr (std::is_same_v<T, OutT>) {
-    if (persistent && staged && split == 1 && k <= vt_gemv::kUnroll * vt_gemv::kWarpSize * vec) {
-      constexpr int resident = MT == 1 ? vt_gemv::kPersistentBlocksPerSm : vt_gemv::kPersistentBlocksPerSmRows;
-      const dim3 pgrid(std::min(static_cast<int>(grid.x), resident * vt_gemv_launch::sm_count()));
-      if (pdl)
-        return launch_kernel(vt_gemv::gemv_persistent_kernel<T, OutT, vec, MT, resident, true>, pgrid, block,
-                             x_bytes, stream, true, y, w, x, bias, m, n, k, ldw, ldx, ldy);
-      return launch_kernel(vt_gemv::gemv_persistent_kernel<T, OutT, vec, MT, resident, false>, pgrid, block,
-                           x_bytes, stream, false, y, w, x, bias, m, n, k, ldw, ldx, ldy);
-    }
     if (pdl && staged)
       return launch_kernel(vt_gemv::gemv_vec_kernel<T, OutT, vec, MT, rpw, unroll, true, min_blocks, true>, grid,
                            block, x_bytes, stream, true, y, w, x, bias, m, n, k, ldw, ldx, ldy, split);
@@ -57,16 +47,16 @@ int launch_vec(OutT* y, const T* w, const T* x, const T* bias, int m, int n, int
 
 template <typename T, typename OutT>
 int launch(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw, long long ldx,
-           long long ldy, bool pdl, bool persistent, cudaStream_t stream) {
+           long long ldy, bool pdl, cudaStream_t stream) {
   auto* yo = static_cast<OutT*>(y);
   auto* wi = static_cast<const T*>(w);
   auto* xi = static_cast<const T*>(x);
   auto* bi = static_cast<const T*>(bias);
   if (m <= vt_gemv::kMaxRows && vector_ok<T>(w, x, k, ldw, ldx)) {  // x rows share each W load: MT >= m
-    if (m == 1) return launch_vec<T, OutT, 1>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
-    if (m <= 2) return launch_vec<T, OutT, 2>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
-    if (m <= 4) return launch_vec<T, OutT, 4>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
-    return launch_vec<T, OutT, vt_gemv::kMaxRows>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
+    if (m == 1) return launch_vec<T, OutT, 1>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, stream);
+    if (m <= 2) return launch_vec<T, OutT, 2>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, stream);
+    if (m <= 4) return launch_vec<T, OutT, 4>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, stream);
+    return launch_vec<T, OutT, vt_gemv::kMaxRows>(yo, wi, xi, bi, m, n, k, ldw, ldx, ldy, pdl, stream);
   }
   const dim3 grid(vt::ceil_div(n, vt_gemv::kWarpsPerBlock), m);
   const dim3 block(vt_gemv::kWarpsPerBlock * vt_gemv::kWarpSize);
@@ -77,11 +67,11 @@ int launch(void* y, const void* w, const void* x, const void* bias, int m, int n
 // The output type follows the caller's out dtype code.
 template <typename T>
 int launch_out(int out_dtype, void* y, const void* w, const void* x, const void* bias, int m, int n, int k,
-               long long ldw, long long ldx, long long ldy, bool pdl, bool persistent, cudaStream_t stream) {
+               long long ldw, long long ldx, long long ldy, bool pdl, cudaStream_t stream) {
   switch (out_dtype) {
-    case vt::kF32: return launch<T, float>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
-    case vt::kBF16: return launch<T, __nv_bfloat16>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
-    case vt::kF16: return launch<T, __half>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, stream);
+    case vt::kF32: return launch<T, float>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, stream);
+    case vt::kBF16: return launch<T, __nv_bfloat16>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, stream);
+    case vt::kF16: return launch<T, __half>(y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, stream);
     default:
       return vt::fail(vt::kUnsupported, "gemv: out dtype code %d is not 0 (fp32), 1 (bf16) or 2 (fp16)", out_dtype);
   }
@@ -127,7 +117,7 @@ VT_DEFINE_LAST_ERROR(gemv)
 namespace {
 
 int gemv_impl(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw,
-              long long ldx, long long ldy, int dtype, int out_dtype, bool pdl, bool persistent, void* stream) {
+              long long ldx, long long ldy, int dtype, int out_dtype, bool pdl, void* stream) {
   if (m < 0 || m > kMaxGridY) return vt::fail(vt::kBadArgument, "gemv: rows of x %d outside [0, %d]", m, kMaxGridY);
   if (n <= 0) return vt::fail(vt::kBadArgument, "gemv: out features must be > 0 (got %d)", n);
   if (k <= 0) return vt::fail(vt::kBadArgument, "gemv: in features must be > 0 (got %d)", k);
@@ -138,9 +128,9 @@ int gemv_impl(void* y, const void* w, const void* x, const void* bias, int m, in
   auto s = static_cast<cudaStream_t>(stream);
   int rc = vt::kOk;
   switch (dtype) {
-    case vt::kF32: rc = launch_out<float>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, s); break;
-    case vt::kBF16: rc = launch_out<__nv_bfloat16>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, s); break;
-    case vt::kF16: rc = launch_out<__half>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, persistent, s); break;
+    case vt::kF32: rc = launch_out<float>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s); break;
+    case vt::kBF16: rc = launch_out<__nv_bfloat16>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s); break;
+    case vt::kF16: rc = launch_out<__half>(out_dtype, y, w, x, bias, m, n, k, ldw, ldx, ldy, pdl, s); break;
     default: return vt::fail(vt::kUnsupported, "gemv: dtype code %d is not 0 (fp32), 1 (bf16) or 2 (fp16)", dtype);
   }
   return rc != vt::kOk ? rc : vt::launch_status("vt_gemv_gemv");
@@ -152,16 +142,14 @@ int gemv_impl(void* y, const void* w, const void* x, const void* bias, int m, in
 // bias: [n] or null; w, x, bias share dtype
 VT_EXPORT int vt_gemv_gemv(void* y, const void* w, const void* x, const void* bias, int m, int n, int k, long long ldw,
                            long long ldx, long long ldy, int dtype, int out_dtype, void* stream) {
-  return gemv_impl(y, w, x, bias, m, n, k, ldw, ldx, ldy, dtype, out_dtype, false, false, stream);
+  return gemv_impl(y, w, x, bias, m, n, k, ldw, ldx, ldy, dtype, out_dtype, false, stream);
 }
 
-// vt_gemv_gemv with options: pdl != 0 launches the fast path as a programmatic dependent (sm_90; plain elsewhere);
-// persistent != 0 takes the persistent fast path where it applies (k within one batch of loads, no split, y in x's
-// dtype), the same bits as the fast path
+// vt_gemv_gemv with options: pdl != 0 launches the fast path as a programmatic dependent (sm_90; plain elsewhere)
 VT_EXPORT int vt_gemv_gemv_ex(void* y, const void* w, const void* x, const void* bias, int m, int n, int k,
                               long long ldw, long long ldx, long long ldy, int dtype, int out_dtype, int pdl,
-                              int persistent, void* stream) {
-  return gemv_impl(y, w, x, bias, m, n, k, ldw, ldx, ldy, dtype, out_dtype, pdl != 0, persistent != 0, stream);
+                              void* stream) {
+  return gemv_impl(y, w, x, bias, m, n, k, ldw, ldx, ldy, dtype, out_dtype, pdl != 0, stream);
 }
 
 // y = silu_and_mul(x W^T (+ bias)) in one launch: w: [2n, k] (gate rows, then up rows; row stride ldw); x: [m, k] (ldx);

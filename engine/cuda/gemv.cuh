@@ -20,9 +20,6 @@ constexpr int kMaxSmemXBytes = 46 * 1024;  // ... when all its rows fit here: 48
 constexpr int kMinBlocksPerSm = 4;  // fast path, one row of x: register cap 65536 / (256 * this) per thread
 constexpr int kMinBlocksPerSmRows = 2;  // fast path, 2 to 8 rows of x (more accumulators per lane)
 constexpr int kMaxRows = 8;         // rows of x one launch takes (MAX_ROWS in gemv.py)
-constexpr int kPersistentBlocksPerSm = 3;  // persistent path, one row of x: resident blocks (85 registers: two W rows
-                                           // in flight per warp fit without spilling, which 64 do not)
-constexpr int kPersistentBlocksPerSmRows = kMinBlocksPerSmRows;  // ... 2 to 8 rows
 constexpr int kGluBlocksPerSm = 3;  // GLU path, one row of x: two W rows per warp in flight (85 registers)
 
 // VEC elements of T per load: kVectorBytes / sizeof(T) on the fast path, 1 on the unaligned path.
@@ -229,66 +226,6 @@ gemv_glu_kernel(T* __restrict__ y, const T* __restrict__ w, const T* __restrict_
                 int n, int k, long long ldw, long long ldx, long long ldy) {
   gemv_body<T, T, VEC, MT, 2, kUnroll, true, PDL, true>(y, w, x, bias, m, n, k, ldw, ldx, ldy, 1,
                                                        StageCopy<T, VEC, PDL>{x, m, k, ldx});
-}
-
-// Persistent fast path for rows that fit one batch (k <= UNROLL chunks) and take no split: a grid of resident blocks
-// whose warps walk the rows (warp g takes rows g, g + G, ... for G warps in the grid), each warp's next row of W in
-// flight while it multiplies the current one, and x staged once per block. Per output the sum order is the fast
-// path's with split 1 (each lane's chunks in order, then the warp butterfly), so the bits are gemv_vec_kernel's.
-template <typename T, typename OutT, int VEC, int MT, int MIN_BLOCKS, bool PDL>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
-gemv_persistent_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x,
-                       const T* __restrict__ bias, int m, int n, int k, long long ldw, long long ldx, long long ldy) {
-  using P = Pack<T, VEC>;
-  constexpr int kChunk = kWarpSize * VEC;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int lane = threadIdx.x % kWarpSize;
-  const int stride = gridDim.x * kWarpsPerBlock;
-  int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  auto in_k = [&](int u) { return u * kChunk + lane * VEC < k; };
-  auto load_row = [&](P (&wv)[kUnroll], int r) {
-    const T* wr = w + static_cast<long long>(r) * ldw + lane * VEC;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (in_k(u)) wv[u] = load_streamed<T, VEC>(wr + u * kChunk);
-  };
-  T* xs = reinterpret_cast<T*>(smem_raw);
-  auto multiply = [&](const P (&wv)[kUnroll], int r) {
-    float acc[MT];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!in_k(u)) continue;
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        if (i >= m) break;
-        fma_pack<T, VEC>(acc[i], wv[u], *reinterpret_cast<const P*>(xs + static_cast<long long>(i) * k + u * kChunk +
-                                                                    lane * VEC));
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < MT; ++i) acc[i] = warp_sum(acc[i]);
-    if (lane != 0) return;
-    const float b = bias != nullptr ? vt::to_f32(bias[r]) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-      if (i < m) y[i * ldy + r] = vt::from_f32<OutT>(acc[i] + b);
-  };
-
-  P wa[kUnroll], wb[kUnroll];
-  if (row < n) load_row(wa, row);
-  if constexpr (PDL) wait_for_inputs();
-  StageCopy<T, VEC, PDL>{x, m, k, ldx}(xs);  // every thread reaches this barrier, whatever its rows
-  if constexpr (PDL) allow_dependents();  // the whole grid is resident: the next grid takes SMs as blocks finish
-  // two rows per trip, so each buffer stays a register array (no dynamic index): b fills while a is multiplied
-  for (; row < n; row += 2 * stride) {
-    if (row + stride < n) load_row(wb, row + stride);
-    multiply(wa, row);
-    if (row + stride >= n) break;
-    if (row + 2 * stride < n) load_row(wa, row + 2 * stride);
-    multiply(wb, row + stride);
-  }
 }
 
 // Unaligned path (any k, strides, alignment): one row of W per warp, one row of x per grid.y, scalar loads.

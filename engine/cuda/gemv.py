@@ -1,5 +1,5 @@
 """Binding for the decode GEMV (gemv.cu): y = x W^T (+ bias) for a few rows of x, output in the caller's dtype; and
-the GEMV with the op before it in its prologue (residual add + RMSNorm, SiLU-and-mul; gemv_prologue.cu)."""
+the GEMV with the residual add + RMSNorm before it in its prologue (gemv_prologue.cu)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,16 @@ _F = ctypes.c_float
 MAX_ROWS = 8  # the GEMV reads W once per row of x: past a few rows a GEMM is the better kernel
 MAX_STAGED_BYTES = 46 * 1024  # kMaxSmemXBytes: a prologue GEMV builds all its rows of x in shared memory
 VECTOR_BYTES = 16  # kVectorBytes: the prologue GEMVs take the 16-byte path only
-PERSISTENT_MAX_ROW_BYTES = 4 * 32 * VECTOR_BYTES  # kUnroll chunks of a warp's loads: a row in one batch
-SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per SM split K (no persistent path)
+SPLIT_BELOW_WARPS_PER_SM = 16  # kSplitBelowWarpsPerSm: fewer rows than this per SM split K
 
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemv.cu)
     "vt_gemv_gemv": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
-    "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _I, _P],
+    "vt_gemv_gemv_ex": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
     "vt_gemv_gemv_glu": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _P],
 }
-PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launchers
+PROLOGUE_SIGNATURES: dict[str, list] = {  # gemv_prologue.cu's launcher
     "vt_gemv_prologue_add_rms_norm": [_P] * 7 + [_I] * 3 + [_L] * 5 + [_F, _F] + [_I] * 4 + [_P],
-    "vt_gemv_prologue_silu_mul": [_P, _P, _P, _P, _I, _I, _I, _L, _L, _L, _I, _I, _I, _P],
 }
 
 
@@ -59,7 +57,6 @@ def linear(
     bias: torch.Tensor | None = None,  # bias: [out_features], x.dtype
     out_dtype: torch.dtype | None = None,  # default x.dtype: the output follows the caller
     pdl: bool = False,  # launch as a programmatic dependent of the work before it (sm_90): W loads start early
-    persistent: bool = False,  # the persistent fast path where it applies (supports_persistent), the same bits
 ) -> torch.Tensor:  # [..., out_features], out_dtype
     """`F.linear(x, weight, bias)` accumulated in fp32 and rounded once to `out_dtype`: `launch_linear` after the
     checks that name the bad tensor (the entry for a direct call)."""
@@ -80,7 +77,7 @@ def linear(
     m = x.numel() // max(k, 1)
     if m > MAX_ROWS:
         raise ValueError(f"x: {m} rows exceed the GEMV's MAX_ROWS={MAX_ROWS}; use a GEMM")
-    return launch_linear(x, weight, bias, out_dtype, pdl=pdl, persistent=persistent)
+    return launch_linear(x, weight, bias, out_dtype, pdl=pdl)
 
 
 def launch_linear(
@@ -89,7 +86,6 @@ def launch_linear(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     pdl: bool = False,
-    persistent: bool = False,
 ) -> torch.Tensor:
     """The GEMV launch, its inputs already checked (by `linear`, or by the table's check and the arm's
     `supports`: at most MAX_ROWS rows, a row-major W, every tensor on x's device)."""
@@ -114,23 +110,11 @@ def launch_linear(
         ffi.dtype_code(x, "x"),
         ffi.dtype_code(y, "out_dtype"),
     ]
-    name = "vt_gemv_gemv_ex" if pdl or persistent else "vt_gemv_gemv"
-    options = [int(pdl), int(persistent)] if name == "vt_gemv_gemv_ex" else []
+    name = "vt_gemv_gemv_ex" if pdl else "vt_gemv_gemv"
+    options = [int(pdl)] if pdl else []
     rc = getattr(lib, name)(*args, *options, ffi.stream(x.device))
     ffi.check(rc, name, lib, "gemv")
     return y.view(*x.shape[:-1], n)
-
-
-def supports_persistent(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Where the persistent fast path applies: y in x's dtype (the linear op's), a row of W in one batch of loads
-    (K at most 1024 in bf16), enough rows that K is not split, and the 16-byte path (aligned, whole vectors)."""
-    n, k = weight.shape
-    rows = x.numel() // max(k, 1)
-    if k * x.element_size() > PERSISTENT_MAX_ROW_BYTES or not x.is_cuda:
-        return False
-    if n < SPLIT_BELOW_WARPS_PER_SM * device.probe_of(x).sms:
-        return False
-    return supports_prologue(rows, k, weight, x.reshape(-1, k))
 
 
 def supports_glu(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor) -> bool:
@@ -370,55 +354,3 @@ def launch_linear_silu_mul(
     )
     ffi.check(rc, "vt_gemv_gemv_glu", lib, "gemv")
     return y.view(*x.shape[:-1], n // 2)
-
-
-def silu_mul_linear(
-    gate_up: torch.Tensor,  # gate_up: [..., 2 * intermediate] (gate first)
-    weight: torch.Tensor,  # weight: [out_features, intermediate], gate_up.dtype, row-major
-    bias: torch.Tensor | None = None,  # bias: [out_features]
-    pdl: bool = False,
-) -> torch.Tensor:  # [..., out_features], gate_up.dtype
-    """`linear(silu_and_mul(gate_up), weight, bias)` in one launch; the same bits as the two kernels."""
-    if gate_up.dim() < 1 or gate_up.shape[-1] % 2:
-        raise ValueError(f"gate_up: last dim must be even (gate, up), got shape {tuple(gate_up.shape)}")
-    k = gate_up.shape[-1] // 2
-    if not gate_up.is_cuda:
-        raise ValueError(f"gate_up: expected a CUDA tensor, got device {gate_up.device}")
-    _check_weight(weight, gate_up, k, bias)
-    g2 = _rows(gate_up, "gate_up", 2 * k)
-    m = g2.shape[0]
-    if not supports_prologue(m, k, weight, g2):
-        raise ValueError(
-            f"gate_up: {m} rows of {k} need 1 to {MAX_ROWS} rows within {MAX_STAGED_BYTES} bytes and 16-byte rows"
-        )
-    return launch_silu_mul_linear(gate_up, weight, bias, pdl)
-
-
-def launch_silu_mul_linear(
-    gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, pdl: bool = False
-) -> torch.Tensor:
-    """The SiLU-and-mul prologue GEMV's launch, its inputs already checked (by `silu_mul_linear`, or by the table's
-    check and the arm's `supports`)."""
-    n, k = weight.shape
-    g2 = cuda_norm.rows(gate_up)[0]
-    m = g2.shape[0]
-    y = torch.empty(m, n, dtype=gate_up.dtype, device=gate_up.device)
-    lib = _prologue_lib()
-    rc = lib.vt_gemv_prologue_silu_mul(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(bias) if bias is not None else None,
-        ffi.ptr(g2),
-        m,
-        n,
-        k,
-        weight.stride(0) if n > 1 else k,
-        _row_stride(g2),
-        n,
-        ffi.dtype_code(gate_up, "gate_up"),
-        ffi.dtype_code(y, "y"),
-        int(pdl),
-        ffi.stream(gate_up.device),
-    )
-    ffi.check(rc, "vt_gemv_prologue_silu_mul", lib, "gemv_prologue")
-    return y.view(*gate_up.shape[:-1], n)

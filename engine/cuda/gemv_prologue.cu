@@ -1,5 +1,5 @@
-// Launchers of the prologue GEMVs (gemv_prologue.cuh): residual add + RMSNorm or SiLU-and-mul, then the decode GEMV,
-// in one launch; argument checks and dtype dispatch (0=fp32, 1=bf16, 2=fp16; y in the input's dtype).
+// Launcher of the prologue GEMV (gemv_prologue.cuh): residual add + RMSNorm, then the decode GEMV, in one launch;
+// argument checks and dtype dispatch (0=fp32, 1=bf16, 2=fp16; y in the input's dtype).
 #include "gemv_launch.cuh"
 #include "gemv_prologue.cuh"
 
@@ -107,18 +107,4 @@ VT_EXPORT int vt_gemv_prologue_add_rms_norm(void* y, const void* w, const void* 
   const int rc = prologue_dtype<vt_gemv::kAddRmsNorm>(dtype, out_dtype, y, w, bias, pa, m, n, k, ldw, ldy, pdl != 0,
                                                       glu != 0, static_cast<cudaStream_t>(stream));
   return rc != vt::kOk ? rc : vt::launch_status("vt_gemv_prologue_add_rms_norm");
-}
-
-// y = silu_and_mul(gate_up) W^T (+ bias), the activation in the GEMV's prologue. gate_up: [m, 2k] (row stride
-// ldg; gate first); w: [n, k] (ldw); y: [m, n] (ldy); 1 <= m <= 8
-VT_EXPORT int vt_gemv_prologue_silu_mul(void* y, const void* w, const void* bias, const void* gate_up, int m,
-                                        int n, int k, long long ldw, long long ldg, long long ldy, int dtype,
-                                        int out_dtype, int pdl, void* stream) {
-  if (int rc = check_prologue(w, gate_up, m, n, k, ldw, ldg, dtype)) return rc;
-  if (m > 1 && (ldg < 2LL * k || ldy < n))
-    return vt::fail(vt::kBadArgument, "gemv prologue: a row stride is below its row length");
-  const vt_gemv::PrologueArgs pa{gate_up, nullptr, nullptr, nullptr, ldg, 0, 0, 0.0f, 0.0f};
-  const int rc = prologue_dtype<vt_gemv::kSiluMul>(dtype, out_dtype, y, w, bias, pa, m, n, k, ldw, ldy, pdl != 0,
-                                                   false, static_cast<cudaStream_t>(stream));
-  return rc != vt::kOk ? rc : vt::launch_status("vt_gemv_prologue_silu_mul");
 }

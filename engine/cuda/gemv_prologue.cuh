@@ -1,8 +1,8 @@
 // The decode GEMV with the op before it folded into its prologue: each block builds the GEMV's input rows in
-// shared memory (residual add + RMSNorm, or SiLU-and-mul) while its first W loads are in flight, so the
-// norm or the activation is no launch of its own. The prologues call the norm and activation kernels' own
-// device functions in the same order per element, so the GEMV input is bit for bit what those kernels
-// write, and the output bit for bit the two launches' (same GEMV body and split rule).
+// shared memory (residual add + RMSNorm) while its first W loads are in flight, so the norm is no launch of its
+// own. The prologue calls the norm kernel's own device functions in the same order per element, so the GEMV
+// input is bit for bit what that kernel writes, and the output bit for bit the two launches' (same GEMV body
+// and split rule). (The SiLU-and-mul prologue lost its A/B and was retired.)
 #pragma once
 #include "act.cuh"
 #include "gemv.cuh"
@@ -14,11 +14,11 @@ static_assert(kWarpsPerBlock * kWarpSize == vt_norm::kThreadsPerBlock,
               "the norm prologue sums over the block in the norm kernel's tree");
 constexpr int kNormLoadsInFlight = 4;  // norm prologue: elements of a row a thread loads before it sums them
 
-enum Prologue : int { kAddRmsNorm = 0, kSiluMul = 1 };
+enum Prologue : int { kAddRmsNorm = 0 };
 
 // What the prologue reads and writes (pointers of the GEMV's dtype; strides in elements).
 struct PrologueArgs {
-  const void* a;             // add+norm: the sublayer output [m, k]; SiLU: gate/up [m, 2k] (gate first)
+  const void* a;             // add+norm: the sublayer output [m, k]
   const void* residual;      // add+norm: the running sum [m, k], or null (the first layer: the norm of a alone)
   void* residual_out;        // add+norm: a + residual rounded, [m, k] (block 0 writes it), or null
   const void* norm_weight;   // add+norm: [k]
@@ -65,28 +65,6 @@ struct StageAddRmsNorm {
   }
 };
 
-// xs = silu(gate) * up with act.cuh's two roundings; 16-byte loads (k, lda and the base are multiples of VEC).
-template <typename T, int VEC>
-struct StageSiluMul {
-  PrologueArgs pa;
-  int m, k;
-  __device__ __forceinline__ void operator()(T* xs) const {
-    using P = Pack<T, VEC>;
-    const T* a = static_cast<const T*>(pa.a);
-    const int vecs = k / VEC;
-    for (int r = 0; r < m; ++r)
-      for (int i = threadIdx.x; i < vecs; i += blockDim.x) {
-        P g, u, o;
-        *reinterpret_cast<uint4*>(&g) = __ldcg(reinterpret_cast<const uint4*>(a + r * pa.lda) + i);
-        *reinterpret_cast<uint4*>(&u) = __ldcg(reinterpret_cast<const uint4*>(a + r * pa.lda + k) + i);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) o.v[e] = vt_act::silu_mul(g.v[e], u.v[e]);
-        reinterpret_cast<P*>(xs + static_cast<long long>(r) * k)[i] = o;
-      }
-    __syncthreads();
-  }
-};
-
 // y = prologue(a, ...) W^T (+ bias): the fast path of gemv_vec_kernel with x built in shared memory.
 // w: [n, k] (row stride ldw); y: [m, n] (row stride ldy); m <= MT.
 // GLU: the add+norm prologue before gemv_glu_kernel's body (a [2n, k] gate/up W, y = silu(gate) * up: [m, n]).
@@ -95,12 +73,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize, MIN_BLOCKS)
 gemv_prologue_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ bias, PrologueArgs pa,
                      int m, int n, int k, long long ldw, long long ldy, int split) {
   constexpr int rpw = GLU ? 2 : kRowsPerWarp;
-  if constexpr (PRO == kAddRmsNorm)
-    gemv_body<T, OutT, VEC, MT, rpw, kUnroll, true, PDL, GLU>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
-                                                             StageAddRmsNorm<T>{pa, m, k});
-  else
-    gemv_body<T, OutT, VEC, MT, rpw, kUnroll, true, PDL, GLU>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
-                                                             StageSiluMul<T, VEC>{pa, m, k});
+  static_assert(PRO == kAddRmsNorm, "the add+norm prologue is the one left");
+  gemv_body<T, OutT, VEC, MT, rpw, kUnroll, true, PDL, GLU>(y, w, nullptr, bias, m, n, k, ldw, k, ldy, split,
+                                                           StageAddRmsNorm<T>{pa, m, k});
 }
 
 }  // namespace vt_gemv

@@ -80,15 +80,16 @@ def inputs(batch, hkv, group, d, bs, ctx):
     lens = torch.full((batch,), ctx, device="cuda", dtype=torch.int32)
     return (q, cache(), cache(), table, lens, d ** -0.5), batch * ctx * hkv * d * 2 * 2
 
-arms = {"generic": lambda a: pa.paged_decode_attention(*a, arm=pa.GENERIC),
-        "warp": lambda a: pa.paged_decode_attention(*a, arm=pa.WARP),
-        "gqa": lambda a: pa.paged_decode_attention(*a, arm=pa.GQA),
-        "splitkv": lambda a: splitkv.decode(*a, max_context=int(a[4][0])),
-        "splitkv_swap": lambda a: splitkv.decode(*a, swap=True, max_context=int(a[4][0]))}
+# the binding arms (the kernel table's generic arm and its by-name warp_d128 and splitkv_swap), each where it is compiled
+arms = {"generic": (lambda a: pa.paged_decode_attention(*a, arm=pa.GENERIC), lambda d, g: pa.supports(pa.GENERIC, d, g, torch.bfloat16)),
+        "warp_d128": (lambda a: pa.paged_decode_attention(*a, arm=pa.WARP), lambda d, g: pa.supports(pa.WARP, d, g, torch.bfloat16)),
+        "splitkv_swap": (lambda a: splitkv.decode(*a, max_context=int(a[4][0])), lambda d, g: splitkv.supports(d, g, torch.bfloat16))}
 print(f"{'shape':<34}{'arm':<14}{'median us':>10}{'GB/s':>9}")
 for shape in [(32, 8, 4, 128, 16, 2048), (1, 8, 4, 128, 16, 32768), (32, 4, 4, 256, 16, 2048)]:
     args, nbytes = inputs(*shape)
-    for name, fn in arms.items():
+    for name, (fn, supports) in arms.items():
+        if not supports(shape[3], shape[2]):
+            continue
         for _ in range(3):
             fn(args)
         times = []

@@ -1,9 +1,9 @@
 // Launcher for paged decode attention: argument checks, arm and dtype dispatch, launch on the caller's stream.
 //
-// Arms: 0 generic block kernel (any head_dim <= 256, fp32/bf16/fp16); 1 warp-split-KV (EPL 8 for
-// head_dim 256, EPL 4 for head_dim 128); 2 GQA-fused (head_dim 64/128/256, q/kv ratio 1, 2, 4 or 8).
-// The fast arms take fp32 and bf16; another shape or dtype returns kUnsupported (the binding falls
-// back to the generic arm).
+// Arms: 0 generic block kernel (any head_dim <= 256, fp32/bf16/fp16); 1 warp-split-KV at head_dim 128
+// (EPL 4; fp32 and bf16), kept by name for the kernel set this engine mirrors. Another shape or dtype
+// returns kUnsupported. The GQA-fused arm and the warp arm's head_dim-256 instantiation lost their A/Bs
+// at every measured shape and were retired (docs/BENCHMARKS.md, "Arm outcomes").
 #include "paged_attn.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn)
@@ -12,22 +12,6 @@ namespace {
 
 constexpr int kArmGeneric = 0;
 constexpr int kArmWarp = 1;
-constexpr int kArmGqa = 2;
-
-template <typename T, int EPL>
-int launch_gqa(const vt::PagedArgs& a, int batch, void* out, cudaStream_t s) {
-  const int group = a.num_q_heads / a.num_kv_heads;
-  const dim3 grid(a.num_kv_heads, batch), block(vt::kDecodeThreads);
-  T* o = static_cast<T*>(out);
-  switch (group) {
-    case 1: vt::decode_warp_kernel<T, EPL, 1><<<grid, block, 0, s>>>(a, o); break;
-    case 2: vt::decode_warp_kernel<T, EPL, 2><<<grid, block, 0, s>>>(a, o); break;
-    case 4: vt::decode_warp_kernel<T, EPL, 4><<<grid, block, 0, s>>>(a, o); break;
-    case 8: vt::decode_warp_kernel<T, EPL, 8><<<grid, block, 0, s>>>(a, o); break;
-    default: return vt::fail(vt::kUnsupported, "paged_attn gqa arm: q/kv head ratio %d not in {1,2,4,8}", group);
-  }
-  return vt::launch_status("decode_warp_kernel (gqa)");
-}
 
 template <typename T>
 int launch(int arm, const vt::PagedArgs& a, int batch, void* out, float* ws, int ws_stride, cudaStream_t s) {
@@ -39,23 +23,11 @@ int launch(int arm, const vt::PagedArgs& a, int batch, void* out, float* ws, int
   if constexpr (sizeof(T) == 2 && !std::is_same_v<T, __nv_bfloat16>) {
     return vt::fail(vt::kUnsupported, "paged_attn arm %d: fp16 is served by the generic arm only", arm);
   } else {
-    if (arm == kArmWarp) {
-      const dim3 grid(a.num_q_heads, batch);
-      T* o = static_cast<T*>(out);
-      if (a.head_dim == 256)
-        vt::decode_warp_kernel<T, 8, 1><<<grid, vt::kDecodeThreads, 0, s>>>(a, o);
-      else if (a.head_dim == 128)
-        vt::decode_warp_kernel<T, 4, 1><<<grid, vt::kDecodeThreads, 0, s>>>(a, o);
-      else
-        return vt::fail(vt::kUnsupported, "paged_attn warp arm: head_dim %d not in {128, 256}", a.head_dim);
-      return vt::launch_status("decode_warp_kernel");
-    }
-    switch (a.head_dim) {
-      case 64: return launch_gqa<T, 2>(a, batch, out, s);
-      case 128: return launch_gqa<T, 4>(a, batch, out, s);
-      case 256: return launch_gqa<T, 8>(a, batch, out, s);
-      default: return vt::fail(vt::kUnsupported, "paged_attn gqa arm: head_dim %d not in {64, 128, 256}", a.head_dim);
-    }
+    if (a.head_dim != 128)
+      return vt::fail(vt::kUnsupported, "paged_attn warp arm: head_dim %d is not 128", a.head_dim);
+    vt::decode_warp_kernel<T, 4, 1>
+        <<<dim3(a.num_q_heads, batch), vt::kDecodeThreads, 0, s>>>(a, static_cast<T*>(out));
+    return vt::launch_status("decode_warp_kernel");
   }
 }
 
@@ -82,7 +54,7 @@ VT_EXPORT int vt_paged_attn_decode(void* out, const void* q, const void* k_cache
   if (arm != kArmGeneric && !(vt::aligned16(q) && vt::aligned16(k_cache) && vt::aligned16(v_cache) &&
                               vt::aligned16(out)))
     return vt::fail(vt::kBadArgument, "paged_attn arm %d: q, caches and out must be 16-byte aligned", arm);
-  if (arm < kArmGeneric || arm > kArmGqa) return vt::fail(vt::kBadArgument, "paged_attn: unknown arm %d", arm);
+  if (arm < kArmGeneric || arm > kArmWarp) return vt::fail(vt::kBadArgument, "paged_attn: unknown arm %d", arm);
   if (arm == kArmGeneric && ws == nullptr)
     return vt::fail(vt::kBadArgument, "paged_attn generic arm: ws (the logits workspace) is null");
   if (batch == 0) return vt::kOk;

@@ -1,5 +1,6 @@
 // Paged decode attention kernels on raw pointers: a generic block kernel and a warp-split-KV core
-// (templated on elements per lane and query heads per KV row) shared by the warp, GQA and split-KV arms.
+// (templated on elements per lane and query heads per KV row) shared by the warp arm (head_dim 128) and the
+// split-KV group swap, both by-name arms of the kernel table.
 #pragma once
 
 #include <math_constants.h>
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kGenericThreads)
 // ---------------------------------------------------------------------------------------------
 // Warp-split-KV core: the block's warps take interleaved tokens of [begin, end); each lane holds
 // EPL consecutive elements of head_dim (head_dim == 32*EPL), and GROUP query heads share each K/V
-// row loaded (GROUP 1: one query head per block; GROUP = q/kv ratio: the GQA-fused arm).
+// row loaded (GROUP 1: one query head per block; GROUP = q/kv ratio: the split-KV group swap).
 // The warps' online-softmax states are merged in smem; the result is written either final
 // (normalized, cast to T) or as a split-KV partial (fp32 normalized output and its log-sum-exp).
 template <int EPL, int GROUP>
@@ -224,7 +225,8 @@ __device__ __forceinline__ float merge_warps(const MergeSmem<EPL, GROUP>& sm, in
   return acc / l;
 }
 
-// Warp (GROUP 1, grid (num_q_heads, batch)) and GQA-fused (GROUP = ratio, grid (num_kv_heads, batch)) arms.
+// The warp arm: GROUP 1, grid (num_q_heads, batch) (GROUP = ratio, grid (num_kv_heads, batch), was the GQA-fused
+// arm, retired).
 template <typename T, int EPL, int GROUP>
 __global__ void __launch_bounds__(kDecodeThreads) decode_warp_kernel(PagedArgs a, T* __restrict__ out) {
   __shared__ MergeSmem<EPL, GROUP> sm;

@@ -1,4 +1,4 @@
-"""Binding for paged decode attention (paged_attn.cu): the generic, warp-split-KV and GQA-fused arms.
+"""Binding for paged decode attention (paged_attn.cu): the generic arm and warp-split-KV at head_dim 128.
 
 Which arm runs is the kernel table's choice (engine/kernels/); this module launches the one it is told to."""
 
@@ -12,8 +12,8 @@ import torch
 from engine.cuda import build, ffi
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-GENERIC, WARP, GQA = 0, 1, 2  # the launcher's arm codes
-ARMS = {"generic": GENERIC, "warp": WARP, "gqa": GQA}
+GENERIC, WARP = 0, 1  # the launcher's arm codes
+ARMS = {"generic": GENERIC, "warp_d128": WARP}
 _FAST_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -25,14 +25,11 @@ def _lib() -> ctypes.CDLL:
 
 
 def supports(arm: int, head_dim: int, group: int, dtype: torch.dtype) -> bool:
-    """Shapes and dtypes each arm is compiled for (the generic arm takes every head_dim <= 256, multiple of 8)."""
+    """Shapes and dtypes each arm is compiled for (the generic arm takes every head_dim <= 256, multiple of 8; the
+    warp arm head_dim 128, one query head per block whatever the group)."""
     if arm == GENERIC:
         return head_dim <= 256 and head_dim % 8 == 0
-    if dtype not in _FAST_DTYPES:
-        return False
-    if arm == WARP:
-        return head_dim in (128, 256)
-    return head_dim in (64, 128, 256) and group in (1, 2, 4, 8)
+    return arm == WARP and dtype in _FAST_DTYPES and head_dim == 128
 
 
 def check_inputs(
@@ -74,7 +71,7 @@ def paged_decode_attention(
     context_lens: torch.Tensor,  # context_lens: [batch] int32, each in [1, max_blocks * block_size]
     scale: float,
     sliding_window: int | None = None,
-    arm: int = GENERIC,  # GENERIC, WARP or GQA
+    arm: int = GENERIC,  # GENERIC or WARP
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     batch, hq, d = q.shape

@@ -1,8 +1,10 @@
-// Launcher for split-KV decode attention: split-count heuristic, partial and combine launches.
+// Launcher for split-KV decode attention with the GQA group swap (one block per KV head, its query heads as
+// rows): split-count heuristic, partial and combine launches. The kernel table's by-name `splitkv_swap` arm;
+// the unswapped form (one block per query head) lost its A/B and was retired.
 //
-// Split count (vt::splitkv_num_splits): rows = batch * (num_kv_heads with the group swap, else
-// num_q_heads) blocks per split; splits = min(ceil(2 * SMs / rows), ceil(max_context / 256)),
-// clamped to [1, 64]: short contexts stay unsplit, long ones fill two waves of the GPU.
+// Split count (vt::splitkv_num_splits): rows = batch * num_kv_heads blocks per split;
+// splits = min(ceil(2 * SMs / rows), ceil(max_context / 256)), clamped to [1, 64]: short contexts stay
+// unsplit, long ones fill two waves of the GPU.
 #include "splitkv.cuh"
 
 VT_DEFINE_LAST_ERROR(splitkv)
@@ -10,14 +12,8 @@ VT_DEFINE_LAST_ERROR(splitkv)
 namespace {
 
 template <typename T, int EPL>
-int launch_partial(const vt::PagedArgs& a, int batch, int num_splits, bool swap, float* o_part,
-                   float* lse, cudaStream_t s) {
+int launch_partial(const vt::PagedArgs& a, int batch, int num_splits, float* o_part, float* lse, cudaStream_t s) {
   const int group = a.num_q_heads / a.num_kv_heads;
-  if (!swap) {
-    vt::splitkv_partial_kernel<T, EPL, 1>
-        <<<dim3(num_splits, a.num_q_heads, batch), vt::kDecodeThreads, 0, s>>>(a, o_part, lse);
-    return vt::launch_status("splitkv_partial_kernel");
-  }
   const dim3 grid(num_splits, a.num_kv_heads, batch);
   switch (group) {
     case 1: vt::splitkv_partial_kernel<T, EPL, 1><<<grid, vt::kDecodeThreads, 0, s>>>(a, o_part, lse); break;
@@ -30,12 +26,11 @@ int launch_partial(const vt::PagedArgs& a, int batch, int num_splits, bool swap,
 }
 
 template <typename T>
-int partial(const vt::PagedArgs& a, int batch, int num_splits, bool swap, float* o_part, float* lse,
-            cudaStream_t s) {
+int partial(const vt::PagedArgs& a, int batch, int num_splits, float* o_part, float* lse, cudaStream_t s) {
   switch (a.head_dim) {
-    case 64: return launch_partial<T, 2>(a, batch, num_splits, swap, o_part, lse, s);
-    case 128: return launch_partial<T, 4>(a, batch, num_splits, swap, o_part, lse, s);
-    case 256: return launch_partial<T, 8>(a, batch, num_splits, swap, o_part, lse, s);
+    case 64: return launch_partial<T, 2>(a, batch, num_splits, o_part, lse, s);
+    case 128: return launch_partial<T, 4>(a, batch, num_splits, o_part, lse, s);
+    case 256: return launch_partial<T, 8>(a, batch, num_splits, o_part, lse, s);
     default: return vt::fail(vt::kUnsupported, "splitkv: head_dim %d not in {64, 128, 256}", a.head_dim);
   }
 }
@@ -50,7 +45,7 @@ int combine(const float* o_part, const float* lse, void* out, int batch, int num
 
 }  // namespace
 
-// rows: blocks per split (batch * num_q_heads, or batch * num_kv_heads with the group swap).
+// rows: blocks per split (batch * num_kv_heads: the group swap).
 VT_EXPORT int vt_splitkv_num_splits(int rows, int max_context, int sm_count) {
   return vt::splitkv_num_splits(rows, max_context, sm_count);
 }
@@ -63,7 +58,7 @@ VT_EXPORT int vt_splitkv_num_splits(int rows, int max_context, int sm_count) {
 VT_EXPORT int vt_splitkv_partial(float* o_part, float* lse, const void* q, const void* k_cache, const void* v_cache,
                                  const int* block_tables, const int* context_lens, int batch, int num_q_heads,
                                  int num_kv_heads, int head_dim, int block_size, int max_blocks, float scale,
-                                 int window, int num_splits, int swap, int dtype, void* stream) {
+                                 int window, int num_splits, int dtype, void* stream) {
   if (batch < 0 || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 || max_blocks <= 0 || window < 0)
     return vt::fail(vt::kBadArgument,
                     "splitkv: bad sizes batch=%d num_q_heads=%d num_kv_heads=%d block_size=%d max_blocks=%d window=%d",
@@ -80,8 +75,8 @@ VT_EXPORT int vt_splitkv_partial(float* o_part, float* lse, const void* q, const
                         head_dim, block_size, max_blocks, scale, window};
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case vt::kF32: return partial<float>(a, batch, num_splits, swap != 0, o_part, lse, s);
-    case vt::kBF16: return partial<__nv_bfloat16>(a, batch, num_splits, swap != 0, o_part, lse, s);
+    case vt::kF32: return partial<float>(a, batch, num_splits, o_part, lse, s);
+    case vt::kBF16: return partial<__nv_bfloat16>(a, batch, num_splits, o_part, lse, s);
     default: return vt::fail(vt::kUnsupported, "splitkv: dtype code %d (fp32 and bf16 only)", dtype);
   }
 }

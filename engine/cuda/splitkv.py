@@ -1,4 +1,5 @@
-"""Binding for split-KV decode attention (splitkv.cu): split count, fp32 partials, log-sum-exp combine."""
+"""Binding for split-KV decode attention with the GQA group swap (splitkv.cu): split count, fp32 partials, log-sum-exp
+combine. The kernel table's by-name `splitkv_swap` arm (engine/kernels/attention.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,21 @@ from engine.cuda import device as cuda_device
 from engine.cuda.paged_attn import check_inputs
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+HEAD_DIMS = (64, 128, 256)  # the launcher's instantiations
+SWAP_GROUPS = (1, 2, 4, 8)  # query heads per KV head the group swap packs as rows
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
+    """Shapes and dtypes the group-swap kernel is compiled for (the kernel table's by-name `splitkv_swap` arm)."""
+    return head_dim in HEAD_DIMS and group in SWAP_GROUPS and dtype in DTYPES
 
 
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("splitkv.cu")
     ffi.bind(lib, "vt_splitkv_num_splits", [_I, _I, _I])
-    ffi.bind(lib, "vt_splitkv_partial", [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P])
+    ffi.bind(lib, "vt_splitkv_partial", [_P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P])
     ffi.bind(lib, "vt_splitkv_combine", [_P, _P, _P, _I, _I, _I, _I, _I, _P])
     return lib
 
@@ -37,7 +46,6 @@ def partial(
     scale: float,
     splits: int,
     sliding_window: int | None = None,
-    swap: bool = False,  # the GQA group swap: one block per KV head, its query heads as rows
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, splits, Hq, D] fp32, lse [batch, splits, Hq] fp32)
     tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
     if q.dtype not in (torch.float32, torch.bfloat16):
@@ -63,7 +71,6 @@ def partial(
         scale,
         sliding_window or 0,
         splits,
-        int(swap),
         ffi.dtype_code(q, "q"),
         ffi.stream(q.device),
     )
@@ -106,13 +113,12 @@ def decode(
     context_lens: torch.Tensor,
     scale: float,
     sliding_window: int | None = None,
-    swap: bool = False,
     max_context: int | None = None,
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
     """Split-KV decode end to end. The split count is sized from max_context, by default the tables'
     static capacity (`capacity`): shapes only, never a host read of context_lens, so the call can be
     captured in a CUDA graph and every replay keeps the split count it was captured with."""
-    rows = q.shape[0] * (k_cache.shape[2] if swap else q.shape[1])
+    rows = q.shape[0] * k_cache.shape[2]  # one block per (sequence, KV head): the group swap
     longest = capacity(block_tables, k_cache) if max_context is None else max_context
     if longest < 1:
         raise ValueError(
@@ -128,7 +134,6 @@ def decode(
         scale,
         num_splits(rows, longest, sm_count(q.device)),
         sliding_window,
-        swap,
     )
     return combine(o_part, lse, q.dtype)
 

@@ -1,5 +1,6 @@
 """Attention's rows: prefill and extend (varlen on tensor cores), and the paged decode attention with its
-ordered arms (tiled, split-KV, GQA-fused, warp, generic); predicates over (head_dim, group, dtype)."""
+ordered arms (one-pass, tiled, generic) and its by-name arms (split-KV with the GQA group swap, warp-split-KV at
+head_dim 128); predicates over (head_dim, group, dtype)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,6 @@ def supports_heads(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..
 
 
 _PA = cuda_paged_attn
-_SWAP_GROUPS = (1, 2, 4, 8)
-
-
-def supports_splitkv(d: int, group: int, dtype: torch.dtype) -> bool:
-    return _PA.supports(_PA.GQA, d, 1, dtype)  # the split-KV kernel's head dims and dtypes
 
 
 # --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
@@ -94,31 +90,27 @@ supports_tiled_pipelined, _tiled_pipelined = _tiled_variant("supports_pipelined"
 supports_tiled_pdl, _tiled_pipelined_pdl = _tiled_variant("supports_pdl", pipelined=True, pdl=True)  # ... chained
 
 
-def _splitkv(swap: bool) -> Callable[..., torch.Tensor]:
-    """Split-KV sized from the tables' static capacity, not context_lens' values: no host read, capturable."""
-
-    def kernel(
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        block_tables: torch.Tensor,
-        context_lens: torch.Tensor,
-        scale: float,
-        sliding_window: int | None = None,
-    ) -> torch.Tensor:
-        return cuda_splitkv.decode(
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            context_lens,
-            scale,
-            sliding_window,
-            swap=swap,
-            max_context=cuda_splitkv.capacity(block_tables, k_cache),
-        )
-
-    return kernel
+def _splitkv_swap(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Split-KV with the GQA group swap, sized from the tables' static capacity, not context_lens' values: no host
+    read, capturable."""
+    return cuda_splitkv.decode(
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        scale,
+        sliding_window,
+        max_context=cuda_splitkv.capacity(block_tables, k_cache),
+    )
 
 
 def supports_mma(q: torch.Tensor, *_: Any, **__: Any) -> bool:
@@ -226,8 +218,12 @@ extend_attention = Op(
     ],
 )
 # Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
-# tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then split-KV (with the GQA group swap where it is compiled), then the GQA-fused and
-# warp-split-KV arms, then the generic kernel.
+# tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then the
+# generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
+# the tiled arm at every measured shape (docs/BENCHMARKS.md, "Arm outcomes"); they stay because the kernel set this
+# engine mirrors has them (vllm.cpp's GQA group swap, its #48, and warp-split-KV at head_dim 128, its #383), for
+# their own numerics cases and A/Bs, and no default order reaches them. The split-KV arm without the swap, the
+# GQA-fused arm and the warp arm at head_dim 256 lost theirs too and are gone.
 paged_decode_attention = Op(
     paged_attn.paged_decode_attention,
     paged_attn.check_paged_decode_attention,
@@ -271,47 +267,28 @@ paged_decode_attention = Op(
             cuda_tiled.decode,
         ),
         Arm(
-            "splitkv_swap",
-            gated_by("VT_ATTN_SPLITKV_GQA_SWAP", "VT_ATTN_SPLITKV"),
-            supports_heads(lambda d, g, t: supports_splitkv(d, g, t) and g in _SWAP_GROUPS),
-            f"fp32/bf16, head_dim 64/128/256, {_SWAP_GROUPS} query heads per KV head",
-            _splitkv(swap=True),
-        ),
-        Arm(
-            "splitkv",
-            gated_by("VT_ATTN_SPLITKV"),
-            supports_heads(supports_splitkv),
-            "fp32/bf16, head_dim 64/128/256",
-            _splitkv(swap=False),
-        ),
-        Arm(
-            "gqa",
-            gated_by("VT_ATTN_DECODE_GQA"),
-            supports_heads(lambda d, g, t: _PA.supports(_PA.GQA, d, g, t)),
-            "fp32/bf16, head_dim 64/128/256, 1/2/4/8 query heads per KV head",
-            _paged_arm(_PA.GQA),
-        ),
-        Arm(
-            "warp",
-            gated_by("VT_ATTN_DECODE_OPT"),
-            supports_heads(lambda d, g, t: d == 256 and _PA.supports(_PA.WARP, d, g, t)),
-            "fp32/bf16, head_dim 256",
-            _paged_arm(_PA.WARP),
-        ),
-        Arm(
-            "warp_d128",
-            gated_by("VT_ATTN_DECODE_D128", "VT_ATTN_DECODE_OPT"),
-            supports_heads(lambda d, g, t: d == 128 and _PA.supports(_PA.WARP, d, g, t)),
-            "fp32/bf16, head_dim 128",
-            _paged_arm(_PA.WARP),
-        ),
-        Arm(
             "generic",
             gated_by(),
             supports_heads(lambda d, g, t: _PA.supports(_PA.GENERIC, d, g, t)),
             "head_dim at most 256, a multiple of 8",
             _paged_arm(_PA.GENERIC),
             notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
+        ),
+    ],
+    by_name=[
+        Arm(
+            "splitkv_swap",
+            gated_by(),
+            supports_heads(cuda_splitkv.supports),
+            f"fp32/bf16, head_dim in {cuda_splitkv.HEAD_DIMS}, {cuda_splitkv.SWAP_GROUPS} query heads per KV head",
+            _splitkv_swap,
+        ),
+        Arm(
+            "warp_d128",
+            gated_by(),
+            supports_heads(lambda d, g, t: _PA.supports(_PA.WARP, d, g, t)),
+            "fp32/bf16, head_dim 128",
+            _paged_arm(_PA.WARP),
         ),
     ],
 )

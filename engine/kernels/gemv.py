@@ -1,7 +1,8 @@
-"""The GEMV family: `linear` (the streamed, persistent and plain GEMV, each also as a programmatic dependent
-launch), `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm or the activation in a
-GEMV's prologue, the gated MLP's activation in its epilogue; each fused op's last arm runs the table's own ops
-one by one. And the model-level switches over these GEMVs (merged projections, the GLU epilogue)."""
+"""The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
+`embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
+activation in its epilogue; each fused op's last arm runs the table's own ops one by one. And the model-level
+switches over these GEMVs (merged projections, the GLU epilogue). The persistent GEMV and the activation in the
+down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,6 @@ def supports_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _on_x_device(x, weight, bias) and rows_ok
 
 
-def supports_persistent(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    return supports_rows(x, weight, bias) and cuda_gemv.supports_persistent(x, weight)
-
-
 def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     x2 = x.reshape(-1, x.shape[-1])
     return supports_rows(x, weight, bias) and cuda_stream.supports(x2.shape[0], weight, x2)
@@ -42,12 +39,6 @@ def supports_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 _STREAM_NEEDS = (
     f"1 to {cuda_gemv.MAX_ROWS} rows in {cuda_gemv.MAX_STAGED_BYTES} bytes, 16-byte rows, a row-major W, and "
     f"a ring of two W rows (GLU: two gate/up pairs) per warp within {cuda_stream.RING_BYTES} bytes of shared memory"
-)
-
-
-_PERSISTENT_NEEDS = (
-    f"at most {cuda_gemv.MAX_ROWS} rows, a row-major weight on x's device, a row in one batch of loads (K at most 1024 in bf16), "
-    f"and at least {cuda_gemv.SPLIT_BELOW_WARPS_PER_SM} rows per SM"
 )
 
 
@@ -82,13 +73,6 @@ linear = Op(
             _STREAM_NEEDS,
             cuda_stream.launch_linear,
             **_STREAM_DEVICE,
-        ),
-        *_with_pdl(
-            "gemv_persistent",
-            gated_by("VT_GEMV_PERSISTENT", "VT_GEMV"),
-            supports_persistent,
-            _PERSISTENT_NEEDS,
-            partial(cuda_gemv.launch_linear, persistent=True),
         ),
         *_with_pdl(
             "gemv",
@@ -129,11 +113,6 @@ def supports_norm_prologue(
     return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemv.supports_prologue(
         rows[0].shape[0], k, weight, *rows
     )
-
-
-def supports_act_prologue(gate_up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    g = gate_up.reshape(-1, gate_up.shape[-1])
-    return _on_x_device(gate_up, weight, bias) and cuda_gemv.supports_prologue(g.shape[0], weight.shape[1], weight, g)
 
 
 def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -208,19 +187,11 @@ add_rms_norm_linear = Op(
         ),
     ],
 )
+# the activation, then the down GEMV (its prologue form lost its A/B: retired)
 silu_mul_linear = Op(
     gemv.silu_mul_linear,
     gemv.check_silu_mul_linear,
-    [
-        *_with_pdl(
-            "prologue",
-            gated_by("VT_ACT_GEMV", "VT_GEMV"),
-            supports_act_prologue,
-            _PROLOGUE_NEEDS,
-            cuda_gemv.launch_silu_mul_linear,
-        ),
-        Arm("act_then_linear", gated_by(), supports_any, KERNEL, by_parts(gemv.silu_mul_linear.glue), composite=True),
-    ],
+    [Arm("act_then_linear", gated_by(), supports_any, KERNEL, by_parts(gemv.silu_mul_linear.glue), composite=True)],
 )
 linear_silu_mul = Op(
     gemv.linear_silu_mul,

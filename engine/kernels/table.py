@@ -24,6 +24,11 @@ The contract (what model code, gates and benchmarks may rely on):
 - `Op.run_arm(name, *args)` runs one named arm (or "reference") whatever the flags say, after the same
   check: what a gate or benchmark uses to name the arm it measures. `Op.choose(snapshot, *args)` says
   which arm a call would run, without running or counting it.
+- An op's `by_name` arms are outside its precedence chain: no flag, never chosen by the default order. They are
+  the arms the retire rule keeps because the kernel set this engine mirrors has them (docs/BENCHMARKS.md, "Arm
+  outcomes"): reached by `run_arm`, or for a whole model run by a snapshot that names them (`naming(snapshot, op,
+  arm)`): such a snapshot's op tries the named arm first (on a CUDA tensor, under VT_KERNELS, if the device has
+  what it declares and it supports the inputs; else it counts the decline and goes down its chain).
 - Device needs are declared, not probed by each binding: an `Arm` states the compute capability (`capability`,
   default the portable kernels' sm_80) and the opt-in shared memory per block (`smem_optin`) it needs, and the
   table checks them against one cached probe of the input's device (engine/cuda/device.py `probe`: capability,
@@ -169,14 +174,23 @@ def device_of(t: torch.Tensor) -> Device:
 class Op(Generic[P, R]):
     """One row of the table: `op(snapshot, *args)` checks, picks the first enabled supported arm, counts, runs."""
 
-    def __init__(self, reference: Callable[P, R], check: Callable[P, None], arms: Sequence[Arm] = ()) -> None:
+    def __init__(
+        self,
+        reference: Callable[P, R],
+        check: Callable[P, None],
+        arms: Sequence[Arm] = (),
+        by_name: Sequence[Arm] = (),
+    ) -> None:
         self.name = reference.__name__
         self.reference = reference
         self.check = check
-        self.arms = tuple(arms)
-        names = [a.name for a in self.arms]
+        self.arms = tuple(arms)  # the precedence chain
+        self.by_name = tuple(by_name)  # outside the chain: run only when named (`run_arm`, `naming`)
+        names = [a.name for a in (*self.arms, *self.by_name)]
         if len(set(names)) != len(names) or REFERENCE_ARM in names:
             raise ValueError(f"{self.name}: arm names must be unique and not {REFERENCE_ARM!r}: {names}")
+        if any(a.flags for a in self.by_name):
+            raise ValueError(f"{self.name}: a by-name arm has no flag (no default order reaches it)")
         # an arm that takes every call, whatever the flags and the device (a gate's peer, lab/gates/
         # peer_attention.py); set and cleared by the gate around its run, counted like any arm
         self.injected: Arm | None = None
@@ -223,20 +237,24 @@ class Op(Generic[P, R]):
         return arm.kernel(*args, **kwargs)
 
     def arm(self, name: str) -> Arm:
-        for arm in (*self.arms, *filter(None, [self.injected])):
+        for arm in (*self.arms, *self.by_name, *filter(None, [self.injected])):
             if arm.name == name:
                 return arm
-        known = ", ".join([a.name for a in self.arms] + [REFERENCE_ARM])
+        known = ", ".join([a.name for a in (*self.arms, *self.by_name)] + [REFERENCE_ARM])
         raise KeyError(f"{self.name}: no arm {name!r} (arms: {known})")
 
     def _select(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any], count: bool) -> Arm | None:
-        if not self.arms or not snapshot.kernels or not args[0].is_cuda:
+        if not snapshot.kernels or not args[0].is_cuda:
             return None
         device = device_of(args[0])
         declined: list[tuple[str, str]] = []  # (arm, what it needs that this call lacks)
-        for arm in self.arms:
-            if not arm.enabled(snapshot):
-                continue
+        named = snapshot.named.get(self.name)
+        first = None if named is None else self.arm(named)
+        chain = self.arms if first is None else (first, *[a for a in self.arms if a is not first])
+        for i, arm in enumerate(chain):
+            if i > 0 or first is None:  # a named arm runs whatever the flags say
+                if not arm.enabled(snapshot):
+                    continue
             lacking = arm.lacks(device)
             if lacking is None and arm.supports(*args, **kwargs):
                 if count and arm.notice:
@@ -262,7 +280,8 @@ class Op(Generic[P, R]):
                 )
 
     def __repr__(self) -> str:
-        return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'})"
+        named = f"; by name: {', '.join(a.name for a in self.by_name)}" if self.by_name else ""
+        return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'}{named})"
 
 
 # The table and the switches by name: each family module declares its ops, engine/kernels/__init__.py registers
@@ -281,6 +300,15 @@ def register(ops: Sequence[Op[..., Any]], switches: Sequence[Switch] = ()) -> No
         if switch.name in SWITCHES:
             raise ValueError(f"switch {switch.name!r} registered twice")
         SWITCHES[switch.name] = switch
+
+
+def naming(snapshot: FlagSnapshot, op: str, arm: str) -> FlagSnapshot:
+    """`snapshot` with `arm` of `op` named: that op tries it first, whatever the flags (an error names the op's
+    arms when there is no such arm). How a gate or benchmark runs a by-name arm in a whole model or step."""
+    if op not in TABLE:
+        raise KeyError(f"no op {op!r} in the kernel table (ops: {', '.join(TABLE)})")
+    TABLE[op].arm(arm)
+    return snapshot.with_arm(op, arm)
 
 
 def call(name: str, snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> Any:
@@ -366,7 +394,8 @@ def render_counts(seen: Counts | None = None) -> str:
     lines = ["arms (calls; a replayed CUDA graph is not counted again):"]
     for (op, arm), n in sorted(seen.ran.items()):
         gated = flags_of(op, arm)
-        lines.append(f"  {op}/{arm} {n}" + (f" [{' '.join(gated)}]" if gated else ""))
+        by_name = op in TABLE and any(a.name == arm for a in TABLE[op].by_name)
+        lines.append(f"  {op}/{arm} {n}" + (f" [{' '.join(gated)}]" if gated else " [by name]" if by_name else ""))
     for (op, arm, needs), n in sorted(seen.fallbacks.items()):
         lines.append(f"  fallback {op}/{arm} {n}: needs {needs}")
     for (op, arm, reason), n in sorted(seen.declines.items()):

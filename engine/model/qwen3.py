@@ -191,7 +191,7 @@ class Qwen3MLP(nn.Module):
     def down(
         self, gate_up: torch.Tensor, flags: FlagSnapshot
     ) -> torch.Tensor:  # [tokens, 2 * inter] -> [tokens, hidden]
-        """SiLU-and-mul then down_proj: one launch under VT_ACT_GEMV (a dense down_proj)."""
+        """SiLU-and-mul then down_proj (a dense down_proj: the table's `silu_mul_linear` op)."""
         if isinstance(self.down_proj, Linear):
             out = kernels.silu_mul_linear(flags, gate_up, self.down_proj.weight, self.down_proj.bias)
             return self.down_proj.reduced(out)

@@ -11,7 +11,8 @@ softmax, the P@V accumulation, the partials, the lse and the combine are fp32;
 the combined output is rounded once to the requested dtype. This is not the
 eager rounding of `paged_decode_attention` (which rounds scores and
 probabilities to the model dtype), so the split-KV arm is close to it, not
-bitwise equal, and sits behind VT_ATTN_SPLITKV.
+bitwise equal; it is a by-name arm of the kernel table (`splitkv_swap`),
+outside the default order.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 dropped, medians with min-max bands, per-pair ratios, and a verdict that needs non-overlapping bands
 and no reversed pair to call a win.
 
-    python -m lab bench ab --flag VT_ATTN_DECODE_GQA [--shape batch=64,ctx=4096] [--reps 12]
+    python -m lab bench ab --flag VT_ATTN_TILED [--shape batch=64,ctx=4096] [--reps 12]
+    python -m lab bench ab --arm paged_decode_attention/warp_d128 [--shape ...]
+
+`--arm OP/ARM` measures a kernel-table arm outside the default order (a by-name arm, docs/BENCHMARKS.md "Arm
+outcomes"): "off" is the default order, "on" the same flags with the arm named (`engine.kernels.naming`).
 
 On CUDA each arm is timed by replaying one captured CUDA graph over a cycle of rotating input sets
 (`--timing graph`, the default; see lab/bench/timing.py); an arm that refuses capture is timed in an
@@ -22,7 +26,7 @@ from engine import flags, kernels
 from engine.flags import FlagSnapshot
 from lab.bench.stats import ab_verdict, drop_warmup
 from lab.bench.timing import MODES, arm_timer, clocks, describe, device_name, gpu_device, sets_for
-from lab.bench.workloads import DTYPES, WORKLOADS, for_flag, parse_shape
+from lab.bench.workloads import DTYPES, WORKLOADS, for_arm, for_flag, parse_shape
 from lab.gates.ledger import figure, write_record
 
 
@@ -30,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m lab bench ab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--flag", required=True, help="the VT_* flag whose OFF and ON arms are compared")
-    p.add_argument("--workload", choices=sorted(WORKLOADS), help="default: the workload that measures --flag")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--flag", help="the VT_* flag whose OFF and ON arms are compared")
+    what.add_argument("--arm", metavar="OP/ARM", help="a kernel-table arm run by name, against the default order")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), help="default: the workload that measures --flag/--arm")
     p.add_argument("--shape", help="KEY=INT,... over the workload's defaults")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=12, help="repetitions per arm, the first dropped (default 12)")
@@ -61,14 +67,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.flag not in flags.FLAGS or not flags.FLAGS[args.flag].is_bool:
+    if args.flag is not None and (args.flag not in flags.FLAGS or not flags.FLAGS[args.flag].is_bool):
         print(f"error: {args.flag} is not a boolean flag declared in engine/flags.py", file=sys.stderr)
         return 2
+    named = None
+    if args.arm is not None:
+        op, _, arm = args.arm.partition("/")
+        try:
+            kernels.naming(FlagSnapshot.defaults(), op, arm)  # the table names what it does not know
+        except KeyError as exc:
+            print(f"error: --arm {args.arm}: {exc.args[0]}", file=sys.stderr)
+            return 2
+        named = (op, arm)
     if args.reps < 3:
         print("error: --reps must be at least 3 (the first is dropped; a verdict needs pairs)", file=sys.stderr)
         return 2
     try:
-        work = WORKLOADS[args.workload] if args.workload else for_flag(args.flag)
+        work = WORKLOADS[args.workload] if args.workload else for_arm(*named) if named else for_flag(args.flag)
         shape = parse_shape(args.shape, work.defaults)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -79,17 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(where)
     dtype = DTYPES[args.dtype]
     inner = args.inner or (20 if device.type == "cuda" else 1)
-    record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner, args.timing)
+    record = run_ab(work, shape, args.flag, device, dtype, args.reps, inner, args.timing, arm=named)
     unreached = not any(record["flag_arm_calls"].values())
     if unreached:  # both sides ran the same code: whatever the timing says, the flag was not measured
-        record["verdict"] = f"not measured: the arms {args.flag} gates ran on neither side"
+        record["verdict"] = f"not measured: the arms {record['subject']} gates ran on neither side"
     print_report(record)
     if args.ledger:
         path = write_ledger(record, args.ledger, argv, args.allow_dirty)
         print(f"ledger: {path}")
     if unreached:
         print(
-            f"error: the arms {args.flag} gates ran 0 times on both sides: the A/B compared the same code "
+            f"error: the arms {record['subject']} gates ran 0 times on both sides: the A/B compared the same code "
             "(on a GPU, with a --workload that reaches them)",
             file=sys.stderr,
         )
@@ -100,26 +115,42 @@ def main(argv: list[str] | None = None) -> int:
 def run_ab(
     work,
     shape,
-    flag: str,
+    flag: str | None,
     device: torch.device,
     dtype: torch.dtype,
     reps: int,
     inner: int,
     timing: str = "graph",
     base: FlagSnapshot | None = None,
+    arm: tuple[str, str] | None = None,
 ) -> dict:
-    """Both arms are `base` (default: the environment, read once) with `flag` off and on."""
+    """Both arms are `base` (default: the environment, read once) with `flag` off and on; or, with `arm` (an op and
+    one of its arms, run by name), `base` as it is (the default order) and `base` naming that arm."""
     base = FlagSnapshot.from_env() if base is None else base
     n_sets = sets_for(work.bytes_moved(shape, dtype)) if device.type == "cuda" else 2
     sets = [work.make(shape, device, dtype, seed) for seed in range(n_sets)]
-    arms = {"off": partial(work.run, base.with_(**{flag: False})), "on": partial(work.run, base.with_(**{flag: True}))}
+    if arm is not None:
+        subject = "/".join(arm)
+        snaps = {"off": base, "on": kernels.naming(base, *arm)}
+
+        def ran() -> int:
+            return kernels.COUNTS.ran[arm]
+    elif flag is not None:
+        subject = flag
+        snaps = {"off": base.with_(**{flag: False}), "on": base.with_(**{flag: True})}
+
+        def ran() -> int:
+            return kernels.arms_ran(flag)
+    else:
+        raise ValueError("run_ab: give a flag or an arm")
+    arms = {name: partial(work.run, snap) for name, snap in snaps.items()}
     outs, flag_calls = {}, {}
     for name, run in arms.items():  # warm both arms and keep one output each for the correctness note
         if work.reset is not None:  # both from the same state (a recurrent model's step advances it)
             work.reset(*sets[0])
-        calls = kernels.arms_ran(flag)
+        calls = ran()
         outs[name] = run(*sets[0])
-        flag_calls[name] = kernels.arms_ran(flag) - calls  # the table's counters: did the flag's arm run?
+        flag_calls[name] = ran() - calls  # the table's counters: did the flag's (the named) arm run?
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
     timers = {}
     for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
@@ -133,6 +164,8 @@ def run_ab(
     verdict = ab_verdict(drop_warmup(samples["off"]), drop_warmup(samples["on"]))
     return {
         "flag": flag,
+        "arm": subject if arm is not None else None,
+        "subject": subject,
         "workload": work.name,
         "shape": shape,
         "dtype": str(dtype).removeprefix("torch."),
@@ -156,7 +189,7 @@ def run_ab(
 
 def print_report(r: dict) -> None:
     print(
-        f"A/B {r['flag']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
+        f"A/B {r['subject']} on {r['workload']} {r['shape']} {r['dtype']} ({r['device']}, "
         f"{r['reps']} reps, first dropped, {r['input_sets']} input sets)"
     )
     print(f"{'arm':<5} {'median ms':>10} {'min ms':>10} {'max ms':>10}  timing")
@@ -170,18 +203,19 @@ def print_report(r: dict) -> None:
     print(f"pair ratios off/on: {ratios}")
     print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
     calls = r["flag_arm_calls"]
-    print(f"arms gated by {r['flag']}: on {calls['on']}, off {calls['off']} calls (each arm's first call)")
+    what = f"the named arm {r['arm']}" if r.get("arm") else f"arms gated by {r['flag']}"
+    print(f"{what}: on {calls['on']}, off {calls['off']} calls (each arm's first call)")
     print(f"verdict: {r['verdict']} (median ratio off/on {r['median_ratio']:.3f})")
 
 
 def write_ledger(r: dict, target: Path, argv: list[str] | None, allow_dirty: bool = False) -> Path:
     command = "python -m lab bench ab " + " ".join(argv if argv is not None else sys.argv[1:])
-    summary = f"{r['flag']} on {r['workload']}: {r['verdict']}, off/on median ratio {r['median_ratio']:.3f}"
-    row = flags.FLAGS[r["flag"]].gates
+    summary = f"{r['subject']} on {r['workload']}: {r['verdict']}, off/on median ratio {r['median_ratio']:.3f}"
+    rows = [flags.FLAGS[r["flag"]].gates, "ENGINE-BENCH"] if r["flag"] else ["ENGINE-BENCH"]
     return write_record(
         target,
-        f"ab-{r['flag'].lower().replace('_', '-')}",
-        [row, "ENGINE-BENCH"],
+        f"ab-{r['subject'].lower().replace('_', '-').replace('/', '-')}",
+        rows,
         command,
         r["device"],
         summary,

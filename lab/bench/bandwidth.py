@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         wanted = (wanted - {"default"}) | {engine}
-    known = {*work.arms, *work.peers}
+    known = {*work.arm_names, *work.peers}
     if wanted and not wanted <= known:
         print(
             f"error: --arms {','.join(sorted(wanted - known))}: not an arm or peer of {work.name} "
@@ -301,7 +301,7 @@ def measure_shape(work, shape, device, dtype, reps, inner, ceiling, wanted, timi
     moved = work.bytes_moved(shape, dtype)
     sets = [work.make(shape, device, dtype, seed) for seed in range(sets_for(moved))]
     base = FlagSnapshot.from_env()  # each arm: the environment's flags with the arm's settings
-    candidates = [(name, "arm", work.arm(name, base), None) for name in work.arms]
+    candidates = [(name, "arm", work.arm(name, base), None) for name in work.arm_names]
     candidates += [(name, "peer", run, prep) for name, (prep, run) in work.peers.items()]
     rows = []
     for name, kind, run, prep in candidates:

@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     work = WORKLOADS[args.workload]
-    names = sorted({*work.arms, *work.peers})
+    names = sorted({*work.arm_names, *work.peers})
     if args.arm not in names:
         print(
             f"error: --arm {args.arm!r} is not an arm or peer of {work.name} (known: {', '.join(names)})",

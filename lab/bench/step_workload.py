@@ -19,7 +19,7 @@ attention, MoE of 32 of its 512 experts with the shared expert; `layers` of them
 default 4 at batch 32): the A/B of VT_GDN_KERNEL on the captured step (the MoE step captures with VT_MOE_KERNELS).
 Each call advances the recurrent state; the A/B's equality check restores it first (`reset`).
 
-    VT_MOE_KERNELS=1 VT_GDN_CHUNKED_KERNEL=1 python -m lab bench ab --flag VT_GDN_KERNEL --workload decode-step-qwen3next
+    VT_MOE_KERNELS=1 python -m lab bench ab --flag VT_GDN_KERNEL --workload decode-step-qwen3next
 """
 
 from __future__ import annotations
@@ -61,13 +61,7 @@ TINY = dict(
 )
 STEP_DEFAULTS = {"ctx": 1024, "batch": 1, "layers": 28}
 STEP_ARMS = ("VT_GEMV", "VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED")  # ON after winning their A/B on this step
-FUSED_ARMS = (
-    "VT_QKV_ROPE_STORE",
-    "VT_NORM_GEMV",
-    "VT_ACT_GEMV",
-    "VT_GEMV_PDL",
-    "VT_GEMV_PERSISTENT",
-)
+FUSED_ARMS = ("VT_QKV_ROPE_STORE", "VT_NORM_GEMV", "VT_GEMV_PDL")
 _SEQ_SETS = 2  # input sets rotate over this many groups of sequences (the weights dwarf the L2 anyway)
 _RUNNERS: dict[tuple, Runner] = {}  # one model per shape: the input sets share it
 QUANT_METHODS = ("awq", "gptq", "nvfp4")  # the quantized step workloads

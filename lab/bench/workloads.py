@@ -35,12 +35,21 @@ class Workload:
     bytes_moved: Callable[[Shape, torch.dtype], int]
     peers: dict[str, tuple[Callable, Callable]] = field(default_factory=dict)  # name -> (prepare(args), run)
     arms: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> flag settings for that arm
+    # name -> (op, arm): a kernel-table arm outside the default order, run by name (`kernels.naming`)
+    by_name: dict[str, tuple[str, str]] = field(default_factory=dict)
     shape_sets: dict[str, tuple[Shape, ...]] = field(default_factory=dict)  # name -> shapes over the defaults
     # reset(*inputs): undo what a call changed (a recurrent state), so two arms' outputs compare from one start
     reset: Callable[..., None] | None = None
 
+    @property
+    def arm_names(self) -> list[str]:
+        """Every arm a benchmark may ask for: those set by flags, then those named in the table."""
+        return [*self.arms, *self.by_name]
+
     def arm(self, name: str, base: FlagSnapshot) -> Callable[..., Any]:
-        """`run` bound to the snapshot of arm `name`: `base` with the arm's flag settings."""
+        """`run` bound to the snapshot of arm `name`: `base` with the arm's flag settings, or naming its table arm."""
+        if name in self.by_name:
+            return partial(self.run, kernels.naming(base, *self.by_name[name]))
         return partial(self.run, with_settings(base, self.arms[name]))
 
     def default_arm(self) -> str | None:
@@ -118,11 +127,6 @@ def _gather_then_sdpa(q, k, v, table, lens, scale):
 ATTN = Workload(
     name="attn-decode",
     flags=(
-        "VT_ATTN_DECODE_OPT",
-        "VT_ATTN_DECODE_D128",
-        "VT_ATTN_DECODE_GQA",
-        "VT_ATTN_SPLITKV",
-        "VT_ATTN_SPLITKV_GQA_SWAP",
         "VT_ATTN_TILED",
         "VT_ATTN_TILED_FUSED",
         "VT_ATTN_PV_PIPELINED",
@@ -144,13 +148,14 @@ ATTN = Workload(
         "flashinfer-tc": (flashinfer_prepare(True), flashinfer_run),
         "flashinfer": (flashinfer_prepare(False), flashinfer_run),
     },
-    # the tiled arm is ON by default and takes precedence: every other arm turns it off
+    # the tiled arm is ON by default and takes precedence: the generic arm turns it off; the by-name arms (outside
+    # the default order: docs/BENCHMARKS.md, "Arm outcomes") are named in the table whatever the flags
+    by_name={
+        "warp-split": ("paged_decode_attention", "warp_d128"),
+        "split-kv-swap": ("paged_decode_attention", "splitkv_swap"),
+    },
     arms={
         "generic": {"VT_ATTN_TILED": "0"},
-        "warp-split": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_OPT": "1", "VT_ATTN_DECODE_D128": "1"},
-        "gqa-fused": {"VT_ATTN_TILED": "0", "VT_ATTN_DECODE_GQA": "1"},
-        "split-kv": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"},
-        "split-kv-swap": {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1", "VT_ATTN_SPLITKV_GQA_SWAP": "1"},
         "tiled": {
             "VT_ATTN_TILED": "1",
             "VT_ATTN_TILED_FUSED": "0",
@@ -219,7 +224,7 @@ QWEN3_PROJECTIONS = (
 
 GEMV = Workload(
     name="gemv",
-    flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_PERSISTENT", "VT_GEMV_STREAM"),
+    flags=("VT_GEMV", "VT_GEMV_PDL", "VT_GEMV_STREAM"),
     defaults={"n": 4096, "k": 4096},
     make=_gemv_make,
     run=_gemv_run,
@@ -229,7 +234,6 @@ GEMV = Workload(
         "reference": {"VT_GEMV": "0"},
         "gemv-kernel": {"VT_GEMV": "1", "VT_GEMV_PDL": "0"},
         "gemv-pdl": {"VT_GEMV": "1", "VT_GEMV_PDL": "1"},
-        "gemv-persistent": {"VT_GEMV": "1", "VT_GEMV_PERSISTENT": "1"},
         "gemv-stream": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "0"},
         "gemv-stream-pdl": {"VT_GEMV": "1", "VT_GEMV_STREAM": "1", "VT_GEMV_PDL": "1"},
     },
@@ -324,32 +328,6 @@ NORM_GLU_GEMV = Workload(
         "three-launches": {"VT_NORM_GEMV": "0", "VT_GLU_GEMV": "0"},
         "norm-prologue": {"VT_NORM_GEMV": "1", "VT_GLU_GEMV": "0"},
         "norm-prologue-glu": {"VT_NORM_GEMV": "1", "VT_GLU_GEMV": "1"},
-    },
-)
-
-
-def _act_gemv_make(s: Shape, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    gate_up = torch.randn(s["rows"], 2 * s["k"], generator=g).to(dtype)
-    w = (torch.randn(s["n"], s["k"], generator=g) * s["k"] ** -0.5).to(dtype)
-    return gate_up.to(device), w.to(device)
-
-
-def _act_gemv_run(snapshot, gate_up, w):
-    return kernels.silu_mul_linear(snapshot, gate_up, w)
-
-
-ACT_GEMV = Workload(
-    name="act-gemv",
-    flags=("VT_ACT_GEMV",),
-    defaults={"rows": 1, "n": 1024, "k": 3072},  # Qwen3-0.6B's down projection at decode
-    make=_act_gemv_make,
-    run=_act_gemv_run,
-    bytes_moved=lambda s, dt: (s["n"] * s["k"] + 2 * s["rows"] * s["k"] + s["rows"] * s["n"]) * _elt(dt),
-    arms={
-        "two-launches": {"VT_ACT_GEMV": "0", "VT_GEMV_PDL": "0"},
-        "prologue": {"VT_ACT_GEMV": "1", "VT_GEMV_PDL": "0"},
-        "prologue-pdl": {"VT_ACT_GEMV": "1", "VT_GEMV_PDL": "1"},
     },
 )
 
@@ -582,10 +560,6 @@ def _gdn_decode_run(snapshot, q, k, v, decay, beta, state, chunk, scale):
     return kernels.gated_delta_decode(snapshot, q, k, v, decay, beta, state, scale=scale, use_qk_l2norm=True)[0]
 
 
-def _gdn_chunked_run(snapshot, q, k, v, decay, beta, state, chunk, scale):
-    return kernels.gated_delta_chunked(snapshot, q, k, v, decay, beta, state, chunk, scale=scale, use_qk_l2norm=True)[0]
-
-
 def _gdn_bytes(s: Shape, dt: torch.dtype) -> int:
     b, t = s["batch"], s["seq"]
     state = 2 * b * s["h"] * s["dk"] * s["dv"] * 4  # read and written, fp32
@@ -602,15 +576,6 @@ GDN_DECODE = Workload(
     bytes_moved=_gdn_bytes,
     arms={"reference": {"VT_GDN_KERNEL": "0"}, "gdn-kernel": {"VT_GDN_KERNEL": "1"}},
 )
-GDN_CHUNKED = Workload(
-    name="gdn-chunked",
-    flags=("VT_GDN_CHUNKED_KERNEL",),
-    defaults={**GDN_DEFAULTS, "batch": 1, "seq": 1024},
-    make=_gdn_make,
-    run=_gdn_chunked_run,
-    bytes_moved=_gdn_bytes,
-    arms={"reference": {"VT_GDN_CHUNKED_KERNEL": "0"}, "chunked-kernel": {"VT_GDN_CHUNKED_KERNEL": "1"}},
-)
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -619,7 +584,6 @@ WORKLOADS: dict[str, Workload] = {
         GEMV,
         GEMM,
         NORM_GEMV,
-        ACT_GEMV,
         GLU_GEMV,
         NORM_GLU_GEMV,
         QKV_ROPE_STORE,
@@ -630,10 +594,17 @@ WORKLOADS: dict[str, Workload] = {
         NVFP4,
         *QUANT_STEPS,
         GDN_DECODE,
-        GDN_CHUNKED,
         NEXT_STEP,  # after the kernel's own workload: `--flag VT_GDN_KERNEL` alone still measures the kernel
     )
 }
+
+
+def for_arm(op: str, arm: str) -> Workload:
+    """The workload that runs the table's `arm` of `op` by name."""
+    for w in WORKLOADS.values():
+        if (op, arm) in w.by_name.values():
+            return w
+    raise ValueError(f"no workload runs {op}/{arm} by name; pass --workload (known: {', '.join(WORKLOADS)})")
 
 
 def for_flag(flag: str) -> Workload:

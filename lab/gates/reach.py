@@ -2,7 +2,8 @@
 
 `python -m lab gate reach [--out DIR] [--models ...] [--arms ...]` (or `python -m lab.gates.reach`).
 For each arm of the kernel table's attention ops (engine/kernels/) it derives the flag setting that puts
-that arm first (its own flags on, each earlier arm's off), runs every gate model
+that arm first (its own flags on, each earlier arm's off; a by-name arm, outside the default order, is named in
+the snapshot instead), runs every gate model
 (lab/data/gate_models.py) that the arm takes under it, and records which arms each run reached (the
 table's selection counters). The reach table comes last: per arm, its calls and the models that reached
 it. Exit 1 when an arm has 0 calls, or when a run with the default flags fails the near-tie razor (a run
@@ -61,7 +62,8 @@ ATTENTION_OPS = tuple(name for name in kernels.TABLE if name.endswith("attention
 
 @dataclass(frozen=True)
 class Setting:
-    """The flags that make `arm` the first enabled arm of `op` (the rest of the flags at their defaults).
+    """The flags that make `arm` the first enabled arm of `op` (the rest of the flags at their defaults), or for a
+    by-name arm (`by_name`) the default flags with the arm named in the snapshot (`kernels.naming`).
 
     `splits` forces the tiled arm's KV split count (`--tiled-splits`, a diagnostic run: reported, not judged)."""
 
@@ -69,6 +71,7 @@ class Setting:
     arm: str
     flags: dict[str, bool]
     splits: int | None = None
+    by_name: bool = False
 
     @property
     def name(self) -> str:
@@ -77,26 +80,29 @@ class Setting:
     @property
     def default(self) -> bool:
         """Whether every flag here is at its default and nothing else is forced: the run users get."""
-        return self.splits is None and all(FLAGS[f].default == v for f, v in self.flags.items())
+        return self.splits is None and not self.by_name and all(FLAGS[f].default == v for f, v in self.flags.items())
 
     def snapshot(self) -> FlagSnapshot:
-        return FlagSnapshot.defaults().with_(**self.flags)
+        flags = FlagSnapshot.defaults().with_(**self.flags)
+        return kernels.naming(flags, self.op, self.arm) if self.by_name else flags
 
     def razor(self) -> kernels.Razor:
         """The near-tie razor's setting the arm is judged with (the kernel table's `Arm.razor`; eager for a name
         that is not an arm of the table)."""
         op = kernels.TABLE.get(self.op)
-        return op.arm(self.arm).razor if op and self.arm in [a.name for a in op.arms] else kernels.EAGER_RAZOR
+        names = [a.name for a in (*op.arms, *op.by_name)] if op else []
+        return op.arm(self.arm).razor if op and self.arm in names else kernels.EAGER_RAZOR
 
     def describe(self) -> str:
         changed = [f"{f}={int(v)}" for f, v in sorted(self.flags.items()) if FLAGS[f].default != v]
+        changed += ["by name"] if self.by_name else []
         return " ".join(changed) or "defaults"
 
 
 def settings(ops: tuple[str, ...] = ATTENTION_OPS) -> list[Setting]:
     """One setting per arm of each op, in the table's order: the arm's flags on, and for each arm before it
     the first of its flags that this arm does not need, off (an earlier arm gated by a subset of this arm's
-    flags stays on and must decline by shape, as `warp` does for head_dim 128)."""
+    flags stays on and must decline by shape); then one per by-name arm, named at the default flags."""
     out = []
     for name in ops:
         op = kernels.TABLE[name]
@@ -107,6 +113,7 @@ def settings(ops: tuple[str, ...] = ATTENTION_OPS) -> list[Setting]:
                 if off is not None:
                     flags[off] = False
             out.append(Setting(name, arm.name, flags))
+        out += [Setting(name, arm.name, {}, by_name=True) for arm in op.by_name]
     return out
 
 
@@ -120,11 +127,8 @@ def takes(setting: Setting, model: GateModel) -> bool:
         "tiled_pipelined_pdl": g <= 8 and model.name != "long",  # long's batch of grids is past 2 blocks per SM
         "tiled_pipelined": g <= 8,  # the tiled arm's groups
         "tiled": True,  # d128-g16 falls to the generic arm (more than 8 query heads per KV head): the notice
-        "splitkv_swap": g in (1, 2, 4, 8),
-        "splitkv": True,
-        "gqa": g in (1, 2, 4, 8),
-        "warp": d == 256,
-        "warp_d128": d == 128,
+        "splitkv_swap": g in (1, 2, 4, 8),  # by name
+        "warp_d128": d == 128,  # by name
         "generic": model.name in ("d64-g1", "d128-g16", "long"),
     }
     if setting.op != "paged_decode_attention":  # prefill and extend arms: head_dim 64, 128 and 256, with a window
@@ -413,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                 judge=judges[dtype, attn],
             )
             runs.append(run)
-            kind = "default" if s.default else "forced" if s.splits else "flag on"
+            kind = "default" if s.default else "forced" if s.splits else "by name" if s.by_name else "flag on"
             bar = "" if s.razor() == kernels.EAGER_RAZOR else f" ({s.razor().name})"  # the razor's setting
             line = (
                 f"{name:9s} {s.name:36s} {dtype:8s} {kind:8s} {run.seconds:5.1f}s  "

@@ -31,7 +31,7 @@ def test_non_literal_declaration_is_an_error():
 
 def test_reads_the_engine_registry():
     names = {d.name for d in read_flag_decls(ROOT)}
-    assert {"VT_KERNELS", "VT_ATTN_DECODE_OPT", "VT_EAGER"} <= names
+    assert {"VT_KERNELS", "VT_ATTN_TILED", "VT_EAGER"} <= names
 
 
 def test_render_environment_writes_one_row_per_flag_in_the_documented_format():

@@ -1,11 +1,12 @@
-"""With VT_ATTN_SPLITKV=1 the decode step is captured as a CUDA graph (no fallback) and replays the same
-tokens as the eager step (GPU)."""
+"""With the split-KV arm named (`splitkv_swap`, by name only: outside the default order) the decode step is
+captured as a CUDA graph (no fallback) and replays the same tokens as the eager step (GPU)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from engine import kernels
 from engine.flags import FlagSnapshot
 from engine.llm import LLM
 from engine.sampler import Mode
@@ -28,8 +29,8 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     counts: list[int] = []
     heuristic = splitkv.num_splits
     monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
-    # the tiled arm takes precedence where it is compiled
-    split = FlagSnapshot.from_env().with_(VT_ATTN_TILED=False, VT_ATTN_SPLITKV=True)
+    # named: tried before the tiled arm, whatever the flags
+    split = kernels.naming(FlagSnapshot.from_env(), "paged_decode_attention", "splitkv_swap")
     eager, graph = (
         LLM(model, "bfloat16", "cuda", max_num_seqs=4, max_model_len=MAX_MODEL_LEN, flags=split.with_(VT_EAGER=e))
         for e in (True, False)
@@ -40,3 +41,4 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     assert graph.runner.use_graph and graph.runner.captured == [(4, Mode.GREEDY)], "split-KV step not captured"
     assert got == greedy(eager, prompts, 10)
     assert counts and min(counts) == max(counts) > 1  # the capacity, not the context, sized every call
+    assert kernels.counts().ran[("paged_decode_attention", "splitkv_swap")] > 0

@@ -28,9 +28,9 @@ class _OnGpu:
 
 
 def test_snapshot_is_read_once_and_frozen() -> None:
-    snap = FlagSnapshot.from_env({"VT_GEMV": "0", "VT_ATTN_SPLITKV": "yes"})
-    assert snap == FlagSnapshot.defaults().with_(VT_GEMV=False, VT_ATTN_SPLITKV=True)
-    assert snap.changed() == {"VT_GEMV": False, "VT_ATTN_SPLITKV": True}
+    snap = FlagSnapshot.from_env({"VT_GEMV": "0", "VT_ATTN_ONEPASS": "yes"})
+    assert snap == FlagSnapshot.defaults().with_(VT_GEMV=False, VT_ATTN_ONEPASS=True)
+    assert snap.changed() == {"VT_GEMV": False, "VT_ATTN_ONEPASS": True}
     with pytest.raises(ValueError, match="VT_GEMV='maybe': expected one of"):
         FlagSnapshot.from_env({"VT_GEMV": "maybe"})
     with pytest.raises(KeyError, match="VT_NOPE: not a flag"):
@@ -60,18 +60,14 @@ def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pyt
     assert arm(defaults, 128, 2) == "tiled_pipelined"  # grids past 2 blocks per SM: the plain launch
     assert arm(base, 128, 2) == "tiled"  # the pipelined pass's rollback: the plain two passes
     off = base.with_(VT_ATTN_TILED=False)
-    assert arm(off, 256, 4) == "generic"  # the fast arms default off
-    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4) == "warp"
-    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 128, 4) == "generic"  # EPL 4 needs VT_ATTN_DECODE_D128 too
-    assert arm(off.with_(VT_ATTN_DECODE_OPT=True, VT_ATTN_DECODE_D128=True), 128, 4) == "warp_d128"
-    assert arm(off.with_(VT_ATTN_DECODE_OPT=True), 256, 4, torch.float16) == "generic"  # fast arms: fp32, bf16
-    assert arm(off.with_(VT_ATTN_DECODE_GQA=True), 64, 8, torch.float32) == "gqa"
-    assert arm(off.with_(VT_ATTN_DECODE_GQA=True, VT_ATTN_DECODE_OPT=True), 256, 3) == "warp"  # no ratio-3 GQA
-    swap = off.with_(VT_ATTN_SPLITKV=True, VT_ATTN_SPLITKV_GQA_SWAP=True)
-    assert arm(swap, 128, 4) == "splitkv_swap"
-    assert arm(swap, 128, 3) == "splitkv"  # the swap takes 1/2/4/8 query heads per KV head
-    assert arm(base.with_(VT_ATTN_SPLITKV=True), 128, 4) == "tiled"  # the tiled arm takes precedence
+    assert arm(off, 256, 4) == "generic"  # below the tiled arms, only the generic kernel
+    assert arm(defaults, 128, 4, torch.float32) == "generic"  # fp32: not the tiled arm's
     assert arm(base, 128, 16) == "generic"  # more than 8 query heads per KV head: not the tiled arm
+    # a by-name arm goes first where it is named, and its decline falls back down the chain
+    assert arm(kernels.naming(defaults, op.name, "warp_d128"), 128, 4, torch.float32) == "warp_d128"
+    assert arm(kernels.naming(off, op.name, "warp_d128"), 256, 4) == "generic"  # warp_d128: head_dim 128 only
+    assert arm(kernels.naming(defaults, op.name, "splitkv_swap"), 128, 4) == "splitkv_swap"
+    assert arm(kernels.naming(defaults, op.name, "splitkv_swap"), 128, 3) == "tiled_pipelined"  # groups 1/2/4/8
     assert arm(REFERENCE, 128, 2) == "reference"
 
 

@@ -28,18 +28,13 @@ def test_the_norm_and_linear_arms_launch_without_checking_again() -> None:
     assert launches == {
         "gemv_stream_pdl": cuda_stream.launch_linear,
         "gemv_stream": cuda_stream.launch_linear,
-        "gemv_persistent_pdl": cuda_gemv.launch_linear,
-        "gemv_persistent": cuda_gemv.launch_linear,
         "gemv_pdl": cuda_gemv.launch_linear,
         "gemv": cuda_gemv.launch_linear,
     }
     for op in (kernels.add_rms_norm_linear, kernels.add_rms_norm_linear_silu_mul):
         fused = {a.name: _kernel_of(op, a.name) for a in op.arms if not a.composite}
         assert set(fused.values()) == {cuda_stream.launch_add_rms_norm_linear, cuda_gemv.launch_add_rms_norm_linear}
-    assert {a.name: _kernel_of(kernels.silu_mul_linear, a.name) for a in kernels.silu_mul_linear.arms[:2]} == {
-        "prologue_pdl": cuda_gemv.launch_silu_mul_linear,
-        "prologue": cuda_gemv.launch_silu_mul_linear,
-    }
+    assert [a.name for a in kernels.silu_mul_linear.arms] == ["act_then_linear"]  # its prologue GEMV is retired
     glu = {a.name: _kernel_of(kernels.linear_silu_mul, a.name) for a in kernels.linear_silu_mul.arms[:4]}
     assert glu == {
         "glu_stream_pdl": cuda_stream.launch_linear,
@@ -65,7 +60,7 @@ def test_the_gemv_predicate_holds_the_rows_the_layout_and_the_device() -> None:
     assert not gemv_family.supports_rows(x, torch.ones(64, 16).T)  # a transposed W
     assert not gemv_family.supports_rows(x, torch.ones(16, 64, device="meta"))
     assert not gemv_family.supports_rows(x, w, torch.ones(16, device="meta"))  # the bias on another device
-    for fused in (gemv_family.supports_glu, gemv_family.supports_glu_stream, gemv_family.supports_act_prologue):
+    for fused in (gemv_family.supports_glu, gemv_family.supports_glu_stream):
         assert not fused(x, torch.ones(16, 64, device="meta"))  # W on another device: declined before its shape
 
 

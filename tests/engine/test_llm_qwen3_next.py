@@ -150,7 +150,7 @@ def test_the_state_carried_across_chunks_is_what_the_gate_checks(case, monkeypat
 
 # on the GPU: the gated delta net kernels, and the MoE kernels (the MoE reference reads ids on the host, so a
 # MoE model's decode step is captured only with them)
-GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_GDN_CHUNKED_KERNEL": True, "VT_MOE_KERNELS": True}
+GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_MOE_KERNELS": True}
 
 
 @pytest.mark.gpu
@@ -182,7 +182,7 @@ def test_graphed_serving_equals_transformers_on_the_gpu(next_checkpoint, model: 
     assert llm.runner.use_graph and llm.runner.captured, "the decode step fell back to eager"
     assert llm.stats["preemptions"] > 0 and llm.stats["decode_steps"] > 0
     if arms:
-        assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0 and kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", seen) > 0
+        assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0
     llm.scheduler.check_empty()
     runs = []
     for eager in (False, True):

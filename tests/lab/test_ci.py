@@ -68,9 +68,8 @@ def test_benchmarks_write_their_ledger_records_into_out(tmp_path: Path) -> None:
         for step in steps(phase, c).values():
             if step.argv[2:4] == ("lab", "bench"):
                 assert step.argv[-2:] == ("--ledger", str(c.ledger)), step.name
-    ab = steps("bench", c)["ab-splitkv-swap"]
-    assert ab.env == {"VT_ATTN_TILED": "0", "VT_ATTN_SPLITKV": "1"}
-    assert "--flag" in ab.argv and "VT_ATTN_SPLITKV_GQA_SWAP" in ab.argv
+    ab = steps("bench", c)["ab-splitkv-swap"]  # a by-name arm: no flag to set, named against the default order
+    assert ab.env == {} and ab.argv[4:8] == ("ab", "--arm", "paged_decode_attention/splitkv_swap", "--shape")
 
 
 def test_every_step_fits_its_phase_budget_and_calib_its_six_minutes(tmp_path: Path) -> None:
@@ -186,12 +185,12 @@ def test_flip_refuses_missing_or_malformed_settings_before_any_phase_runs(
 
 
 def test_flip_runs_every_gate_with_the_flags_set_and_requires_their_arms(tmp_path: Path) -> None:
-    c = ctx(tmp_path, ci.parse_flip("VT_ATTN_SPLITKV=1 VT_GEMV=1 VT_EAGER=0", filters="attn/ kv_store/"))
+    c = ctx(tmp_path, ci.parse_flip("VT_ATTN_ONEPASS=1 VT_GEMV=1 VT_EAGER=0", filters="attn/ kv_store/"))
     s = steps("flip", c)
-    flags = {"VT_ATTN_SPLITKV": "1", "VT_GEMV": "1", "VT_EAGER": "0"}
+    flags = {"VT_ATTN_ONEPASS": "1", "VT_GEMV": "1", "VT_EAGER": "0"}
     assert s["flip-kernels"].argv[-6:] == ("--filter", "attn/", "--filter", "kv_store/", "--ledger",
                                            f"{c.ledger}/flip-kernels.json")  # fmt: skip
-    require = ("--require-arm", "VT_ATTN_SPLITKV", "--require-arm", "VT_GEMV")  # a flag set off owes no arm
+    require = ("--require-arm", "VT_ATTN_ONEPASS", "--require-arm", "VT_GEMV")  # a flag set off owes no arm
     for m in ("dense", "d128", "moe"):
         for name in (f"flip-neartie-{m}", f"flip-tokens-{m}-graph", f"flip-tokens-{m}-eager"):
             assert s[name].argv[-5:-1] == require, name

@@ -16,8 +16,8 @@ Inputs = dict[str, Any]
 @dataclass(frozen=True)
 class KernelCase:
     name: str  # unique, "/"-separated: family/arm/dtype/shape
-    arm: str  # the kernel arm ("generic", "warp", "gqa", "splitkv", ...)
-    flag: str | None  # the VT_* flag that selects the arm (None: on under VT_KERNELS alone)
+    arm: str  # the kernel arm ("generic", "tiled", "splitkv_swap", "warp_d128", ...)
+    flag: str | None  # the VT_* flag that selects the arm (None: on under VT_KERNELS alone, or a by-name arm)
     dtype: torch.dtype
     make: Callable[[int, torch.device], Inputs]  # (seed, device) -> inputs
     kernel: Callable[[Inputs], torch.Tensor]

@@ -1,4 +1,6 @@
-"""Numerics cases for the paged KV store, the paged decode attention arms (generic, warp, GQA, tiled) and split-KV."""
+"""Numerics cases for the paged KV store and the paged decode attention arms: the chain's (generic, tiled and its
+variants) and the by-name arms (split-KV with the GQA group swap, warp-split-KV at head_dim 128), which run through
+the kernel table by name (`Op.run_arm`) as a gate or A/B reaches them."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from functools import partial
 
 import torch
 
+from engine import kernels
 from engine.cuda import kv_store, paged_attn, paged_attn_onepass, paged_attn_tiled, splitkv
 from engine.ops import kv_store as ref_kv
 from engine.ops import paged_attn as ref_attn
@@ -63,13 +66,19 @@ def _args(x: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
 
 
 def run_arm(arm: str, x: Inputs) -> torch.Tensor:
+    """The binding's arm (the generic kernel); a by-name arm of the table runs through `run_by_name`."""
     return paged_attn.paged_decode_attention(*_args(x), x["window"], arm=paged_attn.ARMS[arm])
 
 
-def run_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
+def run_by_name(arm: str, x: Inputs) -> torch.Tensor:
+    """A by-name arm through the kernel table, as a gate or an A/B names it (the default order never takes it)."""
+    return kernels.paged_decode_attention.run_arm(arm, *_args(x), x["window"])
+
+
+def run_splitkv_swap(splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:
-        return splitkv.decode(*_args(x), x["window"], swap=swap)
-    o_part, lse = splitkv.partial(*_args(x), splits, x["window"], swap)
+        return run_by_name("splitkv_swap", x)
+    o_part, lse = splitkv.partial(*_args(x), splits, x["window"])
     return splitkv.combine(o_part, lse, x["q"].dtype)
 
 
@@ -106,11 +115,11 @@ def ref_eager(x: Inputs) -> torch.Tensor:
     return ref_attn.paged_decode_attention(*_args(x), x["window"])
 
 
-def ref_splitkv(swap: bool, splits: int | None, x: Inputs) -> torch.Tensor:
+def ref_splitkv(splits: int | None, x: Inputs) -> torch.Tensor:
     if splits is None:  # the split count the kernel's heuristic picks for this shape
         q = x["q"]
         sms = splitkv.sm_count(q.device)  # the cached device probe, as decode reads it
-        rows = q.shape[0] * (x["k_cache"].shape[2] if swap else q.shape[1])
+        rows = q.shape[0] * x["k_cache"].shape[2]  # the group swap: one block per (sequence, KV head)
         splits = splitkv.num_splits(rows, splitkv.capacity(x["block_tables"], x["k_cache"]), sms)  # as decode sizes it
     out, lse = ref_split.splitkv_partial(*_args(x), splits, x["window"])
     return ref_split.splitkv_combine(out, lse, x["q"].dtype)
@@ -123,20 +132,18 @@ def ref_fp32(x: Inputs) -> torch.Tensor:
     return ref_split.splitkv_combine(out, lse, x["q"].dtype)
 
 
-def run_splitkv_partial(swap: bool, x: Inputs) -> torch.Tensor:
-    return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"], swap)[0]
+def run_splitkv_partial(x: Inputs) -> torch.Tensor:
+    return splitkv.partial(*_args(x), FORCED_SPLITS, x["window"])[0]
 
 
 def ref_splitkv_partial(x: Inputs) -> torch.Tensor:
     return ref_split.splitkv_partial(*_args(x), FORCED_SPLITS, x["window"])[0]
 
 
-ARMS = {  # arm -> (flag, row)
+ARMS = {  # arm -> (flag, row); the by-name arms have no flag
     "generic": (None, "KERNEL-ATTN-PAGED"),
-    "warp": ("VT_ATTN_DECODE_OPT", "KERNEL-ATTN-PAGED"),
-    "gqa": ("VT_ATTN_DECODE_GQA", "KERNEL-ATTN-PAGED"),
-    "splitkv": ("VT_ATTN_SPLITKV", "KERNEL-ATTN-SPLITKV"),
-    "splitkv_swap": ("VT_ATTN_SPLITKV_GQA_SWAP", "KERNEL-ATTN-SPLITKV"),
+    "warp_d128": (None, "KERNEL-ATTN-PAGED"),
+    "splitkv_swap": (None, "KERNEL-ATTN-SPLITKV"),
     "tiled": ("VT_ATTN_TILED", "KERNEL-ATTN-PAGED"),
     "tiled_fused": ("VT_ATTN_TILED_FUSED", "ENGINE-PERF"),
     "tiled_pipelined": ("VT_ATTN_PV_PIPELINED", "ENGINE-PERF"),
@@ -146,10 +153,15 @@ ARMS = {  # arm -> (flag, row)
 TILED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def supported(arm: str, d: int, group: int) -> bool:
-    if arm == "warp":
-        return d in (128, 256)
-    return d in (64, 128, 256) and group in (1, 2, 4, 8)
+BY_NAME = ("splitkv_swap", "warp_d128")  # the table's by-name arms (engine/kernels/attention.py)
+
+
+def supports(arm: str, d: int, group: int) -> bool:
+    if arm == "warp_d128":
+        return d == 128
+    if arm == "splitkv_swap":
+        return splitkv.supports(d, group, torch.bfloat16)
+    return True
 
 
 def attn_case(
@@ -164,8 +176,6 @@ def attn_case(
     tags: tuple[str, ...] = (),
 ) -> KernelCase:
     flag, row = ARMS[arm]
-    if arm == "warp" and d == 128:
-        flag = "VT_ATTN_DECODE_D128"
     name = (
         f"attn/{arm}/{dt}/d{d}/g{group}/bs{bs}/ctx{ctx}"
         + (f"/w{window}" if window else "")
@@ -175,11 +185,10 @@ def attn_case(
     make = partial(paged_inputs, dtype=dtype, ctx=ctx, d=d, group=group, block_size=bs, window=window)
     if arm == "tiled":
         kernel, reference = partial(run_tiled, splits), ref_eager
-    elif arm.startswith("splitkv"):
-        kernel, reference = (
-            partial(run_splitkv, arm == "splitkv_swap", splits),
-            partial(ref_splitkv, arm == "splitkv_swap", splits),
-        )
+    elif arm == "splitkv_swap":
+        kernel, reference = partial(run_splitkv_swap, splits), partial(ref_splitkv, splits)
+    elif arm in BY_NAME:
+        kernel, reference = partial(run_by_name, arm), ref_eager
     else:
         kernel, reference = partial(run_arm, arm), ref_eager
     return KernelCase(name, arm, flag, dtype, make, kernel, reference, dt, row, tags)
@@ -488,7 +497,7 @@ def onepass_cases() -> list[KernelCase]:
 
 def build_cases() -> list[KernelCase]:
     cases: list[KernelCase] = []
-    canonical = {"generic": (128, 4), "warp": (256, 1), "gqa": (128, 4), "splitkv": (128, 4), "splitkv_swap": (128, 8)}
+    canonical = {"generic": (128, 4), "warp_d128": (128, 4), "splitkv_swap": (128, 8)}
     for arm, (d, group) in canonical.items():  # every context length, both dtypes
         for dt in DTYPES:
             for ctx in CONTEXTS:
@@ -500,32 +509,29 @@ def build_cases() -> list[KernelCase]:
             for d in (64, 128, 256):
                 for group in (1, 4, 8):
                     for bs in (16, 32):
-                        if supported(arm, d, group) and (d, group, bs) != (*canonical[arm], 32):
+                        if supports(arm, d, group) and (d, group, bs) != (*canonical[arm], 32):
                             cases.append(attn_case(arm, dt, d, group, bs, 100))
         for dt in DTYPES:  # sliding windows: inside the context, and wider than it
             d, group = canonical[arm]
             cases.append(attn_case(arm, dt, d, group, 16, 685, window=256))
             cases.append(attn_case(arm, dt, d, group, 32, 100, window=1000))
-    for d in (128, 256):  # the warp arm's both instantiations with a window
-        cases.append(attn_case("warp", "bf16", d, 4, 32, 1000, window=100))
-    for arm in ("splitkv", "splitkv_swap"):  # forced split counts, empty splits included
-        for ctx in (1, 100, 685):
-            cases.append(attn_case(arm, "bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS))
-        swap = arm == "splitkv_swap"
-        make = partial(paged_inputs, dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16, window=None)
-        cases.append(
-            KernelCase(
-                f"attn/{arm}-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}",
-                arm,
-                ARMS[arm][0],
-                torch.float32,
-                make,
-                partial(run_splitkv_partial, swap),
-                ref_splitkv_partial,
-                "fp32",
-                "KERNEL-ATTN-SPLITKV",
-            )
+    cases.append(attn_case("warp_d128", "bf16", 128, 4, 32, 1000, window=100))
+    for ctx in (1, 100, 685):  # the group swap at forced split counts, empty splits included
+        cases.append(attn_case("splitkv_swap", "bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS))
+    make = partial(paged_inputs, dtype=torch.bfloat16, ctx=100, d=128, group=4, block_size=16, window=None)
+    cases.append(
+        KernelCase(
+            f"attn/splitkv_swap-partial/bf16/d128/g4/bs16/ctx100/s{FORCED_SPLITS}",
+            "splitkv_swap",
+            None,
+            torch.float32,
+            make,
+            run_splitkv_partial,
+            ref_splitkv_partial,
+            "fp32",
+            "KERNEL-ATTN-SPLITKV",
         )
+    )
     cases += tiled_cases()
     cases += long_gate_cases()
     cases += bitwise_tiled_cases("tiled_fused", run_tiled_fused, 2)  # one launch: several splits only

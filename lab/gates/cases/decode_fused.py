@@ -1,5 +1,5 @@
-"""Numerics cases for the decode step's fused launches (row ENGINE-PERF): the prologue GEMVs (residual add + RMSNorm,
-SiLU-and-mul; gemv_prologue.cuh), the GEMV under programmatic dependent launch, and q/k norm + RoPE + KV store in one
+"""Numerics cases for the decode step's fused launches (row ENGINE-PERF): the prologue GEMVs (residual add + RMSNorm;
+gemv_prologue.cuh), the GLU epilogue GEMVs, the GEMV under programmatic dependent launch, and q/k norm + RoPE + KV store in one
 launch (rope.cuh). Each fused kernel is held to the torch reference within its dtype's tolerance, and bit for bit
 ("exact") to the default kernels it replaces run one after another."""
 
@@ -23,16 +23,11 @@ THETA = 1_000_000.0
 ROW = "ENGINE-PERF"
 # (rows, out_features, in_features): Qwen3-0.6B's q/k/v and gate/up at decode, a few rows, an odd N, K 2048
 NORM_SHAPES = ((1, 4096, 1024), (1, 6144, 1024), (3, 769, 1024), (8, 83, 2048), (2, 4099, 264))
-# (rows, out_features, intermediate): the down projection, a few rows, odd sizes
-ACT_SHAPES = ((1, 1024, 3072), (4, 1024, 3072), (2, 83, 1000), (1, 4099, 264))
-# (rows, out_features, in_features) of the persistent GEMV: q/k/v, gate/up, the tied head, a few rows, odd N;
-# fp32 K 1024 is past one batch of loads (the launcher keeps the fast path: still the same bits)
-PERSISTENT_SHAPES = ((1, 4096, 1024), (1, 6144, 1024), (1, 151936, 1024), (3, 9001, 1024), (8, 4099, 512))
 # (rows, 2 * intermediate, in_features) of the GLU GEMV: Qwen3-0.6B's gate/up, a few rows, a small K, with a bias
 GLU_SHAPES = ((1, 6144, 1024), (3, 6144, 1024), (8, 4224, 264), (2, 17408, 1024))
 # (tokens, heads, kv_heads, head_dim): a decode token of Qwen3-0.6B, a few tokens, an odd head_dim
 QKV_SHAPES = ((1, 16, 8, 128), (7, 8, 2, 64), (5, 3, 1, 18), (3, 32, 8, 256))
-SMALL = {(3, 769, 1024), (2, 83, 1000), (5, 3, 1, 18)}
+SMALL = {(3, 769, 1024), (5, 3, 1, 18)}
 
 
 def norm_inputs(
@@ -96,32 +91,8 @@ def three_kernels_norm_glu(x: Inputs) -> torch.Tensor:
     return two_kernels_norm_gemv(x, then=act.silu_and_mul)
 
 
-def act_inputs(seed: int, device: torch.device, *, dtype: torch.dtype, m: int, n: int, k: int) -> Inputs:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "gate_up": (torch.randn(m, 2 * k, generator=g) * 2).to(dtype).to(device),
-        "weight": (torch.randn(n, k, generator=g) / k**0.5).to(dtype).to(device),
-    }
-
-
-def run_act_gemv(pdl: bool, x: Inputs) -> torch.Tensor:
-    return gemv.silu_mul_linear(x["gate_up"], x["weight"], pdl=pdl)
-
-
-def ref_act_gemv(x: Inputs) -> torch.Tensor:
-    return ref_gemv.silu_mul_linear(x["gate_up"], x["weight"])
-
-
-def two_kernels_act_gemv(x: Inputs) -> torch.Tensor:
-    return gemv.linear(act.silu_and_mul(x["gate_up"]), x["weight"])
-
-
 def run_gemv_pdl(x: Inputs) -> torch.Tensor:
     return gemv.linear(x["x"], x["weight"], x["bias"], pdl=True)
-
-
-def run_gemv_persistent(pdl: bool, x: Inputs) -> torch.Tensor:
-    return gemv.linear(x["x"], x["weight"], x["bias"], pdl=pdl, persistent=True)
 
 
 def run_gemv_plain(x: Inputs) -> torch.Tensor:
@@ -283,20 +254,8 @@ def build_cases() -> list[KernelCase]:
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=False)
                 name, plain = f"fused/gemv_pdl/{dt}/m{m}/n{n}/k{k}", (ref_linear, run_gemv_plain)
                 cases += pair(name, "gemv_pdl", "VT_GEMV_PDL", dt, make, run_gemv_pdl, plain)
-        for m, n, k in PERSISTENT_SHAPES:
-            make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=True, bias=n == 9001)
-            name = f"fused/gemv_persistent/{dt}/m{m}/n{n}/k{k}" + ("/bias" if n == 9001 else "")
-            plain = (ref_linear, run_gemv_plain)
-            cases += trio(name, "gemv_persistent", "VT_GEMV_PERSISTENT", dt, make, run_gemv_persistent, plain)
         for m, n, k in GLU_SHAPES:
             cases += glu_trios(FAST, dt, m, n, k)
-        for m, n, k in ACT_SHAPES:
-            if m * k * elt > gemv.MAX_STAGED_BYTES:
-                continue
-            make = partial(act_inputs, dtype=dtype, m=m, n=n, k=k)
-            against = (ref_act_gemv, two_kernels_act_gemv)
-            name, small = f"fused/act_gemv/{dt}/m{m}/n{n}/k{k}", (m, n, k) in SMALL
-            cases += trio(name, "prologue", "VT_ACT_GEMV", dt, make, run_act_gemv, against, small)
         for t, hq, hkv, d in QKV_SHAPES:
             make = partial(qkv_inputs, dtype=dtype, t=t, hq=hq, hkv=hkv, d=d)
             name, small = f"fused/qkv_rope_store/{dt}/t{t}/h{hq}/kv{hkv}/d{d}", (t, hq, hkv, d) in SMALL

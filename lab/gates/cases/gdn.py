@@ -1,4 +1,5 @@
-"""Numerics cases for the gated delta net kernels (decode step, chunked prefill): the output and the fp32 state."""
+"""Numerics cases for the gated delta net decode kernel: the output and the fp32 state (the chunked prefill kernel
+lost its A/B and was retired; the prefill runs its reference)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from functools import partial
 import torch
 
 from engine.cuda import gdn
-from engine.ops.gdn import gated_delta_chunked, gated_delta_decode
+from engine.ops.gdn import gated_delta_decode
 from lab.gates.cases import Inputs, KernelCase
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -88,76 +89,4 @@ def _cases() -> list[KernelCase]:
     return cases
 
 
-# (batch, T, k_heads, heads, dk, dv, chunk, l2norm): Qwen3-Next's heads over two chunks, one token past a chunk,
-# odd sizes with small chunks, key dim 256 (the most shared memory), a single token
-CHUNKED_SHAPES = (
-    (1, 100, 16, 32, 128, 128, 64, True),
-    (3, 65, 2, 4, 64, 128, 64, True),
-    (2, 37, 2, 4, 19, 83, 7, True),
-    (1, 130, 1, 1, 256, 33, 64, False),
-    (2, 1, 1, 2, 16, 12, 64, True),
-)
-
-
-def chunked_inputs(
-    seed: int,
-    device: torch.device,
-    *,
-    batch: int,
-    seq: int,
-    k_heads: int,
-    heads: int,
-    dk: int,
-    dv: int,
-    chunk: int,
-    l2norm: bool,
-    dtype: torch.dtype,
-) -> Inputs:
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "q": torch.randn(batch, seq, k_heads, dk, generator=g).to(dtype).to(device),
-        "k": (torch.randn(batch, seq, k_heads, dk, generator=g) / dk**0.5).to(dtype).to(device),
-        "v": torch.randn(batch, seq, heads, dv, generator=g).to(dtype).to(device),
-        "g": (-0.5 * torch.rand(batch, seq, heads, generator=g)).to(device),  # log decay <= 0
-        "beta": torch.rand(batch, seq, heads, generator=g).to(device),
-        "state": torch.randn(batch, heads, dk, dv, generator=g).to(device),
-        "chunk": chunk,
-        "opts": {"scale": dk**-0.5, "use_qk_l2norm": l2norm},
-    }
-
-
-def chunked_kernel(x: Inputs, which: int) -> torch.Tensor:
-    return gdn.chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], x["chunk"], **x["opts"])[which]
-
-
-def chunked_reference(x: Inputs, which: int) -> torch.Tensor:
-    return gated_delta_chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"], x["chunk"], **x["opts"])[which]
-
-
-def _chunked_cases() -> list[KernelCase]:
-    cases = []
-    for dname, dtype in DTYPES.items():
-        for i, (b, t, kh, h, dk, dv, chunk, l2) in enumerate(CHUNKED_SHAPES):
-            shape = f"b{b}-t{t}-kh{kh}-h{h}-dk{dk}-dv{dv}-c{chunk}{'-l2' if l2 else ''}"
-            make = partial(
-                chunked_inputs, batch=b, seq=t, k_heads=kh, heads=h, dk=dk, dv=dv, chunk=chunk, l2norm=l2, dtype=dtype
-            )
-            for what, which, case_dtype, tol in (("out", 0, dtype, dname), ("state", 1, torch.float32, "fp32")):
-                cases.append(
-                    KernelCase(
-                        name=f"gdn/chunked-{what}/{dname}/{shape}",
-                        arm="chunked",
-                        flag="VT_GDN_CHUNKED_KERNEL",
-                        dtype=case_dtype,
-                        make=make,
-                        kernel=partial(chunked_kernel, which=which),
-                        reference=partial(chunked_reference, which=which),
-                        tolerance=tol,
-                        row="MODEL-QWEN3-NEXT",
-                        tags=("small",) if i == 2 else (),
-                    )
-                )
-    return cases
-
-
-CASES: list[KernelCase] = _cases() + _chunked_cases()
+CASES: list[KernelCase] = _cases()

@@ -23,20 +23,17 @@ def small_inputs(device: str = "cpu", d: int = 128, group: int = 4) -> dict:
 
 
 def test_arm_choice_follows_the_flags() -> None:
-    # the whole precedence is tested on the CPU in tests/engine/test_kernels.py; here: the arms are the table's
+    # the whole precedence is tested on the CPU in tests/engine/test_kernels.py (the by-name arms in
+    # tests/engine/test_kernels_by_name.py); here: the arms are the table's
     assert [a.name for a in kernels.paged_decode_attention.arms] == [
         "tiled_onepass",
         "tiled_fused",
         "tiled_pipelined_pdl",
         "tiled_pipelined",
         "tiled",
-        "splitkv_swap",
-        "splitkv",
-        "gqa",
-        "warp",
-        "warp_d128",
         "generic",
     ]
+    assert [a.name for a in kernels.paged_decode_attention.by_name] == ["splitkv_swap", "warp_d128"]
 
 
 def test_binding_errors_name_the_tensor() -> None:
@@ -72,7 +69,7 @@ def test_every_arm_sees_a_changed_value_in_the_window_only() -> None:
         9, torch.device("cuda"), dtype=torch.float32, ctx=100, d=128, group=4, block_size=16, window=40
     )
     args = (x["q"], x["k_cache"], x["v_cache"], x["block_tables"], x["context_lens"], x["scale"], 40)
-    for arm in (pa.GENERIC, pa.WARP, pa.GQA):
+    for arm in (pa.GENERIC, pa.WARP):
         base = pa.paged_decode_attention(*args, arm=arm)
         for pos, moves in ((59, False), (60, True)):  # sequence 0 attends positions 60..99
             v = x["v_cache"].clone()
@@ -127,24 +124,32 @@ def test_reference_window_semantics_match_the_cases() -> None:
 @needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "arm, env",
+    "arm, env, named",
     [
-        ("generic", {"VT_ATTN_TILED": False}),
-        ("warp", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_OPT": True}),
-        ("gqa", {"VT_ATTN_TILED": False, "VT_ATTN_DECODE_GQA": True}),
-        ("tiled", {"VT_ATTN_TILED": True, "VT_ATTN_PV_PIPELINED": False}),
-        ("tiled_pipelined", {"VT_ATTN_TILED": True}),
-        ("tiled_pipelined_pdl", {"VT_ATTN_TILED": True, "VT_ATTN_PDL": True}),
-        ("splitkv", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True}),
-        ("splitkv_swap", {"VT_ATTN_TILED": False, "VT_ATTN_SPLITKV": True, "VT_ATTN_SPLITKV_GQA_SWAP": True}),
+        ("generic", {"VT_ATTN_TILED": False}, None),
+        ("tiled", {"VT_ATTN_TILED": True, "VT_ATTN_PV_PIPELINED": False}, None),
+        ("tiled_pipelined", {"VT_ATTN_TILED": True}, None),
+        ("tiled_pipelined_pdl", {"VT_ATTN_TILED": True, "VT_ATTN_PDL": True}, None),
+        ("splitkv_swap", {}, "splitkv_swap"),  # by name, at the default flags
+        ("warp_d128", {}, "warp_d128"),
     ],
 )
-def test_dispatch_by_flags_stays_within_tolerance(arm: str, env: dict) -> None:
+def test_dispatch_by_flags_or_name_stays_within_tolerance(arm: str, env: dict, named: str | None) -> None:
     x = cases.paged_inputs(
-        11, torch.device("cuda"), dtype=torch.bfloat16, ctx=685, d=256, group=4, block_size=16, window=None
+        11,
+        torch.device("cuda"),
+        dtype=torch.bfloat16,
+        ctx=685,
+        d=128 if named else 256,
+        group=4,
+        block_size=16,
+        window=None,
     )
+    snap = FlagSnapshot.defaults().with_(**env)
+    if named:
+        snap = kernels.naming(snap, "paged_decode_attention", named)
     kernels.reset_counts()
-    out = kernels.paged_decode_attention(FlagSnapshot.defaults().with_(**env), *cases._args(x), None)
+    out = kernels.paged_decode_attention(snap, *cases._args(x), None)
     assert kernels.counts().ran == {("paged_decode_attention", arm): 1}
     got = numerics.compare(out, cases.ref_eager(x), numerics.TOLERANCES["bf16"])
     assert got.passed, got

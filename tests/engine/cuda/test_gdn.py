@@ -124,137 +124,47 @@ def test_the_table_runs_the_kernel_under_the_flag(cuda):
     torch.testing.assert_close(new, ref_new, atol=STATE_TOL[0], rtol=STATE_TOL[1])
 
 
-# --- the chunked prefill kernel ---------------------------------------------------------------------------
-def make_seq(batch, seq, k_heads, heads, dk, dv, dtype, device, seed):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    q = torch.randn(batch, seq, k_heads, dk, generator=gen, device=device).to(dtype)
-    k = (torch.randn(batch, seq, k_heads, dk, generator=gen, device=device) / dk**0.5).to(dtype)
-    v = torch.randn(batch, seq, heads, dv, generator=gen, device=device).to(dtype)
-    g = -torch.rand(batch, seq, heads, generator=gen, device=device) * 0.5
-    beta = torch.rand(batch, seq, heads, generator=gen, device=device)
-    state = torch.randn(batch, heads, dk, dv, generator=gen, device=device)
-    return q, k, v, g, beta, state
-
-
-CHUNKED_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (2e-2, 1.6e-2)}
-
-
-@gpu
-@pytest.mark.parametrize(
-    "batch,seq,k_heads,heads,dk,dv,chunk",
-    [(1, 100, 16, 32, 128, 128, 64), (2, 65, 2, 4, 64, 128, 64), (3, 37, 1, 3, 19, 83, 7), (1, 130, 1, 1, 256, 33, 64)],
-)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_matches_reference(cuda, batch, seq, k_heads, heads, dk, dv, chunk, dtype):
-    from engine.cuda import gdn
-    from engine.ops.gdn import gated_delta_chunked
-
-    q, k, v, g, beta, state = make_seq(batch, seq, k_heads, heads, dk, dv, dtype, cuda, seq + dk)
-    before = state.clone()
-    opts = {"scale": dk**-0.5, "use_qk_l2norm": True}
-    out, new = gdn.chunked(q, k, v, g, beta, state, chunk, **opts)
-    ref_out, ref_new = gated_delta_chunked(q, k, v, g, beta, state, chunk, **opts)
-    assert torch.equal(state, before) and out.dtype == dtype and new.dtype == torch.float32
-    torch.testing.assert_close(new, ref_new, atol=1e-4, rtol=1e-4)
-    atol, rtol = CHUNKED_TOL[dtype]
-    torch.testing.assert_close(out.float(), ref_out.float(), atol=atol, rtol=rtol)
-
-
-@gpu
-def test_chunked_kernel_equals_its_decode_steps(cuda):
-    """The chunked kernel and the decode kernel run the same recurrence: token by token they agree."""
+def test_the_chunked_prefill_runs_its_reference_the_kernel_retired():
+    """The chunked kernel lost its A/B (0.567x at 1024 tokens) and was retired: the op has no arm, the binding no
+    launcher, the source no kernel."""
     from engine.cuda import gdn
 
-    q, k, v, g, beta, state = make_seq(2, 21, 2, 4, 32, 40, torch.float32, cuda, 5)
-    out, new = gdn.chunked(q, k, v, g, beta, state, 8, use_qk_l2norm=True)
-    s = state.clone()
-    for t in range(21):
-        o, s = gdn.decode(q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t], s, use_qk_l2norm=True)
-        torch.testing.assert_close(out[:, t], o, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(new, s, atol=1e-4, rtol=1e-4)
-
-
-@gpu
-def test_the_table_runs_the_chunked_kernel_under_its_flag(cuda):
-    q, k, v, g, beta, state = make_seq(1, 9, 1, 2, 16, 12, torch.float32, cuda, 1)
-    kernels.reset_counts()
-    on = FlagSnapshot.defaults().with_(VT_GDN_CHUNKED_KERNEL=True)
-    kernels.gated_delta_chunked(on, q, k, v, g, beta, state, 64)
-    kernels.gated_delta_chunked(FlagSnapshot.defaults(), q, k, v, g, beta, state, 64)
-    kernels.gated_delta_chunked(on, q, k, v, g, beta, state, 65)  # a chunk larger than the kernel's: declined
-    ran = kernels.counts()
-    assert ran.ran[("gated_delta_chunked", "cuda")] == 1 and ran.ran[("gated_delta_chunked", "reference")] == 2
-    assert kernels.arms_ran("VT_GDN_CHUNKED_KERNEL", ran) == 1
+    assert kernels.gated_delta_chunked.arms == () and kernels.gated_delta_chunked.by_name == ()
+    assert set(gdn.SIGNATURES) == {"vt_gdn_decode"} and not hasattr(gdn, "chunked")
+    assert "chunked" not in (build.CUDA_DIR / "gdn.cu").read_text()
 
 
 def _swap(i: int, change):  # replace argument i of (q, k, v, g, beta, state) by change(it)
     return lambda args: (*args[:i], change(args[i]), *args[i + 1 :])
 
 
-# (launcher, the bad argument, error type, message): both launchers share one checker; each message names the
-# tensor and what it should have been (decode: batch 2, 1 key head, 2 heads, dk 8, dv 4; chunked: batch 1, T 3)
+# (the bad argument, error type, message): each message names the tensor and what it should have been (batch 2,
+# 1 key head, 2 heads, dk 8, dv 4)
 BAD_INPUTS = [
-    ("decode", _swap(0, lambda t: t[None]), ValueError, "q: expected 3 dims, got shape (1, 2, 1, 8)"),
-    ("chunked", _swap(0, lambda t: t[0]), ValueError, "q: expected 4 dims, got shape (3, 1, 8)"),
-    ("decode", _swap(1, lambda t: t.double()), TypeError, "k: expected dtype torch.float32, got torch.float64"),
-    ("decode", _swap(1, lambda t: t[:1]), ValueError, "k: shape (1, 1, 8) != q's (2, 1, 8)"),
-    ("chunked", _swap(1, lambda t: t[:, :2]), ValueError, "k: shape (1, 2, 1, 8) != q's (1, 3, 1, 8)"),
-    ("decode", _swap(2, lambda t: t[:1]), ValueError, "v: shape (1, 2, 4) does not lead with q's [batch] (2,)"),
+    (_swap(0, lambda t: t[None]), ValueError, "q: expected 3 dims, got shape (1, 2, 1, 8)"),
+    (_swap(1, lambda t: t.double()), TypeError, "k: expected dtype torch.float32, got torch.float64"),
+    (_swap(1, lambda t: t[:1]), ValueError, "k: shape (1, 1, 8) != q's (2, 1, 8)"),
+    (_swap(2, lambda t: t[:1]), ValueError, "v: shape (1, 2, 4) does not lead with q's [batch] (2,)"),
+    (_swap(3, lambda t: t[:, :1]), ValueError, "g: shape (2, 1) on cpu is not [batch, heads] (2, 2) on cpu"),
     (
-        "chunked",
-        _swap(2, lambda t: t[:, :2]),
-        ValueError,
-        "v: shape (1, 2, 2, 4) does not lead with q's [batch, T] (1, 3)",
-    ),
-    (
-        "decode",
-        _swap(3, lambda t: t[:, :1]),
-        ValueError,
-        "g: shape (2, 1) on cpu is not [batch, heads] (2, 2) on cpu",
-    ),
-    (
-        "chunked",
         _swap(4, lambda t: torch.empty(t.shape, device="meta")),
         ValueError,
-        "beta: shape (1, 3, 2) on meta is not [batch, T, heads] (1, 3, 2) on cpu",
+        "beta: shape (2, 2) on meta is not [batch, heads] (2, 2) on cpu",
     ),
-    ("chunked", _swap(5, lambda t: t.half()), TypeError, "state: expected dtype torch.float32, got torch.float16"),
+    (_swap(5, lambda t: t.half()), TypeError, "state: expected dtype torch.float32, got torch.float16"),
     (
-        "decode",
         _swap(5, lambda t: t.transpose(2, 3).contiguous()),
         ValueError,
         "state: shape (2, 2, 4, 8) != [batch, heads, dk, dv] (2, 2, 8, 4)",
     ),
-    (
-        "chunked",
-        _swap(5, lambda t: t.transpose(2, 3).contiguous()),
-        ValueError,
-        "state: shape (1, 2, 4, 8) != [batch, heads, dk, dv] (1, 2, 8, 4)",
-    ),
 ]
 
 
-@pytest.mark.parametrize(("launcher", "change", "error", "message"), BAD_INPUTS)
-def test_launchers_name_the_bad_input_before_any_launch(launcher, change, error, message):
+@pytest.mark.parametrize(("change", "error", "message"), BAD_INPUTS)
+def test_the_launcher_names_the_bad_input_before_any_launch(change, error, message):
     from engine.cuda import gdn
 
-    cpu = torch.device("cpu")
-    if launcher == "decode":
-        args, call = make(2, 1, 2, 8, 4, torch.float32, cpu, 0), gdn.decode
-    else:
-        args, call = make_seq(1, 3, 1, 2, 8, 4, torch.float32, cpu, 0), lambda *a: gdn.chunked(*a, 4)
+    args = make(2, 1, 2, 8, 4, torch.float32, torch.device("cpu"), 0)
     with pytest.raises(error) as err:
-        call(*change(args))
+        gdn.decode(*change(args))
     assert str(err.value) == message
-
-
-def test_chunked_limits_match_the_kernel_header():
-    import re
-
-    from engine.cuda import gdn
-
-    header = (build.CUDA_DIR / "gdn.cuh").read_text()
-    assert gdn.MAX_CHUNK == int(re.search(r"kMaxChunk = (\d+);", header).group(1))
-    q = torch.zeros(1, 2, 1, 256)
-    assert gdn.supports_chunked(q, q, q, 64) and not gdn.supports_chunked(q, q, q, 65)
-    assert "vt_gdn_chunked" in gdn.SIGNATURES

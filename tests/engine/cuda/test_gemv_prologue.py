@@ -1,6 +1,6 @@
 """The prologue GEMVs and the PDL GEMV (engine/cuda/gemv_prologue.cu, gemv.cu): signatures, the bindings' checks on the
 CPU, the launcher's refusals (real nvcc), and on a GPU the fused ops bit for bit against the kernels they replace,
-eager and replayed from a captured CUDA graph (with the persistent GEMV)."""
+eager and replayed from a captured CUDA graph."""
 
 from __future__ import annotations
 
@@ -49,17 +49,15 @@ def test_norm_binding_names_the_bad_tensor_before_any_launch(change, message):
     assert str(err.value) == message
 
 
-@pytest.mark.parametrize(
-    ("gate_up", "w", "message"),
-    [
-        ((1, 63), (4, 31), "gate_up: last dim must be even (gate, up), got shape (1, 63)"),
-        ((1, 64), (4, 32), "gate_up: expected a CUDA tensor, got device cpu"),
-    ],
-)
-def test_act_binding_names_the_bad_tensor_before_any_launch(gate_up, w, message):
-    with pytest.raises(ValueError) as err:
-        gemv.silu_mul_linear(torch.randn(*gate_up), torch.randn(*w))
-    assert str(err.value) == message
+def test_the_retired_gemv_forms_are_gone_from_the_binding_and_the_sources():
+    """The persistent GEMV and the SiLU-and-mul prologue lost their A/Bs at every measured shape (docs/BENCHMARKS.md):
+    no launcher, no binding, no kernel left."""
+    assert not hasattr(gemv, "silu_mul_linear") and not hasattr(gemv, "supports_persistent")
+    assert set(gemv.PROLOGUE_SIGNATURES) == {"vt_gemv_prologue_add_rms_norm"}
+    for source in ("gemv.cu", "gemv.cuh", "gemv_prologue.cu", "gemv_prologue.cuh"):
+        text = (build.CUDA_DIR / source).read_text()
+        assert "persistent" not in text.lower(), source
+        assert "prologue" not in source or ("SiluMul" not in text and "silu_mul(" not in text), source
 
 
 @pytest.mark.parametrize(
@@ -120,10 +118,10 @@ def test_fused_ops_equal_the_kernels_they_replace_eager_and_in_a_graph(cuda, pdl
     w_up, w_down = rand(g, cuda, 6144, 1024, scale=1 / 32), rand(g, cuda, 1024, 3072, scale=1 / 55)
     w_o = rand(g, cuda, 1024, 1024, scale=1 / 32)
 
-    def fused():  # gate/up with its pre-norm, down with its activation, a persistent and a plain GEMV: PDL grids
+    def fused():  # gate/up with its pre-norm, the activation, then plain GEMVs: PDL grids
         gate_up, new_res = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl)
-        down = gemv.silu_mul_linear(gate_up, w_down, pdl=pdl)
-        head = gemv.linear(down, w_up, pdl=pdl, persistent=True)
+        down = gemv.linear(act.silu_and_mul(gate_up), w_down, pdl=pdl)
+        head = gemv.linear(down, w_up, pdl=pdl)
         act_glu, _ = gemv.add_rms_norm_linear(x, res, nw, EPS, w_up, pdl=pdl, glu=True)  # norm, gate/up, SiLU
         glu = gemv.linear_silu_mul(head[:, :1024].contiguous(), w_up, pdl=pdl)
         return torch.cat([gemv.linear(down, w_o, pdl=pdl), new_res, down, head, act_glu, glu], dim=-1)
@@ -143,14 +141,12 @@ def test_the_case_set_holds_every_fused_form_in_each_dtype():
     from lab.gates.cases import decode_fused as cases
 
     names = [c.name for c in cases.CASES]
-    assert len(set(names)) == len(names) == 316
+    assert len(set(names)) == len(names) == 238
     assert Counter(name.split("/")[1] for name in names) == {
         "norm_gemv": 84,
         "gemv_pdl": 22,
-        "gemv_persistent": 45,
         "norm_glu_gemv": 72,
         "glu_gemv": 36,
-        "act_gemv": 33,
         "qkv_rope_store": 24,
     }
     assert "fused/norm_gemv/fp32/m8/n83/k2048/exact" not in names  # 64 KB of fp32 rows: the arm declines

@@ -31,8 +31,8 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
         seen.append({"rows": rows, "max_context": max_context, "sm_count": sm_count})
         return 5
 
-    def fake_partial(q, k_cache, v_cache, block_tables, context_lens, scale, splits, window=None, swap=False):
-        seen[-1].update(splits=splits, window=window, swap=swap)
+    def fake_partial(q, k_cache, v_cache, block_tables, context_lens, scale, splits, window=None):
+        seen[-1].update(splits=splits, window=window)
         b, hq, d = q.shape
         return (
             torch.empty(b, splits, hq, d, dtype=torch.float32, device=q.device),
@@ -64,21 +64,19 @@ def test_decode_sizes_splits_from_the_table_capacity(launches: list[dict], max_b
     assert out.shape == (BATCH, HQ, D) and out.dtype == torch.bfloat16
     assert launches == [
         {
-            "rows": BATCH * HQ,
+            "rows": BATCH * HKV,  # the group swap packs a KV group's query heads as rows
             "max_context": max_blocks * BLOCK,
             "sm_count": 132,
             "splits": 5,
             "window": 41,
-            "swap": False,
         }
     ]
 
 
 def test_explicit_max_context_overrides_the_capacity(launches: list[dict]) -> None:
     q, k, v, tables, lens = meta_inputs()
-    splitkv.decode(q, k, v, tables, lens, 0.09, swap=True, max_context=1000)
+    splitkv.decode(q, k, v, tables, lens, 0.09, max_context=1000)
     assert launches[0]["max_context"] == 1000
-    assert launches[0]["rows"] == BATCH * HKV  # the group swap packs a KV group's query heads as rows
     with pytest.raises(ValueError, match="max_context: expected >= 1, got 0"):
         splitkv.decode(q, k, v, tables, lens, 0.09, max_context=0)
 
@@ -95,7 +93,6 @@ def test_the_table_runs_split_kv_without_a_host_read(launches: list[dict]) -> No
             "sm_count": 132,
             "splits": 5,
             "window": None,
-            "swap": True,
         }
     ]
 

@@ -10,7 +10,7 @@ from engine import flags
 from lab.bench import ab
 from lab.bench.stats import Band, ab_verdict, drop_warmup
 from lab.bench.timing import sets_for
-from lab.bench.workloads import GEMV, for_flag, parse_shape
+from lab.bench.workloads import GEMV, for_arm, for_flag, parse_shape
 from tests.lab.ledger_record import read_record
 
 
@@ -44,8 +44,10 @@ def test_shapes_and_flag_lookup():
     assert parse_shape("n=128", GEMV.defaults) == {"n": 128, "k": 4096}
     with pytest.raises(ValueError, match="expected KEY=INT"):
         parse_shape("rows=3", GEMV.defaults)
-    assert for_flag("VT_ATTN_DECODE_GQA").name == "attn-decode"
     assert for_flag("VT_ATTN_TILED").name == "attn-decode"
+    assert for_arm("paged_decode_attention", "warp_d128").name == "attn-decode"
+    with pytest.raises(ValueError, match="no workload runs paged_decode_attention/tiled by name"):
+        for_arm("paged_decode_attention", "tiled")
     assert for_flag("VT_NORM_KERNEL").name == "rms-norm"
     assert for_flag("VT_DEQUANT_KERNEL").name == "awq-gemv"
     with pytest.raises(ValueError, match="no workload measures VT_EAGER"):
@@ -60,6 +62,30 @@ def test_attention_arms_turn_off_the_tiled_default():
     for name, settings in ATTN.arms.items():
         assert settings.get("VT_ATTN_TILED") == ("1" if name.startswith("tiled") else "0"), name
     assert ATTN.arms["tiled"]["VT_ATTN_TILED_FUSED"] == "0" and ATTN.arms["tiled-fused"]["VT_ATTN_TILED_FUSED"] == "1"
+    # the by-name arms need no flag: the table tries the named arm first whatever the flags
+    defaults = flags.FlagSnapshot.defaults()
+    assert ATTN.arm_names[-2:] == ["warp-split", "split-kv-swap"]
+    assert ATTN.arm("warp-split", defaults).args[0] == defaults.with_arm("paged_decode_attention", "warp_d128")
+
+
+def test_ab_of_a_by_name_arm_runs_the_default_order_against_the_named_arm(tmp_path, capsys):
+    rc = ab.main(
+        ["--arm", "paged_decode_attention/warp_d128", "--shape", "batch=2,ctx=64,hq=4,hkv=2", "--reps", "3"]
+        + ["--device", "cpu", "--dtype", "float32", "--ledger", str(tmp_path), "--allow-dirty"]
+    )
+    captured = capsys.readouterr()
+    # on the CPU no arm runs: both sides are the reference, and the A/B says the named arm ran on neither
+    assert rc == 1 and "the named arm paged_decode_attention/warp_d128: on 0, off 0 calls" in captured.out
+    assert captured.err.startswith("error: the arms paged_decode_attention/warp_d128 gates ran 0 times on both sides")
+    [path] = tmp_path.glob("*-ab-paged-decode-attention-warp-d128.json")
+    assert read_record(path)["rows"] == ["ENGINE-BENCH"]
+
+
+def test_ab_refuses_an_arm_the_table_does_not_have(capsys):
+    assert ab.main(["--arm", "paged_decode_attention/gqa", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --arm paged_decode_attention/gqa: paged_decode_attention: no arm 'gqa'")
+    assert "splitkv_swap, warp_d128, reference" in err
 
 
 def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
@@ -196,7 +222,7 @@ def test_launch_runs_one_arm_or_peer_for_a_profiler(capsys):
     assert "launch: gemm defaults rows=9,n=7,k=16 x4 on cpu: output (9, 7) torch.bfloat16\n" in capsys.readouterr().out
     assert launch.main(["--workload", "gemv", "--arm", "nope", "--device", "cpu"]) == 2
     assert (
-        "not an arm or peer of gemv (known: F.linear, gemv-kernel, gemv-pdl, gemv-persistent, gemv-stream, "
+        "not an arm or peer of gemv (known: F.linear, gemv-kernel, gemv-pdl, gemv-stream, "
         "gemv-stream-pdl, reference)" in capsys.readouterr().err
     )
     assert launch.main(["--workload", "gemv", "--arm", "reference", "--calls", "0", "--device", "cpu"]) == 2

@@ -21,21 +21,30 @@ def first_enabled(op: kernels.Op, setting: Setting) -> list[str]:
     return [a.name for a in op.arms if a.enabled(snap)]
 
 
-@pytest.mark.parametrize("setting", settings(), ids=lambda s: s.name)
+@pytest.mark.parametrize("setting", [s for s in settings() if not s.by_name], ids=lambda s: s.name)
 def test_each_setting_makes_its_arm_the_first_that_can_take_it(setting: Setting) -> None:
     op = kernels.TABLE[setting.op]
     enabled = first_enabled(op, setting)
     assert setting.arm in enabled
     target = op.arm(setting.arm)
-    # an arm enabled before it is one gated by a subset of its flags (it declines by shape, as warp at d128)
+    # an arm enabled before it is one gated by a subset of its flags (it declines by shape)
     for name in enabled[: enabled.index(setting.arm)]:
         assert set(op.arm(name).flags) <= set(target.flags), (name, setting.describe())
+
+
+def test_a_by_name_setting_names_its_arm_at_the_default_flags_and_is_never_a_default_run() -> None:
+    by_name = {s.name: s for s in settings() if s.by_name}
+    assert set(by_name) == {"paged_decode_attention/splitkv_swap", "paged_decode_attention/warp_d128"}
+    for s in by_name.values():
+        snap = s.snapshot()
+        assert snap.values == kernels.FlagSnapshot.defaults().values and dict(snap.named) == {s.op: s.arm}
+        assert not s.default and s.describe() == "by name"
 
 
 def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
     names = {s.name for s in settings()}
     for op in reach.ATTENTION_OPS:
-        assert {f"{op}/{a.name}" for a in kernels.TABLE[op].arms} <= names
+        assert {f"{op}/{a.name}" for a in (*kernels.TABLE[op].arms, *kernels.TABLE[op].by_name)} <= names
     for s in settings():
         assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
     # the arms the default flags take: the tiled decode arm and, since VT_PREFILL_ATTN's flip, the prefill/extend arms
@@ -53,7 +62,7 @@ def run(model: str, arm: str, calls: int) -> Run:
 
 
 def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
-    wanted = [s for s in settings() if s.arm in ("tiled", "warp")]
+    wanted = [s for s in settings() if s.arm in ("tiled", "warp_d128")]
     rows, missing = reach_table([run("d128-g4", "tiled", 6), run("long", "tiled", 3)], wanted)
     assert rows[0] == {
         "arm": "paged_decode_attention/tiled",
@@ -61,7 +70,23 @@ def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
         "calls": 9,
         "models": "d128-g4 long",
     }
-    assert rows[1]["calls"] == 0 and missing == ["paged_decode_attention/warp"]
+    assert rows[1] == {"arm": "paged_decode_attention/warp_d128", "flags": "by name", "calls": 0, "models": "-"}
+    assert missing == ["paged_decode_attention/warp_d128"]
+
+
+def test_a_by_name_arm_runs_named_in_the_snapshot_and_fails_where_it_does_not_run(tmp_path, capsys) -> None:
+    """On the CPU the named arm runs nowhere: the gate says so; the run line calls it a by-name run, not judged."""
+    code = reach.main(
+        ["--device", "cpu", "--models", "d128-g4", "--arms", "warp_d128", "--prompts", "1", "--max-new-tokens", "2"]
+        + ["--out", str(tmp_path)]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    run = next(line for line in lines if "paged_decode_attention/warp_d128" in line and "tokens" in line)
+    assert " by name " in run and "tokens PASS" in run
+    assert lines[-2] == "FAIL: no gate model reached paged_decode_attention/warp_d128 (0 calls)"
+    record = json.loads((tmp_path / "reach.json").read_text())
+    assert [r["flags"] for r in record["runs"]] == ["by name"]
 
 
 def test_gate_fails_where_no_arm_runs(tmp_path, capsys) -> None:
