@@ -60,8 +60,9 @@ def moe_experts(
     Face's index_add_ into an x.dtype buffer). A fused kernel that accumulates
     the experts in fp32 differs from this by the partial-sum roundings.
 
-    The id values are checked here, in the reference (a host read, which a captured CUDA graph cannot hold);
-    the kernels skip ids outside [0, E) and expect distinct ids per token, as these checks demand.
+    The id values are checked here, and the tokens grouped by expert, on the host (which a captured CUDA graph
+    cannot hold: on CUDA the table's routed arm, `moe_experts_routed`, takes the decode batches); the kernels
+    skip ids outside [0, E) and expect distinct ids per token, as these checks demand.
     """
     num_experts = gate_up.shape[0]
     refuse_capture(ids, "moe_experts", "leave VT_KERNELS on (the routed arm) to capture the MoE step")

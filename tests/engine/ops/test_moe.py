@@ -156,7 +156,7 @@ def test_routed_arm_reads_nothing_on_the_host_and_the_reference_does(gen) -> Non
         assert mode.seen == []
     with HostReads() as mode:  # teeth: the detector sees the reference's grouping by expert
         moe_experts(x, gate_up, down, weights, ids)
-    assert any("_local_scalar_dense" in s for s in mode.seen) and any("unique" in s for s in mode.seen), mode.seen
+    assert {"Tensor.tolist", "Tensor.__int__", "aten._unique2.default"} <= set(mode.seen), mode.seen
 
 
 def test_the_routed_arm_takes_cuda_decode_batches_at_the_default_flags() -> None:
