@@ -116,6 +116,7 @@ class Flip:
 class Context:
     out: Path
     flip: Flip | None = None
+    calib_razor: str = "eager"  # the razor setting calib judges production kernels by (engine/kernels RAZORS)
 
     @property
     def ledger(self) -> Path:
@@ -566,6 +567,7 @@ open(sys.argv[1], 'w').write(json.dumps({'passed': len(ready) == len(runs), 'exa
 print(summary)
 """
 CALIB_MODELS = ("d128-g4", "d128", "long")
+CALIB_ORACLE = {"eager": "eager", "fp32-probs": "online"}  # each razor setting's oracle (kernels.RAZORS)
 CALIB_PEERS = ("engine", "sdpa-cudnn", "flashinfer-tc", "flashinfer")
 
 
@@ -576,6 +578,8 @@ def calib_steps(ctx: Context) -> list[Step]:
     jit = ctx.result("calib-jit")
     peers = tuple(a for p in CALIB_PEERS for a in ("--attn-peer", p))
     oracles = "--oracle-attn eager --oracle-attn sdpa".split()
+    if ctx.calib_razor != "eager":  # a named setting, against its own oracle (the online one for fp32-probs)
+        oracles = ["--razor-setting", ctx.calib_razor, "--oracle-attn", CALIB_ORACLE[ctx.calib_razor]]
     common = ("neartie", *"--device cuda --dtype bfloat16".split(), *peers, *oracles, "--ledger", str(ctx.ledger))
     # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
     env = {"TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
@@ -622,6 +626,79 @@ def ncu_steps(ctx: Context) -> list[Step]:
     return steps
 
 
+# FlashInfer's bf16 modules for the six peer shapes (head_dim 128 and 256, with tensor cores or not), at once
+PERF_JIT = """import json, subprocess, sys
+WARM = '''import sys, torch
+from lab.bench.attn_peers import FlashInferDecode
+tc, d = sys.argv[1] == 'tc', int(sys.argv[2])
+for hq, hkv in ((32, 8), (16, 8)) if d == 128 else ((16, 2),):
+    q = torch.randn(2, hq, d, dtype=torch.bfloat16, device='cuda')
+    k = torch.randn(8, 32, hkv, d, dtype=torch.bfloat16, device='cuda')
+    table = torch.arange(8, dtype=torch.int32, device='cuda').view(2, 4)
+    lens = torch.tensor([50, 128], dtype=torch.int32, device='cuda')
+    FlashInferDecode(tc, q.device)(q, k, k, table, lens, d ** -0.5, None)
+torch.cuda.synchronize()'''
+runs = [(tc, d) for tc in ('tc', 'decode') for d in ('128', '256')]
+procs = [subprocess.Popen([sys.executable, '-c', WARM, tc, d]) for tc, d in runs]
+ready = [f'{tc} head_dim {d}' for (tc, d), p in zip(runs, procs) if p.wait() == 0]
+summary = f'{len(ready)}/{len(runs)} FlashInfer modules ready: ' + ', '.join(ready)
+open(sys.argv[1], 'w').write(json.dumps({'passed': len(ready) == len(runs), 'examined': len(runs), 'summary': summary}))
+print(summary)
+"""
+PERF_ARMS = "default,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"  # the engine's default arm and the four peers
+PERF_BATCHES = (1, 8, 32)
+
+
+def perf_steps(ctx: Context) -> list[Step]:
+    """Issue #40's two tables from ledger records: the six attention shapes against the four peers, the decode step
+    at batch 1, 8 and 32 against its floor and the compiled transformers peer, then `lab report perf` over the
+    records this run wrote (each row's record, commit, tree and age; it fails unless every row has a clean one).
+    `--step 'perf-*'` skips the FlashInfer warm-up once a machine has its modules."""
+    jit, report = ctx.result("flashinfer-warm"), ctx.result("perf-report")
+    attn = ("bandwidth", *"--workload attn-decode --shapes peers --reps 6 --arms".split(), PERF_ARMS)
+    steps = [
+        build_step(ctx),
+        Step("flashinfer-warm", 200, (PY, "-c", PERF_JIT, str(jit)), report_json(jit)),
+        bench(ctx, "perf-attn", 110, attn),
+    ]
+    for b in PERF_BATCHES:
+        args = ("decode", "--no-oracle", "--hf-compiled", "--batch", str(b), "--steps", "32")
+        steps.append(bench(ctx, f"perf-decode-b{b}", 75, args))
+    argv = (PY, "-m", "lab", "report", "perf", "--ledger", str(ctx.ledger), "--json", str(report))
+    steps.append(Step("perf-report", 30, argv, report_json(report)))
+    return steps
+
+
+# the seeded bugs and twins of each razor setting (lab/gates/teeth.py seeded_for), four processes at once
+TEETH_SETS = {
+    "fp32-probs": (
+        "rmsnorm-round-after-weight eps-x10",
+        "rope-fp32 window-off-by-one",
+        "probs-rounded",
+        "good-linear-fp32-accumulate good-online-split",
+    ),
+    "eager": (
+        "rmsnorm-round-after-weight eps-x10",
+        "rope-fp32 window-off-by-one",
+        "probs-fp32",
+        "good-linear-fp32-accumulate good-attention-split-pv",
+    ),
+}
+
+
+def teeth_steps(ctx: Context) -> list[Step]:
+    """The razor's teeth on the GPU (`gate teeth --device cuda --seeds 10`): each seeded bug caught at least 9 times
+    in 10 and each correct twin flagged at most once; the setting is --razor-setting's, fp32-probs where that is
+    left at eager (the setting the one-pass arm waits on)."""
+    razor = "fp32-probs" if ctx.calib_razor == "eager" else ctx.calib_razor
+    steps = []
+    for i, bugs in enumerate(TEETH_SETS[razor]):
+        out = ctx.result(f"teeth-{i}")
+        argv = (PY, *"-m lab gate teeth --seeds 10 --device cuda --razor".split(), razor, "--bugs", *bugs.split())
+        steps.append(Step(f"teeth-{i}", 270, (*argv, "--json", str(out)), report_json(out)))
+    return steps
+
+
 PHASES = {
     p.name: p
     for p in (
@@ -652,6 +729,20 @@ PHASES = {
         ),
         Phase(
             "calib", 360, "the near-tie razor on FlashInfer and cuDNN decode attention (ENGINE-PERSISTENT)", calib_steps
+        ),
+        Phase(
+            "perf",
+            600,
+            "issue #40's two tables: attention against four peers, the decode step against its floor and transformers "
+            "compiled, from ledger records (ENGINE-PERSISTENT)",
+            perf_steps,
+        ),
+        Phase(
+            "teeth",
+            300,
+            "the near-tie razor's seeded bugs and twins on the GPU (ENGINE-PERSISTENT)",
+            teeth_steps,
+            jobs=4,
         ),
     )
 }
@@ -936,6 +1027,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="flip: the kernel numerics cases (default: $FLIP_FILTER; empty: all)",
     )
     p.add_argument(
+        "--razor-setting",
+        choices=sorted(CALIB_ORACLE),
+        default=env.get("CALIB_RAZOR") or "eager",
+        help="calib: judge the production kernels by this razor setting, against its own oracle (default: "
+        "$CALIB_RAZOR, else eager: the eager and SDPA oracles); teeth: the setting measured (eager there: fp32-probs)",
+    )
+    p.add_argument(
         "--flip-prompt-lens",
         default=env.get("FLIP_PROMPT_LENS", ""),
         metavar="N,N,..",
@@ -965,7 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VT_CUDA_ARCHS", "9.0")
     os.environ.setdefault("VT_CUDA_CACHE", "/tmp/vt-cuda-cache")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="lab-ci-"))
-    ctx = Context(out.resolve(), flip)
+    ctx = Context(out.resolve(), flip, args.razor_setting)
     phases = [PHASES[n] for n in names]
     if args.list:
         for phase in phases:

@@ -1,4 +1,5 @@
-"""The lab's command line: `gate <name>`, `bench <name>` and `ci [PHASE ...]`; exit 0 pass, 1 fail, 2 usage."""
+"""The lab's command line: `gate <name>`, `bench <name>`, `report <name>` and `ci [PHASE ...]`; exit 0 pass, 1 fail,
+2 usage."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 from lab.gates.cli import add_gate_parser
 
+REPORTS = ("perf",)
 BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "serving", "step_arms", "throughput", "tp_scaling")
 
 
@@ -25,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.parse_args(["bench", "--help"] if not rest or rest[0] in ("-h", "--help") else ["bench", *rest])
             return 2
         return run_module(f"lab.bench.{rest[0]}", rest[1:])
+    if argv[:1] == ["report"]:
+        rest = argv[1:]
+        if not rest or rest[0] not in REPORTS:
+            parser.parse_args(["report", *rest] if rest and rest[0] in ("-h", "--help") else ["report", "--help"])
+            return 2
+        return run_module(f"lab.report.{rest[0]}", rest[1:])
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -48,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a benchmark module's main(argv): python -m lab bench NAME [ARGS]",
     )
     bench.add_argument("name", choices=BENCHES)
+    report = sub.add_parser(
+        "report",
+        help="reports from ledger records: " + ", ".join(REPORTS),
+        description="Run a report module's main(argv): python -m lab report NAME [ARGS]",
+    )
+    report.add_argument("name", choices=REPORTS)
     sub.add_parser("ci", help="the GPU job: phases of steps judged by what they write (lab.ci; its own --help)")
     return parser
 

@@ -18,7 +18,7 @@ itself included. None means no window.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -152,19 +152,10 @@ def paged_decode_attention(
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if q.dtype == torch.float32:
-        # fp32 is the oracle's own dtype in the token gates: one sequence at a time, so the P.V sum runs over
-        # exactly its keys (padding to the batch's longest changes the sum's blocking by up to 1e-6, enough to
-        # flip a near-tie token against transformers)
-        out = torch.empty_like(q)
-        for b in range(q.shape[0]):
-            n = int(context_lens[b])
-            k_seq, v_seq = gather_sequence(k_flat, v_flat, block_tables[b], n, k_cache.shape[1])
-            keys = torch.arange(n, device=q.device)
-            allowed_b = _allowed(keys[-1:], keys, sliding_window)
-            out[b] = _attend(q[b][:, None, :], k_seq, v_seq, allowed_b, scale)[:, 0, :]
-        return out
-    # bf16/fp16 (bitwise the per-sequence loop's): every sequence at once, padded to the longest: a padded key is masked (-inf, probability exactly 0), so
-    # it adds exact zeros to the P.V sums; one batched matmul per rounding point instead of one per sequence
+        return _decode_by_length(q, k_flat, v_flat, block_tables, context_lens, k_cache.shape[1], scale, sliding_window)
+    # bf16/fp16 (bitwise the per-sequence loop's): every sequence at once, padded to the longest: a padded key
+    # is masked (-inf, probability exactly 0), so it adds exact zeros to the P.V sums; one batched matmul per
+    # rounding point instead of one per sequence
     bs, lens = k_cache.shape[1], context_lens.long()
     pos = torch.arange(int(lens.max()), device=q.device)
     valid = pos[None, :] < lens[:, None]  # [batch, L]
@@ -179,6 +170,80 @@ def paged_decode_attention(
     scores = scores.masked_fill(~allowed[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # points 3 and 4
     return torch.matmul(probs, vh)[:, :, 0, :]  # point 5
+
+
+def _decode_by_length(
+    q: torch.Tensor,  # q: [batch, Hq, D] float32
+    k_flat: torch.Tensor,  # k_flat: [num_slots, Hkv, D]
+    v_flat: torch.Tensor,  # v_flat: [num_slots, Hkv, D]
+    block_tables: torch.Tensor,  # block_tables: [batch, max_blocks]
+    context_lens: torch.Tensor,  # context_lens: [batch]
+    block_size: int,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:  # [batch, Hq, D]
+    """fp32 decode attention, a pass per sequence through views of one gather (a length shared by GROUP_BATCH
+    sequences: one pass for them): every sum runs over exactly a sequence's own keys, as transformers' eager
+    attention of that one sequence does.
+
+    fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
+    the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
+    keys, and the P.V sums with them (measured; enough to flip a near-tie token of the d256-g8 gate model).
+    Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
+    (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
+    over random lengths)."""
+    lens = context_lens.tolist()
+    rows_of: dict[int, list[int]] = {}
+    for b, n in enumerate(lens):
+        rows_of.setdefault(n, []).append(b)
+    # every sequence's keys gathered once, padded to the longest ([batch, Hq, L, D]); each group reads its
+    # first n keys as a view, so no sum ever sees a padded key (padding reads slot 0: a table's unused
+    # entries may hold anything)
+    pos = torch.arange(max(lens), device=q.device)
+    slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
+    slots = torch.where(pos[None, :] < context_lens[:, None], slots, 0)
+    # one gather per cache straight into [batch, Hq, L, D] (query head h reads KV head h // group): row
+    # (b, h, p) of the result is row slots[b, p] * Hkv + h // group of the cache viewed [slots * Hkv, D]
+    (batch, hq, d), hkv = q.shape, k_flat.shape[1]
+    heads = torch.arange(hq, device=q.device) // (hq // hkv)
+    src = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
+    vh = v_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d)
+    # K^T as a transposed view of [batch, Hq, L, D] rows, the operand layout of transformers' q @ k^T
+    kt = k_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
+    qh = q[:, :, None, :]  # [batch, Hq, 1, D]
+    # a sequence attends through views of its rows (cheaper than an index copy); a length shared by
+    # GROUP_BATCH or more sequences is one batched pass over their rows gathered by index
+    qs, kts, vs = qh.unbind(0), kt.unbind(0), vh.unbind(0)
+    outs: list[torch.Tensor | None] = [None] * len(lens)
+    for n, rows in rows_of.items():
+        if len(rows) >= GROUP_BATCH:
+            idx = torch.tensor(rows, device=q.device)
+            done = _attend_fp32(qh[idx], kt[idx, :, :, :n], vh[idx, :, :n], n, scale, window, torch.matmul)
+            for b, o in zip(rows, done.unbind(0)):
+                outs[b] = o
+            continue
+        for b in rows:  # [Hq, 1, D] @ [Hq, D, n], then [Hq, 1, n] @ [Hq, n, D]
+            outs[b] = _attend_fp32(qs[b], kts[b][:, :, :n], vs[b][:, :n], n, scale, window, torch.bmm)
+    return torch.stack(outs)[:, :, 0, :]  # type: ignore[arg-type]  # every row was filled
+
+
+GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)
+
+
+def _attend_fp32(
+    q: torch.Tensor,  # q: [..., Hq, 1, D]
+    kt: torch.Tensor,  # kt: [..., Hq, D, n], a transposed view of [..., n, D] rows
+    v: torch.Tensor,  # v: [..., Hq, n, D]
+    n: int,
+    scale: float,
+    window: int | None,
+    mm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # torch.bmm (3-d) or torch.matmul (4-d)
+) -> torch.Tensor:  # [..., Hq, 1, D]
+    """One query over exactly n keys, transformers' eager order: q.k, times the scale, softmax, P.V."""
+    scores = mm(q, kt).mul_(scale)  # rounding points 1 and 2
+    if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
+        scores[..., : n - window] = float("-inf")
+    return mm(torch.softmax(scores, dim=-1), v)  # points 3 and 4 (fp32: no rounding), then point 5
 
 
 def check_paged_decode_attention(

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -174,6 +174,31 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
             offset += len(chosen.decoded_token or "")
         return out
 
+    def echo_logprobs(prompt: list[int], pos_list: list[PositionLogprobs | None] | None, k: int, as_ids: bool
+                      ) -> dict[str, Any]:  # fmt: skip
+        """The prompt's tokens in a completion's logprobs block (echo): the first, and any position without
+        logprobs, with null logprob and top_logprobs, as OpenAI's."""
+        out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        offset = 0
+        for j, tid in enumerate(prompt):
+            pos = pos_list[j] if pos_list is not None and j < len(pos_list) else None
+            chosen = pos.get(tid) if pos is not None else None
+            text = (chosen.decoded_token if chosen is not None else None) or llm.tokenizer.decode(
+                [tid], skip_special_tokens=False
+            )
+            out["tokens"].append(f"token_id:{tid}" if as_ids else text)
+            out["text_offset"].append(offset)
+            offset += len(text)
+            if pos is None or chosen is None:
+                out["token_logprobs"].append(None)
+                out["top_logprobs"].append(None)
+                continue
+            out["token_logprobs"].append(chosen.logprob)
+            top = sorted(pos.items(), key=lambda kv: kv[1].rank)
+            out["top_logprobs"].append({token_str(t, lp, as_ids): lp.logprob for t, lp in top if lp.rank <= max(k, 1)
+                                        or t == tid})  # fmt: skip
+        return out
+
     def chat_logprobs(pos_list: list[PositionLogprobs | None], tokens: list[int], k: int, as_ids: bool
                       ) -> dict[str, Any]:  # fmt: skip
         content = []
@@ -192,10 +217,14 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
         p = sum(map(len, prompts))
         return {"prompt_tokens": p, "completion_tokens": generated, "total_tokens": p + generated}
 
-    async def respond(kind: str, body: Any, prompts: list[list[int]], params: SamplingParams, k: int | None) -> Any:
+    async def respond(
+        kind: str, body: Any, prompts: list[list[int]], params: SamplingParams, k: int | None,
+        echo: list[str] | None = None,  # completions' echo: each prompt's text, put before its choices' text
+    ) -> Any:  # fmt: skip
         rid = ("cmpl-" if kind == "text_completion" else "chatcmpl-") + uuid.uuid4().hex
         n = params.n
         as_ids = body.return_tokens_as_token_ids
+        prompt_lps: dict[int, list[PositionLogprobs | None] | None] = {}  # echo with logprobs: per prompt
 
         def lp_block(pos: list[PositionLogprobs | None], tokens: list[int], offset: int) -> Any:
             if k is None:
@@ -204,9 +233,20 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
                 return completion_logprobs(pos, tokens, k, as_ids, offset)
             return chat_logprobs(pos, tokens, k, as_ids)
 
+        def echoed(i: int, text: str, lps: Any) -> tuple[str, Any]:
+            """A choice's first text and logprobs with prompt i's echo before them."""
+            if echo is None:
+                return text, lps
+            if lps is not None:
+                head = echo_logprobs(prompts[i], prompt_lps.get(i), k or 0, as_ids)
+                lps = {key: head[key] + lps[key] for key in head}
+            return echo[i] + text, lps
+
         if not body.stream:
             samples = [[Sample() for _ in range(n)] for _ in prompts]
             async for i, out in run(prompts, params, False):
+                if out.prompt_logprobs is not None:
+                    prompt_lps[i] = out.prompt_logprobs
                 for c in out.outputs:
                     s = samples[i][c.index]
                     s.text += c.text or ""
@@ -216,11 +256,13 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
             choices = []
             for i, row in enumerate(samples):
                 for j, s in enumerate(row):
+                    start = len(echo[i]) if echo is not None else 0
+                    text, lps = echoed(i, s.text, lp_block(s.logprobs, s.tokens, start))
                     choice: dict[str, Any] = {"index": i * n + j, "finish_reason": s.finish_reason,
-                                              "stop_reason": s.stop_reason, "logprobs": lp_block(s.logprobs, s.tokens, 0),
+                                              "stop_reason": s.stop_reason, "logprobs": lps,
                                               "token_ids": s.tokens}  # fmt: skip
                     if kind == "text_completion":
-                        choice["text"] = s.text
+                        choice["text"] = text
                     else:
                         choice["message"] = {"role": "assistant", "content": s.text}
                     choices.append(choice)
@@ -238,13 +280,16 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
 
         async def events() -> AsyncIterator[str]:
             generated = 0
-            offsets = [[0] * n for _ in prompts]
+            offsets = [[len(echo[i]) if echo is not None else 0] * n for i in range(len(prompts))]
+            started = [[False] * n for _ in prompts]  # a choice's first chunk carries the echo
             if kind != "text_completion":
                 first = [{"index": i * n + j, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                           "finish_reason": None} for i in range(len(prompts)) for j in range(n)]  # fmt: skip
                 yield chunk(first)
             try:
                 async for i, out in run(prompts, params, True):
+                    if out.prompt_logprobs is not None:
+                        prompt_lps[i] = out.prompt_logprobs
                     choices = []
                     for c in out.outputs:
                         if not c.token_ids and not c.text and c.finish_reason is None:
@@ -252,12 +297,16 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
                         generated += len(c.token_ids)
                         lps = lp_block(c.logprobs or [], c.token_ids, offsets[i][c.index])
                         offsets[i][c.index] += len(c.text or "")
+                        text = c.text or ""
+                        if not started[i][c.index]:
+                            started[i][c.index] = True
+                            text, lps = echoed(i, text, lps)
                         choice: dict[str, Any] = {"index": i * n + c.index, "logprobs": lps,
                                                   "finish_reason": c.finish_reason, "token_ids": c.token_ids}  # fmt: skip
                         if kind == "text_completion":
-                            choice["text"] = c.text or ""
+                            choice["text"] = text
                         else:
-                            choice["delta"] = {"content": c.text or ""}
+                            choice["delta"] = {"content": text}
                         choices.append(choice)
                     if choices:
                         yield chunk(choices)
@@ -278,7 +327,15 @@ def build_app(llm: LLM, model_name: str) -> FastAPI:
         many = isinstance(raw, list) and len(raw) > 0 and not isinstance(raw[0], int)
         plist: list[Any] = list(raw) if many else [raw]
         prompts = [prompt_ids(p, params, names) for p in plist]
-        return await respond("text_completion", body, prompts, params, body.logprobs)
+        if not body.echo:
+            return await respond("text_completion", body, prompts, params, body.logprobs)
+        # echo, as OpenAI's: each prompt's text before its completions; with logprobs, the prompt's tokens
+        # (their logprobs computed as prompt_logprobs) before the generated ones
+        if body.logprobs is not None:
+            params = replace(params, prompt_logprobs=body.logprobs)
+        texts = [p if isinstance(p, str) else llm.tokenizer.decode(ids, skip_special_tokens=False)
+                 for p, ids in zip(plist, prompts)]  # fmt: skip
+        return await respond("text_completion", body, prompts, params, body.logprobs, texts)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatRequest) -> Any:

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.flags import FlagSnapshot
+from lab.bench.figures import attn_figures
 from lab.bench.stats import Band, drop_warmup
 from lab.bench.timing import (
     MODES,
@@ -58,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a named shape set of the workload (attn-decode: peers) or "
         "'KEY=INT,...;KEY=INT,...': one run per shape, a per-shape table and a bar plot",
     )
-    p.add_argument("--arms", help="comma-separated subset of the workload's arms and peers")
+    p.add_argument(
+        "--arms",
+        help="comma-separated subset of the workload's arms and peers; `default` names the arm the flags' defaults "
+        "run (the engine's, whose ratios the per-shape table prints)",
+    )
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
     p.add_argument("--reps", type=int, default=8, help="repetitions per arm, the first dropped")
     p.add_argument("--inner", type=int, default=10, help="calls per eager timing sample")
@@ -92,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     wanted = set(args.arms.split(",")) if args.arms else None
+    if wanted and "default" in wanted:  # the default arm by its role, so a flip of the defaults needs no edit here
+        engine = work.default_arm()
+        if engine is None:
+            print(
+                f"error: --arms default: no single arm of {work.name} is what the flags' defaults run", file=sys.stderr
+            )
+            return 2
+        wanted = (wanted - {"default"}) | {engine}
     known = {*work.arms, *work.peers}
     if wanted and not wanted <= known:
         print(
@@ -150,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             summary,
             record,
             kind="bench",
+            figures=attn_figures(record.get("per_shape", [])),
             allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")

@@ -31,6 +31,7 @@ import torch
 from engine.llm import LLM
 from engine.model.config import load_config
 from lab.bench.bandwidth import copy_bandwidth
+from lab.bench.figures import decode_figures
 from lab.bench.hf_peer import time_compiled_graph
 from lab.bench.profile import profile_decode, render
 from lab.bench.step_workload import QWEN3_0_6B, TINY, save_random_model
@@ -121,7 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         slug = "decode-step-profile" if args.profile else "decode-step"
         rows = ["ENGINE-BENCH", "ENGINE-GRAPH"] + (["ENGINE-PERF"] if args.hf_compiled or args.batch > 1 else [])
         path = write_record(
-            args.ledger, slug, rows, cmd, record["device"], summary, record, kind="bench", allow_dirty=args.allow_dirty
+            args.ledger,
+            slug,
+            rows,
+            cmd,
+            record["device"],
+            summary,
+            record,
+            kind="bench",
+            figures=decode_figures(record),
+            allow_dirty=args.allow_dirty,
         )
         print(f"ledger: {path}")
     return 0

@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from engine.flags import FLAGS, FlagSnapshot
-from engine.llm import LLM, TINY_MODEL
+from engine.llm import LLM
 from engine.model.config import load_config
 from engine.runner import PreparedDecode, Runner, StepRow
 from engine.sampling_params import SamplingParams
-from lab.bench.step_workload import QWEN3_0_6B, save_random_model
+from lab.bench.requests import model_for, workload
 from lab.bench.timing import device_name
 from lab.gates.ledger import write_record
 
@@ -82,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--ab-flag",
         metavar="VT_X[,VT_Y]",
         help="time the engine with these boolean flags off, then turned on one more at a time",
+    )
+    p.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="the engine's and the peer's seconds: wall (default) or cpu, this process's CPU time (the CPU smoke "
+        "only: the tiny model runs on one thread, the engine's rule for tiny models, which the peer shares in this "
+        "process, so it is the run's own work, whatever else loads the machine)",
+    )
+    p.add_argument(
+        "--serving",
+        action="store_true",
+        help="then lab bench serving's ratios at the largest point, on a fresh engine: logprobs=5 / plain and "
+        "the OpenAI server / offline LLM.generate (printed last; 3 rounds, the medians)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", type=Path, metavar="FILE.svg", help="tok/s against the number of requests")
@@ -130,28 +144,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
         return 2
+    if args.clock == "cpu" and not smoke:
+        print("error: --clock cpu: the CPU smoke only (a GPU's work is not this process's CPU time)", file=sys.stderr)
+        return 2
     device = "cpu" if smoke else "cuda"
     budget = args.max_num_batched_tokens or (256 if smoke else 16384)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = model_for(Path(tmp), smoke)
-        record = measure(
-            model_dir,
-            sweep,
-            device=device,
-            min_len=min_len,
-            max_len=max_len,
-            temperature=args.temperature,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=budget,
-            peer=not args.no_peer,
-            peer_compile=not args.no_peer_compile and not smoke,
-            seed=args.seed,
-            peer_budget_s=args.peer_budget_s,
-            ab_flags=ab_flags,
-            ab_reps=args.ab_reps,
-        )
+    global _clock
+    _clock = CLOCKS[args.clock]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = model_for(Path(tmp), smoke)
+            record = measure(
+                model_dir,
+                sweep,
+                device=device,
+                min_len=min_len,
+                max_len=max_len,
+                temperature=args.temperature,
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=budget,
+                peer=not args.no_peer,
+                peer_compile=not args.no_peer_compile and not smoke,
+                seed=args.seed,
+                peer_budget_s=args.peer_budget_s,
+                ab_flags=ab_flags,
+                ab_reps=args.ab_reps,
+            )
+            if args.serving:  # after the peer: the engine and the server own the device alone
+                from lab.bench import serving  # why: it loads the server's dependencies
+
+                record["serving"] = serving.measure(model_dir, device, max(sweep), min_len, max_len, 3, args.seed)
+    finally:
+        _clock = CLOCKS["wall"]
+    cpu_threads = torch.get_num_threads()  # what the peer ran with (the engine sets it: engine/runner.py)
     record["model"] = "embedded tiny-qwen3" if smoke else "Qwen3-0.6B shape, random bf16 weights"
+    record["cpu_threads"], record["clock"] = cpu_threads, args.clock
     print_report(record)
+    if "serving" in record:
+        print(f"serving at {max(sweep)} requests: {serving.ratios_line(record['serving'])}")
     if args.plot:
         args.plot.write_text(svg_plot(record))
         print(f"plot: {args.plot}")
@@ -176,18 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"ledger: {path}")
     return 0
-
-
-def model_for(tmp: Path, smoke: bool) -> Path:
-    if smoke:
-        return TINY_MODEL
-    return save_random_model(tmp, QWEN3_0_6B)
-
-
-def workload(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> tuple[list[list[int]], list[int]]:
-    rng = random.Random(seed)
-    prompts = [[rng.randrange(vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)]
-    return prompts, [rng.randint(min_len, max_len) for _ in range(n)]
 
 
 def measure(
@@ -295,7 +313,7 @@ class TimedRunner(Runner):
         self._depth = 0  # only the outermost call is clocked for the gaps (run_step calls prepare_decode)
 
     def _timed(self, decode: bool, fn: Any, *args: Any) -> tuple[Any, float, float]:
-        t0 = time.perf_counter()
+        t0 = clock()
         if not self._depth and self.last_exit is not None:
             self.scheduler_s[decode] += t0 - self.last_exit
         self._depth += 1
@@ -303,7 +321,7 @@ class TimedRunner(Runner):
             out = fn(*args)
         finally:
             self._depth -= 1
-            t1 = time.perf_counter()
+            t1 = clock()
             if not self._depth:
                 self.last_exit = t1
         return out, t0, t1
@@ -523,6 +541,14 @@ def run_engine(
     digest.append(h.hexdigest())
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = CLOCKS["wall"]  # --clock: what the engine's and the peer's seconds are
+
+
+def clock() -> float:
+    return _clock()
+
+
 PEER_SKIP_STEPS = 8  # the timed run's first steps (its prefill, any late compilation) are left out of its rate
 PEER_MIN_STEADY_STEPS = 32  # fewer timed steps than this after the skipped ones: no rate
 
@@ -563,17 +589,17 @@ def run_peer(
         EVERY = 64
 
         def __init__(self, label: str, width: int, stop_at: int | None = None) -> None:
-            self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, time.perf_counter()
+            self.label, self.width, self.stop_at, self.t0 = label, width, stop_at, clock()
             self.times: list[float] = []  # when each step ended, seconds from the start
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
             step = input_ids.shape[1] - self.width
-            self.times.append(time.perf_counter() - self.t0)
+            self.times.append(clock() - self.t0)
             if self.stop_at is not None and step >= self.stop_at:
-                print(f"peer {self.label}: {step} steps in {time.perf_counter() - self.t0:.1f}s", file=sys.stderr)
+                print(f"peer {self.label}: {step} steps in {clock() - self.t0:.1f}s", file=sys.stderr)
                 return torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
             if step % self.EVERY == 0:
-                spent = time.perf_counter() - self.t0
+                spent = clock() - self.t0
                 eta = min(spent / step * (max_new - step), max(0.0, budget_s - spent))
                 print(
                     f"peer {self.label}: step {step}/{max_new} of {len(prompts)} rows, {spent:.1f}s, ETA {eta:.0f}s",
@@ -641,11 +667,11 @@ def _peer_generate(
 def _timed(device: str, fn: Any) -> float:
     if device == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def _release(device: str) -> None:
@@ -658,6 +684,7 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         f"throughput: {r['model']} on {r['device']} ({r['dtype']}, graph={r['graph']}); lengths uniform in "
         f"{r['lengths']}, temperature {r['temperature']}, EOS ignored; peer: {r['peer'] or 'none'}"
+        + (f"; {r['cpu_threads']} CPU thread(s), {r['clock']} clock" if not r["on_gpu"] and "clock" in r else "")
     )
     print(
         f"{'requests':>8} {'out tokens':>10} {'engine s':>9} {'engine tok/s':>13} {'peer s':>8} "

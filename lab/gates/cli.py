@@ -122,6 +122,14 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 "log-prob rule (engine/kernels/table.py FP32_PROBS_RAZOR)",
             )
             p.add_argument(
+                "--razor-setting",
+                dest="razor_name",
+                choices=sorted(kernels.RAZORS),
+                default=None,
+                help="judge with this named setting (engine/kernels/table.py RAZORS) though no arm under test names "
+                "it: how production kernels (--attn-peer) are calibrated against the setting that judges an arm",
+            )
+            p.add_argument(
                 "--served",
                 metavar="URL",
                 help="judge an OpenAI-compatible server's outputs instead of the engine's: each prompt through "
@@ -249,20 +257,28 @@ def parse_lens(text: str) -> tuple[int, ...]:
 
 def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
     """Fill in the near-tie razor's setting (oracle attention, budgets) the options leave open: that of the
-    arms `--require-arm` names (the flip's arms under test), else eager. Arms of different settings are a usage
-    error unless all three options are given. Returns the setting, described."""
+    arms `--require-arm` names (the flip's arms under test), else eager; `--razor-setting` names one outright (the
+    arms under test must agree). Arms of different settings are a usage error unless all three options are given.
+    Returns the setting, described."""
     arms: dict[str, kernels.Razor] = {}
     for flag in args.require_arm:
         arms |= kernels.razors_gated_by(flag, snapshot)
     settings = set(arms.values())
     given = [bool(args.oracle_attn), args.max_near_tie_rate is not None, args.max_out_of_band_rate is not None]
-    if len(settings) > 1 and not all(given):
-        named = "; ".join(f"{arm}: {razor.name}" for arm, razor in sorted(arms.items()))
+    named = getattr(args, "razor_name", None)
+    if named is not None:  # asked for by name: the arms under test, if any, must be judged by it too
+        razor = kernels.RAZORS[named]
+        others = sorted(f"{arm}: {r.name}" for arm, r in arms.items() if r != razor)
+        if others:
+            raise ValueError(f"--razor-setting {named}: the arms under test are judged otherwise ({'; '.join(others)})")
+        source = f"{named}, asked for by --razor-setting" + (", options given here winning" if any(given) else "")
+    elif len(settings) > 1 and not all(given):
+        listed = "; ".join(f"{arm}: {r.name}" for arm, r in sorted(arms.items()))
         raise ValueError(
-            f"the arms under test are judged with different razor settings ({named}): flip them apart, or give "
+            f"the arms under test are judged with different razor settings ({listed}): flip them apart, or give "
             "--oracle-attn, --max-near-tie-rate and --max-out-of-band-rate"
         )
-    if len(settings) == 1:
+    elif len(settings) == 1:
         razor = settings.pop()
         source = f"{razor.name}, the setting of {', '.join(sorted(arms))}"
         source += ", options given here winning" if any(given) else ""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -365,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         help="judge K x 16 prompts of the razor's lengths per run (default 1: the razor's own 16 x 64; the budgets "
         "are rates, so a larger sample separates a bug's count from a correct reordering's)",
     )
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write {passed, examined, summary} here (lab ci)")
     args = p.parse_args(argv)
     razor = kernels.RAZORS[args.razor]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -395,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", log-prob distance at most {limits} nats" if limits else "")
     )
     print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")
-    worst = 0
+    worst, rates = 0, []
     for name in names:
         s = SEEDED[name]
         t0 = time.perf_counter()
@@ -412,7 +414,14 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, int(verdict))
         kind = "pass expected" if s.good else "catch expected"
         print(f"{cols}  {s.what} ({kind}; {time.perf_counter() - t0:.0f}s)", flush=True)
-    print(f"teeth: {'FAIL' if worst else 'PASS'}: razor catch rate >= 9/10 for every bug, false alarms <= 1/10")
+        rates.append(f"{name} {rate}")
+    verdict = f"teeth: {'FAIL' if worst else 'PASS'}: razor catch rate >= 9/10 for every bug, false alarms <= 1/10"
+    print(verdict)
+    if args.json:
+        summary = f"{razor.name} on {args.device}: " + ", ".join(rates) + f" ({verdict.split(':')[1].strip()})"
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        examined = len(names) * args.seeds
+        args.json.write_text(json.dumps({"passed": not worst, "examined": examined, "summary": summary}) + "\n")
     return worst
 
 

@@ -34,7 +34,7 @@ def finished(tmp_path: Path, rc: int = 0, before: frozenset[str] = frozenset()) 
 
 
 def test_the_table_has_the_six_phases_and_calib() -> None:
-    assert list(ci.PHASES) == ["gates", "bench", "serve", "reach", "flip", "ncu", "calib"]
+    assert list(ci.PHASES) == ["gates", "bench", "serve", "reach", "flip", "ncu", "calib", "perf", "teeth"]
 
 
 def test_gates_phase_builds_then_gates_each_model_and_memchecks_it(tmp_path: Path) -> None:
@@ -90,6 +90,64 @@ def test_calib_runs_each_model_through_the_razor_once_per_peer(tmp_path: Path) -
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--oracle-attn"] == ["eager", "sdpa"]
     assert argv[argv.index("--prompt-lens") + 1].startswith("15")  # the long model's own 1500+-token prompts
     assert s["calib-long"].env == {"TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
+
+
+def test_calib_judges_by_a_named_razor_setting_against_its_own_oracle(tmp_path: Path) -> None:
+    s = steps("calib", ci.Context(tmp_path / "out", None, "fp32-probs"))
+    argv = s["calib-d128"].argv
+    assert argv[argv.index("--razor-setting") + 1] == "fp32-probs"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--oracle-attn"] == ["online"]
+
+
+def test_perf_measures_the_two_tables_then_reports_them_from_the_records(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
+    s = steps("perf", c)
+    assert list(s) == [
+        "build",
+        "flashinfer-warm",
+        "perf-attn",
+        "perf-decode-b1",
+        "perf-decode-b8",
+        "perf-decode-b32",
+        "perf-report",
+    ]
+    attn = s["perf-attn"].argv
+    assert attn[attn.index("--arms") + 1] == "default,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"
+    assert attn[-2:] == ("--ledger", str(c.ledger)) and "peers" in attn
+    assert s["perf-decode-b8"].argv[3:] == (
+        *"bench decode --no-oracle --hf-compiled --batch 8 --steps 32 --ledger".split(),
+        str(c.ledger),
+    )
+    assert s["perf-report"].argv[3:] == (
+        *"report perf --ledger".split(),
+        str(c.ledger),
+        "--json",
+        str(c.result("perf-report")),
+    )
+    # the report's JSON is its verdict: a row without a clean record fails the step
+    report = c.result("perf-report")
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"passed": False, "examined": 4, "summary": "INCOMPLETE: report perf: 30 rows"}))
+    assert s["perf-report"].reader(finished(tmp_path, rc=1)) == ci.Verdict("fail", "INCOMPLETE: report perf: 30 rows")
+
+
+def test_teeth_runs_the_seeded_bugs_of_the_setting_four_at_once_on_the_gpu(tmp_path: Path) -> None:
+    s = steps("teeth", ctx(tmp_path))
+    assert ci.PHASES["teeth"].jobs == 4 and list(s) == ["teeth-0", "teeth-1", "teeth-2", "teeth-3"]
+    argv = s["teeth-3"].argv
+    assert argv[3:] == (
+        *"gate teeth --seeds 10 --device cuda --razor fp32-probs --bugs".split(),
+        "good-linear-fp32-accumulate",
+        "good-online-split",
+        "--json",
+        str(ctx(tmp_path).result("teeth-3")),
+    )
+    named = steps("teeth", ci.Context(tmp_path / "out", None, "fp32-probs"))
+    assert named["teeth-2"].argv[-4:-2] == ("--bugs", "probs-rounded")
+    from lab.gates.teeth import seeded_for
+
+    for razor, sets in ci.TEETH_SETS.items():  # every seeded bug and twin of the setting, once
+        assert sorted(" ".join(sets).split()) == sorted(s.name for s in seeded_for(razor))
 
 
 # --- the flip protocol -------------------------------------------------------------------------------------------
@@ -191,9 +249,11 @@ def test_gate_json_passes_only_a_pass_with_its_arms_and_fails_when_nothing_was_w
 
 
 def test_gate_json_reads_what_the_gates_report_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine import kernels
     from lab.gates.cli import report  # the real printer of `gate tokens|neartie|distributional|regen --json`
     from lab.gates.result import GateResult
 
+    kernels.reset_counts()  # as a gate does first: an engine run by an earlier test would have called linear ops
     path = tmp_path / "g.json"
     result = GateResult("tokens", "PASS", "4/4 prompts token-exact")
     assert report(result, as_json=True, require=["VT_GEMV"]) == 0  # no linear op called here: n/a, left to others

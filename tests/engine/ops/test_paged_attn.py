@@ -161,6 +161,34 @@ def test_paged_decode_equals_hugging_face_eager_decode_bitwise(dtype, gen):
         assert torch.equal(ours, hf[:, 0])
 
 
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(4, 2, 32), (8, 8, 64), (16, 2, 128), (8, 1, 256)])
+@pytest.mark.parametrize("window", [None, 13])
+def test_fp32_batched_decode_is_bitwise_transformers_one_sequence_at_a_time(hq, hkv, d, window, gen):
+    """Each row of a batch (random lengths, some shared, eight of one length: one indexed pass, some short)
+    equals transformers' eager decode of that sequence alone, and the engine's own call for it alone: batching
+    moves no fp32 bit."""
+    qwen3 = pytest.importorskip("transformers.models.qwen3.modeling_qwen3")
+    module = types.SimpleNamespace(num_key_value_groups=hq // hkv, training=False)
+    ctx = [int(c) for c in torch.randint(1, 90, (21,), generator=gen)] + [5, 5, 40, 40, 40, 1, 16, 17] + [23] * 8
+    k_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
+    v_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
+    k_cache, v_cache, tables, lens = make_paged(k_seqs, v_seqs, 16, sum(-(-c // 16) for c in ctx) + 3, gen)
+    q = torch.randn(len(ctx), hq, d, generator=gen)
+    out = paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5, window)
+    for b in torch.randperm(len(ctx), generator=gen).tolist():
+        c, k, v = ctx[b], k_seqs[b], v_seqs[b]
+        ok = torch.ones(c, dtype=torch.bool) if window is None else torch.arange(c) > c - 1 - window
+        mask = torch.zeros(1, c).masked_fill(~ok[None], torch.finfo(torch.float32).min)
+        hf, _ = qwen3.eager_attention_forward(
+            module, q[b : b + 1, :, None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], mask[None, None], d**-0.5
+        )
+        assert torch.equal(out[b : b + 1], hf[:, 0]), (b, c)
+        alone = paged_decode_attention(
+            q[b : b + 1], k_cache, v_cache, tables[b : b + 1], lens[b : b + 1], d**-0.5, window
+        )
+        assert torch.equal(out[b : b + 1], alone), (b, c)
+
+
 def test_paged_decode_at_block_boundaries(dtype, gen, close):
     hq, hkv, d, block_size = 2, 1, 16, 32
     ctx = [1, 31, 32, 33, 64, 100]

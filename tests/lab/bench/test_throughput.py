@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from engine.llm import TINY_MODEL
 from lab.bench import throughput
 from tests.lab.ledger_record import read_record
 
@@ -89,7 +91,7 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     times = [0.1 * (s + 1) for s in range(steady)]
     monkeypatch.setattr(throughput, "run_peer", lambda *a, **k: (0.1 * steady, steady, times))
     record = throughput.measure(
-        throughput.TINY_MODEL,
+        TINY_MODEL,
         [3],
         device="cpu",
         min_len=3,
@@ -157,7 +159,7 @@ def test_the_engine_is_freed_before_the_peer_runs(monkeypatch) -> None:
     monkeypatch.setattr(throughput, "LLM", llm)
     monkeypatch.setattr(throughput, "run_peer", peer)
     record = throughput.measure(
-        throughput.TINY_MODEL,
+        TINY_MODEL,
         [2],
         device="cpu",
         min_len=3,
@@ -205,3 +207,12 @@ def test_the_async_arm_gives_the_same_tokens_and_the_report_says_so(capsys) -> N
     assert arms["VT_ASYNC_SCHEDULE=0"]["tokens"] == arms["VT_ASYNC_SCHEDULE=1"]["tokens"]
     assert all(a["decode_steps"] > 0 for a in arms.values())  # the async arm's steps are counted too
     assert any(line.endswith(": VT_ASYNC_SCHEDULE=0 == VT_ASYNC_SCHEDULE=1") for line in out)
+
+
+def test_the_cpu_clock_times_the_run_and_is_put_back_after(capsys) -> None:
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json"]
+    assert throughput.main([*argv, "--clock", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    record = json.loads(out[-1])
+    assert record["clock"] == "cpu" and f"{record['cpu_threads']} CPU thread(s), cpu clock" in out[0]
+    assert throughput._clock is time.perf_counter  # the wall clock again for the next run in this process

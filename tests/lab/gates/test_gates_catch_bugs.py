@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 import torch
@@ -140,3 +141,10 @@ def test_teeth_on_a_missing_gpu_is_a_usage_error(capsys) -> None:
         pytest.skip("a CUDA device is here: --device cuda runs")
     assert teeth.main(["--device", "cuda", "--seeds", "1"]) == 2
     assert "no CUDA device here" in capsys.readouterr().out
+
+
+def test_teeth_writes_its_verdict_as_json_for_lab_ci(tmp_path, capsys):
+    out = tmp_path / "teeth.json"
+    assert teeth.main(["--seeds", "1", "--bugs", "eps-x10", "--json", str(out)]) == 0
+    assert "teeth: PASS" in capsys.readouterr().out
+    assert json.loads(out.read_text()) == {"passed": True, "examined": 1, "summary": "eager on cpu: eps-x10 1/1 (PASS)"}

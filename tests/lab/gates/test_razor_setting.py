@@ -55,6 +55,19 @@ def test_an_option_given_wins_over_the_arms_setting() -> None:
     assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["online"], 0.04, 0.0)
 
 
+def test_a_setting_asked_for_by_name_judges_production_kernels_and_must_agree_with_the_arms() -> None:
+    args = options(razor_name="fp32-probs")
+    assert pick_razor(args, FlagSnapshot.defaults()).startswith("fp32-probs, asked for by --razor-setting: oracle")
+    assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["online"], 0.04, 0.004)
+    assert args.razor_setting is kernels.FP32_PROBS_RAZOR
+    assert pick_razor(options("VT_ATTN_ONEPASS", razor_name="fp32-probs"), ONEPASS_ON).startswith("fp32-probs, asked")
+    with pytest.raises(ValueError, match="--razor-setting eager: the arms under test are judged otherwise "):
+        pick_razor(options("VT_ATTN_ONEPASS", razor_name="eager"), ONEPASS_ON)
+    with pytest.raises(SystemExit) as exit_:  # argparse: not a setting's name
+        main(["gate", "neartie", "--razor-setting", "fp32"])
+    assert exit_.value.code == 2
+
+
 def test_arms_of_different_settings_are_a_usage_error_unless_every_option_is_given() -> None:
     with pytest.raises(ValueError, match="tiled_onepass: fp32-probs.*tiled_pipelined: eager"):
         pick_razor(options("VT_ATTN_TILED", oracle_attn=["sdpa"]), ONEPASS_ON)

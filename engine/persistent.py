@@ -1,0 +1,331 @@
+"""The persistent decode layer's schedule: one Qwen3 decode layer as a graph of tiles with dependency counters.
+
+A persistent kernel (one launch, one block per SM) would read this table and nothing else: each block takes the
+next task index from a queue head in global memory (an atomic add), waits until each counter it names reaches its
+target, runs the task, and adds one to its own counter. No grid barrier: a q/k/v tile starts when every row's norm
+is done, RoPE for KV head g when only g's q/k/v tiles are, a score chunk when its head group is rotated and stored,
+and so on down the layer. Tasks are queued in a topological order (every producer ahead of its consumers), so
+blocks taking them in queue order can always make progress, with any number of blocks.
+
+    norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key chunk] -> attn_out[seq, kv head]
+      -> o_proj[tile] (+ residual) -> norm2[row] -> gate_up[tile] (SiLU * up) -> down[tile] (+ residual)
+
+Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
+buffer), so `check` can prove, without running anything, that every read is ordered after its writers by the
+counters; lab/persistent/ runs the table on virtual SMs on the CPU and compares against the engine's own layer.
+The GEMV tiles split output columns only (every tile reads all K of its rows), and attention splits only the
+scores over keys: the splits that keep every sum in the reference's order, so the tiled layer is bitwise the
+chain of ops. A split-K or split-softmax tile would be another numerics, judged by the razor like any arm.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Kind(IntEnum):
+    NORM1 = 0  # [row]: (add the residual and) RMSNorm one row of the layer's input
+    QKV = 1  # [part, col0, col1]: columns of q (part 0), k (1) or v (2) for every row
+    ROPE_STORE = 2  # [kv head]: q/k norm and RoPE of the group's q heads and its k head; K/V to the cache
+    SCORES = 3  # [seq, kv head, key0, key1]: q.k for the group's heads over a chunk of keys
+    ATTN_OUT = 4  # [seq, kv head]: mask, softmax and P.V of the group's heads
+    O_PROJ = 5  # [col0, col1]: o_proj columns plus the residual
+    NORM2 = 6  # [row]: RMSNorm of the post-attention residual
+    GATE_UP = 7  # [col0, col1]: gate and up columns, SiLU(gate) * up
+    DOWN = 8  # [col0, col1]: down_proj columns plus the residual
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One decode step of one layer: the model's sizes, each sequence's context and the tile sizes."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    context_lens: tuple[int, ...]  # per sequence, this step's token included
+    first: bool = False  # layer 0: its input is the embedding, no residual to add before the first norm
+    qkv_cols: int = 64  # output columns per q/k/v tile (divides head_dim)
+    o_cols: int = 64
+    gu_cols: int = 64
+    down_cols: int = 64
+    key_chunk: int = 256  # keys per score task
+
+    @property
+    def batch(self) -> int:
+        return len(self.context_lens)
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    def buffers(self) -> dict[str, tuple[int, int]]:
+        """Every buffer a task reads or writes, [rows, cols]. `k_new`/`v_new` stand for the cache slots this step
+        writes (one per sequence); the older cache positions are written by earlier steps."""
+        b, h, d, i = self.batch, self.hidden, self.head_dim, self.intermediate
+        return {
+            "x": (b, h),
+            "residual": (b, h),
+            "h1": (b, h),
+            "res1": (b, h),
+            "q": (b, self.heads * d),
+            "k": (b, self.kv_heads * d),
+            "v": (b, self.kv_heads * d),
+            "q_rot": (b, self.heads * d),
+            "k_new": (b, self.kv_heads * d),
+            "v_new": (b, self.kv_heads * d),
+            "scores": (b * self.heads, max(self.context_lens)),
+            "attn": (b, self.heads * d),
+            "res2": (b, h),
+            "h2": (b, h),
+            "act": (b, i),
+            "mlp": (b, h),
+            "out": (b, h),
+        }
+
+
+@dataclass(frozen=True)
+class Region:
+    buffer: str
+    rows: tuple[int, int]  # [start, stop)
+    cols: tuple[int, int]
+
+    def cells(self) -> int:
+        return (self.rows[1] - self.rows[0]) * (self.cols[1] - self.cols[0])
+
+    def overlap(self, other: Region) -> int:
+        if self.buffer != other.buffer:
+            return 0
+        r = min(self.rows[1], other.rows[1]) - max(self.rows[0], other.rows[0])
+        c = min(self.cols[1], other.cols[1]) - max(self.cols[0], other.cols[0])
+        return max(r, 0) * max(c, 0)
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int  # its place in the queue
+    kind: Kind
+    args: tuple[int, ...]
+    waits: tuple[tuple[int, int], ...]  # (counter, target): start once the counter has reached the target
+    signal: int  # the counter this task adds one to when its writes are done
+    reads: tuple[Region, ...]
+    writes: tuple[Region, ...]
+    weight_elems: int = 0  # weight elements it streams (no dependency: loadable before its waits are met)
+    layer: int = 0  # whose weights and cache (a step's tasks run every layer in turn)
+
+
+@dataclass
+class Schedule:
+    shape: LayerShape
+    tasks: list[Task] = field(default_factory=list)
+    counters: list[str] = field(default_factory=list)  # names, by index
+    expected: list[int] = field(default_factory=list)  # tasks signalling each counter
+    layers: int = 1  # a step's layers; one layer's schedule names its buffers without a prefix
+
+    def name(self, layer: int, buffer: str) -> str:
+        """A buffer's name in this schedule: `L<layer>.` before it in a step (the inputs `x`, `residual` are the
+        step's own)."""
+        return buffer if self.layers == 1 or buffer in ("x", "residual") else f"L{layer}.{buffer}"
+
+    def buffers(self) -> dict[str, tuple[int, int]]:
+        """Every buffer the tasks read or write, [rows, cols]."""
+        return {self.name(layer, n): size for layer in range(self.layers) for n, size in self.shape.buffers().items()}
+
+    def counter(self, name: str) -> int:
+        self.counters.append(name)
+        self.expected.append(0)
+        return len(self.counters) - 1
+
+    def add(
+        self,
+        kind: Kind,
+        args: tuple[int, ...],
+        waits,
+        signal: int,
+        reads,
+        writes,
+        weight_elems: int = 0,
+        layer: int = 0,
+    ) -> None:
+        self.expected[signal] += 1
+        self.tasks.append(
+            Task(len(self.tasks), kind, args, tuple(waits), signal, tuple(reads), tuple(writes), weight_elems, layer)
+        )
+
+    def encode(self, max_waits: int = 2) -> list[list[int]]:
+        """The table a kernel reads: per task `kind, layer, 4 args, (counter, target) x max_waits, signal`, -1
+        padded."""
+        rows = []
+        for t in self.tasks:
+            if len(t.waits) > max_waits or len(t.args) > 4:
+                raise ValueError(f"task {t.index} ({t.kind.name}) does not fit the table's fixed width")
+            waits = [x for w in t.waits for x in w] + [-1, -1] * (max_waits - len(t.waits))
+            rows.append([int(t.kind), t.layer, *t.args, *[-1] * (4 - len(t.args)), *waits, t.signal])
+        return rows
+
+
+def _cols(total: int, width: int) -> list[tuple[int, int]]:
+    return [(c, min(c + width, total)) for c in range(0, total, width)]
+
+
+def build(s: LayerShape) -> Schedule:
+    """The layer's task graph in queue order."""
+    return build_step(s, 1)
+
+
+def build_step(s: LayerShape, layers: int) -> Schedule:
+    """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
+    down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
+    normalises. With `layers` 1, one layer with unprefixed buffer names."""
+    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1:
+        raise ValueError(
+            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}"
+        )
+    sch = Schedule(s, layers=layers)
+    down = None
+    for layer in range(layers):
+        down = _layer(sch, layer, down)
+    return sch
+
+
+def _layer(sch: Schedule, layer: int, before: int | None) -> int:
+    """Append one layer's tasks; `before` is the previous layer's down counter. Returns this layer's."""
+    s, b = sch.shape, sch.shape.batch
+    d, h, g = s.head_dim, s.hidden, s.group
+    all_rows = (0, b)
+    prefix = "" if sch.layers == 1 else f"L{layer}."
+
+    def reg(buf: str, cols: tuple[int, int], rows: tuple[int, int] = all_rows) -> Region:
+        return Region(sch.name(layer, buf), rows, cols)
+
+    def counter(name: str) -> int:
+        return sch.counter(prefix + name)
+
+    def add(kind: Kind, args: tuple[int, ...], waits, signal: int, reads, writes, weight_elems: int = 0) -> None:
+        sch.add(kind, args, waits, signal, reads, writes, weight_elems, layer)
+
+    norm1 = counter("norm1")
+    for r in range(b):
+        row = (r, r + 1)
+        if before is None:
+            ins = [reg("x", (0, h), row)] + ([] if s.first else [reg("residual", (0, h), row)])
+            waits = []
+        else:  # the last layer's output and residual, once every down tile has written its columns
+            ins = [Region(sch.name(layer - 1, "mlp"), row, (0, h)), Region(sch.name(layer - 1, "res2"), row, (0, h))]
+            waits = [(before, sch.expected[before])]
+        add(Kind.NORM1, (r,), waits, norm1, ins, [reg("h1", (0, h), row), reg("res1", (0, h), row)])
+
+    qkv = [counter(f"qkv[{kv}]") for kv in range(s.kv_heads)]
+    for kv in range(s.kv_heads):  # a group's tiles together, so its RoPE can start while the next group's stream
+        parts = [(0, "q", hd * d) for hd in range(kv * g, (kv + 1) * g)] + [(1, "k", kv * d), (2, "v", kv * d)]
+        for part, buf, base in parts:
+            for c0, c1 in _cols(d, s.qkv_cols):
+                cols = (base + c0, base + c1)
+                add(Kind.QKV, (part, *cols), [(norm1, b)], qkv[kv], [reg("h1", (0, h))], [reg(buf, cols)],
+                        (c1 - c0) * h)  # fmt: skip
+
+    rope = [counter(f"rope[{kv}]") for kv in range(s.kv_heads)]
+    per_group = sch.expected[qkv[0]]
+    for kv in range(s.kv_heads):
+        qc, kc = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d)
+        add(Kind.ROPE_STORE, (kv,), [(qkv[kv], per_group)], rope[kv],
+                [reg("q", qc), reg("k", kc), reg("v", kc)],
+                [reg("q_rot", qc), reg("k_new", kc), reg("v_new", kc)])  # fmt: skip
+
+    chunks = {}
+    for seq, n in enumerate(s.context_lens):
+        for kv in range(s.kv_heads):
+            chunks[seq, kv] = counter(f"scores[{seq},{kv}]")
+            heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
+            qc, kc, row = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d), (seq, seq + 1)
+            for k0, k1 in _cols(n, s.key_chunk):
+                reads = [reg("q_rot", qc, row)] + ([reg("k_new", kc, row)] if k1 == n else [])  # the new key
+                add(Kind.SCORES, (seq, kv, k0, k1), [(rope[kv], 1)], chunks[seq, kv], reads,
+                        [reg("scores", (k0, k1), heads)])  # fmt: skip
+    attn = counter("attn")
+    for seq, n in enumerate(s.context_lens):
+        for kv in range(s.kv_heads):
+            heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
+            row, kc = (seq, seq + 1), (kv * d, (kv + 1) * d)
+            add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], sch.expected[chunks[seq, kv]])], attn,
+                    [reg("scores", (0, n), heads), reg("v_new", kc, row)],
+                    [reg("attn", (kv * g * d, (kv + 1) * g * d), row)])  # fmt: skip
+
+    o_done = counter("o_proj")
+    for cols in _cols(h, s.o_cols):
+        add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads)], o_done,
+                [reg("attn", (0, s.heads * d)), reg("res1", cols)], [reg("res2", cols)],
+                (cols[1] - cols[0]) * s.heads * d)  # fmt: skip
+    norm2 = counter("norm2")
+    n_o = sch.expected[o_done]
+    for r in range(b):
+        add(Kind.NORM2, (r,), [(o_done, n_o)], norm2, [reg("res2", (0, h), (r, r + 1))],
+                [reg("h2", (0, h), (r, r + 1))])  # fmt: skip
+    gu = counter("gate_up")
+    for cols in _cols(s.intermediate, s.gu_cols):
+        add(Kind.GATE_UP, cols, [(norm2, b)], gu, [reg("h2", (0, h))], [reg("act", cols)],
+                2 * (cols[1] - cols[0]) * h)  # fmt: skip
+    down = counter("down")
+    n_gu = sch.expected[gu]
+    for cols in _cols(h, s.down_cols):
+        add(Kind.DOWN, cols, [(gu, n_gu)], down, [reg("act", (0, s.intermediate)), reg("res2", cols)],
+                [reg("mlp", cols), reg("out", cols)], (cols[1] - cols[0]) * s.intermediate)  # fmt: skip
+    return down
+
+
+def inputs(s: LayerShape) -> set[str]:
+    """The buffers written before the layer starts (by the previous layer or the embedding)."""
+    return {"x"} if s.first else {"x", "residual"}
+
+
+def check(sch: Schedule) -> list[str]:
+    """Problems that would make the table wrong on some interleaving, found without running it: a wait on more
+    signals than its counter gets; a producer queued after its consumer (blocks taking tasks in order could all
+    wait on it); two writes of one cell; a read of a cell no task writes, or whose writer is not ordered before the
+    reader by the counters (a race some interleaving loses)."""
+    problems: list[str] = []
+    signallers: dict[int, list[int]] = defaultdict(list)
+    for t in sch.tasks:
+        signallers[t.signal].append(t.index)
+    writers: dict[str, list[tuple[int, Region]]] = defaultdict(list)
+    for t in sch.tasks:
+        for w in t.writes:
+            for other, prev in writers[w.buffer]:
+                if w.overlap(prev):
+                    problems.append(f"task {t.index} ({t.kind.name}) writes {w} that task {other} writes too")
+            writers[w.buffer].append((t.index, w))
+    before: list[set[int]] = []  # tasks done before each one starts, by its waits (transitively)
+    external = inputs(sch.shape)
+    for t in sch.tasks:
+        done: set[int] = set()
+        for counter, target in t.waits:
+            if target > sch.expected[counter]:
+                problems.append(
+                    f"task {t.index} ({t.kind.name}) waits for {sch.counters[counter]} >= {target}, "
+                    f"but only {sch.expected[counter]} tasks signal it"
+                )
+            if any(p >= t.index for p in signallers[counter]):
+                problems.append(f"task {t.index} ({t.kind.name}) waits on {sch.counters[counter]}, signalled later")
+            if target >= len(signallers[counter]):  # every signaller has finished
+                for p in signallers[counter]:
+                    if p < t.index:
+                        done |= {p} | before[p]
+        before.append(done)
+        for r in t.reads:
+            if r.buffer in external:
+                continue
+            covered = 0
+            for w_index, w in writers[r.buffer]:
+                cells = r.overlap(w)
+                covered += cells
+                if cells and w_index not in done:
+                    problems.append(
+                        f"task {t.index} ({t.kind.name}) reads {r.buffer} written by task {w_index} "
+                        f"({sch.tasks[w_index].kind.name}) without waiting for it"
+                    )
+            if covered < r.cells():
+                problems.append(f"task {t.index} ({t.kind.name}) reads cells of {r.buffer} that no task writes")
+    return problems

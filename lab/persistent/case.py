@@ -1,0 +1,140 @@
+"""A decode step of one Qwen3 layer with seeded random weights, inputs and paged cache, and the engine's own layer
+(`engine.model.qwen3.Qwen3DecoderLayer` through the kernel table) run on it: the chain the persistent schedule must
+reproduce bitwise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.flags import FlagSnapshot
+from engine.model.batch import ForwardBatch
+from engine.model.config import ModelConfig, parse_config
+from engine.model.qwen3 import Qwen3DecoderLayer
+from engine.ops.rope import rope_cos_sin
+from engine.persistent import LayerShape
+from lab.persistent.sim import Step, Weights
+
+# Qwen3-0.6B's layer, and a small one of the same form for quick CPU runs
+QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128)
+SMALL = dict(hidden_size=256, intermediate_size=640, num_attention_heads=8, num_key_value_heads=2, head_dim=128)
+
+
+def config(sizes: dict[str, int], window: int | None = None, layers: int = 1) -> ModelConfig:
+    raw = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "num_hidden_layers": layers,
+        "vocab_size": 64,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 1 << 16,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6,
+        **sizes,
+    }
+    if window is not None:
+        raw.update(use_sliding_window=True, sliding_window=window, max_window_layers=0)
+    return parse_config(raw)
+
+
+@dataclass
+class Case:
+    layers: list[Qwen3DecoderLayer]
+    weights: list[Weights]  # one per layer
+    step: Step  # the caches as they are before the step; simulate and reference each take a copy
+
+    @property
+    def layer(self) -> Qwen3DecoderLayer:
+        return self.layers[0]
+
+    def shape(self, first: bool, **tiles: int) -> LayerShape:
+        c = self.layer.self_attn
+        return LayerShape(
+            hidden=self.step.x.shape[1],
+            heads=c.num_heads,
+            kv_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            intermediate=self.weights[0].wd.shape[1],
+            context_lens=tuple(int(n) for n in self.step.context_lens),
+            first=first,
+            **tiles,
+        )
+
+    def fresh_step(self, first: bool = False) -> Step:
+        """The step with its own copy of the caches (and no residual for layer 0)."""
+        s = self.step
+        more = [(k.clone(), v.clone()) for k, v in s.more_caches]
+        return replace(
+            s,
+            k_cache=s.k_cache.clone(),
+            v_cache=s.v_cache.clone(),
+            more_caches=more,
+            residual=None if first else s.residual,
+        )
+
+
+def make(
+    sizes: dict[str, int],
+    context_lens: list[int],
+    seed: int,
+    block_size: int = 16,
+    window: int | None = None,
+    layers: int = 1,
+) -> Case:
+    """Random weights (scaled so activations stay O(1)), inputs and caches holding each sequence's earlier keys."""
+    cfg = config(sizes, window, layers)
+    g = torch.Generator().manual_seed(seed)
+    stack = [Qwen3DecoderLayer(cfg, i, torch.float32) for i in range(layers)]
+    with torch.no_grad():
+        for p in (p for layer in stack for p in layer.parameters()):  # matrices: unit-variance outputs; norms: ~1
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(noise / p.shape[-1] ** 0.5 if p.dim() == 2 else 1 + 0.1 * noise)
+    b, kv, d = len(context_lens), cfg.num_key_value_heads, cfg.head_dim
+    per_seq = [(n + block_size - 1) // block_size for n in context_lens]
+    blocks = sum(per_seq) + 1
+    order = torch.randperm(blocks, generator=g).tolist()  # sequences' blocks scattered through the cache
+    tables = torch.full((b, max(per_seq)), -1, dtype=torch.int32)
+    for i, m in enumerate(per_seq):
+        tables[i, :m] = torch.tensor([order.pop() for _ in range(m)], dtype=torch.int32)
+    lens = torch.tensor(context_lens, dtype=torch.int32)
+    pos = (lens - 1).long()
+    slots = tables.long()[torch.arange(b), pos // block_size] * block_size + pos % block_size
+    cos, sin = rope_cos_sin(pos, d, cfg.rope_theta, torch.float32)
+    step = Step(
+        x=torch.randn(b, cfg.hidden_size, generator=g),
+        residual=torch.randn(b, cfg.hidden_size, generator=g),
+        k_cache=torch.randn(blocks, block_size, kv, d, generator=g),
+        v_cache=torch.randn(blocks, block_size, kv, d, generator=g),
+        block_tables=tables,
+        context_lens=lens,
+        slot_mapping=slots,
+        cos=cos,
+        sin=sin,
+        more_caches=[
+            (torch.randn(blocks, block_size, kv, d, generator=g), torch.randn(blocks, block_size, kv, d, generator=g))
+            for _ in range(layers - 1)
+        ],
+    )
+    return Case(stack, [Weights.of(layer) for layer in stack], step)
+
+
+def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
+    """The engine's layers on `step`, one after the other (caches written in place): the last layer's `mlp` (its
+    output delta), `res2` (the residual it returns) and `out` (their sum, which a next layer's norm forms first).
+    Keys are the schedule's buffer names (`L<i>.` before them for a step of several layers)."""
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=step.slot_mapping,
+        kv_caches=step.caches(),
+        block_tables=step.block_tables,
+        context_lens=step.context_lens,
+        flags=FlagSnapshot.defaults(),
+    )
+    hidden, residual = step.x, step.residual
+    with torch.no_grad():
+        for layer in case.layers:
+            hidden, residual = layer(hidden, residual, (step.cos, step.sin), batch)
+    assert residual is not None  # every layer returns the residual it formed
+    prefix = "" if len(case.layers) == 1 else f"L{len(case.layers) - 1}."
+    return {prefix + "mlp": hidden, prefix + "res2": residual, prefix + "out": hidden + residual}

@@ -1,0 +1,286 @@
+"""Run the persistent decode layer's schedule (engine/persistent.py) on virtual SMs on the CPU.
+
+Each virtual SM does what a block of the persistent kernel would: take the next task from the queue head, wait
+until the counters it names reach their targets, run the task (reads happen at its start), then publish its
+writes and add one to its counter (at its finish). Which SM acts next is drawn at random, so one seed is one
+legal interleaving: tasks overlap, finish out of queue order, and a consumer starts the moment its counters allow.
+Scratch buffers and this step's cache slots start as NaN and every cell remembers whether it was written, so a
+task that starts before its producer finished is caught twice: as a read-before-write (`ReadBeforeWrite`, with
+`check_reads`) and, without the check, as NaN in the result.
+
+Each task runs the engine's reference ops (engine/ops) on its tile, so the result is compared bitwise against
+the engine's own `Qwen3DecoderLayer` on the same inputs (tests/lab/persistent/). On a GPU a tile fixes each
+output's sum order itself; on the CPU the library picks it from the call's shape, so this stand-in keeps the
+reference's bits only where the tile's call keeps them: GEMV tiles of any width at batch 1 (16 columns or more at
+batch 8 and 32, measured with torch 2.13's CPU wheel), SiLU on multiples of 32 elements (its vector width; a
+narrower tail runs a scalar path), and the scores computed by the reference's call over all keys (below).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.ops.act import silu_and_mul
+from engine.ops.gemv import linear
+from engine.ops.norm import fused_add_rms_norm, qk_norm, rms_norm
+from engine.ops.paged_attn import gather_sequence
+from engine.ops.rope import apply_rope_neox
+from engine.persistent import Region, Schedule, Task, inputs
+
+
+class ReadBeforeWrite(RuntimeError):
+    """A task read cells that no finished task had written yet."""
+
+
+class Deadlock(RuntimeError):
+    """Every SM waits on a counter no running or queued task will raise."""
+
+
+@dataclass
+class Weights:
+    """One decode layer's weights, by the reference op that reads them."""
+
+    wq: torch.Tensor  # [heads * head_dim, hidden]
+    wk: torch.Tensor  # [kv_heads * head_dim, hidden]
+    wv: torch.Tensor
+    wo: torch.Tensor  # [hidden, heads * head_dim]
+    q_norm: torch.Tensor  # [head_dim]
+    k_norm: torch.Tensor
+    ln1: torch.Tensor  # [hidden]
+    ln2: torch.Tensor
+    wg: torch.Tensor  # [intermediate, hidden]
+    wu: torch.Tensor
+    wd: torch.Tensor  # [hidden, intermediate]
+    eps: float
+    scale: float
+    window: int | None = None
+
+    @classmethod
+    def of(cls, layer) -> Weights:
+        """From an engine `Qwen3DecoderLayer` (dense, no bias)."""
+        a, m = layer.self_attn, layer.mlp
+        return cls(
+            a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight, a.q_norm.weight, a.k_norm.weight,
+            layer.input_layernorm.weight, layer.post_attention_layernorm.weight, m.gate_proj.weight,
+            m.up_proj.weight, m.down_proj.weight, a.eps, a.scaling, a.sliding_window,
+        )  # fmt: skip
+
+
+@dataclass
+class Step:
+    """One decode step's inputs to the layer: its input rows, the paged cache (written in place) and RoPE."""
+
+    x: torch.Tensor  # [batch, hidden]
+    residual: torch.Tensor | None  # [batch, hidden]; None for layer 0
+    k_cache: torch.Tensor  # [num_blocks, block_size, kv_heads, head_dim]
+    v_cache: torch.Tensor
+    block_tables: torch.Tensor  # [batch, max_blocks] int32
+    context_lens: torch.Tensor  # [batch] int32, this token included
+    slot_mapping: torch.Tensor  # [batch] int64: this token's slot
+    cos: torch.Tensor  # [batch, head_dim]
+    sin: torch.Tensor
+    more_caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # a step's later layers
+
+    def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(self.k_cache, self.v_cache), *self.more_caches]
+
+
+@dataclass
+class Run:
+    buffers: dict[str, torch.Tensor]
+    events: list[tuple[str, int, int]] = field(default_factory=list)  # (start|finish, sm, task)
+    max_overlap: int = 0  # tasks running at once, at most
+
+    @property
+    def order(self) -> list[int]:
+        return [t for e, _, t in self.events if e == "finish"]
+
+
+def simulate(
+    sch: Schedule,
+    w: Weights | list[Weights],  # a step's: one per layer
+    step: Step,
+    sms: int,
+    seed: int,
+    check_reads: bool = True,
+) -> Run:
+    """Run every task of `sch` on `sms` virtual SMs in the interleaving `seed` draws; the caches are written in
+    place."""
+    weights = w if isinstance(w, list) else [w]
+    caches = step.caches()
+    if len(weights) != sch.layers or len(caches) != sch.layers:
+        raise ValueError(f"{sch.layers} layers: {len(weights)} weights and {len(caches)} caches given")
+    dtype = step.x.dtype
+    sizes = sch.buffers()
+    buffers = {name: torch.full(size, float("nan"), dtype=dtype) for name, size in sizes.items()}
+    written = {name: torch.zeros(size, dtype=torch.bool) for name, size in sizes.items()}
+    buffers["x"].copy_(step.x)
+    if step.residual is not None:
+        buffers["residual"].copy_(step.residual)
+    for name in inputs(sch.shape):
+        written[name].fill_(True)
+    flats = []
+    for k_cache, v_cache in caches:
+        k_flat, v_flat = k_cache.view(-1, *k_cache.shape[2:]), v_cache.view(-1, *v_cache.shape[2:])
+        k_flat[step.slot_mapping] = float("nan")  # this step's slots: poison until the store writes them
+        v_flat[step.slot_mapping] = float("nan")
+        flats.append((k_flat, v_flat))
+    run = Run(buffers)
+    ctx = _Context(sch, weights, step, buffers, flats)
+    counters = [0] * len(sch.counters)
+    rng = random.Random(seed)
+    head = 0
+    # per SM: None (idle), ("wait", task) or ("run", task, pending writes)
+    state: list[tuple | None] = [None] * sms
+    finished = 0
+    while finished < len(sch.tasks):
+        actionable = []
+        for sm, st in enumerate(state):
+            if st is None:
+                if head < len(sch.tasks):
+                    actionable.append(sm)
+            elif st[0] == "run" or all(counters[c] >= target for c, target in st[1].waits):
+                actionable.append(sm)
+        if not actionable:
+            waiting = [st[1].index for st in state if st is not None]
+            raise Deadlock(f"seed {seed}: every SM waits (tasks {waiting}); counters {counters}")
+        sm = rng.choice(actionable)
+        st = state[sm]
+        if st is None:
+            state[sm] = ("wait", sch.tasks[head])
+            head += 1
+        elif st[0] == "wait":
+            task = st[1]
+            if check_reads:
+                _check_reads(task, written, seed)
+            state[sm] = ("run", task, ctx.execute(task))
+            run.events.append(("start", sm, task.index))
+            run.max_overlap = max(run.max_overlap, sum(1 for x in state if x is not None and x[0] == "run"))
+        else:
+            task, writes = st[1], st[2]
+            for region, value in writes:
+                if region.buffer == "cache":
+                    value()  # the K/V store: a write into the paged cache
+                    continue
+                rows, cols = slice(*region.rows), slice(*region.cols)
+                buffers[region.buffer][rows, cols] = value
+                written[region.buffer][rows, cols] = True
+            counters[task.signal] += 1
+            run.events.append(("finish", sm, task.index))
+            state[sm] = None
+            finished += 1
+    return run
+
+
+def _check_reads(task: Task, written: dict[str, torch.Tensor], seed: int) -> None:
+    for r in task.reads:
+        if not bool(written[r.buffer][slice(*r.rows), slice(*r.cols)].all()):
+            raise ReadBeforeWrite(
+                f"seed {seed}: task {task.index} ({task.kind.name} {task.args}) read {r.buffer}"
+                f"[{r.rows[0]}:{r.rows[1]}, {r.cols[0]}:{r.cols[1]}] before it was written"
+            )
+
+
+class _Context:
+    """Each kind of task on its tile, with the reference ops; returns the writes to publish at its finish."""
+
+    def __init__(self, sch: Schedule, weights: list[Weights], step: Step, buffers, flats) -> None:
+        self.sch, self.s, self.ws, self.step, self.b, self.flats = sch, sch.shape, weights, step, buffers, flats
+
+    def execute(self, t: Task) -> list[tuple[Region, object]]:
+        return getattr(self, t.kind.name.lower())(t, self.ws[t.layer])
+
+    def buf(self, t: Task, name: str) -> torch.Tensor:
+        return self.b[self.sch.name(t.layer, name)]
+
+    def norm1(self, t: Task, w: Weights):
+        r = t.args[0]
+        x = self.b[t.reads[0].buffer][r : r + 1]  # the step's input, or the last layer's output
+        if len(t.reads) == 1:  # layer 0 of the model: no residual yet
+            res, h = x.clone(), rms_norm(x, w.ln1, w.eps)
+        else:
+            h, res = fused_add_rms_norm(x, self.b[t.reads[1].buffer][r : r + 1], w.ln1, w.eps)
+        return [(t.writes[0], h), (t.writes[1], res)]
+
+    def qkv(self, t: Task, w: Weights):
+        part, c0, c1 = t.args
+        weight = (w.wq, w.wk, w.wv)[part]
+        return [(t.writes[0], linear(self.buf(t, "h1"), weight[c0:c1]))]
+
+    def rope_store(self, t: Task, w: Weights):
+        kv, s, d = t.args[0], self.s, self.s.head_dim
+        g, rows = s.group, self.s.batch
+        q = self.buf(t, "q")[:, kv * g * d : (kv + 1) * g * d].reshape(rows, g, d)
+        k = self.buf(t, "k")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
+        v = self.buf(t, "v")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
+        cos, sin = self.step.cos, self.step.sin
+        q_rot = apply_rope_neox(qk_norm(q, w.q_norm, w.eps), cos, sin)
+        k_rot = apply_rope_neox(qk_norm(k, w.k_norm, w.eps), cos, sin)
+        slots, (k_flat, v_flat) = self.step.slot_mapping, self.flats[t.layer]
+
+        def store() -> None:
+            k_flat[slots, kv] = k_rot[:, 0]
+            v_flat[slots, kv] = v[:, 0]
+
+        cache = Region("cache", (0, 0), (0, 0))
+        return [
+            (t.writes[0], q_rot.reshape(rows, g * d)),
+            (t.writes[1], k_rot.reshape(rows, d)),
+            (t.writes[2], v.reshape(rows, d)),
+            (cache, store),
+        ]
+
+    def _sequence(self, t: Task, seq: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        n = int(self.step.context_lens[seq])
+        k_flat, v_flat = self.flats[t.layer]
+        k, v = gather_sequence(k_flat, v_flat, self.step.block_tables[seq], n, self.step.k_cache.shape[1])
+        return k, v, n
+
+    def scores(self, t: Task, w: Weights):
+        seq, kv, k0, k1 = t.args
+        g, d = self.s.group, self.s.head_dim
+        qh = self.buf(t, "q_rot")[seq, kv * g * d : (kv + 1) * g * d].reshape(g, 1, d)
+        keys, _, _ = self._sequence(t, seq)
+        kh = keys[:, kv][None].expand(g, -1, -1)  # [group, n, D]: the group's heads share the KV head
+        # Each score is one dot product over D. A GPU tile fixes that sum's order whatever its chunk; CPU BLAS picks
+        # it from the call's shape (a chunk of one key runs as a dot product in another order), so this stand-in
+        # makes the reference's call, over all n keys, and keeps its chunk: the chunk's values, the reference's bits.
+        sc = torch.matmul(qh, kh.transpose(1, 2))[:, :, k0:k1] * w.scale  # the reference's points 1 and 2
+        return [(t.writes[0], sc[:, 0, :])]
+
+    def attn_out(self, t: Task, w: Weights):
+        seq, kv = t.args
+        g, d = self.s.group, self.s.head_dim
+        _, values, n = self._sequence(t, seq)
+        row = seq * self.s.heads + kv * g
+        sc = self.buf(t, "scores")[row : row + g, :n][:, None, :]  # [group, 1, n]
+        diff = (n - 1) - torch.arange(n)
+        allowed = (diff >= 0) & (diff < w.window if w.window is not None else diff >= 0)
+        sc = sc.masked_fill(~allowed[None, None, :], float("-inf"))
+        probs = torch.softmax(sc, dim=-1, dtype=torch.float32).to(sc.dtype)  # points 3 and 4
+        vh = values[:, kv][None].expand(g, -1, -1)  # [group, n, D]
+        out = torch.matmul(probs, vh)  # point 5
+        return [(t.writes[0], out.reshape(1, g * d))]
+
+    def o_proj(self, t: Task, w: Weights):
+        c0, c1 = t.args
+        o = linear(self.buf(t, "attn"), w.wo[c0:c1])
+        return [(t.writes[0], o + self.buf(t, "res1")[:, c0:c1])]  # fused_add_rms_norm's `x + residual`
+
+    def norm2(self, t: Task, w: Weights):
+        r = t.args[0]
+        return [(t.writes[0], rms_norm(self.buf(t, "res2")[r : r + 1], w.ln2, w.eps))]
+
+    def gate_up(self, t: Task, w: Weights):
+        c0, c1 = t.args
+        h2 = self.buf(t, "h2")
+        gate_up = torch.cat([linear(h2, w.wg[c0:c1]), linear(h2, w.wu[c0:c1])], dim=-1)
+        return [(t.writes[0], silu_and_mul(gate_up))]
+
+    def down(self, t: Task, w: Weights):
+        c0, c1 = t.args
+        mlp = linear(self.buf(t, "act"), w.wd[c0:c1])
+        return [(t.writes[0], mlp), (t.writes[1], mlp + self.buf(t, "res2")[:, c0:c1])]  # the next layer's sum

@@ -1,0 +1,190 @@
+"""The persistent decode layer's schedule (engine/persistent.py) run on virtual SMs (lab/persistent/sim.py): every
+interleaving drawn is bitwise the engine's own Qwen3 layer in fp32 (its output, residual and K/V cache), at batch 1
+and 8, as layer 0 and as a later layer, with a sliding window and at Qwen3-0.6B's shapes; a dropped counter wait is
+caught statically and as a read-before-write or a wrong result; the time model's arithmetic. CPU only."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from engine.persistent import Kind, Schedule, build, build_step, check
+from lab.persistent import case as C
+from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
+from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
+
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)  # odd tails: 640 = 10 x 64, 256 % 48
+LENS = {1: [37], 8: [37, 5, 64, 100, 1, 17, 33, 80]}  # block 16: one key, block edges, several chunks
+
+
+def _equal_to_engine(case: C.Case, sch: Schedule, first: bool, sms: int, seed: int) -> dict[str, bool]:
+    ref_step, sim_step = case.fresh_step(first), case.fresh_step(first)
+    ref = C.reference(case, ref_step)
+    run = simulate(sch, case.weights, sim_step, sms=sms, seed=seed)
+    same = {k: torch.equal(run.buffers[k], ref[k]) for k in ref}
+    same["k_cache"] = torch.equal(sim_step.k_cache, ref_step.k_cache)
+    same["v_cache"] = torch.equal(sim_step.v_cache, ref_step.v_cache)
+    return same
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("first", [False, True])
+def test_every_interleaving_is_bitwise_the_engines_layer(batch: int, first: bool):
+    case = C.make(C.SMALL, LENS[batch], seed=batch)
+    sch = build(case.shape(first, **TILES))
+    assert check(sch) == []
+    orders = set()
+    for seed, sms in enumerate((1, 3, 7, 16, 5, 64)):
+        same = _equal_to_engine(case, sch, first, sms, seed)
+        assert same == dict.fromkeys(("mlp", "res2", "out", "k_cache", "v_cache"), True), (seed, sms)
+        orders.add(tuple(simulate(sch, case.weights, case.fresh_step(first), sms=sms, seed=seed).order))
+    assert len(orders) == 6  # six different interleavings, not one order six times
+
+
+def test_interleavings_overlap_tasks_and_finish_out_of_queue_order():
+    case = C.make(C.SMALL, LENS[8], seed=3)
+    sch = build(case.shape(False, **TILES))
+    run = simulate(sch, case.weights, case.fresh_step(), sms=16, seed=0)
+    assert run.max_overlap > 8 and run.order != sorted(run.order) and sorted(run.order) == list(range(len(sch.tasks)))
+    assert simulate(sch, case.weights, case.fresh_step(), sms=1, seed=0).order == list(range(len(sch.tasks)))
+
+
+def test_qwen3_0_6b_layer_and_a_sliding_window_are_bitwise_too():
+    case = C.make(C.QWEN3_0_6B, [300], seed=4)
+    sch = build(replace(qwen3_0_6b(1, 300), context_lens=(300,)))
+    assert check(sch) == [] and len(sch.tasks) == 1 + 128 + 8 + 16 + 8 + 128 + 1 + 96 + 128
+    assert all(_equal_to_engine(case, sch, False, 132, 0).values())
+    windowed = C.make(C.SMALL, [37, 90], seed=5, window=16)
+    assert windowed.weights[0].window == 16
+    assert all(_equal_to_engine(windowed, build(windowed.shape(False, **TILES)), False, 4, 1).values())
+
+
+def _drop_wait(sch: Schedule, kind: Kind) -> tuple[Schedule, int]:
+    """The first task of `kind` with its counter wait deleted: a dependency bug."""
+    index = next(t.index for t in sch.tasks if t.kind == kind)
+    tasks = list(sch.tasks)
+    tasks[index] = replace(tasks[index], waits=())
+    return Schedule(sch.shape, tasks, sch.counters, sch.expected), index
+
+
+def test_a_dropped_wait_is_caught_statically_and_by_the_interleavings():
+    case = C.make(C.SMALL, LENS[8], seed=6)
+    sch = build(case.shape(False, **TILES))
+    bad, index = _drop_wait(sch, Kind.O_PROJ)
+    problems = check(bad)
+    assert (
+        problems[0]
+        == f"task {index} (O_PROJ) reads attn written by task {index - 16} (ATTN_OUT) without waiting for it"
+    )
+    # every attention task it no longer waits for, and the norms whose residual it adds (ordered before only
+    # through the attention it skipped), each named
+    assert sum("reads attn written by" in p and "(ATTN_OUT)" in p for p in problems) == 16
+    assert sum("reads res1 written by" in p and "(NORM1)" in p for p in problems) == 8 and len(problems) == 24
+    caught = []
+    for seed in range(10):
+        try:
+            simulate(bad, case.weights, case.fresh_step(), sms=16, seed=seed)
+        except ReadBeforeWrite as exc:
+            caught.append(seed)
+            assert str(exc).startswith(f"seed {seed}: task {index} (O_PROJ (0, 32)) read attn[0:8, 0:1024] before")
+    assert caught, "no interleaving ran o_proj before attention finished"
+    # without the read check the same interleaving computes from the NaN of unwritten cells: a wrong layer
+    same = _equal_to_engine_unchecked(case, bad, caught[0])
+    assert same["mlp"] is False and same["out"] is False
+
+
+def _equal_to_engine_unchecked(case: C.Case, sch: Schedule, seed: int) -> dict[str, bool]:
+    ref = C.reference(case, case.fresh_step())
+    run = simulate(sch, case.weights, case.fresh_step(), sms=16, seed=seed, check_reads=False)
+    return {k: torch.equal(run.buffers[k], ref[k]) for k in ref}
+
+
+def test_a_wait_no_task_can_satisfy_is_caught_statically_and_deadlocks():
+    case = C.make(C.SMALL, LENS[1], seed=7)
+    sch = build(case.shape(False, **TILES))
+    index = next(t.index for t in sch.tasks if t.kind == Kind.NORM2)
+    (counter, target), tasks = sch.tasks[index].waits[0], list(sch.tasks)
+    tasks[index] = replace(tasks[index], waits=((counter, target + 1),))
+    bad = Schedule(sch.shape, tasks, sch.counters, sch.expected)
+    assert check(bad) == [f"task {index} (NORM2) waits for o_proj >= {target + 1}, but only {target} tasks signal it"]
+    with pytest.raises(Deadlock, match="every SM waits"):
+        simulate(bad, case.weights, case.fresh_step(), sms=4, seed=0)
+
+
+def test_the_table_a_kernel_reads():
+    sch = build(C.make(C.SMALL, LENS[1], seed=8).shape(False, **TILES))
+    rows = sch.encode()
+    assert len(rows) == len(sch.tasks) and {len(r) for r in rows} == {11}
+    norm, qkv = rows[0], rows[1]
+    assert norm == [int(Kind.NORM1), 0, 0, -1, -1, -1, -1, -1, -1, -1, 0]  # layer 0, row 0; no wait; signals norm1
+    assert qkv == [int(Kind.QKV), 0, 0, 0, 32, -1, 0, 1, -1, -1, 1]  # q columns 0-32; waits norm1 >= 1 row
+
+
+def test_the_time_model_counts_the_floor_and_orders_the_arms():
+    sch = build(qwen3_0_6b(1, 1024))
+    m = Machine()
+    one = estimate(sch, m, 1)
+    params = 1024 * (2048 + 1024 + 1024) + 2048 * 1024 + 3 * 1024 * 3072  # q, k, v, o, gate, up, down
+    assert one.floor_s == pytest.approx(params * 2 / 4.2e12)
+    assert one.by_kind["QKV"][:3] == (128, 4096 * 1024 * 2, 0) and one.by_kind["SCORES"][2] == 1024 * 8 * 128 * 2
+    step = estimate(sch, m, 4)
+    barrier = estimate(sch, replace(m, barrier_s=3e-6), 4, barriers=True)
+    assert step.critical_s <= step.makespan_s and step.floor_s == pytest.approx(4 * one.floor_s)
+    assert barrier.fraction < step.fraction < 1.0
+    b32 = estimate(build(qwen3_0_6b(32, 1024)), m, 1)
+    assert b32.floor_s == pytest.approx((params * 2 + 32 * 1024 * 8 * 128 * 2 * 2) / 4.2e12)  # K/V once at b > 1
+
+
+def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
+    from lab.persistent.__main__ import main
+
+    assert main(["--seeds", "3", "--batch", "1", "--sms", "5", "--layers", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "batch 1 layer 1+: 84 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
+    )
+    assert lines[2] == (
+        "step of 2 layers at batch 8: 316 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
+        "engine's layers"
+    )
+    assert lines[3].startswith("seeded bug (task 126, o_proj, without its wait on attention): static check 24 problems")
+    assert lines[-1] == "persistent layer: PASS"
+
+
+def test_a_split_pv_spreads_the_same_bytes_over_more_tasks_and_helps_batch_1_in_the_model():
+    sch = build(qwen3_0_6b(1, 1024))
+    split = split_pv(sch, 8)
+    assert check(split) == [] and len(split.tasks) == len(sch.tasks) + 8 * 8  # 8 ranges and a combine per head
+    m = Machine()
+    plain, spread = estimate(sch, m, 2), estimate(split, m, 2)
+    assert spread.by_kind["ATTN_OUT"][2] == plain.by_kind["ATTN_OUT"][2] == 2 * 1024 * 8 * 128 * 2  # V once a layer
+    assert spread.floor_s == plain.floor_s and spread.fraction > plain.fraction
+
+
+def test_a_step_of_three_layers_is_bitwise_the_engines_layers_and_its_cross_layer_wait_matters():
+    case = C.make(C.SMALL, LENS[8], seed=9, layers=3)
+    sch = build_step(case.shape(False, **TILES), 3)
+    assert check(sch) == [] and len(sch.tasks) == 3 * len(build(case.shape(False, **TILES)).tasks)
+    assert sch.encode()[len(sch.tasks) // 3][:3] == [int(Kind.NORM1), 1, 0]  # layer 1's first task: its norm of row 0
+    for seed, sms in enumerate((3, 16, 64)):
+        ref_step, sim_step = case.fresh_step(), case.fresh_step()
+        ref = C.reference(case, ref_step)
+        run = simulate(sch, case.weights, sim_step, sms=sms, seed=seed)
+        assert {k: torch.equal(run.buffers[k], ref[k]) for k in ref} == dict.fromkeys(ref, True)
+        assert all(torch.equal(a, b) for x, y in zip(sim_step.caches(), ref_step.caches()) for a, b in zip(x, y))
+    # layer 1's norms without their wait on layer 0's down tiles
+    first = next(t.index for t in sch.tasks if t.kind == Kind.NORM1 and t.layer == 1)
+    tasks = list(sch.tasks)
+    tasks[first] = replace(tasks[first], waits=())
+    bad = Schedule(sch.shape, tasks, sch.counters, sch.expected, layers=3)
+    assert check(bad)[0].startswith(f"task {first} (NORM1) reads L0.mlp written by task ")
+    caught = 0
+    for seed in range(6):
+        try:
+            simulate(bad, case.weights, case.fresh_step(), sms=64, seed=seed)
+        except ReadBeforeWrite as exc:
+            caught += 1
+            assert f"task {first} (NORM1 (0,)) read L0.mlp[0:1, 0:256] before it was written" in str(exc)
+    assert caught
