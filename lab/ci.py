@@ -393,6 +393,7 @@ def gates_steps(ctx: Context) -> list[Step]:
             (
                 "tests/engine/test_runner.py",
                 "tests/engine/test_graph_splitkv.py",
+                "tests/engine/test_moe_decode_capture.py",
                 "tests/lab/bench/test_decode_profile.py",
             ),
         ),

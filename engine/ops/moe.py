@@ -60,11 +60,12 @@ def moe_experts(
     Face's index_add_ into an x.dtype buffer). A fused kernel that accumulates
     the experts in fp32 differs from this by the partial-sum roundings.
 
-    The id values are checked here, in the reference (a host read, which a captured CUDA graph cannot hold);
-    the kernels skip ids outside [0, E) and expect distinct ids per token, as these checks demand.
+    The id values are checked here, and the tokens grouped by expert, on the host (which a captured CUDA graph
+    cannot hold: on CUDA the table's routed arm, `moe_experts_routed`, takes the decode batches); the kernels
+    skip ids outside [0, E) and expect distinct ids per token, as these checks demand.
     """
     num_experts = gate_up.shape[0]
-    refuse_capture(ids, "moe_experts", "set VT_MOE_KERNELS=1 to capture the MoE step")
+    refuse_capture(ids, "moe_experts", "leave VT_KERNELS on (the routed arm) to capture the MoE step")
     if ids.numel() and values_checkable(ids):
         if int(ids.min()) < 0 or int(ids.max()) >= num_experts:
             raise IndexError(f"ids: values outside [0, {num_experts})")
@@ -79,6 +80,65 @@ def moe_experts(
         h = F.linear(h, down[e]) * weights[token, slot, None]
         out.index_add_(0, token, h)
     return out
+
+
+# the routed arm's reach: the largest decode batch the runner captures (engine/runner.py GRAPH_BATCH_SIZES); past it
+# (prefill) the reference's per-expert GEMMs over the tokens each expert drew cost less than every expert's
+ROUTED_MAX_TOKENS = 256
+
+
+def moe_experts_routed(
+    x: torch.Tensor,  # x: [tokens, H]
+    gate_up: torch.Tensor,  # gate_up: [E, 2*I, H], gate rows first, then up rows
+    down: torch.Tensor,  # down: [E, H, I]
+    weights: torch.Tensor,  # weights: [tokens, top_k], x.dtype
+    ids: torch.Tensor,  # ids: [tokens, top_k] int, distinct per token, in [0, E)
+) -> torch.Tensor:  # [tokens, H], x.dtype
+    """`moe_experts` with no host read, so a CUDA graph can hold it: every shape depends on the tensors' shapes
+    alone, never on which experts were drawn.
+
+    Few tokens (2 * tokens * top_k <= E) gather each (token, slot)'s expert weights and run one GEMV each; more
+    compute every expert on every token (one GEMM for gate_up, a batched one for down: each expert's weights read
+    once) and keep each token's top_k rows. The roundings and the sum order are the reference's (each product,
+    silu_and_mul and the routing-weight multiply round to x.dtype; a token's experts are added in ascending id
+    from zero, each partial sum rounded to x.dtype); only the GEMMs' row counts differ from the reference's
+    per-expert ones, and a GEMM's rounding may depend on its row count (CPU BLAS does), so the two agree
+    bitwise where every GEMM is exact, and within the GEMMs' rounding otherwise. The ids are not checked
+    (like the kernels'): an id outside [0, E) is an indexing error on the device."""
+    tokens, top_k = ids.shape
+    order = ids.sort(dim=-1).indices  # ascending expert id per token: the reference's sum order
+    ids = ids.gather(1, order).long()
+    weights = weights.gather(1, order)
+    if 2 * tokens * top_k <= gate_up.shape[0]:  # the gather copies each drawn expert once: cheaper than all E
+        h = _drawn_experts(x, gate_up, down, ids)
+    else:
+        h = _every_expert(x, gate_up, down, ids)
+    h = h * weights[..., None]
+    out = torch.zeros_like(x)
+    for j in range(top_k):  # a static loop over slots, each add rounded to x.dtype as the reference's index_add_
+        out = out + h[:, j]
+    return out
+
+
+def _drawn_experts(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[tokens, top_k, H]: each (token, slot)'s expert output from that expert's weights alone."""
+    tokens, top_k = ids.shape
+    drawn = ids.reshape(-1)
+    rows = x[:, None, :].expand(tokens, top_k, x.shape[1]).reshape(tokens * top_k, 1, x.shape[1])
+    gate, up = torch.bmm(rows, gate_up.index_select(0, drawn).transpose(1, 2))[:, 0].chunk(2, dim=-1)
+    h = F.silu(gate) * up  # [tokens * top_k, I], each row laid out as the reference's chunk
+    return torch.bmm(h[:, None, :], down.index_select(0, drawn).transpose(1, 2)).view(tokens, top_k, -1)
+
+
+def _every_expert(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[tokens, top_k, H]: every expert on every token, then each token's drawn experts' rows."""
+    num_experts, two_inter, hidden = gate_up.shape
+    gate, up = (
+        F.linear(x, gate_up.reshape(num_experts * two_inter, hidden)).view(-1, num_experts, two_inter).chunk(2, -1)
+    )
+    h = F.silu(gate) * up  # [tokens, E, I]
+    out = torch.bmm(h.transpose(0, 1), down.transpose(1, 2)).transpose(0, 1)  # [tokens, E, H]
+    return out.gather(1, ids[..., None].expand(-1, -1, hidden))
 
 
 def check_moe_experts(

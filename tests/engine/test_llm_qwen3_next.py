@@ -148,14 +148,15 @@ def test_the_state_carried_across_chunks_is_what_the_gate_checks(case, monkeypat
     assert all(outs[i].token_ids != theirs[i] for i in chunked)
 
 
-# on the GPU: the gated delta net kernels, and the MoE kernels (the MoE reference reads ids on the host, so a
-# MoE model's decode step is captured only with them)
+# on the GPU: the gated delta net kernel and the MoE kernels; at the default flags the MoE experts run their
+# routed arm (no host read, so the decode step is captured all the same)
 GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_MOE_KERNELS": True}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "model, arms", [("dense-mlp-rope-half", {}), ("moe-shared-expert", GDN_ARMS), ("d128", GDN_ARMS)]
+    "model, arms",
+    [("dense-mlp-rope-half", {}), ("moe-shared-expert", {}), ("moe-shared-expert", GDN_ARMS), ("d128", GDN_ARMS)],
 )
 def test_graphed_serving_equals_transformers_on_the_gpu(next_checkpoint, model: str, arms: dict) -> None:
     """fp32 on the GPU: LLM.generate's greedy tokens equal transformers' generate on the same device through
@@ -183,6 +184,8 @@ def test_graphed_serving_equals_transformers_on_the_gpu(next_checkpoint, model: 
     assert llm.stats["preemptions"] > 0 and llm.stats["decode_steps"] > 0
     if arms:
         assert kernels.arms_ran("VT_GDN_KERNEL", seen) > 0
+    elif model == "moe-shared-expert":
+        assert seen.ran[("moe_experts", "routed")] > 0 and seen.ran[("moe_experts", "reference")] == 0
     llm.scheduler.check_empty()
     runs = []
     for eager in (False, True):

@@ -23,7 +23,8 @@ from tests.engine.model.qwen3_next_tiny import LENS, NEW, next_checkpoint
 __all__ = ["next_checkpoint"]  # the fixture, imported
 pytestmark = pytest.mark.gpu
 
-# the gated delta net's arms, and the MoE kernels (the MoE reference reads ids on the host: no capture without them)
+# the gated delta net's arms, and the MoE kernels (without them the MoE experts run their routed arm, which reads no
+# ids on the host: the decode step is captured either way)
 GDN_ARMS = {"VT_GDN_KERNEL": True, "VT_MOE_KERNELS": True}
 # the references set off explicitly: the gate holds whichever default the flags have
 ARMS = {"references": {"VT_GDN_KERNEL": False}, "gdn-kernels": GDN_ARMS}
@@ -61,13 +62,14 @@ def test_greedy_ids_equal_transformers_on_the_gpu(next_checkpoint, model: str, d
     theirs = [oracle.greedy(p, NEW) for p in prompts]
     result = token_gate(prompts, runner.tokens, theirs)  # type: ignore[attr-defined]
     assert result.passed, result.render()
+    assert runner.captured and runner.use_graph  # the decode step was captured (with the GDN kernel in it, or not)
     if arm == "gdn-kernels":
-        assert runner.captured and runner.use_graph  # the decode step was captured with the GDN kernel in it
         # every prompt, both delta net layers: the chunked prefill on its reference (its kernel retired)
         assert seen.ran[("gated_delta_chunked", "reference")] == len(prompts) * 2
         assert seen.ran[("gated_delta_decode", "cuda")] > 0 and kernels.arms_ran("VT_GDN_KERNEL", seen) > 0
     else:
         assert kernels.arms_ran("VT_GDN_KERNEL", seen) == 0 and seen.ran[("gated_delta_chunked", "reference")] > 0
+        assert seen.ran[("moe_experts", "routed")] > 0 and seen.ran[("moe_experts", "reference")] == 0
 
 
 @pytest.mark.parametrize("model", ["moe-shared-expert", "d128"])
