@@ -4,7 +4,7 @@ gated MLP (`norm_mlp`) and the gated MLP alone (`gated_mlp`), so the model calls
 Their arms take the layer's own modules (engine/model/layers.py `MergedLinear`, engine/model/qwen3.py `Qwen3MLP`,
 read by attribute: `parts`, `sizes`, `weight`, `bias`, `quantized`, `gate_up_proj`, `down_proj`, `down`), so a
 quantized or tensor-parallel projection keeps its own forward (its dequant, its all-reduce). Every arm is composite:
-it runs other ops of the table under the call's snapshot, whose counters still name the kernel that ran
+it runs other ops of the table under the call's snapshot (looked up by name, as `by_parts` does), whose counters still name the kernel that ran
 (`add_rms_norm_linear/prologue_stream_pdl`). In precedence order:
 
 - `prologue_glu` (VT_MERGED_PROJ, VT_GLU_GEMV; dense gate/up and down): the norm in the gate/up GEMV's prologue and
@@ -25,9 +25,7 @@ from typing import Any
 import torch
 
 from engine.flags import FlagSnapshot
-from engine.kernels.gemv import add_rms_norm_linear, add_rms_norm_linear_silu_mul
-from engine.kernels.norm import fused_add_rms_norm, rms_norm
-from engine.kernels.table import Arm, Op, gated_by, supports_any
+from engine.kernels.table import Arm, Op, call, gated_by, supports_any
 from engine.ops._check import check_tensor
 
 _UNFUSED = FlagSnapshot.defaults().with_(VT_KERNELS=False)  # the reference: every inner op runs its reference
@@ -40,8 +38,8 @@ def pre_norm(
 ) -> Normed:  # (normed, new residual)
     """`fused_add_rms_norm(x, residual)`, or with no residual (the first layer) `rms_norm(x)` and x as the residual."""
     if residual is None:
-        return rms_norm(flags, x, weight, eps), x
-    return fused_add_rms_norm(flags, x, residual, weight, eps)
+        return call("rms_norm", flags, x, weight, eps), x
+    return call("fused_add_rms_norm", flags, x, residual, weight, eps)
 
 
 # --- norm_qkv: the attention's pre-norm and its q/k/v projection -------------------------------------------
@@ -67,7 +65,7 @@ def _qkv_merged(
 def _qkv_prologue(
     flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, proj: Any
 ) -> QKV:
-    qkv, residual = add_rms_norm_linear(flags, x, residual, norm_w, eps, proj.weight, proj.bias)
+    qkv, residual = call("add_rms_norm_linear", flags, x, residual, norm_w, eps, proj.weight, proj.bias)
     q, k, v = qkv.split(proj.sizes, dim=-1)
     return q, k, v, residual
 
@@ -152,7 +150,7 @@ def _mlp_prologue(
     flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any
 ) -> Normed:
     gu = mlp.gate_up_proj
-    gate_up, residual = add_rms_norm_linear(flags, x, residual, norm_w, eps, gu.weight, gu.bias)
+    gate_up, residual = call("add_rms_norm_linear", flags, x, residual, norm_w, eps, gu.weight, gu.bias)
     return mlp.down(gate_up, flags), residual
 
 
@@ -160,7 +158,7 @@ def _mlp_prologue_glu(
     flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any
 ) -> Normed:
     gu = mlp.gate_up_proj
-    act, residual = add_rms_norm_linear_silu_mul(flags, x, residual, norm_w, eps, gu.weight, gu.bias)
+    act, residual = call("add_rms_norm_linear_silu_mul", flags, x, residual, norm_w, eps, gu.weight, gu.bias)
     return mlp.down_proj(act, flags), residual
 
 
