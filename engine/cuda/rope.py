@@ -214,25 +214,14 @@ def qkv_norm_rope_store(
     return launch_qkv_norm_rope_store(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, slot_mapping)
 
 
-def supports_store(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    eps: float,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> bool:
+def supports_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *rest: object) -> bool:
     """What the fused norm-RoPE-store kernel needs past the op's check (ranks, dtypes, shapes, contiguous caches):
-    an even head_dim of at most MAX_FUSED_HEAD_DIM, contiguous last dims of q, k and v, every tensor on q's device.
-    The table's arm asks this, then launches unchecked (`launch_qkv_norm_rope_store`)."""
+    an even head_dim of at most MAX_FUSED_HEAD_DIM, contiguous last dims of q, k and v, and every tensor (the rest of
+    `qkv_norm_rope_store`'s arguments too) on q's device. The table's arm asks this, then launches unchecked
+    (`launch_qkv_norm_rope_store`)."""
     d = q.shape[-1]
     rows = d % 2 == 0 and d <= MAX_FUSED_HEAD_DIM and all(t.stride(-1) == 1 for t in (q, k, v))
-    others = (k, v, q_weight, k_weight, cos, sin, k_cache, v_cache, slot_mapping)
+    others = [t for t in (k, v, *rest) if isinstance(t, torch.Tensor)]
     return rows and all(t.device == q.device for t in others)
 
 
