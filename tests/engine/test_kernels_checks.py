@@ -16,6 +16,8 @@ from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
 from engine.cuda import rope as cuda_rope
+from engine.cuda import sample as cuda_sample
+from engine.cuda import sample_rows as cuda_sample_rows
 from engine.kernels import gemv as gemv_family
 
 
@@ -84,6 +86,8 @@ def test_the_rope_store_moe_and_gdn_arms_launch_without_checking_again() -> None
     assert _kernel_of(kernels.store_kv, "cuda") is cuda_kv_store.launch_store_kv
     assert _kernel_of(kernels.moe_experts, "cuda") is cuda_moe.launch_experts
     assert _kernel_of(kernels.gated_delta_decode, "cuda") is cuda_gdn.launch_decode
+    assert _kernel_of(kernels.greedy_argmax, "cuda") is cuda_sample.launch_greedy_argmax
+    assert _kernel_of(kernels.sample_rows, "gumbel") is cuda_sample_rows.launch_sample_rows
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -123,3 +127,12 @@ def test_the_moe_and_gdn_predicates_hold_one_device_and_dense_weights() -> None:
     assert cuda_gdn.supports_decode(q, q, v, gb, gb, state)
     assert not cuda_gdn.supports_decode(q, q, v, _meta(gb), gb, state)
     assert not cuda_gdn.supports_decode(q, q, v, gb, gb, torch.ones(2, 4, 8, 16)[..., ::2])  # a strided state
+
+
+def test_the_gumbel_predicate_holds_unfiltered_rows_a_unit_stride_vocabulary_and_one_device() -> None:
+    logits, rows, ids = torch.ones(2, 8), torch.ones(2), torch.zeros(2, dtype=torch.int64)
+    args = [logits, rows, rows, rows, ids, ids]
+    assert cuda_sample_rows.supports(*args, filtered=False)
+    assert not cuda_sample_rows.supports(*args, filtered=True)
+    assert not cuda_sample_rows.supports(torch.ones(8, 2).T, *args[1:], filtered=False)  # a strided vocabulary
+    assert not cuda_sample_rows.supports(logits, rows, rows, rows, _meta(ids), ids, filtered=False)
