@@ -162,3 +162,28 @@ def test_the_prologue_is_the_norm_kernel_then_the_gemm(cuda, dtype, with_residua
         assert torch.equal(new_res, expect_res)
         assert torch.equal(y, gemm_small.linear(normed, w))
         _assert_close_to_fp64(y, normed, w)
+
+
+def test_the_table_holds_the_arms_behind_the_flag_off():
+    from engine import flags, kernels
+    from engine.kernels import gemv as family
+
+    assert flags.FLAGS["VT_GEMM_SMALL"].default is False
+    assert kernels.linear.arm("gemm_small").flags == ("VT_GEMM_SMALL",)
+    assert kernels.add_rms_norm_linear.arm("prologue_gemm_small").flags == ("VT_GEMM_SMALL",)
+    x, w = torch.ones(16, 64, dtype=torch.bfloat16), torch.ones(24, 64, dtype=torch.bfloat16)
+    assert not family.supports_gemm_small(x, w)  # a CPU weight: the GEMM is a GPU kernel
+    assert not family.supports_norm_gemm_small(x, None, torch.ones(64, dtype=torch.bfloat16), EPS, w)
+
+
+def test_the_case_set_covers_both_forms_at_the_row_range_ends():
+    from lab.gates.cases import gemm_small as cases
+
+    names = {c.name for c in cases.CASES}
+    assert len(names) == len(cases.CASES) == 2 * (8 + 4 * 2 * 2)
+    assert {c.flag for c in cases.CASES} == {"VT_GEMM_SMALL"}
+    assert {c.arm for c in cases.CASES} == {"gemm_small", "prologue_gemm_small"}
+    assert "gemm_small/plain/bf16/m32/n1024/k3072" in names and "gemm_small/plain/fp16/m9/n4096/k1024" in names
+    assert "gemm_small/norm/bf16/m32/n4096/k1024/first/exact" in names
+    assert all(c.tolerance == "exact" for c in cases.CASES if c.name.endswith("/exact"))
+    assert all(c.tolerance in ("bf16", "fp16") for c in cases.CASES if not c.name.endswith("/exact"))
