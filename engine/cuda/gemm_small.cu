@@ -17,7 +17,7 @@ int sm_count() {
 int tiles_for(int n) {
   const int sms = sm_count();
   for (int nt : {4, 2})
-    if (vt::ceil_div(n, 8 * nt) >= 2 * sms) return nt;
+    if (vt::ceil_div(n, vt_gemm_small::kTileN * nt) >= 2 * sms) return nt;
   return 1;
 }
 
@@ -29,7 +29,8 @@ int launch_nt(T* y, const T* w, const T* x, const NormArgs& na, int m, int n, in
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
     return vt::fail(static_cast<int>(e), "gemm_small: %zu bytes of shared memory for %d rows of %d: %s", smem, m, k,
                     cudaGetErrorString(e));
-  kernel<<<vt::ceil_div(n, 8 * NT), vt_gemm_small::kThreads, smem, stream>>>(y, w, x, na, m, n, k, ldw, ldx, ldy);
+  const int blocks = vt::ceil_div(n, vt_gemm_small::kTileN * NT);
+  kernel<<<blocks, vt_gemm_small::kThreads, smem, stream>>>(y, w, x, na, m, n, k, ldw, ldx, ldy);
   return vt::kOk;
 }
 

@@ -26,6 +26,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMinRows = 9;       // fewer rows take the GEMV (gemv.cuh: 8 at most)
 constexpr int kMaxRows = 32;      // two m16 tiles
 constexpr int kChunk = 32;        // k per warp step: 4 lanes of a quad x 8 elements
+constexpr int kTileN = 8;         // columns of one MMA n tile
 constexpr int kVec = 8;           // 16-byte vectors of 2-byte elements
 constexpr int kXPad = 32;         // elements past k in a staged x row: rows 64 bytes apart in banks, no conflicts
 constexpr int kBytesInFlight = 64;  // W bytes a lane loads per group (NT tiles x U chunks x 16 bytes)
@@ -131,12 +132,12 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // the fragment's group (row of A, column of B) and its quad lane
-  const int n0 = blockIdx.x * 8 * NT;
+  const int n0 = blockIdx.x * kTileN * NT;
   const T* wrow[NT];
   bool wok[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int col = n0 + j * 8 + g;
+    const int col = n0 + j * kTileN + g;
     wok[j] = col < n;
     wrow[j] = w + static_cast<long long>(wok[j] ? col : 0) * ldw;
   }
@@ -186,7 +187,7 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
   }
 
   // the warps' partial sums meet in shared memory (over xs, which every warp has finished reading)
-  constexpr int bn = 8 * NT;
+  constexpr int bn = kTileN * NT;
   float* red = reinterpret_cast<float*>(smem);  // [kWarps][kMaxRows][bn]
   __syncthreads();
 #pragma unroll
@@ -195,7 +196,7 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {  // c0, c1: row g, columns 2t, 2t + 1; c2, c3: row g + 8
-        const int row = mt * 16 + g + (e / 2) * 8, col = j * 8 + t * 2 + e % 2;
+        const int row = mt * 16 + g + (e / 2) * 8, col = j * kTileN + t * 2 + e % 2;
         red[(warp * kMaxRows + row) * bn + col] = acc[mt][j][e];
       }
   __syncthreads();
@@ -212,7 +213,7 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
 // Dynamic shared memory of a launch: the staged rows, or the partial sums when they are larger.
 inline size_t gemm_small_smem(int m, int k, int nt, int elt) {
   const size_t xs = static_cast<size_t>(m) * (k + kXPad) * elt;
-  const size_t red = static_cast<size_t>(kWarps) * kMaxRows * 8 * nt * sizeof(float);
+  const size_t red = static_cast<size_t>(kWarps) * kMaxRows * kTileN * nt * sizeof(float);
   return xs > red ? xs : red;
 }
 
