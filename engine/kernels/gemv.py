@@ -1,6 +1,7 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
-activation in its epilogue; each fused op's last arm runs the table's own ops one by one. And the model-level
+activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
+small GEMM (9 to 32 rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF). And the model-level
 switches over these GEMVs (merged projections, the GLU epilogue). The persistent GEMV and the activation in the
 down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 

@@ -3,7 +3,7 @@ calls over rotating weight sets (so W comes from DRAM), the two arms interleaved
 with min-max bands and per-pair ratios (lab.bench.stats). Plain rows compare `F.linear` with the small GEMM; norm rows
 compare today's chain (the norm kernel, then `F.linear`) with the GEMM's add + RMSNorm prologue.
 
-    python -m lab.bench.gemm_small [--rows 32] [--reps 12] [--dtype bfloat16]
+    python -m lab bench gemm_small [--rows 32] [--reps 12] [--dtype bfloat16]
 
 Prints one table, last: per shape the two medians in microseconds, W's bandwidth at each, the ratio (cuBLAS time over
 the small GEMM's: > 1 is faster) with its verdict, and the largest difference of the outputs."""
@@ -33,7 +33,7 @@ EPS = 1e-6
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab.bench.gemm_small", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lab bench gemm_small", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=32)
     p.add_argument("--reps", type=int, default=12)
     p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
