@@ -71,7 +71,7 @@ int check(const void* w, const void* x, int m, int n, int k, long long ldw, long
   int dev = 0, optin = 0;
   if (cudaGetDevice(&dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-      vt_gemm_small::gemm_small_smem(m, k, 4, 2) > static_cast<size_t>(optin))
+      vt_gemm_small::gemm_small_smem(m, k, 4, 2) + vt_gemm_small::kStaticReserve > static_cast<size_t>(optin))
     return vt::fail(vt::kUnsupported, "gemm_small: %d rows of %d exceed the %d bytes of shared memory a block may use",
                     m, k, optin);
   return vt::kOk;

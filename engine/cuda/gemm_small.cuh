@@ -29,6 +29,7 @@ constexpr int kChunk = 32;        // k per warp step: 4 lanes of a quad x 8 elem
 constexpr int kTileN = 8;         // columns of one MMA n tile
 constexpr int kVec = 8;           // 16-byte vectors of 2-byte elements
 constexpr int kXPad = 32;         // elements past k in a staged x row: rows 64 bytes apart in banks, no conflicts
+constexpr int kStaticReserve = 1024;  // bytes of opt-in shared memory left for the static (the norm's block_sum)
 constexpr int kBytesInFlight = 64;  // W bytes a lane loads per group (NT tiles x U chunks x 16 bytes)
 
 static_assert(kThreads == vt_norm::kThreadsPerBlock, "the prologue sums a row over the block in the norm kernel's tree");

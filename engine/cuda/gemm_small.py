@@ -22,6 +22,7 @@ MAX_ROWS = 32  # kMaxRows: two m16 MMA tiles
 VECTOR = 8  # kVec: k and the row strides in 16-byte vectors of 2-byte elements
 X_PAD = 32  # kXPad: elements past k in a staged row of x
 WARPS = 8  # kWarps
+STATIC_RESERVE = 1024  # kStaticReserve: opt-in shared memory kept for the kernel's static arrays
 DTYPES = (torch.bfloat16, torch.float16)
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to gemm_small.cu)
@@ -49,7 +50,7 @@ def supports(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, bias: torc
     if not weight.is_cuda or weight.dtype not in DTYPES or bias is not None or not MIN_ROWS <= rows <= MAX_ROWS:
         return False
     k = weight.shape[1]
-    if k % VECTOR or smem_bytes(rows, k, weight.element_size()) > device.probe_of(weight).smem_optin:
+    if k % VECTOR or smem_bytes(rows, k, weight.element_size()) + STATIC_RESERVE > device.probe_of(weight).smem_optin:
         return False
     return all(
         t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.dim() < 2 or t.shape[0] == 1 or t.stride(-2) % VECTOR == 0)

@@ -29,6 +29,13 @@ def test_the_source_is_in_the_feature_table():
     assert build.load_table().sources["gemm_small.cu"] == "portable"
 
 
+def test_the_staged_rows_fit_an_h200_up_to_k_3584_at_32_rows():
+    optin = 227 * 1024  # what an H200 block may opt in to
+    fits = [gemm_small.smem_bytes(32, k, 2) + gemm_small.STATIC_RESERVE <= optin for k in (1024, 3072, 3584, 3592)]
+    assert fits == [True, True, True, False]  # Qwen3-0.6B's widest K (down: 3072) fits; a K 4096 model at b32 does not
+    assert gemm_small.smem_bytes(9, 64, 2) == 8 * 32 * 8 * 4 * 4  # small rows: the partial sums set the size
+
+
 def test_supports_refuses_a_cpu_weight_and_the_binding_names_the_tensor():
     w = torch.empty(64, 1024, dtype=torch.bfloat16)
     assert not gemm_small.supports(16, w, torch.empty(16, 1024, dtype=torch.bfloat16))
