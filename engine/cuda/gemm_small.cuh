@@ -125,12 +125,6 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
   extern __shared__ __align__(16) unsigned char smem[];
   T* xs = reinterpret_cast<T*>(smem);
   const int ldxs = k + kXPad;
-  if constexpr (NORM)
-    stage_norm(xs, ldxs, x, ldx, na, m, k);
-  else
-    stage_copy(xs, ldxs, x, ldx, m, k);
-  __syncthreads();
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // the fragment's group (row of A, column of B) and its quad lane
   const int n0 = blockIdx.x * kTileN * NT;
@@ -176,9 +170,16 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
       multiply<T, NT>(acc, xv, wv[u]);
     }
   };
-  // two register buffers: the next group's W loads are in flight while this group multiplies
+  // two register buffers: the next group's W loads are in flight while this group multiplies; the first group's
+  // are issued before x is staged (W does not depend on it), so the staging hides their latency
   uint4 wa[U][NT], wb[U][NT];
   load_w(0, wa);
+  if constexpr (NORM)
+    stage_norm(xs, ldxs, x, ldx, na, m, k);
+  else
+    stage_copy(xs, ldxs, x, ldx, m, k);
+  __syncthreads();
+
   for (int grp = 0; grp < groups; grp += 2) {
     if (grp + 1 < groups) load_w(grp + 1, wb);
     compute(grp, wa);
