@@ -234,6 +234,7 @@ ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
             "engine.kernels.gdn",
             "engine.kernels.gemv",
             "engine.kernels.kv_store",
+            "engine.kernels.layer",
             "engine.kernels.moe",
             "engine.kernels.norm",
             "engine.kernels.quant",

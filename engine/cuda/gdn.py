@@ -34,6 +34,21 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return q.dtype == k.dtype == v.dtype and q.dim() == 3 and q.shape[-1] <= MAX_HEAD_DIM_K
 
 
+def supports_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    **_: object,
+) -> bool:
+    """What the decode kernel needs past the op's check (engine/ops/gdn.py: ranks, shapes, an fp32 state): `supports`,
+    a contiguous state and every tensor on q's device. The table's arm asks this, then runs `launch_decode`."""
+    same = all(t.device == q.device for t in (k, v, g, beta, state))
+    return same and supports(q, k, v) and state.is_contiguous()
+
+
 def check_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -81,8 +96,28 @@ def decode(
     inplace: bool = False,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (out [batch, heads, dv] out_dtype or q.dtype, new_state fp32)
-    """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state."""
+    """S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; out = S^T q; `inplace` writes S into state.
+    `launch_decode` after the checks that name the bad tensor: the entry for a direct call."""
     q, k, v = check_inputs(q, k, v, g, beta, state)
+    opts = (scale, use_qk_l2norm, eps, inplace, out_dtype)
+    return launch_decode(q, k, v, g, beta, state, *opts)
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    scale: float = 1.0,
+    use_qk_l2norm: bool = False,
+    eps: float = 1e-6,
+    inplace: bool = False,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode launch, its inputs already checked (by `decode`, or by the table's check and its `supports`)."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     batch, k_heads, dk = q.shape
     heads, dv = v.shape[1], v.shape[2]
     new_state = state if inplace else torch.empty_like(state)

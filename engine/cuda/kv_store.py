@@ -26,7 +26,8 @@ def store_kv(
     v_cache: torch.Tensor,  # v_cache: same shape as k_cache
     slot_mapping: torch.Tensor,  # slot_mapping: [tokens] int32/int64; -1 skips the token
 ) -> None:
-    """In-place copy, like engine.ops.kv_store.store_kv; slot values are not range-checked (that needs a sync)."""
+    """In-place copy, like engine.ops.kv_store.store_kv; slot values are not range-checked (that needs a sync).
+    `launch_store_kv` after the checks that name the bad tensor: the entry for a direct call."""
     dev = k.device
     for name, t in (("k", k), ("v", v)):
         ffi.require(t, name, dim=3, dtype=k_cache.dtype, device=dev, contiguous=False)
@@ -43,6 +44,24 @@ def store_kv(
     ffi.require(slot_mapping, "slot_mapping", dim=1, device=dev)
     if slot_mapping.shape[0] != k.shape[0]:
         raise ValueError(f"slot_mapping: {slot_mapping.shape[0]} entries for {k.shape[0]} tokens")
+    launch_store_kv(k, v, k_cache, v_cache, slot_mapping)
+
+
+def supports(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> bool:
+    """What the store kernel needs past the op's check (engine/ops/kv_store.py: ranks, dtypes, shapes, contiguous
+    caches): k's and v's heads and head_dim contiguous, every tensor on k's device. The table's arm asks this, then
+    launches unchecked (`launch_store_kv`)."""
+    rows = all(t.stride(2) == 1 and t.stride(1) == t.shape[2] for t in (k, v))
+    return rows and all(t.device == k.device for t in (v, k_cache, v_cache, slot_mapping))
+
+
+def launch_store_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """The store launch, its inputs already checked (by `store_kv`, or by the table's check and `supports`)."""
+    dev = k.device
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     lib = _lib()
     rc = lib.vt_kv_store_store(

@@ -125,18 +125,17 @@ def experts(
     ids: torch.Tensor,  # ids: [tokens, top_k] int, distinct per token
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [tokens, H], out_dtype (default x.dtype)
-    """Grouped expert MLPs: gate_up GEMM, silu-and-mul, down GEMM, weighted sum in ascending expert id."""
-    x, weights = x.contiguous(), weights.contiguous()
-    ffi.require(x, "x", dim=2)
+    """Grouped expert MLPs: gate_up GEMM, silu-and-mul, down GEMM, weighted sum in ascending expert id.
+    `launch_experts` after the checks that name the bad tensor: the entry for a direct call."""
+    ffi.require(x, "x", dim=2, contiguous=False)
     dev = x.device
     ffi.require(gate_up, "gate_up", dim=3, dtype=x.dtype, device=dev)
     ffi.require(down, "down", dim=3, dtype=x.dtype, device=dev)
-    ffi.require(weights, "weights", dim=2, dtype=x.dtype, device=dev)
+    ffi.require(weights, "weights", dim=2, dtype=x.dtype, device=dev, contiguous=False)
     ffi.require(ids, "ids", dim=2, device=dev)
     tokens, hidden = x.shape
     num_experts, two_inter, _ = gate_up.shape
     inter = two_inter // 2
-    top_k = ids.shape[1]
     if gate_up.shape != (num_experts, 2 * inter, hidden):
         raise ValueError(f"gate_up: shape {tuple(gate_up.shape)} is not [E, 2*I, H={hidden}]")
     if down.shape != (num_experts, hidden, inter):
@@ -145,6 +144,36 @@ def experts(
         raise ValueError(
             f"weights {tuple(weights.shape)} and ids {tuple(ids.shape)} must both be [tokens={tokens}, top_k]"
         )
+    return launch_experts(x, gate_up, down, weights, ids, out_dtype)
+
+
+def supports_experts(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> bool:
+    """What the grouped expert kernel needs past the op's check (engine/ops/moe.py: ranks, dtypes, shapes):
+    `supports` of its experts and slots, contiguous expert weights and every tensor on x's device. The table's arm
+    asks this, then runs `launch_experts`."""
+    same = all(t.device == x.device for t in (gate_up, down, weights, ids))
+    dense = gate_up.is_contiguous() and down.is_contiguous() and ids.is_contiguous()
+    return same and dense and supports(gate_up.shape[0], ids.shape[1])
+
+
+def launch_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The grouped expert launch, its inputs already checked (by `experts`, or the table's check and
+    `supports_experts`)."""
+    x, weights = x.contiguous(), weights.contiguous()
+    dev = x.device
+    tokens, hidden = x.shape
+    num_experts, two_inter, _ = gate_up.shape
+    inter = two_inter // 2
+    top_k = ids.shape[1]
     ids = ids.to(torch.int64).contiguous()
     al = align(ids, num_experts)
     act = torch.empty(tokens * top_k, inter, dtype=x.dtype, device=dev)

@@ -32,12 +32,12 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def _prepare(
+def _check(
     x: torch.Tensor,  # x: [tokens, heads, head_dim]
     cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
     sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Checked inputs (x with a contiguous last dim, cos/sin contiguous) and a fresh contiguous output."""
+) -> None:
+    """The checks of a direct call, naming the bad tensor."""
     if not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor, got device {x.device}")
     ffi.require(x, "x", dim=3, contiguous=False)
@@ -48,8 +48,26 @@ def _prepare(
         ffi.require(t, name, dim=2, dtype=x.dtype, device=x.device, contiguous=False)
         if tuple(t.shape) != (tokens, head_dim):
             raise ValueError(f"{name}: shape {tuple(t.shape)} != (tokens, head_dim) = {(tokens, head_dim)}")
+
+
+def supports(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *_: object) -> bool:
+    """What the RoPE kernel needs past the op's check (engine/ops/rope.py: ranks, dtypes, sizes): an even head_dim,
+    cos and sin on x's device. The table's arm asks this, then launches unchecked (`launch_apply_rope_neox`)."""
+    return x.shape[-1] % 2 == 0 and cos.device == x.device and sin.device == x.device
+
+
+def supports_norm(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float) -> bool:
+    """`supports`, and a contiguous norm weight on x's device (`launch_qk_norm_rope`)."""
+    return supports(x, cos, sin) and weight.device == x.device and weight.is_contiguous()
+
+
+def _layout(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x with a contiguous last dim and walkable rows, cos/sin contiguous, and a fresh contiguous output."""
+    tokens, _, _ = x.shape
     tok_stride, head_stride = _strides(x)
-    if x.stride(-1) != 1 or head_stride < head_dim or (tokens > 1 and tok_stride < head_stride * x.shape[1]):
+    if x.stride(-1) != 1 or head_stride < x.shape[2] or (tokens > 1 and tok_stride < head_stride * x.shape[1]):
         x = x.contiguous()  # the kernel walks rows by (token, head) strides over a contiguous last dim
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return x, cos.contiguous(), sin.contiguous(), out
@@ -67,7 +85,14 @@ def apply_rope_neox(
     cos: torch.Tensor,  # cos: [tokens, head_dim], x.dtype
     sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
 ) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
-    x, cos, sin, out = _prepare(x, cos, sin)
+    """`launch_apply_rope_neox` after the checks that name the bad tensor: the entry for a direct call."""
+    _check(x, cos, sin)
+    return launch_apply_rope_neox(x, cos, sin)
+
+
+def launch_apply_rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The RoPE launch, its inputs already checked (by `apply_rope_neox`, or the table's check and `supports`)."""
+    x, cos, sin, out = _layout(x, cos, sin)
     tok_stride, head_stride = _strides(x)
     lib = _lib()
     rc = lib.vt_rope_neox(
@@ -94,11 +119,21 @@ def qk_norm_rope(
     sin: torch.Tensor,  # sin: [tokens, head_dim], x.dtype
     eps: float,
 ) -> torch.Tensor:  # [tokens, heads, head_dim], x.dtype
-    """`apply_rope_neox(qk_norm(x, weight, eps), cos, sin)` in one launch, with the same rounding points."""
-    x, cos, sin, out = _prepare(x, cos, sin)
+    """`apply_rope_neox(qk_norm(x, weight, eps), cos, sin)` in one launch, with the same rounding points;
+    `launch_qk_norm_rope` after the checks that name the bad tensor."""
+    _check(x, cos, sin)
     ffi.require(weight, "weight", dim=1, dtype=x.dtype, device=x.device)
     if weight.shape[0] != x.shape[2]:
         raise ValueError(f"weight: dim 0 is {weight.shape[0]} but x's head_dim is {x.shape[2]}")
+    return launch_qk_norm_rope(x, weight, cos, sin, eps)
+
+
+def launch_qk_norm_rope(
+    x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """The fused q/k norm + RoPE launch, its inputs already checked (by `qk_norm_rope`, or the table's check and
+    `supports_norm`)."""
+    x, cos, sin, out = _layout(x, cos, sin)
     tok_stride, head_stride = _strides(x)
     lib = _lib()
     rc = lib.vt_rope_qk_norm_rope(
@@ -176,6 +211,36 @@ def qkv_norm_rope_store(
         ("v_cache", v_cache),
     ):
         ffi.require(t, name, dim=t.dim(), dtype=q.dtype, device=q.device, contiguous=False)
+    return launch_qkv_norm_rope_store(q, k, v, q_weight, k_weight, cos, sin, eps, k_cache, v_cache, slot_mapping)
+
+
+def supports_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *rest: object) -> bool:
+    """What the fused norm-RoPE-store kernel needs past the op's check (ranks, dtypes, shapes, contiguous caches):
+    an even head_dim of at most MAX_FUSED_HEAD_DIM, contiguous last dims of q, k and v, and every tensor (the rest of
+    `qkv_norm_rope_store`'s arguments too) on q's device. The table's arm asks this, then launches unchecked
+    (`launch_qkv_norm_rope_store`)."""
+    d = q.shape[-1]
+    rows = d % 2 == 0 and d <= MAX_FUSED_HEAD_DIM and all(t.stride(-1) == 1 for t in (q, k, v))
+    others = [t for t in (k, v, *rest) if isinstance(t, torch.Tensor)]
+    return rows and all(t.device == q.device for t in others)
+
+
+def launch_qkv_norm_rope_store(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused launch, its inputs already checked (by `qkv_norm_rope_store`, or the table's check and
+    `supports_store`)."""
+    tokens, heads, d = q.shape
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     cos, sin = cos.contiguous(), sin.contiguous()
     q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()  # held until the launch

@@ -40,6 +40,11 @@ def _logits(logits: torch.Tensor) -> tuple[torch.Tensor, int]:
     ffi.require(logits, "logits", dim=2, contiguous=False)
     if logits.shape[1] == 0:
         raise ValueError("logits: vocab dim is empty")
+    return _rows(logits)
+
+
+def _rows(logits: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The logits with a contiguous last dim and walkable rows, and their row stride."""
     batch, vocab = logits.shape
     if logits.stride(1) != 1 or (batch > 1 and logits.stride(0) < vocab):
         logits = logits.contiguous()  # the kernels walk rows by a stride of at least vocab
@@ -47,8 +52,15 @@ def _logits(logits: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:  # logits: [batch, vocab] -> [batch] int64
-    """torch.argmax(logits, -1): lowest index among ties, the first NaN if a row holds one."""
-    logits, ld = _logits(logits)
+    """torch.argmax(logits, -1): lowest index among ties, the first NaN if a row holds one. `launch_greedy_argmax`
+    after the checks that name the bad tensor: the entry for a direct call."""
+    return launch_greedy_argmax(_logits(logits)[0])
+
+
+def launch_greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax launch, its inputs already checked (by `greedy_argmax`, or by the table's check: [batch, vocab]
+    float logits with a vocabulary, on the CUDA device the table runs arms on; any layout)."""
+    logits, ld = _rows(logits)
     batch, vocab = logits.shape
     lib = _lib()
     chunks = int(lib.vt_sample_argmax_chunks(vocab))

@@ -43,6 +43,39 @@ def sample_rows(
         ffi.require(x, name, dim=1, device=dev)
         if x.shape[0] != batch:
             raise ValueError(f"{name}: {x.shape[0]} rows != logits' batch {batch}")
+    return launch_sample_rows(logits, temperature, top_k, top_p, seeds, steps, filtered)
+
+
+def supports(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seeds: torch.Tensor,
+    steps: torch.Tensor,
+    filtered: bool = True,
+) -> bool:
+    """What the Gumbel-max kernel needs past the op's check (engine/ops/sample.py: ranks, dtypes, one row each):
+    unfiltered rows, a unit-stride vocabulary, and the per-row tensors it reads on the logits' device. The table's arm
+    asks this, then launches unchecked (`launch_sample_rows`)."""
+    same = all(t.device == logits.device for t in (temperature, seeds, steps))
+    return not filtered and logits.stride(-1) == 1 and same
+
+
+def launch_sample_rows(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seeds: torch.Tensor,
+    steps: torch.Tensor,
+    filtered: bool = False,
+) -> torch.Tensor:
+    """The draw's launch, its inputs already checked (by `sample_rows`, or by the table's check and `supports`)."""
+    dev = logits.device
+    batch, vocab = logits.shape
+    t = temperature.to(torch.float32).contiguous()
+    s, n = seeds.to(torch.int64).contiguous(), steps.to(torch.int64).contiguous()
     out = torch.empty(batch, dtype=torch.int64, device=dev)
     lib = _lib()
     rc = lib.vt_sample_rows_gumbel(

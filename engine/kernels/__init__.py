@@ -21,13 +21,14 @@ from engine.kernels.gemv import (
     add_rms_norm_linear,
     add_rms_norm_linear_silu_mul,
     embedding,
-    glu_epilogue,
     linear,
     linear_silu_mul,
-    merged_projections,
     silu_mul_linear,
 )
 from engine.kernels.kv_store import store_kv
+from engine.kernels.layer import gated_mlp_op as gated_mlp
+from engine.kernels.layer import norm_mlp_op as norm_mlp
+from engine.kernels.layer import norm_qkv_op as norm_qkv
 from engine.kernels.moe import moe_experts, moe_route
 from engine.kernels.norm import fused_add_rms_norm, qk_norm, rms_norm, rms_norm_offset
 from engine.kernels.quant import (
@@ -49,13 +50,11 @@ from engine.kernels.table import (
     NOTICED,
     RAZORS,
     REFERENCE_ARM,
-    SWITCHES,
     TABLE,
     Arm,
     Counts,
     Op,
     Razor,
-    Switch,
     arms_ran,
     call,
     counts,
@@ -74,6 +73,9 @@ from engine.kernels.table import (
 
 # the table's order: what `call`'s error and a listing of TABLE show
 _OPS = (
+    norm_qkv,
+    norm_mlp,
+    gated_mlp,
     linear,
     add_rms_norm_linear,
     silu_mul_linear,
@@ -111,7 +113,7 @@ _OPS = (
     gptq_linear,
     nvfp4_linear,
 )
-register(_OPS, (merged_projections, glu_epilogue))
+register(_OPS)
 
 __all__ = [
     "COUNTS",
@@ -121,7 +123,6 @@ __all__ = [
     "NOTICED",
     "RAZORS",
     "REFERENCE_ARM",
-    "SWITCHES",
     "TABLE",
     "Arm",
     "Counts",
@@ -130,7 +131,6 @@ __all__ = [
     "NO_CUDA",
     "Op",
     "Razor",
-    "Switch",
     "arms_ran",
     "call",
     "counts",
@@ -183,6 +183,7 @@ __all__ = [
     "awq_linear",
     "gptq_linear",
     "nvfp4_linear",
-    "merged_projections",
-    "glu_epilogue",
+    "norm_qkv",
+    "norm_mlp",
+    "gated_mlp",
 ]

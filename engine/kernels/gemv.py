@@ -1,8 +1,8 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
 activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
-small GEMM (9 to 32 rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF). And the model-level
-switches over these GEMVs (merged projections, the GLU epilogue). The persistent GEMV and the activation in the
+small GEMM (9 to 32 rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF). Which of them a decoder layer
+calls is the table's choice too (engine/kernels/layer.py). The persistent GEMV and the activation in the
 down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from engine.cuda import gemm_small as cuda_gemm_small
 from engine.cuda import gemv as cuda_gemv
 from engine.cuda import gemv_stream as cuda_stream
-from engine.kernels.table import KERNEL, Arm, Op, Switch, by_parts, gated_by, supports_any
+from engine.kernels.table import KERNEL, Arm, Op, by_parts, gated_by, supports_any
 from engine.ops import gemv
 
 
@@ -286,9 +286,3 @@ add_rms_norm_linear_silu_mul = Op(
         ),
     ],
 )
-
-
-# One GEMM for q/k/v and one for gate/up per decoder layer (engine/model/qwen3.py).
-merged_projections = Switch("merged_projections", gated_by("VT_MERGED_PROJ"), "merged")
-# The gated MLP's activation in its gate/up GEMV's epilogue (engine/model/qwen3.py): the down GEMV then takes it.
-glu_epilogue = Switch("glu_epilogue", gated_by("VT_GLU_GEMV"), "glu")

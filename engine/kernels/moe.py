@@ -15,12 +15,6 @@ def supports_route(router_logits: torch.Tensor, top_k: int, *_: Any) -> bool:
     return cuda_moe.supports(router_logits.shape[1], top_k)
 
 
-def supports_experts(
-    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
-) -> bool:
-    return cuda_moe.supports(gate_up.shape[0], ids.shape[1])
-
-
 def supports_routed(
     x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
 ) -> bool:
@@ -37,7 +31,13 @@ moe_experts = Op(
     moe.moe_experts,
     moe.check_moe_experts,
     [
-        Arm("cuda", gated_by("VT_MOE_KERNELS"), supports_experts, KERNEL_NEEDS, cuda_moe.experts),
+        Arm(
+            "cuda",
+            gated_by("VT_MOE_KERNELS"),
+            cuda_moe.supports_experts,
+            f"{KERNEL_NEEDS}, contiguous expert weights and ids, every tensor on x's device",
+            cuda_moe.launch_experts,
+        ),
         Arm("routed", (), supports_routed, f"at most {moe.ROUTED_MAX_TOKENS} tokens", moe.moe_experts_routed),
     ],
 )

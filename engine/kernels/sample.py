@@ -10,18 +10,6 @@ from engine.kernels.table import Arm, Op, cuda_op, gated_by
 from engine.ops import sample
 
 
-def supports_unfiltered(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    seeds: torch.Tensor,
-    steps: torch.Tensor,
-    filtered: bool = True,
-) -> bool:
-    return not filtered and logits.stride(-1) == 1
-
-
 def _sample_kernel(
     logits: torch.Tensor,
     top_k: int | torch.Tensor,
@@ -35,8 +23,9 @@ def _sample_kernel(
     return cuda_sample.sample_top_k_top_p(logits, ks, ps, ts, seed)
 
 
+# Each tensor is checked once a call: the op's check, the arm's `supports`, then the binding's unchecked launch
 greedy_argmax = cuda_op(
-    sample.greedy_argmax, sample.check_greedy_argmax, gated_by("VT_ARGMAX_KERNEL"), cuda_sample.greedy_argmax
+    sample.greedy_argmax, sample.check_greedy_argmax, gated_by("VT_ARGMAX_KERNEL"), cuda_sample.launch_greedy_argmax
 )
 sample_top_k_top_p = cuda_op(
     sample.sample_top_k_top_p, sample.check_sample_top_k_top_p, gated_by("VT_SAMPLE_KERNEL"), _sample_kernel
@@ -49,9 +38,9 @@ sample_rows = Op(
         Arm(
             "gumbel",
             gated_by("VT_SAMPLE_ROWS_KERNEL"),
-            supports_unfiltered,
-            "filtered=False (no row restricts top-k or top-p) and a unit-stride vocabulary",
-            cuda_sample_rows.sample_rows,
+            cuda_sample_rows.supports,
+            "filtered=False (no row restricts top-k or top-p), a unit-stride vocabulary, one device",
+            cuda_sample_rows.launch_sample_rows,
         ),
     ],
 )

@@ -284,22 +284,17 @@ class Op(Generic[P, R]):
         return f"Op({self.name}: {', '.join(a.name for a in self.arms) or 'reference only'}{named})"
 
 
-# The table and the switches by name: each family module declares its ops, engine/kernels/__init__.py registers
-# them here (in the order a listing shows), where `call`, the counters and a composite arm's parts read them.
+# The table by name: each family module declares its ops, engine/kernels/__init__.py registers them here (in the
+# order a listing shows), where `call`, the counters and a composite arm's parts read them.
 TABLE: dict[str, Op[..., Any]] = {}
-SWITCHES: dict[str, Switch] = {}
 
 
-def register(ops: Sequence[Op[..., Any]], switches: Sequence[Switch] = ()) -> None:
-    """Add ops and switches to the table, by name; a name taken twice is an error."""
+def register(ops: Sequence[Op[..., Any]]) -> None:
+    """Add ops to the table, by name; a name taken twice is an error."""
     for op in ops:
         if op.name in TABLE:
             raise ValueError(f"op {op.name!r} registered twice")
         TABLE[op.name] = op
-    for switch in switches:
-        if switch.name in SWITCHES:
-            raise ValueError(f"switch {switch.name!r} registered twice")
-        SWITCHES[switch.name] = switch
 
 
 def naming(snapshot: FlagSnapshot, op: str, arm: str) -> FlagSnapshot:
@@ -318,20 +313,6 @@ def call(name: str, snapshot: FlagSnapshot, *args: Any, **kwargs: Any) -> Any:
     return TABLE[name](snapshot, *args, **kwargs)
 
 
-@dataclass(frozen=True)
-class Switch:
-    """A model-level choice behind a flag that is not one kernel (merged projections): counted like an arm."""
-
-    name: str
-    flags: tuple[str, ...]  # every one must be on
-    arm: str  # the name counted when the switch is on; "reference" when off
-
-    def __call__(self, snapshot: FlagSnapshot, x: torch.Tensor) -> bool:
-        on = x.is_cuda and snapshot.kernels and all(snapshot.enabled(f) for f in self.flags)
-        COUNTS.ran[(self.name, self.arm if on else REFERENCE_ARM)] += 1
-        return on
-
-
 # --- counters ---------------------------------------------------------------------------------------------
 def reset_counts() -> None:
     COUNTS.clear()
@@ -343,29 +324,24 @@ def counts() -> Counts:
 
 
 def arms_ran(flag: str, seen: Counts | None = None) -> int:
-    """Calls of every arm gated by `flag` (an arm's own flags, or a switch's), in `seen` (default: now)."""
+    """Calls of every arm gated by `flag`, in `seen` (default: now)."""
     seen = seen or COUNTS
     gated = {(op.name, a.name) for op in TABLE.values() for a in op.arms if flag in a.flags}
-    gated |= {(s.name, s.arm) for s in SWITCHES.values() if flag in s.flags}
     return sum(n for key, n in seen.ran.items() if key in gated)
 
 
 def ops_gated_by(flag: str) -> set[str]:
-    """The ops that have an arm gated by `flag` (an arm's own flags, or a switch's)."""
-    ops = {op.name for op in TABLE.values() for a in op.arms if flag in a.flags}
-    return ops | {s.name for s in SWITCHES.values() if flag in s.flags}
+    """The ops that have an arm gated by `flag`."""
+    return {op.name for op in TABLE.values() for a in op.arms if flag in a.flags}
 
 
 def razors_gated_by(flag: str, snapshot: FlagSnapshot) -> dict[str, Razor]:
-    """The razor settings of the arms gated by `flag` that `snapshot` enables, by `op/arm` (a switch: eager)."""
+    """The razor settings of the arms gated by `flag` that `snapshot` enables, by `op/arm`."""
     found = {}
     for op in TABLE.values():
         for arm in op.arms:
             if flag in arm.flags and arm.enabled(snapshot):
                 found[f"{op.name}/{arm.name}"] = arm.razor
-    for switch in SWITCHES.values():
-        if flag in switch.flags and all(snapshot.enabled(f) for f in switch.flags):
-            found[f"{switch.name}/{switch.arm}"] = EAGER_RAZOR
     return found
 
 
@@ -377,8 +353,6 @@ def op_calls(ops: set[str], seen: Counts | None = None) -> int:
 
 def flags_of(op: str, arm: str) -> tuple[str, ...]:
     """The flags that gate one arm of the table ((), for the reference and for an arm injected by a gate)."""
-    if op in SWITCHES and arm == SWITCHES[op].arm:
-        return SWITCHES[op].flags
     if op in TABLE and any(a.name == arm for a in TABLE[op].arms):
         return TABLE[op].arm(arm).flags
     return ()

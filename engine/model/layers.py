@@ -21,6 +21,8 @@ def new_param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
 class Linear(nn.Module):
     """y = x W^T (+ b), with W stored [out_features, in_features] as in HF checkpoints."""
 
+    quantized = False  # a dense weight (the table's fused-prologue arms read it: engine/kernels/layer.py)
+
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = new_param(out_features, in_features, dtype=dtype)
@@ -102,6 +104,7 @@ class QuantLinear(nn.Module):
     puts GPTQ act-order rows in g_idx order (x is permuted to match), so each group's scales are read in order.
     """
 
+    quantized = True  # no dense weight for a fused-prologue arm (engine/kernels/layer.py)
     # buffers registered by load_tensor / _sort_act_order (which of them exist depends on the method)
     qweight: torch.Tensor
     scales: torch.Tensor

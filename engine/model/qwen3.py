@@ -15,12 +15,6 @@ from engine.model.parallel import spans
 from engine.ops.rope import rope_cos_sin
 
 
-def merged_projections(x: torch.Tensor, flags: FlagSnapshot) -> bool:
-    """One GEMM for q/k/v and one for gate/up (VT_MERGED_PROJ, GPU only): other GEMM shapes than the
-    separate products, so the summation order, and the rounding, may differ from Hugging Face's."""
-    return kernels.merged_projections(flags, x)
-
-
 class Qwen3Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int, dtype: torch.dtype) -> None:
         super().__init__()
@@ -48,21 +42,7 @@ class Qwen3Attention(nn.Module):
 
     def forward(
         self,
-        hidden: torch.Tensor,  # [tokens, hidden], normalised
-        cos_sin: tuple[torch.Tensor, torch.Tensor],  # each [tokens, head_dim]
-        batch: ForwardBatch,
-        merged: bool | None = None,  # the merged-projection switch, when the caller has read it already
-    ) -> torch.Tensor:
-        flags = batch.flags
-        if merged_projections(hidden, flags) if merged is None else merged:
-            q, k, v = self.qkv_proj(hidden, flags).split(self.qkv_proj.sizes, dim=-1)
-        else:
-            q, k, v = self.q_proj(hidden, flags), self.k_proj(hidden, flags), self.v_proj(hidden, flags)
-        return self.attend(q, k, v, cos_sin, batch)
-
-    def attend(
-        self,
-        q: torch.Tensor,  # [tokens, heads * head_dim]
+        q: torch.Tensor,  # [tokens, heads * head_dim]: q_proj of the normalised input (kernels.norm_qkv)
         k: torch.Tensor,  # [tokens, kv_heads * head_dim]
         v: torch.Tensor,  # [tokens, kv_heads * head_dim]
         cos_sin: tuple[torch.Tensor, torch.Tensor],
@@ -181,12 +161,8 @@ class Qwen3MLP(nn.Module):
         self.gate_proj, self.up_proj = self.gate_up_proj.parts
         self.down_proj = parallel.row(make_linear(n, hidden, False, dtype, quant), rows)
 
-    def forward(self, x: torch.Tensor, flags: FlagSnapshot, merged: bool | None = None) -> torch.Tensor:
-        if merged_projections(x, flags) if merged is None else merged:  # x: [tokens, hidden]
-            gate_up = self.gate_up_proj(x, flags)
-        else:
-            gate_up = torch.cat([self.gate_proj(x, flags), self.up_proj(x, flags)], dim=-1)
-        return self.down(gate_up, flags)
+    def forward(self, x: torch.Tensor, flags: FlagSnapshot) -> torch.Tensor:  # x: [tokens, hidden]
+        return kernels.gated_mlp(flags, x, self)  # merged or separate gate/up: the table's choice
 
     def down(
         self, gate_up: torch.Tensor, flags: FlagSnapshot
@@ -216,44 +192,15 @@ class Qwen3DecoderLayer(nn.Module):
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        flags, attn, mlp = batch.flags, self.self_attn, self.mlp
-        ln = self.input_layernorm
-        merged = merged_projections(hidden, flags)
-        if merged and not attn.qkv_proj.quantized:  # the norm in the q/k/v GEMV's prologue under VT_NORM_GEMV
-            qkv, residual = norm_linear(flags, hidden, residual, ln, attn.qkv_proj)
-            q, k, v = qkv.split(attn.qkv_proj.sizes, dim=-1)
-            hidden = attn.attend(q, k, v, cos_sin, batch)
-        else:
-            if residual is None:
-                residual, hidden = hidden, ln(hidden, flags)
-            else:
-                hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-            hidden = attn(hidden, cos_sin, batch, merged)
+        flags, ln = batch.flags, self.input_layernorm
+        # the pre-norm and q/k/v (fused into one GEMV's prologue, merged or separate: the table's choice)
+        q, k, v, residual = kernels.norm_qkv(flags, hidden, residual, ln.weight, ln.eps, self.self_attn.qkv_proj)
+        hidden = self.self_attn(q, k, v, cos_sin, batch)
         ln = self.post_attention_layernorm
-        if not isinstance(mlp, Qwen3MLP):  # the MoE block: router and experts after the norm
+        if not isinstance(self.mlp, Qwen3MLP):  # the MoE block: router and experts after the norm
             hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-            return mlp(hidden, flags), residual
-        merged = merged_projections(hidden, flags)
-        if merged and not mlp.gate_up_proj.quantized:  # ... and in gate/up's
-            if isinstance(mlp.down_proj, Linear) and kernels.glu_epilogue(flags, hidden):  # VT_GLU_GEMV
-                gu = mlp.gate_up_proj
-                assert gu.weight is not None  # dense: a merged weight
-                act, residual = kernels.add_rms_norm_linear_silu_mul(
-                    flags, hidden, residual, ln.weight, ln.eps, gu.weight, gu.bias
-                )
-                return mlp.down_proj(act, flags), residual
-            gate_up, residual = norm_linear(flags, hidden, residual, ln, mlp.gate_up_proj)
-            return mlp.down(gate_up, flags), residual
-        hidden, residual = kernels.fused_add_rms_norm(flags, hidden, residual, ln.weight, ln.eps)
-        return mlp(hidden, flags, merged), residual
-
-
-def norm_linear(
-    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm, proj: MergedLinear
-) -> tuple[torch.Tensor, torch.Tensor]:  # (proj(norm(x + residual)) [tokens, sum(out)], new residual)
-    """A pre-norm and the dense merged projection after it as one op of the table (add_rms_norm_linear)."""
-    assert proj.weight is not None  # dense: a merged weight
-    return kernels.add_rms_norm_linear(flags, x, residual, norm.weight, norm.eps, proj.weight, proj.bias)
+            return self.mlp(hidden, flags), residual
+        return kernels.norm_mlp(flags, hidden, residual, ln.weight, ln.eps, self.mlp)
 
 
 class Qwen3Model(nn.Module):

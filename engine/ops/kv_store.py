@@ -1,4 +1,4 @@
-"""Paged KV cache store by slot mapping, and the slot mapping itself (row KERNEL-KV-STORE)."""
+"""Paged KV cache store by slot mapping (row KERNEL-KV-STORE)."""
 
 from __future__ import annotations
 
@@ -56,35 +56,3 @@ def check_store_kv(
     check_dim(slot_mapping, "slot_mapping", 0, k.shape[0], "k's tokens")
     check_dim(k_cache, "k_cache", 2, k.shape[1], "k's num_kv_heads")
     check_dim(k_cache, "k_cache", 3, k.shape[2], "k's head_dim")
-
-
-def slot_mapping_for(
-    block_table: torch.Tensor,  # block_table: [max_blocks] or [batch, max_blocks] int32/int64
-    positions: torch.Tensor,  # positions: [tokens] or [batch, tokens] int; -1 marks padding
-    block_size: int,
-) -> torch.Tensor:  # same shape as positions, int64
-    """Slot of each position: `block_table[pos // block_size] * block_size + pos % block_size`.
-
-    A 1-D block_table serves one sequence; a 2-D one pairs row b with positions[b].
-    A position of -1 maps to slot -1.
-    """
-    check_tensor(block_table, "block_table", dtypes=INDEX_DTYPES)
-    check_tensor(positions, "positions", dtypes=INDEX_DTYPES)
-    if block_size <= 0:
-        raise ValueError(f"block_size: expected > 0, got {block_size}")
-    if block_table.dim() != positions.dim() or block_table.dim() not in (1, 2):
-        raise ValueError(f"block_table: rank {block_table.dim()} must equal positions' rank {positions.dim()} (1 or 2)")
-    if block_table.dim() == 2:
-        check_dim(block_table, "block_table", 0, positions.shape[0], "positions' batch")
-    pos = positions.long()
-    pad = pos < 0
-    safe = pos.clamp(min=0)
-    idx = safe // block_size
-    if idx.numel() and int(idx.max()) >= block_table.shape[-1]:
-        raise IndexError(
-            f"positions: position {int(safe.max())} needs block {int(idx.max())}, "
-            f"block_table has {block_table.shape[-1]}"
-        )
-    blocks = torch.gather(block_table.long(), -1, idx)
-    slots = blocks * block_size + safe % block_size
-    return torch.where(pad, torch.full_like(slots, -1), slots)

@@ -1,4 +1,4 @@
-"""Run the persistent decode layer's schedule (engine/persistent.py) on virtual SMs on the CPU.
+"""Run the persistent decode layer's schedule (lab/persistent/schedule.py) on virtual SMs on the CPU.
 
 Each virtual SM does what a block of the persistent kernel would: take the next task from the queue head, wait
 until the counters it names reach their targets, run the task (reads happen at its start), then publish its
@@ -28,7 +28,7 @@ from engine.ops.gemv import linear
 from engine.ops.norm import fused_add_rms_norm, qk_norm, rms_norm
 from engine.ops.paged_attn import gather_sequence
 from engine.ops.rope import apply_rope_neox
-from engine.persistent import Region, Schedule, Task, inputs
+from lab.persistent.schedule import Region, Schedule, Task, inputs
 
 
 class ReadBeforeWrite(RuntimeError):

@@ -7,6 +7,8 @@ import torch
 
 from engine import kernels
 from engine.flags import REFERENCE, FlagSnapshot
+from engine.model.layers import MergedLinear
+from engine.model.qwen3 import Qwen3MLP
 from lab.gates.cli import report
 from lab.gates.result import PASS, GateResult
 
@@ -237,7 +239,7 @@ def test_a_required_flag_whose_ops_the_model_never_calls_is_not_applicable_not_p
     assert report(passed, False, require=["VT_NO_SUCH_FLAG"]) == 1
     assert "FAIL: no arm gated by VT_NO_SUCH_FLAG ran (0 calls)" in capsys.readouterr().out
     # once the model calls one of the flag's ops through another arm, the flag is required again
-    kernels.COUNTS.ran[("glu_epilogue", "reference")] += 1
+    kernels.COUNTS.ran[("norm_mlp", "reference")] += 1
     assert report(passed, False, require=["VT_GLU_GEMV"]) == 1
     assert "FAIL: no arm gated by VT_GLU_GEMV ran" in capsys.readouterr().out
 
@@ -283,7 +285,13 @@ def _composite_inputs() -> dict[str, tuple]:
         torch.randint(0, 256, (nq, kq // 2), dtype=torch.uint8, generator=g),
         torch.rand(nq, kq // 16, generator=g) + 0.1,
     )
+    proj, mlp = MergedLinear(hidden, [16, 8, 8], True, torch.float32), Qwen3MLP(hidden, inter, torch.float32)
+    for weight in (proj.weight, proj.bias, mlp.gate_up_proj.weight, mlp.down_proj.weight):
+        weight.copy_(torch.randn(weight.shape, generator=g))  # the parts' weights are views into these
     return {
+        "norm_qkv": (x, res, nw, 1e-6, proj),
+        "norm_mlp": (x, res, nw, 1e-6, mlp),
+        "gated_mlp": (x, mlp),
         "awq_linear": (xq, words(kq, nq // 8), words(kq // group, nq // 8), scales, group),
         "gptq_linear": (xq, words(kq // 8, nq), words(kq // group, nq // 8), scales, torch.arange(kq) // group),
         "nvfp4_linear": (xq, nvfp4[0], nvfp4[1].to(torch.float8_e4m3fn), torch.tensor(0.5)),
@@ -316,6 +324,12 @@ def _outputs(out: object, args: tuple) -> list[torch.Tensor]:
 
 # (op, composite arm) -> the table's ops it runs, each once (on the CPU: their references)
 PARTS = {
+    ("norm_qkv", "prologue"): {"add_rms_norm_linear"},
+    **{("norm_qkv", arm): {"fused_add_rms_norm", "linear"} for arm in ("merged", "separate")},
+    ("norm_mlp", "prologue_glu"): {"add_rms_norm_linear_silu_mul", "linear"},
+    ("norm_mlp", "prologue"): {"add_rms_norm_linear", "silu_mul_linear"},
+    **{("norm_mlp", arm): {"fused_add_rms_norm", "linear", "silu_mul_linear"} for arm in ("merged", "separate")},
+    **{("gated_mlp", arm): {"linear", "silu_mul_linear"} for arm in ("merged", "separate")},
     ("qk_norm_rope", "norm_then_rope"): {"qk_norm", "apply_rope_neox"},
     ("add_rms_norm_linear", "norm_then_linear"): {"fused_add_rms_norm", "linear"},
     ("silu_mul_linear", "act_then_linear"): {"silu_and_mul", "linear"},

@@ -9,10 +9,16 @@ from functools import partial
 import torch
 
 from engine import kernels
+from engine.cuda import gdn as cuda_gdn
 from engine.cuda import gemm_small as cuda_gemm_small
 from engine.cuda import gemv as cuda_gemv
 from engine.cuda import gemv_stream as cuda_stream
+from engine.cuda import kv_store as cuda_kv_store
+from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
+from engine.cuda import rope as cuda_rope
+from engine.cuda import sample as cuda_sample
+from engine.cuda import sample_rows as cuda_sample_rows
 from engine.kernels import gemv as gemv_family
 
 
@@ -77,3 +83,62 @@ def test_the_norm_prologue_predicate_holds_the_devices_and_a_contiguous_norm_wei
     assert not gemv_family.supports_norm_prologue(x, res, torch.ones(128)[::2], 1e-6, w)  # a strided norm weight
     assert not gemv_family.supports_norm_prologue(x, torch.ones(1, 64, device="meta"), nw, 1e-6, w)
     assert not gemv_family.supports_norm_prologue(x, res, nw, 1e-6, w, torch.ones(16, device="meta"))
+
+
+def test_the_rope_store_moe_and_gdn_arms_launch_without_checking_again() -> None:
+    assert _kernel_of(kernels.apply_rope_neox, "cuda") is cuda_rope.launch_apply_rope_neox
+    assert _kernel_of(kernels.qk_norm_rope, "fused") is cuda_rope.launch_qk_norm_rope
+    assert _kernel_of(kernels.qkv_norm_rope_store, "fused") is cuda_rope.launch_qkv_norm_rope_store
+    assert _kernel_of(kernels.store_kv, "cuda") is cuda_kv_store.launch_store_kv
+    assert _kernel_of(kernels.moe_experts, "cuda") is cuda_moe.launch_experts
+    assert _kernel_of(kernels.gated_delta_decode, "cuda") is cuda_gdn.launch_decode
+    assert _kernel_of(kernels.greedy_argmax, "cuda") is cuda_sample.launch_greedy_argmax
+    assert _kernel_of(kernels.sample_rows, "gumbel") is cuda_sample_rows.launch_sample_rows
+
+
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+
+def test_the_rope_predicates_hold_an_even_head_dim_and_one_device() -> None:
+    x, cs, w = torch.ones(2, 3, 8), torch.ones(2, 8), torch.ones(8)
+    assert cuda_rope.supports(x, cs, cs) and cuda_rope.supports_norm(x, w, cs, cs, 1e-6)
+    assert not cuda_rope.supports(torch.ones(2, 3, 7), torch.ones(2, 7), torch.ones(2, 7))  # an odd head_dim
+    assert not cuda_rope.supports(x, _meta(cs), cs)
+    assert not cuda_rope.supports_norm(x, torch.ones(16)[::2], cs, cs, 1e-6)  # a strided norm weight
+    assert not cuda_rope.supports_norm(x, _meta(w), cs, cs, 1e-6)
+    q, k = torch.ones(2, 4, 8), torch.ones(2, 2, 8)
+    cache, slots = torch.ones(3, 4, 2, 8), torch.zeros(2, dtype=torch.int64)
+    args = [q, k, k.clone(), w, w, cs, cs, 1e-6, cache, cache.clone(), slots]
+    assert cuda_rope.supports_store(*args)
+    for i in (2, 5, 8, 10):  # v, cos, k_cache, slot_mapping on another device
+        assert not cuda_rope.supports_store(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_rope.supports_store(torch.ones(2, 4, 16)[..., ::2], *args[1:])  # a strided head_dim
+
+
+def test_the_store_predicate_holds_the_row_layout_and_one_device() -> None:
+    k, cache, slots = torch.ones(2, 2, 8), torch.ones(3, 4, 2, 8), torch.zeros(2, dtype=torch.int64)
+    assert cuda_kv_store.supports(k, k, cache, cache, slots)
+    assert not cuda_kv_store.supports(k, torch.ones(2, 8, 2).transpose(1, 2), cache, cache, slots)  # strided heads
+    assert not cuda_kv_store.supports(k, k, cache, cache, _meta(slots))
+
+
+def test_the_moe_and_gdn_predicates_hold_one_device_and_dense_weights() -> None:
+    x, gate_up, down = torch.ones(2, 8), torch.ones(4, 12, 8), torch.ones(4, 8, 6)
+    weights, ids = torch.ones(2, 2), torch.zeros(2, 2, dtype=torch.int64)
+    assert cuda_moe.supports_experts(x, gate_up, down, weights, ids)
+    assert not cuda_moe.supports_experts(x, _meta(gate_up), down, weights, ids)
+    assert not cuda_moe.supports_experts(x, gate_up, torch.ones(4, 6, 8).transpose(1, 2), weights, ids)
+    q, v, gb, state = torch.ones(2, 2, 8), torch.ones(2, 4, 8), torch.ones(2, 4), torch.ones(2, 4, 8, 8)
+    assert cuda_gdn.supports_decode(q, q, v, gb, gb, state)
+    assert not cuda_gdn.supports_decode(q, q, v, _meta(gb), gb, state)
+    assert not cuda_gdn.supports_decode(q, q, v, gb, gb, torch.ones(2, 4, 8, 16)[..., ::2])  # a strided state
+
+
+def test_the_gumbel_predicate_holds_unfiltered_rows_a_unit_stride_vocabulary_and_one_device() -> None:
+    logits, rows, ids = torch.ones(2, 8), torch.ones(2), torch.zeros(2, dtype=torch.int64)
+    args = [logits, rows, rows, rows, ids, ids]
+    assert cuda_sample_rows.supports(*args, filtered=False)
+    assert not cuda_sample_rows.supports(*args, filtered=True)
+    assert not cuda_sample_rows.supports(torch.ones(8, 2).T, *args[1:], filtered=False)  # a strided vocabulary
+    assert not cuda_sample_rows.supports(logits, rows, rows, rows, _meta(ids), ids, filtered=False)

@@ -3,16 +3,20 @@ GEMM path (VT_MERGED_PROJ) decodes the same tokens as the separate projections."
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from safetensors import safe_open
 
-from engine import flags
+from engine import flags, kernels
 from engine.flags import FlagSnapshot
-from engine.model import qwen3
+from engine.model.config import QuantConfig
 from engine.model.layers import MergedLinear
 from engine.model.loader import load_model
 from lab.drive import greedy_tokens
+
+DEFAULTS = FlagSnapshot.defaults()
 
 
 def test_flag_is_on_after_its_flip() -> None:
@@ -22,7 +26,18 @@ def test_flag_is_on_after_its_flip() -> None:
 
 def test_merged_path_is_gpu_only() -> None:
     on = FlagSnapshot.defaults().with_(VT_MERGED_PROJ=True)
-    assert not qwen3.merged_projections(torch.ones(1, 4), on)  # a CPU tensor keeps the reference path
+    proj = MergedLinear(4, [4, 2, 2], False, torch.float32)
+    x, w = torch.ones(1, 4), torch.ones(4)
+    assert kernels.norm_qkv.choose(on, x, None, w, 1e-6, proj) == "reference"  # a CPU tensor keeps the reference
+    # on a GPU the merged arms come first, gated by the flag; the reference is the separate projections
+    assert [a.name for a in kernels.norm_qkv.arms] == ["prologue", "merged", "separate"]
+    assert [a.name for a in kernels.norm_mlp.arms] == ["prologue_glu", "prologue", "merged", "separate"]
+    assert kernels.ops_gated_by("VT_MERGED_PROJ") == {"norm_qkv", "norm_mlp", "gated_mlp"}
+    # a quantized projection has no dense merged weight for the prologue GEMV: it takes the merged arm
+    awq = QuantConfig(method="awq", bits=4, group_size=4)
+    quant = MergedLinear(4, [8, 8, 8], False, torch.float32, awq)
+    prologue = kernels.norm_qkv.arm("prologue")
+    assert prologue.supports(x, None, w, 1e-6, proj) and not prologue.supports(x, None, w, 1e-6, quant)
 
 
 def test_parts_are_views_of_the_merged_weight() -> None:
@@ -65,23 +80,13 @@ def test_merged_path_decodes_the_same_tokens(tiny_checkpoint, monkeypatch: pytes
     path = tiny_checkpoint("dense", 1)
     prompts = [[3, 17, 29, 101, 7], [11, 5]]
     separate = greedy_tokens(path, prompts, 8, torch.float32)
-    calls = []
-    real = MergedLinear.forward
-
-    def counted(self, x, flags):
-        calls.append(tuple(x.shape))
-        return real(self, x, flags)
-
-    real_norm_linear = qwen3.norm_linear
-
-    def counted_norm_linear(flags, x, residual, norm, proj):  # the pre-norm and a merged GEMM as one op
-        calls.append(tuple(x.shape))
-        return real_norm_linear(flags, x, residual, norm, proj)
-
-    monkeypatch.setattr(qwen3, "merged_projections", lambda x, flags: True)  # the GPU route, forced on the CPU
-    monkeypatch.setattr(MergedLinear, "forward", counted)
-    monkeypatch.setattr(qwen3, "norm_linear", counted_norm_linear)
+    # the GPU route forced on the CPU: each layer op's reference replaced by its fused arm
+    for op, arm in (("norm_qkv", "prologue"), ("norm_mlp", "prologue"), ("gated_mlp", "merged")):
+        monkeypatch.setattr(kernels.TABLE[op], "reference", partial(kernels.TABLE[op].arm(arm).kernel, DEFAULTS))
+    kernels.reset_counts()
     merged = greedy_tokens(path, prompts, 8, torch.float32)
     assert merged == separate
-    assert calls, "the merged GEMMs never ran"
+    ran = kernels.counts().ran
+    assert ran[("add_rms_norm_linear", "reference")] > 0, "the norm-prologue GEMVs never ran"
+    assert ran[("norm_qkv", "reference")] > 0 and ran[("norm_mlp", "reference")] > 0
     assert len(set(sum(separate, []))) > 3, separate  # not one repeated token

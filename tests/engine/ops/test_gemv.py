@@ -77,10 +77,12 @@ def test_linear_accepts_strided_inputs(dtype, gen, close):
 
 
 class _GpuRows:
-    """Stands in for a CUDA x in the routing rule: only is_cuda, numel and shape are read."""
+    """Stands in for a CUDA x in the routing rule: only is_cuda, numel, shape and device are read (the device: W's,
+    so the predicate's one-device rule holds; the table checks the arms' needs against `on_device`'s device)."""
 
     def __init__(self, rows: int, k: int) -> None:
         self.is_cuda, self.shape, self._n = True, (rows, k), rows * k
+        self.device = torch.device("cpu")
 
     def numel(self) -> int:
         return self._n
@@ -91,7 +93,8 @@ def test_decode_rows_of_a_row_major_weight_take_the_gemv() -> None:
     from engine.flags import FlagSnapshot
 
     def arm(x: object, w: torch.Tensor, snapshot: FlagSnapshot | None = None) -> str:
-        return kernels.linear.choose(snapshot or plain, x, w)  # type: ignore[arg-type]
+        with kernels.on_device(kernels.Device(0, (9, 0), 227 * 1024, 132)):  # an H200's
+            return kernels.linear.choose(snapshot or plain, x, w)  # type: ignore[arg-type]
 
     # the streamed and PDL arms stand before the GEMV and measure a real sm_90 device; a fake tensor skips them
     plain = FlagSnapshot.defaults().with_(VT_GEMV_STREAM=False, VT_GEMV_PDL=False)

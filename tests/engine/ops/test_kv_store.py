@@ -1,4 +1,4 @@
-"""Tests for engine.ops.kv_store: paged store by slot mapping, and the slot mapping."""
+"""Tests for engine.ops.kv_store: paged store by slot mapping."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 
 from engine import kernels
 from engine.flags import REFERENCE
-from engine.ops.kv_store import slot_mapping_for
 
 # the table with every kernel off: its entry checks, then the pure-torch reference
 store_kv = partial(kernels.store_kv, REFERENCE)
@@ -46,23 +45,6 @@ def test_store_kv_rejects_bad_input(gen):
         store_kv(torch.randn(3, 3, 4), torch.randn(3, 3, 4), cache, cache.clone(), torch.tensor([0, 1, 2]))
     with pytest.raises(TypeError, match="k_cache: dtype bfloat16 differs from k's float32"):
         store_kv(k, k, cache.bfloat16(), cache.bfloat16(), torch.tensor([0, 1, 2]))
-
-
-def test_slot_mapping_for_one_and_many_sequences(gen):
-    block_size = 5
-    table = torch.randperm(19, generator=gen)[:7].int()
-    positions = torch.tensor([0, 4, 5, 13, 34, -1])
-    slots = slot_mapping_for(table, positions, block_size)
-    expected = [int(table[p // block_size]) * block_size + p % block_size if p >= 0 else -1 for p in positions.tolist()]
-    assert slots.tolist() == expected and slots.dtype == torch.int64
-    tables = torch.stack([table, table.flip(0)])
-    batched = slot_mapping_for(tables, torch.stack([positions, positions]), block_size)
-    assert batched[0].tolist() == expected
-    assert batched[1].tolist() == [
-        int(table.flip(0)[p // block_size]) * block_size + p % block_size if p >= 0 else -1 for p in positions.tolist()
-    ]
-    with pytest.raises(IndexError, match="positions: position 35 needs block 7, block_table has 7"):
-        slot_mapping_for(table, torch.tensor([35]), block_size)
 
 
 def test_store_kv_accepts_strided_kv_and_rejects_a_strided_cache(dtype, gen):

@@ -12,7 +12,7 @@ blocks taking them in queue order can always make progress, with any number of b
 
 Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
 buffer), so `check` can prove, without running anything, that every read is ordered after its writers by the
-counters; lab/persistent/ runs the table on virtual SMs on the CPU and compares against the engine's own layer.
+counters; lab/persistent/sim.py runs the table on virtual SMs on the CPU and compares against the engine's own layer.
 The GEMV tiles split output columns only (every tile reads all K of its rows), and attention splits only the
 scores over keys: the splits that keep every sum in the reference's order, so the tiled layer is bitwise the
 chain of ops. A split-K or split-softmax tile would be another numerics, judged by the razor like any arm.

@@ -1,0 +1,199 @@
+"""The decoder layer's fusion choices as ops of the table: the pre-norm q/k/v projection (`norm_qkv`), the pre-norm
+gated MLP (`norm_mlp`) and the gated MLP alone (`gated_mlp`), so the model calls one op and the table picks how.
+
+Their arms take the layer's own modules (engine/model/layers.py `MergedLinear`, engine/model/qwen3.py `Qwen3MLP`,
+read by attribute: `parts`, `sizes`, `weight`, `bias`, `quantized`, `gate_up_proj`, `down_proj`, `down`), so a
+quantized or tensor-parallel projection keeps its own forward (its dequant, its all-reduce). Every arm is composite:
+it runs other ops of the table under the call's snapshot (looked up by name, as `by_parts` does), whose counters still name the kernel that ran
+(`add_rms_norm_linear/prologue_stream_pdl`). In precedence order:
+
+- `prologue_glu` (VT_MERGED_PROJ, VT_GLU_GEMV; dense gate/up and down): the norm in the gate/up GEMV's prologue and
+  the activation in its epilogue (`add_rms_norm_linear_silu_mul`), then the down projection;
+- `prologue` (VT_MERGED_PROJ; a dense merged weight): the norm in the merged GEMV's prologue (`add_rms_norm_linear`);
+- `merged` (VT_MERGED_PROJ): the norm, then one merged projection (quantized: its parts, concatenated);
+- `separate`: the norm, then each projection on its own.
+
+The reference is `separate` with every kernel off (VT_KERNELS=0): today's unfused chain over the references, each
+inner op counted as its reference. The composite checks only that x is a tensor; the ops it runs check the rest
+(each tensor is checked once, by the op that reads it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.flags import FlagSnapshot
+from engine.kernels.table import Arm, Op, call, gated_by, supports_any
+from engine.ops._check import check_tensor
+
+_UNFUSED = FlagSnapshot.defaults().with_(VT_KERNELS=False)  # the reference: every inner op runs its reference
+_MERGED = gated_by("VT_MERGED_PROJ")
+Normed = tuple[torch.Tensor, torch.Tensor]  # (the layer's output, the new residual)
+
+
+def pre_norm(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> Normed:  # (normed, new residual)
+    """`fused_add_rms_norm(x, residual)`, or with no residual (the first layer) `rms_norm(x)` and x as the residual."""
+    if residual is None:
+        return call("rms_norm", flags, x, weight, eps), x
+    return call("fused_add_rms_norm", flags, x, residual, weight, eps)
+
+
+# --- norm_qkv: the attention's pre-norm and its q/k/v projection -------------------------------------------
+QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # (q, k, v, new residual)
+
+
+def _qkv_separate(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, proj: Any
+) -> QKV:
+    h, residual = pre_norm(flags, x, residual, norm_w, eps)
+    q, k, v = (part(h, flags) for part in proj.parts)
+    return q, k, v, residual
+
+
+def _qkv_merged(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, proj: Any
+) -> QKV:
+    h, residual = pre_norm(flags, x, residual, norm_w, eps)
+    q, k, v = proj(h, flags).split(proj.sizes, dim=-1)
+    return q, k, v, residual
+
+
+def _qkv_prologue(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, proj: Any
+) -> QKV:
+    qkv, residual = call("add_rms_norm_linear", flags, x, residual, norm_w, eps, proj.weight, proj.bias)
+    q, k, v = qkv.split(proj.sizes, dim=-1)
+    return q, k, v, residual
+
+
+def norm_qkv(
+    x: torch.Tensor,  # [tokens, hidden]: the layer's input delta (the embedding for layer 0)
+    residual: torch.Tensor | None,  # [tokens, hidden]: the running sum before x is added; None before layer 0
+    norm_weight: torch.Tensor,  # [hidden]: input_layernorm's
+    eps: float,
+    proj: Any,  # the attention's MergedLinear of q, k and v
+) -> QKV:  # q [tokens, Hq * D], k and v [tokens, Hkv * D], the new residual [tokens, hidden]
+    """The attention's pre-norm, then q_proj, k_proj and v_proj, each on its own, every kernel off."""
+    return _qkv_separate(_UNFUSED, x, residual, norm_weight, eps, proj)
+
+
+def check_x(x: torch.Tensor, *_: Any) -> None:
+    check_tensor(x, "x")
+
+
+def _dense_merged(x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, proj: Any) -> bool:
+    return not proj.quantized
+
+
+def _arm(name: str, flags: tuple[str, ...], supports: Any, needs: str, kernel: Any) -> Arm:
+    return Arm(name, flags, supports, needs, kernel, composite=True)
+
+
+_DENSE = "a dense (not quantized) merged weight"
+norm_qkv_op = Op(
+    norm_qkv,
+    check_x,
+    [
+        _arm("prologue", _MERGED, _dense_merged, _DENSE, _qkv_prologue),
+        _arm("merged", _MERGED, supports_any, "any projection", _qkv_merged),
+        _arm("separate", gated_by(), supports_any, "any projection", _qkv_separate),
+    ],
+)
+
+
+# --- gated_mlp and norm_mlp: the gated MLP, alone and after its pre-norm -------------------------------------
+def _mlp_separate(flags: FlagSnapshot, x: torch.Tensor, mlp: Any) -> torch.Tensor:
+    gate_up = torch.cat([mlp.gate_proj(x, flags), mlp.up_proj(x, flags)], dim=-1)
+    return mlp.down(gate_up, flags)
+
+
+def _mlp_merged(flags: FlagSnapshot, x: torch.Tensor, mlp: Any) -> torch.Tensor:
+    return mlp.down(mlp.gate_up_proj(x, flags), flags)
+
+
+def gated_mlp(
+    x: torch.Tensor,  # [tokens, hidden], normalised
+    mlp: Any,  # the Qwen3MLP
+) -> torch.Tensor:  # [tokens, hidden]: down_proj(silu(gate_proj(x)) * up_proj(x))
+    """The gated MLP with gate_proj and up_proj each on its own, every kernel off."""
+    return _mlp_separate(_UNFUSED, x, mlp)
+
+
+gated_mlp_op = Op(
+    gated_mlp,
+    check_x,
+    [
+        _arm("merged", _MERGED, supports_any, "any projection", _mlp_merged),
+        _arm("separate", gated_by(), supports_any, "any projection", _mlp_separate),
+    ],
+)
+
+
+def _norm_then(
+    mlp_arm: Any,
+) -> Any:  # the pre-norm, then the gated MLP's arm `mlp_arm`
+    def kernel(
+        flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any
+    ) -> Normed:
+        h, residual = pre_norm(flags, x, residual, norm_w, eps)
+        return mlp_arm(flags, h, mlp), residual
+
+    kernel.__name__ = kernel.__qualname__ = f"norm_then{mlp_arm.__name__}"
+    return kernel
+
+
+def _mlp_prologue(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any
+) -> Normed:
+    gu = mlp.gate_up_proj
+    gate_up, residual = call("add_rms_norm_linear", flags, x, residual, norm_w, eps, gu.weight, gu.bias)
+    return mlp.down(gate_up, flags), residual
+
+
+def _mlp_prologue_glu(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any
+) -> Normed:
+    gu = mlp.gate_up_proj
+    act, residual = call("add_rms_norm_linear_silu_mul", flags, x, residual, norm_w, eps, gu.weight, gu.bias)
+    return mlp.down_proj(act, flags), residual
+
+
+def norm_mlp(
+    x: torch.Tensor,  # [tokens, hidden]: the attention's output
+    residual: torch.Tensor | None,  # [tokens, hidden]: the running sum before x is added
+    norm_weight: torch.Tensor,  # [hidden]: post_attention_layernorm's
+    eps: float,
+    mlp: Any,  # the Qwen3MLP
+) -> Normed:  # (the MLP's output [tokens, hidden], the new residual [tokens, hidden])
+    """The MLP's pre-norm, then the gated MLP with gate_proj and up_proj each on its own, every kernel off."""
+    return _norm_then(_mlp_separate)(_UNFUSED, x, residual, norm_weight, eps, mlp)
+
+
+def _dense_gate_up(x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any) -> bool:
+    return not mlp.gate_up_proj.quantized
+
+
+def _dense_mlp(x: torch.Tensor, residual: torch.Tensor | None, norm_w: torch.Tensor, eps: float, mlp: Any) -> bool:
+    return not mlp.gate_up_proj.quantized and not mlp.down_proj.quantized
+
+
+norm_mlp_op = Op(
+    norm_mlp,
+    check_x,
+    [
+        _arm(
+            "prologue_glu",
+            gated_by("VT_MERGED_PROJ", "VT_GLU_GEMV"),
+            _dense_mlp,
+            "dense gate/up and down weights",
+            _mlp_prologue_glu,
+        ),
+        _arm("prologue", _MERGED, _dense_gate_up, _DENSE, _mlp_prologue),
+        _arm("merged", _MERGED, supports_any, "any projection", _norm_then(_mlp_merged)),
+        _arm("separate", gated_by(), supports_any, "any projection", _norm_then(_mlp_separate)),
+    ],
+)
