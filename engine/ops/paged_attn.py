@@ -182,9 +182,9 @@ def _decode_by_length(
     scale: float,
     window: int | None,
 ) -> torch.Tensor:  # [batch, Hq, D]
-    """fp32 decode attention, a pass per sequence through views of one gather (a length shared by GROUP_BATCH
-    sequences: one pass for them): every sum runs over exactly a sequence's own keys, as transformers' eager
-    attention of that one sequence does.
+    """fp32 decode attention, a pass per sequence through views of one packed gather (a length shared by
+    GROUP_BATCH sequences: one pass for them): every sum runs over exactly a sequence's own keys, as
+    transformers' eager attention of that one sequence does.
 
     fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
     the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
@@ -192,39 +192,79 @@ def _decode_by_length(
     Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
     (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
     over random lengths)."""
-    lens = context_lens.tolist()
-    rows_of: dict[int, list[int]] = {}
-    for b, n in enumerate(lens):
-        rows_of.setdefault(n, []).append(b)
-    # every sequence's keys gathered once, padded to the longest ([batch, Hq, L, D]); each group reads its
-    # first n keys as a view, so no sum ever sees a padded key (padding reads slot 0: a table's unused
-    # entries may hold anything)
-    pos = torch.arange(max(lens), device=q.device)
-    slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
-    slots = torch.where(pos[None, :] < context_lens[:, None], slots, 0)
-    # one gather per cache straight into [batch, Hq, L, D] (query head h reads KV head h // group): row
-    # (b, h, p) of the result is row slots[b, p] * Hkv + h // group of the cache viewed [slots * Hkv, D]
     (batch, hq, d), hkv = q.shape, k_flat.shape[1]
-    heads = torch.arange(hq, device=q.device) // (hq // hkv)
-    src = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
-    vh = v_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d)
-    # K^T as a transposed view of [batch, Hq, L, D] rows, the operand layout of transformers' q @ k^T
-    kt = k_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
+    plan = _plan(block_tables, context_lens, block_size, hq, hkv)
+    # one gather per cache of exactly the keys the passes read, packed pass after pass, [Hq, n, D] rows per
+    # sequence (query head h reads KV head h // group): no padded key is copied or summed
+    kp = k_flat.reshape(-1, d).index_select(0, plan.src)
+    vp = v_flat.reshape(-1, d).index_select(0, plan.src)
     qh = q[:, :, None, :]  # [batch, Hq, 1, D]
-    # a sequence attends through views of its rows (cheaper than an index copy); a length shared by
-    # GROUP_BATCH or more sequences is one batched pass over their rows gathered by index
-    qs, kts, vs = qh.unbind(0), kt.unbind(0), vh.unbind(0)
-    outs: list[torch.Tensor | None] = [None] * len(lens)
-    for n, rows in rows_of.items():
-        if len(rows) >= GROUP_BATCH:
-            idx = torch.tensor(rows, device=q.device)
-            done = _attend_fp32(qh[idx], kt[idx, :, :, :n], vh[idx, :, :n], n, scale, window, torch.matmul)
+    qs = qh.unbind(0)
+    outs: list[torch.Tensor | None] = [None] * batch
+    for rows, n, row0, idx in plan.passes:
+        at = row0 * d
+        if idx is not None:  # [k, Hq, 1, D] @ [k, Hq, D, n] (K^T a transposed view of [n, D] rows), then P.V
+            k = len(rows)
+            kt = kp.as_strided((k, hq, d, n), (hq * n * d, n * d, 1, d), at)
+            vs = vp.as_strided((k, hq, n, d), (hq * n * d, n * d, d, 1), at)
+            done = _attend_fp32(qh[idx], kt, vs, n, scale, window, torch.matmul)
             for b, o in zip(rows, done.unbind(0)):
                 outs[b] = o
             continue
-        for b in rows:  # [Hq, 1, D] @ [Hq, D, n], then [Hq, 1, n] @ [Hq, n, D]
-            outs[b] = _attend_fp32(qs[b], kts[b][:, :, :n], vs[b][:, :n], n, scale, window, torch.bmm)
+        b = rows[0]  # [Hq, 1, D] @ [Hq, D, n], then [Hq, 1, n] @ [Hq, n, D]
+        kt = kp.as_strided((hq, d, n), (n * d, 1, d), at)
+        outs[b] = _attend_fp32(qs[b], kt, vp.as_strided((hq, n, d), (n * d, d, 1), at), n, scale, window, torch.bmm)
     return torch.stack(outs)[:, :, 0, :]  # type: ignore[arg-type]  # every row was filled
+
+
+class _Plan:
+    """A decode call's passes and packed gather rows, the same for every layer of a step (the tables and lengths
+    are): computed once, reused while a call brings equal tables and lengths."""
+
+    def __init__(
+        self, key: tuple[object, ...], table: torch.Tensor, lens: list[int], block_size: int, hq: int, hkv: int
+    ):
+        self.key, self.table = key, table
+        device = table.device
+        rows_of: dict[int, list[int]] = {}
+        for b, n in enumerate(lens):
+            rows_of.setdefault(n, []).append(b)
+        # (rows, n, first packed row, index of the rows for a batched pass or None); the packing order
+        self.passes: list[tuple[list[int], int, int, torch.Tensor | None]] = []
+        order: list[int] = []
+        row0 = 0
+        for n, rows in rows_of.items():
+            group = [rows] if len(rows) >= GROUP_BATCH else [[b] for b in rows]
+            for r in group:
+                idx = torch.tensor(r, device=device) if len(r) > 1 else None
+                self.passes.append((r, n, row0, idx))
+                order.extend(r)
+                row0 += len(r) * hq * n
+        # row (b, h, p) of the packed gather is row slots[b, p] * Hkv + h // group of the cache viewed [slots*Hkv, D]
+        perm = torch.tensor(order, device=device)
+        lens_t = torch.tensor(lens, device=device)[perm]
+        pos = torch.arange(max(lens), device=device)
+        slots = table.long()[perm][:, pos // block_size] * block_size + pos % block_size  # [batch, L]
+        heads = torch.arange(hq, device=device) // (hq // hkv)
+        src = slots[:, None, :] * hkv + heads[None, :, None]  # [batch, Hq, L]
+        keep = (pos[None, :] < lens_t[:, None])[:, None, :].expand_as(src)
+        self.src = src[keep]  # row-major: pass after pass, head after head, position after position
+
+
+_PLAN: list[_Plan] = []  # the last call's plan (one entry): the next layer of the step reuses it
+
+
+def _plan(block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int, hq: int, hkv: int) -> _Plan:
+    """The plan for these tables and lengths: the last one when its inputs are equal by value (a step's layers
+    share them), else a new one."""
+    lens = context_lens.tolist()
+    key = (tuple(lens), block_size, hq, hkv, block_tables.shape, block_tables.dtype, block_tables.device)
+    last = _PLAN[0] if _PLAN else None  # read once: another thread's engine may replace it
+    if last is not None and last.key == key and torch.equal(last.table, block_tables):
+        return last
+    plan = _Plan(key, block_tables.clone(), lens, block_size, hq, hkv)
+    _PLAN[:] = [plan]
+    return plan
 
 
 GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)
