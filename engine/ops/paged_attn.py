@@ -277,13 +277,15 @@ def _plan(
     q: torch.Tensor, k_flat: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int
 ) -> _Plan:
     """The plan for these inputs: this thread's last one when the tables and lengths are equal by value and the
-    shapes the same (a step's layers), else a new one."""
+    shapes the same (a step's layers), else a new one (kept on the CPU only)."""
     lens = context_lens.tolist()
     key = (tuple(lens), block_size, q.shape, q.dtype, q.device, k_flat.shape[1], block_tables.shape, block_tables.dtype)
     last = _LOCAL.plan
     if last is not None and last.key == key and torch.equal(last.table, block_tables):
         return last
-    _LOCAL.plan = plan = _Plan(key, block_tables.clone(), lens, q, k_flat.shape[1], block_size)
+    plan = _Plan(key, block_tables.clone(), lens, q, k_flat.shape[1], block_size)
+    if q.device.type == "cpu":  # kept for the next layer; on a GPU its buffers would outlive the engine's memory
+        _LOCAL.plan = plan
     return plan
 
 
