@@ -336,6 +336,12 @@ declare(
 )
 
 declare(
+    "VT_GEMM_SMALL",
+    False,
+    "ENGINE-PERSISTENT",
+    "The small decode GEMM for 9 to 32 rows of x (a b9-b32 decode step's projections, which otherwise take cuBLAS through F.linear), plain and with the residual add + RMSNorm prologue: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not cuBLAS's bits). bf16/fp16, no bias. OFF until its A/B against cuBLAS and the flip protocol.",
+)
+declare(
     "VT_GEMV_STREAM",
     True,
     "ENGINE-PERF",

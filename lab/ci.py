@@ -377,7 +377,8 @@ def gates_steps(ctx: Context) -> list[Step]:
         gate(ctx, "neartie-dense-fast", 90, ("neartie", *g), FAST),
         gate(ctx, "neartie-moe-fast", 90, ("neartie", *g, "--model", moe), FAST),
         # head_dim 32 takes the generic attention arm; the head_dim-128 model runs the default tiled arm
-        gate(ctx, "neartie-d128", 120, ("neartie", *g, "--model", d128, "--max-new-tokens", "300")),
+        # 336-position contexts: a position out of band is judged again by the oracle's fp32 twin (as in the flip)
+        gate(ctx, "neartie-d128", 120, ("neartie", *g, "--model", d128, "--max-new-tokens", "300", "--fp32-arbiter")),
         memcheck(ctx, "memcheck-dense", 150, ("--dtype", "bfloat16", "--max-new-tokens", "4")),
         memcheck(
             ctx,

@@ -10,7 +10,18 @@ import sys
 from lab.gates.cli import add_gate_parser
 
 REPORTS = ("perf",)
-BENCHES = ("ab", "bandwidth", "decode", "launch", "ncu_table", "serving", "step_arms", "throughput", "tp_scaling")
+BENCHES = (
+    "ab",
+    "bandwidth",
+    "decode",
+    "gemm_small",
+    "launch",
+    "ncu_table",
+    "serving",
+    "step_arms",
+    "throughput",
+    "tp_scaling",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

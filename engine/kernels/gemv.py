@@ -1,6 +1,7 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
-activation in its epilogue; each fused op's last arm runs the table's own ops one by one. And the model-level
+activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
+small GEMM (9 to 32 rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF). And the model-level
 switches over these GEMVs (merged projections, the GLU epilogue). The persistent GEMV and the activation in the
 down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import torch
 
+from engine.cuda import gemm_small as cuda_gemm_small
 from engine.cuda import gemv as cuda_gemv
 from engine.cuda import gemv_stream as cuda_stream
 from engine.kernels.table import KERNEL, Arm, Op, Switch, by_parts, gated_by, supports_any
@@ -43,6 +45,19 @@ _STREAM_NEEDS = (
 
 
 _PDL = gated_by("VT_GEMV_PDL")
+
+
+def supports_gemm_small(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """9 to 32 rows (a batch of decode tokens past the GEMV's), W and x as the small GEMM takes them, on x's device."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return _on_x_device(x, weight, bias) and cuda_gemm_small.supports(x2.shape[0], weight, x2, bias=bias)
+
+
+_GEMM_SMALL = gated_by("VT_GEMM_SMALL")
+_GEMM_SMALL_NEEDS = (
+    f"{cuda_gemm_small.MIN_ROWS} to {cuda_gemm_small.MAX_ROWS} rows of bf16/fp16, no bias, a row-major W, k and the "
+    f"row strides multiples of {cuda_gemm_small.VECTOR}, the rows within the opt-in shared memory"
+)
 
 
 def _with_pdl(
@@ -81,6 +96,7 @@ linear = Op(
             f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight, on x's device",
             cuda_gemv.launch_linear,
         ),
+        Arm("gemm_small", _GEMM_SMALL, supports_gemm_small, _GEMM_SMALL_NEEDS, cuda_gemm_small.launch_linear),
     ],
 )
 embedding = Op(gemv.embedding, gemv.check_embedding)
@@ -112,6 +128,21 @@ def supports_norm_prologue(
     rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
     return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemv.supports_prologue(
         rows[0].shape[0], k, weight, *rows
+    )
+
+
+def supports_norm_gemm_small(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    k = x.shape[-1]
+    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
+    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemm_small.supports(
+        rows[0].shape[0], weight, *rows, bias=bias
     )
 
 
@@ -176,6 +207,13 @@ add_rms_norm_linear = Op(
             supports_norm_prologue,
             _PROLOGUE_NEEDS,
             cuda_gemv.launch_add_rms_norm_linear,
+        ),
+        Arm(
+            "prologue_gemm_small",
+            _GEMM_SMALL,
+            supports_norm_gemm_small,
+            _GEMM_SMALL_NEEDS,
+            cuda_gemm_small.launch_add_rms_norm_linear,
         ),
         Arm(
             "norm_then_linear",

@@ -9,6 +9,7 @@ from functools import partial
 import torch
 
 from engine import kernels
+from engine.cuda import gemm_small as cuda_gemm_small
 from engine.cuda import gemv as cuda_gemv
 from engine.cuda import gemv_stream as cuda_stream
 from engine.cuda import norm as cuda_norm
@@ -30,10 +31,15 @@ def test_the_norm_and_linear_arms_launch_without_checking_again() -> None:
         "gemv_stream": cuda_stream.launch_linear,
         "gemv_pdl": cuda_gemv.launch_linear,
         "gemv": cuda_gemv.launch_linear,
+        "gemm_small": cuda_gemm_small.launch_linear,
     }
-    for op in (kernels.add_rms_norm_linear, kernels.add_rms_norm_linear_silu_mul):
+    prologues = {cuda_stream.launch_add_rms_norm_linear, cuda_gemv.launch_add_rms_norm_linear}
+    for op, extra in (
+        (kernels.add_rms_norm_linear, {cuda_gemm_small.launch_add_rms_norm_linear}),
+        (kernels.add_rms_norm_linear_silu_mul, set()),
+    ):
         fused = {a.name: _kernel_of(op, a.name) for a in op.arms if not a.composite}
-        assert set(fused.values()) == {cuda_stream.launch_add_rms_norm_linear, cuda_gemv.launch_add_rms_norm_linear}
+        assert set(fused.values()) == prologues | extra
     assert [a.name for a in kernels.silu_mul_linear.arms] == ["act_then_linear"]  # its prologue GEMV is retired
     glu = {a.name: _kernel_of(kernels.linear_silu_mul, a.name) for a in kernels.linear_silu_mul.arms[:4]}
     assert glu == {

@@ -52,7 +52,7 @@ def test_gates_phase_builds_then_gates_each_model_and_memchecks_it(tmp_path: Pat
     assert eager.env == {"VT_EAGER": "1"} and eager.stdout == out / "results" / "tokens-dense-eager.json"
     assert s["neartie-moe-fast"].env == ci.FAST
     assert s["neartie-moe-fast"].argv[-3:] == ("--model", f"{out}/models/moe", "--json")
-    assert s["neartie-d128"].argv[-4:] == (f"{out}/models/d128", "--max-new-tokens", "300", "--json")
+    assert s["neartie-d128"].argv[-5:] == (f"{out}/models/d128", "--max-new-tokens", "300", "--fp32-arbiter", "--json")
     memcheck = s["memcheck-moe"]
     assert memcheck.argv[:7] == ("compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", "--log-file",
                                  f"{out}/logs/memcheck-moe.sanitizer.log")  # fmt: skip
