@@ -4,6 +4,7 @@ by its parts (engine/kernels/) run the reference's own glue over the table's ops
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
@@ -59,7 +60,8 @@ class _References:
     def __getattr__(self, name: str) -> Any:
         if name not in HOMES:
             raise AttributeError(f"{name!r}: not a reference op a composite runs (add it to HOMES in {__name__})")
-        return getattr(importlib.import_module(f"engine.ops.{HOMES[name]}"), name)
+        module = f"engine.ops.{HOMES[name]}"
+        return getattr(sys.modules.get(module) or importlib.import_module(module), name)
 
 
 REFERENCES = _References()

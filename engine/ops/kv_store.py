@@ -23,17 +23,22 @@ def store_kv(
     """
     refuse_capture(k, "store_kv", "leave VT_KERNELS on to capture the decode step")
     num_slots = k_cache.shape[0] * k_cache.shape[1]
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    if (slot_mapping < -1).any():
+    if not slot_mapping.numel():
+        return
+    low, high = (int(x) for x in torch.aminmax(slot_mapping))
+    if low < -1:
         raise ValueError("slot_mapping: values below -1")
-    if slots.numel():
-        if int(slots.max()) >= num_slots:
-            raise IndexError(f"slot_mapping: slot {int(slots.max())} >= cache slots {num_slots}")
-        if slots.unique().numel() != slots.numel():
-            raise ValueError("slot_mapping: two tokens write the same slot")
-    k_cache.view(num_slots, *k_cache.shape[2:])[slots] = k[keep]
-    v_cache.view(num_slots, *v_cache.shape[2:])[slots] = v[keep]
+    if high >= num_slots:
+        raise IndexError(f"slot_mapping: slot {high} >= cache slots {num_slots}")
+    if low == -1:  # padding tokens: only the others are written
+        keep = slot_mapping >= 0
+        slots, k, v = slot_mapping[keep].long(), k[keep], v[keep]
+    else:  # every token written (a decode step): no masked copies
+        slots = slot_mapping.long()
+    if slots.unique().numel() != slots.numel():
+        raise ValueError("slot_mapping: two tokens write the same slot")
+    k_cache.view(num_slots, *k_cache.shape[2:]).index_copy_(0, slots, k)
+    v_cache.view(num_slots, *v_cache.shape[2:]).index_copy_(0, slots, v)
 
 
 def check_store_kv(

@@ -18,6 +18,7 @@ itself included. None means no window.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
@@ -182,9 +183,9 @@ def _decode_by_length(
     scale: float,
     window: int | None,
 ) -> torch.Tensor:  # [batch, Hq, D]
-    """fp32 decode attention, a pass per sequence through views of one gather (a length shared by GROUP_BATCH
-    sequences: one pass for them): every sum runs over exactly a sequence's own keys, as transformers' eager
-    attention of that one sequence does.
+    """fp32 decode attention, a pass per sequence through views of one packed gather (a length shared by
+    GROUP_BATCH sequences: one pass for them): every sum runs over exactly a sequence's own keys, as
+    transformers' eager attention of that one sequence does.
 
     fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
     the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
@@ -192,39 +193,100 @@ def _decode_by_length(
     Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
     (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
     over random lengths)."""
-    lens = context_lens.tolist()
-    rows_of: dict[int, list[int]] = {}
-    for b, n in enumerate(lens):
-        rows_of.setdefault(n, []).append(b)
-    # every sequence's keys gathered once, padded to the longest ([batch, Hq, L, D]); each group reads its
-    # first n keys as a view, so no sum ever sees a padded key (padding reads slot 0: a table's unused
-    # entries may hold anything)
-    pos = torch.arange(max(lens), device=q.device)
-    slots = block_tables.long()[:, pos // block_size] * block_size + pos % block_size
-    slots = torch.where(pos[None, :] < context_lens[:, None], slots, 0)
-    # one gather per cache straight into [batch, Hq, L, D] (query head h reads KV head h // group): row
-    # (b, h, p) of the result is row slots[b, p] * Hkv + h // group of the cache viewed [slots * Hkv, D]
-    (batch, hq, d), hkv = q.shape, k_flat.shape[1]
-    heads = torch.arange(hq, device=q.device) // (hq // hkv)
-    src = (slots[:, None, :] * hkv + heads[None, :, None]).flatten()
-    vh = v_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d)
-    # K^T as a transposed view of [batch, Hq, L, D] rows, the operand layout of transformers' q @ k^T
-    kt = k_flat.reshape(-1, d).index_select(0, src).view(batch, hq, -1, d).transpose(-1, -2)  # [batch, Hq, D, L]
+    plan = _plan(q, k_flat, block_tables, context_lens, block_size)
+    d = q.shape[2]
+    # one gather per cache of exactly the keys the passes read, into the plan's buffers, which its views read
+    torch.index_select(k_flat.reshape(-1, d), 0, plan.src, out=plan.k)
+    torch.index_select(v_flat.reshape(-1, d), 0, plan.src, out=plan.v)
     qh = q[:, :, None, :]  # [batch, Hq, 1, D]
-    # a sequence attends through views of its rows (cheaper than an index copy); a length shared by
-    # GROUP_BATCH or more sequences is one batched pass over their rows gathered by index
-    qs, kts, vs = qh.unbind(0), kt.unbind(0), vh.unbind(0)
-    outs: list[torch.Tensor | None] = [None] * len(lens)
-    for n, rows in rows_of.items():
-        if len(rows) >= GROUP_BATCH:
-            idx = torch.tensor(rows, device=q.device)
-            done = _attend_fp32(qh[idx], kt[idx, :, :, :n], vh[idx, :, :n], n, scale, window, torch.matmul)
-            for b, o in zip(rows, done.unbind(0)):
-                outs[b] = o
-            continue
-        for b in rows:  # [Hq, 1, D] @ [Hq, D, n], then [Hq, 1, n] @ [Hq, n, D]
-            outs[b] = _attend_fp32(qs[b], kts[b][:, :, :n], vs[b][:, :n], n, scale, window, torch.bmm)
-    return torch.stack(outs)[:, :, 0, :]  # type: ignore[arg-type]  # every row was filled
+    qs = qh.unbind(0)
+    # a sequence alone: [Hq, 1, D] @ [Hq, D, n] into its scores, every score scaled by one multiply (elementwise:
+    # the same products as one multiply per sequence), then its softmax @ [Hq, n, D] into its output rows
+    for b, kt, _, scores, _ in plan.singles:
+        torch.bmm(qs[b], kt, out=scores)
+    plan.scores.mul_(scale)  # rounding points 1 and 2
+    for _, _, v, scores, out in plan.singles:
+        n = scores.shape[-1]
+        if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
+            scores[..., : n - window] = float("-inf")
+        torch.bmm(torch.softmax(scores, dim=-1), v, out=out)  # points 3 and 4 (fp32: no rounding), then 5
+    for idx, kt, v, out in plan.groups:  # one length: [k, Hq, 1, D] @ [k, Hq, D, n], then P.V
+        out.copy_(_attend_fp32(qh[idx], kt, v, kt.shape[-1], scale, window, torch.matmul))
+    return plan.out.index_select(0, plan.unpack)[:, :, 0, :]  # pass order back to batch order
+
+
+class _Plan:
+    """A decode call's passes over one packed gather of exactly each sequence's keys ([Hq, n, D] rows per
+    sequence, query head h reading KV head h // group), with the gather's buffers, the scores' and the outputs',
+    and every pass's views of them: the same for every layer of a step (the tables and lengths are), so built once
+    a step. Each view has the strides the padded gather's views had (K^T a transposed view of [n, D] rows)."""
+
+    def __init__(
+        self, key: tuple[object, ...], table: torch.Tensor, lens: list[int], q: torch.Tensor, hkv: int, bs: int
+    ):
+        self.key, self.table = key, table
+        (batch, hq, d), device = q.shape, q.device
+        rows_of: dict[int, list[int]] = {}
+        for b, n in enumerate(lens):
+            rows_of.setdefault(n, []).append(b)
+        passes = [
+            (n, r) for n, rows in rows_of.items() for r in ([rows] if len(rows) >= GROUP_BATCH else [[b] for b in rows])
+        ]
+        order = [b for _, r in passes for b in r]  # the packing order: pass after pass
+        perm = torch.tensor(order, device=device)
+        lens_t = torch.tensor(lens, device=device)[perm]
+        pos = torch.arange(max(lens), device=device)
+        slots = table.long()[perm][:, pos // bs] * bs + pos % bs  # [batch, L]
+        heads = torch.arange(hq, device=device) // (hq // hkv)
+        src = slots[:, None, :] * hkv + heads[None, :, None]  # row of the cache viewed [slots * Hkv, D]
+        keep = torch.lt(pos.expand(hq, -1), lens_t[:, None, None])  # [batch, Hq, L], contiguous: a fast select
+        self.src = torch.masked_select(src, keep)  # pass after pass, head after head, position after position
+        self.k = torch.empty(self.src.numel(), d, dtype=q.dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.out = torch.empty(batch, hq, 1, d, dtype=q.dtype, device=device)  # pass order
+        self.unpack = torch.empty(batch, dtype=torch.long, device=device)
+        self.unpack[perm] = torch.arange(batch, device=device)
+        self.scores = torch.empty(sum(hq * n for n, r in passes if len(r) == 1), dtype=q.dtype, device=device)
+        self.singles: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        at = at_scores = first = 0
+        k_, v_, s_ = self.k.as_strided, self.v.as_strided, self.scores.as_strided  # one op per view
+        for n, r in passes:
+            k = len(r)
+            if k == 1:
+                kt, v = k_((hq, d, n), (n * d, 1, d), at), v_((hq, n, d), (n * d, d, 1), at)
+                self.singles.append((r[0], kt, v, s_((hq, 1, n), (n, n, 1), at_scores), self.out[first]))
+                at_scores += hq * n
+            else:
+                kt = k_((k, hq, d, n), (hq * n * d, n * d, 1, d), at)
+                v = v_((k, hq, n, d), (hq * n * d, n * d, d, 1), at)
+                self.groups.append((torch.tensor(r, device=device), kt, v, self.out[first : first + k]))
+            at, first = at + k * hq * n * d, first + k
+
+
+class _Local(threading.local):
+    """The last call's plan, per thread (an engine loop runs in one; the plan's buffers are its scratch)."""
+
+    plan: _Plan | None = None
+
+
+_LOCAL = _Local()
+
+
+def _plan(
+    q: torch.Tensor, k_flat: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int
+) -> _Plan:
+    """The plan for these inputs: this thread's last one when the tables and lengths are equal by value and the
+    shapes the same (a step's layers), else a new one (kept on the CPU only)."""
+    lens = context_lens.tolist()
+    key = (tuple(lens), block_size, q.shape, q.dtype, q.device, k_flat.shape[1], block_tables.shape, block_tables.dtype)
+    last = _LOCAL.plan
+    if last is not None and last.key == key and torch.equal(last.table, block_tables):
+        return last
+    plan = _Plan(key, block_tables.clone(), lens, q, k_flat.shape[1], block_size)
+    if q.device.type == "cpu":  # kept for the next layer; on a GPU its buffers would outlive the engine's memory
+        _LOCAL.plan = plan
+    return plan
 
 
 GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)

@@ -14,7 +14,8 @@ from engine.flags import REFERENCE
 store_kv = partial(kernels.store_kv, REFERENCE)
 
 
-def test_store_kv_writes_each_slot_and_skips_padding(dtype, gen):
+@pytest.mark.parametrize("padding", [[2, 7], []], ids=["padded", "every-token"])
+def test_store_kv_writes_each_slot_and_skips_padding(padding, dtype, gen):
     num_blocks, block_size, heads, head_dim, tokens = 7, 5, 3, 19, 11
     k_cache = torch.randn(num_blocks, block_size, heads, head_dim, generator=gen).to(dtype)
     v_cache = torch.randn(num_blocks, block_size, heads, head_dim, generator=gen).to(dtype)
@@ -22,7 +23,7 @@ def test_store_kv_writes_each_slot_and_skips_padding(dtype, gen):
     k = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
     v = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
-    slots[[2, 7]] = -1
+    slots[padding] = -1  # none: a decode step's rows, written without masked copies
     store_kv(k, v, k_cache, v_cache, slots.int())
     expected_k, expected_v = before_k.clone(), before_v.clone()
     for t, s in enumerate(slots.tolist()):  # python loop: block = s // block_size, offset = s % block_size
@@ -41,6 +42,10 @@ def test_store_kv_rejects_bad_input(gen):
         store_kv(k, k, cache, cache.clone(), torch.tensor([0, 1, 4]))
     with pytest.raises(ValueError, match="slot_mapping: two tokens write the same slot"):
         store_kv(k, k, cache, cache.clone(), torch.tensor([1, 1, -1]))
+    with pytest.raises(ValueError, match="slot_mapping: two tokens write the same slot"):
+        store_kv(k, k, cache, cache.clone(), torch.tensor([1, 3, 1]))
+    with pytest.raises(ValueError, match="slot_mapping: values below -1"):
+        store_kv(k, k, cache, cache.clone(), torch.tensor([1, -2, 0]))
     with pytest.raises(ValueError, match="k_cache: dim 2 is 2 but k's num_kv_heads is 3"):
         store_kv(torch.randn(3, 3, 4), torch.randn(3, 3, 4), cache, cache.clone(), torch.tensor([0, 1, 2]))
     with pytest.raises(TypeError, match="k_cache: dtype bfloat16 differs from k's float32"):

@@ -189,6 +189,24 @@ def test_fp32_batched_decode_is_bitwise_transformers_one_sequence_at_a_time(hq, 
         assert torch.equal(out[b : b + 1], alone), (b, c)
 
 
+def test_fp32_decode_plan_follows_the_tables_not_only_the_lengths(gen, close):
+    """A step's layers share one gather plan; a call with equal lengths but other tables (here the same tensor,
+    two rows swapped in place) gets a new one: each sequence reads its own keys, never the last call's."""
+    hq, hkv, d = 4, 2, 32
+    ctx = [20, 20, 7]
+    k_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
+    v_seqs = [torch.randn(c, hkv, d, generator=gen) for c in ctx]
+    k_cache, v_cache, tables, lens = make_paged(k_seqs, v_seqs, 16, 9, gen)
+    q = torch.randn(len(ctx), hq, d, generator=gen)
+    for order in ([0, 1, 2], [1, 0, 2]):
+        if order[0] == 1:  # rows 0 and 1 trade tables: row 0 now reads sequence 1's keys
+            tables[[0, 1]] = tables[[1, 0]].clone()
+        out = paged_decode_attention(q, k_cache, v_cache, tables, lens, d**-0.5)
+        for b, s in enumerate(order):
+            expected = reference_attention(q[b : b + 1], k_seqs[s], v_seqs[s], [ctx[s] - 1], None)
+            close(out[b : b + 1], expected, torch.float32, "reduction")
+
+
 def test_paged_decode_at_block_boundaries(dtype, gen, close):
     hq, hkv, d, block_size = 2, 1, 16, 32
     ctx = [1, 31, 32, 33, 64, 100]
