@@ -91,6 +91,11 @@ def test_graphed_decode_equals_eager_with_the_gdn_kernel(next_checkpoint, model:
 RAZOR_LENS = (1, 6, 13, 31, 2, 9, 17, 33, 4, 15, 24, 47, 8, 20, 40, 63)  # the razor's 16 prompts x 64 tokens
 
 
+# Known to fail, and held so (strict: a pass is reported): on the H200 3 and 9 of the 16 prompts diverge at
+# near-ties, the same counts with the GDN arms on (2026-12-01, `2026-12-01-gdn-flip-gates.json`), with the chunked
+# kernel retired and the MoE experts by the kernel, the routed arm or the reference (2026-12-05); the bf16 evidence
+# is the razor with the fp32 twin as second judge (the MODEL-QWEN3-NEXT spec)
+@pytest.mark.xfail(strict=True, reason="bf16 near-ties diverge from transformers' generate (3 and 9 of 16 prompts)")
 @pytest.mark.parametrize("model", ["moe-shared-expert", "d128"])
 def test_bf16_razor_prompts_token_exact_and_the_oracles_own_razor(next_checkpoint, model: str) -> None:
     """Token-exact on the razor's prompts with the GDN arms on (graphed); then the razor of transformers' own greedy
