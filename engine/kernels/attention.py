@@ -5,6 +5,7 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -52,30 +53,36 @@ def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
     return kernel
 
 
-def _tiled_variant(predicate: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
-    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<predicate>`, looked up at
-    call time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
-    (`cuda_tiled.decode(**mode)`). The predicate refuses a shape the binding would hand to the plain two passes
-    (no ready counters: first use under graph capture), so the counters name the kernel that ran."""
+def _tiled_variant(
+    predicate: str, fused: bool = False, pipelined: bool = False, pdl: bool = False
+) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
+    """A variant of the tiled arm: its predicate (`supports_tiled`, and `cuda_tiled.<predicate>`, looked up at call
+    time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
+    (`cuda_tiled.launch_decode` in that mode, unchecked: the op's check and the predicate hold its inputs). The
+    predicate refuses a shape the binding would hand to the plain two passes (no ready counters: first use under
+    graph capture), so the counters name the kernel that ran."""
 
     def supports(
-        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *rest: Any, **__: Any
     ) -> bool:
-        shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
-        return shape_ok and bool(getattr(cuda_tiled, predicate)(q, k_cache, block_tables))
+        inputs_ok = supports_tiled(q, k_cache, v_cache, block_tables, *rest)
+        return inputs_ok and bool(getattr(cuda_tiled, predicate)(q, k_cache, block_tables))
 
-    def kernel(
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        block_tables: torch.Tensor,
-        context_lens: torch.Tensor,
-        scale: float,
-        sliding_window: int | None = None,
-    ) -> torch.Tensor:
-        return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, **mode)
+    return supports, partial(cuda_tiled.launch_decode, fused=fused, pipelined=pipelined, pdl=pdl)
 
-    return supports, kernel
+
+def supports_tiled(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    *_: Any,
+    **__: Any,
+) -> bool:
+    """The tiled arm's shapes (head_dim, group, dtype) and what its launch needs past the op's check."""
+    shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
+    return shape_ok and cuda_tiled.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
 
 
 def supports_onepass(
@@ -262,9 +269,10 @@ paged_decode_attention = Op(
         Arm(
             "tiled",
             gated_by("VT_ATTN_TILED"),
-            supports_heads(cuda_tiled.supports),
-            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
-            cuda_tiled.decode,
+            supports_tiled,
+            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head, "
+            "q and the caches contiguous, every tensor on q's device",
+            cuda_tiled.launch_decode,
         ),
         Arm(
             "generic",

@@ -16,9 +16,11 @@ from engine.cuda import gemv_stream as cuda_stream
 from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
+from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import sample_rows as cuda_sample_rows
+from engine.kernels import attention as attention_family
 from engine.kernels import gemv as gemv_family
 
 
@@ -142,3 +144,35 @@ def test_the_gumbel_predicate_holds_unfiltered_rows_a_unit_stride_vocabulary_and
     assert not cuda_sample_rows.supports(*args, filtered=True)
     assert not cuda_sample_rows.supports(torch.ones(8, 2).T, *args[1:], filtered=False)  # a strided vocabulary
     assert not cuda_sample_rows.supports(logits, rows, rows, rows, _meta(ids), ids, filtered=False)
+
+
+def test_the_tiled_decode_attention_arms_launch_without_checking_again() -> None:
+    launches = {a.name: _kernel_of(kernels.paged_decode_attention, a.name) for a in kernels.paged_decode_attention.arms}
+    tiled = ("tiled_fused", "tiled_pipelined_pdl", "tiled_pipelined", "tiled")
+    assert {name: launches[name] for name in tiled} == dict.fromkeys(tiled, cuda_tiled.launch_decode)
+    modes = {a.name: a.kernel.keywords for a in kernels.paged_decode_attention.arms if isinstance(a.kernel, partial)}
+    assert modes == {
+        "tiled_fused": {"fused": True, "pipelined": False, "pdl": False},
+        "tiled_pipelined_pdl": {"fused": False, "pipelined": True, "pdl": True},
+        "tiled_pipelined": {"fused": False, "pipelined": True, "pdl": False},
+    }
+
+
+def test_the_tiled_decode_predicate_holds_contiguous_inputs_on_one_device() -> None:
+    q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
+    tables, lens = torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32)
+    args = [q, cache, cache.clone(), tables, lens]
+    assert cuda_tiled.supports_inputs(*args) and attention_family.supports_tiled(*args, 0.125)
+    for i in range(1, 5):  # a cache, the tables or the lengths on another device
+        assert not cuda_tiled.supports_inputs(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_tiled.supports_inputs(torch.ones(2, 8, 128, dtype=torch.bfloat16)[..., ::2], *args[1:])
+    assert not cuda_tiled.supports_inputs(q, torch.ones(4, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2), *args[2:])
+    assert not attention_family.supports_tiled(q.float(), cache.float(), cache.float(), tables, lens)  # fp32: generic
+    assert not attention_family.supports_tiled(q, cache, _meta(cache), tables, lens)  # the shape fits, the device not
+    # the variants decline inputs the launch cannot take before asking the CUDA library for their splits
+    for variant in (
+        attention_family.supports_tiled_fused,
+        attention_family.supports_tiled_pipelined,
+        attention_family.supports_tiled_pdl,
+    ):
+        assert not variant(q, cache, cache, tables, _meta(lens), 0.125)
