@@ -221,19 +221,8 @@ def decode(
     )
 
 
-def supports_inputs(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-) -> bool:
-    """What the tiled kernels need past the op's check (engine/ops/paged_attn.py: ranks, dtypes, sizes, the window)
-    and `supports` (head_dim, group, dtype): q and the caches contiguous, every tensor on q's device. The table's
-    arms ask this, then launch unchecked (`launch_decode`)."""
-    dev = q.device
-    same = all(t.device == dev for t in (k_cache, v_cache, block_tables, context_lens))
-    return same and q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+# what the tiled kernels need past the op's check and `supports`: the paged kernels' one predicate
+supports_inputs = paged_attn.supports_inputs
 
 
 def launch_decode(

@@ -35,22 +35,23 @@ def supports_heads(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..
 _PA = cuda_paged_attn
 
 
-# --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
-def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
-    def kernel(
+def _supports_paged(arm: int) -> Callable[..., bool]:
+    """The predicate of paged_attn.cu's `arm`: its shapes (head_dim, group, dtype) and what its launch needs past
+    the op's check (`paged_attn.supports_inputs`)."""
+
+    def supports(
         q: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         block_tables: torch.Tensor,
         context_lens: torch.Tensor,
-        scale: float,
-        sliding_window: int | None = None,
-    ) -> torch.Tensor:
-        return _PA.paged_decode_attention(
-            q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm=arm
-        )
+        *_: Any,
+        **__: Any,
+    ) -> bool:
+        shape_ok = _PA.supports(arm, q.shape[2], _group(q, k_cache), q.dtype)
+        return shape_ok and _PA.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
 
-    return kernel
+    return supports
 
 
 def _tiled_variant(
@@ -277,9 +278,9 @@ paged_decode_attention = Op(
         Arm(
             "generic",
             gated_by(),
-            supports_heads(lambda d, g, t: _PA.supports(_PA.GENERIC, d, g, t)),
-            "head_dim at most 256, a multiple of 8",
-            _paged_arm(_PA.GENERIC),
+            _supports_paged(_PA.GENERIC),
+            "head_dim at most 256, a multiple of 8, q and the caches contiguous, every tensor on q's device",
+            partial(_PA.launch_decode, arm=_PA.GENERIC),
             notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
         ),
     ],
@@ -294,9 +295,9 @@ paged_decode_attention = Op(
         Arm(
             "warp_d128",
             gated_by(),
-            supports_heads(lambda d, g, t: _PA.supports(_PA.WARP, d, g, t)),
-            "fp32/bf16, head_dim 128",
-            _paged_arm(_PA.WARP),
+            _supports_paged(_PA.WARP),
+            "fp32/bf16, head_dim 128, q and the caches contiguous, every tensor on q's device",
+            partial(_PA.launch_decode, arm=_PA.WARP),
         ),
     ],
 )

@@ -16,6 +16,7 @@ from engine.cuda import gemv_stream as cuda_stream
 from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
+from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
@@ -146,15 +147,19 @@ def test_the_gumbel_predicate_holds_unfiltered_rows_a_unit_stride_vocabulary_and
     assert not cuda_sample_rows.supports(logits, rows, rows, rows, _meta(ids), ids, filtered=False)
 
 
-def test_the_tiled_decode_attention_arms_launch_without_checking_again() -> None:
-    launches = {a.name: _kernel_of(kernels.paged_decode_attention, a.name) for a in kernels.paged_decode_attention.arms}
+def test_the_paged_decode_attention_arms_launch_without_checking_again() -> None:
+    op = kernels.paged_decode_attention
+    launches = {a.name: _kernel_of(op, a.name) for a in op.arms + op.by_name}
     tiled = ("tiled_fused", "tiled_pipelined_pdl", "tiled_pipelined", "tiled")
     assert {name: launches[name] for name in tiled} == dict.fromkeys(tiled, cuda_tiled.launch_decode)
-    modes = {a.name: a.kernel.keywords for a in kernels.paged_decode_attention.arms if isinstance(a.kernel, partial)}
+    assert launches["generic"] is launches["warp_d128"] is cuda_paged_attn.launch_decode
+    modes = {a.name: a.kernel.keywords for a in op.arms + op.by_name if isinstance(a.kernel, partial)}
     assert modes == {
         "tiled_fused": {"fused": True, "pipelined": False, "pdl": False},
         "tiled_pipelined_pdl": {"fused": False, "pipelined": True, "pdl": True},
         "tiled_pipelined": {"fused": False, "pipelined": True, "pdl": False},
+        "generic": {"arm": cuda_paged_attn.GENERIC},
+        "warp_d128": {"arm": cuda_paged_attn.WARP},
     }
 
 
@@ -176,3 +181,16 @@ def test_the_tiled_decode_predicate_holds_contiguous_inputs_on_one_device() -> N
         attention_family.supports_tiled_pdl,
     ):
         assert not variant(q, cache, cache, tables, _meta(lens), 0.125)
+
+
+def test_the_generic_and_warp_decode_predicates_hold_their_shapes_and_the_launchs_inputs() -> None:
+    op = kernels.paged_decode_attention
+    generic, warp = op.arm("generic").supports, op.arm("warp_d128").supports
+    q, cache = torch.ones(2, 8, 128), torch.ones(4, 16, 2, 128)
+    args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
+    assert generic(*args) and warp(*args)
+    for i in range(1, 5):  # a cache, the tables or the lengths on another device
+        assert not generic(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not generic(torch.ones(2, 8, 256)[..., ::2], *args[1:])  # a strided q
+    assert not warp(torch.ones(2, 8, 64), torch.ones(4, 16, 2, 64), torch.ones(4, 16, 2, 64), *args[3:])  # d 64
+    assert not generic(torch.ones(2, 8, 264), torch.ones(4, 16, 2, 264), torch.ones(4, 16, 2, 264), *args[3:])
