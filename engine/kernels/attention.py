@@ -121,8 +121,33 @@ def _splitkv_swap(
     )
 
 
-def supports_mma(q: torch.Tensor, *_: Any, **__: Any) -> bool:
-    return cuda_prefill.supports(q.shape[2], q.dtype)
+def supports_prefill_mma(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> bool:
+    """The varlen kernel's head dims and dtypes, and what its launch needs past the op's check."""
+    return cuda_prefill.supports(q.shape[2], q.dtype) and cuda_prefill.supports_prefill(q, k, v, device_lens)
+
+
+def supports_extend_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> bool:
+    """`supports_prefill_mma` over a cached prefix: the caches and the block table as the launch needs them."""
+    shape_ok = cuda_prefill.supports(q.shape[2], q.dtype)
+    return shape_ok and cuda_prefill.supports_extend(q, k_cache, v_cache, block_tables, device_lens)
 
 
 def _device_lens(q: torch.Tensor, device_lens: torch.Tensor | None, *lists: Sequence[int]) -> torch.Tensor:
@@ -142,9 +167,8 @@ def _prefill_mma(
     sliding_window: int | None = None,
     device_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return cuda_prefill.prefill(
-        q, k.contiguous(), v.contiguous(), _device_lens(q, device_lens, seq_lens), scale, sliding_window
-    )
+    lens = _device_lens(q, device_lens, seq_lens)
+    return cuda_prefill.launch_prefill(q, k.contiguous(), v.contiguous(), lens, scale, sliding_window)
 
 
 def _extend_mma(
@@ -159,7 +183,7 @@ def _extend_mma(
     device_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     lens = _device_lens(q, device_lens, seq_lens, prefix_lens)
-    return cuda_prefill.extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
+    return cuda_prefill.launch_extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
 
 
 _DECODE_ROWS_WS = 1 << 26  # fp32 elements of the generic decode kernel's logits workspace the arm may take
@@ -202,12 +226,13 @@ def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torc
     return seq, ctx.to(torch.int32)
 
 
-_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}"
+_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}, q's heads packed, every tensor on q's device"
+_EXTEND_MMA_NEEDS = f"{_PREFILL_MMA_NEEDS}, contiguous caches and block table"
 prefill_attention = Op(
     paged_attn.prefill_attention,
     paged_attn.check_prefill_attention,
     [
-        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _prefill_mma),
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_prefill_mma, _PREFILL_MMA_NEEDS, _prefill_mma),
     ],
 )
 # The varlen kernel on tensor cores, then (fp32, small steps) one generic decode row per new token.
@@ -215,7 +240,7 @@ extend_attention = Op(
     paged_attn.extend_attention,
     paged_attn.check_extend_attention,
     [
-        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _extend_mma),
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_extend_mma, _EXTEND_MMA_NEEDS, _extend_mma),
         Arm(
             "decode_rows",
             gated_by("VT_PREFILL_ATTN"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 import torch
 
 from engine import kernels
@@ -18,6 +19,7 @@ from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
 from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_tiled as cuda_tiled
+from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import sample_rows as cuda_sample_rows
@@ -194,3 +196,37 @@ def test_the_generic_and_warp_decode_predicates_hold_their_shapes_and_the_launch
     assert not generic(torch.ones(2, 8, 256)[..., ::2], *args[1:])  # a strided q
     assert not warp(torch.ones(2, 8, 64), torch.ones(4, 16, 2, 64), torch.ones(4, 16, 2, 64), *args[3:])  # d 64
     assert not generic(torch.ones(2, 8, 264), torch.ones(4, 16, 2, 264), torch.ones(4, 16, 2, 264), *args[3:])
+
+
+def test_the_varlen_attention_arms_run_their_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, torch.Tensor]] = []
+    for name in ("launch_prefill", "launch_extend"):
+        monkeypatch.setattr(cuda_prefill, name, lambda q, *a, name=name: ran.append((name, a[-3])) or q)
+    q, k = torch.ones(5, 4, 64, dtype=torch.bfloat16), torch.ones(5, 2, 64, dtype=torch.bfloat16)
+    kernels.prefill_attention.arm("mma").kernel(q, k, k, [2, 3], 0.125)
+    cache, tables = torch.ones(4, 16, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.int64)
+    kernels.extend_attention.arm("mma").kernel(q, cache, cache, tables, [2, 3], [4, 0], 0.125)
+    assert [name for name, _ in ran] == ["launch_prefill", "launch_extend"]
+    assert ran[0][1].tolist() == [[2, 3]] and ran[1][1].tolist() == [[2, 3], [4, 0]]  # the lengths, as the kernel's
+
+
+def test_the_varlen_predicates_hold_packed_heads_the_layouts_and_one_device() -> None:
+    q, k = torch.ones(5, 4, 64, dtype=torch.bfloat16), torch.ones(5, 2, 64, dtype=torch.bfloat16)
+    lens = torch.ones(2, 2, dtype=torch.int32)
+    prefill = kernels.prefill_attention.arm("mma").supports
+    assert prefill(q, k, k, [2, 3], 0.125) and prefill(q, k, k, [2, 3], 0.125, None, lens)
+    rows = torch.ones(5, 8, 64, dtype=torch.bfloat16)[:, :4]  # strided rows, packed heads: the kernel takes them
+    assert prefill(rows, k, k, [2, 3], 0.125)
+    assert not prefill(torch.ones(5, 64, 4, dtype=torch.bfloat16).transpose(1, 2), k, k, [2, 3], 0.125)
+    assert not prefill(q, k, _meta(k), [2, 3], 0.125)
+    assert not prefill(q, k, k, [2, 3], 0.125, None, torch.ones(2, 4, dtype=torch.int32)[:, ::2])
+    cache, tables = torch.ones(4, 16, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.int32)
+    extend = kernels.extend_attention.arm("mma").supports
+    args = [q, cache, cache.clone(), tables, [2, 3], [4, 0], 0.125]
+    assert extend(*args) and extend(*args, None, lens)
+    for i in (1, 2, 3):  # a cache or the tables on another device
+        assert not extend(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not extend(q, cache, cache.float(), *args[3:])  # V's dtype is not the op's check's
+    assert not extend(q, torch.ones(4, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2), *args[2:])
+    assert not extend(q, cache, cache, torch.zeros(3, 2, dtype=torch.int32).T, *args[4:])
+    assert not extend(*args, None, torch.ones(2, 4, dtype=torch.int32)[:, ::2])
