@@ -54,8 +54,29 @@ def dequant_awq(
     group_size: int,
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
-    k, n = _int4(qweight, qzeros, scales, along_n=True)
+    """`launch_dequant_awq` after the checks that name the bad argument: the entry for a direct call."""
+    k, _ = _int4(qweight, qzeros, scales, along_n=True)
     _group(k, group_size, scales)
+    return launch_dequant_awq(qweight, qzeros, scales, group_size, dtype)
+
+
+def supports_dequant_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+) -> bool:
+    """What the AWQ dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the group):
+    the three tensors contiguous on qweight's device and an output dtype it writes. The table's arm asks this,
+    then launches unchecked (`launch_dequant_awq`)."""
+    dev = qweight.device
+    dense = all(t.is_contiguous() for t in (qweight, qzeros, scales))
+    return dense and qzeros.device == dev and scales.device == dev and (dtype is None or dtype in ffi.DTYPE_CODES)
+
+
+def launch_dequant_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
+    """The AWQ dequant launch, its inputs already checked (by `dequant_awq`, or by the table's check and
+    `supports_dequant_awq`)."""
+    k, n = qweight.shape[0], qweight.shape[1] * PACK
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_awq_dequant(

@@ -49,7 +49,14 @@ def _dequant_nvfp4_kernel(
     return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
 
 
-dequant_awq = cuda_op(quant.dequant_awq, quant.check_dequant_awq, gated_by("VT_DEQUANT_KERNEL"), cuda_quant.dequant_awq)
+dequant_awq = cuda_op(
+    quant.dequant_awq,
+    quant.check_dequant_awq,
+    gated_by("VT_DEQUANT_KERNEL"),
+    cuda_quant.launch_dequant_awq,
+    cuda_quant.supports_dequant_awq,
+    "qweight, qzeros and scales contiguous on one device; an fp32/bf16/fp16 output",
+)
 dequant_gptq = cuda_op(
     quant.dequant_gptq,
     quant.check_dequant_gptq,

@@ -20,6 +20,7 @@ from engine.cuda import norm as cuda_norm
 from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
+from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import sample_rows as cuda_sample_rows
@@ -230,3 +231,16 @@ def test_the_varlen_predicates_hold_packed_heads_the_layouts_and_one_device() ->
     assert not extend(q, torch.ones(4, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2), *args[2:])
     assert not extend(q, cache, cache, torch.zeros(3, 2, dtype=torch.int32).T, *args[4:])
     assert not extend(*args, None, torch.ones(2, 4, dtype=torch.int32)[:, ::2])
+
+
+def test_the_awq_dequant_arm_launches_and_its_predicate_holds_dense_tensors_on_one_device() -> None:
+    assert _kernel_of(kernels.dequant_awq, "cuda") is cuda_quant.launch_dequant_awq
+    qweight, qzeros = torch.zeros(64, 2, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32)
+    scales = torch.ones(2, 16, dtype=torch.bfloat16)
+    args = [qweight, qzeros, scales, 32]
+    assert cuda_quant.supports_dequant_awq(*args) and cuda_quant.supports_dequant_awq(*args, torch.float32)
+    assert not cuda_quant.supports_dequant_awq(*args, torch.float64)  # an output dtype the kernel does not write
+    for i in (1, 2):  # qzeros or scales on another device
+        assert not cuda_quant.supports_dequant_awq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_quant.supports_dequant_awq(torch.zeros(2, 64, dtype=torch.int32).T, qzeros, scales, 32)
+    assert not cuda_quant.supports_dequant_awq(qweight, qzeros, torch.ones(16, 2, dtype=torch.bfloat16).T, 32)
