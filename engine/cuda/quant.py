@@ -132,7 +132,27 @@ def dequant_nvfp4(
     global_scale: torch.Tensor | float,  # [] or [1] fp32, or a float
     dtype: torch.dtype,
 ) -> torch.Tensor:  # [N, K], dtype
-    n, k = _nvfp4(packed, block_scales)
+    """`launch_dequant_nvfp4` after the checks that name the bad argument: the entry for a direct call."""
+    _nvfp4(packed, block_scales)
+    return launch_dequant_nvfp4(packed, block_scales, global_scale, dtype)
+
+
+def supports_dequant_nvfp4(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> bool:
+    """What the NVFP4 dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the output
+    dtype, one fp32 global scale): packed and the block scales contiguous on one device. The table's arm asks
+    this, then launches unchecked (`launch_dequant_nvfp4`)."""
+    same = block_scales.device == packed.device
+    return same and packed.is_contiguous() and block_scales.is_contiguous()
+
+
+def launch_dequant_nvfp4(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> torch.Tensor:  # [N, K], dtype
+    """The NVFP4 dequant launch, its tensors already checked (by `dequant_nvfp4`, or by the table's check and
+    `supports_dequant_nvfp4`); the global scale goes by pointer or by value (`global_scale_arg`)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     lib = _lib()

@@ -46,7 +46,7 @@ def _dequant_nvfp4_kernel(
     packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
 ) -> torch.Tensor:
     gs = quant.nvfp4_global_scale(global_scale, packed.device)
-    return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
+    return cuda_quant.launch_dequant_nvfp4(packed, block_scales, gs, dtype)
 
 
 dequant_awq = cuda_op(
@@ -66,7 +66,12 @@ dequant_gptq = cuda_op(
     "4-bit weights",
 )
 dequant_nvfp4 = cuda_op(
-    quant.dequant_nvfp4, quant.check_dequant_nvfp4, gated_by("VT_DEQUANT_KERNEL"), _dequant_nvfp4_kernel
+    quant.dequant_nvfp4,
+    quant.check_dequant_nvfp4,
+    gated_by("VT_DEQUANT_KERNEL"),
+    _dequant_nvfp4_kernel,
+    cuda_quant.supports_dequant_nvfp4,
+    "packed and block_scales contiguous on one device",
 )
 # The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
 _DEQUANT_THEN_LINEAR = {  # their linear never a programmatic dependent of the dequant writing its W

@@ -244,3 +244,19 @@ def test_the_awq_dequant_arm_launches_and_its_predicate_holds_dense_tensors_on_o
         assert not cuda_quant.supports_dequant_awq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
     assert not cuda_quant.supports_dequant_awq(torch.zeros(2, 64, dtype=torch.int32).T, qzeros, scales, 32)
     assert not cuda_quant.supports_dequant_awq(qweight, qzeros, torch.ones(16, 2, dtype=torch.bfloat16).T, 32)
+
+
+def test_the_nvfp4_dequant_arm_runs_its_launch_and_its_predicate_holds_dense_tensors_on_one_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(cuda_quant, "launch_dequant_nvfp4", lambda packed, bs, gs, dtype: ran.append(gs) or packed)
+    packed, scales = torch.zeros(4, 16, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.float8_e4m3fn)
+    kernels.dequant_nvfp4.arm("cuda").kernel(packed, scales, torch.tensor([0.5]), torch.bfloat16)
+    assert ran == [0.5]  # a host global scale goes by value: no device copy
+    assert cuda_quant.supports_dequant_nvfp4(packed, scales, 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(packed, _meta(scales), 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(torch.zeros(16, 4, dtype=torch.uint8).T, scales, 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(
+        packed, torch.zeros(2, 4, dtype=torch.float8_e4m3fn).T, 1.0, torch.half
+    )
