@@ -104,8 +104,44 @@ def dequant_gptq(
     version: int = 1,
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
-    k, n = _int4(qweight, qzeros, scales, along_n=False)
-    g32 = _g_idx(g_idx, k, bits, version, qweight.device)
+    """`launch_dequant_gptq` after the checks that name the bad argument: the entry for a direct call."""
+    k, _ = _int4(qweight, qzeros, scales, along_n=False)
+    _g_idx(g_idx, k, bits, version, qweight.device)
+    return launch_dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype)
+
+
+def supports_dequant_gptq(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    dtype: torch.dtype | None = None,
+) -> bool:
+    """What the GPTQ dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, bits in
+    (2, 4, 8), the format version): 4-bit weights, qweight, qzeros and scales contiguous on qweight's device, g_idx
+    there too (any stride: the launch hands it over as contiguous int32), an output dtype it writes. The table's
+    arm asks this, then launches unchecked (`launch_dequant_gptq`)."""
+    dev = qweight.device
+    dense = all(t.is_contiguous() for t in (qweight, qzeros, scales))
+    same = all(t.device == dev for t in (qzeros, scales, g_idx))
+    return bits == 4 and dense and same and (dtype is None or dtype in ffi.DTYPE_CODES)
+
+
+def launch_dequant_gptq(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
+    """The GPTQ dequant launch, its inputs already checked (by `dequant_gptq`, or by the table's check and
+    `supports_dequant_gptq`)."""
+    k, n = qweight.shape[0] * PACK, qweight.shape[1]
+    g32 = g_idx.to(torch.int32).contiguous()
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_gptq_dequant(

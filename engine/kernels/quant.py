@@ -30,18 +30,6 @@ def supports_gptq_gemv(
     return supports_one_row(x) and bits == 4
 
 
-def supports_int4(
-    qweight: torch.Tensor,
-    qzeros: torch.Tensor,
-    scales: torch.Tensor,
-    g_idx: torch.Tensor,
-    bits: int = 4,
-    *_: Any,
-    **__: Any,
-) -> bool:
-    return bits == 4
-
-
 def _dequant_nvfp4_kernel(
     packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
 ) -> torch.Tensor:
@@ -61,9 +49,9 @@ dequant_gptq = cuda_op(
     quant.dequant_gptq,
     quant.check_dequant_gptq,
     gated_by("VT_DEQUANT_KERNEL"),
-    cuda_quant.dequant_gptq,
-    supports_int4,
-    "4-bit weights",
+    cuda_quant.launch_dequant_gptq,
+    cuda_quant.supports_dequant_gptq,
+    "4-bit weights; qweight, qzeros and scales contiguous on one device, g_idx there too; an fp32/bf16/fp16 output",
 )
 dequant_nvfp4 = cuda_op(
     quant.dequant_nvfp4,

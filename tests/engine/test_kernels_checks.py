@@ -260,3 +260,16 @@ def test_the_nvfp4_dequant_arm_runs_its_launch_and_its_predicate_holds_dense_ten
     assert not cuda_quant.supports_dequant_nvfp4(
         packed, torch.zeros(2, 4, dtype=torch.float8_e4m3fn).T, 1.0, torch.half
     )
+
+
+def test_the_gptq_dequant_arm_launches_and_its_predicate_holds_4_bits_and_dense_tensors_on_one_device() -> None:
+    assert _kernel_of(kernels.dequant_gptq, "cuda") is cuda_quant.launch_dequant_gptq
+    qweight, qzeros = torch.zeros(8, 16, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32)
+    scales, g_idx = torch.ones(2, 16, dtype=torch.float16), torch.zeros(128, 2, dtype=torch.int64)[:, 0]
+    args = [qweight, qzeros, scales, g_idx]
+    assert cuda_quant.supports_dequant_gptq(*args)  # a strided int64 g_idx: the launch makes it int32
+    assert not cuda_quant.supports_dequant_gptq(*args, 8)  # 8-bit weights: the reference
+    assert not cuda_quant.supports_dequant_gptq(*args, 4, 2, torch.float64)
+    for i in (1, 2, 3):  # qzeros, scales or g_idx on another device
+        assert not cuda_quant.supports_dequant_gptq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_quant.supports_dequant_gptq(torch.zeros(16, 8, dtype=torch.int32).T, *args[1:])
