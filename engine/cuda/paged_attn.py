@@ -73,13 +73,46 @@ def paged_decode_attention(
     sliding_window: int | None = None,
     arm: int = GENERIC,  # GENERIC or WARP
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
-    tables, lens = check_inputs(q, k_cache, v_cache, block_tables, context_lens)
-    batch, hq, d = q.shape
-    group = hq // k_cache.shape[2]
+    """`launch_decode` after the checks that name the bad argument: the entry for a direct call."""
+    check_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    d, group = q.shape[2], q.shape[1] // k_cache.shape[2]
     if not supports(arm, d, group, q.dtype):
         raise ValueError(f"q: arm {arm} does not support head_dim {d}, group {group}, dtype {q.dtype}")
     if sliding_window is not None and sliding_window < 1:
         raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    return launch_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm)
+
+
+def supports_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+) -> bool:
+    """What a paged decode kernel (this module's, the tiled ones) needs past the op's check (engine/ops/paged_attn.py:
+    ranks, dtypes, sizes, groups, the window) and its arm's shape predicate: q and the caches contiguous, every
+    tensor on q's device. The table's arms ask this, then launch unchecked (`launch_decode`)."""
+    dev = q.device
+    same = all(t.device == dev for t in (k_cache, v_cache, block_tables, context_lens))
+    return same and q.is_contiguous() and k_cache.is_contiguous() and v_cache.is_contiguous()
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    arm: int = GENERIC,
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    """The launch of `arm` (arguments as `paged_decode_attention`'s), its inputs already checked (by
+    `paged_decode_attention`, or by the table's check, `supports` and `supports_inputs`). The tables and lengths go
+    to the kernel as int32 (a no-op when they are: the staged step's are)."""
+    tables, lens = block_tables.to(torch.int32).contiguous(), context_lens.to(torch.int32).contiguous()
+    batch, hq, d = q.shape
     out = torch.empty_like(q)
     block_size, max_blocks = k_cache.shape[1], tables.shape[1]
     ws = (

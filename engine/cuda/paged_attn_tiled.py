@@ -214,7 +214,35 @@ def decode(
     pipelined: bool = False,  # the pipelined P.V pass; its split sum folded where counters are ready
     pdl: bool = False,  # with it: the P.V pass a programmatic dependent of the scores pass (sm_90), the same bits
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
-    tables, lens, shape = check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
+    """`launch_decode` after the checks that name the bad argument: the entry for a direct call."""
+    check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
+    return launch_decode(
+        q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, splits, fused, pipelined, pdl
+    )
+
+
+# what the tiled kernels need past the op's check and `supports`: the paged kernels' one predicate
+supports_inputs = paged_attn.supports_inputs
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    splits: int | None = None,
+    fused: bool = False,
+    pipelined: bool = False,
+    pdl: bool = False,
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    """The tiled decode launch (arguments as `decode`'s), its inputs already checked (by `decode`, or by the table's
+    check, `supports` and `supports_inputs`). The tables and lengths go to the kernel as int32 (a no-op when they
+    are: the staged step's are)."""
+    tables, lens = block_tables.to(torch.int32).contiguous(), context_lens.to(torch.int32).contiguous()
+    shape = Shape.of(q, k_cache, tables)
     batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
     if splits is None:
         splits = shape.splits()

@@ -55,6 +55,21 @@ def extend(
         )
     ffi.require(block_tables, "block_tables", dim=2, dtype=torch.int32, device=dev)
     _check_lens(lens, block_tables.shape[0], dev)
+    _check_window(sliding_window)
+    return launch_extend(q, k_cache, v_cache, block_tables, lens, scale, sliding_window)
+
+
+def launch_extend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
+    """The extend launch (arguments as `extend`'s), its inputs already checked (by `extend`, or by the table's
+    check and `supports_extend`)."""
     return _launch(
         q,
         k_cache,
@@ -83,7 +98,44 @@ def prefill(
     if v.shape != k.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2] or q.shape[1] % k.shape[1]:
         raise ValueError(f"k/v: shapes {tuple(k.shape)}/{tuple(v.shape)} do not fit q {tuple(q.shape)}")
     _check_lens(lens, lens.shape[-1], q.device, rows=(1, 2))
+    _check_window(sliding_window)
+    return launch_prefill(q, k, v, lens, scale, sliding_window)
+
+
+def launch_prefill(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:  # [tokens, Hq, D], q.dtype
+    """The prefill launch (arguments as `prefill`'s), its inputs already checked (by `prefill`, or by the table's
+    check and `supports_prefill`)."""
     return _launch(q, k, v, None, lens[0], None, 0, 0, scale, sliding_window)
+
+
+def supports_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: torch.Tensor | None) -> bool:
+    """What the kernel needs past the op's check (engine/ops/paged_attn.py: ranks, dtypes, sizes, groups, the window,
+    the device lengths' shape and device) and `supports`: each token's heads of q contiguous, K and V on q's
+    device (the table's adapter hands them over contiguous), device lengths with a unit stride."""
+    dev = q.device
+    return _heads_packed(q) and k.device == dev and v.device == dev and (lens is None or lens.stride(1) == 1)
+
+
+def supports_extend(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, lens: torch.Tensor | None
+) -> bool:
+    """`supports_prefill`'s q and lengths, and contiguous caches of q's dtype and a contiguous block table, all on
+    q's device (the table's adapter hands the tables over as int32)."""
+    dev = q.device
+    caches = all(t.device == dev and t.is_contiguous() for t in (k_cache, v_cache)) and v_cache.dtype == q.dtype
+    tables = block_tables.device == dev and block_tables.is_contiguous()
+    return caches and tables and _heads_packed(q) and (lens is None or lens.stride(1) == 1)
+
+
+def _heads_packed(q: torch.Tensor) -> bool:
+    return q.stride(2) == 1 and q.stride(1) == q.shape[2]
 
 
 def _launch(
@@ -98,8 +150,6 @@ def _launch(
     scale: float,
     sliding_window: int | None,
 ) -> torch.Tensor:
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
     tokens, hq, d = q.shape
     hkv = k.shape[-2]
     out = torch.empty(tokens, hq, d, dtype=q.dtype, device=q.device)
@@ -135,8 +185,13 @@ def _check_q(q: torch.Tensor) -> None:
         raise ValueError(
             f"q: the prefill kernel takes head_dim in {HEAD_DIMS}, bf16 or fp16; got {tuple(q.shape)} {q.dtype}"
         )
-    if q.stride(2) != 1 or q.stride(1) != q.shape[2]:
+    if not _heads_packed(q):
         raise ValueError(f"q: each token's heads must be contiguous (strides {q.stride()})")
+
+
+def _check_window(sliding_window: int | None) -> None:
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
 
 
 def _check_lens(lens: torch.Tensor, seqs: int, dev: torch.device, rows: tuple[int, ...] = (2,)) -> None:

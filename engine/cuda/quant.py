@@ -54,8 +54,29 @@ def dequant_awq(
     group_size: int,
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
-    k, n = _int4(qweight, qzeros, scales, along_n=True)
+    """`launch_dequant_awq` after the checks that name the bad argument: the entry for a direct call."""
+    k, _ = _int4(qweight, qzeros, scales, along_n=True)
     _group(k, group_size, scales)
+    return launch_dequant_awq(qweight, qzeros, scales, group_size, dtype)
+
+
+def supports_dequant_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+) -> bool:
+    """What the AWQ dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the group):
+    the three tensors contiguous on qweight's device and an output dtype it writes. The table's arm asks this,
+    then launches unchecked (`launch_dequant_awq`)."""
+    dev = qweight.device
+    dense = all(t.is_contiguous() for t in (qweight, qzeros, scales))
+    return dense and qzeros.device == dev and scales.device == dev and (dtype is None or dtype in ffi.DTYPE_CODES)
+
+
+def launch_dequant_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
+    """The AWQ dequant launch, its inputs already checked (by `dequant_awq`, or by the table's check and
+    `supports_dequant_awq`)."""
+    k, n = qweight.shape[0], qweight.shape[1] * PACK
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_awq_dequant(
@@ -83,8 +104,44 @@ def dequant_gptq(
     version: int = 1,
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
-    k, n = _int4(qweight, qzeros, scales, along_n=False)
-    g32 = _g_idx(g_idx, k, bits, version, qweight.device)
+    """`launch_dequant_gptq` after the checks that name the bad argument: the entry for a direct call."""
+    k, _ = _int4(qweight, qzeros, scales, along_n=False)
+    _g_idx(g_idx, k, bits, version, qweight.device)
+    return launch_dequant_gptq(qweight, qzeros, scales, g_idx, bits, version, dtype)
+
+
+def supports_dequant_gptq(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    dtype: torch.dtype | None = None,
+) -> bool:
+    """What the GPTQ dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, bits in
+    (2, 4, 8), the format version): 4-bit weights, qweight, qzeros and scales contiguous on qweight's device, g_idx
+    there too (any stride: the launch hands it over as contiguous int32), an output dtype it writes. The table's
+    arm asks this, then launches unchecked (`launch_dequant_gptq`)."""
+    dev = qweight.device
+    dense = all(t.is_contiguous() for t in (qweight, qzeros, scales))
+    same = all(t.device == dev for t in (qzeros, scales, g_idx))
+    return bits == 4 and dense and same and (dtype is None or dtype in ffi.DTYPE_CODES)
+
+
+def launch_dequant_gptq(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # [K, N], dtype (default scales.dtype)
+    """The GPTQ dequant launch, its inputs already checked (by `dequant_gptq`, or by the table's check and
+    `supports_dequant_gptq`)."""
+    k, n = qweight.shape[0] * PACK, qweight.shape[1]
+    g32 = g_idx.to(torch.int32).contiguous()
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_gptq_dequant(
@@ -111,7 +168,27 @@ def dequant_nvfp4(
     global_scale: torch.Tensor | float,  # [] or [1] fp32, or a float
     dtype: torch.dtype,
 ) -> torch.Tensor:  # [N, K], dtype
-    n, k = _nvfp4(packed, block_scales)
+    """`launch_dequant_nvfp4` after the checks that name the bad argument: the entry for a direct call."""
+    _nvfp4(packed, block_scales)
+    return launch_dequant_nvfp4(packed, block_scales, global_scale, dtype)
+
+
+def supports_dequant_nvfp4(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> bool:
+    """What the NVFP4 dequant needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the output
+    dtype, one fp32 global scale): packed and the block scales contiguous on one device. The table's arm asks
+    this, then launches unchecked (`launch_dequant_nvfp4`)."""
+    same = block_scales.device == packed.device
+    return same and packed.is_contiguous() and block_scales.is_contiguous()
+
+
+def launch_dequant_nvfp4(
+    packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
+) -> torch.Tensor:  # [N, K], dtype
+    """The NVFP4 dequant launch, its tensors already checked (by `dequant_nvfp4`, or by the table's check and
+    `supports_dequant_nvfp4`); the global scale goes by pointer or by value (`global_scale_arg`)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     lib = _lib()

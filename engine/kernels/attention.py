@@ -5,6 +5,7 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,48 +35,55 @@ def supports_heads(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..
 _PA = cuda_paged_attn
 
 
-# --- arm kernels that adapt an op's arguments to a binding ------------------------------------------------
-def _paged_arm(arm: int) -> Callable[..., torch.Tensor]:
-    def kernel(
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        block_tables: torch.Tensor,
-        context_lens: torch.Tensor,
-        scale: float,
-        sliding_window: int | None = None,
-    ) -> torch.Tensor:
-        return _PA.paged_decode_attention(
-            q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm=arm
-        )
-
-    return kernel
-
-
-def _tiled_variant(predicate: str, **mode: bool) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
-    """A variant of the tiled arm: its predicate (the tiled arm's shapes, and `cuda_tiled.<predicate>`, looked up at
-    call time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
-    (`cuda_tiled.decode(**mode)`). The predicate refuses a shape the binding would hand to the plain two passes
-    (no ready counters: first use under graph capture), so the counters name the kernel that ran."""
+def _supports_paged(arm: int) -> Callable[..., bool]:
+    """The predicate of paged_attn.cu's `arm`: its shapes (head_dim, group, dtype) and what its launch needs past
+    the op's check (`paged_attn.supports_inputs`)."""
 
     def supports(
-        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
-    ) -> bool:
-        shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
-        return shape_ok and bool(getattr(cuda_tiled, predicate)(q, k_cache, block_tables))
-
-    def kernel(
         q: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         block_tables: torch.Tensor,
         context_lens: torch.Tensor,
-        scale: float,
-        sliding_window: int | None = None,
-    ) -> torch.Tensor:
-        return cuda_tiled.decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, **mode)
+        *_: Any,
+        **__: Any,
+    ) -> bool:
+        shape_ok = _PA.supports(arm, q.shape[2], _group(q, k_cache), q.dtype)
+        return shape_ok and _PA.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
 
-    return supports, kernel
+    return supports
+
+
+def _tiled_variant(
+    predicate: str, fused: bool = False, pipelined: bool = False, pdl: bool = False
+) -> tuple[Callable[..., bool], Callable[..., torch.Tensor]]:
+    """A variant of the tiled arm: its predicate (`supports_tiled`, and `cuda_tiled.<predicate>`, looked up at call
+    time, for what else it needs: its arrival counters ready, its grid resident) and its kernel
+    (`cuda_tiled.launch_decode` in that mode, unchecked: the op's check and the predicate hold its inputs). The
+    predicate refuses a shape the binding would hand to the plain two passes (no ready counters: first use under
+    graph capture), so the counters name the kernel that ran."""
+
+    def supports(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *rest: Any, **__: Any
+    ) -> bool:
+        inputs_ok = supports_tiled(q, k_cache, v_cache, block_tables, *rest)
+        return inputs_ok and bool(getattr(cuda_tiled, predicate)(q, k_cache, block_tables))
+
+    return supports, partial(cuda_tiled.launch_decode, fused=fused, pipelined=pipelined, pdl=pdl)
+
+
+def supports_tiled(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    *_: Any,
+    **__: Any,
+) -> bool:
+    """The tiled arm's shapes (head_dim, group, dtype) and what its launch needs past the op's check."""
+    shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
+    return shape_ok and cuda_tiled.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
 
 
 def supports_onepass(
@@ -113,8 +121,33 @@ def _splitkv_swap(
     )
 
 
-def supports_mma(q: torch.Tensor, *_: Any, **__: Any) -> bool:
-    return cuda_prefill.supports(q.shape[2], q.dtype)
+def supports_prefill_mma(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> bool:
+    """The varlen kernel's head dims and dtypes, and what its launch needs past the op's check."""
+    return cuda_prefill.supports(q.shape[2], q.dtype) and cuda_prefill.supports_prefill(q, k, v, device_lens)
+
+
+def supports_extend_mma(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: Sequence[int],
+    prefix_lens: Sequence[int],
+    scale: float,
+    sliding_window: int | None = None,
+    device_lens: torch.Tensor | None = None,
+) -> bool:
+    """`supports_prefill_mma` over a cached prefix: the caches and the block table as the launch needs them."""
+    shape_ok = cuda_prefill.supports(q.shape[2], q.dtype)
+    return shape_ok and cuda_prefill.supports_extend(q, k_cache, v_cache, block_tables, device_lens)
 
 
 def _device_lens(q: torch.Tensor, device_lens: torch.Tensor | None, *lists: Sequence[int]) -> torch.Tensor:
@@ -134,9 +167,8 @@ def _prefill_mma(
     sliding_window: int | None = None,
     device_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return cuda_prefill.prefill(
-        q, k.contiguous(), v.contiguous(), _device_lens(q, device_lens, seq_lens), scale, sliding_window
-    )
+    lens = _device_lens(q, device_lens, seq_lens)
+    return cuda_prefill.launch_prefill(q, k.contiguous(), v.contiguous(), lens, scale, sliding_window)
 
 
 def _extend_mma(
@@ -151,7 +183,7 @@ def _extend_mma(
     device_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     lens = _device_lens(q, device_lens, seq_lens, prefix_lens)
-    return cuda_prefill.extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
+    return cuda_prefill.launch_extend(q, k_cache, v_cache, block_tables.to(torch.int32), lens, scale, sliding_window)
 
 
 _DECODE_ROWS_WS = 1 << 26  # fp32 elements of the generic decode kernel's logits workspace the arm may take
@@ -194,12 +226,13 @@ def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torc
     return seq, ctx.to(torch.int32)
 
 
-_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}"
+_PREFILL_MMA_NEEDS = f"bf16/fp16, head_dim in {cuda_prefill.HEAD_DIMS}, q's heads packed, every tensor on q's device"
+_EXTEND_MMA_NEEDS = f"{_PREFILL_MMA_NEEDS}, contiguous caches and block table"
 prefill_attention = Op(
     paged_attn.prefill_attention,
     paged_attn.check_prefill_attention,
     [
-        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _prefill_mma),
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_prefill_mma, _PREFILL_MMA_NEEDS, _prefill_mma),
     ],
 )
 # The varlen kernel on tensor cores, then (fp32, small steps) one generic decode row per new token.
@@ -207,7 +240,7 @@ extend_attention = Op(
     paged_attn.extend_attention,
     paged_attn.check_extend_attention,
     [
-        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_mma, _PREFILL_MMA_NEEDS, _extend_mma),
+        Arm("mma", gated_by("VT_PREFILL_ATTN"), supports_extend_mma, _EXTEND_MMA_NEEDS, _extend_mma),
         Arm(
             "decode_rows",
             gated_by("VT_PREFILL_ATTN"),
@@ -262,16 +295,17 @@ paged_decode_attention = Op(
         Arm(
             "tiled",
             gated_by("VT_ATTN_TILED"),
-            supports_heads(cuda_tiled.supports),
-            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head",
-            cuda_tiled.decode,
+            supports_tiled,
+            f"bf16/fp16, head_dim in {cuda_tiled.HEAD_DIMS}, at most {cuda_tiled.MAX_GROUP} query heads per KV head, "
+            "q and the caches contiguous, every tensor on q's device",
+            cuda_tiled.launch_decode,
         ),
         Arm(
             "generic",
             gated_by(),
-            supports_heads(lambda d, g, t: _PA.supports(_PA.GENERIC, d, g, t)),
-            "head_dim at most 256, a multiple of 8",
-            _paged_arm(_PA.GENERIC),
+            _supports_paged(_PA.GENERIC),
+            "head_dim at most 256, a multiple of 8, q and the caches contiguous, every tensor on q's device",
+            partial(_PA.launch_decode, arm=_PA.GENERIC),
             notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
         ),
     ],
@@ -286,9 +320,9 @@ paged_decode_attention = Op(
         Arm(
             "warp_d128",
             gated_by(),
-            supports_heads(lambda d, g, t: _PA.supports(_PA.WARP, d, g, t)),
-            "fp32/bf16, head_dim 128",
-            _paged_arm(_PA.WARP),
+            _supports_paged(_PA.WARP),
+            "fp32/bf16, head_dim 128, q and the caches contiguous, every tensor on q's device",
+            partial(_PA.launch_decode, arm=_PA.WARP),
         ),
     ],
 )

@@ -30,36 +30,36 @@ def supports_gptq_gemv(
     return supports_one_row(x) and bits == 4
 
 
-def supports_int4(
-    qweight: torch.Tensor,
-    qzeros: torch.Tensor,
-    scales: torch.Tensor,
-    g_idx: torch.Tensor,
-    bits: int = 4,
-    *_: Any,
-    **__: Any,
-) -> bool:
-    return bits == 4
-
-
 def _dequant_nvfp4_kernel(
     packed: torch.Tensor, block_scales: torch.Tensor, global_scale: torch.Tensor | float, dtype: torch.dtype
 ) -> torch.Tensor:
     gs = quant.nvfp4_global_scale(global_scale, packed.device)
-    return cuda_quant.dequant_nvfp4(packed, block_scales, gs, dtype)
+    return cuda_quant.launch_dequant_nvfp4(packed, block_scales, gs, dtype)
 
 
-dequant_awq = cuda_op(quant.dequant_awq, quant.check_dequant_awq, gated_by("VT_DEQUANT_KERNEL"), cuda_quant.dequant_awq)
+dequant_awq = cuda_op(
+    quant.dequant_awq,
+    quant.check_dequant_awq,
+    gated_by("VT_DEQUANT_KERNEL"),
+    cuda_quant.launch_dequant_awq,
+    cuda_quant.supports_dequant_awq,
+    "qweight, qzeros and scales contiguous on one device; an fp32/bf16/fp16 output",
+)
 dequant_gptq = cuda_op(
     quant.dequant_gptq,
     quant.check_dequant_gptq,
     gated_by("VT_DEQUANT_KERNEL"),
-    cuda_quant.dequant_gptq,
-    supports_int4,
-    "4-bit weights",
+    cuda_quant.launch_dequant_gptq,
+    cuda_quant.supports_dequant_gptq,
+    "4-bit weights; qweight, qzeros and scales contiguous on one device, g_idx there too; an fp32/bf16/fp16 output",
 )
 dequant_nvfp4 = cuda_op(
-    quant.dequant_nvfp4, quant.check_dequant_nvfp4, gated_by("VT_DEQUANT_KERNEL"), _dequant_nvfp4_kernel
+    quant.dequant_nvfp4,
+    quant.check_dequant_nvfp4,
+    gated_by("VT_DEQUANT_KERNEL"),
+    _dequant_nvfp4_kernel,
+    cuda_quant.supports_dequant_nvfp4,
+    "packed and block_scales contiguous on one device",
 )
 # The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
 _DEQUANT_THEN_LINEAR = {  # their linear never a programmatic dependent of the dequant writing its W

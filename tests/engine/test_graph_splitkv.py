@@ -26,9 +26,14 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     from engine.cuda import splitkv
 
     model = tiny_checkpoint("dense", seed=3, **SHAPE)
-    counts: list[int] = []
+    calls: list[tuple[int, int]] = []  # (max_context, split count) per split-KV call
     heuristic = splitkv.num_splits
-    monkeypatch.setattr(splitkv, "num_splits", lambda *a: counts.append(heuristic(*a)) or counts[-1])
+
+    def spy(rows: int, max_context: int, sms: int) -> int:
+        calls.append((max_context, heuristic(rows, max_context, sms)))
+        return calls[-1][1]
+
+    monkeypatch.setattr(splitkv, "num_splits", spy)
     # named: tried before the tiled arm, whatever the flags
     split = kernels.naming(FlagSnapshot.from_env(), "paged_decode_attention", "splitkv_swap")
     eager, graph = (
@@ -40,5 +45,11 @@ def test_split_kv_decode_step_is_captured_and_equals_eager(tiny_checkpoint, monk
     # fails while split-KV reads context_lens on the host: the capture breaks and the runner goes eager
     assert graph.runner.use_graph and graph.runner.captured == [(4, Mode.GREEDY)], "split-KV step not captured"
     assert got == greedy(eager, prompts, 10)
-    assert counts and min(counts) == max(counts) > 1  # the capacity, not the context, sized every call
+    # a decode step (eager or replayed) stages the full capacity, 69 blocks, and its split count follows it; the
+    # 1-token prompt rides the mixed step beside the 300-token prefill as a decode row whose table is that step's
+    # longest (19 blocks): an eager step in both LLMs, so it cannot part eager and graphed tokens
+    capacity = -(-MAX_MODEL_LEN // 16) * 16
+    decode_counts = {count for longest, count in calls if longest == capacity}
+    assert len(decode_counts) == 1 and decode_counts.pop() > 1, calls
+    assert {longest for longest, _ in calls} == {capacity, 19 * 16}, calls
     assert kernels.counts().ran[("paged_decode_attention", "splitkv_swap")] > 0

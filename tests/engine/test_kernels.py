@@ -26,7 +26,16 @@ class _OnGpu:
     """A stand-in for a CUDA tensor in the arm choice: only is_cuda and shape are read."""
 
     def __init__(self, *shape: int, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.is_cuda, self.shape, self.dtype = True, shape, dtype
+        self.is_cuda, self.shape, self.dtype, self.device = True, shape, dtype, torch.device("cuda", 0)
+
+    def is_contiguous(self) -> bool:
+        return True
+
+
+def _decode_args(q: _OnGpu, k_cache: _OnGpu) -> tuple[object, ...]:
+    """paged_decode_attention's arguments around these stand-ins: V is K's twin, the tables and lengths int32."""
+    tables, lens = _OnGpu(q.shape[0], 3, dtype=torch.int32), _OnGpu(q.shape[0], dtype=torch.int32)
+    return (q, k_cache, k_cache, tables, lens, 1.0)
 
 
 def test_snapshot_is_read_once_and_frozen() -> None:
@@ -54,7 +63,7 @@ def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pyt
 
     def arm(snap: FlagSnapshot, d: int, group: int, dtype: torch.dtype = torch.bfloat16) -> str:
         q, k_cache = _OnGpu(2, 4 * group, d, dtype=dtype), _OnGpu(9, 16, 4, d)
-        return op.choose(snap, q, k_cache, None, None, None, 1.0)  # type: ignore[arg-type]
+        return op.choose(snap, *_decode_args(q, k_cache))  # type: ignore[arg-type]
 
     assert arm(defaults, 128, 2) == "tiled_pipelined_pdl"  # ON by default: the passes chained by PDL
     assert arm(defaults.with_(VT_ATTN_PDL=False), 128, 2) == "tiled_pipelined"  # its rollback
@@ -146,7 +155,7 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
     fits = [True]
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits[0])
     op, base = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False)
-    args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
+    args = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128))
     assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
     fused = base.with_(VT_ATTN_TILED_FUSED=True)
     assert op.choose(fused, *args) == "tiled_fused"
@@ -163,7 +172,7 @@ def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits["fused"])
     monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: fits["pipelined"])
     op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False)
-    args = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128), None, None, None, 1.0)
+    args = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128))
     assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip
     assert op.choose(on.with_(VT_ATTN_PV_PIPELINED=False), *args) == "tiled"  # the rollback
     assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_fused"  # the one launch leads it

@@ -28,7 +28,16 @@ class _OnGpu:
     """A stand-in for a CUDA tensor in the arm choice: only is_cuda, shape and dtype are read."""
 
     def __init__(self, *shape: int, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.is_cuda, self.shape, self.dtype = True, shape, dtype
+        self.is_cuda, self.shape, self.dtype, self.device = True, shape, dtype, torch.device("cuda", 0)
+
+    def is_contiguous(self) -> bool:
+        return True
+
+
+def _decode_args(q: _OnGpu, k_cache: _OnGpu) -> tuple[object, ...]:
+    """paged_decode_attention's arguments around these stand-ins: V is K's twin, the tables and lengths int32."""
+    tables, lens = _OnGpu(q.shape[0], 3, dtype=torch.int32), _OnGpu(q.shape[0], dtype=torch.int32)
+    return (q, k_cache, k_cache, tables, lens, 1.0)
 
 
 def flag_settings() -> list[FlagSnapshot]:
@@ -46,7 +55,7 @@ def attention_inputs() -> list[tuple[object, ...]]:
     for d in (64, 128, 256):
         for group in (1, 2, 3, 4, 8, 16):
             for dtype in (torch.bfloat16, torch.float16, torch.float32):
-                shapes.append((_OnGpu(2, 2 * group, d, dtype=dtype), _OnGpu(9, 16, 2, d), None, None, None, 1.0))
+                shapes.append(_decode_args(_OnGpu(2, 2 * group, d, dtype=dtype), _OnGpu(9, 16, 2, d)))
     return shapes
 
 
@@ -100,8 +109,8 @@ def test_the_check_catches_a_kept_arm_left_in_the_chain() -> None:
 
 def test_a_named_attention_arm_is_chosen_where_it_takes_the_shape(every_tiled_variant_supports: None) -> None:
     op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
-    bf16_d128 = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128), None, None, None, 1.0)
-    d256 = (_OnGpu(2, 8, 256), _OnGpu(9, 16, 2, 256), None, None, None, 1.0)
+    bf16_d128 = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128))
+    d256 = _decode_args(_OnGpu(2, 8, 256), _OnGpu(9, 16, 2, 256))
     for name in ("splitkv_swap", "warp_d128"):
         named = kernels.naming(defaults, op.name, name)
         assert op.choose(named, *bf16_d128) == name
@@ -170,7 +179,7 @@ def test_the_kept_attention_arms_declare_the_portable_device_needs() -> None:
     for arm in kept.values():
         assert (arm.capability, arm.smem_optin) == (PORTABLE, 0)
     sm75 = kernels.Device(0, (7, 5), 64 * 1024, 40)
-    bf16_d128 = (_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128), None, None, None, 1.0)
+    bf16_d128 = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128))
     with kernels.on_device(sm75):  # below every arm's sm_80: the named arm declines like the rest
         named = kernels.naming(FlagSnapshot.defaults(), "paged_decode_attention", "warp_d128")
         assert kernels.paged_decode_attention.choose(named, *bf16_d128) == "reference"

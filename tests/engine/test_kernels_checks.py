@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import pytest
 import torch
 
 from engine import kernels
@@ -16,9 +17,14 @@ from engine.cuda import gemv_stream as cuda_stream
 from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
+from engine.cuda import paged_attn as cuda_paged_attn
+from engine.cuda import paged_attn_tiled as cuda_tiled
+from engine.cuda import prefill_attn as cuda_prefill
+from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import sample_rows as cuda_sample_rows
+from engine.kernels import attention as attention_family
 from engine.kernels import gemv as gemv_family
 
 
@@ -142,3 +148,128 @@ def test_the_gumbel_predicate_holds_unfiltered_rows_a_unit_stride_vocabulary_and
     assert not cuda_sample_rows.supports(*args, filtered=True)
     assert not cuda_sample_rows.supports(torch.ones(8, 2).T, *args[1:], filtered=False)  # a strided vocabulary
     assert not cuda_sample_rows.supports(logits, rows, rows, rows, _meta(ids), ids, filtered=False)
+
+
+def test_the_paged_decode_attention_arms_launch_without_checking_again() -> None:
+    op = kernels.paged_decode_attention
+    launches = {a.name: _kernel_of(op, a.name) for a in op.arms + op.by_name}
+    tiled = ("tiled_fused", "tiled_pipelined_pdl", "tiled_pipelined", "tiled")
+    assert {name: launches[name] for name in tiled} == dict.fromkeys(tiled, cuda_tiled.launch_decode)
+    assert launches["generic"] is launches["warp_d128"] is cuda_paged_attn.launch_decode
+    modes = {a.name: a.kernel.keywords for a in op.arms + op.by_name if isinstance(a.kernel, partial)}
+    assert modes == {
+        "tiled_fused": {"fused": True, "pipelined": False, "pdl": False},
+        "tiled_pipelined_pdl": {"fused": False, "pipelined": True, "pdl": True},
+        "tiled_pipelined": {"fused": False, "pipelined": True, "pdl": False},
+        "generic": {"arm": cuda_paged_attn.GENERIC},
+        "warp_d128": {"arm": cuda_paged_attn.WARP},
+    }
+
+
+def test_the_tiled_decode_predicate_holds_contiguous_inputs_on_one_device() -> None:
+    q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
+    tables, lens = torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32)
+    args = [q, cache, cache.clone(), tables, lens]
+    assert cuda_tiled.supports_inputs(*args) and attention_family.supports_tiled(*args, 0.125)
+    for i in range(1, 5):  # a cache, the tables or the lengths on another device
+        assert not cuda_tiled.supports_inputs(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_tiled.supports_inputs(torch.ones(2, 8, 128, dtype=torch.bfloat16)[..., ::2], *args[1:])
+    assert not cuda_tiled.supports_inputs(q, torch.ones(4, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2), *args[2:])
+    assert not attention_family.supports_tiled(q.float(), cache.float(), cache.float(), tables, lens)  # fp32: generic
+    assert not attention_family.supports_tiled(q, cache, _meta(cache), tables, lens)  # the shape fits, the device not
+    # the variants decline inputs the launch cannot take before asking the CUDA library for their splits
+    for variant in (
+        attention_family.supports_tiled_fused,
+        attention_family.supports_tiled_pipelined,
+        attention_family.supports_tiled_pdl,
+    ):
+        assert not variant(q, cache, cache, tables, _meta(lens), 0.125)
+
+
+def test_the_generic_and_warp_decode_predicates_hold_their_shapes_and_the_launchs_inputs() -> None:
+    op = kernels.paged_decode_attention
+    generic, warp = op.arm("generic").supports, op.arm("warp_d128").supports
+    q, cache = torch.ones(2, 8, 128), torch.ones(4, 16, 2, 128)
+    args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
+    assert generic(*args) and warp(*args)
+    for i in range(1, 5):  # a cache, the tables or the lengths on another device
+        assert not generic(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not generic(torch.ones(2, 8, 256)[..., ::2], *args[1:])  # a strided q
+    assert not warp(torch.ones(2, 8, 64), torch.ones(4, 16, 2, 64), torch.ones(4, 16, 2, 64), *args[3:])  # d 64
+    assert not generic(torch.ones(2, 8, 264), torch.ones(4, 16, 2, 264), torch.ones(4, 16, 2, 264), *args[3:])
+
+
+def test_the_varlen_attention_arms_run_their_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, torch.Tensor]] = []
+    for name in ("launch_prefill", "launch_extend"):
+        monkeypatch.setattr(cuda_prefill, name, lambda q, *a, name=name: ran.append((name, a[-3])) or q)
+    q, k = torch.ones(5, 4, 64, dtype=torch.bfloat16), torch.ones(5, 2, 64, dtype=torch.bfloat16)
+    kernels.prefill_attention.arm("mma").kernel(q, k, k, [2, 3], 0.125)
+    cache, tables = torch.ones(4, 16, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.int64)
+    kernels.extend_attention.arm("mma").kernel(q, cache, cache, tables, [2, 3], [4, 0], 0.125)
+    assert [name for name, _ in ran] == ["launch_prefill", "launch_extend"]
+    assert ran[0][1].tolist() == [[2, 3]] and ran[1][1].tolist() == [[2, 3], [4, 0]]  # the lengths, as the kernel's
+
+
+def test_the_varlen_predicates_hold_packed_heads_the_layouts_and_one_device() -> None:
+    q, k = torch.ones(5, 4, 64, dtype=torch.bfloat16), torch.ones(5, 2, 64, dtype=torch.bfloat16)
+    lens = torch.ones(2, 2, dtype=torch.int32)
+    prefill = kernels.prefill_attention.arm("mma").supports
+    assert prefill(q, k, k, [2, 3], 0.125) and prefill(q, k, k, [2, 3], 0.125, None, lens)
+    rows = torch.ones(5, 8, 64, dtype=torch.bfloat16)[:, :4]  # strided rows, packed heads: the kernel takes them
+    assert prefill(rows, k, k, [2, 3], 0.125)
+    assert not prefill(torch.ones(5, 64, 4, dtype=torch.bfloat16).transpose(1, 2), k, k, [2, 3], 0.125)
+    assert not prefill(q, k, _meta(k), [2, 3], 0.125)
+    assert not prefill(q, k, k, [2, 3], 0.125, None, torch.ones(2, 4, dtype=torch.int32)[:, ::2])
+    cache, tables = torch.ones(4, 16, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.int32)
+    extend = kernels.extend_attention.arm("mma").supports
+    args = [q, cache, cache.clone(), tables, [2, 3], [4, 0], 0.125]
+    assert extend(*args) and extend(*args, None, lens)
+    for i in (1, 2, 3):  # a cache or the tables on another device
+        assert not extend(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not extend(q, cache, cache.float(), *args[3:])  # V's dtype is not the op's check's
+    assert not extend(q, torch.ones(4, 2, 16, 64, dtype=torch.bfloat16).transpose(1, 2), *args[2:])
+    assert not extend(q, cache, cache, torch.zeros(3, 2, dtype=torch.int32).T, *args[4:])
+    assert not extend(*args, None, torch.ones(2, 4, dtype=torch.int32)[:, ::2])
+
+
+def test_the_awq_dequant_arm_launches_and_its_predicate_holds_dense_tensors_on_one_device() -> None:
+    assert _kernel_of(kernels.dequant_awq, "cuda") is cuda_quant.launch_dequant_awq
+    qweight, qzeros = torch.zeros(64, 2, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32)
+    scales = torch.ones(2, 16, dtype=torch.bfloat16)
+    args = [qweight, qzeros, scales, 32]
+    assert cuda_quant.supports_dequant_awq(*args) and cuda_quant.supports_dequant_awq(*args, torch.float32)
+    assert not cuda_quant.supports_dequant_awq(*args, torch.float64)  # an output dtype the kernel does not write
+    for i in (1, 2):  # qzeros or scales on another device
+        assert not cuda_quant.supports_dequant_awq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_quant.supports_dequant_awq(torch.zeros(2, 64, dtype=torch.int32).T, qzeros, scales, 32)
+    assert not cuda_quant.supports_dequant_awq(qweight, qzeros, torch.ones(16, 2, dtype=torch.bfloat16).T, 32)
+
+
+def test_the_nvfp4_dequant_arm_runs_its_launch_and_its_predicate_holds_dense_tensors_on_one_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[object] = []
+    monkeypatch.setattr(cuda_quant, "launch_dequant_nvfp4", lambda packed, bs, gs, dtype: ran.append(gs) or packed)
+    packed, scales = torch.zeros(4, 16, dtype=torch.uint8), torch.zeros(4, 2, dtype=torch.float8_e4m3fn)
+    kernels.dequant_nvfp4.arm("cuda").kernel(packed, scales, torch.tensor([0.5]), torch.bfloat16)
+    assert ran == [0.5]  # a host global scale goes by value: no device copy
+    assert cuda_quant.supports_dequant_nvfp4(packed, scales, 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(packed, _meta(scales), 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(torch.zeros(16, 4, dtype=torch.uint8).T, scales, 0.5, torch.bfloat16)
+    assert not cuda_quant.supports_dequant_nvfp4(
+        packed, torch.zeros(2, 4, dtype=torch.float8_e4m3fn).T, 1.0, torch.half
+    )
+
+
+def test_the_gptq_dequant_arm_launches_and_its_predicate_holds_4_bits_and_dense_tensors_on_one_device() -> None:
+    assert _kernel_of(kernels.dequant_gptq, "cuda") is cuda_quant.launch_dequant_gptq
+    qweight, qzeros = torch.zeros(8, 16, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32)
+    scales, g_idx = torch.ones(2, 16, dtype=torch.float16), torch.zeros(128, 2, dtype=torch.int64)[:, 0]
+    args = [qweight, qzeros, scales, g_idx]
+    assert cuda_quant.supports_dequant_gptq(*args)  # a strided int64 g_idx: the launch makes it int32
+    assert not cuda_quant.supports_dequant_gptq(*args, 8)  # 8-bit weights: the reference
+    assert not cuda_quant.supports_dequant_gptq(*args, 4, 2, torch.float64)
+    for i in (1, 2, 3):  # qzeros, scales or g_idx on another device
+        assert not cuda_quant.supports_dequant_gptq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not cuda_quant.supports_dequant_gptq(torch.zeros(16, 8, dtype=torch.int32).T, *args[1:])

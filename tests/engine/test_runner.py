@@ -141,3 +141,29 @@ def test_a_decode_shape_is_staged_into_the_same_device_tensors_every_step(tiny_m
     assert staged() == plain
     assert staged(RowProcessors(presence=0.5, output=[3, 4])) == penalized  # the same width: the same staging
     session.close()
+
+
+class TableWidths(Runner):
+    """A runner that records the block-table width each decode step (sample_step) and each mixed step reads."""
+
+    def __init__(self, *a: object, **kw: object) -> None:
+        super().__init__(*a, **kw)  # type: ignore[arg-type]
+        self.decode_widths: list[int] = []
+
+    def sample_step(self, *a: object, **kw: object) -> torch.Tensor:  # type: ignore[override]
+        self.decode_widths.append(kw["block_tables"].shape[1])  # type: ignore[union-attr]
+        return super().sample_step(*a, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_every_decode_step_stages_the_full_block_table_capacity(tiny_checkpoint, eager) -> None:
+    # the width sizes split-KV's split count (engine.cuda.splitkv.capacity): one width per LLM keeps every decode
+    # step, eager or replayed, on one summation order; a mixed step (eager in either mode) stages its longest table
+    model = tiny_checkpoint("dense", seed=3, head_dim=64, max_position_embeddings=2048)
+    flags = FlagSnapshot.from_env().with_(VT_EAGER=eager)
+    llm = LLM(model, "float32", "cpu", max_num_seqs=4, max_model_len=1100, flags=flags, runner_class=TableWidths)
+    greedy(llm, default_prompts(211, 17, (1, 13, 300)), 10)
+    runner = llm.runner
+    assert isinstance(runner, TableWidths)
+    assert runner.max_blocks_per_seq == 69  # ceil(1100 / 16)
+    assert len(runner.decode_widths) >= 9 and set(runner.decode_widths) == {69}
