@@ -22,9 +22,9 @@ def rms_norm(
     A fast kernel must round at 2 before the weight multiply, not after it.
     """
     xf = x.to(torch.float32)
-    variance = xf.pow(2).mean(-1, keepdim=True)
-    normed = xf * torch.rsqrt(variance + eps)
-    return weight * normed.to(x.dtype)
+    # In place on the fresh statistics: the same kernels and values as `rsqrt(variance + eps)`, two allocations fewer.
+    inv = xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    return weight * (xf * inv).to(x.dtype)
 
 
 def check_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:

@@ -56,7 +56,8 @@ def apply_rope_neox(
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     c, s = cos[:, None, :], sin[:, None, :]
-    return (x * c) + (rotated * s)
+    # The products and the sum in place on fresh tensors: the same roundings as `(x * c) + (rotated * s)`.
+    return (x * c).add_(rotated.mul_(s))
 
 
 def check_apply_rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
