@@ -830,17 +830,21 @@ def run_step(step: Step, limit: int, ctx: Context) -> tuple[Verdict, int | None,
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
-    """End the step's whole process group (a gate's workers too): TERM, then KILL after 5 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """End the step's whole process group (a gate's workers too): TERM, then KILL after 5 s; the KILL also goes
+    to members that outlived their leader (a worker that ignores TERM, or one still starting)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def run_phase(
