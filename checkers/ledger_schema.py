@@ -87,6 +87,18 @@ class Trimmed(_Strict):
     dropped: list[Dropped] = Field(description="the arrays taken out; empty where re-indenting alone made it fit")
 
 
+class LegacyDirty(_Strict):
+    """What a legacy record's dirty tree (`sha` ending in `-dirty`) may have held, written after the fact: the
+    diff itself was not kept, so the record names the range git can show, from the commit measured to the first
+    commit holding the record, and the code paths that differ in it (`git diff --name-only <range> -- engine lab
+    ci scripts/bench`). Flags: those the command sets, the rest at the measured commit's defaults."""
+
+    range: str = Field(pattern=r"^[0-9a-f]{40}\.\.[0-9a-f]{40}$", description="<measured commit>..<commit adding it>")
+    code_paths: list[str] = Field(description="engine/, lab/, ci/ and scripts/bench paths that differ in the range")
+    other_paths: int = Field(ge=0, description="how many other paths differ in the range (docs, records, tests)")
+    note: str = Field(min_length=1, description="what is known of the run's tree beyond the range")
+
+
 class LedgerRecord2(_Strict):
     schema_: Literal[2] = Field(alias="schema")
     date: dt.date

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from .config import State, Strict
-from .ledger_schema import Trimmed
+from .ledger_schema import LegacyDirty, Trimmed
 from .yamlio import RecordError
 
 
@@ -85,7 +85,18 @@ class LedgerEntry(Strict):
     device: str | None = None
     summary: str = Field(min_length=1)
     trimmed: Trimmed | None = None
+    dirty: LegacyDirty | None = None  # a `-dirty` sha: what history shows of the tree
     results: Any = None
+
+    @model_validator(mode="after")
+    def _dirty_names_the_commit(self) -> LedgerEntry:
+        if self.dirty is not None:
+            base = (self.sha or "").removesuffix("-dirty")
+            if self.sha is None or not self.sha.endswith("-dirty"):
+                raise ValueError("`dirty` describes a record whose sha ends in -dirty")
+            if not self.dirty.range.startswith(base + ".."):
+                raise ValueError(f"`dirty.range` starts at the measured commit {base[:12]}")
+        return self
 
 
 @dataclass
