@@ -54,6 +54,12 @@ def require(
         raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
 
 
+def require_window(sliding_window: int | None) -> None:
+    """The attention launchers' window: None (no window) or at least one token (0 means none to a kernel)."""
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+
+
 def bind(lib: ctypes.CDLL, symbol: str, argtypes: list) -> CFuncPtr:
     fn = getattr(lib, symbol)
     fn.argtypes = argtypes

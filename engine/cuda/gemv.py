@@ -188,8 +188,7 @@ def add_rms_norm_linear(
             return f"weight: {weight.shape[0]} rows are not a gate/up pair that the plain GEMV leaves unsplit"
         return None
 
-    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
-    return launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+    return launch_prologue(_PROLOGUE, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
 def launch_add_rms_norm_linear(
@@ -203,8 +202,7 @@ def launch_add_rms_norm_linear(
     glu: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`add_rms_norm_linear`'s launch, its inputs already checked (the table's check and the arm's `supports`)."""
-    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
-    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+    return run_prologue(_PROLOGUE, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
 @dataclass(frozen=True)
@@ -216,6 +214,9 @@ class Launcher:
     name: str
     family: str
     out_dtype_code: bool = False
+
+
+_PROLOGUE = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
 
 
 def launch_prologue(

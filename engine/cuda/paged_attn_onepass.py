@@ -36,8 +36,8 @@ def _lib() -> ctypes.CDLL:
 
 
 def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
-    """The shapes and dtypes the kernel is compiled for."""
-    return dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
+    """The shapes and dtypes the kernel is compiled for: the tiled kernels' (`DTYPES`, `MAX_GROUP`), at `HEAD_DIMS`."""
+    return head_dim in HEAD_DIMS and tiled.supports(head_dim, group, dtype)
 
 
 @cache

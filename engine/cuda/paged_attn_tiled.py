@@ -156,8 +156,7 @@ def check_inputs(
             f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
             f"head, bf16 or fp16; got head_dim {shape.d}, group {shape.hq // shape.hkv}, {q.dtype}"
         )
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    ffi.require_window(sliding_window)
     return tables, lens, shape
 
 
