@@ -74,10 +74,13 @@ def _lib() -> ctypes.CDLL:
 
 
 def supports(head_dim: int, group: int, dtype: torch.dtype, device: Device | None = None) -> bool:
-    """The shapes and dtypes the kernel is compiled for; at head_dim 256, only on a `device` that holds two blocks
-    per SM (none given: the shapes alone)."""
+    """The shapes and dtypes the kernel is compiled for, and on a `device` (none given: the shapes alone) a block
+    that fits: two per SM at head_dim 256, one at 64 and 128 (an sm_89 part's 99 KB opt-in holds no head_dim-128
+    block, whose launch would fail)."""
     shape_ok = dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
-    return shape_ok and (device is None or head_dim not in TWICE_HEAD_DIMS or fits_twice(head_dim, device))
+    if not shape_ok or device is None:
+        return shape_ok
+    return blocks_fit(head_dim, device) >= (2 if head_dim in TWICE_HEAD_DIMS else 1)
 
 
 @cache

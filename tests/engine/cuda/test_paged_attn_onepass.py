@@ -109,14 +109,16 @@ def test_blocks_per_sm_by_the_devices_shared_memory() -> None:
     assert onepass.fits_twice(256, H200) and not onepass.fits_twice(256, A100)
 
 
-def test_head_dim_256_is_admitted_only_where_two_blocks_fit_per_sm() -> None:
+def test_the_device_predicate_admits_head_dim_256_only_where_two_blocks_fit_per_sm() -> None:
     from engine.cuda import paged_attn_onepass as onepass
 
     assert onepass.supports(256, 4, torch.bfloat16, H200) and onepass.supports(256, 1, torch.float16, H200)
     for device in (A100, SM89, NO_GPU):
         assert not onepass.supports(256, 4, torch.bfloat16, device), device
-    # head_dim 64 and 128 keep their rule (the shapes alone), whatever the device holds
+    # head_dim 64 and 128 need one block to fit: an A100 takes both, an sm_89 part only 64 (its 99 KB opt-in is
+    # short of the head_dim-128 block's 104448 B, a launch that would fail)
     assert onepass.supports(128, 4, torch.bfloat16, A100) and onepass.supports(64, 4, torch.bfloat16, SM89)
+    assert not onepass.supports(128, 4, torch.bfloat16, SM89) and not onepass.supports(64, 4, torch.bfloat16, NO_GPU)
     assert not onepass.supports(256, 9, torch.bfloat16, H200)  # the shape rules still hold
 
 
