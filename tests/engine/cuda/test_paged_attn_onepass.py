@@ -48,6 +48,10 @@ def test_source_compiles_and_exports_its_launchers(compiled) -> None:
         (256, 1024, 2, 1),  # batch 32: two splits would need a second wave for the same tiles
         (512, 4096, 2, 1),  # batch 64: already two waves of whole contexts
         (8, 64, 2, 1),  # one tile: nothing to split
+        # head_dim 256, batch 64 x 2 KV heads, context 4096 (the sixth peer shape): two blocks per SM give its 128
+        # blocks 2 splits of 32 tiles in one wave; at the one block the K+V stages left, 64 tiles in one split
+        (128, 4096, 2, 2),
+        (128, 4096, 1, 1),
         (0, 4096, 2, 1),
     ],
 )
