@@ -4,8 +4,8 @@ under VT_ATTN_ONEPASS): K and V of each 64-token tile through one cp.async pipel
 call is one launch. Split-KV is sized from the block tables' capacity, so no context length is read on the host.
 
 At head_dim 256 K and V take separate pipeline stages (Q sits in shared memory), so that two blocks fit per SM on
-an H200; the arm takes head_dim 256 only on a device whose shared memory holds two of those blocks (`fits_twice`):
-with one block per SM the two-pass arms are faster.
+an H200; the arm takes head_dim 256 only on a device whose shared memory holds two of those blocks (`fits`): with
+one block per SM the two-pass arms are faster.
 
 Its rounding is not the eager reference's: it is held to the fp32 reference (`engine.ops.splitkv` with one split)
 in the numerics cases and to the near-tie razor's fp32-probabilities setting in the token gates."""
@@ -19,7 +19,7 @@ import torch
 
 from engine.cuda import build, ffi
 from engine.cuda import paged_attn_tiled as tiled
-from engine.cuda.device import Device, probe_of
+from engine.cuda.device import Device
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
@@ -55,11 +55,6 @@ def blocks_fit(head_dim: int, device: Device) -> int:
     return 0 if device.missing is not None else (device.smem_optin + RESERVED_PER_BLOCK) // per_block
 
 
-def fits_twice(head_dim: int, device: Device) -> bool:
-    """Whether the device holds two blocks per SM of the head_dim's kernel (an H200: 2 at head_dim 256; an A100: 1)."""
-    return blocks_fit(head_dim, device) >= 2
-
-
 @cache
 def _lib() -> ctypes.CDLL:
     lib = build.load("paged_attn_onepass.cu")
@@ -73,14 +68,18 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
+def fits(head_dim: int, device: Device) -> bool:
+    """Whether the head_dim's block fits the device as the arm needs: two per SM at head_dim 256 (with one the
+    two-pass arms are faster), one at 64 and 128 (an sm_89 part's 99 KB opt-in holds no head_dim-128 block, whose
+    launch would fail)."""
+    return blocks_fit(head_dim, device) >= (2 if head_dim in TWICE_HEAD_DIMS else 1)
+
+
 def supports(head_dim: int, group: int, dtype: torch.dtype, device: Device | None = None) -> bool:
     """The shapes and dtypes the kernel is compiled for, and on a `device` (none given: the shapes alone) a block
-    that fits: two per SM at head_dim 256, one at 64 and 128 (an sm_89 part's 99 KB opt-in holds no head_dim-128
-    block, whose launch would fail)."""
+    that `fits`."""
     shape_ok = dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
-    if not shape_ok or device is None:
-        return shape_ok
-    return blocks_fit(head_dim, device) >= (2 if head_dim in TWICE_HEAD_DIMS else 1)
+    return shape_ok and (device is None or fits(head_dim, device))
 
 
 @cache
@@ -113,14 +112,12 @@ def _splits(shape: tiled.Shape) -> int:
     )
 
 
-def supports_inputs(
-    q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor, device: Device | None = None
-) -> bool:
-    """Whether the kernel takes this decode: its shapes on `device` (the kernel table's view of q's device; None:
-    q's own probe), and with several splits ready arrival counters (not first made under graph capture); no host
-    read of the lengths."""
+def supports_inputs(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:
+    """Whether the kernel takes this decode: its shapes, and with several splits ready arrival counters (not first
+    made under graph capture); no host read of the lengths. The device's fit (`fits`) is the table's to ask, of its
+    view of q's device (engine/kernels/attention.py)."""
     shape = tiled.Shape.of(q, k_cache, block_tables)
-    if not supports(shape.d, shape.hq // shape.hkv, q.dtype, device or probe_of(q)):
+    if not supports(shape.d, shape.hq // shape.hkv, q.dtype):
         return False
     return _splits(shape) == 1 or tiled.arrival_counters(q.device, 2 * shape.batch * shape.hkv) is not None
 

@@ -91,7 +91,7 @@ def supports_onepass(
 ) -> bool:
     """The one-pass arm's shapes on the table's device (head_dim 256 where two blocks fit per SM) and, with several
     splits, ready arrival counters (else the call would fail)."""
-    return cuda_onepass.supports_inputs(q, k_cache, block_tables, device_of(q))
+    return cuda_onepass.fits(q.shape[2], device_of(q)) and cuda_onepass.supports_inputs(q, k_cache, block_tables)
 
 
 supports_tiled_fused, _tiled_fused = _tiled_variant("supports_fused", fused=True)  # the one launch

@@ -110,7 +110,7 @@ def test_blocks_per_sm_by_the_devices_shared_memory() -> None:
     assert [onepass.blocks_fit(d, A100) for d in (64, 128, 256)] == [2, 1, 1]
     assert [onepass.blocks_fit(d, SM89) for d in (64, 128, 256)] == [1, 0, 0]
     assert onepass.blocks_fit(256, NO_GPU) == 0
-    assert onepass.fits_twice(256, H200) and not onepass.fits_twice(256, A100)
+    assert onepass.fits(256, H200) and not onepass.fits(256, A100) and onepass.fits(128, A100)
 
 
 def test_the_device_predicate_admits_head_dim_256_only_where_two_blocks_fit_per_sm() -> None:
