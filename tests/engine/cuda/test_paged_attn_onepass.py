@@ -333,16 +333,17 @@ def _batch_inputs(seed: int, batch: int, ctx: int, group: int, window: int | Non
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_head_dim_256_occupancy_is_what_the_predicate_reckons(dtype: torch.dtype) -> None:
-    """The CUDA occupancy calculator (after the opt-in) agrees with the binding's shared-memory arithmetic at every
-    head_dim, and on sm_90 it says two head_dim-256 blocks per SM: the variant's reason to exist."""
+    """The CUDA occupancy calculator (after the opt-in) never exceeds the binding's shared-memory arithmetic (the
+    registers may hold it lower), and on sm_90 it says two head_dim-256 blocks per SM, as the arithmetic does: the
+    variant's reason to exist."""
     from engine.cuda import device as cuda_device
     from engine.cuda import paged_attn_onepass as onepass
 
     dev = cuda_device.probe(0)
     for d in onepass.HEAD_DIMS:
-        assert onepass.blocks_per_sm(d, dtype, 0) == onepass.blocks_fit(d, dev), (d, dev)
+        assert onepass.blocks_per_sm(d, dtype, 0) <= onepass.blocks_fit(d, dev), (d, dev)
     if dev.capability == (9, 0):
-        assert onepass.blocks_per_sm(256, dtype, 0) == 2
+        assert onepass.blocks_per_sm(256, dtype, 0) == onepass.blocks_fit(256, dev) == 2
         assert onepass.supports(256, 4, dtype, dev)
 
 
