@@ -15,7 +15,7 @@ from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import splitkv as cuda_splitkv
-from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, gated_by
+from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
 
@@ -89,8 +89,9 @@ def supports_tiled(
 def supports_onepass(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
 ) -> bool:
-    """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail)."""
-    return cuda_onepass.supports_inputs(q, k_cache, block_tables)
+    """The one-pass arm's shapes on the table's device (head_dim 256 where two blocks fit per SM) and, with several
+    splits, ready arrival counters (else the call would fail)."""
+    return cuda_onepass.fits(q.shape[2], device_of(q)) and cuda_onepass.supports_inputs(q, k_cache, block_tables)
 
 
 supports_tiled_fused, _tiled_fused = _tiled_variant("supports_fused", fused=True)  # the one launch
@@ -265,8 +266,8 @@ paged_decode_attention = Op(
             "tiled_onepass",
             gated_by("VT_ATTN_ONEPASS", "VT_ATTN_TILED"),
             supports_onepass,
-            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
-            "head; with several KV splits, ready arrival counters",
+            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS} (256: two blocks per SM), at most "
+            f"{cuda_onepass.MAX_GROUP} query heads per KV head; with several KV splits, ready arrival counters",
             cuda_onepass.decode,
             razor=FP32_PROBS_RAZOR,
         ),
