@@ -15,7 +15,7 @@ from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import splitkv as cuda_splitkv
-from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, gated_by
+from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
 
@@ -74,10 +74,11 @@ def supports_onepass(
     *_: Any,
     **__: Any,
 ) -> bool:
-    """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail), and
-    what its launch needs past the op's check."""
+    """The one-pass arm's shapes on the table's device (head_dim 256 where two blocks fit per SM) and, with several
+    splits, ready arrival counters (else the call would fail), and what its launch needs past the op's check."""
     inputs_ok = _PA.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
-    return inputs_ok and cuda_onepass.supports_inputs(q, k_cache, block_tables)
+    fits = inputs_ok and cuda_onepass.fits(q.shape[2], device_of(q))
+    return fits and cuda_onepass.supports_inputs(q, k_cache, block_tables)
 
 
 supports_tiled_fused, _tiled_fused = _tiled_variant("supports_fused", fused=True)  # the one launch
@@ -238,9 +239,9 @@ paged_decode_attention = Op(
             "tiled_onepass",
             gated_by("VT_ATTN_ONEPASS", "VT_ATTN_TILED"),
             supports_onepass,
-            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
-            "head; with several KV splits, ready arrival counters; q and the caches contiguous, every tensor on q's "
-            "device",
+            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS} (256: two blocks per SM), at most "
+            f"{cuda_onepass.MAX_GROUP} query heads per KV head; with several KV splits, ready arrival counters; q and "
+            "the caches contiguous, every tensor on q's device",
             cuda_onepass.launch_decode,
             razor=FP32_PROBS_RAZOR,
         ),

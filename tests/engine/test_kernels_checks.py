@@ -30,6 +30,8 @@ from engine.cuda import splitkv as cuda_splitkv
 from engine.kernels import attention as attention_family
 from engine.kernels import gemv as gemv_family
 
+_H200 = kernels.Device(0, (9, 0), 227 * 1024, 132)  # an H200's capability, opt-in ceiling and SMs
+
 
 def _kernel_of(op: kernels.Op, arm: str) -> object:
     kernel = op.arm(arm).kernel
@@ -383,7 +385,8 @@ def test_the_one_pass_and_split_kv_arms_launch_without_checking_again(monkeypatc
     seen |= _counted(monkeypatch, cuda_tiled, "check_inputs")
     q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
     args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
-    assert op.run_arm("tiled_onepass", *args).shape == q.shape
+    with kernels.on_device(_H200):  # the one pass asks the table's device whether its block fits
+        assert op.run_arm("tiled_onepass", *args).shape == q.shape
     assert op.run_arm("splitkv_swap", *args).shape == q.shape
     assert libs[cuda_onepass].calls == [("vt_paged_attn_onepass_decode", 21)]
     assert [s for s, _ in libs[cuda_splitkv].calls] == [
@@ -405,16 +408,18 @@ def test_the_one_pass_and_split_kv_predicates_hold_contiguous_inputs_on_one_devi
     onepass, swap = op.arm("tiled_onepass").supports, op.arm("splitkv_swap").supports
     q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
     args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
-    assert onepass(*args) and swap(*args)
-    for i in range(1, 5):  # a cache, the tables or the lengths on another device
-        assert not onepass(*args[:i], _meta(args[i]), *args[i + 1 :]), i
-        assert not swap(*args[:i], _meta(args[i]), *args[i + 1 :]), i
-    strided = torch.ones(2, 8, 128, dtype=torch.bfloat16)[..., ::2]
-    assert not onepass(strided, *args[1:]) and not swap(strided, *args[1:])
-    half = [q.half(), cache.half(), cache.half(), *args[3:]]
-    assert onepass(*half) and not swap(*half)  # fp16: the group swap takes fp32 and bf16 only
-    assert not swap(*args[:3], args[3][:, :0], *args[4:])  # a table that addresses no token
-    assert not onepass(q.float(), cache.float(), cache.float(), *args[3:])  # fp32: the one pass takes 16-bit only
+    assert not onepass(*args)  # no device whose shared memory holds its block
+    with kernels.on_device(_H200):
+        assert onepass(*args) and swap(*args)
+        for i in range(1, 5):  # a cache, the tables or the lengths on another device
+            assert not onepass(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+            assert not swap(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+        strided = torch.ones(2, 8, 128, dtype=torch.bfloat16)[..., ::2]
+        assert not onepass(strided, *args[1:]) and not swap(strided, *args[1:])
+        half = [q.half(), cache.half(), cache.half(), *args[3:]]
+        assert onepass(*half) and not swap(*half)  # fp16: the group swap takes fp32 and bf16 only
+        assert not swap(*args[:3], args[3][:, :0], *args[4:])  # a table that addresses no token
+        assert not onepass(q.float(), cache.float(), cache.float(), *args[3:])  # fp32: the one pass takes 16-bit only
 
 
 def test_the_extend_decode_rows_arm_launches_the_generic_kernel_without_checking_again(
