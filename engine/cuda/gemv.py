@@ -97,10 +97,7 @@ def launch_linear(
     ldw = weight.stride(0) if n > 1 else k
     lib = _lib()
     args = [
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
-        ffi.ptr(bias) if bias is not None else None,
+        *ffi.ptrs(y, weight, x2, bias),
         m,
         n,
         k,
@@ -277,13 +274,7 @@ def run_prologue(
     codes = [ffi.dtype_code(x, "x"), *([ffi.dtype_code(y, "y")] if launcher.out_dtype_code else [])]
     lib = launcher.lib()
     rc = getattr(lib, launcher.name)(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(bias) if bias is not None else None,
-        ffi.ptr(x2),
-        ffi.ptr(r2) if r2 is not None else None,
-        ffi.ptr(r_out) if r_out is not None else None,
-        ffi.ptr(norm_weight),
+        *ffi.ptrs(y, weight, bias, x2, r2, r_out, norm_weight),
         m,
         n_out,
         k,
@@ -339,10 +330,7 @@ def launch_linear_silu_mul(
     y = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemv_gemv_glu(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
-        ffi.ptr(bias) if bias is not None else None,
+        *ffi.ptrs(y, weight, x2, bias),
         m,
         n // 2,
         k,

@@ -121,13 +121,7 @@ def launch_decode(
     )
     lib = _lib()
     rc = lib.vt_paged_attn_decode(
-        ffi.ptr(out),
-        ffi.ptr(q),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(tables),
-        ffi.ptr(lens),
-        None if ws is None else ffi.ptr(ws),
+        *ffi.ptrs(out, q, k_cache, v_cache, tables, lens, ws),
         batch,
         hq,
         k_cache.shape[2],

@@ -155,13 +155,7 @@ def _launch(
     out = torch.empty(tokens, hq, d, dtype=q.dtype, device=q.device)
     lib = _lib()
     rc = lib.vt_prefill_attn(
-        ffi.ptr(out),
-        ffi.ptr(q),
-        ffi.ptr(k),
-        ffi.ptr(v),
-        None if block_tables is None else ffi.ptr(block_tables),
-        ffi.ptr(seq_lens),
-        None if prefix_lens is None else ffi.ptr(prefix_lens),
+        *ffi.ptrs(out, q, k, v, block_tables, seq_lens, prefix_lens),
         tokens,
         q.stride(0),
         seq_lens.shape[0],
