@@ -76,34 +76,24 @@ def fits(head_dim: int, device: Device) -> bool:
 
 
 def supports(head_dim: int, group: int, dtype: torch.dtype, device: Device | None = None) -> bool:
-    """The shapes and dtypes the kernel is compiled for, and on a `device` (none given: the shapes alone) a block
-    that `fits`."""
-    shape_ok = dtype in DTYPES and head_dim in HEAD_DIMS and 1 <= group <= MAX_GROUP
+    """The shapes and dtypes the kernel is compiled for (the tiled kernels' `DTYPES` and `MAX_GROUP`, at
+    `HEAD_DIMS`), and on a `device` (none given: the shapes alone) a block that `fits`."""
+    shape_ok = head_dim in HEAD_DIMS and tiled.supports(head_dim, group, dtype)
     return shape_ok and (device is None or fits(head_dim, device))
 
 
 @cache
 def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, device_index: int) -> int:
     """The split count the kernel's cost rule picks for `rows` = batch x KV heads blocks on this device."""
-    out = _I(0)
-    lib = _lib()
-    with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_onepass_num_splits(
-            ctypes.byref(out), rows, max_context, head_dim, ffi.DTYPE_CODES[dtype]
-        )
-    ffi.check(rc, "vt_paged_attn_onepass_num_splits", lib, "paged_attn_onepass")
-    return out.value
+    args = (rows, max_context, head_dim, ffi.DTYPE_CODES[dtype])
+    return ffi.query(_lib(), "vt_paged_attn_onepass_num_splits", "paged_attn_onepass", device_index, *args)
 
 
 def blocks_per_sm(head_dim: int, dtype: torch.dtype, device_index: int) -> int:
     """The blocks of the head_dim's kernel resident per SM on this device (the CUDA occupancy calculator's answer,
     after the shared-memory opt-in): what `num_splits` sizes its waves by."""
-    out = _I(0)
-    lib = _lib()
-    with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_onepass_blocks_per_sm(ctypes.byref(out), head_dim, ffi.DTYPE_CODES[dtype])
-    ffi.check(rc, "vt_paged_attn_onepass_blocks_per_sm", lib, "paged_attn_onepass")
-    return out.value
+    args = (head_dim, ffi.DTYPE_CODES[dtype])
+    return ffi.query(_lib(), "vt_paged_attn_onepass_blocks_per_sm", "paged_attn_onepass", device_index, *args)
 
 
 def _splits(shape: tiled.Shape) -> int:
@@ -132,47 +122,46 @@ def decode(
     sliding_window: int | None = None,
     splits: int | None = None,  # None: the kernel's cost rule over the tables' capacity
 ) -> torch.Tensor:  # [batch, Hq, D], q.dtype
-    tables, lens, shape = tiled.check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)
-    batch, hq, hkv, d = shape.batch, shape.hq, shape.hkv, shape.d
-    if not supports(d, hq // hkv, q.dtype):
-        raise ValueError(f"q: the one-pass arm takes head_dim in {HEAD_DIMS}; got head_dim {d}")
+    """`launch_decode` after the checks that name the bad argument: the entry for a direct call."""
+    shape = tiled.check_inputs(q, k_cache, v_cache, block_tables, context_lens, sliding_window)[2]
+    if not supports(shape.d, shape.hq // shape.hkv, q.dtype):
+        raise ValueError(f"q: the one-pass arm takes head_dim in {HEAD_DIMS}; got head_dim {shape.d}")
+    if splits is not None and not 1 <= splits <= MAX_SPLITS:
+        raise ValueError(f"splits: expected 1..{MAX_SPLITS}, got {splits}")
+    return launch_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, splits)
+
+
+def launch_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+    splits: int | None = None,
+) -> torch.Tensor:  # [batch, Hq, D], q.dtype
+    """The one-pass launch (arguments as `decode`'s), its inputs already checked (by `decode`, or by the table's
+    check, `paged_attn.supports_inputs` and `supports_inputs`). The tables and lengths go to the kernel as int32 (a
+    no-op when they are: the staged step's are)."""
+    tables, lens = block_tables.to(torch.int32).contiguous(), context_lens.to(torch.int32).contiguous()
+    shape = tiled.Shape.of(q, k_cache, tables)
     if splits is None:
         splits = _splits(shape)
-    if not 1 <= splits <= MAX_SPLITS:
-        raise ValueError(f"splits: expected 1..{MAX_SPLITS}, got {splits}")
     out = torch.empty_like(q)
     parts: list[torch.Tensor | None] = [None, None, None, None]
     if splits > 1:
-        counters = tiled.arrival_counters(q.device, 2 * batch * hkv)
+        counters = tiled.arrival_counters(q.device, 2 * shape.batch * shape.hkv)
         if counters is None:
             raise ValueError(
                 f"one-pass arm: {splits} splits need the arrival counters, which are not made under graph capture"
-                f" or cannot hold {batch} x {hkv} (sequence, KV head) pairs; call `supports_inputs` first"
+                f" or cannot hold {shape.batch} x {shape.hkv} (sequence, KV head) pairs; call `supports_inputs` first"
             )
-        m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
-        parts = [
-            m_part,
-            torch.empty_like(m_part),
-            torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device),
-            counters,
-        ]
+        parts = [*shape.partials(splits, q.device), counters]
     lib = _lib()
     rc = lib.vt_paged_attn_onepass_decode(
-        ffi.ptr(out),
-        *(None if t is None else ffi.ptr(t) for t in parts),
-        ffi.ptr(q),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(tables),
-        ffi.ptr(lens),
-        batch,
-        hq,
-        hkv,
-        d,
-        shape.block_size,
-        tables.shape[1],
-        scale,
-        sliding_window or 0,
+        *ffi.ptrs(out, *parts, q, k_cache, v_cache, tables, lens),
+        *shape.args(scale, sliding_window),
         splits,
         ffi.dtype_code(q, "q"),
         ffi.stream(q.device),
