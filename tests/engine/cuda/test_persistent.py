@@ -1,0 +1,229 @@
+"""The persistent decode layer (engine/cuda/persistent.cu) reading the schedule's table
+(engine/cuda/persistent_schedule.py). CPU: the binding's signatures, constants and refusals against the source and
+real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the norm and GEMV-tile kinds on Qwen3-0.6B's
+layer shapes at b1, b8 and b32 against today's chain (the engine's Qwen3DecoderLayer through the kernel table)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.cuda import build, persistent
+from engine.cuda.persistent_schedule import Kind, LayerShape, check
+from engine.cuda.persistent_schedule import build as build_schedule
+from engine.flags import FlagSnapshot
+from engine.model.batch import ForwardBatch
+from lab.gates.numerics import TOLERANCES, compare
+from lab.persistent import case as C
+from tests.engine.cuda.signatures import exported
+
+FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the persistent decode layer"
+FRONT = frozenset({Kind.NORM1, Kind.QKV})  # norm1 and the q/k/v tiles: the layer's input to RoPE's
+BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)  # the time model's tiles
+# Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
+QWEN = LayerShape(1024, 16, 8, 128, 3072, (1024,), **TILES)
+
+
+def test_binding_argtypes_match_the_launchers():
+    launchers = exported(build.CUDA_DIR / "persistent.cu")
+    assert set(persistent.SIGNATURES) == set(launchers) - {"vt_persistent_last_error"}
+    for name, argtypes in persistent.SIGNATURES.items():
+        assert argtypes == launchers[name], name
+
+
+def test_the_source_is_in_the_feature_table():
+    assert build.load_table().sources["persistent.cu"] == "portable"
+
+
+def test_the_binding_constants_are_the_kernels(compiled):
+    for name in ("vt_persistent_row_width", "vt_persistent_control_words"):
+        getattr(compiled, name).restype = ctypes.c_int
+    assert compiled.vt_persistent_row_width() == persistent.ROW_WIDTH == len(qwen_table()[0])
+    assert compiled.vt_persistent_control_words() == persistent.CONTROL_WORDS
+    smem = compiled.vt_persistent_smem_bytes
+    smem.restype = ctypes.c_longlong
+    for batch in (1, 8, 32):
+        got = smem(batch, 1024, 2048, 3072, 2)
+        assert got == persistent.smem_bytes(batch, 1024, 2048, 3072, 2)
+    assert persistent.smem_bytes(1, 1024, 2048, 3072, 2) == 6144  # b1: one staged row of down's K
+    assert persistent.smem_bytes(32, 1024, 2048, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
+
+
+def test_launcher_refuses_what_it_cannot_take(compiled):
+    fn = compiled.vt_persistent_layer
+    fn.argtypes = persistent.SIGNATURES["vt_persistent_layer"]
+    err = compiled.vt_persistent_last_error
+    err.restype = ctypes.c_char_p
+    good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
+    arr = (ctypes.c_void_p * len(good))(*good)
+
+    def call(tasks=10, counters=5, hidden=1024, dtype=1, ptrs=arr):
+        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 2048, 1024, 3072,
+                  1.0, 1e-6, dtype, None)  # fmt: skip
+
+    assert call(dtype=0) == 1001
+    assert err() == b"persistent: dtype code 0 (bf16 and fp16 only)"
+    assert call(tasks=0) == 1000
+    assert err() == b"persistent: tasks 0, counters 5, batch 1 must be > 0"
+    assert call(hidden=1020) == 1000
+    assert err() == b"persistent: hidden 1020, q_dim 2048, kv_dim 1024, inter 3072 must be multiples of 8"
+    odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
+    assert call(ptrs=odd) == 1000
+    assert err() == b"persistent: pointer 4 is not 16-byte aligned"
+    missing = (ctypes.c_void_p * len(good))(*good[:2], None, *good[3:])
+    assert call(ptrs=missing) == 1000
+    assert err() == b"persistent: pointer 2 is null"
+
+
+def qwen_table(kinds=None):
+    return build_schedule(QWEN).encode(persistent.MAX_WAITS, kinds)
+
+
+def test_the_table_the_kernel_reads():
+    sch = build_schedule(QWEN)
+    assert check(sch) == []
+    rows = qwen_table()
+    assert len(rows) == len(sch.tasks)
+    norm1 = sch.counters.index("norm1")
+    # kind, layer, 4 args, (counter, target) x 2, signal
+    assert rows[0] == [Kind.NORM1, 0, 0, -1, -1, -1, -1, -1, -1, -1, norm1]
+    qkv0 = sch.counters.index("qkv[0]")
+    assert rows[1] == [Kind.QKV, 0, 0, 0, 32, -1, norm1, 1, -1, -1, qkv0]  # q head 0's first 32 columns, after the norm
+    kinds = [r[0] for r in rows]
+    assert kinds.count(Kind.QKV) == (2048 + 1024 + 1024) // 32
+    assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 32
+    for r in rows:  # every wait names a counter signalled earlier in the queue, with a reachable target
+        for c, target in ((r[6], r[7]), (r[8], r[9])):
+            assert (c, target) == (-1, -1) or 0 < target <= sch.expected[c]
+
+
+def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
+    sch = build_schedule(QWEN)
+    back = qwen_table(BACK)
+    assert [r[0] for r in back] == [int(t.kind) for t in sch.tasks if t.kind in BACK]
+    o_proj = back[0]
+    assert o_proj[0] == Kind.O_PROJ and o_proj[6:10] == [-1, -1, -1, -1]  # attention's output: the caller's input
+    norm2 = next(r for r in back if r[0] == Kind.NORM2)
+    assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 32]  # kept: its producers are in the part
+    front = qwen_table(FRONT)
+    assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV}
+
+
+def test_what_the_kernel_does_not_run_is_refused():
+    sch = build_schedule(QWEN)
+    assert persistent.refusal(sch, FRONT | BACK, torch.bfloat16) is None
+    assert persistent.refusal(sch, FRONT | {Kind.SCORES}, torch.bfloat16) == (
+        "kinds ['SCORES'] are not built (built: ['DOWN', 'GATE_UP', 'NORM1', 'NORM2', 'O_PROJ', 'QKV'])"
+    )
+    assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
+    odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
+    assert persistent.refusal(odd, FRONT, torch.bfloat16) == "hidden 1020 not a multiple of 8"
+    assert not persistent.supports(sch, FRONT, torch.bfloat16, torch.device("cpu"))
+    stub = persistent.LayerTensors(*[torch.empty(8, dtype=torch.bfloat16)] * len(persistent.POINTERS))
+    with pytest.raises(ValueError, match="persistent layer: kinds \\['ATTN_OUT'\\] are not built"):
+        persistent.run(sch, FRONT | {Kind.ATTN_OUT}, stub, 1e-6)
+    with pytest.raises(ValueError, match="x: expected a contiguous CUDA torch.bfloat16 tensor of \\(1, 1024\\)"):
+        persistent.run(sch, FRONT, stub, 1e-6)
+
+
+# --- GPU -------------------------------------------------------------------------------------------------------------
+
+
+def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torch.dtype):
+    """Qwen3-0.6B's layer with seeded weights on the device, and today's chain on one decode step: the schedule, the
+    layer, the step's inputs, and the chain's q/k/v, res1, attention output (o_proj's input), mlp and res2."""
+    case = C.make(C.QWEN3_0_6B, list(lens), seed=0)
+    layer = case.layer.to(device=device, dtype=dtype)
+    s = case.step
+    x, residual = s.x.to(device, dtype), None if first else s.residual.to(device, dtype)
+    cos_sin = (s.cos.to(device, dtype), s.sin.to(device, dtype))
+    caches = [(s.k_cache.to(device, dtype), s.v_cache.to(device, dtype))]
+    flags = FlagSnapshot.defaults()
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=s.slot_mapping.to(device),
+        kv_caches=caches,
+        block_tables=s.block_tables.to(device),
+        context_lens=s.context_lens.to(device),
+        flags=flags,
+    )
+    seen: dict[str, torch.Tensor] = {}
+    hook = layer.self_attn.o_proj.register_forward_pre_hook(lambda _m, args: seen.update(attn=args[0].clone()))
+    ln = layer.input_layernorm
+    with torch.no_grad():
+        q, k, v, res1 = kernels.norm_qkv(
+            flags,
+            x.clone(),
+            None if residual is None else residual.clone(),
+            ln.weight,
+            ln.eps,
+            layer.self_attn.qkv_proj,
+        )
+        mlp, res2 = layer(x.clone(), None if residual is None else residual.clone(), cos_sin, batch)
+    hook.remove()
+    chain = dict(q=q, k=k, v=v, res1=res1, attn=seen["attn"], mlp=mlp, res2=res2, out=mlp + res2)
+    return build_schedule(case.shape(first, **TILES)), layer, x, residual, chain
+
+
+def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, attn: torch.Tensor) -> persistent.LayerTensors:
+    a, m, b = layer.self_attn, layer.mlp, x.shape[0]
+
+    def poisoned(width: int) -> torch.Tensor:  # NaN: a cell the kernel fails to write shows
+        return torch.full((b, width), float("nan"), dtype=x.dtype, device=x.device)
+
+    h, qd, kvd, inter = x.shape[1], a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], m.gate_proj.weight.shape[0]
+    return persistent.LayerTensors(
+        x=x, residual=residual, h1=poisoned(h), res1=poisoned(h), q=poisoned(qd), k=poisoned(kvd), v=poisoned(kvd),
+        attn=attn.contiguous(), res2=poisoned(h), h2=poisoned(h), act=poisoned(inter), mlp=poisoned(h),
+        out=poisoned(h), ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
+        wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(), wv=a.v_proj.weight.contiguous(),
+        wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(), wu=m.up_proj.weight.contiguous(),
+        wd=m.down_proj.weight,
+    )  # fmt: skip
+
+
+CASES = [((1024,), False), ((1024,), True), ((1024, 77, 300, 5, 1024, 640, 129, 2000), False), ((512,) * 32, False)]
+
+
+@pytest.mark.parametrize("lens,first", CASES, ids=["b1", "b1-layer0", "b8", "b32"])
+def test_the_norm_and_gemv_kinds_match_the_chain(cuda, lens, first):
+    """Two launches (the table's front part, then its back part with the chain's attention output as input) against
+    the chain on the same inputs: res1 bit for bit (the norm kernel's add); q/k/v, res2, the layer's output and the
+    next layer's sum within the chain's own bf16 kernel tolerance (lab/gates/numerics.py TOLERANCES['bf16']: the
+    GEMV columns are summed at split 1, the chain's GEMV splits K at these widths or, at b > 8, takes cuBLAS)."""
+    sch, layer, x, residual, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, chain["attn"])
+    eps = layer.input_layernorm.eps
+    front = persistent.run(sch, FRONT, t, eps)
+    back = persistent.run(sch, BACK, t, eps)
+    torch.cuda.synchronize()
+    assert int(front[0]) >= len(sch.encode(kinds=FRONT)) and int(back[0]) >= len(sch.encode(kinds=BACK))
+    assert torch.equal(t.res1, chain["res1"])
+    for name in ("q", "k", "v", "res2", "mlp", "out"):
+        got = getattr(t, name)
+        assert not got.isnan().any(), f"{name}: cells left unwritten"
+        cmp = compare(got, chain[name], TOLERANCES["bf16"])
+        assert cmp.passed, f"{name}: {cmp.as_dict()}"
+    n_o = sch.expected[sch.counters.index("o_proj")]
+    assert int(back[persistent.CONTROL_WORDS + sch.counters.index("o_proj")]) == n_o  # every tile signalled once
+
+
+def test_an_unreachable_wait_is_reported_not_hung(cuda):
+    """A table whose last task waits for more signals than its counter gets: the block gives up after the kernel's
+    wait limit (2 s) and the error word names the task; the launch ends."""
+    sch, layer, x, residual, chain = _chain((64,), False, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, chain["attn"])
+    rows = sch.encode(kinds=FRONT)
+    rows[-1][7] += 1000
+    original = sch.encode
+    sch.encode = lambda max_waits=2, kinds=None: rows  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match=f"error word {(2 << 20) + len(rows) - 1:#x}"):
+            persistent.run(sch, FRONT, t, layer.input_layernorm.eps)
+    finally:
+        sch.encode = original  # type: ignore[method-assign]
