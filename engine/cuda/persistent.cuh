@@ -6,9 +6,10 @@
 // before it in the queue was taken, and the table queues every producer before its consumers (its static `check`),
 // so a waiting block always waits on a task some running block holds.
 //
-// This slice runs the norm and GEMV-tile kinds: NORM1, QKV, O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and
-// DOWN (+ residual). ROPE_STORE, SCORES and ATTN_OUT are not built yet: a table holding them is refused by the
-// launcher, and a block meeting one records the kind in the error word and signals anyway (so nothing hangs).
+// This slice runs the norm, GEMV-tile and RoPE kinds: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged
+// cache), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN (+ residual). SCORES and ATTN_OUT are not built
+// yet: a table holding them is refused by the binding, and a block meeting one records the kind in the error word
+// and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
 // - the norms are the norm kernel's operations in its order (vt_norm::block_sum over 256 threads,
@@ -17,6 +18,8 @@
 //   order, then the warp butterfly). The chain's GEMV splits K over two warps where its grid is short of warps
 //   (kSplitBelowWarpsPerSm) and at b > 8 the chain takes cuBLAS or the small GEMM: there the order differs, a
 //   numerics the razor judges (bf16 GEMV tolerance, not bits).
+// - ROPE_STORE is vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and qk_norm_rope's
+//   function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
 // - O_PROJ rounds the product to T and adds the residual in fp32 rounded to T (fused_add_rms_norm's sum); GATE_UP
 //   rounds gate and up to T and applies vt_act::silu_mul (the GLU GEMV's epilogue); DOWN rounds the product to T
 //   (the layer's output) and writes its sum with res2 (the next layer's residual) the same way.
@@ -27,6 +30,7 @@
 #include "common.cuh"
 #include "gemv.cuh"
 #include "norm.cuh"
+#include "rope.cuh"
 
 namespace vt_persistent {
 
@@ -73,8 +77,17 @@ struct Layer {
   const T* wg;
   const T* wu;
   const T* wd;
-  int batch, hidden, q_dim, kv_dim, inter;
-  float mean_scale, eps;  // the norm kernel's (binding: rows / numel as float, and eps)
+  T* q_rot;  // [batch, q_dim]: q after q_norm and RoPE
+  T* k_rot;  // [batch, kv_dim]: k after k_norm and RoPE (also written to the cache)
+  T* k_cache;  // [blocks, block_size, kv_heads, head_dim]
+  T* v_cache;
+  const long long* slots;  // [batch]: this token's cache slot (-1: no cache write)
+  const T* cos;  // [batch, head_dim]
+  const T* sin;
+  const T* q_norm;  // [head_dim]
+  const T* k_norm;
+  int batch, hidden, q_dim, kv_dim, inter, heads, kv_heads, head_dim;
+  float mean_scale, q_mean_scale, k_mean_scale, eps;  // the norm and rope kernels' (binding: rows / numel as float)
 };
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -215,6 +228,41 @@ __device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k,
   }
 }
 
+// ROPE_STORE of KV head `kv` for every row: the group's q heads, its k and v rows staged through L2 (written by other
+// SMs' QKV tiles), then one warp per head row: q and k normed and rotated (k also into its cache slot), v copied.
+template <typename T>
+__device__ void rope_store(int kv, const Layer<T>& p, T* xs) {
+  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qv = g * d / kVec, hv = d / kVec;  // 16-byte vectors of the q heads and of one head
+  uint4* dst = reinterpret_cast<uint4*>(xs);
+  for (int r = 0; r < p.batch; ++r) {
+    if (r > 0) __syncthreads();  // every warp is done with the last row's staged heads
+    const uint4* q = reinterpret_cast<const uint4*>(p.q + static_cast<long long>(r) * p.q_dim + kv * g * d);
+    const uint4* k = reinterpret_cast<const uint4*>(p.k + static_cast<long long>(r) * p.kv_dim + kv * d);
+    const uint4* v = reinterpret_cast<const uint4*>(p.v + static_cast<long long>(r) * p.kv_dim + kv * d);
+    for (int i = threadIdx.x; i < qv + 2 * hv; i += kThreads)
+      dst[i] = __ldcg(i < qv ? q + i : i < qv + hv ? k + (i - qv) : v + (i - qv - hv));
+    __syncthreads();
+    const long long slot = p.slots[r];
+    const long long cache_row = (slot * p.kv_heads + kv) * d;
+    const T* ct = p.cos + static_cast<long long>(r) * d;
+    const T* st = p.sin + static_cast<long long>(r) * d;
+    for (int h = warp; h < g + 2; h += kWarps) {  // whole warps: norm_rope_row's shuffles stay full-warp
+      const T* src = xs + h * d;
+      if (h < g) {
+        vt_rope::norm_rope_row<T>(src, p.q_norm, ct, st, d, p.q_mean_scale, p.eps,
+                                  p.q_rot + static_cast<long long>(r) * p.q_dim + (kv * g + h) * d, nullptr);
+      } else if (h == g) {
+        vt_rope::norm_rope_row<T>(src, p.k_norm, ct, st, d, p.k_mean_scale, p.eps,
+                                  p.k_rot + static_cast<long long>(r) * p.kv_dim + kv * d,
+                                  slot >= 0 ? p.k_cache + cache_row : nullptr);
+      } else if (slot >= 0) {
+        for (int i = lane; i < d; i += 32) p.v_cache[cache_row + i] = src[i];
+      }
+    }
+  }
+}
+
 template <typename T>
 __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
@@ -232,6 +280,9 @@ __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
                                    nullptr, nullptr, xs);
       break;
     }
+    case kRopeStore:
+      rope_store<T>(a0, p, xs);
+      break;
     case kOProj:
       gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,
                                          p.res1, nullptr, xs);
@@ -248,7 +299,7 @@ __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
       gemv_tile<T, 1, Epi::kDownResidual>(p.act, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden, p.res2,
                                           p.out, xs);
       break;
-    default:  // ROPE_STORE, SCORES, ATTN_OUT: not in this slice (the launcher refuses them; this is the backstop)
+    default:  // SCORES, ATTN_OUT: not in this slice (the launcher refuses them; this is the backstop)
       if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
   }
 }

@@ -1,7 +1,7 @@
 """Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
-table (`persistent_schedule.Schedule.encode`). This slice runs the norm and GEMV-tile kinds only (`BUILT`); the
-attention kinds are not in the kernel yet, so a caller runs a part of the layer (`Schedule.encode(kinds=...)`) with
-the attention output as an input. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+table (`persistent_schedule.Schedule.encode`). This slice runs the norm, GEMV-tile and RoPE/KV-store kinds (`BUILT`);
+SCORES and ATTN_OUT are not in the kernel yet, so a caller runs a part of the layer (`Schedule.encode(kinds=...)`)
+with the attention output as an input. Not wired into the kernel table: no flag, no arm, never on a user's path."""
 
 from __future__ import annotations
 
@@ -24,14 +24,15 @@ MAX_WAITS = 2  # kMaxWaits
 CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
-BUILT = frozenset({Kind.NORM1, Kind.QKV, Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})
+BUILT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE, Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})
+MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
 DTYPES = (torch.bfloat16, torch.float16)
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to persistent.cu)
     "vt_persistent_row_width": [],
     "vt_persistent_control_words": [],
-    "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I],
-    "vt_persistent_layer": [_P, _I, _P, _I, _P, _I, _I, _I, _I, _I, _F, _F, _I, _P],
+    "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
+    "vt_persistent_layer": [_P, _I, _P, _I, _P, _I, _I, _I, _I, _I, _I, _F, _F, _F, _F, _I, _P],
 }
 
 
@@ -62,12 +63,21 @@ class LayerTensors:
     wg: torch.Tensor  # [intermediate, hidden]
     wu: torch.Tensor  # [intermediate, hidden]
     wd: torch.Tensor  # [hidden, intermediate]
+    q_rot: torch.Tensor  # [b, heads * head_dim]: q after q_norm and RoPE
+    k_rot: torch.Tensor  # [b, kv_heads * head_dim]: k after k_norm and RoPE
+    k_cache: torch.Tensor  # [blocks, block_size, kv_heads, head_dim]: this step's slots written
+    v_cache: torch.Tensor
+    slots: torch.Tensor  # [b] int64: each row's cache slot (-1: none)
+    cos: torch.Tensor  # [b, head_dim]
+    sin: torch.Tensor
+    q_norm: torch.Tensor  # [head_dim]
+    k_norm: torch.Tensor
 
     def tensors(self) -> list[torch.Tensor | None]:
         return [getattr(self, f.name) for f in fields(self)]
 
 
-POINTERS = tuple(f.name for f in fields(LayerTensors))  # 22, persistent.cu kPointers
+POINTERS = tuple(f.name for f in fields(LayerTensors))  # 31, persistent.cu kPointers
 
 
 @cache
@@ -78,9 +88,11 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def smem_bytes(batch: int, hidden: int, q_dim: int, inter: int, elt: int) -> int:
-    """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input."""
-    return min(batch, ROWS_PER_PASS) * max(hidden, q_dim, inter) * elt
+def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
+    """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
+    staged q, k and v heads."""
+    gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
+    return max(gemv, (heads // kv_heads + 2) * head_dim * elt)
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
@@ -92,10 +104,11 @@ def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | 
         return f"kinds {sorted(k.name for k in kinds - BUILT)} are not built (built: {sorted(k.name for k in BUILT)})"
     if sch.layers != 1:
         return f"{sch.layers} layers (one layer's weights per launch)"
-    widths = {"hidden": s.hidden, "q_dim": s.heads * s.head_dim, "kv_dim": s.kv_heads * s.head_dim}
-    widths["intermediate"] = s.intermediate
+    widths = {"hidden": s.hidden, "head_dim": s.head_dim, "intermediate": s.intermediate}
     odd = [f"{k} {v}" for k, v in widths.items() if v % VECTOR]
-    return f"{', '.join(odd)} not a multiple of {VECTOR}" if odd else None
+    if odd:
+        return f"{', '.join(odd)} not a multiple of {VECTOR}"
+    return f"head_dim {s.head_dim} over {MAX_HEAD_DIM}" if s.head_dim > MAX_HEAD_DIM else None
 
 
 def supports(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype, device: torch.device) -> bool:
@@ -110,7 +123,8 @@ def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.
 
 def _check(t: LayerTensors, sch: Schedule) -> None:
     s, b = sch.shape, sch.shape.batch
-    q_dim, kv_dim = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    q_dim, kv_dim, d = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
+    cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, d) if t.k_cache.dim() == 4 else (-1,)
     sizes = {
         "x": (b, s.hidden),
         "residual": (b, s.hidden),
@@ -134,6 +148,15 @@ def _check(t: LayerTensors, sch: Schedule) -> None:
         "wg": (s.intermediate, s.hidden),
         "wu": (s.intermediate, s.hidden),
         "wd": (s.hidden, s.intermediate),
+        "q_rot": (b, q_dim),
+        "k_rot": (b, kv_dim),
+        "k_cache": cache,
+        "v_cache": cache,
+        "slots": (b,),
+        "cos": (b, d),
+        "sin": (b, d),
+        "q_norm": (d,),
+        "k_norm": (d,),
     }
     if (t.residual is None) != s.first:
         raise ValueError(f"residual: {'given at layer 0' if s.first else 'missing past layer 0'}")
@@ -141,12 +164,13 @@ def _check(t: LayerTensors, sch: Schedule) -> None:
         x = getattr(t, name)
         if x is None:
             continue
-        if tuple(x.shape) != sizes[name] or x.dtype != t.x.dtype or not x.is_cuda or not x.is_contiguous():
+        dtype = torch.int64 if name == "slots" else t.x.dtype
+        if tuple(x.shape) != sizes[name] or x.dtype != dtype or not x.is_cuda or not x.is_contiguous():
             raise ValueError(
-                f"{name}: expected a contiguous CUDA {t.x.dtype} tensor of {sizes[name]}, got {tuple(x.shape)} "
+                f"{name}: expected a contiguous CUDA {dtype} tensor of {sizes[name]}, got {tuple(x.shape)} "
                 f"{x.dtype} on {x.device}"
             )
-        if x.data_ptr() % 16:
+        if x.data_ptr() % (8 if name == "slots" else 16):
             raise ValueError(f"{name}: not 16-byte aligned")
 
 
@@ -172,10 +196,13 @@ def run(sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float) -> t
         ctypes.cast(ptrs, _P),
         s.batch,
         s.hidden,
-        s.heads * s.head_dim,
-        s.kv_heads * s.head_dim,
+        s.heads,
+        s.kv_heads,
+        s.head_dim,
         s.intermediate,
         cuda_norm.mean_scale(s.batch, s.hidden),
+        cuda_norm.mean_scale(s.batch * s.heads, s.head_dim),  # the rope binding's q_norm factor
+        cuda_norm.mean_scale(s.batch * s.kv_heads, s.head_dim),
         eps,
         ffi.dtype_code(t.x, "x"),
         ffi.stream(device),

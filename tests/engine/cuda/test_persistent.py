@@ -1,7 +1,8 @@
 """The persistent decode layer (engine/cuda/persistent.cu) reading the schedule's table
 (engine/cuda/persistent_schedule.py). CPU: the binding's signatures, constants and refusals against the source and
-real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the norm and GEMV-tile kinds on Qwen3-0.6B's
-layer shapes at b1, b8 and b32 against today's chain (the engine's Qwen3DecoderLayer through the kernel table)."""
+real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the norm, GEMV-tile and RoPE/KV-store kinds on
+Qwen3-0.6B's layer shapes at b1, b8 and b32 against today's chain (the engine's Qwen3DecoderLayer through the kernel
+table): q/k after RoPE, the K/V cache, the residuals and the layer's output."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.engine.cuda.signatures import exported
 
 FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the persistent decode layer"
-FRONT = frozenset({Kind.NORM1, Kind.QKV})  # norm1 and the q/k/v tiles: the layer's input to RoPE's
+FRONT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE})  # the layer's input to the rotated q and the K/V cache
 BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)  # the time model's tiles
 # Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
@@ -47,11 +48,12 @@ def test_the_binding_constants_are_the_kernels(compiled):
     assert compiled.vt_persistent_control_words() == persistent.CONTROL_WORDS
     smem = compiled.vt_persistent_smem_bytes
     smem.restype = ctypes.c_longlong
-    for batch in (1, 8, 32):
-        got = smem(batch, 1024, 2048, 3072, 2)
-        assert got == persistent.smem_bytes(batch, 1024, 2048, 3072, 2)
-    assert persistent.smem_bytes(1, 1024, 2048, 3072, 2) == 6144  # b1: one staged row of down's K
-    assert persistent.smem_bytes(32, 1024, 2048, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
+    for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
+        got = smem(batch, 1024, heads, kv, d, 3072, 2)
+        assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
+    assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 6144  # b1: one staged row of down's K
+    assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
+    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 66 * 64 * 2  # a group of 64 q heads outgrows a row
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
@@ -62,16 +64,19 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
     arr = (ctypes.c_void_p * len(good))(*good)
 
-    def call(tasks=10, counters=5, hidden=1024, dtype=1, ptrs=arr):
-        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 2048, 1024, 3072,
-                  1.0, 1e-6, dtype, None)  # fmt: skip
+    def call(tasks=10, counters=5, hidden=1024, head_dim=128, dtype=1, ptrs=arr):
+        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 16, 8, head_dim, 3072,
+                  1.0, 1.0, 1.0, 1e-6, dtype, None)  # fmt: skip
 
     assert call(dtype=0) == 1001
     assert err() == b"persistent: dtype code 0 (bf16 and fp16 only)"
     assert call(tasks=0) == 1000
     assert err() == b"persistent: tasks 0, counters 5, batch 1 must be > 0"
     assert call(hidden=1020) == 1000
-    assert err() == b"persistent: hidden 1020, q_dim 2048, kv_dim 1024, inter 3072 must be multiples of 8"
+    shapes = b"persistent: hidden %d, inter 3072 (multiples of 8), head_dim %d (a multiple of 8, at most 512), heads 16 / kv_heads 8"
+    assert err() == shapes % (1020, 128)
+    assert call(head_dim=1024) == 1000
+    assert err() == shapes % (1024, 1024)
     odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
     assert call(ptrs=odd) == 1000
     assert err() == b"persistent: pointer 4 is not 16-byte aligned"
@@ -111,14 +116,16 @@ def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
     norm2 = next(r for r in back if r[0] == Kind.NORM2)
     assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 32]  # kept: its producers are in the part
     front = qwen_table(FRONT)
-    assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV}
+    assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV, Kind.ROPE_STORE}
+    rope = next(r for r in front if r[0] == Kind.ROPE_STORE)
+    assert rope[6:8] == [sch.counters.index("qkv[0]"), 4 * 128 // 32]  # KV head 0's q heads, k and v tiles
 
 
 def test_what_the_kernel_does_not_run_is_refused():
     sch = build_schedule(QWEN)
     assert persistent.refusal(sch, FRONT | BACK, torch.bfloat16) is None
     assert persistent.refusal(sch, FRONT | {Kind.SCORES}, torch.bfloat16) == (
-        "kinds ['SCORES'] are not built (built: ['DOWN', 'GATE_UP', 'NORM1', 'NORM2', 'O_PROJ', 'QKV'])"
+        "kinds ['SCORES'] are not built (built: ['DOWN', 'GATE_UP', 'NORM1', 'NORM2', 'O_PROJ', 'QKV', 'ROPE_STORE'])"
     )
     assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
     odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
@@ -136,17 +143,20 @@ def test_what_the_kernel_does_not_run_is_refused():
 
 def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torch.dtype):
     """Qwen3-0.6B's layer with seeded weights on the device, and today's chain on one decode step: the schedule, the
-    layer, the step's inputs, and the chain's q/k/v, res1, attention output (o_proj's input), mlp and res2."""
+    layer, the step's inputs (with the caches as they were before the step), and the chain's q/k/v, res1, rotated q
+    and k, caches after the step, attention output (o_proj's input), mlp and res2."""
     case = C.make(C.QWEN3_0_6B, list(lens), seed=0)
     layer = case.layer.to(device=device, dtype=dtype)
     s = case.step
     x, residual = s.x.to(device, dtype), None if first else s.residual.to(device, dtype)
     cos_sin = (s.cos.to(device, dtype), s.sin.to(device, dtype))
     caches = [(s.k_cache.to(device, dtype), s.v_cache.to(device, dtype))]
+    before = {"k_cache": caches[0][0].clone(), "v_cache": caches[0][1].clone()}
+    slots, b, a = s.slot_mapping.to(device), len(lens), layer.self_attn
     flags = FlagSnapshot.defaults()
     batch = ForwardBatch(
         is_prefill=False,
-        slot_mapping=s.slot_mapping.to(device),
+        slot_mapping=slots,
         kv_caches=caches,
         block_tables=s.block_tables.to(device),
         context_lens=s.context_lens.to(device),
@@ -164,13 +174,20 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
             ln.eps,
             layer.self_attn.qkv_proj,
         )
+        scratch = (before["k_cache"].clone(), before["v_cache"].clone())
+        q3, k3, v3 = q.view(b, a.num_heads, -1), k.view(b, a.num_kv_heads, -1), v.view(b, a.num_kv_heads, -1)
+        q_rot, k_rot = kernels.qkv_norm_rope_store(
+            flags, q3, k3, v3, a.q_norm.weight, a.k_norm.weight, *cos_sin, a.eps, *scratch, slots
+        )
         mlp, res2 = layer(x.clone(), None if residual is None else residual.clone(), cos_sin, batch)
     hook.remove()
-    chain = dict(q=q, k=k, v=v, res1=res1, attn=seen["attn"], mlp=mlp, res2=res2, out=mlp + res2)
-    return build_schedule(case.shape(first, **TILES)), layer, x, residual, chain
+    chain = dict(q=q, k=k, v=v, res1=res1, q_rot=q_rot.reshape(b, -1), k_rot=k_rot.reshape(b, -1))
+    chain.update(k_cache=caches[0][0], v_cache=caches[0][1], attn=seen["attn"], mlp=mlp, res2=res2, out=mlp + res2)
+    inputs = dict(before, slots=slots, cos=cos_sin[0].contiguous(), sin=cos_sin[1].contiguous())
+    return build_schedule(case.shape(first, **TILES)), layer, x, residual, inputs, chain
 
 
-def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, attn: torch.Tensor) -> persistent.LayerTensors:
+def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor):
     a, m, b = layer.self_attn, layer.mlp, x.shape[0]
 
     def poisoned(width: int) -> torch.Tensor:  # NaN: a cell the kernel fails to write shows
@@ -183,7 +200,9 @@ def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, attn: torch.
         out=poisoned(h), ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
         wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(), wv=a.v_proj.weight.contiguous(),
         wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(), wu=m.up_proj.weight.contiguous(),
-        wd=m.down_proj.weight,
+        wd=m.down_proj.weight, q_rot=poisoned(qd), k_rot=poisoned(kvd), k_cache=inputs["k_cache"],
+        v_cache=inputs["v_cache"], slots=inputs["slots"], cos=inputs["cos"], sin=inputs["sin"],
+        q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
     )  # fmt: skip
 
 
@@ -191,24 +210,36 @@ CASES = [((1024,), False), ((1024,), True), ((1024, 77, 300, 5, 1024, 640, 129, 
 
 
 @pytest.mark.parametrize("lens,first", CASES, ids=["b1", "b1-layer0", "b8", "b32"])
-def test_the_norm_and_gemv_kinds_match_the_chain(cuda, lens, first):
+def test_the_built_kinds_match_the_chain(cuda, lens, first):
     """Two launches (the table's front part, then its back part with the chain's attention output as input) against
-    the chain on the same inputs: res1 bit for bit (the norm kernel's add); q/k/v, res2, the layer's output and the
-    next layer's sum within the chain's own bf16 kernel tolerance (lab/gates/numerics.py TOLERANCES['bf16']: the
-    GEMV columns are summed at split 1, the chain's GEMV splits K at these widths or, at b > 8, takes cuBLAS)."""
-    sch, layer, x, residual, chain = _chain(lens, first, cuda, torch.bfloat16)
-    t = _tensors(layer, x, residual, chain["attn"])
+    the chain on the same inputs: res1 bit for bit (the norm kernel's add); q/k/v, rotated q/k, this step's K/V cache
+    slots, res2, the layer's output and the next layer's sum within the chain's own bf16 kernel tolerance
+    (lab/gates/numerics.py TOLERANCES['bf16']: the GEMV columns are summed at split 1, the chain's GEMV splits K at
+    some of these widths or, at b > 8, takes cuBLAS); the cache slot holds the kernel's own k_rot and v bit for bit
+    and every other cache position is untouched."""
+    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs, chain["attn"])
     eps = layer.input_layernorm.eps
     front = persistent.run(sch, FRONT, t, eps)
     back = persistent.run(sch, BACK, t, eps)
     torch.cuda.synchronize()
     assert int(front[0]) >= len(sch.encode(kinds=FRONT)) and int(back[0]) >= len(sch.encode(kinds=BACK))
     assert torch.equal(t.res1, chain["res1"])
-    for name in ("q", "k", "v", "res2", "mlp", "out"):
+    for name in ("q", "k", "v", "q_rot", "k_rot", "res2", "mlp", "out"):
         got = getattr(t, name)
         assert not got.isnan().any(), f"{name}: cells left unwritten"
         cmp = compare(got, chain[name], TOLERANCES["bf16"])
         assert cmp.passed, f"{name}: {cmp.as_dict()}"
+    kc, vc = t.k_cache.flatten(0, 1), t.v_cache.flatten(0, 1)  # [slots, kv_heads, head_dim]
+    slots = inputs["slots"]
+    assert torch.equal(kc[slots].flatten(1), t.k_rot) and torch.equal(vc[slots].flatten(1), t.v)
+    for name, got in (("k_cache", kc), ("v_cache", vc)):
+        want = chain[name].flatten(0, 1)
+        cmp = compare(got[slots].flatten(1), want[slots].flatten(1), TOLERANCES["bf16"])
+        assert cmp.passed, f"{name} at this step's slots: {cmp.as_dict()}"
+        others = torch.ones(got.shape[0], dtype=torch.bool, device=got.device)
+        others[slots] = False
+        assert torch.equal(got[others], want[others]), f"{name}: a position outside this step's slots changed"
     n_o = sch.expected[sch.counters.index("o_proj")]
     assert int(back[persistent.CONTROL_WORDS + sch.counters.index("o_proj")]) == n_o  # every tile signalled once
 
@@ -216,8 +247,8 @@ def test_the_norm_and_gemv_kinds_match_the_chain(cuda, lens, first):
 def test_an_unreachable_wait_is_reported_not_hung(cuda):
     """A table whose last task waits for more signals than its counter gets: the block gives up after the kernel's
     wait limit (2 s) and the error word names the task; the launch ends."""
-    sch, layer, x, residual, chain = _chain((64,), False, cuda, torch.bfloat16)
-    t = _tensors(layer, x, residual, chain["attn"])
+    sch, layer, x, residual, inputs, chain = _chain((64,), False, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs, chain["attn"])
     rows = sch.encode(kinds=FRONT)
     rows[-1][7] += 1000
     original = sch.encode
