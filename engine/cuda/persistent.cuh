@@ -6,10 +6,9 @@
 // before it in the queue was taken, and the table queues every producer before its consumers (its static `check`),
 // so a waiting block always waits on a task some running block holds.
 //
-// This slice runs the norm, GEMV-tile and RoPE kinds: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged
-// cache), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN (+ residual). SCORES and ATTN_OUT are not built
-// yet: a table holding them is refused by the binding, and a block meeting one records the kind in the error word
-// and signals anyway (so nothing hangs).
+// Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
+// a chunk of keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
+// (+ residual). A block meeting an unknown kind records it in the error word and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
 // - the norms are the norm kernel's operations in its order (vt_norm::block_sum over 256 threads,
@@ -20,6 +19,11 @@
 //   numerics the razor judges (bf16 GEMV tolerance, not bits).
 // - ROPE_STORE is vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and qk_norm_rope's
 //   function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
+// - SCORES and ATTN_OUT are the generic paged-attention kernel's arithmetic (vt::decode_generic_kernel: one warp per
+//   key, lanes over head_dim, T(T(q.k) * scale); the block max and sum of exp; p = T(exp(s - max) / sum) in place;
+//   P.V in fp32 in key order per output element): the eager reference's rounding points. The chain's default decode
+//   arm (the tiled mma kernels) rounds at the same points but sums q.k and P.V in mma order: a numerics the razor
+//   judges, held to the chain within bf16 tolerance.
 // - O_PROJ rounds the product to T and adds the residual in fp32 rounded to T (fused_add_rms_norm's sum); GATE_UP
 //   rounds gate and up to T and applies vt_act::silu_mul (the GLU GEMV's epilogue); DOWN rounds the product to T
 //   (the layer's output) and writes its sum with res2 (the next layer's residual) the same way.
@@ -30,6 +34,7 @@
 #include "common.cuh"
 #include "gemv.cuh"
 #include "norm.cuh"
+#include "paged_attn.cuh"
 #include "rope.cuh"
 
 namespace vt_persistent {
@@ -62,7 +67,7 @@ struct Layer {
   T* q;
   T* k;
   T* v;
-  const T* attn;
+  T* attn;  // written by ATTN_OUT (an input when a caller runs only the back of the table)
   T* res2;
   T* h2;
   T* act;
@@ -86,8 +91,13 @@ struct Layer {
   const T* sin;
   const T* q_norm;  // [head_dim]
   const T* k_norm;
+  const int* block_tables;  // [batch, max_blocks]
+  const int* context_lens;  // [batch], this step's token included
+  float* scores;  // [batch * heads, ld_scores] fp32 scratch: the logits (exact in T), then the probabilities in place
   int batch, hidden, q_dim, kv_dim, inter, heads, kv_heads, head_dim;
+  int block_size, max_blocks, ld_scores, window;  // window 0: the full context
   float mean_scale, q_mean_scale, k_mean_scale, eps;  // the norm and rope kernels' (binding: rows / numel as float)
+  float scale;  // the attention's softmax scale
 };
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -264,6 +274,62 @@ __device__ void rope_store(int kv, const Layer<T>& p, T* xs) {
 }
 
 template <typename T>
+__device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p, const int* table, int t, int kv) {
+  const long long slot = static_cast<long long>(table[t / p.block_size]) * p.block_size + t % p.block_size;
+  return cache + (slot * p.kv_heads + kv) * p.head_dim;
+}
+
+// SCORES of (seq, kv) over keys [k0, k1): the group's rotated q heads staged as fp32, then one warp per key, every
+// head of the group against it (each K row read once), lanes over head_dim: the generic kernel's dot and rounding.
+template <typename T>
+__device__ void scores(int seq, int kv, int k0, int k1, const Layer<T>& p, float* qs) {
+  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* q = p.q_rot + static_cast<long long>(seq) * p.q_dim + kv * g * d;
+  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(load_l2(q + i));
+  __syncthreads();
+  const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
+  const int begin = max(k0, vt::window_begin(p.context_lens[seq], p.window));  // keys before it are never read
+  float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
+  for (int t = begin + warp; t < k1; t += kWarps) {
+    const T* k = cache_row(p.k_cache, p, table, t, kv);  // the newest key was written by this launch: through L2
+    for (int h = 0; h < g; ++h) {
+      float dot = 0.f;
+      for (int e = lane; e < d; e += 32) dot += qs[h * d + e] * vt::to_f32(load_l2(k + e));
+      const float x = vt::round_to<T>(vt::round_to<T>(vt::warp_sum(dot)) * p.scale);
+      if (lane == 0) rows[static_cast<long long>(h) * p.ld_scores + t] = x;
+    }
+  }
+}
+
+// ATTN_OUT of (seq, kv): per head of the group, the block max and sum of exp over the allowed keys, the rounded
+// probabilities written over the logits (this task is their only reader), then P.V in fp32 in key order.
+template <typename T>
+__device__ void attn_out(int seq, int kv, const Layer<T>& p) {
+  __shared__ float red_s[kWarps];
+  const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x;
+  const int len = p.context_lens[seq], begin = vt::window_begin(len, p.window);
+  const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
+  for (int h = 0; h < g; ++h) {
+    float* logits = p.scores + static_cast<long long>(seq * p.heads + kv * g + h) * p.ld_scores;
+    float mx = -CUDART_INF_F;
+    for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, __ldcg(logits + t));
+    mx = vt::block_reduce(mx, red_s, true);
+    float sum = 0.f;
+    for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
+    sum = vt::block_reduce(sum, red_s, false);
+    for (int t = begin + tid; t < len; t += kThreads) logits[t] = vt::round_to<T>(expf(__ldcg(logits + t) - mx) / sum);
+    __syncthreads();  // the probabilities, written by this block, are read by every thread below
+    T* o = p.attn + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d;
+    for (int e = tid; e < d; e += kThreads) {
+      float acc = 0.f;
+      for (int t = begin; t < len; ++t) acc += __ldcg(logits + t) * vt::to_f32(load_l2(cache_row(p.v_cache, p, table, t, kv) + e));
+      o[e] = vt::from_f32<T>(acc);
+    }
+    __syncthreads();  // red_s and the next head's reads
+  }
+}
+
+template <typename T>
 __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
   switch (kind) {
@@ -283,6 +349,12 @@ __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
     case kRopeStore:
       rope_store<T>(a0, p, xs);
       break;
+    case kScores:
+      scores<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs));
+      break;
+    case kAttnOut:
+      attn_out<T>(a0, a1, p);
+      break;
     case kOProj:
       gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,
                                          p.res1, nullptr, xs);
@@ -299,7 +371,7 @@ __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
       gemv_tile<T, 1, Epi::kDownResidual>(p.act, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden, p.res2,
                                           p.out, xs);
       break;
-    default:  // SCORES, ATTN_OUT: not in this slice (the launcher refuses them; this is the backstop)
+    default:  // not a kind of the table
       if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
   }
 }

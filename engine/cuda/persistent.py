@@ -1,7 +1,6 @@
 """Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
-table (`persistent_schedule.Schedule.encode`). This slice runs the norm, GEMV-tile and RoPE/KV-store kinds (`BUILT`);
-SCORES and ATTN_OUT are not in the kernel yet, so a caller runs a part of the layer (`Schedule.encode(kinds=...)`)
-with the attention output as an input. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+table (`persistent_schedule.Schedule.encode`): every kind (`BUILT`), the whole layer in one launch, or a part of it
+(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ MAX_WAITS = 2  # kMaxWaits
 CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
-BUILT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE, Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})
+BUILT = frozenset(Kind)  # the kernel's switch; a kind added to the schedule must be added there and here
 MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -32,7 +31,7 @@ SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to pe
     "vt_persistent_row_width": [],
     "vt_persistent_control_words": [],
     "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
-    "vt_persistent_layer": [_P, _I, _P, _I, _P, _I, _I, _I, _I, _I, _I, _F, _F, _F, _F, _I, _P],
+    "vt_persistent_layer": [_P, _I, _P, _I, _P, *[_I] * 10, *[_F] * 5, _I, _P],
 }
 
 
@@ -48,7 +47,7 @@ class LayerTensors:
     q: torch.Tensor  # [b, heads * head_dim]
     k: torch.Tensor  # [b, kv_heads * head_dim]
     v: torch.Tensor  # [b, kv_heads * head_dim]
-    attn: torch.Tensor  # [b, heads * head_dim]: attention's output (an input while the attention kinds are missing)
+    attn: torch.Tensor  # [b, heads * head_dim]: attention's output (an input to a part without ATTN_OUT)
     res2: torch.Tensor  # [b, hidden]: o_proj + res1
     h2: torch.Tensor  # [b, hidden]: norm2's output
     act: torch.Tensor  # [b, intermediate]: SiLU(gate) * up
@@ -72,12 +71,16 @@ class LayerTensors:
     sin: torch.Tensor
     q_norm: torch.Tensor  # [head_dim]
     k_norm: torch.Tensor
+    block_tables: torch.Tensor  # [b, max_blocks] int32
+    context_lens: torch.Tensor  # [b] int32, this step's token included
+    scores: torch.Tensor  # [b * heads, >= max context] fp32 scratch: the logits, then the probabilities
 
     def tensors(self) -> list[torch.Tensor | None]:
         return [getattr(self, f.name) for f in fields(self)]
 
 
-POINTERS = tuple(f.name for f in fields(LayerTensors))  # 31, persistent.cu kPointers
+POINTERS = tuple(f.name for f in fields(LayerTensors))  # 34, persistent.cu kPointers
+_DTYPES = {"slots": torch.int64, "block_tables": torch.int32, "context_lens": torch.int32, "scores": torch.float32}
 
 
 @cache
@@ -90,9 +93,10 @@ def _lib() -> ctypes.CDLL:
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
     """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    staged q, k and v heads."""
+    staged q, k and v heads and its q heads in fp32."""
     gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
-    return max(gemv, (heads // kv_heads + 2) * head_dim * elt)
+    g = heads // kv_heads
+    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4)
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
@@ -157,6 +161,9 @@ def _check(t: LayerTensors, sch: Schedule) -> None:
         "sin": (b, d),
         "q_norm": (d,),
         "k_norm": (d,),
+        "block_tables": (b, t.block_tables.shape[-1]),
+        "context_lens": (b,),
+        "scores": (b * s.heads, max(max(s.context_lens), t.scores.shape[-1])),
     }
     if (t.residual is None) != s.first:
         raise ValueError(f"residual: {'given at layer 0' if s.first else 'missing past layer 0'}")
@@ -164,19 +171,22 @@ def _check(t: LayerTensors, sch: Schedule) -> None:
         x = getattr(t, name)
         if x is None:
             continue
-        dtype = torch.int64 if name == "slots" else t.x.dtype
+        dtype = _DTYPES.get(name, t.x.dtype)
         if tuple(x.shape) != sizes[name] or x.dtype != dtype or not x.is_cuda or not x.is_contiguous():
             raise ValueError(
                 f"{name}: expected a contiguous CUDA {dtype} tensor of {sizes[name]}, got {tuple(x.shape)} "
                 f"{x.dtype} on {x.device}"
             )
-        if x.data_ptr() % (8 if name == "slots" else 16):
+        if x.data_ptr() % (x.element_size() if name in _DTYPES else 16):
             raise ValueError(f"{name}: not 16-byte aligned")
 
 
-def run(sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float) -> torch.Tensor:
+def run(
+    sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float, scale: float, window: int | None = None
+) -> torch.Tensor:
     """Run `kinds` of `sch` (one layer) in one persistent launch on x's stream; returns the control words (queue head,
-    error word, then the counters) for the caller to inspect. Raises on a refusal or a nonzero error word (which
+    error word, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
+    `window` the attention's (None: the full context). Raises on a refusal or a nonzero error word (which
     synchronises: a test harness's call, not a decode step's)."""
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
@@ -200,10 +210,15 @@ def run(sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float) -> t
         s.kv_heads,
         s.head_dim,
         s.intermediate,
+        t.k_cache.shape[1],
+        t.block_tables.shape[1],
+        t.scores.shape[1],
+        window or 0,
         cuda_norm.mean_scale(s.batch, s.hidden),
         cuda_norm.mean_scale(s.batch * s.heads, s.head_dim),  # the rope binding's q_norm factor
         cuda_norm.mean_scale(s.batch * s.kv_heads, s.head_dim),
         eps,
+        scale,
         ffi.dtype_code(t.x, "x"),
         ffi.stream(device),
     )

@@ -1,8 +1,9 @@
 """The persistent decode layer (engine/cuda/persistent.cu) reading the schedule's table
 (engine/cuda/persistent_schedule.py). CPU: the binding's signatures, constants and refusals against the source and
-real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the norm, GEMV-tile and RoPE/KV-store kinds on
-Qwen3-0.6B's layer shapes at b1, b8 and b32 against today's chain (the engine's Qwen3DecoderLayer through the kernel
-table): q/k after RoPE, the K/V cache, the residuals and the layer's output."""
+real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the whole layer in one launch, and its two
+halves with an input in between, on Qwen3-0.6B's layer shapes at b1, b8 and b32 against today's chain (the engine's
+Qwen3DecoderLayer through the kernel table): q/k after RoPE, the K/V cache, attention's output, the residuals and the
+layer's output."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_the_binding_constants_are_the_kernels(compiled):
         assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
     assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 6144  # b1: one staged row of down's K
     assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
-    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 66 * 64 * 2  # a group of 64 q heads outgrows a row
+    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4  # 64 q heads in fp32 outgrow a row
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
@@ -64,9 +65,9 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
     arr = (ctypes.c_void_p * len(good))(*good)
 
-    def call(tasks=10, counters=5, hidden=1024, head_dim=128, dtype=1, ptrs=arr):
+    def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr):
         return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 16, 8, head_dim, 3072,
-                  1.0, 1.0, 1.0, 1e-6, dtype, None)  # fmt: skip
+                  block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, dtype, None)  # fmt: skip
 
     assert call(dtype=0) == 1001
     assert err() == b"persistent: dtype code 0 (bf16 and fp16 only)"
@@ -80,6 +81,8 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
     assert call(ptrs=odd) == 1000
     assert err() == b"persistent: pointer 4 is not 16-byte aligned"
+    assert call(block_size=0) == 1000
+    assert err() == b"persistent: block_size 0, max_blocks 4, ld_scores 64 must be > 0, window 0 >= 0"
     missing = (ctypes.c_void_p * len(good))(*good[:2], None, *good[3:])
     assert call(ptrs=missing) == 1000
     assert err() == b"persistent: pointer 2 is null"
@@ -123,19 +126,17 @@ def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
 
 def test_what_the_kernel_does_not_run_is_refused():
     sch = build_schedule(QWEN)
-    assert persistent.refusal(sch, FRONT | BACK, torch.bfloat16) is None
-    assert persistent.refusal(sch, FRONT | {Kind.SCORES}, torch.bfloat16) == (
-        "kinds ['SCORES'] are not built (built: ['DOWN', 'GATE_UP', 'NORM1', 'NORM2', 'O_PROJ', 'QKV', 'ROPE_STORE'])"
-    )
+    assert persistent.refusal(sch, persistent.BUILT, torch.bfloat16) is None
+    assert persistent.BUILT == frozenset(Kind)  # every kind of the schedule has its case in the kernel's switch
     assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
     odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
     assert persistent.refusal(odd, FRONT, torch.bfloat16) == "hidden 1020 not a multiple of 8"
     assert not persistent.supports(sch, FRONT, torch.bfloat16, torch.device("cpu"))
     stub = persistent.LayerTensors(*[torch.empty(8, dtype=torch.bfloat16)] * len(persistent.POINTERS))
-    with pytest.raises(ValueError, match="persistent layer: kinds \\['ATTN_OUT'\\] are not built"):
-        persistent.run(sch, FRONT | {Kind.ATTN_OUT}, stub, 1e-6)
+    with pytest.raises(ValueError, match="persistent layer: dtype torch.float32"):
+        persistent.run(sch, FRONT, persistent.LayerTensors(*[torch.empty(8)] * len(persistent.POINTERS)), 1e-6, 0.1)
     with pytest.raises(ValueError, match="x: expected a contiguous CUDA torch.bfloat16 tensor of \\(1, 1024\\)"):
-        persistent.run(sch, FRONT, stub, 1e-6)
+        persistent.run(sch, FRONT, stub, 1e-6, 0.1)
 
 
 # --- GPU -------------------------------------------------------------------------------------------------------------
@@ -184,48 +185,46 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
     chain = dict(q=q, k=k, v=v, res1=res1, q_rot=q_rot.reshape(b, -1), k_rot=k_rot.reshape(b, -1))
     chain.update(k_cache=caches[0][0], v_cache=caches[0][1], attn=seen["attn"], mlp=mlp, res2=res2, out=mlp + res2)
     inputs = dict(before, slots=slots, cos=cos_sin[0].contiguous(), sin=cos_sin[1].contiguous())
+    inputs.update(block_tables=batch.block_tables, context_lens=batch.context_lens)
     return build_schedule(case.shape(first, **TILES)), layer, x, residual, inputs, chain
 
 
-def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor):
+def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor | None = None):
+    """The kernel's tensors: the step's inputs, the layer's weights, NaN-poisoned outputs and scratch (a cell the
+    kernel fails to write shows), and `attn` as an input where the part run leaves ATTN_OUT out."""
     a, m, b = layer.self_attn, layer.mlp, x.shape[0]
 
-    def poisoned(width: int) -> torch.Tensor:  # NaN: a cell the kernel fails to write shows
+    def poisoned(width: int) -> torch.Tensor:
         return torch.full((b, width), float("nan"), dtype=x.dtype, device=x.device)
 
     h, qd, kvd, inter = x.shape[1], a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], m.gate_proj.weight.shape[0]
     return persistent.LayerTensors(
         x=x, residual=residual, h1=poisoned(h), res1=poisoned(h), q=poisoned(qd), k=poisoned(kvd), v=poisoned(kvd),
-        attn=attn.contiguous(), res2=poisoned(h), h2=poisoned(h), act=poisoned(inter), mlp=poisoned(h),
-        out=poisoned(h), ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-        wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(), wv=a.v_proj.weight.contiguous(),
-        wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(), wu=m.up_proj.weight.contiguous(),
-        wd=m.down_proj.weight, q_rot=poisoned(qd), k_rot=poisoned(kvd), k_cache=inputs["k_cache"],
-        v_cache=inputs["v_cache"], slots=inputs["slots"], cos=inputs["cos"], sin=inputs["sin"],
-        q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
+        attn=poisoned(qd) if attn is None else attn.contiguous(), res2=poisoned(h), h2=poisoned(h),
+        act=poisoned(inter), mlp=poisoned(h), out=poisoned(h), ln1=layer.input_layernorm.weight,
+        ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(),
+        wv=a.v_proj.weight.contiguous(), wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(),
+        wu=m.up_proj.weight.contiguous(), wd=m.down_proj.weight, q_rot=poisoned(qd), k_rot=poisoned(kvd),
+        k_cache=inputs["k_cache"], v_cache=inputs["v_cache"], slots=inputs["slots"], cos=inputs["cos"],
+        sin=inputs["sin"], q_norm=a.q_norm.weight, k_norm=a.k_norm.weight, block_tables=inputs["block_tables"],
+        context_lens=inputs["context_lens"],
+        scores=torch.full((b * a.num_heads, int(inputs["context_lens"].max())), float("nan"), device=x.device),
     )  # fmt: skip
 
 
-CASES = [((1024,), False), ((1024,), True), ((1024, 77, 300, 5, 1024, 640, 129, 2000), False), ((512,) * 32, False)]
+def _run(sch, layer, t, kinds):
+    a = layer.self_attn
+    return persistent.run(sch, kinds, t, layer.input_layernorm.eps, a.scaling, a.sliding_window)
 
 
-@pytest.mark.parametrize("lens,first", CASES, ids=["b1", "b1-layer0", "b8", "b32"])
-def test_the_built_kinds_match_the_chain(cuda, lens, first):
-    """Two launches (the table's front part, then its back part with the chain's attention output as input) against
-    the chain on the same inputs: res1 bit for bit (the norm kernel's add); q/k/v, rotated q/k, this step's K/V cache
-    slots, res2, the layer's output and the next layer's sum within the chain's own bf16 kernel tolerance
-    (lab/gates/numerics.py TOLERANCES['bf16']: the GEMV columns are summed at split 1, the chain's GEMV splits K at
-    some of these widths or, at b > 8, takes cuBLAS); the cache slot holds the kernel's own k_rot and v bit for bit
-    and every other cache position is untouched."""
-    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
-    t = _tensors(layer, x, residual, inputs, chain["attn"])
-    eps = layer.input_layernorm.eps
-    front = persistent.run(sch, FRONT, t, eps)
-    back = persistent.run(sch, BACK, t, eps)
-    torch.cuda.synchronize()
-    assert int(front[0]) >= len(sch.encode(kinds=FRONT)) and int(back[0]) >= len(sch.encode(kinds=BACK))
+def _assert_like_the_chain(t: persistent.LayerTensors, inputs, chain, names) -> None:
+    """res1 bit for bit (the norm kernel's add); the named buffers within the chain's own bf16 kernel tolerance
+    (lab/gates/numerics.py TOLERANCES['bf16']: the GEMV columns are summed at split 1 where the chain's GEMV splits K
+    at some of these widths or, at b > 8, takes cuBLAS; attention is the generic kernel's order, the chain's the
+    tiled mma kernels'); this step's cache slots bitwise the kernel's own k_rot and v and within tolerance of the
+    chain's; every other cache position untouched."""
     assert torch.equal(t.res1, chain["res1"])
-    for name in ("q", "k", "v", "q_rot", "k_rot", "res2", "mlp", "out"):
+    for name in names:
         got = getattr(t, name)
         assert not got.isnan().any(), f"{name}: cells left unwritten"
         cmp = compare(got, chain[name], TOLERANCES["bf16"])
@@ -240,21 +239,51 @@ def test_the_built_kinds_match_the_chain(cuda, lens, first):
         others = torch.ones(got.shape[0], dtype=torch.bool, device=got.device)
         others[slots] = False
         assert torch.equal(got[others], want[others]), f"{name}: a position outside this step's slots changed"
+
+
+CASES = [((1024,), False), ((1024,), True), ((1024, 77, 300, 5, 1024, 640, 129, 2000), False), ((512,) * 32, False)]
+IDS = ["b1", "b1-layer0", "b8", "b32"]
+EVERY = ("q", "k", "v", "q_rot", "k_rot", "attn", "res2", "mlp", "out")
+
+
+@pytest.mark.parametrize("lens,first", CASES, ids=IDS)
+def test_the_whole_layer_in_one_launch_matches_the_chain(cuda, lens, first):
+    """The layer's whole table in one launch: every buffer against the chain on the same inputs, and every counter
+    at the count of its signallers (each task ran once)."""
+    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs)
+    control = _run(sch, layer, t, persistent.BUILT)
+    torch.cuda.synchronize()
+    assert int(control[0]) >= len(sch.tasks)  # the head: every task taken, and one past per block at the end
+    assert control[persistent.CONTROL_WORDS :].tolist() == sch.expected
+    _assert_like_the_chain(t, inputs, chain, EVERY)
+
+
+@pytest.mark.parametrize("lens,first", CASES, ids=IDS)
+def test_the_two_halves_with_attention_as_an_input_match_the_chain(cuda, lens, first):
+    """Two launches: the table's front part (norm1, q/k/v, RoPE and the cache store), then its back part (o_proj to
+    down) with the chain's attention output as input (`Schedule.encode(kinds=...)` dropping the wait on it)."""
+    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs, chain["attn"])
+    _run(sch, layer, t, FRONT)
+    back = _run(sch, layer, t, BACK)
+    torch.cuda.synchronize()
     n_o = sch.expected[sch.counters.index("o_proj")]
     assert int(back[persistent.CONTROL_WORDS + sch.counters.index("o_proj")]) == n_o  # every tile signalled once
+    _assert_like_the_chain(t, inputs, chain, tuple(n for n in EVERY if n != "attn"))
 
 
 def test_an_unreachable_wait_is_reported_not_hung(cuda):
     """A table whose last task waits for more signals than its counter gets: the block gives up after the kernel's
     wait limit (2 s) and the error word names the task; the launch ends."""
     sch, layer, x, residual, inputs, chain = _chain((64,), False, cuda, torch.bfloat16)
-    t = _tensors(layer, x, residual, inputs, chain["attn"])
-    rows = sch.encode(kinds=FRONT)
+    t = _tensors(layer, x, residual, inputs)
+    rows = sch.encode(kinds=persistent.BUILT)
     rows[-1][7] += 1000
     original = sch.encode
     sch.encode = lambda max_waits=2, kinds=None: rows  # type: ignore[method-assign]
     try:
         with pytest.raises(RuntimeError, match=f"error word {(2 << 20) + len(rows) - 1:#x}"):
-            persistent.run(sch, FRONT, t, layer.input_layernorm.eps)
+            _run(sch, layer, t, persistent.BUILT)
     finally:
         sch.encode = original  # type: ignore[method-assign]
