@@ -205,11 +205,17 @@ def _decode_by_length(
     for b, kt, _, scores, _ in plan.singles:
         torch.bmm(qs[b], kt, out=scores)
     plan.scores.mul_(scale)  # rounding points 1 and 2
-    for _, _, v, scores, out in plan.singles:
-        n = scores.shape[-1]
-        if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
-            scores[..., : n - window] = float("-inf")
-        torch.bmm(torch.softmax(scores, dim=-1), v, out=out)  # points 3 and 4 (fp32: no rounding), then 5
+    if window is not None:
+        for _, _, _, scores, _ in plan.singles:
+            n = scores.shape[-1]
+            if n > window:  # the query sits at n - 1: it sees the last `window` keys
+                scores[..., : n - window] = float("-inf")
+    if plan.padded is not None:  # one softmax for every sequence of PAD_SOFTMAX_MIN keys or more (see _Plan)
+        plan.padded.masked_scatter_(plan.pad_mask, plan.scores)  # the long ones' scores come first
+        torch.ops.aten._softmax.out(plan.padded, -1, False, out=plan.probs)
+    for (_, _, v, scores, out), probs in zip(plan.singles, plan.single_probs):
+        # points 3 and 4 (fp32: no rounding), then 5
+        torch.bmm(torch.softmax(scores, dim=-1) if probs is None else probs, v, out=out)
     for idx, kt, v, out in plan.groups:  # one length: [k, Hq, 1, D] @ [k, Hq, D, n], then P.V
         out.copy_(_attend_fp32(qh[idx], kt, v, kt.shape[-1], scale, window, torch.matmul))
     return plan.out.index_select(0, plan.unpack)[:, :, 0, :]  # pass order back to batch order
@@ -232,6 +238,8 @@ class _Plan:
         passes = [
             (n, r) for n, rows in rows_of.items() for r in ([rows] if len(rows) >= GROUP_BATCH else [[b] for b in rows])
         ]
+        # single passes of PAD_SOFTMAX_MIN keys or more first: their scores lead the packed buffer (the padded softmax)
+        passes.sort(key=lambda p: len(p[1]) > 1 or p[0] < PAD_SOFTMAX_MIN)
         order = [b for _, r in passes for b in r]  # the packing order: pass after pass
         perm = torch.tensor(order, device=device)
         lens_t = torch.tensor(lens, device=device)[perm]
@@ -262,6 +270,23 @@ class _Plan:
                 v = v_((k, hq, n, d), (hq * n * d, n * d, d, 1), at)
                 self.groups.append((torch.tensor(r, device=device), kt, v, self.out[first : first + k]))
             at, first = at + k * hq * n * d, first + k
+        # torch's CPU softmax sums a row in the same vector lanes whatever -inf (exp 0) follows it once the row has
+        # a full vector of keys (below that it takes a scalar path): one softmax over the long rows padded to the
+        # longest gives each the values of its own (tests/engine/ops/test_paged_attn.py checks both sides). The
+        # CPU's kernel only: a GPU's softmax splits a row among its threads by the row's length.
+        long = [n for n, r in passes if len(r) == 1 and n >= PAD_SOFTMAX_MIN]
+        self.padded: torch.Tensor | None = None
+        self.single_probs: list[torch.Tensor | None] = [None] * len(self.singles)
+        if len(long) > 1 and device.type == "cpu":
+            width = max(long)
+            lens_long = torch.tensor(long, device=device)
+            self.padded = torch.full((len(long), hq, 1, width), float("-inf"), dtype=q.dtype, device=device)
+            mask = torch.arange(width, device=device) < lens_long[:, None]  # [long, width]
+            self.pad_mask = mask[:, None, None, :].expand(-1, hq, 1, -1).contiguous()
+            self.probs = torch.empty_like(self.padded)
+            p_ = self.probs.as_strided
+            for i, n in enumerate(long):
+                self.single_probs[i] = p_((hq, 1, n), (width, width, 1), i * hq * width)
 
 
 class _Local(threading.local):
@@ -289,6 +314,7 @@ def _plan(
     return plan
 
 
+PAD_SOFTMAX_MIN = 32  # keys from which a row's softmax is its padded row's (a full 16-lane vector, with margin)
 GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)
 
 

@@ -227,3 +227,23 @@ def test_bf16_rounds_scores_and_probabilities(gen):
     ours = prefill_attention(q, k, v, [n], d**-0.5)
     once = prefill_attention(q.float(), k.float(), v.float(), [n], d**-0.5).bfloat16()
     assert not torch.equal(ours, once)
+
+
+def test_a_long_rows_softmax_is_its_padded_rows_and_a_short_ones_is_not(gen):
+    """The fp32 decode plan runs one softmax over the rows of PAD_SOFTMAX_MIN keys or more, padded with -inf to the
+    longest: each must give the values of its own row's softmax. Below a full vector of keys torch takes another
+    path, which is why short rows keep their own call (on this CPU some short length differs, shown here)."""
+    from engine.ops.paged_attn import PAD_SOFTMAX_MIN
+
+    width = 300
+    for n in range(PAD_SOFTMAX_MIN, width + 1):
+        x = torch.randn(4, n, generator=gen) * 6
+        padded = torch.full((4, width), float("-inf"))
+        padded[:, :n] = x
+        assert torch.equal(torch.softmax(padded, -1)[:, :n], torch.softmax(x, -1)), n
+    differs = []
+    for n in range(2, 16):
+        x = torch.randn(64, n, generator=gen) * 6
+        padded = torch.cat((x, torch.full((64, 64 - n), float("-inf"))), dim=1)
+        differs += [n] * (not torch.equal(torch.softmax(padded, -1)[:, :n], torch.softmax(x, -1)))
+    assert differs, "no short length differs: the padded softmax's threshold could be lowered on this CPU"
