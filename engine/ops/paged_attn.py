@@ -258,12 +258,13 @@ class _Plan:
         self.singles: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         at = at_scores = first = 0
+        out_rows = self.out.unbind(0)  # one op for every single pass's output view
         k_, v_, s_ = self.k.as_strided, self.v.as_strided, self.scores.as_strided  # one op per view
         for n, r in passes:
             k = len(r)
             if k == 1:
                 kt, v = k_((hq, d, n), (n * d, 1, d), at), v_((hq, n, d), (n * d, d, 1), at)
-                self.singles.append((r[0], kt, v, s_((hq, 1, n), (n, n, 1), at_scores), self.out[first]))
+                self.singles.append((r[0], kt, v, s_((hq, 1, n), (n, n, 1), at_scores), out_rows[first]))
                 at_scores += hq * n
             else:
                 kt = k_((k, hq, d, n), (hq * n * d, n * d, 1, d), at)
