@@ -196,7 +196,7 @@ class LLM:
     ) -> list[RequestOutput]:
         """generate() on one conversation (a list of {"role", "content"} messages) or several, each rendered by
         the checkpoint's chat template (tokenizer_config.json), as vLLM's LLM.chat."""
-        from engine.serve.chat import (  # why: jinja2 loads only for chat
+        from engine.chat import (  # why: jinja2 loads only for chat
             load_chat_template,
             render_chat,
         )

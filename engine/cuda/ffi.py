@@ -24,6 +24,11 @@ def ptr(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
+def ptrs(*tensors: torch.Tensor | None) -> list[ctypes.c_void_p | None]:
+    """The raw pointers of a launcher's tensor arguments, in order; None (a null pointer) for a missing one."""
+    return [None if t is None else ptr(t) for t in tensors]
+
+
 def stream(device: torch.device) -> ctypes.c_void_p:
     """The current torch stream on `device`, as the launcher's `void* stream`."""
     return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
@@ -49,11 +54,27 @@ def require(
         raise ValueError(f"{name}: must be contiguous (strides {t.stride()})")
 
 
+def require_window(sliding_window: int | None) -> None:
+    """The attention launchers' window: None (no window) or at least one token (0 means none to a kernel)."""
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+
+
 def bind(lib: ctypes.CDLL, symbol: str, argtypes: list) -> CFuncPtr:
     fn = getattr(lib, symbol)
     fn.argtypes = argtypes
     fn.restype = ctypes.c_int
     return fn
+
+
+def query(lib: ctypes.CDLL, symbol: str, family: str, device_index: int, *args: object) -> int:
+    """The int a launcher's query (`symbol`: a split count, a stage count) writes through its first argument, asked
+    with `device_index` current (the answer depends on the device's SMs and shared memory)."""
+    out = ctypes.c_int(0)
+    with torch.cuda.device(device_index):
+        rc = getattr(lib, symbol)(ctypes.byref(out), *args)
+    check(rc, symbol, lib, family)
+    return out.value
 
 
 def check(rc: int, what: str, lib: ctypes.CDLL, family: str) -> None:

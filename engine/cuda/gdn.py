@@ -134,7 +134,7 @@ def _launch(name: str, tensors: tuple[torch.Tensor, ...], dims: tuple[int, ...],
     gates = g.to(torch.float32).contiguous(), beta.to(torch.float32).contiguous()
     scale, use_qk_l2norm, eps = options
     lib = _lib()
-    pointers = [ffi.ptr(t) for t in (q, k, v, *gates, state, new_state, out)]
+    pointers = ffi.ptrs(q, k, v, *gates, state, new_state, out)
     codes = (ffi.dtype_code(q, "q"), ffi.dtype_code(out, "out"))
     rc = getattr(lib, name)(*pointers, *dims, scale, int(use_qk_l2norm), eps, *codes, ffi.stream(q.device))
     ffi.check(rc, name, lib, "gdn")

@@ -81,9 +81,7 @@ def launch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     y = torch.empty(x2.shape[0], n, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemm_small_gemm(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
+        *ffi.ptrs(y, weight, x2),
         x2.shape[0],
         n,
         k,

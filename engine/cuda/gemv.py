@@ -97,10 +97,7 @@ def launch_linear(
     ldw = weight.stride(0) if n > 1 else k
     lib = _lib()
     args = [
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
-        ffi.ptr(bias) if bias is not None else None,
+        *ffi.ptrs(y, weight, x2, bias),
         m,
         n,
         k,
@@ -188,8 +185,7 @@ def add_rms_norm_linear(
             return f"weight: {weight.shape[0]} rows are not a gate/up pair that the plain GEMV leaves unsplit"
         return None
 
-    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
-    return launch_prologue(launcher, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+    return launch_prologue(_PROLOGUE, refusal, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
 def launch_add_rms_norm_linear(
@@ -203,8 +199,7 @@ def launch_add_rms_norm_linear(
     glu: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`add_rms_norm_linear`'s launch, its inputs already checked (the table's check and the arm's `supports`)."""
-    launcher = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
-    return run_prologue(launcher, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
+    return run_prologue(_PROLOGUE, x, residual, norm_weight, eps, weight, bias, pdl=pdl, glu=glu)
 
 
 @dataclass(frozen=True)
@@ -216,6 +211,9 @@ class Launcher:
     name: str
     family: str
     out_dtype_code: bool = False
+
+
+_PROLOGUE = Launcher(_prologue_lib, "vt_gemv_prologue_add_rms_norm", "gemv_prologue", out_dtype_code=True)
 
 
 def launch_prologue(
@@ -276,13 +274,7 @@ def run_prologue(
     codes = [ffi.dtype_code(x, "x"), *([ffi.dtype_code(y, "y")] if launcher.out_dtype_code else [])]
     lib = launcher.lib()
     rc = getattr(lib, launcher.name)(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(bias) if bias is not None else None,
-        ffi.ptr(x2),
-        ffi.ptr(r2) if r2 is not None else None,
-        ffi.ptr(r_out) if r_out is not None else None,
-        ffi.ptr(norm_weight),
+        *ffi.ptrs(y, weight, bias, x2, r2, r_out, norm_weight),
         m,
         n_out,
         k,
@@ -338,10 +330,7 @@ def launch_linear_silu_mul(
     y = torch.empty(m, n // 2, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemv_gemv_glu(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
-        ffi.ptr(bias) if bias is not None else None,
+        *ffi.ptrs(y, weight, x2, bias),
         m,
         n // 2,
         k,

@@ -102,10 +102,7 @@ def launch_linear(
     y = torch.empty(m, n_out, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_gemv_stream_gemv(
-        ffi.ptr(y),
-        ffi.ptr(weight),
-        ffi.ptr(x2),
-        ffi.ptr(bias) if bias is not None else None,
+        *ffi.ptrs(y, weight, x2, bias),
         m,
         n_out,
         k,

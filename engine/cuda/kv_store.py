@@ -65,11 +65,7 @@ def launch_store_kv(
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     lib = _lib()
     rc = lib.vt_kv_store_store(
-        ffi.ptr(k),
-        ffi.ptr(v),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(slots),
+        *ffi.ptrs(k, v, k_cache, v_cache, slots),
         k.shape[0],
         k.shape[1],
         k.shape[2],

@@ -69,9 +69,7 @@ def route(
     ids = torch.empty(tokens, top_k, dtype=torch.int64, device=router_logits.device)
     lib = _lib()
     rc = lib.vt_moe_route(
-        ffi.ptr(router_logits),
-        ffi.ptr(weights),
-        ffi.ptr(ids),
+        *ffi.ptrs(router_logits, weights, ids),
         tokens,
         experts,
         top_k,
@@ -103,10 +101,7 @@ def align(
         torch.empty(num_experts + 1, dtype=torch.int32, device=dev),
     )
     rc = lib.vt_moe_align(
-        ffi.ptr(ids),
-        ffi.ptr(out.sorted_ids),
-        ffi.ptr(out.block_expert),
-        ffi.ptr(out.offsets),
+        *ffi.ptrs(ids, out.sorted_ids, out.block_expert, out.offsets),
         numel,
         num_experts,
         block,
@@ -181,16 +176,7 @@ def launch_experts(
     out = torch.empty(tokens, hidden, dtype=out_dtype or x.dtype, device=dev)
     lib = _lib()
     rc = lib.vt_moe_experts(
-        ffi.ptr(x),
-        ffi.ptr(gate_up),
-        ffi.ptr(down),
-        ffi.ptr(weights),
-        ffi.ptr(ids),
-        ffi.ptr(al.sorted_ids),
-        ffi.ptr(al.block_expert),
-        ffi.ptr(act),
-        ffi.ptr(y),
-        ffi.ptr(out),
+        *ffi.ptrs(x, gate_up, down, weights, ids, al.sorted_ids, al.block_expert, act, y, out),
         tokens,
         hidden,
         inter,

@@ -82,9 +82,7 @@ def launch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_norm_rms_norm(
-        ffi.ptr(out),
-        ffi.ptr(x2),
-        ffi.ptr(weight),
+        *ffi.ptrs(out, x2, weight),
         x2.shape[0],
         x2.shape[1],
         xs,
@@ -130,11 +128,7 @@ def launch_fused_add_rms_norm(
     out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     lib = _lib()
     rc = lib.vt_norm_fused_add_rms_norm(
-        ffi.ptr(out),
-        ffi.ptr(r_out),
-        ffi.ptr(r_in),
-        ffi.ptr(x2),
-        ffi.ptr(weight),
+        *ffi.ptrs(out, r_out, r_in, x2, weight),
         x2.shape[0],
         x2.shape[1],
         x2.shape[1],

@@ -78,8 +78,7 @@ def paged_decode_attention(
     d, group = q.shape[2], q.shape[1] // k_cache.shape[2]
     if not supports(arm, d, group, q.dtype):
         raise ValueError(f"q: arm {arm} does not support head_dim {d}, group {group}, dtype {q.dtype}")
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    ffi.require_window(sliding_window)
     return launch_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window, arm)
 
 
@@ -122,13 +121,7 @@ def launch_decode(
     )
     lib = _lib()
     rc = lib.vt_paged_attn_decode(
-        ffi.ptr(out),
-        ffi.ptr(q),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(tables),
-        ffi.ptr(lens),
-        None if ws is None else ffi.ptr(ws),
+        *ffi.ptrs(out, q, k_cache, v_cache, tables, lens, ws),
         batch,
         hq,
         k_cache.shape[2],

@@ -1,7 +1,7 @@
 // Launcher for the one-pass paged decode attention (VT_ATTN_ONEPASS): argument checks, the split count from
-// the device's occupancy, dtype and head_dim dispatch. bf16 and fp16; head_dim 64 or 128 (at 256 the K+V
-// stages leave one block per SM and the two-pass arms are faster); 1 to 8 query heads per KV head. Another
-// shape or dtype returns kUnsupported (the caller picks another arm).
+// the device's occupancy, dtype and head_dim dispatch. bf16 and fp16; head_dim 64, 128 or 256 (K and V in
+// separate stages there, two blocks per SM on an H200: the arithmetic in the header); 1 to 8 query heads per KV
+// head. Another shape or dtype returns kUnsupported (the caller picks another arm).
 #include "paged_attn_onepass.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_onepass)
@@ -36,7 +36,28 @@ int blocks_per_sm_for(int head_dim, int* out) {
   switch (head_dim) {
     case 64: return blocks_per_sm<T, 64>(out);
     case 128: return blocks_per_sm<T, 128>(out);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128}", head_dim);
+    case 256: return blocks_per_sm<T, 256>(out);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", head_dim);
+  }
+}
+
+template <typename T>
+int smem_bytes_for(int head_dim, int* out) {
+  switch (head_dim) {
+    case 64: *out = vt_onepass::smem_bytes<T, 64>(); return vt::kOk;
+    case 128: *out = vt_onepass::smem_bytes<T, 128>(); return vt::kOk;
+    case 256: *out = vt_onepass::smem_bytes<T, 256>(); return vt::kOk;
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", head_dim);
+  }
+}
+
+// The resident blocks per SM of the head_dim's kernel on the current device (the occupancy calculator's answer,
+// after the opt-in: what the split rule sizes its waves by).
+int resident_blocks(int head_dim, int dtype, int* out) {
+  switch (dtype) {
+    case vt::kBF16: return blocks_per_sm_for<__nv_bfloat16>(head_dim, out);
+    case vt::kF16: return blocks_per_sm_for<__half>(head_dim, out);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: dtype code %d (bf16 and fp16 only)", dtype);
   }
 }
 
@@ -62,7 +83,8 @@ int launch(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf
   switch (a.head_dim) {
     case 64: return launch_d<T, 64>(a, batch, num_splits, buf, s);
     case 128: return launch_d<T, 128>(a, batch, num_splits, buf, s);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128}", a.head_dim);
+    case 256: return launch_d<T, 256>(a, batch, num_splits, buf, s);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", a.head_dim);
   }
 }
 
@@ -74,15 +96,27 @@ VT_EXPORT int vt_paged_attn_onepass_num_splits(int* splits, int rows, int max_co
   int dev = 0, sms = 0, resident = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))
     return vt::fail(vt::kBadArgument, "paged_attn_onepass: no current CUDA device");
-  int rc = vt::kOk;
-  switch (dtype) {
-    case vt::kBF16: rc = blocks_per_sm_for<__nv_bfloat16>(head_dim, &resident); break;
-    case vt::kF16: rc = blocks_per_sm_for<__half>(head_dim, &resident); break;
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: dtype code %d (bf16 and fp16 only)", dtype);
-  }
-  if (rc != vt::kOk) return rc;
+  if (int rc = resident_blocks(head_dim, dtype, &resident)) return rc;
   *splits = vt_onepass::onepass_num_splits(rows, max_context, sms, resident);
   return vt::kOk;
+}
+
+// The blocks of the head_dim's kernel resident per SM on the current device (the split rule's `blocks_per_sm`).
+VT_EXPORT int vt_paged_attn_onepass_blocks_per_sm(int* blocks, int head_dim, int dtype) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess)
+    return vt::fail(vt::kBadArgument, "paged_attn_onepass: no current CUDA device");
+  return resident_blocks(head_dim, dtype, blocks);
+}
+
+// The dynamic shared memory one block of the head_dim's kernel takes (no device needed: the binding's predicate
+// and its tests hold their copy of the stage arithmetic to it).
+VT_EXPORT int vt_paged_attn_onepass_smem_bytes(int* bytes, int head_dim, int dtype) {
+  switch (dtype) {
+    case vt::kBF16: return smem_bytes_for<__nv_bfloat16>(head_dim, bytes);
+    case vt::kF16: return smem_bytes_for<__half>(head_dim, bytes);
+    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: dtype code %d (bf16 and fp16 only)", dtype);
+  }
 }
 
 // The split-count rule alone, for a given device shape (no device needed; the tests hold it here).

@@ -1,11 +1,14 @@
 // One-pass paged decode attention on tensor cores (VT_ATTN_ONEPASS): the tiled arm's geometry (one block
 // per (KV head, split, sequence); the group's query heads are rows 0..7 of a 16-row mma.sync tile; 64-token
-// tiles, 16 tokens per warp) with K and V of each tile in one cp.async pipeline stage and an online softmax.
+// tiles, 16 tokens per warp) with K and V of each tile through a cp.async pipeline and an online softmax. At
+// head_dim 64 and 128 a pipeline stage holds a tile's K and V; at 256 it holds its K or its V (`kParts`), so
+// that the same three stages fit two blocks per SM (the arithmetic is at `kParts`).
 //
 // Numerics differ from the two-pass arms on purpose, as production decode kernels do: scores stay in fp32,
 // each warp keeps a running max and sum (in log2 units, exp2), and the probabilities are rounded to the
 // dtype only as the P.V MMA's A operand; the sum of exponentials is fp32 and unrounded. So the arm is held
 // to the near-tie razor's fp32-probabilities setting, not to bitwise agreement with the eager reference.
+// The staging does not touch the arithmetic: every head_dim runs the same operations in the same order.
 //
 // At the end of a split the four warps merge their (max, sum, O) in shared memory. One split writes the
 // output; several write their (max, sum, unnormalised O) and the last split of a (sequence, KV head) to
@@ -26,18 +29,42 @@ using vt_tiled::kWarps;
 using vt_tiled::kWarpTokens;
 using vt_tiled::row_elems;
 
-// K+V of two tiles in flight while one is computed: 104 KB at head_dim 128, 2 blocks per SM. Two stages (70 KB, 3
-// blocks per SM) measured no faster at any peer shape (H200): occupancy is not what limits this kernel.
+// Three stages: two in flight while one is computed. At head_dim 64 and 128 a stage is a tile's K and V: 104 KB
+// at 128, two blocks per SM. Two stages (70 KB, 3 blocks per SM) measured no faster at any peer shape (H200):
+// occupancy is not what limits this kernel there.
 constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <typename T, int D> __host__ __device__ constexpr int stage_elems() { return 2 * kTile * row_elems<D>(); }
-// The pipeline, later reused for the warps' merge: fp32 O [kWarps][kMaxGroup][D], then max and sum.
+// How many stages a tile's K and V take: 1 (K and V in one stage) or 2 (K in one, V in the next).
+// The H200's arithmetic (sm_90: 228 KB = 233472 B of shared memory per SM, at most 227 KB = 232448 B opt-in per
+// block, and 1 KB reserved per resident block; a row is D + 8 elements of 2 bytes):
+//   head_dim 128, K+V per stage: 2 x 64 x 136 x 2 = 34816 B; 3 stages 104448 B; 2 x (104448 + 1024) <= 233472:
+//     2 blocks per SM, two tiles (69632 B) in flight per block.
+//   head_dim 256, K+V per stage: 2 x 64 x 264 x 2 = 67584 B; 3 stages 202752 B, and even 2 stages (135168 B, one
+//     tile in flight) give 2 x (135168 + 1024) = 272384 > 233472: 1 block per SM.
+//   head_dim 256, K or V per stage: 64 x 264 x 2 = 33792 B; 3 stages 101376 B, and Q's 8 rows 8 x 264 x 2 =
+//     4224 B (kQInSmem): 105600 B; 2 x (105600 + 1024 + 16 static) = 213280 <= 233472: 2 blocks per SM (4 stages
+//     would be 1), and two half tiles (67584 B, a whole tile's K and V) in flight per block: per SM the bytes in
+//     flight of the head_dim-128 variant.
+// Halving the tile to 32 tokens instead would give the same bytes per stage, but 8 tokens per warp: half the k
+// extent of the P.V mma (m16n8k16), and another tile unit for the splits than the tiled arms' 64.
+// The merge after the pipeline (fp32 O of 4 warps x 8 rows x (256 + 2)) is 33024 B: inside the stages.
+template <int D> inline constexpr int kParts = D >= 256 ? 2 : 1;
+
+template <typename T, int D> __host__ __device__ constexpr int stage_elems() {
+  return 2 / kParts<D> * kTile * row_elems<D>();
+}
+// Where K and V take separate stages, Q's rows [kMaxGroup][row_elems] sit after the stages (the kernel's reason).
+template <int D> inline constexpr bool kQInSmem = kParts<D> == 2;
+// The pipeline (and Q), later reused for the warps' merge: fp32 O [kWarps][kMaxGroup][D], then max and sum.
 template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
-  constexpr int pipe = static_cast<int>(sizeof(T)) * stage_elems<T, D>() * kStages;
+  constexpr int q = kQInSmem<D> ? static_cast<int>(sizeof(T)) * kMaxGroup * row_elems<D>() : 0;
+  constexpr int pipe = static_cast<int>(sizeof(T)) * stage_elems<T, D>() * kStages + q;
   constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
 }
+static_assert(smem_bytes<__nv_bfloat16, 256>() == 105600 && smem_bytes<__half, 128>() == 104448,
+              "the stage arithmetic above");
 
 // The cache rows of the tile positions this thread copies, read from the block table one tile before the
 // copies are issued, so that the table load's latency is not paid in front of every tile's cp.async.
@@ -152,29 +179,61 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_stride = (int64_t)a.num_kv_heads * D;
   const T* kbase = static_cast<const T*>(a.k_cache) + (int64_t)kvh * D;
   const T* vbase = static_cast<const T*>(a.v_cache) + (int64_t)kvh * D;
+  // The pipeline's units: unit u is tile u / P's K and V (P = 1) or its K (u even) or V (u odd) (P = 2).
+  constexpr int P = kParts<D>;
+  const int units = sp.n * P;
   TileRows<D> rows;
   if (sp.n > 0) rows.fetch(table, a.block_size, sp.len, sp.t_lo);
-  const auto issue = [&](int i) {  // tile i of the span into its stage; then the next tile's rows
-    T* st = smem + (i % kStages) * kStage;
-    rows.copy(st, kbase, a.block_size, row_stride);
-    rows.copy(st + kTile * R, vbase, a.block_size, row_stride);
-    if (i + 1 < sp.n) rows.fetch(table, a.block_size, sp.len, sp.t_lo + i + 1);
+  const auto issue = [&](int u) {  // unit u into stage u % kStages; after a tile's V, the next tile's rows
+    T* st = smem + (u % kStages) * kStage;
+    if (u % P == 0) rows.copy(st, kbase, a.block_size, row_stride);
+    if (u % P == P - 1) {
+      rows.copy(st + (P == 1 ? kTile * R : 0), vbase, a.block_size, row_stride);
+      if (u / P + 1 < sp.n) rows.fetch(table, a.block_size, sp.len, sp.t_lo + u / P + 1);
+    }
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    if (i < sp.n) issue(i);
+  for (int u = 0; u < kStages - 1; ++u) {
+    if (u < units) issue(u);
     vt_tiled::cp_async_commit();
   }
+  // Wait for unit u (this warp's slice of it), then start unit u + kStages - 1 in the stage unit u - 1 used; the
+  // __syncwarp: the warp's lanes are done with that stage and see each other's copies of unit u.
+  const auto land = [&](int u) -> const T* {
+    vt_tiled::cp_async_wait<kStages - 2>();
+    __syncwarp();
+    if (u + kStages - 1 < units) issue(u + kStages - 1);
+    vt_tiled::cp_async_commit();
+    return smem + (u % kStages) * kStage + warp * kWarpTokens * R;
+  };
 
-  // Q as the A operand (rows past the group are zero), as the tiled scores pass loads it.
-  const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
-  const T* qrow = static_cast<const T*>(a.q) + q_head * D;
-  uint32_t qa[D / 16][2];
+  // Q as the A operand (rows past the group are zero), as the tiled scores pass loads it: in registers, or with
+  // K and V in separate stages (head_dim 256) in shared memory after the stages, read back by ldmatrix two k steps
+  // at a time (in registers its 32 a thread took the kernel to 255 registers and a spill: ptxas, sm_90).
+  constexpr bool kQShared = kQInSmem<D>;
+  T* qs = smem + kStages * kStage;  // [kMaxGroup][R] where kQShared
+  uint32_t qa[kQShared ? 1 : D / 16][2], qf[4];
+  if constexpr (kQShared) {
+    const T* q0 = static_cast<const T*>(a.q) + ((int64_t)b * a.num_q_heads + kvh * group) * D;
+    for (int c = threadIdx.x; c < kMaxGroup * D / 8; c += kThreads) {
+      const int g = c / (D / 8), col = c % (D / 8) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (g < group) v = *reinterpret_cast<const uint4*>(q0 + g * D + col);
+      *reinterpret_cast<uint4*>(qs + g * R + col) = v;
+    }
+    __syncthreads();
+  } else {
+    const int64_t q_head = (int64_t)b * a.num_q_heads + kvh * group + (row_live ? row : 0);
+    const T* qrow = static_cast<const T*>(a.q) + q_head * D;
 #pragma unroll
-  for (int k = 0; k < D / 16; ++k) {
-    qa[k][0] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + quad * 2) : 0u;
-    qa[k][1] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + 8 + quad * 2) : 0u;
+    for (int k = 0; k < D / 16; ++k) {
+      qa[k][0] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + quad * 2) : 0u;
+      qa[k][1] = row_live ? *reinterpret_cast<const uint32_t*>(qrow + k * 16 + 8 + quad * 2) : 0u;
+    }
   }
+  // ldmatrix x4 of Q's rows 0..7 at k steps k, k + 1: lanes 8j..8j+7 address matrix j (k step j / 2, columns
+  // (j % 2) * 8), so the fragments are a0, a2 of step k, then of step k + 1.
+  const T* q_frag = qs + (lane % 8) * R + (lane / 8) * 8;
   const float scale2 = a.scale * kLog2e;
   const int k_tok = (lane % 8) + (lane / 16) * 8, k_dim = ((lane / 8) % 2) * 8;
   const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
@@ -184,19 +243,21 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = 0.f;
 
   for (int i = 0; i < sp.n; ++i) {
-    vt_tiled::cp_async_wait<kStages - 2>();
-    __syncwarp();  // the warp's slice of tile i has landed for all its lanes, which are done with stage (i - 1)
-    if (i + kStages - 1 < sp.n) issue(i + kStages - 1);
-    vt_tiled::cp_async_commit();
-    const T* ks = smem + (i % kStages) * kStage + warp * kWarpTokens * R;
-    const T* vs = ks + kTile * R;
+    const T* ks = land(i * P);
     float s[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // tokens 0-7 and 8-15 of the warp: columns quad*2, quad*2+1
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
       uint32_t kb[4];
       vt_tiled::ldmatrix_x4(kb, ks + k_tok * R + k * 16 + k_dim);
-      vt_tiled::mma_rows8<T>(s[0][0], s[0][1], pad, qa[k][0], qa[k][1], kb[0], kb[1]);
-      vt_tiled::mma_rows8<T>(s[1][0], s[1][1], pad, qa[k][0], qa[k][1], kb[2], kb[3]);
+      uint32_t a0, a2;
+      if constexpr (kQShared) {
+        if (k % 2 == 0) vt_tiled::ldmatrix_x4(qf, q_frag + k * 16);
+        a0 = qf[(k % 2) * 2], a2 = qf[(k % 2) * 2 + 1];
+      } else {
+        a0 = qa[k][0], a2 = qa[k][1];
+      }
+      vt_tiled::mma_rows8<T>(s[0][0], s[0][1], pad, a0, a2, kb[0], kb[1]);
+      vt_tiled::mma_rows8<T>(s[1][0], s[1][1], pad, a0, a2, kb[2], kb[3]);
     }
     const int pos0 = (sp.t_lo + i) * kTile + warp * kWarpTokens + quad * 2;
     float x[4], mt = -CUDART_INF_F;
@@ -220,6 +281,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < D / 8; ++j) o[j][0] *= alpha, o[j][1] *= alpha;
     m = m_new;
     const uint32_t pa0 = vt_tiled::pack2<T>(p[0], p[1]), pa2 = vt_tiled::pack2<T>(p[2], p[3]);
+    const T* vs = P == 1 ? ks + kTile * R : land(i * P + 1);
 #pragma unroll
     for (int j = 0; j < D / 16; ++j) {
       uint32_t vb[4];

@@ -65,12 +65,8 @@ def supports(head_dim: int, group: int, dtype: torch.dtype) -> bool:
 @cache
 def num_splits(rows: int, max_context: int, head_dim: int, dtype: torch.dtype, device_index: int) -> int:
     """Splits that fill the device's resident block slots, none shorter than 4 tiles of max_context."""
-    out = _I(0)
-    lib = _lib()
-    with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_tiled_num_splits(ctypes.byref(out), rows, max_context, head_dim, ffi.DTYPE_CODES[dtype])
-    ffi.check(rc, "vt_paged_attn_tiled_num_splits", lib, "paged_attn_tiled")
-    return out.value
+    args = (rows, max_context, head_dim, ffi.DTYPE_CODES[dtype])
+    return ffi.query(_lib(), "vt_paged_attn_tiled_num_splits", "paged_attn_tiled", device_index, *args)
 
 
 @cache
@@ -88,14 +84,8 @@ def fused_stages(
     """The pipeline stages the one-launch kernel runs this shape with (3 or 2), or 0 where it does not take
     it: one split (the two passes are faster there), scores that do not fit in shared memory, or a grid that
     is not resident at once (its blocks wait on each other)."""
-    out = _I(0)
-    lib = _lib()
-    with torch.cuda.device(device_index):
-        rc = lib.vt_paged_attn_tiled_fused_stages(
-            ctypes.byref(out), batch, hq, hkv, head_dim, block_size, max_blocks, splits, ffi.DTYPE_CODES[dtype]
-        )
-    ffi.check(rc, "vt_paged_attn_tiled_fused_stages", lib, "paged_attn_tiled")
-    return out.value
+    args = (batch, hq, hkv, head_dim, block_size, max_blocks, splits, ffi.DTYPE_CODES[dtype])
+    return ffi.query(_lib(), "vt_paged_attn_tiled_fused_stages", "paged_attn_tiled", device_index, *args)
 
 
 class Shape(NamedTuple):
@@ -115,6 +105,18 @@ class Shape(NamedTuple):
         batch, hq, d = q.shape
         hkv, block_size = k_cache.shape[2], k_cache.shape[1]
         return cls(batch, hq, hkv, d, block_size, block_tables.shape[1], q.dtype, q.device.index or 0)
+
+    def args(self, scale: float, sliding_window: int | None) -> list[int | float]:
+        """The decode launchers' geometry arguments, in their order: batch, Hq, Hkv, head_dim, block size, max blocks,
+        the scale and the window (0: none)."""
+        return [self.batch, self.hq, self.hkv, self.d, self.block_size, self.max_blocks, scale, sliding_window or 0]
+
+    def partials(self, splits: int, device: torch.device, out: bool = True) -> list[torch.Tensor | None]:
+        """Split-KV's fp32 partials: the running max and sum [batch, splits, Hq], and (with `out`) the partial
+        outputs [batch, splits, Hq, D]."""
+        m_part = torch.empty(self.batch, splits, self.hq, dtype=torch.float32, device=device)
+        o_part = torch.empty(self.batch, splits, self.hq, self.d, dtype=torch.float32, device=device) if out else None
+        return [m_part, torch.empty_like(m_part), o_part]
 
     def splits(self) -> int:
         """`num_splits` over the tables' capacity (no host read of the lengths)."""
@@ -154,8 +156,7 @@ def check_inputs(
             f"q: the tiled arm takes head_dim in {HEAD_DIMS}, at most {MAX_GROUP} query heads per KV "
             f"head, bf16 or fp16; got head_dim {shape.d}, group {shape.hq // shape.hkv}, {q.dtype}"
         )
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
+    ffi.require_window(sliding_window)
     return tables, lens, shape
 
 
@@ -243,7 +244,6 @@ def launch_decode(
     are: the staged step's are)."""
     tables, lens = block_tables.to(torch.int32).contiguous(), context_lens.to(torch.int32).contiguous()
     shape = Shape.of(q, k_cache, tables)
-    batch, hq, hkv, d, block_size = shape.batch, shape.hq, shape.hkv, shape.d, shape.block_size
     if splits is None:
         splits = shape.splits()
     if fused:
@@ -251,23 +251,15 @@ def launch_decode(
         if out is not None:
             return out
     out = torch.empty_like(q)
-    cap = tables.shape[1] * block_size
-    scores = torch.empty(batch, hq, cap, dtype=q.dtype, device=q.device)  # pass 1 -> pass 2, rounded to q.dtype
-    m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
-    l_part = torch.empty_like(m_part)
-    o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device) if splits > 1 else None
+    cap = tables.shape[1] * shape.block_size
+    scores = torch.empty(shape.batch, shape.hq, cap, dtype=q.dtype, device=q.device)  # pass 1 -> 2, rounded to q.dtype
+    parts = shape.partials(splits, q.device, out=splits > 1)
     lib = _lib()
-    buffers = [
-        ffi.ptr(out),
-        ffi.ptr(scores),
-        ffi.ptr(m_part),
-        ffi.ptr(l_part),
-        None if o_part is None else ffi.ptr(o_part),
-    ]
+    buffers = ffi.ptrs(out, scores, *parts)
     if pipelined:
-        counters = arrival_counters(q.device, 2 * batch * hkv) if splits > 1 else None
+        counters = arrival_counters(q.device, 2 * shape.batch * shape.hkv) if splits > 1 else None
         entry, name = lib.vt_paged_attn_tiled_pipelined_decode, "vt_paged_attn_tiled_pipelined_decode"
-        buffers.append(None if counters is None else ffi.ptr(counters))
+        buffers += ffi.ptrs(counters)
     elif pdl:
         raise ValueError("pdl: the programmatic dependent launch is the pipelined P.V pass's (pipelined=True)")
     else:
@@ -275,19 +267,8 @@ def launch_decode(
     tail = [int(pdl)] if pipelined else []
     rc = entry(
         *buffers,
-        ffi.ptr(q),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(tables),
-        ffi.ptr(lens),
-        batch,
-        hq,
-        hkv,
-        d,
-        block_size,
-        tables.shape[1],
-        scale,
-        sliding_window or 0,
+        *ffi.ptrs(q, k_cache, v_cache, tables, lens),
+        *shape.args(scale, sliding_window),
         splits,
         ffi.dtype_code(q, "q"),
         *tail,
@@ -346,29 +327,10 @@ def _fused(
         return None
     assert counters is not None  # why is None, so the counters were made
     out = torch.empty_like(q)
-    m_part = torch.empty(batch, splits, hq, dtype=torch.float32, device=q.device)
-    l_part = torch.empty_like(m_part)
-    o_part = torch.empty(batch, splits, hq, d, dtype=torch.float32, device=q.device)
     lib = _lib()
     rc = lib.vt_paged_attn_tiled_fused_decode(
-        ffi.ptr(out),
-        ffi.ptr(m_part),
-        ffi.ptr(l_part),
-        ffi.ptr(o_part),
-        ffi.ptr(counters),
-        ffi.ptr(q),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(tables),
-        ffi.ptr(lens),
-        batch,
-        hq,
-        hkv,
-        d,
-        block_size,
-        tables.shape[1],
-        scale,
-        sliding_window or 0,
+        *ffi.ptrs(out, *shape.partials(splits, q.device), counters, q, k_cache, v_cache, tables, lens),
+        *shape.args(scale, sliding_window),
         splits,
         stages,
         ffi.dtype_code(q, "q"),

@@ -55,7 +55,7 @@ def extend(
         )
     ffi.require(block_tables, "block_tables", dim=2, dtype=torch.int32, device=dev)
     _check_lens(lens, block_tables.shape[0], dev)
-    _check_window(sliding_window)
+    ffi.require_window(sliding_window)
     return launch_extend(q, k_cache, v_cache, block_tables, lens, scale, sliding_window)
 
 
@@ -98,7 +98,7 @@ def prefill(
     if v.shape != k.shape or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2] or q.shape[1] % k.shape[1]:
         raise ValueError(f"k/v: shapes {tuple(k.shape)}/{tuple(v.shape)} do not fit q {tuple(q.shape)}")
     _check_lens(lens, lens.shape[-1], q.device, rows=(1, 2))
-    _check_window(sliding_window)
+    ffi.require_window(sliding_window)
     return launch_prefill(q, k, v, lens, scale, sliding_window)
 
 
@@ -155,13 +155,7 @@ def _launch(
     out = torch.empty(tokens, hq, d, dtype=q.dtype, device=q.device)
     lib = _lib()
     rc = lib.vt_prefill_attn(
-        ffi.ptr(out),
-        ffi.ptr(q),
-        ffi.ptr(k),
-        ffi.ptr(v),
-        None if block_tables is None else ffi.ptr(block_tables),
-        ffi.ptr(seq_lens),
-        None if prefix_lens is None else ffi.ptr(prefix_lens),
+        *ffi.ptrs(out, q, k, v, block_tables, seq_lens, prefix_lens),
         tokens,
         q.stride(0),
         seq_lens.shape[0],
@@ -187,11 +181,6 @@ def _check_q(q: torch.Tensor) -> None:
         )
     if not _heads_packed(q):
         raise ValueError(f"q: each token's heads must be contiguous (strides {q.stride()})")
-
-
-def _check_window(sliding_window: int | None) -> None:
-    if sliding_window is not None and sliding_window < 1:
-        raise ValueError(f"sliding_window: expected None or >= 1, got {sliding_window}")
 
 
 def _check_lens(lens: torch.Tensor, seqs: int, dev: torch.device, rows: tuple[int, ...] = (2,)) -> None:

@@ -80,10 +80,7 @@ def launch_dequant_awq(
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_awq_dequant(
-        ffi.ptr(qweight),
-        ffi.ptr(qzeros),
-        ffi.ptr(scales),
-        ffi.ptr(out),
+        *ffi.ptrs(qweight, qzeros, scales, out),
         k,
         n,
         group_size,
@@ -145,11 +142,7 @@ def launch_dequant_gptq(
     out = torch.empty(k, n, dtype=dtype or scales.dtype, device=qweight.device)
     lib = _lib()
     rc = lib.vt_quant_gptq_dequant(
-        ffi.ptr(qweight),
-        ffi.ptr(qzeros),
-        ffi.ptr(scales),
-        ffi.ptr(g32),
-        ffi.ptr(out),
+        *ffi.ptrs(qweight, qzeros, scales, g32, out),
         k,
         n,
         scales.shape[0],
@@ -193,9 +186,7 @@ def launch_dequant_nvfp4(
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     lib = _lib()
     rc = lib.vt_quant_nvfp4_dequant(
-        ffi.ptr(packed),
-        ffi.ptr(block_scales),
-        _ptr_or_null(gs_ptr),
+        *ffi.ptrs(packed, block_scales, gs_ptr),
         gs_value,
         ffi.ptr(out),
         n,
@@ -215,26 +206,46 @@ def awq_linear(
     group_size: int,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
+    """`launch_awq_linear` after the checks that name the bad argument: the entry for a direct call."""
     k, n = _int4(qweight, qzeros, scales, along_n=True)
     _group(k, group_size, scales)
-    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
+    _check_gemv_io(x, k, n, bias, qweight.device)
+    return launch_awq_linear(x, qweight, qzeros, scales, group_size, bias)
+
+
+def supports_awq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    """What the fused AWQ GEMV needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the group, x's
+    K): `supports_gemv`. The table's arm asks this, then launches unchecked (`launch_awq_linear`)."""
+    return supports_gemv(x, qweight.shape[1] * PACK, bias, qweight, qzeros, scales)
+
+
+def launch_awq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N], x.dtype
+    """The fused AWQ GEMV launch, its inputs already checked (by `awq_linear`, or by the table's check and
+    `supports_awq_linear`)."""
+    k, n = qweight.shape[0], qweight.shape[1] * PACK
+    xv, out, b = _gemv_io(x, k, n, bias)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_awq_gemv(
-        ffi.ptr(xv),
-        ffi.ptr(qweight),
-        ffi.ptr(qzeros),
-        ffi.ptr(scales),
-        _ptr_or_null(b),
-        ffi.ptr(partial),
-        ffi.ptr(counters),
-        ffi.ptr(out),
+        *ffi.ptrs(xv, qweight, qzeros, scales, b, partial, counters, out),
         k,
         n,
         group_size,
-        ffi.dtype_code(x, "x"),
-        ffi.dtype_code(scales, "scales"),
-        ffi.dtype_code(out, "out"),
+        *_gemv_dtype_codes(x, scales, out),
         ffi.stream(x.device),
     )
     ffi.check(rc, "vt_quant_awq_gemv", lib, "quant")
@@ -251,28 +262,54 @@ def gptq_linear(
     version: int = 1,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
+    """`launch_gptq_linear` after the checks that name the bad argument: the entry for a direct call."""
     k, n = _int4(qweight, qzeros, scales, along_n=False)
-    g32 = _g_idx(g_idx, k, bits, version, qweight.device)
-    xv, out, b = _gemv_io(x, k, n, bias, qweight.device)
+    _g_idx(g_idx, k, bits, version, qweight.device)
+    _check_gemv_io(x, k, n, bias, qweight.device)
+    return launch_gptq_linear(x, qweight, qzeros, scales, g_idx, bits, version, bias)
+
+
+def supports_gptq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    """What the fused GPTQ GEMV needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, the format
+    version, x's K): 4-bit weights, `supports_gemv`, g_idx on x's device (any stride: the launch hands it over as
+    contiguous int32). The table's arm asks this, then launches unchecked (`launch_gptq_linear`)."""
+    gemv_ok = supports_gemv(x, qweight.shape[1], bias, qweight, qzeros, scales)
+    return bits == 4 and gemv_ok and g_idx.device == x.device
+
+
+def launch_gptq_linear(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    g_idx: torch.Tensor,
+    bits: int = 4,
+    version: int = 1,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N], x.dtype
+    """The fused GPTQ GEMV launch, its inputs already checked (by `gptq_linear`, or by the table's check and
+    `supports_gptq_linear`)."""
+    k, n = qweight.shape[0] * PACK, qweight.shape[1]
+    g32 = g_idx.to(torch.int32).contiguous()
+    xv, out, b = _gemv_io(x, k, n, bias)
     lib = _lib()
     partial, counters = _workspace(lib, n, x.device)
     rc = lib.vt_quant_gptq_gemv(
-        ffi.ptr(xv),
-        ffi.ptr(qweight),
-        ffi.ptr(qzeros),
-        ffi.ptr(scales),
-        ffi.ptr(g32),
-        _ptr_or_null(b),
-        ffi.ptr(partial),
-        ffi.ptr(counters),
-        ffi.ptr(out),
+        *ffi.ptrs(xv, qweight, qzeros, scales, g32, b, partial, counters, out),
         k,
         n,
         scales.shape[0],
         GPTQ_ZERO_OFFSET[version],
-        ffi.dtype_code(x, "x"),
-        ffi.dtype_code(scales, "scales"),
-        ffi.dtype_code(out, "out"),
+        *_gemv_dtype_codes(x, scales, out),
         ffi.stream(x.device),
     )
     ffi.check(rc, "vt_quant_gptq_gemv", lib, "quant")
@@ -286,18 +323,45 @@ def nvfp4_linear(
     global_scale: torch.Tensor | float,
     bias: torch.Tensor | None = None,  # bias: [N], x.dtype
 ) -> torch.Tensor:  # [..., N], x.dtype
+    """`launch_nvfp4_linear` after the checks that name the bad argument: the entry for a direct call."""
     n, k = _nvfp4(packed, block_scales)
+    global_scale_arg(global_scale, packed.device)
+    _check_gemv_io(x, k, n, bias, packed.device)
+    return launch_nvfp4_linear(x, packed, block_scales, global_scale, bias)
+
+
+def supports_nvfp4_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scales: torch.Tensor,
+    global_scale: torch.Tensor | float,
+    bias: torch.Tensor | None = None,
+) -> bool:
+    """What the fused NVFP4 GEMV needs past the op's check (engine/ops/quant.py: ranks, dtypes, shapes, one fp32
+    global scale, x's K): `supports_gemv`, and a global scale the launch passes without a copy (a float, or a tensor
+    on x's device or the host). The table's arm asks this, then launches unchecked (`launch_nvfp4_linear`)."""
+    dev = x.device
+    scale_ok = not isinstance(global_scale, torch.Tensor) or global_scale.device in (dev, torch.device("cpu"))
+    return scale_ok and supports_gemv(x, packed.shape[0], bias, packed, block_scales)
+
+
+def launch_nvfp4_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scales: torch.Tensor,
+    global_scale: torch.Tensor | float,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # [..., N], x.dtype
+    """The fused NVFP4 GEMV launch, its inputs already checked (by `nvfp4_linear`, or by the table's check and
+    `supports_nvfp4_linear`); the global scale goes by pointer or by value (`global_scale_arg`)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
     gs_ptr, gs_value = global_scale_arg(global_scale, packed.device)
-    xv, out, b = _gemv_io(x, k, n, bias, packed.device)
+    xv, out, b = _gemv_io(x, k, n, bias)
     lib = _lib()
     rc = lib.vt_quant_nvfp4_gemv(
-        ffi.ptr(xv),
-        ffi.ptr(packed),
-        ffi.ptr(block_scales),
-        _ptr_or_null(gs_ptr),
+        *ffi.ptrs(xv, packed, block_scales, gs_ptr),
         gs_value,
-        _ptr_or_null(b),
-        ffi.ptr(out),
+        *ffi.ptrs(b, out),
         n,
         k,
         ffi.dtype_code(x, "x"),
@@ -306,6 +370,16 @@ def nvfp4_linear(
     )
     ffi.check(rc, "vt_quant_nvfp4_gemv", lib, "quant")
     return out
+
+
+def supports_gemv(x: torch.Tensor, n: int, bias: torch.Tensor | None, *weights: torch.Tensor) -> bool:
+    """What every fused dequant-GEMV needs past its op's check: one row of x (M = 1), the checkpoint's `weights`
+    contiguous on x's device, and a bias [N] of x's dtype there (any stride: the launch hands it over contiguous)."""
+    dev = x.device
+    one_row = x.numel() == x.shape[-1]
+    dense = all(t.device == dev and t.is_contiguous() for t in weights)
+    bias_ok = bias is None or (bias.dim() == 1 and bias.shape[0] == n and bias.dtype == x.dtype and bias.device == dev)
+    return one_row and dense and bias_ok
 
 
 def _workspace(lib: ctypes.CDLL, n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -349,9 +423,9 @@ def _group(k: int, group_size: int, scales: torch.Tensor) -> None:
         raise ValueError(f"group_size: {group_size} must divide K={k} into scales' {scales.shape[0]} groups")
 
 
-def _g_idx(g_idx: torch.Tensor, k: int, bits: int, version: int, dev: torch.device) -> torch.Tensor:
-    """g_idx as contiguous int32. Its values are not read here (that would sync): the kernels turn the rows
-    of a value outside [0, groups) into NaN."""
+def _g_idx(g_idx: torch.Tensor, k: int, bits: int, version: int, dev: torch.device) -> None:
+    """The bits, the format version and g_idx (the launch hands it over as contiguous int32). Its values are not
+    read here (that would sync): the kernels turn the rows of a value outside [0, groups) into NaN."""
     if bits != 4:
         raise ValueError(f"bits: the GPTQ kernels take 4-bit checkpoints, got {bits}")
     if version not in GPTQ_ZERO_OFFSET:
@@ -359,7 +433,6 @@ def _g_idx(g_idx: torch.Tensor, k: int, bits: int, version: int, dev: torch.devi
     ffi.require(g_idx, "g_idx", dim=1, device=dev, contiguous=False)
     if g_idx.shape[0] != k or g_idx.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"g_idx: {g_idx.dtype} shape {tuple(g_idx.shape)} is not int32/int64 [K={k}]")
-    return g_idx.to(torch.int32).contiguous()
 
 
 def global_scale_arg(global_scale: torch.Tensor | float, dev: torch.device) -> tuple[torch.Tensor | None, float]:
@@ -391,24 +464,28 @@ def _nvfp4(packed: torch.Tensor, block_scales: torch.Tensor) -> tuple[int, int]:
     return n, k
 
 
-def _gemv_io(
-    x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, dev: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
-    until the launch, so the allocator cannot hand their memory to the workspace)."""
+def _check_gemv_io(x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None, dev: torch.device) -> None:
+    """The fused GEMVs' checks of x (one row of K on `dev`) and the bias ([N] of x's dtype), naming the tensor."""
     if x.dim() < 1 or x.shape[-1] != k or x.numel() != k:
         raise ValueError(f"x: expected one row [..., K={k}] (M = 1), got shape {tuple(x.shape)}")
     if x.device != dev:
         raise ValueError(f"x: expected device {dev}, got {x.device}")
     ffi.dtype_code(x, "x")
     if bias is not None:
-        bias = bias.contiguous()
-        ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=dev)
+        ffi.require(bias, "bias", dim=1, dtype=x.dtype, device=dev, contiguous=False)
         if bias.shape[0] != n:
             raise ValueError(f"bias: shape {tuple(bias.shape)} != [N={n}]")
-    out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=dev)  # the fused GEMVs write x's dtype only
-    return x.reshape(k).contiguous(), out, bias
 
 
-def _ptr_or_null(t: torch.Tensor | None) -> ctypes.c_void_p:
-    return ctypes.c_void_p(None) if t is None else ffi.ptr(t)
+def _gemv_io(
+    x: torch.Tensor, k: int, n: int, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """x as a contiguous [K] row, the [..., N] output, and the contiguous bias (the caller keeps them alive
+    until the launch, so the allocator cannot hand their memory to the workspace)."""
+    out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)  # the fused GEMVs write x's dtype only
+    return x.reshape(k).contiguous(), out, None if bias is None else bias.contiguous()
+
+
+def _gemv_dtype_codes(x: torch.Tensor, scales: torch.Tensor, out: torch.Tensor) -> list[int]:
+    """An int4 GEMV's dtype codes: x's, the scales', the output's."""
+    return [ffi.dtype_code(x, "x"), ffi.dtype_code(scales, "scales"), ffi.dtype_code(out, "out")]

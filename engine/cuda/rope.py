@@ -73,6 +73,11 @@ def _layout(
     return x, cos.contiguous(), sin.contiguous(), out
 
 
+def _rows(x: torch.Tensor) -> tuple[int, int, int, int, int]:
+    """The RoPE launchers' row arguments: tokens, heads, head_dim, then the token and head strides (`_strides`)."""
+    return (*x.shape, *_strides(x))
+
+
 def _strides(x: torch.Tensor) -> tuple[int, int]:
     """(token stride, head stride) with the degenerate size-1 dims given their dense values."""
     tokens, heads, head_dim = x.shape
@@ -93,18 +98,10 @@ def apply_rope_neox(
 def launch_apply_rope_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """The RoPE launch, its inputs already checked (by `apply_rope_neox`, or the table's check and `supports`)."""
     x, cos, sin, out = _layout(x, cos, sin)
-    tok_stride, head_stride = _strides(x)
     lib = _lib()
     rc = lib.vt_rope_neox(
-        ffi.ptr(out),
-        ffi.ptr(x),
-        ffi.ptr(cos),
-        ffi.ptr(sin),
-        x.shape[0],
-        x.shape[1],
-        x.shape[2],
-        tok_stride,
-        head_stride,
+        *ffi.ptrs(out, x, cos, sin),
+        *_rows(x),
         ffi.dtype_code(x, "x"),
         ffi.stream(x.device),
     )
@@ -134,19 +131,10 @@ def launch_qk_norm_rope(
     """The fused q/k norm + RoPE launch, its inputs already checked (by `qk_norm_rope`, or the table's check and
     `supports_norm`)."""
     x, cos, sin, out = _layout(x, cos, sin)
-    tok_stride, head_stride = _strides(x)
     lib = _lib()
     rc = lib.vt_rope_qk_norm_rope(
-        ffi.ptr(out),
-        ffi.ptr(x),
-        ffi.ptr(weight),
-        ffi.ptr(cos),
-        ffi.ptr(sin),
-        x.shape[0],
-        x.shape[1],
-        x.shape[2],
-        tok_stride,
-        head_stride,
+        *ffi.ptrs(out, x, weight, cos, sin),
+        *_rows(x),
         mean_scale(x.shape[0] * x.shape[1], x.shape[2]),
         eps,
         ffi.dtype_code(x, "x"),
@@ -249,18 +237,7 @@ def launch_qkv_norm_rope_store(
     (q_tok, q_head), (k_tok, k_head), (v_tok, v_head) = _strides(q), _strides(k), _strides(v)
     lib = _lib()
     rc = lib.vt_rope_qkv_norm_rope_store(
-        ffi.ptr(q_out),
-        ffi.ptr(k_out),
-        ffi.ptr(k_cache),
-        ffi.ptr(v_cache),
-        ffi.ptr(q),
-        ffi.ptr(k),
-        ffi.ptr(v),
-        ffi.ptr(q_weight),
-        ffi.ptr(k_weight),
-        ffi.ptr(cos),
-        ffi.ptr(sin),
-        ffi.ptr(slots),
+        *ffi.ptrs(q_out, k_out, k_cache, v_cache, q, k, v, q_weight, k_weight, cos, sin, slots),
         tokens,
         heads,
         k.shape[1],

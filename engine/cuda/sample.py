@@ -68,10 +68,7 @@ def launch_greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     part_idx = torch.empty(batch, chunks, dtype=torch.int32, device=logits.device)
     out = torch.empty(batch, dtype=torch.int64, device=logits.device)
     rc = lib.vt_sample_argmax(
-        ffi.ptr(out),
-        ffi.ptr(part_val),
-        ffi.ptr(part_idx),
-        ffi.ptr(logits),
+        *ffi.ptrs(out, part_val, part_idx, logits),
         batch,
         vocab,
         ld,
@@ -118,14 +115,11 @@ def sample_top_k_top_p(
     out = torch.empty(batch, dtype=torch.int64, device=dev)
     lib = _lib()
     rc = lib.vt_sample_top_k_top_p(
-        ffi.ptr(out),
-        ffi.ptr(logits),
+        *ffi.ptrs(out, logits),
         batch,
         vocab,
         ld,
-        ffi.ptr(k),
-        ffi.ptr(p),
-        ffi.ptr(t),
+        *ffi.ptrs(k, p, t),
         _seed_bits(seed),
         ffi.dtype_code(logits, "logits"),
         ffi.stream(dev),

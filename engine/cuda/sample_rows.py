@@ -79,14 +79,11 @@ def launch_sample_rows(
     out = torch.empty(batch, dtype=torch.int64, device=dev)
     lib = _lib()
     rc = lib.vt_sample_rows_gumbel(
-        ffi.ptr(out),
-        ffi.ptr(logits),
+        *ffi.ptrs(out, logits),
         batch,
         vocab,
         logits.stride(0),
-        ffi.ptr(t),
-        ffi.ptr(s),
-        ffi.ptr(n),
+        *ffi.ptrs(t, s, n),
         ffi.dtype_code(logits, "logits"),
         ffi.stream(dev),
     )

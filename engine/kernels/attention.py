@@ -15,29 +15,17 @@ from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import splitkv as cuda_splitkv
-from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, gated_by
+from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
 
-def _group(q: torch.Tensor, k_cache: torch.Tensor) -> int:
-    return q.shape[1] // k_cache.shape[2]
-
-
-def supports_heads(pred: Callable[[int, int, torch.dtype], bool]) -> Callable[..., bool]:
-    """A predicate over (head_dim, group, dtype) as one over paged_decode_attention's arguments."""
-
-    def supports(q: torch.Tensor, k_cache: torch.Tensor, *_: Any, **__: Any) -> bool:
-        return pred(q.shape[2], _group(q, k_cache), q.dtype)
-
-    return supports
-
-
-_PA = cuda_paged_attn
-
-
-def _supports_paged(arm: int) -> Callable[..., bool]:
-    """The predicate of paged_attn.cu's `arm`: its shapes (head_dim, group, dtype) and what its launch needs past
-    the op's check (`paged_attn.supports_inputs`)."""
+def supports_heads(
+    pred: Callable[[int, int, torch.dtype], bool],
+    inputs: Callable[..., bool] = cuda_paged_attn.supports_inputs,
+) -> Callable[..., bool]:
+    """A paged decode arm's predicate over paged_decode_attention's arguments: `pred`, the shapes its kernel is
+    compiled for (head_dim, group, dtype), and `inputs`, what its launch needs past the op's check (by default the
+    paged kernels' one predicate: q and the caches contiguous, every tensor on q's device)."""
 
     def supports(
         q: torch.Tensor,
@@ -48,10 +36,15 @@ def _supports_paged(arm: int) -> Callable[..., bool]:
         *_: Any,
         **__: Any,
     ) -> bool:
-        shape_ok = _PA.supports(arm, q.shape[2], _group(q, k_cache), q.dtype)
-        return shape_ok and _PA.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
+        shape_ok = pred(q.shape[2], q.shape[1] // k_cache.shape[2], q.dtype)
+        return shape_ok and inputs(q, k_cache, v_cache, block_tables, context_lens)
 
     return supports
+
+
+_PA = cuda_paged_attn
+# the tiled arm's shapes (head_dim, group, dtype) and what its launch needs past the op's check
+supports_tiled = supports_heads(cuda_tiled.supports)
 
 
 def _tiled_variant(
@@ -72,7 +65,7 @@ def _tiled_variant(
     return supports, partial(cuda_tiled.launch_decode, fused=fused, pipelined=pipelined, pdl=pdl)
 
 
-def supports_tiled(
+def supports_onepass(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -81,44 +74,16 @@ def supports_tiled(
     *_: Any,
     **__: Any,
 ) -> bool:
-    """The tiled arm's shapes (head_dim, group, dtype) and what its launch needs past the op's check."""
-    shape_ok = cuda_tiled.supports(q.shape[2], _group(q, k_cache), q.dtype)
-    return shape_ok and cuda_tiled.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
-
-
-def supports_onepass(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
-) -> bool:
-    """The one-pass arm's shapes and, with several splits, ready arrival counters (else the call would fail)."""
-    return cuda_onepass.supports_inputs(q, k_cache, block_tables)
+    """The one-pass arm's shapes on the table's device (head_dim 256 where two blocks fit per SM) and, with several
+    splits, ready arrival counters (else the call would fail), and what its launch needs past the op's check."""
+    inputs_ok = _PA.supports_inputs(q, k_cache, v_cache, block_tables, context_lens)
+    fits = inputs_ok and cuda_onepass.fits(q.shape[2], device_of(q))
+    return fits and cuda_onepass.supports_inputs(q, k_cache, block_tables)
 
 
 supports_tiled_fused, _tiled_fused = _tiled_variant("supports_fused", fused=True)  # the one launch
 supports_tiled_pipelined, _tiled_pipelined = _tiled_variant("supports_pipelined", pipelined=True)  # the pipelined P.V
 supports_tiled_pdl, _tiled_pipelined_pdl = _tiled_variant("supports_pdl", pipelined=True, pdl=True)  # ... chained
-
-
-def _splitkv_swap(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    context_lens: torch.Tensor,
-    scale: float,
-    sliding_window: int | None = None,
-) -> torch.Tensor:
-    """Split-KV with the GQA group swap, sized from the tables' static capacity, not context_lens' values: no host
-    read, capturable."""
-    return cuda_splitkv.decode(
-        q,
-        k_cache,
-        v_cache,
-        block_tables,
-        context_lens,
-        scale,
-        sliding_window,
-        max_context=cuda_splitkv.capacity(block_tables, k_cache),
-    )
 
 
 def supports_prefill_mma(
@@ -192,8 +157,17 @@ _DECODE_ROWS_WS = 1 << 26  # fp32 elements of the generic decode kernel's logits
 def supports_decode_rows(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, *_: Any, **__: Any
 ) -> bool:
+    """The generic decode kernel's head dims, a logits workspace within `_DECODE_ROWS_WS`, and what its launch needs
+    past the extend op's check (ranks, q's and K's dtype, sizes, the window, the device lengths): the caches
+    contiguous, V of q's dtype, a [seqs, max_blocks] block table, all on q's device (the adapter hands q over
+    contiguous and the tokens' tables as int32)."""
+    dev = q.device
+    if block_tables.dim() != 2 or block_tables.device != dev:
+        return False
+    caches = v_cache.dtype == q.dtype and all(t.device == dev and t.is_contiguous() for t in (k_cache, v_cache))
     cap = block_tables.shape[1] * k_cache.shape[1]
-    return _PA.supports(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
+    fits = _PA.supports(_PA.GENERIC, q.shape[2], 1, q.dtype) and q.shape[0] * q.shape[1] * cap <= _DECODE_ROWS_WS
+    return caches and fits
 
 
 def _extend_decode_rows(
@@ -208,12 +182,11 @@ def _extend_decode_rows(
     device_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Every new token as one decode row (its sequence's table, its own position + 1 as the context): the
-    generic decode kernel, which takes fp32; per-token tables and lengths built on the device, no host read."""
+    generic decode kernel's launch, which takes fp32; per-token tables and lengths built on the device, no host
+    read."""
     seq, ctx = decode_row_lens(_device_lens(q, device_lens, seq_lens, prefix_lens), q.shape[0])
     tables = block_tables[seq].to(torch.int32)
-    return _PA.paged_decode_attention(
-        q.contiguous(), k_cache, v_cache, tables, ctx, scale, sliding_window, arm=_PA.GENERIC
-    )
+    return _PA.launch_decode(q.contiguous(), k_cache, v_cache, tables, ctx, scale, sliding_window, arm=_PA.GENERIC)
 
 
 def decode_row_lens(lens: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:  # each [tokens]
@@ -245,7 +218,8 @@ extend_attention = Op(
             "decode_rows",
             gated_by("VT_PREFILL_ATTN"),
             supports_decode_rows,
-            f"head_dim at most 256, a multiple of 8, tokens x heads x table capacity at most {_DECODE_ROWS_WS}",
+            f"head_dim at most 256, a multiple of 8, tokens x heads x table capacity at most {_DECODE_ROWS_WS}; the "
+            "caches contiguous, V of q's dtype, a 2-D block table, on q's device",
             _extend_decode_rows,
         ),
     ],
@@ -265,9 +239,10 @@ paged_decode_attention = Op(
             "tiled_onepass",
             gated_by("VT_ATTN_ONEPASS", "VT_ATTN_TILED"),
             supports_onepass,
-            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS}, at most {cuda_onepass.MAX_GROUP} query heads per KV "
-            "head; with several KV splits, ready arrival counters",
-            cuda_onepass.decode,
+            f"bf16/fp16, head_dim in {cuda_onepass.HEAD_DIMS} (256: two blocks per SM), at most "
+            f"{cuda_onepass.MAX_GROUP} query heads per KV head; with several KV splits, ready arrival counters; q and "
+            "the caches contiguous, every tensor on q's device",
+            cuda_onepass.launch_decode,
             razor=FP32_PROBS_RAZOR,
         ),
         Arm(
@@ -303,7 +278,7 @@ paged_decode_attention = Op(
         Arm(
             "generic",
             gated_by(),
-            _supports_paged(_PA.GENERIC),
+            supports_heads(partial(_PA.supports, _PA.GENERIC)),
             "head_dim at most 256, a multiple of 8, q and the caches contiguous, every tensor on q's device",
             partial(_PA.launch_decode, arm=_PA.GENERIC),
             notice=True,  # about 12x slower than the tiled arm: a model that lands here is told why
@@ -313,14 +288,15 @@ paged_decode_attention = Op(
         Arm(
             "splitkv_swap",
             gated_by(),
-            supports_heads(cuda_splitkv.supports),
-            f"fp32/bf16, head_dim in {cuda_splitkv.HEAD_DIMS}, {cuda_splitkv.SWAP_GROUPS} query heads per KV head",
-            _splitkv_swap,
+            supports_heads(cuda_splitkv.supports, cuda_splitkv.supports_inputs),
+            f"fp32/bf16, head_dim in {cuda_splitkv.HEAD_DIMS}, {cuda_splitkv.SWAP_GROUPS} query heads per KV head, q "
+            "and the caches contiguous, every tensor on q's device, a block table that addresses a token",
+            cuda_splitkv.launch_decode,
         ),
         Arm(
             "warp_d128",
             gated_by(),
-            _supports_paged(_PA.WARP),
+            supports_heads(partial(_PA.supports, _PA.WARP)),
             "fp32/bf16, head_dim 128, q and the caches contiguous, every tensor on q's device",
             partial(_PA.launch_decode, arm=_PA.WARP),
         ),

@@ -103,17 +103,20 @@ embedding = Op(gemv.embedding, gemv.check_embedding)
 
 
 # --- the decode step's fused launches (ENGINE-PERF): each op's last arm runs the table's own ops one by one ---
-def _norm_inputs(
+def _norm_rows(
     x: torch.Tensor,
     residual: torch.Tensor | None,
     norm_weight: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor | None,
-) -> bool:
-    """What a norm-prologue GEMV's launch needs past the op's check and the shape predicate: every tensor on x's
-    device and a contiguous norm weight (its launch then checks nothing again)."""
+) -> list[torch.Tensor] | None:
+    """x and the residual as [rows, hidden], for a norm-prologue GEMV's shape predicate, when its launch has what it
+    needs past the op's check: every tensor on x's device and a contiguous norm weight (its launch then checks
+    nothing again); None when not."""
     same = all(t is None or t.device == x.device for t in (residual, norm_weight, weight, bias))
-    return same and norm_weight.is_contiguous()
+    if not (same and norm_weight.is_contiguous()):
+        return None
+    return [t.reshape(-1, x.shape[-1]) for t in (x, residual) if t is not None]
 
 
 def supports_norm_prologue(
@@ -124,11 +127,8 @@ def supports_norm_prologue(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
 ) -> bool:
-    k = x.shape[-1]
-    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemv.supports_prologue(
-        rows[0].shape[0], k, weight, *rows
-    )
+    rows = _norm_rows(x, residual, norm_weight, weight, bias)
+    return rows is not None and cuda_gemv.supports_prologue(rows[0].shape[0], x.shape[-1], weight, *rows)
 
 
 def supports_norm_gemm_small(
@@ -139,11 +139,8 @@ def supports_norm_gemm_small(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
 ) -> bool:
-    k = x.shape[-1]
-    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_gemm_small.supports(
-        rows[0].shape[0], weight, *rows, bias=bias
-    )
+    rows = _norm_rows(x, residual, norm_weight, weight, bias)
+    return rows is not None and cuda_gemm_small.supports(rows[0].shape[0], weight, *rows, bias=bias)
 
 
 def supports_glu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -161,11 +158,8 @@ def supports_norm_stream(
     *,
     glu: bool = False,
 ) -> bool:
-    k = x.shape[-1]
-    rows = [t.reshape(-1, k) for t in (x, residual) if t is not None]
-    return _norm_inputs(x, residual, norm_weight, weight, bias) and cuda_stream.supports(
-        rows[0].shape[0], weight, *rows, glu=glu
-    )
+    rows = _norm_rows(x, residual, norm_weight, weight, bias)
+    return rows is not None and cuda_stream.supports(rows[0].shape[0], weight, *rows, glu=glu)
 
 
 def supports_glu_stream(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:

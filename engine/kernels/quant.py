@@ -3,6 +3,7 @@ for one row, else dequant then the table's `linear`), and `quantized_linear`, a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,23 +12,6 @@ from engine.cuda import quant as cuda_quant
 from engine.flags import FlagSnapshot
 from engine.kernels.table import KERNEL, Arm, Op, by_parts, cuda_op, gated_by, supports_any, weights_just_written
 from engine.ops import quant
-
-
-def supports_one_row(x: torch.Tensor, *_: Any, **__: Any) -> bool:
-    return x.dim() >= 1 and x.numel() == x.shape[-1]  # M = 1: the fused dequant-GEMV
-
-
-def supports_gptq_gemv(
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    qzeros: torch.Tensor,
-    scales: torch.Tensor,
-    g_idx: torch.Tensor,
-    bits: int = 4,
-    *_: Any,
-    **__: Any,
-) -> bool:
-    return supports_one_row(x) and bits == 4
 
 
 def _dequant_nvfp4_kernel(
@@ -61,40 +45,47 @@ dequant_nvfp4 = cuda_op(
     cuda_quant.supports_dequant_nvfp4,
     "packed and block_scales contiguous on one device",
 )
-# The dequant-then-linear arms run the table's dequant and linear ops, each with its own arms.
-_DEQUANT_THEN_LINEAR = {  # their linear never a programmatic dependent of the dequant writing its W
-    m: by_parts(getattr(quant, f"{m}_linear").glue, under={"linear": weights_just_written})
-    for m in ("awq", "gptq", "nvfp4")
-}
-awq_linear = Op(
+
+
+def _quant_linear(
+    reference: Any, check: Callable[..., None], supports: Callable[..., bool], needs: str, launch: Callable[..., Any]
+) -> Op[..., torch.Tensor]:
+    """A format's linear: the fused dequant-GEMV under VT_DEQUANT_GEMV where `supports` holds, else the table's
+    dequant and linear ops, each with its own arms (the linear never a programmatic dependent of the dequant
+    writing its W)."""
+    dequant_then_linear = by_parts(reference.glue, under={"linear": weights_just_written})
+    return Op(
+        reference,
+        check,
+        [
+            Arm("gemv", gated_by("VT_DEQUANT_GEMV"), supports, needs, launch),
+            Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, dequant_then_linear, composite=True),
+        ],
+    )
+
+
+# what every fused dequant-GEMV needs past its op's check (engine/cuda/quant.py `supports_gemv`)
+_GEMV_NEEDS = "one row of x; the checkpoint's tensors contiguous on x's device, a bias [N] of x's dtype there"
+awq_linear = _quant_linear(
     quant.awq_linear,
     quant.check_awq_linear,
-    [
-        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), supports_one_row, "one row of x", cuda_quant.awq_linear),
-        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["awq"], composite=True),
-    ],
+    cuda_quant.supports_awq_linear,
+    _GEMV_NEEDS,
+    cuda_quant.launch_awq_linear,
 )
-gptq_linear = Op(
+gptq_linear = _quant_linear(
     quant.gptq_linear,
     quant.check_gptq_linear,
-    [
-        Arm(
-            "gemv",
-            gated_by("VT_DEQUANT_GEMV"),
-            supports_gptq_gemv,
-            "one row of x, 4-bit weights",
-            cuda_quant.gptq_linear,
-        ),
-        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["gptq"], composite=True),
-    ],
+    cuda_quant.supports_gptq_linear,
+    f"4-bit weights, {_GEMV_NEEDS}, g_idx there too",
+    cuda_quant.launch_gptq_linear,
 )
-nvfp4_linear = Op(
+nvfp4_linear = _quant_linear(
     quant.nvfp4_linear,
     quant.check_nvfp4_linear,
-    [
-        Arm("gemv", gated_by("VT_DEQUANT_GEMV"), supports_one_row, "one row of x", cuda_quant.nvfp4_linear),
-        Arm("dequant_then_linear", gated_by(), supports_any, KERNEL, _DEQUANT_THEN_LINEAR["nvfp4"], composite=True),
-    ],
+    cuda_quant.supports_nvfp4_linear,
+    f"{_GEMV_NEEDS}; a global scale that is a float, or on x's device or the host",
+    cuda_quant.launch_nvfp4_linear,
 )
 
 

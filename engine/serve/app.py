@@ -19,11 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from engine.chat import ChatTemplateError, load_chat_template, render_chat
 from engine.llm import LLM
 from engine.logprobs import PositionLogprobs
 from engine.requests import RequestOutput
 from engine.sampling_params import SamplingParams
-from engine.serve.chat import ChatTemplateError, load_chat_template, render_chat
 from engine.serve.loop import EngineError, EngineLoop
 from engine.serve.protocol import ChatRequest, CompletionRequest
 

@@ -3,7 +3,7 @@ calls over rotating weight sets (so W comes from DRAM), the two arms interleaved
 with min-max bands and per-pair ratios (lab.bench.stats). Plain rows compare `F.linear` with the small GEMM; norm rows
 compare today's chain (the norm kernel, then `F.linear`) with the GEMM's add + RMSNorm prologue.
 
-    python -m lab bench gemm_small [--rows 32] [--reps 12] [--dtype bfloat16]
+    python -m lab bench gemm_small [--rows 32] [--reps 12] [--dtype bfloat16] [--ledger DIR]
 
 Prints one table, last: per shape the two medians in microseconds, W's bandwidth at each, the ratio (cuBLAS time over
 the small GEMM's: > 1 is faster) with its verdict, and the largest difference of the outputs."""
@@ -11,7 +11,10 @@ the small GEMM's: > 1 is faster) with its verdict, and the largest difference of
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from engine.cuda import gemm_small, norm
 from lab.bench.stats import ab_verdict, drop_warmup
 from lab.bench.timing import arm_timer, sets_for
+from lab.gates.ledger import figure, write_record
 
 # (name, n, k, with the norm prologue): q/k/v merged, o, gate/up merged, down of Qwen3-0.6B
 SHAPES = [
@@ -37,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=32)
     p.add_argument("--reps", type=int, default=12)
     p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record (the table, per shape) into DIR")
+    p.add_argument("--allow-dirty", action="store_true", help="write the record from a tree that differs from HEAD")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device (the small GEMM and cuBLAS run only on a GPU)")
@@ -53,7 +59,36 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['name']:<13}{r['n']:>6}{r['k']:>6}{r['base_us']:>11.2f}{r['test_us']:>10.2f}{r['base_tbs']:>13.2f}"
             f"{r['test_tbs']:>12.2f}{r['ratio']:>8.3f}  {r['verdict']:<14}{r['diff']:>10.2e}"
         )
+    if args.ledger:
+        argv_ = argv if argv is not None else sys.argv[1:]
+        path = record(
+            args.ledger, rows, args.rows, args.dtype, "python -m lab bench gemm_small " + " ".join(argv_), args
+        )
+        print(f"ledger: {path}")
     return 0
+
+
+def record(ledger: Path, rows: list[dict[str, Any]], m: int, dtype: str, command: str, args: Any) -> Path:
+    """One record: every shape's medians, ratio and verdict; the plain and the prologue shapes' worst ratios as
+    figures (ratio = cuBLAS time over the small GEMM's; > 1 is the small GEMM faster)."""
+    plain = [r["ratio"] for r in rows if "+norm" not in r["name"]]
+    pro = [r["ratio"] for r in rows if "+norm" in r["name"]]
+    summary = (
+        f"small GEMM vs cuBLAS at {m} rows, {dtype}: plain {min(plain):.2f}-{max(plain):.2f}x, "
+        f"with the norm prologue {min(pro):.2f}-{max(pro):.2f}x (> 1: the small GEMM faster)"
+    )
+    return write_record(
+        ledger,
+        "gemm-small-vs-cublas",
+        ["ENGINE-PERSISTENT"],
+        command,
+        "cuda",
+        summary,
+        {"rows": m, "dtype": dtype, "shapes": rows},
+        kind="bench",
+        figures=[figure("worst_plain_ratio", min(plain), "x"), figure("worst_prologue_ratio", min(pro), "x")],
+        allow_dirty=args.allow_dirty,
+    )
 
 
 def measure(name: str, n: int, k: int, pro: bool, m: int, reps: int, dev: torch.device, dtype: torch.dtype) -> dict:

@@ -122,7 +122,7 @@ def settings(ops: tuple[str, ...] = ATTENTION_OPS) -> list[Setting]:
 def takes(setting: Setting, model: GateModel) -> bool:
     d, g = model.head_dim, model.group
     rules = {
-        "tiled_onepass": d in (64, 128) and g <= 8,  # its compiled shapes
+        "tiled_onepass": d in (64, 128, 256) and g <= 8,  # its compiled shapes (256: where two blocks fit per SM)
         "tiled_fused": model.name in ("long", "d128-g4"),
         "tiled_pipelined_pdl": g <= 8 and model.name != "long",  # long's batch of grids is past 2 blocks per SM
         "tiled_pipelined": g <= 8,  # the tiled arm's groups

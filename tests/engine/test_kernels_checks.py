@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine import kernels
+from engine.cuda import ffi
 from engine.cuda import gdn as cuda_gdn
 from engine.cuda import gemm_small as cuda_gemm_small
 from engine.cuda import gemv as cuda_gemv
@@ -18,14 +19,18 @@ from engine.cuda import kv_store as cuda_kv_store
 from engine.cuda import moe as cuda_moe
 from engine.cuda import norm as cuda_norm
 from engine.cuda import paged_attn as cuda_paged_attn
+from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import quant as cuda_quant
 from engine.cuda import rope as cuda_rope
 from engine.cuda import sample as cuda_sample
 from engine.cuda import sample_rows as cuda_sample_rows
+from engine.cuda import splitkv as cuda_splitkv
 from engine.kernels import attention as attention_family
 from engine.kernels import gemv as gemv_family
+
+_H200 = kernels.Device(0, (9, 0), 227 * 1024, 132)  # an H200's capability, opt-in ceiling and SMs
 
 
 def _kernel_of(op: kernels.Op, arm: str) -> object:
@@ -273,3 +278,177 @@ def test_the_gptq_dequant_arm_launches_and_its_predicate_holds_4_bits_and_dense_
     for i in (1, 2, 3):  # qzeros, scales or g_idx on another device
         assert not cuda_quant.supports_dequant_gptq(*args[:i], _meta(args[i]), *args[i + 1 :]), i
     assert not cuda_quant.supports_dequant_gptq(torch.zeros(16, 8, dtype=torch.int32).T, *args[1:])
+
+
+class _FakeLib:
+    """A CUDA library stand-in that records each launch (symbol, argument count) and returns success, so an arm's
+    whole table path runs on the CPU: the op's check, the arm's predicate, then its launch."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, symbol: str) -> object:
+        return lambda *args: self.calls.append((symbol, len(args))) or 0
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, module: object, *names: str) -> dict[str, int]:
+    """Count the calls of the binding's checks `names` (they still run): a launch behind a predicate makes none."""
+    seen = dict.fromkeys(names, 0)
+    for name in names:
+        check = getattr(module, name)
+
+        def counting(*args: object, name: str = name, check: object = check, **kwargs: object) -> object:
+            seen[name] += 1
+            return check(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(module, name, counting)
+    return seen
+
+
+@pytest.fixture
+def quant_lib(monkeypatch: pytest.MonkeyPatch) -> _FakeLib:
+    lib = _FakeLib()
+    monkeypatch.setattr(cuda_quant, "_lib", lambda: lib)
+    monkeypatch.setattr(cuda_quant, "_COUNTERS", {})
+    monkeypatch.setattr(ffi, "stream", lambda device: None)
+    return lib
+
+
+def _awq() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    return torch.zeros(64, 2, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 16), 32
+
+
+def test_the_quant_gemv_arms_launch_without_checking_again(
+    monkeypatch: pytest.MonkeyPatch, quant_lib: _FakeLib
+) -> None:
+    for op, launch in (
+        (kernels.awq_linear, cuda_quant.launch_awq_linear),
+        (kernels.gptq_linear, cuda_quant.launch_gptq_linear),
+        (kernels.nvfp4_linear, cuda_quant.launch_nvfp4_linear),
+    ):
+        assert _kernel_of(op, "gemv") is launch, op.name
+    seen = _counted(monkeypatch, cuda_quant, "_int4", "_group", "_g_idx", "_nvfp4", "_check_gemv_io")
+    x, bias = torch.ones(1, 64), torch.ones(32)[::2]  # a strided bias: the launch hands it over contiguous
+    assert kernels.awq_linear.run_arm("gemv", x, *_awq(), bias).shape == (1, 16)
+    gptq = (torch.zeros(8, 16, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 16))
+    assert kernels.gptq_linear.run_arm("gemv", x[0], *gptq, torch.zeros(64, dtype=torch.int64)).shape == (16,)
+    packed, scales = torch.zeros(16, 32, dtype=torch.uint8), torch.zeros(16, 4, dtype=torch.float8_e4m3fn)
+    assert kernels.nvfp4_linear.run_arm("gemv", x, packed, scales, torch.tensor([0.5])).shape == (1, 16)
+    assert [symbol for symbol, _ in quant_lib.calls if "gemv" in symbol] == [
+        "vt_quant_gemv_max_splits",
+        "vt_quant_gemv_max_tiles",
+        "vt_quant_awq_gemv",
+        "vt_quant_gemv_max_splits",
+        "vt_quant_gemv_max_tiles",
+        "vt_quant_gptq_gemv",
+        "vt_quant_nvfp4_gemv",
+    ]
+    assert seen == dict.fromkeys(seen, 0)
+    cuda_quant.awq_linear(x, *_awq(), bias)  # the direct entry checks each tensor once
+    assert seen == {"_int4": 1, "_group": 1, "_g_idx": 0, "_nvfp4": 0, "_check_gemv_io": 1}
+
+
+def test_the_quant_gemv_predicates_hold_one_row_dense_weights_the_bias_and_one_device() -> None:
+    x, awq, bias = torch.ones(1, 1, 64), _awq(), torch.ones(16)
+    assert cuda_quant.supports_awq_linear(x, *awq) and cuda_quant.supports_awq_linear(x, *awq, torch.ones(32)[::2])
+    assert not cuda_quant.supports_awq_linear(torch.ones(2, 64), *awq)  # two rows: dequant, then the linear op
+    for i in range(3):  # a weight on another device, or not contiguous
+        assert not cuda_quant.supports_awq_linear(x, *awq[:i], _meta(awq[i]), *awq[i + 1 :]), i
+    assert not cuda_quant.supports_awq_linear(x, awq[0], awq[1], torch.ones(16, 2).T, 32)
+    for bad in (bias.double(), torch.ones(17), torch.ones(1, 16), _meta(bias)):  # the op's check leaves the bias
+        assert not cuda_quant.supports_awq_linear(x, *awq, bad), bad
+    gptq = (torch.zeros(8, 16, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32), torch.ones(2, 16))
+    g_idx = torch.zeros(128, dtype=torch.int64)[::2]  # any stride: the launch makes it contiguous int32
+    assert cuda_quant.supports_gptq_linear(x, *gptq, g_idx, 4, 2, bias)
+    assert not cuda_quant.supports_gptq_linear(x, *gptq, g_idx, 8)  # 8-bit weights: dequant, then the linear op
+    assert not cuda_quant.supports_gptq_linear(x, *gptq, _meta(g_idx))
+    assert not cuda_quant.supports_gptq_linear(x, gptq[0], gptq[1], gptq[2], g_idx, 4, 1, torch.ones(8))
+    packed, scales = torch.zeros(16, 32, dtype=torch.uint8), torch.zeros(16, 4, dtype=torch.float8_e4m3fn)
+    for scale in (0.5, torch.tensor([0.5]), torch.tensor(0.5)):  # by value, or a tensor on x's device
+        assert cuda_quant.supports_nvfp4_linear(x, packed, scales, scale, bias), scale
+    assert not cuda_quant.supports_nvfp4_linear(x, packed, scales, torch.ones(1, device="meta"))
+    assert not cuda_quant.supports_nvfp4_linear(x, packed, _meta(scales), 0.5)
+    assert not cuda_quant.supports_nvfp4_linear(torch.ones(3, 64), packed, scales, 0.5)
+
+
+def test_the_one_pass_and_split_kv_arms_launch_without_checking_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = kernels.paged_decode_attention
+    assert _kernel_of(op, "tiled_onepass") is cuda_onepass.launch_decode
+    assert _kernel_of(op, "splitkv_swap") is cuda_splitkv.launch_decode
+    libs = {module: _FakeLib() for module in (cuda_onepass, cuda_splitkv)}
+    for module, lib in libs.items():
+        monkeypatch.setattr(module, "_lib", lambda lib=lib: lib)
+    monkeypatch.setattr(ffi, "stream", lambda device: None)
+    monkeypatch.setattr(cuda_onepass, "num_splits", lambda *shape: 1)
+    monkeypatch.setattr(cuda_splitkv, "sm_count", lambda device: 132)
+    seen = _counted(monkeypatch, cuda_paged_attn, "check_inputs")
+    seen |= _counted(monkeypatch, cuda_tiled, "check_inputs")
+    q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
+    args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
+    with kernels.on_device(_H200):  # the one pass asks the table's device whether its block fits
+        assert op.run_arm("tiled_onepass", *args).shape == q.shape
+    assert op.run_arm("splitkv_swap", *args).shape == q.shape
+    assert libs[cuda_onepass].calls == [("vt_paged_attn_onepass_decode", 21)]
+    assert [s for s, _ in libs[cuda_splitkv].calls] == [
+        "vt_splitkv_num_splits",
+        "vt_splitkv_partial",
+        "vt_splitkv_combine",
+    ]
+    assert seen == {"check_inputs": 0}
+    cuda_onepass.decode(*args)  # the direct entries check each tensor once
+    cuda_splitkv.decode(*args)
+    assert seen == {"check_inputs": 2}
+
+
+def test_the_one_pass_and_split_kv_predicates_hold_contiguous_inputs_on_one_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cuda_onepass, "num_splits", lambda *shape: 1)
+    op = kernels.paged_decode_attention
+    onepass, swap = op.arm("tiled_onepass").supports, op.arm("splitkv_swap").supports
+    q, cache = torch.ones(2, 8, 64, dtype=torch.bfloat16), torch.ones(4, 16, 2, 64, dtype=torch.bfloat16)
+    args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32), 0.125]
+    assert not onepass(*args)  # no device whose shared memory holds its block
+    with kernels.on_device(_H200):
+        assert onepass(*args) and swap(*args)
+        for i in range(1, 5):  # a cache, the tables or the lengths on another device
+            assert not onepass(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+            assert not swap(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+        strided = torch.ones(2, 8, 128, dtype=torch.bfloat16)[..., ::2]
+        assert not onepass(strided, *args[1:]) and not swap(strided, *args[1:])
+        half = [q.half(), cache.half(), cache.half(), *args[3:]]
+        assert onepass(*half) and not swap(*half)  # fp16: the group swap takes fp32 and bf16 only
+        assert not swap(*args[:3], args[3][:, :0], *args[4:])  # a table that addresses no token
+        assert not onepass(q.float(), cache.float(), cache.float(), *args[3:])  # fp32: the one pass takes 16-bit only
+
+
+def test_the_extend_decode_rows_arm_launches_the_generic_kernel_without_checking_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[tuple[torch.Tensor, ...]] = []
+    monkeypatch.setattr(
+        cuda_paged_attn, "launch_decode", lambda q, kc, vc, t, ctx, *rest, **kw: ran.append((q, t, ctx)) or q
+    )
+    seen = _counted(monkeypatch, cuda_paged_attn, "check_inputs", "paged_decode_attention")
+    cache = torch.ones(8, 16, 2, 64, dtype=torch.bfloat16)
+    tables = torch.arange(6).reshape(2, 3)
+    op = kernels.extend_attention
+    strided_q = torch.ones(5, 64, 4, dtype=torch.bfloat16).transpose(1, 2)
+    op.run_arm("decode_rows", strided_q, cache, cache.clone(), tables, [2, 3], [4, 0], 0.125)
+    ((got_q, got_tables, ctx),) = ran
+    assert got_q.is_contiguous() and got_tables.dtype == torch.int32 and got_tables[:, 0].tolist() == [0, 0, 3, 3, 3]
+    assert ctx.tolist() == [5, 6, 1, 2, 3]  # each token's position + 1
+    assert seen == {"check_inputs": 0, "paged_decode_attention": 0}
+
+
+def test_the_extend_decode_rows_predicate_holds_the_caches_and_the_table() -> None:
+    rows = kernels.extend_attention.arm("decode_rows").supports
+    q, cache = torch.ones(5, 4, 64), torch.ones(8, 16, 2, 64)
+    args = [q, cache, cache.clone(), torch.zeros(2, 3, dtype=torch.int64), [2, 3], [4, 0], 0.125]
+    assert rows(*args) and rows(torch.ones(5, 64, 4).transpose(1, 2), *args[1:])  # any q: the adapter packs it
+    for i in (1, 2, 3):  # a cache or the tables on another device
+        assert not rows(*args[:i], _meta(args[i]), *args[i + 1 :]), i
+    assert not rows(q, cache, cache.double(), *args[3:])  # V's dtype is not the op's check's
+    assert not rows(q, torch.ones(8, 2, 16, 64).transpose(1, 2), *args[2:])  # a strided cache
+    assert not rows(*args[:3], torch.zeros(2, dtype=torch.int64), *args[4:])  # a table of one row per sequence only
+    assert not rows(torch.ones(5, 4, 264), torch.ones(8, 16, 2, 264), torch.ones(8, 16, 2, 264), *args[3:])  # d 264

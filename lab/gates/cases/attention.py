@@ -432,10 +432,11 @@ def bitwise_tiled_cases(arm: str, run: Callable[[int, Inputs], torch.Tensor], mi
 
 
 def onepass_cases() -> list[KernelCase]:
-    """The one-pass arm (bf16 and fp16, head_dim 64 and 128) against the fp32 reference (its rounding is an online
-    softmax's, not the eager reference's): every context, odd groups and block sizes, windows, split counts 1, 2, 7
-    (empty splits) and 64 up to context 32768; three cases against the eager reference itself; and the `long` gate
-    model's decode shape, plain and sharp."""
+    """The one-pass arm (bf16 and fp16, head_dim 64, 128 and 256) against the fp32 reference (its rounding is an
+    online softmax's, not the eager reference's): every context, odd groups and block sizes, windows, split counts
+    1, 2, 7 (empty splits) and 64 up to context 32768; three cases against the eager reference itself; and the
+    `long` gate model's decode shape, plain and sharp. Head_dim 256 (K and V in separate stages, Q in shared
+    memory) has its own contexts around the tile and block edges up to 5000, windows, splits and an eager case."""
     cases = []
     flag, row = ARMS["tiled_onepass"]
 
@@ -475,6 +476,18 @@ def onepass_cases() -> list[KernelCase]:
             add("bf16", 128, 4, 32, ctx, splits=splits, tags=("long",) if ctx == 32768 else ())
     for ctx in (33, 1000, 4096):  # and against the eager reference, within its bf16 tolerance
         add("bf16", 128, 4, 32, ctx, splits=FORCED_SPLITS, reference=ref_eager, suffix="-vs-eager")
+    for dt in TILED_DTYPES:  # head_dim 256: a tile's K and V are two pipeline units, so odd unit counts matter
+        for ctx in (1, 31, 32, 33, 65, 1000, 5000):
+            add(dt, 256, 4, 32, ctx, tags=("small",) if ctx == 33 else ())
+        add(dt, 256, 8, 16, 685, window=256)
+        add(dt, 256, 2, 32, 5000, window=1000)
+        add(dt, 256, 1, 16, 5000, window=100)
+    add("bf16", 256, 5, 48, 685)  # a block size that does not divide a tile
+    for ctx in (33, 1000, 5000):
+        for splits in (1, 2, FORCED_SPLITS, 64):
+            add("bf16", 256, 4, 32, ctx, splits=splits)
+    add("bf16", 256, 4, 16, 5000, window=300, splits=FORCED_SPLITS)
+    add("bf16", 256, 4, 32, 1000, splits=FORCED_SPLITS, reference=ref_eager, suffix="-vs-eager")
     for window in (None, 40):  # the `long` gate model's decode, at the scale its q/k norms give
         for sharp in (False, True):
             shape = "bf16/d128/g4/bs16/long-gate" + (f"/w{window}" if window else "") + ("/sharp" if sharp else "")

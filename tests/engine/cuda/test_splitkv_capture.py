@@ -44,8 +44,8 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
         return torch.empty(b, hq, d, dtype=dtype, device=o_part.device)
 
     monkeypatch.setattr(splitkv, "num_splits", fake_num_splits)
-    monkeypatch.setattr(splitkv, "partial", fake_partial)
-    monkeypatch.setattr(splitkv, "combine", fake_combine)
+    monkeypatch.setattr(splitkv, "launch_partial", fake_partial)
+    monkeypatch.setattr(splitkv, "launch_combine", fake_combine)
     monkeypatch.setattr(splitkv, "sm_count", lambda device: 132)
     return seen
 

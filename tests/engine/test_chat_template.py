@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine import LLM, SamplingParams
+from engine.chat import ChatTemplateError, load_chat_template, render_chat
 from engine.llm import TINY_MODEL
-from engine.serve.chat import ChatTemplateError, load_chat_template, render_chat
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
