@@ -189,10 +189,12 @@ def _decode_by_length(
 
     fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
     the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
-    keys, and the P.V sums with them (measured; enough to flip a near-tie token of the d256-g8 gate model).
-    Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
-    (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
-    over random lengths)."""
+    keys, and the P.V sums with them through those (measured; enough to flip a near-tie token of the d256-g8
+    gate model). Given the same probabilities, though, zero-probability padded keys leave the P.V sums as
+    they are, and a softmax row of a full vector of keys or more is its padded row's: the plan's long rows
+    share one softmax and one P.V product (see _Plan). Sequences of one length share every shape, so their
+    batch is bitwise the one-at-a-time result (tests/engine/ops/test_paged_attn.py holds every row to
+    transformers' eager decode of that sequence alone, over random lengths)."""
     plan = _plan(q, k_flat, block_tables, context_lens, block_size)
     d = q.shape[2]
     k_rows, v_rows = k_flat.reshape(-1, d), v_flat.reshape(-1, d)
