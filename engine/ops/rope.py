@@ -10,7 +10,7 @@ import torch
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
 from engine.ops._compose import REFERENCES, composite
 from engine.ops.kv_store import check_store_kv
-from engine.ops.norm import check_qk_norm, rms_norm
+from engine.ops.norm import check_qk_norm
 
 
 def rope_cos_sin(
@@ -111,7 +111,7 @@ def qkv_norm_rope_store(
     Each op's rounding points; the cache gets the rotated k exactly as returned. The fused CUDA arm
     (VT_QKV_ROPE_STORE) is one launch for all three. The reference runs q and k as one tensor (`_qk_as_one`)."""
     if parts is REFERENCES:
-        q_out, k_out = _qk_as_one(q, k, q_weight, k_weight, cos, sin, eps)
+        q_out, k_out = _qk_as_one(parts, q, k, q_weight, k_weight, cos, sin, eps)
     else:
         q_out = parts.qk_norm_rope(q, q_weight, cos, sin, eps)
         k_out = parts.qk_norm_rope(k, k_weight, cos, sin, eps)
@@ -120,6 +120,7 @@ def qkv_norm_rope_store(
 
 
 def _qk_as_one(
+    parts: Any,  # the references (their modules' attributes, looked up at the call: a patched op is the one run)
     q: torch.Tensor,  # q: [tokens, heads, head_dim]
     k: torch.Tensor,  # k: [tokens, kv_heads, head_dim]
     q_weight: torch.Tensor,  # q_weight: [head_dim]
@@ -135,7 +136,7 @@ def _qk_as_one(
     hq = q.shape[1]
     x = torch.cat((q, k), dim=1)
     weight = torch.cat((q_weight.expand(hq, -1), k_weight.expand(k.shape[1], -1)))  # [heads + kv_heads, head_dim]
-    out = apply_rope_neox(rms_norm(x, weight, eps), cos, sin)
+    out = parts.apply_rope_neox(parts.qk_norm(x, weight, eps), cos, sin)  # the reference qk_norm broadcasts weight
     # q contiguous, as each call's output was (the attention's GEMMs read it); k only feeds copies
     return out[:, :hq].contiguous(), out[:, hq:]
 
