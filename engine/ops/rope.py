@@ -109,8 +109,8 @@ def qkv_norm_rope_store(
     """A decoder layer's q/k path and its KV store: `qk_norm_rope` of q and of k, then `store_kv(k, v, ...)`.
 
     Each op's rounding points; the cache gets the rotated k exactly as returned. The fused CUDA arm
-    (VT_QKV_ROPE_STORE) is one launch for all three. The reference runs q and k as one tensor (`_qk_as_one`)."""
-    if parts is REFERENCES:
+    (VT_QKV_ROPE_STORE) is one launch for all three. The CPU reference runs q and k as one tensor (`_qk_as_one`)."""
+    if parts is REFERENCES and q.device.type == "cpu":  # a GPU's reduction kernel may split rows by the shape
         q_out, k_out = _qk_as_one(parts, q, k, q_weight, k_weight, cos, sin, eps)
     else:
         q_out = parts.qk_norm_rope(q, q_weight, cos, sin, eps)
