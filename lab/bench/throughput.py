@@ -9,7 +9,10 @@ runs until its longest request is done or --peer-budget-s has passed (transforme
 comes first, after an untimed warm-up of the same shapes; its rate is its steady state: per request, only
 the tokens up to its own output length, made after its first 8 timed steps, over the time those steps took
 (its prefill and the early steps, where every row is still live, are left out or favoured: the rate flatters
-the peer). Fewer than 32 such steps within the budget: no rate and no ratio. Progress goes to stderr.
+the peer). Fewer than 32 such steps within the budget: no rate and no ratio. The headline ratio is the engine's
+whole run (prefill included) against that steady state; a second, labelled whole-run ratio sets the engine's
+whole run against the peer's whole timed generate (prefill included; the same count of each request's own
+tokens). Progress goes to stderr.
 --ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
 on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
 for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
@@ -272,6 +275,10 @@ def measure(
                 peer_generated_tokens=len(outs) * done,
                 ratio=point["engine_tok_per_s"] / rate,
             )
+            # both whole runs, prefill included: the peer's timed generate against the engine's run
+            if seconds > 0:
+                point["peer_whole_tok_per_s"] = point["peer_counted_tokens"] / seconds
+                point["whole_ratio"] = point["engine_tok_per_s"] / point["peer_whole_tok_per_s"]
             for arm in point.get("arms", {}).values():
                 arm["ratio"] = arm["engine_tok_per_s"] / rate
     top = points[-1]
@@ -700,6 +707,14 @@ def print_report(r: dict[str, Any]) -> None:
             f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}"
             + ("" if p.get("peer_complete", True) else f"  (peer cut at step {p['peer_steps']})")
         )
+    for p in r["points"]:  # the headline ratio above is against the peer's steady state; this one is whole run
+        if "whole_ratio" in p:
+            print(
+                f"  {p['requests']} requests, whole runs (prefill included on both sides): engine "
+                f"{p['engine_tok_per_s']:.1f} tok/s, peer {p['peer_whole_tok_per_s']:.1f} tok/s "
+                f"({p['peer_counted_tokens']} of its tokens in {p['peer_s']:.2f}s), whole-run ratio "
+                f"{p['whole_ratio']:.2f}x"
+            )
     for p in r["points"]:
         for label, a in p.get("arms", {}).items():
             ratio = f"{a['ratio']:.2f}x peer" if "ratio" in a else "no peer"

@@ -44,6 +44,9 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
         assert p["host_ms_per_decode_step"] == pytest.approx(host)
     assert sum("ms per decode step (scheduler" in line for line in out) == 2
     assert sum(" requests, tokens " in line for line in out) == 2  # one digest line per point (one arm)
+    whole = [line for line in out if "whole-run ratio" in line]  # beside the headline, labelled, one per point
+    assert len(whole) == 2 and all("prefill included on both sides" in line for line in whole)
+    assert all(p["whole_ratio"] > 0 for p in record["points"])
     assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
@@ -110,6 +113,11 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     assert point["peer_tok_per_s"] == pytest.approx(made / (times[steady - 1] - times[skip - 1]))
     assert point["ratio"] == pytest.approx(point["engine_tok_per_s"] / point["peer_tok_per_s"])
     assert point["peer_complete"] is (max(outs) <= steady)
+    # the whole-run ratio: the peer's whole timed generate (its prefill and first steps in) over the same tokens
+    whole = sum(min(steady, m) for m in outs) / (0.1 * steady)
+    assert point["peer_whole_tok_per_s"] == pytest.approx(whole)
+    assert point["whole_ratio"] == pytest.approx(point["engine_tok_per_s"] / whole)
+    assert point["whole_ratio"] != pytest.approx(point["ratio"])  # two measures, not one printed twice
 
 
 def test_arm_switch_sets_the_flags_and_says_when_an_arm_is_new(tiny_model_dir) -> None:
