@@ -224,3 +224,30 @@ def test_the_cpu_clock_times_the_run_and_is_put_back_after(capsys) -> None:
     record = json.loads(out[-1])
     assert record["clock"] == "cpu" and f"{record['cpu_threads']} CPU thread(s), cpu clock" in out[0]
     assert throughput._clock is time.perf_counter  # the wall clock again for the next run in this process
+
+
+def _round(engine: float, peer: float) -> dict:
+    point = {"requests": 4, "engine_tok_per_s": engine, "engine_s": 100 / engine, "peer_s": 100 / peer}
+    point.update(peer_tok_per_s=peer, ratio=engine / peer, peer_whole_tok_per_s=peer / 2, whole_ratio=2 * engine / peer)
+    return {"points": [point]}
+
+
+def test_rounds_divide_the_medians_and_keep_every_rounds_ratio() -> None:
+    rounds = [_round(100, 80), _round(90, 120), _round(110, 100)]  # per round 1.25x, 0.75x, 1.10x
+    (point,) = throughput.combine_rounds(rounds)["points"]
+    assert point["engine_tok_per_s"] == 100 and point["peer_tok_per_s"] == 100
+    assert point["ratio"] == pytest.approx(1.0)  # the median of the ratios would be 1.10x: not what is reported
+    assert point["whole_ratio"] == pytest.approx(2.0)
+    assert point["rounds"]["ratio"] == [1.25, 0.75, round(110 / 100, 4)] and point["rounds"]["n"] == 3
+    assert throughput.combine_rounds([_round(100, 80)])["points"][0]["ratio"] == 1.25  # one round: as measured
+
+
+def test_rounds_run_the_whole_measurement_again_and_say_so(capsys) -> None:
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json", "--rounds", "2"]
+    assert throughput.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "round 1/2" in captured.err and "round 2/2" in captured.err
+    (point,) = json.loads(captured.out.splitlines()[-1])["points"]
+    assert point["rounds"]["n"] == 2 and len(point["rounds"]["engine_tok_per_s"]) == 2
+    assert throughput.main(["--smoke", "--rounds", "0"]) == 2
+    assert "--rounds 0: must be at least 1" in capsys.readouterr().err
