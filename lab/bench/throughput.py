@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop the peer's timed generate after this many seconds and count the tokens it made (default 120)",
     )
     p.add_argument(
+        "--row",
+        action="append",
+        default=[],
+        metavar="ROW-ID",
+        help="with --ledger: a roadmap row the record also evidences (repeatable), beside ENGINE-SERVE",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -217,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         path = write_record(
             args.ledger,
             "serve-throughput",
-            ["ENGINE-SERVE"],
+            list(dict.fromkeys(["ENGINE-SERVE", *args.row])),
             cmd,
             record["device"],
             summary,

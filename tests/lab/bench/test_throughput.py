@@ -242,12 +242,15 @@ def test_rounds_divide_the_medians_and_keep_every_rounds_ratio() -> None:
     assert throughput.combine_rounds([_round(100, 80)])["points"][0]["ratio"] == 1.25  # one round: as measured
 
 
-def test_rounds_run_the_whole_measurement_again_and_say_so(capsys) -> None:
+def test_rounds_run_the_whole_measurement_again_and_say_so(tmp_path, capsys) -> None:
     argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json", "--rounds", "2"]
-    assert throughput.main(argv) == 0
+    ledger = ["--ledger", str(tmp_path), "--allow-dirty", "--row", "ENGINE-OPENAI", "--row", "ENGINE-SERVE"]
+    assert throughput.main([*argv, *ledger]) == 0
     captured = capsys.readouterr()
     assert "round 1/2" in captured.err and "round 2/2" in captured.err
-    (point,) = json.loads(captured.out.splitlines()[-1])["points"]
+    (point,) = json.loads(captured.out.splitlines()[-2])["points"]
+    (path,) = tmp_path.glob("*.json")
+    assert json.loads(path.read_text())["rows"] == ["ENGINE-SERVE", "ENGINE-OPENAI"]
     assert point["rounds"]["n"] == 2 and len(point["rounds"]["engine_tok_per_s"]) == 2
     assert throughput.main(["--smoke", "--rounds", "0"]) == 2
     assert "--rounds 0: must be at least 1" in capsys.readouterr().err
