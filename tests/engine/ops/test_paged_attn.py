@@ -246,7 +246,10 @@ def test_a_long_rows_softmax_is_its_padded_rows_and_a_short_ones_is_not(gen):
         x = torch.randn(64, n, generator=gen) * 6
         padded = torch.cat((x, torch.full((64, 64 - n), float("-inf"))), dim=1)
         differs += [n] * (not torch.equal(torch.softmax(padded, -1)[:, :n], torch.softmax(x, -1)))
-    assert differs, "no short length differs: the padded softmax's threshold could be lowered on this CPU"
+    # the vector kernels (AVX2, AVX-512) take another path below a full vector; torch's scalar build
+    # (ATEN_CPU_CAPABILITY=default) has no such path, and there every length agrees
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert differs, "no short length differs: the padded softmax's threshold could be lowered on this CPU"
 
 
 @pytest.mark.parametrize("d", [32, 64, 128, 256])
