@@ -23,9 +23,12 @@ def store_kv(
     """
     refuse_capture(k, "store_kv", "leave VT_KERNELS on to capture the decode step")
     num_slots = k_cache.shape[0] * k_cache.shape[1]
-    if not slot_mapping.numel():
+    # one host read, the checks in Python: a step writes tens to thousands of slots, and torch's min, max and
+    # unique (a sort) cost more in dispatch than a set of that size does
+    wanted = slot_mapping.tolist()
+    if not wanted:
         return
-    low, high = (int(x) for x in torch.aminmax(slot_mapping))
+    low, high = min(wanted), max(wanted)
     if low < -1:
         raise ValueError("slot_mapping: values below -1")
     if high >= num_slots:
@@ -33,9 +36,12 @@ def store_kv(
     if low == -1:  # padding tokens: only the others are written
         keep = slot_mapping >= 0
         slots, k, v = slot_mapping[keep].long(), k[keep], v[keep]
+        written = len(wanted) - wanted.count(-1)
+        distinct = len(set(wanted)) - 1
     else:  # every token written (a decode step): no masked copies
         slots = slot_mapping.long()
-    if slots.unique().numel() != slots.numel():
+        written, distinct = len(wanted), len(set(wanted))
+    if distinct != written:
         raise ValueError("slot_mapping: two tokens write the same slot")
     k_cache.view(num_slots, *k_cache.shape[2:]).index_copy_(0, slots, k)
     v_cache.view(num_slots, *v_cache.shape[2:]).index_copy_(0, slots, v)

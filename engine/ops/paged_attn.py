@@ -189,27 +189,39 @@ def _decode_by_length(
 
     fp32 is the oracle's own dtype in the token gates, and padding a sequence's keys changes MKL's sums:
     the q.k products of the last (n mod 4) keys and of contexts up to 12 keys, the softmax's sum below 16
-    keys, and the P.V sums with them (measured; enough to flip a near-tie token of the d256-g8 gate model).
-    Sequences of one length share every shape, so their batch is bitwise the one-at-a-time result
-    (tests/engine/ops/test_paged_attn.py holds every row to transformers' eager decode of that sequence alone,
-    over random lengths)."""
+    keys, and the P.V sums with them through those (measured; enough to flip a near-tie token of the d256-g8
+    gate model). Given the same probabilities, though, zero-probability padded keys leave the P.V sums as
+    they are, and a softmax row of a full vector of keys or more is its padded row's: the plan's long rows
+    share one softmax and one P.V product (see _Plan). Sequences of one length share every shape, so their
+    batch is bitwise the one-at-a-time result (tests/engine/ops/test_paged_attn.py holds every row to
+    transformers' eager decode of that sequence alone, over random lengths)."""
     plan = _plan(q, k_flat, block_tables, context_lens, block_size)
     d = q.shape[2]
-    # one gather per cache of exactly the keys the passes read, into the plan's buffers, which its views read
-    torch.index_select(k_flat.reshape(-1, d), 0, plan.src, out=plan.k)
-    torch.index_select(v_flat.reshape(-1, d), 0, plan.src, out=plan.v)
+    k_rows, v_rows = k_flat.reshape(-1, d), v_flat.reshape(-1, d)
+    # one gather per buffer of exactly the keys the passes read, into the plan's buffers, which its views read
+    torch.index_select(k_rows, 0, plan.src, out=plan.k)
+    if plan.vp is not None:  # the long rows' values, padded (see _Plan)
+        torch.index_select(v_rows, 0, plan.src_vp, out=plan.vp.view(-1, d))
+    if plan.src_rest.numel():
+        torch.index_select(v_rows, 0, plan.src_rest, out=plan.v_rest)
     qh = q[:, :, None, :]  # [batch, Hq, 1, D]
     qs = qh.unbind(0)
     # a sequence alone: [Hq, 1, D] @ [Hq, D, n] into its scores, every score scaled by one multiply (elementwise:
     # the same products as one multiply per sequence), then its softmax @ [Hq, n, D] into its output rows
-    for b, kt, _, scores, _ in plan.singles:
+    for b, kt, scores in plan.singles:
         torch.bmm(qs[b], kt, out=scores)
     plan.scores.mul_(scale)  # rounding points 1 and 2
-    for _, _, v, scores, out in plan.singles:
-        n = scores.shape[-1]
-        if window is not None and n > window:  # the query sits at n - 1: it sees the last `window` keys
-            scores[..., : n - window] = float("-inf")
-        torch.bmm(torch.softmax(scores, dim=-1), v, out=out)  # points 3 and 4 (fp32: no rounding), then 5
+    if window is not None:
+        for _, _, scores in plan.singles:
+            n = scores.shape[-1]
+            if n > window:  # the query sits at n - 1: it sees the last `window` keys
+                scores[..., : n - window] = float("-inf")
+    if plan.padded is not None:  # the long rows: one softmax and one P.V for all of them (see _Plan)
+        plan.padded.masked_scatter_(plan.pad_mask, plan.scores)  # their scores come first
+        torch.ops.aten._softmax.out(plan.padded, -1, False, out=plan.probs)
+        torch.bmm(plan.probs_rows, plan.vp_rows, out=plan.out_long)
+    for v, scores, out in plan.shorts:  # points 3 and 4 (fp32: no rounding), then 5
+        torch.bmm(torch.softmax(scores, dim=-1), v, out=out)
     for idx, kt, v, out in plan.groups:  # one length: [k, Hq, 1, D] @ [k, Hq, D, n], then P.V
         out.copy_(_attend_fp32(qh[idx], kt, v, kt.shape[-1], scale, window, torch.matmul))
     return plan.out.index_select(0, plan.unpack)[:, :, 0, :]  # pass order back to batch order
@@ -232,9 +244,19 @@ class _Plan:
         passes = [
             (n, r) for n, rows in rows_of.items() for r in ([rows] if len(rows) >= GROUP_BATCH else [[b] for b in rows])
         ]
+        # the long rows (PAD_SOFTMAX_MIN keys or more), on the CPU, when padding them to the longest at most doubles
+        # them: one softmax and one P.V product for all of them over -inf scores and zero probabilities. torch's CPU
+        # softmax sums a row in the same vector lanes whatever -inf (exp 0) follows once the row fills a vector
+        # (below that: a scalar path), and MKL's P.V sum over a row's keys only adds exact zeros for the padded
+        # ones (measured over head dims 32-256 and up to 1100 keys): each row gets its own call's bits
+        # (tests/engine/ops/test_paged_attn.py). A GPU's kernels split a row by its length: not there.
+        long = [n for n, r in passes if len(r) == 1 and n >= PAD_SOFTMAX_MIN]
+        if device.type != "cpu" or len(long) < 2 or len(long) * max(long) > 2 * sum(long):
+            long = []
+        passes.sort(key=lambda p: len(p[1]) > 1 or not long or p[0] < PAD_SOFTMAX_MIN)  # the long rows first
         order = [b for _, r in passes for b in r]  # the packing order: pass after pass
         perm = torch.tensor(order, device=device)
-        lens_t = torch.tensor(lens, device=device)[perm]
+        lens_t = torch.tensor([lens[b] for b in order], device=device)
         pos = torch.arange(max(lens), device=device)
         slots = table.long()[perm][:, pos // bs] * bs + pos % bs  # [batch, L]
         heads = torch.arange(hq, device=device) // (hq // hkv)
@@ -243,25 +265,47 @@ class _Plan:
         self.src = torch.masked_select(src, keep)  # pass after pass, head after head, position after position
         self.k = torch.empty(self.src.numel(), d, dtype=q.dtype, device=device)
         self.v = torch.empty_like(self.k)
+        long_rows = hq * sum(long)  # the packed rows of the long passes (their values go to the padded buffer)
+        self.src_rest, self.v_rest = self.src[long_rows:], self.v[long_rows:]
         self.out = torch.empty(batch, hq, 1, d, dtype=q.dtype, device=device)  # pass order
-        self.unpack = torch.empty(batch, dtype=torch.long, device=device)
-        self.unpack[perm] = torch.arange(batch, device=device)
+        unpack = [0] * batch
+        for i, b in enumerate(order):
+            unpack[b] = i
+        self.unpack = torch.tensor(unpack, device=device)
         self.scores = torch.empty(sum(hq * n for n, r in passes if len(r) == 1), dtype=q.dtype, device=device)
-        self.singles: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.singles: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (row, K^T, scores) of every single pass
+        self.shorts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (V, scores, out) of the others
         self.groups: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         at = at_scores = first = 0
+        out_rows = self.out.unbind(0)  # one op for every single pass's output view
         k_, v_, s_ = self.k.as_strided, self.v.as_strided, self.scores.as_strided  # one op per view
         for n, r in passes:
             k = len(r)
             if k == 1:
-                kt, v = k_((hq, d, n), (n * d, 1, d), at), v_((hq, n, d), (n * d, d, 1), at)
-                self.singles.append((r[0], kt, v, s_((hq, 1, n), (n, n, 1), at_scores), self.out[first]))
+                scores = s_((hq, 1, n), (n, n, 1), at_scores)
+                self.singles.append((r[0], k_((hq, d, n), (n * d, 1, d), at), scores))
+                if first >= len(long):
+                    self.shorts.append((v_((hq, n, d), (n * d, d, 1), at), scores, out_rows[first]))
                 at_scores += hq * n
             else:
                 kt = k_((k, hq, d, n), (hq * n * d, n * d, 1, d), at)
                 v = v_((k, hq, n, d), (hq * n * d, n * d, d, 1), at)
                 self.groups.append((torch.tensor(r, device=device), kt, v, self.out[first : first + k]))
             at, first = at + k * hq * n * d, first + k
+        self.padded: torch.Tensor | None = None
+        self.vp: torch.Tensor | None = None
+        if long:
+            rows, width = len(long), max(long)
+            self.padded = torch.full((rows, hq, 1, width), float("-inf"), dtype=q.dtype, device=device)
+            mask = keep[:rows, :, :width]  # [long, Hq, width]: the long rows lead the packing order
+            self.pad_mask = mask[:, :, None, :]
+            self.probs = torch.empty_like(self.padded)
+            # a padded key reads its sequence's first (finite) value row: times its probability, 0, it adds 0
+            self.src_vp = torch.where(mask, src[:rows, :, :width], src[:rows, :, :1]).reshape(-1)
+            self.vp = torch.empty(rows, hq, width, d, dtype=q.dtype, device=device)
+            self.probs_rows = self.probs.view(rows * hq, 1, width)
+            self.vp_rows = self.vp.view(rows * hq, width, d)
+            self.out_long = self.out[:rows].view(rows * hq, 1, d)
 
 
 class _Local(threading.local):
@@ -289,6 +333,7 @@ def _plan(
     return plan
 
 
+PAD_SOFTMAX_MIN = 32  # keys from which a row's softmax is its padded row's (a full 16-lane vector, with margin)
 GROUP_BATCH = 8  # sequences of one length from which one indexed pass beats a pass each (CPU: 4 break even)
 
 

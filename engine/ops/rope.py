@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from engine.ops._check import FLOAT_DTYPES, INDEX_DTYPES, check_dim, check_same_dtype, check_tensor
-from engine.ops._compose import composite
+from engine.ops._compose import REFERENCES, composite
 from engine.ops.kv_store import check_store_kv
 from engine.ops.norm import check_qk_norm
 
@@ -109,11 +109,36 @@ def qkv_norm_rope_store(
     """A decoder layer's q/k path and its KV store: `qk_norm_rope` of q and of k, then `store_kv(k, v, ...)`.
 
     Each op's rounding points; the cache gets the rotated k exactly as returned. The fused CUDA arm
-    (VT_QKV_ROPE_STORE) is one launch for all three."""
-    q_out = parts.qk_norm_rope(q, q_weight, cos, sin, eps)
-    k_out = parts.qk_norm_rope(k, k_weight, cos, sin, eps)
+    (VT_QKV_ROPE_STORE) is one launch for all three. The CPU reference runs q and k as one tensor (`_qk_as_one`)."""
+    if parts is REFERENCES and q.device.type == "cpu":  # a GPU's reduction kernel may split rows by the shape
+        q_out, k_out = _qk_as_one(parts, q, k, q_weight, k_weight, cos, sin, eps)
+    else:
+        q_out = parts.qk_norm_rope(q, q_weight, cos, sin, eps)
+        k_out = parts.qk_norm_rope(k, k_weight, cos, sin, eps)
     parts.store_kv(k_out, v, k_cache, v_cache, slot_mapping)
     return q_out, k_out
+
+
+def _qk_as_one(
+    parts: Any,  # the references (their modules' attributes, looked up at the call: a patched op is the one run)
+    q: torch.Tensor,  # q: [tokens, heads, head_dim]
+    k: torch.Tensor,  # k: [tokens, kv_heads, head_dim]
+    q_weight: torch.Tensor,  # q_weight: [head_dim]
+    k_weight: torch.Tensor,  # k_weight: [head_dim]
+    cos: torch.Tensor,  # cos: [tokens, head_dim]
+    sin: torch.Tensor,  # sin: [tokens, head_dim]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # (q, k) after norm and RoPE, as qk_norm_rope gives each
+    """`qk_norm_rope` of q and of k through one norm and one RoPE over their heads side by side: the norm's sums
+    run over each head's own head_dim values and every other step is elementwise (a head's weight row, the
+    token's cos/sin row), so each value is the one the two calls give, at half the ops (a decode layer on the CPU
+    runs tens of small ops; tests/engine/ops/test_rope.py holds it bitwise to the two calls)."""
+    hq = q.shape[1]
+    x = torch.cat((q, k), dim=1)
+    weight = torch.cat((q_weight.expand(hq, -1), k_weight.expand(k.shape[1], -1)))  # [heads + kv_heads, head_dim]
+    out = parts.apply_rope_neox(parts.qk_norm(x, weight, eps), cos, sin)  # the reference qk_norm broadcasts weight
+    # q contiguous, as each call's output was (the attention's GEMMs read it); k only feeds copies
+    return out[:, :hq].contiguous(), out[:, hq:]
 
 
 def check_qkv_norm_rope_store(

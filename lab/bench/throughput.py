@@ -9,7 +9,10 @@ runs until its longest request is done or --peer-budget-s has passed (transforme
 comes first, after an untimed warm-up of the same shapes; its rate is its steady state: per request, only
 the tokens up to its own output length, made after its first 8 timed steps, over the time those steps took
 (its prefill and the early steps, where every row is still live, are left out or favoured: the rate flatters
-the peer). Fewer than 32 such steps within the budget: no rate and no ratio. Progress goes to stderr.
+the peer). Fewer than 32 such steps within the budget: no rate and no ratio. The headline ratio is the engine's
+whole run (prefill included) against that steady state; a second, labelled whole-run ratio sets the engine's
+whole run against the peer's whole timed generate (prefill included; the same count of each request's own
+tokens). Progress goes to stderr.
 --ab-flag VT_X[,VT_Y...] times the engine with the flags off, then with the first on, the first two on, ...,
 on the same engine (its snapshot swapped; each arm captures its own decode graphs once), the arms interleaved
 for --ab-reps rounds (rep 0 dropped from 3 on; the median run stands, with the min-max band); each point
@@ -32,6 +35,7 @@ import gc
 import hashlib
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -74,6 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=120.0,
         help="stop the peer's timed generate after this many seconds and count the tokens it made (default 120)",
+    )
+    p.add_argument(
+        "--row",
+        action="append",
+        default=[],
+        metavar="ROW-ID",
+        help="with --ledger: a roadmap row the record also evidences (repeatable), beside ENGINE-SERVE",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure engine then peer this many times in this run; each point's ratio is then the ratio of their "
+        "medians, with the per-round ratios beside it (default 1; 5 for the noisy CPU smoke)",
     )
     p.add_argument(
         "--ab-reps", type=int, default=3, help="with --ab-flag: runs per arm, interleaved; rep 0 dropped (default 3)"
@@ -141,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ab_reps < 1:
         print(f"error: --ab-reps {args.ab_reps}: must be at least 1", file=sys.stderr)
         return 2
+    if args.rounds < 1:
+        print(f"error: --rounds {args.rounds}: must be at least 1", file=sys.stderr)
+        return 2
     if args.peer_budget_s <= 0:
         print(f"error: --peer-budget-s {args.peer_budget_s}: must be positive", file=sys.stderr)
         return 2
@@ -154,22 +175,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = model_for(Path(tmp), smoke)
-            record = measure(
-                model_dir,
-                sweep,
-                device=device,
-                min_len=min_len,
-                max_len=max_len,
-                temperature=args.temperature,
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=budget,
-                peer=not args.no_peer,
-                peer_compile=not args.no_peer_compile and not smoke,
-                seed=args.seed,
-                peer_budget_s=args.peer_budget_s,
-                ab_flags=ab_flags,
-                ab_reps=args.ab_reps,
-            )
+            records = []
+            for i in range(args.rounds):
+                if args.rounds > 1:
+                    print(f"round {i + 1}/{args.rounds}", file=sys.stderr)
+                records.append(
+                    measure(
+                        model_dir,
+                        sweep,
+                        device=device,
+                        min_len=min_len,
+                        max_len=max_len,
+                        temperature=args.temperature,
+                        max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=budget,
+                        peer=not args.no_peer,
+                        peer_compile=not args.no_peer_compile and not smoke,
+                        seed=args.seed,
+                        peer_budget_s=args.peer_budget_s,
+                        ab_flags=ab_flags,
+                        ab_reps=args.ab_reps,
+                    )
+                )
+            record = combine_rounds(records)
             if args.serving:  # after the peer: the engine and the server own the device alone
                 from lab.bench import serving  # why: it loads the server's dependencies
 
@@ -196,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         path = write_record(
             args.ledger,
             "serve-throughput",
-            ["ENGINE-SERVE"],
+            list(dict.fromkeys(["ENGINE-SERVE", *args.row])),
             cmd,
             record["device"],
             summary,
@@ -272,6 +300,10 @@ def measure(
                 peer_generated_tokens=len(outs) * done,
                 ratio=point["engine_tok_per_s"] / rate,
             )
+            # both whole runs, prefill included: the peer's timed generate against the engine's run
+            if seconds > 0:
+                point["peer_whole_tok_per_s"] = point["peer_counted_tokens"] / seconds
+                point["whole_ratio"] = point["engine_tok_per_s"] / point["peer_whole_tok_per_s"]
             for arm in point.get("arms", {}).values():
                 arm["ratio"] = arm["engine_tok_per_s"] / rate
     top = points[-1]
@@ -282,6 +314,36 @@ def measure(
         and top["engine_tok_per_s"] >= TARGET_TOK_PER_S
         and top.get("ratio", 0.0) >= TARGET_RATIO,
     }
+    return record
+
+
+def combine_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from several rounds of the same measurement: the last round's, each point's rates replaced by
+    their medians over the rounds and its ratios by the ratios of those medians (the engine's and the peer's noise
+    each damped before they are divided), with every round's ratio kept beside them."""
+    record = records[-1]
+    if len(records) == 1:
+        return record
+    for i, point in enumerate(record["points"]):
+        rounds = [r["points"][i] for r in records]
+        engine = statistics.median(p["engine_tok_per_s"] for p in rounds)
+        point["rounds"] = {
+            "n": len(rounds),
+            "engine_tok_per_s": [round(p["engine_tok_per_s"], 1) for p in rounds],
+            "ratio": [round(p["ratio"], 4) for p in rounds if "ratio" in p],
+            "whole_ratio": [round(p["whole_ratio"], 4) for p in rounds if "whole_ratio" in p],
+        }
+        point["engine_tok_per_s"] = engine
+        point["engine_s"] = statistics.median(p["engine_s"] for p in rounds)
+        peers = [p["peer_tok_per_s"] for p in rounds if "peer_tok_per_s" in p]
+        if peers:
+            point["peer_tok_per_s"] = statistics.median(peers)
+            point["peer_s"] = statistics.median(p["peer_s"] for p in rounds if "peer_tok_per_s" in p)
+            point["ratio"] = engine / point["peer_tok_per_s"]
+        wholes = [p["peer_whole_tok_per_s"] for p in rounds if "peer_whole_tok_per_s" in p]
+        if wholes:
+            point["peer_whole_tok_per_s"] = statistics.median(wholes)
+            point["whole_ratio"] = engine / point["peer_whole_tok_per_s"]
     return record
 
 
@@ -700,6 +762,22 @@ def print_report(r: dict[str, Any]) -> None:
             f"{p['requests']:>8} {p['output_tokens']:>10} {p['engine_s']:>9.2f} {p['engine_tok_per_s']:>13.1f} {peer}"
             + ("" if p.get("peer_complete", True) else f"  (peer cut at step {p['peer_steps']})")
         )
+    for p in r["points"]:
+        if "rounds" in p and p["rounds"]["ratio"]:
+            per = p["rounds"]["ratio"]
+            print(
+                f"  {p['requests']} requests over {p['rounds']['n']} rounds: the rates above are medians, the ratio "
+                f"theirs; per round {min(per):.2f}-{max(per):.2f}x, {sum(x >= 1.0 for x in per)} of {len(per)} "
+                f"at or above 1.00x"
+            )
+    for p in r["points"]:  # the headline ratio above is against the peer's steady state; this one is whole run
+        if "whole_ratio" in p:
+            print(
+                f"  {p['requests']} requests, whole runs (prefill included on both sides): engine "
+                f"{p['engine_tok_per_s']:.1f} tok/s, peer {p['peer_whole_tok_per_s']:.1f} tok/s "
+                f"({p['peer_counted_tokens']} of its tokens in {p['peer_s']:.2f}s), whole-run ratio "
+                f"{p['whole_ratio']:.2f}x"
+            )
     for p in r["points"]:
         for label, a in p.get("arms", {}).items():
             ratio = f"{a['ratio']:.2f}x peer" if "ratio" in a else "no peer"

@@ -238,6 +238,13 @@ def add_peer_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--ledger", type=Path, metavar="DIR", help="write one ledger record per run (peer x dtype x oracle) into DIR"
     )
     p.add_argument(
+        "--row",
+        action="append",
+        default=[],
+        metavar="ROW-ID",
+        help="a roadmap row the record also evidences (repeatable), beside the gate's own (ENGINE-GATES)",
+    )
+    p.add_argument(
         "--allow-dirty",
         action="store_true",
         help="write the ledger record from a tree that differs from HEAD (recorded)",
@@ -508,6 +515,12 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
     return report(harness.per_dtype(results, key), args.json, require=args.require_arm, peers=peers, razor=args.razor)
 
 
+def rows_of(args: argparse.Namespace, peer: str) -> list[str]:
+    """The rows a run's record evidences: the gate's own, a peer's performance row, then those --row names."""
+    own = ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"]
+    return own + [r for r in dict.fromkeys(getattr(args, "row", [])) if r not in own]
+
+
 def write_run_record(
     args: argparse.Namespace,
     setup: harness.Setup,
@@ -525,7 +538,7 @@ def write_run_record(
     return write_record(
         args.ledger,
         f"{args.gate}-{model}-{peer}-{setup.dtype}{oracle}",
-        ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"],
+        rows_of(args, peer),
         command,
         harness.device_name(setup.device),
         f"{args.gate} on {model} ({setup.dtype}, decode attention: {peer}, oracle attention: {attn}): {verdict}: "

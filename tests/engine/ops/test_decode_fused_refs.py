@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine.ops import act, gemv, kv_store, norm, rope
@@ -44,3 +45,21 @@ def test_qkv_norm_rope_store_rotates_q_and_k_and_stores_k_and_v_skipping_padding
     flat = k_cache.view(8, hkv, d)
     assert torch.equal(flat[6], k_out[0]) and torch.equal(flat[1], k_out[2])
     assert flat[[0, 2, 3, 4, 5, 7]].abs().sum() == 0  # the padding token stored nothing
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("tokens,hq,hkv,d", [(1, 4, 2, 32), (7, 16, 8, 128), (33, 14, 2, 64), (300, 8, 1, 256)])
+def test_the_reference_runs_q_and_k_as_one_and_gives_each_calls_bits(dtype, tokens, hq, hkv, d):
+    """The reference composite norms and rotates q and k side by side (one norm, one RoPE): every value must be the
+    one the two qk_norm_rope calls give, for decode rows and prefills, GQA groups 1-8, head dims 32-256."""
+    g = torch.Generator().manual_seed(tokens)
+    merged = (torch.randn(tokens, (hq + 2 * hkv) * d, generator=g) * 3).to(dtype)
+    q, k, v = (p.view(tokens, -1, d) for p in merged.split((hq * d, hkv * d, hkv * d), dim=-1))
+    qw, kw = ((torch.rand(d, generator=g) + 0.5).to(dtype) for _ in range(2))
+    cos, sin = rope.rope_cos_sin(torch.randint(0, 4000, (tokens,), generator=g), d, 1e6, dtype)
+    caches = torch.zeros(2, -(-tokens // 16), 16, hkv, d, dtype=dtype)
+    q_out, k_out = rope.qkv_norm_rope_store(q, k, v, qw, kw, cos, sin, EPS, caches[0], caches[1], torch.arange(tokens))
+    assert torch.equal(q_out, rope.qk_norm_rope(q, qw, cos, sin, EPS))
+    assert torch.equal(k_out, rope.qk_norm_rope(k, kw, cos, sin, EPS))
+    assert q_out.is_contiguous()  # as one call's output: the attention's GEMMs read it in that layout
+    assert torch.equal(caches[0].view(-1, hkv, d)[:tokens], k_out)

@@ -44,6 +44,9 @@ def test_store_kv_rejects_bad_input(gen):
         store_kv(k, k, cache, cache.clone(), torch.tensor([1, 1, -1]))
     with pytest.raises(ValueError, match="slot_mapping: two tokens write the same slot"):
         store_kv(k, k, cache, cache.clone(), torch.tensor([1, 3, 1]))
+    padded = cache.clone()  # several padding tokens (-1) are not two writes of one slot
+    store_kv(k, k, padded, padded.clone(), torch.tensor([3, -1, -1]))
+    assert torch.equal(padded.view(-1, 2, 4)[3], k[0])
     with pytest.raises(ValueError, match="slot_mapping: values below -1"):
         store_kv(k, k, cache, cache.clone(), torch.tensor([1, -2, 0]))
     with pytest.raises(ValueError, match="k_cache: dim 2 is 2 but k's num_kv_heads is 3"):

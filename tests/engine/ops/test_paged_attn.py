@@ -227,3 +227,45 @@ def test_bf16_rounds_scores_and_probabilities(gen):
     ours = prefill_attention(q, k, v, [n], d**-0.5)
     once = prefill_attention(q.float(), k.float(), v.float(), [n], d**-0.5).bfloat16()
     assert not torch.equal(ours, once)
+
+
+def test_a_long_rows_softmax_is_its_padded_rows_and_a_short_ones_is_not(gen):
+    """The fp32 decode plan runs one softmax over the rows of PAD_SOFTMAX_MIN keys or more, padded with -inf to the
+    longest: each must give the values of its own row's softmax. Below a full vector of keys torch takes another
+    path, which is why short rows keep their own call (on this CPU some short length differs, shown here)."""
+    from engine.ops.paged_attn import PAD_SOFTMAX_MIN
+
+    width = 300
+    for n in range(PAD_SOFTMAX_MIN, width + 1):
+        x = torch.randn(4, n, generator=gen) * 6
+        padded = torch.full((4, width), float("-inf"))
+        padded[:, :n] = x
+        assert torch.equal(torch.softmax(padded, -1)[:, :n], torch.softmax(x, -1)), n
+    differs = []
+    for n in range(2, 16):
+        x = torch.randn(64, n, generator=gen) * 6
+        padded = torch.cat((x, torch.full((64, 64 - n), float("-inf"))), dim=1)
+        differs += [n] * (not torch.equal(torch.softmax(padded, -1)[:, :n], torch.softmax(x, -1)))
+    # the vector kernels (AVX2, AVX-512) take another path below a full vector; torch's scalar build
+    # (ATEN_CPU_CAPABILITY=default) has no such path, and there every length agrees
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert differs, "no short length differs: the padded softmax's threshold could be lowered on this CPU"
+
+
+@pytest.mark.parametrize("d", [32, 64, 128, 256])
+def test_one_padded_pv_product_gives_every_rows_own_bits(d, gen):
+    """The fp32 decode plan multiplies the long rows' probabilities by their values in one batched product, each
+    row padded to the longest with probability 0 (its padded keys read a finite value row): each row must equal
+    its own [Hq, 1, n] @ [Hq, n, D] product bitwise, short rows, long rows and contexts past 1000 keys alike."""
+    hq = 4
+    for width in (48, 300, 1100):
+        ns = [int(n) for n in torch.randint(1, width + 1, (10,), generator=gen)] + [width, 1]
+        probs = [torch.softmax(torch.randn(hq, 1, n, generator=gen) * 4, -1) for n in ns]
+        values = [torch.randn(hq, n, d, generator=gen) for n in ns]
+        p = torch.zeros(len(ns), hq, 1, width)
+        v = torch.randn(len(ns), hq, width, d, generator=gen)  # padded keys: finite values, probability 0
+        for i, n in enumerate(ns):
+            p[i, :, :, :n], v[i, :, :n] = probs[i], values[i]
+        out = torch.bmm(p.view(-1, 1, width), v.view(-1, width, d)).view(len(ns), hq, 1, d)
+        for i, n in enumerate(ns):
+            assert torch.equal(out[i], torch.bmm(probs[i], values[i])), (width, n)

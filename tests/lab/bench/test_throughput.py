@@ -44,6 +44,9 @@ def test_smoke_run_measures_engine_and_peer_and_writes_plot_and_ledger(tmp_path,
         assert p["host_ms_per_decode_step"] == pytest.approx(host)
     assert sum("ms per decode step (scheduler" in line for line in out) == 2
     assert sum(" requests, tokens " in line for line in out) == 2  # one digest line per point (one arm)
+    whole = [line for line in out if "whole-run ratio" in line]  # beside the headline, labelled, one per point
+    assert len(whole) == 2 and all("prefill included on both sides" in line for line in whole)
+    assert all(p["whole_ratio"] > 0 for p in record["points"])
     assert record["peer"] == "transformers generate, static cache" and record["on_gpu"] is False
     svg = plot.read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
@@ -110,6 +113,11 @@ def test_a_cut_peer_counts_each_requests_own_tokens(monkeypatch, capsys) -> None
     assert point["peer_tok_per_s"] == pytest.approx(made / (times[steady - 1] - times[skip - 1]))
     assert point["ratio"] == pytest.approx(point["engine_tok_per_s"] / point["peer_tok_per_s"])
     assert point["peer_complete"] is (max(outs) <= steady)
+    # the whole-run ratio: the peer's whole timed generate (its prefill and first steps in) over the same tokens
+    whole = sum(min(steady, m) for m in outs) / (0.1 * steady)
+    assert point["peer_whole_tok_per_s"] == pytest.approx(whole)
+    assert point["whole_ratio"] == pytest.approx(point["engine_tok_per_s"] / whole)
+    assert point["whole_ratio"] != pytest.approx(point["ratio"])  # two measures, not one printed twice
 
 
 def test_arm_switch_sets_the_flags_and_says_when_an_arm_is_new(tiny_model_dir) -> None:
@@ -216,3 +224,33 @@ def test_the_cpu_clock_times_the_run_and_is_put_back_after(capsys) -> None:
     record = json.loads(out[-1])
     assert record["clock"] == "cpu" and f"{record['cpu_threads']} CPU thread(s), cpu clock" in out[0]
     assert throughput._clock is time.perf_counter  # the wall clock again for the next run in this process
+
+
+def _round(engine: float, peer: float) -> dict:
+    point = {"requests": 4, "engine_tok_per_s": engine, "engine_s": 100 / engine, "peer_s": 100 / peer}
+    point.update(peer_tok_per_s=peer, ratio=engine / peer, peer_whole_tok_per_s=peer / 2, whole_ratio=2 * engine / peer)
+    return {"points": [point]}
+
+
+def test_rounds_divide_the_medians_and_keep_every_rounds_ratio() -> None:
+    rounds = [_round(100, 80), _round(90, 120), _round(110, 100)]  # per round 1.25x, 0.75x, 1.10x
+    (point,) = throughput.combine_rounds(rounds)["points"]
+    assert point["engine_tok_per_s"] == 100 and point["peer_tok_per_s"] == 100
+    assert point["ratio"] == pytest.approx(1.0)  # the median of the ratios would be 1.10x: not what is reported
+    assert point["whole_ratio"] == pytest.approx(2.0)
+    assert point["rounds"]["ratio"] == [1.25, 0.75, round(110 / 100, 4)] and point["rounds"]["n"] == 3
+    assert throughput.combine_rounds([_round(100, 80)])["points"][0]["ratio"] == 1.25  # one round: as measured
+
+
+def test_rounds_run_the_whole_measurement_again_and_say_so(tmp_path, capsys) -> None:
+    argv = ["--smoke", "--requests", "2", "--sweep", "2", "--max-len", "8", "--no-peer", "--json", "--rounds", "2"]
+    ledger = ["--ledger", str(tmp_path), "--allow-dirty", "--row", "ENGINE-OPENAI", "--row", "ENGINE-SERVE"]
+    assert throughput.main([*argv, *ledger]) == 0
+    captured = capsys.readouterr()
+    assert "round 1/2" in captured.err and "round 2/2" in captured.err
+    (point,) = json.loads(captured.out.splitlines()[-2])["points"]
+    (path,) = tmp_path.glob("*.json")
+    assert json.loads(path.read_text())["rows"] == ["ENGINE-SERVE", "ENGINE-OPENAI"]
+    assert point["rounds"]["n"] == 2 and len(point["rounds"]["engine_tok_per_s"]) == 2
+    assert throughput.main(["--smoke", "--rounds", "0"]) == 2
+    assert "--rounds 0: must be at least 1" in capsys.readouterr().err

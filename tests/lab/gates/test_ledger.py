@@ -154,6 +154,13 @@ def test_the_token_gate_writes_a_schema_2_record_with_its_self_test(tmp_path: Pa
     assert (data["kind"], data["comparator_selftest"]) == ("gate", {"seeded": 2, "caught": 2})
 
 
+def test_a_gate_record_also_names_the_rows_row_gives(tmp_path: Path, capsys):
+    argv = ["gate", "tokens", "--prompt-lens", "3", "--max-new-tokens", "2", "--ledger", str(tmp_path)]
+    assert main([*argv, "--row", "ENGINE-LAB", "--row", "ENGINE-GATES", "--row", "ENGINE-LAB", "--allow-dirty"]) == 0
+    [path] = tmp_path.glob("*.json")
+    assert json.loads(path.read_text())["rows"] == ["ENGINE-GATES", "ENGINE-LAB"]  # its own first, each once
+
+
 def test_the_token_self_test_catches_every_seed_and_a_blind_comparison_none(monkeypatch):
     oracle = [[5, 6, 7], [8, 9]]
     assert token_selftest([[1], [2]], oracle) == {"seeded": 2, "caught": 2}

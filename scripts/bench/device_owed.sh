@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU runs owed on 2026-12-05 (the device lent could not be started, then loans paused), as three calls of
+# under ten minutes each on one H200, from the repository root of a clean checkout:
+#   bash scripts/bench/device_owed.sh correctness   # the gates phase, the CUDA tests of the launchers, the teeth,
+#                                                    # the one-pass numerics at d256; then the serving ratios
+#   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
+#   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
+# Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
+# wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
+# typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
+# annotated_doc, idna, jinja2, markupsafe, opentelemetry-api (+ importlib_metadata, zipp), flashinfer-python 0.5.3,
+# apache-tvm-ffi 0.1.15, nvidia-cudnn-frontend 1.32.0 (`pip download --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: $OUT (records, verdicts, one tarball).
+set -u
+case "${1:-correctness}" in
+  correctness | perf | calib) ;;
+  *) echo "usage: $0 [correctness|perf|calib]" >&2; exit 2 ;;
+esac
+WHEELS="${WHEELS:-.whl}"
+OUT="${OUT:?set OUT}"
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 9
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" PYTHONUNBUFFERED=1
+R=/tmp/owed-${1:-correctness}
+mkdir -p "$R/ledger"
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+
+correctness() {
+  timeout 120 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  ( timeout 300 python3 -m lab ci gates --out "$R/ci" > "$R/ci.log" 2>&1; echo "lab ci gates rc=$?" >> "$R/ci.log" ) &
+  ( timeout 320 python3 -m lab ci teeth --out "$R/teeth" > "$R/teeth.log" 2>&1; echo "lab ci teeth rc=$?" >> "$R/teeth.log" ) &
+  ( timeout 300 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda tests/engine/test_kernels_device.py \
+      tests/engine/test_kernels_checks.py tests/engine/test_kernels_by_name.py > "$R/cuda-tests.log" 2>&1
+    echo "cuda tests rc=$?" >> "$R/cuda-tests.log"
+    timeout 90 python3 -m lab gate tokens --device cuda --dtype bfloat16 > "$R/tokens.log" 2>&1
+    echo "tokens rc=$?" >> "$R/tokens.log"
+    timeout 90 python3 -m lab gate kernels --filter attn/tiled_onepass --filter attn/splitkv_swap \
+      --filter attn/warp_d128 --ledger "$R/ledger/kernels-attn.json" > "$R/kernels.log" 2>&1
+    echo "kernels rc=$?" >> "$R/kernels.log" ) &
+  wait; echo "correctness done at $(el) s"
+  tail -n 22 "$R/ci.log"; tail -n 8 "$R/teeth.log"; tail -n 6 "$R/cuda-tests.log"
+  grep -E "norm_qkv|norm_mlp|PASS|FAIL|rc=" "$R/tokens.log" | head -12; tail -n 3 "$R/kernels.log"
+  timeout 200 python3 -m lab bench serving --requests 256 --reps 1 --max-len 512 --ledger "$R/ledger" > "$R/serving.log" 2>&1
+  echo "bench serving rc=$? at $(el) s"; tail -n 8 "$R/serving.log"
+  timeout 60 python3 -m lab bench bandwidth --workload attn-decode --shape hq=16,hkv=2,d=256 \
+    --arms tiled-pipelined,tiled-onepass --reps 6 --ledger "$R/ledger" > "$R/d256-ab.log" 2>&1
+  echo "d256 A/B rc=$? at $(el) s"; tail -n 6 "$R/d256-ab.log"
+}
+
+perf() {
+  timeout 575 python3 -m lab ci perf --out "$R/perf" > "$R/perf.log" 2>&1; echo "lab ci perf rc=$? at $(el) s"
+  tail -n 14 "$R/perf.log"; cat "$R/perf/logs/perf-report.log" 2>/dev/null | head -40
+  cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null
+}
+
+calib() {
+  timeout 380 python3 -m lab ci calib --razor-setting fp32-probs --out "$R/calib" > "$R/calib.log" 2>&1
+  echo "lab ci calib rc=$? at $(el) s"; tail -n 14 "$R/calib.log"
+  cp "$R"/calib/ledger/*.json "$R/ledger/" 2>/dev/null
+  timeout 120 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm.log" 2>&1
+  echo "gemm_small bench rc=$?"; tail -n 9 "$R/gemm.log"
+}
+
+"${1:-correctness}"
+cp "$R"/ledger/*.json "$OUT"/ 2>/dev/null
+tar czf "$OUT/$(basename "$R").tgz" -C /tmp "$(basename "$R")" 2>/dev/null
