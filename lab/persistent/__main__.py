@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import torch
 
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, check
 from lab.persistent import case as C
-from lab.persistent.schedule import Kind, Schedule, build, build_step, check
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)

@@ -8,12 +8,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from engine.cuda.persistent_schedule import LayerShape
 from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig, parse_config
 from engine.model.qwen3 import Qwen3DecoderLayer
 from engine.ops.rope import rope_cos_sin
-from lab.persistent.schedule import LayerShape
 from lab.persistent.sim import Step, Weights
 
 # Qwen3-0.6B's layer, and a small one of the same form for quick CPU runs

@@ -18,7 +18,7 @@ import argparse
 from collections import defaultdict
 from dataclasses import dataclass
 
-from lab.persistent.schedule import Kind, LayerShape, Schedule, Task, build
+from engine.cuda.persistent_schedule import Kind, LayerShape, Schedule, Task, build
 
 KV_KINDS = (Kind.SCORES, Kind.ATTN_OUT)
 

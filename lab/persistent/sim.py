@@ -1,4 +1,4 @@
-"""Run the persistent decode layer's schedule (lab/persistent/schedule.py) on virtual SMs on the CPU.
+"""Run the persistent decode layer's schedule (engine/cuda/persistent_schedule.py) on virtual SMs on the CPU.
 
 Each virtual SM does what a block of the persistent kernel would: take the next task from the queue head, wait
 until the counters it names reach their targets, run the task (reads happen at its start), then publish its
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.cuda.persistent_schedule import Region, Schedule, Task, inputs
 from engine.ops.act import silu_and_mul
 from engine.ops.gemv import linear
 from engine.ops.norm import fused_add_rms_norm, qk_norm, rms_norm
 from engine.ops.paged_attn import gather_sequence
 from engine.ops.rope import apply_rope_neox
-from lab.persistent.schedule import Region, Schedule, Task, inputs
 
 
 class ReadBeforeWrite(RuntimeError):

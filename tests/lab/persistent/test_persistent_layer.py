@@ -1,4 +1,4 @@
-"""The persistent decode layer's schedule (lab/persistent/schedule.py) run on virtual SMs (lab/persistent/sim.py): every
+"""The persistent decode layer's schedule (engine/cuda/persistent_schedule.py) run on virtual SMs (lab/persistent/sim.py): every
 interleaving drawn is bitwise the engine's own Qwen3 layer in fp32 (its output, residual and K/V cache), at batch 1
 and 8, as layer 0 and as a later layer, with a sliding window and at Qwen3-0.6B's shapes; a dropped counter wait is
 caught statically and as a read-before-write or a wrong result; the time model's arithmetic. CPU only."""
@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, check
 from lab.persistent import case as C
 from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
-from lab.persistent.schedule import Kind, Schedule, build, build_step, check
 from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
 
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)  # odd tails: 640 = 10 x 64, 256 % 48

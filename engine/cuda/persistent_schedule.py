@@ -1,6 +1,6 @@
 """The persistent decode layer's schedule: one Qwen3 decode layer as a graph of tiles with dependency counters.
 
-A persistent kernel (one launch, one block per SM) would read this table and nothing else: each block takes the
+The persistent kernel (engine/cuda/persistent.cuh; one launch, one block per SM) reads this table and nothing else: each block takes the
 next task index from a queue head in global memory (an atomic add), waits until each counter it names reaches its
 target, runs the task, and adds one to its own counter. No grid barrier: a q/k/v tile starts when every row's norm
 is done, RoPE for KV head g when only g's q/k/v tiles are, a score chunk when its head group is rotated and stored,
@@ -155,14 +155,18 @@ class Schedule:
             Task(len(self.tasks), kind, args, tuple(waits), signal, tuple(reads), tuple(writes), weight_elems, layer)
         )
 
-    def encode(self, max_waits: int = 2) -> list[list[int]]:
+    def encode(self, max_waits: int = 2, kinds: frozenset[Kind] | None = None) -> list[list[int]]:
         """The table a kernel reads: per task `kind, layer, 4 args, (counter, target) x max_waits, signal`, -1
-        padded."""
+        padded. `kinds`: only those tasks, in queue order (a part of the layer run on its own); a wait on a counter
+        that none of them signals is dropped, its buffer then being the caller's input. Counter indices are kept."""
         rows = []
-        for t in self.tasks:
+        kept = [t for t in self.tasks if kinds is None or t.kind in kinds]
+        signalled = {t.signal for t in kept}
+        for t in kept:
             if len(t.waits) > max_waits or len(t.args) > 4:
                 raise ValueError(f"task {t.index} ({t.kind.name}) does not fit the table's fixed width")
-            waits = [x for w in t.waits for x in w] + [-1, -1] * (max_waits - len(t.waits))
+            live = [w for w in t.waits if w[0] in signalled]
+            waits = [x for w in live for x in w] + [-1, -1] * (max_waits - len(live))
             rows.append([int(t.kind), t.layer, *t.args, *[-1] * (4 - len(t.args)), *waits, t.signal])
         return rows
 

@@ -1,0 +1,419 @@
+// The persistent decode layer: one launch of SM-count blocks runs a Qwen3 layer's task table
+// (engine/cuda/persistent_schedule.py `Schedule.encode`) in queue order. Each block takes the next task from a global
+// atomic head, waits (thread 0 spinning on acquire loads with __nanosleep backoff) until the task's counters reach
+// their targets, runs it with all 256 threads, and signals its counter with a release (the block's barrier, then
+// __threadfence() and atomicAdd). No grid barrier and no cooperative launch: a task is only taken after every task
+// before it in the queue was taken, and the table queues every producer before its consumers (its static `check`),
+// so a waiting block always waits on a task some running block holds.
+//
+// Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
+// a chunk of keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
+// (+ residual). A block meeting an unknown kind records it in the error word and signals anyway (so nothing hangs).
+//
+// Numerics against today's chain:
+// - the norms are the norm kernel's operations in its order (vt_norm::block_sum over 256 threads,
+//   rms_scale, scale_and_weight; the add rounded to T first): bit-equal to rms_norm / fused_add_rms_norm.
+// - a GEMV column is summed as the GEMV's fast path at split 1 (each lane's 16-byte chunks in order, fma in element
+//   order, then the warp butterfly). The chain's GEMV splits K over two warps where its grid is short of warps
+//   (kSplitBelowWarpsPerSm) and at b > 8 the chain takes cuBLAS or the small GEMM: there the order differs, a
+//   numerics the razor judges (bf16 GEMV tolerance, not bits).
+// - ROPE_STORE is vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and qk_norm_rope's
+//   function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
+// - SCORES and ATTN_OUT are the generic paged-attention kernel's arithmetic (vt::decode_generic_kernel: one warp per
+//   key, lanes over head_dim, T(T(q.k) * scale); the block max and sum of exp; p = T(exp(s - max) / sum) in place;
+//   P.V in fp32 in key order per output element): the eager reference's rounding points. The chain's default decode
+//   arm (the tiled mma kernels) rounds at the same points but sums q.k and P.V in mma order: a numerics the razor
+//   judges, held to the chain within bf16 tolerance.
+// - O_PROJ rounds the product to T and adds the residual in fp32 rounded to T (fused_add_rms_norm's sum); GATE_UP
+//   rounds gate and up to T and applies vt_act::silu_mul (the GLU GEMV's epilogue); DOWN rounds the product to T
+//   (the layer's output) and writes its sum with res2 (the next layer's residual) the same way.
+// Activations written in this launch are read with ld.global.cg (L2): L1 is not coherent across SMs, and a line
+// may hold cells that another SM wrote after this SM cached it. Weights (constant) stream with ld.global.nc.
+#pragma once
+#include "act.cuh"
+#include "common.cuh"
+#include "gemv.cuh"
+#include "norm.cuh"
+#include "paged_attn.cuh"
+#include "rope.cuh"
+
+namespace vt_persistent {
+
+constexpr int kThreads = vt_norm::kThreadsPerBlock;  // 256: the norm's block_sum tree needs exactly this
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowWidth = 11;  // kind, layer, 4 args, (counter, target) x 2, signal (Schedule.encode)
+constexpr int kMaxWaits = 2;
+constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
+constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
+constexpr int kVec = 8;  // 16 bytes of a 2-byte type
+constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
+constexpr int kControlWords = 2;  // control: [head, error], then the counters
+
+enum Kind : int { kNorm1 = 0, kQkv = 1, kRopeStore = 2, kScores = 3, kAttnOut = 4, kOProj = 5, kNorm2 = 6,
+                  kGateUp = 7, kDown = 8 };
+
+// Error word: 0, or the first failure: kErrKind + kind (a kind this kernel does not run), kErrWait + task (a wait
+// that timed out), kErrLayer + task (a layer other than 0: one layer's weights per launch in this slice).
+constexpr int kErrKind = 1 << 20, kErrWait = 2 << 20, kErrLayer = 3 << 20;
+
+// One layer's buffers, [batch, width] contiguous (rows of x, residual, h1, res1, res2, h2, mlp, out: hidden; q:
+// q_dim; k, v: kv_dim; attn: q_dim; act: inter) and weights, row-major [out, in] contiguous.
+template <typename T>
+struct Layer {
+  const T* x;
+  const T* residual;  // null: layer 0 of the model (res1 = x)
+  T* h1;
+  T* res1;
+  T* q;
+  T* k;
+  T* v;
+  T* attn;  // written by ATTN_OUT (an input when a caller runs only the back of the table)
+  T* res2;
+  T* h2;
+  T* act;
+  T* mlp;
+  T* out;
+  const T* ln1;
+  const T* ln2;
+  const T* wq;
+  const T* wk;
+  const T* wv;
+  const T* wo;
+  const T* wg;
+  const T* wu;
+  const T* wd;
+  T* q_rot;  // [batch, q_dim]: q after q_norm and RoPE
+  T* k_rot;  // [batch, kv_dim]: k after k_norm and RoPE (also written to the cache)
+  T* k_cache;  // [blocks, block_size, kv_heads, head_dim]
+  T* v_cache;
+  const long long* slots;  // [batch]: this token's cache slot (-1: no cache write)
+  const T* cos;  // [batch, head_dim]
+  const T* sin;
+  const T* q_norm;  // [head_dim]
+  const T* k_norm;
+  const int* block_tables;  // [batch, max_blocks]
+  const int* context_lens;  // [batch], this step's token included
+  float* scores;  // [batch * heads, ld_scores] fp32 scratch: the logits (exact in T), then the probabilities in place
+  int batch, hidden, q_dim, kv_dim, inter, heads, kv_heads, head_dim;
+  int block_size, max_blocks, ld_scores, window;  // window 0: the full context
+  float mean_scale, q_mean_scale, k_mean_scale, eps;  // the norm and rope kernels' (binding: rows / numel as float)
+  float scale;  // the attention's softmax scale
+};
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0: spin until counters[c] >= target for each of the row's waits; false after kWaitLimitNs.
+__device__ bool wait_for(const int* row, const int* counters) {
+  for (int w = 0; w < kMaxWaits; ++w) {
+    const int c = row[6 + 2 * w], target = row[7 + 2 * w];
+    if (c < 0) continue;
+    unsigned sleep_ns = 32;
+    const long long start = global_ns();
+    while (load_acquire(counters + c) < target) {
+      __nanosleep(sleep_ns);
+      sleep_ns = min(sleep_ns * 2, 1024u);  // short first: a producer is usually a few microseconds from done
+      if (global_ns() - start > kWaitLimitNs) return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+__device__ __forceinline__ T load_l2(const T* p) {
+  static_assert(sizeof(T) == 2, "2-byte activations");
+  const unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
+  return *reinterpret_cast<const T*>(&bits);
+}
+
+// NORM1 / NORM2 on one row: `add` (x + residual rounded to T, written to res) or a copy of x to res (norm1 of
+// layer 0, res != null) or nothing (norm2, res null); out = rms_norm(sum). The norm kernel's order.
+template <typename T>
+__device__ void norm_row(T* out, T* res, const T* x, const T* residual, const T* weight, int hidden,
+                         float mean_scale, float eps) {
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += kThreads) {
+    const T xv = load_l2(x + i);
+    const T summed = residual != nullptr ? vt::from_f32<T>(__fadd_rn(vt::to_f32(xv), vt::to_f32(load_l2(residual + i))))
+                                         : xv;
+    if (res != nullptr) res[i] = summed;
+    const float v = vt::to_f32(summed);
+    sum_sq = __fadd_rn(sum_sq, __fmul_rn(v, v));
+  }
+  const float scale = vt_norm::rms_scale(vt_norm::block_sum(sum_sq), mean_scale, eps);
+  for (int i = threadIdx.x; i < hidden; i += kThreads) {
+    const T xv = load_l2(x + i);
+    const T summed = residual != nullptr ? vt::from_f32<T>(__fadd_rn(vt::to_f32(xv), vt::to_f32(load_l2(residual + i))))
+                                         : xv;  // recomputed, not re-read: res may be the buffer another SM reads
+    out[i] = vt_norm::scale_and_weight(vt::to_f32(summed), scale, weight[i]);
+  }
+}
+
+// Rows [r0, r0 + m) of x ([*, k], contiguous) into shared memory through L2, then a barrier.
+template <typename T>
+__device__ void stage_rows(T* xs, const T* x, int r0, int m, int k) {
+  const int vecs = k / kVec;
+  const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<long long>(r0) * k);
+  uint4* dst = reinterpret_cast<uint4*>(xs);
+  for (int i = threadIdx.x; i < m * vecs; i += kThreads) dst[i] = __ldcg(src + i);
+  __syncthreads();
+}
+
+// What a GEMV tile does with a column's sums: one weight (QKV, O_PROJ, DOWN) or two (GATE_UP: gate and up).
+enum class Epi { kStore, kAddResidual, kGlu, kDownResidual };
+
+// Columns [c0, c1) of y = x W^T (NW = 2: W0 gate, W1 up) for every row of x, in passes of kRowsPerPass rows.
+// Warp w takes columns c0 + w, c0 + w + kWarps, ...; per column the GEMV's split-1 order (see the header).
+template <typename T, int NW, Epi E>
+__device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k, int c0, int c1, T* y, int ldy,
+                          const T* residual, T* y2, T* xs) {
+  using P = vt_gemv::Pack<T, kVec>;
+  constexpr int kChunk = 32 * kVec;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nchunks = vt::ceil_div(k, kChunk);
+  for (int r0 = 0; r0 < rows; r0 += kRowsPerPass) {
+    const int m = min(kRowsPerPass, rows - r0);
+    if (r0 > 0) __syncthreads();  // every warp is done with the last pass's rows
+    stage_rows(xs, x, r0, m, k);
+    for (int col = c0 + warp; col < c1; col += kWarps) {
+      const T* wrow[NW];
+      wrow[0] = w0 + static_cast<long long>(col) * k;
+      if constexpr (NW == 2) wrow[1] = w1 + static_cast<long long>(col) * k;
+      float acc[NW][kRowsPerPass];
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int r = 0; r < kRowsPerPass; ++r) acc[j][r] = 0.0f;
+      for (int c = 0; c < nchunks; c += kUnroll) {
+        P wv[NW][kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int j = 0; j < NW; ++j)
+            if ((c + u) * kChunk + lane * kVec < k)
+              wv[j][u] = vt_gemv::load_streamed<T, kVec>(wrow[j] + (c + u) * kChunk + lane * kVec);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int off = (c + u) * kChunk + lane * kVec;
+          if (off >= k) continue;
+#pragma unroll
+          for (int r = 0; r < kRowsPerPass; ++r) {
+            if (r >= m) break;
+            const P xp = *reinterpret_cast<const P*>(xs + static_cast<long long>(r) * k + off);
+#pragma unroll
+            for (int j = 0; j < NW; ++j) vt_gemv::fma_pack<T, kVec>(acc[j][r], wv[j][u], xp);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int r = 0; r < kRowsPerPass; ++r) acc[j][r] = vt_gemv::warp_sum(acc[j][r]);
+#pragma unroll
+      for (int r = 0; r < kRowsPerPass; ++r) {
+        if (lane != 0 || r >= m) break;  // lane 0 holds every sum after the butterfly
+        const long long at = static_cast<long long>(r0 + r) * ldy + col;
+        const T prod = vt::from_f32<T>(acc[0][r]);
+        if constexpr (E == Epi::kStore) {
+          y[at] = prod;
+        } else if constexpr (E == Epi::kGlu) {
+          y[at] = vt_act::silu_mul(prod, vt::from_f32<T>(acc[NW - 1][r]));
+        } else if constexpr (E == Epi::kAddResidual) {
+          y[at] = vt::from_f32<T>(__fadd_rn(vt::to_f32(prod), vt::to_f32(load_l2(residual + at))));
+        } else {  // kDownResidual: the layer's output and the next layer's residual sum
+          y[at] = prod;
+          y2[at] = vt::from_f32<T>(__fadd_rn(vt::to_f32(prod), vt::to_f32(load_l2(residual + at))));
+        }
+      }
+    }
+  }
+}
+
+// ROPE_STORE of KV head `kv` for every row: the group's q heads, its k and v rows staged through L2 (written by other
+// SMs' QKV tiles), then one warp per head row: q and k normed and rotated (k also into its cache slot), v copied.
+template <typename T>
+__device__ void rope_store(int kv, const Layer<T>& p, T* xs) {
+  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qv = g * d / kVec, hv = d / kVec;  // 16-byte vectors of the q heads and of one head
+  uint4* dst = reinterpret_cast<uint4*>(xs);
+  for (int r = 0; r < p.batch; ++r) {
+    if (r > 0) __syncthreads();  // every warp is done with the last row's staged heads
+    const uint4* q = reinterpret_cast<const uint4*>(p.q + static_cast<long long>(r) * p.q_dim + kv * g * d);
+    const uint4* k = reinterpret_cast<const uint4*>(p.k + static_cast<long long>(r) * p.kv_dim + kv * d);
+    const uint4* v = reinterpret_cast<const uint4*>(p.v + static_cast<long long>(r) * p.kv_dim + kv * d);
+    for (int i = threadIdx.x; i < qv + 2 * hv; i += kThreads)
+      dst[i] = __ldcg(i < qv ? q + i : i < qv + hv ? k + (i - qv) : v + (i - qv - hv));
+    __syncthreads();
+    const long long slot = p.slots[r];
+    const long long cache_row = (slot * p.kv_heads + kv) * d;
+    const T* ct = p.cos + static_cast<long long>(r) * d;
+    const T* st = p.sin + static_cast<long long>(r) * d;
+    for (int h = warp; h < g + 2; h += kWarps) {  // whole warps: norm_rope_row's shuffles stay full-warp
+      const T* src = xs + h * d;
+      if (h < g) {
+        vt_rope::norm_rope_row<T>(src, p.q_norm, ct, st, d, p.q_mean_scale, p.eps,
+                                  p.q_rot + static_cast<long long>(r) * p.q_dim + (kv * g + h) * d, nullptr);
+      } else if (h == g) {
+        vt_rope::norm_rope_row<T>(src, p.k_norm, ct, st, d, p.k_mean_scale, p.eps,
+                                  p.k_rot + static_cast<long long>(r) * p.kv_dim + kv * d,
+                                  slot >= 0 ? p.k_cache + cache_row : nullptr);
+      } else if (slot >= 0) {
+        for (int i = lane; i < d; i += 32) p.v_cache[cache_row + i] = src[i];
+      }
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p, const int* table, int t, int kv) {
+  const long long slot = static_cast<long long>(table[t / p.block_size]) * p.block_size + t % p.block_size;
+  return cache + (slot * p.kv_heads + kv) * p.head_dim;
+}
+
+// SCORES of (seq, kv) over keys [k0, k1): the group's rotated q heads staged as fp32, then one warp per key, every
+// head of the group against it (each K row read once), lanes over head_dim: the generic kernel's dot and rounding.
+template <typename T>
+__device__ void scores(int seq, int kv, int k0, int k1, const Layer<T>& p, float* qs) {
+  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* q = p.q_rot + static_cast<long long>(seq) * p.q_dim + kv * g * d;
+  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(load_l2(q + i));
+  __syncthreads();
+  const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
+  const int begin = max(k0, vt::window_begin(p.context_lens[seq], p.window));  // keys before it are never read
+  float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
+  for (int t = begin + warp; t < k1; t += kWarps) {
+    const T* k = cache_row(p.k_cache, p, table, t, kv);  // the newest key was written by this launch: through L2
+    for (int h = 0; h < g; ++h) {
+      float dot = 0.f;
+      for (int e = lane; e < d; e += 32) dot += qs[h * d + e] * vt::to_f32(load_l2(k + e));
+      const float x = vt::round_to<T>(vt::round_to<T>(vt::warp_sum(dot)) * p.scale);
+      if (lane == 0) rows[static_cast<long long>(h) * p.ld_scores + t] = x;
+    }
+  }
+}
+
+// ATTN_OUT of (seq, kv): per head of the group, the block max and sum of exp over the allowed keys, the rounded
+// probabilities written over the logits (this task is their only reader), then P.V in fp32 in key order.
+template <typename T>
+__device__ void attn_out(int seq, int kv, const Layer<T>& p) {
+  __shared__ float red_s[kWarps];
+  const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x;
+  const int len = p.context_lens[seq], begin = vt::window_begin(len, p.window);
+  const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
+  for (int h = 0; h < g; ++h) {
+    float* logits = p.scores + static_cast<long long>(seq * p.heads + kv * g + h) * p.ld_scores;
+    float mx = -CUDART_INF_F;
+    for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, __ldcg(logits + t));
+    mx = vt::block_reduce(mx, red_s, true);
+    float sum = 0.f;
+    for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
+    sum = vt::block_reduce(sum, red_s, false);
+    for (int t = begin + tid; t < len; t += kThreads) logits[t] = vt::round_to<T>(expf(__ldcg(logits + t) - mx) / sum);
+    __syncthreads();  // the probabilities, written by this block, are read by every thread below
+    T* o = p.attn + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d;
+    for (int e = tid; e < d; e += kThreads) {
+      float acc = 0.f;
+      for (int t = begin; t < len; ++t) acc += __ldcg(logits + t) * vt::to_f32(load_l2(cache_row(p.v_cache, p, table, t, kv) + e));
+      o[e] = vt::from_f32<T>(acc);
+    }
+    __syncthreads();  // red_s and the next head's reads
+  }
+}
+
+template <typename T>
+__device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
+  const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
+  switch (kind) {
+    case kNorm1: {
+      const long long at = static_cast<long long>(a0) * p.hidden;
+      norm_row<T>(p.h1 + at, p.res1 + at, p.x + at, p.residual != nullptr ? p.residual + at : nullptr, p.ln1,
+                  p.hidden, p.mean_scale, p.eps);
+      break;
+    }
+    case kQkv: {  // a0: q (0), k (1) or v (2); [a1, a2): its columns
+      const T* w = a0 == 0 ? p.wq : a0 == 1 ? p.wk : p.wv;
+      T* y = a0 == 0 ? p.q : a0 == 1 ? p.k : p.v;
+      gemv_tile<T, 1, Epi::kStore>(p.h1, w, nullptr, p.batch, p.hidden, a1, a2, y, a0 == 0 ? p.q_dim : p.kv_dim,
+                                   nullptr, nullptr, xs);
+      break;
+    }
+    case kRopeStore:
+      rope_store<T>(a0, p, xs);
+      break;
+    case kScores:
+      scores<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs));
+      break;
+    case kAttnOut:
+      attn_out<T>(a0, a1, p);
+      break;
+    case kOProj:
+      gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,
+                                         p.res1, nullptr, xs);
+      break;
+    case kNorm2: {
+      const long long at = static_cast<long long>(a0) * p.hidden;
+      norm_row<T>(p.h2 + at, nullptr, p.res2 + at, nullptr, p.ln2, p.hidden, p.mean_scale, p.eps);
+      break;
+    }
+    case kGateUp:
+      gemv_tile<T, 2, Epi::kGlu>(p.h2, p.wg, p.wu, p.batch, p.hidden, a0, a1, p.act, p.inter, nullptr, nullptr, xs);
+      break;
+    case kDown:
+      gemv_tile<T, 1, Epi::kDownResidual>(p.act, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden, p.res2,
+                                          p.out, xs);
+      break;
+    default:  // not a kind of the table
+      if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
+  }
+}
+
+// table: [tasks, kRowWidth] int32; control: [head, error, counters...], zeroed before the launch.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, Layer<T> p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);
+  __shared__ int task_index;
+  __shared__ int ready;
+  int* head = control;
+  int* error = control + 1;
+  int* counters = control + kControlWords;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      task_index = atomicAdd(head, 1);
+      ready = 1;
+      if (task_index < tasks) {
+        const int* row = table + static_cast<long long>(task_index) * kRowWidth;
+        if (!wait_for(row, counters)) {
+          atomicCAS(error, 0, kErrWait + task_index);
+          ready = 0;
+        }
+        if (row[1] != 0) {
+          atomicCAS(error, 0, kErrLayer + task_index);
+          ready = 0;
+        }
+      }
+    }
+    __syncthreads();  // the task's inputs, acquired by thread 0, are now ordered before every thread's reads
+    const int t = task_index;
+    if (t >= tasks) return;
+    const int* row = table + static_cast<long long>(t) * kRowWidth;
+    if (ready) run_task<T>(row, p, xs, error);
+    __syncthreads();  // every thread's writes happen before the release; task_index is free to overwrite
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(counters + row[10], 1);
+    }
+  }
+}
+
+}  // namespace vt_persistent

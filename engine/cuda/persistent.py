@@ -1,0 +1,229 @@
+"""Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
+table (`persistent_schedule.Schedule.encode`): every kind (`BUILT`), the whole layer in one launch, or a part of it
+(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, fields
+from functools import cache
+
+import torch
+
+from engine.cuda import build, ffi
+from engine.cuda import norm as cuda_norm
+from engine.cuda.persistent_schedule import Kind, Schedule
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_F = ctypes.c_float
+
+ROW_WIDTH = 11  # kRowWidth: kind, layer, 4 args, (counter, target) x 2, signal
+MAX_WAITS = 2  # kMaxWaits
+CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
+ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
+VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
+BUILT = frozenset(Kind)  # the kernel's switch; a kind added to the schedule must be added there and here
+MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
+DTYPES = (torch.bfloat16, torch.float16)
+
+SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to persistent.cu)
+    "vt_persistent_row_width": [],
+    "vt_persistent_control_words": [],
+    "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
+    "vt_persistent_layer": [_P, _I, _P, _I, _P, *[_I] * 10, *[_F] * 5, _I, _P],
+}
+
+
+@dataclass
+class LayerTensors:
+    """One layer's buffers and weights, in persistent.cuh `Layer`'s pointer order (the launcher reads them as an
+    array). Buffers are [batch, width] contiguous, weights [out, in] contiguous, all in one dtype."""
+
+    x: torch.Tensor  # [b, hidden]: the layer's input (the embedding at layer 0)
+    residual: torch.Tensor | None  # [b, hidden]: the running sum before x; None at layer 0 (res1 = x)
+    h1: torch.Tensor  # [b, hidden]: norm1's output
+    res1: torch.Tensor  # [b, hidden]: x + residual
+    q: torch.Tensor  # [b, heads * head_dim]
+    k: torch.Tensor  # [b, kv_heads * head_dim]
+    v: torch.Tensor  # [b, kv_heads * head_dim]
+    attn: torch.Tensor  # [b, heads * head_dim]: attention's output (an input to a part without ATTN_OUT)
+    res2: torch.Tensor  # [b, hidden]: o_proj + res1
+    h2: torch.Tensor  # [b, hidden]: norm2's output
+    act: torch.Tensor  # [b, intermediate]: SiLU(gate) * up
+    mlp: torch.Tensor  # [b, hidden]: down_proj's output (the layer's output)
+    out: torch.Tensor  # [b, hidden]: mlp + res2 (what the next layer's norm1 adds)
+    ln1: torch.Tensor  # [hidden]
+    ln2: torch.Tensor  # [hidden]
+    wq: torch.Tensor  # [heads * head_dim, hidden]
+    wk: torch.Tensor  # [kv_heads * head_dim, hidden]
+    wv: torch.Tensor  # [kv_heads * head_dim, hidden]
+    wo: torch.Tensor  # [hidden, heads * head_dim]
+    wg: torch.Tensor  # [intermediate, hidden]
+    wu: torch.Tensor  # [intermediate, hidden]
+    wd: torch.Tensor  # [hidden, intermediate]
+    q_rot: torch.Tensor  # [b, heads * head_dim]: q after q_norm and RoPE
+    k_rot: torch.Tensor  # [b, kv_heads * head_dim]: k after k_norm and RoPE
+    k_cache: torch.Tensor  # [blocks, block_size, kv_heads, head_dim]: this step's slots written
+    v_cache: torch.Tensor
+    slots: torch.Tensor  # [b] int64: each row's cache slot (-1: none)
+    cos: torch.Tensor  # [b, head_dim]
+    sin: torch.Tensor
+    q_norm: torch.Tensor  # [head_dim]
+    k_norm: torch.Tensor
+    block_tables: torch.Tensor  # [b, max_blocks] int32
+    context_lens: torch.Tensor  # [b] int32, this step's token included
+    scores: torch.Tensor  # [b * heads, >= max context] fp32 scratch: the logits, then the probabilities
+
+    def tensors(self) -> list[torch.Tensor | None]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+POINTERS = tuple(f.name for f in fields(LayerTensors))  # 34, persistent.cu kPointers
+_DTYPES = {"slots": torch.int64, "block_tables": torch.int32, "context_lens": torch.int32, "scores": torch.float32}
+
+
+@cache
+def _lib() -> ctypes.CDLL:
+    lib = build.load("persistent.cu")
+    for name, argtypes in SIGNATURES.items():
+        ffi.bind(lib, name, argtypes)
+    return lib
+
+
+def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
+    """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
+    staged q, k and v heads and its q heads in fp32."""
+    gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
+    g = heads // kv_heads
+    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4)
+
+
+def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
+    """Why this kernel cannot run `kinds` of `sch` in `dtype` (None: it can)."""
+    s = sch.shape
+    if dtype not in DTYPES:
+        return f"dtype {dtype} (bf16 and fp16 only)"
+    if not kinds <= BUILT:
+        return f"kinds {sorted(k.name for k in kinds - BUILT)} are not built (built: {sorted(k.name for k in BUILT)})"
+    if sch.layers != 1:
+        return f"{sch.layers} layers (one layer's weights per launch)"
+    widths = {"hidden": s.hidden, "head_dim": s.head_dim, "intermediate": s.intermediate}
+    odd = [f"{k} {v}" for k, v in widths.items() if v % VECTOR]
+    if odd:
+        return f"{', '.join(odd)} not a multiple of {VECTOR}"
+    return f"head_dim {s.head_dim} over {MAX_HEAD_DIM}" if s.head_dim > MAX_HEAD_DIM else None
+
+
+def supports(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype, device: torch.device) -> bool:
+    return device.type == "cuda" and refusal(sch, kinds, dtype) is None
+
+
+def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.Tensor:
+    """The encoded table of `kinds`' tasks, [tasks, ROW_WIDTH] int32 on `device`."""
+    rows = sch.encode(MAX_WAITS, kinds)
+    return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), ROW_WIDTH)
+
+
+def _check(t: LayerTensors, sch: Schedule) -> None:
+    s, b = sch.shape, sch.shape.batch
+    q_dim, kv_dim, d = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
+    cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, d) if t.k_cache.dim() == 4 else (-1,)
+    sizes = {
+        "x": (b, s.hidden),
+        "residual": (b, s.hidden),
+        "h1": (b, s.hidden),
+        "res1": (b, s.hidden),
+        "q": (b, q_dim),
+        "k": (b, kv_dim),
+        "v": (b, kv_dim),
+        "attn": (b, q_dim),
+        "res2": (b, s.hidden),
+        "h2": (b, s.hidden),
+        "act": (b, s.intermediate),
+        "mlp": (b, s.hidden),
+        "out": (b, s.hidden),
+        "ln1": (s.hidden,),
+        "ln2": (s.hidden,),
+        "wq": (q_dim, s.hidden),
+        "wk": (kv_dim, s.hidden),
+        "wv": (kv_dim, s.hidden),
+        "wo": (s.hidden, q_dim),
+        "wg": (s.intermediate, s.hidden),
+        "wu": (s.intermediate, s.hidden),
+        "wd": (s.hidden, s.intermediate),
+        "q_rot": (b, q_dim),
+        "k_rot": (b, kv_dim),
+        "k_cache": cache,
+        "v_cache": cache,
+        "slots": (b,),
+        "cos": (b, d),
+        "sin": (b, d),
+        "q_norm": (d,),
+        "k_norm": (d,),
+        "block_tables": (b, t.block_tables.shape[-1]),
+        "context_lens": (b,),
+        "scores": (b * s.heads, max(max(s.context_lens), t.scores.shape[-1])),
+    }
+    if (t.residual is None) != s.first:
+        raise ValueError(f"residual: {'given at layer 0' if s.first else 'missing past layer 0'}")
+    for name in POINTERS:
+        x = getattr(t, name)
+        if x is None:
+            continue
+        dtype = _DTYPES.get(name, t.x.dtype)
+        if tuple(x.shape) != sizes[name] or x.dtype != dtype or not x.is_cuda or not x.is_contiguous():
+            raise ValueError(
+                f"{name}: expected a contiguous CUDA {dtype} tensor of {sizes[name]}, got {tuple(x.shape)} "
+                f"{x.dtype} on {x.device}"
+            )
+        if x.data_ptr() % (x.element_size() if name in _DTYPES else 16):
+            raise ValueError(f"{name}: not 16-byte aligned")
+
+
+def run(
+    sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float, scale: float, window: int | None = None
+) -> torch.Tensor:
+    """Run `kinds` of `sch` (one layer) in one persistent launch on x's stream; returns the control words (queue head,
+    error word, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
+    `window` the attention's (None: the full context). Raises on a refusal or a nonzero error word (which
+    synchronises: a test harness's call, not a decode step's)."""
+    why = refusal(sch, kinds, t.x.dtype)
+    if why is not None:
+        raise ValueError(f"persistent layer: {why}")
+    _check(t, sch)
+    device = t.x.device
+    tab = table(sch, kinds, device)
+    control = torch.empty(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
+    s = sch.shape
+    ptrs = (_P * len(POINTERS))(*ffi.ptrs(*t.tensors()))
+    lib = _lib()
+    rc = lib.vt_persistent_layer(
+        *ffi.ptrs(tab),
+        tab.shape[0],
+        *ffi.ptrs(control),
+        len(sch.counters),
+        ctypes.cast(ptrs, _P),
+        s.batch,
+        s.hidden,
+        s.heads,
+        s.kv_heads,
+        s.head_dim,
+        s.intermediate,
+        t.k_cache.shape[1],
+        t.block_tables.shape[1],
+        t.scores.shape[1],
+        window or 0,
+        cuda_norm.mean_scale(s.batch, s.hidden),
+        cuda_norm.mean_scale(s.batch * s.heads, s.head_dim),  # the rope binding's q_norm factor
+        cuda_norm.mean_scale(s.batch * s.kv_heads, s.head_dim),
+        eps,
+        scale,
+        ffi.dtype_code(t.x, "x"),
+        ffi.stream(device),
+    )
+    ffi.check(rc, "vt_persistent_layer", lib, "persistent")
+    error = int(control[1].item())
+    if error:
+        raise RuntimeError(f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20 + index)")
+    return control

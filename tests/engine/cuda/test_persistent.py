@@ -1,0 +1,289 @@
+"""The persistent decode layer (engine/cuda/persistent.cu) reading the schedule's table
+(engine/cuda/persistent_schedule.py). CPU: the binding's signatures, constants and refusals against the source and
+real nvcc; the encoded table as the kernel reads it. GPU (skipped here): the whole layer in one launch, and its two
+halves with an input in between, on Qwen3-0.6B's layer shapes at b1, b8 and b32 against today's chain (the engine's
+Qwen3DecoderLayer through the kernel table): q/k after RoPE, the K/V cache, attention's output, the residuals and the
+layer's output."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.cuda import build, persistent
+from engine.cuda.persistent_schedule import Kind, LayerShape, check
+from engine.cuda.persistent_schedule import build as build_schedule
+from engine.flags import FlagSnapshot
+from engine.model.batch import ForwardBatch
+from lab.gates.numerics import TOLERANCES, compare
+from lab.persistent import case as C
+from tests.engine.cuda.signatures import exported
+
+FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these
+KERNELS = "the persistent decode layer"
+FRONT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE})  # the layer's input to the rotated q and the K/V cache
+BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)  # the time model's tiles
+# Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
+QWEN = LayerShape(1024, 16, 8, 128, 3072, (1024,), **TILES)
+
+
+def test_binding_argtypes_match_the_launchers():
+    launchers = exported(build.CUDA_DIR / "persistent.cu")
+    assert set(persistent.SIGNATURES) == set(launchers) - {"vt_persistent_last_error"}
+    for name, argtypes in persistent.SIGNATURES.items():
+        assert argtypes == launchers[name], name
+
+
+def test_the_source_is_in_the_feature_table():
+    assert build.load_table().sources["persistent.cu"] == "portable"
+
+
+def test_the_binding_constants_are_the_kernels(compiled):
+    for name in ("vt_persistent_row_width", "vt_persistent_control_words"):
+        getattr(compiled, name).restype = ctypes.c_int
+    assert compiled.vt_persistent_row_width() == persistent.ROW_WIDTH == len(qwen_table()[0])
+    assert compiled.vt_persistent_control_words() == persistent.CONTROL_WORDS
+    smem = compiled.vt_persistent_smem_bytes
+    smem.restype = ctypes.c_longlong
+    for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
+        got = smem(batch, 1024, heads, kv, d, 3072, 2)
+        assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
+    assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 6144  # b1: one staged row of down's K
+    assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
+    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4  # 64 q heads in fp32 outgrow a row
+
+
+def test_launcher_refuses_what_it_cannot_take(compiled):
+    fn = compiled.vt_persistent_layer
+    fn.argtypes = persistent.SIGNATURES["vt_persistent_layer"]
+    err = compiled.vt_persistent_last_error
+    err.restype = ctypes.c_char_p
+    good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
+    arr = (ctypes.c_void_p * len(good))(*good)
+
+    def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr):
+        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 16, 8, head_dim, 3072,
+                  block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, dtype, None)  # fmt: skip
+
+    assert call(dtype=0) == 1001
+    assert err() == b"persistent: dtype code 0 (bf16 and fp16 only)"
+    assert call(tasks=0) == 1000
+    assert err() == b"persistent: tasks 0, counters 5, batch 1 must be > 0"
+    assert call(hidden=1020) == 1000
+    shapes = b"persistent: hidden %d, inter 3072 (multiples of 8), head_dim %d (a multiple of 8, at most 512), heads 16 / kv_heads 8"
+    assert err() == shapes % (1020, 128)
+    assert call(head_dim=1024) == 1000
+    assert err() == shapes % (1024, 1024)
+    odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
+    assert call(ptrs=odd) == 1000
+    assert err() == b"persistent: pointer 4 is not 16-byte aligned"
+    assert call(block_size=0) == 1000
+    assert err() == b"persistent: block_size 0, max_blocks 4, ld_scores 64 must be > 0, window 0 >= 0"
+    missing = (ctypes.c_void_p * len(good))(*good[:2], None, *good[3:])
+    assert call(ptrs=missing) == 1000
+    assert err() == b"persistent: pointer 2 is null"
+
+
+def qwen_table(kinds=None):
+    return build_schedule(QWEN).encode(persistent.MAX_WAITS, kinds)
+
+
+def test_the_table_the_kernel_reads():
+    sch = build_schedule(QWEN)
+    assert check(sch) == []
+    rows = qwen_table()
+    assert len(rows) == len(sch.tasks)
+    norm1 = sch.counters.index("norm1")
+    # kind, layer, 4 args, (counter, target) x 2, signal
+    assert rows[0] == [Kind.NORM1, 0, 0, -1, -1, -1, -1, -1, -1, -1, norm1]
+    qkv0 = sch.counters.index("qkv[0]")
+    assert rows[1] == [Kind.QKV, 0, 0, 0, 32, -1, norm1, 1, -1, -1, qkv0]  # q head 0's first 32 columns, after the norm
+    kinds = [r[0] for r in rows]
+    assert kinds.count(Kind.QKV) == (2048 + 1024 + 1024) // 32
+    assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 32
+    for r in rows:  # every wait names a counter signalled earlier in the queue, with a reachable target
+        for c, target in ((r[6], r[7]), (r[8], r[9])):
+            assert (c, target) == (-1, -1) or 0 < target <= sch.expected[c]
+
+
+def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
+    sch = build_schedule(QWEN)
+    back = qwen_table(BACK)
+    assert [r[0] for r in back] == [int(t.kind) for t in sch.tasks if t.kind in BACK]
+    o_proj = back[0]
+    assert o_proj[0] == Kind.O_PROJ and o_proj[6:10] == [-1, -1, -1, -1]  # attention's output: the caller's input
+    norm2 = next(r for r in back if r[0] == Kind.NORM2)
+    assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 32]  # kept: its producers are in the part
+    front = qwen_table(FRONT)
+    assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV, Kind.ROPE_STORE}
+    rope = next(r for r in front if r[0] == Kind.ROPE_STORE)
+    assert rope[6:8] == [sch.counters.index("qkv[0]"), 4 * 128 // 32]  # KV head 0's q heads, k and v tiles
+
+
+def test_what_the_kernel_does_not_run_is_refused():
+    sch = build_schedule(QWEN)
+    assert persistent.refusal(sch, persistent.BUILT, torch.bfloat16) is None
+    assert persistent.BUILT == frozenset(Kind)  # every kind of the schedule has its case in the kernel's switch
+    assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
+    odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
+    assert persistent.refusal(odd, FRONT, torch.bfloat16) == "hidden 1020 not a multiple of 8"
+    assert not persistent.supports(sch, FRONT, torch.bfloat16, torch.device("cpu"))
+    stub = persistent.LayerTensors(*[torch.empty(8, dtype=torch.bfloat16)] * len(persistent.POINTERS))
+    with pytest.raises(ValueError, match="persistent layer: dtype torch.float32"):
+        persistent.run(sch, FRONT, persistent.LayerTensors(*[torch.empty(8)] * len(persistent.POINTERS)), 1e-6, 0.1)
+    with pytest.raises(ValueError, match="x: expected a contiguous CUDA torch.bfloat16 tensor of \\(1, 1024\\)"):
+        persistent.run(sch, FRONT, stub, 1e-6, 0.1)
+
+
+# --- GPU -------------------------------------------------------------------------------------------------------------
+
+
+def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torch.dtype):
+    """Qwen3-0.6B's layer with seeded weights on the device, and today's chain on one decode step: the schedule, the
+    layer, the step's inputs (with the caches as they were before the step), and the chain's q/k/v, res1, rotated q
+    and k, caches after the step, attention output (o_proj's input), mlp and res2."""
+    case = C.make(C.QWEN3_0_6B, list(lens), seed=0)
+    layer = case.layer.to(device=device, dtype=dtype)
+    s = case.step
+    x, residual = s.x.to(device, dtype), None if first else s.residual.to(device, dtype)
+    cos_sin = (s.cos.to(device, dtype), s.sin.to(device, dtype))
+    caches = [(s.k_cache.to(device, dtype), s.v_cache.to(device, dtype))]
+    before = {"k_cache": caches[0][0].clone(), "v_cache": caches[0][1].clone()}
+    slots, b, a = s.slot_mapping.to(device), len(lens), layer.self_attn
+    flags = FlagSnapshot.defaults()
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=slots,
+        kv_caches=caches,
+        block_tables=s.block_tables.to(device),
+        context_lens=s.context_lens.to(device),
+        flags=flags,
+    )
+    seen: dict[str, torch.Tensor] = {}
+    hook = layer.self_attn.o_proj.register_forward_pre_hook(lambda _m, args: seen.update(attn=args[0].clone()))
+    ln = layer.input_layernorm
+    with torch.no_grad():
+        q, k, v, res1 = kernels.norm_qkv(
+            flags,
+            x.clone(),
+            None if residual is None else residual.clone(),
+            ln.weight,
+            ln.eps,
+            layer.self_attn.qkv_proj,
+        )
+        scratch = (before["k_cache"].clone(), before["v_cache"].clone())
+        q3, k3, v3 = q.view(b, a.num_heads, -1), k.view(b, a.num_kv_heads, -1), v.view(b, a.num_kv_heads, -1)
+        q_rot, k_rot = kernels.qkv_norm_rope_store(
+            flags, q3, k3, v3, a.q_norm.weight, a.k_norm.weight, *cos_sin, a.eps, *scratch, slots
+        )
+        mlp, res2 = layer(x.clone(), None if residual is None else residual.clone(), cos_sin, batch)
+    hook.remove()
+    chain = dict(q=q, k=k, v=v, res1=res1, q_rot=q_rot.reshape(b, -1), k_rot=k_rot.reshape(b, -1))
+    chain.update(k_cache=caches[0][0], v_cache=caches[0][1], attn=seen["attn"], mlp=mlp, res2=res2, out=mlp + res2)
+    inputs = dict(before, slots=slots, cos=cos_sin[0].contiguous(), sin=cos_sin[1].contiguous())
+    inputs.update(block_tables=batch.block_tables, context_lens=batch.context_lens)
+    return build_schedule(case.shape(first, **TILES)), layer, x, residual, inputs, chain
+
+
+def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor | None = None):
+    """The kernel's tensors: the step's inputs, the layer's weights, NaN-poisoned outputs and scratch (a cell the
+    kernel fails to write shows), and `attn` as an input where the part run leaves ATTN_OUT out."""
+    a, m, b = layer.self_attn, layer.mlp, x.shape[0]
+
+    def poisoned(width: int) -> torch.Tensor:
+        return torch.full((b, width), float("nan"), dtype=x.dtype, device=x.device)
+
+    h, qd, kvd, inter = x.shape[1], a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], m.gate_proj.weight.shape[0]
+    return persistent.LayerTensors(
+        x=x, residual=residual, h1=poisoned(h), res1=poisoned(h), q=poisoned(qd), k=poisoned(kvd), v=poisoned(kvd),
+        attn=poisoned(qd) if attn is None else attn.contiguous(), res2=poisoned(h), h2=poisoned(h),
+        act=poisoned(inter), mlp=poisoned(h), out=poisoned(h), ln1=layer.input_layernorm.weight,
+        ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(),
+        wv=a.v_proj.weight.contiguous(), wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(),
+        wu=m.up_proj.weight.contiguous(), wd=m.down_proj.weight, q_rot=poisoned(qd), k_rot=poisoned(kvd),
+        k_cache=inputs["k_cache"], v_cache=inputs["v_cache"], slots=inputs["slots"], cos=inputs["cos"],
+        sin=inputs["sin"], q_norm=a.q_norm.weight, k_norm=a.k_norm.weight, block_tables=inputs["block_tables"],
+        context_lens=inputs["context_lens"],
+        scores=torch.full((b * a.num_heads, int(inputs["context_lens"].max())), float("nan"), device=x.device),
+    )  # fmt: skip
+
+
+def _run(sch, layer, t, kinds):
+    a = layer.self_attn
+    return persistent.run(sch, kinds, t, layer.input_layernorm.eps, a.scaling, a.sliding_window)
+
+
+def _assert_like_the_chain(t: persistent.LayerTensors, inputs, chain, names) -> None:
+    """res1 bit for bit (the norm kernel's add); the named buffers within the chain's own bf16 kernel tolerance
+    (lab/gates/numerics.py TOLERANCES['bf16']: the GEMV columns are summed at split 1 where the chain's GEMV splits K
+    at some of these widths or, at b > 8, takes cuBLAS; attention is the generic kernel's order, the chain's the
+    tiled mma kernels'); this step's cache slots bitwise the kernel's own k_rot and v and within tolerance of the
+    chain's; every other cache position untouched."""
+    assert torch.equal(t.res1, chain["res1"])
+    for name in names:
+        got = getattr(t, name)
+        assert not got.isnan().any(), f"{name}: cells left unwritten"
+        cmp = compare(got, chain[name], TOLERANCES["bf16"])
+        assert cmp.passed, f"{name}: {cmp.as_dict()}"
+    kc, vc = t.k_cache.flatten(0, 1), t.v_cache.flatten(0, 1)  # [slots, kv_heads, head_dim]
+    slots = inputs["slots"]
+    assert torch.equal(kc[slots].flatten(1), t.k_rot) and torch.equal(vc[slots].flatten(1), t.v)
+    for name, got in (("k_cache", kc), ("v_cache", vc)):
+        want = chain[name].flatten(0, 1)
+        cmp = compare(got[slots].flatten(1), want[slots].flatten(1), TOLERANCES["bf16"])
+        assert cmp.passed, f"{name} at this step's slots: {cmp.as_dict()}"
+        others = torch.ones(got.shape[0], dtype=torch.bool, device=got.device)
+        others[slots] = False
+        assert torch.equal(got[others], want[others]), f"{name}: a position outside this step's slots changed"
+
+
+CASES = [((1024,), False), ((1024,), True), ((1024, 77, 300, 5, 1024, 640, 129, 2000), False), ((512,) * 32, False)]
+IDS = ["b1", "b1-layer0", "b8", "b32"]
+EVERY = ("q", "k", "v", "q_rot", "k_rot", "attn", "res2", "mlp", "out")
+
+
+@pytest.mark.parametrize("lens,first", CASES, ids=IDS)
+def test_the_whole_layer_in_one_launch_matches_the_chain(cuda, lens, first):
+    """The layer's whole table in one launch: every buffer against the chain on the same inputs, and every counter
+    at the count of its signallers (each task ran once)."""
+    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs)
+    control = _run(sch, layer, t, persistent.BUILT)
+    torch.cuda.synchronize()
+    assert int(control[0]) >= len(sch.tasks)  # the head: every task taken, and one past per block at the end
+    assert control[persistent.CONTROL_WORDS :].tolist() == sch.expected
+    _assert_like_the_chain(t, inputs, chain, EVERY)
+
+
+@pytest.mark.parametrize("lens,first", CASES, ids=IDS)
+def test_the_two_halves_with_attention_as_an_input_match_the_chain(cuda, lens, first):
+    """Two launches: the table's front part (norm1, q/k/v, RoPE and the cache store), then its back part (o_proj to
+    down) with the chain's attention output as input (`Schedule.encode(kinds=...)` dropping the wait on it)."""
+    sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs, chain["attn"])
+    _run(sch, layer, t, FRONT)
+    back = _run(sch, layer, t, BACK)
+    torch.cuda.synchronize()
+    n_o = sch.expected[sch.counters.index("o_proj")]
+    assert int(back[persistent.CONTROL_WORDS + sch.counters.index("o_proj")]) == n_o  # every tile signalled once
+    _assert_like_the_chain(t, inputs, chain, tuple(n for n in EVERY if n != "attn"))
+
+
+def test_an_unreachable_wait_is_reported_not_hung(cuda):
+    """A table whose last task waits for more signals than its counter gets: the block gives up after the kernel's
+    wait limit (2 s) and the error word names the task; the launch ends."""
+    sch, layer, x, residual, inputs, chain = _chain((64,), False, cuda, torch.bfloat16)
+    t = _tensors(layer, x, residual, inputs)
+    rows = sch.encode(kinds=persistent.BUILT)
+    rows[-1][7] += 1000
+    original = sch.encode
+    sch.encode = lambda max_waits=2, kinds=None: rows  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match=f"error word {(2 << 20) + len(rows) - 1:#x}"):
+            _run(sch, layer, t, persistent.BUILT)
+    finally:
+        sch.encode = original  # type: ignore[method-assign]
