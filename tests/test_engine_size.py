@@ -10,8 +10,9 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the code lines of engine/ when the proving ground moved out (ENGINE-LAB), with a little room
-CAP = 10_300
+# 10,300: the code lines of engine/ when the proving ground moved out (ENGINE-LAB, 10,088), with a little room;
+# + 400: the persistent decode layer's binding and the task schedule it reads (ENGINE-PERSISTENT, an arm)
+CAP = 10_700
 
 
 def code_lines(source: str) -> int:
