@@ -17,6 +17,7 @@ BENCHES = (
     "gemm_small",
     "launch",
     "ncu_table",
+    "persistent_layer",
     "serving",
     "step_arms",
     "throughput",

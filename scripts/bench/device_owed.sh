@@ -55,6 +55,7 @@ perf() {
   timeout 575 python3 -m lab ci perf --out "$R/perf" > "$R/perf.log" 2>&1; echo "lab ci perf rc=$? at $(el) s"
   tail -n 14 "$R/perf.log"; cat "$R/perf/logs/perf-report.log" 2>/dev/null | head -40
   cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null
+  timeout 240 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1; echo "persistent_layer bench rc=$?"; tail -n 12 "$R/persistent.log"
 }
 
 calib() {
