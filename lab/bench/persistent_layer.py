@@ -23,6 +23,17 @@ from typing import Any
 
 import torch
 
+from engine.cuda import ffi, persistent
+from engine.cuda import norm as cuda_norm
+from engine.cuda.persistent_schedule import build as build_schedule
+from engine.flags import FlagSnapshot
+from engine.model.batch import ForwardBatch
+from lab.bench.bandwidth import copy_bandwidth
+from lab.bench.stats import Band, ab_verdict, drop_warmup
+from lab.bench.timing import arm_timer, describe, first_line, sets_for
+from lab.gates.ledger import figure, write_record
+from lab.persistent import case as C
+
 CONTEXT = 1024
 BATCHES = (1, 8, 32)
 # the time model's tiles, as the persistent kernel's GPU tests (tests/engine/cuda/test_persistent.py) build them
@@ -73,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device (the chain's kernels and the persistent layer run only on a GPU)")
         return 0
-    from lab.bench.bandwidth import copy_bandwidth  # the GPU path's imports: the engine's kernels and the lab's cases
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     ceiling = copy_bandwidth(dev, 6)
@@ -113,7 +123,6 @@ def _num(row: dict[str, Any], key: str, fmt: str) -> str:
 def record(ledger: Path, rows: list[dict[str, Any]], ceiling: float, context: int, command: str, args: Any) -> Path:
     """One record: every batch's row; figures the b1 ratio (chain time over the persistent layer's) and the share of
     the weight floor the persistent layer reaches at b1, where b1 ran and the persistent layer did not fail."""
-    from lab.gates.ledger import figure, write_record
 
     b1 = next((r for r in rows if r["batch"] == 1), None)
     figures = []
@@ -158,8 +167,6 @@ def measure(
     """One batch's row over `n_sets` input sets (default: enough to move twice the L2 cache). Either arm failing is
     caught and named; the other arm is still timed where it can be (on the CPU the persistent arm refuses, which is
     how the tests take this path)."""
-    from lab.bench.stats import Band, ab_verdict, drop_warmup
-    from lab.bench.timing import arm_timer, describe, first_line, sets_for
 
     elt = torch.tensor([], dtype=dtype).element_size()
     wb = layer_weight_bytes(1024, 16, 8, 128, 3072, elt)
@@ -231,11 +238,6 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     `chain` runs today's layer, `check` the persistent layer through `persistent.run` (validated, synchronising),
     `launcher` makes the same launch without the host-side table build and error-word read, so a CUDA graph can
     hold it (made only once `check` passed: it loads the compiled kernel)."""
-    from engine.cuda import persistent
-    from engine.cuda.persistent_schedule import build as build_schedule
-    from engine.flags import FlagSnapshot
-    from engine.model.batch import ForwardBatch
-    from lab.persistent import case as C
 
     case = C.make(C.QWEN3_0_6B, [context] * batch, seed=seed)
     layer = case.layer.to(device=dev, dtype=dtype)
@@ -299,8 +301,6 @@ class _Launch:
 
 
 def _launcher(persistent: Any, sch: Any, kinds: Any, t: Any, eps: float, scale: float, window: int | None) -> _Launch:
-    from engine.cuda import ffi
-    from engine.cuda import norm as cuda_norm
 
     dev, s = t.x.device, sch.shape
     tab = persistent.table(sch, kinds, dev)
