@@ -88,14 +88,17 @@ class Trimmed(_Strict):
 
 
 class LegacyDirty(_Strict):
-    """What a legacy record's dirty tree (`sha` ending in `-dirty`) may have held, written after the fact: the
-    diff itself was not kept, so the record names the range git can show, from the commit measured to the first
-    commit holding the record, and the code paths that differ in it (`git diff --name-only <range> -- engine lab
-    ci scripts/bench`). Flags: those the command sets, the rest at the measured commit's defaults."""
+    """What a legacy record's dirty tree (`sha` ending in `-dirty`) may have held, written after the fact by
+    scripts/ledger-dirty.py: the diff itself was not kept, so the record names the range git can show, from the
+    commit measured to the first commit holding the record, the code paths that differ in it (`git diff
+    --name-only <range> -- engine lab ci scripts/bench`), that diff's sha256 (the most the run's edits can have
+    been) and the commits that make it. Flags: those the command sets, the rest at the measured commit's defaults."""
 
     range: str = Field(pattern=r"^[0-9a-f]{40}\.\.[0-9a-f]{40}$", description="<measured commit>..<commit adding it>")
     code_paths: list[str] = Field(description="engine/, lab/, ci/ and scripts/bench paths that differ in the range")
     other_paths: int = Field(ge=0, description="how many other paths differ in the range (docs, records, tests)")
+    diff_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of `git diff --binary <range> -- <code_paths>`")
+    commits: list[str] = Field(description="`<short sha> <subject>` of the range's commits that touch the code")
     note: str = Field(min_length=1, description="what is known of the run's tree beyond the range")
 
 
