@@ -20,6 +20,16 @@ from collections.abc import Mapping
 from typing import Any
 
 ENGINE = "engine"
+# the six shapes of the attention peer comparison (`bench bandwidth --shapes peers`, the first table of `lab report
+# perf`): here, where the light reader and the benchmark both take them
+PEER_SHAPES: tuple[dict[str, int], ...] = (
+    {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
+    {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
+    {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+    {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
+    {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
+    {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
+)
 
 
 def attn_shape_id(shape: Mapping[str, int]) -> str:

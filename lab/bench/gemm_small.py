@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def record(ledger: Path, rows: list[dict[str, Any]], m: int, dtype: str, command: str, args: Any) -> Path:
+def record(ledger: Path, rows: list[dict[str, Any]], m: int, dtype: str, command: str, allow_dirty: bool) -> Path:
     """One record: every shape's medians, ratio and verdict; the plain and the prologue shapes' worst ratios as
     figures (ratio = cuBLAS time over the small GEMM's; > 1 is the small GEMM faster)."""
     plain = [r["ratio"] for r in rows if "+norm" not in r["name"]]
@@ -87,7 +87,7 @@ def record(ledger: Path, rows: list[dict[str, Any]], m: int, dtype: str, command
         {"rows": m, "dtype": dtype, "shapes": rows},
         kind="bench",
         figures=[figure("worst_plain_ratio", min(plain), "x"), figure("worst_prologue_ratio", min(pro), "x")],
-        allow_dirty=args.allow_dirty,
+        allow_dirty=allow_dirty,
     )
 
 

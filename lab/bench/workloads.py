@@ -20,6 +20,7 @@ from engine.flags import FlagSnapshot
 from engine.ops.rope import rope_cos_sin
 from lab.bench import step_workload
 from lab.bench.attn_peers import contiguous, flashinfer_prepare, flashinfer_run, sdpa
+from lab.bench.figures import PEER_SHAPES
 
 Shape = dict[str, int]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -185,16 +186,7 @@ ATTN = Workload(
         "tiled-onepass": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"},
     },
     # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
-    shape_sets={
-        "peers": (
-            {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
-            {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
-            {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-            {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
-            {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-            {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
-        )
-    },
+    shape_sets={"peers": PEER_SHAPES},
 )
 
 

@@ -518,7 +518,7 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
 def rows_of(args: argparse.Namespace, peer: str) -> list[str]:
     """The rows a run's record evidences: the gate's own, a peer's performance row, then those --row names."""
     own = ["ENGINE-GATES"] if peer == peer_attention.ENGINE else ["ENGINE-GATES", "ENGINE-PERF"]
-    return own + [r for r in dict.fromkeys(getattr(args, "row", [])) if r not in own]
+    return own + [r for r in dict.fromkeys(args.row) if r not in own]
 
 
 def write_run_record(

@@ -23,19 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.bench.figures import ENGINE, attn_name, decode_name, from_results
+from lab.bench.figures import ENGINE, PEER_SHAPES, attn_name, decode_name, from_results
 from lab.gates.ledger_details import join_details
 
 ATTN_PEERS = ("flashinfer-tc", "flashinfer", "sdpa-cudnn", "sdpa-flash")
-# the six shapes of the peer comparison (lab/bench/workloads.py ATTN.shape_sets["peers"]; a test holds them equal)
-ATTN_SHAPES: tuple[dict[str, int], ...] = (
-    {"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128},
-    {"batch": 1, "ctx": 32768, "hq": 32, "hkv": 8, "d": 128},
-    {"batch": 1, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-    {"batch": 8, "ctx": 2048, "hq": 16, "hkv": 8, "d": 128},
-    {"batch": 32, "ctx": 1024, "hq": 16, "hkv": 8, "d": 128},
-    {"batch": 64, "ctx": 4096, "hq": 16, "hkv": 2, "d": 256},
-)
 BATCHES = (1, 8, 32)
 # issue #40's targets: attention at or above FlashInfer-TC; the step at 40% (b1) and 60% (b32) of its floor
 ATTN_TARGET = {"flashinfer-tc": 1.0}
@@ -156,7 +147,7 @@ def newest(sources: list[Source], *names: str) -> Source | None:
 
 def attn_rows(sources: list[Source]) -> list[Row]:
     rows = []
-    for shape in ATTN_SHAPES:
+    for shape in PEER_SHAPES:
         label = f"b{shape['batch']} ctx{shape['ctx']} {shape['hq']}/{shape['hkv']} d{shape['d']}"
         for peer in ATTN_PEERS:
             eng, other = attn_name(shape, ENGINE), attn_name(shape, peer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -11,31 +13,13 @@ from engine.model.layers import MergedLinear
 from engine.model.qwen3 import Qwen3MLP
 from lab.gates.cli import report
 from lab.gates.result import PASS, GateResult
+from tests.engine.table_standins import OnGpu, decode_args, on_an_h200
 
 
 @pytest.fixture(autouse=True)
-def fresh_counts():
-    kernels.reset_counts()
-    # the stand-ins for CUDA tensors below (_OnGpu) sit on an H200 as the table's device probe sees it
-    with kernels.on_device(kernels.Device(0, (9, 0), 227 * 1024, 132)):
+def _counts_on_an_h200() -> Iterator[None]:
+    with on_an_h200():  # fresh counters; the stand-ins (OnGpu) on an H200 as the table's device probe sees it
         yield
-    kernels.reset_counts()
-
-
-class _OnGpu:
-    """A stand-in for a CUDA tensor in the arm choice: only is_cuda and shape are read."""
-
-    def __init__(self, *shape: int, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.is_cuda, self.shape, self.dtype, self.device = True, shape, dtype, torch.device("cuda", 0)
-
-    def is_contiguous(self) -> bool:
-        return True
-
-
-def _decode_args(q: _OnGpu, k_cache: _OnGpu) -> tuple[object, ...]:
-    """paged_decode_attention's arguments around these stand-ins: V is K's twin, the tables and lengths int32."""
-    tables, lens = _OnGpu(q.shape[0], 3, dtype=torch.int32), _OnGpu(q.shape[0], dtype=torch.int32)
-    return (q, k_cache, k_cache, tables, lens, 1.0)
 
 
 def test_snapshot_is_read_once_and_frozen() -> None:
@@ -62,8 +46,8 @@ def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pyt
     base = defaults.with_(VT_ATTN_PV_PIPELINED=False)  # the plain two passes, below
 
     def arm(snap: FlagSnapshot, d: int, group: int, dtype: torch.dtype = torch.bfloat16) -> str:
-        q, k_cache = _OnGpu(2, 4 * group, d, dtype=dtype), _OnGpu(9, 16, 4, d)
-        return op.choose(snap, *_decode_args(q, k_cache))  # type: ignore[arg-type]
+        q, k_cache = OnGpu(2, 4 * group, d, dtype=dtype), OnGpu(9, 16, 4, d)
+        return op.choose(snap, *decode_args(q, k_cache))  # type: ignore[arg-type]
 
     assert arm(defaults, 128, 2) == "tiled_pipelined_pdl"  # ON by default: the passes chained by PDL
     assert arm(defaults.with_(VT_ATTN_PDL=False), 128, 2) == "tiled_pipelined"  # its rollback
@@ -155,7 +139,7 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
     fits = [True]
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits[0])
     op, base = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False)
-    args = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128))
+    args = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 4, 128))
     assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
     fused = base.with_(VT_ATTN_TILED_FUSED=True)
     assert op.choose(fused, *args) == "tiled_fused"
@@ -172,7 +156,7 @@ def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits["fused"])
     monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: fits["pipelined"])
     op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False)
-    args = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 4, 128))
+    args = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 4, 128))
     assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip
     assert op.choose(on.with_(VT_ATTN_PV_PIPELINED=False), *args) == "tiled"  # the rollback
     assert op.choose(on.with_(VT_ATTN_TILED_FUSED=True), *args) == "tiled_fused"  # the one launch leads it

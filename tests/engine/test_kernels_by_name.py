@@ -11,33 +11,13 @@ import torch
 from engine import kernels
 from engine.flags import FLAGS, REFERENCE, FlagSnapshot
 from engine.kernels.table import PORTABLE, Arm, Op, gated_by, supports_any
-
-H200 = kernels.Device(0, (9, 0), 227 * 1024, 132)  # an H200's capability, opt-in ceiling and SMs
+from tests.engine.table_standins import OnGpu, decode_args, on_an_h200
 
 
 @pytest.fixture(autouse=True)
-def fresh_counts() -> Iterator[None]:
-    kernels.reset_counts()
-    # the stand-ins for CUDA tensors below (_OnGpu) sit on an H200 as the table's device probe sees it
-    with kernels.on_device(H200):
+def _counts_on_an_h200() -> Iterator[None]:
+    with on_an_h200():  # fresh counters; the stand-ins (OnGpu) on an H200 as the table's device probe sees it
         yield
-    kernels.reset_counts()
-
-
-class _OnGpu:
-    """A stand-in for a CUDA tensor in the arm choice: only is_cuda, shape and dtype are read."""
-
-    def __init__(self, *shape: int, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.is_cuda, self.shape, self.dtype, self.device = True, shape, dtype, torch.device("cuda", 0)
-
-    def is_contiguous(self) -> bool:
-        return True
-
-
-def _decode_args(q: _OnGpu, k_cache: _OnGpu) -> tuple[object, ...]:
-    """paged_decode_attention's arguments around these stand-ins: V is K's twin, the tables and lengths int32."""
-    tables, lens = _OnGpu(q.shape[0], 3, dtype=torch.int32), _OnGpu(q.shape[0], dtype=torch.int32)
-    return (q, k_cache, k_cache, tables, lens, 1.0)
 
 
 def flag_settings() -> list[FlagSnapshot]:
@@ -55,7 +35,7 @@ def attention_inputs() -> list[tuple[object, ...]]:
     for d in (64, 128, 256):
         for group in (1, 2, 3, 4, 8, 16):
             for dtype in (torch.bfloat16, torch.float16, torch.float32):
-                shapes.append(_decode_args(_OnGpu(2, 2 * group, d, dtype=dtype), _OnGpu(9, 16, 2, d)))
+                shapes.append(decode_args(OnGpu(2, 2 * group, d, dtype=dtype), OnGpu(9, 16, 2, d)))
     return shapes
 
 
@@ -109,8 +89,8 @@ def test_the_check_catches_a_kept_arm_left_in_the_chain() -> None:
 
 def test_a_named_attention_arm_is_chosen_where_it_takes_the_shape(every_tiled_variant_supports: None) -> None:
     op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
-    bf16_d128 = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128))
-    d256 = _decode_args(_OnGpu(2, 8, 256), _OnGpu(9, 16, 2, 256))
+    bf16_d128 = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 2, 128))
+    d256 = decode_args(OnGpu(2, 8, 256), OnGpu(9, 16, 2, 256))
     for name in ("splitkv_swap", "warp_d128"):
         named = kernels.naming(defaults, op.name, name)
         assert op.choose(named, *bf16_d128) == name
@@ -140,7 +120,7 @@ def _toy(calls: list[str]) -> Op:
 
 def test_a_named_arm_runs_first_and_its_decline_is_counted_then_the_chain_runs() -> None:
     calls: list[str] = []
-    op, gpu, defaults = _toy(calls), _OnGpu(1), FlagSnapshot.defaults()
+    op, gpu, defaults = _toy(calls), OnGpu(1), FlagSnapshot.defaults()
     named = defaults.with_arm("toy", "kept")
     assert op(defaults, gpu, 2) == "fast"  # not named: never taken
     assert op(named, gpu, 2) == "kept"  # named: first, whatever the flags
@@ -165,11 +145,11 @@ def test_a_named_arm_the_device_lacks_is_counted_as_a_device_decline_then_the_ch
     kept = Arm("kept", gated_by(), supports_any, "anything", lambda x: "kept", capability=(10, 0))
     op = Op(toy, lambda x: None, [fast], by_name=[kept])
     named = FlagSnapshot.defaults().with_arm("toy", "kept")
-    assert op(named, _OnGpu(1)) == "fast"
+    assert op(named, OnGpu(1)) == "fast"
     seen = kernels.counts()
     assert seen.declines == {("toy", "kept", "sm_100 (cuda:0 is sm_90)"): 1} and not seen.fallbacks
     with pytest.raises(ValueError, match=r"toy: arm 'kept' needs sm_100 \(cuda:0 is sm_90\)"):
-        op.run_arm("kept", _OnGpu(1))
+        op.run_arm("kept", OnGpu(1))
 
 
 def test_the_kept_attention_arms_declare_the_portable_device_needs() -> None:
@@ -179,7 +159,7 @@ def test_the_kept_attention_arms_declare_the_portable_device_needs() -> None:
     for arm in kept.values():
         assert (arm.capability, arm.smem_optin) == (PORTABLE, 0)
     sm75 = kernels.Device(0, (7, 5), 64 * 1024, 40)
-    bf16_d128 = _decode_args(_OnGpu(2, 8, 128), _OnGpu(9, 16, 2, 128))
+    bf16_d128 = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 2, 128))
     with kernels.on_device(sm75):  # below every arm's sm_80: the named arm declines like the rest
         named = kernels.naming(FlagSnapshot.defaults(), "paged_decode_attention", "warp_d128")
         assert kernels.paged_decode_attention.choose(named, *bf16_d128) == "reference"

@@ -3,8 +3,6 @@ worst prologue ratio of the table it was given (the bench itself needs a GPU).""
 
 from __future__ import annotations
 
-import argparse
-
 from lab.bench import gemm_small
 from tests.lab.ledger_record import read_record
 
@@ -26,8 +24,7 @@ def row(name: str, ratio: float) -> dict:
 
 def test_the_record_names_the_worst_ratio_of_each_kind(tmp_path):
     rows = [row("qkv", 0.73), row("o", 0.44), row("qkv+norm", 0.09), row("gate_up+norm", 0.08)]
-    args = argparse.Namespace(allow_dirty=True)
-    path = gemm_small.record(tmp_path, rows, 32, "bfloat16", "python -m lab bench gemm_small --ledger X", args)
+    path = gemm_small.record(tmp_path, rows, 32, "bfloat16", "python -m lab bench gemm_small --ledger X", True)
     data = read_record(path)
     figures = {f["name"]: f["value"] for f in data["figures"]}
     assert figures == {"worst_plain_ratio": 0.44, "worst_prologue_ratio": 0.08}

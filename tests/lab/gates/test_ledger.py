@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -21,28 +20,7 @@ from lab.gates.ledger import MANIFEST, DirtyTreeError, RecordTooBigError, figure
 from lab.gates.ledger import main as ledger_main
 from lab.gates.ledger_details import join_details
 from lab.gates.tokens import token_gate, token_selftest
-
-
-def _git(root: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout
-
-
-@pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q")
-    (root / "kernel.py").write_text("x = 1\n")
-    _git(root, "add", "kernel.py")
-    _git(root, "commit", "-q", "-m", "first")
-    return root
+from tests.lab.conftest import git
 
 
 def _write(root: Path, **kw) -> dict:
@@ -56,7 +34,7 @@ def _write(root: Path, **kw) -> dict:
 
 def test_a_clean_tree_gives_a_clean_schema_2_record_with_every_flag(checkout: Path):
     data = _write(checkout, kind="bench", figures=[figure("tok_per_s", 12.5, "tok/s")], paths=["kernel.py"])
-    head = _git(checkout, "rev-parse", "HEAD").strip()
+    head = git(checkout, "rev-parse", "HEAD").strip()
     assert (data["schema"], data["commit"], data["clean"], "diff" in data) == (2, head, True, False)
     assert data["flags"] == dict(FlagSnapshot.from_env().values) and set(data["flags"]) == set(FLAGS)
     assert data["device"] == {"name": "cpu", "driver": None, "cuda": None}
@@ -181,12 +159,12 @@ def test_a_copy_without_git_proves_its_commit_by_the_manifest(checkout: Path, tm
     import shutil
 
     (checkout / "link").symlink_to("kernel.py")
-    _git(checkout, "add", "link")
-    _git(checkout, "commit", "-q", "-m", "link")
+    git(checkout, "add", "link")
+    git(checkout, "commit", "-q", "-m", "link")
     assert ledger_main(["manifest", str(checkout)]) == 0
     copy = tmp_path / "copy"
     shutil.copytree(checkout, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    head = _git(checkout, "rev-parse", "HEAD").strip()
+    head = git(checkout, "rev-parse", "HEAD").strip()
     assert (_write(copy)["commit"], _write(copy)["clean"]) == (head, True)
     (copy / "kernel.py").write_text("x = 3\n")
     with pytest.raises(DirtyTreeError, match="--allow-dirty"):

@@ -6,42 +6,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 from pathlib import Path
 
-import pytest
-
 from lab.bench import bandwidth as bw
-from lab.bench.figures import attn_figures, attn_name, decode_figures, from_results
-from lab.bench.workloads import ATTN
+from lab.bench.figures import PEER_SHAPES, attn_figures, attn_name, decode_figures, from_results
 from lab.cli import main as lab_main
 from lab.gates.ledger import write_record
 from lab.report import perf
+from tests.lab.conftest import git
 
 TODAY = dt.date(2026, 12, 10)
 PEERS_US = {"flashinfer-tc": 10.0, "flashinfer": 12.0, "sdpa-cudnn": 8.0, "sdpa-flash": 11.0}
-
-
-def _git(root: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout
-
-
-@pytest.fixture
-def checkout(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q")
-    (root / "kernel.py").write_text("x = 1\n")
-    _git(root, "add", "kernel.py")
-    _git(root, "commit", "-q", "-m", "first")
-    return root
 
 
 def _attn_record(root: Path, day: dt.date, engine_us: float = 20.0, **kw) -> Path:
@@ -51,7 +26,7 @@ def _attn_record(root: Path, day: dt.date, engine_us: float = 20.0, **kw) -> Pat
             "median_s": {"tiled-pipelined-pdl": engine_us * 1e-6, **{p: us * 1e-6 for p, us in PEERS_US.items()}},
             "engine_arm": "tiled-pipelined-pdl",
         }
-        for s in perf.ATTN_SHAPES
+        for s in PEER_SHAPES
     ]
     return write_record(
         root / "ledger", "bandwidth-attn-decode-shapes", ["ENGINE-PERF"], "python -m lab bench bandwidth", "cpu",
@@ -91,7 +66,7 @@ def _row(lines: list[str], start: str) -> str:
 def test_every_row_from_a_clean_record_passes_with_the_record_named(checkout: Path):
     _full_set(checkout)
     lines, status = _report(checkout)
-    head = _git(checkout, "rev-parse", "HEAD").strip()
+    head = git(checkout, "rev-parse", "HEAD").strip()
     assert status == 0 and lines[-1].startswith("PASS: report perf: 30 rows, 30 from records; 0 without")
     fi = _row(lines, "b1 ctx1024 16/8 d128   flashinfer-tc ")
     assert fi.split() == [
@@ -147,7 +122,7 @@ def test_a_peer_that_could_not_run_is_a_missing_row_with_the_reason(checkout: Pa
             },
             "engine_arm": "tiled-pipelined-pdl",
         }
-        for s in perf.ATTN_SHAPES
+        for s in PEER_SHAPES
     ]
     path = write_record(
         checkout / "ledger", "bandwidth-attn-decode-shapes", ["ENGINE-PERF"], "python -m lab bench bandwidth", "cpu",
@@ -205,8 +180,7 @@ def test_an_empty_ledger_has_every_row_missing(tmp_path: Path, capsys):
 
 
 def test_the_report_reads_the_names_the_benchmarks_write():
-    assert [dict(s) for s in ATTN.shape_sets["peers"]] == list(perf.ATTN_SHAPES)
-    shape = {**perf.ATTN_SHAPES[2], "block": 32}
+    shape = {**PEER_SHAPES[2], "block": 32}
     rows = [
         {"arm": "tiled-pipelined-pdl", "kind": "arm", "shape": shape, "median_s": 20e-6},
         {"arm": "flashinfer-tc", "kind": "peer", "shape": shape, "median_s": 10e-6},
