@@ -61,9 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.ledger:
         argv_ = argv if argv is not None else sys.argv[1:]
-        path = record(
-            args.ledger, rows, args.rows, args.dtype, "python -m lab bench gemm_small " + " ".join(argv_), args
-        )
+        command = "python -m lab bench gemm_small " + " ".join(argv_)
+        path = record(args.ledger, rows, args.rows, args.dtype, command, args.allow_dirty)
         print(f"ledger: {path}")
     return 0
 
