@@ -97,7 +97,9 @@ class LegacyDirty(_Strict):
     range: str = Field(pattern=r"^[0-9a-f]{40}\.\.[0-9a-f]{40}$", description="<measured commit>..<commit adding it>")
     code_paths: list[str] = Field(description="engine/, lab/, ci/ and scripts/bench paths that differ in the range")
     other_paths: int = Field(ge=0, description="how many other paths differ in the range (docs, records, tests)")
-    diff_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of `git diff --binary <range> -- <code_paths>`")
+    diff_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="sha256 of `git diff --binary <range> -- <code_paths>`"
+    )
     commits: list[str] = Field(description="`<short sha> <subject>` of the range's commits that touch the code")
     note: str = Field(min_length=1, description="what is known of the run's tree beyond the range")
 
