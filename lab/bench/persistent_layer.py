@@ -37,7 +37,7 @@ from lab.persistent import case as C
 CONTEXT = 1024
 BATCHES = (1, 8, 32)
 # the time model's tiles, as the persistent kernel's GPU tests (tests/engine/cuda/test_persistent.py) build them
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)
 
 
 def layer_weight_bytes(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:

@@ -26,7 +26,7 @@ FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read thes
 KERNELS = "the persistent decode layer"
 FRONT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE})  # the layer's input to the rotated q and the K/V cache
 BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)  # the time model's tiles
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)  # the time model's tiles
 # Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
 QWEN = LayerShape(1024, 16, 8, 128, 3072, (1024,), **TILES)
 
@@ -104,6 +104,10 @@ def test_the_table_the_kernel_reads():
     assert rows[1] == [Kind.QKV, 0, 0, 0, 32, -1, norm1, 1, -1, -1, qkv0]  # q head 0's first 32 columns, after the norm
     kinds = [r[0] for r in rows]
     assert kinds.count(Kind.QKV) == (2048 + 1024 + 1024) // 32
+    scores = [r for r in rows if r[0] == Kind.SCORES]  # (seq, kv head, split, splits): no key bound in the table
+    rope0, scores00 = sch.counters.index("rope[0]"), sch.counters.index("scores[0,0]")
+    assert scores[:2] == [[Kind.SCORES, 0, 0, 0, s, 4, rope0, 1, -1, -1, scores00] for s in (0, 1)]
+    assert len(scores) == 8 * 4
     assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 32
     for r in rows:  # every wait names a counter signalled earlier in the queue, with a reachable target
         for c, target in ((r[6], r[7]), (r[8], r[9])):
