@@ -336,6 +336,12 @@ declare(
 )
 
 declare(
+    "VT_PERSISTENT_LAYER",
+    False,
+    "ENGINE-PERSISTENT",
+    "A decode step's dense Qwen3 layer as one persistent launch (engine/cuda/persistent.cu): SM-count blocks take the layer's tiles (norm, q/k/v, RoPE and KV store, scores, softmax and P.V, o_proj, norm, gate/up, down) from an on-device queue, each waiting on counters for its inputs, no grid barrier and no launch between them. Its own sums (the GEMV fast path at split 1, the generic paged kernel's attention), not the chain's bits. bf16/fp16, one GPU, no quantization or bias. OFF until its GPU tests, the step A/B and the flip protocol.",
+)
+declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",

@@ -7,7 +7,7 @@
 // so a waiting block always waits on a task some running block holds.
 //
 // Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
-// a chunk of keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
+// a split of the keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
 // (+ residual). A block meeting an unknown kind records it in the error word and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
@@ -279,16 +279,22 @@ __device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p,
   return cache + (slot * p.kv_heads + kv) * p.head_dim;
 }
 
-// SCORES of (seq, kv) over keys [k0, k1): the group's rotated q heads staged as fp32, then one warp per key, every
-// head of the group against it (each K row read once), lanes over head_dim: the generic kernel's dot and rounding.
+// SCORES of (seq, kv), split `split` of `splits`: its keys are that share of the allowed keys, in order, computed
+// here from the context length (persistent_schedule.key_range's integer bounds), so the table holds no length and
+// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32,
+// then one warp per key, every head of the group against it (each K row read once), lanes over head_dim: the
+// generic kernel's dot and rounding.
 template <typename T>
-__device__ void scores(int seq, int kv, int k0, int k1, const Layer<T>& p, float* qs) {
+__device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p, float* qs) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* q = p.q_rot + static_cast<long long>(seq) * p.q_dim + kv * g * d;
   for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(load_l2(q + i));
   __syncthreads();
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
-  const int begin = max(k0, vt::window_begin(p.context_lens[seq], p.window));  // keys before it are never read
+  const int len = p.context_lens[seq], allowed = vt::window_begin(len, p.window);  // keys before it are never read
+  const long long span = len - allowed;
+  const int begin = allowed + static_cast<int>(split * span / splits);
+  const int k1 = allowed + static_cast<int>((split + 1) * span / splits);
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
   for (int t = begin + warp; t < k1; t += kWarps) {
     const T* k = cache_row(p.k_cache, p, table, t, kv);  // the newest key was written by this launch: through L2

@@ -1,6 +1,10 @@
 """Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
 table (`persistent_schedule.Schedule.encode`): every kind (`BUILT`), the whole layer in one launch, or a part of it
-(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs.
+
+`run` is the checked call (it reads the error word, a synchronisation); `launch` is the decode step's (no host read:
+the table is cached per shape, which holds no context length, so a CUDA graph can hold the launch). The kernel
+table's `decode_layer` op takes it under VT_PERSISTENT_LAYER (engine/kernels/layer.py), default OFF."""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ from functools import cache
 
 import torch
 
-from engine.cuda import build, ffi
+from engine.cuda import build, ffi, persistent_schedule
 from engine.cuda import norm as cuda_norm
-from engine.cuda.persistent_schedule import Kind, Schedule
+from engine.cuda.persistent_schedule import Kind, LayerShape, Schedule
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
@@ -24,6 +28,9 @@ CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 BUILT = frozenset(Kind)  # the kernel's switch; a kind added to the schedule must be added there and here
+# The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
+# tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
+TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)
 MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -80,6 +87,41 @@ class LayerTensors:
 
 
 POINTERS = tuple(f.name for f in fields(LayerTensors))  # 34, persistent.cu kPointers
+WEIGHTS = ("ln1", "ln2", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "q_norm", "k_norm")  # a layer's, by field
+
+
+def tensors(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weights: dict[str, torch.Tensor],  # WEIGHTS
+    caches: tuple[torch.Tensor, torch.Tensor],
+    slots: torch.Tensor,
+    cos_sin: tuple[torch.Tensor, torch.Tensor],
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    heads: int,
+    scores_width: int,  # at least the longest context: the tables' capacity, for a graph that replays as they grow
+    fill: float | None = None,  # None: outputs and scratch uninitialised; NaN: a test's poison
+) -> LayerTensors:
+    """A layer's `LayerTensors`: the step's inputs and the layer's weights as given, the outputs and scratch made."""
+    b, h = x.shape
+
+    def new(rows: int, width: int, dtype: torch.dtype = x.dtype) -> torch.Tensor:
+        if fill is None:
+            return torch.empty(rows, width, dtype=dtype, device=x.device)
+        return torch.full((rows, width), fill, dtype=dtype, device=x.device)
+
+    qd, kvd, inter = weights["wq"].shape[0], weights["wk"].shape[0], weights["wg"].shape[0]
+    return LayerTensors(
+        x=x, residual=residual, h1=new(b, h), res1=new(b, h), q=new(b, qd), k=new(b, kvd), v=new(b, kvd),
+        attn=new(b, qd), res2=new(b, h), h2=new(b, h), act=new(b, inter), mlp=new(b, h), out=new(b, h),
+        q_rot=new(b, qd), k_rot=new(b, kvd), k_cache=caches[0], v_cache=caches[1], slots=slots, cos=cos_sin[0],
+        sin=cos_sin[1], block_tables=block_tables, context_lens=context_lens,
+        scores=new(b * heads, scores_width, torch.float32),
+        **{name: weights[name] for name in WEIGHTS},
+    )  # fmt: skip
+
+
 _DTYPES = {"slots": torch.int64, "block_tables": torch.int32, "context_lens": torch.int32, "scores": torch.float32}
 
 
@@ -123,6 +165,25 @@ def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.
     """The encoded table of `kinds`' tasks, [tasks, ROW_WIDTH] int32 on `device`."""
     rows = sch.encode(MAX_WAITS, kinds)
     return torch.tensor(rows, dtype=torch.int32, device=device).reshape(len(rows), ROW_WIDTH)
+
+
+def decode_shape(
+    batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, first: bool, window: int | None
+) -> LayerShape:
+    """The shape a decode step's table is built from: `TILES`, and every context length 1, standing for the run-time
+    lengths (the encoded table does not depend on them: `persistent_schedule.key_range`)."""
+    return LayerShape(hidden, heads, kv_heads, head_dim, inter, (1,) * batch, first, window=window, **TILES)
+
+
+@cache
+def _schedule(shape: LayerShape) -> Schedule:
+    return persistent_schedule.build(shape)
+
+
+@cache
+def _table(shape: LayerShape, kinds: frozenset[Kind], device: torch.device) -> torch.Tensor:
+    """Kept for the process: a captured graph's launch reads it at every replay."""
+    return table(_schedule(shape), kinds, device)
 
 
 def _check(t: LayerTensors, sch: Schedule) -> None:
@@ -188,12 +249,34 @@ def run(
     error word, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
     `window` the attention's (None: the full context). Raises on a refusal or a nonzero error word (which
     synchronises: a test harness's call, not a decode step's)."""
+    control = _launch(sch, kinds, t, eps, scale, window, table(sch, kinds, t.x.device))
+    error = int(control[1].item())
+    if error:
+        raise RuntimeError(f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20 + index)")
+    return control
+
+
+def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torch.Tensor:
+    """The whole layer of `shape` (a `decode_shape`) in one launch on x's stream, its table built once per shape and
+    device; no host read, so a CUDA graph can capture it. Returns the control words: a broken wait ends the launch
+    with the error word set rather than hanging it, and only a checked caller (`run`) reads it."""
+    return _launch(_schedule(shape), BUILT, t, eps, scale, shape.window, _table(shape, BUILT, t.x.device))
+
+
+def _launch(
+    sch: Schedule,
+    kinds: frozenset[Kind],
+    t: LayerTensors,
+    eps: float,
+    scale: float,
+    window: int | None,
+    tab: torch.Tensor,
+) -> torch.Tensor:
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
         raise ValueError(f"persistent layer: {why}")
     _check(t, sch)
     device = t.x.device
-    tab = table(sch, kinds, device)
     control = torch.empty(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
     s = sch.shape
     ptrs = (_P * len(POINTERS))(*ffi.ptrs(*t.tensors()))
@@ -223,7 +306,4 @@ def run(
         ffi.stream(device),
     )
     ffi.check(rc, "vt_persistent_layer", lib, "persistent")
-    error = int(control[1].item())
-    if error:
-        raise RuntimeError(f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20 + index)")
     return control

@@ -7,7 +7,7 @@ is done, RoPE for KV head g when only g's q/k/v tiles are, a score chunk when it
 and so on down the layer. Tasks are queued in a topological order (every producer ahead of its consumers), so
 blocks taking them in queue order can always make progress, with any number of blocks.
 
-    norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key chunk] -> attn_out[seq, kv head]
+    norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key split] -> attn_out[seq, kv head]
       -> o_proj[tile] (+ residual) -> norm2[row] -> gate_up[tile] (SiLU * up) -> down[tile] (+ residual)
 
 Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
@@ -16,6 +16,11 @@ counters; lab/persistent/sim.py runs the table on virtual SMs on the CPU and com
 The GEMV tiles split output columns only (every tile reads all K of its rows), and attention splits only the
 scores over keys: the splits that keep every sum in the reference's order, so the tiled layer is bitwise the
 chain of ops. A split-K or split-softmax tile would be another numerics, judged by the razor like any arm.
+
+The encoded table holds no context length: a score task names its split (`key_range` divides the sequence's
+allowed keys at run time, from the context length the kernel reads on the device), so one table serves every decode
+step of a batch size and a captured CUDA graph replays it as the lengths grow. The regions, `check` and the
+simulation use the shape's `context_lens` as one instance of those run-time lengths.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ class Kind(IntEnum):
     NORM1 = 0  # [row]: (add the residual and) RMSNorm one row of the layer's input
     QKV = 1  # [part, col0, col1]: columns of q (part 0), k (1) or v (2) for every row
     ROPE_STORE = 2  # [kv head]: q/k norm and RoPE of the group's q heads and its k head; K/V to the cache
-    SCORES = 3  # [seq, kv head, key0, key1]: q.k for the group's heads over a chunk of keys
+    SCORES = 3  # [seq, kv head, split, splits]: q.k for the group's heads over one split of the allowed keys
     ATTN_OUT = 4  # [seq, kv head]: mask, softmax and P.V of the group's heads
     O_PROJ = 5  # [col0, col1]: o_proj columns plus the residual
     NORM2 = 6  # [row]: RMSNorm of the post-attention residual
@@ -52,7 +57,8 @@ class LayerShape:
     o_cols: int = 64
     gu_cols: int = 64
     down_cols: int = 64
-    key_chunk: int = 256  # keys per score task
+    key_splits: int = 4  # score tasks per (sequence, KV head), each taking its share of the keys at run time
+    window: int | None = None  # sliding window (keys allowed before the newest, itself included); None: all
 
     @property
     def batch(self) -> int:
@@ -61,6 +67,10 @@ class LayerShape:
     @property
     def group(self) -> int:
         return self.heads // self.kv_heads
+
+    def key_range(self, seq: int, split: int) -> tuple[int, int]:
+        """The keys [k0, k1) score task `split` of sequence `seq` computes: `key_range` over its context."""
+        return key_range(self.context_lens[seq], self.window, split, self.key_splits)
 
     def buffers(self) -> dict[str, tuple[int, int]]:
         """Every buffer a task reads or writes, [rows, cols]. `k_new`/`v_new` stand for the cache slots this step
@@ -171,6 +181,16 @@ class Schedule:
         return rows
 
 
+def key_range(context: int, window: int | None, split: int, splits: int) -> tuple[int, int]:
+    """The keys [k0, k1) that score task `split` of `splits` computes for a sequence of `context` keys: the allowed
+    keys (the last `window`, or all) divided evenly in order, with integer bounds. The kernel computes the same
+    bounds from the context length it reads on the device (persistent.cuh `scores`), so the table itself never
+    holds a context length: one table serves every step of a batch size, and a CUDA graph can hold it."""
+    begin = context - window if window and context > window else 0
+    span = context - begin
+    return begin + split * span // splits, begin + (split + 1) * span // splits
+
+
 def _cols(total: int, width: int) -> list[tuple[int, int]]:
     return [(c, min(c + width, total)) for c in range(0, total, width)]
 
@@ -184,9 +204,10 @@ def build_step(s: LayerShape, layers: int) -> Schedule:
     """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
     down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
     normalises. With `layers` 1, one layer with unprefixed buffer names."""
-    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1:
+    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or s.key_splits < 1:
         raise ValueError(
-            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}"
+            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}, "
+            f"key_splits {s.key_splits}"
         )
     sch = Schedule(s, layers=layers)
     down = None
@@ -245,17 +266,19 @@ def _layer(sch: Schedule, layer: int, before: int | None) -> int:
             chunks[seq, kv] = counter(f"scores[{seq},{kv}]")
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             qc, kc, row = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d), (seq, seq + 1)
-            for k0, k1 in _cols(n, s.key_chunk):
-                reads = [reg("q_rot", qc, row)] + ([reg("k_new", kc, row)] if k1 == n else [])  # the new key
-                add(Kind.SCORES, (seq, kv, k0, k1), [(rope[kv], 1)], chunks[seq, kv], reads,
+            for split in range(s.key_splits):
+                k0, k1 = s.key_range(seq, split)
+                reads = [reg("q_rot", qc, row)] + ([reg("k_new", kc, row)] if k1 == n > k0 else [])  # the new key
+                add(Kind.SCORES, (seq, kv, split, s.key_splits), [(rope[kv], 1)], chunks[seq, kv], reads,
                         [reg("scores", (k0, k1), heads)])  # fmt: skip
     attn = counter("attn")
     for seq, n in enumerate(s.context_lens):
         for kv in range(s.kv_heads):
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             row, kc = (seq, seq + 1), (kv * d, (kv + 1) * d)
-            add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], sch.expected[chunks[seq, kv]])], attn,
-                    [reg("scores", (0, n), heads), reg("v_new", kc, row)],
+            allowed = (s.key_range(seq, 0)[0], n)
+            add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], s.key_splits)], attn,
+                    [reg("scores", allowed, heads), reg("v_new", kc, row)],
                     [reg("attn", (kv * g * d, (kv + 1) * g * d), row)])  # fmt: skip
 
     o_done = counter("o_proj")

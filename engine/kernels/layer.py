@@ -1,5 +1,10 @@
-"""The decoder layer's fusion choices as ops of the table: the pre-norm q/k/v projection (`norm_qkv`), the pre-norm
-gated MLP (`norm_mlp`) and the gated MLP alone (`gated_mlp`), so the model calls one op and the table picks how.
+"""The decoder layer's fusion choices as ops of the table: the whole layer (`decode_layer`), the pre-norm q/k/v
+projection (`norm_qkv`), the pre-norm gated MLP (`norm_mlp`) and the gated MLP alone (`gated_mlp`), so the model
+calls one op and the table picks how.
+
+`decode_layer`'s arms: `persistent` (VT_PERSISTENT_LAYER, default OFF; a plain decode step of a dense Qwen3 layer
+on one GPU: `persistent_refusal`) runs the layer as one persistent launch (engine/cuda/persistent.py), and `chain`
+runs the layer's ops in turn (`layer.chain`), each op choosing its own arm under the call's snapshot.
 
 Their arms take the layer's own modules (engine/model/layers.py `MergedLinear`, engine/model/qwen3.py `Qwen3MLP`,
 read by attribute: `parts`, `sizes`, `weight`, `bias`, `quantized`, `gate_up_proj`, `down_proj`, `down`), so a
@@ -20,10 +25,13 @@ inner op counted as its reference. The composite checks only that x is a tensor;
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from engine.cuda import persistent
+from engine.cuda.persistent_schedule import LayerShape
 from engine.flags import FlagSnapshot
 from engine.kernels.table import Arm, Op, call, gated_by, supports_any
 from engine.ops._check import check_tensor
@@ -195,5 +203,98 @@ norm_mlp_op = Op(
         _arm("prologue", _MERGED, _dense_gate_up, _DENSE, _mlp_prologue),
         _arm("merged", _MERGED, supports_any, "any projection", _norm_then(_mlp_merged)),
         _arm("separate", gated_by(), supports_any, "any projection", _norm_then(_mlp_separate)),
+    ],
+)
+
+
+# --- decode_layer: one whole decoder layer ---------------------------------------------------------------------
+def decode_layer(
+    x: torch.Tensor,  # [tokens, hidden]: the layer's input delta (the embedding for layer 0)
+    residual: torch.Tensor | None,  # [tokens, hidden]: the running sum before x is added; None before layer 0
+    cos_sin: tuple[torch.Tensor, torch.Tensor],  # [tokens, head_dim] each
+    batch: Any,  # the step's ForwardBatch (its kv_caches written in place)
+    layer: Any,  # the Qwen3DecoderLayer: `chain` is its ops in turn
+) -> Normed:  # (the layer's output delta [tokens, hidden], the new residual [tokens, hidden])
+    """The layer's ops in turn (`layer.chain`: norm_qkv, attention, norm_mlp or the MoE block), every kernel off."""
+    return layer.chain(x, residual, cos_sin, _with_flags(batch, _UNFUSED))
+
+
+def _with_flags(batch: Any, flags: FlagSnapshot) -> Any:
+    return batch if batch.flags == flags else replace(batch, flags=flags)
+
+
+def _layer_chain(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
+) -> Normed:
+    return layer.chain(x, residual, cos_sin, _with_flags(batch, flags))
+
+
+def persistent_refusal(
+    x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
+) -> str | None:
+    """Why the persistent layer cannot run this call (None: it can): a plain decode step of a dense, unquantized,
+    bias-free Qwen3 layer on one rank, in bf16 or fp16 on a GPU, in the shapes the kernel takes."""
+    a, m = layer.self_attn, layer.mlp
+    if batch.is_prefill:
+        return "a prefill or serving step (decode rows only)"
+    if not all(hasattr(a, n) for n in ("qkv_proj", "q_norm", "k_norm")) or not hasattr(m, "gate_up_proj"):
+        return "not a dense Qwen3 layer (its attention's q/k norms and a gated MLP)"
+    projections = (a.qkv_proj, a.o_proj, m.gate_up_proj, m.down_proj)
+    if any(p.quantized for p in projections):
+        return "a quantized projection"
+    if a.qkv_proj.bias is not None or a.o_proj.bias is not None:
+        return "a projection bias"
+    if any(getattr(p, "all_reduce", None) is not None for p in (a.o_proj, m.down_proj)):
+        return "tensor parallel (its all-reduces)"
+    if not x.is_cuda:
+        return f"x on {x.device} (CUDA only)"
+    shape = _persistent_shape(x, residual, layer)
+    return persistent.refusal(persistent._schedule(shape), persistent.BUILT, x.dtype)
+
+
+def _persistent_shape(x: torch.Tensor, residual: torch.Tensor | None, layer: Any) -> LayerShape:
+    a, m = layer.self_attn, layer.mlp
+    inter = m.gate_up_proj.weight.shape[0] // 2
+    return persistent.decode_shape(
+        x.shape[0], x.shape[1], a.num_heads, a.num_kv_heads, a.head_dim, inter, residual is None, a.sliding_window
+    )
+
+
+def _supports_persistent(x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any) -> bool:
+    return persistent_refusal(x, residual, cos_sin, batch, layer) is None
+
+
+def _layer_persistent(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
+) -> Normed:
+    a, m = layer.self_attn, layer.mlp
+    k_cache, v_cache = batch.kv_caches[a.layer_idx]
+    weights = dict(
+        ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
+        wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
+        wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
+    )  # fmt: skip
+    cos, sin = cos_sin
+    capacity = batch.block_tables.shape[1] * k_cache.shape[1]  # not the lengths: no host read, graph-replayable
+    t = persistent.tensors(
+        x, residual, weights, (k_cache, v_cache), batch.slot_mapping, (cos.contiguous(), sin.contiguous()),
+        batch.block_tables, batch.context_lens, a.num_heads, capacity,
+    )  # fmt: skip
+    persistent.launch(_persistent_shape(x, residual, layer), t, layer.input_layernorm.eps, a.scaling)
+    return t.mlp, t.res2
+
+
+decode_layer_op = Op(
+    decode_layer,
+    check_x,
+    [
+        _arm(
+            "persistent",
+            gated_by("VT_PERSISTENT_LAYER"),
+            _supports_persistent,
+            "a plain decode step of a dense bf16/fp16 Qwen3 layer on one GPU (persistent_refusal)",
+            _layer_persistent,
+        ),
+        _arm("chain", gated_by(), supports_any, "any layer", _layer_chain),
     ],
 )

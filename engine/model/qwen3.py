@@ -192,6 +192,16 @@ class Qwen3DecoderLayer(nn.Module):
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        # the layer as one op: its ops in turn (`chain`), or a decode step in one persistent launch
+        return kernels.decode_layer(batch.flags, hidden, residual, cos_sin, batch, self)
+
+    def chain(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         flags, ln = batch.flags, self.input_layernorm
         # the pre-norm and q/k/v (fused into one GEMV's prologue, merged or separate: the table's choice)
         q, k, v, residual = kernels.norm_qkv(flags, hidden, residual, ln.weight, ln.eps, self.self_attn.qkv_proj)

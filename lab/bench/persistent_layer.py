@@ -37,7 +37,7 @@ from lab.persistent import case as C
 CONTEXT = 1024
 BATCHES = (1, 8, 32)
 # the time model's tiles, as the persistent kernel's GPU tests (tests/engine/cuda/test_persistent.py) build them
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)
+TILES = persistent.TILES
 
 
 def layer_weight_bytes(hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
@@ -265,16 +265,15 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     def nan(width: int) -> torch.Tensor:  # a cell the kernel fails to write shows in the difference
         return torch.full((batch, width), float("nan"), dtype=dtype, device=dev)
 
-    h, qd, kvd, inter = x.shape[1], a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], m.gate_proj.weight.shape[0]
-    t = persistent.LayerTensors(
-        x=x, residual=residual, h1=nan(h), res1=nan(h), q=nan(qd), k=nan(kvd), v=nan(kvd), attn=nan(qd),
-        res2=nan(h), h2=nan(h), act=nan(inter), mlp=nan(h), out=nan(h), ln1=layer.input_layernorm.weight,
-        ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(),
-        wv=a.v_proj.weight.contiguous(), wo=a.o_proj.weight.contiguous(), wg=m.gate_proj.weight.contiguous(),
-        wu=m.up_proj.weight.contiguous(), wd=m.down_proj.weight.contiguous(), q_rot=nan(qd), k_rot=nan(kvd),
-        k_cache=kc.clone(), v_cache=vc.clone(), slots=slots, cos=cos, sin=sin, q_norm=a.q_norm.weight,
-        k_norm=a.k_norm.weight, block_tables=tables, context_lens=lens,
-        scores=torch.full((batch * a.num_heads, context), float("nan"), device=dev),
+    weights = dict(
+        ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
+        wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
+        wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
+    )  # fmt: skip
+    # NaN-poisoned outputs: a cell the kernel fails to write shows in the difference
+    t = persistent.tensors(
+        x, residual, weights, (kc.clone(), vc.clone()), slots, (cos, sin), tables, lens, a.num_heads, context,
+        float("nan"),
     )  # fmt: skip
     sch = build_schedule(case.shape(False, **TILES))
     eps, scale, window = layer.input_layernorm.eps, a.scaling, a.sliding_window

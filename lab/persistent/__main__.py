@@ -14,7 +14,7 @@ from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, c
 from lab.persistent import case as C
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_splits=5)
 LENS = {1: [37], 8: [37, 5, 64, 100, 1, 17, 33, 80], 32: [(17 * i) % 200 + 1 for i in range(32)]}
 
 

@@ -58,6 +58,7 @@ class Case:
             intermediate=self.weights[0].wd.shape[1],
             context_lens=tuple(int(n) for n in self.step.context_lens),
             first=first,
+            window=self.weights[0].window,
             **tiles,
         )
 

@@ -44,7 +44,10 @@ class TaskBytes:
 
 def task_bytes(t: Task, s: LayerShape, elt: int) -> TaskBytes:
     d = s.head_dim
-    if t.kind == Kind.SCORES or (t.kind == Kind.ATTN_OUT and len(t.args) == 4):  # a key range (split_pv's too)
+    if t.kind == Kind.SCORES:  # its split of the keys
+        k0, k1 = s.key_range(t.args[0], t.args[2])
+        kv = (k1 - k0) * d * elt
+    elif t.kind == Kind.ATTN_OUT and len(t.args) == 4:  # split_pv's key range
         kv = (t.args[3] - t.args[2]) * d * elt
     elif t.kind == Kind.ATTN_OUT:
         kv = s.context_lens[t.args[0]] * d * elt
@@ -143,7 +146,7 @@ def qwen3_0_6b(batch: int, context: int) -> LayerShape:
     shared memory: q/k/v 32 columns (128 tiles), o_proj and down 8 (128 each), gate/up 32 (96: a multiple of 32
     keeps the CPU stand-in's SiLU bitwise, lab/persistent/sim.py)."""
     return LayerShape(1024, 16, 8, 128, 3072, (context,) * batch, qkv_cols=32, o_cols=8, gu_cols=32, down_cols=8,
-                      key_chunk=256)  # fmt: skip
+                      key_splits=4)  # fmt: skip
 
 
 def render(rows: list[tuple[int, Timing, Timing, Timing, Timing]], layers: int, splits: int) -> str:

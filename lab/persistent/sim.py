@@ -240,7 +240,8 @@ class _Context:
         return k, v, n
 
     def scores(self, t: Task, w: Weights):
-        seq, kv, k0, k1 = t.args
+        seq, kv, split, _ = t.args
+        k0, k1 = self.s.key_range(seq, split)  # the kernel's bounds, from the context length at run time
         g, d = self.s.group, self.s.head_dim
         qh = self.buf(t, "q_rot")[seq, kv * g * d : (kv + 1) * g * d].reshape(g, 1, d)
         keys, _, _ = self._sequence(t, seq)

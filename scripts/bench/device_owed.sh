@@ -5,6 +5,8 @@
 #                                                    # the one-pass numerics at d256; then the serving ratios
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
 #   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
+#   bash scripts/bench/device_owed.sh persistent    # the persistent layer's GPU tests (the arm and its graph replay
+#                                                    # included), its bench, a decode step with VT_PERSISTENT_LAYER
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -13,8 +15,8 @@
 # --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: $OUT (records, verdicts, one tarball).
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib) ;;
-  *) echo "usage: $0 [correctness|perf|calib]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -56,6 +58,21 @@ perf() {
   tail -n 14 "$R/perf.log"; cat "$R/perf/logs/perf-report.log" 2>/dev/null | head -40
   cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null
   timeout 240 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1; echo "persistent_layer bench rc=$?"; tail -n 12 "$R/persistent.log"
+}
+
+persistent() {  # the persistent layer's first GPU run: its tests, its bench, then the decode step with the arm
+  timeout 240 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+  echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
+  timeout 120 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
+    > "$R/persistent-kernels.log" 2>&1
+  echo "persistent cases rc=$? at $(el) s"; tail -n 12 "$R/persistent-kernels.log"
+  timeout 200 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
+  echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
+  for on in 0 1; do  # not the A/B (two processes): whether the arm runs in a whole step, and its first time
+    VT_PERSISTENT_LAYER=$on timeout 120 python3 -m lab bench decode --no-oracle --steps 32 --profile \
+      > "$R/decode-persistent-$on.log" 2>&1
+    echo "bench decode VT_PERSISTENT_LAYER=$on rc=$? at $(el) s"; tail -n 14 "$R/decode-persistent-$on.log"
+  done
 }
 
 calib() {

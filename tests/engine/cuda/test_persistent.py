@@ -8,6 +8,7 @@ layer's output."""
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from engine.cuda.persistent_schedule import Kind, LayerShape, check
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
+from engine.ops.rope import rope_cos_sin
 from lab.gates.numerics import TOLERANCES, compare
 from lab.persistent import case as C
 from tests.engine.cuda.signatures import exported
@@ -26,7 +28,7 @@ FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read thes
 KERNELS = "the persistent decode layer"
 FRONT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE})  # the layer's input to the rotated q and the K/V cache
 BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_chunk=256)  # the time model's tiles
+TILES = persistent.TILES  # the arm's tiles
 # Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
 QWEN = LayerShape(1024, 16, 8, 128, 3072, (1024,), **TILES)
 
@@ -104,6 +106,10 @@ def test_the_table_the_kernel_reads():
     assert rows[1] == [Kind.QKV, 0, 0, 0, 32, -1, norm1, 1, -1, -1, qkv0]  # q head 0's first 32 columns, after the norm
     kinds = [r[0] for r in rows]
     assert kinds.count(Kind.QKV) == (2048 + 1024 + 1024) // 32
+    scores = [r for r in rows if r[0] == Kind.SCORES]  # (seq, kv head, split, splits): no key bound in the table
+    rope0, scores00 = sch.counters.index("rope[0]"), sch.counters.index("scores[0,0]")
+    assert scores[:2] == [[Kind.SCORES, 0, 0, 0, s, 4, rope0, 1, -1, -1, scores00] for s in (0, 1)]
+    assert len(scores) == 8 * 4
     assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 32
     for r in rows:  # every wait names a counter signalled earlier in the queue, with a reachable target
         for c, target in ((r[6], r[7]), (r[8], r[9])):
@@ -192,24 +198,17 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
 def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor | None = None):
     """The kernel's tensors: the step's inputs, the layer's weights, NaN-poisoned outputs and scratch (a cell the
     kernel fails to write shows), and `attn` as an input where the part run leaves ATTN_OUT out."""
-    a, m, b = layer.self_attn, layer.mlp, x.shape[0]
-
-    def poisoned(width: int) -> torch.Tensor:
-        return torch.full((b, width), float("nan"), dtype=x.dtype, device=x.device)
-
-    h, qd, kvd, inter = x.shape[1], a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], m.gate_proj.weight.shape[0]
-    return persistent.LayerTensors(
-        x=x, residual=residual, h1=poisoned(h), res1=poisoned(h), q=poisoned(qd), k=poisoned(kvd), v=poisoned(kvd),
-        attn=poisoned(qd) if attn is None else attn.contiguous(), res2=poisoned(h), h2=poisoned(h),
-        act=poisoned(inter), mlp=poisoned(h), out=poisoned(h), ln1=layer.input_layernorm.weight,
-        ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight.contiguous(), wk=a.k_proj.weight.contiguous(),
-        wv=a.v_proj.weight.contiguous(), wo=a.o_proj.weight, wg=m.gate_proj.weight.contiguous(),
-        wu=m.up_proj.weight.contiguous(), wd=m.down_proj.weight, q_rot=poisoned(qd), k_rot=poisoned(kvd),
-        k_cache=inputs["k_cache"], v_cache=inputs["v_cache"], slots=inputs["slots"], cos=inputs["cos"],
-        sin=inputs["sin"], q_norm=a.q_norm.weight, k_norm=a.k_norm.weight, block_tables=inputs["block_tables"],
-        context_lens=inputs["context_lens"],
-        scores=torch.full((b * a.num_heads, int(inputs["context_lens"].max())), float("nan"), device=x.device),
+    a, m = layer.self_attn, layer.mlp
+    weights = dict(
+        ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
+        wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
+        wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
     )  # fmt: skip
+    t = persistent.tensors(
+        x, residual, weights, (inputs["k_cache"], inputs["v_cache"]), inputs["slots"], (inputs["cos"], inputs["sin"]),
+        inputs["block_tables"], inputs["context_lens"], a.num_heads, int(inputs["context_lens"].max()), float("nan"),
+    )  # fmt: skip
+    return t if attn is None else replace(t, attn=attn.contiguous())
 
 
 def _run(sch, layer, t, kinds):
@@ -287,3 +286,67 @@ def test_an_unreachable_wait_is_reported_not_hung(cuda):
             _run(sch, layer, t, persistent.BUILT)
     finally:
         sch.encode = original  # type: ignore[method-assign]
+
+
+def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_contexts_grow(cuda):
+    """`decode_layer` under VT_PERSISTENT_LAYER through the layer's own forward (the path a decode step runs): the
+    persistent arm ran (counted), its output and residual within the chain's tolerance; then the same call captured in
+    a CUDA graph and replayed after every context has grown by one token (new slots, same table): against the chain
+    at the grown lengths, so the table holding no context length is what a decode step replays."""
+    lens = (1024, 77, 300, 5, 1024, 640, 129, 2000)
+    case = C.make(C.QWEN3_0_6B, [n + 1 for n in lens], seed=3)  # room for the grown step in each sequence's blocks
+    layer = case.layer.to(device=cuda, dtype=torch.bfloat16)
+    s = case.step
+    x, residual = s.x.to(cuda, torch.bfloat16), s.residual.to(cuda, torch.bfloat16)
+    base_k, base_v = s.k_cache.to(cuda, torch.bfloat16), s.v_cache.to(cuda, torch.bfloat16)
+    tables, block = s.block_tables.to(cuda), s.k_cache.shape[1]
+    on = FlagSnapshot.defaults().with_(VT_PERSISTENT_LAYER=True)
+
+    def step(grown: int):
+        n = torch.tensor(lens, dtype=torch.int32, device=cuda) + grown
+        pos = (n - 1).long()
+        slots = tables.long()[torch.arange(len(lens), device=cuda), pos // block] * block + pos % block
+        cos, sin = (t.to(cuda, torch.bfloat16) for t in rope_cos_sin(pos.cpu(), 128, 1e6, torch.float32))
+        return n, slots, (cos.contiguous(), sin.contiguous())
+
+    def chain_at(grown: int):
+        n, slots, cos_sin = step(grown)
+        caches = [(base_k.clone(), base_v.clone())]
+        batch = ForwardBatch(
+            is_prefill=False, slot_mapping=slots, kv_caches=caches, block_tables=tables, context_lens=n,
+            flags=FlagSnapshot.defaults(),
+        )  # fmt: skip
+        with torch.no_grad():
+            return layer(x, residual, cos_sin, batch)
+
+    n, slots, cos_sin = step(0)
+    static = dict(n=n, slots=slots, cos=cos_sin[0].clone(), sin=cos_sin[1].clone())
+    caches = [(base_k.clone(), base_v.clone())]
+    batch = ForwardBatch(
+        is_prefill=False, slot_mapping=static["slots"], kv_caches=caches, block_tables=tables,
+        context_lens=static["n"], flags=on,
+    )  # fmt: skip
+    kernels.reset_counts()
+    with torch.no_grad():
+        mlp, res2 = layer(x, residual, (static["cos"], static["sin"]), batch)
+    assert kernels.counts().ran[("decode_layer", "persistent")] == 1
+    want = chain_at(0)
+    for got, ref in zip((mlp, res2), want, strict=True):
+        cmp = compare(got, ref, TOLERANCES["bf16"])
+        assert cmp.passed, cmp.as_dict()
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        out = layer(x, residual, (static["cos"], static["sin"]), batch)
+    n, slots, cos_sin = step(1)
+    static["n"].copy_(n)
+    static["slots"].copy_(slots)
+    static["cos"].copy_(cos_sin[0])
+    static["sin"].copy_(cos_sin[1])
+    caches[0][0].copy_(base_k)
+    caches[0][1].copy_(base_v)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, ref in zip(out, chain_at(1), strict=True):
+        cmp = compare(got, ref, TOLERANCES["bf16"])
+        assert cmp.passed, cmp.as_dict()

@@ -10,12 +10,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, check
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, check, key_range
 from lab.persistent import case as C
 from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
 from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
 
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)  # odd tails: 640 = 10 x 64, 256 % 48
+TILES = dict(
+    qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_splits=5
+)  # odd tails: 640 = 10 x 64, 256 % 48; empty splits at context 1
 LENS = {1: [37], 8: [37, 5, 64, 100, 1, 17, 33, 80]}  # block 16: one key, block edges, several chunks
 
 
@@ -54,11 +56,26 @@ def test_interleavings_overlap_tasks_and_finish_out_of_queue_order():
 def test_qwen3_0_6b_layer_and_a_sliding_window_are_bitwise_too():
     case = C.make(C.QWEN3_0_6B, [300], seed=4)
     sch = build(replace(qwen3_0_6b(1, 300), context_lens=(300,)))
-    assert check(sch) == [] and len(sch.tasks) == 1 + 128 + 8 + 16 + 8 + 128 + 1 + 96 + 128
+    assert check(sch) == [] and len(sch.tasks) == 1 + 128 + 8 + 8 * 4 + 8 + 128 + 1 + 96 + 128
     assert all(_equal_to_engine(case, sch, False, 132, 0).values())
     windowed = C.make(C.SMALL, [37, 90], seed=5, window=16)
     assert windowed.weights[0].window == 16
-    assert all(_equal_to_engine(windowed, build(windowed.shape(False, **TILES)), False, 4, 1).values())
+    wsch = build(windowed.shape(False, **TILES))
+    assert wsch.shape.window == 16 and check(wsch) == []
+    assert all(_equal_to_engine(windowed, wsch, False, 4, 1).values())
+
+
+def test_key_splits_cover_the_allowed_keys_once_and_the_table_holds_no_context_length():
+    for n, window, splits in [(1, None, 5), (37, None, 5), (300, 16, 4), (1000, 256, 7), (5, 8, 3), (4096, None, 16)]:
+        ranges = [key_range(n, window, i, splits) for i in range(splits)]
+        begin = n - window if window and n > window else 0
+        assert ranges[0][0] == begin and ranges[-1][1] == n
+        assert all(a[1] == b[0] and a[0] <= a[1] for a, b in zip(ranges, ranges[1:])), ranges
+        assert max(k1 - k0 for k0, k1 in ranges) - min(k1 - k0 for k0, k1 in ranges) <= 1  # even shares
+    short, long = (replace(qwen3_0_6b(8, 1024), context_lens=lens) for lens in ((1,) * 8, (5, 4000, 77, 1, 2, 3, 9, 1)))
+    assert check(build(long)) == [] and build(short).encode() == build(long).encode()  # one table, any lengths
+    assert build(replace(short, window=100)).encode() == build(short).encode()
+    assert build(replace(short, key_splits=2)).encode() != build(short).encode()
 
 
 def _drop_wait(sch: Schedule, kind: Kind) -> tuple[Schedule, int]:
@@ -143,13 +160,13 @@ def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
     assert main(["--seeds", "3", "--batch", "1", "--sms", "5", "--layers", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        "batch 1 layer 1+: 84 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
+        "batch 1 layer 1+: 88 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
     )
     assert lines[2] == (
-        "step of 2 layers at batch 8: 316 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
+        "step of 2 layers at batch 8: 372 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
         "engine's layers"
     )
-    assert lines[3].startswith("seeded bug (task 126, o_proj, without its wait on attention): static check 24 problems")
+    assert lines[3].startswith("seeded bug (task 154, o_proj, without its wait on attention): static check 24 problems")
     assert lines[-1] == "persistent layer: PASS"
 
 

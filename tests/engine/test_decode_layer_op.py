@@ -1,0 +1,111 @@
+"""The kernel table's `decode_layer` op: the whole decoder layer as one op. Its `chain` arm runs the layer's ops in
+turn (the layer's `chain`), bit for bit its reference on the CPU; its `persistent` arm (VT_PERSISTENT_LAYER, default
+OFF) takes only a plain decode step of a dense Qwen3 layer on one GPU and says why otherwise. The arm's GPU run:
+tests/engine/cuda/test_persistent.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from engine import kernels
+from engine.flags import FLAGS, FlagSnapshot
+from engine.kernels.layer import persistent_refusal
+from engine.model.batch import ForwardBatch
+from engine.model.config import parse_config
+from engine.model.qwen3_moe import Qwen3MoeDecoderLayer
+from lab.persistent import case as C
+
+
+def _decode(case: C.Case, flags: FlagSnapshot) -> tuple[tuple, ForwardBatch]:
+    s = case.fresh_step()
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=s.slot_mapping,
+        kv_caches=s.caches(),
+        block_tables=s.block_tables,
+        context_lens=s.context_lens,
+        flags=flags,
+    )
+    return (s.x, s.residual, (s.cos, s.sin), batch, case.layer), batch
+
+
+def test_the_flag_is_declared_off_and_gates_the_persistent_arm_first():
+    assert FLAGS["VT_PERSISTENT_LAYER"].default is False
+    op = kernels.TABLE["decode_layer"]
+    assert [a.name for a in op.arms] == ["persistent", "chain"]
+    assert op.arms[0].flags == ("VT_PERSISTENT_LAYER",) and op.arms[1].flags == ()
+
+
+def test_the_chain_arm_is_the_layers_reference_bits_and_the_model_calls_the_op():
+    case = C.make(C.SMALL, [37, 5, 64], seed=1)
+    flags = FlagSnapshot.defaults()
+    args, batch = _decode(case, flags)
+    want_args, _ = _decode(case, flags)
+    want = kernels.TABLE["decode_layer"].reference(*want_args)
+    kernels.reset_counts()
+    got = kernels.TABLE["decode_layer"].run_arm("chain", *args)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert torch.equal(batch.kv_caches[0][0], want_args[3].kv_caches[0][0])  # the step's K written alike
+    kernels.reset_counts()
+    with torch.no_grad():
+        out = case.layer(*_decode(case, flags)[0][:4])
+    assert all(torch.equal(a, b) for a, b in zip(out, want, strict=True))
+    assert kernels.counts().ran[("decode_layer", "reference")] == 1  # on the CPU every op runs its reference
+
+
+def test_with_the_flag_on_a_cpu_step_runs_the_reference_and_the_arm_says_why_not():
+    case = C.make(C.SMALL, [37, 5], seed=2)
+    flags = FlagSnapshot.defaults().with_(VT_PERSISTENT_LAYER=True)
+    args, _ = _decode(case, flags)
+    kernels.reset_counts()
+    with torch.no_grad():
+        case.layer(*args[:4])
+    ran = kernels.counts().ran
+    assert ran[("decode_layer", "reference")] == 1 and ("decode_layer", "persistent") not in ran
+    assert persistent_refusal(*args) == "x on cpu (CUDA only)"
+
+
+def test_the_refusals_name_what_the_kernel_does_not_take():
+    case = C.make(C.SMALL, [37], seed=3)
+    args, batch = _decode(case, FlagSnapshot.defaults())
+    prefill = replace(batch, is_prefill=True, seq_lens=[1], block_tables=None, context_lens=None)
+    assert persistent_refusal(*args[:3], prefill, args[4]) == "a prefill or serving step (decode rows only)"
+    biased = C.make(C.SMALL, [37], seed=3)
+    biased.layer.self_attn.qkv_proj.bias = torch.nn.Parameter(torch.zeros(8 * 128 + 2 * 2 * 128))
+    assert persistent_refusal(*args[:4], biased.layer) == "a projection bias"
+    biased.layer.self_attn.o_proj.all_reduce = lambda y: y
+    biased.layer.self_attn.qkv_proj.bias = None
+    assert persistent_refusal(*args[:4], biased.layer) == "tensor parallel (its all-reduces)"
+    moe_cfg = parse_config(
+        {
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "num_hidden_layers": 1,
+            "vocab_size": 64,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1e6,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            **C.SMALL,
+        }  # fmt: skip
+    )
+    moe = Qwen3MoeDecoderLayer(moe_cfg, 0, torch.float32)
+    assert persistent_refusal(*args[:4], moe) == "not a dense Qwen3 layer (its attention's q/k norms and a gated MLP)"
+
+
+def test_the_gates_cases_judge_the_arm_against_the_layers_reference():
+    from lab.gates.cases import persistent as cases
+
+    assert len(cases.CASES) == 10 and {c.flag for c in cases.CASES} == {"VT_PERSISTENT_LAYER"}
+    assert {c.arm for c in cases.CASES} == {"persistent"} and {c.row for c in cases.CASES} == {"ENGINE-PERSISTENT"}
+    small = next(c for c in cases.CASES if c.name == "persistent/layer/bf16/b8/mixed")
+    inputs = small.make(0, torch.device("cpu"))
+    ref = small.reference_output(inputs)
+    assert ref.shape == (8, 2 * 1024 + 2 * 8 * 128) and ref.isfinite().all()
+    assert torch.equal(ref, small.reference_output(inputs))  # the caches are copied: a second call sees the same
+    with pytest.raises(ValueError, match="decode_layer: arm 'persistent' needs a plain decode step"):
+        small.kernel(inputs)  # on the CPU the arm declines; on the GPU `lab gate kernels --filter persistent` runs it
