@@ -1,6 +1,6 @@
 """Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
-table (`persistent_schedule.Schedule.encode`): every kind (`BUILT`), the whole layer in one launch, or a part of it
-(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+table (`persistent_schedule.Schedule.encode`): every layer kind (`BUILT`; not yet the model step's own), the whole
+layer in one launch, or a part of it (`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ MAX_WAITS = 2  # kMaxWaits
 CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
-BUILT = frozenset(Kind)  # the kernel's switch; a kind added to the schedule must be added there and here
+# the kernel's switch: one decoder layer's kinds. A kind given a case there is added here; the model step's EMBED,
+# FINAL_NORM and HEAD (persistent_schedule.build_model_step) have none yet, so `refusal` names them
+BUILT = frozenset(Kind[name] for name in "NORM1 QKV ROPE_STORE SCORES ATTN_OUT O_PROJ NORM2 GATE_UP DOWN".split())
 MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
 DTYPES = (torch.bfloat16, torch.float16)
 
