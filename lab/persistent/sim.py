@@ -14,6 +14,12 @@ output's sum order itself; on the CPU the library picks it from the call's shape
 reference's bits only where the tile's call keeps them: GEMV tiles of any width at batch 1 (16 columns or more at
 batch 8 and 32, measured with torch 2.13's CPU wheel), SiLU on multiples of 32 elements (its vector width; a
 narrower tail runs a scalar path), and the scores computed by the reference's call over all keys (below).
+
+A whole model step (`build_model_step`) also runs the model's own tasks with its `Head` weights: EMBED (the
+reference `embedding`, an exact row copy), FINAL_NORM (`fused_add_rms_norm`, the model's final norm) and HEAD
+(`linear` on a tile of the head's rows), compared with the engine's `Qwen3ForCausalLM` (forward, then
+`compute_logits`). The head's tiles obey the GEMV rule above, the tail tile included (measured: a vocabulary of 1000
+in 32-column tiles leaves an 8-column tail that sums in another order at batch 8; 400 in 64-column tiles leaves 16).
 """
 
 from __future__ import annotations

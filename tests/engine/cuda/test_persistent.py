@@ -134,20 +134,6 @@ def _switch_cases() -> frozenset[Kind]:
     return frozenset(Kind(values[name]) for name in re.findall(r"^\s*case (k\w+):", src, re.M))
 
 
-def test_the_model_steps_own_kinds_are_refused_by_name():
-    from engine.cuda.persistent_schedule import build_model_step
-
-    sch = build_model_step(QWEN, 1, 151936, 128)
-    kinds = frozenset(t.kind for t in sch.tasks)
-    assert kinds - persistent.BUILT == {Kind.EMBED, Kind.FINAL_NORM, Kind.HEAD}
-    assert persistent.refusal(sch, kinds, torch.bfloat16) == (
-        "kinds ['EMBED', 'FINAL_NORM', 'HEAD'] are not built (built: ['ATTN_OUT', 'DOWN', 'GATE_UP', 'NORM1', "
-        "'NORM2', 'O_PROJ', 'QKV', 'ROPE_STORE', 'SCORES'])"
-    )
-    assert persistent.refusal(sch, kinds & persistent.BUILT, torch.bfloat16) is None  # its layer, as today's
-    assert not persistent.supports(sch, frozenset({Kind.HEAD}), torch.bfloat16, torch.device("cuda"))
-
-
 def test_what_the_kernel_does_not_run_is_refused():
     sch = build_schedule(QWEN)
     assert persistent.refusal(sch, persistent.BUILT, torch.bfloat16) is None
