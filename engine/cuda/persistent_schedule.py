@@ -6,12 +6,13 @@ target, runs the task, and adds one to its own counter. No grid barrier: a q/k/v
 is done, RoPE for KV head g when only g's q/k/v tiles are, a score chunk when its head group is rotated and stored,
 and so on down the layer. Tasks are queued in a topological order (every producer ahead of its consumers), so
 blocks taking them in queue order can always make progress, with any number of blocks.
-`build_step` chains layers; `build_model_step` is the whole decode step, token ids to logits:
-
-    embed[row] -> layer 0 .. layer N-1 -> final_norm[row] -> head[vocabulary tile]
 
     norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key chunk] -> attn_out[seq, kv head]
       -> o_proj[tile] (+ residual) -> norm2[row] -> gate_up[tile] (SiLU * up) -> down[tile] (+ residual)
+
+`build_step` chains layers; `build_model_step` is the whole decode step, token ids to logits:
+
+    embed[row] -> layer 0 -> ... -> layer N-1 -> final_norm[row] -> head[vocabulary tile]
 
 Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
 buffer), so `check` can prove, without running anything, that every read is ordered after its writers by the

@@ -170,19 +170,20 @@ def step_floor_bytes(s: LayerShape, layers: int, vocab: int, elt: int = 2) -> in
 
 
 def render_step(rows: list[tuple[int, Timing, Timing]], layers: int, head_cols: int) -> str:
-    """The whole step beside its layers: `rows` are (batch, the step's timing, the layers' alone)."""
+    """The whole step beside its layers: `rows` are (batch, the step's timing, the layers' alone). `+ head` columns:
+    the step's minus the layers' (the head, with the embedding's rows and the final norm)."""
     out = [
         f"whole decode step: embedding, {layers} layers, final norm, LM head {VOCAB} x 1024 "
         f"({VOCAB * 1024 * 2 / 1e6:.1f} MB bf16, tied to the embedding) in {head_cols}-column tiles "
         "(a model, not a measurement)",
-        f"{'batch':>5} {'floor us':>9} {'head floor us':>14} {'persistent us':>14} {'% floor':>8} "
-        f"{'after the layers us':>20} {'critical us':>12}",
+        f"{'batch':>5} {'floor us':>9} {'+ head floor us':>16} {'persistent us':>14} {'% floor':>8} "
+        f"{'layers alone us':>16} {'+ head us':>10} {'critical us':>12}",
     ]
     for batch, step, chain in rows:
-        head = (step.floor_s - chain.floor_s) * 1e6
         out.append(
-            f"{batch:>5} {step.floor_s * 1e6:>9.1f} {head:>14.1f} {step.makespan_s * 1e6:>14.1f} "
-            f"{step.fraction:>8.1%} {(step.makespan_s - chain.makespan_s) * 1e6:>20.1f} {step.critical_s * 1e6:>12.1f}"
+            f"{batch:>5} {step.floor_s * 1e6:>9.1f} {(step.floor_s - chain.floor_s) * 1e6:>16.1f} "
+            f"{step.makespan_s * 1e6:>14.1f} {step.fraction:>8.1%} {chain.makespan_s * 1e6:>16.1f} "
+            f"{(step.makespan_s - chain.makespan_s) * 1e6:>10.1f} {step.critical_s * 1e6:>12.1f}"
         )
     return "\n".join(out)
 

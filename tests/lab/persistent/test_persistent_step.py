@@ -14,7 +14,15 @@ from engine.cuda import persistent
 from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_step, build_step, check
 from lab.persistent import case as C
 from lab.persistent.__main__ import drop_wait
-from lab.persistent.model import VOCAB, Machine, estimate, qwen3_0_6b, qwen3_0_6b_step, step_floor_bytes
+from lab.persistent.model import (
+    VOCAB,
+    Machine,
+    estimate,
+    qwen3_0_6b,
+    qwen3_0_6b_step,
+    render_step,
+    step_floor_bytes,
+)
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_chunk=16)
@@ -143,6 +151,9 @@ def test_the_whole_steps_floor_counts_the_head_once():
     layers = estimate(build(qwen3_0_6b(1, 1024)), m, 2)  # the same two layers, no embedding and no head
     assert step.floor_s - layers.floor_s == pytest.approx((head + 1024) * 2 / 4.2e12)
     assert step.makespan_s > layers.makespan_s
+    table = render_step([(1, step, layers)], 2, 128).splitlines()
+    assert table[0].endswith("in 128-column tiles (a model, not a measurement)") and "311.2 MB bf16, tied" in table[0]
+    assert table[2].split()[:2] == ["1", f"{step.floor_s * 1e6:.1f}"] and table[2].split()[4] == f"{step.fraction:.1%}"
 
 
 def test_the_command_line_runs_the_whole_step_and_catches_its_bug(capsys):
