@@ -1,6 +1,6 @@
 """Binding for the persistent decode layer (persistent.cu): one launch of SM-count blocks runs a Qwen3 layer's task
-table (`persistent_schedule.Schedule.encode`): every layer kind (`BUILT`; not yet the model step's own), the whole
-layer in one launch, or a part of it (`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
+table (`persistent_schedule.Schedule.encode`): every kind (`BUILT`), the whole layer in one launch, or a part of it
+(`Schedule.encode(kinds=...)`) with the buffers the part does not write as inputs. Not wired into the kernel table: no flag, no arm, never on a user's path."""
 
 from __future__ import annotations
 
