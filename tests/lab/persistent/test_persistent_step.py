@@ -1,7 +1,7 @@
 """The whole persistent decode step (engine/cuda/persistent_schedule.py `build_model_step`: embedding, layers, final
 norm, LM head) run on virtual SMs (lab/persistent/sim.py): every interleaving drawn gives the engine's own
 Qwen3ForCausalLM's logits bit for bit in fp32 (and its final hidden state and K/V caches), at batch 1 and 8, with
-the head tied to the embedding or not; a head tile without its wait on the final norm, and a first norm without its
+the head tied to the embedding or not, and at Qwen3-0.6B's layer shapes with the time model's tiles; a head tile without its wait on the final norm, and a first norm without its
 wait on the embedding, are caught statically and as a read-before-write; the kernel binding refuses the new kinds by
 name; the time model's whole-step floor. CPU only."""
 
@@ -15,6 +15,7 @@ from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_s
 from lab.persistent import case as C
 from lab.persistent.__main__ import TILES, drop_wait
 from lab.persistent.model import (
+    HEAD_COLS,
     VOCAB,
     Machine,
     estimate,
@@ -26,13 +27,13 @@ from lab.persistent.model import (
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
 LENS = {1: [37], 8: [37, 5, 64, 100, 1, 17, 33, 80]}
-VOCAB_SMALL, HEAD_COLS = 400, 64  # six tiles of 64 and a tail of 16
+VOCAB_SMALL, COLS_SMALL = 400, 64  # six tiles of 64 and a tail of 16
 
 
 def _model(batch: int, layers: int = 2, tied: bool = True, seed: int | None = None) -> tuple[C.ModelCase, Schedule]:
     case = C.make_model(C.SMALL, LENS[batch], seed=batch if seed is None else seed, layers=layers,
                         vocab=VOCAB_SMALL, tied=tied)  # fmt: skip
-    return case, build_model_step(case.shape(True, **TILES), layers, VOCAB_SMALL, HEAD_COLS)
+    return case, build_model_step(case.shape(True, **TILES), layers, VOCAB_SMALL, COLS_SMALL)
 
 
 def _run_against_engine(case: C.ModelCase, sch: Schedule, sms: int, seed: int, check_reads: bool = True):
@@ -168,3 +169,11 @@ def test_the_command_line_runs_the_whole_step_and_catches_its_bug(capsys):
     head = 8 + tasks[8] + 8  # the first head tile, after the embeddings, the layer and the final norms at batch 8
     assert lines[-2].startswith(f"seeded bug (task {head}, head, without its wait on the final norm): static check 8 ")
     assert lines[-1] == "persistent layer: PASS"
+
+
+def test_qwen3_0_6b_shapes_with_the_models_tiles_are_bitwise_too():
+    case = C.make_model(C.QWEN3_0_6B, [300], seed=13, layers=1, vocab=1280)  # the real vocabulary is 151936
+    sch = build_model_step(qwen3_0_6b(1, 300), 1, 1280, HEAD_COLS)  # the time model's tiles
+    assert check(sch) == [] and sum(t.kind == Kind.HEAD for t in sch.tasks) == 10
+    _, _, same = _run_against_engine(case, sch, 132, 0)
+    assert same == {"final": True, "logits": True, "caches": True}
