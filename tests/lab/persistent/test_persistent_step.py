@@ -1,9 +1,10 @@
 """The whole persistent decode step (engine/cuda/persistent_schedule.py `build_model_step`: embedding, layers, final
 norm, LM head) run on virtual SMs (lab/persistent/sim.py): every interleaving drawn gives the engine's own
 Qwen3ForCausalLM's logits bit for bit in fp32 (and its final hidden state and K/V caches), at batch 1 and 8, with
-the head tied to the embedding or not, and at Qwen3-0.6B's layer shapes with the time model's tiles; a head tile without its wait on the final norm, and a first norm without its
-wait on the embedding, are caught statically and as a read-before-write; the kernel binding refuses the new kinds by
-name; the time model's whole-step floor. CPU only."""
+the head tied to the embedding or not, and at Qwen3-0.6B's layer shapes with the time model's tiles; a head tile
+without its wait on the final norm, and a first norm without its wait on the embedding, are caught statically and as
+a read-before-write; the kernel binding refuses the new kinds by name; the time model's whole-step floor. CPU
+only."""
 
 from __future__ import annotations
 
