@@ -27,7 +27,9 @@ MAX_WAITS = 2  # kMaxWaits
 CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
-BUILT = frozenset(Kind)  # the kernel's switch; a kind added to the schedule must be added there and here
+# the kernel's switch: one decoder layer's kinds. A kind given a case there is added here; the model step's EMBED,
+# FINAL_NORM and HEAD (persistent_schedule.build_model_step) have none yet, so `refusal` names them
+BUILT = frozenset(Kind[name] for name in "NORM1 QKV ROPE_STORE SCORES ATTN_OUT O_PROJ NORM2 GATE_UP DOWN".split())
 # The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
 # tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
 TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)

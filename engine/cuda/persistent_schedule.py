@@ -10,6 +10,10 @@ blocks taking them in queue order can always make progress, with any number of b
     norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key split] -> attn_out[seq, kv head]
       -> o_proj[tile] (+ residual) -> norm2[row] -> gate_up[tile] (SiLU * up) -> down[tile] (+ residual)
 
+`build_step` chains layers; `build_model_step` is the whole decode step, token ids to logits:
+
+    embed[row] -> layer 0 -> ... -> layer N-1 -> final_norm[row] -> head[vocabulary tile]
+
 Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
 buffer), so `check` can prove, without running anything, that every read is ordered after its writers by the
 counters; lab/persistent/sim.py runs the table on virtual SMs on the CPU and compares against the engine's own layer.
@@ -26,7 +30,7 @@ simulation use the shape's `context_lens` as one instance of those run-time leng
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 
@@ -40,6 +44,11 @@ class Kind(IntEnum):
     NORM2 = 6  # [row]: RMSNorm of the post-attention residual
     GATE_UP = 7  # [col0, col1]: gate and up columns, SiLU(gate) * up
     DOWN = 8  # [col0, col1]: down_proj columns plus the residual
+    # the model's own tasks around the layers (a whole decode step, `build_model_step`); their weights are the
+    # model's, their `layer` the one whose buffers they touch (0 for EMBED, the last for FINAL_NORM and HEAD)
+    EMBED = 9  # [row]: the row's token's embedding row into the step's x (layer 0's input)
+    FINAL_NORM = 10  # [row]: the model's final fused add + RMSNorm of the last layer's mlp + res2
+    HEAD = 11  # [col0, col1]: LM-head columns (a tile of the vocabulary) for every row: the logits
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ class Schedule:
     counters: list[str] = field(default_factory=list)  # names, by index
     expected: list[int] = field(default_factory=list)  # tasks signalling each counter
     layers: int = 1  # a step's layers; one layer's schedule names its buffers without a prefix
+    vocab: int = 0  # a whole model step's (`build_model_step`): token ids in, logits out; 0 for layers alone
 
     def name(self, layer: int, buffer: str) -> str:
         """A buffer's name in this schedule: `L<layer>.` before it in a step (the inputs `x`, `residual` are the
@@ -141,8 +151,17 @@ class Schedule:
         return buffer if self.layers == 1 or buffer in ("x", "residual") else f"L{layer}.{buffer}"
 
     def buffers(self) -> dict[str, tuple[int, int]]:
-        """Every buffer the tasks read or write, [rows, cols]."""
-        return {self.name(layer, n): size for layer in range(self.layers) for n, size in self.shape.buffers().items()}
+        """Every buffer the tasks read or write, [rows, cols]; a model step's adds its token ids (`ids`, one per
+        row), the final norm's output (`final`) and the `logits`."""
+        sizes = {self.name(layer, n): size for layer in range(self.layers) for n, size in self.shape.buffers().items()}
+        if self.vocab:
+            b, h = self.shape.batch, self.shape.hidden
+            sizes.update(ids=(b, 1), final=(b, h), logits=(b, self.vocab))
+        return sizes
+
+    def inputs(self) -> set[str]:
+        """The buffers written before the table starts: the token ids of a model step, else the layers' input."""
+        return {"ids"} if self.vocab else inputs(self.shape)
 
     def counter(self, name: str) -> int:
         self.counters.append(name)
@@ -216,8 +235,42 @@ def build_step(s: LayerShape, layers: int) -> Schedule:
     return sch
 
 
-def _layer(sch: Schedule, layer: int, before: int | None) -> int:
-    """Append one layer's tasks; `before` is the previous layer's down counter. Returns this layer's."""
+def build_model_step(s: LayerShape, layers: int, vocab: int, head_cols: int) -> Schedule:
+    """A whole decode step in queue order: the embedding of each row's token (EMBED), `layers` layers as in
+    `build_step` (layer 0's norm of a row waits on that row's embedding), the model's final norm of each row
+    (FINAL_NORM, after the last layer's down tiles) and the LM head in tiles of `head_cols` vocabulary columns
+    (HEAD, after every row's final norm). In: the token ids; out: the logits. The layers' shape is taken as layer
+    0's (`first`: no residual before the first norm). The head's weight may be the embedding's own (Qwen3-0.6B ties
+    them): one [vocab, hidden] matrix, the EMBED tasks reading a row each, the HEAD tiles all of it."""
+    s = replace(s, first=True)
+    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or vocab < 1 or head_cols < 1:
+        raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
+    sch = Schedule(s, layers=layers, vocab=vocab)
+    b, h, rows = s.batch, s.hidden, (0, s.batch)
+    embedded = [sch.counter(f"embed[{r}]") for r in range(b)]
+    for r in range(b):
+        row = (r, r + 1)
+        sch.add(Kind.EMBED, (r,), [], embedded[r], [Region("ids", row, (0, 1))], [Region("x", row, (0, h))], h)
+    down = _layer(sch, 0, None, embedded)
+    for layer in range(1, layers):
+        down = _layer(sch, layer, down)
+    last = layers - 1
+    normed = sch.counter("final_norm")
+    for r in range(b):
+        row = (r, r + 1)
+        ins = [Region(sch.name(last, "mlp"), row, (0, h)), Region(sch.name(last, "res2"), row, (0, h))]
+        sch.add(Kind.FINAL_NORM, (r,), [(down, sch.expected[down])], normed, ins, [Region("final", row, (0, h))],
+                layer=last)  # fmt: skip
+    head = sch.counter("head")
+    for cols in _cols(vocab, head_cols):
+        sch.add(Kind.HEAD, cols, [(normed, b)], head, [Region("final", rows, (0, h))], [Region("logits", rows, cols)],
+                (cols[1] - cols[0]) * h, last)  # fmt: skip
+    return sch
+
+
+def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | None = None) -> int:
+    """Append one layer's tasks; `before` is the previous layer's down counter, `embedded` (layer 0 of a model
+    step) each row's embedding counter. Returns this layer's down counter."""
     s, b = sch.shape, sch.shape.batch
     d, h, g = s.head_dim, s.hidden, s.group
     all_rows = (0, b)
@@ -237,7 +290,7 @@ def _layer(sch: Schedule, layer: int, before: int | None) -> int:
         row = (r, r + 1)
         if before is None:
             ins = [reg("x", (0, h), row)] + ([] if s.first else [reg("residual", (0, h), row)])
-            waits = []
+            waits = [] if embedded is None else [(embedded[r], 1)]  # the step's input, or the row's embedding
         else:  # the last layer's output and residual, once every down tile has written its columns
             ins = [Region(sch.name(layer - 1, "mlp"), row, (0, h)), Region(sch.name(layer - 1, "res2"), row, (0, h))]
             waits = [(before, sch.expected[before])]
@@ -325,7 +378,7 @@ def check(sch: Schedule) -> list[str]:
                     problems.append(f"task {t.index} ({t.kind.name}) writes {w} that task {other} writes too")
             writers[w.buffer].append((t.index, w))
     before: list[set[int]] = []  # tasks done before each one starts, by its waits (transitively)
-    external = inputs(sch.shape)
+    external = sch.inputs()
     for t in sch.tasks:
         done: set[int] = set()
         for counter, target in t.waits:

@@ -1,6 +1,7 @@
 """A decode step of one Qwen3 layer with seeded random weights, inputs and paged cache, and the engine's own layer
 (`engine.model.qwen3.Qwen3DecoderLayer` through the kernel table) run on it: the chain the persistent schedule must
-reproduce bitwise."""
+reproduce bitwise. `make_model` / `reference_model`: the same for a whole decode step of the engine's
+`Qwen3ForCausalLM` (token ids to logits)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,24 @@ from engine.cuda.persistent_schedule import LayerShape
 from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig, parse_config
-from engine.model.qwen3 import Qwen3DecoderLayer
+from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM
 from engine.ops.rope import rope_cos_sin
-from lab.persistent.sim import Step, Weights
+from lab.persistent.sim import Head, Step, Weights
 
 # Qwen3-0.6B's layer, and a small one of the same form for quick CPU runs
 QWEN3_0_6B = dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128)
 SMALL = dict(hidden_size=256, intermediate_size=640, num_attention_heads=8, num_key_value_heads=2, head_dim=128)
 
 
-def config(sizes: dict[str, int], window: int | None = None, layers: int = 1) -> ModelConfig:
+def config(
+    sizes: dict[str, int], window: int | None = None, layers: int = 1, vocab: int = 64, tied: bool = True
+) -> ModelConfig:
     raw = {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",
         "num_hidden_layers": layers,
-        "vocab_size": 64,
-        "tie_word_embeddings": True,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
         "max_position_embeddings": 1 << 16,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1e6,
@@ -51,7 +54,7 @@ class Case:
     def shape(self, first: bool, **tiles: int) -> LayerShape:
         c = self.layer.self_attn
         return LayerShape(
-            hidden=self.step.x.shape[1],
+            hidden=self.weights[0].wq.shape[1],
             heads=c.num_heads,
             kv_heads=c.num_kv_heads,
             head_dim=c.head_dim,
@@ -87,10 +90,20 @@ def make(
     cfg = config(sizes, window, layers)
     g = torch.Generator().manual_seed(seed)
     stack = [Qwen3DecoderLayer(cfg, i, torch.float32) for i in range(layers)]
+    _randomise((p for layer in stack for p in layer.parameters()), g)
+    step = _step(cfg, context_lens, g, block_size, layers)
+    return Case(stack, [Weights.of(layer) for layer in stack], step)
+
+
+def _randomise(params, g: torch.Generator) -> None:
+    """Matrices: unit-variance outputs; norms: ~1."""
     with torch.no_grad():
-        for p in (p for layer in stack for p in layer.parameters()):  # matrices: unit-variance outputs; norms: ~1
+        for p in params:
             noise = torch.randn(p.shape, generator=g)
             p.copy_(noise / p.shape[-1] ** 0.5 if p.dim() == 2 else 1 + 0.1 * noise)
+
+
+def _step(cfg: ModelConfig, context_lens: list[int], g: torch.Generator, block_size: int, layers: int) -> Step:
     b, kv, d = len(context_lens), cfg.num_key_value_heads, cfg.head_dim
     per_seq = [(n + block_size - 1) // block_size for n in context_lens]
     blocks = sum(per_seq) + 1
@@ -102,7 +115,7 @@ def make(
     pos = (lens - 1).long()
     slots = tables.long()[torch.arange(b), pos // block_size] * block_size + pos % block_size
     cos, sin = rope_cos_sin(pos, d, cfg.rope_theta, torch.float32)
-    step = Step(
+    return Step(
         x=torch.randn(b, cfg.hidden_size, generator=g),
         residual=torch.randn(b, cfg.hidden_size, generator=g),
         k_cache=torch.randn(blocks, block_size, kv, d, generator=g),
@@ -117,7 +130,35 @@ def make(
             for _ in range(layers - 1)
         ],
     )
-    return Case(stack, [Weights.of(layer) for layer in stack], step)
+
+
+@dataclass
+class ModelCase(Case):
+    """A whole decode step: the engine's causal LM, its layers' weights and its own (`head`), the step's ids."""
+
+    lm: Qwen3ForCausalLM | None = None
+    head: Head | None = None
+
+
+def make_model(
+    sizes: dict[str, int],
+    context_lens: list[int],
+    seed: int,
+    layers: int,
+    vocab: int,
+    tied: bool = True,
+    block_size: int = 16,
+) -> ModelCase:
+    """The engine's `Qwen3ForCausalLM` with random weights (as `make`'s; the head the embedding's own tensor when
+    `tied`), a token id per sequence and the caches; the step's `x` is None (its EMBED tasks write it)."""
+    cfg = config(sizes, None, layers, vocab, tied)
+    g = torch.Generator().manual_seed(seed)
+    lm = Qwen3ForCausalLM(cfg, torch.float32)
+    _randomise(lm.parameters(), g)  # a tied head is one parameter: drawn once
+    step = replace(_step(cfg, context_lens, g, block_size, layers), x=None, residual=None)
+    step.ids = torch.randint(0, vocab, (len(context_lens),), generator=g)
+    stack = list(lm.model.layers)
+    return ModelCase(stack, [Weights.of(layer) for layer in stack], step, lm, Head.of(lm))
 
 
 def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
@@ -139,3 +180,22 @@ def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
     assert residual is not None  # every layer returns the residual it formed
     prefix = "" if len(case.layers) == 1 else f"L{len(case.layers) - 1}."
     return {prefix + "mlp": hidden, prefix + "res2": residual, prefix + "out": hidden + residual}
+
+
+def reference_model(case: ModelCase, step: Step) -> dict[str, torch.Tensor]:
+    """The engine's model on `step` (caches written in place): its final hidden state (`final`, after the model's
+    norm) and `logits` (`compute_logits`), keyed by the schedule's buffer names."""
+    assert case.lm is not None and step.ids is not None
+    flags = FlagSnapshot.defaults()
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=step.slot_mapping,
+        kv_caches=step.caches(),
+        block_tables=step.block_tables,
+        context_lens=step.context_lens,
+        flags=flags,
+    )
+    positions = (step.context_lens - 1).long()  # the RoPE `_step` gave the layers: this token's position
+    with torch.no_grad():
+        final = case.lm(step.ids, positions, batch)
+        return {"final": final, "logits": case.lm.compute_logits(final, flags)}

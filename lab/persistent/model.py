@@ -1,7 +1,7 @@
 """A model of the persistent decode layer's time on the H200, from its schedule's bytes: why it would reach a given
 fraction of the weight-streaming floor, and what a grid barrier per phase (today's chain of launches) costs.
 
-    python -m lab.persistent.model [--batch 1,8,32] [--context 1024] [--layers 28] [--sms 132]
+    python -m lab.persistent.model [--batch 1,8,32] [--context 1024] [--layers 28] [--sms 132] [--head-cols 128]
 
 Every number here is an assumption stated in `Machine`, not a measurement: an SM streams DRAM at the copy bandwidth
 (the 4.2 TB/s the H200 records measure) shared among the SMs busy when it starts, at most `sm_peak_bytes_per_s`
@@ -10,6 +10,12 @@ for its counter wait and signal, and a task's weights (up to `smem_bytes`) strea
 still waits on its counters, the point of fine-grained dependencies. SMs take tasks in queue order, each as soon
 as it is free (list scheduling); layers follow each other, the next layer's norm waiting on the last one's down
 tiles. The floor is the decode bench's: the weights read once, plus the K/V once at batch > 1.
+
+Below the layers' rows, the whole decode step (`build_model_step`: each row's embedding, the layers, the final
+norm, the LM head in tiles of `--head-cols` vocabulary columns) against the whole step's floor, which adds the head
+(Qwen3-0.6B's 151936 x 1024, 311 MB in bf16: the embedding's own matrix, the model ties them, so it is read once,
+by the head; the EMBED tasks read one row a token) to the layers' weights. The model's sizes are Qwen3-0.6B's from
+its config, the tiles and the machine are assumptions.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import argparse
 from collections import defaultdict
 from dataclasses import dataclass
 
-from engine.cuda.persistent_schedule import Kind, LayerShape, Schedule, Task, build
+from engine.cuda.persistent_schedule import Kind, LayerShape, Schedule, Task, build, build_model_step
 
 KV_KINDS = (Kind.SCORES, Kind.ATTN_OUT)
+VOCAB = 151936  # Qwen3-0.6B's vocabulary (config.json `vocab_size`); the LM head is [VOCAB, hidden]
+HEAD_COLS = 128  # vocabulary columns per head tile: 1187 tiles (9 a SM on 132), 256 KB of bf16 weight each
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,40 @@ def qwen3_0_6b(batch: int, context: int) -> LayerShape:
                       key_splits=4)  # fmt: skip
 
 
+def qwen3_0_6b_step(batch: int, context: int, layers: int = 28, head_cols: int = HEAD_COLS) -> Schedule:
+    """Qwen3-0.6B's whole decode step: embedding, `layers` layers with `qwen3_0_6b`'s tiles, final norm, head."""
+    return build_model_step(qwen3_0_6b(batch, context), layers, VOCAB, head_cols)
+
+
+def step_floor_bytes(s: LayerShape, layers: int, vocab: int, elt: int = 2) -> int:
+    """The whole step's bytes read at least once: every layer's matrices (the norms' vectors left out, as the
+    layers' floor does), the head's [vocab, hidden] (a tied embedding is that same matrix), one embedding row per
+    sequence, and the K/V once at batch > 1."""
+    h, q, kv = s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim
+    layer = h * (q + 2 * kv) + q * h + 3 * h * s.intermediate
+    cache = 2 * sum(s.context_lens) * kv if s.batch > 1 else 0  # K and V of every allowed key, every layer
+    return elt * (layers * (layer + cache) + vocab * h + s.batch * h)
+
+
+def render_step(rows: list[tuple[int, Timing, Timing]], layers: int, head_cols: int) -> str:
+    """The whole step beside its layers: `rows` are (batch, the step's timing, the layers' alone). `+ head` columns:
+    the step's minus the layers' (the head, with the embedding's rows and the final norm)."""
+    out = [
+        f"whole decode step: embedding, {layers} layers, final norm, LM head {VOCAB} x 1024 "
+        f"({VOCAB * 1024 * 2 / 1e6:.1f} MB bf16, tied to the embedding) in {head_cols}-column tiles "
+        "(a model, not a measurement)",
+        f"{'batch':>5} {'floor us':>9} {'+ head floor us':>16} {'persistent us':>14} {'% floor':>8} "
+        f"{'layers alone us':>16} {'+ head us':>10} {'critical us':>12}",
+    ]
+    for batch, step, chain in rows:
+        out.append(
+            f"{batch:>5} {step.floor_s * 1e6:>9.1f} {(step.floor_s - chain.floor_s) * 1e6:>16.1f} "
+            f"{step.makespan_s * 1e6:>14.1f} {step.fraction:>8.1%} {chain.makespan_s * 1e6:>16.1f} "
+            f"{(step.makespan_s - chain.makespan_s) * 1e6:>10.1f} {step.critical_s * 1e6:>12.1f}"
+        )
+    return "\n".join(out)
+
+
 def render(rows: list[tuple[int, Timing, Timing, Timing, Timing]], layers: int, splits: int) -> str:
     out = [
         f"persistent decode, Qwen3-0.6B's layer x {layers} (a model of the H200, not a measurement)",
@@ -175,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--barrier-us", type=float, default=3.0, help="a launch's ramp and drain in the barrier model")
     p.add_argument("--pv-splits", type=int, default=8, help="key ranges per P.V task in the split column (default 8)")
+    p.add_argument("--head-cols", type=int, default=HEAD_COLS, help="vocabulary columns per LM-head tile")
     args = p.parse_args(argv)
     m = Machine(sms=args.sms)
-    rows = []
+    rows, steps = [], []
     for batch in (int(x) for x in args.batch.split(",")):
         sch = build(qwen3_0_6b(batch, args.context))
         barrier = Machine(sms=args.sms, barrier_s=args.barrier_us * 1e-6)
@@ -191,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
                 split,
             )
         )
+        whole = qwen3_0_6b_step(batch, args.context, args.layers, args.head_cols)
+        steps.append((batch, estimate(whole, m, 1), rows[-1][1]))
     print(render(rows, args.layers, args.pv_splits))
+    print(render_step(steps, args.layers, args.head_cols))
     return 0
 
 

@@ -14,6 +14,12 @@ output's sum order itself; on the CPU the library picks it from the call's shape
 reference's bits only where the tile's call keeps them: GEMV tiles of any width at batch 1 (16 columns or more at
 batch 8 and 32, measured with torch 2.13's CPU wheel), SiLU on multiples of 32 elements (its vector width; a
 narrower tail runs a scalar path), and the scores computed by the reference's call over all keys (below).
+
+A whole model step (`build_model_step`) also runs the model's own tasks with its `Head` weights: EMBED (the
+reference `embedding`, an exact row copy), FINAL_NORM (`fused_add_rms_norm`, the model's final norm) and HEAD
+(`linear` on a tile of the head's rows), compared with the engine's `Qwen3ForCausalLM` (forward, then
+`compute_logits`). The head's tiles obey the GEMV rule above, the tail tile included (measured: a vocabulary of 1000
+in 32-column tiles leaves an 8-column tail that sums in another order at batch 8; 400 in 64-column tiles leaves 16).
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.cuda.persistent_schedule import Region, Schedule, Task, inputs
+from engine.cuda.persistent_schedule import Kind, Region, Schedule, Task
 from engine.ops.act import silu_and_mul
-from engine.ops.gemv import linear
+from engine.ops.gemv import embedding, linear
 from engine.ops.norm import fused_add_rms_norm, qk_norm, rms_norm
 from engine.ops.paged_attn import gather_sequence
 from engine.ops.rope import apply_rope_neox
@@ -70,10 +76,28 @@ class Weights:
 
 
 @dataclass
-class Step:
-    """One decode step's inputs to the layer: its input rows, the paged cache (written in place) and RoPE."""
+class Head:
+    """A model's own weights around its layers: the embedding, the final norm and the LM head (the embedding's
+    tensor itself where the model ties them, as Qwen3-0.6B does)."""
 
-    x: torch.Tensor  # [batch, hidden]
+    embed: torch.Tensor  # [vocab, hidden]
+    norm: torch.Tensor  # [hidden]
+    head: torch.Tensor  # [vocab, hidden]
+    eps: float
+
+    @classmethod
+    def of(cls, lm) -> Head:
+        """From an engine `Qwen3ForCausalLM` (one rank: the whole vocabulary)."""
+        m = lm.model
+        return cls(m.embed_tokens.weight, m.norm.weight, lm.lm_head.weight, m.norm.eps)
+
+
+@dataclass
+class Step:
+    """One decode step's inputs to the layers: its input rows (or, for a whole model step, its token ids), the
+    paged cache (written in place) and RoPE."""
+
+    x: torch.Tensor | None  # [batch, hidden]; None for a model step (its EMBED tasks write x)
     residual: torch.Tensor | None  # [batch, hidden]; None for layer 0
     k_cache: torch.Tensor  # [num_blocks, block_size, kv_heads, head_dim]
     v_cache: torch.Tensor
@@ -83,6 +107,7 @@ class Step:
     cos: torch.Tensor  # [batch, head_dim]
     sin: torch.Tensor
     more_caches: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # a step's later layers
+    ids: torch.Tensor | None = None  # [batch] int64: each row's token, a model step's input
 
     def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.k_cache, self.v_cache), *self.more_caches]
@@ -106,6 +131,7 @@ def simulate(
     sms: int,
     seed: int,
     check_reads: bool = True,
+    model: Head | None = None,  # a model step's (`Schedule.vocab`): embedding, final norm and head
 ) -> Run:
     """Run every task of `sch` on `sms` virtual SMs in the interleaving `seed` draws; the caches are written in
     place."""
@@ -113,14 +139,19 @@ def simulate(
     caches = step.caches()
     if len(weights) != sch.layers or len(caches) != sch.layers:
         raise ValueError(f"{sch.layers} layers: {len(weights)} weights and {len(caches)} caches given")
-    dtype = step.x.dtype
+    if bool(sch.vocab) != (model is not None and step.ids is not None):
+        raise ValueError("a model step takes the model's Head and the step's ids; a layer step neither")
+    dtype = weights[0].wq.dtype
     sizes = sch.buffers()
     buffers = {name: torch.full(size, float("nan"), dtype=dtype) for name, size in sizes.items()}
     written = {name: torch.zeros(size, dtype=torch.bool) for name, size in sizes.items()}
-    buffers["x"].copy_(step.x)
-    if step.residual is not None:
+    if step.ids is not None and sch.vocab:
+        buffers["ids"] = step.ids.to(torch.int64).view(-1, 1)
+    if step.x is not None and not sch.vocab:
+        buffers["x"].copy_(step.x)
+    if step.residual is not None and not sch.vocab:
         buffers["residual"].copy_(step.residual)
-    for name in inputs(sch.shape):
+    for name in sch.inputs():
         written[name].fill_(True)
     flats = []
     for k_cache, v_cache in caches:
@@ -129,7 +160,7 @@ def simulate(
         v_flat[step.slot_mapping] = float("nan")
         flats.append((k_flat, v_flat))
     run = Run(buffers)
-    ctx = _Context(sch, weights, step, buffers, flats)
+    ctx = _Context(sch, weights, step, buffers, flats, model)
     counters = [0] * len(sch.counters)
     rng = random.Random(seed)
     head = 0
@@ -184,14 +215,31 @@ def _check_reads(task: Task, written: dict[str, torch.Tensor], seed: int) -> Non
             )
 
 
+MODEL_KINDS = (Kind.EMBED, Kind.FINAL_NORM, Kind.HEAD)  # run with the model's weights, not a layer's
+
+
 class _Context:
     """Each kind of task on its tile, with the reference ops; returns the writes to publish at its finish."""
 
-    def __init__(self, sch: Schedule, weights: list[Weights], step: Step, buffers, flats) -> None:
+    def __init__(self, sch: Schedule, weights: list[Weights], step: Step, buffers, flats, model: Head | None) -> None:
         self.sch, self.s, self.ws, self.step, self.b, self.flats = sch, sch.shape, weights, step, buffers, flats
+        self.model = model
 
     def execute(self, t: Task) -> list[tuple[Region, object]]:
-        return getattr(self, t.kind.name.lower())(t, self.ws[t.layer])
+        return getattr(self, t.kind.name.lower())(t, self.model if t.kind in MODEL_KINDS else self.ws[t.layer])
+
+    def embed(self, t: Task, m: Head):
+        r = t.args[0]
+        return [(t.writes[0], embedding(self.b["ids"][r], m.embed))]  # the row's token's row: a copy, exact
+
+    def final_norm(self, t: Task, m: Head):
+        r = t.args[0]
+        mlp, res2 = (self.b[region.buffer][r : r + 1] for region in t.reads)
+        return [(t.writes[0], fused_add_rms_norm(mlp, res2, m.norm, m.eps)[0])]  # the model's Qwen3Model.norm
+
+    def head(self, t: Task, m: Head):
+        c0, c1 = t.args
+        return [(t.writes[0], linear(self.b["final"], m.head[c0:c1]))]  # lm_head's columns c0..c1
 
     def buf(self, t: Task, name: str) -> torch.Tensor:
         return self.b[self.sch.name(t.layer, name)]

@@ -8,6 +8,7 @@ layer's output."""
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import replace
 
 import pytest
@@ -130,10 +131,19 @@ def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
     assert rope[6:8] == [sch.counters.index("qkv[0]"), 4 * 128 // 32]  # KV head 0's q heads, k and v tiles
 
 
+def _switch_cases() -> frozenset[Kind]:
+    """The kinds with a `case` in persistent.cuh's task switch, by the values of its `enum Kind`."""
+    src = (build.CUDA_DIR / "persistent.cuh").read_text()
+    enum = re.search(r"enum Kind : int \{([^}]*)\}", src)
+    assert enum is not None, "persistent.cuh: no `enum Kind : int { ... }`"
+    values = {name: int(v) for name, v in re.findall(r"(k\w+) = (\d+)", enum.group(1))}
+    return frozenset(Kind(values[name]) for name in re.findall(r"^\s*case (k\w+):", src, re.M))
+
+
 def test_what_the_kernel_does_not_run_is_refused():
     sch = build_schedule(QWEN)
     assert persistent.refusal(sch, persistent.BUILT, torch.bfloat16) is None
-    assert persistent.BUILT == frozenset(Kind)  # every kind of the schedule has its case in the kernel's switch
+    assert persistent.BUILT == _switch_cases()  # BUILT is the kernel's switch, no more and no less
     assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
     odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
     assert persistent.refusal(odd, FRONT, torch.bfloat16) == "hidden 1020 not a multiple of 8"
