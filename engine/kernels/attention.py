@@ -5,6 +5,7 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
@@ -14,7 +15,9 @@ from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
+from engine.cuda import split_table
 from engine.cuda import splitkv as cuda_splitkv
+from engine.flags import FlagSnapshot
 from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
@@ -224,6 +227,14 @@ extend_attention = Op(
         ),
     ],
 )
+
+
+def split_table_scope(snapshot: FlagSnapshot) -> AbstractContextManager[None]:
+    """The paged decode arms' split count: the measured table's where VT_ATTN_SPLIT_TABLE is on and it holds the
+    shape (engine/cuda/split_table.py), else each arm's occupancy rule."""
+    return split_table.active(snapshot.enabled("VT_ATTN_SPLIT_TABLE"))
+
+
 # Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
 # tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then the
 # generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
@@ -301,4 +312,5 @@ paged_decode_attention = Op(
             partial(_PA.launch_decode, arm=_PA.WARP),
         ),
     ],
+    scope=split_table_scope,
 )

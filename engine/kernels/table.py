@@ -36,6 +36,10 @@ The contract (what model code, gates and benchmarks may rely on):
   `COUNTS.declines[(op, arm, reason)]` ("no CUDA device", "sm_90 (cuda:0 is sm_80)", ...). `on_device(device)`
   makes the table take every CUDA input to be on `device` (a `Device` value) instead: what a test or a benchmark
   uses to ask what the table would choose on another GPU.
+- An `Op` may have a `scope(snapshot)`: a context manager every call and `choose` run their arm choice and kernel
+  in, for a setting of its arms that a flag selects without another arm (the paged decode attention's measured
+  split table, VT_ATTN_SPLIT_TABLE): the bindings read it there, so it too comes from the snapshot alone.
+  `run_arm` runs at the default flags' scope.
 - `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
   peer in place of the op's arms with it (lab/gates/peer_attention.py), counted as `(op, its name)`.
 - Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
@@ -54,7 +58,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -180,6 +184,7 @@ class Op(Generic[P, R]):
         check: Callable[P, None],
         arms: Sequence[Arm] = (),
         by_name: Sequence[Arm] = (),
+        scope: Callable[[FlagSnapshot], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.name = reference.__name__
         self.reference = reference
@@ -194,12 +199,21 @@ class Op(Generic[P, R]):
         # an arm that takes every call, whatever the flags and the device (a gate's peer, lab/gates/
         # peer_attention.py); set and cleared by the gate around its run, counted like any arm
         self.injected: Arm | None = None
+        self._scope = scope
+
+    def scope(self, snapshot: FlagSnapshot) -> AbstractContextManager[Any]:
+        """The context this op's arms choose and run in under `snapshot` (none unless the op declares one)."""
+        return nullcontext() if self._scope is None else self._scope(snapshot)
 
     def __call__(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> R:
         self.check(*args, **kwargs)
         if self.injected is not None:
             COUNTS.ran[(self.name, self.injected.name)] += 1
             return self.injected.kernel(*args, **kwargs)
+        with self.scope(snapshot):
+            return self._run(snapshot, args, kwargs)
+
+    def _run(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         arm = self._select(snapshot, args, kwargs, count=True)
         if arm is None:
             COUNTS.ran[(self.name, REFERENCE_ARM)] += 1
@@ -213,7 +227,8 @@ class Op(Generic[P, R]):
         """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
         if self.injected is not None:
             return self.injected.name
-        arm = self._select(snapshot, args, kwargs, count=False)
+        with self.scope(snapshot):
+            arm = self._select(snapshot, args, kwargs, count=False)
         return REFERENCE_ARM if arm is None else arm.name
 
     def run_arm(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -230,11 +245,12 @@ class Op(Generic[P, R]):
         lacking = arm.lacks(device_of(first)) if first.is_cuda else None
         if lacking is not None:
             raise ValueError(f"{self.name}: arm {name!r} needs {lacking}")
-        if not arm.supports(*args, **kwargs):
-            raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
-        if arm.composite:
-            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
-        return arm.kernel(*args, **kwargs)
+        with self.scope(FlagSnapshot.defaults()):
+            if not arm.supports(*args, **kwargs):
+                raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
+            if arm.composite:
+                return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
+            return arm.kernel(*args, **kwargs)
 
     def arm(self, name: str) -> Arm:
         for arm in (*self.arms, *self.by_name, *filter(None, [self.injected])):
