@@ -88,11 +88,8 @@ class Table:
         return max(1, min(nearest.splits, MAX_SPLITS, -(-context // TILE)))
 
 
-Tables = Mapping[tuple[str, str, str], Table]  # (device, dtype, arm) -> its table
-
-
 def parse(data: Any, source: str) -> dict[tuple[str, str, str], Table]:
-    """The tables of one file's JSON; a `SplitTableError` naming `source` and the bad field otherwise."""
+    """The tables of one file's JSON by (device, dtype, arm); a `SplitTableError` naming `source` and the bad field otherwise."""
 
     def bad(where: str, what: str) -> SplitTableError:
         return SplitTableError(f"{source}: {where}: {what}")
@@ -176,7 +173,7 @@ def clear_cache() -> None:
 def active(on: bool, source: Path | None = None) -> Iterator[None]:
     """Within it the arms consult the tables (when `on`) of `source` (default: `use`'s, else DEFAULT_DIR)."""
     on_token = _ON.set(on)
-    source_token = _SOURCE.set(Path(source)) if source is not None else None
+    source_token = _SOURCE.set(Path(source).resolve()) if source is not None else None
     try:
         yield
     finally:
@@ -189,7 +186,7 @@ def active(on: bool, source: Path | None = None) -> Iterator[None]:
 def use(source: Path) -> Iterator[None]:
     """Within it the tables come from `source` (a file or a folder) instead of DEFAULT_DIR: a test's or a
     benchmark's own table; whether they are consulted is still `active`'s."""
-    token = _SOURCE.set(Path(source))
+    token = _SOURCE.set(Path(source).resolve())
     try:
         yield
     finally:
@@ -215,7 +212,8 @@ def chosen(arm: str, rows: int, context: int, head_dim: int, dtype: torch.dtype,
     device, dtype and arm, or a shape outside its grid. A malformed table file raises `SplitTableError`."""
     if not _ON.get():
         return None
-    table = _tables(source().resolve()).get((device_name(device_index), str(dtype).removeprefix("torch."), arm))
+    key = (device_name(device_index), str(dtype).removeprefix("torch."), arm)
+    table = _tables(source()).get(key)  # the source is resolved when set: no file-system call per launch
     splits = None if table is None else table.lookup(rows, context, head_dim)
     if splits is not None:
         HITS[(arm, splits)] += 1
