@@ -4,8 +4,8 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -18,7 +18,7 @@ from engine.cuda import prefill_attn as cuda_prefill
 from engine.cuda import split_table
 from engine.cuda import splitkv as cuda_splitkv
 from engine.flags import FlagSnapshot
-from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
+from engine.kernels.table import COUNTS, FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
 
@@ -229,10 +229,16 @@ extend_attention = Op(
 )
 
 
-def split_table_scope(snapshot: FlagSnapshot) -> AbstractContextManager[None]:
+@contextmanager
+def split_table_scope(snapshot: FlagSnapshot, count: bool) -> Iterator[None]:
     """The paged decode arms' split count: the measured table's where VT_ATTN_SPLIT_TABLE is on and it holds the
-    shape (engine/cuda/split_table.py), else each arm's occupancy rule."""
-    return split_table.active(snapshot.enabled("VT_ATTN_SPLIT_TABLE"))
+    shape (engine/cuda/split_table.py), else each arm's occupancy rule; with `count`, a call the table decided is
+    counted as the flag's (`COUNTS.settings`)."""
+    with split_table.active(snapshot.enabled("VT_ATTN_SPLIT_TABLE")):
+        before = split_table.HITS.total()
+        yield
+        if count and split_table.HITS.total() > before:
+            COUNTS.settings[("paged_decode_attention", "VT_ATTN_SPLIT_TABLE")] += 1
 
 
 # Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch

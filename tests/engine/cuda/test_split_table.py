@@ -160,6 +160,44 @@ def test_the_kernel_table_chooses_and_runs_in_the_snapshots_scope() -> None:
     )
 
 
+def test_a_call_the_table_decided_counts_as_the_flags(on_an_h200: None) -> None:
+    """`arms_ran("VT_ATTN_SPLIT_TABLE")`, what the flip protocol asks of a flag, counts the calls whose split count
+    the table chose: not those under the flag off, nor the rule's past the grid, nor `choose`."""
+    from engine.kernels import attention
+
+    def kernel(s: paged_attn_tiled.Shape) -> int:
+        return s.splits()
+
+    op = Op(
+        kernel, lambda s: None, [Arm("fast", (), lambda s: True, "anything", kernel)], scope=attention.split_table_scope
+    )
+    on = FlagSnapshot.defaults().with_(VT_ATTN_SPLIT_TABLE=True)
+    on_gpu = shape(1, 8, 1024)  # rows 8, capacity 1024: the table's 16
+    kernels.reset_counts()
+    with kernels.on_device(H200):
+        assert op(FlagSnapshot.defaults(), _Cuda(on_gpu)) == RULE
+        assert op(on, _Cuda(shape(32, 8, 1024))) == RULE  # rows 256: past the grid
+        assert op.choose(on, _Cuda(on_gpu)) == "fast"
+        assert kernels.arms_ran("VT_ATTN_SPLIT_TABLE") == 0
+        assert op(on, _Cuda(on_gpu)) == 16
+    assert kernels.counts().settings == {("paged_decode_attention", "VT_ATTN_SPLIT_TABLE"): 1}
+    assert kernels.arms_ran("VT_ATTN_SPLIT_TABLE") == 1
+    assert (
+        "setting paged_decode_attention 1: VT_ATTN_SPLIT_TABLE changed what its arm launched" in kernels.render_counts()
+    )
+    kernels.reset_counts()
+    assert kernels.arms_ran("VT_ATTN_SPLIT_TABLE") == 0
+
+
+class _Cuda(paged_attn_tiled.Shape):
+    """A launch geometry that passes for a CUDA input in the table's arm choice."""
+
+    is_cuda = True
+
+    def __new__(cls, s: paged_attn_tiled.Shape) -> _Cuda:
+        return super().__new__(cls, *s)
+
+
 @pytest.mark.parametrize(
     "doc,message",
     [
