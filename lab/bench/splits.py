@@ -4,14 +4,15 @@ rotating input sets, the counts interleaved rep by rep, rep 0 dropped; the faste
 count by the A/B rule of lab.bench.stats (a win needs non-overlapping bands and every pair agreeing).
 
     python -m lab bench splits [--arm tiled|onepass] [--rows 8,16,...] [--contexts 1024,...] [--head-dims 128,256]
-                               [--reps 8] [--dtype bfloat16] [--ledger DIR] [--out FILE] [--allow-dirty]
+                               [--no-peers] [--reps 8] [--dtype bfloat16] [--ledger DIR] [--out FILE]
 
 `--arm tiled` (the default) is the default arm, the pipelined P.V pass (with VT_ATTN_PDL's dependent launch where
 its grid is at most 2 blocks per SM, as `tiled_pipelined_pdl` takes it); `onepass` the one-pass arm (OFF today).
 Prints one line per point: the rule's count and time, the fastest count and time, the ratio (rule time over the
 fastest's: > 1 the rule is slower), the verdict, and the count the table keeps: the fastest where it wins, else
-the rule's. `--out FILE` writes that table (engine/cuda/split_table.py's format; commit it as
-engine/data/attn_splits/<device>.json for VT_ATTN_SPLIT_TABLE), `--ledger DIR` the ledger record."""
+the rule's. A point that fails (out of memory) is named and passed over, and the run exits 1. `--out FILE` writes
+that table (engine/cuda/split_table.py's format; commit it as engine/data/attn_splits/<device>.json for
+VT_ATTN_SPLIT_TABLE), `--ledger DIR` the ledger record."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ import torch
 
 from lab.bench.figures import PEER_SHAPES, attn_shape_id
 from lab.bench.stats import ab_verdict, drop_warmup
+from lab.bench.timing import first_line
 from lab.gates.ledger import figure, head_sha, repo_root, write_record
 
 ARMS = ("tiled", "onepass")
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=parse_ints, default=list(ROWS), help="batch x KV heads, comma-separated")
     p.add_argument("--contexts", type=parse_ints, default=list(CONTEXTS), help="tokens, multiples of 32")
     p.add_argument("--head-dims", type=parse_ints, default=list(HEAD_DIMS), help=f"of {sorted(HEADS)}")
+    p.add_argument("--no-peers", action="store_true", help="the grid alone, without the six peer shapes")
     p.add_argument("--reps", type=int, default=8, help="repetitions per split count, interleaved (rep 0 dropped)")
     p.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the ledger record into DIR")
@@ -82,16 +86,17 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--rows {bad[0]}: head_dim {d} runs at {kv} KV heads, so rows must be a multiple of {kv}")
 
 
-def grid(rows: list[int], contexts: list[int], head_dims: list[int]) -> list[dict[str, Any]]:
-    """The points to measure: every (rows, context, head_dim) at HEADS' heads, then the peer shapes of these head
-    dims at their own heads (in place of a grid point with the same rows, context and head_dim), named `peer`."""
+def grid(rows: list[int], contexts: list[int], head_dims: list[int], peers: bool = True) -> list[dict[str, Any]]:
+    """The points to measure: every (rows, context, head_dim) at HEADS' heads, then (with `peers`) the peer shapes
+    of these head dims at their own heads (in place of a grid point with the same rows, context and head_dim),
+    named `peer`."""
     points: dict[tuple[int, int, int], dict[str, Any]] = {}
     for d in head_dims:
         hq, hkv = HEADS[d]
         for r in rows:
             for c in contexts:
                 points[(r, c, d)] = {"batch": r // hkv, "hq": hq, "hkv": hkv, "ctx": c, "d": d, "peer": None}
-    for s in PEER_SHAPES:
+    for s in PEER_SHAPES if peers else ():
         if s["d"] in head_dims:
             key = (s["batch"] * s["hkv"], s["ctx"], s["d"])
             points[key] = {**{k: s[k] for k in ("batch", "hq", "hkv", "ctx", "d")}, "peer": attn_shape_id(s)}
@@ -144,15 +149,18 @@ def table_text(rows: list[dict[str, Any]], arm: str, dtype: str, device: str) ->
     return "\n".join(out)
 
 
-def table_doc(rows: list[dict[str, Any]], arm: str, dtype: str, device: str, command: str) -> dict[str, Any]:
+def table_doc(
+    rows: list[dict[str, Any]], arm: str, dtype: str, device: str, command: str, missed: Sequence[str] = ()
+) -> dict[str, Any]:
     """The measured table in engine/cuda/split_table.py's format: per point its count, and beside it what it was
-    chosen from."""
+    chosen from; the points not measured, with why."""
     keep = ("rule", "rule_us", "best", "best_us", "ratio", "verdict", "hq", "hkv", "peer")
     points = [
         {"rows": r["rows"], "context": r["ctx"], "head_dim": r["d"], "splits": r["splits"], **{k: r[k] for k in keep}}
         for r in rows
     ]
-    table = {"device": device, "dtype": dtype, "arm": arm, "command": command, "commit": _commit(), "points": points}
+    table: dict[str, Any] = {"device": device, "dtype": dtype, "arm": arm, "command": command, "commit": _commit()}
+    table.update(not_measured=list(missed), points=points)
     return {"schema": 1, "kind": "attn-split-table", "tables": [table]}
 
 
@@ -172,7 +180,14 @@ def point_text(r: dict[str, Any]) -> str:
 
 
 def record(
-    ledger: Path, rows: list[dict[str, Any]], arm: str, dtype: str, device: str, command: str, allow_dirty: bool
+    ledger: Path,
+    rows: list[dict[str, Any]],
+    arm: str,
+    dtype: str,
+    device: str,
+    command: str,
+    allow_dirty: bool,
+    missed: Sequence[str] = (),
 ) -> Path:
     """One record: every point as a `point_text` (small enough to stay in the record); figures the points
     measured, the points whose table count is not the rule's, the largest ratio and each peer shape's ratio."""
@@ -188,7 +203,7 @@ def record(
     summary = (
         f"split counts of the {arm} arm ({dtype}, {device}) at {len(rows)} points: the table keeps another count than "
         f"the rule's at {len(moved)} ({', '.join(moved[:8])}{', ...' if len(moved) > 8 else ''}); largest rule/table "
-        f"time {max(ratios):.2f}x"
+        f"time {max(ratios):.2f}x" + (f"; {len(missed)} points not measured" if missed else "")
     )
     results = {
         "arm": arm,
@@ -196,6 +211,7 @@ def record(
         "device": device,
         "format": POINT_FORMAT,
         "points": [point_text(r) for r in rows],
+        "not_measured": list(missed)[:12],
     }
     return write_record(
         ledger,
@@ -224,28 +240,56 @@ def main(argv: list[str] | None = None) -> int:
     from engine.cuda import split_table  # why: the engine's bindings, imported where a GPU is there to run them
 
     device = split_table.device_name(dev.index or 0)
-    rows = []
-    for point in grid(args.rows, args.contexts, args.head_dims):
-        why = refused(args.arm, point, dev)
-        if why is not None:
-            print(f"  {point['batch'] * point['hkv']}x{point['ctx']}x{point['d']}: not measured ({why})", flush=True)
-            continue
-        rows.append(measure(point, args.arm, args.reps, dev, dtype))
-        r = rows[-1]
-        print(
-            f"  {r['rows']}x{r['ctx']}x{r['d']}: rule {r['rule']} {r['rule_us']:.2f} us, best {r['best']}", flush=True
-        )
+    points = grid(args.rows, args.contexts, args.head_dims, peers=not args.no_peers)
+    rows, missed = measure_all(
+        points, lambda p: measure(p, args.arm, args.reps, dev, dtype), lambda p: refused(args.arm, p, dev)
+    )
     if not rows:
         print(f"FAIL: the {args.arm} arm measured no point of this grid on {device}: no table, no record")
         return 1
     print(table_text(rows, args.arm, args.dtype, device))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(table_doc(rows, args.arm, args.dtype, device, command), indent=1) + "\n")
+        doc = table_doc(rows, args.arm, args.dtype, device, command, missed)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"table: {args.out}")
     if args.ledger:
-        print(f"ledger: {record(args.ledger, rows, args.arm, args.dtype, device, command, args.allow_dirty)}")
-    return 0
+        path = record(args.ledger, rows, args.arm, args.dtype, device, command, args.allow_dirty, missed)
+        print(f"ledger: {path}")
+    failed = [m for m in missed if ": failed: " in m]
+    if failed:
+        print(f"FAIL: {len(failed)} of {len(points)} points failed (the table holds the {len(rows)} measured)")
+    return 1 if failed else 0
+
+
+def measure_all(
+    points: list[dict[str, Any]],
+    measure_one: Callable[[dict[str, Any]], dict[str, Any]],
+    refuse: Callable[[dict[str, Any]], str | None],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each point's row, in order, and the points not measured with why: refused by the arm, or failed (an out of
+    memory, a launch error), named and passed over so the other points still run."""
+    rows, missed = [], []
+    for point in points:
+        name = f"{point['batch'] * point['hkv']}x{point['ctx']}x{point['d']}"
+        why = refuse(point)
+        if why is None:
+            try:
+                row = measure_one(point)
+            except Exception as exc:  # noqa: BLE001 - one point's failure is named; the grid goes on
+                why = f"failed: {first_line(exc)}"
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        if why is not None:
+            missed.append(f"{name}: {why}")
+            print(f"  {name}: not measured ({why})", flush=True)
+            continue
+        rows.append(row)
+        print(
+            f"  {name}: rule {row['rule']} {row['rule_us']:.2f} us, best {row['best']} {row['best_us']:.2f} us",
+            flush=True,
+        )
+    return rows, missed
 
 
 # --- GPU -------------------------------------------------------------------------------------------------------------
@@ -288,7 +332,7 @@ def launcher(arm: str, splits: int, pdl: bool):
 def measure(point: dict[str, Any], arm: str, reps: int, dev: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     from engine.cuda import device as cuda_device  # why: GPU only
     from engine.cuda import paged_attn_onepass, paged_attn_tiled
-    from lab.bench.timing import arm_timer, describe, sets_for
+    from lab.bench.timing import arm_timer, describe, sets_for  # why: beside the GPU code that uses them
 
     rows, ctx, d = point["batch"] * point["hkv"], point["ctx"], point["d"]
     rule_of = paged_attn_onepass.num_splits if arm == "onepass" else paged_attn_tiled.num_splits

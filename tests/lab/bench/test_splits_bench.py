@@ -139,3 +139,43 @@ def test_a_full_grid_record_fits_the_cap(tmp_path) -> None:
     path = S.record(tmp_path, table, "tiled", "bfloat16", "NVIDIA H200", "python -m lab bench splits", True)
     data = read_record(path)
     assert len(data["results"]["points"]) == len(grid) == 70 and "details" not in data  # no side file to keep
+
+
+def test_a_point_that_fails_is_named_and_the_grid_goes_on(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    points = S.grid([8, 64], [1024], [128], peers=False)
+    assert [p["peer"] for p in points] == [None, None]
+
+    def measure_one(point: dict) -> dict:
+        if point["batch"] == 8:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return S.summarise(point, 8, {8: samples(12.0), 16: samples(10.0)}, "graph")
+
+    rows, missed = S.measure_all(points, measure_one, lambda p: None)
+    assert [r["rows"] for r in rows] == [8] and missed == [
+        "64x1024x128: failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"
+    ]
+    rows2, refused = S.measure_all(points, measure_one, lambda p: "not this arm's" if p["batch"] == 1 else None)
+    assert rows2 == [] and refused[0] == "8x1024x128: not this arm's" and refused[1].startswith("64x1024x128: failed")
+    out = capsys.readouterr().out
+    assert "  8x1024x128: rule 8 12.00 us, best 16 10.00 us" in out and "  64x1024x128: not measured (failed: " in out
+    data = read_record(
+        S.record(tmp_path, rows, "tiled", "bfloat16", "NVIDIA H200", "python -m lab bench splits", True, missed)
+    )
+    assert data["results"]["not_measured"] == missed and data["summary"].endswith("; 1 points not measured")
+    doc = S.table_doc(rows, "tiled", "bfloat16", "NVIDIA H200", "python -m lab bench splits", missed)
+    assert doc["tables"][0]["not_measured"] == missed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the attention kernels run on a GPU")
+@pytest.mark.gpu
+def test_on_the_gpu_one_point_writes_a_table_the_engine_reads(tmp_path) -> None:
+    """One grid point end to end: the launches, the timers, the table file (the record's writer is the CPU tests';
+    on a copy of the tree it needs the manifest)."""
+    out = tmp_path / "table.json"
+    argv = ["--rows", "8", "--contexts", "1024", "--head-dims", "128", "--no-peers", "--reps", "3"]
+    assert S.main([*argv, "--out", str(out)]) == 0
+    name = torch.cuda.get_device_name()
+    (table,) = split_table.load(out).values()
+    (point,) = table.points
+    assert (table.device, table.dtype, table.arm) == (name, "bfloat16", "tiled")
+    assert (point.rows, point.context, point.head_dim) == (8, 1024, 128) and 1 <= point.splits <= 16
