@@ -5,7 +5,7 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -229,12 +229,17 @@ extend_attention = Op(
 )
 
 
-@contextmanager
-def split_table_scope(snapshot: FlagSnapshot, count: bool) -> Iterator[None]:
+def split_table_scope(snapshot: FlagSnapshot, count: bool) -> AbstractContextManager[None]:
     """The paged decode arms' split count: the measured table's where VT_ATTN_SPLIT_TABLE is on and it holds the
     shape (engine/cuda/split_table.py), else each arm's occupancy rule; with `count`, a call the table decided is
-    counted as the flag's (`COUNTS.settings`)."""
-    with split_table.active(snapshot.enabled("VT_ATTN_SPLIT_TABLE")):
+    counted as the flag's (`COUNTS.settings`). Off (the default) it sets nothing: the rule is what no scope gives."""
+    on = snapshot.enabled("VT_ATTN_SPLIT_TABLE")
+    return _split_table_on(on, count) if on or split_table.is_active() else nullcontext()
+
+
+@contextmanager
+def _split_table_on(on: bool, count: bool) -> Iterator[None]:
+    with split_table.active(on):
         before = split_table.HITS.total()
         yield
         if count and split_table.HITS.total() > before:

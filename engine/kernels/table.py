@@ -216,7 +216,9 @@ class Op(Generic[P, R]):
         if self.injected is not None:
             COUNTS.ran[(self.name, self.injected.name)] += 1
             return self.injected.kernel(*args, **kwargs)
-        with self.scope(snapshot, count=True):
+        if self._scope is None:  # most ops: no context to enter on every call
+            return self._run(snapshot, args, kwargs)
+        with self._scope(snapshot, True):
             return self._run(snapshot, args, kwargs)
 
     def _run(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:

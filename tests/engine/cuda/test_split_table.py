@@ -149,6 +149,8 @@ def test_the_kernel_table_chooses_and_runs_in_the_snapshots_scope() -> None:
         assert op(on, OnGpu(1)) == "ran" and op.choose(on, OnGpu(1)) == "fast"
         assert op(FlagSnapshot.defaults(), OnGpu(1)) == "ran"
         assert op.run_arm("fast", OnGpu(1)) == "ran"  # the default flags' scope
+        with split_table.active(True):  # a call with the flag off inside an active scope: off for that call
+            assert op(FlagSnapshot.defaults(), OnGpu(1)) == "ran"
     assert (
         seen
         == [("supports", True), ("kernel", True), ("supports", True)]
@@ -156,7 +158,7 @@ def test_the_kernel_table_chooses_and_runs_in_the_snapshots_scope() -> None:
             ("supports", False),
             ("kernel", False),
         ]
-        * 2
+        * 3
     )
 
 
