@@ -277,3 +277,26 @@ def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path) -> 
     ruled = paged_attn_tiled.launch_decode(*args, splits=rule, pipelined=True, pdl=pdl)
     assert torch.equal(got, same)
     assert torch.equal(off, ruled)  # the flag off: the rule's launch
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_on_the_gpu_the_one_pass_arm_takes_its_own_table(tmp_path: Path) -> None:
+    """With VT_ATTN_ONEPASS on, the one-pass arm launches the count of the table for arm `onepass`, bit for bit its
+    launch at that count; the tiled arms' table does not reach it."""
+    x = cases.paged_inputs(
+        4, torch.device("cuda"), dtype=torch.bfloat16, ctx=1000, d=128, group=2, block_size=16, window=None
+    )
+    args = cases._args(x)
+    s = paged_attn_tiled.Shape.of(x["q"], x["k_cache"], x["block_tables"])
+    rows, cap = s.batch * s.hkv, s.max_blocks * s.block_size
+    name = torch.cuda.get_device_name(s.device_index)
+    doc = table_doc([(rows, cap, 128, 5)], device=name, arm="onepass")
+    doc["tables"].append(table_doc([(rows, cap, 128, 9)], device=name)["tables"][0])  # the tiled arms': not this one
+    on = FlagSnapshot.defaults().with_(VT_ATTN_SPLIT_TABLE=True, VT_ATTN_ONEPASS=True)
+    split_table.HITS.clear()
+    with split_table.use(write(tmp_path / "both.json", doc)):
+        assert kernels.paged_decode_attention.choose(on, *args) == "tiled_onepass"
+        got = kernels.paged_decode_attention(on, *args)
+    assert set(split_table.HITS) == {("onepass", 5)}
+    assert torch.equal(got, paged_attn_onepass.launch_decode(*args, splits=5))
