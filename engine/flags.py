@@ -210,6 +210,12 @@ declare(
     "With VT_ATTN_TILED: one-pass tiled decode attention (bf16/fp16, head_dim 64/128, and 256 where two blocks of its K and V stages fit per SM, as on sm_90; up to 8 query heads per KV head): K and V of each tile in one cp.async pipeline, an online softmax in fp32 with the probabilities rounded only as the P.V operand (as production decode kernels round), the split combine in the last split, one launch; held to the fp32 reference and the near-tie razor's fp32-probabilities setting; takes precedence over the other tiled arms.",
 )
 declare(
+    "VT_ATTN_SPLIT_TABLE",
+    False,
+    "ENGINE-PERSISTENT",
+    "The tiled and one-pass decode attention arms take their split-KV count from the measured table for this device and dtype (engine/data/attn_splits/*.json, written by `python -m lab bench splits --out`): the nearest measured (batch x KV heads, table capacity, head_dim) on a log scale, never past the measured grid; elsewhere, or with no table for the device, the occupancy rule. Another split count adds the splits in another order: OFF until the flip protocol.",
+)
+declare(
     "VT_PREFILL_ATTN",
     True,
     "ENGINE-GATE-REACH",

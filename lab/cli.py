@@ -19,6 +19,7 @@ BENCHES = (
     "ncu_table",
     "persistent_layer",
     "serving",
+    "splits",
     "step_arms",
     "throughput",
     "tp_scaling",

@@ -17,7 +17,7 @@ from functools import cache
 
 import torch
 
-from engine.cuda import build, ffi
+from engine.cuda import build, ffi, split_table
 from engine.cuda import paged_attn_tiled as tiled
 from engine.cuda.device import Device
 
@@ -97,9 +97,11 @@ def blocks_per_sm(head_dim: int, dtype: torch.dtype, device_index: int) -> int:
 
 
 def _splits(shape: tiled.Shape) -> int:
-    return num_splits(
-        shape.batch * shape.hkv, shape.max_blocks * shape.block_size, shape.d, shape.dtype, shape.device_index
-    )
+    """`num_splits` over the tables' capacity, or under VT_ATTN_SPLIT_TABLE the measured table's count where it holds
+    this shape (engine/cuda/split_table.py)."""
+    rows, cap = shape.batch * shape.hkv, shape.max_blocks * shape.block_size
+    measured = split_table.chosen("onepass", rows, cap, shape.d, shape.dtype, shape.device_index)
+    return measured if measured is not None else num_splits(rows, cap, shape.d, shape.dtype, shape.device_index)
 
 
 def supports_inputs(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from engine.cuda import build, ffi, paged_attn
+from engine.cuda import build, ffi, paged_attn, split_table
 from engine.cuda import device as cuda_device
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -119,9 +119,11 @@ class Shape(NamedTuple):
         return [m_part, torch.empty_like(m_part), o_part]
 
     def splits(self) -> int:
-        """`num_splits` over the tables' capacity (no host read of the lengths)."""
+        """`num_splits` over the tables' capacity (no host read of the lengths), or where a call runs under
+        VT_ATTN_SPLIT_TABLE and the measured table holds this shape, its count (engine/cuda/split_table.py)."""
         rows, cap = self.batch * self.hkv, self.max_blocks * self.block_size
-        return num_splits(rows, cap, self.d, self.dtype, self.device_index)
+        measured = split_table.chosen("tiled", rows, cap, self.d, self.dtype, self.device_index)
+        return measured if measured is not None else num_splits(rows, cap, self.d, self.dtype, self.device_index)
 
     def stages(self, splits: int) -> int:
         """`fused_stages` of this shape with `splits` splits (0: the one launch does not take it)."""

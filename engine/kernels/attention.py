@@ -4,7 +4,8 @@ head_dim 128); predicates over (head_dim, group, dtype)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import partial
 from typing import Any
 
@@ -14,8 +15,10 @@ from engine.cuda import paged_attn as cuda_paged_attn
 from engine.cuda import paged_attn_onepass as cuda_onepass
 from engine.cuda import paged_attn_tiled as cuda_tiled
 from engine.cuda import prefill_attn as cuda_prefill
+from engine.cuda import split_table
 from engine.cuda import splitkv as cuda_splitkv
-from engine.kernels.table import FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
+from engine.flags import FlagSnapshot
+from engine.kernels.table import COUNTS, FP32_PROBS_RAZOR, Arm, Op, device_of, gated_by
 from engine.ops import paged_attn
 
 
@@ -224,6 +227,25 @@ extend_attention = Op(
         ),
     ],
 )
+
+
+def split_table_scope(snapshot: FlagSnapshot, count: bool) -> AbstractContextManager[None]:
+    """The paged decode arms' split count: the measured table's where VT_ATTN_SPLIT_TABLE is on and it holds the
+    shape (engine/cuda/split_table.py), else each arm's occupancy rule; with `count`, a call the table decided is
+    counted as the flag's (`COUNTS.settings`). Off (the default) it sets nothing: the rule is what no scope gives."""
+    on = snapshot.enabled("VT_ATTN_SPLIT_TABLE")
+    return _split_table_on(on, count) if on or split_table.is_active() else nullcontext()
+
+
+@contextmanager
+def _split_table_on(on: bool, count: bool) -> Iterator[None]:
+    with split_table.active(on):
+        before = split_table.HITS.total()
+        yield
+        if count and split_table.HITS.total() > before:
+            COUNTS.settings[("paged_decode_attention", "VT_ATTN_SPLIT_TABLE")] += 1
+
+
 # Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
 # tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then the
 # generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
@@ -301,4 +323,5 @@ paged_decode_attention = Op(
             partial(_PA.launch_decode, arm=_PA.WARP),
         ),
     ],
+    scope=split_table_scope,
 )

@@ -36,6 +36,12 @@ The contract (what model code, gates and benchmarks may rely on):
   `COUNTS.declines[(op, arm, reason)]` ("no CUDA device", "sm_90 (cuda:0 is sm_80)", ...). `on_device(device)`
   makes the table take every CUDA input to be on `device` (a `Device` value) instead: what a test or a benchmark
   uses to ask what the table would choose on another GPU.
+- An `Op` may have a `scope(snapshot, count)`: a context manager every call and `choose` run their arm choice and
+  kernel in, for a setting of its arms that a flag selects without another arm (the paged decode attention's
+  measured split table, VT_ATTN_SPLIT_TABLE): the bindings read it there, so it too comes from the snapshot alone.
+  `run_arm` runs at the default flags' scope. A call (`count` true) in which the setting changed what ran is
+  counted in `COUNTS.settings[(op, flag)]`, and `arms_ran(flag)` adds those calls: the flip protocol's "did it
+  run" holds for a setting flag as for an arm's.
 - `Op.injected`, when set, is an arm that takes every call whatever the flags and the device: a gate runs a
   peer in place of the op's arms with it (lab/gates/peer_attention.py), counted as `(op, its name)`.
 - Every call is counted (`COUNTS`): `COUNTS.ran[(op, arm)]` (arm "reference" for the reference) and
@@ -54,7 +60,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -140,14 +146,17 @@ class Counts:
     fallbacks: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (op, arm, needs) -> calls
     # (op, arm, reason) -> calls an enabled arm declined because the device lacks what it declares it needs
     declines: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # (op, flag) -> calls in which a setting flag of the op's scope changed what its arm launched
+    settings: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def copy(self) -> Counts:
-        return Counts(Counter(self.ran), Counter(self.fallbacks), Counter(self.declines))
+        return Counts(Counter(self.ran), Counter(self.fallbacks), Counter(self.declines), Counter(self.settings))
 
     def clear(self) -> None:
         self.ran.clear()
         self.fallbacks.clear()
         self.declines.clear()
+        self.settings.clear()
 
 
 COUNTS = Counts()
@@ -180,6 +189,7 @@ class Op(Generic[P, R]):
         check: Callable[P, None],
         arms: Sequence[Arm] = (),
         by_name: Sequence[Arm] = (),
+        scope: Callable[[FlagSnapshot, bool], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.name = reference.__name__
         self.reference = reference
@@ -194,12 +204,24 @@ class Op(Generic[P, R]):
         # an arm that takes every call, whatever the flags and the device (a gate's peer, lab/gates/
         # peer_attention.py); set and cleared by the gate around its run, counted like any arm
         self.injected: Arm | None = None
+        self._scope = scope
+
+    def scope(self, snapshot: FlagSnapshot, count: bool = False) -> AbstractContextManager[Any]:
+        """The context this op's arms choose and run in under `snapshot` (none unless the op declares one); with
+        `count`, a setting that changed what ran is counted in `COUNTS.settings`."""
+        return nullcontext() if self._scope is None else self._scope(snapshot, count)
 
     def __call__(self, snapshot: FlagSnapshot, *args: P.args, **kwargs: P.kwargs) -> R:
         self.check(*args, **kwargs)
         if self.injected is not None:
             COUNTS.ran[(self.name, self.injected.name)] += 1
             return self.injected.kernel(*args, **kwargs)
+        if self._scope is None:  # most ops: no context to enter on every call
+            return self._run(snapshot, args, kwargs)
+        with self._scope(snapshot, True):
+            return self._run(snapshot, args, kwargs)
+
+    def _run(self, snapshot: FlagSnapshot, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         arm = self._select(snapshot, args, kwargs, count=True)
         if arm is None:
             COUNTS.ran[(self.name, REFERENCE_ARM)] += 1
@@ -213,7 +235,8 @@ class Op(Generic[P, R]):
         """The arm a call with these inputs would run ("reference" if none), without checking or counting."""
         if self.injected is not None:
             return self.injected.name
-        arm = self._select(snapshot, args, kwargs, count=False)
+        with self.scope(snapshot):
+            arm = self._select(snapshot, args, kwargs, count=False)
         return REFERENCE_ARM if arm is None else arm.name
 
     def run_arm(self, name: str, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -230,11 +253,12 @@ class Op(Generic[P, R]):
         lacking = arm.lacks(device_of(first)) if first.is_cuda else None
         if lacking is not None:
             raise ValueError(f"{self.name}: arm {name!r} needs {lacking}")
-        if not arm.supports(*args, **kwargs):
-            raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
-        if arm.composite:
-            return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
-        return arm.kernel(*args, **kwargs)
+        with self.scope(FlagSnapshot.defaults()):
+            if not arm.supports(*args, **kwargs):
+                raise ValueError(f"{self.name}: arm {name!r} needs {arm.needs}")
+            if arm.composite:
+                return arm.kernel(FlagSnapshot.defaults(), *args, **kwargs)
+            return arm.kernel(*args, **kwargs)
 
     def arm(self, name: str) -> Arm:
         for arm in (*self.arms, *self.by_name, *filter(None, [self.injected])):
@@ -324,10 +348,12 @@ def counts() -> Counts:
 
 
 def arms_ran(flag: str, seen: Counts | None = None) -> int:
-    """Calls of every arm gated by `flag`, in `seen` (default: now)."""
+    """Calls of every arm gated by `flag`, and calls a setting `flag` changed (`COUNTS.settings`), in `seen`
+    (default: now)."""
     seen = seen or COUNTS
     gated = {(op.name, a.name) for op in TABLE.values() for a in op.arms if flag in a.flags}
-    return sum(n for key, n in seen.ran.items() if key in gated)
+    settings = sum(n for (_, f), n in seen.settings.items() if f == flag)
+    return sum(n for key, n in seen.ran.items() if key in gated) + settings
 
 
 def ops_gated_by(flag: str) -> set[str]:
@@ -374,6 +400,8 @@ def render_counts(seen: Counts | None = None) -> str:
         lines.append(f"  fallback {op}/{arm} {n}: needs {needs}")
     for (op, arm, reason), n in sorted(seen.declines.items()):
         lines.append(f"  declined {op}/{arm} {n}: needs {reason}")
+    for (op, flag), n in sorted(seen.settings.items()):
+        lines.append(f"  setting {op} {n}: {flag} changed what its arm launched")
     return "\n".join(lines)
 
 
