@@ -3,7 +3,7 @@
 // atomic head, waits (thread 0 spinning on acquire loads with __nanosleep backoff) until the task's counters reach
 // their targets, runs it with all 256 threads, and signals its counter with a release (the block's barrier, then
 // __threadfence() and atomicAdd). No grid barrier and no cooperative launch: a task is only taken after every task
-// before it in the queue was taken, and the table queues every producer before its consumers (its static `check`),
+// before it in the queue was taken, and the table queues every producer before its consumers (its static check, lab/persistent/check.py),
 // so a waiting block always waits on a task some running block holds.
 //
 // Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over

@@ -15,8 +15,9 @@ blocks taking them in queue order can always make progress, with any number of b
     embed[row] -> layer 0 -> ... -> layer N-1 -> final_norm[row] -> head[vocabulary tile]
 
 Each task names the regions of the layer's buffers it reads and writes (`Region`: rows and columns of a 2-D
-buffer), so `check` can prove, without running anything, that every read is ordered after its writers by the
-counters; lab/persistent/sim.py runs the table on virtual SMs on the CPU and compares against the engine's own layer.
+buffer), so lab/persistent/check.py can prove, without running anything, that every read is ordered after its
+writers by the counters; lab/persistent/sim.py runs the table on virtual SMs on the CPU and compares against the
+engine's own layer.
 The GEMV tiles split output columns only (every tile reads all K of its rows), and attention splits only the
 scores over keys: the splits that keep every sum in the reference's order, so the tiled layer is bitwise the
 chain of ops. A split-K or split-softmax tile would be another numerics, judged by the razor like any arm.
@@ -29,7 +30,6 @@ simulation use the shape's `context_lens` as one instance of those run-time leng
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
@@ -359,53 +359,3 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
 def inputs(s: LayerShape) -> set[str]:
     """The buffers written before the layer starts (by the previous layer or the embedding)."""
     return {"x"} if s.first else {"x", "residual"}
-
-
-def check(sch: Schedule) -> list[str]:
-    """Problems that would make the table wrong on some interleaving, found without running it: a wait on more
-    signals than its counter gets; a producer queued after its consumer (blocks taking tasks in order could all
-    wait on it); two writes of one cell; a read of a cell no task writes, or whose writer is not ordered before the
-    reader by the counters (a race some interleaving loses)."""
-    problems: list[str] = []
-    signallers: dict[int, list[int]] = defaultdict(list)
-    for t in sch.tasks:
-        signallers[t.signal].append(t.index)
-    writers: dict[str, list[tuple[int, Region]]] = defaultdict(list)
-    for t in sch.tasks:
-        for w in t.writes:
-            for other, prev in writers[w.buffer]:
-                if w.overlap(prev):
-                    problems.append(f"task {t.index} ({t.kind.name}) writes {w} that task {other} writes too")
-            writers[w.buffer].append((t.index, w))
-    before: list[set[int]] = []  # tasks done before each one starts, by its waits (transitively)
-    external = sch.inputs()
-    for t in sch.tasks:
-        done: set[int] = set()
-        for counter, target in t.waits:
-            if target > sch.expected[counter]:
-                problems.append(
-                    f"task {t.index} ({t.kind.name}) waits for {sch.counters[counter]} >= {target}, "
-                    f"but only {sch.expected[counter]} tasks signal it"
-                )
-            if any(p >= t.index for p in signallers[counter]):
-                problems.append(f"task {t.index} ({t.kind.name}) waits on {sch.counters[counter]}, signalled later")
-            if target >= len(signallers[counter]):  # every signaller has finished
-                for p in signallers[counter]:
-                    if p < t.index:
-                        done |= {p} | before[p]
-        before.append(done)
-        for r in t.reads:
-            if r.buffer in external:
-                continue
-            covered = 0
-            for w_index, w in writers[r.buffer]:
-                cells = r.overlap(w)
-                covered += cells
-                if cells and w_index not in done:
-                    problems.append(
-                        f"task {t.index} ({t.kind.name}) reads {r.buffer} written by task {w_index} "
-                        f"({sch.tasks[w_index].kind.name}) without waiting for it"
-                    )
-            if covered < r.cells():
-                problems.append(f"task {t.index} ({t.kind.name}) reads cells of {r.buffer} that no task writes")
-    return problems

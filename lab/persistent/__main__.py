@@ -12,8 +12,9 @@ from dataclasses import replace
 
 import torch
 
-from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_step, build_step, check
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_step, build_step
 from lab.persistent import case as C
+from lab.persistent.check import check
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
 TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_splits=5)

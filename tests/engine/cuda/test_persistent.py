@@ -16,13 +16,14 @@ import torch
 
 from engine import kernels
 from engine.cuda import build, persistent
-from engine.cuda.persistent_schedule import Kind, LayerShape, check
+from engine.cuda.persistent_schedule import Kind, LayerShape
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
 from engine.model.batch import ForwardBatch
 from engine.ops.rope import rope_cos_sin
 from lab.gates.numerics import TOLERANCES, compare
 from lab.persistent import case as C
+from lab.persistent.check import check
 from tests.engine.cuda.signatures import exported
 
 FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these

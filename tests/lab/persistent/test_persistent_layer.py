@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, check, key_range
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_step, key_range
 from lab.persistent import case as C
+from lab.persistent.check import check
 from lab.persistent.model import Machine, estimate, qwen3_0_6b, split_pv
 from lab.persistent.sim import Deadlock, ReadBeforeWrite, simulate
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from engine.cuda import persistent
-from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_step, build_step, check
+from engine.cuda.persistent_schedule import Kind, Schedule, build, build_model_step, build_step
 from lab.persistent import case as C
 from lab.persistent.__main__ import TILES, drop_wait
+from lab.persistent.check import check
 from lab.persistent.model import (
     HEAD_COLS,
     VOCAB,
