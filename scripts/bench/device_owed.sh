@@ -6,7 +6,8 @@
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
 #   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
 #   bash scripts/bench/device_owed.sh persistent    # the persistent layer's GPU tests (the arm and its graph replay
-#                                                    # included), its bench, a decode step with VT_PERSISTENT_LAYER
+#                                                    # included), its cases, its bench, a decode step with the arm
+#   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms)
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -15,8 +16,8 @@
 # --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: $OUT (records, verdicts, one tarball).
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -73,6 +74,17 @@ persistent() {  # the persistent layer's first GPU run: its tests, its bench, th
       > "$R/decode-persistent-$on.log" 2>&1
     echo "bench decode VT_PERSISTENT_LAYER=$on rc=$? at $(el) s"; tail -n 14 "$R/decode-persistent-$on.log"
   done
+}
+
+splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}.json (the records to .agents/ledger)
+  timeout 30 python3 -m pytest -q -rs tests/engine/cuda/test_split_table.py tests/lab/bench/test_splits_bench.py \
+    > "$R/splits-tests.log" 2>&1; echo "split table tests rc=$? at $(el) s"; tail -n 4 "$R/splits-tests.log"
+  timeout 240 python3 -m lab bench splits --ledger "$R/ledger" --out "$R/tiled.json" > "$R/splits.log" 2>&1
+  echo "bench splits rc=$? at $(el) s"; tail -n 12 "$R/splits.log"
+  timeout 120 python3 -m lab bench splits --arm onepass --rows 8,32,128,512 --contexts 1024,4096,32768 \
+    --ledger "$R/ledger" --out "$R/onepass.json" > "$R/splits-onepass.log" 2>&1
+  echo "bench splits --arm onepass rc=$? at $(el) s"; tail -n 8 "$R/splits-onepass.log"
+  cp "$R"/tiled.json "$R"/onepass.json "$OUT"/ 2>/dev/null
 }
 
 calib() {
