@@ -264,16 +264,22 @@ def _supports_persistent(x: torch.Tensor, residual: torch.Tensor | None, cos_sin
     return persistent_refusal(x, residual, cos_sin, batch, layer) is None
 
 
-def _layer_persistent(
-    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
-) -> Normed:
+def persistent_weights(layer: Any) -> dict[str, torch.Tensor]:
+    """A dense Qwen3 layer's weights by the persistent kernel's names (`persistent.WEIGHTS`): views, no copies."""
     a, m = layer.self_attn, layer.mlp
-    k_cache, v_cache = batch.kv_caches[a.layer_idx]
-    weights = dict(
+    return dict(
         ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
         wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
         wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
     )  # fmt: skip
+
+
+def _layer_persistent(
+    flags: FlagSnapshot, x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
+) -> Normed:
+    a = layer.self_attn
+    k_cache, v_cache = batch.kv_caches[a.layer_idx]
+    weights = persistent_weights(layer)
     cos, sin = cos_sin
     capacity = batch.block_tables.shape[1] * k_cache.shape[1]  # not the lengths: no host read, graph-replayable
     t = persistent.tensors(

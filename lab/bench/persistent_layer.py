@@ -27,6 +27,7 @@ from engine.cuda import ffi, persistent
 from engine.cuda import norm as cuda_norm
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
+from engine.kernels.layer import persistent_weights
 from engine.model.batch import ForwardBatch
 from lab.bench.bandwidth import copy_bandwidth
 from lab.bench.stats import Band, ab_verdict, drop_warmup
@@ -243,7 +244,6 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     layer = case.layer.to(device=dev, dtype=dtype)
     s = case.step
     a: Any = layer.self_attn  # nn.Module attributes: typed loosely by torch
-    m: Any = layer.mlp
     assert s.residual is not None  # the case's step is a middle layer's: it carries the running residual
     x, residual = s.x.to(dev, dtype), s.residual.to(dev, dtype)
     cos, sin = s.cos.to(dev, dtype).contiguous(), s.sin.to(dev, dtype).contiguous()
@@ -265,11 +265,7 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     def nan(width: int) -> torch.Tensor:  # a cell the kernel fails to write shows in the difference
         return torch.full((batch, width), float("nan"), dtype=dtype, device=dev)
 
-    weights = dict(
-        ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
-        wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
-        wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
-    )  # fmt: skip
+    weights = persistent_weights(layer)
     # NaN-poisoned outputs: a cell the kernel fails to write shows in the difference
     t = persistent.tensors(
         x, residual, weights, (kc.clone(), vc.clone()), slots, (cos, sin), tables, lens, a.num_heads, context,

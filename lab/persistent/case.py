@@ -10,8 +10,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.cuda.persistent_schedule import LayerShape
-from engine.flags import FlagSnapshot
-from engine.model.batch import ForwardBatch
 from engine.model.config import ModelConfig, parse_config
 from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM
 from engine.ops.rope import rope_cos_sin
@@ -165,14 +163,7 @@ def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
     """The engine's layers on `step`, one after the other (caches written in place): the last layer's `mlp` (its
     output delta), `res2` (the residual it returns) and `out` (their sum, which a next layer's norm forms first).
     Keys are the schedule's buffer names (`L<i>.` before them for a step of several layers)."""
-    batch = ForwardBatch(
-        is_prefill=False,
-        slot_mapping=step.slot_mapping,
-        kv_caches=step.caches(),
-        block_tables=step.block_tables,
-        context_lens=step.context_lens,
-        flags=FlagSnapshot.defaults(),
-    )
+    batch = step.batch()
     hidden, residual = step.x, step.residual
     with torch.no_grad():
         for layer in case.layers:
@@ -186,16 +177,8 @@ def reference_model(case: ModelCase, step: Step) -> dict[str, torch.Tensor]:
     """The engine's model on `step` (caches written in place): its final hidden state (`final`, after the model's
     norm) and `logits` (`compute_logits`), keyed by the schedule's buffer names."""
     assert case.lm is not None and step.ids is not None
-    flags = FlagSnapshot.defaults()
-    batch = ForwardBatch(
-        is_prefill=False,
-        slot_mapping=step.slot_mapping,
-        kv_caches=step.caches(),
-        block_tables=step.block_tables,
-        context_lens=step.context_lens,
-        flags=flags,
-    )
+    batch = step.batch()
     positions = (step.context_lens - 1).long()  # the RoPE `_step` gave the layers: this token's position
     with torch.no_grad():
         final = case.lm(step.ids, positions, batch)
-        return {"final": final, "logits": case.lm.compute_logits(final, flags)}
+        return {"final": final, "logits": case.lm.compute_logits(final, batch.flags)}

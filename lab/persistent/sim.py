@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.cuda.persistent_schedule import Kind, Region, Schedule, Task
+from engine.flags import FlagSnapshot
+from engine.model.batch import ForwardBatch
 from engine.ops.act import silu_and_mul
 from engine.ops.gemv import embedding, linear
 from engine.ops.norm import fused_add_rms_norm, qk_norm, rms_norm
@@ -111,6 +113,17 @@ class Step:
 
     def caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(self.k_cache, self.v_cache), *self.more_caches]
+
+    def batch(self, flags: FlagSnapshot | None = None) -> ForwardBatch:
+        """The engine's decode batch of this step (its caches, written in place by whoever runs it)."""
+        return ForwardBatch(
+            is_prefill=False,
+            slot_mapping=self.slot_mapping,
+            kv_caches=self.caches(),
+            block_tables=self.block_tables,
+            context_lens=self.context_lens,
+            flags=FlagSnapshot.defaults() if flags is None else flags,
+        )
 
 
 @dataclass

@@ -21,14 +21,7 @@ from lab.persistent import case as C
 
 def _decode(case: C.Case, flags: FlagSnapshot) -> tuple[tuple, ForwardBatch]:
     s = case.fresh_step()
-    batch = ForwardBatch(
-        is_prefill=False,
-        slot_mapping=s.slot_mapping,
-        kv_caches=s.caches(),
-        block_tables=s.block_tables,
-        context_lens=s.context_lens,
-        flags=flags,
-    )
+    batch = s.batch(flags)
     return (s.x, s.residual, (s.cos, s.sin), batch, case.layer), batch
 
 

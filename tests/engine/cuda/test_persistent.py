@@ -19,6 +19,7 @@ from engine.cuda import build, persistent
 from engine.cuda.persistent_schedule import Kind, LayerShape
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
+from engine.kernels.layer import persistent_weights
 from engine.model.batch import ForwardBatch
 from engine.ops.rope import rope_cos_sin
 from lab.gates.numerics import TOLERANCES, compare
@@ -209,12 +210,8 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
 def _tensors(layer, x: torch.Tensor, residual: torch.Tensor | None, inputs, attn: torch.Tensor | None = None):
     """The kernel's tensors: the step's inputs, the layer's weights, NaN-poisoned outputs and scratch (a cell the
     kernel fails to write shows), and `attn` as an input where the part run leaves ATTN_OUT out."""
-    a, m = layer.self_attn, layer.mlp
-    weights = dict(
-        ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight, wq=a.q_proj.weight,
-        wk=a.k_proj.weight, wv=a.v_proj.weight, wo=a.o_proj.weight, wg=m.gate_proj.weight, wu=m.up_proj.weight,
-        wd=m.down_proj.weight, q_norm=a.q_norm.weight, k_norm=a.k_norm.weight,
-    )  # fmt: skip
+    a = layer.self_attn
+    weights = persistent_weights(layer)
     t = persistent.tensors(
         x, residual, weights, (inputs["k_cache"], inputs["v_cache"]), inputs["slots"], (inputs["cos"], inputs["sin"]),
         inputs["block_tables"], inputs["context_lens"], a.num_heads, int(inputs["context_lens"].max()), float("nan"),
