@@ -5,8 +5,13 @@
 namespace {
 
 using vt_persistent::Layer;
+using vt_persistent::Model;
+using vt_persistent::Step;
 
 constexpr int kPointers = 34;  // the order of Layer's pointer fields; persistent.py POINTERS names them
+constexpr int kModelPointers = 6;  // ids, embed, final_norm, head, final, logits: persistent.py MODEL_POINTERS
+// the step's descriptors and the launch's other arguments within the 32764 bytes of kernel parameters
+static_assert(sizeof(Step<__nv_bfloat16, vt_persistent::kMaxLayers>) + 32 <= 32764, "kMaxLayers too large");
 
 int sm_count() {
   int dev = 0, sms = 0;
@@ -34,12 +39,34 @@ Layer<T> layer_of(const void* const* ptr, const Sizes& z) {
 }
 
 template <typename T>
-int launch(const int* table, int tasks, int* control, const Layer<T>& p, size_t smem, cudaStream_t stream) {
-  auto kernel = vt_persistent::persistent_layer_kernel<T>;
+Model<T> model_of(const void* const* ptr, int vocab) {
+  if (ptr == nullptr) return Model<T>{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0};
+  auto in = [&](int i) { return static_cast<const T*>(ptr[i]); };
+  auto out = [&](int i) { return static_cast<T*>(const_cast<void*>(ptr[i])); };
+  return Model<T>{static_cast<const long long*>(ptr[0]), in(1), in(2), in(3), out(4), out(5), vocab};
+}
+
+// `layers` layers' pointers (kPointers each, in order) and the model's (or null) into the launch's descriptors.
+template <typename T, int N>
+int launch(const int* table, int tasks, int* control, const void* const* ptr, int layers, const void* const* model,
+           int vocab, const Sizes& z, size_t smem, cudaStream_t stream) {
+  Step<T, N> step{};
+  for (int l = 0; l < layers; ++l) step.layer[l] = layer_of<T>(ptr + static_cast<size_t>(l) * kPointers, z);
+  step.model = model_of<T>(model, vocab);
+  step.layers = layers;
+  auto kernel = vt_persistent::persistent_layer_kernel<T, N>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
     return vt::fail(static_cast<int>(e), "persistent: %zu bytes of shared memory: %s", smem, cudaGetErrorString(e));
-  kernel<<<sm_count(), vt_persistent::kThreads, smem, stream>>>(table, tasks, control, p);
+  kernel<<<sm_count(), vt_persistent::kThreads, smem, stream>>>(table, tasks, control, step);
   return vt::kOk;
+}
+
+template <typename T>
+int launch_any(const int* table, int tasks, int* control, const void* const* ptr, int layers,
+               const void* const* model, int vocab, const Sizes& z, size_t smem, cudaStream_t stream) {
+  if (layers == 1)  // the decode layer's launch: one descriptor, a small parameter block
+    return launch<T, 1>(table, tasks, control, ptr, 1, model, vocab, z, smem, stream);
+  return launch<T, vt_persistent::kMaxLayers>(table, tasks, control, ptr, layers, model, vocab, z, smem, stream);
 }
 
 }  // namespace
@@ -65,16 +92,21 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
 }
 
 // table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32, zeroed here (on the
-// stream, so a graph replays it); ptr: host array of kPointers device pointers in Layer's order (residual may be null).
-VT_EXPORT int vt_persistent_layer(const int* table, int tasks, int* control, int counters, const void* const* ptr,
-                                  int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
-                                  int block_size, int max_blocks, int ld_scores, int window, float mean_scale,
-                                  float q_mean_scale, float k_mean_scale, float eps, float scale, int dtype,
-                                  void* stream) {
+// stream, so a graph replays it); ptr: host array of `layers` x kPointers device pointers, each layer's in Layer's
+// order (only layer 0's residual may be null; a later layer's x and residual are the previous layer's mlp and res2);
+// model: host array of kModelPointers (ids, embed, final_norm, head, final, logits), or null for layers alone. The
+// sizes are every layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
+VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int counters, const void* const* ptr,
+                                 int layers, const void* const* model, int vocab, int batch, int hidden, int heads,
+                                 int kv_heads, int head_dim, int inter, int block_size, int max_blocks, int ld_scores,
+                                 int window, float mean_scale, float q_mean_scale, float k_mean_scale, float eps,
+                                 float scale, int dtype, void* stream) {
   if (dtype != vt::kBF16 && dtype != vt::kF16)
     return vt::fail(vt::kUnsupported, "persistent: dtype code %d (bf16 and fp16 only)", dtype);
   if (tasks <= 0 || counters <= 0 || batch <= 0)
     return vt::fail(vt::kBadArgument, "persistent: tasks %d, counters %d, batch %d must be > 0", tasks, counters, batch);
+  if (layers < 1 || layers > vt_persistent::kMaxLayers)
+    return vt::fail(vt::kBadArgument, "persistent: %d layers (1 to %d a launch)", layers, vt_persistent::kMaxLayers);
   if (hidden % 8 || head_dim % 8 || head_dim > 2 * 32 * vt_rope::kMaxPairsPerLane || inter % 8 || kv_heads <= 0 ||
       heads % kv_heads)
     return vt::fail(vt::kBadArgument,
@@ -84,11 +116,22 @@ VT_EXPORT int vt_persistent_layer(const int* table, int tasks, int* control, int
   if (block_size <= 0 || max_blocks <= 0 || ld_scores <= 0 || window < 0)
     return vt::fail(vt::kBadArgument, "persistent: block_size %d, max_blocks %d, ld_scores %d must be > 0, window %d >= 0",
                     block_size, max_blocks, ld_scores, window);
-  for (int i = 0; i < kPointers; ++i)
-    if (i != 1 && i < 26 && !vt::aligned16(ptr[i]))  // residual may be null; the 16-byte loads' tensors
-      return vt::fail(vt::kBadArgument, "persistent: pointer %d is not 16-byte aligned", i);
-  for (int i = 0; i < kPointers; ++i)
-    if (i != 1 && ptr[i] == nullptr) return vt::fail(vt::kBadArgument, "persistent: pointer %d is null", i);
+  for (int l = 0; l < layers; ++l)
+    for (int i = 0; i < kPointers; ++i) {
+      const void* q = ptr[static_cast<size_t>(l) * kPointers + i];
+      if (i == 1 && l == 0) continue;  // the first layer's residual may be null
+      if (q == nullptr) return vt::fail(vt::kBadArgument, "persistent: layer %d pointer %d is null", l, i);
+      if (i < 26 && !vt::aligned16(q))  // the 16-byte loads' tensors
+        return vt::fail(vt::kBadArgument, "persistent: layer %d pointer %d is not 16-byte aligned", l, i);
+    }
+  if (model != nullptr) {
+    if (vocab <= 0) return vt::fail(vt::kBadArgument, "persistent: vocab %d must be > 0", vocab);
+    for (int i = 0; i < kModelPointers; ++i) {
+      if (model[i] == nullptr) return vt::fail(vt::kBadArgument, "persistent: model pointer %d is null", i);
+      if (i > 0 && !vt::aligned16(model[i]))
+        return vt::fail(vt::kBadArgument, "persistent: model pointer %d is not 16-byte aligned", i);
+    }
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const size_t bytes = static_cast<size_t>(vt_persistent::kControlWords + counters) * sizeof(int);
   if (cudaError_t e = cudaMemsetAsync(control, 0, bytes, s))
@@ -96,7 +139,11 @@ VT_EXPORT int vt_persistent_layer(const int* table, int tasks, int* control, int
   const size_t smem = static_cast<size_t>(vt_persistent_smem_bytes(batch, hidden, heads, kv_heads, head_dim, inter, 2));
   const Sizes z{batch,      hidden,    heads,  kv_heads,     head_dim,     inter, block_size,
                 max_blocks, ld_scores, window, mean_scale,   q_mean_scale, k_mean_scale, eps, scale};
-  const int rc = dtype == vt::kBF16 ? launch(table, tasks, control, layer_of<__nv_bfloat16>(ptr, z), smem, s)
-                                    : launch(table, tasks, control, layer_of<__half>(ptr, z), smem, s);
-  return rc != vt::kOk ? rc : vt::launch_status("vt_persistent_layer");
+  const int rc = dtype == vt::kBF16
+                     ? launch_any<__nv_bfloat16>(table, tasks, control, ptr, layers, model, vocab, z, smem, s)
+                     : launch_any<__half>(table, tasks, control, ptr, layers, model, vocab, z, smem, s);
+  return rc != vt::kOk ? rc : vt::launch_status("vt_persistent_step");
 }
+
+// The launch's descriptor limits (a CPU test holds the binding to them).
+VT_EXPORT int vt_persistent_max_layers() { return vt_persistent::kMaxLayers; }

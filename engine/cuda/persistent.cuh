@@ -3,12 +3,15 @@
 // atomic head, waits (thread 0 spinning on acquire loads with __nanosleep backoff) until the task's counters reach
 // their targets, runs it with all 256 threads, and signals its counter with a release (the block's barrier, then
 // __threadfence() and atomicAdd). No grid barrier and no cooperative launch: a task is only taken after every task
-// before it in the queue was taken, and the table queues every producer before its consumers (its static check, lab/persistent/check.py),
-// so a waiting block always waits on a task some running block holds.
+// before it in the queue was taken, and the table queues every producer before its consumers (its static check:
+// lab/persistent/check.py), so a waiting block always waits on a task some running block holds.
 //
 // Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
 // a split of the keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
-// (+ residual). A block meeting an unknown kind records it in the error word and signals anyway (so nothing hangs).
+// (+ residual); and a whole step's ends: EMBED (a token's embedding row), FINAL_NORM (the model's norm) and HEAD (LM-head
+// columns: the logits). A row's `layer` column picks the layer's descriptors: one launch runs one layer (the kernel
+// table's arm) or every layer of a step (persistent_schedule.build_step / build_model_step). A block meeting an
+// unknown kind records it in the error word and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
 // - the norms are the norm kernel's operations in its order (vt_norm::block_sum over 256 threads,
@@ -48,13 +51,17 @@ constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 constexpr int kControlWords = 2;  // control: [head, error], then the counters
+// A step's layers in one launch: their descriptors travel as one __grid_constant__ kernel parameter (64 x 344 bytes
+// and the model's ends, under the 32764 bytes CUDA 12.1+ allows on sm_70+), read in place, never copied per thread.
+constexpr int kMaxLayers = 64;
 
 enum Kind : int { kNorm1 = 0, kQkv = 1, kRopeStore = 2, kScores = 3, kAttnOut = 4, kOProj = 5, kNorm2 = 6,
-                  kGateUp = 7, kDown = 8 };
+                  kGateUp = 7, kDown = 8, kEmbed = 9, kFinalNorm = 10, kHead = 11 };
 
-// Error word: 0, or the first failure: kErrKind + kind (a kind this kernel does not run), kErrWait + task (a wait
-// that timed out), kErrLayer + task (a layer other than 0: one layer's weights per launch in this slice).
-constexpr int kErrKind = 1 << 20, kErrWait = 2 << 20, kErrLayer = 3 << 20;
+// Error word: 0, or the first failure: kErrKind + kind (a kind this kernel does not run, or a model kind in a launch
+// without the model's tensors), kErrWait + task (a wait that timed out), kErrLayer + task (a layer index outside the
+// launch's layers), kErrToken + row (a token id outside the vocabulary: its x row is zeros).
+constexpr int kErrKind = 1 << 20, kErrWait = 2 << 20, kErrLayer = 3 << 20, kErrToken = 4 << 20;
 
 // One layer's buffers, [batch, width] contiguous (rows of x, residual, h1, res1, res2, h2, mlp, out: hidden; q:
 // q_dim; k, v: kv_dim; attn: q_dim; act: inter) and weights, row-major [out, in] contiguous.
@@ -273,6 +280,41 @@ __device__ void rope_store(int kv, const Layer<T>& p, T* xs) {
   }
 }
 
+// The model's ends of a whole decode step (EMBED, FINAL_NORM, HEAD); all null in a launch of layers alone.
+template <typename T>
+struct Model {
+  const long long* ids;  // [batch]: each row's token
+  const T* embed;  // [vocab, hidden]
+  const T* final_norm;  // [hidden]
+  const T* head;  // [vocab, hidden]: the LM head (Qwen3-0.6B: the embedding itself)
+  T* final;  // [batch, hidden]: the final norm's output
+  T* logits;  // [batch, vocab]
+  int vocab;
+};
+
+// One launch's descriptors: `layers` layers (the table's `layer` column indexes them) and the model's ends.
+template <typename T, int N>
+struct Step {
+  Layer<T> layer[N];
+  Model<T> model;
+  int layers;
+};
+
+// EMBED of one row: the row's token's embedding row into layer 0's x (the step's input), 16 bytes a thread.
+template <typename T>
+__device__ void embed_row(int r, const Layer<T>& p, const Model<T>& m, int* error) {
+  const long long id = m.ids[r];
+  uint4* dst = reinterpret_cast<uint4*>(const_cast<T*>(p.x) + static_cast<long long>(r) * p.hidden);
+  const int vecs = p.hidden / kVec;
+  if (id < 0 || id >= m.vocab) {
+    for (int i = threadIdx.x; i < vecs; i += kThreads) dst[i] = make_uint4(0, 0, 0, 0);
+    if (threadIdx.x == 0) atomicCAS(error, 0, kErrToken + r);
+    return;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(m.embed + id * p.hidden);
+  for (int i = threadIdx.x; i < vecs; i += kThreads) dst[i] = __ldg(src + i);
+}
+
 template <typename T>
 __device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p, const int* table, int t, int kv) {
   const long long slot = static_cast<long long>(table[t / p.block_size]) * p.block_size + t % p.block_size;
@@ -336,8 +378,12 @@ __device__ void attn_out(int seq, int kv, const Layer<T>& p) {
 }
 
 template <typename T>
-__device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
+__device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T* xs, int* error) {
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
+  if (kind >= kEmbed && kind <= kHead && m.embed == nullptr) {  // a model kind, but the launch has no model
+    if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
+    return;
+  }
   switch (kind) {
     case kNorm1: {
       const long long at = static_cast<long long>(a0) * p.hidden;
@@ -377,15 +423,28 @@ __device__ void run_task(const int* row, const Layer<T>& p, T* xs, int* error) {
       gemv_tile<T, 1, Epi::kDownResidual>(p.act, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden, p.res2,
                                           p.out, xs);
       break;
+    case kEmbed:
+      embed_row<T>(a0, p, m, error);
+      break;
+    case kFinalNorm: {  // the model's norm of the last layer's output and residual: the engine's fused_add_rms_norm
+      const long long at = static_cast<long long>(a0) * p.hidden;
+      norm_row<T>(m.final + at, nullptr, p.mlp + at, p.res2 + at, m.final_norm, p.hidden, p.mean_scale, p.eps);
+      break;
+    }
+    case kHead:  // [a0, a1): vocabulary columns of every row
+      gemv_tile<T, 1, Epi::kStore>(m.final, m.head, nullptr, p.batch, p.hidden, a0, a1, m.logits, m.vocab, nullptr,
+                                   nullptr, xs);
+      break;
     default:  // not a kind of the table
       if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
   }
 }
 
-// table: [tasks, kRowWidth] int32; control: [head, error, counters...], zeroed before the launch.
-template <typename T>
+// table: [tasks, kRowWidth] int32; control: [head, error, counters...], zeroed before the launch. N: the most layers
+// the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
+template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
-persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, Layer<T> p) {
+persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, const __grid_constant__ Step<T, N> step) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);
   __shared__ int task_index;
@@ -403,7 +462,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
           atomicCAS(error, 0, kErrWait + task_index);
           ready = 0;
         }
-        if (row[1] != 0) {
+        if (row[1] < 0 || row[1] >= step.layers) {
           atomicCAS(error, 0, kErrLayer + task_index);
           ready = 0;
         }
@@ -413,7 +472,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
     const int t = task_index;
     if (t >= tasks) return;
     const int* row = table + static_cast<long long>(t) * kRowWidth;
-    if (ready) run_task<T>(row, p, xs, error);
+    if (ready) run_task<T>(row, step.layer[row[1]], step.model, xs, error);
     __syncthreads();  // every thread's writes happen before the release; task_index is free to overwrite
     if (threadIdx.x == 0) {
       __threadfence();

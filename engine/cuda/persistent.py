@@ -27,9 +27,9 @@ MAX_WAITS = 2  # kMaxWaits
 CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
-# the kernel's switch: one decoder layer's kinds. A kind given a case there is added here; the model step's EMBED,
-# FINAL_NORM and HEAD (persistent_schedule.build_model_step) have none yet, so `refusal` names them
-BUILT = frozenset(Kind[name] for name in "NORM1 QKV ROPE_STORE SCORES ATTN_OUT O_PROJ NORM2 GATE_UP DOWN".split())
+# the kernel's switch: a kind given a case there is added here (a test holds the two together)
+BUILT = frozenset(Kind)
+MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
 # The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
 # tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
 TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)
@@ -40,7 +40,8 @@ SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to pe
     "vt_persistent_row_width": [],
     "vt_persistent_control_words": [],
     "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
-    "vt_persistent_layer": [_P, _I, _P, _I, _P, *[_I] * 10, *[_F] * 5, _I, _P],
+    "vt_persistent_step": [_P, _I, _P, _I, _P, _I, _P, _I, *[_I] * 10, *[_F] * 5, _I, _P],
+    "vt_persistent_max_layers": [],
 }
 
 
@@ -89,6 +90,24 @@ class LayerTensors:
 
 
 POINTERS = tuple(f.name for f in fields(LayerTensors))  # 34, persistent.cu kPointers
+
+
+@dataclass
+class ModelTensors:
+    """A whole step's ends, in persistent.cuh `Model`'s pointer order: the EMBED, FINAL_NORM and HEAD tasks'."""
+
+    ids: torch.Tensor  # [b] int64: each row's token
+    embed: torch.Tensor  # [vocab, hidden]
+    final_norm: torch.Tensor  # [hidden]: the model's norm
+    head: torch.Tensor  # [vocab, hidden]: the LM head (the embedding itself when tied)
+    final: torch.Tensor  # [b, hidden]: the final norm's output
+    logits: torch.Tensor  # [b, vocab]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+MODEL_POINTERS = tuple(f.name for f in fields(ModelTensors))  # 6, persistent.cu kModelPointers
 WEIGHTS = ("ln1", "ln2", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "q_norm", "k_norm")  # a layer's, by field
 
 
@@ -150,8 +169,8 @@ def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | 
         return f"dtype {dtype} (bf16 and fp16 only)"
     if not kinds <= BUILT:
         return f"kinds {sorted(k.name for k in kinds - BUILT)} are not built (built: {sorted(k.name for k in BUILT)})"
-    if sch.layers != 1:
-        return f"{sch.layers} layers (one layer's weights per launch)"
+    if sch.layers > MAX_LAYERS:
+        return f"{sch.layers} layers (at most {MAX_LAYERS} a launch)"
     widths = {"hidden": s.hidden, "head_dim": s.head_dim, "intermediate": s.intermediate}
     odd = [f"{k} {v}" for k, v in widths.items() if v % VECTOR]
     if odd:
@@ -188,7 +207,7 @@ def _table(shape: LayerShape, kinds: frozenset[Kind], device: torch.device) -> t
     return table(_schedule(shape), kinds, device)
 
 
-def _check(t: LayerTensors, sch: Schedule) -> None:
+def _check(t: LayerTensors, sch: Schedule, first: bool) -> None:
     s, b = sch.shape, sch.shape.batch
     q_dim, kv_dim, d = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
     cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, d) if t.k_cache.dim() == 4 else (-1,)
@@ -228,8 +247,8 @@ def _check(t: LayerTensors, sch: Schedule) -> None:
         "context_lens": (b,),
         "scores": (b * s.heads, max(max(s.context_lens), t.scores.shape[-1])),
     }
-    if (t.residual is None) != s.first:
-        raise ValueError(f"residual: {'given at layer 0' if s.first else 'missing past layer 0'}")
+    if (t.residual is None) != first:
+        raise ValueError(f"residual: {'given at layer 0' if first else 'missing past layer 0'}")
     for name in POINTERS:
         x = getattr(t, name)
         if x is None:
@@ -251,10 +270,26 @@ def run(
     error word, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
     `window` the attention's (None: the full context). Raises on a refusal or a nonzero error word (which
     synchronises: a test harness's call, not a decode step's)."""
-    control = _launch(sch, kinds, t, eps, scale, window, table(sch, kinds, t.x.device))
+    return run_step(sch, kinds, [t], eps, scale, window)
+
+
+def run_step(
+    sch: Schedule,
+    kinds: frozenset[Kind],
+    layers: list[LayerTensors],
+    eps: float,
+    scale: float,
+    window: int | None = None,
+    model: ModelTensors | None = None,
+) -> torch.Tensor:
+    """`run` for a table of several layers (`build_step`, or `build_model_step` with `model`, its ends) in one launch:
+    one `LayerTensors` a layer, a later layer's x and residual being the previous layer's mlp and res2."""
+    control = _launch(sch, kinds, layers, model, eps, scale, window, table(sch, kinds, layers[0].x.device))
     error = int(control[1].item())
     if error:
-        raise RuntimeError(f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20 + index)")
+        raise RuntimeError(
+            f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20, token 4<<20 + index)"
+        )
     return control
 
 
@@ -262,33 +297,69 @@ def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torc
     """The whole layer of `shape` (a `decode_shape`) in one launch on x's stream, its table built once per shape and
     device; no host read, so a CUDA graph can capture it. Returns the control words: a broken wait ends the launch
     with the error word set rather than hanging it, and only a checked caller (`run`) reads it."""
-    return _launch(_schedule(shape), BUILT, t, eps, scale, shape.window, _table(shape, BUILT, t.x.device))
+    return _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, _table(shape, BUILT, t.x.device))
+
+
+MODEL_KINDS = frozenset({Kind.EMBED, Kind.FINAL_NORM, Kind.HEAD})
+
+
+def _ptr(x: torch.Tensor | None) -> int:
+    return 0 if x is None else x.data_ptr()
+
+
+def _check_step(sch: Schedule, kinds: frozenset[Kind], layers: list[LayerTensors], model: ModelTensors | None) -> None:
+    if len(layers) != sch.layers:
+        raise ValueError(f"{len(layers)} layers' tensors for a table of {sch.layers}")
+    for i, t in enumerate(layers):
+        _check(t, sch, sch.shape.first and i == 0)
+        prev = layers[i - 1] if i else None
+        if prev is not None and (t.x.data_ptr(), _ptr(t.residual)) != (prev.mlp.data_ptr(), prev.res2.data_ptr()):
+            raise ValueError(f"layer {i}: its x and residual must be layer {i - 1}'s mlp and res2")
+    if (model is not None) != bool(kinds & MODEL_KINDS):
+        raise ValueError("model tensors: " + ("given without a model kind" if model is not None else "missing"))
+    if model is None:
+        return
+    b, h, v, x = sch.shape.batch, sch.shape.hidden, sch.vocab, layers[0].x
+    sizes = {"ids": (b,), "embed": (v, h), "final_norm": (h,), "head": (v, h), "final": (b, h), "logits": (b, v)}
+    for name in MODEL_POINTERS:
+        got, dtype = getattr(model, name), torch.int64 if name == "ids" else x.dtype
+        if tuple(got.shape) != sizes[name] or got.dtype != dtype or not got.is_cuda or not got.is_contiguous():
+            raise ValueError(
+                f"{name}: expected a contiguous CUDA {dtype} tensor of {sizes[name]}, got {tuple(got.shape)} "
+                f"{got.dtype} on {got.device}"
+            )
 
 
 def _launch(
     sch: Schedule,
     kinds: frozenset[Kind],
-    t: LayerTensors,
+    layers: list[LayerTensors],
+    model: ModelTensors | None,
     eps: float,
     scale: float,
     window: int | None,
     tab: torch.Tensor,
 ) -> torch.Tensor:
+    t = layers[0]
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
         raise ValueError(f"persistent layer: {why}")
-    _check(t, sch)
+    _check_step(sch, kinds, layers, model)
     device = t.x.device
     control = torch.empty(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
     s = sch.shape
-    ptrs = (_P * len(POINTERS))(*ffi.ptrs(*t.tensors()))
+    ptrs = (_P * (len(POINTERS) * len(layers)))(*ffi.ptrs(*[x for layer in layers for x in layer.tensors()]))
+    mptrs = None if model is None else (_P * len(MODEL_POINTERS))(*ffi.ptrs(*model.tensors()))
     lib = _lib()
-    rc = lib.vt_persistent_layer(
+    rc = lib.vt_persistent_step(
         *ffi.ptrs(tab),
         tab.shape[0],
         *ffi.ptrs(control),
         len(sch.counters),
         ctypes.cast(ptrs, _P),
+        len(layers),
+        None if mptrs is None else ctypes.cast(mptrs, _P),
+        sch.vocab,
         s.batch,
         s.hidden,
         s.heads,
@@ -307,5 +378,5 @@ def _launch(
         ffi.dtype_code(t.x, "x"),
         ffi.stream(device),
     )
-    ffi.check(rc, "vt_persistent_layer", lib, "persistent")
+    ffi.check(rc, "vt_persistent_step", lib, "persistent")
     return control

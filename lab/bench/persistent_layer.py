@@ -15,16 +15,13 @@ reported as failed with its message, beside the chain's row."""
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.cuda import ffi, persistent
-from engine.cuda import norm as cuda_norm
+from engine.cuda import persistent
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
 from engine.kernels.layer import persistent_weights
@@ -208,7 +205,7 @@ def measure(
     chain = Band.of(drop_warmup(chain_s))
     row.update(chain_us=chain.median * 1e6, chain_floor_pct=100 * floor_share(wb, ceiling, chain.median))
     if tp is not None:
-        errors = [int(x.control[1].item()) for x in launches]  # the last replay's error words
+        errors = [int(x.control[1].item()) for x in launches if x.control is not None]  # the last replays' words
         if any(errors):
             row["persistent_error"] = f"error word {max(errors):#x} after the timed replays"
             return row
@@ -283,41 +280,25 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     return {
         "chain": chain,
         "check": check,
-        "launcher": lambda: _launcher(persistent, sch, kinds, t, eps, scale, window),
+        "launcher": lambda: _Launch(t, eps, scale, window),
     }
 
 
 class _Launch:
-    """`persistent.run`'s launch with the table, control words and pointer array made once: nothing on the host
-    between launches but the call, which a CUDA graph captures (the launcher zeroes the control words itself)."""
+    """The decode step's launch (`persistent.launch`: the table cached per shape, nothing read back), which a CUDA
+    graph captures; `control` keeps the control words of the last launch made or captured, read after the timing."""
 
-    def __init__(self, call: Callable[[], torch.Tensor], control: torch.Tensor) -> None:
-        self.call, self.control = call, control
+    def __init__(self, t: Any, eps: float, scale: float, window: int | None) -> None:
+        self.t, self.eps, self.scale = t, eps, scale
+        self.shape = persistent.decode_shape(
+            t.x.shape[0], t.x.shape[1], t.q.shape[1] // t.q_norm.shape[0], t.k.shape[1] // t.k_norm.shape[0],
+            t.q_norm.shape[0], t.act.shape[1], t.residual is None, window,
+        )  # fmt: skip
+        self.control: torch.Tensor | None = None
 
-
-def _launcher(persistent: Any, sch: Any, kinds: Any, t: Any, eps: float, scale: float, window: int | None) -> _Launch:
-
-    dev, s = t.x.device, sch.shape
-    tab = persistent.table(sch, kinds, dev)
-    control = torch.zeros(persistent.CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=dev)
-    ptrs = (ctypes.c_void_p * len(persistent.POINTERS))(*ffi.ptrs(*t.tensors()))
-    lib = persistent._lib()
-    fixed = (
-        *ffi.ptrs(tab), tab.shape[0], *ffi.ptrs(control), len(sch.counters), ctypes.cast(ptrs, ctypes.c_void_p),
-        s.batch, s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, t.k_cache.shape[1],
-        t.block_tables.shape[1], t.scores.shape[1], window or 0, cuda_norm.mean_scale(s.batch, s.hidden),
-        cuda_norm.mean_scale(s.batch * s.heads, s.head_dim), cuda_norm.mean_scale(s.batch * s.kv_heads, s.head_dim),
-        eps, scale, ffi.dtype_code(t.x, "x"),
-    )  # fmt: skip
-
-    def call() -> torch.Tensor:
-        rc = lib.vt_persistent_layer(*fixed, ffi.stream(dev))  # the stream a graph capture is recording on
-        ffi.check(rc, "vt_persistent_layer", lib, "persistent")
-        return t.out
-
-    # keep the table and the pointer array alive as long as the launch can run
-    call.keepalive = (tab, ptrs)  # type: ignore[attr-defined]
-    return _Launch(call, control)
+    def call(self) -> torch.Tensor:
+        self.control = persistent.launch(self.shape, self.t, self.eps, self.scale)
+        return self.t.out
 
 
 if __name__ == "__main__":

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import torch
 
 from engine import kernels
 from engine.cuda import build, persistent
-from engine.cuda.persistent_schedule import Kind, LayerShape
+from engine.cuda.persistent_schedule import Kind, LayerShape, build_model_step
 from engine.cuda.persistent_schedule import build as build_schedule
 from engine.flags import FlagSnapshot
 from engine.kernels.layer import persistent_weights
@@ -63,15 +63,21 @@ def test_the_binding_constants_are_the_kernels(compiled):
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
-    fn = compiled.vt_persistent_layer
-    fn.argtypes = persistent.SIGNATURES["vt_persistent_layer"]
+    fn = compiled.vt_persistent_step
+    fn.argtypes = persistent.SIGNATURES["vt_persistent_step"]
     err = compiled.vt_persistent_last_error
     err.restype = ctypes.c_char_p
+    compiled.vt_persistent_max_layers.restype = ctypes.c_int
+    assert compiled.vt_persistent_max_layers() == persistent.MAX_LAYERS
     good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
     arr = (ctypes.c_void_p * len(good))(*good)
+    two = (ctypes.c_void_p * (2 * len(good)))(*good, *good[:2], None, *good[3:])  # layer 1 without its h1
+    model = (ctypes.c_void_p * len(persistent.MODEL_POINTERS))(*[ctypes.c_void_p(512)] * 6)
 
-    def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr):
-        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), 1, hidden, 16, 8, head_dim, 3072,
+    def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr, layers=1, m=None,
+             vocab=0):  # fmt: skip
+        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), layers,
+                  None if m is None else ctypes.cast(m, ctypes.c_void_p), vocab, 1, hidden, 16, 8, head_dim, 3072,
                   block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, dtype, None)  # fmt: skip
 
     assert call(dtype=0) == 1001
@@ -85,12 +91,22 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     assert err() == shapes % (1024, 1024)
     odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
     assert call(ptrs=odd) == 1000
-    assert err() == b"persistent: pointer 4 is not 16-byte aligned"
+    assert err() == b"persistent: layer 0 pointer 4 is not 16-byte aligned"
     assert call(block_size=0) == 1000
     assert err() == b"persistent: block_size 0, max_blocks 4, ld_scores 64 must be > 0, window 0 >= 0"
     missing = (ctypes.c_void_p * len(good))(*good[:2], None, *good[3:])
     assert call(ptrs=missing) == 1000
-    assert err() == b"persistent: pointer 2 is null"
+    assert err() == b"persistent: layer 0 pointer 2 is null"
+    for layers in (0, persistent.MAX_LAYERS + 1):
+        assert call(layers=layers) == 1000
+        assert err() == b"persistent: %d layers (1 to 64 a launch)" % layers
+    assert call(ptrs=two, layers=2) == 1000
+    assert err() == b"persistent: layer 1 pointer 2 is null"
+    assert call(m=model, vocab=0) == 1000
+    assert err() == b"persistent: vocab 0 must be > 0"
+    no_head = (ctypes.c_void_p * len(model))(*model[:3], None, *model[4:])
+    assert call(m=no_head, vocab=64) == 1000
+    assert err() == b"persistent: model pointer 3 is null"
 
 
 def qwen_table(kinds=None):
@@ -358,3 +374,61 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
     for got, ref in zip(out, chain_at(1), strict=True):
         cmp = compare(got, ref, TOLERANCES["bf16"])
         assert cmp.passed, cmp.as_dict()
+
+
+def _on(step, device: torch.device, dtype: torch.dtype):
+    """A lab step's tensors on the device (floats in `dtype`), caches copied."""
+    moved = {
+        f.name: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) if isinstance(v, torch.Tensor) else v
+        for f in fields(step)
+        for v in [getattr(step, f.name)]
+    }
+    moved["more_caches"] = [(k.to(device, dtype), v.to(device, dtype)) for k, v in step.more_caches]
+    return type(step)(**moved)
+
+
+@pytest.mark.parametrize("lens", [(100,), (37, 5, 64, 100, 1, 17, 33, 80)], ids=["b1", "b8"])
+def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
+    """Embedding, three layers, the final norm and the LM head (tied to the embedding) as one launch of the step's
+    table (`build_model_step`, three layers' descriptors): the final hidden state and the logits against the engine's
+    own Qwen3ForCausalLM on the same step within the chain's bf16 tolerance, every layer's K/V slots written, every
+    counter at its signallers' count."""
+    case = C.make_model(C.SMALL, list(lens), seed=7, layers=3, vocab=400)
+    lm = case.lm.to(device=cuda, dtype=torch.bfloat16)
+    step = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    ref_step = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    want = C.reference_model(replace(case, lm=lm), ref_step)
+    sch = build_model_step(case.shape(True, **TILES), 3, 400, 64)
+    b, h = len(lens), 256
+    caches = step.caches()
+    layers: list[persistent.LayerTensors] = []
+    x = torch.full((b, h), float("nan"), dtype=torch.bfloat16, device=cuda)  # the EMBED tasks write it
+    for i, layer in enumerate(lm.model.layers):
+        prev = layers[-1] if layers else None
+        t = persistent.tensors(
+            x if prev is None else prev.mlp, None if prev is None else prev.res2, persistent_weights(layer), caches[i],
+            step.slot_mapping, (step.cos.contiguous(), step.sin.contiguous()), step.block_tables, step.context_lens,
+            layer.self_attn.num_heads, int(step.context_lens.max()), float("nan"),
+        )  # fmt: skip
+        layers.append(t)
+    m = lm.model
+    model = persistent.ModelTensors(
+        ids=step.ids, embed=m.embed_tokens.weight, final_norm=m.norm.weight, head=lm.lm_head.weight,
+        final=torch.full((b, h), float("nan"), dtype=torch.bfloat16, device=cuda),
+        logits=torch.full((b, 400), float("nan"), dtype=torch.bfloat16, device=cuda),
+    )  # fmt: skip
+    a = lm.model.layers[0].self_attn
+    control = persistent.run_step(sch, persistent.BUILT, layers, m.norm.eps, a.scaling, None, model)
+    torch.cuda.synchronize()
+    assert control[persistent.CONTROL_WORDS :].tolist() == sch.expected
+    assert torch.equal(x, m.embed_tokens.weight[step.ids])  # the EMBED tasks gathered each row's token
+    for name in ("final", "logits"):
+        got = getattr(model, name)
+        assert not got.isnan().any(), f"{name}: cells left unwritten"
+        cmp = compare(got, want[name], TOLERANCES["bf16"])
+        assert cmp.passed, f"{name}: {cmp.as_dict()}"
+    for i, ((k, v), (rk, rv)) in enumerate(zip(caches, ref_step.caches(), strict=True)):
+        slots = step.slot_mapping
+        for got, ref in ((k, rk), (v, rv)):
+            cmp = compare(got.flatten(0, 1)[slots], ref.flatten(0, 1)[slots], TOLERANCES["bf16"])
+            assert cmp.passed, f"layer {i} cache slots: {cmp.as_dict()}"

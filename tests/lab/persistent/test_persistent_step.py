@@ -124,18 +124,12 @@ def test_a_first_norm_without_its_wait_on_the_embedding_is_caught_both_ways():
     assert same == {"final": False, "logits": False, "caches": False}  # NaN from the first norm on
 
 
-def test_the_kernel_binding_refuses_the_model_steps_own_kinds():
+def test_the_kernel_binding_takes_the_whole_step_and_refuses_past_its_layers():
     _, sch = _model(1)
     kinds = frozenset(t.kind for t in sch.tasks)
-    assert persistent.refusal(sch, kinds, torch.bfloat16).startswith(
-        "kinds ['EMBED', 'FINAL_NORM', 'HEAD'] are not built (built: ['ATTN_OUT', 'DOWN', "
-    )
-    for kind in (Kind.EMBED, Kind.FINAL_NORM, Kind.HEAD):
-        assert persistent.refusal(sch, frozenset({kind}), torch.bfloat16) == (
-            f"kinds ['{kind.name}'] are not built (built: ['ATTN_OUT', 'DOWN', 'GATE_UP', 'NORM1', 'NORM2', "
-            "'O_PROJ', 'QKV', 'ROPE_STORE', 'SCORES'])"
-        )
-    assert len(persistent.BUILT) == 9 and max(persistent.BUILT) == Kind.DOWN
+    assert kinds == persistent.BUILT and persistent.refusal(sch, kinds, torch.bfloat16) is None
+    too_many = build_model_step(sch.shape, persistent.MAX_LAYERS + 1, 64, 32)
+    assert persistent.refusal(too_many, kinds, torch.bfloat16) == "65 layers (at most 64 a launch)"
 
 
 def test_the_whole_steps_floor_counts_the_head_once():
