@@ -241,7 +241,7 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     layer = case.layer.to(device=dev, dtype=dtype)
     s = case.step
     a: Any = layer.self_attn  # nn.Module attributes: typed loosely by torch
-    assert s.residual is not None  # the case's step is a middle layer's: it carries the running residual
+    assert s.x is not None and s.residual is not None  # a middle layer's step: its input and the running residual
     x, residual = s.x.to(dev, dtype), s.residual.to(dev, dtype)
     cos, sin = s.cos.to(dev, dtype).contiguous(), s.sin.to(dev, dtype).contiguous()
     slots, tables, lens = s.slot_mapping.to(dev), s.block_tables.to(dev), s.context_lens.to(dev)

@@ -6,6 +6,7 @@ reproduce bitwise. `make_model` / `reference_model`: the same for a whole decode
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 
@@ -155,7 +156,7 @@ def make_model(
     _randomise(lm.parameters(), g)  # a tied head is one parameter: drawn once
     step = replace(_step(cfg, context_lens, g, block_size, layers), x=None, residual=None)
     step.ids = torch.randint(0, vocab, (len(context_lens),), generator=g)
-    stack = list(lm.model.layers)
+    stack = [cast(Qwen3DecoderLayer, layer) for layer in lm.model.layers]
     return ModelCase(stack, [Weights.of(layer) for layer in stack], step, lm, Head.of(lm))
 
 
@@ -164,6 +165,7 @@ def reference(case: Case, step: Step) -> dict[str, torch.Tensor]:
     output delta), `res2` (the residual it returns) and `out` (their sum, which a next layer's norm forms first).
     Keys are the schedule's buffer names (`L<i>.` before them for a step of several layers)."""
     batch = step.batch()
+    assert step.x is not None  # a layer case's step carries its input rows (a model step's EMBED tasks write them)
     hidden, residual = step.x, step.residual
     with torch.no_grad():
         for layer in case.layers:

@@ -34,6 +34,7 @@ def make(
 ) -> Inputs:
     case = C.make(C.QWEN3_0_6B, list(lens), seed=seed, window=window)
     s = case.step
+    assert s.x is not None and s.residual is not None  # a layer case's step carries its input rows
     return {
         "layer": case.layer.to(device=device, dtype=dtype),
         "x": s.x.to(device, dtype),
