@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from engine import kernels
 from engine.block_manager import BlockManager
 from engine.flags import FlagSnapshot
 from engine.logprobs import PositionLogprobs, device_logprobs, host_rows
@@ -369,8 +370,11 @@ class Runner:
 
 
 def _tokens(out: torch.Tensor | tuple[torch.Tensor, ...], n: int) -> list[int]:
-    """A step's first n tokens read back (a step with logprobs returns them first in a tuple)."""
-    return (out[0] if isinstance(out, tuple) else out)[:n].tolist()
+    """A step's first n tokens read back (a step with logprobs returns them first in a tuple), then any fault a
+    persistent launch of the step recorded raised (its tokens would be wrong)."""
+    tokens = (out[0] if isinstance(out, tuple) else out)[:n].tolist()
+    kernels.raise_persistent_faults()
+    return tokens
 
 
 def rows_mode(rows: list[StepRow], vocab: int) -> Mode:

@@ -91,8 +91,8 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
   return most > score ? most : score;
 }
 
-// table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32, zeroed here (on the
-// stream, so a graph replays it); ptr: host array of `layers` x kPointers device pointers, each layer's in Layer's
+// table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32: [error, head, counters],
+// the head and counters zeroed here (on the stream, so a graph replays it), the error word kept (the caller's); ptr: host array of `layers` x kPointers device pointers, each layer's in Layer's
 // order (only layer 0's residual may be null; a later layer's x and residual are the previous layer's mlp and res2);
 // model: host array of kModelPointers (ids, embed, final_norm, head, final, logits), or null for layers alone. The
 // sizes are every layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
@@ -133,8 +133,8 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
     }
   }
   auto s = static_cast<cudaStream_t>(stream);
-  const size_t bytes = static_cast<size_t>(vt_persistent::kControlWords + counters) * sizeof(int);
-  if (cudaError_t e = cudaMemsetAsync(control, 0, bytes, s))
+  const size_t bytes = static_cast<size_t>(vt_persistent::kControlWords - 1 + counters) * sizeof(int);
+  if (cudaError_t e = cudaMemsetAsync(control + 1, 0, bytes, s))  // the head and counters; the error word stays
     return vt::fail(static_cast<int>(e), "persistent: zeroing the counters: %s", cudaGetErrorString(e));
   const size_t smem = static_cast<size_t>(vt_persistent_smem_bytes(batch, hidden, heads, kv_heads, head_dim, inter, 2));
   const Sizes z{batch,      hidden,    heads,  kv_heads,     head_dim,     inter, block_size,

@@ -50,7 +50,9 @@ constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass o
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
-constexpr int kControlWords = 2;  // control: [head, error], then the counters
+// control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
+// word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.
+constexpr int kControlWords = 2;
 // A step's layers in one launch: their descriptors travel as one __grid_constant__ kernel parameter (64 x 344 bytes
 // and the model's ends, under the 32764 bytes CUDA 12.1+ allows on sm_70+), read in place, never copied per thread.
 constexpr int kMaxLayers = 64;
@@ -440,8 +442,8 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
   }
 }
 
-// table: [tasks, kRowWidth] int32; control: [head, error, counters...], zeroed before the launch. N: the most layers
-// the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
+// table: [tasks, kRowWidth] int32; control: [error, head, counters...], the head and counters zeroed before the
+// launch. N: the most layers the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
 persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, const __grid_constant__ Step<T, N> step) {
@@ -449,8 +451,8 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
   T* xs = reinterpret_cast<T*>(smem_raw);
   __shared__ int task_index;
   __shared__ int ready;
-  int* head = control;
-  int* error = control + 1;
+  int* error = control;
+  int* head = control + 1;
   int* counters = control + kControlWords;
   for (;;) {
     if (threadIdx.x == 0) {

@@ -24,7 +24,10 @@ _F = ctypes.c_float
 
 ROW_WIDTH = 11  # kRowWidth: kind, layer, 4 args, (counter, target) x 2, signal
 MAX_WAITS = 2  # kMaxWaits
-CONTROL_WORDS = 2  # kControlWords: the queue head and the error word before the counters
+CONTROL_WORDS = 2  # kControlWords: the error word and the queue head before the counters
+ERROR, HEAD = 0, 1  # the control words' places; the launcher zeroes the head and counters, never the error word
+_FAULTS = {1: "a kind this kernel does not run", 2: "a wait that timed out at task", 3: "a layer outside the launch at "
+           "task", 4: "a token id outside the vocabulary at row"}  # fmt: skip
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
@@ -284,20 +287,47 @@ def run_step(
 ) -> torch.Tensor:
     """`run` for a table of several layers (`build_step`, or `build_model_step` with `model`, its ends) in one launch:
     one `LayerTensors` a layer, a later layer's x and residual being the previous layer's mlp and res2."""
-    control = _launch(sch, kinds, layers, model, eps, scale, window, table(sch, kinds, layers[0].x.device))
-    error = int(control[1].item())
+    device = layers[0].x.device
+    control = torch.zeros(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
+    _launch(sch, kinds, layers, model, eps, scale, window, table(sch, kinds, device), control)
+    error = int(control[ERROR].item())
     if error:
-        raise RuntimeError(
-            f"persistent layer: error word {error:#x} (kind 1<<20, wait 2<<20, layer 3<<20, token 4<<20 + index)"
-        )
+        raise RuntimeError(f"persistent layer: error word {error:#x}: {describe(error)}")
     return control
+
+
+def describe(word: int) -> str:
+    """An error word in words: what failed first, and where."""
+    return f"{_FAULTS.get(word >> 20, 'an unknown fault')} {word & ((1 << 20) - 1)}"
+
+
+_CONTROLS: dict[tuple[LayerShape, torch.device], torch.Tensor] = {}
 
 
 def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torch.Tensor:
     """The whole layer of `shape` (a `decode_shape`) in one launch on x's stream, its table built once per shape and
-    device; no host read, so a CUDA graph can capture it. Returns the control words: a broken wait ends the launch
-    with the error word set rather than hanging it, and only a checked caller (`run`) reads it."""
-    return _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, _table(shape, BUILT, t.x.device))
+    device; no host read, so a CUDA graph can capture it. The control words are kept per shape and device, so their
+    error word holds the first fault of any launch since `faults` last read it (a broken wait ends the launch with
+    wrong values rather than hanging it; the decode step reads the word once its tokens are back)."""
+    key = (shape, t.x.device)
+    if key not in _CONTROLS:  # made by the runner's warm-up, before a capture records the launch
+        _CONTROLS[key] = torch.zeros(CONTROL_WORDS + len(_schedule(shape).counters), dtype=torch.int32, device=key[1])
+    control = _CONTROLS[key]
+    _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, _table(shape, BUILT, t.x.device), control)
+    return control
+
+
+def faults() -> list[str]:
+    """The faults recorded by the decode step's launches since the last call, one line each, and their error words
+    cleared. It reads the words back (a synchronisation): the runner calls it once a step's tokens are on the host,
+    and only after a launch was made."""
+    found = []
+    for (shape, device), control in _CONTROLS.items():
+        word = int(control[ERROR].item())
+        if word:
+            found.append(f"persistent layer (batch {shape.batch} on {device}): {describe(word)}")
+            control[ERROR] = 0
+    return found
 
 
 MODEL_KINDS = frozenset({Kind.EMBED, Kind.FINAL_NORM, Kind.HEAD})
@@ -339,14 +369,14 @@ def _launch(
     scale: float,
     window: int | None,
     tab: torch.Tensor,
-) -> torch.Tensor:
+    control: torch.Tensor,
+) -> None:
     t = layers[0]
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
         raise ValueError(f"persistent layer: {why}")
     _check_step(sch, kinds, layers, model)
     device = t.x.device
-    control = torch.empty(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
     s = sch.shape
     ptrs = (_P * (len(POINTERS) * len(layers)))(*ffi.ptrs(*[x for layer in layers for x in layer.tensors()]))
     mptrs = None if model is None else (_P * len(MODEL_POINTERS))(*ffi.ptrs(*model.tensors()))
@@ -379,4 +409,3 @@ def _launch(
         ffi.stream(device),
     )
     ffi.check(rc, "vt_persistent_step", lib, "persistent")
-    return control

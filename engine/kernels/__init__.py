@@ -30,6 +30,7 @@ from engine.kernels.layer import decode_layer_op as decode_layer
 from engine.kernels.layer import gated_mlp_op as gated_mlp
 from engine.kernels.layer import norm_mlp_op as norm_mlp
 from engine.kernels.layer import norm_qkv_op as norm_qkv
+from engine.kernels.layer import raise_persistent_faults
 from engine.kernels.moe import moe_experts, moe_route
 from engine.kernels.norm import fused_add_rms_norm, qk_norm, rms_norm, rms_norm_offset
 from engine.kernels.quant import (
@@ -188,4 +189,5 @@ __all__ = [
     "norm_qkv",
     "norm_mlp",
     "gated_mlp",
+    "raise_persistent_faults",
 ]

@@ -290,6 +290,15 @@ def _layer_persistent(
     return t.mlp, t.res2
 
 
+def raise_persistent_faults() -> None:
+    """Raise with the faults the persistent arm's launches recorded since the last call (a broken wait or a bad
+    token: their outputs are wrong). Reads nothing when the arm never ran; the runner calls it once a decode step's
+    tokens are on the host."""
+    found = persistent.faults()
+    if found:
+        raise RuntimeError("; ".join(found))
+
+
 decode_layer_op = Op(
     decode_layer,
     check_x,

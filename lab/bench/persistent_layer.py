@@ -205,7 +205,7 @@ def measure(
     chain = Band.of(drop_warmup(chain_s))
     row.update(chain_us=chain.median * 1e6, chain_floor_pct=100 * floor_share(wb, ceiling, chain.median))
     if tp is not None:
-        errors = [int(x.control[1].item()) for x in launches if x.control is not None]  # the last replays' words
+        errors = [int(x.control[persistent.ERROR].item()) for x in launches if x.control is not None]
         if any(errors):
             row["persistent_error"] = f"error word {max(errors):#x} after the timed replays"
             return row

@@ -102,3 +102,22 @@ def test_the_gates_cases_judge_the_arm_against_the_layers_reference():
     assert torch.equal(ref, small.reference_output(inputs))  # the caches are copied: a second call sees the same
     with pytest.raises(ValueError, match="decode_layer: arm 'persistent' needs a plain decode step"):
         small.kernel(inputs)  # on the CPU the arm declines; on the GPU `lab gate kernels --filter persistent` runs it
+
+
+def test_a_fault_the_steps_launches_recorded_is_raised_once_its_tokens_are_back(monkeypatch):
+    """The decode step reads the persistent launches' error words after its tokens (engine/runner.py `_tokens`): none
+    made, nothing read; a recorded fault raises, described, and is cleared. The words here stand in for a device's."""
+    from engine.cuda import persistent
+
+    monkeypatch.setattr(persistent, "_CONTROLS", {})
+    kernels.raise_persistent_faults()  # no launch made: no read, no raise
+    shape = persistent.decode_shape(8, 1024, 16, 8, 128, 3072, False, None)
+    control = torch.zeros(persistent.CONTROL_WORDS + 4, dtype=torch.int32)
+    persistent._CONTROLS[(shape, torch.device("cpu"))] = control
+    kernels.raise_persistent_faults()  # a launch made, no fault
+    control[persistent.ERROR] = (2 << 20) + 417
+    with pytest.raises(RuntimeError, match=r"persistent layer \(batch 8 on cpu\): a wait that timed out at task 417"):
+        kernels.raise_persistent_faults()
+    assert int(control[persistent.ERROR]) == 0  # cleared: the next step starts clean
+    kernels.raise_persistent_faults()
+    assert persistent.describe((4 << 20) + 3) == "a token id outside the vocabulary at row 3"

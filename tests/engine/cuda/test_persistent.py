@@ -277,7 +277,7 @@ def test_the_whole_layer_in_one_launch_matches_the_chain(cuda, lens, first):
     t = _tensors(layer, x, residual, inputs)
     control = _run(sch, layer, t, persistent.BUILT)
     torch.cuda.synchronize()
-    assert int(control[0]) >= len(sch.tasks)  # the head: every task taken, and one past per block at the end
+    assert int(control[persistent.HEAD]) >= len(sch.tasks)  # every task taken, and one past per block at the end
     assert control[persistent.CONTROL_WORDS :].tolist() == sch.expected
     _assert_like_the_chain(t, inputs, chain, EVERY)
 
