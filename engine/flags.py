@@ -348,6 +348,12 @@ declare(
     "A decode step's dense Qwen3 layer as one persistent launch (engine/cuda/persistent.cu): SM-count blocks take the layer's tiles (norm, q/k/v, RoPE and KV store, scores, softmax and P.V, o_proj, norm, gate/up, down) from an on-device queue, each waiting on counters for its inputs, no grid barrier and no launch between them. Its own sums (the GEMV fast path at split 1, the generic paged kernel's attention), not the chain's bits. bf16/fp16, one GPU, no quantization or bias. OFF until its GPU tests, the step A/B and the flip protocol.",
 )
 declare(
+    "VT_PERSISTENT_STEP",
+    False,
+    "ENGINE-PERSISTENT",
+    "A decode step's embedding, every dense Qwen3 layer and the final norm as one persistent launch (engine/cuda/persistent.cu): the layer's tiles of VT_PERSISTENT_LAYER for every layer in turn, each layer's first norm waiting on the last one's down tiles, no launch between them; the LM head stays its own op. The same sums as VT_PERSISTENT_LAYER. bf16/fp16, one GPU, every layer dense with one sliding window, at most 64 layers. OFF until its GPU tests, the step A/B and the flip protocol.",
+)
+declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",

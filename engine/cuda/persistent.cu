@@ -94,7 +94,8 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
 // table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32: [error, head, counters],
 // the head and counters zeroed here (on the stream, so a graph replays it), the error word kept (the caller's); ptr: host array of `layers` x kPointers device pointers, each layer's in Layer's
 // order (only layer 0's residual may be null; a later layer's x and residual are the previous layer's mlp and res2);
-// model: host array of kModelPointers (ids, embed, final_norm, head, final, logits), or null for layers alone. The
+// model: host array of kModelPointers (ids, embed, final_norm, head, final, logits; head and logits both null for a
+// step that ends at the final norm), or null for layers alone. The
 // sizes are every layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
 VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int counters, const void* const* ptr,
                                  int layers, const void* const* model, int vocab, int batch, int hidden, int heads,
@@ -127,6 +128,8 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
   if (model != nullptr) {
     if (vocab <= 0) return vt::fail(vt::kBadArgument, "persistent: vocab %d must be > 0", vocab);
     for (int i = 0; i < kModelPointers; ++i) {
+      if (model[i] == nullptr && (i == 3 || i == 5) && model[3] == nullptr && model[5] == nullptr)
+        continue;  // no head and no logits: a step ending at the final norm
       if (model[i] == nullptr) return vt::fail(vt::kBadArgument, "persistent: model pointer %d is null", i);
       if (i > 0 && !vt::aligned16(model[i]))
         return vt::fail(vt::kBadArgument, "persistent: model pointer %d is not 16-byte aligned", i);

@@ -288,9 +288,9 @@ struct Model {
   const long long* ids;  // [batch]: each row's token
   const T* embed;  // [vocab, hidden]
   const T* final_norm;  // [hidden]
-  const T* head;  // [vocab, hidden]: the LM head (Qwen3-0.6B: the embedding itself)
+  const T* head;  // [vocab, hidden]: the LM head (Qwen3-0.6B: the embedding itself); null: no HEAD tasks
   T* final;  // [batch, hidden]: the final norm's output
-  T* logits;  // [batch, vocab]
+  T* logits;  // [batch, vocab]; null with head
   int vocab;
 };
 
@@ -382,7 +382,8 @@ __device__ void attn_out(int seq, int kv, const Layer<T>& p) {
 template <typename T>
 __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T* xs, int* error) {
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
-  if (kind >= kEmbed && kind <= kHead && m.embed == nullptr) {  // a model kind, but the launch has no model
+  // a model kind, but the launch has no model (or, for HEAD, no head: a step that ends at the final norm)
+  if (kind >= kEmbed && kind <= kHead && (m.embed == nullptr || (kind == kHead && m.head == nullptr))) {
     if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);
     return;
   }

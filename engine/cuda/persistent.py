@@ -102,11 +102,11 @@ class ModelTensors:
     ids: torch.Tensor  # [b] int64: each row's token
     embed: torch.Tensor  # [vocab, hidden]
     final_norm: torch.Tensor  # [hidden]: the model's norm
-    head: torch.Tensor  # [vocab, hidden]: the LM head (the embedding itself when tied)
+    head: torch.Tensor | None  # [vocab, hidden]: the LM head (the embedding itself when tied); None: no HEAD tasks
     final: torch.Tensor  # [b, hidden]: the final norm's output
-    logits: torch.Tensor  # [b, vocab]
+    logits: torch.Tensor | None  # [b, vocab]; None with the head
 
-    def tensors(self) -> list[torch.Tensor]:
+    def tensors(self) -> list[torch.Tensor | None]:
         return [getattr(self, f.name) for f in fields(self)]
 
 
@@ -126,6 +126,7 @@ def tensors(
     heads: int,
     scores_width: int,  # at least the longest context: the tables' capacity, for a graph that replays as they grow
     fill: float | None = None,  # None: outputs and scratch uninitialised; NaN: a test's poison
+    scores: torch.Tensor | None = None,  # a scores scratch to use (a step's layers share one) instead of a new one
 ) -> LayerTensors:
     """A layer's `LayerTensors`: the step's inputs and the layer's weights as given, the outputs and scratch made."""
     b, h = x.shape
@@ -141,7 +142,7 @@ def tensors(
         attn=new(b, qd), res2=new(b, h), h2=new(b, h), act=new(b, inter), mlp=new(b, h), out=new(b, h),
         q_rot=new(b, qd), k_rot=new(b, kvd), k_cache=caches[0], v_cache=caches[1], slots=slots, cos=cos_sin[0],
         sin=cos_sin[1], block_tables=block_tables, context_lens=context_lens,
-        scores=new(b * heads, scores_width, torch.float32),
+        scores=new(b * heads, scores_width, torch.float32) if scores is None else scores,
         **{name: weights[name] for name in WEIGHTS},
     )  # fmt: skip
 
@@ -200,56 +201,35 @@ def decode_shape(
 
 
 @cache
-def _schedule(shape: LayerShape) -> Schedule:
+def _schedule(shape: LayerShape, layers: int = 1, vocab: int = 0) -> Schedule:
+    """One layer's table, or (`vocab`) a model's: the embedding, `layers` layers and the final norm, no head."""
+    if vocab:
+        return persistent_schedule.build_model_step(shape, layers, vocab, 0)
     return persistent_schedule.build(shape)
 
 
 @cache
-def _table(shape: LayerShape, kinds: frozenset[Kind], device: torch.device) -> torch.Tensor:
+def _table(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> torch.Tensor:
     """Kept for the process: a captured graph's launch reads it at every replay."""
-    return table(_schedule(shape), kinds, device)
+    return table(_schedule(shape, layers, vocab), BUILT, device)
+
+
+# each tensor's shape by width names: rows of the batch, a weight's [out, in], a vector
+_ROWS = {"x": "h", "residual": "h", "h1": "h", "res1": "h", "q": "q", "k": "kv", "v": "kv", "attn": "q", "res2": "h",
+         "h2": "h", "act": "i", "mlp": "h", "out": "h", "q_rot": "q", "k_rot": "kv", "cos": "d", "sin": "d"}  # fmt: skip
+_WEIGHTS = {"wq": "q h", "wk": "kv h", "wv": "kv h", "wo": "h q", "wg": "i h", "wu": "i h", "wd": "h i", "ln1": "h",
+            "ln2": "h", "q_norm": "d", "k_norm": "d"}  # fmt: skip
 
 
 def _check(t: LayerTensors, sch: Schedule, first: bool) -> None:
     s, b = sch.shape, sch.shape.batch
-    q_dim, kv_dim, d = s.heads * s.head_dim, s.kv_heads * s.head_dim, s.head_dim
-    cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, d) if t.k_cache.dim() == 4 else (-1,)
-    sizes = {
-        "x": (b, s.hidden),
-        "residual": (b, s.hidden),
-        "h1": (b, s.hidden),
-        "res1": (b, s.hidden),
-        "q": (b, q_dim),
-        "k": (b, kv_dim),
-        "v": (b, kv_dim),
-        "attn": (b, q_dim),
-        "res2": (b, s.hidden),
-        "h2": (b, s.hidden),
-        "act": (b, s.intermediate),
-        "mlp": (b, s.hidden),
-        "out": (b, s.hidden),
-        "ln1": (s.hidden,),
-        "ln2": (s.hidden,),
-        "wq": (q_dim, s.hidden),
-        "wk": (kv_dim, s.hidden),
-        "wv": (kv_dim, s.hidden),
-        "wo": (s.hidden, q_dim),
-        "wg": (s.intermediate, s.hidden),
-        "wu": (s.intermediate, s.hidden),
-        "wd": (s.hidden, s.intermediate),
-        "q_rot": (b, q_dim),
-        "k_rot": (b, kv_dim),
-        "k_cache": cache,
-        "v_cache": cache,
-        "slots": (b,),
-        "cos": (b, d),
-        "sin": (b, d),
-        "q_norm": (d,),
-        "k_norm": (d,),
-        "block_tables": (b, t.block_tables.shape[-1]),
-        "context_lens": (b,),
-        "scores": (b * s.heads, max(max(s.context_lens), t.scores.shape[-1])),
-    }
+    w = {"h": s.hidden, "q": s.heads * s.head_dim, "kv": s.kv_heads * s.head_dim, "i": s.intermediate, "d": s.head_dim}
+    cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, s.head_dim) if t.k_cache.dim() == 4 else (-1,)
+    sizes: dict[str, tuple[int, ...]] = {name: (b, w[width]) for name, width in _ROWS.items()}
+    sizes |= {name: tuple(w[x] for x in widths.split()) for name, widths in _WEIGHTS.items()}
+    sizes |= {"k_cache": cache, "v_cache": cache, "slots": (b,), "context_lens": (b,)}
+    sizes |= {"block_tables": (b, t.block_tables.shape[-1])}
+    sizes |= {"scores": (b * s.heads, max(max(s.context_lens), t.scores.shape[-1]))}
     if (t.residual is None) != first:
         raise ValueError(f"residual: {'given at layer 0' if first else 'missing past layer 0'}")
     for name in POINTERS:
@@ -301,7 +281,15 @@ def describe(word: int) -> str:
     return f"{_FAULTS.get(word >> 20, 'an unknown fault')} {word & ((1 << 20) - 1)}"
 
 
-_CONTROLS: dict[tuple[LayerShape, torch.device], torch.Tensor] = {}
+_CONTROLS: dict[tuple[LayerShape, int, int, torch.device], torch.Tensor] = {}
+
+
+def _control(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> torch.Tensor:
+    key = (shape, layers, vocab, device)
+    if key not in _CONTROLS:  # made by the runner's warm-up, before a capture records the launch
+        counters = len(_schedule(shape, layers, vocab).counters)
+        _CONTROLS[key] = torch.zeros(CONTROL_WORDS + counters, dtype=torch.int32, device=device)
+    return _CONTROLS[key]
 
 
 def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torch.Tensor:
@@ -309,11 +297,19 @@ def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torc
     device; no host read, so a CUDA graph can capture it. The control words are kept per shape and device, so their
     error word holds the first fault of any launch since `faults` last read it (a broken wait ends the launch with
     wrong values rather than hanging it; the decode step reads the word once its tokens are back)."""
-    key = (shape, t.x.device)
-    if key not in _CONTROLS:  # made by the runner's warm-up, before a capture records the launch
-        _CONTROLS[key] = torch.zeros(CONTROL_WORDS + len(_schedule(shape).counters), dtype=torch.int32, device=key[1])
-    control = _CONTROLS[key]
-    _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, _table(shape, BUILT, t.x.device), control)
+    control, tab = _control(shape, 1, 0, t.x.device), _table(shape, 1, 0, t.x.device)
+    _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, tab, control)
+    return control
+
+
+def launch_model(
+    shape: LayerShape, vocab: int, layers: list[LayerTensors], model: ModelTensors, eps: float, scale: float
+) -> torch.Tensor:
+    """A model's decode step up to its final norm (EMBED, every layer, FINAL_NORM: `model.final`) in one launch, as
+    `launch` does a layer: the table and control words kept per (shape, layers, vocab, device), nothing read back."""
+    device, n = model.final.device, len(layers)
+    control, tab = _control(shape, n, vocab, device), _table(shape, n, vocab, device)
+    _launch(_schedule(shape, n, vocab), BUILT, layers, model, eps, scale, shape.window, tab, control)
     return control
 
 
@@ -322,10 +318,11 @@ def faults() -> list[str]:
     cleared. It reads the words back (a synchronisation): the runner calls it once a step's tokens are on the host,
     and only after a launch was made."""
     found = []
-    for (shape, device), control in _CONTROLS.items():
+    for (shape, layers, _, device), control in _CONTROLS.items():
         word = int(control[ERROR].item())
         if word:
-            found.append(f"persistent layer (batch {shape.batch} on {device}): {describe(word)}")
+            what = "layer" if layers == 1 else f"step of {layers} layers"
+            found.append(f"persistent {what} (batch {shape.batch} on {device}): {describe(word)}")
             control[ERROR] = 0
     return found
 
@@ -351,8 +348,12 @@ def _check_step(sch: Schedule, kinds: frozenset[Kind], layers: list[LayerTensors
         return
     b, h, v, x = sch.shape.batch, sch.shape.hidden, sch.vocab, layers[0].x
     sizes = {"ids": (b,), "embed": (v, h), "final_norm": (h,), "head": (v, h), "final": (b, h), "logits": (b, v)}
+    if (model.head is None) != (Kind.HEAD not in kinds) or (model.head is None) != (model.logits is None):
+        raise ValueError("model tensors: head and logits are given exactly when the table's HEAD tasks run")
     for name in MODEL_POINTERS:
         got, dtype = getattr(model, name), torch.int64 if name == "ids" else x.dtype
+        if got is None:
+            continue
         if tuple(got.shape) != sizes[name] or got.dtype != dtype or not got.is_cuda or not got.is_contiguous():
             raise ValueError(
                 f"{name}: expected a contiguous CUDA {dtype} tensor of {sizes[name]}, got {tuple(got.shape)} "

@@ -239,11 +239,12 @@ def build_model_step(s: LayerShape, layers: int, vocab: int, head_cols: int) -> 
     """A whole decode step in queue order: the embedding of each row's token (EMBED), `layers` layers as in
     `build_step` (layer 0's norm of a row waits on that row's embedding), the model's final norm of each row
     (FINAL_NORM, after the last layer's down tiles) and the LM head in tiles of `head_cols` vocabulary columns
-    (HEAD, after every row's final norm). In: the token ids; out: the logits. The layers' shape is taken as layer
+    (HEAD, after every row's final norm; `head_cols` 0: no head, the final hidden state is the output, as the
+    model's forward returns it). In: the token ids; out: the logits. The layers' shape is taken as layer
     0's (`first`: no residual before the first norm). The head's weight may be the embedding's own (Qwen3-0.6B ties
     them): one [vocab, hidden] matrix, the EMBED tasks reading a row each, the HEAD tiles all of it."""
     s = replace(s, first=True)
-    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or vocab < 1 or head_cols < 1:
+    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or vocab < 1 or head_cols < 0:
         raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
     sch = Schedule(s, layers=layers, vocab=vocab)
     b, h, rows = s.batch, s.hidden, (0, s.batch)
@@ -261,6 +262,8 @@ def build_model_step(s: LayerShape, layers: int, vocab: int, head_cols: int) -> 
         ins = [Region(sch.name(last, "mlp"), row, (0, h)), Region(sch.name(last, "res2"), row, (0, h))]
         sch.add(Kind.FINAL_NORM, (r,), [(down, sch.expected[down])], normed, ins, [Region("final", row, (0, h))],
                 layer=last)  # fmt: skip
+    if not head_cols:
+        return sch
     head = sch.counter("head")
     for cols in _cols(vocab, head_cols):
         sch.add(Kind.HEAD, cols, [(normed, b)], head, [Region("final", rows, (0, h))], [Region("logits", rows, cols)],

@@ -27,6 +27,7 @@ from engine.kernels.gemv import (
 )
 from engine.kernels.kv_store import store_kv
 from engine.kernels.layer import decode_layer_op as decode_layer
+from engine.kernels.layer import decode_model_op as decode_model
 from engine.kernels.layer import gated_mlp_op as gated_mlp
 from engine.kernels.layer import norm_mlp_op as norm_mlp
 from engine.kernels.layer import norm_qkv_op as norm_qkv
@@ -75,6 +76,7 @@ from engine.kernels.table import (
 
 # the table's order: what `call`'s error and a listing of TABLE show
 _OPS = (
+    decode_model,
     decode_layer,
     norm_qkv,
     norm_mlp,

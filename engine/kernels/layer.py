@@ -35,6 +35,7 @@ from engine.cuda.persistent_schedule import LayerShape
 from engine.flags import FlagSnapshot
 from engine.kernels.table import Arm, Op, call, gated_by, supports_any
 from engine.ops._check import check_tensor
+from engine.ops.rope import rope_cos_sin
 
 _UNFUSED = FlagSnapshot.defaults().with_(VT_KERNELS=False)  # the reference: every inner op runs its reference
 _MERGED = gated_by("VT_MERGED_PROJ")
@@ -234,6 +235,20 @@ def persistent_refusal(
 ) -> str | None:
     """Why the persistent layer cannot run this call (None: it can): a plain decode step of a dense, unquantized,
     bias-free Qwen3 layer on one rank, in bf16 or fp16 on a GPU, in the shapes the kernel takes."""
+    return _refusal(batch, layer, x.device, x.dtype, x.shape[0], residual is None)
+
+
+def _refusal(batch: Any, layer: Any, device: torch.device, dtype: torch.dtype, rows: int, first: bool) -> str | None:
+    why = _layer_kind_refusal(batch, layer)
+    if why is not None:
+        return why
+    if device.type != "cuda":
+        return f"x on {device} (CUDA only)"
+    return persistent.refusal(persistent._schedule(_persistent_shape(rows, first, layer)), persistent.BUILT, dtype)
+
+
+def _layer_kind_refusal(batch: Any, layer: Any) -> str | None:
+    """What of the step or the layer itself the kernel does not take (its device and shapes aside)."""
     a, m = layer.self_attn, layer.mlp
     if batch.is_prefill:
         return "a prefill or serving step (decode rows only)"
@@ -246,17 +261,14 @@ def persistent_refusal(
         return "a projection bias"
     if any(getattr(p, "all_reduce", None) is not None for p in (a.o_proj, m.down_proj)):
         return "tensor parallel (its all-reduces)"
-    if not x.is_cuda:
-        return f"x on {x.device} (CUDA only)"
-    shape = _persistent_shape(x, residual, layer)
-    return persistent.refusal(persistent._schedule(shape), persistent.BUILT, x.dtype)
+    return None
 
 
-def _persistent_shape(x: torch.Tensor, residual: torch.Tensor | None, layer: Any) -> LayerShape:
+def _persistent_shape(rows: int, first: bool, layer: Any) -> LayerShape:
     a, m = layer.self_attn, layer.mlp
-    inter = m.gate_up_proj.weight.shape[0] // 2
+    hidden, inter = layer.input_layernorm.weight.shape[0], m.gate_up_proj.weight.shape[0] // 2
     return persistent.decode_shape(
-        x.shape[0], x.shape[1], a.num_heads, a.num_kv_heads, a.head_dim, inter, residual is None, a.sliding_window
+        rows, hidden, a.num_heads, a.num_kv_heads, a.head_dim, inter, first, a.sliding_window
     )
 
 
@@ -286,7 +298,7 @@ def _layer_persistent(
         x, residual, weights, (k_cache, v_cache), batch.slot_mapping, (cos.contiguous(), sin.contiguous()),
         batch.block_tables, batch.context_lens, a.num_heads, capacity,
     )  # fmt: skip
-    persistent.launch(_persistent_shape(x, residual, layer), t, layer.input_layernorm.eps, a.scaling)
+    persistent.launch(_persistent_shape(x.shape[0], residual is None, layer), t, layer.input_layernorm.eps, a.scaling)
     return t.mlp, t.res2
 
 
@@ -311,5 +323,90 @@ decode_layer_op = Op(
             _layer_persistent,
         ),
         _arm("chain", gated_by(), supports_any, "any layer", _layer_chain),
+    ],
+)
+
+
+# --- decode_model: a decode step's embedding, layers and final norm ---------------------------------------------
+def decode_model(
+    input_ids: torch.Tensor,  # [tokens]
+    positions: torch.Tensor,  # [tokens]
+    batch: Any,  # the step's ForwardBatch (its kv_caches written in place)
+    model: Any,  # the Qwen3Model: `chain` is its embedding, layers and final norm in turn
+) -> torch.Tensor:  # [tokens, hidden]: the final norm's output
+    """The model's embedding, its layers and its final norm in turn (`model.chain`), every kernel off."""
+    return model.chain(input_ids, positions, _with_flags(batch, _UNFUSED))
+
+
+def check_ids(input_ids: torch.Tensor, *_: Any) -> None:
+    check_tensor(input_ids, "input_ids")
+
+
+def _model_chain(flags: FlagSnapshot, input_ids: torch.Tensor, positions: torch.Tensor, batch: Any, model: Any) -> Any:
+    return model.chain(input_ids, positions, _with_flags(batch, flags))
+
+
+def persistent_step_refusal(input_ids: torch.Tensor, positions: torch.Tensor, batch: Any, model: Any) -> str | None:
+    """Why the persistent step cannot run this call (None: it can): every layer as `persistent_refusal` says, at
+    most `persistent.MAX_LAYERS` of them, and the whole vocabulary on this rank."""
+    layers, embed = list(model.layers), model.embed_tokens
+    if not layers or len(layers) > persistent.MAX_LAYERS:
+        return f"{len(layers)} layers (1 to {persistent.MAX_LAYERS} a launch)"
+    if embed.comm is not None:
+        return "tensor parallel (a vocabulary-parallel embedding)"
+    if len({layer.self_attn.sliding_window for layer in layers}) > 1:
+        return "layers with different sliding windows (one window a launch)"
+    for i, layer in enumerate(layers):
+        why = _layer_kind_refusal(batch, layer)
+        if why is not None:
+            return f"layer {i}: {why}"
+    w = embed.weight  # the layers' shapes are layer 0's (the step's table repeats one layer's)
+    return _refusal(batch, layers[0], w.device, w.dtype, input_ids.shape[0], True)
+
+
+def _supports_step(input_ids: torch.Tensor, positions: torch.Tensor, batch: Any, model: Any) -> bool:
+    return persistent_step_refusal(input_ids, positions, batch, model) is None
+
+
+def _model_persistent(
+    flags: FlagSnapshot, input_ids: torch.Tensor, positions: torch.Tensor, batch: Any, model: Any
+) -> torch.Tensor:
+    cfg, embed = model.config, model.embed_tokens.weight
+    rows, hidden = input_ids.shape[0], embed.shape[1]
+    cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, embed.dtype)
+    capacity = batch.block_tables.shape[1] * batch.kv_caches[0][0].shape[1]
+    # one scores scratch for every layer: layer l+1's score tasks wait (through its norm on layer l's down tiles)
+    # for every layer-l task, its softmax tasks (the scratch's only readers) among them
+    scores = torch.empty(rows * model.layers[0].self_attn.num_heads, capacity, dtype=torch.float32, device=embed.device)
+    x: torch.Tensor = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)  # the EMBED tasks' rows
+    residual, layers = None, []
+    for i, layer in enumerate(model.layers):
+        t = persistent.tensors(
+            x, residual, persistent_weights(layer), batch.kv_caches[i], batch.slot_mapping,
+            (cos.contiguous(), sin.contiguous()), batch.block_tables, batch.context_lens, layer.self_attn.num_heads,
+            capacity, scores=scores,
+        )  # fmt: skip
+        layers.append(t)
+        x, residual = t.mlp, t.res2
+    final = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)
+    ends = persistent.ModelTensors(input_ids, embed, model.norm.weight, None, final, None)
+    first = model.layers[0]
+    shape = _persistent_shape(rows, True, first)
+    persistent.launch_model(shape, embed.shape[0], layers, ends, model.norm.eps, first.self_attn.scaling)
+    return final
+
+
+decode_model_op = Op(
+    decode_model,
+    check_ids,
+    [
+        _arm(
+            "persistent_step",
+            gated_by("VT_PERSISTENT_STEP"),
+            _supports_step,
+            "a plain decode step of a dense bf16/fp16 Qwen3 model on one GPU (persistent_step_refusal)",
+            _model_persistent,
+        ),
+        _arm("chain", gated_by(), supports_any, "any model", _model_chain),
     ],
 )

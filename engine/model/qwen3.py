@@ -229,6 +229,10 @@ class Qwen3Model(nn.Module):
         positions: torch.Tensor,  # [tokens]
         batch: ForwardBatch,
     ) -> torch.Tensor:  # [tokens, hidden]
+        # the model as one op: its parts in turn (`chain`), or a decode step in one persistent launch
+        return kernels.decode_model(batch.flags, input_ids, positions, batch, self)
+
+    def chain(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         hidden = self.embed_tokens(input_ids, batch.flags)
         cfg = self.config
         cos_sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, hidden.dtype)

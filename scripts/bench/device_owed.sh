@@ -5,8 +5,8 @@
 #                                                    # the one-pass numerics at d256; then the serving ratios
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
 #   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
-#   bash scripts/bench/device_owed.sh persistent    # the persistent layer's GPU tests (the arm and its graph replay
-#                                                    # included), its cases, its bench, a decode step with the arm
+#   bash scripts/bench/device_owed.sh persistent    # the persistent layer's and step's GPU tests (the arms and their
+#                                                    # graph replays included), cases, bench, decode steps with each
 #   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms)
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
@@ -61,18 +61,18 @@ perf() {
   timeout 240 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1; echo "persistent_layer bench rc=$?"; tail -n 12 "$R/persistent.log"
 }
 
-persistent() {  # the persistent layer's first GPU run: its tests, its bench, then the decode step with the arm
-  timeout 240 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+persistent() {  # the persistent layer's and step's first GPU run: tests, cases, bench, decode steps with each arm
+  timeout 180 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
-  timeout 120 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
+  timeout 90 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
-  echo "persistent cases rc=$? at $(el) s"; tail -n 12 "$R/persistent-kernels.log"
-  timeout 200 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
+  echo "persistent cases rc=$? at $(el) s"; tail -n 16 "$R/persistent-kernels.log"
+  timeout 120 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
   echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
-  for on in 0 1; do  # not the A/B (two processes): whether the arm runs in a whole step, and its first time
-    VT_PERSISTENT_LAYER=$on timeout 120 python3 -m lab bench decode --no-oracle --steps 32 --profile \
-      > "$R/decode-persistent-$on.log" 2>&1
-    echo "bench decode VT_PERSISTENT_LAYER=$on rc=$? at $(el) s"; tail -n 14 "$R/decode-persistent-$on.log"
+  for arm in none VT_PERSISTENT_LAYER VT_PERSISTENT_STEP; do  # not the A/B (three processes): whether each arm
+    env "${arm/none/NO_ARM}=1" timeout 60 python3 -m lab bench decode --no-oracle --steps 16 --profile \
+      > "$R/decode-$arm.log" 2>&1  # runs through a whole captured step, its kernels a step and a first time
+    echo "bench decode $arm rc=$? at $(el) s"; tail -n 14 "$R/decode-$arm.log"
   done
 }
 

@@ -12,7 +12,7 @@ import torch
 
 from engine import kernels
 from engine.flags import FLAGS, FlagSnapshot
-from engine.kernels.layer import persistent_refusal
+from engine.kernels.layer import persistent_refusal, persistent_step_refusal
 from engine.model.batch import ForwardBatch
 from engine.model.config import parse_config
 from engine.model.qwen3_moe import Qwen3MoeDecoderLayer
@@ -93,8 +93,10 @@ def test_the_refusals_name_what_the_kernel_does_not_take():
 def test_the_gates_cases_judge_the_arm_against_the_layers_reference():
     from lab.gates.cases import persistent as cases
 
-    assert len(cases.CASES) == 10 and {c.flag for c in cases.CASES} == {"VT_PERSISTENT_LAYER"}
-    assert {c.arm for c in cases.CASES} == {"persistent"} and {c.row for c in cases.CASES} == {"ENGINE-PERSISTENT"}
+    layer_cases = [c for c in cases.CASES if c.arm == "persistent"]
+    assert len(layer_cases) == 10 and {c.flag for c in layer_cases} == {"VT_PERSISTENT_LAYER"}
+    assert {c.arm for c in cases.CASES} == {"persistent", "persistent_step"}
+    assert {c.row for c in cases.CASES} == {"ENGINE-PERSISTENT"}
     small = next(c for c in cases.CASES if c.name == "persistent/layer/bf16/b8/mixed")
     inputs = small.make(0, torch.device("cpu"))
     ref = small.reference_output(inputs)
@@ -113,7 +115,7 @@ def test_a_fault_the_steps_launches_recorded_is_raised_once_its_tokens_are_back(
     kernels.raise_persistent_faults()  # no launch made: no read, no raise
     shape = persistent.decode_shape(8, 1024, 16, 8, 128, 3072, False, None)
     control = torch.zeros(persistent.CONTROL_WORDS + 4, dtype=torch.int32)
-    persistent._CONTROLS[(shape, torch.device("cpu"))] = control
+    persistent._CONTROLS[(shape, 1, 0, torch.device("cpu"))] = control
     kernels.raise_persistent_faults()  # a launch made, no fault
     control[persistent.ERROR] = (2 << 20) + 417
     with pytest.raises(RuntimeError, match=r"persistent layer \(batch 8 on cpu\): a wait that timed out at task 417"):
@@ -121,3 +123,63 @@ def test_a_fault_the_steps_launches_recorded_is_raised_once_its_tokens_are_back(
     assert int(control[persistent.ERROR]) == 0  # cleared: the next step starts clean
     kernels.raise_persistent_faults()
     assert persistent.describe((4 << 20) + 3) == "a token id outside the vocabulary at row 3"
+
+
+# --- decode_model: the embedding, every layer and the final norm as one op -----------------------------------------
+def _model_call(case: C.ModelCase, flags: FlagSnapshot) -> tuple:
+    s = case.fresh_step(True)
+    assert case.lm is not None and s.ids is not None
+    return (s.ids, (s.context_lens - 1).long(), s.batch(flags), case.lm.model)
+
+
+def test_the_model_op_runs_its_parts_in_turn_and_the_persistent_step_is_off_first():
+    assert FLAGS["VT_PERSISTENT_STEP"].default is False
+    op = kernels.TABLE["decode_model"]
+    assert [a.name for a in op.arms] == ["persistent_step", "chain"]
+    assert op.arms[0].flags == ("VT_PERSISTENT_STEP",) and list(kernels.TABLE)[:2] == ["decode_model", "decode_layer"]
+    case = C.make_model(C.SMALL, [37, 5], seed=4, layers=2, vocab=64)
+    flags = FlagSnapshot.defaults()
+    want = op.reference(*_model_call(case, flags))
+    kernels.reset_counts()
+    with torch.no_grad():
+        got = op.run_arm("chain", *_model_call(case, flags))
+        assert torch.equal(got, want)
+        assert torch.equal(case.lm.model(*_model_call(case, flags)[:3]), want)  # the model's forward is the op
+    ran = kernels.counts().ran
+    assert ran[("decode_model", "chain")] == 1 and ran[("decode_model", "reference")] == 1  # the CPU: the reference
+    assert ran[("decode_layer", "reference")] == 4  # two calls, each its two layers through their own op
+
+
+def test_the_persistent_step_says_why_it_declines():
+    case = C.make_model(C.SMALL, [37], seed=5, layers=2, vocab=64)
+    args = _model_call(case, FlagSnapshot.defaults().with_(VT_PERSISTENT_STEP=True))
+    assert persistent_step_refusal(*args) == "x on cpu (CUDA only)"
+    prefill = replace(args[2], is_prefill=True, seq_lens=[1], block_tables=None, context_lens=None)
+    assert persistent_step_refusal(args[0], args[1], prefill, args[3]) == (
+        "layer 0: a prefill or serving step (decode rows only)"
+    )
+    model = args[3]
+    model.layers[1].self_attn.sliding_window = 16
+    assert persistent_step_refusal(*args) == "layers with different sliding windows (one window a launch)"
+    model.layers[1].self_attn.sliding_window = None
+    model.layers[1].mlp.down_proj.all_reduce = lambda y: y
+    assert persistent_step_refusal(*args) == "layer 1: tensor parallel (its all-reduces)"
+    model.embed_tokens.comm = object()
+    assert persistent_step_refusal(*args) == "tensor parallel (a vocabulary-parallel embedding)"
+
+
+def test_the_model_steps_cases_judge_the_arm_against_the_models_reference():
+    from lab.gates.cases import persistent as cases
+
+    model_cases = [c for c in cases.CASES if c.arm == "persistent_step"]
+    assert [c.name for c in model_cases] == [
+        f"persistent/model/{dt}/{b}" for dt in ("bf16", "fp16") for b in ("b1", "b8")
+    ]
+    assert {c.flag for c in model_cases} == {"VT_PERSISTENT_STEP"}
+    b8 = model_cases[1]
+    inputs = b8.make(0, torch.device("cpu"))
+    ref = b8.reference_output(inputs)
+    assert ref.shape == (8, 256 + 3 * 2 * 2 * 128) and ref.isfinite().all()
+    assert torch.equal(ref, b8.reference_output(inputs))  # the caches are copied: a second call sees the same
+    with pytest.raises(ValueError, match="decode_model: arm 'persistent_step' needs a plain decode step"):
+        b8.kernel(inputs)

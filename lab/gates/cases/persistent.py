@@ -1,8 +1,10 @@
-"""Numerics cases for the persistent decode layer (row ENGINE-PERSISTENT; engine/cuda/persistent.cu): the kernel
-table's `decode_layer` op, its `persistent` arm (VT_PERSISTENT_LAYER) against its reference (the layer's ops in turn,
-every kernel off), on Qwen3-0.6B's layer with seeded weights. Compared: the layer's output and residual, then this
-step's K and V cache slots. The layer's own sums (the GEMV fast path at split 1, the generic paged kernel's
-attention) are not the references', so the cases hold it to the dtype's tolerance."""
+"""Numerics cases for the persistent decode layer and step (row ENGINE-PERSISTENT; engine/cuda/persistent.cu): the
+kernel table's `decode_layer` op, its `persistent` arm (VT_PERSISTENT_LAYER) against its reference (the layer's ops
+in turn, every kernel off), on Qwen3-0.6B's layer with seeded weights, comparing the layer's output and residual,
+then this step's K and V cache slots; and `decode_model`, its `persistent_step` arm (VT_PERSISTENT_STEP: the
+embedding, three layers and the final norm in one launch) on a small seeded model, comparing the final hidden state
+and every layer's slots. The kernel's own sums (the GEMV fast path at split 1, the generic paged kernel's attention)
+are not the references', so the cases hold it to the dtype's tolerance."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ SHAPES = (
     ("b32/ctx512", (512,) * 32, False, None),
 )
 SMALL = {"b8/mixed"}  # the sanitizer's case
+MODEL_SHAPES = (("b1", (100,)), ("b8", (37, 5, 64, 100, 1, 17, 33, 80)))  # a small model of three layers
 
 
 def make(
@@ -66,6 +69,40 @@ def _call(x: Inputs, arm: str) -> torch.Tensor:
     return torch.cat([mlp, res2, k.flatten(0, 1)[slots].flatten(1), v.flatten(0, 1)[slots].flatten(1)], dim=-1)
 
 
+def make_model(seed: int, device: torch.device, *, dtype: torch.dtype, lens: tuple[int, ...]) -> Inputs:
+    case = C.make_model(C.SMALL, list(lens), seed=seed, layers=3, vocab=400)
+    s = case.fresh_step(True)
+    assert case.lm is not None and s.ids is not None  # a model case: its causal LM and the step's tokens
+    return {
+        "model": case.lm.to(device=device, dtype=dtype).model,
+        "ids": s.ids.to(device),
+        "positions": (s.context_lens - 1).long().to(device),
+        "caches": [(k.to(device, dtype), v.to(device, dtype)) for k, v in s.caches()],
+        "slots": s.slot_mapping.to(device),
+        "block_tables": s.block_tables.to(device),
+        "context_lens": s.context_lens.to(device),
+    }
+
+
+def _call_model(x: Inputs, arm: str) -> torch.Tensor:
+    """`decode_model`'s `arm` (or its reference) on fresh copies of the caches: [rows, hidden + layers x 2 kv_dim],
+    the final hidden state, then every layer's K and V slots."""
+    kv = [(k.clone(), v.clone()) for k, v in x["caches"]]
+    batch = ForwardBatch(
+        is_prefill=False,
+        slot_mapping=x["slots"],
+        kv_caches=kv,
+        block_tables=x["block_tables"],
+        context_lens=x["context_lens"],
+        flags=kernels.FlagSnapshot.defaults(),
+    )
+    op, args = kernels.TABLE["decode_model"], (x["ids"], x["positions"], batch, x["model"])
+    with torch.no_grad():
+        final = op.reference(*args) if arm == "reference" else op.run_arm(arm, *args)
+    slots = x["slots"]
+    return torch.cat([final, *[c.flatten(0, 1)[slots].flatten(1) for pair in kv for c in pair]], dim=-1)
+
+
 def build_cases() -> list[KernelCase]:
     cases = []
     for dt, dtype in DTYPES.items():
@@ -86,6 +123,12 @@ def build_cases() -> list[KernelCase]:
                     tags,
                 )
             )
+        for name, lens in MODEL_SHAPES:
+            build = partial(make_model, dtype=dtype, lens=lens)
+            run, ref = partial(_call_model, arm="persistent_step"), partial(_call_model, arm="reference")
+            flag = "VT_PERSISTENT_STEP"
+            cases.append(KernelCase(f"persistent/model/{dt}/{name}", "persistent_step", flag, dtype, build, run, ref,
+                                    dt, ROW))  # fmt: skip
     return cases
 
 

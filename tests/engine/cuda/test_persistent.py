@@ -432,3 +432,68 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
         for got, ref in ((k, rk), (v, rv)):
             cmp = compare(got.flatten(0, 1)[slots], ref.flatten(0, 1)[slots], TOLERANCES["bf16"])
             assert cmp.passed, f"layer {i} cache slots: {cmp.as_dict()}"
+
+
+def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
+    """`decode_model` under VT_PERSISTENT_STEP through the model's own forward (the decode program's call): the
+    persistent step counted, the final hidden state within the chain's bf16 tolerance of the model with the flag
+    off, every layer's cache slots written alike; then captured in a CUDA graph and replayed after every context
+    grew by a token (new slots, the same table and scratch) against the chain at the grown lengths."""
+    lens = (37, 5, 64, 100, 1, 17, 33, 80)
+    case = C.make_model(C.SMALL, [n + 1 for n in lens], seed=8, layers=3, vocab=400)
+    model = case.lm.to(device=cuda, dtype=torch.bfloat16).model
+    base = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    tables, block = base.block_tables, base.k_cache.shape[1]
+    on = FlagSnapshot.defaults().with_(VT_PERSISTENT_STEP=True)
+
+    def inputs(grown: int):
+        n = torch.tensor(lens, dtype=torch.int32, device=cuda) + grown
+        pos = (n - 1).long()
+        slots = tables.long()[torch.arange(len(lens), device=cuda), pos // block] * block + pos % block
+        return n, pos, slots
+
+    def caches():
+        return [(k.clone(), v.clone()) for k, v in base.caches()]
+
+    def run(grown: int, flags: FlagSnapshot, kv):
+        n, pos, slots = inputs(grown)
+        batch = ForwardBatch(
+            is_prefill=False, slot_mapping=slots, kv_caches=kv, block_tables=tables, context_lens=n, flags=flags
+        )
+        with torch.no_grad():
+            return model(base.ids, pos, batch)
+
+    kernels.reset_counts()
+    kv_on, kv_off = caches(), caches()
+    got, want = run(0, on, kv_on), run(0, FlagSnapshot.defaults(), kv_off)
+    assert kernels.counts().ran[("decode_model", "persistent_step")] == 1
+    cmp = compare(got, want, TOLERANCES["bf16"])
+    assert cmp.passed, cmp.as_dict()
+    slots = inputs(0)[2]
+    for (k, v), (rk, rv) in zip(kv_on, kv_off, strict=True):
+        for a, b in ((k, rk), (v, rv)):
+            cmp = compare(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], TOLERANCES["bf16"])
+            assert cmp.passed, cmp.as_dict()
+
+    n, pos, slots = inputs(0)
+    kv = caches()
+    batch = ForwardBatch(
+        is_prefill=False, slot_mapping=slots, kv_caches=kv, block_tables=tables, context_lens=n, flags=on
+    )
+    with torch.no_grad():
+        model(base.ids, pos, batch)  # the warm-up: the table and control words made outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(base.ids, pos, batch)
+    grown_n, grown_pos, grown_slots = inputs(1)
+    n.copy_(grown_n)
+    pos.copy_(grown_pos)
+    slots.copy_(grown_slots)
+    for (k, v), (bk, bv) in zip(kv, base.caches(), strict=True):
+        k.copy_(bk)
+        v.copy_(bv)
+    graph.replay()
+    torch.cuda.synchronize()
+    kernels.raise_persistent_faults()
+    cmp = compare(out, run(1, FlagSnapshot.defaults(), caches()), TOLERANCES["bf16"])
+    assert cmp.passed, cmp.as_dict()
