@@ -33,6 +33,7 @@ VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
 MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
+SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
 # tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
 TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)
@@ -202,9 +203,10 @@ def decode_shape(
 
 @cache
 def _schedule(shape: LayerShape, layers: int = 1, vocab: int = 0) -> Schedule:
-    """One layer's table, or (`vocab`) a model's: the embedding, `layers` layers and the final norm, no head."""
+    """One layer's table, or (`vocab`) a model's: the embedding, `layers` layers and the final norm, no head, the
+    layers sharing one scores scratch (`launch_model`'s callers pass one tensor; lab/persistent/check.py proves it)."""
     if vocab:
-        return persistent_schedule.build_model_step(shape, layers, vocab, 0)
+        return persistent_schedule.build_model_step(shape, layers, vocab, 0, SHARED)
     return persistent_schedule.build(shape)
 
 

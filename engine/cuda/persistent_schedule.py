@@ -144,11 +144,13 @@ class Schedule:
     expected: list[int] = field(default_factory=list)  # tasks signalling each counter
     layers: int = 1  # a step's layers; one layer's schedule names its buffers without a prefix
     vocab: int = 0  # a whole model step's (`build_model_step`): token ids in, logits out; 0 for layers alone
+    shared: frozenset[str] = frozenset()  # a step's buffers every layer reuses (one tensor), each layer a version
 
     def name(self, layer: int, buffer: str) -> str:
-        """A buffer's name in this schedule: `L<layer>.` before it in a step (the inputs `x`, `residual` are the
-        step's own)."""
-        return buffer if self.layers == 1 or buffer in ("x", "residual") else f"L{layer}.{buffer}"
+        """A buffer's name in this schedule: `L<layer>.` before it in a step (the inputs `x`, `residual` and the
+        `shared` scratch are the step's own)."""
+        own = self.layers == 1 or buffer in ("x", "residual") or buffer in self.shared
+        return buffer if own else f"L{layer}.{buffer}"
 
     def buffers(self) -> dict[str, tuple[int, int]]:
         """Every buffer the tasks read or write, [rows, cols]; a model step's adds its token ids (`ids`, one per
@@ -219,23 +221,27 @@ def build(s: LayerShape) -> Schedule:
     return build_step(s, 1)
 
 
-def build_step(s: LayerShape, layers: int) -> Schedule:
+def build_step(s: LayerShape, layers: int, shared: frozenset[str] = frozenset()) -> Schedule:
     """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
     down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
-    normalises. With `layers` 1, one layer with unprefixed buffer names."""
+    normalises. With `layers` 1, one layer with unprefixed buffer names. `shared`: buffers all layers reuse (a
+    kernel's one scratch tensor), written again by each layer: lab/persistent/check.py proves each rewrite waits for
+    the last layer's readers."""
     if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or s.key_splits < 1:
         raise ValueError(
             f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}, "
             f"key_splits {s.key_splits}"
         )
-    sch = Schedule(s, layers=layers)
+    sch = Schedule(s, layers=layers, shared=shared)
     down = None
     for layer in range(layers):
         down = _layer(sch, layer, down)
     return sch
 
 
-def build_model_step(s: LayerShape, layers: int, vocab: int, head_cols: int) -> Schedule:
+def build_model_step(
+    s: LayerShape, layers: int, vocab: int, head_cols: int, shared: frozenset[str] = frozenset()
+) -> Schedule:
     """A whole decode step in queue order: the embedding of each row's token (EMBED), `layers` layers as in
     `build_step` (layer 0's norm of a row waits on that row's embedding), the model's final norm of each row
     (FINAL_NORM, after the last layer's down tiles) and the LM head in tiles of `head_cols` vocabulary columns
@@ -246,7 +252,7 @@ def build_model_step(s: LayerShape, layers: int, vocab: int, head_cols: int) -> 
     s = replace(s, first=True)
     if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or vocab < 1 or head_cols < 0:
         raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
-    sch = Schedule(s, layers=layers, vocab=vocab)
+    sch = Schedule(s, layers=layers, vocab=vocab, shared=shared)
     b, h, rows = s.batch, s.hidden, (0, s.batch)
     embedded = [sch.counter(f"embed[{r}]") for r in range(b)]
     for r in range(b):

@@ -375,8 +375,8 @@ def _model_persistent(
     rows, hidden = input_ids.shape[0], embed.shape[1]
     cos, sin = rope_cos_sin(positions, cfg.head_dim, cfg.rope_theta, embed.dtype)
     capacity = batch.block_tables.shape[1] * batch.kv_caches[0][0].shape[1]
-    # one scores scratch for every layer: layer l+1's score tasks wait (through its norm on layer l's down tiles)
-    # for every layer-l task, its softmax tasks (the scratch's only readers) among them
+    # one scores scratch for every layer (persistent.SHARED): layer l+1's score tasks wait, through its norm on
+    # layer l's down tiles, for layer l's softmax tasks, the scratch's readers (lab/persistent/check.py proves it)
     scores = torch.empty(rows * model.layers[0].self_attn.num_heads, capacity, dtype=torch.float32, device=embed.device)
     x: torch.Tensor = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)  # the EMBED tasks' rows
     residual, layers = None, []

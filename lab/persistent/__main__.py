@@ -137,7 +137,7 @@ def drop_wait(sch: Schedule, kind: Kind) -> tuple[Schedule, int]:
     index = next(t.index for t in sch.tasks if t.kind == kind)
     tasks = list(sch.tasks)
     tasks[index] = replace(tasks[index], waits=())
-    return Schedule(sch.shape, tasks, sch.counters, sch.expected, sch.layers, sch.vocab), index
+    return replace(sch, tasks=tasks), index
 
 
 if __name__ == "__main__":
