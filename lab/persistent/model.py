@@ -78,10 +78,14 @@ class Timing:
         return self.floor_s / self.makespan_s
 
 
-def estimate(sch: Schedule, m: Machine, layers: int = 1, barriers: bool = False) -> Timing:
+def estimate(
+    sch: Schedule, m: Machine, layers: int = 1, barriers: bool = False, launch_per_layer: bool = False
+) -> Timing:
     """List-schedule `layers` copies of the layer's tasks on `m.sms` SMs. With `barriers`, a phase (a kind of
     task) starts only when the previous phase has finished everywhere, and pays `m.barrier_s`, and nothing is
-    streamed ahead of it: the chain of launches, with the same tiles."""
+    streamed ahead of it: the chain of launches, with the same tiles. With `launch_per_layer`, only a layer is a
+    phase: the persistent layer launched once a layer (the kernel table's `decode_layer` arm), against the whole
+    step in one launch (neither: `decode_model`'s arm)."""
     s = sch.shape
     free = [0.0] * m.sms
     done_at: dict[tuple[int, int], list[float]] = defaultdict(list)  # (layer, counter): finish times
@@ -97,10 +101,11 @@ def estimate(sch: Schedule, m: Machine, layers: int = 1, barriers: bool = False)
             if t.kind == Kind.NORM1 and layer > 0:  # the next layer starts on the last one's output
                 waits.append(((layer - 1, down), sch.expected[down]))
             ready = max((sorted(done_at[key])[target - 1] for key, target in waits), default=0.0)
-            if barriers and (layer, t.kind) != phase:
-                barrier_at, phase = phase_end + m.barrier_s, (layer, t.kind)
+            key = (layer, -1) if launch_per_layer else (layer, t.kind)
+            if (barriers or launch_per_layer) and key != phase:
+                barrier_at, phase = phase_end + m.barrier_s, key
             sm = min(range(m.sms), key=lambda i: free[i])
-            pop = max(free[sm], barrier_at if barriers else 0.0)
+            pop = max(free[sm], barrier_at)
             ahead = 0 if barriers else min(b.weights, m.smem_bytes)
             fetched = pop + ahead / _rate(m, free, pop, m.dram_bytes_per_s)
             start = max(fetched, ready)
@@ -191,16 +196,17 @@ def render_step(rows: list[tuple[int, Timing, Timing]], layers: int, head_cols: 
     return "\n".join(out)
 
 
-def render(rows: list[tuple[int, Timing, Timing, Timing, Timing]], layers: int, splits: int) -> str:
+def render(rows: list[tuple[int, Timing, Timing, Timing, Timing, Timing]], layers: int, splits: int) -> str:
     out = [
         f"persistent decode, Qwen3-0.6B's layer x {layers} (a model of the H200, not a measurement)",
-        f"{'batch':>5} {'floor us':>9} {'persistent us':>14} {'% floor':>8} {'1 layer %':>10} {'barriers %':>11} "
-        f"{'critical us':>12} {f'P.V split {splits} %':>16}",
+        f"{'batch':>5} {'floor us':>9} {'persistent us':>14} {'% floor':>8} {'1 layer %':>10} {'a launch a layer %':>19} "
+        f"{'barriers %':>11} {'critical us':>12} {f'P.V split {splits} %':>16}",
     ]
-    for batch, step, one, barrier, split in rows:
+    for batch, step, one, per_layer, barrier, split in rows:
         out.append(
             f"{batch:>5} {step.floor_s * 1e6:>9.1f} {step.makespan_s * 1e6:>14.1f} {step.fraction:>8.1%} "
-            f"{one.fraction:>10.1%} {barrier.fraction:>11.1%} {step.critical_s * 1e6:>12.1f} {split.fraction:>16.1%}"
+            f"{one.fraction:>10.1%} {per_layer.fraction:>19.1%} {barrier.fraction:>11.1%} "
+            f"{step.critical_s * 1e6:>12.1f} {split.fraction:>16.1%}"
         )
     out.append(f"one layer at batch {rows[0][0]}: kind, tasks, weight KB, K/V KB, SM-us held (waits included)")
     for name, (n, w, kv, busy) in rows[0][2].by_kind.items():
@@ -230,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 batch,
                 estimate(sch, m, args.layers),
                 estimate(sch, m, 1),
+                estimate(sch, barrier, args.layers, launch_per_layer=True),
                 estimate(sch, barrier, args.layers, True),
                 split,
             )

@@ -151,6 +151,8 @@ def test_the_time_model_counts_the_floor_and_orders_the_arms():
     barrier = estimate(sch, replace(m, barrier_s=3e-6), 4, barriers=True)
     assert step.critical_s <= step.makespan_s and step.floor_s == pytest.approx(4 * one.floor_s)
     assert barrier.fraction < step.fraction < 1.0
+    per_layer = estimate(sch, replace(m, barrier_s=3e-6), 4, launch_per_layer=True)  # the decode_layer arm's launches
+    assert barrier.fraction < per_layer.fraction < step.fraction and per_layer.floor_s == step.floor_s
     b32 = estimate(build(qwen3_0_6b(32, 1024)), m, 1)
     assert b32.floor_s == pytest.approx((params * 2 + 32 * 1024 * 8 * 128 * 2 * 2) / 4.2e12)  # K/V once at b > 1
 
