@@ -251,8 +251,8 @@ def _check(t: LayerTensors, sch: Schedule, first: bool) -> None:
 def run(
     sch: Schedule, kinds: frozenset[Kind], t: LayerTensors, eps: float, scale: float, window: int | None = None
 ) -> torch.Tensor:
-    """Run `kinds` of `sch` (one layer) in one persistent launch on x's stream; returns the control words (queue head,
-    error word, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
+    """Run `kinds` of `sch` (one layer) in one persistent launch on x's stream; returns the control words (the error
+    word, the queue head, then the counters) for the caller to inspect. `eps` is the norms' (q/k norms too), `scale` and
     `window` the attention's (None: the full context). Raises on a refusal or a nonzero error word (which
     synchronises: a test harness's call, not a decode step's)."""
     return run_step(sch, kinds, [t], eps, scale, window)
@@ -290,7 +290,8 @@ def _control(shape: LayerShape, layers: int, vocab: int, device: torch.device) -
     key = (shape, layers, vocab, device)
     if key not in _CONTROLS:  # made by the runner's warm-up, before a capture records the launch
         counters = len(_schedule(shape, layers, vocab).counters)
-        _CONTROLS[key] = torch.zeros(CONTROL_WORDS + counters, dtype=torch.int32, device=device)
+        with torch.inference_mode(False):  # a normal tensor: `faults` clears its error word outside inference mode
+            _CONTROLS[key] = torch.zeros(CONTROL_WORDS + counters, dtype=torch.int32, device=device)
     return _CONTROLS[key]
 
 
@@ -300,7 +301,7 @@ def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torc
     error word holds the first fault of any launch since `faults` last read it (a broken wait ends the launch with
     wrong values rather than hanging it; the decode step reads the word once its tokens are back)."""
     control, tab = _control(shape, 1, 0, t.x.device), _table(shape, 1, 0, t.x.device)
-    _launch(_schedule(shape), BUILT, [t], None, eps, scale, shape.window, tab, control)
+    _launch(_schedule(shape, 1, 0), BUILT, [t], None, eps, scale, shape.window, tab, control)
     return control
 
 
@@ -320,10 +321,10 @@ def faults() -> list[str]:
     cleared. It reads the words back (a synchronisation): the runner calls it once a step's tokens are on the host,
     and only after a launch was made."""
     found = []
-    for (shape, layers, _, device), control in _CONTROLS.items():
+    for (shape, layers, vocab, device), control in _CONTROLS.items():
         word = int(control[ERROR].item())
         if word:
-            what = "layer" if layers == 1 else f"step of {layers} layers"
+            what = "layer" if not vocab else f"step of {layers} layers"
             found.append(f"persistent {what} (batch {shape.batch} on {device}): {describe(word)}")
             control[ERROR] = 0
     return found
@@ -344,6 +345,10 @@ def _check_step(sch: Schedule, kinds: frozenset[Kind], layers: list[LayerTensors
         prev = layers[i - 1] if i else None
         if prev is not None and (t.x.data_ptr(), _ptr(t.residual)) != (prev.mlp.data_ptr(), prev.res2.data_ptr()):
             raise ValueError(f"layer {i}: its x and residual must be layer {i - 1}'s mlp and res2")
+    widths = {(t.k_cache.shape[1], t.block_tables.shape[1], t.scores.shape[1]) for t in layers}
+    if len(widths) > 1:  # the launch takes them once, for every layer
+        raise ValueError(f"layers differ in (block size, table width, scores width): {sorted(widths)}")
+    kinds = kinds & {t.kind for t in sch.tasks}  # the kinds this launch runs
     if (model is not None) != bool(kinds & MODEL_KINDS):
         raise ValueError("model tensors: " + ("given without a model kind" if model is not None else "missing"))
     if model is None:

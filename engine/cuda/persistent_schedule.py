@@ -250,7 +250,8 @@ def build_model_step(
     0's (`first`: no residual before the first norm). The head's weight may be the embedding's own (Qwen3-0.6B ties
     them): one [vocab, hidden] matrix, the EMBED tasks reading a row each, the HEAD tiles all of it."""
     s = replace(s, first=True)
-    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or vocab < 1 or head_cols < 0:
+    bad = s.heads % s.kv_heads or s.head_dim % s.qkv_cols or s.key_splits < 1
+    if bad or layers < 1 or vocab < 1 or head_cols < 0:
         raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
     sch = Schedule(s, layers=layers, vocab=vocab, shared=shared)
     b, h, rows = s.batch, s.hidden, (0, s.batch)
@@ -341,7 +342,8 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
             allowed = (s.key_range(seq, 0)[0], n)
             add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], s.key_splits)], attn,
                     [reg("scores", allowed, heads), reg("v_new", kc, row)],
-                    [reg("attn", (kv * g * d, (kv + 1) * g * d), row)])  # fmt: skip
+                    [reg("attn", (kv * g * d, (kv + 1) * g * d), row),
+                     reg("scores", allowed, heads)])  # fmt: skip  # the probabilities, in place of the logits
 
     o_done = counter("o_proj")
     for cols in _cols(h, s.o_cols):

@@ -31,9 +31,10 @@ from typing import Any
 import torch
 
 from engine.cuda import persistent
+from engine.cuda.device import Device
 from engine.cuda.persistent_schedule import LayerShape
 from engine.flags import FlagSnapshot
-from engine.kernels.table import Arm, Op, call, gated_by, supports_any
+from engine.kernels.table import Arm, Op, call, device_of, gated_by, supports_any
 from engine.ops._check import check_tensor
 from engine.ops.rope import rope_cos_sin
 
@@ -234,17 +235,31 @@ def persistent_refusal(
     x: torch.Tensor, residual: torch.Tensor | None, cos_sin: Any, batch: Any, layer: Any
 ) -> str | None:
     """Why the persistent layer cannot run this call (None: it can): a plain decode step of a dense, unquantized,
-    bias-free Qwen3 layer on one rank, in bf16 or fp16 on a GPU, in the shapes the kernel takes."""
-    return _refusal(batch, layer, x.device, x.dtype, x.shape[0], residual is None)
+    bias-free Qwen3 layer on one rank, in bf16 or fp16 on a GPU, in the shapes and shared memory the kernel takes."""
+    return _refusal(batch, layer, x, x.shape[0], residual is None)
 
 
-def _refusal(batch: Any, layer: Any, device: torch.device, dtype: torch.dtype, rows: int, first: bool) -> str | None:
+def _refusal(batch: Any, layer: Any, like: torch.Tensor, rows: int, first: bool) -> str | None:
+    """`like`: a tensor on the call's device, in its dtype."""
     why = _layer_kind_refusal(batch, layer)
     if why is not None:
         return why
-    if device.type != "cuda":
-        return f"x on {device} (CUDA only)"
-    return persistent.refusal(persistent._schedule(_persistent_shape(rows, first, layer)), persistent.BUILT, dtype)
+    if not like.is_cuda:
+        return f"x on {like.device} (CUDA only)"
+    return fit_refusal(layer, rows, first, device_of(like), like.dtype)
+
+
+def fit_refusal(layer: Any, rows: int, first: bool, device: Device, dtype: torch.dtype) -> str | None:
+    """What of the layer's shapes, at `rows` rows, the kernel does not fit on `device` (None: it fits)."""
+    a, tile = layer.self_attn, persistent.TILES["qkv_cols"]
+    if a.head_dim % tile:  # the schedule's q/k/v tiles would split a head
+        return f"head_dim {a.head_dim} not a multiple of the q/k/v tile's {tile} columns"
+    s = _persistent_shape(rows, first, layer)
+    smem = persistent.smem_bytes(rows, s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, 2)
+    lacking = device.lacks((7, 0), smem)  # a block stages up to 8 rows of the widest GEMV input
+    if lacking is not None:
+        return f"the device: {lacking}"
+    return persistent.refusal(persistent._schedule(s, 1, 0), persistent.BUILT, dtype)
 
 
 def _layer_kind_refusal(batch: Any, layer: Any) -> str | None:
@@ -360,8 +375,8 @@ def persistent_step_refusal(input_ids: torch.Tensor, positions: torch.Tensor, ba
         why = _layer_kind_refusal(batch, layer)
         if why is not None:
             return f"layer {i}: {why}"
-    w = embed.weight  # the layers' shapes are layer 0's (the step's table repeats one layer's)
-    return _refusal(batch, layers[0], w.device, w.dtype, input_ids.shape[0], True)
+    # the layers' shapes are layer 0's (the step's table repeats one layer's)
+    return _refusal(batch, layers[0], embed.weight, input_ids.shape[0], True)
 
 
 def _supports_step(input_ids: torch.Tensor, positions: torch.Tensor, batch: Any, model: Any) -> bool:

@@ -65,11 +65,13 @@ def _reads(sch: Schedule, t: Task, before: list[set[int]], writers, external: se
             continue
         seen: set[Region] = set()  # the regions written before it, each once (a rewrite covers the same cells)
         covered = 0
-        for w_index, w in writers[r.buffer]:
+        earlier = [(i, w) for i, w in writers[r.buffer] if i < t.index and r.overlap(w)]
+        # a shared buffer holds a layer's version: the newest layer that wrote these cells must cover them all (an
+        # older layer's write of a cell the newest one missed is a stale value, not coverage)
+        newest = max((sch.tasks[i].layer for i, _ in earlier), default=0)
+        for w_index, w in earlier:
             cells = r.overlap(w)
-            if not cells or w_index >= t.index:
-                continue
-            if w not in seen:
+            if w not in seen and (r.buffer not in sch.shared or sch.tasks[w_index].layer == newest):
                 seen.add(w)
                 covered += cells
             if w_index not in before[t.index]:

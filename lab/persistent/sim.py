@@ -325,7 +325,8 @@ class _Context:
         probs = torch.softmax(sc, dim=-1, dtype=torch.float32).to(sc.dtype)  # points 3 and 4
         vh = values[:, kv][None].expand(g, -1, -1)  # [group, n, D]
         out = torch.matmul(probs, vh)  # point 5
-        return [(t.writes[0], out.reshape(1, g * d))]
+        begin = t.writes[1].cols[0]  # the kernel writes the probabilities over the allowed keys' logits
+        return [(t.writes[0], out.reshape(1, g * d)), (t.writes[1], probs[:, 0, begin:n].float())]
 
     def o_proj(self, t: Task, w: Weights):
         c0, c1 = t.args

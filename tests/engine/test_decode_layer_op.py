@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from engine import kernels
+from engine.cuda.device import Device
 from engine.flags import FLAGS, FlagSnapshot
-from engine.kernels.layer import persistent_refusal, persistent_step_refusal
+from engine.kernels.layer import fit_refusal, persistent_refusal, persistent_step_refusal, persistent_weights
 from engine.model.batch import ForwardBatch
 from engine.model.config import parse_config
 from engine.model.qwen3_moe import Qwen3MoeDecoderLayer
@@ -123,6 +124,14 @@ def test_a_fault_the_steps_launches_recorded_is_raised_once_its_tokens_are_back(
     assert int(control[persistent.ERROR]) == 0  # cleared: the next step starts clean
     kernels.raise_persistent_faults()
     assert persistent.describe((4 << 20) + 3) == "a token id outside the vocabulary at row 3"
+    # the runner's warm-up makes the words inside inference mode; the step clears them outside it
+    monkeypatch.setattr(persistent, "_CONTROLS", {})
+    with torch.inference_mode():
+        made = persistent._control(shape, 1, 0, torch.device("cpu"))
+    made[persistent.ERROR] = (1 << 20) + 12
+    with pytest.raises(RuntimeError, match="a kind this kernel does not run 12"):
+        kernels.raise_persistent_faults()
+    assert int(made[persistent.ERROR]) == 0
 
 
 # --- decode_model: the embedding, every layer and the final norm as one op -----------------------------------------
@@ -183,3 +192,47 @@ def test_the_model_steps_cases_judge_the_arm_against_the_models_reference():
     assert torch.equal(ref, b8.reference_output(inputs))  # the caches are copied: a second call sees the same
     with pytest.raises(ValueError, match="decode_model: arm 'persistent_step' needs a plain decode step"):
         b8.kernel(inputs)
+
+
+H200 = Device(0, (9, 0), 232448, 132)
+
+
+def test_what_does_not_fit_the_kernel_or_the_device_is_declined_not_raised():
+    layer = C.make(C.QWEN3_0_6B, [4] * 8, seed=1).layer
+    assert fit_refusal(layer, 8, False, H200, torch.bfloat16) is None
+    wide = C.make(dict(C.SMALL, intermediate_size=17408), [4], seed=1).layer  # 8 staged rows of K 17408: 278528 B
+    assert fit_refusal(wide, 8, False, H200, torch.bfloat16) == (
+        "the device: 278528 bytes of opt-in shared memory (cuda:0 allows 232448)"
+    )
+    assert fit_refusal(wide, 1, False, H200, torch.bfloat16) is None  # one row of it fits
+    odd = C.make(dict(C.SMALL, head_dim=80), [4], seed=1).layer
+    assert (
+        fit_refusal(odd, 1, False, H200, torch.bfloat16) == "head_dim 80 not a multiple of the q/k/v tile's 32 columns"
+    )
+    assert fit_refusal(layer, 1, False, H200, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
+
+
+def test_the_launches_take_the_kinds_their_tables_hold(monkeypatch):
+    """`launch` (a layer, no model) and `launch_model` (no head) pass every built kind: the tensors' rules must go by
+    the kinds the table holds. `_check` is stubbed (it needs CUDA tensors); the model's tensors then fail on theirs."""
+    from engine.cuda import persistent
+
+    monkeypatch.setattr(persistent, "_check", lambda *_: None)
+    case = C.make(C.SMALL, [4], seed=1)
+    t = persistent.tensors(
+        case.step.x, case.step.residual, persistent_weights(case.layer), case.step.caches()[0], case.step.slot_mapping,
+        (case.step.cos, case.step.sin), case.step.block_tables, case.step.context_lens, 8, 4,
+    )  # fmt: skip
+    layer_shape = persistent.decode_shape(1, 256, 8, 2, 128, 640, False, None)
+    persistent._check_step(persistent._schedule(layer_shape, 1, 0), persistent.BUILT, [t], None)  # no raise
+    model_shape = persistent.decode_shape(1, 256, 8, 2, 128, 640, True, None)
+    no_head = persistent._schedule(model_shape, 1, 64)
+    first = replace(t, residual=None)
+    ends = persistent.ModelTensors(torch.zeros(1, dtype=torch.int64), torch.zeros(64, 256), torch.zeros(256), None,
+                                   torch.zeros(1, 256), None)  # fmt: skip
+    with pytest.raises(ValueError, match=r"^ids: expected a contiguous CUDA"):  # past the head rule, on to the tensors
+        persistent._check_step(no_head, persistent.BUILT, [first], ends)
+    with pytest.raises(ValueError, match="head and logits are given exactly when the table's HEAD tasks run"):
+        persistent._check_step(no_head, persistent.BUILT, [first], replace(ends, head=ends.embed))
+    with pytest.raises(ValueError, match="model tensors: missing"):
+        persistent._check_step(no_head, persistent.BUILT, [first], None)

@@ -360,8 +360,10 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
         assert cmp.passed, cmp.as_dict()
 
     graph = torch.cuda.CUDAGraph()
+    kernels.reset_counts()
     with torch.no_grad(), torch.cuda.graph(graph):
         out = layer(x, residual, (static["cos"], static["sin"]), batch)
+    assert kernels.counts().ran[("decode_layer", "persistent")] == 1  # the capture recorded the persistent launch
     n, slots, cos_sin = step(1)
     static["n"].copy_(n)
     static["slots"].copy_(slots)
@@ -371,6 +373,7 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
     caches[0][1].copy_(base_v)
     graph.replay()
     torch.cuda.synchronize()
+    kernels.raise_persistent_faults()
     for got, ref in zip(out, chain_at(1), strict=True):
         cmp = compare(got, ref, TOLERANCES["bf16"])
         assert cmp.passed, cmp.as_dict()
@@ -483,8 +486,10 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     with torch.no_grad():
         model(base.ids, pos, batch)  # the warm-up: the table and control words made outside the capture
         graph = torch.cuda.CUDAGraph()
+        kernels.reset_counts()
         with torch.cuda.graph(graph):
             out = model(base.ids, pos, batch)
+    assert kernels.counts().ran[("decode_model", "persistent_step")] == 1  # the capture recorded the step's launch
     grown_n, grown_pos, grown_slots = inputs(1)
     n.copy_(grown_n)
     pos.copy_(grown_pos)

@@ -93,3 +93,18 @@ def test_a_dropped_cross_layer_wait_races_on_the_shared_scores_only_when_shared(
     war = [p for p in dropped(frozenset({"scores"})) if "writes scores that" in p]
     assert war and all(p.endswith("reads, without waiting for it") for p in war)
     assert not [p for p in dropped(frozenset()) if "that task" in p and "reads, without" in p]
+
+
+def test_a_layer_that_misses_cells_of_a_shared_buffer_reads_stale_values_and_is_caught():
+    """Layer 1's first score split writing nothing (its region emptied): its softmax would read layer 0's logits in
+    those cells. Shared, the older version is no cover; unshared, the cells are plainly unwritten."""
+    case = C.make(C.SMALL, LENS[1], seed=9, layers=2)
+    for shared in (frozenset({"scores"}), frozenset()):
+        sch = build_step(case.shape(False, **TILES), 2, shared)
+        tasks = list(sch.tasks)
+        split = next(t for t in tasks if t.kind == Kind.SCORES and t.layer == 1)
+        empty = Region(split.writes[0].buffer, split.writes[0].rows, (0, 0))
+        tasks[split.index] = replace(split, writes=(empty,))
+        problems = check(replace(sch, tasks=tasks))
+        softmax = next(t.index for t in tasks if t.kind == Kind.ATTN_OUT and t.layer == 1)
+        assert f"task {softmax} (ATTN_OUT) reads cells of {split.writes[0].buffer} that no task writes" in problems
