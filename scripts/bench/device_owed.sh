@@ -61,19 +61,22 @@ perf() {
   timeout 240 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1; echo "persistent_layer bench rc=$?"; tail -n 12 "$R/persistent.log"
 }
 
-persistent() {  # the persistent layer's and step's first GPU run: tests, cases, bench, decode steps with each arm
-  timeout 180 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+persistent() {  # the persistent layer's and step's first GPU run: tests, cases, benches, the step A/Bs
+  timeout 150 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
   timeout 90 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
   echo "persistent cases rc=$? at $(el) s"; tail -n 16 "$R/persistent-kernels.log"
-  timeout 120 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
+  timeout 90 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
   echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
-  for arm in none VT_PERSISTENT_LAYER VT_PERSISTENT_STEP; do  # not the A/B (three processes): whether each arm
-    env "${arm/none/NO_ARM}=1" timeout 60 python3 -m lab bench decode --no-oracle --steps 16 --profile \
-      > "$R/decode-$arm.log" 2>&1  # runs through a whole captured step, its kernels a step and a first time
-    echo "bench decode $arm rc=$? at $(el) s"; tail -n 14 "$R/decode-$arm.log"
+  for flag in VT_PERSISTENT_STEP VT_PERSISTENT_LAYER; do  # the decode step A/B, one process, Qwen3-0.6B's shape at b1
+    timeout 80 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 8 --ledger "$R/ledger" \
+      > "$R/ab-$flag.log" 2>&1
+    echo "bench ab $flag rc=$? at $(el) s"; tail -n 10 "$R/ab-$flag.log"
   done
+  VT_PERSISTENT_STEP=1 timeout 60 python3 -m lab bench decode --no-oracle --steps 16 --profile \
+    > "$R/decode-step-arm.log" 2>&1  # the step's share of its floor and its kernels a step with the arm on
+  echo "bench decode VT_PERSISTENT_STEP=1 rc=$? at $(el) s"; tail -n 14 "$R/decode-step-arm.log"
 }
 
 splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}.json (the records to .agents/ledger)
