@@ -1,0 +1,57 @@
+"""scripts/bench/device_owed.sh, the owed GPU runs in calls of under ten minutes: it parses, refuses a mode it does
+not have with its usage (every mode named there is a function of the script), and each call's timeouts add up to
+less than a device call's 600 seconds."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "device_owed.sh"
+
+
+def test_the_script_parses_and_names_its_modes():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+    run = subprocess.run(["bash", str(SCRIPT), "no-such-mode"], capture_output=True, text=True)
+    assert run.returncode == 2
+    modes = re.search(r"usage: \S+ \[([a-z|]+)\]", run.stderr)
+    assert modes, run.stderr
+    text = SCRIPT.read_text()
+    assert modes.group(1).split("|") == ["correctness", "perf", "calib", "persistent", "splits"]
+    for mode in modes.group(1).split("|"):
+        assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
+
+
+def _critical_path(body: str) -> int:
+    """The worst case of a call's timeouts: sequential ones add up, a `( ... ) &` group runs beside the others until
+    `wait` (the longest group counts), a `for` loop's repeat as many times as its items."""
+    total, groups, group, repeat = 0, [], None, 1
+    for line in body.splitlines():
+        code = line.split("#")[0].strip()
+        if code.startswith("for ") and " in " in code:
+            repeat = len(code.split(" in ", 1)[1].split(";")[0].split())
+        seconds = sum(int(t) for t in re.findall(r"timeout (\d+)", code)) * repeat
+        if code.startswith("("):
+            group = 0
+        if group is None:
+            total += seconds
+        else:
+            group += seconds
+        if code.endswith(") &"):
+            groups.append(group)
+            group = None
+        if code.startswith("done"):
+            repeat = 1
+        if code.startswith("wait"):
+            total += max(groups, default=0)
+            groups = []
+    return total
+
+
+def test_each_call_fits_a_device_call():
+    calls = dict(re.findall(r"^([a-z]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
+    assert sorted(calls) == ["calib", "correctness", "perf", "persistent", "splits"]
+    for mode, body in calls.items():
+        assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
+    assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
