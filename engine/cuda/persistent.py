@@ -202,7 +202,7 @@ def decode_shape(
 
 
 @cache
-def _schedule(shape: LayerShape, layers: int = 1, vocab: int = 0) -> Schedule:
+def schedule_for(shape: LayerShape, layers: int = 1, vocab: int = 0) -> Schedule:
     """One layer's table, or (`vocab`) a model's: the embedding, `layers` layers and the final norm, no head, the
     layers sharing one scores scratch (`launch_model`'s callers pass one tensor; lab/persistent/check.py proves it)."""
     if vocab:
@@ -213,7 +213,7 @@ def _schedule(shape: LayerShape, layers: int = 1, vocab: int = 0) -> Schedule:
 @cache
 def _table(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> torch.Tensor:
     """Kept for the process: a captured graph's launch reads it at every replay."""
-    return table(_schedule(shape, layers, vocab), BUILT, device)
+    return table(schedule_for(shape, layers, vocab), BUILT, device)
 
 
 # each tensor's shape by width names: rows of the batch, a weight's [out, in], a vector
@@ -223,7 +223,7 @@ _WEIGHTS = {"wq": "q h", "wk": "kv h", "wv": "kv h", "wo": "h q", "wg": "i h", "
             "ln2": "h", "q_norm": "d", "k_norm": "d"}  # fmt: skip
 
 
-def _check(t: LayerTensors, sch: Schedule, first: bool) -> None:
+def check_layer(t: LayerTensors, sch: Schedule, first: bool) -> None:
     s, b = sch.shape, sch.shape.batch
     w = {"h": s.hidden, "q": s.heads * s.head_dim, "kv": s.kv_heads * s.head_dim, "i": s.intermediate, "d": s.head_dim}
     cache = (t.k_cache.shape[0], t.k_cache.shape[1], s.kv_heads, s.head_dim) if t.k_cache.dim() == 4 else (-1,)
@@ -286,10 +286,10 @@ def describe(word: int) -> str:
 _CONTROLS: dict[tuple[LayerShape, int, int, torch.device], torch.Tensor] = {}
 
 
-def _control(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> torch.Tensor:
+def control_words(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> torch.Tensor:
     key = (shape, layers, vocab, device)
     if key not in _CONTROLS:  # made by the runner's warm-up, before a capture records the launch
-        counters = len(_schedule(shape, layers, vocab).counters)
+        counters = len(schedule_for(shape, layers, vocab).counters)
         with torch.inference_mode(False):  # a normal tensor: `faults` clears its error word outside inference mode
             _CONTROLS[key] = torch.zeros(CONTROL_WORDS + counters, dtype=torch.int32, device=device)
     return _CONTROLS[key]
@@ -300,8 +300,8 @@ def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torc
     device; no host read, so a CUDA graph can capture it. The control words are kept per shape and device, so their
     error word holds the first fault of any launch since `faults` last read it (a broken wait ends the launch with
     wrong values rather than hanging it; the decode step reads the word once its tokens are back)."""
-    control, tab = _control(shape, 1, 0, t.x.device), _table(shape, 1, 0, t.x.device)
-    _launch(_schedule(shape, 1, 0), BUILT, [t], None, eps, scale, shape.window, tab, control)
+    control, tab = control_words(shape, 1, 0, t.x.device), _table(shape, 1, 0, t.x.device)
+    _launch(schedule_for(shape, 1, 0), BUILT, [t], None, eps, scale, shape.window, tab, control)
     return control
 
 
@@ -311,8 +311,8 @@ def launch_model(
     """A model's decode step up to its final norm (EMBED, every layer, FINAL_NORM: `model.final`) in one launch, as
     `launch` does a layer: the table and control words kept per (shape, layers, vocab, device), nothing read back."""
     device, n = model.final.device, len(layers)
-    control, tab = _control(shape, n, vocab, device), _table(shape, n, vocab, device)
-    _launch(_schedule(shape, n, vocab), BUILT, layers, model, eps, scale, shape.window, tab, control)
+    control, tab = control_words(shape, n, vocab, device), _table(shape, n, vocab, device)
+    _launch(schedule_for(shape, n, vocab), BUILT, layers, model, eps, scale, shape.window, tab, control)
     return control
 
 
@@ -337,11 +337,11 @@ def _ptr(x: torch.Tensor | None) -> int:
     return 0 if x is None else x.data_ptr()
 
 
-def _check_step(sch: Schedule, kinds: frozenset[Kind], layers: list[LayerTensors], model: ModelTensors | None) -> None:
+def check_step(sch: Schedule, kinds: frozenset[Kind], layers: list[LayerTensors], model: ModelTensors | None) -> None:
     if len(layers) != sch.layers:
         raise ValueError(f"{len(layers)} layers' tensors for a table of {sch.layers}")
     for i, t in enumerate(layers):
-        _check(t, sch, sch.shape.first and i == 0)
+        check_layer(t, sch, sch.shape.first and i == 0)
         prev = layers[i - 1] if i else None
         if prev is not None and (t.x.data_ptr(), _ptr(t.residual)) != (prev.mlp.data_ptr(), prev.res2.data_ptr()):
             raise ValueError(f"layer {i}: its x and residual must be layer {i - 1}'s mlp and res2")
@@ -383,7 +383,7 @@ def _launch(
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
         raise ValueError(f"persistent layer: {why}")
-    _check_step(sch, kinds, layers, model)
+    check_step(sch, kinds, layers, model)
     device = t.x.device
     s = sch.shape
     ptrs = (_P * (len(POINTERS) * len(layers)))(*ffi.ptrs(*[x for layer in layers for x in layer.tensors()]))

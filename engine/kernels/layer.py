@@ -259,7 +259,7 @@ def fit_refusal(layer: Any, rows: int, first: bool, device: Device, dtype: torch
     lacking = device.lacks((7, 0), smem)  # a block stages up to 8 rows of the widest GEMV input
     if lacking is not None:
         return f"the device: {lacking}"
-    return persistent.refusal(persistent._schedule(s, 1, 0), persistent.BUILT, dtype)
+    return persistent.refusal(persistent.schedule_for(s, 1, 0), persistent.BUILT, dtype)
 
 
 def _layer_kind_refusal(batch: Any, layer: Any) -> str | None:

@@ -127,7 +127,7 @@ def test_a_fault_the_steps_launches_recorded_is_raised_once_its_tokens_are_back(
     # the runner's warm-up makes the words inside inference mode; the step clears them outside it
     monkeypatch.setattr(persistent, "_CONTROLS", {})
     with torch.inference_mode():
-        made = persistent._control(shape, 1, 0, torch.device("cpu"))
+        made = persistent.control_words(shape, 1, 0, torch.device("cpu"))
     made[persistent.ERROR] = (1 << 20) + 12
     with pytest.raises(RuntimeError, match="a kind this kernel does not run 12"):
         kernels.raise_persistent_faults()
@@ -214,25 +214,25 @@ def test_what_does_not_fit_the_kernel_or_the_device_is_declined_not_raised():
 
 def test_the_launches_take_the_kinds_their_tables_hold(monkeypatch):
     """`launch` (a layer, no model) and `launch_model` (no head) pass every built kind: the tensors' rules must go by
-    the kinds the table holds. `_check` is stubbed (it needs CUDA tensors); the model's tensors then fail on theirs."""
+    the kinds the table holds. `check_layer` is stubbed (it needs CUDA tensors); the model's tensors then fail on theirs."""
     from engine.cuda import persistent
 
-    monkeypatch.setattr(persistent, "_check", lambda *_: None)
+    monkeypatch.setattr(persistent, "check_layer", lambda *_: None)
     case = C.make(C.SMALL, [4], seed=1)
     t = persistent.tensors(
         case.step.x, case.step.residual, persistent_weights(case.layer), case.step.caches()[0], case.step.slot_mapping,
         (case.step.cos, case.step.sin), case.step.block_tables, case.step.context_lens, 8, 4,
     )  # fmt: skip
     layer_shape = persistent.decode_shape(1, 256, 8, 2, 128, 640, False, None)
-    persistent._check_step(persistent._schedule(layer_shape, 1, 0), persistent.BUILT, [t], None)  # no raise
+    persistent.check_step(persistent.schedule_for(layer_shape, 1, 0), persistent.BUILT, [t], None)  # no raise
     model_shape = persistent.decode_shape(1, 256, 8, 2, 128, 640, True, None)
-    no_head = persistent._schedule(model_shape, 1, 64)
+    no_head = persistent.schedule_for(model_shape, 1, 64)
     first = replace(t, residual=None)
     ends = persistent.ModelTensors(torch.zeros(1, dtype=torch.int64), torch.zeros(64, 256), torch.zeros(256), None,
                                    torch.zeros(1, 256), None)  # fmt: skip
     with pytest.raises(ValueError, match=r"^ids: expected a contiguous CUDA"):  # past the head rule, on to the tensors
-        persistent._check_step(no_head, persistent.BUILT, [first], ends)
+        persistent.check_step(no_head, persistent.BUILT, [first], ends)
     with pytest.raises(ValueError, match="head and logits are given exactly when the table's HEAD tasks run"):
-        persistent._check_step(no_head, persistent.BUILT, [first], replace(ends, head=ends.embed))
+        persistent.check_step(no_head, persistent.BUILT, [first], replace(ends, head=ends.embed))
     with pytest.raises(ValueError, match="model tensors: missing"):
-        persistent._check_step(no_head, persistent.BUILT, [first], None)
+        persistent.check_step(no_head, persistent.BUILT, [first], None)
