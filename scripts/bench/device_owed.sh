@@ -15,7 +15,9 @@
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
 # annotated_doc, idna, jinja2, markupsafe, opentelemetry-api (+ importlib_metadata, zipp), flashinfer-python 0.5.3,
 # apache-tvm-ffi 0.1.15, nvidia-cudnn-frontend 1.32.0 (`pip download --no-deps --only-binary=:all:
-# --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: $OUT (records, and each call's logs in $OUT/owed-<call>).
+# --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: two files in $OUT (a device call returns at
+# most 8), rewritten every 20 s so a call stopped at its limit still returns them: logs.txt (each log's last 400
+# lines) and records.tgz (everything the call wrote: records, tables, whole logs).
 set -u
 case "${1:-correctness}" in
   correctness | perf | calib | persistent | splits) ;;
@@ -29,7 +31,7 @@ if compgen -G "$WHEELS/*.whl" > /dev/null; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" PYTHONUNBUFFERED=1
-R="$OUT/owed-${1:-correctness}"  # under $OUT: a call stopped at its limit still returns what it wrote
+R=/tmp/owed-${1:-correctness}
 mkdir -p "$R/ledger"
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
@@ -78,6 +80,7 @@ persistent() {  # the persistent layer's and step's first GPU run: tests, cases,
 }
 
 splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}.json (the records to .agents/ledger)
+  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"  # a bare machine
   timeout 30 python3 -m pytest -q -rs tests/engine/cuda/test_split_table.py tests/lab/bench/test_splits_bench.py \
     > "$R/splits-tests.log" 2>&1; echo "split table tests rc=$? at $(el) s"; tail -n 4 "$R/splits-tests.log"
   timeout 240 python3 -m lab bench splits --ledger "$R/ledger" --out "$R/tiled.json" > "$R/splits.log" 2>&1
@@ -85,7 +88,6 @@ splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}
   timeout 120 python3 -m lab bench splits --arm onepass --rows 8,32,128,512 --contexts 1024,4096,32768 \
     --ledger "$R/ledger" --out "$R/onepass.json" > "$R/splits-onepass.log" 2>&1
   echo "bench splits --arm onepass rc=$? at $(el) s"; tail -n 8 "$R/splits-onepass.log"
-  cp "$R"/tiled.json "$R"/onepass.json "$OUT"/ 2>/dev/null
   timeout 60 python3 -m lab bench bandwidth --workload attn-decode --shape hq=16,hkv=2,d=256 \
     --arms tiled-pipelined,tiled-onepass --reps 6 --ledger "$R/ledger" > "$R/d256-ab.log" 2>&1
   echo "d256 A/B rc=$? at $(el) s"; tail -n 6 "$R/d256-ab.log"  # the one-pass d256 variant against the pipelined arm
@@ -99,5 +101,12 @@ calib() {
   echo "gemm_small bench rc=$?"; tail -n 9 "$R/gemm.log"
 }
 
+save() {
+  tail -n 400 "$R"/*.log > "$OUT/logs.txt" 2>/dev/null
+  tar czf "$OUT/records.tgz" -C "$R" --exclude='*.so' . 2>/dev/null
+}
+( while sleep 20; do save; done ) &
+saver=$!
 "${1:-correctness}"
-cp "$R"/ledger/*.json "$OUT"/ 2>/dev/null  # the records flat in $OUT; the logs stay in $R, under $OUT too
+kill "$saver" 2>/dev/null
+save

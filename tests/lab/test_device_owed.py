@@ -1,6 +1,6 @@
 """scripts/bench/device_owed.sh, the owed GPU runs in calls of under ten minutes: it parses, refuses a mode it does
-not have with its usage (every mode named there is a function of the script), and each call's timeouts add up to
-less than a device call's 600 seconds."""
+not have with its usage (every mode named there is a function of the script), each call's timeouts add up to less
+than a device call's 600 seconds, and it leaves two files in $OUT (a device call returns at most eight)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,15 @@ def _critical_path(body: str) -> int:
 
 def test_each_call_fits_a_device_call():
     calls = dict(re.findall(r"^([a-z]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
+    calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
     assert sorted(calls) == ["calib", "correctness", "perf", "persistent", "splits"]
     for mode, body in calls.items():
         assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
     assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
+
+
+def test_the_call_leaves_two_files_in_out():
+    text = SCRIPT.read_text()
+    written = set(re.findall(r"\$OUT/([\w.-]+)", text))
+    assert written == {"logs.txt", "records.tgz"}, written
+    assert not re.search(r'"\$OUT"/', text)  # no copies of many files into it
