@@ -100,8 +100,8 @@ def _splits(shape: tiled.Shape) -> int:
     """`num_splits` over the tables' capacity, or under VT_ATTN_SPLIT_TABLE the measured table's count where it holds
     this shape (engine/cuda/split_table.py)."""
     rows, cap = shape.batch * shape.hkv, shape.max_blocks * shape.block_size
-    measured = split_table.chosen("onepass", rows, cap, shape.d, shape.dtype, shape.device_index)
-    return measured if measured is not None else num_splits(rows, cap, shape.d, shape.dtype, shape.device_index)
+    rule = num_splits(rows, cap, shape.d, shape.dtype, shape.device_index)
+    return split_table.pick("onepass", rows, cap, shape.d, shape.dtype, shape.device_index, rule)
 
 
 def supports_inputs(q: torch.Tensor, k_cache: torch.Tensor, block_tables: torch.Tensor) -> bool:

@@ -122,8 +122,8 @@ class Shape(NamedTuple):
         """`num_splits` over the tables' capacity (no host read of the lengths), or where a call runs under
         VT_ATTN_SPLIT_TABLE and the measured table holds this shape, its count (engine/cuda/split_table.py)."""
         rows, cap = self.batch * self.hkv, self.max_blocks * self.block_size
-        measured = split_table.chosen("tiled", rows, cap, self.d, self.dtype, self.device_index)
-        return measured if measured is not None else num_splits(rows, cap, self.d, self.dtype, self.device_index)
+        rule = num_splits(rows, cap, self.d, self.dtype, self.device_index)
+        return split_table.pick("tiled", rows, cap, self.d, self.dtype, self.device_index, rule)
 
     def stages(self, splits: int) -> int:
         """`fused_stages` of this shape with `splits` splits (0: the one launch does not take it)."""

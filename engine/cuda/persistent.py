@@ -183,10 +183,6 @@ def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | 
     return f"head_dim {s.head_dim} over {MAX_HEAD_DIM}" if s.head_dim > MAX_HEAD_DIM else None
 
 
-def supports(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype, device: torch.device) -> bool:
-    return device.type == "cuda" and refusal(sch, kinds, dtype) is None
-
-
 def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.Tensor:
     """The encoded table of `kinds`' tasks, [tasks, ROW_WIDTH] int32 on `device`."""
     rows = sch.encode(MAX_WAITS, kinds)

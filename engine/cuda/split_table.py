@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -62,6 +62,7 @@ class Point:
     context: int  # the block tables' capacity in tokens
     head_dim: int
     splits: int
+    won: bool = True  # False: the measured count did not beat the rule's there (the file's `rule` equals `splits`)
 
 
 @dataclass(frozen=True)
@@ -70,21 +71,33 @@ class Table:
     dtype: str  # "bfloat16" or "float16"
     arm: str  # one of ARMS
     points: tuple[Point, ...]
+    memo: dict[tuple[int, int, int], int | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def lookup(self, rows: int, context: int, head_dim: int) -> int | None:
-        """The nearest measured point's split count (see the module's docstring), or None outside the grid."""
+        """The nearest measured point's split count (see the module's docstring), or None outside the grid or where
+        the nearest point's measurement kept the rule's count (the rule then decides at this shape's own capacity).
+        Memoised per shape: a launch asks it up to three times (predicates and the launch)."""
+        key = (rows, context, head_dim)
+        if key not in self.memo:
+            self.memo[key] = self._lookup(rows, context, head_dim)
+        return self.memo[key]
+
+    def _lookup(self, rows: int, context: int, head_dim: int) -> int | None:
         same = [p for p in self.points if p.head_dim == head_dim]
         if not same or rows < 1 or context < 1:
             return None
         if not min(p.rows for p in same) <= rows <= max(p.rows for p in same):
             return None
-        if not min(p.context for p in same) <= context <= max(p.context for p in same):
+        # a capacity is its blocks' tokens, just past the length it was sized for: a tile past the edge is in
+        if not min(p.context for p in same) <= context <= max(p.context for p in same) + TILE:
             return None
 
         def distance(p: Point) -> tuple[float, int, int]:
             return (math.log(rows / p.rows) ** 2 + math.log(context / p.context) ** 2, p.rows, p.context)
 
         nearest = min(same, key=distance)
+        if not nearest.won:
+            return None
         return max(1, min(nearest.splits, MAX_SPLITS, -(-context // TILE)))
 
 
@@ -138,7 +151,10 @@ def _point(p: Any, at: str, bad: Any) -> Point:
             limit = f"1..{high}" if high is not None else "at least 1"
             raise bad(f"{at}.{name}", f"expected an int {limit}, got {v!r}")
         values[name] = v
-    return Point(**values)
+    rule = p.get("rule")
+    if rule is not None and (not isinstance(rule, int) or isinstance(rule, bool) or rule < 1):
+        raise bad(f"{at}.rule", f"expected an int at least 1, got {rule!r}")
+    return Point(**values, won=rule is None or rule != values["splits"])
 
 
 def load(path: Path) -> dict[tuple[str, str, str], Table]:
@@ -214,7 +230,15 @@ def chosen(arm: str, rows: int, context: int, head_dim: int, dtype: torch.dtype,
         return None
     key = (device_name(device_index), str(dtype).removeprefix("torch."), arm)
     table = _tables(source()).get(key)  # the source is resolved when set: no file-system call per launch
-    splits = None if table is None else table.lookup(rows, context, head_dim)
-    if splits is not None:
-        HITS[(arm, splits)] += 1
-    return splits
+    return None if table is None else table.lookup(rows, context, head_dim)
+
+
+def pick(arm: str, rows: int, context: int, head_dim: int, dtype: torch.dtype, device_index: int, rule: int) -> int:
+    """The count an arm launches: the table's (`chosen`) where it holds one, else `rule`; a table's count that is
+    not the rule's is counted in HITS (what the flip protocol's "did it run" reads: a table repeating the rule
+    changed nothing)."""
+    measured = chosen(arm, rows, context, head_dim, dtype, device_index)
+    if measured is None or measured == rule:
+        return rule
+    HITS[(arm, measured)] += 1
+    return measured

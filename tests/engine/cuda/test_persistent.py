@@ -165,7 +165,6 @@ def test_what_the_kernel_does_not_run_is_refused():
     assert persistent.refusal(sch, FRONT, torch.float32) == "dtype torch.float32 (bf16 and fp16 only)"
     odd = build_schedule(LayerShape(1020, 16, 8, 128, 3072, (4,), **TILES))
     assert persistent.refusal(odd, FRONT, torch.bfloat16) == "hidden 1020 not a multiple of 8"
-    assert not persistent.supports(sch, FRONT, torch.bfloat16, torch.device("cpu"))
     stub = persistent.LayerTensors(*[torch.empty(8, dtype=torch.bfloat16)] * len(persistent.POINTERS))
     with pytest.raises(ValueError, match="persistent layer: dtype torch.float32"):
         persistent.run(sch, FRONT, persistent.LayerTensors(*[torch.empty(8)] * len(persistent.POINTERS)), 1e-6, 0.1)

@@ -251,9 +251,10 @@ def test_a_folder_holds_every_devices_tables(tmp_path: Path) -> None:
 
 @needs_gpu
 @pytest.mark.gpu
-def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path) -> None:
+def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default arm under VT_ATTN_SPLIT_TABLE with a hand-made table for this device: the count it launched is the
-    table's (the lookup's counter), and its output is bit for bit the pipelined pass launched at that count."""
+    table's (the launch's own partial buffers, and the lookup's counter for the call alone), and its output is bit for
+    bit the pipelined pass launched at that count; the flag off launches the rule's."""
     x = cases.paged_inputs(
         3, torch.device("cuda"), dtype=torch.bfloat16, ctx=1000, d=128, group=4, block_size=16, window=None
     )
@@ -265,13 +266,24 @@ def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path) -> 
     name = torch.cuda.get_device_name(s.device_index)
     path = write(tmp_path / "mine.json", table_doc([(rows, cap, 128, want)], device=name))
     op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_SPLIT_TABLE=True)
-    split_table.HITS.clear()
+    launched: list[int] = []  # the split counts the launches sized their partial buffers for
+    partials = paged_attn_tiled.Shape.partials
+
+    def recording(self, splits, *rest, **kw):
+        launched.append(splits)
+        return partials(self, splits, *rest, **kw)
+
+    monkeypatch.setattr(paged_attn_tiled.Shape, "partials", recording)
     with split_table.use(path):
         arm = op.choose(on, *args)
         assert arm in ("tiled_pipelined_pdl", "tiled_pipelined"), arm
+        split_table.HITS.clear()  # the call's own counts, not the choice's
         got = op(on, *args)
         assert split_table.HITS[("tiled", want)] >= 1 and all(n == want for _, n in split_table.HITS)
+        assert launched and set(launched) == {want}, launched
+        launched.clear()
         off = op(FlagSnapshot.defaults(), *args)
+        assert launched and set(launched) == {rule}, launched
     pdl = arm == "tiled_pipelined_pdl"
     same = paged_attn_tiled.launch_decode(*args, splits=want, pipelined=True, pdl=pdl)
     ruled = paged_attn_tiled.launch_decode(*args, splits=rule, pipelined=True, pdl=pdl)
@@ -300,3 +312,34 @@ def test_on_the_gpu_the_one_pass_arm_takes_its_own_table(tmp_path: Path) -> None
         got = kernels.paged_decode_attention(on, *args)
     assert set(split_table.HITS) == {("onepass", 5)}
     assert torch.equal(got, paged_attn_onepass.launch_decode(*args, splits=5))
+
+
+def test_a_point_that_kept_the_rule_gives_the_shape_back_to_the_rule(tmp_path: Path) -> None:
+    """A measured point whose fastest count did not beat the rule's stores the rule's count for its own capacity;
+    a nearby shape must not inherit it: the rule decides there at its own capacity."""
+    doc = table_doc([(8, 1024, 128, 16), (64, 1024, 128, 4)])
+    doc["tables"][0]["points"][0]["rule"] = 16  # kept the rule's 16: no win
+    table = split_table.load(write(tmp_path / "kept.json", doc))[(DEVICE, "bfloat16", "tiled")]
+    assert table.lookup(8, 1056, 128) is None and table.lookup(64, 1056, 128) == 4
+    bad = table_doc([(8, 1024, 128, 16)])
+    bad["tables"][0]["points"][0]["rule"] = 0
+    with pytest.raises(split_table.SplitTableError, match=r"points\[0\]\.rule: expected an int at least 1, got 0"):
+        split_table.load(write(tmp_path / "bad.json", bad))
+
+
+def test_a_capacity_one_tile_past_the_grid_is_in_and_lookups_are_remembered(table: split_table.Table) -> None:
+    assert table.lookup(8, 4096 + 32, 128) == 32  # a 4096-token model's capacity in blocks of 32
+    assert table.lookup(8, 4096 + 64, 128) == 32 and table.lookup(8, 4096 + 65, 128) is None
+    assert table.memo[(8, 4096 + 32, 128)] == 32  # a launch's second and third asks read the memo
+
+
+def test_a_table_repeating_the_rule_changes_nothing_and_is_not_counted(on_an_h200: None, tmp_path: Path) -> None:
+    """The flip protocol's "did it run" reads HITS: a table whose count is the rule's ran nothing new."""
+    same = write(tmp_path / "same.json", table_doc([(8, 1024, 128, RULE), (64, 4096, 128, RULE)]))
+    split_table.HITS.clear()
+    with split_table.active(True, same):
+        assert shape(1, 8, 1024).splits() == RULE
+    assert not split_table.HITS
+    with split_table.active(True):  # the fixture's table: 16, not the rule's 5
+        assert shape(1, 8, 1024).splits() == 16
+    assert split_table.HITS == {("tiled", 16): 1}
