@@ -241,8 +241,14 @@ def main(argv: list[str] | None = None) -> int:
 
     device = split_table.device_name(dev.index or 0)
     points = grid(args.rows, args.contexts, args.head_dims, peers=not args.no_peers)
+
+    def keep(rows: list[dict[str, Any]], missed: list[str]) -> None:  # the table so far: a timeout keeps it
+        if args.out and rows:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(table_doc(rows, args.arm, args.dtype, device, command, missed), indent=1))
+
     rows, missed = measure_all(
-        points, lambda p: measure(p, args.arm, args.reps, dev, dtype), lambda p: refused(args.arm, p, dev)
+        points, lambda p: measure(p, args.arm, args.reps, dev, dtype), lambda p: refused(args.arm, p, dev), keep
     )
     if not rows:
         print(f"FAIL: the {args.arm} arm measured no point of this grid on {device}: no table, no record")
@@ -266,9 +272,11 @@ def measure_all(
     points: list[dict[str, Any]],
     measure_one: Callable[[dict[str, Any]], dict[str, Any]],
     refuse: Callable[[dict[str, Any]], str | None],
+    after: Callable[[list[dict[str, Any]], list[str]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each point's row, in order, and the points not measured with why: refused by the arm, or failed (an out of
-    memory, a launch error), named and passed over so the other points still run."""
+    memory, a launch error), named and passed over so the other points still run. `after` sees the rows and misses
+    so far once each point is done (the bench rewrites its table: a run stopped at its limit keeps what it measured)."""
     rows, missed = [], []
     for point in points:
         name = f"{point['batch'] * point['hkv']}x{point['ctx']}x{point['d']}"
@@ -286,9 +294,12 @@ def measure_all(
             continue
         rows.append(row)
         print(
-            f"  {name}: rule {row['rule']} {row['rule_us']:.2f} us, best {row['best']} {row['best_us']:.2f} us",
+            f"  {name}: rule {row['rule']} {row['rule_us']:.2f} us, best {row['best']} {row['best_us']:.2f} us, "
+            f"kept {row['splits']} ({row['verdict']})",
             flush=True,
         )
+        if after is not None:
+            after(rows, missed)
     return rows, missed
 
 

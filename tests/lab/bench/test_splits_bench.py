@@ -150,14 +150,16 @@ def test_a_point_that_fails_is_named_and_the_grid_goes_on(capsys: pytest.Capture
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
         return S.summarise(point, 8, {8: samples(12.0), 16: samples(10.0)}, "graph")
 
-    rows, missed = S.measure_all(points, measure_one, lambda p: None)
+    seen: list[tuple[int, int]] = []  # (rows, misses) each time a point was done: what the bench's table keeps
+    rows, missed = S.measure_all(points, measure_one, lambda p: None, lambda r, m: seen.append((len(r), len(m))))
     assert [r["rows"] for r in rows] == [8] and missed == [
         "64x1024x128: failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB"
     ]
+    assert seen == [(1, 0)]  # after the point measured (a failed point writes no new table)
     rows2, refused = S.measure_all(points, measure_one, lambda p: "not this arm's" if p["batch"] == 1 else None)
     assert rows2 == [] and refused[0] == "8x1024x128: not this arm's" and refused[1].startswith("64x1024x128: failed")
     out = capsys.readouterr().out
-    assert "  8x1024x128: rule 8 12.00 us, best 16 10.00 us" in out and "  64x1024x128: not measured (failed: " in out
+    assert "  8x1024x128: rule 8 12.00 us, best 16 10.00 us, kept 16 (win)" in out and "  64x1024x128: not measured (failed: " in out
     data = read_record(
         S.record(tmp_path, rows, "tiled", "bfloat16", "NVIDIA H200", "python -m lab bench splits", True, missed)
     )
