@@ -159,7 +159,10 @@ def test_a_point_that_fails_is_named_and_the_grid_goes_on(capsys: pytest.Capture
     rows2, refused = S.measure_all(points, measure_one, lambda p: "not this arm's" if p["batch"] == 1 else None)
     assert rows2 == [] and refused[0] == "8x1024x128: not this arm's" and refused[1].startswith("64x1024x128: failed")
     out = capsys.readouterr().out
-    assert "  8x1024x128: rule 8 12.00 us, best 16 10.00 us, kept 16 (win)" in out and "  64x1024x128: not measured (failed: " in out
+    assert (
+        "  8x1024x128: rule 8 12.00 us, best 16 10.00 us, kept 16 (win)" in out
+        and "  64x1024x128: not measured (failed: " in out
+    )
     data = read_record(
         S.record(tmp_path, rows, "tiled", "bfloat16", "NVIDIA H200", "python -m lab bench splits", True, missed)
     )
