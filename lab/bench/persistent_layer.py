@@ -237,8 +237,8 @@ def make_set(batch: int, context: int, seed: int, dev: torch.device, dtype: torc
     `launcher` makes the same launch without the host-side table build and error-word read, so a CUDA graph can
     hold it (made only once `check` passed: it loads the compiled kernel)."""
 
-    case = C.make(C.QWEN3_0_6B, [context] * batch, seed=seed)
-    layer = case.layer.to(device=dev, dtype=dtype)
+    case = C.make(C.QWEN3_0_6B, [context] * batch, seed=seed, device=dev, dtype=dtype)
+    layer = case.layer
     s = case.step
     a: Any = layer.self_attn  # nn.Module attributes: typed loosely by torch
     assert s.x is not None and s.residual is not None  # a middle layer's step: its input and the running residual

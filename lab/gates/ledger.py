@@ -68,6 +68,10 @@ def provenance(root: Path | None, allow_dirty: bool = False) -> dict[str, Any] |
     if commit is None or status is None:
         return _from_manifest(root, allow_dirty)
     paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
+    if paths and (root / MANIFEST).is_file():  # a copy whose git metadata is older than its files (a device's):
+        copied = _from_manifest(root, allow_dirty=True)  # the manifest carried with it proves what the files are
+        if copied is not None and copied["clean"]:
+            return copied
     diff = _git(root, "diff", "HEAD", "--binary", "--no-ext-diff", raw=True) if paths else b""
     return _judged(commit.strip(), paths, diff if isinstance(diff, bytes) else b"", allow_dirty)
 

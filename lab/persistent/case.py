@@ -84,11 +84,17 @@ def make(
     block_size: int = 16,
     window: int | None = None,
     layers: int = 1,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> Case:
-    """Random weights (scaled so activations stay O(1)), inputs and caches holding each sequence's earlier keys."""
+    """Random weights (scaled so activations stay O(1)), inputs and caches holding each sequence's earlier keys.
+    The layers are built on `device` in `dtype` (the engine's modules are built where they run: a merged weight and
+    its parts' views do not survive `.to()`); the weights are drawn on the CPU in fp32 either way, so a device
+    case's are the CPU case's rounded to `dtype`. The step's tensors stay on the CPU in fp32."""
     cfg = config(sizes, window, layers)
     g = torch.Generator().manual_seed(seed)
-    stack = [Qwen3DecoderLayer(cfg, i, torch.float32) for i in range(layers)]
+    with torch.device(device):
+        stack = [Qwen3DecoderLayer(cfg, i, dtype) for i in range(layers)]
     _randomise((p for layer in stack for p in layer.parameters()), g)
     step = _step(cfg, context_lens, g, block_size, layers)
     return Case(stack, [Weights.of(layer) for layer in stack], step)
@@ -98,7 +104,7 @@ def _randomise(params, g: torch.Generator) -> None:
     """Matrices: unit-variance outputs; norms: ~1."""
     with torch.no_grad():
         for p in params:
-            noise = torch.randn(p.shape, generator=g)
+            noise = torch.randn(p.shape, generator=g)  # on the CPU in fp32, whatever the parameter's device and dtype
             p.copy_(noise / p.shape[-1] ** 0.5 if p.dim() == 2 else 1 + 0.1 * noise)
 
 
@@ -147,12 +153,15 @@ def make_model(
     vocab: int,
     tied: bool = True,
     block_size: int = 16,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> ModelCase:
     """The engine's `Qwen3ForCausalLM` with random weights (as `make`'s; the head the embedding's own tensor when
     `tied`), a token id per sequence and the caches; the step's `x` is None (its EMBED tasks write it)."""
     cfg = config(sizes, None, layers, vocab, tied)
     g = torch.Generator().manual_seed(seed)
-    lm = Qwen3ForCausalLM(cfg, torch.float32)
+    with torch.device(device):  # built where it runs, as `make`'s layers
+        lm = Qwen3ForCausalLM(cfg, dtype)
     _randomise(lm.parameters(), g)  # a tied head is one parameter: drawn once
     step = replace(_step(cfg, context_lens, g, block_size, layers), x=None, residual=None)
     step.ids = torch.randint(0, vocab, (len(context_lens),), generator=g)

@@ -62,15 +62,15 @@ perf() {
 }
 
 persistent() {  # the persistent layer's and step's first GPU run: tests, cases, benches, the step A/Bs
-  timeout 150 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+  timeout 120 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
-  timeout 90 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
+  timeout 70 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
   echo "persistent cases rc=$? at $(el) s"; tail -n 16 "$R/persistent-kernels.log"
   timeout 90 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
   echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
   for flag in VT_PERSISTENT_STEP VT_PERSISTENT_LAYER; do  # the decode step A/B, one process, Qwen3-0.6B's shape at b1
-    timeout 80 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 8 --ledger "$R/ledger" \
+    timeout 110 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 6 --ledger "$R/ledger" \
       > "$R/ab-$flag.log" 2>&1
     echo "bench ab $flag rc=$? at $(el) s"; tail -n 10 "$R/ab-$flag.log"
   done

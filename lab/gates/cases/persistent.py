@@ -35,11 +35,11 @@ MODEL_SHAPES = (("b1", (100,)), ("b8", (37, 5, 64, 100, 1, 17, 33, 80)))  # a sm
 def make(
     seed: int, device: torch.device, *, dtype: torch.dtype, lens: tuple[int, ...], first: bool, window: int | None
 ) -> Inputs:
-    case = C.make(C.QWEN3_0_6B, list(lens), seed=seed, window=window)
+    case = C.make(C.QWEN3_0_6B, list(lens), seed=seed, window=window, device=device, dtype=dtype)
     s = case.step
     assert s.x is not None and s.residual is not None  # a layer case's step carries its input rows
     return {
-        "layer": case.layer.to(device=device, dtype=dtype),
+        "layer": case.layer,
         "x": s.x.to(device, dtype),
         "residual": None if first else s.residual.to(device, dtype),
         "cos_sin": (s.cos.to(device, dtype).contiguous(), s.sin.to(device, dtype).contiguous()),
@@ -70,11 +70,11 @@ def _call(x: Inputs, arm: str) -> torch.Tensor:
 
 
 def make_model(seed: int, device: torch.device, *, dtype: torch.dtype, lens: tuple[int, ...]) -> Inputs:
-    case = C.make_model(C.SMALL, list(lens), seed=seed, layers=3, vocab=400)
+    case = C.make_model(C.SMALL, list(lens), seed=seed, layers=3, vocab=400, device=device, dtype=dtype)
     s = case.fresh_step(True)
     assert case.lm is not None and s.ids is not None  # a model case: its causal LM and the step's tokens
     return {
-        "model": case.lm.to(device=device, dtype=dtype).model,
+        "model": case.lm.model,
         "ids": s.ids.to(device),
         "positions": (s.context_lens - 1).long().to(device),
         "caches": [(k.to(device, dtype), v.to(device, dtype)) for k, v in s.caches()],

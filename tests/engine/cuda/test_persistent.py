@@ -179,8 +179,8 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
     """Qwen3-0.6B's layer with seeded weights on the device, and today's chain on one decode step: the schedule, the
     layer, the step's inputs (with the caches as they were before the step), and the chain's q/k/v, res1, rotated q
     and k, caches after the step, attention output (o_proj's input), mlp and res2."""
-    case = C.make(C.QWEN3_0_6B, list(lens), seed=0)
-    layer = case.layer.to(device=device, dtype=dtype)
+    case = C.make(C.QWEN3_0_6B, list(lens), seed=0, device=device, dtype=dtype)
+    layer = case.layer
     s = case.step
     x, residual = s.x.to(device, dtype), None if first else s.residual.to(device, dtype)
     cos_sin = (s.cos.to(device, dtype), s.sin.to(device, dtype))
@@ -317,8 +317,9 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
     a CUDA graph and replayed after every context has grown by one token (new slots, same table): against the chain
     at the grown lengths, so the table holding no context length is what a decode step replays."""
     lens = (1024, 77, 300, 5, 1024, 640, 129, 2000)
-    case = C.make(C.QWEN3_0_6B, [n + 1 for n in lens], seed=3)  # room for the grown step in each sequence's blocks
-    layer = case.layer.to(device=cuda, dtype=torch.bfloat16)
+    # room for the grown step in each sequence's blocks
+    case = C.make(C.QWEN3_0_6B, [n + 1 for n in lens], seed=3, device=cuda, dtype=torch.bfloat16)
+    layer = case.layer
     s = case.step
     x, residual = s.x.to(cuda, torch.bfloat16), s.residual.to(cuda, torch.bfloat16)
     base_k, base_v = s.k_cache.to(cuda, torch.bfloat16), s.v_cache.to(cuda, torch.bfloat16)
@@ -395,8 +396,9 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
     table (`build_model_step`, three layers' descriptors): the final hidden state and the logits against the engine's
     own Qwen3ForCausalLM on the same step within the chain's bf16 tolerance, every layer's K/V slots written, every
     counter at its signallers' count."""
-    case = C.make_model(C.SMALL, list(lens), seed=7, layers=3, vocab=400)
-    lm = case.lm.to(device=cuda, dtype=torch.bfloat16)
+    case = C.make_model(C.SMALL, list(lens), seed=7, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
+    lm = case.lm
+    assert lm is not None
     step = _on(case.fresh_step(True), cuda, torch.bfloat16)
     ref_step = _on(case.fresh_step(True), cuda, torch.bfloat16)
     want = C.reference_model(replace(case, lm=lm), ref_step)
@@ -442,8 +444,9 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     off, every layer's cache slots written alike; then captured in a CUDA graph and replayed after every context
     grew by a token (new slots, the same table and scratch) against the chain at the grown lengths."""
     lens = (37, 5, 64, 100, 1, 17, 33, 80)
-    case = C.make_model(C.SMALL, [n + 1 for n in lens], seed=8, layers=3, vocab=400)
-    model = case.lm.to(device=cuda, dtype=torch.bfloat16).model
+    case = C.make_model(C.SMALL, [n + 1 for n in lens], seed=8, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
+    assert case.lm is not None
+    model = case.lm.model
     base = _on(case.fresh_step(True), cuda, torch.bfloat16)
     tables, block = base.block_tables, base.k_cache.shape[1]
     on = FlagSnapshot.defaults().with_(VT_PERSISTENT_STEP=True)

@@ -176,6 +176,26 @@ def test_a_copy_without_git_proves_its_commit_by_the_manifest(checkout: Path, tm
         _write(copy)
 
 
+def test_a_copy_with_older_git_metadata_proves_its_commit_by_the_manifest(checkout: Path, tmp_path: Path):
+    """A device's copy carries the files of a newer commit over a .git of an older one: git calls it dirty, the
+    manifest written at the newer commit proves it clean; a file changed after the manifest still makes it dirty."""
+    import shutil
+
+    old = git(checkout, "rev-parse", "HEAD").strip()
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy, symlinks=True)  # git metadata at `old`
+    (checkout / "kernel.py").write_text("x = 4\n")
+    git(checkout, "commit", "-q", "-am", "newer")
+    new = git(checkout, "rev-parse", "HEAD").strip()
+    assert ledger_main(["manifest", str(checkout)]) == 0
+    shutil.copy(checkout / "kernel.py", copy / "kernel.py")
+    shutil.copy(checkout / MANIFEST, copy / MANIFEST)
+    assert new != old and (_write(copy)["commit"], _write(copy)["clean"]) == (new, True)
+    (copy / "kernel.py").write_text("x = 5\n")
+    with pytest.raises(DirtyTreeError, match=f"the tree differs from {old[:12]}"):
+        _write(copy)
+
+
 def test_the_manifest_is_written_from_a_clean_tree_only(checkout: Path, capsys):
     (checkout / "kernel.py").write_text("x = 9\n")
     assert ledger_main(["manifest", str(checkout)]) == 1
