@@ -78,7 +78,8 @@ VT_EXPORT int vt_persistent_row_width() { return vt_persistent::kRowWidth; }
 VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWords; }
 
 // Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input, and at least a
-// KV group's staged q, k and v heads (ROPE_STORE) and its q heads in fp32 (SCORES).
+// KV group's staged q, k and v heads (ROPE_STORE), its q heads in fp32 (SCORES) and the warps' P.V partial sums
+// (ATTN_OUT, kWarps x head_dim floats).
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;
@@ -87,8 +88,10 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
   const long long gemv = static_cast<long long>(rows) * k * elt;
   const long long rope = static_cast<long long>(g + 2) * head_dim * elt;
   const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float));
+  const long long pv = static_cast<long long>(vt_persistent::kWarps) * head_dim * static_cast<long long>(sizeof(float));
   const long long most = gemv > rope ? gemv : rope;
-  return most > score ? most : score;
+  const long long attn = score > pv ? score : pv;
+  return most > attn ? most : attn;
 }
 
 // table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32: [error, head, counters],

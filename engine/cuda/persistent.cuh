@@ -49,6 +49,7 @@ constexpr int kMaxWaits = 2;
 constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
+constexpr int kMaxPerLane = 8;  // P.V: head_dim / 32 elements a lane, head_dim at most 256 (a multiple of 32)
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 // control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
 // word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.
@@ -352,11 +353,14 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
 }
 
 // ATTN_OUT of (seq, kv): per head of the group, the block max and sum of exp over the allowed keys, the rounded
-// probabilities written over the logits (this task is their only reader), then P.V in fp32 in key order.
+// probabilities written over the logits (this task is their only reader), then P.V in fp32: warp w sums the keys
+// begin + w, begin + w + kWarps, ... (each lane head_dim / 32 elements of every V row it reads, the V rows coalesced),
+// and the warps' partial sums are added in warp order through shared memory (`part`, kWarps x head_dim floats).
+// That order is not the generic kernel's key order: held to the chain within the dtype's tolerance, as the tiled arms.
 template <typename T>
-__device__ void attn_out(int seq, int kv, const Layer<T>& p) {
+__device__ void attn_out(int seq, int kv, const Layer<T>& p, float* part) {
   __shared__ float red_s[kWarps];
-  const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x;
+  const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int len = p.context_lens[seq], begin = vt::window_begin(len, p.window);
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
   for (int h = 0; h < g; ++h) {
@@ -368,14 +372,28 @@ __device__ void attn_out(int seq, int kv, const Layer<T>& p) {
     for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
     sum = vt::block_reduce(sum, red_s, false);
     for (int t = begin + tid; t < len; t += kThreads) logits[t] = vt::round_to<T>(expf(__ldcg(logits + t) - mx) / sum);
-    __syncthreads();  // the probabilities, written by this block, are read by every thread below
+    __syncthreads();  // the probabilities, written by this block, are read by every warp below
+    float acc[kMaxPerLane];
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0.f;
+    for (int t = begin + warp; t < len; t += kWarps) {
+      const float pr = __ldcg(logits + t);
+      const T* v = cache_row(p.v_cache, p, table, t, kv);
+#pragma unroll
+      for (int j = 0; j < kMaxPerLane; ++j)
+        if (j * 32 < d) acc[j] += pr * vt::to_f32(load_l2(v + j * 32 + lane));
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxPerLane; ++j)
+      if (j * 32 < d) part[warp * d + j * 32 + lane] = acc[j];
+    __syncthreads();
     T* o = p.attn + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d;
     for (int e = tid; e < d; e += kThreads) {
-      float acc = 0.f;
-      for (int t = begin; t < len; ++t) acc += __ldcg(logits + t) * vt::to_f32(load_l2(cache_row(p.v_cache, p, table, t, kv) + e));
-      o[e] = vt::from_f32<T>(acc);
+      float total = 0.f;
+      for (int w = 0; w < kWarps; ++w) total += part[w * d + e];
+      o[e] = vt::from_f32<T>(total);
     }
-    __syncthreads();  // red_s and the next head's reads
+    __syncthreads();  // red_s, part and the next head's reads
   }
 }
 
@@ -408,7 +426,7 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
       scores<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs));
       break;
     case kAttnOut:
-      attn_out<T>(a0, a1, p);
+      attn_out<T>(a0, a1, p, reinterpret_cast<float*>(xs));
       break;
     case kOProj:
       gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,

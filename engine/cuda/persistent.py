@@ -29,6 +29,7 @@ ERROR, HEAD = 0, 1  # the control words' places; the launcher zeroes the head an
 _FAULTS = {1: "a kind this kernel does not run", 2: "a wait that timed out at task", 3: "a layer outside the launch at "
            "task", 4: "a token id outside the vocabulary at row"}  # fmt: skip
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
+WARPS = 8  # kWarps: a block's warps (ATTN_OUT's P.V partial sums, one row of head_dim floats each)
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
@@ -161,10 +162,10 @@ def _lib() -> ctypes.CDLL:
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
     """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    staged q, k and v heads and its q heads in fp32."""
+    staged q, k and v heads, its q heads in fp32 and the warps' P.V partial sums."""
     gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
     g = heads // kv_heads
-    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4)
+    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4, WARPS * head_dim * 4)
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
