@@ -504,3 +504,35 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     kernels.raise_persistent_faults()
     cmp = compare(out, run(1, FlagSnapshot.defaults(), caches()), TOLERANCES["bf16"])
     assert cmp.passed, cmp.as_dict()
+
+
+@pytest.mark.parametrize("lens", [(100,), (37, 5, 64, 100, 1, 17, 33, 80)], ids=["b1", "b8"])
+def test_the_step_in_one_launch_is_bitwise_the_layer_arm_in_turn(cuda, lens):
+    """The persistent step (one launch: embedding, three layers, final norm) against the model's chain with each
+    layer on the persistent layer arm (three launches, the embedding and the final norm kernels between): the same
+    tile arithmetic, so the final hidden state and every layer's cache slots are bit for bit equal; a difference is
+    a defect of the step (its layer chain, its shared scores), not of rounding."""
+    case = C.make_model(C.SMALL, list(lens), seed=9, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
+    assert case.lm is not None
+    model = case.lm.model
+    base = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    pos = (base.context_lens - 1).long()
+
+    def run(flags: FlagSnapshot):
+        kv = [(k.clone(), v.clone()) for k, v in base.caches()]
+        batch = ForwardBatch(
+            is_prefill=False, slot_mapping=base.slot_mapping, kv_caches=kv, block_tables=base.block_tables,
+            context_lens=base.context_lens, flags=flags,
+        )  # fmt: skip
+        with torch.no_grad():
+            return model(base.ids, pos, batch), kv
+
+    kernels.reset_counts()
+    step, step_kv = run(FlagSnapshot.defaults().with_(VT_PERSISTENT_STEP=True))
+    layers, layers_kv = run(FlagSnapshot.defaults().with_(VT_PERSISTENT_LAYER=True))
+    ran = kernels.counts().ran
+    assert ran[("decode_model", "persistent_step")] == 1 and ran[("decode_layer", "persistent")] == 3
+    kernels.raise_persistent_faults()
+    assert torch.equal(step, layers), compare(step, layers, TOLERANCES["bf16"]).as_dict()
+    for (k, v), (lk, lv) in zip(step_kv, layers_kv, strict=True):
+        assert torch.equal(k, lk) and torch.equal(v, lv)
