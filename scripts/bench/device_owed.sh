@@ -25,11 +25,7 @@ case "${1:-correctness}" in
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
-if compgen -G "$WHEELS/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHEELS"/*.whl || exit 9
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+. "$(dirname "$0")/wheels.sh"
 export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" PYTHONUNBUFFERED=1
 R=/tmp/owed-${1:-correctness}
 mkdir -p "$R/ledger"

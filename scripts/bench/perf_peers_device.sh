@@ -7,11 +7,7 @@
 set -u
 WHEELS="${WHEELS:-../.whl}"
 OUT="${OUT:?set OUT}"
-if compgen -G "$WHEELS/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHEELS"/*.whl || exit 9
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+. "$(dirname "$0")/wheels.sh"
 export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" VT_CUDA_CACHE="${VT_CUDA_CACHE:-$PWD/.vtcache}" PYTHONUNBUFFERED=1
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
