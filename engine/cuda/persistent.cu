@@ -11,7 +11,7 @@ using vt_persistent::Step;
 constexpr int kPointers = 34;  // the order of Layer's pointer fields; persistent.py POINTERS names them
 constexpr int kModelPointers = 6;  // ids, embed, final_norm, head, final, logits: persistent.py MODEL_POINTERS
 // the step's descriptors and the launch's other arguments within the 32764 bytes of kernel parameters
-static_assert(sizeof(Step<__nv_bfloat16, vt_persistent::kMaxLayers>) + 32 <= 32764, "kMaxLayers too large");
+static_assert(sizeof(Step<__nv_bfloat16, vt_persistent::kMaxLayers>) + 40 <= 32764, "kMaxLayers too large");
 
 int sm_count() {
   int dev = 0, sms = 0;
@@ -48,8 +48,8 @@ Model<T> model_of(const void* const* ptr, int vocab) {
 
 // `layers` layers' pointers (kPointers each, in order) and the model's (or null) into the launch's descriptors.
 template <typename T, int N>
-int launch(const int* table, int tasks, int* control, const void* const* ptr, int layers, const void* const* model,
-           int vocab, const Sizes& z, size_t smem, cudaStream_t stream) {
+int launch(const int* table, int tasks, int* control, long long* trace, const void* const* ptr, int layers,
+           const void* const* model, int vocab, const Sizes& z, size_t smem, cudaStream_t stream) {
   Step<T, N> step{};
   for (int l = 0; l < layers; ++l) step.layer[l] = layer_of<T>(ptr + static_cast<size_t>(l) * kPointers, z);
   step.model = model_of<T>(model, vocab);
@@ -57,16 +57,16 @@ int launch(const int* table, int tasks, int* control, const void* const* ptr, in
   auto kernel = vt_persistent::persistent_layer_kernel<T, N>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
     return vt::fail(static_cast<int>(e), "persistent: %zu bytes of shared memory: %s", smem, cudaGetErrorString(e));
-  kernel<<<sm_count(), vt_persistent::kThreads, smem, stream>>>(table, tasks, control, step);
+  kernel<<<sm_count(), vt_persistent::kThreads, smem, stream>>>(table, tasks, control, trace, step);
   return vt::kOk;
 }
 
 template <typename T>
-int launch_any(const int* table, int tasks, int* control, const void* const* ptr, int layers,
+int launch_any(const int* table, int tasks, int* control, long long* trace, const void* const* ptr, int layers,
                const void* const* model, int vocab, const Sizes& z, size_t smem, cudaStream_t stream) {
   if (layers == 1)  // the decode layer's launch: one descriptor, a small parameter block
-    return launch<T, 1>(table, tasks, control, ptr, 1, model, vocab, z, smem, stream);
-  return launch<T, vt_persistent::kMaxLayers>(table, tasks, control, ptr, layers, model, vocab, z, smem, stream);
+    return launch<T, 1>(table, tasks, control, trace, ptr, 1, model, vocab, z, smem, stream);
+  return launch<T, vt_persistent::kMaxLayers>(table, tasks, control, trace, ptr, layers, model, vocab, z, smem, stream);
 }
 
 }  // namespace
@@ -95,16 +95,17 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
 }
 
 // table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32: [error, head, counters],
-// the head and counters zeroed here (on the stream, so a graph replays it), the error word kept (the caller's); ptr: host array of `layers` x kPointers device pointers, each layer's in Layer's
-// order (only layer 0's residual may be null; a later layer's x and residual are the previous layer's mlp and res2);
-// model: host array of kModelPointers (ids, embed, final_norm, head, final, logits; head and logits both null for a
-// step that ends at the final norm), or null for layers alone. The
-// sizes are every layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
-VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int counters, const void* const* ptr,
-                                 int layers, const void* const* model, int vocab, int batch, int hidden, int heads,
-                                 int kv_heads, int head_dim, int inter, int block_size, int max_blocks, int ld_scores,
-                                 int window, float mean_scale, float q_mean_scale, float k_mean_scale, float eps,
-                                 float scale, int dtype, void* stream) {
+// the head and counters zeroed here (on the stream, so a graph replays it), the error word kept (the caller's);
+// trace: null, or device [tasks, kTraceWidth] int64 (persistent.cuh); ptr: host array of `layers` x kPointers device
+// pointers, each layer's in Layer's order (only layer 0's residual may be null; a later layer's x and residual are the
+// previous layer's mlp and res2); model: host array of kModelPointers (ids, embed, final_norm, head, final, logits;
+// head and logits both null for a step that ends at the final norm), or null for layers alone. The sizes are every
+// layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
+VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int counters, void* trace,
+                                 const void* const* ptr, int layers, const void* const* model, int vocab, int batch,
+                                 int hidden, int heads, int kv_heads, int head_dim, int inter, int block_size,
+                                 int max_blocks, int ld_scores, int window, float mean_scale, float q_mean_scale,
+                                 float k_mean_scale, float eps, float scale, int dtype, void* stream) {
   if (dtype != vt::kBF16 && dtype != vt::kF16)
     return vt::fail(vt::kUnsupported, "persistent: dtype code %d (bf16 and fp16 only)", dtype);
   if (tasks <= 0 || counters <= 0 || batch <= 0)
@@ -138,6 +139,9 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
         return vt::fail(vt::kBadArgument, "persistent: model pointer %d is not 16-byte aligned", i);
     }
   }
+  auto* tr = static_cast<long long*>(trace);
+  if (reinterpret_cast<uintptr_t>(tr) % alignof(long long))
+    return vt::fail(vt::kBadArgument, "persistent: trace is not 8-byte aligned");
   auto s = static_cast<cudaStream_t>(stream);
   const size_t bytes = static_cast<size_t>(vt_persistent::kControlWords - 1 + counters) * sizeof(int);
   if (cudaError_t e = cudaMemsetAsync(control + 1, 0, bytes, s))  // the head and counters; the error word stays
@@ -146,10 +150,11 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
   const Sizes z{batch,      hidden,    heads,  kv_heads,     head_dim,     inter, block_size,
                 max_blocks, ld_scores, window, mean_scale,   q_mean_scale, k_mean_scale, eps, scale};
   const int rc = dtype == vt::kBF16
-                     ? launch_any<__nv_bfloat16>(table, tasks, control, ptr, layers, model, vocab, z, smem, s)
-                     : launch_any<__half>(table, tasks, control, ptr, layers, model, vocab, z, smem, s);
+                     ? launch_any<__nv_bfloat16>(table, tasks, control, tr, ptr, layers, model, vocab, z, smem, s)
+                     : launch_any<__half>(table, tasks, control, tr, ptr, layers, model, vocab, z, smem, s);
   return rc != vt::kOk ? rc : vt::launch_status("vt_persistent_step");
 }
 
 // The launch's descriptor limits (a CPU test holds the binding to them).
 VT_EXPORT int vt_persistent_max_layers() { return vt_persistent::kMaxLayers; }
+VT_EXPORT int vt_persistent_trace_width() { return vt_persistent::kTraceWidth; }

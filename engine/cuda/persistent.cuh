@@ -46,6 +46,7 @@ constexpr int kThreads = vt_norm::kThreadsPerBlock;  // 256: the norm's block_su
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowWidth = 11;  // kind, layer, 4 args, (counter, target) x 2, signal (Schedule.encode)
 constexpr int kMaxWaits = 2;
+constexpr int kTraceWidth = 4;  // a traced task: SM, taken, waits met, signalled (ns)
 constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
@@ -461,11 +462,20 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
   }
 }
 
+__device__ __forceinline__ int sm_id() {
+  int id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 // table: [tasks, kRowWidth] int32; control: [error, head, counters...], the head and counters zeroed before the
 // launch. N: the most layers the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
+// trace: null, or [tasks, kTraceWidth] int64 that each task's block fills: its SM, and the global timer when the task
+// was taken, when its waits were met and when it signalled (lab/persistent/trace.py reads where the time went).
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
-persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, const __grid_constant__ Step<T, N> step) {
+persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, long long* trace,
+                        const __grid_constant__ Step<T, N> step) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);
   __shared__ int task_index;
@@ -473,9 +483,11 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
   int* error = control;
   int* head = control + 1;
   int* counters = control + kControlWords;
+  long long taken = 0, met = 0;  // thread 0's trace times of the current task
   for (;;) {
     if (threadIdx.x == 0) {
       task_index = atomicAdd(head, 1);
+      taken = trace != nullptr ? global_ns() : 0;
       ready = 1;
       if (task_index < tasks) {
         const int* row = table + static_cast<long long>(task_index) * kRowWidth;
@@ -488,6 +500,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
           ready = 0;
         }
       }
+      met = trace != nullptr ? global_ns() : 0;
     }
     __syncthreads();  // the task's inputs, acquired by thread 0, are now ordered before every thread's reads
     const int t = task_index;
@@ -498,6 +511,13 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
     if (threadIdx.x == 0) {
       __threadfence();
       atomicAdd(counters + row[10], 1);
+      if (trace != nullptr) {
+        long long* at = trace + static_cast<long long>(t) * kTraceWidth;
+        at[0] = sm_id();
+        at[1] = taken;
+        at[2] = met;
+        at[3] = global_ns();
+      }
     }
   }
 }

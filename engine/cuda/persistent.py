@@ -34,6 +34,7 @@ VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
 MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
+TRACE = ("sm", "taken", "met", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
 # tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
@@ -45,8 +46,9 @@ SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to pe
     "vt_persistent_row_width": [],
     "vt_persistent_control_words": [],
     "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
-    "vt_persistent_step": [_P, _I, _P, _I, _P, _I, _P, _I, *[_I] * 10, *[_F] * 5, _I, _P],
+    "vt_persistent_step": [_P, _I, _P, _I, _P, _P, _I, _P, _I, *[_I] * 10, *[_F] * 5, _I, _P],
     "vt_persistent_max_layers": [],
+    "vt_persistent_trace_width": [],
 }
 
 
@@ -263,12 +265,18 @@ def run_step(
     scale: float,
     window: int | None = None,
     model: ModelTensors | None = None,
+    trace: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`run` for a table of several layers (`build_step`, or `build_model_step` with `model`, its ends) in one launch:
-    one `LayerTensors` a layer, a later layer's x and residual being the previous layer's mlp and res2."""
+    one `LayerTensors` a layer, a later layer's x and residual being the previous layer's mlp and res2. `trace`: a
+    CUDA int64 [tasks, len(TRACE)] tensor each task's block fills (`TRACE`; lab/persistent/trace.py)."""
     device = layers[0].x.device
     control = torch.zeros(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
-    _launch(sch, kinds, layers, model, eps, scale, window, table(sch, kinds, device), control)
+    tab = table(sch, kinds, device)
+    if trace is not None and (trace.shape != (tab.shape[0], len(TRACE)) or trace.dtype != torch.int64
+                              or not trace.is_cuda or not trace.is_contiguous()):  # fmt: skip
+        raise ValueError(f"trace: expected a contiguous CUDA int64 tensor of {(tab.shape[0], len(TRACE))}")
+    _launch(sch, kinds, layers, model, eps, scale, window, tab, control, trace)
     error = int(control[ERROR].item())
     if error:
         raise RuntimeError(f"persistent layer: error word {error:#x}: {describe(error)}")
@@ -375,6 +383,7 @@ def _launch(
     window: int | None,
     tab: torch.Tensor,
     control: torch.Tensor,
+    trace: torch.Tensor | None = None,
 ) -> None:
     t = layers[0]
     why = refusal(sch, kinds, t.x.dtype)
@@ -391,6 +400,7 @@ def _launch(
         tab.shape[0],
         *ffi.ptrs(control),
         len(sch.counters),
+        None if trace is None else trace.data_ptr(),
         ctypes.cast(ptrs, _P),
         len(layers),
         None if mptrs is None else ctypes.cast(mptrs, _P),

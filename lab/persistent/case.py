@@ -5,12 +5,14 @@ reproduce bitwise. `make_model` / `reference_model`: the same for a whole decode
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import cast
 
 import torch
 
+from engine.cuda import persistent
 from engine.cuda.persistent_schedule import LayerShape
+from engine.kernels.layer import persistent_weights
 from engine.model.config import ModelConfig, parse_config
 from engine.model.qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM
 from engine.ops.rope import rope_cos_sin
@@ -193,3 +195,62 @@ def reference_model(case: ModelCase, step: Step) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         final = case.lm(step.ids, positions, batch)
         return {"final": final, "logits": case.lm.compute_logits(final, batch.flags)}
+
+
+def model_tensors(
+    case: ModelCase, step: Step, head: bool, fill: float | None = float("nan"), shared_scores: bool = False
+) -> tuple[list[persistent.LayerTensors], persistent.ModelTensors]:
+    """A model case's tensors for one persistent launch of its whole step, on the step's device: every layer's
+    (layer i's input and residual are layer i-1's mlp and res2; layer 0's input the EMBED tasks' rows), and the
+    model's ends (with the LM head when `head`, else the step ends at the final norm, as the decode step's arm).
+    Outputs and scratch are filled with `fill` (NaN: a cell the kernel fails to write shows); `shared_scores`: every
+    layer uses one scores scratch, as the arm's table (`persistent.SHARED`) allows."""
+    assert case.lm is not None and step.ids is not None
+    m = case.lm.model
+    b, (vocab, h) = len(step.context_lens), m.embed_tokens.weight.shape
+    dtype, device = m.embed_tokens.weight.dtype, step.cos.device
+
+    def new(rows: int, width: int, dt: torch.dtype = dtype) -> torch.Tensor:
+        t = torch.empty(rows, width, dtype=dt, device=device)
+        return t if fill is None else t.fill_(fill)
+
+    width = int(step.context_lens.max())
+    scores = new(b * case.layers[0].self_attn.num_heads, width, torch.float32) if shared_scores else None
+    layers: list[persistent.LayerTensors] = []
+    x = new(b, h)  # the EMBED tasks' rows
+    for layer, caches in zip(case.layers, step.caches(), strict=True):
+        prev = layers[-1] if layers else None
+        layers.append(
+            persistent.tensors(
+                x if prev is None else prev.mlp,
+                None if prev is None else prev.res2,
+                persistent_weights(layer),
+                caches,
+                step.slot_mapping,
+                (step.cos.contiguous(), step.sin.contiguous()),
+                step.block_tables,
+                step.context_lens,
+                layer.self_attn.num_heads,
+                width,
+                fill,
+                scores,
+            )  # fmt: skip
+        )
+
+    model = persistent.ModelTensors(
+        ids=step.ids, embed=m.embed_tokens.weight, final_norm=m.norm.weight,
+        head=case.lm.lm_head.weight if head else None, final=new(b, h), logits=new(b, vocab) if head else None,
+    )  # fmt: skip
+    return layers, model
+
+
+def on(step: Step, device: torch.device | str, dtype: torch.dtype) -> Step:
+    """`step`'s tensors on `device` (floats in `dtype`), its caches copied."""
+
+    def move(v: torch.Tensor) -> torch.Tensor:
+        return v.to(device, dtype) if v.is_floating_point() else v.to(device)
+
+    moved = {f.name: getattr(step, f.name) for f in fields(step)}
+    moved = {k: move(v) if isinstance(v, torch.Tensor) else v for k, v in moved.items()}
+    moved["more_caches"] = [(move(k), move(v)) for k, v in step.more_caches]
+    return replace(step, **moved)

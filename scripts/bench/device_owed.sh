@@ -7,7 +7,7 @@
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
 #   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
 #   bash scripts/bench/device_owed.sh persistent    # the persistent layer's and step's GPU tests (the arms and their
-#                                                    # graph replays included), cases, bench, the step A/Bs
+#                                                    # graph replays included), cases, the step's trace, bench, A/Bs
 #   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms), and the
 #                                                    # one-pass d256 variant's A/B against the pipelined arm
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
@@ -57,16 +57,18 @@ perf() {
   cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null  # (the persistent layer's bench runs in `persistent`)
 }
 
-persistent() {  # the persistent layer's and step's first GPU run: tests, cases, benches, the step A/Bs
-  timeout 120 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+persistent() {  # the persistent layer's and step's GPU run: tests, cases, the step's trace, benches, the step A/Bs
+  timeout 110 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
-  timeout 70 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
+  timeout 60 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
   echo "persistent cases rc=$? at $(el) s"; tail -n 16 "$R/persistent-kernels.log"
-  timeout 90 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
+  timeout 60 python3 -m lab.persistent.trace --json "$R/trace-b1.json" > "$R/trace.log" 2>&1  # where the time goes
+  echo "persistent step trace rc=$? at $(el) s"; tail -n 16 "$R/trace.log"
+  timeout 80 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
   echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
   for flag in VT_PERSISTENT_STEP VT_PERSISTENT_LAYER; do  # the decode step A/B, one process, Qwen3-0.6B's shape at b1
-    timeout 110 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 6 --ledger "$R/ledger" \
+    timeout 100 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 6 --ledger "$R/ledger" \
       > "$R/ab-$flag.log" 2>&1
     echo "bench ab $flag rc=$? at $(el) s"; tail -n 10 "$R/ab-$flag.log"
   done

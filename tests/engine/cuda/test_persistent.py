@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,6 +24,7 @@ from engine.model.batch import ForwardBatch
 from engine.ops.rope import rope_cos_sin
 from lab.gates.numerics import TOLERANCES, compare
 from lab.persistent import case as C
+from lab.persistent import trace as T
 from lab.persistent.check import check
 from tests.engine.cuda.signatures import exported
 
@@ -48,10 +49,11 @@ def test_the_source_is_in_the_feature_table():
 
 
 def test_the_binding_constants_are_the_kernels(compiled):
-    for name in ("vt_persistent_row_width", "vt_persistent_control_words"):
+    for name in ("vt_persistent_row_width", "vt_persistent_control_words", "vt_persistent_trace_width"):
         getattr(compiled, name).restype = ctypes.c_int
     assert compiled.vt_persistent_row_width() == persistent.ROW_WIDTH == len(qwen_table()[0])
     assert compiled.vt_persistent_control_words() == persistent.CONTROL_WORDS
+    assert compiled.vt_persistent_trace_width() == len(persistent.TRACE)
     smem = compiled.vt_persistent_smem_bytes
     smem.restype = ctypes.c_longlong
     for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
@@ -75,8 +77,8 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     model = (ctypes.c_void_p * len(persistent.MODEL_POINTERS))(*[ctypes.c_void_p(512)] * 6)
 
     def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr, layers=1, m=None,
-             vocab=0):  # fmt: skip
-        return fn(None, tasks, None, counters, ctypes.cast(ptrs, ctypes.c_void_p), layers,
+             vocab=0, trace=None):  # fmt: skip
+        return fn(None, tasks, None, counters, trace, ctypes.cast(ptrs, ctypes.c_void_p), layers,
                   None if m is None else ctypes.cast(m, ctypes.c_void_p), vocab, 1, hidden, 16, 8, head_dim, 3072,
                   block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, dtype, None)  # fmt: skip
 
@@ -107,6 +109,8 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     no_head = (ctypes.c_void_p * len(model))(*model[:3], None, *model[4:])
     assert call(m=no_head, vocab=64) == 1000
     assert err() == b"persistent: model pointer 3 is null"
+    assert call(trace=ctypes.c_void_p(260)) == 1000
+    assert err() == b"persistent: trace is not 8-byte aligned"
 
 
 def qwen_table(kinds=None):
@@ -379,17 +383,6 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
         assert cmp.passed, cmp.as_dict()
 
 
-def _on(step, device: torch.device, dtype: torch.dtype):
-    """A lab step's tensors on the device (floats in `dtype`), caches copied."""
-    moved = {
-        f.name: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) if isinstance(v, torch.Tensor) else v
-        for f in fields(step)
-        for v in [getattr(step, f.name)]
-    }
-    moved["more_caches"] = [(k.to(device, dtype), v.to(device, dtype)) for k, v in step.more_caches]
-    return type(step)(**moved)
-
-
 @pytest.mark.parametrize("lens", [(100,), (37, 5, 64, 100, 1, 17, 33, 80)], ids=["b1", "b8"])
 def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
     """Embedding, three layers, the final norm and the LM head (tied to the embedding) as one launch of the step's
@@ -399,28 +392,12 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
     case = C.make_model(C.SMALL, list(lens), seed=7, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
     lm = case.lm
     assert lm is not None
-    step = _on(case.fresh_step(True), cuda, torch.bfloat16)
-    ref_step = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    step = C.on(case.fresh_step(True), cuda, torch.bfloat16)
+    ref_step = C.on(case.fresh_step(True), cuda, torch.bfloat16)
     want = C.reference_model(replace(case, lm=lm), ref_step)
     sch = build_model_step(case.shape(True, **TILES), 3, 400, 64)
-    b, h = len(lens), 256
-    caches = step.caches()
-    layers: list[persistent.LayerTensors] = []
-    x = torch.full((b, h), float("nan"), dtype=torch.bfloat16, device=cuda)  # the EMBED tasks write it
-    for i, layer in enumerate(lm.model.layers):
-        prev = layers[-1] if layers else None
-        t = persistent.tensors(
-            x if prev is None else prev.mlp, None if prev is None else prev.res2, persistent_weights(layer), caches[i],
-            step.slot_mapping, (step.cos.contiguous(), step.sin.contiguous()), step.block_tables, step.context_lens,
-            layer.self_attn.num_heads, int(step.context_lens.max()), float("nan"),
-        )  # fmt: skip
-        layers.append(t)
-    m = lm.model
-    model = persistent.ModelTensors(
-        ids=step.ids, embed=m.embed_tokens.weight, final_norm=m.norm.weight, head=lm.lm_head.weight,
-        final=torch.full((b, h), float("nan"), dtype=torch.bfloat16, device=cuda),
-        logits=torch.full((b, 400), float("nan"), dtype=torch.bfloat16, device=cuda),
-    )  # fmt: skip
+    layers, model = C.model_tensors(case, step, head=True)
+    caches, x, m = step.caches(), layers[0].x, lm.model
     a = lm.model.layers[0].self_attn
     control = persistent.run_step(sch, persistent.BUILT, layers, m.norm.eps, a.scaling, None, model)
     torch.cuda.synchronize()
@@ -438,6 +415,37 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
             assert cmp.passed, f"layer {i} cache slots: {cmp.as_dict()}"
 
 
+def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda):
+    """The step's launch with a trace (engine/cuda/persistent.py `TRACE`): every task's row filled on an SM of the
+    device, taken <= waits met <= signalled, a task never met before a task it waits on signalled; the outputs bit for
+    bit the untraced launch's; lab/persistent/trace.py's summary of it accounts for the whole span."""
+    case = C.make_model(C.SMALL, [100, 7], seed=3, layers=2, vocab=400, device=cuda, dtype=torch.bfloat16)
+    assert case.lm is not None
+    sch = build_model_step(case.shape(True, **TILES), 2, 400, 0)
+    a, eps = case.layers[0].self_attn, case.lm.model.norm.eps
+    finals = []
+    trace = torch.zeros(len(sch.tasks), len(persistent.TRACE), dtype=torch.int64, device=cuda)
+    for tr in (None, trace):
+        step = C.on(case.fresh_step(True), cuda, torch.bfloat16)
+        layers, model = C.model_tensors(case, step, head=False)
+        persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, tr)
+        finals.append(model.final)
+    torch.cuda.synchronize()
+    assert torch.equal(finals[0], finals[1])
+    rows = trace.tolist()
+    sms = torch.cuda.get_device_properties(cuda).multi_processor_count
+    done: dict[int, list[int]] = {}
+    for task, (sm, taken, met, signalled) in zip(sch.tasks, rows, strict=True):
+        assert 0 <= sm < sms and 0 < taken <= met <= signalled, (task.index, task.kind)
+        done.setdefault(task.signal, []).append(signalled)
+    for task, row in zip(sch.tasks, rows, strict=True):
+        for counter, target in task.waits:  # the target-th signal of the counter came before this task's start
+            assert sorted(done[counter])[target - 1] <= row[2] + 1000, (task.index, counter)  # timer: ~1 us steps
+    s = T.summarize(rows, sch)
+    assert s.run_share + s.wait_share + s.idle_share == pytest.approx(1.0)
+    assert s.span_us > 0 and sum(k.tasks for k in s.kinds) == len(sch.tasks)
+
+
 def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     """`decode_model` under VT_PERSISTENT_STEP through the model's own forward (the decode program's call): the
     persistent step counted, the final hidden state within the chain's bf16 tolerance of the model with the flag
@@ -447,7 +455,7 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     case = C.make_model(C.SMALL, [n + 1 for n in lens], seed=8, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
     assert case.lm is not None
     model = case.lm.model
-    base = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    base = C.on(case.fresh_step(True), cuda, torch.bfloat16)
     tables, block = base.block_tables, base.k_cache.shape[1]
     on = FlagSnapshot.defaults().with_(VT_PERSISTENT_STEP=True)
 
@@ -515,7 +523,7 @@ def test_the_step_in_one_launch_is_bitwise_the_layer_arm_in_turn(cuda, lens):
     case = C.make_model(C.SMALL, list(lens), seed=9, layers=3, vocab=400, device=cuda, dtype=torch.bfloat16)
     assert case.lm is not None
     model = case.lm.model
-    base = _on(case.fresh_step(True), cuda, torch.bfloat16)
+    base = C.on(case.fresh_step(True), cuda, torch.bfloat16)
     pos = (base.context_lens - 1).long()
 
     def run(flags: FlagSnapshot):
