@@ -78,8 +78,8 @@ VT_EXPORT int vt_persistent_row_width() { return vt_persistent::kRowWidth; }
 VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWords; }
 
 // Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input, and at least a
-// KV group's staged q, k and v heads (ROPE_STORE), its q heads in fp32 (SCORES) and the warps' P.V partial sums
-// (ATTN_OUT, kWarps x head_dim floats).
+// KV group's staged q, k and v heads (ROPE_STORE), its q heads in fp32 (SCORES) and a P.V pass's probabilities and
+// warps' sums (ATTN_OUT: kPvHeads heads' rows of kPvChunk keys and kWarps x head_dim floats, the widest slice).
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;
@@ -88,7 +88,8 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
   const long long gemv = static_cast<long long>(rows) * k * elt;
   const long long rope = static_cast<long long>(g + 2) * head_dim * elt;
   const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float));
-  const long long pv = static_cast<long long>(vt_persistent::kWarps) * head_dim * static_cast<long long>(sizeof(float));
+  const long long pv = static_cast<long long>(vt_persistent::kPvHeads) *
+                       (vt_persistent::kPvChunk + vt_persistent::kWarps * head_dim) * sizeof(float);
   const long long most = gemv > rope ? gemv : rope;
   const long long attn = score > pv ? score : pv;
   return most > attn ? most : attn;
@@ -112,12 +113,13 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
     return vt::fail(vt::kBadArgument, "persistent: tasks %d, counters %d, batch %d must be > 0", tasks, counters, batch);
   if (layers < 1 || layers > vt_persistent::kMaxLayers)
     return vt::fail(vt::kBadArgument, "persistent: %d layers (1 to %d a launch)", layers, vt_persistent::kMaxLayers);
-  if (hidden % 8 || head_dim % 8 || head_dim > 2 * 32 * vt_rope::kMaxPairsPerLane || inter % 8 || kv_heads <= 0 ||
+  const int lanes = head_dim / vt_persistent::kVec;  // a K row's lanes in SCORES: 16 bytes each, dividing a warp
+  if (hidden % 8 || head_dim % 8 || lanes < 1 || lanes > 32 || 32 % lanes || inter % 8 || kv_heads <= 0 ||
       heads % kv_heads)
     return vt::fail(vt::kBadArgument,
-                    "persistent: hidden %d, inter %d (multiples of 8), head_dim %d (a multiple of 8, at most %d), "
+                    "persistent: hidden %d, inter %d (multiples of 8), head_dim %d (8 x a power of two, at most 256), "
                     "heads %d / kv_heads %d",
-                    hidden, inter, head_dim, 2 * 32 * vt_rope::kMaxPairsPerLane, heads, kv_heads);
+                    hidden, inter, head_dim, heads, kv_heads);
   if (block_size <= 0 || max_blocks <= 0 || ld_scores <= 0 || window < 0)
     return vt::fail(vt::kBadArgument, "persistent: block_size %d, max_blocks %d, ld_scores %d must be > 0, window %d >= 0",
                     block_size, max_blocks, ld_scores, window);

@@ -22,11 +22,11 @@
 //   numerics the razor judges (bf16 GEMV tolerance, not bits).
 // - ROPE_STORE is vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and qk_norm_rope's
 //   function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
-// - SCORES and ATTN_OUT are the generic paged-attention kernel's arithmetic (vt::decode_generic_kernel: one warp per
-//   key, lanes over head_dim, T(T(q.k) * scale); the block max and sum of exp; p = T(exp(s - max) / sum) in place;
-//   P.V in fp32 in key order per output element): the eager reference's rounding points. The chain's default decode
-//   arm (the tiled mma kernels) rounds at the same points but sums q.k and P.V in mma order: a numerics the razor
-//   judges, held to the chain within bf16 tolerance.
+// - SCORES and ATTN_OUT round where the generic paged-attention kernel does (vt::decode_generic_kernel: T(T(q.k) *
+//   scale); the block max and sum of exp; p = T(exp(s - max) / sum); P.V in fp32, rounded once) but sum q.k and P.V
+//   in their own order (16-byte lanes, several keys in flight; see each): the eager reference's rounding points in
+//   another summation order, as the chain's default arm (the tiled mma kernels): held to the chain within the dtype's
+//   tolerance. The logits stay logits: every P.V slice of a (seq, kv) reads them all for its softmax.
 // - O_PROJ rounds the product to T and adds the residual in fp32 rounded to T (fused_add_rms_norm's sum); GATE_UP
 //   rounds gate and up to T and applies vt_act::silu_mul (the GLU GEMV's epilogue); DOWN rounds the product to T
 //   (the layer's output) and writes its sum with res2 (the next layer's residual) the same way.
@@ -50,7 +50,9 @@ constexpr int kTraceWidth = 4;  // a traced task: SM, taken, waits met, signalle
 constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
-constexpr int kMaxPerLane = 8;  // P.V: head_dim / 32 elements a lane, head_dim at most 256 (a multiple of 32)
+constexpr int kKvUnroll = 4;  // K or V rows a lane has in flight at once, 16 bytes of each
+constexpr int kPvHeads = 4;  // heads of a group one P.V pass accumulates (8 floats a head a lane)
+constexpr int kPvChunk = 256;  // keys whose probabilities a P.V pass holds in shared memory at once
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 // control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
 // word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.
@@ -327,9 +329,10 @@ __device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p,
 
 // SCORES of (seq, kv), split `split` of `splits`: its keys are that share of the allowed keys, in order, computed
 // here from the context length (persistent_schedule.key_range's integer bounds), so the table holds no length and
-// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32,
-// then one warp per key, every head of the group against it (each K row read once), lanes over head_dim: the
-// generic kernel's dot and rounding.
+// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32;
+// a key's row is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers
+// 32 / (head_dim / 8) keys a load), every head of the group against it (each K row read once); a lane sums its 8
+// products in order, then the key's lanes by butterfly; rounded as the generic kernel: T(T(q.k) * scale).
 template <typename T>
 __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p, float* qs) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -342,59 +345,127 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   const int begin = allowed + static_cast<int>(split * span / splits);
   const int k1 = allowed + static_cast<int>((split + 1) * span / splits);
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
-  for (int t = begin + warp; t < k1; t += kWarps) {
-    const T* k = cache_row(p.k_cache, p, table, t, kv);  // the newest key was written by this launch: through L2
-    for (int h = 0; h < g; ++h) {
-      float dot = 0.f;
-      for (int e = lane; e < d; e += 32) dot += qs[h * d + e] * vt::to_f32(load_l2(k + e));
-      const float x = vt::round_to<T>(vt::round_to<T>(vt::warp_sum(dot)) * p.scale);
-      if (lane == 0) rows[static_cast<long long>(h) * p.ld_scores + t] = x;
+  const int lpk = d / kVec, kpw = 32 / lpk, sub = lane / lpk, c = (lane % lpk) * kVec;  // launcher: lpk divides 32
+  const int step = kWarps * kpw;
+  for (int base = begin + warp * kpw; base < k1; base += step * kKvUnroll) {  // base: the same for the whole warp
+    uint4 kr[kKvUnroll];
+#pragma unroll
+    for (int u = 0; u < kKvUnroll; ++u) {
+      const int t = base + u * step + sub;  // the newest key was written by this launch: through L2
+      kr[u] = t < k1 ? __ldcg(reinterpret_cast<const uint4*>(cache_row(p.k_cache, p, table, t, kv) + c))
+                     : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kKvUnroll; ++u) {
+      if (base + u * step >= k1) break;  // no key of the warp left: uniform, so the shuffles below stay whole
+      const int t = base + u * step + sub;
+      const T* kv8 = reinterpret_cast<const T*>(&kr[u]);
+      for (int h = 0; h < g; ++h) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot += qs[h * d + c + e] * vt::to_f32(kv8[e]);
+        for (int off = lpk / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (t < k1 && c == 0)
+          rows[static_cast<long long>(h) * p.ld_scores + t] = vt::round_to<T>(vt::round_to<T>(dot) * p.scale);
+      }
     }
   }
 }
 
-// ATTN_OUT of (seq, kv): per head of the group, the block max and sum of exp over the allowed keys, the rounded
-// probabilities written over the logits (this task is their only reader), then P.V in fp32: warp w sums the keys
-// begin + w, begin + w + kWarps, ... (each lane head_dim / 32 elements of every V row it reads, the V rows coalesced),
-// and the warps' partial sums are added in warp order through shared memory (`part`, kWarps x head_dim floats).
-// That order is not the generic kernel's key order: held to the chain within the dtype's tolerance, as the tiled arms.
+// ATTN_OUT of (seq, kv), slice `part` of `parts` of head_dim: per pass of up to kPvHeads heads of the group, each
+// head's block max and sum of exp over the allowed keys (the generic kernel's reductions; the logits are only read,
+// so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities
+// T(exp(s - max) / sum) into shared memory and P.V on the slice's columns: a V row's slice read by
+// (head_dim / parts) / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight, each row read once for every head of
+// the pass. A lane sums its keys in order in fp32, the lanes of a column by butterfly, the warps in order through
+// shared memory; rounded to T once. Not the generic kernel's key order: held to the chain within the dtype's
+// tolerance, as the tiled arms.
 template <typename T>
-__device__ void attn_out(int seq, int kv, const Layer<T>& p, float* part) {
+__device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p, float* smem, int* error) {
   __shared__ float red_s[kWarps];
+  __shared__ float stat_s[2 * kPvHeads];  // the pass's heads' max, then sum
   const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int w = parts > 0 ? d / parts : 0, lpr = w / kVec;  // the slice's columns; lanes a V row
+  if (parts < 1 || part < 0 || part >= parts || d % parts || w % kVec || lpr == 0 || 32 % lpr) {
+    if (tid == 0) atomicCAS(error, 0, kErrKind + kAttnOut);  // a slice the tile cannot take: the table is broken
+    return;
+  }
+  const int rpw = 32 / lpr, sub = lane / lpr, col = (lane % lpr) * kVec, c = part * w + col;
   const int len = p.context_lens[seq], begin = vt::window_begin(len, p.window);
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
-  for (int h = 0; h < g; ++h) {
-    float* logits = p.scores + static_cast<long long>(seq * p.heads + kv * g + h) * p.ld_scores;
-    float mx = -CUDART_INF_F;
-    for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, __ldcg(logits + t));
-    mx = vt::block_reduce(mx, red_s, true);
-    float sum = 0.f;
-    for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
-    sum = vt::block_reduce(sum, red_s, false);
-    for (int t = begin + tid; t < len; t += kThreads) logits[t] = vt::round_to<T>(expf(__ldcg(logits + t) - mx) / sum);
-    __syncthreads();  // the probabilities, written by this block, are read by every warp below
-    float acc[kMaxPerLane];
+  float* ps = smem;  // [kPvHeads, kPvChunk]: a chunk's probabilities
+  float* part_s = smem + kPvHeads * kPvChunk;  // [kWarps, kPvHeads, w]: the warps' sums
+  const int step = kWarps * rpw;
+  for (int h0 = 0; h0 < g; h0 += kPvHeads) {
+    const int nh = min(kPvHeads, g - h0);
+    const float* logits0 = p.scores + static_cast<long long>(seq * p.heads + kv * g + h0) * p.ld_scores;
+    for (int h = 0; h < nh; ++h) {
+      const float* logits = logits0 + static_cast<long long>(h) * p.ld_scores;
+      float mx = -CUDART_INF_F;
+      for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, __ldcg(logits + t));
+      mx = vt::block_reduce(mx, red_s, true);
+      float sum = 0.f;
+      for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
+      sum = vt::block_reduce(sum, red_s, false);
+      if (tid == 0) {
+        stat_s[h] = mx;
+        stat_s[kPvHeads + h] = sum;
+      }
+    }
+    float acc[kPvHeads][kVec];
 #pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j) acc[j] = 0.f;
-    for (int t = begin + warp; t < len; t += kWarps) {
-      const float pr = __ldcg(logits + t);
-      const T* v = cache_row(p.v_cache, p, table, t, kv);
+    for (int h = 0; h < kPvHeads; ++h)
 #pragma unroll
-      for (int j = 0; j < kMaxPerLane; ++j)
-        if (j * 32 < d) acc[j] += pr * vt::to_f32(load_l2(v + j * 32 + lane));
+      for (int e = 0; e < kVec; ++e) acc[h][e] = 0.f;
+    for (int k0 = begin; k0 < len; k0 += kPvChunk) {
+      const int n = min(kPvChunk, len - k0);
+      __syncthreads();  // stat_s is written; every warp is done with the last chunk's probabilities
+      for (int i = tid; i < nh * n; i += kThreads) {
+        const int h = i / n, j = i % n;
+        const float s = __ldcg(logits0 + static_cast<long long>(h) * p.ld_scores + k0 + j);
+        ps[h * kPvChunk + j] = vt::round_to<T>(expf(s - stat_s[h]) / stat_s[kPvHeads + h]);
+      }
+      __syncthreads();
+      for (int base = warp * rpw; base < n; base += step * kKvUnroll) {
+        uint4 vr[kKvUnroll];
+#pragma unroll
+        for (int u = 0; u < kKvUnroll; ++u) {
+          const int j = base + u * step + sub;  // the newest value was written by this launch: through L2
+          vr[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(cache_row(p.v_cache, p, table, k0 + j, kv) + c))
+                        : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kKvUnroll; ++u) {
+          const int j = base + u * step + sub;
+          if (j >= n) continue;
+          const T* v8 = reinterpret_cast<const T*>(&vr[u]);
+#pragma unroll
+          for (int h = 0; h < kPvHeads; ++h) {
+            if (h >= nh) break;
+            const float pr = ps[h * kPvChunk + j];
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) acc[h][e] += pr * vt::to_f32(v8[e]);
+          }
+        }
+      }
     }
 #pragma unroll
-    for (int j = 0; j < kMaxPerLane; ++j)
-      if (j * 32 < d) part[warp * d + j * 32 + lane] = acc[j];
+    for (int h = 0; h < kPvHeads; ++h)
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        for (int off = lpr; off < 32; off *= 2) acc[h][e] += __shfl_xor_sync(0xffffffffu, acc[h][e], off);
+    if (sub == 0)
+      for (int h = 0; h < nh; ++h)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) part_s[(warp * kPvHeads + h) * w + col + e] = acc[h][e];
     __syncthreads();
-    T* o = p.attn + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d;
-    for (int e = tid; e < d; e += kThreads) {
+    for (int i = tid; i < nh * w; i += kThreads) {
+      const int h = i / w, e = i % w;
       float total = 0.f;
-      for (int w = 0; w < kWarps; ++w) total += part[w * d + e];
-      o[e] = vt::from_f32<T>(total);
+      for (int v = 0; v < kWarps; ++v) total += part_s[(v * kPvHeads + h) * w + e];
+      p.attn[static_cast<long long>(seq) * p.q_dim + (kv * g + h0 + h) * d + part * w + e] = vt::from_f32<T>(total);
     }
-    __syncthreads();  // red_s, part and the next head's reads
+    __syncthreads();  // part_s, stat_s and red_s are free for the next pass
   }
 }
 
@@ -427,7 +498,7 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
       scores<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs));
       break;
     case kAttnOut:
-      attn_out<T>(a0, a1, p, reinterpret_cast<float*>(xs));
+      attn_out<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs), error);
       break;
     case kOProj:
       gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,

@@ -30,6 +30,7 @@ _FAULTS = {1: "a kind this kernel does not run", 2: "a wait that timed out at ta
            "task", 4: "a token id outside the vocabulary at row"}  # fmt: skip
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 WARPS = 8  # kWarps: a block's warps (ATTN_OUT's P.V partial sums, one row of head_dim floats each)
+PV_HEADS, PV_CHUNK = 4, 256  # kPvHeads, kPvChunk: a P.V pass's heads and the keys of its probabilities in smem
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
@@ -38,8 +39,8 @@ TRACE = ("sm", "taken", "met", "signalled")  # kTraceWidth: a traced task's SM a
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
 # tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
-TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4)
-MAX_HEAD_DIM = 2 * 32 * 8  # vt_rope::kMaxPairsPerLane pairs a lane
+TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4, pv_slices=4)
+MAX_HEAD_DIM = 32 * VECTOR  # a K row's lanes (16 bytes each) divide a warp: head_dim 8 x a power of two
 DTYPES = (torch.bfloat16, torch.float16)
 
 SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to persistent.cu)
@@ -164,10 +165,10 @@ def _lib() -> ctypes.CDLL:
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
     """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    staged q, k and v heads, its q heads in fp32 and the warps' P.V partial sums."""
+    staged q, k and v heads, its q heads in fp32 and a P.V pass's probabilities and warps' sums."""
     gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
     g = heads // kv_heads
-    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4, WARPS * head_dim * 4)
+    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4)
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
@@ -183,7 +184,13 @@ def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | 
     odd = [f"{k} {v}" for k, v in widths.items() if v % VECTOR]
     if odd:
         return f"{', '.join(odd)} not a multiple of {VECTOR}"
-    return f"head_dim {s.head_dim} over {MAX_HEAD_DIM}" if s.head_dim > MAX_HEAD_DIM else None
+    lanes = s.head_dim // VECTOR
+    if s.head_dim > MAX_HEAD_DIM or lanes & (lanes - 1):
+        return f"head_dim {s.head_dim} (8 x a power of two, at most {MAX_HEAD_DIM})"
+    width = s.head_dim // s.pv_slices
+    if s.head_dim % s.pv_slices or width % VECTOR or (width // VECTOR) & (width // VECTOR - 1):
+        return f"pv_slices {s.pv_slices}: head_dim {s.head_dim} / pv_slices must be 8 x a power of two"
+    return None
 
 
 def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.Tensor:

@@ -39,7 +39,7 @@ class Kind(IntEnum):
     QKV = 1  # [part, col0, col1]: columns of q (part 0), k (1) or v (2) for every row
     ROPE_STORE = 2  # [kv head]: q/k norm and RoPE of the group's q heads and its k head; K/V to the cache
     SCORES = 3  # [seq, kv head, split, splits]: q.k for the group's heads over one split of the allowed keys
-    ATTN_OUT = 4  # [seq, kv head]: mask, softmax and P.V of the group's heads
+    ATTN_OUT = 4  # [seq, kv head, slice, slices]: softmax of the group's heads, P.V on one slice of head_dim
     O_PROJ = 5  # [col0, col1]: o_proj columns plus the residual
     NORM2 = 6  # [row]: RMSNorm of the post-attention residual
     GATE_UP = 7  # [col0, col1]: gate and up columns, SiLU(gate) * up
@@ -67,6 +67,7 @@ class LayerShape:
     gu_cols: int = 64
     down_cols: int = 64
     key_splits: int = 4  # score tasks per (sequence, KV head), each taking its share of the keys at run time
+    pv_slices: int = 1  # P.V tasks per (sequence, KV head), each writing head_dim / pv_slices columns of each head
     window: int | None = None  # sliding window (keys allowed before the newest, itself included); None: all
 
     @property
@@ -221,16 +222,21 @@ def build(s: LayerShape) -> Schedule:
     return build_step(s, 1)
 
 
+def _bad(s: LayerShape) -> bool:
+    return bool(s.heads % s.kv_heads or s.head_dim % s.qkv_cols or s.key_splits < 1 or s.pv_slices < 1
+                or s.head_dim % s.pv_slices)  # fmt: skip
+
+
 def build_step(s: LayerShape, layers: int, shared: frozenset[str] = frozenset()) -> Schedule:
     """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
     down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
     normalises. With `layers` 1, one layer with unprefixed buffer names. `shared`: buffers all layers reuse (a
     kernel's one scratch tensor), written again by each layer: lab/persistent/check.py proves each rewrite waits for
     the last layer's readers."""
-    if s.heads % s.kv_heads or s.head_dim % s.qkv_cols or layers < 1 or s.key_splits < 1:
+    if _bad(s) or layers < 1:
         raise ValueError(
-            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols}, layers {layers}, "
-            f"key_splits {s.key_splits}"
+            f"heads {s.heads} / kv_heads {s.kv_heads}, head_dim {s.head_dim} / qkv_cols {s.qkv_cols} and pv_slices "
+            f"{s.pv_slices}, layers {layers}, key_splits {s.key_splits}"
         )
     sch = Schedule(s, layers=layers, shared=shared)
     down = None
@@ -250,8 +256,7 @@ def build_model_step(
     0's (`first`: no residual before the first norm). The head's weight may be the embedding's own (Qwen3-0.6B ties
     them): one [vocab, hidden] matrix, the EMBED tasks reading a row each, the HEAD tiles all of it."""
     s = replace(s, first=True)
-    bad = s.heads % s.kv_heads or s.head_dim % s.qkv_cols or s.key_splits < 1
-    if bad or layers < 1 or vocab < 1 or head_cols < 0:
+    if _bad(s) or layers < 1 or vocab < 1 or head_cols < 0:
         raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
     sch = Schedule(s, layers=layers, vocab=vocab, shared=shared)
     b, h, rows = s.batch, s.hidden, (0, s.batch)
@@ -335,19 +340,22 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
                 add(Kind.SCORES, (seq, kv, split, s.key_splits), [(rope[kv], 1)], chunks[seq, kv], reads,
                         [reg("scores", (k0, k1), heads)])  # fmt: skip
     attn = counter("attn")
+    width = d // s.pv_slices
     for seq, n in enumerate(s.context_lens):
         for kv in range(s.kv_heads):
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             row, kc = (seq, seq + 1), (kv * d, (kv + 1) * d)
             allowed = (s.key_range(seq, 0)[0], n)
-            add(Kind.ATTN_OUT, (seq, kv), [(chunks[seq, kv], s.key_splits)], attn,
-                    [reg("scores", allowed, heads), reg("v_new", kc, row)],
-                    [reg("attn", (kv * g * d, (kv + 1) * g * d), row),
-                     reg("scores", allowed, heads)])  # fmt: skip  # the probabilities, in place of the logits
+            for part in range(s.pv_slices):  # every slice reads all the logits (its softmax): they stay logits
+                cols = [(hd * d + part * width, hd * d + (part + 1) * width) for hd in range(kv * g, (kv + 1) * g)]
+                cols = [(cols[0][0], cols[-1][1])] if s.pv_slices == 1 else cols  # whole heads: one region
+                add(Kind.ATTN_OUT, (seq, kv, part, s.pv_slices), [(chunks[seq, kv], s.key_splits)], attn,
+                        [reg("scores", allowed, heads), reg("v_new", kc, row)],
+                        [reg("attn", c, row) for c in cols])  # fmt: skip
 
     o_done = counter("o_proj")
     for cols in _cols(h, s.o_cols):
-        add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads)], o_done,
+        add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads * s.pv_slices)], o_done,
                 [reg("attn", (0, s.heads * d)), reg("res1", cols)], [reg("res2", cols)],
                 (cols[1] - cols[0]) * s.heads * d)  # fmt: skip
     norm2 = counter("norm2")

@@ -17,7 +17,7 @@ from lab.persistent import case as C
 from lab.persistent.check import check
 from lab.persistent.sim import ReadBeforeWrite, simulate
 
-TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_splits=5)
+TILES = dict(qkv_cols=32, o_cols=32, gu_cols=64, down_cols=48, key_splits=5, pv_slices=4)
 LENS = {1: [37], 8: [37, 5, 64, 100, 1, 17, 33, 80], 32: [(17 * i) % 200 + 1 for i in range(32)]}
 # The model step's vocabulary and head tiles: 6 tiles of 64 and a tail of 16 (a CPU GEMV tile under 16 columns
 # at batch 8 sums in another order than the whole head's call: lab/persistent/sim.py)

@@ -55,10 +55,10 @@ def task_bytes(t: Task, s: LayerShape, elt: int) -> TaskBytes:
     if t.kind == Kind.SCORES:  # its split of the keys
         k0, k1 = s.key_range(t.args[0], t.args[2])
         kv = (k1 - k0) * d * elt
-    elif t.kind == Kind.ATTN_OUT and len(t.args) == 4:  # split_pv's key range
-        kv = (t.args[3] - t.args[2]) * d * elt
-    elif t.kind == Kind.ATTN_OUT:
-        kv = s.context_lens[t.args[0]] * d * elt
+    elif t.kind == Kind.ATTN_OUT:  # its slice of V's columns, over every allowed key or split_pv's key range
+        seq, _, _, parts = t.args[:4]
+        k0, k1 = t.args[4:6] if len(t.args) == 6 else (s.key_range(seq, 0)[0], s.context_lens[seq])
+        kv = (k1 - k0) * (d // parts) * elt
     else:
         kv = 0
     act = sum(r.cells() for r in (*t.reads, *t.writes) if r.buffer != "scores") * elt
@@ -138,13 +138,15 @@ def split_pv(sch: Schedule, splits: int) -> Schedule:
         if t.kind != Kind.ATTN_OUT:
             out.add(t.kind, t.args, t.waits, t.signal, t.reads, t.writes, t.weight_elems)
             continue
-        seq, kv = t.args
+        seq, kv, part, parts = t.args
+        if parts != 1:
+            raise ValueError("split_pv splits whole heads' P.V (pv_slices 1)")
         n = sch.shape.context_lens[seq]
-        part = out.counter(f"pv[{seq},{kv}]")
+        done = out.counter(f"pv[{seq},{kv}]")
         step = -(-n // splits)
         for k0 in range(0, n, step):
-            out.add(Kind.ATTN_OUT, (seq, kv, k0, min(n, k0 + step)), t.waits, part, t.reads[:1], ())
-        out.add(Kind.ATTN_OUT, (seq, kv, 0, 0), [(part, out.expected[part])], t.signal, (), t.writes)
+            out.add(Kind.ATTN_OUT, (seq, kv, 0, 1, k0, min(n, k0 + step)), t.waits, done, t.reads[:1], ())
+        out.add(Kind.ATTN_OUT, (seq, kv, 0, 1, 0, 0), [(done, out.expected[done])], t.signal, (), t.writes)
     return out
 
 

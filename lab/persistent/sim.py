@@ -314,7 +314,7 @@ class _Context:
         return [(t.writes[0], sc[:, 0, :])]
 
     def attn_out(self, t: Task, w: Weights):
-        seq, kv = t.args
+        seq, kv, part, parts = t.args
         g, d = self.s.group, self.s.head_dim
         _, values, n = self._sequence(t, seq)
         row = seq * self.s.heads + kv * g
@@ -324,9 +324,12 @@ class _Context:
         sc = sc.masked_fill(~allowed[None, None, :], float("-inf"))
         probs = torch.softmax(sc, dim=-1, dtype=torch.float32).to(sc.dtype)  # points 3 and 4
         vh = values[:, kv][None].expand(g, -1, -1)  # [group, n, D]
-        out = torch.matmul(probs, vh)  # point 5
-        begin = t.writes[1].cols[0]  # the kernel writes the probabilities over the allowed keys' logits
-        return [(t.writes[0], out.reshape(1, g * d)), (t.writes[1], probs[:, 0, begin:n].float())]
+        # the whole head's P.V, its slice kept: a CPU matmul over a slice of V's columns may sum in another order
+        out = torch.matmul(probs, vh)[:, 0]  # point 5, [group, D]
+        if parts == 1:  # whole heads: one region of the group's columns
+            return [(t.writes[0], out.reshape(1, g * d))]
+        width = d // parts
+        return [(region, out[h : h + 1, part * width : (part + 1) * width]) for h, region in enumerate(t.writes)]
 
     def o_proj(self, t: Task, w: Weights):
         c0, c1 = t.args

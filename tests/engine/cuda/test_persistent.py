@@ -59,9 +59,9 @@ def test_the_binding_constants_are_the_kernels(compiled):
     for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
         got = smem(batch, 1024, heads, kv, d, 3072, 2)
         assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
-    assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 6144  # b1: one staged row of down's K
+    assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 4 * (256 + 8 * 128) * 4  # b1: a P.V pass's
     assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows, passes of 8
-    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4  # 64 q heads in fp32 outgrow a row
+    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4  # 64 q heads in fp32 outgrow the rest
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
@@ -87,10 +87,11 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     assert call(tasks=0) == 1000
     assert err() == b"persistent: tasks 0, counters 5, batch 1 must be > 0"
     assert call(hidden=1020) == 1000
-    shapes = b"persistent: hidden %d, inter 3072 (multiples of 8), head_dim %d (a multiple of 8, at most 512), heads 16 / kv_heads 8"
+    shapes = b"persistent: hidden %d, inter 3072 (multiples of 8), head_dim %d (8 x a power of two, at most 256), heads 16 / kv_heads 8"
     assert err() == shapes % (1020, 128)
-    assert call(head_dim=1024) == 1000
-    assert err() == shapes % (1024, 1024)
+    for head_dim in (512, 96):  # a K row's 16-byte lanes must divide a warp
+        assert call(head_dim=head_dim) == 1000
+        assert err() == shapes % (1024, head_dim)
     odd = (ctypes.c_void_p * len(good))(*good[:4], ctypes.c_void_p(258), *good[5:])
     assert call(ptrs=odd) == 1000
     assert err() == b"persistent: layer 0 pointer 4 is not 16-byte aligned"

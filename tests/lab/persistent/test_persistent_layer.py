@@ -66,6 +66,31 @@ def test_qwen3_0_6b_layer_and_a_sliding_window_are_bitwise_too():
     assert all(_equal_to_engine(windowed, wsch, False, 4, 1).values())
 
 
+@pytest.mark.parametrize("slices", [2, 4, 16])
+def test_pv_slices_write_each_heads_columns_once_and_stay_bitwise(slices: int):
+    """ATTN_OUT split over head_dim (`pv_slices`): the slices of a (sequence, KV head) partition each head's columns,
+    o_proj waits for all of them, every interleaving is still the engine's layer; a table where one slice writes
+    nothing is caught statically (o_proj reads attention cells no task writes)."""
+    case = C.make(C.SMALL, LENS[8], seed=6)
+    sch = build(case.shape(False, **{**TILES, "pv_slices": slices}))
+    assert check(sch) == []
+    d, g = 128, 4
+    for seq, kv in ((0, 0), (7, 1)):
+        tasks = [t for t in sch.tasks if t.kind == Kind.ATTN_OUT and t.args[:2] == (seq, kv)]
+        assert [t.args[2:] for t in tasks] == [(p, slices) for p in range(slices)]
+        cols = sorted(c for t in tasks for r in t.writes for c in range(*r.cols))
+        assert cols == list(range(kv * g * d, (kv + 1) * g * d))  # every column of the group's heads, once
+    o_proj = next(t for t in sch.tasks if t.kind == Kind.O_PROJ)
+    assert o_proj.waits[0][1] == 8 * 2 * slices
+    for seed, sms in enumerate((3, 16)):
+        assert all(_equal_to_engine(case, sch, False, sms, seed).values()), (seed, sms)
+    last = next(t.index for t in sch.tasks if t.kind == Kind.ATTN_OUT and t.args[2] == slices - 1)
+    holed = replace(
+        sch, tasks=[replace(t, writes=()) if t.index == last else t for t in sch.tasks]
+    )  # it writes nothing
+    assert any("(O_PROJ) reads cells of attn that no task writes" in p for p in check(holed))
+
+
 def test_key_splits_cover_the_allowed_keys_once_and_the_table_holds_no_context_length():
     for n, window, splits in [(1, None, 5), (37, None, 5), (300, 16, 4), (1000, 256, 7), (5, 8, 3), (4096, None, 16)]:
         ranges = [key_range(n, window, i, splits) for i in range(splits)]
@@ -163,13 +188,17 @@ def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
     assert main(["--seeds", "3", "--batch", "1", "--sms", "5", "--layers", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        "batch 1 layer 1+: 88 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
+        "batch 1 layer 1+: 94 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
     )
     assert lines[2] == (
-        "step of 2 layers at batch 8: 372 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
+        "step of 2 layers at batch 8: 468 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
         "engine's layers"
     )
-    assert lines[3].startswith("seeded bug (task 154, o_proj, without its wait on attention): static check 24 problems")
+    # o_proj reads the attention of 64 P.V slices (8 sequences x 2 KV heads x 4), each writing 4 heads' columns,
+    # and the residuals of 8 norms ordered before it only through them: 264 reads named
+    assert lines[3].startswith(
+        "seeded bug (task 202, o_proj, without its wait on attention): static check 264 problems"
+    )
     assert lines[-1] == "persistent layer: PASS"
 
 
