@@ -347,11 +347,12 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
             row, kc = (seq, seq + 1), (kv * d, (kv + 1) * d)
             allowed = (s.key_range(seq, 0)[0], n)
             for part in range(s.pv_slices):  # every slice reads all the logits (its softmax): they stay logits
-                cols = [(hd * d + part * width, hd * d + (part + 1) * width) for hd in range(kv * g, (kv + 1) * g)]
-                cols = [(cols[0][0], cols[-1][1])] if s.pv_slices == 1 else cols  # whole heads: one region
+                slices = [(hd * d + part * width, hd * d + (part + 1) * width) for hd in range(kv * g, (kv + 1) * g)]
+                if s.pv_slices == 1:  # whole heads: one region of the group's columns
+                    slices = [(slices[0][0], slices[-1][1])]
                 add(Kind.ATTN_OUT, (seq, kv, part, s.pv_slices), [(chunks[seq, kv], s.key_splits)], attn,
                         [reg("scores", allowed, heads), reg("v_new", kc, row)],
-                        [reg("attn", c, row) for c in cols])  # fmt: skip
+                        [reg("attn", c, row) for c in slices])  # fmt: skip
 
     o_done = counter("o_proj")
     for cols in _cols(h, s.o_cols):
