@@ -37,9 +37,10 @@ BUILT = frozenset(Kind)
 MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
 TRACE = ("sm", "taken", "met", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
-# The tiles of the first kernel, about one wave of 132 SMs per phase at b1 (lab/persistent/model.py) and each
-# tile's weights within shared memory; to be tuned on the device. Score tasks per (sequence, KV head): key_splits.
-TILES: dict[str, int] = dict(qkv_cols=32, o_cols=32, gu_cols=32, down_cols=32, key_splits=4, pv_slices=4)
+# The tiles, about one wave of 132 SMs per phase at b1 for Qwen3-0.6B (lab/persistent/model.py `qwen3_0_6b`: q/k/v
+# 128 tiles, o_proj and down 128, gate/up 96); to be tuned on the device. Per (sequence, KV head): key_splits score
+# tasks, pv_slices P.V tasks (8 x 4 = 32 at b1).
+TILES: dict[str, int] = dict(qkv_cols=32, o_cols=8, gu_cols=32, down_cols=8, key_splits=4, pv_slices=4)
 MAX_HEAD_DIM = 32 * VECTOR  # a K row's lanes (16 bytes each) divide a warp: head_dim 8 x a power of two
 DTYPES = (torch.bfloat16, torch.float16)
 
