@@ -1,6 +1,7 @@
 // The persistent decode layer: one launch of SM-count blocks runs a Qwen3 layer's task table
 // (engine/cuda/persistent_schedule.py `Schedule.encode`) in queue order. Each block takes the next task from a global
-// atomic head, waits (thread 0 spinning on acquire loads with __nanosleep backoff) until the task's counters reach
+// atomic head, asks L2 for the task's weights (prefetch_weights), waits (thread 0 spinning on acquire loads with
+// __nanosleep backoff) until the task's counters reach
 // their targets, runs it with all 256 threads, and signals its counter with a release (the block's barrier, then
 // __threadfence() and atomicAdd). No grid barrier and no cooperative launch: a task is only taken after every task
 // before it in the queue was taken, and the table queues every producer before its consumers (its static check:
@@ -469,6 +470,43 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
   }
 }
 
+// Thread 0, once it holds a task and before its waits: ask L2 for the task's weights (one bulk prefetch per matrix
+// tile, its rows contiguous), so a tile waiting on its input already streams the bytes that do not depend on it;
+// its ld.global.nc loads then hit L2. sm_90's cp.async.bulk.prefetch; nothing on older devices.
+template <typename T>
+__device__ void prefetch_weights(const int* row, const Layer<T>& p, const Model<T>& m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
+  const T* w[2] = {nullptr, nullptr};
+  long long first = 0, n = 0;  // the tile's first weight row and its rows x row length
+  switch (kind) {
+    case kQkv:
+      w[0] = a0 == 0 ? p.wq : a0 == 1 ? p.wk : p.wv, first = static_cast<long long>(a1) * p.hidden;
+      n = static_cast<long long>(a2 - a1) * p.hidden;
+      break;
+    case kOProj:
+      w[0] = p.wo, first = static_cast<long long>(a0) * p.q_dim, n = static_cast<long long>(a1 - a0) * p.q_dim;
+      break;
+    case kGateUp:
+      w[0] = p.wg, w[1] = p.wu, first = static_cast<long long>(a0) * p.hidden;
+      n = static_cast<long long>(a1 - a0) * p.hidden;
+      break;
+    case kDown:
+      w[0] = p.wd, first = static_cast<long long>(a0) * p.inter, n = static_cast<long long>(a1 - a0) * p.inter;
+      break;
+    case kHead:
+      w[0] = m.head, first = static_cast<long long>(a0) * p.hidden, n = static_cast<long long>(a1 - a0) * p.hidden;
+      break;
+    default:
+      return;
+  }
+  const unsigned bytes = static_cast<unsigned>(n * static_cast<long long>(sizeof(T)));  // rows of 16-byte multiples
+  for (const T* base : w)
+    if (base != nullptr && bytes > 0)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + first), "r"(bytes) : "memory");
+#endif
+}
+
 template <typename T>
 __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T* xs, int* error) {
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
@@ -562,6 +600,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
       ready = 1;
       if (task_index < tasks) {
         const int* row = table + static_cast<long long>(task_index) * kRowWidth;
+        if (row[1] >= 0 && row[1] < step.layers) prefetch_weights<T>(row, step.layer[row[1]], step.model);
         if (!wait_for(row, counters)) {
           atomicCAS(error, 0, kErrWait + task_index);
           ready = 0;

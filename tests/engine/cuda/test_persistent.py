@@ -134,7 +134,9 @@ def test_the_table_the_kernel_reads():
     rope0, scores00 = sch.counters.index("rope[0]"), sch.counters.index("scores[0,0]")
     assert scores[:2] == [[Kind.SCORES, 0, 0, 0, s, 4, rope0, 1, -1, -1, scores00] for s in (0, 1)]
     assert len(scores) == 8 * 4
-    assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 32
+    assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 8
+    attn = [r[2:6] for r in rows if r[0] == Kind.ATTN_OUT]  # (seq, kv head, slice, slices) of head_dim
+    assert attn == [[0, kv, part, 4] for kv in range(8) for part in range(4)]
     for r in rows:  # every wait names a counter signalled earlier in the queue, with a reachable target
         for c, target in ((r[6], r[7]), (r[8], r[9])):
             assert (c, target) == (-1, -1) or 0 < target <= sch.expected[c]
@@ -147,7 +149,7 @@ def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
     o_proj = back[0]
     assert o_proj[0] == Kind.O_PROJ and o_proj[6:10] == [-1, -1, -1, -1]  # attention's output: the caller's input
     norm2 = next(r for r in back if r[0] == Kind.NORM2)
-    assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 32]  # kept: its producers are in the part
+    assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 8]  # kept: its producers are in the part
     front = qwen_table(FRONT)
     assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV, Kind.ROPE_STORE}
     rope = next(r for r in front if r[0] == Kind.ROPE_STORE)
