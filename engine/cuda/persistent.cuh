@@ -1,11 +1,13 @@
 // The persistent decode layer: one launch of SM-count blocks runs a Qwen3 layer's task table
 // (engine/cuda/persistent_schedule.py `Schedule.encode`) in queue order. Each block takes the next task from a global
 // atomic head, asks L2 for the task's weights (prefetch_weights), waits (thread 0 spinning on acquire loads with
-// __nanosleep backoff) until the task's counters reach
-// their targets, runs it with all 256 threads, and signals its counter with a release (the block's barrier, then
-// __threadfence() and atomicAdd). No grid barrier and no cooperative launch: a task is only taken after every task
-// before it in the queue was taken, and the table queues every producer before its consumers (its static check:
-// lab/persistent/check.py), so a waiting block always waits on a task some running block holds.
+// __nanosleep backoff) until the task's counters reach their targets, takes its following task (and prefetches that
+// one's weights, so they stream while this task runs), runs the task with all 256 threads, and signals its counter
+// with a release (the block's barrier, then __threadfence() and atomicAdd). No grid barrier and no cooperative
+// launch: a task is only taken after every task before it in the queue was taken, and the table queues every
+// producer before its consumers (its static check: lab/persistent/check.py). So a waiting task waits on earlier
+// tasks only, each running or held behind a block's current task, which is earlier still: every chain of waits
+// ends at a task that can run.
 //
 // Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
 // a split of the keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
@@ -579,8 +581,9 @@ __device__ __forceinline__ int sm_id() {
 
 // table: [tasks, kRowWidth] int32; control: [error, head, counters...], the head and counters zeroed before the
 // launch. N: the most layers the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
-// trace: null, or [tasks, kTraceWidth] int64 that each task's block fills: its SM, and the global timer when the task
-// was taken, when its waits were met and when it signalled (lab/persistent/trace.py reads where the time went).
+// trace: null, or [tasks, kTraceWidth] int64 that each task's block fills: its SM, and the global timer when the block
+// turned to the task (it took it earlier, while the task before ran), when its waits were met and when it signalled
+// (lab/persistent/trace.py reads where the time went).
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
 persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, long long* trace,
@@ -593,23 +596,32 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
   int* head = control + 1;
   int* counters = control + kControlWords;
   long long taken = 0, met = 0;  // thread 0's trace times of the current task
+  int held = -1;  // thread 0: the task taken ahead while the current one ran (-1: none)
   for (;;) {
     if (threadIdx.x == 0) {
-      task_index = atomicAdd(head, 1);
-      taken = trace != nullptr ? global_ns() : 0;
+      const bool ahead = held >= 0;
+      const int cur = ahead ? held : atomicAdd(head, 1);
+      taken = trace != nullptr ? global_ns() : 0;  // when the block turned to it
       ready = 1;
-      if (task_index < tasks) {
-        const int* row = table + static_cast<long long>(task_index) * kRowWidth;
-        if (row[1] >= 0 && row[1] < step.layers) prefetch_weights<T>(row, step.layer[row[1]], step.model);
+      held = -1;
+      if (cur < tasks) {
+        const int* row = table + static_cast<long long>(cur) * kRowWidth;
+        const bool layer_ok = row[1] >= 0 && row[1] < step.layers;
+        if (layer_ok && !ahead) prefetch_weights<T>(row, step.layer[row[1]], step.model);
         if (!wait_for(row, counters)) {
-          atomicCAS(error, 0, kErrWait + task_index);
+          atomicCAS(error, 0, kErrWait + cur);
           ready = 0;
         }
-        if (row[1] < 0 || row[1] >= step.layers) {
-          atomicCAS(error, 0, kErrLayer + task_index);
+        if (!layer_ok) {
+          atomicCAS(error, 0, kErrLayer + cur);
           ready = 0;
         }
+        held = atomicAdd(head, 1);  // the next task, its weights streaming while this one runs
+        const int* next = table + static_cast<long long>(held) * kRowWidth;
+        if (held < tasks && next[1] >= 0 && next[1] < step.layers)
+          prefetch_weights<T>(next, step.layer[next[1]], step.model);
       }
+      task_index = cur;
       met = trace != nullptr ? global_ns() : 0;
     }
     __syncthreads();  // the task's inputs, acquired by thread 0, are now ordered before every thread's reads

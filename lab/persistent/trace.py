@@ -1,5 +1,5 @@
 """Where a persistent launch's time goes. The kernel can fill a trace (engine/cuda/persistent.py `TRACE`): for each
-task, the SM that ran it and the global timer when its block took it, when its waits were met and when it signalled.
+task, the SM that ran it and the global timer when its block turned to it, when its waits were met and when it signalled.
 `summarize` turns that into the launch's span, the share of block-time spent running, waiting and idle (no task:
 the launch's ramp and drain), and per kind of task its run and wait time and how long its phase lasts in a layer
 (first wait met to last signal), with the weight bytes the phase streams over that time.
