@@ -7,7 +7,7 @@
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
 #   bash scripts/bench/device_owed.sh calib         # the fp32-probs razor on FlashInfer and cuDNN, the small GEMM's A/B
 #   bash scripts/bench/device_owed.sh persistent    # the persistent layer's and step's GPU tests (the arms and their
-#                                                    # graph replays included), cases, the step's trace, bench, A/Bs
+#                                                    # graph replays included), cases, the step's trace, bench, A/B
 #   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms), and the
 #                                                    # one-pass d256 variant's A/B against the pipelined arm
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
@@ -57,8 +57,9 @@ perf() {
   cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null  # (the persistent layer's bench runs in `persistent`)
 }
 
-persistent() {  # the persistent layer's and step's GPU run: tests, cases, the step's trace, benches, the step A/Bs
-  timeout 110 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
+persistent() {  # the persistent layer's and step's GPU run: tests, cases, the step's trace, bench, the step's A/B
+  timeout 60 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"  # in parallel, once
+  timeout 100 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
   timeout 60 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
@@ -67,11 +68,9 @@ persistent() {  # the persistent layer's and step's GPU run: tests, cases, the s
   echo "persistent step trace rc=$? at $(el) s"; tail -n 16 "$R/trace.log"
   timeout 80 python3 -m lab bench persistent_layer --ledger "$R/ledger" > "$R/persistent.log" 2>&1
   echo "persistent_layer bench rc=$? at $(el) s"; tail -n 12 "$R/persistent.log"
-  for flag in VT_PERSISTENT_STEP VT_PERSISTENT_LAYER; do  # the decode step A/B, one process, Qwen3-0.6B's shape at b1
-    timeout 100 python3 -m lab bench ab --flag "$flag" --workload decode-step --reps 6 --ledger "$R/ledger" \
-      > "$R/ab-$flag.log" 2>&1
-    echo "bench ab $flag rc=$? at $(el) s"; tail -n 10 "$R/ab-$flag.log"
-  done
+  timeout 100 python3 -m lab bench ab --flag VT_PERSISTENT_STEP --workload decode-step --reps 6 --ledger "$R/ledger" \
+    > "$R/ab-step.log" 2>&1  # the decode step A/B in one process, Qwen3-0.6B's shape at b1
+  echo "bench ab VT_PERSISTENT_STEP rc=$? at $(el) s"; tail -n 10 "$R/ab-step.log"
   VT_PERSISTENT_STEP=1 timeout 60 python3 -m lab bench decode --no-oracle --steps 16 --profile \
     > "$R/decode-step-arm.log" 2>&1  # the step's share of its floor and its kernels a step with the arm on
   echo "bench decode VT_PERSISTENT_STEP=1 rc=$? at $(el) s"; tail -n 14 "$R/decode-step-arm.log"
