@@ -23,6 +23,15 @@ TOLERANCES: dict[str, Tolerance] = {
     "fp16": Tolerance(2e-3, 2e-3),
     "bf16": Tolerance(1.6e-2, 1.6e-2),
 }
+# A stack of three decode layers compared at its end (the persistent step's cases): each layer may sum in another
+# correct order, and those differences compound, so three layers get three layers' tolerance. Calibrated on the CPU
+# (tests/lab/gates/test_stack_tolerance.py): a twin summing every linear's K in two halves, or in fp32 at once, needs
+# up to 2.3x the one-op tolerance after three layers (20 seeds, b1 and b8) and fails 1x in 10 of 10 seeds at fp16 b8.
+STACK_LAYERS = 3
+TOLERANCES |= {
+    f"{name}-stack{STACK_LAYERS}": Tolerance(STACK_LAYERS * TOLERANCES[name].atol, STACK_LAYERS * TOLERANCES[name].rtol)
+    for name in ("fp16", "bf16")
+}
 _INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 

@@ -3,8 +3,9 @@ kernel table's `decode_layer` op, its `persistent` arm (VT_PERSISTENT_LAYER) aga
 in turn, every kernel off), on Qwen3-0.6B's layer with seeded weights, comparing the layer's output and residual,
 then this step's K and V cache slots; and `decode_model`, its `persistent_step` arm (VT_PERSISTENT_STEP: the
 embedding, three layers and the final norm in one launch) on a small seeded model, comparing the final hidden state
-and every layer's slots. The kernel's own sums (the GEMV fast path at split 1, the generic paged kernel's attention)
-are not the references', so the cases hold it to the dtype's tolerance."""
+and every layer's slots. The kernel's own sums (the GEMV fast path at split 1, its attention's order) are not the
+references', so the layer cases hold it to the dtype's tolerance and the step's three layers to three layers' worth
+(`<dtype>-stack3`, lab/gates/numerics.py: correct reorderings compound from layer to layer)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from engine import kernels
 from engine.model.batch import ForwardBatch
 from lab.gates.cases import Inputs, KernelCase
+from lab.gates.numerics import STACK_LAYERS
 from lab.persistent import case as C
 
 ROW = "ENGINE-PERSISTENT"
@@ -29,7 +31,7 @@ SHAPES = (
     ("b32/ctx512", (512,) * 32, False, None),
 )
 SMALL = {"b8/mixed"}  # the sanitizer's case
-MODEL_SHAPES = (("b1", (100,)), ("b8", (37, 5, 64, 100, 1, 17, 33, 80)))  # a small model of three layers
+MODEL_SHAPES = (("b1", (100,)), ("b8", (37, 5, 64, 100, 1, 17, 33, 80)))  # a small model of STACK_LAYERS layers
 
 
 def make(
@@ -70,7 +72,7 @@ def _call(x: Inputs, arm: str) -> torch.Tensor:
 
 
 def make_model(seed: int, device: torch.device, *, dtype: torch.dtype, lens: tuple[int, ...]) -> Inputs:
-    case = C.make_model(C.SMALL, list(lens), seed=seed, layers=3, vocab=400, device=device, dtype=dtype)
+    case = C.make_model(C.SMALL, list(lens), seed=seed, layers=STACK_LAYERS, vocab=400, device=device, dtype=dtype)
     s = case.fresh_step(True)
     assert case.lm is not None and s.ids is not None  # a model case: its causal LM and the step's tokens
     return {
@@ -128,7 +130,7 @@ def build_cases() -> list[KernelCase]:
             run, ref = partial(_call_model, arm="persistent_step"), partial(_call_model, arm="reference")
             flag = "VT_PERSISTENT_STEP"
             cases.append(KernelCase(f"persistent/model/{dt}/{name}", "persistent_step", flag, dtype, build, run, ref,
-                                    dt, ROW))  # fmt: skip
+                                    f"{dt}-stack{STACK_LAYERS}", ROW))  # fmt: skip
     return cases
 
 
