@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from engine.cuda import persistent
 from engine.cuda.persistent_schedule import Kind, LayerShape, Schedule, Task, build, build_model_step
 
 KV_KINDS = (Kind.SCORES, Kind.ATTN_OUT)
@@ -157,11 +158,11 @@ def _rate(m: Machine, free: list[float], at: float, total: float) -> float:
 
 
 def qwen3_0_6b(batch: int, context: int) -> LayerShape:
-    """Qwen3-0.6B's layer with tiles sized for about one wave of 132 SMs per phase, each tile's weights within
-    shared memory: q/k/v 32 columns (128 tiles), o_proj and down 8 (128 each), gate/up 32 (96: a multiple of 32
-    keeps the CPU stand-in's SiLU bitwise, lab/persistent/sim.py)."""
-    return LayerShape(1024, 16, 8, 128, 3072, (context,) * batch, qkv_cols=32, o_cols=8, gu_cols=32, down_cols=8,
-                      key_splits=4)  # fmt: skip
+    """Qwen3-0.6B's layer with the kernel's tiles (`persistent.TILES`), sized for about one wave of 132 SMs per
+    phase, each tile's weights within shared memory: q/k/v 32 columns (128 tiles), o_proj and down 8 (128 each),
+    gate/up 32 (96: a multiple of 32 keeps the CPU stand-in's SiLU bitwise, lab/persistent/sim.py), 4 score splits
+    and 4 P.V slices per (sequence, KV head)."""
+    return LayerShape(1024, 16, 8, 128, 3072, (context,) * batch, **persistent.TILES)
 
 
 def qwen3_0_6b_step(batch: int, context: int, layers: int = 28, head_cols: int = HEAD_COLS) -> Schedule:
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in (int(x) for x in args.batch.split(",")):
         sch = build(qwen3_0_6b(batch, args.context))
         barrier = Machine(sms=args.sms, barrier_s=args.barrier_us * 1e-6)
-        split = estimate(split_pv(sch, args.pv_splits), m, args.layers)
+        split = estimate(split_pv(build(replace(sch.shape, pv_slices=1)), args.pv_splits), m, args.layers)
         rows.append(
             (
                 batch,
