@@ -162,7 +162,7 @@ def qwen3_0_6b(batch: int, context: int) -> LayerShape:
     phase, each tile's weights within shared memory: q/k/v 32 columns (128 tiles), o_proj and down 8 (128 each),
     gate/up 32 (96: a multiple of 32 keeps the CPU stand-in's SiLU bitwise, lab/persistent/sim.py), 4 score splits
     and 4 P.V slices per (sequence, KV head)."""
-    return LayerShape(1024, 16, 8, 128, 3072, (context,) * batch, **persistent.TILES)
+    return LayerShape(1024, 16, 8, 128, 3072, (context,) * batch, False, **persistent.TILES)
 
 
 def qwen3_0_6b_step(batch: int, context: int, layers: int = 28, head_cols: int = HEAD_COLS) -> Schedule:
