@@ -55,7 +55,7 @@ constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
 constexpr int kKvUnroll = 4;  // K or V rows a lane has in flight at once, 16 bytes of each
 constexpr int kPvHeads = 4;  // heads of a group one P.V pass accumulates (8 floats a head a lane)
-constexpr int kPvChunk = 256;  // keys whose probabilities a P.V pass holds in shared memory at once
+constexpr int kPvChunk = 1024;  // keys whose probabilities a P.V pass holds in shared memory at once
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 // control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
 // word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.

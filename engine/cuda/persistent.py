@@ -30,7 +30,7 @@ _FAULTS = {1: "a kind this kernel does not run", 2: "a wait that timed out at ta
            "task", 4: "a token id outside the vocabulary at row"}  # fmt: skip
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 WARPS = 8  # kWarps: a block's warps (ATTN_OUT's P.V partial sums, one row of head_dim floats each)
-PV_HEADS, PV_CHUNK = 4, 256  # kPvHeads, kPvChunk: a P.V pass's heads and the keys of its probabilities in smem
+PV_HEADS, PV_CHUNK = 4, 1024  # kPvHeads, kPvChunk: a P.V pass's heads and the keys of its probabilities in smem
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
@@ -41,6 +41,7 @@ SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x
 # 128 tiles, o_proj and down 128, gate/up 96); to be tuned on the device. Per (sequence, KV head): key_splits score
 # tasks, pv_slices P.V tasks (8 x 4 = 32 at b1).
 TILES: dict[str, int] = dict(qkv_cols=32, o_cols=8, gu_cols=32, down_cols=8, key_splits=4, pv_slices=4)
+WAVE, MAX_KEY_SPLITS, MAX_PV_SLICES = 128, 16, 8  # the decode step's attention tiles (`attention_tiles`)
 MAX_HEAD_DIM = 32 * VECTOR  # a K row's lanes (16 bytes each) divide a warp: head_dim 8 x a power of two
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -203,9 +204,23 @@ def table(sch: Schedule, kinds: frozenset[Kind], device: torch.device) -> torch.
 def decode_shape(
     batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, first: bool, window: int | None
 ) -> LayerShape:
-    """The shape a decode step's table is built from: `TILES`, and every context length 1, standing for the run-time
-    lengths (the encoded table does not depend on them: `persistent_schedule.key_range`)."""
-    return LayerShape(hidden, heads, kv_heads, head_dim, inter, (1,) * batch, first, window=window, **TILES)
+    """The shape a decode step's table is built from: `TILES` with the attention's tasks per (sequence, KV head)
+    scaled to about a wave (`attention_tiles`), and every context length 1, standing for the run-time lengths (the
+    encoded table does not depend on them: `persistent_schedule.key_range`)."""
+    tiles = TILES | attention_tiles(batch, kv_heads, head_dim)
+    return LayerShape(hidden, heads, kv_heads, head_dim, inter, (1,) * batch, first, window=window, **tiles)
+
+
+def attention_tiles(batch: int, kv_heads: int, head_dim: int) -> dict[str, int]:
+    """Score splits and P.V slices per (sequence, KV head) so a phase's tasks fill about `WAVE` blocks: at b1 with 8
+    KV heads, 16 splits and 8 slices (the first H100 trace: 4 of each left the phases at 18-20 us, latency-bound on
+    32 blocks); at b32 one of each. Slices stay 8 x a power of two wide (every slice recomputes its softmax, so more
+    of them cost L2 reads)."""
+    per = max(1, WAVE // (batch * kv_heads))
+    slices = 1
+    while slices * 2 <= min(per, MAX_PV_SLICES) and head_dim % (slices * 2 * VECTOR) == 0:
+        slices *= 2
+    return {"key_splits": min(per, MAX_KEY_SPLITS), "pv_slices": slices}
 
 
 @cache

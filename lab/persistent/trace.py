@@ -8,8 +8,8 @@ the launch's ramp and drain), and per kind of task its run and wait time and how
 
 runs the decode step's persistent arm (the embedding, every layer and the final norm in one launch, Qwen3-0.6B's
 layer shape with seeded random weights) once traced on the GPU and prints the summary, a table last. The traced
-launch's span is printed beside the untraced launch's time (CUDA events, the same inputs) so the trace's own cost
-shows. On a machine without CUDA it says so and exits 0."""
+launch's span is printed beside the untraced launch's time (the decode step's own launch captured in a CUDA graph
+and replayed, CUDA events, the same inputs) so the trace's own cost shows. On a machine without CUDA it says so and exits 0."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import torch
 
 from engine.cuda import persistent
 from engine.cuda.persistent_schedule import Kind, Schedule
+from lab.gates.ledger import figure, write_record
 from lab.persistent import case as C
 
 SM, TAKEN, MET, SIGNALLED = range(len(persistent.TRACE))
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw trace and the summary as JSON")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="write the summary as a ledger record into DIR")
     return p
 
 
@@ -166,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     eps = case.lm.model.norm.eps
 
     persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model)  # checked: faults raise here
+    persistent.launch_model(shape, vocab, layers, model, eps, a.scaling)  # its table and control words, made once
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # the decode step's own launch, replayed: no host time between launches
+        persistent.launch_model(shape, vocab, layers, model, eps, a.scaling)
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for _ in range(5):  # the decode step's own launch: its cached table, nothing read back
+    for _ in range(5):
         begin.record()
-        persistent.launch_model(shape, vocab, layers, model, eps, a.scaling)
+        graph.replay()
         end.record()
         torch.cuda.synchronize()
         times.append(begin.elapsed_time(end) * 1e3)
@@ -180,16 +186,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     trace = torch.zeros(len(sch.tasks), len(persistent.TRACE), dtype=torch.int64, device=dev)
     persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, trace)
+    torch.cuda.synchronize()
     rows = trace.tolist()
     summary = summarize(rows, sch, torch.tensor([], dtype=dtype).element_size())
+    device = torch.cuda.get_device_name(dev)
     title = (
         f"persistent step trace: embedding, {args.layers} layers, final norm in one launch; batch {args.batch}, "
-        f"context {args.context}, {args.dtype}, {torch.cuda.get_device_name(dev)}"
+        f"context {args.context}, {args.dtype}, {device}"
     )
-    print(render(summary, title, sorted(times)[len(times) // 2]))
+    untraced = sorted(times)[len(times) // 2]
+    print(render(summary, title, untraced))
     if args.json:
         args.json.write_text(json.dumps({"title": title, "summary": asdict(summary), "trace": rows}))
         print(f"trace: {args.json}")
+    if args.ledger:
+        command = "python -m lab.persistent.trace " + " ".join(argv if argv is not None else sys.argv[1:])
+        text = (
+            f"{title}: span {summary.span_us:.0f} us (untraced, graph-replayed {untraced:.0f} us), a layer every "
+            f"{summary.layer_us:.1f} us, block-time {100 * summary.run_share:.0f}% running, "
+            f"{100 * summary.wait_share:.0f}% waiting"
+        )
+        figures = [figure("untraced_us", untraced, "us"), figure("layer_us", summary.layer_us, "us")]
+        results = {"device": device, "untraced_us": untraced, "summary": asdict(summary)}
+        at = write_record(args.ledger, "persistent-step-trace", ["ENGINE-PERSISTENT"], command, "cuda", text,
+                          results, kind="bench", figures=figures)  # fmt: skip
+        print(f"ledger: {at}")
     return 0
 
 

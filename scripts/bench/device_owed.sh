@@ -61,7 +61,7 @@ persistent() {  # the persistent layer's and step's GPU run: tests, cases, the s
   timeout 60 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"  # in parallel, once
   timeout 100 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
-  timeout 60 python3 -m lab.persistent.trace --json "$R/trace-b1.json" > "$R/trace.log" 2>&1  # where the time goes
+  timeout 60 python3 -m lab.persistent.trace --json "$R/trace-b1.json" --ledger "$R/ledger" > "$R/trace.log" 2>&1
   echo "persistent step trace rc=$? at $(el) s"; tail -n 16 "$R/trace.log"
   timeout 60 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
