@@ -79,7 +79,8 @@ VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWord
 
 // Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input, and at least a
 // KV group's staged q, k and v heads (ROPE_STORE), its q heads in fp32 (SCORES) and a P.V pass's probabilities and
-// warps' sums (ATTN_OUT: kPvHeads heads' rows of kPvChunk keys and kWarps x head_dim floats, the widest slice).
+// warps' sums (ATTN_OUT: kPvHeads heads' rows of kPvChunk keys and kWarps x head_dim floats, the widest slice), both
+// attention kinds with a chunk's block-table entries after them.
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;
@@ -87,9 +88,11 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
   const int k = hidden > q_dim ? (hidden > inter ? hidden : inter) : (q_dim > inter ? q_dim : inter);
   const long long gemv = static_cast<long long>(rows) * k * elt;
   const long long rope = static_cast<long long>(g + 2) * head_dim * elt;
-  const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float));
+  const long long table = (vt_persistent::kPvChunk + 1) * static_cast<long long>(sizeof(int));  // a chunk's entries
+  const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float)) + table;
   const long long pv = static_cast<long long>(vt_persistent::kPvHeads) *
-                       (vt_persistent::kPvChunk + vt_persistent::kWarps * head_dim) * sizeof(float);
+                           (vt_persistent::kPvChunk + vt_persistent::kWarps * head_dim) * sizeof(float) +
+                       table;
   const long long most = gemv > rope ? gemv : rope;
   const long long attn = score > pv ? score : pv;
   return most > attn ? most : attn;

@@ -324,16 +324,25 @@ __device__ void embed_row(int r, const Layer<T>& p, const Model<T>& m, int* erro
   for (int i = threadIdx.x; i < vecs; i += kThreads) dst[i] = __ldg(src + i);
 }
 
+// The block-table entries of keys [k0, k0 + n) (n <= kPvChunk) into shared memory, so a K or V load waits on one
+// load, not two; the caller's barrier publishes them. Key t's entry is then tbl[t / block_size - k0 / block_size].
+__device__ __forceinline__ void stage_table(int* tbl, const int* table, int k0, int n, int block_size) {
+  const int first = k0 / block_size, count = (k0 + n - 1) / block_size - first + 1;
+  for (int i = threadIdx.x; i < count; i += kThreads) tbl[i] = __ldg(table + first + i);
+}
+
 template <typename T>
-__device__ __forceinline__ const T* cache_row(const T* cache, const Layer<T>& p, const int* table, int t, int kv) {
-  const long long slot = static_cast<long long>(table[t / p.block_size]) * p.block_size + t % p.block_size;
+__device__ __forceinline__ const T* staged_row(const T* cache, const Layer<T>& p, const int* tbl, int k0, int t,
+                                               int kv) {
+  const int bs = p.block_size;
+  const long long slot = static_cast<long long>(tbl[t / bs - k0 / bs]) * bs + t % bs;
   return cache + (slot * p.kv_heads + kv) * p.head_dim;
 }
 
 // SCORES of (seq, kv), split `split` of `splits`: its keys are that share of the allowed keys, in order, computed
 // here from the context length (persistent_schedule.key_range's integer bounds), so the table holds no length and
-// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32;
-// a key's row is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers
+// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32,
+// and per chunk of kPvChunk keys their block-table entries; a key's row is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers
 // 32 / (head_dim / 8) keys a load), every head of the group against it (each K row read once); a lane sums its 8
 // products in order, then the key's lanes by butterfly; rounded as the generic kernel: T(T(q.k) * scale).
 template <typename T>
@@ -350,26 +359,33 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
   const int lpk = d / kVec, kpw = 32 / lpk, sub = lane / lpk, c = (lane % lpk) * kVec;  // launcher: lpk divides 32
   const int step = kWarps * kpw;
-  for (int base = begin + warp * kpw; base < k1; base += step * kKvUnroll) {  // base: the same for the whole warp
-    uint4 kr[kKvUnroll];
+  int* tbl = reinterpret_cast<int*>(qs + g * d);  // a chunk's block-table entries
+  for (int c0 = begin; c0 < k1; c0 += kPvChunk) {
+    const int c1 = min(k1, c0 + kPvChunk);
+    __syncthreads();  // every warp is done with the last chunk's entries
+    stage_table(tbl, table, c0, c1 - c0, p.block_size);
+    __syncthreads();
+    for (int base = c0 + warp * kpw; base < c1; base += step * kKvUnroll) {  // base: the same for the whole warp
+      uint4 kr[kKvUnroll];
 #pragma unroll
-    for (int u = 0; u < kKvUnroll; ++u) {
-      const int t = base + u * step + sub;  // the newest key was written by this launch: through L2
-      kr[u] = t < k1 ? __ldcg(reinterpret_cast<const uint4*>(cache_row(p.k_cache, p, table, t, kv) + c))
-                     : make_uint4(0, 0, 0, 0);
-    }
+      for (int u = 0; u < kKvUnroll; ++u) {
+        const int t = base + u * step + sub;  // the newest key was written by this launch: through L2
+        kr[u] = t < c1 ? __ldcg(reinterpret_cast<const uint4*>(staged_row(p.k_cache, p, tbl, c0, t, kv) + c))
+                       : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-    for (int u = 0; u < kKvUnroll; ++u) {
-      if (base + u * step >= k1) break;  // no key of the warp left: uniform, so the shuffles below stay whole
-      const int t = base + u * step + sub;
-      const T* kv8 = reinterpret_cast<const T*>(&kr[u]);
-      for (int h = 0; h < g; ++h) {
-        float dot = 0.f;
+      for (int u = 0; u < kKvUnroll; ++u) {
+        if (base + u * step >= c1) break;  // no key of the warp left: uniform, so the shuffles below stay whole
+        const int t = base + u * step + sub;
+        const T* kv8 = reinterpret_cast<const T*>(&kr[u]);
+        for (int h = 0; h < g; ++h) {
+          float dot = 0.f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) dot += qs[h * d + c + e] * vt::to_f32(kv8[e]);
-        for (int off = lpk / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        if (t < k1 && c == 0)
-          rows[static_cast<long long>(h) * p.ld_scores + t] = vt::round_to<T>(vt::round_to<T>(dot) * p.scale);
+          for (int e = 0; e < kVec; ++e) dot += qs[h * d + c + e] * vt::to_f32(kv8[e]);
+          for (int off = lpk / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+          if (t < c1 && c == 0)
+            rows[static_cast<long long>(h) * p.ld_scores + t] = vt::round_to<T>(vt::round_to<T>(dot) * p.scale);
+        }
       }
     }
   }
@@ -378,7 +394,7 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
 // ATTN_OUT of (seq, kv), slice `part` of `parts` of head_dim: per pass of up to kPvHeads heads of the group, each
 // head's block max and sum of exp over the allowed keys (the generic kernel's reductions; the logits are only read,
 // so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities
-// T(exp(s - max) / sum) into shared memory and P.V on the slice's columns: a V row's slice read by
+// T(exp(s - max) / sum) and the keys' block-table entries into shared memory, then P.V on the slice's columns: a V row's slice read by
 // (head_dim / parts) / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight, each row read once for every head of
 // the pass. A lane sums its keys in order in fp32, the lanes of a column by butterfly, the warps in order through
 // shared memory; rounded to T once. Not the generic kernel's key order: held to the chain within the dtype's
@@ -398,6 +414,7 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
   float* ps = smem;  // [kPvHeads, kPvChunk]: a chunk's probabilities
   float* part_s = smem + kPvHeads * kPvChunk;  // [kWarps, kPvHeads, w]: the warps' sums
+  int* tbl = reinterpret_cast<int*>(part_s + kWarps * kPvHeads * d);  // a chunk's block-table entries
   const int step = kWarps * rpw;
   for (int h0 = 0; h0 < g; h0 += kPvHeads) {
     const int nh = min(kPvHeads, g - h0);
@@ -428,13 +445,14 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
         const float s = __ldcg(logits0 + static_cast<long long>(h) * p.ld_scores + k0 + j);
         ps[h * kPvChunk + j] = vt::round_to<T>(expf(s - stat_s[h]) / stat_s[kPvHeads + h]);
       }
+      stage_table(tbl, table, k0, n, p.block_size);
       __syncthreads();
       for (int base = warp * rpw; base < n; base += step * kKvUnroll) {
         uint4 vr[kKvUnroll];
 #pragma unroll
         for (int u = 0; u < kKvUnroll; ++u) {
           const int j = base + u * step + sub;  // the newest value was written by this launch: through L2
-          vr[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(cache_row(p.v_cache, p, table, k0 + j, kv) + c))
+          vr[u] = j < n ? __ldcg(reinterpret_cast<const uint4*>(staged_row(p.v_cache, p, tbl, k0, k0 + j, kv) + c))
                         : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll

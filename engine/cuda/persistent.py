@@ -167,10 +167,14 @@ def _lib() -> ctypes.CDLL:
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
     """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    staged q, k and v heads, its q heads in fp32 and a P.V pass's probabilities and warps' sums."""
+    staged q, k and v heads, its q heads in fp32 and a P.V pass's probabilities and warps' sums, each attention
+    kind with a chunk's block-table entries."""
     gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
     g = heads // kv_heads
-    return max(gemv, (g + 2) * head_dim * elt, g * head_dim * 4, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4)
+    table = (PV_CHUNK + 1) * 4  # a chunk's block-table entries after either attention kind's
+    return max(
+        gemv, (g + 2) * head_dim * elt, g * head_dim * 4 + table, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4 + table
+    )
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:

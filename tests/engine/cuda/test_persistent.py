@@ -60,10 +60,16 @@ def test_the_binding_constants_are_the_kernels(compiled):
     for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
         got = smem(batch, 1024, heads, kv, d, 3072, 2)
         assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
-    assert persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 4 * (1024 + 8 * 128) * 4  # b1: a P.V pass's
+    assert (
+        persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 4 * (1024 + 8 * 128) * 4 + 1025 * 4
+    )  # b1: a P.V pass's, with a chunk's block-table entries
     assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows of K 3072
-    assert persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4  # 128 q heads in fp32 outgrow it
-    assert persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 4 * (1024 + 8 * 64) * 4  # d64: the P.V pass still
+    assert (
+        persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4 + 1025 * 4
+    )  # 128 q heads in fp32 outgrow it
+    assert (
+        persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 4 * (1024 + 8 * 64) * 4 + 1025 * 4
+    )  # d64: the P.V pass still
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
