@@ -199,24 +199,30 @@ __device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k,
   for (int r0 = 0; r0 < rows; r0 += kRowsPerPass) {
     const int m = min(kRowsPerPass, rows - r0);
     if (r0 > 0) __syncthreads();  // every warp is done with the last pass's rows
-    stage_rows(xs, x, r0, m, k);
-    for (int col = c0 + warp; col < c1; col += kWarps) {
+    P wv[NW][kUnroll];
+    auto load = [&](int col, int c) {  // chunks c .. c + kUnroll - 1 of the column's weight rows
       const T* wrow[NW];
       wrow[0] = w0 + static_cast<long long>(col) * k;
       if constexpr (NW == 2) wrow[1] = w1 + static_cast<long long>(col) * k;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int j = 0; j < NW; ++j)
+          if ((c + u) * kChunk + lane * kVec < k)
+            wv[j][u] = vt_gemv::load_streamed<T, kVec>(wrow[j] + (c + u) * kChunk + lane * kVec);
+    };
+    bool loaded = c0 + warp < c1;  // the warp's first chunks are in flight while x is staged: they do not need it
+    if (loaded) load(c0 + warp, 0);
+    stage_rows(xs, x, r0, m, k);
+    for (int col = c0 + warp; col < c1; col += kWarps) {
       float acc[NW][kRowsPerPass];
 #pragma unroll
       for (int j = 0; j < NW; ++j)
 #pragma unroll
         for (int r = 0; r < kRowsPerPass; ++r) acc[j][r] = 0.0f;
       for (int c = 0; c < nchunks; c += kUnroll) {
-        P wv[NW][kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-          for (int j = 0; j < NW; ++j)
-            if ((c + u) * kChunk + lane * kVec < k)
-              wv[j][u] = vt_gemv::load_streamed<T, kVec>(wrow[j] + (c + u) * kChunk + lane * kVec);
+        if (!loaded) load(col, c);
+        loaded = false;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int off = (c + u) * kChunk + lane * kVec;
