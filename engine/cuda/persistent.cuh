@@ -504,29 +504,29 @@ __device__ void prefetch_weights(const int* row, const Layer<T>& p, const Model<
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int kind = row[0], a0 = row[2], a1 = row[3], a2 = row[4];
   const T* w[2] = {nullptr, nullptr};
-  long long first = 0, n = 0;  // the tile's first weight row and its rows x row length
+  int c0 = a0, c1 = a1, k = p.hidden;  // the tile's weight rows [c0, c1), each k long
   switch (kind) {
     case kQkv:
-      w[0] = a0 == 0 ? p.wq : a0 == 1 ? p.wk : p.wv, first = static_cast<long long>(a1) * p.hidden;
-      n = static_cast<long long>(a2 - a1) * p.hidden;
+      w[0] = a0 == 0 ? p.wq : a0 == 1 ? p.wk : p.wv;
+      c0 = a1, c1 = a2;
       break;
     case kOProj:
-      w[0] = p.wo, first = static_cast<long long>(a0) * p.q_dim, n = static_cast<long long>(a1 - a0) * p.q_dim;
+      w[0] = p.wo, k = p.q_dim;
       break;
     case kGateUp:
-      w[0] = p.wg, w[1] = p.wu, first = static_cast<long long>(a0) * p.hidden;
-      n = static_cast<long long>(a1 - a0) * p.hidden;
+      w[0] = p.wg, w[1] = p.wu;
       break;
     case kDown:
-      w[0] = p.wd, first = static_cast<long long>(a0) * p.inter, n = static_cast<long long>(a1 - a0) * p.inter;
+      w[0] = p.wd, k = p.inter;
       break;
     case kHead:
-      w[0] = m.head, first = static_cast<long long>(a0) * p.hidden, n = static_cast<long long>(a1 - a0) * p.hidden;
+      w[0] = m.head;
       break;
     default:
       return;
   }
-  const unsigned bytes = static_cast<unsigned>(n * static_cast<long long>(sizeof(T)));  // rows of 16-byte multiples
+  const long long first = static_cast<long long>(c0) * k;
+  const unsigned bytes = static_cast<unsigned>(static_cast<long long>(c1 - c0) * k * sizeof(T));  // 16-byte rows
   for (const T* base : w)
     if (base != nullptr && bytes > 0)
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + first), "r"(bytes) : "memory");
