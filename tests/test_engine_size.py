@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # + 50: a whole decode step's layers and ends in one persistent launch (run_step, the model's tensors);
 # + 100: the model's decode step as one op of the table (`decode_model`) with the persistent step as its arm;
 # + 50: the split table's points that kept the rule, its per-shape memo and counting only a changed count
-CAP = 11_150
+# + 25: the persistent kernel's trace argument, its attention tiles scaled to a wave, the head_dim and slice refusals
+#   and the layers' chaining that the step arm and the lab's cases now share (ENGINE-PERSISTENT)
+CAP = 11_175
 
 
 def code_lines(source: str) -> int:

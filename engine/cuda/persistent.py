@@ -154,6 +154,30 @@ def tensors(
     )  # fmt: skip
 
 
+def step_tensors(
+    x: torch.Tensor,
+    weights: list[dict[str, torch.Tensor]],  # one `WEIGHTS` dict a layer
+    caches: list[tuple[torch.Tensor, torch.Tensor]],  # one (K, V) a layer
+    slots: torch.Tensor,
+    cos_sin: tuple[torch.Tensor, torch.Tensor],
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    heads: int,
+    scores_width: int,
+    fill: float | None = None,
+    scores: torch.Tensor | None = None,
+) -> list[LayerTensors]:
+    """A step's layers' `tensors`, chained as one launch reads them: layer 0 takes `x` with no residual, layer i
+    layer i-1's mlp and res2."""
+    layers: list[LayerTensors] = []
+    residual = None
+    for w, kv in zip(weights, caches, strict=True):
+        t = tensors(x, residual, w, kv, slots, cos_sin, block_tables, context_lens, heads, scores_width, fill, scores)
+        layers.append(t)
+        x, residual = t.mlp, t.res2
+    return layers
+
+
 _DTYPES = {"slots": torch.int64, "block_tables": torch.int32, "context_lens": torch.int32, "scores": torch.float32}
 
 

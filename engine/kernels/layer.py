@@ -393,16 +393,12 @@ def _model_persistent(
     # one scores scratch for every layer (persistent.SHARED): layer l+1's score tasks wait, through its norm on
     # layer l's down tiles, for layer l's softmax tasks, the scratch's readers (lab/persistent/check.py proves it)
     scores = torch.empty(rows * model.layers[0].self_attn.num_heads, capacity, dtype=torch.float32, device=embed.device)
-    x: torch.Tensor = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)  # the EMBED tasks' rows
-    residual, layers = None, []
-    for i, layer in enumerate(model.layers):
-        t = persistent.tensors(
-            x, residual, persistent_weights(layer), batch.kv_caches[i], batch.slot_mapping,
-            (cos.contiguous(), sin.contiguous()), batch.block_tables, batch.context_lens, layer.self_attn.num_heads,
-            capacity, scores=scores,
-        )  # fmt: skip
-        layers.append(t)
-        x, residual = t.mlp, t.res2
+    x = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)  # the EMBED tasks' rows
+    layers = persistent.step_tensors(
+        x, [persistent_weights(layer) for layer in model.layers], list(batch.kv_caches[: len(model.layers)]),
+        batch.slot_mapping, (cos.contiguous(), sin.contiguous()), batch.block_tables, batch.context_lens,
+        model.layers[0].self_attn.num_heads, capacity, scores=scores,
+    )  # fmt: skip
     final = torch.empty(rows, hidden, dtype=embed.dtype, device=embed.device)
     ends = persistent.ModelTensors(input_ids, embed, model.norm.weight, None, final, None)
     first = model.layers[0]

@@ -216,27 +216,11 @@ def model_tensors(
 
     width = int(step.context_lens.max())
     scores = new(b * case.layers[0].self_attn.num_heads, width, torch.float32) if shared_scores else None
-    layers: list[persistent.LayerTensors] = []
-    x = new(b, h)  # the EMBED tasks' rows
-    for layer, caches in zip(case.layers, step.caches(), strict=True):
-        prev = layers[-1] if layers else None
-        layers.append(
-            persistent.tensors(
-                x if prev is None else prev.mlp,
-                None if prev is None else prev.res2,
-                persistent_weights(layer),
-                caches,
-                step.slot_mapping,
-                (step.cos.contiguous(), step.sin.contiguous()),
-                step.block_tables,
-                step.context_lens,
-                layer.self_attn.num_heads,
-                width,
-                fill,
-                scores,
-            )  # fmt: skip
-        )
-
+    layers = persistent.step_tensors(  # layer 0's input: the EMBED tasks' rows
+        new(b, h), [persistent_weights(layer) for layer in case.layers], step.caches(), step.slot_mapping,
+        (step.cos.contiguous(), step.sin.contiguous()), step.block_tables, step.context_lens,
+        case.layers[0].self_attn.num_heads, width, fill, scores,
+    )  # fmt: skip
     model = persistent.ModelTensors(
         ids=step.ids, embed=m.embed_tokens.weight, final_norm=m.norm.weight,
         head=case.lm.lm_head.weight if head else None, final=new(b, h), logits=new(b, vocab) if head else None,

@@ -89,21 +89,12 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
         layer_end[task.layer] = max(layer_end.get(task.layer, 0), row[SIGNALLED])
         bytes_per_layer[task.kind][task.layer] += task.weight_elems * weight_elt
     kinds = []
-    for kind, idx in sorted(by_kind.items(), key=lambda kv: -sum(run[i] for i in kv[1])):
-        spans = [hi - lo for lo, hi in phases[kind].values()]
-        per_layer = bytes_per_layer[kind]
-        kinds.append(
-            KindTime(
-                kind.name,
-                len(idx),
-                sum(run[i] for i in idx) / 1e3,
-                sum(wait[i] for i in idx) / 1e3,
-                sum(run[i] for i in idx) / len(idx) / 1e3,
-                max(run[i] for i in idx) / 1e3,
-                sum(spans) / len(spans) / 1e3,
-                max(per_layer.values()) if per_layer else 0,
-            )  # fmt: skip
-        )
+    for kind, idx in by_kind.items():
+        runs, spans = [run[i] for i in idx], [hi - lo for lo, hi in phases[kind].values()]
+        kinds.append(KindTime(kind.name, len(idx), sum(runs) / 1e3, sum(wait[i] for i in idx) / 1e3,
+                              sum(runs) / len(runs) / 1e3, max(runs) / 1e3, sum(spans) / len(spans) / 1e3,
+                              max(bytes_per_layer[kind].values())))  # fmt: skip
+    kinds.sort(key=lambda k: -k.run_us)
     ends = [layer_end[k] for k in sorted(layer_end)]
     pace = (ends[-1] - ends[0]) / (len(ends) - 1) / 1e3 if len(ends) > 1 else span / 1e3
     return Summary(len(trace), blocks, span / 1e3, sum(run) / total, sum(wait) / total,
