@@ -8,7 +8,7 @@ using vt_persistent::Layer;
 using vt_persistent::Model;
 using vt_persistent::Step;
 
-constexpr int kPointers = 34;  // the order of Layer's pointer fields; persistent.py POINTERS names them
+constexpr int kPointers = 32;  // the order of Layer's pointer fields; persistent.py POINTERS names them
 constexpr int kModelPointers = 6;  // ids, embed, final_norm, head, final, logits: persistent.py MODEL_POINTERS
 // the step's descriptors and the launch's other arguments within the 32764 bytes of kernel parameters
 static_assert(sizeof(Step<__nv_bfloat16, vt_persistent::kMaxLayers>) + 40 <= 32764, "kMaxLayers too large");
@@ -30,10 +30,10 @@ Layer<T> layer_of(const void* const* ptr, const Sizes& z) {
   auto in = [&](int i) { return static_cast<const T*>(ptr[i]); };
   auto out = [&](int i) { return static_cast<T*>(const_cast<void*>(ptr[i])); };
   return Layer<T>{in(0),   in(1),   out(2),  out(3),  out(4),  out(5),  out(6),  out(7),  out(8),  out(9),  out(10),
-                  out(11), out(12), in(13),  in(14),  in(15),  in(16),  in(17),  in(18),  in(19), in(20), in(21),
-                  out(22), out(23), out(24), out(25), static_cast<const long long*>(ptr[26]), in(27), in(28), in(29),
-                  in(30),  static_cast<const int*>(ptr[31]), static_cast<const int*>(ptr[32]),
-                  static_cast<float*>(const_cast<void*>(ptr[33])), z.batch, z.hidden, z.heads * z.head_dim,
+                  in(11),  in(12),  in(13),  in(14),  in(15),  in(16),  in(17),  in(18),  in(19), out(20), out(21),
+                  out(22), out(23), static_cast<const long long*>(ptr[24]), in(25), in(26), in(27), in(28),
+                  static_cast<const int*>(ptr[29]), static_cast<const int*>(ptr[30]),
+                  static_cast<float*>(const_cast<void*>(ptr[31])), z.batch, z.hidden, z.heads * z.head_dim,
                   z.kv_heads * z.head_dim, z.inter, z.heads, z.kv_heads, z.head_dim, z.block_size, z.max_blocks,
                   z.ld_scores, z.window, z.mean_scale, z.q_mean_scale, z.k_mean_scale, z.eps, z.scale};
 }
@@ -78,24 +78,23 @@ VT_EXPORT int vt_persistent_row_width() { return vt_persistent::kRowWidth; }
 VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWords; }
 
 // Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input, and at least a
-// KV group's staged q, k and v heads (ROPE_STORE), its q heads in fp32 (SCORES) and a P.V pass's probabilities and
-// warps' sums (ATTN_OUT: kPvHeads heads' rows of kPvChunk keys and kWarps x head_dim floats, the widest slice), both
-// attention kinds with a chunk's block-table entries after them.
+// KV group's q heads in fp32 with a chunk's block-table entries, its staged q, k and v heads and rotated q heads
+// (SCORES), and a P.V pass's probabilities and warps' sums with a chunk's entries (ATTN_OUT: kPvHeads heads' rows of
+// kPvChunk keys and kWarps x head_dim floats, the widest slice).
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;
   const int q_dim = heads * head_dim, g = heads / kv_heads;
   const int k = hidden > q_dim ? (hidden > inter ? hidden : inter) : (q_dim > inter ? q_dim : inter);
   const long long gemv = static_cast<long long>(rows) * k * elt;
-  const long long rope = static_cast<long long>(g + 2) * head_dim * elt;
-  const long long table = (vt_persistent::kPvChunk + 1) * static_cast<long long>(sizeof(int));  // a chunk's entries
-  const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float)) + table;
+  const long long table = vt_persistent::kTableInts * static_cast<long long>(sizeof(int));  // a chunk's entries
+  const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float)) + table +
+                          static_cast<long long>(2 * g + 2) * head_dim * elt;
   const long long pv = static_cast<long long>(vt_persistent::kPvHeads) *
                            (vt_persistent::kPvChunk + vt_persistent::kWarps * head_dim) * sizeof(float) +
                        table;
-  const long long most = gemv > rope ? gemv : rope;
   const long long attn = score > pv ? score : pv;
-  return most > attn ? most : attn;
+  return gemv > attn ? gemv : attn;
 }
 
 // table: device [tasks, kRowWidth] int32; control: device [kControlWords + counters] int32: [error, head, counters],
@@ -131,7 +130,7 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
       const void* q = ptr[static_cast<size_t>(l) * kPointers + i];
       if (i == 1 && l == 0) continue;  // the first layer's residual may be null
       if (q == nullptr) return vt::fail(vt::kBadArgument, "persistent: layer %d pointer %d is null", l, i);
-      if (i < 26 && !vt::aligned16(q))  // the 16-byte loads' tensors
+      if (i < 24 && !vt::aligned16(q))  // the 16-byte loads' tensors
         return vt::fail(vt::kBadArgument, "persistent: layer %d pointer %d is not 16-byte aligned", l, i);
     }
   if (model != nullptr) {

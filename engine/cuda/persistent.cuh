@@ -9,22 +9,24 @@
 // tasks only, each running or held behind a block's current task, which is earlier still: every chain of waits
 // ends at a task that can run.
 //
-// Every kind of the table runs: NORM1, QKV, ROPE_STORE (q/k norm, RoPE, K/V into the paged cache), SCORES (q.k over
-// a split of the keys), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), NORM2, GATE_UP (SiLU * up) and DOWN
+// Every kind of the table runs: QKV (the input's norm staged, then q/k/v columns), SCORES (q/k norm and RoPE of
+// its sequence's group, q.k over a split of the keys; the split holding the newest key stores K and V into the paged
+// cache), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), GATE_UP (the residual's norm staged, SiLU * up) and DOWN
 // (+ residual); and a whole step's ends: EMBED (a token's embedding row), FINAL_NORM (the model's norm) and HEAD (LM-head
 // columns: the logits). A row's `layer` column picks the layer's descriptors: one launch runs one layer (the kernel
 // table's arm) or every layer of a step (persistent_schedule.build_step / build_model_step). A block meeting an
 // unknown kind records it in the error word and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
-// - the norms are the norm kernel's operations in its order (vt_norm::block_sum over 256 threads,
-//   rms_scale, scale_and_weight; the add rounded to T first): bit-equal to rms_norm / fused_add_rms_norm.
+// - the norms (a GEMV tile's staged rows, FINAL_NORM) are the norm kernel's operations in its order (each thread's
+//   elements t, t + 256, ..., vt_norm::block_sum's tree, rms_scale, scale_and_weight; the add rounded to T first):
+//   bit-equal to rms_norm / fused_add_rms_norm, as the chain's GEMV prologue.
 // - a GEMV column is summed as the GEMV's fast path at split 1 (each lane's 16-byte chunks in order, fma in element
 //   order, then the warp butterfly). The chain's GEMV splits K over two warps where its grid is short of warps
 //   (kSplitBelowWarpsPerSm) and at b > 8 the chain takes cuBLAS or the small GEMM: there the order differs, a
 //   numerics the razor judges (bf16 GEMV tolerance, not bits).
-// - ROPE_STORE is vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and qk_norm_rope's
-//   function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
+// - q/k norm and RoPE are vt_rope::norm_rope_row per head row (the fused qkv_norm_rope_store kernel's and
+//   qk_norm_rope's function, one warp per row), the cache getting k_rot's bits and v copied: bit-equal to the chain.
 // - SCORES and ATTN_OUT round where the generic paged-attention kernel does (vt::decode_generic_kernel: T(T(q.k) *
 //   scale); the block max and sum of exp; p = T(exp(s - max) / sum); P.V in fp32, rounded once) but sum q.k and P.V
 //   in their own order (16-byte lanes, several keys in flight; see each): the eager reference's rounding points in
@@ -56,6 +58,7 @@ constexpr int kVec = 8;  // 16 bytes of a 2-byte type
 constexpr int kKvUnroll = 4;  // K or V rows a lane has in flight at once, 16 bytes of each
 constexpr int kPvHeads = 4;  // heads of a group one P.V pass accumulates (8 floats a head a lane)
 constexpr int kPvChunk = 1024;  // keys whose probabilities a P.V pass holds in shared memory at once
+constexpr int kTableInts = kPvChunk + 4;  // a chunk's block-table entries, padded to 16 bytes
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 // control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
 // word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.
@@ -64,28 +67,26 @@ constexpr int kControlWords = 2;
 // and the model's ends, under the 32764 bytes CUDA 12.1+ allows on sm_70+), read in place, never copied per thread.
 constexpr int kMaxLayers = 64;
 
-enum Kind : int { kNorm1 = 0, kQkv = 1, kRopeStore = 2, kScores = 3, kAttnOut = 4, kOProj = 5, kNorm2 = 6,
-                  kGateUp = 7, kDown = 8, kEmbed = 9, kFinalNorm = 10, kHead = 11 };
+enum Kind : int { kQkv = 0, kScores = 1, kAttnOut = 2, kOProj = 3, kGateUp = 4, kDown = 5, kEmbed = 6,
+                  kFinalNorm = 7, kHead = 8 };
 
 // Error word: 0, or the first failure: kErrKind + kind (a kind this kernel does not run, or a model kind in a launch
 // without the model's tensors), kErrWait + task (a wait that timed out), kErrLayer + task (a layer index outside the
 // launch's layers), kErrToken + row (a token id outside the vocabulary: its x row is zeros).
 constexpr int kErrKind = 1 << 20, kErrWait = 2 << 20, kErrLayer = 3 << 20, kErrToken = 4 << 20;
 
-// One layer's buffers, [batch, width] contiguous (rows of x, residual, h1, res1, res2, h2, mlp, out: hidden; q:
+// One layer's buffers, [batch, width] contiguous (rows of x, residual, res1, res2, mlp, out: hidden; q:
 // q_dim; k, v: kv_dim; attn: q_dim; act: inter) and weights, row-major [out, in] contiguous.
 template <typename T>
 struct Layer {
   const T* x;
   const T* residual;  // null: layer 0 of the model (res1 = x)
-  T* h1;
-  T* res1;
+  T* res1;  // x + residual: written by the layer's first q/k/v tile, added by o_proj
   T* q;
   T* k;
   T* v;
   T* attn;  // written by ATTN_OUT (an input when a caller runs only the back of the table)
   T* res2;
-  T* h2;
   T* act;
   T* mlp;
   T* out;
@@ -174,23 +175,74 @@ __device__ void norm_row(T* out, T* res, const T* x, const T* residual, const T*
   }
 }
 
-// Rows [r0, r0 + m) of x ([*, k], contiguous) into shared memory through L2, then a barrier.
+// What a GEMV tile stages as its rows of x: `x` as it is ([*, k] contiguous), or, with `norm`, the norm of x (plus
+// `residual`, the sum rounded to T first and also written to `res_out` when that is not null), as the norm kernels
+// compute it: the chain's GEMV prologue, so the tile needs no norm task before it.
 template <typename T>
-__device__ void stage_rows(T* xs, const T* x, int r0, int m, int k) {
-  const int vecs = k / kVec;
-  const uint4* src = reinterpret_cast<const uint4*>(x + static_cast<long long>(r0) * k);
+struct Input {
+  const T* x;
+  const T* residual;
+  const T* norm;  // [k], or null: x is staged as it is
+  T* res_out;
+  float mean_scale, eps;
+};
+
+// Rows [r0, r0 + m) of the input into shared memory through L2 as 16-byte loads (the residual added in place), then
+// a barrier; with a norm, its sums of squares then run over the staged rows and its scale and weight rewrite them.
+template <typename T>
+__device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
+  const int vecs = m * (k / kVec);
+  const long long first = static_cast<long long>(r0) * (k / kVec);
+  const uint4* x = reinterpret_cast<const uint4*>(in.x) + first;
+  const uint4* res = in.residual != nullptr ? reinterpret_cast<const uint4*>(in.residual) + first : nullptr;
   uint4* dst = reinterpret_cast<uint4*>(xs);
-  for (int i = threadIdx.x; i < m * vecs; i += kThreads) dst[i] = __ldcg(src + i);
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+    uint4 xv = __ldcg(x + i);
+    if (res != nullptr) {
+      const uint4 rv = __ldcg(res + i);
+      T* a = reinterpret_cast<T*>(&xv);
+      const T* b = reinterpret_cast<const T*>(&rv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) a[e] = vt::from_f32<T>(__fadd_rn(vt::to_f32(a[e]), vt::to_f32(b[e])));
+    }
+    dst[i] = xv;
+  }
+  if (in.res_out != nullptr)  // a thread's own vectors, from shared memory: no global store between the loads above
+    for (int i = threadIdx.x; i < vecs; i += kThreads) reinterpret_cast<uint4*>(in.res_out)[first + i] = dst[i];
   __syncthreads();
+  if (in.norm == nullptr) return;
+  // each row's sum of squares as vt_norm::block_sum takes it (a thread's elements in order, the warp's tree, then the
+  // warps' tree), so its scale is bit for bit the norm kernel's; one barrier for every row of the pass
+  __shared__ float partial[kRowsPerPass][kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = 0; r < m; ++r) {
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < k; i += kThreads) {
+      const float v = vt::to_f32(xs[static_cast<long long>(r) * k + i]);
+      sq = __fadd_rn(sq, __fmul_rn(v, v));
+    }
+    for (int off = 16; off > 0; off >>= 1) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, off));
+    if (lane == 0) partial[r][warp] = sq;
+  }
+  __syncthreads();
+  for (int r = 0; r < m; ++r) {
+    float total = lane < kWarps ? partial[r][lane] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) total = __fadd_rn(total, __shfl_xor_sync(0xffffffffu, total, off));
+    const float scale = vt_norm::rms_scale(total, in.mean_scale, in.eps);
+    T* row = xs + static_cast<long long>(r) * k;
+    for (int i = threadIdx.x; i < k; i += kThreads) row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, in.norm[i]);
+  }
+  __syncthreads();  // the rows are whole; `partial` is free for the next pass
 }
 
 // What a GEMV tile does with a column's sums: one weight (QKV, O_PROJ, DOWN) or two (GATE_UP: gate and up).
 enum class Epi { kStore, kAddResidual, kGlu, kDownResidual };
 
-// Columns [c0, c1) of y = x W^T (NW = 2: W0 gate, W1 up) for every row of x, in passes of kRowsPerPass rows.
-// Warp w takes columns c0 + w, c0 + w + kWarps, ...; per column the GEMV's split-1 order (see the header).
+// Columns [c0, c1) of y = x W^T (NW = 2: W0 gate, W1 up) for every row of the input (x, or its norm), in passes of
+// kRowsPerPass rows. Warp w takes columns c0 + w, c0 + w + kWarps, ...; per column the GEMV's split-1 order (see the
+// header). `residual`: what the kAddResidual and kDownResidual epilogues add.
 template <typename T, int NW, Epi E>
-__device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k, int c0, int c1, T* y, int ldy,
+__device__ void gemv_tile(const Input<T>& in, const T* w0, const T* w1, int rows, int k, int c0, int c1, T* y, int ldy,
                           const T* residual, T* y2, T* xs) {
   using P = vt_gemv::Pack<T, kVec>;
   constexpr int kChunk = 32 * kVec;
@@ -213,7 +265,7 @@ __device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k,
     };
     bool loaded = c0 + warp < c1;  // the warp's first chunks are in flight while x is staged: they do not need it
     if (loaded) load(c0 + warp, 0);
-    stage_rows(xs, x, r0, m, k);
+    stage_input(xs, in, r0, m, k);
     for (int col = c0 + warp; col < c1; col += kWarps) {
       float acc[NW][kRowsPerPass];
 #pragma unroll
@@ -255,41 +307,6 @@ __device__ void gemv_tile(const T* x, const T* w0, const T* w1, int rows, int k,
           y[at] = prod;
           y2[at] = vt::from_f32<T>(__fadd_rn(vt::to_f32(prod), vt::to_f32(load_l2(residual + at))));
         }
-      }
-    }
-  }
-}
-
-// ROPE_STORE of KV head `kv` for every row: the group's q heads, its k and v rows staged through L2 (written by other
-// SMs' QKV tiles), then one warp per head row: q and k normed and rotated (k also into its cache slot), v copied.
-template <typename T>
-__device__ void rope_store(int kv, const Layer<T>& p, T* xs) {
-  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int qv = g * d / kVec, hv = d / kVec;  // 16-byte vectors of the q heads and of one head
-  uint4* dst = reinterpret_cast<uint4*>(xs);
-  for (int r = 0; r < p.batch; ++r) {
-    if (r > 0) __syncthreads();  // every warp is done with the last row's staged heads
-    const uint4* q = reinterpret_cast<const uint4*>(p.q + static_cast<long long>(r) * p.q_dim + kv * g * d);
-    const uint4* k = reinterpret_cast<const uint4*>(p.k + static_cast<long long>(r) * p.kv_dim + kv * d);
-    const uint4* v = reinterpret_cast<const uint4*>(p.v + static_cast<long long>(r) * p.kv_dim + kv * d);
-    for (int i = threadIdx.x; i < qv + 2 * hv; i += kThreads)
-      dst[i] = __ldcg(i < qv ? q + i : i < qv + hv ? k + (i - qv) : v + (i - qv - hv));
-    __syncthreads();
-    const long long slot = p.slots[r];
-    const long long cache_row = (slot * p.kv_heads + kv) * d;
-    const T* ct = p.cos + static_cast<long long>(r) * d;
-    const T* st = p.sin + static_cast<long long>(r) * d;
-    for (int h = warp; h < g + 2; h += kWarps) {  // whole warps: norm_rope_row's shuffles stay full-warp
-      const T* src = xs + h * d;
-      if (h < g) {
-        vt_rope::norm_rope_row<T>(src, p.q_norm, ct, st, d, p.q_mean_scale, p.eps,
-                                  p.q_rot + static_cast<long long>(r) * p.q_dim + (kv * g + h) * d, nullptr);
-      } else if (h == g) {
-        vt_rope::norm_rope_row<T>(src, p.k_norm, ct, st, d, p.k_mean_scale, p.eps,
-                                  p.k_rot + static_cast<long long>(r) * p.kv_dim + kv * d,
-                                  slot >= 0 ? p.k_cache + cache_row : nullptr);
-      } else if (slot >= 0) {
-        for (int i = lane; i < d; i += 32) p.v_cache[cache_row + i] = src[i];
       }
     }
   }
@@ -345,17 +362,56 @@ __device__ __forceinline__ const T* staged_row(const T* cache, const Layer<T>& p
   return cache + (slot * p.kv_heads + kv) * p.head_dim;
 }
 
+// Row `seq`'s q heads of KV group `kv` normed and rotated into `rot` (and, with `newest`, into q_rot too), read through
+// L2 from the q/k/v tiles' output, staged in `raw`; with `newest` (the split holding the newest key) also its k head
+// normed and rotated into k_rot and the key's cache slot, and its v head copied to the slot. One warp per head row:
+// norm_rope_row's shuffles stay full-warp. Ends with a barrier: the cache rows are then visible to the whole block.
+template <typename T>
+__device__ void rotate(int seq, int kv, bool newest, const Layer<T>& p, T* raw, T* rot) {
+  const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int qv = g * d / kVec, hv = d / kVec;  // 16-byte vectors of the q heads and of one head
+  const uint4* q = reinterpret_cast<const uint4*>(p.q + static_cast<long long>(seq) * p.q_dim + kv * g * d);
+  const uint4* k = reinterpret_cast<const uint4*>(p.k + static_cast<long long>(seq) * p.kv_dim + kv * d);
+  const uint4* v = reinterpret_cast<const uint4*>(p.v + static_cast<long long>(seq) * p.kv_dim + kv * d);
+  uint4* dst = reinterpret_cast<uint4*>(raw);
+  for (int i = threadIdx.x; i < qv + (newest ? 2 * hv : 0); i += kThreads)
+    dst[i] = __ldcg(i < qv ? q + i : i < qv + hv ? k + (i - qv) : v + (i - qv - hv));
+  __syncthreads();
+  const long long slot = p.slots[seq];
+  const long long cache_row = (slot * p.kv_heads + kv) * d;
+  const T* ct = p.cos + static_cast<long long>(seq) * d;
+  const T* st = p.sin + static_cast<long long>(seq) * d;
+  for (int h = warp; h < g + (newest ? 2 : 0); h += kWarps) {
+    const T* src = raw + h * d;
+    if (h < g) {
+      T* out = newest ? p.q_rot + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d : nullptr;
+      vt_rope::norm_rope_row<T>(src, p.q_norm, ct, st, d, p.q_mean_scale, p.eps, rot + h * d, out);
+    } else if (h == g) {
+      vt_rope::norm_rope_row<T>(src, p.k_norm, ct, st, d, p.k_mean_scale, p.eps,
+                                p.k_rot + static_cast<long long>(seq) * p.kv_dim + kv * d,
+                                slot >= 0 ? p.k_cache + cache_row : nullptr);
+    } else if (slot >= 0) {
+      for (int i = lane; i < d; i += 32) p.v_cache[cache_row + i] = src[i];
+    }
+  }
+  __syncthreads();
+}
+
 // SCORES of (seq, kv), split `split` of `splits`: its keys are that share of the allowed keys, in order, computed
 // here from the context length (persistent_schedule.key_range's integer bounds), so the table holds no length and
-// one table serves every step of a batch size (a CUDA graph replays it). The group's rotated q heads staged as fp32,
+// one table serves every step of a batch size (a CUDA graph replays it). The last split holds the newest key: it
+// also rotates k and stores K and V (`rotate`), so its own read of that key follows the store in the block. The
+// group's rotated q heads staged as fp32,
 // and per chunk of kPvChunk keys their block-table entries; a key's row is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers
 // 32 / (head_dim / 8) keys a load), every head of the group against it (each K row read once); a lane sums its 8
 // products in order, then the key's lanes by butterfly; rounded as the generic kernel: T(T(q.k) * scale).
 template <typename T>
 __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p, float* qs) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const T* q = p.q_rot + static_cast<long long>(seq) * p.q_dim + kv * g * d;
-  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(load_l2(q + i));
+  int* tbl = reinterpret_cast<int*>(qs + g * d);  // a chunk's block-table entries
+  T* raw = reinterpret_cast<T*>(tbl + kTableInts);  // the staged q (k, v) heads, then the rotated q heads
+  rotate(seq, kv, split == splits - 1, p, raw, raw + (g + 2) * d);
+  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(raw[(g + 2) * d + i]);
   __syncthreads();
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
   const int len = p.context_lens[seq], allowed = vt::window_begin(len, p.window);  // keys before it are never read
@@ -365,7 +421,6 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
   const int lpk = d / kVec, kpw = 32 / lpk, sub = lane / lpk, c = (lane % lpk) * kVec;  // launcher: lpk divides 32
   const int step = kWarps * kpw;
-  int* tbl = reinterpret_cast<int*>(qs + g * d);  // a chunk's block-table entries
   for (int c0 = begin; c0 < k1; c0 += kPvChunk) {
     const int c1 = min(k1, c0 + kPvChunk);
     __syncthreads();  // every warp is done with the last chunk's entries
@@ -542,22 +597,14 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
     return;
   }
   switch (kind) {
-    case kNorm1: {
-      const long long at = static_cast<long long>(a0) * p.hidden;
-      norm_row<T>(p.h1 + at, p.res1 + at, p.x + at, p.residual != nullptr ? p.residual + at : nullptr, p.ln1,
-                  p.hidden, p.mean_scale, p.eps);
-      break;
-    }
-    case kQkv: {  // a0: q (0), k (1) or v (2); [a1, a2): its columns
+    case kQkv: {  // a0: q (0), k (1) or v (2); [a1, a2): its columns. The layer's first tile writes res1.
       const T* w = a0 == 0 ? p.wq : a0 == 1 ? p.wk : p.wv;
       T* y = a0 == 0 ? p.q : a0 == 1 ? p.k : p.v;
-      gemv_tile<T, 1, Epi::kStore>(p.h1, w, nullptr, p.batch, p.hidden, a1, a2, y, a0 == 0 ? p.q_dim : p.kv_dim,
+      const Input<T> in{p.x, p.residual, p.ln1, a0 == 0 && a1 == 0 ? p.res1 : nullptr, p.mean_scale, p.eps};
+      gemv_tile<T, 1, Epi::kStore>(in, w, nullptr, p.batch, p.hidden, a1, a2, y, a0 == 0 ? p.q_dim : p.kv_dim,
                                    nullptr, nullptr, xs);
       break;
     }
-    case kRopeStore:
-      rope_store<T>(a0, p, xs);
-      break;
     case kScores:
       scores<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs));
       break;
@@ -565,20 +612,17 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
       attn_out<T>(a0, a1, a2, row[5], p, reinterpret_cast<float*>(xs), error);
       break;
     case kOProj:
-      gemv_tile<T, 1, Epi::kAddResidual>(p.attn, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2, p.hidden,
-                                         p.res1, nullptr, xs);
+      gemv_tile<T, 1, Epi::kAddResidual>(Input<T>{p.attn}, p.wo, nullptr, p.batch, p.q_dim, a0, a1, p.res2,
+                                         p.hidden, p.res1, nullptr, xs);
       break;
-    case kNorm2: {
-      const long long at = static_cast<long long>(a0) * p.hidden;
-      norm_row<T>(p.h2 + at, nullptr, p.res2 + at, nullptr, p.ln2, p.hidden, p.mean_scale, p.eps);
+    case kGateUp: {
+      const Input<T> in{p.res2, nullptr, p.ln2, nullptr, p.mean_scale, p.eps};
+      gemv_tile<T, 2, Epi::kGlu>(in, p.wg, p.wu, p.batch, p.hidden, a0, a1, p.act, p.inter, nullptr, nullptr, xs);
       break;
     }
-    case kGateUp:
-      gemv_tile<T, 2, Epi::kGlu>(p.h2, p.wg, p.wu, p.batch, p.hidden, a0, a1, p.act, p.inter, nullptr, nullptr, xs);
-      break;
     case kDown:
-      gemv_tile<T, 1, Epi::kDownResidual>(p.act, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden, p.res2,
-                                          p.out, xs);
+      gemv_tile<T, 1, Epi::kDownResidual>(Input<T>{p.act}, p.wd, nullptr, p.batch, p.inter, a0, a1, p.mlp, p.hidden,
+                                          p.res2, p.out, xs);
       break;
     case kEmbed:
       embed_row<T>(a0, p, m, error);
@@ -589,8 +633,8 @@ __device__ void run_task(const int* row, const Layer<T>& p, const Model<T>& m, T
       break;
     }
     case kHead:  // [a0, a1): vocabulary columns of every row
-      gemv_tile<T, 1, Epi::kStore>(m.final, m.head, nullptr, p.batch, p.hidden, a0, a1, m.logits, m.vocab, nullptr,
-                                   nullptr, xs);
+      gemv_tile<T, 1, Epi::kStore>(Input<T>{m.final}, m.head, nullptr, p.batch, p.hidden, a0, a1, m.logits, m.vocab,
+                                   nullptr, nullptr, xs);
       break;
     default:  // not a kind of the table
       if (threadIdx.x == 0) atomicCAS(error, 0, kErrKind + kind);

@@ -31,6 +31,7 @@ _FAULTS = {1: "a kind this kernel does not run", 2: "a wait that timed out at ta
 ROWS_PER_PASS = 8  # kRowsPerPass: rows of x a GEMV tile stages at once
 WARPS = 8  # kWarps: a block's warps (ATTN_OUT's P.V partial sums, one row of head_dim floats each)
 PV_HEADS, PV_CHUNK = 4, 1024  # kPvHeads, kPvChunk: a P.V pass's heads and the keys of its probabilities in smem
+TABLE_INTS = PV_CHUNK + 4  # kTableInts: a chunk's block-table entries, padded to 16 bytes
 VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
@@ -62,17 +63,15 @@ class LayerTensors:
 
     x: torch.Tensor  # [b, hidden]: the layer's input (the embedding at layer 0)
     residual: torch.Tensor | None  # [b, hidden]: the running sum before x; None at layer 0 (res1 = x)
-    h1: torch.Tensor  # [b, hidden]: norm1's output
-    res1: torch.Tensor  # [b, hidden]: x + residual
+    res1: torch.Tensor  # [b, hidden]: x + residual (the layer's first q/k/v tile writes it)
     q: torch.Tensor  # [b, heads * head_dim]
     k: torch.Tensor  # [b, kv_heads * head_dim]
     v: torch.Tensor  # [b, kv_heads * head_dim]
     attn: torch.Tensor  # [b, heads * head_dim]: attention's output (an input to a part without ATTN_OUT)
     res2: torch.Tensor  # [b, hidden]: o_proj + res1
-    h2: torch.Tensor  # [b, hidden]: norm2's output
     act: torch.Tensor  # [b, intermediate]: SiLU(gate) * up
     mlp: torch.Tensor  # [b, hidden]: down_proj's output (the layer's output)
-    out: torch.Tensor  # [b, hidden]: mlp + res2 (what the next layer's norm1 adds)
+    out: torch.Tensor  # [b, hidden]: mlp + res2 (the next layer's residual sum)
     ln1: torch.Tensor  # [hidden]
     ln2: torch.Tensor  # [hidden]
     wq: torch.Tensor  # [heads * head_dim, hidden]
@@ -99,7 +98,7 @@ class LayerTensors:
         return [getattr(self, f.name) for f in fields(self)]
 
 
-POINTERS = tuple(f.name for f in fields(LayerTensors))  # 34, persistent.cu kPointers
+POINTERS = tuple(f.name for f in fields(LayerTensors))  # 32, persistent.cu kPointers
 
 
 @dataclass
@@ -145,8 +144,8 @@ def tensors(
 
     qd, kvd, inter = weights["wq"].shape[0], weights["wk"].shape[0], weights["wg"].shape[0]
     return LayerTensors(
-        x=x, residual=residual, h1=new(b, h), res1=new(b, h), q=new(b, qd), k=new(b, kvd), v=new(b, kvd),
-        attn=new(b, qd), res2=new(b, h), h2=new(b, h), act=new(b, inter), mlp=new(b, h), out=new(b, h),
+        x=x, residual=residual, res1=new(b, h), q=new(b, qd), k=new(b, kvd), v=new(b, kvd),
+        attn=new(b, qd), res2=new(b, h), act=new(b, inter), mlp=new(b, h), out=new(b, h),
         q_rot=new(b, qd), k_rot=new(b, kvd), k_cache=caches[0], v_cache=caches[1], slots=slots, cos=cos_sin[0],
         sin=cos_sin[1], block_tables=block_tables, context_lens=context_lens,
         scores=new(b * heads, scores_width, torch.float32) if scores is None else scores,
@@ -191,14 +190,13 @@ def _lib() -> ctypes.CDLL:
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
     """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    staged q, k and v heads, its q heads in fp32 and a P.V pass's probabilities and warps' sums, each attention
-    kind with a chunk's block-table entries."""
+    q heads in fp32, its staged q, k and v heads and rotated q heads (SCORES), and a P.V pass's probabilities and
+    warps' sums (ATTN_OUT), each attention kind with a chunk's block-table entries."""
     gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
     g = heads // kv_heads
-    table = (PV_CHUNK + 1) * 4  # a chunk's block-table entries after either attention kind's
-    return max(
-        gemv, (g + 2) * head_dim * elt, g * head_dim * 4 + table, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4 + table
-    )
+    table = TABLE_INTS * 4
+    score = g * head_dim * 4 + table + (2 * g + 2) * head_dim * elt
+    return max(gemv, score, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4 + table)
 
 
 def refusal(sch: Schedule, kinds: frozenset[Kind], dtype: torch.dtype) -> str | None:
@@ -267,8 +265,8 @@ def _table(shape: LayerShape, layers: int, vocab: int, device: torch.device) -> 
 
 
 # each tensor's shape by width names: rows of the batch, a weight's [out, in], a vector
-_ROWS = {"x": "h", "residual": "h", "h1": "h", "res1": "h", "q": "q", "k": "kv", "v": "kv", "attn": "q", "res2": "h",
-         "h2": "h", "act": "i", "mlp": "h", "out": "h", "q_rot": "q", "k_rot": "kv", "cos": "d", "sin": "d"}  # fmt: skip
+_ROWS = {"x": "h", "residual": "h", "res1": "h", "q": "q", "k": "kv", "v": "kv", "attn": "q", "res2": "h", "act": "i",
+         "mlp": "h", "out": "h", "q_rot": "q", "k_rot": "kv", "cos": "d", "sin": "d"}  # fmt: skip
 _WEIGHTS = {"wq": "q h", "wk": "kv h", "wv": "kv h", "wo": "h q", "wg": "i h", "wu": "i h", "wd": "h i", "ln1": "h",
             "ln2": "h", "q_norm": "d", "k_norm": "d"}  # fmt: skip
 

@@ -2,13 +2,19 @@
 
 The persistent kernel (engine/cuda/persistent.cuh; one launch, one block per SM) reads this table and nothing else: each block takes the
 next task index from a queue head in global memory (an atomic add), waits until each counter it names reaches its
-target, runs the task, and adds one to its own counter. No grid barrier: a q/k/v tile starts when every row's norm
-is done, RoPE for KV head g when only g's q/k/v tiles are, a score chunk when its head group is rotated and stored,
-and so on down the layer. Tasks are queued in a topological order (every producer ahead of its consumers), so
-blocks taking them in queue order can always make progress, with any number of blocks.
+target, runs the task, and adds one to its own counter. No grid barrier: a q/k/v tile starts when the layer's input
+is written, a score split when its KV group's q/k/v tiles are, and so on down the layer. Tasks are queued in a
+topological order (every producer ahead of its consumers), so blocks taking them in queue order can always make
+progress, with any number of blocks.
 
-    norm1[row] -> qkv[tile] -> rope_store[kv head] -> scores[seq, kv head, key split] -> attn_out[seq, kv head]
-      -> o_proj[tile] (+ residual) -> norm2[row] -> gate_up[tile] (SiLU * up) -> down[tile] (+ residual)
+    qkv[tile] (input norm) -> scores[seq, kv head, key split] (q/k norm, RoPE; the last split stores K/V)
+      -> attn_out[seq, kv head, slice] -> o_proj[tile] (+ residual) -> gate_up[tile] (norm; SiLU * up)
+      -> down[tile] (+ residual)
+
+The norms and RoPE are no tasks of their own: each GEMV tile normalises the rows it reads as it stages them (the
+chain's GEMV prologue form: every tile recomputes a row's sum of squares, a few KB from L2 against its tile of
+weights), and each score split norms and rotates its sequence's q heads; so a layer's critical path is six phases,
+not nine. The first q/k/v tile of a layer also writes the residual sum (`res1`) that o_proj adds.
 
 `build_step` chains layers; `build_model_step` is the whole decode step, token ids to logits:
 
@@ -35,20 +41,17 @@ from enum import IntEnum
 
 
 class Kind(IntEnum):
-    NORM1 = 0  # [row]: (add the residual and) RMSNorm one row of the layer's input
-    QKV = 1  # [part, col0, col1]: columns of q (part 0), k (1) or v (2) for every row
-    ROPE_STORE = 2  # [kv head]: q/k norm and RoPE of the group's q heads and its k head; K/V to the cache
-    SCORES = 3  # [seq, kv head, split, splits]: q.k for the group's heads over one split of the allowed keys
-    ATTN_OUT = 4  # [seq, kv head, slice, slices]: softmax of the group's heads, P.V on one slice of head_dim
-    O_PROJ = 5  # [col0, col1]: o_proj columns plus the residual
-    NORM2 = 6  # [row]: RMSNorm of the post-attention residual
-    GATE_UP = 7  # [col0, col1]: gate and up columns, SiLU(gate) * up
-    DOWN = 8  # [col0, col1]: down_proj columns plus the residual
+    QKV = 0  # [part, col0, col1]: columns of q (part 0), k (1) or v (2) for every row, of the input's norm
+    SCORES = 1  # [seq, kv head, split, splits]: q.k for the group's heads over one split of the allowed keys
+    ATTN_OUT = 2  # [seq, kv head, slice, slices]: softmax of the group's heads, P.V on one slice of head_dim
+    O_PROJ = 3  # [col0, col1]: o_proj columns plus the residual
+    GATE_UP = 4  # [col0, col1]: gate and up columns of the residual's norm, SiLU(gate) * up
+    DOWN = 5  # [col0, col1]: down_proj columns plus the residual
     # the model's own tasks around the layers (a whole decode step, `build_model_step`); their weights are the
     # model's, their `layer` the one whose buffers they touch (0 for EMBED, the last for FINAL_NORM and HEAD)
-    EMBED = 9  # [row]: the row's token's embedding row into the step's x (layer 0's input)
-    FINAL_NORM = 10  # [row]: the model's final fused add + RMSNorm of the last layer's mlp + res2
-    HEAD = 11  # [col0, col1]: LM-head columns (a tile of the vocabulary) for every row: the logits
+    EMBED = 6  # [row]: the row's token's embedding row into the step's x (layer 0's input)
+    FINAL_NORM = 7  # [row]: the model's final fused add + RMSNorm of the last layer's mlp + res2
+    HEAD = 8  # [col0, col1]: LM-head columns (a tile of the vocabulary) for every row: the logits
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,6 @@ class LayerShape:
         return {
             "x": (b, h),
             "residual": (b, h),
-            "h1": (b, h),
             "res1": (b, h),
             "q": (b, self.heads * d),
             "k": (b, self.kv_heads * d),
@@ -100,7 +102,6 @@ class LayerShape:
             "scores": (b * self.heads, max(self.context_lens)),
             "attn": (b, self.heads * d),
             "res2": (b, h),
-            "h2": (b, h),
             "act": (b, i),
             "mlp": (b, h),
             "out": (b, h),
@@ -228,7 +229,7 @@ def _bad(s: LayerShape) -> bool:
 
 
 def build_step(s: LayerShape, layers: int, shared: frozenset[str] = frozenset()) -> Schedule:
-    """`layers` layers' task graphs in queue order, as one persistent step: layer l's norms wait on layer l-1's
+    """`layers` layers' task graphs in queue order, as one persistent step: layer l's q/k/v tiles wait on layer l-1's
     down tiles and read its output (`mlp`) and residual (`res2`), which the engine's next layer adds and
     normalises. With `layers` 1, one layer with unprefixed buffer names. `shared`: buffers all layers reuse (a
     kernel's one scratch tensor), written again by each layer: lab/persistent/check.py proves each rewrite waits for
@@ -249,7 +250,7 @@ def build_model_step(
     s: LayerShape, layers: int, vocab: int, head_cols: int, shared: frozenset[str] = frozenset()
 ) -> Schedule:
     """A whole decode step in queue order: the embedding of each row's token (EMBED), `layers` layers as in
-    `build_step` (layer 0's norm of a row waits on that row's embedding), the model's final norm of each row
+    `build_step` (layer 0's q/k/v tiles wait on every row's embedding), the model's final norm of each row
     (FINAL_NORM, after the last layer's down tiles) and the LM head in tiles of `head_cols` vocabulary columns
     (HEAD, after every row's final norm; `head_cols` 0: no head, the final hidden state is the output, as the
     model's forward returns it). In: the token ids; out: the logits. The layers' shape is taken as layer
@@ -260,11 +261,11 @@ def build_model_step(
         raise ValueError(f"layers {layers}, vocab {vocab}, head_cols {head_cols} (or the layer's shape: {s})")
     sch = Schedule(s, layers=layers, vocab=vocab, shared=shared)
     b, h, rows = s.batch, s.hidden, (0, s.batch)
-    embedded = [sch.counter(f"embed[{r}]") for r in range(b)]
+    embedded = sch.counter("embed")
     for r in range(b):
         row = (r, r + 1)
-        sch.add(Kind.EMBED, (r,), [], embedded[r], [Region("ids", row, (0, 1))], [Region("x", row, (0, h))], h)
-    down = _layer(sch, 0, None, embedded)
+        sch.add(Kind.EMBED, (r,), [], embedded, [Region("ids", row, (0, 1))], [Region("x", row, (0, h))], h)
+    down = _layer(sch, 0, embedded)
     for layer in range(1, layers):
         down = _layer(sch, layer, down)
     last = layers - 1
@@ -283,9 +284,10 @@ def build_model_step(
     return sch
 
 
-def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | None = None) -> int:
-    """Append one layer's tasks; `before` is the previous layer's down counter, `embedded` (layer 0 of a model
-    step) each row's embedding counter. Returns this layer's down counter."""
+def _layer(sch: Schedule, layer: int, before: int | None) -> int:
+    """Append one layer's tasks; `before` is the counter its input waits on (the previous layer's down tiles, or a
+    model step's embeddings; None: the input is written before the table starts). Returns this layer's down
+    counter."""
     s, b = sch.shape, sch.shape.batch
     d, h, g = s.head_dim, s.hidden, s.group
     all_rows = (0, b)
@@ -300,45 +302,37 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
     def add(kind: Kind, args: tuple[int, ...], waits, signal: int, reads, writes, weight_elems: int = 0) -> None:
         sch.add(kind, args, waits, signal, reads, writes, weight_elems, layer)
 
-    norm1 = counter("norm1")
-    for r in range(b):
-        row = (r, r + 1)
-        if before is None:
-            ins = [reg("x", (0, h), row)] + ([] if s.first else [reg("residual", (0, h), row)])
-            waits = [] if embedded is None else [(embedded[r], 1)]  # the step's input, or the row's embedding
-        else:  # the last layer's output and residual, once every down tile has written its columns
-            ins = [Region(sch.name(layer - 1, "mlp"), row, (0, h)), Region(sch.name(layer - 1, "res2"), row, (0, h))]
-            waits = [(before, sch.expected[before])]
-        add(Kind.NORM1, (r,), waits, norm1, ins, [reg("h1", (0, h), row), reg("res1", (0, h), row)])
-
+    # the layer's input: the step's x (and residual), or the last layer's output and residual sum
+    if layer == 0:
+        ins = [reg("x", (0, h))] + ([] if s.first else [reg("residual", (0, h))])
+    else:
+        ins = [Region(sch.name(layer - 1, buf), all_rows, (0, h)) for buf in ("mlp", "res2")]
+    start = [] if before is None else [(before, sch.expected[before])]
     qkv = [counter(f"qkv[{kv}]") for kv in range(s.kv_heads)]
-    for kv in range(s.kv_heads):  # a group's tiles together, so its RoPE can start while the next group's stream
+    for kv in range(s.kv_heads):  # a group's tiles together, so its scores can start while the next group's stream
         parts = [(0, "q", hd * d) for hd in range(kv * g, (kv + 1) * g)] + [(1, "k", kv * d), (2, "v", kv * d)]
         for part, buf, base in parts:
             for c0, c1 in _cols(d, s.qkv_cols):
                 cols = (base + c0, base + c1)
-                add(Kind.QKV, (part, *cols), [(norm1, b)], qkv[kv], [reg("h1", (0, h))], [reg(buf, cols)],
-                        (c1 - c0) * h)  # fmt: skip
-
-    rope = [counter(f"rope[{kv}]") for kv in range(s.kv_heads)]
-    per_group = sch.expected[qkv[0]]
-    for kv in range(s.kv_heads):
-        qc, kc = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d)
-        add(Kind.ROPE_STORE, (kv,), [(qkv[kv], per_group)], rope[kv],
-                [reg("q", qc), reg("k", kc), reg("v", kc)],
-                [reg("q_rot", qc), reg("k_new", kc), reg("v_new", kc)])  # fmt: skip
+                first = (kv, part, base, c0) == (0, 0, 0, 0)  # the layer's first tile also writes the sum o_proj adds
+                writes = [reg(buf, cols)] + ([reg("res1", (0, h))] if first else [])
+                add(Kind.QKV, (part, *cols), start, qkv[kv], ins, writes, (c1 - c0) * h)
 
     chunks = {}
-    for seq, n in enumerate(s.context_lens):
+    for seq in range(b):
         for kv in range(s.kv_heads):
             chunks[seq, kv] = counter(f"scores[{seq},{kv}]")
             heads = (seq * s.heads + kv * g, seq * s.heads + (kv + 1) * g)
             qc, kc, row = (kv * g * d, (kv + 1) * g * d), (kv * d, (kv + 1) * d), (seq, seq + 1)
             for split in range(s.key_splits):
                 k0, k1 = s.key_range(seq, split)
-                reads = [reg("q_rot", qc, row)] + ([reg("k_new", kc, row)] if k1 == n > k0 else [])  # the new key
-                add(Kind.SCORES, (seq, kv, split, s.key_splits), [(rope[kv], 1)], chunks[seq, kv], reads,
-                        [reg("scores", (k0, k1), heads)])  # fmt: skip
+                last = split == s.key_splits - 1  # holds the newest key: it rotates k and stores K and V
+                reads = [reg("q", qc, row)] + ([reg("k", kc, row), reg("v", kc, row)] if last else [])
+                writes = [reg("scores", (k0, k1), heads)]
+                if last:
+                    writes += [reg("q_rot", qc, row), reg("k_new", kc, row), reg("v_new", kc, row)]
+                add(Kind.SCORES, (seq, kv, split, s.key_splits), [(qkv[kv], sch.expected[qkv[kv]])],
+                    chunks[seq, kv], reads, writes)  # fmt: skip
     attn = counter("attn")
     width = d // s.pv_slices
     for seq, n in enumerate(s.context_lens):
@@ -359,14 +353,10 @@ def _layer(sch: Schedule, layer: int, before: int | None, embedded: list[int] | 
         add(Kind.O_PROJ, cols, [(attn, b * s.kv_heads * s.pv_slices)], o_done,
                 [reg("attn", (0, s.heads * d)), reg("res1", cols)], [reg("res2", cols)],
                 (cols[1] - cols[0]) * s.heads * d)  # fmt: skip
-    norm2 = counter("norm2")
-    n_o = sch.expected[o_done]
-    for r in range(b):
-        add(Kind.NORM2, (r,), [(o_done, n_o)], norm2, [reg("res2", (0, h), (r, r + 1))],
-                [reg("h2", (0, h), (r, r + 1))])  # fmt: skip
     gu = counter("gate_up")
+    n_o = sch.expected[o_done]
     for cols in _cols(s.intermediate, s.gu_cols):
-        add(Kind.GATE_UP, cols, [(norm2, b)], gu, [reg("h2", (0, h))], [reg("act", cols)],
+        add(Kind.GATE_UP, cols, [(o_done, n_o)], gu, [reg("res2", (0, h))], [reg("act", cols)],
                 2 * (cols[1] - cols[0]) * h)  # fmt: skip
     down = counter("down")
     n_gu = sch.expected[gu]

@@ -8,8 +8,8 @@ Every number here is an assumption stated in `Machine`, not a measurement: an SM
 alone; activations come from L2 (shared the same way), a task pays a fixed cost
 for its counter wait and signal, and a task's weights (up to `smem_bytes`) stream into shared memory while it
 still waits on its counters, the point of fine-grained dependencies. SMs take tasks in queue order, each as soon
-as it is free (list scheduling); layers follow each other, the next layer's norm waiting on the last one's down
-tiles. The floor is the decode bench's: the weights read once, plus the K/V once at batch > 1.
+as it is free (list scheduling); layers follow each other, the next layer's q/k/v tiles waiting on the last one's
+down tiles. The floor is the decode bench's: the weights read once, plus the K/V once at batch > 1.
 
 Below the layers' rows, the whole decode step (`build_model_step`: each row's embedding, the layers, the final
 norm, the LM head in tiles of `--head-cols` vocabulary columns) against the whole step's floor, which adds the head
@@ -99,7 +99,7 @@ def estimate(
         for t in sch.tasks:
             b = task_bytes(t, s, m.elt)
             waits = [((layer, c), target) for c, target in t.waits]
-            if t.kind == Kind.NORM1 and layer > 0:  # the next layer starts on the last one's output
+            if t.kind == Kind.QKV and layer > 0:  # the next layer starts on the last one's output
                 waits.append(((layer - 1, down), sch.expected[down]))
             ready = max((sorted(done_at[key])[target - 1] for key, target in waits), default=0.0)
             key = (layer, -1) if launch_per_layer else (layer, t.kind)

@@ -257,42 +257,32 @@ class _Context:
     def buf(self, t: Task, name: str) -> torch.Tensor:
         return self.b[self.sch.name(t.layer, name)]
 
-    def norm1(self, t: Task, w: Weights):
-        r = t.args[0]
-        x = self.b[t.reads[0].buffer][r : r + 1]  # the step's input, or the last layer's output
+    def _input(self, t: Task, w: Weights) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's input normalised (what a q/k/v tile stages) and its residual sum, for every row."""
+        x = self.b[t.reads[0].buffer]  # the step's input, or the last layer's output
         if len(t.reads) == 1:  # layer 0 of the model: no residual yet
-            res, h = x.clone(), rms_norm(x, w.ln1, w.eps)
-        else:
-            h, res = fused_add_rms_norm(x, self.b[t.reads[1].buffer][r : r + 1], w.ln1, w.eps)
-        return [(t.writes[0], h), (t.writes[1], res)]
+            return rms_norm(x, w.ln1, w.eps), x.clone()
+        return fused_add_rms_norm(x, self.b[t.reads[1].buffer], w.ln1, w.eps)
 
     def qkv(self, t: Task, w: Weights):
         part, c0, c1 = t.args
+        h1, res1 = self._input(t, w)
         weight = (w.wq, w.wk, w.wv)[part]
-        return [(t.writes[0], linear(self.buf(t, "h1"), weight[c0:c1]))]
+        out = [(t.writes[0], linear(h1, weight[c0:c1]))]
+        return out + [(region, res1) for region in t.writes[1:]]  # the layer's first tile: the sum o_proj adds
 
-    def rope_store(self, t: Task, w: Weights):
-        kv, s, d = t.args[0], self.s, self.s.head_dim
-        g, rows = s.group, self.s.batch
-        q = self.buf(t, "q")[:, kv * g * d : (kv + 1) * g * d].reshape(rows, g, d)
-        k = self.buf(t, "k")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
-        v = self.buf(t, "v")[:, kv * d : (kv + 1) * d].reshape(rows, 1, d)
-        cos, sin = self.step.cos, self.step.sin
-        q_rot = apply_rope_neox(qk_norm(q, w.q_norm, w.eps), cos, sin)
-        k_rot = apply_rope_neox(qk_norm(k, w.k_norm, w.eps), cos, sin)
-        slots, (k_flat, v_flat) = self.step.slot_mapping, self.flats[t.layer]
-
-        def store() -> None:
-            k_flat[slots, kv] = k_rot[:, 0]
-            v_flat[slots, kv] = v[:, 0]
-
-        cache = Region("cache", (0, 0), (0, 0))
-        return [
-            (t.writes[0], q_rot.reshape(rows, g * d)),
-            (t.writes[1], k_rot.reshape(rows, d)),
-            (t.writes[2], v.reshape(rows, d)),
-            (cache, store),
-        ]
+    def _rotated(self, t: Task, w: Weights, seq: int, kv: int, newest: bool):
+        """Row `seq`'s group of q heads normed and rotated, [g, d]; with `newest` (the split that holds the newest
+        key) also its k head normed and rotated and its v head, [d] each (else None)."""
+        g, d, row = self.s.group, self.s.head_dim, slice(seq, seq + 1)
+        cos, sin = self.step.cos[row], self.step.sin[row]
+        q = self.buf(t, "q")[row, kv * g * d : (kv + 1) * g * d].reshape(1, g, d)
+        q_rot = apply_rope_neox(qk_norm(q, w.q_norm, w.eps), cos, sin).reshape(g, d)
+        if not newest:
+            return q_rot, None, None
+        k = self.buf(t, "k")[row, kv * d : (kv + 1) * d].reshape(1, 1, d)
+        k_rot = apply_rope_neox(qk_norm(k, w.k_norm, w.eps), cos, sin).reshape(d)
+        return q_rot, k_rot, self.buf(t, "v")[seq, kv * d : (kv + 1) * d]
 
     def _sequence(self, t: Task, seq: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         n = int(self.step.context_lens[seq])
@@ -301,17 +291,31 @@ class _Context:
         return k, v, n
 
     def scores(self, t: Task, w: Weights):
-        seq, kv, split, _ = t.args
+        seq, kv, split, splits = t.args
         k0, k1 = self.s.key_range(seq, split)  # the kernel's bounds, from the context length at run time
         g, d = self.s.group, self.s.head_dim
-        qh = self.buf(t, "q_rot")[seq, kv * g * d : (kv + 1) * g * d].reshape(g, 1, d)
-        keys, _, _ = self._sequence(t, seq)
+        q_rot, k_rot, v = self._rotated(t, w, seq, kv, split == splits - 1)
+        keys, _, n = self._sequence(t, seq)
+        if k_rot is not None:  # the newest key is this task's own: its slot is stored at the task's finish
+            keys = keys.clone()
+            keys[n - 1, kv] = k_rot
+        qh = q_rot.reshape(g, 1, d)
         kh = keys[:, kv][None].expand(g, -1, -1)  # [group, n, D]: the group's heads share the KV head
         # Each score is one dot product over D. A GPU tile fixes that sum's order whatever its chunk; CPU BLAS picks
         # it from the call's shape (a chunk of one key runs as a dot product in another order), so this stand-in
         # makes the reference's call, over all n keys, and keeps its chunk: the chunk's values, the reference's bits.
         sc = torch.matmul(qh, kh.transpose(1, 2))[:, :, k0:k1] * w.scale  # the reference's points 1 and 2
-        return [(t.writes[0], sc[:, 0, :])]
+        out: list[tuple[Region, object]] = [(t.writes[0], sc[:, 0, :])]
+        if k_rot is None or v is None:
+            return out
+        slot, (k_flat, v_flat) = self.step.slot_mapping[seq], self.flats[t.layer]
+
+        def store() -> None:
+            k_flat[slot, kv] = k_rot
+            v_flat[slot, kv] = v
+
+        rotated = (q_rot.reshape(1, g * d), k_rot.reshape(1, d), v.reshape(1, d))
+        return out + list(zip(t.writes[1:], rotated, strict=True)) + [(Region("cache", (0, 0), (0, 0)), store)]
 
     def attn_out(self, t: Task, w: Weights):
         seq, kv, part, parts = t.args
@@ -336,13 +340,9 @@ class _Context:
         o = linear(self.buf(t, "attn"), w.wo[c0:c1])
         return [(t.writes[0], o + self.buf(t, "res1")[:, c0:c1])]  # fused_add_rms_norm's `x + residual`
 
-    def norm2(self, t: Task, w: Weights):
-        r = t.args[0]
-        return [(t.writes[0], rms_norm(self.buf(t, "res2")[r : r + 1], w.ln2, w.eps))]
-
     def gate_up(self, t: Task, w: Weights):
         c0, c1 = t.args
-        h2 = self.buf(t, "h2")
+        h2 = rms_norm(self.buf(t, "res2"), w.ln2, w.eps)  # the tile's staged rows: the post-attention norm
         gate_up = torch.cat([linear(h2, w.wg[c0:c1]), linear(h2, w.wu[c0:c1])], dim=-1)
         return [(t.writes[0], silu_and_mul(gate_up))]
 

@@ -30,8 +30,8 @@ from tests.engine.cuda.signatures import exported
 
 FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these
 KERNELS = "the persistent decode layer"
-FRONT = frozenset({Kind.NORM1, Kind.QKV, Kind.ROPE_STORE})  # the layer's input to the rotated q and the K/V cache
-BACK = frozenset({Kind.O_PROJ, Kind.NORM2, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
+FRONT = frozenset({Kind.QKV, Kind.SCORES})  # the layer's input to the rotated q and k, the K/V cache and the logits
+BACK = frozenset({Kind.O_PROJ, Kind.GATE_UP, Kind.DOWN})  # attention's output to the layer's output
 TILES = persistent.TILES  # the arm's tiles
 # Qwen3-0.6B's layer: hidden 1024, 16 heads, 8 KV heads, head_dim 128, intermediate 3072
 QWEN = LayerShape(1024, 16, 8, 128, 3072, (1024,), **TILES)
@@ -60,16 +60,17 @@ def test_the_binding_constants_are_the_kernels(compiled):
     for batch, heads, kv, d in ((1, 16, 8, 128), (8, 16, 8, 128), (32, 16, 8, 128), (1, 64, 1, 64)):
         got = smem(batch, 1024, heads, kv, d, 3072, 2)
         assert got == persistent.smem_bytes(batch, 1024, heads, kv, d, 3072, 2), (batch, heads, kv, d)
+    table = 1028 * 4  # a chunk's block-table entries, padded to 16 bytes
     assert (
-        persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 4 * (1024 + 8 * 128) * 4 + 1025 * 4
+        persistent.smem_bytes(1, 1024, 16, 8, 128, 3072, 2) == 4 * (1024 + 8 * 128) * 4 + table
     )  # b1: a P.V pass's, with a chunk's block-table entries
     assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows of K 3072
     assert (
-        persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4 + 1025 * 4
-    )  # 128 q heads in fp32 outgrow it
+        persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4 + table + (2 * 128 + 2) * 128 * 2
+    )  # 128 q heads outgrow it: in fp32, staged with k and v, and rotated
     assert (
-        persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 4 * (1024 + 8 * 64) * 4 + 1025 * 4
-    )  # d64: the P.V pass still
+        persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4 + table + (2 * 64 + 2) * 64 * 2
+    )  # d64 with 64 q heads a group: the score split's staging
 
 
 def test_launcher_refuses_what_it_cannot_take(compiled):
@@ -81,7 +82,7 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     assert compiled.vt_persistent_max_layers() == persistent.MAX_LAYERS
     good = [ctypes.c_void_p(256)] * len(persistent.POINTERS)  # never dereferenced: refusals come before any launch
     arr = (ctypes.c_void_p * len(good))(*good)
-    two = (ctypes.c_void_p * (2 * len(good)))(*good, *good[:2], None, *good[3:])  # layer 1 without its h1
+    two = (ctypes.c_void_p * (2 * len(good)))(*good, *good[:2], None, *good[3:])  # layer 1 without its res1
     model = (ctypes.c_void_p * len(persistent.MODEL_POINTERS))(*[ctypes.c_void_p(512)] * 6)
 
     def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr, layers=1, m=None,
@@ -131,16 +132,14 @@ def test_the_table_the_kernel_reads():
     assert check(sch) == []
     rows = qwen_table()
     assert len(rows) == len(sch.tasks)
-    norm1 = sch.counters.index("norm1")
-    # kind, layer, 4 args, (counter, target) x 2, signal
-    assert rows[0] == [Kind.NORM1, 0, 0, -1, -1, -1, -1, -1, -1, -1, norm1]
     qkv0 = sch.counters.index("qkv[0]")
-    assert rows[1] == [Kind.QKV, 0, 0, 0, 32, -1, norm1, 1, -1, -1, qkv0]  # q head 0's first 32 columns, after the norm
+    # kind, layer, 4 args, (counter, target) x 2, signal: q head 0's first 32 columns of the input's norm, no wait
+    assert rows[0] == [Kind.QKV, 0, 0, 0, 32, -1, -1, -1, -1, -1, qkv0]
     kinds = [r[0] for r in rows]
     assert kinds.count(Kind.QKV) == (2048 + 1024 + 1024) // 32
     scores = [r for r in rows if r[0] == Kind.SCORES]  # (seq, kv head, split, splits): no key bound in the table
-    rope0, scores00 = sch.counters.index("rope[0]"), sch.counters.index("scores[0,0]")
-    assert scores[:2] == [[Kind.SCORES, 0, 0, 0, s, 4, rope0, 1, -1, -1, scores00] for s in (0, 1)]
+    scores00 = sch.counters.index("scores[0,0]")  # after KV head 0's q heads', k's and v's 16 tiles
+    assert scores[:2] == [[Kind.SCORES, 0, 0, 0, s, 4, qkv0, 4 * 128 // 32, -1, -1, scores00] for s in (0, 1)]
     assert len(scores) == 8 * 4
     assert kinds.count(Kind.GATE_UP) == 3072 // 32 and kinds.count(Kind.DOWN) == 1024 // 8
     attn = [r[2:6] for r in rows if r[0] == Kind.ATTN_OUT]  # (seq, kv head, slice, slices) of head_dim
@@ -172,12 +171,12 @@ def test_a_part_of_the_table_drops_the_waits_on_what_it_leaves_out():
     assert [r[0] for r in back] == [int(t.kind) for t in sch.tasks if t.kind in BACK]
     o_proj = back[0]
     assert o_proj[0] == Kind.O_PROJ and o_proj[6:10] == [-1, -1, -1, -1]  # attention's output: the caller's input
-    norm2 = next(r for r in back if r[0] == Kind.NORM2)
-    assert norm2[6:8] == [sch.counters.index("o_proj"), 1024 // 8]  # kept: its producers are in the part
+    gate_up = next(r for r in back if r[0] == Kind.GATE_UP)
+    assert gate_up[6:8] == [sch.counters.index("o_proj"), 1024 // 8]  # kept: its producers are in the part
     front = qwen_table(FRONT)
-    assert {r[0] for r in front} == {Kind.NORM1, Kind.QKV, Kind.ROPE_STORE}
-    rope = next(r for r in front if r[0] == Kind.ROPE_STORE)
-    assert rope[6:8] == [sch.counters.index("qkv[0]"), 4 * 128 // 32]  # KV head 0's q heads, k and v tiles
+    assert {r[0] for r in front} == {Kind.QKV, Kind.SCORES}
+    score = next(r for r in front if r[0] == Kind.SCORES)
+    assert score[6:8] == [sch.counters.index("qkv[0]"), 4 * 128 // 32]  # KV head 0's q heads, k and v tiles
 
 
 def _switch_cases() -> frozenset[Kind]:
@@ -314,8 +313,8 @@ def test_the_whole_layer_in_one_launch_matches_the_chain(cuda, lens, first):
 
 @pytest.mark.parametrize("lens,first", CASES, ids=IDS)
 def test_the_two_halves_with_attention_as_an_input_match_the_chain(cuda, lens, first):
-    """Two launches: the table's front part (norm1, q/k/v, RoPE and the cache store), then its back part (o_proj to
-    down) with the chain's attention output as input (`Schedule.encode(kinds=...)` dropping the wait on it)."""
+    """Two launches: the table's front part (q/k/v of the input's norm, the score splits with RoPE and the cache
+    store), then its back part (o_proj to down) with the chain's attention output as input (`Schedule.encode(kinds=...)` dropping the wait on it)."""
     sch, layer, x, residual, inputs, chain = _chain(lens, first, cuda, torch.bfloat16)
     t = _tensors(layer, x, residual, inputs, chain["attn"])
     _run(sch, layer, t, FRONT)

@@ -20,7 +20,7 @@ from lab.persistent.sim import simulate
 
 TINY = LayerShape(8, 1, 1, 8, 8, (1,), qkv_cols=8)
 BUF = Region("buf", (0, 1), (0, 8))
-SCRATCH = frozenset({"h1", "res1", "q", "k", "v", "q_rot", "scores", "attn", "res2", "h2", "act", "mlp", "out"})
+SCRATCH = frozenset({"res1", "q", "k", "v", "q_rot", "scores", "attn", "res2", "act", "mlp", "out"})
 
 
 def _table(*tasks: tuple[Kind, list[int], str]) -> Schedule:

@@ -57,7 +57,7 @@ def test_interleavings_overlap_tasks_and_finish_out_of_queue_order():
 def test_qwen3_0_6b_layer_and_a_sliding_window_are_bitwise_too():
     case = C.make(C.QWEN3_0_6B, [300], seed=4)
     sch = build(replace(qwen3_0_6b(1, 300), context_lens=(300,)))
-    assert check(sch) == [] and len(sch.tasks) == 1 + 128 + 8 + 8 * 4 + 8 * 4 + 128 + 1 + 96 + 128
+    assert check(sch) == [] and len(sch.tasks) == 128 + 8 * 4 + 8 * 4 + 128 + 96 + 128
     assert all(_equal_to_engine(case, sch, False, 132, 0).values())
     windowed = C.make(C.SMALL, [37, 90], seed=5, window=16)
     assert windowed.weights[0].window == 16
@@ -121,10 +121,10 @@ def test_a_dropped_wait_is_caught_statically_and_by_the_interleavings():
         problems[0]
         == f"task {index} (O_PROJ) reads attn written by task {index - 16} (ATTN_OUT) without waiting for it"
     )
-    # every attention task it no longer waits for, and the norms whose residual it adds (ordered before only
-    # through the attention it skipped), each named
+    # every attention task it no longer waits for, and the first q/k/v tile, whose residual sum it adds (ordered
+    # before it only through the attention it skipped), each named
     assert sum("reads attn written by" in p and "(ATTN_OUT)" in p for p in problems) == 16
-    assert sum("reads res1 written by" in p and "(NORM1)" in p for p in problems) == 8 and len(problems) == 24
+    assert sum("reads res1 written by task 0 (QKV)" in p for p in problems) == 1 and len(problems) == 17
     caught = []
     for seed in range(10):
         try:
@@ -147,11 +147,11 @@ def _equal_to_engine_unchecked(case: C.Case, sch: Schedule, seed: int) -> dict[s
 def test_a_wait_no_task_can_satisfy_is_caught_statically_and_deadlocks():
     case = C.make(C.SMALL, LENS[1], seed=7)
     sch = build(case.shape(False, **TILES))
-    index = next(t.index for t in sch.tasks if t.kind == Kind.NORM2)
+    index = next(t.index for t in sch.tasks if t.kind == Kind.GATE_UP)
     (counter, target), tasks = sch.tasks[index].waits[0], list(sch.tasks)
     tasks[index] = replace(tasks[index], waits=((counter, target + 1),))
     bad = Schedule(sch.shape, tasks, sch.counters, sch.expected)
-    assert check(bad) == [f"task {index} (NORM2) waits for o_proj >= {target + 1}, but only {target} tasks signal it"]
+    assert check(bad) == [f"task {index} (GATE_UP) waits for o_proj >= {target + 1}, but only {target} tasks signal it"]
     with pytest.raises(Deadlock, match="every SM waits"):
         simulate(bad, case.weights, case.fresh_step(), sms=4, seed=0)
 
@@ -160,9 +160,13 @@ def test_the_table_a_kernel_reads():
     sch = build(C.make(C.SMALL, LENS[1], seed=8).shape(False, **TILES))
     rows = sch.encode()
     assert len(rows) == len(sch.tasks) and {len(r) for r in rows} == {11}
-    norm, qkv = rows[0], rows[1]
-    assert norm == [int(Kind.NORM1), 0, 0, -1, -1, -1, -1, -1, -1, -1, 0]  # layer 0, row 0; no wait; signals norm1
-    assert qkv == [int(Kind.QKV), 0, 0, 0, 32, -1, 0, 1, -1, -1, 1]  # q columns 0-32; waits norm1 >= 1 row
+    # layer 0, q columns 0-32 of the input's norm; no wait (the input is written before the table); signals qkv[0]
+    assert rows[0] == [int(Kind.QKV), 0, 0, 0, 32, -1, -1, -1, -1, -1, 0]
+    assert sch.tasks[0].writes[1].buffer == "res1" and all(len(t.writes) == 1 for t in sch.tasks[1:48])
+    # the first score split of (sequence 0, KV head 0) of 5: waits for its group's 24 q/k/v tiles (4 q heads, k, v;
+    # 4 tiles each), signals scores[0,0] (the counters after qkv[0] and qkv[1])
+    score = next(r for r in rows if r[0] == Kind.SCORES)
+    assert score == [int(Kind.SCORES), 0, 0, 0, 0, 5, 0, 24, -1, -1, 2]
 
 
 def test_the_time_model_counts_the_floor_and_orders_the_arms():
@@ -188,16 +192,16 @@ def test_the_command_line_reports_equality_and_the_caught_bug(capsys):
     assert main(["--seeds", "3", "--batch", "1", "--sms", "5", "--layers", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        "batch 1 layer 1+: 94 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
+        "batch 1 layer 1+: 90 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the engine's layer"
     )
     assert lines[2] == (
-        "step of 2 layers at batch 8: 468 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
+        "step of 2 layers at batch 8: 432 tasks, static check 0 problems; 3/3 interleavings bitwise equal to the "
         "engine's layers"
     )
     # o_proj reads the attention of 64 P.V slices (8 sequences x 2 KV heads x 4), each writing 4 heads' columns,
-    # and the residuals of 8 norms ordered before it only through them: 264 reads named
+    # and the residual sum of the first q/k/v tile, ordered before it only through them: 257 reads named
     assert lines[3].startswith(
-        "seeded bug (task 202, o_proj, without its wait on attention): static check 264 problems"
+        "seeded bug (task 192, o_proj, without its wait on attention): static check 257 problems"
     )
     assert lines[-1] == "persistent layer: PASS"
 
@@ -216,24 +220,24 @@ def test_a_step_of_three_layers_is_bitwise_the_engines_layers_and_its_cross_laye
     case = C.make(C.SMALL, LENS[8], seed=9, layers=3)
     sch = build_step(case.shape(False, **TILES), 3)
     assert check(sch) == [] and len(sch.tasks) == 3 * len(build(case.shape(False, **TILES)).tasks)
-    assert sch.encode()[len(sch.tasks) // 3][:3] == [int(Kind.NORM1), 1, 0]  # layer 1's first task: its norm of row 0
+    assert sch.encode()[len(sch.tasks) // 3][:3] == [int(Kind.QKV), 1, 0]  # layer 1's first task: its first q tile
     for seed, sms in enumerate((3, 16, 64)):
         ref_step, sim_step = case.fresh_step(), case.fresh_step()
         ref = C.reference(case, ref_step)
         run = simulate(sch, case.weights, sim_step, sms=sms, seed=seed)
         assert {k: torch.equal(run.buffers[k], ref[k]) for k in ref} == dict.fromkeys(ref, True)
         assert all(torch.equal(a, b) for x, y in zip(sim_step.caches(), ref_step.caches()) for a, b in zip(x, y))
-    # layer 1's norms without their wait on layer 0's down tiles
-    first = next(t.index for t in sch.tasks if t.kind == Kind.NORM1 and t.layer == 1)
+    # layer 1's first q/k/v tile without its wait on layer 0's down tiles
+    first = next(t.index for t in sch.tasks if t.kind == Kind.QKV and t.layer == 1)
     tasks = list(sch.tasks)
     tasks[first] = replace(tasks[first], waits=())
     bad = Schedule(sch.shape, tasks, sch.counters, sch.expected, layers=3)
-    assert check(bad)[0].startswith(f"task {first} (NORM1) reads L0.mlp written by task ")
+    assert check(bad)[0].startswith(f"task {first} (QKV) reads L0.mlp written by task ")
     caught = 0
     for seed in range(6):
         try:
             simulate(bad, case.weights, case.fresh_step(), sms=64, seed=seed)
         except ReadBeforeWrite as exc:
             caught += 1
-            assert f"task {first} (NORM1 (0,)) read L0.mlp[0:1, 0:256] before it was written" in str(exc)
+            assert f"task {first} (QKV (0, 0, 32)) read L0.mlp[0:8, 0:256] before it was written" in str(exc)
     assert caught

@@ -70,10 +70,10 @@ def test_the_whole_steps_table():
     assert kinds[:b] == [Kind.EMBED] * b and kinds[-7 - b :] == [Kind.FINAL_NORM] * b + [Kind.HEAD] * 7
     assert sch.inputs() == {"ids"} and sch.buffers()["logits"] == (8, 400) and sch.buffers()["ids"] == (8, 1)
     rows = sch.encode()
-    embed0 = sch.counters.index("embed[0]")
-    assert rows[0] == [int(Kind.EMBED), 0, 0, -1, -1, -1, -1, -1, -1, -1, embed0]  # no wait: the ids are the input
-    norm1 = sch.tasks[b + 3]
-    assert (norm1.kind, norm1.args, norm1.waits) == (Kind.NORM1, (3,), ((sch.counters.index("embed[3]"), 1),))
+    embed = sch.counters.index("embed")
+    assert rows[0] == [int(Kind.EMBED), 0, 0, -1, -1, -1, -1, -1, -1, -1, embed]  # no wait: the ids are the input
+    qkv = sch.tasks[b + 3]  # layer 0's q/k/v tiles wait for every row's embedding
+    assert (qkv.kind, qkv.layer, qkv.waits) == (Kind.QKV, 0, ((embed, b),))
     down = sch.counters.index("L2.down")
     final = [t for t in sch.tasks if t.kind == Kind.FINAL_NORM]
     assert {t.waits for t in final} == {((down, 256 // 48 + 1),)} and {t.layer for t in final} == {2}
@@ -108,20 +108,20 @@ def test_the_head_without_its_wait_on_the_final_norm_is_caught_both_ways():
     assert same["logits"] is False and same["final"] is True
 
 
-def test_a_first_norm_without_its_wait_on_the_embedding_is_caught_both_ways():
+def test_a_first_tile_without_its_wait_on_the_embedding_is_caught_both_ways():
     case, sch = _model(1, seed=12)
-    bad, index = drop_wait(sch, Kind.NORM1)
-    assert (index, check(bad)) == (1, ["task 1 (NORM1) reads x written by task 0 (EMBED) without waiting for it"])
+    bad, index = drop_wait(sch, Kind.QKV)
+    assert (index, check(bad)) == (1, ["task 1 (QKV) reads x written by task 0 (EMBED) without waiting for it"])
     caught = []
     for seed in range(10):
         try:
             simulate(bad, case.weights, case.fresh_step(True), sms=2, seed=seed, model=case.head)
         except ReadBeforeWrite as exc:
             caught.append(seed)
-            assert str(exc) == f"seed {seed}: task 1 (NORM1 (0,)) read x[0:1, 0:256] before it was written"
-    assert caught, "no interleaving ran the first norm before the embedding finished"
+            assert str(exc) == f"seed {seed}: task 1 (QKV (0, 0, 32)) read x[0:1, 0:256] before it was written"
+    assert caught, "no interleaving ran the first tile before the embedding finished"
     _, _, same = _run_against_engine(case, bad, 2, caught[0], check_reads=False)
-    assert same == {"final": False, "logits": False, "caches": False}  # NaN from the first norm on
+    assert same == {"final": False, "logits": False, "caches": False}  # NaN from the first tile on
 
 
 def test_the_kernel_binding_takes_the_whole_step_and_refuses_past_its_layers():

@@ -57,7 +57,7 @@ def test_each_kind_carries_the_tables_weight_bytes_a_layer_and_its_phase():
     first = [i for i, t in enumerate(SCH.tasks) if t.kind == Kind.QKV and t.layer == 0]
     assert by["QKV"].phase_us == pytest.approx(len(first) * 50 / 1e3)  # back to back: the phase is its tasks' run
     assert by["QKV"].phase_gbs == pytest.approx(2 * qkv / (len(first) * 50))
-    assert by["NORM1"].phase_gbs is None  # a norm's weight is a vector: no streamed matrix
+    assert by["SCORES"].phase_gbs is None  # attention streams the cache, no weight matrix
     ends = [max(i for i, t in enumerate(SCH.tasks) if t.layer == layer) for layer in (0, 1)]
     assert s.layer_us == pytest.approx((ends[1] - ends[0]) * 50 / 1e3)
 
