@@ -2,7 +2,10 @@
 task, the SM that ran it and the global timer when its block turned to it, when its waits were met and when it signalled.
 `summarize` turns that into the launch's span, the share of block-time spent running, waiting and idle (no task:
 the launch's ramp and drain), and per kind of task its run and wait time and how long its phase lasts in a layer
-(first wait met to last signal), with the weight bytes the phase streams over that time.
+(first wait met to last signal), with the weight bytes the phase streams over that time, and its wake: for a task
+taken before its counters reached their targets, the time from the signal that completed its wait to the moment its
+block saw it (the poll's back-off, the lookahead's take; a signal's time is read just after its atomic add, so a
+wake can read a few ns below zero).
 
     python -m lab.persistent.trace [--layers 28] [--batch 1] [--context 1024] [--dtype bfloat16] [--json FILE]
 
@@ -40,6 +43,7 @@ class KindTime:
     max_run_us: float
     phase_us: float  # mean over layers: the kind's first wait met to its last signal in that layer
     weight_bytes: int  # a layer's (0 for kinds that stream no weights)
+    wake_us: float | None = None  # mean over its tasks that waited on a signal: that signal to the wait met
 
     @property
     def phase_gbs(self) -> float | None:
@@ -82,7 +86,16 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
     phases: dict[Kind, dict[int, tuple[int, int]]] = defaultdict(dict)
     layer_end: dict[int, int] = {}
     bytes_per_layer: dict[Kind, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    signals: dict[int, list[int]] = defaultdict(list)  # each counter's signal times, in order
     for task, row in zip(sch.tasks, trace, strict=True):
+        signals[task.signal].append(row[SIGNALLED])
+    for times in signals.values():
+        times.sort()
+    wakes: dict[Kind, list[int]] = defaultdict(list)
+    for task, row in zip(sch.tasks, trace, strict=True):
+        ready = max((signals[c][target - 1] for c, target in task.waits if target <= len(signals[c])), default=0)
+        if ready > row[TAKEN]:  # it waited on that signal
+            wakes[task.kind].append(row[MET] - ready)
         by_kind[task.kind].append(task.index)
         lo, hi = phases[task.kind].get(task.layer, (row[MET], row[SIGNALLED]))
         phases[task.kind][task.layer] = (min(lo, row[MET]), max(hi, row[SIGNALLED]))
@@ -91,9 +104,10 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
     kinds = []
     for kind, idx in by_kind.items():
         runs, spans = [run[i] for i in idx], [hi - lo for lo, hi in phases[kind].values()]
+        woke = wakes[kind]
         kinds.append(KindTime(kind.name, len(idx), sum(runs) / 1e3, sum(wait[i] for i in idx) / 1e3,
                               sum(runs) / len(runs) / 1e3, max(runs) / 1e3, sum(spans) / len(spans) / 1e3,
-                              max(bytes_per_layer[kind].values())))  # fmt: skip
+                              max(bytes_per_layer[kind].values()), sum(woke) / len(woke) / 1e3 if woke else None))  # fmt: skip
     kinds.sort(key=lambda k: -k.run_us)
     ends = [layer_end[k] for k in sorted(layer_end)]
     pace = (ends[-1] - ends[0]) / (len(ends) - 1) / 1e3 if len(ends) > 1 else span / 1e3
@@ -109,12 +123,14 @@ def render(s: Summary, title: str, untraced_us: float | None = None) -> str:
         f"block-time: running {100 * s.run_share:.1f}%, waiting {100 * s.wait_share:.1f}%, idle (ramp and drain) "
         f"{100 * s.idle_share:.1f}%; a layer every {s.layer_us:.1f} us"
     )
-    out.append(f"{'kind':<11}{'tasks':>7}{'run us':>10}{'wait us':>10}{'mean':>8}{'max':>8}{'phase us':>10}{'GB/s':>8}")
+    head = f"{'kind':<11}{'tasks':>7}{'run us':>10}{'wait us':>10}{'mean':>8}{'max':>8}{'phase us':>10}{'GB/s':>8}"
+    out.append(head + f"{'wake us':>9}")
     for k in s.kinds:
         gbs = "-" if k.phase_gbs is None else f"{k.phase_gbs:.0f}"
+        wake = "-" if k.wake_us is None else f"{k.wake_us:.2f}"
         out.append(
             f"{k.kind:<11}{k.tasks:>7}{k.run_us:>10.1f}{k.wait_us:>10.1f}{k.mean_run_us:>8.2f}{k.max_run_us:>8.2f}"
-            f"{k.phase_us:>10.2f}{gbs:>8}"
+            f"{k.phase_us:>10.2f}{gbs:>8}{wake:>9}"
         )
     return "\n".join(out)
 

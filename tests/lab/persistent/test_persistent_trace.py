@@ -62,6 +62,20 @@ def test_each_kind_carries_the_tables_weight_bytes_a_layer_and_its_phase():
     assert s.layer_us == pytest.approx((ends[1] - ends[0]) * 50 / 1e3)
 
 
+def test_a_task_taken_before_its_signal_wakes_when_the_last_one_it_needs_lands():
+    rows = serial()
+    score = next(t for t in SCH.tasks if t.kind == Kind.SCORES)  # waits for its group's q/k/v tiles
+    ((counter, target),) = score.waits
+    producers = [t.index for t in SCH.tasks if t.signal == counter]
+    assert len(producers) == target and producers[-1] < score.index - 1  # other groups' tiles queue between
+    rows[score.index][1] = rows[producers[0]][1]  # taken early: it waits for the last of its producers
+    by = {k.kind: k for k in T.summarize(rows, SCH).kinds}
+    woke = rows[score.index][2] - rows[producers[-1]][3]  # its wait met a few tiles after that signal
+    assert woke > 0 and by["SCORES"].wake_us == pytest.approx(woke / 1e3)
+    assert by["QKV"].wake_us is None  # taken as their inputs landed: none waited on a signal
+    assert "wake us" in T.render(T.summarize(rows, SCH), "title")
+
+
 @pytest.mark.parametrize(
     "edit,message",
     [
