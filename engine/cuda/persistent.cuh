@@ -3,11 +3,11 @@
 // atomic head, asks L2 for the task's weights (prefetch_weights), waits (thread 0 spinning on acquire loads with
 // __nanosleep backoff) until the task's counters reach their targets, takes its following task (and prefetches that
 // one's weights, so they stream while this task runs), runs the task with all 256 threads, and signals its counter
-// with a release (the block's barrier, then __threadfence() and atomicAdd). No grid barrier and no cooperative
-// launch: a task is only taken after every task before it in the queue was taken, and the table queues every
-// producer before its consumers (its static check: lab/persistent/check.py). So a waiting task waits on earlier
-// tasks only, each running or held behind a block's current task, which is earlier still: every chain of waits
-// ends at a task that can run.
+// with a release (the block's barrier, then thread 0's red.release: no round trip to wait on). No grid barrier and
+// no cooperative launch: a task is only taken after every task before it in the queue was taken, and the table
+// queues every producer before its consumers (its static check: lab/persistent/check.py). So a waiting task waits on
+// earlier tasks only, each running or held behind a block's current task, which is earlier still: every chain of
+// waits ends at a task that can run.
 //
 // Every kind of the table runs: QKV (the input's norm staged, then q/k/v columns), SCORES (q/k norm and RoPE of
 // its sequence's group, q.k over a split of the keys; the split holding the newest key stores K and V into the paged
@@ -59,6 +59,7 @@ constexpr int kKvUnroll = 4;  // K or V rows a lane has in flight at once, 16 by
 constexpr int kPvHeads = 4;  // heads of a group one P.V pass accumulates (8 floats a head a lane)
 constexpr int kPvChunk = 1024;  // keys whose probabilities a P.V pass holds in shared memory at once
 constexpr int kTableInts = kPvChunk + 4;  // a chunk's block-table entries, padded to 16 bytes
+constexpr unsigned kMaxSleepNs = 128;  // a wait's poll back-off, at most (it starts at 32 ns)
 constexpr long long kWaitLimitNs = 2000000000LL;  // a wait this long is a broken table: record it and go on
 // control: [error, head], then the counters. The launcher zeroes the head and the counters and leaves the error
 // word, so a caller that keeps one control block across launches (a decode step's) reads every launch's first error.
@@ -123,6 +124,12 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
+// Thread 0, once the block's barrier has ordered every thread's writes before it: add one to the counter with release
+// semantics (prior writes visible at GPU scope before the add is), as a reduction: nothing comes back to wait for.
+__device__ __forceinline__ void signal_release(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
 __device__ __forceinline__ long long global_ns() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -138,7 +145,9 @@ __device__ bool wait_for(const int* row, const int* counters) {
     const long long start = global_ns();
     while (load_acquire(counters + c) < target) {
       __nanosleep(sleep_ns);
-      sleep_ns = min(sleep_ns * 2, 1024u);  // short first: a producer is usually a few microseconds from done
+      // short: the sleep after the signal lands is the consumer's wake latency, on every phase's critical path; a
+      // poll is one L2 load of thread 0 of each waiting block
+      sleep_ns = min(sleep_ns * 2, kMaxSleepNs);
       if (global_ns() - start > kWaitLimitNs) return false;
     }
   }
@@ -230,7 +239,8 @@ __device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
     for (int off = 16; off > 0; off >>= 1) total = __fadd_rn(total, __shfl_xor_sync(0xffffffffu, total, off));
     const float scale = vt_norm::rms_scale(total, in.mean_scale, in.eps);
     T* row = xs + static_cast<long long>(r) * k;
-    for (int i = threadIdx.x; i < k; i += kThreads) row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, in.norm[i]);
+    for (int i = threadIdx.x; i < k; i += kThreads)
+      row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, in.norm[i]);
   }
   __syncthreads();  // the rows are whole; `partial` is free for the next pass
 }
@@ -401,10 +411,10 @@ __device__ void rotate(int seq, int kv, bool newest, const Layer<T>& p, T* raw, 
 // here from the context length (persistent_schedule.key_range's integer bounds), so the table holds no length and
 // one table serves every step of a batch size (a CUDA graph replays it). The last split holds the newest key: it
 // also rotates k and stores K and V (`rotate`), so its own read of that key follows the store in the block. The
-// group's rotated q heads staged as fp32,
-// and per chunk of kPvChunk keys their block-table entries; a key's row is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers
-// 32 / (head_dim / 8) keys a load), every head of the group against it (each K row read once); a lane sums its 8
-// products in order, then the key's lanes by butterfly; rounded as the generic kernel: T(T(q.k) * scale).
+// group's rotated q heads are staged as fp32, and per chunk of kPvChunk keys their block-table entries; a key's row
+// is read by head_dim / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight (a warp covers 32 / (head_dim / 8)
+// keys a load), every head of the group against it (each K row read once); a lane sums its 8 products in order,
+// then the key's lanes by butterfly; rounded as the generic kernel: T(T(q.k) * scale).
 template <typename T>
 __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p, float* qs) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -699,8 +709,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
     if (ready) run_task<T>(row, step.layer[row[1]], step.model, xs, error);
     __syncthreads();  // every thread's writes happen before the release; task_index is free to overwrite
     if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counters + row[10], 1);
+      signal_release(counters + row[10]);
       if (trace != nullptr) {
         long long* at = trace + static_cast<long long>(t) * kTraceWidth;
         at[0] = sm_id();
