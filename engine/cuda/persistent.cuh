@@ -420,22 +420,26 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int* tbl = reinterpret_cast<int*>(qs + g * d);  // a chunk's block-table entries
   T* raw = reinterpret_cast<T*>(tbl + kTableInts);  // the staged q (k, v) heads, then the rotated q heads
-  rotate(seq, kv, split == splits - 1, p, raw, raw + (g + 2) * d);
-  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(raw[(g + 2) * d + i]);
-  __syncthreads();
   const int* table = p.block_tables + static_cast<long long>(seq) * p.max_blocks;
   const int len = p.context_lens[seq], allowed = vt::window_begin(len, p.window);  // keys before it are never read
   const long long span = len - allowed;
   const int begin = allowed + static_cast<int>(split * span / splits);
   const int k1 = allowed + static_cast<int>((split + 1) * span / splits);
+  // the first chunk's block-table entries load while q is rotated (rotate's barriers publish them)
+  if (begin < k1) stage_table(tbl, table, begin, min(k1, begin + kPvChunk) - begin, p.block_size);
+  rotate(seq, kv, split == splits - 1, p, raw, raw + (g + 2) * d);
+  for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(raw[(g + 2) * d + i]);
+  __syncthreads();
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
   const int lpk = d / kVec, kpw = 32 / lpk, sub = lane / lpk, c = (lane % lpk) * kVec;  // launcher: lpk divides 32
   const int step = kWarps * kpw;
   for (int c0 = begin; c0 < k1; c0 += kPvChunk) {
     const int c1 = min(k1, c0 + kPvChunk);
-    __syncthreads();  // every warp is done with the last chunk's entries
-    stage_table(tbl, table, c0, c1 - c0, p.block_size);
-    __syncthreads();
+    if (c0 != begin) {  // a later chunk: its entries, once every warp is done with the last chunk's
+      __syncthreads();
+      stage_table(tbl, table, c0, c1 - c0, p.block_size);
+      __syncthreads();
+    }
     for (int base = c0 + warp * kpw; base < c1; base += step * kKvUnroll) {  // base: the same for the whole warp
       uint4 kr[kKvUnroll];
 #pragma unroll
@@ -487,16 +491,29 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
   float* part_s = smem + kPvHeads * kPvChunk;  // [kWarps, kPvHeads, w]: the warps' sums
   int* tbl = reinterpret_cast<int*>(part_s + kWarps * kPvHeads * d);  // a chunk's block-table entries
   const int step = kWarps * rpw;
+  // every allowed key in one chunk (the common decode case): the logits come from L2 once, into ps, where the max,
+  // the sum and the probabilities read them, and the block-table entries load beside them
+  const int keys = len - begin;
+  const bool whole = keys <= kPvChunk;
+  if (whole) stage_table(tbl, table, begin, keys, p.block_size);
   for (int h0 = 0; h0 < g; h0 += kPvHeads) {
     const int nh = min(kPvHeads, g - h0);
     const float* logits0 = p.scores + static_cast<long long>(seq * p.heads + kv * g + h0) * p.ld_scores;
+    if (whole) {
+      for (int i = tid; i < nh * keys; i += kThreads)
+        ps[(i / keys) * kPvChunk + i % keys] = __ldcg(logits0 + static_cast<long long>(i / keys) * p.ld_scores + begin +
+                                                      i % keys);
+      __syncthreads();
+    }
+    auto logit = [&](int h, int t) {
+      return whole ? ps[h * kPvChunk + t - begin] : __ldcg(logits0 + static_cast<long long>(h) * p.ld_scores + t);
+    };
     for (int h = 0; h < nh; ++h) {
-      const float* logits = logits0 + static_cast<long long>(h) * p.ld_scores;
       float mx = -CUDART_INF_F;
-      for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, __ldcg(logits + t));
+      for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, logit(h, t));
       mx = vt::block_reduce(mx, red_s, true);
       float sum = 0.f;
-      for (int t = begin + tid; t < len; t += kThreads) sum += expf(__ldcg(logits + t) - mx);
+      for (int t = begin + tid; t < len; t += kThreads) sum += expf(logit(h, t) - mx);
       sum = vt::block_reduce(sum, red_s, false);
       if (tid == 0) {
         stat_s[h] = mx;
@@ -511,12 +528,11 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
     for (int k0 = begin; k0 < len; k0 += kPvChunk) {
       const int n = min(kPvChunk, len - k0);
       __syncthreads();  // stat_s is written; every warp is done with the last chunk's probabilities
-      for (int i = tid; i < nh * n; i += kThreads) {
+      for (int i = tid; i < nh * n; i += kThreads) {  // whole: in place, each thread its own logits
         const int h = i / n, j = i % n;
-        const float s = __ldcg(logits0 + static_cast<long long>(h) * p.ld_scores + k0 + j);
-        ps[h * kPvChunk + j] = vt::round_to<T>(expf(s - stat_s[h]) / stat_s[kPvHeads + h]);
+        ps[h * kPvChunk + j] = vt::round_to<T>(expf(logit(h, k0 + j) - stat_s[h]) / stat_s[kPvHeads + h]);
       }
-      stage_table(tbl, table, k0, n, p.block_size);
+      if (!whole) stage_table(tbl, table, k0, n, p.block_size);
       __syncthreads();
       for (int base = warp * rpw; base < n; base += step * kKvUnroll) {
         uint4 vr[kKvUnroll];
