@@ -1,10 +1,10 @@
 // The persistent decode layer: one launch of SM-count blocks runs a Qwen3 layer's task table
 // (engine/cuda/persistent_schedule.py `Schedule.encode`) in queue order. Each block takes the next task from a global
-// atomic head, asks L2 for the task's weights (prefetch_weights), waits (thread 0 spinning on acquire loads with
-// __nanosleep backoff) until the task's counters reach their targets, takes its following task (and prefetches that
-// one's weights, so they stream while this task runs), runs the task with all 256 threads, and signals its counter
-// with a release (the block's barrier, then thread 0's red.release: no round trip to wait on). No grid barrier and
-// no cooperative launch: a task is only taken after every task before it in the queue was taken, and the table
+// atomic head, asks L2 for the task's weights (prefetch_weights), takes its following task (and prefetches that
+// one's weights, so they stream while this task waits and runs), waits (thread 0 spinning on acquire loads with
+// __nanosleep backoff) until the task's counters reach their targets, runs the task with all 256 threads, and
+// signals its counter with a release (the block's barrier, then thread 0's red.release: no round trip to wait on).
+// No grid barrier and no cooperative launch: a task is only taken after every task before it in the queue was taken, and the table
 // queues every producer before its consumers (its static check: lab/persistent/check.py). So a waiting task waits on
 // earlier tasks only, each running or held behind a block's current task, which is earlier still: every chain of
 // waits ends at a task that can run.
@@ -702,6 +702,12 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
         const int* row = table + static_cast<long long>(cur) * kRowWidth;
         const bool layer_ok = row[1] >= 0 && row[1] < step.layers;
         if (layer_ok && !ahead) prefetch_weights<T>(row, step.layer[row[1]], step.model);
+        // the next task, taken before this one's waits: its weights stream while this one waits and runs, and the
+        // take's round trips (the head's atomic, the row) are off the path from the signal to the run
+        held = atomicAdd(head, 1);
+        const int* next = table + static_cast<long long>(held) * kRowWidth;
+        if (held < tasks && next[1] >= 0 && next[1] < step.layers)
+          prefetch_weights<T>(next, step.layer[next[1]], step.model);
         if (!wait_for(row, counters)) {
           atomicCAS(error, 0, kErrWait + cur);
           ready = 0;
@@ -710,10 +716,6 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
           atomicCAS(error, 0, kErrLayer + cur);
           ready = 0;
         }
-        held = atomicAdd(head, 1);  // the next task, its weights streaming while this one runs
-        const int* next = table + static_cast<long long>(held) * kRowWidth;
-        if (held < tasks && next[1] >= 0 && next[1] < step.layers)
-          prefetch_weights<T>(next, step.layer[next[1]], step.model);
       }
       task_index = cur;
       met = trace != nullptr ? global_ns() : 0;

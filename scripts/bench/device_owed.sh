@@ -37,14 +37,17 @@ correctness() {
   ( timeout 300 python3 -m lab ci gates --out "$R/ci" > "$R/ci.log" 2>&1; echo "lab ci gates rc=$?" >> "$R/ci.log"
     timeout 90 python3 -m lab gate tokens --device cuda --dtype bfloat16 > "$R/tokens.log" 2>&1
     echo "tokens rc=$?" >> "$R/tokens.log" ) &
+  groups=$!
   ( timeout 320 python3 -m lab ci teeth --out "$R/teeth" > "$R/teeth.log" 2>&1; echo "lab ci teeth rc=$?" >> "$R/teeth.log" ) &
+  groups="$groups $!"
   ( timeout 300 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda tests/engine/test_kernels_device.py \
       tests/engine/test_kernels_checks.py tests/engine/test_kernels_by_name.py > "$R/cuda-tests.log" 2>&1
     echo "cuda tests rc=$?" >> "$R/cuda-tests.log"
     timeout 90 python3 -m lab gate kernels --filter attn/tiled_onepass --filter attn/splitkv_swap \
       --filter attn/warp_d128 --ledger "$R/ledger/kernels-attn.json" > "$R/kernels.log" 2>&1
     echo "kernels rc=$?" >> "$R/kernels.log" ) &
-  wait; echo "correctness done at $(el) s"
+  groups="$groups $!"
+  wait $groups; echo "correctness done at $(el) s"  # these three: a bare `wait` also waits for the log saver
   tail -n 22 "$R/ci.log"; tail -n 8 "$R/teeth.log"; tail -n 6 "$R/cuda-tests.log"
   grep -E "norm_qkv|norm_mlp|PASS|FAIL|rc=" "$R/tokens.log" | head -12; tail -n 3 "$R/kernels.log"
   timeout 110 python3 -m lab bench serving --requests 256 --reps 1 --max-len 512 --ledger "$R/ledger" > "$R/serving.log" 2>&1

@@ -63,3 +63,16 @@ def test_the_call_leaves_two_files_in_out():
     written = set(re.findall(r"\$OUT/([\w.-]+)", text))
     assert written == {"logs.txt", "records.tgz"}, written
     assert not re.search(r'"\$OUT"/', text)  # no copies of many files into it
+
+
+def _bare_waits(text: str) -> list[str]:
+    """`wait` lines that name no job: in this script they would also wait for the log saver's endless loop, so the
+    call would run to the device's limit (the correctness mode's first run on a GPU did, 600 s)."""
+    return [code for line in text.splitlines() if (code := line.split("#")[0].strip()).split(";")[0] == "wait"]
+
+
+def test_a_mode_waits_for_its_own_groups_not_the_log_saver():
+    text = SCRIPT.read_text()
+    assert "( while sleep 20; do save; done ) &" in text  # the saver runs beside every mode
+    assert re.search(r"^\s*wait \$groups", text, re.M) and _bare_waits(text) == []
+    assert _bare_waits("( timeout 5 a ) &\nwait; echo done\n") == ["wait; echo done"]  # the defect, caught

@@ -150,7 +150,7 @@ def test_the_table_sends_decode_rows_to_the_gemv_under_both_flags(cuda):
 
     x = torch.randn(2, 256, device=cuda, dtype=torch.bfloat16)
     w = torch.randn(192, 256, device=cuda, dtype=torch.bfloat16)
-    on = FlagSnapshot.defaults().with_(VT_GEMV=True)
+    on = FlagSnapshot.defaults().with_(VT_GEMV=True, VT_GEMV_STREAM=False, VT_GEMV_PDL=False)  # the plain GEMV arm
     kernels.reset_counts()
     assert torch.equal(kernels.linear(on, x, w), gemv.linear(x, w))
     kernels.linear(on, torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill

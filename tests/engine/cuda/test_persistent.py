@@ -511,10 +511,13 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     cmp = compare(got, want, STACK)
     assert cmp.passed, cmp.as_dict()
     slots = inputs(0)[2]
-    for (k, v), (rk, rv) in zip(kv_on, kv_off, strict=True):
+    for layer, ((k, v), (rk, rv)) in enumerate(zip(kv_on, kv_off, strict=True)):
+        # layer 0's K/V is one op from the chain's; a later layer's carries the layers before it (the H100 run of
+        # 063f476: layer K slots 91.4% bitwise, max |diff| 0.023, over the one-op bf16 tolerance)
+        tol = TOLERANCES["bf16"] if layer == 0 else STACK
         for a, b in ((k, rk), (v, rv)):
-            cmp = compare(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], TOLERANCES["bf16"])
-            assert cmp.passed, cmp.as_dict()
+            cmp = compare(a.flatten(0, 1)[slots], b.flatten(0, 1)[slots], tol)
+            assert cmp.passed, (layer, cmp.as_dict())
 
     n, pos, slots = inputs(0)
     kv = caches()
