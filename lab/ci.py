@@ -697,7 +697,9 @@ def teeth_steps(ctx: Context) -> list[Step]:
     for i, bugs in enumerate(TEETH_SETS[razor]):
         out = ctx.result(f"teeth-{i}")
         argv = (PY, *"-m lab gate teeth --seeds 10 --device cuda --razor".split(), razor, "--bugs", *bugs.split())
-        steps.append(Step(f"teeth-{i}", 270, (*argv, "--json", str(out)), report_json(out)))
+        steps.append(
+            Step(f"teeth-{i}", 270, (*argv, "--json", str(out), "--ledger", str(ctx.ledger)), report_json(out))
+        )
     return steps
 
 

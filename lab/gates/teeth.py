@@ -41,6 +41,7 @@ from engine.model.config import checkpoint_dtype, load_config
 from engine.ops import gemv, norm, paged_attn, rope
 from lab.data.gate_models import write_gate_models
 from lab.gates import harness
+from lab.gates.ledger import write_record
 from lab.gates.neartie import DEFAULT_BAND, DEFAULT_TOP_K
 from lab.gates.oracle import Oracle, attend_online
 from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts, token_gate
@@ -367,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "are rates, so a larger sample separates a bug's count from a correct reordering's)",
     )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write {passed, examined, summary} here (lab ci)")
+    p.add_argument("--ledger", type=Path, metavar="DIR", help="also write the catch rates as a ledger record into DIR")
     args = p.parse_args(argv)
     razor = kernels.RAZORS[args.razor]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -397,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", log-prob distance at most {limits} nats" if limits else "")
     )
     print(f"{'seeded':30s} {'razor':>6s}" + (f" {'former':>6s} {'tokens':>6s}" if args.former else "") + "  what")
-    worst, rates = 0, []
+    worst, rates, caught_by = 0, [], {}
     for name in names:
         s = SEEDED[name]
         t0 = time.perf_counter()
@@ -415,13 +417,20 @@ def main(argv: list[str] | None = None) -> int:
         kind = "pass expected" if s.good else "catch expected"
         print(f"{cols}  {s.what} ({kind}; {time.perf_counter() - t0:.0f}s)", flush=True)
         rates.append(f"{name} {rate}")
+        caught_by[name] = {"caught": sum(caught), "seeds": args.seeds, "good_twin": s.good}
     verdict = f"teeth: {'FAIL' if worst else 'PASS'}: razor catch rate >= 9/10 for every bug, false alarms <= 1/10"
     print(verdict)
+    summary = f"{razor.name} on {args.device}: " + ", ".join(rates) + f" ({verdict.split(':')[1].strip()})"
     if args.json:
-        summary = f"{razor.name} on {args.device}: " + ", ".join(rates) + f" ({verdict.split(':')[1].strip()})"
         args.json.parent.mkdir(parents=True, exist_ok=True)
         examined = len(names) * args.seeds
         args.json.write_text(json.dumps({"passed": not worst, "examined": examined, "summary": summary}) + "\n")
+    if args.ledger:
+        command = "python -m lab gate teeth " + " ".join(argv if argv is not None else sys.argv[1:])
+        results = {"razor": razor.name, "passed": not worst, "prompt_sets": args.prompt_sets, "bugs": caught_by}
+        at = write_record(args.ledger, f"teeth-{razor.name}-{args.device.split(':')[0]}", ["ENGINE-PERSISTENT"],
+                          command, args.device, "teeth: " + summary, results)  # fmt: skip
+        print(f"ledger: {at}")
     return worst
 
 

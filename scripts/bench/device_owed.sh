@@ -38,7 +38,8 @@ correctness() {
     timeout 90 python3 -m lab gate tokens --device cuda --dtype bfloat16 > "$R/tokens.log" 2>&1
     echo "tokens rc=$?" >> "$R/tokens.log" ) &
   groups=$!
-  ( timeout 320 python3 -m lab ci teeth --out "$R/teeth" > "$R/teeth.log" 2>&1; echo "lab ci teeth rc=$?" >> "$R/teeth.log" ) &
+  ( timeout 320 python3 -m lab ci teeth --out "$R/teeth" > "$R/teeth.log" 2>&1; echo "lab ci teeth rc=$?" >> "$R/teeth.log"
+    cp "$R"/teeth/ledger/*.json "$R/ledger/" 2>/dev/null ) &  # each step's catch rates, a record
   groups="$groups $!"
   ( timeout 300 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda tests/engine/test_kernels_device.py \
       tests/engine/test_kernels_checks.py tests/engine/test_kernels_by_name.py > "$R/cuda-tests.log" 2>&1

@@ -141,9 +141,11 @@ def test_teeth_runs_the_seeded_bugs_of_the_setting_four_at_once_on_the_gpu(tmp_p
         "good-online-split",
         "--json",
         str(ctx(tmp_path).result("teeth-3")),
+        "--ledger",
+        str(ctx(tmp_path).ledger),  # each step's catch rates as a record
     )
     named = steps("teeth", ci.Context(tmp_path / "out", None, "fp32-probs"))
-    assert named["teeth-2"].argv[-4:-2] == ("--bugs", "probs-rounded")
+    assert named["teeth-2"].argv[-6:-4] == ("--bugs", "probs-rounded")
     from lab.gates.teeth import seeded_for
 
     for razor, sets in ci.TEETH_SETS.items():  # every seeded bug and twin of the setting, once

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 
 import pytest
@@ -12,7 +13,7 @@ import engine.ops.paged_attn as paged_attn
 import engine.ops.rope as rope_ops
 from engine import kernels
 from engine.staging import StepStaging
-from lab.gates import harness, teeth
+from lab.gates import harness, ledger, teeth
 from lab.gates.harness import Setup
 from lab.gates.neartie import EXACT
 from lab.gates.result import FAIL, PASS, REFUSED
@@ -148,3 +149,16 @@ def test_teeth_writes_its_verdict_as_json_for_lab_ci(tmp_path, capsys):
     assert teeth.main(["--seeds", "1", "--bugs", "eps-x10", "--json", str(out)]) == 0
     assert "teeth: PASS" in capsys.readouterr().out
     assert json.loads(out.read_text()) == {"passed": True, "examined": 1, "summary": "eager on cpu: eps-x10 1/1 (PASS)"}
+
+
+def test_teeth_writes_its_catch_rates_as_a_ledger_record(tmp_path, checkout, monkeypatch, capsys):
+    """`--ledger DIR`: one record of the run's catch rates (what `lab ci teeth` leaves for the GPU runs), naming the
+    checkout that ran (here a clean one-commit repository)."""
+    monkeypatch.setattr(teeth, "write_record", functools.partial(ledger.write_record, root=checkout))
+    assert teeth.main(["--seeds", "1", "--bugs", "eps-x10", "--ledger", str(tmp_path / "ledger")]) == 0
+    (record,) = (tmp_path / "ledger").glob("*.json")
+    data = json.loads(record.read_text())
+    assert record.name.endswith("-teeth-eager-cpu.json") and data["clean"] is True and data["kind"] == "gate"
+    assert data["summary"] == "teeth: eager on cpu: eps-x10 1/1 (PASS)"
+    assert data["results"]["bugs"] == {"eps-x10": {"caught": 1, "seeds": 1, "good_twin": False}}
+    assert f"ledger: {record}" in capsys.readouterr().out
