@@ -51,7 +51,7 @@ constexpr int kThreads = vt_norm::kThreadsPerBlock;  // 256: the norm's block_su
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowWidth = 11;  // kind, layer, 4 args, (counter, target) x 2, signal (Schedule.encode)
 constexpr int kMaxWaits = 2;
-constexpr int kTraceWidth = 4;  // a traced task: SM, taken, waits met, signalled (ns)
+constexpr int kTraceWidth = 5;  // a traced task: SM, taken, waits met, input staged, signalled (ns)
 constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
@@ -134,6 +134,15 @@ __device__ __forceinline__ long long global_ns() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// When the block's current task had its input in hand (thread 0; 0 until then, reset as the block turns to a task):
+// a GEMV tile's rows staged (and normed), a score split's q rotated, a P.V slice's softmax statistics. The trace's
+// `staged` time splits a task's run into its input's round trips and the rest.
+__shared__ long long staged_at;
+
+__device__ __forceinline__ void mark_staged() {
+  if (threadIdx.x == 0 && staged_at == 0) staged_at = global_ns();
 }
 
 // Thread 0: spin until counters[c] >= target for each of the row's waits; false after kWaitLimitNs.
@@ -276,6 +285,7 @@ __device__ void gemv_tile(const Input<T>& in, const T* w0, const T* w1, int rows
     bool loaded = c0 + warp < c1;  // the warp's first chunks are in flight while x is staged: they do not need it
     if (loaded) load(c0 + warp, 0);
     stage_input(xs, in, r0, m, k);
+    mark_staged();
     for (int col = c0 + warp; col < c1; col += kWarps) {
       float acc[NW][kRowsPerPass];
 #pragma unroll
@@ -430,6 +440,7 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   rotate(seq, kv, split == splits - 1, p, raw, raw + (g + 2) * d);
   for (int i = threadIdx.x; i < g * d; i += kThreads) qs[i] = vt::to_f32(raw[(g + 2) * d + i]);
   __syncthreads();
+  mark_staged();
   float* rows = p.scores + static_cast<long long>(seq * p.heads + kv * g) * p.ld_scores;
   const int lpk = d / kVec, kpw = 32 / lpk, sub = lane / lpk, c = (lane % lpk) * kVec;  // launcher: lpk divides 32
   const int step = kWarps * kpw;
@@ -520,6 +531,7 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
         stat_s[kPvHeads + h] = sum;
       }
     }
+    mark_staged();
     float acc[kPvHeads][kVec];
 #pragma unroll
     for (int h = 0; h < kPvHeads; ++h)
@@ -676,8 +688,9 @@ __device__ __forceinline__ int sm_id() {
 // table: [tasks, kRowWidth] int32; control: [error, head, counters...], the head and counters zeroed before the
 // launch. N: the most layers the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
 // trace: null, or [tasks, kTraceWidth] int64 that each task's block fills: its SM, and the global timer when the block
-// turned to the task (it took it earlier, while the task before ran), when its waits were met and when it signalled
-// (lab/persistent/trace.py reads where the time went).
+// turned to the task (it took it earlier, while the task before ran), when its waits were met, when its input was
+// staged (`mark_staged`; 0 for a kind without that point) and when it signalled (lab/persistent/trace.py reads where
+// the time went).
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
 persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, long long* trace,
@@ -718,6 +731,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
         }
       }
       task_index = cur;
+      staged_at = 0;
       met = trace != nullptr ? global_ns() : 0;
     }
     __syncthreads();  // the task's inputs, acquired by thread 0, are now ordered before every thread's reads
@@ -733,7 +747,8 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
         at[0] = sm_id();
         at[1] = taken;
         at[2] = met;
-        at[3] = global_ns();
+        at[3] = staged_at;
+        at[4] = global_ns();
       }
     }
   }

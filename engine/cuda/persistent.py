@@ -36,7 +36,7 @@ VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 # the kernel's switch: a kind given a case there is added here (a test holds the two together)
 BUILT = frozenset(Kind)
 MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
-TRACE = ("sm", "taken", "met", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
+TRACE = ("sm", "taken", "met", "staged", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles, about one wave of 132 SMs per phase at b1 for Qwen3-0.6B (lab/persistent/model.py `qwen3_0_6b`: q/k/v
 # 128 tiles, o_proj and down 128, gate/up 96); to be tuned on the device. Per (sequence, KV head): key_splits score

@@ -1,8 +1,11 @@
 """Where a persistent launch's time goes. The kernel can fill a trace (engine/cuda/persistent.py `TRACE`): for each
-task, the SM that ran it and the global timer when its block turned to it, when its waits were met and when it signalled.
+task, the SM that ran it and the global timer when its block turned to it, when its waits were met, when its input
+was staged (a GEMV tile's rows, a score split's rotated q, a P.V slice's softmax statistics; 0 for other kinds) and
+when it signalled.
 `summarize` turns that into the launch's span, the share of block-time spent running, waiting and idle (no task:
 the launch's ramp and drain), and per kind of task its run and wait time and how long its phase lasts in a layer
-(first wait met to last signal), with the weight bytes the phase streams over that time, and its wake: for a task
+(first wait met to last signal), with the weight bytes the phase streams over that time, its input time (wait met
+to input staged: the task's first round trips), and its wake: for a task
 taken before its counters reached their targets, the time from the signal that completed its wait to the moment its
 block saw it (the poll's back-off, the lookahead's take; a signal's time is read just after its atomic add, so a
 wake can read a few ns below zero).
@@ -30,7 +33,7 @@ from engine.cuda.persistent_schedule import Kind, Schedule
 from lab.gates.ledger import figure, write_record
 from lab.persistent import case as C
 
-SM, TAKEN, MET, SIGNALLED = range(len(persistent.TRACE))
+SM, TAKEN, MET, STAGED, SIGNALLED = range(len(persistent.TRACE))
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class KindTime:
     phase_us: float  # mean over layers: the kind's first wait met to its last signal in that layer
     weight_bytes: int  # a layer's (0 for kinds that stream no weights)
     wake_us: float | None = None  # mean over its tasks that waited on a signal: that signal to the wait met
+    input_us: float | None = None  # mean over its tasks that mark it: wait met to input staged
 
     @property
     def phase_gbs(self) -> float | None:
@@ -73,9 +77,10 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
             raise ValueError(f"task {i}: {len(row)} trace fields, expected {len(persistent.TRACE)}")
         if row[TAKEN] <= 0:
             raise ValueError(f"task {i} was never traced (its block did not run it)")
-        if not row[TAKEN] <= row[MET] <= row[SIGNALLED]:
-            raise ValueError(f"task {i}: times out of order (taken {row[TAKEN]}, met {row[MET]}, signalled "
-                             f"{row[SIGNALLED]})")  # fmt: skip
+        staged_ok = row[STAGED] == 0 or row[MET] <= row[STAGED] <= row[SIGNALLED]
+        if not row[TAKEN] <= row[MET] <= row[SIGNALLED] or not staged_ok:
+            raise ValueError(f"task {i}: times out of order (taken {row[TAKEN]}, met {row[MET]}, staged "
+                             f"{row[STAGED]}, signalled {row[SIGNALLED]})")  # fmt: skip
     start = min(r[TAKEN] for r in trace)
     span = max(r[SIGNALLED] for r in trace) - start
     blocks = len({r[SM] for r in trace})
@@ -105,9 +110,11 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
     for kind, idx in by_kind.items():
         runs, spans = [run[i] for i in idx], [hi - lo for lo, hi in phases[kind].values()]
         woke = wakes[kind]
+        inputs = [trace[i][STAGED] - trace[i][MET] for i in idx if trace[i][STAGED]]
         kinds.append(KindTime(kind.name, len(idx), sum(runs) / 1e3, sum(wait[i] for i in idx) / 1e3,
                               sum(runs) / len(runs) / 1e3, max(runs) / 1e3, sum(spans) / len(spans) / 1e3,
-                              max(bytes_per_layer[kind].values()), sum(woke) / len(woke) / 1e3 if woke else None))  # fmt: skip
+                              max(bytes_per_layer[kind].values()), sum(woke) / len(woke) / 1e3 if woke else None,
+                              sum(inputs) / len(inputs) / 1e3 if inputs else None))  # fmt: skip
     kinds.sort(key=lambda k: -k.run_us)
     ends = [layer_end[k] for k in sorted(layer_end)]
     pace = (ends[-1] - ends[0]) / (len(ends) - 1) / 1e3 if len(ends) > 1 else span / 1e3
@@ -124,13 +131,14 @@ def render(s: Summary, title: str, untraced_us: float | None = None) -> str:
         f"{100 * s.idle_share:.1f}%; a layer every {s.layer_us:.1f} us"
     )
     head = f"{'kind':<11}{'tasks':>7}{'run us':>10}{'wait us':>10}{'mean':>8}{'max':>8}{'phase us':>10}{'GB/s':>8}"
-    out.append(head + f"{'wake us':>9}")
+    out.append(head + f"{'wake us':>9}{'input us':>10}")
     for k in s.kinds:
         gbs = "-" if k.phase_gbs is None else f"{k.phase_gbs:.0f}"
         wake = "-" if k.wake_us is None else f"{k.wake_us:.2f}"
+        staged = "-" if k.input_us is None else f"{k.input_us:.2f}"
         out.append(
             f"{k.kind:<11}{k.tasks:>7}{k.run_us:>10.1f}{k.wait_us:>10.1f}{k.mean_run_us:>8.2f}{k.max_run_us:>8.2f}"
-            f"{k.phase_us:>10.2f}{gbs:>8}{wake:>9}"
+            f"{k.phase_us:>10.2f}{gbs:>8}{wake:>9}{staged:>10}"
         )
     return "\n".join(out)
 

@@ -443,8 +443,8 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
 
 def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda):
     """The step's launch with a trace (engine/cuda/persistent.py `TRACE`): every task's row filled on an SM of the
-    device, taken <= waits met <= signalled, a task never met before a task it waits on signalled; the outputs bit for
-    bit the untraced launch's; lab/persistent/trace.py's summary of it accounts for the whole span."""
+    device, taken <= waits met <= staged <= signalled, a task never met before a task it waits on signalled; the
+    outputs bit for bit the untraced launch's; lab/persistent/trace.py's summary of it accounts for the whole span."""
     case = C.make_model(C.SMALL, [100, 7], seed=3, layers=2, vocab=400, device=cuda, dtype=torch.bfloat16)
     assert case.lm is not None
     sch = build_model_step(case.shape(True, **TILES), 2, 400, 0)
@@ -461,8 +461,11 @@ def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda):
     rows = trace.tolist()
     sms = torch.cuda.get_device_properties(cuda).multi_processor_count
     done: dict[int, list[int]] = {}
-    for task, (sm, taken, met, signalled) in zip(sch.tasks, rows, strict=True):
+    for task, (sm, taken, met, staged, signalled) in zip(sch.tasks, rows, strict=True):
         assert 0 <= sm < sms and 0 < taken <= met <= signalled, (task.index, task.kind)
+        # every kind that stages an input marks it (the model's ends do not)
+        marks = task.kind not in (Kind.EMBED, Kind.FINAL_NORM)
+        assert (met <= staged <= signalled) if marks else staged == 0, (task.index, task.kind, staged)
         done.setdefault(task.signal, []).append(signalled)
     for task, row in zip(sch.tasks, rows, strict=True):
         for counter, target in task.waits:  # the target-th signal of the counter came before this task's start

@@ -17,11 +17,15 @@ SHAPE = persistent.decode_shape(1, 256, 8, 2, 128, 640, True, None)
 SCH = persistent.schedule_for(SHAPE, 2, 64)
 
 
-def serial(run_ns: int = 50, gap_ns: int = 0) -> list[list[int]]:
-    """Every task on one SM, back to back in queue order: taken, met `gap_ns` later, signalled `run_ns` after."""
+def serial(run_ns: int = 50, gap_ns: int = 0, staged_ns: int = 20) -> list[list[int]]:
+    """Every task on one SM, back to back in queue order: taken, met `gap_ns` later, its input staged `staged_ns`
+    after that (GEMV tiles, score splits and P.V slices; the kernel leaves 0 for the others), signalled `run_ns` after
+    the wait met."""
+    marks = {Kind.QKV, Kind.SCORES, Kind.ATTN_OUT, Kind.O_PROJ, Kind.GATE_UP, Kind.DOWN, Kind.HEAD}
     rows, t = [], 1_000
-    for _ in SCH.tasks:
-        rows.append([0, t, t + gap_ns, t + gap_ns + run_ns])
+    for task in SCH.tasks:
+        met = t + gap_ns
+        rows.append([0, t, met, met + staged_ns if task.kind in marks else 0, met + run_ns])
         t += gap_ns + run_ns
     return rows
 
@@ -41,7 +45,7 @@ def test_waits_and_idle_blocks_are_their_shares_of_block_time():
     rows = serial(run_ns=30, gap_ns=10)  # a quarter of each task's time waiting
     rows[0][0] = 1  # a second SM that ran only the first task: idle for the rest of the span
     s = T.summarize(rows, SCH)
-    span = rows[-1][3] - rows[0][1]
+    span = rows[-1][T.SIGNALLED] - rows[0][T.TAKEN]
     assert s.blocks == 2
     assert s.wait_share == pytest.approx(10 * len(rows) / (2 * span))
     assert s.run_share == pytest.approx(30 * len(rows) / (2 * span))
@@ -62,6 +66,13 @@ def test_each_kind_carries_the_tables_weight_bytes_a_layer_and_its_phase():
     assert s.layer_us == pytest.approx((ends[1] - ends[0]) * 50 / 1e3)
 
 
+def test_a_kinds_input_time_is_its_wait_met_to_its_input_staged_where_it_marks_one():
+    by = {k.kind: k for k in T.summarize(serial(run_ns=50, staged_ns=20), SCH).kinds}
+    assert by["QKV"].input_us == pytest.approx(0.02) and by["ATTN_OUT"].input_us == pytest.approx(0.02)
+    assert by["EMBED"].input_us is None and by["FINAL_NORM"].input_us is None  # no staging point: nothing made up
+    assert "input us" in T.render(T.summarize(serial(), SCH), "title")
+
+
 def test_a_task_taken_before_its_signal_wakes_when_the_last_one_it_needs_lands():
     rows = serial()
     score = next(t for t in SCH.tasks if t.kind == Kind.SCORES)  # waits for its group's q/k/v tiles
@@ -70,7 +81,7 @@ def test_a_task_taken_before_its_signal_wakes_when_the_last_one_it_needs_lands()
     assert len(producers) == target and producers[-1] < score.index - 1  # other groups' tiles queue between
     rows[score.index][1] = rows[producers[0]][1]  # taken early: it waits for the last of its producers
     by = {k.kind: k for k in T.summarize(rows, SCH).kinds}
-    woke = rows[score.index][2] - rows[producers[-1]][3]  # its wait met a few tiles after that signal
+    woke = rows[score.index][T.MET] - rows[producers[-1]][T.SIGNALLED]  # its wait met a few tiles after that signal
     assert woke > 0 and by["SCORES"].wake_us == pytest.approx(woke / 1e3)
     assert by["QKV"].wake_us is None  # taken as their inputs landed: none waited on a signal
     assert "wake us" in T.render(T.summarize(rows, SCH), "title")
@@ -81,10 +92,11 @@ def test_a_task_taken_before_its_signal_wakes_when_the_last_one_it_needs_lands()
     [
         (lambda rows: rows.pop(), "a trace of"),
         (lambda rows: rows[3].__setitem__(1, 0), "task 3 was never traced"),
-        (lambda rows: rows[5].__setitem__(2, rows[5][3] + 1), "task 5: times out of order"),
-        (lambda rows: rows[2].pop(), "task 2: 3 trace fields"),
+        (lambda rows: rows[5].__setitem__(2, rows[5][4] + 1), "task 5: times out of order"),
+        (lambda rows: rows[7].__setitem__(3, rows[7][4] + 1), "task 7: times out of order"),  # staged after its signal
+        (lambda rows: rows[2].pop(), "task 2: 4 trace fields"),
     ],
-    ids=["short", "untraced", "order", "width"],
+    ids=["short", "untraced", "order", "staged-order", "width"],
 )
 def test_a_trace_of_no_whole_launch_is_refused(edit, message):
     rows = serial()
