@@ -77,19 +77,20 @@ VT_DEFINE_LAST_ERROR(persistent)
 VT_EXPORT int vt_persistent_row_width() { return vt_persistent::kRowWidth; }
 VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWords; }
 
-// Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input, and at least a
-// KV group's q heads in fp32 with a chunk's block-table entries, its staged q, k and v heads and rotated q heads
-// (SCORES), and a P.V pass's probabilities and warps' sums with a chunk's entries (ATTN_OUT: kPvHeads heads' rows of
+// Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input (and a norm's
+// weight after a normed tile's rows), and at least a KV group's q heads in fp32 with a chunk's block-table entries,
+// its staged q, k and v heads, rotated q heads and the q/k norms' weights, cos and sin (SCORES), and a P.V pass's probabilities and warps' sums with a chunk's entries (ATTN_OUT: kPvHeads heads' rows of
 // kPvChunk keys and kWarps x head_dim floats, the widest slice).
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;
   const int q_dim = heads * head_dim, g = heads / kv_heads;
   const int k = hidden > q_dim ? (hidden > inter ? hidden : inter) : (q_dim > inter ? q_dim : inter);
-  const long long gemv = static_cast<long long>(rows) * k * elt;
+  const long long staged = static_cast<long long>(rows) * k, normed = static_cast<long long>(rows + 1) * hidden;
+  const long long gemv = (staged > normed ? staged : normed) * elt;  // a normed tile stages its norm's weight too
   const long long table = vt_persistent::kTableInts * static_cast<long long>(sizeof(int));  // a chunk's entries
   const long long score = static_cast<long long>(g) * head_dim * static_cast<long long>(sizeof(float)) + table +
-                          static_cast<long long>(2 * g + 2) * head_dim * elt;
+                          static_cast<long long>(2 * g + 6) * head_dim * elt;
   const long long pv = static_cast<long long>(vt_persistent::kPvHeads) *
                            (vt_persistent::kPvChunk + vt_persistent::kWarps * head_dim) * sizeof(float) +
                        table;

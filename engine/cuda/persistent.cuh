@@ -205,8 +205,9 @@ struct Input {
   float mean_scale, eps;
 };
 
-// Rows [r0, r0 + m) of the input into shared memory through L2 as 16-byte loads (the residual added in place), then
-// a barrier; with a norm, its sums of squares then run over the staged rows and its scale and weight rewrite them.
+// Rows [r0, r0 + m) of the input into shared memory through L2 as 16-byte loads (the residual added in place, the
+// norm's weight vector after them), then a barrier; with a norm, its sums of squares then run over the staged rows
+// and its scale and weight rewrite them.
 template <typename T>
 __device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
   const int vecs = m * (k / kVec);
@@ -214,7 +215,13 @@ __device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
   const uint4* x = reinterpret_cast<const uint4*>(in.x) + first;
   const uint4* res = in.residual != nullptr ? reinterpret_cast<const uint4*>(in.residual) + first : nullptr;
   uint4* dst = reinterpret_cast<uint4*>(xs);
-  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+  T* ws = xs + static_cast<long long>(m) * k;  // the norm's weight, staged beside the rows in the same round trip
+  const int wvecs = in.norm != nullptr ? k / kVec : 0;
+  for (int i = threadIdx.x; i < vecs + wvecs; i += kThreads) {
+    if (i >= vecs) {
+      reinterpret_cast<uint4*>(ws)[i - vecs] = __ldg(reinterpret_cast<const uint4*>(in.norm) + (i - vecs));
+      continue;
+    }
     uint4 xv = __ldcg(x + i);
     if (res != nullptr) {
       const uint4 rv = __ldcg(res + i);
@@ -249,7 +256,7 @@ __device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
     const float scale = vt_norm::rms_scale(total, in.mean_scale, in.eps);
     T* row = xs + static_cast<long long>(r) * k;
     for (int i = threadIdx.x; i < k; i += kThreads)
-      row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, in.norm[i]);
+      row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, ws[i]);
   }
   __syncthreads();  // the rows are whole; `partial` is free for the next pass
 }
@@ -383,9 +390,9 @@ __device__ __forceinline__ const T* staged_row(const T* cache, const Layer<T>& p
 }
 
 // Row `seq`'s q heads of KV group `kv` normed and rotated into `rot` (and, with `newest`, into q_rot too), read through
-// L2 from the q/k/v tiles' output, staged in `raw`; with `newest` (the split holding the newest key) also its k head
-// normed and rotated into k_rot and the key's cache slot, and its v head copied to the slot. One warp per head row:
-// norm_rope_row's shuffles stay full-warp. Ends with a barrier: the cache rows are then visible to the whole block.
+// L2 from the q/k/v tiles' output, staged in `raw` (the norms' weights, cos and sin staged after `rot`); with
+// `newest` (the split holding the newest key) also its k head normed and rotated into k_rot and the key's cache
+// slot, and its v head copied to the slot. One warp per head row: norm_rope_row's shuffles stay full-warp. Ends with a barrier: the cache rows are then visible to the whole block.
 template <typename T>
 __device__ void rotate(int seq, int kv, bool newest, const Layer<T>& p, T* raw, T* rot) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -393,21 +400,34 @@ __device__ void rotate(int seq, int kv, bool newest, const Layer<T>& p, T* raw, 
   const uint4* q = reinterpret_cast<const uint4*>(p.q + static_cast<long long>(seq) * p.q_dim + kv * g * d);
   const uint4* k = reinterpret_cast<const uint4*>(p.k + static_cast<long long>(seq) * p.kv_dim + kv * d);
   const uint4* v = reinterpret_cast<const uint4*>(p.v + static_cast<long long>(seq) * p.kv_dim + kv * d);
+  // with the heads, in the same round trip: the q and k norms' weights and the row's cos and sin, [4, d] after rot
+  T* aux = rot + g * d;
+  const T* cos_row = p.cos + static_cast<long long>(seq) * d;
+  const T* sin_row = p.sin + static_cast<long long>(seq) * d;
   uint4* dst = reinterpret_cast<uint4*>(raw);
-  for (int i = threadIdx.x; i < qv + (newest ? 2 * hv : 0); i += kThreads)
-    dst[i] = __ldcg(i < qv ? q + i : i < qv + hv ? k + (i - qv) : v + (i - qv - hv));
+  for (int i = threadIdx.x; i < qv + 4 * hv + (newest ? 2 * hv : 0); i += kThreads) {
+    if (i < qv) {
+      dst[i] = __ldcg(q + i);
+    } else if (i < qv + 4 * hv) {
+      const int j = i - qv, part = j / hv;
+      const T* from = part == 0 ? p.q_norm : part == 1 ? p.k_norm : part == 2 ? cos_row : sin_row;
+      reinterpret_cast<uint4*>(aux)[j] = __ldg(reinterpret_cast<const uint4*>(from) + j % hv);
+    } else {
+      const int j = i - qv - 4 * hv;  // k, then v: the newest key's heads
+      dst[qv + j] = __ldcg(j < hv ? k + j : v + (j - hv));
+    }
+  }
   __syncthreads();
   const long long slot = p.slots[seq];
   const long long cache_row = (slot * p.kv_heads + kv) * d;
-  const T* ct = p.cos + static_cast<long long>(seq) * d;
-  const T* st = p.sin + static_cast<long long>(seq) * d;
+  const T *q_norm = aux, *k_norm = aux + d, *ct = aux + 2 * d, *st = aux + 3 * d;
   for (int h = warp; h < g + (newest ? 2 : 0); h += kWarps) {
     const T* src = raw + h * d;
     if (h < g) {
       T* out = newest ? p.q_rot + static_cast<long long>(seq) * p.q_dim + (kv * g + h) * d : nullptr;
-      vt_rope::norm_rope_row<T>(src, p.q_norm, ct, st, d, p.q_mean_scale, p.eps, rot + h * d, out);
+      vt_rope::norm_rope_row<T>(src, q_norm, ct, st, d, p.q_mean_scale, p.eps, rot + h * d, out);
     } else if (h == g) {
-      vt_rope::norm_rope_row<T>(src, p.k_norm, ct, st, d, p.k_mean_scale, p.eps,
+      vt_rope::norm_rope_row<T>(src, k_norm, ct, st, d, p.k_mean_scale, p.eps,
                                 p.k_rot + static_cast<long long>(seq) * p.kv_dim + kv * d,
                                 slot >= 0 ? p.k_cache + cache_row : nullptr);
     } else if (slot >= 0) {

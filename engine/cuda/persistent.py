@@ -189,13 +189,15 @@ def _lib() -> ctypes.CDLL:
 
 
 def smem_bytes(batch: int, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, elt: int) -> int:
-    """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input, at least a KV group's
-    q heads in fp32, its staged q, k and v heads and rotated q heads (SCORES), and a P.V pass's probabilities and
-    warps' sums (ATTN_OUT), each attention kind with a chunk's block-table entries."""
-    gemv = min(batch, ROWS_PER_PASS) * max(hidden, heads * head_dim, inter) * elt
+    """persistent.cu `vt_persistent_smem_bytes`: the staged rows of the widest GEMV input (and a norm's weight after
+    a normed tile's rows), at least a KV group's q heads in fp32, its staged q, k and v heads, rotated q heads, the
+    q/k norms' weights, cos and sin (SCORES), and a P.V pass's probabilities and warps' sums (ATTN_OUT), each
+    attention kind with a chunk's block-table entries."""
+    rows = min(batch, ROWS_PER_PASS)
+    gemv = max(rows * max(hidden, heads * head_dim, inter), (rows + 1) * hidden) * elt
     g = heads // kv_heads
     table = TABLE_INTS * 4
-    score = g * head_dim * 4 + table + (2 * g + 2) * head_dim * elt
+    score = g * head_dim * 4 + table + (2 * g + 6) * head_dim * elt
     return max(gemv, score, PV_HEADS * (PV_CHUNK + WARPS * head_dim) * 4 + table)
 
 

@@ -66,10 +66,10 @@ def test_the_binding_constants_are_the_kernels(compiled):
     )  # b1: a P.V pass's, with a chunk's block-table entries
     assert persistent.smem_bytes(32, 1024, 16, 8, 128, 3072, 2) == 49152  # b8 and up: 8 rows of K 3072
     assert (
-        persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4 + table + (2 * 128 + 2) * 128 * 2
-    )  # 128 q heads outgrow it: in fp32, staged with k and v, and rotated
+        persistent.smem_bytes(1, 1024, 128, 1, 128, 3072, 2) == 128 * 128 * 4 + table + (2 * 128 + 6) * 128 * 2
+    )  # 128 q heads outgrow it: in fp32, staged with k, v, the norms' weights, cos and sin, and rotated
     assert (
-        persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4 + table + (2 * 64 + 2) * 64 * 2
+        persistent.smem_bytes(1, 1024, 64, 1, 64, 3072, 2) == 64 * 64 * 4 + table + (2 * 64 + 6) * 64 * 2
     )  # d64 with 64 q heads a group: the score split's staging
 
 
