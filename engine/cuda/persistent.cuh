@@ -54,6 +54,8 @@ constexpr int kMaxWaits = 2;
 constexpr int kTraceWidth = 5;  // a traced task: SM, taken, waits met, input staged, signalled (ns)
 constexpr int kRowsPerPass = 8;  // rows of x staged in shared memory per pass of a GEMV tile (b32: 4 passes)
 constexpr int kUnroll = vt_gemv::kUnroll;  // W chunks in flight per lane
+constexpr int kAhead = 2;  // of them, a GEMV warp's next column's first chunks, loaded while this column is summed
+static_assert(kAhead <= kUnroll, "the chunks loaded ahead are the first of a batch");
 constexpr int kVec = 8;  // 16 bytes of a 2-byte type
 constexpr int kKvUnroll = 4;  // K or V rows a lane has in flight at once, 16 bytes of each
 constexpr int kPvHeads = 4;  // heads of a group one P.V pass accumulates (8 floats a head a lane)
@@ -277,8 +279,9 @@ __device__ void gemv_tile(const Input<T>& in, const T* w0, const T* w1, int rows
   for (int r0 = 0; r0 < rows; r0 += kRowsPerPass) {
     const int m = min(kRowsPerPass, rows - r0);
     if (r0 > 0) __syncthreads();  // every warp is done with the last pass's rows
-    P wv[NW][kUnroll];
-    auto load = [&](int col, int c) {  // chunks c .. c + kUnroll - 1 of the column's weight rows
+    P wv[NW][kUnroll], nx[kAhead];  // this batch of chunks; the next column's first kAhead chunks (one matrix)
+    // chunks c + u, u in [u0, kUnroll), of the column's weight rows
+    auto load = [&](int col, int c, int u0) {
       const T* wrow[NW];
       wrow[0] = w0 + static_cast<long long>(col) * k;
       if constexpr (NW == 2) wrow[1] = w1 + static_cast<long long>(col) * k;
@@ -286,11 +289,12 @@ __device__ void gemv_tile(const Input<T>& in, const T* w0, const T* w1, int rows
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
         for (int j = 0; j < NW; ++j)
-          if ((c + u) * kChunk + lane * kVec < k)
+          if (u >= u0 && (c + u) * kChunk + lane * kVec < k)
             wv[j][u] = vt_gemv::load_streamed<T, kVec>(wrow[j] + (c + u) * kChunk + lane * kVec);
     };
     bool loaded = c0 + warp < c1;  // the warp's first chunks are in flight while x is staged: they do not need it
-    if (loaded) load(c0 + warp, 0);
+    if (loaded) load(c0 + warp, 0, 0);
+    bool ahead = false;  // nx holds the column's first chunks
     stage_input(xs, in, r0, m, k);
     mark_staged();
     for (int col = c0 + warp; col < c1; col += kWarps) {
@@ -300,8 +304,24 @@ __device__ void gemv_tile(const Input<T>& in, const T* w0, const T* w1, int rows
 #pragma unroll
         for (int r = 0; r < kRowsPerPass; ++r) acc[j][r] = 0.0f;
       for (int c = 0; c < nchunks; c += kUnroll) {
-        if (!loaded) load(col, c);
+        if (ahead) {  // the first chunks came ahead: load the rest of the batch behind them
+#pragma unroll
+          for (int u = 0; u < kAhead; ++u) wv[0][u] = nx[u];
+          load(col, c, kAhead);
+          ahead = false;
+        } else if (!loaded) {
+          load(col, c, 0);
+        }
         loaded = false;
+        // the column's last batch: the next column's first chunks fly while this one is summed, not after its
+        // butterfly (one weight matrix, kAhead chunks: more would pass the kernel's register cap)
+        if (NW == 1 && c + kUnroll >= nchunks && col + kWarps < c1) {
+          const T* next = w0 + static_cast<long long>(col + kWarps) * k;
+#pragma unroll
+          for (int u = 0; u < kAhead; ++u)
+            if (u * kChunk + lane * kVec < k) nx[u] = vt_gemv::load_streamed<T, kVec>(next + u * kChunk + lane * kVec);
+          ahead = true;
+        }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int off = (c + u) * kChunk + lane * kVec;
