@@ -517,6 +517,30 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   }
 }
 
+// vt::block_reduce (the generic kernel's: each warp's butterfly, then warp 0's partial and the others' in order) of
+// each of the first n values at once, so every head's max or sum is bit for bit its own reduction's, with one
+// barrier pair for all of them. red: [kPvHeads, kWarps]. Every thread holds every total.
+__device__ __forceinline__ void block_reduce_heads(float (&v)[kPvHeads], int n, float* red, bool is_max) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < kPvHeads; ++h)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float y = __shfl_xor_sync(0xffffffffu, v[h], o);
+      v[h] = is_max ? fmaxf(v[h], y) : v[h] + y;
+    }
+  __syncthreads();  // red may still be read from the previous reduction
+  if (lane == 0)
+    for (int h = 0; h < n; ++h) red[h * kWarps + warp] = v[h];
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kPvHeads; ++h) {
+    if (h >= n) break;
+    v[h] = red[h * kWarps];
+    for (int w = 1; w < kWarps; ++w) v[h] = is_max ? fmaxf(v[h], red[h * kWarps + w]) : v[h] + red[h * kWarps + w];
+  }
+}
+
 // ATTN_OUT of (seq, kv), slice `part` of `parts` of head_dim: per pass of up to kPvHeads heads of the group, each
 // head's block max and sum of exp over the allowed keys (the generic kernel's reductions; the logits are only read,
 // so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities
@@ -527,7 +551,7 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
 // tolerance, as the tiled arms.
 template <typename T>
 __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p, float* smem, int* error) {
-  __shared__ float red_s[kWarps];
+  __shared__ float red_s[kPvHeads * kWarps];
   __shared__ float stat_s[2 * kPvHeads];  // the pass's heads' max, then sum
   const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int w = parts > 0 ? d / parts : 0, lpr = w / kVec;  // the slice's columns; lanes a V row
@@ -559,18 +583,26 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
     auto logit = [&](int h, int t) {
       return whole ? ps[h * kPvChunk + t - begin] : __ldcg(logits0 + static_cast<long long>(h) * p.ld_scores + t);
     };
-    for (int h = 0; h < nh; ++h) {
-      float mx = -CUDART_INF_F;
-      for (int t = begin + tid; t < len; t += kThreads) mx = fmaxf(mx, logit(h, t));
-      mx = vt::block_reduce(mx, red_s, true);
-      float sum = 0.f;
-      for (int t = begin + tid; t < len; t += kThreads) sum += expf(logit(h, t) - mx);
-      sum = vt::block_reduce(sum, red_s, false);
-      if (tid == 0) {
-        stat_s[h] = mx;
-        stat_s[kPvHeads + h] = sum;
-      }
+    float mx[kPvHeads], sum[kPvHeads];  // every head of the pass at once: one reduction each, not one per head
+#pragma unroll
+    for (int h = 0; h < kPvHeads; ++h) {
+      mx[h] = -CUDART_INF_F;
+      if (h < nh)
+        for (int t = begin + tid; t < len; t += kThreads) mx[h] = fmaxf(mx[h], logit(h, t));
     }
+    block_reduce_heads(mx, nh, red_s, true);
+#pragma unroll
+    for (int h = 0; h < kPvHeads; ++h) {
+      sum[h] = 0.f;
+      if (h < nh)
+        for (int t = begin + tid; t < len; t += kThreads) sum[h] += expf(logit(h, t) - mx[h]);
+    }
+    block_reduce_heads(sum, nh, red_s, false);
+    if (tid == 0)
+      for (int h = 0; h < nh; ++h) {
+        stat_s[h] = mx[h];
+        stat_s[kPvHeads + h] = sum[h];
+      }
     mark_staged();
     float acc[kPvHeads][kVec];
 #pragma unroll
