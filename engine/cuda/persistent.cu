@@ -79,8 +79,9 @@ VT_EXPORT int vt_persistent_control_words() { return vt_persistent::kControlWord
 
 // Dynamic shared memory of a launch: kRowsPerPass (or fewer) staged rows of the widest GEMV input (and a norm's
 // weight after a normed tile's rows), and at least a KV group's q heads in fp32 with a chunk's block-table entries,
-// its staged q, k and v heads, rotated q heads and the q/k norms' weights, cos and sin (SCORES), and a P.V pass's probabilities and warps' sums with a chunk's entries (ATTN_OUT: kPvHeads heads' rows of
-// kPvChunk keys and kWarps x head_dim floats, the widest slice).
+// its staged q, k and v heads, rotated q heads and the q/k norms' weights, cos and sin (SCORES), and a P.V pass's
+// probabilities and warps' sums with a chunk's entries (ATTN_OUT: kPvHeads heads' rows of kPvChunk keys and kWarps
+// x head_dim floats, the widest slice).
 VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, int kv_heads, int head_dim, int inter,
                                              int elt) {
   const int rows = batch < vt_persistent::kRowsPerPass ? batch : vt_persistent::kRowsPerPass;

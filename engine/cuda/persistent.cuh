@@ -4,18 +4,18 @@
 // one's weights, so they stream while this task waits and runs), waits (thread 0 spinning on acquire loads with
 // __nanosleep backoff) until the task's counters reach their targets, runs the task with all 256 threads, and
 // signals its counter with a release (the block's barrier, then thread 0's red.release: no round trip to wait on).
-// No grid barrier and no cooperative launch: a task is only taken after every task before it in the queue was taken, and the table
-// queues every producer before its consumers (its static check: lab/persistent/check.py). So a waiting task waits on
-// earlier tasks only, each running or held behind a block's current task, which is earlier still: every chain of
-// waits ends at a task that can run.
+// No grid barrier and no cooperative launch: a task is only taken after every task before it in the queue was
+// taken, and the table queues every producer before its consumers (its static check: lab/persistent/check.py). So a
+// waiting task waits on earlier tasks only, each running or held behind a block's current task, which is earlier
+// still: every chain of waits ends at a task that can run.
 //
 // Every kind of the table runs: QKV (the input's norm staged, then q/k/v columns), SCORES (q/k norm and RoPE of
 // its sequence's group, q.k over a split of the keys; the split holding the newest key stores K and V into the paged
 // cache), ATTN_OUT (softmax and P.V), O_PROJ (+ residual), GATE_UP (the residual's norm staged, SiLU * up) and DOWN
-// (+ residual); and a whole step's ends: EMBED (a token's embedding row), FINAL_NORM (the model's norm) and HEAD (LM-head
-// columns: the logits). A row's `layer` column picks the layer's descriptors: one launch runs one layer (the kernel
-// table's arm) or every layer of a step (persistent_schedule.build_step / build_model_step). A block meeting an
-// unknown kind records it in the error word and signals anyway (so nothing hangs).
+// (+ residual); and a whole step's ends: EMBED (a token's embedding row), FINAL_NORM (the model's norm) and HEAD
+// (LM-head columns: the logits). A row's `layer` column picks the layer's descriptors: one launch runs one layer (the
+// kernel table's arm) or every layer of a step (persistent_schedule.build_step / build_model_step). A block meeting
+// an unknown kind records it in the error word and signals anyway (so nothing hangs).
 //
 // Numerics against today's chain:
 // - the norms (a GEMV tile's staged rows, FINAL_NORM) are the norm kernel's operations in its order (each thread's
@@ -412,7 +412,8 @@ __device__ __forceinline__ const T* staged_row(const T* cache, const Layer<T>& p
 // Row `seq`'s q heads of KV group `kv` normed and rotated into `rot` (and, with `newest`, into q_rot too), read through
 // L2 from the q/k/v tiles' output, staged in `raw` (the norms' weights, cos and sin staged after `rot`); with
 // `newest` (the split holding the newest key) also its k head normed and rotated into k_rot and the key's cache
-// slot, and its v head copied to the slot. One warp per head row: norm_rope_row's shuffles stay full-warp. Ends with a barrier: the cache rows are then visible to the whole block.
+// slot, and its v head copied to the slot. One warp per head row: norm_rope_row's shuffles stay full-warp. Ends
+// with a barrier: the cache rows are then visible to the whole block.
 template <typename T>
 __device__ void rotate(int seq, int kv, bool newest, const Layer<T>& p, T* raw, T* rot) {
   const int g = p.heads / p.kv_heads, d = p.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -543,10 +544,10 @@ __device__ __forceinline__ void block_reduce_heads(float (&v)[kPvHeads], int n, 
 
 // ATTN_OUT of (seq, kv), slice `part` of `parts` of head_dim: per pass of up to kPvHeads heads of the group, each
 // head's block max and sum of exp over the allowed keys (the generic kernel's reductions; the logits are only read,
-// so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities
-// T(exp(s - max) / sum) and the keys' block-table entries into shared memory, then P.V on the slice's columns: a V row's slice read by
-// (head_dim / parts) / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight, each row read once for every head of
-// the pass. A lane sums its keys in order in fp32, the lanes of a column by butterfly, the warps in order through
+// so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities T(exp(s - max) /
+// sum) and the keys' block-table entries into shared memory, then P.V on the slice's columns: a V row's slice read
+// by (head_dim / parts) / 8 lanes, 16 bytes each, kKvUnroll rows a lane in flight, each row read once for every head
+// of the pass. A lane sums its keys in order in fp32, the lanes of a column by butterfly, the warps in order through
 // shared memory; rounded to T once. Not the generic kernel's key order: held to the chain within the dtype's
 // tolerance, as the tiled arms.
 template <typename T>
