@@ -67,6 +67,9 @@ persistent() {  # the persistent layer's and step's GPU run: tests, cases, the s
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
   timeout 60 python3 -m lab.persistent.trace --json "$R/trace-b1.json" --ledger "$R/ledger" > "$R/trace.log" 2>&1
   echo "persistent step trace rc=$? at $(el) s"; tail -n 16 "$R/trace.log"
+  timeout 40 python3 -m lab.persistent.trace --batch 8 --json "$R/trace-b8.json" --ledger "$R/ledger" \
+    > "$R/trace-b8.log" 2>&1  # the issue asks what the step does at b8 too: its phases
+  echo "persistent step trace b8 rc=$? at $(el) s"; tail -n 12 "$R/trace-b8.log"
   timeout 60 python3 -m lab gate kernels --filter persistent --ledger "$R/ledger/kernels-persistent.json" \
     > "$R/persistent-kernels.log" 2>&1
   echo "persistent cases rc=$? at $(el) s"; tail -n 16 "$R/persistent-kernels.log"
