@@ -7,16 +7,32 @@ namespace vt_norm {
 constexpr int kThreadsPerBlock = 256;  // one block per row; 8 warps cover a 4096-wide row in 16 steps
 constexpr int kWarpSize = 32;
 
-// Sum over the block in a fixed tree, so a row's result never depends on scheduling.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float partial[kThreadsPerBlock / kWarpSize];
-  for (int off = kWarpSize / 2; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
+// Sum over the block in a fixed tree, so a row's result never depends on scheduling: the first n of N values at once
+// (the rows of a GEMV tile's staged input), one barrier for all of them; every thread holds every total. Its shared
+// partials are read after the barrier: a caller barriers before the next call.
+template <int N>
+__device__ __forceinline__ void block_sum_n(float (&v)[N], int n) {
+  __shared__ float partial[N][kThreadsPerBlock / kWarpSize];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  if (lane == 0) partial[warp] = v;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i >= n) break;
+    for (int off = kWarpSize / 2; off > 0; off >>= 1) v[i] = __fadd_rn(v[i], __shfl_xor_sync(0xffffffffu, v[i], off));
+    if (lane == 0) partial[i][warp] = v[i];
+  }
   __syncthreads();
-  v = lane < kThreadsPerBlock / kWarpSize ? partial[lane] : 0.0f;
-  for (int off = kWarpSize / 2; off > 0; off >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;  // every thread holds the total
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i >= n) break;
+    v[i] = lane < kThreadsPerBlock / kWarpSize ? partial[i][lane] : 0.0f;
+    for (int off = kWarpSize / 2; off > 0; off >>= 1) v[i] = __fadd_rn(v[i], __shfl_xor_sync(0xffffffffu, v[i], off));
+  }
+}
+
+__device__ __forceinline__ float block_sum(float v) {
+  float s[1] = {v};
+  block_sum_n(s, 1);
+  return s[0];
 }
 
 // The reference's scale: rsqrt(mean(x*x) + eps) in fp32. torch's CUDA mean multiplies the sum by a float

@@ -238,29 +238,26 @@ __device__ void stage_input(T* xs, const Input<T>& in, int r0, int m, int k) {
     for (int i = threadIdx.x; i < vecs; i += kThreads) reinterpret_cast<uint4*>(in.res_out)[first + i] = dst[i];
   __syncthreads();
   if (in.norm == nullptr) return;
-  // each row's sum of squares as vt_norm::block_sum takes it (a thread's elements in order, the warp's tree, then the
-  // warps' tree), so its scale is bit for bit the norm kernel's; one barrier for every row of the pass
-  __shared__ float partial[kRowsPerPass][kWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = 0; r < m; ++r) {
-    float sq = 0.0f;
-    for (int i = threadIdx.x; i < k; i += kThreads) {
-      const float v = vt::to_f32(xs[static_cast<long long>(r) * k + i]);
-      sq = __fadd_rn(sq, __fmul_rn(v, v));
-    }
-    for (int off = 16; off > 0; off >>= 1) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, off));
-    if (lane == 0) partial[r][warp] = sq;
+  float sq[kRowsPerPass];  // each row's sum of squares, each thread's elements in the norm kernel's order
+#pragma unroll
+  for (int r = 0; r < kRowsPerPass; ++r) {
+    sq[r] = 0.0f;
+    if (r < m)
+      for (int i = threadIdx.x; i < k; i += kThreads) {
+        const float v = vt::to_f32(xs[static_cast<long long>(r) * k + i]);
+        sq[r] = __fadd_rn(sq[r], __fmul_rn(v, v));
+      }
   }
-  __syncthreads();
-  for (int r = 0; r < m; ++r) {
-    float total = lane < kWarps ? partial[r][lane] : 0.0f;
-    for (int off = 16; off > 0; off >>= 1) total = __fadd_rn(total, __shfl_xor_sync(0xffffffffu, total, off));
-    const float scale = vt_norm::rms_scale(total, in.mean_scale, in.eps);
+  vt_norm::block_sum_n(sq, m);  // every row's total in the norm kernel's tree, one barrier for the pass
+#pragma unroll
+  for (int r = 0; r < kRowsPerPass; ++r) {
+    if (r >= m) break;
+    const float scale = vt_norm::rms_scale(sq[r], in.mean_scale, in.eps);
     T* row = xs + static_cast<long long>(r) * k;
     for (int i = threadIdx.x; i < k; i += kThreads)
       row[i] = vt_norm::scale_and_weight(vt::to_f32(row[i]), scale, ws[i]);
   }
-  __syncthreads();  // the rows are whole; `partial` is free for the next pass
+  __syncthreads();  // the rows are whole; block_sum_n's partials are free for the next pass
 }
 
 // What a GEMV tile does with a column's sums: one weight (QKV, O_PROJ, DOWN) or two (GATE_UP: gate and up).
@@ -518,30 +515,6 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
   }
 }
 
-// vt::block_reduce (the generic kernel's: each warp's butterfly, then warp 0's partial and the others' in order) of
-// each of the first n values at once, so every head's max or sum is bit for bit its own reduction's, with one
-// barrier pair for all of them. red: [kPvHeads, kWarps]. Every thread holds every total.
-__device__ __forceinline__ void block_reduce_heads(float (&v)[kPvHeads], int n, float* red, bool is_max) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int h = 0; h < kPvHeads; ++h)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float y = __shfl_xor_sync(0xffffffffu, v[h], o);
-      v[h] = is_max ? fmaxf(v[h], y) : v[h] + y;
-    }
-  __syncthreads();  // red may still be read from the previous reduction
-  if (lane == 0)
-    for (int h = 0; h < n; ++h) red[h * kWarps + warp] = v[h];
-  __syncthreads();
-#pragma unroll
-  for (int h = 0; h < kPvHeads; ++h) {
-    if (h >= n) break;
-    v[h] = red[h * kWarps];
-    for (int w = 1; w < kWarps; ++w) v[h] = is_max ? fmaxf(v[h], red[h * kWarps + w]) : v[h] + red[h * kWarps + w];
-  }
-}
-
 // ATTN_OUT of (seq, kv), slice `part` of `parts` of head_dim: per pass of up to kPvHeads heads of the group, each
 // head's block max and sum of exp over the allowed keys (the generic kernel's reductions; the logits are only read,
 // so the slices of one (seq, kv) run at once), then per chunk of kPvChunk keys the probabilities T(exp(s - max) /
@@ -591,14 +564,14 @@ __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p
       if (h < nh)
         for (int t = begin + tid; t < len; t += kThreads) mx[h] = fmaxf(mx[h], logit(h, t));
     }
-    block_reduce_heads(mx, nh, red_s, true);
+    vt::block_reduce_n(mx, nh, red_s, true);
 #pragma unroll
     for (int h = 0; h < kPvHeads; ++h) {
       sum[h] = 0.f;
       if (h < nh)
         for (int t = begin + tid; t < len; t += kThreads) sum[h] += expf(logit(h, t) - mx[h]);
     }
-    block_reduce_heads(sum, nh, red_s, false);
+    vt::block_reduce_n(sum, nh, red_s, false);
     if (tid == 0)
       for (int h = 0; h < nh; ++h) {
         stat_s[h] = mx[h];

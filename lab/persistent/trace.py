@@ -5,10 +5,9 @@ when it signalled.
 `summarize` turns that into the launch's span, the share of block-time spent running, waiting and idle (no task:
 the launch's ramp and drain), and per kind of task its run and wait time and how long its phase lasts in a layer
 (first wait met to last signal), with the weight bytes the phase streams over that time, its input time (wait met
-to input staged: the task's first round trips), and its wake: for a task
-taken before its counters reached their targets, the time from the signal that completed its wait to the moment its
-block saw it (the poll's back-off, the lookahead's take; a signal's time is read just after its atomic add, so a
-wake can read a few ns below zero).
+to input staged: the task's first round trips), and its wake: for a task taken before its counters reached their
+targets, the time from the signal that completed its wait to the moment its block saw it (the poll's back-off; a
+signal's time is read just after its release, so a wake can read a few ns below zero).
 
     python -m lab.persistent.trace [--layers 28] [--batch 1] [--context 1024] [--dtype bfloat16] [--json FILE]
 
@@ -98,7 +97,7 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
         times.sort()
     wakes: dict[Kind, list[int]] = defaultdict(list)
     for task, row in zip(sch.tasks, trace, strict=True):
-        ready = max((signals[c][target - 1] for c, target in task.waits if target <= len(signals[c])), default=0)
+        ready = max((signals[c][target - 1] for c, target in task.waits), default=0)
         if ready > row[TAKEN]:  # it waited on that signal
             wakes[task.kind].append(row[MET] - ready)
         by_kind[task.kind].append(task.index)
@@ -109,17 +108,19 @@ def summarize(trace: list[list[int]], sch: Schedule, weight_elt: int = 2) -> Sum
     kinds = []
     for kind, idx in by_kind.items():
         runs, spans = [run[i] for i in idx], [hi - lo for lo, hi in phases[kind].values()]
-        woke = wakes[kind]
         inputs = [trace[i][STAGED] - trace[i][MET] for i in idx if trace[i][STAGED]]
         kinds.append(KindTime(kind.name, len(idx), sum(runs) / 1e3, sum(wait[i] for i in idx) / 1e3,
                               sum(runs) / len(runs) / 1e3, max(runs) / 1e3, sum(spans) / len(spans) / 1e3,
-                              max(bytes_per_layer[kind].values()), sum(woke) / len(woke) / 1e3 if woke else None,
-                              sum(inputs) / len(inputs) / 1e3 if inputs else None))  # fmt: skip
+                              max(bytes_per_layer[kind].values()), _mean_us(wakes[kind]), _mean_us(inputs)))  # fmt: skip
     kinds.sort(key=lambda k: -k.run_us)
     ends = [layer_end[k] for k in sorted(layer_end)]
     pace = (ends[-1] - ends[0]) / (len(ends) - 1) / 1e3 if len(ends) > 1 else span / 1e3
     return Summary(len(trace), blocks, span / 1e3, sum(run) / total, sum(wait) / total,
                    1 - (sum(run) + sum(wait)) / total, pace, kinds)  # fmt: skip
+
+
+def _mean_us(ns: list[int]) -> float | None:  # an optional per-task time: None where no task has it
+    return sum(ns) / len(ns) / 1e3 if ns else None
 
 
 def render(s: Summary, title: str, untraced_us: float | None = None) -> str:
