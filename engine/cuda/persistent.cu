@@ -23,6 +23,7 @@ int sm_count() {
 struct Sizes {
   int batch, hidden, heads, kv_heads, head_dim, inter, block_size, max_blocks, ld_scores, window;
   float mean_scale, q_mean_scale, k_mean_scale, eps, scale;
+  int take;  // vt_persistent::Take
 };
 
 template <typename T>
@@ -54,6 +55,7 @@ int launch(const int* table, int tasks, int* control, long long* trace, const vo
   for (int l = 0; l < layers; ++l) step.layer[l] = layer_of<T>(ptr + static_cast<size_t>(l) * kPointers, z);
   step.model = model_of<T>(model, vocab);
   step.layers = layers;
+  step.take = z.take;
   auto kernel = vt_persistent::persistent_layer_kernel<T, N>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
     return vt::fail(static_cast<int>(e), "persistent: %zu bytes of shared memory: %s", smem, cudaGetErrorString(e));
@@ -105,12 +107,15 @@ VT_EXPORT long long vt_persistent_smem_bytes(int batch, int hidden, int heads, i
 // pointers, each layer's in Layer's order (only layer 0's residual may be null; a later layer's x and residual are the
 // previous layer's mlp and res2); model: host array of kModelPointers (ids, embed, final_norm, head, final, logits;
 // head and logits both null for a step that ends at the final norm), or null for layers alone. The sizes are every
-// layer's. One layer takes the one-descriptor kernel (the kernel table's arm), more the step's.
+// layer's; take: when a block takes its next task (vt_persistent::Take). One layer takes the one-descriptor kernel (the
+// kernel table's arm), more the step's.
 VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int counters, void* trace,
                                  const void* const* ptr, int layers, const void* const* model, int vocab, int batch,
                                  int hidden, int heads, int kv_heads, int head_dim, int inter, int block_size,
                                  int max_blocks, int ld_scores, int window, float mean_scale, float q_mean_scale,
-                                 float k_mean_scale, float eps, float scale, int dtype, void* stream) {
+                                 float k_mean_scale, float eps, float scale, int take, int dtype, void* stream) {
+  if (take < vt_persistent::kTakeAtRun || take > vt_persistent::kTakeAfterSignal)
+    return vt::fail(vt::kBadArgument, "persistent: take %d (0 at run, 1 async, 2 after the signal)", take);
   if (dtype != vt::kBF16 && dtype != vt::kF16)
     return vt::fail(vt::kUnsupported, "persistent: dtype code %d (bf16 and fp16 only)", dtype);
   if (tasks <= 0 || counters <= 0 || batch <= 0)
@@ -154,7 +159,7 @@ VT_EXPORT int vt_persistent_step(const int* table, int tasks, int* control, int 
     return vt::fail(static_cast<int>(e), "persistent: zeroing the counters: %s", cudaGetErrorString(e));
   const size_t smem = static_cast<size_t>(vt_persistent_smem_bytes(batch, hidden, heads, kv_heads, head_dim, inter, 2));
   const Sizes z{batch,      hidden,    heads,  kv_heads,     head_dim,     inter, block_size,
-                max_blocks, ld_scores, window, mean_scale,   q_mean_scale, k_mean_scale, eps, scale};
+                max_blocks, ld_scores, window, mean_scale,   q_mean_scale, k_mean_scale, eps, scale, take};
   const int rc = dtype == vt::kBF16
                      ? launch_any<__nv_bfloat16>(table, tasks, control, tr, ptr, layers, model, vocab, z, smem, s)
                      : launch_any<__half>(table, tasks, control, tr, ptr, layers, model, vocab, z, smem, s);

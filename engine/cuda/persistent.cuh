@@ -368,12 +368,24 @@ struct Model {
   int vocab;
 };
 
+// When a block takes its next task from the queue head. A block holding a task no other block can run it, so the
+// earlier it takes, the longer a ready task may sit behind the block's current one; the later, the more of the take
+// (the head's contended atomic, the task's row, its weights' prefetch) lies between one task's run and the next's.
+// Taken before the current task's waits, every block held two tasks for most of a phase and each phase took twice
+// as long (the step 0.43x the chain, against 0.62x at kTakeAtRun: the spec's "Fourth GPU run").
+enum Take : int {
+  kTakeAtRun = 0,  // once the current task's waits are met: its atomic, row and prefetch before the run starts
+  kTakeAsync = 1,  // the atomic issued then, its value first read after the run: the row and prefetch come later
+  kTakeAfterSignal = 2,  // once the current task signalled: no task held while another runs
+};
+
 // One launch's descriptors: `layers` layers (the table's `layer` column indexes them) and the model's ends.
 template <typename T, int N>
 struct Step {
   Layer<T> layer[N];
   Model<T> model;
   int layers;
+  int take;  // Take
 };
 
 // EMBED of one row: the row's token's embedding row into layer 0's x (the step's input), 16 bytes a thread.
@@ -734,9 +746,9 @@ __device__ __forceinline__ int sm_id() {
 // table: [tasks, kRowWidth] int32; control: [error, head, counters...], the head and counters zeroed before the
 // launch. N: the most layers the launch can hold (1: a decode layer, the kernel table's arm; kMaxLayers: a step).
 // trace: null, or [tasks, kTraceWidth] int64 that each task's block fills: its SM, and the global timer when the block
-// turned to the task (it took it earlier, while the task before ran), when its waits were met, when its input was
-// staged (`mark_staged`; 0 for a kind without that point) and when it signalled (lab/persistent/trace.py reads where
-// the time went).
+// turned to the task (`step.take` says when it took it), when its waits were met (at kTakeAtRun, and its next task
+// taken), when its input was staged (`mark_staged`; 0 for a kind without that point) and when it signalled
+// (lab/persistent/trace.py reads where the time went).
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads, 1)
 persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, long long* trace,
@@ -760,13 +772,8 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
       if (cur < tasks) {
         const int* row = table + static_cast<long long>(cur) * kRowWidth;
         const bool layer_ok = row[1] >= 0 && row[1] < step.layers;
-        if (layer_ok && !ahead) prefetch_weights<T>(row, step.layer[row[1]], step.model);
-        // the next task, taken before this one's waits: its weights stream while this one waits and runs, and the
-        // take's round trips (the head's atomic, the row) are off the path from the signal to the run
-        held = atomicAdd(head, 1);
-        const int* next = table + static_cast<long long>(held) * kRowWidth;
-        if (held < tasks && next[1] >= 0 && next[1] < step.layers)
-          prefetch_weights<T>(next, step.layer[next[1]], step.model);
+        // a task taken at run already streams its weights; one taken by kTakeAsync has only its index
+        if (layer_ok && !(ahead && step.take == kTakeAtRun)) prefetch_weights<T>(row, step.layer[row[1]], step.model);
         if (!wait_for(row, counters)) {
           atomicCAS(error, 0, kErrWait + cur);
           ready = 0;
@@ -774,6 +781,14 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
         if (!layer_ok) {
           atomicCAS(error, 0, kErrLayer + cur);
           ready = 0;
+        }
+        if (step.take == kTakeAtRun) {  // the next task, its weights streaming while this one runs
+          held = atomicAdd(head, 1);
+          const int* next = table + static_cast<long long>(held) * kRowWidth;
+          if (held < tasks && next[1] >= 0 && next[1] < step.layers)
+            prefetch_weights<T>(next, step.layer[next[1]], step.model);
+        } else if (step.take == kTakeAsync) {
+          held = atomicAdd(head, 1);  // nothing reads it before the run ends: the round trip overlaps the run
         }
       }
       task_index = cur;

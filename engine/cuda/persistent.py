@@ -37,6 +37,11 @@ VECTOR = 8  # every width a multiple of 16 bytes of 2-byte elements
 BUILT = frozenset(Kind)
 MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
 TRACE = ("sm", "taken", "met", "staged", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
+# when a block takes its next task from the queue (persistent.cuh `Take`): once its current task's waits are met
+# (the row read and the task's weights prefetched before the run), the atomic issued then and read after the run, or
+# once the current task signalled. Each is the same sums; the step's trace times them (`--take`).
+TAKES = {"at-run": 0, "async": 1, "after-signal": 2}
+TAKE = "at-run"
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles, about one wave of 132 SMs per phase at b1 for Qwen3-0.6B (lab/persistent/model.py `qwen3_0_6b`: q/k/v
 # 128 tiles, o_proj and down 128, gate/up 96); to be tuned on the device. Per (sequence, KV head): key_splits score
@@ -50,7 +55,7 @@ SIGNATURES: dict[str, list] = {  # launcher -> argtypes (a test holds them to pe
     "vt_persistent_row_width": [],
     "vt_persistent_control_words": [],
     "vt_persistent_smem_bytes": [_I, _I, _I, _I, _I, _I, _I],
-    "vt_persistent_step": [_P, _I, _P, _I, _P, _P, _I, _P, _I, *[_I] * 10, *[_F] * 5, _I, _P],
+    "vt_persistent_step": [_P, _I, _P, _I, _P, _P, _I, _P, _I, *[_I] * 10, *[_F] * 5, _I, _I, _P],
     "vt_persistent_max_layers": [],
     "vt_persistent_trace_width": [],
 }
@@ -317,17 +322,19 @@ def run_step(
     window: int | None = None,
     model: ModelTensors | None = None,
     trace: torch.Tensor | None = None,
+    take: str = TAKE,
 ) -> torch.Tensor:
     """`run` for a table of several layers (`build_step`, or `build_model_step` with `model`, its ends) in one launch:
     one `LayerTensors` a layer, a later layer's x and residual being the previous layer's mlp and res2. `trace`: a
-    CUDA int64 [tasks, len(TRACE)] tensor each task's block fills (`TRACE`; lab/persistent/trace.py)."""
+    CUDA int64 [tasks, len(TRACE)] tensor each task's block fills (`TRACE`; lab/persistent/trace.py); `take`: when a
+    block takes its next task (`TAKES`)."""
     device = layers[0].x.device
     control = torch.zeros(CONTROL_WORDS + len(sch.counters), dtype=torch.int32, device=device)
     tab = table(sch, kinds, device)
     if trace is not None and (trace.shape != (tab.shape[0], len(TRACE)) or trace.dtype != torch.int64
                               or not trace.is_cuda or not trace.is_contiguous()):  # fmt: skip
         raise ValueError(f"trace: expected a contiguous CUDA int64 tensor of {(tab.shape[0], len(TRACE))}")
-    _launch(sch, kinds, layers, model, eps, scale, window, tab, control, trace)
+    _launch(sch, kinds, layers, model, eps, scale, window, tab, control, trace, take)
     error = int(control[ERROR].item())
     if error:
         raise RuntimeError(f"persistent layer: error word {error:#x}: {describe(error)}")
@@ -362,13 +369,19 @@ def launch(shape: LayerShape, t: LayerTensors, eps: float, scale: float) -> torc
 
 
 def launch_model(
-    shape: LayerShape, vocab: int, layers: list[LayerTensors], model: ModelTensors, eps: float, scale: float
+    shape: LayerShape,
+    vocab: int,
+    layers: list[LayerTensors],
+    model: ModelTensors,
+    eps: float,
+    scale: float,
+    take: str = TAKE,
 ) -> torch.Tensor:
     """A model's decode step up to its final norm (EMBED, every layer, FINAL_NORM: `model.final`) in one launch, as
     `launch` does a layer: the table and control words kept per (shape, layers, vocab, device), nothing read back."""
     device, n = model.final.device, len(layers)
     control, tab = control_words(shape, n, vocab, device), _table(shape, n, vocab, device)
-    _launch(schedule_for(shape, n, vocab), BUILT, layers, model, eps, scale, shape.window, tab, control)
+    _launch(schedule_for(shape, n, vocab), BUILT, layers, model, eps, scale, shape.window, tab, control, None, take)
     return control
 
 
@@ -435,7 +448,10 @@ def _launch(
     tab: torch.Tensor,
     control: torch.Tensor,
     trace: torch.Tensor | None = None,
+    take: str = TAKE,
 ) -> None:
+    if take not in TAKES:
+        raise ValueError(f"take {take!r}: one of {', '.join(TAKES)}")
     t = layers[0]
     why = refusal(sch, kinds, t.x.dtype)
     if why is not None:
@@ -471,6 +487,7 @@ def _launch(
         cuda_norm.mean_scale(s.batch * s.kv_heads, s.head_dim),
         eps,
         scale,
+        TAKES[take],
         ffi.dtype_code(t.x, "x"),
         ffi.stream(device),
     )

@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=1024, help="every sequence's context, this step's token included")
     p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--take", choices=list(persistent.TAKES), default=persistent.TAKE,
+                   help=f"when a block takes its next task (engine/cuda/persistent.py TAKES; default "
+                        f"{persistent.TAKE}, the engine's)")  # fmt: skip
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw trace and the summary as JSON")
     p.add_argument("--ledger", type=Path, metavar="DIR", help="write the summary as a ledger record into DIR")
     return p
@@ -183,11 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     sch = persistent.schedule_for(shape, args.layers, vocab)
     eps = case.lm.model.norm.eps
 
-    persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model)  # checked: faults raise here
-    persistent.launch_model(shape, vocab, layers, model, eps, a.scaling)  # its table and control words, made once
+    take = args.take
+    persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, None, take)  # faults raise here
+    persistent.launch_model(shape, vocab, layers, model, eps, a.scaling, take)  # its table and control words, once
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # the decode step's own launch, replayed: no host time between launches
-        persistent.launch_model(shape, vocab, layers, model, eps, a.scaling)
+        persistent.launch_model(shape, vocab, layers, model, eps, a.scaling, take)
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(5):
@@ -201,14 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         print("FAIL: " + "; ".join(faults))
         return 1
     trace = torch.zeros(len(sch.tasks), len(persistent.TRACE), dtype=torch.int64, device=dev)
-    persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, trace)
+    persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, trace, take)
     torch.cuda.synchronize()
     rows = trace.tolist()
     summary = summarize(rows, sch, torch.tensor([], dtype=dtype).element_size())
     device = torch.cuda.get_device_name(dev)
     title = (
         f"persistent step trace: embedding, {args.layers} layers, final norm in one launch; batch {args.batch}, "
-        f"context {args.context}, {args.dtype}, {device}"
+        f"context {args.context}, {args.dtype}, take {take}, {device}"
     )
     untraced = sorted(times)[len(times) // 2]
     print(render(summary, title, untraced))
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * summary.wait_share:.0f}% waiting"
         )
         figures = [figure("untraced_us", untraced, "us"), figure("layer_us", summary.layer_us, "us")]
-        results = {"device": device, "untraced_us": untraced, "summary": asdict(summary)}
+        results = {"device": device, "take": take, "untraced_us": untraced, "summary": asdict(summary)}
         at = write_record(args.ledger, "persistent-step-trace", ["ENGINE-PERSISTENT"], command, "cuda", text,
                           results, kind="bench", figures=figures)  # fmt: skip
         print(f"ledger: {at}")

@@ -65,11 +65,12 @@ persistent() {  # the persistent layer's and step's GPU run: tests, cases, the s
   timeout 60 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"  # in parallel, once
   timeout 60 python3 -m pytest -q tests/engine/cuda/test_persistent.py -rs > "$R/persistent-tests.log" 2>&1
   echo "persistent tests rc=$? at $(el) s"; tail -n 6 "$R/persistent-tests.log"
-  timeout 60 python3 -m pytest -q tests/engine/cuda/test_norm.py tests/engine/cuda/test_attention.py -rs \
-    > "$R/reduction-tests.log" 2>&1  # the shared block reductions' several-value forms, under their old tests
-  echo "norm and attention tests rc=$? at $(el) s"; tail -n 4 "$R/reduction-tests.log"
   timeout 60 python3 -m lab.persistent.trace --json "$R/trace-b1.json" --ledger "$R/ledger" > "$R/trace.log" 2>&1
   echo "persistent step trace rc=$? at $(el) s"; tail -n 16 "$R/trace.log"
+  for take in async after-signal; do  # the kernel's other take points (engine/cuda/persistent.py TAKES), the same bits
+    timeout 30 python3 -m lab.persistent.trace --take $take --ledger "$R/ledger" > "$R/trace-$take.log" 2>&1
+    echo "persistent step trace --take $take rc=$? at $(el) s"; grep -E "^(span|block-time)" "$R/trace-$take.log"
+  done
   timeout 40 python3 -m lab.persistent.trace --batch 8 --json "$R/trace-b8.json" --ledger "$R/ledger" \
     > "$R/trace-b8.log" 2>&1  # the issue asks what the step does at b8 too: its phases
   echo "persistent step trace b8 rc=$? at $(el) s"; tail -n 12 "$R/trace-b8.log"

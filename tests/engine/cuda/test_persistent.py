@@ -86,11 +86,15 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     model = (ctypes.c_void_p * len(persistent.MODEL_POINTERS))(*[ctypes.c_void_p(512)] * 6)
 
     def call(tasks=10, counters=5, hidden=1024, head_dim=128, block_size=16, dtype=1, ptrs=arr, layers=1, m=None,
-             vocab=0, trace=None):  # fmt: skip
+             vocab=0, trace=None, take=0):  # fmt: skip
         return fn(None, tasks, None, counters, trace, ctypes.cast(ptrs, ctypes.c_void_p), layers,
                   None if m is None else ctypes.cast(m, ctypes.c_void_p), vocab, 1, hidden, 16, 8, head_dim, 3072,
-                  block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, dtype, None)  # fmt: skip
+                  block_size, 4, 64, 0, 1.0, 1.0, 1.0, 1e-6, 0.088, take, dtype, None)  # fmt: skip
 
+    for take in (-1, len(persistent.TAKES)):  # the binding's names are the kernel's Take, in order
+        assert call(take=take) == 1000
+        assert err() == b"persistent: take %d (0 at run, 1 async, 2 after the signal)" % take
+    assert list(persistent.TAKES.values()) == list(range(len(persistent.TAKES)))
     assert call(dtype=0) == 1001
     assert err() == b"persistent: dtype code 0 (bf16 and fp16 only)"
     assert call(tasks=0) == 1000
@@ -441,20 +445,22 @@ def test_a_whole_model_step_in_one_launch_matches_the_engine(cuda, lens):
             assert cmp.passed, f"layer {i} cache slots: {cmp.as_dict()}"
 
 
-def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda):
-    """The step's launch with a trace (engine/cuda/persistent.py `TRACE`): every task's row filled on an SM of the
-    device, taken <= waits met <= staged <= signalled, a task never met before a task it waits on signalled; the
-    outputs bit for bit the untraced launch's; lab/persistent/trace.py's summary of it accounts for the whole span."""
+@pytest.mark.parametrize("take", list(persistent.TAKES))
+def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda, take):
+    """The step's launch with a trace (engine/cuda/persistent.py `TRACE`) at each of the kernel's take points: every
+    task's row filled on an SM of the device, taken <= waits met <= staged <= signalled, a task never met before a
+    task it waits on signalled; the outputs bit for bit the untraced launch's at the default take; lab/persistent/
+    trace.py's summary of it accounts for the whole span."""
     case = C.make_model(C.SMALL, [100, 7], seed=3, layers=2, vocab=400, device=cuda, dtype=torch.bfloat16)
     assert case.lm is not None
     sch = build_model_step(case.shape(True, **TILES), 2, 400, 0)
     a, eps = case.layers[0].self_attn, case.lm.model.norm.eps
     finals = []
     trace = torch.zeros(len(sch.tasks), len(persistent.TRACE), dtype=torch.int64, device=cuda)
-    for tr in (None, trace):
+    for tr, how in ((None, persistent.TAKE), (trace, take)):
         step = C.on(case.fresh_step(True), cuda, torch.bfloat16)
         layers, model = C.model_tensors(case, step, head=False)
-        persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, tr)
+        persistent.run_step(sch, persistent.BUILT, layers, eps, a.scaling, None, model, tr, how)
         finals.append(model.final)
     torch.cuda.synchronize()
     assert torch.equal(finals[0], finals[1])
@@ -473,6 +479,11 @@ def test_a_traced_launch_fills_every_tasks_times_and_computes_the_same(cuda):
     s = T.summarize(rows, sch)
     assert s.run_share + s.wait_share + s.idle_share == pytest.approx(1.0)
     assert s.span_us > 0 and sum(k.tasks for k in s.kinds) == len(sch.tasks)
+
+
+def test_a_take_the_kernel_does_not_have_is_refused_by_name():
+    with pytest.raises(ValueError, match="take 'early': one of at-run, async, after-signal"):
+        persistent._launch(None, persistent.BUILT, [], None, 1e-6, 1.0, None, None, None, None, "early")  # type: ignore[arg-type]
 
 
 def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
