@@ -169,6 +169,9 @@ def sdpa_paged(backend_name: str) -> Callable[..., torch.Tensor]:
         out = torch.empty_like(q)
         for b, n in enumerate(lens.tolist()):
             kc, vc = sequence_kv(k, v, table[b], int(n), window)
+            if kc.shape[2] == 1:  # cuDNN refuses one key; one logit's softmax is exactly 1, so the output is its V
+                out[b] = vc[0, :, 0, :].repeat_interleave(q.shape[1] // vc.shape[1], dim=0)
+                continue
             out[b] = attend(q[b][None, :, None, :].contiguous(), kc, vc, scale)[0, :, 0, :]
         return out
 

@@ -73,12 +73,12 @@ def test_benchmarks_write_their_ledger_records_into_out(tmp_path: Path) -> None:
     assert ab.env == {} and ab.argv[4:8] == ("ab", "--arm", "paged_decode_attention/splitkv_swap", "--shape")
 
 
-def test_every_step_fits_its_phase_budget_and_calib_its_six_minutes(tmp_path: Path) -> None:
+def test_every_step_fits_its_phase_budget_and_calib_its_seven_minutes(tmp_path: Path) -> None:
     c = ctx(tmp_path, ci.parse_flip("VT_GEMV=1"))
     for name, phase in ci.PHASES.items():
         limits = [s.limit for s in phase.steps(c)]
         assert limits and max(limits) <= phase.budget, name
-    assert sum(s.limit for s in ci.PHASES["calib"].steps(c)) <= 360
+    assert sum(s.limit for s in ci.PHASES["calib"].steps(c)) <= 420
     assert ci.PHASES["gates"].budget <= 480  # with the build: well inside the device's 9 minutes
 
 

@@ -51,6 +51,17 @@ def test_the_sdpa_peer_on_the_paged_cache_equals_the_reference(window: int | Non
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_a_one_key_sequence_never_reaches_the_sdpa_backend() -> None:
+    """cuDNN refuses one key (a GPU run's calib step failed on it); one logit's softmax is exactly 1, so the peer
+    answers with the key's V itself. Here the cuDNN backend has no CPU kernel at all: a call into it would raise."""
+    q, k, v, table, lens = paged([1, 1])
+    ours = attn_peers.sdpa_paged("CUDNN_ATTENTION")(q, k, v, table, lens, 0.25)
+    ref = paged_attn.paged_decode_attention(q, k, v, table, lens, 0.25)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    with pytest.raises(RuntimeError):  # the backend this sidesteps, on a sequence of two keys
+        attn_peers.sdpa_paged("CUDNN_ATTENTION")(q, k, v, table, lens + 1, 0.25)
+
+
 def test_the_page_table_is_flashinfer_csr_of_the_blocks_in_use() -> None:
     table = torch.tensor([[7, 2, 9], [4, 0, 0], [1, 3, 5]], dtype=torch.int32)
     indptr, indices, last = attn_peers.page_table(table, torch.tensor([5, 4, 9], dtype=torch.int32), 4)
