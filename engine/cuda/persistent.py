@@ -41,7 +41,7 @@ TRACE = ("sm", "taken", "met", "staged", "signalled")  # kTraceWidth: a traced t
 # (the row read and the task's weights prefetched before the run), the atomic issued then and read after the run, or
 # once the current task signalled. Each is the same sums; the step's trace times them (`--take`).
 TAKES = {"at-run": 0, "async": 1, "after-signal": 2}
-TAKE = "at-run"
+TAKE = "async"
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
 # The tiles, about one wave of 132 SMs per phase at b1 for Qwen3-0.6B (lab/persistent/model.py `qwen3_0_6b`: q/k/v
 # 128 tiles, o_proj and down 128, gate/up 96); to be tuned on the device. Per (sequence, KV head): key_splits score
