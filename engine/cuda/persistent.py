@@ -39,7 +39,8 @@ MAX_LAYERS = 64  # kMaxLayers: a step's layers in one launch
 TRACE = ("sm", "taken", "met", "staged", "signalled")  # kTraceWidth: a traced task's SM and global-timer times (ns)
 # when a block takes its next task from the queue (persistent.cuh `Take`): once its current task's waits are met
 # (the row read and the task's weights prefetched before the run), the atomic issued then and read after the run, or
-# once the current task signalled. Each is the same sums; the step's trace times them (`--take`).
+# once the current task signalled. Each is the same sums; the step's trace times them (`--take`): async was the
+# fastest on an H100 (the ENGINE-PERSISTENT spec, "Fourth GPU run").
 TAKES = {"at-run": 0, "async": 1, "after-signal": 2}
 TAKE = "async"
 SHARED = frozenset({"scores"})  # the scratch a step's layers reuse: one [rows x heads, capacity] fp32 tensor
