@@ -103,6 +103,11 @@ VT_EXPORT int vt_gemm_small_add_rms_norm(void* y, const void* w, const void* bia
   if (int rc = check(w, x, m, n, k, ldw, ldx, ldy)) return rc;
   if ((residual && ldr < k) || (residual_out && ldro < k))
     return vt::fail(vt::kBadArgument, "gemm_small: a residual row stride is below its row length");
+  constexpr int vec = vt_gemm_small::kVec;  // the prologue moves whole rows in 16-byte vectors
+  if ((residual && (!vt::aligned16(residual) || ldr % vec)) ||
+      (residual_out && (!vt::aligned16(residual_out) || ldro % vec)))
+    return vt::fail(vt::kUnsupported, "gemm_small: the residual's row strides must be multiples of %d, the bases "
+                    "16-byte aligned", vec);
   if (residual_out != nullptr && (residual_out == residual || residual_out == x))
     return vt::fail(vt::kBadArgument, "gemm_small: residual_out must not alias x or residual (blocks read them)");
   const NormArgs na{residual, residual_out, norm_weight, ldr, ldro, mean_scale, eps};

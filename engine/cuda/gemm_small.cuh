@@ -29,7 +29,8 @@ constexpr int kChunk = 32;        // k per warp step: 4 lanes of a quad x 8 elem
 constexpr int kTileN = 8;         // columns of one MMA n tile
 constexpr int kVec = 8;           // 16-byte vectors of 2-byte elements
 constexpr int kXPad = 32;         // elements past k in a staged x row: rows 64 bytes apart in banks, no conflicts
-constexpr int kStaticReserve = 1024;  // bytes of opt-in shared memory left for the static (the norm's block_sum)
+constexpr int kStaticReserve = 1024;  // bytes of opt-in shared memory left for the static (the norm's block_sum_n)
+constexpr int kNormRows = 8;  // rows whose sums of squares the prologue reduces at once (block_sum_n's 256 bytes)
 constexpr int kBytesInFlight = 64;  // W bytes a lane loads per group (NT tiles x U chunks x 16 bytes)
 
 static_assert(kThreads == vt_norm::kThreadsPerBlock, "the prologue sums a row over the block in the norm kernel's tree");
@@ -73,26 +74,50 @@ __device__ __forceinline__ void stage_copy(T* xs, int ldxs, const T* x, long lon
 
 // residual_out = (x + residual).to(T); xs = rms_norm(residual_out) * norm_weight: per element and per row the norm
 // kernel's operations in its order (thread t owns elements t, t + 256, ...; block_sum's tree), so xs holds its bits.
+// Every row's loads are in flight at once (16-byte vectors), then the rows' sums meet kNormRows at a time: row by row,
+// each row a dependent round trip and three barriers, the prologue took 10x the GEMM itself at 32 rows.
 template <typename T>
 __device__ __forceinline__ void stage_norm(T* xs, int ldxs, const T* x, long long ldx, const NormArgs& na, int m,
                                            int k) {
   const T* res = static_cast<const T*>(na.residual);
   T* rout = blockIdx.x == 0 ? static_cast<T*>(na.residual_out) : nullptr;
   const T* nw = static_cast<const T*>(na.norm_weight);
-  for (int r = 0; r < m; ++r) {
-    T* xr = xs + r * ldxs;
-    float sum_sq = 0.0f;
-    for (int i = threadIdx.x; i < k; i += kThreads) {
-      const T a = x[r * ldx + i];
-      const T summed = res != nullptr ? vt::from_f32<T>(__fadd_rn(vt::to_f32(a), vt::to_f32(res[r * na.ldr + i]))) : a;
-      xr[i] = summed;
-      if (rout != nullptr) rout[r * na.ldro + i] = summed;
-      const float v = vt::to_f32(summed);
-      sum_sq = __fadd_rn(sum_sq, __fmul_rn(v, v));
+  const int row_vecs = k / kVec;
+  for (int i = threadIdx.x; i < m * row_vecs; i += kThreads) {
+    const int r = i / row_vecs, c = (i % row_vecs) * kVec;
+    uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * ldx + c));
+    if (res != nullptr) {
+      const uint4 rv = __ldg(reinterpret_cast<const uint4*>(res + r * na.ldr + c));
+      T* a = reinterpret_cast<T*>(&xv);
+      const T* b = reinterpret_cast<const T*>(&rv);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) a[e] = vt::from_f32<T>(__fadd_rn(vt::to_f32(a[e]), vt::to_f32(b[e])));
     }
-    const float scale = vt_norm::rms_scale(vt_norm::block_sum(sum_sq), na.mean_scale, na.eps);
-    for (int i = threadIdx.x; i < k; i += kThreads) xr[i] = vt_norm::scale_and_weight(vt::to_f32(xr[i]), scale, nw[i]);
-    __syncthreads();  // block_sum's partials are reused by the next row
+    *reinterpret_cast<uint4*>(xs + r * ldxs + c) = xv;
+    if (rout != nullptr) *reinterpret_cast<uint4*>(rout + r * na.ldro + c) = xv;
+  }
+  __syncthreads();
+  for (int r0 = 0; r0 < m; r0 += kNormRows) {
+    const int rows = min(kNormRows, m - r0);
+    float sq[kNormRows];
+#pragma unroll
+    for (int j = 0; j < kNormRows; ++j) {
+      sq[j] = 0.0f;
+      if (j < rows)
+        for (int i = threadIdx.x; i < k; i += kThreads) {
+          const float v = vt::to_f32(xs[(r0 + j) * ldxs + i]);
+          sq[j] = __fadd_rn(sq[j], __fmul_rn(v, v));
+        }
+    }
+    vt_norm::block_sum_n(sq, rows);
+#pragma unroll
+    for (int j = 0; j < kNormRows; ++j) {
+      if (j >= rows) break;
+      const float scale = vt_norm::rms_scale(sq[j], na.mean_scale, na.eps);
+      T* xr = xs + (r0 + j) * ldxs;
+      for (int i = threadIdx.x; i < k; i += kThreads) xr[i] = vt_norm::scale_and_weight(vt::to_f32(xr[i]), scale, nw[i]);
+    }
+    __syncthreads();  // block_sum_n's partials are reused by the next rows
   }
 }
 

@@ -92,6 +92,17 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
         None,
     )
     assert rc != 0 and err() == b"gemm_small: a bias, glu, pdl or another out dtype is not taken"
+    # the prologue moves the residual's rows in 16-byte vectors: a base or a row stride off them is refused
+    vectors = b"gemm_small: the residual's row strides must be multiples of 8, the bases 16-byte aligned"
+    for residual, residual_out, ldr, ldro in (
+        (ctypes.c_void_p(258), None, 64, 64),
+        (aligned, None, 68, 64),
+        (None, ctypes.c_void_p(264), 64, 64),
+        (None, ctypes.c_void_p(1024), 64, 76),
+    ):
+        rc = pro(aligned, aligned, None, aligned, residual, residual_out, aligned, 16, 64, 64, 64, 64, ldr, ldro, 64,
+                 1.0, EPS, 1, 1, 0, 0, None)  # fmt: skip
+        assert rc != 0 and err() == vectors, (residual, residual_out, ldr, ldro)
 
 
 def _inputs(g: torch.Generator, cuda: torch.device, m: int, n: int, k: int, dtype: torch.dtype):
