@@ -130,6 +130,15 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
                 "it: how production kernels (--attn-peer) are calibrated against the setting that judges an arm",
             )
             p.add_argument(
+                "--logprob-limit-from-peers",
+                type=float,
+                metavar="MARGIN",
+                default=None,
+                help="the log-prob rule's limit for the engine's runs from the production peers (--attn-peer) run "
+                "first in the same process: MARGIN times the largest peer distance on the same ids' model and dtype, "
+                "never below the setting's own limit; the peers' distances are measured, not judged (MARGIN >= 1)",
+            )
+            p.add_argument(
                 "--served",
                 metavar="URL",
                 help="judge an OpenAI-compatible server's outputs instead of the engine's: each prompt through "
@@ -390,12 +399,12 @@ def report(
 
 
 # (setup, oracle, our ids, the engine's top log-probs on them or None) -> verdict
-Gate = Callable[[harness.Setup, Oracle, list[list[int]], harness.EngineLogprobs | None], GateResult]
+Gate = Callable[[harness.Setup, Oracle, list[list[int]], harness.EngineLogprobs | None, float | None], GateResult]
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     setup = setup_from(args)
-    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours, _: harness.tokens(s, oracle, ours))
+    return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours, _tops, _limit: harness.tokens(s, oracle, ours))
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
@@ -407,7 +416,11 @@ def cmd_neartie(args: argparse.Namespace) -> int:
     twins: dict[str, Oracle] = {}  # --fp32-arbiter: the oracle's fp32 twin per dtype, loaded once
 
     def gate(
-        s: harness.Setup, oracle: Oracle, ours: list[list[int]], tops: harness.EngineLogprobs | None
+        s: harness.Setup,
+        oracle: Oracle,
+        ours: list[list[int]],
+        tops: harness.EngineLogprobs | None,
+        limit: float | None,
     ) -> GateResult:
         twin = None
         if args.fp32_arbiter and s.dtype != "float32":
@@ -424,7 +437,7 @@ def cmd_neartie(args: argparse.Namespace) -> int:
             arbiter=twin,
             max_out_of_band_rate=args.max_out_of_band_rate,
             engine_logprobs=tops,
-            max_logprob_dist=logprob_limit(args, s.dtype, s.oracle_attn),
+            max_logprob_dist=limit,
         )
         razor: kernels.Razor | None = getattr(args, "razor_setting", None)
         if razor is not None and razor.logprob_limit(s.dtype) is not None and s.oracle_attn != razor.oracle_attn:
@@ -462,11 +475,40 @@ def cmd_neartie_served(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def peer_limit(margin: float, floor: float, measured: list[tuple[str, float]]) -> tuple[float, str]:
+    """The log-prob limit `--logprob-limit-from-peers` sets for the engine: `margin` times the largest distance the
+    production peers measured on the same model, dtype and oracle, never below the setting's own `floor`; and how it
+    was set, in words. Without a measured peer the floor stands."""
+    if not measured:
+        return floor, f"the setting's {floor:g}: no production peer measured it"
+    peer, worst = max(measured, key=lambda m: m[1])
+    limit = max(floor, margin * worst)
+    return limit, f"{limit:.3g} = max({floor:g}, {margin:g} x {worst:.3g}, {peer}'s distance)"
+
+
+def peers_first(args: argparse.Namespace, peers: list[str]) -> list[str]:
+    """The peers in run order: with --logprob-limit-from-peers the production peers before the engine, whose limit
+    their distances set (the option needs both)."""
+    margin = getattr(args, "logprob_limit_from_peers", None)
+    if margin is None:
+        return peers
+    if margin < 1:
+        raise ValueError(f"--logprob-limit-from-peers {margin:g}: the margin must be at least 1")
+    production = [p for p in peers if p != peer_attention.ENGINE]
+    if peer_attention.ENGINE not in peers or not production:
+        raise ValueError("--logprob-limit-from-peers: needs --attn-peer engine and at least one production peer")
+    if getattr(args, "razor_setting", None) is None or not args.razor_setting.max_logprob_dist:
+        raise ValueError("--logprob-limit-from-peers: the razor setting has no log-prob rule (--razor-setting)")
+    return [*production, peer_attention.ENGINE]
+
+
 def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str], gate: Gate) -> int:
     """`gate` once per (--attn-peer, dtype, --oracle-attn), each judged on its own: our ids generated once per
     (peer, dtype), each oracle loaded once per dtype; one line per run when a peer or an oracle is named, one ledger
     record per run with --ledger; then the report of them all."""
-    peers = list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE]
+    peers = peers_first(args, list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE])
+    margin = getattr(args, "logprob_limit_from_peers", None)
+    measured: dict[tuple[str, str], list[tuple[str, float]]] = {}  # (dtype, oracle) -> the peers' distances
     attns = list(dict.fromkeys(args.oracle_attn)) or ["eager"]
     config = load_config(args.model)
     plan = []
@@ -500,7 +542,19 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 setup.oracle_attn = attn
                 oracles[dt, attn] = setup.oracle()
             setup.oracle_attn = attn
-            result = gate(setup, oracles[dt, attn], ours, tops)
+            limit, how = logprob_limit(args, dt, attn), ""
+            if margin is not None and limit is not None:
+                if peer == peer_attention.ENGINE:
+                    limit, how = peer_limit(margin, limit, measured.get((dt, attn), []))
+                else:
+                    limit = None  # a production peer: its distance is measured, and it sets the engine's limit
+            result = gate(setup, oracles[dt, attn], ours, tops, limit)
+            if how:
+                result.details["logprob_limit_from"] = how
+                result.summary += f"; the limit {how}"
+            dist = result.details.get("logprob_dist")
+            if margin is not None and peer != peer_attention.ENGINE and dist is not None:
+                measured.setdefault((dt, attn), []).append((peer, dist["mean"]))
             run = f"{peer} {dt}" + ("" if attn == "eager" else f" oracle-{attn}")
             results[dt if plain else run.replace(" ", "/")] = result
             if not plain:

@@ -102,7 +102,7 @@ def neartie(
     oracle = oracle or setup.oracle()
     logprobs = [oracle.teacher_forced_logprobs(p, t) for p, t in zip(setup.prompts, ours)]
     result = _token_razor(setup, ours, logprobs, band, top_k, max_near_tie_rate, arbiter, max_out_of_band_rate)
-    if max_logprob_dist is not None and engine_logprobs is not None:
+    if engine_logprobs is not None:  # without a limit, measured and said, not judged
         logprob_rule(result, logprob_distance(engine_logprobs, logprobs), max_logprob_dist)
     return result
 
@@ -147,13 +147,15 @@ def logprob_distance(engine: EngineLogprobs, oracle: list[torch.Tensor]) -> dict
     return {"mean": sum(per) / len(per), "max": max(per), "positions": len(per)}
 
 
-def logprob_rule(result: GateResult, dist: dict[str, float], limit: float) -> None:
-    """Apply the log-prob rule to a token razor's result in place: over `limit` fails it, named in the summary."""
-    over = dist["mean"] > limit
-    result.details["logprob_dist"] = {**dist, "limit": limit, "passed": not over}
+def logprob_rule(result: GateResult, dist: dict[str, float], limit: float | None) -> None:
+    """Apply the log-prob rule to a token razor's result in place: over `limit` fails it, named in the summary
+    (None: the distance is measured and said, not judged)."""
+    over = limit is not None and dist["mean"] > limit
+    result.details["logprob_dist"] = {**dist, "limit": limit, "passed": None if limit is None else not over}
+    judged = "not judged" if limit is None else f"{'exceeds' if over else 'within'} the limit {limit:g}"
     said = (
         f"log-prob distance {dist['mean']:.3g} nats (mean over {dist['positions']} positions of the largest "
-        f"|ours - oracle| over our top {TOP_LOGPROBS}) {'exceeds' if over else 'within'} the limit {limit:g}"
+        f"|ours - oracle| over our top {TOP_LOGPROBS}) {judged}"
     )
     if over:  # the failure first, where a reader looks for it
         result.verdict = FAIL

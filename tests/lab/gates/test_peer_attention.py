@@ -236,3 +236,66 @@ def test_peer_runs_are_eager() -> None:
     base = FlagSnapshot.defaults()
     assert peer_attention.flags("engine", base) == base
     assert peer_attention.flags("sdpa-cudnn", base).enabled("VT_EAGER")
+
+
+def _distances(out: list[str]) -> dict[str, float]:
+    """Each run line's log-prob distance, by its run name."""
+    found = {}
+    for ln in out:
+        m = re.match(r"run (\S+ \S+(?: oracle-\S+)?): .*log-prob distance ([0-9.e+-]+) nats", ln)
+        if m:
+            found[m.group(1)] = float(m.group(2))
+    return found
+
+
+def test_the_peers_set_the_engines_logprob_limit(monkeypatch, capsys) -> None:
+    """--logprob-limit-from-peers: the production peers run first and are measured, not judged; the engine's limit
+    is the margin times the largest peer distance, never below the setting's own. A peer whose distance is 40x the
+    setting's limit lifts the engine's limit past its own distance; without the option the same engine fails nothing
+    and the peer fails the setting's limit (the calibration's long-context case)."""
+
+    def noisy(q, k, v, table, lens, scale, window=None):  # a production kernel far from the oracle in log-probs
+        out = paged_attn.paged_decode_attention(q, k, v, table, lens, scale, window)
+        return out * (1 + 3e-3)
+
+    call_log(monkeypatch, "noisy", noisy)
+    base = ["gate", "neartie", "--dtype", "float32", "--razor-setting", "fp32-probs", *SMALL]
+    plain = [*base, "--attn-peer", "engine", "--attn-peer", "noisy"]
+    assert main(plain) == 1  # the peer fails the setting's own limit
+    out = capsys.readouterr().out.splitlines()
+    floor = kernels.FP32_PROBS_RAZOR.logprob_limit("float32")
+    assert floor is not None
+    before = _distances(out)
+    assert before["noisy float32 oracle-online"] > floor > before["engine float32 oracle-online"]
+
+    # the engine named first: the production peer still runs first
+    assert main([*base, "--attn-peer", "engine", "--attn-peer", "noisy", "--logprob-limit-from-peers", "1.5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    runs = [ln for ln in out if ln.startswith("run ")]
+    assert [ln.split(":")[0] for ln in runs] == ["run noisy float32 oracle-online", "run engine float32 oracle-online"]
+    assert "not judged" in runs[0]
+    peer = _distances(out)["noisy float32 oracle-online"]
+    assert f"the limit {1.5 * peer:.3g} = max({floor:g}, 1.5 x {peer:.3g}, noisy's distance)" in runs[1]
+
+    # an engine further off than the margin allows fails: here the engine is the bf16 kernel, the peer the exact one
+    call_log(monkeypatch, "exact", paged_attn.paged_decode_attention)
+    monkeypatch.setattr(kernels.paged_decode_attention, "reference", noisy)  # the engine's own path on the CPU
+    rc = main([*base, "--attn-peer", "engine", "--attn-peer", "exact", "--logprob-limit-from-peers", "1.5"])
+    out = capsys.readouterr().out.splitlines()
+    engine = next(ln for ln in out if ln.startswith("run engine"))
+    assert rc == 1 and "exceeds the limit" in engine and f"max({floor:g}, 1.5 x" in engine, engine
+
+
+def test_the_peers_limit_needs_the_engine_a_peer_and_a_logprob_rule(monkeypatch, capsys) -> None:
+    call_log(monkeypatch, "logged", paged_attn.paged_decode_attention)
+    base = ["gate", "neartie", "--dtype", "float32", *SMALL, "--logprob-limit-from-peers"]
+    both = ["--attn-peer", "engine", "--attn-peer", "logged"]
+    for args, message in (
+        (["1.2", "--razor-setting", "fp32-probs", "--attn-peer", "logged"], "needs --attn-peer engine and at least "
+         "one production peer"),
+        (["0.9", "--razor-setting", "fp32-probs", *both], "--logprob-limit-from-peers 0.9: the margin must be at least 1"),
+        (["1.2", *both], "the razor setting has no log-prob rule (--razor-setting)"),
+    ):  # fmt: skip
+        assert main([*base, *args]) == 2
+        err = capsys.readouterr().err
+        assert "error: --logprob-limit-from-peers" in err and message in err, err
