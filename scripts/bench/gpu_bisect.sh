@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One command at several commits in one device call, to A/B kernel changes across history with one machine's
+# warm-up: each commit's engine/ and lab/ (git archive, made here beforehand) run with its own CUDA cache.
+#   bash scripts/bench/gpu_bisect.sh prepare 063f476 0dcf3de HEAD          # here: writes $BISECT (.dev/bisect)
+#   OUT=$OUT bash scripts/bench/gpu_bisect.sh run -- python3 -m lab.persistent.trace   # on the device; carry .dev
+# `run` takes the commits in the order `prepare` was given them, each with at most $LIMIT seconds (default 100), and
+# writes $OUT/bisect.txt: per commit its subject and the command's last 40 lines. The command must exist at every
+# commit. The archives hold no .git, so a ledger record (which names a clean commit) cannot be written from them.
+set -u
+BISECT="${BISECT:-.dev/bisect}"
+usage() { echo "usage: $0 prepare COMMIT... | $0 run -- COMMAND..." >&2; exit 2; }
+
+prepare() {
+  [ $# -gt 0 ] || usage
+  case "$BISECT" in "" | / | . | .. | "$HOME") echo "$0: BISECT=$BISECT: not a folder to replace" >&2; exit 1 ;; esac
+  rm -rf "$BISECT" && mkdir -p "$BISECT" || exit 1
+  for c in "$@"; do
+    sha=$(git rev-parse --short=9 "$c^{commit}") || { echo "$0: $c: not a commit" >&2; exit 1; }
+    mkdir -p "$BISECT/$sha"
+    git archive "$sha" engine lab | tar -x -C "$BISECT/$sha" || exit 1
+    echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
+    echo "prepared $sha ($c)"
+  done
+  du -sh "$BISECT" | sed 's/^/size: /'
+}
+
+run() {
+  [ "${1:-}" = "--" ] && shift
+  [ $# -gt 0 ] || usage
+  OUT="${OUT:?set OUT}"
+  [ -f "$BISECT/ORDER" ] || { echo "$0: no $BISECT/ORDER: run prepare first (and carry .dev)" >&2; exit 1; }
+  WHEELS="${WHEELS:-.whl}"
+  . "$(dirname "$0")/wheels.sh"
+  export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" PYTHONUNBUFFERED=1
+  root=$(pwd)
+  : > "$OUT/bisect.txt"
+  while read -r sha subject; do
+    log="/tmp/bisect-$sha.log"
+    t0=$(date +%s)
+    ( cd "$BISECT/$sha" && VT_CUDA_CACHE="/tmp/bisect-cache/$sha" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
+    rc=$?
+    cd "$root" || exit 1
+    { echo "== $sha $subject: rc=$rc in $(( $(date +%s) - t0 )) s"; tail -n 40 "$log"; } >> "$OUT/bisect.txt"
+    echo "$sha rc=$rc in $(( $(date +%s) - t0 )) s: $subject"
+  done < "$BISECT/ORDER"
+}
+
+case "${1:-}" in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,61 @@
+"""scripts/bench/gpu_bisect.sh: one command at several commits in one device call. On the CPU: `prepare` archives
+each commit's engine/ and lab/ in the order given and refuses what is not a commit; `run` runs the command inside
+each archive (its own code, not the checkout's), in that order, into one file of $OUT."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench" / "gpu_bisect.sh"
+
+
+def sh(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_prepare_then_run_each_commit_in_its_own_archive(tmp_path: Path) -> None:
+    env = {"BISECT": str(tmp_path / "b"), "OUT": str(tmp_path / "out"), "WHEELS": str(tmp_path / "none")}
+    head, parent = (subprocess.run(["git", "rev-parse", "--short=9", c], cwd=ROOT, capture_output=True, text=True,
+                                   check=True).stdout.strip() for c in ("HEAD", "HEAD~1"))  # fmt: skip
+    made = sh("prepare", "HEAD~1", "HEAD", env=env)
+    assert made.returncode == 0, made.stderr
+    order = (tmp_path / "b" / "ORDER").read_text().splitlines()
+    assert [ln.split()[0] for ln in order] == [parent, head]  # the order given, not history's
+    assert (tmp_path / "b" / head / "engine" / "__init__.py").is_file()
+    assert not (tmp_path / "b" / head / "tests").exists()  # engine/ and lab/ only
+    (tmp_path / "out").mkdir()
+    ran = sh("run", "--", "python3", "-c", "import engine, os; print(engine.__file__); print(os.environ['VT_CUDA_CACHE'])",
+             env=env)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    text = (tmp_path / "out" / "bisect.txt").read_text()
+    sections = text.split("== ")[1:]
+    assert [s.split()[0] for s in sections] == [parent, head]
+    for sha, section in zip((parent, head), sections, strict=True):
+        assert "rc=0" in section.splitlines()[0]
+        assert f"{tmp_path}/b/{sha}/engine/__init__.py" in section  # the archive's engine, not the checkout's
+        assert f"/tmp/bisect-cache/{sha}" in section  # each commit's own CUDA cache
+
+
+def test_a_failing_command_is_reported_and_the_next_commit_still_runs(tmp_path: Path) -> None:
+    env = {"BISECT": str(tmp_path / "b"), "OUT": str(tmp_path), "WHEELS": str(tmp_path / "none"), "LIMIT": "5"}
+    assert sh("prepare", "HEAD", "HEAD~1", env=env).returncode == 0
+    ran = sh("run", "--", "python3", "-c", "raise SystemExit(3)", env=env)
+    text = (tmp_path / "bisect.txt").read_text()
+    assert ran.returncode == 0 and text.count("rc=3 in") == 2, text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("prepare", "no-such-ref"), "no-such-ref: not a commit"), (("run", "--", "true"), "run prepare first"),
+     (("bisect",), "usage:"), (("prepare", "HEAD"), "BISECT=.: not a folder to replace")],
+)  # fmt: skip
+def test_what_it_cannot_do_is_refused_with_the_reason(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    where = "." if "BISECT=." in message else str(tmp_path / "b")  # the checkout itself (rm refuses "." anyway)
+    run = sh(*args, env={"BISECT": where, "OUT": str(tmp_path)})
+    assert run.returncode != 0 and message in run.stderr, run.stderr
