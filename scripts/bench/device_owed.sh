@@ -102,7 +102,7 @@ splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}
 }
 
 calib() {
-  timeout 440 python3 -m lab ci calib --razor-setting fp32-probs --out "$R/calib" > "$R/calib.log" 2>&1
+  timeout 460 python3 -m lab ci calib --razor-setting fp32-probs --out "$R/calib" > "$R/calib.log" 2>&1
   echo "lab ci calib rc=$? at $(el) s"; tail -n 14 "$R/calib.log"
   cp "$R"/calib/ledger/*.json "$R/ledger/" 2>/dev/null
   for f in "$R"/calib/logs/calib-*.log; do echo "== $f"; grep -vE "Warning|warn\(" "$f" | tail -n 6; done
