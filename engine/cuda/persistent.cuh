@@ -1,9 +1,9 @@
 // The persistent decode layer: one launch of SM-count blocks runs a Qwen3 layer's task table
 // (engine/cuda/persistent_schedule.py `Schedule.encode`) in queue order. Each block takes the next task from a global
-// atomic head, asks L2 for the task's weights (prefetch_weights), takes its following task (and prefetches that
-// one's weights, so they stream while this task waits and runs), waits (thread 0 spinning on acquire loads with
-// __nanosleep backoff) until the task's counters reach their targets, runs the task with all 256 threads, and
-// signals its counter with a release (the block's barrier, then thread 0's red.release: no round trip to wait on).
+// atomic head, asks L2 for the task's weights (prefetch_weights), waits (thread 0 spinning on acquire loads with
+// __nanosleep backoff) until the task's counters reach their targets, takes its following task (`Take` says when),
+// runs the task with all 256 threads, and signals its counter with a release (the block's barrier, then thread 0's
+// red.release: no round trip to wait on).
 // No grid barrier and no cooperative launch: a task is only taken after every task before it in the queue was
 // taken, and the table queues every producer before its consumers (its static check: lab/persistent/check.py). So a
 // waiting task waits on earlier tasks only, each running or held behind a block's current task, which is earlier
@@ -138,9 +138,10 @@ __device__ __forceinline__ long long global_ns() {
   return t;
 }
 
-// When the block's current task had its input in hand (thread 0; 0 until then, reset as the block turns to a task):
-// a GEMV tile's rows staged (and normed), a score split's q rotated, a P.V slice's softmax statistics. The trace's
-// `staged` time splits a task's run into its input's round trips and the rest.
+// When the block's current task had its input in hand (thread 0; 0 until then, reset as the block turns to a task;
+// -1 in an untraced launch, which never reads the timer for it): a GEMV tile's rows staged (and normed), a score
+// split's q rotated, a P.V slice's softmax statistics. The trace's `staged` time splits a task's run into its input's
+// round trips and the rest.
 __shared__ long long staged_at;
 
 __device__ __forceinline__ void mark_staged() {
@@ -793,7 +794,7 @@ persistent_layer_kernel(const int* __restrict__ table, int tasks, int* control, 
         }
       }
       task_index = cur;
-      staged_at = 0;
+      staged_at = trace != nullptr ? 0 : -1;
       met = trace != nullptr ? global_ns() : 0;
     }
     __syncthreads();  // the task's inputs, acquired by thread 0, are now ordered before every thread's reads

@@ -9,7 +9,8 @@ to input staged: the task's first round trips), and its wake: for a task taken b
 targets, the time from the signal that completed its wait to the moment its block saw it (the poll's back-off; a
 signal's time is read just after its release, so a wake can read a few ns below zero).
 
-    python -m lab.persistent.trace [--layers 28] [--batch 1] [--context 1024] [--dtype bfloat16] [--json FILE]
+    python -m lab.persistent.trace [--layers 28] [--batch 1] [--context 1024] [--dtype bfloat16]
+        [--take async|at-run|after-signal] [--json FILE] [--ledger DIR]
 
 runs the decode step's persistent arm (the embedding, every layer and the final norm in one launch, Qwen3-0.6B's
 layer shape with seeded random weights) once traced on the GPU and prints the summary, a table last. The traced
