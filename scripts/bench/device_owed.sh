@@ -10,6 +10,8 @@
 #                                                    # graph replays included), cases, the step's trace, bench, A/B
 #   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms), and the
 #                                                    # one-pass d256 variant's A/B against the pipelined arm
+#   bash scripts/bench/device_owed.sh flip          # the one-pass arm's flip protocol (AGENTS.md), its razor beside
+#                                                    # FlashInfer and cuDNN under their calibrated limit
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -20,8 +22,8 @@
 # lines) and records.tgz (everything the call wrote: records, tables, whole logs).
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -102,10 +104,18 @@ splits() {  # tables to commit as engine/data/attn_splits/<card>-{tiled,onepass}
 }
 
 calib() {
-  timeout 460 python3 -m lab ci calib --razor-setting fp32-probs --out "$R/calib" > "$R/calib.log" 2>&1
+  timeout 500 python3 -m lab ci calib --razor-setting fp32-probs --out "$R/calib" > "$R/calib.log" 2>&1
   echo "lab ci calib rc=$? at $(el) s"; tail -n 14 "$R/calib.log"
   cp "$R"/calib/ledger/*.json "$R/ledger/" 2>/dev/null
   for f in "$R"/calib/logs/calib-*.log; do echo "== $f"; grep -vE "Warning|warn\(" "$f" | tail -n 6; done
+}
+
+flip() {  # the gates with VT_ATTN_ONEPASS=1 (lab/ci.py flip_steps), three at once; each step's verdict in the table
+  FLIP="VT_ATTN_ONEPASS=1" FLIP_FILTER="attn/tiled_onepass" timeout 570 python3 -m lab ci flip --out "$R/flip" \
+    > "$R/flip.log" 2>&1
+  echo "lab ci flip rc=$? at $(el) s"; grep -E "^(step|flip-|build|ci:)" "$R/flip.log" | tail -n 24
+  cp "$R"/flip/ledger/*.json "$R/ledger/" 2>/dev/null
+  for f in "$R"/flip/logs/flip-neartie-*.log; do echo "== $f"; grep -E "^run |limit" "$f" | cut -c1-220; done
 }
 
 save() {
