@@ -518,16 +518,20 @@ def flip_steps(ctx: Context) -> list[Step]:
         # FLIP_PROMPT_LENS: the razor's prompts (its 16 decode 16 rows at once, past the GEMV arms' 8); not long's
         lens = ("--prompt-lens", flip.prompt_lens) if flip.prompt_lens and m != "long" else ()
         peers: tuple[str, ...] = ()
+        bar: tuple[str, ...] = ()
         nenv, nlimit = env, 180
         if calibrated and m in CALIB_MODELS:  # three production runs more: d128's 4800 positions take 2-3 minutes
-            peers = (*(a for p in CALIB_PEERS for a in ("--attn-peer", p)), "--logprob-limit-from-peers")
-            peers += (str(CALIB_MARGIN), "--ledger", str(ctx.ledger))
+            peers = (*(a for p in CALIB_PEERS for a in ("--attn-peer", p)), "--ledger", str(ctx.ledger))
+            # an arm that is not bitwise: no more diverging prompts than the worst production kernel's (their tokens
+            # diverge from transformers' generate too), and the graphed ids the eager ones (`flip_ran`)
+            bar = (*peers, "--divergence-from-peers")
+            peers += ("--logprob-limit-from-peers", str(CALIB_MARGIN))
             nenv, nlimit = {**env, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}, 300
         steps += [
             gate(ctx, f"flip-neartie-{m}", nlimit, ("neartie", *g, *margs, *lens, *razor, *peers, *req), nenv),
             gate(ctx, f"flip-distributional-{m}", 240, ("distributional", *g, *margs), env, refusal_is_na=True),
-            gate(ctx, f"flip-tokens-{m}-graph", 180, ("tokens", *g, *margs, *req), env),
-            gate(ctx, f"flip-tokens-{m}-eager", 180, ("tokens", *g, *margs, *req), {**env, "VT_EAGER": "1"}),
+            gate(ctx, f"flip-tokens-{m}-graph", nlimit, ("tokens", *g, *margs, *bar, *req), nenv),
+            gate(ctx, f"flip-tokens-{m}-eager", nlimit, ("tokens", *g, *margs, *bar, *req), {**nenv, "VT_EAGER": "1"}),
         ]
         if m == "d128":  # no gates phase gave this model a baseline: its gates with the flags unset
             steps += [
@@ -558,7 +562,29 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
             Verdict("pass", f"its arm ran on {', '.join(ran)}") if ran else Verdict("fail", "its arm ran on no model")
         )
         out.append((f"flip-ran-{flag}", verdict))
+    if any(f in CALIB_ARM.values() for f in ctx.flip.on):
+        out += [(f"flip-tokens-{m}-identity", same_ids(ctx, m)) for m in ctx.flip.models if m in CALIB_MODELS]
     return out
+
+
+def same_ids(ctx: Context, model: str) -> Verdict:
+    """The engine's ids graphed equal its ids eager, prompt by prompt (the token gates' digests): an arm judged
+    by its divergence from the peers must still be one program under both."""
+    rows = {}
+    for mode in ("graph", "eager"):
+        data = _load(ctx.result(f"flip-tokens-{model}-{mode}"))
+        table = (data or {}).get("table") or []
+        rows[mode] = [
+            (r.get("prompt"), r.get("ours_digest"))
+            for r in table
+            if str(r.get("peer/dtype/oracle", "")).startswith("engine/")
+        ]
+        if not rows[mode] or any(d is None for _, d in rows[mode]):
+            return Verdict("fail", f"no engine ids from the {mode} token gate to compare")
+    differ = [p for (p, a), (_, b) in zip(rows["graph"], rows["eager"]) if a != b]
+    if differ or len(rows["graph"]) != len(rows["eager"]):
+        return Verdict("fail", f"graphed and eager ids differ on prompts {differ or 'count'}")
+    return Verdict("pass", f"graphed and eager ids equal on {len(rows['graph'])} prompts")
 
 
 # FlashInfer's bf16 head_dim-128 decode, with tensor cores or not, a window or not: four modules, compiled at once

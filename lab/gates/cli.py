@@ -25,7 +25,7 @@ from lab.gates.goldens import GOLDENS_DIR
 from lab.gates.ledger import write_record
 from lab.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_TOP_K
 from lab.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
-from lab.gates.result import GateResult
+from lab.gates.result import FAIL, PASS, GateResult
 from lab.gates.served import DEFAULT_LOGPROB_TOL
 from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
 
@@ -80,9 +80,16 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         )
         return p
 
-    add_peer_args(
-        case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt.")
-    ).set_defaults(handler=cmd_tokens)
+    p = add_peer_args(case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt."))
+    p.add_argument(
+        "--divergence-from-peers",
+        action="store_true",
+        help="for an arm that is not bitwise: the production peers (--attn-peer) run first and their diverging "
+        "prompts are counted, not judged; the engine passes when it diverges on no more prompts than the worst of "
+        "them (over a few new tokens a production kernel diverges from transformers' generate too). Each prompt's "
+        "ids are digested in the table, so two runs (graphed and eager) can be held to the same ids",
+    )
+    p.set_defaults(handler=cmd_tokens)
     for name, handler, help_ in (
         (
             "neartie",
@@ -407,6 +414,22 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours, _tops, _limit: harness.tokens(s, oracle, ours))
 
 
+def judge_divergence(result: GateResult, peer: str, measured: list[tuple[str, int]]) -> GateResult:
+    """`--divergence-from-peers`: a production peer's token run is measured (its diverging prompts kept in
+    `measured`), not judged; the engine's passes when it diverges on no more prompts than the worst peer did."""
+    bad = sum(r["first_divergence"] is not None for r in result.table)
+    if peer != peer_attention.ENGINE:
+        measured.append((peer, bad))
+        return GateResult(result.gate, PASS, f"{result.summary} (measured, not judged)", result.table, result.details)
+    if not measured:
+        return GateResult(result.gate, FAIL, f"{result.summary}; no production peer measured the bar", result.table)
+    worst, most = max(measured, key=lambda m: m[1])
+    verdict = PASS if bad <= most else FAIL
+    how = f"{bad} diverging prompts against at most {most}, {worst}'s"
+    summary = result.summary if result.passed else f"{result.summary}; {how}"
+    return GateResult(result.gate, verdict, summary, result.table, {**result.details, "divergence_bar": how})
+
+
 def cmd_neartie(args: argparse.Namespace) -> int:
     if args.served or args.outputs:
         return cmd_neartie_served(args)
@@ -487,16 +510,20 @@ def peer_limit(margin: float, floor: float, measured: list[tuple[str, float]]) -
 
 
 def peers_first(args: argparse.Namespace, peers: list[str]) -> list[str]:
-    """The peers in run order: with --logprob-limit-from-peers the production peers before the engine, whose limit
-    their distances set (the option needs both)."""
+    """The peers in run order: with --logprob-limit-from-peers or --divergence-from-peers the production peers
+    before the engine, whose bar their runs set (either option needs both)."""
     margin = getattr(args, "logprob_limit_from_peers", None)
-    if margin is None:
+    option = "--divergence-from-peers" if getattr(args, "divergence_from_peers", False) else None
+    if margin is None and option is None:
         return peers
-    if margin < 1:
+    option = option or "--logprob-limit-from-peers"
+    if margin is not None and margin < 1:
         raise ValueError(f"--logprob-limit-from-peers {margin:g}: the margin must be at least 1")
     production = [p for p in peers if p != peer_attention.ENGINE]
     if peer_attention.ENGINE not in peers or not production:
-        raise ValueError("--logprob-limit-from-peers: needs --attn-peer engine and at least one production peer")
+        raise ValueError(f"{option}: needs --attn-peer engine and at least one production peer")
+    if margin is None:
+        return [*production, peer_attention.ENGINE]
     if getattr(args, "razor_setting", None) is None or not args.razor_setting.max_logprob_dist:
         raise ValueError("--logprob-limit-from-peers: the razor setting has no log-prob rule (--razor-setting)")
     return [*production, peer_attention.ENGINE]
@@ -509,6 +536,7 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
     peers = peers_first(args, list(dict.fromkeys(args.attn_peer)) or [peer_attention.ENGINE])
     margin = getattr(args, "logprob_limit_from_peers", None)
     measured: dict[tuple[str, str], list[tuple[str, float]]] = {}  # (dtype, oracle) -> the peers' distances
+    diverged: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (dtype, oracle) -> the peers' diverging prompts
     attns = list(dict.fromkeys(args.oracle_attn)) or ["eager"]
     config = load_config(args.model)
     plan = []
@@ -549,6 +577,8 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 else:
                     limit = None  # a production peer: its distance is measured, and it sets the engine's limit
             result = gate(setup, oracles[dt, attn], ours, tops, limit)
+            if getattr(args, "divergence_from_peers", False):
+                result = judge_divergence(result, peer, diverged.setdefault((dt, attn), []))
             if how:
                 result.details["logprob_limit_from"] = how
                 result.summary += f"; the limit {how}"

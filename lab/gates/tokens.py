@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 from lab.gates.result import FAIL, PASS, GateResult
@@ -34,6 +35,7 @@ def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[lis
                 "first_divergence": first,
                 "ours": None if first is None else a[first : first + 4],
                 "oracle": None if first is None else b[first : first + 4],
+                "ours_digest": ids_digest(a),  # two runs' ids held equal (graphed against eager) without storing them
             }
         )
     bad = [r for r in table if r["first_divergence"] is not None]
@@ -47,6 +49,11 @@ def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[lis
             table,
         )
     return GateResult("tokens", PASS, f"{total} tokens over {len(prompts)} prompts equal the oracle's", table)
+
+
+def ids_digest(ids: list[int]) -> str:
+    """A short digest of one prompt's new ids: equal digests, equal ids (sha256, its first 16 hex digits)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 def token_selftest(prompts: list[list[int]], oracle: list[list[int]]) -> dict[str, int]:

@@ -203,8 +203,8 @@ def test_flip_runs_every_gate_with_the_flags_set_and_requires_their_arms(tmp_pat
         for name in (f"flip-neartie-{m}", f"flip-tokens-{m}-graph", f"flip-tokens-{m}-eager"):
             assert s[name].argv[-5:-1] == require, name
             want = {**flags, "VT_EAGER": "1"} if name.endswith("eager") else flags
-            if name == "flip-neartie-d128":  # beside the production peers (the test below)
-                want = {**flags, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
+            if m == "d128":  # beside the production peers (the test below)
+                want = {**want, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
             assert s[name].env == want, name
         assert s[f"flip-distributional-{m}"].env == flags and "--require-arm" not in s[f"flip-distributional-{m}"].argv
     assert "--fp32-arbiter" in s["flip-neartie-d128"].argv and "--fp32-arbiter" not in s["flip-neartie-dense"].argv
@@ -235,10 +235,35 @@ def test_a_razor_settings_own_arm_flips_beside_the_production_kernels_under_thei
         assert argv[argv.index("--logprob-limit-from-peers") + 1] == str(ci.CALIB_MARGIN)
         assert argv[argv.index("--ledger") + 1] == str(c.ledger) and argv[-3:-1] == ("--require-arm", "VT_ATTN_ONEPASS")
         assert s[f"flip-neartie-{m}"].env["VT_ATTN_ONEPASS"] == "1"
+        tokens = s[f"flip-tokens-{m}-graph"].argv
+        assert "--divergence-from-peers" in tokens and "--logprob-limit-from-peers" not in tokens
+        assert s[f"flip-tokens-{m}-eager"].env["VT_EAGER"] == "1" and "--attn-peer" in s[f"flip-tokens-{m}-eager"].argv
     # the peers take head_dim 128 only: the dense model's run is the engine's alone, and a flip of another flag has none
     assert "--attn-peer" not in s["flip-neartie-dense"].argv
     other = steps("flip", ctx(tmp_path, ci.parse_flip("VT_ATTN_TILED=1")))
     assert "flip-jit" not in other and not any("--attn-peer" in st.argv for st in other.values())
+
+
+def test_a_non_bitwise_flip_holds_the_engines_graphed_ids_to_its_eager_ids(tmp_path: Path) -> None:
+    c = ctx(tmp_path, ci.parse_flip("VT_ATTN_ONEPASS=1", models="d128-g4"))
+
+    def tokens(mode: str, digests: list[str]) -> None:
+        rows = [{"peer/dtype/oracle": "sdpa-cudnn/bfloat16", "prompt": 0, "ours_digest": "peer"}]
+        rows += [{"peer/dtype/oracle": "engine/bfloat16", "prompt": i, "ours_digest": d} for i, d in enumerate(digests)]
+        path = c.result(f"flip-tokens-d128-g4-{mode}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"verdict": "PASS", "table": rows}))
+
+    tokens("graph", ["a", "b"])
+    tokens("eager", ["a", "b"])
+    verdicts = dict(ci.flip_ran(c))
+    assert verdicts["flip-tokens-d128-g4-identity"].status == "pass"
+    tokens("eager", ["a", "c"])  # the seeded defect: prompt 1's eager ids differ
+    v = dict(ci.flip_ran(c))["flip-tokens-d128-g4-identity"]
+    assert (v.status, v.detail) == ("fail", "graphed and eager ids differ on prompts [1]")
+    c.result("flip-tokens-d128-g4-graph").write_text(json.dumps({"verdict": "FAIL", "table": []}))
+    assert dict(ci.flip_ran(c))["flip-tokens-d128-g4-identity"].status == "fail"  # nothing compared: no pass
+    assert not any("identity" in n for n, _ in ci.flip_ran(ctx(tmp_path, ci.parse_flip("VT_GEMV=1", models="moe"))))
 
 
 @pytest.mark.parametrize(("na_on", "verdict"), [(("dense", "moe"), "fail"), (("moe",), "pass")])

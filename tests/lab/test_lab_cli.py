@@ -69,7 +69,7 @@ def test_missing_optional_module_is_a_clear_error(monkeypatch, capsys) -> None:
 def test_gate_tokens_prints_the_table_and_verdict(capsys) -> None:
     assert main(["gate", "tokens", "--prompt-ids", "5,6,7", "--max-new-tokens", "4"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["prompt", "prompt_len", "new_tokens", "first_divergence", "ours", "oracle"]
+    assert out[0].split() == ["prompt", "prompt_len", "new_tokens", "first_divergence", "ours", "oracle", "ours_digest"]
     assert out[-1] == "tokens: PASS: 4 tokens over 1 prompts equal the oracle's"
 
 

@@ -10,7 +10,7 @@ import torch
 from lab.gates.distributional import distributional_gate
 from lab.gates.neartie import EXACT, NEAR_TIE, OUT_OF_BAND, OUTSIDE_TOP_K, classify, near_tie_gate
 from lab.gates.result import FAIL, PASS, REFUSED
-from lab.gates.tokens import token_gate
+from lab.gates.tokens import ids_digest, token_gate
 
 
 def logprobs(values: dict[int, float], vocab: int = 13) -> torch.Tensor:
@@ -35,7 +35,9 @@ def test_token_gate_reports_the_first_divergence() -> None:
         "first_divergence": 2,
         "ours": [7],
         "oracle": [4],
+        "ours_digest": ids_digest([5, 6, 7]),
     }
+    assert ids_digest([5, 6, 7]) == bad.table[0]["ours_digest"] != ids_digest([5, 6, 4]) != ids_digest([5, 64])
     short = token_gate(prompts, [[5, 6], [8, 9]], [[5, 6, 7], [8, 9]])
     assert short.verdict == FAIL and short.table[0]["first_divergence"] == 2
     assert token_gate([], [], []).verdict == FAIL  # nothing compared is not a pass
