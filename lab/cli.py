@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     # kernels and bench hand their whole argument list (--help included) to the module they load
-    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "teeth"):
+    if len(argv) >= 2 and argv[0] == "gate" and argv[1] in ("kernels", "reach", "spread", "teeth"):
         return run_module(f"lab.gates.{argv[1]}", argv[2:])
     if argv[:1] == ["ci"]:  # the GPU job's phase table hands its whole argument list to lab.ci
         return run_module("lab.ci", argv[1:])

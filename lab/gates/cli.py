@@ -82,12 +82,14 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
 
     p = add_peer_args(case("tokens", "Token-exact: our greedy ids equal transformers' generate, prompt by prompt."))
     p.add_argument(
-        "--divergence-from-peers",
+        "--divergence-beside-peers",
         action="store_true",
-        help="for an arm that is not bitwise: the production peers (--attn-peer) run first and their diverging "
-        "prompts are counted, not judged; the engine passes when it diverges on no more prompts than the worst of "
-        "them (over a few new tokens a production kernel diverges from transformers' generate too). Each prompt's "
-        "ids are digested in the table, so two runs (graphed and eager) can be held to the same ids",
+        help="for an arm that is not bitwise: the production peers (--attn-peer) run first, then the engine, and each "
+        "run's diverging prompts are reported beside the others', none judged on them. Over 16 new tokens correct "
+        "kernels diverge from transformers' generate on 5 to 11 prompts of 16 (docs/BENCHMARKS.md), so the count "
+        "cannot tell a bug from a correct kernel: the near-tie razor judges such an arm. The gate still fails on a "
+        "peer or a required arm that never ran. Each prompt's ids are digested in the table, so two runs (graphed and "
+        "eager) can be held to the same ids",
     )
     p.set_defaults(handler=cmd_tokens)
     for name, handler, help_ in (
@@ -220,6 +222,11 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
     )
     gsub.add_parser(
         "reach", help="every attention arm reached by a gate model (lab.gates.reach; its own --help)", add_help=False
+    )
+    gsub.add_parser(
+        "spread",
+        help="on how many prompts correct implementations leave the oracle's tokens (lab.gates.spread; its own --help)",
+        add_help=False,
     )
     gsub.add_parser("bench", help="benchmarks (lab.bench.NAME; its own --help)", add_help=False)
 
@@ -414,20 +421,18 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     return run_peers(args, setup, [setup.dtype], lambda s, oracle, ours, _tops, _limit: harness.tokens(s, oracle, ours))
 
 
-def judge_divergence(result: GateResult, peer: str, measured: list[tuple[str, int]]) -> GateResult:
-    """`--divergence-from-peers`: a production peer's token run is measured (its diverging prompts kept in
-    `measured`), not judged; the engine's passes when it diverges on no more prompts than the worst peer did."""
+def beside_peers(result: GateResult, peer: str, measured: list[tuple[str, int]]) -> GateResult:
+    """`--divergence-beside-peers`: each run's diverging prompts counted (a production peer's kept in `measured`),
+    none judged on them; the engine's summary names the peers' counts beside its own."""
     bad = sum(r["first_divergence"] is not None for r in result.table)
     if peer != peer_attention.ENGINE:
         measured.append((peer, bad))
         return GateResult(result.gate, PASS, f"{result.summary} (measured, not judged)", result.table, result.details)
     if not measured:
-        return GateResult(result.gate, FAIL, f"{result.summary}; no production peer measured the bar", result.table)
-    worst, most = max(measured, key=lambda m: m[1])
-    verdict = PASS if bad <= most else FAIL
-    how = f"{bad} diverging prompts against at most {most}, {worst}'s"
-    summary = result.summary if result.passed else f"{result.summary}; {how}"
-    return GateResult(result.gate, verdict, summary, result.table, {**result.details, "divergence_bar": how})
+        return GateResult(result.gate, FAIL, f"{result.summary}; no production peer ran beside it", result.table)
+    peers = ", ".join(f"{p} {n}" for p, n in measured)
+    summary = f"{result.summary} (measured, not judged); the production kernels' diverging prompts: {peers}"
+    return GateResult(result.gate, PASS, summary, result.table, {**result.details, "beside_peers": dict(measured)})
 
 
 def cmd_neartie(args: argparse.Namespace) -> int:
@@ -510,10 +515,10 @@ def peer_limit(margin: float, floor: float, measured: list[tuple[str, float]]) -
 
 
 def peers_first(args: argparse.Namespace, peers: list[str]) -> list[str]:
-    """The peers in run order: with --logprob-limit-from-peers or --divergence-from-peers the production peers
-    before the engine, whose bar their runs set (either option needs both)."""
+    """The peers in run order: with --logprob-limit-from-peers or --divergence-beside-peers the production peers
+    before the engine, whose limit (or comparison) their runs set (either option needs both)."""
     margin = getattr(args, "logprob_limit_from_peers", None)
-    option = "--divergence-from-peers" if getattr(args, "divergence_from_peers", False) else None
+    option = "--divergence-beside-peers" if getattr(args, "divergence_beside_peers", False) else None
     if margin is None and option is None:
         return peers
     option = option or "--logprob-limit-from-peers"
@@ -577,8 +582,8 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
                 else:
                     limit = None  # a production peer: its distance is measured, and it sets the engine's limit
             result = gate(setup, oracles[dt, attn], ours, tops, limit)
-            if getattr(args, "divergence_from_peers", False):
-                result = judge_divergence(result, peer, diverged.setdefault((dt, attn), []))
+            if getattr(args, "divergence_beside_peers", False):
+                result = beside_peers(result, peer, diverged.setdefault((dt, attn), []))
             if how:
                 result.details["logprob_limit_from"] = how
                 result.summary += f"; the limit {how}"

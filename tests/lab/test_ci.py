@@ -236,7 +236,7 @@ def test_a_razor_settings_own_arm_flips_beside_the_production_kernels_under_thei
         assert argv[argv.index("--ledger") + 1] == str(c.ledger) and argv[-3:-1] == ("--require-arm", "VT_ATTN_ONEPASS")
         assert s[f"flip-neartie-{m}"].env["VT_ATTN_ONEPASS"] == "1"
         tokens = s[f"flip-tokens-{m}-graph"].argv
-        assert "--divergence-from-peers" in tokens and "--logprob-limit-from-peers" not in tokens
+        assert "--divergence-beside-peers" in tokens and "--logprob-limit-from-peers" not in tokens
         assert s[f"flip-tokens-{m}-eager"].env["VT_EAGER"] == "1" and "--attn-peer" in s[f"flip-tokens-{m}-eager"].argv
     # the peers take head_dim 128 only: the dense model's run is the engine's alone, and a flip of another flag has none
     assert "--attn-peer" not in s["flip-neartie-dense"].argv
