@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -369,6 +369,27 @@ def razors_gated_by(flag: str, snapshot: FlagSnapshot) -> dict[str, Razor]:
             if flag in arm.flags and arm.enabled(snapshot):
                 found[f"{op.name}/{arm.name}"] = arm.razor
     return found
+
+
+def razors_ran(ran: Mapping[tuple[str, str], int]) -> dict[str, Razor]:
+    """The razor settings other than eager of the arms that ran (`Counts.ran`), by `op/arm`: what judges a run
+    whose arms no `--require-arm` named (a default arm that keeps fp32 probabilities is judged as its flip was)."""
+    found = {}
+    for (op, name), n in ran.items():
+        arm = next((a for a in TABLE[op].arms if a.name == name), None) if n and op in TABLE else None
+        if arm is not None and arm.razor != EAGER_RAZOR:
+            found[f"{op}/{name}"] = arm.razor
+    return found
+
+
+def razors_enabled(snapshot: FlagSnapshot) -> dict[str, Razor]:
+    """The razor settings other than eager of the arms `snapshot` enables, by `op/arm`: those a run may take."""
+    return {
+        f"{op.name}/{arm.name}": arm.razor
+        for op in TABLE.values()
+        for arm in op.arms
+        if arm.razor != EAGER_RAZOR and arm.enabled(snapshot)
+    }
 
 
 def op_calls(ops: set[str], seen: Counts | None = None) -> int:

@@ -314,9 +314,10 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
         source += ", options given here winning" if any(given) else ""
     elif all(given):
         razor, source = kernels.EAGER_RAZOR, "the options given"  # every field is the command line's
-    else:  # no arm under test
+    else:  # no arm under test: an engine run whose arms keep another setting is judged by it (`razor_of_run`)
         razor = kernels.EAGER_RAZOR
         source = "eager, the default" + (", options given here winning" if any(given) else "")
+        args.razor_from_arms = not any(given)
     args.oracle_attn = args.oracle_attn or [razor.oracle_attn]
     args.razor_setting = razor  # its log-prob limits apply against its own oracle (`logprob_limit`)
     if args.max_near_tie_rate is None:
@@ -329,6 +330,32 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
         f"{args.max_out_of_band_rate}"
         + (f", log-prob distance at most {limits} nats against the {razor.oracle_attn} oracle" if limits else "")
     )
+
+
+def apply_razor(args: argparse.Namespace, razor: kernels.Razor) -> None:
+    """The setting's oracle attention, budgets and log-prob rule, for the runs that follow."""
+    args.oracle_attn = [razor.oracle_attn]
+    args.razor_setting = razor
+    args.max_near_tie_rate = razor.max_near_tie_rate
+    args.max_out_of_band_rate = razor.max_out_of_band_rate
+
+
+def razor_of_run(args: argparse.Namespace, ran: Counter[tuple[str, str]]) -> str | None:
+    """With no arm under test and no option given, the setting of the arms an engine run took (a default arm that
+    keeps fp32 probabilities is judged by the setting its flip was), else eager; set for the run, described. None:
+    the options stand as given."""
+    if not getattr(args, "razor_from_arms", False):
+        return None
+    took = kernels.razors_ran(ran)
+    settings = set(took.values())
+    if len(settings) > 1:
+        listed = "; ".join(f"{arm}: {r.name}" for arm, r in sorted(took.items()))
+        raise ValueError(f"the run took arms judged with different razor settings ({listed}): flip them apart")
+    razor = settings.pop() if settings else kernels.EAGER_RAZOR
+    apply_razor(args, razor)
+    if not took:
+        return "eager, the default (no arm of another setting ran)"
+    return f"{razor.name}, the setting of {', '.join(sorted(took))}, the arm{'s' if len(took) > 1 else ''} that ran"
 
 
 def logprob_limit(args: argparse.Namespace, dtype: str, attn: str) -> float | None:
@@ -558,11 +585,14 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
         print(f"razor: {args.razor}", file=sys.stderr)
     plain = peers == [peer_attention.ENGINE] and attns == ["eager"]  # the gate as it always ran: no run lines
     base, oracles, results = setup.flags, {}, {}
+    base_env = FlagSnapshot.from_env()
     for peer, dt in plan:
         setup.dtype = dt
         setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
         before, t0 = kernels.counts(), time.perf_counter()
-        wants = any(logprob_limit(args, dt, attn) is not None for attn in attns)  # the rule needs our log-probs
+        # the rule needs our log-probs; so may a run that takes an arm of another setting (`razor_of_run`)
+        may_switch = getattr(args, "razor_from_arms", False) and bool(kernels.razors_enabled(setup.flags or base_env))
+        wants = may_switch or any(logprob_limit(args, dt, attn) is not None for attn in attns)
         with peer_attention.injected(peer, setup.device):
             ours, tops = setup.ours_with_logprobs() if wants else (setup.ours(), None)
         ran, seconds = kernels.counts().ran - before.ran, time.perf_counter() - t0
@@ -570,7 +600,14 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
         took = ", ".join(f"{arm} {n}" for (op, arm), n in sorted(ran.items()) if op == peer_attention.OP)
         if peer in peer_attention.PEERS:
             took = f"peer calls {ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)]}"
-        for attn in attns:
+        run_attns = attns
+        was = getattr(args, "razor_setting", None)
+        if peer == peer_attention.ENGINE and (picked := razor_of_run(args, ran)) is not None:
+            run_attns = list(args.oracle_attn)
+            if args.razor_setting != was:  # said when the setting changes, not on every run
+                args.razor = picked
+                print(f"razor for the {dt} run: {picked}", file=sys.stderr)
+        for attn in run_attns:
             if (dt, attn) not in oracles:
                 setup.oracle_attn = attn
                 oracles[dt, attn] = setup.oracle()

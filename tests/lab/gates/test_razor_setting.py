@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
 
-from engine import kernels
+from engine import flags, kernels
 from engine.flags import FlagSnapshot
 from lab.cli import main
 from lab.gates import neartie
@@ -110,3 +111,62 @@ def test_prompt_lens_must_be_positive_lengths(capsys) -> None:
         assert "--prompt-lens" in capsys.readouterr().err
     assert main(["gate", "tokens", "--prompt-lens", "3", "--prompt-ids", "1,2"]) == 2
     assert "with --prompt-ids there are none" in capsys.readouterr().err
+
+
+def cpu_arm(monkeypatch: pytest.MonkeyPatch, razor: kernels.Razor, name: str = "cpu_online") -> None:
+    """A decode attention arm that runs on the CPU under VT_ATTN_ONEPASS with `razor` (the one-pass arm's stand-in:
+    the real one is CUDA only, and the table takes no arm for a CPU tensor); its kernel is the reference."""
+    from engine.ops import paged_attn
+
+    op = kernels.paged_decode_attention
+    arm = kernels.Arm(name, ("VT_ATTN_ONEPASS",), lambda *_, **__: True, "any", paged_attn.paged_decode_attention)
+    arm = dataclasses.replace(arm, razor=razor)
+    monkeypatch.setattr(op, "arms", (arm, *op.arms))
+    # taken when the environment sets the flag: on the CPU the layer's reference hands its inner ops a snapshot
+    # with the kernels off (engine/kernels/layer.py _UNFUSED)
+    monkeypatch.setattr(op, "_select", lambda *_, **__: arm if flags.enabled("VT_ATTN_ONEPASS") else None)
+
+
+def test_a_run_whose_arm_keeps_fp32_probs_is_judged_by_its_setting(monkeypatch, capsys) -> None:
+    """No --require-arm and no option given: an engine run that took an arm of another setting (a default ON arm
+    that keeps fp32 probabilities) is judged by that setting, and a run that took none by eager."""
+    cpu_arm(monkeypatch, kernels.FP32_PROBS_RAZOR)
+    argv = ["gate", "neartie", "--dtype", "float32", "--prompt-lens", "3,5", "--max-new-tokens", "3", "--json"]
+    monkeypatch.setenv("VT_ATTN_ONEPASS", "1")
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    took = "fp32-probs, the setting of paged_decode_attention/cpu_online, the arm that ran"
+    assert f"razor for the float32 run: {took}" in captured.err and out["razor"] == took
+    assert "log-prob distance" in out["summary"] and "within the limit 0.00025" in out["summary"]
+    assert out["arms"]["paged_decode_attention/cpu_online"] > 0
+
+    monkeypatch.setenv("VT_ATTN_ONEPASS", "0")  # the arm does not run: the eager default, no log-prob rule
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "razor for the" not in captured.err and out["razor"].startswith("eager, the default")
+    assert "log-prob distance" not in out["summary"]
+
+    monkeypatch.setenv("VT_ATTN_ONEPASS", "1")  # an option given: the options stand as given
+    assert main([*argv, "--oracle-attn", "eager"]) == 0
+    captured = capsys.readouterr()
+    assert "razor for the" not in captured.err and "log-prob distance" not in json.loads(captured.out)["summary"]
+
+
+def test_arms_of_two_settings_in_one_run_are_a_usage_error(monkeypatch) -> None:
+    other = kernels.Razor("other", "sdpa", 0.02, 0.001)
+    cpu_arm(monkeypatch, other)
+    ran = {("paged_decode_attention", "cpu_online"): 3, ("rms_norm", "reference"): 5}
+    assert kernels.razors_ran(ran) == {"paged_decode_attention/cpu_online": other}
+    assert kernels.razors_ran({("paged_decode_attention", "cpu_online"): 0}) == {}  # an arm with no call took nothing
+    assert kernels.razors_enabled(ONEPASS_ON)["paged_decode_attention/cpu_online"] == other
+    assert "paged_decode_attention/cpu_online" not in kernels.razors_enabled(FlagSnapshot.defaults())
+    monkeypatch.setattr(kernels.paged_decode_attention, "arms", (kernels.paged_decode_attention.arms[0],))
+    cpu_arm(monkeypatch, kernels.FP32_PROBS_RAZOR, "cpu_online_2")
+    args = argparse.Namespace(razor_from_arms=True)
+    both = {("paged_decode_attention", "cpu_online"): 1, ("paged_decode_attention", "cpu_online_2"): 1}
+    with pytest.raises(ValueError, match="different razor settings"):
+        from lab.gates.cli import razor_of_run
+
+        razor_of_run(args, both)  # type: ignore[arg-type]

@@ -37,8 +37,10 @@ def test_each_implementation_is_counted_per_seed_and_a_bug_diverges(tiny_model_d
     assert sum(r["drops-last-key"] for r in rows) > 0  # the seeded bug leaves the oracle's tokens
     assert re.fullmatch(r"seed 0: reference 0, online \d, drops-last-key \d of 4 prompts diverge \[\d+ s\]", said[0])
     summary, gap = spread.summarize(rows, list(impls), 4)
-    assert gap == max(max(r[n] for n in impls) - min(r[n] for n in impls) for r in rows) > 0
+    pair = ("online", "drops-last-key")  # the reference, bitwise, is left out of the gap
+    assert gap == max(abs(r[pair[0]] - r[pair[1]]) for r in rows)
     assert summary.startswith("diverging prompts of 4 over 2 seeds: reference 0-0, online ")
+    assert spread.summarize([{"seed": 0, "reference": 0, "a": 5, "b": 7}], ["reference", "a", "b"], 16)[1] == 2
 
 
 def test_the_command_line_refuses_bad_input_and_writes_a_record(tiny_model_dir: Path, capsys, tmp_path) -> None:
