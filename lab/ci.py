@@ -523,7 +523,8 @@ def flip_steps(ctx: Context) -> list[Step]:
         if calibrated and m in CALIB_MODELS:  # three production runs more: d128's 4800 positions take 2-3 minutes
             peers = (*(a for p in CALIB_PEERS for a in ("--attn-peer", p)), "--ledger", str(ctx.ledger))
             # an arm that is not bitwise: its diverging prompts reported beside the production kernels' (correct
-            # kernels diverge on 5-11 of 16), and its graphed ids held to its eager ones (`flip_ran`)
+            # implementations diverge on 2-12 of 16, up to 5 apart: `lab gate spread`), its graphed ids held to its
+            # eager ones (`flip_ran`)
             bar = (*peers, "--divergence-beside-peers")
             peers += ("--logprob-limit-from-peers", str(CALIB_MARGIN))
             nenv, nlimit = {**env, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}, 300

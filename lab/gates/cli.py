@@ -86,7 +86,7 @@ def add_gate_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="for an arm that is not bitwise: the production peers (--attn-peer) run first, then the engine, and each "
         "run's diverging prompts are reported beside the others', none judged on them. Over 16 new tokens correct "
-        "kernels diverge from transformers' generate on 5 to 11 prompts of 16 (docs/BENCHMARKS.md), so the count "
+        "kernels diverge from transformers' generate on 2 to 12 prompts of 16 (`lab gate spread`), so the count "
         "cannot tell a bug from a correct kernel: the near-tie razor judges such an arm. The gate still fails on a "
         "peer or a required arm that never ran. Each prompt's ids are digested in the table, so two runs (graphed and "
         "eager) can be held to the same ids",
