@@ -602,6 +602,8 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
             took = f"peer calls {ran[(peer_attention.OP, peer_attention.PEERS[peer].arm)]}"
         run_attns = attns
         was = getattr(args, "razor_setting", None)
+        if peer != peer_attention.ENGINE and getattr(args, "razor_from_arms", False):
+            apply_razor(args, kernels.EAGER_RAZOR)  # a peer is judged as given, whatever the engine's run took
         if peer == peer_attention.ENGINE and (picked := razor_of_run(args, ran)) is not None:
             run_attns = list(args.oracle_attn)
             if args.razor_setting != was:  # said when the setting changes, not on every run

@@ -141,6 +141,16 @@ def test_a_run_whose_arm_keeps_fp32_probs_is_judged_by_its_setting(monkeypatch, 
     assert "log-prob distance" in out["summary"] and "within the limit 0.00025" in out["summary"]
     assert out["arms"]["paged_decode_attention/cpu_online"] > 0
 
+    from engine.ops import paged_attn
+    from tests.lab.gates.test_peer_attention import call_log
+
+    call_log(monkeypatch, "logged", paged_attn.paged_decode_attention)  # a peer after the engine: judged as given
+    assert main([*argv, "--attn-peer", "engine", "--attn-peer", "logged"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    engine, peer = (out["details"][k] for k in ("engine/float32/oracle-online", "logged/float32"))  # the peer: eager
+    assert "within the limit 0.00025" in out["summary"].split("; logged/")[0]
+    assert "not judged" in out["summary"].split("; logged/")[1] and engine != peer
+
     monkeypatch.setenv("VT_ATTN_ONEPASS", "0")  # the arm does not run: the eager default, no log-prob rule
     assert main(argv) == 0
     captured = capsys.readouterr()
