@@ -508,7 +508,7 @@ def flip_steps(ctx: Context) -> list[Step]:
     steps = [build_step(ctx), make_models(ctx, "flip-models", 120, tiny, gate_models)]
     # a razor setting's own arm under test (CALIB_ARM) is judged beside the production kernels it was calibrated on,
     # its log-prob limit CALIB_MARGIN times theirs, on the models their kernels take (CALIB_MODELS)
-    calibrated = [f for f in flip.on if f in CALIB_ARM.values()]
+    calibrated = calibrated_arm(flip)
     if calibrated:
         jit = ctx.result("flip-jit")
         steps.append(Step("flip-jit", 120, (PY, "-c", CALIB_JIT, str(jit)), report_json(jit), barrier=True))
@@ -517,22 +517,28 @@ def flip_steps(ctx: Context) -> list[Step]:
         margs, razor = flip_model_args(ctx, m)
         # FLIP_PROMPT_LENS: the razor's prompts (its 16 decode 16 rows at once, past the GEMV arms' 8); not long's
         lens = ("--prompt-lens", flip.prompt_lens) if flip.prompt_lens and m != "long" else ()
-        peers: tuple[str, ...] = ()
-        bar: tuple[str, ...] = ()
+        razor_peers: tuple[str, ...] = ()
+        token_peers: tuple[str, ...] = ()
         nenv, nlimit = env, 180
         if calibrated and m in CALIB_MODELS:  # three production runs more: d128's 4800 positions take 2-3 minutes
-            peers = (*(a for p in CALIB_PEERS for a in ("--attn-peer", p)), "--ledger", str(ctx.ledger))
+            beside = (*CALIB_PEER_ARGS, "--ledger", str(ctx.ledger))
+            razor_peers = (*beside, "--logprob-limit-from-peers", str(CALIB_MARGIN))
             # an arm that is not bitwise: its diverging prompts reported beside the production kernels' (correct
             # implementations diverge on 2-12 of 16, up to 5 apart: `lab gate spread`), its graphed ids held to its
             # eager ones (`flip_ran`)
-            bar = (*peers, "--divergence-beside-peers")
-            peers += ("--logprob-limit-from-peers", str(CALIB_MARGIN))
-            nenv, nlimit = {**env, "TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}, 300
+            token_peers = (*beside, "--divergence-beside-peers")
+            nenv, nlimit = {**env, **CALIB_ENV}, 300
         steps += [
-            gate(ctx, f"flip-neartie-{m}", nlimit, ("neartie", *g, *margs, *lens, *razor, *peers, *req), nenv),
+            gate(ctx, f"flip-neartie-{m}", nlimit, ("neartie", *g, *margs, *lens, *razor, *razor_peers, *req), nenv),
             gate(ctx, f"flip-distributional-{m}", 240, ("distributional", *g, *margs), env, refusal_is_na=True),
-            gate(ctx, f"flip-tokens-{m}-graph", nlimit, ("tokens", *g, *margs, *bar, *req), nenv),
-            gate(ctx, f"flip-tokens-{m}-eager", nlimit, ("tokens", *g, *margs, *bar, *req), {**nenv, "VT_EAGER": "1"}),
+            gate(ctx, f"flip-tokens-{m}-graph", nlimit, ("tokens", *g, *margs, *token_peers, *req), nenv),
+            gate(
+                ctx,
+                f"flip-tokens-{m}-eager",
+                nlimit,
+                ("tokens", *g, *margs, *token_peers, *req),
+                {**nenv, "VT_EAGER": "1"},
+            ),
         ]
         if m == "d128":  # no gates phase gave this model a baseline: its gates with the flags unset
             steps += [
@@ -563,9 +569,14 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
             Verdict("pass", f"its arm ran on {', '.join(ran)}") if ran else Verdict("fail", "its arm ran on no model")
         )
         out.append((f"flip-ran-{flag}", verdict))
-    if any(f in CALIB_ARM.values() for f in ctx.flip.on):
+    if calibrated_arm(ctx.flip):
         out += [(f"flip-tokens-{m}-identity", same_ids(ctx, m)) for m in ctx.flip.models if m in CALIB_MODELS]
     return out
+
+
+def calibrated_arm(flip: Flip) -> bool:
+    """A flag set on is a razor setting's own arm (CALIB_ARM): its flip runs beside the production kernels."""
+    return any(f in CALIB_ARM.values() for f in flip.on)
 
 
 def same_ids(ctx: Context, model: str) -> Verdict:
@@ -616,6 +627,9 @@ CALIB_ORACLE = {"eager": "eager", "fp32-probs": "online"}  # each razor setting'
 CALIB_ARM = {"fp32-probs": "VT_ATTN_ONEPASS"}
 CALIB_MARGIN = 1.15
 CALIB_PEERS = ("engine", "sdpa-cudnn", "flashinfer-tc", "flashinfer")
+CALIB_PEER_ARGS = tuple(a for p in CALIB_PEERS for a in ("--attn-peer", p))
+# cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
+CALIB_ENV = {"TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
 
 
 def calib_steps(ctx: Context) -> list[Step]:
@@ -623,16 +637,21 @@ def calib_steps(ctx: Context) -> list[Step]:
     models, decode attention by each peer (`--attn-peer`), judged against the eager oracle and against
     transformers' SDPA (fp32 scores), one process per model, one ledger record per run."""
     jit = ctx.result("calib-jit")
-    peers = tuple(a for p in CALIB_PEERS for a in ("--attn-peer", p))
     oracles = "--oracle-attn eager --oracle-attn sdpa".split()
-    # cuDNN's ragged path: one graph for every context length (else a new graph, hundreds of ms, per length)
-    env = {"TORCH_CUDNN_SDPA_AVOID_RECOMPILE": "1"}
+    env = dict(CALIB_ENV)
     if ctx.calib_razor != "eager":  # a named setting, against its own oracle (the online one for fp32-probs)
         oracles = ["--razor-setting", ctx.calib_razor, "--oracle-attn", CALIB_ORACLE[ctx.calib_razor]]
         arm = CALIB_ARM[ctx.calib_razor]
         oracles += ["--require-arm", arm, "--logprob-limit-from-peers", str(CALIB_MARGIN)]
         env[arm] = "1"
-    common = ("neartie", *"--device cuda --dtype bfloat16".split(), *peers, *oracles, "--ledger", str(ctx.ledger))
+    common = (
+        "neartie",
+        *"--device cuda --dtype bfloat16".split(),
+        *CALIB_PEER_ARGS,
+        *oracles,
+        "--ledger",
+        str(ctx.ledger),
+    )
     steps = [
         build_step(ctx, 90),  # a bare H100's build of every source: 57 s
         make_models(ctx, "calib-make", 25, tiny=("d128",), gates=("d128-g4", "long")),

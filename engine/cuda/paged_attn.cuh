@@ -70,35 +70,19 @@ __device__ __forceinline__ int window_begin(int len, int window) {
 template <typename T>
 __device__ __forceinline__ float round_to(float x) { return to_f32<T>(from_f32<T>(x)); }
 
-// The block max or sum of each of the first n of N values at once (each warp's butterfly, then the warps' partials in
-// order), with one barrier pair for all of them; every thread holds every total. red_s: [N, warps].
-template <int N>
-__device__ __forceinline__ void block_reduce_n(float (&v)[N], int n, float* red_s, bool is_max) {
+__device__ __forceinline__ float block_reduce(float x, float* red_s, bool is_max) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nwarps = blockDim.x / kWarp;
 #pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const float y = __shfl_xor_sync(0xffffffffu, v[i], o);
-      v[i] = is_max ? fmaxf(v[i], y) : v[i] + y;
-    }
-  __syncthreads();  // red_s may still be read from the previous reduction
-  if (lane == 0)
-    for (int i = 0; i < n; ++i) red_s[i * nwarps + warp] = v[i];
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (i >= n) break;
-    const float* r = red_s + i * nwarps;
-    v[i] = r[0];
-    for (int w = 1; w < nwarps; ++w) v[i] = is_max ? fmaxf(v[i], r[w]) : v[i] + r[w];
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = is_max ? fmaxf(x, y) : x + y;
   }
-}
-
-__device__ __forceinline__ float block_reduce(float x, float* red_s, bool is_max) {
-  float v[1] = {x};
-  block_reduce_n(v, 1, red_s, is_max);
-  return v[0];
+  __syncthreads();  // red_s may still be read from the previous reduction
+  if (lane == 0) red_s[warp] = x;
+  __syncthreads();
+  x = red_s[0];
+  for (int w = 1; w < nwarps; ++w) x = is_max ? fmaxf(x, red_s[w]) : x + red_s[w];
+  return x;
 }
 
 // ws: [batch, num_q_heads, ws_stride] fp32 scratch (ws_stride >= every context length).

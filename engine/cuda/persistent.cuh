@@ -538,7 +538,7 @@ __device__ void scores(int seq, int kv, int split, int splits, const Layer<T>& p
 // tolerance, as the tiled arms.
 template <typename T>
 __device__ void attn_out(int seq, int kv, int part, int parts, const Layer<T>& p, float* smem, int* error) {
-  __shared__ float red_s[kPvHeads * kWarps];
+  __shared__ float red_s[kWarps];
   __shared__ float stat_s[2 * kPvHeads];  // the pass's heads' max, then sum
   const int g = p.heads / p.kv_heads, d = p.head_dim, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int w = parts > 0 ? d / parts : 0, lpr = w / kVec;  // the slice's columns; lanes a V row

@@ -376,7 +376,8 @@ def razors_ran(ran: Mapping[tuple[str, str], int]) -> dict[str, Razor]:
     whose arms no `--require-arm` named (a default arm that keeps fp32 probabilities is judged as its flip was)."""
     found = {}
     for (op, name), n in ran.items():
-        arm = next((a for a in TABLE[op].arms if a.name == name), None) if n and op in TABLE else None
+        arms = (*TABLE[op].arms, *TABLE[op].by_name) if n and op in TABLE else ()  # the reference and peers: none
+        arm = next((a for a in arms if a.name == name), None)
         if arm is not None and arm.razor != EAGER_RAZOR:
             found[f"{op}/{name}"] = arm.razor
     return found

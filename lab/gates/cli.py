@@ -27,7 +27,7 @@ from lab.gates.neartie import DEFAULT_BAND, DEFAULT_MAX_NEAR_TIE_RATE, DEFAULT_T
 from lab.gates.oracle import ATTN_IMPLEMENTATIONS, Oracle
 from lab.gates.result import FAIL, PASS, GateResult
 from lab.gates.served import DEFAULT_LOGPROB_TOL
-from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts
+from lab.gates.tokens import DEFAULT_PROMPT_LENS, RAZOR_NEW_TOKENS, RAZOR_PROMPT_LENS, default_prompts, diverged
 
 DEFAULT_GOLDEN = GOLDENS_DIR / "tiny-qwen3-float32-cpu.json"
 
@@ -451,7 +451,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
 def beside_peers(result: GateResult, peer: str, measured: list[tuple[str, int]]) -> GateResult:
     """`--divergence-beside-peers`: each run's diverging prompts counted (a production peer's kept in `measured`),
     none judged on them; the engine's summary names the peers' counts beside its own."""
-    bad = sum(r["first_divergence"] is not None for r in result.table)
+    bad = diverged(result)
     if peer != peer_attention.ENGINE:
         measured.append((peer, bad))
         return GateResult(result.gate, PASS, f"{result.summary} (measured, not judged)", result.table, result.details)
@@ -545,19 +545,16 @@ def peers_first(args: argparse.Namespace, peers: list[str]) -> list[str]:
     """The peers in run order: with --logprob-limit-from-peers or --divergence-beside-peers the production peers
     before the engine, whose limit (or comparison) their runs set (either option needs both)."""
     margin = getattr(args, "logprob_limit_from_peers", None)
-    option = "--divergence-beside-peers" if getattr(args, "divergence_beside_peers", False) else None
-    if margin is None and option is None:
+    if margin is None and not getattr(args, "divergence_beside_peers", False):
         return peers
-    option = option or "--logprob-limit-from-peers"
+    option = "--divergence-beside-peers" if margin is None else "--logprob-limit-from-peers"
     if margin is not None and margin < 1:
-        raise ValueError(f"--logprob-limit-from-peers {margin:g}: the margin must be at least 1")
+        raise ValueError(f"{option} {margin:g}: the margin must be at least 1")
     production = [p for p in peers if p != peer_attention.ENGINE]
     if peer_attention.ENGINE not in peers or not production:
         raise ValueError(f"{option}: needs --attn-peer engine and at least one production peer")
-    if margin is None:
-        return [*production, peer_attention.ENGINE]
-    if getattr(args, "razor_setting", None) is None or not args.razor_setting.max_logprob_dist:
-        raise ValueError("--logprob-limit-from-peers: the razor setting has no log-prob rule (--razor-setting)")
+    if margin is not None and not getattr(getattr(args, "razor_setting", None), "max_logprob_dist", ()):
+        raise ValueError(f"{option}: the razor setting has no log-prob rule (--razor-setting)")
     return [*production, peer_attention.ENGINE]
 
 
@@ -588,7 +585,7 @@ def run_peers(args: argparse.Namespace, setup: harness.Setup, dtypes: list[str],
     base_env = FlagSnapshot.from_env()
     for peer, dt in plan:
         setup.dtype = dt
-        setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, FlagSnapshot.from_env())
+        setup.flags = base if peer == peer_attention.ENGINE else peer_attention.flags(peer, base_env)
         before, t0 = kernels.counts(), time.perf_counter()
         # the rule needs our log-probs; so may a run that takes an arm of another setting (`razor_of_run`)
         may_switch = getattr(args, "razor_from_arms", False) and bool(kernels.razors_enabled(setup.flags or base_env))

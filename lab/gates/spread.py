@@ -25,8 +25,9 @@ from pathlib import Path
 from engine.flags import FlagSnapshot
 from engine.model.config import load_config
 from lab.gates import harness, peer_attention, teeth
+from lab.gates.cli import parse_lens
 from lab.gates.ledger import figure, write_record
-from lab.gates.tokens import RAZOR_PROMPT_LENS, default_prompts, token_gate
+from lab.gates.tokens import RAZOR_PROMPT_LENS, default_prompts, diverged, token_gate
 
 Context = Callable[[], contextlib.AbstractContextManager[object]]
 # name -> (the decode attention's peer, the patch the run holds): every one of them a correct implementation
@@ -43,7 +44,7 @@ def diverging(setup: harness.Setup, theirs: list[list[int]], peer: str, context:
     setup.flags = peer_attention.flags(peer, FlagSnapshot.from_env())
     with context(), peer_attention.injected(peer, setup.device):
         ours = setup.ours()
-    return sum(r["first_divergence"] is not None for r in token_gate(setup.prompts, ours, theirs).table)
+    return diverged(token_gate(setup.prompts, ours, theirs))
 
 
 def spread(
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=8, help="prompt seeds, from 0 (default 8)")
     p.add_argument(
         "--prompt-lens",
-        default=",".join(map(str, RAZOR_PROMPT_LENS)),
+        type=parse_lens,
+        default=RAZOR_PROMPT_LENS,
         metavar="N,N,..",
         help="the seeded prompts' lengths (default the razor's 16; the long gate model's own: lab.ci long_prompt_lens)",
     )
@@ -110,12 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--ledger", type=Path, metavar="DIR", help="also write the counts as a ledger record into DIR")
     args = p.parse_args(argv)
-    try:
-        lens = tuple(int(n) for n in args.prompt_lens.split(","))
-    except ValueError:
-        p.error(f"--prompt-lens {args.prompt_lens!r}: comma-separated lengths, e.g. 1,6,13")
-    if args.seeds < 1 or not args.model.is_dir():
-        p.error("--seeds must be at least 1 and --model a checkpoint directory")
+    lens = args.prompt_lens
+    if args.seeds < 1:
+        p.error(f"--seeds {args.seeds}: at least 1")
+    if not args.model.is_dir():
+        p.error(f"--model {args.model}: not a checkpoint directory")
     names = args.only or list(IMPLEMENTATIONS)
     setup = harness.Setup(args.model, [], args.max_new_tokens, args.dtype, args.device)
     rows = spread(setup, list(range(args.seeds)), lens, {n: IMPLEMENTATIONS[n] for n in names})

@@ -51,6 +51,11 @@ def token_gate(prompts: list[list[int]], ours: list[list[int]], oracle: list[lis
     return GateResult("tokens", PASS, f"{total} tokens over {len(prompts)} prompts equal the oracle's", table)
 
 
+def diverged(result: GateResult) -> int:
+    """The prompts of a token gate's result whose ids left the oracle's."""
+    return sum(r["first_divergence"] is not None for r in result.table)
+
+
 def ids_digest(ids: list[int]) -> str:
     """A short digest of one prompt's new ids: equal digests, equal ids (sha256, its first 16 hex digits)."""
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]

@@ -45,9 +45,9 @@ def test_each_implementation_is_counted_per_seed_and_a_bug_diverges(tiny_model_d
 
 def test_the_command_line_refuses_bad_input_and_writes_a_record(tiny_model_dir: Path, capsys, tmp_path) -> None:
     for bad, message in (
-        (["--model", str(tmp_path / "none")], "--model a checkpoint directory"),
-        (["--model", str(tiny_model_dir), "--seeds", "0"], "--seeds must be at least 1"),
-        (["--model", str(tiny_model_dir), "--prompt-lens", "3,x"], "comma-separated lengths"),
+        (["--model", str(tmp_path / "none")], "not a checkpoint directory"),
+        (["--model", str(tiny_model_dir), "--seeds", "0"], "--seeds 0: at least 1"),
+        (["--model", str(tiny_model_dir), "--prompt-lens", "3,x"], "comma-separated prompt lengths"),
     ):
         with pytest.raises(SystemExit):
             main(["gate", "spread", *bad])
