@@ -254,3 +254,26 @@ def test_a_lost_temporary_file_in_the_device_link_is_rebuilt_serially(tmp_path, 
     runs = calls.read_text().splitlines()
     assert len(runs) == 2 and "--threads 1 " in runs[1] and "--threads 1 " not in runs[0]
     assert result.obj.exists() and not result.cached
+
+
+def _write_entries(out: str, first: int, count: int) -> None:
+    for i in range(first, first + count):
+        result = build.BuildResult(Path(f"/elsewhere/s{i}.cu"), Path(f"s{i}.o"), ("9.0",), False, 0.0)
+        build.write_manifest(Path(out), [result], ["9.0"])
+
+
+def test_processes_sharing_a_cache_lose_no_manifest_entry(tmp_path: Path) -> None:
+    """Gates run side by side build into one cache: each writer's read-modify-write of the manifest is its own, so
+    none fails on another's temporary file and every source's entry is kept."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_entries, args=(str(tmp_path), p * 30, 30)) for p in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    data = json.loads((tmp_path / build.MANIFEST).read_text())
+    assert sorted(data) == sorted(f"/elsewhere/s{i}.cu" for i in range(180))
+    assert not list(tmp_path.glob("*.tmp"))
