@@ -154,7 +154,7 @@ def test_fused_arm_first_used_under_capture_is_counted_as_the_two_passes_it_runs
         6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
     )
     args = cases._args(x)
-    snap = FlagSnapshot.defaults().with_(VT_ATTN_TILED_FUSED=True)
+    snap = FlagSnapshot.defaults().with_(VT_ATTN_TILED_FUSED=True, VT_ATTN_ONEPASS=False)
     tiled.decode(*args)  # build and load outside the capture, without making the counters
     kernels.reset_counts()
     graph = torch.cuda.CUDAGraph()
