@@ -205,9 +205,9 @@ declare(
 )
 declare(
     "VT_ATTN_ONEPASS",
-    False,
+    True,
     "ENGINE-PERF",
-    "With VT_ATTN_TILED: one-pass tiled decode attention (bf16/fp16, head_dim 64/128, and 256 where two blocks of its K and V stages fit per SM, as on sm_90; up to 8 query heads per KV head): K and V of each tile in one cp.async pipeline, an online softmax in fp32 with the probabilities rounded only as the P.V operand (as production decode kernels round), the split combine in the last split, one launch; held to the fp32 reference and the near-tie razor's fp32-probabilities setting; takes precedence over the other tiled arms.",
+    "With VT_ATTN_TILED: one-pass tiled decode attention (bf16/fp16, head_dim 64/128, and 256 where two blocks of its K and V stages fit per SM, as on sm_90; up to 8 query heads per KV head): K and V of each tile in one cp.async pipeline, an online softmax in fp32 with the probabilities rounded only as the P.V operand (as production decode kernels round), the split combine in the last split, one launch; held to the fp32 reference and the near-tie razor's fp32-probabilities setting; takes precedence over the other tiled arms. ON after the flip protocol (the razor beside cuDNN and FlashInfer on d128, d128-g4 and long, inside their range; A/B 1.09-1.35x the two-pass arm at the six peer shapes, H100); `0` is the rollback.",
 )
 declare(
     "VT_ATTN_SPLIT_TABLE",

@@ -316,11 +316,16 @@ def reach_table(runs: list[Run], wanted: list[Setting]) -> tuple[list[dict[str, 
     return rows, missing
 
 
+# the two-pass tiled arm the split count is forced on (`forced_tiled_splits` patches its module's rule, not the
+# one-pass arm's): the default before VT_ATTN_ONEPASS's flip
+FORCED_SPLITS_ARM = "tiled_pipelined_pdl"
+
+
 def forced_split_settings(wanted: list[Setting], model: GateModel, splits: list[int]) -> list[Setting]:
-    """The default (tiled) setting again with each of `splits` forced, where the tiled arm takes the model."""
+    """The two-pass tiled setting again with each of `splits` forced, where the tiled arm takes the model."""
     if not splits or not cuda_tiled.supports(model.head_dim, model.group, torch.bfloat16):
         return []
-    tiled = [s for s in wanted if s.default and s.op == "paged_decode_attention" and s.arm.startswith("tiled")]
+    tiled = [s for s in wanted if s.op == "paged_decode_attention" and s.arm == FORCED_SPLITS_ARM]
     return [Setting(s.op, s.arm, s.flags, n) for s in tiled for n in splits]
 
 
@@ -522,7 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         default=[],
         metavar="N",
-        help="also run the default (tiled) setting with its KV split count forced to each N (reported, not judged)",
+        help="also run the two-pass tiled setting (tiled_pipelined_pdl) with its KV split count forced to each N "
+        "(reported, not judged)",
     )
     p.add_argument(
         "--no-fp32-arbiter",

@@ -47,6 +47,12 @@ class Deadlock(RuntimeError):
     """Every SM waits on a counter no running or queued task will raise."""
 
 
+# The chain the persistent kernels reproduce: their attention rounds the probabilities to bf16 before P.V, as the
+# two-pass arm and the eager reference do, so they are held to the engine with the one-pass arm (fp32 probabilities,
+# the default) turned off.
+CHAIN_FLAGS = FlagSnapshot.defaults().with_(VT_ATTN_ONEPASS=False)
+
+
 @dataclass
 class Weights:
     """One decode layer's weights, by the reference op that reads them."""
@@ -115,14 +121,15 @@ class Step:
         return [(self.k_cache, self.v_cache), *self.more_caches]
 
     def batch(self, flags: FlagSnapshot | None = None) -> ForwardBatch:
-        """The engine's decode batch of this step (its caches, written in place by whoever runs it)."""
+        """The engine's decode batch of this step (its caches, written in place by whoever runs it), at the chain's
+        flags (`CHAIN_FLAGS`) unless given others."""
         return ForwardBatch(
             is_prefill=False,
             slot_mapping=self.slot_mapping,
             kv_caches=self.caches(),
             block_tables=self.block_tables,
             context_lens=self.context_lens,
-            flags=FlagSnapshot.defaults() if flags is None else flags,
+            flags=CHAIN_FLAGS if flags is None else flags,
         )
 
 

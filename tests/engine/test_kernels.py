@@ -23,9 +23,9 @@ def _counts_on_an_h200() -> Iterator[None]:
 
 
 def test_snapshot_is_read_once_and_frozen() -> None:
-    snap = FlagSnapshot.from_env({"VT_GEMV": "0", "VT_ATTN_ONEPASS": "yes"})
-    assert snap == FlagSnapshot.defaults().with_(VT_GEMV=False, VT_ATTN_ONEPASS=True)
-    assert snap.changed() == {"VT_GEMV": False, "VT_ATTN_ONEPASS": True}
+    snap = FlagSnapshot.from_env({"VT_GEMV": "0", "VT_ATTN_ONEPASS": "no"})
+    assert snap == FlagSnapshot.defaults().with_(VT_GEMV=False, VT_ATTN_ONEPASS=False)
+    assert snap.changed() == {"VT_GEMV": False, "VT_ATTN_ONEPASS": False}
     with pytest.raises(ValueError, match="VT_GEMV='maybe': expected one of"):
         FlagSnapshot.from_env({"VT_GEMV": "maybe"})
     with pytest.raises(KeyError, match="VT_NOPE: not a flag"):
@@ -37,19 +37,22 @@ def test_snapshot_is_read_once_and_frozen() -> None:
 
 
 def test_attention_arms_follow_the_snapshot_in_precedence_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.cuda import paged_attn_tiled
+    from engine.cuda import paged_attn_onepass, paged_attn_tiled
 
     resident = [True]
     monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: True)
     monkeypatch.setattr(paged_attn_tiled, "supports_pdl", lambda q, k_cache, block_tables: resident[0])
-    op, defaults = kernels.paged_decode_attention, FlagSnapshot.defaults()
+    monkeypatch.setattr(paged_attn_onepass, "supports_inputs", lambda q, k_cache, block_tables: True)
+    op = kernels.paged_decode_attention
+    defaults = FlagSnapshot.defaults().with_(VT_ATTN_ONEPASS=False)  # the two-pass chain below the one-pass arm
     base = defaults.with_(VT_ATTN_PV_PIPELINED=False)  # the plain two passes, below
 
     def arm(snap: FlagSnapshot, d: int, group: int, dtype: torch.dtype = torch.bfloat16) -> str:
         q, k_cache = OnGpu(2, 4 * group, d, dtype=dtype), OnGpu(9, 16, 4, d)
         return op.choose(snap, *decode_args(q, k_cache))  # type: ignore[arg-type]
 
-    assert arm(defaults, 128, 2) == "tiled_pipelined_pdl"  # ON by default: the passes chained by PDL
+    assert arm(FlagSnapshot.defaults(), 128, 2) == "tiled_onepass"  # ON by default since its flip
+    assert arm(defaults, 128, 2) == "tiled_pipelined_pdl"  # its rollback: the passes chained by PDL
     assert arm(defaults.with_(VT_ATTN_PDL=False), 128, 2) == "tiled_pipelined"  # its rollback
     resident[0] = False
     assert arm(defaults, 128, 2) == "tiled_pipelined"  # grids past 2 blocks per SM: the plain launch
@@ -138,7 +141,8 @@ def test_the_fused_tiled_arm_leads_only_under_its_flag(monkeypatch: pytest.Monke
 
     fits = [True]
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits[0])
-    op, base = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False)
+    op = kernels.paged_decode_attention
+    base = FlagSnapshot.defaults().with_(VT_ATTN_PV_PIPELINED=False, VT_ATTN_ONEPASS=False)
     args = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 4, 128))
     assert op.choose(base, *args) == "tiled"  # the default: VT_ATTN_TILED_FUSED is off
     fused = base.with_(VT_ATTN_TILED_FUSED=True)
@@ -155,7 +159,7 @@ def test_the_pipelined_tiled_arm_leads_the_two_passes_under_its_flag(monkeypatch
     fits = {"fused": True, "pipelined": True}
     monkeypatch.setattr(paged_attn_tiled, "supports_fused", lambda q, k_cache, block_tables: fits["fused"])
     monkeypatch.setattr(paged_attn_tiled, "supports_pipelined", lambda q, k_cache, block_tables: fits["pipelined"])
-    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False)
+    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_PDL=False, VT_ATTN_ONEPASS=False)
     args = decode_args(OnGpu(2, 8, 128), OnGpu(9, 16, 4, 128))
     assert op.choose(on, *args) == "tiled_pipelined"  # the default since its flip
     assert op.choose(on.with_(VT_ATTN_PV_PIPELINED=False), *args) == "tiled"  # the rollback

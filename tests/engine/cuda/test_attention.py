@@ -127,9 +127,10 @@ def test_reference_window_semantics_match_the_cases() -> None:
     "arm, env, named",
     [
         ("generic", {"VT_ATTN_TILED": False}, None),
-        ("tiled", {"VT_ATTN_TILED": True, "VT_ATTN_PV_PIPELINED": False}, None),
-        ("tiled_pipelined", {"VT_ATTN_TILED": True, "VT_ATTN_PDL": False}, None),
-        ("tiled_pipelined_pdl", {"VT_ATTN_TILED": True, "VT_ATTN_PDL": True}, None),
+        ("tiled", {"VT_ATTN_TILED": True, "VT_ATTN_ONEPASS": False, "VT_ATTN_PV_PIPELINED": False}, None),
+        ("tiled_pipelined", {"VT_ATTN_TILED": True, "VT_ATTN_ONEPASS": False, "VT_ATTN_PDL": False}, None),
+        ("tiled_pipelined_pdl", {"VT_ATTN_TILED": True, "VT_ATTN_ONEPASS": False, "VT_ATTN_PDL": True}, None),
+        ("tiled_onepass", {}, None),  # the default
         ("splitkv_swap", {}, "splitkv_swap"),  # by name, at the default flags
         ("warp_d128", {}, "warp_d128"),
     ],

@@ -147,8 +147,8 @@ def test_the_table_takes_the_onepass_arm_first_only_when_flagged() -> None:
 
     op, on = kernels.paged_decode_attention, FlagSnapshot.defaults()
     first = op.arms[0]
-    assert first.name == "tiled_onepass" and not first.enabled(on)  # first, but OFF by default
-    assert first.enabled(on.with_(VT_ATTN_ONEPASS=True))
+    assert first.name == "tiled_onepass" and first.enabled(on)  # first, and ON since its flip
+    assert not first.enabled(on.with_(VT_ATTN_ONEPASS=False))  # its rollback
     assert not first.enabled(on.with_(VT_ATTN_ONEPASS=True, VT_ATTN_TILED=False))  # the tiled rollback turns it off
     assert kernels.flags_of("paged_decode_attention", "tiled_onepass") == ("VT_ATTN_ONEPASS", "VT_ATTN_TILED")
 

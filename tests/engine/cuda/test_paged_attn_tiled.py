@@ -57,7 +57,7 @@ def test_the_table_takes_the_tiled_arm_only_when_flagged_and_supported() -> None
 
     tiled, on = kernels.paged_decode_attention.arm("tiled"), FlagSnapshot.defaults()
     onepass, fused, pdl, pipelined = kernels.paged_decode_attention.arms[:4]
-    assert onepass.name == "tiled_onepass" and not onepass.enabled(on)  # the online softmax: first, OFF
+    assert onepass.name == "tiled_onepass" and onepass.enabled(on)  # the online softmax: first, ON since its flip
     assert fused.name == "tiled_fused" and not fused.enabled(on)  # the one launch: OFF by default
     assert pdl.name == "tiled_pipelined_pdl" and pdl.enabled(on)  # its passes chained by PDL: ON since its flip
     assert not pdl.enabled(on.with_(VT_ATTN_PDL=False)) and not pdl.enabled(on.with_(VT_ATTN_TILED=False))
@@ -154,7 +154,7 @@ def test_fused_arm_first_used_under_capture_is_counted_as_the_two_passes_it_runs
         6, torch.device("cuda"), dtype=torch.bfloat16, ctx=2000, d=128, group=4, block_size=32, window=None
     )
     args = cases._args(x)
-    snap = FlagSnapshot.defaults().with_(VT_ATTN_TILED_FUSED=True)
+    snap = FlagSnapshot.defaults().with_(VT_ATTN_TILED_FUSED=True, VT_ATTN_ONEPASS=False)
     tiled.decode(*args)  # build and load outside the capture, without making the counters
     kernels.reset_counts()
     graph = torch.cuda.CUDAGraph()

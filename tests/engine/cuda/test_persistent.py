@@ -26,6 +26,7 @@ from lab.gates.numerics import STACK_LAYERS, TOLERANCES, compare
 from lab.persistent import case as C
 from lab.persistent import trace as T
 from lab.persistent.check import check
+from lab.persistent.sim import CHAIN_FLAGS
 from tests.engine.cuda.signatures import exported
 
 FAMILY = "persistent"  # the conftest's `cuda` and `compiled` fixtures read these
@@ -221,7 +222,7 @@ def _chain(lens: tuple[int, ...], first: bool, device: torch.device, dtype: torc
     caches = [(s.k_cache.to(device, dtype), s.v_cache.to(device, dtype))]
     before = {"k_cache": caches[0][0].clone(), "v_cache": caches[0][1].clone()}
     slots, b, a = s.slot_mapping.to(device), len(lens), layer.self_attn
-    flags = FlagSnapshot.defaults()
+    flags = CHAIN_FLAGS
     batch = ForwardBatch(
         is_prefill=False,
         slot_mapping=slots,
@@ -372,7 +373,7 @@ def test_the_tables_arm_matches_the_chain_and_a_captured_graph_replays_as_the_co
         caches = [(base_k.clone(), base_v.clone())]
         batch = ForwardBatch(
             is_prefill=False, slot_mapping=slots, kv_caches=caches, block_tables=tables, context_lens=n,
-            flags=FlagSnapshot.defaults(),
+            flags=CHAIN_FLAGS,
         )  # fmt: skip
         with torch.no_grad():
             return layer(x, residual, cos_sin, batch)
@@ -520,7 +521,7 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
 
     kernels.reset_counts()
     kv_on, kv_off = caches(), caches()
-    got, want = run(0, on, kv_on), run(0, FlagSnapshot.defaults(), kv_off)
+    got, want = run(0, on, kv_on), run(0, CHAIN_FLAGS, kv_off)
     assert kernels.counts().ran[("decode_model", "persistent_step")] == 1
     cmp = compare(got, want, STACK)
     assert cmp.passed, cmp.as_dict()
@@ -555,7 +556,7 @@ def test_the_models_op_runs_the_persistent_step_and_a_graph_replays_it(cuda):
     graph.replay()
     torch.cuda.synchronize()
     kernels.raise_persistent_faults()
-    cmp = compare(out, run(1, FlagSnapshot.defaults(), caches()), STACK)
+    cmp = compare(out, run(1, CHAIN_FLAGS, caches()), STACK)
     assert cmp.passed, cmp.as_dict()
 
 

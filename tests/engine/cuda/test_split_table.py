@@ -252,7 +252,7 @@ def test_a_folder_holds_every_devices_tables(tmp_path: Path) -> None:
 @needs_gpu
 @pytest.mark.gpu
 def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default arm under VT_ATTN_SPLIT_TABLE with a hand-made table for this device: the count it launched is the
+    """The two-pass arm under VT_ATTN_SPLIT_TABLE with a hand-made table for this device: the count it launched is the
     table's (the launch's own partial buffers, and the lookup's counter for the call alone), and its output is bit for
     bit the pipelined pass launched at that count; the flag off launches the rule's."""
     x = cases.paged_inputs(
@@ -265,7 +265,8 @@ def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path, mon
     want = 7 if rule != 7 else 3  # not the rule's count
     name = torch.cuda.get_device_name(s.device_index)
     path = write(tmp_path / "mine.json", table_doc([(rows, cap, 128, want)], device=name))
-    op, on = kernels.paged_decode_attention, FlagSnapshot.defaults().with_(VT_ATTN_SPLIT_TABLE=True)
+    op = kernels.paged_decode_attention
+    on = FlagSnapshot.defaults().with_(VT_ATTN_SPLIT_TABLE=True, VT_ATTN_ONEPASS=False)  # the two-pass arm's table
     launched: list[int] = []  # the split counts the launches sized their partial buffers for
     partials = paged_attn_tiled.Shape.partials
 
@@ -282,7 +283,7 @@ def test_on_the_gpu_the_flag_launches_the_tables_split_count(tmp_path: Path, mon
         assert split_table.HITS[("tiled", want)] >= 1 and all(n == want for _, n in split_table.HITS)
         assert launched and set(launched) == {want}, launched
         launched.clear()
-        off = op(FlagSnapshot.defaults(), *args)
+        off = op(on.with_(VT_ATTN_SPLIT_TABLE=False), *args)  # the two-pass arm at the rule's count
         assert launched and set(launched) == {rule}, launched
     pdl = arm == "tiled_pipelined_pdl"
     same = paged_attn_tiled.launch_decode(*args, splits=want, pipelined=True, pdl=pdl)

@@ -62,11 +62,11 @@ def test_per_shape_table_ratios_and_unavailable_peers():
 
 
 def test_the_attention_table_holds_the_arm_the_flag_defaults_run_against_the_peers():
-    # the default tiled arm: the pipelined P.V pass, a dependent launch of the scores pass since VT_ATTN_PDL's flip
-    assert ATTN.default_arm() == "tiled-pipelined-pdl"
-    onepass_on = {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"}
-    assert replace(ATTN, arms={"onepass": onepass_on}).default_arm() is None  # no arm is the defaults
-    twice = {"a": {"VT_ATTN_TILED": "1"}, "b": {"VT_ATTN_ONEPASS": "0"}}
+    # the default arm: the one-pass kernel since VT_ATTN_ONEPASS's flip
+    assert ATTN.default_arm() == "tiled-onepass"
+    two_pass = {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "0"}
+    assert replace(ATTN, arms={"two-pass": two_pass}).default_arm() is None  # no arm is the defaults
+    twice = {"a": {"VT_ATTN_TILED": "1"}, "b": {"VT_ATTN_ONEPASS": "1"}}
     assert replace(ATTN, arms=twice).default_arm() is None  # two arms are: the table cannot tell which
 
 

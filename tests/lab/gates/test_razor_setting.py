@@ -45,7 +45,8 @@ def test_the_arm_under_test_names_the_setting() -> None:
 
 
 def test_without_an_arm_under_test_the_setting_is_eager() -> None:
-    for args, snapshot in ((options(), ONEPASS_ON), (options("VT_ATTN_ONEPASS"), FlagSnapshot.defaults())):
+    off = FlagSnapshot.defaults().with_(VT_ATTN_ONEPASS=False)  # the arm under test not enabled
+    for args, snapshot in ((options(), ONEPASS_ON), (options("VT_ATTN_ONEPASS"), off)):
         assert pick_razor(args, snapshot).startswith("eager, the default")
         assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["eager"], 0.01, 0.0)
 
@@ -171,7 +172,7 @@ def test_arms_of_two_settings_in_one_run_are_a_usage_error(monkeypatch) -> None:
     assert kernels.razors_ran(ran) == {"paged_decode_attention/cpu_online": other}
     assert kernels.razors_ran({("paged_decode_attention", "cpu_online"): 0}) == {}  # an arm with no call took nothing
     assert kernels.razors_enabled(ONEPASS_ON)["paged_decode_attention/cpu_online"] == other
-    assert "paged_decode_attention/cpu_online" not in kernels.razors_enabled(FlagSnapshot.defaults())
+    assert "paged_decode_attention/cpu_online" not in kernels.razors_enabled(ONEPASS_ON.with_(VT_ATTN_ONEPASS=False))
     monkeypatch.setattr(kernels.paged_decode_attention, "arms", (kernels.paged_decode_attention.arms[0],))
     cpu_arm(monkeypatch, kernels.FP32_PROBS_RAZOR, "cpu_online_2")
     args = argparse.Namespace(razor_from_arms=True)

@@ -47,9 +47,10 @@ def test_every_attention_arm_has_a_setting_and_a_gate_model() -> None:
         assert {f"{op}/{a.name}" for a in (*kernels.TABLE[op].arms, *kernels.TABLE[op].by_name)} <= names
     for s in settings():
         assert any(reach.takes(s, m) for m in GATE_MODELS.values()), s.name
-    # the arms the default flags take: the tiled decode arm and, since VT_PREFILL_ATTN's flip, the prefill/extend arms
+    # the arms the default flags take: the one-pass decode arm since its flip and, since VT_PREFILL_ATTN's flip, the
+    # prefill/extend arms
     assert {s.name for s in settings() if s.default} == {
-        "paged_decode_attention/tiled_pipelined_pdl",
+        "paged_decode_attention/tiled_onepass",
         "prefill_attention/mma",
         "extend_attention/mma",
         "extend_attention/decode_rows",
@@ -66,7 +67,7 @@ def test_reach_table_names_the_models_and_the_arms_at_zero() -> None:
     rows, missing = reach_table([run("d128-g4", "tiled", 6), run("long", "tiled", 3)], wanted)
     assert rows[0] == {
         "arm": "paged_decode_attention/tiled",
-        "flags": "VT_ATTN_PDL=0 VT_ATTN_PV_PIPELINED=0",
+        "flags": "VT_ATTN_ONEPASS=0 VT_ATTN_PDL=0 VT_ATTN_PV_PIPELINED=0",
         "calls": 9,
         "models": "d128-g4 long",
     }
