@@ -13,11 +13,13 @@ int sm_count() {
   return sms > 0 ? sms : 1;
 }
 
-// Columns per block: the widest tile (x staged, and read from L2, once per block) that still gives every SM two blocks.
+// Columns per block: the widest tile (x staged, and read from L2, once per block) that still gives every SM a block.
+// Two blocks per SM took q/k/v's 8-column tiles: 512 blocks each staging all 32 rows of x, 4x W's bytes from L2;
+// at one, q/k/v went from 0.46x to 0.65x cuBLAS (H100, the spec's sixth GPU run). Wider still measured the same.
 int tiles_for(int n) {
   const int sms = sm_count();
   for (int nt : {4, 2})
-    if (vt::ceil_div(n, vt_gemm_small::kTileN * nt) >= 2 * sms) return nt;
+    if (vt::ceil_div(n, vt_gemm_small::kTileN * nt) >= sms) return nt;
   return 1;
 }
 

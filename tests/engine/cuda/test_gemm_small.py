@@ -156,10 +156,10 @@ def test_model_and_odd_shapes_against_fp64(cuda, dtype, m, n, k):
 
 @pytest.mark.gpu
 def test_the_bits_do_not_depend_on_the_tile_width(cuda):
-    # 16384 columns take 4 n8 tiles a block, 8192 take 2, 83 take 1: the first 83 columns must agree bit for bit
+    # on 132 SMs 16384 columns take 4 n8 tiles a block, 4096 take 2, 83 take 1: the first 83 columns must agree
     x, w = _inputs(torch.Generator().manual_seed(3), cuda, 20, 16384, 1024, torch.bfloat16)
     wide = gemm_small.linear(x, w)
-    assert torch.equal(gemm_small.linear(x, w[:8192].contiguous())[:, :83], wide[:, :83])
+    assert torch.equal(gemm_small.linear(x, w[:4096].contiguous())[:, :83], wide[:, :83])
     assert torch.equal(gemm_small.linear(x, w[:83].contiguous()), wide[:, :83])
 
 
