@@ -332,6 +332,16 @@ def window_model_dir(out: Path) -> Path:
     return write_gate_models(out, [WINDOW_MODEL])[WINDOW_MODEL]
 
 
+def record_kind(caught_by: dict[str, dict[str, Any]]) -> tuple[str, tuple[int, int] | None]:
+    """The ledger kind of a teeth run and its comparator self-test: the seeded bugs are corruption the razor must
+    report, so a run with bugs is a gate whose self-test is (bug runs, runs caught); correct twins alone seed none,
+    and their false-alarm counts are a measurement (a note)."""
+    bugs = [c for c in caught_by.values() if not c["good_twin"]]
+    if not bugs:
+        return "note", None
+    return "gate", (sum(c["seeds"] for c in bugs), sum(c["caught"] for c in bugs))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab gate teeth", description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=10, help="prompt seeds per bug (default 10)")
@@ -428,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger:
         command = "python -m lab gate teeth " + " ".join(argv if argv is not None else sys.argv[1:])
         results = {"razor": razor.name, "passed": not worst, "prompt_sets": args.prompt_sets, "bugs": caught_by}
+        kind, selftest = record_kind(caught_by)
         at = write_record(args.ledger, f"teeth-{razor.name}-{args.device.split(':')[0]}", ["ENGINE-PERSISTENT"],
-                          command, args.device, "teeth: " + summary, results)  # fmt: skip
+                          command, args.device, "teeth: " + summary, results, kind=kind, selftest=selftest)  # fmt: skip
         print(f"ledger: {at}")
     return worst
 

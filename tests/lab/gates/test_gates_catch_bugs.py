@@ -162,3 +162,15 @@ def test_teeth_writes_its_catch_rates_as_a_ledger_record(tmp_path, checkout, mon
     assert data["summary"] == "teeth: eager on cpu: eps-x10 1/1 (PASS)"
     assert data["results"]["bugs"] == {"eps-x10": {"caught": 1, "seeds": 1, "good_twin": False}}
     assert f"ledger: {record}" in capsys.readouterr().out
+
+
+def test_a_teeth_record_is_a_gate_with_its_bugs_as_the_self_test() -> None:
+    """The evidence check wants a gate record's comparator shown able to fail (EV008): the seeded bugs are that
+    self-test; a run of correct twins alone seeds nothing and records a note."""
+    bug = {"caught": 10, "seeds": 10, "good_twin": False}
+    twin = {"caught": 1, "seeds": 10, "good_twin": True}
+    assert teeth.record_kind({"eps-x10": bug, "probs-rounded": {**bug, "caught": 9}, "good": twin}) == (
+        "gate",
+        (20, 19),  # one missed seed: caught < seeded, which the evidence check reports
+    )
+    assert teeth.record_kind({"good-online-split": twin}) == ("note", None)
