@@ -16,6 +16,7 @@ BENCHES = (
     "decode",
     "gemm_small",
     "launch",
+    "ncu_sass",
     "ncu_table",
     "persistent_layer",
     "serving",

@@ -14,6 +14,8 @@
 #                                                    # FlashInfer and cuDNN under their calibrated limit
 #   bash scripts/bench/device_owed.sh onepass       # the gates phase with VT_ATTN_ONEPASS=1 and no arm required: the
 #                                                    # default engine's gates as they will run once the arm is ON
+#   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
+#                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -24,8 +26,8 @@
 # lines) and records.tgz (everything the call wrote: records, tables, whole logs).
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | onepass) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|onepass]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | onepass | ncu) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|onepass|ncu]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -126,6 +128,32 @@ onepass() {  # each gate judges the run by the setting of the arms it took (`gat
     "$R/gates.log" | cut -c1-220 | tail -n 30
   cp "$R"/gates/ledger/*.json "$R/ledger/" 2>/dev/null
   grep -h "razor for the" "$R"/gates/logs/*.log 2>/dev/null | sort | uniq -c
+}
+
+ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the ncu binary, not this function; the
+  # reports stay in records.tgz, their summaries in the logs
+  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+  local attn="python3 -m lab bench bandwidth --workload attn-decode --reps 2 --timing eager --inner 1"
+  timeout 120 ncu --clock-control none --kernel-name regex:"onepass|tiled|cudnn" --launch-count 8 $sections \
+    --section WarpStateStats --section SchedulerStats $attn --arms default,sdpa-cudnn \
+    --shapes 'batch=1,ctx=32768,hq=32,hkv=8,d=128;batch=64,ctx=4096,hq=32,hkv=8,d=128' > "$R/ncu-attn.log" 2>&1
+  echo "ncu attention rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|L2 Hit Rate|Issued Warp" \
+    "$R/ncu-attn.log" | cut -c1-150
+  local sass="--section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables"
+  timeout 90 ncu --clock-control none --kernel-name regex:"onepass|tiled" --launch-count 1 $sass \
+    -o "$R/attn-b1" $attn --arms default --shape batch=1,ctx=32768,hq=32,hkv=8,d=128 > "$R/ncu-attn-sass.log" 2>&1
+  echo "ncu attention SASS rc=$? at $(el) s"
+  timeout 90 ncu --clock-control none --kernel-name regex:gemm_small --launch-count 1 $sections $sass \
+    -o "$R/gemm-small" python3 -m lab bench gemm_small --reps 2 > "$R/ncu-gemm.log" 2>&1
+  echo "ncu small GEMM rc=$? at $(el) s"
+  for rep in attn-b1 gemm-small; do  # the SASS page, summarised: the stall mix, hot spots, excess sectors
+    timeout 40 ncu --import "$R/$rep.ncu-rep" --page source --csv --print-source sass > "$R/$rep-sass.csv" 2>&1
+    timeout 20 python3 -m lab bench ncu_sass "$R/$rep-sass.csv" --top 6 --json "$R/$rep-sass.json" > "$R/$rep-sass.log" 2>&1
+    echo "ncu_sass $rep rc=$? at $(el) s"; cat "$R/$rep-sass.log"
+  done
+  timeout 20 ncu --import "$R/gemm-small.ncu-rep" --page details > "$R/gemm-small-details.log" 2>&1
+  grep -E "Duration|DRAM Throughput|L2 Hit Rate|Occupancy|Registers Per|Grid Size" "$R/gemm-small-details.log"
 }
 
 save() {

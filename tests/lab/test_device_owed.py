@@ -18,7 +18,16 @@ def test_the_script_parses_and_names_its_modes():
     modes = re.search(r"usage: \S+ \[([a-z|]+)\]", run.stderr)
     assert modes, run.stderr
     text = SCRIPT.read_text()
-    assert modes.group(1).split("|") == ["correctness", "perf", "calib", "persistent", "splits", "flip", "onepass"]
+    assert modes.group(1).split("|") == [
+        "correctness",
+        "perf",
+        "calib",
+        "persistent",
+        "splits",
+        "flip",
+        "onepass",
+        "ncu",
+    ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
 
@@ -52,7 +61,7 @@ def _critical_path(body: str) -> int:
 def test_each_call_fits_a_device_call():
     calls = dict(re.findall(r"^([a-z]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
-    assert sorted(calls) == ["calib", "correctness", "flip", "onepass", "perf", "persistent", "splits"]
+    assert sorted(calls) == ["calib", "correctness", "flip", "ncu", "onepass", "perf", "persistent", "splits"]
     for mode, body in calls.items():
         assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
     assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
