@@ -246,9 +246,9 @@ def _split_table_on(on: bool, count: bool) -> Iterator[None]:
             COUNTS.settings[("paged_decode_attention", "VT_ATTN_SPLIT_TABLE")] += 1
 
 
-# Precedence: the one-pass arm (OFF by default; an online softmax, held to the fp32 reference), the one-launch
-# tiled arm and the pipelined two passes (the pipelined P.V is ON, so it is the default choice), tiled, then the
-# generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
+# Precedence: the one-pass arm (ON by default since its flip; an online softmax, held to the fp32 reference and the
+# razor's fp32-probabilities setting), the one-launch tiled arm and the pipelined two passes (the rollback's choice,
+# VT_ATTN_ONEPASS=0), tiled, then the generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
 # the tiled arm at every measured shape (docs/BENCHMARKS.md, "Arm outcomes"); they stay because the kernel set this
 # engine mirrors has them (vllm.cpp's GQA group swap, its #48, and warp-split-KV at head_dim 128, its #383), for
 # their own numerics cases and A/Bs, and no default order reaches them. The split-KV arm without the swap, the

@@ -6,8 +6,9 @@ count by the A/B rule of lab.bench.stats (a win needs non-overlapping bands and 
     python -m lab bench splits [--arm tiled|onepass] [--rows 8,16,...] [--contexts 1024,...] [--head-dims 128,256]
                                [--no-peers] [--reps 8] [--dtype bfloat16] [--ledger DIR] [--out FILE]
 
-`--arm tiled` (the default) is the default arm, the pipelined P.V pass (with VT_ATTN_PDL's dependent launch where
-its grid is at most 2 blocks per SM, as `tiled_pipelined_pdl` takes it); `onepass` the one-pass arm (OFF today).
+`--arm tiled` (the option's default) is the two-pass arm, the pipelined P.V pass (with VT_ATTN_PDL's dependent launch
+where its grid is at most 2 blocks per SM, as `tiled_pipelined_pdl` takes it), which `VT_ATTN_ONEPASS=0` runs;
+`onepass` the one-pass arm, the engine's default since its flip.
 Prints one line per point: the rule's count and time, the fastest count and time, the ratio (rule time over the
 fastest's: > 1 the rule is slower), the verdict, and the count the table keeps: the fastest where it wins, else
 the rule's. A point that fails (out of memory) is named and passed over, and the run exits 1. `--out FILE` writes
