@@ -12,8 +12,6 @@
 #                                                    # one-pass d256 variant's A/B against the pipelined arm
 #   bash scripts/bench/device_owed.sh flip          # the one-pass arm's flip protocol (AGENTS.md), its razor beside
 #                                                    # FlashInfer and cuDNN under their calibrated limit
-#   bash scripts/bench/device_owed.sh onepass       # the gates phase with VT_ATTN_ONEPASS=1 and no arm required: the
-#                                                    # default engine's gates as they will run once the arm is ON
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
@@ -26,8 +24,8 @@
 # lines) and records.tgz (everything the call wrote: records, tables, whole logs).
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | onepass | ncu) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|onepass|ncu]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -120,14 +118,6 @@ flip() {  # the gates with VT_ATTN_ONEPASS=1 (lab/ci.py flip_steps), three at on
   echo "lab ci flip rc=$? at $(el) s"; grep -E "^(step|flip-|build|ci:)" "$R/flip.log" | tail -n 24
   cp "$R"/flip/ledger/*.json "$R/ledger/" 2>/dev/null
   for f in "$R"/flip/logs/flip-neartie-*.log; do echo "== $f"; grep -E "^run |limit" "$f" | cut -c1-220; done
-}
-
-onepass() {  # each gate judges the run by the setting of the arms it took (`gate neartie`): fp32-probs where it ran
-  VT_ATTN_ONEPASS=1 timeout 500 python3 -m lab ci gates --out "$R/gates" > "$R/gates.log" 2>&1
-  echo "lab ci gates with VT_ATTN_ONEPASS=1 rc=$? at $(el) s"; grep -E "^(step|ci:)|^[a-z0-9-]+ +(pass|fail|skip|n/a)" \
-    "$R/gates.log" | cut -c1-220 | tail -n 30
-  cp "$R"/gates/ledger/*.json "$R/ledger/" 2>/dev/null
-  grep -h "razor for the" "$R"/gates/logs/*.log 2>/dev/null | sort | uniq -c
 }
 
 ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the ncu binary, not this function; the

@@ -25,7 +25,6 @@ def test_the_script_parses_and_names_its_modes():
         "persistent",
         "splits",
         "flip",
-        "onepass",
         "ncu",
     ]
     for mode in modes.group(1).split("|"):
@@ -61,7 +60,7 @@ def _critical_path(body: str) -> int:
 def test_each_call_fits_a_device_call():
     calls = dict(re.findall(r"^([a-z]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
-    assert sorted(calls) == ["calib", "correctness", "flip", "ncu", "onepass", "perf", "persistent", "splits"]
+    assert sorted(calls) == ["calib", "correctness", "flip", "ncu", "perf", "persistent", "splits"]
     for mode, body in calls.items():
         assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
     assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
