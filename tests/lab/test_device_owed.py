@@ -84,3 +84,12 @@ def test_a_mode_waits_for_its_own_groups_not_the_log_saver():
     assert "( while sleep 20; do save; done ) &" in text  # the saver runs beside every mode
     assert re.search(r"^\s*wait \$groups", text, re.M) and _bare_waits(text) == []
     assert _bare_waits("( timeout 5 a ) &\nwait; echo done\n") == ["wait; echo done"]  # the defect, caught
+
+
+def test_a_call_starts_from_an_empty_results_folder():
+    """The device keeps /tmp while it stays warm, and across sessions: a call that reused an earlier call's folder
+    returned that call's records (of another commit) in its records.tgz beside its own."""
+    text = SCRIPT.read_text()
+    made, cleared = text.index('mkdir -p "$R/ledger"'), text.find('rm -rf "$R"')
+    assert 0 <= cleared < made
+    assert re.search(r"^R=/tmp/owed-", text, re.M)  # the folder it clears is the call's own, under /tmp
