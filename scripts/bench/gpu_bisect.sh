@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command at several commits in one device call, to A/B kernel changes across history with one machine's
-# warm-up: each commit's engine/ and lab/ (git archive, made here beforehand) run with its own CUDA cache.
+# warm-up: each commit's engine/, lab/, checkers/ and tests/ (git archive, made here beforehand, with
+# pyproject.toml for pytest) run with its own CUDA cache, so a variant's GPU tests run against its own kernels.
 #   bash scripts/bench/gpu_bisect.sh prepare 063f476 0dcf3de HEAD          # here: writes $BISECT (.dev/bisect)
 #   OUT=$OUT bash scripts/bench/gpu_bisect.sh run -- python3 -m lab.persistent.trace   # on the device; carry .dev
 # `run` takes the commits in the order `prepare` was given them, each with at most $LIMIT seconds (default 100), and
@@ -17,7 +18,7 @@ prepare() {
   for c in "$@"; do
     sha=$(git rev-parse --short=9 "$c^{commit}") || { echo "$0: $c: not a commit" >&2; exit 1; }
     mkdir -p "$BISECT/$sha"
-    git archive "$sha" engine lab | tar -x -C "$BISECT/$sha" || exit 1
+    git archive "$sha" engine lab checkers tests pyproject.toml | tar -x -C "$BISECT/$sha" || exit 1
     echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
     echo "prepared $sha ($c)"
   done

@@ -1,5 +1,5 @@
 """scripts/bench/gpu_bisect.sh: one command at several commits in one device call. On the CPU: `prepare` archives
-each commit's engine/ and lab/ in the order given and refuses what is not a commit; `run` runs the command inside
+each commit's engine/, lab/, checkers/ and tests/ in the order given and refuses what is not a commit; `run` runs the command inside
 each archive (its own code, not the checkout's), in that order, into one file of $OUT."""
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def test_prepare_then_run_each_commit_in_its_own_archive(tmp_path: Path) -> None
     order = (tmp_path / "b" / "ORDER").read_text().splitlines()
     assert [ln.split()[0] for ln in order] == [parent, head]  # the order given, not history's
     assert (tmp_path / "b" / head / "engine" / "__init__.py").is_file()
-    assert not (tmp_path / "b" / head / "tests").exists()  # engine/ and lab/ only
+    assert (tmp_path / "b" / head / "tests" / "conftest.py").is_file()  # a variant's tests run in its own tree
+    assert (tmp_path / "b" / head / "pyproject.toml").is_file() and (tmp_path / "b" / head / "checkers").is_dir()
+    assert not (tmp_path / "b" / head / "docs").exists()  # the code and its tests, not the rest of the tree
     (tmp_path / "out").mkdir()
     ran = sh("run", "--", "python3", "-c", "import engine, os; print(engine.__file__); print(os.environ['VT_CUDA_CACHE'])",
              env=env)  # fmt: skip
