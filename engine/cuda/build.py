@@ -273,14 +273,14 @@ def source_label(source: Path) -> str:
 def write_manifest(out_dir: Path, results: list[BuildResult], requested: list[str]) -> None:
     """source -> its latest object, the archs compiled and the arch list requested (the audit's default)."""
     path = out_dir / MANIFEST
-    # Processes sharing a cache build at once (the gates run side by side): the read-modify-write holds a lock, so
-    # no entry is lost, and each writer's temporary file is its own.
+    # Processes sharing a cache build at once (the gates run side by side): the read-modify-write and the rename of
+    # its temporary file hold a lock, so no entry is lost and no writer moves another's file.
     with open(out_dir / (MANIFEST + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(path.read_text()) if path.exists() else {}
         for r in results:
             data[source_label(r.source)] = {"object": r.obj.name, "archs": list(r.archs), "requested": requested}
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, path)
 
