@@ -4,12 +4,14 @@
 # pyproject.toml for pytest) run with its own CUDA cache, so a variant's GPU tests run against its own kernels.
 #   bash scripts/bench/gpu_bisect.sh prepare 063f476 0dcf3de HEAD          # here: writes $BISECT (.dev/bisect)
 #   OUT=$OUT bash scripts/bench/gpu_bisect.sh run -- python3 -m lab.persistent.trace   # on the device; carry .dev
-# `run` takes the commits in the order `prepare` was given them, each with at most $LIMIT seconds (default 100), and
-# writes $OUT/bisect.txt: per commit its subject and the command's last 40 lines. The command must exist at every
-# commit. The archives hold no .git, so a ledger record (which names a clean commit) cannot be written from them.
+#   OUT=$OUT bash scripts/bench/gpu_bisect.sh run main variant/x -- python3 -m lab bench gemm_small  # two of them
+# `run` takes the commits in the order `prepare` was given them (or those of them named as they were given, or by
+# sha), each with at most $LIMIT seconds (default 100), and appends to $OUT/bisect.txt: the command, then per commit
+# its subject and the command's last 40 lines. So one call can run several A/Bs, each on its own commits, and share
+# the baseline's archive and cache. The command must exist at every commit it runs on. The archives hold no .git, so a ledger record (which names a clean commit) cannot be written from them.
 set -u
 BISECT="${BISECT:-.dev/bisect}"
-usage() { echo "usage: $0 prepare COMMIT... | $0 run -- COMMAND..." >&2; exit 2; }
+usage() { echo "usage: $0 prepare COMMIT... | $0 run [COMMIT...] -- COMMAND..." >&2; exit 2; }
 
 prepare() {
   [ $# -gt 0 ] || usage
@@ -20,12 +22,15 @@ prepare() {
     mkdir -p "$BISECT/$sha"
     git archive "$sha" engine lab checkers tests pyproject.toml | tar -x -C "$BISECT/$sha" || exit 1
     echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
+    echo "$sha $c" >> "$BISECT/NAMES"
     echo "prepared $sha ($c)"
   done
   du -sh "$BISECT" | sed 's/^/size: /'
 }
 
 run() {
+  names=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do names+=("$1"); shift; done
   [ "${1:-}" = "--" ] && shift
   [ $# -gt 0 ] || usage
   OUT="${OUT:?set OUT}"
@@ -34,7 +39,8 @@ run() {
   . "$(dirname "$0")/wheels.sh"
   export VT_CUDA_ARCHS="${VT_CUDA_ARCHS:-9.0}" PYTHONUNBUFFERED=1
   root=$(pwd)
-  : > "$OUT/bisect.txt"
+  picked=$(pick "${names[@]}") || exit 1
+  echo "## $*" >> "$OUT/bisect.txt"
   while read -r sha subject; do
     log="/tmp/bisect-$sha.log"
     t0=$(date +%s)
@@ -43,7 +49,17 @@ run() {
     cd "$root" || exit 1
     { echo "== $sha $subject: rc=$rc in $(( $(date +%s) - t0 )) s"; tail -n 40 "$log"; } >> "$OUT/bisect.txt"
     echo "$sha rc=$rc in $(( $(date +%s) - t0 )) s: $subject"
-  done < "$BISECT/ORDER"
+  done <<< "$picked"
+}
+
+# The ORDER lines of the commits named (a name as `prepare` was given it, or a sha's start), all when none is named.
+pick() {
+  [ $# -eq 0 ] && { cat "$BISECT/ORDER"; return; }
+  for n in "$@"; do
+    sha=$(awk -v n="$n" '$2 == n || index($1, n) == 1 { print $1; exit }' "$BISECT/NAMES")
+    [ -n "$sha" ] || { echo "$0: $n: not among the prepared commits ($BISECT/NAMES)" >&2; return 1; }
+    grep "^$sha " "$BISECT/ORDER"
+  done
 }
 
 case "${1:-}" in

@@ -1,6 +1,6 @@
 """scripts/bench/gpu_bisect.sh: one command at several commits in one device call. On the CPU: `prepare` archives
 each commit's engine/, lab/, checkers/ and tests/ in the order given and refuses what is not a commit; `run` runs the command inside
-each archive (its own code, not the checkout's), in that order, into one file of $OUT."""
+each archive (its own code, not the checkout's), in that order or on the commits named, into one file of $OUT."""
 
 from __future__ import annotations
 
@@ -50,6 +50,21 @@ def test_a_failing_command_is_reported_and_the_next_commit_still_runs(tmp_path: 
     ran = sh("run", "--", "python3", "-c", "raise SystemExit(3)", env=env)
     text = (tmp_path / "bisect.txt").read_text()
     assert ran.returncode == 0 and text.count("rc=3 in") == 2, text
+
+
+def test_run_on_named_commits_appends_each_ab_to_one_report(tmp_path: Path) -> None:
+    env = {"BISECT": str(tmp_path / "b"), "OUT": str(tmp_path), "WHEELS": str(tmp_path / "none"), "LIMIT": "5"}
+    head, parent = (subprocess.run(["git", "rev-parse", "--short=9", c], cwd=ROOT, capture_output=True, text=True,
+                                   check=True).stdout.strip() for c in ("HEAD", "HEAD~1"))  # fmt: skip
+    assert sh("prepare", "HEAD~1", "HEAD", env=env).returncode == 0
+    assert sh("run", "HEAD", "--", "echo", "first", env=env).returncode == 0  # by the name it was prepared as
+    assert sh("run", parent[:7], head, "--", "echo", "second", env=env).returncode == 0  # by sha, in the order named
+    runs = (tmp_path / "bisect.txt").read_text().split("## ")[1:]
+    assert [r.splitlines()[0] for r in runs] == ["echo first", "echo second"]
+    assert [s.split()[0] for s in runs[0].split("== ")[1:]] == [head]
+    assert [s.split()[0] for s in runs[1].split("== ")[1:]] == [parent, head]
+    refused = sh("run", "variant/none", "--", "true", env=env)
+    assert refused.returncode == 1 and "variant/none: not among the prepared commits" in refused.stderr
 
 
 @pytest.mark.parametrize(
