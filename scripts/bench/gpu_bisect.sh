@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command at several commits in one device call, to A/B kernel changes across history with one machine's
 # warm-up: each commit's engine/, lab/, checkers/ and tests/ (git archive, made here beforehand, with
-# pyproject.toml for pytest) run with its own CUDA cache, so a variant's GPU tests run against its own kernels.
+# pyproject.toml for pytest) run from its own folder, so a variant's GPU tests run against its own kernels. They share
+# one CUDA cache ($BISECT_CACHE): an object is named by the hash of its source and headers, so a commit reuses the
+# objects of the sources it did not change and builds its own for those it did.
 #   bash scripts/bench/gpu_bisect.sh prepare 063f476 0dcf3de HEAD          # here: writes $BISECT (.dev/bisect)
 #   OUT=$OUT bash scripts/bench/gpu_bisect.sh run -- python3 -m lab.persistent.trace   # on the device; carry .dev
 #   OUT=$OUT bash scripts/bench/gpu_bisect.sh run main variant/x -- python3 -m lab bench gemm_small  # two of them
@@ -44,7 +46,7 @@ run() {
   while read -r sha subject; do
     log="/tmp/bisect-$sha.log"
     t0=$(date +%s)
-    ( cd "$BISECT/$sha" && VT_CUDA_CACHE="/tmp/bisect-cache/$sha" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
+    ( cd "$BISECT/$sha" && VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
     rc=$?
     cd "$root" || exit 1
     { echo "== $sha $subject: rc=$rc in $(( $(date +%s) - t0 )) s"; tail -n 40 "$log"; } >> "$OUT/bisect.txt"

@@ -15,7 +15,7 @@ def test_the_script_parses_and_names_its_modes():
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
     run = subprocess.run(["bash", str(SCRIPT), "no-such-mode"], capture_output=True, text=True)
     assert run.returncode == 2
-    modes = re.search(r"usage: \S+ \[([a-z|]+)\]", run.stderr)
+    modes = re.search(r"usage: \S+ \[([a-z0-9|]+)\]", run.stderr)
     assert modes, run.stderr
     text = SCRIPT.read_text()
     assert modes.group(1).split("|") == [
@@ -26,6 +26,8 @@ def test_the_script_parses_and_names_its_modes():
         "splits",
         "flip",
         "ncu",
+        "variants",
+        "b8",
     ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
@@ -58,9 +60,9 @@ def _critical_path(body: str) -> int:
 
 
 def test_each_call_fits_a_device_call():
-    calls = dict(re.findall(r"^([a-z]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
+    calls = dict(re.findall(r"^([a-z0-9]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
-    assert sorted(calls) == ["calib", "correctness", "flip", "ncu", "perf", "persistent", "splits"]
+    assert sorted(calls) == ["b8", "calib", "correctness", "flip", "ncu", "perf", "persistent", "splits", "variants"]
     for mode, body in calls.items():
         assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
     assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
