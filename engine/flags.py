@@ -357,7 +357,7 @@ declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",
-    "The small decode GEMM for 9 to 32 rows of x (a b9-b32 decode step's projections, which otherwise take cuBLAS through F.linear), plain and with the residual add + RMSNorm prologue: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not cuBLAS's bits). bf16/fp16, no bias. OFF until its A/B against cuBLAS and the flip protocol.",
+    "The small decode GEMM for 2 to 32 rows of x (a b2-b32 decode step's projections: from 2 to 8 rows before the GEMVs, past 8 instead of cuBLAS through F.linear), plain, with the residual add + RMSNorm prologue, and as the gate/up GEMM before the activation kernel: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not the GEMV's or cuBLAS's bits), one m16 tile up to 16 rows. bf16/fp16, no bias. OFF until its A/Bs (at b8 against the GEMVs, at b32 against cuBLAS) and the flip protocol.",
 )
 declare(
     "VT_GEMV_STREAM",

@@ -23,10 +23,10 @@ int tiles_for(int n) {
   return 1;
 }
 
-template <typename T, int NT, bool NORM>
+template <typename T, int MT, int NT, bool NORM>
 int launch_nt(T* y, const T* w, const T* x, const NormArgs& na, int m, int n, int k, long long ldw, long long ldx,
               long long ldy, cudaStream_t stream) {
-  auto kernel = vt_gemm_small::gemm_small_kernel<T, T, NT, NORM>;
+  auto kernel = vt_gemm_small::gemm_small_kernel<T, T, MT, NT, NORM>;
   const size_t smem = vt_gemm_small::gemm_small_smem(m, k, NT, sizeof(T));
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)))
     return vt::fail(static_cast<int>(e), "gemm_small: %zu bytes of shared memory for %d rows of %d: %s", smem, m, k,
@@ -36,17 +36,25 @@ int launch_nt(T* y, const T* w, const T* x, const NormArgs& na, int m, int n, in
   return vt::kOk;
 }
 
+template <typename T, int MT, bool NORM>
+int launch_mt(T* y, const T* w, const T* x, const NormArgs& na, int m, int n, int k, long long ldw, long long ldx,
+              long long ldy, cudaStream_t s) {
+  switch (tiles_for(n)) {
+    case 4: return launch_nt<T, MT, 4, NORM>(y, w, x, na, m, n, k, ldw, ldx, ldy, s);
+    case 2: return launch_nt<T, MT, 2, NORM>(y, w, x, na, m, n, k, ldw, ldx, ldy, s);
+    default: return launch_nt<T, MT, 1, NORM>(y, w, x, na, m, n, k, ldw, ldx, ldy, s);
+  }
+}
+
+// One m16 tile up to 16 rows (half the MMAs and x reads of two), two past it.
 template <typename T, bool NORM>
 int launch(void* y, const void* w, const void* x, const NormArgs& na, int m, int n, int k, long long ldw,
            long long ldx, long long ldy, cudaStream_t s) {
   auto* yo = static_cast<T*>(y);
   auto* wi = static_cast<const T*>(w);
   auto* xi = static_cast<const T*>(x);
-  switch (tiles_for(n)) {
-    case 4: return launch_nt<T, 4, NORM>(yo, wi, xi, na, m, n, k, ldw, ldx, ldy, s);
-    case 2: return launch_nt<T, 2, NORM>(yo, wi, xi, na, m, n, k, ldw, ldx, ldy, s);
-    default: return launch_nt<T, 1, NORM>(yo, wi, xi, na, m, n, k, ldw, ldx, ldy, s);
-  }
+  if (m <= vt_gemm_small::kOneTileRows) return launch_mt<T, 1, NORM>(yo, wi, xi, na, m, n, k, ldw, ldx, ldy, s);
+  return launch_mt<T, 2, NORM>(yo, wi, xi, na, m, n, k, ldw, ldx, ldy, s);
 }
 
 template <bool NORM>
@@ -83,7 +91,7 @@ int check(const void* w, const void* x, int m, int n, int k, long long ldw, long
 
 VT_DEFINE_LAST_ERROR(gemm_small)
 
-// y = x W^T. y: [m, n] (row stride ldy); w: [n, k] (ldw); x: [m, k] (ldx); 9 <= m <= 32; no bias.
+// y = x W^T. y: [m, n] (row stride ldy); w: [n, k] (ldw); x: [m, k] (ldx); 2 <= m <= 32; no bias.
 VT_EXPORT int vt_gemm_small_gemm(void* y, const void* w, const void* x, int m, int n, int k, long long ldw,
                                  long long ldx, long long ldy, int dtype, void* stream) {
   if (int rc = check(w, x, m, n, k, ldw, ldx, ldy)) return rc;

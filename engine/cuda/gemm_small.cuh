@@ -1,12 +1,14 @@
-// The small decode GEMM: y[m, n] = x[m, k] W[n, k]^T for 9 <= m <= 32 rows (a batch of decode tokens), with an
+// The small decode GEMM: y[m, n] = x[m, k] W[n, k]^T for 2 <= m <= 32 rows (a batch of decode tokens), with an
 // optional residual add + RMSNorm prologue. Past the GEMV's 8 rows the step fell to cuBLAS, whose 32-row GEMMs read
-// W at a quarter to a third of DRAM bandwidth; this kernel is built to stream W once at full width instead.
+// W at a quarter to a third of DRAM bandwidth; this kernel is built to stream W once at full width instead. From 2
+// to 8 rows it stands beside the GEMV, whose fp32 FMAs cost 8 instructions per W element at 8 rows, where one MMA
+// takes 16 x 8 x 16 products.
 //
 // Each block owns 8 * NT output columns and all m rows. Its 8 warps split K into 32-wide chunks (warp w takes chunks
 // w, w + 8, ...), each warp reading W straight from DRAM in 16-byte loads, a group of chunks ahead of the one it
 // multiplies, and x from shared memory, where the block staged it (copied, or added and normalised as the norm
-// kernel does). The product is mma.sync m16n8k16 with fp32 accumulators, the rows padded to 32 (two m16 tiles, the
-// pad rows a copy of the last row, never stored). The warps' partial sums meet in shared memory and are added in
+// kernel does). The product is mma.sync m16n8k16 with fp32 accumulators, the rows padded to MT m16 tiles (one up to
+// 16 rows, two past it; the pad rows a copy of the last row, never stored). The warps' partial sums meet in shared memory and are added in
 // warp order, so the bits depend on neither the tile width nor the schedule.
 //
 // The k order inside a chunk is permuted, the same way for x and W: a lane of quad t loads the 8 consecutive k at
@@ -23,8 +25,9 @@ namespace vt_gemm_small {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMinRows = 9;       // fewer rows take the GEMV (gemv.cuh: 8 at most)
+constexpr int kMinRows = 2;       // one row takes the GEMV (an m16 tile would be 15 rows of pad)
 constexpr int kMaxRows = 32;      // two m16 tiles
+constexpr int kOneTileRows = 16;  // rows one m16 tile holds: up to here a launch takes MT = 1
 constexpr int kChunk = 32;        // k per warp step: 4 lanes of a quad x 8 elements
 constexpr int kTileN = 8;         // columns of one MMA n tile
 constexpr int kVec = 8;           // 16-byte vectors of 2-byte elements
@@ -126,12 +129,12 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 }
 
 // One chunk's product: acc[mt][j] += x rows (m tile mt) . W rows (n tile j) over the lane's 8 k (two MMA steps).
-template <typename T, int NT>
-__device__ __forceinline__ void multiply(float (&acc)[2][NT][4], const uint4 (&xv)[2][2], const uint4 (&wv)[NT]) {
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void multiply(float (&acc)[MT][NT][4], const uint4 (&xv)[MT][2], const uint4 (&wv)[NT]) {
 #pragma unroll
   for (int s = 0; s < 2; ++s)
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < MT; ++mt) {
       const uint32_t a[4] = {word(xv[mt][0], 2 * s), word(xv[mt][1], 2 * s), word(xv[mt][0], 2 * s + 1),
                              word(xv[mt][1], 2 * s + 1)};
 #pragma unroll
@@ -139,9 +142,9 @@ __device__ __forceinline__ void multiply(float (&acc)[2][NT][4], const uint4 (&x
     }
 }
 
-// y = stage(x) W^T. w: [n, k] (row stride ldw); x: [m, k] (ldx); y: [m, n] (ldy); 9 <= m <= 32; k, ldw, ldx
+// y = stage(x) W^T. w: [n, k] (row stride ldw); x: [m, k] (ldx); y: [m, n] (ldy); 2 <= m <= 16 * MT; k, ldw, ldx
 // multiples of 8 with 16-byte aligned bases (the launcher checks). Dynamic shared memory: gemm_small_smem().
-template <typename T, typename OutT, int NT, bool NORM>
+template <typename T, typename OutT, int MT, int NT, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2)
 gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __restrict__ x, NormArgs na, int m, int n,
                   int k, long long ldw, long long ldx, long long ldy) {
@@ -161,9 +164,10 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
     wok[j] = col < n;
     wrow[j] = w + static_cast<long long>(wok[j] ? col : 0) * ldw;
   }
-  const T* xrow[2][2];  // rows mt * 16 + h * 8 + g, the pad rows reading row m - 1
+  static_assert(MT == 1 || MT == 2, "one or two m16 tiles");
+  const T* xrow[MT][2];  // rows mt * 16 + h * 8 + g, the pad rows reading row m - 1
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) xrow[mt][h] = xs + min(mt * 16 + h * 8 + g, m - 1) * ldxs;
 
@@ -181,18 +185,18 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
         wv[u][j] = (wok[j] && kk < k) ? __ldg(reinterpret_cast<const uint4*>(wrow[j] + kk)) : make_uint4(0, 0, 0, 0);
     }
   };
-  float acc[2][NT][4] = {};
+  float acc[MT][NT][4] = {};
   auto compute = [&](int grp, const uint4 (&wv)[U][NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int kk = k_of(grp * U + u);
-      uint4 xv[2][2];
+      uint4 xv[MT][2];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)  // past k: zeros (the pad columns of xs are not written)
           xv[mt][h] = kk < k ? *reinterpret_cast<const uint4*>(xrow[mt][h] + kk) : make_uint4(0, 0, 0, 0);
-      multiply<T, NT>(acc, xv, wv[u]);
+      multiply<T, MT, NT>(acc, xv, wv[u]);
     }
   };
   // two register buffers: the next group's W loads are in flight while this group multiplies; the first group's
@@ -218,7 +222,7 @@ gemm_small_kernel(OutT* __restrict__ y, const T* __restrict__ w, const T* __rest
   float* red = reinterpret_cast<float*>(smem);  // [kWarps][kMaxRows][bn]
   __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll

@@ -1,4 +1,4 @@
-"""Binding for the small decode GEMM (gemm_small.cu): y = x W^T for 9 to 32 rows of x (bf16/fp16, fp32
+"""Binding for the small decode GEMM (gemm_small.cu): y = x W^T for 2 to 32 rows of x (bf16/fp16, fp32
 accumulation in mma.sync tiles, y in x's dtype), plain and with the residual add + RMSNorm prologue. Its sums are
 not cuBLAS's order, so its arms are held behind VT_GEMM_SMALL (default OFF) until a flip."""
 
@@ -17,7 +17,7 @@ _P = ctypes.c_void_p
 _I = ctypes.c_int
 _L = ctypes.c_longlong
 
-MIN_ROWS = 9  # kMinRows: fewer take the GEMV
+MIN_ROWS = 2  # kMinRows: one row takes the GEMV
 MAX_ROWS = 32  # kMaxRows: two m16 MMA tiles
 VECTOR = 8  # kVec: k and the row strides in 16-byte vectors of 2-byte elements
 X_PAD = 32  # kXPad: elements past k in a staged row of x
@@ -45,7 +45,7 @@ def smem_bytes(rows: int, k: int, elt: int) -> int:
 
 
 def supports(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    """Where the small GEMM applies: 9 to 32 rows of bf16/fp16 on a GPU, no bias, a row-major W, k and every row
+    """Where the small GEMM applies: 2 to 32 rows of bf16/fp16 on a GPU, no bias, a row-major W, k and every row
     stride a multiple of 8 elements with 16-byte aligned bases, and the staged rows within the opt-in shared memory."""
     if not weight.is_cuda or weight.dtype not in DTYPES or bias is not None or not MIN_ROWS <= rows <= MAX_ROWS:
         return False
@@ -59,7 +59,7 @@ def supports(rows: int, weight: torch.Tensor, *rows_of: torch.Tensor, bias: torc
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`x @ weight.T` for 9 to 32 rows of x ([..., k] -> [..., n]); the checks name the bad tensor."""
+    """`x @ weight.T` for 2 to 32 rows of x ([..., k] -> [..., n]); the checks name the bad tensor."""
     if x.dim() < 1 or not x.is_cuda:
         raise ValueError(f"x: expected a CUDA tensor of at least 1 dim, got {tuple(x.shape)} on {x.device}")
     k = x.shape[-1]
@@ -105,7 +105,7 @@ def add_rms_norm_linear(
     eps: float,
     weight: torch.Tensor,  # weight: [out_features, hidden], x.dtype, row-major
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (y [..., out_features], new_residual [..., hidden]), x.dtype
-    """`linear(rms_norm(x + residual), weight)` in one launch for 9 to 32 rows, and the new residual; the norm's
+    """`linear(rms_norm(x + residual), weight)` in one launch for 2 to 32 rows, and the new residual; the norm's
     bits are the norm kernel's, the product the small GEMM's."""
 
     def refusal(m: int, k: int, rows: list[torch.Tensor]) -> str | None:

@@ -1,8 +1,9 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
 activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
-small GEMM (9 to 32 rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF). Which of them a decoder layer
-calls is the table's choice too (engine/kernels/layer.py). The persistent GEMV and the activation in the
+small GEMM (2 to 32 rows, plain, with the norm prologue, and before the activation in the GLU ops; VT_GEMM_SMALL,
+OFF: when on it comes first, before the GEMVs from 2 to 8 rows). Which of them a decoder layer calls is the table's
+choice too (engine/kernels/layer.py). The persistent GEMV and the activation in the
 down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ _PDL = gated_by("VT_GEMV_PDL")
 
 
 def supports_gemm_small(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    """9 to 32 rows (a batch of decode tokens past the GEMV's), W and x as the small GEMM takes them, on x's device."""
+    """2 to 32 rows (a batch of decode tokens), W and x as the small GEMM takes them, on x's device."""
     x2 = x.reshape(-1, x.shape[-1])
     return _on_x_device(x, weight, bias) and cuda_gemm_small.supports(x2.shape[0], weight, x2, bias=bias)
 
@@ -81,6 +82,7 @@ linear = Op(
     gemv.linear,
     gemv.check_linear,
     [
+        Arm("gemm_small", _GEMM_SMALL, supports_gemm_small, _GEMM_SMALL_NEEDS, cuda_gemm_small.launch_linear),
         *_with_pdl(
             "gemv_stream",
             gated_by("VT_GEMV_STREAM", "VT_GEMV"),
@@ -96,7 +98,6 @@ linear = Op(
             f"at most {cuda_gemv.MAX_ROWS} rows and a row-major weight, on x's device",
             cuda_gemv.launch_linear,
         ),
-        Arm("gemm_small", _GEMM_SMALL, supports_gemm_small, _GEMM_SMALL_NEEDS, cuda_gemm_small.launch_linear),
     ],
 )
 embedding = Op(gemv.embedding, gemv.check_embedding)
@@ -187,6 +188,13 @@ add_rms_norm_linear = Op(
     gemv.add_rms_norm_linear,
     gemv.check_add_rms_norm_linear,
     [
+        Arm(
+            "prologue_gemm_small",
+            _GEMM_SMALL,
+            supports_norm_gemm_small,
+            _GEMM_SMALL_NEEDS,
+            cuda_gemm_small.launch_add_rms_norm_linear,
+        ),
         *_with_pdl(
             "prologue_stream",
             gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
@@ -203,13 +211,6 @@ add_rms_norm_linear = Op(
             cuda_gemv.launch_add_rms_norm_linear,
         ),
         Arm(
-            "prologue_gemm_small",
-            _GEMM_SMALL,
-            supports_norm_gemm_small,
-            _GEMM_SMALL_NEEDS,
-            cuda_gemm_small.launch_add_rms_norm_linear,
-        ),
-        Arm(
             "norm_then_linear",
             gated_by(),
             supports_any,
@@ -219,6 +220,14 @@ add_rms_norm_linear = Op(
         ),
     ],
 )
+
+
+def _small_then_act(name: str, supports: Callable[..., bool], glue: Callable[..., Any]) -> Arm:
+    """A GLU op's small-GEMM arm: the op's parts by the table (its GEMM the small GEMM, first in the flags' order
+    wherever this arm's predicate holds), then the activation kernel. No GLU epilogue of its own yet."""
+    return Arm(name, _GEMM_SMALL, supports, _GEMM_SMALL_NEEDS, by_parts(glue), composite=True)
+
+
 # the activation, then the down GEMV (its prologue form lost its A/B: retired)
 silu_mul_linear = Op(
     gemv.silu_mul_linear,
@@ -229,6 +238,7 @@ linear_silu_mul = Op(
     gemv.linear_silu_mul,
     gemv.check_linear_silu_mul,
     [
+        _small_then_act("gemm_small_then_act", supports_gemm_small, gemv.linear_silu_mul.glue),
         *_with_pdl(
             "glu_stream",
             gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
@@ -247,6 +257,9 @@ add_rms_norm_linear_silu_mul = Op(
     gemv.add_rms_norm_linear_silu_mul,
     gemv.check_add_rms_norm_linear_silu_mul,
     [
+        _small_then_act(
+            "prologue_gemm_small_then_act", supports_norm_gemm_small, gemv.add_rms_norm_linear_silu_mul.glue
+        ),
         *_with_pdl(
             "prologue_glu_stream",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),

@@ -169,21 +169,23 @@ variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_
 }
 
 b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, then the GEMV forms against each other
-  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  timeout 90 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
   timeout 90 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
     tests/engine/cuda/test_split_table.py > "$R/tests.log" 2>&1  # owed since 13bafea and 6ee043c
   echo "small GEMM and split table tests rc=$? at $(el) s"; tail -n 4 "$R/tests.log"
-  timeout 40 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
-  echo "bench gemm_small rc=$? at $(el) s"; tail -n 10 "$R/gemm-small.log"
+  for rows in 32 8; do  # the small GEMM against cuBLAS at b32, and with one m16 tile at b8
+    timeout 35 python3 -m lab bench gemm_small --rows $rows --ledger "$R/ledger" > "$R/gemm-small-$rows.log" 2>&1
+    echo "bench gemm_small --rows $rows rc=$? at $(el) s"; tail -n 10 "$R/gemm-small-$rows.log"
+  done
   timeout 70 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
     > "$R/profile-b8.log" 2>&1
   echo "b8 profile rc=$? at $(el) s"; tail -n 32 "$R/profile-b8.log"
   for flag in VT_GEMV_STREAM VT_GEMV VT_GEMM_SMALL; do  # streamed GEMV / plain GEMV / cuBLAS / the small GEMM
-    timeout 75 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
+    timeout 70 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
       --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
     echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
   done
-  timeout 60 python3 -m lab bench bandwidth --workload gemm --ledger "$R/ledger" --shapes \
+  timeout 55 python3 -m lab bench bandwidth --workload gemm --ledger "$R/ledger" --shapes \
     'rows=8,n=4096,k=1024;rows=8,n=1024,k=2048;rows=8,n=6144,k=1024;rows=8,n=1024,k=3072' > "$R/gemm-b8.log" 2>&1
   echo "bandwidth gemm at 8 rows rc=$? at $(el) s"; tail -n 12 "$R/gemm-b8.log"
 }

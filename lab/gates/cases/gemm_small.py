@@ -1,4 +1,4 @@
-"""Numerics cases for the small decode GEMM (row ENGINE-PERSISTENT; gemm_small.cuh): 9 to 32 rows, plain and with
+"""Numerics cases for the small decode GEMM (row ENGINE-PERSISTENT; gemm_small.cuh): 2 to 32 rows, plain and with
 the residual add + RMSNorm prologue, after a layer and first. Each is held to the torch reference (today's chain:
 `rms_norm`, then `F.linear`) within its dtype's tolerance: its fp32 sums are mma tiles added in warp order, not
 cuBLAS's. The prologue forms are also bit for bit the norm kernel followed by the plain small GEMM ("/exact")."""
@@ -18,7 +18,8 @@ ROW = "ENGINE-PERSISTENT"
 FLAG = "VT_GEMM_SMALL"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # (rows, out_features, in_features): Qwen3-0.6B's b32 projections (q/k/v, o, gate/up, down) at the ends of the row
-# range, then odd shapes: a 7-column tail with K 1000 (31 chunks and a part), 3 columns past an n8 tile with K 264
+# range, then odd shapes: a 7-column tail with K 1000 (31 chunks and a part), 3 columns past an n8 tile with K 264;
+# then one m16 tile: b8's q/k/v, o and down, b2's gate/up, and 5 rows of the odd shape
 PLAIN_SHAPES = (
     (32, 4096, 1024),
     (32, 1024, 2048),
@@ -28,10 +29,15 @@ PLAIN_SHAPES = (
     (9, 1024, 3072),
     (23, 769, 1000),
     (31, 83, 264),
+    (8, 4096, 1024),
+    (8, 1024, 2048),
+    (8, 1024, 3072),
+    (2, 6144, 1024),
+    (5, 769, 1000),
 )
-# the prologue: q/k/v and gate/up at b32 and b9, an odd N and a small K
-NORM_SHAPES = ((32, 4096, 1024), (9, 6144, 1024), (17, 769, 1024), (32, 83, 264))
-SMALL = {(31, 83, 264), (17, 769, 1024)}  # the sanitizer's cases
+# the prologue: q/k/v and gate/up at b32 and b9, an odd N and a small K; q/k/v at b8 and gate/up at b3 (one m16 tile)
+NORM_SHAPES = ((32, 4096, 1024), (9, 6144, 1024), (17, 769, 1024), (32, 83, 264), (8, 4096, 1024), (3, 6144, 1024))
+SMALL = {(31, 83, 264), (17, 769, 1024), (5, 769, 1000)}  # the sanitizer's cases
 
 
 def run_plain(x: Inputs) -> torch.Tensor:

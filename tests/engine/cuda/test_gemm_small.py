@@ -1,5 +1,5 @@
 """The small decode GEMM (engine/cuda/gemm_small.cu): signatures and refusals on the CPU (real nvcc), and on a GPU
-every row count 9..32 against an fp64 product, with poisoned outputs, odd column tails and a k past whole chunks; the
+every row count 2..32 (one m16 tile to 16, two past) against an fp64 product, with poisoned outputs, odd column tails and a k past whole chunks; the
 prologue bit for bit the norm kernel then the plain GEMM; the bits independent of the tile width."""
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def test_launcher_refuses_what_it_cannot_take(compiled):
     err.restype = ctypes.c_char_p
     aligned = ctypes.c_void_p(256)  # never dereferenced: every refusal comes before a launch
     cases = [
-        (8, 1024, 1024, 1024, b"gemm_small: rows 8 outside [9, 32]"),
-        (33, 1024, 1024, 1024, b"gemm_small: rows 33 outside [9, 32]"),
+        (1, 1024, 1024, 1024, b"gemm_small: rows 1 outside [2, 32]"),
+        (33, 1024, 1024, 1024, b"gemm_small: rows 33 outside [2, 32]"),
         (
             16,
             1024,
@@ -147,7 +147,19 @@ def test_every_row_count_against_fp64(cuda, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     ("m", "n", "k"),
-    [(32, 4096, 1024), (9, 1024, 2048), (17, 6144, 1024), (32, 1024, 3072), (23, 769, 1000), (31, 16411, 136)],
+    [
+        (32, 4096, 1024),
+        (9, 1024, 2048),
+        (17, 6144, 1024),
+        (32, 1024, 3072),
+        (23, 769, 1000),
+        (31, 16411, 136),
+        (8, 4096, 1024),
+        (8, 1024, 3072),
+        (2, 6144, 1024),
+        (16, 1024, 2048),
+        (5, 769, 1000),
+    ],
 )
 def test_model_and_odd_shapes_against_fp64(cuda, dtype, m, n, k):
     x, w = _inputs(torch.Generator().manual_seed(m * 7 + n), cuda, m, n, k, dtype)
@@ -168,7 +180,7 @@ def test_the_bits_do_not_depend_on_the_tile_width(cuda):
 @pytest.mark.parametrize("with_residual", [True, False])
 def test_the_prologue_is_the_norm_kernel_then_the_gemm(cuda, dtype, with_residual):
     g = torch.Generator().manual_seed(5)
-    for m in (9, 16, 25, 32):
+    for m in (2, 8, 9, 16, 17, 25, 32):
         x, w = _inputs(g, cuda, m, 1000, 1024, dtype)
         res = torch.randn(m, 1024, generator=g).to(dtype).to(cuda) if with_residual else None
         nw = (torch.rand(1024, generator=g) + 0.5).to(dtype).to(cuda)
@@ -182,13 +194,43 @@ def test_the_prologue_is_the_norm_kernel_then_the_gemm(cuda, dtype, with_residua
         _assert_close_to_fp64(y, normed, w)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [2, 8, 32])
+def test_the_glu_ops_take_the_small_gemm_then_the_activation_with_the_flag_on(cuda, rows):
+    from engine import kernels
+    from engine.flags import FlagSnapshot
+
+    on = FlagSnapshot.defaults().with_(VT_GEMM_SMALL=True)
+    g = torch.Generator().manual_seed(rows)
+    x, w = _inputs(g, cuda, rows, 2 * 768, 1024, torch.bfloat16)  # a gate/up W: 768 gate rows, then 768 up rows
+    res = torch.randn(rows, 1024, generator=g).to(torch.bfloat16).to(cuda)
+    nw = (torch.rand(1024, generator=g) + 0.5).to(torch.bfloat16).to(cuda)
+    kernels.reset_counts()
+    y, new_res = kernels.add_rms_norm_linear_silu_mul(on, x, res, nw, EPS, w)
+    plain = kernels.linear_silu_mul(on, x, w)
+    ran = kernels.counts().ran
+    assert ran[("add_rms_norm_linear_silu_mul", "prologue_gemm_small_then_act")] == 1
+    assert ran[("add_rms_norm_linear", "prologue_gemm_small")] == 1
+    assert ran[("linear_silu_mul", "gemm_small_then_act")] == 1 and ran[("linear", "gemm_small")] == 1
+    gate_up, expect_res = gemm_small.add_rms_norm_linear(x, res, nw, EPS, w)
+    assert torch.equal(new_res, expect_res)
+    assert torch.equal(y, kernels.silu_and_mul(on, gate_up))
+    assert torch.equal(plain, kernels.silu_and_mul(on, gemm_small.linear(x, w)))
+
+
 def test_the_table_holds_the_arms_behind_the_flag_off():
     from engine import flags, kernels
     from engine.kernels import gemv as family
 
     assert flags.FLAGS["VT_GEMM_SMALL"].default is False
-    assert kernels.linear.arm("gemm_small").flags == ("VT_GEMM_SMALL",)
-    assert kernels.add_rms_norm_linear.arm("prologue_gemm_small").flags == ("VT_GEMM_SMALL",)
+    small = {
+        kernels.linear: "gemm_small",
+        kernels.add_rms_norm_linear: "prologue_gemm_small",
+        kernels.linear_silu_mul: "gemm_small_then_act",
+        kernels.add_rms_norm_linear_silu_mul: "prologue_gemm_small_then_act",
+    }
+    for op, name in small.items():  # first, so from 2 to 8 rows it comes before the GEMVs when on
+        assert op.arms[0].name == name and op.arms[0].flags == ("VT_GEMM_SMALL",), op
     x, w = torch.ones(16, 64, dtype=torch.bfloat16), torch.ones(24, 64, dtype=torch.bfloat16)
     assert not family.supports_gemm_small(x, w)  # a CPU weight: the GEMM is a GPU kernel
     assert not family.supports_norm_gemm_small(x, None, torch.ones(64, dtype=torch.bfloat16), EPS, w)
@@ -198,10 +240,11 @@ def test_the_case_set_covers_both_forms_at_the_row_range_ends():
     from lab.gates.cases import gemm_small as cases
 
     names = {c.name for c in cases.CASES}
-    assert len(names) == len(cases.CASES) == 2 * (8 + 4 * 2 * 2)
+    assert len(names) == len(cases.CASES) == 2 * (13 + 6 * 2 * 2)
     assert {c.flag for c in cases.CASES} == {"VT_GEMM_SMALL"}
     assert {c.arm for c in cases.CASES} == {"gemm_small", "prologue_gemm_small"}
     assert "gemm_small/plain/bf16/m32/n1024/k3072" in names and "gemm_small/plain/fp16/m9/n4096/k1024" in names
+    assert "gemm_small/plain/bf16/m2/n6144/k1024" in names and "gemm_small/norm/fp16/m8/n4096/k1024" in names
     assert "gemm_small/norm/bf16/m32/n4096/k1024/first/exact" in names
     assert all(c.tolerance == "exact" for c in cases.CASES if c.name.endswith("/exact"))
     assert all(c.tolerance in ("bf16", "fp16") for c in cases.CASES if not c.name.endswith("/exact"))
