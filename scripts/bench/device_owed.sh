@@ -15,9 +15,9 @@
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
-#                                                    # here first and carry .dev/bisect): K/V copies, x reads, launches
-#   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms at
-#                                                    # 8 rows A/B'd, the small GEMM's tests; records to the ledger
+#                                                    # here first and carry .dev/bisect): the K/V copies, the launches
+#   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
+#                                                    # the small GEMM at 8 rows A/B'd, its variants (carry .dev/bisect)
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -152,42 +152,40 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 }
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
-  # variant/onepass-swizzle variant/gemm-small-direct-x variant/onepass-allow-dependents variant/pdl-rope-attention`
+  # variant/onepass-swizzle variant/onepass-allow-dependents variant/pdl-rope-attention variant/gemm-small-direct-x
+  # variant/gemm-small-inflight` (b8 runs the last two); every commit whose headers changed builds every source
   local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 150 env OUT="$R" LIMIT=75 bash "$bisect" run main variant/onepass-swizzle -- bash -c 'python3 -m lab gate \
+  timeout 160 env OUT="$R" LIMIT=80 bash "$bisect" run main variant/onepass-swizzle -- bash -c 'python3 -m lab gate \
     kernels --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload attn-decode --shapes peers \
     --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # the K/V rows swizzled: the copies' sectors
   echo "the copies' A/B rc=$? at $(el) s"
-  timeout 90 env OUT="$R" LIMIT=45 bash "$bisect" run main variant/gemm-small-direct-x -- bash -c 'python3 -m pytest \
-    -q -p no:cacheprovider tests/engine/cuda/test_gemm_small.py 2>&1 | tail -2; python3 -m lab bench gemm_small | tail -9'
-  echo "the small GEMM's A/B rc=$? at $(el) s"
-  timeout 330 env OUT="$R" LIMIT=110 bash "$bisect" run main variant/onepass-allow-dependents \
+  timeout 420 env OUT="$R" LIMIT=140 bash "$bisect" run main variant/onepass-allow-dependents \
     variant/pdl-rope-attention -- bash -c 'python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -2;
     python3 -m lab bench decode --no-oracle --steps 32 | tail -5'  # the graphed step: its waits' order is checked
   echo "the launches' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
-b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, then the GEMV forms against each other
+b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEMV forms and the small GEMM A/B'd
   timeout 90 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  timeout 90 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
+  timeout 75 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
     tests/engine/cuda/test_split_table.py > "$R/tests.log" 2>&1  # owed since 13bafea and 6ee043c
   echo "small GEMM and split table tests rc=$? at $(el) s"; tail -n 4 "$R/tests.log"
-  for rows in 32 8; do  # the small GEMM against cuBLAS at b32, and with one m16 tile at b8
-    timeout 35 python3 -m lab bench gemm_small --rows $rows --ledger "$R/ledger" > "$R/gemm-small-$rows.log" 2>&1
-    echo "bench gemm_small --rows $rows rc=$? at $(el) s"; tail -n 10 "$R/gemm-small-$rows.log"
-  done
+  timeout 35 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
+  echo "bench gemm_small rc=$? at $(el) s"; tail -n 10 "$R/gemm-small.log"
   timeout 70 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
     > "$R/profile-b8.log" 2>&1
   echo "b8 profile rc=$? at $(el) s"; tail -n 32 "$R/profile-b8.log"
   for flag in VT_GEMV_STREAM VT_GEMV VT_GEMM_SMALL; do  # streamed GEMV / plain GEMV / cuBLAS / the small GEMM
-    timeout 70 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
+    timeout 65 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
       --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
     echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
   done
-  timeout 55 python3 -m lab bench bandwidth --workload gemm --ledger "$R/ledger" --shapes \
-    'rows=8,n=4096,k=1024;rows=8,n=1024,k=2048;rows=8,n=6144,k=1024;rows=8,n=1024,k=3072' > "$R/gemm-b8.log" 2>&1
-  echo "bandwidth gemm at 8 rows rc=$? at $(el) s"; tail -n 12 "$R/gemm-b8.log"
+  timeout 120 env OUT="$R" LIMIT=40 bash "$(dirname "$0")/gpu_bisect.sh" run main variant/gemm-small-direct-x \
+    variant/gemm-small-inflight -- bash -c 'python3 -m pytest -q -p no:cacheprovider \
+    tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8; do python3 -m lab bench gemm_small --rows $m \
+    --reps 8 | tail -7; done'  # x read as it multiplies / more W in flight, at b32 and at b8 (one m16 tile)
+  echo "the small GEMM's A/B rc=$? at $(el) s"; cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
 save() {

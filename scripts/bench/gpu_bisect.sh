@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command at several commits in one device call, to A/B kernel changes across history with one machine's
-# warm-up: each commit's engine/, lab/, checkers/ and tests/ (git archive, made here beforehand, with
-# pyproject.toml for pytest) run from its own folder, so a variant's GPU tests run against its own kernels. They share
+# warm-up: each commit's engine/, lab/, checkers/ and tests/ (a git archive made here beforehand, with pyproject.toml
+# for pytest; 2 MB compressed, so six fit a device call's carry beside the wheels) run from its own folder
+# ($BISECT/trees/<sha>, unpacked afresh by each run), so a variant's GPU tests run against its own kernels. They share
 # one CUDA cache ($BISECT_CACHE): an object is named by the hash of its source and headers, so a commit reuses the
 # objects of the sources it did not change and builds its own for those it did.
 #   bash scripts/bench/gpu_bisect.sh prepare 063f476 0dcf3de HEAD          # here: writes $BISECT (.dev/bisect)
@@ -10,7 +11,8 @@
 # `run` takes the commits in the order `prepare` was given them (or those of them named as they were given, or by
 # sha), each with at most $LIMIT seconds (default 100), and appends to $OUT/bisect.txt: the command, then per commit
 # its subject and the command's last 40 lines. So one call can run several A/Bs, each on its own commits, and share
-# the baseline's archive and cache. The command must exist at every commit it runs on. The archives hold no .git, so a ledger record (which names a clean commit) cannot be written from them.
+# the baseline's archive and cache. The command must exist at every commit it runs on. The archives hold no .git,
+# so a ledger record (which names a clean commit) cannot be written from them.
 set -u
 BISECT="${BISECT:-.dev/bisect}"
 usage() { echo "usage: $0 prepare COMMIT... | $0 run [COMMIT...] -- COMMAND..." >&2; exit 2; }
@@ -21,8 +23,7 @@ prepare() {
   rm -rf "$BISECT" && mkdir -p "$BISECT" || exit 1
   for c in "$@"; do
     sha=$(git rev-parse --short=9 "$c^{commit}") || { echo "$0: $c: not a commit" >&2; exit 1; }
-    mkdir -p "$BISECT/$sha"
-    git archive "$sha" engine lab checkers tests pyproject.toml | tar -x -C "$BISECT/$sha" || exit 1
+    git archive --format=tar.gz -o "$BISECT/$sha.tar.gz" "$sha" engine lab checkers tests pyproject.toml || exit 1
     echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
     echo "$sha $c" >> "$BISECT/NAMES"
     echo "prepared $sha ($c)"
@@ -46,7 +47,9 @@ run() {
   while read -r sha subject; do
     log="/tmp/bisect-$sha.log"
     t0=$(date +%s)
-    ( cd "$BISECT/$sha" && VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
+    tree="$BISECT/trees/$sha"
+    rm -rf "$tree" && mkdir -p "$tree" && tar -xzf "$BISECT/$sha.tar.gz" -C "$tree" || exit 1
+    ( cd "$tree" && VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
     rc=$?
     cd "$root" || exit 1
     { echo "== $sha $subject: rc=$rc in $(( $(date +%s) - t0 )) s"; tail -n 40 "$log"; } >> "$OUT/bisect.txt"

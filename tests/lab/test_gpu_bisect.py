@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,10 @@ def test_prepare_then_run_each_commit_in_its_own_archive(tmp_path: Path) -> None
     assert made.returncode == 0, made.stderr
     order = (tmp_path / "b" / "ORDER").read_text().splitlines()
     assert [ln.split()[0] for ln in order] == [parent, head]  # the order given, not history's
-    assert (tmp_path / "b" / head / "engine" / "__init__.py").is_file()
-    assert (tmp_path / "b" / head / "tests" / "conftest.py").is_file()  # a variant's tests run in its own tree
-    assert (tmp_path / "b" / head / "pyproject.toml").is_file() and (tmp_path / "b" / head / "checkers").is_dir()
-    assert not (tmp_path / "b" / head / "docs").exists()  # the code and its tests, not the rest of the tree
+    with tarfile.open(tmp_path / "b" / f"{head}.tar.gz") as archive:
+        tops = {name.split("/")[0] for name in archive.getnames()}
+        assert "engine/__init__.py" in archive.getnames() and "tests/conftest.py" in archive.getnames()
+    assert tops == {"engine", "lab", "checkers", "tests", "pyproject.toml"}  # the code and its tests, not the docs
     (tmp_path / "out").mkdir()
     ran = sh("run", "--", "python3", "-c", "import engine, os; print(engine.__file__); print(os.environ['VT_CUDA_CACHE'])",
              env=env)  # fmt: skip
@@ -40,7 +41,7 @@ def test_prepare_then_run_each_commit_in_its_own_archive(tmp_path: Path) -> None
     assert [s.split()[0] for s in sections] == [parent, head]
     for sha, section in zip((parent, head), sections, strict=True):
         assert "rc=0" in section.splitlines()[0]
-        assert f"{tmp_path}/b/{sha}/engine/__init__.py" in section  # the archive's engine, not the checkout's
+        assert f"{tmp_path}/b/trees/{sha}/engine/__init__.py" in section  # the archive's engine, not the checkout's
         assert section.splitlines()[-1] == "/tmp/bisect-cache"  # one cache: objects are named by their sources' hash
 
 
