@@ -153,7 +153,8 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
   # variant/onepass-swizzle variant/onepass-allow-dependents variant/pdl-rope-attention variant/gemm-small-direct-x
-  # variant/gemm-small-inflight` (b8 runs the last two); every commit whose headers changed builds every source
+  # variant/gemm-small-inflight variant/gemm-small-tma` (b8 runs the last three); every commit whose headers changed
+  # builds every source
   local bisect="$(dirname "$0")/gpu_bisect.sh"
   timeout 160 env OUT="$R" LIMIT=80 bash "$bisect" run main variant/onepass-swizzle -- bash -c 'python3 -m lab gate \
     kernels --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload attn-decode --shapes peers \
@@ -173,18 +174,18 @@ b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEM
   echo "small GEMM and split table tests rc=$? at $(el) s"; tail -n 4 "$R/tests.log"
   timeout 35 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
   echo "bench gemm_small rc=$? at $(el) s"; tail -n 10 "$R/gemm-small.log"
-  timeout 70 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
+  timeout 60 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
     > "$R/profile-b8.log" 2>&1
   echo "b8 profile rc=$? at $(el) s"; tail -n 32 "$R/profile-b8.log"
   for flag in VT_GEMV_STREAM VT_GEMV VT_GEMM_SMALL; do  # streamed GEMV / plain GEMV / cuBLAS / the small GEMM
-    timeout 65 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
+    timeout 60 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
       --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
     echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
   done
-  timeout 120 env OUT="$R" LIMIT=40 bash "$(dirname "$0")/gpu_bisect.sh" run main variant/gemm-small-direct-x \
-    variant/gemm-small-inflight -- bash -c 'python3 -m pytest -q -p no:cacheprovider \
+  timeout 160 env OUT="$R" LIMIT=40 bash "$(dirname "$0")/gpu_bisect.sh" run main variant/gemm-small-direct-x \
+    variant/gemm-small-inflight variant/gemm-small-tma -- bash -c 'python3 -m pytest -q -p no:cacheprovider \
     tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8; do python3 -m lab bench gemm_small --rows $m \
-    --reps 8 | tail -7; done'  # x read as it multiplies / more W in flight, at b32 and at b8 (one m16 tile)
+    --reps 8 | tail -7; done'  # x read as it multiplies / more W in flight / W by bulk copies, at b32 and b8
   echo "the small GEMM's A/B rc=$? at $(el) s"; cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
