@@ -152,15 +152,15 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 }
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
-  # variant/onepass-swizzle variant/onepass-allow-dependents variant/pdl-rope-attention variant/gemm-small-direct-x
-  # variant/gemm-small-inflight variant/gemm-small-tma` (b8 runs the last three); every commit whose headers changed
-  # builds every source
+  # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention
+  # variant/gemm-small-direct-x variant/gemm-small-inflight variant/gemm-small-tma` (b8 runs the last three); every
+  # commit whose headers changed builds every source
   local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 160 env OUT="$R" LIMIT=80 bash "$bisect" run main variant/onepass-swizzle -- bash -c 'python3 -m lab gate \
-    kernels --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload attn-decode --shapes peers \
-    --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # the K/V rows swizzled: the copies' sectors
+  timeout 210 env OUT="$R" LIMIT=70 bash "$bisect" run main variant/onepass-swizzle variant/onepass-bulk -- bash -c \
+    'python3 -m lab gate kernels --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload \
+    attn-decode --shapes peers --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # K/V rows swizzled / bulk copies
   echo "the copies' A/B rc=$? at $(el) s"
-  timeout 420 env OUT="$R" LIMIT=140 bash "$bisect" run main variant/onepass-allow-dependents \
+  timeout 375 env OUT="$R" LIMIT=125 bash "$bisect" run main variant/onepass-allow-dependents \
     variant/pdl-rope-attention -- bash -c 'python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -2;
     python3 -m lab bench decode --no-oracle --steps 32 | tail -5'  # the graphed step: its waits' order is checked
   echo "the launches' A/B rc=$? at $(el) s"
