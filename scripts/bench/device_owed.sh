@@ -25,7 +25,8 @@
 # apache-tvm-ffi 0.1.15, nvidia-cudnn-frontend 1.32.0 (`pip download --no-deps --only-binary=:all:
 # --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: two files in $OUT (a device call returns at
 # most 8), rewritten every 20 s so a call stopped at its limit still returns them: logs.txt (each log's last 400
-# lines) and records.tgz (everything the call wrote: records, tables, whole logs).
+# lines) and records.tgz (everything the call wrote: records, tables, whole logs). Back here,
+# `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
   correctness | perf | calib | persistent | splits | flip | ncu | variants | b8) ;;
