@@ -6,8 +6,8 @@ A device call returns its records inside `records.tgz` (scripts/bench/device_owe
 `ledger/` folder and the call's), under names that the repository's ledger may already hold from an earlier call
 (`<date>-<slug>.json`). Every `*.json` file directly inside a folder named `ledger` is a record when it parses as a
 schema-2 record; each distinct one is written once, under its own name or, where that name is taken by another
-record, the first free `<stem>-N.json` (write_record's scheme). A record already in the ledger byte for byte is
-skipped. The archive is only read: its names never choose where a file is written, and nothing else in it is
+record, the first free `<stem>-N.json` (write_record's scheme). A record already in the ledger byte for byte, under
+any name (an earlier unpack may have renamed it), is skipped. The archive is only read: its names never choose where a file is written, and nothing else in it is
 extracted.
 """
 
@@ -52,17 +52,19 @@ def _is_record(body: bytes) -> bool:
     return isinstance(data, dict) and data.get("schema") == 2 and "commit" in data and "summary" in data
 
 
-def free_name(into: Path, name: str, body: bytes) -> Path | None:
-    """Where `body` goes in `into`: its own name, or the first free `<stem>-N.json`; None where a file there
-    already holds these bytes."""
+def free_name(into: Path, name: str) -> Path:
+    """Where a new record named `name` goes in `into`: its own name, or the first free `<stem>-N.json`."""
     stem = name.removesuffix(".json")
     path, n = into / name, 2
     while path.exists():
-        if path.read_bytes() == body:
-            return None
         path = into / f"{stem}-{n}.json"
         n += 1
     return path
+
+
+def held(into: Path) -> dict[bytes, str]:
+    """The ledger's records by content: bytes -> file name."""
+    return {p.read_bytes(): p.name for p in sorted(into.glob("*.json")) if p.is_file()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,13 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.archive}: no ledger records in it")
         return 1
     into.mkdir(parents=True, exist_ok=True)
+    have = held(into)
     for name, body in found:
         data = json.loads(body)
         state = "clean" if data.get("clean") else "DIRTY"
-        where = free_name(into, name, body)
-        if where is None:
-            print(f"already in the ledger: {name}")
+        if body in have:
+            print(f"already in the ledger: {name} (as {have[body]})")
             continue
+        where = free_name(into, name)
         if not args.dry_run:
             where.write_bytes(body)
         print(f"{'would add' if args.dry_run else 'added'} {where.name} ({str(data['commit'])[:9]}, {state}): "

@@ -28,7 +28,7 @@ def test_each_distinct_record_lands_once_under_a_free_name(tmp_path: Path, capsy
     into = tmp_path / "ledger"
     into.mkdir()
     (into / "2026-12-06-decode-step.json").write_bytes(_record("an earlier call"))
-    (into / "2026-12-06-kept.json").write_bytes(_record("already here"))
+    (into / "2026-12-06-kept-renamed.json").write_bytes(_record("already here"))  # an earlier unpack renamed it
     new, same = _record("b8 step 1.9 ms"), _record("already here")
     archive = _archive(
         tmp_path / "records.tgz",
@@ -48,12 +48,12 @@ def test_each_distinct_record_lands_once_under_a_free_name(tmp_path: Path, capsy
     assert sorted(p.name for p in into.iterdir()) == [
         "2026-12-06-decode-step-2.json",
         "2026-12-06-decode-step.json",
-        "2026-12-06-kept.json",
+        "2026-12-06-kept-renamed.json",
         "escape.json",  # its record lands inside the ledger, under its base name only
     ]
     assert (into / "2026-12-06-decode-step-2.json").read_bytes() == new
     assert (into / "2026-12-06-decode-step.json").read_bytes() == _record("an earlier call")  # never overwritten
-    assert "already in the ledger: 2026-12-06-kept.json" in out
+    assert "already in the ledger: 2026-12-06-kept.json (as 2026-12-06-kept-renamed.json)" in out
     assert not (tmp_path.parent / "escape.json").exists()
 
 
