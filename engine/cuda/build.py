@@ -4,8 +4,8 @@
 allows (CI); `load("paged_attn.cu")` compiles for the local GPU on first use (JIT) and returns
 the ctypes library.
 
-An object's name is the hash of its source, headers, flags and nvcc (`object_path`), so an output directory
-is a cache. The suite's sm_90 warnings-as-errors compile tests take the fat `--werror` build's object of a
+An object's name is the hash of its source, the headers it includes, flags and nvcc (`object_path`), so an
+output directory is a cache. The suite's sm_90 warnings-as-errors compile tests take the fat `--werror` build's object of a
 source (found by that name, which covers sm_90) instead of compiling it again; scripts/test.sh tells pytest
 where its fat build writes and while which process runs it (tests/engine/cuda/nvcc_strict.py).
 """
@@ -186,10 +186,11 @@ def compiler_version() -> str:
 
 
 def content_hash(source: Path, nvcc_flags: list[str], version: str) -> str:
-    """Hash of the source, every header beside it, the flags and the compiler version."""
+    """Hash of the source, the headers beside it that it includes (transitively), the flags and the compiler
+    version: a header's change rebuilds the sources that include it, and only those."""
     h = hashlib.sha256()
     h.update(source.read_bytes())
-    for header in sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
+    for header in sorted(included(source) - {source}):
         h.update(header.name.encode() + b"\0" + header.read_bytes())
     h.update("\0".join(nvcc_flags).encode())
     h.update(version.encode())
@@ -199,9 +200,8 @@ def content_hash(source: Path, nvcc_flags: list[str], version: str) -> str:
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-def include_bytes(source: Path) -> int:
-    """The bytes of the source and of every header beside it that it includes, transitively: the build's
-    estimate of a source's compile time (its template instantiations grow with it), to start the slowest first."""
+def included(source: Path) -> set[Path]:
+    """The source and every header beside it that it includes, transitively (`#include "name"`)."""
     seen: set[Path] = set()
     todo = [source]
     while todo:
@@ -210,7 +210,13 @@ def include_bytes(source: Path) -> int:
             continue
         seen.add(path)
         todo += [path.parent / name for name in _INCLUDE_RE.findall(path.read_text(errors="replace"))]
-    return sum(p.stat().st_size for p in seen)
+    return seen
+
+
+def include_bytes(source: Path) -> int:
+    """The bytes of `included(source)`: the build's estimate of a source's compile time (its template
+    instantiations grow with it), to start the slowest first."""
+    return sum(p.stat().st_size for p in included(source))
 
 
 def cache_dir(settings: flags.FlagSnapshot | None = None) -> Path:

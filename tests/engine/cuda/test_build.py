@@ -96,7 +96,7 @@ def test_requested_archs_from_env(tmp_path: Path) -> None:
     assert build.requested_archs(table, True, FlagSnapshot.from_env({})) == ["8.0", "9.0", "9.0a"]
 
 
-def test_hash_changes_with_flags_headers_and_compiler(tmp_path: Path) -> None:
+def test_hash_changes_with_flags_included_headers_and_compiler(tmp_path: Path) -> None:
     write_tree(tmp_path, TABLE, {"tiny.cu": TINY_CU})
     src = tmp_path / "tiny.cu"
     base = build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
@@ -104,8 +104,13 @@ def test_hash_changes_with_flags_headers_and_compiler(tmp_path: Path) -> None:
     assert base != build.content_hash(src, ["-O2", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
     assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_80,code=sm_80"], "nvcc 13.0")
     assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.1")
-    (tmp_path / "common.cuh").write_text((tmp_path / "common.cuh").read_text() + "\n// edited\n")
-    assert base != build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    (tmp_path / "other.cuh").write_text("// a header tiny.cu does not include\n")
+    assert base == build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    (tmp_path / "common.cuh").write_text((tmp_path / "common.cuh").read_text() + '\n#include "inner.cuh"\n')
+    edited = build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
+    assert edited != base  # an included header changed
+    (tmp_path / "inner.cuh").write_text("// included through common.cuh\n")
+    assert edited != build.content_hash(src, ["-O3", "-gencode", "arch=compute_90,code=sm_90"], "nvcc 13.0")
 
 
 @needs_nvcc
