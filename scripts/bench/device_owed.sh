@@ -163,7 +163,8 @@ variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_
   echo "the copies' A/B rc=$? at $(el) s"
   timeout 375 env OUT="$R" LIMIT=125 bash "$bisect" run main variant/onepass-allow-dependents \
     variant/pdl-rope-attention -- bash -c 'python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -2;
-    python3 -m lab bench decode --no-oracle --steps 32 | tail -5'  # the graphed step: its waits' order is checked
+    python3 -m lab bench decode --no-oracle --steps 32 --profile | tail -30'  # the graphed step (its waits' order
+  # checked by the token gate), its time and its kernels at b1
   echo "the launches' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
