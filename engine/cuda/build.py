@@ -5,9 +5,9 @@ allows (CI); `load("paged_attn.cu")` compiles for the local GPU on first use (JI
 the ctypes library.
 
 An object's name is the hash of its source, the headers it includes, flags and nvcc (`object_path`), so an
-output directory is a cache. The suite's sm_90 warnings-as-errors compile tests take the fat `--werror` build's object of a
-source (found by that name, which covers sm_90) instead of compiling it again; scripts/test.sh tells pytest
-where its fat build writes and while which process runs it (tests/engine/cuda/nvcc_strict.py).
+output directory is a cache. The suite's sm_90 warnings-as-errors compile tests take the fat `--werror` build's
+object of a source (found by that name, which covers sm_90) instead of compiling it again; scripts/test.sh tells
+pytest where its fat build writes and while which process runs it (tests/engine/cuda/nvcc_strict.py).
 """
 
 from __future__ import annotations

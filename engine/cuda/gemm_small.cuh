@@ -8,8 +8,8 @@
 // w, w + 8, ...), each warp reading W straight from DRAM in 16-byte loads, a group of chunks ahead of the one it
 // multiplies, and x from shared memory, where the block staged it (copied, or added and normalised as the norm
 // kernel does). The product is mma.sync m16n8k16 with fp32 accumulators, the rows padded to MT m16 tiles (one up to
-// 16 rows, two past it; the pad rows a copy of the last row, never stored). The warps' partial sums meet in shared memory and are added in
-// warp order, so the bits depend on neither the tile width nor the schedule.
+// 16 rows, two past it; the pad rows a copy of the last row, never stored). The warps' partial sums meet in shared
+// memory and are added in warp order, so the bits depend on neither the tile width nor the schedule.
 //
 // The k order inside a chunk is permuted, the same way for x and W: a lane of quad t loads the 8 consecutive k at
 // chunk + 8t (one 16-byte vector of W's row and of each x row it needs), and feeds elements 4s..4s+3 to the MMA of

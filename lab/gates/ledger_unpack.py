@@ -7,8 +7,8 @@ A device call returns its records inside `records.tgz` (scripts/bench/device_owe
 (`<date>-<slug>.json`). Every `*.json` file directly inside a folder named `ledger` is a record when it parses as a
 schema-2 record; each distinct one is written once, under its own name or, where that name is taken by another
 record, the first free `<stem>-N.json` (write_record's scheme). A record already in the ledger byte for byte, under
-any name (an earlier unpack may have renamed it), is skipped. The archive is only read: its names never choose where a file is written, and nothing else in it is
-extracted.
+any name (an earlier unpack may have renamed it), is skipped. The archive is only read: its names never choose where
+a file is written, and nothing else in it is extracted.
 """
 
 from __future__ import annotations

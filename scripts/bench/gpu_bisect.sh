@@ -49,7 +49,8 @@ run() {
     t0=$(date +%s)
     tree="$BISECT/trees/$sha"
     rm -rf "$tree" && mkdir -p "$tree" && tar -xzf "$BISECT/$sha.tar.gz" -C "$tree" || exit 1
-    ( cd "$tree" && VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}" timeout "${LIMIT:-100}" "$@" ) < /dev/null > "$log" 2>&1
+    ( cd "$tree" && VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}" timeout "${LIMIT:-100}" "$@" ) \
+      < /dev/null > "$log" 2>&1
     rc=$?
     cd "$root" || exit 1
     { echo "== $sha $subject: rc=$rc in $(( $(date +%s) - t0 )) s"; tail -n 40 "$log"; } >> "$OUT/bisect.txt"
