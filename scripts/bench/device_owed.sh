@@ -154,7 +154,7 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
   # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention
-  # variant/gemm-small-inflight variant/gemm-small-tma variant/gemm-small-tma-pdl` (b8 runs the last three); a
+  # variant/gemm-small-inflight variant/gemm-small-tma-pdl variant/gemm-small-tma-glu` (b8 runs the last three); a
   # commit rebuilds the sources that include a header it changed
   local bisect="$(dirname "$0")/gpu_bisect.sh"
   timeout 210 env OUT="$R" LIMIT=70 bash "$bisect" run main variant/onepass-swizzle variant/onepass-bulk -- bash -c \
@@ -172,25 +172,25 @@ variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_
 b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEMV forms and the small GEMM A/B'd
   export VT_CUDA_CACHE=/tmp/bisect-cache  # gpu_bisect.sh's: the variants below reuse this build's objects
   local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 75 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  timeout 65 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
+  timeout 70 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  timeout 60 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
     tests/engine/cuda/test_split_table.py > "$R/tests.log" 2>&1  # owed since 13bafea, 6ee043c and 2181b06
   echo "small GEMM and split table tests rc=$? at $(el) s"; tail -n 4 "$R/tests.log"
-  timeout 30 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
+  timeout 25 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
   echo "bench gemm_small rc=$? at $(el) s"; tail -n 10 "$R/gemm-small.log"
-  timeout 50 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
+  timeout 45 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
     > "$R/profile-b8.log" 2>&1
   echo "b8 profile rc=$? at $(el) s"; tail -n 32 "$R/profile-b8.log"
   for flag in VT_GEMV_STREAM VT_GEMV; do  # the streamed GEMV against the plain one, the GEMVs against cuBLAS
-    timeout 55 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
+    timeout 50 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
       --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
     echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
   done
-  timeout 120 env OUT="$R" LIMIT=40 bash "$bisect" run main variant/gemm-small-inflight variant/gemm-small-tma -- \
+  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-inflight variant/gemm-small-tma-glu -- \
     bash -c 'python3 -m pytest -q -p no:cacheprovider tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8
     do python3 -m lab bench gemm_small --rows $m --reps 8 | tail -7; done'  # more W in flight / W by bulk copies
-  echo "the small GEMM's A/B rc=$? at $(el) s"
-  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-tma variant/gemm-small-tma-pdl -- \
+  echo "the small GEMM's A/B rc=$? at $(el) s"  # (-glu: the bulk-copy form with its PDL and GLU launches too)
+  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-tma-pdl variant/gemm-small-tma-glu -- \
     bash -c 'for b in 8 32; do python3 -m lab bench ab --flag VT_GEMM_SMALL --workload decode-step --shape batch=$b \
     --reps 4 | tail -4; done'
   echo "the small GEMM's step A/B rc=$? at $(el) s"; cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
