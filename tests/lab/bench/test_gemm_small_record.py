@@ -31,3 +31,14 @@ def test_the_record_names_the_worst_ratio_of_each_kind(tmp_path):
     assert "plain 0.44-0.73x" in data["summary"] and "prologue 0.08-0.09x" in data["summary"]
     assert [r["name"] for r in data["results"]["shapes"]] == ["qkv", "o", "qkv+norm", "gate_up+norm"]
     assert data["rows"] == ["ENGINE-PERSISTENT"]
+
+
+def test_a_refused_shape_is_named_and_left_out_of_the_figures(tmp_path):
+    refused = {"name": "down", "n": 1024, "k": 3072, "verdict": gemm_small.REFUSED}
+    rows = [row("qkv", 0.9), refused, row("qkv+norm", 0.3)]
+    path = gemm_small.record(tmp_path, rows, 32, "bfloat16", "python -m lab bench gemm_small --ledger X", True)
+    data = read_record(path)
+    assert {f["name"]: f["value"] for f in data["figures"]} == {"worst_plain_ratio": 0.9, "worst_prologue_ratio": 0.3}
+    assert data["summary"].endswith("; refused: down")
+    only_plain = gemm_small.record(tmp_path, [row("o", 0.5)], 8, "bfloat16", "python -m lab bench gemm_small", True)
+    assert [f["name"] for f in read_record(only_plain)["figures"]] == ["worst_plain_ratio"]  # no empty min()
