@@ -154,7 +154,7 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
   # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention
-  # variant/gemm-small-inflight variant/gemm-small-tma-pdl variant/gemm-small-tma-glu` (b8 runs the last three); a
+  # variant/gemm-small-inflight variant/gemm-small-tma-glu variant/gemm-small-tma-cluster` (b8 runs the last three); a
   # commit rebuilds the sources that include a header it changed
   local bisect="$(dirname "$0")/gpu_bisect.sh"
   timeout 210 env OUT="$R" LIMIT=70 bash "$bisect" run main variant/onepass-swizzle variant/onepass-bulk -- bash -c \
@@ -186,13 +186,14 @@ b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEM
       --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
     echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
   done
-  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-inflight variant/gemm-small-tma-glu -- \
-    bash -c 'python3 -m pytest -q -p no:cacheprovider tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8
-    do python3 -m lab bench gemm_small --rows $m --reps 8 | tail -7; done'  # more W in flight / W by bulk copies
-  echo "the small GEMM's A/B rc=$? at $(el) s"  # (-glu: the bulk-copy form with its PDL and GLU launches too)
-  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-tma-pdl variant/gemm-small-tma-glu -- \
-    bash -c 'for b in 8 32; do python3 -m lab bench ab --flag VT_GEMM_SMALL --workload decode-step --shape batch=$b \
-    --reps 4 | tail -4; done'
+  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-inflight \
+    variant/gemm-small-tma-cluster -- bash -c 'python3 -m pytest -q -p no:cacheprovider \
+    tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8; do python3 -m lab bench gemm_small --rows $m \
+    --reps 8 | tail -8; done'  # more W in flight / W by bulk copies
+  echo "the small GEMM's A/B rc=$? at $(el) s"  # (-cluster: the bulk-copy form's whole stack: PDL, GLU, K split)
+  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-tma-glu \
+    variant/gemm-small-tma-cluster -- bash -c 'for b in 8 32; do python3 -m lab bench ab --flag VT_GEMM_SMALL \
+    --workload decode-step --shape batch=$b --reps 4 | tail -4; done'
   echo "the small GEMM's step A/B rc=$? at $(el) s"; cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
