@@ -211,11 +211,7 @@ def write_record(
     if selftest is not None:
         record["comparator_selftest"] = {"seeded": selftest[0], "caught": selftest[1]}
     ledger_dir.mkdir(parents=True, exist_ok=True)
-    path = at or ledger_dir / f"{date}-{slug}.json"
-    n = 2
-    while at is None and path.exists():
-        path = ledger_dir / f"{date}-{slug}-{n}.json"
-        n += 1
+    path = at or free_path(ledger_dir, f"{date}-{slug}")
     folder = details_dir or default_dir(path.parent, root)
     side = folder / f"{path.stem}.details.json"
     kept, moved = split_results(record, results, {"path": str(side), "sha256": "0" * 64, "bytes": 10**12})
@@ -233,6 +229,15 @@ def write_record(
         folder.mkdir(parents=True, exist_ok=True)
         side.write_bytes(body)
     path.write_text(text)
+    return path
+
+
+def free_path(ledger_dir: Path, stem: str) -> Path:
+    """`<stem>.json` in the ledger folder, or where that is taken the first free `<stem>-N.json` (N from 2)."""
+    path, n = ledger_dir / f"{stem}.json", 2
+    while path.exists():
+        path = ledger_dir / f"{stem}-{n}.json"
+        n += 1
     return path
 
 

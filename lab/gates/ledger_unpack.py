@@ -19,7 +19,7 @@ import sys
 import tarfile
 from pathlib import Path, PurePosixPath
 
-from lab.gates.ledger import repo_root
+from lab.gates.ledger import free_path, repo_root
 
 MAX_RECORD_BYTES = 1 << 20  # a record is capped far below this (SIZE_CAP); a larger member is not one
 
@@ -50,16 +50,6 @@ def _is_record(body: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("schema") == 2 and "commit" in data and "summary" in data
-
-
-def free_name(into: Path, name: str) -> Path:
-    """Where a new record named `name` goes in `into`: its own name, or the first free `<stem>-N.json`."""
-    stem = name.removesuffix(".json")
-    path, n = into / name, 2
-    while path.exists():
-        path = into / f"{stem}-{n}.json"
-        n += 1
-    return path
 
 
 def held(into: Path) -> dict[bytes, str]:
@@ -95,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         if body in have:
             print(f"already in the ledger: {name} (as {have[body]})")
             continue
-        where = free_name(into, name)
+        where = free_path(into, name.removesuffix(".json"))
         if not args.dry_run:
             where.write_bytes(body)
         print(f"{'would add' if args.dry_run else 'added'} {where.name} ({str(data['commit'])[:9]}, {state}): "

@@ -170,7 +170,7 @@ variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_
 }
 
 b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEMV forms and the small GEMM A/B'd
-  export VT_CUDA_CACHE=/tmp/bisect-cache  # gpu_bisect.sh's: the variants below reuse this build's objects
+  export VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}"  # gpu_bisect.sh's: the variants reuse this build's objects
   local bisect="$(dirname "$0")/gpu_bisect.sh"
   timeout 70 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
   timeout 60 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
