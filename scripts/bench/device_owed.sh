@@ -11,7 +11,8 @@
 #   bash scripts/bench/device_owed.sh splits        # the split-KV table measured (tiled and one-pass arms), and the
 #                                                    # one-pass d256 variant's A/B against the pipelined arm
 #   bash scripts/bench/device_owed.sh flip          # the one-pass arm's flip protocol (AGENTS.md), its razor beside
-#                                                    # FlashInfer and cuDNN under their calibrated limit
+#                                                    # FlashInfer and cuDNN under their calibrated limit; FLIP and
+#                                                    # FLIP_FILTER name another flag's (FLIP=VT_GEMM_SMALL=1)
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
@@ -118,9 +119,10 @@ calib() {
   for f in "$R"/calib/logs/calib-*.log; do echo "== $f"; grep -vE "Warning|warn\(" "$f" | tail -n 6; done
 }
 
-flip() {  # the gates with VT_ATTN_ONEPASS=1 (lab/ci.py flip_steps), three at once; each step's verdict in the table
-  FLIP="VT_ATTN_ONEPASS=1" FLIP_FILTER="attn/tiled_onepass" timeout 570 python3 -m lab ci flip --out "$R/flip" \
-    > "$R/flip.log" 2>&1
+flip() {  # the gates with FLIP's settings (lab/ci.py flip_steps), three at once; each step's verdict in the table.
+  # Default: the one-pass arm; the small GEMM's is `FLIP=VT_GEMM_SMALL=1 FLIP_FILTER=gemm_small ... flip`
+  FLIP="${FLIP:-VT_ATTN_ONEPASS=1}" FLIP_FILTER="${FLIP_FILTER-attn/tiled_onepass}" timeout 570 python3 -m lab ci flip \
+    --out "$R/flip" > "$R/flip.log" 2>&1
   echo "lab ci flip rc=$? at $(el) s"; grep -E "^(step|flip-|build|ci:)" "$R/flip.log" | tail -n 24
   cp "$R"/flip/ledger/*.json "$R/ledger/" 2>/dev/null
   for f in "$R"/flip/logs/flip-neartie-*.log; do echo "== $f"; grep -E "^run |limit" "$f" | cut -c1-220; done
