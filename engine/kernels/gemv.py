@@ -2,9 +2,9 @@
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
 activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
 small GEMM (2 to 32 rows, plain, with the norm prologue, and before the activation in the GLU ops; VT_GEMM_SMALL,
-OFF: when on it comes first, before the GEMVs from 2 to 8 rows). Which of them a decoder layer calls is the table's
-choice too (engine/kernels/layer.py). The persistent GEMV and the activation in the
-down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
+OFF: when on it comes first, before the GEMVs). The table gives the GEMVs 1 or 2 rows unasked (GEMV_TAKES_ROWS).
+Which of them a decoder layer calls is the table's choice too (engine/kernels/layer.py). The persistent GEMV and the
+activation in the down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -61,16 +61,27 @@ _GEMM_SMALL_NEEDS = (
 )
 
 
+# The decode rows the table gives a GEMV arm: it reads W once per row of x, and in the graphed step cuBLAS is
+# faster from 4 rows (H200, VT_GEMV off/on: 1.060 at b2, 0.853 at b4, 0.553 at b8; 2026-12-05 `ab-vt-gemv` records).
+# The kernels take up to MAX_ROWS, as their cases and tests do.
+GEMV_TAKES_ROWS = 2
+
+
+def takes_decode_rows(x: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+    return x.numel() <= GEMV_TAKES_ROWS * x.shape[-1]
+
+
 def _with_pdl(
     name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable, **device: Any
 ) -> list:
     """A GEMV arm after its programmatic dependent launch: `<name>_pdl`, gated by VT_GEMV_PDL too (before the
     last flag, VT_GEMV), with the same support and device needs (`device`: Arm's capability, smem_optin) and the
-    kernel called with pdl=True."""
+    kernel called with pdl=True. The table takes either for up to GEMV_TAKES_ROWS rows."""
     with_pdl = (*flags[:-1], *_PDL, flags[-1])
+    rows = partial(Arm, takes=takes_decode_rows, takes_note=f"at most {GEMV_TAKES_ROWS} rows unasked (its A/B's range)")
     return [
-        Arm(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True), **device),
-        Arm(name, flags, supports, needs, kernel, **device),
+        rows(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True), **device),
+        rows(name, flags, supports, needs, kernel, **device),
     ]
 
 

@@ -129,6 +129,10 @@ class Arm:
     razor: Razor = EAGER_RAZOR  # the near-tie razor's setting its flip is judged with
     capability: tuple[int, int] = PORTABLE  # the compute capability the kernel needs at least
     smem_optin: int = 0  # the dynamic shared memory (bytes) a block of it needs to opt in to, at least
+    # where the table takes it unasked, within `supports`: the range its A/B won (a case, or VT_ARM naming it, runs
+    # it wherever `supports` holds); `takes_note` says which, the reason recorded when the range declines a call
+    takes: Callable[..., bool] | None = None
+    takes_note: str = ""
 
     def enabled(self, snapshot: FlagSnapshot) -> bool:
         return all(snapshot.enabled(f) for f in self.flags)
@@ -276,19 +280,22 @@ class Op(Generic[P, R]):
         first = None if named is None else self.arm(named)
         chain = self.arms if first is None else (first, *[a for a in self.arms if a is not first])
         for i, arm in enumerate(chain):
-            if i > 0 or first is None:  # a named arm runs whatever the flags say
-                if not arm.enabled(snapshot):
-                    continue
+            unasked = i > 0 or first is None  # a named arm runs whatever the flags and its range say
+            if unasked and not arm.enabled(snapshot):
+                continue
             lacking = arm.lacks(device)
-            if lacking is None and arm.supports(*args, **kwargs):
+            supported = lacking is None and arm.supports(*args, **kwargs)
+            out_of_range = supported and unasked and arm.takes is not None and not arm.takes(*args, **kwargs)
+            if supported and not out_of_range:
                 if count and arm.notice:
                     self._notice(arm, declined)
                 return arm
+            reason = lacking or (arm.takes_note if out_of_range else arm.needs)
             if count and lacking is not None:
                 COUNTS.declines[(self.name, arm.name, lacking)] += 1
             elif count:
-                COUNTS.fallbacks[(self.name, arm.name, arm.needs)] += 1
-            declined.append((arm.name, lacking or arm.needs))
+                COUNTS.fallbacks[(self.name, arm.name, reason)] += 1
+            declined.append((arm.name, reason))
         return None
 
     def _notice(self, taken: Arm, declined: list[tuple[str, str]]) -> None:

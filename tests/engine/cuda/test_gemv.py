@@ -154,11 +154,16 @@ def test_the_table_sends_decode_rows_to_the_gemv_under_both_flags(cuda):
     kernels.reset_counts()
     assert torch.equal(kernels.linear(on, x, w), gemv.linear(x, w))
     kernels.linear(on, torch.randn(gemv.MAX_ROWS + 1, 256, device=cuda, dtype=torch.bfloat16), w)  # a prefill
+    past = kernels.gemv.GEMV_TAKES_ROWS + 1  # the kernel takes it; the table leaves it to cuBLAS (its A/B)
+    kernels.linear(on, torch.randn(past, 256, device=cuda, dtype=torch.bfloat16), w)
     kernels.linear(on.with_(VT_GEMV=False), x, w)
     kernels.linear(REFERENCE, x, w)
     seen = kernels.counts()
-    assert seen.ran == {("linear", "gemv"): 1, ("linear", "reference"): 3}
-    assert seen.fallbacks == {("linear", "gemv", "at most 8 rows and a row-major weight, on x's device"): 1}
+    assert seen.ran == {("linear", "gemv"): 1, ("linear", "reference"): 4}
+    assert seen.fallbacks == {
+        ("linear", "gemv", "at most 8 rows and a row-major weight, on x's device"): 1,
+        ("linear", "gemv", "at most 2 rows unasked (its A/B's range)"): 1,
+    }
 
 
 @gpu

@@ -100,7 +100,10 @@ def test_decode_rows_of_a_row_major_weight_take_the_gemv() -> None:
     plain = FlagSnapshot.defaults().with_(VT_GEMV_STREAM=False, VT_GEMV_PDL=False)
     w = torch.randn(48, 32)
     assert arm(_GpuRows(1, 32), w) == "gemv"  # VT_GEMV is ON by default
-    assert arm(_GpuRows(gemv.MAX_ROWS, 32), w) == "gemv"
+    assert arm(_GpuRows(kernels.gemv.GEMV_TAKES_ROWS, 32), w) == "gemv"
+    # past its A/B's range the table leaves the kernel's rows to the GEMM; named, the GEMV still takes them
+    assert arm(_GpuRows(kernels.gemv.GEMV_TAKES_ROWS + 1, 32), w) == "reference"
+    assert arm(_GpuRows(gemv.MAX_ROWS, 32), w, plain.with_arm("linear", "gemv")) == "gemv"
     assert arm(_GpuRows(gemv.MAX_ROWS + 1, 32), w) == "reference"  # a prefill keeps the GEMM
     assert arm(_GpuRows(1, 48), w.T) == "reference"  # a transposed weight too: the GEMM reads it in place
     assert arm(torch.randn(1, 32), w) == "reference"  # a CPU tensor runs the reference
