@@ -311,7 +311,7 @@ declare(
     "VT_GEMV",
     True,
     "KERNEL-GEMV",
-    "Decode GEMV CUDA kernel for linear with one or few rows (fp32 accumulation in its own order, output in x's dtype). ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.",
+    "Decode GEMV CUDA kernel for linear with one or two rows (fp32 accumulation in its own order, output in x's dtype); the kernels take up to 8, but from 3 rows the step is faster on cuBLAS (A/B 0.553 at b8), so the table gives them 1-2. ON after the flip protocol (decode-step A/B 1.317x); `0` is the rollback.",
 )
 
 
@@ -357,7 +357,7 @@ declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",
-    "The small decode GEMM for 2 to 32 rows of x (a b2-b32 decode step's projections: from 2 to 8 rows before the GEMVs, past 8 instead of cuBLAS through F.linear), plain, with the residual add + RMSNorm prologue, and as the gate/up GEMM before the activation kernel: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not the GEMV's or cuBLAS's bits), one m16 tile up to 16 rows. bf16/fp16, no bias. OFF until its A/Bs (at b8 against the GEMVs, at b32 against cuBLAS) and the flip protocol.",
+    "The small decode GEMM for 2 to 32 rows of x (a b2-b32 decode step's projections: 2 rows before the GEMVs, from 3 instead of cuBLAS through F.linear), plain, with the residual add + RMSNorm prologue, and as the gate/up GEMM before the activation kernel: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not the GEMV's or cuBLAS's bits), one m16 tile up to 16 rows. bf16/fp16, no bias. OFF: it lost its step A/Bs against cuBLAS at b8 and b32 (docs/BENCHMARKS.md, \"The b8 step\").",
 )
 declare(
     "VT_GEMV_STREAM",
