@@ -109,3 +109,18 @@ def test_decode_rows_of_a_row_major_weight_take_the_gemv() -> None:
     assert arm(torch.randn(1, 32), w) == "reference"  # a CPU tensor runs the reference
     assert arm(_GpuRows(1, 32), w, plain.with_(VT_GEMV=False)) == "reference"
     assert arm(_GpuRows(1, 32), w, REFERENCE) == "reference"  # VT_KERNELS=0: every op its reference
+
+
+def test_a_call_past_the_gemvs_range_is_counted_with_the_range_as_its_reason() -> None:
+    from engine.flags import FlagSnapshot
+
+    plain = FlagSnapshot.defaults().with_(VT_GEMV_STREAM=False, VT_GEMV_PDL=False)
+    w = torch.randn(48, 32)
+    kernels.reset_counts()
+    with kernels.on_device(kernels.Device(0, (9, 0), 227 * 1024, 132)):
+        for rows in (kernels.gemv.GEMV_TAKES_ROWS + 1, 9):  # past the range, then past the kernel's rows
+            kernels.linear._select(plain, (_GpuRows(rows, 32), w), {}, count=True)
+    assert kernels.counts().fallbacks == {
+        ("linear", "gemv", "at most 2 rows unasked (its A/B's range)"): 1,
+        ("linear", "gemv", "at most 8 rows and a row-major weight, on x's device"): 1,
+    }
