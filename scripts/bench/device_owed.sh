@@ -15,6 +15,8 @@
 #                                                    # FLIP_FILTER name another flag's (FLIP=VT_GEMM_SMALL=1)
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
+#   bash scripts/bench/device_owed.sh limiters      # the b1 and b32 steps' kernels (records), ncu on cuBLAS's
+#                                                    # 32-row projections: the limiters of the steps' misses
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
 #                                                    # here first and carry .dev/bisect): the K/V copies, the launches
 #   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
@@ -30,8 +32,8 @@
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | ncu | variants | b8) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|variants|b8]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants | b8) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants|b8]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -152,6 +154,22 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
   done
   timeout 20 ncu --import "$R/gemm-small.ncu-rep" --page details > "$R/gemm-small-details.log" 2>&1
   grep -E "Duration|DRAM Throughput|L2 Hit Rate|Occupancy|Registers Per|Grid Size" "$R/gemm-small-details.log"
+}
+
+limiters() {  # what bounds the b1 and b32 steps where they miss their targets: each step's kernels (records), and
+  # ncu on cuBLAS's 32-row projections (the b32 step's weights stream at a quarter of the copy; the small GEMM lost)
+  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  for b in 1 32; do
+    timeout 60 python3 -m lab bench decode --no-oracle --batch $b --steps 32 --profile --ledger "$R/ledger" \
+      > "$R/profile-b$b.log" 2>&1
+    echo "b$b profile rc=$? at $(el) s"; grep -E "engine step|fraction|kernels per step|device time" "$R/profile-b$b.log"
+    grep -A14 "^top " "$R/profile-b$b.log"
+  done
+  local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+  timeout 120 ncu --clock-control none --kernel-name regex:"nvjet|xmma|cutlass|gemm_bf16|gemmSN|splitK" \
+    --launch-count 12 $sections python3 -m lab bench gemm_small --rows 32 --reps 2 > "$R/ncu-cublas-m32.log" 2>&1
+  echo "ncu cuBLAS at 32 rows rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Grid Size|Registers Per|Achieved Occ" \
+    "$R/ncu-cublas-m32.log" | cut -c1-150 | head -80
 }
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main

@@ -26,6 +26,7 @@ def test_the_script_parses_and_names_its_modes():
         "splits",
         "flip",
         "ncu",
+        "limiters",
         "variants",
         "b8",
     ]
@@ -62,7 +63,18 @@ def _critical_path(body: str) -> int:
 def test_each_call_fits_a_device_call():
     calls = dict(re.findall(r"^([a-z0-9]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
-    assert sorted(calls) == ["b8", "calib", "correctness", "flip", "ncu", "perf", "persistent", "splits", "variants"]
+    assert sorted(calls) == [
+        "b8",
+        "calib",
+        "correctness",
+        "flip",
+        "limiters",
+        "ncu",
+        "perf",
+        "persistent",
+        "splits",
+        "variants",
+    ]
     for mode, body in calls.items():
         assert 0 < _critical_path(body) <= 600, f"{mode}: {_critical_path(body)} s of timeouts in the worst case"
     assert _critical_path("( timeout 100 a ) &\n( timeout 50 b ) &\nwait\ntimeout 7 c\n") == 107  # the rule itself
