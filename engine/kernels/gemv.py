@@ -62,8 +62,8 @@ _GEMM_SMALL_NEEDS = (
 
 
 # The decode rows the table gives a GEMV arm: it reads W once per row of x, and in the graphed step cuBLAS is
-# faster from 4 rows (H200, VT_GEMV off/on: 1.060 at b2, 0.853 at b4, 0.553 at b8; 2026-12-05 `ab-vt-gemv` records).
-# The kernels take up to MAX_ROWS, as their cases and tests do.
+# faster from 3 rows (VT_GEMV off/on, 2026-12-05 records `ab-vt-gemv-b*-h200|h100`: H200 1.060 at b2, 0.853 at b4,
+# 0.553 at b8; H100 1.004 at b2, 0.787 at b3). The kernels take up to MAX_ROWS, as their cases and tests do.
 GEMV_TAKES_ROWS = 2
 
 
