@@ -15,8 +15,8 @@
 #                                                    # FLIP_FILTER name another flag's (FLIP=VT_GEMM_SMALL=1)
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
-#   bash scripts/bench/device_owed.sh limiters      # the b1 and b32 steps' kernels (records), ncu on cuBLAS's
-#                                                    # 32-row projections: the limiters of the steps' misses
+#   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
+#                                                    # b2, ncu on cuBLAS's 32-row projections: the misses' limiters
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
 #                                                    # here first and carry .dev/bisect): the K/V copies, the launches
 #   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
@@ -159,12 +159,15 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 limiters() {  # what bounds the b1 and b32 steps where they miss their targets: each step's kernels (records), and
   # ncu on cuBLAS's 32-row projections (the b32 step's weights stream at a quarter of the copy; the small GEMM lost)
   timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  for b in 1 32; do
+  for b in 1 8 32; do  # b8's profile at fb20a0e summed 1.61 ms of kernels in a 3.19 ms step: the rest is named here
     timeout 60 python3 -m lab bench decode --no-oracle --batch $b --steps 32 --profile --ledger "$R/ledger" \
       > "$R/profile-b$b.log" 2>&1
     echo "b$b profile rc=$? at $(el) s"; grep -E "engine step|fraction|kernels per step|device time" "$R/profile-b$b.log"
     grep -A14 "^top " "$R/profile-b$b.log"
   done
+  timeout 45 python3 -m lab bench ab --flag VT_GEMV_PDL --workload decode-step --shape batch=2 --reps 4 \
+    --ledger "$R/ledger" > "$R/ab-pdl-b2.log" 2>&1  # a PDL launch's blocks wait resident: at 2 rows too?
+  echo "ab VT_GEMV_PDL at b2 rc=$? at $(el) s"; tail -n 4 "$R/ab-pdl-b2.log"
   local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
   timeout 120 ncu --clock-control none --kernel-name regex:"nvjet|xmma|cutlass|gemm_bf16|gemmSN|splitK" \
     --launch-count 12 $sections python3 -m lab bench gemm_small --rows 32 --reps 2 > "$R/ncu-cublas-m32.log" 2>&1
