@@ -11,6 +11,9 @@ outcomes"): "off" is the default order, "on" the same flags with the arm named (
 On CUDA each arm is timed by replaying one captured CUDA graph over a cycle of rotating input sets
 (`--timing graph`, the default; see lab/bench/timing.py); an arm that refuses capture is timed in an
 eager loop and the report and the record say so.
+
+When no arm of the flag ran on either side the A/B is "not measured" and exits 1, naming why each of its arms
+declined (a shape it does not support, or past the range its A/B won: `Arm.takes`).
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     unreached = not any(record["flag_arm_calls"].values())
     if unreached:  # both sides ran the same code: whatever the timing says, the flag was not measured
         record["verdict"] = f"not measured: the arms {record['subject']} gates ran on neither side"
+        record["declined"] = declines(args.flag) if args.flag else []
     print_report(record)
     if args.ledger:
         path = write_ledger(record, args.ledger, argv, args.allow_dirty)
@@ -108,8 +112,18 @@ def main(argv: list[str] | None = None) -> int:
             "(on a GPU, with a --workload that reaches them)",
             file=sys.stderr,
         )
+        for why in record["declined"]:
+            print(f"  declined: {why}", file=sys.stderr)
         return 1
     return 0
+
+
+def declines(flag: str) -> list[str]:
+    """Why the arms `flag` gates declined the calls counted so far: `op/arm: reason` (the table's counters; a
+    shape outside what an arm supports, or past the range its A/B won)."""
+    gated = {(op.name, a.name) for op in kernels.TABLE.values() for a in op.arms if flag in a.flags}
+    seen = kernels.counts()
+    return sorted({f"{op}/{arm}: {why}" for op, arm, why in (*seen.fallbacks, *seen.declines) if (op, arm) in gated})
 
 
 def run_ab(

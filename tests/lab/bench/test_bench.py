@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import flags
+from engine import flags, kernels
 from lab.bench import ab
 from lab.bench.stats import Band, ab_verdict, drop_warmup
 from lab.bench.timing import sets_for
@@ -121,6 +121,18 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
     assert record["kind"] == "bench" and record["rows"] == ["KERNEL-GEMV", "ENGINE-BENCH"]
     assert len(record["results"]["samples_s"]["on"]) == 4 and record["results"]["max_abs_on_vs_off"] == 0.0
     assert dict(__import__("os").environ) == before  # the arms are snapshots: the environment is never written
+
+
+def test_the_declines_name_why_the_flags_arms_did_not_run() -> None:
+    kernels.reset_counts()
+    kernels.COUNTS.fallbacks[("linear", "gemv", "at most 2 rows unasked (its A/B's range)")] += 3
+    kernels.COUNTS.declines[("linear", "gemv_stream", "compute capability 9.0")] += 1
+    kernels.COUNTS.fallbacks[("rms_norm", "cuda", "a contiguous weight")] += 1  # not an arm VT_GEMV gates
+    assert ab.declines("VT_GEMV") == [
+        "linear/gemv: at most 2 rows unasked (its A/B's range)",
+        "linear/gemv_stream: compute capability 9.0",
+    ]
+    kernels.reset_counts()
 
 
 def test_norm_workload_runs_both_arms_on_the_cpu(tmp_path, capsys):
