@@ -357,7 +357,7 @@ declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",
-    "The small decode GEMM for 2 to 32 rows of x (a b2-b32 decode step's projections: 2 rows before the GEMVs, from 3 instead of cuBLAS through F.linear), plain, with the residual add + RMSNorm prologue, and as the gate/up GEMM before the activation kernel: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not the GEMV's or cuBLAS's bits), one m16 tile up to 16 rows. bf16/fp16, no bias. OFF: it lost its step A/Bs against cuBLAS at b8 and b32 (docs/BENCHMARKS.md, \"The b8 step\").",
+    "The small decode GEMM for 2 to 32 rows of x, plain and with the residual add + RMSNorm prologue: W streamed once in 16-byte loads, the rows staged in shared memory, mma.sync with fp32 accumulation in its own order (not the GEMV's or cuBLAS's bits), one m16 tile up to 16 rows; bf16/fp16, no bias. When on it comes first, and the table gives it the range it won against cuBLAS: 3-8 rows of a narrow projection (at most 1024 outputs: o and down, 1.21-1.22x at 8 rows); the prologue form lost everywhere and runs only by name. OFF: the step A/Bs at b8 and b32 of every form lost to cuBLAS (docs/BENCHMARKS.md, \"The b8 step\"); the range's own A/B and flip are owed.",
 )
 declare(
     "VT_GEMV_STREAM",

@@ -1,8 +1,8 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
-activation in its epilogue; each fused op's last arm runs the table's own ops one by one; past the GEMV's rows, the
-small GEMM (2 to 32 rows, plain, with the norm prologue, and before the activation in the GLU ops; VT_GEMM_SMALL,
-OFF: when on it comes first, before the GEMVs). The table gives the GEMVs 1 or 2 rows unasked (GEMV_TAKES_ROWS).
+activation in its epilogue; each fused op's last arm runs the table's own ops one by one; the small GEMM (2 to 32
+rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF: when on it comes first). Unasked, the table gives the
+GEMVs 1 or 2 rows (GEMV_TAKES_ROWS) and the small GEMM 3-8 rows of a narrow projection (GEMM_SMALL_TAKES_*).
 Which of them a decoder layer calls is the table's choice too (engine/kernels/layer.py). The persistent GEMV and the
 activation in the down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
@@ -54,6 +54,25 @@ def supports_gemm_small(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return _on_x_device(x, weight, bias) and cuda_gemm_small.supports(x2.shape[0], weight, x2, bias=bias)
 
 
+# The small GEMM's won range, 3-8 rows of a narrow projection: at 8 rows against cuBLAS (H200, fb20a0e) o 1.21x and
+# down 1.22x (n 1024); q/k/v 0.91x and gate/up 0.82x lose, as do the norm-prologue forms (0.72-0.77x) and every
+# form at 32 rows (0.56-0.73x). Below 3 rows the GEMVs keep theirs.
+GEMM_SMALL_TAKES_ROWS, GEMM_SMALL_TAKES_N = (3, 8), 1024
+
+
+def takes_narrow(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    lo, hi = GEMM_SMALL_TAKES_ROWS
+    return lo * x.shape[-1] <= x.numel() <= hi * x.shape[-1] and weight.shape[0] <= GEMM_SMALL_TAKES_N
+
+
+def takes_none(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
+_NARROW = "3-8 rows, at most 1024 outputs unasked (its A/B's range)"  # GEMM_SMALL_TAKES_*
+_narrow = partial(Arm, takes=takes_narrow, takes_note=_NARROW)
+
+
 _GEMM_SMALL = gated_by("VT_GEMM_SMALL")
 _GEMM_SMALL_NEEDS = (
     f"{cuda_gemm_small.MIN_ROWS} to {cuda_gemm_small.MAX_ROWS} rows of bf16/fp16, no bias, a row-major W, k and the "
@@ -93,7 +112,7 @@ linear = Op(
     gemv.linear,
     gemv.check_linear,
     [
-        Arm("gemm_small", _GEMM_SMALL, supports_gemm_small, _GEMM_SMALL_NEEDS, cuda_gemm_small.launch_linear),
+        _narrow("gemm_small", _GEMM_SMALL, supports_gemm_small, _GEMM_SMALL_NEEDS, cuda_gemm_small.launch_linear),
         *_with_pdl(
             "gemv_stream",
             gated_by("VT_GEMV_STREAM", "VT_GEMV"),
@@ -205,6 +224,8 @@ add_rms_norm_linear = Op(
             supports_norm_gemm_small,
             _GEMM_SMALL_NEEDS,
             cuda_gemm_small.launch_add_rms_norm_linear,
+            takes=takes_none,  # its cases name it
+            takes_note="none unasked: it lost at every measured shape",
         ),
         *_with_pdl(
             "prologue_stream",
@@ -233,12 +254,6 @@ add_rms_norm_linear = Op(
 )
 
 
-def _small_then_act(name: str, supports: Callable[..., bool], glue: Callable[..., Any]) -> Arm:
-    """A GLU op's small-GEMM arm: the op's parts by the table (its GEMM the small GEMM, first in the flags' order
-    wherever this arm's predicate holds), then the activation kernel. No GLU epilogue of its own yet."""
-    return Arm(name, _GEMM_SMALL, supports, _GEMM_SMALL_NEEDS, by_parts(glue), composite=True)
-
-
 # the activation, then the down GEMV (its prologue form lost its A/B: retired)
 silu_mul_linear = Op(
     gemv.silu_mul_linear,
@@ -249,7 +264,6 @@ linear_silu_mul = Op(
     gemv.linear_silu_mul,
     gemv.check_linear_silu_mul,
     [
-        _small_then_act("gemm_small_then_act", supports_gemm_small, gemv.linear_silu_mul.glue),
         *_with_pdl(
             "glu_stream",
             gated_by("VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
@@ -268,9 +282,6 @@ add_rms_norm_linear_silu_mul = Op(
     gemv.add_rms_norm_linear_silu_mul,
     gemv.check_add_rms_norm_linear_silu_mul,
     [
-        _small_then_act(
-            "prologue_gemm_small_then_act", supports_norm_gemm_small, gemv.add_rms_norm_linear_silu_mul.glue
-        ),
         *_with_pdl(
             "prologue_glu_stream",
             gated_by("VT_NORM_GEMV", "VT_GLU_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),

@@ -16,7 +16,7 @@
 #   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
-#                                                    # b2, ncu on cuBLAS's 32-row projections: the misses' limiters
+#                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
 #                                                    # here first and carry .dev/bisect): the K/V copies, the launches
 #   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
@@ -168,6 +168,11 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
   timeout 45 python3 -m lab bench ab --flag VT_GEMV_PDL --workload decode-step --shape batch=2 --reps 4 \
     --ledger "$R/ledger" > "$R/ab-pdl-b2.log" 2>&1  # a PDL launch's blocks wait resident: at 2 rows too?
   echo "ab VT_GEMV_PDL at b2 rc=$? at $(el) s"; tail -n 4 "$R/ab-pdl-b2.log"
+  for b in 4 8; do  # the small GEMM within its won range (o and down at 3-8 rows) against cuBLAS in the step
+    timeout 40 python3 -m lab bench ab --flag VT_GEMM_SMALL --workload decode-step --shape batch=$b --reps 4 \
+      --ledger "$R/ledger" > "$R/ab-small-b$b.log" 2>&1
+    echo "ab VT_GEMM_SMALL at b$b rc=$? at $(el) s"; tail -n 4 "$R/ab-small-b$b.log"
+  done
   local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
   timeout 120 ncu --clock-control none --kernel-name regex:"nvjet|xmma|cutlass|gemm_bf16|gemmSN|splitK" \
     --launch-count 12 $sections python3 -m lab bench gemm_small --rows 32 --reps 2 > "$R/ncu-cublas-m32.log" 2>&1

@@ -343,12 +343,7 @@ def test_every_composite_arm_runs_the_references_bits_by_the_tables_own_ops() ->
     composites = {(op.name, a.name) for op in kernels.TABLE.values() for a in op.arms if a.composite}
     # the whole layer's and model's arms take a model layer or model and a step: tests/engine/test_decode_layer_op.py
     whole = {("decode_layer", "chain"), ("decode_layer", "persistent"), ("decode_model", "chain")}
-    # the small GEMM's, whose predicate wants a GPU: tests/engine/cuda/test_gemm_small.py runs them
-    gpu_only = {
-        ("linear_silu_mul", "gemm_small_then_act"),
-        ("add_rms_norm_linear_silu_mul", "prologue_gemm_small_then_act"),
-    }
-    assert composites - whole - gpu_only - {("decode_model", "persistent_step")} == set(PARTS)
+    assert composites - whole - {("decode_model", "persistent_step")} == set(PARTS)
     for name, arm in sorted(PARTS):
         op, args = kernels.TABLE[name], inputs[name]
         ref_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)

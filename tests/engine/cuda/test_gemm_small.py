@@ -194,43 +194,22 @@ def test_the_prologue_is_the_norm_kernel_then_the_gemm(cuda, dtype, with_residua
         _assert_close_to_fp64(y, normed, w)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [2, 8, 32])
-def test_the_glu_ops_take_the_small_gemm_then_the_activation_with_the_flag_on(cuda, rows):
-    from engine import kernels
-    from engine.flags import FlagSnapshot
-
-    on = FlagSnapshot.defaults().with_(VT_GEMM_SMALL=True)
-    g = torch.Generator().manual_seed(rows)
-    x, w = _inputs(g, cuda, rows, 2 * 768, 1024, torch.bfloat16)  # a gate/up W: 768 gate rows, then 768 up rows
-    res = torch.randn(rows, 1024, generator=g).to(torch.bfloat16).to(cuda)
-    nw = (torch.rand(1024, generator=g) + 0.5).to(torch.bfloat16).to(cuda)
-    kernels.reset_counts()
-    y, new_res = kernels.add_rms_norm_linear_silu_mul(on, x, res, nw, EPS, w)
-    plain = kernels.linear_silu_mul(on, x, w)
-    ran = kernels.counts().ran
-    assert ran[("add_rms_norm_linear_silu_mul", "prologue_gemm_small_then_act")] == 1
-    assert ran[("add_rms_norm_linear", "prologue_gemm_small")] == 1
-    assert ran[("linear_silu_mul", "gemm_small_then_act")] == 1 and ran[("linear", "gemm_small")] == 1
-    gate_up, expect_res = gemm_small.add_rms_norm_linear(x, res, nw, EPS, w)
-    assert torch.equal(new_res, expect_res)
-    assert torch.equal(y, kernels.silu_and_mul(on, gate_up))
-    assert torch.equal(plain, kernels.silu_and_mul(on, gemm_small.linear(x, w)))
-
-
 def test_the_table_holds_the_arms_behind_the_flag_off():
     from engine import flags, kernels
     from engine.kernels import gemv as family
 
     assert flags.FLAGS["VT_GEMM_SMALL"].default is False
-    small = {
-        kernels.linear: "gemm_small",
-        kernels.add_rms_norm_linear: "prologue_gemm_small",
-        kernels.linear_silu_mul: "gemm_small_then_act",
-        kernels.add_rms_norm_linear_silu_mul: "prologue_gemm_small_then_act",
-    }
-    for op, name in small.items():  # first, so from 2 to 8 rows it comes before the GEMVs when on
+    small = {kernels.linear: "gemm_small", kernels.add_rms_norm_linear: "prologue_gemm_small"}
+    for op, name in small.items():  # first, so within its range it comes before the GEMVs when on
         assert op.arms[0].name == name and op.arms[0].flags == ("VT_GEMM_SMALL",), op
+    # unasked, the plain form takes the narrow projections at 3-8 rows (its wins); the prologue form nothing
+    wide, narrow = torch.ones(4096, 64), torch.ones(1024, 64)
+    assert family.takes_narrow(torch.ones(8, 64), narrow) and family.takes_narrow(torch.ones(3, 64), narrow)
+    assert not family.takes_narrow(torch.ones(8, 64), wide)
+    assert not family.takes_narrow(torch.ones(2, 64), narrow) and not family.takes_narrow(torch.ones(9, 64), narrow)
+    assert kernels.add_rms_norm_linear.arms[0].takes is family.takes_none
+    (lo, hi), n = family.GEMM_SMALL_TAKES_ROWS, family.GEMM_SMALL_TAKES_N
+    assert kernels.linear.arms[0].takes_note.startswith(f"{lo}-{hi} rows, at most {n} outputs unasked")
     x, w = torch.ones(16, 64, dtype=torch.bfloat16), torch.ones(24, 64, dtype=torch.bfloat16)
     assert not family.supports_gemm_small(x, w)  # a CPU weight: the GEMM is a GPU kernel
     assert not family.supports_norm_gemm_small(x, None, torch.ones(64, dtype=torch.bfloat16), EPS, w)
