@@ -181,8 +181,7 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
 }
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
-  # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention
-  # variant/gemm-small-inflight variant/gemm-small-tma-glu variant/gemm-small-tma-cluster` (b8 runs the last three); a
+  # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention`; a
   # commit rebuilds the sources that include a header it changed
   local bisect="$(dirname "$0")/gpu_bisect.sh"
   timeout 210 env OUT="$R" LIMIT=70 bash "$bisect" run main variant/onepass-swizzle variant/onepass-bulk -- bash -c \
