@@ -1,8 +1,8 @@
 """The GEMV family: `linear` (the streamed and plain GEMV, each also as a programmatic dependent launch),
 `embedding`, and the decode step's fused launches (ENGINE-PERF): a pre-norm in a GEMV's prologue, the gated MLP's
 activation in its epilogue; each fused op's last arm runs the table's own ops one by one; the small GEMM (2 to 32
-rows, plain and with the norm prologue; VT_GEMM_SMALL, OFF: when on it comes first). Unasked, the table gives the
-GEMVs 1 or 2 rows (GEMV_TAKES_ROWS) and the small GEMM 3-8 rows of a narrow projection (GEMM_SMALL_TAKES_*).
+rows; VT_GEMM_SMALL, OFF: when on it comes first; its norm-prologue form by name only). Unasked, the table gives
+the GEMVs 1 or 2 rows (GEMV_TAKES_ROWS) and the small GEMM 3-8 rows of a narrow projection (GEMM_SMALL_TAKES_*).
 Which of them a decoder layer calls is the table's choice too (engine/kernels/layer.py). The persistent GEMV and the
 activation in the down GEMV's prologue lost their A/Bs at every measured shape and were retired (docs/BENCHMARKS.md)."""
 
@@ -54,23 +54,23 @@ def supports_gemm_small(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return _on_x_device(x, weight, bias) and cuda_gemm_small.supports(x2.shape[0], weight, x2, bias=bias)
 
 
+def _won_range(lo: int, hi: int, max_outputs: int = 0) -> Callable[..., Arm]:
+    """`Arm` with the range its A/B won: `lo` to `hi` rows of x and, when given, at most `max_outputs` rows of W
+    (a `linear` arm's: W is its second argument); the note is the reason a call past it is counted under."""
+
+    def takes(x: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+        rows_ok = lo * x.shape[-1] <= x.numel() <= hi * x.shape[-1]
+        return rows_ok and (not max_outputs or args[0].shape[0] <= max_outputs)
+
+    outputs = f", at most {max_outputs} outputs" if max_outputs else ""
+    return partial(Arm, takes=takes, takes_note=f"{lo}-{hi} rows{outputs} unasked (its A/B's range)")
+
+
 # The small GEMM's won range, 3-8 rows of a narrow projection: at 8 rows against cuBLAS (H200, fb20a0e) o 1.21x and
-# down 1.22x (n 1024); q/k/v 0.91x and gate/up 0.82x lose, as do the norm-prologue forms (0.72-0.77x) and every
-# form at 32 rows (0.56-0.73x). Below 3 rows the GEMVs keep theirs.
+# down 1.22x (n 1024); q/k/v 0.91x and gate/up 0.82x lose, as do the norm-prologue forms (0.72-0.77x, by name only
+# now) and every form at 32 rows (0.56-0.73x). Below 3 rows the GEMVs keep theirs.
 GEMM_SMALL_TAKES_ROWS, GEMM_SMALL_TAKES_N = (3, 8), 1024
-
-
-def takes_narrow(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
-    lo, hi = GEMM_SMALL_TAKES_ROWS
-    return lo * x.shape[-1] <= x.numel() <= hi * x.shape[-1] and weight.shape[0] <= GEMM_SMALL_TAKES_N
-
-
-def takes_none(*args: Any, **kwargs: Any) -> bool:
-    return False
-
-
-_NARROW = "3-8 rows, at most 1024 outputs unasked (its A/B's range)"  # GEMM_SMALL_TAKES_*
-_narrow = partial(Arm, takes=takes_narrow, takes_note=_NARROW)
+_narrow = _won_range(*GEMM_SMALL_TAKES_ROWS, GEMM_SMALL_TAKES_N)
 
 
 _GEMM_SMALL = gated_by("VT_GEMM_SMALL")
@@ -86,10 +86,6 @@ _GEMM_SMALL_NEEDS = (
 GEMV_TAKES_ROWS = 2
 
 
-def takes_decode_rows(x: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
-    return x.numel() <= GEMV_TAKES_ROWS * x.shape[-1]
-
-
 def _with_pdl(
     name: str, flags: tuple[str, ...], supports: Callable[..., bool], needs: str, kernel: Callable, **device: Any
 ) -> list:
@@ -97,7 +93,7 @@ def _with_pdl(
     last flag, VT_GEMV), with the same support and device needs (`device`: Arm's capability, smem_optin) and the
     kernel called with pdl=True. The table takes either for up to GEMV_TAKES_ROWS rows."""
     with_pdl = (*flags[:-1], *_PDL, flags[-1])
-    rows = partial(Arm, takes=takes_decode_rows, takes_note=f"at most {GEMV_TAKES_ROWS} rows unasked (its A/B's range)")
+    rows = _won_range(1, GEMV_TAKES_ROWS)
     return [
         rows(f"{name}_pdl", with_pdl, supports, needs, partial(kernel, pdl=True), **device),
         rows(name, flags, supports, needs, kernel, **device),
@@ -218,15 +214,6 @@ add_rms_norm_linear = Op(
     gemv.add_rms_norm_linear,
     gemv.check_add_rms_norm_linear,
     [
-        Arm(
-            "prologue_gemm_small",
-            _GEMM_SMALL,
-            supports_norm_gemm_small,
-            _GEMM_SMALL_NEEDS,
-            cuda_gemm_small.launch_add_rms_norm_linear,
-            takes=takes_none,  # its cases name it
-            takes_note="none unasked: it lost at every measured shape",
-        ),
         *_with_pdl(
             "prologue_stream",
             gated_by("VT_NORM_GEMV", "VT_GEMV_STREAM", "VT_GEMV"),
@@ -250,6 +237,16 @@ add_rms_norm_linear = Op(
             by_parts(gemv.add_rms_norm_linear.glue),
             composite=True,
         ),
+    ],
+    # the small GEMM's prologue form lost at every measured shape: by name only (VT_ARM, its cases' binding)
+    by_name=[
+        Arm(
+            "prologue_gemm_small",
+            gated_by(),
+            supports_norm_gemm_small,
+            _GEMM_SMALL_NEEDS,
+            cuda_gemm_small.launch_add_rms_norm_linear,
+        )
     ],
 )
 

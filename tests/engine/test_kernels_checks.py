@@ -52,10 +52,10 @@ def test_the_norm_and_linear_arms_launch_without_checking_again() -> None:
     }
     prologues = {cuda_stream.launch_add_rms_norm_linear, cuda_gemv.launch_add_rms_norm_linear}
     for op, extra in (
-        (kernels.add_rms_norm_linear, {cuda_gemm_small.launch_add_rms_norm_linear}),
+        (kernels.add_rms_norm_linear, {cuda_gemm_small.launch_add_rms_norm_linear}),  # by name
         (kernels.add_rms_norm_linear_silu_mul, set()),
     ):
-        fused = {a.name: _kernel_of(op, a.name) for a in op.arms if not a.composite}
+        fused = {a.name: _kernel_of(op, a.name) for a in (*op.arms, *op.by_name) if not a.composite}
         assert set(fused.values()) == prologues | extra
     assert [a.name for a in kernels.silu_mul_linear.arms] == ["act_then_linear"]  # its prologue GEMV is retired
     glu = {a.name: _kernel_of(kernels.linear_silu_mul, a.name) for a in kernels.linear_silu_mul.arms[:4]}

@@ -67,10 +67,10 @@ def build_cases() -> list[KernelCase]:
                 make = partial(norm_inputs, dtype=dtype, m=m, n=n, k=k, first=first, bias=False)
                 tags = ("small",) if (m, n, k) in SMALL and not first else ()
                 name = f"gemm_small/norm/{dt}/m{m}/n{n}/k{k}" + ("/first" if first else "")
-                arm = "prologue_gemm_small"
+                arm = "prologue_gemm_small"  # a by-name arm: no flag selects it
                 cases += [
-                    KernelCase(name, arm, FLAG, dtype, make, run_norm, ref_norm_gemv, dt, ROW, tags),
-                    KernelCase(name + "/exact", arm, FLAG, dtype, make, run_norm, norm_then_gemm, "exact", ROW),
+                    KernelCase(name, arm, None, dtype, make, run_norm, ref_norm_gemv, dt, ROW, tags),
+                    KernelCase(name + "/exact", arm, None, dtype, make, run_norm, norm_then_gemm, "exact", ROW),
                 ]
     return cases
 

@@ -199,17 +199,16 @@ def test_the_table_holds_the_arms_behind_the_flag_off():
     from engine.kernels import gemv as family
 
     assert flags.FLAGS["VT_GEMM_SMALL"].default is False
-    small = {kernels.linear: "gemm_small", kernels.add_rms_norm_linear: "prologue_gemm_small"}
-    for op, name in small.items():  # first, so within its range it comes before the GEMVs when on
-        assert op.arms[0].name == name and op.arms[0].flags == ("VT_GEMM_SMALL",), op
-    # unasked, the plain form takes the narrow projections at 3-8 rows (its wins); the prologue form nothing
+    first = kernels.linear.arms[0]  # first, so within its range it comes before the GEMVs when on
+    assert first.name == "gemm_small" and first.flags == ("VT_GEMM_SMALL",)
+    # unasked, it takes the narrow projections at 3-8 rows (its wins); the prologue form, lost everywhere, by name
     wide, narrow = torch.ones(4096, 64), torch.ones(1024, 64)
-    assert family.takes_narrow(torch.ones(8, 64), narrow) and family.takes_narrow(torch.ones(3, 64), narrow)
-    assert not family.takes_narrow(torch.ones(8, 64), wide)
-    assert not family.takes_narrow(torch.ones(2, 64), narrow) and not family.takes_narrow(torch.ones(9, 64), narrow)
-    assert kernels.add_rms_norm_linear.arms[0].takes is family.takes_none
-    (lo, hi), n = family.GEMM_SMALL_TAKES_ROWS, family.GEMM_SMALL_TAKES_N
-    assert kernels.linear.arms[0].takes_note.startswith(f"{lo}-{hi} rows, at most {n} outputs unasked")
+    assert first.takes is not None and first.takes_note == "3-8 rows, at most 1024 outputs unasked (its A/B's range)"
+    assert first.takes(torch.ones(8, 64), narrow) and first.takes(torch.ones(3, 64), narrow)
+    assert not first.takes(torch.ones(8, 64), wide)
+    assert not first.takes(torch.ones(2, 64), narrow) and not first.takes(torch.ones(9, 64), narrow)
+    assert [a.name for a in kernels.add_rms_norm_linear.by_name] == ["prologue_gemm_small"]
+    assert all(a.name != "prologue_gemm_small" for a in kernels.add_rms_norm_linear.arms)
     x, w = torch.ones(16, 64, dtype=torch.bfloat16), torch.ones(24, 64, dtype=torch.bfloat16)
     assert not family.supports_gemm_small(x, w)  # a CPU weight: the GEMM is a GPU kernel
     assert not family.supports_norm_gemm_small(x, None, torch.ones(64, dtype=torch.bfloat16), EPS, w)
@@ -220,7 +219,8 @@ def test_the_case_set_covers_both_forms_at_the_row_range_ends():
 
     names = {c.name for c in cases.CASES}
     assert len(names) == len(cases.CASES) == 2 * (13 + 6 * 2 * 2)
-    assert {c.flag for c in cases.CASES} == {"VT_GEMM_SMALL"}
+    assert {c.flag for c in cases.CASES if c.arm == "gemm_small"} == {"VT_GEMM_SMALL"}
+    assert {c.flag for c in cases.CASES if c.arm == "prologue_gemm_small"} == {None}  # a by-name arm
     assert {c.arm for c in cases.CASES} == {"gemm_small", "prologue_gemm_small"}
     assert "gemm_small/plain/bf16/m32/n1024/k3072" in names and "gemm_small/plain/fp16/m9/n4096/k1024" in names
     assert "gemm_small/plain/bf16/m2/n6144/k1024" in names and "gemm_small/norm/fp16/m8/n4096/k1024" in names

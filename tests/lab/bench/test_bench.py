@@ -125,11 +125,11 @@ def test_ab_runs_end_to_end_and_writes_a_ledger_record(tmp_path, capsys):
 
 def test_the_declines_name_why_the_flags_arms_did_not_run() -> None:
     kernels.reset_counts()
-    kernels.COUNTS.fallbacks[("linear", "gemv", "at most 2 rows unasked (its A/B's range)")] += 3
+    kernels.COUNTS.fallbacks[("linear", "gemv", "1-2 rows unasked (its A/B's range)")] += 3
     kernels.COUNTS.declines[("linear", "gemv_stream", "compute capability 9.0")] += 1
     kernels.COUNTS.fallbacks[("rms_norm", "cuda", "a contiguous weight")] += 1  # not an arm VT_GEMV gates
     assert ab.declines("VT_GEMV") == [
-        "linear/gemv: at most 2 rows unasked (its A/B's range)",
+        "linear/gemv: 1-2 rows unasked (its A/B's range)",
         "linear/gemv_stream: compute capability 9.0",
     ]
     kernels.reset_counts()
