@@ -17,6 +17,7 @@
 #                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
+#                                                    # and on the b1 step's GEMVs
 #   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
 #                                                    # here first and carry .dev/bisect): the K/V copies, the launches
 #   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
@@ -26,9 +27,10 @@
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
 # annotated_doc, idna, jinja2, markupsafe, opentelemetry-api (+ importlib_metadata, zipp), flashinfer-python 0.5.3,
 # apache-tvm-ffi 0.1.15, nvidia-cudnn-frontend 1.32.0 (`pip download --no-deps --only-binary=:all:
-# --python-version 3.12 --platform manylinux_2_28_x86_64 ...`). Results: two files in $OUT (a device call returns at
-# most 8), rewritten every 20 s so a call stopped at its limit still returns them: logs.txt (each log's last 400
-# lines) and records.tgz (everything the call wrote: records, tables, whole logs). Back here,
+# --python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 ...`: pydantic_core's
+# wheel carries only the older tag; pin it to the version pydantic's metadata names). Results: two files in $OUT (a
+# device call returns at most 8), rewritten every 20 s so a call stopped at its limit still returns them: logs.txt
+# (each log's last 400 lines) and records.tgz (everything the call wrote: records, tables, whole logs). Back here,
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
@@ -174,10 +176,15 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
     echo "ab VT_GEMM_SMALL at b$b rc=$? at $(el) s"; tail -n 4 "$R/ab-small-b$b.log"
   done
   local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
-  timeout 120 ncu --clock-control none --kernel-name regex:"nvjet|xmma|cutlass|gemm_bf16|gemmSN|splitK" \
+  timeout 100 ncu --clock-control none --kernel-name regex:"nvjet|xmma|cutlass|gemm_bf16|gemmSN|splitK" \
     --launch-count 12 $sections python3 -m lab bench gemm_small --rows 32 --reps 2 > "$R/ncu-cublas-m32.log" 2>&1
   echo "ncu cuBLAS at 32 rows rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Grid Size|Registers Per|Achieved Occ" \
     "$R/ncu-cublas-m32.log" | cut -c1-150 | head -80
+  # the b1 step's GEMVs one at a time, past the warm-up: each at what share of DRAM, beside the step's kernel sum
+  timeout 75 ncu --clock-control none --kernel-name regex:gemv --launch-skip 120 --launch-count 10 $sections \
+    python3 -m lab bench decode --no-oracle --batch 1 --steps 4 > "$R/ncu-gemv-b1.log" 2>&1
+  echo "ncu the b1 step's GEMVs rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Grid Size|Achieved Occ" \
+    "$R/ncu-gemv-b1.log" | cut -c1-150 | head -70
 }
 
 variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
