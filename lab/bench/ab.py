@@ -166,6 +166,8 @@ def run_ab(
         outs[name] = run(*sets[0])
         flag_calls[name] = ran() - calls  # the table's counters: did the flag's (the named) arm run?
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
+    # a step's output is its sampled token ids: a difference there is how many tokens changed, not a magnitude
+    tokens = None if outs["on"].is_floating_point() else (int((outs["on"] != outs["off"]).sum()), outs["on"].numel())
     timers = {}
     for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
         timers[name] = arm_timer(run, sets, device, timing, inner)
@@ -192,6 +194,7 @@ def run_ab(
         "clocks_after": clocks(),
         "samples_s": samples,
         "max_abs_on_vs_off": max_abs,
+        **({"tokens_differing": tokens[0], "tokens": tokens[1]} if tokens else {}),
         "flag_arm_calls": flag_calls,  # calls of the arms `flag` gates in each arm's first (eager) call
         "off": vars(verdict.base),
         "on": vars(verdict.test),
@@ -215,7 +218,10 @@ def print_report(r: dict) -> None:
         )
     ratios = " ".join(f"{x:.3f}" for x in r["pair_ratios_off_over_on"])
     print(f"pair ratios off/on: {ratios}")
-    print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
+    if "tokens" in r:
+        print(f"tokens that differ on vs off: {r['tokens_differing']} of {r['tokens']}")
+    else:
+        print(f"max |on - off| = {r['max_abs_on_vs_off']:.3g}")
     calls = r["flag_arm_calls"]
     what = f"the named arm {r['arm']}" if r.get("arm") else f"arms gated by {r['flag']}"
     print(f"{what}: on {calls['on']}, off {calls['off']} calls (each arm's first call)")

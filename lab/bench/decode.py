@@ -12,7 +12,7 @@ every sequence read once. --hf-compiled adds the fastest transformers peer: a st
 `torch.compile(fullgraph=True)`, captured by hand into a CUDA graph (lab/bench/hf_peer.py), timed in
 the same run; --no-oracle still skips the slower `generate` peer.
 
---profile then runs a few more steps under torch.profiler (lab/bench/profile.py) and prints, and
+--profile then runs a few more steps of the same batch under torch.profiler (lab/bench/profile.py) and prints, and
 records, what limits the step: kernels per step, device time per step against the timed step, and the
 top kernels by time with their count per step and share (aten ops and their self time on a CPU).
 """
@@ -148,7 +148,7 @@ def measure(
     batch: int = 1,
     hf_compiled: bool = False,
 ) -> dict:
-    # a profile runs 2 warm-up steps and profile_steps per phase (graph, eager) on one sequence
+    # a profile runs 2 warm-up steps and profile_steps per phase (graph, eager) on the batch's sequences
     g = torch.Generator().manual_seed(1)
     vocab = load_config(model_dir).vocab_size
     prompts = [torch.randint(0, vocab, (context,), generator=g).tolist() for _ in range(batch)]
@@ -211,7 +211,7 @@ def measure(
         hf_s = _time_transformers(model_dir, device, dtype, prompt, steps)
         record.update(transformers_tok_per_s=steps / hf_s, ratio_vs_transformers=(1 / step_s) / (steps / hf_s))
     if profile_steps:
-        record["profile"] = profile_decode(runner, prompt, profile_steps)
+        record["profile"] = profile_decode(runner, prompts, profile_steps)
         record["profile"]["busy_fraction"] = record["profile"]["device_ms_per_step"] / record["step_ms"]
     return record
 

@@ -29,11 +29,18 @@ class Event:
     us: float  # device time (kernel, copy), self time (op); 0 for a launch
 
 
-def profile_decode(runner, prompt: list[int], steps: int) -> dict:
-    """Profile `steps` decode steps of one sequence after `prompt`; the breakdown of the runner's own mode."""
+def profile_decode(runner, prompts: list[list[int]], steps: int) -> dict:
+    """Profile `steps` decode steps of the batch of sequences after `prompts` (one each); the breakdown of the
+    runner's own mode, with the batch it ran."""
     if steps < 1:
         raise ValueError(f"--profile-steps {steps}: must be at least 1")
-    phases, note = _record(runner, prompt, steps)
+    if not prompts:
+        raise ValueError("profile_decode: no prompts: the batch profiled has at least one sequence")
+    phases, note = _record(runner, prompts, steps)
+    return {"batch": len(prompts), **_breakdown_of(runner, phases, steps, note)}
+
+
+def _breakdown_of(runner, phases: dict[str, list[Event]], steps: int, note: str) -> dict:
     if runner.device.type != "cuda":
         return breakdown(
             phases["eager"], steps, "op", "eager (CPU: aten ops, nested ones included, by self time)", note
@@ -129,7 +136,7 @@ def _top_level(text: str) -> str:
     return "".join(out)
 
 
-def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event]], str]:
+def _record(runner, prompts: list[list[int]], steps: int) -> tuple[dict[str, list[Event]], str]:
     """Run the phases (graph then eager on a GPU, eager elsewhere) in one profiler session."""
     from torch.profiler import (  # why: loads kineto; only --profile
         ProfilerActivity,
@@ -138,10 +145,10 @@ def _record(runner, prompt: list[int], steps: int) -> tuple[dict[str, list[Event
     )
 
     cuda = runner.device.type == "cuda"
-    sid = max(runner.blocks.lengths, default=-1) + 1  # a sequence id nobody holds
+    sid = max(runner.blocks.lengths, default=-1) + 1  # sequence ids nobody holds
     note, graphed = "", runner.use_graph
     with torch.inference_mode():
-        session = Session(runner, [sid], [prompt])
+        session = Session(runner, list(range(sid, sid + len(prompts))), prompts)
         try:
             session.prefill()
             session.decode()  # captures the graph when graphed (the warm-up step)
@@ -232,7 +239,8 @@ def _sync(device: torch.device) -> None:
 def render(p: dict, step_ms: float | None = None) -> str:
     """The breakdown as a table: counts and times per step, then the top groups."""
     unit = p["unit"] + "s"
-    lines = [f"profile of {p['steps']} decode steps: {p['mode']}"]
+    batch = f" at batch {p['batch']}" if "batch" in p else ""
+    lines = [f"profile of {p['steps']} decode steps{batch}: {p['mode']}"]
     if p.get("note"):
         lines.append(f"  note: {p['note']}")
     lines.append(f"{unit + ' per step':<34} {p['kernels_per_step']:>10.1f}")
@@ -240,6 +248,8 @@ def render(p: dict, step_ms: float | None = None) -> str:
         lines.append(f"{'copies per step (memcpy/memset)':<34} {p['copies_per_step']:>10.1f}")
         lines.append(f"{'host launch calls per step':<34} {p['launches_per_step']:>10.1f}")
     busy = f"  ({p['device_ms_per_step'] / step_ms:.1%} of the timed step)" if step_ms else ""
+    if step_ms and p["device_ms_per_step"] > step_ms:  # why: a dependent launch's time counts from its early start
+        busy += "; kernels overlap: a programmatic dependent launch starts before its predecessor ends"
     what = "device time" if p["unit"] == "kernel" else "op self time"
     lines.append(f"{what + ' per step':<34} {p['device_ms_per_step']:>10.3f} ms{busy}")
     if "eager_check" in p:

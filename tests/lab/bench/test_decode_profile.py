@@ -132,7 +132,7 @@ def test_graph_replay_breakdown_or_the_eager_fallback(graph_kernels: bool, monke
         [Event("gemv", "kernel", 29.0)] * 8 if graph_kernels else []
     )
     monkeypatch.setattr(prof, "_record", lambda runner, prompt, steps: ({"graph": graph, "eager": eager}, ""))
-    p = prof.profile_decode(SimpleNamespace(device=torch.device("cuda")), [1, 2], 4)
+    p = prof.profile_decode(SimpleNamespace(device=torch.device("cuda")), [[1, 2]], 4)
     if graph_kernels:
         assert p["mode"] == "CUDA-graph replay" and p["launches_per_step"] == 1
         assert p["eager_check"] == {
@@ -153,10 +153,47 @@ def test_profile_counts_are_per_step(tiny_model_dir) -> None:
 
     runner = Runner(tiny_model_dir, max_batch=1, max_model_len=64)
     prompt = [5, 17, 3, 250, 9]
-    two, three = (prof.profile_decode(runner, prompt, n) for n in (2, 3))
+    two, three = (prof.profile_decode(runner, [prompt], n) for n in (2, 3))
     mm = [{r["name"]: r["count_per_step"] for r in p["top"]}.get("aten::mm") for p in (two, three)]
     assert mm[0] is not None and mm[0] == mm[1] and mm[0] >= 7  # q, k, v, o, gate, up, down at least
     assert two["kernels_per_step"] > 0 and not runner.blocks.lengths  # the profiled sequence was freed
+
+
+def test_the_profile_decodes_the_whole_batch(tiny_model_dir, monkeypatch) -> None:
+    """A profile of three prompts decodes three sequences at once, and says so (it once profiled the first alone,
+    so a batch-8 bench printed the kernels of a batch-1 step)."""
+    from engine.runner import Runner
+
+    batches = []
+
+    class Counting(prof.Session):  # type: ignore[misc,valid-type]
+        def decode(self):
+            batches.append(len(self.seq_ids))
+            return super().decode()
+
+    monkeypatch.setattr(prof, "Session", Counting)
+    runner = Runner(tiny_model_dir, max_batch=4, max_model_len=64)
+    p = prof.profile_decode(runner, [[5, 17, 3], [9, 250, 4, 8], [1, 2]], 2)
+    assert batches and set(batches) == {3} and p["batch"] == 3
+    assert "profile of 2 decode steps at batch 3" in prof.render(p)
+    assert not runner.blocks.lengths  # the profiled sequences were freed
+    with pytest.raises(ValueError, match="no prompts"):
+        prof.profile_decode(runner, [], 2)
+
+
+def test_overlapping_kernels_are_named_when_they_sum_past_the_step() -> None:
+    p = {
+        "steps": 2,
+        "mode": "CUDA-graph replay",
+        "unit": "kernel",
+        "kernels_per_step": 2.0,
+        "copies_per_step": 0.0,
+        "launches_per_step": 1.0,
+        "device_ms_per_step": 1.5,
+        "top": [],
+        "groups": 0,
+    }
+    assert "kernels overlap" in prof.render(p, 1.2) and "kernels overlap" not in prof.render(p, 1.6)
 
 
 def test_decode_bench_profile_prints_and_records_the_breakdown(tmp_path, capsys) -> None:
@@ -180,12 +217,12 @@ def test_decode_bench_profile_prints_and_records_the_breakdown(tmp_path, capsys)
     ]
     assert decode.main(argv) == 0
     out = capsys.readouterr().out
-    assert "profile of 2 decode steps: eager (CPU: aten ops" in out and "ops per step" in out
+    assert "profile of 2 decode steps at batch 1: eager (CPU: aten ops" in out and "ops per step" in out
     (path,) = tmp_path.glob("*-decode-step-profile.json")
     record = read_record(path)
     p = record["results"]["profile"]
     assert {"mode", "unit", "steps", "kernels_per_step", "device_ms_per_step", "top", "busy_fraction"} <= set(p)
-    assert p["unit"] == "op" and p["steps"] == 2
+    assert p["unit"] == "op" and p["steps"] == 2 and p["batch"] == 1
     assert p["kernels_per_step"] > 0 and p["device_ms_per_step"] > 0 and p["busy_fraction"] > 0
     assert 0 < len(p["top"]) <= prof.TOP
     assert all(r["count_per_step"] > 0 and r["ms_per_step"] >= 0 for r in p["top"])
@@ -207,7 +244,7 @@ def test_graph_replay_kernels_are_profiled(tiny_model_dir, monkeypatch) -> None:
     monkeypatch.setattr(gemv_ops, "values_checkable", lambda t: False)
 
     runner = Runner(tiny_model_dir, dtype=torch.bfloat16, device="cuda", max_batch=1, max_model_len=64)
-    p = prof.profile_decode(runner, [5, 17, 3, 250, 9], 3)
+    p = prof.profile_decode(runner, [[5, 17, 3, 250, 9]], 3)
     assert runner.use_graph and p["kernels_per_step"] > 0
     # kineto on recent torch records kernels inside a replayed graph; if it does not, this says so
     assert p["mode"] == "CUDA-graph replay", p["mode"]
