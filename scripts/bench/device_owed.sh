@@ -161,14 +161,14 @@ ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the nc
 limiters() {  # what bounds the b1 and b32 steps where they miss their targets: each step's kernels (records), and
   # ncu on cuBLAS's 32-row projections (the b32 step's weights stream at a quarter of the copy; the small GEMM lost)
   timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  for b in 1 8 32; do  # b8's profile at fb20a0e summed 1.61 ms of kernels in a 3.19 ms step: the rest is named here
+  for b in 1 8 32; do  # each profile decodes its batch (before 2026-12-06 the first sequence alone: a b1 step)
     timeout 60 python3 -m lab bench decode --no-oracle --batch $b --steps 32 --profile --ledger "$R/ledger" \
       > "$R/profile-b$b.log" 2>&1
     echo "b$b profile rc=$? at $(el) s"; grep -E "engine step|fraction|kernels per step|device time" "$R/profile-b$b.log"
     grep -A14 "^top " "$R/profile-b$b.log"
   done
   timeout 45 python3 -m lab bench ab --flag VT_GEMV_PDL --workload decode-step --shape batch=2 --reps 4 \
-    --ledger "$R/ledger" > "$R/ab-pdl-b2.log" 2>&1  # a PDL launch's blocks wait resident: at 2 rows too?
+    --ledger "$R/ledger" > "$R/ab-pdl-b2.log" 2>&1  # PDL where the GEMVs run past 1 row
   echo "ab VT_GEMV_PDL at b2 rc=$? at $(el) s"; tail -n 4 "$R/ab-pdl-b2.log"
   for b in 4 8; do  # the small GEMM within its won range (o and down at 3-8 rows) against cuBLAS in the step
     timeout 40 python3 -m lab bench ab --flag VT_GEMM_SMALL --workload decode-step --shape batch=$b --reps 4 \
