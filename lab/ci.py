@@ -670,13 +670,19 @@ NCU = tuple(
     "ncu --clock-control none --csv --page raw --print-units base --section SpeedOfLight --section Occupancy "
     "--section LaunchStats --section WarpStateStats -c 8 --nvtx --nvtx-include profile/".split()
 )
-# (name, workload, arm, shape): the default attention arm at three shapes, the GEMV's default kernel, the head
+# (name, workload, arm, shape): what issue #40's misses run at today's defaults. The one-pass attention arm at four
+# of the six peer shapes (b1 short and long, b64, head_dim 256) and cuDNN beside it at b1 ctx1024; the b1 step's
+# streamed GEMV at q/k/v and down; cuBLAS at the b32 step's 32 rows, the same two projections
 NCU_RUNS = (
-    ("ncu-attn-b64", "attn-decode", "tiled", "batch=64,ctx=4096,hq=32,hkv=8,d=128"),
-    ("ncu-attn-b1-32k", "attn-decode", "tiled", "batch=1,ctx=32768,hq=32,hkv=8,d=128"),
-    ("ncu-attn-d256", "attn-decode", "tiled", "batch=64,ctx=4096,hq=16,hkv=2,d=256"),
-    ("ncu-gemv-qkv", "gemv", "gemv-kernel", "n=4096,k=1024"),
-    ("ncu-gemv-head", "gemv", "gemv-kernel", "n=151936,k=1024"),
+    ("ncu-attn-b64", "attn-decode", "tiled-onepass", "batch=64,ctx=4096,hq=32,hkv=8,d=128"),
+    ("ncu-attn-b1-32k", "attn-decode", "tiled-onepass", "batch=1,ctx=32768,hq=32,hkv=8,d=128"),
+    ("ncu-attn-b1-1k", "attn-decode", "tiled-onepass", "batch=1,ctx=1024,hq=16,hkv=8,d=128"),
+    ("ncu-cudnn-b1-1k", "attn-decode", "sdpa-cudnn", "batch=1,ctx=1024,hq=16,hkv=8,d=128"),
+    ("ncu-attn-d256", "attn-decode", "tiled-onepass", "batch=64,ctx=4096,hq=16,hkv=2,d=256"),
+    ("ncu-gemv-qkv", "gemv", "gemv-stream", "n=4096,k=1024"),
+    ("ncu-gemv-down", "gemv", "gemv-stream", "n=1024,k=3072"),
+    ("ncu-gemm32-qkv", "gemm", "defaults", "rows=32,n=4096,k=1024"),
+    ("ncu-gemm32-down", "gemm", "defaults", "rows=32,n=1024,k=3072"),
 )
 
 
@@ -796,7 +802,7 @@ PHASES = {
         Phase(
             "ncu",
             600,
-            "Nsight Compute's limiter table of the default attention arm and the GEMV",
+            "Nsight Compute's limiter table of the default attention arm, cuDNN, the streamed GEMV and cuBLAS at 32 rows",
             ncu_steps,
             needs="ncu",
         ),

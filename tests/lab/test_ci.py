@@ -530,3 +530,18 @@ def test_ci_gpu_sh_hands_its_arguments_to_lab_ci(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "serve (budget 900s, 1 at once)" in done.stdout and f"--plot {tmp_path}/throughput.svg" in done.stdout
+
+
+def test_the_ncu_phase_profiles_arms_its_workloads_have() -> None:
+    """Each ncu run names an arm or peer of its workload and a shape it parses (a renamed arm fails here, not on the
+    device), and the attention runs take the default arm of today (the one-pass arm since a9628ab)."""
+    from lab.bench.workloads import WORKLOADS, parse_shape
+
+    for name, workload, arm, shape in ci.NCU_RUNS:
+        work = WORKLOADS[workload]
+        assert arm in {*work.arm_names, *work.peers}, f"{name}: {arm} is not an arm of {workload}"
+        parse_shape(shape, work.defaults)
+    engine_attn = {
+        arm for _, workload, arm, _ in ci.NCU_RUNS if workload == "attn-decode" and arm in WORKLOADS[workload].arm_names
+    }
+    assert engine_attn == {"tiled-onepass"}
