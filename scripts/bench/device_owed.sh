@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU runs owed since 2026-12-05 (the device lent could not be started, then loans paused), as five calls of
-# under ten minutes each on one H200, from the repository root of a clean checkout (a session's 30 minutes hold
-# three: persistent, correctness, perf first; ENGINE-PERSISTENT's spec says why):
+# The GPU runs of ENGINE-PERSISTENT (and the owed checks of ENGINE-LAB and ENGINE-OPENAI), each one call of under
+# ten minutes on one GPU, from the repository root of a clean checkout; a session's 30 device minutes hold about
+# three, less any refused start (ENGINE-PERSISTENT's spec, "Waits for the device", says which are owed):
 #   bash scripts/bench/device_owed.sh correctness   # the gates phase, the CUDA tests of the launchers, the teeth,
 #                                                    # the one-pass numerics at d256; then the serving ratios
 #   bash scripts/bench/device_owed.sh perf          # issue #40's two tables (lab ci perf)
@@ -18,10 +18,8 @@
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #                                                    # and on the b1 step's GEMVs
-#   bash scripts/bench/device_owed.sh variants      # the local variant branches' A/Bs (gpu_bisect.sh; prepare them
-#                                                    # here first and carry .dev/bisect): the K/V copies, the launches
-#   bash scripts/bench/device_owed.sh b8            # the b8 step's limiter: its kernels' profile, the GEMV forms and
-#                                                    # the small GEMM at 8 rows A/B'd, its variants (carry .dev/bisect)
+#   bash scripts/bench/device_owed.sh variants      # the A/Bs of the variants kept as patches (gpu_bisect.sh;
+#                                                    # prepare them here first and carry .dev/bisect): the K/V rows
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -34,8 +32,8 @@
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants | b8) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants|b8]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -187,49 +185,18 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
     "$R/ncu-gemv-b1.log" | cut -c1-150 | head -70
 }
 
-variants() {  # each A/B on its commits, prepared here: `bash scripts/bench/gpu_bisect.sh prepare main
-  # variant/onepass-swizzle variant/onepass-bulk variant/onepass-allow-dependents variant/pdl-rope-attention`; a
-  # commit rebuilds the sources that include a header it changed
+variants() {  # each A/B of a variant kept as a patch (scripts/bench/variants/), prepared here first: `bash
+  # scripts/bench/gpu_bisect.sh prepare main scripts/bench/variants/onepass-swizzle.patch`, carrying .dev/bisect; a
+  # variant rebuilds the sources that include a header it changed
   local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 210 env OUT="$R" LIMIT=70 bash "$bisect" run main variant/onepass-swizzle variant/onepass-bulk -- bash -c \
-    'python3 -m lab gate kernels --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload \
-    attn-decode --shapes peers --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # K/V rows swizzled / bulk copies
+  timeout 240 env OUT="$R" LIMIT=80 bash "$bisect" run main onepass-swizzle -- bash -c \
+    'python3 -m pytest -q tests/engine/cuda/test_paged_attn_onepass.py | tail -2; python3 -m lab gate kernels \
+    --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload attn-decode --shapes peers \
+    --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # the K/V rows swizzled: the same bits, the six shapes
   echo "the copies' A/B rc=$? at $(el) s"
-  timeout 375 env OUT="$R" LIMIT=125 bash "$bisect" run main variant/onepass-allow-dependents \
-    variant/pdl-rope-attention -- bash -c 'python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -2;
-    python3 -m lab bench decode --no-oracle --steps 32 --profile | tail -30'  # the graphed step (its waits' order
-  # checked by the token gate), its time and its kernels at b1
-  echo "the launches' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
-b8() {  # the b8 step (slower than b32 at a9628ab): where its time goes, the GEMV forms and the small GEMM A/B'd
-  export VT_CUDA_CACHE="${BISECT_CACHE:-/tmp/bisect-cache}"  # gpu_bisect.sh's: the variants reuse this build's objects
-  local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 70 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  timeout 60 python3 -m pytest -q -rs -p no:cacheprovider tests/engine/cuda/test_gemm_small.py \
-    tests/engine/cuda/test_split_table.py > "$R/tests.log" 2>&1  # owed since 13bafea, 6ee043c and 2181b06
-  echo "small GEMM and split table tests rc=$? at $(el) s"; tail -n 4 "$R/tests.log"
-  timeout 25 python3 -m lab bench gemm_small --ledger "$R/ledger" > "$R/gemm-small.log" 2>&1
-  echo "bench gemm_small rc=$? at $(el) s"; tail -n 10 "$R/gemm-small.log"
-  timeout 45 python3 -m lab bench decode --no-oracle --batch 8 --steps 32 --profile --ledger "$R/ledger" \
-    > "$R/profile-b8.log" 2>&1
-  echo "b8 profile rc=$? at $(el) s"; tail -n 32 "$R/profile-b8.log"
-  for flag in VT_GEMV_STREAM VT_GEMV; do  # the streamed GEMV against the plain one, the GEMVs against cuBLAS
-    timeout 50 python3 -m lab bench ab --flag $flag --workload decode-step --shape batch=8 --reps 6 \
-      --ledger "$R/ledger" > "$R/ab-$flag-b8.log" 2>&1
-    echo "ab $flag at b8 rc=$? at $(el) s"; tail -n 6 "$R/ab-$flag-b8.log"
-  done
-  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-inflight \
-    variant/gemm-small-tma-cluster -- bash -c 'python3 -m pytest -q -p no:cacheprovider \
-    tests/engine/cuda/test_gemm_small.py 2>&1 | tail -1; for m in 32 8; do python3 -m lab bench gemm_small --rows $m \
-    --reps 8 | tail -8; done'  # more W in flight / W by bulk copies
-  echo "the small GEMM's A/B rc=$? at $(el) s"  # (-cluster: the bulk-copy form's whole stack: PDL, GLU, K split)
-  timeout 150 env OUT="$R" LIMIT=50 bash "$bisect" run main variant/gemm-small-tma-glu \
-    variant/gemm-small-tma-cluster -- bash -c 'for b in 8 32; do python3 -m lab bench ab --flag VT_GEMM_SMALL \
-    --workload decode-step --shape batch=$b --reps 4 | tail -4; done'
-  echo "the small GEMM's step A/B rc=$? at $(el) s"; cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
-}
 
 save() {
   tail -n 400 "$R"/*.log > "$OUT/logs.txt" 2>/dev/null

@@ -22,6 +22,7 @@ prepare() {
   case "$BISECT" in "" | / | . | .. | "$HOME") echo "$0: BISECT=$BISECT: not a folder to replace" >&2; exit 1 ;; esac
   rm -rf "$BISECT" && mkdir -p "$BISECT" || exit 1
   for c in "$@"; do
+    case "$c" in *.patch) prepare_patch "$c" || exit 1; continue ;; esac
     sha=$(git rev-parse --short=9 "$c^{commit}") || { echo "$0: $c: not a commit" >&2; exit 1; }
     git archive --format=tar.gz -o "$BISECT/$sha.tar.gz" "$sha" engine lab checkers tests pyproject.toml || exit 1
     echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
@@ -29,6 +30,29 @@ prepare() {
     echo "prepared $sha ($c)"
   done
   du -sh "$BISECT" | sed 's/^/size: /'
+}
+
+# A variant kept as a patch (scripts/bench/variants/NAME.patch, `git format-patch` of one commit): applied onto HEAD
+# in a scratch copy of HEAD's files and archived as <HEAD sha>+NAME. A patch that no longer applies stops here, with
+# git's message, not on the device.
+prepare_patch() {
+  local patch="$1" base name id tmp subject
+  [ -f "$patch" ] || { echo "$0: $patch: no such patch file" >&2; return 1; }
+  base=$(git rev-parse --short=9 HEAD) || return 1
+  name=$(basename "$patch" .patch)
+  id="$base+$name"
+  tmp=$(mktemp -d) || return 1
+  git archive HEAD engine lab checkers tests pyproject.toml | tar -x -C "$tmp" || { rm -rf "$tmp"; return 1; }
+  patch="$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")"
+  if ! (cd "$tmp" && git apply -p1 "$patch"); then
+    echo "$0: $patch: does not apply onto HEAD ($base)" >&2; rm -rf "$tmp"; return 1
+  fi
+  tar -czf "$BISECT/$id.tar.gz" -C "$tmp" engine lab checkers tests pyproject.toml || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp"
+  subject=$(sed -n 's/^Subject: \(\[PATCH[^]]*\] \)\{0,1\}//p' "$patch" | head -n 1)
+  echo "$id ${subject:-$name} (patch on $base)" >> "$BISECT/ORDER"
+  echo "$id $name" >> "$BISECT/NAMES"
+  echo "prepared $id ($patch)"
 }
 
 run() {

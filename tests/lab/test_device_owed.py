@@ -28,7 +28,6 @@ def test_the_script_parses_and_names_its_modes():
         "ncu",
         "limiters",
         "variants",
-        "b8",
     ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
@@ -64,7 +63,6 @@ def test_each_call_fits_a_device_call():
     calls = dict(re.findall(r"^([a-z0-9]+)\(\) \{[ \t]*(?:#[^\n]*)?\n(.*?)^\}", SCRIPT.read_text(), re.M | re.S))
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
     assert sorted(calls) == [
-        "b8",
         "calib",
         "correctness",
         "flip",

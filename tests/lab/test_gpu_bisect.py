@@ -77,3 +77,43 @@ def test_what_it_cannot_do_is_refused_with_the_reason(tmp_path: Path, args: tupl
     where = "." if "BISECT=." in message else str(tmp_path / "b")  # the checkout itself (rm refuses "." anyway)
     run = sh(*args, env={"BISECT": where, "OUT": str(tmp_path)})
     assert run.returncode != 0 and message in run.stderr, run.stderr
+
+
+NEW_FILE_PATCH = """\
+diff --git a/engine/_variant_mark.py b/engine/_variant_mark.py
+new file mode 100644
+--- /dev/null
++++ b/engine/_variant_mark.py
+@@ -0,0 +1 @@
++MARK = "patched"
+"""
+STALE_PATCH = """\
+diff --git a/pyproject.toml b/pyproject.toml
+--- a/pyproject.toml
++++ b/pyproject.toml
+@@ -1 +1 @@
+-a first line pyproject.toml does not have
++anything
+"""
+
+
+def test_a_patch_is_prepared_as_head_with_the_patch_applied(tmp_path: Path) -> None:
+    """A variant kept as a patch file runs as HEAD plus the patch, beside HEAD; one that no longer applies is refused
+    here, before a device call is spent on it."""
+    env = {"BISECT": str(tmp_path / "b"), "OUT": str(tmp_path), "WHEELS": str(tmp_path / "none"), "LIMIT": "20"}
+    (tmp_path / "mark.patch").write_text(NEW_FILE_PATCH)
+    made = sh("prepare", "HEAD", str(tmp_path / "mark.patch"), env=env)
+    assert made.returncode == 0, made.stderr
+    head = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    assert (tmp_path / "b" / "NAMES").read_text().splitlines() == [f"{head} HEAD", f"{head}+mark mark"]
+    ran = sh("run", "--", "python3", "-c", "import engine._variant_mark as m; print(m.MARK)", env=env)
+    assert ran.returncode == 0, ran.stderr
+    base, patched = (tmp_path / "bisect.txt").read_text().split("== ")[1:]
+    assert "rc=1" in base.splitlines()[0] and "ModuleNotFoundError" in base  # HEAD alone has no such module
+    assert "rc=0" in patched.splitlines()[0] and patched.splitlines()[-1] == "patched"
+    (tmp_path / "stale.patch").write_text(STALE_PATCH)
+    refused = sh("prepare", "HEAD", str(tmp_path / "stale.patch"), env=env)
+    assert refused.returncode == 1 and "stale.patch: does not apply onto HEAD" in refused.stderr
+    missing = sh("prepare", str(tmp_path / "none.patch"), env=env)
+    assert missing.returncode == 1 and "none.patch: no such patch file" in missing.stderr
