@@ -13,8 +13,8 @@
 #   bash scripts/bench/device_owed.sh flip          # the one-pass arm's flip protocol (AGENTS.md), its razor beside
 #                                                    # FlashInfer and cuDNN under their calibrated limit; FLIP and
 #                                                    # FLIP_FILTER name another flag's (FLIP=VT_GEMM_SMALL=1)
-#   bash scripts/bench/device_owed.sh ncu           # Nsight Compute on the default attention arm beside cuDNN, then
-#                                                    # the SASS pages of it and of the small GEMM (lab bench ncu_sass)
+#   bash scripts/bench/device_owed.sh ncu           # `lab ci ncu` (the limiter record of the defaults), then the
+#                                                    # attention arm's SASS page (lab bench ncu_sass)
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #                                                    # and on the b1 step's GEMVs
@@ -130,30 +130,21 @@ flip() {  # the gates with FLIP's settings (lab/ci.py flip_steps), three at once
   for f in "$R"/flip/logs/flip-neartie-*.log; do echo "== $f"; grep -E "^run |limit" "$f" | cut -c1-220; done
 }
 
-ncu() {  # `--clock-control none` leaves the clocks alone; `timeout` runs the ncu binary, not this function; the
-  # reports stay in records.tgz, their summaries in the logs
-  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  local sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+ncu() {  # `lab ci ncu`: the limiter table of today's defaults as a ledger record (lab/ci.py NCU_RUNS: the one-pass arm
+  # at four peer shapes, cuDNN at b1 ctx1024, the streamed GEMV, cuBLAS at 32 rows); then the one-pass arm's SASS page
+  # at b1 ctx32768, summarised (`timeout` runs the ncu binary; `--clock-control none` leaves the clocks alone)
+  timeout 300 python3 -m lab ci ncu --out "$R/ncu" > "$R/ncu.log" 2>&1; echo "lab ci ncu rc=$? at $(el) s"
+  tail -n 14 "$R/ncu.log"; cat "$R/ncu/ncu-table.md" 2>/dev/null | head -30
+  cp "$R"/ncu/ledger/*.json "$R/ledger/" 2>/dev/null
   local attn="python3 -m lab bench bandwidth --workload attn-decode --reps 2 --timing eager --inner 1"
-  timeout 120 ncu --clock-control none --kernel-name regex:"onepass|tiled|cudnn" --launch-count 8 $sections \
-    --section WarpStateStats --section SchedulerStats $attn --arms default,sdpa-cudnn \
-    --shapes 'batch=1,ctx=32768,hq=32,hkv=8,d=128;batch=64,ctx=4096,hq=32,hkv=8,d=128' > "$R/ncu-attn.log" 2>&1
-  echo "ncu attention rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|L2 Hit Rate|Issued Warp" \
-    "$R/ncu-attn.log" | cut -c1-150
   local sass="--section SourceCounters --section WarpStateStats --section MemoryWorkloadAnalysis_Tables"
   timeout 90 ncu --clock-control none --kernel-name regex:"onepass|tiled" --launch-count 1 $sass \
     -o "$R/attn-b1" $attn --arms default --shape batch=1,ctx=32768,hq=32,hkv=8,d=128 > "$R/ncu-attn-sass.log" 2>&1
   echo "ncu attention SASS rc=$? at $(el) s"
-  timeout 90 ncu --clock-control none --kernel-name regex:gemm_small --launch-count 1 $sections $sass \
-    -o "$R/gemm-small" python3 -m lab bench gemm_small --reps 2 > "$R/ncu-gemm.log" 2>&1
-  echo "ncu small GEMM rc=$? at $(el) s"
-  for rep in attn-b1 gemm-small; do  # the SASS page, summarised: the stall mix, hot spots, excess sectors
-    timeout 40 ncu --import "$R/$rep.ncu-rep" --page source --csv --print-source sass > "$R/$rep-sass.csv" 2>&1
-    timeout 20 python3 -m lab bench ncu_sass "$R/$rep-sass.csv" --top 6 --json "$R/$rep-sass.json" > "$R/$rep-sass.log" 2>&1
-    echo "ncu_sass $rep rc=$? at $(el) s"; cat "$R/$rep-sass.log"
-  done
-  timeout 20 ncu --import "$R/gemm-small.ncu-rep" --page details > "$R/gemm-small-details.log" 2>&1
-  grep -E "Duration|DRAM Throughput|L2 Hit Rate|Occupancy|Registers Per|Grid Size" "$R/gemm-small-details.log"
+  timeout 40 ncu --import "$R/attn-b1.ncu-rep" --page source --csv --print-source sass > "$R/attn-b1-sass.csv" 2>&1
+  timeout 20 python3 -m lab bench ncu_sass "$R/attn-b1-sass.csv" --top 6 --json "$R/attn-b1-sass.json" \
+    > "$R/attn-b1-sass.log" 2>&1
+  echo "ncu_sass attn-b1 rc=$? at $(el) s"; cat "$R/attn-b1-sass.log"
 }
 
 limiters() {  # what bounds the b1 and b32 steps where they miss their targets: each step's kernels (records), and
