@@ -166,8 +166,7 @@ def run_ab(
         outs[name] = run(*sets[0])
         flag_calls[name] = ran() - calls  # the table's counters: did the flag's (the named) arm run?
     max_abs = float((outs["on"].float() - outs["off"].float()).abs().max())
-    # a step's output is its sampled token ids: a difference there is how many tokens changed, not a magnitude
-    tokens = None if outs["on"].is_floating_point() else (int((outs["on"] != outs["off"]).sum()), outs["on"].numel())
+    tokens = changed_tokens(outs["on"], outs["off"])
     timers = {}
     for name, run in arms.items():  # each arm's graph is captured with its snapshot; replay needs none
         timers[name] = arm_timer(run, sets, device, timing, inner)
@@ -202,6 +201,14 @@ def run_ab(
         "median_ratio": verdict.median_ratio,
         "verdict": verdict.label,
     }
+
+
+def changed_tokens(on: torch.Tensor, off: torch.Tensor) -> tuple[int, int] | None:
+    """How many of a step's sampled token ids differ between the arms, of how many; None for a tensor of values,
+    whose difference is a magnitude (a step's output is ids: a changed token is a count, not a size)."""
+    if on.is_floating_point():
+        return None
+    return int((on != off).sum()), on.numel()
 
 
 def print_report(r: dict) -> None:

@@ -296,3 +296,12 @@ def test_dequant_gemv_workloads_count_packed_bytes_and_run_every_arm(tmp_path, c
         ]
     )
     assert rc == 1 and "verdict: not measured" in capsys.readouterr().out  # the fused CUDA arm: not on the CPU
+
+
+def test_a_step_ab_counts_the_tokens_that_changed() -> None:
+    from lab.bench.ab import changed_tokens
+
+    on, off = torch.tensor([[5], [96105], [7], [9]]), torch.tensor([[5], [3], [7], [8]])
+    assert changed_tokens(on, off) == (2, 4)  # ids: a count, not 96102
+    assert changed_tokens(on, on.clone()) == (0, 4)
+    assert changed_tokens(torch.ones(3), torch.zeros(3)) is None  # values keep their max |on - off|
