@@ -170,8 +170,10 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
     --launch-count 12 $sections python3 -m lab bench gemm_small --rows 32 --reps 2 > "$R/ncu-cublas-m32.log" 2>&1
   echo "ncu cuBLAS at 32 rows rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Grid Size|Registers Per|Achieved Occ" \
     "$R/ncu-cublas-m32.log" | cut -c1-150 | head -80
-  # the b1 step's GEMVs one at a time, past the warm-up: each at what share of DRAM, beside the step's kernel sum
-  timeout 75 ncu --clock-control none --kernel-name regex:gemv --launch-skip 120 --launch-count 10 $sections \
+  # the b1 step's GEMVs one at a time, past the warm-up: each at what share of DRAM (ncu matches the kernel's own
+  # name, not its namespace: `regex:gemv` matched none on 2026-12-06)
+  timeout 75 ncu --clock-control none --kernel-name regex:"stream_kernel|stream_norm_kernel" --launch-skip 120 \
+    --launch-count 10 $sections \
     python3 -m lab bench decode --no-oracle --batch 1 --steps 4 > "$R/ncu-gemv-b1.log" 2>&1
   echo "ncu the b1 step's GEMVs rc=$? at $(el) s"; grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Grid Size|Achieved Occ" \
     "$R/ncu-gemv-b1.log" | cut -c1-150 | head -70
