@@ -12,9 +12,10 @@ every sequence read once. --hf-compiled adds the fastest transformers peer: a st
 `torch.compile(fullgraph=True)`, captured by hand into a CUDA graph (lab/bench/hf_peer.py), timed in
 the same run; --no-oracle still skips the slower `generate` peer.
 
---profile then runs a few more steps of the same batch under torch.profiler (lab/bench/profile.py) and prints, and
-records, what limits the step: kernels per step, device time per step against the timed step, and the
-top kernels by time with their count per step and share (aten ops and their self time on a CPU).
+--profile then runs a few more steps of the same batch under torch.profiler (lab/bench/profile.py) and
+prints, and records, what limits the step: kernels per step, device time per step against the timed
+step, and the top kernels by time with their count per step and share (aten ops and their self time on
+a CPU).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@
 # so a ledger record (which names a clean commit) cannot be written from them.
 set -u
 BISECT="${BISECT:-.dev/bisect}"
+ARCHIVED=(engine lab checkers tests pyproject.toml)  # what an archive holds: the code, its tests, pytest's config
 usage() { echo "usage: $0 prepare COMMIT... | $0 run [COMMIT...] -- COMMAND..." >&2; exit 2; }
 
 prepare() {
@@ -24,7 +25,7 @@ prepare() {
   for c in "$@"; do
     case "$c" in *.patch) prepare_patch "$c" || exit 1; continue ;; esac
     sha=$(git rev-parse --short=9 "$c^{commit}") || { echo "$0: $c: not a commit" >&2; exit 1; }
-    git archive --format=tar.gz -o "$BISECT/$sha.tar.gz" "$sha" engine lab checkers tests pyproject.toml || exit 1
+    git archive --format=tar.gz -o "$BISECT/$sha.tar.gz" "$sha" "${ARCHIVED[@]}" || exit 1
     echo "$sha $(git log -1 --format=%s "$sha")" >> "$BISECT/ORDER"
     echo "$sha $c" >> "$BISECT/NAMES"
     echo "prepared $sha ($c)"
@@ -42,12 +43,12 @@ prepare_patch() {
   name=$(basename "$patch" .patch)
   id="$base+$name"
   tmp=$(mktemp -d) || return 1
-  git archive HEAD engine lab checkers tests pyproject.toml | tar -x -C "$tmp" || { rm -rf "$tmp"; return 1; }
+  git archive HEAD "${ARCHIVED[@]}" | tar -x -C "$tmp" || { rm -rf "$tmp"; return 1; }
   patch="$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")"
   if ! (cd "$tmp" && git apply -p1 "$patch"); then
     echo "$0: $patch: does not apply onto HEAD ($base)" >&2; rm -rf "$tmp"; return 1
   fi
-  tar -czf "$BISECT/$id.tar.gz" -C "$tmp" engine lab checkers tests pyproject.toml || { rm -rf "$tmp"; return 1; }
+  tar -czf "$BISECT/$id.tar.gz" -C "$tmp" "${ARCHIVED[@]}" || { rm -rf "$tmp"; return 1; }
   rm -rf "$tmp"
   subject=$(sed -n 's/^Subject: \(\[PATCH[^]]*\] \)\{0,1\}//p' "$patch" | head -n 1)
   echo "$id ${subject:-$name} (patch on $base)" >> "$BISECT/ORDER"
