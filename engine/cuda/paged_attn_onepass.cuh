@@ -10,6 +10,11 @@
 // to the near-tie razor's fp32-probabilities setting, not to bitwise agreement with the eager reference.
 // The staging does not touch the arithmetic: every head_dim runs the same operations in the same order.
 //
+// A stage's K and V rows are unpadded (head_dim elements) with each row's 16-byte chunks XOR-swizzled (chunk c
+// of row t at chunk c ^ (t % 8), `kv_at`): every 8-lane group of a cp.async copy writes one aligned 128-byte
+// line, and an ldmatrix's 8 rows at one chunk fall in 8 distinct 16-byte bank groups. Q's rows (head_dim 256)
+// keep the tiled arms' pad.
+//
 // At the end of a split the four warps merge their (max, sum, O) in shared memory. One split writes the
 // output; several write their (max, sum, unnormalised O) and the last split of a (sequence, KV head) to
 // finish (the tiled arms' arrival counters) combines them, so a call is one launch.
@@ -29,32 +34,55 @@ using vt_tiled::kWarps;
 using vt_tiled::kWarpTokens;
 using vt_tiled::row_elems;
 
-// Three stages: two in flight while one is computed. At head_dim 64 and 128 a stage is a tile's K and V: 104 KB
-// at 128, two blocks per SM. Two stages (70 KB, 3 blocks per SM) measured no faster at any peer shape (H200):
-// occupancy is not what limits this kernel there.
+// A K or V row of a stage: head_dim elements, no pad (the tiled arms' row_elems adds 8 so that ldmatrix's rows hit
+// distinct banks). The pad put row t 16 x t bytes off a 128-byte line, so each 8-lane group of a copy (16 B a
+// lane, 128 contiguous bytes of the cache) wrote across two lines: ncu counted 24 L2 sectors where 16 would do and
+// 12 shared wavefronts per LDGSTS.128 where 4 would. Instead chunk c (8 elements, 16 B) of row t sits at chunk
+// c ^ (t % 8): head_dim is 64, 128 or 256, so a row is a whole number of 128-byte lines (8, 16 or 32 chunks) and
+// the XOR moves a chunk only within its aligned 8-chunk line. A copy's 8-lane group (one row, 8 consecutive chunks
+// of one line) writes that one line; the 8 rows t0..t0+7 (t0 % 8 == 0) an ldmatrix matrix reads at one chunk c sit
+// at chunks c ^ 0..7: 8 distinct 16-byte bank groups, no conflict. The stage's base is 128-byte aligned (the
+// `smem_raw` alignment, and a stage is a whole number of lines).
+template <int D> __host__ __device__ constexpr int kv_row_elems() { return D; }
+static_assert(kv_row_elems<64>() % 64 == 0 && kv_row_elems<128>() % 64 == 0 && kv_row_elems<256>() % 64 == 0,
+              "a row is whole 128-byte lines of 8 chunks, so the swizzle stays within the row and its line");
+// The element offset of chunk `chunk` of K or V row `row`, from a base at a row that is a multiple of 8 (a stage,
+// a stage's V half, a warp's 16 rows): relative to such a base, row % 8 is that of the stage row.
+template <int D> __device__ __forceinline__ int kv_at(int row, int chunk) {
+  return row * kv_row_elems<D>() + ((chunk ^ (row & 7)) * 8);
+}
+
+// Three stages: two in flight while one is computed. At head_dim 64 and 128 a stage is a tile's K and V: 96 KB
+// at 128, two blocks per SM. Two stages (3 blocks per SM; 70 KB with the padded rows it was measured with) measured
+// no faster at any peer shape (H200): occupancy is not what limits this kernel there.
 constexpr int kStages = 3;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // How many stages a tile's K and V take: 1 (K and V in one stage) or 2 (K in one, V in the next).
 // The H200's arithmetic (sm_90: 228 KB = 233472 B of shared memory per SM, at most 227 KB = 232448 B opt-in per
-// block, and 1 KB reserved per resident block; a row is D + 8 elements of 2 bytes):
-//   head_dim 128, K+V per stage: 2 x 64 x 136 x 2 = 34816 B; 3 stages 104448 B; 2 x (104448 + 1024) <= 233472:
-//     2 blocks per SM, two tiles (69632 B) in flight per block.
-//   head_dim 256, K+V per stage: 2 x 64 x 264 x 2 = 67584 B; 3 stages 202752 B, and even 2 stages (135168 B, one
-//     tile in flight) give 2 x (135168 + 1024) = 272384 > 233472: 1 block per SM.
-//   head_dim 256, K or V per stage: 64 x 264 x 2 = 33792 B; 3 stages 101376 B, and Q's 8 rows 8 x 264 x 2 =
-//     4224 B (kQInSmem): 105600 B; 2 x (105600 + 1024 + 16 static) = 213280 <= 233472: 2 blocks per SM (4 stages
-//     would be 1), and two half tiles (67584 B, a whole tile's K and V) in flight per block: per SM the bytes in
-//     flight of the head_dim-128 variant.
+// block, and 1 KB reserved per resident block; a K or V row is D elements of 2 bytes, a Q row D + 8; 128 B of
+// static shared memory: fold_combine's 16, padded to `smem_raw`'s 128-byte alignment):
+//   head_dim 64, K+V per stage: 2 x 64 x 64 x 2 = 16384 B; 3 stages 49152 B; 4 x (49152 + 1024 + 128) = 201216
+//     <= 233472: 4 blocks per SM.
+//   head_dim 128, K+V per stage: 2 x 64 x 128 x 2 = 32768 B; 3 stages 98304 B; 2 x (98304 + 1024 + 128) = 198912
+//     <= 233472 < 3 x 99456: 2 blocks per SM, two tiles (65536 B) in flight per block.
+//   head_dim 256, K+V per stage: 2 x 64 x 256 x 2 = 65536 B; 3 stages 196608 B, and even 2 stages (131072 B, one
+//     tile in flight) give 2 x (131072 + 1024 + 128) = 264448 > 233472: 1 block per SM.
+//   head_dim 256, K or V per stage: 64 x 256 x 2 = 32768 B; 3 stages 98304 B, and Q's 8 rows 8 x 264 x 2 =
+//     4224 B (kQInSmem): 102528 B; 2 x (102528 + 1024 + 128) = 207360 <= 233472: 2 blocks per SM (4 stages,
+//     135296 B, would be 1), and two half tiles (65536 B, a whole tile's K and V) in flight per block: per SM the
+//     bytes in flight of the head_dim-128 variant.
 // Halving the tile to 32 tokens instead would give the same bytes per stage, but 8 tokens per warp: half the k
 // extent of the P.V mma (m16n8k16), and another tile unit for the splits than the tiled arms' 64.
-// The merge after the pipeline (fp32 O of 4 warps x 8 rows x (256 + 2)) is 33024 B: inside the stages.
+// The merge after the pipeline (fp32 O of 4 warps x 8 rows x (D + 2)) is 8448, 16640 and 33024 B at head_dim 64,
+// 128 and 256: inside the stages.
 template <int D> inline constexpr int kParts = D >= 256 ? 2 : 1;
 
 template <typename T, int D> __host__ __device__ constexpr int stage_elems() {
-  return 2 / kParts<D> * kTile * row_elems<D>();
+  return 2 / kParts<D> * kTile * kv_row_elems<D>();
 }
-// Where K and V take separate stages, Q's rows [kMaxGroup][row_elems] sit after the stages (the kernel's reason).
+// Where K and V take separate stages, Q's rows [kMaxGroup][row_elems] (padded, unswizzled) sit after the stages
+// (the kernel's reason).
 template <int D> inline constexpr bool kQInSmem = kParts<D> == 2;
 // The pipeline (and Q), later reused for the warps' merge: fp32 O [kWarps][kMaxGroup][D], then max and sum.
 template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
@@ -63,8 +91,15 @@ template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
   constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
 }
-static_assert(smem_bytes<__nv_bfloat16, 256>() == 105600 && smem_bytes<__half, 128>() == 104448,
+static_assert(smem_bytes<__nv_bfloat16, 256>() == 102528 && smem_bytes<__half, 128>() == 98304 &&
+                  smem_bytes<__half, 64>() == 49152,
               "the stage arithmetic above");
+// A stage, and the V half of a K+V stage, start on a 128-byte line and at a row that is a multiple of 8, as do a
+// warp's rows (the swizzle's row % 8 is the same from each of these bases).
+static_assert(kTile % 8 == 0 && kWarpTokens % 8 == 0, "bases at rows that are multiples of 8");
+static_assert(stage_elems<__half, 64>() * 2 % 128 == 0 && stage_elems<__half, 128>() * 2 % 128 == 0 &&
+                  stage_elems<__half, 256>() * 2 % 128 == 0,
+              "stages of whole 128-byte lines");
 
 // The cache rows of the tile positions this thread copies, read from the block table one tile before the
 // copies are issued, so that the table load's latency is not paid in front of every tile's cp.async.
@@ -93,17 +128,16 @@ template <int D> struct TileRows {
     }
   }
 
-  // One cache's rows of the tile into `dst` (kTile rows of row_elems<D>()).
+  // One cache's rows of the tile into `dst` (kTile swizzled rows of kv_row_elems<D>(), `kv_at`): this lane's chunk
+  // of stage rows first_token() + i * kStep. The 8 lanes of a row's aligned 8 chunks write one 128-byte line.
   template <typename T>
   __device__ __forceinline__ void copy(T* dst, const T* base, int block_size, int64_t row_stride) const {
-    constexpr int R = row_elems<D>();
-    const int chunk = static_cast<int>(threadIdx.x) % kChunks;
-    T* d = dst + first_token() * R + chunk * 8;
+    const int chunk = static_cast<int>(threadIdx.x) % kChunks, t = first_token();
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const bool live = off[i] >= 0;
       const int64_t src = live ? ((int64_t)block[i] * block_size + off[i]) * row_stride + chunk * 8 : 0;
-      vt_tiled::cp_async16(d + i * kStep * R, base + src, live);
+      vt_tiled::cp_async16(dst + kv_at<D>(t + i * kStep, chunk), base + src, live);
     }
   }
 };
@@ -166,8 +200,10 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     onepass_kernel(vt::PagedArgs a, int num_splits, T* __restrict__ out, float* __restrict__ m_part,
                    float* __restrict__ l_part, float* __restrict__ o_part, int* __restrict__ counters) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int R = row_elems<D>(), kStage = stage_elems<T, D>();
+  // 128-byte aligned, so the stages' swizzled rows start on lines (with 16 the base sat 16 bytes past one, after
+  // fold_combine's 16 static bytes: ptxas -v counts 128 static bytes now)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  constexpr int kRow = kv_row_elems<D>(), kQRow = row_elems<D>(), kStage = stage_elems<T, D>();
   const int kvh = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 4, quad = lane % 4;
   const int group = a.num_q_heads / a.num_kv_heads;
@@ -188,7 +224,7 @@ __global__ void __launch_bounds__(kThreads)
     T* st = smem + (u % kStages) * kStage;
     if (u % P == 0) rows.copy(st, kbase, a.block_size, row_stride);
     if (u % P == P - 1) {
-      rows.copy(st + (P == 1 ? kTile * R : 0), vbase, a.block_size, row_stride);
+      rows.copy(st + (P == 1 ? kTile * kRow : 0), vbase, a.block_size, row_stride);
       if (u / P + 1 < sp.n) rows.fetch(table, a.block_size, sp.len, sp.t_lo + u / P + 1);
     }
   };
@@ -198,20 +234,21 @@ __global__ void __launch_bounds__(kThreads)
     vt_tiled::cp_async_commit();
   }
   // Wait for unit u (this warp's slice of it), then start unit u + kStages - 1 in the stage unit u - 1 used; the
-  // __syncwarp: the warp's lanes are done with that stage and see each other's copies of unit u.
+  // __syncwarp: the warp's lanes are done with that stage and see each other's copies of unit u. The pointer is the
+  // warp's first row, warp x 16: a multiple of 8, so `kv_at` of a row relative to it swizzles as the copy did.
   const auto land = [&](int u) -> const T* {
     vt_tiled::cp_async_wait<kStages - 2>();
     __syncwarp();
     if (u + kStages - 1 < units) issue(u + kStages - 1);
     vt_tiled::cp_async_commit();
-    return smem + (u % kStages) * kStage + warp * kWarpTokens * R;
+    return smem + (u % kStages) * kStage + warp * kWarpTokens * kRow;
   };
 
   // Q as the A operand (rows past the group are zero), as the tiled scores pass loads it: in registers, or with
   // K and V in separate stages (head_dim 256) in shared memory after the stages, read back by ldmatrix two k steps
   // at a time (in registers its 32 a thread took the kernel to 255 registers and a spill: ptxas, sm_90).
   constexpr bool kQShared = kQInSmem<D>;
-  T* qs = smem + kStages * kStage;  // [kMaxGroup][R] where kQShared
+  T* qs = smem + kStages * kStage;  // [kMaxGroup][kQRow] where kQShared
   uint32_t qa[kQShared ? 1 : D / 16][2], qf[4];
   if constexpr (kQShared) {
     const T* q0 = static_cast<const T*>(a.q) + ((int64_t)b * a.num_q_heads + kvh * group) * D;
@@ -219,7 +256,7 @@ __global__ void __launch_bounds__(kThreads)
       const int g = c / (D / 8), col = c % (D / 8) * 8;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (g < group) v = *reinterpret_cast<const uint4*>(q0 + g * D + col);
-      *reinterpret_cast<uint4*>(qs + g * R + col) = v;
+      *reinterpret_cast<uint4*>(qs + g * kQRow + col) = v;
     }
     __syncthreads();
   } else {
@@ -233,7 +270,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   // ldmatrix x4 of Q's rows 0..7 at k steps k, k + 1: lanes 8j..8j+7 address matrix j (k step j / 2, columns
   // (j % 2) * 8), so the fragments are a0, a2 of step k, then of step k + 1.
-  const T* q_frag = qs + (lane % 8) * R + (lane / 8) * 8;
+  const T* q_frag = qs + (lane % 8) * kQRow + (lane / 8) * 8;
   const float scale2 = a.scale * kLog2e;
   const int k_tok = (lane % 8) + (lane / 16) * 8, k_dim = ((lane / 8) % 2) * 8;
   const int v_tok = (lane % 8) + ((lane / 8) % 2) * 8, v_dim = (lane / 16) * 8;
@@ -248,7 +285,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
       uint32_t kb[4];
-      vt_tiled::ldmatrix_x4(kb, ks + k_tok * R + k * 16 + k_dim);
+      vt_tiled::ldmatrix_x4(kb, ks + kv_at<D>(k_tok, 2 * k + k_dim / 8));  // columns k * 16 + k_dim
       uint32_t a0, a2;
       if constexpr (kQShared) {
         if (k % 2 == 0) vt_tiled::ldmatrix_x4(qf, q_frag + k * 16);
@@ -281,11 +318,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < D / 8; ++j) o[j][0] *= alpha, o[j][1] *= alpha;
     m = m_new;
     const uint32_t pa0 = vt_tiled::pack2<T>(p[0], p[1]), pa2 = vt_tiled::pack2<T>(p[2], p[3]);
-    const T* vs = P == 1 ? ks + kTile * R : land(i * P + 1);
+    const T* vs = P == 1 ? ks + kTile * kRow : land(i * P + 1);
 #pragma unroll
     for (int j = 0; j < D / 16; ++j) {
       uint32_t vb[4];
-      vt_tiled::ldmatrix_x4_trans(vb, vs + v_tok * R + j * 16 + v_dim);
+      vt_tiled::ldmatrix_x4_trans(vb, vs + kv_at<D>(v_tok, 2 * j + v_dim / 8));  // columns j * 16 + v_dim
       vt_tiled::mma_rows8<T>(o[2 * j][0], o[2 * j][1], pad, pa0, pa2, vb[0], vb[1]);
       vt_tiled::mma_rows8<T>(o[2 * j + 1][0], o[2 * j + 1][1], pad, pa0, pa2, vb[2], vb[3]);
     }

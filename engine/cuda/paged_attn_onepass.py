@@ -27,22 +27,24 @@ MAX_GROUP = tiled.MAX_GROUP
 DTYPES = tiled.DTYPES
 MAX_SPLITS = 64  # kMaxSplits (paged_attn_tiled.cuh)
 # The stage arithmetic of paged_attn_onepass.cuh (`smem_bytes`), for the predicate without a device; a test holds it
-# to the compiled `vt_paged_attn_onepass_smem_bytes`. A row is head_dim + 8 elements of 2 bytes, a tile 64 rows.
+# to the compiled `vt_paged_attn_onepass_smem_bytes`. A K or V row is head_dim elements of 2 bytes (unpadded, its
+# 16-byte chunks swizzled), a Q row head_dim + 8; a tile 64 rows.
 _TILE, _ROW_PAD, _STAGES, _WARPS = 64, 8, 3, 4
 TWICE_HEAD_DIMS = (256,)  # the head dims the arm takes only where two blocks fit per SM
 # Shared memory each resident block costs past its own: the driver's reservation (1 KB on sm_80 and later,
-# cudaDevAttrReservedSharedMemoryPerBlock) and the kernel's static 16 bytes (ptxas -v).
+# cudaDevAttrReservedSharedMemoryPerBlock) and the kernel's static 128 bytes (ptxas -v: its 16, padded to the dynamic
+# array's 128-byte alignment).
 RESERVED_PER_BLOCK = 1024
-STATIC_SMEM = 16
+STATIC_SMEM = 128
 
 
 def smem_bytes(head_dim: int) -> int:
     """The dynamic shared memory of one block of the head_dim's kernel (both dtypes are 2 bytes)."""
-    row = 2 * (head_dim + _ROW_PAD)
-    if head_dim >= 256:  # K and V in separate stages, Q's rows after them
-        pipe = _STAGES * _TILE * row + MAX_GROUP * row
+    kv_row, q_row = 2 * head_dim, 2 * (head_dim + _ROW_PAD)
+    if head_dim >= 256:  # K and V in separate stages, Q's (padded) rows after them
+        pipe = _STAGES * _TILE * kv_row + MAX_GROUP * q_row
     else:  # a tile's K and V in one stage
-        pipe = _STAGES * 2 * _TILE * row
+        pipe = _STAGES * 2 * _TILE * kv_row
     merge = 4 * _WARPS * MAX_GROUP * (head_dim + 2)
     return max(pipe, merge)
 

@@ -7,6 +7,7 @@ numerics cases (lab/gates/cases/attention.py, arm "tiled_onepass") run in test_a
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import pytest
 import torch
@@ -85,30 +86,32 @@ def _smem_export(compiled, head_dim: int, dtype_code: int) -> tuple[int, int]:
 
 
 def test_the_predicates_stage_arithmetic_is_the_kernels(compiled) -> None:
-    """The binding's copy of the header's `smem_bytes` (what the device predicate reasons with) is the compiled one,
-    and at head_dim 256 it is the separate K and V stages' 3 x 64 x 264 x 2 B plus Q's 8 rows, not the K+V stages'
-    202752 B that held one block per SM."""
+    """The binding's copy of the header's `smem_bytes` (what the device predicate reasons with) is the compiled one:
+    unpadded K and V rows (head_dim elements, their chunks swizzled), and at head_dim 256 the separate K and V stages'
+    3 x 64 x 256 x 2 B plus Q's 8 padded rows, not the K+V stages' 196608 B that would hold one block per SM."""
     from engine.cuda import ffi
     from engine.cuda import paged_attn_onepass as onepass
 
     for d in onepass.HEAD_DIMS:
         for dtype in onepass.DTYPES:
             assert _smem_export(compiled, d, ffi.DTYPE_CODES[dtype]) == (0, onepass.smem_bytes(d)), (d, dtype)
-    assert onepass.smem_bytes(256) == 3 * 64 * 264 * 2 + 8 * 264 * 2 == 105600
-    assert onepass.smem_bytes(128) == 3 * 2 * 64 * 136 * 2 == 104448
+    assert onepass.smem_bytes(256) == 3 * 64 * 256 * 2 + 8 * 264 * 2 == 102528
+    assert onepass.smem_bytes(128) == 3 * 2 * 64 * 128 * 2 == 98304
+    assert onepass.smem_bytes(64) == 3 * 2 * 64 * 64 * 2 == 49152
     rc, _ = _smem_export(compiled, 96, ffi.DTYPE_CODES[torch.bfloat16])
     compiled.vt_paged_attn_onepass_last_error.restype = ctypes.c_char_p
     assert rc != 0 and b"head_dim 96 not in {64, 128, 256}" in compiled.vt_paged_attn_onepass_last_error()
 
 
 def test_blocks_per_sm_by_the_devices_shared_memory() -> None:
-    """An H200 holds two head_dim-256 blocks per SM (2 x (105600 + 16 + 1024) = 213280 <= 228 KB), an A100 one,
-    an sm_89 part one (its 99 KB opt-in is just enough for one), and no device none."""
+    """An H200 holds two head_dim-256 blocks per SM (2 x (102528 + 128 + 1024) = 207360 <= 228 KB), an A100 one,
+    an sm_89 part none (its 99 KB opt-in is short of one), and no device none; at head_dim 128 an sm_89 part holds
+    one (98304 + 128 + 1024 <= 100 KB)."""
     from engine.cuda import paged_attn_onepass as onepass
 
     assert [onepass.blocks_fit(d, H200) for d in (64, 128, 256)] == [4, 2, 2]
-    assert [onepass.blocks_fit(d, A100) for d in (64, 128, 256)] == [2, 1, 1]
-    assert [onepass.blocks_fit(d, SM89) for d in (64, 128, 256)] == [1, 0, 0]
+    assert [onepass.blocks_fit(d, A100) for d in (64, 128, 256)] == [3, 1, 1]
+    assert [onepass.blocks_fit(d, SM89) for d in (64, 128, 256)] == [2, 1, 0]
     assert onepass.blocks_fit(256, NO_GPU) == 0
     assert onepass.fits(256, H200) and not onepass.fits(256, A100) and onepass.fits(128, A100)
 
@@ -119,10 +122,15 @@ def test_the_device_predicate_admits_head_dim_256_only_where_two_blocks_fit_per_
     assert onepass.supports(256, 4, torch.bfloat16, H200) and onepass.supports(256, 1, torch.float16, H200)
     for device in (A100, SM89, NO_GPU):
         assert not onepass.supports(256, 4, torch.bfloat16, device), device
-    # head_dim 64 and 128 need one block to fit: an A100 takes both, an sm_89 part only 64 (its 99 KB opt-in is
-    # short of the head_dim-128 block's 104448 B, a launch that would fail)
+    # head_dim 64 and 128 need one block to fit: an A100 and an sm_89 part take both (the latter's 99 KB opt-in holds
+    # the head_dim-128 block's 98304 B and 128 static); an opt-in one byte short of a block's dynamic and static bytes
+    # admits none (a launch that would fail)
     assert onepass.supports(128, 4, torch.bfloat16, A100) and onepass.supports(64, 4, torch.bfloat16, SM89)
-    assert not onepass.supports(128, 4, torch.bfloat16, SM89) and not onepass.supports(64, 4, torch.bfloat16, NO_GPU)
+    assert onepass.supports(128, 4, torch.bfloat16, SM89) and not onepass.supports(64, 4, torch.bfloat16, NO_GPU)
+    for d in (64, 128):
+        need = onepass.smem_bytes(d) + onepass.STATIC_SMEM
+        assert onepass.supports(d, 4, torch.bfloat16, dataclasses.replace(SM89, smem_optin=need)), d
+        assert not onepass.supports(d, 4, torch.bfloat16, dataclasses.replace(SM89, smem_optin=need - 1)), d
     assert not onepass.supports(256, 9, torch.bfloat16, H200)  # the shape rules still hold
 
 
