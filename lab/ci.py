@@ -509,7 +509,10 @@ def flip_steps(ctx: Context) -> list[Step]:
     # a razor setting's own arm under test (CALIB_ARM) is judged beside the production kernels it was calibrated on,
     # its log-prob limit CALIB_MARGIN times theirs, on the models their kernels take (CALIB_MODELS)
     calibrated = calibrated_arm(flip)
-    if calibrated:
+    # the default path itself is judged beside the production kernels (a razor setting's own arm is on by
+    # default): the calibrated models' token gates measure divergence beside them, whatever flag flips
+    beside = calibrated or default_calibrated()
+    if beside:
         jit = ctx.result("flip-jit")
         steps.append(Step("flip-jit", 120, (PY, "-c", CALIB_JIT, str(jit)), report_json(jit), barrier=True))
     steps.append(kernels(ctx, "flip-kernels", 300, flip.filters, env))
@@ -520,13 +523,14 @@ def flip_steps(ctx: Context) -> list[Step]:
         razor_peers: tuple[str, ...] = ()
         token_peers: tuple[str, ...] = ()
         nenv, nlimit = env, 180
-        if calibrated and m in CALIB_MODELS:  # three production runs more: d128's 4800 positions take 2-3 minutes
-            beside = (*CALIB_PEER_ARGS, "--ledger", str(ctx.ledger))
-            razor_peers = (*beside, "--logprob-limit-from-peers", str(CALIB_MARGIN))
-            # an arm that is not bitwise: its diverging prompts reported beside the production kernels' (correct
+        if beside and m in CALIB_MODELS:  # three production runs more: d128's 4800 positions take 2-3 minutes
+            peers = (*CALIB_PEER_ARGS, "--ledger", str(ctx.ledger))
+            if calibrated:
+                razor_peers = (*peers, "--logprob-limit-from-peers", str(CALIB_MARGIN))
+            # a path that is not bitwise: its diverging prompts reported beside the production kernels' (correct
             # implementations diverge on 2-12 of 16, up to 5 apart: `lab gate spread`), its graphed ids held to its
             # eager ones (`flip_ran`)
-            token_peers = (*beside, "--divergence-beside-peers")
+            token_peers = (*peers, "--divergence-beside-peers")
             nenv, nlimit = {**env, **CALIB_ENV}, 300
         steps += [
             gate(ctx, f"flip-neartie-{m}", nlimit, ("neartie", *g, *margs, *lens, *razor, *razor_peers, *req), nenv),
@@ -541,9 +545,10 @@ def flip_steps(ctx: Context) -> list[Step]:
             ),
         ]
         if m == "d128":  # no gates phase gave this model a baseline: its gates with the flags unset
+            nenv_off = CALIB_ENV if token_peers else {}
             steps += [
                 gate(ctx, "flip-neartie-d128-noflags", 180, ("neartie", *g, *margs, *razor)),
-                gate(ctx, "flip-tokens-d128-noflags", 180, ("tokens", *g, *margs)),
+                gate(ctx, "flip-tokens-d128-noflags", nlimit, ("tokens", *g, *margs, *token_peers), nenv_off),
             ]
     # the golden of the embedded model on the GPU, rewritten only if the near-tie gate passes
     golden = ctx.out / "goldens" / "tiny-qwen3-bfloat16-cuda.json"
@@ -569,7 +574,7 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
             Verdict("pass", f"its arm ran on {', '.join(ran)}") if ran else Verdict("fail", "its arm ran on no model")
         )
         out.append((f"flip-ran-{flag}", verdict))
-    if calibrated_arm(ctx.flip):
+    if calibrated_arm(ctx.flip) or default_calibrated():
         out += [(f"flip-tokens-{m}-identity", same_ids(ctx, m)) for m in ctx.flip.models if m in CALIB_MODELS]
     return out
 
@@ -577,6 +582,14 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
 def calibrated_arm(flip: Flip) -> bool:
     """A flag set on is a razor setting's own arm (CALIB_ARM): its flip runs beside the production kernels."""
     return any(f in CALIB_ARM.values() for f in flip.on)
+
+
+def default_calibrated() -> bool:
+    """A razor setting's own arm is on by default: every flip runs the default path's token gates beside the
+    production kernels (the first VT_GEMM_SMALL flip failed d128's token gate with its flag off, as with it on)."""
+    from engine.flags import FlagSnapshot  # the flags module alone: no torch
+
+    return any(FlagSnapshot.defaults().enabled(f) for f in CALIB_ARM.values())
 
 
 def same_ids(ctx: Context, model: str) -> Verdict:

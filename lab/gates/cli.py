@@ -308,6 +308,12 @@ def pick_razor(args: argparse.Namespace, snapshot: FlagSnapshot) -> str:
             f"the arms under test are judged with different razor settings ({listed}): flip them apart, or give "
             "--oracle-attn, --max-near-tie-rate and --max-out-of-band-rate"
         )
+    elif settings == {kernels.EAGER_RAZOR} and not any(given):
+        # arms under test that round as the reference does add no allowance: the run is judged by the setting of
+        # the arms it takes (a default arm that keeps fp32 probabilities keeps its own; else eager), `razor_of_run`
+        razor = kernels.EAGER_RAZOR
+        source = f"eager, the setting of {', '.join(sorted(arms))}, unless the run takes an arm of another"
+        args.razor_from_arms = True
     elif len(settings) == 1:
         razor = settings.pop()
         source = f"{razor.name}, the setting of {', '.join(sorted(arms))}"

@@ -123,7 +123,9 @@ calib() {
 }
 
 flip() {  # the gates with FLIP's settings (lab/ci.py flip_steps), three at once; each step's verdict in the table.
-  # Default: the one-pass arm; the small GEMM's is `FLIP=VT_GEMM_SMALL=1 FLIP_FILTER=gemm_small ... flip`
+  # Default: the one-pass arm; the small GEMM's is `FLIP=VT_GEMM_SMALL=1 FLIP_FILTER=gemm_small
+  # FLIP_PROMPT_LENS=1,6,13,31,2,9,17,33 ... flip` (8 prompts decode 8 rows at once, inside the 3-8 it takes; with
+  # the razor's 16 its arm ran on no model, 2026-12-06)
   FLIP="${FLIP:-VT_ATTN_ONEPASS=1}" FLIP_FILTER="${FLIP_FILTER-attn/tiled_onepass}" timeout 570 python3 -m lab ci flip \
     --out "$R/flip" > "$R/flip.log" 2>&1
   echo "lab ci flip rc=$? at $(el) s"; grep -E "^(step|flip-|build|ci:)" "$R/flip.log" | tail -n 24

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -240,8 +241,18 @@ def test_a_razor_settings_own_arm_flips_beside_the_production_kernels_under_thei
         assert s[f"flip-tokens-{m}-eager"].env["VT_EAGER"] == "1" and "--attn-peer" in s[f"flip-tokens-{m}-eager"].argv
     # the peers take head_dim 128 only: the dense model's run is the engine's alone, and a flip of another flag has none
     assert "--attn-peer" not in s["flip-neartie-dense"].argv
-    other = steps("flip", ctx(tmp_path, ci.parse_flip("VT_ATTN_TILED=1")))
-    assert "flip-jit" not in other and not any("--attn-peer" in st.argv for st in other.values())
+    # another flag's flip: the default path takes the one-pass arm, so its calibrated models' token gates (the flag
+    # off too) measure divergence beside the peers; its near-tie gates keep their own limit
+    other = steps("flip", ctx(tmp_path, ci.parse_flip("VT_GEMM_SMALL=1", models="d128 dense")))
+    assert other["flip-jit"].barrier and not any("--attn-peer" in other[n].argv for n in other if "neartie" in n)
+    for name in ("flip-tokens-d128-graph", "flip-tokens-d128-eager", "flip-tokens-d128-noflags"):
+        assert "--divergence-beside-peers" in other[name].argv and "--attn-peer" in other[name].argv, name
+        assert other[name].env["TORCH_CUDNN_SDPA_AVOID_RECOMPILE"] == "1", name
+    assert "--attn-peer" not in other["flip-tokens-dense-graph"].argv
+    off = ctx(tmp_path, ci.parse_flip("VT_GEMM_SMALL=1", models="d128"))
+    with mock.patch.object(ci, "default_calibrated", return_value=False):  # the one-pass arm off by default
+        plain = steps("flip", off)
+    assert "flip-jit" not in plain and not any("--attn-peer" in st.argv for st in plain.values())
 
 
 def test_a_non_bitwise_flip_holds_the_engines_graphed_ids_to_its_eager_ids(tmp_path: Path) -> None:

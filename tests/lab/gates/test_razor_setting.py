@@ -51,6 +51,28 @@ def test_without_an_arm_under_test_the_setting_is_eager() -> None:
         assert (args.oracle_attn, args.max_near_tie_rate, args.max_out_of_band_rate) == (["eager"], 0.01, 0.0)
 
 
+def test_an_arm_under_test_judged_eager_takes_the_setting_of_the_arms_the_run_took() -> None:
+    """A flip of an arm that rounds as the reference does (the small GEMM) runs beside the default one-pass
+    attention, which keeps fp32 probabilities: judged eager, the correct attention fails (the first VT_GEMM_SMALL
+    flip, 2026-12-06: 13 out of band at bf16 on d128, where the default path's own gate passed)."""
+    from lab.gates.cli import razor_of_run
+
+    snapshot = ONEPASS_ON.with_(VT_GEMM_SMALL=True)
+    args = options("VT_GEMM_SMALL")
+    said = pick_razor(args, snapshot)
+    assert said.startswith("eager, the setting of linear/gemm_small, unless the run takes an arm of another")
+    assert args.razor_from_arms and args.oracle_attn == ["eager"]
+    took = {("paged_decode_attention", "tiled_onepass"): 28, ("linear", "gemm_small"): 56}
+    assert razor_of_run(args, took).startswith("fp32-probs, the setting of paged_decode_attention/tiled_onepass")  # type: ignore[arg-type,union-attr]
+    assert (args.oracle_attn, args.max_near_tie_rate) == (["online"], 0.04)
+    args = options("VT_GEMM_SMALL")
+    pick_razor(args, snapshot)
+    assert razor_of_run(args, {("linear", "gemm_small"): 56}).startswith("eager, the default")  # type: ignore[arg-type,union-attr]
+    given = options("VT_GEMM_SMALL", max_near_tie_rate=0.02)  # an option given: the arms' setting, as before
+    assert pick_razor(given, snapshot).startswith("eager, the setting of linear/gemm_small, options given here")
+    assert not getattr(given, "razor_from_arms", False)
+
+
 def test_an_option_given_wins_over_the_arms_setting() -> None:
     args = options("VT_ATTN_ONEPASS", max_out_of_band_rate=0.0)
     assert "options given here winning" in pick_razor(args, ONEPASS_ON)
