@@ -18,9 +18,9 @@
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #                                                    # and on the b1 step's GEMVs
-#   bash scripts/bench/device_owed.sh variants      # the A/Bs of the variants kept as patches (gpu_bisect.sh;
-#                                                    # prepare them here first and carry .dev/bisect): the K/V rows,
-#                                                    # the rope and attention launched as dependents
+#   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main
+#                                                    # (gpu_bisect.sh; prepare them here first, carry .dev/bisect):
+#                                                    # attention cases and peer shapes, step tokens and time
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -181,21 +181,16 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
     "$R/ncu-gemv-b1.log" | cut -c1-150 | head -70
 }
 
-variants() {  # each A/B of a variant kept as a patch (scripts/bench/variants/), prepared here first: `bash
-  # scripts/bench/gpu_bisect.sh prepare main scripts/bench/variants/onepass-swizzle.patch
-  # scripts/bench/variants/pdl-rope-attention.patch`, carrying .dev/bisect; a variant rebuilds the sources that
-  # include a header it changed
+variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu_bisect.sh prepare main
+  # scripts/bench/variants/*.patch`, carrying .dev/bisect): the attention's numerics cases and the six peer shapes,
+  # the graphed step's tokens and its time at b1 and b32; a variant rebuilds the sources that include a header it
+  # changed. Three trees (main and two variants) fit the call
   local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 240 env OUT="$R" LIMIT=80 bash "$bisect" run main onepass-swizzle -- bash -c \
-    'python3 -m pytest -q tests/engine/cuda/test_paged_attn_onepass.py | tail -2; python3 -m lab gate kernels \
-    --filter attn/tiled_onepass | tail -3; python3 -m lab bench bandwidth --workload attn-decode --shapes peers \
-    --arms tiled-onepass,sdpa-cudnn --reps 6 | tail -12'  # the K/V rows swizzled: the same bits, the six shapes
-  echo "the copies' A/B rc=$? at $(el) s"
-  timeout 300 env OUT="$R" LIMIT=140 bash "$bisect" run main pdl-rope-attention -- bash -c \
-    'python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -2; for b in 1 32; do python3 -m lab bench \
-    decode --no-oracle --batch $b --steps 32 | grep -E "decode step|engine step|fraction"; done'  # the launches: the
-  # graphed step's tokens (the waits' order), its time at b1 and b32 (blocks launched early may crowd a wide step)
-  echo "the launches' A/B rc=$? at $(el) s"
+  timeout 560 env OUT="$R" LIMIT=170 bash "$bisect" run -- bash -c 'python3 -m lab gate kernels --filter attn \
+    | tail -1; python3 -m lab bench bandwidth --workload attn-decode --shapes peers --arms default --reps 6 \
+    | tail -9; python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -1; for b in 1 32; do python3 -m \
+    lab bench decode --no-oracle --batch $b --steps 32 | grep -E "engine step|fraction"; done'
+  echo "the variants' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
