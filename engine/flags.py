@@ -216,6 +216,12 @@ declare(
     "The tiled and one-pass decode attention arms take their split-KV count from the measured table for this device and dtype (engine/data/attn_splits/*.json, written by `python -m lab bench splits --out`): the nearest measured (batch x KV heads, table capacity, head_dim) on a log scale, never past the measured grid; elsewhere, or with no table for the device, the occupancy rule. Another split count adds the splits in another order: OFF until the flip protocol.",
 )
 declare(
+    "VT_ATTN_CLUSTER_COMBINE",
+    False,
+    "ENGINE-PERSISTENT",
+    "With VT_ATTN_ONEPASS: a launch of 2 to 8 splits on sm_90 and later runs each (sequence, KV head)'s splits as one thread-block cluster, which combine through distributed shared memory instead of global partials, a fence and an arrival counter; where the device holds no such cluster, the global combine. The same arithmetic in the same order, so the same bits: OFF until its device A/B.",
+)
+declare(
     "VT_PREFILL_ATTN",
     True,
     "ENGINE-GATE-REACH",

@@ -133,6 +133,7 @@ ATTN = Workload(
         "VT_ATTN_PV_PIPELINED",
         "VT_ATTN_PDL",
         "VT_ATTN_ONEPASS",
+        "VT_ATTN_CLUSTER_COMBINE",
         "VT_KERNELS",
     ),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
@@ -184,6 +185,8 @@ ATTN = Workload(
             "VT_ATTN_ONEPASS": "0",
         },
         "tiled-onepass": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"},
+        # its splits combined in a thread-block cluster where 2 to 8 (sm_90): the variant's device A/B
+        "tiled-onepass-cluster": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1", "VT_ATTN_CLUSTER_COMBINE": "1"},
     },
     # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
     shape_sets={"peers": PEER_SHAPES},
