@@ -21,6 +21,8 @@
 #   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main
 #                                                    # (gpu_bisect.sh; prepare them here first, carry .dev/bisect):
 #                                                    # attention cases and peer shapes, step tokens and time
+#   bash scripts/bench/device_owed.sh cluster       # VT_ATTN_CLUSTER_COMBINE: its bitwise GPU tests, the six peer
+#                                                    # shapes with and without it, the step A/B at b4 and b8
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -33,8 +35,8 @@
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants | cluster) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants|cluster]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -194,6 +196,21 @@ variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
 
+
+cluster() {  # the one-pass arm's split combine in a thread-block cluster (2 to 8 splits): the same bits as the global
+  # combine (its GPU tests), then its worth where the splits' round trips are a share of a short launch
+  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
+  timeout 90 python3 -m pytest -q -rs tests/engine/cuda/test_paged_attn_onepass_cluster.py > "$R/cluster-tests.log" 2>&1
+  echo "cluster tests rc=$? at $(el) s"; tail -n 6 "$R/cluster-tests.log"
+  timeout 120 python3 -m lab bench bandwidth --workload attn-decode --shapes peers --arms tiled-onepass,tiled-onepass-cluster,sdpa-cudnn \
+    --reps 6 --ledger "$R/ledger" > "$R/cluster-shapes.log" 2>&1
+  echo "the six shapes rc=$? at $(el) s"; tail -n 10 "$R/cluster-shapes.log"
+  for b in 4 8; do  # 6 and 4 splits (capacity 1040-1056, 8 KV heads); at b1 9, past the portable 8: no cluster
+    timeout 80 python3 -m lab bench ab --flag VT_ATTN_CLUSTER_COMBINE --workload decode-step --shape batch=$b --reps 6 \
+      --ledger "$R/ledger" > "$R/ab-cluster-b$b.log" 2>&1
+    echo "ab VT_ATTN_CLUSTER_COMBINE at b$b rc=$? at $(el) s"; tail -n 5 "$R/ab-cluster-b$b.log"
+  done
+}
 
 save() {
   tail -n 400 "$R"/*.log > "$OUT/logs.txt" 2>/dev/null

@@ -28,6 +28,7 @@ def test_the_script_parses_and_names_its_modes():
         "ncu",
         "limiters",
         "variants",
+        "cluster",
     ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
@@ -64,6 +65,7 @@ def test_each_call_fits_a_device_call():
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
     assert sorted(calls) == [
         "calib",
+        "cluster",
         "correctness",
         "flip",
         "limiters",
