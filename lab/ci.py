@@ -587,7 +587,7 @@ def calibrated_arm(flip: Flip) -> bool:
 def default_calibrated() -> bool:
     """A razor setting's own arm is on by default: every flip runs the default path's token gates beside the
     production kernels (the first VT_GEMM_SMALL flip failed d128's token gate with its flag off, as with it on)."""
-    from engine.flags import FlagSnapshot  # the flags module alone: no torch
+    from engine.flags import FlagSnapshot  # why: lab.ci runs before the engine is needed; the flags module alone
 
     return any(FlagSnapshot.defaults().enabled(f) for f in CALIB_ARM.values())
 

@@ -117,6 +117,20 @@ def test_gc003_source_missing_from_the_table(tmp_path: Path, objects: dict[str, 
 
 
 @needs_nvcc
+def test_an_object_whose_source_is_not_in_this_tree_is_another_checkouts(
+    tmp_path: Path, objects: dict[str, Path]
+) -> None:
+    """The build cache is per user: a source built from another checkout (a branch with a new .cu) leaves an object
+    this tree has no source for. It is not this tree's finding; the same object with its source here is GC003."""
+    built = {"paged_attn.cu": objects["90"], "prefetch.cu": objects["90"]}
+    make_repo(tmp_path / "a", '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu"], built)
+    result = run(tmp_path / "a", archs="9.0")
+    assert (result.status.value, pairs(result)) == ("pass", [])
+    make_repo(tmp_path / "b", '"9.0"', {"paged_attn.cu": "portable"}, ["paged_attn.cu", "prefetch.cu"], built)
+    assert [rule for rule, _ in pairs(run(tmp_path / "b", archs="9.0"))] == ["GC003"]
+
+
+@needs_nvcc
 def test_gc004_feature_with_no_requested_arch_is_reported(tmp_path: Path, objects: dict[str, Path]) -> None:
     make_repo(
         tmp_path,

@@ -209,6 +209,8 @@ def audit(
     out = []
     for name in sorted(set(table.sources) | set(compiled)):
         label = f"{src_rel}/{name}"
+        if name not in table.sources and not (source_dir / name).is_file():
+            continue  # an object of another checkout's source (a build cache two trees share): not this tree's
         if name not in table.sources:
             out.append(
                 R_UNLISTED.finding(
