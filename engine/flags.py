@@ -360,6 +360,12 @@ declare(
     "A decode step's embedding, every dense Qwen3 layer and the final norm as one persistent launch (engine/cuda/persistent.cu): the layer's tiles of VT_PERSISTENT_LAYER for every layer in turn, each layer's first norm waiting on the last one's down tiles, no launch between them; the LM head stays its own op. The same sums as VT_PERSISTENT_LAYER. bf16/fp16, one GPU, every layer dense with one sliding window, at most 64 layers. OFF until its GPU tests, the step A/B and the flip protocol.",
 )
 declare(
+    "VT_L2_PREFETCH",
+    False,
+    "ENGINE-PERSISTENT",
+    "On a decode step on sm_90 and later, each dense layer asks L2 for the weights it reads after its attention (o_proj, gate/up, down: 22 MB a layer for Qwen3-0.6B, within an H100's 50 MB L2) with bulk prefetches launched before the attention, which leaves DRAM nearly idle, so those GEMVs read L2. A hint: no value changes. OFF until its device A/B.",
+)
+declare(
     "VT_GEMM_SMALL",
     False,
     "ENGINE-PERSISTENT",

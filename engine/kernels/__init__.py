@@ -34,6 +34,7 @@ from engine.kernels.layer import norm_qkv_op as norm_qkv
 from engine.kernels.layer import raise_persistent_faults
 from engine.kernels.moe import moe_experts, moe_route
 from engine.kernels.norm import fused_add_rms_norm, qk_norm, rms_norm, rms_norm_offset
+from engine.kernels.prefetch import l2_prefetch
 from engine.kernels.quant import (
     awq_linear,
     dequant_awq,
@@ -100,6 +101,7 @@ _OPS = (
     prefill_attention,
     extend_attention,
     paged_decode_attention,
+    l2_prefetch,
     greedy_argmax,
     sample_top_k_top_p,
     sample_rows,
@@ -173,6 +175,7 @@ __all__ = [
     "prefill_attention",
     "extend_attention",
     "paged_decode_attention",
+    "l2_prefetch",
     "greedy_argmax",
     "sample_top_k_top_p",
     "sample_rows",

@@ -389,7 +389,8 @@ NORM = Workload(
 
 STEP = Workload(
     name="decode-step",
-    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED", *step_workload.FUSED_ARMS),
+    # VT_L2_PREFETCH: the layers' weights after the attention asked of L2 during it, a whole step's effect or none
+    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED", *step_workload.FUSED_ARMS, "VT_L2_PREFETCH"),
     defaults=dict(step_workload.STEP_DEFAULTS),
     make=step_workload.make,
     run=step_workload.run,
