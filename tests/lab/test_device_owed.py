@@ -29,6 +29,7 @@ def test_the_script_parses_and_names_its_modes():
         "limiters",
         "variants",
         "cluster",
+        "prefetch",
     ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
@@ -72,6 +73,7 @@ def test_each_call_fits_a_device_call():
         "ncu",
         "perf",
         "persistent",
+        "prefetch",
         "splits",
         "variants",
     ]
