@@ -56,16 +56,11 @@ def supports(*tensors: torch.Tensor) -> bool:
 
 def l2_prefetch(*tensors: torch.Tensor) -> None:
     """Ask L2 for every byte of `tensors` (the last bytes short of 16 left out); an error names the tensor the
-    launcher cannot take, or the device below sm_90. `launch` after these checks."""
+    launcher cannot take, or the device below sm_90."""
     why = refusal(*tensors)
     lacking = device.probe_of(tensors[0]).lacks(CAPABILITY) if why is None else None
     if why is not None or lacking is not None:
         raise ValueError(why or f"the bulk L2 prefetch needs {lacking}")
-    launch(*tensors)
-
-
-def launch(*tensors: torch.Tensor) -> None:
-    """The prefetch's launch, its inputs already checked (by `l2_prefetch`, or by the table's check and `supports`)."""
     ranges: list[int | None] = []
     for t in tensors:
         ranges += [t.data_ptr(), t.numel() * t.element_size() // ALIGN * ALIGN]

@@ -16,7 +16,7 @@ l2_prefetch = Op(
             gated_by("VT_L2_PREFETCH"),
             cuda_prefetch.supports,
             cuda_prefetch.NEEDS,
-            cuda_prefetch.launch,
+            cuda_prefetch.l2_prefetch,
             capability=cuda_prefetch.CAPABILITY,
         )
     ],
