@@ -508,10 +508,7 @@ def flip_steps(ctx: Context) -> list[Step]:
     steps = [build_step(ctx), make_models(ctx, "flip-models", 120, tiny, gate_models)]
     # a razor setting's own arm under test (CALIB_ARM) is judged beside the production kernels it was calibrated on,
     # its log-prob limit CALIB_MARGIN times theirs, on the models their kernels take (CALIB_MODELS)
-    calibrated = calibrated_arm(flip)
-    # the default path itself is judged beside the production kernels (a razor setting's own arm is on by
-    # default): the calibrated models' token gates measure divergence beside them, whatever flag flips
-    beside = calibrated or default_calibrated()
+    calibrated, beside = calibrated_arm(flip), beside_peers(flip)
     if beside:
         jit = ctx.result("flip-jit")
         steps.append(Step("flip-jit", 120, (PY, "-c", CALIB_JIT, str(jit)), report_json(jit), barrier=True))
@@ -574,7 +571,7 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
             Verdict("pass", f"its arm ran on {', '.join(ran)}") if ran else Verdict("fail", "its arm ran on no model")
         )
         out.append((f"flip-ran-{flag}", verdict))
-    if calibrated_arm(ctx.flip) or default_calibrated():
+    if beside_peers(ctx.flip):
         out += [(f"flip-tokens-{m}-identity", same_ids(ctx, m)) for m in ctx.flip.models if m in CALIB_MODELS]
     return out
 
@@ -582,6 +579,12 @@ def flip_ran(ctx: Context) -> list[tuple[str, Verdict]]:
 def calibrated_arm(flip: Flip) -> bool:
     """A flag set on is a razor setting's own arm (CALIB_ARM): its flip runs beside the production kernels."""
     return any(f in CALIB_ARM.values() for f in flip.on)
+
+
+def beside_peers(flip: Flip) -> bool:
+    """The calibrated models' token gates measure divergence beside the production kernels: for a razor setting's
+    own arm under test, and for every flip while one is on by default (the default path itself is judged so)."""
+    return calibrated_arm(flip) or default_calibrated()
 
 
 def default_calibrated() -> bool:
