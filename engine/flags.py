@@ -216,12 +216,6 @@ declare(
     "The tiled and one-pass decode attention arms take their split-KV count from the measured table for this device and dtype (engine/data/attn_splits/*.json, written by `python -m lab bench splits --out`): the nearest measured (batch x KV heads, table capacity, head_dim) on a log scale, never past the measured grid; elsewhere, or with no table for the device, the occupancy rule. Another split count adds the splits in another order: OFF until the flip protocol.",
 )
 declare(
-    "VT_ATTN_CLUSTER_COMBINE",
-    False,
-    "ENGINE-PERSISTENT",
-    "With VT_ATTN_ONEPASS: a launch of 2 to 8 splits on sm_90 and later runs each (sequence, KV head)'s splits as one thread-block cluster, which combine through distributed shared memory instead of global partials, a fence and an arrival counter; where the device holds no such cluster, the global combine. The same arithmetic in the same order, so the same bits: OFF until its device A/B.",
-)
-declare(
     "VT_PREFILL_ATTN",
     True,
     "ENGINE-GATE-REACH",
@@ -358,12 +352,6 @@ declare(
     False,
     "ENGINE-PERSISTENT",
     "A decode step's embedding, every dense Qwen3 layer and the final norm as one persistent launch (engine/cuda/persistent.cu): the layer's tiles of VT_PERSISTENT_LAYER for every layer in turn, each layer's first norm waiting on the last one's down tiles, no launch between them; the LM head stays its own op. The same sums as VT_PERSISTENT_LAYER. bf16/fp16, one GPU, every layer dense with one sliding window, at most 64 layers. OFF until its GPU tests, the step A/B and the flip protocol.",
-)
-declare(
-    "VT_L2_PREFETCH",
-    False,
-    "ENGINE-PERSISTENT",
-    "On a decode step on sm_90 and later, each dense layer asks L2 for the weights it reads after its attention (o_proj, gate/up, down: 22 MB a layer for Qwen3-0.6B, within an H100's 50 MB L2) with bulk prefetches launched before the attention, which leaves DRAM nearly idle, so those GEMVs read L2. A hint: no value changes. OFF until its device A/B.",
 )
 declare(
     "VT_GEMM_SMALL",

@@ -23,11 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #   file, and an entry written between another's read and replace was lost)
 # + 10: the small GEMM before the GEMVs from 2 rows, and as the GLU ops' GEMM before the activation (ENGINE-PERSISTENT)
 # + 10: an arm's measured range within what it supports (`Arm.takes`), the GEMVs' first 2 rows (ENGINE-PERSISTENT)
-# + 50: the one-pass arm's split combine in a thread-block cluster behind VT_ATTN_CLUSTER_COMBINE (its occupancy
-#   query, the scope the kernel table enters, the launch count the flip protocol reads; ENGINE-PERSISTENT)
-# + 100: the L2 prefetch of a decode layer's weights after its attention behind VT_L2_PREFETCH (its binding and
-#   refusals, the table's row with a no-op reference, the layer's call; ENGINE-PERSISTENT)
-CAP = 11_350
+CAP = 11_200
 
 
 def code_lines(source: str) -> int:

@@ -238,7 +238,6 @@ ENGINE_LAYERS: tuple[frozenset[str], ...] = tuple(
             "engine.kernels.layer",
             "engine.kernels.moe",
             "engine.kernels.norm",
-            "engine.kernels.prefetch",
             "engine.kernels.quant",
             "engine.kernels.rope",
             "engine.kernels.sample",

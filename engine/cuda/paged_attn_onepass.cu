@@ -1,9 +1,7 @@
 // Launcher for the one-pass paged decode attention (VT_ATTN_ONEPASS): argument checks, the split count from
 // the device's occupancy, dtype and head_dim dispatch. bf16 and fp16; head_dim 64, 128 or 256 (K and V in
 // separate stages there, two blocks per SM on an H200: the arithmetic in the header); 1 to 8 query heads per KV
-// head. Another shape or dtype returns kUnsupported (the caller picks another arm). With `cluster` (sm_90, 2 to 8
-// splits) the splits are launched as one thread-block cluster per (KV head, sequence) and combine through
-// distributed shared memory (the header's `cluster_combine`).
+// head. Another shape or dtype returns kUnsupported (the caller picks another arm).
 #include "paged_attn_onepass.cuh"
 
 VT_DEFINE_LAST_ERROR(paged_attn_onepass)
@@ -12,11 +10,11 @@ namespace {
 
 constexpr int kMaxGridZ = 65535;  // CUDA's limit on gridDim.z, which indexes the sequences
 
-template <typename T, int D, bool Cluster = false>
+template <typename T, int D>
 int opt_in_smem() {
   constexpr int bytes = vt_onepass::smem_bytes<T, D>();
-  const cudaError_t err = cudaFuncSetAttribute(vt_onepass::onepass_kernel<T, D, Cluster>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const cudaError_t err =
+      cudaFuncSetAttribute(vt_onepass::onepass_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess)
     return vt::fail(static_cast<int>(err), "paged_attn_onepass: %d bytes of shared memory for head_dim %d: %s", bytes,
                     D, cudaGetErrorString(err));
@@ -63,80 +61,16 @@ int resident_blocks(int head_dim, int dtype, int* out) {
   }
 }
 
-// The cluster launch's configuration: grid (num_kv_heads, num_splits, batch) in clusters of (1, num_splits, 1),
-// one cluster per (KV head, sequence), its blocks ranked by split. `attr` outlives the configuration's use.
-template <typename T, int D>
-cudaLaunchConfig_t cluster_config(dim3 grid, int num_splits, cudaStream_t s, cudaLaunchAttribute* attr) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = 1;
-  attr->val.clusterDim.y = static_cast<unsigned>(num_splits);
-  attr->val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(vt_onepass::kThreads);
-  cfg.dynamicSmemBytes = vt_onepass::smem_bytes<T, D>();
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
-// How many clusters of num_splits blocks the device holds at once (0: none, e.g. a GPC short of the SMs the
-// cluster's shared memory needs; the launch would fail).
-template <typename T, int D>
-int max_clusters(int num_splits, int* out) {
-  if (int rc = opt_in_smem<T, D, true>()) return rc;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config<T, D>(dim3(1, num_splits, 1), num_splits, nullptr, &attr);
-  const cudaError_t err = cudaOccupancyMaxActiveClusters(out, vt_onepass::onepass_kernel<T, D, true>, &cfg);
-  if (err != cudaSuccess)
-    return vt::fail(static_cast<int>(err), "paged_attn_onepass cluster occupancy: %s", cudaGetErrorString(err));
-  return vt::kOk;
-}
-
-template <typename T>
-int max_clusters_for(int head_dim, int num_splits, int* out) {
-  switch (head_dim) {
-    case 64: return max_clusters<T, 64>(num_splits, out);
-    case 128: return max_clusters<T, 128>(num_splits, out);
-    case 256: return max_clusters<T, 256>(num_splits, out);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: head_dim %d not in {64, 128, 256}", head_dim);
-  }
-}
-
-int cc_major(int* major) {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev))
-    return vt::fail(vt::kBadArgument, "paged_attn_onepass: no current CUDA device");
-  return vt::kOk;
-}
-
 struct Buffers {
   void* out;
   float* m_part;
   float* l_part;
   float* o_part;
   int* counters;
-  bool cluster;  // the splits combine in a cluster (the partials and counters unused)
 };
 
 template <typename T, int D>
-int launch_cluster(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf, cudaStream_t s) {
-  if (int rc = opt_in_smem<T, D, true>()) return rc;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_config<T, D>(dim3(a.num_kv_heads, num_splits, batch), num_splits, s, &attr);
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, vt_onepass::onepass_kernel<T, D, true>, a, num_splits,
-                                             static_cast<T*>(buf.out), static_cast<float*>(nullptr),
-                                             static_cast<float*>(nullptr), static_cast<float*>(nullptr),
-                                             static_cast<int*>(nullptr));
-  if (err != cudaSuccess)
-    return vt::fail(static_cast<int>(err), "onepass_kernel (cluster of %d): %s", num_splits, cudaGetErrorString(err));
-  return vt::launch_status("onepass_kernel (cluster)");
-}
-
-template <typename T, int D>
 int launch_d(const vt::PagedArgs& a, int batch, int num_splits, const Buffers& buf, cudaStream_t s) {
-  if (buf.cluster) return launch_cluster<T, D>(a, batch, num_splits, buf, s);
   if (int rc = opt_in_smem<T, D>()) return rc;
   vt_onepass::onepass_kernel<T, D><<<dim3(a.num_kv_heads, num_splits, batch), vt_onepass::kThreads,
                                      vt_onepass::smem_bytes<T, D>(), s>>>(
@@ -190,37 +124,17 @@ VT_EXPORT int vt_paged_attn_onepass_split_rule(int rows, int max_context, int sm
   return vt_onepass::onepass_num_splits(rows, max_context, sm_count, blocks_per_sm);
 }
 
-// Whether `num_splits` splits on a device of compute capability major `major` may combine in a cluster, the
-// arithmetic alone (no device needed; the binding's copy is held to it).
-VT_EXPORT int vt_paged_attn_onepass_cluster_rule(int num_splits, int major) {
-  return vt_onepass::cluster_combines(num_splits, major) ? 1 : 0;
-}
-
-// How many clusters of num_splits blocks of the head_dim's kernel the current device holds at once: 0 where the
-// cluster combine is not taken (below sm_90, a split count outside 2..8) or no such cluster fits.
-VT_EXPORT int vt_paged_attn_onepass_cluster_slots(int* clusters, int num_splits, int head_dim, int dtype) {
-  int major = 0;
-  *clusters = 0;
-  if (int rc = cc_major(&major)) return rc;
-  if (!vt_onepass::cluster_combines(num_splits, major)) return vt::kOk;
-  switch (dtype) {
-    case vt::kBF16: return max_clusters_for<__nv_bfloat16>(head_dim, num_splits, clusters);
-    case vt::kF16: return max_clusters_for<__half>(head_dim, num_splits, clusters);
-    default: return vt::fail(vt::kUnsupported, "paged_attn_onepass: dtype code %d (bf16 and fp16 only)", dtype);
-  }
-}
-
 // out, q: [batch, num_q_heads, head_dim]; caches: [num_blocks, block_size, num_kv_heads, head_dim];
 // block_tables: [batch, max_blocks] int32; context_lens: [batch] int32 in [1, max_blocks*block_size].
 // With num_splits > 1: m_part, l_part [batch, num_splits, num_q_heads] fp32, o_part [batch, num_splits,
 // num_q_heads, head_dim] fp32 and counters int32 [2 * batch * num_kv_heads], zero, left zero (else all four
-// unused and may be null). cluster != 0: 2 to 8 splits combined in a cluster (sm_90; the four unused, may be null).
+// unused and may be null).
 VT_EXPORT int vt_paged_attn_onepass_decode(void* out, float* m_part, float* l_part, float* o_part, int* counters,
                                            const void* q, const void* k_cache, const void* v_cache,
                                            const int* block_tables, const int* context_lens, int batch,
                                            int num_q_heads, int num_kv_heads, int head_dim, int block_size,
-                                           int max_blocks, float scale, int window, int num_splits, int cluster,
-                                           int dtype, void* stream) {
+                                           int max_blocks, float scale, int window, int num_splits, int dtype,
+                                           void* stream) {
   if (batch < 0 || batch > kMaxGridZ || num_q_heads <= 0 || num_kv_heads <= 0 || block_size <= 0 ||
       max_blocks <= 0 || window < 0)
     return vt::fail(vt::kBadArgument,
@@ -236,11 +150,7 @@ VT_EXPORT int vt_paged_attn_onepass_decode(void* out, float* m_part, float* l_pa
   if (num_splits < 1 || num_splits > vt_onepass::kMaxSplits)
     return vt::fail(vt::kBadArgument, "paged_attn_onepass: num_splits %d not in [1, %d]", num_splits,
                     vt_onepass::kMaxSplits);
-  if (cluster && (num_splits < 2 || num_splits > vt_onepass::kMaxClusterSplits))
-    return vt::fail(vt::kBadArgument, "paged_attn_onepass: the cluster combine takes 2 to %d splits, not %d",
-                    vt_onepass::kMaxClusterSplits, num_splits);
-  if (!cluster && num_splits > 1 &&
-      (m_part == nullptr || l_part == nullptr || o_part == nullptr || counters == nullptr))
+  if (num_splits > 1 && (m_part == nullptr || l_part == nullptr || o_part == nullptr || counters == nullptr))
     return vt::fail(vt::kBadArgument, "paged_attn_onepass: %d splits need m_part, l_part, o_part and counters",
                     num_splits);
   if ((long long)max_blocks * block_size > 0x7fffffffLL)
@@ -249,17 +159,10 @@ VT_EXPORT int vt_paged_attn_onepass_decode(void* out, float* m_part, float* l_pa
   if (!(vt::aligned16(q) && vt::aligned16(k_cache) && vt::aligned16(v_cache)))
     return vt::fail(vt::kBadArgument, "paged_attn_onepass: q and caches must be 16-byte aligned");
   if (batch == 0) return vt::kOk;
-  if (cluster) {
-    int major = 0;
-    if (int rc = cc_major(&major)) return rc;
-    if (!vt_onepass::cluster_combines(num_splits, major))
-      return vt::fail(vt::kUnsupported, "paged_attn_onepass: the cluster combine needs sm_90 (this device is sm_%d)",
-                      major);
-  }
   const vt::PagedArgs a{q, k_cache, v_cache, block_tables, context_lens, num_q_heads, num_kv_heads,
                         head_dim, block_size, max_blocks, scale, window};
   auto s = static_cast<cudaStream_t>(stream);
-  const Buffers buf{out, m_part, l_part, o_part, counters, cluster != 0};
+  const Buffers buf{out, m_part, l_part, o_part, counters};
   switch (dtype) {
     case vt::kBF16: return launch<__nv_bfloat16>(a, batch, num_splits, buf, s);
     case vt::kF16: return launch<__half>(a, batch, num_splits, buf, s);

@@ -18,15 +18,7 @@
 // At the end of a split the four warps merge their (max, sum, O) in shared memory. One split writes the
 // output; several write their (max, sum, unnormalised O) and the last split of a (sequence, KV head) to
 // finish (the tiled arms' arrival counters) combines them, so a call is one launch.
-//
-// The cluster combine (`kCluster`, VT_ATTN_CLUSTER_COMBINE; sm_90, 2 to 8 splits): the splits of a (sequence, KV
-// head) are one thread-block cluster along gridDim.y, and each leaves its merged rows in its own shared memory
-// instead of global partials. After a cluster barrier every block reads the others' rows through distributed
-// shared memory and writes its slice of the output, weighing the splits as `fold_combine` does (the same
-// operations in the same order, so the same bits); no partials written and read back, no fence, no counter.
 #pragma once
-
-#include <cooperative_groups.h>
 
 #include <cstdint>
 
@@ -93,13 +85,10 @@ template <typename T, int D> __host__ __device__ constexpr int stage_elems() {
 // (the kernel's reason).
 template <int D> inline constexpr bool kQInSmem = kParts<D> == 2;
 // The pipeline (and Q), later reused for the warps' merge: fp32 O [kWarps][kMaxGroup][D], then max and sum.
-template <int D> __host__ __device__ constexpr int merge_bytes() {
-  return static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
-}
 template <typename T, int D> __host__ __device__ constexpr int smem_bytes() {
   constexpr int q = kQInSmem<D> ? static_cast<int>(sizeof(T)) * kMaxGroup * row_elems<D>() : 0;
   constexpr int pipe = static_cast<int>(sizeof(T)) * stage_elems<T, D>() * kStages + q;
-  constexpr int merge = merge_bytes<D>();
+  constexpr int merge = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (D + 2);
   return pipe > merge ? pipe : merge;
 }
 static_assert(smem_bytes<__nv_bfloat16, 256>() == 102528 && smem_bytes<__half, 128>() == 98304 &&
@@ -111,25 +100,6 @@ static_assert(kTile % 8 == 0 && kWarpTokens % 8 == 0, "bases at rows that are mu
 static_assert(stage_elems<__half, 64>() * 2 % 128 == 0 && stage_elems<__half, 128>() * 2 % 128 == 0 &&
                   stage_elems<__half, 256>() * 2 % 128 == 0,
               "stages of whole 128-byte lines");
-
-// The cluster combine's splits at most: the portable cluster size (a larger one needs the non-portable opt-in).
-// Each split leaves its merged rows (fp32 O [kMaxGroup][D], then max and sum [kMaxGroup]) after the warps' merge
-// buffers, inside the stages (2112, 4160 and 8256 B at head_dim 64, 128 and 256, ending at 10560, 20800 and
-// 41280 B): no more shared memory, so the blocks stay 2 per SM at head_dim 128 and 256 (4 at 64), and a cluster of
-// 8 needs 4 SMs (2 at head_dim 64) of one GPC with room for them (`max_clusters` asks the occupancy calculator).
-constexpr int kMaxClusterSplits = 8;
-template <int D> inline constexpr int kClusterRows = merge_bytes<D>();  // byte offset, a multiple of 16
-template <int D> inline constexpr int kClusterRowFloats = kMaxGroup * (D + 2);
-static_assert(kClusterRows<64> + 4 * kClusterRowFloats<64> <= smem_bytes<__half, 64>() &&
-                  kClusterRows<128> + 4 * kClusterRowFloats<128> <= smem_bytes<__half, 128>() &&
-                  kClusterRows<256> + 4 * kClusterRowFloats<256> <= smem_bytes<__half, 256>() &&
-                  kClusterRows<64> % 16 == 0 && kClusterRows<128> % 16 == 0 && kClusterRows<256> % 16 == 0,
-              "a split's rows fit after the merge buffers");
-// Whether a launch of `num_splits` splits on a device of compute capability major `cc_major` may combine them in
-// a cluster (the launcher also asks the occupancy calculator whether such a cluster can be resident).
-inline bool cluster_combines(int num_splits, int cc_major) {
-  return num_splits >= 2 && num_splits <= kMaxClusterSplits && cc_major >= 9;
-}
 
 // The cache rows of the tile positions this thread copies, read from the block table one tile before the
 // copies are issued, so that the table load's latency is not paid in front of every tile's cp.async.
@@ -172,22 +142,6 @@ template <int D> struct TileRows {
   }
 };
 
-// One row's split weights, a warp's lanes over the splits (lane s: splits s and s + 32, max -inf and sum 0 past the
-// last): exp2(max_s - max) / the sum over the splits of sum_s exp2(max_s - max), into w[s]. With `weigh`, the one
-// arithmetic of both combines, so the cluster's gives fold_combine's bits.
-__device__ __forceinline__ void row_weights(float m0, float m1, float l0, float l1, int lane, int num_splits,
-                                            float* w) {
-  float mx = fmaxf(m0, m1);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  const float w0 = m0 == -CUDART_INF_F ? 0.f : exp2f(m0 - mx), w1 = m1 == -CUDART_INF_F ? 0.f : exp2f(m1 - mx);
-  const float sum = vt::warp_sum(l0 * w0 + l1 * w1);  // > 0: every context has a position in its window
-  if (lane < num_splits) w[lane] = w0 / sum;
-  if (lane + 32 < num_splits) w[lane + 32] = w1 / sum;
-}
-// A split's unnormalised O added to the running output, in split order from 0.
-__device__ __forceinline__ float weigh(float sum, float v, float w) { return sum + v * w; }
-
 // The split combine, folded into the kernel: the last block of this (sequence, KV head) to arrive (after its
 // partials are written) weighs each split's unnormalised O by exp2(max_s - max) / sum over the splits, in
 // split order, writes the output and sets *done back to zero for the next launch.
@@ -211,7 +165,13 @@ __device__ __forceinline__ void fold_combine(const vt::PagedArgs& a, int b, int 
     if (lane + 32 < num_splits) m1 = __ldcg(m_part + head0 + (int64_t)(lane + 32) * a.num_q_heads + g);
     if (lane < num_splits) l0 = __ldcg(l_part + head0 + (int64_t)lane * a.num_q_heads + g);
     if (lane + 32 < num_splits) l1 = __ldcg(l_part + head0 + (int64_t)(lane + 32) * a.num_q_heads + g);
-    row_weights(m0, m1, l0, l1, lane, num_splits, weights + g * kMaxSplits);
+    float mx = fmaxf(m0, m1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float w0 = m0 == -CUDART_INF_F ? 0.f : exp2f(m0 - mx), w1 = m1 == -CUDART_INF_F ? 0.f : exp2f(m1 - mx);
+    const float sum = vt::warp_sum(l0 * w0 + l1 * w1);  // > 0: every context has a position in its window
+    if (lane < num_splits) weights[g * kMaxSplits + lane] = w0 / sum;
+    if (lane + 32 < num_splits) weights[g * kMaxSplits + lane + 32] = w1 / sum;
   }
   __syncthreads();
   constexpr int kPer = kMaxGroup * D / kThreads;
@@ -220,7 +180,7 @@ __device__ __forceinline__ void fold_combine(const vt::PagedArgs& a, int b, int 
 #pragma unroll
   for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
   vt_tiled::add_split_rows<D>(o_part, head0, a.num_q_heads, num_splits, n, acc, [&](float sum, float v, int g, int s) {
-    return weigh(sum, v, weights[g * kMaxSplits + s]);
+    return sum + v * weights[g * kMaxSplits + s];
   });
   T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
 #pragma unroll
@@ -231,91 +191,12 @@ __device__ __forceinline__ void fold_combine(const vt::PagedArgs& a, int b, int 
   if (threadIdx.x == 0) *done = 0;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The shared::cluster address of this block's shared `p` in the block of cluster rank `rank`, and a load from it
-// (32-bit addresses: no generic-to-shared translation per load). After the cluster barrier, before the last.
-__device__ __forceinline__ uint32_t dsmem_addr(const void* p, int rank) {
-  uint32_t out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(out)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(rank));
-  return out;
-}
-__device__ __forceinline__ float ld_dsmem(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-#endif
-
-// The cluster combine (kCluster), after this block wrote its rows (O [kMaxGroup][D], then max and sum [kMaxGroup],
-// at kClusterRows): past the cluster barrier each block takes the output elements rank x kThreads + thread +
-// k x num_splits x kThreads (its rank is its split: the cluster is (1, num_splits, 1) over gridDim.y == num_splits),
-// so the reads spread over the splits: one element per thread at 8 splits, group 8, head_dim 128; at group 2 blocks
-// 0 and 1 take one each and the rest only wait. It requests its elements of every split (DSMEM) before the rows'
-// max and sum, so the two reads' latencies overlap, then weighs them as fold_combine does (`row_weights`, `weigh`,
-// split order). No block leaves before every block's reads are done (the last barrier): until then its shared
-// memory may be read.
-template <typename T, int D>
-__device__ __forceinline__ void cluster_combine(const vt::PagedArgs& a, int b, int kvh, int group, int num_splits,
-                                                T* __restrict__ out, unsigned char* smem_raw) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  float* rows = reinterpret_cast<float*>(smem_raw + kClusterRows<D>);
-  float* weights = reinterpret_cast<float*>(smem_raw);  // [kMaxGroup][kMaxSplits], over the merge buffers
-  cluster.sync();  // every split's rows written (arrive.release, wait.acquire: visible to the cluster)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int n = group * D, first = rank * kThreads + static_cast<int>(threadIdx.x), stride = num_splits * kThreads;
-  constexpr int kPer = kMaxGroup * D / (2 * kThreads);  // elements a thread takes, at most (two splits)
-  float v[kPer][kMaxClusterSplits];
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    const uint32_t src = s < num_splits ? dsmem_addr(rows + first, s) : 0u;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k)
-      v[k][s] = s < num_splits && first + k * stride < n ? ld_dsmem(src + 4u * k * stride) : 0.f;
-  }
-  if (rank * kThreads < n) {
-    const uint32_t ml = lane < num_splits ? dsmem_addr(rows + kMaxGroup * D, lane) : 0u;  // max, then sum
-    for (int g = warp; g < group; g += kWarps) {  // fold_combine's lanes: none past the 8th has a split
-      float m0 = -CUDART_INF_F, l0 = 0.f;
-      if (lane < num_splits) m0 = ld_dsmem(ml + 4u * g), l0 = ld_dsmem(ml + 4u * (kMaxGroup + g));
-      row_weights(m0, -CUDART_INF_F, l0, 0.f, lane, num_splits, weights + g * kMaxSplits);
-    }
-  }
-  __syncthreads();
-  float acc[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int idx = first + k * stride, g = idx / D;
-    acc[k] = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s)
-      if (s < num_splits && idx < n) acc[k] = weigh(acc[k], v[k][s], weights[g * kMaxSplits + s]);
-  }
-  cluster.barrier_arrive();  // this block's reads of the others' rows are done
-  T* dst = out + ((int64_t)b * a.num_q_heads + kvh * group) * D;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int idx = first + k * stride;
-    if (idx < n) dst[idx] = vt::from_f32<T>(acc[k]);
-  }
-  cluster.barrier_wait();
-#else
-  __trap();  // the launcher takes the cluster combine on sm_90 and later only
-#endif
-}
-
 // grid (num_kv_heads, num_splits, batch), kThreads threads, smem_bytes<T, D>() dynamic smem.
 // num_splits == 1: out [batch, num_q_heads, D]. Else m_part, l_part [batch, num_splits, num_q_heads] fp32 (the
 // split's max score in log2 units and sum of exp2(score - max); -inf and 0 if empty), o_part [batch,
 // num_splits, num_q_heads, D] fp32 (sum of exp2(score - max) v), and counters: 2 int32 per (sequence, KV head),
-// zero before the launch and left zero (the second is used). kCluster (launched as clusters of (1, num_splits, 1),
-// 2 <= num_splits <= kMaxClusterSplits, sm_90): the splits combine through distributed shared memory; the
-// partials and counters are unused (null).
-template <typename T, int D, bool kCluster = false>
+// zero before the launch and left zero (the second is used).
+template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     onepass_kernel(vt::PagedArgs a, int num_splits, T* __restrict__ out, float* __restrict__ m_part,
                    float* __restrict__ l_part, float* __restrict__ o_part, int* __restrict__ counters) {
@@ -479,12 +360,6 @@ __global__ void __launch_bounds__(kThreads)
         sum += ls[w * kMaxGroup + g] * wt;
       }
     }
-    if constexpr (kCluster) {  // this split's rows stay here for the cluster's blocks to read
-      float* rows = reinterpret_cast<float*>(smem_raw + kClusterRows<D>);
-      rows[idx] = val;
-      if (d == 0) rows[kMaxGroup * D + g] = mx, rows[kMaxGroup * D + kMaxGroup + g] = sum;
-      continue;
-    }
     const int64_t qh = (int64_t)b * a.num_q_heads + kvh * group + g;
     if (num_splits == 1) {
       out[qh * D + d] = vt::from_f32<T>(val / sum);
@@ -494,15 +369,10 @@ __global__ void __launch_bounds__(kThreads)
       if (d == 0) m_part[part] = mx, l_part[part] = sum;
     }
   }
-  if constexpr (kCluster) {
-    // (its first barrier orders the merge's reads before its weights overwrite shared memory)
-    cluster_combine<T, D>(a, b, kvh, group, num_splits, out, smem_raw);
-  } else {
-    if (num_splits == 1) return;
-    // (fold_combine's first barrier orders the merge's reads before its weights overwrite shared memory)
-    fold_combine<T, D>(a, b, kvh, group, num_splits, m_part, l_part, o_part, out,
-                       counters + 2 * ((int64_t)b * a.num_kv_heads + kvh) + 1, reinterpret_cast<float*>(smem_raw));
-  }
+  if (num_splits == 1) return;
+  // (fold_combine's first barrier orders the merge's reads before its weights overwrite shared memory)
+  fold_combine<T, D>(a, b, kvh, group, num_splits, m_part, l_part, o_part, out,
+                     counters + 2 * ((int64_t)b * a.num_kv_heads + kvh) + 1, reinterpret_cast<float*>(smem_raw));
 }
 
 // Splits for `rows` = batch * num_kv_heads blocks over `slots` = SMs * resident blocks per SM, by a cost in

@@ -8,28 +8,18 @@ an H200; the arm takes head_dim 256 only on a device whose shared memory holds t
 one block per SM the two-pass arms are faster.
 
 Its rounding is not the eager reference's: it is held to the fp32 reference (`engine.ops.splitkv` with one split)
-in the numerics cases and to the near-tie razor's fp32-probabilities setting in the token gates.
-
-Inside `cluster_combine(True)` (the kernel table enters it for a snapshot with VT_ATTN_CLUSTER_COMBINE on,
-engine/kernels/attention.py) a launch of 2 to 8 splits on sm_90 and later, where the device holds such a cluster
-(`cluster_slots`), runs the splits as one thread-block cluster per (sequence, KV head): they combine through
-distributed shared memory instead of global partials and arrival counters, with fold_combine's arithmetic in its
-order, so the same bits. Elsewhere the global combine runs."""
+in the numerics cases and to the near-tie razor's fp32-probabilities setting in the token gates."""
 
 from __future__ import annotations
 
 import ctypes
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from functools import cache
 
 import torch
 
 from engine.cuda import build, ffi, split_table
 from engine.cuda import paged_attn_tiled as tiled
-from engine.cuda.device import Device, probe
+from engine.cuda.device import Device
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 HEAD_DIMS = (64, 128, 256)
@@ -46,12 +36,6 @@ TWICE_HEAD_DIMS = (256,)  # the head dims the arm takes only where two blocks fi
 # array's 128-byte alignment).
 RESERVED_PER_BLOCK = 1024
 STATIC_SMEM = 128
-MAX_CLUSTER_SPLITS = 8  # kMaxClusterSplits: the portable cluster size
-CLUSTER_CAPABILITY = (9, 0)  # thread-block clusters and distributed shared memory
-
-_CLUSTER: ContextVar[bool] = ContextVar("onepass_cluster_combine", default=False)
-# split count -> launches that combined through a cluster (Python calls; a replayed graph is not counted again)
-CLUSTER_LAUNCHES: Counter[int] = Counter()
 
 
 def smem_bytes(head_dim: int) -> int:
@@ -78,11 +62,10 @@ def _lib() -> ctypes.CDLL:
     lib = build.load("paged_attn_onepass.cu")
     ffi.bind(lib, "vt_paged_attn_onepass_num_splits", [ctypes.POINTER(_I), _I, _I, _I, _I])
     ffi.bind(lib, "vt_paged_attn_onepass_blocks_per_sm", [ctypes.POINTER(_I), _I, _I])
-    ffi.bind(lib, "vt_paged_attn_onepass_cluster_slots", [ctypes.POINTER(_I), _I, _I, _I])
     ffi.bind(
         lib,
         "vt_paged_attn_onepass_decode",
-        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _I, _P],
+        [_P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _F, _I, _I, _I, _P],
     )
     return lib
 
@@ -113,43 +96,6 @@ def blocks_per_sm(head_dim: int, dtype: torch.dtype, device_index: int) -> int:
     after the shared-memory opt-in): what `num_splits` sizes its waves by."""
     args = (head_dim, ffi.DTYPE_CODES[dtype])
     return ffi.query(_lib(), "vt_paged_attn_onepass_blocks_per_sm", "paged_attn_onepass", device_index, *args)
-
-
-def cluster_rule(splits: int, capability: tuple[int, int]) -> bool:
-    """Whether `splits` splits on a device of `capability` may combine in a cluster (the header's
-    `cluster_combines`): 2 to MAX_CLUSTER_SPLITS (one split has nothing to combine; more than 8 is a non-portable
-    cluster), sm_90 and later."""
-    return 2 <= splits <= MAX_CLUSTER_SPLITS and capability >= CLUSTER_CAPABILITY
-
-
-@cache
-def cluster_slots(splits: int, head_dim: int, dtype: torch.dtype, device_index: int) -> int:
-    """How many clusters of `splits` blocks of the head_dim's kernel the device holds at once (the occupancy
-    calculator's `cudaOccupancyMaxActiveClusters`; 0 where `cluster_rule` refuses or no GPC holds one)."""
-    args = (splits, head_dim, ffi.DTYPE_CODES[dtype])
-    return ffi.query(_lib(), "vt_paged_attn_onepass_cluster_slots", "paged_attn_onepass", device_index, *args)
-
-
-@contextmanager
-def cluster_combine(on: bool) -> Iterator[None]:
-    """Within it (when `on`) the launches that can combine their splits in a cluster do (`uses_cluster`)."""
-    token = _CLUSTER.set(on)
-    try:
-        yield
-    finally:
-        _CLUSTER.reset(token)
-
-
-def cluster_requested() -> bool:
-    return _CLUSTER.get()
-
-
-def uses_cluster(shape: tiled.Shape, splits: int) -> bool:
-    """Whether this launch combines its splits in a cluster: asked (`cluster_combine`), `cluster_rule` on the
-    device, and a cluster the device can hold."""
-    if not _CLUSTER.get() or not cluster_rule(splits, probe(shape.device_index).capability):
-        return False
-    return cluster_slots(splits, shape.d, shape.dtype, shape.device_index) > 0
 
 
 def _splits(shape: tiled.Shape) -> int:
@@ -208,10 +154,7 @@ def launch_decode(
         splits = _splits(shape)
     out = torch.empty_like(q)
     parts: list[torch.Tensor | None] = [None, None, None, None]
-    cluster = uses_cluster(shape, splits)
-    if cluster:  # no partials, no counters: the splits combine in shared memory
-        CLUSTER_LAUNCHES[splits] += 1
-    elif splits > 1:
+    if splits > 1:
         counters = tiled.arrival_counters(q.device, 2 * shape.batch * shape.hkv)
         if counters is None:
             raise ValueError(
@@ -224,7 +167,6 @@ def launch_decode(
         *ffi.ptrs(out, *parts, q, k_cache, v_cache, tables, lens),
         *shape.args(scale, sliding_window),
         splits,
-        int(cluster),
         ffi.dtype_code(q, "q"),
         ffi.stream(q.device),
     )

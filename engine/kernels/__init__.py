@@ -34,7 +34,6 @@ from engine.kernels.layer import norm_qkv_op as norm_qkv
 from engine.kernels.layer import raise_persistent_faults
 from engine.kernels.moe import moe_experts, moe_route
 from engine.kernels.norm import fused_add_rms_norm, qk_norm, rms_norm, rms_norm_offset
-from engine.kernels.prefetch import l2_prefetch
 from engine.kernels.quant import (
     awq_linear,
     dequant_awq,
@@ -101,7 +100,6 @@ _OPS = (
     prefill_attention,
     extend_attention,
     paged_decode_attention,
-    l2_prefetch,
     greedy_argmax,
     sample_top_k_top_p,
     sample_rows,
@@ -175,7 +173,6 @@ __all__ = [
     "prefill_attention",
     "extend_attention",
     "paged_decode_attention",
-    "l2_prefetch",
     "greedy_argmax",
     "sample_top_k_top_p",
     "sample_rows",

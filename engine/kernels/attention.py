@@ -246,26 +246,6 @@ def _split_table_on(on: bool, count: bool) -> Iterator[None]:
             COUNTS.settings[("paged_decode_attention", "VT_ATTN_SPLIT_TABLE")] += 1
 
 
-def decode_scope(snapshot: FlagSnapshot, count: bool) -> AbstractContextManager[None]:
-    """The paged decode arms' settings: `split_table_scope`'s split count, and under VT_ATTN_CLUSTER_COMBINE the
-    one-pass arm's split combine in a thread-block cluster (engine/cuda/paged_attn_onepass.py `cluster_combine`);
-    with `count`, a call that launched it is counted as the flag's (`COUNTS.settings`). Off (the default) and with
-    no outer scope on, only the split table's."""
-    on = snapshot.enabled("VT_ATTN_CLUSTER_COMBINE")
-    if not on and not cuda_onepass.cluster_requested():
-        return split_table_scope(snapshot, count)
-    return _cluster_on(snapshot, on, count)
-
-
-@contextmanager
-def _cluster_on(snapshot: FlagSnapshot, on: bool, count: bool) -> Iterator[None]:
-    with split_table_scope(snapshot, count), cuda_onepass.cluster_combine(on):
-        before = cuda_onepass.CLUSTER_LAUNCHES.total()
-        yield
-        if count and cuda_onepass.CLUSTER_LAUNCHES.total() > before:
-            COUNTS.settings[("paged_decode_attention", "VT_ATTN_CLUSTER_COMBINE")] += 1
-
-
 # Precedence: the one-pass arm (ON by default since its flip; an online softmax, held to the fp32 reference and the
 # razor's fp32-probabilities setting), the one-launch tiled arm and the pipelined two passes (the rollback's choice,
 # VT_ATTN_ONEPASS=0), tiled, then the generic kernel (fp32, other head dims, more than 8 query heads per KV head). The by-name arms lost their A/Bs to
@@ -343,5 +323,5 @@ paged_decode_attention = Op(
             partial(_PA.launch_decode, arm=_PA.WARP),
         ),
     ],
-    scope=decode_scope,
+    scope=split_table_scope,
 )

@@ -195,14 +195,6 @@ class Qwen3DecoderLayer(nn.Module):
         # the layer as one op: its ops in turn (`chain`), or a decode step in one persistent launch
         return kernels.decode_layer(batch.flags, hidden, residual, cos_sin, batch, self)
 
-    def weights_after_attention(self) -> list[torch.Tensor]:
-        """The dense weights the layer reads after its attention (o_proj, then the MLP's gate/up and down): what a
-        decode step asks L2 for. A quantized projection holds none (`weight` None); an MoE block's are left out."""
-        after = [self.self_attn.o_proj]
-        if isinstance(self.mlp, Qwen3MLP):
-            after += [self.mlp.gate_up_proj, self.mlp.down_proj]
-        return [w for m in after if isinstance(w := getattr(m, "weight", None), torch.Tensor)]
-
     def chain(
         self,
         hidden: torch.Tensor,
@@ -213,8 +205,6 @@ class Qwen3DecoderLayer(nn.Module):
         flags, ln = batch.flags, self.input_layernorm
         # the pre-norm and q/k/v (fused into one GEMV's prologue, merged or separate: the table's choice)
         q, k, v, residual = kernels.norm_qkv(flags, hidden, residual, ln.weight, ln.eps, self.self_attn.qkv_proj)
-        if not batch.is_prefill and flags.enabled("VT_L2_PREFETCH") and (after := self.weights_after_attention()):
-            kernels.l2_prefetch(flags, *after)  # L2 fills them while the attention leaves DRAM nearly idle
         hidden = self.self_attn(q, k, v, cos_sin, batch)
         ln = self.post_attention_layernorm
         if not isinstance(self.mlp, Qwen3MLP):  # the MoE block: router and experts after the norm

@@ -133,7 +133,6 @@ ATTN = Workload(
         "VT_ATTN_PV_PIPELINED",
         "VT_ATTN_PDL",
         "VT_ATTN_ONEPASS",
-        "VT_ATTN_CLUSTER_COMBINE",
         "VT_KERNELS",
     ),
     defaults={"batch": 64, "ctx": 4096, "hq": 32, "hkv": 8, "d": 128, "block": 32},
@@ -185,8 +184,6 @@ ATTN = Workload(
             "VT_ATTN_ONEPASS": "0",
         },
         "tiled-onepass": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1"},
-        # its splits combined in a thread-block cluster where 2 to 8 (sm_90): the variant's device A/B
-        "tiled-onepass-cluster": {"VT_ATTN_TILED": "1", "VT_ATTN_ONEPASS": "1", "VT_ATTN_CLUSTER_COMBINE": "1"},
     },
     # the six shapes of the peer comparison (issue #19): `bench bandwidth --shapes peers`
     shape_sets={"peers": PEER_SHAPES},
@@ -389,8 +386,7 @@ NORM = Workload(
 
 STEP = Workload(
     name="decode-step",
-    # VT_L2_PREFETCH: the layers' weights after the attention asked of L2 during it, a whole step's effect or none
-    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED", *step_workload.FUSED_ARMS, "VT_L2_PREFETCH"),
+    flags=("VT_MERGED_PROJ", "VT_QK_NORM_ROPE_FUSED", *step_workload.FUSED_ARMS),
     defaults=dict(step_workload.STEP_DEFAULTS),
     make=step_workload.make,
     run=step_workload.run,

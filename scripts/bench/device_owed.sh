@@ -21,10 +21,6 @@
 #   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main
 #                                                    # (gpu_bisect.sh; prepare them here first, carry .dev/bisect):
 #                                                    # attention cases and peer shapes, step tokens and time
-#   bash scripts/bench/device_owed.sh cluster       # VT_ATTN_CLUSTER_COMBINE: its bitwise GPU tests, the six peer
-#                                                    # shapes with and without it, the step A/B at b4 and b8
-#   bash scripts/bench/device_owed.sh prefetch      # VT_L2_PREFETCH: its GPU tests (the same bits), the step A/B at
-#                                                    # b1 and b8, the b1 step's kernels with it on
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
 # wheels the device image lacks in WHEELS (default .whl; carry it): ruamel.yaml, pydantic (+ pydantic_core,
 # typing_extensions, annotated_types, typing_inspection), fastapi, starlette, uvicorn, h11, anyio, sniffio, click,
@@ -37,8 +33,8 @@
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants | cluster | prefetch) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants|cluster|prefetch]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -74,7 +70,9 @@ correctness() {
 }
 
 perf() {
-  timeout 575 python3 -m lab ci perf --out "$R/perf" > "$R/perf.log" 2>&1; echo "lab ci perf rc=$? at $(el) s"
+  # PERF_STEP='perf-*' runs the timed steps alone: a second call on a machine whose peers' caches the first filled
+  timeout 590 python3 -m lab ci perf --out "$R/perf" ${PERF_STEP:+--step "$PERF_STEP"} > "$R/perf.log" 2>&1
+  echo "lab ci perf rc=$? at $(el) s"
   tail -n 14 "$R/perf.log"; cat "$R/perf/logs/perf-report.log" 2>/dev/null | head -40
   cp "$R"/perf/ledger/*.json "$R/ledger/" 2>/dev/null  # (the persistent layer's bench runs in `persistent`)
 }
@@ -196,38 +194,6 @@ variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu
     lab bench decode --no-oracle --batch $b --steps 32 | grep -E "engine step|fraction"; done'
   echo "the variants' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
-}
-
-
-cluster() {  # the one-pass arm's split combine in a thread-block cluster (2 to 8 splits): the same bits as the global
-  # combine (its GPU tests), then its worth where the splits' round trips are a share of a short launch
-  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  timeout 90 python3 -m pytest -q -rs tests/engine/cuda/test_paged_attn_onepass_cluster.py > "$R/cluster-tests.log" 2>&1
-  echo "cluster tests rc=$? at $(el) s"; tail -n 6 "$R/cluster-tests.log"
-  timeout 120 python3 -m lab bench bandwidth --workload attn-decode --shapes peers --arms tiled-onepass,tiled-onepass-cluster,sdpa-cudnn \
-    --reps 6 --ledger "$R/ledger" > "$R/cluster-shapes.log" 2>&1
-  echo "the six shapes rc=$? at $(el) s"; tail -n 10 "$R/cluster-shapes.log"
-  for b in 4 8; do  # 6 and 4 splits (capacity 1040-1056, 8 KV heads); at b1 9, past the portable 8: no cluster
-    timeout 80 python3 -m lab bench ab --flag VT_ATTN_CLUSTER_COMBINE --workload decode-step --shape batch=$b --reps 6 \
-      --ledger "$R/ledger" > "$R/ab-cluster-b$b.log" 2>&1
-    echo "ab VT_ATTN_CLUSTER_COMBINE at b$b rc=$? at $(el) s"; tail -n 5 "$R/ab-cluster-b$b.log"
-  done
-}
-
-prefetch() {  # the decode layer's L2 prefetch of the weights after its attention: the same logits (its GPU tests),
-  # then the step with and without it where the GEMVs after the attention are a launch's ramp (b1) and past it (b8)
-  timeout 100 python3 -m engine.cuda.build > "$R/build.log" 2>&1; echo "build rc=$? at $(el) s"
-  timeout 90 python3 -m pytest -q -rs tests/engine/cuda/test_prefetch.py > "$R/prefetch-tests.log" 2>&1
-  echo "prefetch tests rc=$? at $(el) s"; tail -n 6 "$R/prefetch-tests.log"
-  for b in 1 8; do
-    timeout 80 python3 -m lab bench ab --flag VT_L2_PREFETCH --workload decode-step --shape batch=$b --reps 6 \
-      --ledger "$R/ledger" > "$R/ab-prefetch-b$b.log" 2>&1
-    echo "ab VT_L2_PREFETCH at b$b rc=$? at $(el) s"; tail -n 5 "$R/ab-prefetch-b$b.log"
-  done
-  VT_L2_PREFETCH=1 timeout 60 python3 -m lab bench decode --no-oracle --batch 1 --steps 32 --profile \
-    > "$R/profile-prefetch-b1.log" 2>&1  # which kernels got faster, and what the prefetch launch costs
-  echo "b1 profile with the prefetch rc=$? at $(el) s"; grep -E "engine step|fraction|kernels per step" \
-    "$R/profile-prefetch-b1.log"; grep -A12 "^top " "$R/profile-prefetch-b1.log"
 }
 
 save() {

@@ -388,7 +388,7 @@ def test_the_one_pass_and_split_kv_arms_launch_without_checking_again(monkeypatc
     with kernels.on_device(_H200):  # the one pass asks the table's device whether its block fits
         assert op.run_arm("tiled_onepass", *args).shape == q.shape
     assert op.run_arm("splitkv_swap", *args).shape == q.shape
-    assert libs[cuda_onepass].calls == [("vt_paged_attn_onepass_decode", 22)]
+    assert libs[cuda_onepass].calls == [("vt_paged_attn_onepass_decode", 21)]
     assert [s for s, _ in libs[cuda_splitkv].calls] == [
         "vt_splitkv_num_splits",
         "vt_splitkv_partial",

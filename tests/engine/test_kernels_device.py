@@ -108,12 +108,12 @@ def test_a_cpu_tensor_tries_no_arm_and_counts_no_decline_even_on_a_simulated_dev
     assert seen.ran == {("rms_norm", "reference"): 2} and not seen.declines and not seen.fallbacks
 
 
-def test_the_bulk_copy_arms_declare_sm90_and_the_portable_ones_sm80() -> None:
+def test_the_streamed_gemv_arms_declare_sm90_and_the_portable_ones_sm80() -> None:
     for op in kernels.TABLE.values():
         for arm in (*op.arms, *op.by_name):  # a by-name arm runs on CUDA too: its needs are declared alike
-            bulk = "stream" in arm.name or op.name == "l2_prefetch"  # the streamed GEMVs and the L2 prefetch
-            assert arm.capability == ((9, 0) if bulk else (8, 0)), f"{op.name}/{arm.name}"
-            if bulk:
+            stream = "stream" in arm.name
+            assert arm.capability == ((9, 0) if stream else (8, 0)), f"{op.name}/{arm.name}"
+            if stream:
                 assert SM80.lacks(arm.capability, arm.smem_optin) == "sm_90 (cuda:0 is sm_80)"
                 assert SM90.lacks(arm.capability, arm.smem_optin) is None
 

@@ -34,8 +34,6 @@ def test_source_compiles_and_exports_its_launchers(compiled) -> None:
         "vt_paged_attn_onepass_split_rule",
         "vt_paged_attn_onepass_blocks_per_sm",
         "vt_paged_attn_onepass_smem_bytes",
-        "vt_paged_attn_onepass_cluster_rule",
-        "vt_paged_attn_onepass_cluster_slots",
         "vt_paged_attn_onepass_last_error",
     ):
         assert hasattr(compiled, symbol), symbol
@@ -172,8 +170,6 @@ def test_the_table_takes_the_onepass_arm_first_only_when_flagged() -> None:
         ({"num_splits": 2}, "2 splits need m_part, l_part, o_part and counters"),
         ({"max_blocks": 1 << 20, "block_size": 1 << 12}, "positions overflow int"),
         ({"head_dim": 96}, "head_dim 96 not in \\{64, 128, 256\\}"),
-        ({"num_splits": 9, "cluster": 1}, "the cluster combine takes 2 to 8 splits, not 9"),
-        ({"num_splits": 1, "cluster": 1}, "the cluster combine takes 2 to 8 splits, not 1"),
     ],
 )
 def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, message: str) -> None:
@@ -204,7 +200,6 @@ def test_launcher_checks_its_arguments_before_any_launch(compiled, args: dict, m
         ctypes.c_float(0.1),
         0,
         full["num_splits"],
-        full.get("cluster", 0),
         1,
         None,
     )
