@@ -15,7 +15,9 @@ the same run; --no-oracle still skips the slower `generate` peer.
 --profile then runs a few more steps of the same batch under torch.profiler (lab/bench/profile.py) and
 prints, and records, what limits the step: kernels per step, device time per step against the timed
 step, and the top kernels by time with their count per step and share (aten ops and their self time on
-a CPU).
+a CPU). On a GPU it adds the device timeline's critical path: each kernel group's time past the end of all
+work that started before it (so a dependent launch's wait on its predecessor is not its own), and the
+time no kernel ran; those add up to the span, where the kernels' own times overlap past it.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ class Event:
     name: str  # grouped name (kernel_family for kernels)
     kind: str  # "kernel", "copy" (memcpy/memset), "op" (a CPU op) or "launch" (a host launch call)
     us: float  # device time (kernel, copy), self time (op); 0 for a launch
+    start: float | None = None  # device events: the start on the device clock (us); the critical path needs it
 
 
 def profile_decode(runner, prompts: list[list[int]], steps: int) -> dict:
@@ -61,14 +62,37 @@ def _breakdown_of(runner, phases: dict[str, list[Event]], steps: int, note: str)
     return graph
 
 
+def exposed(work: list[Event]) -> tuple[dict[tuple[str, str], float], float, float]:
+    """The device timeline's critical path: each event's time past the end of all device work that started before
+    it (in start order), by group; then the idle time (no device work at all) and the span, in us. A programmatic
+    dependent launch starts before its predecessor ends and waits: only what it runs after that end is its own, so
+    the groups' exposed times and the idle time add up to the span, where the device times overlap past it."""
+    timed = sorted((e for e in work if e.start is not None), key=lambda e: (e.start, e.us))
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    if not timed:
+        return out, 0.0, 0.0
+    first = frontier = timed[0].start or 0.0
+    idle = 0.0
+    for e in timed:
+        start = e.start or 0.0
+        end = start + e.us
+        idle += max(0.0, start - frontier)
+        out[(e.name, e.kind)] += max(0.0, end - max(start, frontier))
+        frontier = max(frontier, end)
+    return out, idle, frontier - first
+
+
 def breakdown(events: list[Event], steps: int, unit: str, mode: str, note: str = "") -> dict:
-    """Per step: how many kernels (ops), their total time, and the TOP groups by time with their share."""
+    """Per step: how many kernels (ops), their total time, and the TOP groups by time with their share; where the
+    device events carry their starts, also each group's time on the critical path and the device's idle time."""
     work = [e for e in events if e.kind in (unit, "copy")]
     total_us = sum(e.us for e in work)
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for e in work:
         groups[(e.name, e.kind)].append(e.us)
     ranked = sorted(groups.items(), key=lambda kv: (-sum(kv[1]), kv[0]))
+    timeline = unit == "kernel" and bool(work) and all(e.start is not None for e in work)
+    path, idle, span = exposed(work) if timeline else ({}, 0.0, 0.0)
     top = [
         {
             "name": name,
@@ -76,10 +100,17 @@ def breakdown(events: list[Event], steps: int, unit: str, mode: str, note: str =
             "count_per_step": len(us) / steps,
             "ms_per_step": sum(us) / steps / 1e3,
             "share": sum(us) / total_us if total_us > 0 else 0.0,
+            **(
+                {"exposed_ms_per_step": path[(name, kind)] / steps / 1e3, "exposed_share": path[(name, kind)] / span}
+                if timeline and span > 0
+                else {}
+            ),
         }
         for (name, kind), us in ranked[:TOP]
     ]
+    critical = {"span_ms_per_step": span / steps / 1e3, "idle_ms_per_step": idle / steps / 1e3} if timeline else {}
     return {
+        **critical,
         "mode": mode,
         "unit": unit,
         "steps": steps,
@@ -211,9 +242,9 @@ def to_event(fe) -> Event | None:
     kind = getattr(fe, "activity_type", None) or guess_kind(fe)
     if fe.device_type.name == "CUDA":
         if kind == "kernel":
-            return Event(kernel_family(fe.name), "kernel", fe.time_range.elapsed_us())
+            return Event(kernel_family(fe.name), "kernel", fe.time_range.elapsed_us(), float(fe.time_range.start))
         if kind in ("gpu_memcpy", "gpu_memset"):
-            return Event(fe.name, "copy", fe.time_range.elapsed_us())
+            return Event(fe.name, "copy", fe.time_range.elapsed_us(), float(fe.time_range.start))
         return None
     if fe.name.startswith(PHASE) or fe.is_user_annotation:
         return None
@@ -258,11 +289,23 @@ def render(p: dict, step_ms: float | None = None) -> str:
             f"{'eager step, for comparison':<34} {e['kernels_per_step']:>10.1f} kernels, "
             f"{e['device_ms_per_step']:.3f} ms, {e['launches_per_step']:.0f} launch calls"
         )
+    path = "span_ms_per_step" in p
+    if path:
+        lines.append(
+            f"{'device span per step':<34} {p['span_ms_per_step']:>10.3f} ms, of it idle (no kernel running) "
+            f"{p['idle_ms_per_step']:.3f} ms"
+        )
     head = f"top {len(p['top'])} of {p['groups']} groups by time"
-    lines.append(f"{head:<50} {'count/step':>10} {'ms/step':>10} {'share':>7}")
+    extra = f" {'exposed':>10} {'of span':>8}" if path else ""
+    lines.append(f"{head:<50} {'count/step':>10} {'ms/step':>10} {'share':>7}{extra}")
     for row in p["top"]:
         name = row["name"] if len(row["name"]) <= 48 else row["name"][:45] + "..."
-        lines.append(f"  {name:<48} {row['count_per_step']:>10.2f} {row['ms_per_step']:>10.4f} {row['share']:>7.1%}")
+        crit = f" {row['exposed_ms_per_step']:>10.4f} {row['exposed_share']:>8.1%}" if "exposed_share" in row else ""
+        lines.append(
+            f"  {name:<48} {row['count_per_step']:>10.2f} {row['ms_per_step']:>10.4f} {row['share']:>7.1%}{crit}"
+        )
+    if path:
+        lines.append("  (exposed: the time past the end of all device work that started before it, the critical path)")
     rest = 1 - sum(row["share"] for row in p["top"])
     if p["groups"] > len(p["top"]):
         lines.append(f"  {'(the other ' + str(p['groups'] - len(p['top'])) + ')':<48} {'':>10} {'':>10} {rest:>7.1%}")

@@ -73,6 +73,35 @@ def test_breakdown_counts_per_step_and_shares_of_the_step() -> None:
     assert breakdown([], 2, "kernel", "empty")["top"] == []
 
 
+def test_the_critical_path_counts_each_kernel_past_the_work_started_before_it() -> None:
+    # two steps of: a (0-10), b launched early as a dependent (4-16: waits for a, runs 6 us past it), a copy inside
+    # b (8-9: nothing of its own on the path), 2 us idle, c (18-21); the second step 30 us later
+    one = [
+        Event("a", "kernel", 10, 0),
+        Event("b", "kernel", 12, 4),
+        Event("m", "copy", 1, 8),
+        Event("c", "kernel", 3, 18),
+    ]
+    events = one + [Event(e.name, e.kind, e.us, (e.start or 0) + 30) for e in one]
+    events += [Event("cudaGraphLaunch", "launch", 0.0)] * 2
+    path, idle, span = prof.exposed(events)
+    assert dict(path) == {("a", "kernel"): 20, ("b", "kernel"): 12, ("m", "copy"): 0, ("c", "kernel"): 6}
+    assert (idle, span) == (2 + 9 + 2, 51)  # within each step, and between them
+    assert sum(path.values()) + idle == span
+    p = breakdown(events, 2, "kernel", "test")
+    assert p["device_ms_per_step"] == pytest.approx(26e-3)  # past the 25.5 us span: b overlaps a
+    assert (p["span_ms_per_step"], p["idle_ms_per_step"]) == (pytest.approx(25.5e-3), pytest.approx(6.5e-3))
+    rows = {r["name"]: r for r in p["top"]}
+    assert rows["b"]["ms_per_step"] == pytest.approx(12e-3) and rows["b"]["exposed_ms_per_step"] == pytest.approx(6e-3)
+    assert rows["a"]["exposed_share"] == pytest.approx(20 / 51)
+    text = prof.render({**p, "batch": 1})
+    assert "device span per step" in text and "exposed" in text
+    # without starts (a CPU profile, an older record) the breakdown has no critical path
+    bare = breakdown([Event(e.name, e.kind, e.us) for e in one], 1, "kernel", "test")
+    assert "span_ms_per_step" not in bare and "exposed_share" not in bare["top"][0]
+    assert "device span" not in prof.render({**bare, "batch": 1})
+
+
 def fake_event(
     name: str,
     start: float,
@@ -112,13 +141,17 @@ def test_events_go_to_the_phase_whose_range_holds_their_start() -> None:
     ]
     got = split_phases(events, ["graph", "eager"])
     assert got == {
-        "graph": [Event("cudaGraphLaunch", "launch", 0.0), Event("k", "kernel", 11), Event("g", "kernel", 2)],
+        "graph": [
+            Event("cudaGraphLaunch", "launch", 0.0),
+            Event("k", "kernel", 11, 20),
+            Event("g", "kernel", 2, 100.2),
+        ],
         "eager": [
             Event("aten::mm", "op", 17.0),
             Event("cudaLaunchKernel", "launch", 0.0),
-            Event("k", "kernel", 20),
-            Event("Memset (Device)", "copy", 1),
-            Event("k", "kernel", 1.5),
+            Event("k", "kernel", 20, 130),
+            Event("Memset (Device)", "copy", 1, 150),
+            Event("k", "kernel", 1.5, 300.5),
         ],
     }
     with pytest.raises(RuntimeError, match=r"no range for phase\(s\) \['warm'\]"):
