@@ -18,7 +18,8 @@
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #                                                    # and on the b1 step's GEMVs
-#   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main
+#   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main (VARIANTS=step:
+#                                                    # the step alone, b1 three times, b2, b8)
 #                                                    # (gpu_bisect.sh; prepare them here first, carry .dev/bisect):
 #                                                    # attention cases and peer shapes, step tokens and time
 # Before: `python -m lab.gates.ledger manifest` (carry .tree-manifest.json: records name a clean commit) and the
@@ -186,12 +187,17 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
 variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu_bisect.sh prepare main
   # scripts/bench/variants/*.patch`, carrying .dev/bisect): the attention's numerics cases and the six peer shapes,
   # the graphed step's tokens and its time at b1 and b32; a variant rebuilds the sources that include a header it
-  # changed. Three trees (main and two variants) fit the call
-  local bisect="$(dirname "$0")/gpu_bisect.sh"
-  timeout 560 env OUT="$R" LIMIT=170 bash "$bisect" run -- bash -c 'python3 -m lab gate kernels --filter attn \
-    | tail -1; python3 -m lab bench bandwidth --workload attn-decode --shapes peers --arms default --reps 6 \
-    | tail -9; python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -1; for b in 1 32; do python3 -m \
-    lab bench decode --no-oracle --batch $b --steps 32 | grep -E "engine step|fraction"; done'
+  # changed. Three trees (main and two variants) fit the call. VARIANTS=step, for a variant outside the attention:
+  # the step's tokens, then its time at b1 three times (one run's noise is a few percent), b2 and b8
+  local bisect="$(dirname "$0")/gpu_bisect.sh" cmd
+  cmd='python3 -m lab gate kernels --filter attn | tail -1; python3 -m lab bench bandwidth --workload attn-decode \
+    --shapes peers --arms default --reps 6 | tail -9; python3 -m lab gate tokens --device cuda --dtype bfloat16 \
+    | tail -1; for b in 1 32; do python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
+    | grep -E "engine step|fraction"; done'
+  [ "${VARIANTS:-}" = step ] && cmd='python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -1; \
+    for b in 1 1 1 2 8; do echo "batch $b"; python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
+    | grep -E "engine step|fraction"; done'
+  timeout 560 env OUT="$R" LIMIT=170 bash "$bisect" run -- bash -c "$cmd"
   echo "the variants' A/B rc=$? at $(el) s"
   cp "$R/bisect.txt" "$R/bisect.log" 2>/dev/null; cat "$R/bisect.txt"
 }
