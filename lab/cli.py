@@ -14,6 +14,7 @@ BENCHES = (
     "ab",
     "bandwidth",
     "decode",
+    "gemm_lt",
     "gemm_small",
     "launch",
     "ncu_sass",

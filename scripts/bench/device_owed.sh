@@ -18,6 +18,8 @@
 #   bash scripts/bench/device_owed.sh limiters      # the b1, b8 and b32 steps' kernels (records), VT_GEMV_PDL at
 #                                                    # b2, VT_GEMM_SMALL's range at b4/b8, ncu on cuBLAS at 32 rows
 #                                                    # and on the b1 step's GEMVs
+#   bash scripts/bench/device_owed.sh lt            # cuBLASLt's candidate algorithms against cuBLAS's pick at 32, 8 and
+#                                                    # 16 rows (lab bench gemm_lt: Qwen3-0.6B's four projections)
 #   bash scripts/bench/device_owed.sh variants      # the A/B of the variants kept as patches against main (VARIANTS=step:
 #                                                    # the step alone, b1 three times, b2, b8)
 #                                                    # (gpu_bisect.sh; prepare them here first, carry .dev/bisect):
@@ -34,8 +36,8 @@
 # `python -m lab.gates.ledger_unpack records.tgz` puts each distinct record into .agents/ledger under a free name.
 set -u
 case "${1:-correctness}" in
-  correctness | perf | calib | persistent | splits | flip | ncu | limiters | variants) ;;
-  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|variants]" >&2; exit 2 ;;
+  correctness | perf | calib | persistent | splits | flip | ncu | limiters | lt | variants) ;;
+  *) echo "usage: $0 [correctness|perf|calib|persistent|splits|flip|ncu|limiters|lt|variants]" >&2; exit 2 ;;
 esac
 WHEELS="${WHEELS:-.whl}"
 OUT="${OUT:?set OUT}"
@@ -184,6 +186,14 @@ limiters() {  # what bounds the b1 and b32 steps where they miss their targets: 
     "$R/ncu-gemv-b1.log" | cut -c1-150 | head -70
 }
 
+lt() {  # cuBLASLt's other algorithms for the decode projections against what cuBLAS picks unasked: the b32 step's
+  # GEMMs stream W at about a third of DRAM's rate and the b8 step's are 44% of it (lab bench gemm_lt, no build)
+  for rows in 32 8 16; do
+    timeout 150 python3 -m lab bench gemm_lt --rows $rows --ledger "$R/ledger" > "$R/gemm-lt-m$rows.log" 2>&1
+    echo "gemm_lt at $rows rows rc=$? at $(el) s"; tail -n 9 "$R/gemm-lt-m$rows.log"
+  done
+}
+
 variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu_bisect.sh prepare main
   # scripts/bench/variants/*.patch`, carrying .dev/bisect): the attention's numerics cases and the six peer shapes,
   # the graphed step's tokens and its time at b1 and b32; a variant rebuilds the sources that include a header it
@@ -194,8 +204,8 @@ variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu
     --shapes peers --arms default --reps 6 | tail -9; python3 -m lab gate tokens --device cuda --dtype bfloat16 \
     | tail -1; for b in 1 32; do python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
     | grep -E "engine step|fraction"; done'
-  [ "${VARIANTS:-}" = step ] && cmd='python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -1; \
-    for b in 1 1 1 2 8; do echo "batch $b"; python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
+  [ "${VARIANTS:-}" = step ] && cmd='python3 -m lab gate tokens --device cuda --dtype bfloat16 | tail -1; for b \
+    in 1 1 1 2 8; do echo "batch $b"; python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
     | grep -E "engine step|fraction"; done'
   timeout 560 env OUT="$R" LIMIT=170 bash "$bisect" run -- bash -c "$cmd"
   echo "the variants' A/B rc=$? at $(el) s"

@@ -27,9 +27,8 @@ def test_the_script_parses_and_names_its_modes():
         "flip",
         "ncu",
         "limiters",
+        "lt",
         "variants",
-        "cluster",
-        "prefetch",
     ]
     for mode in modes.group(1).split("|"):
         assert re.search(rf"^{mode}\(\) {{", text, re.M), mode
@@ -66,14 +65,13 @@ def test_each_call_fits_a_device_call():
     calls.pop("save")  # the helper that keeps the call's files in $OUT, not a call
     assert sorted(calls) == [
         "calib",
-        "cluster",
         "correctness",
         "flip",
         "limiters",
+        "lt",
         "ncu",
         "perf",
         "persistent",
-        "prefetch",
         "splits",
         "variants",
     ]
