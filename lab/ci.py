@@ -733,13 +733,11 @@ for hq, hkv in ((32, 8), (16, 8)) if d == 128 else ((16, 2),):
     lens = torch.tensor([50, 128], dtype=torch.int32, device='cuda')
     FlashInferDecode(tc, q.device)(q, k, k, table, lens, d ** -0.5, None)
 torch.cuda.synchronize()'''
-runs = [(tc, d) for tc in ('tc', 'decode') for d in ('128', '256')]
-procs = [subprocess.Popen([sys.executable, '-c', WARM, tc, d]) for tc, d in runs]
-scratch = tempfile.mkdtemp()  # the warm-up's own record stays out of the run's ledger
+runs = [(f'{tc} head_dim {d}', [sys.executable, '-c', WARM, tc, d]) for tc in ('tc', 'decode') for d in ('128', '256')]
 hf = [sys.executable, '-m', 'lab', 'bench', 'decode', '--no-oracle', '--hf-compiled', '--batch', '1', '--steps', '4']
-procs.append(subprocess.Popen([*hf, '--ledger', scratch], stdout=subprocess.DEVNULL))
-runs.append(('transformers compiled', 'step'))
-ready = [f'{tc} head_dim {d}' if d != 'step' else f'{tc} {d}' for (tc, d), p in zip(runs, procs) if p.wait() == 0]
+runs.append(('transformers compiled', [*hf, '--ledger', tempfile.mkdtemp()]))  # its record stays out of the run's
+procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL) for _, argv in runs]
+ready = [label for (label, _), p in zip(runs, procs) if p.wait() == 0]
 summary = f'{len(ready)}/{len(runs)} peer caches ready: ' + ', '.join(ready)
 open(sys.argv[1], 'w').write(json.dumps({'passed': len(ready) == len(runs), 'examined': len(runs), 'summary': summary}))
 print(summary)
