@@ -697,6 +697,7 @@ NCU_RUNS = (
     ("ncu-attn-d256", "attn-decode", "tiled-onepass", "batch=64,ctx=4096,hq=16,hkv=2,d=256"),
     ("ncu-gemv-qkv", "gemv", "gemv-stream", "n=4096,k=1024"),
     ("ncu-gemv-down", "gemv", "gemv-stream", "n=1024,k=3072"),
+    ("ncu-gemv-head", "gemv", "gemv-stream", "n=151936,k=1024"),  # the lm_head: 311 MB, a quarter of the b1 floor
     ("ncu-gemm32-qkv", "gemm", "defaults", "rows=32,n=4096,k=1024"),
     ("ncu-gemm32-down", "gemm", "defaults", "rows=32,n=1024,k=3072"),
 )
