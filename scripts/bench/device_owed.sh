@@ -198,7 +198,7 @@ variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu
   # scripts/bench/variants/*.patch`, carrying .dev/bisect): the attention's numerics cases and the six peer shapes,
   # the graphed step's tokens and its time at b1 and b32; a variant rebuilds the sources that include a header it
   # changed. Three trees (main and two variants) fit the call. VARIANTS=step, for a variant outside the attention:
-  # the step's tokens at 2 rows and at 1 (the GEMVs' rows), then its time at b1 three times (one run's noise is a few
+  # the step's tokens at 2 rows and at 1 (the GEMVs' rows), then its time at b1 twice (one run's noise is a few
   # percent) and at b2;
   # LIMIT (seconds a tree, default 170) larger where fewer trees are prepared
   local bisect="$(dirname "$0")/gpu_bisect.sh" cmd
@@ -208,7 +208,7 @@ variants() {  # every variant prepared here beside main (`bash scripts/bench/gpu
     | grep -E "engine step|fraction"; done'
   [ "${VARIANTS:-}" = step ] && cmd='for lens in 1,6 5; do python3 -m lab gate tokens --device cuda --dtype \
     bfloat16 --prompt-lens $lens | tail -1; done; for b \
-    in 1 1 1 2; do echo "batch $b"; python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
+    in 1 1 2; do echo "batch $b"; python3 -m lab bench decode --no-oracle --batch $b --steps 32 \
     | grep -E "engine step|fraction"; done'
   # each tree builds its sources in parallel first (an unchanged one comes from the shared cache), not one by one
   # as its command first loads them
