@@ -118,6 +118,7 @@ def measure(lt: Lt, name: str, n: int, k: int, args: argparse.Namespace, dev: to
         best=best.label(),
         best_rank=best.rank,
         best_config=best.config,
+        best_algo=best.raw.hex(),  # the descriptor itself: the same library on the same card runs it again as is
         best_waves=best.waves,
         base_us=v.base.median * 1e6,
         test_us=v.test.median * 1e6,

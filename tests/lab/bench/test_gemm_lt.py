@@ -75,6 +75,7 @@ def test_a_wrong_candidate_is_left_out_and_the_fastest_is_timed_again() -> None:
     assert row["found"] == 3 and row["screened"] == 2
     assert row["wrong"] == ["#2 algo 0 tile 2 splitK 1 stages 0"]
     assert row["best_rank"] in (0, 1) and row["best"].startswith(f"#{row['best_rank']} ")
+    assert row["best_algo"] == bytes([row["best_rank"]]).hex()  # the fastest's descriptor, for running it again
     assert row["base_us"] > 0 and row["test_us"] > 0 and row["ratio"] > 0
     assert row["verdict"] in ("win", "loss", "no difference")
 
