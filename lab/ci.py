@@ -723,7 +723,7 @@ def ncu_steps(ctx: Context) -> list[Step]:
 # The peers' caches, filled at once before anything is timed: FlashInfer's bf16 modules for the six peer shapes
 # (head_dim 128 and 256, with tensor cores or not) and the transformers peer's compiled step (Inductor's and
 # Triton's caches: on a fresh machine its first compile took over 170 s, where a warm one takes about 55)
-PERF_JIT = """import json, subprocess, sys, tempfile
+PERF_JIT = """import json, subprocess, sys
 WARM = '''import sys, torch
 from lab.bench.attn_peers import FlashInferDecode
 tc, d = sys.argv[1] == 'tc', int(sys.argv[2])
@@ -736,7 +736,7 @@ for hq, hkv in ((32, 8), (16, 8)) if d == 128 else ((16, 2),):
 torch.cuda.synchronize()'''
 runs = [(f'{tc} head_dim {d}', [sys.executable, '-c', WARM, tc, d]) for tc in ('tc', 'decode') for d in ('128', '256')]
 hf = [sys.executable, '-m', 'lab', 'bench', 'decode', '--no-oracle', '--hf-compiled', '--batch', '1', '--steps', '4']
-runs.append(('transformers compiled', [*hf, '--ledger', tempfile.mkdtemp()]))  # its record stays out of the run's
+runs.append(('transformers compiled', hf))  # without a ledger folder: the warm-up writes no record
 procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL) for _, argv in runs]
 ready = [label for (label, _), p in zip(runs, procs) if p.wait() == 0]
 summary = f'{len(ready)}/{len(runs)} peer caches ready: ' + ', '.join(ready)

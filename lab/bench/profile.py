@@ -67,17 +67,15 @@ def exposed(work: list[Event]) -> tuple[dict[tuple[str, str], float], float, flo
     it (in start order), by group; then the idle time (no device work at all) and the span, in us. A programmatic
     dependent launch starts before its predecessor ends and waits: only what it runs after that end is its own, so
     the groups' exposed times and the idle time add up to the span, where the device times overlap past it."""
-    timed = sorted((e for e in work if e.start is not None), key=lambda e: (e.start, e.us))
+    timed = sorted((e.start, e.start + e.us, (e.name, e.kind)) for e in work if e.start is not None)
     out: dict[tuple[str, str], float] = defaultdict(float)
     if not timed:
         return out, 0.0, 0.0
-    first = frontier = timed[0].start or 0.0
+    first = frontier = timed[0][0]
     idle = 0.0
-    for e in timed:
-        start = e.start or 0.0
-        end = start + e.us
+    for start, end, group in timed:
         idle += max(0.0, start - frontier)
-        out[(e.name, e.kind)] += max(0.0, end - max(start, frontier))
+        out[group] += max(0.0, end - max(start, frontier))
         frontier = max(frontier, end)
     return out, idle, frontier - first
 

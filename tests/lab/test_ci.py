@@ -118,10 +118,10 @@ def test_perf_measures_the_two_tables_then_reports_them_from_the_records(tmp_pat
         "perf-report",
     ]
     # the warm-up fills the transformers peer's compile caches too (a fresh machine's first compile outran a step's
-    # limit), beside FlashInfer's modules, with its record kept out of the run's ledger
+    # limit), beside FlashInfer's modules, and writes no record
     warm = s["peers-warm"].argv[2]
     compile(warm, "peers-warm", "exec")
-    assert "'--hf-compiled'" in warm and "'--ledger', tempfile.mkdtemp()" in warm and str(c.ledger) not in warm
+    assert "'--hf-compiled'" in warm and "--ledger" not in warm
     assert all(s[f"perf-decode-b{b}"].limit >= 120 for b in (1, 8, 32))
     attn = s["perf-attn"].argv
     assert attn[attn.index("--arms") + 1] == "default,flashinfer-tc,flashinfer,sdpa-cudnn,sdpa-flash"
